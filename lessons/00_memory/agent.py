@@ -1,0 +1,80 @@
+"""Session Lab, lesson 00: the agent loop, in memory.
+
+An agent is a loop around a model: send the conversation, and while the model answers with
+tool calls, run each one and send its result back under the call's id. A plain answer ends
+the turn. Everything lives in `self.messages`, a list in this process's memory: when the
+process ends, the conversation is gone. The rest of the course fixes that.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    schemas: list[dict[str, Any]]                   # told to the model with every request
+    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    # TODO(00.1): Run one tool call and return its result as text.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError("task 00.1 is not written yet: Run one tool call and return its result as text")
+
+
+class Agent:
+    """An agent whose whole memory is `self.messages`."""
+
+    def __init__(self, client: Any, *, model: str, tools: Tools,
+                 system: str | None = None, max_turns: int = 8) -> None:
+        self.client = client          # an openai.OpenAI (or anything with the same shape)
+        self.model = model
+        self.tools = tools
+        self.system = system          # sent first with every request, never stored
+        self.max_turns = max_turns    # model calls allowed for one user message
+        self.messages: list[Message] = []
+
+    def run(self, user_text: str) -> str:
+        """Handle one user message: call the model until it answers in plain text.
+
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
+        tools after `max_turns` requests.
+        """
+        # TODO(00.2): Loop until the model answers in plain text.
+        # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+        raise NotImplementedError("task 00.2 is not written yet: Loop until the model answers in plain text")
+
+    def record(self, message: Message) -> None:
+        """Add one message to the conversation."""
+        self.messages.append(message)
+
+    def ask_model(self) -> Message:
+        """Send the conversation to the model and return its reply as a plain dict."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        response = self.client.chat.completions.create(
+            model=self.model, messages=system + self.messages, tools=self.tools.schemas)
+        reply = response.choices[0].message
+        message: Message = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in reply.tool_calls
+            ]
+        return message

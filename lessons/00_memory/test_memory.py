@@ -1,0 +1,144 @@
+"""Lesson 00: the agent loop in memory.
+
+Run: pytest lessons/00_memory            (your code)
+     pytest lessons/00_memory --solution (the reference)
+"""
+
+import pytest
+
+from sessionlab.scripted import call, raw_call, say, use
+
+
+def new_agent(lesson, model, town, **options):
+    return lesson.Agent(model.client(), model=model.model, tools=town, **options)
+
+
+@pytest.mark.key
+@pytest.mark.task("00.2")
+def test_a_plain_answer_ends_the_turn(lesson, model, town):
+    model.add(say("Welcome to town, adventurer."))
+    agent = new_agent(lesson, model, town)
+
+    answer = agent.run("Hello!")
+
+    assert answer == "Welcome to town, adventurer.", f"run() should return the model's text, got {answer!r}"
+    assert len(model.requests) == 1, f"one plain answer needs one model call, the agent made {len(model.requests)}"
+    assert agent.messages == [
+        {"role": "user", "content": "Hello!"},
+        {"role": "assistant", "content": "Welcome to town, adventurer."},
+    ], f"after one turn the history should be the user's message and the answer, got {agent.messages}"
+
+
+@pytest.mark.key
+@pytest.mark.task("00.2")
+def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, model, town):
+    model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")), say("Done."))
+    agent = new_agent(lesson, model, town)
+
+    agent.run("Ask the elder about the cave and buy a torch.")
+
+    assert len(model.requests) == 2, f"expected two model calls (tools, then the answer), got {len(model.requests)}"
+    second = model.requests[1]["messages"]
+    calls = second[1]["tool_calls"]
+    results = [m for m in second if m["role"] == "tool"]
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls], (
+        "each tool result must carry the id of the call it answers, in the order of the calls; "
+        f"calls {[c['id'] for c in calls]}, results {[r['tool_call_id'] for r in results]}")
+    assert "torch and a rope" in results[0]["content"], f"the elder's words should be the first result, got {results[0]['content']!r}"
+    assert "You bought a torch" in results[1]["content"], f"the purchase should be the second result, got {results[1]['content']!r}"
+    assert town.inventory == ["torch"], f"the buy tool should really have run once, inventory is {town.inventory}"
+
+
+@pytest.mark.task("00.2")
+def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, town):
+    model.add(use(call("buy", item="rope"), finish_reason="stop"), say("Bought."))
+    agent = new_agent(lesson, model, town)
+
+    answer = agent.run("Buy a rope.")
+
+    assert town.inventory == ["rope"], (
+        "the reply had a tool call but finish_reason 'stop' (some servers do this): decide from "
+        f"tool_calls, not finish_reason. The rope was not bought; inventory {town.inventory}")
+    assert answer == "Bought."
+
+
+@pytest.mark.task("00.1")
+def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(lesson, model, town):
+    model.add(use(call("fly", to="the cave")), say("I cannot fly."))
+    agent = new_agent(lesson, model, town)
+
+    answer = agent.run("Fly to the cave.")
+
+    result = model.requests[1]["messages"][-1]
+    assert result["role"] == "tool" and "fly" in result["content"] and "error" in result["content"].lower(), (
+        f"calling a tool that does not exist should give an error result naming it, got {result}")
+    assert answer == "I cannot fly.", "after an error result the loop continues and the model gets to answer"
+
+
+@pytest.mark.task("00.1")
+def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
+    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
+                                    "function": {"name": "buy", "arguments": "{item: rope"}})
+
+    assert isinstance(result, str) and "json" in result.lower(), (
+        f"arguments that are not JSON should give a text result mentioning JSON, got {result!r}")
+    assert town.inventory == [], "nothing should be bought when the arguments cannot be read"
+
+
+@pytest.mark.task("00.1")
+def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
+    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
+                                    "function": {"name": "buy", "arguments": '["rope"]'}})
+
+    assert isinstance(result, str) and "error" in result.lower(), (
+        f"a JSON list is not keyword arguments; expected an error text, got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
+    # talk_to takes `npc`; `person` makes Python raise TypeError inside the call.
+    model.add(use(raw_call("talk_to", '{"person": "elder"}')), say("Let me try again."))
+    agent = new_agent(lesson, model, town)
+
+    agent.run("Talk to the elder.")
+
+    result = model.requests[1]["messages"][-1]
+    assert result["role"] == "tool" and "error" in result["content"].lower(), (
+        f"a tool that raises should give an error result, not crash the agent; got {result}")
+
+
+@pytest.mark.task("00.2")
+def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, town):
+    model.script = lambda request: use(call("talk_to", npc="guard"))
+    agent = new_agent(lesson, model, town, max_turns=3)
+
+    with pytest.raises(lesson.MaxTurnsExceeded):
+        agent.run("Keep talking.")
+    assert len(model.requests) == 3, f"max_turns=3 allows exactly 3 model calls, the agent made {len(model.requests)}"
+
+
+@pytest.mark.key
+@pytest.mark.task("00.2")
+def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
+    model.add(say("Aye."))
+    agent = new_agent(lesson, model, town, system="You are a brave adventurer.")
+
+    agent.run("Ready?")
+
+    sent = model.requests[0]["messages"]
+    assert sent[0] == {"role": "system", "content": "You are a brave adventurer."}, f"first message sent: {sent[0]}"
+    assert all(m["role"] != "system" for m in agent.messages), "the system prompt is configuration, not history"
+
+
+@pytest.mark.key
+@pytest.mark.task("00.2")
+def test_a_new_agent_remembers_nothing(lesson, model, town):
+    model.add(use(call("talk_to", npc="elder")), say("The elder says: torch and rope."), say("Who?"))
+    lesson.Agent(model.client(), model=model.model, tools=town).run("Ask the elder about the cave.")
+
+    tomorrow = new_agent(lesson, model, town)
+    tomorrow.run("What did the elder say?")
+
+    assert model.requests[-1]["messages"] == [{"role": "user", "content": "What did the elder say?"}], (
+        "a new agent starts from an empty list: everything the first one heard is gone. "
+        "That is the problem the next lessons solve.")

@@ -1,0 +1,194 @@
+"""The lesson machinery inside pytest.
+
+* `--solution` (or SESSIONLAB_SOLUTION=1) runs a lesson's tests against `solutions/NN_topic`
+  instead of the student's `lessons/NN_topic`; `--impl PATH` (or SESSIONLAB_IMPL) against any
+  agent.py, which is how the maintainers' check runs early lessons' tests on later solutions.
+* Fixtures: `lesson` (the module under test, imported per test, never at the top of a file),
+  `model` (a fresh scripted model), `client`, `town`, `sessions` (an empty sessions folder).
+* A failure names its task and where to read more; a task not written yet is reported in one
+  line instead of a traceback.
+* `--sessionlab-report FILE` writes every outcome as JSON for the command line and the grader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from . import course
+from .scripted import ScriptedModel
+from .town import Town
+
+REPORT_KEY = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sessionlab")
+    group.addoption("--solution", action="store_true", default=_env_flag("SESSIONLAB_SOLUTION"),
+                    help="run lesson tests against solutions/NN_topic instead of lessons/NN_topic")
+    group.addoption("--impl", default=os.environ.get("SESSIONLAB_IMPL"), metavar="PATH",
+                    help="run lesson tests against this agent.py (maintainers: later solutions on earlier tests)")
+    group.addoption("--sessionlab-report", default=None, metavar="FILE",
+                    help="write each test's outcome and task as JSON to FILE")
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[REPORT_KEY] = []
+    config.addinivalue_line("markers", "task(id): the lesson task a test checks, such as task('03.1')")
+    config.addinivalue_line("markers", "key: a test later lessons' solutions must still pass")
+
+
+# --- which module a test runs against ----------------------------------------------------
+
+
+def lesson_folder_of(path: Path) -> Path | None:
+    for folder in (path.parent, *path.parents):
+        if course.LESSON_FOLDER.match(folder.name) and folder.parent.name == "lessons":
+            return folder
+    return None
+
+
+def module_under_test(config: pytest.Config, test_path: Path) -> Path:
+    if impl := config.getoption("--impl"):
+        return Path(impl).resolve()
+    folder = lesson_folder_of(test_path)
+    if folder is None:
+        raise course.CourseError(f"{test_path} is not inside lessons/NN_topic/")
+    if config.getoption("--solution"):
+        return folder.parent.parent / "solutions" / folder.name / course.MODULE
+    return folder / course.MODULE
+
+
+@pytest.fixture
+def lesson(request: pytest.FixtureRequest) -> ModuleType:
+    """The lesson module under test: the student's agent.py, or the solution with --solution."""
+    path = module_under_test(request.config, Path(str(request.path)))
+    side = "impl" if request.config.getoption("--impl") else (
+        "solution" if request.config.getoption("--solution") else "lesson")
+    return course.load_module(path, f"sessionlab_impl.{side}_{path.parent.name}")
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    """A fresh scripted model with an empty script: add steps with `model.add(...)`."""
+    return ScriptedModel()
+
+
+@pytest.fixture
+def client(model: ScriptedModel):
+    """A real openai.OpenAI client talking to `model` (no network)."""
+    return model.client()
+
+
+@pytest.fixture
+def town() -> Town:
+    return Town()
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Path:
+    """An empty folder for session logs."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    return folder
+
+
+# --- failures that teach ------------------------------------------------------------------
+
+
+def _tasks(item: pytest.Item) -> list[str]:
+    return [mark.args[0] for mark in item.iter_markers("task")]
+
+
+def _lesson_of(item: pytest.Item) -> course.Lesson | None:
+    folder = lesson_folder_of(Path(str(item.path)))
+    if folder is None:
+        return None
+    try:
+        return course.load_lesson(folder.parent.parent, folder.name)
+    except course.CourseError:
+        return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
+                             "outcome": report.outcome, "tasks": _tasks(item),
+                             "key": item.get_closest_marker("key") is not None}
+    if report.failed and call.excinfo is not None:
+        entry["exception"] = call.excinfo.typename
+        entry["message"] = _plain_message(call.excinfo)
+        lesson = _lesson_of(item)
+        if lesson is not None:
+            _teach(report, item, call.excinfo, lesson)
+    if report.when == "call" or report.failed or report.skipped:
+        item.config.stash[REPORT_KEY].append(entry)
+
+
+def _plain_message(excinfo: pytest.ExceptionInfo) -> str:
+    text = str(excinfo.value).strip()
+    # pytest's assertion rewriting appends "assert ..." detail after the message; keep the words.
+    return text.split("\nassert ")[0].strip() or excinfo.typename
+
+
+def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo,
+           lesson: course.Lesson) -> None:
+    tasks = [t for t in _tasks(item) if t.startswith(lesson.number + ".")] or _tasks(item)
+    titles = []
+    for task_id in tasks:
+        try:
+            titles.append(f"{task_id} {lesson.task(task_id).title}")
+        except course.CourseError:
+            titles.append(task_id)
+    where = f"lesson {lesson.name}, task " + "; ".join(titles) if titles else f"lesson {lesson.name}"
+    advice = (f"Read: docs/lessons/{lesson.name}.md (or the site's page for this lesson).\n"
+              f"Stuck? `sessionlab hint {lesson.number}` shows the next hint for the first failing task.")
+    if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
+        report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
+                           f"This test checks {where}. Write that part of the lesson's agent.py "
+                           f"and run the tests again.\n{advice}")
+        return
+    report.sections.append(("what this test checks", f"{where}\n{advice}"))
+
+
+def _student_frame(excinfo: pytest.ExceptionInfo) -> str:
+    for entry in reversed(excinfo.traceback):
+        path = Path(str(entry.path))
+        if path.name == course.MODULE:
+            try:
+                shown = path.relative_to(Path.cwd())
+            except ValueError:
+                shown = path
+            return f"{shown}:{entry.lineno + 1} in {entry.name}"
+    return "agent.py"
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        # Collection errors are recorded so the check can tell "import error" from "not done yet".
+        _pending_collect_errors.append({"nodeid": report.nodeid, "when": "collect", "outcome": "error",
+                                        "tasks": [], "exception": "CollectionError",
+                                        "message": str(report.longrepr)[-2000:]})
+
+
+_pending_collect_errors: list[dict[str, Any]] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = session.config.getoption("--sessionlab-report")
+    if not target:
+        return
+    results = _pending_collect_errors + session.config.stash[REPORT_KEY]
+    Path(target).write_text(json.dumps({"exitstatus": int(exitstatus), "results": results}, indent=1),
+                            encoding="utf-8")

@@ -1,0 +1,327 @@
+"""The scripted model: a stand-in for OpenAI, Ollama or vLLM behind the *real* `openai` client.
+
+Lesson code calls `client.chat.completions.create(...)` exactly as it would against a real
+server. Underneath, `respx` routes the HTTP request to `ScriptedModel.respond`, which:
+
+* validates the request the way real providers do (HTTP 400, OpenAI-style error body),
+* records it in `requests`, runs any `on_request` observers (which may look at the disk),
+* and answers with the next step of its script: text, tool calls, or a failure.
+
+Nothing here opens a socket. `sessionlab.server` serves the same `respond` over loopback HTTP
+for the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import httpx
+import openai
+import respx
+
+BASE_URL = "http://scripted-model.invalid/v1"
+MODEL_NAME = "scripted-town"
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+# --- the script -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model makes. `arguments` is the raw JSON text, as on the wire."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+def call(name: str, /, **arguments: Any) -> ToolCall:
+    """A well-formed tool call: `call("buy", item="rope")`."""
+    return ToolCall(name, json.dumps(arguments))
+
+
+def raw_call(name: str, arguments: str, id: str | None = None) -> ToolCall:
+    """A tool call with arguments exactly as given, e.g. text that is not JSON at all."""
+    return ToolCall(name, arguments, id)
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    # Real servers disagree on finish_reason when they call tools (some say "stop");
+    # a script can reproduce that to prove the agent looks at tool_calls instead.
+    finish_reason: str | None = None
+
+
+def say(text: str) -> Reply:
+    """A plain text answer: the end of a turn."""
+    return Reply(content=text)
+
+
+def use(*calls: ToolCall, content: str | None = None, finish_reason: str | None = None) -> Reply:
+    """One reply that asks for one or several tool calls."""
+    return Reply(content=content, tool_calls=tuple(calls), finish_reason=finish_reason)
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer with an HTTP error, such as a 500 from an overloaded server."""
+
+    status: int = 500
+    message: str = "The scripted model failed on purpose (a server error)."
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    """Drop the connection without an answer."""
+
+
+class SimulatedCrash(BaseException):
+    """The process 'dies' in the middle of a model call.
+
+    A BaseException, like KeyboardInterrupt, so that neither the openai client's retry
+    logic nor an agent's `except Exception` can swallow it: the code after the call
+    never runs, exactly as if the process had been killed there.
+    """
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Raise `SimulatedCrash` inside the request: the process dies while waiting for the model."""
+
+    message: str = "simulated crash while waiting for the model"
+
+
+Step = Union[Reply, Fail, Disconnect, Crash, Callable[[dict[str, Any]], "Step"]]
+
+
+# --- validation: what a real provider refuses ---------------------------------------------
+
+
+class InvalidRequest(Exception):
+    """A request a real provider would answer with HTTP 400."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": "invalid_request_error",
+                          "param": self.param, "code": None}}
+
+
+def validate(body: Any) -> None:
+    """Raise InvalidRequest for what OpenAI-compatible servers reject. Returns None if fine."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    if not body.get("model"):
+        raise InvalidRequest("Missing required parameter: 'model'.", "model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("Missing required parameter: 'messages' (a non-empty list).", "messages")
+
+    pending: dict[str, int] = {}  # tool_call_id -> index of the assistant message that made it
+    pending_from: int | None = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"Invalid type for 'messages[{i}]': expected an object.", f"messages[{i}]")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(
+                f"Invalid value: {role!r}. Supported values are: "
+                + ", ".join(repr(r) for r in ROLES) + ".",
+                f"messages[{i}].role",
+            )
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not call_id or call_id not in pending:
+                raise InvalidRequest(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                    f"message with 'tool_calls' (messages[{i}] answers {call_id!r}, which no "
+                    "earlier assistant message is waiting for).",
+                    f"messages[{i}].tool_call_id",
+                )
+            del pending[call_id]
+            continue
+        if pending:
+            # Anything but a tool message after tool calls: the calls went unanswered.
+            raise _unanswered(pending, pending_from)
+        if role == "assistant":
+            for j, tool_call in enumerate(message.get("tool_calls") or []):
+                _check_tool_call(tool_call, f"messages[{i}].tool_calls[{j}]")
+                pending[tool_call["id"]] = i
+            pending_from = i
+    if pending:
+        raise _unanswered(pending, pending_from)
+
+
+def _unanswered(pending: dict[str, int], index: int | None) -> InvalidRequest:
+    return InvalidRequest(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+        "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(pending),
+        f"messages[{index}].tool_calls",
+    )
+
+
+def _check_tool_call(tool_call: Any, where: str) -> None:
+    if not isinstance(tool_call, dict) or not tool_call.get("id"):
+        raise InvalidRequest(f"Missing required parameter: '{where}.id'.", f"{where}.id")
+    function = tool_call.get("function")
+    if not isinstance(function, dict) or not function.get("name"):
+        raise InvalidRequest(f"Missing required parameter: '{where}.function.name'.", f"{where}.function")
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise InvalidRequest(
+            f"Invalid '{where}.function.arguments': expected a string holding a JSON object, "
+            f"got {arguments!r}.",
+            f"{where}.function.arguments",
+        )
+
+
+# --- the model -------------------------------------------------------------------------
+
+
+@dataclass
+class ScriptedModel:
+    """A model that answers from a script and remembers everything it was sent.
+
+    >>> model = ScriptedModel([use(call("talk_to", npc="elder")), say("The elder warned us.")])
+    >>> client = model.client()          # a real openai.OpenAI, routed here by respx
+    """
+
+    script: list[Step] | Callable[[dict[str, Any]], Step] = field(default_factory=list)
+    model: str = MODEL_NAME
+    base_url: str = BASE_URL
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[Any] = field(default_factory=list)
+    _observers: list[Callable[[dict[str, Any]], Any]] = field(default_factory=list, repr=False)
+    _replies: int = 0
+
+    def __post_init__(self) -> None:
+        if not callable(self.script):
+            self.script = list(self.script)
+
+    # scripting ----------------------------------------------------------------------
+
+    def add(self, *steps: Step) -> "ScriptedModel":
+        """Append steps to a list script."""
+        if callable(self.script):
+            raise TypeError("this model plays a policy function; it has no list to add to")
+        self.script.extend(steps)
+        return self
+
+    def on_request(self, observer: Callable[[dict[str, Any]], Any]) -> None:
+        """Call `observer(request_body)` on every valid request, before replying.
+
+        Whatever it returns is kept in `observations`, one per request, so that a test can
+        check afterwards what was on disk at the moment of each model call.
+        """
+        self._observers.append(observer)
+
+    @property
+    def messages_sent(self) -> list[list[dict[str, Any]]]:
+        """The `messages` list of every request, in order."""
+        return [request["messages"] for request in self.requests]
+
+    # answering ----------------------------------------------------------------------
+
+    def respond(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """Answer one request body: (HTTP status, JSON body). May raise for Disconnect/Crash."""
+        try:
+            validate(body)
+        except InvalidRequest as error:
+            self.requests.append(body if isinstance(body, dict) else {"body": body})
+            return 400, error.body()
+        self.requests.append(body)
+        for observer in self._observers:
+            self.observations.append(observer(body))
+        step = self._next_step(body)
+        while callable(step):
+            step = step(body)
+        if isinstance(step, Fail):
+            return step.status, {"error": {"message": step.message, "type": "server_error",
+                                           "param": None, "code": None}}
+        if isinstance(step, Disconnect):
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        if isinstance(step, Crash):
+            raise SimulatedCrash(step.message)
+        if isinstance(step, Reply):
+            return 200, self._completion(step, body)
+        raise TypeError(f"not a script step: {step!r}")
+
+    def _next_step(self, body: dict[str, Any]) -> Step:
+        if callable(self.script):
+            return self.script(body)
+        if self._replies >= len(self.script):
+            return Fail(500, f"The scripted model has no reply left: its script had {len(self.script)} "
+                             f"step(s) and this is request {self._replies + 1}. The agent called the "
+                             "model more often than the test expected.")
+        step = self.script[self._replies]
+        self._replies += 1
+        return step
+
+    def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        number = len(self.requests)
+        tool_calls = [
+            {
+                # Unique within a conversation, and the same in every process: the id is
+                # derived from how long the conversation already is.
+                "id": tool_call.id or f"call_{len(body['messages'])}_{k}",
+                "type": "function",
+                "function": {"name": tool_call.name, "arguments": tool_call.arguments},
+            }
+            for k, tool_call in enumerate(reply.tool_calls)
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        elif message["content"] is None:
+            message["content"] = ""
+        finish = reply.finish_reason or ("tool_calls" if tool_calls else "stop")
+        return {
+            "id": f"chatcmpl-scripted-{number}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", self.model),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+    # the client side ------------------------------------------------------------------
+
+    def router(self) -> respx.Router:
+        """A respx router that sends chat completions to `respond`; anything else is a 404."""
+        router = respx.Router(base_url=self.base_url, assert_all_called=False, assert_all_mocked=True)
+        router.post("/chat/completions").mock(side_effect=self._handle)
+        router.get("/models").mock(return_value=httpx.Response(
+            200, json={"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "sessionlab"}]}))
+        return router
+
+    def _handle(self, request: httpx.Request) -> httpx.Response:
+        try:
+            body = json.loads(request.content)
+        except json.JSONDecodeError:
+            return httpx.Response(400, json=InvalidRequest("The request body is not valid JSON.").body())
+        status, payload = self.respond(body)
+        return httpx.Response(status, json=payload)
+
+    def client(self, **options: Any) -> openai.OpenAI:
+        """A real `openai.OpenAI` client whose HTTP transport is this model (no sockets).
+
+        Retries are off so that a scripted failure reaches the agent exactly once.
+        """
+        transport = httpx.MockTransport(self.router().handler)
+        options.setdefault("max_retries", 0)
+        return openai.OpenAI(base_url=self.base_url, api_key="scripted",
+                             http_client=httpx.Client(transport=transport), **options)
