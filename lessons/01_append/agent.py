@@ -1,0 +1,174 @@
+"""Session Lab, lesson 01: save as you go.
+
+The agent loop of lesson 00, plus a session log: every message is appended to
+`<folder>/<session id>.jsonl` as one JSON line the moment it exists, before the agent does
+anything else. If the process dies, everything said up to that moment is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    schemas: list[dict[str, Any]]                   # told to the model with every request
+    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+class InvalidSessionId(ValueError):
+    """A session id that could escape the sessions folder or is not a usable file name."""
+
+
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
+# nothing hidden, and short enough for any file system once '.meta.json' is added.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+
+    A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
+    a plain name, before any file is touched.
+    """
+    # TODO(01.1): Refuse a session id that is not a plain file name.
+    # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+    raise NotImplementedError("task 01.1 is not written yet: Refuse a session id that is not a plain file name")
+
+
+class SessionLog:
+    """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
+
+    The file is opened on the first append, in O_APPEND mode, and stays open until close().
+    With durable=True every line is flushed to the disk (fsync) before append() returns.
+    """
+
+    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False) -> None:
+        self.id = check_session_id(session_id)
+        self.folder = Path(folder)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.durable = durable
+        self._fd: int | None = None
+
+    def append(self, message: Message) -> None:
+        """Write one message as one line, with a single write() of the whole line."""
+        # TODO(01.2): Append one message as one JSON line, in one write.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError("task 01.2 is not written yet: Append one message as one JSON line, in one write")
+
+    def _open(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        is_new = not self.path.exists()
+        # O_APPEND: every write lands at the current end of the file, whatever else happened.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if is_new and self.durable:
+            self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        """Make the new file's name itself durable: fsync the folder that holds it."""
+        # TODO(01.4): Make a new log's name durable: fsync its folder.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError("task 01.4 is not written yet: Make a new log's name durable: fsync its folder")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    name = call["function"]["name"]
+    function = tools.functions.get(name)
+    if function is None:
+        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+    try:
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+    except json.JSONDecodeError as error:
+        return f"error: the arguments for {name} are not valid JSON ({error}); send a JSON object"
+    if not isinstance(arguments, dict):
+        return f"error: the arguments for {name} must be a JSON object, not {type(arguments).__name__}"
+    try:
+        return str(function(**arguments))
+    except Exception as error:  # the model should hear about it, not the user's terminal
+        return f"error: {name} failed: {type(error).__name__}: {error}"
+
+
+class Agent:
+    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+
+    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
+                 system: str | None = None, max_turns: int = 8) -> None:
+        self.client = client          # an openai.OpenAI (or anything with the same shape)
+        self.model = model
+        self.tools = tools
+        self.session = session        # where messages are saved; None keeps them in memory only
+        self.system = system          # sent first with every request, never stored
+        self.max_turns = max_turns    # model calls allowed for one user message
+        self.messages: list[Message] = []
+
+    def run(self, user_text: str) -> str:
+        """Handle one user message: call the model until it answers in plain text.
+
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
+        tools after `max_turns` requests.
+        """
+        self.record({"role": "user", "content": user_text})
+        for _ in range(self.max_turns):
+            reply = self.ask_model()
+            self.record(reply)
+            # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
+            # answer finish_reason="stop" together with tool calls.
+            calls = reply.get("tool_calls") or []
+            if not calls:
+                return reply.get("content") or ""
+            for call in calls:
+                self.record({"role": "tool", "tool_call_id": call["id"],
+                             "content": run_tool(self.tools, call)})
+        raise MaxTurnsExceeded(
+            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+
+    def record(self, message: Message) -> None:
+        """Add one message to the conversation: on disk first, then in memory."""
+        # TODO(01.3): Record each message on disk the moment it exists.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError("task 01.3 is not written yet: Record each message on disk the moment it exists")
+
+    def ask_model(self) -> Message:
+        """Send the conversation to the model and return its reply as a plain dict."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        response = self.client.chat.completions.create(
+            model=self.model, messages=system + self.messages, tools=self.tools.schemas)
+        reply = response.choices[0].message
+        message: Message = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in reply.tool_calls
+            ]
+        return message
