@@ -1,0 +1,123 @@
+"""Lesson 02: continue tomorrow.
+
+Run: pytest lessons/02_load            (your code)
+     pytest lessons/02_load --solution (the reference)
+"""
+
+import os
+
+import pytest
+
+from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.town import Town
+
+DAY_ONE = [use(call("talk_to", npc="elder")), say("The elder says: bring a torch and a rope.")]
+
+
+def play_day(lesson, sessions, script, text, session_id="quest-1", town=None):
+    """One day of the quest: a fresh model, client and agent, as a new process would have."""
+    model = ScriptedModel(list(script))
+    with lesson.SessionLog(sessions, session_id) as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town or Town(), session=log)
+        agent.run(text)
+    return agent, model
+
+
+def fingerprint(path):
+    info = os.stat(path)
+    return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
+
+
+@pytest.mark.key
+@pytest.mark.task("02.1")
+@pytest.mark.task("02.2")
+def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
+    day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
+
+    day_two, model = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
+
+    first_request = model.requests[0]["messages"]
+    assert first_request[:-1] == day_one.messages, (
+        "day 2's first request should start with every message of day 1 (user, tool call, tool "
+        f"result, answer), read back from the log; it started with {first_request[:-1]}")
+    assert first_request[-1] == {"role": "user", "content": "What did the elder say?"}
+
+
+@pytest.mark.key
+@pytest.mark.task("02.2")
+def test_day_two_is_appended_after_day_one(lesson, sessions):
+    day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
+    day_two, _ = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+    assert loaded == day_two.messages, "the log should hold day 1 then day 2, exactly what the agent holds"
+    assert len(loaded) == len(day_one.messages) + 2, (
+        f"day 2 adds two messages to day 1's {len(day_one.messages)}; the log has {len(loaded)} "
+        "(did day 2 write day 1's messages a second time?)")
+
+
+@pytest.mark.key
+@pytest.mark.task("02.1")
+def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions, model, town):
+    log = lesson.SessionLog(sessions, "never-played")
+
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+
+    assert agent.messages == [], f"a session with no log has no history, got {agent.messages}"
+    assert list(sessions.iterdir()) == [], "loading a session must not create its file"
+    log.close()
+
+
+@pytest.mark.task("02.2")
+def test_an_agent_without_a_session_starts_empty(lesson, model, town):
+    agent = lesson.Agent(model.client(), model=model.model, tools=town)
+    assert agent.messages == []
+
+
+@pytest.mark.key
+@pytest.mark.task("02.1")
+def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
+    play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
+    path = sessions / "quest-1.jsonl"
+    before = fingerprint(path)
+
+    for _ in range(2):
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.load()
+
+    after = fingerprint(path)
+    assert after[0] == before[0], "loading changed the log's bytes"
+    assert after[1] == before[1], "loading replaced the log with a new file (its inode changed)"
+    assert after[2] == before[2], (
+        "loading wrote to the log (its modification time changed): open it for reading only")
+
+
+@pytest.mark.task("02.1")
+def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessions):
+    tricky = "one\u2028two\u2029three\x85four\x1cfive\rsix\nseven"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": tricky})
+        log.append({"role": "assistant", "content": "noted"})
+        loaded = log.load()
+
+    assert [m["content"] for m in loaded] == [tricky, "noted"], (
+        "U+2028, U+2029 and U+0085 are written unescaped with ensure_ascii=False, and "
+        "str.splitlines() splits on them: split the file's bytes on b'\\n' only. "
+        f"Loaded: {[m['content'] for m in loaded]!r}")
+
+
+@pytest.mark.task("02.1")
+def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
+    messages = [
+        {"role": "user", "content": "Buy a rope."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "You bought a rope for 4 gold. 6 gold left."},
+        {"role": "assistant", "content": ""},
+    ]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.load() == messages
