@@ -1,0 +1,288 @@
+"""Session Lab, lesson 03: fork a session.
+
+"What if we had asked the guard instead?" A fork copies a session's history (all of it, or
+its first k messages) into a new session with its own log, and records where it came from in
+`<id>.meta.json`. The two logs are independent files from then on. A fork copies history,
+not the world: gold spent in the town stays spent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    schemas: list[dict[str, Any]]                   # told to the model with every request
+    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+class InvalidSessionId(ValueError):
+    """A session id that could escape the sessions folder or is not a usable file name."""
+
+
+class SessionNotFound(FileNotFoundError):
+    """The session to fork from has no log."""
+
+
+class SessionExists(FileExistsError):
+    """The new session's id is already taken."""
+
+
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
+# nothing hidden, and short enough for any file system once '.meta.json' is added.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+
+    A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
+    a plain name, before any file is touched.
+    """
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        shown = repr(session_id) if len(str(session_id)) <= 140 else repr(str(session_id)[:40]) + "..."
+        raise InvalidSessionId(
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (no '/', no '..', no spaces)")
+    return session_id
+
+
+class SessionLog:
+    """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
+
+    The file is opened on the first append, in O_APPEND mode, and stays open until close().
+    With durable=True every line is flushed to the disk (fsync) before append() returns.
+    """
+
+    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False) -> None:
+        self.id = check_session_id(session_id)
+        self.folder = Path(folder)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.durable = durable
+        self._fd: int | None = None
+
+    def append(self, message: Message) -> None:
+        """Write one message as one line, with a single write() of the whole line."""
+        # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
+        # strings, so a message is always exactly one line.
+        data = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
+        if self._fd is None:
+            self._open()
+        written = os.write(self._fd, data)
+        if written != len(data):
+            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes")
+        if self.durable:
+            os.fsync(self._fd)
+
+    def _open(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        is_new = not self.path.exists()
+        # O_APPEND: every write lands at the current end of the file, whatever else happened.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if is_new and self.durable:
+            self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        """Make the new file's name itself durable: fsync the folder that holds it."""
+        # fsync on the file saves its bytes; the entry "quest-1.jsonl" lives in the
+        # folder, and until the folder is synced a power cut can lose the whole file.
+        folder = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    def load(self) -> list[Message]:
+        """Every message in the log, in order; [] for a session that does not exist yet."""
+        try:
+            data = self.path.read_bytes()   # read-only: loading never changes the log
+        except FileNotFoundError:
+            return []
+        # Split on b"\n" only. str.splitlines() also splits on U+2028, U+0085 and friends,
+        # which json.dumps(ensure_ascii=False) leaves unescaped inside strings.
+        return [json.loads(line) for line in data.split(b"\n") if line]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    name = call["function"]["name"]
+    function = tools.functions.get(name)
+    if function is None:
+        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+    try:
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+    except json.JSONDecodeError as error:
+        return f"error: the arguments for {name} are not valid JSON ({error}); send a JSON object"
+    if not isinstance(arguments, dict):
+        return f"error: the arguments for {name} must be a JSON object, not {type(arguments).__name__}"
+    try:
+        return str(function(**arguments))
+    except Exception as error:  # the model should hear about it, not the user's terminal
+        return f"error: {name} failed: {type(error).__name__}: {error}"
+
+
+class Agent:
+    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+
+    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
+                 system: str | None = None, max_turns: int = 8) -> None:
+        self.client = client          # an openai.OpenAI (or anything with the same shape)
+        self.model = model
+        self.tools = tools
+        self.session = session        # where messages are saved; None keeps them in memory only
+        self.system = system          # sent first with every request, never stored
+        self.max_turns = max_turns    # model calls allowed for one user message
+        self.messages: list[Message] = self.resume()
+
+    def resume(self) -> list[Message]:
+        """The history to start from: the session's log, or nothing without a session."""
+        if self.session is None:
+            return []
+        return self.session.load()
+
+    def run(self, user_text: str) -> str:
+        """Handle one user message: call the model until it answers in plain text.
+
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
+        tools after `max_turns` requests.
+        """
+        self.record({"role": "user", "content": user_text})
+        for _ in range(self.max_turns):
+            reply = self.ask_model()
+            self.record(reply)
+            # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
+            # answer finish_reason="stop" together with tool calls.
+            calls = reply.get("tool_calls") or []
+            if not calls:
+                return reply.get("content") or ""
+            for call in calls:
+                self.record({"role": "tool", "tool_call_id": call["id"],
+                             "content": run_tool(self.tools, call)})
+        raise MaxTurnsExceeded(
+            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+
+    def record(self, message: Message) -> None:
+        """Add one message to the conversation: on disk first, then in memory."""
+        # Disk first: if the write fails, memory does not claim a message the log lacks.
+        if self.session is not None:
+            self.session.append(message)
+        self.messages.append(message)
+
+    def ask_model(self) -> Message:
+        """Send the conversation to the model and return its reply as a plain dict."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        response = self.client.chat.completions.create(
+            model=self.model, messages=system + self.messages, tools=self.tools.schemas)
+        reply = response.choices[0].message
+        message: Message = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in reply.tool_calls
+            ]
+        return message
+
+
+FORMAT_VERSION = 1
+
+
+def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None) -> Path:
+    """Start session `new_id` with the history of `source_id` (its first `upto` messages).
+
+    Returns the new log's path. Refuses, changing nothing, when the source does not exist,
+    when `new_id` is taken, or when `upto` is more than the source holds.
+    """
+    folder = Path(folder)
+    source = folder / f"{check_session_id(source_id)}.jsonl"
+    target = folder / f"{check_session_id(new_id)}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    if target.exists() or meta.exists():
+        raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
+    # BEGIN 03.1
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise SessionNotFound(f"cannot fork from {source_id!r}: no session log at {source}") from None
+    lines = [line + b"\n" for line in data.split(b"\n") if line]
+    count = len(lines) if upto is None else upto
+    if not 0 <= count <= len(lines):
+        raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: it holds {len(lines)}")
+    # Copy the bytes of the lines themselves: a new, independent file (never a link).
+    publish_new(target, b"".join(lines[:count]))
+    # END 03.1
+    # BEGIN 03.2
+    write_whole(meta, json.dumps({
+        "format": FORMAT_VERSION,
+        "id": new_id,
+        "parent": source_id,
+        "forked_at": count,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }, ensure_ascii=False, indent=1).encode("utf-8"))
+    # END 03.2
+    return target
+
+
+def publish_new(path: Path, data: bytes) -> None:
+    """Create `path` holding `data`, all or nothing, and never over an existing file.
+
+    The bytes go to a temporary file first; os.link then gives it its real name, and fails
+    if that name exists (os.replace would silently overwrite it). A crash leaves at worst a
+    stray temporary file, never a half-written session.
+    """
+    temp = _write_temp(path, data)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        raise SessionExists(f"cannot create {path}: it already exists") from None
+    finally:
+        os.unlink(temp)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
+    os.replace(_write_temp(path, data), path)
+
+
+def _write_temp(path: Path, data: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(f"{temp}: short write")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return temp
