@@ -1,0 +1,346 @@
+"""The course site's includes: code and lesson data pulled from the files, never pasted.
+
+mkdocs loads this module as a hook (`hooks:` in mkdocs.yml). In a page, a line that holds only
+a directive is replaced by Markdown made from the course's files:
+
+    {{ code("solutions/00_memory/agent.py") }}              a whole file (raw=True keeps the fences)
+    {{ code("lessons/00_memory/agent.py", "Agent.run") }}   one function, class or method (found with ast)
+    {{ task("00.1") }}        the task from lesson.toml: heading, where, description, starter code
+    {{ tests("00.1") }}       the tests marked with that task: name and what each one checks
+    {{ hints("00.1") }}       the task's hints, each folded away, in order
+    {{ diff("01_append") }}   what changed from the previous lesson's solution to this one's
+
+A directive may be indented (to sit inside an admonition); its output is indented the same way.
+Solutions are shown without their `# BEGIN/END NN.k` fence lines. Anything missing (a file, a
+function, a lesson, a task) stops the build with a message naming the page and the missing thing.
+Directives inside fenced code blocks are left alone, so a page can show the syntax itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessionlab import course
+from sessionlab.starters import strip_markers
+
+try:  # mkdocs is only needed when the site is built, not to import this module in a test
+    from mkdocs.exceptions import PluginError as _BuildError
+except ImportError:  # pragma: no cover
+    _BuildError = RuntimeError  # type: ignore[assignment,misc]
+
+DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\{\{\s*(?P<name>[a-z_]+)\((?P<args>.*)\)\s*\}\}[ \t]*$")
+FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})")
+
+
+class IncludeError(_BuildError):  # type: ignore[misc,valid-type]
+    """An include that cannot be made: the build stops and says which one and why."""
+
+
+# --- the mkdocs hook ----------------------------------------------------------------------
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    root = Path(config["config_file_path"]).resolve().parent
+    return expand(markdown, root, page.file.src_uri)
+
+
+def expand(markdown: str, root: Path, source: str = "<page>") -> str:
+    """Replace every directive line of `markdown` with what it includes."""
+    out: list[str] = []
+    open_fence: str | None = None
+    includer = Includer(root)
+    for number, line in enumerate(markdown.splitlines(keepends=True), start=1):
+        fence = FENCE.match(line)
+        if open_fence is not None:
+            if fence and fence["fence"][0] == open_fence[0] and len(fence["fence"]) >= len(open_fence):
+                open_fence = None
+            out.append(line)
+            continue
+        if fence:
+            open_fence = fence["fence"]
+            out.append(line)
+            continue
+        directive = DIRECTIVE.match(line)
+        if not directive:
+            out.append(line)
+            continue
+        where = f"docs/{source}:{number}: {line.strip()}"
+        try:
+            args, kwargs = _arguments(directive["args"])
+            make = getattr(includer, "do_" + directive["name"], None)
+            if make is None:
+                raise IncludeError(f"unknown directive {directive['name']!r}; "
+                                   f"known: {', '.join(Includer.names())}")
+            text = make(*args, **kwargs)
+        except (IncludeError, course.CourseError, TypeError, ValueError, SyntaxError) as error:
+            raise IncludeError(f"{where}\n  {error}") from None
+        indent = directive["indent"]
+        out.extend(indent + piece if piece.strip() else piece
+                   for piece in text.rstrip("\n").splitlines(keepends=True))
+        out.append("\n")
+    return "".join(out)
+
+
+def _arguments(text: str) -> tuple[list[Any], dict[str, Any]]:
+    call = ast.parse(f"f({text})", mode="eval").body
+    assert isinstance(call, ast.Call)
+    args = [ast.literal_eval(arg) for arg in call.args]
+    kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    return args, kwargs
+
+
+# --- the includes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Includer:
+    root: Path
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(name[3:] for name in dir(cls) if name.startswith("do_"))
+
+    # {{ code(path, name=None, title=None) }}
+    def do_code(self, path: str, name: str | None = None, *, title: str | None = None,
+                raw: bool = False) -> str:
+        text = self._read(path)
+        stripped = path.startswith("solutions/") and not raw
+        if stripped:
+            text = strip_markers(text)
+        first = 1
+        if name:
+            text, first = section(text, name, path)
+        caption = title or (f"{path} · {name}" if name else path)
+        # Line numbers match the file only where nothing was stripped.
+        numbers = None if stripped else first
+        return code_block(text, language=_language(path), title=caption, first_line=numbers)
+
+    # {{ task("03.1") }}
+    def do_task(self, task_id: str) -> str:
+        lesson, task = self._task(task_id)
+        parts = [f"### Task {task.id}: {task.title} {{#task-{_slug(task.id)}}}\n"]
+        module = f"lessons/{lesson.name}/{course.MODULE}"
+        if task.where:
+            places = " and ".join(f"`{where}`" for where in _wheres(task.where))
+            parts.append(f"**Where:** {places} in `{module}`\n")
+        if task.description:
+            parts.append(task.description + "\n")
+        if task.where:
+            starter = self._read(module)
+            for where in _wheres(task.where):
+                text, first = section(starter, where, module)
+                parts.append(code_block(text, language="python", title=f"{module} · {where} (starter)",
+                                        first_line=first))
+        return "\n".join(parts)
+
+    # {{ hints("03.1") }}
+    def do_hints(self, task_id: str) -> str:
+        _, task = self._task(task_id)
+        if not task.hints:
+            raise IncludeError(f"task {task_id} has no hints in its lesson.toml")
+        blocks = []
+        for level, hint in enumerate(task.hints, start=1):
+            body = "\n".join("    " + line if line.strip() else "" for line in hint.strip().splitlines())
+            blocks.append(f'??? tip "Hint {level} of {len(task.hints)} for task {task.id}"\n\n{body}\n')
+        return "\n".join(blocks)
+
+    # {{ tests("03.1") }} or {{ tests("03_fork") }} for every test of the lesson
+    def do_tests(self, ref: str) -> str:
+        if re.fullmatch(r"\d\d\.\d+", ref):
+            lesson, task = self._task(ref)
+            wanted: str | None = task.id
+        else:
+            lesson, wanted = self._lesson(ref), None
+        found = [test for test in lesson_tests(lesson.folder)
+                 if wanted is None or wanted in test.tasks]
+        if not found and wanted:
+            raise IncludeError(f"no test in lessons/{lesson.name}/ is marked for task {wanted} "
+                               f"(@pytest.mark.task({wanted!r}))")
+        if not found:
+            raise IncludeError(f"no test found in lessons/{lesson.name}/test_*.py")
+        lines = []
+        for test in found:
+            key = " *(key)*" if test.key else ""
+            checks = f": {_inline(test.checks)}" if test.checks else ""
+            lines.append(f"- `{test.name}`{key}{checks}")
+        return "\n".join(lines) + "\n"
+
+    # {{ diff("03_fork") }}
+    def do_diff(self, ref: str) -> str:
+        lesson = self._lesson(ref)
+        previous = self._previous(lesson)
+        old_path = f"solutions/{previous.name}/{course.MODULE}"
+        new_path = f"solutions/{lesson.name}/{course.MODULE}"
+        old = strip_markers(self._read(old_path)).splitlines(keepends=True)
+        new = strip_markers(self._read(new_path)).splitlines(keepends=True)
+        diff = "".join(difflib.unified_diff(old, new, old_path, new_path, n=3))
+        if not diff:
+            raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
+        return code_block(diff, language="diff", title=f"{old_path} → {new_path}")
+
+    # helpers -----------------------------------------------------------------------------
+
+    def _read(self, path: str) -> str:
+        target = (self.root / path).resolve()
+        if self.root not in target.parents:
+            raise IncludeError(f"{path}: outside the course folder")
+        try:
+            return target.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise IncludeError(f"{path}: no such file") from None
+
+    def _lesson(self, ref: str) -> course.Lesson:
+        folder = self.root / "lessons"
+        if not folder.is_dir():
+            raise IncludeError("no lessons/ folder next to mkdocs.yml")
+        for lesson in course.lessons(self.root):
+            if ref in (lesson.name, lesson.number):
+                return lesson
+        raise IncludeError(f"lesson {ref!r} does not exist yet (no lessons/{ref}/lesson.toml)")
+
+    def _previous(self, lesson: course.Lesson) -> course.Lesson:
+        wanted = f"{int(lesson.number) - 1:02d}"
+        if int(lesson.number) == 0:
+            raise IncludeError(f"lesson {lesson.name} is the first one: it has no previous lesson to diff")
+        return self._lesson(wanted)
+
+    def _task(self, task_id: str) -> tuple[course.Lesson, course.Task]:
+        if not re.fullmatch(r"\d\d\.\d+", task_id):
+            raise IncludeError(f"{task_id!r} is not a task id like '03.1'")
+        lesson = self._lesson(task_id[:2])
+        try:
+            return lesson, lesson.task(task_id)
+        except course.CourseError:
+            known = ", ".join(task.id for task in lesson.tasks) or "none"
+            raise IncludeError(f"lessons/{lesson.name}/lesson.toml has no task {task_id} "
+                               f"(its tasks: {known})") from None
+
+
+# --- finding code by name ---------------------------------------------------------------------
+
+
+def section(text: str, name: str, path: str = "<file>") -> tuple[str, int]:
+    """The source of one function, class or method (`Agent.run`) and its first line number."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as error:
+        raise IncludeError(f"{path}: cannot be parsed ({error})") from None
+    scope: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    for part in name.split("."):
+        node = next((item for item in scope
+                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and item.name == part), None)
+        if node is None:
+            raise IncludeError(f"{path}: no function or class {name!r} (looked for {part!r})")
+        scope = node.body  # type: ignore[attr-defined]
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = text.splitlines(keepends=True)[first - 1:node.end_lineno]
+    indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+    return "".join(line[indent:] if line.strip() else line.lstrip(" \t") for line in lines), first
+
+
+def code_block(text: str, *, language: str, title: str, first_line: int | None = None) -> str:
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    options = f' title="{title}"'
+    if first_line is not None:
+        options += f' linenums="{first_line}"'
+    return f"{fence} {language}{options}\n{text.rstrip()}\n{fence}\n"
+
+
+# --- reading a lesson's tests ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LessonTest:
+    name: str
+    tasks: tuple[str, ...]
+    key: bool
+    checks: str          # the docstring's first paragraph, else the first assertion message
+
+
+def lesson_tests(folder: Path) -> list[LessonTest]:
+    """Every test function in a lesson folder's test_*.py files, in file order."""
+    found: list[LessonTest] = []
+    for path in sorted(folder.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                found.append(LessonTest(node.name, _marks(node, "task"), bool(_marks(node, "key", any_args=True)),
+                                        _checks(node)))
+    return found
+
+
+def _marks(node: ast.FunctionDef, mark: str, any_args: bool = False) -> tuple[str, ...]:
+    values: list[str] = []
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and target.attr == mark:
+            if isinstance(decorator, ast.Call):
+                values.extend(arg.value for arg in decorator.args
+                              if isinstance(arg, ast.Constant) and isinstance(arg.value, str))
+            elif any_args:
+                values.append(mark)
+    return tuple(values)
+
+
+def _checks(node: ast.FunctionDef) -> str:
+    docstring = ast.get_docstring(node)
+    if docstring:
+        return " ".join(docstring.split("\n\n")[0].split())
+    messages = sorted((n.lineno, n.msg) for n in ast.walk(node) if isinstance(n, ast.Assert) and n.msg is not None)
+    texts = [_without_actual_value(" ".join(_literal_text(message).split())) for _, message in messages]
+    texts = [text for text in texts if text.strip(" …")]
+    # A bare label ("first message sent") says less than the next message: prefer a sentence.
+    return next((text for text in texts if len(text.split()) >= 4), texts[0] if texts else "")
+
+
+def _without_actual_value(text: str) -> str:
+    """'expected two calls, got …' -> 'expected two calls': the page has no actual value to show."""
+    if not text.endswith("…"):
+        return text
+    head, sep, tail = max((text.rpartition(mark) for mark in (", ", "; ", ": ")), key=lambda p: len(p[0]))
+    if sep and len(tail.split()) <= 4 and head.strip():
+        return head.rstrip(" ,;:")
+    return text
+
+
+def _literal_text(node: ast.expr) -> str:
+    """The words of a message expression: f-string fields become '…'."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "…" for part in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal_text(node.left) + _literal_text(node.right)
+    return ""
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+def _wheres(where: str) -> list[str]:
+    return [part.strip().strip("`").removesuffix("()") for part in re.split(r",| and ", where) if part.strip()]
+
+
+def _slug(task_id: str) -> str:
+    return task_id.replace(".", "-")
+
+
+def _language(path: str) -> str:
+    return {".py": "python", ".toml": "toml", ".json": "json", ".jsonl": "json", ".sh": "bash",
+            ".yml": "yaml", ".yaml": "yaml"}.get(Path(path).suffix, "text")
+
+
+def _inline(text: str) -> str:
+    """Plain words safe inside a Markdown list item."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]])", r"\\\1", text)
+
