@@ -1,0 +1,238 @@
+"""The maintainers' check (`sessionlab dev check`): is the course itself sound?
+
+For every lesson:
+  * its metadata: a title, tasks, at least two hints a task, every task fenced in the
+    solution and checked by at least one test, every test marked with a task;
+  * its committed starter is exactly what the generator makes from the solution;
+  * its solution passes all of its tests, and every earlier lesson's key tests;
+  * its starter imports cleanly and fails for the right reason: every failure is a
+    NotImplementedError or an AssertionError, and every task has a failing test.
+And once: the docs build strictly (when mkdocs is installed).
+
+Each lesson's tests run in their own pytest process, two at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import course, starters
+
+RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
+
+
+@dataclass
+class Finding:
+    check: str              # "metadata 03_fork", "solution 03_fork", ...
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+# --- static checks -------------------------------------------------------------------
+
+
+def test_marks(lesson: course.Lesson) -> dict[str, list[str]]:
+    """test name -> task ids, read from the lesson's test files without importing them."""
+    marks: dict[str, list[str]] = {}
+    for path in sorted(lesson.folder.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks[node.name] = [
+                    d.args[0].value for d in node.decorator_list
+                    if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.task"
+                    and d.args and isinstance(d.args[0], ast.Constant)
+                ]
+    return marks
+
+
+def check_metadata(lesson: course.Lesson) -> Finding:
+    finding = Finding(f"metadata {lesson.name}")
+    problems = finding.problems
+    if not lesson.tasks:
+        problems.append("lesson.toml lists no tasks")
+    solution = lesson.module_path("solution")
+    fenced = starters.marked_tasks(solution.read_text(encoding="utf-8")) if solution.exists() else []
+    if not solution.exists():
+        problems.append(f"no reference solution at solutions/{lesson.name}/{course.MODULE}")
+    marks = test_marks(lesson)
+    if not marks:
+        problems.append(f"no tests in lessons/{lesson.name}/test_*.py")
+    tested = {task for tasks in marks.values() for task in tasks}
+    for task in lesson.tasks:
+        if len(task.hints) < 2:
+            problems.append(f"task {task.id} has {len(task.hints)} hint(s); give at least two levels")
+        if task.id not in fenced:
+            problems.append(f"task {task.id} is not fenced (# BEGIN {task.id}) in the solution")
+        if task.id not in tested:
+            problems.append(f"task {task.id} has no test marked @pytest.mark.task({task.id!r})")
+    known = {task.id for task in lesson.tasks}
+    for name, tasks in marks.items():
+        if not tasks:
+            problems.append(f"{name} is marked with no task")
+        for task in tasks:
+            if task not in known and not any(task.startswith(f"{n:02d}.") for n in range(int(lesson.number))):
+                problems.append(f"{name} is marked with unknown task {task}")
+    return finding
+
+
+def check_starters(root: Path) -> Finding:
+    finding = Finding("starters match the generator")
+    try:
+        for drifted in starters.drift(root):
+            finding.problems.append(
+                f"lessons/{drifted.lesson.name}/{course.MODULE} differs from what `sessionlab dev starters` "
+                f"generates:\n{drifted.diff}")
+    except course.CourseError as error:
+        finding.problems.append(str(error))
+    return finding
+
+
+# --- checks that run pytest ------------------------------------------------------------
+
+
+def run_pytest(root: Path, targets: list[str], *extra: str) -> tuple[int, dict, str]:
+    """Run pytest in a fresh process; return (exit status, JSON report, output tail)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SESSIONLAB_SOLUTION", "SESSIONLAB_IMPL")}
+    with tempfile.TemporaryDirectory() as temp:
+        report_path = Path(temp) / "report.json"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
+                   "--sessionlab-report", str(report_path), *extra, *targets]
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        report = json.loads(report_path.read_text()) if report_path.exists() else {"results": []}
+    return done.returncode, report, (done.stdout + done.stderr)[-3000:]
+
+
+def check_solution(lesson: course.Lesson) -> Finding:
+    finding = Finding(f"solution {lesson.name} passes its lesson")
+    status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution")
+    if status != 0:
+        finding.problems.append(f"`pytest lessons/{lesson.name} --solution` failed:\n{output}")
+    return finding
+
+
+def check_key_tests(lesson: course.Lesson, earlier: list[course.Lesson]) -> Finding:
+    finding = Finding(f"solution {lesson.name} passes earlier key tests")
+    if not earlier:
+        return finding
+    impl = str(lesson.module_path("solution"))
+    status, report, output = run_pytest(lesson.root, [f"lessons/{e.name}" for e in earlier],
+                                        "-m", "key", "--impl", impl)
+    if status != 0:
+        finding.problems.append(f"key tests of {', '.join(e.name for e in earlier)} fail on "
+                                f"solutions/{lesson.name}:\n{output}")
+    return finding
+
+
+def check_starter_fails_right(lesson: course.Lesson) -> Finding:
+    finding = Finding(f"starter {lesson.name} fails for the right reason")
+    status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"])
+    results = report.get("results", [])
+    if not results:
+        finding.problems.append(f"no test ran for the starter:\n{output}")
+        return finding
+    failing_tasks: set[str] = set()
+    for result in results:
+        if result["outcome"] in ("failed", "error"):
+            if result.get("when") != "call" or result.get("exception") not in RIGHT_REASONS:
+                finding.problems.append(
+                    f"{result['nodeid']} ({result.get('when')}): {result.get('exception')}: "
+                    f"{str(result.get('message', ''))[:300]} - a starter may only fail with "
+                    "NotImplementedError or an assertion")
+            failing_tasks.update(result.get("tasks", []))
+    for task in lesson.tasks:
+        if task.id not in failing_tasks:
+            finding.problems.append(f"no test fails on the starter for task {task.id}: "
+                                    "its tests cannot tell a done task from an empty one")
+    return finding
+
+
+def check_docs(root: Path) -> Finding:
+    finding = Finding("docs build strictly")
+    if not (root / "mkdocs.yml").exists():
+        finding.problems.append("no mkdocs.yml")
+        return finding
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    if mkdocs is None:
+        finding.problems.append("mkdocs is not installed: pip install -e '.[docs]'")
+        return finding
+    with tempfile.TemporaryDirectory() as site:
+        done = subprocess.run([mkdocs, "build", "--strict", "--site-dir", site], cwd=root,
+                              capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        finding.problems.append(f"`mkdocs build --strict` failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return finding
+
+
+# --- running them all ----------------------------------------------------------------
+
+
+def all_checks(root: Path, docs: bool = True):
+    """Every check as a (name, callable) pair, cheapest first."""
+    all_lessons = course.lessons(root)
+    checks = [("starters", lambda: check_starters(root))]
+    for i, lesson in enumerate(all_lessons):
+        checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
+    for i, lesson in enumerate(all_lessons):
+        checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
+        checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
+        checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
+    if docs:
+        checks.append(("docs", lambda: check_docs(root)))
+    return checks
+
+
+def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
+    import time
+
+    def timed(check):
+        start = time.perf_counter()
+        finding = check()
+        finding.seconds = time.perf_counter() - start
+        return finding
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda item: timed(item[1]), all_checks(root, docs)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    parser = argparse.ArgumentParser(prog="sessionlab dev check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-docs", action="store_true", help="skip the strict docs build")
+    parser.add_argument("--workers", type=int, default=2, help="pytest processes at once (default 2)")
+    args = parser.parse_args(argv)
+    console = Console()
+    root = course.find_root()
+    findings = run_all(root, docs=not args.no_docs, workers=args.workers)
+    table = Table("check", "result", "seconds")
+    for finding in findings:
+        table.add_row(finding.check, "[green]ok[/]" if finding.ok else f"[red]{len(finding.problems)} problem(s)[/]",
+                      f"{finding.seconds:.1f}")
+    console.print(table)
+    for finding in findings:
+        for problem in finding.problems:
+            console.print(f"[red bold]{finding.check}[/]: {problem}", markup=True, highlight=False)
+    failed = sum(not f.ok for f in findings)
+    console.print(f"{len(findings) - failed} of {len(findings)} checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

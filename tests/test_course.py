@@ -1,0 +1,27 @@
+"""The maintainers' check, run by the root `pytest` (and so by CI).
+
+Every check of `sessionlab dev check` becomes one test here. The pytest runs behind them
+happen once, two at a time, in a session fixture; each test then reports its own finding.
+The student starters are run only to prove they fail for the right reason, never as if
+they should pass.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from sessionlab import maintainers
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = maintainers.all_checks(ROOT)
+
+
+@pytest.fixture(scope="session")
+def findings():
+    return {name: finding for (name, _), finding in zip(CHECKS, maintainers.run_all(ROOT))}
+
+
+@pytest.mark.parametrize("name", [name for name, _ in CHECKS])
+def test_the_course_passes_the_maintainers_check(findings, name):
+    finding = findings[name]
+    assert finding.ok, f"{finding.check}:\n" + "\n".join(finding.problems)

@@ -1,0 +1,93 @@
+"""The maintainers' check catches what it claims to: each check run on a broken copy of the course."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sessionlab import course, maintainers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of the course with lessons 00 and 01 only (enough to break things in)."""
+    for name in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for side in ("lessons", "solutions"):
+        for lesson in ("00_memory", "01_append"):
+            shutil.copytree(ROOT / side / lesson, tmp_path / side / lesson,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def lesson_of(root, name="01_append"):
+    return course.lesson(name, root)
+
+
+def test_an_edited_starter_is_reported_as_drift_with_a_diff(copy):
+    starter = copy / "lessons/01_append/agent.py"
+    starter.write_text(starter.read_text() + "\n# an edit\n")
+
+    finding = maintainers.check_starters(copy)
+
+    assert not finding.ok and "+# an edit" not in finding.problems[0] and "-# an edit" in finding.problems[0]
+
+
+def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):
+    starter = copy / "lessons/01_append/agent.py"
+    starter.write_text(starter.read_text().replace("import json", "import jsonn"))
+
+    finding = maintainers.check_starter_fails_right(lesson_of(copy))
+
+    assert not finding.ok
+    assert any("ModuleNotFoundError" in p for p in finding.problems), finding.problems
+
+
+def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
+    # Make the starter's 01.1 region already done: its tests can no longer fail on the starter.
+    solution = (copy / "solutions/01_append/agent.py").read_text()
+    starter = copy / "lessons/01_append/agent.py"
+    body = solution.split("# BEGIN 01.1\n")[1].split("    # END 01.1")[0]
+    text = starter.read_text()
+    start = text.index("    # TODO(01.1)")
+    end = text.index("\n", text.index("raise NotImplementedError", start)) + 1
+    starter.write_text(text[:start] + body + text[end:])
+
+    finding = maintainers.check_starter_fails_right(lesson_of(copy))
+
+    assert any("task 01.1" in p for p in finding.problems), finding.problems
+
+
+def test_a_broken_solution_is_reported(copy):
+    solution = copy / "solutions/01_append/agent.py"
+    solution.write_text(solution.read_text().replace("ensure_ascii=False", "ensure_ascii=True"))
+
+    finding = maintainers.check_solution(lesson_of(copy))
+
+    assert not finding.ok and "non_ascii" in finding.problems[0]
+
+
+def test_a_later_solution_that_breaks_an_earlier_key_test_is_reported(copy):
+    solution = copy / "solutions/01_append/agent.py"
+    solution.write_text(solution.read_text().replace(
+        'return reply.get("content") or ""', 'return (reply.get("content") or "").upper()'))
+
+    finding = maintainers.check_key_tests(lesson_of(copy), [lesson_of(copy, "00_memory")])
+
+    assert not finding.ok and "00_memory" in finding.problems[0]
+
+
+def test_missing_hints_and_untested_tasks_are_reported(copy):
+    toml = copy / "lessons/01_append/lesson.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace('hints = [\n    "On Linux', 'hints = [\n    "On Linux').replace(
+        '    "fd = os.open(self.folder, os.O_RDONLY); try: os.fsync(fd) finally: os.close(fd)",\n', ""))
+    tests = copy / "lessons/01_append/test_append.py"
+    tests.write_text(tests.read_text().replace('@pytest.mark.task("01.4")\n', ""))
+
+    problems = maintainers.check_metadata(lesson_of(copy)).problems
+
+    assert any("01.4 has 1 hint" in p for p in problems), problems
+    assert any("01.4 has no test" in p for p in problems), problems
