@@ -1,0 +1,118 @@
+"""The `sessionlab` command: the student's loop, the self-learner's chat, the instructor's grading.
+
+Each group of commands lives in its own module and registers itself here; `main(argv)` parses
+the arguments, finds the course when the command needs one, and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import course
+from .ui import Ui, make_ui
+
+GROUPS = [
+    ("student", "Work through the lessons"),
+    ("chat", "Talk to your agent, read its logs"),
+    ("teacher", "Teach and maintain the course"),
+    ("setup", "Check the machine"),
+]
+
+DESCRIPTION = """\
+Session Lab: grow an in-memory agent loop, lesson by lesson, into one whose conversation
+outlives its process: an append-only session log, resumed, forked, repaired, locked, with
+large content beside it and undo on top.
+
+With no command, `sessionlab` is `sessionlab watch`: it finds the current lesson (the first
+one whose tests do not pass), runs its tests and shows what to do next, and runs them again
+every time you save the lesson's agent.py."""
+
+
+class Commands:
+    """The subcommands, each with its group and one-line summary for the overview."""
+
+    def __init__(self, subparsers) -> None:
+        self.subparsers = subparsers
+        self.listing: list[tuple[str, str, str]] = []
+
+    def add(self, name: str, func: Callable[..., int], group: str, summary: str, *,
+            needs_root: bool = True, parents=(), description: str | None = None,
+            listed_as: str | None = None) -> argparse.ArgumentParser:
+        parser = self.subparsers.add_parser(
+            name, parents=list(parents),
+            description=description or summary[:1].upper() + summary[1:] + ".",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.set_defaults(func=func, needs_root=needs_root)
+        self.listing.append((group, listed_as or name, summary))
+        return parser
+
+    def overview(self) -> str:
+        lines = []
+        width = max(len(name) for _, name, _ in self.listing) + 2
+        for group, title in GROUPS:
+            entries = [(name, summary) for g, name, summary in self.listing if g == group]
+            if not entries:
+                continue
+            lines.append(f"{title}:")
+            lines += [f"  {name.ljust(width)}{summary}" for name, summary in entries]
+            lines.append("")
+        lines.append("`sessionlab COMMAND --help` shows a command's options.")
+        return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import chat, dev, doctor, grade, progress, show, watch
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
+                        help="the course folder (default: found from the current folder, or SESSIONLAB_ROOT)")
+    parser = argparse.ArgumentParser(
+        prog="sessionlab", description=DESCRIPTION, parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"sessionlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
+    commands = Commands(sub)
+    watch.register(commands, common)
+    progress.register(commands, common)
+    chat.register(commands, common)
+    show.register(commands, common)
+    dev.register(commands, common)
+    grade.register(commands, common)
+    doctor.register(commands, common)
+    parser.epilog = commands.overview()
+    parser.set_defaults(func=watch.cmd_default, needs_root=True)
+    return parser
+
+
+def find_course(args: argparse.Namespace) -> Path:
+    given = getattr(args, "course", None)
+    if given:
+        root = Path(given).resolve()
+        if not ((root / "lessons").is_dir() and (root / "solutions").is_dir()):
+            raise course.CourseError(f"{given}: not a course folder (it needs lessons/ and solutions/)")
+        return root
+    return course.find_root()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 success, 1 failure, 2 usage error)."""
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    ui = make_ui()
+    try:
+        root = find_course(args) if args.needs_root else None
+        return int(args.func(args, ui, root) or 0)
+    except course.CourseError as error:
+        ui.error(str(error))
+        return 2
+    except KeyboardInterrupt:
+        ui.err.print()
+        ui.note("interrupted")
+        return 130
+
+
+__all__ = ["main", "build_parser", "Ui"]

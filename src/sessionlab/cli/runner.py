@@ -1,0 +1,435 @@
+"""Running lesson tests the way a student would, in a separate process, and reading the results.
+
+Every run is `python -m pytest lessons/NN_topic ... --sessionlab-report FILE` in a subprocess
+(a student's endless loop or crash can never take the command down with it), killed with its
+whole process group after a timeout. The JSON report gives each test's outcome, tasks, and the
+plain message of its failure.
+
+Results are cached in `.sessionlab/results.json` under the course root, keyed by a hash of the
+lesson's files (module, tests, lesson.toml), the reference module for `--solution` runs, and the
+kit's own code: a cached result is reused only while nothing it depends on has changed.
+Several lessons that are not cached run in one pytest process per CPU, in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import course
+from ..course import Lesson
+
+TIMEOUT = 120.0
+CACHE_VERSION = 1
+STATE_DIR = ".sessionlab"
+IGNORED_PARTS = ("__pycache__", ".pytest_cache")
+IGNORED_SUFFIXES = (".pyc", ".bak")
+
+
+@dataclass
+class Outcome:
+    """One test's result, as read from the report."""
+
+    nodeid: str
+    name: str
+    outcome: str                 # passed / failed / skipped / error
+    tasks: list[str] = field(default_factory=list)
+    exception: str | None = None
+    message: str | None = None
+    key: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def not_written(self) -> bool:
+        return self.exception == "NotImplementedError"
+
+
+@dataclass
+class LessonResult:
+    """One lesson's test run: every test's outcome, or why there are none."""
+
+    lesson: str                  # "03_fork"
+    side: str = "lesson"         # lesson / solution / impl
+    tests: list[Outcome] = field(default_factory=list)
+    error: str | None = None     # timeout, crash, collection error: the lesson could not be judged
+    output: str = ""             # the tail of pytest's own output, for when something is off
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.tests)
+
+    @property
+    def passed_count(self) -> int:
+        return sum(t.passed for t in self.tests)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.total > 0 and self.passed_count == self.total
+
+    @property
+    def state(self) -> str:
+        """done / in progress / not started / error."""
+        if self.error is not None:
+            return "error"
+        if self.passed:
+            return "done"
+        if self.passed_count == 0 and all(t.not_written for t in self.tests if not t.passed):
+            return "not started"
+        return "in progress"
+
+    def task_tests(self, task_id: str) -> list[Outcome]:
+        return [t for t in self.tests if task_id in t.tasks]
+
+    def task_state(self, task_id: str) -> str:
+        """passed / failing / todo (not written yet) / untested."""
+        tests = self.task_tests(task_id)
+        if not tests:
+            return "untested"
+        if all(t.passed for t in tests):
+            return "passed"
+        if all(t.not_written for t in tests if not t.passed):
+            return "todo"
+        return "failing"
+
+    def first_failure(self, lesson: Lesson | None = None) -> Outcome | None:
+        """The failure to show first: of the first failing task in the lesson's order."""
+        failing = [t for t in self.tests if not t.passed and t.outcome != "skipped"]
+        if not failing:
+            return None
+        if lesson is not None:
+            for task in lesson.tasks:
+                mine = [t for t in failing if task.id in t.tasks]
+                # A test of task 00.1 may stop at task 00.2's NotImplementedError first: prefer
+                # one whose failure speaks about its own task.
+                for test in mine:
+                    if not (test.not_written and not (test.message or "").startswith(f"task {task.id} ")):
+                        return test
+                if mine:
+                    return mine[0]
+        return failing[0]
+
+    def first_failing_task(self, lesson: Lesson) -> str | None:
+        for task in lesson.tasks:
+            if self.task_state(task.id) in ("failing", "todo"):
+                return task.id
+        return None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.pop("cached")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LessonResult":
+        tests = [Outcome(**t) for t in data.get("tests", [])]
+        return cls(lesson=data["lesson"], side=data.get("side", "lesson"), tests=tests,
+                   error=data.get("error"), output=data.get("output", ""),
+                   seconds=data.get("seconds", 0.0))
+
+
+# --- reading a report ---------------------------------------------------------------------
+
+
+def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
+    """Outcomes per lesson name from one pytest report (which may cover several lessons)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    merged: dict[str, Outcome] = {}
+    order: list[str] = []
+    for entry in data.get("results", []):
+        nodeid = entry.get("nodeid", "")
+        outcome = entry.get("outcome", "failed")
+        if entry.get("when") == "collect":
+            outcome = "error"
+        new = Outcome(nodeid=nodeid, name=entry.get("name") or nodeid.split("::")[-1],
+                      outcome=outcome, tasks=list(entry.get("tasks") or []),
+                      exception=entry.get("exception"), message=entry.get("message"),
+                      key=bool(entry.get("key")))
+        if nodeid not in merged:
+            merged[nodeid] = new
+            order.append(nodeid)
+            continue
+        old = merged[nodeid]
+        # Several phases of one test (call, then teardown): a failure anywhere fails it.
+        if old.outcome == "passed" and new.outcome != "passed":
+            merged[nodeid] = new
+    per_lesson: dict[str, list[Outcome]] = {lesson.name: [] for lesson in lessons}
+    for nodeid in order:
+        test = merged[nodeid]
+        for lesson in lessons:
+            if f"lessons/{lesson.name}/" in nodeid.replace("\\", "/") + "/":
+                per_lesson[lesson.name].append(test)
+                break
+        else:
+            if len(lessons) == 1:
+                per_lesson[lessons[0].name].append(test)
+    return per_lesson
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def child_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("SESSIONLAB_SOLUTION", "SESSIONLAB_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+        env.pop(name, None)
+    env["SESSIONLAB_ROOT"] = str(root)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PY_COLORS"] = "0"
+    return env
+
+
+def run_process(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """Run a command in its own process group; (exit status or None on timeout, output)."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        return process.returncode, output.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        _kill(process)
+        output, _ = process.communicate()
+        return None, output.decode("utf-8", "replace")
+    except BaseException:
+        _kill(process)       # Ctrl-C in the command: take the tests (and their children) down too
+        process.wait()
+        raise
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        process.kill()
+
+
+def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl: Path | None = None,
+               tests_root: Path | None = None, timeout: float = TIMEOUT) -> dict[str, LessonResult]:
+    """One pytest process over `lessons`; a result per lesson.
+
+    `tests_root` (default `root`) is where the tests are taken from; `impl` runs them against
+    that agent.py (the grader runs the course's own tests against a student's module).
+    """
+    tests_root = tests_root or root
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sessionlab-") as scratch:
+        report = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "pytest",
+                   *[str(tests_root / "lessons" / lesson.name) for lesson in lessons],
+                   "-q", "--tb=short", "--no-header", "-p", "no:cacheprovider",
+                   "--sessionlab-report", str(report)]
+        if side == "solution":
+            command.append("--solution")
+        if impl is not None:
+            command += ["--impl", str(impl)]
+        status, output = run_process(command, cwd=root, env=child_env(root), timeout=timeout * len(lessons))
+        seconds = (time.monotonic() - started) / len(lessons)
+        tail = _tail(output)
+        if status is None:
+            error = f"timed out after {timeout * len(lessons):.0f} s (an endless loop, or a process that never ends?)"
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+                    for lesson in lessons}
+        try:
+            per_lesson = read_report(report, lessons)
+        except (OSError, ValueError):
+            error = f"pytest stopped without a report (exit status {status})"
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+                    for lesson in lessons}
+    results = {}
+    for lesson in lessons:
+        tests = per_lesson[lesson.name]
+        broken = [t for t in tests if t.outcome == "error" and "::" not in t.nodeid]
+        error = None
+        if broken:
+            message = (broken[0].message or "").strip()
+            error = "the tests could not be collected" + (f": {message.splitlines()[-1]}" if message else "")
+            tests = [t for t in tests if t not in broken]
+        elif not tests:
+            error = f"no tests ran (pytest exit status {status})"
+        results[lesson.name] = LessonResult(lesson.name, side, tests=tests, error=error,
+                                            output=tail if error else "", seconds=seconds)
+    return results
+
+
+def _tail(output: str, lines: int = 40) -> str:
+    return "\n".join(output.rstrip().splitlines()[-lines:])
+
+
+# --- the cache ----------------------------------------------------------------------------
+
+
+def _kit_fingerprint() -> str:
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package)}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
+    return digest.hexdigest()
+
+
+def _hash_folder(digest, folder: Path, label: str) -> None:
+    if not folder.is_dir():
+        digest.update(f"{label}: missing\n".encode())
+        return
+    for path in sorted(folder.rglob("*")):
+        if path.is_dir() or any(part in IGNORED_PARTS for part in path.parts) \
+                or path.name.endswith(IGNORED_SUFFIXES):
+            continue
+        digest.update(f"{label}/{path.relative_to(folder).as_posix()}\n".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+
+
+def cache_key(root: Path, lesson: Lesson, side: str) -> str:
+    digest = hashlib.sha256(f"v{CACHE_VERSION} {side} {sys.version} {_kit_fingerprint()}\n".encode())
+    _hash_folder(digest, lesson.folder, "lesson")
+    if side == "solution":
+        _hash_folder(digest, lesson.solution_folder, "solution")
+    for name in ("conftest.py", "pyproject.toml"):
+        path = root / name
+        digest.update(name.encode() + (hashlib.sha256(path.read_bytes()).digest() if path.is_file() else b"-"))
+    return digest.hexdigest()
+
+
+class Cache:
+    def __init__(self, root: Path) -> None:
+        self.path = root / STATE_DIR / "results.json"
+
+    def _load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if data.get("version") == CACHE_VERSION else {"version": CACHE_VERSION, "entries": {}}
+        except (OSError, ValueError):
+            return {"version": CACHE_VERSION, "entries": {}}
+
+    def get(self, lesson: Lesson, side: str, key: str) -> LessonResult | None:
+        entry = self._load()["entries"].get(f"{side}:{lesson.name}")
+        if not entry or entry.get("key") != key:
+            return None
+        result = LessonResult.from_json(entry["result"])
+        result.cached = True
+        return result
+
+    def put(self, lesson: Lesson, side: str, key: str, result: LessonResult) -> None:
+        data = self._load()
+        data["entries"][f"{side}:{lesson.name}"] = {"key": key, "result": result.to_json()}
+        write_json(self.path, data)
+
+
+def write_json(path: Path, data) -> None:
+    """Write a small state file whole (temp file + rename); never fail a command over it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+# --- what the commands call -----------------------------------------------------------------
+
+
+@dataclass
+class Runner:
+    """Runs lessons for one course root, through the cache, in parallel where it can."""
+
+    root: Path
+    side: str = "lesson"
+    timeout: float = TIMEOUT
+    jobs: int = 0
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        self.cache = Cache(self.root)
+        self.jobs = self.jobs or max(1, min(4, os.cpu_count() or 1))
+
+    def cached(self, lesson: Lesson) -> LessonResult | None:
+        if not self.use_cache:
+            return None
+        try:
+            return self.cache.get(lesson, self.side, cache_key(self.root, lesson, self.side))
+        except OSError:
+            return None
+
+    def run(self, lessons: Iterable[Lesson], *, fresh: bool = False,
+            on_start: Callable[[list[Lesson]], None] | None = None) -> dict[str, LessonResult]:
+        """Results for `lessons`, running only those not cached (or all with `fresh`)."""
+        lessons = list(lessons)
+        results: dict[str, LessonResult] = {}
+        todo: list[Lesson] = []
+        keys: dict[str, str] = {}
+        for lesson in lessons:
+            keys[lesson.name] = cache_key(self.root, lesson, self.side)
+            hit = None if fresh or not self.use_cache else self.cache.get(lesson, self.side, keys[lesson.name])
+            if hit is not None:
+                results[lesson.name] = hit
+            else:
+                todo.append(lesson)
+        if todo:
+            if on_start:
+                on_start(todo)
+            for name, result in self._run_parallel(todo).items():
+                results[name] = result
+                lesson = next(l for l in todo if l.name == name)
+                # A timeout or a crash may be the machine, not the code: never cache those.
+                if result.error is None or result.error.startswith("the tests could not be collected"):
+                    self.cache.put(lesson, self.side, keys[name], result)
+        return {lesson.name: results[lesson.name] for lesson in lessons}
+
+    def _run_parallel(self, lessons: list[Lesson]) -> dict[str, LessonResult]:
+        groups = [lessons[i::self.jobs] for i in range(min(self.jobs, len(lessons)))]
+        results: dict[str, LessonResult] = {}
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            for batch in pool.map(self._run_group, groups):
+                results.update(batch)
+        return results
+
+    def _run_group(self, group: list[Lesson]) -> dict[str, LessonResult]:
+        batch = run_pytest(self.root, group, side=self.side, timeout=self.timeout)
+        if len(group) > 1 and any(r.error and not r.tests for r in batch.values()):
+            # One lesson hung or crashed pytest: run each alone so the others still get results.
+            batch = {}
+            for lesson in group:
+                batch.update(run_pytest(self.root, [lesson], side=self.side, timeout=self.timeout))
+        return batch
+
+
+def current_lesson(lessons: list[Lesson], results: dict[str, LessonResult]) -> Lesson | None:
+    """The first lesson that does not pass; None when every lesson passes."""
+    for lesson in lessons:
+        if not results[lesson.name].passed:
+            return lesson
+    return None
+
+
+def state_dir(root: Path) -> Path:
+    return root / STATE_DIR
+
+
+def load_state(root: Path, name: str) -> dict:
+    try:
+        return json.loads((state_dir(root) / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(root: Path, name: str, data: dict) -> None:
+    write_json(state_dir(root) / name, data)
+
+
+__all__ = ["Outcome", "LessonResult", "Runner", "run_pytest", "current_lesson", "course"]
