@@ -1,0 +1,170 @@
+"""The plot of per-append cost against session size, as a hand-written SVG (stdlib only).
+
+Colours are mid-tones and the background is transparent, so the same file reads on the site's
+light and dark palettes. A peer that hit the time cap is drawn solid as far as it was measured
+and dashed where its cost is extrapolated.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+COLOURS = {
+    "subject": "#2f81f7",
+    "floor": "#8f96a0",
+    "naive": "#d29922",
+    "sqlite3": "#2da44e",
+    "langchain": "#e5534b",
+    "agents": "#a371f7",
+}
+INK = "#7d8590"          # axes and text: readable on white and on a dark slate background
+GRID = "#7d8590"
+
+WIDTH, HEIGHT = 860, 440
+LEFT, RIGHT, TOP, BOTTOM = 74, 250, 46, 58
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    raw = span / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= m * power:
+            return m * power
+    return 10 * power
+
+
+def _fmt_size(x: float) -> str:
+    if x >= 1000 and x % 1000 == 0:
+        return f"{int(x // 1000)}k"
+    return f"{x:,.0f}"
+
+
+def _fmt_us(y: float) -> str:
+    if y >= 1000:
+        return f"{y / 1000:g} ms"
+    return f"{y:g} µs" if y >= 1 else f"{y:.2g} µs"
+
+
+def write_svg(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(result), encoding="utf-8")
+
+
+def render(result: dict[str, Any]) -> str:
+    curves = result["curves"]
+    stores = result["stores"]
+    meta = result["meta"]
+    n = meta["n"]
+    order = [k for k in ("subject", "floor", "naive", "sqlite3", "agents", "langchain") if k in curves]
+    order += [k for k in curves if k not in order]
+    values = [y for k in order for y in curves[k]["us"] if y > 0]
+    lo, hi = min(values), max(values)
+    log_y = hi / lo > 20
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + plot_w * x / n
+
+    if log_y:
+        y0 = 10 ** math.floor(math.log10(lo))
+        y1 = 10 ** math.ceil(math.log10(hi))
+
+        def py(y: float) -> float:
+            return TOP + plot_h * (1 - (math.log10(max(y, y0)) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)))
+        yticks = []
+        decade = y0
+        while decade <= y1 * 1.0001:
+            for m in (1, 2, 5):
+                if decade * m <= y1 * 1.0001:
+                    yticks.append(decade * m)
+            decade *= 10
+    else:
+        step = _nice_step(hi)
+        y0, y1 = 0.0, math.ceil(hi * 1.1 / step) * step
+
+        def py(y: float) -> float:
+            return TOP + plot_h * (1 - (y - y0) / (y1 - y0))
+        yticks = [i * step for i in range(int(round(y1 / step)) + 1)]
+
+    out: list[str] = []
+    add = out.append
+    add(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
+        f'height="{HEIGHT}" role="img" aria-labelledby="title desc" '
+        'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="13">')
+    add('<title id="title">Per-append cost against session size</title>')
+    add(f'<desc id="desc">Microseconds per append for each store, as the session grows from 0 to '
+        f'{n:,} messages; median of {meta["repeat"]} runs, lesson {escape(meta["lesson"])}, '
+        f'Python {meta["python"]}, {meta["date"]}.</desc>')
+    add(f'<text x="{LEFT}" y="24" fill="{INK}" font-size="15" font-weight="600">'
+        f'Per-append cost as the session grows</text>')
+    # grid and y axis
+    for y in yticks:
+        yy = py(y)
+        major = not log_y or abs(math.log10(y) - round(math.log10(y))) < 1e-9
+        add(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{LEFT + plot_w}" y2="{yy:.1f}" stroke="{GRID}" '
+            f'stroke-opacity="{0.35 if major else 0.15}" stroke-width="1"/>')
+        add(f'<text x="{LEFT - 8}" y="{yy + 4:.1f}" fill="{INK}" text-anchor="end">{_fmt_us(y)}</text>')
+    # x axis
+    step = _nice_step(n)
+    x = 0.0
+    while x <= n * 1.0001:
+        xx = px(x)
+        add(f'<line x1="{xx:.1f}" y1="{TOP}" x2="{xx:.1f}" y2="{TOP + plot_h}" stroke="{GRID}" '
+            'stroke-opacity="0.15" stroke-width="1"/>')
+        add(f'<text x="{xx:.1f}" y="{TOP + plot_h + 18}" fill="{INK}" text-anchor="middle">{_fmt_size(x)}</text>')
+        x += step
+    add(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="{INK}" '
+        'stroke-opacity="0.6"/>')
+    add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 14}" fill="{INK}" text-anchor="middle">'
+        'messages already in the session</text>')
+    add(f'<text transform="translate(18 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
+        f'text-anchor="middle">microseconds per append{" (log scale)" if log_y else ""}</text>')
+    # series
+    for key in order:
+        curve = curves[key]
+        colour = COLOURS.get(key, INK)
+        width = 3 if key == "subject" else 2
+        points = list(zip(curve["size"], curve["us"]))
+        cut = curve["measured_up_to"]
+        solid = [(x, y) for x, y in points if x < cut] if curve["extrapolated"] else points
+        dashed = [(x, y) for x, y in points if x >= cut] if curve["extrapolated"] else []
+        if solid and dashed:
+            dashed.insert(0, solid[-1])
+        label = escape(stores[key]["label"])
+        for part, dash in ((solid, ""), (dashed, ' stroke-dasharray="6 5"')):
+            if len(part) == 1:
+                add(f'<circle cx="{px(part[0][0]):.1f}" cy="{py(part[0][1]):.1f}" r="3" fill="{colour}"/>')
+            elif part:
+                pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in part)
+                add(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}" '
+                    f'stroke-linejoin="round"{dash}><title>{label}</title></polyline>')
+    # legend
+    lx, ly = LEFT + plot_w + 22, TOP + 8
+    add(f'<text x="{lx}" y="{ly}" fill="{INK}" font-weight="600">store</text>')
+    for i, key in enumerate(order):
+        yy = ly + 24 + i * 24
+        colour = COLOURS.get(key, INK)
+        add(f'<line x1="{lx}" y1="{yy - 4}" x2="{lx + 26}" y2="{yy - 4}" stroke="{colour}" '
+            f'stroke-width="{3 if key == "subject" else 2}"/>')
+        add(f'<text x="{lx + 34}" y="{yy}" fill="{INK}">{escape(_short(stores[key]["label"]))}</text>')
+    if any(curves[k]["extrapolated"] for k in order):
+        yy = ly + 24 + len(order) * 24 + 10
+        add(f'<line x1="{lx}" y1="{yy - 4}" x2="{lx + 26}" y2="{yy - 4}" stroke="{INK}" stroke-width="2" '
+            'stroke-dasharray="6 5"/>')
+        add(f'<text x="{lx + 34}" y="{yy}" fill="{INK}">extrapolated past</text>')
+        add(f'<text x="{lx + 34}" y="{yy + 16}" fill="{INK}">the time cap</text>')
+    foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
+            f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
+    add(f'<text x="{lx}" y="{TOP + plot_h + 18}" fill="{INK}" font-size="11">{escape(foot[:48])}</text>')
+    if len(foot) > 48:
+        add(f'<text x="{lx}" y="{TOP + plot_h + 32}" fill="{INK}" font-size="11">{escape(foot[48:].strip(" ·"))}</text>')
+    add("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _short(label: str) -> str:
+    return (label.replace("LangChain FileChatMessageHistory", "LangChain file history")
+                 .replace("Agents SDK SQLiteSession", "Agents SDK SQLite"))

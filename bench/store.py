@@ -1,0 +1,639 @@
+"""Benchmark the course's session store against a floor, a naive log, sqlite3 and real peers.
+
+    python -m bench.store --quick          # a minute or so: small N, to see that it all runs
+    python -m bench.store                  # the full run: sessions of 100,000 messages
+    python -m bench.store --json results.json --svg append-cost.svg --markdown table.md
+
+The store under test is the reference solution of the highest-numbered lesson in solutions/
+(or any agent.py given with --impl). Every workload runs, in the same process and on the same
+synthetic messages, for every store; each figure is the median over --repeat runs and is also
+given as a ratio to the floor measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.messages import mean_bytes, one_more, quest
+from bench.stores import Store, Subject, all_stores
+
+WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable")
+
+TITLES = {
+    "append": "append N, one at a time (per append)",
+    "append_first": "per append, first 1% of the session",
+    "append_last": "per append, last 1% of the session",
+    "growth": "per-append growth (last 1% / first 1%)",
+    "append_one": "one append into a session of N (open, append, close)",
+    "load": "load a session of N",
+    "fork": "fork a session of N (floor: file copy)",
+    "durable": "durable append, fsync each (per append)",
+}
+
+UNITS = {"append": "us", "append_first": "us", "append_last": "us", "growth": "x",
+         "append_one": "us", "load": "ms", "fork": "ms", "durable": "us"}
+
+# (workload, limit, wording) — the reference store's targets, all as ratios.
+TARGETS = (
+    ("append", 1.3, "append within 1.3x the floor"),
+    ("durable", 1.1, "durable append within 1.1x the floor plus fsync"),
+    ("load", 1.2, "load within 1.2x the floor"),
+    ("fork", 1.2, "fork within 1.2x a file copy"),
+    ("growth", 1.3, "per-append cost at N within 1.3x that at zero"),
+)
+
+ONE_APPEND_BUDGET_NS = 2_000_000_000     # repeats of "append one" stop after this much time
+
+
+class BenchError(Exception):
+    """Something the person running the benchmark must fix; printed without a traceback."""
+
+
+# --- finding the store under test -----------------------------------------------------------
+
+
+def find_subject(root: Path, impl: str | None = None) -> tuple[Any, str, Path]:
+    """The lesson module to measure: `impl`, or the highest-numbered solutions/NN_*/agent.py."""
+    from sessionlab.course import LESSON_FOLDER, MODULE, load_module
+
+    if impl:
+        path = Path(impl).resolve()
+        if path.is_dir():
+            path = path / MODULE
+    else:
+        folder = root / "solutions"
+        candidates = sorted(p for p in folder.iterdir()
+                            if p.is_dir() and LESSON_FOLDER.match(p.name) and (p / MODULE).is_file()) \
+            if folder.is_dir() else []
+        if not candidates:
+            raise BenchError(f"no solutions/NN_topic/{MODULE} under {root}: nothing to measure")
+        path = candidates[-1] / MODULE
+    lesson = path.parent.name
+    module = load_module(path)
+    if not hasattr(module, "SessionLog"):
+        raise BenchError(
+            f"{lesson} ({path.name}) has no SessionLog yet: the benchmark measures the session store "
+            "that lesson 01_append introduces (SessionLog(folder, id, durable=...) with append/close, "
+            "load from 02, fork from 03). Measure a later lesson, or point --impl at one.")
+    return module, lesson, path
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    n: int
+    durable_n: int
+    repeat: int
+    cap: float                 # seconds one store may spend on one append workload
+    quick: bool
+    seed: int = 2024
+
+    @property
+    def edge(self) -> int:     # the "first/last 1%" windows
+        return max(1, self.n // 100)
+
+
+@dataclass
+class Run:
+    """What one store did in one repeat."""
+    append_times: list[int] = field(default_factory=list)     # ns per measured append
+    durable_times: list[int] = field(default_factory=list)
+    scalars: dict[str, float] = field(default_factory=dict)   # workload -> seconds
+    errors: list[str] = field(default_factory=list)
+
+
+def clock() -> int:
+    return time.perf_counter_ns()
+
+
+def run_appends(store: Store, folder: Path, session_id: str, messages: list[Any], cap: float,
+                *, durable: bool = False) -> list[int]:
+    times = [0] * len(messages)
+    writer = store.writer(folder, session_id, durable=durable)
+    try:
+        gc.collect()
+        deadline = clock() + int(cap * 1e9)
+        done = writer.append_each(messages, times, 0, deadline)
+    finally:
+        writer.close()
+    return times[:done]
+
+
+def one_append(store: Store, folder: Path, session_id: str, message: Any, reps: int) -> float:
+    """Median seconds for a new writer to open an existing session, append one message and
+    close: what a process resuming the session pays for its first message. Opening is timed
+    too, because stores differ in when they open the file and in what they check first."""
+    took: list[int] = []
+    budget_end = clock() + ONE_APPEND_BUDGET_NS
+    for _ in range(reps):
+        gc.collect()
+        t0 = clock()
+        writer = store.writer(folder, session_id)
+        writer.append(message)
+        writer.close()
+        t1 = clock()
+        took.append(t1 - t0)
+        if t1 > budget_end:
+            break
+    return statistics.median(took) / 1e9
+
+
+def timed(action, reps: int = 1, after=None) -> float:
+    """Median seconds of `action` over `reps` tries (`after` cleans up, untimed)."""
+    took = []
+    for _ in range(reps):
+        gc.collect()
+        t0 = clock()
+        action()
+        took.append(clock() - t0)
+        if after:
+            after()
+    return statistics.median(took) / 1e9
+
+
+def warm_up(store: Store, messages: list[Any], extra: Any, folder: Path) -> None:
+    """Touch every code path once, untimed: imports, caches and the first file of a folder."""
+    folder.mkdir(parents=True)
+    try:
+        store.build(folder, "warm", messages[:200])
+        writer = store.writer(folder, "warm")
+        for message in messages[200:1000]:
+            writer.append(message)
+        writer.close()
+        if "load" not in store.unsupported:
+            store.load(folder, "warm")
+        if "fork" not in store.unsupported:
+            store.fork(folder, "warm", "warm-fork")
+        one_append(store, folder, "warm", extra, 2)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def phase_append(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+                 run: Run, log) -> None:
+    """Append N one at a time; also leaves the session of N that the later phases use."""
+    folder.mkdir(parents=True)
+    n = len(messages)
+    run.append_times = run_appends(store, folder, "quest", messages, cfg.cap)
+    done = len(run.append_times)
+    if done < n:
+        log(f"    {store.key}: capped after {done:,} of {n:,} appends ({cfg.cap:g} s); "
+            "building the rest untimed")
+        store.build(folder, "quest", messages[done:])
+
+
+INNER = 3    # load and fork are single long operations: the median of 3 within each run
+
+
+def phase_load(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+               run: Run, log) -> None:
+    if "load" in store.unsupported:
+        return
+    counts: list[int] = []
+    run.scalars["load"] = timed(lambda: counts.append(len(store.load(folder, "quest"))), INNER)
+    if any(c != len(messages) for c in counts):
+        run.errors.append(f"load returned {counts[0]:,} messages, expected {len(messages):,}")
+
+
+def phase_fork(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+               run: Run, log) -> None:
+    if "fork" not in store.unsupported:
+        def remove_fork() -> None:
+            for leftover in folder.glob("quest-fork*"):
+                leftover.unlink()
+            store.forget(folder, "quest-fork")
+        run.scalars["fork"] = timed(lambda: store.fork(folder, "quest", "quest-fork"), INNER, remove_fork)
+    if store.role == "floor":
+        # Context for the fork target: the copy made durable, as a fork that fsyncs does.
+        def copy_and_sync() -> None:
+            shutil.copyfile(folder / "quest.jsonl", folder / "quest-copy.jsonl")
+            fd = os.open(folder / "quest-copy.jsonl", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        run.scalars["copy_fsync"] = timed(copy_and_sync, INNER,
+                                          lambda: (folder / "quest-copy.jsonl").unlink())
+
+
+def phase_one(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+              run: Run, log) -> None:
+    run.scalars["append_one"] = one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)
+
+
+def phase_durable(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+                  run: Run, log) -> None:
+    if "durable" not in store.unsupported:
+        run.durable_times = run_appends(store, folder, "durable", messages[:cfg.durable_n], cfg.cap,
+                                        durable=True)
+
+
+PHASES = (phase_append, phase_load, phase_fork, phase_one, phase_durable)
+
+
+# --- from runs to figures -------------------------------------------------------------------
+
+
+def fit(times: list[int]) -> tuple[float, float]:
+    """Least squares per-append cost (ns) = a + b * size over binned measurements, b >= 0."""
+    k = len(times)
+    if k == 0:
+        return 0.0, 0.0
+    bins = min(20, k)
+    xs, ys = [], []
+    for j in range(bins):
+        lo, hi = j * k // bins, (j + 1) * k // bins
+        if hi > lo:
+            xs.append((lo + hi - 1) / 2)
+            ys.append(sum(times[lo:hi]) / (hi - lo))
+    if len(xs) < 2:
+        return ys[0], 0.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx) if sxx else 0.0
+    return my - b * mx, b
+
+
+def predicted(times: list[int], n: int) -> tuple[list[float], bool]:
+    """Per-append ns for positions 0..n-1: measured where measured, extrapolated after."""
+    k = len(times)
+    if k >= n:
+        return [float(t) for t in times[:n]], False
+    a, b = fit(times)
+    return [float(t) for t in times] + [a + b * i for i in range(k, n)], True
+
+
+def window_means(series: list[float], windows: int) -> list[tuple[int, float]]:
+    n = len(series)
+    out = []
+    for j in range(windows):
+        lo, hi = j * n // windows, (j + 1) * n // windows
+        if hi > lo:
+            out.append(((lo + hi) // 2, sum(series[lo:hi]) / (hi - lo)))
+    return out
+
+
+def per_run_figures(run: Run, cfg: Config) -> tuple[dict[str, float], dict[str, Any]]:
+    """Figures in display units (us, ms, x) for one store in one repeat, plus notes."""
+    figs: dict[str, float] = {}
+    info: dict[str, Any] = {}
+    n, edge = cfg.n, cfg.edge
+    if run.append_times:
+        series, extrapolated = predicted(run.append_times, n)
+        figs["append"] = sum(series) / n / 1e3
+        figs["append_first"] = sum(series[:edge]) / edge / 1e3
+        figs["append_last"] = sum(series[-edge:]) / edge / 1e3
+        figs["growth"] = figs["append_last"] / figs["append_first"] if figs["append_first"] else float("nan")
+        info["append_measured"] = len(run.append_times)
+        info["append_extrapolated"] = extrapolated
+        info["curve"] = [(x, y / 1e3) for x, y in window_means(series, 50)]
+    if run.durable_times:
+        series, extrapolated = predicted(run.durable_times, cfg.durable_n)
+        figs["durable"] = sum(series) / cfg.durable_n / 1e3
+        info["durable_measured"] = len(run.durable_times)
+        info["durable_extrapolated"] = extrapolated
+    for key, seconds in run.scalars.items():
+        figs[key] = seconds * (1e3 if UNITS.get(key, "ms") == "ms" else 1e6)
+    return figs, info
+
+
+def summarise(stores: list[Store], runs: dict[str, list[Run]], cfg: Config) -> dict[str, Any]:
+    per_run: dict[str, list[tuple[dict[str, float], dict[str, Any]]]] = {
+        key: [per_run_figures(r, cfg) for r in rs] for key, rs in runs.items()}
+    workloads: dict[str, Any] = {}
+    for w in WORKLOADS:
+        results: dict[str, Any] = {}
+        for store in stores:
+            if store.key not in per_run:
+                continue
+            values = [f[w] for f, _ in per_run[store.key] if w in f]
+            if not values:
+                why = store.unsupported.get(w) or store.unsupported.get(
+                    "append" if w.startswith("append") or w == "growth" else w, "not measured")
+                results[store.key] = {"value": None, "why": why}
+                continue
+            entry: dict[str, Any] = {"value": statistics.median(values), "runs": values}
+            if w != "growth":
+                ratios = [f[w] / floor_f[w]
+                          for (f, _), (floor_f, _) in zip(per_run[store.key], per_run["floor"])
+                          if w in f and floor_f.get(w)]
+                if ratios:
+                    entry["ratio"] = statistics.median(ratios)
+            infos = [i for _, i in per_run[store.key]]
+            if w in ("append", "append_first", "append_last", "growth") and any(
+                    i.get("append_extrapolated") for i in infos):
+                entry["extrapolated"] = True
+                entry["measured"] = int(statistics.median(i["append_measured"] for i in infos))
+            if w == "durable" and any(i.get("durable_extrapolated") for i in infos):
+                entry["extrapolated"] = True
+                entry["measured"] = int(statistics.median(i["durable_measured"] for i in infos))
+            results[store.key] = entry
+        workloads[w] = {"title": TITLES[w], "unit": UNITS[w],
+                        "n": cfg.durable_n if w == "durable" else cfg.n, "results": results}
+    floor_runs = [f for f, _ in per_run.get("floor", [])]
+    if any("copy_fsync" in f for f in floor_runs):
+        ref: dict[str, Any] = {"copy_fsync_ms": statistics.median(f["copy_fsync"] for f in floor_runs
+                                                                  if "copy_fsync" in f)}
+        ratios = [f["fork"] / fl["copy_fsync"] for (f, _), fl in zip(per_run.get("subject", []), floor_runs)
+                  if "fork" in f and fl.get("copy_fsync")]
+        if ratios:
+            ref["subject_ratio"] = statistics.median(ratios)
+        workloads["fork"]["reference"] = ref
+    curves: dict[str, Any] = {}
+    for key, items in per_run.items():
+        runs_curves = [i["curve"] for _, i in items if "curve" in i]
+        if not runs_curves:
+            continue
+        xs = [x for x, _ in runs_curves[0]]
+        ys = [statistics.median(c[j][1] for c in runs_curves) for j in range(len(xs))]
+        measured = int(statistics.median(i.get("append_measured", cfg.n) for _, i in items))
+        curves[key] = {"size": xs, "us": ys, "measured_up_to": measured,
+                       "extrapolated": measured < cfg.n}
+    targets = []
+    subject = workloads
+    for w, limit, text in TARGETS:
+        entry = subject[w]["results"].get("subject", {})
+        value = entry.get("value") if w == "growth" else entry.get("ratio")
+        targets.append({"workload": w, "target": text, "limit": limit, "value": value,
+                        "met": None if value is None else value <= limit})
+    errors = {key: sorted({e for r in rs for e in r.errors}) for key, rs in runs.items()}
+    return {"workloads": workloads, "curves": curves, "targets": targets,
+            "errors": {k: v for k, v in errors.items() if v}}
+
+
+def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str] | None = None) -> dict[str, Any]:
+    stores = [s for s in all_stores(subject) if not only or s.key in only or s.key in ("floor", "subject")]
+    available = [s for s in stores if s.available() is None]
+    log(f"generating {cfg.n:,} messages (seed {cfg.seed})")
+    messages = quest(cfg.n, cfg.seed)
+    # The session ends with every tool call answered and "one more" is a plain user message,
+    # so a store that checks its tail on resume has nothing to repair.
+    extra = one_more(cfg.seed)
+    prepared = {s.key: (s.prepare(messages), s.prepare([extra])[0]) for s in available}
+    runs: dict[str, list[Run]] = {s.key: [] for s in available}
+    # The workload stays alive for the whole run; keep the collector from walking it again
+    # and again, which would charge every store for the benchmark's own memory.
+    gc.collect()
+    gc.freeze()
+    started = time.monotonic()
+    for store in available:
+        log(f"  warming up: {store.label}")
+        msgs, one = prepared[store.key]
+        warm_up(store, msgs, one, workdir / f"warm-{store.key}")
+    broken: dict[str, str] = {}
+    for r in range(cfg.repeat):
+        # Workload by workload, every store in turn (in an order that rotates from run to run),
+        # so that a store and the floor it is compared with are measured minutes apart at most
+        # on a machine whose load changes.
+        order = available[r % len(available):] + available[:r % len(available)]
+        this_run = {s.key: Run() for s in order}
+        try:
+            for phase in PHASES:
+                log(f"  run {r + 1}/{cfg.repeat}: {phase.__name__.removeprefix('phase_')}")
+                for store in order:
+                    if store.key in broken:
+                        continue
+                    msgs, one = prepared[store.key]
+                    try:
+                        phase(store, msgs, one, workdir / f"run{r}-{store.key}", cfg,
+                              this_run[store.key], log)
+                    except Exception as error:
+                        if store.role in ("subject", "floor"):
+                            raise
+                        broken[store.key] = f"failed in run {r + 1}: {type(error).__name__}: {error}"
+                        log(f"    {store.label} {broken[store.key]}")
+        finally:
+            for store in order:
+                shutil.rmtree(workdir / f"run{r}-{store.key}", ignore_errors=True)
+        for store in order:
+            if store.key not in broken:
+                runs[store.key].append(this_run[store.key])
+    for key in broken:
+        runs.pop(key, None)
+    available = [s for s in available if s.key not in broken]
+    elapsed = time.monotonic() - started
+    result = summarise(available, runs, cfg)
+    result["stores"] = {}
+    for s in stores:
+        why = s.available() or broken.get(s.key)
+        result["stores"][s.key] = {**s.describe(), "status": "skipped" if why else "measured",
+                                   **({"why": why} if why else {})}
+    result["meta"] = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(terse=True),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "lesson": subject.lesson,
+        "n": cfg.n, "durable_n": cfg.durable_n, "repeat": cfg.repeat, "cap_seconds": cfg.cap,
+        "quick": cfg.quick, "seed": cfg.seed,
+        "message_bytes": round(mean_bytes(messages), 1),
+        "edge_window": cfg.edge,
+        "seconds": round(elapsed, 1),
+    }
+    return result
+
+
+# --- presenting -----------------------------------------------------------------------------
+
+
+def fmt_value(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:.2f}x"
+    if value >= 100_000:
+        return f"{value:,.0f} {unit}"
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    if value >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.2f} {unit}"
+
+
+def cell(entry: dict[str, Any], unit: str) -> tuple[str, str]:
+    """(value text, ratio text) for one table cell."""
+    if entry.get("value") is None:
+        return "n/a", ""
+    star = "*" if entry.get("extrapolated") else ""
+    ratio = f"{entry['ratio']:.2f}x" if "ratio" in entry else ""
+    return fmt_value(entry["value"], unit) + star, ratio
+
+
+def target_text(result: dict[str, Any], workload: str) -> str:
+    for t in result["targets"]:
+        if t["workload"] == workload:
+            if t["met"] is None:
+                return f"<= {t['limit']}x: n/a"
+            return f"<= {t['limit']}x: {'met' if t['met'] else 'missed'} ({t['value']:.2f}x)"
+    return ""
+
+
+def columns(result: dict[str, Any]) -> list[str]:
+    return [k for k, s in result["stores"].items() if s["status"] == "measured"]
+
+
+def footnotes(result: dict[str, Any]) -> list[str]:
+    notes = []
+    meta = result["meta"]
+    measured = {}
+    for w in result["workloads"].values():
+        for key, e in w["results"].items():
+            if e.get("extrapolated"):
+                measured.setdefault(key, set()).add(f"{e['measured']:,} of {w['n']:,}")
+    for key, spans in measured.items():
+        notes.append(f"* {result['stores'][key]['label']}: extrapolated. Capped at {meta['cap_seconds']:g} s "
+                     f"per workload, it measured {' / '.join(sorted(spans))} appends; the rest is a "
+                     "least-squares line of per-append cost against session size.")
+    for key, s in result["stores"].items():
+        if s["status"] == "skipped":
+            notes.append(f"{s['label']}: skipped, {s['why']}.")
+        for w, why in s.get("unsupported", {}).items():
+            if s["status"] == "measured":
+                notes.append(f"{s['label']}, {w}: n/a, {why}.")
+    ref = result["workloads"]["fork"].get("reference")
+    if ref:
+        text = f"A file copy followed by fsync of the copy takes {fmt_value(ref['copy_fsync_ms'], 'ms')}"
+        if "subject_ratio" in ref:
+            text += f"; the reference store's fork is {ref['subject_ratio']:.2f}x that"
+        notes.append(text + ".")
+    for key, errs in result.get("errors", {}).items():
+        for e in errs:
+            notes.append(f"{result['stores'][key]['label']}: {e}")
+    return notes
+
+
+def print_table(result: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    meta = result["meta"]
+    keys = columns(result)
+    table = Table(title=f"Session stores, N = {meta['n']:,} ({meta['message_bytes']:.0f}-byte messages), "
+                        f"median of {meta['repeat']}", title_justify="left")
+    table.add_column("workload")
+    for key in keys:
+        table.add_column(result["stores"][key]["label"], justify="right")
+    table.add_column("target (reference store)")
+    for w, data in result["workloads"].items():
+        row = [data["title"].replace(" N", f" {data['n']:,}").replace("of N", f"of {data['n']:,}")]
+        for key in keys:
+            value, ratio = cell(data["results"].get(key, {}), data["unit"])
+            row.append(value + (f"\n[dim]{ratio}[/dim]" if ratio else ""))
+        text = target_text(result, w)
+        row.append(text.replace("met", "[green]met[/green]").replace("missed", "[red]missed[/red]"))
+        table.add_row(*row)
+    console.print(table)
+    from rich.markup import escape
+
+    for note in footnotes(result):
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    keys = columns(result)
+    head = ["workload"] + [result["stores"][k]["label"] for k in keys] + ["target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(keys) + ["---"]) + "|"]
+    for w, data in result["workloads"].items():
+        title = data["title"].replace(" N", f" {data['n']:,}").replace("of N", f"of {data['n']:,}")
+        cells = [title]
+        for key in keys:
+            value, ratio = cell(data["results"].get(key, {}), data["unit"])
+            cells.append(value.replace("*", "\\*") + (f" ({ratio})" if ratio else ""))
+        text = target_text(result, w)
+        cells.append(text.replace("met", "**met**").replace("missed", "**missed**").replace("<=", "≤"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.extend(f"{note.replace('*', chr(92) + '*', 1) if note.startswith('*') else note}  " for note in footnotes(result))
+    return "\n".join(lines) + "\n"
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sessions and short caps: a quick look")
+    p.add_argument("--n", type=int, help="messages in the big session (default 100,000; 2,000 with --quick)")
+    p.add_argument("--durable-n", type=int, help="appends for the durable workload (default 2,000; 100 quick)")
+    p.add_argument("--repeat", type=int, help="runs to take the median of (default 5; 3 with --quick)")
+    p.add_argument("--cap", type=float, help="seconds a store may spend on one append workload "
+                                             "before the rest is extrapolated (default 20; 2 quick)")
+    p.add_argument("--json", metavar="FILE", help="write every figure, run and note as JSON")
+    p.add_argument("--svg", metavar="FILE", help="write the per-append cost plot as SVG")
+    p.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
+    p.add_argument("--impl", metavar="PATH", help="measure this agent.py instead of the latest solution")
+    p.add_argument("--only", metavar="STORE", action="append",
+                   help="measure only this store besides the floor and the subject (repeatable): "
+                        "naive, sqlite3, langchain, agents")
+    p.add_argument("--dir", metavar="FOLDER", help="where to write the sessions (default: a temp folder)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    args = parse(argv)
+    # A pipe or a CI log gets a table wide enough to keep one row a line.
+    console = Console() if sys.stdout.isatty() else Console(width=170)
+    err = Console(stderr=True)
+    cfg = Config(
+        n=args.n or (2_000 if args.quick else 100_000),
+        durable_n=args.durable_n or (100 if args.quick else 2_000),
+        repeat=args.repeat or (3 if args.quick else 5),
+        cap=args.cap if args.cap is not None else (2.0 if args.quick else 20.0),
+        quick=args.quick,
+    )
+    if cfg.n < 2 or cfg.durable_n < 1 or cfg.repeat < 1:
+        err.print("--n must be at least 2, --durable-n and --repeat at least 1")
+        return 2
+    cfg.durable_n = min(cfg.durable_n, cfg.n)
+    try:
+        from sessionlab.course import CourseError, find_root
+        try:
+            root = find_root()
+            module, lesson, path = find_subject(root, args.impl)
+        except CourseError as error:
+            raise BenchError(str(error)) from None
+    except BenchError as error:
+        err.print(f"[red]cannot benchmark:[/red] {error}")
+        return 2
+    shown = os.path.relpath(path, root) if path.is_relative_to(root) else str(path)
+    console.print(f"Measuring the session store of lesson [bold]{lesson}[/bold] ({shown}): "
+                  f"N = {cfg.n:,}, durable N = {cfg.durable_n:,}, {cfg.repeat} runs, cap {cfg.cap:g} s")
+    workdir = Path(tempfile.mkdtemp(prefix="sessionlab-bench-", dir=args.dir))
+    try:
+        result = benchmark(cfg, Subject(module, lesson), workdir,
+                           lambda text: err.print(text, style="dim", markup=False), args.only)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["meta"]["module"] = shown
+    print_table(result, console)
+    console.print(f"[dim]{result['meta']['seconds']:.0f} s of measuring, "
+                  f"Python {result['meta']['python']} on {result['meta']['cpus']} cpus[/dim]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(result), encoding="utf-8")
+    if args.svg:
+        from bench.plot import write_svg
+        write_svg(result, Path(args.svg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
