@@ -7,6 +7,7 @@ the arguments, finds the course when the command needs one, and returns the exit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -98,10 +99,48 @@ def find_course(args: argparse.Namespace) -> Path:
     return course.find_root()
 
 
+def _passthrough(argv: list[str]) -> int | None:
+    """`demo` and `dev check` parse their own options: hand them everything after their name."""
+    rest = list(argv)
+    course_dir = None
+    if rest[:1] == ["--course"] and len(rest) > 1:
+        course_dir, rest = rest[1], rest[2:]
+    elif rest and rest[0].startswith("--course="):
+        course_dir, rest = rest[0].split("=", 1)[1], rest[1:]
+    if rest[:1] == ["demo"]:
+        from .. import demo as target
+        rest = rest[1:]
+    elif rest[:2] == ["dev", "check"]:
+        from .. import maintainers as target
+        rest = rest[2:]
+    else:
+        return None
+    saved = os.environ.get("SESSIONLAB_ROOT")
+    if course_dir:
+        os.environ["SESSIONLAB_ROOT"] = str(Path(course_dir).resolve())
+    try:
+        return int(target.main(rest) or 0)
+    except course.CourseError as error:
+        make_ui().error(str(error))
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if course_dir:
+            if saved is None:
+                os.environ.pop("SESSIONLAB_ROOT", None)
+            else:
+                os.environ["SESSIONLAB_ROOT"] = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 success, 1 failure, 2 usage error)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    delegated = _passthrough(argv)
+    if delegated is not None:
+        return delegated
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     ui = make_ui()
     try:
         root = find_course(args) if args.needs_root else None

@@ -12,6 +12,10 @@ from .. import starters
 from .ui import Ui
 
 
+# `demo` and `dev check` are handed their arguments whole by `main` (they parse their own);
+# they are registered here for the overview in `sessionlab --help`.
+
+
 def cmd_demo(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     from .. import demo
     return int(demo.main(list(args.rest)) or 0)
