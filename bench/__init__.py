@@ -1,7 +1,6 @@
-"""Benchmarks for Session Lab's reference session store.
+"""Benchmarks of Session Lab, each runnable as a module from the repository's root.
 
-`python -m bench.store` measures the final lesson's SessionLog against a floor (the least a
-JSON-lines log can do), a naive version, stdlib sqlite3 and, when installed with the `bench`
-extra, two stores people use in practice. See docs/benchmarks.md for the results and how to
-read them.
+    python -m bench.store          the session store against a floor, sqlite3 and real peers
+                                   (results and how to read them: docs/benchmarks.md)
+    python -m bench.lesson_speed   how long `pytest lessons/NN_topic` takes
 """

@@ -121,7 +121,7 @@ def render(result: dict[str, Any]) -> str:
     add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 14}" fill="{INK}" text-anchor="middle">'
         'messages already in the session</text>')
     add(f'<text transform="translate(18 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
-        f'text-anchor="middle">microseconds per append{" (log scale)" if log_y else ""}</text>')
+        f'text-anchor="middle">time per append{" (log scale)" if log_y else ""}</text>')
     # series
     for key in order:
         curve = curves[key]
@@ -158,11 +158,20 @@ def render(result: dict[str, Any]) -> str:
         add(f'<text x="{lx + 34}" y="{yy + 16}" fill="{INK}">the time cap</text>')
     foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
             f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
-    add(f'<text x="{lx}" y="{TOP + plot_h + 18}" fill="{INK}" font-size="11">{escape(foot[:48])}</text>')
-    if len(foot) > 48:
-        add(f'<text x="{lx}" y="{TOP + plot_h + 32}" fill="{INK}" font-size="11">{escape(foot[48:].strip(" ·"))}</text>')
+    for i, text in enumerate(_wrap(foot.split(" · "), 40)):
+        add(f'<text x="{lx}" y="{TOP + plot_h - 30 + 14 * i}" fill="{INK}" font-size="11">{escape(text)}</text>')
     add("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _wrap(parts: list[str], width: int) -> list[str]:
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _short(label: str) -> str:
