@@ -100,8 +100,14 @@ def lessons(root: Path | None = None) -> list[Lesson]:
     """Every lesson of the course, in order."""
     root = root or find_root()
     folder = root / "lessons"
-    names = sorted(p.name for p in folder.iterdir() if p.is_dir() and LESSON_FOLDER.match(p.name))
-    return [load_lesson(root, name) for name in names]
+    return [load_lesson(root, name) for name in lesson_folders(root)
+            if (folder / name / "lesson.toml").is_file()]
+
+
+def lesson_folders(root: Path) -> list[str]:
+    """Names of every folder under lessons/ that looks like a lesson (NN_topic)."""
+    folder = root / "lessons"
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and LESSON_FOLDER.match(p.name))
 
 
 def lesson(ref: str, root: Path | None = None) -> Lesson:

@@ -6,7 +6,11 @@ For every lesson:
   * its committed starter is exactly what the generator makes from the solution;
   * its solution passes all of its tests, and every earlier lesson's key tests;
   * its starter imports cleanly and fails for the right reason: every failure is a
-    NotImplementedError or an AssertionError, and every task has a failing test.
+    NotImplementedError or an AssertionError, and every task has a failing test;
+  * every plausible wrong implementation listed in `solutions/NN_topic/wrong.toml` (the
+    solution with one edit: links instead of copies, splitlines, a missing fsync ...) is
+    caught by the test named for it. This keeps "the tests fail on a wrong implementation"
+    true as tests and solutions change.
 And once: the docs build strictly (when mkdocs is installed).
 
 Each lesson's tests run in their own pytest process, two at a time.
@@ -22,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +92,15 @@ def check_metadata(lesson: course.Lesson) -> Finding:
         for task in tasks:
             if task not in known and not any(task.startswith(f"{n:02d}.") for n in range(int(lesson.number))):
                 problems.append(f"{name} is marked with unknown task {task}")
+    return finding
+
+
+def check_folders(root: Path) -> Finding:
+    finding = Finding("every lesson folder is complete")
+    for name in course.lesson_folders(root):
+        for needed in (Path("lessons") / name / "lesson.toml", Path("solutions") / name / course.MODULE):
+            if not (root / needed).is_file():
+                finding.problems.append(f"{needed} is missing")
     return finding
 
 
@@ -161,6 +175,47 @@ def check_starter_fails_right(lesson: course.Lesson) -> Finding:
     return finding
 
 
+@dataclass(frozen=True)
+class Wrong:
+    what: str          # the mistake, in words
+    find: str          # text of the solution to change (must occur exactly once)
+    replace: str       # what the mistaken version has instead
+    caught_by: str     # the test that must fail on it
+
+
+def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
+    path = lesson.solution_folder / "wrong.toml"
+    if not path.exists():
+        return []
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return [Wrong(**entry) for entry in data.get("wrong", [])]
+
+
+def check_wrong_implementations(lesson: course.Lesson) -> Finding:
+    finding = Finding(f"wrong implementations of {lesson.name} are caught")
+    wrongs = wrong_implementations(lesson)
+    if not wrongs:
+        finding.problems.append(f"solutions/{lesson.name}/wrong.toml lists no wrong implementations")
+    solution = lesson.module_path("solution").read_text(encoding="utf-8")
+    for wrong in wrongs:
+        if solution.count(wrong.find) != 1:
+            finding.problems.append(f"{wrong.what!r}: its `find` text occurs {solution.count(wrong.find)} "
+                                    "times in the solution (it must occur exactly once)")
+            continue
+        with tempfile.TemporaryDirectory() as temp:
+            mutant = Path(temp) / lesson.name / course.MODULE
+            mutant.parent.mkdir()
+            mutant.write_text(solution.replace(wrong.find, wrong.replace), encoding="utf-8")
+            status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"],
+                                                "--impl", str(mutant), "-k", wrong.caught_by)
+        outcomes = {r["name"].split("[")[0]: r["outcome"] for r in report.get("results", [])}
+        if wrong.caught_by not in outcomes:
+            finding.problems.append(f"{wrong.what!r}: no test named {wrong.caught_by} ran:\n{output}")
+        elif status == 0:
+            finding.problems.append(f"{wrong.what!r} is not caught: {wrong.caught_by} passes on it")
+    return finding
+
+
 def check_docs(root: Path) -> Finding:
     finding = Finding("docs build strictly")
     if not (root / "mkdocs.yml").exists():
@@ -184,13 +239,14 @@ def check_docs(root: Path) -> Finding:
 def all_checks(root: Path, docs: bool = True):
     """Every check as a (name, callable) pair, cheapest first."""
     all_lessons = course.lessons(root)
-    checks = [("starters", lambda: check_starters(root))]
-    for i, lesson in enumerate(all_lessons):
+    checks = [("lesson folders", lambda: check_folders(root)), ("starters", lambda: check_starters(root))]
+    for lesson in all_lessons:
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
     for i, lesson in enumerate(all_lessons):
         checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
         checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
+        checks.append((f"wrong implementations of {lesson.name}", lambda l=lesson: check_wrong_implementations(l)))
     if docs:
         checks.append(("docs", lambda: check_docs(root)))
     return checks
