@@ -6,8 +6,10 @@ a directive is replaced by Markdown made from the course's files:
     {{ code("solutions/00_memory/agent.py") }}              a whole file (raw=True keeps the fences)
     {{ code("lessons/00_memory/agent.py", "Agent.run") }}   one function, class or method (found with ast)
     {{ task("00.1") }}        the task from lesson.toml: heading, where, description, starter code
+                              (starter=False leaves the code out, when an earlier task showed it)
     {{ tests("00.1") }}       the tests marked with that task: name and what each one checks
     {{ hints("00.1") }}       the task's hints, each folded away, in order
+    {{ tasks("04_repair") }}  every task of a lesson, each followed by its tests and hints
     {{ diff("01_append") }}   what changed from the previous lesson's solution to this one's
 
 A directive may be indented (to sit inside an admonition); its output is indented the same way.
@@ -121,21 +123,37 @@ class Includer:
         return code_block(text, language=_language(path), title=caption, first_line=numbers)
 
     # {{ task("03.1") }}
-    def do_task(self, task_id: str) -> str:
+    def do_task(self, task_id: str, *, starter: bool = True) -> str:
         lesson, task = self._task(task_id)
-        parts = [f"### Task {task.id}: {task.title} {{#task-{_slug(task.id)}}}\n"]
+        parts = [f"### Task {task.id}: {_inline(task.title)} {{#task-{_slug(task.id)}}}\n"]
         module = f"lessons/{lesson.name}/{course.MODULE}"
         if task.where:
             places = " and ".join(f"`{where}`" for where in _wheres(task.where))
             parts.append(f"**Where:** {places} in `{module}`\n")
         if task.description:
-            parts.append(task.description + "\n")
-        if task.where:
-            starter = self._read(module)
+            parts.append(_prose(task.description) + "\n")
+        if task.where and starter:
+            source = self._read(module)
             for where in _wheres(task.where):
-                text, first = section(starter, where, module)
+                text, first = section(source, where, module)
                 parts.append(code_block(text, language="python", title=f"{module} · {where} (starter)",
                                         first_line=first))
+        return "\n".join(parts)
+
+    # {{ tasks("04_repair") }}: every task of a lesson, each with its tests and hints
+    def do_tasks(self, ref: str) -> str:
+        lesson = self._lesson(ref)
+        if not lesson.tasks:
+            raise IncludeError(f"lessons/{lesson.name}/lesson.toml lists no tasks")
+        parts, shown = [], set()
+        for task in lesson.tasks:
+            parts.append(self.do_task(task.id, starter=task.where not in shown))
+            if task.where in shown:
+                parts.append(f"Its starter code is the `{task.where}` shown with an earlier task above.\n")
+            shown.add(task.where)
+            parts.append("The tests that check it:\n")
+            parts.append(self.do_tests(task.id))
+            parts.append(self.do_hints(task.id))
         return "\n".join(parts)
 
     # {{ hints("03.1") }}
@@ -145,7 +163,7 @@ class Includer:
             raise IncludeError(f"task {task_id} has no hints in its lesson.toml")
         blocks = []
         for level, hint in enumerate(task.hints, start=1):
-            body = "\n".join("    " + line if line.strip() else "" for line in hint.strip().splitlines())
+            body = "\n".join("    " + line if line.strip() else "" for line in _prose(hint.strip()).splitlines())
             blocks.append(f'??? tip "Hint {level} of {len(task.hints)} for task {task.id}"\n\n{body}\n')
         return "\n".join(blocks)
 
@@ -181,7 +199,10 @@ class Includer:
         diff = "".join(difflib.unified_diff(old, new, old_path, new_path, n=3))
         if not diff:
             raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
-        return code_block(diff, language="diff", title=f"{old_path} → {new_path}")
+        added = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+        removed = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
+        return (f"{added} lines added, {removed} removed.\n\n"
+                + code_block(diff, language="diff", title=f"{old_path} → {new_path}"))
 
     # helpers -----------------------------------------------------------------------------
 
@@ -337,6 +358,13 @@ def _slug(task_id: str) -> str:
 def _language(path: str) -> str:
     return {".py": "python", ".toml": "toml", ".json": "json", ".jsonl": "json", ".sh": "bash",
             ".yml": "yaml", ".yaml": "yaml"}.get(Path(path).suffix, "text")
+
+
+def _prose(text: str) -> str:
+    """Markdown written in lesson.toml, with '<' and '>' outside `code` shown as themselves (not HTML)."""
+    pieces = re.split(r"(`+[^`]*`+)", text)
+    return "".join(piece if piece.startswith("`") else
+                   piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for piece in pieces)
 
 
 def _inline(text: str) -> str:
