@@ -91,3 +91,18 @@ def test_missing_hints_and_untested_tasks_are_reported(copy):
 
     assert any("01.4 has 1 hint" in p for p in problems), problems
     assert any("01.4 has no test" in p for p in problems), problems
+
+
+def test_a_wrong_implementation_that_no_test_catches_is_reported(copy):
+    wrong = copy / "solutions/01_append/wrong.toml"
+    wrong.write_text(wrong.read_text() + '''
+[[wrong]]
+what = "a harmless edit"
+find = "# Disk first: if the write fails, memory does not claim a message the log lacks."
+replace = "# (edited)"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+''')
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert finding.problems == ["'a harmless edit' is not caught: test_non_ascii_text_stays_readable_in_the_file passes on it"]

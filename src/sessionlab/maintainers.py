@@ -192,26 +192,40 @@ def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
 
 
 def check_wrong_implementations(lesson: course.Lesson) -> Finding:
+    """Each wrong implementation must make the test named for it fail.
+
+    All of a lesson's mutants run in one pytest process (`--impl a:b:c`), each selected
+    with its own test: `-k "(test_x and impl00) or (test_y and impl01) ..."`.
+    """
     finding = Finding(f"wrong implementations of {lesson.name} are caught")
     wrongs = wrong_implementations(lesson)
     if not wrongs:
         finding.problems.append(f"solutions/{lesson.name}/wrong.toml lists no wrong implementations")
+        return finding
     solution = lesson.module_path("solution").read_text(encoding="utf-8")
+    usable = []
     for wrong in wrongs:
-        if solution.count(wrong.find) != 1:
+        if solution.count(wrong.find) == 1:
+            usable.append(wrong)
+        else:
             finding.problems.append(f"{wrong.what!r}: its `find` text occurs {solution.count(wrong.find)} "
                                     "times in the solution (it must occur exactly once)")
-            continue
-        with tempfile.TemporaryDirectory() as temp:
-            mutant = Path(temp) / lesson.name / course.MODULE
+    with tempfile.TemporaryDirectory() as temp:
+        paths = []
+        for i, wrong in enumerate(usable):
+            mutant = Path(temp) / f"wrong{i:02d}" / course.MODULE
             mutant.parent.mkdir()
             mutant.write_text(solution.replace(wrong.find, wrong.replace), encoding="utf-8")
-            status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"],
-                                                "--impl", str(mutant), "-k", wrong.caught_by)
-        outcomes = {r["name"].split("[")[0]: r["outcome"] for r in report.get("results", [])}
-        if wrong.caught_by not in outcomes:
+            paths.append(str(mutant))
+        select = " or ".join(f"({wrong.caught_by} and impl{i:02d})" for i, wrong in enumerate(usable))
+        status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"],
+                                            "--impl", os.pathsep.join(paths), "-k", select)
+    for i, wrong in enumerate(usable):
+        outcomes = [r["outcome"] for r in report.get("results", [])
+                    if r["name"].startswith(wrong.caught_by + "[") and f"impl{i:02d}" in r["name"]]
+        if not outcomes:
             finding.problems.append(f"{wrong.what!r}: no test named {wrong.caught_by} ran:\n{output}")
-        elif status == 0:
+        elif "failed" not in outcomes:
             finding.problems.append(f"{wrong.what!r} is not caught: {wrong.caught_by} passes on it")
     return finding
 

@@ -32,7 +32,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--solution", action="store_true", default=_env_flag("SESSIONLAB_SOLUTION"),
                     help="run lesson tests against solutions/NN_topic instead of lessons/NN_topic")
     group.addoption("--impl", default=os.environ.get("SESSIONLAB_IMPL"), metavar="PATH",
-                    help="run lesson tests against this agent.py (maintainers: later solutions on earlier tests)")
+                    help="run lesson tests against this agent.py (maintainers: later solutions on "
+                         "earlier tests); several paths joined by ':' run every test once per path, "
+                         "with test ids [impl00], [impl01] ...")
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
 
@@ -57,9 +59,23 @@ def lesson_folder_of(path: Path) -> Path | None:
     return None
 
 
+def impl_paths(config: pytest.Config) -> list[Path]:
+    impl = config.getoption("--impl")
+    return [Path(part).resolve() for part in impl.split(os.pathsep) if part] if impl else []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Several implementations in one process: the maintainers' check runs every wrong
+    # implementation of a lesson this way instead of paying pytest's start-up per mutant.
+    paths = impl_paths(metafunc.config)
+    if len(paths) > 1 and "lesson" in metafunc.fixturenames:
+        metafunc.parametrize("lesson", paths, indirect=True,
+                             ids=[f"impl{i:02d}" for i in range(len(paths))])
+
+
 def module_under_test(config: pytest.Config, test_path: Path) -> Path:
-    if impl := config.getoption("--impl"):
-        return Path(impl).resolve()
+    if paths := impl_paths(config):
+        return paths[0]
     folder = lesson_folder_of(test_path)
     if folder is None:
         raise course.CourseError(f"{test_path} is not inside lessons/NN_topic/")
@@ -71,6 +87,9 @@ def module_under_test(config: pytest.Config, test_path: Path) -> Path:
 @pytest.fixture
 def lesson(request: pytest.FixtureRequest) -> ModuleType:
     """The lesson module under test: the student's agent.py, or the solution with --solution."""
+    if hasattr(request, "param"):   # one of several --impl paths
+        index = impl_paths(request.config).index(request.param)
+        return course.load_module(request.param, f"sessionlab_impl.impl{index:02d}")
     path = module_under_test(request.config, Path(str(request.path)))
     side = "impl" if request.config.getoption("--impl") else (
         "solution" if request.config.getoption("--solution") else "lesson")
