@@ -318,6 +318,9 @@ def check_page(tools: DevTools, url: str, is_lesson: bool) -> tuple[list[str], d
             divs, rendered = svg_count_in_shadow_roots(tree)
             if rendered >= expected:
                 break
+        if any(event.get("method") == "Runtime.exceptionThrown" for event in tools.events):
+            problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG (the page threw an exception)")
+            break
         if time.monotonic() > deadline:
             problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG within {PAGE_TIMEOUT:.0f} s")
             break
