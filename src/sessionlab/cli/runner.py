@@ -232,6 +232,7 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
         command = [sys.executable, "-m", "pytest",
                    *[str(tests_root / "lessons" / lesson.name) for lesson in lessons],
                    "-q", "--tb=short", "--no-header", "-p", "no:cacheprovider",
+                   "--continue-on-collection-errors",   # one lesson's broken file must not hide the others
                    "--sessionlab-report", str(report)]
         if side == "solution":
             command.append("--solution")
