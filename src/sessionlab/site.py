@@ -10,6 +10,7 @@ a directive is replaced by Markdown made from the course's files:
     {{ tests("00.1") }}       the tests marked with that task: name and what each one checks
     {{ hints("00.1") }}       the task's hints, each folded away, in order
     {{ tasks("04_repair") }}  every task of a lesson, each followed by its tests and hints
+    {{ field("04_repair", "discussion") }}   a text field of the lesson's lesson.toml
     {{ diff("01_append") }}   what changed from the previous lesson's solution to this one's
 
 A directive may be indented (to sit inside an admonition); its output is indented the same way.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,6 +157,15 @@ class Includer:
             parts.append(self.do_tests(task.id))
             parts.append(self.do_hints(task.id))
         return "\n".join(parts)
+
+    # {{ field("04_repair", "discussion") }}: a piece of prose kept in the lesson's lesson.toml
+    def do_field(self, ref: str, key: str) -> str:
+        lesson = self._lesson(ref)
+        path = f"lessons/{lesson.name}/lesson.toml"
+        value = tomllib.loads(self._read(path)).get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise IncludeError(f"{path} has no text field {key!r}")
+        return _prose(value.strip()) + "\n"
 
     # {{ hints("03.1") }}
     def do_hints(self, task_id: str) -> str:

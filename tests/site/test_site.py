@@ -102,6 +102,7 @@ def tiny(tmp_path):
         solution.mkdir(parents=True)
         (folder / "lesson.toml").write_text(textwrap.dedent(f'''
             title = "Lesson {number}"
+            discussion = "Why <this> way."
             [[tasks]]
             id = "{number}.1"
             title = "Write <greet>"
@@ -162,6 +163,10 @@ def test_a_task_shows_its_text_starter_tests_and_folded_hints(tiny):
     assert '??? tip "Hint 1 of 2 for task 00.1"' in out and '??? tip "Hint 2 of 2 for task 00.1"' in out
 
 
+def test_a_text_field_of_lesson_toml_is_included_as_prose(tiny):
+    assert expand('{{ field("00_first", "discussion") }}\n', tiny).strip() == "Why &lt;this&gt; way."
+
+
 def test_the_diff_runs_from_the_previous_lessons_solution(tiny):
     out = expand('{{ diff("01_second") }}\n', tiny)
     assert "solutions/00_first/agent.py → solutions/01_second/agent.py" in out
@@ -177,6 +182,7 @@ def test_the_diff_runs_from_the_previous_lessons_solution(tiny):
     ('{{ diff("00_first") }}', "first one"),
     ('{{ code("../outside.py") }}', "outside the course folder"),
     ('{{ nonsense("x") }}', "unknown directive 'nonsense'"),
+    ('{{ field("00_first", "epilogue") }}', "has no text field 'epilogue'"),
 ])
 def test_anything_missing_stops_the_build_and_names_it(tiny, directive, named):
     with pytest.raises(IncludeError) as error:
