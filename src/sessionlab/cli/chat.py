@@ -17,6 +17,7 @@ and a tool call left without a result by Ctrl-C gets one saying it was interrupt
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import sys
@@ -187,7 +188,8 @@ def choose_lesson(args: argparse.Namespace, ui: Ui, root: Path) -> tuple[Lesson,
 def load_lesson_module(lesson: Lesson, side: str) -> ModuleType:
     path = lesson.module_path(side)
     try:
-        return course.load_module(path, f"sessionlab_chat.{side}_{lesson.name}")
+        tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]   # one name per file
+        return course.load_module(path, f"sessionlab_chat.{side}_{lesson.name}_{tag}")
     except course.CourseError:
         raise
     except Exception as error:
@@ -338,6 +340,10 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
                 module.fork(folder, args.fork_from, session_id, upto=args.at)
                 at = f" at message {args.at}" if args.at is not None else ""
                 ui.out.print(Text(f"forked {args.fork_from}{at} into {session_id}", style="bold"))
+                forked = [e.data for e in show.read_log(folder / f"{session_id}.jsonl").messages]
+                if unanswered_calls(forked):
+                    ui.note(f"message {args.at} cuts a tool call from its result: a provider refuses such a "
+                            "history unless the lesson's code repairs it on resume (lesson 04)")
             elif args.at is not None:
                 raise ChatError("--at needs --fork-from: it says where to cut the session you fork")
             session_id = session_id or new_session_id()
@@ -368,6 +374,8 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     except Exception as error:
         _close(log)
         explained = lesson_error(error, module, session_id, folder)
+        if explained is None and isinstance(error, (ValueError, OSError)):
+            explained = ChatError(f"{type(error).__name__}: {error}")
         if explained is None:
             raise
         raise explained from None

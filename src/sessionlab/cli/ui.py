@@ -86,8 +86,11 @@ def make_ui(stdout=None, stderr=None) -> Ui:
     width = None
     if not (stdout or sys.stdout).isatty() and not os.environ.get("COLUMNS"):
         width = 100   # pipes and CI logs: wide enough for the tables, no terminal to ask
-    out = Console(file=stdout or sys.stdout, highlight=False, width=width)
-    err = Console(file=stderr or sys.stderr, highlight=False, width=width)
+    # In plain text a line is never broken in two (grep and logs want whole lines);
+    # tables still fit the width.
+    plain = width is not None
+    out = Console(file=stdout or sys.stdout, highlight=False, width=width, soft_wrap=plain)
+    err = Console(file=stderr or sys.stderr, highlight=False, width=width, soft_wrap=plain)
     return Ui(out=out, err=err)
 
 
