@@ -248,7 +248,9 @@ def _when(value: Any) -> str:
 def render_log(log: Log, ui: Ui, *, limit: int | None = PREVIEW) -> Group:
     parts: list = []
     title = Text(f"session {log.id}", style="bold")
-    title.append(f"   {log.path}  ·  {len(log.messages)} messages  ·  {size_text(log.size)}", style="dim")
+    count = len(log.messages)
+    title.append(f"   {log.path}  ·  {count} message{'s' if count != 1 else ''}  ·  {size_text(log.size)}",
+                 style="dim")
     parts.append(title)
     if log.meta:
         parent = log.meta.get("parent")
@@ -308,12 +310,12 @@ def render_log(log: Log, ui: Ui, *, limit: int | None = PREVIEW) -> Group:
 # --- a folder: the fork tree -----------------------------------------------------------------
 
 
-def render_folder(folder: Path, ui: Ui) -> Group | Text:
+def render_folder(folder: Path, ui: Ui) -> list:
     logs = sorted(folder.glob("*.jsonl"))
     metas = {p.name.removesuffix(".meta.json"): _read_json(p) or {} for p in folder.glob("*.meta.json")}
     ids = sorted({p.name.removesuffix(".jsonl") for p in logs} | set(metas))
     if not ids:
-        return Text(f"{folder}: no sessions here yet.")
+        return [Text(f"{folder}: no sessions here yet.")]
     summaries = {}
     for session_id in ids:
         path = folder / f"{session_id}.jsonl"
@@ -326,11 +328,13 @@ def render_folder(folder: Path, ui: Ui) -> Group | Text:
     def label(session_id: str) -> Text:
         log = summaries[session_id]
         meta = metas.get(session_id, {})
-        text = Text(session_id, style="bold")
+        text = Text()
+        text.append(session_id, style="bold")
         if log is None:
             text.append("  (meta file only: the log is missing)", style="red")
             return text
-        text.append(f"  {len(log.messages)} messages", style="")
+        count = len(log.messages)
+        text.append(f"  {count} message{'s' if count != 1 else ''}")
         if meta.get("parent"):
             at = meta.get("forked_at")
             text.append(f"  forked from {meta['parent']}" + (f" at {at}" if at is not None else ""), style="dim")
@@ -350,29 +354,45 @@ def render_folder(folder: Path, ui: Ui) -> Group | Text:
             text.append_text(lock_text(log.lock))
         return text
 
-    tree = Tree(Text(f"{folder}", style="bold"), guide_style="dim")
+    # (depth, is the last child, session id) in tree order
+    order: list[tuple[list[bool], str]] = []
 
-    def add(node: Tree, parent: str | None, seen: set[str]) -> None:
-        for session_id in children.get(parent, []):
-            if session_id in seen:
-                continue
+    def walk(parent: str | None, trail: list[bool], seen: set[str]) -> None:
+        kids = [k for k in children.get(parent, []) if k not in seen]
+        for n, session_id in enumerate(kids):
             seen.add(session_id)
-            add(node.add(label(session_id)), session_id, seen)
+            order.append((trail + [n == len(kids) - 1], session_id))
+            walk(session_id, trail + [n == len(kids) - 1], seen)
 
     seen: set[str] = set()
-    add(tree, None, seen)
+    walk(None, [], seen)
     for session_id in ids:          # a parent loop (hand-edited meta files): still show them
         if session_id not in seen:
             seen.add(session_id)
-            add(tree.add(label(session_id)), session_id, seen)
-    parts: list = [tree]
+            order.append(([True], session_id))
+            walk(session_id, [True], seen)
+
+    if ui.plain:
+        # Plain text: ASCII guides, one unbroken line per session.
+        lines: list = [Text(str(folder))]
+        for trail, session_id in order:
+            guide = "".join("    " if last else "|   " for last in trail[:-1]) + ("`-- " if trail[-1] else "|-- ")
+            lines.append(Text(guide) + label(session_id))
+        tree: Any = lines
+    else:
+        root_node = Tree(Text(f"{folder}", style="bold"), guide_style="dim")
+        nodes: dict[int, Tree] = {0: root_node}
+        for trail, session_id in order:
+            nodes[len(trail)] = nodes[len(trail) - 1].add(label(session_id))
+        tree = [root_node]
+    parts: list = list(tree)
     blobs = folder / "blobs"
     if blobs.is_dir():
         files = [p for p in blobs.iterdir() if p.is_file()]
         parts.append(Text(f"blobs/: {len(files)} file(s), {size_text(sum(p.stat().st_size for p in files))}, "
                           "shared by every session here", style="dim"))
     parts.append(Text(f"`sessionlab show ID --sessions {folder}` shows one log.", style="dim"))
-    return Group(*parts)
+    return parts
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -402,7 +422,8 @@ def cmd_show(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
                  else "give a session id with --sessions DIR, a .jsonl file, or a sessions folder")
         return 1
     if path.is_dir():
-        ui.out.print(render_folder(path, ui))
+        for part in render_folder(path, ui):
+            ui.out.print(part)
         return 0
     ui.out.print(render_log(read_log(path), ui, limit=None if args.full else PREVIEW))
     return 0
