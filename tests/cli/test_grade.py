@@ -1,0 +1,81 @@
+"""`sessionlab grade`: a class of student copies, each lesson in its own process with a timeout."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+
+import pytest
+
+from .conftest import REPO, SOLUTION, STARTER, make_course
+
+
+@pytest.fixture
+def classroom(tmp_path):
+    """Three students on lesson 00: finished; untouched with an edited test; stuck in a loop."""
+    room = tmp_path / "class"
+    make_course(room / "alice", {"00_memory": SOLUTION})
+    bob = make_course(room / "bob", {"00_memory": STARTER})
+    with (bob / "lessons" / "00_memory" / "test_memory.py").open("a") as handle:
+        handle.write("\n\ndef test_i_always_pass():\n    pass\n")
+    carol = make_course(room / "carol", {"00_memory": SOLUTION})
+    module = carol / "lessons" / "00_memory" / "agent.py"
+    module.write_text(module.read_text().replace("    def run(self, user_text: str) -> str:\n",
+                                                 "    def run(self, user_text: str) -> str:\n        while True: pass\n", 1))
+    (room / "notes.txt").write_text("not a student")
+    return room
+
+
+def test_grade_prints_a_table_and_writes_csv_and_json(cli, classroom, tmp_path, monkeypatch):
+    course = make_course(tmp_path / "teacher", {"00_memory": STARTER})
+    monkeypatch.chdir(course)
+    sys.modules.pop("sessionlab_impl.impl_00_memory", None)
+
+    run = cli("grade", classroom, tmp_path / "nobody", "--timeout", "4",
+              "--csv", tmp_path / "grades.csv", "--json", tmp_path / "grades.json")
+
+    assert run.status == 0, run.text
+    rows = {line.split()[0]: line for line in run.out.splitlines() if line.split()}
+    assert "10/10" in rows["alice"] and "1/1" in rows["alice"]
+    assert "0/10*" in rows["bob"], "bob's own extra test does not count, and his edit is flagged"
+    assert "timeout" in rows["carol"]
+    assert "no such folder" in run.out
+    assert "differs from the course's" in run.out
+
+    with open(tmp_path / "grades.csv", newline="") as handle:
+        table = {(r["student"], r["lesson"]): r for r in csv.DictReader(handle)}
+    assert table[("alice", "00_memory")]["passed"] == "10" and table[("alice", "00_memory")]["state"] == "done"
+    assert table[("bob", "00_memory")]["tests_edited"] == "yes"
+    assert table[("carol", "00_memory")]["state"] == "timeout"
+
+    report = json.loads((tmp_path / "grades.json").read_text())
+    students = {s["name"]: s for s in report["students"]}
+    assert report["tests"] == "course"
+    assert students["alice"]["lessons"]["00_memory"]["tasks"] == {"00.1": "passed", "00.2": "passed"}
+    failures = students["bob"]["lessons"]["00_memory"]["failures"]
+    assert failures and all("not written yet" in f["message"] for f in failures)
+
+    assert not [name for name in sys.modules if name.startswith("sessionlab_impl.")], (
+        "the grader must never import a student's code into its own process")
+
+
+def test_own_tests_runs_each_students_copy_of_the_tests(cli, tmp_path):
+    room = tmp_path / "class"
+    bob = make_course(room / "bob", {"00_memory": STARTER})
+    with (bob / "lessons" / "00_memory" / "test_memory.py").open("a") as handle:
+        handle.write("\n\ndef test_i_always_pass():\n    pass\n")
+
+    run = cli("grade", room, "--own-tests", "--json", tmp_path / "g.json")
+
+    assert run.status == 0, run.text
+    bob_row = next(line for line in run.out.splitlines() if line.startswith("bob"))
+    assert "1/11" in bob_row
+    assert json.loads((tmp_path / "g.json").read_text())["tests"] == "own"
+
+
+def test_grade_needs_at_least_one_student(cli, tmp_path):
+    run = cli("grade", tmp_path / "nobody")
+    assert run.status == 2
+    assert "no such folder" in run.err
