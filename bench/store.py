@@ -35,8 +35,8 @@ WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "l
 
 TITLES = {
     "append": "append N, one at a time (per append)",
-    "append_first": "per append, first 1% of the session",
-    "append_last": "per append, last 1% of the session",
+    "append_first": "typical append, first 1% of the session",
+    "append_last": "typical append, last 1% of the session",
     "growth": "per-append growth (last 1% / first 1%)",
     "append_one": "one append into a session of N (open, append, close)",
     "load": "load a session of N",
@@ -44,8 +44,8 @@ TITLES = {
     "durable": "durable append, fsync each (per append)",
 }
 
-UNITS = {"append": "us", "append_first": "us", "append_last": "us", "growth": "x",
-         "append_one": "us", "load": "ms", "fork": "ms", "durable": "us"}
+UNITS = {"append": "µs", "append_first": "µs", "append_last": "µs", "growth": "x",
+         "append_one": "µs", "load": "ms", "fork": "ms", "durable": "µs"}
 
 # (workload, limit, wording) — the reference store's targets, all as ratios.
 TARGETS = (
@@ -297,8 +297,10 @@ def per_run_figures(run: Run, cfg: Config) -> tuple[dict[str, float], dict[str, 
     if run.append_times:
         series, extrapolated = predicted(run.append_times, n)
         figs["append"] = sum(series) / n / 1e3
-        figs["append_first"] = sum(series[:edge]) / edge / 1e3
-        figs["append_last"] = sum(series[-edge:]) / edge / 1e3
+        # The median append in each window: how much one append costs at that size, without
+        # the odd one that waited for the CPU on a shared machine.
+        figs["append_first"] = statistics.median(series[:edge]) / 1e3
+        figs["append_last"] = statistics.median(series[-edge:]) / 1e3
         figs["growth"] = figs["append_last"] / figs["append_first"] if figs["append_first"] else float("nan")
         info["append_measured"] = len(run.append_times)
         info["append_extrapolated"] = extrapolated
@@ -406,6 +408,9 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
         try:
             for phase in PHASES:
                 log(f"  run {r + 1}/{cfg.repeat}: {phase.__name__.removeprefix('phase_')}")
+                # Write back what earlier phases left in the page cache (untimed), so that no
+                # store's fsync pays for another store's hundred megabytes.
+                os.sync()
                 for store in order:
                     if store.key in broken:
                         continue
@@ -456,7 +461,7 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
 
 def fmt_value(value: float, unit: str) -> str:
     if unit == "x":
-        return f"{value:.2f}x"
+        return fmt_ratio(value)
     if value >= 100_000:
         return f"{value:,.0f} {unit}"
     if value >= 100:
@@ -471,8 +476,16 @@ def cell(entry: dict[str, Any], unit: str) -> tuple[str, str]:
     if entry.get("value") is None:
         return "n/a", ""
     star = "*" if entry.get("extrapolated") else ""
-    ratio = f"{entry['ratio']:.2f}x" if "ratio" in entry else ""
+    ratio = fmt_ratio(entry["ratio"]) if "ratio" in entry else ""
     return fmt_value(entry["value"], unit) + star, ratio
+
+
+def fmt_ratio(ratio: float) -> str:
+    if ratio >= 100:
+        return f"{ratio:,.0f}x"
+    if ratio >= 10:
+        return f"{ratio:.1f}x"
+    return f"{ratio:.2f}x"
 
 
 def target_text(result: dict[str, Any], workload: str) -> str:
@@ -546,7 +559,9 @@ def print_table(result: dict[str, Any], console) -> None:
 
 def markdown_table(result: dict[str, Any]) -> str:
     keys = columns(result)
-    head = ["workload"] + [result["stores"][k]["label"] for k in keys] + ["target"]
+    from bench.plot import _short
+
+    head = ["workload"] + [_short(result["stores"][k]["label"]) for k in keys] + ["target"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(keys) + ["---"]) + "|"]
     for w, data in result["workloads"].items():
         title = data["title"].replace(" N", f" {data['n']:,}").replace("of N", f"of {data['n']:,}")
