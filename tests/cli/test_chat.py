@@ -22,14 +22,20 @@ from sessionlab.server import ModelServer
 from sessionlab.town import Town
 from sessionlab.town_model import play, town_model
 
-from .conftest import SOLUTION, STARTER
+from .conftest import REPO, SOLUTION, STARTER
 
 QUEST = "ask the elder about the cave\n"
 
 
+ALL = ["00_memory", "01_append", "02_load", "03_fork", "04_repair", "05_lock", "06_blobs", "07_undo"]
+LESSONS = [name for name in ALL if (REPO / "lessons" / name / "lesson.toml").exists()
+           and (REPO / "solutions" / name / "agent.py").exists()]
+RESUMING = [name for name in LESSONS if name >= "02"]
+
+
 @pytest.fixture
 def chat_course(course_copy):
-    return course_copy({"00_memory": STARTER, "01_append": STARTER, "02_load": STARTER, "03_fork": STARTER})
+    return course_copy({name: STARTER for name in LESSONS})
 
 
 @pytest.fixture
@@ -61,10 +67,11 @@ def test_tool_calls_and_results_are_shown_as_they_happen_and_saved(cli, chat_cou
     assert "sessionlab chat quest --lesson 02 --solution" in run.out, "it says how to continue"
 
 
-def test_a_session_continues_in_a_new_chat(cli, chat_course, sessions):
-    cli(*reference(chat_course, sessions), "quest", input=QUEST)
+@pytest.mark.parametrize("lesson", RESUMING)
+def test_a_session_continues_in_a_new_chat(cli, chat_course, sessions, lesson):
+    cli(*reference(chat_course, sessions, lesson[:2]), "quest", input=QUEST)
 
-    run = cli(*reference(chat_course, sessions), "quest", input="what did the elder say?\n")
+    run = cli(*reference(chat_course, sessions, lesson[:2]), "quest", input="what did the elder say?\n")
 
     assert run.status == 0, run.text
     assert "4 message(s) read back" in run.out
@@ -175,9 +182,10 @@ class TownThatIsInterrupted(Town):
         raise KeyboardInterrupt
 
 
-def test_ctrl_c_during_a_tool_call_leaves_a_log_that_resumes(cli, chat_course, sessions, monkeypatch):
+@pytest.mark.parametrize("lesson", RESUMING)
+def test_ctrl_c_during_a_tool_call_leaves_a_log_that_resumes(cli, chat_course, sessions, monkeypatch, lesson):
     monkeypatch.setattr(chat, "Town", TownThatIsInterrupted)
-    run = cli(*reference(chat_course, sessions), "quest", input="buy a torch and a rope\nnever read\n")
+    run = cli(*reference(chat_course, sessions, lesson[:2]), "quest", input="buy a torch and a rope\nnever read\n")
 
     assert run.status == 130
     assert "interrupted" in run.out and "2 tool call(s) answered as interrupted" in run.out
@@ -186,7 +194,7 @@ def test_ctrl_c_during_a_tool_call_leaves_a_log_that_resumes(cli, chat_course, s
     assert all(m["content"].startswith("interrupted") for m in log[2:])
 
     monkeypatch.setattr(chat, "Town", Town)
-    resumed = cli(*reference(chat_course, sessions), "quest", input="what do we have?\n")
+    resumed = cli(*reference(chat_course, sessions, lesson[:2]), "quest", input="what do we have?\n")
     assert resumed.status == 0, resumed.text
     assert resumed.err == "", "the resumed history is accepted by the (validating) model"
     assert "not bought anything" in resumed.out
@@ -310,10 +318,8 @@ def test_interrupted_mid_turn_in_a_terminal_then_resumed(chat_course, sessions, 
     assert [m["role"] for m in last["messages"][1:]] == ["user", "assistant", "tool", "user"]
 
 
+@pytest.mark.skipif("05_lock" not in LESSONS, reason="lesson 05 is not in the course yet")
 def test_a_session_busy_in_another_process_is_one_line(cli, course_copy, sessions, tmp_path):
-    from .conftest import REPO
-    if not (REPO / "lessons" / "05_lock" / "lesson.toml").exists():
-        pytest.skip("lesson 05 (the lock) is not in the course yet")
     course = course_copy({"05_lock": STARTER})
     holder = pexpect.spawn(sys.executable, ["-c", (
         "import sys; from sessionlab.course import load_module\n"
@@ -331,3 +337,34 @@ def test_a_session_busy_in_another_process_is_one_line(cli, course_copy, session
     assert run.status == 1
     assert "SessionBusy" in run.err and str(holder.pid) in run.err
     assert "--fork-from quest" in run.err
+    assert "Traceback" not in run.text
+
+
+@pytest.mark.skipif("04_repair" not in LESSONS, reason="lesson 04 is not in the course yet")
+def test_a_crashed_log_is_repaired_on_resume_from_lesson_04(cli, chat_course, sessions):
+    sessions.mkdir()
+    crashed = [{"role": "user", "content": "buy a rope"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}]
+    (sessions / "crashed.jsonl").write_text("".join(json.dumps(m) + "\n" for m in crashed) + '{"role": "to')
+
+    run = cli(*reference(chat_course, sessions, "04"), "crashed", input="what do we have?\n")
+
+    assert run.status == 0, run.text
+    assert "repaired on resume" in run.out
+    assert "HTTP 400" not in run.err
+    shown = cli("show", "crashed", "--sessions", sessions)
+    assert "── repair ──" in shown.out and "[written by the repair]" in shown.out
+
+
+@pytest.mark.skipif("07_undo" not in LESSONS, reason="lesson 07 is not in the course yet")
+def test_undo_in_a_chat_is_struck_through_in_show(cli, chat_course, sessions):
+    run = cli(*reference(chat_course, sessions, "07"), "quest",
+              input=QUEST + "ask the guard about the cave\n/undo\n/history\n")
+    assert run.status == 0, run.text
+    assert "took back 1 turn(s); 4 message(s) remain" in run.out
+    shown = cli("show", "quest", "--sessions", sessions)
+    guard = [line for line in shown.out.splitlines() if "guard" in line and line.lstrip().startswith("[")]
+    assert guard and all("(undone)" in line for line in guard)
+    elder = next(line for line in shown.out.splitlines() if "[0]" in line)
+    assert "(undone)" not in elder

@@ -263,6 +263,15 @@ def showing(agent_class: type, printer: Printer) -> type:
             if self._printer is not None:
                 self._printer(message)
 
+    if hasattr(agent_class, "flush"):
+        # Lesson 07 writes in flush(): hold Ctrl-C there too, so a message is never written
+        # and still left pending (it would be written twice).
+        def flush(self):
+            with interrupts_held():
+                agent_class.flush(self)
+
+        ShownAgent.flush = flush
+
     ShownAgent.__name__ = agent_class.__name__
     ShownAgent.__qualname__ = agent_class.__qualname__
     return ShownAgent
@@ -286,6 +295,8 @@ def settle(agent: Any, ui: Ui) -> int:
     missing = unanswered_calls(list(getattr(agent, "messages", [])))
     for call_id in missing:
         agent.record({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED})
+    if callable(getattr(agent, "flush", None)) and getattr(agent, "session", None) is not None:
+        agent.flush()       # lesson 07 keeps recorded messages pending until a flush
     return len(missing)
 
 
@@ -385,6 +396,8 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     try:
         status = _loop(agent, ui, module, choice, interactive, session_id, folder)
     finally:
+        if log is not None and callable(getattr(agent, "flush", None)):
+            agent.flush()       # lesson 07: nothing recorded stays behind in the pending buffer
         _close(log)
     if log is not None:
         resume = f"sessionlab chat {session_id} --lesson {lesson.number}" + (" --solution" if side == "solution" else "")
