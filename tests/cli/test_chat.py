@@ -368,3 +368,17 @@ def test_undo_in_a_chat_is_struck_through_in_show(cli, chat_course, sessions):
     assert guard and all("(undone)" in line for line in guard)
     elder = next(line for line in shown.out.splitlines() if "[0]" in line)
     assert "(undone)" not in elder
+
+
+@pytest.mark.skipif("06_blobs" not in LESSONS, reason="lesson 06 is not in the course yet")
+def test_a_large_paste_is_shown_as_a_blob_by_its_size(cli, chat_course, sessions):
+    paste = "ask the elder about the cave. " + "The map of the cave, copied by hand. " * 400
+    run = cli(*reference(chat_course, sessions, "06"), "quest", input=paste + "\n")
+    assert run.status == 0, run.text
+    assert len((sessions / "quest.jsonl").read_bytes()) < 2000, "the paste went to blobs/"
+
+    shown = cli("show", "quest", "--sessions", sessions)
+    first = next(line for line in shown.out.splitlines() if "[0]" in line)
+    assert f"[blob {len(paste.encode()) / 1024:.1f} KB · sha256 " in first and "ask the elder" in first
+    assert "MISSING" not in first
+    assert "blobs/: 1 file(s)" in cli("show", sessions).out
