@@ -29,8 +29,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
-import openai
 from rich.text import Text
 
 from .. import course
@@ -80,6 +78,9 @@ class ChatError(Exception):
 
 
 def choose_model(args: argparse.Namespace) -> ModelChoice:
+    import httpx
+    import openai
+
     timeout = httpx.Timeout(args.timeout, connect=5.0)
     if args.ollama:
         base = ollama_url() + "/v1"
@@ -100,8 +101,10 @@ def choose_model(args: argparse.Namespace) -> ModelChoice:
     return ModelChoice(model.client(), model.model, model.base_url, "scripted")
 
 
-def discover_model(client: openai.OpenAI, base: str) -> str:
+def discover_model(client: Any, base: str) -> str:
     """With --base-url and no --model: the server's only model, if it has exactly one."""
+    import openai
+
     try:
         names = [m.id for m in client.models.list()]
     except openai.APIError as error:
@@ -112,7 +115,7 @@ def discover_model(client: openai.OpenAI, base: str) -> str:
                     "name one with --model NAME")
 
 
-def _server_message(error: openai.APIStatusError) -> str:
+def _server_message(error: Any) -> str:
     body = error.body
     if isinstance(body, dict):
         inner = body.get("error", body)
@@ -125,6 +128,8 @@ def _server_message(error: openai.APIStatusError) -> str:
 
 def explain(error: Exception, choice: ModelChoice) -> ChatError:
     """A model error as one line and what to do about it."""
+    import openai
+
     where = choice.base_url
     ollama = choice.kind == "ollama"
     if isinstance(error, openai.APITimeoutError):
@@ -423,6 +428,8 @@ def _read(ui: Ui, interactive: bool) -> str:
 
 def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interactive: bool,
           session_id: str | None, folder: Path) -> int:
+    import openai
+
     while True:
         try:
             text = _read(ui, interactive)

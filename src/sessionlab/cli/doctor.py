@@ -13,7 +13,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import httpx
 from rich.text import Text
 
 from .. import course
@@ -48,6 +47,8 @@ def ollama_url(given: str | None = None) -> str:
 
 def ollama_models(url: str, timeout: float = 1.5) -> list[str]:
     """The models a running Ollama has; raises httpx.HTTPError when it does not answer."""
+    import httpx
+
     response = httpx.get(f"{url}/api/tags", timeout=timeout)
     response.raise_for_status()
     return sorted(model.get("name", "?") for model in response.json().get("models", []))
@@ -123,6 +124,8 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         value = os.environ.get(name)
         shown = ("set" if name.endswith("KEY") else value) if value else "not set"
         row(None if not value else True, name, shown, "used by `sessionlab chat --model`" if value else "optional")
+
+    import httpx
 
     url = ollama_url(args.ollama_url)
     try:
