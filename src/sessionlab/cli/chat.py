@@ -253,7 +253,7 @@ class Printer:
         if role == "user" and not self.echo_user:
             return
         for row in show.message_rows(message, names=self.names, limit=600):
-            self.ui.out.print(row, soft_wrap=True)
+            self.ui.out.print(show.hanging(row, 8, self.ui))
 
 
 def showing(agent_class: type, printer: Printer) -> type:
@@ -485,13 +485,15 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
         names = show.call_names(agent.messages)
         for k, message in enumerate(agent.messages):
             for row in show.message_rows(message, names=names, folder=folder, prefix=f"[{k}] ".rjust(6)):
-                ui.out.print(row, soft_wrap=True)
+                ui.out.print(show.hanging(row, 14, ui))
         if not agent.messages:
             ui.out.print("(nothing yet)")
     elif word == "town":
         town = agent.tools
         ui.out.print(f"gold: {town.gold}; items: {', '.join(town.inventory) or 'none'}")
-    elif word == "undo" and hasattr(agent, "undo"):
+    elif word == "undo" and not hasattr(agent, "undo"):
+        ui.error("this lesson's agent cannot undo", "undo arrives in lesson 07: --lesson 07")
+    elif word == "undo":
         turns = int(rest) if rest.strip().isdigit() else 1
         try:
             agent.undo(turns)

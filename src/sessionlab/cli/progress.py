@@ -70,16 +70,17 @@ def pick_lesson(ref: str | None, root: Path, ui: Ui, runner: Runner, *, fresh: b
     return current_lesson(all_lessons, results) or all_lessons[-1], results
 
 
-def lesson_heading(lesson: Lesson) -> Text:
+def lesson_heading(lesson: Lesson, side: str = "lesson") -> Text:
     text = Text(f"Lesson {lesson.number} · ", style="bold")
     text.append(lesson.title, style="bold cyan")
-    text.append(f"   lessons/{lesson.name}/{course.MODULE}", style="dim")
+    folder = "solutions" if side == "solution" else "lessons"
+    text.append(f"   {folder}/{lesson.name}/{course.MODULE}", style="dim")
     return text
 
 
 def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure: bool = False) -> Group:
     """What a student needs to see about one lesson: tasks, counts, the first failure in words."""
-    parts: list = [lesson_heading(lesson)]
+    parts: list = [lesson_heading(lesson, result.side)]
     tasks = Table.grid(padding=(0, 1))
     for task in lesson.tasks:
         state = result.task_state(task.id)
@@ -112,7 +113,8 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
             message = f"{test.exception}: {message}"
         parts.append(Text("  " + message.replace("\n", "\n  ")))
     if first is not None:
-        parts.append(Text(f"Full output: pytest lessons/{lesson.name}", style="dim"))
+        switch = " --solution" if result.side == "solution" else ""
+        parts.append(Text(f"Full output: pytest lessons/{lesson.name}{switch}", style="dim"))
     return Group(*parts)
 
 
@@ -164,8 +166,6 @@ def cmd_check(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     runner = runner_for(args, root)
     lesson, results = pick_lesson(args.lesson, root, ui, runner, fresh=args.fresh)
     result = results[lesson.name]
-    if args.solution:
-        ui.out.print(Text("(the reference solution)", style="dim"))
     ui.out.print(lesson_report(ui, lesson, result, every_failure=args.verbose))
     return 0 if result.passed else 1
 

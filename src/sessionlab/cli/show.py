@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
@@ -124,7 +125,7 @@ def size_text(size: int | float) -> str:
 
 def shorten(text: str, limit: int | None) -> str:
     text = text.replace("\r\n", "\n")
-    if limit is None or len(text) <= limit:
+    if limit is None or len(text) <= limit + limit // 4:     # never cut off just a few words
         return text
     return text[:limit].rstrip() + f" … ({len(text) - limit} more characters)"
 
@@ -210,6 +211,17 @@ def message_rows(message: dict[str, Any], *, names: dict[str, str] | None = None
     return rows
 
 
+def hanging(row: Text, indent: int, ui: Ui):
+    """A row that wraps under its text, not under its label, in a terminal; one line in plain text."""
+    if ui.plain:
+        return row
+    grid = Table.grid(padding=0)
+    grid.add_column(width=indent, no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(row[:indent], row[indent:])
+    return grid
+
+
 def call_names(messages) -> dict[str, str]:
     names = {}
     for message in messages:
@@ -282,7 +294,7 @@ def render_log(log: Log, ui: Ui, *, limit: int | None = PREVIEW) -> Group:
                         row.append("   (undone)")
                 if repairing and role == "tool":
                     row.append("   [written by the repair]", style="bold yellow")
-                parts.append(row)
+                parts.append(hanging(row, len(prefix) + 8, ui))
         elif entry.kind == "marker":
             kind = entry.data.get("$marker")
             details = {k: v for k, v in entry.data.items() if k != "$marker"}
