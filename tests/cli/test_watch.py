@@ -66,6 +66,20 @@ def test_watch_runs_on_save_never_moves_on_alone_and_obeys_its_keys(starting):
     assert child.exitstatus == 0
 
 
+def test_sessionlab_alone_in_a_terminal_watches_the_current_lesson(course):
+    env = {**os.environ, "COLUMNS": "110", "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "sessionlab", "--course", str(course)], env=env,
+                          encoding="utf-8", timeout=EXPECT, dimensions=(50, 110))
+    try:
+        child.expect("Lesson 01")
+        child.expect("watching lessons/01_append/agent.py")
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
 def test_sessionlab_alone_outside_a_terminal_shows_the_status_once(course):
     run = run_module("--course", course)
     assert run.status == 0, run.text
