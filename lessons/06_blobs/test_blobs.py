@@ -1,0 +1,391 @@
+"""Lesson 06: large content out of line.
+
+Run: pytest lessons/06_blobs            (your code)
+     pytest lessons/06_blobs --solution (the reference)
+"""
+
+import hashlib
+import json
+import os
+import re
+
+import pytest
+
+from sessionlab.scripted import ScriptedModel, SimulatedCrash, call, say, use
+from sessionlab.town import Town
+
+MB = 1024 * 1024
+PASTE = "".join(f"{n:07d} the elder's map of the cave, copied line by line\n" for n in range(MB // 56 + 1))[:MB]
+NON_ASCII = "洞窟の地図 — Ελληνικά, café, emoji 🗺️🔦\n" * 400
+BINARY_LOOKING = "".join(chr(n) for n in range(256)) * 40 + "\r\n\r\x00\u2028\u2029\x85" * 200
+SMALL = {"role": "user", "content": "Hello, elder."}
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def lines_of(path):
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+
+
+def blob_names(sessions):
+    """The blobs stored in the folder (temporary files, which start with a dot, are not blobs)."""
+    folder = sessions / "blobs"
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def reference_in(message):
+    content = message.get("content")
+    assert isinstance(content, dict) and "$blob" in content, (
+        f"a large content should be stored as {{'$blob': <sha256>, 'size': ..., 'preview': ...}}; "
+        f"the line holds {str(content)[:120]!r}")
+    return content
+
+
+class Library:
+    """Tools for the tests: the town's library lends one very long scroll."""
+
+    scroll = "The chronicle of the cave, page after page.\n" * 20_000
+    schemas = [{"type": "function", "function": {
+        "name": "read_scroll", "description": "Read the chronicle of the cave, all of it.",
+        "parameters": {"type": "object", "properties": {}}}}]
+
+    def __init__(self):
+        self.functions = {"read_scroll": lambda: self.scroll}
+
+
+@pytest.mark.key
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+
+    raw = (sessions / "quest-1.jsonl").read_bytes()
+    assert len(raw) < 1024, f"a 1 MB paste should leave a line of a few hundred bytes; the log has {len(raw)} bytes"
+    reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
+    data = PASTE.encode("utf-8")
+    assert reference["$blob"] == sha256(data), (
+        f"the reference should be the sha256 of the content's UTF-8 bytes ({sha256(data)}), got {reference['$blob']!r}")
+    assert reference.get("size") == len(data), f"size is the content's length in bytes ({len(data)}), got {reference.get('size')!r}"
+    preview = reference.get("preview")
+    assert isinstance(preview, str) and 0 < len(preview) <= 200 and PASTE.startswith(preview), (
+        f"preview should be the first hundred or so characters of the content, got {preview!r}")
+    blob = sessions / "blobs" / reference["$blob"]
+    assert blob.is_file() and blob.read_bytes() == data, f"the content's bytes should be stored whole in {blob}"
+
+
+@pytest.mark.key
+@pytest.mark.task("06.3")
+@pytest.mark.parametrize("content", [PASTE, NON_ASCII, BINARY_LOOKING], ids=["1 MB paste", "non-ASCII", "binary-looking"])
+def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
+    messages = [SMALL, {"role": "user", "content": content}, {"role": "assistant", "content": "Noted."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+
+    assert loaded[0] == SMALL and loaded[2] == messages[2], "the small messages around the large one should load unchanged"
+    got = loaded[1].get("content")
+    assert isinstance(got, str), f"load should put the blob's content back in place of the reference, got {str(got)[:120]!r}"
+    assert got == content, (
+        f"the content should come back exactly ({len(content)} characters); got {len(got)} characters that differ "
+        f"from character {next((i for i, (a, b) in enumerate(zip(got, content)) if a != b), min(len(got), len(content)))}. "
+        "Read the blob as bytes and decode it as UTF-8: text mode turns '\\r\\n' into '\\n'")
+
+
+@pytest.mark.task("06.2")
+def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
+        log.append({"role": "user", "content": "x" * 10})        # 10 bytes: stays in the line
+        log.append({"role": "user", "content": "x" * 11})        # 11 bytes: goes to a blob
+        log.append({"role": "user", "content": "é" * 6})         # 6 characters, 12 bytes: a blob
+
+    stored = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
+    assert stored[0] == "x" * 10, f"content of exactly the threshold stays in the line, got {stored[0]!r}"
+    assert isinstance(stored[1], dict) and "$blob" in stored[1], (
+        f"with blob_threshold=10, an 11-byte content should go to a blob, got {stored[1]!r}")
+    assert isinstance(stored[2], dict) and stored[2].get("size") == 12, (
+        "the threshold and the size count bytes of UTF-8 (what the line would hold), not characters: "
+        f"'é' * 6 is 12 bytes; got {stored[2]!r}")
+
+
+@pytest.mark.task("06.2")
+def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessions):
+    ordinary = {"role": "tool", "tool_call_id": "call_1_0", "content": "The elder says: bring a torch. " * 100}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(ordinary)                                      # about 3 KB
+        log.append({"role": "user", "content": "y" * 5000})       # about 5 KB
+
+    stored = lines_of(sessions / "quest-1.jsonl")
+    assert stored[0] == ordinary, "a 3 KB message is under the default threshold (a few KB) and stays in the line"
+    reference_in(stored[1])
+
+
+@pytest.mark.task("06.2")
+def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions):
+    call_message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+    with lesson.SessionLog(sessions, "quest-1", blob_threshold=0) as log:
+        log.append(call_message)
+
+    assert lines_of(sessions / "quest-1.jsonl") == [call_message], "a message whose content is None has nothing to store out of line"
+
+
+@pytest.mark.key
+@pytest.mark.task("06.2")
+def test_the_model_receives_the_full_content(lesson, sessions):
+    library = Library()
+    model = ScriptedModel([use(call("read_scroll")), say("A long chronicle.")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=library, session=log)
+        agent.run(PASTE)
+
+    first, second = model.requests[0]["messages"], model.requests[1]["messages"]
+    assert first[0]["content"] == PASTE, (
+        "the first request should carry the whole paste; it carried "
+        f"{str(first[0]['content'])[:120]!r}. Build the reference in a new dict: never change the message you were given")
+    assert second[2]["content"] == library.scroll, (
+        f"the tool's whole result should go back to the model; it got {str(second[2]['content'])[:120]!r}")
+    assert agent.messages[0]["content"] == PASTE and agent.messages[2]["content"] == library.scroll, (
+        "the agent's memory should keep the full content; only the line on disk holds a reference")
+    stored = lines_of(sessions / "quest-1.jsonl")
+    reference_in(stored[0])
+    reference_in(stored[2])
+
+
+@pytest.mark.key
+@pytest.mark.task("06.3")
+def test_day_two_sends_the_full_content_again(lesson, sessions, town):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        lesson.Agent(ScriptedModel([say("What a map.")]).client(), model="scripted-town", tools=town,
+                     session=log).run(PASTE)
+
+    model = ScriptedModel([say("It shows the cave.")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        agent.run("What did the map show?")
+
+    sent = model.requests[0]["messages"][0]["content"]
+    assert sent == PASTE, f"day 2's first request should carry day 1's paste in full, read back from its blob; got {str(sent)[:120]!r}"
+
+
+@pytest.mark.key
+@pytest.mark.task("06.1")
+def test_the_same_content_is_stored_once(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+        log.append({"role": "user", "content": PASTE})
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append({"role": "tool", "tool_call_id": "call_1_0", "content": PASTE})
+
+    assert blob_names(sessions) == [sha256(PASTE.encode("utf-8"))], (
+        f"three copies of one content should make one blob, named by its hash; blobs/ holds {blob_names(sessions)}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert [m["content"] for m in log.load()] == [PASTE, PASTE]
+
+
+@pytest.mark.key
+@pytest.mark.task("06.1")
+def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+        log.append({"role": "assistant", "content": "What a map."})
+    before = {p.relative_to(sessions): p.stat().st_ino for p in sessions.rglob("*")}
+
+    lesson.fork(sessions, "quest-1", "what-if")
+
+    after = {p.relative_to(sessions): p.stat().st_ino for p in sessions.rglob("*")}
+    new = sorted(str(p) for p in after.keys() - before.keys())
+    assert new == ["what-if.jsonl", "what-if.meta.json"], (
+        f"a fork adds its log and its meta file, and no blob (blobs are shared by the whole folder); it added {new}")
+    assert all(after[p] == ino for p, ino in before.items()), "the fork changed or replaced files of the original"
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.stat().st_nlink == 1, "the fork hard-linked the blob; it should only point to it from its log"
+    assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, "the fork's log should hold the short reference, not the content"
+    with lesson.SessionLog(sessions, "what-if") as log:
+        assert log.load()[0]["content"] == PASTE, "the fork should load the paste from the shared blob"
+
+
+class LineWatch:
+    """Wraps os.write: when the line holding a blob reference is written, notes whether its
+    blob is already complete on disk, and can make the process "die" right there."""
+
+    def __init__(self, blobs, digest, crash=False):
+        self.blobs, self.digest, self.crash = blobs, digest, crash
+        self.real = os.write
+        self.blob_was_complete = None
+
+    def __call__(self, fd, data):
+        if b'"$blob"' in bytes(data):
+            blob = self.blobs / self.digest
+            self.blob_was_complete = blob.is_file() and sha256(blob.read_bytes()) == self.digest
+            if self.crash:
+                raise SimulatedCrash("the process dies just before the line is written")
+        return self.real(fd, data)
+
+
+@pytest.mark.key
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(lesson, sessions, monkeypatch):
+    digest = sha256(PASTE.encode("utf-8"))
+    watch = LineWatch(sessions / "blobs", digest)
+    monkeypatch.setattr(lesson.os, "write", watch)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+
+    assert watch.blob_was_complete is not None, "the line with the reference should be written with os.write, as every line is"
+    assert watch.blob_was_complete, (
+        "when the line pointing to the blob was written, the blob was not yet complete on disk: store the blob "
+        "first, then write the line, so that no crash can leave a reference to a missing blob")
+
+
+@pytest.mark.task("06.1")
+def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(lesson, sessions, monkeypatch):
+    digest = sha256(PASTE.encode("utf-8"))
+    monkeypatch.setattr(lesson.os, "write", LineWatch(sessions / "blobs", digest, crash=True))
+
+    with pytest.raises(SimulatedCrash):
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(SMALL)
+            log.append({"role": "user", "content": PASTE})
+    monkeypatch.undo()
+
+    assert b"$blob" not in (sessions / "quest-1.jsonl").read_bytes(), "the line was never written, so no reference can be on disk"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.load() == [SMALL], "the log should load as it was before the crash"
+    assert blob_names(sessions) == [digest], "the blob written before the crash stays, unused: harmless, and reused next time"
+
+
+@pytest.mark.key
+@pytest.mark.task("06.1")
+def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions, monkeypatch):
+    blobs = str(sessions / "blobs")
+    renames = []
+
+    def crash_on_blob(real):
+        def wrapper(source, target, *args, **kwargs):
+            if os.path.dirname(os.fspath(target)) == blobs:
+                renames.append(os.fspath(target))
+                raise SimulatedCrash("the process dies while the blob is being put in place")
+            return real(source, target, *args, **kwargs)
+        return wrapper
+
+    for name in ("replace", "rename", "link"):
+        monkeypatch.setattr(lesson.os, name, crash_on_blob(getattr(os, name)))
+
+    crashed = False
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(SMALL)
+            log.append({"role": "user", "content": PASTE})
+    except SimulatedCrash:
+        crashed = True
+    monkeypatch.undo()
+
+    assert crashed, (
+        "the blob was never renamed into blobs/: write it to a temporary file in blobs/ and rename it (os.replace) "
+        "to its hash, so that the name <sha256> never holds half a blob")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except lesson.BlobError as error:
+            pytest.fail(f"the crash left a line pointing to a blob that was never stored ({error}): write the blob before the line")
+    assert loaded == [SMALL], f"only the message before the crash should be in the log, found {len(loaded)} messages"
+
+
+@pytest.mark.task("06.1")
+def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sessions, monkeypatch):
+    events = []
+    real_fsync, real_write = os.fsync, os.write
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(("fsync", info.st_ino))
+        real_fsync(fd)
+
+    def write(fd, data):
+        if b'"$blob"' in bytes(data):
+            events.append(("line", None))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    monkeypatch.setattr(lesson.os, "write", write)
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append({"role": "user", "content": PASTE})
+    monkeypatch.undo()
+
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    line = events.index(("line", None)) if ("line", None) in events else len(events)
+    before_line = [ino for kind, ino in events[:line]]
+    assert blob.stat().st_ino in before_line, (
+        "in durable mode, fsync the blob's bytes before the line that points to it is written")
+    assert (sessions / "blobs").stat().st_ino in before_line, (
+        "in durable mode, fsync the blobs/ folder after renaming the blob into it (the name lives in the folder), "
+        "before the line that points to it is written")
+
+
+@pytest.mark.key
+@pytest.mark.task("06.3")
+def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(SMALL)
+        log.append({"role": "user", "content": PASTE})
+    digest = sha256(PASTE.encode("utf-8"))
+    blob = sessions / "blobs" / digest
+    blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with pytest.raises(lesson.BlobError) as refused:
+            log.load()
+
+    message = str(refused.value)
+    assert isinstance(refused.value, ValueError), "BlobError should be a ValueError"
+    assert digest in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
+        f"the error should name the blob ({digest}), the log (quest-1.jsonl) and the line (line 2); it says: {message}")
+
+
+@pytest.mark.key
+@pytest.mark.task("06.3")
+def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    digest = sha256(PASTE.encode("utf-8"))
+    (sessions / "blobs" / digest).unlink()
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with pytest.raises(lesson.BlobError) as refused:
+            log.load()
+
+    message = str(refused.value)
+    assert digest in message and "quest-1.jsonl" in message and re.search(r"\bline 1\b", message), (
+        f"the error should name the missing blob ({digest}), the log and the line (line 1); it says: {message}")
+
+
+@pytest.mark.task("06.3")
+@pytest.mark.parametrize("name", ["../quest-2.jsonl", "/etc/hostname", "..", "", "blobs/" + "a" * 64,
+                                  "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None])
+def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
+    with lesson.SessionLog(sessions, "quest-2") as log:       # another session, with a real blob
+        log.append({"role": "user", "content": PASTE})
+    line = {"role": "user", "content": {"$blob": name, "size": 10, "preview": "a path"}}
+    (sessions / "quest-1.jsonl").write_text(json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+    before = snapshot(sessions)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with pytest.raises(lesson.BlobError) as refused:
+            log.load()
+
+    message = str(refused.value)
+    assert str(name) in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
+        f"the error should quote the reference ({name!r}), and name the log and the line (line 2); it says: {message}")
+    assert snapshot(sessions) == before, "a refused load must change nothing"
