@@ -329,6 +329,11 @@ def cmd_chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     interactive = sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
     lesson, side = choose_lesson(args, ui, root)
     module = load_lesson_module(lesson, side)
     choice = choose_model(args)
