@@ -466,7 +466,7 @@ def test_a_reader_never_repairs_a_session_another_process_is_writing(lesson, ses
 @pytest.mark.task("05.1")
 def test_loading_while_another_process_appends_sees_only_whole_messages(lesson, sessions, other):
     """Loads taken during a burst of large appends each see a prefix of whole messages."""
-    size, count = 64 * 1024, 24
+    size, count = 64 * 1024, 64
     writer = other("append", "w-a", count, size)
     writer.expect("ready")
     expected = [{"role": "user", "content": f"w-a {n} " + "a" * size} for n in range(count)]
