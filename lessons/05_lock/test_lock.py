@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
+from sessionlab.testing import keep_lines_large
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
@@ -417,7 +418,7 @@ def test_each_record_is_written_with_one_write_call(lesson, sessions, monkeypatc
 
     monkeypatch.setattr(lesson.os, "write", write)
     big = {"role": "tool", "tool_call_id": "call_1_0", "content": "map of the cave " * 16_000}
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    with lesson.SessionLog(sessions, "quest-1", **keep_lines_large(lesson, 256_000)) as log:
         log.append(FIRST)
         log.append(big)
 

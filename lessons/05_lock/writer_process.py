@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from sessionlab.course import load_module
+from sessionlab.testing import keep_lines_large
 
 FIRST = {"role": "user", "content": "Ask the elder about the cave."}
 SECOND = {"role": "assistant", "content": "The elder says: bring a torch. " + "The path is long. " * 4000}
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> None:
         name, count, size = rest[0], int(rest[1]), int(rest[2])
         say("ready")
         wait_for_the_test()
-        with lesson.SessionLog(folder, session_id, timeout=20) as log:
+        with lesson.SessionLog(folder, session_id, timeout=20, **keep_lines_large(lesson, size)) as log:
             for number in range(count):
                 log.append({"role": "user", "content": content(name, number, size)})
         say("done")
