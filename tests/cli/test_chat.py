@@ -271,6 +271,15 @@ def test_a_model_without_tools_says_so(cli, chat_course, sessions, monkeypatch):
     assert "--ollama llama3.2" in run.err
 
 
+def test_a_server_without_tool_calling_switched_on_says_how(cli, chat_course, sessions):
+    refusing = ScriptedModel([Fail(400, '"auto" tool choice requires --enable-auto-tool-choice and '
+                                        '--tool-call-parser to be set')], model="Qwen/Qwen2.5-7B-Instruct")
+    with ModelServer(refusing) as server:
+        run = cli(*reference(chat_course, sessions), "q", "--base-url", server.base_url, input=QUEST)
+    assert run.status == 1
+    assert "not set up for tool calls" in run.err and "--enable-auto-tool-choice" in run.err
+
+
 def test_a_dropped_connection_is_one_line(cli, chat_course, sessions):
     from sessionlab.scripted import Disconnect
     with ModelServer(ScriptedModel([Disconnect()])) as server:

@@ -151,8 +151,12 @@ def explain(error: Exception, choice: ModelChoice) -> ChatError:
             hint = (f"pull it first: `ollama pull {choice.name}` (or pick one from `ollama list`)" if ollama
                     else f"check --model; `curl {where}/models` lists the models this server has")
             return ChatError(f"model {choice.name!r} not found at {where} (HTTP 404: {message})", hint)
-        if status == 400 and "tool" in message.lower() and ("support" in message.lower() or "not" in message.lower()) \
-                and "tool_call" not in message.lower():
+        lower = message.lower()
+        if status == 400 and "auto-tool-choice" in lower:
+            # vLLM started without tool calling switched on.
+            return ChatError(f"the server at {where} is not set up for tool calls ({message})",
+                             "start vLLM with --enable-auto-tool-choice and the --tool-call-parser of your model")
+        if status == 400 and "tool" in lower and "support" in lower and "tool_call" not in lower:
             return ChatError(f"model {choice.name!r} does not support tools ({message})",
                              "the agent needs tool calls: pick a model that has them, "
                              f"e.g. `--ollama {TOOL_MODEL_SUGGESTION}` or `--ollama qwen2.5`")
