@@ -221,3 +221,16 @@ def test_an_unknown_lesson_names_the_ones_there_are(cli, course):
     run = cli("--course", course, "check", "42")
     assert run.status == 2
     assert "00_memory" in run.err and "01_append" in run.err
+
+
+def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course):
+    module = course / "lessons" / "00_memory" / "agent.py"
+    module.write_text(module.read_text().replace('    def run(self, user_text: str) -> str:\n',
+                                                 '    def run(self, user_text: str) -> str:\n        while True: pass\n', 1))
+    both = lessons(course)
+
+    results = runner.Runner(course, timeout=3, jobs=1).run(both, fresh=True)   # one pytest for both
+
+    assert "timed out" in (results["00_memory"].error or "")
+    assert results["01_append"].error is None and results["01_append"].total == 24
+    assert results["01_append"].state == "not started"
