@@ -223,14 +223,24 @@ def test_an_unknown_lesson_names_the_ones_there_are(cli, course):
     assert "00_memory" in run.err and "01_append" in run.err
 
 
-def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course):
+def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course, monkeypatch):
     module = course / "lessons" / "00_memory" / "agent.py"
     module.write_text(module.read_text().replace('    def run(self, user_text: str) -> str:\n',
                                                  '    def run(self, user_text: str) -> str:\n        while True: pass\n', 1))
-    both = lessons(course)
+    real = runner.run_pytest
+    runs = []
 
-    results = runner.Runner(course, timeout=3, jobs=1).run(both, fresh=True)   # one pytest for both
+    def run_pytest(root, lessons_, **options):
+        names = [lesson.name for lesson in lessons_]
+        runs.append(names)
+        if names == ["01_append"]:
+            options["timeout"] = 120    # lesson 01 alone never hangs: give it time on a busy machine
+        return real(root, lessons_, **options)
 
+    monkeypatch.setattr(runner, "run_pytest", run_pytest)
+    results = runner.Runner(course, timeout=3, jobs=1).run(lessons(course), fresh=True)
+
+    assert runs == [["00_memory", "01_append"], ["00_memory"], ["01_append"]], runs
     assert "timed out" in (results["00_memory"].error or "")
-    assert results["01_append"].error is None and results["01_append"].total == 24
+    assert results["01_append"].error is None and results["01_append"].total > 0
     assert results["01_append"].state == "not started"
