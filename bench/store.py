@@ -114,7 +114,7 @@ class Run:
     """What one store did in one repeat."""
     append_times: list[int] = field(default_factory=list)     # ns per measured append
     durable_times: list[int] = field(default_factory=list)
-    scalars: dict[str, float] = field(default_factory=dict)   # workload -> seconds
+    samples: dict[str, list[float]] = field(default_factory=dict)   # workload -> seconds, each try
     errors: list[str] = field(default_factory=list)
 
 
@@ -198,15 +198,12 @@ def phase_append(store: Store, messages: list[Any], extra: Any, folder: Path, cf
         store.build(folder, "quest", messages[done:])
 
 
-INNER = 3    # load and fork are single long operations: the median of 3 within each run
-
-
 def phase_load(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
                run: Run, log) -> None:
     if "load" in store.unsupported:
         return
     counts: list[int] = []
-    run.scalars["load"] = timed(lambda: counts.append(len(store.load(folder, "quest"))), INNER)
+    run.samples.setdefault("load", []).append(timed(lambda: counts.append(len(store.load(folder, "quest")))))
     if any(c != len(messages) for c in counts):
         run.errors.append(f"load returned {counts[0]:,} messages, expected {len(messages):,}")
 
@@ -218,7 +215,8 @@ def phase_fork(store: Store, messages: list[Any], extra: Any, folder: Path, cfg:
             for leftover in folder.glob("quest-fork*"):
                 leftover.unlink()
             store.forget(folder, "quest-fork")
-        run.scalars["fork"] = timed(lambda: store.fork(folder, "quest", "quest-fork"), INNER, remove_fork)
+        run.samples.setdefault("fork", []).append(
+            timed(lambda: store.fork(folder, "quest", "quest-fork"), 1, remove_fork))
     if store.role == "floor":
         # Context for the fork target: the copy made durable, as a fork that fsyncs does.
         def copy_and_sync() -> None:
@@ -228,23 +226,71 @@ def phase_fork(store: Store, messages: list[Any], extra: Any, folder: Path, cfg:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        run.scalars["copy_fsync"] = timed(copy_and_sync, INNER,
-                                          lambda: (folder / "quest-copy.jsonl").unlink())
+        run.samples.setdefault("copy_fsync", []).append(
+            timed(copy_and_sync, 1, lambda: (folder / "quest-copy.jsonl").unlink()))
 
 
 def phase_one(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
               run: Run, log) -> None:
-    run.scalars["append_one"] = one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)
+    run.samples["append_one"] = [one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)]
 
 
-def phase_durable(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
-                  run: Run, log) -> None:
-    if "durable" not in store.unsupported:
-        run.durable_times = run_appends(store, folder, "durable", messages[:cfg.durable_n], cfg.cap,
-                                        durable=True)
+DURABLE_CHUNK = 10
 
 
-PHASES = (phase_append, phase_load, phase_fork, phase_one, phase_durable)
+def phase_durable(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
+                  cfg: Config, runs: dict[str, Run], broken: dict[str, str], log) -> None:
+    """Durable appends, every store in turn, DURABLE_CHUNK appends at a time.
+
+    An fsync costs whatever the disk is doing at that moment, and on a shared machine that
+    changes by an order of magnitude within seconds. Taking turns in small chunks puts every
+    store, and the floor it is compared with, under the same weather.
+    """
+    active: dict[str, Any] = {}
+    for store in stores:
+        if "durable" in store.unsupported or store.key in broken:
+            continue
+        try:
+            active[store.key] = store.writer(workdir / f"run{run_no}-{store.key}", "durable", durable=True)
+        except Exception as error:
+            if store.role in ("subject", "floor"):
+                raise
+            broken[store.key] = f"failed in run {run_no + 1}: {type(error).__name__}: {error}"
+    writers = dict(active)
+    times = {key: [0] * cfg.durable_n for key in active}
+    done = dict.fromkeys(active, 0)
+    spent = dict.fromkeys(active, 0)
+    by_key = {s.key: s for s in stores}
+    try:
+        while active:
+            for key in list(active):
+                messages = prepared[key][0]
+                begin = clock()
+                try:
+                    done[key] = active[key].append_each(
+                        messages[done[key]:min(done[key] + DURABLE_CHUNK, cfg.durable_n)],
+                        times[key], done[key], None)
+                except Exception as error:
+                    if by_key[key].role in ("subject", "floor"):
+                        raise
+                    broken[key] = f"failed in run {run_no + 1}: {type(error).__name__}: {error}"
+                    del active[key]
+                    continue
+                spent[key] += clock() - begin
+                if done[key] >= cfg.durable_n or spent[key] > cfg.cap * 1e9:
+                    del active[key]
+    finally:
+        for writer in writers.values():
+            writer.close()
+    for key in writers:
+        if key not in broken:
+            runs[key].durable_times = times[key][:done[key]]
+
+
+# Load and fork take turns three times over, so that each store's median of three tries is
+# taken across the same stretch of time as the floor's.
+PHASES = (phase_append, phase_load, phase_fork, phase_load, phase_fork, phase_load, phase_fork,
+          phase_one, phase_durable)
 
 
 # --- from runs to figures -------------------------------------------------------------------
@@ -310,8 +356,8 @@ def per_run_figures(run: Run, cfg: Config) -> tuple[dict[str, float], dict[str, 
         figs["durable"] = sum(series) / cfg.durable_n / 1e3
         info["durable_measured"] = len(run.durable_times)
         info["durable_extrapolated"] = extrapolated
-    for key, seconds in run.scalars.items():
-        figs[key] = seconds * (1e3 if UNITS.get(key, "ms") == "ms" else 1e6)
+    for key, tries in run.samples.items():
+        figs[key] = statistics.median(tries) * (1e3 if UNITS.get(key, "ms") == "ms" else 1e6)
     return figs, info
 
 
@@ -411,6 +457,9 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
                 # Write back what earlier phases left in the page cache (untimed), so that no
                 # store's fsync pays for another store's hundred megabytes.
                 os.sync()
+                if phase is phase_durable:
+                    phase(order, prepared, workdir, r, cfg, this_run, broken, log)
+                    continue
                 for store in order:
                     if store.key in broken:
                         continue
@@ -629,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shown = os.path.relpath(path, root) if path.is_relative_to(root) else str(path)
     console.print(f"Measuring the session store of lesson [bold]{lesson}[/bold] ({shown}): "
-                  f"N = {cfg.n:,}, durable N = {cfg.durable_n:,}, {cfg.repeat} runs, cap {cfg.cap:g} s")
+                  f"N = {cfg.n:,}, durable N = {cfg.durable_n:,}, {cfg.repeat} run{"s" if cfg.repeat != 1 else ""}, cap {cfg.cap:g} s")
     workdir = Path(tempfile.mkdtemp(prefix="sessionlab-bench-", dir=args.dir))
     try:
         result = benchmark(cfg, Subject(module, lesson), workdir,
