@@ -678,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shown = os.path.relpath(path, root) if path.is_relative_to(root) else str(path)
     console.print(f"Measuring the session store of lesson [bold]{lesson}[/bold] ({shown}): "
-                  f"N = {cfg.n:,}, durable N = {cfg.durable_n:,}, {cfg.repeat} run{"s" if cfg.repeat != 1 else ""}, cap {cfg.cap:g} s")
+                  f"N = {cfg.n:,}, durable N = {cfg.durable_n:,}, {cfg.repeat} run{'s' if cfg.repeat != 1 else ''}, cap {cfg.cap:g} s")
     workdir = Path(tempfile.mkdtemp(prefix="sessionlab-bench-", dir=args.dir))
     try:
         result = benchmark(cfg, Subject(module, lesson), workdir,
