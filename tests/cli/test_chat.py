@@ -22,7 +22,7 @@ from sessionlab.server import ModelServer
 from sessionlab.town import Town
 from sessionlab.town_model import play, town_model
 
-from .conftest import REPO, SOLUTION, STARTER
+from .conftest import REPO, STARTER
 
 QUEST = "ask the elder about the cave\n"
 

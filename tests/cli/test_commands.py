@@ -6,7 +6,7 @@ import pytest
 
 from sessionlab.cli import build_parser
 
-from .conftest import SOLUTION, STARTER, run_module
+from .conftest import STARTER, run_module
 
 COMMANDS = ["watch", "list", "check", "hint", "reset", "solution", "diff", "demo", "chat", "show", "serve",
             "grade", "dev", "doctor"]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import sys
 
 import pytest
 
-from .conftest import REPO, SOLUTION, STARTER, make_course
+from .conftest import SOLUTION, STARTER, make_course
 
 
 @pytest.fixture

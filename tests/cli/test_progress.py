@@ -13,7 +13,7 @@ from sessionlab import starters
 from sessionlab.cli import runner
 from sessionlab.course import lessons
 
-from .conftest import REPO, SOLUTION, STARTER, run_module
+from .conftest import run_module
 
 
 def test_list_shows_every_lesson_with_its_state_and_task_counts(cli, course):

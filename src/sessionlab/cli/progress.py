@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from rich.console import Group
-from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text

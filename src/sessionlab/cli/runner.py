@@ -437,4 +437,4 @@ def save_state(root: Path, name: str, data: dict) -> None:
     write_json(state_dir(root) / name, data)
 
 
-__all__ = ["Outcome", "LessonResult", "Runner", "run_pytest", "current_lesson", "course"]
+__all__ = ["Outcome", "LessonResult", "Runner", "run_pytest", "current_lesson"]
