@@ -60,7 +60,7 @@ def test_a_student_whose_code_never_returns_is_stopped_by_the_timeout(cli, tmp_p
     module.write_text(module.read_text().replace("    def run(self, user_text: str) -> str:\n",
                                                  "    def run(self, user_text: str) -> str:\n        while True: pass\n", 1))
 
-    run = cli("grade", carol, "--own-tests", "--timeout", "3", "--csv", tmp_path / "g.csv")
+    run = cli("grade", carol, "--own-tests", "--timeout", "2", "--csv", tmp_path / "g.csv")
 
     assert run.status == 0, run.text
     assert "timeout" in next(line for line in run.out.splitlines() if line.startswith("carol"))

@@ -111,7 +111,7 @@ def test_an_endless_loop_is_stopped_by_the_timeout(cli, course):
     module.write_text(module.read_text().replace('    def run(self, user_text: str) -> str:\n',
                                                  '    def run(self, user_text: str) -> str:\n        while True: pass\n', 1))
 
-    run = cli("--course", course, "check", "00", "--timeout", "3")
+    run = cli("--course", course, "check", "00", "--timeout", "2")
 
     assert run.status == 1
     assert "timed out" in run.out
@@ -238,7 +238,7 @@ def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course, mon
         return real(root, lessons_, **options)
 
     monkeypatch.setattr(runner, "run_pytest", run_pytest)
-    results = runner.Runner(course, timeout=3, jobs=1).run(lessons(course), fresh=True)
+    results = runner.Runner(course, timeout=2, jobs=1).run(lessons(course), fresh=True)
 
     assert runs == [["00_memory", "01_append"], ["00_memory"], ["01_append"]], runs
     assert "timed out" in (results["00_memory"].error or "")
