@@ -58,3 +58,10 @@ def test_dev_starters_check_finds_a_drifted_starter_and_regenerates_it(cli, cour
     fixed = cli("--course", course, "dev", "starters")
     assert fixed.status == 0 and "lessons/01_append/agent.py" in fixed.out
     assert starter.read_text() == generated
+
+
+def test_an_abbreviated_option_is_refused_not_taken_for_a_longer_one(cli):
+    # argparse would otherwise read `--session x` as `--sessions x` and put the log elsewhere.
+    with pytest.raises(SystemExit) as refused:
+        cli("chat", "--session", "quest-1")
+    assert refused.value.code == 2

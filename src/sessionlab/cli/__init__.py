@@ -43,7 +43,8 @@ class Commands:
             needs_root: bool = True, parents=(), description: str | None = None,
             listed_as: str | None = None) -> argparse.ArgumentParser:
         parser = self.subparsers.add_parser(
-            name, parents=list(parents),
+            # No abbreviations: `--session x` must not quietly mean `--sessions x`.
+            name, parents=list(parents), allow_abbrev=False,
             description=description or summary[:1].upper() + summary[1:] + ".",
             formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.set_defaults(func=func, needs_root=needs_root)
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
                         help="the course folder (default: found from the current folder, or SESSIONLAB_ROOT)")
     parser = argparse.ArgumentParser(
-        prog="sessionlab", description=DESCRIPTION, parents=[common],
+        prog="sessionlab", description=DESCRIPTION, parents=[common], allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"sessionlab {__version__}")

@@ -71,13 +71,13 @@ def register(commands, common: argparse.ArgumentParser) -> None:
                      needs_root=False, parents=[common], listed_as="dev check|starters")
     dev_sub = p.add_subparsers(dest="dev_command", metavar="COMMAND")
     p.set_defaults(dev_parser=p)
-    q = dev_sub.add_parser("check", parents=[common], help="the maintainers' check: solutions, starters, hints, docs",
+    q = dev_sub.add_parser("check", parents=[common], allow_abbrev=False, help="the maintainers' check: solutions, starters, hints, docs",
                            description="The maintainers' check: every solution passes its lesson and earlier "
                                        "lessons' key tests, every starter fails for the right reason, the starters "
                                        "match the generator, every task has a hint, the docs build.")
     q.add_argument("rest", nargs=argparse.REMAINDER, help="options for the check")
     q.set_defaults(func=cmd_dev_check, needs_root=False)
-    q = dev_sub.add_parser("starters", parents=[common], help="regenerate lessons/*/agent.py from solutions/",
+    q = dev_sub.add_parser("starters", parents=[common], allow_abbrev=False, help="regenerate lessons/*/agent.py from solutions/",
                            description="Regenerate every starter (lessons/NN/agent.py) from its marked solution; "
                                        "with --check, only report starters that differ, and fail if any does.")
     q.add_argument("--check", action="store_true", help="change nothing; exit 1 if a starter is out of date")
