@@ -49,6 +49,18 @@ def check_session_id(session_id: str) -> str:
     raise NotImplementedError("task 01.1 is not written yet: Refuse a session id that is not a plain file name")
 
 
+def make_folder(folder: Path) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users should
+    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
+    under umask 000.)
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+
+
 class SessionLog:
     """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
 
@@ -70,10 +82,12 @@ class SessionLog:
         raise NotImplementedError("task 01.2 is not written yet: Append one message as one JSON line, in one write")
 
     def _open(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         is_new = not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else happened.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
+        # followed out of the folder; 0o600: only its owner may read it.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         if is_new and self.durable:
             self._sync_folder()
 

@@ -63,6 +63,18 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
+def make_folder(folder: Path) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users should
+    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
+    under umask 000.)
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+
+
 class SessionLog:
     """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
 
@@ -80,8 +92,9 @@ class SessionLog:
     def append(self, message: Message) -> None:
         """Write one message as one line, with a single write() of the whole line."""
         # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
-        # strings, so a message is always exactly one line.
-        data = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
+        # strings, so a message is always exactly one line. allow_nan=False: NaN and Infinity
+        # are not JSON (Python writes them, other readers refuse them), so they are refused here.
+        data = (json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         if self._fd is None:
             self._open()
         written = os.write(self._fd, data)
@@ -91,10 +104,12 @@ class SessionLog:
             os.fsync(self._fd)
 
     def _open(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         is_new = not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else happened.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
+        # followed out of the folder; 0o600: only its owner may read it.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         if is_new and self.durable:
             self._sync_folder()
 
@@ -277,12 +292,15 @@ def write_whole(path: Path, data: bytes) -> None:
 
 
 def _write_temp(path: Path, data: bytes) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if os.write(fd, data) != len(data):
-            raise OSError(f"{temp}: short write")
+            raise OSError(f"{temp}: short write (is the disk full?)")
         os.fsync(fd)
+    except BaseException:
+        os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
+        raise
     finally:
         os.close(fd)
     return temp

@@ -121,23 +121,70 @@ MARKER = "$marker"
 
 
 def encode_line(entry: Message) -> bytes:
-    """One message or marker as one line of UTF-8 JSON, newline included."""
+    """One message or marker as one line of UTF-8 JSON, newline included.
+
+    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a set,
+    bytes, a lone surrogate, nesting deeper than Python can encode.
+    """
     # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
-    # strings, so an entry is always exactly one line.
-    return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
+    try:
+        return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValueError(f"cannot write this entry as a line of JSON: {error}") from None
 
 
 def parse_line(line: bytes) -> Message:
-    """One line of a log as a dict. Raises ValueError, saying why, if it is no message or marker."""
+    """One line of a log as a dict. Raises ValueError, saying why, if it is no message or marker.
+
+    As strict as the format: UTF-8 without a byte-order mark (json.loads would also take
+    UTF-16, or a BOM), no NaN or Infinity (Python's json takes them, other readers do not),
+    and the fields this module relies on must have the types it relies on.
+    """
     try:
-        entry = json.loads(line)
+        text = line.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("its bytes are not UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise ValueError("it starts with a byte-order mark (U+FEFF), which the format does not "
+                         "allow (an editor may have added it)")
+    try:
+        entry = json.loads(text, parse_constant=refuse_constant)
     except json.JSONDecodeError as error:
         raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
+    except RecursionError:
+        raise ValueError("it is nested too deep to read") from None
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
         raise ValueError("JSON, but neither a message (no 'role') nor a marker (no '$marker')")
+    if MARKER not in entry:
+        check_message(entry)
     return entry
+
+
+def refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
+
+
+def check_message(message: Message) -> None:
+    """Raise ValueError unless the fields this module relies on have the types it expects.
+
+    A line edited by hand can be valid JSON and still hold a number where a call id should
+    be: found here, that is a CorruptLog naming the line, not a TypeError inside a repair.
+    """
+    if not isinstance(message["role"], str):
+        raise ValueError("its 'role' is not a string")
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(map(is_tool_call, calls))):
+        raise ValueError("its 'tool_calls' is not a list of calls, each with a string 'id' and a "
+                         "'function' with a string 'name' and 'arguments'")
+    if not isinstance(message.get("tool_call_id", ""), str):
+        raise ValueError("its 'tool_call_id' is not a string")
+
+
+def is_tool_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (isinstance(function, dict) and isinstance(call.get("id"), str)
+            and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str))
 
 
 @dataclass
@@ -165,10 +212,20 @@ class LogState:
         return self.size - self.end
 
 
+def read_file(path: Path) -> bytes:
+    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP).
+
+    A session's files are plain files in its folder; a link planted there could point
+    anywhere: another user's session, a device that never ends.
+    """
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as file:
+        return file.read()
+
+
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log that does not exist yet."""
     try:
-        data = path.read_bytes()    # read-only: reading never changes the log
+        data = read_file(path)      # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
     return parse_log(data, path)
@@ -271,6 +328,18 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def make_folder(folder: Path) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users should
+    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
+    under umask 000.)
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+
+
 class SessionLog:
     """One session's append-only log: `<folder>/<session_id>.jsonl`, one entry per line.
 
@@ -327,13 +396,16 @@ class SessionLog:
         """Add whole lines at the end of the log with one write(); fsync in durable mode."""
         written = os.write(self._fd, data)
         if written != len(data):
-            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes")
+            # The disk filled up (or a file size limit was hit) part-way: take the part back,
+            # so that the log still ends on a whole line and the next write starts clean.
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes (taken back)")
         if self.durable:
             os.fsync(self._fd)
 
     def _open(self) -> None:
         """Become the writer: take the lock, then open the log for appending and repair its tail."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         # The lock comes first: a tail that looks torn may be a line another writer is in the
         # middle of writing. Only the lock holder may judge it, and cut it.
         self._lock()
@@ -346,7 +418,9 @@ class SessionLog:
                     "empty; resume it again to continue from its history")
             is_new = not self.path.exists()
             # O_APPEND: every write lands at the current end of the file, whatever else happened.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
+            # followed out of the folder; 0o600: only its owner may read it.
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
             self._repair()
@@ -365,7 +439,9 @@ class SessionLog:
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            # O_NOFOLLOW: a lock file that is a symbolic link is refused, never followed
+            # (the next lines would truncate whatever it points to).
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -457,7 +533,10 @@ class SessionLog:
         content = message.get("content")
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
-        data = content.encode("utf-8")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            return message          # a lone surrogate: encode_line refuses it, saying why
         # BEGIN 06.2
         if len(data) <= self.blob_threshold:
             return message
@@ -475,10 +554,13 @@ class SessionLog:
         # BEGIN 06.1
         digest = hashlib.sha256(data).hexdigest()
         path = self.blobs / digest
-        if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == digest:
-            return digest           # stored before, and still intact: nothing to write
+        try:
+            if hashlib.sha256(read_file(path)).hexdigest() == digest:
+                return digest       # stored before, and still intact: nothing to write
+        except OSError:
+            pass                    # not stored yet (or not a plain file): write it below
         new_folder = not self.blobs.exists()
-        self.blobs.mkdir(parents=True, exist_ok=True)
+        make_folder(self.blobs)
         if new_folder and self.durable:
             fsync_folder(self.folder)           # the name "blobs" itself must survive a power cut
         # A temporary file, then a rename: the name <sha256> never holds half a blob. (A blob
@@ -486,9 +568,12 @@ class SessionLog:
         fd, temp = tempfile.mkstemp(dir=self.blobs, prefix=f".{digest}.", suffix=".tmp")
         try:
             if os.write(fd, data) != len(data):
-                raise OSError(f"{temp}: short write")
+                raise OSError(f"{temp}: short write (is the disk full?)")
             if self.durable:
                 os.fsync(fd)
+        except BaseException:
+            os.unlink(temp)     # a write that failed (a full disk) leaves no half a blob behind
+            raise
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -514,13 +599,17 @@ class SessionLog:
             raise BlobError(f"{where}: the blob reference {name!r} is not a sha256 hash "
                             "(64 lowercase hexadecimal digits); refusing to open it")
         try:
-            data = (self.blobs / name).read_bytes()     # bytes: text mode would turn \r\n into \n
+            # Bytes: text mode would turn \r\n into \n. A symbolic link is refused (OSError).
+            data = read_file(self.blobs / name)
         except FileNotFoundError:
             raise BlobError(f"{where}: blob {name} is missing from {self.blobs}") from None
         if hashlib.sha256(data).hexdigest() != name:
             raise BlobError(f"{where}: blob {name} was changed after it was written: its bytes "
                             "no longer match its hash, so it is not what this session said")
-        return {**message, "content": data.decode("utf-8")}
+        try:
+            return {**message, "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise BlobError(f"{where}: blob {name} is not UTF-8 text, so it is no message's content") from None
         # END 06.3
 
     def close(self) -> None:
@@ -641,7 +730,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     if target.exists() or meta.exists():
         raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
     try:
-        data = source.read_bytes()
+        data = read_file(source)
     except FileNotFoundError:
         raise SessionNotFound(f"cannot fork from {source_id!r}: no session log at {source}") from None
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn line:
@@ -698,12 +787,15 @@ def write_whole(path: Path, data: bytes) -> None:
 
 
 def _write_temp(path: Path, data: bytes) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if os.write(fd, data) != len(data):
-            raise OSError(f"{temp}: short write")
+            raise OSError(f"{temp}: short write (is the disk full?)")
         os.fsync(fd)
+    except BaseException:
+        os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
+        raise
     finally:
         os.close(fd)
     return temp

@@ -1,6 +1,18 @@
-"""The store under fire: the reference solution of the last lesson, whichever that is."""
+"""The store under fire: the reference solution of the last lesson, whichever that is.
 
+Besides the `store` fixture, this holds what several of these test files share: running a
+piece of work in a forked child (so that a umask, a file size limit, a lower uid or a SIGKILL
+never touches the test process) and a snapshot of a folder's bytes, to prove a refusal
+changed nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -15,6 +27,93 @@ def final_solution() -> Path:
 
 
 @pytest.fixture(scope="session")
-def store():
-    """The final lesson's reference module (SessionLog, fork, Agent ...)."""
+def store(request):
+    """The final lesson's reference module (SessionLog, fork, Agent ...), or the module given
+    with --impl PATH: `pytest tests/store --impl lessons/07_undo/agent.py` puts a student's
+    store under the same fire."""
+    impl = request.config.getoption("--impl")
+    if impl:
+        return course.load_module(Path(impl.split(os.pathsep)[0]).resolve(), "sessionlab_impl.store_under_test")
     return course.load_module(final_solution(), "sessionlab_impl.final_store")
+
+
+# --- work in a forked child ---------------------------------------------------------------
+
+
+def in_child(work: Callable[[], Any]) -> Any:
+    """Run `work()` in a forked copy of this process and return what it returned.
+
+    The child starts with everything this process has imported (no second import of openai),
+    and whatever it changes about itself (umask, rlimits, uid, a patched module) dies with it.
+    `work` returns something JSON can carry. If it raises, the result is
+    {"raised": class name, "message": str(error), "errno": ..., "traceback": ...}, so that the
+    test can tell a named error from a raw traceback.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # the child: never return into pytest
+        status = 0
+        try:
+            os.close(read_end)
+            try:
+                result = {"returned": work()}
+            except BaseException as error:      # noqa: BLE001 - reported to the parent as data
+                result = {"raised": type(error).__name__, "message": str(error),
+                          "errno": getattr(error, "errno", None),
+                          "classes": [c.__name__ for c in type(error).__mro__],
+                          "traceback": traceback.format_exc()}
+            data = json.dumps(result, default=repr).encode("utf-8")
+            while data:
+                data = data[os.write(write_end, data):]
+        except BaseException:                  # noqa: BLE001
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 1 << 16):
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        raise AssertionError(f"the child process ended without a result (wait status {status})")
+    result = json.loads(b"".join(chunks))
+    return result["returned"] if "returned" in result else Raised(result)
+
+
+class Raised(dict):
+    """What a child reported instead of a result: the exception it raised."""
+
+    @property
+    def name(self) -> str:
+        return self["raised"]
+
+    def is_a(self, name: str) -> bool:
+        return name in self["classes"]
+
+
+@pytest.fixture
+def child():
+    return in_child
+
+
+# --- proving that nothing changed -------------------------------------------------------
+
+
+def snapshot(folder: Path) -> dict[str, Any]:
+    """Every entry under `folder`: a file's bytes, a link's target, or "folder"."""
+    found: dict[str, Any] = {}
+    for path in sorted(Path(folder).rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[name] = ("link", os.readlink(path))
+        elif path.is_dir():
+            found[name] = "folder"
+        else:
+            found[name] = path.read_bytes()
+    return found
+
+
+@pytest.fixture
+def unchanged():
+    return snapshot
