@@ -122,19 +122,6 @@ def clock() -> int:
     return time.perf_counter_ns()
 
 
-def run_appends(store: Store, folder: Path, session_id: str, messages: list[Any], cap: float,
-                *, durable: bool = False) -> list[int]:
-    times = [0] * len(messages)
-    writer = store.writer(folder, session_id, durable=durable)
-    try:
-        gc.collect()
-        deadline = clock() + int(cap * 1e9)
-        done = writer.append_each(messages, times, 0, deadline)
-    finally:
-        writer.close()
-    return times[:done]
-
-
 def one_append(store: Store, folder: Path, session_id: str, message: Any, reps: int) -> float:
     """Median seconds for a new writer to open an existing session, append one message and
     close: what a process resuming the session pays for its first message. Opening is timed
@@ -185,19 +172,6 @@ def warm_up(store: Store, messages: list[Any], extra: Any, folder: Path) -> None
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def phase_append(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
-                 run: Run, log) -> None:
-    """Append N one at a time; also leaves the session of N that the later phases use."""
-    folder.mkdir(parents=True)
-    n = len(messages)
-    run.append_times = run_appends(store, folder, "quest", messages, cfg.cap)
-    done = len(run.append_times)
-    if done < n:
-        log(f"    {store.key}: capped after {done:,} of {n:,} appends ({cfg.cap:g} s); "
-            "building the rest untimed")
-        store.build(folder, "quest", messages[done:])
-
-
 def phase_load(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
                run: Run, log) -> None:
     if "load" in store.unsupported:
@@ -235,32 +209,40 @@ def phase_one(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: 
     run.samples["append_one"] = [one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)]
 
 
-DURABLE_CHUNK = 10
+def take_turns(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
+               cfg: Config, broken: dict[str, str], session_id: str, count: int, chunk: int,
+               durable: bool) -> dict[str, list[int]]:
+    """Append `count` messages to `session_id` in every store, the stores taking turns
+    `chunk` appends at a time. Returns each store's per-append times (ns), cut short for a
+    store that spent more than the cap.
 
-
-def phase_durable(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
-                  cfg: Config, runs: dict[str, Run], broken: dict[str, str], log) -> None:
-    """Durable appends, every store in turn, DURABLE_CHUNK appends at a time.
-
-    An fsync costs whatever the disk is doing at that moment, and on a shared machine that
-    changes by an order of magnitude within seconds. Taking turns in small chunks puts every
-    store, and the floor it is compared with, under the same weather.
+    A machine's speed drifts from second to second (other processes, the disk's own
+    writeback); taking turns in small chunks puts every store, and the floor it is compared
+    with, under the same weather.
     """
-    active: dict[str, Any] = {}
+    writers: dict[str, Any] = {}
+    by_key = {s.key: s for s in stores}
+
+    def fail(key: str, error: Exception) -> None:
+        if by_key[key].role in ("subject", "floor"):
+            raise error
+        broken[key] = f"failed in run {run_no + 1}: {type(error).__name__}: {error}"
+
     for store in stores:
-        if "durable" in store.unsupported or store.key in broken:
+        if store.key in broken or (durable and "durable" in store.unsupported):
             continue
+        folder = workdir / f"run{run_no}-{store.key}"
+        folder.mkdir(parents=True, exist_ok=True)
         try:
-            active[store.key] = store.writer(workdir / f"run{run_no}-{store.key}", "durable", durable=True)
+            writers[store.key] = store.writer(folder, session_id, durable=durable)
         except Exception as error:
-            if store.role in ("subject", "floor"):
-                raise
-            broken[store.key] = f"failed in run {run_no + 1}: {type(error).__name__}: {error}"
-    writers = dict(active)
-    times = {key: [0] * cfg.durable_n for key in active}
+            fail(store.key, error)
+    active = dict(writers)
+    times = {key: [0] * count for key in active}
     done = dict.fromkeys(active, 0)
     spent = dict.fromkeys(active, 0)
-    by_key = {s.key: s for s in stores}
+    budget = int(cfg.cap * 1e9)
+    gc.collect()
     try:
         while active:
             for key in list(active):
@@ -268,23 +250,45 @@ def phase_durable(stores: list[Store], prepared: dict[str, Any], workdir: Path, 
                 begin = clock()
                 try:
                     done[key] = active[key].append_each(
-                        messages[done[key]:min(done[key] + DURABLE_CHUNK, cfg.durable_n)],
-                        times[key], done[key], None)
+                        messages[done[key]:min(done[key] + chunk, count)], times[key], done[key],
+                        begin + budget - spent[key])
                 except Exception as error:
-                    if by_key[key].role in ("subject", "floor"):
-                        raise
-                    broken[key] = f"failed in run {run_no + 1}: {type(error).__name__}: {error}"
                     del active[key]
+                    fail(key, error)
                     continue
                 spent[key] += clock() - begin
-                if done[key] >= cfg.durable_n or spent[key] > cfg.cap * 1e9:
+                if done[key] >= count or spent[key] >= budget:
                     del active[key]
     finally:
         for writer in writers.values():
             writer.close()
-    for key in writers:
-        if key not in broken:
-            runs[key].durable_times = times[key][:done[key]]
+    return {key: times[key][:done[key]] for key in writers if key not in broken}
+
+
+def phase_append(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
+                 cfg: Config, runs: dict[str, Run], broken: dict[str, str], log) -> None:
+    """Append N one at a time; also leaves the session of N that the later phases use."""
+    chunk = max(1, min(1000, cfg.n // 100))
+    measured = take_turns(stores, prepared, workdir, run_no, cfg, broken, "quest", cfg.n, chunk, False)
+    for key, times in measured.items():
+        runs[key].append_times = times
+        if len(times) < cfg.n:
+            store = next(s for s in stores if s.key == key)
+            log(f"    {key}: capped after {len(times):,} of {cfg.n:,} appends ({cfg.cap:g} s); "
+                "building the rest untimed")
+            store.build(workdir / f"run{run_no}-{key}", "quest", prepared[key][0][len(times):])
+
+
+def phase_durable(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
+                  cfg: Config, runs: dict[str, Run], broken: dict[str, str], log) -> None:
+    """Durable appends, every store in turn, ten at a time: an fsync costs whatever the disk
+    is doing at that moment, and on a shared machine that changes tenfold within seconds."""
+    measured = take_turns(stores, prepared, workdir, run_no, cfg, broken, "durable", cfg.durable_n, 10, True)
+    for key, times in measured.items():
+        runs[key].durable_times = times
+
+
+phase_append.together = phase_durable.together = True     # type: ignore[attr-defined]
 
 
 # Load and fork take turns three times over, so that each store's median of three tries is
@@ -457,7 +461,7 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
                 # Write back what earlier phases left in the page cache (untimed), so that no
                 # store's fsync pays for another store's hundred megabytes.
                 os.sync()
-                if phase is phase_durable:
+                if getattr(phase, "together", False):
                     phase(order, prepared, workdir, r, cfg, this_run, broken, log)
                     continue
                 for store in order:
