@@ -137,6 +137,14 @@ def encode_line(entry: Message) -> bytes:
         raise ValueError(f"cannot write this entry as a line of JSON: {error}") from None
 
 
+def refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
+
+
+# Made once: json.loads(text, parse_constant=...) would build a new decoder for every line.
+STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant)
+
+
 def parse_line(line: bytes) -> Message:
     """One line of a log as a dict. Raises ValueError, saying why, if it is no message or marker.
 
@@ -152,7 +160,7 @@ def parse_line(line: bytes) -> Message:
         raise ValueError("it starts with a byte-order mark (U+FEFF), which the format does not "
                          "allow (an editor may have added it)")
     try:
-        entry = json.loads(text, parse_constant=refuse_constant)
+        entry = STRICT_JSON.decode(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
     except RecursionError:
@@ -164,10 +172,6 @@ def parse_line(line: bytes) -> Message:
     else:
         check_message(entry)
     return entry
-
-
-def refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
 
 
 def check_message(message: Message) -> None:
