@@ -127,6 +127,7 @@ def encode_line(entry: Message) -> bytes:
 
 
 def refuse_constant(name: str) -> Any:
+    """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
     raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
 
 

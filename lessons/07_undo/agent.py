@@ -138,6 +138,7 @@ def encode_line(entry: Message) -> bytes:
 
 
 def refuse_constant(name: str) -> Any:
+    """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
     raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
 
 
@@ -647,7 +648,8 @@ class SessionLog:
         try:
             return {**message, "content": data.decode("utf-8")}
         except UnicodeDecodeError:
-            raise BlobError(f"{where}: blob {name} is not UTF-8 text, so it is no message's content") from None
+            raise BlobError(f"{where}: blob {name} is not UTF-8 text, so it is no message's "
+                            "content") from None
 
     def close(self) -> None:
         """Close the log, then let go of the lock (safe to call more than once)."""

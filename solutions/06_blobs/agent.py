@@ -135,6 +135,7 @@ def encode_line(entry: Message) -> bytes:
 
 
 def refuse_constant(name: str) -> Any:
+    """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
     raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
 
 
@@ -613,7 +614,8 @@ class SessionLog:
         try:
             return {**message, "content": data.decode("utf-8")}
         except UnicodeDecodeError:
-            raise BlobError(f"{where}: blob {name} is not UTF-8 text, so it is no message's content") from None
+            raise BlobError(f"{where}: blob {name} is not UTF-8 text, so it is no message's "
+                            "content") from None
         # END 06.3
 
     def close(self) -> None:
