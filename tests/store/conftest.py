@@ -1,9 +1,7 @@
 """The store under fire: the reference solution of the last lesson, whichever that is.
 
-Besides the `store` fixture, this holds what several of these test files share: running a
-piece of work in a forked child (so that a umask, a file size limit, a lower uid or a SIGKILL
-never touches the test process) and a snapshot of a folder's bytes, to prove a refusal
-changed nothing.
+Besides the `store` fixture, this holds the `child` fixture: a piece of work run in a forked
+child, so that a umask, a file size limit or a lower user id never touches the test process.
 """
 
 from __future__ import annotations
@@ -96,24 +94,3 @@ class Raised(dict):
 def child():
     return in_child
 
-
-# --- proving that nothing changed -------------------------------------------------------
-
-
-def snapshot(folder: Path) -> dict[str, Any]:
-    """Every entry under `folder`: a file's bytes, a link's target, or "folder"."""
-    found: dict[str, Any] = {}
-    for path in sorted(Path(folder).rglob("*")):
-        name = str(path.relative_to(folder))
-        if path.is_symlink():
-            found[name] = ("link", os.readlink(path))
-        elif path.is_dir():
-            found[name] = "folder"
-        else:
-            found[name] = path.read_bytes()
-    return found
-
-
-@pytest.fixture
-def unchanged():
-    return snapshot

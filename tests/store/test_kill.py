@@ -388,13 +388,9 @@ def kill_everywhere(store, models, scenario, tmp_path) -> tuple[int, list[str]]:
     return len(points), problems
 
 
-KILLED: dict[str, int] = {}
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_sigkill_anywhere_leaves_a_log_that_loads_and_resumes(store, models, scenario, tmp_path):
     killed, problems = kill_everywhere(store, models, scenario, tmp_path)
-    KILLED[scenario] = killed
     assert not problems, (f"{len(problems)} of {killed} kill points went wrong:\n" + "\n".join(problems[:15]))
 
 
