@@ -43,6 +43,8 @@ def _fmt_size(x: float) -> str:
 
 
 def _fmt_us(y: float) -> str:
+    if y >= 1_000_000:
+        return f"{y / 1_000_000:g} s"
     if y >= 1000:
         return f"{y / 1000:g} ms"
     return f"{y:g} µs" if y >= 1 else f"{y:.2g} µs"
@@ -65,8 +67,13 @@ def render(result: dict[str, Any]) -> str:
     log_y = hi / lo > 20
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
+    # Session size on a log scale: the first thousand appends get as much room as the last
+    # ninety thousand, so a store that was capped early still shows what it measured.
+    x_lo = 1.0
+    x_hi = 10 ** math.ceil(math.log10(max(n, 10)))
+
     def px(x: float) -> float:
-        return LEFT + plot_w * x / n
+        return LEFT + plot_w * (math.log10(max(x, x_lo)) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo))
 
     if log_y:
         y0 = 10 ** math.floor(math.log10(lo))
@@ -107,19 +114,28 @@ def render(result: dict[str, Any]) -> str:
         add(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{LEFT + plot_w}" y2="{yy:.1f}" stroke="{GRID}" '
             f'stroke-opacity="{0.35 if major else 0.15}" stroke-width="1"/>')
         add(f'<text x="{LEFT - 8}" y="{yy + 4:.1f}" fill="{INK}" text-anchor="end">{_fmt_us(y)}</text>')
-    # x axis
-    step = _nice_step(n)
-    x = 0.0
-    while x <= n * 1.0001:
-        xx = px(x)
-        add(f'<line x1="{xx:.1f}" y1="{TOP}" x2="{xx:.1f}" y2="{TOP + plot_h}" stroke="{GRID}" '
-            'stroke-opacity="0.15" stroke-width="1"/>')
-        add(f'<text x="{xx:.1f}" y="{TOP + plot_h + 18}" fill="{INK}" text-anchor="middle">{_fmt_size(x)}</text>')
-        x += step
+    # x axis: powers of ten, with 2 and 5 between them as fainter lines
+    decade = x_lo
+    while decade <= x_hi * 1.0001:
+        for m in (1, 2, 5):
+            x = decade * m
+            if x > x_hi * 1.0001:
+                break
+            xx = px(x)
+            add(f'<line x1="{xx:.1f}" y1="{TOP}" x2="{xx:.1f}" y2="{TOP + plot_h}" stroke="{GRID}" '
+                f'stroke-opacity="{0.3 if m == 1 else 0.12}" stroke-width="1"/>')
+            if m == 1:
+                add(f'<text x="{xx:.1f}" y="{TOP + plot_h + 18}" fill="{INK}" text-anchor="middle">'
+                    f'{_fmt_size(x)}</text>')
+        decade *= 10
+    if n < x_hi:
+        xx = px(n)
+        add(f'<line x1="{xx:.1f}" y1="{TOP}" x2="{xx:.1f}" y2="{TOP + plot_h}" stroke="{INK}" '
+            'stroke-opacity="0.5" stroke-dasharray="2 3"/>')
     add(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="{INK}" '
         'stroke-opacity="0.6"/>')
     add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 14}" fill="{INK}" text-anchor="middle">'
-        'messages already in the session</text>')
+        'messages already in the session (log scale)</text>')
     add(f'<text transform="translate(18 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
         f'text-anchor="middle">time per append{" (log scale)" if log_y else ""}</text>')
     # series
@@ -174,6 +190,23 @@ def _wrap(parts: list[str], width: int) -> list[str]:
     return lines
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Draw the plot again from a results file: python -m bench.plot results.json out.svg"""
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m bench.plot RESULTS.json OUT.svg", file=sys.stderr)
+        return 2
+    write_svg(json.loads(Path(args[0]).read_text(encoding="utf-8")), Path(args[1]))
+    return 0
+
+
 def _short(label: str) -> str:
     return (label.replace("LangChain FileChatMessageHistory", "LangChain file history")
                  .replace("Agents SDK SQLiteSession", "Agents SDK SQLite"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

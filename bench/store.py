@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import re
@@ -329,13 +330,27 @@ def predicted(times: list[int], n: int) -> tuple[list[float], bool]:
     return [float(t) for t in times] + [a + b * i for i in range(k, n)], True
 
 
-def window_means(series: list[float], windows: int) -> list[tuple[int, float]]:
-    n = len(series)
+def window_edges(n: int, per_decade: int = 8) -> list[int]:
+    """Window edges for the plot: the first 10 appends, then windows growing geometrically,
+    per_decade of them in each power of ten, so a log-scaled size axis shows them evenly."""
+    edges = [0]
+    k = per_decade
+    while True:
+        edge = round(10 ** (k / per_decade))
+        if edge >= n:
+            break
+        if edge > edges[-1]:
+            edges.append(edge)
+        k += 1
+    return edges + [n]
+
+
+def window_means(series: list[float]) -> list[tuple[float, float]]:
+    """(geometric middle of the window, mean append in it) for each plot window."""
+    edges = window_edges(len(series))
     out = []
-    for j in range(windows):
-        lo, hi = j * n // windows, (j + 1) * n // windows
-        if hi > lo:
-            out.append(((lo + hi) // 2, sum(series[lo:hi]) / (hi - lo)))
+    for lo, hi in zip(edges, edges[1:]):
+        out.append((math.sqrt(max(lo, 1) * hi), sum(series[lo:hi]) / (hi - lo)))
     return out
 
 
@@ -354,7 +369,7 @@ def per_run_figures(run: Run, cfg: Config) -> tuple[dict[str, float], dict[str, 
         figs["growth"] = figs["append_last"] / figs["append_first"] if figs["append_first"] else float("nan")
         info["append_measured"] = len(run.append_times)
         info["append_extrapolated"] = extrapolated
-        info["curve"] = [(x, y / 1e3) for x, y in window_means(series, 50)]
+        info["curve"] = [(x, y / 1e3) for x, y in window_means(series)]
     if run.durable_times:
         series, extrapolated = predicted(run.durable_times, cfg.durable_n)
         figs["durable"] = sum(series) / cfg.durable_n / 1e3
