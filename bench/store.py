@@ -511,7 +511,7 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
-        "platform": platform.platform(terse=True),
+        "platform": platform.system(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "lesson": subject.lesson,
