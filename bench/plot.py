@@ -23,8 +23,8 @@ COLOURS = {
 INK = "#7d8590"          # axes and text: readable on white and on a dark slate background
 GRID = "#7d8590"
 
-WIDTH, HEIGHT = 860, 440
-LEFT, RIGHT, TOP, BOTTOM = 74, 250, 46, 58
+WIDTH, HEIGHT = 800, 440
+LEFT, RIGHT, TOP, BOTTOM = 88, 212, 46, 58
 
 
 def _nice_step(span: float, ticks: int = 5) -> float:
@@ -100,7 +100,7 @@ def render(result: dict[str, Any]) -> str:
     add = out.append
     add(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
         f'height="{HEIGHT}" role="img" aria-labelledby="title desc" '
-        'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="13">')
+        'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="14">')
     add('<title id="title">Per-append cost against session size</title>')
     add(f'<desc id="desc">Microseconds per append for each store, as the session grows from 0 to '
         f'{n:,} messages; median of {meta["repeat"]} runs, lesson {escape(meta["lesson"])}, '
@@ -113,7 +113,8 @@ def render(result: dict[str, Any]) -> str:
         major = not log_y or abs(math.log10(y) - round(math.log10(y))) < 1e-9
         add(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{LEFT + plot_w}" y2="{yy:.1f}" stroke="{GRID}" '
             f'stroke-opacity="{0.35 if major else 0.15}" stroke-width="1"/>')
-        add(f'<text x="{LEFT - 8}" y="{yy + 4:.1f}" fill="{INK}" text-anchor="end">{_fmt_us(y)}</text>')
+        if major or len(yticks) <= 12:      # many decades: label the powers of ten only
+            add(f'<text x="{LEFT - 8}" y="{yy + 4:.1f}" fill="{INK}" text-anchor="end">{_fmt_us(y)}</text>')
     # x axis: powers of ten, with 2 and 5 between them as fainter lines
     decade = x_lo
     while decade <= x_hi * 1.0001:
@@ -136,7 +137,7 @@ def render(result: dict[str, Any]) -> str:
         'stroke-opacity="0.6"/>')
     add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 14}" fill="{INK}" text-anchor="middle">'
         'messages already in the session (log scale)</text>')
-    add(f'<text transform="translate(18 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
+    add(f'<text transform="translate(16 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
         f'text-anchor="middle">time per append{" (log scale)" if log_y else ""}</text>')
     # series
     for key in order:
@@ -158,7 +159,7 @@ def render(result: dict[str, Any]) -> str:
                 add(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}" '
                     f'stroke-linejoin="round"{dash}><title>{label}</title></polyline>')
     # legend
-    lx, ly = LEFT + plot_w + 22, TOP + 8
+    lx, ly = LEFT + plot_w + 16, TOP + 8
     add(f'<text x="{lx}" y="{ly}" fill="{INK}" font-weight="600">store</text>')
     for i, key in enumerate(order):
         yy = ly + 24 + i * 24
@@ -174,8 +175,8 @@ def render(result: dict[str, Any]) -> str:
         add(f'<text x="{lx + 34}" y="{yy + 16}" fill="{INK}">the time cap</text>')
     foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
             f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
-    for i, text in enumerate(_wrap(foot.split(" · "), 40)):
-        add(f'<text x="{lx}" y="{TOP + plot_h - 30 + 14 * i}" fill="{INK}" font-size="11">{escape(text)}</text>')
+    for i, text in enumerate(_wrap(foot.split(" · "), 30)):
+        add(f'<text x="{lx}" y="{TOP + plot_h - 48 + 14 * i}" fill="{INK}" font-size="11">{escape(text)}</text>')
     add("</svg>")
     return "\n".join(out) + "\n"
 
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _short(label: str) -> str:
-    return (label.replace("LangChain FileChatMessageHistory", "LangChain file history")
+    return (label.replace("SessionLog (", "SessionLog ").replace(")", "")
+                 .replace("LangChain FileChatMessageHistory", "LangChain file history")
                  .replace("Agents SDK SQLiteSession", "Agents SDK SQLite"))
 
 

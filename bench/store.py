@@ -625,21 +625,42 @@ def print_table(result: dict[str, Any], console) -> None:
         console.print(f"[dim]{escape(note)}[/dim]")
 
 
+SHORT_TITLES = {
+    "append": "append, per message",
+    "append_first": "typical append, first 1%",
+    "append_last": "typical append, last 1%",
+    "growth": "growth, last 1% / first 1%",
+    "append_one": "one append to a session of N (open, append, close)",
+    "load": "load N",
+    "fork": "fork N (floor: file copy)",
+    "durable": "durable append (fsync), per message",
+}
+
+
 def markdown_table(result: dict[str, Any]) -> str:
-    keys = columns(result)
+    """The table for a web page: narrow cells (value above ratio), the verdict beside the
+    store it judges."""
     from bench.plot import _short
 
-    head = ["workload"] + [_short(result["stores"][k]["label"]) for k in keys] + ["target"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(keys) + ["---"]) + "|"]
+    keys = columns(result)
+    ordered = [k for k in keys if k in ("floor", "subject")] + [k for k in keys if k not in ("floor", "subject")]
+    head = ["workload"] + [_short(result["stores"][k]["label"]) for k in ordered[:2]] + ["target"] + \
+        [_short(result["stores"][k]["label"]) for k in ordered[2:]]
+    align = ["---"] + ["---:"] * 2 + [":---:"] + ["---:"] * (len(ordered) - 2)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for w, data in result["workloads"].items():
-        title = data["title"].replace(" N", f" {data['n']:,}").replace("of N", f"of {data['n']:,}")
-        cells = [title]
-        for key in keys:
+        cells = [SHORT_TITLES[w].replace(" N", f" {data['n']:,}")]
+        for i, key in enumerate(ordered):
+            if i == 2:
+                text = target_text(result, w)
+                if text:
+                    limit, verdict = text.split(": ", 1)
+                    word, _, value = verdict.partition(" ")
+                    text = f"{limit.replace('<=', '≤')}<br>**{word}**" + (f" {value}" if value else "")
+                cells.append(text)
             value, ratio = cell(data["results"].get(key, {}), data["unit"])
-            cells.append(value.replace("*", "\\*") + (f" ({ratio})" if ratio else ""))
-        text = target_text(result, w)
-        cells.append(text.replace("met", "**met**").replace("missed", "**missed**").replace("<=", "≤"))
-        lines.append("| " + " | ".join(cells) + " |")
+            cells.append(value.replace("*", "\\*") + (f"<br>{ratio}" if ratio else ""))
+        lines.append("| " + re.sub(r"(\d)x", "\\1×", " | ".join(cells)) + " |")
     lines.append("")
     lines.extend(f"{note.replace('*', chr(92) + '*', 1) if note.startswith('*') else note}  " for note in footnotes(result))
     return "\n".join(lines) + "\n"
