@@ -308,7 +308,7 @@ class SessionLog:
         append (loading a session must not create its file).
         """
         if self._fd is None and self.path.exists():
-            self._open()
+            return self._open().messages    # the log as the repair read it: parsed once
         return self.load()
 
     def append(self, message: Message) -> None:
@@ -329,8 +329,12 @@ class SessionLog:
         if self.durable:
             os.fsync(self._fd)
 
-    def _open(self) -> None:
-        """Become the writer: open the log for appending, then repair its tail."""
+    def _open(self) -> LogState:
+        """Become the writer: open the log for appending, then repair its tail.
+
+        Returns the log's entries as this writer leaves them, so that a resume need not
+        read and parse the whole log a second time.
+        """
         make_folder(self.folder)
         is_new = not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else happened.
@@ -340,21 +344,25 @@ class SessionLog:
         if is_new and self.durable:
             self._sync_folder()
         try:
-            self._repair()
+            data = self.path.read_bytes()
+            state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
+            self._repair(data, state)
         except BaseException:
             self.close()    # a log we refuse to repair is one we do not write to
             raise
+        # A repair that added entries (a marker, results) changed the log: read it again.
+        # That happens once after a crash; every other resume parses the log once.
+        return state if self.repaired is None else read_log(self.path)
 
-    def _repair(self) -> None:
+    def _repair(self, data: bytes, state: LogState) -> None:
         """Make the log's tail whole before this writer adds to it; a whole log is left alone.
 
         Cut a torn tail, add a missing final newline, and answer each unanswered tool call
         with interrupted_result(call), after a repair marker saying what was done. The marker
         and the results go in one write, so a second repair finds nothing left to do.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
         """
         # BEGIN 04.3
-        data = self.path.read_bytes()
-        state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
         calls = unanswered_calls(state.messages)
         fix = b"\n" if state.newline_missing else b""     # so that the next line starts clean
         if state.torn:

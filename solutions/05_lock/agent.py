@@ -347,9 +347,8 @@ class SessionLog:
         """
         if self._fd is None:
             if self.path.exists():
-                self._open()
-            else:
-                self._found_no_log = True
+                return self._open().messages    # the log as the repair read it: parsed once
+            self._found_no_log = True
         return self.load()
 
     def append(self, message: Message) -> None:
@@ -370,8 +369,12 @@ class SessionLog:
         if self.durable:
             os.fsync(self._fd)
 
-    def _open(self) -> None:
-        """Become the writer: take the lock, then open the log for appending and repair its tail."""
+    def _open(self) -> LogState:
+        """Become the writer: take the lock, then open the log for appending and repair its tail.
+
+        Returns the log's entries as this writer leaves them, so that a resume need not
+        read and parse the whole log a second time.
+        """
         make_folder(self.folder)
         # The lock comes first: a tail that looks torn may be a line another writer is in the
         # middle of writing. Only the lock holder may judge it, and cut it.
@@ -390,10 +393,15 @@ class SessionLog:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
-            self._repair()
+            data = self.path.read_bytes()
+            state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
+            self._repair(data, state)
         except BaseException:
             self.close()    # a log we cannot take over is one we neither write nor lock
             raise
+        # A repair that added entries (a marker, results) changed the log: read it again.
+        # That happens once after a crash; every other resume parses the log once.
+        return state if self.repaired is None else read_log(self.path)
 
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to self.timeout
@@ -451,15 +459,14 @@ class SessionLog:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _repair(self) -> None:
+    def _repair(self, data: bytes, state: LogState) -> None:
         """Make the log's tail whole before this writer adds to it; a whole log is left alone.
 
         Cut a torn tail, add a missing final newline, and answer each unanswered tool call
         with interrupted_result(call), after a repair marker saying what was done. The marker
         and the results go in one write, so a second repair finds nothing left to do.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
         """
-        data = self.path.read_bytes()
-        state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
         calls = unanswered_calls(state.messages)
         fix = b"\n" if state.newline_missing else b""     # so that the next line starts clean
         if state.torn:

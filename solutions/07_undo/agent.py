@@ -414,9 +414,8 @@ class SessionLog:
         """
         if self._fd is None:
             if self.path.exists():
-                self._open()
-            else:
-                self._found_no_log = True
+                return self.history(self._open())    # the log as the repair read it: parsed once
+            self._found_no_log = True
         return self.load()
 
     def append(self, message: Message) -> None:
@@ -439,8 +438,12 @@ class SessionLog:
         if self.durable:
             os.fsync(self._fd)
 
-    def _open(self) -> None:
-        """Become the writer: take the lock, then open the log for appending and repair its tail."""
+    def _open(self) -> LogState:
+        """Become the writer: take the lock, then open the log for appending and repair its tail.
+
+        Returns the log's entries as this writer leaves them, so that a resume need not
+        read and parse the whole log a second time.
+        """
         make_folder(self.folder)
         # The lock comes first: a tail that looks torn may be a line another writer is in the
         # middle of writing. Only the lock holder may judge it, and cut it.
@@ -459,10 +462,15 @@ class SessionLog:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
-            self._repair()
+            data = self.path.read_bytes()
+            state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
+            self._repair(data, state)
         except BaseException:
             self.close()    # a log we cannot take over is one we neither write nor lock
             raise
+        # A repair that added entries (a marker, results) changed the log: read it again.
+        # That happens once after a crash; every other resume parses the log once.
+        return state if self.repaired is None else read_log(self.path)
 
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to self.timeout
@@ -516,15 +524,14 @@ class SessionLog:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _repair(self) -> None:
+    def _repair(self, data: bytes, state: LogState) -> None:
         """Make the log's tail whole before this writer adds to it; a whole log is left alone.
 
         Cut a torn tail, add a missing final newline, and answer each unanswered tool call
         with interrupted_result(call), after a repair marker saying what was done. The marker
         and the results go in one write, so a second repair finds nothing left to do.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
         """
-        data = self.path.read_bytes()
-        state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
         calls = unanswered_calls(state.messages)
         fix = b"\n" if state.newline_missing else b""     # so that the next line starts clean
         if state.torn:
@@ -556,7 +563,10 @@ class SessionLog:
         repairs), and a corrupt line before the tail raises CorruptLog. Each content stored as
         a blob is read back and checked against its hash (BlobError if it cannot be trusted).
         """
-        state = read_log(self.path)
+        return self.history(read_log(self.path))
+
+    def history(self, state: LogState) -> list[Message]:
+        """The messages `state` shows, each blob reference replaced by the blob's content."""
         return [self.inline(message, line) for line, message in state.numbered_messages()]
 
     def undo(self, count: int) -> list[int]:
