@@ -169,3 +169,21 @@ def test_a_fork_copies_history_not_the_world(lesson, sessions, town, day_one):
         f"loading a fork must not replay or undo its tool calls. Gold is {town.gold}, expected 6 - 3 = 3")
     assert town.inventory == ["rope", "torch"]
     assert b"bought a torch" not in (sessions / "quest-1.jsonl").read_bytes(), "the fork's purchase belongs to the fork's log only"
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_durable_fork_is_synced_and_a_plain_one_is_not(lesson, sessions, day_one, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(lesson.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+
+    lesson.fork(sessions, "quest-1", "quick")
+    assert synced == [], (
+        "a fork is as durable as an append: without durable=True it should not fsync (pass "
+        "durable=durable on to publish_new and write_whole)")
+
+    lesson.fork(sessions, "quest-1", "safe", durable=True)
+    assert len(synced) >= 3, (
+        "fork(..., durable=True) should sync the new log, the meta file and their folder before "
+        f"returning; os.fsync was called {len(synced)} time(s)")

@@ -234,11 +234,16 @@ class Agent:
 FORMAT_VERSION = 1
 
 
-def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None) -> Path:
+def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
+         durable: bool = False) -> Path:
     """Start session `new_id` with the history of `source_id` (its first `upto` messages).
 
     Returns the new log's path. Refuses, changing nothing, when the source does not exist,
     when `new_id` is taken, or when `upto` is more than the source holds.
+
+    With durable=True the fork and its meta file are on disk (fsync, then the folder) before
+    it returns, as an append is in durable mode; without, a power cut soon after the fork can
+    leave it empty or missing (the source is never at risk).
     """
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
@@ -256,7 +261,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     if not 0 <= count <= len(lines):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: it holds {len(lines)}")
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
-    publish_new(target, b"".join(lines[:count]))
+    publish_new(target, b"".join(lines[:count]), durable=durable)
     # END 03.1
     # BEGIN 03.2
     write_whole(meta, json.dumps({
@@ -265,39 +270,54 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         "parent": source_id,
         "forked_at": count,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }, ensure_ascii=False, indent=1).encode("utf-8"))
+    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
     # END 03.2
     return target
 
 
-def publish_new(path: Path, data: bytes) -> None:
+def fsync_folder(folder: Path) -> None:
+    """fsync a folder, so that the names just created in it survive a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
     The bytes go to a temporary file first; os.link then gives it its real name, and fails
-    if that name exists (os.replace would silently overwrite it). A crash leaves at worst a
-    stray temporary file, never a half-written session.
+    if that name exists (os.replace would silently overwrite it). A crash of the process
+    leaves at worst a stray temporary file, never a half-written session. Surviving a power
+    cut takes durable=True: the bytes, then the new name, are fsynced before it returns.
     """
-    temp = _write_temp(path, data)
+    temp = _write_temp(path, data, durable)
     try:
         os.link(temp, path)
     except FileExistsError:
         raise SessionExists(f"cannot create {path}: it already exists") from None
     finally:
         os.unlink(temp)
+    if durable:
+        fsync_folder(path.parent)
 
 
-def write_whole(path: Path, data: bytes) -> None:
+def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
-    os.replace(_write_temp(path, data), path)
+    os.replace(_write_temp(path, data, durable), path)
+    if durable:
+        fsync_folder(path.parent)
 
 
-def _write_temp(path: Path, data: bytes) -> str:
+def _write_temp(path: Path, data: bytes, durable: bool) -> str:
     make_folder(path.parent)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if os.write(fd, data) != len(data):
             raise OSError(f"{temp}: short write (is the disk full?)")
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
         os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
         raise
