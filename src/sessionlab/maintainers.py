@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -267,8 +268,6 @@ def all_checks(root: Path, docs: bool = True):
 
 
 def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
-    import time
-
     def timed(check):
         start = time.perf_counter()
         finding = check()

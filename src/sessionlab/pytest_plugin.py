@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -130,8 +131,12 @@ def _tasks(item: pytest.Item) -> list[str]:
 
 def _lesson_of(item: pytest.Item) -> course.Lesson | None:
     folder = lesson_folder_of(Path(str(item.path)))
-    if folder is None:
-        return None
+    return None if folder is None else _lesson_in(folder)
+
+
+@functools.cache
+def _lesson_in(folder: Path) -> course.Lesson | None:
+    """The lesson.toml of a lesson folder, read once per run however many tests fail."""
     try:
         return course.load_lesson(folder.parent.parent, folder.name)
     except course.CourseError:
@@ -193,21 +198,21 @@ def _student_frame(excinfo: pytest.ExceptionInfo) -> str:
     return "agent.py"
 
 
-def pytest_collectreport(report: pytest.CollectReport) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
     if report.failed:
-        # Collection errors are recorded so the check can tell "import error" from "not done yet".
-        _pending_collect_errors.append({"nodeid": report.nodeid, "when": "collect", "outcome": "error",
-                                        "tasks": [], "exception": "CollectionError",
-                                        "message": str(report.longrepr)[-2000:]})
-
-
-_pending_collect_errors: list[dict[str, Any]] = []
+        # Recorded so the check can tell "import error" from "not done yet".
+        collector.config.stash[REPORT_KEY].append({
+            "nodeid": report.nodeid, "when": "collect", "outcome": "error", "tasks": [],
+            "exception": "CollectionError", "message": str(report.longrepr)[-2000:]})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     target = session.config.getoption("--sessionlab-report")
     if not target:
         return
-    results = _pending_collect_errors + session.config.stash[REPORT_KEY]
+    results = session.config.stash[REPORT_KEY]
     Path(target).write_text(json.dumps({"exitstatus": int(exitstatus), "results": results}, indent=1),
                             encoding="utf-8")
