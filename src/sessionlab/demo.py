@@ -21,8 +21,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from . import course
-from .town import Town
-from .town_model import town_model
 
 DEMO_SESSIONS = ("quest", "quest-guard")
 console = Console(highlight=False)
@@ -37,22 +35,21 @@ def latest_solution_with(root: Path, name: str) -> course.Lesson:
     raise course.CourseError(f"no reference solution defines {name}() yet")
 
 
-def show_message(message: dict[str, Any]) -> None:
-    role = message.get("role")
-    if role == "user":
-        console.print(f"[bold cyan]you[/]      {message['content']}")
-    elif role == "assistant":
-        for tool_call in message.get("tool_calls") or []:
-            function = tool_call["function"]
-            console.print(f"[yellow]tool call[/] {function['name']}({function['arguments']})")
-        if message.get("content"):
-            console.print(f"[bold green]agent[/]    {message['content']}")
-    elif role == "tool":
-        console.print(f"[dim]result[/]    {message['content']}")
+def show_message(message: dict[str, Any], names: dict[str, str] | None = None) -> None:
+    """One message, drawn as `sessionlab chat` and `sessionlab show` draw it (never read as markup)."""
+    from .cli.show import message_rows
+
+    for row in message_rows(message, names=names):
+        console.print(row)
 
 
 def run_day(module_path: Path, folder: Path, session_id: str, texts: list[str]) -> None:
     """One day of the quest in this process: resume the session and say each text."""
+    # The model (and with it openai and respx) is needed only here, in the child process of a day.
+    from .cli.show import call_names
+    from .town import Town
+    from .town_model import town_model
+
     module: ModuleType = course.load_module(module_path)
     model = town_model()
     with module.SessionLog(folder, session_id) as log:
@@ -62,8 +59,9 @@ def run_day(module_path: Path, folder: Path, session_id: str, texts: list[str]) 
         for text in texts:
             start = len(agent.messages)
             agent.run(text)
+            names = call_names(agent.messages)
             for message in agent.messages[start:]:
-                show_message(message)
+                show_message(message, names)
     first = model.requests[0]["messages"] if model.requests else []
     console.print(f"[dim]the first request of this process carried {len(first)} message(s)[/]")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.text import Text
 
 from .. import course
+from . import find_course
 from .ui import Ui
 
 OLLAMA_DEFAULT = "http://localhost:11434"
@@ -114,7 +115,7 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         row(fits is not False, name, installed, why if fits is not False else f"the kit wants {spec}")
 
     try:
-        root = Path(args.course).resolve() if getattr(args, "course", None) else course.find_root()
+        root = find_course(args)
         count = len(course.lessons(root))
         row(True, "course", str(root), f"{count} lessons")
     except course.CourseError:

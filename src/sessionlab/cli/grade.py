@@ -26,6 +26,7 @@ from rich.text import Text
 
 from .. import course
 from ..course import Lesson
+from . import find_course
 from .runner import LessonResult, run_pytest
 from .ui import Ui
 
@@ -37,7 +38,6 @@ class Student:
     problem: str | None = None
     results: dict[str, LessonResult] = field(default_factory=dict)
     edited: set[str] = field(default_factory=set)      # lessons whose test files differ from the course's
-    missing: set[str] = field(default_factory=set)     # lessons without an agent.py
 
     def passed(self) -> int:
         return sum(r.passed_count for r in self.results.values())
@@ -85,9 +85,8 @@ def grade_one(student: Student, lesson: Lesson, course_root: Path | None, timeou
     module = student.path / "lessons" / lesson.name / course.MODULE
     if not module.is_file():
         return LessonResult(lesson.name, "impl", error="missing: no lessons/{}/agent.py".format(lesson.name))
-    if course_root is None:
-        return run_pytest(student.path, [lesson], timeout=timeout)[lesson.name]
-    return run_pytest(student.path, [lesson], impl=module, tests_root=course_root, timeout=timeout)[lesson.name]
+    impl = module if course_root is not None else None    # --own-tests: the copy's tests on its own module
+    return run_pytest(student.path, [lesson], impl=impl, tests_root=course_root, timeout=timeout)[lesson.name]
 
 
 def cell(result: LessonResult | None, edited: bool, ui: Ui) -> Text:
@@ -95,9 +94,7 @@ def cell(result: LessonResult | None, edited: bool, ui: Ui) -> Text:
         return Text("-", style="dim")
     star = "*" if edited else ""
     if result.error is not None:
-        word = "missing" if result.error.startswith("missing") else (
-            "timeout" if result.error.startswith("timed out") else "error")
-        return Text(word + star, style="red")
+        return Text(_state(result) + star, style="red")      # missing / timeout / error
     style = "green" if result.passed else ("yellow" if result.passed_count else "dim")
     return Text(f"{result.passed_count}/{result.total}{star}", style=style)
 
@@ -106,8 +103,10 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     course_root: Path | None = None
     if not args.own_tests:
         try:
-            course_root = Path(args.course).resolve() if getattr(args, "course", None) else course.find_root()
+            course_root = find_course(args)
         except course.CourseError:
+            if getattr(args, "course", None):
+                raise       # a --course that is not a course: say so, do not grade with other tests
             ui.note("no course found here: running each student's own tests (--own-tests)")
     students = find_students(args.dirs)
     ok = [s for s in students if s.problem is None]

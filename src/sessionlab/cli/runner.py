@@ -299,8 +299,10 @@ def _hash_folder(digest, folder: Path, label: str) -> None:
         digest.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-def cache_key(root: Path, lesson: Lesson, side: str) -> str:
-    digest = hashlib.sha256(f"v{CACHE_VERSION} {side} {sys.version} {_kit_fingerprint()}\n".encode())
+def cache_key(root: Path, lesson: Lesson, side: str, kit: str | None = None) -> str:
+    """`kit` is `_kit_fingerprint()`, passed in when several lessons are keyed at once."""
+    kit = kit or _kit_fingerprint()
+    digest = hashlib.sha256(f"v{CACHE_VERSION} {side} {sys.version} {kit}\n".encode())
     _hash_folder(digest, lesson.folder, "lesson")
     if side == "solution":
         _hash_folder(digest, lesson.solution_folder, "solution")
@@ -321,8 +323,9 @@ class Cache:
         except (OSError, ValueError):
             return {"version": CACHE_VERSION, "entries": {}}
 
-    def get(self, lesson: Lesson, side: str, key: str) -> LessonResult | None:
-        entry = self._load()["entries"].get(f"{side}:{lesson.name}")
+    def get(self, lesson: Lesson, side: str, key: str, data: dict | None = None) -> LessonResult | None:
+        """The cached result, if its key still matches; `data` is a `_load()` already made."""
+        entry = (data or self._load())["entries"].get(f"{side}:{lesson.name}")
         if not entry or entry.get("key") != key:
             return None
         result = LessonResult.from_json(entry["result"])
@@ -363,14 +366,6 @@ class Runner:
         self.cache = Cache(self.root)
         self.jobs = self.jobs or max(1, min(4, os.cpu_count() or 1))
 
-    def cached(self, lesson: Lesson) -> LessonResult | None:
-        if not self.use_cache:
-            return None
-        try:
-            return self.cache.get(lesson, self.side, cache_key(self.root, lesson, self.side))
-        except OSError:
-            return None
-
     def run(self, lessons: Iterable[Lesson], *, fresh: bool = False,
             on_start: Callable[[list[Lesson]], None] | None = None) -> dict[str, LessonResult]:
         """Results for `lessons`, running only those not cached (or all with `fresh`)."""
@@ -378,9 +373,11 @@ class Runner:
         results: dict[str, LessonResult] = {}
         todo: list[Lesson] = []
         keys: dict[str, str] = {}
+        kit = _kit_fingerprint()                      # once per run, not once per lesson
+        stored = None if fresh or not self.use_cache else self.cache._load()
         for lesson in lessons:
-            keys[lesson.name] = cache_key(self.root, lesson, self.side)
-            hit = None if fresh or not self.use_cache else self.cache.get(lesson, self.side, keys[lesson.name])
+            keys[lesson.name] = cache_key(self.root, lesson, self.side, kit)
+            hit = None if stored is None else self.cache.get(lesson, self.side, keys[lesson.name], stored)
             if hit is not None:
                 results[lesson.name] = hit
             else:

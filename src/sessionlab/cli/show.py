@@ -323,15 +323,15 @@ def render_log(log: Log, ui: Ui, *, limit: int | None = PREVIEW) -> Group:
 
 
 def render_folder(folder: Path, ui: Ui) -> list:
-    logs = sorted(folder.glob("*.jsonl"))
-    metas = {p.name.removesuffix(".meta.json"): _read_json(p) or {} for p in folder.glob("*.meta.json")}
-    ids = sorted({p.name.removesuffix(".jsonl") for p in logs} | set(metas))
+    logs = {p.name.removesuffix(".jsonl") for p in folder.glob("*.jsonl")}
+    ids = sorted(logs | {p.name.removesuffix(".meta.json") for p in folder.glob("*.meta.json")})
     if not ids:
         return [Text(f"{folder}: no sessions here yet.")]
-    summaries = {}
-    for session_id in ids:
-        path = folder / f"{session_id}.jsonl"
-        summaries[session_id] = read_log(path) if path.exists() else None
+    # read_log reads a session's meta file too: read each one once.
+    summaries = {session_id: read_log(folder / f"{session_id}.jsonl") if session_id in logs else None
+                 for session_id in ids}
+    metas = {session_id: (log.meta if log is not None else _read_json(folder / f"{session_id}.meta.json")) or {}
+             for session_id, log in summaries.items()}
     children: dict[str | None, list[str]] = {}
     for session_id in ids:
         parent = metas.get(session_id, {}).get("parent")
