@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import course, starters
+from .cli.runner import child_env, run_process
+
+PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check: a lesson takes a few
 
 RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
 
@@ -120,16 +123,18 @@ def check_starters(root: Path) -> Finding:
 # --- checks that run pytest ------------------------------------------------------------
 
 
-def run_pytest(root: Path, targets: list[str], *extra: str) -> tuple[int, dict, str]:
-    """Run pytest in a fresh process; return (exit status, JSON report, output tail)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SESSIONLAB_SOLUTION", "SESSIONLAB_IMPL")}
+def run_pytest(root: Path, targets: list[str], *extra: str) -> tuple[int | None, dict, str]:
+    """Run pytest in a fresh process group; return (exit status or None on timeout,
+    JSON report, output tail). The process handling is the command line's own runner."""
     with tempfile.TemporaryDirectory() as temp:
         report_path = Path(temp) / "report.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
                    "--sessionlab-report", str(report_path), *extra, *targets]
-        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        status, output = run_process(command, cwd=root, env=child_env(root), timeout=PYTEST_TIMEOUT)
         report = json.loads(report_path.read_text()) if report_path.exists() else {"results": []}
-    return done.returncode, report, (done.stdout + done.stderr)[-3000:]
+    if status is None:
+        output += f"\n(timed out after {PYTEST_TIMEOUT} s)"
+    return status, report, output[-3000:]
 
 
 def check_solution(lesson: course.Lesson) -> Finding:
