@@ -35,7 +35,7 @@ from pathlib import Path
 from . import course, starters
 from .cli.runner import child_env, run_process
 
-PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check: a lesson takes a few
+PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check; a lesson takes a few, so this only stops a hang
 
 RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
 
