@@ -69,20 +69,14 @@ class BenchError(Exception):
 
 def find_subject(root: Path, impl: str | None = None) -> tuple[Any, str, Path]:
     """The lesson module to measure: `impl`, or the highest-numbered solutions/NN_*/agent.py."""
-    from sessionlab.course import LESSON_FOLDER, MODULE, load_module
+    from sessionlab.course import MODULE, latest_solution, load_module
 
     if impl:
         path = Path(impl).resolve()
         if path.is_dir():
             path = path / MODULE
     else:
-        folder = root / "solutions"
-        candidates = sorted(p for p in folder.iterdir()
-                            if p.is_dir() and LESSON_FOLDER.match(p.name) and (p / MODULE).is_file()) \
-            if folder.is_dir() else []
-        if not candidates:
-            raise BenchError(f"no solutions/NN_topic/{MODULE} under {root}: nothing to measure")
-        path = candidates[-1] / MODULE
+        path = latest_solution(root).module_path("solution")
     lesson = path.parent.name
     module = load_module(path)
     if not hasattr(module, "SessionLog"):

@@ -104,6 +104,14 @@ def lessons(root: Path | None = None) -> list[Lesson]:
             if (folder / name / "lesson.toml").is_file()]
 
 
+def latest_solution(root: Path | None = None) -> Lesson:
+    """The highest-numbered lesson that has a reference solution (solutions/NN_topic/agent.py)."""
+    solved = [item for item in lessons(root) if item.module_path("solution").is_file()]
+    if not solved:
+        raise CourseError(f"no solutions/NN_topic/{MODULE} in the course: no lesson is solved yet")
+    return solved[-1]
+
+
 def lesson_folders(root: Path) -> list[str]:
     """Names of every folder under lessons/ that looks like a lesson (NN_topic)."""
     folder = root / "lessons"

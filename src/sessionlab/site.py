@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionlab import course
+from sessionlab.maintainers import test_marks
 from sessionlab.starters import strip_markers
 
 try:  # mkdocs is only needed when the site is built, not to import this module in a test
@@ -299,28 +300,25 @@ class LessonTest:
 
 
 def lesson_tests(folder: Path) -> list[LessonTest]:
-    """Every test function in a lesson folder's test_*.py files, in file order."""
+    """Every test function in a lesson folder's test_*.py files, in file order.
+
+    The task marks are read by maintainers.test_marks, the same reading the maintainers' check
+    holds every lesson to, so the site shows exactly the marks that check counts.
+    """
+    tasks = test_marks(course.load_lesson(folder.parent.parent, folder.name))
     found: list[LessonTest] = []
     for path in sorted(folder.glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                found.append(LessonTest(node.name, _marks(node, "task"), bool(_marks(node, "key", any_args=True)),
-                                        _checks(node)))
+                found.append(LessonTest(node.name, tuple(tasks.get(node.name, ())), _is_key(node), _checks(node)))
     return found
 
 
-def _marks(node: ast.FunctionDef, mark: str, any_args: bool = False) -> tuple[str, ...]:
-    values: list[str] = []
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if isinstance(target, ast.Attribute) and target.attr == mark:
-            if isinstance(decorator, ast.Call):
-                values.extend(arg.value for arg in decorator.args
-                              if isinstance(arg, ast.Constant) and isinstance(arg.value, str))
-            elif any_args:
-                values.append(mark)
-    return tuple(values)
+def _is_key(node: ast.FunctionDef) -> bool:
+    """Marked @pytest.mark.key (bare or called)."""
+    return any(ast.unparse(d.func if isinstance(d, ast.Call) else d) == "pytest.mark.key"
+               for d in node.decorator_list)
 
 
 def _checks(node: ast.FunctionDef) -> str:

@@ -19,11 +19,6 @@ from sessionlab import course
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def final_solution() -> Path:
-    solved = [l.module_path("solution") for l in course.lessons(ROOT) if l.module_path("solution").is_file()]
-    return solved[-1]
-
-
 @pytest.fixture(scope="session")
 def store(request):
     """The final lesson's reference module (SessionLog, fork, Agent ...), or the module given
@@ -32,7 +27,7 @@ def store(request):
     impl = request.config.getoption("--impl")
     if impl:
         return course.load_module(Path(impl.split(os.pathsep)[0]).resolve(), "sessionlab_impl.store_under_test")
-    return course.load_module(final_solution(), "sessionlab_impl.final_store")
+    return course.load_module(course.latest_solution(ROOT).module_path("solution"), "sessionlab_impl.final_store")
 
 
 # --- work in a forked child ---------------------------------------------------------------
@@ -58,7 +53,6 @@ def in_child(work: Callable[[], Any]) -> Any:
             except BaseException as error:      # noqa: BLE001 - reported to the parent as data
                 result = {"raised": type(error).__name__, "message": str(error),
                           "errno": getattr(error, "errno", None),
-                          "classes": [c.__name__ for c in type(error).__mro__],
                           "traceback": traceback.format_exc()}
             data = json.dumps(result, default=repr).encode("utf-8")
             while data:
@@ -76,18 +70,7 @@ def in_child(work: Callable[[], Any]) -> Any:
     if not chunks:
         raise AssertionError(f"the child process ended without a result (wait status {status})")
     result = json.loads(b"".join(chunks))
-    return result["returned"] if "returned" in result else Raised(result)
-
-
-class Raised(dict):
-    """What a child reported instead of a result: the exception it raised."""
-
-    @property
-    def name(self) -> str:
-        return self["raised"]
-
-    def is_a(self, name: str) -> bool:
-        return name in self["classes"]
+    return result["returned"] if "returned" in result else result
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 WRITERS = "abcdefgh"
 LINE = 64 * 1024        # bytes per line, newline included
@@ -27,26 +28,19 @@ def content(name: str, number: int, size: int) -> dict:
     return {"role": "user", "content": f"{name} {number:03d} " + name * pad}
 
 
-def run_writers(store, folder: Path, count: int, size: int, lock_per_line: bool) -> list[int]:
-    """Start the eight writers together; return their exit statuses."""
+def start_together(names: str, work: Callable[[str], None]) -> list[int]:
+    """Fork one writer per name; all wait at the starting line, then run `work(name)` and exit
+    (status 0 unless it raised). Returns their wait statuses, in the order of `names`."""
     go_read, go_write = os.pipe()
     pids = []
-    for name in WRITERS:
+    for name in names:
         pid = os.fork()
         if pid == 0:
             status = 1
             try:
                 os.close(go_write)
-                os.read(go_read, 1)             # returns b"" when the test closes its end: go
-                options = dict(timeout=120, blob_threshold=2 * size)
-                if lock_per_line:       # take and let go of the session for every line
-                    for number in range(count):
-                        with store.SessionLog(folder, "crowd", **options) as log:
-                            log.append(content(name, number, size))
-                else:                   # one writer for its whole life, as an agent is
-                    with store.SessionLog(folder, "crowd", **options) as log:
-                        for number in range(count):
-                            log.append(content(name, number, size))
+                os.read(go_read, 1)             # returns b"" when this process closes its end: go
+                work(name)
                 status = 0
             finally:
                 os._exit(status)
@@ -54,6 +48,23 @@ def run_writers(store, folder: Path, count: int, size: int, lock_per_line: bool)
     os.close(go_read)
     os.close(go_write)                          # the starting shot
     return [os.waitpid(pid, 0)[1] for pid in pids]
+
+
+def run_writers(store, folder: Path, count: int, size: int, lock_per_line: bool) -> list[int]:
+    """Start the eight writers together; return their exit statuses."""
+    options = dict(timeout=120, blob_threshold=2 * size)
+
+    def write(name: str) -> None:
+        if lock_per_line:       # take and let go of the session for every line
+            for number in range(count):
+                with store.SessionLog(folder, "crowd", **options) as log:
+                    log.append(content(name, number, size))
+        else:                   # one writer for its whole life, as an agent is
+            with store.SessionLog(folder, "crowd", **options) as log:
+                for number in range(count):
+                    log.append(content(name, number, size))
+
+    return start_together(WRITERS, write)
 
 
 def check_log(store, path: Path, count: int, size: int) -> list[tuple[str, int]]:
