@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,12 +257,18 @@ def check_docs(root: Path) -> Finding:
 # --- running them all ----------------------------------------------------------------
 
 
-def all_checks(root: Path, docs: bool = True):
-    """Every check as a (name, callable) pair, cheapest first."""
-    all_lessons = course.lessons(root)
+def static_checks(root: Path) -> list[tuple[str, Callable[[], Finding]]]:
+    """The checks that only read files, as (name, callable) pairs."""
     checks = [("lesson folders", lambda: check_folders(root)), ("starters", lambda: check_starters(root))]
-    for lesson in all_lessons:
+    for lesson in course.lessons(root):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
+    return checks
+
+
+def pytest_checks(root: Path, docs: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+    """The checks that run a process (pytest, mkdocs), as (name, callable) pairs."""
+    all_lessons = course.lessons(root)
+    checks = []
     for i, lesson in enumerate(all_lessons):
         checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
@@ -272,15 +279,29 @@ def all_checks(root: Path, docs: bool = True):
     return checks
 
 
-def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
-    def timed(check):
-        start = time.perf_counter()
-        finding = check()
-        finding.seconds = time.perf_counter() - start
-        return finding
+def all_checks(root: Path, docs: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+    """Every check as a (name, callable) pair, cheapest first."""
+    return static_checks(root) + pytest_checks(root, docs)
 
+
+def _timed(check: Callable[[], Finding]) -> Finding:
+    start = time.perf_counter()
+    finding = check()
+    finding.seconds = time.perf_counter() - start
+    return finding
+
+
+def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
+    """Every finding, in the order of all_checks.
+
+    The static checks run here, one after another: they parse files with `ast`, and CPython
+    3.11's parser is not safe to run from two threads at once ("AST constructor recursion depth
+    mismatch"). Only the checks that wait on a child process share the thread pool.
+    """
+    findings = [_timed(check) for _, check in static_checks(root)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda item: timed(item[1]), all_checks(root, docs)))
+        findings += pool.map(lambda item: _timed(item[1]), pytest_checks(root, docs))
+    return findings
 
 
 def main(argv: list[str] | None = None) -> int:
