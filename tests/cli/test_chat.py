@@ -225,7 +225,10 @@ def test_chat_over_real_http_finds_the_only_model(cli, chat_course, sessions):
     assert run.status == 0, run.text
     assert f"scripted-town at {server.base_url}" in run.out
     assert "The elder says" in run.out
-    assert len(requests) == 2 and requests[1]["messages"][-1]["role"] == "tool"
+    check, *turn = requests
+    assert check["max_tokens"] == 1 and check["tools"], "the server and model are checked before the chat"
+    assert len(turn) == 2 and turn[1]["messages"][-1]["role"] == "tool"
+    assert all(r["tool_choice"] == "auto" for r in requests), "tool_choice is said, not left to the server"
 
 
 def test_openai_environment_variables_are_honoured(cli, chat_course, sessions, monkeypatch):
@@ -248,7 +251,7 @@ def test_no_server_names_the_url_and_suggests_starting_ollama(cli, chat_course, 
     assert f"http://127.0.0.1:{port}/v1" in first and "connection refused" in first
     assert "ollama serve" in run.err
     assert "Traceback" not in run.err
-    assert [m["role"] for m in lines(sessions / "q.jsonl")] == ["user"], "the question stays, ready to resume"
+    assert not (sessions / "q.jsonl").exists(), "checked before the user typed: nothing is written"
 
 
 def test_a_model_that_is_not_pulled_suggests_pulling_it(cli, chat_course, sessions, monkeypatch):

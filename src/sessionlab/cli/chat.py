@@ -6,8 +6,10 @@ continued, or forked from another at a point (`--fork-from ID --at K`, with the 
 `fork()`). Lesson 00 has no session log: the chat then lives in memory, and says so.
 
 The model is the built-in scripted town model unless you name another: `--ollama MODEL`
-(a local Ollama at http://localhost:11434/v1, or OLLAMA_HOST), or any OpenAI-compatible server
-with `--base-url URL --model NAME` (OPENAI_BASE_URL and OPENAI_API_KEY are honoured).
+(a local Ollama at http://127.0.0.1:11434/v1, or OLLAMA_HOST read as Ollama reads it), or any
+OpenAI-compatible server with `--base-url URL --model NAME` (OPENAI_BASE_URL and OPENAI_API_KEY
+are honoured). Before you type, the chat checks that the server answers and takes the model
+with tools (`--no-check` skips this), so a model that cannot work never leaves a message behind.
 
 Tool calls and their results are printed as the agent records them. Ctrl-C or Ctrl-D ends
 the chat and leaves a log that resumes cleanly: a message being written is finished first,
@@ -34,8 +36,8 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..town import Town
-from . import show
-from .doctor import TOOL_MODEL_SUGGESTION, ollama_url
+from . import connect, replies, show
+from .doctor import ollama_url
 from .runner import Runner
 from .ui import Ui
 
@@ -58,10 +60,11 @@ def default_model():
 
 @dataclass
 class ModelChoice:
-    client: Any
-    name: str
+    client: Any          # a connect.KitClient around an openai.OpenAI
+    name: str | None     # None until the server says which model it has (--base-url without --model)
     base_url: str
     kind: str            # scripted / ollama / openai
+    api_key: str | None = None
 
     def describe(self) -> str:
         if self.kind == "scripted":
@@ -84,10 +87,11 @@ def choose_model(args: argparse.Namespace) -> ModelChoice:
     timeout = httpx.Timeout(args.timeout, connect=5.0)
     if args.ollama:
         base = ollama_url() + "/v1"
-        client = openai.OpenAI(base_url=base, api_key=args.api_key or "ollama", max_retries=0, timeout=timeout)
-        return ModelChoice(client, args.ollama, base, "ollama")
+        key = args.api_key or "ollama"
+        client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=timeout)
+        return ModelChoice(connect.KitClient(client), args.ollama, base, "ollama", key)
     if args.base_url or args.model:
-        base = args.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        base = (args.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         key = args.api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if not args.base_url and not os.environ.get("OPENAI_BASE_URL"):
@@ -95,82 +99,149 @@ def choose_model(args: argparse.Namespace) -> ModelChoice:
                                 "set OPENAI_API_KEY, or use a local server: --ollama MODEL or --base-url URL")
             key = "none"     # local servers want no key, but the client wants a string
         client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=timeout)
-        name = args.model or discover_model(client, base)
-        return ModelChoice(client, name, base.rstrip("/"), "openai")
+        return ModelChoice(connect.KitClient(client), args.model, base, "openai", key)
     model = default_model()
-    return ModelChoice(model.client(), model.model, model.base_url, "scripted")
+    return ModelChoice(connect.KitClient(model.client()), model.model, model.base_url, "scripted")
 
 
-def discover_model(client: Any, base: str) -> str:
-    """With --base-url and no --model: the server's only model, if it has exactly one."""
+def unreachable(choice: ModelChoice, what: str) -> ChatError:
+    """Nothing answers at the URL: say where, and how to start the server."""
+    if choice.kind == "scripted":
+        return ChatError(f"the scripted model dropped the connection ({what})", "try again", fatal=False)
+    hint = ("start Ollama with `ollama serve` (in another terminal), then try again" if choice.kind == "ollama"
+            else "is the server running? check --base-url (or OPENAI_BASE_URL), then try again")
+    return ChatError(f"cannot reach the model server at {choice.base_url} ({what})", hint)
+
+
+def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
+    """Before the user types: is there a server, does it have the model, does it take tools?
+
+    Anything wrong here stops the chat before a message is written, so a refused model never
+    leaves a question in the log to be sent again on every resume. The tiny request (one token
+    of answer) also loads the model, which the first real message would wait for anyway.
+    """
     import openai
 
-    try:
-        names = [m.id for m in client.models.list()]
-    except openai.APIError as error:
-        raise explain(error, ModelChoice(client, "?", base, "openai")) from None
-    if len(names) == 1:
-        return names[0]
-    raise ChatError(f"which model? the server at {base} has {len(names)}: {', '.join(names[:12]) or 'none'}",
-                    "name one with --model NAME")
-
-
-def _server_message(error: Any) -> str:
-    body = error.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return str(error.message)
+    if choice.kind == "scripted":
+        return
+    probe = connect.probe_models(choice.base_url, choice.api_key)
+    if probe.status is None:
+        refused = "refused" in probe.detail.lower() or "ConnectError" in probe.detail
+        raise unreachable(choice, "connection refused" if refused else "the connection failed")
+    if probe.status in (401, 403):
+        raise ChatError(f"the server at {choice.base_url} refused the API key (HTTP {probe.status}: {probe.detail})",
+                        "set OPENAI_API_KEY or pass --api-key")
+    if probe.names is None and (probe.status == 404 or probe.status == 200):
+        what, hint = connect.diagnose_404(choice.base_url, choice.api_key, choice.name or "?", choice.kind)
+        raise ChatError(what, hint)
+    if choice.name is None:
+        names = probe.names or []
+        if len(names) != 1:
+            raise ChatError(f"which model? the server at {choice.base_url} has {len(names)}: "
+                            f"{', '.join(names[:12]) or 'none'}", "name one with --model NAME")
+        choice.name = names[0]
+    if not check:
+        return
+    with working(ui, f"checking {choice.name} at {choice.base_url} (loading a model can take a minute)"):
+        try:
+            choice.client.inner.chat.completions.create(
+                model=choice.name, messages=[{"role": "user", "content": "Say OK."}],
+                tools=Town().schemas, tool_choice="auto", max_tokens=1)
+        except openai.BadRequestError as error:
+            if "max_tokens" in connect.server_message(error.body, str(error.message)):
+                return       # a server that wants max_completion_tokens instead: the check proves nothing
+            raise explain(error, choice) from None
+        except openai.APIError as error:
+            problem = explain(error, choice)
+            problem.fatal = True     # nothing is written yet: stop here rather than fail on each message
+            raise problem from None
+    ui.out.print(Text(f"checked: the server answers, and {choice.name} takes requests with tools", style="dim"))
 
 
 def explain(error: Exception, choice: ModelChoice) -> ChatError:
-    """A model error as one line and what to do about it."""
+    """A model error as one line and what to do about it.
+
+    "Try again" is said only where trying again can help: a timeout, a dropped connection, a
+    5xx or a rate limit. A 400, 401 or 404 will be answered the same way every time.
+    """
     import openai
 
     where = choice.base_url
-    ollama = choice.kind == "ollama"
+    if isinstance(error, connect.ServerProblem):
+        return ChatError(f"the server at {where} answered with no reply in it ({error})",
+                         f"check --base-url; it usually ends in /v1 ({connect.USUAL_URLS})")
     if isinstance(error, openai.APITimeoutError):
         return ChatError(f"the model server at {where} did not answer in time",
-                         "a big model on a small machine is slow: try a smaller one, or a longer --timeout", fatal=False)
+                         "a big model on a small machine is slow: try again, try a smaller model, "
+                         "or give it longer with --timeout SECONDS", fatal=False)
     if isinstance(error, openai.APIConnectionError):
         cause = repr(error.__cause__ or error)
         refused = "refused" in cause.lower() or "ConnectError" in cause
-        what = "connection refused" if refused else "the connection failed"
+        return unreachable(choice, "connection refused" if refused else "the connection failed")
+    if not isinstance(error, openai.APIStatusError):
+        return ChatError(f"{type(error).__name__}: {error}")
+    message = connect.server_message(error.body, str(error.message))
+    status = error.status_code
+    lower = message.lower()
+    if status == 404:
         if choice.kind == "scripted":
-            return ChatError(f"the scripted model dropped the connection ({what})", "try again", fatal=False)
-        hint = ("start Ollama with `ollama serve` (in another terminal), then try again"
-                if ollama else "is the server running? check --base-url (or OPENAI_BASE_URL)")
-        return ChatError(f"cannot reach the model server at {where} ({what})", hint)
-    if isinstance(error, openai.APIStatusError):
-        message = _server_message(error)
-        status = error.status_code
-        if status == 404:
-            hint = (f"pull it first: `ollama pull {choice.name}` (or pick one from `ollama list`)" if ollama
-                    else f"check --model; `curl {where}/models` lists the models this server has")
-            return ChatError(f"model {choice.name!r} not found at {where} (HTTP 404: {message})", hint)
-        lower = message.lower()
-        if status == 400 and "auto-tool-choice" in lower:
-            # vLLM started without tool calling switched on.
-            return ChatError(f"the server at {where} is not set up for tool calls ({message})",
-                             "start vLLM with --enable-auto-tool-choice and the --tool-call-parser of your model")
-        if status == 400 and "tool" in lower and "support" in lower and "tool_call" not in lower:
-            return ChatError(f"model {choice.name!r} does not support tools ({message})",
-                             "the agent needs tool calls: pick a model that has them, "
-                             f"e.g. `--ollama {TOOL_MODEL_SUGGESTION}` or `--ollama qwen2.5`")
-        if status in (401, 403):
-            return ChatError(f"the server at {where} refused the API key (HTTP {status}: {message})",
-                             "set OPENAI_API_KEY or pass --api-key")
-        if status == 400:
-            hint = None
-            if "tool_call" in message or "tool message" in message or "'tool'" in message:
-                hint = ("the conversation holds a tool call without a result, as after a crash mid-turn: "
-                        "lesson 04's repair answers it on resume; `sessionlab show` the log to see it")
-            return ChatError(f"the model server refused the conversation (HTTP 400: {message})", hint, fatal=False)
+            return ChatError(f"model {choice.name!r} not found (HTTP 404: {message})")
+        what, hint = connect.diagnose_404(where, choice.api_key, choice.name or "?", choice.kind, message)
+        return ChatError(f"{what} (HTTP 404: {message})" if message not in what else what, hint)
+    if status == 400 and "auto-tool-choice" in lower:
+        # vLLM started without tool calling switched on.
+        return ChatError(f"the server at {where} is not set up for tool calls ({message})",
+                         "start vLLM with --enable-auto-tool-choice and the --tool-call-parser of your model")
+    if "--jinja" in lower:
+        # llama.cpp's server started without its template engine (an HTTP 500, but not a passing one).
+        return ChatError(f"the server at {where} is not set up for tool calls ({message})",
+                         "start llama-server with --jinja")
+    if status == 400 and "tool" in lower and "support" in lower and "tool_call" not in lower:
+        others = connect.suggest_tool_models(choice.name or "")
+        hint = "the agent needs tool calls: pick a model that has them"
+        if choice.kind == "ollama":
+            hint += ", e.g. " + " or ".join(f"`--ollama {name}`" for name in others)
+        return ChatError(f"model {choice.name!r} does not support tools ({message})", hint)
+    if status in (401, 403):
+        return ChatError(f"the server at {where} refused the API key (HTTP {status}: {message})",
+                         "set OPENAI_API_KEY or pass --api-key")
+    if status == 429:
+        return ChatError(f"the model server at {where} is busy or rate-limited (HTTP 429: {message})",
+                         "wait a moment and try again", fatal=False)
+    if status >= 500:
         return ChatError(f"the model server failed (HTTP {status}: {message})", "try again", fatal=False)
-    return ChatError(f"{type(error).__name__}: {error}")
+    hint = ("the same history will be refused again: take the last turn back with /undo (lesson 07), "
+            "or continue in a fork that stops before it (--fork-from ID --at K)")
+    if "tool_call" in message or "tool message" in message or "'tool'" in message:
+        hint = ("the conversation holds a tool call without a result, as after a crash mid-turn: "
+                "lesson 04's repair answers it on resume; `sessionlab show` the log to see it")
+    return ChatError(f"the model server refused the conversation (HTTP {status}: {message})", hint, fatal=False)
+
+
+@contextmanager
+def working(ui: Ui, label: str, enabled: bool | None = None):
+    """A spinner with the seconds spent, while a request is out (in a terminal only).
+
+    `enabled` defaults to "stdout is a terminal": in a pipe nothing is drawn, so the output
+    stays the plain conversation.
+    """
+    if not (ui.out.is_terminal if enabled is None else enabled):
+        yield
+        return
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    start = time.monotonic()
+    spinner = Spinner("dots", style="cyan")
+
+    class Elapsed:
+        # Rendered again on every refresh, so the seconds count up by themselves.
+        def __rich_console__(self, console, options):
+            spinner.update(text=Text(f" {label} {time.monotonic() - start:.0f}s", style="dim"))
+            yield spinner
+
+    with Live(Elapsed(), console=ui.out, refresh_per_second=4, transient=True):
+        yield
 
 
 # --- which lesson ----------------------------------------------------------------------------
@@ -246,9 +317,12 @@ def interrupts_held():
 
 
 class Printer:
-    def __init__(self, ui: Ui, echo_user: bool) -> None:
+    """Shows each message as it is recorded; the log keeps it unchanged, whatever is shown."""
+
+    def __init__(self, ui: Ui, echo_user: bool, tool_names: set[str] | None = None) -> None:
         self.ui = ui
         self.echo_user = echo_user
+        self.tool_names = tool_names
         self.names: dict[str, str] = {}
 
     def __call__(self, message: dict[str, Any]) -> None:
@@ -256,8 +330,29 @@ class Printer:
         self.names.update(show.call_names([message]))
         if role == "user" and not self.echo_user:
             return
-        for row in show.message_rows(message, names=self.names, limit=600):
-            self.ui.out.print(show.hanging(row, 8, self.ui))
+        thinking, shown = replies.assistant_view(message)
+        if thinking:
+            self.ui.out.print(show.hanging(Text("        (thinking) " + replies.fold(thinking), style="dim italic"),
+                                           8, self.ui))
+        if role != "assistant" or shown.get("content") or shown.get("tool_calls") or not thinking:
+            for row in show.message_rows(shown, names=self.names, limit=600):
+                self.ui.out.print(show.hanging(row, 8, self.ui))
+        if role == "assistant" and not shown.get("tool_calls"):
+            self.point_out(shown.get("content"), bool(thinking))
+
+    def point_out(self, content: Any, thought: bool) -> None:
+        """Say what is odd about a final answer, so the user is not left wondering."""
+        note = None
+        calls = replies.tool_calls_in_text(content, self.tool_names) if isinstance(content, str) else []
+        if calls:
+            note = (f"the model wrote a call to {', '.join(calls)} as text instead of calling the tool, so it "
+                    "did not run: the server did not read it as a tool call. Small models do this often; "
+                    "try a bigger one, or one made for tools (`ollama show MODEL` lists its capabilities).")
+        elif content is None or (isinstance(content, str) and not content.strip()):
+            note = ("the model only thought, and gave no answer" if thought
+                    else "the model sent an empty reply: no text and no tool call")
+        if note:
+            self.ui.out.print(show.hanging(Text("        note: " + note, style="yellow"), 8, self.ui))
 
 
 def showing(agent_class: type, printer: Printer) -> type:
@@ -299,14 +394,38 @@ def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def settle(agent: Any, ui: Ui) -> int:
-    """After an interrupted turn: give every call left open a result, so the log resumes cleanly."""
+def settle(agent: Any, ui: Ui, reason: str = INTERRUPTED) -> int:
+    """After a turn that stopped early: give every call left open a result, so the log resumes.
+
+    `reason` is the result's text: what stopped the turn (Ctrl-C, or an error in the agent),
+    never a guess, since the model reads it on the next request.
+    """
     missing = unanswered_calls(list(getattr(agent, "messages", [])))
     for call_id in missing:
-        agent.record({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED})
+        agent.record({"role": "tool", "tool_call_id": call_id, "content": reason})
     if callable(getattr(agent, "flush", None)) and getattr(agent, "session", None) is not None:
         agent.flush()       # lesson 07 keeps recorded messages pending until a flush
     return len(missing)
+
+
+def failed_result(error: BaseException) -> str:
+    return (f"error: the agent stopped with {type(error).__name__} before this tool call had a result "
+            "(it may or may not have run)")
+
+
+def where_in(error: BaseException, path: str | None) -> str | None:
+    """`agent.py line 123, in run_tool` for the innermost frame of the lesson's file, if any."""
+    import traceback
+
+    if not path:
+        return None
+    found = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if os.path.abspath(frame.filename) == os.path.abspath(path):
+            found = frame
+    if found is None:
+        return None
+    return f"{path} line {found.lineno}, in {found.name}"
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -343,16 +462,21 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     choice = choose_model(args)
     folder = Path(args.sessions)
     has_log = hasattr(module, "SessionLog")
-    printer = Printer(ui, echo_user=not interactive)
+    town = Town()
+    printer = Printer(ui, echo_user=not interactive, tool_names=set(town.functions))
     agent_class = showing(module.Agent, printer)
-    options: dict[str, Any] = {"model": choice.name, "tools": Town(), "system": args.system,
-                               "max_turns": args.max_turns}
     session_id = None
     log = None
     where = "yours" if side == "lesson" else "the reference"
     ui.out.print(Text.assemble(("Session Lab chat", "bold magenta"), "  lesson ", (lesson.number, "bold"),
                                f" ({where}: {'lessons' if side == 'lesson' else 'solutions'}/{lesson.name}/agent.py)"))
+    # Before anything is written: a server or model that cannot work stops the chat here.
+    preflight(choice, ui, check=not args.no_check)
     ui.out.print(Text(f"model: {choice.describe()}", style="dim"))
+    if interactive:
+        choice.client.waiting = lambda: working(ui, "the model is working (Ctrl-C stops it)")
+    options: dict[str, Any] = {"model": choice.name, "tools": town, "system": args.system,
+                               "max_turns": args.max_turns}
     try:
         if has_log:
             folder.mkdir(parents=True, exist_ok=True)
@@ -463,20 +587,28 @@ def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interacti
             ui.out.print(Text(f"interrupted: everything recorded so far is in the log{note}; "
                               "it resumes cleanly.", style="yellow"))
             return 130
-        except openai.APIError as error:
-            settle(agent, ui)
+        except (openai.APIError, connect.ServerProblem) as error:
+            settle(agent, ui, failed_result(error))
             problem = explain(error, choice)
             ui.error(problem.message, problem.hint)
             if problem.fatal:
                 return 1
         except Exception as error:
-            settle(agent, ui)
+            settle(agent, ui, failed_result(error))
             if type(error).__name__ == "MaxTurnsExceeded":
                 ui.error(f"{error}", "ask for something simpler, or raise --max-turns")
                 continue
             explained = lesson_error(error, module, session_id, folder)
             if explained is None:
-                raise
+                place = where_in(error, getattr(module, "__file__", None))
+                if place is None:
+                    raise        # not from the lesson's code: a bug in the kit, let it show
+                # A bug in the lesson's code (or a reply it does not handle yet): one line
+                # that says where, and a log that still resumes.
+                explained = ChatError(f"the agent failed: {type(error).__name__}: {error} ({place})",
+                                      "everything recorded so far is in the log; "
+                                      + (f"`sessionlab show {session_id} --sessions {folder}` shows it"
+                                         if session_id else "fix the code, then chat again"))
             ui.error(explained.message, explained.hint)
             return 1
 
@@ -533,5 +665,7 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     model.add_argument("--api-key", metavar="KEY", help="API key (default OPENAI_API_KEY; local servers need none)")
     model.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                        help="how long to wait for one answer (default 300)")
+    model.add_argument("--no-check", action="store_true",
+                       help="skip the check before the chat (list the models, one tiny request with tools)")
     p.add_argument("--system", default=SYSTEM, metavar="TEXT", help="the system prompt")
     p.add_argument("--max-turns", type=int, default=8, metavar="N", help="model calls allowed per message (default 8)")

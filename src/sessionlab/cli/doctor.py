@@ -16,10 +16,10 @@ from pathlib import Path
 from rich.text import Text
 
 from .. import course
-from . import find_course
+from . import connect, find_course
 from .ui import Ui
 
-OLLAMA_DEFAULT = "http://localhost:11434"
+OLLAMA_DEFAULT = "http://127.0.0.1:11434"
 TOOL_MODEL_SUGGESTION = "llama3.2"   # small, and it supports tool calls
 
 # (distribution, why it is needed, required?)
@@ -36,14 +36,8 @@ PACKAGES = [
 
 
 def ollama_url(given: str | None = None) -> str:
-    """Where Ollama listens: --ollama-url, else OLLAMA_HOST (as Ollama reads it), else localhost:11434."""
-    url = given or os.environ.get("OLLAMA_HOST") or OLLAMA_DEFAULT
-    if "://" not in url:
-        url = "http://" + url
-    host = url.split("://", 1)[1]
-    if ":" not in host.split("/")[0]:
-        url = url.rstrip("/") + ":11434"
-    return url.rstrip("/")
+    """Where Ollama listens: --ollama-url, else OLLAMA_HOST, read as Ollama's own client reads it."""
+    return connect.ollama_url(given if given else os.environ.get("OLLAMA_HOST"))
 
 
 def ollama_models(url: str, timeout: float = 1.5) -> list[str]:
