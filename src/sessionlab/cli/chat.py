@@ -122,7 +122,7 @@ def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
     """
     import openai
 
-    if choice.kind == "scripted":
+    if choice.kind == "scripted" or (not check and choice.name):
         return
     probe = connect.probe_models(choice.base_url, choice.api_key)
     if probe.status is None:
@@ -212,7 +212,7 @@ def explain(error: Exception, choice: ModelChoice) -> ChatError:
         return ChatError(f"the model server failed (HTTP {status}: {message})", "try again", fatal=False)
     hint = ("the same history will be refused again: take the last turn back with /undo (lesson 07), "
             "or continue in a fork that stops before it (--fork-from ID --at K)")
-    if "tool_call" in message or "tool message" in message or "'tool'" in message:
+    if "respon" in lower and "tool" in lower:     # "... must be followed by tool messages responding to ..."
         hint = ("the conversation holds a tool call without a result, as after a crash mid-turn: "
                 "lesson 04's repair answers it on resume; `sessionlab show` the log to see it")
     return ChatError(f"the model server refused the conversation (HTTP {status}: {message})", hint, fatal=False)
