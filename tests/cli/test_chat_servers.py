@@ -252,3 +252,45 @@ def test_the_quirky_server_refuses_what_a_strict_provider_refuses():
     with pytest.raises(quirky.InvalidRequest):
         quirky.strict_check({"model": "m", "messages": [{"role": "user", "content": "hi"},
                                                         {"role": "assistant", "content": None}]})
+
+
+def test_ctrl_c_while_the_model_is_checked_writes_nothing(chat_course, sessions):
+    import threading
+
+    from sessionlab.scripted import ScriptedModel
+    from sessionlab.server import ModelServer
+    from sessionlab.town_model import play
+
+    checking, release = threading.Event(), threading.Event()
+
+    def slow_to_load(body):
+        if body.get("max_tokens") == 1:          # the check: the model takes its time to load
+            checking.set()
+            release.wait(60)
+        return play(body)
+
+    with ModelServer(ScriptedModel(script=slow_to_load)) as server:
+        child = pexpect.spawn(sys.executable, ["-m", "sessionlab", "--course", str(chat_course), "chat", "--lesson",
+                                               "02", "--solution", "--sessions", str(sessions), "quest",
+                                               "--base-url", server.base_url],
+                              encoding="utf-8", timeout=60, dimensions=(40, 120), env={**os.environ, "TERM": "xterm"})
+        try:
+            assert checking.wait(60), "the check never came"
+            child.expect("checking scripted-town")
+            child.sendintr()
+            child.expect("stopped while checking")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+            release.set()
+    assert child.exitstatus == 130
+    assert "Traceback" not in child.before
+    assert not sessions.exists() or not any(sessions.iterdir()), "nothing was written"
+
+
+def test_without_model_the_chat_asks_which_one_when_the_server_has_several(cli, chat_course, sessions):
+    with QuirkyServer("vllm", models=("small", "large")) as server:
+        run = chat(cli, chat_course, sessions, "quest", "--base-url", server.base_url)
+    assert run.status == 1
+    assert "which model? the server at" in run.err and "has 2: small, large" in run.err
+    assert "--model NAME" in run.err and log_of(sessions) == []

@@ -75,9 +75,9 @@ class ModelChoice:
 class ChatError(Exception):
     """Something the user can fix: one line saying what, one saying how."""
 
-    def __init__(self, message: str, hint: str | None = None, fatal: bool = True) -> None:
+    def __init__(self, message: str, hint: str | None = None, fatal: bool = True, status: int = 1) -> None:
         super().__init__(message)
-        self.message, self.hint, self.fatal = message, hint, fatal
+        self.message, self.hint, self.fatal, self.status = message, hint, fatal, status
 
 
 def choose_model(args: argparse.Namespace) -> ModelChoice:
@@ -120,10 +120,18 @@ def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
     leaves a question in the log to be sent again on every resume. The tiny request (one token
     of answer) also loads the model, which the first real message would wait for anyway.
     """
-    import openai
-
     if choice.kind == "scripted" or (not check and choice.name):
         return
+    try:
+        _check(choice, ui, check)
+    except KeyboardInterrupt:
+        raise ChatError(f"stopped while checking the model server at {choice.base_url} (Ctrl-C): nothing was written",
+                        "`--no-check` skips the check", status=130) from None
+
+
+def _check(choice: ModelChoice, ui: Ui, check: bool) -> None:
+    import openai
+
     probe = connect.probe_models(choice.base_url, choice.api_key)
     if probe.status is None:
         refused = "refused" in probe.detail.lower() or "ConnectError" in probe.detail
@@ -135,7 +143,10 @@ def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
         what, hint = connect.diagnose_404(choice.base_url, choice.api_key, choice.name or "?", choice.kind)
         raise ChatError(what, hint)
     if choice.name is None:
-        names = probe.names or []
+        if probe.names is None:
+            raise ChatError(f"cannot list the models at {choice.base_url} (HTTP {probe.status}: {probe.detail})",
+                            "name the model with --model NAME")
+        names = probe.names
         if len(names) != 1:
             raise ChatError(f"which model? the server at {choice.base_url} has {len(names)}: "
                             f"{', '.join(names[:12]) or 'none'}", "name one with --model NAME")
@@ -447,7 +458,7 @@ def cmd_chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         return _chat(args, ui, root)
     except ChatError as error:
         ui.error(error.message, error.hint)
-        return 1
+        return error.status
 
 
 def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
