@@ -20,6 +20,7 @@ import re
 import socket
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -694,6 +695,25 @@ class SessionLog:
         self.close()    # on an exception too: a crashed writer must not keep the session
 
 
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if they are none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object itself
+    (llama.cpp's server has), or "" or null for a call without arguments: read those as
+    what they mean. Anything else is the model's mistake, for the model to hear about.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"are not valid JSON ({error}): {arguments[:200]!r}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
 def run_tool(tools: Tools, call: Message) -> str:
     """Run one tool call from the model and return its result as text.
 
@@ -706,15 +726,48 @@ def run_tool(tools: Tools, call: Message) -> str:
     if function is None:
         return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
     try:
-        arguments = json.loads(call["function"]["arguments"] or "{}")
-    except json.JSONDecodeError as error:
-        return f"error: the arguments for {name} are not valid JSON ({error}); send a JSON object"
-    if not isinstance(arguments, dict):
-        return f"error: the arguments for {name} must be a JSON object, not {type(arguments).__name__}"
+        arguments = read_arguments(call["function"]["arguments"])
+    except ValueError as error:
+        return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
     except Exception as error:  # the model should hear about it, not the user's terminal
         return f"error: {name} failed: {type(error).__name__}: {error}"
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it; `history` is
+    the conversation so far. Every tool call gets an id no other call in the conversation
+    has, and arguments that are a string holding a JSON object ("{}" when the model's
+    could not be read: run_tool tells the model what was wrong with them). The content is
+    text, "" when the server sent null, and a reply without calls has no "tool_calls".
+    """
+    taken = {call["id"] for message in history for call in message.get("tool_calls") or []}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        # No id, or one already used, and the results could not say which call they answer.
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        taken.add(call_id)
+        arguments = call["function"]["arguments"]
+        try:
+            parsed = read_arguments(arguments)
+            if not (isinstance(arguments, str) and arguments):
+                arguments = json.dumps(parsed, ensure_ascii=False)   # an object, "" or null
+        except ValueError:
+            arguments = "{}"    # what every server can read back; run_tool reports the error
+        calls.append({"id": call_id, "type": "function",
+                      "function": {"name": call["function"]["name"], "arguments": arguments}})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama with them.
+    content = reply.get("content")
+    message: Message = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+    if calls:       # never "tool_calls": [], which OpenAI refuses
+        message["tool_calls"] = calls
+    return message
+
 
 
 class Agent:
@@ -750,18 +803,21 @@ class Agent:
         try:
             for _ in range(self.max_turns):
                 reply = self.ask_model()        # flushes first: on disk before the model sees it
-                self.record(reply)
+                message = normalize_reply(reply, self.messages)
+                self.record(message)
                 # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
                 # answer finish_reason="stop" together with tool calls.
-                calls = reply.get("tool_calls") or []
+                calls = message.get("tool_calls") or []
                 if not calls:
-                    return reply.get("content") or ""
-                for call in calls:
+                    return message["content"]
+                # Run each call as the model sent it (so that run_tool can say what was wrong
+                # with its arguments), and answer it under the id its stored copy carries.
+                for call, asked in zip(calls, reply["tool_calls"]):
                     # The call (and the results before it) are on disk before the tool can
                     # change the world: a crash inside it leaves a call lesson 04 repairs.
                     self.flush()
                     self.record({"role": "tool", "tool_call_id": call["id"],
-                                 "content": run_tool(self.tools, call)})
+                                 "content": run_tool(self.tools, asked)})
             raise MaxTurnsExceeded(
                 f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
         finally:
@@ -798,20 +854,19 @@ class Agent:
         raise NotImplementedError("task 07.3 is not written yet: Find the last n turns and take them back, whole")
 
     def ask_model(self) -> Message:
-        """Send the conversation to the model and return its reply as a plain dict."""
+        """Send the conversation to the model and return its reply as it came, as a plain dict.
+
+        Its fields hold whatever the server sent (an id may be None, arguments an object):
+        normalize_reply() makes it a message to store.
+        """
         self.flush()        # lesson 01's rule: every message is on disk before the model call
         system = [{"role": "system", "content": self.system}] if self.system else []
         response = self.client.chat.completions.create(
             model=self.model, messages=system + self.messages, tools=self.tools.schemas)
         reply = response.choices[0].message
-        message: Message = {"role": "assistant", "content": reply.content}
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in reply.tool_calls
-            ]
-        return message
+        return {"role": "assistant", "content": reply.content, "tool_calls": [
+            {"id": c.id, "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in reply.tool_calls or []]}
 
 
 FORMAT_VERSION = 1
