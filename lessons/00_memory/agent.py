@@ -28,11 +28,11 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; ValueError, saying what is wrong, if they are none.
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
 
-    On the wire they are a string holding a JSON object. Some servers send the object itself
-    (llama.cpp's server has), or "" or null for a call without arguments: read those as
-    what they mean. Anything else is the model's mistake, for the model to hear about.
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
     """
     # TODO(00.1): Run one tool call and return its result as text.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
@@ -54,11 +54,12 @@ def run_tool(tools: Tools, call: Message) -> str:
 def normalize_reply(reply: Message, history: list[Message]) -> Message:
     """The model's reply as a message that can be stored, and sent back to any server.
 
-    `reply` is what ask_model() got, with whatever quirks the server put in it; `history` is
-    the conversation so far. Every tool call gets an id no other call in the conversation
-    has, and arguments that are a string holding a JSON object ("{}" when the model's
-    could not be read: run_tool tells the model what was wrong with them). The content is
-    text, "" when the server sent null, and a reply without calls has no "tool_calls".
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
     """
     # TODO(00.3): Turn the model's reply into a message you can store and send back.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
@@ -93,15 +94,16 @@ class Agent:
         self.messages.append(message)
 
     def ask_model(self) -> Message:
-        """Send the conversation to the model and return its reply as it came, as a plain dict.
+        """Send the conversation to the model; return its reply as it came, as a dict.
 
-        Its fields hold whatever the server sent (an id may be None, arguments an object):
-        normalize_reply() makes it a message to store.
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
         """
         system = [{"role": "system", "content": self.system}] if self.system else []
         response = self.client.chat.completions.create(
             model=self.model, messages=system + self.messages, tools=self.tools.schemas)
         reply = response.choices[0].message
-        return {"role": "assistant", "content": reply.content, "tool_calls": [
-            {"id": c.id, "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in reply.tool_calls or []]}
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}

@@ -28,11 +28,11 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; ValueError, saying what is wrong, if they are none.
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
 
-    On the wire they are a string holding a JSON object. Some servers send the object itself
-    (llama.cpp's server has), or "" or null for a call without arguments: read those as
-    what they mean. Anything else is the model's mistake, for the model to hear about.
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
     """
     # BEGIN 00.1
     if arguments is None or arguments == "":
@@ -41,7 +41,8 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as error:
-            raise ValueError(f"are not valid JSON ({error}): {arguments[:200]!r}") from None
+            text = arguments[:200]
+            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
     if not isinstance(arguments, dict):
         raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
     return arguments
@@ -74,17 +75,19 @@ def run_tool(tools: Tools, call: Message) -> str:
 def normalize_reply(reply: Message, history: list[Message]) -> Message:
     """The model's reply as a message that can be stored, and sent back to any server.
 
-    `reply` is what ask_model() got, with whatever quirks the server put in it; `history` is
-    the conversation so far. Every tool call gets an id no other call in the conversation
-    has, and arguments that are a string holding a JSON object ("{}" when the model's
-    could not be read: run_tool tells the model what was wrong with them). The content is
-    text, "" when the server sent null, and a reply without calls has no "tool_calls".
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
     """
     # BEGIN 00.3
-    taken = {call["id"] for message in history for call in message.get("tool_calls") or []}
+    taken = {call["id"] for message in history
+             for call in message.get("tool_calls") or []}
     calls = []
     for call in reply.get("tool_calls") or []:
-        # No id, or one already used, and the results could not say which call they answer.
+        # No id, or one already used: a result could not say which call it answers.
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id or call_id in taken:
             call_id = f"call_{uuid.uuid4().hex[:24]}"
@@ -93,14 +96,17 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
         try:
             parsed = read_arguments(arguments)
             if not (isinstance(arguments, str) and arguments):
-                arguments = json.dumps(parsed, ensure_ascii=False)   # an object, "" or null
+                # An object, "" or null: store the JSON text of what they mean.
+                arguments = json.dumps(parsed, ensure_ascii=False)
         except ValueError:
-            arguments = "{}"    # what every server can read back; run_tool reports the error
-        calls.append({"id": call_id, "type": "function",
-                      "function": {"name": call["function"]["name"], "arguments": arguments}})
-    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama with them.
+            arguments = "{}"    # what all servers read back; run_tool reports the error
+        function = {"name": call["function"]["name"], "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
+    # LM Studio) with them. "" is taken by all.
     content = reply.get("content")
-    message: Message = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+    text = content if isinstance(content, str) else ""
+    message: Message = {"role": "assistant", "content": text}
     if calls:       # never "tool_calls": [], which OpenAI refuses
         message["tool_calls"] = calls
     return message
@@ -137,8 +143,8 @@ class Agent:
             calls = message.get("tool_calls") or []
             if not calls:
                 return message["content"]
-            # Run each call as the model sent it (so that run_tool can say what was wrong
-            # with its arguments), and answer it under the id its stored copy carries.
+            # Run each call as the model sent it (so that run_tool can say what was
+            # wrong with its arguments); answer it under the id its stored copy carries.
             for call, asked in zip(calls, reply["tool_calls"]):
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
@@ -151,15 +157,16 @@ class Agent:
         self.messages.append(message)
 
     def ask_model(self) -> Message:
-        """Send the conversation to the model and return its reply as it came, as a plain dict.
+        """Send the conversation to the model; return its reply as it came, as a dict.
 
-        Its fields hold whatever the server sent (an id may be None, arguments an object):
-        normalize_reply() makes it a message to store.
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
         """
         system = [{"role": "system", "content": self.system}] if self.system else []
         response = self.client.chat.completions.create(
             model=self.model, messages=system + self.messages, tools=self.tools.schemas)
         reply = response.choices[0].message
-        return {"role": "assistant", "content": reply.content, "tool_calls": [
-            {"id": c.id, "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in reply.tool_calls or []]}
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}
