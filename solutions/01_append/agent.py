@@ -66,6 +66,7 @@ def check_session_id(session_id: str) -> str:
 # refused by the provider with every later request, so the log refuses it first.
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker line, a stored content
 
 
 def check_message(message: Any) -> None:
@@ -73,7 +74,7 @@ def check_message(message: Any) -> None:
 
     One rule, kept at both ends: append() checks it before it writes anything, and
     reading checks every line against it, so a line that reading would refuse is never
-    written. Keys starting with "$" belong to the log itself (markers and blob
+    written. The keys in RESERVED belong to the log itself (markers and blob
     references, lessons 04 and 06): a message may not have them, and its content is
     text, a list of parts or null, never an object, so nothing can pose as one.
     """
@@ -83,10 +84,10 @@ def check_message(message: Any) -> None:
     if role not in ROLES:
         raise InvalidMessage("it has no 'role'" if role is None else
                              f"its role {role!r} is none of {', '.join(ROLES)}")
-    for key in message:
-        if key.startswith("$"):
-            raise InvalidMessage(f"it has the key {key!r}: keys starting with '$' "
-                                 "belong to the log itself (markers, blob references)")
+    for key in RESERVED:
+        if key in message:
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log itself "
+                                 "(a marker line, a blob reference), never to a message")
     content = message.get("content")
     text_or_parts = isinstance(content, (str, list))
     if not (text_or_parts or content is None and role == "assistant"):
