@@ -117,7 +117,7 @@ def check_session_id(session_id: str) -> str:
 # refused by the provider with every later request, so the log refuses it first.
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
-RESERVED = ("$marker", "$blob")     # the log's own keys: a marker line, a stored content
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
 
 
 def check_message(message: Any) -> None:
@@ -137,8 +137,8 @@ def check_message(message: Any) -> None:
                              f"its role {role!r} is none of {', '.join(ROLES)}")
     for key in RESERVED:
         if key in message:
-            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log itself "
-                                 "(a marker line, a blob reference), never to a message")
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log "
+                                 "itself (a marker, a blob reference), not to messages")
     content = message.get("content")
     text_or_parts = isinstance(content, (str, list))
     if not (text_or_parts or content is None and role == "assistant"):
@@ -271,8 +271,8 @@ def parse_line(line: bytes) -> Message:
     (json.loads would also take UTF-16, or a BOM), strict JSON (no NaN, no Infinity, no
     number too large for a float), then check_message(). The decoder makes only plain
     JSON, but for an escaped lone surrogate: check_plain_json() runs on the rare line
-    with a surrogate's escape, so that loading stays fast. (Nesting deeper than MAX_DEPTH, which
-    append refuses, is read: no line append wrote is refused.)
+    with a surrogate's escape, so that loading stays fast. (Nesting deeper than
+    MAX_DEPTH, which append refuses, is read: no line append wrote is refused.)
     """
     try:
         text = line.decode("utf-8")
@@ -289,7 +289,7 @@ def parse_line(line: bytes) -> Message:
     except RecursionError:
         raise InvalidMessage("it is nested too deep to read") from None
     if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
-        check_plain_json(entry)     # half of a UTF-16 pair, a lone surrogate, is no text
+        check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
         raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
                              "(no '$marker')")

@@ -66,7 +66,7 @@ def check_session_id(session_id: str) -> str:
 # refused by the provider with every later request, so the log refuses it first.
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
-RESERVED = ("$marker", "$blob")     # the log's own keys: a marker line, a stored content
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
 
 
 def check_message(message: Any) -> None:
@@ -86,8 +86,8 @@ def check_message(message: Any) -> None:
                              f"its role {role!r} is none of {', '.join(ROLES)}")
     for key in RESERVED:
         if key in message:
-            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log itself "
-                                 "(a marker line, a blob reference), never to a message")
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log "
+                                 "itself (a marker, a blob reference), not to messages")
     content = message.get("content")
     text_or_parts = isinstance(content, (str, list))
     if not (text_or_parts or content is None and role == "assistant"):
