@@ -170,7 +170,7 @@ def read_float(text: str) -> float:
 # Made once: json.loads(text, parse_constant=...) would build a decoder for every line.
 # (A regular expression finds an escape such as \ud800 faster than `in` does.)
 STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_float)
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def decode_json(text: str) -> Any:
