@@ -50,6 +50,8 @@ def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions
             log.append(NOT_MESSAGES[what])
         except lesson.InvalidMessage:
             pass
+        except NotImplementedError:
+            raise                       # a task not written yet says so itself
         except Exception as error:      # noqa: BLE001 - reported in words below
             pytest.fail(f"a message with {what} should be refused with InvalidMessage, not "
                         f"{type(error).__name__}: {error}")
@@ -74,13 +76,6 @@ def test_a_refused_first_message_creates_no_file(lesson, sessions):
             pytest.fail("append() accepted a message without a role")
     assert not (sessions / "quest-1.jsonl").exists(), (
         "check the message before opening the log: a refused message should leave no file")
-
-
-@pytest.mark.task("01.2")
-def test_invalid_message_is_a_value_error(lesson):
-    """InvalidMessage is a ValueError, so code that catches ValueError catches it."""
-    assert issubclass(lesson.InvalidMessage, ValueError), (
-        "InvalidMessage should subclass ValueError")
 
 
 @pytest.mark.task("01.2")

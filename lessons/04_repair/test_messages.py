@@ -37,6 +37,8 @@ def test_a_line_that_is_no_message_is_a_corrupt_log_on_resume(lesson, sessions, 
             lesson.Agent(model.client(), model=model.model, tools=Town(), session=log)
         except lesson.CorruptLog as error:
             message = str(error)
+        except NotImplementedError:
+            raise                       # a task not written yet says so itself
         except Exception as error:      # noqa: BLE001 - reported in words below
             pytest.fail(f"a line with {what} should give CorruptLog, not "
                         f"{type(error).__name__}: {error}")
