@@ -22,7 +22,7 @@ from sessionlab.town import Town
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = [name for name in course.lesson_folders(ROOT) if name >= "02"]
 MODULES = {name: course.load_module(course.load_lesson(ROOT, name).module_path("solution"),
-                                    f"sessionlab_impl.boundary_{name}")
+                                    f"boundary_solutions.lesson_{name}")
            for name in NAMES}
 
 
