@@ -72,7 +72,7 @@ def test_a_broken_solution_is_reported(copy):
 def test_a_later_solution_that_breaks_an_earlier_key_test_is_reported(copy):
     solution = copy / "solutions/01_append/agent.py"
     solution.write_text(solution.read_text().replace(
-        'return reply.get("content") or ""', 'return (reply.get("content") or "").upper()'))
+        'return message["content"]', 'return message["content"].upper()'))
 
     finding = maintainers.check_key_tests(lesson_of(copy), [lesson_of(copy, "00_memory")])
 

@@ -9,6 +9,7 @@ process ends, the conversation is gone. The rest of the course fixes that.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -26,6 +27,18 @@ class MaxTurnsExceeded(RuntimeError):
     """The model kept calling tools and never gave a plain answer."""
 
 
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    # TODO(00.1): Run one tool call and return its result as text.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError("task 00.1 is not written yet: Run one tool call and return its result as text")
+
+
 def run_tool(tools: Tools, call: Message) -> str:
     """Run one tool call from the model and return its result as text.
 
@@ -36,6 +49,22 @@ def run_tool(tools: Tools, call: Message) -> str:
     # TODO(00.1): Run one tool call and return its result as text.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
     raise NotImplementedError("task 00.1 is not written yet: Run one tool call and return its result as text")
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    # TODO(00.3): Turn the model's reply into a message you can store and send back.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError("task 00.3 is not written yet: Turn the model's reply into a message you can store and send back")
+
 
 
 class Agent:
@@ -65,16 +94,16 @@ class Agent:
         self.messages.append(message)
 
     def ask_model(self) -> Message:
-        """Send the conversation to the model and return its reply as a plain dict."""
+        """Send the conversation to the model; return its reply as it came, as a dict.
+
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
+        """
         system = [{"role": "system", "content": self.system}] if self.system else []
         response = self.client.chat.completions.create(
             model=self.model, messages=system + self.messages, tools=self.tools.schemas)
         reply = response.choices[0].message
-        message: Message = {"role": "assistant", "content": reply.content}
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in reply.tool_calls
-            ]
-        return message
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}

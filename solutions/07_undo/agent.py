@@ -20,6 +20,7 @@ import re
 import socket
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +43,11 @@ class MaxTurnsExceeded(RuntimeError):
 
 class InvalidSessionId(ValueError):
     """A session id that could escape the sessions folder or is not a usable file name."""
+
+
+class InvalidMessage(ValueError):
+    """Not a message the log can hold (see check_message). append() refuses it and
+    writes nothing; a line holding one is refused when the log is read."""
 
 
 class SessionNotFound(FileNotFoundError):
@@ -116,6 +122,101 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
+# --- what a message may be ------------------------------------------------------------
+
+# The roles a chat request may carry. A message with another role (or none) would be
+# refused by the provider with every later request, so the log refuses it first.
+ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
+
+
+def check_message(message: Any) -> None:
+    """Raise InvalidMessage, saying why, unless `message` has the shape of a message.
+
+    One rule, kept at both ends: append() checks it before it writes anything, and
+    reading checks every line against it, so a line that reading would refuse is never
+    written. The keys in RESERVED belong to the log itself (markers and blob
+    references, lessons 04 and 06): a message may not have them, and its content is
+    text, a list of parts or null, never an object, so nothing can pose as one.
+    """
+    if not isinstance(message, dict):
+        raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidMessage("it has no 'role'" if role is None else
+                             f"its role {role!r} is none of {', '.join(ROLES)}")
+    for key in RESERVED:
+        if key in message:
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log "
+                                 "itself (a marker, a blob reference), not to messages")
+    content = message.get("content")
+    text_or_parts = isinstance(content, (str, list))
+    if not (text_or_parts or content is None and role == "assistant"):
+        raise InvalidMessage(f"its content is a {type(content).__name__}: a message's "
+                             "content is text or a list of parts (null only for the "
+                             "assistant)")
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and calls
+                                  and all(map(is_tool_call, calls))):
+        raise InvalidMessage("its 'tool_calls' is not a non-empty list of calls, "
+                             "each with a string 'id', \"type\": \"function\" and a "
+                             "'function' with a string 'name' and 'arguments' "
+                             "holding a JSON object")
+    call_id = message.get("tool_call_id", "")
+    if not isinstance(call_id, str) or role == "tool" and not call_id:
+        raise InvalidMessage("its 'tool_call_id' is not a non-empty string")
+
+
+def is_tool_call(call: Any) -> bool:
+    """Is `call` a call a provider takes back: an id, a name, a JSON object's text?"""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+            and call["id"] and call.get("type") == "function"
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments"), str)):
+        return False
+    try:
+        return isinstance(json.loads(function["arguments"]), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def check_plain_json(value: Any, depth: int = 0) -> None:
+    """Raise InvalidMessage unless `value` is JSON that reads back exactly as it is.
+
+    json.dumps takes more than JSON holds: a tuple comes back a list, the key 1 comes
+    back "1", NaN and Infinity are not JSON, and a lone surrogate ("\\ud800", half of a
+    UTF-16 pair) is no text at all: UTF-8 cannot encode it.
+    """
+    if depth > MAX_DEPTH:
+        raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
+                             "than a line of JSON in a log may be")
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 "
+                                     "pair): no text, and no UTF-8 JSON can hold it"
+                                     ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
+            check_plain_json(key, depth + 1)
+            check_plain_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_plain_json(item, depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
+                                 "it; other readers refuse it)")
+    elif not (value is None or isinstance(value, int)):     # bool is an int
+        raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
+
+
 # --- reading a log: lines, markers and the tail ------------------------------------------
 
 # A line with this key is a marker, a note about the log itself, never a message: it is not
@@ -139,20 +240,31 @@ def encode_line(entry: Message) -> bytes:
 
 def refuse_constant(name: str) -> Any:
     """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
-    raise ValueError(f"{name} is not JSON (Python's json writes it; other readers refuse it)")
+    raise InvalidMessage(f"{name} is not JSON (Python's json writes it; other readers "
+                         "refuse it)")
 
 
-# Made once: json.loads(text, parse_constant=...) would build a new decoder for every line.
-STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant)
+def read_float(text: str) -> float:
+    """Called by the decoder for every number with a fraction or an exponent."""
+    number = float(text)
+    if number in (float("inf"), float("-inf")):    # 1e999: too large, read as infinity
+        raise InvalidMessage(f"the number {text[:20]} is too large for a float")
+    return number
+
+
+# Made once: json.loads(text, parse_constant=...) would build a decoder for every line.
+# (A regular expression finds an escape such as \ud800 faster than `in` does.)
+STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_float)
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def decode_json(text: str) -> Any:
     """STRICT_JSON.decode(text), with a fast path for a line as this module writes it.
 
-    decode() looks for whitespace before and after the value with two regular expressions;
-    a line written by encode_line has none, and for it raw_decode() alone gives the same
-    answer. Anything else (spaces, garbage after the value, no JSON at all) takes decode(),
-    which accepts or refuses it, with its reason, exactly as before.
+    decode() looks for whitespace before and after the value with two regular
+    expressions; a line written by this module has none, and for it raw_decode() alone
+    gives the same answer. Anything else (spaces, garbage after the value, no JSON at
+    all) takes decode(), which accepts or refuses it, with its reason, as before.
     """
     try:
         entry, end = STRICT_JSON.raw_decode(text)
@@ -164,48 +276,44 @@ def decode_json(text: str) -> Any:
 
 
 def parse_line(line: bytes) -> Message:
-    """One line of a log as a dict. Raises ValueError, saying why, if it is no message or marker.
+    """One line of a log as a message. Raises InvalidMessage, saying why, if it is none.
 
-    As strict as the format: UTF-8 without a byte-order mark (json.loads would also take
-    UTF-16, or a BOM), no NaN or Infinity (Python's json takes them, other readers do not),
-    and the fields this module relies on must have the types it relies on.
+    The reader's side of the rule append() keeps: UTF-8 without a byte-order mark
+    (json.loads would also take UTF-16, or a BOM), strict JSON (no NaN, no Infinity, no
+    number too large for a float), then check_message(). The decoder makes only plain
+    JSON, but for an escaped lone surrogate: check_plain_json() runs on the rare line
+    with a surrogate's escape, so that loading stays fast. (Nesting deeper than
+    MAX_DEPTH, which append refuses, is read: no line append wrote is refused.)
     """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError("its bytes are not UTF-8") from None
+        raise InvalidMessage("its bytes are not UTF-8") from None
     if text.startswith("\ufeff"):
-        raise ValueError("it starts with a byte-order mark (U+FEFF), which the format does not "
-                         "allow (an editor may have added it)")
+        raise InvalidMessage("it starts with a byte-order mark (U+FEFF), which the "
+                             "format does not allow (an editor may have added it)")
     try:
         entry = decode_json(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
+        reason = f"not JSON ({error.msg} at column {error.colno})"
+        raise InvalidMessage(reason) from None
     except RecursionError:
-        raise ValueError("it is nested too deep to read") from None
+        raise InvalidMessage("it is nested too deep to read") from None
+    if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
+        check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
-        raise ValueError("JSON, but neither a message (no 'role') nor a marker (no '$marker')")
-    if MARKER in entry:
+        raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
+                             "(no '$marker')")
+    if MARKER in entry and "role" not in entry:
         check_marker(entry)
-    else:
-        check_message(entry)
+        return entry        # a marker: a note about the log, never a message
+    content = entry.get("content")
+    if isinstance(content, dict) and "$blob" in content:
+        # A content stored as a blob (lesson 06): inline() checks the reference itself.
+        check_message({**entry, "content": ""})
+        return entry
+    check_message(entry)
     return entry
-
-
-def check_message(message: Message) -> None:
-    """Raise ValueError unless the fields this module relies on have the types it expects.
-
-    A line edited by hand can be valid JSON and still hold a number where a call id should
-    be: found here, that is a CorruptLog naming the line, not a TypeError inside a repair.
-    """
-    if not isinstance(message["role"], str):
-        raise ValueError("its 'role' is not a string")
-    calls = message.get("tool_calls")
-    if calls is not None and not (isinstance(calls, list) and all(map(is_tool_call, calls))):
-        raise ValueError("its 'tool_calls' is not a list of calls, each with a string 'id' and a "
-                         "'function' with a string 'name' and 'arguments'")
-    if not isinstance(message.get("tool_call_id", ""), str):
-        raise ValueError("its 'tool_call_id' is not a string")
 
 
 def check_marker(marker: Message) -> None:
@@ -213,12 +321,6 @@ def check_marker(marker: Message) -> None:
     skip = marker.get("skip")
     if marker[MARKER] == "undo" and not (isinstance(skip, list) and all(type(i) is int for i in skip)):
         raise ValueError("it is an undo marker whose 'skip' is not a list of message indices")
-
-
-def is_tool_call(call: Any) -> bool:
-    function = call.get("function") if isinstance(call, dict) else None
-    return (isinstance(function, dict) and isinstance(call.get("id"), str)
-            and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str))
 
 
 @dataclass
@@ -439,6 +541,10 @@ class SessionLog:
 
     def append(self, message: Message) -> None:
         """Write one message as one line, with a single write() of the whole line."""
+        # The rule first: a message that reading would refuse is never written, and no
+        # file is created for it.
+        check_plain_json(message)
+        check_message(message)
         if self._fd is None:
             self._open()        # become the writer first: only the writer stores blobs
         # A large content goes to its blob first, whole; only then is the line that points to
@@ -601,7 +707,7 @@ class SessionLog:
         if not 0 < count <= len(shown):
             raise UndoError(f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}")
         skip = shown[len(shown) - count:]
-        self.append({MARKER: "undo", "skip": skip, "at": now()})
+        self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
         return skip
         # END 07.4
 
@@ -704,6 +810,26 @@ class SessionLog:
         self.close()    # on an exception too: a crashed writer must not keep the session
 
 
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            text = arguments[:200]
+            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
 def run_tool(tools: Tools, call: Message) -> str:
     """Run one tool call from the model and return its result as text.
 
@@ -716,15 +842,53 @@ def run_tool(tools: Tools, call: Message) -> str:
     if function is None:
         return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
     try:
-        arguments = json.loads(call["function"]["arguments"] or "{}")
-    except json.JSONDecodeError as error:
-        return f"error: the arguments for {name} are not valid JSON ({error}); send a JSON object"
-    if not isinstance(arguments, dict):
-        return f"error: the arguments for {name} must be a JSON object, not {type(arguments).__name__}"
+        arguments = read_arguments(call["function"]["arguments"])
+    except ValueError as error:
+        return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
     except Exception as error:  # the model should hear about it, not the user's terminal
         return f"error: {name} failed: {type(error).__name__}: {error}"
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    taken = {call["id"] for message in history
+             for call in message.get("tool_calls") or []}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        # No id, or one already used: a result could not say which call it answers.
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        taken.add(call_id)
+        arguments = call["function"]["arguments"]
+        try:
+            parsed = read_arguments(arguments)
+            if not (isinstance(arguments, str) and arguments):
+                # An object, "" or null: store the JSON text of what they mean.
+                arguments = json.dumps(parsed, ensure_ascii=False)
+        except ValueError:
+            arguments = "{}"    # what all servers read back; run_tool reports the error
+        function = {"name": call["function"]["name"], "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
+    # LM Studio) with them. "" is taken by all.
+    content = reply.get("content")
+    text = content if isinstance(content, str) else ""
+    message: Message = {"role": "assistant", "content": text}
+    if calls:       # never "tool_calls": [], which OpenAI refuses
+        message["tool_calls"] = calls
+    return message
+
 
 
 class Agent:
@@ -760,18 +924,21 @@ class Agent:
         try:
             for _ in range(self.max_turns):
                 reply = self.ask_model()        # flushes first: on disk before the model sees it
-                self.record(reply)
+                message = normalize_reply(reply, self.messages)
+                self.record(message)
                 # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
                 # answer finish_reason="stop" together with tool calls.
-                calls = reply.get("tool_calls") or []
+                calls = message.get("tool_calls") or []
                 if not calls:
-                    return reply.get("content") or ""
-                for call in calls:
+                    return message["content"]
+                # Run each call as the model sent it (so that run_tool can say what was
+                # wrong with its arguments); answer under its stored copy's id.
+                for call, asked in zip(calls, reply["tool_calls"]):
                     # The call (and the results before it) are on disk before the tool can
                     # change the world: a crash inside it leaves a call lesson 04 repairs.
                     self.flush()
                     self.record({"role": "tool", "tool_call_id": call["id"],
-                                 "content": run_tool(self.tools, call)})
+                                 "content": run_tool(self.tools, asked)})
             raise MaxTurnsExceeded(
                 f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
         finally:
@@ -824,20 +991,20 @@ class Agent:
         # END 07.3
 
     def ask_model(self) -> Message:
-        """Send the conversation to the model and return its reply as a plain dict."""
+        """Send the conversation to the model; return its reply as it came, as a dict.
+
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
+        """
         self.flush()        # lesson 01's rule: every message is on disk before the model call
         system = [{"role": "system", "content": self.system}] if self.system else []
         response = self.client.chat.completions.create(
             model=self.model, messages=system + self.messages, tools=self.tools.schemas)
         reply = response.choices[0].message
-        message: Message = {"role": "assistant", "content": reply.content}
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in reply.tool_calls
-            ]
-        return message
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}
 
 
 FORMAT_VERSION = 1

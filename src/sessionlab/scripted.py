@@ -97,7 +97,77 @@ class Crash:
     message: str = "simulated crash while waiting for the model"
 
 
-Step = Union[Reply, Fail, Disconnect, Crash, Callable[[dict[str, Any]], "Step"]]
+@dataclass(frozen=True)
+class Raw:
+    """Answer with this assistant `message` exactly as given, however odd it is.
+
+    Real servers do not always send what OpenAI documents: a tool call without an id,
+    arguments as an object, `content: null` and no tool calls. A Raw step puts such a
+    message on the wire untouched, so a test can show what an agent does with it.
+    """
+
+    message: dict[str, Any]
+    finish_reason: str | None = "stop"
+
+
+def raw(message: dict[str, Any], finish_reason: str | None = "stop") -> Raw:
+    """A reply whose message goes out exactly as given: `raw({"role": "assistant", ...})`."""
+    return Raw(message, finish_reason)
+
+
+def _quirk(calls: list[dict[str, Any]] | None, content: str | None = None,
+           finish_reason: str = "stop") -> Raw:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls is not None:
+        message["tool_calls"] = calls
+    return Raw(message, finish_reason)
+
+
+def _buy(arguments: Any, **call: Any) -> dict[str, Any]:
+    return {"type": "function", **call, "function": {"name": "buy", "arguments": arguments}}
+
+
+# Replies that real OpenAI-compatible servers have sent, each the answer to "buy a rope".
+# Where each was seen is in docs/reference/scripted-model.md. A test plays one with
+# `ScriptedModel([QUIRKS["no_id"], say("Done.")])`.
+QUIRKS: dict[str, Raw] = {
+    # Ollama before 0.12.10 sent tool calls without an id.
+    "no_id": _quirk([_buy('{"item": "rope"}')], finish_reason="tool_calls"),
+    # An id that is there but empty.
+    "empty_id": _quirk([_buy('{"item": "rope"}', id="")], finish_reason="tool_calls"),
+    # Two calls sharing one id (seen from Kimi and MiMo behind some proxies).
+    "same_id_twice": _quirk([_buy('{"item": "rope"}', id="call_0"),
+                             _buy('{"item": "torch"}', id="call_0")], finish_reason="tool_calls"),
+    # llama.cpp's server sent the arguments as a JSON object, not a string of JSON.
+    "arguments_as_object": _quirk([_buy({"item": "rope"}, id="call_obj")],
+                                  finish_reason="tool_calls"),
+    # "" for "no arguments", from several small models.
+    "arguments_empty": _quirk([_buy("", id="call_empty")], finish_reason="tool_calls"),
+    # null for an empty object (a vLLM tool parser in streaming mode).
+    "arguments_null": _quirk([_buy(None, id="call_null")], finish_reason="tool_calls"),
+    # Arguments cut short or garbled by a tool parser: not JSON at all.
+    "arguments_not_json": _quirk([_buy("{item: rope", id="call_bad")],
+                                 finish_reason="tool_calls"),
+    # JSON, but a string holding the JSON (a vLLM parser encoded it twice).
+    "arguments_encoded_twice": _quirk([_buy('"{\\"item\\": \\"rope\\"}"', id="call_twice")],
+                                      finish_reason="tool_calls"),
+    # A tool call with no "type" (Ollama's own format has none).
+    "no_type": _quirk([{"id": "call_untyped",
+                        "function": {"name": "buy", "arguments": '{"item": "rope"}'}}],
+                      finish_reason="tool_calls"),
+    # content null and no tool calls: sent back as it is, OpenAI answers 400.
+    "content_null": _quirk(None),
+    # "tool_calls": [] beside the text: sent back as it is, OpenAI answers 400.
+    "empty_tool_calls": _quirk([], content="Nothing to do."),
+    # Text and tool calls in one reply: the tools must still run.
+    "text_and_tools": _quirk([_buy('{"item": "rope"}', id="call_text")],
+                             content="Let me buy a rope.", finish_reason="tool_calls"),
+    # finish_reason "stop" although the reply calls a tool.
+    "stop_with_tools": _quirk([_buy('{"item": "rope"}', id="call_stop")]),
+}
+
+
+Step = Union[Reply, Raw, Fail, Disconnect, Crash, Callable[[dict[str, Any]], "Step"]]
 
 
 # --- validation: what a real provider refuses ---------------------------------------------
@@ -138,6 +208,7 @@ def validate(body: Any) -> None:
                 + ", ".join(repr(r) for r in ROLES) + ".",
                 f"messages[{i}].role",
             )
+        _check_content(message, role, i)
         if role == "tool":
             call_id = message.get("tool_call_id")
             if not call_id or call_id not in pending:
@@ -153,8 +224,18 @@ def validate(body: Any) -> None:
             # Anything but a tool message after tool calls: the calls went unanswered.
             raise _unanswered(pending, pending_from)
         if role == "assistant":
-            for j, tool_call in enumerate(message.get("tool_calls") or []):
+            calls = message.get("tool_calls")
+            if calls is not None and (not isinstance(calls, list) or not calls):
+                raise InvalidRequest(
+                    f"Invalid 'messages[{i}].tool_calls': expected an array with minimum length "
+                    f"1, got {calls!r}. Leave 'tool_calls' out of a message that calls no tool.",
+                    f"messages[{i}].tool_calls")
+            for j, tool_call in enumerate(calls or []):
                 _check_tool_call(tool_call, f"messages[{i}].tool_calls[{j}]")
+                if tool_call["id"] in pending:
+                    raise InvalidRequest(
+                        f"Duplicate value for 'tool_call_id' of {tool_call['id']!r} in "
+                        f"'messages[{i}].tool_calls'.", f"messages[{i}].tool_calls[{j}].id")
                 pending[tool_call["id"]] = i
             pending_from = i
     if pending:
@@ -170,9 +251,30 @@ def _unanswered(pending: dict[str, int], index: int | None) -> InvalidRequest:
     )
 
 
+def _check_content(message: dict[str, Any], role: str, i: int) -> None:
+    """OpenAI's rule for `content`: text or a list of parts; only an assistant message that
+    calls tools may leave it null (or out)."""
+    content = message.get("content")
+    if content is None and role == "assistant" and message.get("tool_calls"):
+        return
+    if content is None and "content" not in message:
+        raise InvalidRequest(f"Missing required parameter: 'messages[{i}].content'.",
+                             f"messages[{i}].content")
+    if not isinstance(content, (str, list)):
+        raise InvalidRequest(
+            f"Invalid value for 'messages[{i}].content': expected a string or an array of "
+            f"content parts, got {type(content).__name__ if content is not None else 'null'}.",
+            f"messages[{i}].content")
+
+
 def _check_tool_call(tool_call: Any, where: str) -> None:
-    if not isinstance(tool_call, dict) or not tool_call.get("id"):
+    if not isinstance(tool_call, dict) or not isinstance(tool_call.get("id"), str) \
+            or not tool_call["id"]:
         raise InvalidRequest(f"Missing required parameter: '{where}.id'.", f"{where}.id")
+    if tool_call.get("type") != "function":
+        raise InvalidRequest(
+            f"Invalid value for '{where}.type': expected 'function', got {tool_call.get('type')!r}.",
+            f"{where}.type")
     function = tool_call.get("function")
     if not isinstance(function, dict) or not function.get("name"):
         raise InvalidRequest(f"Missing required parameter: '{where}.function.name'.", f"{where}.function")
@@ -258,6 +360,8 @@ class ScriptedModel:
             raise SimulatedCrash(step.message)
         if isinstance(step, Reply):
             return 200, self._completion(step, body)
+        if isinstance(step, Raw):
+            return 200, self._wrap(step.message, step.finish_reason, body)
         raise TypeError(f"not a script step: {step!r}")
 
     def _next_step(self, body: dict[str, Any]) -> Step:
@@ -272,7 +376,6 @@ class ScriptedModel:
         return step
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
-        number = len(self.requests)
         tool_calls = [
             {
                 # Unique within a conversation, and the same in every process: the id is
@@ -289,6 +392,12 @@ class ScriptedModel:
         elif message["content"] is None:
             message["content"] = ""
         finish = reply.finish_reason or ("tool_calls" if tool_calls else "stop")
+        return self._wrap(message, finish, body)
+
+    def _wrap(self, message: dict[str, Any], finish: str | None,
+              body: dict[str, Any]) -> dict[str, Any]:
+        """A chat.completion body around one assistant message."""
+        number = len(self.requests)
         return {
             "id": f"chatcmpl-scripted-{number}",
             "object": "chat.completion",

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 
 import pytest
+
+from sessionlab.course import load_lesson
 
 from .conftest import SOLUTION, STARTER, make_course
 
@@ -33,20 +36,22 @@ def test_grade_prints_a_table_and_writes_csv_and_json(cli, classroom, tmp_path, 
 
     assert run.status == 0, run.text
     rows = {line.split()[0]: line for line in run.out.splitlines() if line.split()}
-    assert "10/10" in rows["alice"] and "1/1" in rows["alice"]
-    assert "0/10*" in rows["bob"], "bob's own extra test does not count, and his edit is flagged"
+    passed, total = re.search(r"(\d+)/(\d+)", rows["alice"]).groups()     # however many
+    assert passed == total and int(total) >= 10 and "1/1" in rows["alice"]
+    assert f"0/{total}*" in rows["bob"], "bob's own extra test does not count, and his edit is flagged"
     assert "no such folder" in run.out
     assert "differs from the course's" in run.out
 
     with open(tmp_path / "grades.csv", newline="") as handle:
         table = {(r["student"], r["lesson"]): r for r in csv.DictReader(handle)}
-    assert table[("alice", "00_memory")]["passed"] == "10" and table[("alice", "00_memory")]["state"] == "done"
+    assert table[("alice", "00_memory")]["passed"] == total and table[("alice", "00_memory")]["state"] == "done"
     assert table[("bob", "00_memory")]["tests_edited"] == "yes"
 
     report = json.loads((tmp_path / "grades.json").read_text())
     students = {s["name"]: s for s in report["students"]}
     assert report["tests"] == "course"
-    assert students["alice"]["lessons"]["00_memory"]["tasks"] == {"00.1": "passed", "00.2": "passed"}
+    tasks = [task.id for task in load_lesson(course, "00_memory").tasks]
+    assert students["alice"]["lessons"]["00_memory"]["tasks"] == {task: "passed" for task in tasks}
     failures = students["bob"]["lessons"]["00_memory"]["failures"]
     assert failures and all("not written yet" in f["message"] for f in failures)
 
@@ -78,7 +83,8 @@ def test_own_tests_runs_each_students_copy_of_the_tests(cli, tmp_path):
 
     assert run.status == 0, run.text
     bob_row = next(line for line in run.out.splitlines() if line.startswith("bob"))
-    assert "1/11" in bob_row
+    passed, total = re.search(r"(\d+)/(\d+)", bob_row).groups()
+    assert passed == "1" and int(total) >= 11, f"only bob's own extra test passes: {bob_row}"
     assert json.loads((tmp_path / "g.json").read_text())["tests"] == "own"
 
 

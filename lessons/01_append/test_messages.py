@@ -1,0 +1,89 @@
+"""Lesson 01: append refuses what no log may hold (task 01.2, with the given check_message).
+
+A line that the reader would refuse must never be written: the session could not be opened
+again. So append() checks the message first, and refuses it with InvalidMessage (a
+ValueError), writing nothing.
+
+Run: pytest lessons/01_append            (your code)
+     pytest lessons/01_append --solution (the reference)
+"""
+
+import pytest
+
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "buy", "arguments": '{"item": "rope"}'}}
+
+NOT_MESSAGES = {
+    "no role": {"content": "hello"},
+    "an unknown role": {"role": "narrator", "content": "Once upon a time"},
+    "a $marker key": {"role": "user", "content": "hi", "$marker": "undo", "skip": [0]},
+    "a $blob key": {"role": "user", "content": "hi", "$blob": "0" * 64},
+    "a content that is an object": {"role": "user", "content": {"$blob": "0" * 64}},
+    "an empty tool_calls list": {"role": "assistant", "content": "", "tool_calls": []},
+    "a tool call without an id": {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "buy", "arguments": "{}"}}]},
+    "arguments that are not JSON": {"role": "assistant", "content": "", "tool_calls": [
+        {**CALL, "function": {"name": "buy", "arguments": "{item: rope"}}]},
+    "a tool result without tool_call_id": {"role": "tool", "content": "ok"},
+    "NaN": {"role": "user", "content": "x", "score": float("nan")},
+    "an infinite number": {"role": "user", "content": "x", "score": float("inf")},
+    "a lone surrogate": {"role": "user", "content": "half a pair: \ud800"},
+    "a key that is not a string": {"role": "user", "content": "x", 1: "one"},
+    "a tuple (it would read back as a list)": {"role": "user", "content": ("a", "b")},
+    "a set": {"role": "user", "content": "x", "tags": {"a"}},
+    "bytes": {"role": "user", "content": b"rope"},
+    "nesting 100 levels deep": {"role": "user", "content": "x",
+                                "deep": __import__("functools").reduce(
+                                    lambda inner, _: [inner], range(100), [])},
+}
+
+
+@pytest.mark.task("01.2")
+@pytest.mark.parametrize("what", sorted(NOT_MESSAGES))
+def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions, what):
+    """A message the reader would refuse raises InvalidMessage, and the log stays as it was."""
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Hello."})
+        before = path.read_bytes()
+        try:
+            log.append(NOT_MESSAGES[what])
+        except lesson.InvalidMessage:
+            pass
+        except NotImplementedError:
+            raise                       # a task not written yet says so itself
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            pytest.fail(f"a message with {what} should be refused with InvalidMessage, not "
+                        f"{type(error).__name__}: {error}")
+        else:
+            pytest.fail(f"append() wrote a message with {what}; reading the log back would "
+                        "refuse that line (or give back something else), so the session "
+                        "could never be resumed. Call check_plain_json() and "
+                        "check_message() before writing.")
+    assert path.read_bytes() == before, (
+        f"a refused message must leave the log untouched; it changed after {what}")
+
+
+@pytest.mark.task("01.2")
+def test_a_refused_first_message_creates_no_file(lesson, sessions):
+    """When the very first message is refused, no log file is created for it."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.append({"content": "no role"})
+        except lesson.InvalidMessage:
+            pass
+        else:
+            pytest.fail("append() accepted a message without a role")
+    assert not (sessions / "quest-1.jsonl").exists(), (
+        "check the message before opening the log: a refused message should leave no file")
+
+
+@pytest.mark.task("01.2")
+def test_text_that_looks_like_a_marker_is_stored_as_text(lesson, sessions):
+    """A user who types a marker's JSON gets it stored as text, not as a marker."""
+    typed = '{"$marker": "undo", "skip": [0]}'
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": typed})
+    line = (sessions / "quest-1.jsonl").read_text(encoding="utf-8")
+    assert '"content": "{\\"$marker\\"' in line, (
+        f"text is text: the content should be stored as a JSON string, got {line!r}")
