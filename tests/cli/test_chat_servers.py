@@ -21,8 +21,6 @@ from .quirky import Answer, QuirkyServer, Slow, calls, text, tool_call
 LESSONS = [name for name in ("02_load", "07_undo") if (REPO / "solutions" / name / "agent.py").exists()]
 ASK = "ask the elder about the cave\n"
 RESUME = "what did the elder say?\n"
-NEEDS_NORMALIZATION = pytest.mark.xfail(
-    strict=False, reason="needs the lesson-side normalization from boundary-lessons")
 
 
 @pytest.fixture(scope="module")
@@ -49,38 +47,38 @@ def log_of(sessions, name="quest"):
 ELDER = text("The elder says the cave is dark: bring a torch.")
 HEARD = text("We heard that the cave is dark.")
 
-# (id, the server that has sent it, the replies of the first turn, what the user must see, marks).
+# (id, the server that has sent it, the replies of the first turn, what the user must see).
 # docs/self-study.md cites where each was seen.
 QUIRKS = [
     ("tool call without an id", "llamacpp",
-     [calls(tool_call("talk_to", '{"npc": "elder"}', id=None)), ELDER], "bring a torch", NEEDS_NORMALIZATION),
+     [calls(tool_call("talk_to", '{"npc": "elder"}', id=None)), ELDER], "bring a torch"),
     ("arguments as a JSON object", "llamacpp",
-     [calls(tool_call("talk_to", {"npc": "elder"})), ELDER], "bring a torch", NEEDS_NORMALIZATION),
+     [calls(tool_call("talk_to", {"npc": "elder"})), ELDER], "bring a torch"),
     ("arguments as an empty string", "vllm",
-     [calls(tool_call("talk_to", "")), ELDER], "bring a torch", NEEDS_NORMALIZATION),
+     [calls(tool_call("talk_to", "")), ELDER], "bring a torch"),
     ("arguments that are not JSON", "llamacpp",
-     [calls(tool_call("talk_to", "{npc: elder")), ELDER], "bring a torch", NEEDS_NORMALIZATION),
+     [calls(tool_call("talk_to", "{npc: elder")), ELDER], "bring a torch"),
     ("content null without tool calls", "vllm",
-     [text(None)], "the model sent an empty reply", NEEDS_NORMALIZATION),
+     [text(None)], "the model sent an empty reply"),
     ("text together with tool calls", "ollama",
      [calls(tool_call("talk_to", '{"npc": "elder"}'), content="Let me ask the elder."), ELDER],
-     "Let me ask the elder.", ()),
+     "Let me ask the elder."),
     ('finish_reason "stop" with tool calls', "ollama",
-     [calls(tool_call("talk_to", '{"npc": "elder"}'), finish_reason="stop"), ELDER], "bring a torch", ()),
+     [calls(tool_call("talk_to", '{"npc": "elder"}'), finish_reason="stop"), ELDER], "bring a torch"),
     ("a think block before the answer", "ollama",
      [text("<think>The user wants the elder. I know the answer.</think>\n\nThe elder is by the mill.")],
-     "(thinking) The user wants the elder", ()),
+     "(thinking) The user wants the elder"),
     ("only the closing think tag", "llamacpp",
      [text("The user wants the elder.\n</think>\n\nThe elder is by the mill.")],
-     "(thinking) The user wants the elder", ()),
+     "(thinking) The user wants the elder"),
     ("a tool call written as JSON text", "ollama",
      [text('```json\n{"name": "talk_to", "parameters": {"npc": "elder"}}\n```')],
-     "as text instead of calling the tool", ()),
+     "as text instead of calling the tool"),
 ]
 
 
 @pytest.mark.parametrize("lesson", [name[:2] for name in LESSONS])
-@pytest.mark.parametrize("quirk, flavour, replies, shown", [pytest.param(*q[:4], marks=q[4], id=q[0]) for q in QUIRKS])
+@pytest.mark.parametrize("quirk, flavour, replies, shown", [pytest.param(*q, id=q[0]) for q in QUIRKS])
 def test_a_quirky_reply_leaves_a_session_that_resumes(cli, chat_course, sessions, quirk, flavour, replies, shown,
                                                       lesson):
     with QuirkyServer(flavour, list(replies) + [HEARD]) as server:
@@ -98,16 +96,6 @@ def test_a_quirky_reply_leaves_a_session_that_resumes(cli, chat_course, sessions
     assert "We heard that the cave is dark." in again.out
     assert server.refused == [], "every request, the resumed one too, passes a strict provider's checks"
     assert all(r["tool_choice"] == "auto" for r in server.requests), "tool_choice is sent whenever tools are"
-
-
-@pytest.mark.parametrize("quirk, flavour, replies", [q[:3] for q in QUIRKS if q[4]], ids=[q[0] for q in QUIRKS if q[4]])
-def test_until_the_lessons_normalize_a_quirk_is_still_one_line(cli, chat_course, sessions, quirk, flavour, replies):
-    """What the chat does on its own, before the lesson code normalizes the reply."""
-    with QuirkyServer(flavour, list(replies) + [HEARD]) as server:
-        run = chat(cli, chat_course, sessions, "quest", "--base-url", server.base_url, "--model", "town")
-    assert "Traceback" not in run.text
-    assert all(line.startswith(("error: ", "  ")) for line in run.err.splitlines()), run.err
-    assert log_of(sessions), "what was recorded stays recorded"
 
 
 def test_thinking_is_shown_folded_but_kept_whole_in_the_log(cli, chat_course, sessions):
