@@ -99,11 +99,12 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(lesson, s
     with lesson.SessionLog(sessions, "quest-1") as log:
         history = log.load()     # read as it is, no repair
     agent = lesson.Agent(model.client(), model=model.model, tools=town)
-    agent.messages = history
+    # Sent as it is (ask_model, not run, whose settle() would answer the calls first).
+    agent.messages = history + [{"role": "user", "content": "Did we get the lantern?"}]
     model.add(say("never sent"))
 
     with pytest.raises(openai.BadRequestError) as refused:
-        agent.run("Did we get the lantern?")
+        agent.ask_model()
 
     assert refused.value.status_code == 400
     assert all(call_id in str(refused.value) for call_id in CALL_ORDER), (
