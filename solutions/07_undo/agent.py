@@ -312,24 +312,30 @@ def read_all(fd: int, path: Path) -> bytes:
 
 
 def read_whole_log(path: Path) -> tuple[bytes, LogState]:
-    """A log's bytes and their parse_log(), read without the lock, so a writer may be
-    repairing it meanwhile. FileNotFoundError if there is no log.
+    """A log's bytes and their parse_log(), as one moment of the file, read without the
+    lock. FileNotFoundError if there is no log.
 
-    A repair cuts the torn tail and writes its marker where the tail began. A read that
-    straddles it can get the old tail and the end of the marker: what looks like damage in
-    the middle. Damage is real only if a second read finds the same bytes up to the end of
-    the bad line (writers change nothing before the old end); otherwise parse the new read.
+    A writer may append, or repair the tail, while a reader reads. An append only adds
+    bytes after the ones read. A repair cuts the torn tail and writes its marker where the
+    tail began, so a read that straddles it can hold the old tail followed by the end of
+    the marker: a false CorruptLog, or even a message nobody wrote. So when the file changed
+    during the read, read it again, and keep the first read only if the file still starts
+    with it (it was only appended to).
     """
-    data = read_file(path)
-    while True:     # a repair happens once per writer, so this ends
-        try:
-            return data, parse_log(data, path)
-        except CorruptLog as error:
-            bad_end = data.find(b"\n", error.offset) + 1     # the bad line, newline included
-            again = read_file(path)
-            if again[:bad_end] == data[:bad_end]:
-                raise
-            data = again
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        while True:     # a repair happens once per writer that opens the log: this ends
+            before = os.fstat(fd)
+            data = read_all(fd, path)
+            after = os.fstat(fd)
+            same_size = before.st_size == after.st_size == len(data)
+            if same_size and before.st_mtime_ns == after.st_mtime_ns:
+                break                           # nothing changed while we read
+            if read_all(fd, path).startswith(data):
+                break                           # only appended to: a whole first part
+    finally:
+        os.close(fd)
+    return data, parse_log(data, path)
 
 
 def read_log(path: Path) -> LogState:
