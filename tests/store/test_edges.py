@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from sessionlab.scripted import MODEL_NAME, ScriptedModel, call, say, use
+from sessionlab.testing import append_interrupted_after_the_write
 from sessionlab.town import Town
 
 
@@ -77,32 +78,6 @@ def succeeded(result: Any) -> Any:
 # --- 1. a write whose outcome is unknown stops the writer ---------------------------------
 
 
-def append_interrupted_after_the_write(store, folder: Path, session_id: str, message: dict):
-    """Append `message`, with SIGALRM firing every 0.2 ms and a handler that raises
-    KeyboardInterrupt as soon as the line is in the file: the Ctrl-C that lands just after
-    write() returned. Returns the log, or None when no signal came in time."""
-    log = store.SessionLog(folder, session_id, blob_threshold=1 << 30)
-    log.append(ASK)                             # the writer is open; only the next line counts
-    before = log.path.stat().st_size
-
-    def handler(signum, frame):
-        if log.path.stat().st_size > before:    # the line landed: now the "Ctrl-C"
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
-    try:
-        log.append(message)
-    except KeyboardInterrupt:
-        return log
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    log.close()
-    return None
-
-
 def test_an_exception_after_the_line_landed_stops_the_writer_instead_of_a_double_write(
         store, tmp_path):
     """Ctrl-C right after write() returned: the retry is refused (WriterStopped), the line is
@@ -110,9 +85,11 @@ def test_an_exception_after_the_line_landed_stops_the_writer_instead_of_a_double
     folder = tmp_path / "sessions"
     big = {"role": "user", "content": "The elder's whole chronicle. " * 300_000}    # 8.7 MB
     for attempt in range(5):
-        log = append_interrupted_after_the_write(store, folder, f"quest-{attempt}", big)
-        if log is not None:
+        log = store.SessionLog(folder, f"quest-{attempt}", blob_threshold=1 << 30)
+        log.append(ASK)                         # the writer is open; only the next line counts
+        if append_interrupted_after_the_write(log, big):
             break
+        log.close()
     else:
         pytest.skip("the timer never fired while the line was written (five tries)")
     stopped = getattr(store, "WriterStopped", ())
