@@ -33,11 +33,11 @@ class InvalidSessionId(ValueError):
 
 
 class WriterStopped(RuntimeError):
-    """An earlier write of this writer failed in a way that leaves the log's end unknown.
+    """An earlier write of this writer failed, leaving the end of the log unknown.
 
     Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
-    message twice. So the writer refuses every later write. Open the session again (a new
-    SessionLog, a new Agent): what is really in the log is then read back.
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
     """
 
 
@@ -69,8 +69,8 @@ def make_folder(folder: Path, durable: bool = False) -> None:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)
             if durable:
-                # A folder's name lives in its parent: until the parent is synced, a power
-                # cut can lose the new folder, and every file in it with it.
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
                 parent = os.open(path.parent, os.O_RDONLY)
                 try:
                     os.fsync(parent)
@@ -100,7 +100,7 @@ class SessionLog:
         raise NotImplementedError("task 01.2 is not written yet: Append one message as one JSON line, in one write")
 
     def _write(self, data: bytes) -> None:
-        """Add whole lines at the end of the log with one write(); fsync in durable mode.
+        """Add whole lines at the end of the log with one write(); fsync if durable.
 
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.

@@ -189,11 +189,12 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
 
 
 @pytest.mark.task("01.5")
-def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(lesson, sessions):
-    """Ctrl-C just after write() returned: append raised, yet its line is in the file. The
-    caller's retry must be refused (WriterStopped), never write the message twice; a new
-    SessionLog on the same session goes on."""
-    big = {"role": "user", "content": "The elder's whole chronicle. " * 300_000}     # 8.7 MB
+def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(lesson,
+                                                                           sessions):
+    """Ctrl-C just after write() returned: append raised, yet its line is in the file.
+    The caller's retry must be refused (WriterStopped), never write the message twice; a
+    new SessionLog on the same session goes on."""
+    big = {"role": "user", "content": "The elder's chronicle. " * 400_000}    # 9.2 MB
     for attempt in range(5):
         log = lesson.SessionLog(sessions, f"quest-{attempt}")
         log.append({"role": "user", "content": "first"})
@@ -205,13 +206,14 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
     try:
         log.append(big)
     except lesson.WriterStopped as error:
-        assert str(log.path) in str(error), f"WriterStopped should name the log: {error}"
+        assert str(log.path) in str(error), (
+            f"WriterStopped should name the log: {error}")
     else:
         pytest.fail(
-            "append raised after the line had landed, and the retry wrote the message a "
-            f"second time (it is in the log {lines_of(log.path).count(big)} times). Set "
-            "self.in_doubt before os.write and clear it only once the line is whole; while "
-            "it is set, raise WriterStopped and write nothing (task 01.5)")
+            "append raised after the line had landed, and the retry wrote the message "
+            f"again (it is in the log {lines_of(log.path).count(big)} times). Set "
+            "self.in_doubt before os.write and clear it only once the line is whole; "
+            "while it is set, raise WriterStopped and write nothing (task 01.5)")
     finally:
         log.close()
     assert lines_of(log.path).count(big) == 1
@@ -223,8 +225,8 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
 
 @pytest.mark.task("01.5")
 def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
-    """A write() that raises wrote nothing (here EFBIG: the file is at its size limit, set
-    in a child process), so a retry is safe: the writer must not stop for it."""
+    """A write() that raises wrote nothing (here EFBIG: the file is at its size limit,
+    set in a child process), so a retry is safe: the writer must not stop for it."""
     path = sessions / "quest-1.jsonl"
 
     def work():
@@ -248,6 +250,7 @@ def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
 
     outcome = in_child(work)
     assert outcome == "ok", (
-        "write() raised OSError (EFBIG) and wrote nothing; the next append should work, "
+        "write() raised OSError (EFBIG) and wrote nothing; the next append should "
+        "work, "
         f"but got: {outcome}. Clear self.in_doubt when os.write itself raises OSError")
     assert [m["content"] for m in lines_of(path)] == ["first", "again"]

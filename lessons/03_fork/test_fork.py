@@ -193,11 +193,11 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(lesson, sessions, day_o
 
 
 @pytest.mark.task("03.2")
-def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(lesson, sessions,
-                                                                        day_one):
-    """A real SIGKILL right after the first of the fork's two files is written: the new id
-    holds no session (at most a meta file without a log), and the same fork, run again,
-    works. Published log first, the retry would be refused: the id looks taken."""
+def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
+        lesson, sessions, day_one):
+    """A real SIGKILL right after the first of the fork's two files is written: the new
+    id holds no session (at most a meta file without a log), and the same fork, run
+    again, works. Published log first, the retry would be refused: the id looks taken."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -215,20 +215,20 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(lesson, 
     assert os.WIFSIGNALED(status), "the forking child should have died by SIGKILL"
     left = sorted(p.name for p in sessions.iterdir())
     assert "what-if.jsonl" not in left, (
-        f"killed between its two steps, the fork left its log without lineage: {left}. Write "
-        "the meta file first and publish the log last: the log's name is the fork")
+        f"killed between its two steps, the fork left its log without lineage: {left}. "
+        "Write the meta file first and publish the log last: its name is the fork")
     try:
         lesson.fork(sessions, "quest-1", "what-if")
     except Exception as error:      # noqa: BLE001 - the failure is the point
-        pytest.fail(f"the same fork, run again after the kill, failed: {error!r}; a meta file "
-                    "without its log is not a session, the retry may replace it")
+        pytest.fail(f"the same fork, run again after the kill, failed: {error!r}; a "
+                    "meta file without its log is no session, the retry may replace it")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
 
 
 @pytest.mark.task("03.2")
 def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, day_one):
-    """A full disk (a file size limit in a child process) stops the fork at its log: no log,
-    no meta file, no temporary file; with room again, the same fork works."""
+    """A full disk (a file size limit in a child process) stops the fork at its log: no
+    log, no meta file, no temporary file; with room again, the same fork works."""
     before = snapshot(sessions)
 
     def work():
@@ -243,7 +243,8 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
     outcome = in_child(work)
     assert outcome.startswith("OSError"), outcome
     assert snapshot(sessions) == before, (
-        "a fork that failed must leave every file as it was: remove the meta file again "
+        "a fork that failed must leave every file as it was: remove the meta file "
+        "again "
         f"when publishing the log fails; found {sorted(snapshot(sessions))}")
     lesson.fork(sessions, "quest-1", "what-if")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one

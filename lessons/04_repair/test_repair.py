@@ -420,11 +420,11 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
 @pytest.mark.task("04.4")
 def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message(
         lesson, sessions, town):
-    """Ctrl-C (a real SIGINT) inside the second of two tool calls: the next run answers the
-    open call first, so no message lands between a call and its result, in memory or in
-    the log, and the model accepts the request."""
+    """Ctrl-C (a real SIGINT) inside the second of two tool calls: the next run answers
+    the open call first, so no message lands between a call and its result, in memory
+    or in the log, and the model accepts the request."""
     def buy_interrupted(**arguments):
-        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C inside the tool
+        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
         time.sleep(1)
         return "never"
 
@@ -433,15 +433,17 @@ def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message
     model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch")),
                            say("Where were we?")])
     with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools, session=log)
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
         with pytest.raises(KeyboardInterrupt):
             agent.run("Talk to the elder and buy a torch.")
         try:
             agent.run("Go on.")
         except openai.BadRequestError as error:
-            pytest.fail("after a run stopped inside its second tool call, the next run sent "
-                        f"a call without its result: {error.message}. settle() should record "
-                        "interrupted_result(call) for each unanswered call first (task 04.4)")
+            pytest.fail("after a run stopped inside its second tool call, the next run "
+                        f"sent a call without its result: {error.message}. settle() "
+                        "should record interrupted_result(call) for each unanswered "
+                        "call first (task 04.4)")
     roles = [entry.get("role") for entry in entries_in(sessions / "quest-1.jsonl")]
     assert roles == ["user", "assistant", "tool", "tool", "user", "assistant"], (
         f"the log should hold the call, both results, then the next message: {roles}")

@@ -510,13 +510,15 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, se
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-2.jsonl"]
 
 
-# --- the lock file is the session's own, and is always let go -------------------------------
+# --- the lock file is the session's own, and is always let go ------------------------
 
 
 @pytest.mark.task("05.1")
-def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson, sessions):
-    """A second name for another session's log, planted as `quest-1.lock` (like a symbolic
-    link, but O_NOFOLLOW cannot see it): the writer must refuse it, not truncate it."""
+def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson,
+                                                                          sessions):
+    """A second name for another session's log, planted as `quest-1.lock` (like a
+    symbolic link, but O_NOFOLLOW cannot see it): the writer must refuse it, not
+    truncate it."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     precious = (sessions / "other.jsonl").read_bytes()
@@ -529,17 +531,17 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     except OSError:
         pass
     else:
-        pytest.fail("the writer took a lock file that has a second name (st_nlink == 2): "
-                    "check os.fstat(fd).st_nlink before truncating it (task 05.1)")
+        pytest.fail("the writer took a lock file that has a second name (st_nlink "
+                    "== 2): check os.fstat(fd).st_nlink before truncating it (05.1)")
     assert (sessions / "other.jsonl").read_bytes() == precious, (
-        "the lock file was another session's log under a second name, and it was overwritten")
+        "the lock file was another session's log under a second name: overwritten")
 
 
 @pytest.mark.task("05.2")
 def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
-    """close() in a folder that turned read-only (in a child process, as `nobody` when run
-    as root, since root ignores a folder's mode): removing the lock file fails, but the
-    flock must still go, or this process keeps its own session busy."""
+    """close() in a folder that turned read-only (in a child process, as `nobody` when
+    run as root, since root ignores a folder's mode): removing the lock file fails, but
+    the flock must still go, or this process keeps its own session busy."""
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
     folder = root / "sessions"
@@ -571,5 +573,6 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert outcome == "ok", (
-        "removing the lock file failed, and the lock was never let go: the same process "
+        "removing the lock file failed, and the lock was never let go: the same "
+        "process "
         f"was then told {outcome!r}. Close the descriptor in a finally (task 05.2)")

@@ -48,11 +48,11 @@ class InvalidSessionId(ValueError):
 
 
 class WriterStopped(RuntimeError):
-    """An earlier write of this writer failed in a way that leaves the log's end unknown.
+    """An earlier write of this writer failed, leaving the end of the log unknown.
 
     Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
-    message twice. So the writer refuses every later write. Open the session again (a new
-    SessionLog, a new Agent): what is really in the log is then read back.
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
     """
 
 
@@ -246,13 +246,13 @@ class LogState:
 
 
 def read_file(path: Path) -> bytes:
-    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP) and
-    anything but a regular file.
+    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP)
+    and anything but a regular file.
 
     A session's files are plain files in its folder; a link planted there could point
     anywhere: another user's session, a device that never ends.
     """
-    # O_NONBLOCK: opening a FIFO planted there returns at once instead of waiting forever.
+    # O_NONBLOCK: opening a FIFO planted there returns at once, never waits forever.
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         return read_all(fd, path)
@@ -280,11 +280,11 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     lock. FileNotFoundError if there is no log.
 
     A writer may append, or repair the tail, while a reader reads. An append only adds
-    bytes after the ones read. A repair cuts the torn tail and writes its marker where the
-    tail began, so a read that straddles it can hold the old tail followed by the end of
-    the marker: a false CorruptLog, or even a message nobody wrote. So when the file changed
-    during the read, read it again, and keep the first read only if the file still starts
-    with it (it was only appended to).
+    bytes after the ones read. A repair cuts the torn tail and writes its marker where
+    the tail began, so a read that straddles it can hold the old tail followed by the
+    end of the marker: a false CorruptLog, or even a message nobody wrote. So when the
+    file changed during the read, read it again, and keep the first read only if the
+    file still starts with it (it was only appended to).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
@@ -412,7 +412,7 @@ def fsync_folder(folder: Path) -> None:
 
 
 def fsync_file(path: Path) -> None:
-    """fsync a file written before (by anyone), so that its bytes survive a power cut."""
+    """fsync a file written before (by anyone), so its bytes survive a power cut."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
@@ -431,8 +431,8 @@ def make_folder(folder: Path, durable: bool = False) -> None:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)
             if durable:
-                # A folder's name lives in its parent: until the parent is synced, a power
-                # cut can lose the new folder, and every file in it with it.
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
                 parent = os.open(path.parent, os.O_RDONLY)
                 try:
                     os.fsync(parent)
@@ -494,30 +494,31 @@ class SessionLog:
         self._write(encode_line(self.outline(message)))
 
     def _write(self, data: bytes) -> None:
-        """Add whole lines at the end of the log with one write(); fsync in durable mode.
+        """Add whole lines at the end of the log with one write(); fsync if durable.
 
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
         if self.in_doubt:
             raise WriterStopped(
-                f"{self.path}: an earlier write failed after its bytes may have reached the "
-                "file, so this writer stopped (a retry could write a message twice). Close "
-                "it and open the session again: its history is then read from the log.")
+                f"{self.path}: an earlier write failed after its bytes may have "
+                "reached the file, so this writer stopped (a retry could write a "
+                "message twice). Close it and open the session again: its history is "
+                "then read from the log.")
         if len(data) > MAX_WRITE:
-            # One write() moves at most MAX_WRITE bytes on Linux: the line could not land
-            # whole, so it is refused before a byte is written.
-            raise ValueError(f"{self.path}: a line of {len(data)} bytes is more than one "
-                             f"write() can take ({MAX_WRITE} bytes); nothing was written")
-        # From here until the line is known to be whole (and on disk, in durable mode), an
-        # error leaves the file in doubt: a signal after write() returned, a short write
-        # that could not be taken back, an fsync that failed (EIO: the bytes may never
-        # reach the disk).
+            # One write() moves at most MAX_WRITE bytes on Linux: the line could not
+            # land whole, so it is refused before a byte is written.
+            raise ValueError(f"{self.path}: a line of {len(data)} bytes is more than "
+                             f"one write() can take ({MAX_WRITE}); nothing was written")
+        # From here until the line is known to be whole (and on disk, in durable
+        # mode), an error leaves the file in doubt: a signal after write() returned, a
+        # short write that could not be taken back, an fsync that failed (EIO: the
+        # bytes may never reach the disk).
         self.in_doubt = True
         try:
             written = os.write(self._fd, data)
         except OSError:
-            self.in_doubt = False   # write() refused as a whole: nothing written, retry is safe
+            self.in_doubt = False   # write() refused whole: nothing written, retry safe
             raise
         if written != len(data):
             # The disk filled up (or a file size limit was hit) part-way: take the part back,
@@ -538,9 +539,9 @@ class SessionLog:
         """
         make_folder(self.folder, self.durable)
         try:
-            # The lock comes first: a tail that looks torn may be a line another writer is in
-            # the middle of writing. Only the lock holder may judge it, and cut it. Inside the
-            # try: a failure while writing the lock file must let go of it too.
+            # The lock comes first: a tail that looks torn may be a line another
+            # writer is in the middle of writing. Only the lock holder may judge it, and
+            # cut it. Inside the try: a failure writing the lock file lets go of it.
             self._lock()
             if self._found_no_log and self.path.exists() and self.path.stat().st_size > 0:
                 # Our agent started from an empty history; another writer began the session
@@ -557,12 +558,12 @@ class SessionLog:
             self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
-            # Read what was opened, not the name again: the name may point elsewhere by now.
+            # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
             self._repair(data, state)
-            # A repair that added entries (a marker, results) changed the log: read it again.
-            # That happens once after a crash; every other resume parses the log once.
+            # A repair that added entries (a marker, results) changed the log: read it
+            # again. That happens once after a crash; every other resume parses it once.
             if self.repaired is not None:
                 state = parse_log(read_all(self._fd, self.path), self.path)
         except BaseException:
@@ -595,14 +596,14 @@ class SessionLog:
             if is_same_file(fd, self.lock_path):
                 break
             os.close(fd)    # we locked a file that was removed as its holder let go: retry
-        # A lock file that has other names (a hard link to another session's log, planted
-        # like a symbolic link) or is no regular file must not be truncated below.
+        # A lock file with other names (a hard link to another session's log, planted
+        # like a symbolic link) or that is no regular file must not be truncated below.
         found = os.fstat(fd)
         if found.st_nlink != 1 or not stat.S_ISREG(found.st_mode):
             os.close(fd)
-            raise OSError(errno.EPERM, "the lock file is not a plain file of its own (it has "
-                          f"{found.st_nlink} names, or is not a regular file); refusing to "
-                          "write into it", str(self.lock_path))
+            raise OSError(errno.EPERM, "the lock file is not a plain file of its own "
+                          f"(it has {found.st_nlink} names, or is not a regular file); "
+                          "refusing to write into it", str(self.lock_path))
         self._lock_fd = fd
         # Whoever held it before (even one killed with SIGKILL) left its name here: overwrite.
         os.ftruncate(fd, 0)
@@ -621,9 +622,9 @@ class SessionLog:
             if is_same_file(self._lock_fd, self.lock_path):
                 os.unlink(self.lock_path)
         finally:
-            # Even if the name could not be removed (a read-only folder): a lock file left
-            # behind only tells the next writer a stale name, a lock still held blocks it.
-            os.close(self._lock_fd)     # the kernel releases the flock with its last descriptor
+            # Even if the name could not be removed (a read-only folder): a lock file
+            # left behind only shows a stale name, a lock still held blocks everyone.
+            os.close(self._lock_fd)     # the flock goes with its last descriptor
             self._lock_fd = None
 
     def holder(self) -> dict[str, Any]:
@@ -810,12 +811,12 @@ class Agent:
             f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run left without results, before anything else.
+        """Answer the tool calls an earlier run left without results, before anything.
 
-        A run that stopped between two tool calls (a write that failed, Ctrl-C inside a
-        tool) leaves calls open at the end of the conversation. Nothing may come between a
-        call and its results: a provider refuses that history (400), and the repair mends
-        only the end of a log, so a gap in the middle would stay for good.
+        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
         """
         for call in unanswered_calls(self.messages):
             self.record(interrupted_result(call))
@@ -879,15 +880,15 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     keep = len(lines) if upto is None else entries_for(state.entries, count)
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
     copy = b"".join(lines[:keep])
-    # Publish under the new id's lock, as its writer would: an agent starting a session of
-    # that name right now cannot check "no log yet" before our publish and open it after.
+    # Publish under the new id's lock, as its writer would: an agent starting a session
+    # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
         claim._lock()       # SessionBusy if another writer is creating it
         if target.exists():
-            raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
-        # The lineage first, the log last: the fork exists from the moment its log has a
-        # name, so a failure before that (a full disk, a crash) leaves no session, only a
-        # meta file.
+            raise SessionExists(f"cannot fork onto {new_id!r}: {target} already exists")
+        # The lineage first, the log last: the fork exists from the moment its log has
+        # a name, so a failure before that (a full disk, a crash) leaves no session,
+        # only a meta file.
         write_whole(meta, json.dumps({
             "format": FORMAT_VERSION,
             "id": new_id,
@@ -939,17 +940,19 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     try:
         os.replace(temp, path)
     except BaseException:
-        os.unlink(temp)     # a rename that failed (the name is a folder) leaves no copy behind
+        os.unlink(temp)     # a failed rename (a folder at that name): no copy left
         raise
     if durable:
         fsync_folder(path.parent)
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` to a file no one reads yet, in as many write() calls as it takes.
+    """Write all of `data` to a file no one reads yet, in as many write() calls as it
+    takes.
 
-    Unlike a log line, such a file need not land in one write: one call moves at most 2 GiB
-    on Linux, and a full disk then shows as the next call's own error (ENOSPC, EFBIG).
+    Unlike a log line, such a file need not land in one write: one call moves at most
+    2 GiB on Linux, and a full disk then shows as the next call's own error (ENOSPC,
+    EFBIG), not as a short write.
     """
     view = memoryview(data)
     while view:

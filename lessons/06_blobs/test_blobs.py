@@ -393,8 +393,8 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
 
 @pytest.mark.task("06.1")
 def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatch):
-    """The blob was stored by a writer that did not sync it: a durable writer pointing to
-    it must sync it first, or a power cut could keep its line and lose the blob."""
+    """The blob was stored by a writer that did not sync it: a durable writer pointing
+    to it must sync it first, or a power cut could keep its line and lose the blob."""
     with lesson.SessionLog(sessions, "quick") as log:          # not durable
         log.append({"role": "user", "content": PASTE})
     synced = []
@@ -410,8 +410,10 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
     monkeypatch.undo()
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.stat().st_ino in synced, (
-        "a durable writer reused a blob no one had synced; fsync_file it (and fsync_folder "
-        "blobs/) once before the line that points to it, remembering it in self.synced_blobs")
+        "a durable writer reused a blob no one had synced; fsync_file it (and "
+        "fsync_folder blobs/) once before the line that points to it, remembering it "
+        "in "
+        "self.synced_blobs")
 
 
 @pytest.mark.task("06.1")
@@ -425,5 +427,5 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
             with pytest.raises(OSError):
                 log.append({"role": "user", "content": PASTE})
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
-    assert left == [], (f"failed renames left temporary files in blobs/: {left}; remove the "
-                        "temporary file when os.replace fails")
+    assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
+                        "remove the temporary file when os.replace fails")

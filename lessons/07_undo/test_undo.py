@@ -484,10 +484,10 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
     answer = {"role": "assistant", "content": "The elder wants a torch."}
     later = [{"role": "user", "content": "Buy a torch."},
              {"role": "assistant", "content": "Bought."}]
-    marker = {"$marker": "undo", "skip": [1, 2, 3, -1], "at": "2026-01-01T00:00:00+00:00"}
+    marker = {"$marker": "undo", "skip": [1, 2, 3, -1], "at": "2026-01-01T00:00:00Z"}
     (sessions / "quest-1.jsonl").write_bytes(b"".join(
         (json.dumps(entry) + "\n").encode() for entry in [ask, answer, marker, *later]))
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == [ask, *later], (
-        "the marker may take back index 1 only (two messages came before it); the messages "
-        f"after it must stay shown. Got {[m['content'] for m in shown]}")
+        "the marker may take back index 1 only (two messages came before it); the "
+        f"messages after it must stay shown. Got {[m['content'] for m in shown]}")

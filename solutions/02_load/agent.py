@@ -33,11 +33,11 @@ class InvalidSessionId(ValueError):
 
 
 class WriterStopped(RuntimeError):
-    """An earlier write of this writer failed in a way that leaves the log's end unknown.
+    """An earlier write of this writer failed, leaving the end of the log unknown.
 
     Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
-    message twice. So the writer refuses every later write. Open the session again (a new
-    SessionLog, a new Agent): what is really in the log is then read back.
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
     """
 
 
@@ -72,8 +72,8 @@ def make_folder(folder: Path, durable: bool = False) -> None:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)
             if durable:
-                # A folder's name lives in its parent: until the parent is synced, a power
-                # cut can lose the new folder, and every file in it with it.
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
                 parent = os.open(path.parent, os.O_RDONLY)
                 try:
                     os.fsync(parent)
@@ -107,24 +107,25 @@ class SessionLog:
         self._write(data)
 
     def _write(self, data: bytes) -> None:
-        """Add whole lines at the end of the log with one write(); fsync in durable mode.
+        """Add whole lines at the end of the log with one write(); fsync if durable.
 
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
         if self.in_doubt:
             raise WriterStopped(
-                f"{self.path}: an earlier write failed after its bytes may have reached the "
-                "file, so this writer stopped (a retry could write a message twice). Close "
-                "it and open the session again: its history is then read from the log.")
-        # From here until the line is known to be whole (and on disk, in durable mode), an
-        # error leaves the file in doubt: a signal after write() returned, a short write,
-        # an fsync that failed (EIO: the bytes may never reach the disk).
+                f"{self.path}: an earlier write failed after its bytes may have "
+                "reached the file, so this writer stopped (a retry could write a "
+                "message twice). Close it and open the session again: its history is "
+                "then read from the log.")
+        # From here until the line is known to be whole (and on disk, in durable
+        # mode), an error leaves the file in doubt: a signal after write() returned, a
+        # short write, an fsync that failed (EIO: the bytes may never reach the disk).
         self.in_doubt = True
         try:
             written = os.write(self._fd, data)
         except OSError:
-            self.in_doubt = False   # write() refused as a whole: nothing written, retry is safe
+            self.in_doubt = False   # write() refused whole: nothing written, retry safe
             raise
         if written != len(data):
             raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes")
