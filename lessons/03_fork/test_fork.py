@@ -241,7 +241,8 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
         return "the fork did not fail"
 
     outcome = in_child(work)
-    assert outcome.startswith("OSError"), outcome
+    assert isinstance(outcome, str) and outcome.startswith("OSError"), (
+        f"with the disk full, the fork should fail with OSError; it gave {outcome}")
     assert snapshot(sessions) == before, (
         "a fork that failed must leave every file as it was: remove the meta file "
         "again "
