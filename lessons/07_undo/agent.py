@@ -498,6 +498,11 @@ class SessionLog:
         self._lock_fd: int | None = None
         self._found_no_log = False              # open_for_append found no log: a new session
         self.repaired: Message | None = None    # the repair marker this writer wrote, if any
+        # The indices of the messages the log shows, and how many messages it holds,
+        # once an undo has read them (None before): kept up to date by append and undo,
+        # so that the next undo need not read the whole log again.
+        self.shown_indices: list[int] | None = None
+        self.message_count = 0
 
     def open_for_append(self) -> list[Message]:
         """Become the session's writer and return its history, with the tail repaired.
@@ -520,6 +525,9 @@ class SessionLog:
         # it written. A crash in between leaves a blob nothing points to, never a line
         # pointing to nothing.
         self._write(encode_line(self.outline(message)))
+        if self.shown_indices is not None and MARKER not in message:
+            self.shown_indices.append(self.message_count)   # its index, as written
+            self.message_count += 1
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -566,6 +574,7 @@ class SessionLog:
         read and parse the whole log a second time.
         """
         make_folder(self.folder, self.durable)
+        self.shown_indices = None       # the log may have changed since: read it again
         try:
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and
