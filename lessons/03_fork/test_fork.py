@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import in_child
+from sessionlab.testing import in_child, unless_unfinished
 from sessionlab.town import Town
 
 
@@ -209,9 +209,13 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
             lesson.publish_new = killed_after(lesson.publish_new)
             lesson.write_whole = killed_after(lesson.write_whole)
             lesson.fork(sessions, "quest-1", "what-if")
+        except NotImplementedError:
+            os._exit(3)
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
+        raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
     assert os.WIFSIGNALED(status), "the forking child should have died by SIGKILL"
     left = sorted(p.name for p in sessions.iterdir())
     assert "what-if.jsonl" not in left, (
@@ -240,7 +244,7 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
             return f"OSError: {error}"
         return "the fork did not fail"
 
-    outcome = in_child(work)
+    outcome = unless_unfinished(in_child(work))
     assert isinstance(outcome, str) and outcome.startswith("OSError"), (
         f"with the disk full, the fork should fail with OSError; it gave {outcome}")
     assert snapshot(sessions) == before, (

@@ -24,7 +24,7 @@ def test_list_shows_every_lesson_with_its_state_and_task_counts(cli, course):
     row00 = next(line for line in lines if " 00 " in line)
     row01 = next(line for line in lines if " 01 " in line)
     assert "done" in row00 and "2/2" in row00 and "10/10" in row00, row00
-    assert "not started" in row01 and "0/4" in row01, row01
+    assert "not started" in row01 and "0/5" in row01, row01
     assert row01.lstrip().startswith("->"), f"the current lesson (01) should be marked: {row01!r}"
     assert "1/2 lessons done" in run.out, "a progress bar over all lessons"
     assert "Next: lesson 01" in run.out
