@@ -6,11 +6,15 @@ Run: pytest lessons/01_append            (your code)
 
 import json
 import os
+import resource
+import signal
 import stat
 
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
+from sessionlab.testing import (append_interrupted_after_the_write, in_child,
+                                unless_unfinished)
 
 BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root"]
 
@@ -183,3 +187,71 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
         log.append({"role": "user", "content": "quick"})
 
     assert fsync.kinds == [], f"fsync costs milliseconds: only durable mode should call it, got {fsync.kinds}"
+
+
+@pytest.mark.task("01.5")
+def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(lesson,
+                                                                           sessions):
+    """Ctrl-C just after write() returned: append raised, yet its line is in the file.
+    The caller's retry must be refused (WriterStopped), never write the message twice; a
+    new SessionLog on the same session goes on."""
+    big = {"role": "user", "content": "The elder's chronicle. " * 400_000}    # 9.2 MB
+    for attempt in range(5):
+        log = lesson.SessionLog(sessions, f"quest-{attempt}")
+        log.append({"role": "user", "content": "first"})
+        if append_interrupted_after_the_write(log, big):
+            break
+        log.close()
+    else:
+        pytest.skip("the timer never fired while the line was written (five tries)")
+    try:
+        log.append(big)
+    except lesson.WriterStopped as error:
+        assert str(log.path) in str(error), (
+            f"WriterStopped should name the log: {error}")
+    else:
+        pytest.fail(
+            "append raised after the line had landed, and the retry wrote the message "
+            f"again (it is in the log {lines_of(log.path).count(big)} times). Set "
+            "self.in_doubt before os.write and clear it only once the line is whole; "
+            "while it is set, raise WriterStopped and write nothing (task 01.5)")
+    finally:
+        log.close()
+    assert lines_of(log.path).count(big) == 1
+    with lesson.SessionLog(sessions, log.id) as again:
+        again.append({"role": "assistant", "content": "then"})
+    assert [m["content"] for m in lines_of(log.path)][-1] == "then", (
+        "a new SessionLog on the session should write again")
+
+
+@pytest.mark.task("01.5")
+def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
+    """A write() that raises wrote nothing (here EFBIG: the file is at its size limit,
+    set in a child process), so a retry is safe: the writer must not stop for it."""
+    path = sessions / "quest-1.jsonl"
+
+    def work():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "first"})
+            size = path.stat().st_size
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+            try:
+                log.append({"role": "user", "content": "too much"})
+                return "the write did not fail"
+            except OSError:
+                pass
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            try:
+                log.append({"role": "user", "content": "again"})
+            except Exception as error:      # noqa: BLE001 - reported to the test
+                return f"{type(error).__name__}: {error}"
+        return "ok"
+
+    outcome = unless_unfinished(in_child(work))
+    assert outcome == "ok", (
+        "write() raised OSError (EFBIG) and wrote nothing; the next append should "
+        "work, "
+        f"but got: {outcome}. Clear self.in_doubt when os.write itself raises OSError")
+    assert [m["content"] for m in lines_of(path)] == ["first", "again"]

@@ -41,6 +41,15 @@ class InvalidMessage(ValueError):
     writes nothing; a line holding one is refused when the log is read."""
 
 
+class WriterStopped(RuntimeError):
+    """An earlier write of this writer failed, leaving the end of the log unknown.
+
+    Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
+    """
+
+
 class SessionNotFound(FileNotFoundError):
     """The session to fork from has no log."""
 
@@ -231,16 +240,24 @@ def parse_line(line: bytes) -> Message:
     return entry
 
 
-def make_folder(folder: Path) -> None:
+def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
     A session holds what a person said, and its name may say about what: other users should
     not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.)
+    under umask 000.) With durable=True each new folder's name is synced in its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)
+            if durable:
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
+                parent = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)
 
 
 class SessionLog:
@@ -256,6 +273,7 @@ class SessionLog:
         self.path = self.folder / f"{self.id}.jsonl"
         self.durable = durable
         self._fd: int | None = None
+        self.in_doubt = False       # a write failed leaving the log's end unknown: stop
 
     def append(self, message: Message) -> None:
         """Write one message as one line, with a single write() of the whole line."""
@@ -269,14 +287,37 @@ class SessionLog:
         data = (json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         if self._fd is None:
             self._open()
-        written = os.write(self._fd, data)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        """Add whole lines at the end of the log with one write(); fsync if durable.
+
+        Raises WriterStopped, writing nothing, once a write of this writer has failed
+        without saying what it left in the file.
+        """
+        if self.in_doubt:
+            raise WriterStopped(
+                f"{self.path}: an earlier write failed after its bytes may have "
+                "reached the file, so this writer stopped (a retry could write a "
+                "message twice). Close it and open the session again: its history is "
+                "then read from the log.")
+        # From here until the line is known to be whole (and on disk, in durable
+        # mode), an error leaves the file in doubt: a signal after write() returned, a
+        # short write, an fsync that failed (EIO: the bytes may never reach the disk).
+        self.in_doubt = True
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            self.in_doubt = False   # write() refused whole: nothing written, retry safe
+            raise
         if written != len(data):
             raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes")
         if self.durable:
             os.fsync(self._fd)
+        self.in_doubt = False
 
     def _open(self) -> None:
-        make_folder(self.folder)
+        make_folder(self.folder, self.durable)
         is_new = not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else happened.
         # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
@@ -490,14 +531,16 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
     meta = folder / f"{new_id}.meta.json"
-    if target.exists() or meta.exists():
+    # A meta file without its log is what a fork that failed half-way leaves: not a
+    # session, so a new fork onto that id may replace it.
+    if target.exists():
         raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
     # TODO(03.1): Copy the history into a new, independent log.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
     raise NotImplementedError("task 03.1 is not written yet: Copy the history into a new, independent log")
-    # TODO(03.2): Record the fork's lineage in <id>.meta.json, written whole.
+    # TODO(03.2): Record the lineage, then publish the log: all or nothing.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
-    raise NotImplementedError("task 03.2 is not written yet: Record the fork's lineage in <id>.meta.json, written whole")
+    raise NotImplementedError("task 03.2 is not written yet: Record the lineage, then publish the log: all or nothing")
     return target
 
 
@@ -531,17 +574,34 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
-    os.replace(_write_temp(path, data, durable), path)
+    temp = _write_temp(path, data, durable)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+        raise
     if durable:
         fsync_folder(path.parent)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a file no one reads yet, in as many write() calls as it
+    takes.
+
+    Unlike a log line, such a file need not land in one write: one call moves at most
+    2 GiB on Linux, and a full disk then shows as the next call's own error (ENOSPC,
+    EFBIG), not as a short write.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _write_temp(path: Path, data: bytes, durable: bool) -> str:
-    make_folder(path.parent)
+    make_folder(path.parent, durable)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        if os.write(fd, data) != len(data):
-            raise OSError(f"{temp}: short write (is the disk full?)")
+        write_all(fd, data)
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:

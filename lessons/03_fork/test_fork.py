@@ -6,11 +6,14 @@ Run: pytest lessons/03_fork            (your code)
 
 import json
 import os
+import resource
+import signal
 from datetime import datetime
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.testing import in_child, unless_unfinished
 from sessionlab.town import Town
 
 
@@ -187,3 +190,66 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(lesson, sessions, day_o
     assert len(synced) >= 3, (
         "fork(..., durable=True) should sync the new log, the meta file and their folder before "
         f"returning; os.fsync was called {len(synced)} time(s)")
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
+        lesson, sessions, day_one):
+    """A real SIGKILL right after the first of the fork's two files is written: the new
+    id holds no session (at most a meta file without a log), and the same fork, run
+    again, works. Published log first, the retry would be refused: the id looks taken."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            def killed_after(real):
+                def step(*args, **kwargs):
+                    real(*args, **kwargs)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return step
+            lesson.publish_new = killed_after(lesson.publish_new)
+            lesson.write_whole = killed_after(lesson.write_whole)
+            lesson.fork(sessions, "quest-1", "what-if")
+        except NotImplementedError:
+            os._exit(3)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
+        raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
+    assert os.WIFSIGNALED(status), "the forking child should have died by SIGKILL"
+    left = sorted(p.name for p in sessions.iterdir())
+    assert "what-if.jsonl" not in left, (
+        f"killed between its two steps, the fork left its log without lineage: {left}. "
+        "Write the meta file first and publish the log last: its name is the fork")
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+    except Exception as error:      # noqa: BLE001 - the failure is the point
+        pytest.fail(f"the same fork, run again after the kill, failed: {error!r}; a "
+                    "meta file without its log is no session, the retry may replace it")
+    assert lesson.SessionLog(sessions, "what-if").load() == day_one
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, day_one):
+    """A full disk (a file size limit in a child process) stops the fork at its log: no
+    log, no meta file, no temporary file; with room again, the same fork works."""
+    before = snapshot(sessions)
+
+    def work():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300, resource.RLIM_INFINITY))
+        try:
+            lesson.fork(sessions, "quest-1", "what-if")
+        except OSError as error:
+            return f"OSError: {error}"
+        return "the fork did not fail"
+
+    outcome = unless_unfinished(in_child(work))
+    assert isinstance(outcome, str) and outcome.startswith("OSError"), (
+        f"with the disk full, the fork should fail with OSError; it gave {outcome}")
+    assert snapshot(sessions) == before, (
+        "a fork that failed must leave every file as it was: remove the meta file "
+        "again "
+        f"when publishing the log fails; found {sorted(snapshot(sessions))}")
+    lesson.fork(sessions, "quest-1", "what-if")
+    assert lesson.SessionLog(sessions, "what-if").load() == day_one

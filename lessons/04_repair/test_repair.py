@@ -7,11 +7,15 @@ The logs here are written by hand, byte by byte, the way a crash leaves them.
 """
 
 import json
+import os
+import signal
+import time
+from types import SimpleNamespace
 
 import openai
 import pytest
 
-from sessionlab.scripted import say
+from sessionlab.scripted import ScriptedModel, call, say, use
 
 
 def tool_call(call_id, name, **arguments):
@@ -99,11 +103,12 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(lesson, s
     with lesson.SessionLog(sessions, "quest-1") as log:
         history = log.load()     # read as it is, no repair
     agent = lesson.Agent(model.client(), model=model.model, tools=town)
-    agent.messages = history
+    # Sent as it is (ask_model, not run, whose settle() would answer the calls first).
+    agent.messages = history + [{"role": "user", "content": "Did we get the lantern?"}]
     model.add(say("never sent"))
 
     with pytest.raises(openai.BadRequestError) as refused:
-        agent.run("Did we get the lantern?")
+        agent.ask_model()
 
     assert refused.value.status_code == 400
     assert all(call_id in str(refused.value) for call_id in CALL_ORDER), (
@@ -410,3 +415,35 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
         assert forked.load() == whole[:2] + whole[3:5], "upto=4 keeps the first four messages"
     meta = json.loads((sessions / "first-four.meta.json").read_text(encoding="utf-8"))
     assert meta["forked_at"] == 4, f"forked_at counts messages, not lines: {meta}"
+
+
+@pytest.mark.task("04.4")
+def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message(
+        lesson, sessions, town):
+    """Ctrl-C (a real SIGINT) inside the second of two tool calls: the next run answers
+    the open call first, so no message lands between a call and its result, in memory
+    or in the log, and the model accepts the request."""
+    def buy_interrupted(**arguments):
+        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
+        time.sleep(1)
+        return "never"
+
+    tools = SimpleNamespace(schemas=town.schemas,
+                            functions={**town.functions, "buy": buy_interrupted})
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with pytest.raises(KeyboardInterrupt):
+            agent.run("Talk to the elder and buy a torch.")
+        try:
+            agent.run("Go on.")
+        except openai.BadRequestError as error:
+            pytest.fail("after a run stopped inside its second tool call, the next run "
+                        f"sent a call without its result: {error.message}. settle() "
+                        "should record interrupted_result(call) for each unanswered "
+                        "call first (task 04.4)")
+    roles = [entry.get("role") for entry in entries_in(sessions / "quest-1.jsonl")]
+    assert roles == ["user", "assistant", "tool", "tool", "user", "assistant"], (
+        f"the log should hold the call, both results, then the next message: {roles}")

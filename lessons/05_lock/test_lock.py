@@ -12,6 +12,7 @@ end of its test, whatever happens.
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
-from sessionlab.testing import keep_lines_large
+from sessionlab.testing import in_child, unless_unfinished, keep_lines_large
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
@@ -507,3 +508,71 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, se
     assert (sessions / "quest-2.jsonl").read_bytes() == before, (
         "the late agent's history is empty but the log is not: appending would splice two stories")
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-2.jsonl"]
+
+
+# --- the lock file is the session's own, and is always let go ------------------------
+
+
+@pytest.mark.task("05.1")
+def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson,
+                                                                          sessions):
+    """A second name for another session's log, planted as `quest-1.lock` (like a
+    symbolic link, but O_NOFOLLOW cannot see it): the writer must refuse it, not
+    truncate it."""
+    with lesson.SessionLog(sessions, "other") as log:
+        log.append(FIRST)
+    precious = (sessions / "other.jsonl").read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+    os.link(sessions / "other.jsonl", sessions / "quest-1.lock")
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+    except OSError:
+        pass
+    else:
+        pytest.fail("the writer took a lock file that has a second name (st_nlink "
+                    "== 2): check os.fstat(fd).st_nlink before truncating it (05.1)")
+    assert (sessions / "other.jsonl").read_bytes() == precious, (
+        "the lock file was another session's log under a second name: overwritten")
+
+
+@pytest.mark.task("05.2")
+def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
+    """close() in a folder that turned read-only (in a child process, as `nobody` when
+    run as root, since root ignores a folder's mode): removing the lock file fails, but
+    the flock must still go, or this process keeps its own session busy."""
+    root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
+    root.chmod(0o755)
+    folder = root / "sessions"
+    folder.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(folder, 65534, 65534)
+
+    def work():
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        log = lesson.SessionLog(folder, "quest-1")
+        log.append(FIRST)
+        folder.chmod(0o500)         # the lock file can no longer be removed
+        try:
+            log.close()
+        except OSError:
+            pass
+        folder.chmod(0o700)
+        try:
+            with lesson.SessionLog(folder, "quest-1") as again:
+                again.append(FIRST)
+        except lesson.SessionBusy as error:
+            return f"SessionBusy: {error}"
+        return "ok"
+
+    try:
+        outcome = unless_unfinished(in_child(work))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert outcome == "ok", (
+        "removing the lock file failed, and the lock was never let go: the same "
+        "process "
+        f"was then told {outcome!r}. Close the descriptor in a finally (task 05.2)")

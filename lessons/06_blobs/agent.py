@@ -16,8 +16,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import errno
 import os
 import re
+import stat
 import socket
 import tempfile
 import time
@@ -49,6 +51,15 @@ class InvalidSessionId(ValueError):
 class InvalidMessage(ValueError):
     """Not a message the log can hold (see check_message). append() refuses it and
     writes nothing; a line holding one is refused when the log is read."""
+
+
+class WriterStopped(RuntimeError):
+    """An earlier write of this writer failed, leaving the end of the log unknown.
+
+    Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
+    """
 
 
 class SessionNotFound(FileNotFoundError):
@@ -338,22 +349,68 @@ class LogState:
 
 
 def read_file(path: Path) -> bytes:
-    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP).
+    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP)
+    and anything but a regular file.
 
     A session's files are plain files in its folder; a link planted there could point
     anywhere: another user's session, a device that never ends.
     """
-    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as file:
+    # O_NONBLOCK: opening a FIFO planted there returns at once, never waits forever.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return read_all(fd, path)
+    finally:
+        os.close(fd)
+
+
+def read_all(fd: int, path: Path) -> bytes:
+    """Every byte of the open file `fd`, from its start, read through the descriptor.
+
+    Never by name again: between the open and the read, the name may have been given to
+    another file. OSError for what is not a regular file (a FIFO, a device, a folder).
+    """
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                      "not a regular file, refusing to read it", str(path))
+    os.lseek(fd, 0, os.SEEK_SET)
+    with open(fd, "rb", closefd=False) as file:
         return file.read()
+
+
+def read_whole_log(path: Path) -> tuple[bytes, LogState]:
+    """A log's bytes and their parse_log(), as one moment of the file, read without the
+    lock. FileNotFoundError if there is no log.
+
+    A writer may append, or repair the tail, while a reader reads. An append only adds
+    bytes after the ones read. A repair cuts the torn tail and writes its marker where
+    the tail began, so a read that straddles it can hold the old tail followed by the
+    end of the marker: a false CorruptLog, or even a message nobody wrote. So when the
+    file changed during the read, read it again, and keep the first read only if the
+    file still starts with it (it was only appended to).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        while True:     # a repair happens once per writer that opens the log: this ends
+            before = os.fstat(fd)
+            data = read_all(fd, path)
+            after = os.fstat(fd)
+            same_size = before.st_size == after.st_size == len(data)
+            if same_size and before.st_mtime_ns == after.st_mtime_ns:
+                break                           # nothing changed while we read
+            if read_all(fd, path).startswith(data):
+                break                           # only appended to: a whole first part
+    finally:
+        os.close(fd)
+    return data, parse_log(data, path)
 
 
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log that does not exist yet."""
     try:
-        data = read_file(path)      # read-only: reading never changes the log
+        return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
-    return parse_log(data, path)
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
@@ -422,6 +479,10 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+# The most one write() moves on Linux (2 GiB less a page); larger calls come back short.
+MAX_WRITE = 0x7FFFF000
+
+
 # --- one writer: the lock ------------------------------------------------------------------
 
 LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
@@ -453,16 +514,33 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def make_folder(folder: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """fsync a file written before (by anyone), so its bytes survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
     A session holds what a person said, and its name may say about what: other users should
     not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.)
+    under umask 000.) With durable=True each new folder's name is synced in its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)
+            if durable:
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
+                parent = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)
 
 
 class SessionLog:
@@ -487,9 +565,11 @@ class SessionLog:
         self.lock_path = self.folder / f"{self.id}.lock"
         self.blobs = self.folder / "blobs"      # shared by every session in the folder
         self.blob_threshold = blob_threshold
+        self.synced_blobs: set[str] = set()     # blobs this writer knows are on disk
         self.durable = durable
         self.timeout = timeout
         self._fd: int | None = None
+        self.in_doubt = False       # a write failed leaving the log's end unknown: stop
         self._lock_fd: int | None = None
         self._found_no_log = False              # open_for_append found no log: a new session
         self.repaired: Message | None = None    # the repair marker this writer wrote, if any
@@ -521,15 +601,42 @@ class SessionLog:
         self._write(encode_line(self.outline(message)))
 
     def _write(self, data: bytes) -> None:
-        """Add whole lines at the end of the log with one write(); fsync in durable mode."""
-        written = os.write(self._fd, data)
+        """Add whole lines at the end of the log with one write(); fsync if durable.
+
+        Raises WriterStopped, writing nothing, once a write of this writer has failed
+        without saying what it left in the file.
+        """
+        if self.in_doubt:
+            raise WriterStopped(
+                f"{self.path}: an earlier write failed after its bytes may have "
+                "reached the file, so this writer stopped (a retry could write a "
+                "message twice). Close it and open the session again: its history is "
+                "then read from the log.")
+        if len(data) > MAX_WRITE:
+            # One write() moves at most MAX_WRITE bytes on Linux: the line could not
+            # land whole, so it is refused before a byte is written.
+            raise ValueError(f"{self.path}: a line of {len(data)} bytes is more than "
+                             f"one write() can take ({MAX_WRITE}); nothing was written")
+        # From here until the line is known to be whole (and on disk, in durable
+        # mode), an error leaves the file in doubt: a signal after write() returned, a
+        # short write that could not be taken back, an fsync that failed (EIO: the
+        # bytes may never reach the disk).
+        self.in_doubt = True
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            self.in_doubt = False   # write() refused whole: nothing written, retry safe
+            raise
         if written != len(data):
             # The disk filled up (or a file size limit was hit) part-way: take the part back,
             # so that the log still ends on a whole line and the next write starts clean.
             os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
-            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes (taken back)")
+            self.in_doubt = False   # taken back: the log is as it was before this write
+            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes "
+                          "(taken back)")
         if self.durable:
             os.fsync(self._fd)
+        self.in_doubt = False
 
     def _open(self) -> LogState:
         """Become the writer: take the lock, then open the log for appending and repair its tail.
@@ -537,11 +644,12 @@ class SessionLog:
         Returns the log's entries as this writer leaves them, so that a resume need not
         read and parse the whole log a second time.
         """
-        make_folder(self.folder)
-        # The lock comes first: a tail that looks torn may be a line another writer is in the
-        # middle of writing. Only the lock holder may judge it, and cut it.
-        self._lock()
+        make_folder(self.folder, self.durable)
         try:
+            # The lock comes first: a tail that looks torn may be a line another
+            # writer is in the middle of writing. Only the lock holder may judge it, and
+            # cut it. Inside the try: a failure writing the lock file lets go of it.
+            self._lock()
             if self._found_no_log and self.path.exists() and self.path.stat().st_size > 0:
                 # Our agent started from an empty history; another writer began the session
                 # since. Appending now would splice two stories into one log.
@@ -552,18 +660,23 @@ class SessionLog:
             # O_APPEND: every write lands at the current end of the file, whatever else happened.
             # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
             # followed out of the folder; 0o600: only its owner may read it.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            # O_RDWR: the writer reads the log through this same descriptor (read_all).
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+            self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
-            data = self.path.read_bytes()
+            # Read what was opened, not the name again: it may name another file by now.
+            data = read_all(self._fd, self.path)
             state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
             self._repair(data, state)
+            # A repair that added entries (a marker, results) changed the log: read it
+            # again. That happens once after a crash; every other resume parses it once.
+            if self.repaired is not None:
+                state = parse_log(read_all(self._fd, self.path), self.path)
         except BaseException:
             self.close()    # a log we cannot take over is one we neither write nor lock
             raise
-        # A repair that added entries (a marker, results) changed the log: read it again.
-        # That happens once after a crash; every other resume parses the log once.
-        return state if self.repaired is None else read_log(self.path)
+        return state
 
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to self.timeout
@@ -590,6 +703,14 @@ class SessionLog:
             if is_same_file(fd, self.lock_path):
                 break
             os.close(fd)    # we locked a file that was removed as its holder let go: retry
+        # A lock file with other names (a hard link to another session's log, planted
+        # like a symbolic link) or that is no regular file must not be truncated below.
+        found = os.fstat(fd)
+        if found.st_nlink != 1 or not stat.S_ISREG(found.st_mode):
+            os.close(fd)
+            raise OSError(errno.EPERM, "the lock file is not a plain file of its own "
+                          f"(it has {found.st_nlink} names, or is not a regular file); "
+                          "refusing to write into it", str(self.lock_path))
         self._lock_fd = fd
         # Whoever held it before (even one killed with SIGKILL) left its name here: overwrite.
         os.ftruncate(fd, 0)
@@ -604,15 +725,27 @@ class SessionLog:
         # and is waiting on it will find, once it gets the lock, that the name points nowhere
         # and try again on a new file. (Remove it after letting go, and a newcomer's fresh
         # lock file could be the one removed.)
-        if is_same_file(self._lock_fd, self.lock_path):
-            os.unlink(self.lock_path)
-        os.close(self._lock_fd)     # the kernel releases the flock with its last descriptor
-        self._lock_fd = None
+        try:
+            if is_same_file(self._lock_fd, self.lock_path):
+                os.unlink(self.lock_path)
+        finally:
+            # Even if the name could not be removed (a read-only folder): a lock file
+            # left behind only shows a stale name, a lock still held blocks everyone.
+            os.close(self._lock_fd)     # the flock goes with its last descriptor
+            self._lock_fd = None
 
     def holder(self) -> dict[str, Any]:
         """Who holds the session, as its lock file says: {"pid", "host", "since"}, or {}."""
         try:
-            found = json.loads(self.lock_path.read_bytes())
+            # Like every file of the session: no link followed, a regular file only, and
+            # no more than a pid record can need (a planted device could never end).
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return {}
+                found = json.loads(os.read(fd, 4096))
+            finally:
+                os.close(fd)
         except (OSError, ValueError):   # no lock file, or its holder is writing it right now
             return {}
         return found if isinstance(found, dict) else {}
@@ -704,10 +837,12 @@ class SessionLog:
 
     def close(self) -> None:
         """Close the log, then let go of the lock (safe to call more than once)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._unlock()
+        try:
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+        finally:
+            self._unlock()      # whatever closing the log raised
 
     def __enter__(self) -> "SessionLog":
         return self
@@ -824,6 +959,7 @@ class Agent:
         Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
         tools after `max_turns` requests.
         """
+        self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
             reply = self.ask_model()
@@ -841,6 +977,17 @@ class Agent:
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
             f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+
+    def settle(self) -> None:
+        """Answer the tool calls an earlier run left without results, before anything.
+
+        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
+        """
+        for call in unanswered_calls(self.messages):
+            self.record(interrupted_result(call))
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation: on disk first, then in memory."""
@@ -883,15 +1030,16 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
     meta = folder / f"{new_id}.meta.json"
-    if target.exists() or meta.exists():
+    # A meta file without its log is what a fork that failed half-way leaves: not a
+    # session, so a new fork onto that id may replace it.
+    if target.exists():
         raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
     try:
-        data = read_file(source)
+        data, state = read_whole_log(source)
     except FileNotFoundError:
         raise SessionNotFound(f"cannot fork from {source_id!r}: no session log at {source}") from None
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn line:
     # copy whole lines only, and count messages, not lines.
-    state = parse_log(data, source)
     lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]   # one per entry
     count = len(state.messages) if upto is None else upto
     if not 0 <= count <= len(state.messages):
@@ -899,14 +1047,28 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
                          f"it holds {len(state.messages)}")
     keep = len(lines) if upto is None else entries_for(state.entries, count)
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
-    publish_new(target, b"".join(lines[:keep]), durable=durable)
-    write_whole(meta, json.dumps({
-        "format": FORMAT_VERSION,
-        "id": new_id,
-        "parent": source_id,
-        "forked_at": count,
-        "created": now(),
-    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+    copy = b"".join(lines[:keep])
+    # Publish under the new id's lock, as its writer would: an agent starting a session
+    # of that name right now cannot see "no log yet" before our publish, then open ours.
+    with SessionLog(folder, new_id) as claim:
+        claim._lock()       # SessionBusy if another writer is creating it
+        if target.exists():
+            raise SessionExists(f"cannot fork onto {new_id!r}: {target} already exists")
+        # The lineage first, the log last: the fork exists from the moment its log has
+        # a name, so a failure before that (a full disk, a crash) leaves no session,
+        # only a meta file.
+        write_whole(meta, json.dumps({
+            "format": FORMAT_VERSION,
+            "id": new_id,
+            "parent": source_id,
+            "forked_at": count,
+            "created": now(),
+        }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+        try:
+            publish_new(target, copy, durable=durable)
+        except BaseException:
+            meta.unlink(missing_ok=True)    # no fork after all: no lineage either
+            raise
     return target
 
 
@@ -942,17 +1104,34 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
-    os.replace(_write_temp(path, data, durable), path)
+    temp = _write_temp(path, data, durable)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+        raise
     if durable:
         fsync_folder(path.parent)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a file no one reads yet, in as many write() calls as it
+    takes.
+
+    Unlike a log line, such a file need not land in one write: one call moves at most
+    2 GiB on Linux, and a full disk then shows as the next call's own error (ENOSPC,
+    EFBIG), not as a short write.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _write_temp(path: Path, data: bytes, durable: bool) -> str:
-    make_folder(path.parent)
+    make_folder(path.parent, durable)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        if os.write(fd, data) != len(data):
-            raise OSError(f"{temp}: short write (is the disk full?)")
+        write_all(fd, data)
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:

@@ -389,3 +389,43 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     assert str(name) in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
         f"the error should quote the reference ({name!r}), and name the log and the line (line 2); it says: {message}")
     assert snapshot(sessions) == before, "a refused load must change nothing"
+
+
+@pytest.mark.task("06.1")
+def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatch):
+    """The blob was stored by a writer that did not sync it: a durable writer pointing
+    to it must sync it first, or a power cut could keep its line and lose the blob."""
+    with lesson.SessionLog(sessions, "quick") as log:          # not durable
+        log.append({"role": "user", "content": PASTE})
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        log.append({"role": "user", "content": PASTE})
+    monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.stat().st_ino in synced, (
+        "a durable writer reused a blob no one had synced; fsync_file it (and "
+        "fsync_folder blobs/) once before the line that points to it, remembering it "
+        "in "
+        "self.synced_blobs")
+
+
+@pytest.mark.task("06.1")
+def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
+    """The blob's name is taken by a folder: every try fails with OSError and leaves no
+    temporary copy of the content behind."""
+    digest = sha256(PASTE.encode("utf-8"))
+    (sessions / "blobs" / digest / "in-the-way").mkdir(parents=True)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for _ in range(2):
+            with pytest.raises(OSError):
+                log.append({"role": "user", "content": PASTE})
+    left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
+    assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
+                        "remove the temporary file when os.replace fails")

@@ -473,3 +473,42 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, e
     assert model.requests[0]["messages"] == expected[:4] + [{"role": "user", "content": TURN_C[0]}], (
         "undo should work on an old log too: its last turn taken back, the earlier ones kept")
     assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8").startswith(old_log)
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
+    """A marker written after two messages can take back only those two: indices at or
+    after its own place (a damaged or foreign marker) are ignored, never applied to the
+    messages written, and shown to the user, after it."""
+    ask = {"role": "user", "content": "Ask the elder."}
+    answer = {"role": "assistant", "content": "The elder wants a torch."}
+    later = [{"role": "user", "content": "Buy a torch."},
+             {"role": "assistant", "content": "Bought."}]
+    marker = {"$marker": "undo", "skip": [1, 2, 3, -1], "at": "2026-01-01T00:00:00Z"}
+    (sessions / "quest-1.jsonl").write_bytes(b"".join(
+        (json.dumps(entry) + "\n").encode() for entry in [ask, answer, marker, *later]))
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [ask, *later], (
+        "the marker may take back index 1 only (two messages came before it); the "
+        f"messages after it must stay shown. Got {[m['content'] for m in shown]}")
+
+
+@pytest.mark.task("07.4")
+def test_undos_in_a_row_on_one_writer_each_take_back_the_next_messages(lesson,
+                                                                       sessions):
+    """One writer: undo, undo again, append, undo: each undo takes back the newest
+    message still shown, whether the writer knew it from reading the log or from its own
+    appends."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first, second = log.undo(1), log.undo(1)
+        log.append({"role": "user", "content": "message 4"})
+        third = log.undo(1)
+    assert [first, second, third] == [[3], [2], [4]], (
+        "each undo should name the newest index still shown (3, then 2, then the new "
+        f"message's 4); they named {first}, {second}, {third}")
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == said[:2], f"two of the four messages should be left: {shown}"

@@ -27,7 +27,7 @@ def test_list_shows_every_lesson_with_its_state_and_task_counts(cli, course):
     tasks = len(next(l for l in lessons(course) if l.number == "00").tasks)
     assert "done" in row00 and f"{tasks}/{tasks}" in row00, row00
     assert re.search(r"\b(\d+)/\1\s*$", row00), f"every test of lesson 00 passes: {row00}"
-    assert "not started" in row01 and "0/4" in row01, row01
+    assert "not started" in row01 and "0/5" in row01, row01
     assert row01.lstrip().startswith("->"), f"the current lesson (01) should be marked: {row01!r}"
     assert "1/2 lessons done" in run.out, "a progress bar over all lessons"
     assert "Next: lesson 01" in run.out

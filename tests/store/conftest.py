@@ -6,15 +6,13 @@ child, so that a umask, a file size limit or a lower user id never touches the t
 
 from __future__ import annotations
 
-import json
 import os
-import traceback
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
 from sessionlab import course
+from sessionlab.testing import in_child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,47 +31,8 @@ def store(request):
 # --- work in a forked child ---------------------------------------------------------------
 
 
-def in_child(work: Callable[[], Any]) -> Any:
-    """Run `work()` in a forked copy of this process and return what it returned.
-
-    The child starts with everything this process has imported (no second import of openai),
-    and whatever it changes about itself (umask, rlimits, uid, a patched module) dies with it.
-    `work` returns something JSON can carry. If it raises, the result is
-    {"raised": class name, "message": str(error), "errno": ..., "traceback": ...}, so that the
-    test can tell a named error from a raw traceback.
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:    # the child: never return into pytest
-        status = 0
-        try:
-            os.close(read_end)
-            try:
-                result = {"returned": work()}
-            except BaseException as error:      # noqa: BLE001 - reported to the parent as data
-                result = {"raised": type(error).__name__, "message": str(error),
-                          "errno": getattr(error, "errno", None),
-                          "traceback": traceback.format_exc()}
-            data = json.dumps(result, default=repr).encode("utf-8")
-            while data:
-                data = data[os.write(write_end, data):]
-        except BaseException:                  # noqa: BLE001
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 1 << 16):
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    if not chunks:
-        raise AssertionError(f"the child process ended without a result (wait status {status})")
-    result = json.loads(b"".join(chunks))
-    return result["returned"] if "returned" in result else result
-
-
 @pytest.fixture
 def child():
+    """sessionlab.testing.in_child: run a piece of work in a forked child."""
     return in_child
 

@@ -304,6 +304,8 @@ def lesson_error(error: BaseException, module: ModuleType, session_id: str | Non
         "InvalidSessionId": "use 1 to 128 letters, digits, '.', '_' or '-'",
         "SessionNotFound": f"`sessionlab show {folder}` lists the sessions there",
         "SessionExists": "pick another name for the new session",
+        "WriterStopped": f"run `sessionlab chat {session_id}` again: it resumes from what the log "
+                         "really holds, and nothing is written twice",
     }
     return ChatError(f"{name}: {error}", hints.get(name, f"`sessionlab show {session_id} --sessions {folder}`"))
 
@@ -412,10 +414,17 @@ def settle(agent: Any, ui: Ui, reason: str = INTERRUPTED) -> int:
     never a guess, since the model reads it on the next request.
     """
     missing = unanswered_calls(list(getattr(agent, "messages", [])))
-    for call_id in missing:
-        agent.record({"role": "tool", "tool_call_id": call_id, "content": reason})
-    if callable(getattr(agent, "flush", None)) and getattr(agent, "session", None) is not None:
-        agent.flush()       # lesson 07 keeps recorded messages pending until a flush
+    try:
+        for call_id in missing:
+            agent.record({"role": "tool", "tool_call_id": call_id, "content": reason})
+        if callable(getattr(agent, "flush", None)) and getattr(agent, "session", None) is not None:
+            agent.flush()       # lesson 07 keeps recorded messages pending until a flush
+    except Exception as error:
+        # A writer that stopped after a write whose outcome is unknown (lesson 01) refuses
+        # every write: the next open of the session repairs what is really in the log.
+        if type(error).__name__ != "WriterStopped":
+            raise
+        return 0
     return len(missing)
 
 

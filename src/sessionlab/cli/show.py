@@ -343,7 +343,8 @@ def render_folder(folder: Path, ui: Ui) -> list:
         text = Text()
         text.append(session_id, style="bold")
         if log is None:
-            text.append("  (meta file only: the log is missing)", style="red")
+            text.append("  (meta file only: a fork that did not finish; forking again "
+                        "onto this id replaces it)", style="red")
             return text
         count = len(log.messages)
         text.append(f"  {count} message{'s' if count != 1 else ''}")
