@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 
 def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
@@ -15,3 +17,50 @@ def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
     """
     parameters = inspect.signature(lesson.SessionLog).parameters
     return {"blob_threshold": 2 * size} if "blob_threshold" in parameters else {}
+
+
+def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, str]:
+    """Run `action` in a child process whose files may not grow past `limit` bytes.
+
+    The operating system then refuses or cuts short any write beyond the limit (RLIMIT_FSIZE,
+    with SIGXFSZ ignored so the write fails with EFBIG instead of killing the child): a real
+    full disk, without filling one. Returns ("ok", "") if `action` returned, or (exception
+    type name, message) if it raised. The child's files stay behind for the test to inspect.
+    """
+    import json
+    import os
+    import resource
+    import signal
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # the child: never return into pytest
+        outcome = ("ok", "")
+        try:
+            os.close(read_end)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+            action()
+        except BaseException as error:  # reported to the parent, whatever it is
+            outcome = (type(error).__name__, str(error)[:500])
+        finally:
+            try:
+                os.write(write_end, json.dumps(outcome).encode("utf-8"))
+            finally:
+                os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    if not data:
+        return ("ChildDied", "the child process ended without reporting")
+    kind, message = json.loads(data)
+    return kind, message
+
+
+def open_descriptors() -> int:
+    """How many file descriptors this process holds open right now."""
+    import os
+
+    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    return len(os.listdir(folder))
