@@ -19,13 +19,14 @@ def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
     return {"blob_threshold": 2 * size} if "blob_threshold" in parameters else {}
 
 
-def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, str]:
+def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, str, Any]:
     """Run `action` in a child process whose files may not grow past `limit` bytes.
 
     The operating system then refuses or cuts short any write beyond the limit (RLIMIT_FSIZE,
     with SIGXFSZ ignored so the write fails with EFBIG instead of killing the child): a real
-    full disk, without filling one. Returns ("ok", "") if `action` returned, or (exception
-    type name, message) if it raised. The child's files stay behind for the test to inspect.
+    full disk, without filling one. Returns ("ok", "", what `action` returned, which must be
+    JSON) or (exception type name, message, None) if it raised. The child's files stay behind
+    for the test to inspect.
     """
     import json
     import os
@@ -35,14 +36,14 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:    # the child: never return into pytest
-        outcome = ("ok", "")
+        outcome: tuple[str, str, Any] = ("ok", "", None)
         try:
             os.close(read_end)
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            action()
+            outcome = ("ok", "", action())
         except BaseException as error:  # reported to the parent, whatever it is
-            outcome = (type(error).__name__, str(error)[:500])
+            outcome = (type(error).__name__, str(error)[:500], None)
         finally:
             try:
                 os.write(write_end, json.dumps(outcome).encode("utf-8"))
@@ -53,9 +54,9 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
         data = pipe.read()
     os.waitpid(pid, 0)
     if not data:
-        return ("ChildDied", "the child process ended without reporting")
-    kind, message = json.loads(data)
-    return kind, message
+        return ("ChildDied", "the child process ended without reporting", None)
+    kind, message, value = json.loads(data)
+    return kind, message, value
 
 
 def open_descriptors() -> int:
