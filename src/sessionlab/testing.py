@@ -24,9 +24,9 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
 
     The operating system then refuses or cuts short any write beyond the limit (RLIMIT_FSIZE,
     with SIGXFSZ ignored so the write fails with EFBIG instead of killing the child): a real
-    full disk, without filling one. Returns ("ok", "", what `action` returned, which must be
-    JSON) or (exception type name, message, None) if it raised. The child's files stay behind
-    for the test to inspect.
+    full disk, without filling one. Returns ("ok", "", what `action` returned, as JSON, with
+    str() of anything JSON cannot hold) or (exception type name, message, None) if it raised.
+    The child's files stay behind for the test to inspect.
     """
     import json
     import os
@@ -46,7 +46,7 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
             outcome = (type(error).__name__, str(error)[:500], None)
         finally:
             try:
-                os.write(write_end, json.dumps(outcome).encode("utf-8"))
+                os.write(write_end, json.dumps(outcome, default=str).encode("utf-8"))
             finally:
                 os._exit(0)
     os.close(write_end)
