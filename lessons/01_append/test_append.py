@@ -13,8 +13,9 @@ import pytest
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
 from sessionlab.testing import open_descriptors, with_file_size_limit
 
-BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root",
-           "quest-1\n", "洞窟へ"]
+BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root"]
+# re's "$" also matches before a final newline; the letters allowed are ASCII ones.
+BAD_IDS += ["quest-1\n", "洞窟へ"]
 
 
 def lines_of(path):
@@ -174,8 +175,9 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(lesson, sess
     raw = (sessions / "quest-1.jsonl").read_bytes()
     line_ends = [i + 1 for i, byte in enumerate(raw) if byte == ord("\n")]
     assert fsync.sizes == line_ends, (
-        "each fsync should come after its line is written (it saves what is already in the "
-        f"file): at the fsyncs the file held {fsync.sizes} bytes, its lines end at {line_ends}")
+        "each fsync should come after its line is written (it saves what is already "
+        f"in the file): at the fsyncs the file held {fsync.sizes} bytes, its lines "
+        f"end at {line_ends}")
     assert fsync.kinds.count("folder") == 1, (
         f"a new log's name lives in its folder: fsync the folder once when the file is created; got {fsync.kinds}")
 
@@ -197,7 +199,7 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
 
 
 def write_syscalls():
-    """How many write() system calls this thread has made, as Linux counts them; None elsewhere."""
+    """The write() calls this thread has made, as Linux counts them; None elsewhere."""
     try:
         with open("/proc/thread-self/io", encoding="ascii") as counters:
             for line in counters:
@@ -212,14 +214,18 @@ def write_syscalls():
 def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch):
     """One append is one write() system call of the whole line, the newline included."""
     messages = [{"role": "user", "content": "Map the cave."},
-                {"role": "tool", "tool_call_id": "call_1_0", "content": "a long map of the cave " * 12_000}]
+                {"role": "tool", "tool_call_id": "call_1_0",
+                 "content": "a long map of the cave " * 12_000}]
     counts = []
     if write_syscalls() is None:
-        # No kernel counter here (not Linux): count os.write calls instead, the one place
-        # this test replaces an OS function.
+        # No kernel counter here (not Linux): count os.write calls instead, the one
+        # place this test replaces an OS function.
         real_write = os.write
         calls = []
-        monkeypatch.setattr(lesson.os, "write", lambda fd, data: (calls.append(fd), real_write(fd, data))[1])
+        def write(fd, data):
+            calls.append(fd)
+            return real_write(fd, data)
+        monkeypatch.setattr(lesson.os, "write", write)
         counter = lambda: len(calls)    # noqa: E731
     else:
         counter = write_syscalls
@@ -230,11 +236,11 @@ def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch)
             counts.append(counter() - before)
 
     assert counts == [1, 1], (
-        "each append should write its whole line (JSON and newline) with one write() call; "
-        f"appending a short and a {len(messages[1]['content']) // 1024} KiB message made {counts} "
-        "write calls. Between two writes another process's line, or a crash, can land in the "
-        "middle of yours: build the line as bytes and os.write it once (a print() inside "
-        "append counts as a write too)")
+        "each append should write its whole line (JSON and newline) with one write() "
+        f"call; appending a short and a {len(messages[1]['content']) // 1024} KiB "
+        f"message made {counts} write calls. Between two writes another process's "
+        "line, or a crash, can land in the middle of yours: build the line as bytes "
+        "and os.write it once (a print() inside append counts as a write too)")
 
 
 @pytest.mark.task("01.2")
@@ -250,16 +256,18 @@ def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
     if kind == "NotImplementedError":
         raise NotImplementedError(message)
 
-    written = (sessions / "quest-1.jsonl").stat().st_size if (sessions / "quest-1.jsonl").exists() else 0
+    path = sessions / "quest-1.jsonl"
+    written = path.stat().st_size if path.exists() else 0
     assert kind != "ok", (
-        f"the disk took only {written} bytes of a line of about 2000 (os.write returned less than "
-        "it was given) and append() returned as if the message were saved; compare what "
-        "os.write returns with len(data) and raise OSError when it is less")
+        f"the disk took only {written} bytes of a line of about 2000 (os.write "
+        "returned less than it was given) and append() returned as if the message "
+        "were saved; compare what os.write returns with len(data) and raise OSError "
+        "when it is less")
 
 
 @pytest.mark.task("01.3")
 def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, town):
-    """When a write fails mid-run, run() raises and memory holds no message the log lacks."""
+    """When a write fails mid-run, run() raises; memory holds nothing the log lacks."""
     model.add(use(call("buy", item="rope")), say("Bought."))
 
     def run_with_a_nearly_full_disk():
@@ -276,22 +284,26 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
     if kind == "NotImplementedError":
         raise NotImplementedError(message)
 
-    assert kind == "ok", f"run() should raise OSError when the disk is full, it raised {kind}: {message}"
-    raw = (sessions / "quest-1.jsonl").read_bytes() if (sessions / "quest-1.jsonl").exists() else b""
+    assert kind == "ok", (
+        f"run() should raise OSError on a full disk; it raised {kind}: {message}")
+    path = sessions / "quest-1.jsonl"
+    raw = path.read_bytes() if path.exists() else b""
     whole = [json.loads(line) for line in raw.split(b"\n")[:-1]]
     assert outcome["raised"], (
-        "the disk was full, so the model's reply could not be saved, yet run() went on and "
-        f"returned; the log holds {len(whole)} whole message(s) of the {len(outcome['memory'])} in "
-        "memory. Let the OSError from append() reach the caller")
+        "the disk was full, so the model's reply could not be saved, yet run() went "
+        f"on and returned; the log holds {len(whole)} whole message(s) of the "
+        f"{len(outcome['memory'])} in memory. Let the OSError from append() reach the "
+        "caller")
     assert outcome["memory"] == whole, (
-        "after a failed write, memory should hold exactly what the log holds, so that the next "
-        f"request never carries a message the log lacks; memory has {len(outcome['memory'])} "
-        f"message(s), the log {len(whole)}. In record(), append to the log first, then to memory")
+        "after a failed write, memory should hold exactly what the log holds, so "
+        "that the next request never carries a message the log lacks; memory has "
+        f"{len(outcome['memory'])} message(s), the log {len(whole)}. In record(), "
+        "append to the log first, then to memory")
 
 
 @pytest.mark.task("01.2")
 def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
-    """A log opens its file once, however many lines it appends, and close() lets it go."""
+    """A log opens its file once, however many lines it appends; close() lets it go."""
     before = open_descriptors()
     with lesson.SessionLog(sessions, "quest-1") as log:
         for n in range(20):
@@ -300,9 +312,10 @@ def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
     after = open_descriptors() - before
 
     assert during <= 1, (
-        f"after 20 appends the log holds {during} open descriptors; open the file once "
-        "(when self._fd is None) and reuse it, or a long session runs out of descriptors")
-    assert after == 0, f"close() should release the log's descriptor; {after} still open"
+        f"after 20 appends the log holds {during} open descriptors; open the file "
+        "once (when self._fd is None) and reuse it, or a long session runs out of "
+        "descriptors")
+    assert after == 0, f"close() should release the log's descriptor; {after} are open"
 
 
 @pytest.mark.task("01.4")
@@ -315,15 +328,15 @@ def test_durable_logs_leak_no_descriptors(lesson, sessions):
     leaked = open_descriptors() - before
 
     assert leaked == 0, (
-        f"after creating 5 durable logs and closing them, {leaked} descriptors are still open: "
-        "close the folder you opened to fsync it (try/finally), or a server that makes many "
-        "sessions runs out of descriptors")
+        f"after creating 5 durable logs and closing them, {leaked} descriptors are "
+        "still open: close the folder you opened to fsync it (try/finally), or a "
+        "server that makes many sessions runs out of descriptors")
 
 
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("not_text", [None, 7, b"quest-1"], ids=repr)
 def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
-    """An id that is not a str is refused with InvalidSessionId, like any other bad id."""
+    """An id that is not a str is refused with InvalidSessionId, like any bad id."""
     try:
         lesson.check_session_id(not_text)
     except lesson.InvalidSessionId:
@@ -331,6 +344,7 @@ def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
     except NotImplementedError:
         raise
     except Exception as error:
-        pytest.fail(f"check_session_id({not_text!r}) raised {type(error).__name__} ({error}); a caller "
-                    "catching InvalidSessionId would miss it. Check isinstance(session_id, str) first")
+        pytest.fail(f"check_session_id({not_text!r}) raised {type(error).__name__} "
+                    f"({error}); a caller catching InvalidSessionId would miss it. "
+                    "Check isinstance(session_id, str) first")
     pytest.fail(f"check_session_id({not_text!r}) accepted an id that is not a string")

@@ -22,10 +22,11 @@ def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
 def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, str, Any]:
     """Run `action` in a child process whose files may not grow past `limit` bytes.
 
-    The operating system then refuses or cuts short any write beyond the limit (RLIMIT_FSIZE,
-    with SIGXFSZ ignored so the write fails with EFBIG instead of killing the child): a real
-    full disk, without filling one. Returns ("ok", "", what `action` returned, as JSON, with
-    str() of anything JSON cannot hold) or (exception type name, message, None) if it raised.
+    The operating system then refuses or cuts short any write beyond the limit
+    (RLIMIT_FSIZE, with SIGXFSZ ignored so the write fails with EFBIG instead of killing
+    the child): a real full disk, without filling one. Returns ("ok", "", what `action`
+    returned, as JSON, with str() of what JSON cannot hold), or (exception type name,
+    message, None) if it raised.
     The child's files stay behind for the test to inspect.
     """
     import json
