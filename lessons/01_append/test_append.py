@@ -348,3 +348,34 @@ def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
                     f"({error}); a caller catching InvalidSessionId would miss it. "
                     "Check isinstance(session_id, str) first")
     pytest.fail(f"check_session_id({not_text!r}) accepted an id that is not a string")
+
+
+@pytest.mark.task("01.2")
+def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
+    """Failed appends (a full disk), retried, then close(), leave no descriptor open."""
+    def fail_twice_then_close():
+        before = open_descriptors()
+        log = lesson.SessionLog(sessions, "quest-1")
+        failures = 0
+        for _ in range(2):      # the caller retries once
+            try:
+                log.append({"role": "user", "content": "Is anyone there?"})
+            except OSError:
+                failures += 1
+        log.close()
+        return {"failures": failures, "leaked": open_descriptors() - before}
+
+    # A limit of 0 bytes: every write to the log fails with EFBIG.
+    kind, message, outcome = with_file_size_limit(0, fail_twice_then_close)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    assert kind == "ok", (
+        f"append() should raise OSError on a full disk; it raised {kind}: {message}")
+    assert outcome["failures"] == 2, (
+        f"the disk was full, yet {2 - outcome['failures']} of 2 appends returned as if "
+        "saved")
+    assert outcome["leaked"] == 0, (
+        f"after two failed appends and close(), {outcome['leaked']} descriptor(s) are "
+        "still open: a log that forgets its descriptor after a failure (self._fd = "
+        "None without os.close) opens a new one on every retry and never closes the old")
