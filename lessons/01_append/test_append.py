@@ -378,4 +378,5 @@ def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
     assert outcome["leaked"] == 0, (
         f"after two failed appends and close(), {outcome['leaked']} descriptor(s) are "
         "still open: a log that forgets its descriptor after a failure (self._fd = "
-        "None without os.close) opens a new one on every retry and never closes the old")
+        "None without os.close) opens a new one on every retry and never closes the "
+        "old one")
