@@ -6,7 +6,7 @@ Run: pytest lessons/00_memory            (your code)
 
 import pytest
 
-from sessionlab.scripted import call, raw_call, say, use
+from sessionlab.scripted import Fail, call, raw_call, say, use
 
 
 def new_agent(lesson, model, town, **options):
@@ -32,7 +32,8 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, model, town):
-    model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")), say("Done."))
+    model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")),
+              say("Done."))
     agent = new_agent(lesson, model, town)
 
     agent.run("Ask the elder about the cave and buy a torch.")
@@ -142,3 +143,132 @@ def test_a_new_agent_remembers_nothing(lesson, model, town):
     assert model.requests[-1]["messages"] == [{"role": "user", "content": "What did the elder say?"}], (
         "a new agent starts from an empty list: everything the first one heard is gone. "
         "That is the problem the next lessons solve.")
+
+
+class FewTools:
+    """Tools for one test: the given functions and no schemas."""
+
+    def __init__(self, **functions):
+        self.schemas = []
+        self.functions = functions
+
+
+def tool_call(name, arguments):
+    return {"id": "call_1", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.task("00.2")
+def test_a_reply_with_text_and_tool_calls_runs_the_tools(lesson, model, town):
+    """A reply with text that also asks for tools is not a final answer: run them."""
+    model.add(use(call("buy", item="rope"), content="Let me buy that for you."),
+              say("Bought."))
+    agent = new_agent(lesson, model, town)
+
+    answer = agent.run("Buy a rope.")
+
+    assert town.inventory == ["rope"], (
+        "the reply had text ('Let me buy that for you.') and a tool call; some "
+        "servers send both. Only a reply without tool calls ends the turn, so the "
+        f"rope should have been bought; inventory is {town.inventory} and run() "
+        f"returned {answer!r}")
+    assert answer == "Bought.", (
+        f"the turn ends with the answer after the tool result, got {answer!r}")
+
+
+@pytest.mark.task("00.1")
+def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
+    """Whatever a tool raises (not only TypeError) comes back as an error text."""
+    def buy(item):
+        raise RuntimeError("the shop is closed for the night")
+
+    try:
+        result = lesson.run_tool(FewTools(buy=buy),
+                                 tool_call("buy", '{"item": "rope"}'))
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
+                    "it escape; catch every Exception from the tool and return it as "
+                    "an error text")
+    assert isinstance(result, str) and "error" in result.lower(), (
+        f"a tool that raised RuntimeError should give an error result, got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
+    """Ctrl-C (KeyboardInterrupt) while a tool runs stops the program: no tool error."""
+    def wait_for_dawn():
+        raise KeyboardInterrupt
+
+    try:
+        result = lesson.run_tool(FewTools(wait_for_dawn=wait_for_dawn),
+                                 tool_call("wait_for_dawn", "{}"))
+    except KeyboardInterrupt:
+        return
+    pytest.fail("the user pressed Ctrl-C while a tool ran, and run_tool returned "
+                f"{result!r} instead of letting KeyboardInterrupt stop the program: "
+                "catch Exception, not BaseException (a bare `except:` catches Ctrl-C "
+                "too)")
+
+
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments", ["", "{}"])
+def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
+    """A call to a tool that takes nothing may carry "" as arguments, which means {}."""
+    result = lesson.run_tool(FewTools(look_around=lambda: "You see the town square."),
+                             tool_call("look_around", arguments))
+
+    assert result == "You see the town square.", (
+        f"a tool with no parameters, called with arguments {arguments!r} (some "
+        "servers send an empty string for no arguments), should run and return its "
+        f"text; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_result_is_always_text(lesson):
+    """A tool that returns a number still gives the model text: a string."""
+    result = lesson.run_tool(FewTools(count_gold=lambda: 6),
+                             tool_call("count_gold", "{}"))
+
+    assert result == "6", (
+        "a tool message's content must be a string (providers refuse a number "
+        f"there); the tool returned the int 6 and run_tool gave {result!r} "
+        f"({type(result).__name__}): use str()")
+
+
+@pytest.mark.task("00.2")
+def test_every_message_passes_through_record(lesson, model, town):
+    """run() adds every message, tool results included, through record()."""
+    model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")),
+              say("Done."))
+    agent = new_agent(lesson, model, town)
+    recorded = []
+    real_record = agent.record
+    agent.record = lambda message: (recorded.append(message), real_record(message))[1]
+
+    agent.run("Ask the elder and buy a torch.")
+
+    roles = [m.get("role") for m in recorded]
+    assert recorded == agent.messages, (
+        "every message of the conversation should be added with "
+        "self.record(message): it is the one place the next lesson saves to disk. "
+        f"record() saw the roles {roles}, the history holds "
+        f"{[m.get('role') for m in agent.messages]}")
+
+
+@pytest.mark.task("00.2")
+def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, town):
+    """A server error reaches the caller as an exception, not as an empty answer."""
+    model.add(Fail(500))
+    agent = new_agent(lesson, model, town)
+
+    try:
+        answer = agent.run("Hello?")
+    except NotImplementedError:
+        raise
+    except Exception:
+        return
+    pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
+                "that were the answer; let the error reach the caller, who can then "
+                "tell the user and retry")

@@ -14,9 +14,12 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
 from sessionlab.testing import (append_interrupted_after_the_write, in_child,
-                                unless_unfinished)
+                                open_descriptors, unless_unfinished,
+                                with_file_size_limit)
 
 BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root"]
+# re's "$" also matches before a final newline; the letters allowed are ASCII ones.
+BAD_IDS += ["quest-1\n", "洞窟へ"]
 
 
 def lines_of(path):
@@ -152,10 +155,14 @@ class FsyncRecorder:
 
     def __init__(self):
         self.kinds = []
+        self.sizes = []     # the file's size at each file fsync
         self.real = os.fsync
 
     def __call__(self, fd):
-        self.kinds.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        info = os.fstat(fd)
+        self.kinds.append("folder" if stat.S_ISDIR(info.st_mode) else "file")
+        if not stat.S_ISDIR(info.st_mode):
+            self.sizes.append(info.st_size)
         self.real(fd)
 
 
@@ -169,6 +176,12 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(lesson, sess
         for n in range(3):
             log.append({"role": "user", "content": f"message {n}"})
     assert fsync.kinds.count("file") == 3, f"durable mode: one file fsync per line, got {fsync.kinds}"
+    raw = (sessions / "quest-1.jsonl").read_bytes()
+    line_ends = [i + 1 for i, byte in enumerate(raw) if byte == ord("\n")]
+    assert fsync.sizes == line_ends, (
+        "each fsync should come after its line is written (it saves what is already "
+        f"in the file): at the fsyncs the file held {fsync.sizes} bytes, its lines "
+        f"end at {line_ends}")
     assert fsync.kinds.count("folder") == 1, (
         f"a new log's name lives in its folder: fsync the folder once when the file is created; got {fsync.kinds}")
 
@@ -255,3 +268,187 @@ def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
         "work, "
         f"but got: {outcome}. Clear self.in_doubt when os.write itself raises OSError")
     assert [m["content"] for m in lines_of(path)] == ["first", "again"]
+
+
+def write_syscalls():
+    """The write() calls this thread has made, as Linux counts them; None elsewhere."""
+    try:
+        with open("/proc/thread-self/io", encoding="ascii") as counters:
+            for line in counters:
+                if line.startswith("syscw:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+@pytest.mark.task("01.2")
+def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch):
+    """One append is one write() system call of the whole line, the newline included."""
+    messages = [{"role": "user", "content": "Map the cave."},
+                {"role": "tool", "tool_call_id": "call_1_0",
+                 "content": "a long map of the cave " * 12_000}]
+    counts = []
+    if write_syscalls() is None:
+        # No kernel counter here (not Linux): count os.write calls instead, the one
+        # place this test replaces an OS function.
+        real_write = os.write
+        calls = []
+        def write(fd, data):
+            calls.append(fd)
+            return real_write(fd, data)
+        monkeypatch.setattr(lesson.os, "write", write)
+        counter = lambda: len(calls)    # noqa: E731
+    else:
+        counter = write_syscalls
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            before = counter()
+            log.append(message)
+            counts.append(counter() - before)
+
+    assert counts == [1, 1], (
+        "each append should write its whole line (JSON and newline) with one write() "
+        f"call; appending a short and a {len(messages[1]['content']) // 1024} KiB "
+        f"message made {counts} write calls. Between two writes another process's "
+        "line, or a crash, can land in the middle of yours: build the line as bytes "
+        "and os.write it once (a print() inside append counts as a write too)")
+
+
+@pytest.mark.task("01.2")
+def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
+    """When the disk takes only part of a line, append() raises instead of returning."""
+    line = {"role": "user", "content": "x" * 2000}
+
+    def append_to_a_nearly_full_disk():
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(line)
+
+    kind, message, _ = with_file_size_limit(1000, append_to_a_nearly_full_disk)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    path = sessions / "quest-1.jsonl"
+    written = path.stat().st_size if path.exists() else 0
+    assert kind != "ok", (
+        f"the disk took only {written} bytes of a line of about 2000 (os.write "
+        "returned less than it was given) and append() returned as if the message "
+        "were saved; compare what os.write returns with len(data) and raise OSError "
+        "when it is less")
+
+
+@pytest.mark.task("01.3")
+def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, town):
+    """When a write fails mid-run, run() raises; memory holds nothing the log lacks."""
+    model.add(use(call("buy", item="rope")), say("Bought."))
+
+    def run_with_a_nearly_full_disk():
+        log = lesson.SessionLog(sessions, "quest-1")
+        agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        try:
+            agent.run("Buy a rope.")
+        except OSError:
+            return {"raised": True, "memory": agent.messages}
+        return {"raised": False, "memory": agent.messages}
+
+    # 60 bytes: room for the user's line, not for the model's reply after it.
+    kind, message, outcome = with_file_size_limit(60, run_with_a_nearly_full_disk)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    assert kind == "ok", (
+        f"run() should raise OSError on a full disk; it raised {kind}: {message}")
+    path = sessions / "quest-1.jsonl"
+    raw = path.read_bytes() if path.exists() else b""
+    whole = [json.loads(line) for line in raw.split(b"\n")[:-1]]
+    assert outcome["raised"], (
+        "the disk was full, so the model's reply could not be saved, yet run() went "
+        f"on and returned; the log holds {len(whole)} whole message(s) of the "
+        f"{len(outcome['memory'])} in memory. Let the OSError from append() reach the "
+        "caller")
+    assert outcome["memory"] == whole, (
+        "after a failed write, memory should hold exactly what the log holds, so "
+        "that the next request never carries a message the log lacks; memory has "
+        f"{len(outcome['memory'])} message(s), the log {len(whole)}. In record(), "
+        "append to the log first, then to memory")
+
+
+@pytest.mark.task("01.2")
+def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
+    """A log opens its file once, however many lines it appends; close() lets it go."""
+    before = open_descriptors()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for n in range(20):
+            log.append({"role": "user", "content": f"message {n}"})
+        during = open_descriptors() - before
+    after = open_descriptors() - before
+
+    assert during <= 1, (
+        f"after 20 appends the log holds {during} open descriptors; open the file "
+        "once (when self._fd is None) and reuse it, or a long session runs out of "
+        "descriptors")
+    assert after == 0, f"close() should release the log's descriptor; {after} are open"
+
+
+@pytest.mark.task("01.4")
+def test_durable_logs_leak_no_descriptors(lesson, sessions):
+    """Creating durable logs, which fsyncs their folder, leaves no descriptor open."""
+    before = open_descriptors()
+    for n in range(5):
+        with lesson.SessionLog(sessions, f"quest-{n}", durable=True) as log:
+            log.append({"role": "user", "content": "hello"})
+    leaked = open_descriptors() - before
+
+    assert leaked == 0, (
+        f"after creating 5 durable logs and closing them, {leaked} descriptors are "
+        "still open: close the folder you opened to fsync it (try/finally), or a "
+        "server that makes many sessions runs out of descriptors")
+
+
+@pytest.mark.task("01.1")
+@pytest.mark.parametrize("not_text", [None, 7, b"quest-1"], ids=repr)
+def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
+    """An id that is not a str is refused with InvalidSessionId, like any bad id."""
+    try:
+        lesson.check_session_id(not_text)
+    except lesson.InvalidSessionId:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"check_session_id({not_text!r}) raised {type(error).__name__} "
+                    f"({error}); a caller catching InvalidSessionId would miss it. "
+                    "Check isinstance(session_id, str) first")
+    pytest.fail(f"check_session_id({not_text!r}) accepted an id that is not a string")
+
+
+@pytest.mark.task("01.2")
+def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
+    """Failed appends (a full disk), retried, then close(), leave no descriptor open."""
+    def fail_twice_then_close():
+        before = open_descriptors()
+        log = lesson.SessionLog(sessions, "quest-1")
+        failures = 0
+        for _ in range(2):      # the caller retries once
+            try:
+                log.append({"role": "user", "content": "Is anyone there?"})
+            except OSError:
+                failures += 1
+        log.close()
+        return {"failures": failures, "leaked": open_descriptors() - before}
+
+    # A limit of 0 bytes: every write to the log fails with EFBIG.
+    kind, message, outcome = with_file_size_limit(0, fail_twice_then_close)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    assert kind == "ok", (
+        f"append() should raise OSError on a full disk; it raised {kind}: {message}")
+    assert outcome["failures"] == 2, (
+        f"the disk was full, yet {2 - outcome['failures']} of 2 appends returned as if "
+        "saved")
+    assert outcome["leaked"] == 0, (
+        f"after two failed appends and close(), {outcome['leaked']} descriptor(s) are "
+        "still open: a log that forgets its descriptor after a failure (self._fd = "
+        "None without os.close) opens a new one on every retry and never closes the "
+        "old one")

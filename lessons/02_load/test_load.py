@@ -5,10 +5,12 @@ Run: pytest lessons/02_load            (your code)
 """
 
 import os
+import resource
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.testing import open_descriptors
 from sessionlab.town import Town
 
 DAY_ONE = [use(call("talk_to", npc="elder")), say("The elder says: bring a torch and a rope.")]
@@ -121,3 +123,129 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.load() == messages
+
+
+@pytest.mark.task("02.1")
+def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
+    """A log of hundreds of KiB of CJK text loads back exactly, whatever the reads."""
+    # 3-byte characters after a 1-byte one: every power-of-two read size ends, somewhere
+    # in the file, in the middle of a character.
+    messages = [{"role": "user", "content": "x" + "洞窟の地図" * 8_000 + f" part {n}"}
+                for n in range(3)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    size = (sessions / "quest-1.jsonl").stat().st_size
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+
+    lengths = [len(m.get("content") or "") for m in loaded if isinstance(m, dict)]
+    assert len(loaded) == 3, (
+        f"the log holds 3 messages in {size // 1024} KiB and load() returned "
+        f"{len(loaded)} (of {lengths} characters): read the whole file, not one "
+        "read() of a fixed size")
+    assert loaded == messages, (
+        f"the {size // 1024} KiB log came back changed ({lengths} characters, "
+        f"expected {[len(m['content']) for m in messages]}, or different text): read "
+        "all the bytes first and decode whole lines; decoding a fixed-size chunk can "
+        "cut a character in two")
+
+
+@pytest.mark.task("02.2")
+def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
+    """A new agent starts from every message of a long log, not from its last few."""
+    history = []
+    for n in range(30):
+        history += [{"role": "user", "content": f"question {n}"},
+                    {"role": "assistant", "content": f"answer {n}"}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in history:
+            log.append(message)
+    model.add(say("All of it."))
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        agent.run("What did we talk about?")
+
+    sent = model.requests[0]["messages"] if model.requests else []
+    assert sent[:-1] == history, (
+        f"the log holds {len(history)} messages; the first request of the new agent "
+        f"carried {max(len(sent) - 1, 0)} of them. Resume returns the whole history: "
+        "trimming it to fit a context window is a later decision, made on the "
+        "request, never on what is loaded")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sessions):
+    """Only a missing log is a new session; a log that cannot be read raises."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Remember the rope."})
+    log = lesson.SessionLog(sessions, "quest-1")
+
+    # A real "too many open files": lower this process's descriptor limit to the lowest
+    # free descriptor, so that opening the log fails with EMFILE, then restore it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.open(os.devnull, os.O_RDONLY)
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        loaded = log.load()
+    except OSError:
+        return
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        log.close()
+    pytest.fail(
+        "the log exists but could not be opened (too many open files) and load() "
+        f"returned {loaded!r}: catch FileNotFoundError only. Any other error must "
+        "reach the caller; an empty history would start the session over and then "
+        "append to the old log")
+
+
+@pytest.mark.task("02.1")
+def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
+    """load() closes the file it reads, however often it is called."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "hello"})
+    before = open_descriptors()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for _ in range(20):
+            log.load()
+    leaked = open_descriptors() - before
+
+    assert leaked == 0, (
+        f"after 20 loads, {leaked} more descriptors are open: close the file you read "
+        "(a `with` block, or Path.read_bytes), or a server resuming many sessions "
+        "runs out of them")
+
+
+@pytest.mark.task("02.1")
+def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
+    """An id such as 'quest.day-2' loads `<id>.jsonl`, not a name cut at a dot."""
+    with lesson.SessionLog(sessions, "quest.day-2") as log:
+        log.append({"role": "user", "content": "Day two begins."})
+
+    with lesson.SessionLog(sessions, "quest.day-2") as log:
+        loaded = log.load()
+
+    assert loaded == [{"role": "user", "content": "Day two begins."}], (
+        "session 'quest.day-2' has one message in "
+        f"{sorted(p.name for p in sessions.iterdir())}, load() returned {loaded!r}: "
+        "read self.path (Path.with_suffix would replace '.day-2')")
+
+
+@pytest.mark.task("02.1")
+def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
+    """Each load reads the log as it is now, with the lines appended since the last."""
+    first = {"role": "user", "content": "first"}
+    second = {"role": "user", "content": "second"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(first)
+        log.load()
+        log.append(second)
+        loaded = log.load()
+
+    assert loaded == [first, second], (
+        f"after appending a second message, load() returned {loaded!r}: read the file "
+        "each time instead of keeping what an earlier load returned")

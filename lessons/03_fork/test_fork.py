@@ -8,12 +8,14 @@ import json
 import os
 import resource
 import signal
+import threading
+import time
 from datetime import datetime
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import in_child, unless_unfinished
+from sessionlab.testing import in_child, unless_unfinished, with_file_size_limit
 from sessionlab.town import Town
 
 
@@ -139,8 +141,13 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
     assert meta.get("format") == 1 and meta.get("id") == "what-if", f"meta: {meta}"
     assert meta.get("parent") == "quest-1", f"the meta file should name the parent session: {meta}"
     assert meta.get("forked_at") == 3, f"forked_at is the number of messages copied (3): {meta}"
-    assert datetime.fromisoformat(meta["created"]).tzinfo is not None, (
-        f"created should be an ISO 8601 time with its time zone: {meta.get('created')!r}")
+    created = meta.get("created")
+    try:
+        zone = datetime.fromisoformat(created).tzinfo
+    except (TypeError, ValueError):     # not text, or not an ISO 8601 time
+        zone = None
+    assert zone is not None, (
+        f"created should be an ISO 8601 time, as text, with its time zone: {created!r}")
 
 
 @pytest.mark.task("03.2")
@@ -253,3 +260,204 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
         f"when publishing the log fails; found {sorted(snapshot(sessions))}")
     lesson.fork(sessions, "quest-1", "what-if")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
+
+
+def fork_or_fail(lesson, *args, **options):
+    """Call fork and return its exception, or None if it returned."""
+    try:
+        lesson.fork(*args, **options)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        return error
+    return None
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_keeps_unicode_line_separators_inside_content(lesson, sessions):
+    """A message holding U+2028, U+2029 or U+0085 is copied whole."""
+    tricky = [{"role": "user", "content": "north\u2028south\u2029east\x85west"},
+              {"role": "assistant", "content": "Which way?"}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in tricky:
+            log.append(message)
+    source = (sessions / "quest-1.jsonl").read_bytes()
+
+    lesson.fork(sessions, "quest-1", "whole")
+    lesson.fork(sessions, "quest-1", "first", upto=1)
+
+    assert (sessions / "whole.jsonl").read_bytes() == source, (
+        "a whole fork should hold the source's bytes unchanged; this one differs. "
+        "str.splitlines() also breaks lines at U+2028, U+2029 and U+0085, which "
+        "json.dumps leaves unescaped inside strings: split the bytes on b'\\n' only")
+    first = (sessions / "first.jsonl").read_bytes()
+    assert first == source.split(b"\n")[0] + b"\n", (
+        "upto=1 should copy the first line, the whole first message; the fork holds "
+        f"{first!r}")
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one):
+    """upto=0 makes an empty fork, a fresh start with a lineage, not a full copy."""
+    lesson.fork(sessions, "quest-1", "fresh", upto=0)
+
+    with lesson.SessionLog(sessions, "fresh") as log:
+        history = log.load()
+    assert history == [], (
+        f"upto=0 keeps no message; the fork holds {len(history)}. 0 is a number of "
+        "messages, not 'no limit': test `upto is None`, not `not upto`")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto", [-1, -5])
+def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
+    """A negative upto raises ValueError and creates nothing."""
+    before = snapshot(sessions)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
+
+    assert isinstance(error, ValueError), (
+        f"fork(..., upto={upto}) should raise ValueError: a number of messages cannot "
+        f"be negative (lines[:{upto}] would quietly drop the last ones); it "
+        + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
+    assert snapshot(sessions) == before, "a refused fork must not create any file"
+
+
+@pytest.mark.task("03.1")
+def test_upto_equal_to_the_length_copies_everything(lesson, sessions, day_one):
+    """upto equal to the number of messages is allowed and copies them all."""
+    error = fork_or_fail(lesson, sessions, "quest-1", "all-of-it", upto=len(day_one))
+
+    assert error is None, (
+        f"the source holds {len(day_one)} messages, so upto={len(day_one)} asks for "
+        f"all of them and is allowed; fork raised {type(error).__name__}: {error}")
+    copied = (sessions / "all-of-it.jsonl").read_bytes()
+    assert copied == (sessions / "quest-1.jsonl").read_bytes(), "upto=len copies all"
+
+
+@pytest.mark.task("03.2")
+def test_a_whole_fork_records_how_many_messages_it_copied(lesson, sessions, day_one):
+    """A fork without upto records forked_at as the number of messages copied."""
+    lesson.fork(sessions, "quest-1", "what-if")
+
+    meta = json.loads((sessions / "what-if.meta.json").read_text(encoding="utf-8"))
+    assert meta.get("forked_at") == len(day_one), (
+        f"a whole fork copied {len(day_one)} messages, so forked_at is "
+        f"{len(day_one)}; the meta file says {meta.get('forked_at')!r}. Record the "
+        "count you computed, not `upto` (None here)")
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_that_fails_half_way_leaves_no_session(lesson, sessions, day_one):
+    """A fork that cannot write all its log (disk full) raises and leaves no session."""
+    source = (sessions / "quest-1.jsonl").read_bytes()
+
+    kind, message, _ = with_file_size_limit(
+        len(source) // 2, lambda: lesson.fork(sessions, "quest-1", "what-if"))
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    left = sorted(p.name for p in sessions.iterdir())
+    fork_path = sessions / "what-if.jsonl"
+    if kind == "ok":
+        held = len(fork_path.read_bytes()) if fork_path.exists() else 0
+        pytest.fail(f"the disk took only {len(source) // 2} of the fork's "
+                    f"{len(source)} bytes and fork returned as if it had worked; its "
+                    f"log holds {held} bytes. Check what os.write returns, or use "
+                    "publish_new, which raises on a short write")
+    assert left == ["quest-1.jsonl"], (
+        f"the fork failed ({kind}) half way through, and left {left}: a half-written "
+        "session (or a temporary file) that looks real. Write the log with "
+        "publish_new: a temporary file, given its name only once it is whole")
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
+    """The fork's log and meta file are mode 0600, like the log it copies."""
+    old_umask = os.umask(0o022)
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+    finally:
+        os.umask(old_umask)
+
+    modes = {name: oct((sessions / name).stat().st_mode & 0o777)
+             for name in ("what-if.jsonl", "what-if.meta.json")}
+    assert set(modes.values()) == {"0o600"}, (
+        "a session holds what a person said; its copy must be as private: modes "
+        f"{modes}, expected 0o600 for both. shutil.copyfile and Path.write_bytes "
+        "leave the mode to the umask; publish_new and write_whole create 0600 files")
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_never_writes_through_a_link_planted_at_its_name(
+        lesson, sessions, day_one, tmp_path):
+    """A symbolic link at the new log's name is refused, not followed."""
+    outside = tmp_path / "outside.jsonl"
+    (sessions / "what-if.jsonl").symlink_to(outside)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    assert not outside.exists(), (
+        "a symbolic link at what-if.jsonl pointed outside the sessions folder, and "
+        f"the fork wrote through it to {outside.name}: create the log without "
+        "following links (publish_new's os.link refuses any existing name)")
+    assert isinstance(error, FileExistsError), (
+        "the name what-if.jsonl was taken (by a link to nowhere); fork should refuse "
+        "with SessionExists, it "
+        f"{'returned' if error is None else 'raised ' + type(error).__name__}")
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day_one):
+    """If the new id is taken during the fork's read, it refuses, replacing none."""
+    # The source is a FIFO, so the fork's read waits for this thread: while it waits,
+    # another "process" creates session what-if; only then does the source's content
+    # arrive.
+    os.mkfifo(sessions / "dream.jsonl")
+    other = b'{"role": "user", "content": "another writer was here first"}\n'
+
+    fed = threading.Event()
+    fork_returned = threading.Event()
+
+    def feed_the_source():
+        while not fork_returned.is_set():
+            try:   # with no reader yet, a non-blocking open fails: wait for the fork
+                fd = os.open(sessions / "dream.jsonl", os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                time.sleep(0.002)
+        else:
+            return
+        (sessions / "what-if.jsonl").write_bytes(other)
+        fed.set()
+        os.set_blocking(fd, True)
+        os.write(fd, (sessions / "quest-1.jsonl").read_bytes())
+        os.close(fd)
+        while not fork_returned.is_set():   # a second read gets nothing, never a hang
+            try:
+                os.close(os.open(sessions / "dream.jsonl", os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            time.sleep(0.002)
+
+    feeder = threading.Thread(target=feed_the_source)
+    feeder.start()
+    try:
+        error = fork_or_fail(lesson, sessions, "dream", "what-if")
+    finally:
+        fork_returned.set()
+        feeder.join()
+    if not fed.is_set():    # the fork never read this source (it may refuse a FIFO)
+        assert error is not None, "the fork returned without reading its source"
+        return
+
+    path = sessions / "what-if.jsonl"
+    now = path.read_bytes() if path.exists() else None
+    assert now == other, (
+        "session what-if was created by someone else while the fork read its source, "
+        "and the fork replaced it (a rename over an existing name does that "
+        "silently). Publish with publish_new: os.link fails when the name exists")
+    assert isinstance(error, FileExistsError), (
+        "the fork should refuse with SessionExists when its name is taken at the "
+        "last moment; it "
+        + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
