@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from . import course
+from . import course, hangs
 from .scripted import ScriptedModel
 from .town import Town
 
@@ -122,6 +122,11 @@ def sessions(tmp_path: Path) -> Path:
     return folder
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that blocks (a flock without LOCK_NB, a lock never released) ends on its own.
+    hangs.install(config, items, lambda item: lesson_folder_of(Path(str(item.path))) is not None)
+
+
 # --- failures that teach ------------------------------------------------------------------
 
 
@@ -153,6 +158,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and call.excinfo is not None:
         entry["exception"] = call.excinfo.typename
         entry["message"] = _plain_message(call.excinfo)
+        if hangs.is_timeout(call.excinfo):
+            entry["exception"] = "Timeout"
+            entry["message"] = hangs.explain(call.excinfo, item.name, hangs.limit_of(item))
+            report.longrepr = entry["message"]
         lesson = _lesson_of(item)
         if lesson is not None:
             _teach(report, item, call.excinfo, lesson)
