@@ -67,6 +67,8 @@ def resume(lesson, sessions, session_id="quest-1"):
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.4")
 def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(lesson, sessions):
+    """undo() takes back the whole last turn, the user's message with its tool calls,
+    results and answer, never half a tool exchange."""
     agent, model, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -90,6 +92,8 @@ def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(les
 
 @pytest.mark.task("07.3")
 def test_undo_of_several_turns(lesson, sessions):
+    """undo(turns=n) takes back the last n turns, in memory and for a new process alike.
+    """
     agent, _, log = open_agent(lesson, sessions, TURN_C[1] + TURN_A[1] + TURN_B[1])
     with log:
         agent.run(TURN_C[0])
@@ -106,6 +110,8 @@ def test_undo_of_several_turns(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.3")
 def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, sessions):
+    """Undoing more turns than exist is refused and changes neither the conversation nor
+    the log."""
     play(lesson, sessions, TURN_A, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -123,6 +129,8 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
 
 @pytest.mark.task("07.3")
 def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
+    """A conversation with no turns has nothing to undo: the undo is refused and creates
+    no log."""
     agent, _, log = open_agent(lesson, sessions)
     with log:
         with pytest.raises(lesson.UndoError):
@@ -133,6 +141,8 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.4")
 def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
+    """Undo keeps the log append-only: every byte written before it stays where it was,
+    and the undo is recorded at the end."""
     play(lesson, sessions, TURN_A, TURN_B)
     path = sessions / "quest-1.jsonl"
     before, inode = path.read_bytes(), path.stat().st_ino
@@ -153,6 +163,8 @@ def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.4")
 def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, sessions):
+    """An undo is one marker line ({'$marker': 'undo'}, no role) listing the undone
+    messages by their index, so it can never pass for a message."""
     turn_a, turn_b = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -170,6 +182,8 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, s
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_resume_replays_without_the_undone_turn(lesson, sessions):
+    """Resuming replays the log without the undone turn: the next request does not carry
+    it."""
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -187,6 +201,8 @@ def test_resume_replays_without_the_undone_turn(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
+    """Undo, then new messages, then a resume gives the first turn and then the new one,
+    in that order."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -210,6 +226,8 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
 @pytest.mark.task("07.4")
 @pytest.mark.task("07.1")
 def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions):
+    """Marker indices count messages, not lines, so several undos in a row each skip the
+    right messages."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1] + TURN_D[1])
     with log:
         agent.run(TURN_A[0])
@@ -232,6 +250,8 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
 
 @pytest.mark.task("07.4")
 def test_undo_in_a_later_process(lesson, sessions):
+    """An undo made in one process still holds when a later process resumes the session.
+    """
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
 
     agent, _, log = open_agent(lesson, sessions)
@@ -245,6 +265,8 @@ def test_undo_in_a_later_process(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.2")
 def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson, sessions):
+    """A message recorded between turns waits in the pending buffer and is on disk
+    before the next model call, as lesson 01 requires."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -268,6 +290,8 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_undoing_pending_messages_writes_nothing(lesson, sessions):
+    """Undoing a turn that is still pending simply drops it: nothing was written, so no
+    marker is needed."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -284,6 +308,8 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions):
+    """An undo spanning pending and written messages drops the pending ones and marks
+    only the written ones."""
     turn_a, turn_c = play(lesson, sessions, TURN_A, TURN_C)
 
     agent, _, log = open_agent(lesson, sessions)
@@ -312,6 +338,8 @@ class WatchfulTown(Town):
 @pytest.mark.key
 @pytest.mark.task("07.2")
 def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, sessions):
+    """Each tool call (and every earlier result) is flushed before the tool runs, so a
+    crash inside a tool leaves a trace of the call."""
     town = WatchfulTown(sessions / "quest-1.jsonl")
     agent, _, log = open_agent(lesson, sessions, TURN_A[1], town=town)
     with log:
@@ -340,6 +368,8 @@ class CtrlCTown(Town):
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_repair(lesson, sessions):
+    """An interrupted turn can be undone, and the session then resumes without a repair:
+    the tail is judged by the messages the log shows."""
     agent, _, log = open_agent(lesson, sessions, TURN_C[1] + [use(call("buy", item="lantern"))], town=CtrlCTown())
     with log:
         agent.run(TURN_C[0])
@@ -364,6 +394,7 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
 
 @pytest.mark.task("07.3")
 def test_undo_works_without_a_session(lesson):
+    """Without a session, undo only changes the agent's memory."""
     model = ScriptedModel(TURN_C[1] + TURN_D[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(TURN_C[0])
@@ -378,6 +409,8 @@ def test_undo_works_without_a_session(lesson):
 @pytest.mark.key
 @pytest.mark.task("07.5")
 def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
+    """A fork of an undone session shows what the original shows: a whole fork copies
+    the lines, undo markers included."""
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -393,6 +426,8 @@ def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.5")
 def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
+    """fork(upto=k) counts the messages the session shows, not the lines of the file,
+    and forked_at says the same."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -454,6 +489,8 @@ REPAIRED_MESSAGES[4] = {"role": "user", "content": BIG}
 @pytest.mark.parametrize("old_log, expected", [(PLAIN_LOG, PLAIN_MESSAGES), (REPAIRED_LOG, REPAIRED_MESSAGES)],
                          ids=["lessons 01-03", "lessons 04-06"])
 def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, expected):
+    """A log written by an earlier lesson's code still loads, resumes unchanged, and can
+    be undone: the format only grows."""
     (sessions / "quest-1.jsonl").write_text(old_log, encoding="utf-8")
     (sessions / "quest-1.meta.json").write_text(PLAIN_META, encoding="utf-8")
     (sessions / "blobs").mkdir()
