@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import re
+from collections.abc import Iterator
 from types import ModuleType
+
+import pytest
 
 
 def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
@@ -15,3 +20,28 @@ def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
     """
     parameters = inspect.signature(lesson.SessionLog).parameters
     return {"blob_threshold": 2 * size} if "blob_threshold" in parameters else {}
+
+
+class Raised:
+    """What `raises` caught: `.value` is the exception (as with pytest.raises)."""
+
+    value: BaseException | None = None
+
+
+@contextlib.contextmanager
+def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why: str,
+           match: str | None = None) -> Iterator[Raised]:
+    """Like pytest.raises, but a block that raises nothing fails with `why`, the words that
+    explain the likely cause, instead of a bare "DID NOT RAISE"."""
+    raised = Raised()
+    try:
+        yield raised
+    except expected as error:
+        raised.value = error
+        if match is not None and not re.search(match, str(error)):
+            pytest.fail(f"the {type(error).__name__} should mention {match!r}, it says: {error}. "
+                        f"{why}", pytrace=False)
+        return
+    names = expected.__name__ if isinstance(expected, type) else \
+        " or ".join(e.__name__ for e in expected)
+    pytest.fail(f"expected {names}, but nothing was raised: {why}", pytrace=False)
