@@ -11,6 +11,7 @@ import stat
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
+from sessionlab.testing import raises
 
 BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root"]
 
@@ -19,7 +20,15 @@ def lines_of(path):
     """The log's lines as parsed JSON, or [] if the file does not exist yet."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+    found = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            found.append(json.loads(line)) if line else None
+        except ValueError:
+            pytest.fail(f"line {number} of {path.name} is not a JSON object on its own: "
+                        f"{line[:80]!r}. Each message is one line: json.dumps without indent, "
+                        "then a newline", pytrace=False)
+    return found
 
 
 def agent_on(lesson, model, town, sessions, session_id="quest-1", **options):
@@ -61,6 +70,7 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(lesson,
     with log:
         agent.run("Get ready for the cave.")
 
+    assert (sessions / "quest-1.jsonl").exists(), "after a turn, the session's log should exist"
     raw = (sessions / "quest-1.jsonl").read_bytes()
     assert raw.endswith(b"\n"), "every line, the last one included, ends with a newline"
     assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
@@ -135,9 +145,11 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
     sessions = tmp_path / "sessions"
     before = sorted(p.name for p in tmp_path.rglob("*"))
 
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId, f"check_session_id({bad_id!r}) accepted the id: a "
+                "session id must be a plain name, the whole of it (re.fullmatch)"):
         lesson.check_session_id(bad_id)
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId, f"SessionLog accepted the id {bad_id!r}: check it "
+                "before the id becomes a path"):
         lesson.SessionLog(sessions, bad_id)
 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before, "a refused id must not create any file or folder"
@@ -147,7 +159,7 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like, so the
     caller can fix it."""
-    with pytest.raises(ValueError) as refused:   # InvalidSessionId is a ValueError
+    with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     assert "../x" in str(refused.value), f"the error should quote the id it refused: {refused.value}"
 

@@ -12,6 +12,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
+from sessionlab.testing import raises
 
 
 def play(lesson, sessions, session_id, script, text, town):
@@ -103,7 +104,8 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(less
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     before = snapshot(sessions)
 
-    with pytest.raises(lesson.SessionExists):
+    with raises(lesson.SessionExists, "forking onto 'other', which already has a log, "
+                "was allowed: check that the new id is free before writing anything"):
         lesson.fork(sessions, "quest-1", "other")
 
     assert snapshot(sessions) == before, "a refused fork must leave every file as it was, and create none"
@@ -113,7 +115,8 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(less
 @pytest.mark.task("03.1")
 def test_forking_from_a_missing_session_is_refused_and_creates_nothing(lesson, sessions):
     """Forking from an id that has no log is refused and creates no file."""
-    with pytest.raises(lesson.SessionNotFound):
+    with raises(lesson.SessionNotFound, "forking a session that has no log was allowed: "
+                "a fork of nothing is a mistake to report, not an empty session"):
         lesson.fork(sessions, "no-such-quest", "what-if")
 
     assert list(sessions.iterdir()) == [], "a refused fork must not create any file"
@@ -125,7 +128,8 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     copying fewer."""
     before = snapshot(sessions)
 
-    with pytest.raises(ValueError):
+    with raises(ValueError, f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
+                f"({len(day_one)}), and the fork was allowed: refuse it"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
     assert snapshot(sessions) == before, "a refused fork must not create any file"
@@ -135,9 +139,9 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
 def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     """Both the parent's and the new session's ids are checked like any session id, so a
     fork cannot reach outside the sessions folder."""
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId, "fork accepted the new id '../escaped'"):
         lesson.fork(sessions, "quest-1", "../escaped")
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId, "fork accepted the parent id '../quest-1'"):
         lesson.fork(sessions, "../quest-1", "what-if")
     assert not (sessions.parent / "escaped.jsonl").exists()
 

@@ -12,6 +12,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
+from sessionlab.testing import raises
 
 # Turn A: the user, one reply calling two tools, their two results, the answer (5 messages).
 TURN_A = ("Ask the elder about the cave and buy a rope.",
@@ -119,7 +120,8 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
     with log:
         messages = list(agent.messages)
         for turns in (3, 0, -1):
-            with pytest.raises(lesson.UndoError):   # a ValueError
+            with raises(lesson.UndoError, f"undo(turns={turns}) was allowed on a conversation of "
+                        "two turns: refuse a count that is not between 1 and the turns there are"):
                 agent.undo(turns=turns)
 
             assert agent.messages == messages, f"a refused undo({turns}) must leave the conversation as it was"
@@ -133,7 +135,7 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
     no log."""
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        with pytest.raises(lesson.UndoError):
+        with raises(lesson.UndoError, "undo() on a conversation with no turn was allowed"):
             agent.undo()
     assert list(sessions.iterdir()) == [], "a refused undo must not create the log"
 
@@ -170,7 +172,9 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, s
     with log:
         agent.undo()
 
-    last = lines_of(sessions / "quest-1.jsonl")[-1]
+    lines = lines_of(sessions / "quest-1.jsonl")
+    assert lines, "after the undo the log is empty: undo must append a marker line, never rewrite the log"
+    last = lines[-1]
     expected = list(range(len(turn_a), len(turn_a) + len(turn_b)))
     assert last.get("$marker") == "undo", f"the undo should append one marker line {{'$marker': 'undo', ...}}, the last line is {last}"
     assert "role" not in last, "a marker must never look like a message: no 'role'"
@@ -240,7 +244,11 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
         expected = list(agent.messages)
 
     assert expected == turn_a + [{"role": "user", "content": TURN_D[0]}, {"role": "assistant", "content": "Dawn comes."}]
-    second = markers_in(sessions / "quest-1.jsonl")[1]
+    markers = markers_in(sessions / "quest-1.jsonl")
+    assert len(markers) == 2, (
+        f"two undos should have appended two marker lines to the log; it holds {len(markers)}. "
+        "Undo appends a marker and never rewrites the lines already written")
+    second = markers[1]
     c_index = len(turn_a) + 6     # A's messages, then B's six, then C's user message
     assert sorted(second.get("skip", [])) == [c_index, c_index + 1], (
         f"message indices count message lines only (markers are not messages): turn C's messages are "
@@ -446,7 +454,8 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
         f"{[m.get('content') for m in forked if m['role'] == 'user']} as the user's messages")
     meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
     assert meta.get("forked_at") == len(turn_a) + 1, f"forked_at counts the messages kept, as upto does: {meta}"
-    with pytest.raises(ValueError):
+    with raises(ValueError, f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
+                "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
 
 
@@ -500,7 +509,7 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, e
 
     assert loaded == expected, (
         "a log written by an earlier lesson should load exactly as it did then (markers left out, blobs read back); "
-        f"got roles {[m['role'] for m in loaded]}, expected {[m['role'] for m in expected]}")
+        f"got roles {[m.get('role') for m in loaded]}, expected {[m['role'] for m in expected]}")
     assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8") == old_log, "resuming a whole old log must not change it"
 
     agent, model, log = open_agent(lesson, sessions, TURN_C[1])
