@@ -105,7 +105,8 @@ caught_by = "test_non_ascii_text_stays_readable_in_the_file"
 
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
-    assert finding.problems == ["'a harmless edit' is not caught: test_non_ascii_text_stays_readable_in_the_file "
+    assert finding.problems == ["'a harmless edit' is not caught: "
+                                "test_non_ascii_text_stays_readable_in_the_file "
                                 "passes on it (and so does every other test)"]
 
 
@@ -135,8 +136,9 @@ equivalent = "wrongly argued"
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
     assert len(finding.problems) == 1, finding.problems
-    assert finding.problems[0].startswith("'claimed harmless, but escapes non-ASCII' is recorded as "
-                                          "equivalent, but test_non_ascii_text_stays_readable_in_the_file")
+    assert finding.problems[0].startswith(
+        "'claimed harmless, but escapes non-ASCII' is recorded as equivalent, but "
+        "test_non_ascii_text_stays_readable_in_the_file")
     assert "caught_by = 'test_non_ascii_text_stays_readable_in_the_file'" in finding.problems[0]
 
 
@@ -162,16 +164,17 @@ def test_an_entry_with_neither_caught_by_nor_equivalent_is_reported(copy):
 
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
-    assert any("give exactly one of `caught_by`" in p for p in finding.problems), finding.problems
+    assert any("give exactly one of `caught_by`" in p for p in finding.problems), (
+        finding.problems)
 
 
-def test_a_bare_did_not_raise_on_a_mutant_is_reported_with_the_test_and_the_mutant(copy):
+def test_a_bare_did_not_raise_on_a_mutant_is_reported_naming_test_and_mutant(copy):
     tests = copy / "lessons/01_append/test_append.py"
     tests.write_text(tests.read_text() + '''
 
 @pytest.mark.task("01.1")
 def test_an_empty_id_is_refused_bare(lesson, sessions):
-    """An empty id is refused (written with a bare pytest.raises, for the check to find)."""
+    """An empty id is refused (a bare pytest.raises, for the check to find)."""
     with pytest.raises(lesson.InvalidSessionId):
         lesson.SessionLog(sessions, "")
 ''')
@@ -187,8 +190,10 @@ caught_by = "test_an_empty_id_is_refused_bare"
 
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
-    assert any(p.startswith("test_an_empty_id_is_refused_bare on the mutant 'accepts every id' "
-                            "ends in a bare 'DID NOT RAISE") for p in finding.problems), finding.problems
+    assert any(p.startswith("test_an_empty_id_is_refused_bare on the mutant 'accepts "
+                            "every id' "
+                            "ends in a bare 'DID NOT "
+                            "RAISE") for p in finding.problems), finding.problems
 
 
 def test_a_test_without_a_docstring_is_reported(copy):
@@ -201,4 +206,5 @@ def test_a_test_without_a_docstring_is_reported(copy):
 
     problems = maintainers.check_metadata(lesson_of(copy)).problems
 
-    assert any(p.startswith("test_plain_session_ids_are_accepted has no docstring") for p in problems), problems
+    assert any(p.startswith("test_plain_session_ids_are_accepted has no "
+                            "docstring") for p in problems), problems

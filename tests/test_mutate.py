@@ -1,5 +1,6 @@
-"""The generated mutation pass (`sessionlab dev mutate`): edits only inside task fences, each
-one a wrong.toml-style find/replace, and survivors triaged in wrong.toml are not survivors."""
+"""The generated mutation pass (`sessionlab dev mutate`): edits only inside task fences,
+each one a wrong.toml-style find/replace, and survivors triaged in wrong.toml are not
+survivors."""
 
 import shutil
 import subprocess
@@ -19,8 +20,11 @@ def copy(tmp_path):
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     for side in ("lessons", "solutions"):
-        shutil.copytree(ROOT / side / "01_append", tmp_path / side / "01_append",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / side / "01_append",
+            tmp_path / side / "01_append",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     return tmp_path
 
 
@@ -32,8 +36,10 @@ def test_every_mutant_is_one_edit_inside_a_fence_and_a_valid_wrong_toml_pair():
     assert found, "lesson 01's fences hold code to mutate"
     kinds = {m.kind for m in found}
     assert {"call", "compare", "constant"} <= kinds, kinds
-    assert any(m.kind == "call" and "os.fsync" in m.find and "os.fsync" not in m.replace
-               for m in found), "removing a call made for its effect (os.fsync) is a mutant"
+    assert any(
+        m.kind == "call" and "os.fsync" in m.find and "os.fsync" not in m.replace
+        for m in found
+    ), "removing a call made for its effect (os.fsync) is a mutant"
     for m in found:
         assert m.line in fenced and fenced[m.line] == m.task, m.describe()
         assert solution.count(m.find) == 1, m.describe()
@@ -44,15 +50,22 @@ def test_every_mutant_is_one_edit_inside_a_fence_and_a_valid_wrong_toml_pair():
 def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     lesson = course.lesson("01", copy)
     solution = lesson.module_path("solution").read_text(encoding="utf-8")
-    target = next(m for m in mutate.mutants(solution)
-                  if m.kind == "call" and "os.close(folder)" in m.find)
+    target = next(
+        m
+        for m in mutate.mutants(solution)
+        if m.kind == "call" and "os.close(folder)" in m.find
+    )
     before = mutate.mutate_lesson(copy, lesson)
-    assert target in before.survivors, "closing the folder's descriptor is not tested (yet)"
+    assert target in before.survivors, (
+        "closing the folder's descriptor is not tested (yet)"
+    )
 
     wrong = lesson.solution_folder / "wrong.toml"
     entry = target.toml().replace(
         'caught_by = "test_..."   # or: equivalent = "why no user can tell"',
-        'equivalent = "a leaked read-only descriptor of the folder changes no byte on disk"')
+        'equivalent = "a leaked read-only descriptor of the folder changes no byte on '
+        'disk"',
+    )
     wrong.write_text(wrong.read_text(encoding="utf-8") + "\n" + entry, encoding="utf-8")
 
     after = mutate.mutate_lesson(copy, lesson)
@@ -63,9 +76,16 @@ def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
 
 
 def test_dev_mutate_lists_the_mutants_of_a_lesson():
-    done = subprocess.run([sys.executable, "-m", "sessionlab", "dev", "mutate", "00", "--list"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlab", "dev", "mutate", "00", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines and all(line.startswith("00_memory 00.") for line in lines), done.stdout
+    assert lines and all(line.startswith("00_memory 00.") for line in lines), (
+        done.stdout
+    )

@@ -25,9 +25,9 @@ def lines_of(path):
         try:
             found.append(json.loads(line)) if line else None
         except ValueError:
-            pytest.fail(f"line {number} of {path.name} is not a JSON object on its own: "
-                        f"{line[:80]!r}. Each message is one line: json.dumps without indent, "
-                        "then a newline", pytrace=False)
+            pytest.fail(f"line {number} of {path.name} is not a JSON object on its "
+                        f"own: {line[:80]!r}. Each message is one line: json.dumps "
+                        "without indent, then a newline", pytrace=False)
     return found
 
 
@@ -70,7 +70,7 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(lesson,
     with log:
         agent.run("Get ready for the cave.")
 
-    assert (sessions / "quest-1.jsonl").exists(), "after a turn, the session's log should exist"
+    assert (sessions / "quest-1.jsonl").exists(), "after a turn, the log should exist"
     raw = (sessions / "quest-1.jsonl").read_bytes()
     assert raw.endswith(b"\n"), "every line, the last one included, ends with a newline"
     assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
@@ -145,11 +145,13 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
     sessions = tmp_path / "sessions"
     before = sorted(p.name for p in tmp_path.rglob("*"))
 
-    with raises(lesson.InvalidSessionId, f"check_session_id({bad_id!r}) accepted the id: a "
-                "session id must be a plain name, the whole of it (re.fullmatch)"):
+    with raises(lesson.InvalidSessionId,
+                f"check_session_id({bad_id!r}) accepted the id: a session id must "
+                "be a plain name, the whole of it (re.fullmatch)"):
         lesson.check_session_id(bad_id)
-    with raises(lesson.InvalidSessionId, f"SessionLog accepted the id {bad_id!r}: check it "
-                "before the id becomes a path"):
+    with raises(lesson.InvalidSessionId,
+                f"SessionLog accepted the id {bad_id!r}: check it before the id "
+                "becomes a path"):
         lesson.SessionLog(sessions, bad_id)
 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before, "a refused id must not create any file or folder"

@@ -113,11 +113,12 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
         try:
             loaded = log.load()
         except ValueError as error:
-            pytest.fail(f"loading a log whose content holds U+2028, U+2029 and U+0085 failed: "
-                        f"{type(error).__name__}: {error}. Those characters are written unescaped "
-                        "with ensure_ascii=False; if load splits the text with str.splitlines(), "
-                        "it cuts a line in the middle of its JSON. Split the file's bytes on b'\\n' "
-                        "only", pytrace=False)
+            pytest.fail("loading a log whose content holds U+2028, U+2029 and "
+                        f"U+0085 failed: {type(error).__name__}: {error}. Those "
+                        "characters are written unescaped with ensure_ascii=False; "
+                        "if load splits the text with str.splitlines(), it cuts a "
+                        "line in the middle of its JSON. Split the file's bytes on "
+                        "b'\\n' only", pytrace=False)
 
     assert [m["content"] for m in loaded] == [tricky, "noted"], (
         "U+2028, U+2029 and U+0085 are written unescaped with ensure_ascii=False, and "

@@ -115,8 +115,9 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(less
 @pytest.mark.task("03.1")
 def test_forking_from_a_missing_session_is_refused_and_creates_nothing(lesson, sessions):
     """Forking from an id that has no log is refused and creates no file."""
-    with raises(lesson.SessionNotFound, "forking a session that has no log was allowed: "
-                "a fork of nothing is a mistake to report, not an empty session"):
+    with raises(lesson.SessionNotFound,
+                "forking a session that has no log was allowed: a fork of nothing "
+                "is a mistake to report, not an empty session"):
         lesson.fork(sessions, "no-such-quest", "what-if")
 
     assert list(sessions.iterdir()) == [], "a refused fork must not create any file"
@@ -128,7 +129,8 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     copying fewer."""
     before = snapshot(sessions)
 
-    with raises(ValueError, f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
+    with raises(ValueError,
+                f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
                 f"({len(day_one)}), and the fork was allowed: refuse it"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 

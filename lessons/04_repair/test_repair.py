@@ -206,7 +206,7 @@ def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(lesson, resume
 
     entries = entries_in(path)
     assert entries[:2] == [ASK, BUY_THREE], "the repair only adds to the end of the log"
-    assert len(entries) > 2, "resuming a log with an unanswered call should append a repair"
+    assert len(entries) > 2, "resuming with an unanswered call should append a repair"
     assert entries[2].get("$marker") == "repair", (
         f"the line after the last original one should be the repair marker; it is {entries[2]}")
     assert entries[2].get("interrupted") == CALL_ORDER, (
@@ -324,9 +324,10 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(les
     path.write_bytes(good + bad + b"".join(line(m) for m in A_FINISHED_DAY[1:]) + TORN)
     before = snapshot(sessions)
 
-    with raises(lesson.CorruptLog, "line 2 is damaged and the session was resumed "
-                "anyway: only the bytes after the last newline can be torn; a damaged whole "
-                "line must stop the load") as damaged:
+    with raises(lesson.CorruptLog,
+                "line 2 is damaged and the session was resumed anyway: only the "
+                "bytes after the last newline can be torn; a damaged whole line "
+                "must stop the load") as damaged:
         resume()
 
     message = str(damaged.value)
@@ -360,8 +361,10 @@ def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(lesson, resume, s
     path.write_bytes(line(A_FINISHED_DAY[0]) + damage + after)
     before = snapshot(sessions)
 
-    with raises(lesson.CorruptLog, f"a damaged whole line ({where}) was taken for a torn "
-                "tail or skipped: only the bytes after the last newline can be torn") as damaged:
+    with raises(lesson.CorruptLog,
+                f"a damaged whole line ({where}) was taken for a torn tail or "
+                "skipped: only the bytes after the last newline can be torn",
+                ) as damaged:
         resume()
 
     assert damaged.value.line == 2, f"the damage is on line 2; CorruptLog says line {damaged.value.line}"

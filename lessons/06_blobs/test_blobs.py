@@ -227,7 +227,7 @@ def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
         f"a fork adds its log and its meta file, and no blob (blobs are shared by the whole folder); it added {new}")
     assert all(after[p] == ino for p, ino in before.items()), "the fork changed or replaced files of the original"
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
-    assert blob.exists(), f"the paste should be stored in the folder's blobs/, named {blob.name}"
+    assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
     assert blob.stat().st_nlink == 1, "the fork hard-linked the blob; it should only point to it from its log"
     assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, "the fork's log should hold the short reference, not the content"
     with lesson.SessionLog(sessions, "what-if") as log:
@@ -353,7 +353,7 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sess
     monkeypatch.undo()
 
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
-    assert blob.exists(), f"the paste should be stored in the folder's blobs/, named {blob.name}"
+    assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
     line = events.index(("line", None)) if ("line", None) in events else len(events)
     before_line = [ino for kind, ino in events[:line]]
     assert blob.stat().st_ino in before_line, (
@@ -376,8 +376,9 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError, "a blob whose bytes no longer match its hash was loaded: "
-                    "hash what you read and compare it with the name") as refused:
+        with raises(lesson.BlobError,
+                    "a blob whose bytes no longer match its hash was loaded: hash "
+                    "what you read and compare it with the name") as refused:
             log.load()
 
     message = str(refused.value)
@@ -399,8 +400,9 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
     (sessions / "blobs" / digest).unlink()
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError, "a reference to a missing blob was loaded without an "
-                    "error") as refused:
+        with raises(lesson.BlobError,
+                    "a reference to a missing blob was loaded without an error",
+                    ) as refused:
             log.load()
 
     message = str(refused.value)
@@ -421,8 +423,9 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError, f"the reference {name!r} was followed: only a plain "
-                    "sha256 hex name may be opened under blobs/") as refused:
+        with raises(lesson.BlobError,
+                    f"the reference {name!r} was followed: only a plain sha256 hex "
+                    "name may be opened under blobs/") as refused:
             log.load()
 
     message = str(refused.value)

@@ -120,8 +120,10 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
     with log:
         messages = list(agent.messages)
         for turns in (3, 0, -1):
-            with raises(lesson.UndoError, f"undo(turns={turns}) was allowed on a conversation of "
-                        "two turns: refuse a count that is not between 1 and the turns there are"):
+            with raises(lesson.UndoError,
+                        f"undo(turns={turns}) was allowed on a conversation of two "
+                        "turns: refuse a count that is not between 1 and the turns "
+                        "there are"):
                 agent.undo(turns=turns)
 
             assert agent.messages == messages, f"a refused undo({turns}) must leave the conversation as it was"
@@ -135,7 +137,8 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
     no log."""
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        with raises(lesson.UndoError, "undo() on a conversation with no turn was allowed"):
+        with raises(lesson.UndoError,
+                    "undo() on a conversation with no turn was allowed"):
             agent.undo()
     assert list(sessions.iterdir()) == [], "a refused undo must not create the log"
 
@@ -173,7 +176,8 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, s
         agent.undo()
 
     lines = lines_of(sessions / "quest-1.jsonl")
-    assert lines, "after the undo the log is empty: undo must append a marker line, never rewrite the log"
+    assert lines, (
+        "after the undo the log is empty: undo appends a marker, it never rewrites")
     last = lines[-1]
     expected = list(range(len(turn_a), len(turn_a) + len(turn_b)))
     assert last.get("$marker") == "undo", f"the undo should append one marker line {{'$marker': 'undo', ...}}, the last line is {last}"
@@ -246,7 +250,7 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
     assert expected == turn_a + [{"role": "user", "content": TURN_D[0]}, {"role": "assistant", "content": "Dawn comes."}]
     markers = markers_in(sessions / "quest-1.jsonl")
     assert len(markers) == 2, (
-        f"two undos should have appended two marker lines to the log; it holds {len(markers)}. "
+        f"two undos should have appended two markers; the log holds {len(markers)}. "
         "Undo appends a marker and never rewrites the lines already written")
     second = markers[1]
     c_index = len(turn_a) + 6     # A's messages, then B's six, then C's user message
@@ -454,7 +458,8 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
         f"{[m.get('content') for m in forked if m['role'] == 'user']} as the user's messages")
     meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
     assert meta.get("forked_at") == len(turn_a) + 1, f"forked_at counts the messages kept, as upto does: {meta}"
-    with raises(ValueError, f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
+    with raises(ValueError,
+                f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
                 "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
 

@@ -1,11 +1,11 @@
 """A test that never ends is a failure with a reason, not a frozen terminal.
 
-Every lesson test runs under pytest-timeout (`LESSON_TEST_TIMEOUT` seconds unless the run
-sets its own `--timeout`). When one runs out, pytest-timeout interrupts it with SIGALRM and
-fails it with "Timeout (>30s) from pytest-timeout." at the line the test was stuck on.
-`explain` turns that into words a student can act on: which test, how long, the innermost
-line of the lesson's own code that was running, the call it was waiting in, and what usually
-makes that call wait forever.
+Every lesson test runs under pytest-timeout (`LESSON_TEST_TIMEOUT` seconds unless the
+run sets its own `--timeout`). When one runs out, pytest-timeout interrupts it with
+SIGALRM and fails it with "Timeout (>30s) from pytest-timeout." at the line the test was
+stuck on. `explain` turns that into words a student can act on: which test, how long,
+the innermost line of the lesson's own code that was running, the call it was waiting
+in, and what usually makes that call wait forever.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pytest
 
-# Far above anything a correct solution needs: the slowest lesson tests (real processes in
-# lesson 05) take a few seconds on a loaded two-core machine.
+# Far above anything a correct solution needs: the slowest lesson tests (real processes
+# in lesson 05) take a few seconds on a loaded two-core machine.
 LESSON_TEST_TIMEOUT = 30.0
 
-TIMEOUT_PREFIX = "Timeout (>"      # pytest-timeout's failure message starts so
+TIMEOUT_PREFIX = "Timeout (>"  # pytest-timeout's failure message starts so
 
-# The call a test was stuck in -> what usually makes it wait forever. Matched on the last
-# part of the called name (`fcntl.flock` -> "flock").
+# The call a test was stuck in -> what usually makes it wait forever. Matched on the
+# last part of the called name (`fcntl.flock` -> "flock").
 BLOCKING_CALLS = {
     "flock": "a lock taken without LOCK_NB waits forever while another holder keeps it",
     "lockf": "a lock taken without LOCK_NB waits forever while another holder keeps it",
     "acquire": "a lock that is never released makes the next acquire wait forever "
-               "(release it in a `finally`, or give acquire a timeout)",
+    "(release it in a `finally`, or give acquire a timeout)",
     "wait": "it waits for a process, thread or event that never finishes",
     "join": "it waits for a thread or process that never finishes",
     "communicate": "it waits for a child process that never exits",
@@ -49,9 +49,15 @@ def _machinery_folders() -> tuple[Path, ...]:
     """Where the machinery's frames live (pytest, pluggy, pytest-timeout, this kit)."""
     import _pytest
     import pluggy
-    folders = [Path(_pytest.__file__).parent, Path(pluggy.__file__).parent, Path(__file__).parent]
+
+    folders = [
+        Path(_pytest.__file__).parent,
+        Path(pluggy.__file__).parent,
+        Path(__file__).parent,
+    ]
     try:
         import pytest_timeout
+
         folders.append(Path(pytest_timeout.__file__))
     except ImportError:
         pass
@@ -59,17 +65,21 @@ def _machinery_folders() -> tuple[Path, ...]:
 
 
 def is_timeout(excinfo: pytest.ExceptionInfo) -> bool:
-    return excinfo.errisinstance(pytest.fail.Exception) and str(excinfo.value).startswith(
-        TIMEOUT_PREFIX)
+    return excinfo.errisinstance(pytest.fail.Exception) and str(
+        excinfo.value
+    ).startswith(TIMEOUT_PREFIX)
 
 
 def _calls_in(statement: str) -> list[str]:
-    """Called names in a line of source, outermost first (`fcntl.flock(fd, ...)` -> fcntl.flock)."""
+    """Called names in a line of source, outermost first (`fcntl.flock(fd, ...)` ->
+    fcntl.flock)."""
     try:
         tree = ast.parse(statement.strip())
     except SyntaxError:
         return []
-    return [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    return [
+        ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+    ]
 
 
 def _shown(path: Path) -> str:
@@ -81,13 +91,21 @@ def _shown(path: Path) -> str:
 
 def _machinery(path: Path) -> bool:
     path = path.resolve()
-    return any(path == folder or folder in path.parents for folder in _machinery_folders())
+    return any(
+        path == folder or folder in path.parents for folder in _machinery_folders()
+    )
 
 
-def explain(excinfo: pytest.ExceptionInfo, test_name: str, seconds: float | None,
-            module_name: str = "agent.py") -> str:
+def explain(
+    excinfo: pytest.ExceptionInfo,
+    test_name: str,
+    seconds: float | None,
+    module_name: str = "agent.py",
+) -> str:
     """What a test that ran out of time was doing, in one paragraph."""
-    entries = [entry for entry in excinfo.traceback if not _machinery(Path(str(entry.path)))]
+    entries = [
+        entry for entry in excinfo.traceback if not _machinery(Path(str(entry.path)))
+    ]
     limit = f"{seconds:g} s" if seconds else "its time limit"
     head = f"test {test_name} did not finish in {limit}"
     if not entries:
@@ -98,8 +116,9 @@ def explain(excinfo: pytest.ExceptionInfo, test_name: str, seconds: float | None
     anchor = student[-1] if student else (tests[-1] if tests else innermost)
     where = f"{_shown(Path(str(anchor.path)))}:{anchor.lineno + 1}"
     statement = str(anchor.statement).strip()
-    # The call the program was blocked in: a library function below the anchor, or a call
-    # made on the anchor's own line (a C function such as fcntl.flock has no frame).
+    # The call the program was blocked in: a library function below the anchor, or a
+    # call made on the anchor's own line (a C function such as fcntl.flock has no
+    # frame).
     if innermost is not anchor:
         below = entries[entries.index(anchor) + 1]
         call = f"{Path(str(below.path)).stem}.{below.name}"
@@ -108,19 +127,26 @@ def explain(excinfo: pytest.ExceptionInfo, test_name: str, seconds: float | None
         call = calls[0] if calls else ""
     short = call.rsplit(".", 1)[-1]
     if not call:
-        text = (f"{head}: it was still running at {where} (`{statement}`), which looks like a "
-                "loop whose exit condition never becomes true")
+        text = (
+            f"{head}: it was still running at {where} (`{statement}`), which looks "
+            f"like a "
+            "loop whose exit condition never becomes true"
+        )
     else:
         text = f"{head}: it was waiting in {call} at {where} (`{statement}`)"
         reason = BLOCKING_CALLS.get(short)
         if short in ("flock", "lockf") and "LOCK_NB" in statement:
-            reason = ("it was called with LOCK_NB, so it is the loop around it that never "
-                      "gives up")
+            reason = (
+                "it was called with LOCK_NB, so it is the loop around it that never "
+                "gives up"
+            )
         if reason:
             text += f": {reason}"
     if not student and tests:
-        text += (". The test itself was waiting there, on something the lesson's code "
-                 "started or should have finished")
+        text += (
+            ". The test itself was waiting there, on something the lesson's code "
+            "started or should have finished"
+        )
     return text + "."
 
 
@@ -128,8 +154,11 @@ def install(config: pytest.Config, items: list[pytest.Item], in_lesson) -> None:
     """Give every lesson test a time limit, unless the run chose its own."""
     if not config.pluginmanager.hasplugin("timeout"):
         return
-    if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT") \
-            or config.getini("timeout"):
+    if (
+        config.getoption("timeout", None) is not None
+        or os.environ.get("PYTEST_TIMEOUT")
+        or config.getini("timeout")
+    ):
         return
     for item in items:
         if in_lesson(item) and item.get_closest_marker("timeout") is None:

@@ -39,8 +39,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "with test ids [impl00], [impl01] ...")
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
-    group.addoption("--sessionlab-stop-after-failure", action="store_true", default=False,
-                    help="skip the rest of an implementation's tests once one fails (the "
+    group.addoption("--sessionlab-stop-after-failure", action="store_true",
+                    default=False,
+                    help="skip the rest of an implementation's tests once one fails "
+                         "(the "
                          "mutation pass: a mutant is killed by its first failure)")
 
 
@@ -127,9 +129,12 @@ def sessions(tmp_path: Path) -> Path:
     return folder
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A test that blocks (a flock without LOCK_NB, a lock never released) ends on its own.
-    hangs.install(config, items, lambda item: lesson_folder_of(Path(str(item.path))) is not None)
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    # A test that blocks (a flock without LOCK_NB, a lock never released) ends on its
+    # own.
+    hangs.install(config, items,
+                  lambda item: lesson_folder_of(Path(str(item.path))) is not None)
 
 
 def _implementation(item: pytest.Item) -> str:
@@ -181,7 +186,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         entry["in_function"] = _student_function(call.excinfo)
         if hangs.is_timeout(call.excinfo):
             entry["exception"] = "Timeout"
-            entry["message"] = hangs.explain(call.excinfo, item.name, hangs.limit_of(item))
+            entry["message"] = hangs.explain(call.excinfo, item.name,
+                                             hangs.limit_of(item))
             report.longrepr = entry["message"]
         lesson = _lesson_of(item)
         if lesson is not None:
@@ -191,7 +197,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
-    """The lesson module's function the failure came out of (innermost frame in agent.py)."""
+    """The lesson module's function the failure came out of (innermost frame in
+    agent.py)."""
     for entry in reversed(excinfo.traceback):
         if Path(str(entry.path)).name == course.MODULE:
             return entry.name
@@ -199,9 +206,9 @@ def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
 
 
 def _raised_in(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> tuple[str, str]:
-    """Whose code raised, and at which line: "module" (the lesson's agent.py), "test" (the
-    test file), or "other" (the kit, pytest). Library frames count for the code that called
-    them."""
+    """Whose code raised, and at which line: "module" (the lesson's agent.py), "test"
+    (the test file), or "other" (the kit, pytest). Library frames count for the code
+    that called them."""
     test_file = Path(str(item.path)).resolve()
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
@@ -233,10 +240,13 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
     if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
         missing = str(excinfo.value).split()[1]
         if tasks and missing not in tasks:
-            # A test of a finished task that runs into a later one: name the one to write.
+            # A test of a finished task that runs into a later one: name the one to
+            # write.
             report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
-                               f"This test checks {where}, and it needs task {missing} too, which "
-                               f"is not written yet. Write task {missing} and run the tests "
+                               f"This test checks {where}, and it needs task "
+                               f"{missing} too, which "
+                               f"is not written yet. Write task {missing} and run the "
+                               f"tests "
                                f"again.\n{advice}")
             return
         report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"

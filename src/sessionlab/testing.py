@@ -31,15 +31,16 @@ class Raised:
 @contextlib.contextmanager
 def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why: str,
            match: str | None = None) -> Iterator[Raised]:
-    """Like pytest.raises, but a block that raises nothing fails with `why`, the words that
-    explain the likely cause, instead of a bare "DID NOT RAISE"."""
+    """Like pytest.raises, but a block that raises nothing fails with `why`, the words
+    that explain the likely cause, instead of a bare "DID NOT RAISE"."""
     raised = Raised()
     try:
         yield raised
     except expected as error:
         raised.value = error
         if match is not None and not re.search(match, str(error)):
-            pytest.fail(f"the {type(error).__name__} should mention {match!r}, it says: {error}. "
+            pytest.fail(f"the {type(error).__name__} should mention {match!r}, it "
+                        f"says: {error}. "
                         f"{why}", pytrace=False)
         return
     names = expected.__name__ if isinstance(expected, type) else \

@@ -101,7 +101,8 @@ def find_course(args: argparse.Namespace) -> Path:
 
 
 def _passthrough(argv: list[str]) -> int | None:
-    """`demo`, `dev check` and `dev mutate` parse their own options: hand them everything after their name."""
+    """`demo`, `dev check` and `dev mutate` parse their own options: hand them
+    everything after their name."""
     rest = list(argv)
     course_dir = None
     if rest[:1] == ["--course"] and len(rest) > 1:

@@ -47,7 +47,7 @@ class Outcome:
     exception: str | None = None
     message: str | None = None
     key: bool = False
-    raised_in: str | None = None      # "module" (agent.py), "test" (the test file), "other"
+    raised_in: str | None = None      # "module" (agent.py), "test" (its file), "other"
     in_function: str | None = None    # the agent.py function the failure came out of
 
     @property
@@ -113,10 +113,12 @@ class LessonResult:
 
         1. A failure that names its task itself: a NotImplementedError of task X, or an
            exception out of the function a task writes (its `where` in lesson.toml). The
-           earliest such task in the lesson's order wins (later tasks build on earlier ones).
-        2. Otherwise (assertions in tests): the earliest task that is broken, most of its
-           tests failing, before one with a single failing test among passing ones (which
-           more likely fails through another task); then the earliest failing task.
+           earliest such task in the lesson's order wins (later tasks build on earlier
+           ones).
+        2. Otherwise (assertions in tests): the earliest task that is broken, most of
+           its tests failing, before one with a single failing test among passing ones
+           (which more likely fails through another task); then the earliest failing
+           task.
         Within the chosen task: its own tests first, then a failure inside the student's
         code before one in a test's own check, then file order.
         """
@@ -152,7 +154,8 @@ class LessonResult:
         return pick(task_id, [i for i, t in enumerate(failing) if task_id in t.tasks])
 
     def first_failing_task(self, lesson: Lesson) -> str | None:
-        """The task of the first failure (see first_failure), else the first task not passing."""
+        """The task of the first failure (see first_failure), else the first task not
+        passing."""
         first = self.first_failure(lesson)
         if first is not None:
             cause = _named_cause(first, lesson) or next(
@@ -178,7 +181,7 @@ class LessonResult:
 
 
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
-    """The task a failure itself points at, if it does (see LessonResult.first_failure)."""
+    """The task a failure itself points at, if any (see LessonResult.first_failure)."""
     message = test.message or ""
     if test.not_written and message.startswith("task "):
         task_id = message.split()[1]
@@ -187,7 +190,8 @@ def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
     if test.in_function and test.raised_in == "module":
         for task in lesson.tasks:
             names = [part.strip().strip("`").removesuffix("()").rsplit(".", 1)[-1]
-                     for part in task.where.replace(" and ", ",").split(",") if part.strip()]
+                     for part in task.where.replace(" and ", ",").split(",")
+                     if part.strip()]
             if test.in_function in names:
                 return task.id
     return None
