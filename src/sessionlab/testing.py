@@ -8,8 +8,6 @@ import re
 from collections.abc import Iterator
 from types import ModuleType
 
-import pytest
-
 
 def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
     """SessionLog options that keep content of `size` bytes inside the log's line.
@@ -33,6 +31,9 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
            match: str | None = None) -> Iterator[Raised]:
     """Like pytest.raises, but a block that raises nothing fails with `why`, the words
     that explain the likely cause, instead of a bare "DID NOT RAISE"."""
+    # Imported here, not at the top: lesson 05's writer processes import this module,
+    # and pytest would cost each of them a few tenths of a second at start.
+    import pytest
     raised = Raised()
     try:
         yield raised
@@ -40,8 +41,7 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
         raised.value = error
         if match is not None and not re.search(match, str(error)):
             pytest.fail(f"the {type(error).__name__} should mention {match!r}, it "
-                        f"says: {error}. "
-                        f"{why}", pytrace=False)
+                        f"says: {error}. {why}", pytrace=False)
         return
     names = expected.__name__ if isinstance(expected, type) else \
         " or ".join(e.__name__ for e in expected)
