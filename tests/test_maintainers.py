@@ -105,4 +105,106 @@ caught_by = "test_non_ascii_text_stays_readable_in_the_file"
 
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
-    assert finding.problems == ["'a harmless edit' is not caught: test_non_ascii_text_stays_readable_in_the_file passes on it"]
+    assert finding.problems == ["'a harmless edit' is not caught: "
+                                "test_non_ascii_text_stays_readable_in_the_file "
+                                "passes on it (and so does every other test)"]
+
+
+def add_wrong(copy, entry: str) -> None:
+    wrong = copy / "solutions/01_append/wrong.toml"
+    wrong.write_text(wrong.read_text() + entry)
+
+
+HARMLESS = """
+[[wrong]]
+what = "a harmless edit"
+find = "# Disk first: if the write fails, memory does not claim a message the log lacks."
+replace = "# (edited)"
+"""
+
+
+def test_an_equivalent_entry_must_survive_every_test(copy):
+    add_wrong(copy, HARMLESS + 'equivalent = "only a comment changes"\n')
+    add_wrong(copy, """
+[[wrong]]
+what = "claimed harmless, but escapes non-ASCII"
+find = "ensure_ascii=False, allow_nan=False"
+replace = "ensure_ascii=True, allow_nan=False"
+equivalent = "wrongly argued"
+""")
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert len(finding.problems) == 1, finding.problems
+    assert finding.problems[0].startswith(
+        "'claimed harmless, but escapes non-ASCII' is recorded as equivalent, but "
+        "test_non_ascii_text_stays_readable_in_the_file")
+    assert "caught_by = 'test_non_ascii_text_stays_readable_in_the_file'" in finding.problems[0]
+
+
+def test_an_entry_caught_by_another_test_than_the_named_one_passes_and_says_which(copy):
+    add_wrong(copy, """
+[[wrong]]
+what = "escapes non-ASCII"
+find = "ensure_ascii=False, allow_nan=False"
+replace = "ensure_ascii=True, allow_nan=False"
+caught_by = "test_a_newline_inside_content_stays_one_line"
+""")
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert finding.ok, finding.problems
+    note = next(n for n in finding.notes if n.startswith("'escapes non-ASCII'"))
+    assert "caught by test_non_ascii_text_stays_readable_in_the_file" in note
+    assert "not by test_a_newline_inside_content_stays_one_line" in note
+
+
+def test_an_entry_with_neither_caught_by_nor_equivalent_is_reported(copy):
+    add_wrong(copy, HARMLESS)
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert any("give exactly one of `caught_by`" in p for p in finding.problems), (
+        finding.problems)
+
+
+def test_a_bare_did_not_raise_on_a_mutant_is_reported_naming_test_and_mutant(copy):
+    tests = copy / "lessons/01_append/test_append.py"
+    tests.write_text(tests.read_text() + '''
+
+@pytest.mark.task("01.1")
+def test_an_empty_id_is_refused_bare(lesson, sessions):
+    """An empty id is refused (a bare pytest.raises, for the check to find)."""
+    with pytest.raises(lesson.InvalidSessionId):
+        lesson.SessionLog(sessions, "")
+''')
+    solution = (copy / "solutions/01_append/agent.py").read_text()
+    assert solution.count("SESSION_ID.fullmatch(session_id)") == 1
+    add_wrong(copy, """
+[[wrong]]
+what = "accepts every id"
+find = "SESSION_ID.fullmatch(session_id)"
+replace = "True"
+caught_by = "test_an_empty_id_is_refused_bare"
+""")
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert any(p.startswith("test_an_empty_id_is_refused_bare on the mutant 'accepts "
+                            "every id' "
+                            "ends in a bare 'DID NOT "
+                            "RAISE") for p in finding.problems), finding.problems
+
+
+def test_a_test_without_a_docstring_is_reported(copy):
+    tests = copy / "lessons/01_append/test_append.py"
+    text = tests.read_text()
+    start = text.index("def test_plain_session_ids_are_accepted")
+    doc_start = text.index('"""', start)
+    doc_end = text.index('"""', doc_start + 3) + 3
+    tests.write_text(text[:doc_start] + "pass" + text[doc_end:])
+
+    problems = maintainers.check_metadata(lesson_of(copy)).problems
+
+    assert any(p.startswith("test_plain_session_ids_are_accepted has no "
+                            "docstring") for p in problems), problems

@@ -16,6 +16,8 @@ def new_agent(lesson, model, town, **options):
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_a_plain_answer_ends_the_turn(lesson, model, town):
+    """A reply with text and no tool calls ends the turn: run() returns that text after
+    one model call, and the history holds the question and the answer."""
     model.add(say("Welcome to town, adventurer."))
     agent = new_agent(lesson, model, town)
 
@@ -32,6 +34,8 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, model, town):
+    """A reply may ask for several tools at once; each gets a result carrying its own
+    tool_call_id, in the order of the calls, or the next request is rejected."""
     model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")),
               say("Done."))
     agent = new_agent(lesson, model, town)
@@ -52,6 +56,8 @@ def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, mode
 
 @pytest.mark.task("00.2")
 def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, town):
+    """Some servers answer finish_reason 'stop' together with tool calls; the loop must
+    decide from tool_calls, or the tools the model asked for never run."""
     model.add(use(call("buy", item="rope"), finish_reason="stop"), say("Bought."))
     agent = new_agent(lesson, model, town)
 
@@ -65,6 +71,8 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
 
 @pytest.mark.task("00.1")
 def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(lesson, model, town):
+    """A call to a tool that does not exist becomes an error result naming it, so the
+    model can correct itself instead of the agent crashing."""
     model.add(use(call("fly", to="the cave")), say("I cannot fly."))
     agent = new_agent(lesson, model, town)
 
@@ -78,6 +86,8 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(lesson, mode
 
 @pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
+    """Arguments that are not valid JSON become an error result that says so, and the
+    tool does not run."""
     result = lesson.run_tool(town, {"id": "call_1", "type": "function",
                                     "function": {"name": "buy", "arguments": "{item: rope"}})
 
@@ -88,6 +98,8 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
 
 @pytest.mark.task("00.1")
 def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
+    """Arguments that are valid JSON but not an object (a list, a number) cannot be
+    keyword arguments: they become an error result too."""
     result = lesson.run_tool(town, {"id": "call_1", "type": "function",
                                     "function": {"name": "buy", "arguments": '["rope"]'}})
 
@@ -97,6 +109,8 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson
 
 @pytest.mark.task("00.1")
 def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
+    """An exception inside a tool is the model's business, not the user's: it becomes an
+    error result and the loop goes on."""
     # talk_to takes `npc`; `person` makes Python raise TypeError inside the call.
     model.add(use(raw_call("talk_to", '{"person": "elder"}')), say("Let me try again."))
     agent = new_agent(lesson, model, town)
@@ -110,6 +124,8 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 
 @pytest.mark.task("00.2")
 def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, town):
+    """A model that keeps calling tools is stopped after exactly max_turns model calls,
+    with an error rather than an endless bill."""
     model.script = lambda request: use(call("talk_to", npc="guard"))
     agent = new_agent(lesson, model, town, max_turns=3)
 
@@ -121,6 +137,8 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
+    """The system prompt leads every request but is configuration, not conversation: it
+    never enters the history that later lessons save."""
     model.add(say("Aye."))
     agent = new_agent(lesson, model, town, system="You are a brave adventurer.")
 
@@ -134,6 +152,8 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_a_new_agent_remembers_nothing(lesson, model, town):
+    """A second agent starts with an empty history: everything the first heard is lost
+    with it, the problem the rest of the course solves."""
     model.add(use(call("talk_to", npc="elder")), say("The elder says: torch and rope."), say("Who?"))
     lesson.Agent(model.client(), model=model.model, tools=town).run("Ask the elder about the cave.")
 

@@ -14,7 +14,7 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
 from sessionlab.testing import (append_interrupted_after_the_write, in_child,
-                                open_descriptors, unless_unfinished,
+                                open_descriptors, raises, unless_unfinished,
                                 with_file_size_limit)
 
 BAD_IDS = ["../x", "/etc/passwd", "a/b", "", "a\x00b", "x" * 129, "..", ".hidden", "quest 1", "a\\b", "~root"]
@@ -26,7 +26,15 @@ def lines_of(path):
     """The log's lines as parsed JSON, or [] if the file does not exist yet."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+    found = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            found.append(json.loads(line)) if line else None
+        except ValueError:
+            pytest.fail(f"line {number} of {path.name} is not a JSON object on its "
+                        f"own: {line[:80]!r}. Each message is one line: json.dumps "
+                        "without indent, then a newline", pytrace=False)
+    return found
 
 
 def agent_on(lesson, model, town, sessions, session_id="quest-1", **options):
@@ -38,6 +46,8 @@ def agent_on(lesson, model, town, sessions, session_id="quest-1", **options):
 @pytest.mark.task("01.3")
 @pytest.mark.task("01.2")
 def test_each_message_is_on_disk_before_the_next_model_call(lesson, model, town, sessions):
+    """Every message is in the log before the model is called again (checked from inside
+    the scripted model), so a crash never loses what was already said."""
     log_path = sessions / "quest-1.jsonl"
     model.on_request(lambda request: lines_of(log_path))   # runs inside the model call
     model.add(use(call("talk_to", npc="elder")), say("The elder wants a torch and a rope."))
@@ -58,12 +68,15 @@ def test_each_message_is_on_disk_before_the_next_model_call(lesson, model, town,
 @pytest.mark.key
 @pytest.mark.task("01.2")
 def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(lesson, model, town, sessions):
+    """The log holds the agent's messages in order, one JSON object per
+    newline-terminated line, and nothing else."""
     model.add(use(call("talk_to", npc="guard"), call("buy", item="torch")), say("Ready."))
     agent, log = agent_on(lesson, model, town, sessions)
 
     with log:
         agent.run("Get ready for the cave.")
 
+    assert (sessions / "quest-1.jsonl").exists(), "after a turn, the log should exist"
     raw = (sessions / "quest-1.jsonl").read_bytes()
     assert raw.endswith(b"\n"), "every line, the last one included, ends with a newline"
     assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
@@ -72,6 +85,8 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(lesson,
 
 @pytest.mark.task("01.3")
 def test_a_crash_mid_run_leaves_every_earlier_message_on_disk(lesson, model, town, sessions):
+    """A crash in the middle of a turn leaves every message said before it on disk:
+    saving as you go is the point of this lesson."""
     model.add(use(call("buy", item="rope")), Crash())
     agent, log = agent_on(lesson, model, town, sessions)
 
@@ -87,6 +102,8 @@ def test_a_crash_mid_run_leaves_every_earlier_message_on_disk(lesson, model, tow
 
 @pytest.mark.task("01.2")
 def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
+    """Non-ASCII text is written as UTF-8 (ensure_ascii=False), so the log stays
+    readable and greppable by a person."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Café au lait, Ελληνικά, 洞窟へ"})
 
@@ -98,6 +115,8 @@ def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
 
 @pytest.mark.task("01.2")
 def test_a_newline_inside_content_stays_one_line(lesson, sessions):
+    """A newline inside a message's content is escaped by JSON, so one message is always
+    exactly one line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "line one\nline two\r\nline three"})
         log.append({"role": "assistant", "content": "ok"})
@@ -111,6 +130,8 @@ def test_a_newline_inside_content_stays_one_line(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("01.2")
 def test_a_second_log_object_appends_and_never_truncates(lesson, sessions):
+    """Opening the log of an existing session appends to it; a log that started over
+    would lose the earlier conversation."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "day one"})
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -125,12 +146,18 @@ def test_a_second_log_object_appends_and_never_truncates(lesson, sessions):
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("bad_id", BAD_IDS, ids=lambda v: repr(v) if len(v) < 20 else f"{len(v)} characters")
 def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_id):
+    """A session id that could name a path (../x, /etc/x, empty, NUL) is refused before
+    any file or folder is created."""
     sessions = tmp_path / "sessions"
     before = sorted(p.name for p in tmp_path.rglob("*"))
 
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId,
+                f"check_session_id({bad_id!r}) accepted the id: a session id must "
+                "be a plain name, the whole of it (re.fullmatch)"):
         lesson.check_session_id(bad_id)
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId,
+                f"SessionLog accepted the id {bad_id!r}: check it before the id "
+                "becomes a path"):
         lesson.SessionLog(sessions, bad_id)
 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before, "a refused id must not create any file or folder"
@@ -138,7 +165,9 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
 
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
-    with pytest.raises(ValueError) as refused:   # InvalidSessionId is a ValueError
+    """The refusal quotes the id it refused and says what a valid one looks like, so the
+    caller can fix it."""
+    with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     assert "../x" in str(refused.value), f"the error should quote the id it refused: {refused.value}"
 
@@ -147,6 +176,8 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
 @pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7"],
                          ids=lambda v: v if len(v) < 20 else f"{len(v)} characters")
 def test_plain_session_ids_are_accepted(lesson, good_id):
+    """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
+    the check refuses paths, not names."""
     assert lesson.check_session_id(good_id) == good_id
 
 
@@ -169,6 +200,8 @@ class FsyncRecorder:
 @pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
 def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(lesson, sessions, monkeypatch):
+    """In durable mode every line is fsynced, and the folder once when the log is new,
+    so an acknowledged message survives a power cut."""
     fsync = FsyncRecorder()
     monkeypatch.setattr(lesson.os, "fsync", fsync)
 
@@ -193,6 +226,8 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(lesson, sess
 
 @pytest.mark.task("01.2")
 def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
+    """Without durable mode nothing is fsynced: fsync costs milliseconds per line and is
+    an opt-in."""
     fsync = FsyncRecorder()
     monkeypatch.setattr(lesson.os, "fsync", fsync)
 

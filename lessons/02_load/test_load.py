@@ -34,6 +34,8 @@ def fingerprint(path):
 @pytest.mark.task("02.1")
 @pytest.mark.task("02.2")
 def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
+    """A new agent with day 1's session id reads the log back before its first request,
+    so day 2's model sees all of day 1."""
     day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
 
     day_two, model = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
@@ -48,6 +50,8 @@ def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("02.2")
 def test_day_two_is_appended_after_day_one(lesson, sessions):
+    """Day 2 appends only its own messages after day 1's; writing the loaded history
+    again would double the log."""
     day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
     day_two, _ = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
 
@@ -62,6 +66,8 @@ def test_day_two_is_appended_after_day_one(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("02.1")
 def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions, model, town):
+    """An id with no log yet starts with an empty history, and loading it creates no
+    file."""
     log = lesson.SessionLog(sessions, "never-played")
 
     agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
@@ -73,6 +79,7 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions, m
 
 @pytest.mark.task("02.2")
 def test_an_agent_without_a_session_starts_empty(lesson, model, town):
+    """An agent given no session works in memory as in lesson 00 and starts empty."""
     agent = lesson.Agent(model.client(), model=model.model, tools=town)
     assert agent.messages == []
 
@@ -80,6 +87,8 @@ def test_an_agent_without_a_session_starts_empty(lesson, model, town):
 @pytest.mark.key
 @pytest.mark.task("02.1")
 def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
+    """Loading only reads: the log's bytes, inode and modification time stay as they
+    were, so a reader can never damage a session."""
     play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
     path = sessions / "quest-1.jsonl"
     before = fingerprint(path)
@@ -97,11 +106,21 @@ def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
 
 @pytest.mark.task("02.1")
 def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessions):
+    """Content holding U+2028, U+2029 or U+0085 loads back exactly: the log is split on
+    b'\\n' only, never with str.splitlines()."""
     tricky = "one\u2028two\u2029three\x85four\x1cfive\rsix\nseven"
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": tricky})
         log.append({"role": "assistant", "content": "noted"})
-        loaded = log.load()
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            pytest.fail("loading a log whose content holds U+2028, U+2029 and "
+                        f"U+0085 failed: {type(error).__name__}: {error}. Those "
+                        "characters are written unescaped with ensure_ascii=False; "
+                        "if load splits the text with str.splitlines(), it cuts a "
+                        "line in the middle of its JSON. Split the file's bytes on "
+                        "b'\\n' only", pytrace=False)
 
     assert [m["content"] for m in loaded] == [tricky, "noted"], (
         "U+2028, U+2029 and U+0085 are written unescaped with ensure_ascii=False, and "
@@ -111,6 +130,8 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
 
 @pytest.mark.task("02.1")
 def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
+    """Tool calls, tool results and a null content load back exactly as they were
+    written, so the resumed request is valid."""
     messages = [
         {"role": "user", "content": "Buy a rope."},
         {"role": "assistant", "content": None, "tool_calls": [

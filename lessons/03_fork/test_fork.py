@@ -17,6 +17,7 @@ import pytest
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import in_child, unless_unfinished, with_file_size_limit
 from sessionlab.town import Town
+from sessionlab.testing import raises
 
 
 def play(lesson, sessions, session_id, script, text, town):
@@ -43,6 +44,8 @@ def snapshot(folder):
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
+    """A fork starts with the whole history of its parent: its first request carries
+    every message of the original."""
     lesson.fork(sessions, "quest-1", "what-if")
 
     agent, model = play(lesson, sessions, "what-if", [say("The guard opens at dawn.")],
@@ -55,6 +58,8 @@ def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
 
 @pytest.mark.task("03.1")
 def test_a_fork_can_keep_only_the_first_k_messages(lesson, sessions, town, day_one):
+    """fork(upto=k) keeps only the first k messages, for a 'what if' that branches
+    earlier in the conversation."""
     lesson.fork(sessions, "quest-1", "ask-again", upto=1)
 
     with lesson.SessionLog(sessions, "ask-again") as log:
@@ -65,6 +70,8 @@ def test_a_fork_can_keep_only_the_first_k_messages(lesson, sessions, town, day_o
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_appending_to_either_session_leaves_the_other_byte_identical(lesson, sessions, day_one):
+    """After a fork, appending to either session leaves the other byte for byte as it
+    was: the fork is a copy, never a link."""
     lesson.fork(sessions, "quest-1", "what-if")
     original = (sessions / "quest-1.jsonl").read_bytes()
     forked = (sessions / "what-if.jsonl").read_bytes()
@@ -84,6 +91,8 @@ def test_appending_to_either_session_leaves_the_other_byte_identical(lesson, ses
 
 @pytest.mark.task("03.1")
 def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
+    """The fork's log is a file of its own, neither a symbolic nor a hard link to the
+    original."""
     lesson.fork(sessions, "quest-1", "what-if")
 
     fork_path = sessions / "what-if.jsonl"
@@ -95,10 +104,13 @@ def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(lesson, sessions, town, day_one):
+    """Forking onto an id that already has a log is refused and leaves every file as it
+    was: a fork never overwrites a session."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     before = snapshot(sessions)
 
-    with pytest.raises(lesson.SessionExists):
+    with raises(lesson.SessionExists, "forking onto 'other', which already has a log, "
+                "was allowed: check that the new id is free before writing anything"):
         lesson.fork(sessions, "quest-1", "other")
 
     assert snapshot(sessions) == before, "a refused fork must leave every file as it was, and create none"
@@ -107,7 +119,10 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(less
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_forking_from_a_missing_session_is_refused_and_creates_nothing(lesson, sessions):
-    with pytest.raises(lesson.SessionNotFound):
+    """Forking from an id that has no log is refused and creates no file."""
+    with raises(lesson.SessionNotFound,
+                "forking a session that has no log was allowed: a fork of nothing "
+                "is a mistake to report, not an empty session"):
         lesson.fork(sessions, "no-such-quest", "what-if")
 
     assert list(sessions.iterdir()) == [], "a refused fork must not create any file"
@@ -115,9 +130,13 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(lesson, s
 
 @pytest.mark.task("03.1")
 def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
+    """Asking for more messages than the parent holds is refused rather than silently
+    copying fewer."""
     before = snapshot(sessions)
 
-    with pytest.raises(ValueError):
+    with raises(ValueError,
+                f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
+                f"({len(day_one)}), and the fork was allowed: refuse it"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
     assert snapshot(sessions) == before, "a refused fork must not create any file"
@@ -125,9 +144,11 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
 
 @pytest.mark.task("03.1")
 def test_fork_checks_both_session_ids(lesson, sessions, day_one):
-    with pytest.raises(lesson.InvalidSessionId):
+    """Both the parent's and the new session's ids are checked like any session id, so a
+    fork cannot reach outside the sessions folder."""
+    with raises(lesson.InvalidSessionId, "fork accepted the new id '../escaped'"):
         lesson.fork(sessions, "quest-1", "../escaped")
-    with pytest.raises(lesson.InvalidSessionId):
+    with raises(lesson.InvalidSessionId, "fork accepted the parent id '../quest-1'"):
         lesson.fork(sessions, "../quest-1", "what-if")
     assert not (sessions.parent / "escaped.jsonl").exists()
 
@@ -135,6 +156,8 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
 @pytest.mark.key
 @pytest.mark.task("03.2")
 def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_one):
+    """<id>.meta.json records the parent session and how many messages were copied
+    (forked_at), the fork's lineage."""
     lesson.fork(sessions, "quest-1", "what-if", upto=3)
 
     meta = json.loads((sessions / "what-if.meta.json").read_text(encoding="utf-8"))
@@ -152,6 +175,8 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
 
 @pytest.mark.task("03.2")
 def test_the_meta_file_is_written_whole_through_a_rename(lesson, sessions, day_one, monkeypatch):
+    """The meta file is written to a temporary file and renamed into place, so a crash
+    or a reader never sees half of it, and no temporary file is left."""
     renamed = []
     for name in ("replace", "rename"):
         real = getattr(os, name)
@@ -168,6 +193,8 @@ def test_the_meta_file_is_written_whole_through_a_rename(lesson, sessions, day_o
 
 @pytest.mark.task("03.1")
 def test_a_fork_copies_history_not_the_world(lesson, sessions, town, day_one):
+    """A fork copies the conversation, not the world: gold spent on day 1 stays spent in
+    the fork, and the fork's purchases stay in the fork's log."""
     assert town.gold == 6 and town.inventory == ["rope"], "day 1 bought a rope for 4 of the 10 gold"
 
     lesson.fork(sessions, "quest-1", "what-if")
@@ -184,6 +211,8 @@ def test_a_fork_copies_history_not_the_world(lesson, sessions, town, day_one):
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_a_durable_fork_is_synced_and_a_plain_one_is_not(lesson, sessions, day_one, monkeypatch):
+    """fork(durable=True) syncs the new log, its meta file and their folder before
+    returning; a plain fork syncs nothing, like a plain append."""
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(lesson.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.testing import raises
 
 
 def tool_call(call_id, name, **arguments):
@@ -210,6 +211,7 @@ def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(lesson, resume
 
     entries = entries_in(path)
     assert entries[:2] == [ASK, BUY_THREE], "the repair only adds to the end of the log"
+    assert len(entries) > 2, "resuming with an unanswered call should append a repair"
     assert entries[2].get("$marker") == "repair", (
         f"the line after the last original one should be the repair marker; it is {entries[2]}")
     assert entries[2].get("interrupted") == CALL_ORDER, (
@@ -327,7 +329,10 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(les
     path.write_bytes(good + bad + b"".join(line(m) for m in A_FINISHED_DAY[1:]) + TORN)
     before = snapshot(sessions)
 
-    with pytest.raises(lesson.CorruptLog) as damaged:
+    with raises(lesson.CorruptLog,
+                "line 2 is damaged and the session was resumed anyway: only the "
+                "bytes after the last newline can be torn; a damaged whole line "
+                "must stop the load") as damaged:
         resume()
 
     message = str(damaged.value)
@@ -341,7 +346,7 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(les
         "a damaged log must be left exactly as it is (not cut at the damage, not repaired), "
         "and no other file created")
 
-    with pytest.raises(lesson.CorruptLog):
+    with raises(lesson.CorruptLog, "load() read past a damaged line 2"):
         lesson.SessionLog(sessions, "quest-1").load()
     assert snapshot(sessions) == before
 
@@ -361,7 +366,10 @@ def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(lesson, resume, s
     path.write_bytes(line(A_FINISHED_DAY[0]) + damage + after)
     before = snapshot(sessions)
 
-    with pytest.raises(lesson.CorruptLog) as damaged:
+    with raises(lesson.CorruptLog,
+                f"a damaged whole line ({where}) was taken for a torn tail or "
+                "skipped: only the bytes after the last newline can be torn",
+                ) as damaged:
         resume()
 
     assert damaged.value.line == 2, f"the damage is on line 2; CorruptLog says line {damaged.value.line}"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
-from sessionlab.testing import in_child, unless_unfinished, keep_lines_large
+from sessionlab.testing import in_child, keep_lines_large, raises, unless_unfinished
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
@@ -132,10 +132,14 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     holder.expect("holding")
     before = (sessions / "quest-1.jsonl").read_bytes()
 
-    with pytest.raises(lesson.SessionBusy) as busy:
+    with raises(lesson.SessionBusy,
+                "another process holds quest-1 and this writer appended anyway: "
+                "take an exclusive lock before the first write") as busy:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append({"role": "user", "content": "Me too."})
-    with pytest.raises(lesson.SessionBusy):
+    with raises(lesson.SessionBusy,
+                "another process holds quest-1 and an agent resumed it: resuming "
+                "(which may repair the tail) needs the lock too"):
         with lesson.SessionLog(sessions, "quest-1") as log:
             lesson.Agent(model.client(), model=model.model, tools=town, session=log)
 
@@ -158,7 +162,10 @@ def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
     """Two SessionLog objects for one session in one process are two writers: the second is refused."""
     with lesson.SessionLog(sessions, "quest-1") as first:
         first.append(FIRST)
-        with pytest.raises(lesson.SessionBusy) as busy:
+        with raises(lesson.SessionBusy,
+                    "a second writer in the holder's own process got the lock. "
+                    "POSIX record locks (fcntl.lockf) never refuse their own "
+                    "process: use fcntl.flock, which locks per open file") as busy:
             with lesson.SessionLog(sessions, "quest-1") as second:
                 second.append({"role": "user", "content": "Me too."})
 
@@ -257,7 +264,8 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other):
     holder = other("hold")
     holder.expect("holding")
 
-    with pytest.raises(lesson.SessionBusy) as busy:
+    with raises(lesson.SessionBusy, "another process holds quest-1 and a writer with "
+                "timeout=0.2 appended anyway") as busy:
         with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
             log.append({"role": "user", "content": "Me too."})
 
@@ -282,7 +290,11 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
     with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as second:
         second.append({"role": "user", "content": "second"})
         monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
-        with pytest.raises(lesson.SessionBusy):
+        with raises(lesson.SessionBusy,
+                    "the second writer locked the removed file, and a third writer "
+                    "then locked the new quest-1.lock: two writers at once. After "
+                    "flock succeeds, check that the file is still the one named "
+                    "quest-1.lock (is_same_file), and try again if it is not"):
             with lesson.SessionLog(sessions, "quest-1") as third:
                 third.append({"role": "user", "content": "third"})
     holder.close()
@@ -317,8 +329,14 @@ def test_the_lock_file_is_removed_before_the_lock_is_let_go(lesson, sessions, mo
     holder.close()
     monkeypatch.setattr(os, "unlink", real_unlink)
     try:
-        if took_over[0]:
-            with pytest.raises(lesson.SessionBusy, match="quest-1"):
+        if took_over and took_over[0]:
+            with raises(lesson.SessionBusy,
+                        "the holder let go of the lock before removing "
+                        "quest-1.lock: a newcomer locked that file in between, the "
+                        "holder then removed the newcomer's lock file, and a third "
+                        "writer got in beside the newcomer. Remove the file first, "
+                        "while the lock is still yours, then close it",
+                        match="quest-1"):
                 with lesson.SessionLog(sessions, "quest-1") as third:
                     third.append({"role": "user", "content": "third"})
     finally:
@@ -448,7 +466,9 @@ def test_a_reader_never_repairs_a_session_another_process_is_writing(lesson, ses
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
     lesson.fork(sessions, "quest-1", "what-if")
-    with pytest.raises(lesson.SessionBusy):
+    with raises(lesson.SessionBusy,
+                "an agent resumed quest-1 while another process was writing it: "
+                "resuming needs the lock, because it may repair the tail"):
         lesson.Agent(model.client(), model=model.model, tools=town,
                      session=lesson.SessionLog(sessions, "quest-1"))
 
@@ -501,7 +521,10 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, se
     before = (sessions / "quest-2.jsonl").read_bytes()
 
     model.add(say("never sent"))
-    with pytest.raises(lesson.SessionExists):
+    with raises(lesson.SessionExists,
+                "an agent that loaded quest-2 as new appended after the story "
+                "another writer began meanwhile: when the lock is taken, check that "
+                "a session believed new still has no log"):
         late.run("I thought this session was new.")
     late.session.close()
 

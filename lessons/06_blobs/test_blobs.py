@@ -13,6 +13,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, SimulatedCrash, call, say, use
 from sessionlab.town import Town
+from sessionlab.testing import raises
 
 MB = 1024 * 1024
 PASTE = "".join(f"{n:07d} the elder's map of the cave, copied line by line\n" for n in range(MB // 56 + 1))[:MB]
@@ -63,6 +64,8 @@ class Library:
 @pytest.mark.task("06.1")
 @pytest.mark.task("06.2")
 def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessions):
+    """A 1 MB paste goes to blobs/<sha256>, and its line keeps a short reference with
+    the hash and the size in bytes."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
 
@@ -84,6 +87,8 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
 @pytest.mark.task("06.3")
 @pytest.mark.parametrize("content", [PASTE, NON_ASCII, BINARY_LOOKING], ids=["1 MB paste", "non-ASCII", "binary-looking"])
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
+    """Loading puts the blob's content back in place of the reference, byte for byte,
+    around unchanged small messages."""
     messages = [SMALL, {"role": "user", "content": content}, {"role": "assistant", "content": "Noted."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
@@ -103,6 +108,8 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
 
 @pytest.mark.task("06.2")
 def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
+    """blob_threshold is configurable and counts UTF-8 bytes, what the line would hold,
+    not characters."""
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
         log.append({"role": "user", "content": "x" * 10})        # 10 bytes: stays in the line
         log.append({"role": "user", "content": "x" * 11})        # 11 bytes: goes to a blob
@@ -119,6 +126,8 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
 
 @pytest.mark.task("06.2")
 def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessions):
+    """With the default threshold, a message of a few KB stays in its line: only large
+    content moves out."""
     ordinary = {"role": "tool", "tool_call_id": "call_1_0", "content": "The elder says: bring a torch. " * 100}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(ordinary)                                      # about 3 KB
@@ -131,6 +140,8 @@ def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessi
 
 @pytest.mark.task("06.2")
 def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions):
+    """A message whose content is not a string (None, tool calls only) is stored as it
+    is, with nothing out of line."""
     call_message = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=0) as log:
@@ -142,6 +153,8 @@ def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions
 @pytest.mark.key
 @pytest.mark.task("06.2")
 def test_the_model_receives_the_full_content(lesson, sessions):
+    """The reference is for the disk only: the model and the agent's memory always get
+    the full content."""
     library = Library()
     model = ScriptedModel([use(call("read_scroll")), say("A long chronicle.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -164,6 +177,8 @@ def test_the_model_receives_the_full_content(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("06.3")
 def test_day_two_sends_the_full_content_again(lesson, sessions, town):
+    """After a resume, day 2's first request carries day 1's large content in full, read
+    back from its blob."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         lesson.Agent(ScriptedModel([say("What a map.")]).client(), model="scripted-town", tools=town,
                      session=log).run(PASTE)
@@ -180,6 +195,8 @@ def test_day_two_sends_the_full_content_again(lesson, sessions, town):
 @pytest.mark.key
 @pytest.mark.task("06.1")
 def test_the_same_content_is_stored_once(lesson, sessions):
+    """The same content stored three times makes one blob named by its hash: content
+    addressing deduplicates for free."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
         log.append({"role": "user", "content": PASTE})
@@ -195,6 +212,8 @@ def test_the_same_content_is_stored_once(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("06.1")
 def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
+    """A fork adds its log and meta file but no blob: blobs are shared by the folder,
+    never copied or hard-linked."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
         log.append({"role": "assistant", "content": "What a map."})
@@ -208,6 +227,7 @@ def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
         f"a fork adds its log and its meta file, and no blob (blobs are shared by the whole folder); it added {new}")
     assert all(after[p] == ino for p, ino in before.items()), "the fork changed or replaced files of the original"
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
     assert blob.stat().st_nlink == 1, "the fork hard-linked the blob; it should only point to it from its log"
     assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, "the fork's log should hold the short reference, not the content"
     with lesson.SessionLog(sessions, "what-if") as log:
@@ -236,6 +256,8 @@ class LineWatch:
 @pytest.mark.task("06.1")
 @pytest.mark.task("06.2")
 def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(lesson, sessions, monkeypatch):
+    """The blob is complete on disk before the line pointing to it is written, so no
+    crash leaves a reference to missing bytes."""
     digest = sha256(PASTE.encode("utf-8"))
     watch = LineWatch(sessions / "blobs", digest)
     monkeypatch.setattr(lesson.os, "write", watch)
@@ -251,6 +273,8 @@ def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(lesson, 
 
 @pytest.mark.task("06.1")
 def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(lesson, sessions, monkeypatch):
+    """A crash after the blob and before the line leaves an unused blob and a log that
+    loads as before: harmless, and reused next time."""
     digest = sha256(PASTE.encode("utf-8"))
     monkeypatch.setattr(lesson.os, "write", LineWatch(sessions / "blobs", digest, crash=True))
 
@@ -269,6 +293,8 @@ def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(lesson, se
 @pytest.mark.key
 @pytest.mark.task("06.1")
 def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions, monkeypatch):
+    """A crash while the blob is written leaves no file under the blob's name and no
+    reference: write to a temporary file, then rename."""
     blobs = str(sessions / "blobs")
     renames = []
 
@@ -305,6 +331,8 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions,
 
 @pytest.mark.task("06.1")
 def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sessions, monkeypatch):
+    """In durable mode the blob's bytes and the blobs/ folder are fsynced before the
+    line that points to the blob is written."""
     events = []
     real_fsync, real_write = os.fsync, os.write
 
@@ -325,6 +353,7 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sess
     monkeypatch.undo()
 
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
     line = events.index(("line", None)) if ("line", None) in events else len(events)
     before_line = [ino for kind, ino in events[:line]]
     assert blob.stat().st_ino in before_line, (
@@ -337,6 +366,8 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sess
 @pytest.mark.key
 @pytest.mark.task("06.3")
 def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions):
+    """A blob whose bytes no longer match its hash is refused with a BlobError naming
+    the blob, the log and the line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(SMALL)
         log.append({"role": "user", "content": PASTE})
@@ -345,7 +376,9 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with pytest.raises(lesson.BlobError) as refused:
+        with raises(lesson.BlobError,
+                    "a blob whose bytes no longer match its hash was loaded: hash "
+                    "what you read and compare it with the name") as refused:
             log.load()
 
     message = str(refused.value)
@@ -357,13 +390,19 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
 @pytest.mark.key
 @pytest.mark.task("06.3")
 def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
+    """A reference to a blob that is missing is refused with an error naming the blob,
+    the log and the line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     digest = sha256(PASTE.encode("utf-8"))
+    assert (sessions / "blobs" / digest).exists(), (
+        f"the paste should be stored in the folder's blobs/, named {digest}")
     (sessions / "blobs" / digest).unlink()
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with pytest.raises(lesson.BlobError) as refused:
+        with raises(lesson.BlobError,
+                    "a reference to a missing blob was loaded without an error",
+                    ) as refused:
             log.load()
 
     message = str(refused.value)
@@ -375,6 +414,8 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
 @pytest.mark.parametrize("name", ["../quest-2.jsonl", "/etc/hostname", "..", "", "blobs/" + "a" * 64,
                                   "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None])
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
+    """A reference that is not a plain sha256 hex name (a path, say) is refused naming
+    the log and line, and the load changes nothing."""
     with lesson.SessionLog(sessions, "quest-2") as log:       # another session, with a real blob
         log.append({"role": "user", "content": PASTE})
     line = {"role": "user", "content": {"$blob": name, "size": 10, "preview": "a path"}}
@@ -382,7 +423,9 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with pytest.raises(lesson.BlobError) as refused:
+        with raises(lesson.BlobError,
+                    f"the reference {name!r} was followed: only a plain sha256 hex "
+                    "name may be opened under blobs/") as refused:
             log.load()
 
     message = str(refused.value)

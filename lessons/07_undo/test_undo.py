@@ -12,6 +12,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
+from sessionlab.testing import raises
 
 # Turn A: the user, one reply calling two tools, their two results, the answer (5 messages).
 TURN_A = ("Ask the elder about the cave and buy a rope.",
@@ -67,6 +68,8 @@ def resume(lesson, sessions, session_id="quest-1"):
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.4")
 def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(lesson, sessions):
+    """undo() takes back the whole last turn, the user's message with its tool calls,
+    results and answer, never half a tool exchange."""
     agent, model, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -90,6 +93,8 @@ def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(les
 
 @pytest.mark.task("07.3")
 def test_undo_of_several_turns(lesson, sessions):
+    """undo(turns=n) takes back the last n turns, in memory and for a new process alike.
+    """
     agent, _, log = open_agent(lesson, sessions, TURN_C[1] + TURN_A[1] + TURN_B[1])
     with log:
         agent.run(TURN_C[0])
@@ -106,6 +111,8 @@ def test_undo_of_several_turns(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.3")
 def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, sessions):
+    """Undoing more turns than exist is refused and changes neither the conversation nor
+    the log."""
     play(lesson, sessions, TURN_A, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -113,7 +120,10 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
     with log:
         messages = list(agent.messages)
         for turns in (3, 0, -1):
-            with pytest.raises(lesson.UndoError):   # a ValueError
+            with raises(lesson.UndoError,
+                        f"undo(turns={turns}) was allowed on a conversation of two "
+                        "turns: refuse a count that is not between 1 and the turns "
+                        "there are"):
                 agent.undo(turns=turns)
 
             assert agent.messages == messages, f"a refused undo({turns}) must leave the conversation as it was"
@@ -123,9 +133,12 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
 
 @pytest.mark.task("07.3")
 def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
+    """A conversation with no turns has nothing to undo: the undo is refused and creates
+    no log."""
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        with pytest.raises(lesson.UndoError):
+        with raises(lesson.UndoError,
+                    "undo() on a conversation with no turn was allowed"):
             agent.undo()
     assert list(sessions.iterdir()) == [], "a refused undo must not create the log"
 
@@ -133,6 +146,8 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.4")
 def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
+    """Undo keeps the log append-only: every byte written before it stays where it was,
+    and the undo is recorded at the end."""
     play(lesson, sessions, TURN_A, TURN_B)
     path = sessions / "quest-1.jsonl"
     before, inode = path.read_bytes(), path.stat().st_ino
@@ -153,12 +168,17 @@ def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.4")
 def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, sessions):
+    """An undo is one marker line ({'$marker': 'undo'}, no role) listing the undone
+    messages by their index, so it can never pass for a message."""
     turn_a, turn_b = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.undo()
 
-    last = lines_of(sessions / "quest-1.jsonl")[-1]
+    lines = lines_of(sessions / "quest-1.jsonl")
+    assert lines, (
+        "after the undo the log is empty: undo appends a marker, it never rewrites")
+    last = lines[-1]
     expected = list(range(len(turn_a), len(turn_a) + len(turn_b)))
     assert last.get("$marker") == "undo", f"the undo should append one marker line {{'$marker': 'undo', ...}}, the last line is {last}"
     assert "role" not in last, "a marker must never look like a message: no 'role'"
@@ -170,6 +190,8 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, s
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_resume_replays_without_the_undone_turn(lesson, sessions):
+    """Resuming replays the log without the undone turn: the next request does not carry
+    it."""
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -187,6 +209,8 @@ def test_resume_replays_without_the_undone_turn(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
+    """Undo, then new messages, then a resume gives the first turn and then the new one,
+    in that order."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -210,6 +234,8 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
 @pytest.mark.task("07.4")
 @pytest.mark.task("07.1")
 def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions):
+    """Marker indices count messages, not lines, so several undos in a row each skip the
+    right messages."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1] + TURN_D[1])
     with log:
         agent.run(TURN_A[0])
@@ -222,7 +248,11 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
         expected = list(agent.messages)
 
     assert expected == turn_a + [{"role": "user", "content": TURN_D[0]}, {"role": "assistant", "content": "Dawn comes."}]
-    second = markers_in(sessions / "quest-1.jsonl")[1]
+    markers = markers_in(sessions / "quest-1.jsonl")
+    assert len(markers) == 2, (
+        f"two undos should have appended two markers; the log holds {len(markers)}. "
+        "Undo appends a marker and never rewrites the lines already written")
+    second = markers[1]
     c_index = len(turn_a) + 6     # A's messages, then B's six, then C's user message
     assert sorted(second.get("skip", [])) == [c_index, c_index + 1], (
         f"message indices count message lines only (markers are not messages): turn C's messages are "
@@ -232,6 +262,8 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
 
 @pytest.mark.task("07.4")
 def test_undo_in_a_later_process(lesson, sessions):
+    """An undo made in one process still holds when a later process resumes the session.
+    """
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
 
     agent, _, log = open_agent(lesson, sessions)
@@ -245,6 +277,8 @@ def test_undo_in_a_later_process(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.2")
 def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson, sessions):
+    """A message recorded between turns waits in the pending buffer and is on disk
+    before the next model call, as lesson 01 requires."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -268,6 +302,8 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_undoing_pending_messages_writes_nothing(lesson, sessions):
+    """Undoing a turn that is still pending simply drops it: nothing was written, so no
+    marker is needed."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -284,6 +320,8 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions):
+    """An undo spanning pending and written messages drops the pending ones and marks
+    only the written ones."""
     turn_a, turn_c = play(lesson, sessions, TURN_A, TURN_C)
 
     agent, _, log = open_agent(lesson, sessions)
@@ -312,6 +350,8 @@ class WatchfulTown(Town):
 @pytest.mark.key
 @pytest.mark.task("07.2")
 def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, sessions):
+    """Each tool call (and every earlier result) is flushed before the tool runs, so a
+    crash inside a tool leaves a trace of the call."""
     town = WatchfulTown(sessions / "quest-1.jsonl")
     agent, _, log = open_agent(lesson, sessions, TURN_A[1], town=town)
     with log:
@@ -340,6 +380,8 @@ class CtrlCTown(Town):
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_repair(lesson, sessions):
+    """An interrupted turn can be undone, and the session then resumes without a repair:
+    the tail is judged by the messages the log shows."""
     agent, _, log = open_agent(lesson, sessions, TURN_C[1] + [use(call("buy", item="lantern"))], town=CtrlCTown())
     with log:
         agent.run(TURN_C[0])
@@ -364,6 +406,7 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
 
 @pytest.mark.task("07.3")
 def test_undo_works_without_a_session(lesson):
+    """Without a session, undo only changes the agent's memory."""
     model = ScriptedModel(TURN_C[1] + TURN_D[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(TURN_C[0])
@@ -378,6 +421,8 @@ def test_undo_works_without_a_session(lesson):
 @pytest.mark.key
 @pytest.mark.task("07.5")
 def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
+    """A fork of an undone session shows what the original shows: a whole fork copies
+    the lines, undo markers included."""
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -393,6 +438,8 @@ def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("07.5")
 def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
+    """fork(upto=k) counts the messages the session shows, not the lines of the file,
+    and forked_at says the same."""
     agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
     with log:
         agent.run(TURN_A[0])
@@ -411,7 +458,9 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
         f"{[m.get('content') for m in forked if m['role'] == 'user']} as the user's messages")
     meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
     assert meta.get("forked_at") == len(turn_a) + 1, f"forked_at counts the messages kept, as upto does: {meta}"
-    with pytest.raises(ValueError):
+    with raises(ValueError,
+                f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
+                "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
 
 
@@ -454,6 +503,8 @@ REPAIRED_MESSAGES[4] = {"role": "user", "content": BIG}
 @pytest.mark.parametrize("old_log, expected", [(PLAIN_LOG, PLAIN_MESSAGES), (REPAIRED_LOG, REPAIRED_MESSAGES)],
                          ids=["lessons 01-03", "lessons 04-06"])
 def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, expected):
+    """A log written by an earlier lesson's code still loads, resumes unchanged, and can
+    be undone: the format only grows."""
     (sessions / "quest-1.jsonl").write_text(old_log, encoding="utf-8")
     (sessions / "quest-1.meta.json").write_text(PLAIN_META, encoding="utf-8")
     (sessions / "blobs").mkdir()
@@ -463,7 +514,7 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, e
 
     assert loaded == expected, (
         "a log written by an earlier lesson should load exactly as it did then (markers left out, blobs read back); "
-        f"got roles {[m['role'] for m in loaded]}, expected {[m['role'] for m in expected]}")
+        f"got roles {[m.get('role') for m in loaded]}, expected {[m['role'] for m in expected]}")
     assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8") == old_log, "resuming a whole old log must not change it"
 
     agent, model, log = open_agent(lesson, sessions, TURN_C[1])

@@ -2,7 +2,8 @@
 
 For every lesson:
   * its metadata: a title, tasks, at least two hints a task, every task fenced in the
-    solution and checked by at least one test, every test marked with a task;
+    solution and checked by at least one test, every test marked with a task and
+    described by a docstring (the site shows it);
   * its committed starter is exactly what the generator makes from the solution;
   * its solution passes all of its tests, and every earlier lesson's key tests;
   * its starter imports cleanly and fails for the right reason: every failure is a
@@ -37,6 +38,7 @@ from . import course, starters
 from .cli.runner import child_env, run_process
 
 PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check; a lesson takes a few, so this only stops a hang
+CHECK_TEST_TIMEOUT = 15.0   # seconds a test may take on a mutant; a hang is a catch
 
 RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
 
@@ -45,6 +47,7 @@ RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
 class Finding:
     check: str              # "metadata 03_fork", "solution 03_fork", ...
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # shown with --verbose
     seconds: float = 0.0
 
     @property
@@ -53,6 +56,17 @@ class Finding:
 
 
 # --- static checks -------------------------------------------------------------------
+
+
+def undocumented_tests(lesson: course.Lesson) -> list[str]:
+    """Tests of the lesson without a docstring (the site describes each test by its
+    docstring)."""
+    missing = []
+    for path in sorted(lesson.folder.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        missing += [node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+                    and node.name.startswith("test_") and not ast.get_docstring(node)]
+    return missing
 
 
 def test_marks(lesson: course.Lesson) -> dict[str, list[str]]:
@@ -90,6 +104,10 @@ def check_metadata(lesson: course.Lesson) -> Finding:
             problems.append(f"task {task.id} is not fenced (# BEGIN {task.id}) in the solution")
         if task.id not in tested:
             problems.append(f"task {task.id} has no test marked @pytest.mark.task({task.id!r})")
+    for name in undocumented_tests(lesson):
+        problems.append(f"{name} has no docstring: say in a sentence or two what "
+                        f"behaviour it "
+                        "checks and why it matters (the site shows it)")
     known = {task.id for task in lesson.tasks}
     for name, tasks in marks.items():
         if not tasks:
@@ -174,6 +192,9 @@ def check_starter_fails_right(lesson: course.Lesson) -> Finding:
                     f"{result['nodeid']} ({result.get('when')}): {result.get('exception')}: "
                     f"{str(result.get('message', ''))[:300]} - a starter may only fail with "
                     "NotImplementedError or an assertion")
+            elif why := unexplained_failure(result):
+                finding.problems.append(f"{_short(result['nodeid'])} on the starter "
+                                        f"{why}")
             failing_tasks.update(result.get("tasks", []))
     for task in lesson.tasks:
         if task.id not in failing_tasks:
@@ -184,10 +205,17 @@ def check_starter_fails_right(lesson: course.Lesson) -> Finding:
 
 @dataclass(frozen=True)
 class Wrong:
-    what: str          # the mistake, in words
-    find: str          # text of the solution to change (must occur exactly once)
-    replace: str       # what the mistaken version has instead
-    caught_by: str     # the test that must fail on it
+    """One entry of solutions/NN_topic/wrong.toml: the solution with one edit.
+
+    Either `caught_by` (the test written for it; any failing test catches it, and the
+    check says which did) or `equivalent` (why no user could tell the edit from the
+    solution: the check then makes sure every test indeed passes on it).
+    """
+    what: str                   # the mistake, in words
+    find: str                   # text of the solution to change (occurs exactly once)
+    replace: str                # what the mistaken version has instead
+    caught_by: str = ""         # the test that must fail on it
+    equivalent: str = ""        # or: why this edit changes nothing a user can see
 
 
 def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
@@ -198,42 +226,105 @@ def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
     return [Wrong(**entry) for entry in data.get("wrong", [])]
 
 
-def check_wrong_implementations(lesson: course.Lesson) -> Finding:
-    """Each wrong implementation must make the test named for it fail.
+def apply_wrong(solution: str, wrong: Wrong) -> str | None:
+    """The solution with the entry's edit made; None when `find` does not occur exactly
+    once."""
+    if solution.count(wrong.find) != 1:
+        return None
+    return solution.replace(wrong.find, wrong.replace)
 
-    All of a lesson's mutants run in one pytest process (`--impl a:b:c`), each selected
-    with its own test: `-k "(test_x and impl00) or (test_y and impl01) ..."`.
+
+# Failures that teach nothing: what a test may never end in, on the starter or on a
+# mutant.
+PLAIN_FAILURES = {
+    "AssertionError", "NotImplementedError", "Failed", "Timeout", "Skipped"}
+
+
+def unexplained_failure(result: dict) -> str | None:
+    """Why this failed test's message leaves a student without words, or None."""
+    exception, message = result.get("exception"), str(result.get("message") or "")
+    if exception == "Failed" and message.startswith(("DID NOT RAISE", "DID NOT WARN")):
+        return (f"ends in a bare {message.splitlines()[0]!r}: say what was expected "
+                f"instead "
+                "(check the outcome in the test and fail with words)")
+    if result.get("raised_in") == "test" and exception not in PLAIN_FAILURES:
+        first = message.splitlines()[0] if message else ""
+        return (f"ends in {exception} ({first[:120]}) raised by the test's own code at "
+                f"{result.get('raised_at')}: check what the test relies on first and "
+                f"fail "
+                "with words about it")
+    return None
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::")[-1]
+
+
+def check_wrong_implementations(lesson: course.Lesson) -> Finding:
+    """Each wrong implementation is caught by a test, or survives them all if
+    equivalent.
+
+    All of a lesson's mutants run in one pytest process (`--impl a:b:c`), every test on
+    every mutant; a test that fails on one must fail with words (see
+    unexplained_failure).
     """
+    from .mutate import failed_tests, run_mutants
     finding = Finding(f"wrong implementations of {lesson.name} are caught")
     wrongs = wrong_implementations(lesson)
     if not wrongs:
         finding.problems.append(f"solutions/{lesson.name}/wrong.toml lists no wrong implementations")
         return finding
     solution = lesson.module_path("solution").read_text(encoding="utf-8")
-    usable = []
+    tests = set(test_marks(lesson))
+    usable, sources = [], []
     for wrong in wrongs:
-        if solution.count(wrong.find) == 1:
-            usable.append(wrong)
-        else:
+        mutated = apply_wrong(solution, wrong)
+        if bool(wrong.caught_by) == bool(wrong.equivalent):
+            finding.problems.append(f"{wrong.what!r}: give exactly one of `caught_by` "
+                                    f"(the test "
+                                    "that fails on it) and `equivalent` (why no user "
+                                    "can tell)")
+        elif wrong.caught_by and wrong.caught_by not in tests:
+            finding.problems.append(f"{wrong.what!r}: caught_by names "
+                                    f"{wrong.caught_by}, which is "
+                                    f"not a test in lessons/{lesson.name}")
+        elif mutated is None:
             finding.problems.append(f"{wrong.what!r}: its `find` text occurs {solution.count(wrong.find)} "
                                     "times in the solution (it must occur exactly once)")
-    with tempfile.TemporaryDirectory() as temp:
-        paths = []
-        for i, wrong in enumerate(usable):
-            mutant = Path(temp) / f"wrong{i:02d}" / course.MODULE
-            mutant.parent.mkdir()
-            mutant.write_text(solution.replace(wrong.find, wrong.replace), encoding="utf-8")
-            paths.append(str(mutant))
-        select = " or ".join(f"({wrong.caught_by} and impl{i:02d})" for i, wrong in enumerate(usable))
-        status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"],
-                                            "--impl", os.pathsep.join(paths), "-k", select)
+        else:
+            usable.append(wrong)
+            sources.append(mutated)
+    if not usable:
+        return finding
+    results, output = run_mutants(lesson.root, lesson, sources,
+                                  timeout=CHECK_TEST_TIMEOUT,
+                                  stop_at_first_failure=False)
     for i, wrong in enumerate(usable):
-        outcomes = [r["outcome"] for r in report.get("results", [])
-                    if r["name"].startswith(wrong.caught_by + "[") and f"impl{i:02d}" in r["name"]]
-        if not outcomes:
-            finding.problems.append(f"{wrong.what!r}: no test named {wrong.caught_by} ran:\n{output}")
-        elif "failed" not in outcomes:
-            finding.problems.append(f"{wrong.what!r} is not caught: {wrong.caught_by} passes on it")
+        entries = results.get(i, [])
+        if not entries:
+            finding.problems.append(f"{wrong.what!r}: no test ran on it:\n{output}")
+            continue
+        failed = failed_tests(entries)
+        if wrong.equivalent and failed:
+            finding.problems.append(
+                f"{wrong.what!r} is recorded as equivalent, but {', '.join(failed)} "
+                f"fail(s) on it: "
+                f"record it as caught (caught_by = {failed[0]!r}) instead")
+        elif wrong.caught_by and not failed:
+            finding.problems.append(f"{wrong.what!r} is not caught: {wrong.caught_by} "
+                                    f"passes on it "
+                                    "(and so does every other test)")
+        elif wrong.caught_by:
+            named = "" if wrong.caught_by in failed else \
+                f" (not by {wrong.caught_by}, which passes)"
+            finding.notes.append(f"{wrong.what!r}: caught by "
+                                 f"{', '.join(failed)}{named}")
+        for entry in entries:
+            failed_here = entry["outcome"] in ("failed", "error")
+            if failed_here and (why := unexplained_failure(entry)):
+                finding.problems.append(f"{_short(entry['nodeid']).split('[')[0]} on "
+                                        f"the mutant "
+                                        f"{wrong.what!r} {why}")
     return finding
 
 
@@ -265,7 +356,28 @@ def static_checks(root: Path) -> list[tuple[str, Callable[[], Finding]]]:
     return checks
 
 
-def pytest_checks(root: Path, docs: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+def check_mutation_pass(lesson: course.Lesson) -> Finding:
+    """The generated mutants (sessionlab.mutate): every one is killed by a test, or is
+    the program of a wrong.toml entry (caught or argued equivalent)."""
+    from . import mutate
+    finding = Finding(f"mutation pass over {lesson.name}")
+    result = mutate.mutate_lesson(lesson.root, lesson, workers=1)
+    for index, why in result.unjudged.items():
+        finding.problems.append(f"could not judge {result.mutants[index].describe()}: "
+                                f"{why}")
+    for mutant in result.survivors:
+        finding.problems.append(f"survivor {mutant.describe()}: add a test that fails "
+                                f"on it and "
+                                "record it in wrong.toml, or record it there as "
+                                "equivalent "
+                                f"(`sessionlab dev mutate {lesson.number} --toml` "
+                                f"prints the entry)")
+    finding.notes.append(f"{len(result.mutants)} mutants, score {result.score:.0%}")
+    return finding
+
+
+def pytest_checks(root: Path, docs: bool = True,
+                  mutate: bool = False) -> list[tuple[str, Callable[[], Finding]]]:
     """The checks that run a process (pytest, mkdocs), as (name, callable) pairs."""
     all_lessons = course.lessons(root)
     checks = []
@@ -274,14 +386,18 @@ def pytest_checks(root: Path, docs: bool = True) -> list[tuple[str, Callable[[],
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
         checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
         checks.append((f"wrong implementations of {lesson.name}", lambda l=lesson: check_wrong_implementations(l)))
+        if mutate:
+            checks.append((f"mutation pass over "
+                           f"{lesson.name}", lambda l=lesson: check_mutation_pass(l)))
     if docs:
         checks.append(("docs", lambda: check_docs(root)))
     return checks
 
 
-def all_checks(root: Path, docs: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+def all_checks(root: Path, docs: bool = True,
+               mutate: bool = False) -> list[tuple[str, Callable[[], Finding]]]:
     """Every check as a (name, callable) pair, cheapest first."""
-    return static_checks(root) + pytest_checks(root, docs)
+    return static_checks(root) + pytest_checks(root, docs, mutate)
 
 
 def _timed(check: Callable[[], Finding]) -> Finding:
@@ -291,7 +407,8 @@ def _timed(check: Callable[[], Finding]) -> Finding:
     return finding
 
 
-def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
+def run_all(root: Path, docs: bool = True, workers: int = 2,
+            mutate: bool = False) -> list[Finding]:
     """Every finding, in the order of all_checks.
 
     The static checks run here, one after another: they parse files with `ast`, and CPython
@@ -300,7 +417,8 @@ def run_all(root: Path, docs: bool = True, workers: int = 2) -> list[Finding]:
     """
     findings = [_timed(check) for _, check in static_checks(root)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        findings += pool.map(lambda item: _timed(item[1]), pytest_checks(root, docs))
+        findings += pool.map(lambda item: _timed(item[1]),
+                             pytest_checks(root, docs, mutate))
     return findings
 
 
@@ -312,15 +430,27 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-docs", action="store_true", help="skip the strict docs build")
     parser.add_argument("--workers", type=int, default=2, help="pytest processes at once (default 2)")
+    parser.add_argument("--mutate", action="store_true",
+                        help="also run the generated mutation pass (`sessionlab dev "
+                             "mutate`); "
+                             "slower, so CI runs it as a step of its own")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show notes: which tests caught each wrong "
+                             "implementation")
     args = parser.parse_args(argv)
     console = Console()
     root = course.find_root()
-    findings = run_all(root, docs=not args.no_docs, workers=args.workers)
+    findings = run_all(root, docs=not args.no_docs, workers=args.workers,
+                       mutate=args.mutate)
     table = Table("check", "result", "seconds")
     for finding in findings:
         table.add_row(finding.check, "[green]ok[/]" if finding.ok else f"[red]{len(finding.problems)} problem(s)[/]",
                       f"{finding.seconds:.1f}")
     console.print(table)
+    for finding in findings:
+        for note in finding.notes if args.verbose else ():
+            console.print(f"[bold]{finding.check}[/]: "
+                          f"{note}", markup=True, highlight=False)
     for finding in findings:
         for problem in finding.problems:
             console.print(f"[red bold]{finding.check}[/]: {problem}", markup=True, highlight=False)

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from . import course
+from . import course, hangs
 from .scripted import ScriptedModel
 from .town import Town
 
 REPORT_KEY = pytest.StashKey[list]()
+KILLED_KEY = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "with test ids [impl00], [impl01] ...")
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
+    group.addoption("--sessionlab-stop-after-failure", action="store_true",
+                    default=False,
+                    help="skip the rest of an implementation's tests once one fails "
+                         "(the "
+                         "mutation pass: a mutant is killed by its first failure)")
 
 
 def _env_flag(name: str) -> bool:
@@ -46,6 +52,7 @@ def _env_flag(name: str) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[REPORT_KEY] = []
+    config.stash[KILLED_KEY] = set()
     config.addinivalue_line("markers", "task(id): the lesson task a test checks, such as task('03.1')")
     config.addinivalue_line("markers", "key: a test later lessons' solutions must still pass")
 
@@ -122,6 +129,26 @@ def sessions(tmp_path: Path) -> Path:
     return folder
 
 
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    # A test that blocks (a flock without LOCK_NB, a lock never released) ends on its
+    # own.
+    hangs.install(config, items,
+                  lambda item: lesson_folder_of(Path(str(item.path))) is not None)
+
+
+def _implementation(item: pytest.Item) -> str:
+    """Which of several --impl paths a test runs on ("" when there is one)."""
+    callspec = getattr(item, "callspec", None)
+    return str(callspec.params.get("lesson", "")) if callspec is not None else ""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.config.getoption("--sessionlab-stop-after-failure") \
+            and _implementation(item) in item.config.stash[KILLED_KEY]:
+        pytest.skip("this implementation already failed a test")
+
+
 # --- failures that teach ------------------------------------------------------------------
 
 
@@ -150,14 +177,46 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
                              "outcome": report.outcome, "tasks": _tasks(item),
                              "key": item.get_closest_marker("key") is not None}
+    if report.failed:
+        item.config.stash[KILLED_KEY].add(_implementation(item))
     if report.failed and call.excinfo is not None:
         entry["exception"] = call.excinfo.typename
         entry["message"] = _plain_message(call.excinfo)
+        entry["raised_in"], entry["raised_at"] = _raised_in(call.excinfo, item)
+        entry["in_function"] = _student_function(call.excinfo)
+        if hangs.is_timeout(call.excinfo):
+            entry["exception"] = "Timeout"
+            entry["message"] = hangs.explain(call.excinfo, item.name,
+                                             hangs.limit_of(item))
+            report.longrepr = entry["message"]
         lesson = _lesson_of(item)
         if lesson is not None:
             _teach(report, item, call.excinfo, lesson)
     if report.when == "call" or report.failed or report.skipped:
         item.config.stash[REPORT_KEY].append(entry)
+
+
+def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
+    """The lesson module's function the failure came out of (innermost frame in
+    agent.py)."""
+    for entry in reversed(excinfo.traceback):
+        if Path(str(entry.path)).name == course.MODULE:
+            return entry.name
+    return None
+
+
+def _raised_in(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> tuple[str, str]:
+    """Whose code raised, and at which line: "module" (the lesson's agent.py), "test"
+    (the test file), or "other" (the kit, pytest). Library frames count for the code
+    that called them."""
+    test_file = Path(str(item.path)).resolve()
+    for entry in reversed(excinfo.traceback):
+        path = Path(str(entry.path))
+        if path.name == course.MODULE:
+            return "module", f"{path.name}:{entry.lineno + 1}"
+        if path.resolve() == test_file:
+            return "test", f"{path.name}:{entry.lineno + 1}"
+    return "other", ""
 
 
 def _plain_message(excinfo: pytest.ExceptionInfo) -> str:
@@ -179,6 +238,17 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
     advice = (f"Read: docs/lessons/{lesson.name}.md (or the site's page for this lesson).\n"
               f"Stuck? `sessionlab hint {lesson.number}` shows the next hint for the first failing task.")
     if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
+        missing = str(excinfo.value).split()[1]
+        if tasks and missing not in tasks:
+            # A test of a finished task that runs into a later one: name the one to
+            # write.
+            report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
+                               f"This test checks {where}, and it needs task "
+                               f"{missing} too, which "
+                               f"is not written yet. Write task {missing} and run the "
+                               f"tests "
+                               f"again.\n{advice}")
+            return
         report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
                            f"This test checks {where}. Write that part of the lesson's agent.py "
                            f"and run the tests again.\n{advice}")

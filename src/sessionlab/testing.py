@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import re
 import signal
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -148,3 +150,31 @@ def open_descriptors() -> int:
 
     folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
     return len(os.listdir(folder))
+
+
+class Raised:
+    """What `raises` caught: `.value` is the exception (as with pytest.raises)."""
+
+    value: BaseException | None = None
+
+
+@contextlib.contextmanager
+def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why: str,
+           match: str | None = None) -> Iterator[Raised]:
+    """Like pytest.raises, but a block that raises nothing fails with `why`, the words
+    that explain the likely cause, instead of a bare "DID NOT RAISE"."""
+    # Imported here, not at the top: lesson 05's writer processes import this module,
+    # and pytest would cost each of them a few tenths of a second at start.
+    import pytest
+    raised = Raised()
+    try:
+        yield raised
+    except expected as error:
+        raised.value = error
+        if match is not None and not re.search(match, str(error)):
+            pytest.fail(f"the {type(error).__name__} should mention {match!r}, it "
+                        f"says: {error}. {why}", pytrace=False)
+        return
+    names = expected.__name__ if isinstance(expected, type) else \
+        " or ".join(e.__name__ for e in expected)
+    pytest.fail(f"expected {names}, but nothing was raised: {why}", pytrace=False)

@@ -116,6 +116,9 @@ def tiny(tmp_path):
             @pytest.mark.key
             @pytest.mark.task("{number}.1")
             def test_a_greeting_names_the_person(lesson):
+                """A greeting names the person greeted.
+
+                Only the first paragraph is shown on the site."""
                 greeting = lesson.Greeter().greet("Ada")
                 assert greeting == "Hello, Ada", f"expected a greeting for Ada, got {{greeting!r}}"
             '''), encoding="utf-8")
@@ -159,7 +162,9 @@ def test_a_task_shows_its_text_starter_tests_and_folded_hints(tiny):
     assert "### Task 00.1: Write &lt;greet&gt; {#task-00-1}" in out
     assert "`<name>`" in out, "code spans in descriptions are kept as written"
     assert "TODO(00.1)" in out, "the task shows its starter code"
-    assert "`test_a_greeting_names_the_person` *(key)*: expected a greeting for Ada" in out
+    assert "`test_a_greeting_names_the_person` *(key)*: A greeting names the person greeted.\n" in out, (
+        "a test is described by the first paragraph of its docstring")
+    assert "Only the first paragraph" not in out
     assert '??? tip "Hint 1 of 2 for task 00.1"' in out and '??? tip "Hint 2 of 2 for task 00.1"' in out
 
 

@@ -101,7 +101,8 @@ def find_course(args: argparse.Namespace) -> Path:
 
 
 def _passthrough(argv: list[str]) -> int | None:
-    """`demo` and `dev check` parse their own options: hand them everything after their name."""
+    """`demo`, `dev check` and `dev mutate` parse their own options: hand them
+    everything after their name."""
     rest = list(argv)
     course_dir = None
     if rest[:1] == ["--course"] and len(rest) > 1:
@@ -113,6 +114,9 @@ def _passthrough(argv: list[str]) -> int | None:
         rest = rest[1:]
     elif rest[:2] == ["dev", "check"]:
         from .. import maintainers as target
+        rest = rest[2:]
+    elif rest[:2] == ["dev", "mutate"]:
+        from .. import mutate as target
         rest = rest[2:]
     else:
         return None

@@ -1,5 +1,5 @@
 """Commands around the course itself: the demo, the scripted model as a server, and the
-maintainers' tools (`dev check`, `dev starters`)."""
+maintainers' tools (`dev check`, `dev mutate`, `dev starters`)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def cmd_demo(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 def cmd_dev_check(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     from .. import maintainers
     return int(maintainers.main(list(args.rest)) or 0)
+
+
+def cmd_dev_mutate(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
+    from .. import mutate
+    return int(mutate.main(list(args.rest)) or 0)
 
 
 def cmd_dev_starters(args: argparse.Namespace, ui: Ui, root: Path) -> int:
@@ -67,8 +72,11 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8800, help="port (default 8800; 0 picks a free one)")
 
     p = commands.add("dev", lambda args, ui, root: (args.dev_parser.print_help(), 2)[1], "teacher",
-                     "maintainers' tools: `dev check` (the whole course), `dev starters [--check]`",
-                     needs_root=False, parents=[common], listed_as="dev check|starters")
+                     "maintainers' tools: `dev check` (the whole course), `dev mutate "
+                     "[NN]`, "
+                     "`dev starters [--check]`",
+                     needs_root=False, parents=[common],
+                     listed_as="dev check|mutate|starters")
     dev_sub = p.add_subparsers(dest="dev_command", metavar="COMMAND")
     p.set_defaults(dev_parser=p)
     q = dev_sub.add_parser("check", parents=[common], allow_abbrev=False, help="the maintainers' check: solutions, starters, hints, docs",
@@ -77,6 +85,17 @@ def register(commands, common: argparse.ArgumentParser) -> None:
                                        "match the generator, every task has a hint, the docs build.")
     q.add_argument("rest", nargs=argparse.REMAINDER, help="options for the check")
     q.set_defaults(func=cmd_dev_check, needs_root=False)
+    q = dev_sub.add_parser("mutate", parents=[common], allow_abbrev=False,
+                           help="mutation pass over the fenced code: survivors per "
+                                "lesson and a score",
+                           description="Make every small edit an AST mutator can make "
+                                       "inside the task "
+                                       "fences of each solution, run the lesson's "
+                                       "tests on each, and list "
+                                       "the survivors per lesson with a score.")
+    q.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="options for the pass (see `dev mutate --help`)")
+    q.set_defaults(func=cmd_dev_mutate, needs_root=False)
     q = dev_sub.add_parser("starters", parents=[common], allow_abbrev=False, help="regenerate lessons/*/agent.py from solutions/",
                            description="Regenerate every starter (lessons/NN/agent.py) from its marked solution; "
                                        "with --check, only report starters that differ, and fail if any does.")

@@ -30,7 +30,7 @@ from .. import course
 from ..course import Lesson
 
 TIMEOUT = 120.0
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 STATE_DIR = ".sessionlab"
 IGNORED_PARTS = ("__pycache__", ".pytest_cache")
 IGNORED_SUFFIXES = (".pyc", ".bak")
@@ -47,6 +47,8 @@ class Outcome:
     exception: str | None = None
     message: str | None = None
     key: bool = False
+    raised_in: str | None = None      # "module" (agent.py), "test" (its file), "other"
+    in_function: str | None = None    # the agent.py function the failure came out of
 
     @property
     def passed(self) -> bool:
@@ -107,23 +109,59 @@ class LessonResult:
         return "failing"
 
     def first_failure(self, lesson: Lesson | None = None) -> Outcome | None:
-        """The failure to show first: of the first failing task in the lesson's order."""
+        """The failure to show first: the one most likely to be the cause of the others.
+
+        1. A failure that names its task itself: a NotImplementedError of task X, or an
+           exception out of the function a task writes (its `where` in lesson.toml). The
+           earliest such task in the lesson's order wins (later tasks build on earlier
+           ones).
+        2. Otherwise (assertions in tests): the earliest task that is broken, most of
+           its tests failing, before one with a single failing test among passing ones
+           (which more likely fails through another task); then the earliest failing
+           task.
+        Within the chosen task: its own tests first, then a failure inside the student's
+        code before one in a test's own check, then file order.
+        """
         failing = [t for t in self.tests if not t.passed and t.outcome != "skipped"]
         if not failing:
             return None
-        if lesson is not None:
-            for task in lesson.tasks:
-                mine = [t for t in failing if task.id in t.tasks]
-                # A test of task 00.1 may stop at task 00.2's NotImplementedError first: prefer
-                # one whose failure speaks about its own task.
-                for test in mine:
-                    if not (test.not_written and not (test.message or "").startswith(f"task {task.id} ")):
-                        return test
-                if mine:
-                    return mine[0]
-        return failing[0]
+        if lesson is None:
+            return failing[0]
+        order = {task.id: i for i, task in enumerate(lesson.tasks)}
+        strong: dict[int, str] = {}
+        for i, test in enumerate(failing):
+            if cause := _named_cause(test, lesson):
+                strong[i] = cause
+
+        def pick(task_id: str, candidates: list[int]) -> Outcome:
+            return failing[min(candidates, key=lambda i: (
+                task_id not in failing[i].tasks, failing[i].raised_in != "module", i))]
+
+        if strong:
+            task_id = min(strong.values(), key=lambda t: order.get(t, len(order)))
+            return pick(task_id, [i for i, test in enumerate(failing)
+                                  if strong.get(i) == task_id or task_id in test.tasks])
+        failing_tasks = [task.id for task in lesson.tasks
+                         if any(task.id in t.tasks for t in failing)]
+        if not failing_tasks:
+            return failing[0]
+
+        def broken(task_id: str) -> bool:
+            mine = self.task_tests(task_id)
+            return 2 * sum(not t.passed for t in mine) >= len(mine)
+
+        task_id = next((t for t in failing_tasks if broken(t)), failing_tasks[0])
+        return pick(task_id, [i for i, t in enumerate(failing) if task_id in t.tasks])
 
     def first_failing_task(self, lesson: Lesson) -> str | None:
+        """The task of the first failure (see first_failure), else the first task not
+        passing."""
+        first = self.first_failure(lesson)
+        if first is not None:
+            cause = _named_cause(first, lesson) or next(
+                (task.id for task in lesson.tasks if task.id in first.tasks), None)
+            if cause:
+                return cause
         for task in lesson.tasks:
             if self.task_state(task.id) in ("failing", "todo"):
                 return task.id
@@ -142,6 +180,23 @@ class LessonResult:
                    seconds=data.get("seconds", 0.0))
 
 
+def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
+    """The task a failure itself points at, if any (see LessonResult.first_failure)."""
+    message = test.message or ""
+    if test.not_written and message.startswith("task "):
+        task_id = message.split()[1]
+        if any(task.id == task_id for task in lesson.tasks):
+            return task_id
+    if test.in_function and test.raised_in == "module":
+        for task in lesson.tasks:
+            names = [part.strip().strip("`").removesuffix("()").rsplit(".", 1)[-1]
+                     for part in task.where.replace(" and ", ",").split(",")
+                     if part.strip()]
+            if test.in_function in names:
+                return task.id
+    return None
+
+
 # --- reading a report ---------------------------------------------------------------------
 
 
@@ -158,7 +213,8 @@ def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
         new = Outcome(nodeid=nodeid, name=entry.get("name") or nodeid.split("::")[-1],
                       outcome=outcome, tasks=list(entry.get("tasks") or []),
                       exception=entry.get("exception"), message=entry.get("message"),
-                      key=bool(entry.get("key")))
+                      key=bool(entry.get("key")), raised_in=entry.get("raised_in"),
+                      in_function=entry.get("in_function"))
         if nodeid not in merged:
             merged[nodeid] = new
             order.append(nodeid)

@@ -1,0 +1,112 @@
+"""A lesson test that blocks ends on its own in plain pytest, with a message saying what
+it waited for (pytest-timeout, explained by sessionlab.hangs)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sessionlab import hangs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_lesson(impl: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SESSIONLAB_", "PYTEST_"))
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "lessons/05_lock",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--impl",
+            str(impl),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_flock_without_lock_nb_fails_with_what_it_waited_for(tmp_path):
+    solution = (ROOT / "solutions/05_lock/agent.py").read_text(encoding="utf-8")
+    blocking = "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    assert solution.count(blocking) == 1
+    mutant = tmp_path / "agent.py"
+    mutant.write_text(
+        solution.replace(blocking, "fcntl.flock(fd, fcntl.LOCK_EX)"), encoding="utf-8"
+    )
+
+    done = run_lesson(
+        mutant,
+        "--timeout",
+        "3",
+        "-k",
+        "test_a_second_writer_in_the_same_process_is_refused_too",
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert (
+        "test_a_second_writer_in_the_same_process_is_refused_too did not finish in 3 s"
+        in out
+    ), out
+    assert "waiting in fcntl.flock at " in out and "agent.py:" in out, out
+    assert "without LOCK_NB" in out, out
+
+
+def test_every_lesson_test_gets_the_default_time_limit(tmp_path):
+    # Far above a correct solution's slowest test (a few seconds), and still an end to a
+    # hang.
+    assert 10 <= hangs.LESSON_TEST_TIMEOUT <= 60
+    (tmp_path / "timeout_probe.py").write_text(
+        "def pytest_collection_finish(session):\n"
+        "    for item in session.items:\n"
+        "        marker = item.get_closest_marker('timeout')\n"
+        "        print('LIMIT', item.name, marker.args[0] if marker else None)\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SESSIONLAB_", "PYTEST_"))
+    }
+    env["PYTHONPATH"] = str(tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "lessons/00_memory",
+            "--solution",
+            "--co",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "timeout_probe",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    limits = [
+        line.split()[-1]
+        for line in done.stdout.splitlines()
+        if line.startswith("LIMIT")
+    ]
+    assert limits and set(limits) == {str(hangs.LESSON_TEST_TIMEOUT)}, (
+        done.stdout + done.stderr
+    )

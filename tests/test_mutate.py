@@ -1,0 +1,91 @@
+"""The generated mutation pass (`sessionlab dev mutate`): edits only inside task fences,
+each one a wrong.toml-style find/replace, and survivors triaged in wrong.toml are not
+survivors."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionlab import course, maintainers, mutate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of the course with lesson 01 only."""
+    for name in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for side in ("lessons", "solutions"):
+        shutil.copytree(
+            ROOT / side / "01_append",
+            tmp_path / side / "01_append",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    return tmp_path
+
+
+def test_every_mutant_is_one_edit_inside_a_fence_and_a_valid_wrong_toml_pair():
+    solution = (ROOT / "solutions/01_append/agent.py").read_text(encoding="utf-8")
+    fenced = mutate.fenced_lines(solution)
+    found = mutate.mutants(solution)
+
+    assert found, "lesson 01's fences hold code to mutate"
+    kinds = {m.kind for m in found}
+    assert {"call", "compare", "constant"} <= kinds, kinds
+    assert any(
+        m.kind == "call" and "os.fsync" in m.find and "os.fsync" not in m.replace
+        for m in found
+    ), "removing a call made for its effect (os.fsync) is a mutant"
+    for m in found:
+        assert m.line in fenced and fenced[m.line] == m.task, m.describe()
+        assert solution.count(m.find) == 1, m.describe()
+        assert solution.replace(m.find, m.replace) == m.source, m.describe()
+        compile(m.source, "agent.py", "exec")
+
+
+def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
+    lesson = course.lesson("01", copy)
+    solution = lesson.module_path("solution").read_text(encoding="utf-8")
+    target = next(
+        m
+        for m in mutate.mutants(solution)
+        if m.kind == "call" and "os.close(folder)" in m.find
+    )
+    before = mutate.mutate_lesson(copy, lesson)
+    assert target in before.survivors, (
+        "closing the folder's descriptor is not tested (yet)"
+    )
+
+    wrong = lesson.solution_folder / "wrong.toml"
+    entry = target.toml().replace(
+        'caught_by = "test_..."   # or: equivalent = "why no user can tell"',
+        'equivalent = "a leaked read-only descriptor of the folder changes no byte on '
+        'disk"',
+    )
+    wrong.write_text(wrong.read_text(encoding="utf-8") + "\n" + entry, encoding="utf-8")
+
+    after = mutate.mutate_lesson(copy, lesson)
+
+    assert target not in after.survivors
+    assert [after.mutants[i] for i in after.equivalent] == [target]
+    assert maintainers.check_wrong_implementations(lesson).ok
+
+
+def test_dev_mutate_lists_the_mutants_of_a_lesson():
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlab", "dev", "mutate", "00", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines and all(line.startswith("00_memory 00.") for line in lines), (
+        done.stdout
+    )
