@@ -143,7 +143,15 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
         for message in messages:
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        assert log.load() == messages
+        loaded = log.load()
+
+    lost = [f"message {n} lost {sorted(set(wrote) - set(got))}"
+            for n, (wrote, got) in enumerate(zip(messages, loaded), start=1)
+            if isinstance(got, dict) and set(wrote) - set(got)]
+    assert loaded == messages, (
+        "a tool call, its result, content null and content \"\" should load back exactly "
+        f"as written{' (' + '; '.join(lost) + ')' if lost else ''}; wrote {messages!r}, "
+        f"loaded {loaded!r}")
 
 
 @pytest.mark.task("02.1")
@@ -270,3 +278,26 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
     assert loaded == [first, second], (
         f"after appending a second message, load() returned {loaded!r}: read the file "
         "each time instead of keeping what an earlier load returned")
+
+
+@pytest.mark.task("02.1")
+def test_non_ascii_text_loads_back_exactly(lesson, sessions):
+    """Accented letters, CJK and emoji, written as UTF-8 by append, load back as the
+    same text."""
+    texts = ["café au lait", "洞窟の地図", "a torch 🔥"]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for text in texts:
+            log.append({"role": "user", "content": text})
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = [m.get("content") if isinstance(m, dict) else m for m in log.load()]
+
+    if loaded == texts:
+        return
+    # Name a wrong encoding only when the text shows it: UTF-8 bytes read as another.
+    misread = [enc for enc in ("latin-1", "cp1252")
+               if loaded == [t.encode("utf-8").decode(enc, errors="replace") for t in texts]]
+    why = (f"these are the UTF-8 bytes decoded as {misread[0]}: the log is UTF-8 "
+           "(append writes it so), so read its bytes and let parse_line decode them "
+           "(open() without encoding= uses the locale's encoding)") if misread else (
+           "the text changed on its way through the log")
+    pytest.fail(f"wrote the contents {texts!r}, load() returned {loaded!r}; {why}")
