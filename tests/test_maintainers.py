@@ -208,3 +208,73 @@ def test_a_test_without_a_docstring_is_reported(copy):
 
     assert any(p.startswith("test_plain_session_ids_are_accepted has no "
                             "docstring") for p in problems), problems
+
+
+def only_wrong(copy, entries: str) -> None:
+    """Make lesson 01's wrong.toml hold only these entries (a quick check to run)."""
+    (copy / "solutions/01_append/wrong.toml").write_text(entries, encoding="utf-8")
+
+
+def test_a_mutant_that_does_not_compile_or_import_is_a_corpus_problem_not_a_catch(copy):
+    """An edit that leaves no program (a SyntaxError, a module that fails to import)
+    makes every test fail, which proves nothing: the check reports the entry as broken,
+    never as caught."""
+    only_wrong(copy, '''
+[[wrong]]
+what = "an edit that breaks the indentation"
+find = "        # Disk first: if the write fails, memory does not claim a message the log lacks."
+replace = "  x = 1\\n        # Disk first"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+
+[[wrong]]
+what = "an edit that fails at import"
+find = 'SESSION_ID = re.compile(r"'
+replace = 'SESSION_ID = re.compiled(r"'
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+
+[[wrong]]
+what = "escapes non-ASCII"
+find = "ensure_ascii=False, allow_nan=False"
+replace = "ensure_ascii=True, allow_nan=False"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+''')
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert len(finding.problems) == 2, finding.problems
+    compiles, imports = finding.problems
+    assert compiles.startswith("'an edit that breaks the indentation': the mutant does "
+                               "not compile (IndentationError"), compiles
+    assert compiles.endswith("fix its find/replace"), compiles
+    assert imports.startswith("'an edit that fails at import': the mutant does not "
+                              "import (AttributeError"), imports
+    assert [n for n in finding.notes if "caught by" in n] == [
+        "'escapes non-ASCII': caught by test_non_ascii_text_stays_readable_in_the_file"
+    ], finding.notes
+
+
+def test_a_campaign_entry_outside_the_task_fences_is_a_warning(copy):
+    """The independent campaign's mistakes are a student's, inside a task fence: an
+    entry under its heading whose edit is outside every fence is a warning (the check
+    still passes); the same kind of entry above the heading is not."""
+    harmless = '''
+[[wrong]]
+what = "{what}"
+find = "{find}"
+replace = "# (edited)"
+equivalent = "only a comment changes"
+'''
+    only_wrong(copy, harmless.format(what="outside, the maintainers' own",
+                                     find="# nothing hidden, and short enough")
+               + "\n# --- Independent campaign (issue 9): ... ---\n"
+               + harmless.format(what="outside, in the campaign",
+                                 find="# Letters, digits, '.', '_' and '-'")
+               + harmless.format(what="inside, in the campaign",
+                                 find="# Disk first: if the write fails"))
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert finding.ok, finding.problems
+    assert len(finding.warnings) == 1, finding.warnings
+    assert finding.warnings[0].startswith("'outside, in the campaign': its `find` is "
+                                          "not inside a task fence"), finding.warnings

@@ -48,6 +48,7 @@ class Finding:
     check: str              # "metadata 03_fork", "solution 03_fork", ...
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)     # shown with --verbose
+    warnings: list[str] = field(default_factory=list)  # shown, but the check passes
     seconds: float = 0.0
 
     @property
@@ -216,14 +217,30 @@ class Wrong:
     replace: str                # what the mistaken version has instead
     caught_by: str = ""         # the test that must fail on it
     equivalent: str = ""        # or: why this edit changes nothing a user can see
+    # Listed under the "Independent campaign" heading of wrong.toml: a mistake inside
+    # a task fence, the code a student writes (read from the file, not an entry's key).
+    campaign: bool = field(default=False, compare=False)
+
+
+CAMPAIGN_HEADING = "Independent campaign"
 
 
 def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
     path = lesson.solution_folder / "wrong.toml"
     if not path.exists():
         return []
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    return [Wrong(**entry) for entry in data.get("wrong", [])]
+    text = path.read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    # Entries after the campaign's heading comment are the campaign's: count the
+    # [[wrong]] tables above it.
+    before = len(text.splitlines())
+    for number, line in enumerate(text.splitlines()):
+        if line.lstrip().startswith("#") and CAMPAIGN_HEADING in line:
+            before = number
+            break
+    first = sum(line.strip() == "[[wrong]]" for line in text.splitlines()[:before])
+    return [Wrong(**entry, campaign=i >= first)
+            for i, entry in enumerate(data.get("wrong", []))]
 
 
 def apply_wrong(solution: str, wrong: Wrong) -> str | None:
@@ -232,6 +249,31 @@ def apply_wrong(solution: str, wrong: Wrong) -> str | None:
     if solution.count(wrong.find) != 1:
         return None
     return solution.replace(wrong.find, wrong.replace)
+
+
+def does_not_compile(source: str) -> str | None:
+    """Why `source` is no Python program (a SyntaxError or IndentationError), or None."""
+    try:
+        compile(source, course.MODULE, "exec")
+    except SyntaxError as error:
+        return f"{type(error).__name__}: {error.msg} at line {error.lineno}"
+    return None
+
+
+def edited_lines(solution: str, wrong: Wrong) -> list[int]:
+    """The solution's lines (1-based) the entry's edit changes: those of `find`, less
+    the leading and trailing lines that `replace` keeps as they are."""
+    find, replace = wrong.find.splitlines(), wrong.replace.splitlines()
+    first = solution[:solution.index(wrong.find)].count("\n") + 1
+    same = 0
+    while same < min(len(find), len(replace)) and find[same] == replace[same]:
+        same += 1
+    tail = 0
+    while (tail < min(len(find), len(replace)) - same
+           and find[-1 - tail] == replace[-1 - tail]):
+        tail += 1
+    changed = list(range(first + same, first + len(find) - tail))
+    return changed or [first + max(0, same - 1)]    # an insertion: the line before it
 
 
 # Failures that teach nothing: what a test may never end in, on the starter or on a
@@ -274,11 +316,19 @@ def check_wrong_implementations(lesson: course.Lesson) -> Finding:
     if not wrongs:
         finding.problems.append(f"solutions/{lesson.name}/wrong.toml lists no wrong implementations")
         return finding
+    from .mutate import fenced_lines
     solution = lesson.module_path("solution").read_text(encoding="utf-8")
+    fenced = fenced_lines(solution)
     tests = set(test_marks(lesson))
     usable, sources = [], []
     for wrong in wrongs:
         mutated = apply_wrong(solution, wrong)
+        if mutated is not None and wrong.campaign and not all(
+                line in fenced for line in edited_lines(solution, wrong)):
+            finding.warnings.append(
+                f"{wrong.what!r}: its `find` is not inside a task fence (# BEGIN "
+                f"{lesson.number}.k ... # END {lesson.number}.k): the campaign's "
+                "mistakes are ones a student makes in the code they write")
         if bool(wrong.caught_by) == bool(wrong.equivalent):
             finding.problems.append(f"{wrong.what!r}: give exactly one of `caught_by` "
                                     f"(the test "
@@ -291,6 +341,9 @@ def check_wrong_implementations(lesson: course.Lesson) -> Finding:
         elif mutated is None:
             finding.problems.append(f"{wrong.what!r}: its `find` text occurs {solution.count(wrong.find)} "
                                     "times in the solution (it must occur exactly once)")
+        elif broken := does_not_compile(mutated):
+            finding.problems.append(f"{wrong.what!r}: the mutant does not compile "
+                                    f"({broken}): fix its find/replace")
         else:
             usable.append(wrong)
             sources.append(mutated)
@@ -303,6 +356,13 @@ def check_wrong_implementations(lesson: course.Lesson) -> Finding:
         entries = results.get(i, [])
         if not entries:
             finding.problems.append(f"{wrong.what!r}: no test ran on it:\n{output}")
+            continue
+        if failure := next((e for e in entries if e.get("import_failed")), None):
+            first = str(failure.get("message", "")).splitlines()[:1]
+            finding.problems.append(
+                f"{wrong.what!r}: the mutant does not import "
+                f"({failure.get('exception')}: {''.join(first)[:200]}), so no test "
+                "can be said to catch it: fix its find/replace")
             continue
         failed = failed_tests(entries)
         if wrong.equivalent and failed:
@@ -451,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
         for note in finding.notes if args.verbose else ():
             console.print(f"[bold]{finding.check}[/]: "
                           f"{note}", markup=True, highlight=False)
+    for finding in findings:
+        for warning in finding.warnings:
+            console.print(f"[yellow bold]{finding.check}[/] (warning): "
+                          f"{warning}", markup=True, highlight=False)
     for finding in findings:
         for problem in finding.problems:
             console.print(f"[red bold]{finding.check}[/]: {problem}", markup=True, highlight=False)

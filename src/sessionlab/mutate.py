@@ -339,6 +339,9 @@ class LessonMutation:
     unjudged: dict[int, str] = field(
         default_factory=dict
     )  # index -> why it could not be run
+    broken: dict[int, str] = field(
+        default_factory=dict
+    )  # index -> why it does not import: no program to test, neither killed nor alive
     seconds: float = 0.0
 
     @property
@@ -348,13 +351,15 @@ class LessonMutation:
             | set(self.in_corpus)
             | set(self.equivalent)
             | set(self.unjudged)
+            | set(self.broken)
         )
         return [m for i, m in enumerate(self.mutants) if i not in skip]
 
     @property
     def score(self) -> float:
         """Killed (or caught by the corpus) of the mutants not argued equivalent."""
-        judged = len(self.mutants) - len(self.equivalent) - len(self.unjudged)
+        judged = (len(self.mutants) - len(self.equivalent) - len(self.unjudged)
+                  - len(self.broken))
         return 1.0 if judged <= 0 else (judged - len(self.survivors)) / judged
 
 
@@ -453,6 +458,13 @@ def mutate_lesson(
                     entries = alone.get(0, [])
                 if not entries:
                     result.unjudged[index] = "its pytest run ended without a report"
+                elif failure := next(
+                    (e for e in entries if e.get("import_failed")), None
+                ):
+                    result.broken[index] = (
+                        f"does not import ({failure.get('exception')}: "
+                        f"{''.join(str(failure.get('message', '')).splitlines()[:1])[:200]})"
+                    )
                 elif failed := failed_tests(entries):
                     result.killed[index] = failed[0]
     result.seconds = time.perf_counter() - started
@@ -468,15 +480,22 @@ def report_text(results: list[LessonMutation], overall: bool = True) -> str:
             f"## {r.lesson}: {len(r.mutants)} mutants, {len(r.killed)} killed by "
             f"tests, "
             f"{len(r.in_corpus)} in wrong.toml, {len(r.equivalent)} argued equivalent, "
-            f"{len(r.unjudged)} unjudged, {len(r.survivors)} survivors; "
+            f"{len(r.unjudged)} unjudged, "
+            + (f"{len(r.broken)} that do not import, " if r.broken else "")
+            + f"{len(r.survivors)} survivors; "
             f"score {r.score:.0%} ({r.seconds:.0f} s)"
         )
         for index, why in sorted(r.unjudged.items()):
             out.append(f"  unjudged: {r.mutants[index].describe()}: {why}")
+        for index, why in sorted(r.broken.items()):
+            out.append(f"  not counted: {r.mutants[index].describe()}: {why}")
         for mutant in r.survivors:
             out.append(f"  survivor: {mutant.describe()}")
         out.append("")
-    total = sum(len(r.mutants) - len(r.equivalent) - len(r.unjudged) for r in results)
+    total = sum(
+        len(r.mutants) - len(r.equivalent) - len(r.unjudged) - len(r.broken)
+        for r in results
+    )
     alive = sum(len(r.survivors) for r in results)
     if total and overall:
         out.append(

@@ -27,6 +27,7 @@ from .town import Town
 
 REPORT_KEY = pytest.StashKey[list]()
 KILLED_KEY = pytest.StashKey[set]()
+IMPORT_FAILED_KEY = pytest.StashKey[bool]()   # the module under test did not import
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,11 +98,19 @@ def lesson(request: pytest.FixtureRequest) -> ModuleType:
     """The lesson module under test: the student's agent.py, or the solution with --solution."""
     if hasattr(request, "param"):   # one of several --impl paths
         index = impl_paths(request.config).index(request.param)
-        return course.load_module(request.param, f"sessionlab_impl.impl{index:02d}")
-    path = module_under_test(request.config, Path(str(request.path)))
-    side = "impl" if request.config.getoption("--impl") else (
-        "solution" if request.config.getoption("--solution") else "lesson")
-    return course.load_module(path, f"sessionlab_impl.{side}_{path.parent.name}")
+        path, name = request.param, f"sessionlab_impl.impl{index:02d}"
+    else:
+        path = module_under_test(request.config, Path(str(request.path)))
+        side = "impl" if request.config.getoption("--impl") else (
+            "solution" if request.config.getoption("--solution") else "lesson")
+        name = f"sessionlab_impl.{side}_{path.parent.name}"
+    try:
+        return course.load_module(path, name)
+    except BaseException:
+        # Reported as such: the maintainers' check tells a mutant that does not import
+        # (a broken wrong.toml edit) from one a test caught.
+        request.node.stash[IMPORT_FAILED_KEY] = True
+        raise
 
 
 @pytest.fixture
@@ -180,6 +189,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed:
         item.config.stash[KILLED_KEY].add(_implementation(item))
     if report.failed and call.excinfo is not None:
+        if item.stash.get(IMPORT_FAILED_KEY, False):
+            entry["import_failed"] = True
         entry["exception"] = call.excinfo.typename
         entry["message"] = _plain_message(call.excinfo)
         entry["raised_in"], entry["raised_at"] = _raised_in(call.excinfo, item)
