@@ -7,6 +7,7 @@ Run: pytest lessons/00_memory            (your code)
 import pytest
 
 from sessionlab.scripted import Fail, call, raw_call, say, use
+from sessionlab.testing import raises
 
 
 def new_agent(lesson, model, town, **options):
@@ -129,7 +130,10 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
     model.script = lambda request: use(call("talk_to", npc="guard"))
     agent = new_agent(lesson, model, town, max_turns=3)
 
-    with pytest.raises(lesson.MaxTurnsExceeded):
+    with raises(lesson.MaxTurnsExceeded,
+                "run() returned although the model was still calling tools after "
+                "max_turns=3 model calls: raise MaxTurnsExceeded, so the caller knows "
+                "the task was not finished"):
         agent.run("Keep talking.")
     assert len(model.requests) == 3, f"max_turns=3 allows exactly 3 model calls, the agent made {len(model.requests)}"
 

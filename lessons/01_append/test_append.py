@@ -90,7 +90,8 @@ def test_a_crash_mid_run_leaves_every_earlier_message_on_disk(lesson, model, tow
     model.add(use(call("buy", item="rope")), Crash())
     agent, log = agent_on(lesson, model, town, sessions)
 
-    with pytest.raises(SimulatedCrash):
+    with raises(SimulatedCrash, "the scripted model crashed during the second model "
+                "call, yet run() returned: let an error from the model reach the caller"):
         agent.run("Buy a rope.")   # the process "dies" during the second model call
     log.close()
 
@@ -395,7 +396,14 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
         f"run() should raise OSError on a full disk; it raised {kind}: {message}")
     path = sessions / "quest-1.jsonl"
     raw = path.read_bytes() if path.exists() else b""
-    whole = [json.loads(line) for line in raw.split(b"\n")[:-1]]
+    whole = []
+    for number, line in enumerate(raw.split(b"\n")[:-1], start=1):  # whole lines only
+        try:
+            whole.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"line {number} of the log is not a JSON object on its own: "
+                        f"{line[:80]!r}. Each message is one line: json.dumps without "
+                        "indent, then a newline", pytrace=False)
     assert outcome["raised"], (
         "the disk was full, so the model's reply could not be saved, yet run() went "
         f"on and returned; the log holds {len(whole)} whole message(s) of the "
