@@ -98,6 +98,21 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
 
 
 @pytest.mark.task("00.1")
+def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, town):
+    """The error result for arguments that are not JSON quotes them: the stored call
+    will hold "{}" instead (task 00.3), so the result is the only place the model sees
+    the text it got wrong."""
+    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
+                                    "function": {"name": "buy",
+                                                 "arguments": '{"item": rope}'}})
+
+    assert isinstance(result, str) and '{"item": rope}' in result, (
+        "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
+        f"should quote them so the model can see its mistake, got {result!r}. Put the "
+        "text (or its start, if it is long) into the ValueError read_arguments raises")
+
+
+@pytest.mark.task("00.1")
 def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
     """Arguments that are valid JSON but not an object (a list, a number) cannot be
     keyword arguments: they become an error result too."""

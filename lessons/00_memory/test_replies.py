@@ -197,6 +197,25 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
         f"model sent it, got {message['tool_calls']}")
 
 
+@pytest.mark.task("00.3")
+def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
+    """Arguments that came as an object are stored as JSON text that keeps non-ASCII
+    characters as they are (ensure_ascii=False): the stored call is what later lessons
+    write to the log, and a person reads that log."""
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1_0", "type": "function",
+         "function": {"name": "talk_to", "arguments": {"npc": "洞窟の番人"}}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    calls = message.get("tool_calls") or [{}]
+    arguments = calls[0].get("function", {}).get("arguments")
+    assert isinstance(arguments, str) and "洞窟の番人" in arguments, (
+        "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON text they "
+        f"should read as the model wrote them, got {arguments!r}: "
+        "json.dumps(..., ensure_ascii=False)")
+
+
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, expected", [
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
