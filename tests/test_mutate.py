@@ -3,6 +3,7 @@ each one a wrong.toml-style find/replace, and survivors triaged in wrong.toml ar
 survivors."""
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,22 @@ def test_dev_mutate_lists_the_mutants_of_a_lesson():
     assert lines and all(line.startswith("00_memory 00.") for line in lines), (
         done.stdout
     )
+
+
+def test_dev_mutate_fails_on_a_survivor_and_writes_the_report_to_out(copy, tmp_path):
+    """`dev mutate` (CI's step) exits 1 on a survivor no wrong.toml entry judges, and
+    `--out FILE` is where its report goes: the report is made, never committed."""
+    without_test(copy / "lessons/01_append/test_append.py",
+                 "test_durable_logs_leak_no_descriptors")
+    out = tmp_path / "survivors.txt"
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONLAB_ROOT"}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlab", "dev", "mutate", "--out", str(out)],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    report = out.read_text(encoding="utf-8")
+    assert report.startswith("## 01_append:"), report
+    assert "  survivor: 01.4" in report and "os.close(folder)  ->  pass" in report, report
