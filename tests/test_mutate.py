@@ -88,7 +88,7 @@ def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     after = mutate.mutate_lesson(copy, lesson)
 
     assert target not in after.survivors
-    assert [after.mutants[i] for i in after.equivalent] == [target]
+    assert target in [after.mutants[i] for i in after.equivalent]
     problems = maintainers.check_wrong_implementations(lesson).problems
     assert not [p for p in problems if "os.close(folder)" in p], problems
 
