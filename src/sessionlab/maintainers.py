@@ -432,6 +432,8 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
                                 "equivalent "
                                 f"(`sessionlab dev mutate {lesson.number} --toml` "
                                 f"prints the entry)")
+    for index, why in result.broken.items():
+        finding.notes.append(f"not counted: {result.mutants[index].describe()}: {why}")
     finding.notes.append(f"{len(result.mutants)} mutants, score {result.score:.0%}")
     return finding
 
