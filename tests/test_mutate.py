@@ -60,8 +60,23 @@ def without_test(path: Path, name: str) -> None:
                     encoding="utf-8")
 
 
+def only_tests_of(path: Path, task: str) -> None:
+    """Keep only the tests marked with `task` in the file at `path`: every mutant then
+    runs a handful of tests, not the lesson's fifty."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    for node in reversed(ast.parse(text).body):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            marks = [ast.unparse(d) for d in node.decorator_list]
+            if f"pytest.mark.task({task!r})" not in marks:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                del lines[first - 1 : node.end_lineno]
+    path.write_text("".join(lines), encoding="utf-8")
+
+
 def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     lesson = course.lesson("01", copy)
+    only_tests_of(lesson.folder / "test_append.py", "01.4")
     # Without the test that catches a leaked folder descriptor, leaving out
     # os.close(folder) survives: a survivor to record.
     without_test(lesson.folder / "test_append.py",
@@ -112,6 +127,7 @@ def test_dev_mutate_lists_the_mutants_of_a_lesson():
 def test_dev_mutate_fails_on_a_survivor_and_writes_the_report_to_out(copy, tmp_path):
     """`dev mutate` (CI's step) exits 1 on a survivor no wrong.toml entry judges, and
     `--out FILE` is where its report goes: the report is made, never committed."""
+    only_tests_of(copy / "lessons/01_append/test_append.py", "01.4")
     without_test(copy / "lessons/01_append/test_append.py",
                  "test_durable_logs_leak_no_descriptors")
     out = tmp_path / "survivors.txt"
