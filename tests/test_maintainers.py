@@ -193,7 +193,7 @@ replace = "True"
 caught_by = "test_an_empty_id_is_refused_bare"
 """)
 
-    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+    finding = maintainers.check_wrong_implementations(lesson_of(copy), every_test=True)
 
     assert any(p.startswith("test_an_empty_id_is_refused_bare on the mutant 'accepts "
                             "every id' "

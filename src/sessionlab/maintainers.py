@@ -302,13 +302,17 @@ def _short(nodeid: str) -> str:
     return nodeid.split("::")[-1]
 
 
-def check_wrong_implementations(lesson: course.Lesson) -> Finding:
+def check_wrong_implementations(lesson: course.Lesson,
+                                every_test: bool = False) -> Finding:
     """Each wrong implementation is caught by a test, or survives them all if
     equivalent.
 
-    All of a lesson's mutants run in one pytest process (`--impl a:b:c`), every test on
-    every mutant; a test that fails on one must fail with words (see
-    unexplained_failure).
+    All of a lesson's mutants run in one pytest process (`--impl a:b:c`); a test that
+    fails on one must fail with words (see unexplained_failure). By default a mutant
+    stops at its first failing test, which is what a student sees first and keeps the
+    root `pytest` within minutes; with `every_test` (`dev check --mutate`, a step of CI of
+    its own) every test runs on every mutant, so that no test anywhere ends in a bare
+    "DID NOT RAISE" or an exception of its own on any of them.
     """
     from .mutate import failed_tests, run_mutants
     finding = Finding(f"wrong implementations of {lesson.name} are caught")
@@ -351,7 +355,7 @@ def check_wrong_implementations(lesson: course.Lesson) -> Finding:
         return finding
     results, output = run_mutants(lesson.root, lesson, sources,
                                   timeout=CHECK_TEST_TIMEOUT,
-                                  stop_at_first_failure=False)
+                                  stop_at_first_failure=not every_test)
     for i, wrong in enumerate(usable):
         entries = results.get(i, [])
         if not entries:
@@ -447,7 +451,8 @@ def pytest_checks(root: Path, docs: bool = True,
         checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
         checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
-        checks.append((f"wrong implementations of {lesson.name}", lambda l=lesson: check_wrong_implementations(l)))
+        checks.append((f"wrong implementations of {lesson.name}",
+                       lambda l=lesson: check_wrong_implementations(l, every_test=mutate)))
         if mutate:
             checks.append((f"mutation pass over "
                            f"{lesson.name}", lambda l=lesson: check_mutation_pass(l)))
@@ -493,9 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-docs", action="store_true", help="skip the strict docs build")
     parser.add_argument("--workers", type=int, default=2, help="pytest processes at once (default 2)")
     parser.add_argument("--mutate", action="store_true",
-                        help="also run the generated mutation pass (`sessionlab dev "
-                             "mutate`); "
-                             "slower, so CI runs it as a step of its own")
+                        help="also run every test on every wrong implementation "
+                             "(not only up to its first failure) and the generated "
+                             "mutation pass (`sessionlab dev mutate`); slower, so CI "
+                             "runs it as a step of its own")
     parser.add_argument("--verbose", action="store_true",
                         help="also show notes: which tests caught each wrong "
                              "implementation")
