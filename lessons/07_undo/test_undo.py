@@ -12,7 +12,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises
+from sessionlab.testing import raises, with_file_size_limit
 
 # Turn A: the user, one reply calling two tools, their two results, the answer (5 messages).
 TURN_A = ("Ask the elder about the cave and buy a rope.",
@@ -106,6 +106,17 @@ def test_undo_of_several_turns(lesson, sessions):
 
         assert agent.messages == first, f"undo(turns=2) leaves the first of three turns, found {len(agent.messages)} messages"
     assert resume(lesson, sessions) == first, "a new process should see only the first turn too"
+
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        try:
+            agent.undo(turns=1)
+        except lesson.UndoError as error:
+            pytest.fail(f"undoing the only turn left was refused ({error}): a "
+                        "conversation of one turn can be undone whole", pytrace=False)
+        assert agent.messages == [], "undoing the only turn should leave nothing"
+    assert resume(lesson, sessions) == [], (
+        "after every turn was undone, a new process should see an empty conversation")
 
 
 @pytest.mark.key
@@ -463,6 +474,12 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
                 "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
 
+    lesson.fork(sessions, "quest-1", "from-scratch", upto=0)
+    copied = (sessions / "from-scratch.jsonl").read_bytes()
+    assert copied == b"", (
+        f"fork(upto=0) keeps no message, so it copies no line; it copied {len(copied)} "
+        "bytes (0 is a count, not 'no limit': only upto=None copies everything)")
+
 
 # Logs in the formats of lessons 01-06, written by hand, byte for byte.
 # Lessons 01-03: plain messages, one per line (this one a fork, with its meta file).
@@ -555,11 +572,168 @@ def test_undos_in_a_row_on_one_writer_each_take_back_the_next_messages(lesson,
         for message in said:
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        first, second = log.undo(1), log.undo(1)
+        first = log.undo(1)
+    # A new writer: the log now holds a marker, which is no message.
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        second = log.undo(1)
         log.append({"role": "user", "content": "message 4"})
         third = log.undo(1)
     assert [first, second, third] == [[3], [2], [4]], (
         "each undo should name the newest index still shown (3, then 2, then the new "
-        f"message's 4); they named {first}, {second}, {third}")
+        f"message's 4: five messages were written, undone ones and the marker "
+        f"between them are not counted); they named {first}, {second}, {third}")
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == said[:2], f"two of the four messages should be left: {shown}"
+
+
+def line_length(message):
+    """How many bytes `message` takes in the log, its newline included."""
+    return len(json.dumps(message, ensure_ascii=False).encode("utf-8")) + 1
+
+
+@pytest.mark.task("07.4")
+def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson, sessions):
+    """SessionLog.undo(count) refuses 0, a negative count or more than the log shows,
+    writing nothing; undo of every message shown is allowed."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for count in (0, -1, 4):
+            with raises(lesson.UndoError,
+                        f"undo({count}) was allowed on a log showing 3 messages: refuse "
+                        "a count that is not between 1 and how many are shown"):
+                log.undo(count)
+            assert path.read_bytes() == before, f"a refused undo({count}) must write nothing"
+        try:
+            taken = log.undo(3)
+        except lesson.UndoError as error:
+            pytest.fail(f"undo(3) of a log showing 3 messages was refused ({error}): "
+                        "every message shown may be undone", pytrace=False)
+    assert sorted(taken) == [0, 1, 2], f"undo(3) should take back indices 0, 1, 2, not {taken}"
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [], (
+        f"after every message was undone the log should show none; it shows {shown} "
+        "(index 0 is a message like any other)")
+
+
+@pytest.mark.task("07.2")
+@pytest.mark.task("07.3")
+def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessions):
+    """Two messages recorded between turns, the last one undone: the first stays pending
+    and reaches the log, in its place, at the next flush."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    keep = {"role": "user", "content": "(the map, pasted)"}
+    drop = {"role": "user", "content": "(the wrong map)"}
+    agent, _, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.record(keep)
+        agent.record(drop)
+        agent.undo()
+        assert agent.pending == [keep], (
+            "undo took back the newest pending message only, so the one before it "
+            f"should still be pending; pending holds {agent.pending}")
+        agent.run(TURN_D[0])
+    expected = turn_c + [keep, {"role": "user", "content": TURN_D[0]}]
+    assert lines_of(sessions / "quest-1.jsonl")[:len(expected)] == expected, (
+        "the log should hold the first turn, the message kept, then the next question, "
+        "in that order")
+
+
+@pytest.mark.task("07.2")
+def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
+    """The disk fills up during a flush (a real file size limit): what was written
+    leaves pending, what was not stays, and the next flush writes each message once."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200} for n in (1, 2)]
+    limit = path.stat().st_size + line_length(notes[0]) + 20    # room for one note
+
+    def flush_twice():
+        import resource
+        agent, _, log = open_agent(lesson, sessions)
+        with log:
+            for note in notes:
+                agent.record(note)
+            try:
+                agent.flush()
+                failed = "nothing"
+            except OSError as error:
+                failed = f"OSError: {error}"
+            pending = [m["content"][:8] for m in agent.pending]
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            agent.flush()
+        return {"failed": failed, "pending": pending}
+
+    kind, message, result = with_file_size_limit(limit, flush_twice)
+    assert kind == "ok", f"the flushes raised {kind}: {message}"
+    assert result["failed"].startswith("OSError"), (
+        "the log could grow by one note only, so the first flush should fail with "
+        f"OSError on the second; it raised {result['failed']}")
+    assert result["pending"] == ["(note 2,"], (
+        "after the failed flush, the note written should have left pending and the one "
+        f"not written should still be there; pending held {result['pending']}. Remove "
+        "a message from pending only once session.append() has returned")
+    logged = lines_of(path)
+    assert logged == turn_c + notes, (
+        "after the second flush the log should hold each note once, in order; it holds "
+        f"{[m.get('content', '')[:8] for m in logged[len(turn_c):]]} after the turn")
+
+
+@pytest.mark.task("07.4")
+def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
+    """The disk is full when the undo marker is written: the undo fails with OSError
+    and took nothing back, so the next undo takes back the same message."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    size = (sessions / "quest-1.jsonl").stat().st_size
+
+    def undo_twice():
+        import resource
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.open_for_append()
+            try:
+                first = log.undo(1)
+            except OSError as error:
+                first = f"OSError: {error}"
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            return {"first": first, "second": log.undo(1)}
+
+    kind, message, result = with_file_size_limit(size, undo_twice)
+    assert kind == "ok", f"the undos raised {kind}: {message}"
+    assert str(result["first"]).startswith("OSError"), (
+        f"the log could not grow at all, so the undo should fail with OSError; it "
+        f"returned {result['first']}")
+    assert result["second"] == [3], (
+        "the first undo's marker was never written, so nothing was undone and the next "
+        f"undo should take back message 3 again; it took back {result['second']}. "
+        "Drop the indices from shown_indices only after the marker is written")
+
+
+@pytest.mark.task("07.4")
+def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, sessions):
+    """The writer's undo reads the log through its own descriptor: if the name now
+    points to another file, the undo still takes back the writer's own messages."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    decoy = sessions / "decoy.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        decoy.write_text("".join(json.dumps(m) + "\n" for m in said[:2]), encoding="utf-8")
+        os.replace(decoy, sessions / "quest-1.jsonl")   # the name now points to 2 messages
+        taken = log.undo(1)
+    assert taken == [3], (
+        "the writer's log holds 4 messages, so its undo should take back index 3; it took "
+        f"back {taken}"
+        + (", the last of the 2 messages in the file its name now points to: read the log "
+           "through the writer's own descriptor (read_all(self._fd, self.path)), never by "
+           "name again" if taken == [1] else ""))
