@@ -9,6 +9,7 @@ import json
 import os
 import re
 
+import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, SimulatedCrash, call, say, use
@@ -159,7 +160,17 @@ def test_the_model_receives_the_full_content(lesson, sessions):
     model = ScriptedModel([use(call("read_scroll")), say("A long chronicle.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=library, session=log)
-        agent.run(PASTE)
+        try:
+            agent.run(PASTE)
+        except openai.BadRequestError as error:
+            sent = model.requests[-1].get("messages", []) if model.requests else []
+            if not any(isinstance(m.get("content"), dict) for m in sent):
+                raise
+            pytest.fail(
+                f"the model's server refused the request ({error.status_code}): a "
+                "message in it had a blob reference for its content, not the text. The "
+                "agent's memory held the reference: build it in a new dict in "
+                "outline(), never change the message you were given", pytrace=False)
 
     first, second = model.requests[0]["messages"], model.requests[1]["messages"]
     assert first[0]["content"] == PASTE, (
@@ -230,8 +241,8 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions):
 
 @pytest.mark.task("06.1")
 def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions):
-    """A blob whose bytes were damaged (cut short by a disk error, say) is written again,
-    whole, the next time its content is stored: a name alone proves nothing."""
+    """A blob whose bytes were damaged (cut short by a disk error, say) is written
+    again, whole, the next time its content is stored: a name alone proves nothing."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
@@ -243,9 +254,9 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
     stored = blob.read_bytes() if blob.is_file() else b""
     assert stored == PASTE.encode("utf-8"), (
         f"blobs/{blob.name} held 1000 damaged bytes and the same content was stored "
-        f"again; it now holds {len(stored)} bytes, not the {len(PASTE.encode())} of the "
-        "content. A file under the hash is stored only if its bytes still hash to its "
-        "name: read them and check before you skip the write")
+        f"again; it now holds {len(stored)} bytes, not the {len(PASTE.encode())} of "
+        "the content. A file under the hash is stored only if its bytes still hash to "
+        "its name: read them and check before you skip the write")
 
 
 @pytest.mark.key
@@ -412,6 +423,9 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
         log.append({"role": "user", "content": PASTE})
     digest = sha256(PASTE.encode("utf-8"))
     blob = sessions / "blobs" / digest
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {digest}; blobs/ "
+        f"holds {blob_names(sessions)}")
     blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -452,7 +466,7 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
 @pytest.mark.task("06.3")
 @pytest.mark.parametrize("name", ["../quest-2.jsonl", "/etc/hostname", "..", "", "blobs/" + "a" * 64,
                                   "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None,
-                                  sha256(PASTE.encode("utf-8")) + "/../../quest-2.jsonl"])
+                                  sha256(PASTE.encode()) + "/../../quest-2.jsonl"])
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
     """A reference that is not a plain sha256 hex name (a path, say) is refused naming
     the log and line, and the load changes nothing."""
@@ -463,10 +477,18 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError,
-                    f"the reference {name!r} was followed: only a plain sha256 hex "
-                    "name may be opened under blobs/") as refused:
-            log.load()
+        try:
+            with raises(lesson.BlobError,
+                        f"the reference {name!r} was followed: only a plain sha256 hex "
+                        "name may be opened under blobs/") as refused:
+                log.load()
+        except OSError as error:
+            if str(name) not in str(error.filename):
+                raise
+            pytest.fail(f"load opened {error.filename} ({error.strerror}): the "
+                        f"reference {name!r} is not a plain hash, and was used as a "
+                        "path. Check the whole name (BLOB_NAME.fullmatch) before "
+                        "opening anything", pytrace=False)
 
     message = str(refused.value)
     assert str(name) in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
@@ -571,10 +593,10 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-1") as log:
         for _ in range(2):
             with raises(OSError,
-                        f"blobs/{digest} is a folder, so renaming the blob to its hash "
-                        "must fail; the append succeeded anyway, so the blob went under "
-                        "another name, or the folder was taken for the stored blob "
-                        "without reading it as a file"):
+                        f"blobs/{digest} is a folder, so renaming the blob to its "
+                        "hash must fail; the append succeeded anyway, so the blob went "
+                        "under another name, or the folder was taken for the stored "
+                        "blob without reading it as a file"):
                 log.append({"role": "user", "content": PASTE})
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
     assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
@@ -644,7 +666,14 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
     # Byte 100 and UTF-16 unit 100 both fall inside a 🗺 (4 bytes, 2 units).
     content = "é" * 49 + "x" + "🗺" * 24 + "x" + "🗺" + "the rest of the map. " * 400
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": content})
+        try:
+            log.append({"role": "user", "content": content})
+        except ValueError as error:
+            pytest.fail(f"appending a valid text whose 100th character is an emoji "
+                        f"failed ({error}): only the preview can hold a broken "
+                        "character there. Cut it by characters, "
+                        "content[:PREVIEW_CHARS], never by bytes or UTF-16 units",
+                        pytrace=False)
 
     reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
     preview = reference.get("preview")
@@ -680,15 +709,23 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
     digest = sha256(data)
     (sessions / "blobs").mkdir(parents=True)
     (sessions / "blobs" / digest).write_bytes(data)
-    line = {"role": "user", "content": {"$blob": digest, "size": len(data), "preview": ""}}
-    (sessions / "quest-1.jsonl").write_text(json.dumps(SMALL) + "\n" + json.dumps(line) + "\n",
-                                            encoding="utf-8")
+    reference = {"$blob": digest, "size": len(data), "preview": ""}
+    line = {"role": "user", "content": reference}
+    (sessions / "quest-1.jsonl").write_text(
+        json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError,
-                    "a blob that is not UTF-8 text was loaded as a message's content "
-                    "(with replacement characters?): refuse it") as refused:
-            log.load()
+        try:
+            with raises(lesson.BlobError,
+                        "a blob that is not UTF-8 text was loaded as a message's "
+                        "content (with replacement characters?): refuse it") as refused:
+                log.load()
+        except UnicodeDecodeError as error:
+            pytest.fail(f"load let a UnicodeDecodeError out ({error}): turn it into a "
+                        "BlobError that names the blob, the log and the line",
+                        pytrace=False)
     message = str(refused.value)
-    assert digest in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
-        f"the error should name the blob ({digest}), the log and the line (line 2); it says: {message}")
+    named = re.search(r"\bline 2\b", message) and "quest-1.jsonl" in message
+    assert digest in message and named, (
+        f"the error should name the blob ({digest}), the log and the line (line 2); "
+        f"it says: {message}")
