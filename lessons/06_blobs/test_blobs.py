@@ -9,11 +9,12 @@ import json
 import os
 import re
 
+import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, SimulatedCrash, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises
+from sessionlab.testing import open_descriptors, raises, with_file_size_limit
 
 MB = 1024 * 1024
 PASTE = "".join(f"{n:07d} the elder's map of the cave, copied line by line\n" for n in range(MB // 56 + 1))[:MB]
@@ -159,7 +160,17 @@ def test_the_model_receives_the_full_content(lesson, sessions):
     model = ScriptedModel([use(call("read_scroll")), say("A long chronicle.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=library, session=log)
-        agent.run(PASTE)
+        try:
+            agent.run(PASTE)
+        except openai.BadRequestError as error:
+            sent = model.requests[-1].get("messages", []) if model.requests else []
+            if not any(isinstance(m.get("content"), dict) for m in sent):
+                raise
+            pytest.fail(
+                f"the model's server refused the request ({error.status_code}): a "
+                "message in it had a blob reference for its content, not the text. The "
+                "agent's memory held the reference: build it in a new dict in "
+                "outline(), never change the message you were given", pytrace=False)
 
     first, second = model.requests[0]["messages"], model.requests[1]["messages"]
     assert first[0]["content"] == PASTE, (
@@ -207,6 +218,45 @@ def test_the_same_content_is_stored_once(lesson, sessions):
         f"three copies of one content should make one blob, named by its hash; blobs/ holds {blob_names(sessions)}")
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert [m["content"] for m in log.load()] == [PASTE, PASTE]
+
+
+@pytest.mark.task("06.1")
+def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions):
+    """Storing content that is already stored, intact, writes nothing: the blob stays
+    the very file it was (a reader, or a fork's log, may be using it)."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    before = blob.stat()
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append({"role": "user", "content": PASTE})
+
+    after = blob.stat() if blob.is_file() else None
+    assert after is not None and after.st_ino == before.st_ino, (
+        f"blobs/{blob.name} was already stored, intact, yet storing the same content "
+        "again replaced it with a new file: when its bytes still hash to its name, "
+        "return the hash and write nothing")
+
+
+@pytest.mark.task("06.1")
+def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions):
+    """A blob whose bytes were damaged (cut short by a disk error, say) is written
+    again, whole, the next time its content is stored: a name alone proves nothing."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    blob.write_bytes(PASTE.encode("utf-8")[:1000])       # the damage: cut short
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append({"role": "user", "content": PASTE})
+
+    stored = blob.read_bytes() if blob.is_file() else b""
+    assert stored == PASTE.encode("utf-8"), (
+        f"blobs/{blob.name} held 1000 damaged bytes and the same content was stored "
+        f"again; it now holds {len(stored)} bytes, not the {len(PASTE.encode())} of "
+        "the content. A file under the hash is stored only if its bytes still hash to "
+        "its name: read them and check before you skip the write")
 
 
 @pytest.mark.key
@@ -373,6 +423,9 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
         log.append({"role": "user", "content": PASTE})
     digest = sha256(PASTE.encode("utf-8"))
     blob = sessions / "blobs" / digest
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {digest}; blobs/ "
+        f"holds {blob_names(sessions)}")
     blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -412,7 +465,8 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
 
 @pytest.mark.task("06.3")
 @pytest.mark.parametrize("name", ["../quest-2.jsonl", "/etc/hostname", "..", "", "blobs/" + "a" * 64,
-                                  "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None])
+                                  "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None,
+                                  sha256(PASTE.encode()) + "/../../quest-2.jsonl"])
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
     """A reference that is not a plain sha256 hex name (a path, say) is refused naming
     the log and line, and the load changes nothing."""
@@ -423,10 +477,18 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises(lesson.BlobError,
-                    f"the reference {name!r} was followed: only a plain sha256 hex "
-                    "name may be opened under blobs/") as refused:
-            log.load()
+        try:
+            with raises(lesson.BlobError,
+                        f"the reference {name!r} was followed: only a plain sha256 hex "
+                        "name may be opened under blobs/") as refused:
+                log.load()
+        except OSError as error:
+            if str(name) not in str(error.filename):
+                raise
+            pytest.fail(f"load opened {error.filename} ({error.strerror}): the "
+                        f"reference {name!r} is not a plain hash, and was used as a "
+                        "path. Check the whole name (BLOB_NAME.fullmatch) before "
+                        "opening anything", pytrace=False)
 
     message = str(refused.value)
     assert str(name) in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
@@ -437,9 +499,14 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
 @pytest.mark.task("06.1")
 def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatch):
     """The blob was stored by a writer that did not sync it: a durable writer pointing
-    to it must sync it first, or a power cut could keep its line and lose the blob."""
+    to it must sync it and blobs/ first, or a power cut could keep its line and lose the
+    blob; once synced, it is not synced again at every append."""
     with lesson.SessionLog(sessions, "quick") as log:          # not durable
         log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
     synced = []
     real_fsync = os.fsync
 
@@ -450,13 +517,71 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
     monkeypatch.setattr(lesson.os, "fsync", fsync)
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         log.append({"role": "user", "content": PASTE})
+        first = list(synced)
+        log.append({"role": "user", "content": PASTE})
+        log.append({"role": "user", "content": PASTE})
     monkeypatch.undo()
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
-    assert blob.stat().st_ino in synced, (
+    assert blob.stat().st_ino in first, (
         "a durable writer reused a blob no one had synced; fsync_file it (and "
         "fsync_folder blobs/) once before the line that points to it, remembering it "
-        "in "
-        "self.synced_blobs")
+        "in self.synced_blobs")
+    assert (sessions / "blobs").stat().st_ino in first, (
+        "a durable writer synced the reused blob but not blobs/, where its name lives: "
+        "fsync_folder(self.blobs) too, before the line that points to it")
+    times = synced.count(blob.stat().st_ino)
+    assert times == 1, (
+        f"three appends of the same content by one durable writer synced its blob "
+        f"{times} times; once is enough: remember it in self.synced_blobs")
+
+
+@pytest.mark.task("06.1")
+def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypatch):
+    """A durable writer that wrote a blob (and synced it) does not sync it again when
+    the same content comes back: it remembers what it synced."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        log.append({"role": "user", "content": PASTE})
+        log.append({"role": "user", "content": PASTE})
+    monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), (
+        f"the paste should be stored as blobs/{blob.name}; blobs/ holds "
+        f"{blob_names(sessions)}")
+    times = synced.count(blob.stat().st_ino)
+    assert times == 1, (
+        f"the writer wrote and synced the blob, then stored the same content again, "
+        f"and synced the blob {times} times in all; once is enough: add it to "
+        "self.synced_blobs when you sync it")
+
+
+@pytest.mark.task("06.1")
+def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch):
+    """Without durable=True nothing is fsynced, new blob or reused one: that speed is
+    what a writer that is not durable chose."""
+    with lesson.SessionLog(sessions, "quick") as log:
+        log.append({"role": "user", "content": PASTE})
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    with lesson.SessionLog(sessions, "quick-2") as log:
+        log.append({"role": "user", "content": PASTE})          # reused
+        log.append({"role": "user", "content": NON_ASCII})      # new
+    monkeypatch.undo()
+    assert synced == [], (
+        f"a writer that is not durable called os.fsync {len(synced)} times while "
+        "storing blobs; sync only when self.durable is true")
 
 
 @pytest.mark.task("06.1")
@@ -467,8 +592,140 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
     (sessions / "blobs" / digest / "in-the-way").mkdir(parents=True)
     with lesson.SessionLog(sessions, "quest-1") as log:
         for _ in range(2):
-            with pytest.raises(OSError):
+            with raises(OSError,
+                        f"blobs/{digest} is a folder, so renaming the blob to its "
+                        "hash must fail; the append succeeded anyway, so the blob went "
+                        "under another name, or the folder was taken for the stored "
+                        "blob without reading it as a file"):
                 log.append({"role": "user", "content": PASTE})
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
     assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
                         "remove the temporary file when os.replace fails")
+
+
+@pytest.mark.task("06.1")
+def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(lesson,
+                                                                           sessions):
+    """The disk fills up half-way through a blob (a real file size limit): the append
+    fails with OSError, and leaves no temporary file, no blob, no reference and no
+    open descriptor behind."""
+    small = "The elder's note. " * 500            # about 9 KB: a blob that fits
+
+    def append_both():
+        before = open_descriptors()
+        outcome = "appended"
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": small})
+            try:
+                log.append({"role": "user", "content": PASTE})
+            except OSError as error:
+                outcome = f"OSError: {error}"
+        return {"outcome": outcome, "leaked": open_descriptors() - before}
+
+    kind, message, result = with_file_size_limit(256 * 1024, append_both)
+    assert kind == "ok", f"the appends raised {kind}: {message}"
+    assert result["outcome"].startswith("OSError"), (
+        "no file may grow past 256 KB here, so storing the 1 MB paste must fail with "
+        f"OSError; the append returned normally ({result['outcome']})")
+    left = sorted(p.name for p in (sessions / "blobs").iterdir()
+                  if p.name != sha256(small.encode("utf-8")))
+    assert left == [], (
+        f"the failed blob write left {left} in blobs/: remove the temporary file when "
+        "writing it fails, so that a full disk is not made fuller by every retry")
+    assert b"$blob" not in (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[1], (
+        "the paste's blob was never stored, yet a line points to it")
+    assert result["leaked"] == 0, (
+        f"storing two blobs (one stored, one failed) left {result['leaked']} file "
+        "descriptor(s) open after the log was closed: close the temporary file's "
+        "descriptor whatever happens (in a `finally`)")
+
+
+@pytest.mark.task("06.1")
+def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkeypatch):
+    """The temporary file is made in blobs/ itself: a rename is atomic only within one
+    file system, and the system's temp folder is often another one."""
+    # The system's temp folder is unusable here: only a file made elsewhere notices.
+    monkeypatch.setattr(lesson.tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": PASTE})
+    except OSError as error:
+        if "gone-tmp" not in str(error):
+            raise
+        pytest.fail(
+            "the blob's temporary file was made in the system's temp folder "
+            f"(tempfile's default), and failed there: {error}. Make it in blobs/ "
+            "(tempfile.mkstemp(dir=self.blobs, ...)), so that os.replace renames it "
+            "within one file system", pytrace=False)
+
+
+@pytest.mark.task("06.2")
+def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, sessions):
+    """The preview is the content's first characters, whole: never cut inside a
+    character's UTF-8 bytes or an emoji's UTF-16 pair."""
+    # Byte 100 and UTF-16 unit 100 both fall inside a 🗺 (4 bytes, 2 units).
+    content = "é" * 49 + "x" + "🗺" * 24 + "x" + "🗺" + "the rest of the map. " * 400
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.append({"role": "user", "content": content})
+        except ValueError as error:
+            pytest.fail(f"appending a valid text whose 100th character is an emoji "
+                        f"failed ({error}): only the preview can hold a broken "
+                        "character there. Cut it by characters, "
+                        "content[:PREVIEW_CHARS], never by bytes or UTF-16 units",
+                        pytrace=False)
+
+    reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
+    preview = reference.get("preview")
+    assert isinstance(preview, str) and preview and content.startswith(preview), (
+        "the preview should be the first characters of the content, whole (slice the "
+        f"text, content[:PREVIEW_CHARS]); got {preview!r}")
+
+
+@pytest.mark.task("06.3")
+def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
+    """A blob planted as a symbolic link is refused, never followed: a link could point
+    anywhere (another user's file, a device that never ends)."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    outside = sessions.parent / "outside"
+    blob.rename(outside)
+    blob.symlink_to(outside)                # the same bytes, through a link
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with raises((OSError, lesson.BlobError),
+                    f"blobs/{blob.name} is a symbolic link, and load followed it: read "
+                    "blobs with read_file(path), which refuses a link"):
+            log.load()
+
+
+@pytest.mark.task("06.3")
+def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
+    """A blob whose bytes match its hash but are not UTF-8 (a file someone put there) is
+    no message's content: BlobError naming the blob, the log and the line."""
+    data = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20
+    digest = sha256(data)
+    (sessions / "blobs").mkdir(parents=True)
+    (sessions / "blobs" / digest).write_bytes(data)
+    reference = {"$blob": digest, "size": len(data), "preview": ""}
+    line = {"role": "user", "content": reference}
+    (sessions / "quest-1.jsonl").write_text(
+        json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            with raises(lesson.BlobError,
+                        "a blob that is not UTF-8 text was loaded as a message's "
+                        "content (with replacement characters?): refuse it") as refused:
+                log.load()
+        except UnicodeDecodeError as error:
+            pytest.fail(f"load let a UnicodeDecodeError out ({error}): turn it into a "
+                        "BlobError that names the blob, the log and the line",
+                        pytrace=False)
+    message = str(refused.value)
+    named = re.search(r"\bline 2\b", message) and "quest-1.jsonl" in message
+    assert digest in message and named, (
+        f"the error should name the blob ({digest}), the log and the line (line 2); "
+        f"it says: {message}")

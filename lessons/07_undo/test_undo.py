@@ -12,7 +12,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises
+from sessionlab.testing import raises, with_file_size_limit
 
 # Turn A: the user, one reply calling two tools, their two results, the answer (5 messages).
 TURN_A = ("Ask the elder about the cave and buy a rope.",
@@ -82,8 +82,8 @@ def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(les
         assert agent.messages == turn_a, (
             "undo() takes back the last turn: the user's message and everything after it (tool calls, their "
             f"results, the answer). Expected the {len(turn_a)} messages of the first turn to remain, "
-            f"found {[m['role'] for m in agent.messages]}")
-        assert taken == turn_b, f"undo() returns the messages it took back, oldest first; got {[m['role'] for m in taken]}"
+            f"found {[m.get('role') for m in agent.messages]}")
+        assert taken == turn_b, f"undo() returns the messages it took back, oldest first; got {[m.get('role') for m in taken]}"
         agent.run(TURN_C[0])
 
     next_request = model.requests[-1]["messages"]
@@ -107,6 +107,17 @@ def test_undo_of_several_turns(lesson, sessions):
         assert agent.messages == first, f"undo(turns=2) leaves the first of three turns, found {len(agent.messages)} messages"
     assert resume(lesson, sessions) == first, "a new process should see only the first turn too"
 
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        try:
+            agent.undo(turns=1)
+        except lesson.UndoError as error:
+            pytest.fail(f"undoing the only turn left was refused ({error}): a "
+                        "conversation of one turn can be undone whole", pytrace=False)
+        assert agent.messages == [], "undoing the only turn should leave nothing"
+    assert resume(lesson, sessions) == [], (
+        "after every turn was undone, a new process should see an empty conversation")
+
 
 @pytest.mark.key
 @pytest.mark.task("07.3")
@@ -120,11 +131,17 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
     with log:
         messages = list(agent.messages)
         for turns in (3, 0, -1):
-            with raises(lesson.UndoError,
-                        f"undo(turns={turns}) was allowed on a conversation of two "
-                        "turns: refuse a count that is not between 1 and the turns "
-                        "there are"):
-                agent.undo(turns=turns)
+            try:
+                with raises(lesson.UndoError,
+                            f"undo(turns={turns}) was allowed on a conversation of two "
+                            "turns: refuse a count that is not between 1 and the turns "
+                            "there are"):
+                    agent.undo(turns=turns)
+            except IndexError as error:
+                pytest.fail(f"undo(turns={turns}) on a conversation of two turns "
+                            f"raised IndexError ({error}) instead of UndoError: check "
+                            "that the count is between 1 and the turns there are "
+                            "before using it as an index", pytrace=False)
 
             assert agent.messages == messages, f"a refused undo({turns}) must leave the conversation as it was"
             assert path.read_bytes() == before, f"a refused undo({turns}) must not write anything to the log"
@@ -201,7 +218,7 @@ def test_resume_replays_without_the_undone_turn(lesson, sessions):
     with log:
         assert agent.messages == turn_a, (
             f"a new process should see the first turn only ({len(turn_a)} messages), the undone one left out; "
-            f"it sees {[m['role'] for m in agent.messages]}")
+            f"it sees {[m.get('role') for m in agent.messages]}")
         agent.run(TURN_C[0])
     assert model.requests[0]["messages"][:-1] == turn_a, "the first request after resuming should not carry the undone turn"
 
@@ -220,12 +237,12 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
         agent.run(TURN_C[0])
         expected = list(agent.messages)
 
-    assert expected[:len(turn_a)] == turn_a and [m["role"] for m in expected[len(turn_a):]] == ["user", "assistant"]
+    assert expected[:len(turn_a)] == turn_a and [m.get("role") for m in expected[len(turn_a):]] == ["user", "assistant"]
     day_two, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         assert day_two.messages == expected, (
             "resuming should give the first turn, then the turn played after the undo, in that order; got "
-            f"{[m.get('content') for m in day_two.messages if m['role'] == 'user']} as the user's messages")
+            f"{[m.get('content') for m in day_two.messages if m.get('role') == 'user']} as the user's messages")
         day_two.run(TURN_D[0])
     assert model.requests[0]["messages"] == expected + [{"role": "user", "content": TURN_D[0]}]
 
@@ -257,7 +274,11 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
     assert sorted(second.get("skip", [])) == [c_index, c_index + 1], (
         f"message indices count message lines only (markers are not messages): turn C's messages are "
         f"{[c_index, c_index + 1]}, the second marker says {second.get('skip')}")
-    assert resume(lesson, sessions) == expected, "after two undos, resuming should show turn A then turn D"
+    resumed = resume(lesson, sessions)
+    users = [m.get("content") for m in resumed if m.get("role") == "user"]
+    assert resumed == expected, (
+        "after two undos, resuming should show turn A then turn D; the user's messages "
+        f"it shows are {users}")
 
 
 @pytest.mark.task("07.4")
@@ -293,8 +314,15 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson
         assert path.read_bytes() == before, "a recorded message is written at the next flush, not at once"
         agent.run(TURN_D[0])
 
-    assert model.observations[0] == turn_c + [note, {"role": "user", "content": TURN_D[0]}], (
-        "lesson 01's rule still holds: every message, the pending note included, is on disk before the model is called")
+    expected = turn_c + [note, {"role": "user", "content": TURN_D[0]}]
+    seen = model.observations[0]
+    in_order = sorted(map(json.dumps, seen)) == sorted(map(json.dumps, expected))
+    assert seen == expected, (
+        "every message was on disk before the model was called, but not in the order "
+        "they were recorded: flush the oldest pending message first" if in_order else
+        "lesson 01's rule still holds: every message, the pending note included, is on "
+        f"disk before the model is called; the log held {len(seen)} lines then, "
+        f"{len(expected)} expected")
     assert agent.pending == [], "after run() returns, nothing is left pending"
 
 
@@ -311,7 +339,13 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.record({"role": "user", "content": "Actually, never mind."})
-        agent.undo()
+        try:
+            agent.undo()
+        except lesson.UndoError as error:
+            pytest.fail(f"undoing a turn that is only pending raised UndoError "
+                        f"({error}): none of it was written, so the log has nothing to "
+                        "undo; drop it from pending and call session.undo() only when "
+                        "written messages are taken back", pytrace=False)
         assert agent.messages == turn_c and agent.pending == [], "undo of a pending turn simply drops it"
     assert path.read_bytes() == before, (
         "the undone turn was never written, so the undo has nothing to record: the log must not change (no marker)")
@@ -360,10 +394,10 @@ def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, sessions):
     at_first_tool, at_second_tool = town.seen
     assert at_first_tool == agent.messages[:2], (
         "when a tool starts, the reply that called it must be on disk, so that a crash inside the tool leaves "
-        f"a trace of the call: flush before running each tool. The log held {[m['role'] for m in at_first_tool]}")
+        f"a trace of the call: flush before running each tool. The log held {[m.get('role') for m in at_first_tool]}")
     assert at_second_tool == agent.messages[:3], (
         "when the second tool starts, the first tool's result must be on disk too; the log held "
-        f"{[m['role'] for m in at_second_tool]}")
+        f"{[m.get('role') for m in at_second_tool]}")
 
 
 class CtrlCTown(Town):
@@ -396,7 +430,7 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
     with log:
         assert day_two.messages == turn_c, (
             "after undoing the interrupted turn, a new process should see only the turn before it; it sees "
-            f"{[m['role'] for m in day_two.messages]}")
+            f"{[m.get('role') for m in day_two.messages]}")
         assert path.read_bytes() == before, (
             "the unanswered call was undone, so resuming has nothing to repair: judge the tail by the messages the "
             "log shows, not by undone ones (a repair here adds a result for a call the model will never see)")
@@ -455,13 +489,19 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
     assert forked == shown[:len(turn_a) + 1], (
         f"upto={len(turn_a) + 1} keeps the first {len(turn_a) + 1} messages the session shows (turn A and turn C's "
         "question), not the first lines of the file (which hold the undone turn); the fork shows "
-        f"{[m.get('content') for m in forked if m['role'] == 'user']} as the user's messages")
+        f"{[m.get('content') for m in forked if m.get('role') == 'user']} as the user's messages")
     meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
     assert meta.get("forked_at") == len(turn_a) + 1, f"forked_at counts the messages kept, as upto does: {meta}"
     with raises(ValueError,
                 f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
                 "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
+
+    lesson.fork(sessions, "quest-1", "from-scratch", upto=0)
+    copied = (sessions / "from-scratch.jsonl").read_bytes()
+    assert copied == b"", (
+        f"fork(upto=0) keeps no message, so it copies no line; it copied {len(copied)} "
+        "bytes (0 is a count, not 'no limit': only upto=None copies everything)")
 
 
 # Logs in the formats of lessons 01-06, written by hand, byte for byte.
@@ -541,25 +581,193 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == [ask, *later], (
         "the marker may take back index 1 only (two messages came before it); the "
-        f"messages after it must stay shown. Got {[m['content'] for m in shown]}")
+        f"messages after it must stay shown. Got {[m.get('content') for m in shown]}")
 
 
 @pytest.mark.task("07.4")
-def test_undos_in_a_row_on_one_writer_each_take_back_the_next_messages(lesson,
-                                                                       sessions):
-    """One writer: undo, undo again, append, undo: each undo takes back the newest
-    message still shown, whether the writer knew it from reading the log or from its own
-    appends."""
+def test_undos_in_a_row_each_take_back_the_next_messages(lesson, sessions):
+    """Undo; then a new writer: undo, undo again, append, undo. Each undo takes back
+    the newest message still shown, whether the writer knew it from reading the log
+    (markers included) or from its own appends."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        first, second = log.undo(1), log.undo(1)
+        first = log.undo(1)
+    # A new writer: the log now holds a marker, which is no message.
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        second, third = log.undo(1), log.undo(1)
         log.append({"role": "user", "content": "message 4"})
-        third = log.undo(1)
-    assert [first, second, third] == [[3], [2], [4]], (
-        "each undo should name the newest index still shown (3, then 2, then the new "
-        f"message's 4); they named {first}, {second}, {third}")
+        fourth = log.undo(1)
+    assert [first, second, third, fourth] == [[3], [2], [1], [4]], (
+        "each undo should name the newest index still shown (3, then 2, then 1, then "
+        "the new message's 4: five messages were written, and neither undone ones nor "
+        "the markers change an index); they named "
+        f"{first}, {second}, {third}, {fourth}")
     shown = lesson.SessionLog(sessions, "quest-1").load()
-    assert shown == said[:2], f"two of the four messages should be left: {shown}"
+    assert shown == said[:1], f"one of the four messages should be left: {shown}"
+
+
+def line_length(message):
+    """How many bytes `message` takes in the log, its newline included."""
+    return len(json.dumps(message, ensure_ascii=False).encode("utf-8")) + 1
+
+
+@pytest.mark.task("07.4")
+def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
+                                                                          sessions):
+    """SessionLog.undo(count) refuses 0, a negative count or more than the log shows,
+    writing nothing; undo of every message shown is allowed."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for count in (0, -1, 4):
+            with raises(lesson.UndoError,
+                        f"undo({count}) was allowed on a log showing 3 messages: "
+                        "refuse a count that is not between 1 and how many are shown"):
+                log.undo(count)
+            assert path.read_bytes() == before, (
+                f"a refused undo({count}) must write nothing")
+        try:
+            taken = log.undo(3)
+        except lesson.UndoError as error:
+            pytest.fail(f"undo(3) of a log showing 3 messages was refused ({error}): "
+                        "every message shown may be undone", pytrace=False)
+    assert sorted(taken) == [0, 1, 2], (
+        f"undo(3) should take back indices 0, 1, 2, not {taken}")
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [], (
+        f"after every message was undone the log should show none; it shows {shown} "
+        "(index 0 is a message like any other)")
+
+
+@pytest.mark.task("07.2")
+@pytest.mark.task("07.3")
+def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessions):
+    """Two messages recorded between turns, the last one undone: the first stays pending
+    and reaches the log, in its place, at the next flush."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    keep = {"role": "user", "content": "(the map, pasted)"}
+    drop = {"role": "user", "content": "(the wrong map)"}
+    agent, _, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.record(keep)
+        agent.record(drop)
+        try:
+            agent.undo()
+        except lesson.UndoError as error:
+            pytest.fail(f"undoing the last of two pending messages raised UndoError "
+                        f"({error}): it takes back one message, a pending one, so drop "
+                        "that one from pending and ask the log to undo nothing",
+                        pytrace=False)
+        assert agent.pending == [keep], (
+            "undo took back the newest pending message only, so the one before it "
+            f"should still be pending; pending holds {agent.pending}")
+        agent.run(TURN_D[0])
+    expected = turn_c + [keep, {"role": "user", "content": TURN_D[0]}]
+    assert lines_of(sessions / "quest-1.jsonl")[:len(expected)] == expected, (
+        "the log should hold the first turn, the message kept, then the next question, "
+        "in that order")
+
+
+@pytest.mark.task("07.2")
+def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
+    """The disk fills up during a flush (a real file size limit): what was written
+    leaves pending, what was not stays, and the next flush writes each message once."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
+             for n in (1, 2)]
+    limit = path.stat().st_size + line_length(notes[0]) + 20    # room for one note
+
+    def flush_twice():
+        import resource
+        agent, _, log = open_agent(lesson, sessions)
+        with log:
+            for note in notes:
+                agent.record(note)
+            try:
+                agent.flush()
+                failed = "nothing"
+            except OSError as error:
+                failed = f"OSError: {error}"
+            pending = [m["content"][:8] for m in agent.pending]
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            agent.flush()
+        return {"failed": failed, "pending": pending}
+
+    kind, message, result = with_file_size_limit(limit, flush_twice)
+    assert kind == "ok", f"the flushes raised {kind}: {message}"
+    assert result["failed"].startswith("OSError"), (
+        "the log could grow by one note only, so the first flush should fail with "
+        f"OSError on the second; it raised {result['failed']}")
+    assert result["pending"] == ["(note 2,"], (
+        "after the failed flush, the note written should have left pending and the one "
+        f"not written should still be there; pending held {result['pending']}. Remove "
+        "a message from pending only once session.append() has returned")
+    logged = lines_of(path)
+    assert logged == turn_c + notes, (
+        "after the second flush the log should hold each note once, in order; it holds "
+        f"{[m.get('content', '')[:8] for m in logged[len(turn_c):]]} after the turn")
+
+
+@pytest.mark.task("07.4")
+def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
+    """The disk is full when the undo marker is written: the undo fails with OSError
+    and took nothing back, so the next undo takes back the same message."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    size = (sessions / "quest-1.jsonl").stat().st_size
+
+    def undo_twice():
+        import resource
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.open_for_append()
+            try:
+                first = log.undo(1)
+            except OSError as error:
+                first = f"OSError: {error}"
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            return {"first": first, "second": log.undo(1)}
+
+    kind, message, result = with_file_size_limit(size, undo_twice)
+    assert kind == "ok", f"the undos raised {kind}: {message}"
+    assert str(result["first"]).startswith("OSError"), (
+        f"the log could not grow at all, so the undo should fail with OSError; it "
+        f"returned {result['first']}")
+    assert result["second"] == [3], (
+        "the first undo's marker was never written, so nothing was undone and the next "
+        f"undo should take back message 3 again; it took back {result['second']}. "
+        "Drop the indices from shown_indices only after the marker is written")
+
+
+@pytest.mark.task("07.4")
+def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, sessions):
+    """The writer's undo reads the log through its own descriptor: if the name now
+    points to another file, the undo still takes back the writer's own messages."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    decoy = sessions / "decoy.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        decoy.write_text("".join(json.dumps(m) + "\n" for m in said[:2]),
+                         encoding="utf-8")
+        os.replace(decoy, sessions / "quest-1.jsonl")   # the name: 2 messages now
+        taken = log.undo(1)
+    why = (", the last of the 2 messages in the file its name now points to: read the "
+           "log through the writer's own descriptor (read_all(self._fd, self.path)), "
+           "never by name again" if taken == [1] else "")
+    assert taken == [3], (
+        "the writer's log holds 4 messages, so its undo should take back index 3; it "
+        f"took back {taken}{why}")
