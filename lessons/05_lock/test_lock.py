@@ -9,6 +9,7 @@ step, and waits for a line from the test before the next one. Every process is k
 end of its test, whatever happens.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -250,10 +251,11 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
         log.append({"role": "user", "content": "Day 2, after the crash."})
     except lesson.SessionBusy as busy:
         log.close()
-        pytest.fail(f"the holder was killed with SIGKILL, and the next writer was refused: "
-                    f"{busy}. The kernel drops a flock with its holder's last descriptor; "
-                    "a lock that is only a file being there (O_EXCL, a pid file) does "
-                    "not go when its holder dies", pytrace=False)
+        pytest.fail("the holder was killed with SIGKILL, and the next writer was "
+                    "refused. The kernel drops a flock with its holder's last "
+                    "descriptor; a lock that is only a file being there (O_EXCL, a pid "
+                    f"file) does not go when its holder dies. The refusal said: {busy}",
+                    pytrace=False)
     with log:
         record = lock_record(sessions / "quest-1.lock")
         assert record.get("pid") == os.getpid(), (
@@ -643,9 +645,10 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     except OSError as error:
         refused = error
     else:
+        how = ("check os.fstat(fd).st_nlink == 1 before truncating it"
+               if kind == "hard link" else "open it with O_NOFOLLOW")
         pytest.fail(f"the writer took a lock file that is a {kind} to another "
-                    "session's log: open it with O_NOFOLLOW, and check "
-                    "os.fstat(fd).st_nlink == 1 before truncating it (05.1)")
+                    f"session's log: {how} (05.1)", pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
         f"the lock file was another session's log ({kind}): it was overwritten")
     if kind == "hard link":
@@ -722,6 +725,10 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
     a new one: the first writer's close() must leave the second's lock file alone."""
     first = lesson.SessionLog(sessions, "quest-1")
     first.append(FIRST)
+    if not (sessions / "quest-1.lock").exists():
+        first.close()
+        pytest.fail("while a writer holds the session, quest-1.lock should exist",
+                    pytrace=False)
     (sessions / "quest-1.lock").unlink()    # by hand: rm sessions/*.lock
     second = lesson.SessionLog(sessions, "quest-1")
     try:
@@ -736,5 +743,6 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
             with lesson.SessionLog(sessions, "quest-1") as third:
                 third.append({"role": "user", "content": "third"})
     finally:
-        first.close()
-        second.close()
+        for log in (first, second):
+            with contextlib.suppress(OSError):  # the assertions above say what went wrong
+                log.close()
