@@ -228,7 +228,9 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(lesson, session
         f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}")
     assert record.get("pid") == holder.pid, f"the lock file should hold the holder's pid {holder.pid}: {record}"
     assert record.get("host") == socket.gethostname(), f"and its host name: {record}"
-    assert datetime.fromisoformat(str(record.get("since"))).tzinfo is not None, f"and since when, as ISO 8601 with a zone: {record}"
+    since = str(record.get("since"))
+    assert datetime.fromisoformat(since).tzinfo is not None, (
+        f"and since when, as ISO 8601 with a zone: {record}")
 
     holder.go()
     holder.expect("released")
@@ -265,8 +267,8 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
 
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
-def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(lesson, sessions,
-                                                                    monkeypatch, timeout):
+def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
+        lesson, sessions, monkeypatch, timeout):
     """With a timeout (None: no limit), a refused writer tries again every
     LOCK_POLL_SECONDS until the holder closes, then writes."""
     holder = lesson.SessionLog(sessions, "quest-1")
@@ -288,9 +290,9 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(lesson, sessi
         with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as waiting:
             waiting.append({"role": "user", "content": "Worth the wait."})
     except lesson.SessionBusy as busy:
-        pytest.fail(f"with timeout={timeout} the writer should wait "
-                    f"{'as long as it takes' if timeout is None else f'up to {timeout} s'}"
-                    f"; the holder let go at once, but the writer was refused after "
+        wait = "as long as it takes" if timeout is None else f"up to {timeout} s"
+        pytest.fail(f"with timeout={timeout} the writer should wait {wait}; the "
+                    "holder let go at once, but the writer was refused after "
                     f"{time.monotonic() - started:.2f} s: {busy}", pytrace=False)
     finally:
         holder.close()
@@ -300,8 +302,8 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(lesson, sessi
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Worth the wait."], (
         "after a refusal, a writer with a timeout should try again and write once the holder let go")
     assert waited < 1.5, (
-        f"the holder let go right after the first refusal, but the writer took {waited:.1f} s "
-        f"to get the lock: it should try again every LOCK_POLL_SECONDS "
+        f"the holder let go right after the first refusal, but the writer took "
+        f"{waited:.1f} s to get the lock: it should try again every LOCK_POLL_SECONDS "
         f"({lesson.LOCK_POLL_SECONDS} s)")
 
 
@@ -327,8 +329,8 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
 
     assert str(holder.pid) in str(busy.value), f"the error should name process {holder.pid}: {busy.value}"
     assert len(tries) <= 20, (
-        f"in 0.2 s the writer tried flock {len(tries)} times: a wait loop that does not "
-        f"sleep between tries keeps a core busy; sleep LOCK_POLL_SECONDS "
+        f"in 0.2 s the writer tried flock {len(tries)} times: a wait loop that does "
+        f"not sleep between tries keeps a core busy; sleep LOCK_POLL_SECONDS "
         f"({lesson.LOCK_POLL_SECONDS} s) after each refusal")
     assert open_descriptors() == descriptors, (
         f"after {len(tries)} refused tries the process holds "
@@ -370,8 +372,9 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
         "quest-1.lock: two writers at once. After flock succeeds, check that the file is still "
         "the one named quest-1.lock (is_same_file), and try again if it is not")
     assert open_descriptors() == descriptors, (
-        f"every writer is closed, yet {open_descriptors() - descriptors} more descriptor(s) "
-        "are open: close the descriptor of a lock file found removed before trying again")
+        f"every writer is closed, yet {open_descriptors() - descriptors} more "
+        "descriptor(s) are open: close the descriptor of a lock file found removed "
+        "before trying again")
 
 
 @pytest.mark.task("05.2")
@@ -715,8 +718,10 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
         log.append(FIRST)
         record = lock_record(lock)
 
-    assert record.get("pid") == os.getpid() and record.get("host") == socket.gethostname(), (
-        f"the lock file should name this process and host, not the dead holder: {record}")
+    mine = (os.getpid(), socket.gethostname())
+    assert (record.get("pid"), record.get("host")) == mine, (
+        "the lock file should name this process and host, not the dead holder: "
+        f"{record}")
 
 
 @pytest.mark.task("05.2")
@@ -735,14 +740,14 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
         second.append({"role": "user", "content": "second"})
         first.close()
         assert (sessions / "quest-1.lock").exists(), (
-            "the first writer's close() removed quest-1.lock, which was no longer its own "
-            "file but the second writer's: remove it only if is_same_file(...) says it "
-            "is still the file you locked")
+            "the first writer's close() removed quest-1.lock, which was no longer its "
+            "own file but the second writer's: remove it only if is_same_file(...) "
+            "says it is still the file you locked")
         with raises(lesson.SessionBusy, "the second writer still holds the session, "
                     "yet a third got in after the first writer closed"):
             with lesson.SessionLog(sessions, "quest-1") as third:
                 third.append({"role": "user", "content": "third"})
     finally:
         for log in (first, second):
-            with contextlib.suppress(OSError):  # the assertions above say what went wrong
+            with contextlib.suppress(OSError):  # the assertions above say what failed
                 log.close()
