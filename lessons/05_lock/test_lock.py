@@ -9,6 +9,8 @@ step, and waits for a line from the test before the next one. Every process is k
 end of its test, whatever happens.
 """
 
+import contextlib
+import errno
 import json
 import os
 import queue
@@ -19,17 +21,20 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
-from sessionlab.testing import in_child, keep_lines_large, raises, unless_unfinished
+from sessionlab.testing import (in_child, keep_lines_large, open_descriptors, raises,
+                                unless_unfinished)
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
 WAIT = 3    # seconds a writer may wait for the lock where the holder lets go at once
+HOLD = 0.1  # seconds a holder keeps the lock while a writer with a timeout waits
 
 
 class Other:
@@ -121,6 +126,21 @@ def contents(path):
     return [entry.get("content") for entry in lines_of(path)]
 
 
+def lock_record(path):
+    """The holder's record in a lock file, as a dict; fails the test, in words, if the
+    file holds no JSON object."""
+    data = path.read_bytes() if path.exists() else None
+    try:
+        record = json.loads(data)
+    except (TypeError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        pytest.fail(f"{path.name} should hold the holder's record as one JSON object "
+                    f"{{\"pid\", \"host\", \"since\"}}; it holds {data!r:.200}",
+                    pytrace=False)
+    return record
+
+
 # --- 05.1: a second writer is refused, by name ----------------------------------------------
 
 
@@ -203,10 +223,15 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(lesson, session
 
     lock = sessions / "quest-1.lock"
     assert lock.exists(), "while a writer holds the session, quest-1.lock should exist"
-    record = json.loads(lock.read_text(encoding="utf-8"))
+    record = lock_record(lock)
+    assert lock.stat().st_mode & 0o077 == 0, (
+        "like the log, the lock file should be readable and writable by its owner only "
+        f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}")
     assert record.get("pid") == holder.pid, f"the lock file should hold the holder's pid {holder.pid}: {record}"
     assert record.get("host") == socket.gethostname(), f"and its host name: {record}"
-    assert datetime.fromisoformat(record["since"]).tzinfo is not None, f"and since when, as ISO 8601 with a zone: {record}"
+    since = str(record.get("since"))
+    assert datetime.fromisoformat(since).tzinfo is not None, (
+        f"and since when, as ISO 8601 with a zone: {record}")
 
     holder.go()
     holder.expect("released")
@@ -224,17 +249,29 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     holder.kill()   # SIGKILL: no close(), no finally, no cleanup of any kind
 
     assert (sessions / "quest-1.lock").exists(), "a killed holder cannot remove its lock file (it stays, stale)"
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    try:
+        log = lesson.SessionLog(sessions, "quest-1")
         log.append({"role": "user", "content": "Day 2, after the crash."})
-        record = json.loads((sessions / "quest-1.lock").read_text(encoding="utf-8"))
+    except lesson.SessionBusy as busy:
+        log.close()
+        pytest.fail("the holder was killed with SIGKILL, and the next writer was "
+                    "refused. The kernel drops a flock with its holder's last "
+                    "descriptor; a lock that is only a file being there (O_EXCL, a pid "
+                    f"file) does not go when its holder dies. The refusal said: {busy}",
+                    pytrace=False)
+    with log:
+        record = lock_record(sessions / "quest-1.lock")
         assert record.get("pid") == os.getpid(), (
             f"the new writer should have written its own pid over the dead holder's: {record}")
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Day 2, after the crash."]
 
 
 @pytest.mark.task("05.1")
-def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(lesson, sessions, monkeypatch):
-    """With a timeout, a refused writer tries again until the holder closes, then writes."""
+@pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
+def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
+        lesson, sessions, monkeypatch, timeout):
+    """With a timeout (None: no limit), a refused writer tries again every
+    LOCK_POLL_SECONDS until the holder closes (after 0.1 s), then writes."""
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
     refused = []
@@ -245,36 +282,69 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(lesson, sessi
             return real_flock(fd, operation)
         except BlockingIOError:
             refused.append(fd)
-            holder.close()      # the holder lets go right after the first refusal
+            if time.monotonic() - started >= HOLD:
+                holder.close()  # the holder lets go at the first refusal after HOLD s
             raise
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
-    with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as waiting:
-        waiting.append({"role": "user", "content": "Worth the wait."})
-    holder.close()
+    started = time.monotonic()
+    try:
+        with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as waiting:
+            waiting.append({"role": "user", "content": "Worth the wait."})
+    except lesson.SessionBusy as busy:
+        wait = "as long as it takes" if timeout is None else f"up to {timeout} s"
+        pytest.fail(f"with timeout={timeout} the writer should wait {wait}; the "
+                    f"holder let go after {HOLD} s, but the writer was refused after "
+                    f"{time.monotonic() - started:.2f} s: {busy}", pytrace=False)
+    finally:
+        holder.close()
+    waited = time.monotonic() - started
 
     assert refused, "the second writer should have been refused once, while the first held the lock"
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Worth the wait."], (
         "after a refusal, a writer with a timeout should try again and write once the holder let go")
+    assert waited < 1.5, (
+        f"the holder let go after {HOLD} s, but the writer took "
+        f"{waited:.1f} s to get the lock: it should try again every LOCK_POLL_SECONDS "
+        f"({lesson.LOCK_POLL_SECONDS} s)")
 
 
 @pytest.mark.task("05.1")
-def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other):
-    """A timeout only delays the refusal: SessionBusy still names the holder."""
+def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monkeypatch):
+    """A timeout only delays the refusal: SessionBusy still names the holder. While it
+    waits, the writer sleeps between tries and keeps no descriptor of a refused try."""
     holder = other("hold")
     holder.expect("holding")
+    tries = []
+    real_flock = lesson.fcntl.flock
 
+    def flock(fd, operation):
+        tries.append(fd)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    descriptors = open_descriptors()
     with raises(lesson.SessionBusy, "another process holds quest-1 and a writer with "
                 "timeout=0.2 appended anyway") as busy:
         with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
             log.append({"role": "user", "content": "Me too."})
 
     assert str(holder.pid) in str(busy.value), f"the error should name process {holder.pid}: {busy.value}"
+    assert len(tries) <= 20, (
+        f"in 0.2 s the writer tried flock {len(tries)} times: a wait loop that does "
+        f"not sleep between tries keeps a core busy; sleep LOCK_POLL_SECONDS "
+        f"({lesson.LOCK_POLL_SECONDS} s) after each refusal")
+    assert open_descriptors() == descriptors, (
+        f"after {len(tries)} refused tries the process holds "
+        f"{open_descriptors() - descriptors} more open descriptor(s): close the lock "
+        "file's descriptor after each refusal")
 
 
 @pytest.mark.task("05.1")
 def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, sessions, monkeypatch):
-    """A writer that locks a file the holder has just removed must lock the new one instead."""
+    """A writer that locks a file the holder has just removed must lock the new one
+    instead, and keep no descriptor of the removed one."""
+    descriptors = open_descriptors()
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
     real_flock = lesson.fcntl.flock
@@ -303,6 +373,10 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
         "the second writer locked the removed file, and a third writer then locked the new "
         "quest-1.lock: two writers at once. After flock succeeds, check that the file is still "
         "the one named quest-1.lock (is_same_file), and try again if it is not")
+    assert open_descriptors() == descriptors, (
+        f"every writer is closed, yet {open_descriptors() - descriptors} more "
+        "descriptor(s) are open: close the descriptor of a lock file found removed "
+        "before trying again")
 
 
 @pytest.mark.task("05.2")
@@ -359,8 +433,17 @@ def test_the_lock_is_released_on_close_and_on_exceptions(lesson, sessions, model
     log = lesson.SessionLog(sessions, "quest-1")
     log.append(FIRST)
     log.close()
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": "after close"})
+    try:
+        log.close()
+    except OSError as error:
+        pytest.fail(f"close() called a second time should do nothing; it raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "after close"})
+    except lesson.SessionBusy as busy:
+        pytest.fail(f"after close(), this process still holds the session: {busy}",
+                    pytrace=False)
 
     with pytest.raises(KeyError):
         with lesson.SessionLog(sessions, "quest-1") as log:
@@ -413,6 +496,11 @@ def test_writers_appending_large_lines_at_once_lose_and_interleave_nothing(lesso
         writer.expect("done")
 
     found = contents(sessions / "quest-1.jsonl")   # fails if any line is not whole JSON
+    strangers = [entry for entry in lines_of(sessions / "quest-1.jsonl")
+                 if not isinstance(entry.get("content"), str)]
+    assert not strangers, (
+        f"the log holds {len(strangers)} line(s) that none of the writers appended: "
+        f"{strangers[:3]}")
     assert len(found) == 3 * count, f"expected {3 * count} lines, found {len(found)}: lines were lost or spliced"
     order = [text.split(" ", 1)[0] for text in found]
     runs = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
@@ -537,27 +625,44 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, se
 
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("kind", ["hard link", "symbolic link"])
 def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson,
-                                                                          sessions):
-    """A second name for another session's log, planted as `quest-1.lock` (like a
-    symbolic link, but O_NOFOLLOW cannot see it): the writer must refuse it, not
-    truncate it."""
+                                                                          sessions,
+                                                                          kind):
+    """Another session's log planted as `quest-1.lock`, under a second name (which
+    O_NOFOLLOW cannot see) or as a symbolic link: the writer refuses it with OSError,
+    keeps no descriptor of it, and never truncates it."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     precious = (sessions / "other.jsonl").read_bytes()
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
-    os.link(sessions / "other.jsonl", sessions / "quest-1.lock")
+    planted = sessions / "planted"
+    if kind == "hard link":
+        os.link(sessions / "other.jsonl", planted)
+    else:
+        os.symlink(sessions / "other.jsonl", planted)
+    os.replace(planted, sessions / "quest-1.lock")   # whatever was there before
+    descriptors = open_descriptors()
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append(FIRST)
-    except OSError:
-        pass
+    except OSError as error:
+        refused = error
     else:
-        pytest.fail("the writer took a lock file that has a second name (st_nlink "
-                    "== 2): check os.fstat(fd).st_nlink before truncating it (05.1)")
+        how = ("check os.fstat(fd).st_nlink == 1 before truncating it"
+               if kind == "hard link" else "open it with O_NOFOLLOW")
+        pytest.fail(f"the writer took a lock file that is a {kind} to another "
+                    f"session's log: {how} (05.1)", pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
-        "the lock file was another session's log under a second name: overwritten")
+        f"the lock file was another session's log ({kind}): it was overwritten")
+    if kind == "hard link":
+        assert refused.errno == errno.EPERM, (
+            "the refusal should be OSError(errno.EPERM, why, path), so that a caller "
+            f"can tell it by its errno; its errno is {refused.errno!r} ({refused})")
+    assert open_descriptors() == descriptors, (
+        f"refusing the planted lock file left {open_descriptors() - descriptors} "
+        "descriptor(s) open: close the lock file's descriptor before raising")
 
 
 @pytest.mark.task("05.2")
@@ -599,3 +704,52 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
         "removing the lock file failed, and the lock was never let go: the same "
         "process "
         f"was then told {outcome!r}. Close the descriptor in a finally (task 05.2)")
+
+
+@pytest.mark.task("05.1")
+def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
+    """A dead holder's record, longer than the new one, is replaced, not written over in
+    part: the lock file names the new holder and nothing else."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
+             "since": "2026-01-01T00:00:00+00:00"}
+    lock.write_text(json.dumps(stale), encoding="utf-8")    # its holder died long ago
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+        record = lock_record(lock)
+
+    mine = (os.getpid(), socket.gethostname())
+    assert (record.get("pid"), record.get("host")) == mine, (
+        "the lock file should name this process and host, not the dead holder: "
+        f"{record}")
+
+
+@pytest.mark.task("05.2")
+def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessions):
+    """Someone deletes quest-1.lock while its writer holds it, and a second writer takes
+    a new one: the first writer's close() must leave the second's lock file alone."""
+    first = lesson.SessionLog(sessions, "quest-1")
+    first.append(FIRST)
+    if not (sessions / "quest-1.lock").exists():
+        first.close()
+        pytest.fail("while a writer holds the session, quest-1.lock should exist",
+                    pytrace=False)
+    (sessions / "quest-1.lock").unlink()    # by hand: rm sessions/*.lock
+    second = lesson.SessionLog(sessions, "quest-1")
+    try:
+        second.append({"role": "user", "content": "second"})
+        first.close()
+        assert (sessions / "quest-1.lock").exists(), (
+            "the first writer's close() removed quest-1.lock, which was no longer its "
+            "own file but the second writer's: remove it only if is_same_file(...) "
+            "says it is still the file you locked")
+        with raises(lesson.SessionBusy, "the second writer still holds the session, "
+                    "yet a third got in after the first writer closed"):
+            with lesson.SessionLog(sessions, "quest-1") as third:
+                third.append({"role": "user", "content": "third"})
+    finally:
+        for log in (first, second):
+            with contextlib.suppress(OSError):  # the assertions above say what failed
+                log.close()
