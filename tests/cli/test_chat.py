@@ -382,6 +382,22 @@ def test_undo_in_a_chat_is_struck_through_in_show(cli, chat_course, sessions):
     assert "(undone)" not in elder
 
 
+@pytest.mark.skipif("07_undo" not in LESSONS, reason="lesson 07 is not in the course yet")
+def test_an_undo_count_that_is_not_a_whole_number_takes_nothing_back(cli, chat_course, sessions):
+    """`/undo abc`, `/undo -1`, `/undo 1.5` and `/undo 0` are typos: each is refused in one
+    line and no turn is taken back (a typo must never destroy a turn)."""
+    typos = ["abc", "-1", "1.5", "0"]
+    run = cli(*reference(chat_course, sessions, "07"), "quest",
+              input=QUEST + "".join(f"/undo {typo}\n" for typo in typos))
+    assert run.status == 0, run.text
+    assert "took back" not in run.out, run.text
+    for typo in typos:
+        assert f"{typo!r} is not one, so nothing was taken back" in run.err, run.err
+    shown = cli("show", "quest", "--sessions", sessions)
+    assert "(undone)" not in shown.out, shown.out
+    assert "undo" not in (sessions / "quest.jsonl").read_text(encoding="utf-8")
+
+
 @pytest.mark.skipif("06_blobs" not in LESSONS, reason="lesson 06 is not in the course yet")
 def test_a_large_paste_is_shown_as_a_blob_by_its_size(cli, chat_course, sessions):
     paste = "ask the elder about the cave. " + "The map of the cave, copied by hand. " * 400

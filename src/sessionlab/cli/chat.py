@@ -633,6 +633,17 @@ def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interacti
             return 1
 
 
+def undo_count(text: str) -> int | None:
+    """The number of turns `/undo N` asks for: 1 when no number is given, None when what
+    follows is not a whole number of 1 or more (`abc`, `-1`, `1.5`, `0`, `²`)."""
+    text = text.strip()
+    if not text:
+        return 1
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        return None
+    return int(text)
+
+
 def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path) -> str | None:
     word, _, rest = text[1:].strip().partition(" ")
     if word in ("quit", "exit", "q"):
@@ -655,7 +666,12 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
     elif word == "undo" and not hasattr(agent, "undo"):
         ui.error("this lesson's agent cannot undo", "undo arrives in lesson 07: --lesson 07")
     elif word == "undo":
-        turns = int(rest) if rest.strip().isdigit() else 1
+        turns = undo_count(rest)
+        if turns is None:
+            # A typo must never take back a turn: refuse it, change nothing.
+            ui.error(f"/undo takes a whole number of turns, 1 or more; {rest.strip()!r} "
+                     "is not one, so nothing was taken back", "/undo or /undo 2")
+            return None
         try:
             agent.undo(turns)
         except Exception as error:
