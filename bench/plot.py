@@ -176,8 +176,8 @@ def render(result: dict[str, Any]) -> str:
                 add(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}" '
                     f'stroke-linejoin="round"{dash}><title>{label}</title></polyline>')
     # legend, below the plot in columns, then the footnote
-    entries = [(escape(_short(stores[k]["label"])), COLOURS.get(k, INK), 3 if k == "subject" else 2, "")
-               for k in order]
+    entries = [(escape(_short(stores[k]["label"])), COLOURS.get(k, INK),
+                3 if k == "subject" else 2, "") for k in order]
     if extrapolated:
         entries.append(("extrapolated past the time cap", INK, 2, ' stroke-dasharray="6 5"'))
     column_w = (WIDTH - 2 * MARGIN) / LEGEND_COLUMNS

@@ -146,6 +146,8 @@ def rendered_text_px(figure: dict[str, Any]) -> float:
 def figure_problems(figures: list[dict[str, Any]]) -> list[str]:
     found = []
     for figure in figures:
+        if figure["renderedWidth"] <= 0:
+            continue       # not on screen (in a folded hint): nothing to read yet
         drawn = rendered_text_px(figure)
         if drawn < MIN_FIGURE_TEXT_PX:
             found.append(f"{figure['what']} is shrunk unreadably: drawn "
@@ -177,6 +179,15 @@ def lesson_problems(facts: dict[str, Any], expected_diagrams: int) -> list[str]:
     if facts["code"] < 2:
         found.append(f"expected starter and solution code, found {facts['code']} code blocks")
     return found
+
+
+def logged_problems(logged: list[str]) -> list[str]:
+    """What the page logged, each failed request said once: a 404 is logged by the console
+    with its status and reported again, less clearly, as a failed request."""
+    said = [line for line in logged if not line.startswith("request failed: ")]
+    return [line for line in logged
+            if not line.startswith("request failed: ")
+            or not any(line.split()[2] in other for other in said)]
 
 
 def unexpanded_problems(text: str) -> list[str]:
@@ -272,6 +283,14 @@ function () {
 }
 """
 
+UNFOLD_JS = """(open) => {
+    const folded = open ? 'article details:not([open])' : 'article details[data-check-opened]';
+    for (const details of document.querySelectorAll(folded)) {
+        details.open = open;
+        if (open) details.dataset.checkOpened = ''; else delete details.dataset.checkOpened;
+    }
+}"""
+
 FACTS_JS = """() => ({
     h1: (document.querySelector('article h1') || {}).textContent || '',
     text: document.querySelector('article') ? document.querySelector('article').innerText : '',
@@ -299,17 +318,21 @@ def shadow_roots_of_diagrams(node: dict[str, Any]) -> list[int]:
 
 def measure_diagrams(cdp: Any) -> list[dict[str, Any]]:
     """Measure every rendered diagram. Material draws them in closed shadow roots, which the
-    page's own scripts (and Playwright's selectors) cannot enter; DevTools can."""
-    tree = cdp.send("DOM.getDocument", {"depth": -1, "pierce": True})["root"]
+    page's own scripts (and Playwright's selectors) cannot enter; DevTools can. Only the
+    diagrams are described, not the whole pierced document (slow on a long page)."""
+    document = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    hosts = cdp.send("DOM.querySelectorAll",
+                     {"nodeId": document, "selector": "div.mermaid"})["nodeIds"]
     diagrams = []
-    for number, backend_id in enumerate(shadow_roots_of_diagrams(tree), 1):
-        handle = cdp.send("DOM.resolveNode", {"backendNodeId": backend_id})["object"]
-        result = cdp.send("Runtime.callFunctionOn", {
-            "objectId": handle["objectId"], "functionDeclaration": DIAGRAM_JS,
-            "returnByValue": True})
-        value = result.get("result", {}).get("value")
-        if value:
-            diagrams.append({"what": f"Mermaid diagram {number}", **value})
+    for number, host in enumerate(hosts, 1):
+        node = cdp.send("DOM.describeNode", {"nodeId": host, "depth": 1, "pierce": True})["node"]
+        for backend_id in shadow_roots_of_diagrams(node):
+            handle = cdp.send("DOM.resolveNode", {"backendNodeId": backend_id})["object"]
+            result = cdp.send("Runtime.callFunctionOn", {
+                "objectId": handle["objectId"], "functionDeclaration": DIAGRAM_JS,
+                "returnByValue": True})
+            if value := result.get("result", {}).get("value"):
+                diagrams.append({"what": f"Mermaid diagram {number}", **value})
     return diagrams
 
 
@@ -325,14 +348,20 @@ class PageCheck:
         self.cdp = context.new_cdp_session(self.page)
         self.logged: list[str] = []
         self.page.on("console", self._console)
-        self.page.on("pageerror", lambda error: self.logged.append(f"uncaught exception: {error}"))
-        self.page.on("requestfailed", lambda request: self.logged.append(
-            f"request failed: {request.url} ({request.failure})"))
+        self.page.on("pageerror", lambda error: self._log(f"uncaught exception: {error}"))
+        self.page.on("requestfailed", self._request_failed)
+
+    def _log(self, text: str) -> None:
+        # One line a problem: a parser's message spans lines (the text, a caret under it).
+        self.logged.append(" / ".join(line.strip() for line in text.splitlines() if line.strip()))
 
     def _console(self, message: Any) -> None:
         if message.type in ("error", "assert"):
             where = message.location.get("url", "")
-            self.logged.append(f"console.{message.type}: {message.text} {where}".strip())
+            self._log(f"console.{message.type}: {message.text} {where}".strip())
+
+    def _request_failed(self, request: Any) -> None:
+        self._log(f"request failed: {request.url} ({request.failure})")
 
     def load(self, url: str) -> list[str]:
         self.logged.clear()
@@ -361,6 +390,16 @@ class PageCheck:
         layout["figures"].extend(measure_diagrams(self.cdp))
         return layout
 
+    def measure_unfolded(self, viewport: Viewport) -> dict[str, Any]:
+        """Measure again with every folded block (hints, the solution) open, as a reader who
+        opens them sees it, then fold them back."""
+        self.page.evaluate(UNFOLD_JS, True)
+        try:
+            self.page.wait_for_timeout(100)
+            return self.measure(viewport)
+        finally:
+            self.page.evaluate(UNFOLD_JS, False)
+
     def screenshot(self, target: Path, scroll_to: str | None) -> None:
         if scroll_to:
             self.page.evaluate("(sel) => (document.querySelector(sel) || document.body)"
@@ -387,12 +426,16 @@ def check_page(tab: PageCheck, viewport: Viewport, url: str, html_file: Path,
     if not waiting and rendered < expected:
         problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG")
     facts = tab.page.evaluate(FACTS_JS)
+    unfolded = tab.measure_unfolded(viewport)
     tab.page.wait_for_timeout(200)     # late console messages
     problems += layout_problems(layout, viewport.width)
+    problems += [problem + " (with the folded blocks open)"
+                 for problem in layout_problems(unfolded, viewport.width)
+                 if problem not in problems]
     problems += unexpanded_problems(facts["text"])
     if is_lesson:
         problems += lesson_problems(facts, expected)
-    problems += tab.logged
+    problems += logged_problems(tab.logged)
     return problems, {"diagrams": f"{rendered}/{expected}", "h1": facts["h1"].strip().rstrip("¶")}
 
 
@@ -442,11 +485,11 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-# --- main ------------------------------------------------------------------------------------------
+# --- main --------------------------------------------------------------------------------
 
 
 def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, pages: list[str],
-                   lessons: list[str], artifacts: Path) -> dict[str, list[str]]:
+                   lessons: list[str], artifacts: Path, every_page: bool) -> dict[str, list[str]]:
     context = browser.new_context(
         viewport={"width": viewport.width, "height": viewport.height},
         device_scale_factor=viewport.scale, is_mobile=viewport.mobile,
@@ -468,7 +511,8 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
                                                if v == viewport.name and p == page):
                 tab.screenshot(artifacts / name, scroll_to)
                 print(f"       screenshot: {artifacts / name}")
-        missing = [n for v, n, p, _ in SCREENSHOTS if v == viewport.name and p not in pages]
+        missing = [n for v, n, p, _ in SCREENSHOTS
+                   if every_page and v == viewport.name and p not in pages]
         for name in missing:
             failures[f"{viewport.name} {name}"] = [f"the page for screenshot {name} is missing"]
             print(f"FAIL {viewport.name:<7} the page for screenshot {name} is missing")
@@ -477,16 +521,29 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
     return failures
 
 
-def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path) -> int:
+def chosen_pages(site: Path, wanted: list[str] | None) -> list[str]:
+    """Every page of the site, or the ones asked for (each must exist)."""
+    pages = pages_of(site)
+    if not wanted:
+        return pages
+    chosen = [page.strip("/") + "/" if page.strip("/") else "" for page in wanted]
+    missing = [page for page in chosen if page not in pages]
+    if missing:
+        raise CheckError(f"no such page in {site}: {', '.join('/' + p for p in missing)}")
+    return chosen
+
+
+def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
+        wanted: list[str] | None = None) -> int:
     try:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
     except ImportError:
         raise CheckError("Playwright is not installed: pip install -e '.[browser]'") from None
-    pages = pages_of(site)
+    pages = chosen_pages(site, wanted)
     lessons = [p for p in pages if re.fullmatch(r"lessons/\d\d_[a-z0-9_]+/", p)]
     failures: dict[str, list[str]] = {}
-    if not lessons:
+    if not lessons and not wanted:
         failures["(site)"] = ["no lesson pages found under lessons/"]
     artifacts.mkdir(parents=True, exist_ok=True)
     server, base = serve(site)
@@ -501,7 +558,7 @@ def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path) -> 
             try:
                 for viewport in viewports:
                     failures.update(check_viewport(browser, viewport, site, base, pages,
-                                                   lessons, artifacts))
+                                                   lessons, artifacts, not wanted))
             except PlaywrightError as error:
                 raise CheckError(f"the browser failed: {first_line(error)}") from None
             finally:
@@ -509,7 +566,7 @@ def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path) -> 
     finally:
         server.shutdown()
     checked = len(pages) * len(viewports)
-    print(f"{len(pages)} pages ({len(lessons)} lesson pages) at "
+    print(f"{len(pages)} page{'s' * (len(pages) != 1)} ({len(lessons)} of them lessons) at "
           f"{', '.join(f'{v.name} {v.width} px' for v in viewports)}")
     print(f"browser: {checked - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
@@ -524,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
                                            "else chromium on the PATH)")
     parser.add_argument("--viewport", choices=sorted(VIEWPORTS), action="append",
                         help="check at this width only (repeatable; default: all)")
+    parser.add_argument("--page", action="append", metavar="PATH",
+                        help="check this page only, as in lessons/03_fork/ (repeatable; "
+                             "default: every page)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -535,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
                 build_site(site)
             if not (site / "index.html").is_file():
                 raise CheckError(f"{site} holds no built site (no index.html)")
-            code = run(site, find_chromium(args.chromium), viewports, args.artifacts)
+            code = run(site, find_chromium(args.chromium), viewports, args.artifacts,
+                       args.page)
         except (CheckError, OSError) as error:
             print(f"browser check: {error}", file=sys.stderr)
             return 2

@@ -67,8 +67,10 @@ def test_the_legend_sits_below_the_plot_inside_the_figure(extrapolated: bool) ->
     assert len(entries) == 2, f"the legend should name SessionLog and the floor: {sorted(labels)}"
     for name in entries:
         x, y = float(labels[name].get("x")), float(labels[name].get("y"))
-        assert y > bottom, f"legend entry {name!r} at y={y:.0f} is not below the plot (ends {bottom:.0f})"
-        assert 0 <= x < width / 2 + 34 and y <= height, f"legend entry {name!r} at ({x}, {y}) is off the figure"
+        assert y > bottom, \
+            f"legend entry {name!r} at y={y:.0f} is not below the plot (it ends at {bottom:.0f})"
+        assert 0 <= x < width / 2 + 34 and y <= height, \
+            f"legend entry {name!r} at ({x}, {y}) is off the figure"
     assert ("extrapolated past the time cap" in labels) == extrapolated
 
 

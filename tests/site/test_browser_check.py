@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("browser_check", ROOT / "scripts" / "browser_check.py")
+    path = ROOT / "scripts" / "browser_check.py"
+    spec = importlib.util.spec_from_file_location("browser_check", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module      # dataclasses look their module up by name
     spec.loader.exec_module(module)
@@ -72,7 +73,8 @@ def test_a_page_wider_than_the_screen_scrolls_sideways():
 
 
 def test_an_element_past_either_edge_outside_a_scroll_container_is_reported():
-    escapes = [{"what": "<th>", "left": 0, "right": 481}, {"what": "<div>", "left": -40, "right": 300},
+    escapes = [{"what": "<th>", "left": 0, "right": 481},
+               {"what": "<div>", "left": -40, "right": 300},
                {"what": "<p>", "left": 16, "right": PHONE + 0.5}]
     problems = check.escape_problems(escapes, PHONE)
     assert len(problems) == 2
@@ -139,8 +141,10 @@ def test_the_diagrams_of_a_built_page_are_counted_from_its_html(tmp_path):
 
 def test_the_shadow_roots_of_diagrams_are_found_in_a_pierced_tree():
     root = {"nodeName": "#document", "children": [
-        {"nodeName": "DIV", "attributes": ["class", "mermaid"], "shadowRoots": [{"backendNodeId": 7}]},
-        {"nodeName": "DIV", "attributes": ["class", "other"], "shadowRoots": [{"backendNodeId": 8}]},
+        {"nodeName": "DIV", "attributes": ["class", "mermaid"],
+         "shadowRoots": [{"backendNodeId": 7}]},
+        {"nodeName": "DIV", "attributes": ["class", "other"],
+         "shadowRoots": [{"backendNodeId": 8}]},
         {"nodeName": "ARTICLE", "children": [
             {"nodeName": "DIV", "attributes": ["id", "x", "class", "a mermaid"],
              "shadowRoots": [{"backendNodeId": 9}]}]}]}
@@ -154,7 +158,7 @@ def test_pages_are_every_index_html_but_the_themes_own(tmp_path):
     assert check.pages_of(tmp_path) == ["", "lessons/00_memory/", "reference/cli/"]
 
 
-# --- when the check cannot run: one line, exit 2 ---------------------------------------------------
+# --- when the check cannot run: one line, exit 2 ----------------------------------------
 
 
 def test_a_folder_without_a_built_site_exits_2_in_one_line(tmp_path, capsys):
@@ -180,3 +184,15 @@ def test_missing_playwright_exits_2_saying_how_to_install_it(tmp_path, capsys, m
                        "--artifacts", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ".[browser]" in err
+
+
+def test_a_missing_file_is_reported_once_not_again_as_a_failed_request():
+    url = "http://127.0.0.1:1/assets/x.js"
+    logged = [f"request failed: {url} (net::ERR_ABORTED)",
+              f"console.error: Failed to load resource: status of 404 {url}",
+              "request failed: http://127.0.0.1:1/other.js (net::ERR_CONNECTION_RESET)"]
+    assert check.logged_problems(logged) == logged[1:]
+
+
+def test_folded_figures_are_not_judged_until_they_are_on_screen():
+    assert check.figure_problems([figure(976, 0)]) == []
