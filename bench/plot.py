@@ -28,7 +28,7 @@ INK = "#7d8590"          # axes and text: readable on white and on a dark slate 
 GRID = "#7d8590"
 
 WIDTH = 560
-LEFT, RIGHT, TOP = 80, 24, 44           # around the plot area
+LEFT, RIGHT, TOP = 90, 24, 44           # around the plot area
 MARGIN = 24                             # left of the legend and the footnote
 PLOT_H = 260
 LEGEND_COLUMNS, LEGEND_ROW = 2, 22      # the legend below the x axis
