@@ -400,6 +400,12 @@ class PageCheck:
         finally:
             self.page.evaluate(UNFOLD_JS, False)
 
+    def close(self) -> None:
+        try:
+            self.page.close(run_before_unload=False)
+        except Exception:       # noqa: BLE001 - a tab that is already gone is closed enough
+            pass
+
     def screenshot(self, target: Path, scroll_to: str | None) -> None:
         if scroll_to:
             self.page.evaluate("(sel) => (document.querySelector(sel) || document.body)"
@@ -469,7 +475,18 @@ def build_site(into: Path) -> None:
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(into)],
         cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
-        raise CheckError(f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}")
+        raise CheckError(build_failure(result.stdout + result.stderr))
+
+
+def build_failure(output: str) -> str:
+    """One line for a failed build: its first warning or error, and how many more."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"(ERROR|WARNING)\b", line)]
+    if not errors:
+        return f"mkdocs build --strict failed: {lines[-1] if lines else 'no output'}"
+    more = (f" (and {len(errors) - 1} more: run mkdocs build --strict to see them)"
+            if len(errors) > 1 else "")
+    return f"mkdocs build --strict failed: {errors[0]}{more}"
 
 
 def pages_of(site: Path) -> list[str]:
@@ -490,6 +507,8 @@ def first_line(error: BaseException) -> str:
 
 def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, pages: list[str],
                    lessons: list[str], artifacts: Path, every_page: bool) -> dict[str, list[str]]:
+    from playwright.sync_api import Error as PlaywrightError
+
     context = browser.new_context(
         viewport={"width": viewport.width, "height": viewport.height},
         device_scale_factor=viewport.scale, is_mobile=viewport.mobile,
@@ -498,19 +517,24 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
     try:
         tab = PageCheck(context)
         for page in pages:
-            problems, facts = check_page(tab, viewport, base + page,
-                                         site / page / "index.html", page in lessons)
-            mark = "FAIL" if problems else "ok  "
-            print(f"{mark} {viewport.name:<7} /{page:<30} diagrams {facts['diagrams']:<5} "
-                  f"{facts['h1'][:44]}")
-            for problem in problems:
-                print(f"       - {problem}")
+            try:
+                problems, facts = check_page(tab, viewport, base + page,
+                                             site / page / "index.html", page in lessons)
+                shots = [(name, scroll_to) for v, name, p, scroll_to in SCREENSHOTS
+                         if v == viewport.name and p == page]
+                for name, scroll_to in shots:
+                    tab.screenshot(artifacts / name, scroll_to)
+            except PlaywrightError as error:
+                if not browser.is_connected():
+                    raise
+                # One page that hangs or breaks the tab fails alone; the next gets a new tab.
+                problems = [f"the page could not be checked: {first_line(error)}"]
+                facts, shots = {"diagrams": "?", "h1": ""}, []
+                tab.close()
+                tab = PageCheck(context)
+            report(viewport, page, problems, facts, [artifacts / name for name, _ in shots])
             if problems:
                 failures[f"{viewport.name} /{page}"] = problems
-            for name, shot_page, scroll_to in ((n, p, s) for v, n, p, s in SCREENSHOTS
-                                               if v == viewport.name and p == page):
-                tab.screenshot(artifacts / name, scroll_to)
-                print(f"       screenshot: {artifacts / name}")
         missing = [n for v, n, p, _ in SCREENSHOTS
                    if every_page and v == viewport.name and p not in pages]
         for name in missing:
@@ -519,6 +543,17 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
     finally:
         context.close()
     return failures
+
+
+def report(viewport: Viewport, page: str, problems: list[str], facts: dict[str, str],
+           screenshots: list[Path]) -> None:
+    mark = "FAIL" if problems else "ok  "
+    print(f"{mark} {viewport.name:<7} /{page:<30} diagrams {facts['diagrams']:<5} "
+          f"{facts['h1'][:44]}")
+    for problem in problems:
+        print(f"       - {problem}")
+    for shot in screenshots:
+        print(f"       screenshot: {shot}")
 
 
 def chosen_pages(site: Path, wanted: list[str] | None) -> list[str]:
@@ -535,12 +570,13 @@ def chosen_pages(site: Path, wanted: list[str] | None) -> list[str]:
 
 def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
         wanted: list[str] | None = None) -> int:
+    started = time.monotonic()
+    pages = chosen_pages(site, wanted)
     try:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
     except ImportError:
         raise CheckError("Playwright is not installed: pip install -e '.[browser]'") from None
-    pages = chosen_pages(site, wanted)
     lessons = [p for p in pages if re.fullmatch(r"lessons/\d\d_[a-z0-9_]+/", p)]
     failures: dict[str, list[str]] = {}
     if not lessons and not wanted:
@@ -567,7 +603,9 @@ def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
         server.shutdown()
     checked = len(pages) * len(viewports)
     print(f"{len(pages)} page{'s' * (len(pages) != 1)} ({len(lessons)} of them lessons) at "
-          f"{', '.join(f'{v.name} {v.width} px' for v in viewports)}")
+          f"{', '.join(f'{v.name} {v.width} px' for v in viewports)} "
+          f"in {time.monotonic() - started:.1f} s")
+    # The closing line, in the form CI logs are read for.
     print(f"browser: {checked - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
 
@@ -586,7 +624,6 @@ def main(argv: list[str] | None = None) -> int:
                              "default: every page)")
     args = parser.parse_args(argv)
 
-    started = time.monotonic()
     viewports = [VIEWPORTS[name] for name in args.viewport or VIEWPORTS]
     with tempfile.TemporaryDirectory(prefix="sessionlab-site-", ignore_cleanup_errors=True) as temp:
         try:
@@ -595,13 +632,11 @@ def main(argv: list[str] | None = None) -> int:
                 build_site(site)
             if not (site / "index.html").is_file():
                 raise CheckError(f"{site} holds no built site (no index.html)")
-            code = run(site, find_chromium(args.chromium), viewports, args.artifacts,
+            return run(site, find_chromium(args.chromium), viewports, args.artifacts,
                        args.page)
         except (CheckError, OSError) as error:
             print(f"browser check: {error}", file=sys.stderr)
             return 2
-    print(f"in {time.monotonic() - started:.1f} s")
-    return code
 
 
 if __name__ == "__main__":

@@ -196,3 +196,24 @@ def test_a_missing_file_is_reported_once_not_again_as_a_failed_request():
 
 def test_folded_figures_are_not_judged_until_they_are_on_screen():
     assert check.figure_problems([figure(976, 0)]) == []
+
+
+def test_a_failed_build_is_told_in_one_line_with_its_first_warning():
+    output = ("INFO    -  Cleaning site directory\n"
+              "WARNING -  Doc file 'a.md' contains a link 'b.md', but the target is not found.\n"
+              "WARNING -  Doc file 'c.md' contains a link 'd.md', but the target is not found.\n"
+              "\nAborted with 2 warnings in strict mode!\n")
+    line = check.build_failure(output)
+    assert "\n" not in line and "'a.md'" in line and "1 more" in line
+    assert check.build_failure("Error: mkdocs.yml is not valid\n").endswith("is not valid")
+    crash = check.build_failure("Traceback (most recent call last):\n  x\nValueError: y\n")
+    assert "\n" not in crash and crash.endswith("ValueError: y")
+
+
+def test_an_unknown_page_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    (tmp_path / "index.html").write_text("<html></html>", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)    # as on a machine without it
+    assert check.main(["--site", str(tmp_path), "--chromium", sys.executable, "--page", "nope/",
+                       "--artifacts", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "/nope/" in err
