@@ -4,6 +4,7 @@
     python scripts/browser_check.py                    # build the site, serve it, check it
     python scripts/browser_check.py --site site        # check an already built site
     python scripts/browser_check.py --viewport phone   # one width only
+    python scripts/browser_check.py --page lessons/03_fork/   # one page only
 
 The site is served on loopback by Python's http.server (in a thread) and driven with
 Playwright through the distribution's Chromium (never a browser Playwright downloads). Every
