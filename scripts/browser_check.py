@@ -247,8 +247,13 @@ async (viewportWidth) => {
   for (const img of article.querySelectorAll('img')) {
     const src = img.currentSrc || img.src;
     if (!/\.svg(\?|#|$)/.test(src) || !img.naturalWidth) continue;
-    const svg = new DOMParser().parseFromString(await (await fetch(src)).text(),
-                                                'image/svg+xml').documentElement;
+    let svg;
+    try {       // an image that does not load is reported by the console already
+      const response = await fetch(src);
+      if (!response.ok) continue;
+      svg = new DOMParser().parseFromString(await response.text(), 'image/svg+xml')
+        .documentElement;
+    } catch (error) { continue; }
     const size = el => {
       for (let e = el; e && e.getAttribute; e = e.parentElement) {
         const v = parseFloat(e.getAttribute('font-size'));
