@@ -67,7 +67,8 @@ def test_a_student_whose_code_never_returns_is_stopped_by_the_timeout(cli, tmp_p
 
     run = cli("grade", carol, "--own-tests", "--timeout", "2", "--csv", tmp_path / "g.csv")
 
-    assert run.status == 0, run.text
+    assert run.status == 1, run.text
+    assert "every run timed out" in run.err, "a class that all timed out is no grading"
     assert "timeout" in next(line for line in run.out.splitlines() if line.startswith("carol"))
     with open(tmp_path / "g.csv", newline="") as handle:
         assert next(csv.DictReader(handle))["state"] == "timeout"
