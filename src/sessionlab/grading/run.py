@@ -308,7 +308,7 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
         info = module.lstat()
     except OSError:
         return Grade(lesson, "missing", total=total, flags=flags,
-                     error=f"missing: no lessons/{lesson}/{course.MODULE}")
+                     error=f"no lessons/{lesson}/{course.MODULE}")
     if not stat.S_ISREG(info.st_mode):
         return Grade(lesson, "error", total=total, flags=flags,
                      error=f"lessons/{lesson}/{course.MODULE} is not a plain file (a link?)")
