@@ -21,6 +21,8 @@ import os
 import py_compile
 import secrets
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -286,3 +288,40 @@ def test_a_hostile_class_without_a_sandbox_is_flagged(cli, tmp_path, monkeypatch
         assert any(label in r["error"] for r in rows if r["state"] == "alarm")
     # ... but the course's tests were taken before anyone ran: nobody got the rogue's test.
     assert students["alice"]["lessons"][LESSON]["total"] == total
+
+
+def _sandboxed(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    (tmp_path / "lessons" / LESSON).mkdir(parents=True)
+    command = sandbox.bwrap_args(tmp_path, LESSON, []) + [sys.executable, "-c", code]
+    return subprocess.run(sandbox.limited(command, 30), capture_output=True, text=True,
+                          env=sandbox.clean_environment({}), timeout=120)
+
+
+def test_code_in_the_sandbox_is_nobody_and_may_lower_and_raise_its_file_size_limit(tmp_path):
+    """The lessons' own tests drop to `nobody` when they run as root, and set a file size
+    limit of their own (raising the hard one): both must work in the sandbox."""
+    if not sandbox.probe().usable:
+        pytest.skip(f"bubblewrap is not usable here: {sandbox.probe().why}")
+    done = _sandboxed(
+        "import os, resource\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))\n"
+        "print(os.geteuid(), os.access('/grade', os.W_OK))\n", tmp_path)
+    assert done.returncode == 0, done.stderr
+    uid, writable = done.stdout.split()
+    assert uid != "0" and writable == "False", done.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("SESSIONLAB_GRADE_WHOLE_COURSE"),
+                    reason="grades every lesson (minutes): a step of its own in .ci/run")
+def test_the_reference_solutions_score_every_test_of_every_lesson_in_the_sandbox(cli,
+                                                                                 tmp_path):
+    lessons = sorted(p.parent.name for p in (REPO / "lessons").glob("*/lesson.toml"))
+    student = make_course(tmp_path / "class" / "reference", {n: SOLUTION for n in lessons})
+    run = cli("--course", REPO, "grade", student, "--json", tmp_path / "g.json")
+    assert run.status == 0, run.text
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["sandbox"]["used"] is bool(sandbox.probe().usable)
+    entry = report["students"][0]
+    assert entry["passed"] == entry["total"] > 0, {
+        name: (lesson["state"], lesson["error"], lesson["failures"][:1])
+        for name, lesson in entry["lessons"].items() if lesson["state"] != "done"}

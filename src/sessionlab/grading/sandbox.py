@@ -2,11 +2,13 @@
 
 bubblewrap (`bwrap`, the distribution's package) builds the sandbox from kept, audited code
 instead of anything written here: every namespace unshared (no network, a fresh PID
-namespace whose processes all die with the run), every capability dropped, only the system's
-libraries, the Python installation and the kit mounted read-only, the run's copy of the course
-view mounted read-only at /grade with the lesson folder writable over it, and a private /tmp
-of bounded size. Resource limits (CPU time, address space, file size, open files) are set by
-a small trampoline that execs the rest, so they hold with and without bubblewrap.
+namespace whose processes all die with the run), an unprivileged user (`nobody`) with every
+capability dropped, only the system's libraries, the Python installation and the kit mounted
+read-only, the run's copy of the course view read-only at /grade, its lesson folder a small
+private in-memory folder holding the lesson's files (read-only) and the student's agent.py
+(read-only), and a private /tmp, also in memory and bounded. Nothing a run writes reaches the
+grader's disk. Resource limits (CPU time, address space, open files; a soft file size) are
+set by a small trampoline that execs the rest, so they hold with and without bubblewrap.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from pathlib import Path
 
 SANDBOX_ROOT = "/grade"            # where the run's course view appears inside the sandbox
 MEMORY_BYTES = 2 * 1024 ** 3       # address space of each process of a run
-FILE_BYTES = 64 * 1024 ** 2        # the largest file a run may write
+FILE_BYTES = 64 * 1024 ** 2        # soft limit on a file's size (tests lower it, and raise
+                                   # the hard one: only the sandbox's folders bound writes)
 TMP_BYTES = 256 * 1024 ** 2        # the private /tmp lives in memory: bound it
+LESSON_BYTES = 64 * 1024 ** 2      # so does the private lesson folder
 OPEN_FILES = 1024
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
@@ -37,7 +41,7 @@ LIMITS_CODE = """\
 import os, resource, sys
 cpu, memory, size, files = map(int, sys.argv[1:5])
 for name, soft, hard in (("RLIMIT_CPU", cpu, cpu + 5), ("RLIMIT_AS", memory, memory),
-                         ("RLIMIT_FSIZE", size, size), ("RLIMIT_NOFILE", files, files)):
+                         ("RLIMIT_FSIZE", size, resource.RLIM_INFINITY), ("RLIMIT_NOFILE", files, files)):
     try:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     except (AttributeError, ValueError, OSError):
@@ -79,10 +83,11 @@ def python_folders() -> list[Path]:
     return kept
 
 
-def bwrap_args(root: Path, lesson: str, overlays: list[str]) -> list[str]:
-    """bwrap's options for one run: `root` becomes /grade, its lesson folder writable, the
-    names in `overlays` (the course's files in that folder) read-only over it."""
-    args = [str(shutil.which("bwrap") or "bwrap"), "--unshare-all", "--cap-drop", "ALL",
+def bwrap_args(root: Path, lesson: str, files: list[str]) -> list[str]:
+    """bwrap's options for one run: `root` read-only at /grade, its lesson folder a private
+    in-memory folder holding the `files` of `root`'s copy, read-only."""
+    args = [str(shutil.which("bwrap") or "bwrap"), "--unshare-all", "--unshare-user",
+            "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
             "--die-with-parent", "--new-session"]
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
@@ -96,8 +101,8 @@ def bwrap_args(root: Path, lesson: str, overlays: list[str]) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     inside = f"{SANDBOX_ROOT}/lessons/{lesson}"
     args += ["--ro-bind", str(root), SANDBOX_ROOT,
-             "--bind", str(root / "lessons" / lesson), inside]
-    for name in overlays:
+             "--size", str(LESSON_BYTES), "--tmpfs", inside]
+    for name in files:
         args += ["--ro-bind", str(root / "lessons" / lesson / name), f"{inside}/{name}"]
     return args + ["--chdir", SANDBOX_ROOT]
 
