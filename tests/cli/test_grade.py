@@ -229,3 +229,23 @@ def test_doctor_says_whether_grading_can_use_a_sandbox(cli, monkeypatch):
     run = cli("doctor")
     line = next(line for line in run.out.splitlines() if "bubblewrap" in line)
     assert "not usable" in line and "SESSIONLAB_NO_SANDBOX" in line, line
+
+
+def test_an_agent_that_is_a_link_is_not_followed(cli, tmp_path):
+    """A link to another student's agent.py (or to a device) is no agent.py: the grader
+    never reads through it."""
+    course = make_course(tmp_path / "teacher", {"00_memory": STARTER})
+    room = tmp_path / "class"
+    alice = make_course(room / "alice", {})
+    (alice / "lessons" / "00_memory").mkdir()
+    (alice / "lessons" / "00_memory" / "agent.py").write_text("x = 1\n")
+    mallory = make_course(room / "mallory", {})
+    (mallory / "lessons" / "00_memory").mkdir()
+    (mallory / "lessons" / "00_memory" / "agent.py").symlink_to(
+        alice / "lessons" / "00_memory" / "agent.py")
+    (mallory / "lessons" / "00_memory" / "test_memory.py").symlink_to("/dev/zero")
+    run = cli("--course", course, "grade", mallory, "--json", tmp_path / "g.json")
+    assert run.status == 0, run.text
+    lesson = json.loads((tmp_path / "g.json").read_text())["students"][0]["lessons"]["00_memory"]
+    assert (lesson["state"], lesson["passed"]) == ("error", 0), lesson
+    assert "not a plain file" in lesson["error"] and lesson["tests_edited"]

@@ -16,6 +16,7 @@ lesson's whole count of tests, shown as what it is.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -161,7 +162,12 @@ def pyc_flags(folder: Path) -> list[str]:
     flags = []
     if not folder.is_dir():
         return flags
-    for path in sorted(folder.rglob("*.pyc"))[:200]:
+    found = []
+    for current, dirs, files in os.walk(folder):      # never into a linked folder
+        found += [Path(current) / name for name in files if name.endswith(".pyc")]
+        if len(found) > 200:
+            break
+    for path in sorted(found)[:200]:
         where = path.relative_to(folder.parent.parent).as_posix()
         if path.parent.name != "__pycache__":
             flags.append(f"stray bytecode {where} (ignored: never imported)")
@@ -303,19 +309,15 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
     total = len(expected) if expected is not None else 0
     folder = student / "lessons" / lesson
     flags = pyc_flags(folder)
-    module = folder / course.MODULE
     try:
-        info = module.lstat()
-    except OSError:
+        source = read_module(folder / course.MODULE)
+    except FileNotFoundError:
         return Grade(lesson, "missing", total=total, flags=flags,
                      error=f"no lessons/{lesson}/{course.MODULE}")
-    if not stat.S_ISREG(info.st_mode):
+    except (OSError, ValueError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
         return Grade(lesson, "error", total=total, flags=flags,
-                     error=f"lessons/{lesson}/{course.MODULE} is not a plain file (a link?)")
-    if info.st_size > AGENT_LIMIT:
-        return Grade(lesson, "error", total=total, flags=flags,
-                     error=f"lessons/{lesson}/{course.MODULE} is over {AGENT_LIMIT} bytes")
-    source = module.read_bytes()
+                     error=f"lessons/{lesson}/{course.MODULE}: {why}")
     if problem := _syntax_error(source):
         return Grade(lesson, "syntax error", total=total, flags=flags, error=problem)
     run = Path(os.path.realpath(_fresh_folder(setup.scratch)))
@@ -326,6 +328,24 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
     grade = judge(raw, lesson, expected, canary, setup.timeout)
     grade.flags = flags + grade.flags
     return grade
+
+
+def read_module(path: Path) -> bytes:
+    """A student's agent.py, read once: a plain file (never a link, a pipe or a device,
+    which could make the grader read forever) of at most AGENT_LIMIT bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError("a link, not a plain file") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("not a plain file (a link?)")
+        source = handle.read(AGENT_LIMIT + 1)
+    if len(source) > AGENT_LIMIT:
+        raise ValueError(f"over {AGENT_LIMIT} bytes")
+    return source
 
 
 def _fresh_folder(scratch: Path) -> Path:
@@ -396,15 +416,20 @@ def _outcomes(results: list) -> tuple[dict[str, Outcome], list[dict]]:
         if entry.get("when") == "collect" or "::" not in nodeid:
             broken.append(entry)
             continue
+        tasks = entry.get("tasks")
         new = Outcome(nodeid=nodeid, name=str(entry.get("name") or nodeid.split("::")[-1]),
                       outcome=str(entry.get("outcome", "failed")),
-                      tasks=[str(t) for t in entry.get("tasks") or []],
-                      exception=entry.get("exception"), message=entry.get("message"),
-                      key=bool(entry.get("key")))
+                      tasks=[str(t) for t in tasks] if isinstance(tasks, list) else [],
+                      exception=_text(entry.get("exception")),
+                      message=_text(entry.get("message")), key=bool(entry.get("key")))
         old = merged.get(nodeid)
         if old is None or (old.outcome == "passed" and new.outcome != "passed"):
             merged[nodeid] = new
     return merged, broken
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
 
 
 def judge(raw: Raw, lesson: str, expected: list[str] | None, canary: str,
