@@ -376,7 +376,8 @@ def _run(run: Path, view: Path, lesson: str, source: bytes, setup: Setup) -> tup
                       "--impl", f"{inside}/lessons/{lesson}/{course.MODULE}",
                       "-p", "sessionlab.grading.channel", "--sessionlab-grade-fd", "{fd}"]
     if setup.sandboxed:
-        command = sandbox.bwrap_args(root, lesson, [*course_files, course.MODULE, canary]) + pytest_command
+        files = [*course_files, course.MODULE, canary]
+        command = sandbox.bwrap_args(root, lesson, files) + pytest_command
     else:
         command = pytest_command
     env = sandbox.clean_environment({

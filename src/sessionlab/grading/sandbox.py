@@ -41,7 +41,8 @@ LIMITS_CODE = """\
 import os, resource, sys
 cpu, memory, size, files = map(int, sys.argv[1:5])
 for name, soft, hard in (("RLIMIT_CPU", cpu, cpu + 5), ("RLIMIT_AS", memory, memory),
-                         ("RLIMIT_FSIZE", size, resource.RLIM_INFINITY), ("RLIMIT_NOFILE", files, files)):
+                         ("RLIMIT_FSIZE", size, resource.RLIM_INFINITY),
+                         ("RLIMIT_NOFILE", files, files)):
     try:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     except (AttributeError, ValueError, OSError):
