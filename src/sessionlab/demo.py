@@ -35,18 +35,18 @@ def latest_solution_with(root: Path, name: str) -> course.Lesson:
     raise course.CourseError(f"no reference solution defines {name}() yet")
 
 
-def show_message(message: dict[str, Any], names: dict[str, str] | None = None) -> None:
+def show_message(message: dict[str, Any], tool: str | None = None) -> None:
     """One message, drawn as `sessionlab chat` and `sessionlab show` draw it (never read as markup)."""
     from .cli.show import message_rows
 
-    for row in message_rows(message, names=names):
+    for row in message_rows(message, tool=tool):
         console.print(row)
 
 
 def run_day(module_path: Path, folder: Path, session_id: str, texts: list[str]) -> None:
     """One day of the quest in this process: resume the session and say each text."""
     # The model (and with it openai and respx) is needed only here, in the child process of a day.
-    from .cli.show import call_names
+    from .cli.show import result_names
     from .town import Town
     from .town_model import town_model
 
@@ -59,9 +59,9 @@ def run_day(module_path: Path, folder: Path, session_id: str, texts: list[str]) 
         for text in texts:
             start = len(agent.messages)
             agent.run(text)
-            names = call_names(agent.messages)
-            for message in agent.messages[start:]:
-                show_message(message, names)
+            names = result_names(agent.messages)
+            for message, tool in zip(agent.messages[start:], names[start:]):
+                show_message(message, tool)
     first = model.requests[0]["messages"] if model.requests else []
     console.print(f"[dim]the first request of this process carried {len(first)} message(s)[/]")
 

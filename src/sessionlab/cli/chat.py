@@ -336,11 +336,11 @@ class Printer:
         self.ui = ui
         self.echo_user = echo_user
         self.tool_names = tool_names
-        self.names: dict[str, str] = {}
+        self.names = show.ResultNames()     # which call each result answers, in order
 
     def __call__(self, message: dict[str, Any]) -> None:
         role = message.get("role")
-        self.names.update(show.call_names([message]))
+        tool = self.names.name(message)
         if role == "user" and not self.echo_user:
             return
         thinking, shown = replies.assistant_view(message)
@@ -348,7 +348,7 @@ class Printer:
             self.ui.out.print(show.hanging(Text("        (thinking) " + replies.fold(thinking), style="dim italic"),
                                            8, self.ui))
         if role != "assistant" or shown.get("content") or shown.get("tool_calls") or not thinking:
-            for row in show.message_rows(shown, names=self.names, limit=600):
+            for row in show.message_rows(shown, tool=tool, limit=600):
                 self.ui.out.print(show.hanging(row, 8, self.ui))
         if role == "assistant" and not shown.get("tool_calls"):
             self.point_out(shown.get("content"), bool(thinking))
@@ -548,6 +548,8 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         if explained is None:
             raise
         raise explained from None
+    for message in agent.messages:      # the calls a resumed session made before this chat
+        printer.names.name(message)
     agent._printer = printer
     ui.out.print(Text("Type a message. /help lists commands; Ctrl-D or /quit ends the chat.", style="dim"))
     status = 0
@@ -654,9 +656,9 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
                      + ("/undo [N] take back the last N turns\n" if hasattr(agent, "undo") else "")
                      + "/quit     end the chat (Ctrl-D too)", markup=False)
     elif word == "history":
-        names = show.call_names(agent.messages)
+        names = show.result_names(agent.messages)
         for k, message in enumerate(agent.messages):
-            for row in show.message_rows(message, names=names, folder=folder, prefix=f"[{k}] ".rjust(6)):
+            for row in show.message_rows(message, tool=names[k], folder=folder, prefix=f"[{k}] ".rjust(6)):
                 ui.out.print(show.hanging(row, 14, ui))
         if not agent.messages:
             ui.out.print("(nothing yet)")
