@@ -51,6 +51,21 @@ class Commands:
         self.listing.append((group, listed_as or name, summary))
         return parser
 
+    def without(self, names: tuple[str, ...]) -> "Commands":
+        """These commands, where `add` of one of `names` registers nothing (another module does)."""
+        outer = self
+
+        class Filtered(Commands):
+            def __init__(self) -> None:
+                self.subparsers, self.listing = outer.subparsers, outer.listing
+
+            def add(self, name, func, group, summary, **options):
+                if name in names:
+                    return argparse.ArgumentParser(add_help=False)    # its options go nowhere
+                return outer.add(name, func, group, summary, **options)
+
+        return Filtered()
+
     def overview(self) -> str:
         lines = []
         width = max(len(name) for _, name, _ in self.listing) + 2
@@ -66,7 +81,7 @@ class Commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import chat, dev, doctor, grade, progress, show, watch
+    from . import chat, dev, doctor, grade, progress, show, study, watch
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
@@ -79,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     commands = Commands(sub)
     watch.register(commands, common)
-    progress.register(commands, common)
+    # hint, reset, solution and diff live in study.py; progress registers list and check.
+    progress.register(commands.without(study.NAMES), common)
+    study.register(commands, common)
     chat.register(commands, common)
     show.register(commands, common)
     dev.register(commands, common)
