@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -227,7 +228,7 @@ def test_control_characters_in_a_log_reach_the_terminal_escaped(tmp_path, termin
         assert run.status == 0, run.text
         out = run.out
         if terminal:        # rich's own colours are the only escapes: "\x1b[" and digits, "m"
-            out = __import__("re").sub(r"\x1b\[[0-9;]*m", "", out)
+            out = re.sub(r"\x1b\[[0-9;]*m", "", out)
         for bad in "\x1b\x07\x9b\r\x08\u202e\x7f":
             assert bad not in out, f"{bad!r} from the log reached the terminal"
     one = run_module("show", "esc", "--sessions", sessions).out
@@ -267,3 +268,14 @@ def test_show_right_after_the_demo_points_at_the_demos_folder(course_copy, tmp_p
     assert run.status == 1 and "Traceback" not in run.text
     assert "`sessionlab show --sessions demo-sessions`" in run.err
     assert "quest-guard" in run_module("show", "--sessions", "demo-sessions", cwd=tmp_path).out
+
+
+def test_the_point_of_a_fork_is_shown_as_the_message_number_it_is(cli, tmp_path):
+    sessions = tmp_path / "sessions"
+    write(sessions / "quest.jsonl", USER, USER)
+    write(sessions / "guard.jsonl", USER)
+    (sessions / "guard.meta.json").write_text(json.dumps({"parent": "quest", "forked_at": 1}))
+    tree = cli("show", sessions).out
+    assert re.search(r"forked from quest at 1(?![\d-])", tree), tree
+    assert "1970" not in tree
+    assert "forked from quest at message 1" in cli("show", "guard", "--sessions", sessions).out

@@ -439,6 +439,11 @@ def _when(value: Any) -> str:
             return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
         except (OverflowError, OSError, ValueError):
             return f"{shorten(as_json(value), 40)} (not a time)"
+    return _value(value)
+
+
+def _value(value: Any) -> str:
+    """A value from a meta or lock file on one line: a string as written, anything else as JSON."""
     return shorten(visible(value if isinstance(value, str) else as_json(value), lines=False), 80)
 
 
@@ -454,7 +459,7 @@ def heading(log: Log) -> list[Text]:
         info = []
         if parent:
             at = log.meta.get("forked_at")
-            info.append(f"forked from {_when(parent)}" + (f" at message {_when(at)}" if at is not None else ""))
+            info.append(f"forked from {_value(parent)}" + (f" at message {_value(at)}" if at is not None else ""))
         if log.meta.get("created"):
             info.append(f"created {_when(log.meta['created'])}")
         if info:
@@ -592,7 +597,7 @@ def label_text(session_id: str, log: Log | str | None, meta: dict[str, Any], ids
     parent = meta.get("parent")
     if parent:
         at = meta.get("forked_at")
-        text.append(f"  forked from {_when(parent)}" + (f" at {_when(at)}" if at is not None else ""),
+        text.append(f"  forked from {_value(parent)}" + (f" at {_value(at)}" if at is not None else ""),
                     style="dim")
         if parent not in ids:
             text.append(" (that session is gone)", style="red")
