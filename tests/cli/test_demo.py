@@ -38,12 +38,15 @@ def test_an_early_lesson_plays_what_its_code_can_and_says_what_it_skips(early_co
 
 
 def test_demo_takes_course_like_every_command_and_prints_plain_text_in_a_pipe(early_course, tmp_path):
+    # The whole demo in a pipe: the fork, its files, plain text.
     run = run_module("demo", "--course", early_course, "--dir", tmp_path / "d", cwd=tmp_path)
     assert run.status == 0, run.text
-    assert "forked" in run.out or "A fork" in run.out
+    assert "A fork: back to the end of day 1" in run.out
     assert (tmp_path / "d" / "quest-guard.jsonl").is_file()
     assert plain(run.out) and plain(run.err), "no colour codes and no boxes in a pipe"
     assert "== Day 1 ==" in run.out
+    shown = run_module("show", tmp_path / "d")
+    assert "quest" in shown.out and "forked from quest" in shown.out
 
     wrong = run_module("demo", "--course", tmp_path / "nowhere", cwd=tmp_path)
     assert wrong.status == 2 and "Traceback" not in wrong.text
@@ -59,11 +62,18 @@ def test_demo_in_a_read_only_folder_names_it_in_one_line(early_course, tmp_path)
     assert run.err.splitlines()[0].startswith(f"error: cannot write the demo's logs in {here / 'logs'}: ")
 
 
-def test_outside_a_copy_the_demo_plays_the_reference_the_kit_ships(tmp_path):
+def test_outside_a_copy_the_demo_plays_the_reference_the_kit_ships_and_show_finds_it(tmp_path):
     run = run_module("demo", cwd=tmp_path, env={"SESSIONLAB_ROOT": ""})
     assert run.status == 0, run.text
     assert "shipped with the kit" in run.err
     assert (tmp_path / "demo-sessions" / "quest-guard.jsonl").is_file()
+
+    # `show` right after `demo`: there is no ./sessions, and it says where the demo's logs are.
+    shown = run_module("show", cwd=tmp_path)
+    assert shown.status == 1 and "Traceback" not in shown.text
+    assert shown.err.splitlines()[0] == "error: no sessions folder sessions/ here yet"
+    assert "`sessionlab show --sessions demo-sessions`" in shown.err
+    assert "quest-guard" in run_module("show", "--sessions", "demo-sessions", cwd=tmp_path).out
 
 
 def test_outside_a_copy_a_command_says_how_to_get_one(tmp_path):

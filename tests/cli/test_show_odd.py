@@ -17,7 +17,7 @@ import pytest
 
 from sessionlab.cli import show
 
-from .conftest import STARTER, run_module
+from .conftest import run_module
 
 
 def write(path, *lines: str | bytes):
@@ -260,14 +260,7 @@ def test_show_with_no_sessions_folder_says_so_in_one_line(tmp_path):
     assert "Traceback" not in run.text
 
 
-def test_show_right_after_the_demo_points_at_the_demos_folder(course_copy, tmp_path):
-    course = course_copy({"00_memory": STARTER, "01_append": STARTER, "02_load": STARTER,
-                          "03_fork": STARTER})
-    assert run_module("--course", course, "demo", cwd=tmp_path).status == 0
-    run = run_module("show", cwd=tmp_path)
-    assert run.status == 1 and "Traceback" not in run.text
-    assert "`sessionlab show --sessions demo-sessions`" in run.err
-    assert "quest-guard" in run_module("show", "--sessions", "demo-sessions", cwd=tmp_path).out
+# `show` right after `demo`: test_demo.py (one demo run serves both).
 
 
 def test_the_point_of_a_fork_is_shown_as_the_message_number_it_is(cli, tmp_path):
@@ -279,3 +272,10 @@ def test_the_point_of_a_fork_is_shown_as_the_message_number_it_is(cli, tmp_path)
     assert re.search(r"forked from quest at 1(?![\d-])", tree), tree
     assert "1970" not in tree
     assert "forked from quest at message 1" in cli("show", "guard", "--sessions", sessions).out
+
+
+def test_a_windows_line_end_in_content_is_a_line_end_and_a_lone_carriage_return_is_escaped(cli, tmp_path):
+    path = write(tmp_path / "crlf.jsonl", json.dumps({"role": "user", "content": "one\r\ntwo\rthree"}))
+    out = cli("show", path).out
+    assert "one\n" in out and "\\x0d" in out and "two\\x0dthree" in out
+    assert "\r" not in out

@@ -48,9 +48,12 @@ def _escape(match: re.Match) -> str:
 def visible(text: str, *, lines: bool = True) -> str:
     """`text` with every character a terminal would act on written as an escape (`\\x1b`).
 
-    With lines=False a newline or tab is escaped too: for names, ids and one-line notes.
+    With lines=False a newline or tab is escaped too: for names, ids and one-line notes;
+    otherwise a Windows line end (CR LF) is read as the line end it is.
     """
-    return (UNSAFE if lines else UNSAFE_LINES).sub(_escape, text)
+    if lines:
+        return UNSAFE.sub(_escape, text.replace("\r\n", "\n"))
+    return UNSAFE_LINES.sub(_escape, text)
 
 
 class TooDeep(ValueError):
