@@ -752,6 +752,10 @@ def cmd_show(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     except FileNotFoundError:
         return no_such(args, sessions, ui)
     shown = visible(str(path), lines=False)
+    if _folder(path) and path.name.endswith(".jsonl"):
+        ui.error(f"{shown} is a folder, not a session log", f"`sessionlab show {visible(str(path.parent), lines=False)}` "
+                 "shows the sessions beside it")
+        return 1
     if _folder(path):
         try:
             parts = render_folder(path, ui)
