@@ -44,6 +44,16 @@ class Reference:
     path: Path
     name: str                 # its lesson folder, e.g. 07_undo
     module: ModuleType
+    shipped: bool = False     # the kit's own copy: there is no course here
+
+    @property
+    def start(self) -> str:
+        """How to start the course from here."""
+        if self.shipped:
+            from .cli import course_source
+            return (f"To start the course, get a copy: git clone {course_source()}, then "
+                    "pip install -e . inside it, and pytest lessons/00_memory there.")
+        return "Start the course: pytest lessons/00_memory"
 
     @property
     def logs(self) -> bool:
@@ -85,7 +95,7 @@ def find_reference(args: argparse.Namespace, ui: Ui) -> Reference:
             raise
         name = shipped.parent.name
         ui.note(f"No course here: the demo plays the reference solutions/{name}/agent.py shipped with the kit.")
-        return Reference(shipped, name, course.load_module(shipped, f"sessionlab_demo.{name}"))
+        return Reference(shipped, name, course.load_module(shipped, f"sessionlab_demo.{name}"), shipped=True)
     lesson = course.lesson(args.lesson, root) if args.lesson else latest_solution_with(root, "fork")
     path = lesson.module_path("solution")
     try:
@@ -199,7 +209,7 @@ def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
                 "(lesson 01 adds the log, lesson 02 reads it back)")
         in_new_process(reference, folder, "quest", DAY_TWO)
         ui.note(f"the fork is skipped: lesson {number} has no session to fork (lesson 03 adds fork())")
-        ui.out.print("\nStart the course: pytest lessons/00_memory", markup=False)
+        ui.out.print("\n" + reference.start, markup=False)
         return 0
     day_one = count_lines(folder / "quest.jsonl")
     heading(ui, "Day 2: a new process continues the same session")
@@ -214,7 +224,7 @@ def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
         ui.note(f"the fork is skipped: lesson {number}'s code cannot fork (lesson 03 adds fork())")
     left_on_disk(ui, folder)
     ui.out.print(f"\nLook inside: head -3 {shown_dir / 'quest.jsonl'}, or sessionlab show --sessions {shown_dir}. "
-                 "Start the course: pytest lessons/00_memory", markup=False)
+                 + reference.start, markup=False)
     return 0
 
 

@@ -67,6 +67,7 @@ def test_outside_a_copy_the_demo_plays_the_reference_the_kit_ships_and_show_find
     assert run.status == 0, run.text
     assert "shipped with the kit" in run.err
     assert (tmp_path / "demo-sessions" / "quest-guard.jsonl").is_file()
+    assert "get a copy: git clone" in run.out and "pip install -e ." in run.out, "the way to the lessons"
 
     # `show` right after `demo`: there is no ./sessions, and it says where the demo's logs are.
     shown = run_module("show", cwd=tmp_path)

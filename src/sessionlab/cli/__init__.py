@@ -208,4 +208,4 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["main", "build_parser", "find_course", "course_hint", "Ui"]
+__all__ = ["main", "build_parser", "find_course", "course_hint", "course_source", "Ui"]
