@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..town import PRICES, STARTING_GOLD, Town
+from ..town import PRICES, Town
 
 FORMAT = 1
 
