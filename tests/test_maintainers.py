@@ -20,6 +20,8 @@ def copy(tmp_path):
         for lesson in ("00_memory", "01_append"):
             shutil.copytree(ROOT / side / lesson, tmp_path / side / lesson,
                             ignore=shutil.ignore_patterns("__pycache__"))
+    # The starters as generated: in a student's copy, lessons/ holds their work.
+    starters.write_starters(tmp_path)
     # Lesson 01's own corpus runs every test on each of its dozens of mutants: the
     # tests below add the entries they are about to an empty list, so that the check
     # runs only those.

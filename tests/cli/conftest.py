@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sessionlab import starters
+from sessionlab.course import load_lesson
 from sessionlab.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,9 @@ def make_course(target: Path, lessons: dict[str, str]) -> Path:
         shutil.copytree(REPO / "solutions" / name, target / "solutions" / name, ignore=ignore)
         if state == SOLUTION:
             shutil.copy2(REPO / "solutions" / name / "agent.py", target / "lessons" / name / "agent.py")
+        else:   # the generated starter: in a student's copy, lessons/ holds their work
+            (target / "lessons" / name / "agent.py").write_text(
+                starters.expected_starter(load_lesson(target, name)), encoding="utf-8")
     return target
 
 
