@@ -16,12 +16,11 @@ def copy(tmp_path):
     """A copy of the course with lessons 00 and 01 only (enough to break things in)."""
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for side in ("lessons", "solutions"):
-        for lesson in ("00_memory", "01_append"):
-            shutil.copytree(ROOT / side / lesson, tmp_path / side / lesson,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-    # The starters as generated: in a student's copy, lessons/ holds their work.
-    starters.write_starters(tmp_path)
+    for lesson in ("00_memory", "01_append"):
+        shutil.copytree(ROOT / "solutions" / lesson, tmp_path / "solutions" / lesson,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        # As it ships: in a student's copy, lessons/ holds their work.
+        maintainers.lay_out_lesson(ROOT, tmp_path, lesson)
     # Lesson 01's own corpus runs every test on each of its dozens of mutants: the
     # tests below add the entries they are about to an empty list, so that the check
     # runs only those.

@@ -196,10 +196,14 @@ def lay_out_pristine(root: Path, target: Path) -> None:
     git = starters.Git(root)
     (target / "lessons").mkdir()
     for name in course.lesson_folders(root):
-        _lay_out_lesson(root, target, name, git)
+        lay_out_lesson(root, target, name, git)
 
 
-def _lay_out_lesson(root: Path, target: Path, name: str, git: starters.Git) -> None:
+def lay_out_lesson(root: Path, target: Path, name: str,
+                   git: starters.Git | None = None) -> None:
+    """Copy lessons/`name` of the course at `root` to `target` as it ships (see
+    lay_out_pristine); the kit's tests make their copies of a lesson with it too."""
+    git = git or starters.Git(root)
     relative = f"lessons/{name}"
     try:
         item = starters.starter_of(course.load_lesson(root, name), git)
