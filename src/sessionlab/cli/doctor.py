@@ -110,10 +110,16 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 
     try:
         root = find_course(args)
-        count = len(course.lessons(root))
-        row(True, "course", str(root), f"{count} lessons")
     except course.CourseError:
         row(None, "course", "not found here", "run commands from inside your copy of the course")
+    else:
+        try:
+            count = len(course.lessons(root))
+        except course.CourseError as error:    # found, but a lesson.toml is broken
+            problems += 1
+            row(False, "course", str(root), str(error))
+        else:
+            row(True, "course", str(root), f"{count} lessons")
 
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         value = os.environ.get(name)
