@@ -40,6 +40,32 @@ def ollama_url(given: str | None = None) -> str:
     return connect.ollama_url(given if given else os.environ.get("OLLAMA_HOST"))
 
 
+def url_problem(text: str) -> str | None:
+    """Why `text` cannot be where a server listens, or None when it can.
+
+    Checked before anything is asked of it, so that a typo is named as a typo and never
+    reaches the HTTP client as a traceback. A bare `host:port` is read as Ollama reads it
+    (http is implied)."""
+    import httpx
+
+    given = text.strip()
+    if "://" not in given:
+        given = "http://" + given
+    try:
+        url = httpx.URL(given)
+    except (httpx.InvalidURL, ValueError) as error:
+        return str(error)
+    if url.scheme not in ("http", "https"):
+        return f"the scheme must be http or https, not {url.scheme or 'empty'}"
+    if not url.host:
+        return "it names no host"
+    if any(c in url.host for c in " %/\\"):
+        return f"{url.host!r} is not a host name"
+    if url.port is not None and not 1 <= url.port <= 65535:
+        return f"port {url.port} is not in 1-65535"
+    return None
+
+
 def ollama_models(url: str, timeout: float = 1.5) -> list[str]:
     """The models a running Ollama has; raises httpx.HTTPError when it does not answer."""
     import httpx
@@ -73,6 +99,9 @@ def _satisfies(spec: str, version: str) -> bool | None:
 
 
 def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
+    if args.ollama_url is not None and (why := url_problem(args.ollama_url)):
+        ui.error(f"--ollama-url {args.ollama_url}: not a server address ({why})")
+        return 2
     problems = 0
     table = ui.table()
     table.add_column("")
@@ -131,8 +160,10 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     url = ollama_url(args.ollama_url)
     try:
         models = ollama_models(url)
-    except (httpx.HTTPError, ValueError) as error:
-        reason = "connection refused" if isinstance(error, httpx.ConnectError) else type(error).__name__
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, OSError) as error:
+        # OLLAMA_HOST can hold anything; whatever it holds is a row here, never a traceback.
+        reason = ("connection refused" if isinstance(error, httpx.ConnectError)
+                  else f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
         row(None, "Ollama", f"not answering at {url}",
             f"{reason}; optional: install Ollama, run `ollama serve`, then `ollama pull {TOOL_MODEL_SUGGESTION}`")
     else:
