@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from sessionlab.cli import runner
+from sessionlab.cli import main, runner
 
-from .conftest import SOLUTION, STARTER
+from .conftest import SOLUTION, STARTER, Run, run_module
 
 
 def one_line_error(run, *words: str) -> str:
@@ -81,3 +81,48 @@ def test_doctor_names_a_malformed_lesson_toml(cli, course_copy, monkeypatch):
     assert "Traceback" not in run.text
     row = next(line for line in run.out.splitlines() if line.split()[1:2] == ["course"])
     assert "00_memory/lesson.toml" in row and "missing key `title`" in row, row
+
+
+# --- 5. watch --interval -1; watch 99 ----------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["watch", "--interval", "-1"], "--interval: -1 is not a number of seconds above 0"),
+    (["watch", "--interval", "0"], "--interval: 0 is not a number of seconds above 0"),
+    (["watch", "--interval", "nan"], "--interval: nan is not a number of seconds above 0"),
+    (["watch", "--interval", "1e999"], "--interval: 1e999 is not a number of seconds"),
+    (["watch", "--timeout", "-3"], "--timeout: -3 is not a number of seconds above 0"),
+    (["list", "--timeout", "0"], "--timeout: 0 is not a number of seconds above 0"),
+    (["check", "00", "--timeout", "-1"], "--timeout: -1 is not a number of seconds above 0"),
+    (["check", "--timeout", "soon"], "--timeout: 'soon' is not a number of seconds"),
+])
+def test_a_wait_that_is_not_above_0_seconds_is_refused_in_one_line(
+        course, no_runs, capsys, argv, said):
+    with pytest.raises(SystemExit) as stopped:    # argparse's way out, with its status
+        main(["--course", str(course), *argv])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    one_line_error(Run(2, captured.out, captured.err), f"sessionlab {argv[0]}", said)
+    assert captured.out == ""
+
+
+def test_watch_interval_minus_1_as_typed(course):
+    run = run_module("--course", course, "watch", "--interval", "-1")
+
+    assert run.status == 2
+    line = one_line_error(run, "sessionlab watch", "--interval", "-1",
+                          "not a number of seconds above 0")
+    assert line.startswith("error: ")
+    assert run.out == ""
+
+
+@pytest.mark.parametrize("argv", [["watch", "99"], ["check", "99"], ["hint", "99"],
+                                  ["reset", "99"], ["solution", "99"], ["diff", "00", "99"],
+                                  ["watch", "00_nothing"]])
+def test_a_lesson_that_does_not_exist_is_named_before_anything_runs(
+        cli, course, no_runs, argv):
+    run = cli("--course", course, *argv)
+
+    assert run.status == 2
+    one_line_error(run, f"no lesson '{argv[-1]}'", "the lessons are: 00_memory, 01_append")
+    assert no_runs == []

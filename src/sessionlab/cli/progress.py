@@ -24,13 +24,41 @@ HINTS_FILE = "hints.json"
 # --- shared by several commands --------------------------------------------------------------
 
 
+MAX_SECONDS = 86400.0     # a day: beyond it time.sleep and select overflow, and no run needs it
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (a wait of 0 or less, or of nan,
+    would spin, time out at once, or crash deep inside the loop that uses it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_SECONDS:     # also false for nan
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds above 0 (and at most {MAX_SECONDS:g})")
+    return value
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A mistake in this command's arguments is one line (argparse's own way prints the
+    whole usage first, which buries what was wrong); exit status 2 as argparse's."""
+    def error(message: str):
+        from .ui import make_ui
+        make_ui().error(f"{parser.prog}: {message} (`{parser.prog} --help` lists the options)")
+        raise SystemExit(2)
+
+    parser.error = error     # type: ignore[method-assign]
+    return parser
+
+
 def add_run_options(parser: argparse.ArgumentParser, solution: bool = True) -> None:
     if solution:
         parser.add_argument("--solution", action="store_true",
                             help="run against the reference in solutions/ instead of your lessons/")
     parser.add_argument("--fresh", action="store_true",
                         help="run the tests again even if nothing changed since the last run")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="give up on a lesson's tests after this long (default 120)")
 
 
@@ -319,12 +347,14 @@ def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = commands.add("list", cmd_list, "student", "every lesson: done, in progress or not started, with task counts",
-                     parents=[common])
+    p = one_line_errors(commands.add(
+        "list", cmd_list, "student", "every lesson: done, in progress or not started, with task counts",
+        parents=[common]))
     add_run_options(p)
 
-    p = commands.add("check", cmd_check, "student", "run one lesson's tests; exit status 0 only if it passes",
-                     parents=[common])
+    p = one_line_errors(commands.add(
+        "check", cmd_check, "student", "run one lesson's tests; exit status 0 only if it passes",
+        parents=[common]))
     p.add_argument("lesson", nargs="?", metavar="NN", help="lesson number or folder (default: the current lesson)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every failure, not only the first")
     add_run_options(p)
