@@ -121,6 +121,8 @@ def test_watch_interval_minus_1_as_typed(course):
                                   ["watch", "00_nothing"]])
 def test_a_lesson_that_does_not_exist_is_named_before_anything_runs(
         cli, course, no_runs, argv):
+    (course / ".sessionlab" / "results.json").unlink()   # nothing cached: a run would run
+
     run = cli("--course", course, *argv)
 
     assert run.status == 2
