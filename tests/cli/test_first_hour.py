@@ -128,3 +128,42 @@ def test_a_lesson_that_does_not_exist_is_named_before_anything_runs(
     assert run.status == 2
     one_line_error(run, f"no lesson '{argv[-1]}'", "the lessons are: 00_memory, 01_append")
     assert no_runs == []
+
+
+# --- 8. the next hint's advice names a command that shows it ------------------------------
+
+
+def advised_command(text: str) -> list[str]:
+    found = re.findall(r"`(sessionlab hint[^`]*)`", text)
+    assert found, f"no hint command advised in:\n{text}"
+    return found[-1].split()[1:]
+
+
+def test_watch_h_on_a_passing_lesson_advises_a_command_that_shows_the_next_hint(
+        cli, course, capsys):
+    from sessionlab.cli.ui import make_ui
+    from sessionlab.cli.watch import Watch
+
+    watch = Watch(make_ui(), course, "00")     # lesson 00 passes in this course
+    watch.start()
+    capsys.readouterr()
+    watch.on_key("h")
+    shown = capsys.readouterr().out
+    assert "Hint 1 of" in shown and "Press h again for hint 2" in shown, shown
+
+    advised = cli("--course", course, *advised_command(shown))
+
+    assert advised.status == 0, advised.text
+    assert "no hint needed" not in advised.out
+    assert "Hint 2 of" in advised.out, advised.out
+
+
+@pytest.mark.parametrize("first", [["hint", "01"], ["hint", "--task", "00.2"]])
+def test_the_hint_commands_advice_shows_the_next_hint_when_followed(cli, course, first):
+    shown = cli("--course", course, *first)
+    assert "Hint 1 of" in shown.out, shown.text
+
+    followed = cli("--course", course, *advised_command(shown.out))
+
+    assert "Hint 2 of" in followed.out, followed.out
+    assert followed.out.split("Task ")[1].split()[0] == shown.out.split("Task ")[1].split()[0]

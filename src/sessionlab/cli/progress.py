@@ -223,8 +223,20 @@ def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     return 0
 
 
-def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int | None = None) -> Group:
-    """The task and its hints up to `level` (default: one more than last time)."""
+def next_hint_advice(task: course.Task, level: int, *, key: str | None = None) -> str:
+    """How to see hint `level` of `task`. It names the task, never only the lesson:
+    `sessionlab hint NN` follows the first failing task, which may be another task by
+    then, or none at all once the lesson passes ("no hint needed")."""
+    command = f"`sessionlab hint --task {task.id}`"
+    if key:
+        return f"Press {key} again for hint {level} (or run {command})."
+    return f"Run {command} for hint {level}."
+
+
+def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int | None = None,
+              *, key: str | None = None) -> Group:
+    """The task and its hints up to `level` (default: one more than last time); `key` is
+    the key that shows the next one where there is one (watch's `h`)."""
     state = load_state(root, HINTS_FILE)
     seen = state.setdefault("seen", {})
     total = len(task.hints)
@@ -245,7 +257,7 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
         parts.append(Text(f"Hint {k} of {total}: ", style="bold yellow" if newest else "dim")
                      + Text(task.hints[k - 1], style="" if newest else "dim"))
     if level < total:
-        parts.append(Text(f"Run `sessionlab hint {lesson.number}` again for hint {level + 1}.", style="dim"))
+        parts.append(Text(next_hint_advice(task, level + 1, key=key), style="dim"))
     else:
         parts.append(Text(f"That was the last hint. Once the lesson passes, `sessionlab solution {lesson.number}` "
                           "shows the reference beside your code.", style="dim"))

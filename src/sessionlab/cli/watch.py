@@ -141,7 +141,8 @@ class Watch:
                 self.ui.out.print("This lesson has no tasks to hint at.")
                 return
             self.ui.out.print()
-            self.ui.out.print(progress.show_hint(self.ui, self.root, self.lesson, self.lesson.task(task_id)))
+            self.ui.out.print(progress.show_hint(self.ui, self.root, self.lesson,
+                                                 self.lesson.task(task_id), key="h"))
         elif key == "l":
             self.ui.out.print()
             self.ui.out.print(progress.lesson_rows(self.ui, self.lessons, self.results, self.lesson))
