@@ -124,6 +124,9 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
     summary = Text(f"{result.passed_count}/{result.total} tests pass", style="bold green" if result.passed else "bold")
     if result.passed:
         summary.append(" · lesson done", style="green")
+    else:       # the same words as `list` and watch's bar, from the same rule
+        summary.append(" · not started: no task is written yet" if result.state == "not started"
+                       else f" · {result.state}", style="dim")
     parts.append(summary)
     failures = [t for t in result.tests if not t.passed and t.outcome != "skipped"]
     first = result.first_failure(lesson)

@@ -13,9 +13,11 @@ Several lessons that are not cached run in one pytest process per CPU, in parall
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from .. import course
 from ..course import Lesson
 
 TIMEOUT = 120.0
-CACHE_VERSION = 2
+CACHE_VERSION = 3          # 3: results say which tasks are written
 STATE_DIR = ".sessionlab"
 IGNORED_PARTS = ("__pycache__", ".pytest_cache")
 IGNORED_SUFFIXES = (".pyc", ".bak")
@@ -70,6 +72,9 @@ class LessonResult:
     output: str = ""             # the tail of pytest's own output, for when something is off
     seconds: float = 0.0
     cached: bool = False
+    # Task id -> written (False while the task still raises its starter's
+    # NotImplementedError); None when the module could not be read.
+    written: dict[str, bool] | None = None
 
     @property
     def total(self) -> int:
@@ -85,11 +90,16 @@ class LessonResult:
 
     @property
     def state(self) -> str:
-        """done / in progress / not started / error."""
+        """done / in progress / not started / error.
+
+        Not started means no task is written yet, whatever the tests say: a few tests of
+        an untouched starter pass for free (they check what the starter already does)."""
         if self.error is not None:
             return "error"
         if self.passed:
             return "done"
+        if self.written is not None:
+            return "in progress" if any(self.written.values()) else "not started"
         if self.passed_count == 0 and all(t.not_written for t in self.tests if not t.passed):
             return "not started"
         return "in progress"
@@ -100,6 +110,8 @@ class LessonResult:
     def task_state(self, task_id: str) -> str:
         """passed / failing / todo (not written yet) / untested."""
         tests = self.task_tests(task_id)
+        if self.written is not None and not self.written.get(task_id, True):
+            return "todo"           # its tests may pass for free: the task is still not written
         if not tests:
             return "untested"
         if all(t.passed for t in tests):
@@ -177,7 +189,7 @@ class LessonResult:
         tests = [Outcome(**t) for t in data.get("tests", [])]
         return cls(lesson=data["lesson"], side=data.get("side", "lesson"), tests=tests,
                    error=data.get("error"), output=data.get("output", ""),
-                   seconds=data.get("seconds", 0.0))
+                   seconds=data.get("seconds", 0.0), written=data.get("written"))
 
 
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
@@ -195,6 +207,51 @@ def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
             if test.in_function in names:
                 return task.id
     return None
+
+
+# --- which tasks are written ---------------------------------------------------------------
+
+
+NOT_WRITTEN = re.compile(r"task (\d\d\.\d+) is not written yet")
+
+
+def starter_raises(source: str) -> dict[str, int]:
+    """How many of each task's `raise NotImplementedError("task NN.K is not written yet
+    ...")` (what the starter generator puts in a task's place) are in `source`.
+
+    Read from the syntax tree, so a comment or a string that merely quotes the message
+    does not count; a module that does not parse is read as text (its tests cannot run,
+    and the lesson's state is then "error" anyway)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        found = re.findall(r"raise\s+NotImplementedError\(\s*[\"']" + NOT_WRITTEN.pattern, source)
+        return {task: found.count(task) for task in set(found)}
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "NotImplementedError" and call.args
+                and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+                and (match := NOT_WRITTEN.match(call.args[0].value))):
+            counts[match[1]] = counts.get(match[1], 0) + 1
+    return counts
+
+
+def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
+    """Task id -> whether the student has written it: a task is not written while every
+    place the starter gave it still raises the starter's NotImplementedError."""
+    try:
+        mine = starter_raises(module.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        from .. import starters
+        expected = starter_raises(starters.expected_starter(lesson))
+    except (OSError, UnicodeDecodeError, course.CourseError):
+        expected = {}        # no reference to compare with: one raise left means not written
+    return {task.id: mine.get(task.id, 0) < max(1, expected.get(task.id, 1))
+            for task in lesson.tasks}
 
 
 # --- reading a report ---------------------------------------------------------------------
@@ -283,6 +340,10 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
     """
     tests_root = tests_root or root
     started = time.monotonic()
+    # Read before the run, like the cache key: the state describes the file that was tested.
+    written = {lesson.name: written_tasks(lesson, impl or (
+        root / ("solutions" if side == "solution" else "lessons") / lesson.name / course.MODULE))
+        for lesson in lessons}
     with tempfile.TemporaryDirectory(prefix="sessionlab-") as scratch:
         report = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pytest",
@@ -301,13 +362,15 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
         tail = _tail(output)
         if status is None:
             error = f"timed out after {timeout:g} s (an endless loop, or a process that never ends?)"
-            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds,
+                                              written=written[lesson.name])
                     for lesson in lessons}
         try:
             per_lesson = read_report(report, lessons)
         except (OSError, ValueError):
             error = f"pytest stopped without a report (exit status {status})"
-            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds,
+                                              written=written[lesson.name])
                     for lesson in lessons}
     results = {}
     for lesson in lessons:
@@ -321,7 +384,8 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
         elif not tests:
             error = f"no tests ran (pytest exit status {status})"
         results[lesson.name] = LessonResult(lesson.name, side, tests=tests, error=error,
-                                            output=tail if error else "", seconds=seconds)
+                                            output=tail if error else "", seconds=seconds,
+                                            written=written[lesson.name])
     return results
 
 
