@@ -167,3 +167,59 @@ def test_the_hint_commands_advice_shows_the_next_hint_when_followed(cli, course,
 
     assert "Hint 2 of" in followed.out, followed.out
     assert followed.out.split("Task ")[1].split()[0] == shown.out.split("Task ")[1].split()[0]
+
+
+# --- 2. names cut in a pipe and at 40 columns --------------------------------------------
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LONG_TITLE = ("Append: save as you go, told at length so that no table of any width can "
+              "hold it on one line without a very wide terminal indeed")
+
+
+def test_list_and_check_in_a_pipe_print_every_name_whole(cli, course, monkeypatch):
+    toml = course / "lessons" / "01_append" / "lesson.toml"
+    toml.write_text(toml.read_text().replace('"Append: save as you go"', f'"{LONG_TITLE}"', 1))
+    from sessionlab.course import lessons
+
+    for columns in (None, "40"):     # a pipe, and a pipe from a shell that exports COLUMNS
+        if columns:
+            monkeypatch.setenv("COLUMNS", columns)
+        else:
+            monkeypatch.delenv("COLUMNS", raising=False)
+
+        listed = cli("--course", course, "list")
+        checked = cli("--course", course, "check", "01")
+
+        for lesson in lessons(course):
+            row = next(line for line in listed.out.splitlines()
+                       if f" {lesson.number} " in line)
+            assert lesson.title in row, f"{lesson.title!r} is not whole on its row: {row!r}"
+            assert "not started" in row or "done" in row, row
+        assert LONG_TITLE in checked.out.splitlines()[0]
+        for task in next(l for l in lessons(course) if l.number == "01").tasks:
+            assert any(task.title in line and task.id in line
+                       for line in checked.out.splitlines()), (task.title, checked.out)
+        assert "…" not in listed.out + checked.out
+
+
+def test_list_and_check_at_40_columns_wrap_names_and_never_cut_them(cli, course,
+                                                                    monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")    # rich: a terminal
+    monkeypatch.setenv("COLUMNS", "40")
+    from sessionlab.course import lessons
+
+    listed = ANSI.sub("", cli("--course", course, "list").out)
+    checked = ANSI.sub("", cli("--course", course, "check", "01").out)
+
+    for text in (listed, checked):
+        assert "…" not in text, text
+        assert max(len(line) for line in text.splitlines()) <= 40, text
+    words = {word for lesson in lessons(course) for word in lesson.title.split()}
+    words |= {word for lesson in lessons(course) if lesson.number == "01"
+              for task in lesson.tasks for word in task.title.split()}
+    for word in words:
+        assert word in listed + checked, f"{word!r} was cut"
+    for number in ("00", "01"):
+        assert re.search(rf"\b{number}\b.*\d+/\d+\s+\d+/\d+", listed), \
+            f"lesson {number}'s counts stay on its first line:\n{listed}"

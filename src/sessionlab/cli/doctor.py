@@ -109,12 +109,10 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     table.add_column("Found")
     table.add_column("Notes")
 
-    rows: list[tuple] = []
-
     def row(ok: bool | None, what: str, found: str, notes: str = "") -> None:
         mark = ui.mark("passed" if ok else ("info" if ok is None else "failing"))
-        table.add_row(mark, what, found, notes)
-        rows.append((mark.plain, what, found, notes))
+        # Text, not str: a path or a note holding [brackets] is not rich markup.
+        table.add_row(mark, Text(what), Text(found), Text(notes))
 
     version = platform.python_version()
     python_ok = sys.version_info >= (3, 11)
@@ -173,14 +171,7 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         else:
             row(None, "Ollama", f"answering at {url}",
                 f"no models yet: `ollama pull {TOOL_MODEL_SUGGESTION}` (it supports tools)")
-    if ui.plain:
-        # One unbroken line per check: easy to read in a log, easy to grep.
-        widths = [max(len(r[k]) for r in rows) for k in range(3)]
-        for r in rows:
-            ui.out.print("  ".join(r[k].ljust(widths[k]) for k in range(3)) + ("  " + r[3] if r[3] else ""),
-                         markup=False)
-    else:
-        ui.out.print(table)
+    ui.out.print(table)     # in plain text one unbroken line per check (ui.FitTable)
     if problems:
         ui.out.print(Text(f"{problems} problem(s) above must be fixed before the course works.", style="bold red"))
         return 1

@@ -108,7 +108,9 @@ def lesson_heading(lesson: Lesson, side: str = "lesson") -> Text:
 def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure: bool = False) -> Group:
     """What a student needs to see about one lesson: tasks, counts, the first failure in words."""
     parts: list = [lesson_heading(lesson, result.side)]
-    tasks = Table.grid(padding=(0, 1))
+    tasks = ui.grid(padding=(0, 1))
+    for wraps in (False, False, True, False):      # only the title wraps in a narrow terminal
+        tasks.add_column(no_wrap=not wraps)
     for task in lesson.tasks:
         state = result.task_state(task.id)
         tests = result.task_tests(task.id)
@@ -150,12 +152,14 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
 
 def lesson_rows(ui: Ui, lessons: list[Lesson], results: dict[str, LessonResult], current: Lesson | None) -> Table:
     table = ui.table()
-    table.add_column("", width=2)
-    table.add_column("#")
-    table.add_column("Lesson")
-    table.add_column("State")
-    table.add_column("Tasks", justify="right")
-    table.add_column("Tests", justify="right")
+    # Short columns never wrap, so that in a narrow terminal the room goes to the title
+    # (which wraps, whole words first, and is never cut).
+    table.add_column("", width=2, no_wrap=True)
+    table.add_column("#", no_wrap=True)
+    table.add_column("Lesson", min_width=10)
+    table.add_column("State", min_width=7)
+    table.add_column("Tasks", justify="right", no_wrap=True)
+    table.add_column("Tests", justify="right", no_wrap=True)
     for lesson in lessons:
         result = results[lesson.name]
         done_tasks = sum(result.task_state(t.id) == "passed" for t in lesson.tasks)
