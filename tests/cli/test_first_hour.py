@@ -6,13 +6,18 @@ lesson), with no traceback, and must run nothing it does not need to.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from sessionlab.cli import main, runner
 
-from .conftest import SOLUTION, STARTER, Run, run_module
+from .conftest import REPO, SOLUTION, STARTER, Run, run_module
 
 
 def one_line_error(run, *words: str) -> str:
@@ -223,3 +228,115 @@ def test_list_and_check_at_40_columns_wrap_names_and_never_cut_them(cli, course,
     for number in ("00", "01"):
         assert re.search(rf"\b{number}\b.*\d+/\d+\s+\d+/\d+", listed), \
             f"lesson {number}'s counts stay on its first line:\n{listed}"
+
+
+# --- 3. failure messages are bounded -----------------------------------------------------
+
+
+CHATTY = '''    def run(self, user_text: str) -> str:
+        print("chatter " * 40 + "\\n", end="")
+        print("step\\n" * 20000)
+        raise ValueError("dump:\\n" + "a line of the dump\\n" * 5000
+                         + "x" * 200_000 + "\\nthe end")
+'''
+
+
+def test_check_bounds_each_failure_of_a_chatty_module(cli, course):
+    module = course / "lessons" / "00_memory" / "agent.py"
+    text = module.read_text()
+    module.write_text(text.replace('    def run(self, user_text: str) -> str:\n', CHATTY, 1))
+
+    run = cli("--course", course, "check", "00", "-v")
+
+    assert run.status == 1
+    failures = re.split(r"(?:First failure|Also failing): ", run.out)[1:]
+    assert len(failures) > 10, run.out[:2000]
+    assert len(run.out) < 20_000 * len(failures) / 10 + 20_000, f"{len(run.out)} characters"
+    for failure in failures:
+        lines = failure.splitlines()
+        assert len(lines) < 30, f"one failure took {len(lines)} lines"
+        assert "dump:" in failure and "the end" in failure, "its head and its tail are kept"
+        assert re.search(r"\.\.\. \d+ lines cut; `pytest '?lessons/00_memory/test_\w+\.py::", failure)
+        assert re.search(r"\.\.\. \d+ characters cut", failure), "a huge line is cut too"
+
+
+def test_a_childs_output_is_held_in_bounded_memory():
+    import sys
+
+    spill = ("import sys\n"
+             "for k in range(200):\n"
+             "    sys.stdout.write(f'line {k} ' + 'x' * 100_000 + '\\n')\n"
+             "print('the last line')\n")
+    status, output = runner.run_process([sys.executable, "-c", spill], cwd=REPO,
+                                        env=dict(os.environ), timeout=120)
+
+    assert status == 0
+    assert len(output) < 100_000, f"{len(output)} characters kept of 20 MB"
+    assert output.startswith("line 0 ") and output.rstrip().endswith("the last line")
+    assert re.search(r"\.\.\. \d+ bytes of output cut \.\.\.", output)
+
+
+# --- 4. Ctrl-C during a test run ---------------------------------------------------------
+
+
+STUCK = '''    def run(self, user_text: str) -> str:
+        import os, pathlib, subprocess, time
+        helper = subprocess.Popen(["sleep", "600"])
+        pathlib.Path({marker!r}).write_text(f"{{os.getpid()}} {{helper.pid}}")
+        time.sleep(600)
+'''
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie (killed, not yet reaped by whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def default_sigint():
+    """Ctrl-C as in a terminal, even under a runner that ignores SIGINT in the background."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_during_a_test_run_stops_the_tests_at_once_and_exits_130(course, tmp_path):
+    marker = tmp_path / "stuck.pids"
+    module = course / "lessons" / "00_memory" / "agent.py"
+    module.write_text(module.read_text().replace(
+        '    def run(self, user_text: str) -> str:\n', STUCK.format(marker=str(marker)), 1))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("FORCE_COLOR", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionlab", "--course", str(course), "check", "00",
+         "--fresh", "--timeout", "600"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_sigint)
+    try:
+        for _ in range(1200):                     # a guard against a hang, not a measure
+            if marker.exists() and len(marker.read_text().split()) == 2:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the lesson's tests never started")
+        tests_pid, helper_pid = map(int, marker.read_text().split())
+
+        process.send_signal(signal.SIGINT)        # what Ctrl-C sends
+        try:
+            out, err = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl-C did not stop `sessionlab check` within 30 s")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+    assert process.returncode == 130
+    assert err.strip().splitlines() == ["interrupted"], err
+    for pid in (tests_pid, helper_pid):
+        for _ in range(100):
+            if gone(pid):
+                break
+            time.sleep(0.1)
+        assert gone(pid), f"process {pid} of the test run outlived Ctrl-C"
