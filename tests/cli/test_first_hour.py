@@ -17,7 +17,7 @@ import pytest
 
 from sessionlab.cli import main, runner
 
-from .conftest import REPO, SOLUTION, STARTER, Run, run_module
+from .conftest import REPO, STARTER, Run, run_module
 
 
 def one_line_error(run, *words: str) -> str:
@@ -236,8 +236,8 @@ def test_list_and_check_at_40_columns_wrap_names_and_never_cut_them(cli, course,
 CHATTY = '''    def run(self, user_text: str) -> str:
         print("chatter " * 40 + "\\n", end="")
         print("step\\n" * 20000)
-        raise ValueError("dump:\\n" + "a line of the dump\\n" * 5000
-                         + "x" * 200_000 + "\\nthe end")
+        raise ValueError("dump:\\n" + "a line of the dump\\n" * 2000
+                         + "x" * 20_000 + "\\nthe end")
 '''
 
 

@@ -5,7 +5,6 @@ free is still not started."""
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
