@@ -84,16 +84,48 @@ def load_lesson(root: Path, name: str) -> Lesson:
         data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CourseError(f"{toml_path}: missing (every lesson folder needs a lesson.toml)") from None
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CourseError(f"{toml_path}: {error}") from None
-    number = name[:2]
-    tasks = tuple(
-        Task(id=t["id"], title=t["title"], where=t.get("where", ""),
-             description=t.get("description", "").strip(), hints=tuple(t.get("hints", ())))
-        for t in data.get("tasks", ())
-    )
-    return Lesson(number=number, name=name, title=data["title"],
-                  summary=data.get("summary", "").strip(), tasks=tasks, root=root)
+    except OSError as error:
+        raise CourseError(f"{toml_path}: cannot be read ({error.strerror or error})") from None
+    tasks = data.get("tasks", [])
+    if not isinstance(tasks, list):
+        raise CourseError(f"{toml_path}: `tasks` must be a list of [[tasks]] tables")
+    return Lesson(number=name[:2], name=name, title=_text(data, "title", toml_path),
+                  summary=_text(data, "summary", toml_path, required=False).strip(),
+                  tasks=tuple(_task(entry, k, toml_path) for k, entry in enumerate(tasks, 1)),
+                  root=root)
+
+
+def _task(entry: object, k: int, toml_path: Path) -> Task:
+    """One [[tasks]] table, checked: a broken one is named by its place in the file."""
+    where = f"task {k}"
+    if not isinstance(entry, dict):
+        raise CourseError(f"{toml_path}: {where} is not a [[tasks]] table")
+    task_id = _text(entry, "id", toml_path, where)
+    where = f"task {task_id}"
+    hints = entry.get("hints", [])
+    if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
+        raise CourseError(f"{toml_path}: {where}: `hints` must be a list of strings")
+    return Task(id=task_id, title=_text(entry, "title", toml_path, where),
+                where=_text(entry, "where", toml_path, where, required=False),
+                description=_text(entry, "description", toml_path, where,
+                                  required=False).strip(),
+                hints=tuple(hints))
+
+
+def _text(table: dict, key: str, toml_path: Path, where: str = "",
+          required: bool = True) -> str:
+    """A string value of lesson.toml; a missing or mistyped one names the file and key."""
+    place = f"{toml_path}: {where + ': ' if where else ''}"
+    if key not in table:
+        if required:
+            raise CourseError(f"{place}missing key `{key}`")
+        return ""
+    value = table[key]
+    if not isinstance(value, str):
+        raise CourseError(f"{place}`{key}` must be a string, not {type(value).__name__}")
+    return value
 
 
 def lessons(root: Path | None = None) -> list[Lesson]:

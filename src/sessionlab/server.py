@@ -155,15 +155,21 @@ class ModelServer:
 
 
 def serve_forever(ui, host: str = "127.0.0.1", port: int = 8800) -> int:
-    """`sessionlab serve`: the town model on loopback until Ctrl-C."""
+    """`sessionlab serve`: the town model on loopback until Ctrl-C (exit status 130, as
+    for every command that Ctrl-C stops)."""
     from .town_model import town_model
 
+    if not 0 <= port <= 65535:
+        # Checked here: the socket module says it with an OverflowError traceback.
+        ui.error(f"--port {port}: a port is a number from 0 to 65535 (0 picks a free one)")
+        return 2
     model = town_model()
     try:
         server = ModelServer(model, host, port, log=lambda line: ui.err.print(line, markup=False, highlight=False))
-    except OSError as error:
-        ui.error(f"cannot listen on {host}:{port}: {error.strerror or error}",
-                 "pick another port with --port (0 picks a free one)")
+    except (OSError, OverflowError, UnicodeError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        ui.error(f"cannot listen on {host}:{port}: {reason}",
+                 "pick another port with --port (0 picks a free one), or check --host")
         return 1
     with server:
         ui.out.print(f"The built-in town model answers at {server.base_url} (model name: {model.model}).")
@@ -173,5 +179,6 @@ def serve_forever(ui, host: str = "127.0.0.1", port: int = 8800) -> int:
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
-            ui.out.print("stopped")
+            ui.note("stopped (Ctrl-C)")
+            return 130
     return 0

@@ -64,7 +64,8 @@ def test_the_server_validates_like_a_provider_and_drops_the_line_on_demand():
 
 def test_sessionlab_serve_runs_the_town_model_until_stopped():
     process = subprocess.Popen([sys.executable, "-m", "sessionlab", "serve", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)
     try:
         first = process.stdout.readline()
         url = re.search(r"answers at (http://\S+/v1)", first).group(1)
@@ -74,8 +75,24 @@ def test_sessionlab_serve_runs_the_town_model_until_stopped():
         assert reply.choices[0].message.tool_calls[0].function.name == "talk_to"
     finally:
         process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
-    assert process.returncode == 0
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, "Ctrl-C exits 130, as the reference page says"
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "stopped (Ctrl-C)"
+
+
+def default_sigint():
+    """In the child: Ctrl-C as in a terminal, even when this test runs where SIGINT is
+    ignored (a background job), so that Python turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_serve_refuses_a_port_out_of_range_in_one_line(cli, port):
+    run = cli("serve", "--port", port)
+    assert run.status == 2
+    assert "Traceback" not in run.text
+    assert run.err.strip().splitlines() == [
+        f"error: --port {port}: a port is a number from 0 to 65535 (0 picks a free one)"]
 
 
 def town_tools():
@@ -106,3 +123,28 @@ def test_doctor_says_how_to_start_ollama_when_it_does_not_answer(cli, monkeypatc
     assert f"not answering at http://127.0.0.1:{port}" in run.out
     assert "ollama serve" in run.out
     assert "sk-secret-value" not in run.out, "a key is reported as set, never printed"
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://256.1.1.1:99999", "Invalid IPv4 address"),
+    ("http://127.0.0.1:99999", "port 99999 is not in 1-65535"),
+    ("localhost:0", "port 0 is not in 1-65535"),
+    ("ftp://127.0.0.1:11434", "the scheme must be http or https"),
+    ("http://:11434", "no host"),
+])
+def test_doctor_refuses_a_bad_ollama_url_in_one_line(cli, url, why):
+    run = cli("doctor", "--ollama-url", url)
+    assert run.status == 2
+    assert "Traceback" not in run.text
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and f"--ollama-url {url}" in lines[0] and why in lines[0], lines
+    assert run.out == "", "nothing is checked before the argument is"
+
+
+def test_doctor_reports_an_ollama_host_that_is_no_address_in_its_row(cli, monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", "256.1.1.1")
+    run = cli("doctor")
+    assert run.status == 0, "Ollama is optional"
+    assert "Traceback" not in run.text
+    row = next(line for line in run.out.splitlines() if "Ollama" in line)
+    assert "not answering at http://256.1.1.1:11434" in row and "Invalid IPv4" in row, row

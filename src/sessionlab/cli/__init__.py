@@ -51,21 +51,6 @@ class Commands:
         self.listing.append((group, listed_as or name, summary))
         return parser
 
-    def without(self, names: tuple[str, ...]) -> "Commands":
-        """These commands, where `add` of one of `names` registers nothing (another module does)."""
-        outer = self
-
-        class Filtered(Commands):
-            def __init__(self) -> None:
-                self.subparsers, self.listing = outer.subparsers, outer.listing
-
-            def add(self, name, func, group, summary, **options):
-                if name in names:
-                    return argparse.ArgumentParser(add_help=False)    # its options go nowhere
-                return outer.add(name, func, group, summary, **options)
-
-        return Filtered()
-
     def overview(self) -> str:
         lines = []
         width = max(len(name) for _, name, _ in self.listing) + 2
@@ -94,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     commands = Commands(sub)
     watch.register(commands, common)
-    # hint, reset, solution and diff live in study.py; progress registers list and check.
-    progress.register(commands.without(study.NAMES), common)
+    progress.register(commands, common)
     study.register(commands, common)
     chat.register(commands, common)
     show.register(commands, common)

@@ -40,6 +40,32 @@ def ollama_url(given: str | None = None) -> str:
     return connect.ollama_url(given if given else os.environ.get("OLLAMA_HOST"))
 
 
+def url_problem(text: str) -> str | None:
+    """Why `text` cannot be where a server listens, or None when it can.
+
+    Checked before anything is asked of it, so that a typo is named as a typo and never
+    reaches the HTTP client as a traceback. A bare `host:port` is read as Ollama reads it
+    (http is implied)."""
+    import httpx
+
+    given = text.strip()
+    if "://" not in given:
+        given = "http://" + given
+    try:
+        url = httpx.URL(given)
+    except (httpx.InvalidURL, ValueError) as error:
+        return str(error)
+    if url.scheme not in ("http", "https"):
+        return f"the scheme must be http or https, not {url.scheme or 'empty'}"
+    if not url.host:
+        return "it names no host"
+    if any(c in url.host for c in " %/\\"):
+        return f"{url.host!r} is not a host name"
+    if url.port is not None and not 1 <= url.port <= 65535:
+        return f"port {url.port} is not in 1-65535"
+    return None
+
+
 def ollama_models(url: str, timeout: float = 1.5) -> list[str]:
     """The models a running Ollama has; raises httpx.HTTPError when it does not answer."""
     import httpx
@@ -85,6 +111,9 @@ def bubblewrap_row() -> tuple[bool | None, str, str, str]:
 
 
 def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
+    if args.ollama_url is not None and (why := url_problem(args.ollama_url)):
+        ui.error(f"--ollama-url {args.ollama_url}: not a server address ({why})")
+        return 2
     problems = 0
     table = ui.table()
     table.add_column("")
@@ -92,12 +121,10 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     table.add_column("Found")
     table.add_column("Notes")
 
-    rows: list[tuple] = []
-
     def row(ok: bool | None, what: str, found: str, notes: str = "") -> None:
         mark = ui.mark("passed" if ok else ("info" if ok is None else "failing"))
-        table.add_row(mark, what, found, notes)
-        rows.append((mark.plain, what, found, notes))
+        # Text, not str: a path or a note holding [brackets] is not rich markup.
+        table.add_row(mark, Text(what), Text(found), Text(notes))
 
     version = platform.python_version()
     python_ok = sys.version_info >= (3, 11)
@@ -122,10 +149,16 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 
     try:
         root = find_course(args)
-        count = len(course.lessons(root))
-        row(True, "course", str(root), f"{count} lessons")
     except course.CourseError:
         row(None, "course", "not found here", "run commands from inside your copy of the course")
+    else:
+        try:
+            count = len(course.lessons(root))
+        except course.CourseError as error:    # found, but a lesson.toml is broken
+            problems += 1
+            row(False, "course", str(root), str(error))
+        else:
+            row(True, "course", str(root), f"{count} lessons")
 
     row(*bubblewrap_row())
 
@@ -139,8 +172,10 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     url = ollama_url(args.ollama_url)
     try:
         models = ollama_models(url)
-    except (httpx.HTTPError, ValueError) as error:
-        reason = "connection refused" if isinstance(error, httpx.ConnectError) else type(error).__name__
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, OSError) as error:
+        # OLLAMA_HOST can hold anything; whatever it holds is a row here, never a traceback.
+        reason = ("connection refused" if isinstance(error, httpx.ConnectError)
+                  else f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
         row(None, "Ollama", f"not answering at {url}",
             f"{reason}; optional: install Ollama, run `ollama serve`, then `ollama pull {TOOL_MODEL_SUGGESTION}`")
     else:
@@ -150,14 +185,7 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         else:
             row(None, "Ollama", f"answering at {url}",
                 f"no models yet: `ollama pull {TOOL_MODEL_SUGGESTION}` (it supports tools)")
-    if ui.plain:
-        # One unbroken line per check: easy to read in a log, easy to grep.
-        widths = [max(len(r[k]) for r in rows) for k in range(3)]
-        for r in rows:
-            ui.out.print("  ".join(r[k].ljust(widths[k]) for k in range(3)) + ("  " + r[3] if r[3] else ""),
-                         markup=False)
-    else:
-        ui.out.print(table)
+    ui.out.print(table)     # in plain text one unbroken line per check (ui.FitTable)
     if problems:
         ui.out.print(Text(f"{problems} problem(s) above must be fixed before the course works.", style="bold red"))
         return 1
@@ -167,8 +195,11 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = commands.add("doctor", cmd_doctor, "setup",
-                     "Python, the kit's dependencies, and whether a local Ollama answers (and with which models)",
-                     needs_root=False, parents=[common], description=__doc__.split("\n\n", 1)[1])
+    from .progress import one_line_errors
+
+    p = one_line_errors(commands.add(
+        "doctor", cmd_doctor, "setup",
+        "Python, the kit's dependencies, and whether a local Ollama answers (and with which models)",
+        needs_root=False, parents=[common], description=__doc__.split("\n\n", 1)[1]))
     p.add_argument("--ollama-url", metavar="URL", default=None,
                    help=f"where Ollama listens (default: OLLAMA_HOST, else {OLLAMA_DEFAULT})")

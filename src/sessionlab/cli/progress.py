@@ -1,11 +1,10 @@
-"""The student's commands: list, check, hint, reset, solution, diff."""
+"""The student's progress: list and check, and what other commands share with them
+(running lessons, the hint text, the diff printer)."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import shutil
-import time
 from pathlib import Path
 
 from rich.console import Group
@@ -15,7 +14,7 @@ from rich.text import Text
 
 from .. import course, starters
 from ..course import Lesson
-from .runner import LessonResult, Runner, current_lesson, load_state, save_state, state_dir
+from .runner import LessonResult, Runner, current_lesson, load_state, save_state
 from .ui import Ui, bar, human
 
 HINTS_FILE = "hints.json"
@@ -24,13 +23,41 @@ HINTS_FILE = "hints.json"
 # --- shared by several commands --------------------------------------------------------------
 
 
+MAX_SECONDS = 86400.0     # a day: beyond it time.sleep and select overflow, and no run needs it
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0 (a wait of 0 or less, or of nan,
+    would spin, time out at once, or crash deep inside the loop that uses it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_SECONDS:     # also false for nan
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds above 0 (and at most {MAX_SECONDS:g})")
+    return value
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A mistake in this command's arguments is one line (argparse's own way prints the
+    whole usage first, which buries what was wrong); exit status 2 as argparse's."""
+    def error(message: str):
+        from .ui import make_ui
+        make_ui().error(f"{parser.prog}: {message} (`{parser.prog} --help` lists the options)")
+        raise SystemExit(2)
+
+    parser.error = error     # type: ignore[method-assign]
+    return parser
+
+
 def add_run_options(parser: argparse.ArgumentParser, solution: bool = True) -> None:
     if solution:
         parser.add_argument("--solution", action="store_true",
                             help="run against the reference in solutions/ instead of your lessons/")
     parser.add_argument("--fresh", action="store_true",
                         help="run the tests again even if nothing changed since the last run")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="give up on a lesson's tests after this long (default 120)")
 
 
@@ -80,7 +107,9 @@ def lesson_heading(lesson: Lesson, side: str = "lesson") -> Text:
 def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure: bool = False) -> Group:
     """What a student needs to see about one lesson: tasks, counts, the first failure in words."""
     parts: list = [lesson_heading(lesson, result.side)]
-    tasks = Table.grid(padding=(0, 1))
+    tasks = ui.grid(padding=(0, 1))
+    for wraps in (False, False, True, False):      # only the title wraps in a narrow terminal
+        tasks.add_column(no_wrap=not wraps)
     for task in lesson.tasks:
         state = result.task_state(task.id)
         tests = result.task_tests(task.id)
@@ -96,6 +125,9 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
     summary = Text(f"{result.passed_count}/{result.total} tests pass", style="bold green" if result.passed else "bold")
     if result.passed:
         summary.append(" · lesson done", style="green")
+    else:       # the same words as `list` and watch's bar, from the same rule
+        summary.append(" · not started: no task is written yet" if result.state == "not started"
+                       else f" · {result.state}", style="dim")
     parts.append(summary)
     failures = [t for t in result.tests if not t.passed and t.outcome != "skipped"]
     first = result.first_failure(lesson)
@@ -119,12 +151,14 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
 
 def lesson_rows(ui: Ui, lessons: list[Lesson], results: dict[str, LessonResult], current: Lesson | None) -> Table:
     table = ui.table()
-    table.add_column("", width=2)
-    table.add_column("#")
-    table.add_column("Lesson")
-    table.add_column("State")
-    table.add_column("Tasks", justify="right")
-    table.add_column("Tests", justify="right")
+    # Short columns never wrap, so that in a narrow terminal the room goes to the title
+    # (which wraps, whole words first, and is never cut).
+    table.add_column("", width=2, no_wrap=True)
+    table.add_column("#", no_wrap=True)
+    table.add_column("Lesson", min_width=10)
+    table.add_column("State", min_width=7)
+    table.add_column("Tasks", justify="right", no_wrap=True)
+    table.add_column("Tests", justify="right", no_wrap=True)
     for lesson in lessons:
         result = results[lesson.name]
         done_tasks = sum(result.task_state(t.id) == "passed" for t in lesson.tasks)
@@ -169,34 +203,23 @@ def cmd_check(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     return 0 if result.passed else 1
 
 
-# --- hint ------------------------------------------------------------------------------------
+# --- hints: shown by `hint` (study.py) and by watch's h key -----------------------------
 
 
-def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
-    runner = runner_for(args, root)
-    if args.task:
-        lesson = course.lesson(args.task.split(".")[0], root)
-        task = lesson.task(args.task)
-    else:
-        lesson, results = pick_lesson(args.lesson, root, ui, runner, fresh=args.fresh)
-        result = results[lesson.name]
-        task_id = result.first_failing_task(lesson)
-        if task_id is None:
-            if result.passed:
-                ui.out.print(Text(f"Lesson {lesson.number} passes: no hint needed. "
-                                  f"`sessionlab hint --task {lesson.number}.1` shows a task's hints anyway.",
-                                  style="green"))
-                return 0
-            ui.error(f"lesson {lesson.number} could not be judged: {result.error}",
-                     f"run `pytest lessons/{lesson.name}` to see why")
-            return 1
-        task = lesson.task(task_id)
-    ui.out.print(show_hint(ui, root, lesson, task, args.level))
-    return 0
+def next_hint_advice(task: course.Task, level: int, *, key: str | None = None) -> str:
+    """How to see hint `level` of `task`. It names the task, never only the lesson:
+    `sessionlab hint NN` follows the first failing task, which may be another task by
+    then, or none at all once the lesson passes ("no hint needed")."""
+    command = f"`sessionlab hint --task {task.id} --level {level}`"
+    if key:
+        return f"Press {key} again for hint {level} (or run {command})."
+    return f"{command} shows hint {level}."
 
 
-def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int | None = None) -> Group:
-    """The task and its hints up to `level` (default: one more than last time)."""
+def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int | None = None,
+              *, key: str | None = None) -> Group:
+    """The task and its hints up to `level` (default: one more than last time); `key` is
+    the key that shows the next one where there is one (watch's `h`)."""
     state = load_state(root, HINTS_FILE)
     seen = state.setdefault("seen", {})
     total = len(task.hints)
@@ -217,45 +240,14 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
         parts.append(Text(f"Hint {k} of {total}: ", style="bold yellow" if newest else "dim")
                      + Text(task.hints[k - 1], style="" if newest else "dim"))
     if level < total:
-        parts.append(Text(f"`sessionlab hint --task {task.id} --level {level + 1}` shows hint {level + 1}.", style="dim"))
+        parts.append(Text(next_hint_advice(task, level + 1, key=key), style="dim"))
     else:
         parts.append(Text(f"That was the last hint. Once the lesson passes, `sessionlab solution {lesson.number}` "
                           "shows the reference beside your code.", style="dim"))
     return Group(*parts)
 
 
-# --- reset -----------------------------------------------------------------------------------
-
-
-def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
-    lesson = course.lesson(args.lesson, root)
-    target = lesson.module_path("lesson")
-    starter = starters.expected_starter(lesson)
-    current = target.read_text(encoding="utf-8") if target.exists() else None
-    if current == starter:
-        ui.out.print(f"lessons/{lesson.name}/{course.MODULE} is already the starter: nothing to reset.")
-        return 0
-    backup = None
-    if current is not None:
-        backups = state_dir(root) / "backups" / lesson.name
-        backups.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = backups / f"agent-{stamp}.py"
-        n = 1
-        while backup.exists():
-            n += 1
-            backup = backups / f"agent-{stamp}-{n}.py"
-        shutil.copy2(target, backup)
-    target.write_text(starter, encoding="utf-8")
-    ui.out.print(Text(f"lessons/{lesson.name}/{course.MODULE} is the starter again.", style="bold"))
-    if backup is not None:
-        shown = backup.relative_to(root)
-        ui.out.print(f"Your version is kept in {shown}")
-        ui.out.print(Text(f"To get it back: cp {shown} lessons/{lesson.name}/{course.MODULE}", style="dim"))
-    return 0
-
-
-# --- solution / diff -------------------------------------------------------------------------
+# --- shared with solution and diff (study.py) ----------------------------------------------
 
 
 def reference_text(lesson: Lesson) -> str:
@@ -275,77 +267,18 @@ def print_diff(ui: Ui, old: str, new: str, old_name: str, new_name: str) -> bool
     return True
 
 
-def cmd_solution(args: argparse.Namespace, ui: Ui, root: Path) -> int:
-    lesson = course.lesson(args.lesson, root)
-    if not args.force:
-        result = run_lessons(ui, Runner(root), [lesson])[lesson.name]
-        if not result.passed:
-            ui.error(f"lesson {lesson.number} does not pass yet ({result.passed_count}/{result.total} tests): "
-                     "the reference stays folded until you have your own answer",
-                     f"`sessionlab hint {lesson.number}` helps; `sessionlab solution {lesson.number} --force` shows it anyway")
-            return 1
-    reference = reference_text(lesson)
-    if args.full:
-        if ui.plain:
-            ui.out.print(reference, end="", markup=False, highlight=False, soft_wrap=True)
-        else:
-            ui.out.print(Syntax(reference, "python", theme="ansi_dark", line_numbers=True))
-        return 0
-    mine_path = lesson.module_path("lesson")
-    mine = mine_path.read_text(encoding="utf-8") if mine_path.exists() else ""
-    ui.out.print(Text(f"Your lessons/{lesson.name}/{course.MODULE} (-) beside the reference (+):", style="bold"))
-    if not print_diff(ui, mine, reference, f"lessons/{lesson.name}/{course.MODULE}",
-                      f"solutions/{lesson.name}/{course.MODULE}"):
-        ui.out.print("They are the same, line for line.")
-    return 0
-
-
-def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
-    first, second = course.lesson(args.first, root), course.lesson(args.second, root)
-    side = "starter" if args.starter else "solution"
-    if args.starter:
-        old, new = starters.expected_starter(first), starters.expected_starter(second)
-    else:
-        old, new = reference_text(first), reference_text(second)
-    ui.out.print(Text(f"What grew from lesson {first.number} to lesson {second.number} ({side}s):", style="bold"))
-    folder = "lessons" if args.starter else "solutions"
-    if not print_diff(ui, old, new, f"{folder}/{first.name}/{course.MODULE}",
-                      f"{folder}/{second.name}/{course.MODULE}"):
-        ui.out.print("No difference.")
-    return 0
-
-
 # --- registration ----------------------------------------------------------------------------
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = commands.add("list", cmd_list, "student", "every lesson: done, in progress or not started, with task counts",
-                     parents=[common])
+    p = one_line_errors(commands.add(
+        "list", cmd_list, "student", "every lesson: done, in progress or not started, with task counts",
+        parents=[common]))
     add_run_options(p)
 
-    p = commands.add("check", cmd_check, "student", "run one lesson's tests; exit status 0 only if it passes",
-                     parents=[common])
+    p = one_line_errors(commands.add(
+        "check", cmd_check, "student", "run one lesson's tests; exit status 0 only if it passes",
+        parents=[common]))
     p.add_argument("lesson", nargs="?", metavar="NN", help="lesson number or folder (default: the current lesson)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every failure, not only the first")
     add_run_options(p)
-
-    p = commands.add("hint", cmd_hint, "student", "the next hint for the first failing task", parents=[common])
-    p.add_argument("lesson", nargs="?", metavar="NN", help="lesson (default: the current lesson)")
-    p.add_argument("--level", type=int, metavar="K", help="show hints 1..K (default: one more than last time)")
-    p.add_argument("--task", metavar="NN.K", help="hints for this task, failing or not")
-    add_run_options(p, solution=False)
-
-    p = commands.add("reset", cmd_reset, "student", "restore a lesson's starter, keeping a backup of your file",
-                     parents=[common])
-    p.add_argument("lesson", metavar="NN")
-
-    p = commands.add("solution", cmd_solution, "student",
-                     "your module beside the reference, as a diff (once the lesson passes)", parents=[common])
-    p.add_argument("lesson", metavar="NN")
-    p.add_argument("--force", action="store_true", help="show it even though the lesson does not pass yet")
-    p.add_argument("--full", action="store_true", help="print the whole reference instead of a diff")
-
-    p = commands.add("diff", cmd_diff, "student", "what grew between two lessons' solutions", parents=[common])
-    p.add_argument("first", metavar="NN")
-    p.add_argument("second", metavar="MM")
-    p.add_argument("--starter", action="store_true", help="compare the generated starters instead")

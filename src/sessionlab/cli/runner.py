@@ -13,13 +13,16 @@ Several lessons that are not cached run in one pytest process per CPU, in parall
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +33,7 @@ from .. import course
 from ..course import Lesson
 
 TIMEOUT = 120.0
-CACHE_VERSION = 2
+CACHE_VERSION = 3          # 3: results say which tasks are written
 STATE_DIR = ".sessionlab"
 IGNORED_PARTS = ("__pycache__", ".pytest_cache")
 IGNORED_SUFFIXES = (".pyc", ".bak")
@@ -70,6 +73,9 @@ class LessonResult:
     output: str = ""             # the tail of pytest's own output, for when something is off
     seconds: float = 0.0
     cached: bool = False
+    # Task id -> written (False while the task still raises its starter's
+    # NotImplementedError); None when the module could not be read.
+    written: dict[str, bool] | None = None
 
     @property
     def total(self) -> int:
@@ -85,11 +91,16 @@ class LessonResult:
 
     @property
     def state(self) -> str:
-        """done / in progress / not started / error."""
+        """done / in progress / not started / error.
+
+        Not started means no task is written yet, whatever the tests say: a few tests of
+        an untouched starter pass for free (they check what the starter already does)."""
         if self.error is not None:
             return "error"
         if self.passed:
             return "done"
+        if self.written is not None:
+            return "in progress" if any(self.written.values()) else "not started"
         if self.passed_count == 0 and all(t.not_written for t in self.tests if not t.passed):
             return "not started"
         return "in progress"
@@ -100,6 +111,8 @@ class LessonResult:
     def task_state(self, task_id: str) -> str:
         """passed / failing / todo (not written yet) / untested."""
         tests = self.task_tests(task_id)
+        if self.written is not None and not self.written.get(task_id, True):
+            return "todo"           # its tests may pass for free: the task is still not written
         if not tests:
             return "untested"
         if all(t.passed for t in tests):
@@ -177,7 +190,7 @@ class LessonResult:
         tests = [Outcome(**t) for t in data.get("tests", [])]
         return cls(lesson=data["lesson"], side=data.get("side", "lesson"), tests=tests,
                    error=data.get("error"), output=data.get("output", ""),
-                   seconds=data.get("seconds", 0.0))
+                   seconds=data.get("seconds", 0.0), written=data.get("written"))
 
 
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
@@ -197,6 +210,86 @@ def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
     return None
 
 
+# --- which tasks are written ---------------------------------------------------------------
+
+
+NOT_WRITTEN = re.compile(r"task (\d\d\.\d+) is not written yet")
+
+
+def starter_raises(source: str) -> dict[str, int]:
+    """How many of each task's `raise NotImplementedError("task NN.K is not written yet
+    ...")` (what the starter generator puts in a task's place) are in `source`.
+
+    Read from the syntax tree, so a comment or a string that merely quotes the message
+    does not count; a module that does not parse is read as text (its tests cannot run,
+    and the lesson's state is then "error" anyway)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        found = re.findall(r"raise\s+NotImplementedError\(\s*[\"']" + NOT_WRITTEN.pattern, source)
+        return {task: found.count(task) for task in set(found)}
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "NotImplementedError" and call.args
+                and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+                and (match := NOT_WRITTEN.match(call.args[0].value))):
+            counts[match[1]] = counts.get(match[1], 0) + 1
+    return counts
+
+
+def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
+    """Task id -> whether the student has written it: a task is not written while every
+    place the starter gave it still raises the starter's NotImplementedError."""
+    try:
+        mine = starter_raises(module.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        from .. import starters
+        expected = starter_raises(starters.expected_starter(lesson))
+    except (OSError, UnicodeDecodeError, course.CourseError):
+        expected = {}        # no reference to compare with: one raise left means not written
+    return {task.id: mine.get(task.id, 0) < max(1, expected.get(task.id, 1))
+            for task in lesson.tasks}
+
+
+# --- keeping what is shown short -----------------------------------------------------------
+
+
+HEAD_LINES, TAIL_LINES = 15, 5      # of one failure's message
+LINE_WIDTH = 300                    # characters of one line of it
+
+
+def shorten(text: str, *, head: int = HEAD_LINES, tail: int = TAIL_LINES,
+            width: int = LINE_WIDTH, see: str | None = None) -> str:
+    """`text` with at most head + tail lines of at most about `width` characters each:
+    the middle is replaced by a note saying how much was cut and, with `see`, the
+    command that shows all of it. A student's code that prints or repeats a lot must not
+    turn one failure into megabytes on the screen (or in the cache)."""
+    where = f"; `{see}` shows it all" if see else ""
+    lines = [_shorten_line(line, width, where) for line in text.splitlines()]
+    if len(lines) > head + tail + 1:
+        cut = len(lines) - head - tail
+        lines = [*lines[:head], f"... {cut} lines cut{where} ...",
+                 *(lines[-tail:] if tail else [])]
+    return "\n".join(lines)
+
+
+def _shorten_line(line: str, width: int, where: str) -> str:
+    if len(line) <= width + 40:       # cutting less than the note's length saves nothing
+        return line
+    keep = width // 2
+    return f"{line[:keep]} ... {len(line) - 2 * keep} characters cut{where} ... {line[-keep:]}"
+
+
+def see_all(nodeid: str) -> str:
+    """The command that shows a test's whole failure."""
+    import shlex
+    return f"pytest {shlex.quote(nodeid)}" if "::" in nodeid else f"pytest {nodeid} -x"
+
+
 # --- reading a report ---------------------------------------------------------------------
 
 
@@ -212,7 +305,9 @@ def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
             outcome = "error"
         new = Outcome(nodeid=nodeid, name=entry.get("name") or nodeid.split("::")[-1],
                       outcome=outcome, tasks=list(entry.get("tasks") or []),
-                      exception=entry.get("exception"), message=entry.get("message"),
+                      exception=entry.get("exception"),
+                      message=None if entry.get("message") is None
+                      else shorten(str(entry["message"]), see=see_all(nodeid)),
                       key=bool(entry.get("key")), raised_in=entry.get("raised_in"),
                       in_function=entry.get("in_function"))
         if nodeid not in merged:
@@ -249,40 +344,132 @@ def child_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_process(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
-    """Run a command in its own process group; (exit status or None on timeout, output)."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+KEEP_HEAD = 16 * 1024       # bytes of a child's output kept from its start ...
+KEEP_TAIL = 64 * 1024       # ... and from its end: a student's code may print gigabytes
+
+
+class BoundedOutput:
+    """What a child printed, held in bounded memory: its first and last bytes, and how
+    many were dropped between them."""
+
+    def __init__(self, head: int = KEEP_HEAD, tail: int = KEEP_TAIL) -> None:
+        self.head, self.tail = bytearray(), bytearray()
+        self.head_limit, self.tail_limit = head, tail
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > self.tail_limit:
+            excess = len(self.tail) - self.tail_limit
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        cut = f"\n... {self.dropped} bytes of output cut ...\n" if self.dropped else ""
+        return (bytes(self.head).decode("utf-8", "replace") + cut
+                + bytes(self.tail).decode("utf-8", "replace"))
+
+
+class Children:
+    """The process groups a run has started, so that Ctrl-C stops all of them at once
+    (the main thread gets KeyboardInterrupt; the children run in other threads' calls)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def start(self, command: list[str], **options) -> subprocess.Popen:
+        with self.lock:
+            if self.stopped:          # after Ctrl-C no thread starts anything new
+                raise KeyboardInterrupt
+            process = subprocess.Popen(command, **options)
+            self.live.add(process)
+            return process
+
+    def done(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.live.discard(process)
+
+    def stop(self) -> None:
+        """Kill every live process group now, and refuse to start more."""
+        with self.lock:
+            self.stopped = True
+            for process in list(self.live):
+                _kill(process)
+
+
+def run_process(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
+                children: Children | None = None) -> tuple[int | None, str]:
+    """Run a command in its own process group; (exit status or None on timeout, output).
+
+    The output is read as it comes by a thread that keeps only its head and tail
+    (BoundedOutput), so a child printing without end costs a bounded amount of memory."""
+    children = children or Children()
+    process = children.start(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    output = BoundedOutput()
+    reader = threading.Thread(target=_drain, args=(process.stdout, output), daemon=True,
+                              name="sessionlab-output")
     try:
-        output, _ = process.communicate(timeout=timeout)
-        return process.returncode, output.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        _kill(process)
-        output, _ = process.communicate()
-        return None, output.decode("utf-8", "replace")
+        reader.start()
+        try:
+            status: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(process)
+            process.wait()
+            status = None
+        # A grandchild that left the group may hold the pipe open: do not wait on it for ever.
+        reader.join(timeout=5)
+        return status, output.text()
     except BaseException:
         _kill(process)       # Ctrl-C in the command: take the tests (and their children) down too
         process.wait()
         raise
+    finally:
+        children.done(process)
+        if not reader.is_alive():
+            process.stdout.close()
+
+
+def _drain(stream, output: BoundedOutput) -> None:
+    try:
+        while chunk := stream.read1(65536):
+            output.add(chunk)
+    except (OSError, ValueError):
+        pass             # the pipe was closed under us: what was read is kept
 
 
 def _kill(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):
-        process.kill()
+        try:
+            process.kill()
+        except ProcessLookupError:
+            pass
 
 
 def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl: Path | None = None,
-               tests_root: Path | None = None, timeout: float = TIMEOUT) -> dict[str, LessonResult]:
+               tests_root: Path | None = None, timeout: float = TIMEOUT,
+               children: Children | None = None) -> dict[str, LessonResult]:
     """One pytest process over `lessons`; a result per lesson.
 
     `tests_root` (default `root`) is where the tests are taken from; `impl` runs them against
     that agent.py (the grader runs the course's own tests against a student's module).
+    `children` is the group of processes that Ctrl-C stops together.
     """
     tests_root = tests_root or root
     started = time.monotonic()
+    # Read before the run, like the cache key: the state describes the file that was tested.
+    written = {lesson.name: written_tasks(lesson, impl or (
+        root / ("solutions" if side == "solution" else "lessons") / lesson.name / course.MODULE))
+        for lesson in lessons}
     with tempfile.TemporaryDirectory(prefix="sessionlab-") as scratch:
         report = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pytest",
@@ -296,18 +483,21 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
             command += ["--impl", str(impl)]
         # One timeout for the whole run, however many lessons: a lesson's tests take a second or
         # two, so a batch that needs longer has a lesson that hangs, and is run again lesson by lesson.
-        status, output = run_process(command, cwd=root, env=child_env(root), timeout=timeout)
+        status, output = run_process(command, cwd=root, env=child_env(root), timeout=timeout,
+                                     children=children)
         seconds = (time.monotonic() - started) / len(lessons)
         tail = _tail(output)
         if status is None:
             error = f"timed out after {timeout:g} s (an endless loop, or a process that never ends?)"
-            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds,
+                                              written=written[lesson.name])
                     for lesson in lessons}
         try:
             per_lesson = read_report(report, lessons)
         except (OSError, ValueError):
             error = f"pytest stopped without a report (exit status {status})"
-            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds)
+            return {lesson.name: LessonResult(lesson.name, side, error=error, output=tail, seconds=seconds,
+                                              written=written[lesson.name])
                     for lesson in lessons}
     results = {}
     for lesson in lessons:
@@ -321,12 +511,14 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
         elif not tests:
             error = f"no tests ran (pytest exit status {status})"
         results[lesson.name] = LessonResult(lesson.name, side, tests=tests, error=error,
-                                            output=tail if error else "", seconds=seconds)
+                                            output=tail if error else "", seconds=seconds,
+                                            written=written[lesson.name])
     return results
 
 
 def _tail(output: str, lines: int = 40) -> str:
-    return "\n".join(output.rstrip().splitlines()[-lines:])
+    """The end of pytest's own output (where it says what went wrong), lines bounded too."""
+    return shorten("\n".join(output.rstrip().splitlines()[-lines:]), head=lines, tail=0)
 
 
 # --- the cache ----------------------------------------------------------------------------
@@ -452,18 +644,29 @@ class Runner:
     def _run_parallel(self, lessons: list[Lesson]) -> dict[str, LessonResult]:
         groups = [lessons[i::self.jobs] for i in range(min(self.jobs, len(lessons)))]
         results: dict[str, LessonResult] = {}
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            for batch in pool.map(self._run_group, groups):
-                results.update(batch)
+        children = Children()
+        pool = ThreadPoolExecutor(max_workers=len(groups))
+        try:
+            for future in [pool.submit(self._run_group, group, children) for group in groups]:
+                results.update(future.result())
+        except BaseException:
+            # Ctrl-C lands here, in the main thread: stop every test process now; leaving
+            # the pool's `with` would first wait for each of them to finish.
+            children.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return results
 
-    def _run_group(self, group: list[Lesson]) -> dict[str, LessonResult]:
-        batch = run_pytest(self.root, group, side=self.side, timeout=self.timeout)
+    def _run_group(self, group: list[Lesson], children: Children) -> dict[str, LessonResult]:
+        batch = run_pytest(self.root, group, side=self.side, timeout=self.timeout,
+                           children=children)
         if len(group) > 1 and any(r.error and not r.tests for r in batch.values()):
             # One lesson hung or crashed pytest: run each alone so the others still get results.
             batch = {}
             for lesson in group:
-                batch.update(run_pytest(self.root, [lesson], side=self.side, timeout=self.timeout))
+                batch.update(run_pytest(self.root, [lesson], side=self.side,
+                                        timeout=self.timeout, children=children))
         return batch
 
 

@@ -214,8 +214,6 @@ def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 # --- registration ----------------------------------------------------------------------------
 
-NAMES = ("hint", "reset", "solution", "diff")
-
 
 def register(commands, common: argparse.ArgumentParser) -> None:
     p = commands.add("hint", cmd_hint, "student", "the next hint for the first failing task", parents=[common])

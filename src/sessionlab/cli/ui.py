@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -30,6 +31,70 @@ PLAIN_BOX = box.Box(
     "    \n",
     ascii=True,
 )
+PLAIN_GAP = "  "          # between the columns of a plain table
+PLAIN_WIDTH = 100         # what a pipe is rendered at: wide enough for anything but tables
+NARROW = 60               # a terminal narrower than this gets tables without a frame
+
+
+class FitTable(Table):
+    """A table that never cuts a cell.
+
+    In a terminal, a cell too long for its column wraps (a word longer than the column is
+    broken across lines) instead of ending in "…". In plain text (a pipe, a file, CI) every
+    row is one line holding every cell whole, however wide that makes it: `grep` and
+    `cut` want whole names, and a log has no width to fit.
+    """
+
+    def add_column(self, *args, **options) -> None:
+        options.setdefault("overflow", "fold")
+        super().add_column(*args, **options)
+
+    def add_row(self, *renderables, **options) -> None:
+        # Columns that add_row would create itself would cut ("ellipsis"): make them here.
+        while len(self.columns) < len(renderables):
+            self.add_column()
+        super().add_row(*renderables, **options)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if console.is_terminal:
+            yield from super().__rich_console__(console, options)
+            return
+        for line in plain_table_lines(self, console):
+            yield Segment(line)
+            yield Segment.line()
+
+
+def plain_table_lines(table: Table, console: Console) -> list[str]:
+    """The table as lines of plain text, one a row, each cell whole."""
+    columns = table.columns
+    cells = [[_plain_cell(cell, console) for cell in column.cells] for column in columns]
+    headers = [_plain_cell(column.header, console) for column in columns]
+    rows = [list(row) for row in zip(*cells)] if cells else []
+    shown = ([headers] if table.show_header else []) + rows
+    widths = [max((len(row[k]) for row in shown), default=0) for k in range(len(columns))]
+
+    def line(row: list[str]) -> str:
+        parts = [cell.rjust(width) if column.justify == "right" else cell.ljust(width)
+                 for cell, width, column in zip(row, widths, columns)]
+        return PLAIN_GAP.join(parts).rstrip()
+
+    lines = [str(table.title)] if table.title else []
+    if table.show_header:
+        lines += [line(headers), PLAIN_GAP.join("-" * max(1, w) for w in widths)]
+    return lines + [line(row) for row in rows]
+
+
+def _plain_cell(cell: RenderableType, console: Console) -> str:
+    """A cell's text on one line (a newline in a cell would break its row in two)."""
+    if isinstance(cell, Text):
+        text = cell.plain
+    elif isinstance(cell, str):
+        text = console.render_str(cell).plain
+    else:
+        wide = console.options.update(width=10_000, no_wrap=True, overflow="ignore")
+        text = "\n".join("".join(segment.text for segment in line)
+                         for line in console.render_lines(cell, wide, pad=False))
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 @dataclass
@@ -46,11 +111,20 @@ class Ui:
         return PLAIN_BOX if self.plain else box.ROUNDED
 
     def table(self, **options) -> Table:
-        """A table in the house style: rounded in a terminal, bare columns in plain text."""
-        options.setdefault("box", self.box)
-        options.setdefault("show_edge", not self.plain)
-        options.setdefault("pad_edge", not self.plain)
-        return Table(**options)
+        """A table in the house style: rounded in a terminal, bare columns in plain text;
+        either way no cell is ever cut (see FitTable)."""
+        # A narrow terminal keeps its columns for the cells, not for the frame.
+        roomy = not self.plain and self.out.width >= NARROW
+        options.setdefault("box", self.box if roomy or self.plain else box.SIMPLE_HEAD)
+        options.setdefault("show_edge", roomy)
+        options.setdefault("pad_edge", roomy)
+        if not roomy and not self.plain:
+            options.setdefault("padding", (0, 0))     # the frame's blank divider is enough
+        return FitTable(**options)
+
+    def grid(self, **options) -> Table:
+        """Columns without lines (a list of tasks), cut no more than `table`."""
+        return FitTable.grid(**options)
 
     def error(self, message: str, hint: str | None = None) -> None:
         """One line saying what went wrong, and one saying what to do about it."""
@@ -83,21 +157,27 @@ class Ui:
 
 def make_ui(stdout=None, stderr=None) -> Ui:
     """Consoles on the current sys.stdout / sys.stderr (so tests capturing them see the text)."""
-    width = None
-    if not (stdout or sys.stdout).isatty() and not os.environ.get("COLUMNS"):
-        width = 100   # pipes and CI logs: wide enough for the tables, no terminal to ask
-    # In plain text a line is never broken in two (grep and logs want whole lines);
-    # tables still fit the width.
-    plain = width is not None
-    out = Console(file=stdout or sys.stdout, highlight=False, width=width, soft_wrap=plain)
-    err = Console(file=stderr or sys.stderr, highlight=False, width=width, soft_wrap=plain)
-    return Ui(out=out, err=err)
+    return Ui(out=_console(stdout or sys.stdout), err=_console(stderr or sys.stderr))
+
+
+def _console(file) -> Console:
+    console = Console(file=file, highlight=False)
+    if not console.is_terminal:
+        # Plain text: a line is never broken in two (grep and logs want whole lines), and
+        # there is no terminal to ask for a width, whatever COLUMNS says (a narrow COLUMNS
+        # exported by a shell would otherwise cut a pipe's output at 40 columns).
+        console = Console(file=file, highlight=False, soft_wrap=True,
+                          width=max(PLAIN_WIDTH, console.width if os.environ.get("COLUMNS") else 0))
+    return console
 
 
 def bar(states: list[str], ui: Ui, width: int = 40) -> Text:
-    """A progress bar over lessons, one segment a lesson, coloured by its state."""
+    """A progress bar over lessons, one segment a lesson, coloured by its state; narrower
+    in a narrow terminal, so that it stays one line with its count."""
     if not states:
         return Text("")
+    if not ui.plain:
+        width = min(width, ui.out.width - len(f" {len(states)}/{len(states)} lessons done") - 1)
     per = max(1, width // len(states))
     text = Text("[" if ui.plain else "")
     for state in states:
@@ -106,7 +186,7 @@ def bar(states: list[str], ui: Ui, width: int = 40) -> Text:
             text.append(glyph * per)
         else:
             style = {"done": "green", "in progress": "yellow", "error": "red"}.get(state, "grey35")
-            text.append("━" * (per - 1) + " ", style=style)
+            text.append("━" * (per - 1) + " " if per > 1 else "━", style=style)
     if ui.plain:
         text.append("]")
     done = states.count("done")

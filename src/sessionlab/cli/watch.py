@@ -94,16 +94,15 @@ class Watch:
         self.runner = Runner(root, timeout=timeout or 60.0)
         self.ref = ref
         self.results: dict[str, LessonResult] = {}
-        self.lesson: Lesson | None = None
+        # A lesson that does not exist is said before any test runs, not after all of them.
+        self.lesson: Lesson | None = None if ref is None else course.lesson(ref, root)
         self.message: Text | None = None
 
     # the loop ------------------------------------------------------------------------
 
     def start(self) -> None:
         self.results = progress.run_lessons(self.ui, self.runner, self.lessons)
-        if self.ref is not None:
-            self.lesson = course.lesson(self.ref, self.root)
-        else:
+        if self.lesson is None:
             self.lesson = current_lesson(self.lessons, self.results) or self.lessons[-1]
 
     def loop(self, keys: Keys) -> int:
@@ -142,7 +141,8 @@ class Watch:
                 self.ui.out.print("This lesson has no tasks to hint at.")
                 return
             self.ui.out.print()
-            self.ui.out.print(progress.show_hint(self.ui, self.root, self.lesson, self.lesson.task(task_id)))
+            self.ui.out.print(progress.show_hint(self.ui, self.root, self.lesson,
+                                                 self.lesson.task(task_id), key="h"))
         elif key == "l":
             self.ui.out.print()
             self.ui.out.print(progress.lesson_rows(self.ui, self.lessons, self.results, self.lesson))
@@ -219,12 +219,12 @@ def cmd_default(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = commands.add(
+    p = progress.one_line_errors(commands.add(
         "watch", cmd_watch, "student",
         "the current lesson's tests, re-run on every save (the default command)", parents=[common],
-        description=__doc__.split("\n\n", 1)[1])
+        description=__doc__.split("\n\n", 1)[1]))
     p.add_argument("lesson", nargs="?", metavar="NN", help="watch this lesson (default: the first one not passing)")
-    p.add_argument("--interval", type=float, default=INTERVAL, metavar="SECONDS",
+    p.add_argument("--interval", type=progress.seconds, default=INTERVAL, metavar="SECONDS",
                    help=f"how often to look at the file (default {INTERVAL})")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--timeout", type=progress.seconds, default=None, metavar="SECONDS",
                    help="give up on a test run after this long (default 60)")
