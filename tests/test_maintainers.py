@@ -76,7 +76,8 @@ def test_an_edited_starter_is_a_students_work_not_drift(checkout):
     assert len(finding.warnings) == 1, finding.warnings
     assert finding.warnings[0].startswith("lessons/ holds a student's work "
                                           "(lessons/00_memory/agent.py, "
-                                          "lessons/01_append/agent.py differ"), finding.warnings
+                                          "lessons/01_append/agent.py: edited"),\
+        finding.warnings
     assert "\n" not in finding.warnings[0]
 
 
@@ -96,6 +97,37 @@ def test_a_committed_starter_that_differs_from_the_generator_is_drift(checkout):
                               "`sessionlab dev starters` generates:"), problem
     assert "lessons/01_append/agent.py (committed)" in problem
     assert "-# an edit" in problem and "student" not in problem, problem
+
+
+def test_a_students_committed_answers_are_their_work_not_drift(checkout):
+    """Students commit their progress: a committed starter with a task written (its
+    NotImplementedError replaced) is their work, left out in one line, never drift."""
+    lessons = course.lessons(checkout)
+    for lesson in lessons:
+        answer = starters.strip_markers(lesson.module_path("solution").read_text())
+        lesson.module_path().write_text(answer)
+    commit(checkout, "my answers")
+
+    finding = maintainers.check_starters(checkout)
+
+    assert finding.ok, finding.problems
+    assert len(finding.warnings) == 1, finding.warnings
+    assert all(f"lessons/{lesson.name}/agent.py" in finding.warnings[0]
+               for lesson in lessons), finding.warnings
+
+
+def test_a_stale_task_title_in_a_committed_starter_is_still_drift(checkout):
+    """Drift keeps every task's raise (the generator wrote it), whatever its words: a
+    task renamed in lesson.toml without regenerating is drift, not a student's work."""
+    toml = checkout / "lessons/01_append/lesson.toml"
+    first = course.lesson("01_append", checkout).tasks[0]
+    toml.write_text(toml.read_text().replace(f'"{first.title}"', '"A new title"', 1))
+    commit(checkout)
+
+    finding = maintainers.check_starters(checkout)
+
+    assert [p.split(" differs")[0] for p in finding.problems] == [
+        "lessons/01_append/agent.py"], finding.problems
 
 
 def test_a_solution_changed_without_regenerating_is_drift_until_regenerated(checkout):

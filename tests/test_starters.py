@@ -98,6 +98,24 @@ def test_a_starter_is_drift_only_where_what_ships_differs(working, committed,
     assert (item.holds_work, item.drifted) == (holds_work, drifted)
 
 
+TODO = 'def f():\n    raise NotImplementedError("task 01.1 is not written yet: {}")\n'
+ANSWER = "def f():\n    return 1\n"
+
+
+@pytest.mark.parametrize("working, committed, holds_work, drifted", [
+    (ANSWER, ANSWER, True, False),                   # a student committed an answer
+    (ANSWER, None, True, False),                     # no git: a task written is work
+    (TODO.format("old"), TODO.format("old"), False, True),  # a stale title is drift
+    (ANSWER, TODO.format("old"), True, True),        # drift under a student's answer
+])
+def test_a_task_written_is_a_students_work_committed_or_not(working, committed,
+                                                           holds_work, drifted):
+    """A starter whose task no longer raises the generator's NotImplementedError holds
+    a student's answer; drift keeps every task's raise, whatever its words."""
+    item = Starter(LESSON, TODO.format("new"), working, committed)
+    assert (item.holds_work, item.drifted) == (holds_work, drifted)
+
+
 @pytest.fixture
 def student_copy(tmp_path):
     """Lessons 00 and 01 of the course, each starter replaced by a student's half-work

@@ -146,7 +146,7 @@ def check_starters(root: Path) -> Finding:
             finding.problems.append(str(error))
             continue
         if not git.available:
-            if item.drifted:
+            if item.drifted or item.holds_work:
                 worked.append(item.path)
             continue
         if item.drifted:
@@ -158,9 +158,9 @@ def check_starters(root: Path) -> Finding:
             worked.append(item.path)
     if worked and git.available:
         finding.warnings.append(
-            f"lessons/ holds a student's work ({', '.join(worked)} differ from the "
-            "committed starters): left out of the check, which compared the committed "
-            "starters and ran on starters generated from solutions/")
+            f"lessons/ holds a student's work ({', '.join(worked)}: edited since the "
+            "last commit, or with tasks written): left out of the check, which compared "
+            "the committed starters and ran on starters generated from solutions/")
     elif worked:
         finding.warnings.append(
             f"not a git checkout, so nothing committed to compare with: "

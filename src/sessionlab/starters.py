@@ -14,6 +14,7 @@ is lesson N-1's solution plus lesson N's TODOs, and `diff` between lessons shows
 
 from __future__ import annotations
 
+import ast
 import difflib
 import io
 import os
@@ -53,6 +54,40 @@ def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str
     if open_task:
         raise CourseError(f"{source}: BEGIN {open_task} is never closed")
     return "".join(out)
+
+
+NOT_WRITTEN = re.compile(r"task (\d\d\.\d+) is not written yet")
+
+
+def starter_raises(source: str) -> dict[str, int]:
+    """How many of each task's `raise NotImplementedError("task NN.K is not written yet
+    ...")` (what the starter generator puts in a task's place) are in `source`.
+
+    Read from the syntax tree, so a comment or a string that merely quotes the message
+    does not count; a module that does not parse is read as text (its tests cannot run,
+    and the lesson's state is then "error" anyway)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        found = re.findall(r"raise\s+NotImplementedError\(\s*[\"']" + NOT_WRITTEN.pattern, source)
+        return {task: found.count(task) for task in set(found)}
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "NotImplementedError" and call.args
+                and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+                and (match := NOT_WRITTEN.match(call.args[0].value))):
+            counts[match[1]] = counts.get(match[1], 0) + 1
+    return counts
+
+
+def unwritten_in(text: str, generated: str) -> bool:
+    """Every place the generated starter raises a task's NotImplementedError still
+    raises it in `text`: no task is written there (what differs is not a student's
+    answer)."""
+    have = starter_raises(text)
+    return all(have.get(task, 0) >= n for task, n in starter_raises(generated).items())
 
 
 def strip_markers(solution: str) -> str:
@@ -186,10 +221,15 @@ class Starter:
 
     @property
     def holds_work(self) -> bool:
-        """The working tree's file was edited after it was committed, away from the
-        generator: a student's work (a maintainer never edits a starter by hand)."""
-        return (self.committed is not None and self.working != self.committed
-                and self.working != self.generated)
+        """lessons/NN/agent.py is a student's work: edited after it was committed, away
+        from the generator, or with a task written (its NotImplementedError replaced),
+        committed or not. A maintainer never edits a starter by hand, and a drifted
+        starter still raises in every task's place."""
+        if self.working == self.generated:
+            return False
+        edited = self.committed is not None and self.working != self.committed
+        return edited or (self.working is not None
+                          and not unwritten_in(self.working, self.generated))
 
     @property
     def drifted(self) -> bool:
@@ -197,12 +237,16 @@ class Starter:
 
         A working tree that matches the generator is fine (regenerated, not committed
         yet). Otherwise the committed file is what ships; where nothing is committed
-        (no git, or a lesson not added yet) the file as it is stands for it.
+        (no git, or a lesson not added yet) the file as it is stands for it. A file
+        with a task written is a student's work (see holds_work), never drift.
         """
         if self.working == self.generated:
             return False
         shipped = self.committed if self.committed is not None else self.working
-        return shipped != self.generated
+        # A student who commits their answers commits a starter with tasks written:
+        # that is their work, not the generator's output gone stale.
+        return shipped != self.generated and (
+            shipped is None or unwritten_in(shipped, self.generated))
 
     def diff(self) -> str:
         if self.committed is not None:

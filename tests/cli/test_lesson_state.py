@@ -36,7 +36,7 @@ def test_every_untouched_starter_has_no_task_written_and_every_solution_all(less
 def test_a_task_with_two_places_is_written_once_either_is(tmp_path):
     lesson = next(item for item in ALL if item.number == "00")
     starter = starters.expected_starter(lesson)
-    assert runner.starter_raises(starter)["00.1"] == 2, "00.1 has two places in the starter"
+    assert starters.starter_raises(starter)["00.1"] == 2, "00.1 has two places in the starter"
     first = starter.index('raise NotImplementedError("task 00.1')
     end = starter.index("\n", first)
     indent = starter[starter.rindex("\n", 0, first) + 1:first]

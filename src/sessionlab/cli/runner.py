@@ -13,11 +13,9 @@ Several lessons that are not cached run in one pytest process per CPU, in parall
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import course
+from .. import course, starters
+from ..starters import starter_raises
 from ..course import Lesson
 
 TIMEOUT = 120.0
@@ -213,32 +212,6 @@ def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
 # --- which tasks are written ---------------------------------------------------------------
 
 
-NOT_WRITTEN = re.compile(r"task (\d\d\.\d+) is not written yet")
-
-
-def starter_raises(source: str) -> dict[str, int]:
-    """How many of each task's `raise NotImplementedError("task NN.K is not written yet
-    ...")` (what the starter generator puts in a task's place) are in `source`.
-
-    Read from the syntax tree, so a comment or a string that merely quotes the message
-    does not count; a module that does not parse is read as text (its tests cannot run,
-    and the lesson's state is then "error" anyway)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        found = re.findall(r"raise\s+NotImplementedError\(\s*[\"']" + NOT_WRITTEN.pattern, source)
-        return {task: found.count(task) for task in set(found)}
-    counts: dict[str, int] = {}
-    for node in ast.walk(tree):
-        call = node.exc if isinstance(node, ast.Raise) else None
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id == "NotImplementedError" and call.args
-                and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
-                and (match := NOT_WRITTEN.match(call.args[0].value))):
-            counts[match[1]] = counts.get(match[1], 0) + 1
-    return counts
-
-
 def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
     """Task id -> whether the student has written it: a task is not written while every
     place the starter gave it still raises the starter's NotImplementedError."""
@@ -247,7 +220,6 @@ def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
     except (OSError, UnicodeDecodeError):
         return None
     try:
-        from .. import starters
         expected = starter_raises(starters.expected_starter(lesson))
     except (OSError, UnicodeDecodeError, course.CourseError):
         expected = {}        # no reference to compare with: one raise left means not written
