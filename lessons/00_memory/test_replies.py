@@ -260,8 +260,8 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
     calls = message.get("tool_calls") or [{}]
     arguments = calls[0].get("function", {}).get("arguments")
     assert isinstance(arguments, str) and "洞窟の番人" in arguments, (
-        "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON text they "
-        f"should read as the model wrote them, got {arguments!r}: "
+        "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON "
+        f"text they should read as the model wrote them, got {arguments!r}: "
         "json.dumps(..., ensure_ascii=False)")
 
 
