@@ -226,9 +226,8 @@ def encode_line(entry: Message) -> bytes:
     # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
     # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode(
-            "utf-8"
-        )
+        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(
             f"cannot write this entry as a line of JSON: {error}"

@@ -297,9 +297,8 @@ class SessionLog:
         # strings, so a message is always exactly one line. allow_nan=False: NaN and
         # Infinity are not JSON (Python writes them, other readers refuse them), so they
         # are refused here.
-        data = (json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n").encode(
-            "utf-8"
-        )
+        line = json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n"
+        data = line.encode("utf-8")
         if self._fd is None:
             self._open()
         self._write(data)

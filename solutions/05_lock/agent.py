@@ -252,9 +252,8 @@ def encode_line(entry: Message) -> bytes:
     # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
     # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode(
-            "utf-8"
-        )
+        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(
             f"cannot write this entry as a line of JSON: {error}"
@@ -773,22 +772,16 @@ class SessionLog:
             # O_APPEND writes then land at the new end
             os.ftruncate(self._fd, state.end)
         if state.torn or calls:
+            cut = data[state.end:state.end + 80]
             self.repaired = {
                 MARKER: "repair",
                 "at": now(),
                 "cut_bytes": state.torn,
-                "cut_preview": (
-                    data[state.end : state.end + 80].decode("utf-8", "replace")
-                ),
+                "cut_preview": cut.decode("utf-8", "replace"),
                 "interrupted": [call["id"] for call in calls],
             }
-            fix += b"".join(
-                encode_line(entry)
-                for entry in [
-                    self.repaired,
-                    *(interrupted_result(call) for call in calls),
-                ]
-            )
+            entries = [self.repaired, *(interrupted_result(call) for call in calls)]
+            fix += b"".join(encode_line(entry) for entry in entries)
         if fix:
             # One write: marker and results land together or not at all
             self._write(fix)
