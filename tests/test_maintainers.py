@@ -298,7 +298,7 @@ replace = "# (edited)"
 equivalent = "only a comment changes"
 '''
     only_wrong(copy, harmless.format(what="outside, the maintainers' own",
-                                     find="# nothing hidden, and short enough")
+                                     find="# no NUL, nothing hidden, and short enough")
                + "\n# --- Independent campaign (issue 9): ... ---\n"
                + harmless.format(what="outside, in the campaign",
                                  find="# Letters, digits, '.', '_' and '-'")
