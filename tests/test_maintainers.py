@@ -171,6 +171,32 @@ def test_a_starter_not_committed_yet_is_compared_as_it_is(checkout):
     assert "lessons/02_load/agent.py (in lessons/)" in finding.problems[0]
 
 
+def test_a_line_of_course_code_wider_than_88_columns_is_reported_with_file_and_line(copy):
+    solution = copy / "solutions/01_append/agent.py"
+    lines = solution.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines.insert(2, "# " + "x" * 86 + "\n")         # 88 columns: fits
+    lines.insert(3, "# " + "x" * 87 + "\n")         # 89 columns
+    solution.write_text("".join(lines), encoding="utf-8")
+    test = copy / "lessons/00_memory/test_memory.py"
+    # 84 characters, but each of the five CJK ones takes two columns in a terminal.
+    test.write_text(test.read_text(encoding="utf-8") + "# " + "洞窟の番人" + "x" * 77 + "\n",
+                    encoding="utf-8")
+    last = len(test.read_text(encoding="utf-8").splitlines())
+
+    finding = maintainers.check_width(copy)
+
+    assert [p.split(": ")[0] for p in finding.problems] == [
+        f"lessons/00_memory/test_memory.py:{last}", "solutions/01_append/agent.py:4"], \
+        finding.problems
+    assert "89 columns" in finding.problems[1], finding.problems
+
+
+def test_course_code_within_88_columns_passes_the_width_check(copy):
+    finding = maintainers.check_width(copy)
+
+    assert finding.ok, finding.problems
+
+
 def test_outside_git_an_edited_starter_is_a_warning_that_says_what_was_compared(copy):
     """A course unpacked from an archive has nothing committed: an edited starter
     may be a student's work, so it is a warning there, naming the files."""
@@ -236,7 +262,7 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     findings = maintainers.run_all(copy, docs=False)
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
-    assert len(findings) == 7, [f.check for f in findings]
+    assert len(findings) == 8, [f.check for f in findings]
     warned = [w for f in findings for w in f.warnings]
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 
@@ -258,7 +284,9 @@ def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
     body = solution.split("# BEGIN 01.1\n")[1].split("    # END 01.1")[0]
     text = starter.read_text()
     start = text.index("    # TODO(01.1)")
-    end = text.index("\n", text.index("raise NotImplementedError", start)) + 1
+    # The raise ends at the first ")" that closes a line: its own line, or the line of
+    # its own after a message too long for one.
+    end = text.index(")\n", text.index("raise NotImplementedError", start)) + 2
     starter.write_text(text[:start] + body + text[end:])
 
     finding = maintainers.check_starter_fails_right(lesson_of(copy))
@@ -471,7 +499,7 @@ replace = "# (edited)"
 equivalent = "only a comment changes"
 '''
     only_wrong(copy, harmless.format(what="outside, the maintainers' own",
-                                     find="# nothing hidden, and short enough")
+                                     find="# no NUL, nothing hidden, and short enough")
                + "\n# --- Independent campaign (issue 9): ... ---\n"
                + harmless.format(what="outside, in the campaign",
                                  find="# Letters, digits, '.', '_' and '-'")

@@ -48,7 +48,10 @@ def test_each_fenced_region_becomes_a_todo_and_a_raise_at_its_indentation():
         "    if copied:",
         '        # TODO(03.2): Write the "meta" file.',
         "        # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.",
-        '        raise NotImplementedError("task 03.2 is not written yet: Write the \\"meta\\" file")',
+        # 89 columns on one line: the message goes on lines of its own.
+        "        raise NotImplementedError(",
+        '            "task 03.2 is not written yet: Write the \\"meta\\" file"',
+        "        )",
         "    return copied",
     ]
     compile(starter, "starter", "exec")
@@ -148,7 +151,7 @@ def test_the_site_shows_the_generated_starter_in_a_students_copy(student_copy):
                   student_copy, "lessons/01_append.md")
 
     assert "MINE" not in page
-    assert "TODO(01.1)" in page and "raise NotImplementedError(\"task 01.1" in page
+    assert "TODO(01.1)" in page and '"task 01.1 is not written yet' in page
     assert "lessons/01_append/agent.py · SessionLog.append (starter)" in page
     assert "def run(self" in page and "TODO(00." in page
 
@@ -198,3 +201,26 @@ def test_the_advice_is_two_short_lines_for_any_task(task_id, hint, page):
     first, second = _advice(LESSON, task_id).splitlines()
     assert first.startswith(f"Hints: `{hint}`")
     assert second == f"Page: `mkdocs serve`, then http://127.0.0.1:8000/{page}"
+
+
+def test_a_long_task_title_is_wrapped_to_88_columns_and_says_the_same():
+    # Course code is read on the site and in a terminal, about 88 columns wide; a task
+    # title long enough to overflow must wrap, and the exception must keep every word.
+    title = ('Put the content back on load, trusting no "blob" without checking its hash, '
+             "and name the blob, the log and the line in every refusal")
+    lesson = Lesson(number="03", name="03_fork", title="Fork", summary="", root=Path("."),
+                    tasks=(Task("03.1", title, "fork", "", ("a", "b")),))
+    solution = "class Log:\n    def load(self):\n        if True:\n            # BEGIN 03.1\n" \
+               "            pass\n            # END 03.1\n"
+
+    starter = make_starter(solution, lesson)
+
+    wide = [line for line in starter.splitlines() if len(line) > 88]
+    assert not wide, f"lines wider than 88 columns in the starter: {wide}"
+    assert f"TODO(03.1): {title}." in " ".join(
+        line.strip().removeprefix("# ") for line in starter.splitlines()), starter
+    namespace: dict = {}
+    exec(compile(starter, "starter", "exec"), namespace)
+    with pytest.raises(NotImplementedError) as raised:
+        namespace["Log"]().load()
+    assert str(raised.value) == f"task 03.1 is not written yet: {title}"

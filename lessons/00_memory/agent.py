@@ -1,9 +1,10 @@
 """Session Lab, lesson 00: the agent loop, in memory.
 
-An agent is a loop around a model: send the conversation, and while the model answers with
-tool calls, run each one and send its result back under the call's id. A plain answer ends
-the turn. Everything lives in `self.messages`, a list in this process's memory: when the
-process ends, the conversation is gone. The rest of the course fixes that.
+An agent is a loop around a model: send the conversation, and while the model answers
+with tool calls, run each one and send its result back under the call's id. A plain
+answer ends the turn. Everything lives in `self.messages`, a list in this process's
+memory: when the process ends, the conversation is gone. The rest of the course fixes
+that.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -36,7 +39,9 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     """
     # TODO(00.1): Run one tool call and return its result as text.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError("task 00.1 is not written yet: Run one tool call and return its result as text")
+    raise NotImplementedError(
+        "task 00.1 is not written yet: Run one tool call and return its result as text"
+    )
 
 
 def run_tool(tools: Tools, call: Message) -> str:
@@ -48,7 +53,9 @@ def run_tool(tools: Tools, call: Message) -> str:
     """
     # TODO(00.1): Run one tool call and return its result as text.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError("task 00.1 is not written yet: Run one tool call and return its result as text")
+    raise NotImplementedError(
+        "task 00.1 is not written yet: Run one tool call and return its result as text"
+    )
 
 
 def normalize_reply(reply: Message, history: list[Message]) -> Message:
@@ -63,7 +70,10 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     """
     # TODO(00.3): Turn the model's reply into a message you can store and send back.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError("task 00.3 is not written yet: Turn the model's reply into a message you can store and send back")
+    raise NotImplementedError(
+        "task 00.3 is not written yet: Turn the model's reply into a message you can "
+        "store and send back"
+    )
 
 
 
@@ -72,7 +82,7 @@ class Agent:
 
     def __init__(self, client: Any, *, model: str, tools: Tools,
                  system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
         self.system = system          # sent first with every request, never stored
@@ -82,12 +92,14 @@ class Agent:
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         # TODO(00.2): Loop until the model answers in plain text.
         # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-        raise NotImplementedError("task 00.2 is not written yet: Loop until the model answers in plain text")
+        raise NotImplementedError(
+            "task 00.2 is not written yet: Loop until the model answers in plain text"
+        )
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation."""

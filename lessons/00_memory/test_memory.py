@@ -24,17 +24,26 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
 
     answer = agent.run("Hello!")
 
-    assert answer == "Welcome to town, adventurer.", f"run() should return the model's text, got {answer!r}"
-    assert len(model.requests) == 1, f"one plain answer needs one model call, the agent made {len(model.requests)}"
+    assert answer == "Welcome to town, adventurer.", (
+        f"run() should return the model's text, got {answer!r}"
+    )
+    assert len(model.requests) == 1, (
+        f"one plain answer needs one model call, the agent made {len(model.requests)}"
+    )
     assert agent.messages == [
         {"role": "user", "content": "Hello!"},
         {"role": "assistant", "content": "Welcome to town, adventurer."},
-    ], f"after one turn the history should be the user's message and the answer, got {agent.messages}"
+    ], (
+        "after one turn the history should be the user's message and the answer, got "
+        f"{agent.messages}"
+    )
 
 
 @pytest.mark.key
 @pytest.mark.task("00.2")
-def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, model, town):
+def test_several_tool_calls_in_one_reply_are_each_answered_in_order(
+    lesson, model, town
+):
     """A reply may ask for several tools at once; each gets a result carrying its own
     tool_call_id, in the order of the calls, or the next request is rejected."""
     model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")),
@@ -43,16 +52,26 @@ def test_several_tool_calls_in_one_reply_are_each_answered_in_order(lesson, mode
 
     agent.run("Ask the elder about the cave and buy a torch.")
 
-    assert len(model.requests) == 2, f"expected two model calls (tools, then the answer), got {len(model.requests)}"
+    assert len(model.requests) == 2, (
+        f"expected two model calls (tools, then the answer), got {len(model.requests)}"
+    )
     second = model.requests[1]["messages"]
     calls = second[1]["tool_calls"]
     results = [m for m in second if m["role"] == "tool"]
     assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls], (
-        "each tool result must carry the id of the call it answers, in the order of the calls; "
-        f"calls {[c['id'] for c in calls]}, results {[r['tool_call_id'] for r in results]}")
-    assert "torch and a rope" in results[0]["content"], f"the elder's words should be the first result, got {results[0]['content']!r}"
-    assert "You bought a torch" in results[1]["content"], f"the purchase should be the second result, got {results[1]['content']!r}"
-    assert town.inventory == ["torch"], f"the buy tool should really have run once, inventory is {town.inventory}"
+        "each tool result must carry the id of the call it answers, in the order of "
+        f"the calls; calls {[c['id'] for c in calls]}, results "
+        f"{[r['tool_call_id'] for r in results]}"
+    )
+    assert "torch and a rope" in results[0]["content"], (
+        f"the elder's words should be the first result, got {results[0]['content']!r}"
+    )
+    assert "You bought a torch" in results[1]["content"], (
+        f"the purchase should be the second result, got {results[1]['content']!r}"
+    )
+    assert town.inventory == ["torch"], (
+        f"the buy tool should really have run once, inventory is {town.inventory}"
+    )
 
 
 @pytest.mark.task("00.2")
@@ -65,13 +84,17 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
     answer = agent.run("Buy a rope.")
 
     assert town.inventory == ["rope"], (
-        "the reply had a tool call but finish_reason 'stop' (some servers do this): decide from "
-        f"tool_calls, not finish_reason. The rope was not bought; inventory {town.inventory}")
+        "the reply had a tool call but finish_reason 'stop' (some servers do this): "
+        "decide from tool_calls, not finish_reason. The rope was not bought; "
+        f"inventory {town.inventory}"
+    )
     assert answer == "Bought."
 
 
 @pytest.mark.task("00.1")
-def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(lesson, model, town):
+def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
+    lesson, model, town
+):
     """A call to a tool that does not exist becomes an error result naming it, so the
     model can correct itself instead of the agent crashing."""
     model.add(use(call("fly", to="the cave")), say("I cannot fly."))
@@ -80,21 +103,39 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(lesson, mode
     answer = agent.run("Fly to the cave.")
 
     result = model.requests[1]["messages"][-1]
-    assert result["role"] == "tool" and "fly" in result["content"] and "error" in result["content"].lower(), (
-        f"calling a tool that does not exist should give an error result naming it, got {result}")
-    assert answer == "I cannot fly.", "after an error result the loop continues and the model gets to answer"
+    assert (
+        result["role"] == "tool"
+        and "fly" in result["content"]
+        and "error" in result["content"].lower()
+    ), (
+        "calling a tool that does not exist should give an error result naming it, got "
+        f"{result}"
+    )
+    assert answer == "I cannot fly.", (
+        "after an error result the loop continues and the model gets to answer"
+    )
 
 
 @pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
     """Arguments that are not valid JSON become an error result that says so, and the
     tool does not run."""
-    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
-                                    "function": {"name": "buy", "arguments": "{item: rope"}})
+    result = lesson.run_tool(
+        town,
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "buy", "arguments": "{item: rope"},
+        },
+    )
 
     assert isinstance(result, str) and "json" in result.lower(), (
-        f"arguments that are not JSON should give a text result mentioning JSON, got {result!r}")
-    assert town.inventory == [], "nothing should be bought when the arguments cannot be read"
+        "arguments that are not JSON should give a text result mentioning JSON, got "
+        f"{result!r}"
+    )
+    assert town.inventory == [], (
+        "nothing should be bought when the arguments cannot be read"
+    )
 
 
 @pytest.mark.task("00.1")
@@ -116,8 +157,14 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
 def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
     """Arguments that are valid JSON but not an object (a list, a number) cannot be
     keyword arguments: they become an error result too."""
-    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
-                                    "function": {"name": "buy", "arguments": '["rope"]'}})
+    result = lesson.run_tool(
+        town,
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "buy", "arguments": '["rope"]'},
+        },
+    )
 
     assert isinstance(result, str) and "error" in result.lower(), (
         f"a JSON list is not keyword arguments; expected an error text, got {result!r}")
@@ -135,7 +182,9 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 
     result = model.requests[1]["messages"][-1]
     assert result["role"] == "tool" and "error" in result["content"].lower(), (
-        f"a tool that raises should give an error result, not crash the agent; got {result}")
+        "a tool that raises should give an error result, not crash the agent; got "
+        f"{result}"
+    )
 
 
 @pytest.mark.task("00.2")
@@ -150,7 +199,10 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
                 "max_turns=3 model calls: raise MaxTurnsExceeded, so the caller knows "
                 "the task was not finished"):
         agent.run("Keep talking.")
-    assert len(model.requests) == 3, f"max_turns=3 allows exactly 3 model calls, the agent made {len(model.requests)}"
+    assert len(model.requests) == 3, (
+        "max_turns=3 allows exactly 3 model calls, the agent made "
+        f"{len(model.requests)}"
+    )
 
 
 @pytest.mark.key
@@ -164,8 +216,12 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
     agent.run("Ready?")
 
     sent = model.requests[0]["messages"]
-    assert sent[0] == {"role": "system", "content": "You are a brave adventurer."}, f"first message sent: {sent[0]}"
-    assert all(m["role"] != "system" for m in agent.messages), "the system prompt is configuration, not history"
+    assert sent[0] == {"role": "system", "content": "You are a brave adventurer."}, (
+        f"first message sent: {sent[0]}"
+    )
+    assert all(m["role"] != "system" for m in agent.messages), (
+        "the system prompt is configuration, not history"
+    )
 
 
 @pytest.mark.key
@@ -173,15 +229,25 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
 def test_a_new_agent_remembers_nothing(lesson, model, town):
     """A second agent starts with an empty history: everything the first heard is lost
     with it, the problem the rest of the course solves."""
-    model.add(use(call("talk_to", npc="elder")), say("The elder says: torch and rope."), say("Who?"))
-    lesson.Agent(model.client(), model=model.model, tools=town).run("Ask the elder about the cave.")
+    model.add(
+        use(call("talk_to", npc="elder")),
+        say("The elder says: torch and rope."),
+        say("Who?"),
+    )
+    lesson.Agent(model.client(), model=model.model, tools=town).run(
+        "Ask the elder about the cave."
+    )
 
     tomorrow = new_agent(lesson, model, town)
     tomorrow.run("What did the elder say?")
 
-    assert model.requests[-1]["messages"] == [{"role": "user", "content": "What did the elder say?"}], (
-        "a new agent starts from an empty list: everything the first one heard is gone. "
-        "That is the problem the next lessons solve.")
+    assert model.requests[-1]["messages"] == [
+        {"role": "user", "content": "What did the elder say?"}
+    ], (
+        "a new agent starts from an empty list: everything the first one heard is "
+        "gone. "
+        "That is the problem the next lessons solve."
+    )
 
 
 class FewTools:

@@ -1,9 +1,9 @@
 """Lesson 00: replies as real servers send them (task 00.3, with 00.1's read_arguments).
 
 Ollama, llama.cpp's server, vLLM and LM Studio do not always send what OpenAI documents.
-Each quirk below is a reply one of them has sent (see sessionlab.scripted.QUIRKS). Whatever
-comes, the agent must not crash, and the history it keeps must be one every server accepts
-when it is sent back.
+Each quirk below is a reply one of them has sent (see sessionlab.scripted.QUIRKS).
+Whatever comes, the agent must not crash, and the history it keeps must be one every
+server accepts when it is sent back.
 
 Run: pytest lessons/00_memory            (your code)
      pytest lessons/00_memory --solution (the reference)
@@ -22,21 +22,27 @@ def new_agent(lesson, model, town):
 
 
 def run_or_fail(agent, text, what):
-    """agent.run(text), turning a refused request into a failure that says what happened."""
+    """agent.run(text),
+    turning a refused request into a failure that says what happened."""
     try:
         return agent.run(text)
     except openai.BadRequestError as error:
-        pytest.fail(f"{what}: the model refused the next request with HTTP 400 "
-                    f"({error.body.get('message') if isinstance(error.body, dict) else error}). "
-                    "Something the agent stored from the quirky reply is not sendable; "
-                    "normalize_reply() must make it so.")
+        body = error.body
+        said = body.get("message") if isinstance(body, dict) else error
+        pytest.fail(
+            f"{what}: the model refused the next request with HTTP 400 ({said}). "
+            "Something the agent stored from the quirky reply is not sendable; "
+            "normalize_reply() must make it so."
+        )
 
 
 def assert_sendable(messages, what):
     try:
         validate({"model": "any", "messages": messages})
     except InvalidRequest as error:
-        pytest.fail(f"{what}: the stored history is one a provider refuses: {error.message}")
+        pytest.fail(
+            f"{what}: the stored history is one a provider refuses: {error.message}"
+        )
 
 
 def calls_of(messages):
@@ -46,7 +52,8 @@ def calls_of(messages):
 @pytest.mark.task("00.3")
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))
 def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quirk):
-    """After each reply real servers have sent, the turn ends and the next request is valid."""
+    """After each reply real servers have sent,
+    the turn ends and the next request is valid."""
     model.add(QUIRKS[quirk], say("Done."), say("Nothing more."))
     agent = new_agent(lesson, model, town)
 
@@ -60,8 +67,11 @@ def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quir
 
 
 @pytest.mark.task("00.3")
-def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(lesson, model, town):
-    """A call the server sent without an id is stored with a new one that its result carries."""
+def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(
+    lesson, model, town
+):
+    """A call the server sent without an id is stored
+    with a new one that its result carries."""
     model.add(QUIRKS["no_id"], say("Bought."))
     agent = new_agent(lesson, model, town)
 
@@ -73,12 +83,15 @@ def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(lesson, mo
     results = [m for m in agent.messages if m["role"] == "tool"]
     assert [r["tool_call_id"] for r in results] == [calls[0]["id"]], (
         f"the result should answer the new id {calls[0]['id']!r}, got {results}")
-    assert town.inventory == ["rope"], f"the call should still run; inventory {town.inventory}"
+    assert town.inventory == ["rope"], (
+        f"the call should still run; inventory {town.inventory}"
+    )
 
 
 @pytest.mark.task("00.3")
 def test_two_calls_sharing_an_id_are_stored_with_different_ids(lesson, model, town):
-    """Two calls of one reply with the same id get ids of their own, each answered once."""
+    """Two calls of one reply with the same id get ids of their own,
+    each answered once."""
     model.add(QUIRKS["same_id_twice"], say("Bought both."))
     agent = new_agent(lesson, model, town)
 
@@ -86,13 +99,18 @@ def test_two_calls_sharing_an_id_are_stored_with_different_ids(lesson, model, to
 
     ids = [call["id"] for call in calls_of(agent.messages)]
     assert len(ids) == 2 and len(set(ids)) == 2, (
-        f"each call needs an id of its own, or a result cannot say which it answers; got {ids}")
-    assert sorted(town.inventory) == ["rope", "torch"], f"both calls should run: {town.inventory}"
+        "each call needs an id of its own, or a result cannot say which it answers; "
+        f"got {ids}"
+    )
+    assert sorted(town.inventory) == ["rope", "torch"], (
+        f"both calls should run: {town.inventory}"
+    )
 
 
 @pytest.mark.task("00.3")
 def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town):
-    """A server that reuses a call id from an earlier turn does not get two calls one id."""
+    """A server that reuses a call id from an
+    earlier turn does not get two calls one id."""
     def buy(item):
         return raw({"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_0", "type": "function",
@@ -101,31 +119,46 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
     agent = new_agent(lesson, model, town)
 
     run_or_fail(agent, "Buy a rope.", "on the first turn")
-    run_or_fail(agent, "Buy a torch.", "after a reply that reused the first turn's call id")
+    run_or_fail(
+        agent, "Buy a torch.", "after a reply that reused the first turn's call id"
+    )
 
     ids = [call["id"] for call in calls_of(agent.messages)]
-    assert len(set(ids)) == 2, f"the second call reused 'call_0'; store it under a new id: {ids}"
+    assert len(set(ids)) == 2, (
+        f"the second call reused 'call_0'; store it under a new id: {ids}"
+    )
 
 
 @pytest.mark.task("00.3")
-def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(lesson, model, town):
-    """Arguments that arrive as an object run the tool and are stored as a string of JSON."""
+def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
+    lesson, model, town
+):
+    """Arguments that arrive as an object run the
+    tool and are stored as a string of JSON."""
     model.add(QUIRKS["arguments_as_object"], say("Bought."))
     agent = new_agent(lesson, model, town)
 
     run_or_fail(agent, "Buy a rope.", "after arguments sent as an object")
 
     assert town.inventory == ["rope"], (
-        f"the arguments were an object, {{'item': 'rope'}}: read it as is; inventory {town.inventory}")
-    arguments = calls_of(agent.messages)[0]["function"]["arguments"] if calls_of(agent.messages) else None
-    assert isinstance(arguments, str) and json.loads(arguments) == {"item": "rope"}, (
-        f"store the arguments as JSON text ('{{\"item\": \"rope\"}}'), got {arguments!r}")
+        "the arguments were an object, {'item': 'rope'}: read it as is; inventory "
+        f"{town.inventory}"
+    )
+    arguments = (
+        calls_of(agent.messages)[0]["function"]["arguments"]
+        if calls_of(agent.messages)
+        else None
+    )
+    assert isinstance(arguments, str) and json.loads(arguments) == {
+        "item": "rope"
+    }, f"store the arguments as JSON text ('{{\"item\": \"rope\"}}'), got {arguments!r}"
 
 
 @pytest.mark.task("00.3")
 def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_sendable(
         lesson, model, town):
-    """Unreadable arguments run nothing, the result says why, and the stored call holds {}."""
+    """Unreadable arguments run nothing,
+    the result says why, and the stored call holds {}."""
     model.add(QUIRKS["arguments_not_json"], say("Sorry."))
     agent = new_agent(lesson, model, town)
 
@@ -134,8 +167,14 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
     results = [m["content"] for m in agent.messages if m["role"] == "tool"]
     assert len(results) == 1 and "json" in results[0].lower(), (
         f"the result should tell the model its arguments were not JSON, got {results}")
-    assert town.inventory == [], f"nothing should run on unreadable arguments: {town.inventory}"
-    arguments = calls_of(agent.messages)[0]["function"]["arguments"] if calls_of(agent.messages) else None
+    assert town.inventory == [], (
+        f"nothing should run on unreadable arguments: {town.inventory}"
+    )
+    arguments = (
+        calls_of(agent.messages)[0]["function"]["arguments"]
+        if calls_of(agent.messages)
+        else None
+    )
     assert arguments == "{}", (
         "the stored call is sent back with every later request, and providers refuse "
         f"arguments that are not a JSON object: store '{{}}', got {arguments!r}")
@@ -151,7 +190,8 @@ def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
 
     assert answer == "", f"a reply with no text answers '', got {answer!r}"
     assert agent.messages[-1:] == [{"role": "assistant", "content": ""}], (
-        "OpenAI refuses an assistant message whose content is null without tool calls: store "
+        "OpenAI refuses an assistant message whose content is null without tool calls: "
+        "store "
         f"'' instead; stored {agent.messages[-1:]}")
 
 
@@ -165,22 +205,30 @@ def test_an_empty_list_of_tool_calls_is_not_stored(lesson, model, town):
 
     assert answer == "Nothing to do."
     assert "tool_calls" not in agent.messages[-1], (
-        f"OpenAI refuses 'tool_calls': [] in a request; leave the key out: {agent.messages[-1]}")
+        "OpenAI refuses 'tool_calls': [] in a request; leave the key out: "
+        f"{agent.messages[-1]}"
+    )
 
 
 @pytest.mark.task("00.3")
-def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(lesson, model, town):
-    """A reply with both text and tool calls runs the calls and stores the text with them."""
+def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
+    lesson, model, town
+):
+    """A reply with both text and tool calls runs
+    the calls and stores the text with them."""
     model.add(QUIRKS["text_and_tools"], say("Bought."))
     agent = new_agent(lesson, model, town)
 
     answer = run_or_fail(agent, "Buy a rope.", "after text and tool calls in one reply")
 
-    assert town.inventory == ["rope"], (
-        f"the reply had text *and* a call: the call must run; inventory {town.inventory}")
+    assert town.inventory == [
+        "rope"
+    ], f"the reply had text *and* a call: the call must run; inventory {town.inventory}"
     assert answer == "Bought."
     assert agent.messages[1].get("content") == "Let me buy a rope.", (
-        f"the text that came with the call belongs to the stored reply: {agent.messages[1]}")
+        "the text that came with the call belongs to the stored reply: "
+        f"{agent.messages[1]}"
+    )
 
 
 @pytest.mark.task("00.3")
@@ -193,7 +241,8 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
     message = lesson.normalize_reply(reply, [])
 
     assert message["tool_calls"] == reply["tool_calls"], (
-        "a call with an id and JSON-object arguments should be stored byte for byte as the "
+        "a call with an id and JSON-object arguments should be stored byte for byte as "
+        "the "
         f"model sent it, got {message['tool_calls']}")
 
 
@@ -211,8 +260,8 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
     calls = message.get("tool_calls") or [{}]
     arguments = calls[0].get("function", {}).get("arguments")
     assert isinstance(arguments, str) and "洞窟の番人" in arguments, (
-        "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON text they "
-        f"should read as the model wrote them, got {arguments!r}: "
+        "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON "
+        f"text they should read as the model wrote them, got {arguments!r}: "
         "json.dumps(..., ensure_ascii=False)")
 
 
@@ -220,21 +269,32 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
 @pytest.mark.parametrize("arguments, expected", [
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
     ("", {}), (None, {})])
-def test_read_arguments_takes_what_servers_send_for_an_object(lesson, arguments, expected):
+def test_read_arguments_takes_what_servers_send_for_an_object(
+    lesson, arguments, expected
+):
     """JSON text, an object, "" and null all read as the arguments they stand for."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError as error:
-        pytest.fail(f"read_arguments({arguments!r}) should give {expected!r}, it raised: {error}")
-    assert got == expected, f"read_arguments({arguments!r}) should give {expected!r}, got {got!r}"
+        pytest.fail(
+            f"read_arguments({arguments!r}) should give {expected!r}, it raised: "
+            f"{error}"
+        )
+    assert got == expected, (
+        f"read_arguments({arguments!r}) should give {expected!r}, got {got!r}"
+    )
 
 
 @pytest.mark.task("00.1")
-@pytest.mark.parametrize("arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"]])
+@pytest.mark.parametrize(
+    "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"]]
+)
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
         return
-    pytest.fail(f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}")
+    pytest.fail(
+        f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}"
+    )

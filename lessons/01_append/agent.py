@@ -1,8 +1,8 @@
 """Session Lab, lesson 01: save as you go.
 
 The agent loop of lesson 00, plus a session log: every message is appended to
-`<folder>/<session id>.jsonl` as one JSON line the moment it exists, before the agent does
-anything else. If the process dies, everything said up to that moment is on disk.
+`<folder>/<session id>.jsonl` as one JSON line the moment it exists, before the agent
+does anything else. If the process dies, everything said up to that moment is on disk.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -30,7 +32,7 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 class InvalidSessionId(ValueError):
-    """A session id that could escape the sessions folder or is not a usable file name."""
+    """A session id that could escape the sessions folder, or no usable file name."""
 
 
 class InvalidMessage(ValueError):
@@ -47,21 +49,25 @@ class WriterStopped(RuntimeError):
     """
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
-# nothing hidden, and short enough for any file system once '.meta.json' is added.
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str) -> str:
-    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 
     A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
-    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
-    a plain name, before any file is touched.
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
     """
     # TODO(01.1): Refuse a session id that is not a plain file name.
     # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
-    raise NotImplementedError("task 01.1 is not written yet: Refuse a session id that is not a plain file name")
+    raise NotImplementedError(
+        "task 01.1 is not written yet: Refuse a session id that is not a plain file "
+        "name"
+    )
 
 
 # --- what a message may be ------------------------------------------------------------
@@ -162,9 +168,10 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
-    A session holds what a person said, and its name may say about what: other users should
-    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.) With durable=True each new folder's name is synced in its parent.
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
@@ -180,13 +187,16 @@ def make_folder(folder: Path, durable: bool = False) -> None:
 
 
 class SessionLog:
-    """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: a message a line.
 
-    The file is opened on the first append, in O_APPEND mode, and stays open until close().
-    With durable=True every line is flushed to the disk (fsync) before append() returns.
+    The file is opened on the first append, in O_APPEND mode, and stays open until
+    close(). With durable=True every line is flushed to the disk (fsync) before append()
+    returns.
     """
 
-    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False) -> None:
+    def __init__(
+        self, folder: str | Path, session_id: str, *, durable: bool = False
+    ) -> None:
         self.id = check_session_id(session_id)
         self.folder = Path(folder)
         self.path = self.folder / f"{self.id}.jsonl"
@@ -198,7 +208,10 @@ class SessionLog:
         """Write one message as one line, with a single write() of the whole line."""
         # TODO(01.2): Append one message as one JSON line, in one write.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
-        raise NotImplementedError("task 01.2 is not written yet: Append one message as one JSON line, in one write")
+        raise NotImplementedError(
+            "task 01.2 is not written yet: Append one message as one JSON line, in one "
+            "write"
+        )
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -206,17 +219,23 @@ class SessionLog:
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
-        # TODO(01.5): Write a line whole, and stop after a write whose outcome is unknown.
+        # TODO(01.5): Write a line whole, and stop after a write whose outcome is
+        # unknown.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
-        raise NotImplementedError("task 01.5 is not written yet: Write a line whole, and stop after a write whose outcome is unknown")
+        raise NotImplementedError(
+            "task 01.5 is not written yet: Write a line whole, and stop after a write "
+            "whose outcome is unknown"
+        )
 
     def _open(self) -> None:
         make_folder(self.folder, self.durable)
         is_new = not self.path.exists()
-        # O_APPEND: every write lands at the current end of the file, whatever else happened.
-        # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
-        # followed out of the folder; 0o600: only its owner may read it.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        # O_APPEND: every write lands at the current end of the file, whatever else
+        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
+        self._fd = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
         if is_new and self.durable:
             self._sync_folder()
 
@@ -224,7 +243,10 @@ class SessionLog:
         """Make the new file's name itself durable: fsync the folder that holds it."""
         # TODO(01.4): Make a new log's name durable: fsync its folder.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
-        raise NotImplementedError("task 01.4 is not written yet: Make a new log's name durable: fsync its folder")
+        raise NotImplementedError(
+            "task 01.4 is not written yet: Make a new log's name durable: fsync its "
+            "folder"
+        )
 
     def close(self) -> None:
         if self._fd is not None:
@@ -268,14 +290,18 @@ def run_tool(tools: Tools, call: Message) -> str:
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
-        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
     try:
         arguments = read_arguments(call["function"]["arguments"])
     except ValueError as error:
         return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
-    except Exception as error:  # the model should hear about it, not the user's terminal
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
         return f"error: {name} failed: {type(error).__name__}: {error}"
 
 
@@ -320,14 +346,23 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
 
 
 class Agent:
-    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
 
-    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
-                 system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+    ) -> None:
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
-        self.session = session        # where messages are saved; None keeps them in memory only
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
         self.system = system          # sent first with every request, never stored
         self.max_turns = max_turns    # model calls allowed for one user message
         self.messages: list[Message] = []
@@ -335,8 +370,8 @@ class Agent:
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
@@ -354,13 +389,18 @@ class Agent:
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
-            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation: on disk first, then in memory."""
         # TODO(01.3): Record each message on disk the moment it exists.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
-        raise NotImplementedError("task 01.3 is not written yet: Record each message on disk the moment it exists")
+        raise NotImplementedError(
+            "task 01.3 is not written yet: Record each message on disk the moment it "
+            "exists"
+        )
 
     def ask_model(self) -> Message:
         """Send the conversation to the model; return its reply as it came, as a dict.

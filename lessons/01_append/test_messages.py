@@ -1,8 +1,9 @@
-"""Lesson 01: append refuses what no log may hold (task 01.2, with the given check_message).
+"""Lesson 01:
+append refuses what no log may hold (task 01.2, with the given check_message).
 
-A line that the reader would refuse must never be written: the session could not be opened
-again. So append() checks the message first, and refuses it with InvalidMessage (a
-ValueError), writing nothing.
+A line that the reader would refuse must never be written: the session could not be
+opened again. So append() checks the message first, and refuses it with InvalidMessage
+(a ValueError), writing nothing.
 
 Run: pytest lessons/01_append            (your code)
      pytest lessons/01_append --solution (the reference)
@@ -41,7 +42,8 @@ NOT_MESSAGES = {
 @pytest.mark.task("01.2")
 @pytest.mark.parametrize("what", sorted(NOT_MESSAGES))
 def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions, what):
-    """A message the reader would refuse raises InvalidMessage, and the log stays as it was."""
+    """A message the reader would refuse raises InvalidMessage,
+    and the log stays as it was."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Hello."})
@@ -53,13 +55,18 @@ def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions
         except NotImplementedError:
             raise                       # a task not written yet says so itself
         except Exception as error:      # noqa: BLE001 - reported in words below
-            pytest.fail(f"a message with {what} should be refused with InvalidMessage, not "
-                        f"{type(error).__name__}: {error}")
+            pytest.fail(
+                f"a message with {what} should be refused with InvalidMessage, not "
+                f"{type(error).__name__}: {error}"
+            )
         else:
-            pytest.fail(f"append() wrote a message with {what}; reading the log back would "
-                        "refuse that line (or give back something else), so the session "
-                        "could never be resumed. Call check_plain_json() and "
-                        "check_message() before writing.")
+            pytest.fail(
+                f"append() wrote a message with {what}; reading the log back would "
+                "refuse that line (or give back something else), so the "
+                "session "
+                "could never be resumed. Call check_plain_json() and "
+                "check_message() before writing."
+            )
     assert path.read_bytes() == before, (
         f"a refused message must leave the log untouched; it changed after {what}")
 
@@ -75,7 +82,9 @@ def test_a_refused_first_message_creates_no_file(lesson, sessions):
         else:
             pytest.fail("append() accepted a message without a role")
     assert not (sessions / "quest-1.jsonl").exists(), (
-        "check the message before opening the log: a refused message should leave no file")
+        "check the message before opening the log: a refused message should leave no "
+        "file"
+    )
 
 
 @pytest.mark.task("01.2")

@@ -13,14 +13,20 @@ from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import open_descriptors
 from sessionlab.town import Town
 
-DAY_ONE = [use(call("talk_to", npc="elder")), say("The elder says: bring a torch and a rope.")]
+DAY_ONE = [
+    use(call("talk_to", npc="elder")),
+    say("The elder says: bring a torch and a rope."),
+]
 
 
 def play_day(lesson, sessions, script, text, session_id="quest-1", town=None):
-    """One day of the quest: a fresh model, client and agent, as a new process would have."""
+    """One day of the quest:
+    a fresh model, client and agent, as a new process would have."""
     model = ScriptedModel(list(script))
     with lesson.SessionLog(sessions, session_id) as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=town or Town(), session=log)
+        agent = lesson.Agent(
+            model.client(), model=model.model, tools=town or Town(), session=log
+        )
         agent.run(text)
     return agent, model
 
@@ -38,12 +44,16 @@ def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
     so day 2's model sees all of day 1."""
     day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
 
-    day_two, model = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
+    day_two, model = play_day(
+        lesson, sessions, [say("A torch and a rope.")], "What did the elder say?"
+    )
 
     first_request = model.requests[0]["messages"]
     assert first_request[:-1] == day_one.messages, (
-        "day 2's first request should start with every message of day 1 (user, tool call, tool "
-        f"result, answer), read back from the log; it started with {first_request[:-1]}")
+        "day 2's first request should start with every message of day 1 (user, tool "
+        "call, tool "
+        f"result, answer), read back from the log; it started with {first_request[:-1]}"
+    )
     assert first_request[-1] == {"role": "user", "content": "What did the elder say?"}
 
 
@@ -53,26 +63,35 @@ def test_day_two_is_appended_after_day_one(lesson, sessions):
     """Day 2 appends only its own messages after day 1's; writing the loaded history
     again would double the log."""
     day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
-    day_two, _ = play_day(lesson, sessions, [say("A torch and a rope.")], "What did the elder say?")
+    day_two, _ = play_day(
+        lesson, sessions, [say("A torch and a rope.")], "What did the elder say?"
+    )
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
-    assert loaded == day_two.messages, "the log should hold day 1 then day 2, exactly what the agent holds"
+    assert loaded == day_two.messages, (
+        "the log should hold day 1 then day 2, exactly what the agent holds"
+    )
     assert len(loaded) == len(day_one.messages) + 2, (
-        f"day 2 adds two messages to day 1's {len(day_one.messages)}; the log has {len(loaded)} "
+        f"day 2 adds two messages to day 1's {len(day_one.messages)}; the log has "
+        f"{len(loaded)} "
         "(did day 2 write day 1's messages a second time?)")
 
 
 @pytest.mark.key
 @pytest.mark.task("02.1")
-def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions, model, town):
+def test_an_unknown_session_starts_empty_and_creates_nothing(
+    lesson, sessions, model, town
+):
     """An id with no log yet starts with an empty history, and loading it creates no
     file."""
     log = lesson.SessionLog(sessions, "never-played")
 
     agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
 
-    assert agent.messages == [], f"a session with no log has no history, got {agent.messages}"
+    assert agent.messages == [], (
+        f"a session with no log has no history, got {agent.messages}"
+    )
     assert list(sessions.iterdir()) == [], "loading a session must not create its file"
     log.close()
 
@@ -99,9 +118,13 @@ def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
 
     after = fingerprint(path)
     assert after[0] == before[0], "loading changed the log's bytes"
-    assert after[1] == before[1], "loading replaced the log with a new file (its inode changed)"
+    assert after[1] == before[1], (
+        "loading replaced the log with a new file (its inode changed)"
+    )
     assert after[2] == before[2], (
-        "loading wrote to the log (its modification time changed): open it for reading only")
+        "loading wrote to the log (its modification time changed): open it for reading "
+        "only"
+    )
 
 
 @pytest.mark.task("02.1")
@@ -134,9 +157,22 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
     written, so the resumed request is valid."""
     messages = [
         {"role": "user", "content": "Buy a rope."},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1_0", "content": "You bought a rope for 4 gold. 6 gold left."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1_0",
+                    "type": "function",
+                    "function": {"name": "buy", "arguments": '{"item": "rope"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1_0",
+            "content": "You bought a rope for 4 gold. 6 gold left.",
+        },
         {"role": "assistant", "content": ""},
     ]
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -149,8 +185,10 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
             for n, (wrote, got) in enumerate(zip(messages, loaded), start=1)
             if isinstance(got, dict) and set(wrote) - set(got)]
     assert loaded == messages, (
-        "a tool call, its result, content null and content \"\" should load back exactly "
-        f"as written{' (' + '; '.join(lost) + ')' if lost else ''}; wrote {messages!r}, "
+        "a tool call, its result, content null and content \"\" should load back "
+        "exactly "
+        f"as written{' (' + '; '.join(lost) + ')' if lost else ''}; wrote "
+        f"{messages!r}, "
         f"loaded {loaded!r}")
 
 
@@ -294,8 +332,11 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
     if loaded == texts:
         return
     # Name a wrong encoding only when the text shows it: UTF-8 bytes read as another.
-    misread = [enc for enc in ("latin-1", "cp1252")
-               if loaded == [t.encode("utf-8").decode(enc, errors="replace") for t in texts]]
+    misread = [
+        enc
+        for enc in ("latin-1", "cp1252")
+        if loaded == [t.encode("utf-8").decode(enc, errors="replace") for t in texts]
+    ]
     why = (f"these are the UTF-8 bytes decoded as {misread[0]}: the log is UTF-8 "
            "(append writes it so), so read its bytes and let parse_line decode them "
            "(open() without encoding= uses the locale's encoding)") if misread else (

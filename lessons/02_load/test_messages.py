@@ -1,8 +1,8 @@
 """Lesson 02: loading refuses a line that holds no message (task 02.1, with parse_line).
 
-Another program (an editor, a script, another harness) may write a log. A line that is not
-a message the rule allows is refused with an error that names the file and the line, rather
-than loaded and sent to a model that then refuses every request.
+Another program (an editor, a script, another harness) may write a log. A line that is
+not a message the rule allows is refused with an error that names the file and the line,
+rather than loaded and sent to a model that then refuses every request.
 
 Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
@@ -13,22 +13,31 @@ import pytest
 GOOD = b'{"role": "user", "content": "Hello."}\n'
 BAD_LINES = {
     "no role": b'{"content": "hello"}',
-    "a $marker key on a message": b'{"role": "user", "content": "x", "$marker": "undo"}',
+    "a $marker key on a message": (
+        b'{"role": "user", "content": "x", "$marker": "undo"}'
+    ),
     "a content that is an object": b'{"role": "user", "content": {"text": "x"}}',
     "NaN": b'{"role": "user", "content": "x", "score": NaN}',
-    "a number too large for a float (1e999)": b'{"role": "user", "content": "x", "n": 1e999}',
+    "a number too large for a float (1e999)": (
+        b'{"role": "user", "content": "x", "n": 1e999}'
+    ),
     "an escaped lone surrogate": b'{"role": "user", "content": "half: \\ud800"}',
-    "a tool call without an id": (b'{"role": "assistant", "content": "", "tool_calls": '
-                                  b'[{"type": "function", "function": {"name": "buy", '
-                                  b'"arguments": "{}"}}]}'),
+    "a tool call without an id": (
+        b'{"role": "assistant", "content": "", "tool_calls": '
+        b'[{"type": "function", "function": {"name": "buy", '
+        b'"arguments": "{}"}}]}'
+    ),
     "not JSON at all": b'{"role": "user", "content": ',
 }
 
 
 @pytest.mark.task("02.1")
 @pytest.mark.parametrize("what", sorted(BAD_LINES))
-def test_load_refuses_a_line_with_no_message_naming_file_and_line(lesson, sessions, what):
-    """A line holding no allowed message raises a ValueError naming the file and line 2."""
+def test_load_refuses_a_line_with_no_message_naming_file_and_line(
+    lesson, sessions, what
+):
+    """A line holding no allowed message raises
+    a ValueError naming the file and line 2."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     data = GOOD + BAD_LINES[what] + b"\n" + GOOD
@@ -39,18 +48,24 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(lesson, sessio
         except ValueError as error:
             message = str(error)
         else:
-            pytest.fail(f"load() accepted a line with {what} and returned {loaded!r}; the "
-                        "model would refuse it with every request. Read each line with "
-                        "parse_line() and raise, naming the file and the line.")
+            pytest.fail(
+                f"load() accepted a line with {what} and returned {loaded!r}; the "
+                "model would refuse it with every request. Read each line with "
+                "parse_line() and raise, naming the file and the line."
+            )
     assert "quest-1.jsonl" in message and "line 2" in message, (
-        f"the error should name the file and 'line 2' so that it can be mended; it says: "
+        "the error should name the file and 'line 2' so that it can be mended; it "
+        "says: "
         f"{message}")
-    assert path.read_bytes() == data, "loading must never change the log, even to refuse it"
+    assert path.read_bytes() == data, (
+        "loading must never change the log, even to refuse it"
+    )
 
 
 @pytest.mark.task("02.1")
 def test_a_surrogate_pair_written_as_escapes_loads_as_its_character(lesson, sessions):
-    """An emoji escaped as a pair of surrogates by another program loads as the emoji."""
+    """An emoji escaped as a pair of surrogates
+    by another program loads as the emoji."""
     sessions.mkdir(exist_ok=True)
     (sessions / "quest-1.jsonl").write_bytes(
         b'{"role": "user", "content": "a dragon \\ud83d\\udc09"}\n')

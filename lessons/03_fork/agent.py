@@ -1,9 +1,9 @@
 """Session Lab, lesson 03: fork a session.
 
-"What if we had asked the guard instead?" A fork copies a session's history (all of it, or
-its first k messages) into a new session with its own log, and records where it came from in
-`<id>.meta.json`. The two logs are independent files from then on. A fork copies history,
-not the world: gold spent in the town stays spent.
+"What if we had asked the guard instead?" A fork copies a session's history (all of it,
+or its first k messages) into a new session with its own log, and records where it came
+from in `<id>.meta.json`. The two logs are independent files from then on. A fork copies
+history, not the world: gold spent in the town stays spent.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -33,7 +35,7 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 class InvalidSessionId(ValueError):
-    """A session id that could escape the sessions folder or is not a usable file name."""
+    """A session id that could escape the sessions folder, or no usable file name."""
 
 
 class InvalidMessage(ValueError):
@@ -58,23 +60,29 @@ class SessionExists(FileExistsError):
     """The new session's id is already taken."""
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
-# nothing hidden, and short enough for any file system once '.meta.json' is added.
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str) -> str:
-    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 
     A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
-    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
-    a plain name, before any file is touched.
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
     """
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        shown = repr(session_id) if len(str(session_id)) <= 140 else repr(str(session_id)[:40]) + "..."
+        shown = (
+            repr(session_id)
+            if len(str(session_id)) <= 140
+            else repr(str(session_id)[:40]) + "..."
+        )
         raise InvalidSessionId(
-            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (no '/', no '..', no spaces)")
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (no '/', no '..', no spaces)"
+        )
     return session_id
 
 
@@ -243,9 +251,10 @@ def parse_line(line: bytes) -> Message:
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
-    A session holds what a person said, and its name may say about what: other users should
-    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.) With durable=True each new folder's name is synced in its parent.
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
@@ -261,13 +270,16 @@ def make_folder(folder: Path, durable: bool = False) -> None:
 
 
 class SessionLog:
-    """One session's append-only log: `<folder>/<session_id>.jsonl`, one message per line.
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: a message a line.
 
-    The file is opened on the first append, in O_APPEND mode, and stays open until close().
-    With durable=True every line is flushed to the disk (fsync) before append() returns.
+    The file is opened on the first append, in O_APPEND mode, and stays open until
+    close(). With durable=True every line is flushed to the disk (fsync) before append()
+    returns.
     """
 
-    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False) -> None:
+    def __init__(
+        self, folder: str | Path, session_id: str, *, durable: bool = False
+    ) -> None:
         self.id = check_session_id(session_id)
         self.folder = Path(folder)
         self.path = self.folder / f"{self.id}.jsonl"
@@ -282,9 +294,11 @@ class SessionLog:
         check_plain_json(message)
         check_message(message)
         # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
-        # strings, so a message is always exactly one line. allow_nan=False: NaN and Infinity
-        # are not JSON (Python writes them, other readers refuse them), so they are refused here.
-        data = (json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        # strings, so a message is always exactly one line. allow_nan=False: NaN and
+        # Infinity are not JSON (Python writes them, other readers refuse them), so they
+        # are refused here.
+        line = json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n"
+        data = line.encode("utf-8")
         if self._fd is None:
             self._open()
         self._write(data)
@@ -319,10 +333,12 @@ class SessionLog:
     def _open(self) -> None:
         make_folder(self.folder, self.durable)
         is_new = not self.path.exists()
-        # O_APPEND: every write lands at the current end of the file, whatever else happened.
-        # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
-        # followed out of the folder; 0o600: only its owner may read it.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        # O_APPEND: every write lands at the current end of the file, whatever else
+        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
+        self._fd = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
         if is_new and self.durable:
             self._sync_folder()
 
@@ -337,13 +353,13 @@ class SessionLog:
             os.close(folder)
 
     def load(self) -> list[Message]:
-        """Every message in the log, in order; [] for a session that does not exist yet."""
+        """Every message in the log, in order; [] for a session that does not exist."""
         try:
             data = self.path.read_bytes()   # read-only: loading never changes the log
         except FileNotFoundError:
             return []
-        # Split on b"\n" only. str.splitlines() also splits on U+2028, U+0085 and friends,
-        # which json.dumps(ensure_ascii=False) leaves unescaped inside strings.
+        # Split on b"\n" only. str.splitlines() also splits on U+2028, U+0085 and
+        # friends, which json.dumps(ensure_ascii=False) leaves unescaped inside strings.
         messages = []
         for number, line in enumerate(data.split(b"\n"), start=1):
             if line:
@@ -396,14 +412,18 @@ def run_tool(tools: Tools, call: Message) -> str:
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
-        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
     try:
         arguments = read_arguments(call["function"]["arguments"])
     except ValueError as error:
         return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
-    except Exception as error:  # the model should hear about it, not the user's terminal
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
         return f"error: {name} failed: {type(error).__name__}: {error}"
 
 
@@ -448,20 +468,29 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
 
 
 class Agent:
-    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
 
-    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
-                 system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+    ) -> None:
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
-        self.session = session        # where messages are saved; None keeps them in memory only
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
         self.system = system          # sent first with every request, never stored
         self.max_turns = max_turns    # model calls allowed for one user message
         self.messages: list[Message] = self.resume()
 
     def resume(self) -> list[Message]:
-        """The history to start from: the session's log, or nothing without a session."""
+        """The history to start from: the session's log, or nothing without one."""
         if self.session is None:
             return []
         return self.session.load()
@@ -469,8 +498,8 @@ class Agent:
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
@@ -488,7 +517,9 @@ class Agent:
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
-            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation: on disk first, then in memory."""
@@ -518,14 +549,14 @@ FORMAT_VERSION = 1
 
 def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
          durable: bool = False) -> Path:
-    """Start session `new_id` with the history of `source_id` (its first `upto` messages).
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
 
-    Returns the new log's path. Refuses, changing nothing, when the source does not exist,
-    when `new_id` is taken, or when `upto` is more than the source holds.
+    Returns the new log's path. Refuses, changing nothing, when the source does not
+    exist, when `new_id` is taken, or when `upto` is more than the source holds.
 
-    With durable=True the fork and its meta file are on disk (fsync, then the folder) before
-    it returns, as an append is in durable mode; without, a power cut soon after the fork can
-    leave it empty or missing (the source is never at risk).
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
     """
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
@@ -534,13 +565,20 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
-        raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
     # TODO(03.1): Copy the history into a new, independent log.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
-    raise NotImplementedError("task 03.1 is not written yet: Copy the history into a new, independent log")
+    raise NotImplementedError(
+        "task 03.1 is not written yet: Copy the history into a new, independent log"
+    )
     # TODO(03.2): Record the lineage, then publish the log: all or nothing.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
-    raise NotImplementedError("task 03.2 is not written yet: Record the lineage, then publish the log: all or nothing")
+    raise NotImplementedError(
+        "task 03.2 is not written yet: Record the lineage, then publish the log: all "
+        "or nothing"
+    )
     return target
 
 
@@ -556,10 +594,11 @@ def fsync_folder(folder: Path) -> None:
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
-    The bytes go to a temporary file first; os.link then gives it its real name, and fails
-    if that name exists (os.replace would silently overwrite it). A crash of the process
-    leaves at worst a stray temporary file, never a half-written session. Surviving a power
-    cut takes durable=True: the bytes, then the new name, are fsynced before it returns.
+    The bytes go to a temporary file first; os.link then gives it its real name, and
+    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    process leaves at worst a stray temporary file, never a half-written session.
+    Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
+    before it returns.
     """
     temp = _write_temp(path, data, durable)
     try:
@@ -573,7 +612,7 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
+    """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
     try:
         os.replace(temp, path)
@@ -605,7 +644,8 @@ def _write_temp(path: Path, data: bytes, durable: bool) -> str:
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
-        os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
+        # A write that failed (a full disk) leaves no half-written file behind
+        os.unlink(temp)
         raise
     finally:
         os.close(fd)

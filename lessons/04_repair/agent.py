@@ -1,13 +1,13 @@
 """Session Lab, lesson 04: repair a session on resume.
 
-A crash does not wait for a line to be finished. The log can end in half a line (the process
-died in the middle of a write) or in a tool call whose result was never saved (it died between
-the call and the result). Sent as it is, such a history is refused by every provider (HTTP
-400). So the writer that resumes a session checks the tail first: a torn last line is cut off,
-and every unanswered tool call gets a result saying it was interrupted, written to the log
-once, after a `{"$marker": "repair"}` line. A corrupt line before the tail is not a crash but
-damage: reading stops with CorruptLog, naming the file, line and byte offset, and nothing on
-disk changes.
+A crash does not wait for a line to be finished. The log can end in half a line (the
+process died in the middle of a write) or in a tool call whose result was never saved
+(it died between the call and the result). Sent as it is, such a history is refused by
+every provider (HTTP 400). So the writer that resumes a session checks the tail first: a
+torn last line is cut off, and every unanswered tool call gets a result saying it was
+interrupted, written to the log once, after a `{"$marker": "repair"}` line. A corrupt
+line before the tail is not a crash but damage: reading stops with CorruptLog, naming
+the file, line and byte offset, and nothing on disk changes.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -40,7 +42,7 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 class InvalidSessionId(ValueError):
-    """A session id that could escape the sessions folder or is not a usable file name."""
+    """A session id that could escape the sessions folder, or no usable file name."""
 
 
 class InvalidMessage(ValueError):
@@ -68,39 +70,47 @@ class SessionExists(FileExistsError):
 class CorruptLog(ValueError):
     """A line before the log's last one is not a JSON message: the file was damaged.
 
-    A crash can only tear the *last* line (every line is written by one append at the end),
-    so damage anywhere else means something else wrote to the file. Guessing would hide it:
-    the error names the place, and nothing is changed.
+    A crash can only tear the *last* line (every line is written by one append at the
+    end), so damage anywhere else means something else wrote to the file. Guessing would
+    hide it: the error names the place, and nothing is changed.
     """
 
     def __init__(self, path: Path, line: int, offset: int, reason: str) -> None:
         super().__init__(
-            f"{path}: line {line} (byte offset {offset}) is not a JSON message: {reason}. "
-            "Only the last line of a log can be torn by a crash, so this is damage, not a "
-            "crash; the log was left exactly as it is. Look at that line, mend or remove it "
-            "by hand, and resume again.")
+            f"{path}: line {line} (byte offset {offset}) is not a JSON message: "
+            f"{reason}. Only the last line of a log can be torn by a crash, so this is "
+            "damage, not a crash; the log was left exactly as it is. Look at that "
+            "line, mend or remove it by hand, and resume again."
+        )
         self.path = path
         self.line = line        # 1 for the first line
-        self.offset = offset    # bytes from the start of the file to the start of that line
+        # Bytes from the start of the file to the start of that line
+        self.offset = offset
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
-# nothing hidden, and short enough for any file system once '.meta.json' is added.
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str) -> str:
-    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 
     A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
-    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
-    a plain name, before any file is touched.
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
     """
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        shown = repr(session_id) if len(str(session_id)) <= 140 else repr(str(session_id)[:40]) + "..."
+        shown = (
+            repr(session_id)
+            if len(str(session_id)) <= 140
+            else repr(str(session_id)[:40]) + "..."
+        )
         raise InvalidSessionId(
-            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (no '/', no '..', no spaces)")
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (no '/', no '..', no spaces)"
+        )
     return session_id
 
 
@@ -199,25 +209,29 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
         raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
 
 
-# --- reading a log: lines, markers and the tail ------------------------------------------
+# --- reading a log: lines, markers and the tail ---------------------------------------
 
-# A line with this key is a marker, a note about the log itself, never a message: it is not
-# sent to the model. Lesson 04 writes {"$marker": "repair", ...} before the results it makes up.
+# A line with this key is a marker, a note about the log itself, never a message: it is
+# not sent to the model. Lesson 04 writes {"$marker": "repair", ...} before the results
+# it makes up.
 MARKER = "$marker"
 
 
 def encode_line(entry: Message) -> bytes:
     """One message or marker as one line of UTF-8 JSON, newline included.
 
-    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a set,
-    bytes, a lone surrogate, nesting deeper than Python can encode.
+    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a
+    set, bytes, a lone surrogate, nesting deeper than Python can encode.
     """
     # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
     # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
-        raise ValueError(f"cannot write this entry as a line of JSON: {error}") from None
+        raise ValueError(
+            f"cannot write this entry as a line of JSON: {error}"
+        ) from None
 
 
 def refuse_constant(name: str) -> Any:
@@ -296,10 +310,14 @@ def parse_line(line: bytes) -> Message:
 class LogState:
     """What reading a log found: its complete entries, and the state of its tail."""
 
-    entries: list[Message]      # every complete line, messages and markers, in file order
-    end: int                    # where the complete lines end: the next line should start here
-    size: int                   # the file's size when it was read; bytes past `end` are torn
-    newline_missing: bool = False   # the last entry is complete, only its "\n" never got written
+    # Every complete line, messages and markers, in file order
+    entries: list[Message]
+    # Where the complete lines end: the next line should start here
+    end: int
+    # The file's size when it was read; bytes past `end` are torn
+    size: int
+    # The last entry is complete, only its "\n" never got written
+    newline_missing: bool = False
 
     @property
     def messages(self) -> list[Message]:
@@ -370,7 +388,7 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
 
 
 def read_log(path: Path) -> LogState:
-    """Read a log without changing it; an empty state for a log that does not exist yet."""
+    """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
@@ -378,39 +396,51 @@ def read_log(path: Path) -> LogState:
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
-    """Parse a log's bytes: complete entries, a tolerated torn tail, CorruptLog for the rest.
+    """Parse a log's bytes: entries, a tolerated torn tail, CorruptLog for the rest.
 
-    Everything up to the last b"\\n" was written as whole lines, so each of those lines must
-    parse; the first that does not raises CorruptLog(path, line number, byte offset, reason).
-    The bytes after the last b"\\n" (the tail) are either a complete entry whose newline is
-    missing (kept) or a write cut short: half a line, zero bytes, garbage (torn, not an entry).
+    Everything up to the last b"\\n" was written as whole lines, so each of those lines
+    must parse; the first that does not raises CorruptLog(path, line number, byte
+    offset, reason). The bytes after the last b"\\n" (the tail) are either a complete
+    entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
+    garbage (torn, not an entry).
     """
     # TODO(04.1): Read a log strictly, but forgive a torn tail.
     # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
-    raise NotImplementedError("task 04.1 is not written yet: Read a log strictly, but forgive a torn tail")
+    raise NotImplementedError(
+        "task 04.1 is not written yet: Read a log strictly, but forgive a torn tail"
+    )
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
-    """The tool calls of the last assistant message that no tool message answers, in call order.
+    """The calls of the last assistant message that no tool message answers, in order.
 
-    Only the end of the conversation can hold them: the agent answers every call before it
-    sends anything else, so a crash can leave calls unanswered only after the last assistant
-    message with tool calls. [] when the conversation ended in a plain answer or a user message.
+    Only the end of the conversation can hold them: the agent answers every call before
+    it sends anything else, so a crash can leave calls unanswered only after the last
+    assistant message with tool calls. [] when the conversation ended in a plain answer
+    or a user message.
     """
     # TODO(04.2): Find the tool calls that never got a result.
     # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
-    raise NotImplementedError("task 04.2 is not written yet: Find the tool calls that never got a result")
+    raise NotImplementedError(
+        "task 04.2 is not written yet: Find the tool calls that never got a result"
+    )
 
 
 def interrupted_result(call: Message) -> Message:
     """The tool result that stands in for one a crash never wrote."""
     function = call["function"]
     # Say what is known and no more: the call was made; whether it ran is unknown, and
-    # buying the lantern twice costs twice, so the model should check rather than repeat.
-    return {"role": "tool", "tool_call_id": call["id"],
-            "content": f"error: the call {function['name']}({function['arguments']}) was interrupted: "
-                       "the session stopped before its result was saved, so it may or may not have "
-                       "run. Check before calling it again."}
+    # buying the lantern twice costs twice, so the model should check rather than
+    # repeat.
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": (
+            f"error: the call {function['name']}({function['arguments']}) was "
+            "interrupted: the session stopped before its result was saved, so it may "
+            "or may not have run. Check before calling it again."
+        ),
+    }
 
 
 def now() -> str:
@@ -424,9 +454,10 @@ MAX_WRITE = 0x7FFFF000
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
-    A session holds what a person said, and its name may say about what: other users should
-    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.) With durable=True each new folder's name is synced in its parent.
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
@@ -442,28 +473,32 @@ def make_folder(folder: Path, durable: bool = False) -> None:
 
 
 class SessionLog:
-    """One session's append-only log: `<folder>/<session_id>.jsonl`, one entry per line.
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: an entry a line.
 
-    The object that writes a log is its writer. It becomes the writer at open_for_append()
-    (an agent resuming the session) or at its first append, and it repairs the log's tail
-    right then, once, before anything else is written. Reading (load) never changes the file.
-    With durable=True every write is flushed to the disk (fsync) before it returns.
+    The object that writes a log is its writer. It becomes the writer at
+    open_for_append() (an agent resuming the session) or at its first append, and it
+    repairs the log's tail right then, once, before anything else is written. Reading
+    (load) never changes the file. With durable=True every write is flushed to the disk
+    (fsync) before it returns.
     """
 
-    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False) -> None:
+    def __init__(
+        self, folder: str | Path, session_id: str, *, durable: bool = False
+    ) -> None:
         self.id = check_session_id(session_id)
         self.folder = Path(folder)
         self.path = self.folder / f"{self.id}.jsonl"
         self.durable = durable
         self._fd: int | None = None
         self.in_doubt = False       # a write failed leaving the log's end unknown: stop
-        self.repaired: Message | None = None    # the repair marker this writer wrote, if any
+        # The repair marker this writer wrote, if any
+        self.repaired: Message | None = None
 
     def open_for_append(self) -> list[Message]:
         """Become the session's writer and return its history, with the tail repaired.
 
-        A session with no log yet has nothing to repair: it stays uncreated until the first
-        append (loading a session must not create its file).
+        A session with no log yet has nothing to repair: it stays uncreated until the
+        first append (loading a session must not create its file).
         """
         if self._fd is None and self.path.exists():
             return self._open().messages    # the log as the repair read it: parsed once
@@ -508,8 +543,9 @@ class SessionLog:
             self.in_doubt = False   # write() refused whole: nothing written, retry safe
             raise
         if written != len(data):
-            # The disk filled up (or a file size limit was hit) part-way: take the part back,
-            # so that the log still ends on a whole line and the next write starts clean.
+            # The disk filled up (or a file size limit was hit) part-way: take the part
+            # back, so that the log still ends on a whole line and the next write starts
+            # clean.
             os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
             self.in_doubt = False   # taken back: the log is as it was before this write
             raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes "
@@ -526,9 +562,9 @@ class SessionLog:
         """
         make_folder(self.folder, self.durable)
         is_new = not self.path.exists()
-        # O_APPEND: every write lands at the current end of the file, whatever else happened.
-        # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
-        # followed out of the folder; 0o600: only its owner may read it.
+        # O_APPEND: every write lands at the current end of the file, whatever else
+        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
         # O_RDWR: the writer reads the log through this same descriptor (read_all).
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
@@ -537,7 +573,8 @@ class SessionLog:
                 self._sync_folder()
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
-            state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
+            # Raises CorruptLog before anything is changed
+            state = parse_log(data, self.path)
             self._repair(data, state)
             # A repair that added entries (a marker, results) changed the log: read it
             # again. That happens once after a crash; every other resume parses it once.
@@ -549,16 +586,20 @@ class SessionLog:
         return state
 
     def _repair(self, data: bytes, state: LogState) -> None:
-        """Make the log's tail whole before this writer adds to it; a whole log is left alone.
+        """Make the log's tail whole before this writer adds to it; leave a whole one.
 
-        Cut a torn tail, add a missing final newline, and answer each unanswered tool call
-        with interrupted_result(call), after a repair marker saying what was done. The marker
-        and the results go in one write, so a second repair finds nothing left to do.
-        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
+        Cut a torn tail, add a missing final newline, and answer each unanswered tool
+        call with interrupted_result(call), after a repair marker saying what was done.
+        The marker and the results go in one write, so a second repair finds nothing
+        left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
+        read them.
         """
         # TODO(04.3): Repair the tail once, when the writer takes the log over.
         # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
-        raise NotImplementedError("task 04.3 is not written yet: Repair the tail once, when the writer takes the log over")
+        raise NotImplementedError(
+            "task 04.3 is not written yet: Repair the tail once, when the writer takes "
+            "the log over"
+        )
 
     def _sync_folder(self) -> None:
         """Make the new file's name itself durable: fsync the folder that holds it."""
@@ -571,10 +612,10 @@ class SessionLog:
             os.close(folder)
 
     def load(self) -> list[Message]:
-        """Every complete message in the log, in order; [] for a session that does not exist yet.
+        """Every complete message in the log, in order; [] for a log not written yet.
 
-        Read-only: markers are left out, a torn tail is skipped (not cut: only the writer
-        repairs), and a corrupt line before the tail raises CorruptLog.
+        Read-only: markers are left out, a torn tail is skipped (not cut: only the
+        writer repairs), and a corrupt line before the tail raises CorruptLog.
         """
         return read_log(self.path).messages
 
@@ -620,14 +661,18 @@ def run_tool(tools: Tools, call: Message) -> str:
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
-        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
     try:
         arguments = read_arguments(call["function"]["arguments"])
     except ValueError as error:
         return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
-    except Exception as error:  # the model should hear about it, not the user's terminal
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
         return f"error: {name} failed: {type(error).__name__}: {error}"
 
 
@@ -672,31 +717,40 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
 
 
 class Agent:
-    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
 
-    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
-                 system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+    ) -> None:
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
-        self.session = session        # where messages are saved; None keeps them in memory only
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
         self.system = system          # sent first with every request, never stored
         self.max_turns = max_turns    # model calls allowed for one user message
         self.messages: list[Message] = self.resume()
 
     def resume(self) -> list[Message]:
-        """The history to start from: the session's log, repaired, or nothing without a session."""
+        """The history to start from: the session's log, repaired (none without one)."""
         if self.session is None:
             return []
-        # Not load(): this agent will write, so it takes the log over as its writer, and a
-        # writer repairs the tail before the history is sent to any model.
+        # Not load(): this agent will write, so it takes the log over as its writer, and
+        # a writer repairs the tail before the history is sent to any model.
         return self.session.open_for_append()
 
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
@@ -715,7 +769,9 @@ class Agent:
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
-            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
 
     def settle(self) -> None:
         """Answer the tool calls an earlier run left without results, before anything.
@@ -727,7 +783,10 @@ class Agent:
         """
         # TODO(04.4): Answer the calls a failed run left open, before the next message.
         # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
-        raise NotImplementedError("task 04.4 is not written yet: Answer the calls a failed run left open, before the next message")
+        raise NotImplementedError(
+            "task 04.4 is not written yet: Answer the calls a failed run left open, "
+            "before the next message"
+        )
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation: on disk first, then in memory."""
@@ -757,14 +816,14 @@ FORMAT_VERSION = 1
 
 def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
          durable: bool = False) -> Path:
-    """Start session `new_id` with the history of `source_id` (its first `upto` messages).
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
 
-    Returns the new log's path. Refuses, changing nothing, when the source does not exist,
-    when `new_id` is taken, or when `upto` is more than the source holds.
+    Returns the new log's path. Refuses, changing nothing, when the source does not
+    exist, when `new_id` is taken, or when `upto` is more than the source holds.
 
-    With durable=True the fork and its meta file are on disk (fsync, then the folder) before
-    it returns, as an append is in durable mode; without, a power cut soon after the fork can
-    leave it empty or missing (the source is never at risk).
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
     """
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
@@ -773,14 +832,19 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
-        raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
     try:
         data, state = read_whole_log(source)
     except FileNotFoundError:
-        raise SessionNotFound(f"cannot fork from {source_id!r}: no session log at {source}") from None
-    # Since lesson 04 a log holds markers as well as messages, and may end in a torn line:
-    # copy whole lines only, and count messages, not lines.
-    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]   # one per entry
+        raise SessionNotFound(
+            f"cannot fork from {source_id!r}: no session log at {source}"
+        ) from None
+    # Since lesson 04 a log holds markers as well as messages, and may end in a torn
+    # line: copy whole lines only, and count messages, not lines.
+    # One per entry
+    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
     count = len(state.messages) if upto is None else upto
     if not 0 <= count <= len(state.messages):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
@@ -807,7 +871,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
 
 
 def entries_for(entries: list[Message], count: int) -> int:
-    """How many entries hold the first `count` messages (with the markers among them)."""
+    """How many entries hold the first `count` messages (and the markers among them)."""
     seen = kept = 0
     for entry in entries:
         if seen == count:
@@ -829,10 +893,11 @@ def fsync_folder(folder: Path) -> None:
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
-    The bytes go to a temporary file first; os.link then gives it its real name, and fails
-    if that name exists (os.replace would silently overwrite it). A crash of the process
-    leaves at worst a stray temporary file, never a half-written session. Surviving a power
-    cut takes durable=True: the bytes, then the new name, are fsynced before it returns.
+    The bytes go to a temporary file first; os.link then gives it its real name, and
+    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    process leaves at worst a stray temporary file, never a half-written session.
+    Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
+    before it returns.
     """
     temp = _write_temp(path, data, durable)
     try:
@@ -846,7 +911,7 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
+    """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
     try:
         os.replace(temp, path)
@@ -878,7 +943,8 @@ def _write_temp(path: Path, data: bytes, durable: bool) -> str:
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
-        os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
+        # A write that failed (a full disk) leaves no half-written file behind
+        os.unlink(temp)
         raise
     finally:
         os.close(fd)

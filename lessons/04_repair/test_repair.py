@@ -20,11 +20,16 @@ from sessionlab.testing import raises
 
 
 def tool_call(call_id, name, **arguments):
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
 
 
 ASK = {"role": "user", "content": "Buy a lantern, a rope and a torch."}
-# The model asked for three purchases at once; their ids are deliberately not in sorted order.
+# The model asked for three purchases at once;
+# their ids are deliberately not in sorted order.
 BUY_THREE = {"role": "assistant", "content": None, "tool_calls": [
     tool_call("call_z", "buy", item="lantern"),
     tool_call("call_a", "buy", item="rope"),
@@ -39,7 +44,11 @@ def result(call_id, text="You bought it."):
 
 A_FINISHED_DAY = [
     {"role": "user", "content": "Ask the elder about the cave."},
-    {"role": "assistant", "content": None, "tool_calls": [tool_call("call_1_0", "talk_to", npc="elder")]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [tool_call("call_1_0", "talk_to", npc="elder")],
+    },
     result("call_1_0", "The elder says: bring a torch and a rope."),
     {"role": "assistant", "content": "The elder wants a torch and a rope."},
 ]
@@ -59,23 +68,32 @@ def write_log(sessions, entries, tail=b"", session_id="quest-1"):
 def entries_in(path):
     """Every line of the file parsed as JSON; fails the test if a line is not JSON."""
     data = path.read_bytes()
-    assert data.endswith(b"\n"), f"the log should end with a newline, so the next line starts clean; it ends {data[-60:]!r}"
+    assert data.endswith(b"\n"), (
+        "the log should end with a newline, so the next line starts clean; it ends "
+        f"{data[-60:]!r}"
+    )
     found = []
     for number, raw in enumerate(data.split(b"\n")[:-1], start=1):
         try:
             found.append(json.loads(raw))
         except ValueError:
-            pytest.fail(f"line {number} of the log is not JSON: {raw[:80]!r}. The whole file: {data[-400:]!r}")
+            pytest.fail(
+                f"line {number} of the log is not JSON: {raw[:80]!r}. The whole file: "
+                f"{data[-400:]!r}"
+            )
     return found
 
 
 def snapshot(folder):
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+    return {
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())
+    }
 
 
 @pytest.fixture
 def resume(lesson, sessions, model, town):
-    """resume() opens the session as a new day's agent does; every log is closed after the test."""
+    """resume() opens the session as a new day's agent does;
+    every log is closed after the test."""
     opened = []
 
     def resume(session_id="quest-1"):
@@ -114,13 +132,16 @@ def resume_whole(resume, path, whole, what):
                     pytrace=False)
 
 
-# --- the problem ---------------------------------------------------------------------------
+# --- the problem ----------------------------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("04.1")
-def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(lesson, sessions, model, town):
-    """The history as the crash left it: the scripted model answers 400, as OpenAI would."""
+def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(
+    lesson, sessions, model, town
+):
+    """The history as the crash left it:
+    the scripted model answers 400, as OpenAI would."""
     write_log(sessions, [ASK, BUY_THREE])
     with lesson.SessionLog(sessions, "quest-1") as log:
         history = log.load()     # read as it is, no repair
@@ -134,42 +155,59 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(lesson, s
 
     assert refused.value.status_code == 400
     assert all(call_id in str(refused.value) for call_id in CALL_ORDER), (
-        f"the provider names the tool calls that have no result; it said: {refused.value}")
+        "the provider names the tool calls that have no result; it said: "
+        f"{refused.value}"
+    )
 
 
-# --- 04.2 and 04.3: answer the interrupted calls -------------------------------------------
+# --- 04.2 and 04.3: answer the interrupted calls --------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("04.2")
 @pytest.mark.task("04.3")
-def test_resumed_every_interrupted_call_gets_a_result_and_the_model_accepts_it(resume, sessions, model):
-    """Each unanswered call gets a tool result, in call order, saying it may or may not have run."""
+def test_resumed_every_interrupted_call_gets_a_result_and_the_model_accepts_it(
+    resume, sessions, model
+):
+    """Each unanswered call gets a tool result,
+    in call order, saying it may or may not have run."""
     write_log(sessions, [ASK, BUY_THREE])
 
     agent, _ = resume()
 
     added = agent.messages[2:]
     assert [m.get("role") for m in added] == ["tool"] * 3, (
-        f"after the three unanswered calls the agent should hold three tool results; it holds {added}")
+        "after the three unanswered calls the agent should hold three tool results; it "
+        f"holds {added}"
+    )
     assert [m["tool_call_id"] for m in added] == CALL_ORDER, (
-        f"one result per call id, in the order of the calls {CALL_ORDER}; got {[m['tool_call_id'] for m in added]}")
+        f"one result per call id, in the order of the calls {CALL_ORDER}; got "
+        f"{[m['tool_call_id'] for m in added]}"
+    )
     for message in added:
         text = message["content"].lower()
         assert "interrupted" in text and "may or may not have run" in text, (
-            "the made-up result must say what is known: the call was interrupted and may or may not "
+            "the made-up result must say what is known: the call was interrupted and "
+            "may or may not "
             f"have run; it says {message['content']!r}")
 
     model.add(say("Let me look at what we carry before buying again."))
-    assert agent.run("Did we get them?") == "Let me look at what we carry before buying again.", (
-        "the model should accept the repaired history")
+    assert (
+        agent.run("Did we get them?")
+        == "Let me look at what we carry before buying again."
+    ), "the model should accept the repaired history"
     assert model.requests[0]["messages"][:5] == [ASK, BUY_THREE, *added]
 
 
 @pytest.mark.task("04.2")
-@pytest.mark.parametrize("answered", [["call_z"], ["call_a"], ["call_z", "call_a"], ["call_m"]])
-def test_only_calls_without_a_result_are_answered_in_call_order(lesson, resume, sessions, model, answered):
-    """A call that already has its result gets no second one; the others keep the model's order."""
+@pytest.mark.parametrize(
+    "answered", [["call_z"], ["call_a"], ["call_z", "call_a"], ["call_m"]]
+)
+def test_only_calls_without_a_result_are_answered_in_call_order(
+    lesson, resume, sessions, model, answered
+):
+    """A call that already has its result gets no second one;
+    the others keep the model's order."""
     write_log(sessions, [ASK, BUY_THREE, *(result(call_id) for call_id in answered)])
 
     agent, _ = resume()
@@ -177,19 +215,34 @@ def test_only_calls_without_a_result_are_answered_in_call_order(lesson, resume, 
     missing = [call_id for call_id in CALL_ORDER if call_id not in answered]
     added = agent.messages[2 + len(answered):]
     assert [m.get("tool_call_id") for m in added] == missing, (
-        f"with results already saved for {answered}, only {missing} need one, in that order; "
+        f"with results already saved for {answered}, only {missing} need one, in that "
+        "order; "
         f"the agent added results for {[m.get('tool_call_id') for m in added]}")
     model.add(say("Noted."))
     agent.run("Go on.")   # a second result for the same id would be refused with 400
 
 
 @pytest.mark.task("04.2")
-@pytest.mark.parametrize("ending", ["a plain answer", "a user message", "answered calls"])
-def test_a_whole_log_is_resumed_without_a_single_byte_written(lesson, resume, sessions, ending):
-    """No torn tail and no call left open: the writer changes nothing, not even with a marker."""
-    entries = {"a plain answer": A_FINISHED_DAY,
-               "a user message": [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}],
-               "answered calls": [ASK, BUY_THREE, *(result(call_id) for call_id in CALL_ORDER)]}[ending]
+@pytest.mark.parametrize(
+    "ending", ["a plain answer", "a user message", "answered calls"]
+)
+def test_a_whole_log_is_resumed_without_a_single_byte_written(
+    lesson, resume, sessions, ending
+):
+    """No torn tail and no call left open:
+    the writer changes nothing, not even with a marker."""
+    entries = {
+        "a plain answer": A_FINISHED_DAY,
+        "a user message": [
+            *A_FINISHED_DAY,
+            {"role": "user", "content": "And the guard?"},
+        ],
+        "answered calls": [
+            ASK,
+            BUY_THREE,
+            *(result(call_id) for call_id in CALL_ORDER),
+        ],
+    }[ending]
     path = write_log(sessions, entries)
     before = path.read_bytes(), path.stat().st_mtime_ns
 
@@ -214,18 +267,26 @@ def test_the_repair_is_written_to_the_log_once(resume, sessions):
     log.close()
 
     assert path.read_bytes() == after_first, (
-        "the second resume wrote to the log again: the repair must be written once, so that the "
+        "the second resume wrote to the log again: the repair must be written once, so "
+        "that the "
         "next resume finds every call answered")
     entries = entries_in(path)
-    assert len(markers(entries)) == 1, f"one repair, one marker: found {markers(entries)}"
+    assert len(markers(entries)) == 1, (
+        f"one repair, one marker: found {markers(entries)}"
+    )
     answers = [e["tool_call_id"] for e in entries if e.get("role") == "tool"]
-    assert answers == CALL_ORDER, f"each call answered exactly once, in order: {answers}"
+    assert answers == CALL_ORDER, (
+        f"each call answered exactly once, in order: {answers}"
+    )
     assert second.messages == first.messages
 
 
 @pytest.mark.task("04.3")
-def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(lesson, resume, sessions):
-    """A {"$marker": "repair"} line comes before the made-up results; load() leaves it out."""
+def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(
+    lesson, resume, sessions
+):
+    """A {"$marker": "repair"} line comes before the made-up results;
+    load() leaves it out."""
     path = write_log(sessions, [ASK, BUY_THREE])
 
     agent, log = resume()
@@ -234,50 +295,73 @@ def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(lesson, resume
     assert entries[:2] == [ASK, BUY_THREE], "the repair only adds to the end of the log"
     assert len(entries) > 2, "resuming with an unanswered call should append a repair"
     assert entries[2].get("$marker") == "repair", (
-        f"the line after the last original one should be the repair marker; it is {entries[2]}")
+        "the line after the last original one should be the repair marker; it is "
+        f"{entries[2]}"
+    )
     assert entries[2].get("interrupted") == CALL_ORDER, (
         f"the marker lists the interrupted call ids in order: {entries[2]}")
     assert [e.get("tool_call_id") for e in entries[3:]] == CALL_ORDER
-    assert log.repaired == entries[2], "log.repaired reports the marker this writer wrote"
+    assert log.repaired == entries[2], (
+        "log.repaired reports the marker this writer wrote"
+    )
     assert markers(agent.messages) == [] and markers(log.load()) == [], (
-        "a marker is not a message: neither the agent nor load() may return it (the model would "
+        "a marker is not a message: neither the agent nor load() may return it (the "
+        "model would "
         "refuse a message without a role)")
 
 
-# --- 04.1 and 04.3: a torn tail ------------------------------------------------------------
+# --- 04.1 and 04.3: a torn tail -------------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("04.1")
 @pytest.mark.task("04.3")
 def test_a_torn_last_line_is_cut_off_and_reported(resume, sessions):
-    """Half a line at the end is cut; the marker says how many bytes, and the rest is untouched."""
+    """Half a line at the end is cut;
+    the marker says how many bytes, and the rest is untouched."""
     path = write_log(sessions, A_FINISHED_DAY, tail=TORN)
     whole = path.read_bytes()[:-len(TORN)]
 
     agent, log = resume_whole(resume, path, whole, "half a line")
 
-    assert agent.messages == A_FINISHED_DAY, f"the complete messages are the history; got {agent.messages}"
+    assert agent.messages == A_FINISHED_DAY, (
+        f"the complete messages are the history; got {agent.messages}"
+    )
     data = path.read_bytes()
     assert data.startswith(whole), "the repair must not change any complete line"
-    assert TORN not in data, f"the torn bytes should be cut off; the log ends {data[-120:]!r}"
+    assert TORN not in data, (
+        f"the torn bytes should be cut off; the log ends {data[-120:]!r}"
+    )
     repair = markers(entries_in(path))
     assert len(repair) == 1 and repair[0].get("cut_bytes") == len(TORN), (
-        f"a repair marker should report that {len(TORN)} torn bytes were cut; markers: {repair}")
+        f"a repair marker should report that {len(TORN)} torn bytes were cut; markers: "
+        f"{repair}"
+    )
     assert log.repaired == repair[0]
 
 
 @pytest.mark.task("04.1")
 @pytest.mark.task("04.3")
-@pytest.mark.parametrize("tail", [
-    b"\x00" * 300,
-    b"\xff\xfe\x00garbage",
-    '{"role": "user", "content": "caf'.encode() + "é".encode()[:1],
-    b'[1, 2, 3]',
-    b'{"content": "no role"}',
-], ids=["zero bytes", "garbage", "half a character", "JSON, not an object", "an object that is no message"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"\x00" * 300,
+        b"\xff\xfe\x00garbage",
+        '{"role": "user", "content": "caf'.encode() + "é".encode()[:1],
+        b'[1, 2, 3]',
+        b'{"content": "no role"}',
+    ],
+    ids=[
+        "zero bytes",
+        "garbage",
+        "half a character",
+        "JSON, not an object",
+        "an object that is no message",
+    ],
+)
 def test_zero_bytes_or_garbage_at_the_tail_count_as_torn(resume, sessions, tail):
-    """Whatever follows the last newline and is not a complete message is torn, and is cut."""
+    """Whatever follows the last newline and is not a complete message is torn,
+    and is cut."""
     path = write_log(sessions, A_FINISHED_DAY, tail=tail)
     whole = path.read_bytes()[:-len(tail)]
 
@@ -285,14 +369,18 @@ def test_zero_bytes_or_garbage_at_the_tail_count_as_torn(resume, sessions, tail)
 
     assert agent.messages == A_FINISHED_DAY
     entries = entries_in(path)
-    assert entries[:4] == A_FINISHED_DAY and [e.get("$marker") for e in entries[4:]] == ["repair"], (
-        f"expected the four messages and one repair marker, found {entries[4:]}")
+    assert entries[:4] == A_FINISHED_DAY and [
+        e.get("$marker") for e in entries[4:]
+    ] == [
+        "repair"
+    ], f"expected the four messages and one repair marker, found {entries[4:]}"
 
 
 @pytest.mark.task("04.1")
 @pytest.mark.task("04.3")
 def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessions):
-    """The last message is whole, only its newline is missing: keep it, and add the newline."""
+    """The last message is whole, only its newline is missing:
+    keep it, and add the newline."""
     path = write_log(sessions, A_FINISHED_DAY[:-1], tail=line(A_FINISHED_DAY[-1])[:-1])
 
     agent, log = resume()
@@ -300,8 +388,12 @@ def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessio
     assert agent.messages == A_FINISHED_DAY, (
         "a complete JSON message without its newline is not torn: it must be kept; "
         f"the agent holds {len(agent.messages)} of 4 messages")
-    assert entries_in(path) == A_FINISHED_DAY, "the newline should be added, and nothing else"
-    assert log.repaired is None, "nothing was cut and no call was open: no repair marker"
+    assert entries_in(path) == A_FINISHED_DAY, (
+        "the newline should be added, and nothing else"
+    )
+    assert log.repaired is None, (
+        "nothing was cut and no call was open: no repair marker"
+    )
 
 
 @pytest.mark.key
@@ -311,22 +403,33 @@ def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessio
 def test_the_next_append_starts_on_a_clean_line(resume, sessions, model, tail):
     """After a resume, the new turn's messages are lines of their own."""
     missing_newline = tail == line(A_FINISHED_DAY[-1])[:-1]
-    path = write_log(sessions, A_FINISHED_DAY[:-1] if missing_newline else A_FINISHED_DAY, tail=tail)
+    path = write_log(
+        sessions, A_FINISHED_DAY[:-1] if missing_newline else A_FINISHED_DAY, tail=tail
+    )
     model.add(say("At dawn."))
 
     agent, _ = resume()
     agent.run("When does the guard open the gate?")
 
     found = [e for e in entries_in(path) if "$marker" not in e]
-    assert found == agent.messages, "the log should hold exactly the agent's messages, each on its own line"
-    assert found[-2:] == [{"role": "user", "content": "When does the guard open the gate?"},
-                          {"role": "assistant", "content": "At dawn."}]
+    assert found == agent.messages, (
+        "the log should hold exactly the agent's messages, each on its own line"
+    )
+    assert found[-2:] == [
+        {"role": "user", "content": "When does the guard open the gate?"},
+        {"role": "assistant", "content": "At dawn."},
+    ]
 
 
 @pytest.mark.task("04.3")
-@pytest.mark.parametrize("tail", [TORN, line(A_FINISHED_DAY[-1])[:-1]], ids=["torn", "missing newline"])
-def test_appending_without_resuming_first_still_starts_on_a_clean_line(lesson, sessions, tail):
-    """A plain append to a damaged tail repairs it first: whoever writes takes the log over."""
+@pytest.mark.parametrize(
+    "tail", [TORN, line(A_FINISHED_DAY[-1])[:-1]], ids=["torn", "missing newline"]
+)
+def test_appending_without_resuming_first_still_starts_on_a_clean_line(
+    lesson, sessions, tail
+):
+    """A plain append to a damaged tail repairs it first:
+    whoever writes takes the log over."""
     entries = A_FINISHED_DAY if tail == TORN else A_FINISHED_DAY[:-1]
     path = write_log(sessions, entries, tail=tail)
 
@@ -334,17 +437,22 @@ def test_appending_without_resuming_first_still_starts_on_a_clean_line(lesson, s
         log.append({"role": "user", "content": "Straight to the point."})
 
     found = [e for e in entries_in(path) if "$marker" not in e]
-    assert found == [*A_FINISHED_DAY, {"role": "user", "content": "Straight to the point."}], (
-        f"the first append must repair the tail before writing; the log holds {found}")
+    assert found == [
+        *A_FINISHED_DAY,
+        {"role": "user", "content": "Straight to the point."},
+    ], f"the first append must repair the tail before writing; the log holds {found}"
 
 
-# --- 04.1: damage before the tail ----------------------------------------------------------
+# --- 04.1: damage before the tail -----------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("04.1")
-def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(lesson, resume, sessions):
-    """CorruptLog (a ValueError) names the file, the line number and its byte offset; nothing changes."""
+def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(
+    lesson, resume, sessions
+):
+    """CorruptLog (a ValueError) names the file, the line number and its byte offset;
+    nothing changes."""
     good = line(A_FINISHED_DAY[0])
     bad = b'{"role": "assistant", "content": "The eld\x00\x00\x00\n'
     path = sessions / "quest-1.jsonl"
@@ -359,13 +467,16 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(les
 
     message = str(damaged.value)
     assert isinstance(damaged.value, ValueError), "CorruptLog should be a ValueError"
-    assert str(path) in message, f"the error should name the file {path}; it says: {message}"
+    assert str(path) in message, (
+        f"the error should name the file {path}; it says: {message}"
+    )
     assert "line 2" in message, f"the damaged line is line 2; the error says: {message}"
     assert str(len(good)) in message, (
         f"line 2 starts at byte offset {len(good)}; the error should say so: {message}")
     assert (damaged.value.line, damaged.value.offset) == (2, len(good))
     assert snapshot(sessions) == before, (
-        "a damaged log must be left exactly as it is (not cut at the damage, not repaired), "
+        "a damaged log must be left exactly as it is (not cut at the damage, not "
+        "repaired), "
         "and no other file created")
 
     with raises(lesson.CorruptLog, "load() read past a damaged line 2"):
@@ -381,9 +492,16 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(les
     b'{"role": "user", "content": "cut short\n',
 ], ids=["zero bytes", "no role", "not UTF-8", "half a line"])
 @pytest.mark.parametrize("where", ["in the middle", "last whole line"])
-def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(lesson, resume, sessions, damage, where):
-    """Only the bytes after the last newline can be torn; a damaged whole line is an error."""
-    after = b"".join(line(m) for m in A_FINISHED_DAY[1:]) if where == "in the middle" else b""
+def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(
+    lesson, resume, sessions, damage, where
+):
+    """Only the bytes after the last newline can be torn;
+    a damaged whole line is an error."""
+    after = (
+        b"".join(line(m) for m in A_FINISHED_DAY[1:])
+        if where == "in the middle"
+        else b""
+    )
     path = sessions / "quest-1.jsonl"
     path.write_bytes(line(A_FINISHED_DAY[0]) + damage + after)
     before = snapshot(sessions)
@@ -394,17 +512,21 @@ def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(lesson, resume, s
                 ) as damaged:
         resume()
 
-    assert damaged.value.line == 2, f"the damage is on line 2; CorruptLog says line {damaged.value.line}"
+    assert damaged.value.line == 2, (
+        f"the damage is on line 2; CorruptLog says line {damaged.value.line}"
+    )
     assert snapshot(sessions) == before, "a damaged log must be left exactly as it is"
 
 
-# --- loading only reads --------------------------------------------------------------------
+# --- loading only reads ---------------------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("04.1")
 @pytest.mark.parametrize("case", ["torn tail", "open tool calls"])
-def test_loading_returns_the_complete_messages_and_changes_nothing(lesson, sessions, case):
+def test_loading_returns_the_complete_messages_and_changes_nothing(
+    lesson, sessions, case
+):
     """load() skips a torn tail and repairs nothing: repairing is the writer's job."""
     if case == "torn tail":
         write_log(sessions, A_FINISHED_DAY, tail=TORN)
@@ -417,16 +539,21 @@ def test_loading_returns_the_complete_messages_and_changes_nothing(lesson, sessi
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
 
-    assert loaded == expected, f"load() should return the complete messages as they are; got {loaded}"
-    assert snapshot(sessions) == before, "load() changed the folder: loading only ever reads"
+    assert loaded == expected, (
+        f"load() should return the complete messages as they are; got {loaded}"
+    )
+    assert snapshot(sessions) == before, (
+        "load() changed the folder: loading only ever reads"
+    )
 
 
-# --- forks count messages, not lines ---------------------------------------------------------
+# --- forks count messages, not lines --------------------------------------------------
 
 
 @pytest.mark.task("04.1")
 def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, sessions):
-    """Forking a repaired, then torn, log: `upto` counts messages, and torn bytes stay behind."""
+    """Forking a repaired, then torn, log:
+    `upto` counts messages, and torn bytes stay behind."""
     path = write_log(sessions, [ASK, BUY_THREE])
     _, log = resume()       # repaired: marker + three results
     log.close()
@@ -440,9 +567,13 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
     assert path.read_bytes() == source, "forking must not change the source"
     whole = entries_in(sessions / "all.jsonl")
     assert TORN not in (sessions / "all.jsonl").read_bytes() and len(whole) == 6, (
-        f"the fork should hold the six whole lines (two messages, a marker, three results), no torn bytes: {whole}")
+        "the fork should hold the six whole lines (two messages, a marker, three "
+        f"results), no torn bytes: {whole}"
+    )
     with lesson.SessionLog(sessions, "first-four") as forked:
-        assert forked.load() == whole[:2] + whole[3:5], "upto=4 keeps the first four messages"
+        assert forked.load() == whole[:2] + whole[3:5], (
+            "upto=4 keeps the first four messages"
+        )
     meta = json.loads((sessions / "first-four.meta.json").read_text(encoding="utf-8"))
     assert meta["forked_at"] == 4, f"forked_at counts messages, not lines: {meta}"
 

@@ -3,10 +3,10 @@
 Run: pytest lessons/05_lock            (your code)
      pytest lessons/05_lock --solution (the reference)
 
-Most of these tests start real processes (writer_process.py, next to this file) running your
-agent.py. They take turns through pipes: the other process says a word when it has done a
-step, and waits for a line from the test before the next one. Every process is killed at the
-end of its test, whatever happens.
+Most of these tests start real processes (writer_process.py, next to this file) running
+your agent.py. They take turns through pipes: the other process says a word when it has
+done a step, and waits for a line from the test before the next one. Every process is
+killed at the end of its test, whatever happens.
 """
 
 import contextlib
@@ -43,8 +43,20 @@ class Other:
     def __init__(self, module, folder, session_id, action, *args):
         self.errors = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, str(WRITER), module, str(folder), session_id, action, *map(str, args)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+            [
+                sys.executable,
+                str(WRITER),
+                module,
+                str(folder),
+                session_id,
+                action,
+                *map(str, args),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
         self.pid = self.process.pid
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -59,17 +71,25 @@ class Other:
         try:
             line = self.lines.get(timeout=HANG)
         except queue.Empty:
-            raise AssertionError(f"process {self.pid} said nothing for {HANG} s while the test waited for {word!r}") from None
+            raise AssertionError(
+                f"process {self.pid} said nothing for {HANG} s while the test waited "
+                f"for {word!r}"
+            ) from None
         if line is None or not line.startswith(word):
             self.stop()
             self.errors.seek(0)
             errors = self.errors.read().decode(errors="replace")
             if "NotImplementedError: task " in errors:
-                # The other process ran into a task not written yet: report it as this test's own.
-                raise NotImplementedError(errors.rsplit("NotImplementedError: ", 1)[1].strip())
+                # The other process ran into a task not written yet:
+                # report it as this test's own.
+                raise NotImplementedError(
+                    errors.rsplit("NotImplementedError: ", 1)[1].strip()
+                )
             said = "nothing more (it ended)" if line is None else repr(line)
-            raise AssertionError(f"process {self.pid} was expected to say {word!r} and said {said}. "
-                                 f"Its error output:\n{errors[-3000:]}")
+            raise AssertionError(
+                f"process {self.pid} was expected to say {word!r} and said {said}. "
+                f"Its error output:\n{errors[-3000:]}"
+            )
         return line
 
     def go(self):
@@ -93,7 +113,8 @@ class Other:
 
 @pytest.fixture
 def other(lesson, sessions):
-    """other(action, ...) starts another process on `sessions`; all are killed after the test."""
+    """other(action, ...) starts another process on `sessions`;
+    all are killed after the test."""
     started = []
 
     def start(action, *args, session_id="quest-1"):
@@ -106,19 +127,23 @@ def other(lesson, sessions):
         process.stop()
 
 
-FIRST = {"role": "user", "content": "Ask the elder about the cave."}   # as writer_process.py writes it
+# As writer_process.py writes it
+FIRST = {"role": "user", "content": "Ask the elder about the cave."}
 
 
 def lines_of(path):
-    """The log's lines as JSON; a line that is not whole JSON fails the test, saying where."""
+    """The log's lines as JSON;
+    a line that is not whole JSON fails the test, saying where."""
     found = []
     for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
         if raw:
             try:
                 found.append(json.loads(raw))
             except ValueError:
-                raise AssertionError(f"line {number} of {path.name} is not whole JSON (torn, or spliced "
-                                     f"with another line): it starts {raw[:60]!r} and ends {raw[-60:]!r}") from None
+                raise AssertionError(
+                    f"line {number} of {path.name} is not whole JSON (torn, or spliced "
+                    f"with another line): it starts {raw[:60]!r} and ends {raw[-60:]!r}"
+                ) from None
     return found
 
 
@@ -141,13 +166,16 @@ def lock_record(path):
     return record
 
 
-# --- 05.1: a second writer is refused, by name ----------------------------------------------
+# --- 05.1: a second writer is refused, by name ----------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("05.1")
-def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(lesson, sessions, other, model, town):
-    """While another process writes the session, appending or resuming raises SessionBusy."""
+def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(
+    lesson, sessions, other, model, town
+):
+    """While another process writes the session,
+    appending or resuming raises SessionBusy."""
     holder = other("hold")
     holder.expect("holding")
     before = (sessions / "quest-1.jsonl").read_bytes()
@@ -164,10 +192,16 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
             lesson.Agent(model.client(), model=model.model, tools=town, session=log)
 
     message = str(busy.value)
-    assert "quest-1" in message, f"SessionBusy should name the session 'quest-1': {message}"
-    assert str(holder.pid) in message, f"SessionBusy should name the holder, process {holder.pid}: {message}"
+    assert "quest-1" in message, (
+        f"SessionBusy should name the session 'quest-1': {message}"
+    )
+    assert str(holder.pid) in message, (
+        f"SessionBusy should name the holder, process {holder.pid}: {message}"
+    )
     assert busy.value.pid == holder.pid
-    assert (sessions / "quest-1.jsonl").read_bytes() == before, "a refused writer must not write a byte"
+    assert (sessions / "quest-1.jsonl").read_bytes() == before, (
+        "a refused writer must not write a byte"
+    )
 
     holder.go()
     holder.expect("released")
@@ -179,7 +213,8 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
 
 @pytest.mark.task("05.1")
 def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
-    """Two SessionLog objects for one session in one process are two writers: the second is refused."""
+    """Two SessionLog objects for one session in one process are two writers:
+    the second is refused."""
     with lesson.SessionLog(sessions, "quest-1") as first:
         first.append(FIRST)
         with raises(lesson.SessionBusy,
@@ -190,13 +225,16 @@ def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
                 second.append({"role": "user", "content": "Me too."})
 
     assert str(os.getpid()) in str(busy.value), (
-        "the holder is this very process; the error should still name it. POSIX record locks "
-        "(fcntl.lockf) never refuse their own process: use fcntl.flock, which locks per open file")
+        "the holder is this very process; the error should still name it. POSIX record "
+        "locks (fcntl.lockf) never refuse their own process: use fcntl.flock, which "
+        "locks per open file"
+    )
 
 
 @pytest.mark.task("05.1")
 def test_reading_the_log_in_the_holders_process_keeps_the_lock(lesson, sessions, other):
-    """load(), another reader and a fork in the holder's process do not drop its lock."""
+    """load(),
+    another reader and a fork in the holder's process do not drop its lock."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
         log.load()
@@ -209,15 +247,20 @@ def test_reading_the_log_in_the_holders_process_keeps_the_lock(lesson, sessions,
         said = intruder.expect("")
 
     assert said.startswith("busy") and str(os.getpid()) in said, (
-        "after reading its own log, this process must still hold the session: another process "
-        f"should be refused, naming pid {os.getpid()}; it said {said!r}. A lock on the log itself "
-        "(fcntl.lockf) is dropped when any descriptor of that file is closed, such as a read's")
+        "after reading its own log, this process must still hold the session: another "
+        f"process should be refused, naming pid {os.getpid()}; it said {said!r}. A "
+        "lock on the log itself (fcntl.lockf) is dropped when any descriptor of that "
+        "file is closed, such as a read's"
+    )
 
 
 @pytest.mark.task("05.1")
 @pytest.mark.task("05.2")
-def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(lesson, sessions, other):
-    """<id>.lock holds {"pid", "host", "since"} while a writer holds the session, and goes after."""
+def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(
+    lesson, sessions, other
+):
+    """<id>.lock holds {"pid", "host",
+    "since"} while a writer holds the session, and goes after."""
     holder = other("hold")
     holder.expect("holding")
 
@@ -227,7 +270,9 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(lesson, session
     assert lock.stat().st_mode & 0o077 == 0, (
         "like the log, the lock file should be readable and writable by its owner only "
         f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}")
-    assert record.get("pid") == holder.pid, f"the lock file should hold the holder's pid {holder.pid}: {record}"
+    assert record.get("pid") == holder.pid, (
+        f"the lock file should hold the holder's pid {holder.pid}: {record}"
+    )
     assert record.get("host") == socket.gethostname(), f"and its host name: {record}"
     since = str(record.get("since"))
     assert datetime.fromisoformat(since).tzinfo is not None, (
@@ -235,20 +280,25 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(lesson, session
 
     holder.go()
     holder.expect("released")
-    assert not lock.exists(), "after the holder closed its log, its lock file should be gone"
+    assert not lock.exists(), (
+        "after the holder closed its log, its lock file should be gone"
+    )
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"]
 
 
 @pytest.mark.key
 @pytest.mark.task("05.1")
 def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
-    """The kernel drops a dead holder's lock; its stale lock file is simply taken over."""
+    """The kernel drops a dead holder's lock;
+    its stale lock file is simply taken over."""
     holder = other("hold")
     holder.expect("holding")
 
     holder.kill()   # SIGKILL: no close(), no finally, no cleanup of any kind
 
-    assert (sessions / "quest-1.lock").exists(), "a killed holder cannot remove its lock file (it stays, stale)"
+    assert (sessions / "quest-1.lock").exists(), (
+        "a killed holder cannot remove its lock file (it stays, stale)"
+    )
     try:
         log = lesson.SessionLog(sessions, "quest-1")
         log.append({"role": "user", "content": "Day 2, after the crash."})
@@ -262,8 +312,13 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     with log:
         record = lock_record(sessions / "quest-1.lock")
         assert record.get("pid") == os.getpid(), (
-            f"the new writer should have written its own pid over the dead holder's: {record}")
-    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Day 2, after the crash."]
+            "the new writer should have written its own pid over the dead holder's: "
+            f"{record}"
+        )
+    assert contents(sessions / "quest-1.jsonl") == [
+        FIRST["content"],
+        "Day 2, after the crash.",
+    ]
 
 
 @pytest.mark.task("05.1")
@@ -300,9 +355,16 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
         holder.close()
     waited = time.monotonic() - started
 
-    assert refused, "the second writer should have been refused once, while the first held the lock"
-    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Worth the wait."], (
-        "after a refusal, a writer with a timeout should try again and write once the holder let go")
+    assert refused, (
+        "the second writer should have been refused once, while the first held the lock"
+    )
+    assert contents(sessions / "quest-1.jsonl") == [
+        FIRST["content"],
+        "Worth the wait.",
+    ], (
+        "after a refusal, a writer with a timeout should try again and write once the "
+        "holder let go"
+    )
     assert waited < 1.5, (
         f"the holder let go after {HOLD} s, but the writer took "
         f"{waited:.1f} s to get the lock: it should try again every LOCK_POLL_SECONDS "
@@ -329,7 +391,9 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
             log.append({"role": "user", "content": "Me too."})
 
-    assert str(holder.pid) in str(busy.value), f"the error should name process {holder.pid}: {busy.value}"
+    assert str(holder.pid) in str(busy.value), (
+        f"the error should name process {holder.pid}: {busy.value}"
+    )
     assert len(tries) <= 20, (
         f"in 0.2 s the writer tried flock {len(tries)} times: a wait loop that does "
         f"not sleep between tries keeps a core busy; sleep LOCK_POLL_SECONDS "
@@ -341,7 +405,9 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
 
 
 @pytest.mark.task("05.1")
-def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, sessions, monkeypatch):
+def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(
+    lesson, sessions, monkeypatch
+):
     """A writer that locks a file the holder has just removed must lock the new one
     instead, and keep no descriptor of the removed one."""
     descriptors = open_descriptors()
@@ -353,7 +419,8 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
     def flock(fd, operation):
         if not first_try:
             first_try.append(fd)
-            holder.close()  # the holder lets go (and removes the lock file) just before the flock
+            # The holder lets go (and removes the lock file) just before the flock
+            holder.close()
         return real_flock(fd, operation)
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
@@ -370,8 +437,10 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
     holder.close()
 
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "second"], (
-        "the second writer locked the removed file, and a third writer then locked the new "
-        "quest-1.lock: two writers at once. After flock succeeds, check that the file is still "
+        "the second writer locked the removed file, and a third writer then locked the "
+        "new "
+        "quest-1.lock: two writers at once. After flock succeeds, check that the file "
+        "is still "
         "the one named quest-1.lock (is_same_file), and try again if it is not")
     assert open_descriptors() == descriptors, (
         f"every writer is closed, yet {open_descriptors() - descriptors} more "
@@ -380,12 +449,16 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(lesson, session
 
 
 @pytest.mark.task("05.2")
-def test_the_lock_file_is_removed_before_the_lock_is_let_go(lesson, sessions, monkeypatch):
-    """Removing <id>.lock after letting go could remove a newcomer's lock, and let a third writer in."""
+def test_the_lock_file_is_removed_before_the_lock_is_let_go(
+    lesson, sessions, monkeypatch
+):
+    """Removing <id>.lock after letting go could remove a newcomer's lock,
+    and let a third writer in."""
     lock = sessions / "quest-1.lock"
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
-    newcomer = lesson.SessionLog(sessions, "quest-1")   # tries the moment the lock file is removed
+    # Tries the moment the lock file is removed
+    newcomer = lesson.SessionLog(sessions, "quest-1")
     took_over = []
     real_unlink = os.unlink
 
@@ -396,7 +469,7 @@ def test_the_lock_file_is_removed_before_the_lock_is_let_go(lesson, sessions, mo
                 newcomer.append({"role": "user", "content": "newcomer"})
                 took_over[0] = True
             except lesson.SessionBusy:
-                pass    # right: the holder still holds the lock while it removes the file
+                pass  # right: the holder still holds the lock while it removes the file
         return real_unlink(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "unlink", unlink)
@@ -418,18 +491,21 @@ def test_the_lock_file_is_removed_before_the_lock_is_let_go(lesson, sessions, mo
 
     assert took_over, "closing the holder should remove quest-1.lock"
     assert "third" not in contents(sessions / "quest-1.jsonl"), (
-        "the holder let go of the lock before removing quest-1.lock: a newcomer locked that file in "
-        "between, the holder then removed the newcomer's lock file, and a third writer got in "
-        "beside the newcomer. Remove the file first, while the lock is still yours, then close it")
+        "the holder let go of the lock before removing quest-1.lock: a newcomer locked "
+        "that file in between, the holder then removed the newcomer's lock file, and a "
+        "third writer got in beside the newcomer. Remove the file first, while the "
+        "lock is still yours, then close it"
+    )
 
 
-# --- 05.2: let go on close and on exceptions ---------------------------------------------------
+# --- 05.2: let go on close and on exceptions ------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("05.2")
 def test_the_lock_is_released_on_close_and_on_exceptions(lesson, sessions, model, town):
-    """close(), an exception in a with-block, and a crash mid-turn all let the session go."""
+    """close(), an exception in a with-block,
+    and a crash mid-turn all let the session go."""
     log = lesson.SessionLog(sessions, "quest-1")
     log.append(FIRST)
     log.close()
@@ -455,37 +531,55 @@ def test_the_lock_is_released_on_close_and_on_exceptions(lesson, sessions, model
     model.add(Crash())
     with pytest.raises(SimulatedCrash):
         with lesson.SessionLog(sessions, "quest-1") as log:
-            lesson.Agent(model.client(), model=model.model, tools=town, session=log).run("Crash now.")
+            lesson.Agent(
+                model.client(), model=model.model, tools=town, session=log
+            ).run("Crash now.")
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "after a crash"})
 
     assert contents(sessions / "quest-1.jsonl")[-1] == "after a crash", (
-        "each writer should find the session free once the previous one has left its with-block")
-    assert not (sessions / "quest-1.lock").exists(), "no lock file should remain once every writer has closed"
+        "each writer should find the session free once the previous one has left its "
+        "with-block"
+    )
+    assert not (sessions / "quest-1.lock").exists(), (
+        "no lock file should remain once every writer has closed"
+    )
 
 
 @pytest.mark.task("05.2")
-def test_a_writer_refused_for_a_corrupt_log_keeps_no_lock(lesson, sessions, model, town):
-    """When taking the log over fails (CorruptLog), the lock is let go and no lock file is left."""
+def test_a_writer_refused_for_a_corrupt_log_keeps_no_lock(
+    lesson, sessions, model, town
+):
+    """When taking the log over fails (CorruptLog),
+    the lock is let go and no lock file is left."""
     path = sessions / "quest-1.jsonl"
-    path.write_bytes(b'{"role": "user", "content": "fine"}\n{damaged\n{"role": "user", "content": "fine"}\n')
+    path.write_bytes(
+        b'{"role": "user", "content": "fine"}\n{damaged\n{"role": "user", "content":'
+        b' "fine"}\n'
+    )
 
     for attempt in range(2):
-        with pytest.raises(lesson.CorruptLog):   # not SessionBusy: the first attempt let go
+        # Not SessionBusy: the first attempt let go
+        with pytest.raises(lesson.CorruptLog):
             lesson.Agent(model.client(), model=model.model, tools=town,
                          session=lesson.SessionLog(sessions, "quest-1"))
 
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
-        f"a failed takeover must leave no lock file: {sorted(p.name for p in sessions.iterdir())}")
+        "a failed takeover must leave no lock file: "
+        f"{sorted(p.name for p in sessions.iterdir())}"
+    )
 
 
-# --- many writers, large lines ---------------------------------------------------------------
+# --- many writers, large lines --------------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("05.1")
-def test_writers_appending_large_lines_at_once_lose_and_interleave_nothing(lesson, sessions, other):
-    """Three processes, four 96 KiB lines each, started together: twelve whole lines, one writer after another."""
+def test_writers_appending_large_lines_at_once_lose_and_interleave_nothing(
+    lesson, sessions, other
+):
+    """Three processes, four 96 KiB lines each, started together:
+    twelve whole lines, one writer after another."""
     size, count = 96 * 1024, 4
     writers = [other("append", name, count, size) for name in ("w-a", "w-b", "w-c")]
     for writer in writers:
@@ -501,11 +595,15 @@ def test_writers_appending_large_lines_at_once_lose_and_interleave_nothing(lesso
     assert not strangers, (
         f"the log holds {len(strangers)} line(s) that none of the writers appended: "
         f"{strangers[:3]}")
-    assert len(found) == 3 * count, f"expected {3 * count} lines, found {len(found)}: lines were lost or spliced"
+    assert len(found) == 3 * count, (
+        f"expected {3 * count} lines, found {len(found)}: lines were lost or spliced"
+    )
     order = [text.split(" ", 1)[0] for text in found]
     runs = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
     assert sorted(runs) == ["w-a", "w-b", "w-c"], (
-        f"each writer's lines should come together, one writer after the other; the order was {order}")
+        "each writer's lines should come together, one writer after the other; the "
+        f"order was {order}"
+    )
     for name in ("w-a", "w-b", "w-c"):
         mine = [text for text in found if text.startswith(name + " ")]
         expected = [f"{name} {n} " + name[-1] * size for n in range(count)]
@@ -515,7 +613,8 @@ def test_writers_appending_large_lines_at_once_lose_and_interleave_nothing(lesso
 @pytest.mark.task("05.1")
 @pytest.mark.task("01.2")
 def test_each_record_is_written_with_one_write_call(lesson, sessions, monkeypatch):
-    """One append is one os.write of the whole line: print or json.dump would split a large one."""
+    """One append is one os.write of the whole line:
+    print or json.dump would split a large one."""
     writes = []
     real_write = os.write
 
@@ -524,32 +623,48 @@ def test_each_record_is_written_with_one_write_call(lesson, sessions, monkeypatc
         return real_write(fd, data)
 
     monkeypatch.setattr(lesson.os, "write", write)
-    big = {"role": "tool", "tool_call_id": "call_1_0", "content": "map of the cave " * 16_000}
-    with lesson.SessionLog(sessions, "quest-1", **keep_lines_large(lesson, 256_000)) as log:
+    big = {
+        "role": "tool",
+        "tool_call_id": "call_1_0",
+        "content": "map of the cave " * 16_000,
+    }
+    with lesson.SessionLog(
+        sessions, "quest-1", **keep_lines_large(lesson, 256_000)
+    ) as log:
         log.append(FIRST)
         log.append(big)
 
     log_inode = (sessions / "quest-1.jsonl").stat().st_ino
     to_log = [data for inode, data in writes if inode == log_inode]
     assert len(to_log) == 2, (
-        f"two appends should be two write() calls to the log, one whole line each; there were "
-        f"{len(to_log)} (of sizes {[len(d) for d in to_log]}). Build the whole line as bytes and "
-        "os.write it once: another process's write can land between two parts of a line")
-    assert [json.loads(data) for data in to_log] == [FIRST, big] and all(d.endswith(b"\n") for d in to_log)
+        "two appends should be two write() calls to the log, one whole line each; "
+        "there were "
+        f"{len(to_log)} (of sizes {[len(d) for d in to_log]}). Build the whole line as "
+        "bytes and "
+        "os.write it once: another process's write can land between two parts of a line"
+    )
+    assert [json.loads(data) for data in to_log] == [FIRST, big] and all(
+        d.endswith(b"\n") for d in to_log
+    )
 
 
-# --- readers never repair ------------------------------------------------------------------------
+# --- readers never repair -------------------------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("05.1")
-def test_a_reader_never_repairs_a_session_another_process_is_writing(lesson, sessions, other, model, town):
-    """Mid-write, the tail looks torn; loading, forking or a refused resume must not cut it."""
+def test_a_reader_never_repairs_a_session_another_process_is_writing(
+    lesson, sessions, other, model, town
+):
+    """Mid-write, the tail looks torn;
+    loading, forking or a refused resume must not cut it."""
     writer = other("tear")
     writer.expect("torn")
     path = sessions / "quest-1.jsonl"
     mid_write = path.read_bytes()
-    assert not mid_write.endswith(b"\n"), "the other process should be in the middle of a line"
+    assert not mid_write.endswith(b"\n"), (
+        "the other process should be in the middle of a line"
+    )
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
@@ -560,11 +675,17 @@ def test_a_reader_never_repairs_a_session_another_process_is_writing(lesson, ses
         lesson.Agent(model.client(), model=model.model, tools=town,
                      session=lesson.SessionLog(sessions, "quest-1"))
 
-    assert loaded == [FIRST], f"load() should return the one whole message, and skip the line being written: {loaded}"
+    assert loaded == [FIRST], (
+        "load() should return the one whole message, and skip the line being written: "
+        f"{loaded}"
+    )
     assert path.read_bytes() == mid_write, (
-        "a process that does not hold the lock changed the log while another was writing it: "
+        "a process that does not hold the lock changed the log while another was "
+        "writing it: "
         "only the lock holder may repair, so take the lock before looking at the tail")
-    assert contents(sessions / "what-if.jsonl") == [FIRST["content"]], "a fork copies whole lines only"
+    assert contents(sessions / "what-if.jsonl") == [FIRST["content"]], (
+        "a fork copies whole lines only"
+    )
 
     writer.go()
     writer.expect("done")
@@ -574,33 +695,45 @@ def test_a_reader_never_repairs_a_session_another_process_is_writing(lesson, ses
 
 
 @pytest.mark.task("05.1")
-def test_loading_while_another_process_appends_sees_only_whole_messages(lesson, sessions, other):
-    """Loads taken during a burst of large appends each see a prefix of whole messages."""
+def test_loading_while_another_process_appends_sees_only_whole_messages(
+    lesson, sessions, other
+):
+    """Loads taken during a burst of large appends
+    each see a prefix of whole messages."""
     size, count = 64 * 1024, 64
     writer = other("append", "w-a", count, size)
     writer.expect("ready")
-    expected = [{"role": "user", "content": f"w-a {n} " + "a" * size} for n in range(count)]
+    expected = [
+        {"role": "user", "content": f"w-a {n} " + "a" * size} for n in range(count)
+    ]
 
     writer.go()
     seen = []
     while writer.process.poll() is None or not seen:
         with lesson.SessionLog(sessions, "quest-1") as log:
             loaded = log.load()
-        assert loaded == expected[:len(loaded)], (
-            f"a load during the writes returned something other than the first {len(loaded)} messages")
+        assert loaded == expected[: len(loaded)], (
+            "a load during the writes returned something other than the first "
+            f"{len(loaded)} messages"
+        )
         seen.append(len(loaded))
     writer.expect("done")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        assert log.load() == expected, "after the writer is done every message is there, whole"
+        assert log.load() == expected, (
+            "after the writer is done every message is there, whole"
+        )
 
 
-# --- a new session started twice -----------------------------------------------------------------
+# --- a new session started twice ------------------------------------------------------
 
 
 @pytest.mark.task("05.1")
-def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, sessions, model, town):
-    """An agent that found no log must not append its story after one another writer began since."""
+def test_starting_a_session_another_writer_began_meanwhile_is_refused(
+    lesson, sessions, model, town
+):
+    """An agent that found no log must not append its
+    story after one another writer began since."""
     late = lesson.Agent(model.client(), model=model.model, tools=town,
                         session=lesson.SessionLog(sessions, "quest-2"))
     assert late.messages == []
@@ -617,7 +750,9 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(lesson, se
     late.session.close()
 
     assert (sessions / "quest-2.jsonl").read_bytes() == before, (
-        "the late agent's history is empty but the log is not: appending would splice two stories")
+        "the late agent's history is empty but the log is not: appending would splice "
+        "two stories"
+    )
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-2.jsonl"]
 
 

@@ -1,19 +1,23 @@
-"""Another process for lesson 05's tests: a writer, or a would-be writer, of one session.
+"""Another process for lesson 05's tests:
+a writer, or a would-be writer, of one session.
 
     python writer_process.py MODULE FOLDER SESSION ACTION [NAME COUNT SIZE]
 
-MODULE is the agent.py under test. The process reports each step as one line on stdout and
-waits for the test's go-ahead as one line on stdin, so that the test and the process take
-turns without any sleep:
+MODULE is the agent.py under test. The process reports each step as one line on stdout
+and waits for the test's go-ahead as one line on stdin, so that the test and the process
+take turns without any sleep:
 
   hold     become the writer (append one message), print "holding", wait for a line,
            close, print "released"
-  tear     become the writer, append one message, then write the first half of a second one
-           straight into the file, as a large write still in progress leaves it; print "torn",
-           wait for a line, write the rest, close, print "done"
-  append   print "ready", wait for a line, then append COUNT messages whose content is NAME
+  tear     become the writer, append one message,
+  then write the first half of a second one
+           straight into the file, as a large write still in progress leaves it; print
+           "torn", wait for a line, write the rest, close, print "done"
+  append   print "ready", wait for a line,
+  then append COUNT messages whose content is NAME
            followed by SIZE bytes (waiting up to 20 s for the lock), close, print "done"
-  try      try once to become the writer: print "got", or "busy " and the error's message
+  try      try once to become the writer:
+  print "got", or "busy " and the error's message
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from sessionlab.course import load_module
 from sessionlab.testing import keep_lines_large
 
 FIRST = {"role": "user", "content": "Ask the elder about the cave."}
-SECOND = {"role": "assistant", "content": "The elder says: bring a torch. " + "The path is long. " * 4000}
+SECOND = {
+    "role": "assistant",
+    "content": "The elder says: bring a torch. " + "The path is long. " * 4000,
+}
 
 
 def say(text: str) -> None:
@@ -73,7 +80,9 @@ def main(argv: list[str]) -> None:
         name, count, size = rest[0], int(rest[1]), int(rest[2])
         say("ready")
         wait_for_the_test()
-        with lesson.SessionLog(folder, session_id, timeout=20, **keep_lines_large(lesson, size)) as log:
+        with lesson.SessionLog(
+            folder, session_id, timeout=20, **keep_lines_large(lesson, size)
+        ) as log:
             for number in range(count):
                 log.append({"role": "user", "content": content(name, number, size)})
         say("done")

@@ -1,14 +1,15 @@
 """Session Lab, lesson 06: large content out of line.
 
-A user pastes the elder's whole map; a tool returns a thousand-line chronicle. Kept in the log,
-every such message makes the log a megabyte longer, and every resume and every fork reads it
-again. So a string content larger than a threshold (4 KiB by default) is stored beside the log,
-in `blobs/<sha256 of its bytes>`, and its line keeps only a reference:
-`{"$blob": <sha256>, "size": <bytes>, "preview": <its start>}`. The blob is written whole
-(temporary file, then rename) before the line that points to it, so a crash in between leaves
-at worst a blob nothing points to. The same content is stored once, and every session in the
-folder, a fork included, shares it. Loading puts the content back, and trusts no blob whose
-bytes no longer match its hash. The model, and the agent's memory, always get the full text.
+A user pastes the elder's whole map; a tool returns a thousand-line chronicle. Kept in
+the log, every such message makes the log a megabyte longer, and every resume and every
+fork reads it again. So a string content larger than a threshold (4 KiB by default) is
+stored beside the log, in `blobs/<sha256 of its bytes>`, and its line keeps only a
+reference: `{"$blob": <sha256>, "size": <bytes>, "preview": <its start>}`. The blob is
+written whole (temporary file, then rename) before the line that points to it, so a
+crash in between leaves at worst a blob nothing points to. The same content is stored
+once, and every session in the folder, a fork included, shares it. Loading puts the
+content back, and trusts no blob whose bytes no longer match its hash. The model, and
+the agent's memory, always get the full text.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -45,7 +48,7 @@ class MaxTurnsExceeded(RuntimeError):
 
 
 class InvalidSessionId(ValueError):
-    """A session id that could escape the sessions folder or is not a usable file name."""
+    """A session id that could escape the sessions folder, or no usable file name."""
 
 
 class InvalidMessage(ValueError):
@@ -71,62 +74,78 @@ class SessionExists(FileExistsError):
 
 
 class BlobError(ValueError):
-    """A blob reference that cannot be trusted: the blob is missing, its bytes changed, or the
-    reference is not a plain sha256 hash. The message names the blob, the log and the line."""
+    """A blob reference that cannot be trusted: the blob is missing, its bytes changed,
+    or the reference is not a plain sha256 hash. The message names the blob, the log and
+    the line."""
 
 
 class SessionBusy(RuntimeError):
     """Another writer holds the session: the error names the session and the holder."""
 
     def __init__(self, session_id: str, holder: Mapping[str, Any]) -> None:
-        who = (f"process {holder.get('pid')} on host {holder.get('host')!r} has been writing it "
-               f"since {holder.get('since')}" if holder.get("pid") else
-               "another process is writing it (it has not written its name into the lock file yet)")
+        who = (
+            f"process {holder.get('pid')} on host {holder.get('host')!r} has been "
+            f"writing it since {holder.get('since')}"
+            if holder.get("pid")
+            else (
+                "another process is writing it (it has not written its name into the "
+                "lock file yet)"
+            )
+        )
         super().__init__(
-            f"session {session_id!r} is busy: {who}. A session has one writer at a time: close "
-            "the other one, wait for it with SessionLog(..., timeout=seconds), or fork the "
-            "session and go on in the copy.")
+            f"session {session_id!r} is busy: {who}. A session has one writer at a "
+            "time: close the other one, wait for it with SessionLog(..., "
+            "timeout=seconds), or fork the session and go on in the copy."
+        )
         self.session_id = session_id
-        self.holder = dict(holder)          # {"pid", "host", "since"} as the lock file says
+        self.holder = dict(holder)  # {"pid", "host", "since"} as the lock file says
         self.pid: int | None = holder.get("pid")
 
 
 class CorruptLog(ValueError):
     """A line before the log's last one is not a JSON message: the file was damaged.
 
-    A crash can only tear the *last* line (every line is written by one append at the end),
-    so damage anywhere else means something else wrote to the file. Guessing would hide it:
-    the error names the place, and nothing is changed.
+    A crash can only tear the *last* line (every line is written by one append at the
+    end), so damage anywhere else means something else wrote to the file. Guessing would
+    hide it: the error names the place, and nothing is changed.
     """
 
     def __init__(self, path: Path, line: int, offset: int, reason: str) -> None:
         super().__init__(
-            f"{path}: line {line} (byte offset {offset}) is not a JSON message: {reason}. "
-            "Only the last line of a log can be torn by a crash, so this is damage, not a "
-            "crash; the log was left exactly as it is. Look at that line, mend or remove it "
-            "by hand, and resume again.")
+            f"{path}: line {line} (byte offset {offset}) is not a JSON message: "
+            f"{reason}. Only the last line of a log can be torn by a crash, so this is "
+            "damage, not a crash; the log was left exactly as it is. Look at that "
+            "line, mend or remove it by hand, and resume again."
+        )
         self.path = path
         self.line = line        # 1 for the first line
-        self.offset = offset    # bytes from the start of the file to the start of that line
+        # Bytes from the start of the file to the start of that line
+        self.offset = offset
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..', no NUL,
-# nothing hidden, and short enough for any file system once '.meta.json' is added.
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str) -> str:
-    """Return the id unchanged if it is safe to use as a file name, else raise InvalidSessionId.
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 
     A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
-    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is not
-    a plain name, before any file is touched.
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
     """
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        shown = repr(session_id) if len(str(session_id)) <= 140 else repr(str(session_id)[:40]) + "..."
+        shown = (
+            repr(session_id)
+            if len(str(session_id)) <= 140
+            else repr(str(session_id)[:40]) + "..."
+        )
         raise InvalidSessionId(
-            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (no '/', no '..', no spaces)")
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (no '/', no '..', no spaces)"
+        )
     return session_id
 
 
@@ -225,25 +244,29 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
         raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
 
 
-# --- reading a log: lines, markers and the tail ------------------------------------------
+# --- reading a log: lines, markers and the tail ---------------------------------------
 
-# A line with this key is a marker, a note about the log itself, never a message: it is not
-# sent to the model. Lesson 04 writes {"$marker": "repair", ...} before the results it makes up.
+# A line with this key is a marker, a note about the log itself, never a message: it is
+# not sent to the model. Lesson 04 writes {"$marker": "repair", ...} before the results
+# it makes up.
 MARKER = "$marker"
 
 
 def encode_line(entry: Message) -> bytes:
     """One message or marker as one line of UTF-8 JSON, newline included.
 
-    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a set,
-    bytes, a lone surrogate, nesting deeper than Python can encode.
+    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a
+    set, bytes, a lone surrogate, nesting deeper than Python can encode.
     """
     # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
     # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
-        raise ValueError(f"cannot write this entry as a line of JSON: {error}") from None
+        raise ValueError(
+            f"cannot write this entry as a line of JSON: {error}"
+        ) from None
 
 
 def refuse_constant(name: str) -> Any:
@@ -327,11 +350,16 @@ def parse_line(line: bytes) -> Message:
 class LogState:
     """What reading a log found: its complete entries, and the state of its tail."""
 
-    entries: list[Message]      # every complete line, messages and markers, in file order
-    end: int                    # where the complete lines end: the next line should start here
-    size: int                   # the file's size when it was read; bytes past `end` are torn
-    newline_missing: bool = False   # the last entry is complete, only its "\n" never got written
-    lines: list[int] = field(default_factory=list)   # the line number (from 1) of each entry
+    # Every complete line, messages and markers, in file order
+    entries: list[Message]
+    # Where the complete lines end: the next line should start here
+    end: int
+    # The file's size when it was read; bytes past `end` are torn
+    size: int
+    # The last entry is complete, only its "\n" never got written
+    newline_missing: bool = False
+    # The line number (from 1) of each entry
+    lines: list[int] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:
@@ -339,8 +367,12 @@ class LogState:
         return [entry for entry in self.entries if MARKER not in entry]
 
     def numbered_messages(self) -> list[tuple[int, Message]]:
-        """(line number, message) for each message: what an error about a message can name."""
-        return [(line, entry) for line, entry in zip(self.lines, self.entries) if MARKER not in entry]
+        """(line number, message) for each message: what an error about one can name."""
+        return [
+            (line, entry)
+            for line, entry in zip(self.lines, self.entries)
+            if MARKER not in entry
+        ]
 
     @property
     def torn(self) -> int:
@@ -406,7 +438,7 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
 
 
 def read_log(path: Path) -> LogState:
-    """Read a log without changing it; an empty state for a log that does not exist yet."""
+    """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
@@ -414,14 +446,16 @@ def read_log(path: Path) -> LogState:
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
-    """Parse a log's bytes: complete entries, a tolerated torn tail, CorruptLog for the rest.
+    """Parse a log's bytes: entries, a tolerated torn tail, CorruptLog for the rest.
 
-    Everything up to the last b"\\n" was written as whole lines, so each of those lines must
-    parse; the first that does not raises CorruptLog(path, line number, byte offset, reason).
-    The bytes after the last b"\\n" (the tail) are either a complete entry whose newline is
-    missing (kept) or a write cut short: half a line, zero bytes, garbage (torn, not an entry).
+    Everything up to the last b"\\n" was written as whole lines, so each of those lines
+    must parse; the first that does not raises CorruptLog(path, line number, byte
+    offset, reason). The bytes after the last b"\\n" (the tail) are either a complete
+    entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
+    garbage (torn, not an entry).
     """
-    # Split on b"\n" only: str.splitlines() would also split inside strings at U+2028 & co.
+    # Split on b"\n" only:
+    # str.splitlines() would also split inside strings at U+2028 & co.
     *lines, tail = data.split(b"\n")
     entries: list[Message] = []
     numbers: list[int] = []
@@ -439,26 +473,33 @@ def parse_log(data: bytes, path: Path) -> LogState:
         try:
             entries.append(parse_line(tail))
         except ValueError:
-            return LogState(entries, end=offset, size=len(data), lines=numbers)    # torn: not an entry
+            # torn: not an entry
+            return LogState(entries, end=offset, size=len(data), lines=numbers)
         numbers.append(len(lines) + 1)
-        return LogState(entries, end=len(data), size=len(data), newline_missing=True, lines=numbers)
+        return LogState(
+            entries, end=len(data), size=len(data), newline_missing=True, lines=numbers
+        )
     return LogState(entries, end=offset, size=len(data), lines=numbers)
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
-    """The tool calls of the last assistant message that no tool message answers, in call order.
+    """The calls of the last assistant message that no tool message answers, in order.
 
-    Only the end of the conversation can hold them: the agent answers every call before it
-    sends anything else, so a crash can leave calls unanswered only after the last assistant
-    message with tool calls. [] when the conversation ended in a plain answer or a user message.
+    Only the end of the conversation can hold them: the agent answers every call before
+    it sends anything else, so a crash can leave calls unanswered only after the last
+    assistant message with tool calls. [] when the conversation ended in a plain answer
+    or a user message.
     """
     answered: set[str] = set()
     for message in reversed(messages):
         if message.get("role") == "tool":
             answered.add(message.get("tool_call_id"))
         elif message.get("role") == "assistant" and message.get("tool_calls"):
-            # Keep the calls' own order (a list, not a set): results go back in call order.
-            return [call for call in message["tool_calls"] if call["id"] not in answered]
+            # Keep the calls' own order (a list, not a set):
+            # results go back in call order.
+            return [
+                call for call in message["tool_calls"] if call["id"] not in answered
+            ]
         else:
             return []
     return []
@@ -468,11 +509,17 @@ def interrupted_result(call: Message) -> Message:
     """The tool result that stands in for one a crash never wrote."""
     function = call["function"]
     # Say what is known and no more: the call was made; whether it ran is unknown, and
-    # buying the lantern twice costs twice, so the model should check rather than repeat.
-    return {"role": "tool", "tool_call_id": call["id"],
-            "content": f"error: the call {function['name']}({function['arguments']}) was interrupted: "
-                       "the session stopped before its result was saved, so it may or may not have "
-                       "run. Check before calling it again."}
+    # buying the lantern twice costs twice, so the model should check rather than
+    # repeat.
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": (
+            f"error: the call {function['name']}({function['arguments']}) was "
+            "interrupted: the session stopped before its result was saved, so it may "
+            "or may not have run. Check before calling it again."
+        ),
+    }
 
 
 def now() -> str:
@@ -483,13 +530,13 @@ def now() -> str:
 MAX_WRITE = 0x7FFFF000
 
 
-# --- one writer: the lock ------------------------------------------------------------------
+# --- one writer: the lock -------------------------------------------------------------
 
 LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
 
 
 def is_same_file(fd: int, path: Path) -> bool:
-    """Does `path` still name the file open as `fd`? False once it was removed or replaced."""
+    """Does `path` still name the file open as `fd`? False once removed or replaced."""
     try:
         named = os.stat(path)
     except FileNotFoundError:
@@ -498,10 +545,10 @@ def is_same_file(fd: int, path: Path) -> bool:
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
-# --- large content beside the log ------------------------------------------------------
+# --- large content beside the log -----------------------------------------------------
 
-BLOB_THRESHOLD = 4096      # bytes of UTF-8: a larger string content goes to blobs/<sha256>
-PREVIEW_CHARS = 100        # how much of it the line keeps, for a person reading the log
+BLOB_THRESHOLD = 4096  # bytes of UTF-8: a larger string content goes to blobs/<sha256>
+PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the log
 BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
 
 
@@ -526,9 +573,10 @@ def fsync_file(path: Path) -> None:
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
-    A session holds what a person said, and its name may say about what: other users should
-    not even list them. (Path.mkdir(parents=True) would leave the parents to the umask: 0777
-    under umask 000.) With durable=True each new folder's name is synced in its parent.
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
     """
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
@@ -544,21 +592,29 @@ def make_folder(folder: Path, durable: bool = False) -> None:
 
 
 class SessionLog:
-    """One session's append-only log: `<folder>/<session_id>.jsonl`, one entry per line.
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: an entry a line.
 
-    The object that writes a log is its writer, and a session has one writer at a time. It
-    becomes the writer at open_for_append() (an agent resuming the session) or at its first
-    append: it takes the session's lock (`<id>.lock`), then repairs the log's tail, once,
-    before anything else is written; it holds the lock until close(). Creating a SessionLog,
-    or only reading with load(), takes no lock and creates no file.
-    `timeout` is how many seconds to wait for a busy session (None: as long as it takes)
-    before SessionBusy. With durable=True every write is flushed to the disk (fsync).
-    A string content larger than `blob_threshold` bytes is stored in `<folder>/blobs/<sha256>`,
-    shared by every session of the folder, and its line keeps a small reference to it.
+    The object that writes a log is its writer, and a session has one writer at a time.
+    It becomes the writer at open_for_append() (an agent resuming the session) or at its
+    first append: it takes the session's lock (`<id>.lock`), then repairs the log's
+    tail, once, before anything else is written; it holds the lock until close().
+    Creating a SessionLog, or only reading with load(), takes no lock and creates no
+    file. `timeout` is how many seconds to wait for a busy session (None: as long as it
+    takes) before SessionBusy. With durable=True every write is flushed to the disk
+    (fsync). A string content larger than `blob_threshold` bytes is stored in
+    `<folder>/blobs/<sha256>`, shared by every session of the folder, and its line keeps
+    a small reference to it.
     """
 
-    def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False,
-                 timeout: float | None = 0, blob_threshold: int = BLOB_THRESHOLD) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        session_id: str,
+        *,
+        durable: bool = False,
+        timeout: float | None = 0,
+        blob_threshold: int = BLOB_THRESHOLD,
+    ) -> None:
         self.id = check_session_id(session_id)
         self.folder = Path(folder)
         self.path = self.folder / f"{self.id}.jsonl"
@@ -571,19 +627,22 @@ class SessionLog:
         self._fd: int | None = None
         self.in_doubt = False       # a write failed leaving the log's end unknown: stop
         self._lock_fd: int | None = None
-        self._found_no_log = False              # open_for_append found no log: a new session
-        self.repaired: Message | None = None    # the repair marker this writer wrote, if any
+        # open_for_append found no log: a new session
+        self._found_no_log = False
+        # The repair marker this writer wrote, if any
+        self.repaired: Message | None = None
 
     def open_for_append(self) -> list[Message]:
         """Become the session's writer and return its history, with the tail repaired.
 
         A session with no log yet has nothing to repair and nothing to lock: it stays
-        uncreated, lock file included, until the first append (loading a session must not
-        create its file).
+        uncreated, lock file included, until the first append (loading a session must
+        not create its file).
         """
         if self._fd is None:
             if self.path.exists():
-                return self.history(self._open())    # the log as the repair read it: parsed once
+                # The log as the repair read it: parsed once
+                return self.history(self._open())
             self._found_no_log = True
         return self.load()
 
@@ -595,9 +654,9 @@ class SessionLog:
         check_message(message)
         if self._fd is None:
             self._open()        # become the writer first: only the writer stores blobs
-        # A large content goes to its blob first, whole; only then is the line that points to
-        # it written. A crash in between leaves a blob nothing points to, never a line
-        # pointing to nothing.
+        # A large content goes to its blob first, whole; only then is the line that
+        # points to it written. A crash in between leaves a blob nothing points to,
+        # never a line pointing to nothing.
         self._write(encode_line(self.outline(message)))
 
     def _write(self, data: bytes) -> None:
@@ -628,8 +687,9 @@ class SessionLog:
             self.in_doubt = False   # write() refused whole: nothing written, retry safe
             raise
         if written != len(data):
-            # The disk filled up (or a file size limit was hit) part-way: take the part back,
-            # so that the log still ends on a whole line and the next write starts clean.
+            # The disk filled up (or a file size limit was hit) part-way: take the part
+            # back, so that the log still ends on a whole line and the next write starts
+            # clean.
             os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
             self.in_doubt = False   # taken back: the log is as it was before this write
             raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes "
@@ -639,7 +699,7 @@ class SessionLog:
         self.in_doubt = False
 
     def _open(self) -> LogState:
-        """Become the writer: take the lock, then open the log for appending and repair its tail.
+        """Become the writer: take the lock, open the log to append, repair its tail.
 
         Returns the log's entries as this writer leaves them, so that a resume need not
         read and parse the whole log a second time.
@@ -650,24 +710,31 @@ class SessionLog:
             # writer is in the middle of writing. Only the lock holder may judge it, and
             # cut it. Inside the try: a failure writing the lock file lets go of it.
             self._lock()
-            if self._found_no_log and self.path.exists() and self.path.stat().st_size > 0:
-                # Our agent started from an empty history; another writer began the session
-                # since. Appending now would splice two stories into one log.
+            if (
+                self._found_no_log
+                and self.path.exists()
+                and self.path.stat().st_size > 0
+            ):
+                # Our agent started from an empty history; another writer began the
+                # session since. Appending now would splice two stories into one log.
                 raise SessionExists(
-                    f"session {self.id!r} was started by another writer after this one found it "
-                    "empty; resume it again to continue from its history")
+                    f"session {self.id!r} was started by another writer after this one "
+                    "found it empty; resume it again to continue from its history"
+                )
             is_new = not self.path.exists()
-            # O_APPEND: every write lands at the current end of the file, whatever else happened.
-            # O_NOFOLLOW: a log that is a symbolic link is refused (OSError, ELOOP), never
-            # followed out of the folder; 0o600: only its owner may read it.
-            # O_RDWR: the writer reads the log through this same descriptor (read_all).
+            # O_APPEND: every write lands at the current end of the file, whatever else
+            # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+            # ELOOP), never followed out of the folder; 0o600: only its owner may read
+            # it. O_RDWR: the writer reads the log through this same descriptor
+            # (read_all).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
             self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
-            state = parse_log(data, self.path)      # raises CorruptLog before anything is changed
+            # Raises CorruptLog before anything is changed
+            state = parse_log(data, self.path)
             self._repair(data, state)
             # A repair that added entries (a marker, results) changed the log: read it
             # again. That happens once after a crash; every other resume parses it once.
@@ -679,13 +746,14 @@ class SessionLog:
         return state
 
     def _lock(self) -> None:
-        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to self.timeout
-        seconds, and write who holds it into the lock file. SessionBusy if it stays taken.
+        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds, and write who holds it into the lock file. SessionBusy if
+        it stays taken.
 
-        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not blocking)
-        when another open file holds it, and released by the kernel when the holder closes it
-        or dies. If the file we locked is no longer the one named `<id>.lock` (its holder
-        removed it while letting go), lock the new one instead.
+        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not
+        blocking) when another open file holds it, and released by the kernel when the
+        holder closes it or dies. If the file we locked is no longer the one named
+        `<id>.lock` (its holder removed it while letting go), lock the new one instead.
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
@@ -702,7 +770,8 @@ class SessionLog:
                 continue
             if is_same_file(fd, self.lock_path):
                 break
-            os.close(fd)    # we locked a file that was removed as its holder let go: retry
+            # We locked a file that was removed as its holder let go: retry
+            os.close(fd)
         # A lock file with other names (a hard link to another session's log, planted
         # like a symbolic link) or that is no regular file must not be truncated below.
         found = os.fstat(fd)
@@ -712,19 +781,20 @@ class SessionLog:
                           f"(it has {found.st_nlink} names, or is not a regular file); "
                           "refusing to write into it", str(self.lock_path))
         self._lock_fd = fd
-        # Whoever held it before (even one killed with SIGKILL) left its name here: overwrite.
+        # Whoever held it before (even one killed with SIGKILL) left its name here:
+        # overwrite.
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "since": now()}).encode("utf-8"))
 
     def _unlock(self) -> None:
-        """Let go of the session: remove the lock file while still holding it, then close it."""
+        """Let go: remove the lock file while still holding the lock, then close it."""
         if self._lock_fd is None:
             return
-        # Remove the name first, while the lock is still ours: a writer that opened this file
-        # and is waiting on it will find, once it gets the lock, that the name points nowhere
-        # and try again on a new file. (Remove it after letting go, and a newcomer's fresh
-        # lock file could be the one removed.)
+        # Remove the name first, while the lock is still ours: a writer that opened this
+        # file and is waiting on it will find, once it gets the lock, that the name
+        # points nowhere and try again on a new file. (Remove it after letting go, and a
+        # newcomer's fresh lock file could be the one removed.)
         try:
             if is_same_file(self._lock_fd, self.lock_path):
                 os.unlink(self.lock_path)
@@ -735,7 +805,7 @@ class SessionLog:
             self._lock_fd = None
 
     def holder(self) -> dict[str, Any]:
-        """Who holds the session, as its lock file says: {"pid", "host", "since"}, or {}."""
+        """Who holds the session, says the lock file: {"pid", "host", "since"} or {}."""
         try:
             # Like every file of the session: no link followed, a regular file only, and
             # no more than a pid record can need (a planted device could never end).
@@ -746,30 +816,40 @@ class SessionLog:
                 found = json.loads(os.read(fd, 4096))
             finally:
                 os.close(fd)
-        except (OSError, ValueError):   # no lock file, or its holder is writing it right now
+        # No lock file, or its holder is writing it right now
+        except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
 
     def _repair(self, data: bytes, state: LogState) -> None:
-        """Make the log's tail whole before this writer adds to it; a whole log is left alone.
+        """Make the log's tail whole before this writer adds to it; leave a whole one.
 
-        Cut a torn tail, add a missing final newline, and answer each unanswered tool call
-        with interrupted_result(call), after a repair marker saying what was done. The marker
-        and the results go in one write, so a second repair finds nothing left to do.
-        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
+        Cut a torn tail, add a missing final newline, and answer each unanswered tool
+        call with interrupted_result(call), after a repair marker saying what was done.
+        The marker and the results go in one write, so a second repair finds nothing
+        left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
+        read them.
         """
         calls = unanswered_calls(state.messages)
-        fix = b"\n" if state.newline_missing else b""     # so that the next line starts clean
+        # So that the next line starts clean
+        fix = b"\n" if state.newline_missing else b""
         if state.torn:
-            os.ftruncate(self._fd, state.end)    # O_APPEND writes then land at the new end
+            # O_APPEND writes then land at the new end
+            os.ftruncate(self._fd, state.end)
         if state.torn or calls:
-            self.repaired = {MARKER: "repair", "at": now(), "cut_bytes": state.torn,
-                             "cut_preview": data[state.end:state.end + 80].decode("utf-8", "replace"),
-                             "interrupted": [call["id"] for call in calls]}
-            fix += b"".join(encode_line(entry) for entry in
-                            [self.repaired, *(interrupted_result(call) for call in calls)])
+            cut = data[state.end:state.end + 80]
+            self.repaired = {
+                MARKER: "repair",
+                "at": now(),
+                "cut_bytes": state.torn,
+                "cut_preview": cut.decode("utf-8", "replace"),
+                "interrupted": [call["id"] for call in calls],
+            }
+            entries = [self.repaired, *(interrupted_result(call) for call in calls)]
+            fix += b"".join(encode_line(entry) for entry in entries)
         if fix:
-            self._write(fix)    # one write: marker and results land together or not at all
+            # One write: marker and results land together or not at all
+            self._write(fix)
 
     def _sync_folder(self) -> None:
         """Make the new file's name itself durable: fsync the folder that holds it."""
@@ -782,25 +862,28 @@ class SessionLog:
             os.close(folder)
 
     def load(self) -> list[Message]:
-        """Every complete message in the log, in order; [] for a session that does not exist yet.
+        """Every complete message in the log, in order; [] for a log not written yet.
 
-        Read-only: markers are left out, a torn tail is skipped (not cut: only the writer
-        repairs), and a corrupt line before the tail raises CorruptLog. Each content stored as
-        a blob is read back and checked against its hash (BlobError if it cannot be trusted).
+        Read-only: markers are left out, a torn tail is skipped (not cut: only the
+        writer repairs), and a corrupt line before the tail raises CorruptLog. Each
+        content stored as a blob is read back and checked against its hash (BlobError if
+        it cannot be trusted).
         """
         return self.history(read_log(self.path))
 
     def history(self, state: LogState) -> list[Message]:
-        """The messages `state` shows, each blob reference replaced by the blob's content."""
-        return [self.inline(message, line) for line, message in state.numbered_messages()]
+        """The messages `state` shows, each blob reference replaced by its content."""
+        return [
+            self.inline(message, line) for line, message in state.numbered_messages()
+        ]
 
     # --- large content, stored beside the log by its hash -----------------------------
 
     def outline(self, message: Message) -> Message:
-        """The message as its line stores it: a large string content becomes a blob reference.
+        """The message as its line stores it: a large content becomes a blob reference.
 
-        Returns a new dict and leaves `message` alone: the agent's memory, and so the next
-        request to the model, keep the full content.
+        Returns a new dict and leaves `message` alone: the agent's memory, and so the
+        next request to the model, keep the full content.
         """
         content = message.get("content")
         if not isinstance(content, str):
@@ -808,32 +891,44 @@ class SessionLog:
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
-            return message          # a lone surrogate: encode_line refuses it, saying why
+            return message  # a lone surrogate: encode_line refuses it, saying why
         # TODO(06.2): Replace large content with a reference in the line.
         # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
-        raise NotImplementedError("task 06.2 is not written yet: Replace large content with a reference in the line")
+        raise NotImplementedError(
+            "task 06.2 is not written yet: Replace large content with a reference in "
+            "the line"
+        )
 
     def store_blob(self, data: bytes) -> str:
         """Store `data` as `blobs/<sha256 of data>`, whole, and return the hash.
 
-        Content-addressed: the same bytes always get the same name, so they are stored once,
-        and any session of the folder (a fork, say) can point to them without a copy.
+        Content-addressed: the same bytes always get the same name, so they are stored
+        once, and any session of the folder (a fork, say) can point to them without a
+        copy.
         """
-        # TODO(06.1): Store content as blobs/<sha256>, whole, before anything points to it.
+        # TODO(06.1): Store content as blobs/<sha256>, whole, before anything points to
+        # it.
         # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
-        raise NotImplementedError("task 06.1 is not written yet: Store content as blobs/<sha256>, whole, before anything points to it")
+        raise NotImplementedError(
+            "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "
+            "before anything points to it"
+        )
 
     def inline(self, message: Message, line: int) -> Message:
-        """The message as the agent sees it: a blob reference replaced by the blob's content.
+        """The message as the agent sees it: a blob reference replaced by its content.
 
         `line` is the message's line number in the log, for the error messages.
         """
         reference = message.get("content")
         if not (isinstance(reference, dict) and "$blob" in reference):
             return message
-        # TODO(06.3): Put the content back on load, trusting no blob without checking its hash.
+        # TODO(06.3): Put the content back on load, trusting no blob without checking
+        # its hash.
         # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
-        raise NotImplementedError("task 06.3 is not written yet: Put the content back on load, trusting no blob without checking its hash")
+        raise NotImplementedError(
+            "task 06.3 is not written yet: Put the content back on load, trusting no "
+            "blob without checking its hash"
+        )
 
     def close(self) -> None:
         """Close the log, then let go of the lock (safe to call more than once)."""
@@ -848,7 +943,7 @@ class SessionLog:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()    # on an exception too: a crashed writer must not keep the session
+        self.close()  # on an exception too: a crashed writer must not keep the session
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
@@ -881,14 +976,18 @@ def run_tool(tools: Tools, call: Message) -> str:
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
-        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
     try:
         arguments = read_arguments(call["function"]["arguments"])
     except ValueError as error:
         return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
-    except Exception as error:  # the model should hear about it, not the user's terminal
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
         return f"error: {name} failed: {type(error).__name__}: {error}"
 
 
@@ -933,31 +1032,40 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
 
 
 class Agent:
-    """An agent whose memory is `self.messages`, saved line by line to its session log."""
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
 
-    def __init__(self, client: Any, *, model: str, tools: Tools, session: SessionLog | None = None,
-                 system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+    ) -> None:
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
-        self.session = session        # where messages are saved; None keeps them in memory only
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
         self.system = system          # sent first with every request, never stored
         self.max_turns = max_turns    # model calls allowed for one user message
         self.messages: list[Message] = self.resume()
 
     def resume(self) -> list[Message]:
-        """The history to start from: the session's log, repaired, or nothing without a session."""
+        """The history to start from: the session's log, repaired (none without one)."""
         if self.session is None:
             return []
-        # Not load(): this agent will write, so it takes the log over as its writer, and a
-        # writer repairs the tail before the history is sent to any model.
+        # Not load(): this agent will write, so it takes the log over as its writer, and
+        # a writer repairs the tail before the history is sent to any model.
         return self.session.open_for_append()
 
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
@@ -976,7 +1084,9 @@ class Agent:
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
-            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
 
     def settle(self) -> None:
         """Answer the tool calls an earlier run left without results, before anything.
@@ -1017,14 +1127,14 @@ FORMAT_VERSION = 1
 
 def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
          durable: bool = False) -> Path:
-    """Start session `new_id` with the history of `source_id` (its first `upto` messages).
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
 
-    Returns the new log's path. Refuses, changing nothing, when the source does not exist,
-    when `new_id` is taken, or when `upto` is more than the source holds.
+    Returns the new log's path. Refuses, changing nothing, when the source does not
+    exist, when `new_id` is taken, or when `upto` is more than the source holds.
 
-    With durable=True the fork and its meta file are on disk (fsync, then the folder) before
-    it returns, as an append is in durable mode; without, a power cut soon after the fork can
-    leave it empty or missing (the source is never at risk).
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
     """
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
@@ -1033,14 +1143,19 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
-        raise SessionExists(f"cannot fork onto {new_id!r}: session {target} already exists")
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
     try:
         data, state = read_whole_log(source)
     except FileNotFoundError:
-        raise SessionNotFound(f"cannot fork from {source_id!r}: no session log at {source}") from None
-    # Since lesson 04 a log holds markers as well as messages, and may end in a torn line:
-    # copy whole lines only, and count messages, not lines.
-    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]   # one per entry
+        raise SessionNotFound(
+            f"cannot fork from {source_id!r}: no session log at {source}"
+        ) from None
+    # Since lesson 04 a log holds markers as well as messages, and may end in a torn
+    # line: copy whole lines only, and count messages, not lines.
+    # One per entry
+    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
     count = len(state.messages) if upto is None else upto
     if not 0 <= count <= len(state.messages):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
@@ -1073,7 +1188,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
 
 
 def entries_for(entries: list[Message], count: int) -> int:
-    """How many entries hold the first `count` messages (with the markers among them)."""
+    """How many entries hold the first `count` messages (and the markers among them)."""
     seen = kept = 0
     for entry in entries:
         if seen == count:
@@ -1086,10 +1201,11 @@ def entries_for(entries: list[Message], count: int) -> int:
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
-    The bytes go to a temporary file first; os.link then gives it its real name, and fails
-    if that name exists (os.replace would silently overwrite it). A crash of the process
-    leaves at worst a stray temporary file, never a half-written session. Surviving a power
-    cut takes durable=True: the bytes, then the new name, are fsynced before it returns.
+    The bytes go to a temporary file first; os.link then gives it its real name, and
+    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    process leaves at worst a stray temporary file, never a half-written session.
+    Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
+    before it returns.
     """
     temp = _write_temp(path, data, durable)
     try:
@@ -1103,7 +1219,7 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace `path` with `data` atomically: readers see the old file or the new, never half."""
+    """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
     try:
         os.replace(temp, path)
@@ -1135,7 +1251,8 @@ def _write_temp(path: Path, data: bytes, durable: bool) -> str:
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
-        os.unlink(temp)     # a write that failed (a full disk) leaves no half-written file behind
+        # A write that failed (a full disk) leaves no half-written file behind
+        os.unlink(temp)
         raise
     finally:
         os.close(fd)

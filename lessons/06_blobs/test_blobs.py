@@ -17,9 +17,14 @@ from sessionlab.town import Town
 from sessionlab.testing import open_descriptors, raises, with_file_size_limit
 
 MB = 1024 * 1024
-PASTE = "".join(f"{n:07d} the elder's map of the cave, copied line by line\n" for n in range(MB // 56 + 1))[:MB]
+PASTE = "".join(
+    f"{n:07d} the elder's map of the cave, copied line by line\n"
+    for n in range(MB // 56 + 1)
+)[:MB]
 NON_ASCII = "洞窟の地図 — Ελληνικά, café, emoji 🗺️🔦\n" * 400
-BINARY_LOOKING = "".join(chr(n) for n in range(256)) * 40 + "\r\n\r\x00\u2028\u2029\x85" * 200
+BINARY_LOOKING = (
+    "".join(chr(n) for n in range(256)) * 40 + "\r\n\r\x00\u2028\u2029\x85" * 200
+)
 SMALL = {"role": "user", "content": "Hello, elder."}
 
 
@@ -32,19 +37,29 @@ def lines_of(path):
 
 
 def blob_names(sessions):
-    """The blobs stored in the folder (temporary files, which start with a dot, are not blobs)."""
+    """The blobs stored in the folder (temporary files,
+    which start with a dot, are not blobs)."""
     folder = sessions / "blobs"
-    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
+    return (
+        sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+        if folder.exists()
+        else []
+    )
 
 
 def snapshot(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def reference_in(message):
     content = message.get("content")
     assert isinstance(content, dict) and "$blob" in content, (
-        f"a large content should be stored as {{'$blob': <sha256>, 'size': ..., 'preview': ...}}; "
+        f"a large content should be stored as {{'$blob': <sha256>, 'size': ..., "
+        f"'preview': ...}}; "
         f"the line holds {str(content)[:120]!r}")
     return content
 
@@ -53,9 +68,16 @@ class Library:
     """Tools for the tests: the town's library lends one very long scroll."""
 
     scroll = "The chronicle of the cave, page after page.\n" * 20_000
-    schemas = [{"type": "function", "function": {
-        "name": "read_scroll", "description": "Read the chronicle of the cave, all of it.",
-        "parameters": {"type": "object", "properties": {}}}}]
+    schemas = [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_scroll",
+                "description": "Read the chronicle of the cave, all of it.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
 
     def __init__(self):
         self.functions = {"read_scroll": lambda: self.scroll}
@@ -71,26 +93,50 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
         log.append({"role": "user", "content": PASTE})
 
     raw = (sessions / "quest-1.jsonl").read_bytes()
-    assert len(raw) < 1024, f"a 1 MB paste should leave a line of a few hundred bytes; the log has {len(raw)} bytes"
+    assert len(raw) < 1024, (
+        "a 1 MB paste should leave a line of a few hundred bytes; the log has "
+        f"{len(raw)} bytes"
+    )
     reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
     data = PASTE.encode("utf-8")
     assert reference["$blob"] == sha256(data), (
-        f"the reference should be the sha256 of the content's UTF-8 bytes ({sha256(data)}), got {reference['$blob']!r}")
-    assert reference.get("size") == len(data), f"size is the content's length in bytes ({len(data)}), got {reference.get('size')!r}"
+        "the reference should be the sha256 of the content's UTF-8 bytes "
+        f"({sha256(data)}), got {reference['$blob']!r}"
+    )
+    assert reference.get("size") == len(data), (
+        f"size is the content's length in bytes ({len(data)}), got "
+        f"{reference.get('size')!r}"
+    )
     preview = reference.get("preview")
-    assert isinstance(preview, str) and 0 < len(preview) <= 200 and PASTE.startswith(preview), (
-        f"preview should be the first hundred or so characters of the content, got {preview!r}")
+    assert (
+        isinstance(preview, str)
+        and 0 < len(preview) <= 200
+        and PASTE.startswith(preview)
+    ), (
+        "preview should be the first hundred or so characters of the content, got "
+        f"{preview!r}"
+    )
     blob = sessions / "blobs" / reference["$blob"]
-    assert blob.is_file() and blob.read_bytes() == data, f"the content's bytes should be stored whole in {blob}"
+    assert blob.is_file() and blob.read_bytes() == data, (
+        f"the content's bytes should be stored whole in {blob}"
+    )
 
 
 @pytest.mark.key
 @pytest.mark.task("06.3")
-@pytest.mark.parametrize("content", [PASTE, NON_ASCII, BINARY_LOOKING], ids=["1 MB paste", "non-ASCII", "binary-looking"])
+@pytest.mark.parametrize(
+    "content",
+    [PASTE, NON_ASCII, BINARY_LOOKING],
+    ids=["1 MB paste", "non-ASCII", "binary-looking"],
+)
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     """Loading puts the blob's content back in place of the reference, byte for byte,
     around unchanged small messages."""
-    messages = [SMALL, {"role": "user", "content": content}, {"role": "assistant", "content": "Noted."}]
+    messages = [
+        SMALL,
+        {"role": "user", "content": content},
+        {"role": "assistant", "content": "Noted."},
+    ]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
             log.append(message)
@@ -98,13 +144,21 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
 
-    assert loaded[0] == SMALL and loaded[2] == messages[2], "the small messages around the large one should load unchanged"
+    assert loaded[0] == SMALL and loaded[2] == messages[2], (
+        "the small messages around the large one should load unchanged"
+    )
     got = loaded[1].get("content")
-    assert isinstance(got, str), f"load should put the blob's content back in place of the reference, got {str(got)[:120]!r}"
+    assert isinstance(got, str), (
+        "load should put the blob's content back in place of the reference, got "
+        f"{str(got)[:120]!r}"
+    )
+    pairs = enumerate(zip(got, content))
+    differ = next((i for i, (a, b) in pairs if a != b), min(len(got), len(content)))
     assert got == content, (
-        f"the content should come back exactly ({len(content)} characters); got {len(got)} characters that differ "
-        f"from character {next((i for i, (a, b) in enumerate(zip(got, content)) if a != b), min(len(got), len(content)))}. "
-        "Read the blob as bytes and decode it as UTF-8: text mode turns '\\r\\n' into '\\n'")
+        f"the content should come back exactly ({len(content)} characters); got "
+        f"{len(got)} characters that differ from character {differ}. Read the blob as "
+        "bytes and decode it as UTF-8: text mode turns '\\r\\n' into '\\n'"
+    )
 
 
 @pytest.mark.task("06.2")
@@ -112,16 +166,24 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
     """blob_threshold is configurable and counts UTF-8 bytes, what the line would hold,
     not characters."""
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
-        log.append({"role": "user", "content": "x" * 10})        # 10 bytes: stays in the line
-        log.append({"role": "user", "content": "x" * 11})        # 11 bytes: goes to a blob
-        log.append({"role": "user", "content": "é" * 6})         # 6 characters, 12 bytes: a blob
+        # 10 bytes: stays in the line
+        log.append({"role": "user", "content": "x" * 10})
+        # 11 bytes: goes to a blob
+        log.append({"role": "user", "content": "x" * 11})
+        # 6 characters, 12 bytes: a blob
+        log.append({"role": "user", "content": "é" * 6})
 
     stored = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
-    assert stored[0] == "x" * 10, f"content of exactly the threshold stays in the line, got {stored[0]!r}"
+    assert stored[0] == "x" * 10, (
+        f"content of exactly the threshold stays in the line, got {stored[0]!r}"
+    )
     assert isinstance(stored[1], dict) and "$blob" in stored[1], (
-        f"with blob_threshold=10, an 11-byte content should go to a blob, got {stored[1]!r}")
+        "with blob_threshold=10, an 11-byte content should go to a blob, got "
+        f"{stored[1]!r}"
+    )
     assert isinstance(stored[2], dict) and stored[2].get("size") == 12, (
-        "the threshold and the size count bytes of UTF-8 (what the line would hold), not characters: "
+        "the threshold and the size count bytes of UTF-8 (what the line would hold), "
+        "not characters: "
         f"'é' * 6 is 12 bytes; got {stored[2]!r}")
 
 
@@ -129,13 +191,19 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
 def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessions):
     """With the default threshold, a message of a few KB stays in its line: only large
     content moves out."""
-    ordinary = {"role": "tool", "tool_call_id": "call_1_0", "content": "The elder says: bring a torch. " * 100}
+    ordinary = {
+        "role": "tool",
+        "tool_call_id": "call_1_0",
+        "content": "The elder says: bring a torch. " * 100,
+    }
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(ordinary)                                      # about 3 KB
         log.append({"role": "user", "content": "y" * 5000})       # about 5 KB
 
     stored = lines_of(sessions / "quest-1.jsonl")
-    assert stored[0] == ordinary, "a 3 KB message is under the default threshold (a few KB) and stays in the line"
+    assert stored[0] == ordinary, (
+        "a 3 KB message is under the default threshold (a few KB) and stays in the line"
+    )
     reference_in(stored[1])
 
 
@@ -143,12 +211,23 @@ def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessi
 def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions):
     """A message whose content is not a string (None, tool calls only) is stored as it
     is, with nothing out of line."""
-    call_message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1_0", "type": "function", "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+    call_message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1_0",
+                "type": "function",
+                "function": {"name": "buy", "arguments": '{"item": "rope"}'},
+            }
+        ],
+    }
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=0) as log:
         log.append(call_message)
 
-    assert lines_of(sessions / "quest-1.jsonl") == [call_message], "a message whose content is None has nothing to store out of line"
+    assert lines_of(sessions / "quest-1.jsonl") == [call_message], (
+        "a message whose content is None has nothing to store out of line"
+    )
 
 
 @pytest.mark.key
@@ -159,7 +238,9 @@ def test_the_model_receives_the_full_content(lesson, sessions):
     library = Library()
     model = ScriptedModel([use(call("read_scroll")), say("A long chronicle.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=library, session=log)
+        agent = lesson.Agent(
+            model.client(), model=model.model, tools=library, session=log
+        )
         try:
             agent.run(PASTE)
         except openai.BadRequestError as error:
@@ -175,11 +256,20 @@ def test_the_model_receives_the_full_content(lesson, sessions):
     first, second = model.requests[0]["messages"], model.requests[1]["messages"]
     assert first[0]["content"] == PASTE, (
         "the first request should carry the whole paste; it carried "
-        f"{str(first[0]['content'])[:120]!r}. Build the reference in a new dict: never change the message you were given")
+        f"{str(first[0]['content'])[:120]!r}. Build the reference in a new dict: never "
+        "change the message you were given"
+    )
     assert second[2]["content"] == library.scroll, (
-        f"the tool's whole result should go back to the model; it got {str(second[2]['content'])[:120]!r}")
-    assert agent.messages[0]["content"] == PASTE and agent.messages[2]["content"] == library.scroll, (
-        "the agent's memory should keep the full content; only the line on disk holds a reference")
+        "the tool's whole result should go back to the model; it got "
+        f"{str(second[2]['content'])[:120]!r}"
+    )
+    assert (
+        agent.messages[0]["content"] == PASTE
+        and agent.messages[2]["content"] == library.scroll
+    ), (
+        "the agent's memory should keep the full content; only the line on disk holds "
+        "a reference"
+    )
     stored = lines_of(sessions / "quest-1.jsonl")
     reference_in(stored[0])
     reference_in(stored[2])
@@ -191,8 +281,12 @@ def test_day_two_sends_the_full_content_again(lesson, sessions, town):
     """After a resume, day 2's first request carries day 1's large content in full, read
     back from its blob."""
     with lesson.SessionLog(sessions, "quest-1") as log:
-        lesson.Agent(ScriptedModel([say("What a map.")]).client(), model="scripted-town", tools=town,
-                     session=log).run(PASTE)
+        lesson.Agent(
+            ScriptedModel([say("What a map.")]).client(),
+            model="scripted-town",
+            tools=town,
+            session=log,
+        ).run(PASTE)
 
     model = ScriptedModel([say("It shows the cave.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -200,7 +294,10 @@ def test_day_two_sends_the_full_content_again(lesson, sessions, town):
         agent.run("What did the map show?")
 
     sent = model.requests[0]["messages"][0]["content"]
-    assert sent == PASTE, f"day 2's first request should carry day 1's paste in full, read back from its blob; got {str(sent)[:120]!r}"
+    assert sent == PASTE, (
+        "day 2's first request should carry day 1's paste in full, read back from its "
+        f"blob; got {str(sent)[:120]!r}"
+    )
 
 
 @pytest.mark.key
@@ -215,7 +312,9 @@ def test_the_same_content_is_stored_once(lesson, sessions):
         log.append({"role": "tool", "tool_call_id": "call_1_0", "content": PASTE})
 
     assert blob_names(sessions) == [sha256(PASTE.encode("utf-8"))], (
-        f"three copies of one content should make one blob, named by its hash; blobs/ holds {blob_names(sessions)}")
+        "three copies of one content should make one blob, named by its hash; blobs/ "
+        f"holds {blob_names(sessions)}"
+    )
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert [m["content"] for m in log.load()] == [PASTE, PASTE]
 
@@ -274,19 +373,29 @@ def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
     after = {p.relative_to(sessions): p.stat().st_ino for p in sessions.rglob("*")}
     new = sorted(str(p) for p in after.keys() - before.keys())
     assert new == ["what-if.jsonl", "what-if.meta.json"], (
-        f"a fork adds its log and its meta file, and no blob (blobs are shared by the whole folder); it added {new}")
-    assert all(after[p] == ino for p, ino in before.items()), "the fork changed or replaced files of the original"
+        "a fork adds its log and its meta file, and no blob (blobs are shared by the "
+        f"whole folder); it added {new}"
+    )
+    assert all(after[p] == ino for p, ino in before.items()), (
+        "the fork changed or replaced files of the original"
+    )
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
-    assert blob.stat().st_nlink == 1, "the fork hard-linked the blob; it should only point to it from its log"
-    assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, "the fork's log should hold the short reference, not the content"
+    assert blob.stat().st_nlink == 1, (
+        "the fork hard-linked the blob; it should only point to it from its log"
+    )
+    assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, (
+        "the fork's log should hold the short reference, not the content"
+    )
     with lesson.SessionLog(sessions, "what-if") as log:
-        assert log.load()[0]["content"] == PASTE, "the fork should load the paste from the shared blob"
+        assert log.load()[0]["content"] == PASTE, (
+            "the fork should load the paste from the shared blob"
+        )
 
 
 class LineWatch:
-    """Wraps os.write: when the line holding a blob reference is written, notes whether its
-    blob is already complete on disk, and can make the process "die" right there."""
+    """Wraps os.write: when the line holding a blob reference is written, notes whether
+    its blob is already complete on disk, and can make the process "die" right there."""
 
     def __init__(self, blobs, digest, crash=False):
         self.blobs, self.digest, self.crash = blobs, digest, crash
@@ -296,7 +405,9 @@ class LineWatch:
     def __call__(self, fd, data):
         if b'"$blob"' in bytes(data):
             blob = self.blobs / self.digest
-            self.blob_was_complete = blob.is_file() and sha256(blob.read_bytes()) == self.digest
+            self.blob_was_complete = (
+                blob.is_file() and sha256(blob.read_bytes()) == self.digest
+            )
             if self.crash:
                 raise SimulatedCrash("the process dies just before the line is written")
         return self.real(fd, data)
@@ -305,7 +416,9 @@ class LineWatch:
 @pytest.mark.key
 @pytest.mark.task("06.1")
 @pytest.mark.task("06.2")
-def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(lesson, sessions, monkeypatch):
+def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(
+    lesson, sessions, monkeypatch
+):
     """The blob is complete on disk before the line pointing to it is written, so no
     crash leaves a reference to missing bytes."""
     digest = sha256(PASTE.encode("utf-8"))
@@ -315,18 +428,26 @@ def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(lesson, 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
 
-    assert watch.blob_was_complete is not None, "the line with the reference should be written with os.write, as every line is"
+    assert watch.blob_was_complete is not None, (
+        "the line with the reference should be written with os.write, as every line is"
+    )
     assert watch.blob_was_complete, (
-        "when the line pointing to the blob was written, the blob was not yet complete on disk: store the blob "
-        "first, then write the line, so that no crash can leave a reference to a missing blob")
+        "when the line pointing to the blob was written, the blob was not yet complete "
+        "on disk: store the blob first, then write the line, so that no crash can "
+        "leave a reference to a missing blob"
+    )
 
 
 @pytest.mark.task("06.1")
-def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(lesson, sessions, monkeypatch):
+def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(
+    lesson, sessions, monkeypatch
+):
     """A crash after the blob and before the line leaves an unused blob and a log that
     loads as before: harmless, and reused next time."""
     digest = sha256(PASTE.encode("utf-8"))
-    monkeypatch.setattr(lesson.os, "write", LineWatch(sessions / "blobs", digest, crash=True))
+    monkeypatch.setattr(
+        lesson.os, "write", LineWatch(sessions / "blobs", digest, crash=True)
+    )
 
     with pytest.raises(SimulatedCrash):
         with lesson.SessionLog(sessions, "quest-1") as log:
@@ -334,15 +455,22 @@ def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(lesson, se
             log.append({"role": "user", "content": PASTE})
     monkeypatch.undo()
 
-    assert b"$blob" not in (sessions / "quest-1.jsonl").read_bytes(), "the line was never written, so no reference can be on disk"
+    assert b"$blob" not in (sessions / "quest-1.jsonl").read_bytes(), (
+        "the line was never written, so no reference can be on disk"
+    )
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.load() == [SMALL], "the log should load as it was before the crash"
-    assert blob_names(sessions) == [digest], "the blob written before the crash stays, unused: harmless, and reused next time"
+    assert blob_names(sessions) == [digest], (
+        "the blob written before the crash stays, unused: harmless, and reused next "
+        "time"
+    )
 
 
 @pytest.mark.key
 @pytest.mark.task("06.1")
-def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions, monkeypatch):
+def test_a_crash_while_the_blob_is_written_leaves_no_reference(
+    lesson, sessions, monkeypatch
+):
     """A crash while the blob is written leaves no file under the blob's name and no
     reference: write to a temporary file, then rename."""
     blobs = str(sessions / "blobs")
@@ -352,7 +480,9 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions,
         def wrapper(source, target, *args, **kwargs):
             if os.path.dirname(os.fspath(target)) == blobs:
                 renames.append(os.fspath(target))
-                raise SimulatedCrash("the process dies while the blob is being put in place")
+                raise SimulatedCrash(
+                    "the process dies while the blob is being put in place"
+                )
             return real(source, target, *args, **kwargs)
         return wrapper
 
@@ -369,18 +499,27 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(lesson, sessions,
     monkeypatch.undo()
 
     assert crashed, (
-        "the blob was never renamed into blobs/: write it to a temporary file in blobs/ and rename it (os.replace) "
+        "the blob was never renamed into blobs/: write it to a temporary file in "
+        "blobs/ and rename it (os.replace) "
         "to its hash, so that the name <sha256> never holds half a blob")
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             loaded = log.load()
         except lesson.BlobError as error:
-            pytest.fail(f"the crash left a line pointing to a blob that was never stored ({error}): write the blob before the line")
-    assert loaded == [SMALL], f"only the message before the crash should be in the log, found {len(loaded)} messages"
+            pytest.fail(
+                "the crash left a line pointing to a blob that was never stored "
+                f"({error}): write the blob before the line"
+            )
+    assert loaded == [SMALL], (
+        f"only the message before the crash should be in the log, found {len(loaded)} "
+        "messages"
+    )
 
 
 @pytest.mark.task("06.1")
-def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sessions, monkeypatch):
+def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
+    lesson, sessions, monkeypatch
+):
     """In durable mode the blob's bytes and the blobs/ folder are fsynced before the
     line that points to the blob is written."""
     events = []
@@ -407,9 +546,12 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(lesson, sess
     line = events.index(("line", None)) if ("line", None) in events else len(events)
     before_line = [ino for kind, ino in events[:line]]
     assert blob.stat().st_ino in before_line, (
-        "in durable mode, fsync the blob's bytes before the line that points to it is written")
+        "in durable mode, fsync the blob's bytes before the line that points to it is "
+        "written"
+    )
     assert (sessions / "blobs").stat().st_ino in before_line, (
-        "in durable mode, fsync the blobs/ folder after renaming the blob into it (the name lives in the folder), "
+        "in durable mode, fsync the blobs/ folder after renaming the blob into it (the "
+        "name lives in the folder), "
         "before the line that points to it is written")
 
 
@@ -426,7 +568,8 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     assert blob.is_file(), (
         f"the paste should be stored in the folder's blobs/, named {digest}; blobs/ "
         f"holds {blob_names(sessions)}")
-    blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))   # same size, one word changed
+    # Same size, one word changed
+    blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
@@ -436,8 +579,14 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
 
     message = str(refused.value)
     assert isinstance(refused.value, ValueError), "BlobError should be a ValueError"
-    assert digest in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
-        f"the error should name the blob ({digest}), the log (quest-1.jsonl) and the line (line 2); it says: {message}")
+    assert (
+        digest in message
+        and "quest-1.jsonl" in message
+        and re.search(r"\bline 2\b", message)
+    ), (
+        f"the error should name the blob ({digest}), the log (quest-1.jsonl) and the "
+        f"line (line 2); it says: {message}"
+    )
 
 
 @pytest.mark.key
@@ -459,21 +608,43 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
             log.load()
 
     message = str(refused.value)
-    assert digest in message and "quest-1.jsonl" in message and re.search(r"\bline 1\b", message), (
-        f"the error should name the missing blob ({digest}), the log and the line (line 1); it says: {message}")
+    assert (
+        digest in message
+        and "quest-1.jsonl" in message
+        and re.search(r"\bline 1\b", message)
+    ), (
+        f"the error should name the missing blob ({digest}), the log and the line "
+        f"(line 1); it says: {message}"
+    )
 
 
 @pytest.mark.task("06.3")
-@pytest.mark.parametrize("name", ["../quest-2.jsonl", "/etc/hostname", "..", "", "blobs/" + "a" * 64,
-                                  "A" * 64, "a" * 63, "sha256:" + "a" * 64, 42, None,
-                                  sha256(PASTE.encode()) + "/../../quest-2.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../quest-2.jsonl",
+        "/etc/hostname",
+        "..",
+        "",
+        "blobs/" + "a" * 64,
+        "A" * 64,
+        "a" * 63,
+        "sha256:" + "a" * 64,
+        42,
+        None,
+        sha256(PASTE.encode()) + "/../../quest-2.jsonl",
+    ],
+)
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
     """A reference that is not a plain sha256 hex name (a path, say) is refused naming
     the log and line, and the load changes nothing."""
-    with lesson.SessionLog(sessions, "quest-2") as log:       # another session, with a real blob
+    # Another session, with a real blob
+    with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
     line = {"role": "user", "content": {"$blob": name, "size": 10, "preview": "a path"}}
-    (sessions / "quest-1.jsonl").write_text(json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+    (sessions / "quest-1.jsonl").write_text(
+        json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8"
+    )
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -491,8 +662,14 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
                         "opening anything", pytrace=False)
 
     message = str(refused.value)
-    assert str(name) in message and "quest-1.jsonl" in message and re.search(r"\bline 2\b", message), (
-        f"the error should quote the reference ({name!r}), and name the log and the line (line 2); it says: {message}")
+    assert (
+        str(name) in message
+        and "quest-1.jsonl" in message
+        and re.search(r"\bline 2\b", message)
+    ), (
+        f"the error should quote the reference ({name!r}), and name the log and the "
+        f"line (line 2); it says: {message}"
+    )
     assert snapshot(sessions) == before, "a refused load must change nothing"
 
 

@@ -14,18 +14,34 @@ from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
 from sessionlab.testing import raises, with_file_size_limit
 
-# Turn A: the user, one reply calling two tools, their two results, the answer (5 messages).
-TURN_A = ("Ask the elder about the cave and buy a rope.",
-          [use(call("talk_to", npc="elder"), call("buy", item="rope")), say("Rope bought; the elder wants a torch.")])
+# Turn A:
+# the user, one reply calling two tools, their two results, the answer (5 messages).
+TURN_A = (
+    "Ask the elder about the cave and buy a rope.",
+    [
+        use(call("talk_to", npc="elder"), call("buy", item="rope")),
+        say("Rope bought; the elder wants a torch."),
+    ],
+)
 # Turn B: the user, two rounds of one tool call and its result, the answer (6 messages).
-TURN_B = ("Buy a torch, then ask the guard.",
-          [use(call("buy", item="torch")), use(call("talk_to", npc="guard")), say("The guard opens at dawn.")])
+TURN_B = (
+    "Buy a torch, then ask the guard.",
+    [
+        use(call("buy", item="torch")),
+        use(call("talk_to", npc="guard")),
+        say("The guard opens at dawn."),
+    ],
+)
 TURN_C = ("Thank the elder.", [say("The elder nods.")])
 TURN_D = ("Wait for dawn.", [say("Dawn comes.")])
 
 
 def lines_of(path):
-    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line] if path.exists() else []
+    return (
+        [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+        if path.exists()
+        else []
+    )
 
 
 def markers_in(path):
@@ -33,11 +49,14 @@ def markers_in(path):
 
 
 def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
-    """A new agent on the session, as a new process would make it, with its own scripted model."""
+    """A new agent on the session, as a new process would make it,
+    with its own scripted model."""
     model = ScriptedModel(list(script))
     log = lesson.SessionLog(sessions, session_id)
     try:
-        agent = lesson.Agent(model.client(), model=model.model, tools=town or Town(), session=log)
+        agent = lesson.Agent(
+            model.client(), model=model.model, tools=town or Town(), session=log
+        )
     except BaseException:
         log.close()     # let go of the session even when the agent could not start
         raise
@@ -67,7 +86,9 @@ def resume(lesson, sessions, session_id="quest-1"):
 @pytest.mark.key
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.4")
-def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(lesson, sessions):
+def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(
+    lesson, sessions
+):
     """undo() takes back the whole last turn, the user's message with its tool calls,
     results and answer, never half a tool exchange."""
     agent, model, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1])
@@ -80,15 +101,22 @@ def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(les
         taken = agent.undo()
 
         assert agent.messages == turn_a, (
-            "undo() takes back the last turn: the user's message and everything after it (tool calls, their "
-            f"results, the answer). Expected the {len(turn_a)} messages of the first turn to remain, "
+            "undo() takes back the last turn: the user's message and everything after "
+            "it (tool calls, their "
+            f"results, the answer). Expected the {len(turn_a)} messages of the first "
+            "turn to remain, "
             f"found {[m.get('role') for m in agent.messages]}")
-        assert taken == turn_b, f"undo() returns the messages it took back, oldest first; got {[m.get('role') for m in taken]}"
+        assert taken == turn_b, (
+            "undo() returns the messages it took back, oldest first; got "
+            f"{[m.get('role') for m in taken]}"
+        )
         agent.run(TURN_C[0])
 
     next_request = model.requests[-1]["messages"]
     assert next_request == turn_a + [{"role": "user", "content": TURN_C[0]}], (
-        "the request after the undo should carry the first turn and the new message, nothing of the undone turn")
+        "the request after the undo should carry the first turn and the new message, "
+        "nothing of the undone turn"
+    )
 
 
 @pytest.mark.task("07.3")
@@ -104,8 +132,13 @@ def test_undo_of_several_turns(lesson, sessions):
 
         agent.undo(turns=2)
 
-        assert agent.messages == first, f"undo(turns=2) leaves the first of three turns, found {len(agent.messages)} messages"
-    assert resume(lesson, sessions) == first, "a new process should see only the first turn too"
+        assert agent.messages == first, (
+            "undo(turns=2) leaves the first of three turns, found "
+            f"{len(agent.messages)} messages"
+        )
+    assert resume(lesson, sessions) == first, (
+        "a new process should see only the first turn too"
+    )
 
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -143,8 +176,12 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
                             "that the count is between 1 and the turns there are "
                             "before using it as an index", pytrace=False)
 
-            assert agent.messages == messages, f"a refused undo({turns}) must leave the conversation as it was"
-            assert path.read_bytes() == before, f"a refused undo({turns}) must not write anything to the log"
+            assert agent.messages == messages, (
+                f"a refused undo({turns}) must leave the conversation as it was"
+            )
+            assert path.read_bytes() == before, (
+                f"a refused undo({turns}) must not write anything to the log"
+            )
     assert issubclass(lesson.UndoError, ValueError)
 
 
@@ -176,15 +213,21 @@ def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
 
     after = path.read_bytes()
     assert after.startswith(before), (
-        "undo must not rewrite, truncate or edit the log: every byte written before it must stay where it was. "
-        f"The log had {len(before)} bytes and now {'is shorter' if len(after) < len(before) else 'differs inside them'}")
-    assert path.stat().st_ino == inode, "undo replaced the log with a new file; append a marker to it instead"
+        "undo must not rewrite, truncate or edit the log: every byte written before it "
+        f"must stay where it was. The log had {len(before)} bytes and now "
+        f"{'is shorter' if len(after) < len(before) else 'differs inside them'}"
+    )
+    assert path.stat().st_ino == inode, (
+        "undo replaced the log with a new file; append a marker to it instead"
+    )
     assert len(after) > len(before), "the undo itself must be recorded in the log"
 
 
 @pytest.mark.key
 @pytest.mark.task("07.4")
-def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, sessions):
+def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(
+    lesson, sessions
+):
     """An undo is one marker line ({'$marker': 'undo'}, no role) listing the undone
     messages by their index, so it can never pass for a message."""
     turn_a, turn_b = play(lesson, sessions, TURN_A, TURN_B)
@@ -197,10 +240,14 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(lesson, s
         "after the undo the log is empty: undo appends a marker, it never rewrites")
     last = lines[-1]
     expected = list(range(len(turn_a), len(turn_a) + len(turn_b)))
-    assert last.get("$marker") == "undo", f"the undo should append one marker line {{'$marker': 'undo', ...}}, the last line is {last}"
+    assert last.get("$marker") == "undo", (
+        f"the undo should append one marker line {{'$marker': 'undo', ...}}, the last "
+        f"line is {last}"
+    )
     assert "role" not in last, "a marker must never look like a message: no 'role'"
     assert sorted(last.get("skip", [])) == expected, (
-        f"the marker's 'skip' lists the indices of the undone messages (messages counted from 0): expected "
+        "the marker's 'skip' lists the indices of the undone messages (messages "
+        "counted from 0): expected "
         f"{expected}, got {last.get('skip')}")
 
 
@@ -217,10 +264,13 @@ def test_resume_replays_without_the_undone_turn(lesson, sessions):
     agent, model, log = open_agent(lesson, sessions, TURN_C[1])
     with log:
         assert agent.messages == turn_a, (
-            f"a new process should see the first turn only ({len(turn_a)} messages), the undone one left out; "
+            f"a new process should see the first turn only ({len(turn_a)} messages), "
+            "the undone one left out; "
             f"it sees {[m.get('role') for m in agent.messages]}")
         agent.run(TURN_C[0])
-    assert model.requests[0]["messages"][:-1] == turn_a, "the first request after resuming should not carry the undone turn"
+    assert model.requests[0]["messages"][:-1] == turn_a, (
+        "the first request after resuming should not carry the undone turn"
+    )
 
 
 @pytest.mark.key
@@ -237,14 +287,20 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
         agent.run(TURN_C[0])
         expected = list(agent.messages)
 
-    assert expected[:len(turn_a)] == turn_a and [m.get("role") for m in expected[len(turn_a):]] == ["user", "assistant"]
+    assert expected[: len(turn_a)] == turn_a and [
+        m.get("role") for m in expected[len(turn_a) :]
+    ] == ["user", "assistant"]
     day_two, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
+        users = [m.get("content") for m in day_two.messages if m.get("role") == "user"]
         assert day_two.messages == expected, (
-            "resuming should give the first turn, then the turn played after the undo, in that order; got "
-            f"{[m.get('content') for m in day_two.messages if m.get('role') == 'user']} as the user's messages")
+            "resuming should give the first turn, then the turn played after the undo, "
+            f"in that order; got {users} as the user's messages"
+        )
         day_two.run(TURN_D[0])
-    assert model.requests[0]["messages"] == expected + [{"role": "user", "content": TURN_D[0]}]
+    assert model.requests[0]["messages"] == expected + [
+        {"role": "user", "content": TURN_D[0]}
+    ]
 
 
 @pytest.mark.key
@@ -253,18 +309,24 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
 def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions):
     """Marker indices count messages, not lines, so several undos in a row each skip the
     right messages."""
-    agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1] + TURN_D[1])
+    agent, _, log = open_agent(
+        lesson, sessions, TURN_A[1] + TURN_B[1] + TURN_C[1] + TURN_D[1]
+    )
     with log:
         agent.run(TURN_A[0])
         turn_a = list(agent.messages)
         agent.run(TURN_B[0])
         agent.undo()                 # marker line 1
         agent.run(TURN_C[0])
-        agent.undo()                 # marker line 2: C's messages sit one line further down than their index
+        # Marker line 2: C's messages sit one line further down than their index
+        agent.undo()
         agent.run(TURN_D[0])
         expected = list(agent.messages)
 
-    assert expected == turn_a + [{"role": "user", "content": TURN_D[0]}, {"role": "assistant", "content": "Dawn comes."}]
+    assert expected == turn_a + [
+        {"role": "user", "content": TURN_D[0]},
+        {"role": "assistant", "content": "Dawn comes."},
+    ]
     markers = markers_in(sessions / "quest-1.jsonl")
     assert len(markers) == 2, (
         f"two undos should have appended two markers; the log holds {len(markers)}. "
@@ -272,7 +334,8 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
     second = markers[1]
     c_index = len(turn_a) + 6     # A's messages, then B's six, then C's user message
     assert sorted(second.get("skip", [])) == [c_index, c_index + 1], (
-        f"message indices count message lines only (markers are not messages): turn C's messages are "
+        "message indices count message lines only (markers are not messages): turn "
+        "C's messages are "
         f"{[c_index, c_index + 1]}, the second marker says {second.get('skip')}")
     resumed = resume(lesson, sessions)
     users = [m.get("content") for m in resumed if m.get("role") == "user"]
@@ -292,12 +355,16 @@ def test_undo_in_a_later_process(lesson, sessions):
         agent.undo()
         assert agent.messages == turn_a
 
-    assert resume(lesson, sessions) == turn_a, "an undo made on day 2 should hold on day 3"
+    assert resume(lesson, sessions) == turn_a, (
+        "an undo made on day 2 should hold on day 3"
+    )
 
 
 @pytest.mark.key
 @pytest.mark.task("07.2")
-def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson, sessions):
+def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
+    lesson, sessions
+):
     """A message recorded between turns waits in the pending buffer and is on disk
     before the next model call, as lesson 01 requires."""
     turn_c, = play(lesson, sessions, TURN_C)
@@ -310,8 +377,12 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(lesson
     with log:
         agent.record(note)
         assert agent.pending == [note] and agent.messages[-1] == note, (
-            "record() keeps the message in memory and in agent.pending until the next flush")
-        assert path.read_bytes() == before, "a recorded message is written at the next flush, not at once"
+            "record() keeps the message in memory and in agent.pending until the next "
+            "flush"
+        )
+        assert path.read_bytes() == before, (
+            "a recorded message is written at the next flush, not at once"
+        )
         agent.run(TURN_D[0])
 
     expected = turn_c + [note, {"role": "user", "content": TURN_D[0]}]
@@ -346,9 +417,13 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
                         f"({error}): none of it was written, so the log has nothing to "
                         "undo; drop it from pending and call session.undo() only when "
                         "written messages are taken back", pytrace=False)
-        assert agent.messages == turn_c and agent.pending == [], "undo of a pending turn simply drops it"
+        assert agent.messages == turn_c and agent.pending == [], (
+            "undo of a pending turn simply drops it"
+        )
     assert path.read_bytes() == before, (
-        "the undone turn was never written, so the undo has nothing to record: the log must not change (no marker)")
+        "the undone turn was never written, so the undo has nothing to record: the log "
+        "must not change (no marker)"
+    )
 
 
 @pytest.mark.task("07.2")
@@ -365,7 +440,8 @@ def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, session
 
     skips = [m.get("skip") for m in markers_in(sessions / "quest-1.jsonl")]
     assert skips == [list(range(len(turn_a), len(turn_a) + 2))], (
-        f"only the written turn needs a marker (skip {list(range(len(turn_a), len(turn_a) + 2))}); "
+        "only the written turn needs a marker (skip "
+        f"{list(range(len(turn_a), len(turn_a) + 2))}); "
         f"the pending message is just dropped. Markers found: {skips}")
     assert resume(lesson, sessions) == turn_a
 
@@ -378,7 +454,10 @@ class WatchfulTown(Town):
         self.seen = []
         inner = dict(self.functions)
         for name, function in inner.items():
-            self.functions[name] = lambda _f=function, **kw: (self.seen.append(lines_of(path)), _f(**kw))[1]
+            self.functions[name] = lambda _f=function, **kw: (
+                self.seen.append(lines_of(path)),
+                _f(**kw),
+            )[1]
 
 
 @pytest.mark.key
@@ -393,15 +472,19 @@ def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, sessions):
 
     at_first_tool, at_second_tool = town.seen
     assert at_first_tool == agent.messages[:2], (
-        "when a tool starts, the reply that called it must be on disk, so that a crash inside the tool leaves "
-        f"a trace of the call: flush before running each tool. The log held {[m.get('role') for m in at_first_tool]}")
+        "when a tool starts, the reply that called it must be on disk, so that a crash "
+        "inside the tool leaves a trace of the call: flush before running each tool. "
+        f"The log held {[m.get('role') for m in at_first_tool]}"
+    )
     assert at_second_tool == agent.messages[:3], (
-        "when the second tool starts, the first tool's result must be on disk too; the log held "
+        "when the second tool starts, the first tool's result must be on disk too; the "
+        "log held "
         f"{[m.get('role') for m in at_second_tool]}")
 
 
 class CtrlCTown(Town):
-    """A town where the user presses Ctrl-C while the shop is serving: the purchase never returns."""
+    """A town where the user presses Ctrl-C while the shop is serving:
+    the purchase never returns."""
 
     def __init__(self):
         super().__init__()
@@ -413,15 +496,23 @@ class CtrlCTown(Town):
 
 @pytest.mark.key
 @pytest.mark.task("07.1")
-def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_repair(lesson, sessions):
+def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_repair(
+    lesson, sessions
+):
     """An interrupted turn can be undone, and the session then resumes without a repair:
     the tail is judged by the messages the log shows."""
-    agent, _, log = open_agent(lesson, sessions, TURN_C[1] + [use(call("buy", item="lantern"))], town=CtrlCTown())
+    agent, _, log = open_agent(
+        lesson,
+        sessions,
+        TURN_C[1] + [use(call("buy", item="lantern"))],
+        town=CtrlCTown(),
+    )
     with log:
         agent.run(TURN_C[0])
         turn_c = list(agent.messages)
         with pytest.raises(KeyboardInterrupt):
-            agent.run("Buy the lantern.")       # Ctrl-C while the tool runs: its call has no result
+            # Ctrl-C while the tool runs: its call has no result
+            agent.run("Buy the lantern.")
         agent.undo()                            # "forget it"
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -429,13 +520,18 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
     day_two, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         assert day_two.messages == turn_c, (
-            "after undoing the interrupted turn, a new process should see only the turn before it; it sees "
+            "after undoing the interrupted turn, a new process should see only the "
+            "turn before it; it sees "
             f"{[m.get('role') for m in day_two.messages]}")
         assert path.read_bytes() == before, (
-            "the unanswered call was undone, so resuming has nothing to repair: judge the tail by the messages the "
-            "log shows, not by undone ones (a repair here adds a result for a call the model will never see)")
+            "the unanswered call was undone, so resuming has nothing to repair: judge "
+            "the tail by the messages the log shows, not by undone ones (a repair here "
+            "adds a result for a call the model will never see)"
+        )
         day_two.run(TURN_D[0])
-    assert model.requests[0]["messages"] == turn_c + [{"role": "user", "content": TURN_D[0]}]
+    assert model.requests[0]["messages"] == turn_c + [
+        {"role": "user", "content": TURN_D[0]}
+    ]
 
 
 @pytest.mark.task("07.3")
@@ -449,7 +545,9 @@ def test_undo_works_without_a_session(lesson):
 
     agent.undo()
 
-    assert agent.messages == first and agent.pending == [], "without a session, undo only changes memory"
+    assert agent.messages == first and agent.pending == [], (
+        "without a session, undo only changes memory"
+    )
 
 
 @pytest.mark.key
@@ -464,9 +562,12 @@ def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
 
     lesson.fork(sessions, "quest-1", "what-if")
 
-    assert resume(lesson, sessions, "what-if") == turn_a, "the fork should show what the original shows: the undone turn left out"
-    assert markers_in(sessions / "what-if.jsonl") == markers_in(sessions / "quest-1.jsonl"), (
-        "a whole fork copies the lines, undo markers included")
+    assert resume(lesson, sessions, "what-if") == turn_a, (
+        "the fork should show what the original shows: the undone turn left out"
+    )
+    assert markers_in(sessions / "what-if.jsonl") == markers_in(
+        sessions / "quest-1.jsonl"
+    ), "a whole fork copies the lines, undo markers included"
 
 
 @pytest.mark.key
@@ -481,17 +582,23 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
         agent.run(TURN_B[0])
         agent.undo()
         agent.run(TURN_C[0])
-        shown = list(agent.messages)          # turn A, then turn C: the undone turn B is not counted
+        # Turn A, then turn C: the undone turn B is not counted
+        shown = list(agent.messages)
 
     lesson.fork(sessions, "quest-1", "ask-again", upto=len(turn_a) + 1)
 
     forked = resume(lesson, sessions, "ask-again")
-    assert forked == shown[:len(turn_a) + 1], (
-        f"upto={len(turn_a) + 1} keeps the first {len(turn_a) + 1} messages the session shows (turn A and turn C's "
-        "question), not the first lines of the file (which hold the undone turn); the fork shows "
-        f"{[m.get('content') for m in forked if m.get('role') == 'user']} as the user's messages")
+    users = [m.get("content") for m in forked if m.get("role") == "user"]
+    kept = len(turn_a) + 1
+    assert forked == shown[:kept], (
+        f"upto={kept} keeps the first {kept} messages the session shows (turn A and "
+        "turn C's question), not the first lines of the file (which hold the undone "
+        f"turn); the fork shows {users} as the user's messages"
+    )
     meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
-    assert meta.get("forked_at") == len(turn_a) + 1, f"forked_at counts the messages kept, as upto does: {meta}"
+    assert meta.get("forked_at") == len(turn_a) + 1, (
+        f"forked_at counts the messages kept, as upto does: {meta}"
+    )
     with raises(ValueError,
                 f"upto={len(shown) + 1} is more than the {len(shown)} messages the "
                 "session shows, and the fork was allowed"):
@@ -508,41 +615,97 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
 # Lessons 01-03: plain messages, one per line (this one a fork, with its meta file).
 PLAIN_MESSAGES = [
     {"role": "user", "content": "Ask the elder about the cave, s'il vous plaît."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1_0", "type": "function", "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]},
-    {"role": "tool", "tool_call_id": "call_1_0", "content": "The elder says: \"Bring a torch\u2028and a rope.\""},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1_0",
+                "type": "function",
+                "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'},
+            }
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "call_1_0",
+        "content": "The elder says: \"Bring a torch\u2028and a rope.\"",
+    },
     {"role": "assistant", "content": "Bring a torch and a rope."},
     {"role": "user", "content": "Buy them."},
     {"role": "assistant", "content": "Done: 3 gold left."},
 ]
 PLAIN_LOG = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in PLAIN_MESSAGES)
-PLAIN_META = json.dumps({"format": 1, "id": "quest-1", "parent": "quest-0", "forked_at": 6,
-                         "created": "2025-06-01T09:00:00+00:00"}, indent=1)
-# Lessons 04-06: a repair marker and the result it stands in for (04), a content stored as a blob (06).
-BIG = "The elder's map, line after line.\n" * 200                       # 7000 bytes: a blob from lesson 06 on
+PLAIN_META = json.dumps(
+    {
+        "format": 1,
+        "id": "quest-1",
+        "parent": "quest-0",
+        "forked_at": 6,
+        "created": "2025-06-01T09:00:00+00:00",
+    },
+    indent=1,
+)
+# Lessons 04-06:
+# a repair marker and the result it stands in for (04), a content stored as a blob (06).
+# 7000 bytes: a blob from lesson 06 on
+BIG = "The elder's map, line after line.\n" * 200
 BIG_HASH = hashlib.sha256(BIG.encode("utf-8")).hexdigest()
-REPAIRED_LOG = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in [
-    {"role": "user", "content": "Ask the elder about the cave, s'il vous plaît."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1_0", "type": "function", "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]},
-    {"$marker": "repair", "at": "2025-06-01T09:00:00+00:00", "cut_bytes": 0, "cut_preview": "",
-     "interrupted": ["call_1_0"]},
-    {"role": "tool", "tool_call_id": "call_1_0",
-     "content": 'error: the call talk_to({"npc": "elder"}) was interrupted: the session stopped before its '
-                "result was saved, so it may or may not have run. Check before calling it again."},
-    {"role": "assistant", "content": "The elder was interrupted."},
-    {"role": "user", "content": {"$blob": BIG_HASH, "size": len(BIG), "preview": BIG[:100]}},
-    {"role": "assistant", "content": "What a map."},
-])
-REPAIRED_MESSAGES = [m for m in map(json.loads, REPAIRED_LOG.splitlines()) if "role" in m]
+REPAIRED_LOG = "".join(
+    json.dumps(line, ensure_ascii=False) + "\n"
+    for line in [
+        {"role": "user", "content": "Ask the elder about the cave, s'il vous plaît."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1_0",
+                    "type": "function",
+                    "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'},
+                }
+            ],
+        },
+        {
+            "$marker": "repair",
+            "at": "2025-06-01T09:00:00+00:00",
+            "cut_bytes": 0,
+            "cut_preview": "",
+            "interrupted": ["call_1_0"],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1_0",
+            "content": (
+                'error: the call talk_to({"npc": "elder"}) was interrupted: the session'
+                ' stopped before its result was saved, so it may or may not have run.'
+                ' Check before calling it again.'
+            ),
+        },
+        {"role": "assistant", "content": "The elder was interrupted."},
+        {
+            "role": "user",
+            "content": {"$blob": BIG_HASH, "size": len(BIG), "preview": BIG[:100]},
+        },
+        {"role": "assistant", "content": "What a map."},
+    ]
+)
+REPAIRED_MESSAGES = [
+    m for m in map(json.loads, REPAIRED_LOG.splitlines()) if "role" in m
+]
 REPAIRED_MESSAGES[4] = {"role": "user", "content": BIG}
 
 
 @pytest.mark.key
 @pytest.mark.task("07.1")
-@pytest.mark.parametrize("old_log, expected", [(PLAIN_LOG, PLAIN_MESSAGES), (REPAIRED_LOG, REPAIRED_MESSAGES)],
-                         ids=["lessons 01-03", "lessons 04-06"])
-def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, expected):
+@pytest.mark.parametrize(
+    "old_log, expected",
+    [(PLAIN_LOG, PLAIN_MESSAGES), (REPAIRED_LOG, REPAIRED_MESSAGES)],
+    ids=["lessons 01-03", "lessons 04-06"],
+)
+def test_logs_written_by_earlier_lessons_still_load(
+    lesson, sessions, old_log, expected
+):
     """A log written by an earlier lesson's code still loads, resumes unchanged, and can
     be undone: the format only grows."""
     (sessions / "quest-1.jsonl").write_text(old_log, encoding="utf-8")
@@ -553,16 +716,24 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions, old_log, e
     loaded = resume(lesson, sessions)
 
     assert loaded == expected, (
-        "a log written by an earlier lesson should load exactly as it did then (markers left out, blobs read back); "
-        f"got roles {[m.get('role') for m in loaded]}, expected {[m['role'] for m in expected]}")
-    assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8") == old_log, "resuming a whole old log must not change it"
+        "a log written by an earlier lesson should load exactly as it did then "
+        "(markers left out, blobs read back); got roles "
+        f"{[m.get('role') for m in loaded]}, expected {[m['role'] for m in expected]}"
+    )
+    assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8") == old_log, (
+        "resuming a whole old log must not change it"
+    )
 
     agent, model, log = open_agent(lesson, sessions, TURN_C[1])
     with log:
         agent.undo()
         agent.run(TURN_C[0])
-    assert model.requests[0]["messages"] == expected[:4] + [{"role": "user", "content": TURN_C[0]}], (
-        "undo should work on an old log too: its last turn taken back, the earlier ones kept")
+    assert model.requests[0]["messages"] == expected[:4] + [
+        {"role": "user", "content": TURN_C[0]}
+    ], (
+        "undo should work on an old log too: its last turn taken back, the earlier "
+        "ones kept"
+    )
     assert (sessions / "quest-1.jsonl").read_text(encoding="utf-8").startswith(old_log)
 
 

@@ -1,9 +1,10 @@
 """Session Lab, lesson 00: the agent loop, in memory.
 
-An agent is a loop around a model: send the conversation, and while the model answers with
-tool calls, run each one and send its result back under the call's id. A plain answer ends
-the turn. Everything lives in `self.messages`, a list in this process's memory: when the
-process ends, the conversation is gone. The rest of the course fixes that.
+An agent is a loop around a model: send the conversation, and while the model answers
+with tool calls, run each one and send its result back under the call's id. A plain
+answer ends the turn. Everything lives in `self.messages`, a list in this process's
+memory: when the process ends, the conversation is gone. The rest of the course fixes
+that.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ Message = dict[str, Any]
 class Tools(Protocol):
     """What the agent needs from its tools (the town provides exactly this)."""
 
-    schemas: list[dict[str, Any]]                   # told to the model with every request
-    functions: Mapping[str, Callable[..., str]]     # tool name -> the function that runs it
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
 
 
 class MaxTurnsExceeded(RuntimeError):
@@ -60,14 +63,18 @@ def run_tool(tools: Tools, call: Message) -> str:
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
-        return f"error: there is no tool called {name!r}; the tools are: {', '.join(tools.functions)}"
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
     try:
         arguments = read_arguments(call["function"]["arguments"])
     except ValueError as error:
         return f"error: the arguments for {name} {error}; send a JSON object"
     try:
         return str(function(**arguments))
-    except Exception as error:  # the model should hear about it, not the user's terminal
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
         return f"error: {name} failed: {type(error).__name__}: {error}"
     # END 00.1
 
@@ -119,7 +126,7 @@ class Agent:
 
     def __init__(self, client: Any, *, model: str, tools: Tools,
                  system: str | None = None, max_turns: int = 8) -> None:
-        self.client = client          # an openai.OpenAI (or anything with the same shape)
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
         self.model = model
         self.tools = tools
         self.system = system          # sent first with every request, never stored
@@ -129,8 +136,8 @@ class Agent:
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.
 
-        Returns the final answer. Raises MaxTurnsExceeded when the model is still calling
-        tools after `max_turns` requests.
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
         """
         # BEGIN 00.2
         self.record({"role": "user", "content": user_text})
@@ -149,7 +156,9 @@ class Agent:
                 self.record({"role": "tool", "tool_call_id": call["id"],
                              "content": run_tool(self.tools, asked)})
         raise MaxTurnsExceeded(
-            f"the model still wanted tools after {self.max_turns} requests; giving up on this turn")
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
         # END 00.2
 
     def record(self, message: Message) -> None:

@@ -12,7 +12,8 @@ For every lesson:
     solution with one edit: links instead of copies, splitlines, a missing fsync ...) is
     caught by the test named for it. This keeps "the tests fail on a wrong implementation"
     true as tests and solutions change.
-And once: the docs build strictly (when mkdocs is installed).
+And once: every line of course code (lessons/ and solutions/ .py files) fits 88
+columns, and the docs build strictly (when mkdocs is installed).
 
 Each lesson's tests run in their own pytest process, two at a time.
 """
@@ -22,13 +23,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+import unicodedata
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -125,6 +126,42 @@ def check_folders(root: Path) -> Finding:
         for needed in (Path("lessons") / name / "lesson.toml", Path("solutions") / name / course.MODULE):
             if not (root / needed).is_file():
                 finding.problems.append(f"{needed} is missing")
+    return finding
+
+
+# Course code is read on the site, whose content column fits about 88 characters, and
+# in a terminal: a wider line scrolls sideways or wraps mid-word in both.
+WIDTH = 88
+
+
+def columns(line: str) -> int:
+    """How many terminal columns `line` takes: wide characters (CJK, most emoji) take
+    two, combining marks none, a tab up to the next multiple of 8."""
+    line = line.expandtabs(8)
+    return sum(0 if unicodedata.combining(char) else
+               2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in line)
+
+
+def check_width(root: Path) -> Finding:
+    """Every line of course code (the .py files of lessons/ and solutions/) fits WIDTH."""
+    finding = Finding(f"course code fits {WIDTH} columns")
+    for side in ("lessons", "solutions"):
+        for path in sorted((root / side).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            where = path.relative_to(root).as_posix()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
+                finding.problems.append(f"{where}: cannot be read as UTF-8 text: {error}")
+                continue
+            # Split on "\n" only, as editors number lines: splitlines() would also
+            # split at a U+2028 inside a string and shift every number after it.
+            for number, line in enumerate(text.split("\n"), start=1):
+                if (width := columns(line.rstrip("\r"))) > WIDTH:
+                    finding.problems.append(
+                        f"{where}:{number}: {width} columns, wider than {WIDTH}: wrap it "
+                        "(course code is read on the site and in a terminal)")
     return finding
 
 
@@ -496,7 +533,8 @@ def static_checks(root: Path, shipped: Path | None = None
     committed is read at `root`."""
     shipped = shipped or root
     checks = [("lesson folders", lambda: check_folders(root)),
-              ("starters", lambda: check_starters(root))]
+              ("starters", lambda: check_starters(root)),
+              ("course code width", lambda: check_width(shipped))]
     for lesson in course.lessons(shipped):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
     return checks

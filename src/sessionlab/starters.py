@@ -21,10 +21,15 @@ import os
 import re
 import subprocess
 import tarfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from .course import Lesson, MODULE, CourseError, lessons, load_lesson
+
+# Course code is read on the site, whose content column fits about 88 characters, and
+# in a terminal: a generated line stays within that width too.
+WIDTH = 88
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN (?P<task>\d\d\.\d+)\s*$")
 END = re.compile(r"^[ \t]*# END (?P<task>\d\d\.\d+)\s*$")
@@ -41,10 +46,7 @@ def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str
                 raise CourseError(f"{source}:{number}: BEGIN {begin['task']} inside BEGIN {open_task}")
             open_task = begin["task"]
             task = _task(lesson, open_task, f"{source}:{number}")
-            indent = begin["indent"]
-            out.append(f"{indent}# TODO({task.id}): {task.title}.\n")
-            out.append(f"{indent}# Hints: `sessionlab hint {lesson.number}`; the docs page of lesson {lesson.name}.\n")
-            out.append(f'{indent}raise NotImplementedError("task {task.id} is not written yet: {_quote(task.title)}")\n')
+            out.extend(_todo(begin["indent"], task.id, task.title, lesson))
         elif end:
             if end["task"] != open_task:
                 raise CourseError(f"{source}:{number}: END {end['task']} without BEGIN {end['task']}")
@@ -88,6 +90,43 @@ def unwritten_in(text: str, generated: str) -> bool:
     answer)."""
     have = starter_raises(text)
     return all(have.get(task, 0) >= n for task, n in starter_raises(generated).items())
+
+
+def _todo(indent: str, task_id: str, title: str, lesson: Lesson) -> list[str]:
+    """The lines that stand in for a fenced region: TODO, hints, and the raise."""
+    lines = _comment(indent, f"TODO({task_id}): {title}.")
+    lines += _comment(indent, f"Hints: `sessionlab hint {lesson.number}`; "
+                              f"the docs page of lesson {lesson.name}.")
+    message = f"task {task_id} is not written yet: {title}"
+    one_line = f'{indent}raise NotImplementedError("{_quote(message)}")'
+    if len(one_line) <= WIDTH:
+        return [line + "\n" for line in lines + [one_line]]
+    # Too wide for one line: the message as implicitly joined strings, one a line, so
+    # the exception says exactly what the one-line form would have said.
+    inner = indent + "    "
+    pieces = _split(message, WIDTH - len(inner) - 2)
+    lines += [f"{indent}raise NotImplementedError("]
+    lines += [f'{inner}"{_quote(piece)}"' for piece in pieces]
+    lines += [f"{indent})"]
+    return [line + "\n" for line in lines]
+
+
+def _comment(indent: str, text: str) -> list[str]:
+    """`text` as comment lines at `indent`, wrapped at word boundaries to WIDTH."""
+    return textwrap.wrap(text, WIDTH, initial_indent=f"{indent}# ",
+                         subsequent_indent=f"{indent}# ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def _split(text: str, width: int) -> list[str]:
+    """`text` cut after spaces into pieces whose quoted form fits `width`; joined again
+    they give `text` back exactly (a single word wider than `width` stays whole)."""
+    pieces = [""]
+    for word in re.findall(r"\S+\s*|\s+", text):
+        if pieces[-1] and len(_quote(pieces[-1] + word)) > width:
+            pieces.append("")
+        pieces[-1] += word
+    return pieces
 
 
 def strip_markers(solution: str) -> str:

@@ -4,6 +4,7 @@ free is still not started."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -37,12 +38,15 @@ def test_a_task_with_two_places_is_written_once_either_is(tmp_path):
     lesson = next(item for item in ALL if item.number == "00")
     starter = starters.expected_starter(lesson)
     assert starters.starter_raises(starter)["00.1"] == 2, "00.1 has two places in the starter"
-    first = starter.index('raise NotImplementedError("task 00.1')
-    end = starter.index("\n", first)
-    indent = starter[starter.rindex("\n", 0, first) + 1:first]
+    # The first of 00.1's raises (it may span lines) becomes the student's code.
+    first = next(node for node in ast.walk(ast.parse(starter))
+                 if isinstance(node, ast.Raise) and "task 00.1" in ast.unparse(node))
+    lines = starter.splitlines(keepends=True)
+    indent = " " * first.col_offset
+    lines[first.lineno - 1:first.end_lineno] = [indent + "pass  # mine\n"]
     module = tmp_path / "agent.py"
-    module.write_text(starter[:first] + "pass  # mine" + starter[end:]
-                      + f"\n# {indent}raise NotImplementedError(\"task 00.2 is not written yet\")\n")
+    module.write_text("".join(lines) + f"\n# {indent}raise NotImplementedError("
+                      "\"task 00.2 is not written yet\")\n")
 
     written = runner.written_tasks(lesson, module)
 
