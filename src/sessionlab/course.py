@@ -67,7 +67,12 @@ def find_root(start: Path | None = None) -> Path:
     SESSIONLAB_ROOT overrides the search (the grader points it at a student's copy).
     """
     if env := os.environ.get("SESSIONLAB_ROOT"):
-        return Path(env).resolve()
+        root = Path(env).resolve()
+        # The grader's view of a student's copy may hold no solutions/; lessons/ it needs.
+        if not (root / "lessons").is_dir():
+            raise CourseError(f"SESSIONLAB_ROOT={env}: not a course folder (it needs "
+                              "lessons/); unset it, or point it at your copy")
+        return root
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "lessons").is_dir() and (folder / "solutions").is_dir():

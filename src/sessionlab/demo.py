@@ -263,7 +263,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--session", help=argparse.SUPPRESS)
     parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("texts", nargs="*", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    from .cli.ui import one_line_errors
+    return one_line_errors(parser).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

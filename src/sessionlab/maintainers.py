@@ -37,6 +37,7 @@ from pathlib import Path
 
 from . import course, starters
 from .cli.runner import child_env, run_process
+from .cli.ui import one_line_errors
 
 PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check; a lesson takes a few, so this only stops a hang
 CHECK_TEST_TIMEOUT = 15.0   # seconds a test may take on a mutant; a hang is a catch
@@ -638,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="also show notes: which tests caught each wrong "
                              "implementation")
-    args = parser.parse_args(argv)
+    args = one_line_errors(parser).parse_args(argv)
     console = Console()
     root = course.find_root()
     findings = run_all(root, docs=not args.no_docs, workers=args.workers,

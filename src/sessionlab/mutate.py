@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import course, starters
+from .cli.ui import one_line_errors
 
 MUTANT_TEST_TIMEOUT = (
     15.0  # seconds a test may take on a mutant: a mutant that hangs is caught
@@ -530,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=2, help="pytest processes at once"
     )
-    args = parser.parse_args(argv)
+    args = one_line_errors(parser).parse_args(argv)
     root = course.find_root()
     chosen = [course.lesson(ref, root) for ref in args.lessons] or [
         item for item in course.lessons(root) if item.module_path("solution").is_file()

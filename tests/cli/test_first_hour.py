@@ -111,6 +111,37 @@ def test_a_wait_that_is_not_above_0_seconds_is_refused_in_one_line(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["serve", "--port", "abc"], "sessionlab serve: argument --port: invalid int"),
+    (["grade", "--jobs", "many"], "sessionlab grade: argument --jobs"),
+    (["show", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["demo", "--lesson"], "sessionlab demo: argument --lesson"),
+    (["chat", "--model"], "sessionlab chat: argument --model"),
+    (["dev", "check", "--workers", "two"], "sessionlab dev check: argument --workers"),
+    (["dev", "mutate", "--bogus"], "unrecognized arguments: --bogus"),
+    (["no-such-command"], "invalid choice: 'no-such-command'"),
+])
+def test_a_mistyped_argument_of_any_command_is_one_line(course, no_runs, capsys, argv,
+                                                         said):
+    """Every command, not only list/check/watch: argparse's usage block buries what was
+    wrong, so a mistake is one line naming the argument."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--course", str(course), *argv])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    one_line_error(Run(2, captured.out, captured.err), said)
+
+
+def test_a_sessionlab_root_that_is_no_course_is_one_line(tmp_path, monkeypatch):
+    """SESSIONLAB_ROOT left pointing at a folder that is gone: one line naming it."""
+    gone = tmp_path / "gone"
+    run = run_module("list", cwd=tmp_path, env={"SESSIONLAB_ROOT": str(gone)})
+
+    assert run.status == 2
+    assert one_line_error(Run(2, "", run.err.splitlines()[0] + "\n"),
+                          "SESSIONLAB_ROOT", str(gone))
+
+
 def test_watch_interval_minus_1_as_typed(course):
     run = run_module("--course", course, "watch", "--interval", "-1")
 

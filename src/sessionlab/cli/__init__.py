@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import course
-from .ui import Ui, make_ui
+from .ui import Ui, make_ui, one_line_errors
 
 GROUPS = [
     ("student", "Work through the lessons"),
@@ -48,6 +48,7 @@ class Commands:
             description=description or summary[:1].upper() + summary[1:] + ".",
             formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.set_defaults(func=func, needs_root=needs_root)
+        one_line_errors(parser)     # argparse's usage block would bury what was wrong
         self.listing.append((group, listed_as or name, summary))
         return parser
 
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionlab", description=DESCRIPTION, parents=[common], allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    one_line_errors(parser)
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"sessionlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)

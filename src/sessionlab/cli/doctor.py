@@ -195,7 +195,7 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    from .progress import one_line_errors
+    from .ui import one_line_errors
 
     p = one_line_errors(commands.add(
         "doctor", cmd_doctor, "setup",

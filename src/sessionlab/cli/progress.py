@@ -15,7 +15,7 @@ from rich.text import Text
 from .. import course, starters
 from ..course import Lesson
 from .runner import LessonResult, Runner, current_lesson, load_state, save_state
-from .ui import Ui, bar, human
+from .ui import Ui, bar, human, one_line_errors
 
 HINTS_FILE = "hints.json"
 
@@ -37,18 +37,6 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text} is not a number of seconds above 0 (and at most {MAX_SECONDS:g})")
     return value
-
-
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """A mistake in this command's arguments is one line (argparse's own way prints the
-    whole usage first, which buries what was wrong); exit status 2 as argparse's."""
-    def error(message: str):
-        from .ui import make_ui
-        make_ui().error(f"{parser.prog}: {message} (`{parser.prog} --help` lists the options)")
-        raise SystemExit(2)
-
-    parser.error = error     # type: ignore[method-assign]
-    return parser
 
 
 def add_run_options(parser: argparse.ArgumentParser, solution: bool = True) -> None:

@@ -8,6 +8,8 @@ NO_COLOR is honoured; FORCE_COLOR forces a terminal.
 
 from __future__ import annotations
 
+import argparse
+
 import os
 import sys
 from dataclasses import dataclass
@@ -199,3 +201,14 @@ def human(test_name: str) -> str:
     name, _, param = test_name.partition("[")
     words = name.removeprefix("test_").replace("_", " ")
     return f"{words} [{param}" if param else words
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A mistake in this command's arguments is one line (argparse's own way prints the
+    whole usage first, which buries what was wrong); exit status 2 as argparse's."""
+    def error(message: str):
+        make_ui().error(f"{parser.prog}: {message} (`{parser.prog} --help` lists the options)")
+        raise SystemExit(2)
+
+    parser.error = error     # type: ignore[method-assign]
+    return parser

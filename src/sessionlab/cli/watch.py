@@ -28,7 +28,7 @@ from .. import course
 from ..course import Lesson
 from . import progress
 from .runner import LessonResult, Runner, current_lesson
-from .ui import Ui, bar
+from .ui import Ui, bar, one_line_errors
 
 INTERVAL = 0.3
 KEYS = "h hint · l list · n next lesson (once this one passes) · r run again · q quit"
@@ -219,7 +219,7 @@ def cmd_default(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = progress.one_line_errors(commands.add(
+    p = one_line_errors(commands.add(
         "watch", cmd_watch, "student",
         "the current lesson's tests, re-run on every save (the default command)", parents=[common],
         description=__doc__.split("\n\n", 1)[1]))
