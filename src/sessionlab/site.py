@@ -11,7 +11,8 @@ a directive is replaced by Markdown made from the course's files:
     {{ hints("00.1") }}       the task's hints, each folded away, in order
     {{ tasks("04_repair") }}  every task of a lesson, each followed by its tests and hints
     {{ field("04_repair", "discussion") }}   a text field of the lesson's lesson.toml
-    {{ diff("01_append") }}   what changed from the previous lesson's solution to this one's
+    {{ diff("01_append") }}   what grew since the previous lesson: the task code a student
+                              writes (the solution), and what the starter gives around it
 
 A directive may be indented (to sit inside an admonition); its output is indented the same way.
 Solutions are shown without their `# BEGIN/END NN.k` fence lines. Anything missing (a file, a
@@ -112,7 +113,7 @@ class Includer:
 
     # {{ code(path, name=None, title=None) }}
     def do_code(self, path: str, name: str | None = None, *, title: str | None = None,
-                raw: bool = False) -> str:
+                raw: bool = False, lines: str | None = None) -> str:
         text = self._read(path)
         stripped = path.startswith("solutions/") and not raw
         if stripped:
@@ -120,6 +121,8 @@ class Includer:
         first = 1
         if name:
             text, first = section(text, name, path)
+        if lines:
+            text, first = line_range(text, lines, path)
         caption = title or (f"{path} · {name}" if name else path)
         # Line numbers match the file only where nothing was stripped.
         numbers = None if stripped else first
@@ -202,19 +205,53 @@ class Includer:
 
     # {{ diff("03_fork") }}
     def do_diff(self, ref: str) -> str:
+        """What grew from the previous lesson, in two parts a student can tell apart.
+
+        "What you write" is the code of this lesson's task fences in its solution (so the
+        block says it holds the solution). "What you are given" compares the previous
+        solution with this lesson's *starter*: new helpers, changed signatures and the TODO
+        placeholders, without the task code, and without hunks that only touch docstrings,
+        comments or blank lines.
+        """
         lesson = self._lesson(ref)
         previous = self._previous(lesson)
         old_path = f"solutions/{previous.name}/{course.MODULE}"
         new_path = f"solutions/{lesson.name}/{course.MODULE}"
-        old = strip_markers(self._read(old_path)).splitlines(keepends=True)
-        new = strip_markers(self._read(new_path)).splitlines(keepends=True)
-        diff = "".join(difflib.unified_diff(old, new, old_path, new_path, n=3))
-        if not diff:
+        starter_path = f"lessons/{lesson.name}/{course.MODULE}"
+        regions = task_regions(self._read(new_path), lesson.number)
+        given = given_changes(strip_markers(self._read(old_path)), self._read(starter_path))
+        if not regions and not given.hunks:
             raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
-        added = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
-        removed = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
-        return (f"{added} lines added, {removed} removed.\n\n"
-                + code_block(diff, language="diff", title=f"{old_path} → {new_path}"))
+        written = sum(region.code_lines for region in regions)
+        parts = [f"You write **{written} lines** of code in {len(regions)} task region(s); "
+                 f"you are given **{given.added} new or changed lines** around them "
+                 f"(`{starter_path}` against `{old_path}`)."]
+        if given.churn:
+            parts[0] += (f" Not shown: {given.churn} changed lines that are only docstrings, "
+                         "comments or blank lines.")
+        parts.append("")
+        parts.append('??? success "What you write: the task code of the reference solution '
+                     '(this is the solution; open it when you are done)"')
+        parts.append("")
+        for region in regions:
+            block = code_block(region.code, language="python",
+                               title=f"task {region.task} · {new_path} (solution)")
+            parts.append(_indent(block))
+        parts.append('??? abstract "What you are given: new helpers and changes in the starter, '
+                     f'against {old_path}"')
+        parts.append("")
+        for hunk in given.hunks:
+            if hunk.kind == "python":
+                block = code_block(hunk.text, language="python",
+                                   title=f"{starter_path} · new", first_line=hunk.first_line)
+            else:
+                block = code_block(hunk.text, language="diff",
+                                   title=f"{old_path} → {starter_path}")
+            parts.append(_indent(block))
+        if not given.hunks:
+            parts.append(_indent("Nothing but the TODOs: every line outside the tasks is as "
+                                 "the previous lesson left it.\n"))
+        return "\n".join(parts) + "\n"
 
     # helpers -----------------------------------------------------------------------------
 
@@ -252,6 +289,123 @@ class Includer:
             known = ", ".join(task.id for task in lesson.tasks) or "none"
             raise IncludeError(f"lessons/{lesson.name}/lesson.toml has no task {task_id} "
                                f"(its tasks: {known})") from None
+
+
+
+# --- what grew between two lessons --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRegion:
+    task: str
+    code: str           # dedented, without the BEGIN/END lines
+
+    @property
+    def code_lines(self) -> int:
+        """Lines a student types: not blank, not a comment."""
+        return sum(1 for line in self.code.splitlines()
+                   if line.strip() and not line.strip().startswith("#"))
+
+
+def task_regions(solution: str, number: str) -> list[TaskRegion]:
+    """The code inside this lesson's `# BEGIN NN.k` / `# END NN.k` fences, in file order."""
+    found: list[TaskRegion] = []
+    lines = solution.splitlines(keepends=True)
+    begin = re.compile(rf"^[ \t]*# BEGIN (?P<task>{re.escape(number)}\.\d+)\s*$")
+    for index, line in enumerate(lines):
+        match = begin.match(line)
+        if not match:
+            continue
+        end = re.compile(rf"^[ \t]*# END {re.escape(match['task'])}\s*$")
+        stop = next((k for k in range(index + 1, len(lines)) if end.match(lines[k])), None)
+        if stop is None:
+            raise IncludeError(f"BEGIN {match['task']} is never closed")
+        body = lines[index + 1:stop]
+        indent = min((len(b) - len(b.lstrip()) for b in body if b.strip()), default=0)
+        code = "".join(b[indent:] if b.strip() else "\n" for b in body)
+        found.append(TaskRegion(match["task"], code))
+    return found
+
+
+@dataclass(frozen=True)
+class Hunk:
+    kind: str           # "python": lines added, shown as code; "diff": lines changed
+    text: str
+    first_line: int     # in the newer file
+
+
+@dataclass(frozen=True)
+class Given:
+    hunks: list[Hunk]
+    added: int          # added or changed lines shown
+    churn: int          # changed lines left out: docstrings, comments, blank lines
+
+
+def given_changes(old: str, new: str) -> Given:
+    """The changes from `old` to `new`, without those that only touch prose.
+
+    A group of changes that only adds lines is shown as Python (with the new file's line
+    numbers); one that removes or replaces lines is shown as a diff.
+    """
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    old_prose, new_prose = prose_lines(old), prose_lines(new)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    hunks: list[Hunk] = []
+    added = churn = 0
+    for group in matcher.get_grouped_opcodes(2):
+        changed_old = [i for tag, i1, i2, _, _ in group if tag != "equal" for i in range(i1, i2)]
+        changed_new = [j for tag, _, _, j1, j2 in group if tag != "equal" for j in range(j1, j2)]
+        if all(i in old_prose for i in changed_old) and all(j in new_prose for j in changed_new):
+            churn += len(changed_new) + len(changed_old)
+            continue
+        added += sum(1 for j in changed_new if j not in new_prose)
+        first, last = group[0][3], group[-1][4]
+        if all(tag in ("equal", "insert") for tag, *_ in group):
+            hunks.append(Hunk("python", "".join(new_lines[first:last]), first + 1))
+            continue
+        text = []
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                text += [" " + line for line in old_lines[i1:i2]]
+                continue
+            text += ["-" + line for line in old_lines[i1:i2]]
+            text += ["+" + line for line in new_lines[j1:j2]]
+        hunks.append(Hunk("diff", "".join(line if line.endswith("\n") else line + "\n"
+                                          for line in text), first + 1))
+    return Given(hunks, added, churn)
+
+
+def prose_lines(text: str) -> set[int]:
+    """0-based numbers of the lines that are docstrings, comments or blank."""
+    lines = text.splitlines()
+    found = {i for i, line in enumerate(lines) if not line.strip() or line.strip().startswith("#")}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                found.update(range(body[0].lineno - 1, (body[0].end_lineno or body[0].lineno)))
+    return found
+
+
+def line_range(text: str, lines: str, path: str = "<file>") -> tuple[str, int]:
+    """Lines "3-5" (1-based, inclusive) of `text`, and the first one's number."""
+    match = re.fullmatch(r"(\d+)-(\d+)", lines.strip())
+    every = text.splitlines(keepends=True)
+    if not match or not 1 <= int(match[1]) <= int(match[2]) <= len(every):
+        raise IncludeError(f"{path}: lines {lines!r} is not a range like '1-3' within its "
+                           f"{len(every)} lines")
+    first, last = int(match[1]), int(match[2])
+    return "".join(every[first - 1:last]), first
+
+
+def _indent(text: str) -> str:
+    return "".join("    " + line if line.strip() else line
+                   for line in text.splitlines(keepends=True))
 
 
 # --- finding code by name ---------------------------------------------------------------------
