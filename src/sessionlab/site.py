@@ -223,12 +223,13 @@ class Includer:
         if not regions and not given.hunks:
             raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
         written = sum(region.code_lines for region in regions)
-        parts = [f"You write **{written} lines** of code in {len(regions)} task region(s); "
-                 f"you are given **{given.added} new or changed lines** around them "
+        parts = [f"You write **{_count(written, 'line')}** of code in "
+                 f"{_count(len(regions), 'task region')}; you are given "
+                 f"**{_count(given.added, 'new or changed line')}** around them "
                  f"(`{starter_path}` against `{old_path}`)."]
         if given.churn:
-            parts[0] += (f" Not shown: {given.churn} changed lines that are only docstrings, "
-                         "comments or blank lines.")
+            parts[0] += (f" Not shown: {_count(given.churn, 'changed line')} of docstrings "
+                         "and comments.")
         parts.append("")
         parts.append('??? success "What you write: the task code of the reference solution '
                      '(this is the solution; open it when you are done)"')
@@ -246,7 +247,7 @@ class Includer:
                                    title=f"{starter_path} · new", first_line=hunk.first_line)
             else:
                 block = code_block(hunk.text, language="diff",
-                                   title=f"{old_path} → {starter_path}")
+                                   title=f"{old_path} → {starter_path} (code lines)")
             parts.append(_indent(block))
         if not given.hunks:
             parts.append(_indent("Nothing but the TODOs: every line outside the tasks is as "
@@ -327,6 +328,9 @@ def task_regions(solution: str, number: str) -> list[TaskRegion]:
     return found
 
 
+PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\()")
+
+
 @dataclass(frozen=True)
 class Hunk:
     kind: str           # "python": lines added, shown as code; "diff": lines changed
@@ -342,43 +346,55 @@ class Given:
 
 
 def given_changes(old: str, new: str) -> Given:
-    """The changes from `old` to `new`, without those that only touch prose.
+    """The changes from `old` to `new` in code, leaving out docstrings, comments and blanks.
 
-    A group of changes that only adds lines is shown as Python (with the new file's line
-    numbers); one that removes or replaces lines is shown as a diff.
+    The two files are compared without their prose lines, so a reworded docstring makes no
+    hunk of its own (it is counted in `churn`). A group of changes that only adds code is shown
+    as Python: the new file's lines, docstrings included, with their line numbers. A group that
+    removes or replaces code is shown as a diff of the code lines.
     """
     old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
     old_prose, new_prose = prose_lines(old), prose_lines(new)
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    old_code = [i for i in range(len(old_lines)) if i not in old_prose]
+    new_code = [j for j in range(len(new_lines)) if j not in new_prose]
+    matcher = difflib.SequenceMatcher(None, [old_lines[i] for i in old_code],
+                                      [new_lines[j] for j in new_code], autojunk=False)
     hunks: list[Hunk] = []
-    added = churn = 0
+    added = 0
     for group in matcher.get_grouped_opcodes(2):
-        changed_old = [i for tag, i1, i2, _, _ in group if tag != "equal" for i in range(i1, i2)]
-        changed_new = [j for tag, _, _, j1, j2 in group if tag != "equal" for j in range(j1, j2)]
-        if all(i in old_prose for i in changed_old) and all(j in new_prose for j in changed_new):
-            churn += len(changed_new) + len(changed_old)
-            continue
-        added += sum(1 for j in changed_new if j not in new_prose)
-        first, last = group[0][3], group[-1][4]
+        for tag, i1, i2, j1, j2 in group:
+            if tag != "equal":
+                # The TODO placeholders are where the student writes, not something given.
+                added += sum(1 for j in new_code[j1:j2] if not PLACEHOLDER.match(new_lines[j]))
+        first, last = new_code[group[0][3]], new_code[group[-1][4] - 1] + 1
         if all(tag in ("equal", "insert") for tag, *_ in group):
             hunks.append(Hunk("python", "".join(new_lines[first:last]), first + 1))
             continue
         text = []
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                text += [" " + line for line in old_lines[i1:i2]]
+                text += [" " + new_lines[j] for j in new_code[j1:j2]]
                 continue
-            text += ["-" + line for line in old_lines[i1:i2]]
-            text += ["+" + line for line in new_lines[j1:j2]]
+            text += ["-" + old_lines[i] for i in old_code[i1:i2]]
+            text += ["+" + new_lines[j] for j in new_code[j1:j2]]
         hunks.append(Hunk("diff", "".join(line if line.endswith("\n") else line + "\n"
                                           for line in text), first + 1))
+    # What was left out: the docstring and comment lines (not blanks) that changed.
+    every = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    churn = 0
+    for tag, i1, i2, j1, j2 in every.get_opcodes():
+        if tag != "equal":
+            churn += sum(1 for i in range(i1, i2) if i in old_prose and old_lines[i].strip())
+            churn += sum(1 for j in range(j1, j2) if j in new_prose and new_lines[j].strip())
     return Given(hunks, added, churn)
 
 
 def prose_lines(text: str) -> set[int]:
     """0-based numbers of the lines that are docstrings, comments or blank."""
     lines = text.splitlines()
-    found = {i for i, line in enumerate(lines) if not line.strip() or line.strip().startswith("#")}
+    # A TODO comment is no prose here: it marks where the student's code goes.
+    found = {i for i, line in enumerate(lines) if not line.strip()
+             or (line.strip().startswith("#") and not line.strip().startswith("# TODO("))}
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -401,6 +417,10 @@ def line_range(text: str, lines: str, path: str = "<file>") -> tuple[str, int]:
                            f"{len(every)} lines")
     first, last = int(match[1]), int(match[2])
     return "".join(every[first - 1:last]), first
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _indent(text: str) -> str:
