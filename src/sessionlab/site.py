@@ -532,3 +532,102 @@ def _inline(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]])", r"\\\1", text)
 
+
+
+# --- the examples the site shows: made by `sessionlab demo`, never typed ------------------------
+
+EXAMPLES = "docs/reference/examples"
+DEMO_COLUMNS = "80"
+
+
+def run_demo(root: Path, workdir: Path) -> tuple[str, Path]:
+    """Run `sessionlab demo` on the course at `root` inside `workdir`, as a reader would.
+
+    Returns what it printed and the folder of logs it left. The width is fixed so that the
+    transcript is the same on every machine.
+    """
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    result = subprocess.run([sys.executable, "-m", "sessionlab", "demo"], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab demo failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    return result.stdout, workdir / "demo-sessions"
+
+
+CHAT_LINES = ("Ask the elder about the cave.", "Buy what we need.")
+
+
+def run_chat(root: Path, workdir: Path) -> str:
+    """What `sessionlab chat` prints for two typed lines, on lesson 02's reference and the town
+    model, in a new session `quest` of a `sessions` folder inside `workdir`."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    command = [sys.executable, "-m", "sessionlab", "chat", "--lesson", "02", "--solution",
+               "--sessions", "sessions", "quest"]
+    result = subprocess.run(command, cwd=workdir, env=env, input="\n".join(CHAT_LINES) + "\n",
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab chat failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def run_status(root: Path) -> str:
+    """What `sessionlab` alone prints outside a terminal: the watch screen, shown once.
+
+    Slow (it runs every lesson's tests), so only `python -m sessionlab.site examples` runs it.
+    """
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    result = subprocess.run([sys.executable, "-m", "sessionlab"], cwd=root, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+    return result.stdout + result.stderr
+
+
+def normalized(transcript: str) -> str:
+    """A demo transcript without what changes from run to run: process ids and times."""
+    transcript = re.sub(r"\bprocess \d+\b", "process <pid>", transcript)
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?", "<time>", transcript)
+
+
+def refresh_examples(root: Path) -> list[Path]:
+    """Write the demo's transcript and logs into docs/reference/examples/."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        transcript, logs = run_demo(root, Path(work))
+        target = root / EXAMPLES
+        written = [target / "demo.txt"]
+        written[0].write_text(transcript, encoding="utf-8")
+        for name in ("quest.jsonl", "quest-guard.jsonl", "quest-guard.meta.json"):
+            (target / name).write_bytes((logs / name).read_bytes())
+            written.append(target / name)
+        chat_dir = Path(work) / "chat"
+        chat_dir.mkdir()
+        written.append(target / "chat.txt")
+        written[-1].write_text(run_chat(root, chat_dir), encoding="utf-8")
+        written.append(target / "status.txt")
+        written[-1].write_text(run_status(root), encoding="utf-8")
+    return written
+
+
+if __name__ == "__main__":      # python -m sessionlab.site examples
+    import sys
+    if sys.argv[1:] != ["examples"]:
+        print("usage: python -m sessionlab.site examples   (remakes docs/reference/examples/ "
+              "from `sessionlab demo`)", file=sys.stderr)
+        raise SystemExit(2)
+    for path in refresh_examples(course.find_root()):
+        print(f"wrote {path}")

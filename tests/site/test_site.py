@@ -415,3 +415,48 @@ def test_the_lessons_diagrams_fit_a_phone(page):
     text = page.read_text(encoding="utf-8")
     problems = [problem for match in MERMAID.finditer(text) for problem in diagram_problems(match.group(2))]
     assert not problems, f"docs/lessons/{page.name}: a diagram too wide for 390 px: " + "; ".join(problems)
+
+
+# --- the demo: the home page shows what it prints today -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_today(tmp_path_factory):
+    from sessionlab.site import run_demo
+    return run_demo(ROOT, tmp_path_factory.mktemp("demo"))
+
+
+REMAKE = "remake them with `python -m sessionlab.site examples`"
+
+
+def test_the_demo_transcript_on_the_site_is_what_the_demo_prints_today(demo_today):
+    from sessionlab.site import normalized
+    printed, _ = demo_today
+    shown = (DOCS / "reference" / "examples" / "demo.txt").read_text(encoding="utf-8")
+    assert normalized(shown) == normalized(printed), (
+        f"docs/reference/examples/demo.txt is not what `sessionlab demo` prints today: {REMAKE}")
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert '{{ code("docs/reference/examples/demo.txt"' in home, "the home page includes the transcript"
+
+
+@pytest.mark.parametrize("name", ["quest.jsonl", "quest-guard.jsonl", "quest-guard.meta.json"])
+def test_the_example_logs_are_what_the_demo_writes_today(demo_today, name):
+    from sessionlab.site import normalized
+    _, logs = demo_today
+    shown = (DOCS / "reference" / "examples" / name).read_text(encoding="utf-8")
+    assert normalized(shown) == normalized((logs / name).read_text(encoding="utf-8")), (
+        f"docs/reference/examples/{name} differs from what `sessionlab demo` writes today: {REMAKE}")
+
+
+def test_a_transcript_differs_only_in_pids_and_times_once_normalized():
+    from sessionlab.site import normalized
+    assert normalized("process 4242 at 2026-11-30T02:50:45+00:00") == \
+        normalized("process 17 at 2026-12-01T05:51:26+00:00")
+    assert normalized("bought a torch for 3 gold") != normalized("bought a torch for 4 gold")
+
+
+def test_the_chat_transcript_on_the_site_is_what_chat_prints_today(tmp_path):
+    from sessionlab.site import normalized, run_chat
+    shown = (DOCS / "reference" / "examples" / "chat.txt").read_text(encoding="utf-8")
+    assert normalized(shown) == normalized(run_chat(ROOT, tmp_path)), (
+        f"docs/reference/examples/chat.txt is not what `sessionlab chat` prints today: {REMAKE}")
