@@ -254,6 +254,24 @@ class Includer:
                                  "the previous lesson left it.\n"))
         return "\n".join(parts) + "\n"
 
+    # {{ bench_table("docs/assets/bench/store.json") }}
+    def do_bench_table(self, path: str) -> str:
+        """The benchmark's figures as tables, every ratio computed from the figures shown."""
+        import json
+        try:
+            report = json.loads(self._read(path))
+            return bench_markdown(report)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
+
+    # {{ bench_targets("docs/assets/bench/store.json") }}
+    def do_bench_targets(self, path: str) -> str:
+        import json
+        try:
+            return bench_targets(json.loads(self._read(path)))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
+
     # helpers -----------------------------------------------------------------------------
 
     def _read(self, path: str) -> str:
@@ -631,3 +649,114 @@ if __name__ == "__main__":      # python -m sessionlab.site examples
         raise SystemExit(2)
     for path in refresh_examples(course.find_root()):
         print(f"wrote {path}")
+
+
+# --- the benchmark's figures --------------------------------------------------------------------
+
+BENCH_ROWS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable")
+BENCH_STORES = ("floor", "subject", "naive", "sqlite3", "langchain", "agents")
+
+
+def figure(value: float) -> str:
+    """Three significant figures, thousands separated: 9.48, 11.0, 235, 1,365,486."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def shown(value: float) -> float:
+    """A figure as the reader sees it, so that ratios are computed from what is printed."""
+    return float(figure(value).replace(",", ""))
+
+
+def bench_ratios(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each store's ratio to the floor per workload, from the figures as printed.
+
+    Growth is a store's typical last append over its typical first one, both as printed.
+    """
+    work = report["workloads"]
+    ratios: dict[str, dict[str, float]] = {}
+    for row in BENCH_ROWS:
+        ratios[row] = {}
+        for store in BENCH_STORES:
+            if row == "growth":
+                first = work["append_first"]["results"].get(store, {}).get("value")
+                last = work["append_last"]["results"].get(store, {}).get("value")
+                if first and last:
+                    ratios[row][store] = shown(last) / shown(first)
+                continue
+            result = work[row]["results"].get(store, {})
+            floor = work[row]["results"]["floor"]["value"]
+            if result.get("value") is not None:
+                ratios[row][store] = shown(result["value"]) / shown(floor)
+    return ratios
+
+
+def ratio_text(ratio: float) -> str:
+    return f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.1f}×" if ratio >= 10 else f"{ratio:.2f}×"
+
+
+def bench_markdown(report: dict[str, Any]) -> str:
+    work, meta, stores = report["workloads"], report["meta"], report["stores"]
+    ratios = bench_ratios(report)
+    limits = {target["workload"]: target for target in report["targets"]}
+    present = [s for s in BENCH_STORES if s in stores]
+    header = ["workload"] + [stores[s]["label"] for s in present] + ["target"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|---|" + "---:|" * len(present) + ":---:|"]
+    notes: list[str] = []
+    for row in BENCH_ROWS:
+        title = work[row]["title"]
+        if row in ("append_one", "load", "fork"):
+            title = title.replace(" N", f" {meta['n']:,}")
+        cells = [title]
+        for store in present:
+            result = work[row]["results"].get(store, {})
+            star = "\\*" if result.get("extrapolated") else ""
+            if row == "growth":
+                ratio = ratios[row].get(store)
+                cells.append(f"{ratio_text(ratio)}{star}" if ratio is not None else "n/a")
+            elif result.get("value") is None:
+                cells.append("n/a")
+            else:
+                cells.append(f"{figure(result['value'])} {work[row]['unit']}{star}<br>"
+                             f"{ratio_text(ratios[row][store])}")
+        target = limits.get(row)
+        if target:
+            ratio = ratios[row]["subject"]
+            verdict = "met" if ratio <= target["limit"] else "missed"
+            cells.append(f"≤ {target['limit']}×<br>**{verdict}**")
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    for store in present:
+        counted = work["append"]["results"].get(store, {})
+        if counted.get("extrapolated"):
+            notes.append(f"\\* {stores[store]['label']}: extrapolated. Capped at "
+                         f"{meta['cap_seconds']:.0f} s per workload, it measured "
+                         f"{counted['measured']:,} of {meta['n']:,} appends; the rest is a "
+                         "least-squares line of per-append cost against session size.")
+        for workload, why in stores[store].get("unsupported", {}).items():
+            notes.append(f"{stores[store]['label']}, {workload}: n/a, {why}.")
+    reference = work["fork"].get("reference")
+    if reference:
+        copy = shown(reference["copy_fsync_ms"])
+        subject = shown(work["fork"]["results"]["subject"]["value"])
+        notes.append(f"A file copy followed by an fsync of the copy takes {figure(copy)} ms; the "
+                     f"store's fork is {ratio_text(subject / copy)} that.")
+    return "\n".join(lines) + "\n\n" + "  \n".join(notes) + "\n"
+
+
+def bench_targets(report: dict[str, Any]) -> str:
+    """The targets table: each verdict from the ratio shown in the main table."""
+    ratios = bench_ratios(report)
+    lines = ["| target | figure | verdict |", "|---|---|---|"]
+    for target in report["targets"]:
+        ratio = ratios[target["workload"]]["subject"]
+        verdict = "met" if ratio <= target["limit"] else "missed"
+        lines.append(f"| {target['target'].replace('x ', '× ')} | {ratio_text(ratio)} | **{verdict}** |")
+    return "\n".join(lines) + "\n"
