@@ -460,3 +460,33 @@ def test_the_chat_transcript_on_the_site_is_what_chat_prints_today(tmp_path):
     shown = (DOCS / "reference" / "examples" / "chat.txt").read_text(encoding="utf-8")
     assert normalized(shown) == normalized(run_chat(ROOT, tmp_path)), (
         f"docs/reference/examples/chat.txt is not what `sessionlab chat` prints today: {REMAKE}")
+
+
+# --- every lesson page: a design note and a few challenges ---------------------------------------
+
+
+@pytest.mark.parametrize("page", sorted((DOCS / "lessons").glob("*.md")), ids=lambda p: p.name)
+def test_every_lesson_has_a_design_note_and_two_to_four_challenges(page):
+    text = page.read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
+    assert sections.get("Design note", "").strip(), f"docs/lessons/{page.name} has no '## Design note'"
+    challenges = re.findall(r"^\d+\. ", sections.get("Challenges", ""), flags=re.M)
+    assert 2 <= len(challenges) <= 4, (
+        f"docs/lessons/{page.name} should end its lesson with 2 to 4 numbered challenges "
+        f"under '## Challenges', has {len(challenges)}")
+
+
+def test_the_glossary_defines_the_words_the_course_relies_on():
+    text = (DOCS / "glossary.md").read_text(encoding="utf-8")
+    defined = {term.lower() for line in re.findall(r"^\*\*(.+?)\*\*", text, flags=re.M)
+               for term in re.split(r",\s*", line)}
+    wanted = {"turn", "writer", "marker", "torn tail", "durable", "pending", "key test", "fence",
+              "starter", "scripted model", "blob", "fork", "skip set", "floor"}
+    assert not wanted - defined, f"the glossary does not define: {sorted(wanted - defined)}"
+
+
+def test_the_recap_follows_the_last_lesson_in_the_navigation():
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    last = course.lessons(ROOT)[-1]
+    assert re.search(rf"lessons/{last.name}\.md\n.*recap\.md\n", config), \
+        "the recap page comes right after the last lesson in the nav of mkdocs.yml"
