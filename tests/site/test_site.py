@@ -353,7 +353,8 @@ CODE_LOOKING = re.compile(r"""
     | \b[A-Z]\w*[a-z]{2,}[A-Z]\w*\b        # CamelCase: SessionBusy, JSONDecodeError
     | [=!<>]=                              # a comparison
 """, re.X)
-NOT_CODE = {"e.g", "i.e", "OpenAI", "GitHub", "LevelDB", "PostgreSQL", "SQLite", "JavaScript"}
+NOT_CODE = {"e.g", "i.e", "OpenAI", "GitHub", "LevelDB", "PostgreSQL", "SQLite", "JavaScript",
+            "llama.cpp"}
 
 
 def code_outside_backticks(text):
@@ -377,6 +378,13 @@ def test_every_hint_keeps_its_code_in_backticks():
              for level, hint in enumerate(task.hints, start=1)
              if (found := code_outside_backticks(hint))]
     assert not wrong, "put code in hints between backticks:\n" + "\n".join(wrong)
+
+
+def test_every_task_description_keeps_its_code_in_backticks():
+    wrong = [f"lessons/{lesson.name}/lesson.toml, task {task.id}: {found}"
+             for lesson in course.lessons(ROOT) for task in lesson.tasks
+             if (found := code_outside_backticks(task.description or ""))]
+    assert not wrong, "put code in task descriptions between backticks:\n" + "\n".join(wrong)
 
 
 # --- diagrams: narrow enough for a phone ---------------------------------------------------------------
