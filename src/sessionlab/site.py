@@ -264,6 +264,22 @@ class Includer:
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
             raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
 
+    # {{ bench_meta("docs/assets/bench/store.json") }}
+    def do_bench_meta(self, path: str) -> str:
+        """One sentence on the run: when, on what, what was measured, how long it took."""
+        import json
+        try:
+            meta = json.loads(self._read(path))["meta"]
+            return (f"Measured on {_date(meta['date'])} with {meta['implementation']} "
+                    f"{meta['python']} ({meta['platform']}, {meta['machine']}, {meta['cpus']} "
+                    f"cores). The store measured is lesson **{meta['lesson']}**'s reference "
+                    f"solution (`{meta['module']}`). Sessions of {meta['n']:,} messages of about "
+                    f"{meta['message_bytes']:,.0f} bytes of JSON each; the durable workload appends "
+                    f"{meta['durable_n']:,}. Every figure is the median of {meta['repeat']} runs. "
+                    f"The whole run took {meta['seconds'] / 60:.0f} minutes.\n")
+        except (KeyError, TypeError, ValueError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
+
     # {{ bench_targets("docs/assets/bench/store.json") }}
     def do_bench_targets(self, path: str) -> str:
         import json
@@ -435,6 +451,13 @@ def line_range(text: str, lines: str, path: str = "<file>") -> tuple[str, int]:
                            f"{len(every)} lines")
     first, last = int(match[1]), int(match[2])
     return "".join(every[first - 1:last]), first
+
+
+def _date(iso: str) -> str:
+    """2026-11-30 as '30 November 2026'."""
+    from datetime import date
+    day = date.fromisoformat(iso)
+    return f"{day.day} {day:%B %Y}"
 
 
 def _count(number: int, noun: str) -> str:
