@@ -760,8 +760,9 @@ def bench_markdown(report: dict[str, Any]) -> str:
         counted = work["append"]["results"].get(store, {})
         if counted.get("extrapolated"):
             notes.append(f"\\* {stores[store]['label']}: extrapolated. Capped at "
-                         f"{meta['cap_seconds']:.0f} s per workload, it measured "
-                         f"{counted['measured']:,} of {meta['n']:,} appends; the rest is a "
+                         f"{meta['cap_seconds']:.0f} s per workload, it reached the cap in at "
+                         f"least one of the {meta['repeat']} runs; the median run measured "
+                         f"{counted['measured']:,} of {meta['n']:,} appends, and the rest is a "
                          "least-squares line of per-append cost against session size.")
         for workload, why in stores[store].get("unsupported", {}).items():
             notes.append(f"{stores[store]['label']}, {workload}: n/a, {why}.")

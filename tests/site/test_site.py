@@ -498,3 +498,59 @@ def test_the_recap_follows_the_last_lesson_in_the_navigation():
     last = course.lessons(ROOT)[-1]
     assert re.search(rf"lessons/{last.name}\.md\n.*recap\.md\n", config), \
         "the recap page comes right after the last lesson in the nav of mkdocs.yml"
+
+
+# --- the benchmarks page: one run, ratios from the figures shown ----------------------------------
+
+
+def _benchmarks_page():
+    return expand((DOCS / "benchmarks.md").read_text(encoding="utf-8"), ROOT, "benchmarks.md")
+
+
+def _number(text):
+    return float(text.replace(",", ""))
+
+
+def test_every_ratio_in_the_benchmarks_table_is_computed_from_the_figures_shown():
+    page = _benchmarks_page()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "<br>" in line]
+    assert rows, "the benchmarks page has no table of figures"
+    wrong = []
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        pairs = [re.match(r"([\d,.]+) (µs|ms)\\?\*?<br>([\d,.]+)×", cell) for cell in cells[1:]]
+        figures = [(pair[1], pair[3]) for pair in pairs if pair]
+        if not figures:
+            continue
+        floor = _number(figures[0][0])
+        for value, ratio in figures:
+            expected = _number(value) / floor
+            shown = _number(ratio)
+            # The ratio is printed to 3 significant figures at most: allow its rounding.
+            if abs(shown - expected) > max(0.006, expected * 0.006):
+                wrong.append(f"{cells[0]}: {value} over the floor's {figures[0][0]} is "
+                             f"{expected:.3g}×, the page says {ratio}×")
+    assert not wrong, "ratios on the benchmarks page do not follow from its figures: " + "; ".join(wrong)
+
+
+def test_every_figure_in_the_benchmarks_prose_is_one_of_its_tables():
+    page = _benchmarks_page()
+    tables = "\n".join(line for line in page.splitlines() if line.startswith("|"))
+    tables += "\n" + "\n".join(line for line in page.splitlines() if "takes" in line and "fork is" in line)
+    prose = "\n".join(line for line in _prose_only(page).splitlines() if not line.startswith("|"))
+    figures = re.findall(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)(×| µs| ms)", prose)
+    missing = sorted({f"{value}{unit}" for value, unit in figures if f"{value}{unit}" not in tables})
+    assert not missing, ("figures in the benchmarks page's prose that its tables (one run) do not "
+                         f"show: {missing}")
+
+
+HISTORY = re.compile(r"\bused to\b|\bno longer\b|\bbefore the (last )?changes\b|× before\b"
+                     r"|\|\s*Before\s*\||\bbefore: |\bwent from\b", re.I)
+
+
+@pytest.mark.parametrize("name", ["benchmarks.md", "store-under-fire.md"])
+def test_the_history_of_changes_is_kept_on_the_maintainers_page(name):
+    text = (DOCS / name).read_text(encoding="utf-8")
+    found = [line.strip()[:100] for line in text.splitlines() if HISTORY.search(line)]
+    assert not found, (f"docs/{name} tells what changed when (before/after); that belongs on "
+                       "docs/maintainers.md: " + " | ".join(found))
