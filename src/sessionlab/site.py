@@ -413,13 +413,16 @@ def given_changes(old: str, new: str) -> Given:
             text += ["+" + new_lines[j] for j in new_code[j1:j2]]
         hunks.append(Hunk("diff", "".join(line if line.endswith("\n") else line + "\n"
                                           for line in text), first + 1))
-    # What was left out: the docstring and comment lines (not blanks) that changed.
+    # What was left out: the docstring and comment lines (not blanks) that changed, except
+    # those shown inside a new helper.
     every = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     churn = 0
     for tag, i1, i2, j1, j2 in every.get_opcodes():
         if tag != "equal":
             churn += sum(1 for i in range(i1, i2) if i in old_prose and old_lines[i].strip())
-            churn += sum(1 for j in range(j1, j2) if j in new_prose and new_lines[j].strip())
+            churn += sum(1 for j in range(j1, j2) if j in new_prose and new_lines[j].strip()
+                         and not any(h.kind == "python" and h.first_line - 1 <= j
+                                     < h.first_line - 1 + h.text.count("\n") for h in hunks))
     return Given(hunks, added, churn)
 
 

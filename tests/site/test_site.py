@@ -186,7 +186,7 @@ def test_the_diff_keeps_what_you_write_apart_from_what_you_are_given(tiny):
 
 def test_a_new_helper_is_shown_as_python_and_counted_as_given(tiny):
     shared = "".join(f"\nSTEP_{k} = {k}\n" for k in range(8))
-    helper = '\n\ndef shout(text):\n    return text.upper()\n'
+    helper = '\n\ndef shout(text):\n    """Loud."""\n    return text.upper()\n'
     for folder in ("solutions/00_first", "solutions/01_second", "lessons/01_second"):
         path = tiny / folder / "agent.py"
         text = path.read_text(encoding="utf-8") + shared
@@ -194,7 +194,10 @@ def test_a_new_helper_is_shown_as_python_and_counted_as_given(tiny):
     given = expand('{{ diff("01_second") }}\n', tiny).split('??? abstract "What you are given', 1)[1]
     assert '``` python title="lessons/01_second/agent.py · new"' in given, given
     assert "def shout(text):" in given and "+def shout" not in given
-    assert "you are given **3 new or changed lines**" in expand('{{ diff("01_second") }}\n', tiny)
+    first = expand('{{ diff("01_second") }}\n', tiny).splitlines()[0]
+    assert "you are given **3 new or changed lines**" in first, first
+    assert '"""Loud."""' in given and "Not shown" not in first, (
+        "a new helper is shown with its docstring, which is then not counted as left out")
 
 
 def test_changes_to_docstrings_and_comments_are_left_out_of_the_diff(tiny):
