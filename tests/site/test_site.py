@@ -421,11 +421,12 @@ def test_a_wide_diagram_is_found():
     assert not diagram_problems('flowchart TD\n  A["short<br/>and narrow"] --> B\n')
 
 
-@pytest.mark.parametrize("page", sorted((DOCS / "lessons").glob("*.md")), ids=lambda p: p.name)
-def test_the_lessons_diagrams_fit_a_phone(page):
+@pytest.mark.parametrize("page", _own_pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_the_diagrams_fit_a_phone(page):
     text = page.read_text(encoding="utf-8")
     problems = [problem for match in MERMAID.finditer(text) for problem in diagram_problems(match.group(2))]
-    assert not problems, f"docs/lessons/{page.name}: a diagram too wide for 390 px: " + "; ".join(problems)
+    assert not problems, (f"docs/{page.relative_to(DOCS).as_posix()}: a diagram too wide for "
+                          "390 px: " + "; ".join(problems))
 
 
 # --- the demo: the home page shows what it prints today -------------------------------------------
