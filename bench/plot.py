@@ -3,6 +3,10 @@
 Colours are mid-tones and the background is transparent, so the same file reads on the site's
 light and dark palettes. A peer that hit the time cap is drawn solid as far as it was measured
 and dashed where its cost is extrapolated.
+
+The figure is narrow enough for the site's column at full size, with the legend below the
+plot rather than beside it, and no text under MIN_FONT px: the site shows it unscaled (on a
+phone it scrolls sideways), so what is written here is what a reader sees.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ COLOURS = {
 INK = "#7d8590"          # axes and text: readable on white and on a dark slate background
 GRID = "#7d8590"
 
-WIDTH, HEIGHT = 800, 440
-LEFT, RIGHT, TOP, BOTTOM = 88, 212, 46, 58
+WIDTH = 560
+LEFT, RIGHT, TOP = 90, 24, 44           # around the plot area
+MARGIN = 24                             # left of the legend and the footnote
+PLOT_H = 260
+LEGEND_COLUMNS, LEGEND_ROW = 2, 22      # the legend below the x axis
+FONT, TITLE_FONT, MIN_FONT = 14, 15, 12
 
 
 def _nice_step(span: float, ticks: int = 5) -> float:
@@ -65,7 +73,15 @@ def render(result: dict[str, Any]) -> str:
     values = [y for k in order for y in curves[k]["us"] if y > 0]
     lo, hi = min(values), max(values)
     log_y = hi / lo > 20
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, PLOT_H
+    extrapolated = any(curves[k]["extrapolated"] for k in order)
+    legend_rows = math.ceil((len(order) + extrapolated) / LEGEND_COLUMNS)
+    legend_top = TOP + plot_h + 74
+    foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
+            f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
+    foot_lines = _wrap(foot.split(" · "), 78)
+    foot_top = legend_top + legend_rows * LEGEND_ROW + 8
+    height = foot_top + 16 * len(foot_lines)
 
     # Session size on a log scale: the first thousand appends get as much room as the last
     # ninety thousand, so a store that was capped early still shows what it measured.
@@ -98,14 +114,15 @@ def render(result: dict[str, Any]) -> str:
 
     out: list[str] = []
     add = out.append
-    add(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-        f'height="{HEIGHT}" role="img" aria-labelledby="title desc" '
-        'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" font-size="14">')
+    add(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+        f'height="{height}" role="img" aria-labelledby="title desc" '
+        'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif" '
+        f'font-size="{FONT}">')
     add('<title id="title">Per-append cost against session size</title>')
     add(f'<desc id="desc">Microseconds per append for each store, as the session grows from 0 to '
         f'{n:,} messages; median of {meta["repeat"]} runs, lesson {escape(meta["lesson"])}, '
         f'Python {meta["python"]}, {meta["date"]}.</desc>')
-    add(f'<text x="{LEFT}" y="24" fill="{INK}" font-size="15" font-weight="600">'
+    add(f'<text x="{LEFT}" y="24" fill="{INK}" font-size="{TITLE_FONT}" font-weight="600">'
         f'Per-append cost as the session grows</text>')
     # grid and y axis
     for y in yticks:
@@ -135,7 +152,7 @@ def render(result: dict[str, Any]) -> str:
             'stroke-opacity="0.5" stroke-dasharray="2 3"/>')
     add(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="{INK}" '
         'stroke-opacity="0.6"/>')
-    add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 14}" fill="{INK}" text-anchor="middle">'
+    add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{TOP + plot_h + 42}" fill="{INK}" text-anchor="middle">'
         'messages already in the session (log scale)</text>')
     add(f'<text transform="translate(16 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
         f'text-anchor="middle">time per append{" (log scale)" if log_y else ""}</text>')
@@ -158,25 +175,21 @@ def render(result: dict[str, Any]) -> str:
                 pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in part)
                 add(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}" '
                     f'stroke-linejoin="round"{dash}><title>{label}</title></polyline>')
-    # legend
-    lx, ly = LEFT + plot_w + 16, TOP + 8
-    add(f'<text x="{lx}" y="{ly}" fill="{INK}" font-weight="600">store</text>')
-    for i, key in enumerate(order):
-        yy = ly + 24 + i * 24
-        colour = COLOURS.get(key, INK)
-        add(f'<line x1="{lx}" y1="{yy - 4}" x2="{lx + 26}" y2="{yy - 4}" stroke="{colour}" '
-            f'stroke-width="{3 if key == "subject" else 2}"/>')
-        add(f'<text x="{lx + 34}" y="{yy}" fill="{INK}">{escape(_short(stores[key]["label"]))}</text>')
-    if any(curves[k]["extrapolated"] for k in order):
-        yy = ly + 24 + len(order) * 24 + 10
-        add(f'<line x1="{lx}" y1="{yy - 4}" x2="{lx + 26}" y2="{yy - 4}" stroke="{INK}" stroke-width="2" '
-            'stroke-dasharray="6 5"/>')
-        add(f'<text x="{lx + 34}" y="{yy}" fill="{INK}">extrapolated past</text>')
-        add(f'<text x="{lx + 34}" y="{yy + 16}" fill="{INK}">the time cap</text>')
-    foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
-            f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
-    for i, text in enumerate(_wrap(foot.split(" · "), 30)):
-        add(f'<text x="{lx}" y="{TOP + plot_h - 48 + 14 * i}" fill="{INK}" font-size="11">{escape(text)}</text>')
+    # legend, below the plot in columns, then the footnote
+    entries = [(escape(_short(stores[k]["label"])), COLOURS.get(k, INK),
+                3 if k == "subject" else 2, "") for k in order]
+    if extrapolated:
+        entries.append(("extrapolated past the time cap", INK, 2, ' stroke-dasharray="6 5"'))
+    column_w = (WIDTH - 2 * MARGIN) / LEGEND_COLUMNS
+    for i, (text, colour, width, dash) in enumerate(entries):
+        lx = MARGIN + column_w * (i // legend_rows)
+        yy = legend_top + LEGEND_ROW * (i % legend_rows)
+        add(f'<line x1="{lx:.1f}" y1="{yy - 4}" x2="{lx + 26:.1f}" y2="{yy - 4}" stroke="{colour}" '
+            f'stroke-width="{width}"{dash}/>')
+        add(f'<text x="{lx + 34:.1f}" y="{yy}" fill="{INK}">{text}</text>')
+    for i, text in enumerate(foot_lines):
+        add(f'<text x="{MARGIN}" y="{foot_top + 16 * i}" fill="{INK}" font-size="{MIN_FONT}">'
+            f'{escape(text)}</text>')
     add("</svg>")
     return "\n".join(out) + "\n"
 

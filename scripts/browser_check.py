@@ -1,195 +1,461 @@
 #!/usr/bin/env python3
 """Open the built course site in headless Chromium and check it as a reader would see it.
 
-    python scripts/browser_check.py                 # build the site, serve it, check it
-    python scripts/browser_check.py --site site     # check an already built site
+    python scripts/browser_check.py                    # build the site, serve it, check it
+    python scripts/browser_check.py --site site        # check an already built site
+    python scripts/browser_check.py --viewport phone   # one width only
+    python scripts/browser_check.py --page lessons/03_fork/   # one page only
 
-The site is served on loopback by Python's http.server (in a thread) and driven through
-Chromium's DevTools protocol over a small standard-library WebSocket client. For every page:
-it loads (HTTP 200), nothing is logged as an error in the console (exceptions, failed
-requests, console.error), and no include directive was left unexpanded. On every lesson page,
-additionally: each Mermaid diagram rendered to an SVG, hints and the reference solution are
-folded away. Screenshots of the home page and one lesson page go to site-artifacts/.
+The site is served on loopback by Python's http.server (in a thread) and driven with
+Playwright through the distribution's Chromium (never a browser Playwright downloads). Every
+page is checked at two widths, a desktop (1280 px) and a phone (390 px):
 
-Exits 0 when every check passes, 1 when one fails (each failure is listed), 2 when the check
-itself cannot run (no Chromium, the build failed). Chromium: scripts/install_chromium.sh.
+- it loads (HTTP 200) and nothing is logged as an error (uncaught exceptions, failed
+  requests, console.error); no include directive was left unexpanded;
+- nothing is clipped or widens the page: the page does not scroll sideways, no element of
+  the article reaches past the screen outside a horizontal scroll container, and a code
+  block, table or diagram wider than its box scrolls (overflow-x auto or scroll);
+- figures stay readable: a Mermaid diagram or SVG image is never scaled down so far that its
+  smallest text is under MIN_FIGURE_TEXT_PX (a wider figure has to scroll instead);
+- on every lesson page, additionally: each Mermaid diagram rendered to an SVG, hints and the
+  reference solution are folded away.
+
+Screenshots at both widths go to site-artifacts/. Exits 0 when every check passes, 1 when one
+fails (each failure is listed), 2 when the check itself cannot run (no Playwright, no
+Chromium, the build failed). Install: pip install -e '.[browser]' and
+scripts/install_chromium.sh.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import functools
 import http.server
-import json
 import os
 import re
 import shutil
-import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# Flags that work as root in a container: no sandbox (root), no GPU, nothing fetched from
+# the network behind the check's back.
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--mute-audio", "--window-size=1280,900",
+    "--hide-scrollbars", "--mute-audio",
 ]
-PAGE_TIMEOUT = 30.0      # seconds for one page to load and its diagrams to render
-# file name -> (page, scrolled to its first diagram?)
-SCREENSHOTS = {"home.png": ("", False), "lesson-03_fork.png": ("lessons/03_fork/", False),
-               "lesson-03_fork-diagram.png": ("lessons/03_fork/", True)}
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
+PAGE_TIMEOUT = 30.0        # seconds for one page to load and its diagrams to render
+# Subpixel layout makes a box that fits report a width one pixel over.
+TOLERANCE_PX = 1.0
+# The smallest text a figure may be scaled down to. Material's own smallest type is about
+# 12.8 px; under 11 px a diagram's labels are no longer read, only guessed.
+MIN_FIGURE_TEXT_PX = 11.0
+SCROLLING = ("auto", "scroll")
+UNEXPANDED = re.compile(r"\{\{\s*[a-z_]+\(")
+
+
+@dataclass(frozen=True)
+class Viewport:
+    name: str
+    width: int
+    height: int
+    scale: float           # device pixels per CSS pixel
+    mobile: bool
+
+
+VIEWPORTS = {
+    "desktop": Viewport("desktop", 1280, 900, 1, False),
+    "phone": Viewport("phone", 390, 844, 2, True),
+}
+
+# (viewport, screenshot file, page, element to scroll to first or None)
+SCREENSHOTS = [
+    ("desktop", "home.png", "", None),
+    ("desktop", "lesson-03_fork.png", "lessons/03_fork/", None),
+    ("desktop", "lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
+    ("desktop", "benchmarks-plot.png", "benchmarks/", "article img[src$='.svg']"),
+    ("phone", "phone-home.png", "", None),
+    ("phone", "phone-lesson-03_fork.png", "lessons/03_fork/", None),
+    ("phone", "phone-lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
+    ("phone", "phone-lesson-03_fork-code.png", "lessons/03_fork/", "article .highlight"),
+    ("phone", "phone-benchmarks-table.png", "benchmarks/", "article table"),
+    ("phone", "phone-benchmarks-plot.png", "benchmarks/", "article img[src$='.svg']"),
+]
 
 
 class CheckError(Exception):
     """The check itself cannot run (as opposed to a page that fails a check)."""
 
 
-# --- a minimal WebSocket client (RFC 6455, client side, text frames) -------------------------
+# --- deciding from measured numbers (no browser needed) -------------------------------------
 
 
-class WebSocket:
-    def __init__(self, url: str, timeout: float = PAGE_TIMEOUT) -> None:
-        parts = urllib.parse.urlparse(url)
-        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET {parts.path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\n"
-                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        response = b""
-        while b"\r\n\r\n" not in response:
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise CheckError(f"DevTools closed the connection during the handshake: {response!r}")
-            response += chunk
-        head, self._buffer = response.split(b"\r\n\r\n", 1)
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise CheckError(f"DevTools refused the WebSocket: {head.decode(errors='replace')}")
+def scrolls(overflow_x: str) -> bool:
+    return overflow_x in SCROLLING
 
-    def send(self, text: str) -> None:
-        self._frame(0x1, text.encode())
 
-    def _frame(self, opcode: int, data: bytes) -> None:
-        header = bytearray([0x80 | opcode])
-        if len(data) < 126:
-            header.append(0x80 | len(data))
-        elif len(data) < 1 << 16:
-            header.append(0x80 | 126)
-            header += struct.pack(">H", len(data))
-        else:
-            header.append(0x80 | 127)
-            header += struct.pack(">Q", len(data))
-        mask = os.urandom(4)
-        masked = (int.from_bytes(data, "big") ^ int.from_bytes((mask * (len(data) // 4 + 1))[:len(data)], "big")
-                  ).to_bytes(len(data), "big") if data else b""
-        self.sock.sendall(bytes(header) + mask + masked)
+def overflows(box: dict[str, Any]) -> bool:
+    """Is the box's content wider than the box itself?"""
+    return box["scrollWidth"] > box["clientWidth"] + TOLERANCE_PX
 
-    def _read(self, count: int) -> bytes:
-        chunks, have = [self._buffer], len(self._buffer)
-        while have < count:
-            chunk = self.sock.recv(max(65536, count - have))
-            if not chunk:
-                raise CheckError("DevTools closed the connection")
-            chunks.append(chunk)
-            have += len(chunk)
-        data = b"".join(chunks)
-        self._buffer = data[count:]
-        return data[:count]
 
-    def recv(self, timeout: float) -> str:
-        self.sock.settimeout(timeout)
-        message = b""
+def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
+    """A code block, table or diagram wider than its box must scroll; any other box whose
+    overflow is hidden must not hide content sideways (it would be cut off unseen)."""
+    found = []
+    for box in blocks:
+        if not overflows(box) or scrolls(box["overflowX"]):
+            continue
+        if box["mustScroll"] or box["overflowX"] in ("hidden", "clip"):
+            found.append(f"{box['what']} is clipped: {box['scrollWidth']:.0f} px of content in "
+                         f"{box['clientWidth']:.0f} px with overflow-x {box['overflowX']} "
+                         "(it should scroll)")
+    return found
+
+
+def page_width_problems(scroll_width: float, viewport_width: int) -> list[str]:
+    if scroll_width > viewport_width + TOLERANCE_PX:
+        return [f"the page scrolls sideways: {scroll_width:.0f} px wide on a "
+                f"{viewport_width} px screen"]
+    return []
+
+
+def escape_problems(escapes: list[dict[str, Any]], viewport_width: int) -> list[str]:
+    """Elements that reach past the screen's edge and sit in no horizontal scroll container:
+    what is past the edge cannot be seen (the theme hides the page's own overflow)."""
+    return [f"{e['what']} reaches past the screen ({e['left']:.0f} to {e['right']:.0f} px "
+            f"on a {viewport_width} px screen) outside any scroll container"
+            for e in escapes
+            if e["right"] > viewport_width + TOLERANCE_PX or e["left"] < -TOLERANCE_PX]
+
+
+def rendered_text_px(figure: dict[str, Any]) -> float:
+    """The smallest text of a figure as drawn: its font size times its scale on the page."""
+    if figure["naturalWidth"] <= 0:
+        return figure["fontPx"]
+    return figure["fontPx"] * figure["renderedWidth"] / figure["naturalWidth"]
+
+
+def figure_problems(figures: list[dict[str, Any]]) -> list[str]:
+    found = []
+    for figure in figures:
+        if figure["renderedWidth"] <= 0:
+            continue       # not on screen (in a folded hint): nothing to read yet
+        drawn = rendered_text_px(figure)
+        if drawn < MIN_FIGURE_TEXT_PX:
+            found.append(f"{figure['what']} is shrunk unreadably: drawn "
+                         f"{figure['renderedWidth']:.0f} px wide of its "
+                         f"{figure['naturalWidth']:.0f} px, so its smallest text is "
+                         f"{drawn:.1f} px (at least {MIN_FIGURE_TEXT_PX:g} px; a wider "
+                         "figure should scroll)")
+    return found
+
+
+def layout_problems(layout: dict[str, Any], viewport_width: int) -> list[str]:
+    """Every overflow problem of one page at one width, from what the browser measured."""
+    return (page_width_problems(layout["scrollWidth"], viewport_width)
+            + escape_problems(layout["escapes"], viewport_width)
+            + block_problems(layout["blocks"])
+            + figure_problems(layout["figures"]))
+
+
+def lesson_problems(facts: dict[str, Any], expected_diagrams: int) -> list[str]:
+    found = []
+    if expected_diagrams == 0:
+        found.append("no Mermaid diagram on a lesson page")
+    if facts["tips"] == 0 or facts["openTips"]:
+        found.append(f"hints should be folded away: {facts['tips']} hint blocks, "
+                     f"{facts['openTips']} open")
+    if facts["solutions"] != 1:
+        found.append("expected the reference solution folded away once, found "
+                     f"{facts['solutions']}")
+    if facts["code"] < 2:
+        found.append(f"expected starter and solution code, found {facts['code']} code blocks")
+    return found
+
+
+def logged_problems(logged: list[str]) -> list[str]:
+    """What the page logged, each failed request said once: a 404 is logged by the console
+    with its status and reported again, less clearly, as a failed request."""
+    said = [line for line in logged if not line.startswith("request failed: ")]
+    return [line for line in logged
+            if not line.startswith("request failed: ")
+            or not any(line.split()[2] in other for other in said)]
+
+
+def unexpanded_problems(text: str) -> list[str]:
+    # The page that explains the include syntax shows it on purpose.
+    if UNEXPANDED.search(text) and "How this site is built" not in text:
+        return ["an include directive was left unexpanded in the page"]
+    return []
+
+
+# --- measuring in the page -------------------------------------------------------------------
+
+# Run in the page: the boxes that may overflow, the elements that reach past the screen, and
+# the SVG images with their smallest font (read from the image's own source).
+MEASURE_JS = r"""
+async (viewportWidth) => {
+  const article = document.querySelector('article') || document.body;
+  const describe = el => {
+    const cls = [...el.classList].slice(0, 2).map(c => '.' + c).join('');
+    const text = (el.textContent || el.getAttribute('src') || '').trim()
+      .replace(/\s+/g, ' ').slice(0, 40);
+    return `<${el.tagName.toLowerCase()}${cls}>` + (text ? ` "${text}"` : '');
+  };
+  const overflowX = el => getComputedStyle(el).overflowX;
+  const inScroller = el => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      if (['auto', 'scroll'].includes(overflowX(p))) return true;
+      if (p === article) return false;
+    }
+    return false;
+  };
+  const mustScroll = 'pre, pre > code, table, div.mermaid, .md-typeset__scrollwrap';
+  const blocks = [];
+  for (const el of article.querySelectorAll('*')) {
+    const style = getComputedStyle(el);
+    if (style.display === 'inline' || style.display === 'none') continue;
+    const strict = el.matches(mustScroll);
+    if (!strict && style.overflowX === 'visible') continue;
+    blocks.push({what: describe(el), scrollWidth: el.scrollWidth,
+                 clientWidth: el.clientWidth, overflowX: style.overflowX,
+                 mustScroll: strict});
+  }
+  const escapes = [];
+  const reported = new Set();
+  for (const el of article.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    if (r.right <= viewportWidth + 1 && r.left >= -1) continue;
+    if (getComputedStyle(el).visibility === 'hidden' || inScroller(el)) continue;
+    let p = el.parentElement, under = false;
+    for (; p && p !== article; p = p.parentElement) if (reported.has(p)) { under = true; break; }
+    if (under) continue;
+    reported.add(el);
+    if (escapes.length < 5) escapes.push({what: describe(el), left: r.left, right: r.right});
+  }
+  const figures = [];
+  for (const img of article.querySelectorAll('img')) {
+    const src = img.currentSrc || img.src;
+    if (!/\.svg(\?|#|$)/.test(src) || !img.naturalWidth) continue;
+    let svg;
+    try {       // an image that does not load is reported by the console already
+      const response = await fetch(src);
+      if (!response.ok) continue;
+      svg = new DOMParser().parseFromString(await response.text(), 'image/svg+xml')
+        .documentElement;
+    } catch (error) { continue; }
+    const size = el => {
+      for (let e = el; e && e.getAttribute; e = e.parentElement) {
+        const v = parseFloat(e.getAttribute('font-size'));
+        if (!isNaN(v)) return v;
+      }
+      return 16;
+    };
+    const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim());
+    const vb = svg.viewBox && svg.viewBox.baseVal;
+    figures.push({what: `the image ${src.split('/').pop()}`,
+                  naturalWidth: (vb && vb.width) || img.naturalWidth,
+                  renderedWidth: img.getBoundingClientRect().width,
+                  fontPx: texts.length ? Math.min(...texts.map(size)) : 16});
+  }
+  return {scrollWidth: document.documentElement.scrollWidth, blocks, escapes, figures};
+}
+"""
+
+# Run on a diagram's (closed) shadow root, reached through the DevTools protocol.
+DIAGRAM_JS = r"""
+function () {
+  const svg = this.querySelector('svg');
+  if (!svg) return null;
+  const r = svg.getBoundingClientRect();
+  const vb = svg.viewBox && svg.viewBox.baseVal;
+  let font = Infinity;
+  for (const el of this.querySelectorAll('svg *')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (own) font = Math.min(font, parseFloat(getComputedStyle(el).fontSize));
+  }
+  return {naturalWidth: (vb && vb.width) || r.width, renderedWidth: r.width,
+          fontPx: font === Infinity ? 16 : font};
+}
+"""
+
+UNFOLD_JS = """(open) => {
+    const folded = open ? 'article details:not([open])' : 'article details[data-check-opened]';
+    for (const details of document.querySelectorAll(folded)) {
+        details.open = open;
+        if (open) details.dataset.checkOpened = ''; else delete details.dataset.checkOpened;
+    }
+}"""
+
+FACTS_JS = """() => ({
+    h1: (document.querySelector('article h1') || {}).textContent || '',
+    text: document.querySelector('article') ? document.querySelector('article').innerText : '',
+    tips: document.querySelectorAll('article details.tip').length,
+    openTips: document.querySelectorAll('article details.tip[open]').length,
+    solutions: document.querySelectorAll('article details.success').length,
+    code: document.querySelectorAll('article .highlight').length
+})"""
+
+
+def shadow_roots_of_diagrams(node: dict[str, Any]) -> list[int]:
+    """Backend ids of the shadow roots of div.mermaid elements, in a pierced DOM tree."""
+    found = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        attributes = current.get("attributes") or []
+        classes = dict(zip(attributes[::2], attributes[1::2])).get("class", "").split()
+        if current.get("nodeName") == "DIV" and "mermaid" in classes:
+            found.extend(root["backendNodeId"] for root in current.get("shadowRoots") or [])
+        stack.extend(current.get("children") or [])
+        stack.extend(current.get("shadowRoots") or [])
+    return found
+
+
+def measure_diagrams(cdp: Any) -> list[dict[str, Any]]:
+    """Measure every rendered diagram. Material draws them in closed shadow roots, which the
+    page's own scripts (and Playwright's selectors) cannot enter; DevTools can. Only the
+    diagrams are described, not the whole pierced document (slow on a long page)."""
+    document = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    hosts = cdp.send("DOM.querySelectorAll",
+                     {"nodeId": document, "selector": "div.mermaid"})["nodeIds"]
+    diagrams = []
+    for number, host in enumerate(hosts, 1):
+        node = cdp.send("DOM.describeNode", {"nodeId": host, "depth": 1, "pierce": True})["node"]
+        for backend_id in shadow_roots_of_diagrams(node):
+            handle = cdp.send("DOM.resolveNode", {"backendNodeId": backend_id})["object"]
+            result = cdp.send("Runtime.callFunctionOn", {
+                "objectId": handle["objectId"], "functionDeclaration": DIAGRAM_JS,
+                "returnByValue": True})
+            if value := result.get("result", {}).get("value"):
+                diagrams.append({"what": f"Mermaid diagram {number}", **value})
+    return diagrams
+
+
+# --- one page at one width ---------------------------------------------------------------------
+
+
+class PageCheck:
+    """A browser tab at one width, with what it logs collected as problems."""
+
+    def __init__(self, context: Any) -> None:
+        self.page = context.new_page()
+        self.page.set_default_timeout(PAGE_TIMEOUT * 1000)
+        self.cdp = context.new_cdp_session(self.page)
+        self.logged: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda error: self._log(f"uncaught exception: {error}"))
+        self.page.on("requestfailed", self._request_failed)
+
+    def _log(self, text: str) -> None:
+        # One line a problem: a parser's message spans lines (the text, a caret under it).
+        self.logged.append(" / ".join(line.strip() for line in text.splitlines() if line.strip()))
+
+    def _console(self, message: Any) -> None:
+        if message.type in ("error", "assert"):
+            where = message.location.get("url", "")
+            self._log(f"console.{message.type}: {message.text} {where}".strip())
+
+    def _request_failed(self, request: Any) -> None:
+        self._log(f"request failed: {request.url} ({request.failure})")
+
+    def load(self, url: str) -> list[str]:
+        self.logged.clear()
+        response = self.page.goto(url, wait_until="load")
+        status = response.status if response is not None else None
+        return [] if status == 200 else [f"HTTP {status} for {url}"]
+
+    def wait_for_diagrams(self, expected: int) -> tuple[int, list[str]]:
+        """Material swaps each <pre class="mermaid"> for a <div class="mermaid"> once the
+        diagram is drawn; wait for all of them, or for an error that stops the drawing."""
+        deadline = time.monotonic() + PAGE_TIMEOUT
         while True:
-            first, second = self._read(2)
-            opcode, length = first & 0x0F, second & 0x7F
-            if length == 126:
-                length = struct.unpack(">H", self._read(2))[0]
-            elif length == 127:
-                length = struct.unpack(">Q", self._read(8))[0]
-            payload = self._read(length)
-            if opcode == 0x8:
-                raise CheckError("DevTools closed the WebSocket")
-            if opcode == 0x9:
-                self._frame(0xA, payload)
-                continue
-            if opcode in (0x0, 0x1, 0x2):
-                message += payload
-                if first & 0x80:
-                    return message.decode()
+            drawn = self.page.evaluate("document.querySelectorAll('div.mermaid').length")
+            if drawn >= expected:
+                return drawn, []
+            if any(line.startswith("uncaught") for line in self.logged):
+                return drawn, [f"Mermaid: {drawn} of {expected} diagrams rendered to SVG "
+                               "(the page threw an exception)"]
+            if time.monotonic() > deadline:
+                return drawn, [f"Mermaid: {drawn} of {expected} diagrams rendered to SVG "
+                               f"within {PAGE_TIMEOUT:.0f} s"]
+            self.page.wait_for_timeout(100)
+
+    def measure(self, viewport: Viewport) -> dict[str, Any]:
+        layout = self.page.evaluate(MEASURE_JS, viewport.width)
+        layout["figures"].extend(measure_diagrams(self.cdp))
+        return layout
+
+    def measure_unfolded(self, viewport: Viewport) -> dict[str, Any]:
+        """Measure again with every folded block (hints, the solution) open, as a reader who
+        opens them sees it, then fold them back."""
+        self.page.evaluate(UNFOLD_JS, True)
+        try:
+            self.page.wait_for_timeout(100)
+            return self.measure(viewport)
+        finally:
+            self.page.evaluate(UNFOLD_JS, False)
 
     def close(self) -> None:
         try:
-            self._frame(0x8, b"")
-        except OSError:
+            self.page.close(run_before_unload=False)
+        except Exception:       # noqa: BLE001 - a tab that is already gone is closed enough
             pass
-        self.sock.close()
+
+    def screenshot(self, target: Path, scroll_to: str | None) -> None:
+        if scroll_to:
+            self.page.evaluate("(sel) => (document.querySelector(sel) || document.body)"
+                               ".scrollIntoView({block: 'center'})", scroll_to)
+        else:
+            self.page.evaluate("window.scrollTo(0, 0)")
+        self.page.wait_for_timeout(300)    # let the header settle after the scroll
+        self.page.screenshot(path=str(target))
 
 
-# --- the DevTools protocol over it -----------------------------------------------------------------
+def diagrams_in(html_file: Path) -> int:
+    """How many Mermaid diagrams the built page holds, before any script ran."""
+    return html_file.read_text(encoding="utf-8").count('<pre class="mermaid">')
 
 
-class DevTools:
-    def __init__(self, ws: WebSocket) -> None:
-        self.ws = ws
-        self.last_id = 0
-        self.events: list[dict] = []
-
-    def call(self, method: str, timeout: float = PAGE_TIMEOUT, **params) -> dict:
-        self.last_id += 1
-        wanted = self.last_id
-        self.ws.send(json.dumps({"id": wanted, "method": method, "params": params}))
-        deadline = time.monotonic() + timeout
-        while True:
-            message = json.loads(self.ws.recv(max(0.1, deadline - time.monotonic())))
-            if message.get("id") == wanted:
-                if "error" in message:
-                    raise CheckError(f"{method}: {message['error']}")
-                return message.get("result", {})
-            self.events.append(message)
-
-    def pump(self, seconds: float) -> None:
-        """Collect the events that arrive within `seconds`."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                self.events.append(json.loads(self.ws.recv(left)))
-            except (socket.timeout, TimeoutError):
-                return
-
-    def wait_for(self, method: str, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            for event in self.events:
-                if event.get("method") == method:
-                    return event
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no {method} within {timeout:.0f} s")
-            try:
-                self.events.append(json.loads(self.ws.recv(left)))
-            except (socket.timeout, TimeoutError):
-                pass
-
-    def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        if "exceptionDetails" in result:
-            raise CheckError(f"evaluating {expression!r}: {result['exceptionDetails']}")
-        return result["result"].get("value")
+def check_page(tab: PageCheck, viewport: Viewport, url: str, html_file: Path,
+               is_lesson: bool) -> tuple[list[str], dict[str, str]]:
+    problems = tab.load(url)
+    expected = diagrams_in(html_file)
+    drawn, waiting = tab.wait_for_diagrams(expected)
+    problems += waiting
+    layout = tab.measure(viewport)
+    rendered = sum(1 for f in layout["figures"] if f["what"].startswith("Mermaid"))
+    if not waiting and rendered < expected:
+        problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG")
+    facts = tab.page.evaluate(FACTS_JS)
+    unfolded = tab.measure_unfolded(viewport)
+    tab.page.wait_for_timeout(200)     # late console messages
+    problems += layout_problems(layout, viewport.width)
+    problems += [problem + " (with the folded blocks open)"
+                 for problem in layout_problems(unfolded, viewport.width)
+                 if problem not in problems]
+    problems += unexpanded_problems(facts["text"])
+    if is_lesson:
+        problems += lesson_problems(facts, expected)
+    problems += logged_problems(tab.logged)
+    return problems, {"diagrams": f"{rendered}/{expected}", "h1": facts["h1"].strip().rstrip("¶")}
 
 
-# --- serving the site and starting the browser -------------------------------------------------------
+# --- serving, building, launching ---------------------------------------------------------------
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         pass
 
 
@@ -201,182 +467,153 @@ def serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 def find_chromium(explicit: str | None) -> str:
-    for candidate in ([explicit] if explicit else ["chromium", "chromium-browser", "google-chrome"]):
+    for candidate in [explicit] if explicit else CHROMIUM_CANDIDATES:
         if candidate and (path := shutil.which(candidate)):
             return path
-    raise CheckError("no Chromium found: run scripts/install_chromium.sh (Debian's chromium package)")
-
-
-def start_chromium(binary: str, profile: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)   # its own process group: stop_chromium ends its helpers too
-    found: list[str] = []
-    seen: list[str] = []
-
-    def read_stderr() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            seen.append(line.rstrip())
-            if match := re.search(r"DevTools listening on (ws://\S+)", line):
-                found.append(match[1])
-
-    threading.Thread(target=read_stderr, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not found:
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_chromium(process)
-            raise CheckError("Chromium did not start its DevTools endpoint:\n  " + "\n  ".join(seen[-15:]))
-        time.sleep(0.05)
-    browser_url = urllib.parse.urlparse(found[0])
-    with urllib.request.urlopen(f"http://{browser_url.netloc}/json/list", timeout=10) as response:
-        targets = json.load(response)
-    pages = [t for t in targets if t.get("type") == "page"]
-    if not pages:
-        stop_chromium(process)
-        raise CheckError(f"Chromium has no page to drive: {targets}")
-    return process, pages[0]["webSocketDebuggerUrl"]
-
-
-def stop_chromium(process: subprocess.Popen) -> None:
-    """End the Chromium this script started, with the helper processes of its group."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-# --- checking pages ------------------------------------------------------------------------------------
-
-UNEXPANDED = re.compile(r"\{\{\s*[a-z_]+\(")
-
-
-def svg_count_in_shadow_roots(node: dict) -> tuple[int, int]:
-    """(div.mermaid elements, of which holding an <svg> in their shadow root), in a pierced DOM tree."""
-    divs = rendered = 0
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        attributes = current.get("attributes") or []
-        classes = dict(zip(attributes[::2], attributes[1::2])).get("class", "").split()
-        if current.get("nodeName") == "DIV" and "mermaid" in classes:
-            divs += 1
-            if any(_has_svg(root) for root in current.get("shadowRoots") or []):
-                rendered += 1
-        stack.extend(current.get("children") or [])
-        stack.extend(current.get("shadowRoots") or [])
-    return divs, rendered
-
-
-def _has_svg(node: dict) -> bool:
-    if node.get("nodeName", "").lower() == "svg":
-        return True
-    return any(_has_svg(child) for child in node.get("children") or [])
-
-
-def problems_in_events(events: list[dict]) -> list[str]:
-    found = []
-    for event in events:
-        method, params = event.get("method"), event.get("params", {})
-        if method == "Runtime.exceptionThrown":
-            details = params.get("exceptionDetails", {})
-            text = details.get("exception", {}).get("description") or details.get("text")
-            found.append(f"uncaught exception: {text}")
-        elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            words = " ".join(str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", []))
-            found.append(f"console.{params['type']}: {words}")
-        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
-            entry = params["entry"]
-            found.append(f"{entry.get('source')} error: {entry.get('text')} {entry.get('url', '')}".strip())
-        elif method == "Network.responseReceived" and params.get("type") == "Document":
-            status = params.get("response", {}).get("status")
-            if status != 200:
-                found.append(f"HTTP {status} for {params['response'].get('url')}")
-    return found
-
-
-def check_page(tools: DevTools, url: str, is_lesson: bool) -> tuple[list[str], dict]:
-    tools.events.clear()
-    tools.call("Page.navigate", url=url)
-    tools.wait_for("Page.loadEventFired", PAGE_TIMEOUT)
-    problems: list[str] = []
-    expected = tools.evaluate("document.querySelectorAll('pre.mermaid, div.mermaid').length") or 0
-    deadline = time.monotonic() + PAGE_TIMEOUT
-    divs = rendered = 0
-    while True:
-        tools.pump(0.2)
-        waiting = tools.evaluate("document.querySelectorAll('pre.mermaid').length")
-        if not waiting:
-            tree = tools.call("DOM.getDocument", depth=-1, pierce=True)["root"]
-            divs, rendered = svg_count_in_shadow_roots(tree)
-            if rendered >= expected:
-                break
-        if any(event.get("method") == "Runtime.exceptionThrown" for event in tools.events):
-            problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG (the page threw an exception)")
-            break
-        if time.monotonic() > deadline:
-            problems.append(f"Mermaid: {rendered} of {expected} diagrams rendered to SVG within {PAGE_TIMEOUT:.0f} s")
-            break
-    tools.pump(0.3)   # late console messages
-    facts = tools.evaluate("""({
-        title: document.title,
-        h1: (document.querySelector('article h1') || {}).textContent || '',
-        text: document.querySelector('article') ? document.querySelector('article').innerText : '',
-        tips: document.querySelectorAll('article details.tip').length,
-        openTips: document.querySelectorAll('article details.tip[open]').length,
-        solutions: document.querySelectorAll('article details.success').length,
-        code: document.querySelectorAll('article .highlight').length
-    })""")
-    problems.extend(problems_in_events(tools.events))
-    if UNEXPANDED.search(facts["text"]) and "How this site is built" not in facts["text"]:
-        problems.append("an include directive was left unexpanded in the page")
-    if is_lesson:
-        if expected == 0:
-            problems.append("no Mermaid diagram on a lesson page")
-        if facts["tips"] == 0 or facts["openTips"]:
-            problems.append(f"hints should be folded away: {facts['tips']} hint blocks, {facts['openTips']} open")
-        if facts["solutions"] != 1:
-            problems.append(f"expected the reference solution folded away once, found {facts['solutions']}")
-        if facts["code"] < 2:
-            problems.append(f"expected starter and solution code, found {facts['code']} code blocks")
-    return problems, {"diagrams": f"{rendered}/{expected}", "h1": facts["h1"].strip().rstrip("¶")}
-
-
-def screenshot(tools: DevTools, url: str, target: Path, at_diagram: bool = False) -> None:
-    tools.events.clear()
-    tools.call("Page.navigate", url=url)
-    tools.wait_for("Page.loadEventFired", PAGE_TIMEOUT)
-    tools.pump(1.0)   # let diagrams and fonts settle
-    if at_diagram:
-        tools.evaluate("(document.querySelector('div.mermaid') || document.body)"
-                       ".scrollIntoView({block: 'center'})")
-        tools.pump(0.5)
-    data = tools.call("Page.captureScreenshot", format="png")["data"]
-    target.write_bytes(base64.b64decode(data))
-
-
-# --- main --------------------------------------------------------------------------------------------------
+    wanted = explicit or "chromium"
+    raise CheckError(f"no Chromium found ({wanted}): run scripts/install_chromium.sh "
+                     "(Debian's chromium package)")
 
 
 def build_site(into: Path) -> None:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(into)],
-                            cwd=ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(into)],
+        cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
-        raise CheckError(f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}")
+        raise CheckError(build_failure(result.stdout + result.stderr))
+
+
+def build_failure(output: str) -> str:
+    """One line for a failed build: its first warning or error, and how many more."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"(ERROR|WARNING)\b", line)]
+    if not errors:
+        return f"mkdocs build --strict failed: {lines[-1] if lines else 'no output'}"
+    more = (f" (and {len(errors) - 1} more: run mkdocs build --strict to see them)"
+            if len(errors) > 1 else "")
+    return f"mkdocs build --strict failed: {errors[0]}{more}"
 
 
 def pages_of(site: Path) -> list[str]:
-    pages = sorted(str(p.relative_to(site).parent).replace(os.sep, "/") for p in site.rglob("index.html")
+    pages = sorted(str(p.relative_to(site).parent).replace(os.sep, "/")
+                   for p in site.rglob("index.html")
                    if p.relative_to(site).parts[0] not in ("assets", "search"))
     return ["" if page == "." else page + "/" for page in pages]
+
+
+def first_line(error: BaseException) -> str:
+    """Playwright's errors carry a call log after the first line; the first line says it."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+# --- main --------------------------------------------------------------------------------
+
+
+def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, pages: list[str],
+                   lessons: list[str], artifacts: Path, every_page: bool) -> dict[str, list[str]]:
+    from playwright.sync_api import Error as PlaywrightError
+
+    context = browser.new_context(
+        viewport={"width": viewport.width, "height": viewport.height},
+        device_scale_factor=viewport.scale, is_mobile=viewport.mobile,
+        has_touch=viewport.mobile)
+    failures: dict[str, list[str]] = {}
+    try:
+        tab = PageCheck(context)
+        for page in pages:
+            try:
+                problems, facts = check_page(tab, viewport, base + page,
+                                             site / page / "index.html", page in lessons)
+                shots = [(name, scroll_to) for v, name, p, scroll_to in SCREENSHOTS
+                         if v == viewport.name and p == page]
+                for name, scroll_to in shots:
+                    tab.screenshot(artifacts / name, scroll_to)
+            except PlaywrightError as error:
+                if not browser.is_connected():
+                    raise
+                # One page that hangs or breaks the tab fails alone; the next gets a new tab.
+                problems = [f"the page could not be checked: {first_line(error)}"]
+                facts, shots = {"diagrams": "?", "h1": ""}, []
+                tab.close()
+                tab = PageCheck(context)
+            report(viewport, page, problems, facts, [artifacts / name for name, _ in shots])
+            if problems:
+                failures[f"{viewport.name} /{page}"] = problems
+        missing = [n for v, n, p, _ in SCREENSHOTS
+                   if every_page and v == viewport.name and p not in pages]
+        for name in missing:
+            failures[f"{viewport.name} {name}"] = [f"the page for screenshot {name} is missing"]
+            print(f"FAIL {viewport.name:<7} the page for screenshot {name} is missing")
+    finally:
+        context.close()
+    return failures
+
+
+def report(viewport: Viewport, page: str, problems: list[str], facts: dict[str, str],
+           screenshots: list[Path]) -> None:
+    mark = "FAIL" if problems else "ok  "
+    print(f"{mark} {viewport.name:<7} /{page:<30} diagrams {facts['diagrams']:<5} "
+          f"{facts['h1'][:44]}")
+    for problem in problems:
+        print(f"       - {problem}")
+    for shot in screenshots:
+        print(f"       screenshot: {shot}")
+
+
+def chosen_pages(site: Path, wanted: list[str] | None) -> list[str]:
+    """Every page of the site, or the ones asked for (each must exist)."""
+    pages = pages_of(site)
+    if not wanted:
+        return pages
+    chosen = [page.strip("/") + "/" if page.strip("/") else "" for page in wanted]
+    missing = [page for page in chosen if page not in pages]
+    if missing:
+        raise CheckError(f"no such page in {site}: {', '.join('/' + p for p in missing)}")
+    return chosen
+
+
+def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
+        wanted: list[str] | None = None) -> int:
+    started = time.monotonic()
+    pages = chosen_pages(site, wanted)
+    try:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise CheckError("Playwright is not installed: pip install -e '.[browser]'") from None
+    lessons = [p for p in pages if re.fullmatch(r"lessons/\d\d_[a-z0-9_]+/", p)]
+    failures: dict[str, list[str]] = {}
+    if not lessons and not wanted:
+        failures["(site)"] = ["no lesson pages found under lessons/"]
+    artifacts.mkdir(parents=True, exist_ok=True)
+    server, base = serve(site)
+    try:
+        with sync_playwright() as playwright:
+            try:
+                browser = playwright.chromium.launch(
+                    executable_path=binary, headless=True, args=CHROMIUM_FLAGS)
+            except PlaywrightError as error:
+                raise CheckError(f"Chromium ({binary}) did not start: {first_line(error)}") \
+                    from None
+            try:
+                for viewport in viewports:
+                    failures.update(check_viewport(browser, viewport, site, base, pages,
+                                                   lessons, artifacts, not wanted))
+            except PlaywrightError as error:
+                raise CheckError(f"the browser failed: {first_line(error)}") from None
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+    checked = len(pages) * len(viewports)
+    print(f"{len(pages)} page{'s' * (len(pages) != 1)} ({len(lessons)} of them lessons) at "
+          f"{', '.join(f'{v.name} {v.width} px' for v in viewports)} "
+          f"in {time.monotonic() - started:.1f} s")
+    # The closing line, in the form CI logs are read for.
+    print(f"browser: {checked - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,10 +621,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", type=Path, help="a built site to check (default: build one now)")
     parser.add_argument("--artifacts", type=Path, default=ROOT / "site-artifacts",
                         help="where screenshots go (default: site-artifacts/)")
-    parser.add_argument("--chromium", help="the Chromium binary (default: chromium on the PATH)")
+    parser.add_argument("--chromium", help="the Chromium binary (default: /usr/bin/chromium, "
+                                           "else chromium on the PATH)")
+    parser.add_argument("--viewport", choices=sorted(VIEWPORTS), action="append",
+                        help="check at this width only (repeatable; default: all)")
+    parser.add_argument("--page", action="append", metavar="PATH",
+                        help="check this page only, as in lessons/03_fork/ (repeatable; "
+                             "default: every page)")
     args = parser.parse_args(argv)
 
-    started = time.monotonic()
+    viewports = [VIEWPORTS[name] for name in args.viewport or VIEWPORTS]
     with tempfile.TemporaryDirectory(prefix="sessionlab-site-", ignore_cleanup_errors=True) as temp:
         try:
             site = args.site.resolve() if args.site else Path(temp) / "site"
@@ -395,52 +638,11 @@ def main(argv: list[str] | None = None) -> int:
                 build_site(site)
             if not (site / "index.html").is_file():
                 raise CheckError(f"{site} holds no built site (no index.html)")
-            binary = find_chromium(args.chromium)
-        except CheckError as error:
+            return run(site, find_chromium(args.chromium), viewports, args.artifacts,
+                       args.page)
+        except (CheckError, OSError) as error:
             print(f"browser check: {error}", file=sys.stderr)
             return 2
-        server, base = serve(site)
-        process = None
-        failures: dict[str, list[str]] = {}
-        try:
-            process, page_ws = start_chromium(binary, str(Path(temp) / "profile"))
-            ws = WebSocket(page_ws)
-            tools = DevTools(ws)
-            for domain in ("Page", "Runtime", "Log", "Network", "DOM"):
-                tools.call(f"{domain}.enable")
-            tools.call("Emulation.setDeviceMetricsOverride", width=1280, height=900,
-                       deviceScaleFactor=1, mobile=False)
-            pages = pages_of(site)
-            lessons = [p for p in pages if re.fullmatch(r"lessons/\d\d_[a-z0-9_]+/", p)]
-            if not lessons:
-                failures["(site)"] = ["no lesson pages found under lessons/"]
-            for page in pages:
-                problems, facts = check_page(tools, base + page, page in lessons)
-                mark = "FAIL" if problems else "ok  "
-                print(f"{mark} /{page:<32} diagrams {facts['diagrams']:<5} {facts['h1'][:50]}")
-                for problem in problems:
-                    print(f"       - {problem}")
-                if problems:
-                    failures[page or "(home)"] = problems
-            args.artifacts.mkdir(parents=True, exist_ok=True)
-            for name, (page, at_diagram) in SCREENSHOTS.items():
-                if page in pages:
-                    screenshot(tools, base + page, args.artifacts / name, at_diagram)
-                    print(f"screenshot: {args.artifacts / name}")
-                else:
-                    failures[page] = [f"page for screenshot {name} is missing"]
-            ws.close()
-        except (CheckError, TimeoutError, OSError) as error:
-            print(f"browser check: {error}", file=sys.stderr)
-            return 2
-        finally:
-            server.shutdown()
-            if process is not None:
-                stop_chromium(process)
-    checked = len(pages)
-    print(f"{checked} pages ({len(lessons)} lesson pages) in {time.monotonic() - started:.1f} s")
-    print(f"browser: {checked - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":

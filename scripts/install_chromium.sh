@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Debian's Chromium for the site's browser check (scripts/browser_check.py).
+# Install Debian's Chromium for the site's browser check (scripts/browser_check.py), which
+# Playwright drives through executable_path: Playwright never downloads a browser here.
 # Idempotent: does nothing when a chromium binary is already on the PATH.
 set -euo pipefail
 
@@ -14,6 +15,9 @@ if [ "$(id -u)" != "0" ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+# Another apt run (an unattended upgrade, a second install) may hold the lock for a while:
+# wait for it rather than fail at once.
+APT=($SUDO apt-get -o DPkg::Lock::Timeout=300)
+"${APT[@]}" update -qq
+"${APT[@]}" install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 echo "installed: $(chromium --version)"

@@ -1,11 +1,12 @@
 """The maintainers' check catches what it claims to: each check run on a broken copy of the course."""
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from sessionlab import course, maintainers
+from sessionlab import course, maintainers, starters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,10 +16,11 @@ def copy(tmp_path):
     """A copy of the course with lessons 00 and 01 only (enough to break things in)."""
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for side in ("lessons", "solutions"):
-        for lesson in ("00_memory", "01_append"):
-            shutil.copytree(ROOT / side / lesson, tmp_path / side / lesson,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+    for lesson in ("00_memory", "01_append"):
+        shutil.copytree(ROOT / "solutions" / lesson, tmp_path / "solutions" / lesson,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        # As it ships: in a student's copy, lessons/ holds their work.
+        maintainers.lay_out_lesson(ROOT, tmp_path, lesson)
     # Lesson 01's own corpus runs every test on each of its dozens of mutants: the
     # tests below add the entries they are about to an empty list, so that the check
     # runs only those.
@@ -31,13 +33,180 @@ def lesson_of(root, name="01_append"):
     return course.lesson(name, root)
 
 
-def test_an_edited_starter_is_reported_as_drift_with_a_diff(copy):
+def git(folder, *args):
+    """Run git in `folder` with an identity of its own (none is configured here)."""
+    subprocess.run(["git", "-c", "user.name=Course", "-c", "user.email=course@example.org",
+                    "-c", "init.defaultBranch=main", *args], cwd=folder, check=True,
+                   capture_output=True)
+
+
+def commit(folder, message="course"):
+    git(folder, "add", "-A")
+    git(folder, "commit", "-q", "-m", message)
+
+
+@pytest.fixture(params=["at the top", "in a subfolder"])
+def checkout(request, copy, tmp_path):
+    """The copy as a git checkout, everything committed: the course at the top of its
+    repository, or in a subfolder of it (git paths are then prefixed)."""
+    top = copy if request.param == "at the top" else tmp_path
+    git(top, "init", "-q")
+    commit(top)
+    return copy
+
+
+def edit_every_starter(root):
+    """What a student does: each lessons/NN/agent.py half written, one that does not
+    even parse, one that fails at import."""
+    for number, lesson in enumerate(course.lessons(root)):
+        starter = lesson.module_path()
+        text = starter.read_text()
+        starter.write_text(text + "\ndef half_written(:\n" if number % 2 == 0
+                           else "import not_a_module_of_the_course\n" + text)
+
+
+def test_an_edited_starter_is_a_students_work_not_drift(checkout):
+    """In a git checkout the check compares the committed starters: edits in the
+    working tree are a student's work, left out in one line, never a failure."""
+    edit_every_starter(checkout)
+
+    finding = maintainers.check_starters(checkout)
+
+    assert finding.ok, finding.problems
+    assert len(finding.warnings) == 1, finding.warnings
+    assert finding.warnings[0].startswith("lessons/ holds a student's work "
+                                          "(lessons/00_memory/agent.py, "
+                                          "lessons/01_append/agent.py differ"), finding.warnings
+    assert "\n" not in finding.warnings[0]
+
+
+def test_a_committed_starter_that_differs_from_the_generator_is_drift(checkout):
+    """A starter edited by hand and committed is drift, with a diff of the committed
+    file against the generated one; a student's edits on top do not hide it."""
+    starter = checkout / "lessons/01_append/agent.py"
+    starter.write_text(starter.read_text() + "\n# an edit\n")
+    commit(checkout)
+    starter.write_text(starter.read_text() + "\n# a student's edit\n")
+
+    finding = maintainers.check_starters(checkout)
+
+    assert len(finding.problems) == 1, finding.problems
+    problem = finding.problems[0]
+    assert problem.startswith("lessons/01_append/agent.py differs from what "
+                              "`sessionlab dev starters` generates:"), problem
+    assert "lessons/01_append/agent.py (committed)" in problem
+    assert "-# an edit" in problem and "student" not in problem, problem
+
+
+def test_a_solution_changed_without_regenerating_is_drift_until_regenerated(checkout):
+    """Editing a solution and not regenerating its starter is drift; regenerated, the
+    check passes before the commit too (the working tree then matches)."""
+    solution = checkout / "solutions/01_append/agent.py"
+    solution.write_text(solution.read_text().replace(
+        "# Letters, digits, '.', '_' and '-'", "# Letters (any case), digits, '.', '_' and '-'"))
+
+    stale = maintainers.check_starters(checkout)
+    starters.write_starters(checkout)
+    regenerated = maintainers.check_starters(checkout)
+    (checkout / "lessons/01_append/agent.py").write_text("# a student's start\n")
+    edited = maintainers.check_starters(checkout)
+
+    assert [p.split(" differs")[0] for p in stale.problems] == [
+        "lessons/01_append/agent.py"], stale.problems
+    assert "+# Letters (any case)" in stale.problems[0], stale.problems
+    assert regenerated.ok and not regenerated.warnings, regenerated.problems
+    assert [p.split(" differs")[0] for p in edited.problems] == [
+        "lessons/01_append/agent.py"], "a student's edit must not hide real drift"
+
+
+def test_a_starter_not_committed_yet_is_compared_as_it_is(checkout):
+    """A lesson added but not committed: its starter is compared as it is."""
+    shutil.copytree(ROOT / "lessons/02_load", checkout / "lessons/02_load",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "solutions/02_load", checkout / "solutions/02_load",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    starter = checkout / "lessons/02_load/agent.py"
+    starters.write_starters(checkout)
+    fine = maintainers.check_starters(checkout)
+    starter.write_text(starter.read_text() + "\n# by hand\n")
+
+    finding = maintainers.check_starters(checkout)
+
+    assert fine.ok, fine.problems
+    assert len(finding.problems) == 1 and finding.problems[0].startswith(
+        "lessons/02_load/agent.py differs from what `sessionlab dev starters` generates "
+        "(not committed yet)"), finding.problems
+    assert "lessons/02_load/agent.py (in lessons/)" in finding.problems[0]
+
+
+def test_outside_git_an_edited_starter_is_a_warning_that_says_what_was_compared(copy):
+    """A course unpacked from an archive has nothing committed: an edited starter
+    may be a student's work, so it is a warning there, naming the files."""
     starter = copy / "lessons/01_append/agent.py"
     starter.write_text(starter.read_text() + "\n# an edit\n")
 
     finding = maintainers.check_starters(copy)
 
-    assert not finding.ok and "+# an edit" not in finding.problems[0] and "-# an edit" in finding.problems[0]
+    assert finding.ok, finding.problems
+    assert finding.warnings == [
+        "not a git checkout, so nothing committed to compare with: "
+        "lessons/01_append/agent.py differ from the generator (a student's work, or "
+        "drift that the check in a git checkout fails); the check ran on starters "
+        "generated from solutions/"]
+
+
+def test_the_pristine_copy_generates_starters_and_restores_a_students_tests(checkout,
+                                                                             tmp_path):
+    """The copy the check runs in: every starter generated; a lesson whose starter a
+    student edited is taken as committed, tests included; a lesson whose starter is
+    untouched keeps uncommitted test edits (a maintainer's work in progress)."""
+    edit_every_starter(checkout)
+    del_00 = checkout / "lessons/00_memory/test_memory.py"
+    del_00.write_text(del_00.read_text().replace('"""', "# ", 2))
+    (checkout / "lessons/00_memory/test_mine.py").write_text("def test_mine():\n    pass\n")
+    starters.write_starters(checkout)       # 01's starter is back: not a student's
+    (checkout / "lessons/00_memory/agent.py").write_text("broken(\n")
+    new_test = checkout / "lessons/01_append/test_new.py"
+    new_test.write_text("# a maintainer's new test\n")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+
+    maintainers.lay_out_pristine(checkout, shipped)
+
+    for lesson in course.lessons(checkout):
+        assert (shipped / "lessons" / lesson.name / "agent.py").read_text() == \
+            starters.expected_starter(lesson)
+    assert (shipped / "lessons/00_memory/test_memory.py").read_text() == \
+        (ROOT / "lessons/00_memory/test_memory.py").read_text()
+    assert not (shipped / "lessons/00_memory/test_mine.py").exists()
+    assert (shipped / "lessons/01_append/test_new.py").read_text() == \
+        "# a maintainer's new test\n"
+    assert (shipped / "solutions/01_append/wrong.toml").is_file()
+
+
+def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
+    """A student edits every starter (one that does not parse, one that does not
+    import) and a test file beside it: every check still holds, run on what ships.
+    (Lesson 00 alone, with one wrong implementation: a pytest process a check.)"""
+    shutil.rmtree(copy / "lessons/01_append")
+    shutil.rmtree(copy / "solutions/01_append")
+    (copy / "solutions/00_memory/wrong.toml").write_text(HARMLESS.replace(
+        "# Disk first: if the write fails, memory does not claim a message the log "
+        "lacks.", "# No id, or one already used: a result could not say which call it "
+        "answers.") + 'equivalent = "only a comment changes"\n', encoding="utf-8")
+    git(copy, "init", "-q")
+    commit(copy)
+    edit_every_starter(copy)
+    tests = copy / "lessons/00_memory/test_memory.py"
+    tests.write_text(tests.read_text().replace('"""', "# ", 2)
+                     + "\ndef test_my_own_idea():\n    assert False\n")
+
+    findings = maintainers.run_all(copy, docs=False)
+
+    assert [(f.check, f.problems) for f in findings if not f.ok] == []
+    assert len(findings) == 7, [f.check for f in findings]
+    warned = [w for f in findings for w in f.warnings]
+    assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 
 
 def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):

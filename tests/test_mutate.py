@@ -21,12 +21,13 @@ def copy(tmp_path):
     """A copy of the course with lesson 01 only."""
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for side in ("lessons", "solutions"):
-        shutil.copytree(
-            ROOT / side / "01_append",
-            tmp_path / side / "01_append",
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+    shutil.copytree(
+        ROOT / "solutions" / "01_append",
+        tmp_path / "solutions" / "01_append",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    # As it ships: in a student's copy, lessons/ holds their work (tests too).
+    maintainers.lay_out_lesson(ROOT, tmp_path, "01_append")
     return tmp_path
 
 

@@ -3,6 +3,10 @@
 Day 1 runs in one process, day 2 in a new one that continues from the log, and a fork asks
 "what if we had talked to the guard instead?". No model and no network are needed: the
 built-in town model answers. The log files are left on disk to look at.
+
+An earlier lesson plays what its code can: lesson 00 keeps no log (day 2 remembers nothing),
+lesson 01 only appends (day 2 adds to the log but does not read it), lesson 02 cannot fork.
+Outside a copy of the course, the demo plays the reference shipped with the kit.
 """
 
 from __future__ import annotations
@@ -12,18 +16,56 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
+from rich.text import Text
 
 from . import course
+from .cli.ui import Ui, make_ui
 
 DEMO_SESSIONS = ("quest", "quest-guard")
-console = Console(highlight=False)
+# The reference a copy of the kit carries for the demo (package data: a link to the latest
+# solution that can fork, followed when the package is built; a kit test keeps it current).
+SHIPPED = Path(__file__).parent / "reference"
+
+DAY_ONE = ("Ask the elder about the cave.",)
+DAY_TWO = ("What did the elder tell us?", "Buy what the elder said we need.")
+WHAT_IF = ("Ask the guard about the cave instead.",)
+
+
+@dataclass
+class Reference:
+    """The reference solution the demo plays, and what its code can do."""
+    path: Path
+    name: str                 # its lesson folder, e.g. 07_undo
+    module: ModuleType
+    shipped: bool = False     # the kit's own copy: there is no course here
+
+    @property
+    def start(self) -> str:
+        """How to start the course from here."""
+        if self.shipped:
+            from .cli import course_source
+            return (f"To start the course, get a copy: git clone {course_source()}, then "
+                    "pip install -e . inside it, and pytest lessons/00_memory there.")
+        return "Start the course: pytest lessons/00_memory"
+
+    @property
+    def logs(self) -> bool:
+        return hasattr(self.module, "SessionLog")
+
+    @property
+    def loads(self) -> bool:
+        return self.logs and hasattr(self.module.SessionLog, "load")
+
+    @property
+    def forks(self) -> bool:
+        return callable(getattr(self.module, "fork", None))
 
 
 def latest_solution_with(root: Path, name: str) -> course.Lesson:
@@ -35,109 +77,222 @@ def latest_solution_with(root: Path, name: str) -> course.Lesson:
     raise course.CourseError(f"no reference solution defines {name}() yet")
 
 
-def show_message(message: dict[str, Any], names: dict[str, str] | None = None) -> None:
+def shipped_reference() -> Path | None:
+    """The reference the installed kit carries, if it carries one."""
+    found = sorted(SHIPPED.glob("[0-9][0-9]_*/" + course.MODULE)) if SHIPPED.is_dir() else []
+    return found[-1] if found else None
+
+
+def find_reference(args: argparse.Namespace, ui: Ui) -> Reference:
+    """The lesson's reference from the course; outside a course, the one the kit ships."""
+    from .cli import find_course
+
+    try:
+        root = find_course(args)
+    except course.CourseError:
+        shipped = shipped_reference()
+        if shipped is None or args.lesson or getattr(args, "course", None):
+            raise
+        name = shipped.parent.name
+        ui.note(f"No course here: the demo plays the reference solutions/{name}/agent.py shipped with the kit.")
+        return Reference(shipped, name, course.load_module(shipped, f"sessionlab_demo.{name}"), shipped=True)
+    lesson = course.lesson(args.lesson, root) if args.lesson else latest_solution_with(root, "fork")
+    path = lesson.module_path("solution")
+    try:
+        module = course.load_module(path)
+    except course.CourseError:
+        raise
+    except Exception as error:
+        raise course.CourseError(f"{path} does not import: {type(error).__name__}: {error}") from None
+    return Reference(path, lesson.name, module)
+
+
+# --- one day, in its own process ---------------------------------------------------------------
+
+
+def show_message(ui: Ui, message: dict[str, Any], tool: str | None = None) -> None:
     """One message, drawn as `sessionlab chat` and `sessionlab show` draw it (never read as markup)."""
-    from .cli.show import message_rows
+    from .cli.show import hanging, message_rows
 
-    for row in message_rows(message, names=names):
-        console.print(row)
+    for row in message_rows(message, tool=tool):
+        ui.out.print(hanging(row, 8, ui))
 
 
-def run_day(module_path: Path, folder: Path, session_id: str, texts: list[str]) -> None:
-    """One day of the quest in this process: resume the session and say each text."""
+def run_day(module_path: Path, folder: Path | None, session_id: str | None, texts: list[str]) -> int:
+    """One day of the quest in this process: resume the session (if the lesson keeps one), say each text."""
     # The model (and with it openai and respx) is needed only here, in the child process of a day.
-    from .cli.show import call_names
+    from .cli.show import result_names
     from .town import Town
     from .town_model import town_model
 
+    ui = make_ui()
     module: ModuleType = course.load_module(module_path)
     model = town_model()
-    with module.SessionLog(folder, session_id) as log:
-        agent = module.Agent(model.client(), model=model.model, tools=Town(), session=log)
-        console.print(f"[dim]process {os.getpid()} opened {log.path.name}: "
-                      f"{len(agent.messages)} message(s) read back from disk[/]")
+    options = {"model": model.model, "tools": Town()}
+    log = module.SessionLog(folder, session_id) if folder is not None and hasattr(module, "SessionLog") else None
+    try:
+        agent = module.Agent(model.client(), session=log, **options) if log else module.Agent(model.client(), **options)
+        where = f"opened {log.path.name}: {len(agent.messages)} message(s) read back from disk" if log \
+            else "keeps no log: it starts with an empty memory"
+        ui.out.print(Text(f"process {os.getpid()} {where}", style="dim"))
         for text in texts:
             start = len(agent.messages)
             agent.run(text)
-            names = call_names(agent.messages)
-            for message in agent.messages[start:]:
-                show_message(message, names)
+            names = result_names(agent.messages)
+            for message, tool in zip(agent.messages[start:], names[start:]):
+                show_message(ui, message, tool)
+    except Exception as error:      # one line, then the parent says which day stopped
+        ui.error(f"{module_path}: {type(error).__name__}: {error}")
+        return 1
+    finally:
+        if log is not None and hasattr(log, "close"):
+            log.close()
     first = model.requests[0]["messages"] if model.requests else []
-    console.print(f"[dim]the first request of this process carried {len(first)} message(s)[/]")
+    ui.out.print(Text(f"the first request of this process carried {len(first)} message(s)", style="dim"))
+    return 0
 
 
-def _in_new_process(module_path: Path, folder: Path, session_id: str, *texts: str) -> None:
-    command = [sys.executable, "-m", "sessionlab.demo", "--one-day", "--module", str(module_path),
-               "--dir", str(folder), "--session", session_id, *texts]
-    subprocess.run(command, check=True)
+class DayFailed(Exception):
+    pass
 
 
-def _count_lines(path: Path) -> int:
-    return path.read_bytes().count(b"\n")
+def in_new_process(reference: Reference, folder: Path, session_id: str, texts: tuple[str, ...]) -> None:
+    command = [sys.executable, "-m", "sessionlab.demo", "--one-day", "--module", str(reference.path),
+               "--dir", str(folder), "--session", session_id]
+    if not reference.logs:
+        command.append("--in-memory")
+    done = subprocess.run([*command, "--", *texts])
+    if done.returncode != 0:
+        raise DayFailed(f"the process of a day failed (exit status {done.returncode}); its error is above")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sessionlab demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=Path("demo-sessions"),
-                        help="folder for the demo's session logs (default: ./demo-sessions)")
-    parser.add_argument("--lesson", help="use this lesson's reference solution (default: the latest that can fork)")
-    parser.add_argument("--one-day", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--module", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--session", help=argparse.SUPPRESS)
-    parser.add_argument("texts", nargs="*", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    if args.one_day:   # the child process of one day
-        run_day(args.module, args.dir, args.session, args.texts)
-        return 0
-
+def fork(reference: Reference, folder: Path, upto: int) -> None:
+    """The what-if branch, with the lesson's own fork(), in this process."""
     try:
-        root = course.find_root()
-        lesson = course.lesson(args.lesson, root) if args.lesson else latest_solution_with(root, "fork")
-    except course.CourseError as error:
-        console.print(f"[red]error:[/] {error}")
-        return 2
-    module_path = lesson.module_path("solution")
-    folder = args.dir.resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+        reference.module.fork(folder, "quest", "quest-guard", upto=upto)
+    except Exception as error:
+        raise DayFailed(f"fork() raised {type(error).__name__}: {error}") from None
+
+
+# --- the whole demo ----------------------------------------------------------------------------
+
+
+def prepare(folder: Path) -> None:
+    """The demo's folder, writable, without the demo's own files of an earlier run."""
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)     # session logs are their owner's only
+    with tempfile.TemporaryFile(dir=folder):
+        pass
     for session_id in DEMO_SESSIONS:   # start afresh, touching only the demo's own files
         for suffix in (".jsonl", ".meta.json", ".lock"):
             (folder / f"{session_id}{suffix}").unlink(missing_ok=True)
 
-    console.print(Panel.fit(
-        f"The cave quest, played by [bold]solutions/{lesson.name}/agent.py[/] with the built-in town model.\n"
-        "Each day runs in its own process: only the session log carries the story across.",
-        title="Session Lab demo"))
 
-    console.rule("Day 1")
-    _in_new_process(module_path, folder, "quest", "Ask the elder about the cave.")
-    day_one = _count_lines(folder / "quest.jsonl")
+def heading(ui: Ui, title: str) -> None:
+    if ui.plain:
+        ui.out.print(f"\n== {title} ==", markup=False)
+    else:
+        ui.out.rule(title)
 
-    console.rule("Day 2: a new process continues the same session")
-    _in_new_process(module_path, folder, "quest",
-                    "What did the elder tell us?", "Buy what the elder said we need.")
 
-    console.rule(f"A fork: back to the end of day 1 ({day_one} messages), then the guard instead")
-    module = course.load_module(module_path)
-    module.fork(folder, "quest", "quest-guard", upto=day_one)
-    _in_new_process(module_path, folder, "quest-guard", "Ask the guard about the cave instead.")
+def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
+    intro = (f"The cave quest, played by solutions/{reference.name}/agent.py with the built-in town model.\n"
+             "Each day runs in its own process: only the session log carries the story across.")
+    ui.out.print(intro if ui.plain else Panel.fit(intro, title="Session Lab demo"), markup=False)
+    number = reference.name[:2]
+    heading(ui, "Day 1")
+    in_new_process(reference, folder, "quest", DAY_ONE)
+    if not reference.logs:
+        heading(ui, "Day 2: a new process, and nothing carried across")
+        ui.note(f"lesson {number} keeps the conversation in memory only: day 2 starts with nothing "
+                "(lesson 01 adds the log, lesson 02 reads it back)")
+        in_new_process(reference, folder, "quest", DAY_TWO)
+        ui.note(f"the fork is skipped: lesson {number} has no session to fork (lesson 03 adds fork())")
+        ui.out.print("\n" + reference.start, markup=False)
+        return 0
+    day_one = count_lines(folder / "quest.jsonl")
+    heading(ui, "Day 2: a new process continues the same session")
+    if not reference.loads:
+        ui.note(f"lesson {number} only appends: day 2 adds to the log but does not read it back (lesson 02 does)")
+    in_new_process(reference, folder, "quest", DAY_TWO)
+    if reference.forks:
+        heading(ui, f"A fork: back to the end of day 1 ({day_one} messages), then the guard instead")
+        fork(reference, folder, day_one)
+        in_new_process(reference, folder, "quest-guard", WHAT_IF)
+    else:
+        ui.note(f"the fork is skipped: lesson {number}'s code cannot fork (lesson 03 adds fork())")
+    left_on_disk(ui, folder)
+    ui.out.print(f"\nLook inside: head -3 {shown_dir / 'quest.jsonl'}, or sessionlab show --sessions {shown_dir}. "
+                 + reference.start, markup=False)
+    return 0
 
-    console.rule("What is left on disk")
-    table = Table("file", "bytes", "lines", "what it is")
+
+def count_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def left_on_disk(ui: Ui, folder: Path) -> None:
+    heading(ui, "What is left on disk")
+    table = ui.table()
+    for column in ("file", "bytes", "lines", "what it is"):
+        table.add_column(column)
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.name.split(".")[0] in DEMO_SESSIONS:
             kind = ("lineage of a fork" if path.name.endswith(".meta.json")
                     else "lock file" if path.suffix == ".lock" else "session log, one JSON message per line")
-            table.add_row(str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path),
-                          str(path.stat().st_size), str(_count_lines(path)) if path.suffix == ".jsonl" else "", kind)
-    console.print(table)
+            shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+            table.add_row(str(shown), str(path.stat().st_size),
+                          str(count_lines(path)) if path.suffix == ".jsonl" else "", kind)
+    ui.out.print(table)
     meta = folder / "quest-guard.meta.json"
     if meta.exists():
-        console.print("quest-guard.meta.json:", json.loads(meta.read_text(encoding="utf-8")))
-    console.print(f"\nLook inside: [bold]head -3 {args.dir / 'quest.jsonl'}[/]. "
-                  "Start the course: [bold]pytest lessons/00_memory[/].")
-    return 0
+        ui.out.print(f"quest-guard.meta.json: {json.loads(meta.read_text(encoding='utf-8'))}", markup=False)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sessionlab demo", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=Path("demo-sessions"),
+                        help="folder for the demo's session logs (default: ./demo-sessions)")
+    parser.add_argument("--lesson", help="use this lesson's reference solution (default: the latest that can fork)")
+    parser.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
+                        help="the course folder (default: found from the current folder, or SESSIONLAB_ROOT)")
+    parser.add_argument("--one-day", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--module", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--session", help=argparse.SUPPRESS)
+    parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("texts", nargs="*", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.one_day:   # the child process of one day
+        return run_day(args.module, None if args.in_memory else args.dir, args.session, args.texts)
+    ui = make_ui()
+    try:
+        reference = find_reference(args, ui)
+    except course.CourseError as error:
+        from .cli import course_hint
+        ui.error(str(error), course_hint(error))
+        return 2
+    folder = args.dir.resolve()
+    if reference.logs:
+        try:
+            prepare(folder)
+        except OSError as error:
+            ui.error(f"cannot write the demo's logs in {args.dir}: {error.strerror or error}",
+                     "--dir DIR names a folder you can write to")
+            return 1
+    try:
+        return tell(ui, reference, folder, args.dir)
+    except DayFailed as failed:
+        ui.error(f"the demo stopped: {failed}")
+        return 1
+    except OSError as error:
+        ui.error(f"the demo stopped: {error.strerror or error} ({getattr(error, 'filename', '') or args.dir})")
+        return 1
 
 
 if __name__ == "__main__":

@@ -129,15 +129,92 @@ def check_folders(root: Path) -> Finding:
 
 
 def check_starters(root: Path) -> Finding:
+    """The starters the course ships are what the generator makes.
+
+    In a git checkout, "ships" means committed: a starter edited in the working tree
+    is a student's work, said in one line and left out. Outside git nothing tells a
+    student's work from drift, so differences are a warning there (CI and maintainers
+    work in git, where drift fails).
+    """
     finding = Finding("starters match the generator")
-    try:
-        for drifted in starters.drift(root):
+    git = starters.Git(root)
+    worked: list[str] = []
+    for lesson in course.lessons(root):
+        try:
+            item = starters.starter_of(lesson, git)
+        except course.CourseError as error:
+            finding.problems.append(str(error))
+            continue
+        if not git.available:
+            if item.drifted:
+                worked.append(item.path)
+            continue
+        if item.drifted:
             finding.problems.append(
-                f"lessons/{drifted.lesson.name}/{course.MODULE} differs from what `sessionlab dev starters` "
-                f"generates:\n{drifted.diff}")
-    except course.CourseError as error:
-        finding.problems.append(str(error))
+                f"{item.path} differs from what `sessionlab dev starters` generates"
+                f"{'' if item.committed is not None else ' (not committed yet)'}:"
+                f"\n{item.diff()}")
+        if item.holds_work:
+            worked.append(item.path)
+    if worked and git.available:
+        finding.warnings.append(
+            f"lessons/ holds a student's work ({', '.join(worked)} differ from the "
+            "committed starters): left out of the check, which compared the committed "
+            "starters and ran on starters generated from solutions/")
+    elif worked:
+        finding.warnings.append(
+            f"not a git checkout, so nothing committed to compare with: "
+            f"{', '.join(worked)} differ from the generator (a student's work, or "
+            "drift that the check in a git checkout fails); the check ran on "
+            "starters generated from solutions/")
     return finding
+
+
+# --- the course as it ships ------------------------------------------------------------
+#
+# Every check that runs the lessons runs them in a temporary copy of the course whose
+# starters are generated from solutions/: a student's lessons/NN/agent.py (or a test
+# file they edited next to it) never decides the check.
+
+SHIPPED_FILES = ("conftest.py", "pyproject.toml", "mkdocs.yml")
+SHIPPED_FOLDERS = ("solutions", "docs", "src")
+NOT_SHIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache",
+                                     "*.egg-info", ".sessionlab", "sessions")
+
+
+def lay_out_pristine(root: Path, target: Path) -> None:
+    """Copy the course at `root` to `target` as it ships: solutions/, docs and the
+    kit as they are, each lessons/NN/agent.py generated from its solution. A lesson
+    whose starter holds a student's work is taken whole (tests, lesson.toml) as
+    committed, since a student who edits agent.py may have edited its tests too."""
+    for name in SHIPPED_FILES:
+        if (root / name).is_file():
+            shutil.copy2(root / name, target / name)
+    for name in SHIPPED_FOLDERS:
+        if (root / name).is_dir():
+            shutil.copytree(root / name, target / name, ignore=NOT_SHIPPED)
+    git = starters.Git(root)
+    (target / "lessons").mkdir()
+    for name in course.lesson_folders(root):
+        lay_out_lesson(root, target, name, git)
+
+
+def lay_out_lesson(root: Path, target: Path, name: str,
+                   git: starters.Git | None = None) -> None:
+    """Copy lessons/`name` of the course at `root` to `target` as it ships (see
+    lay_out_pristine); the kit's tests make their copies of a lesson with it too."""
+    git = git or starters.Git(root)
+    relative = f"lessons/{name}"
+    try:
+        item = starters.starter_of(course.load_lesson(root, name), git)
+    except (course.CourseError, OSError):
+        # No lesson.toml, no solution, broken fences: the static checks say so; the
+        # copy keeps the folder as it is.
+        shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
+        return
+    if not (item.holds_work and git.extract(relative, target)):
+        shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
+    (target / relative / course.MODULE).write_text(item.generated, encoding="utf-8")
 
 
 # --- checks that run pytest ------------------------------------------------------------
@@ -412,10 +489,15 @@ def check_docs(root: Path) -> Finding:
 # --- running them all ----------------------------------------------------------------
 
 
-def static_checks(root: Path) -> list[tuple[str, Callable[[], Finding]]]:
-    """The checks that only read files, as (name, callable) pairs."""
-    checks = [("lesson folders", lambda: check_folders(root)), ("starters", lambda: check_starters(root))]
-    for lesson in course.lessons(root):
+def static_checks(root: Path, shipped: Path | None = None
+                  ) -> list[tuple[str, Callable[[], Finding]]]:
+    """The checks that only read files, as (name, callable) pairs. The lessons' own
+    files are read in `shipped` (the pristine copy) when given; which starters are
+    committed is read at `root`."""
+    shipped = shipped or root
+    checks = [("lesson folders", lambda: check_folders(root)),
+              ("starters", lambda: check_starters(root))]
+    for lesson in course.lessons(shipped):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
     return checks
 
@@ -476,17 +558,30 @@ def _timed(check: Callable[[], Finding]) -> Finding:
 
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False) -> list[Finding]:
-    """Every finding, in the order of all_checks.
+    """Every finding, in the order of all_checks, on a pristine copy of the course.
 
     The static checks run here, one after another: they parse files with `ast`, and CPython
     3.11's parser is not safe to run from two threads at once ("AST constructor recursion depth
     mismatch"). Only the checks that wait on a child process share the thread pool.
     """
-    findings = [_timed(check) for _, check in static_checks(root)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        findings += pool.map(lambda item: _timed(item[1]),
-                             pytest_checks(root, docs, mutate))
+    with tempfile.TemporaryDirectory(prefix="sessionlab-check-") as temp:
+        shipped = Path(temp) / "course"
+        shipped.mkdir()
+        lay_out_pristine(root, shipped)
+        findings = [_timed(check) for _, check in static_checks(root, shipped)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            findings += pool.map(lambda item: _timed(item[1]),
+                                 pytest_checks(shipped, docs, mutate))
+        for finding in findings:
+            _point_home(finding, shipped, root)
     return findings
+
+
+def _point_home(finding: Finding, shipped: Path, root: Path) -> None:
+    """Paths in the copy's output name the course's own files (they are the same
+    files, or their committed or generated versions)."""
+    for words in (finding.problems, finding.notes, finding.warnings):
+        words[:] = [text.replace(str(shipped), str(root)) for text in words]
 
 
 def main(argv: list[str] | None = None) -> int:

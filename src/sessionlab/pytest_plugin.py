@@ -246,10 +246,10 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
         except course.CourseError:
             titles.append(task_id)
     where = f"lesson {lesson.name}, task " + "; ".join(titles) if titles else f"lesson {lesson.name}"
-    advice = (f"Read: docs/lessons/{lesson.name}.md (or the site's page for this lesson).\n"
-              f"Stuck? `sessionlab hint {lesson.number}` shows the next hint for the first failing task.")
+    advice = _advice(lesson, tasks[0] if tasks else None)
     if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
         missing = str(excinfo.value).split()[1]
+        advice = _advice(lesson, missing)
         if tasks and missing not in tasks:
             # A test of a finished task that runs into a later one: name the one to
             # write.
@@ -265,6 +265,21 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
                            f"and run the tests again.\n{advice}")
         return
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
+
+
+# The site's pages as `mkdocs serve` shows them: docs/lessons/NN.md holds only
+# directives, so a failure points at words (the hint command) and the built page.
+SITE = "http://127.0.0.1:8000"
+
+
+def _advice(lesson: course.Lesson, task_id: str | None) -> str:
+    """Two lines: the hint command for the task, and the lesson's page on the site."""
+    page = f"{SITE}/lessons/{lesson.name}/"
+    if task_id and task_id.startswith(lesson.number + "."):
+        page += f"#task-{task_id.replace('.', '-')}"   # the task's heading on the page
+    hint = f"--task {task_id}" if task_id else lesson.number
+    return (f"Hints: `sessionlab hint {hint}` (one more each time you run it).\n"
+            f"Page: `mkdocs serve`, then {page}")
 
 
 def _student_frame(excinfo: pytest.ExceptionInfo) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 from sessionlab import course
 from sessionlab.maintainers import test_marks
-from sessionlab.starters import strip_markers
+from sessionlab.starters import generated_file, strip_markers
 
 try:  # mkdocs is only needed when the site is built, not to import this module in a test
     from mkdocs.exceptions import PluginError as _BuildError
@@ -294,6 +294,11 @@ class Includer:
         target = (self.root / path).resolve()
         if self.root not in target.parents:
             raise IncludeError(f"{path}: outside the course folder")
+        # A starter is shown as the course ships it, made from its solution: in a
+        # student's copy, lessons/NN/agent.py holds their work, not the starter.
+        starter = generated_file(self.root, target.relative_to(self.root).as_posix())
+        if starter is not None:
+            return starter
         try:
             return target.read_text(encoding="utf-8")
         except FileNotFoundError:

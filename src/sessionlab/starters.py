@@ -15,11 +15,15 @@ is lesson N-1's solution plus lesson N's TODOs, and `diff` between lessons shows
 from __future__ import annotations
 
 import difflib
+import io
+import os
 import re
+import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .course import Lesson, MODULE, CourseError, lessons
+from .course import Lesson, MODULE, CourseError, lessons, load_lesson
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN (?P<task>\d\d\.\d+)\s*$")
 END = re.compile(r"^[ \t]*# END (?P<task>\d\d\.\d+)\s*$")
@@ -103,16 +107,145 @@ def write_starters(root: Path) -> list[Path]:
     return changed
 
 
+# --- what is committed -----------------------------------------------------------------
+#
+# A student's copy of the course is a git checkout whose lessons/NN/agent.py they edit:
+# the working tree holds their work, git holds the starters the course shipped. Checks
+# about the starters read git, so that a student's work never fails them.
+
+
+class Git:
+    """Read-only access to what is committed (HEAD) for the course at `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.prefix = self._prefix()
+
+    @property
+    def available(self) -> bool:
+        """True when `root` is inside a git checkout with at least one commit."""
+        return self.prefix is not None
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+        # A GIT_DIR inherited from a hook or an outer tool would point git elsewhere.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+        try:
+            return subprocess.run(["git", "-C", str(self.root), *args], env=env,
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):  # no git on this machine
+            return None
+
+    def _prefix(self) -> str | None:
+        """The course root's path inside its repository ("" at the top), or None."""
+        done = self._run("rev-parse", "--verify", "--quiet", "HEAD")
+        if done is None or done.returncode != 0:
+            return None
+        top = self._run("rev-parse", "--show-prefix")
+        if top is None or top.returncode != 0:
+            return None
+        return top.stdout.decode("utf-8", "replace").strip()
+
+    def committed(self, relative: str) -> str | None:
+        """The file's text at HEAD, or None when it is not committed there."""
+        if self.prefix is None:
+            return None
+        done = self._run("show", f"HEAD:{self.prefix}{relative}")
+        if done is None or done.returncode != 0:
+            return None
+        return done.stdout.decode("utf-8", "replace")
+
+    def extract(self, relative: str, target: Path) -> bool:
+        """Write the folder `relative` as committed at HEAD to `target`/`relative`.
+        False when nothing of it is committed."""
+        if self.prefix is None:
+            return False
+        done = self._run("archive", "--format=tar", f"HEAD:{self.prefix}{relative}")
+        if done is None or done.returncode != 0:
+            return False
+        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+            members = [m for m in archive.getmembers() if m.isfile() or m.isdir()]
+            # Members come from our own repository; the "data" filter (Python 3.11.4+)
+            # refuses links and absolute paths all the same where it exists.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            archive.extractall(target / relative, members=members, **safe)
+        return bool(members)
+
+
+@dataclass(frozen=True)
+class Starter:
+    """One lesson's starter three ways: generated, in the working tree, committed."""
+    lesson: Lesson
+    generated: str
+    working: str | None       # lessons/NN/agent.py as it is; None when missing
+    committed: str | None     # as committed at HEAD; None outside git or untracked
+
+    @property
+    def path(self) -> str:
+        return f"lessons/{self.lesson.name}/{MODULE}"
+
+    @property
+    def holds_work(self) -> bool:
+        """The working tree's file was edited after it was committed, away from the
+        generator: a student's work (a maintainer never edits a starter by hand)."""
+        return (self.committed is not None and self.working != self.committed
+                and self.working != self.generated)
+
+    @property
+    def drifted(self) -> bool:
+        """The starter the course ships differs from what the generator makes.
+
+        A working tree that matches the generator is fine (regenerated, not committed
+        yet). Otherwise the committed file is what ships; where nothing is committed
+        (no git, or a lesson not added yet) the file as it is stands for it.
+        """
+        if self.working == self.generated:
+            return False
+        shipped = self.committed if self.committed is not None else self.working
+        return shipped != self.generated
+
+    def diff(self) -> str:
+        if self.committed is not None:
+            have, label = self.committed, "committed"
+        else:
+            have, label = self.working or "", "in lessons/"
+        return "".join(difflib.unified_diff(
+            have.splitlines(keepends=True), self.generated.splitlines(keepends=True),
+            f"{self.path} ({label})", f"{self.path} (generated)"))
+
+
+def survey(root: Path, git: Git | None = None) -> list[Starter]:
+    """Every lesson's starter: generated, in the working tree and committed."""
+    git = git or Git(root)
+    return [starter_of(lesson, git) for lesson in lessons(root)]
+
+
+def starter_of(lesson: Lesson, git: Git) -> Starter:
+    """The lesson's starter three ways (CourseError when its solution's fences are
+    broken)."""
+    target = lesson.folder / MODULE
+    return Starter(lesson, expected_starter(lesson),
+                   target.read_text(encoding="utf-8") if target.exists() else None,
+                   git.committed(f"lessons/{lesson.name}/{MODULE}"))
+
+
 def drift(root: Path) -> list[Drift]:
-    """Committed starters that differ from what the generator makes now."""
-    found = []
-    for lesson in lessons(root):
-        target = lesson.folder / MODULE
-        want = expected_starter(lesson)
-        have = target.read_text(encoding="utf-8") if target.exists() else ""
-        if have != want:
-            diff = "".join(difflib.unified_diff(
-                have.splitlines(keepends=True), want.splitlines(keepends=True),
-                f"lessons/{lesson.name}/{MODULE} (committed)", f"lessons/{lesson.name}/{MODULE} (generated)"))
-            found.append(Drift(lesson, diff))
-    return found
+    """Starters the course ships that differ from what the generator makes now.
+
+    In a git checkout the committed starter counts, so that a student's edits to
+    lessons/NN/agent.py are never drift; outside git, the files as they are.
+    """
+    return [Drift(item.lesson, item.diff()) for item in survey(root) if item.drifted]
+
+
+def generated_file(root: Path, relative: str) -> str | None:
+    """The generated starter when `relative` names one (lessons/NN_topic/agent.py of a
+    lesson with a solution), else None: what the course ships there, whatever the
+    working tree holds."""
+    parts = Path(relative).parts
+    if len(parts) != 3 or parts[0] != "lessons" or parts[2] != MODULE:
+        return None
+    if not ((root / "lessons" / parts[1] / "lesson.toml").is_file()
+            and (root / "solutions" / parts[1] / MODULE).is_file()):
+        return None
+    return expected_starter(load_lesson(root, parts[1]))

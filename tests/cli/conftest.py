@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionlab.maintainers import lay_out_lesson
 from sessionlab.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,8 @@ def make_course(target: Path, lessons: dict[str, str]) -> Path:
         shutil.copy2(REPO / name, target / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name, state in lessons.items():
-        shutil.copytree(REPO / "lessons" / name, target / "lessons" / name, ignore=ignore)
+        # The lesson as it ships (generated starter): lessons/ may hold a student's work.
+        lay_out_lesson(REPO, target, name)
         shutil.copytree(REPO / "solutions" / name, target / "solutions" / name, ignore=ignore)
         if state == SOLUTION:
             shutil.copy2(REPO / "solutions" / name / "agent.py", target / "lessons" / name / "agent.py")

@@ -35,13 +35,7 @@ def test_demo_and_dev_check_take_their_own_options():
     assert check.status == 0 and "usage: sessionlab dev check" in check.out
 
 
-def test_the_demo_tells_the_quest_and_leaves_its_files(course_copy, tmp_path):
-    course = course_copy({"00_memory": STARTER, "01_append": STARTER, "02_load": STARTER, "03_fork": STARTER})
-    run = run_module("--course", course, "demo", "--dir", tmp_path / "demo", cwd=tmp_path)
-    assert run.status == 0, run.text
-    assert (tmp_path / "demo" / "quest.jsonl").is_file()
-    shown = run_module("show", tmp_path / "demo")
-    assert "quest" in shown.out and "forked from quest" in shown.out
+# The demo itself: test_demo.py.
 
 
 def test_dev_starters_check_finds_a_drifted_starter_and_regenerates_it(cli, course_copy):

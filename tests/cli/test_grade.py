@@ -67,7 +67,8 @@ def test_a_student_whose_code_never_returns_is_stopped_by_the_timeout(cli, tmp_p
 
     run = cli("grade", carol, "--own-tests", "--timeout", "2", "--csv", tmp_path / "g.csv")
 
-    assert run.status == 0, run.text
+    assert run.status == 1, run.text
+    assert "every run timed out" in run.err, "a class that all timed out is no grading"
     assert "timeout" in next(line for line in run.out.splitlines() if line.startswith("carol"))
     with open(tmp_path / "g.csv", newline="") as handle:
         assert next(csv.DictReader(handle))["state"] == "timeout"
@@ -92,3 +93,159 @@ def test_grade_needs_at_least_one_student(cli, tmp_path):
     run = cli("grade", tmp_path / "nobody")
     assert run.status == 2
     assert "no such folder" in run.err
+
+
+# --- options refused before anything runs --------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--jobs", "-3"), ("--jobs", "0"),
+    ("--timeout", "0"), ("--timeout", "-5"), ("--timeout", "nan"), ("--timeout", "inf")])
+def test_an_option_that_cannot_work_is_refused_in_one_line(cli, tmp_path, option, value):
+    student = make_course(tmp_path / "class" / "alice", {})
+    run = cli("grade", student, option, value, "--json", tmp_path / "g.json")
+    assert run.status == 2, run.text
+    assert run.err.count("\n") == 1 and option in run.err and value in run.err, run.err
+    assert "Traceback" not in run.text and not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("where", ["missing-folder/x.csv", "a-folder", "same"])
+def test_an_output_that_cannot_be_written_is_refused_before_grading(cli, tmp_path, where):
+    student = make_course(tmp_path / "class" / "alice", {"00_memory": SOLUTION})
+    (tmp_path / "a-folder").mkdir()
+    target = tmp_path / "g.json" if where == "same" else tmp_path / where
+    run = cli("grade", student, "--csv", target, "--json", tmp_path / "g.json")
+    assert run.status == 2, run.text
+    assert run.err.count("\n") == 1 and "Traceback" not in run.text, run.err
+    assert str(target.name) in run.err
+    assert "alice" not in run.out, "refused before any grading"
+
+
+def test_an_output_that_fails_at_the_end_loses_nothing_else(cli, tmp_path, monkeypatch):
+    """The folder of the CSV goes away during grading: one line, and the JSON is written."""
+    from sessionlab.grading import outputs
+
+    student = make_course(tmp_path / "class" / "alice", {})       # missing: no run needed
+    monkeypatch.setattr(outputs, "output_problem", lambda given: None)
+    run = cli("grade", student, "--csv", tmp_path / "gone" / "g.csv",
+              "--json", tmp_path / "g.json")
+    assert run.status == 1, run.text
+    assert "g.csv: not written" in run.err and "Traceback" not in run.text
+    assert json.loads((tmp_path / "g.json").read_text())["students"][0]["name"] == "alice"
+
+
+def test_grading_outside_a_course_needs_own_tests_said_out_loud(cli, tmp_path, monkeypatch):
+    student = make_course(tmp_path / "class" / "alice", {"00_memory": SOLUTION})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SESSIONLAB_ROOT", raising=False)
+    run = cli("grade", student)
+    assert run.status == 2, run.text
+    assert "--own-tests" in run.err and "alice" not in run.out
+
+
+def test_every_folder_and_every_test_counts_in_the_totals(cli, tmp_path):
+    """A missing lesson scores 0 of the lesson's tests; a folder that is no course is a
+    problem in the table, the CSV and the JSON, with the whole course as its total."""
+    course = make_course(tmp_path / "teacher", {"00_memory": STARTER})
+    room = tmp_path / "class"
+    make_course(room / "alice", {})
+    (room / "stray").mkdir(parents=True)
+    run = cli("--course", course, "grade", room, "--csv", tmp_path / "g.csv",
+              "--json", tmp_path / "g.json")
+    assert run.status == 0, run.text
+    report = {s["name"]: s for s in json.loads((tmp_path / "g.json").read_text())["students"]}
+    total = report["alice"]["total"]
+    assert total >= 10 and report["alice"]["lessons"]["00_memory"]["state"] == "missing"
+    assert report["stray"]["problem"] and report["stray"]["total"] == total
+    with open(tmp_path / "g.csv", newline="") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    assert rows["stray"]["state"] == "problem" and rows["stray"]["total"] == str(total)
+    assert rows["alice"]["state"] == "missing" and rows["alice"]["total"] == str(total)
+    assert re.search(rf"alice\s+missing\s+0/{total}", run.out), run.out
+    assert re.search(rf"stray\s+-\s+0/{total}", run.out) and "stray: not a copy" in run.out
+
+
+# --- the verdict on a run's report ---------------------------------------------------
+
+
+def _report(ids, *, exitstatus=1, canary="failed", outcome="passed", extra=b"") -> bytes:
+    results = [{"nodeid": n, "when": "call", "outcome": outcome} for n in ids]
+    results.append({"nodeid": "lessons/00/test_c.py::test_c", "when": "call",
+                    "outcome": canary})
+    return json.dumps({"exitstatus": exitstatus, "results": results}).encode() + b"\n" + extra
+
+
+IDS = [f"lessons/00/test_a.py::test_{i}" for i in range(3)]
+
+
+@pytest.mark.parametrize("returncode, report, reason", [
+    (0, _report(IDS, exitstatus=0, canary="passed"), "failing test was reported passed"),
+    (1, _report(IDS, exitstatus=0), "the report says exit status 0, pytest ended with 1"),
+    (1, _report(IDS, extra=_report(IDS)), "2 reports"),
+    (1, _report(IDS[:2]), "1 of the course's 3 tests are missing"),
+    (1, _report(IDS + ["lessons/00/test_x.py::test_x"]), "the course does not have"),
+    (1, b"not json\n", "not the kit's JSON"),
+])
+def test_a_report_that_fails_a_check_is_suspect_and_scores_zero(returncode, report, reason):
+    from sessionlab.grading.run import Raw, judge
+
+    grade = judge(Raw(returncode, False, "", report, False), "00", IDS,
+                  "lessons/00/test_c.py::test_c", 60)
+    assert (grade.state, grade.passed, grade.total) == ("suspect", 0, 3), grade
+    assert reason in grade.error
+
+
+def test_an_honest_report_counts_and_a_run_that_did_not_finish_scores_zero_of_all():
+    from sessionlab.grading.run import Raw, judge
+
+    canary = "lessons/00/test_c.py::test_c"
+    honest = judge(Raw(1, False, "", _report(IDS), False), "00", IDS, canary, 60)
+    assert (honest.state, honest.passed, honest.total) == ("done", 3, 3)
+    early = judge(Raw(0, False, "some output\n", b"", False), "00", IDS, canary, 60)
+    assert (early.state, early.passed, early.total) == ("error", 0, 3)
+    assert "exited early" in early.error and "some output" in early.error
+    late = judge(Raw(None, True, "", _report(IDS), False), "00", IDS, canary, 60)
+    assert (late.state, late.passed, late.total) == ("timeout", 0, 3)
+
+
+def test_what_a_run_prints_or_reports_is_bounded(tmp_path):
+    """Megabytes on stdout and on the report pipe: the grader keeps a bounded part."""
+    from sessionlab.grading import run as grading
+    from sessionlab.grading.guard import Reaper
+
+    code = ("import os, sys\nsys.stdout.write('x' * 10_000_000)\n"
+            "os.write(int(sys.argv[1]), b'y' * 10_000_000)\n")
+    with Reaper() as reaper:
+        raw = grading.execute([sys.executable, "-c", code, "{fd}"], cwd=tmp_path, env={},
+                              timeout=60, reaper=reaper, token="t")
+    assert raw.returncode == 0 and not raw.timed_out
+    assert len(raw.output) == grading.OUTPUT_LIMIT
+    assert raw.report_overflow and len(raw.report) == grading.REPORT_LIMIT
+
+
+def test_doctor_says_whether_grading_can_use_a_sandbox(cli, monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")       # refused at once
+    monkeypatch.setenv("SESSIONLAB_NO_SANDBOX", "1")
+    run = cli("doctor")
+    line = next(line for line in run.out.splitlines() if "bubblewrap" in line)
+    assert "not usable" in line and "SESSIONLAB_NO_SANDBOX" in line, line
+
+
+def test_an_agent_that_is_a_link_is_not_followed(cli, tmp_path):
+    """A link to another student's agent.py (or to a device) is no agent.py: the grader
+    never reads through it."""
+    course = make_course(tmp_path / "teacher", {"00_memory": STARTER})
+    room = tmp_path / "class"
+    alice = make_course(room / "alice", {})
+    (alice / "lessons" / "00_memory").mkdir()
+    (alice / "lessons" / "00_memory" / "agent.py").write_text("x = 1\n")
+    mallory = make_course(room / "mallory", {})
+    (mallory / "lessons" / "00_memory").mkdir()
+    (mallory / "lessons" / "00_memory" / "agent.py").symlink_to(
+        alice / "lessons" / "00_memory" / "agent.py")
+    (mallory / "lessons" / "00_memory" / "test_memory.py").symlink_to("/dev/zero")
+    run = cli("--course", course, "grade", mallory, "--json", tmp_path / "g.json")
+    assert run.status == 0, run.text
+    lesson = json.loads((tmp_path / "g.json").read_text())["students"][0]["lessons"]["00_memory"]
+    assert (lesson["state"], lesson["passed"]) == ("error", 0), lesson
+    assert "not a plain file" in lesson["error"] and lesson["tests_edited"]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .conftest import run_module
+from .conftest import STARTER, run_module
 
 
 def write_log(path, *entries, tail: bytes = b""):
@@ -139,3 +139,37 @@ def test_long_contents_are_shortened_unless_full(cli, tmp_path):
     write_log(path, {"role": "user", "content": "word " * 200})
     assert "more characters" in cli("show", path).out
     assert "more characters" not in cli("show", path, "--full").out
+
+
+def test_after_an_undo_each_result_is_labelled_with_the_call_it_answers(cli, course_copy, tmp_path):
+    # The scripted model numbers its call ids by the length of the conversation, so the
+    # call made after an undo has the id of the call taken back: call_2_0 twice.
+    course = course_copy({"07_undo": STARTER})
+    sessions = tmp_path / "sessions"
+    chat = cli("--course", course, "chat", "q", "--lesson", "07", "--solution", "--sessions", sessions,
+               input="ask the elder about the cave\n/undo\nbuy a torch\n")
+    assert chat.status == 0, chat.text
+
+    out = cli("show", "q", "--sessions", sessions).out
+    elder = next(line for line in out.splitlines() if "← The elder says" in line)
+    torch = next(line for line in out.splitlines() if "← You bought a torch" in line)
+    assert "(talk_to, call_2_0)" in elder, elder
+    assert "(buy, call_2_0)" in torch, torch
+
+
+def test_a_result_answers_the_nearest_earlier_call_with_its_id_not_yet_answered(cli, tmp_path):
+    path = tmp_path / "ids.jsonl"
+    write_log(path,
+              {"role": "assistant", "content": None, "tool_calls": [call("c", "talk_to", npc="elder")]},
+              {"role": "tool", "tool_call_id": "c", "content": "first"},
+              {"role": "assistant", "content": None,
+               "tool_calls": [call("c", "buy", item="rope"), call("d", "buy", item="map")]},
+              {"role": "tool", "tool_call_id": "c", "content": "second"},
+              {"role": "tool", "tool_call_id": "c", "content": "third"},
+              {"role": "tool", "tool_call_id": "d", "content": "fourth"})
+    lines = cli("show", path).out.splitlines()
+    shown = {word: next(line for line in lines if f"← {word}" in line) for word in
+             ("first", "second", "third", "fourth")}
+    assert "(talk_to, c)" in shown["first"] and "(buy, c)" in shown["second"]
+    assert "(c)" in shown["third"] and "buy" not in shown["third"], "no call is left for it to answer"
+    assert "(buy, d)" in shown["fourth"]

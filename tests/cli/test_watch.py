@@ -9,6 +9,7 @@ import sys
 import pexpect
 import pytest
 
+from sessionlab import course as sessionlab_course, starters
 from sessionlab.cli import watch as watch_module
 from sessionlab.cli.ui import make_ui
 
@@ -28,7 +29,8 @@ def spawn(course, *args):
 @pytest.fixture
 def starting(course):
     """The prepared course with lesson 00 back to its starter: the student is on lesson 00."""
-    shutil.copy2(REPO / "lessons" / "00_memory" / "agent.py", course / "lessons" / "00_memory" / "agent.py")
+    starter = starters.expected_starter(sessionlab_course.lesson("00", course))
+    (course / "lessons" / "00_memory" / "agent.py").write_text(starter, encoding="utf-8")
     return course
 
 

@@ -51,6 +51,21 @@ class Commands:
         self.listing.append((group, listed_as or name, summary))
         return parser
 
+    def without(self, names: tuple[str, ...]) -> "Commands":
+        """These commands, where `add` of one of `names` registers nothing (another module does)."""
+        outer = self
+
+        class Filtered(Commands):
+            def __init__(self) -> None:
+                self.subparsers, self.listing = outer.subparsers, outer.listing
+
+            def add(self, name, func, group, summary, **options):
+                if name in names:
+                    return argparse.ArgumentParser(add_help=False)    # its options go nowhere
+                return outer.add(name, func, group, summary, **options)
+
+        return Filtered()
+
     def overview(self) -> str:
         lines = []
         width = max(len(name) for _, name, _ in self.listing) + 2
@@ -66,7 +81,7 @@ class Commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import chat, dev, doctor, grade, progress, show, watch
+    from . import chat, dev, doctor, grade, progress, show, study, watch
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
@@ -79,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     commands = Commands(sub)
     watch.register(commands, common)
-    progress.register(commands, common)
+    # hint, reset, solution and diff live in study.py; progress registers list and check.
+    progress.register(commands.without(study.NAMES), common)
+    study.register(commands, common)
     chat.register(commands, common)
     show.register(commands, common)
     dev.register(commands, common)
@@ -90,14 +107,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class NoCourse(course.CourseError):
+    """No course folder where the command looked: say how to get one."""
+
+
+def course_source() -> str:
+    """Where the course comes from, if the installed package says (its Project-URL)."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("sessionlab").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("repository", "source", "source code", "homepage"):
+            return url.strip()
+    return "the course's repository"
+
+
+def course_hint(error: Exception) -> str | None:
+    """The way forward for a course error: for a missing course, how to get a copy."""
+    if not isinstance(error, NoCourse):
+        return None
+    return (f"to get a copy: `git clone` {course_source()}, then `pip install -e .` inside it and run "
+            "sessionlab there (a plain `pip install .` installs the kit without the lessons)")
+
+
 def find_course(args: argparse.Namespace) -> Path:
     given = getattr(args, "course", None)
     if given:
         root = Path(given).resolve()
         if not ((root / "lessons").is_dir() and (root / "solutions").is_dir()):
-            raise course.CourseError(f"{given}: not a course folder (it needs lessons/ and solutions/)")
+            raise NoCourse(f"{given}: not a course folder (it needs lessons/ and solutions/)")
         return root
-    return course.find_root()
+    try:
+        return course.find_root()
+    except course.CourseError as error:
+        raise NoCourse(str(error)) from None
 
 
 def _passthrough(argv: list[str]) -> int | None:
@@ -111,7 +158,9 @@ def _passthrough(argv: list[str]) -> int | None:
         course_dir, rest = rest[0].split("=", 1)[1], rest[1:]
     if rest[:1] == ["demo"]:
         from .. import demo as target
-        rest = rest[1:]
+        # The demo takes --course itself, and checks that it is a course, as every command does.
+        rest = rest[1:] + (["--course", course_dir] if course_dir else [])
+        course_dir = None
     elif rest[:2] == ["dev", "check"]:
         from .. import maintainers as target
         rest = rest[2:]
@@ -126,7 +175,7 @@ def _passthrough(argv: list[str]) -> int | None:
     try:
         return int(target.main(rest) or 0)
     except course.CourseError as error:
-        make_ui().error(str(error))
+        make_ui().error(str(error), course_hint(error))
         return 2
     except KeyboardInterrupt:
         return 130
@@ -151,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         root = find_course(args) if args.needs_root else None
         return int(args.func(args, ui, root) or 0)
     except course.CourseError as error:
-        ui.error(str(error))
+        ui.error(str(error), course_hint(error))
         return 2
     except KeyboardInterrupt:
         ui.err.print()
@@ -159,4 +208,4 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["main", "build_parser", "Ui"]
+__all__ = ["main", "build_parser", "find_course", "course_hint", "course_source", "Ui"]

@@ -23,6 +23,7 @@ import hashlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..town import Town
-from . import connect, replies, show
+from . import connect, replies, show, world
 from .doctor import ollama_url
 from .runner import Runner
 from .ui import Ui
@@ -336,11 +337,11 @@ class Printer:
         self.ui = ui
         self.echo_user = echo_user
         self.tool_names = tool_names
-        self.names: dict[str, str] = {}
+        self.names = show.ResultNames()     # which call each result answers, in order
 
     def __call__(self, message: dict[str, Any]) -> None:
         role = message.get("role")
-        self.names.update(show.call_names([message]))
+        tool = self.names.name(message)
         if role == "user" and not self.echo_user:
             return
         thinking, shown = replies.assistant_view(message)
@@ -348,7 +349,7 @@ class Printer:
             self.ui.out.print(show.hanging(Text("        (thinking) " + replies.fold(thinking), style="dim italic"),
                                            8, self.ui))
         if role != "assistant" or shown.get("content") or shown.get("tool_calls") or not thinking:
-            for row in show.message_rows(shown, names=self.names, limit=600):
+            for row in show.message_rows(shown, tool=tool, limit=600):
                 self.ui.out.print(show.hanging(row, 8, self.ui))
         if role == "assistant" and not shown.get("tool_calls"):
             self.point_out(shown.get("content"), bool(thinking))
@@ -470,6 +471,37 @@ def cmd_chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         return error.status
 
 
+def make_sessions_folder(folder: Path) -> None:
+    """Create the sessions folder, and any parent it lacks, readable by its owner only (0700),
+    as the lessons do; then make sure a file can be written in it, before anything is said."""
+    try:
+        for path in [*reversed(folder.parents), folder]:
+            if not path.is_dir():
+                path.mkdir(mode=0o700, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ChatError(f"cannot write in the sessions folder {folder}: {error.strerror or error}",
+                        "chat in a folder you can write to, or name another with --sessions DIR") from None
+
+
+def file_size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+@dataclass
+class Opened:
+    """What starting the chat's session gave: the agent, and where its files are."""
+    agent: Any
+    log: Any = None
+    session_id: str | None = None
+    path: Path | None = None
+    size_before: int | None = None
+
+
 def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     interactive = sys.stdin.isatty()
     if interactive:
@@ -481,12 +513,8 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     module = load_lesson_module(lesson, side)
     choice = choose_model(args)
     folder = Path(args.sessions)
-    has_log = hasattr(module, "SessionLog")
-    town = Town()
-    printer = Printer(ui, echo_user=not interactive, tool_names=set(town.functions))
+    printer = Printer(ui, echo_user=not interactive, tool_names=set(Town().functions))
     agent_class = showing(module.Agent, printer)
-    session_id = None
-    log = None
     where = "yours" if side == "lesson" else "the reference"
     ui.out.print(Text.assemble(("Session Lab chat", "bold magenta"), "  lesson ", (lesson.number, "bold"),
                                f" ({where}: {'lessons' if side == 'lesson' else 'solutions'}/{lesson.name}/agent.py)"))
@@ -495,59 +523,11 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     ui.out.print(Text(f"model: {choice.describe()}", style="dim"))
     if interactive:
         choice.client.waiting = lambda: working(ui, "the model is working (Ctrl-C stops it)")
-    options: dict[str, Any] = {"model": choice.name, "tools": town, "system": args.system,
-                               "max_turns": args.max_turns}
-    try:
-        if has_log:
-            folder.mkdir(parents=True, exist_ok=True)
-            session_id = args.session
-            if args.fork_from:
-                if not hasattr(module, "fork"):
-                    raise ChatError(f"lesson {lesson.number}'s code cannot fork (lesson 03 adds fork())",
-                                    "use --lesson 03 or later")
-                session_id = session_id or fork_name(folder, args.fork_from)
-                module.fork(folder, args.fork_from, session_id, upto=args.at)
-                at = f" at message {args.at}" if args.at is not None else ""
-                ui.out.print(Text(f"forked {args.fork_from}{at} into {session_id}", style="bold"))
-                forked = [e.data for e in show.read_log(folder / f"{session_id}.jsonl").messages]
-                if unanswered_calls(forked):
-                    ui.note(f"message {args.at} cuts a tool call from its result: a provider refuses such a "
-                            "history unless the lesson's code repairs it on resume (lesson 04)")
-            elif args.at is not None:
-                raise ChatError("--at needs --fork-from: it says where to cut the session you fork")
-            session_id = session_id or new_session_id()
-            path = folder / f"{session_id}.jsonl"
-            size_before = path.stat().st_size if path.exists() else None
-            log = module.SessionLog(folder, session_id)
-            agent = agent_class(choice.client, session=log, **options)
-            loaded = len(agent.messages)
-            state = (f"{loaded} message(s) read back" if loaded else
-                     ("new" if size_before is None else "exists, but this lesson's code does not read logs back"))
-            ui.out.print(Text(f"session {session_id}: {path} ({state})", style="dim"))
-            if size_before is not None and path.exists() and path.stat().st_size > size_before:
-                ui.out.print(Text("the log was repaired on resume: `sessionlab show` marks what was added",
-                                  style="yellow"))
-            if size_before is not None and not loaded and not hasattr(module.SessionLog, "load"):
-                ui.note(f"lesson {lesson.number} only appends (lesson 02 loads): the agent starts with an empty "
-                        "memory and adds to the existing log")
-        else:
-            if args.session or args.fork_from:
-                ui.note(f"lesson {lesson.number} has no session log (lesson 01 adds it): "
-                        "the session name is ignored")
-            agent = agent_class(choice.client, **options)
-            ui.out.print(Text(f"lesson {lesson.number} keeps the conversation in memory only: nothing is saved, "
-                              "and it is gone when the chat ends (lesson 01 adds the session log)", style="yellow"))
-    except ChatError:
-        _close(log)
-        raise
-    except Exception as error:
-        _close(log)
-        explained = lesson_error(error, module, session_id, folder)
-        if explained is None and isinstance(error, (ValueError, OSError)):
-            explained = ChatError(f"{type(error).__name__}: {error}")
-        if explained is None:
-            raise
-        raise explained from None
+    options: dict[str, Any] = {"model": choice.name, "system": args.system, "max_turns": args.max_turns}
+    opened = open_session(args, ui, module, lesson, agent_class, choice, options, folder)
+    agent, log, session_id = opened.agent, opened.log, opened.session_id
+    for message in agent.messages:      # the calls a resumed session made before this chat
+        printer.names.name(message)
     agent._printer = printer
     ui.out.print(Text("Type a message. /help lists commands; Ctrl-D or /quit ends the chat.", style="dim"))
     status = 0
@@ -557,12 +537,119 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         if log is not None and callable(getattr(agent, "flush", None)):
             agent.flush()       # lesson 07: nothing recorded stays behind in the pending buffer
         _close(log)
-    if log is not None:
-        resume = f"sessionlab chat {session_id} --lesson {lesson.number}" + (" --solution" if side == "solution" else "")
-        if args.sessions != "sessions":
-            resume += f" --sessions {args.sessions}"
-        ui.out.print(Text(f"saved in {folder / (session_id + '.jsonl')}. Continue with: {resume}", style="dim"))
+    if opened.path is not None:
+        say_where_saved(args, ui, lesson, side, opened)
     return status
+
+
+def say_where_saved(args: argparse.Namespace, ui: Ui, lesson: Lesson, side: str, opened: Opened) -> None:
+    """Say the log was saved only when it was: the file is there and grew during the chat."""
+    size = file_size(opened.path)
+    if size is None or size <= (opened.size_before or 0):
+        ui.out.print(Text(f"nothing was written to {opened.path} in this chat", style="dim"))
+        return
+    resume = f"sessionlab chat {opened.session_id} --lesson {lesson.number}" + (" --solution" if side == "solution" else "")
+    if args.sessions != "sessions":
+        resume += f" --sessions {args.sessions}"
+    ui.out.print(Text(f"saved in {opened.path}. Continue with: {resume}", style="dim"))
+
+
+def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: Lesson, agent_class: type,
+                 choice: ModelChoice, options: dict[str, Any], folder: Path) -> Opened:
+    """The agent, on its session (new, resumed or forked) with its town, or in memory (lesson 00)."""
+    if not hasattr(module, "SessionLog"):
+        if args.session or args.fork_from:
+            ui.note(f"lesson {lesson.number} has no session log (lesson 01 adds it): "
+                    "the session name is ignored")
+        agent = agent_class(choice.client, tools=Town(), **options)
+        ui.out.print(Text(f"lesson {lesson.number} keeps the conversation in memory only: nothing is saved, "
+                          "and it is gone when the chat ends (lesson 01 adds the session log)", style="yellow"))
+        return Opened(agent)
+    opened = Opened(None)
+    try:
+        make_sessions_folder(folder)
+        opened.session_id = fork_if_asked(args, ui, module, lesson, folder) or args.session or new_session_id()
+        opened.path = folder / f"{opened.session_id}.jsonl"
+        opened.size_before = file_size(opened.path)
+        town, resumed = saved_town(ui, folder, opened.session_id)
+        opened.log = module.SessionLog(folder, opened.session_id)
+        opened.agent = agent_class(choice.client, session=opened.log, tools=town, **options)
+    except ChatError:
+        _close(opened.log)
+        raise
+    except Exception as error:
+        _close(opened.log)
+        explained = lesson_error(error, module, opened.session_id, folder)
+        if explained is None and isinstance(error, (ValueError, OSError)):
+            explained = ChatError(f"{type(error).__name__}: {error}")
+        if explained is None:
+            raise
+        raise explained from None
+    describe_session(ui, module, lesson, opened)
+    if resumed:
+        ui.out.print(Text(f"the town: {town.gold} gold, items: {', '.join(town.inventory) or 'none'} "
+                          f"(kept in {world.town_path(folder, opened.session_id)})", style="dim"))
+    return opened
+
+
+def fork_if_asked(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: Lesson, folder: Path) -> str | None:
+    """With --fork-from: fork with the lesson's own fork(), give the fork its source's town."""
+    if not args.fork_from:
+        if args.at is not None:
+            raise ChatError("--at needs --fork-from: it says where to cut the session you fork")
+        return None
+    if not hasattr(module, "fork"):
+        raise ChatError(f"lesson {lesson.number}'s code cannot fork (lesson 03 adds fork())",
+                        "use --lesson 03 or later")
+    session_id = args.session or fork_name(folder, args.fork_from)
+    module.fork(folder, args.fork_from, session_id, upto=args.at)
+    at = f" at message {args.at}" if args.at is not None else ""
+    ui.out.print(Text(f"forked {args.fork_from}{at} into {session_id}", style="bold"))
+    try:
+        # History is copied, the world is not refunded: the fork starts with the gold left.
+        world.copy_town(folder, args.fork_from, session_id)
+    except world.TownFileError as error:
+        raise ChatError(str(error), "move that file away to start the fork's town afresh") from None
+    forked = [e.data for e in show.read_log(folder / f"{session_id}.jsonl").messages]
+    if unanswered_calls(forked):
+        ui.note(f"message {args.at} cuts a tool call from its result: a provider refuses such a "
+                "history unless the lesson's code repairs it on resume (lesson 04)")
+    return session_id
+
+
+def saved_town(ui: Ui, folder: Path, session_id: str) -> tuple[Town, bool]:
+    """The session's town, as the last chat on it left it; whether there was one."""
+    path = world.town_path(folder, session_id)
+
+    def failed(error: OSError) -> None:
+        ui.error(f"cannot save the town in {path}: {error.strerror or error}",
+                 "the purchase stands in this chat; a resumed chat will not know of it")
+    town = Town()
+    try:
+        return town, world.keep(town, path, failed)
+    except world.TownFileError as error:
+        raise ChatError(str(error), "move that file away to start the town afresh") from None
+
+
+def describe_session(ui: Ui, module: ModuleType, lesson: Lesson, opened: Opened) -> None:
+    loaded = len(opened.agent.messages)
+    reads_back = hasattr(module.SessionLog, "load")
+    if loaded:
+        state = f"{loaded} message(s) read back"
+    elif not opened.size_before:
+        state = "new"                   # no log, or an empty one: nothing to resume
+    elif reads_back:
+        state = "exists, with no message to resume"
+    else:
+        state = "exists, but this lesson's code does not read logs back"
+    ui.out.print(Text(f"session {opened.session_id}: {opened.path} ({state})", style="dim"))
+    size = file_size(opened.path)
+    if opened.size_before and size is not None and size > opened.size_before:
+        ui.out.print(Text("the log was repaired on resume: `sessionlab show` marks what was added",
+                          style="yellow"))
+    if opened.size_before and not loaded and not reads_back:
+        ui.note(f"lesson {lesson.number} only appends (lesson 02 loads): the agent starts with an empty "
+                "memory and adds to the existing log")
 
 
 def _close(log: Any) -> None:
@@ -649,14 +736,14 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
     if word in ("quit", "exit", "q"):
         return "quit"
     if word == "help":
-        ui.out.print("/history  the conversation so far\n/town     the town's state in this process "
-                     "(gold and items: the world, not the history)\n"
+        ui.out.print("/history  the conversation so far\n/town     the town's gold and items, kept beside the session "
+                     "(the world, not the history)\n"
                      + ("/undo [N] take back the last N turns\n" if hasattr(agent, "undo") else "")
                      + "/quit     end the chat (Ctrl-D too)", markup=False)
     elif word == "history":
-        names = show.call_names(agent.messages)
+        names = show.result_names(agent.messages)
         for k, message in enumerate(agent.messages):
-            for row in show.message_rows(message, names=names, folder=folder, prefix=f"[{k}] ".rjust(6)):
+            for row in show.message_rows(message, tool=names[k], folder=folder, prefix=f"[{k}] ".rjust(6)):
                 ui.out.print(show.hanging(row, 14, ui))
         if not agent.messages:
             ui.out.print("(nothing yet)")

@@ -72,6 +72,18 @@ def _satisfies(spec: str, version: str) -> bool | None:
         return None
 
 
+def bubblewrap_row() -> tuple[bool | None, str, str, str]:
+    """Whether `sessionlab grade` can sandbox students' code here. Optional: a student
+    never needs it, and grading without it still works (with less isolation)."""
+    from ..grading import sandbox
+
+    found = sandbox.probe()
+    if found.usable:
+        return True, "bubblewrap", "usable", "`sessionlab grade` sandboxes each student's code"
+    return None, "bubblewrap", "not usable", (
+        f"{found.why}; only for grading a class: `apt-get install bubblewrap`")
+
+
 def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     problems = 0
     table = ui.table()
@@ -114,6 +126,8 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         row(True, "course", str(root), f"{count} lessons")
     except course.CourseError:
         row(None, "course", "not found here", "run commands from inside your copy of the course")
+
+    row(*bubblewrap_row())
 
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         value = os.environ.get(name)

@@ -1,22 +1,24 @@
 """`sessionlab grade DIR...`: every lesson's tests against each student's copy of the course.
 
-Each student folder is a copy of the course. For every student and every lesson, pytest runs
-in its own process (never inside the grader), with the student's folder as its working folder
-and SESSIONLAB_ROOT, and is killed with everything it started after `--timeout` seconds.
-Runs go in parallel (`--jobs`).
+Each student folder is a copy of the course. For every student and every lesson, the
+course's own tests run against the student's `lessons/NN/agent.py` in a sandbox
+(bubblewrap: no network, nothing of yours or of other students visible, every process of
+the run killed with it), on a private copy, under a timeout and resource limits. Without
+bubblewrap, grading still works, with less isolation, and says so in one line.
 
-By default the tests are the course's own (the copy `grade` is run from) run against the
-student's `lessons/NN/agent.py`, so a student who edited a test cannot change the grade; the
-table marks such lessons with `*`. `--own-tests` runs the tests in each student's copy instead.
+A lesson that timed out, crashed, is missing or does not compile scores 0 of all its tests;
+a run whose report fails the grader's checks is marked `suspect` and scores 0. A student who
+edited a lesson's tests is marked `*` (the course's tests were used anyway); `--own-tests`
+runs the tests in each student's copy instead, and only when asked.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
-import json
+import math
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +28,17 @@ from rich.text import Text
 
 from .. import course
 from ..course import Lesson
+from ..grading import outputs, sandbox
+from ..grading.guard import Guard, Reaper
+from ..grading.run import (Grade, Setup, build_view, collect, grade_lesson, read_module,
+                           shadow_flags)
+from ..cli.runner import LessonResult
 from . import find_course
-from .runner import LessonResult, run_pytest
 from .ui import Ui
+
+TABLE_LIMIT = 160        # characters of a problem's message under the table
+SHORT = {"syntax error": "syntax"}
+NO_SANDBOX_HINT = "student code runs with your rights (docs/instructors.md, isolation)"
 
 
 @dataclass
@@ -36,14 +46,17 @@ class Student:
     name: str
     path: Path
     problem: str | None = None
-    results: dict[str, LessonResult] = field(default_factory=dict)
-    edited: set[str] = field(default_factory=set)      # lessons whose test files differ from the course's
+    grades: dict[str, Grade] = field(default_factory=dict)
+    edited: set[str] = field(default_factory=set)      # lessons whose test files differ
+    flags: list[str] = field(default_factory=list)     # about the folder as a whole
 
     def passed(self) -> int:
-        return sum(r.passed_count for r in self.results.values())
+        return sum(g.passed for g in self.grades.values() if g.counted)
 
-    def total(self) -> int:
-        return sum(r.total for r in self.results.values())
+    def total(self, expected: dict[str, int]) -> int:
+        """Every test of every lesson graded, whatever happened to the runs."""
+        return sum(g.total for g in self.grades.values()) if self.grades \
+            else sum(expected.values())
 
 
 def is_course(path: Path) -> bool:
@@ -51,13 +64,16 @@ def is_course(path: Path) -> bool:
 
 
 def find_students(dirs: list[str]) -> list[Student]:
-    """Student folders from the arguments; a folder of student folders counts as all of them."""
+    """Student folders from the arguments. A folder of student folders stands for all of
+    its folders: those that are not a copy of the course are listed as problems, not
+    dropped."""
     paths: list[Path] = []
     for given in dirs:
         path = Path(given)
         if path.is_dir() and not is_course(path):
-            children = sorted(p for p in path.iterdir() if p.is_dir() and is_course(p))
-            if children:
+            children = sorted(p for p in path.iterdir()
+                              if p.is_dir() and not p.name.startswith("."))
+            if any(is_course(p) for p in children):
                 paths += children
                 continue
         paths.append(path)
@@ -75,39 +91,45 @@ def find_students(dirs: list[str]) -> list[Student]:
 
 
 def _digest(folder: Path) -> str:
+    """The lesson's test files, hashed to compare a student's copy with the course's: only
+    plain files, read with a bound (a link to /dev/zero must not hang the grader)."""
     digest = hashlib.sha256()
     for path in sorted(folder.glob("test_*.py")) + sorted(folder.glob("conftest.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        try:
+            data = read_module(path)
+        except (OSError, ValueError):
+            data = b"\0not a plain file"
+        digest.update(path.name.encode() + b"\0" + data)
     return digest.hexdigest()
 
 
-def grade_one(student: Student, lesson: Lesson, course_root: Path | None, timeout: float) -> LessonResult:
-    module = student.path / "lessons" / lesson.name / course.MODULE
-    if not module.is_file():
-        return LessonResult(lesson.name, "impl", error="missing: no lessons/{}/agent.py".format(lesson.name))
-    impl = module if course_root is not None else None    # --own-tests: the copy's tests on its own module
-    return run_pytest(student.path, [lesson], impl=impl, tests_root=course_root, timeout=timeout)[lesson.name]
-
-
-def cell(result: LessonResult | None, edited: bool, ui: Ui) -> Text:
-    if result is None:
-        return Text("-", style="dim")
-    star = "*" if edited else ""
-    if result.error is not None:
-        return Text(_state(result) + star, style="red")      # missing / timeout / error
-    style = "green" if result.passed else ("yellow" if result.passed_count else "dim")
-    return Text(f"{result.passed_count}/{result.total}{star}", style=style)
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """The first option that cannot work, in one line, before anything runs."""
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs {args.jobs}: give 1 or more test processes at once"
+    if not (math.isfinite(args.timeout) and args.timeout >= 1):
+        return f"--timeout {args.timeout:g}: give a number of seconds, 1 or more"
+    given = [p for p in (args.csv, args.json) if p]
+    if len(given) == 2 and Path(args.csv).resolve() == Path(args.json).resolve():
+        return f"--csv and --json are the same file ({args.csv}): give two"
+    for path in given:
+        if problem := outputs.output_problem(path):
+            return problem
+    return None
 
 
 def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
+    if problem := argument_problem(args):
+        ui.error(problem)
+        return 2
     course_root: Path | None = None
     if not args.own_tests:
         try:
             course_root = find_course(args)
-        except course.CourseError:
-            if getattr(args, "course", None):
-                raise       # a --course that is not a course: say so, do not grade with other tests
-            ui.note("no course found here: running each student's own tests (--own-tests)")
+        except course.CourseError as error:
+            ui.error(str(error), "run `grade` inside the course (or give --course DIR); "
+                                 "--own-tests grades with each student's own tests")
+            return 2
     students = find_students(args.dirs)
     ok = [s for s in students if s.problem is None]
     if not ok:
@@ -119,98 +141,194 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         wanted = [w for part in args.lessons for w in part.split(",") if w]
         lessons = [course.lesson(w, course_root or ok[0].path) for w in wanted]
     for student in ok:
+        student.flags = shadow_flags(student.path)
         for lesson in lessons:
             mine = student.path / "lessons" / lesson.name
-            if course_root is not None and mine.is_dir() and _digest(mine) != _digest(course_root / "lessons" / lesson.name):
+            if course_root is not None and mine.is_dir() and \
+                    _digest(mine) != _digest(course_root / "lessons" / lesson.name):
                 student.edited.add(lesson.name)
 
-    jobs = [(s, l) for s in ok for l in lessons]
-    workers = args.jobs or max(1, min(8, os.cpu_count() or 1))
-    progress = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=ui.err, transient=True,
-                        disable=not ui.err.is_terminal)
-    with progress, ThreadPoolExecutor(max_workers=workers) as pool:
-        task = progress.add_task("", total=len(jobs))
-        futures = {pool.submit(grade_one, s, l, course_root, args.timeout): (s, l) for s, l in jobs}
-        for future in as_completed(futures):
-            student, lesson = futures[future]
-            student.results[lesson.name] = future.result()
-            progress.update(task, advance=1, description=f"{student.name} {lesson.number}")
+    available = sandbox.Availability(False, "--no-sandbox") if args.no_sandbox \
+        else sandbox.probe()
+    if not available.usable:
+        ui.note(f"grading without a sandbox ({available.why}): {NO_SANDBOX_HINT}")
+    names = [lesson.name for lesson in lessons]
+    guarded = {f"student {s.name}": (s.path, False) for s in ok}
+    if course_root is not None:
+        guarded["the course copy"] = (course_root, True)
+    guarded["the kit"] = (sandbox.kit_folder(), True)
+    guard = Guard(guarded)
+    with tempfile.TemporaryDirectory(prefix="sessionlab-grade-") as scratch, \
+            Reaper() as reaper:
+        scratch_path = Path(os.path.realpath(scratch))
+        expected = None
+        views: dict[str, Path] = {}
+        if course_root is not None:
+            view = build_view(course_root, names, scratch_path / "course")
+            expected = collect(view, names)
+            views = {s.name: view for s in ok}
+        else:
+            for i, student in enumerate(ok):
+                views[student.name] = build_view(student.path, names, scratch_path / f"own{i}")
+        setup = Setup(scratch_path, available.usable, args.timeout, reaper, expected)
+        _run_all(ok, names, views, setup, args.jobs, ui)
+    alarms = guard.check()
+    counts = {name: len(ids) for name, ids in (expected or {}).items()}
+    _print_table(ui, students, lessons, counts)
+    for alarm in alarms:
+        ui.error(alarm)
+    status = 1 if alarms else 0
+    graded = [g for s in ok for g in s.grades.values() if g.state != "missing"]
+    if graded and all(g.state == "timeout" for g in graded):
+        ui.error(f"every run timed out: if the students' code is not to blame, "
+                 f"raise --timeout (now {args.timeout:g} s)")
+        status = 1
+    report = Report(students, lessons, counts, course_root, available, alarms)
+    for given, render in ((args.csv, report.csv), (args.json, report.json)):
+        if given:
+            try:
+                outputs.write_whole(Path(given), render())
+                ui.note(f"wrote {given}")
+            except OSError as error:    # each file on its own: one failing loses not the other
+                ui.error(f"{given}: not written: {error.strerror or error}")
+                status = 1
+    return status
 
+
+def _run_all(students: list[Student], names: list[str], views: dict[str, Path],
+             setup: Setup, jobs: int | None, ui: Ui) -> None:
+    work = [(s, n) for s in students for n in names]
+    workers = jobs or max(1, min(8, os.cpu_count() or 1))
+    progress = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.description}"),
+                        console=ui.err, transient=True, disable=not ui.err.is_terminal)
+    with progress, ThreadPoolExecutor(max_workers=workers) as pool:
+        task = progress.add_task("", total=len(work))
+        futures = {pool.submit(grade_lesson, s.path, n, views[s.name], setup): (s, n)
+                   for s, n in work}
+        for future in as_completed(futures):
+            student, name = futures[future]
+            student.grades[name] = future.result()
+            progress.update(task, advance=1, description=f"{student.name} {name[:2]}")
+
+
+def cell(grade: Grade | None, edited: bool) -> Text:
+    if grade is None:
+        return Text("-", style="dim")
+    marks = ("*" if edited else "") + ("!" if grade.flags else "")
+    if not grade.counted:
+        return Text(SHORT.get(grade.state, grade.state) + marks, style="red")
+    style = "green" if grade.state == "done" else ("yellow" if grade.passed else "dim")
+    return Text(f"{grade.passed}/{grade.total}{marks}", style=style)
+
+
+def _print_table(ui: Ui, students: list[Student], lessons: list[Lesson],
+                 counts: dict[str, int]) -> None:
     table = ui.table(title="Tests passed, per student and lesson" if not ui.plain else None)
     table.add_column("Student")
     for lesson in lessons:
         table.add_column(lesson.number, justify="right")
     table.add_column("Total", justify="right")
     table.add_column("Lessons done", justify="right")
+    notes: list[str] = []
     for student in students:
         if student.problem:
             table.add_row(Text(student.name), *[Text("-", style="dim")] * len(lessons),
-                          Text(student.problem, style="red"), "")
+                          f"0/{student.total(counts)}", f"0/{len(lessons)}")
+            notes.append(f"{student.name}: {student.problem}")
             continue
-        done = sum(student.results[l.name].passed for l in lessons)
-        table.add_row(student.name, *[cell(student.results.get(l.name), l.name in student.edited, ui) for l in lessons],
-                      f"{student.passed()}/{student.total()}", f"{done}/{len(lessons)}")
-    ui.out.print(table)
-    if any(s.edited for s in ok):
-        ui.out.print(Text("* the student's copy of this lesson's tests differs from the course's; "
-                          "the grade above used the course's tests.", style="dim"))
-    if args.csv:
-        write_csv(Path(args.csv), students, lessons)
-        ui.note(f"wrote {args.csv}")
-    if args.json:
-        write_json_report(Path(args.json), students, lessons, course_root)
-        ui.note(f"wrote {args.json}")
-    return 0
-
-
-def _state(result: LessonResult | None) -> str:
-    if result is None:
-        return "not run"
-    if result.error and result.error.startswith("missing"):
-        return "missing"
-    if result.error and result.error.startswith("timed out"):
-        return "timeout"
-    return result.state
-
-
-def write_csv(path: Path, students: list[Student], lessons: list[Lesson]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student", "lesson", "passed", "total", "state", "tests_edited", "error", "path"])
-        for student in students:
-            if student.problem:
-                writer.writerow([student.name, "", 0, 0, "error", "", student.problem, str(student.path)])
-                continue
-            for lesson in lessons:
-                result = student.results.get(lesson.name)
-                writer.writerow([student.name, lesson.name, result.passed_count if result else 0,
-                                 result.total if result else 0, _state(result),
-                                 "yes" if lesson.name in student.edited else "no",
-                                 (result.error or "") if result else "", str(student.path)])
-
-
-def write_json_report(path: Path, students: list[Student], lessons: list[Lesson], course_root: Path | None) -> None:
-    data = {"course": str(course_root) if course_root else None,
-            "tests": "course" if course_root else "own",
-            "lessons": [lesson.name for lesson in lessons],
-            "students": []}
-    for student in students:
-        entry = {"name": student.name, "path": str(student.path), "problem": student.problem, "lessons": {}}
+        done = sum(g.state == "done" for g in student.grades.values())
+        table.add_row(student.name, *[cell(student.grades.get(l.name), l.name in student.edited)
+                                      for l in lessons],
+                      f"{student.passed()}/{student.total(counts)}", f"{done}/{len(lessons)}")
+        notes += [f"{student.name}: {flag}" for flag in student.flags]
         for lesson in lessons:
-            result = student.results.get(lesson.name)
-            if result is None:
+            grade = student.grades.get(lesson.name)
+            if grade is None:
                 continue
+            if not grade.counted:
+                notes.append(f"{student.name} {lesson.number}: {grade.state}: "
+                             + outputs.cut(grade.error, TABLE_LIMIT).replace("\n", " | "))
+            notes += [f"{student.name} {lesson.number}: {flag}" for flag in grade.flags]
+    ui.out.print(table)
+    if any(s.edited for s in students):
+        ui.out.print(Text("* the student's copy of this lesson's tests differs from the "
+                          "course's; the grade above used the course's tests.", style="dim"))
+    if notes:
+        ui.out.print(Text("! flagged, and what went wrong (a lesson that did not run scores "
+                          "0 of all its tests):", style="dim"))
+        for note in notes:
+            ui.out.print(Text("  " + outputs.cut(note, TABLE_LIMIT + 60)), soft_wrap=True)
+
+
+@dataclass
+class Report:
+    students: list[Student]
+    lessons: list[Lesson]
+    counts: dict[str, int]
+    course_root: Path | None
+    sandbox: sandbox.Availability
+    alarms: list[str]
+
+    def rows(self) -> list[dict]:
+        rows = []
+        for student in self.students:
+            base = {"student": student.name, "path": str(student.path), "flags": ""}
+            if student.problem:
+                rows.append({**base, "lesson": "", "passed": 0,
+                             "total": student.total(self.counts), "state": "problem",
+                             "tests_edited": "", "error": student.problem})
+                continue
+            for lesson in self.lessons:
+                grade = student.grades[lesson.name]
+                flags = student.flags + grade.flags
+                rows.append({**base, "lesson": lesson.name, "passed": grade.passed,
+                             "total": grade.total, "state": grade.state,
+                             "tests_edited": "yes" if lesson.name in student.edited else "no",
+                             "flags": "; ".join(flags), "error": grade.error or ""})
+        for alarm in self.alarms:
+            rows.append({"student": "", "lesson": "", "passed": 0, "total": 0,
+                         "state": "alarm", "tests_edited": "", "flags": "", "error": alarm,
+                         "path": ""})
+        return rows
+
+    def csv(self) -> str:
+        return outputs.csv_text(self.rows())
+
+    def json(self) -> str:
+        data = {"course": str(self.course_root) if self.course_root else None,
+                "tests": "course" if self.course_root else "own",
+                "sandbox": {"used": self.sandbox.usable, "why": self.sandbox.why},
+                "lessons": [lesson.name for lesson in self.lessons],
+                "alarms": self.alarms, "students": []}
+        for student in self.students:
+            data["students"].append(self._student(student))
+        return outputs.json_text(data)
+
+    def _student(self, student: Student) -> dict:
+        cut = outputs.cut
+        entry = {"name": student.name, "path": str(student.path), "problem": student.problem,
+                 "flags": student.flags, "lessons": {}}
+        for lesson in self.lessons:
+            grade = student.grades.get(lesson.name)
+            if grade is None:
+                continue
+            result = LessonResult(lesson.name, "impl", tests=grade.tests)
+            failures = [t for t in grade.tests if not t.passed]
             entry["lessons"][lesson.name] = {
-                "passed": result.passed_count, "total": result.total, "state": _state(result),
-                "error": result.error, "tests_edited": lesson.name in student.edited,
-                "tasks": {t.id: result.task_state(t.id) for t in lesson.tasks},
-                "failures": [{"test": t.name, "tasks": t.tasks, "exception": t.exception, "message": t.message}
-                             for t in result.tests if not t.passed],
+                "passed": grade.passed, "total": grade.total, "state": grade.state,
+                "error": cut(grade.error, outputs.JSON_LIMIT) or None,
+                "flags": grade.flags, "tests_edited": lesson.name in student.edited,
+                "tasks": {t.id: result.task_state(t.id) if grade.counted else grade.state
+                          for t in lesson.tasks},
+                "failure_count": len(failures),
+                "failures": [{"test": cut(t.name, 300), "tasks": t.tasks,
+                              "exception": cut(t.exception, 100),
+                              "message": cut(t.message, outputs.JSON_LIMIT)}
+                             for t in failures[:outputs.JSON_FAILURES]],
             }
-        entry["passed"], entry["total"] = student.passed(), student.total()
-        data["students"].append(entry)
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        entry["passed"], entry["total"] = student.passed(), student.total(self.counts)
+        return entry
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
@@ -220,9 +338,15 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a student's copy of the course (or a folder holding one copy per student)")
     p.add_argument("--lessons", action="append", metavar="NN[,MM]", help="grade only these lessons")
-    p.add_argument("--own-tests", action="store_true", help="run the tests in each student's copy, not the course's")
+    p.add_argument("--own-tests", action="store_true",
+                   help="run the tests in each student's copy, not the course's")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="kill a lesson's tests after this long (default 120)")
-    p.add_argument("--jobs", type=int, default=0, metavar="N", help="test processes at once (default: CPUs, up to 8)")
-    p.add_argument("--csv", metavar="FILE", help="also write the grades as CSV (a row per student and lesson)")
-    p.add_argument("--json", metavar="FILE", help="also write the grades as JSON, with every failure's message")
+                   help="stop a lesson's tests after this long (default 120, at least 1)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="test processes at once (default: CPUs, up to 8)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="grade without bubblewrap even where it works (you trust the code)")
+    p.add_argument("--csv", metavar="FILE",
+                   help="also write the grades as CSV (a row per student and lesson)")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the grades as JSON, with every failure's message")

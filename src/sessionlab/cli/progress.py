@@ -217,7 +217,7 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
         parts.append(Text(f"Hint {k} of {total}: ", style="bold yellow" if newest else "dim")
                      + Text(task.hints[k - 1], style="" if newest else "dim"))
     if level < total:
-        parts.append(Text(f"Run `sessionlab hint {lesson.number}` again for hint {level + 1}.", style="dim"))
+        parts.append(Text(f"`sessionlab hint --task {task.id} --level {level + 1}` shows hint {level + 1}.", style="dim"))
     else:
         parts.append(Text(f"That was the last hint. Once the lesson passes, `sessionlab solution {lesson.number}` "
                           "shows the reference beside your code.", style="dim"))

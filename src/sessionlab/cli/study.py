@@ -1,0 +1,244 @@
+"""The student's commands that read or write a lesson's files: hint, reset, solution, diff.
+
+One rule runs through them: the reference answer of a lesson stays folded until the student
+has an answer of their own (the lesson passes), or asks for it anyway with `--force`. `diff`
+shows, by default, what a student is given (the generated starters); the reference solutions'
+diff falls under the same rule as `solution`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rich.text import Text
+
+from .. import course, starters
+from ..course import Lesson
+from .progress import add_run_options, pick_lesson, print_diff, reference_text, run_lessons, runner_for, show_hint
+from .runner import Runner, state_dir
+from .ui import Ui
+
+
+class Refused(Exception):
+    """A request the command turns down: one line saying why, one saying what to do."""
+
+    def __init__(self, message: str, hint: str | None = None, status: int = 2) -> None:
+        super().__init__(message)
+        self.message, self.hint, self.status = message, hint, status
+
+
+def refusing(command):
+    """Run `command`, turning a Refused into its two lines and its exit status."""
+    def run(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+        try:
+            return command(args, ui, root)
+        except Refused as refused:
+            ui.error(refused.message, refused.hint)
+            return refused.status
+    run.__name__ = command.__name__
+    run.__doc__ = command.__doc__
+    return run
+
+
+# --- hint ------------------------------------------------------------------------------------
+
+
+def check_level(level: int | None, task: course.Task) -> None:
+    """Refuse a hint level that names no hint (0, negative, past the last)."""
+    if level is None:
+        return
+    total = len(task.hints)
+    every = f"`sessionlab hint --task {task.id} --level {total}` shows them all" if total else None
+    if level < 1:
+        raise Refused(f"--level {level}: hints are numbered from 1 (task {task.id} has "
+                      f"{total} hint{'s' if total != 1 else ''})", every)
+    if level > total:
+        raise Refused(f"--level {level}: task {task.id} has {total} hint{'s' if total != 1 else ''}, "
+                      "so there is no such level", every)
+
+
+@refusing
+def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    if args.task:
+        lesson = course.lesson(args.task.split(".")[0], root)
+        task = lesson.task(args.task)
+    else:
+        lesson, results = pick_lesson(args.lesson, root, ui, runner_for(args, root), fresh=args.fresh)
+        result = results[lesson.name]
+        task_id = result.first_failing_task(lesson)
+        if task_id is None:
+            if result.passed:
+                ui.out.print(Text(f"Lesson {lesson.number} passes: no hint needed. "
+                                  f"`sessionlab hint --task {lesson.number}.1` shows a task's hints anyway.",
+                                  style="green"))
+                return 0
+            ui.error(f"lesson {lesson.number} could not be judged: {result.error}",
+                     f"run `pytest lessons/{lesson.name}` to see why")
+            return 1
+        task = lesson.task(task_id)
+    check_level(args.level, task)
+    ui.out.print(show_hint(ui, root, lesson, task, args.level))
+    return 0
+
+
+# --- reset -----------------------------------------------------------------------------------
+
+
+def keep_backup(root: Path, lesson: Lesson, target: Path) -> Path:
+    """Copy the student's file to .sessionlab/backups/NN_topic/agent-<date>-<time>.py."""
+    backups = state_dir(root) / "backups" / lesson.name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        backups.mkdir(parents=True, exist_ok=True)
+        backup = backups / f"agent-{stamp}.py"
+        n = 1
+        while backup.exists():
+            n += 1
+            backup = backups / f"agent-{stamp}-{n}.py"
+        shutil.copy2(target, backup)
+    except OSError as error:
+        raise Refused(f"cannot keep a backup of your file in {backups}: {error.strerror or error}; "
+                      "nothing was reset", "make the course folder writable, then reset again", status=1) from None
+    return backup
+
+
+def replace_whole(path: Path, text: str) -> None:
+    """Write `path` through a temp file and a rename: a failed write leaves the old file whole."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+@refusing
+def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    lesson = course.lesson(args.lesson, root)
+    target = lesson.module_path("lesson")
+    shown_target = f"lessons/{lesson.name}/{course.MODULE}"
+    starter = starters.expected_starter(lesson)
+    try:
+        current = target.read_text(encoding="utf-8") if target.exists() else None
+    except (OSError, UnicodeDecodeError) as error:
+        raise Refused(f"cannot read {shown_target}: {getattr(error, 'strerror', None) or error}; "
+                      "nothing was reset", status=1) from None
+    if current == starter:
+        ui.out.print(f"{shown_target} is already the starter: nothing to reset.")
+        return 0
+    backup = keep_backup(root, lesson, target) if current is not None else None
+    try:
+        replace_whole(target, starter)
+    except OSError as error:
+        kept = f"; your file is unchanged (a copy is in {backup.relative_to(root)})" if backup else ""
+        raise Refused(f"cannot write {shown_target} in {target.parent}: {error.strerror or error}{kept}",
+                      "make the lesson's folder writable, then reset again", status=1) from None
+    ui.out.print(Text(f"{shown_target} is the starter again.", style="bold"))
+    if backup is not None:
+        shown = backup.relative_to(root)
+        ui.out.print(f"Your version is kept in {shown}")
+        ui.out.print(Text(f"To get it back: cp {shown} {shown_target}", style="dim"))
+    return 0
+
+
+# --- solution / diff -------------------------------------------------------------------------
+
+
+def require_passing(ui: Ui, root: Path, lessons: list[Lesson], command: str) -> None:
+    """Refuse unless every lesson passes: their reference stays folded until then."""
+    results = run_lessons(ui, Runner(root), lessons)
+    for lesson in lessons:
+        result = results[lesson.name]
+        if not result.passed:
+            raise Refused(f"lesson {lesson.number} does not pass yet ({result.passed_count}/{result.total} tests): "
+                          "the reference stays folded until you have your own answer",
+                          f"`sessionlab hint {lesson.number}` helps; `sessionlab {command} --force` shows it anyway",
+                          status=1)
+
+
+@refusing
+def cmd_solution(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    from rich.syntax import Syntax
+
+    lesson = course.lesson(args.lesson, root)
+    if not args.force:
+        require_passing(ui, root, [lesson], f"solution {lesson.number}")
+    reference = reference_text(lesson)
+    if args.full:
+        if ui.plain:
+            ui.out.print(reference, end="", markup=False, highlight=False, soft_wrap=True)
+        else:
+            ui.out.print(Syntax(reference, "python", theme="ansi_dark", line_numbers=True))
+        return 0
+    mine_path = lesson.module_path("lesson")
+    mine = mine_path.read_text(encoding="utf-8") if mine_path.exists() else ""
+    ui.out.print(Text(f"Your lessons/{lesson.name}/{course.MODULE} (-) beside the reference (+):", style="bold"))
+    if not print_diff(ui, mine, reference, f"lessons/{lesson.name}/{course.MODULE}",
+                      f"solutions/{lesson.name}/{course.MODULE}"):
+        ui.out.print("They are the same, line for line.")
+    return 0
+
+
+@refusing
+def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    first, second = course.lesson(args.first, root), course.lesson(args.second, root)
+    solutions = args.solutions or args.force      # --force, as for `solution`, shows the reference
+    if solutions:
+        if not args.force:
+            # Both answers show in a diff of the solutions: each lesson must pass, as for `solution`.
+            require_passing(ui, root, [first, second] if first != second else [first],
+                            f"diff {first.number} {second.number} --solutions")
+        old, new = reference_text(first), reference_text(second)
+        folder, side = "solutions", "reference solutions"
+    else:
+        old, new = starters.expected_starter(first), starters.expected_starter(second)
+        folder, side = "lessons", "starters, what you are given"
+    ui.out.print(Text(f"What grew from lesson {first.number} to lesson {second.number} ({side}):", style="bold"))
+    if not print_diff(ui, old, new, f"{folder}/{first.name}/{course.MODULE}",
+                      f"{folder}/{second.name}/{course.MODULE}"):
+        ui.out.print("No difference.")
+    if not solutions:
+        ui.out.print(Text(f"`sessionlab diff {first.number} {second.number} --solutions` compares the reference "
+                          "solutions once both lessons pass.", style="dim"))
+    return 0
+
+
+# --- registration ----------------------------------------------------------------------------
+
+NAMES = ("hint", "reset", "solution", "diff")
+
+
+def register(commands, common: argparse.ArgumentParser) -> None:
+    p = commands.add("hint", cmd_hint, "student", "the next hint for the first failing task", parents=[common])
+    p.add_argument("lesson", nargs="?", metavar="NN", help="lesson (default: the current lesson)")
+    p.add_argument("--level", type=int, metavar="K", help="show hints 1..K (default: one more than last time)")
+    p.add_argument("--task", metavar="NN.K", help="hints for this task, failing or not")
+    add_run_options(p, solution=False)
+
+    p = commands.add("reset", cmd_reset, "student", "restore a lesson's starter, keeping a backup of your file",
+                     parents=[common])
+    p.add_argument("lesson", metavar="NN")
+
+    p = commands.add("solution", cmd_solution, "student",
+                     "your module beside the reference, as a diff (once the lesson passes)", parents=[common])
+    p.add_argument("lesson", metavar="NN")
+    p.add_argument("--force", action="store_true", help="show it even though the lesson does not pass yet")
+    p.add_argument("--full", action="store_true", help="print the whole reference instead of a diff")
+
+    p = commands.add("diff", cmd_diff, "student", "what grew between two lessons (their starters)",
+                     parents=[common])
+    p.add_argument("first", metavar="NN")
+    p.add_argument("second", metavar="MM")
+    p.add_argument("--solutions", action="store_true",
+                   help="compare the reference solutions instead (once both lessons pass, as `solution`)")
+    p.add_argument("--force", action="store_true", help="with --solutions: even though a lesson does not pass yet")
+    p.add_argument("--starter", action="store_true", help=argparse.SUPPRESS)   # the default now; kept for old scripts

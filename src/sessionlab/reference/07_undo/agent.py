@@ -1,0 +1,1 @@
+../../../../solutions/07_undo/agent.py
