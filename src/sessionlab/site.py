@@ -367,7 +367,7 @@ def task_regions(solution: str, number: str) -> list[TaskRegion]:
     return found
 
 
-PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\()")
+PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\(|# Hints: )")
 
 
 @dataclass(frozen=True)
@@ -434,9 +434,10 @@ def given_changes(old: str, new: str) -> Given:
 def prose_lines(text: str) -> set[int]:
     """0-based numbers of the lines that are docstrings, comments or blank."""
     lines = text.splitlines()
-    # A TODO comment is no prose here: it marks where the student's code goes.
+    # A starter's TODO and Hints comments are no prose here: they mark where the student's
+    # code goes.
     found = {i for i, line in enumerate(lines) if not line.strip()
-             or (line.strip().startswith("#") and not line.strip().startswith("# TODO("))}
+             or (line.strip().startswith("#") and not PLACEHOLDER.match(line))}
     try:
         tree = ast.parse(text)
     except SyntaxError:
