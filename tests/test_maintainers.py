@@ -317,7 +317,8 @@ def test_missing_hints_and_untested_tasks_are_reported(copy):
     toml = copy / "lessons/01_append/lesson.toml"
     text = toml.read_text()
     toml.write_text(text.replace('hints = [\n    "On Linux', 'hints = [\n    "On Linux').replace(
-        '    "fd = os.open(self.folder, os.O_RDONLY); try: os.fsync(fd) finally: os.close(fd)",\n', ""))
+        '    "`fd = os.open(self.folder, os.O_RDONLY)`, then `os.fsync(fd)` inside a `try` whose '
+        '`finally` does `os.close(fd)`.",\n', ""))
     tests = copy / "lessons/01_append/test_append.py"
     tests.write_text(tests.read_text().replace('@pytest.mark.task("01.4")\n', ""))
 

@@ -11,7 +11,8 @@ a directive is replaced by Markdown made from the course's files:
     {{ hints("00.1") }}       the task's hints, each folded away, in order
     {{ tasks("04_repair") }}  every task of a lesson, each followed by its tests and hints
     {{ field("04_repair", "discussion") }}   a text field of the lesson's lesson.toml
-    {{ diff("01_append") }}   what changed from the previous lesson's solution to this one's
+    {{ diff("01_append") }}   what grew since the previous lesson: the task code a student
+                              writes (the solution), and what the starter gives around it
 
 A directive may be indented (to sit inside an admonition); its output is indented the same way.
 Solutions are shown without their `# BEGIN/END NN.k` fence lines. Anything missing (a file, a
@@ -112,7 +113,7 @@ class Includer:
 
     # {{ code(path, name=None, title=None) }}
     def do_code(self, path: str, name: str | None = None, *, title: str | None = None,
-                raw: bool = False) -> str:
+                raw: bool = False, lines: str | None = None) -> str:
         text = self._read(path)
         stripped = path.startswith("solutions/") and not raw
         if stripped:
@@ -120,6 +121,8 @@ class Includer:
         first = 1
         if name:
             text, first = section(text, name, path)
+        if lines:
+            text, first = line_range(text, lines, path)
         caption = title or (f"{path} · {name}" if name else path)
         # Line numbers match the file only where nothing was stripped.
         numbers = None if stripped else first
@@ -202,19 +205,88 @@ class Includer:
 
     # {{ diff("03_fork") }}
     def do_diff(self, ref: str) -> str:
+        """What grew from the previous lesson, in two parts a student can tell apart.
+
+        "What you write" is the code of this lesson's task fences in its solution (so the
+        block says it holds the solution). "What you are given" compares the previous
+        solution with this lesson's *starter*: new helpers, changed signatures and the TODO
+        placeholders, without the task code, and without hunks that only touch docstrings,
+        comments or blank lines.
+        """
         lesson = self._lesson(ref)
         previous = self._previous(lesson)
         old_path = f"solutions/{previous.name}/{course.MODULE}"
         new_path = f"solutions/{lesson.name}/{course.MODULE}"
-        old = strip_markers(self._read(old_path)).splitlines(keepends=True)
-        new = strip_markers(self._read(new_path)).splitlines(keepends=True)
-        diff = "".join(difflib.unified_diff(old, new, old_path, new_path, n=3))
-        if not diff:
+        starter_path = f"lessons/{lesson.name}/{course.MODULE}"
+        regions = task_regions(self._read(new_path), lesson.number)
+        given = given_changes(strip_markers(self._read(old_path)), self._read(starter_path))
+        if not regions and not given.hunks:
             raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
-        added = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
-        removed = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
-        return (f"{added} lines added, {removed} removed.\n\n"
-                + code_block(diff, language="diff", title=f"{old_path} → {new_path}"))
+        written = sum(region.code_lines for region in regions)
+        parts = [f"You write **{_count(written, 'line')}** of code in "
+                 f"{_count(len(regions), 'task region')}; you are given "
+                 f"**{_count(given.added, 'new or changed line')}** around them "
+                 f"(`{starter_path}` against `{old_path}`)."]
+        if given.churn:
+            parts[0] += (f" Not shown: {_count(given.churn, 'changed line')} of docstrings "
+                         "and comments.")
+        parts.append("")
+        parts.append('??? success "What you write: the task code of the reference solution '
+                     '(this is the solution; open it when you are done)"')
+        parts.append("")
+        for region in regions:
+            block = code_block(region.code, language="python",
+                               title=f"task {region.task} · {new_path} (solution)")
+            parts.append(_indent(block))
+        parts.append('??? abstract "What you are given: new helpers and changes in the starter, '
+                     f'against {old_path}"')
+        parts.append("")
+        for hunk in given.hunks:
+            if hunk.kind == "python":
+                block = code_block(hunk.text, language="python",
+                                   title=f"{starter_path} · new", first_line=hunk.first_line)
+            else:
+                block = code_block(hunk.text, language="diff",
+                                   title=f"{old_path} → {starter_path} (code lines)")
+            parts.append(_indent(block))
+        if not given.hunks:
+            parts.append(_indent("Nothing but the TODOs: every line outside the tasks is as "
+                                 "the previous lesson left it.\n"))
+        return "\n".join(parts) + "\n"
+
+    # {{ bench_table("docs/assets/bench/store.json") }}
+    def do_bench_table(self, path: str) -> str:
+        """The benchmark's figures as tables, every ratio computed from the figures shown."""
+        import json
+        try:
+            report = json.loads(self._read(path))
+            return bench_markdown(report)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
+
+    # {{ bench_meta("docs/assets/bench/store.json") }}
+    def do_bench_meta(self, path: str) -> str:
+        """One sentence on the run: when, on what, what was measured, how long it took."""
+        import json
+        try:
+            meta = json.loads(self._read(path))["meta"]
+            return (f"Measured on {_date(meta['date'])} with {meta['implementation']} "
+                    f"{meta['python']} ({meta['platform']}, {meta['machine']}, {meta['cpus']} "
+                    f"cores). The store measured is lesson **{meta['lesson']}**'s reference "
+                    f"solution (`{meta['module']}`). Sessions of {meta['n']:,} messages of about "
+                    f"{meta['message_bytes']:,.0f} bytes of JSON each; the durable workload appends "
+                    f"{meta['durable_n']:,}. Every figure is the median of {meta['repeat']} runs. "
+                    f"The whole run took {meta['seconds'] / 60:.0f} minutes.\n")
+        except (KeyError, TypeError, ValueError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
+
+    # {{ bench_targets("docs/assets/bench/store.json") }}
+    def do_bench_targets(self, path: str) -> str:
+        import json
+        try:
+            return bench_targets(json.loads(self._read(path)))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            raise IncludeError(f"{path}: not a benchmark report this page can show ({error!r})") from None
 
     # helpers -----------------------------------------------------------------------------
 
@@ -257,6 +329,153 @@ class Includer:
             known = ", ".join(task.id for task in lesson.tasks) or "none"
             raise IncludeError(f"lessons/{lesson.name}/lesson.toml has no task {task_id} "
                                f"(its tasks: {known})") from None
+
+
+
+# --- what grew between two lessons --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRegion:
+    task: str
+    code: str           # dedented, without the BEGIN/END lines
+
+    @property
+    def code_lines(self) -> int:
+        """Lines a student types: not blank, not a comment."""
+        return sum(1 for line in self.code.splitlines()
+                   if line.strip() and not line.strip().startswith("#"))
+
+
+def task_regions(solution: str, number: str) -> list[TaskRegion]:
+    """The code inside this lesson's `# BEGIN NN.k` / `# END NN.k` fences, in file order."""
+    found: list[TaskRegion] = []
+    lines = solution.splitlines(keepends=True)
+    begin = re.compile(rf"^[ \t]*# BEGIN (?P<task>{re.escape(number)}\.\d+)\s*$")
+    for index, line in enumerate(lines):
+        match = begin.match(line)
+        if not match:
+            continue
+        end = re.compile(rf"^[ \t]*# END {re.escape(match['task'])}\s*$")
+        stop = next((k for k in range(index + 1, len(lines)) if end.match(lines[k])), None)
+        if stop is None:
+            raise IncludeError(f"BEGIN {match['task']} is never closed")
+        body = lines[index + 1:stop]
+        indent = min((len(b) - len(b.lstrip()) for b in body if b.strip()), default=0)
+        code = "".join(b[indent:] if b.strip() else "\n" for b in body)
+        found.append(TaskRegion(match["task"], code))
+    return found
+
+
+PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\(|# Hints: )")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    kind: str           # "python": lines added, shown as code; "diff": lines changed
+    text: str
+    first_line: int     # in the newer file
+
+
+@dataclass(frozen=True)
+class Given:
+    hunks: list[Hunk]
+    added: int          # added or changed lines shown
+    churn: int          # changed lines left out: docstrings, comments, blank lines
+
+
+def given_changes(old: str, new: str) -> Given:
+    """The changes from `old` to `new` in code, leaving out docstrings, comments and blanks.
+
+    The two files are compared without their prose lines, so a reworded docstring makes no
+    hunk of its own (it is counted in `churn`). A group of changes that only adds code is shown
+    as Python: the new file's lines, docstrings included, with their line numbers. A group that
+    removes or replaces code is shown as a diff of the code lines.
+    """
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    old_prose, new_prose = prose_lines(old), prose_lines(new)
+    old_code = [i for i in range(len(old_lines)) if i not in old_prose]
+    new_code = [j for j in range(len(new_lines)) if j not in new_prose]
+    matcher = difflib.SequenceMatcher(None, [old_lines[i] for i in old_code],
+                                      [new_lines[j] for j in new_code], autojunk=False)
+    hunks: list[Hunk] = []
+    added = 0
+    for group in matcher.get_grouped_opcodes(2):
+        for tag, i1, i2, j1, j2 in group:
+            if tag != "equal":
+                # The TODO placeholders are where the student writes, not something given.
+                added += sum(1 for j in new_code[j1:j2] if not PLACEHOLDER.match(new_lines[j]))
+        first, last = new_code[group[0][3]], new_code[group[-1][4] - 1] + 1
+        if all(tag in ("equal", "insert") for tag, *_ in group):
+            hunks.append(Hunk("python", "".join(new_lines[first:last]), first + 1))
+            continue
+        text = []
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                text += [" " + new_lines[j] for j in new_code[j1:j2]]
+                continue
+            text += ["-" + old_lines[i] for i in old_code[i1:i2]]
+            text += ["+" + new_lines[j] for j in new_code[j1:j2]]
+        hunks.append(Hunk("diff", "".join(line if line.endswith("\n") else line + "\n"
+                                          for line in text), first + 1))
+    # What was left out: the docstring and comment lines (not blanks) that changed, except
+    # those shown inside a new helper.
+    every = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    churn = 0
+    for tag, i1, i2, j1, j2 in every.get_opcodes():
+        if tag != "equal":
+            churn += sum(1 for i in range(i1, i2) if i in old_prose and old_lines[i].strip())
+            churn += sum(1 for j in range(j1, j2) if j in new_prose and new_lines[j].strip()
+                         and not any(h.kind == "python" and h.first_line - 1 <= j
+                                     < h.first_line - 1 + h.text.count("\n") for h in hunks))
+    return Given(hunks, added, churn)
+
+
+def prose_lines(text: str) -> set[int]:
+    """0-based numbers of the lines that are docstrings, comments or blank."""
+    lines = text.splitlines()
+    # A starter's TODO and Hints comments are no prose here: they mark where the student's
+    # code goes.
+    found = {i for i, line in enumerate(lines) if not line.strip()
+             or (line.strip().startswith("#") and not PLACEHOLDER.match(line))}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                found.update(range(body[0].lineno - 1, (body[0].end_lineno or body[0].lineno)))
+    return found
+
+
+def line_range(text: str, lines: str, path: str = "<file>") -> tuple[str, int]:
+    """Lines "3-5" (1-based, inclusive) of `text`, and the first one's number."""
+    match = re.fullmatch(r"(\d+)-(\d+)", lines.strip())
+    every = text.splitlines(keepends=True)
+    if not match or not 1 <= int(match[1]) <= int(match[2]) <= len(every):
+        raise IncludeError(f"{path}: lines {lines!r} is not a range like '1-3' within its "
+                           f"{len(every)} lines")
+    first, last = int(match[1]), int(match[2])
+    return "".join(every[first - 1:last]), first
+
+
+def _date(iso: str) -> str:
+    """2026-11-30 as '30 November 2026'."""
+    from datetime import date
+    day = date.fromisoformat(iso)
+    return f"{day.day} {day:%B %Y}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _indent(text: str) -> str:
+    return "".join("    " + line if line.strip() else line
+                   for line in text.splitlines(keepends=True))
 
 
 # --- finding code by name ---------------------------------------------------------------------
@@ -363,3 +582,214 @@ def _inline(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]])", r"\\\1", text)
 
+
+
+# --- the examples the site shows: made by `sessionlab demo`, never typed ------------------------
+
+EXAMPLES = "docs/reference/examples"
+DEMO_COLUMNS = "80"
+
+
+def run_demo(root: Path, workdir: Path) -> tuple[str, Path]:
+    """Run `sessionlab demo` on the course at `root` inside `workdir`, as a reader would.
+
+    Returns what it printed and the folder of logs it left. The width is fixed so that the
+    transcript is the same on every machine.
+    """
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    result = subprocess.run([sys.executable, "-m", "sessionlab", "demo"], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab demo failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    return result.stdout, workdir / "demo-sessions"
+
+
+CHAT_LINES = ("Ask the elder about the cave.", "Buy what we need.")
+
+
+def run_chat(root: Path, workdir: Path) -> str:
+    """What `sessionlab chat` prints for two typed lines, on lesson 02's reference and the town
+    model, in a new session `quest` of a `sessions` folder inside `workdir`."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    command = [sys.executable, "-m", "sessionlab", "chat", "--lesson", "02", "--solution",
+               "--sessions", "sessions", "quest"]
+    result = subprocess.run(command, cwd=workdir, env=env, input="\n".join(CHAT_LINES) + "\n",
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab chat failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def run_status(root: Path) -> str:
+    """What `sessionlab` alone prints outside a terminal: the watch screen, shown once.
+
+    Slow (it runs every lesson's tests), so only `python -m sessionlab.site examples` runs it.
+    """
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    result = subprocess.run([sys.executable, "-m", "sessionlab"], cwd=root, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"sessionlab failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+    return result.stdout + result.stderr
+
+
+def normalized(transcript: str) -> str:
+    """A demo transcript without what changes from run to run: process ids and times."""
+    transcript = re.sub(r"\bprocess \d+\b", "process <pid>", transcript)
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?", "<time>", transcript)
+
+
+def refresh_examples(root: Path) -> list[Path]:
+    """Write the demo's transcript and logs into docs/reference/examples/."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        transcript, logs = run_demo(root, Path(work))
+        target = root / EXAMPLES
+        written = [target / "demo.txt"]
+        written[0].write_text(transcript, encoding="utf-8")
+        for name in ("quest.jsonl", "quest-guard.jsonl", "quest-guard.meta.json"):
+            (target / name).write_bytes((logs / name).read_bytes())
+            written.append(target / name)
+        chat_dir = Path(work) / "chat"
+        chat_dir.mkdir()
+        written.append(target / "chat.txt")
+        written[-1].write_text(run_chat(root, chat_dir), encoding="utf-8")
+        written.append(target / "status.txt")
+        written[-1].write_text(run_status(root), encoding="utf-8")
+    return written
+
+
+if __name__ == "__main__":      # python -m sessionlab.site examples
+    import sys
+    if sys.argv[1:] != ["examples"]:
+        print("usage: python -m sessionlab.site examples   (remakes docs/reference/examples/ "
+              "from `sessionlab demo`)", file=sys.stderr)
+        raise SystemExit(2)
+    for path in refresh_examples(course.find_root()):
+        print(f"wrote {path}")
+
+
+# --- the benchmark's figures --------------------------------------------------------------------
+
+BENCH_ROWS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable")
+BENCH_STORES = ("floor", "subject", "naive", "sqlite3", "langchain", "agents")
+
+
+def figure(value: float) -> str:
+    """Three significant figures, thousands separated: 9.48, 11.0, 235, 1,365,486."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def shown(value: float) -> float:
+    """A figure as the reader sees it, so that ratios are computed from what is printed."""
+    return float(figure(value).replace(",", ""))
+
+
+def bench_ratios(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each store's ratio to the floor per workload, from the figures as printed.
+
+    Growth is a store's typical last append over its typical first one, both as printed.
+    """
+    work = report["workloads"]
+    ratios: dict[str, dict[str, float]] = {}
+    for row in BENCH_ROWS:
+        ratios[row] = {}
+        for store in BENCH_STORES:
+            if row == "growth":
+                first = work["append_first"]["results"].get(store, {}).get("value")
+                last = work["append_last"]["results"].get(store, {}).get("value")
+                if first and last:
+                    ratios[row][store] = shown(last) / shown(first)
+                continue
+            result = work[row]["results"].get(store, {})
+            floor = work[row]["results"]["floor"]["value"]
+            if result.get("value") is not None:
+                ratios[row][store] = shown(result["value"]) / shown(floor)
+    return ratios
+
+
+def ratio_text(ratio: float) -> str:
+    return f"{ratio:,.0f}×" if ratio >= 100 else f"{ratio:.1f}×" if ratio >= 10 else f"{ratio:.2f}×"
+
+
+def bench_markdown(report: dict[str, Any]) -> str:
+    work, meta, stores = report["workloads"], report["meta"], report["stores"]
+    ratios = bench_ratios(report)
+    limits = {target["workload"]: target for target in report["targets"]}
+    present = [s for s in BENCH_STORES if s in stores]
+    header = ["workload"] + [stores[s]["label"] for s in present] + ["target"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|---|" + "---:|" * len(present) + ":---:|"]
+    notes: list[str] = []
+    for row in BENCH_ROWS:
+        title = work[row]["title"]
+        if row in ("append_one", "load", "fork"):
+            title = title.replace(" N", f" {meta['n']:,}")
+        cells = [title]
+        for store in present:
+            result = work[row]["results"].get(store, {})
+            star = "\\*" if result.get("extrapolated") else ""
+            if row == "growth":
+                ratio = ratios[row].get(store)
+                cells.append(f"{ratio_text(ratio)}{star}" if ratio is not None else "n/a")
+            elif result.get("value") is None:
+                cells.append("n/a")
+            else:
+                cells.append(f"{figure(result['value'])} {work[row]['unit']}{star}<br>"
+                             f"{ratio_text(ratios[row][store])}")
+        target = limits.get(row)
+        if target:
+            ratio = ratios[row]["subject"]
+            verdict = "met" if ratio <= target["limit"] else "missed"
+            cells.append(f"≤ {target['limit']}×<br>**{verdict}**")
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    for store in present:
+        counted = work["append"]["results"].get(store, {})
+        if counted.get("extrapolated"):
+            notes.append(f"\\* {stores[store]['label']}: extrapolated. Capped at "
+                         f"{meta['cap_seconds']:.0f} s per workload, it reached the cap in at "
+                         f"least one of the {meta['repeat']} runs; the median run measured "
+                         f"{counted['measured']:,} of {meta['n']:,} appends, and the rest is a "
+                         "least-squares line of per-append cost against session size.")
+        for workload, why in stores[store].get("unsupported", {}).items():
+            notes.append(f"{stores[store]['label']}, {workload}: n/a, {why}.")
+    reference = work["fork"].get("reference")
+    if reference:
+        copy = shown(reference["copy_fsync_ms"])
+        subject = shown(work["fork"]["results"]["subject"]["value"])
+        notes.append(f"A file copy followed by an fsync of the copy takes {figure(copy)} ms; the "
+                     f"store's fork is {ratio_text(subject / copy)} that.")
+    return "\n".join(lines) + "\n\n" + "  \n".join(notes) + "\n"
+
+
+def bench_targets(report: dict[str, Any]) -> str:
+    """The targets table: each verdict from the ratio shown in the main table."""
+    ratios = bench_ratios(report)
+    lines = ["| target | figure | verdict |", "|---|---|---|"]
+    for target in report["targets"]:
+        ratio = ratios[target["workload"]]["subject"]
+        verdict = "met" if ratio <= target["limit"] else "missed"
+        lines.append(f"| {target['target'].replace('x ', '× ')} | {ratio_text(ratio)} | **{verdict}** |")
+    return "\n".join(lines) + "\n"

@@ -135,7 +135,7 @@ def tiny(tmp_path):
                 def greet(self, name):
                     # TODO({number}.1): Write <greet>.
                     raise NotImplementedError("task {number}.1")
-            '''), encoding="utf-8")
+            ''') + extra, encoding="utf-8")
     return tmp_path
 
 
@@ -172,10 +172,45 @@ def test_a_text_field_of_lesson_toml_is_included_as_prose(tiny):
     assert expand('{{ field("00_first", "discussion") }}\n', tiny).strip() == "Why &lt;this&gt; way."
 
 
-def test_the_diff_runs_from_the_previous_lessons_solution(tiny):
+def test_the_diff_keeps_what_you_write_apart_from_what_you_are_given(tiny):
     out = expand('{{ diff("01_second") }}\n', tiny)
-    assert "solutions/00_first/agent.py → solutions/01_second/agent.py" in out
-    assert "+LOUD = True" in out and "BEGIN" not in out
+    write = out[out.index('??? success "What you write'):out.index('??? abstract "What you are given')]
+    given = out[out.index('??? abstract "What you are given'):]
+    assert "this is the solution" in write, "the folded block that holds the solution says so"
+    assert 'return f"Hello, {name}"' in write and "LOUD" not in write
+    assert "+LOUD = True" in given and "+        raise NotImplementedError" in given
+    assert "BEGIN" not in out
+    assert out.startswith("You write **1 line** of code in 1 task region; "
+                          "you are given **1 new or changed line**"), out.splitlines()[0]
+
+
+def test_a_new_helper_is_shown_as_python_and_counted_as_given(tiny):
+    shared = "".join(f"\nSTEP_{k} = {k}\n" for k in range(8))
+    helper = '\n\ndef shout(text):\n    """Loud."""\n    return text.upper()\n'
+    for folder in ("solutions/00_first", "solutions/01_second", "lessons/01_second"):
+        path = tiny / folder / "agent.py"
+        text = path.read_text(encoding="utf-8") + shared
+        path.write_text(text + (helper if folder != "solutions/00_first" else ""), encoding="utf-8")
+    given = expand('{{ diff("01_second") }}\n', tiny).split('??? abstract "What you are given', 1)[1]
+    assert '``` python title="lessons/01_second/agent.py · new"' in given, given
+    assert "def shout(text):" in given and "+def shout" not in given
+    first = expand('{{ diff("01_second") }}\n', tiny).splitlines()[0]
+    assert "you are given **3 new or changed lines**" in first, first
+    assert '"""Loud."""' in given and "Not shown" not in first, (
+        "a new helper is shown with its docstring, which is then not counted as left out")
+
+
+def test_changes_to_docstrings_and_comments_are_left_out_of_the_diff(tiny):
+    starter = tiny / "lessons" / "01_second" / "agent.py"
+    solution = tiny / "solutions" / "01_second" / "agent.py"
+    for path in (starter, solution):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace("class Greeter:\n",
+                                     'class Greeter:\n    """Greets, now with a docstring."""\n\n'
+                                     "    # and a comment\n"), encoding="utf-8")
+    out = expand('{{ diff("01_second") }}\n', tiny)
+    assert "now with a docstring" not in out and "and a comment" not in out, out
+    assert "Not shown: 2 changed lines of docstrings and comments." in out
 
 
 @pytest.mark.parametrize("directive, named", [
@@ -212,3 +247,314 @@ def test_section_keeps_decorators_and_reports_the_first_line():
     text = "import x\n\n@decorate\ndef f():\n    return 1\n"
     code, first = section(text, "f")
     assert code.startswith("@decorate") and first == 3
+
+
+# --- what the pages say, checked against the course ------------------------------------------------
+
+
+def _story_texts():
+    """Every page written by hand, and every lesson.toml: the prose a reader meets."""
+    texts = {page.relative_to(ROOT).as_posix(): page.read_text(encoding="utf-8") for page in _own_pages()}
+    for toml in sorted((ROOT / "lessons").glob("*/lesson.toml")):
+        texts[toml.relative_to(ROOT).as_posix()] = toml.read_text(encoding="utf-8")
+    return texts
+
+
+def _prose_only(text):
+    """The text without fenced code blocks (transcripts and code say what they say)."""
+    return re.sub(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[ \t]*$", "", text, flags=re.M | re.S)
+
+
+LESSON_MENTION = re.compile(
+    r"\b[Ll]essons? (?P<first>\d{1,2})\b(?:(?:,| to| and| or|-) (?:lessons? )?(?P<second>\d{1,2})\b)?")
+
+
+def lessons_mentioned(text):
+    """Every lesson number a text refers to: 'lesson 04', 'Lessons 01 to 06', ..."""
+    found = []
+    for match in LESSON_MENTION.finditer(text):
+        found += [int(number) for number in match.group("first", "second") if number]
+    return found
+
+
+def test_mentions_of_lessons_are_read_in_every_form():
+    assert lessons_mentioned("Lesson 11, on the horizon") == [11]
+    assert lessons_mentioned("lessons 01 to 06 promised; lesson 4 and lesson 07") == [1, 6, 4, 7]
+
+
+def test_no_page_refers_to_a_lesson_that_does_not_exist():
+    numbers = {int(lesson.number) for lesson in course.lessons(ROOT)}
+    wrong = [f"{where}: lesson {n}" for where, text in _story_texts().items()
+             for n in lessons_mentioned(_prose_only(text)) if n not in numbers]
+    assert not wrong, ("these refer to a lesson that does not exist (say 'a later lesson', or "
+                       "link one that does): " + "; ".join(wrong))
+
+
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+SPENDING = re.compile(r"\b(costs?|cost them|gone|spent|pay|paid|price|for)\b", re.I)
+
+
+def gold_mistakes(text, prices, starting):
+    """Sentences whose gold figure is not what the town says.
+
+    A sentence that spends gold on items it names must use one item's price, or the sum of
+    the prices of the items it names; a sentence that names no item and spends nothing may
+    only speak of what the adventurer starts with, or of what is left after buying some of
+    the items in the shop.
+    """
+    mistakes = []
+    for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
+        for match in re.finditer(r"\b(\d+|" + "|".join(NUMBER_WORDS) + r") gold\b", sentence, re.I):
+            word = match.group(1).lower()
+            amount = int(word) if word.isdigit() else NUMBER_WORDS[word]
+            named = [item for item in prices if re.search(rf"\b{item}s?\b", sentence, re.I)]
+            if named and SPENDING.search(sentence):
+                allowed = {prices[item] for item in named} | {sum(prices[item] for item in named)}
+            elif named:
+                allowed = {prices[item] for item in named} | {starting - sum(prices[item] for item in named)}
+            else:
+                allowed = {starting} | {starting - price for price in prices.values()} | {
+                    starting - a - b for a in prices.values() for b in prices.values()}
+            if amount not in allowed:
+                mistakes.append(f"{amount} gold in: {sentence.strip()[:160]}")
+    return mistakes
+
+
+def test_a_gold_figure_that_is_no_price_is_caught():
+    prices = {"torch": 3, "lantern": 8}
+    assert gold_mistakes('"Buy the lantern" was a mistake: ten gold gone.', prices, 10)
+    assert not gold_mistakes("The lantern costs 8 gold.", prices, 10)
+    assert not gold_mistakes("The adventurer walks into town with ten gold.", prices, 10)
+
+
+def test_the_gold_in_the_story_matches_the_towns_prices():
+    from sessionlab.town import PRICES, STARTING_GOLD
+    mistakes = [f"{where}: {mistake}" for where, text in _story_texts().items()
+                if where != "docs/reference/cli.md"
+                for mistake in gold_mistakes(_prose_only(text), PRICES, STARTING_GOLD)]
+    assert not mistakes, ("a gold figure in the story does not match src/sessionlab/town.py "
+                          f"(prices {PRICES}, starting gold {STARTING_GOLD}): " + "; ".join(mistakes))
+
+
+def test_the_story_uses_the_session_names_the_demo_writes():
+    from sessionlab.demo import DEMO_SESSIONS
+    names = re.compile(r"(?<![\w<>/.-])([A-Za-z0-9][\w-]*)\.(?:jsonl|meta\.json|lock)\b")
+    wrong = sorted({f"{where}: {match.group(0)}" for where, text in _story_texts().items()
+                    for match in names.finditer(text) if match.group(1) not in DEMO_SESSIONS})
+    assert not wrong, (f"the quest's sessions are called {', '.join(DEMO_SESSIONS)} everywhere "
+                       "(as `sessionlab demo` names them); these use other names: " + "; ".join(wrong))
+
+
+# --- hints: code in backticks ---------------------------------------------------------------------
+
+CODE_LOOKING = re.compile(r"""
+      \b[A-Za-z_][\w.]*\(                  # a call: name( or os.fsync(
+    | \b[A-Za-z_]\w*\.[A-Za-z_]\w*          # a dotted name: self.path, json.dumps
+    | \b[A-Za-z]\w*_\w+\b                  # snake_case or O_APPEND
+    | \b_\w+\b                             # _private
+    | \b[A-Z]\w*[a-z]{2,}[A-Z]\w*\b        # CamelCase: SessionBusy, JSONDecodeError
+    | [=!<>]=                              # a comparison
+""", re.X)
+NOT_CODE = {"e.g", "i.e", "OpenAI", "GitHub", "LevelDB", "PostgreSQL", "SQLite", "JavaScript",
+            "llama.cpp"}
+
+
+def code_outside_backticks(text):
+    """The pieces of `text` that look like code but are not inside a `code span`."""
+    prose = re.sub(r"(`+)(.+?)\1", " ", text, flags=re.S)
+    return [m.group(0) for m in CODE_LOOKING.finditer(prose) if m.group(0).rstrip("(") not in NOT_CODE]
+
+
+def test_code_outside_backticks_is_found():
+    assert code_outside_backticks("call os.fsync(fd) then self._fd = None") == ["os.fsync(", "self._fd"]
+    assert code_outside_backticks("raise SessionBusy when LOCK_NB says so") == ["SessionBusy", "LOCK_NB"]
+    assert code_outside_backticks("if n <= len(x)") == ["<=", "len("]
+    assert not code_outside_backticks("Call `os.fsync(fd)`, then `self._fd = None` (e.g. at once).")
+    assert not code_outside_backticks("A 2 GiB write, as OpenAI documents it.")
+
+
+def test_every_hint_keeps_its_code_in_backticks():
+    """A hint is Markdown on the site: code outside a code span renders as prose."""
+    wrong = [f"lessons/{lesson.name}/lesson.toml, task {task.id}, hint {level}: {found}"
+             for lesson in course.lessons(ROOT) for task in lesson.tasks
+             for level, hint in enumerate(task.hints, start=1)
+             if (found := code_outside_backticks(hint))]
+    assert not wrong, "put code in hints between backticks:\n" + "\n".join(wrong)
+
+
+def test_every_task_description_keeps_its_code_in_backticks():
+    wrong = [f"lessons/{lesson.name}/lesson.toml, task {task.id}: {found}"
+             for lesson in course.lessons(ROOT) for task in lesson.tasks
+             if (found := code_outside_backticks(task.description or ""))]
+    assert not wrong, "put code in task descriptions between backticks:\n" + "\n".join(wrong)
+
+
+# --- diagrams: narrow enough for a phone ---------------------------------------------------------------
+
+MERMAID = re.compile(r"^([ \t]*)```mermaid\n(.*?)^\1```", re.M | re.S)
+LABEL_WIDTH = 26        # characters of one label line: about 200 px at the diagrams' font
+
+
+def diagram_problems(source):
+    """What makes a Mermaid diagram too wide for a 390 px screen."""
+    problems = []
+    if re.search(r"^\s*(flowchart|graph)\s+(LR|RL)\b", source, re.M):
+        problems.append("drawn left to right (use flowchart TD)")
+    if re.search(r"^\s*direction\s+(LR|RL)\b", source, re.M):
+        problems.append("a subgraph drawn left to right")
+    if source.lstrip().startswith("sequenceDiagram"):
+        participants = re.findall(r"^\s*participant\s", source, re.M)
+        if len(participants) > 3:
+            problems.append(f"{len(participants)} participants side by side (at most 3)")
+    for label in re.findall(r'"([^"]*)"|\[([^\]"]*)\]|:\s*(.+)$', source, re.M):
+        for text in label:
+            for line in re.split(r"<br\s*/?>", text):
+                if len(line.strip()) > LABEL_WIDTH:
+                    problems.append(f"a label line of {len(line.strip())} characters: {line.strip()!r}")
+    return problems
+
+
+def test_a_wide_diagram_is_found():
+    assert diagram_problems("flowchart LR\n  A --> B\n")
+    assert diagram_problems('flowchart TD\n  A["a label that goes on and on and on"] --> B\n')
+    assert not diagram_problems('flowchart TD\n  A["short<br/>and narrow"] --> B\n')
+
+
+@pytest.mark.parametrize("page", _own_pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_the_diagrams_fit_a_phone(page):
+    text = page.read_text(encoding="utf-8")
+    problems = [problem for match in MERMAID.finditer(text) for problem in diagram_problems(match.group(2))]
+    assert not problems, (f"docs/{page.relative_to(DOCS).as_posix()}: a diagram too wide for "
+                          "390 px: " + "; ".join(problems))
+
+
+# --- the demo: the home page shows what it prints today -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_today(tmp_path_factory):
+    from sessionlab.site import run_demo
+    return run_demo(ROOT, tmp_path_factory.mktemp("demo"))
+
+
+REMAKE = "remake them with `python -m sessionlab.site examples`"
+
+
+def test_the_demo_transcript_on_the_site_is_what_the_demo_prints_today(demo_today):
+    from sessionlab.site import normalized
+    printed, _ = demo_today
+    shown = (DOCS / "reference" / "examples" / "demo.txt").read_text(encoding="utf-8")
+    assert normalized(shown) == normalized(printed), (
+        f"docs/reference/examples/demo.txt is not what `sessionlab demo` prints today: {REMAKE}")
+    home = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert '{{ code("docs/reference/examples/demo.txt"' in home, "the home page includes the transcript"
+
+
+@pytest.mark.parametrize("name", ["quest.jsonl", "quest-guard.jsonl", "quest-guard.meta.json"])
+def test_the_example_logs_are_what_the_demo_writes_today(demo_today, name):
+    from sessionlab.site import normalized
+    _, logs = demo_today
+    shown = (DOCS / "reference" / "examples" / name).read_text(encoding="utf-8")
+    assert normalized(shown) == normalized((logs / name).read_text(encoding="utf-8")), (
+        f"docs/reference/examples/{name} differs from what `sessionlab demo` writes today: {REMAKE}")
+
+
+def test_a_transcript_differs_only_in_pids_and_times_once_normalized():
+    from sessionlab.site import normalized
+    assert normalized("process 4242 at 2026-11-30T02:50:45+00:00") == \
+        normalized("process 17 at 2026-12-01T05:51:26+00:00")
+    assert normalized("bought a torch for 3 gold") != normalized("bought a torch for 4 gold")
+
+
+def test_the_chat_transcript_on_the_site_is_what_chat_prints_today(tmp_path):
+    from sessionlab.site import normalized, run_chat
+    shown = (DOCS / "reference" / "examples" / "chat.txt").read_text(encoding="utf-8")
+    assert normalized(shown) == normalized(run_chat(ROOT, tmp_path)), (
+        f"docs/reference/examples/chat.txt is not what `sessionlab chat` prints today: {REMAKE}")
+
+
+# --- every lesson page: a design note and a few challenges ---------------------------------------
+
+
+@pytest.mark.parametrize("page", sorted((DOCS / "lessons").glob("*.md")), ids=lambda p: p.name)
+def test_every_lesson_has_a_design_note_and_two_to_four_challenges(page):
+    text = page.read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
+    assert sections.get("Design note", "").strip(), f"docs/lessons/{page.name} has no '## Design note'"
+    challenges = re.findall(r"^\d+\. ", sections.get("Challenges", ""), flags=re.M)
+    assert 2 <= len(challenges) <= 4, (
+        f"docs/lessons/{page.name} should end its lesson with 2 to 4 numbered challenges "
+        f"under '## Challenges', has {len(challenges)}")
+
+
+def test_the_glossary_defines_the_words_the_course_relies_on():
+    text = (DOCS / "glossary.md").read_text(encoding="utf-8")
+    defined = {term.lower() for line in re.findall(r"^\*\*(.+?)\*\*", text, flags=re.M)
+               for term in re.split(r",\s*", line)}
+    wanted = {"turn", "writer", "marker", "torn tail", "durable", "pending", "key test", "fence",
+              "starter", "scripted model", "blob", "fork", "skip set", "floor"}
+    assert not wanted - defined, f"the glossary does not define: {sorted(wanted - defined)}"
+
+
+def test_the_recap_follows_the_last_lesson_in_the_navigation():
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    last = course.lessons(ROOT)[-1]
+    assert re.search(rf"lessons/{last.name}\.md\n.*recap\.md\n", config), \
+        "the recap page comes right after the last lesson in the nav of mkdocs.yml"
+
+
+# --- the benchmarks page: one run, ratios from the figures shown ----------------------------------
+
+
+def _benchmarks_page():
+    return expand((DOCS / "benchmarks.md").read_text(encoding="utf-8"), ROOT, "benchmarks.md")
+
+
+def _number(text):
+    return float(text.replace(",", ""))
+
+
+def test_every_ratio_in_the_benchmarks_table_is_computed_from_the_figures_shown():
+    page = _benchmarks_page()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "<br>" in line]
+    assert rows, "the benchmarks page has no table of figures"
+    wrong = []
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        pairs = [re.match(r"([\d,.]+) (µs|ms)\\?\*?<br>([\d,.]+)×", cell) for cell in cells[1:]]
+        figures = [(pair[1], pair[3]) for pair in pairs if pair]
+        if not figures:
+            continue
+        floor = _number(figures[0][0])
+        for value, ratio in figures:
+            expected = _number(value) / floor
+            shown = _number(ratio)
+            # The ratio is printed to 3 significant figures at most: allow its rounding.
+            if abs(shown - expected) > max(0.006, expected * 0.006):
+                wrong.append(f"{cells[0]}: {value} over the floor's {figures[0][0]} is "
+                             f"{expected:.3g}×, the page says {ratio}×")
+    assert not wrong, "ratios on the benchmarks page do not follow from its figures: " + "; ".join(wrong)
+
+
+def test_every_figure_in_the_benchmarks_prose_is_one_of_its_tables():
+    page = _benchmarks_page()
+    tables = "\n".join(line for line in page.splitlines() if line.startswith("|"))
+    tables += "\n" + "\n".join(line for line in page.splitlines() if "takes" in line and "fork is" in line)
+    prose = "\n".join(line for line in _prose_only(page).splitlines() if not line.startswith("|"))
+    figures = re.findall(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)(×| µs| ms)", prose)
+    missing = sorted({f"{value}{unit}" for value, unit in figures if f"{value}{unit}" not in tables})
+    assert not missing, ("figures in the benchmarks page's prose that its tables (one run) do not "
+                         f"show: {missing}")
+
+
+HISTORY = re.compile(r"\bused to\b|\bno longer\b|\bbefore the (last )?changes\b|× before\b"
+                     r"|\|\s*Before\s*\||\bbefore: |\bwent from\b", re.I)
+
+
+@pytest.mark.parametrize("name", ["benchmarks.md", "store-under-fire.md"])
+def test_the_history_of_changes_is_kept_on_the_maintainers_page(name):
+    text = (DOCS / name).read_text(encoding="utf-8")
+    found = [line.strip()[:100] for line in text.splitlines() if HISTORY.search(line)]
+    assert not found, (f"docs/{name} tells what changed when (before/after); that belongs on "
+                       "docs/maintainers.md: " + " | ".join(found))
