@@ -76,17 +76,36 @@ def test_an_edited_starter_is_a_students_work_not_drift(checkout):
     assert len(finding.warnings) == 1, finding.warnings
     assert finding.warnings[0].startswith("lessons/ holds a student's work "
                                           "(lessons/00_memory/agent.py, "
-                                          "lessons/01_append/agent.py: edited"),\
+                                          "lessons/01_append/agent.py: changed"),\
         finding.warnings
     assert "\n" not in finding.warnings[0]
 
 
-def test_a_committed_starter_that_differs_from_the_generator_is_drift(checkout):
-    """A starter edited by hand and committed is drift, with a diff of the committed
-    file against the generated one; a student's edits on top do not hide it."""
+def test_a_starter_committed_alone_is_a_students_work_except_in_ci(checkout):
+    """A commit that changes only lessons/NN/agent.py is a student's (the course's
+    commits touch the solution too): a warning on their machine. In CI, on a clean
+    clone, any starter that differs from the generator fails, with a diff."""
     starter = checkout / "lessons/01_append/agent.py"
     starter.write_text(starter.read_text() + "\n# an edit\n")
     commit(checkout)
+
+    at_home = maintainers.check_starters(checkout)
+    in_ci = maintainers.check_starters(checkout, strict=True)
+
+    assert at_home.ok and len(at_home.warnings) == 1, at_home.problems
+    assert [p.split(" differs")[0] for p in in_ci.problems] == [
+        "lessons/01_append/agent.py"], in_ci.problems
+    assert "+# an edit" not in in_ci.problems[0] and "-# an edit" in in_ci.problems[0]
+
+
+def test_a_solution_committed_without_its_starter_is_drift(checkout):
+    """The course's commit changed the solution but not the starter: drift, with a
+    diff of the committed file against the generated one; a student's edits on top
+    do not hide it."""
+    solution = checkout / "solutions/01_append/agent.py"
+    solution.write_text(solution.read_text() + "\n# an edit\n")
+    commit(checkout)
+    starter = checkout / "lessons/01_append/agent.py"
     starter.write_text(starter.read_text() + "\n# a student's edit\n")
 
     finding = maintainers.check_starters(checkout)
@@ -96,7 +115,7 @@ def test_a_committed_starter_that_differs_from_the_generator_is_drift(checkout):
     assert problem.startswith("lessons/01_append/agent.py differs from what "
                               "`sessionlab dev starters` generates:"), problem
     assert "lessons/01_append/agent.py (committed)" in problem
-    assert "-# an edit" in problem and "student" not in problem, problem
+    assert "+# an edit" in problem and "student" not in problem, problem
 
 
 def test_a_students_committed_answers_are_their_work_not_drift(checkout):

@@ -106,7 +106,7 @@ ANSWER = "def f():\n    return 1\n"
 
 
 @pytest.mark.parametrize("working, committed, holds_work, drifted", [
-    (ANSWER, ANSWER, True, False),                   # a student committed an answer
+    (ANSWER, TODO.format("new"), True, False),       # an answer on the course's starter
     (ANSWER, None, True, False),                     # no git: a task written is work
     (TODO.format("old"), TODO.format("old"), False, True),  # a stale title is drift
     (ANSWER, TODO.format("old"), True, True),        # drift under a student's answer
@@ -114,7 +114,8 @@ ANSWER = "def f():\n    return 1\n"
 def test_a_task_written_is_a_students_work_committed_or_not(working, committed,
                                                            holds_work, drifted):
     """A starter whose task no longer raises the generator's NotImplementedError holds
-    a student's answer; drift keeps every task's raise, whatever its words."""
+    a student's answer (outside git that is what tells it from drift); drift is the
+    course's committed starter differing, whatever its words."""
     item = Starter(LESSON, TODO.format("new"), working, committed)
     assert (item.holds_work, item.drifted) == (holds_work, drifted)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -166,13 +167,20 @@ def check_width(root: Path) -> Finding:
     return finding
 
 
-def check_starters(root: Path) -> Finding:
+def ci() -> bool:
+    """Running in CI, on a clean clone: nobody's work is in lessons/ there."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def check_starters(root: Path, strict: bool = False) -> Finding:
     """The starters the course ships are what the generator makes.
 
-    In a git checkout, "ships" means committed: a starter edited in the working tree
-    is a student's work, said in one line and left out. Outside git nothing tells a
-    student's work from drift, so differences are a warning there (CI and maintainers
-    work in git, where drift fails).
+    In a git checkout, "ships" means as the course committed it (the last commit that
+    touched the lesson's solution or lesson.toml): a starter edited in the working
+    tree, or committed since by a student, is their work, said in one line and left
+    out. Outside git nothing tells a student's work from drift, so differences are a
+    warning there. `strict` (CI, on a clean clone where nobody's work can be) makes any
+    starter that differs from the generator a failure.
     """
     finding = Finding("starters match the generator")
     git = starters.Git(root)
@@ -192,13 +200,18 @@ def check_starters(root: Path) -> Finding:
                 f"{item.path} differs from what `sessionlab dev starters` generates"
                 f"{'' if item.committed is not None else ' (not committed yet)'}:"
                 f"\n{item.diff()}")
+        elif strict and item.working != item.generated:
+            finding.problems.append(
+                f"{item.path} differs from what `sessionlab dev starters` generates "
+                "(a clean clone holds no student's work):\n" + item.diff(working=True))
+            continue
         if item.holds_work:
             worked.append(item.path)
     if worked and git.available:
         finding.warnings.append(
-            f"lessons/ holds a student's work ({', '.join(worked)}: edited since the "
-            "last commit, or with tasks written): left out of the check, which compared "
-            "the committed starters and ran on starters generated from solutions/")
+            f"lessons/ holds a student's work ({', '.join(worked)}: changed since the "
+            "course committed them): left out of the check, which compared the "
+            "committed starters and ran on starters generated from solutions/")
     elif worked:
         finding.warnings.append(
             f"not a git checkout, so nothing committed to compare with: "
@@ -250,7 +263,7 @@ def lay_out_lesson(root: Path, target: Path, name: str,
         # copy keeps the folder as it is.
         shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
         return
-    if not (item.holds_work and git.extract(relative, target)):
+    if not (item.holds_work and git.extract(relative, target, item.commit)):
         shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
     (target / relative / course.MODULE).write_text(item.generated, encoding="utf-8")
 
@@ -527,14 +540,14 @@ def check_docs(root: Path) -> Finding:
 # --- running them all ----------------------------------------------------------------
 
 
-def static_checks(root: Path, shipped: Path | None = None
+def static_checks(root: Path, shipped: Path | None = None, strict: bool = False
                   ) -> list[tuple[str, Callable[[], Finding]]]:
     """The checks that only read files, as (name, callable) pairs. The lessons' own
     files are read in `shipped` (the pristine copy) when given; which starters are
     committed is read at `root`."""
     shipped = shipped or root
     checks = [("lesson folders", lambda: check_folders(root)),
-              ("starters", lambda: check_starters(root)),
+              ("starters", lambda: check_starters(root, strict)),
               ("course code width", lambda: check_width(shipped))]
     for lesson in course.lessons(shipped):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
@@ -596,8 +609,9 @@ def _timed(check: Callable[[], Finding]) -> Finding:
 
 
 def run_all(root: Path, docs: bool = True, workers: int = 2,
-            mutate: bool = False) -> list[Finding]:
-    """Every finding, in the order of all_checks, on a pristine copy of the course.
+            mutate: bool = False, strict: bool = False) -> list[Finding]:
+    """Every finding, in the order of all_checks, on a pristine copy of the course
+    (`strict`: see check_starters).
 
     The static checks run here, one after another: they parse files with `ast`, and CPython
     3.11's parser is not safe to run from two threads at once ("AST constructor recursion depth
@@ -607,7 +621,7 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         shipped = Path(temp) / "course"
         shipped.mkdir()
         lay_out_pristine(root, shipped)
-        findings = [_timed(check) for _, check in static_checks(root, shipped)]
+        findings = [_timed(check) for _, check in static_checks(root, shipped, strict)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             findings += pool.map(lambda item: _timed(item[1]),
                                  pytest_checks(shipped, docs, mutate))
@@ -643,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     root = course.find_root()
     findings = run_all(root, docs=not args.no_docs, workers=args.workers,
-                       mutate=args.mutate)
+                       mutate=args.mutate, strict=ci())
     table = Table("check", "result", "seconds")
     for finding in findings:
         table.add_row(finding.check, "[green]ok[/]" if finding.ok else f"[red]{len(finding.problems)} problem(s)[/]",

@@ -220,21 +220,32 @@ class Git:
             return None
         return top.stdout.decode("utf-8", "replace").strip()
 
-    def committed(self, relative: str) -> str | None:
-        """The file's text at HEAD, or None when it is not committed there."""
+    def course_commit(self, lesson: str) -> str:
+        """The last commit that changed what lesson `lesson`'s starter is made from (its
+        solution folder or lesson.toml), else HEAD. A student commits their answers
+        (and may edit tests) in lessons/; the course's own commits are the ones that
+        touch solutions/ too, so the lesson as that commit left it is the course's."""
+        done = self._run("log", "-1", "--format=%H", "HEAD", "--",
+                         f":/{self.prefix}solutions/{lesson}",
+                         f":/{self.prefix}lessons/{lesson}/lesson.toml")
+        found = done.stdout.decode().strip() if done and done.returncode == 0 else ""
+        return found or "HEAD"
+
+    def committed(self, relative: str, commit: str = "HEAD") -> str | None:
+        """The file's text at `commit`, or None when it is not committed there."""
         if self.prefix is None:
             return None
-        done = self._run("show", f"HEAD:{self.prefix}{relative}")
+        done = self._run("show", f"{commit}:{self.prefix}{relative}")
         if done is None or done.returncode != 0:
             return None
         return done.stdout.decode("utf-8", "replace")
 
-    def extract(self, relative: str, target: Path) -> bool:
-        """Write the folder `relative` as committed at HEAD to `target`/`relative`.
+    def extract(self, relative: str, target: Path, commit: str = "HEAD") -> bool:
+        """Write the folder `relative` as committed at `commit` to `target`/`relative`.
         False when nothing of it is committed."""
         if self.prefix is None:
             return False
-        done = self._run("archive", "--format=tar", f"HEAD:{self.prefix}{relative}")
+        done = self._run("archive", "--format=tar", f"{commit}:{self.prefix}{relative}")
         if done is None or done.returncode != 0:
             return False
         with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
@@ -252,7 +263,9 @@ class Starter:
     lesson: Lesson
     generated: str
     working: str | None       # lessons/NN/agent.py as it is; None when missing
-    committed: str | None     # as committed at HEAD; None outside git or untracked
+    committed: str | None     # as the course committed it (Git.course_commit); None
+                              # outside git or untracked
+    commit: str = "HEAD"      # that commit
 
     @property
     def path(self) -> str:
@@ -260,10 +273,9 @@ class Starter:
 
     @property
     def holds_work(self) -> bool:
-        """lessons/NN/agent.py is a student's work: edited after it was committed, away
-        from the generator, or with a task written (its NotImplementedError replaced),
-        committed or not. A maintainer never edits a starter by hand, and a drifted
-        starter still raises in every task's place."""
+        """lessons/NN/agent.py is a student's work: it differs from the generator and
+        from the starter the course committed (edited, or answers committed since), or,
+        outside git, has a task written (its NotImplementedError replaced)."""
         if self.working == self.generated:
             return False
         edited = self.committed is not None and self.working != self.committed
@@ -275,20 +287,22 @@ class Starter:
         """The starter the course ships differs from what the generator makes.
 
         A working tree that matches the generator is fine (regenerated, not committed
-        yet). Otherwise the committed file is what ships; where nothing is committed
-        (no git, or a lesson not added yet) the file as it is stands for it. A file
-        with a task written is a student's work (see holds_work), never drift.
+        yet). Otherwise the starter as the course committed it is what ships (see
+        Git.course_commit: a student's later commits do not count); where nothing is
+        committed (no git, or a lesson not added yet) the file as it is stands for it.
         """
         if self.working == self.generated:
             return False
-        shipped = self.committed if self.committed is not None else self.working
-        # A student who commits their answers commits a starter with tasks written:
-        # that is their work, not the generator's output gone stale.
-        return shipped != self.generated and (
-            shipped is None or unwritten_in(shipped, self.generated))
-
-    def diff(self) -> str:
         if self.committed is not None:
+            return self.committed != self.generated
+        # Outside git, a starter with a task written is a student's work, not the
+        # generator's output gone stale.
+        return self.working is None or unwritten_in(self.working, self.generated)
+
+    def diff(self, working: bool = False) -> str:
+        """The shipped starter (or, with `working`, the file as it is) against the
+        generated one."""
+        if self.committed is not None and not working:
             have, label = self.committed, "committed"
         else:
             have, label = self.working or "", "in lessons/"
@@ -307,9 +321,10 @@ def starter_of(lesson: Lesson, git: Git) -> Starter:
     """The lesson's starter three ways (CourseError when its solution's fences are
     broken)."""
     target = lesson.folder / MODULE
+    commit = git.course_commit(lesson.name) if git.available else "HEAD"
     return Starter(lesson, expected_starter(lesson),
                    target.read_text(encoding="utf-8") if target.exists() else None,
-                   git.committed(f"lessons/{lesson.name}/{MODULE}"))
+                   git.committed(f"lessons/{lesson.name}/{MODULE}", commit), commit)
 
 
 def drift(root: Path) -> list[Drift]:
