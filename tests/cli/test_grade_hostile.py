@@ -325,3 +325,27 @@ def test_the_reference_solutions_score_every_test_of_every_lesson_in_the_sandbox
     assert entry["passed"] == entry["total"] > 0, {
         name: (lesson["state"], lesson["error"], lesson["failures"][:1])
         for name, lesson in entry["lessons"].items() if lesson["state"] != "done"}
+
+
+def test_the_private_tmp_never_hides_python_or_the_kit(monkeypatch, tmp_path):
+    """A clone of the course under /tmp (as CI may make one): the sandbox's own /tmp
+    is mounted before Python, the venv and the kit are bound, or it would hide them
+    and grading would fall back to no sandbox at all."""
+    under_tmp = Path("/tmp") / "a-course-clone" / ".venv"
+    monkeypatch.setattr(sandbox, "python_folders", lambda: [under_tmp])
+
+    args = sandbox.bwrap_args(tmp_path, "00_memory", [])
+
+    tmpfs = args.index("/tmp", args.index("--tmpfs"))
+    bound = args.index(str(under_tmp))
+    assert tmpfs < bound, "the private /tmp is mounted over the venv bound before it"
+
+
+def test_without_the_sandbox_a_run_folder_is_searchable_by_nobody(tmp_path):
+    """Lesson tests run as root drop to `nobody` in a child that must reach its own
+    files below the run folder (lesson 05 does): searchable, not listable."""
+    from sessionlab.grading import run
+
+    folder = run._fresh_folder(tmp_path)
+
+    assert folder.stat().st_mode & 0o777 == 0o711

@@ -161,6 +161,7 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
     with tempfile.TemporaryDirectory(prefix="sessionlab-grade-") as scratch, \
             Reaper() as reaper:
         scratch_path = Path(os.path.realpath(scratch))
+        scratch_path.chmod(0o711)     # see run._fresh_folder: searchable, not listable
         expected = None
         views: dict[str, Path] = {}
         if course_root is not None:

@@ -350,7 +350,11 @@ def read_module(path: Path) -> bytes:
 
 def _fresh_folder(scratch: Path) -> Path:
     import tempfile
-    return Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
+    run = Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
+    # Without the sandbox, lesson tests run as root drop to `nobody` in a child, which
+    # must still reach its own files below here: searchable, not listable.
+    run.chmod(0o711)
+    return run
 
 
 def _run(run: Path, view: Path, lesson: str, source: bytes, setup: Setup) -> tuple[Raw, str]:

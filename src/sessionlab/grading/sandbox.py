@@ -97,9 +97,11 @@ def bwrap_args(root: Path, lesson: str, files: list[str]) -> list[str]:
             args += ["--ro-bind", folder, folder]
     for name in SYSTEM_FILES:
         args += ["--ro-bind-try", name, name]
+    # The private /tmp first: Python, the venv or the kit may live under /tmp (a CI
+    # clone), and a tmpfs mounted after them would hide them.
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     for folder in python_folders():
         args += ["--ro-bind", str(folder), str(folder)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     inside = f"{SANDBOX_ROOT}/lessons/{lesson}"
     args += ["--ro-bind", str(root), SANDBOX_ROOT,
              "--size", str(LESSON_BYTES), "--tmpfs", inside]
