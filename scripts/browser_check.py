@@ -174,9 +174,12 @@ def lesson_problems(facts: dict[str, Any], expected_diagrams: int) -> list[str]:
     if facts["tips"] == 0 or facts["openTips"]:
         found.append(f"hints should be folded away: {facts['tips']} hint blocks, "
                      f"{facts['openTips']} open")
-    if facts["solutions"] != 1:
-        found.append("expected the reference solution folded away once, found "
-                     f"{facts['solutions']}")
+    # The reference solution, and the diff of what a student writes (labelled as the
+    # solution too), each stay folded until the reader opens them.
+    if facts["solutions"] == 0 or facts.get("openSolutions", 0):
+        found.append("the reference solution should be folded away: "
+                     f"{facts['solutions']} solution blocks, "
+                     f"{facts.get('openSolutions', 0)} open")
     if facts["code"] < 2:
         found.append(f"expected starter and solution code, found {facts['code']} code blocks")
     return found
@@ -303,6 +306,7 @@ FACTS_JS = """() => ({
     tips: document.querySelectorAll('article details.tip').length,
     openTips: document.querySelectorAll('article details.tip[open]').length,
     solutions: document.querySelectorAll('article details.success').length,
+    openSolutions: document.querySelectorAll('article details.success[open]').length,
     code: document.querySelectorAll('article .highlight').length
 })"""
 

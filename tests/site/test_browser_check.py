@@ -116,13 +116,16 @@ def test_layout_problems_gathers_every_kind():
 # --- lesson pages, includes, the site's pages ---------------------------------------------------
 
 
-def test_a_lesson_page_needs_a_diagram_folded_hints_one_folded_solution_and_code():
-    good = {"tips": 3, "openTips": 0, "solutions": 1, "code": 4}
+def test_a_lesson_page_needs_a_diagram_folded_hints_folded_solutions_and_code():
+    good = {"tips": 3, "openTips": 0, "solutions": 1, "openSolutions": 0, "code": 4}
     assert check.lesson_problems(good, 1) == []
+    assert check.lesson_problems({**good, "solutions": 2}, 1) == [], (
+        "the diff of what a student writes is labelled as the solution too")
+    assert len(check.lesson_problems({**good, "solutions": 0}, 1)) == 1
+    assert len(check.lesson_problems({**good, "openSolutions": 1}, 1)) == 1
     assert len(check.lesson_problems(good, 0)) == 1
     assert len(check.lesson_problems({**good, "openTips": 1}, 1)) == 1
     assert len(check.lesson_problems({**good, "tips": 0}, 1)) == 1
-    assert len(check.lesson_problems({**good, "solutions": 2}, 1)) == 1
     assert len(check.lesson_problems({**good, "code": 1}, 1)) == 1
 
 
