@@ -590,23 +590,29 @@ EXAMPLES = "docs/reference/examples"
 DEMO_COLUMNS = "80"
 
 
-def run_demo(root: Path, workdir: Path) -> tuple[str, Path]:
-    """Run `sessionlab demo` on the course at `root` inside `workdir`, as a reader would.
-
-    Returns what it printed and the folder of logs it left. The width is fixed so that the
-    transcript is the same on every machine.
-    """
+def _sessionlab(root: Path, args: list[str], cwd: Path, *, input: str | None = None,
+                timeout: float = 300) -> str:
+    """Run `sessionlab ARGS` on the course at `root` as a reader would in a pipe, at a
+    fixed width so that the transcript is the same on every machine; return what it
+    printed (stdout, then stderr)."""
     import os
     import subprocess
     import sys
     env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
     env.pop("FORCE_COLOR", None)
-    result = subprocess.run([sys.executable, "-m", "sessionlab", "demo"], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "sessionlab", *args], cwd=cwd, env=env,
+                            input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise RuntimeError(f"sessionlab demo failed ({result.returncode}):\n"
+        raise RuntimeError(f"sessionlab {' '.join(args)} failed ({result.returncode}):\n"
                            f"{result.stdout}{result.stderr}")
-    return result.stdout, workdir / "demo-sessions"
+    return result.stdout + result.stderr
+
+
+def run_demo(root: Path, workdir: Path) -> tuple[str, Path]:
+    """Run `sessionlab demo` on the course at `root` inside `workdir`; return what it
+    printed and the folder of logs it left."""
+    return _sessionlab(root, ["demo"], workdir), workdir / "demo-sessions"
 
 
 CHAT_LINES = ("Ask the elder about the cave.", "Buy what we need.")
@@ -615,19 +621,8 @@ CHAT_LINES = ("Ask the elder about the cave.", "Buy what we need.")
 def run_chat(root: Path, workdir: Path) -> str:
     """What `sessionlab chat` prints for two typed lines, on lesson 02's reference and the town
     model, in a new session `quest` of a `sessions` folder inside `workdir`."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
-    env.pop("FORCE_COLOR", None)
-    command = [sys.executable, "-m", "sessionlab", "chat", "--lesson", "02", "--solution",
-               "--sessions", "sessions", "quest"]
-    result = subprocess.run(command, cwd=workdir, env=env, input="\n".join(CHAT_LINES) + "\n",
-                            capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise RuntimeError(f"sessionlab chat failed ({result.returncode}):\n"
-                           f"{result.stdout}{result.stderr}")
-    return result.stdout
+    return _sessionlab(root, ["chat", "--lesson", "02", "--solution", "--sessions", "sessions",
+                              "quest"], workdir, input="\n".join(CHAT_LINES) + "\n")
 
 
 def run_status(root: Path) -> str:
@@ -635,16 +630,7 @@ def run_status(root: Path) -> str:
 
     Slow (it runs every lesson's tests), so only `python -m sessionlab.site examples` runs it.
     """
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, SESSIONLAB_ROOT=str(root), COLUMNS=DEMO_COLUMNS, NO_COLOR="1")
-    env.pop("FORCE_COLOR", None)
-    result = subprocess.run([sys.executable, "-m", "sessionlab"], cwd=root, env=env,
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"sessionlab failed ({result.returncode}):\n{result.stdout}{result.stderr}")
-    return result.stdout + result.stderr
+    return _sessionlab(root, [], root, timeout=600)
 
 
 def normalized(transcript: str) -> str:
