@@ -195,11 +195,10 @@ def cmd_doctor(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    from .ui import one_line_errors
 
-    p = one_line_errors(commands.add(
+    p = commands.add(
         "doctor", cmd_doctor, "setup",
         "Python, the kit's dependencies, and whether a local Ollama answers (and with which models)",
-        needs_root=False, parents=[common], description=__doc__.split("\n\n", 1)[1]))
+        needs_root=False, parents=[common], description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--ollama-url", metavar="URL", default=None,
                    help=f"where Ollama listens (default: OLLAMA_HOST, else {OLLAMA_DEFAULT})")

@@ -15,7 +15,7 @@ from rich.text import Text
 from .. import course, starters
 from ..course import Lesson
 from .runner import LessonResult, Runner, current_lesson, load_state, save_state
-from .ui import Ui, bar, human, one_line_errors
+from .ui import Ui, bar, human
 
 HINTS_FILE = "hints.json"
 
@@ -259,14 +259,14 @@ def print_diff(ui: Ui, old: str, new: str, old_name: str, new_name: str) -> bool
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = one_line_errors(commands.add(
+    p = commands.add(
         "list", cmd_list, "student", "every lesson: done, in progress or not started, with task counts",
-        parents=[common]))
+        parents=[common])
     add_run_options(p)
 
-    p = one_line_errors(commands.add(
+    p = commands.add(
         "check", cmd_check, "student", "run one lesson's tests; exit status 0 only if it passes",
-        parents=[common]))
+        parents=[common])
     p.add_argument("lesson", nargs="?", metavar="NN", help="lesson number or folder (default: the current lesson)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every failure, not only the first")
     add_run_options(p)

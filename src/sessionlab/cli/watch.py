@@ -28,7 +28,7 @@ from .. import course
 from ..course import Lesson
 from . import progress
 from .runner import LessonResult, Runner, current_lesson
-from .ui import Ui, bar, one_line_errors
+from .ui import Ui, bar
 
 INTERVAL = 0.3
 KEYS = "h hint · l list · n next lesson (once this one passes) · r run again · q quit"
@@ -219,10 +219,10 @@ def cmd_default(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
-    p = one_line_errors(commands.add(
+    p = commands.add(
         "watch", cmd_watch, "student",
         "the current lesson's tests, re-run on every save (the default command)", parents=[common],
-        description=__doc__.split("\n\n", 1)[1]))
+        description=__doc__.split("\n\n", 1)[1])
     p.add_argument("lesson", nargs="?", metavar="NN", help="watch this lesson (default: the first one not passing)")
     p.add_argument("--interval", type=progress.seconds, default=INTERVAL, metavar="SECONDS",
                    help=f"how often to look at the file (default {INTERVAL})")
