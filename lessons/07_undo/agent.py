@@ -205,8 +205,28 @@ def is_tool_call(call: Any) -> bool:
             and isinstance(function.get("name"), str)
             and isinstance(function.get("arguments"), str)):
         return False
+    return holds_json_object(function["arguments"])
+
+
+# What json.loads() uses: a call's arguments are read the way any server reads them.
+PLAIN_JSON = json.JSONDecoder()
+
+
+def holds_json_object(text: str) -> bool:
+    """Is `text` a JSON object, as json.loads(text) reads it?
+
+    Every tool call of every line is checked with this when a log is read, so the usual
+    case, no spaces around the object, goes straight to the decoder: json.loads() would
+    first look for spaces with two regular expressions. Anything else takes json.loads().
+    """
     try:
-        return isinstance(json.loads(function["arguments"]), dict)
+        value, end = PLAIN_JSON.raw_decode(text)
+        if end == len(text):
+            return isinstance(value, dict)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return isinstance(json.loads(text), dict)
     except (ValueError, RecursionError):
         return False
 
@@ -218,32 +238,46 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
     back "1", NaN and Infinity are not JSON, and a lone surrogate ("\\ud800", half of a
     UTF-16 pair) is no text at all: UTF-8 cannot encode it.
     """
-    if depth > MAX_DEPTH:
+    # Append runs this on every message, and most of a message is strings: the loops
+    # below check a string item themselves (check_text), without a call for it. So a
+    # container at the deepest level is refused here if it holds anything at all.
+    deepest = depth == MAX_DEPTH and isinstance(value, (dict, list)) and value
+    if depth > MAX_DEPTH or deepest:
         raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
                              "than a line of JSON in a log may be")
     if isinstance(value, str):
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 "
-                                     "pair): no text, and no UTF-8 JSON can hold it"
-                                     ) from None
+        check_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
-            check_plain_json(key, depth + 1)
-            check_plain_json(item, depth + 1)
+            check_text(key)
+            if type(item) is str:
+                check_text(item)
+            else:
+                check_plain_json(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            check_plain_json(item, depth + 1)
+            if type(item) is str:
+                check_text(item)
+            else:
+                check_plain_json(item, depth + 1)
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
                                  "it; other readers refuse it)")
     elif not (value is None or isinstance(value, int)):     # bool is an int
         raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
+
+
+def check_text(text: str) -> None:
+    """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it)."""
+    if not text.isascii():      # ASCII, the usual case, is checked without encoding
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 pair): "
+                                 "no text, and no UTF-8 JSON can hold it") from None
 
 
 # --- reading a log: lines, markers and the tail ---------------------------------------
@@ -334,6 +368,12 @@ def parse_line(line: bytes) -> Message:
         raise InvalidMessage("it is nested too deep to read") from None
     if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
         check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
+    return check_entry(entry)
+
+
+def check_entry(entry: Any) -> Message:
+    """Return `entry`, a line's JSON, if it is a message or a marker; InvalidMessage if
+    not."""
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
         raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
                              "(no '$marker')")
@@ -374,6 +414,8 @@ class LogState:
     newline_missing: bool = False
     # The line number (from 1) of each entry
     lines: list[int] = field(default_factory=list)
+    # Where each entry's line ends, its "\n" included: the byte offset just after it
+    ends: list[int] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:
@@ -410,6 +452,58 @@ class LogState:
     def torn(self) -> int:
         """How many bytes at the end are not a complete entry (0 for a whole log)."""
         return self.size - self.end
+
+
+# --- what this process knows of the logs it has read or written ------------------------
+
+
+@dataclass
+class KnownLog:
+    """Where a log's lines end and which messages it shows, as this process last saw it.
+
+    Forking a session this process has read or written then needs no second read: it
+    copies the bytes up to the end of the last line kept, which `ends` says. A log's
+    knowledge is kept by the file's identity (device and inode, see remember()) and is
+    used only while the file has exactly the size and modification time it had then
+    (`stamp`), the test make and rsync trust: a file changed behind the process's
+    back, or replaced, is read again.
+    """
+
+    # (size, mtime_ns) of the file when this was true
+    stamp: tuple[int, int]
+    # Where each entry's line ends, its "\n" included (LogState.ends)
+    ends: list[int]
+    # (index, position) of every message shown (LogState.shown())
+    shown: list[tuple[int, int]]
+    # The last entry is complete, but its "\n" was never written
+    newline_missing: bool = False
+
+
+# (st_dev, st_ino) -> what is known of that file; the most recently used last
+KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
+KNOWN_LOGS_KEPT = 32    # how many logs a process keeps knowing (the oldest go first)
+
+
+def stamp(status: os.stat_result) -> tuple[int, int]:
+    return status.st_size, status.st_mtime_ns
+
+
+def remember(status: os.stat_result, known: KnownLog) -> None:
+    """Keep `known` as what is true of the file `status` describes, while unchanged."""
+    key = (status.st_dev, status.st_ino)
+    KNOWN_LOGS.pop(key, None)
+    KNOWN_LOGS[key] = known
+    while len(KNOWN_LOGS) > KNOWN_LOGS_KEPT:
+        del KNOWN_LOGS[next(iter(KNOWN_LOGS))]
+
+
+def recall(fd: int) -> KnownLog | None:
+    """What is known of the file open as `fd`, if it is exactly as it was then."""
+    status = os.fstat(fd)
+    known = KNOWN_LOGS.get((status.st_dev, status.st_ino))
+    if known is None or known.stamp != stamp(status):
+        return None
+    return known
 
 
 def read_file(path: Path) -> bytes:
@@ -455,18 +549,27 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        while True:     # a repair happens once per writer that opens the log: this ends
-            before = os.fstat(fd)
-            data = read_all(fd, path)
-            after = os.fstat(fd)
-            same_size = before.st_size == after.st_size == len(data)
-            if same_size and before.st_mtime_ns == after.st_mtime_ns:
-                break                           # nothing changed while we read
-            if read_all(fd, path).startswith(data):
-                break                           # only appended to: a whole first part
+        return read_open_log(fd, path)
     finally:
         os.close(fd)
-    return data, parse_log(data, path)
+
+
+def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
+    """read_whole_log() of the log open as `fd`. What it finds is remembered (see
+    KnownLog) when the file did not change while it was read."""
+    while True:     # a repair happens once per writer that opens the log: this ends
+        before = os.fstat(fd)
+        data = read_all(fd, path)
+        after = os.fstat(fd)
+        same_size = before.st_size == after.st_size == len(data)
+        if same_size and before.st_mtime_ns == after.st_mtime_ns:
+            # Nothing changed while we read: what we read is the file as `after` says
+            state = parse_log(data, path)
+            remember(after, KnownLog(stamp(after), state.ends, state.shown(),
+                                     state.newline_missing))
+            return data, state
+        if read_all(fd, path).startswith(data):
+            return data, parse_log(data, path)  # only appended to: a whole first part
 
 
 def read_log(path: Path) -> LogState:
@@ -486,11 +589,37 @@ def parse_log(data: bytes, path: Path) -> LogState:
     entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
     garbage (torn, not an entry).
     """
+    end = data.rfind(b"\n") + 1     # the complete lines end here; the tail follows
+    # Two ways to read the complete lines, one answer: the quick one reads a log as this
+    # module writes it, and gives up (None) at anything else; the other goes line by
+    # line, and names the line at fault.
+    entries, numbers, ends = read_lines_quickly(data, end) or read_lines(data, end, path)
+    tail = data[end:]
+    if tail:
+        try:
+            entries.append(parse_line(tail))
+        except ValueError:
+            # torn: not an entry
+            return LogState(entries, end=end, size=len(data), lines=numbers, ends=ends)
+        numbers.append(data.count(b"\n") + 1)
+        ends.append(len(data))
+        return LogState(entries, end=len(data), size=len(data), newline_missing=True,
+                        lines=numbers, ends=ends)
+    return LogState(entries, end=end, size=len(data), lines=numbers, ends=ends)
+
+
+Lines = tuple[list[Message], list[int], list[int]]   # entries, line numbers, ends
+
+
+def read_lines(data: bytes, end: int, path: Path) -> Lines:
+    """The entries of the complete lines (up to `end`), one parse_line() a line, with
+    their line numbers and where their lines end; CorruptLog for the first bad line."""
     # Split on b"\n" only:
     # str.splitlines() would also split inside strings at U+2028 & co.
-    *lines, tail = data.split(b"\n")
+    lines = data[:end].split(b"\n")[:-1]
     entries: list[Message] = []
     numbers: list[int] = []
+    ends: list[int] = []
     offset = 0
     for number, line in enumerate(lines, start=1):
         if line:    # an empty line holds nothing to lose
@@ -499,19 +628,55 @@ def parse_log(data: bytes, path: Path) -> LogState:
             except ValueError as error:
                 raise CorruptLog(path, number, offset, str(error)) from None
             numbers.append(number)
+            ends.append(offset + len(line) + 1)
         offset += len(line) + 1
-    # `offset` is now where the tail starts: just after the last newline.
-    if tail:
-        try:
-            entries.append(parse_line(tail))
-        except ValueError:
-            # torn: not an entry
-            return LogState(entries, end=offset, size=len(data), lines=numbers)
-        numbers.append(len(lines) + 1)
-        return LogState(
-            entries, end=len(data), size=len(data), newline_missing=True, lines=numbers
-        )
-    return LogState(entries, end=offset, size=len(data), lines=numbers)
+    return entries, numbers, ends
+
+
+def read_lines_quickly(data: bytes, end: int) -> Lines | None:
+    """read_lines() for a log with nothing unusual in it, in fewer steps a line; None
+    at the first unusual thing, refused or not.
+
+    read_lines() decodes each line's bytes, checks them, then decodes its JSON: some
+    twenty Python steps a line, as long as the decoding itself. Here the bytes are
+    decoded and checked once, and the decoder reads each line where it is in the text
+    (raw_decode(text, position)), then check_entry() checks it: what parse_line() does,
+    in one pass. Whatever parse_line() refuses makes this return None, as do a few
+    things it accepts (an empty line, spaces around a line's JSON, U+FEFF or a
+    surrogate's escape anywhere); read_lines() then reads the log again and accepts,
+    or names the line at fault, exactly as it always did.
+
+    Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
+    the array's elements need not be the lines: a string or a list can run across the
+    join, and `{...}, {...}` on one line makes up the count. Reading from where each
+    line starts, and finding a newline right where its JSON ends, rules that out.
+    """
+    if SURROGATE_ESCAPE.search(data, 0, end):
+        return None     # parse_line() checks those lines with check_plain_json()
+    try:
+        # Decoded whole, or line by line: the same (b"\n" is no part of any other
+        # character's bytes in UTF-8)
+        text = str(memoryview(data)[:end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\ufeff" in text:
+        return None     # a byte-order mark, refused at the start of a line
+    decode = STRICT_JSON.raw_decode
+    entries: list[Message] = []
+    ends: list[int] = []
+    start = offset = 0      # where the line starts in the text, and in the bytes
+    try:
+        while start < len(text):
+            entry, stop = decode(text, start)
+            if text[stop] != "\n":
+                return None     # something after the JSON: a space, a second value
+            entries.append(check_entry(entry))
+            offset = data.index(b"\n", offset) + 1
+            ends.append(offset)
+            start = stop + 1
+    except (ValueError, RecursionError):   # a line that is not JSON, or no message
+        return None
+    return entries, list(range(1, len(entries) + 1)), ends
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
@@ -663,11 +828,16 @@ class SessionLog:
         self._found_no_log = False
         # The repair marker this writer wrote, if any
         self.repaired: Message | None = None
-        # The indices of the messages the log shows, and how many messages it holds,
-        # once an undo has read them (None before): kept up to date by append and undo,
-        # so that the next undo need not read the whole log again.
-        self.shown_indices: list[int] | None = None
+        # (index, position) of every message the log shows, as LogState.shown() gives
+        # them, and how many messages it holds, undone ones included. Built from the
+        # log as the writer opens it (_open reads it anyway, for the repair), then kept
+        # current by append() and undo(): an undo never reads the log again.
+        self.shown: list[tuple[int, int]] = []
         self.message_count = 0
+        # Where the log's lines end, and the rest fork needs (see KnownLog): set when
+        # this object becomes the writer, kept current by every write.
+        self.known: KnownLog | None = None
+        self._identity: tuple[int, int] | None = None    # the log's (device, inode)
 
     def open_for_append(self) -> list[Message]:
         """Become the session's writer and return its history, with the tail repaired.
@@ -695,9 +865,9 @@ class SessionLog:
         # points to it written. A crash in between leaves a blob nothing points to,
         # never a line pointing to nothing.
         self._write(encode_line(self.outline(message)))
-        if self.shown_indices is not None:
-            self.shown_indices.append(self.message_count)   # its index, as written
-            self.message_count += 1
+        # Shown, with its index as written, at the position of the line just written
+        self.shown.append((self.message_count, len(self.known.ends) - 1))
+        self.message_count += 1
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -737,6 +907,14 @@ class SessionLog:
         if self.durable:
             os.fsync(self._fd)
         self.in_doubt = False
+        if self.known is not None:
+            # Once the writer is open, each write adds one line (an append, an undo
+            # marker): what this process knows of the log stays true (see KnownLog).
+            status = os.fstat(self._fd)
+            self.known.ends.append(status.st_size)
+            self.known.stamp = stamp(status)
+            # A read of the same file in this process may have put its own there
+            KNOWN_LOGS[self._identity] = self.known
 
     def _open(self) -> LogState:
         """Become the writer: take the lock, open the log to append, repair its tail.
@@ -745,7 +923,7 @@ class SessionLog:
         read and parse the whole log a second time.
         """
         make_folder(self.folder, self.durable)
-        self.shown_indices = None       # the log may have changed since: read it again
+        self.known = None       # the log may have changed since this object last wrote
         try:
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and
@@ -776,15 +954,27 @@ class SessionLog:
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
             state = parse_log(data, self.path)
-            self._repair(data, state)
-            # A repair that added entries (a marker, results) changed the log: read it
-            # again. That happens once after a crash; every other resume parses it once.
-            if self.repaired is not None:
+            # A repair that wrote (a newline, a marker, results) changed the log: read
+            # it again. That happens once after a crash; every other open parses it once.
+            if self._repair(data, state):
                 state = parse_log(read_all(self._fd, self.path), self.path)
+            self._know(state)
         except BaseException:
             self.close()    # a log we cannot take over is one we neither write nor lock
             raise
         return state
+
+    def _know(self, state: LogState) -> None:
+        """Start from the log as this writer opened it: which messages it shows, how
+        many it holds, and (for fork, in every part of this process) where its lines
+        end."""
+        self.shown = state.shown()
+        self.message_count = sum(MARKER not in entry for entry in state.entries)
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        # The same list as self.shown: what undo and append do to it, fork sees
+        self.known = KnownLog(stamp(status), state.ends, self.shown)
+        remember(status, self.known)
 
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
@@ -862,14 +1052,14 @@ class SessionLog:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _repair(self, data: bytes, state: LogState) -> None:
+    def _repair(self, data: bytes, state: LogState) -> bool:
         """Make the log's tail whole before this writer adds to it; leave a whole one.
 
         Cut a torn tail, add a missing final newline, and answer each unanswered tool
         call with interrupted_result(call), after a repair marker saying what was done.
         The marker and the results go in one write, so a second repair finds nothing
         left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
-        read them.
+        read them. Returns whether it wrote anything.
         """
         calls = unanswered_calls(state.messages)
         # So that the next line starts clean
@@ -891,6 +1081,7 @@ class SessionLog:
         if fix:
             # One write: marker and results land together or not at all
             self._write(fix)
+        return bool(fix)
 
     def _sync_folder(self) -> None:
         """Make the new file's name itself durable: fsync the folder that holds it."""
@@ -926,7 +1117,9 @@ class SessionLog:
         appended to, and the marker tells every later reader to leave them out.
         """
         if self._fd is None:
-            self._open()  # the writer first: its repair may add messages to the end
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
         # TODO(07.4): Record written messages as undone with a marker line.
         # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
         raise NotImplementedError(
@@ -1300,7 +1493,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -1308,17 +1500,36 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
             f"cannot fork onto {new_id!r}: session {target} already exists"
         )
     try:
-        data, state = read_whole_log(source)
+        # Never through a link, never waiting on a FIFO (read_all refuses both)
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise SessionNotFound(
             f"cannot fork from {source_id!r}: no session log at {source}"
         ) from None
+    try:
+        return fork_open_log(fd, folder, source_id, new_id, upto, durable)
+    finally:
+        os.close(fd)
+
+
+def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
+                  upto: int | None, durable: bool) -> Path:
+    """fork() from the source's log, open as `fd`."""
+    source = folder / f"{source_id}.jsonl"
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # A session this process has read or written, unchanged since, need not be read
+    # again: what it knows says where each line ends (see KnownLog). Else read it now.
+    log = recall(fd)
+    if log is None:
+        _, state = read_open_log(fd, source)
+        log = KnownLog(stamp(os.fstat(fd)), state.ends, state.shown(),
+                       state.newline_missing)
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn
-    # line: copy whole lines only. Since lesson 07 some messages are undone: count the
-    # ones shown.
-    # One per entry
-    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
-    shown = state.shown()
+    # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
+    # messages are undone: count the ones shown.
+    ends = log.ends
+    shown = log.shown
     count = len(shown) if upto is None else upto
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
@@ -1328,8 +1539,12 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     raise NotImplementedError(
         "task 07.5 is not written yet: Fork by what the session shows"
     )
-    # Copy the bytes of the lines themselves: a new, independent file (never a link).
-    copy = b"".join(lines[:keep])
+    # Copy the bytes of those lines (a torn tail never: it is no line), into a new,
+    # independent file (never a link). A last line whose newline never got written
+    # gets one, so that the fork's first append starts on a line of its own.
+    copy = Prefix(fd, ends[keep - 1] if keep else 0)
+    if keep and keep == len(ends) and log.newline_missing:
+        copy.then = b"\n"
     # Publish under the new id's lock, as its writer would: an agent starting a session
     # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
@@ -1354,7 +1569,45 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     return target
 
 
-def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+@dataclass
+class Prefix:
+    """The first `length` bytes of the file open as `fd`, then `then`: what a fork
+    copies, without reading it into memory."""
+
+    fd: int
+    length: int
+    then: bytes = b""
+
+
+def copy_prefix(source: Prefix, target: int) -> None:
+    """Write the bytes `source` stands for to the open file `target`.
+
+    os.copy_file_range() has the kernel copy them, file to file, without a trip through
+    this process (and some file systems share the blocks rather than copy them). Where
+    the system has no such call, or it refuses these two files, read and write.
+    """
+    done = 0
+    try:
+        while done < source.length:
+            moved = os.copy_file_range(source.fd, target, source.length - done, done)
+            if not moved:
+                break       # the file is shorter than known: the loop below says so
+            done += moved
+    except (AttributeError, OSError) as error:      # no such call here, or not for these
+        refused = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+        if done or isinstance(error, OSError) and error.errno not in refused:
+            raise
+    while done < source.length:
+        chunk = os.pread(source.fd, min(source.length - done, 1 << 20), done)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file ended at byte {done} while its first "
+                          f"{source.length} were being copied: it was cut meanwhile")
+        write_all(target, chunk)
+        done += len(chunk)
+    write_all(target, source.then)
+
+
+def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
     The bytes go to a temporary file first; os.link then gives it its real name, and
@@ -1399,11 +1652,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_temp(path: Path, data: bytes, durable: bool) -> str:
+def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
     make_folder(path.parent, durable)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        write_all(fd, data)
+        if isinstance(data, Prefix):
+            copy_prefix(data, fd)
+        else:
+            write_all(fd, data)
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
