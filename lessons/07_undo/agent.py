@@ -239,29 +239,31 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
     UTF-16 pair) is no text at all: UTF-8 cannot encode it.
     """
     # Append runs this on every message, and most of a message is strings: the loops
-    # below check a string item themselves (check_text), without a call for it. So a
-    # container at the deepest level is refused here if it holds anything at all.
+    # below check a string item themselves, calling check_text only for one that is not
+    # ASCII. So a container at the deepest level is refused here if it holds anything.
     deepest = depth == MAX_DEPTH and isinstance(value, (dict, list)) and value
     if depth > MAX_DEPTH or deepest:
         raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
                              "than a line of JSON in a log may be")
     if isinstance(value, str):
-        check_text(value)
+        if not value.isascii():
+            check_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
-            check_text(key)
-            if type(item) is str:
-                check_text(item)
-            else:
+            if not key.isascii():
+                check_text(key)
+            if type(item) is not str:
                 check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
     elif isinstance(value, list):
         for item in value:
-            if type(item) is str:
-                check_text(item)
-            else:
+            if type(item) is not str:
                 check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
@@ -271,13 +273,14 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
 
 
 def check_text(text: str) -> None:
-    """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it)."""
-    if not text.isascii():      # ASCII, the usual case, is checked without encoding
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 pair): "
-                                 "no text, and no UTF-8 JSON can hold it") from None
+    """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it).
+
+    Only a text that is not ASCII can: check_plain_json() asks only about those."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 pair): no "
+                             "text, and no UTF-8 JSON can hold it") from None
 
 
 # --- reading a log: lines, markers and the tail ---------------------------------------
@@ -288,16 +291,20 @@ def check_text(text: str) -> None:
 MARKER = "$marker"
 
 
+# ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
+# strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
+# Made once: json.dumps(entry, ensure_ascii=False, ...) would make one for every line.
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def encode_line(entry: Message) -> bytes:
     """One message or marker as one line of UTF-8 JSON, newline included.
 
     Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a
     set, bytes, a lone surrogate, nesting deeper than Python can encode.
     """
-    # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
-    # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        line = LINE_ENCODER.encode(entry) + "\n"
         return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(
@@ -416,18 +423,13 @@ class LogState:
     lines: list[int] = field(default_factory=list)
     # Where each entry's line ends, its "\n" included: the byte offset just after it
     ends: list[int] = field(default_factory=list)
+    # shown(), once shown_once() has worked it out
+    shown_memo: list[tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
     def messages(self) -> list[Message]:
         """The conversation: the messages the log shows (not undone), no markers."""
         return [self.entries[position] for _, position in self.shown()]
-
-    def numbered_messages(self) -> list[tuple[int, Message]]:
-        """(line number, message) for each message shown, for an error to name."""
-        return [
-            (self.lines[position], self.entries[position])
-            for _, position in self.shown()
-        ]
 
     def shown(self) -> list[tuple[int, int]]:
         """(index, position in entries) of every message not undone, in order.
@@ -447,6 +449,13 @@ class LogState:
         if not skip:
             return messages     # nothing undone, the usual case: every message is shown
         return [(index, position) for index, position in messages if index not in skip]
+
+    def shown_once(self) -> list[tuple[int, int]]:
+        """shown(), worked out once: loading a log and remembering it need it both, and
+        the state of a log as read never changes. (Not to be changed by the caller.)"""
+        if self.shown_memo is None:
+            self.shown_memo = self.shown()
+        return self.shown_memo
 
     @property
     def torn(self) -> int:
@@ -565,7 +574,7 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
         if same_size and before.st_mtime_ns == after.st_mtime_ns:
             # Nothing changed while we read: what we read is the file as `after` says
             state = parse_log(data, path)
-            remember(after, KnownLog(stamp(after), state.ends, state.shown(),
+            remember(after, KnownLog(stamp(after), state.ends, state.shown_once(),
                                      state.newline_missing))
             return data, state
         if read_all(fd, path).startswith(data):
@@ -665,8 +674,9 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     entries: list[Message] = []
     ends: list[int] = []
     start = offset = 0      # where the line starts in the text, and in the bytes
+    size = len(text)
     try:
-        while start < len(text):
+        while start < size:
             entry, stop = decode(text, start)
             if text[stop] != "\n":
                 return None     # something after the JSON: a space, a second value
@@ -1106,9 +1116,13 @@ class SessionLog:
 
     def history(self, state: LogState) -> list[Message]:
         """The messages `state` shows, each blob reference replaced by its content."""
-        return [
-            self.inline(message, line) for line, message in state.numbered_messages()
-        ]
+        shown = state.shown_once()
+        messages = [state.entries[position] for _, position in shown]
+        # Most logs hold no blob at all: then there is nothing to put back
+        if any(type(message.get("content")) is dict for message in messages):
+            lines = [state.lines[position] for _, position in shown]
+            return [self.inline(message, line) for message, line in zip(messages, lines)]
+        return messages
 
     def undo(self, count: int) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.
@@ -1138,6 +1152,8 @@ class SessionLog:
         content = message.get("content")
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
+        if len(content) * 4 <= self.blob_threshold:
+            return message  # UTF-8 takes 4 bytes a character at most: it fits, unencoded
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
