@@ -918,13 +918,14 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
     assert result["second"] == [3], (
         "the first undo's marker was never written, so nothing was undone and the next "
         f"undo should take back message 3 again; it took back {result['second']}. "
-        "Drop the indices from shown_indices only after the marker is written")
+        "Drop them from self.shown only after the marker is written")
 
 
 @pytest.mark.task("07.4")
 def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, sessions):
-    """The writer's undo reads the log through its own descriptor: if the name now
-    points to another file, the undo still takes back the writer's own messages."""
+    """The writer's undo works from what the writer keeps (self.shown, built from the
+    log it opened): if the name now points to another file, the undo still takes back
+    the writer's own messages."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
@@ -936,9 +937,34 @@ def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, se
                          encoding="utf-8")
         os.replace(decoy, sessions / "quest-1.jsonl")   # the name: 2 messages now
         taken = log.undo(1)
-    why = (", the last of the 2 messages in the file its name now points to: read the "
-           "log through the writer's own descriptor (read_all(self._fd, self.path)), "
-           "never by name again" if taken == [1] else "")
+    why = (", the last of the 2 messages in the file its name now points to: take the "
+           "indices from self.shown, which the writer built from the log it opened, "
+           "never from the file by its name" if taken == [1] else "")
     assert taken == [3], (
         "the writer's log holds 4 messages, so its undo should take back index 3; it "
         f"took back {taken}{why}")
+
+
+@pytest.mark.task("07.4")
+def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions):
+    """An undo reads no part of the log: the writer built self.shown when it opened the
+    log, and append keeps it current. Emptied behind its back (no writer would do
+    that), the log no longer says anything, and the undo still takes back the newest
+    message the writer knows, written before or after it opened."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        log.append({"role": "user", "content": "message 3"})
+        os.truncate(sessions / "quest-1.jsonl", 0)     # the writer's own file, emptied
+        try:
+            taken = log.undo(2)
+        except lesson.UndoError as error:
+            pytest.fail(f"undo(2) was refused ({error}): it read the log, which is now "
+                        "empty. Take the indices from self.shown instead: the writer "
+                        "keeps it current, so an undo reads nothing", pytrace=False)
+    assert taken == [2, 3], (
+        "the writer knows four messages (three it found, one it wrote), so undo(2) "
+        f"should take back indices 2 and 3; it took back {taken}")
