@@ -156,6 +156,7 @@ def check_session_id(session_id: str) -> str:
 # The roles a chat request may carry. A message with another role (or none) would be
 # refused by the provider with every later request, so the log refuses it first.
 ROLES = ("system", "developer", "user", "assistant", "tool")
+TEXT_ROLES = ("system", "developer", "user", "assistant")  # text is all they need
 MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
 RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
 
@@ -169,6 +170,13 @@ def check_message(message: Any) -> None:
     references, lessons 04 and 06): a message may not have them, and its content is
     text, a list of parts or null, never an object, so nothing can pose as one.
     """
+    # Most messages are {"role": ..., "content": "some text"}, for a role that needs
+    # nothing else: each check below would pass it, so it passes at once (this runs for
+    # every append and every line read).
+    if (type(message) is dict and len(message) == 2
+            and type(message.get("content")) is str
+            and message.get("role") in TEXT_ROLES):
+        return
     if not isinstance(message, dict):
         raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
     role = message.get("role")
@@ -216,8 +224,9 @@ def holds_json_object(text: str) -> bool:
     """Is `text` a JSON object, as json.loads(text) reads it?
 
     Every tool call of every line is checked with this when a log is read, so the usual
-    case, no spaces around the object, goes straight to the decoder: json.loads() would
-    first look for spaces with two regular expressions. Anything else takes json.loads().
+    case, no spaces around the object, goes straight to the decoder: json.loads()
+    would first look for spaces with two regular expressions. Anything else takes
+    json.loads().
     """
     try:
         value, end = PLAIN_JSON.raw_decode(text)
@@ -463,7 +472,7 @@ class LogState:
         return self.size - self.end
 
 
-# --- what this process knows of the logs it has read or written ------------------------
+# --- what this process knows of the logs it has read or written -----------------------
 
 
 @dataclass
@@ -473,13 +482,20 @@ class KnownLog:
     Forking a session this process has read or written then needs no second read: it
     copies the bytes up to the end of the last line kept, which `ends` says. A log's
     knowledge is kept by the file's identity (device and inode, see remember()) and is
-    used only while the file has exactly the size and modification time it had then
-    (`stamp`), the test make and rsync trust: a file changed behind the process's
-    back, or replaced, is read again.
+    used only while the file has exactly the size and modification time it had then,
+    the test make and rsync trust: a file changed behind the process's back, or
+    replaced, is read again (recall()).
+
+    One exception, for speed: a write of this process's writer leaves `mtime_ns` None
+    rather than asking the system for the new time (an fstat() a line would cost an
+    append a tenth of its time). The writer holds the session's lock, so no other
+    writer may change the file; its size is checked as always, and the time is taken
+    at the next recall() or when the writer closes.
     """
 
-    # (size, mtime_ns) of the file when this was true
-    stamp: tuple[int, int]
+    # The file's size, and its modification time (None: see above), when this was true
+    size: int
+    mtime_ns: int | None
     # Where each entry's line ends, its "\n" included (LogState.ends)
     ends: list[int]
     # (index, position) of every message shown (LogState.shown())
@@ -491,10 +507,6 @@ class KnownLog:
 # (st_dev, st_ino) -> what is known of that file; the most recently used last
 KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
 KNOWN_LOGS_KEPT = 32    # how many logs a process keeps knowing (the oldest go first)
-
-
-def stamp(status: os.stat_result) -> tuple[int, int]:
-    return status.st_size, status.st_mtime_ns
 
 
 def remember(status: os.stat_result, known: KnownLog) -> None:
@@ -510,9 +522,11 @@ def recall(fd: int) -> KnownLog | None:
     """What is known of the file open as `fd`, if it is exactly as it was then."""
     status = os.fstat(fd)
     known = KNOWN_LOGS.get((status.st_dev, status.st_ino))
-    if known is None or known.stamp != stamp(status):
+    if known is None or known.size != status.st_size:
         return None
-    return known
+    if known.mtime_ns is None:
+        known.mtime_ns = status.st_mtime_ns     # this process's writer wrote last
+    return known if known.mtime_ns == status.st_mtime_ns else None
 
 
 def read_file(path: Path) -> bytes:
@@ -574,8 +588,8 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
         if same_size and before.st_mtime_ns == after.st_mtime_ns:
             # Nothing changed while we read: what we read is the file as `after` says
             state = parse_log(data, path)
-            remember(after, KnownLog(stamp(after), state.ends, state.shown_once(),
-                                     state.newline_missing))
+            remember(after, KnownLog(after.st_size, after.st_mtime_ns, state.ends,
+                                     state.shown_once(), state.newline_missing))
             return data, state
         if read_all(fd, path).startswith(data):
             return data, parse_log(data, path)  # only appended to: a whole first part
@@ -602,7 +616,8 @@ def parse_log(data: bytes, path: Path) -> LogState:
     # Two ways to read the complete lines, one answer: the quick one reads a log as this
     # module writes it, and gives up (None) at anything else; the other goes line by
     # line, and names the line at fault.
-    entries, numbers, ends = read_lines_quickly(data, end) or read_lines(data, end, path)
+    quick = read_lines_quickly(data, end)
+    entries, numbers, ends = quick or read_lines(data, end, path)
     tail = data[end:]
     if tail:
         try:
@@ -920,9 +935,9 @@ class SessionLog:
         if self.known is not None:
             # Once the writer is open, each write adds one line (an append, an undo
             # marker): what this process knows of the log stays true (see KnownLog).
-            status = os.fstat(self._fd)
-            self.known.ends.append(status.st_size)
-            self.known.stamp = stamp(status)
+            self.known.size += len(data)
+            self.known.mtime_ns = None
+            self.known.ends.append(self.known.size)
             # A read of the same file in this process may have put its own there
             KNOWN_LOGS[self._identity] = self.known
 
@@ -965,7 +980,7 @@ class SessionLog:
             # Raises CorruptLog before anything is changed
             state = parse_log(data, self.path)
             # A repair that wrote (a newline, a marker, results) changed the log: read
-            # it again. That happens once after a crash; every other open parses it once.
+            # it again. That happens once after a crash; any other open parses it once.
             if self._repair(data, state):
                 state = parse_log(read_all(self._fd, self.path), self.path)
             self._know(state)
@@ -983,7 +998,8 @@ class SessionLog:
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)
         # The same list as self.shown: what undo and append do to it, fork sees
-        self.known = KnownLog(stamp(status), state.ends, self.shown)
+        self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
+                              self.shown)
         remember(status, self.known)
 
     def _lock(self) -> None:
@@ -1121,7 +1137,8 @@ class SessionLog:
         # Most logs hold no blob at all: then there is nothing to put back
         if any(type(message.get("content")) is dict for message in messages):
             lines = [state.lines[position] for _, position in shown]
-            return [self.inline(message, line) for message, line in zip(messages, lines)]
+            return [self.inline(message, line)
+                    for message, line in zip(messages, lines)]
         return messages
 
     def undo(self, count: int) -> list[int]:
@@ -1153,7 +1170,7 @@ class SessionLog:
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
         if len(content) * 4 <= self.blob_threshold:
-            return message  # UTF-8 takes 4 bytes a character at most: it fits, unencoded
+            return message  # UTF-8 takes 4 bytes a character at most: it fits
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
@@ -1257,6 +1274,8 @@ class SessionLog:
         try:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
+                if self.known is not None:
+                    recall(fd)      # the time of this writer's last write: see KnownLog
                 os.close(fd)
         finally:
             self._unlock()      # whatever closing the log raised
@@ -1538,8 +1557,8 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     # again: what it knows says where each line ends (see KnownLog). Else read it now.
     log = recall(fd)
     if log is None:
-        _, state = read_open_log(fd, source)
-        log = KnownLog(stamp(os.fstat(fd)), state.ends, state.shown(),
+        data, state = read_open_log(fd, source)
+        log = KnownLog(len(data), None, state.ends, state.shown(),
                        state.newline_missing)
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn
     # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
@@ -1609,7 +1628,7 @@ def copy_prefix(source: Prefix, target: int) -> None:
             if not moved:
                 break       # the file is shorter than known: the loop below says so
             done += moved
-    except (AttributeError, OSError) as error:      # no such call here, or not for these
+    except (AttributeError, OSError) as error:  # no such call here, or not for these
         refused = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
         if done or isinstance(error, OSError) and error.errno not in refused:
             raise
