@@ -432,6 +432,9 @@ class LogState:
     lines: list[int] = field(default_factory=list)
     # Where each entry's line ends, its "\n" included: the byte offset just after it
     ends: list[int] = field(default_factory=list)
+    # Every entry is a message, its content in its line: no marker (so nothing undone),
+    # no blob reference. (False when unknown.)
+    plain: bool = False
     # shown(), once shown_once() has worked it out
     shown_memo: list[tuple[int, int]] | None = field(default=None, repr=False)
 
@@ -469,6 +472,10 @@ class LogState:
     def shown_once(self) -> list[tuple[int, int]]:
         """shown(), worked out once: loading a log and remembering it need it both, and
         the state of a log as read never changes. (Not to be changed by the caller.)"""
+        if self.shown_memo is None and self.plain:
+            # No marker, so no undo: message i is entry i, and every one is shown
+            count = len(self.entries)
+            self.shown_memo = list(zip(range(count), range(count)))
         if self.shown_memo is None:
             self.shown_memo = self.shown()
         return self.shown_memo
@@ -624,22 +631,32 @@ def parse_log(data: bytes, path: Path) -> LogState:
     # module writes it, and gives up (None) at anything else; the other goes line by
     # line, and names the line at fault.
     quick = read_lines_quickly(data, end)
-    entries, numbers, ends = quick or read_lines(data, end, path)
+    entries, numbers, ends, plain = quick or read_lines(data, end, path)
+    state = LogState(entries, end=end, size=len(data), lines=numbers, ends=ends,
+                     plain=plain)
     tail = data[end:]
     if tail:
         try:
-            entries.append(parse_line(tail))
+            entry = parse_line(tail)
         except ValueError:
-            # torn: not an entry
-            return LogState(entries, end=end, size=len(data), lines=numbers, ends=ends)
+            return state        # torn: not an entry
+        entries.append(entry)
         numbers.append(data.count(b"\n") + 1)
         ends.append(len(data))
-        return LogState(entries, end=len(data), size=len(data), newline_missing=True,
-                        lines=numbers, ends=ends)
-    return LogState(entries, end=end, size=len(data), lines=numbers, ends=ends)
+        state.end = len(data)
+        state.newline_missing = True
+        state.plain = plain and is_plain(entry)
+    return state
 
 
-Lines = tuple[list[Message], list[int], list[int]]   # entries, line numbers, ends
+# The entries of a log's complete lines, their line numbers, where their lines end, and
+# whether they are all plain (is_plain)
+Lines = tuple[list[Message], list[int], list[int], bool]
+
+
+def is_plain(entry: Message) -> bool:
+    """Is this entry a message whose content is in its line (no marker, no blob)?"""
+    return MARKER not in entry and type(entry.get("content")) is not dict
 
 
 def read_lines(data: bytes, end: int, path: Path) -> Lines:
@@ -661,7 +678,7 @@ def read_lines(data: bytes, end: int, path: Path) -> Lines:
             numbers.append(number)
             ends.append(offset + len(line) + 1)
         offset += len(line) + 1
-    return entries, numbers, ends
+    return entries, numbers, ends, all(map(is_plain, entries))
 
 
 def read_lines_quickly(data: bytes, end: int) -> Lines | None:
@@ -695,20 +712,28 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     decode = STRICT_JSON.raw_decode
     entries: list[Message] = []
     ends: list[int] = []
+    plain = True
     start = offset = 0      # where the line starts in the text, and in the bytes
     size = len(text)
+    ascii = text.isascii()
     try:
         while start < size:
             entry, stop = decode(text, start)
             if text[stop] != "\n":
                 return None     # something after the JSON: a space, a second value
             entries.append(check_entry(entry))
-            offset = data.index(b"\n", offset) + 1
+            # Checked here, while the entry is at hand: a later pass over all of them
+            # would cost a tenth of the whole read
+            if plain and not is_plain(entry):
+                plain = False
+            # Where the line ends in the bytes: where it does in the text if all is
+            # ASCII, else at least as far on (a character takes 1 to 4 bytes)
+            offset = stop + 1 if ascii else data.index(b"\n", offset + stop - start) + 1
             ends.append(offset)
             start = stop + 1
     except (ValueError, RecursionError):   # a line that is not JSON, or no message
         return None
-    return entries, list(range(1, len(entries) + 1)), ends
+    return entries, list(range(1, len(entries) + 1)), ends, plain
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
@@ -1139,14 +1164,12 @@ class SessionLog:
 
     def history(self, state: LogState) -> list[Message]:
         """The messages `state` shows, each blob reference replaced by its content."""
+        if state.plain:
+            # The usual log: every entry is a message, shown, with its content
+            return list(state.entries)
         shown = state.shown_once()
-        messages = [state.entries[position] for _, position in shown]
-        # Most logs hold no blob at all: then there is nothing to put back
-        if any(type(message.get("content")) is dict for message in messages):
-            lines = [state.lines[position] for _, position in shown]
-            return [self.inline(message, line)
-                    for message, line in zip(messages, lines)]
-        return messages
+        return [self.inline(state.entries[position], state.lines[position])
+                for _, position in shown]
 
     def undo(self, count: int) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.

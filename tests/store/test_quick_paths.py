@@ -273,7 +273,7 @@ def test_the_quick_load_accepts_nothing_the_line_by_line_load_refuses(store, odd
             f"{caught.value} / {slow}")
     else:
         state = store.parse_log(data, Path("quest.jsonl"))
-        assert (state.entries, state.lines, state.ends) == slow
+        assert (state.entries, state.lines, state.ends, state.plain) == slow
 
 
 FRAGMENTS = [b'{"role": "user", "content": "', b'"}', b'{"$marker": "undo", "skip": [',
