@@ -509,11 +509,16 @@ class KnownLog:
     shown: list[tuple[int, int]]
     # The last entry is complete, but its "\n" was never written
     newline_missing: bool = False
+    # How many messages the log holds, undone ones included (None: not worked out)
+    message_count: int | None = None
+    # Known to end whole, with no tool call left open: a new writer has nothing to
+    # repair, so it may start from this instead of reading the log (SessionLog._open)
+    settled: bool = False
 
 
 # (st_dev, st_ino) -> what is known of that file; the most recently used last
 KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
-KNOWN_LOGS_KEPT = 32    # how many logs a process keeps knowing (the oldest go first)
+KNOWN_LOGS_KEPT = 8     # how many logs a process keeps knowing (the oldest go first)
 
 
 def remember(status: os.stat_result, known: KnownLog) -> None:
@@ -595,8 +600,13 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
         if same_size and before.st_mtime_ns == after.st_mtime_ns:
             # Nothing changed while we read: what we read is the file as `after` says
             state = parse_log(data, path)
-            remember(after, KnownLog(after.st_size, after.st_mtime_ns, state.ends,
-                                     state.shown_once(), state.newline_missing))
+            known = KnownLog(after.st_size, after.st_mtime_ns, state.ends,
+                             state.shown_once(), state.newline_missing)
+            if state.plain:     # no marker: every entry is a message, the last one too
+                known.message_count = len(state.entries)
+                known.settled = not state.torn and not state.newline_missing and (
+                    not state.entries or leaves_no_call_open(state.entries[-1]))
+            remember(after, known)
             return data, state
         if read_all(fd, path).startswith(data):
             return data, parse_log(data, path)  # only appended to: a whole first part
@@ -645,6 +655,12 @@ def parse_log(data: bytes, path: Path) -> LogState:
 # The entries of a log's complete lines, their line numbers, where their lines end, and
 # whether they are all plain (is_plain)
 Lines = tuple[list[Message], list[int], list[int], bool]
+
+
+def leaves_no_call_open(last: Message) -> bool:
+    """Does a log whose last message is `last` surely have no tool call unanswered?
+    (A tool result may answer only some of the calls: not surely.)"""
+    return last.get("role") != "tool" and not last.get("tool_calls")
 
 
 def is_plain(entry: Message) -> bool:
@@ -899,7 +915,7 @@ class SessionLog:
         if self._fd is None:
             if self.path.exists():
                 # The log as the repair read it: parsed once
-                return self.history(self._open())
+                return self.history(self._open(for_history=True))
             self._found_no_log = True
         return self.load()
 
@@ -918,6 +934,8 @@ class SessionLog:
         # Shown, with its index as written, at the position of the line just written
         self.shown.append((self.message_count, len(self.known.ends) - 1))
         self.message_count += 1
+        self.known.message_count = self.message_count
+        self.known.settled = leaves_no_call_open(message)
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -963,14 +981,17 @@ class SessionLog:
             self.known.size += len(data)
             self.known.mtime_ns = None
             self.known.ends.append(self.known.size)
+            self.known.settled = False      # until append() says otherwise
             # A read of the same file in this process may have put its own there
             KNOWN_LOGS[self._identity] = self.known
 
-    def _open(self) -> LogState:
+    def _open(self, for_history: bool = False) -> LogState | None:
         """Become the writer: take the lock, open the log to append, repair its tail.
 
         Returns the log's entries as this writer leaves them, so that a resume need not
-        read and parse the whole log a second time.
+        read and parse the whole log a second time. Unless they are asked for, a log
+        this process knows as it is now (see KnownLog), with nothing to repair, is not
+        read at all: the writer starts from what is known, and returns None.
         """
         make_folder(self.folder, self.durable)
         self.known = None       # the log may have changed since this object last wrote
@@ -1000,6 +1021,12 @@ class SessionLog:
             self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
+            known = None if for_history else recall(self._fd)
+            if known is not None and known.settled and known.message_count is not None:
+                # Parsed whole by this process (no corrupt line), unchanged since, and
+                # ending whole with no call open: a read would find nothing to repair.
+                self._know_from(known)
+                return None
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
@@ -1022,9 +1049,21 @@ class SessionLog:
         self.message_count = sum(MARKER not in entry for entry in state.entries)
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)
-        # The same list as self.shown: what undo and append do to it, fork sees
+        # The same list as self.shown: what undo and append do to it, fork sees. The
+        # repair has just answered every call left open.
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
-                              self.shown)
+                              self.shown, message_count=self.message_count,
+                              settled=True)
+        remember(status, self.known)
+
+    def _know_from(self, known: KnownLog) -> None:
+        """Start from what this process knows of the log, as _know() from a read."""
+        self.shown = list(known.shown)      # this writer's own, as append changes it
+        self.message_count = known.message_count
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
+                              message_count=self.message_count, settled=True)
         remember(status, self.known)
 
     def _lock(self) -> None:

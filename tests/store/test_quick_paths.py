@@ -306,3 +306,79 @@ def test_the_quick_load_reads_an_ordinary_log(store, tmp_path):
     quick, slow = both_readers(store, data)
     assert quick is not None, "the quick reader gave up on an ordinary log"
     assert quick == slow
+
+
+# --- a new writer: no read of a log the process knows, with nothing to repair ----------
+
+
+def reads_during(store, monkeypatch, action) -> list[str]:
+    """The module's readers called while `action` runs."""
+    reads: list[str] = []
+    for name in ("read_all", "parse_log", "read_open_log"):
+        real = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda *a, _n=name, _r=real, **k:
+                            reads.append(_n) or _r(*a, **k))
+    try:
+        action()
+    finally:
+        monkeypatch.undo()
+    return reads
+
+
+def test_a_new_writer_of_a_log_the_process_knows_reads_nothing(store, tmp_path, monkeypatch):
+    """A log this process wrote (or loaded), unchanged since, ending with no call open:
+    a new writer's append or undo starts from what is known, reads nothing, and writes
+    what a writer that read the log would write."""
+    folder = tmp_path / "sessions"
+    with store.SessionLog(folder, "quest") as log:
+        for message in TURN:
+            log.append(message)
+
+    def append_and_undo():
+        with store.SessionLog(folder, "quest") as log:
+            log.append({"role": "user", "content": "And the guard?"})
+        with store.SessionLog(folder, "quest") as log:
+            assert log.undo(1) == [4]
+    assert reads_during(store, monkeypatch, append_and_undo) == []
+    assert store.SessionLog(folder, "quest").load() == TURN
+    store.KNOWN_LOGS.clear()
+    with store.SessionLog(folder, "quest") as log:      # read this time: the same answer
+        assert log.undo(1) == [3]
+
+
+def test_a_new_writer_reads_a_log_left_with_a_call_open_and_repairs_it(store, tmp_path,
+                                                                      monkeypatch):
+    """The last message written is a call with no result: a new writer in the same
+    process does not trust what it knows, reads the log and repairs it."""
+    folder = tmp_path / "sessions"
+    with store.SessionLog(folder, "quest") as log:
+        for message in TURN[:2]:
+            log.append(message)
+    with store.SessionLog(folder, "quest") as log:
+        log.append({"role": "user", "content": "Hello?"})
+        assert log.repaired is not None, "the call left open should have been repaired"
+    shown = store.SessionLog(folder, "quest").load()
+    assert shown[2]["role"] == "tool" and shown[2]["tool_call_id"] == "call_1", shown
+
+
+def test_a_new_writer_refuses_a_log_damaged_behind_the_process(store, tmp_path):
+    """A log the process knows, then damaged in place (same size, a later mtime): a new
+    writer reads it again, and refuses it with CorruptLog naming the line, writing
+    nothing."""
+    folder = tmp_path / "sessions"
+    path = folder / "quest.jsonl"
+    with store.SessionLog(folder, "quest") as log:
+        for message in TURN:
+            log.append(message)
+    before = os.stat(path)
+    data = path.read_bytes()
+    damaged = data.replace(b'"role": "tool"', b'"role": "t00l"')
+    assert len(damaged) == len(data)
+    path.write_bytes(damaged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    with raises(store.CorruptLog, "a log damaged behind the process's back was written "
+                "to by a writer that trusted what it knew") as caught:
+        with store.SessionLog(folder, "quest") as log:
+            log.append({"role": "user", "content": "Hello?"})
+    assert "line 3" in str(caught.value), caught.value
+    assert path.read_bytes() == damaged
