@@ -1684,15 +1684,16 @@ def copy_prefix(source: Prefix, target: int) -> None:
     the system has no such call, or it refuses these two files, read and write.
     """
     done = 0
+    kernel_copy = getattr(os, "copy_file_range", None)     # Linux (and FreeBSD) only
     try:
-        while done < source.length:
-            moved = os.copy_file_range(source.fd, target, source.length - done, done)
+        while kernel_copy is not None and done < source.length:
+            moved = kernel_copy(source.fd, target, source.length - done, done)
             if not moved:
                 break       # the file is shorter than known: the loop below says so
             done += moved
-    except (AttributeError, OSError) as error:  # no such call here, or not for these
+    except OSError as error:    # not for these two files (or this kernel): read, write
         refused = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
-        if done or isinstance(error, OSError) and error.errno not in refused:
+        if done or error.errno not in refused:
             raise
     while done < source.length:
         chunk = os.pread(source.fd, min(source.length - done, 1 << 20), done)
