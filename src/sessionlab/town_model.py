@@ -95,6 +95,7 @@ def _advised_items(history: list[dict[str, Any]]) -> list[str]:
 
 def _recall(history: list[dict[str, Any]]) -> str:
     talks = [text for name, text in _tool_results(history) if name == "talk_to"]
+    talks = talks or _summarised_talks(history)     # lesson 08: after a compaction
     if not talks:
         return "I don't remember talking to anyone. (Is this a new conversation?)"
     return "Here is what we heard: " + " ".join(talks)
@@ -105,3 +106,18 @@ def _belongings(history: list[dict[str, Any]]) -> str:
     if not bought:
         return "As far as I remember, we have not bought anything yet."
     return "From what I remember: " + " ".join(bought)
+
+
+# --- lesson 08: remembering through a summary ---------------------------------------------
+
+SAID = re.compile(r"The (?:" + "|".join(re.escape(npc) for npc in NPCS) + r") says: [^\n]*")
+
+
+def _summarised_talks(history: list[dict[str, Any]]) -> list[str]:
+    """What people said, as far as a compaction's summary still tells it.
+
+    After a compaction the tool results are gone from the request; the summary (a user
+    message) may still quote them, and a model reads it like any other message.
+    """
+    return [said for message in history if message["role"] == "user"
+            for said in SAID.findall(_text(message))]
