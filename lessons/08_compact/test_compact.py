@@ -170,6 +170,10 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
     assert sent == expected, (
         f"the request after the compaction carried {len(sent)} messages: only the "
         "system prompt, the summary and the turn in progress should be there")
+    asked = " ".join(m["content"] for m in model.summary_requests[0]["messages"])
+    assert newest["content"] not in asked, (
+        "the summary request carried the newest user message, which the request keeps "
+        "as it is: summarise only the messages before the boundary")
 
 
 @pytest.mark.key
@@ -342,6 +346,8 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         assert log.compact("all of it", keep=0) == 4, (
             "compact(keep=0) keeps no message: 'upto' is the number of messages (4)")
         assert log.compact("all but the last", keep=1) == 3
+        assert log.compact("none of it", keep=4) == 0, (
+            "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
 
 
 # --- reading it back ------------------------------------------------------------------
@@ -385,14 +391,25 @@ def test_a_compaction_marker_naming_messages_written_after_it_is_ignored(lesson,
             for k in range(4)]
     lines = [said[0], said[1], {"$marker": "compaction", "summary": "ahead", "upto": 3},
              {"$marker": "compaction", "summary": "behind", "upto": -1}, *said[2:]]
-    (sessions / "quest-1.jsonl").write_text(
-        "".join(json.dumps(line) + "\n" for line in lines))
+    path = sessions / "quest-1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     agent, model, log = open_agent(lesson, sessions)
     with log:
         assert agent.view() == [{"role": "system", "content": SYSTEM}, *said], (
             "a compaction marker with 'upto' 3 written after two messages (or with "
             "'upto' -1) names messages it cannot have summarised: the request should "
             "be the whole conversation")
+    system = {"role": "system", "content": SYSTEM}
+    for upto, kept in ((0, said), (4, [])):
+        marker = {"$marker": "compaction", "summary": f"upto {upto}", "upto": upto}
+        path.write_text("".join(json.dumps(line) + "\n" for line in [*said, marker]))
+        agent, model, log = open_agent(lesson, sessions)
+        with log:
+            summary = {"role": "user", "content": lesson.SUMMARY_INTRO + f"upto {upto}"}
+            assert agent.view() == [system, summary, *kept], (
+                f"a compaction marker with 'upto' {upto} after four messages is one "
+                f"the store can write (it keeps {len(kept)} of them): the request "
+                f"should be the summary and those {len(kept)}")
 
 
 @pytest.mark.key
@@ -523,6 +540,44 @@ def test_a_repair_after_a_compaction_keeps_the_compaction(lesson, sessions):
 
 
 # --- the budget's limits ------------------------------------------------------------
+
+
+@pytest.mark.task("08.3")
+def test_a_request_exactly_at_the_budget_is_sent_before_and_after_a_compaction(
+        lesson, sessions):
+    """The budget is the largest request allowed: one of exactly that size is sent
+    as it is, and so is a compacted one of exactly that size."""
+    script = day(1)[1] + day(2)[1]
+    agent, model, log = open_agent(lesson, sessions, script, budget=None,
+                                   session_id="measure")
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+    exact = size_of(lesson, model.requests[-1])
+    agent, model, log = open_agent(lesson, sessions, script, budget=exact)
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+    assert not model.summary_requests, (
+        f"a request of {exact} tokens, exactly the budget, was compacted: the budget "
+        "is the largest request allowed, not one more than it")
+
+    paste = "A long letter from the mayor. " * 12
+    after = [{"role": "system", "content": SYSTEM},
+             {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"},
+             {"role": "user", "content": paste}]
+    budget = size_of(lesson, {"messages": after, "tools": TOOL_SCHEMAS})
+    agent, model, log = open_agent(lesson, sessions, script + [say("Noted.")],
+                                   budget=budget, session_id="quest-2")
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        try:
+            agent.run(paste)
+        except lesson.ContextOverflow as error:
+            pytest.fail(f"a compacted request of exactly the budget ({budget} tokens) "
+                        f"was refused: {error}", pytrace=False)
+    assert model.requests[-1]["messages"] == after
 
 
 @pytest.mark.key
