@@ -313,19 +313,26 @@ def is_summary_request(body: dict[str, Any]) -> bool:
 
 
 def scripted_summary(body: dict[str, Any]) -> str:
-    """A deterministic summary: the conversation's last lines, each cut short.
+    """A deterministic summary: what the tools said (the facts), then the newest lines.
 
-    The same request always gets the same summary, and a summary never grows past
-    SUMMARY_LINES lines, however many times it is summarised again.
+    The same request always gets the same summary. What tools returned (who said what,
+    what was bought) is kept before anything else, as a real summary would keep it; a
+    summary never grows past SUMMARY_LINES lines, each cut short, however many times it
+    is summarised again.
     """
     text = "\n".join(message["content"] for message in body["messages"]
                      if message.get("role") == "user" and isinstance(message.get("content"), str))
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    kept = [line if len(line) <= SUMMARY_LINE_CHARS else line[:SUMMARY_LINE_CHARS - 3] + "..."
-            for line in lines[-SUMMARY_LINES:]]
-    dropped = len(lines) - len(kept)
+    lines: list[str] = []
+    for line in text.splitlines():
+        line = line.strip().removeprefix("- ")
+        if line and not line.startswith("Summary of ") and line not in lines:
+            lines.append(line if len(line) <= SUMMARY_LINE_CHARS
+                         else line[:SUMMARY_LINE_CHARS - 3] + "...")
+    facts = [line for line in lines if line.startswith("[tool]")][-(SUMMARY_LINES // 2):]
+    rest = [line for line in lines if line not in facts][-(SUMMARY_LINES - len(facts)):]
+    kept = [line for line in lines if line in facts or line in rest]
     head = f"Summary of {len(lines)} line(s) of conversation" + (
-        f" (the {dropped} oldest left out)" if dropped else "") + ":"
+        f" ({len(lines) - len(kept)} left out)" if len(kept) < len(lines) else "") + ":"
     return "\n".join([head, *(f"- {line}" for line in kept)])
 
 
