@@ -1252,10 +1252,10 @@ def estimate_tokens(value: Any) -> int:
     """About how many tokens `value` costs a model: the bytes of its JSON, / 4.
 
     Every model has its own tokenizer, and the exact count is only known once the
-    server answers. Four bytes a token is the usual rule of thumb for English text; JSON
-    counts the roles, ids and quotes the server tokenizes too. It underestimates text in
-    scripts of several bytes a character less than it seems (Chinese is about one
-    token a character, three bytes): `reply_room` is the margin.
+    server answers. Four bytes a token is the usual rule of thumb for English text; the
+    JSON counts the roles, ids and quotes the server tokenizes too. It counts low for
+    scripts of three bytes a character: Chinese runs about a token a character, which
+    bytes / 4 counts as three quarters of one. `reply_room` is the margin.
     """
     data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return (len(data) + 3) // 4
