@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not (REPO / "solutions" / "08_compact").is_dir()
                                 reason="lesson 08 is not in the course yet")
 
 # A long day in town: more than a budget of 1300 tokens holds.
+QUEST = "ask the elder about the cave\n"
 LONG_DAY = ("ask the elder about the cave\nbuy a torch\nask the guard\nwhat did the elder say?\n"
             "buy a rope\nask the daughter\nwhat did the elder say?\nwhat do we have?\n")
 
@@ -39,6 +40,9 @@ def messages(path):
 
 
 def test_a_long_chat_compacts_visibly_and_the_log_keeps_every_message(cli, compact_course, sessions):
+    """A chat longer than its budget compacts, says so in one line, still recalls what the
+    elder said through the summary, and keeps every message in the log; show draws the
+    boundary, the fork tree counts the compaction, and a resumed chat says where requests start."""
     run = chat(cli, compact_course, sessions, "--budget", "1300", input=LONG_DAY)
     assert run.status == 0, run.text
     assert "requests within 1300 estimated tokens" in run.out
@@ -61,6 +65,8 @@ def test_a_long_chat_compacts_visibly_and_the_log_keeps_every_message(cli, compa
 
 
 def test_compact_by_hand_and_with_nothing_to_compact(cli, compact_course, sessions):
+    """`/compact` summarises all but the newest turn (one marker, upto 4 after two turns), and
+    says "nothing to compact" when the newest turn already starts the request."""
     run = chat(cli, compact_course, sessions, input="/compact\n" + QUEST + "/compact\nbuy a torch\n/compact\n/help\n")
     assert run.status == 0, run.text
     assert "requests within 4096 estimated tokens" in run.out, "the default budget"
@@ -72,10 +78,10 @@ def test_compact_by_hand_and_with_nothing_to_compact(cli, compact_course, sessio
     assert [m["upto"] for m in markers] == [4]
 
 
-QUEST = "ask the elder about the cave\n"
-
 
 def test_a_turn_over_the_budget_is_one_line_and_the_chat_goes_on(cli, compact_course, sessions):
+    """A message too large for the budget by itself is refused in one line with what to do,
+    no traceback, and the chat goes on: /undo takes it back and the quest continues."""
     run = chat(cli, compact_course, sessions, "--budget", "1000",
                input="tell me about " + "the long road north and " * 60 + "\n" + "/undo\n" + QUEST)
     assert run.status == 0, run.text
@@ -85,6 +91,8 @@ def test_a_turn_over_the_budget_is_one_line_and_the_chat_goes_on(cli, compact_co
 
 
 def test_budget_is_refused_for_a_lesson_that_cannot_compact(cli, compact_course, sessions):
+    """`--budget` with lesson 07's code is refused before anything is written, and `/compact`
+    there says the agent cannot compact."""
     run = chat(cli, compact_course, sessions, "--budget", "100", input=QUEST, lesson="07")
     assert run.status == 1
     assert "compaction arrives in lesson 08" in run.err and "Traceback" not in run.text
@@ -94,6 +102,7 @@ def test_budget_is_refused_for_a_lesson_that_cannot_compact(cli, compact_course,
 
 
 def test_a_negative_budget_is_refused_in_one_line(cli, compact_course, sessions):
+    """`--budget -5` is refused in one line; `--budget 0` means no budget, and says so."""
     run = chat(cli, compact_course, sessions, "--budget", "-5", input=QUEST)
     assert run.status == 1 and "a budget is a number of tokens, 0 or more" in run.err, run.text
     off = chat(cli, compact_course, sessions, "--budget", "0", input=QUEST)
