@@ -17,8 +17,8 @@ from rich.text import Text
 
 from .ui import Ui
 
-# Ollama runs a model with a window of 4096 tokens unless told otherwise (its num_ctx),
-# and quietly drops the start of a longer request: the budget the chat assumes by default.
+# Ollama has long run a model with a small window unless told otherwise (its num_ctx:
+# 2048 tokens, later 4096) and cuts the start of a longer prompt: the chat assumes 4096.
 DEFAULT_BUDGET = 4096
 OVERFLOW_HINT = ("take the turn back with /undo, or chat again with a larger --budget: the "
                  "log keeps every message")
