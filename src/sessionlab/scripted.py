@@ -14,6 +14,7 @@ for the command line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -291,6 +292,50 @@ def _check_tool_call(tool_call: Any, where: str) -> None:
         )
 
 
+# --- summaries (lesson 08) ----------------------------------------------------------------
+# A compaction asks the model for a summary: a request with no tools whose system message
+# asks to summarise the conversation (lesson 08's SUMMARY_PROMPT does). The scripted model
+# answers it itself, without taking a step of the script, so a test's script holds only
+# the quest's turns; `ScriptedModel(summarise=...)` answers it another way.
+
+SUMMARY_REQUEST = re.compile(r"\bsummari[sz]e the conversation\b", re.IGNORECASE)
+SUMMARY_LINES = 12          # the scripted summary keeps at most this many lines ...
+SUMMARY_LINE_CHARS = 160    # ... each at most this long: summaries of summaries stay small
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Is this request a compaction's call for a summary (no tools, the instruction)?"""
+    if body.get("tools"):
+        return False
+    return any(message.get("role") == "system" and isinstance(message.get("content"), str)
+               and SUMMARY_REQUEST.search(message["content"])
+               for message in body["messages"] if isinstance(message, dict))
+
+
+def scripted_summary(body: dict[str, Any]) -> str:
+    """A deterministic summary: what the tools said (the facts), then the newest lines.
+
+    The same request always gets the same summary. What tools returned (who said what,
+    what was bought) is kept before anything else, as a real summary would keep it; a
+    summary never grows past SUMMARY_LINES lines, each cut short, however many times it
+    is summarised again.
+    """
+    text = "\n".join(message["content"] for message in body["messages"]
+                     if message.get("role") == "user" and isinstance(message.get("content"), str))
+    lines: list[str] = []
+    for line in text.splitlines():
+        line = line.strip().removeprefix("- ")
+        if line and not line.startswith("Summary of ") and line not in lines:
+            lines.append(line if len(line) <= SUMMARY_LINE_CHARS
+                         else line[:SUMMARY_LINE_CHARS - 3] + "...")
+    facts = [line for line in lines if line.startswith("[tool]")][-(SUMMARY_LINES // 2):]
+    rest = [line for line in lines if line not in facts][-(SUMMARY_LINES - len(facts)):]
+    kept = [line for line in lines if line in facts or line in rest]
+    head = f"Summary of {len(lines)} line(s) of conversation" + (
+        f" ({len(lines) - len(kept)} left out)" if len(kept) < len(lines) else "") + ":"
+    return "\n".join([head, *(f"- {line}" for line in kept)])
+
+
 # --- the model -------------------------------------------------------------------------
 
 
@@ -308,6 +353,8 @@ class ScriptedModel:
     requests: list[dict[str, Any]] = field(default_factory=list)
     observations: list[Any] = field(default_factory=list)
     _observers: list[Callable[[dict[str, Any]], Any]] = field(default_factory=list, repr=False)
+    # Answers a compaction's summary request (lesson 08); None sends it to the script.
+    summarise: Callable[[dict[str, Any]], str] | None = scripted_summary
     _replies: int = 0
 
     def __post_init__(self) -> None:
@@ -332,6 +379,12 @@ class ScriptedModel:
         self._observers.append(observer)
 
     @property
+    def summary_requests(self) -> list[dict[str, Any]]:
+        """The requests that asked for a summary (lesson 08), in order."""
+        return [request for request in self.requests
+                if isinstance(request.get("messages"), list) and is_summary_request(request)]
+
+    @property
     def messages_sent(self) -> list[list[dict[str, Any]]]:
         """The `messages` list of every request, in order."""
         return [request["messages"] for request in self.requests]
@@ -348,6 +401,8 @@ class ScriptedModel:
         self.requests.append(body)
         for observer in self._observers:
             self.observations.append(observer(body))
+        if self.summarise is not None and is_summary_request(body):   # lesson 08
+            return 200, self._completion(say(self.summarise(body)), body)
         step = self._next_step(body)
         while callable(step):
             step = step(body)

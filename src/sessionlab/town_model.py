@@ -95,6 +95,8 @@ def _advised_items(history: list[dict[str, Any]]) -> list[str]:
 
 def _recall(history: list[dict[str, Any]]) -> str:
     talks = [text for name, text in _tool_results(history) if name == "talk_to"]
+    summarised = _summarised(history, SAID)    # lesson 08: after a compaction
+    talks = _once_each(summarised + talks) if summarised else talks
     if not talks:
         return "I don't remember talking to anyone. (Is this a new conversation?)"
     return "Here is what we heard: " + " ".join(talks)
@@ -102,6 +104,38 @@ def _recall(history: list[dict[str, Any]]) -> str:
 
 def _belongings(history: list[dict[str, Any]]) -> str:
     bought = [text for name, text in _tool_results(history) if name == "buy" and text.startswith("You bought")]
+    bought = _summarised(history, BOUGHT) + bought   # lesson 08: after a compaction
     if not bought:
         return "As far as I remember, we have not bought anything yet."
     return "From what I remember: " + " ".join(bought)
+
+
+# --- lesson 08: remembering through a summary ---------------------------------------------
+
+SAID = re.compile(r"The (?:" + "|".join(re.escape(npc) for npc in NPCS) + r") says: [^\n]*")
+BOUGHT = re.compile(r"You bought an? \w+ for \d+ gold\.")
+
+
+def _summarised(history: list[dict[str, Any]], fact: re.Pattern) -> list[str]:
+    """The facts a compaction's summary still tells (who said what, what was bought).
+
+    After a compaction the older tool results are gone from the request; the summary (a
+    user message) may quote them, and a model reads it like any other message.
+    """
+    found: list[str] = []
+    for message in history:
+        if message["role"] == "user":
+            for said in fact.findall(_text(message)):
+                if said not in found:
+                    found.append(said)
+    return found
+
+
+def _once_each(talks: list[str]) -> list[str]:
+    """Each person's words once (a summary quotes them again, or cut short)."""
+    speakers: dict[str, str] = {}
+    for said in talks:
+        speaker = said.split(":", 1)[0]
+        if len(said) > len(speakers.get(speaker, "")):
+            speakers[speaker] = said
+    return list(speakers.values())

@@ -27,7 +27,8 @@ from .conftest import REPO, STARTER
 QUEST = "ask the elder about the cave\n"
 
 
-ALL = ["00_memory", "01_append", "02_load", "03_fork", "04_repair", "05_lock", "06_blobs", "07_undo"]
+ALL = ["00_memory", "01_append", "02_load", "03_fork", "04_repair", "05_lock", "06_blobs", "07_undo",
+       "08_compact"]
 LESSONS = [name for name in ALL if (REPO / "lessons" / name / "lesson.toml").exists()
            and (REPO / "solutions" / name / "agent.py").exists()]
 RESUMING = [name for name in LESSONS if name >= "02"]

@@ -528,3 +528,27 @@ def test_a_blob_over_2_gib_is_stored_whole(store, tmp_path, child):
     finally:
         for blob in (folder / "blobs").glob("*"):
             blob.unlink()
+
+
+def test_a_compaction_marker_torn_by_a_crash_is_cut_and_the_session_compacts_again(store,
+                                                                                  tmp_path):
+    """A crash while the compaction marker was being written leaves half a line: the next
+    writer cuts it like any torn tail (lesson 04), finds no compaction, and the next request
+    over the budget summarises again; every message is still there."""
+    if not hasattr(store.SessionLog, "compact"):
+        pytest.skip("this store has no compaction (it arrives in lesson 08)")
+    said = [{"role": "user", "content": f"day {k}"} if k % 2 == 0 else
+            {"role": "assistant", "content": f"rest {k}"} for k in range(10)]
+    path = tmp_path / "quest.jsonl"
+    marker = line({"$marker": "compaction", "summary": "half", "upto": 8})
+    path.write_bytes(b"".join(map(line, said)) + marker[:len(marker) // 2])
+    model = ScriptedModel([say("Onward.")], summarise=lambda body: "again")
+    with store.SessionLog(tmp_path, "quest") as log:
+        agent = store.Agent(model.client(), model=MODEL_NAME, tools=Town(), session=log,
+                            budget=10**6)
+        assert agent.messages == said and agent.compaction is None
+        assert agent.compact() is True
+    with store.SessionLog(tmp_path, "quest") as log:
+        assert log.load() == said
+        assert log.compacted == store.Compaction("again", 8)
+    assert len(model.summary_requests) == 1

@@ -98,3 +98,30 @@ def test_undo_then_resume_equals_the_history_without_the_undone_turns(store, scr
         with store.SessionLog(folder, "law") as log:
             resumed = store.Agent(None, model="scripted", tools=Town(), session=log).messages
         assert resumed == [m for t in kept for m in t]
+
+
+# --- lesson 08: compaction is a view ------------------------------------------------------
+
+@SETTINGS
+@given(history=messages, later=messages, data=st.data())
+def test_a_compaction_changes_no_message_and_a_resume_reads_the_same_boundary(store, history, later,
+                                                                              data):
+    """Whatever the log holds, a compaction marker changes no byte written before it and no
+    message load() returns, and a new reader finds the boundary the writer recorded, with
+    the messages appended after it kept after it."""
+    if not hasattr(store.SessionLog, "compact"):
+        pytest.skip("this store has no compaction (it arrives in lesson 08)")
+    keep = data.draw(st.integers(min_value=0, max_value=len(history)))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "law.jsonl"
+        with store.SessionLog(folder, "law") as log:
+            for item in history:
+                log.append(item)
+            before = path.read_bytes()
+            assert log.compact("the summary", keep) == len(history) - keep
+            for item in later:
+                log.append(item)
+        assert path.read_bytes().startswith(before)
+        with store.SessionLog(folder, "law") as log:
+            assert log.load() == history + later
+            assert log.compacted == store.Compaction("the summary", len(history) - keep)

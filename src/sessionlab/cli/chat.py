@@ -37,7 +37,7 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..town import Town
-from . import connect, replies, show, world
+from . import compaction, connect, replies, show, world
 from .doctor import ollama_url
 from .runner import Runner
 from .ui import Ui
@@ -307,6 +307,7 @@ def lesson_error(error: BaseException, module: ModuleType, session_id: str | Non
         "SessionExists": "pick another name for the new session",
         "WriterStopped": f"run `sessionlab chat {session_id}` again: it resumes from what the log "
                          "really holds, and nothing is written twice",
+        "ContextOverflow": compaction.OVERFLOW_HINT,
     }
     return ChatError(f"{name}: {error}", hints.get(name, f"`sessionlab show {session_id} --sessions {folder}`"))
 
@@ -514,7 +515,7 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     choice = choose_model(args)
     folder = Path(args.sessions)
     printer = Printer(ui, echo_user=not interactive, tool_names=set(Town().functions))
-    agent_class = showing(module.Agent, printer)
+    agent_class = compaction.announcing(showing(module.Agent, printer), ui)   # lesson 08
     where = "yours" if side == "lesson" else "the reference"
     ui.out.print(Text.assemble(("Session Lab chat", "bold magenta"), "  lesson ", (lesson.number, "bold"),
                                f" ({where}: {'lessons' if side == 'lesson' else 'solutions'}/{lesson.name}/agent.py)"))
@@ -524,6 +525,10 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     if interactive:
         choice.client.waiting = lambda: working(ui, "the model is working (Ctrl-C stops it)")
     options: dict[str, Any] = {"model": choice.name, "system": args.system, "max_turns": args.max_turns}
+    try:
+        options.update(compaction.agent_options(args, module.Agent, lesson.number))  # lesson 08
+    except ValueError as error:
+        raise ChatError(str(error)) from None
     opened = open_session(args, ui, module, lesson, agent_class, choice, options, folder)
     agent, log, session_id = opened.agent, opened.log, opened.session_id
     for message in agent.messages:      # the calls a resumed session made before this chat
@@ -586,6 +591,7 @@ def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: L
             raise
         raise explained from None
     describe_session(ui, module, lesson, opened)
+    compaction.describe(opened.agent, ui)      # lesson 08: the budget, a compaction found
     if resumed:
         ui.out.print(Text(f"the town: {town.gold} gold, items: {', '.join(town.inventory) or 'none'} "
                           f"(kept in {world.town_path(folder, opened.session_id)})", style="dim"))
@@ -705,6 +711,9 @@ def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interacti
             if type(error).__name__ == "MaxTurnsExceeded":
                 ui.error(f"{error}", "ask for something simpler, or raise --max-turns")
                 continue
+            if type(error).__name__ == "ContextOverflow":    # lesson 08: the chat goes on
+                ui.error(f"{error}", compaction.OVERFLOW_HINT)
+                continue
             explained = lesson_error(error, module, session_id, folder)
             if explained is None:
                 place = where_in(error, getattr(module, "__file__", None))
@@ -739,6 +748,7 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
         ui.out.print("/history  the conversation so far\n/town     the town's gold and items, kept beside the session "
                      "(the world, not the history)\n"
                      + ("/undo [N] take back the last N turns\n" if hasattr(agent, "undo") else "")
+                     + compaction.help_line(agent)
                      + "/quit     end the chat (Ctrl-D too)", markup=False)
     elif word == "history":
         names = show.result_names(agent.messages)
@@ -765,6 +775,8 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
             ui.error(f"{type(error).__name__}: {error}")
         else:
             ui.out.print(f"took back {turns} turn(s); {len(agent.messages)} message(s) remain")
+    elif compaction.command(word, agent, ui):      # lesson 08: /compact
+        pass
     else:
         ui.error(f"unknown command /{word}", "/help lists them")
     return None
@@ -792,3 +804,4 @@ def register(commands, common: argparse.ArgumentParser) -> None:
                        help="skip the check before the chat (list the models, one tiny request with tools)")
     p.add_argument("--system", default=SYSTEM, metavar="TEXT", help="the system prompt")
     p.add_argument("--max-turns", type=int, default=8, metavar="N", help="model calls allowed per message (default 8)")
+    compaction.add_options(p)       # lesson 08: --budget

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from . import compaction
 from .ui import Ui
 
 PREVIEW = 240
@@ -478,6 +479,8 @@ def marker_row(data: dict[str, Any], limit: int | None) -> Text:
     shown = shorten(", ".join(f"{k}={as_json(v)}" for k, v in details.items()), limit)
     if kind == "repair":
         return Text(f"  ── repair ── {shown}", style="bold yellow")
+    if kind == "compaction":       # lesson 08
+        return compaction.marker_row(data, shorten, limit)
     if kind == "undo":
         row = Text(f"  ── undo ── {shown}", style="bold blue")
         if not skip_understood(data.get("skip")):
@@ -518,8 +521,12 @@ def _log_parts(log: Log, ui: Ui, limit: int | None) -> list:
     skipped = log.skipped()
     names = ResultNames()
     repairing = False
+    boundaries = compaction.boundaries(log)     # lesson 08: where requests start
     for entry in log.entries:
         try:
+            if entry.kind == "message" and entry.index in boundaries:
+                line = boundaries[entry.index]
+                parts.append(compaction.boundary_row(line, line == max(boundaries.values())))
             if entry.kind == "message":
                 tool = names.name(entry.data)
                 role = entry.data.get("role")
@@ -611,6 +618,8 @@ def label_text(session_id: str, log: Log | str | None, meta: dict[str, Any], ids
         text.append(f"  {len(skipped)} undone", style="blue")
     if any(e.kind == "marker" and e.data.get("$marker") == "repair" for e in log.entries):
         text.append("  repaired", style="yellow")
+    if (compacted := compaction.label(log)) is not None:     # lesson 08
+        text.append_text(compacted)
     if any(e.kind in ("torn", "corrupt") for e in log.entries):
         text.append("  damaged", style="bold red")
     if log.lock is not None:

@@ -1,0 +1,638 @@
+"""Lesson 08: the request is a view of the log (compaction).
+
+Run: pytest lessons/08_compact            (your code)
+     pytest lessons/08_compact --solution (the reference)
+"""
+
+import json
+
+import openai
+import pytest
+
+from sessionlab.scripted import Crash, ScriptedModel, SimulatedCrash, call, say, use
+from sessionlab.town import TOOL_SCHEMAS, Town
+from sessionlab.testing import raises
+
+SYSTEM = "You are an adventurer in a small town."
+# Room for the answer in these tests: small, so that a budget of a few hundred tokens
+# holds a few turns of the quest.
+REPLY_ROOM = 100
+# With the town's tools (about 160 tokens) and the room above, a budget of 420 leaves
+# the messages about 150 tokens: four or five short turns, then a compaction.
+BUDGET = 420
+
+
+def day(n):
+    """One short turn of the quest: the user's message and the model's answer."""
+    return (f"Day {n}: what now?", [say(f"On day {n} we rest by the mill.")])
+
+
+def numbered_summaries():
+    """A summariser for the scripted model: "summary #1", "summary #2" ... in order,
+    short, so that the tests decide the sizes."""
+    made = []
+
+    def summarise(body):
+        made.append(body)
+        return f"summary #{len(made)}"
+    return summarise
+
+
+def open_agent(lesson, sessions, script=(), *, budget=BUDGET, session_id="quest-1",
+               tools=None, summarise=None):
+    """A new agent on the session, as a new process makes it, with its own model."""
+    model = ScriptedModel(script if callable(script) else list(script),
+                          summarise=summarise or numbered_summaries())
+    log = lesson.SessionLog(sessions, session_id)
+    try:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools or Town(),
+                             session=log, system=SYSTEM, budget=budget,
+                             reply_room=REPLY_ROOM)
+    except BaseException:
+        log.close()
+        raise
+    return agent, model, log
+
+
+def lines_of(path):
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+
+
+def messages_in(path):
+    return [line for line in lines_of(path) if "$marker" not in line]
+
+
+def compactions_in(path):
+    return [line for line in lines_of(path) if line.get("$marker") == "compaction"]
+
+
+def size_of(lesson, request):
+    """What a request costs, as the budget counts it: its messages, its tools and the
+    room for the reply."""
+    return (lesson.estimate_tokens(request["messages"])
+            + lesson.estimate_tokens(request.get("tools") or []) + REPLY_ROOM)
+
+
+def turn_requests(model):
+    """The requests of the quest itself, not the ones asking for a summary."""
+    return [r for r in model.requests if r not in model.summary_requests]
+
+
+def play_until_compacted(lesson, agent, model, first_day=1, compactions=1, limit=30):
+    """Play short days until the model has been asked for `compactions` summaries;
+    return the days played."""
+    days = []
+    for n in range(first_day, first_day + limit):
+        text, steps = day(n)
+        model.add(*steps)
+        agent.run(text)
+        days.append(n)
+        if len(model.summary_requests) >= compactions:
+            return days
+    pytest.fail(f"{limit} days of the quest were played with a budget of {BUDGET} "
+                f"tokens and the model was asked for {len(model.summary_requests)} "
+                f"summary(ies), not {compactions}: when the next request is over the "
+                "budget, request_messages() should compact (compact() asks the model "
+                "for a summary)", pytrace=False)
+
+
+class Library(Town):
+    """The town and its library: `read(book)` returns a long page."""
+
+    def __init__(self):
+        super().__init__()
+        self.schemas = TOOL_SCHEMAS + [{"type": "function", "function": {
+            "name": "read", "description": "Read a book in the library.",
+            "parameters": {"type": "object", "properties": {"book": {"type": "string"}},
+                           "required": ["book"]}}}]
+        self.functions = {**self.functions, "read": self.read}
+
+    def read(self, book):
+        return f"The {book} says: " + "the cave is deep and the ledge is steep. " * 20
+
+
+# --- the budget, the view and the log -----------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("08.2")
+@pytest.mark.task("08.3")
+@pytest.mark.task("08.4")
+def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
+        lesson, sessions):
+    """However long the quest, no request passes the budget (system prompt, tools,
+    summary, messages and the reply's room counted), and the log still holds every
+    message, byte for byte, in order."""
+    agent, model, log = open_agent(lesson, sessions)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        play_until_compacted(lesson, agent, model)
+        before = path.read_bytes()
+        play_until_compacted(lesson, agent, model, first_day=100, compactions=3)
+        everything = list(agent.messages)
+    for number, request in enumerate(turn_requests(model), start=1):
+        size = size_of(lesson, request)
+        assert size <= BUDGET, (
+            f"request {number} needs about {size} tokens with the tools and the "
+            f"reply's room, more than the budget of {BUDGET}: request_messages() must "
+            "compact before it sends a request over the budget")
+    assert path.read_bytes().startswith(before), (
+        "a compaction must only add to the log: the bytes written before it changed")
+    assert messages_in(path) == everything, (
+        "the log must keep every message of the conversation, in order, compactions or "
+        f"not: it holds {len(messages_in(path))} messages, the conversation "
+        f"{len(everything)}. Compaction changes the request, never the log")
+    assert everything[0] == {"role": "user", "content": "Day 1: what now?"}, (
+        "agent.messages is the whole conversation, like the log; the summary only "
+        "replaces the older part in the request (view())")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.2")
+@pytest.mark.task("08.4")
+def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesson,
+                                                                           sessions):
+    """The request after a compaction is the system prompt, the summary (one user
+    message) and the messages from the newest user message on; the older ones are left
+    out of it."""
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        days = play_until_compacted(lesson, agent, model)
+    summary_at = model.requests.index(model.summary_requests[0])
+    sent = model.requests[summary_at + 1]["messages"]
+    newest = {"role": "user", "content": day(days[-1])[0]}
+    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"}
+    expected = [{"role": "system", "content": SYSTEM}, summary, newest]
+    assert sent[:3] == expected, (
+        "after the compaction the request should be the system prompt, then the "
+        f"summary as a user message ({lesson.SUMMARY_INTRO!r} and the summary), then "
+        f"the newest user message; it began with {[m.get('content') for m in sent]}")
+    assert sent == expected, (
+        f"the request after the compaction carried {len(sent)} messages: only the "
+        "system prompt, the summary and the turn in progress should be there")
+    asked = " ".join(m["content"] for m in model.summary_requests[0]["messages"])
+    assert newest["content"] not in asked, (
+        "the summary request carried the newest user message, which the request keeps "
+        "as it is: summarise only the messages before the boundary")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.4")
+def test_a_tool_exchange_is_never_split_at_the_boundary(lesson, sessions):
+    """A compaction in the middle of a turn (a long tool result pushed the next call
+    over the budget) keeps the whole turn after the boundary: the model is never sent a
+    tool result without the call it answers."""
+    script = [
+        say("The elder is asleep. " * 12),
+        use(call("read", book="chronicle"), call("read", book="almanac")),
+        say("Both books say the cave is deep."),
+    ]
+    agent, model, log = open_agent(lesson, sessions, script, budget=920,
+                                   tools=Library())
+    with log:
+        agent.run("Is the elder awake?")
+        try:
+            agent.run("Read the chronicle and the almanac.")
+        except openai.BadRequestError as error:
+            pytest.fail("the request after the compaction was refused by the model "
+                        f"(HTTP 400): {error.message}. The boundary must fall on a "
+                        "user message, so that every tool call keeps its results",
+                        pytrace=False)
+    assert model.summary_requests, (
+        "the two long results should have pushed the turn's second call over the "
+        "budget of 920 tokens, and made a compaction")
+    sent = turn_requests(model)[-1]["messages"]
+    turn = {"role": "user", "content": "Read the chronicle and the almanac."}
+    assert sent[2] == turn, (
+        "the boundary of a compaction in the middle of a turn is that turn's user "
+        f"message; the request went on with {sent[2]}")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.1")
+@pytest.mark.task("08.2")
+def test_a_resume_after_a_compaction_sends_the_same_request_without_a_second_summary(
+        lesson, sessions):
+    """A process that crashed right after a compaction resumes with the same request it
+    was sending: the marker in the log says where the view starts, so no second summary
+    is asked for."""
+    def quest(body):
+        return Crash() if model.summary_requests else say("We rest by the mill.")
+    agent, model, log = open_agent(lesson, sessions, quest)
+    with log:
+        with pytest.raises(SimulatedCrash):
+            for n in range(1, 30):
+                agent.run(day(n)[0])
+    assert model.summary_requests, "no compaction within 30 days (see the budget tests)"
+    crashed = model.requests[-1]["messages"]
+
+    agent, model, log = open_agent(lesson, sessions, [say("We go on.")])
+    with log:
+        resumed = agent.request_messages()
+        assert not model.requests, (
+            f"the resumed agent asked the model {len(model.requests)} time(s) before "
+            "its first request: the compaction marker in the log already holds the "
+            "summary, read it back (LogState.compaction) instead of summarising again")
+        assert resumed == crashed, (
+            "after a resume the request should be the one sent before the crash: the "
+            "summary from the marker, then the messages after the boundary. It has "
+            f"{len(resumed)} messages, the one before the crash {len(crashed)}")
+        agent.run("Go on.")
+
+
+@pytest.mark.task("08.4")
+def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
+        lesson, sessions):
+    """A second compaction sends the model the first summary and the messages after the
+    first boundary, never the messages the first summary already stands for."""
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        play_until_compacted(lesson, agent, model, compactions=2)
+    first, second = model.summary_requests[:2]
+    asked = " ".join(m["content"] for m in second["messages"] if m["role"] == "user")
+    assert "summary #1" in asked, (
+        "the second summary request should carry the first summary: it stands for "
+        "everything before the first boundary")
+    assert "Day 1:" not in asked, (
+        "the second summary request sent day 1 again, which the first summary already "
+        "stands for: summarise from the current boundary, not from the start")
+    first_asked = " ".join(m["content"] for m in first["messages"]
+                           if m["role"] == "user")
+    kept = [m["content"] for m in agent.messages if m["role"] == "user"
+            and m["content"] not in first_asked]
+    assert kept[0] in asked, (
+        f"the second summary request should carry the turns after the first boundary, "
+        f"starting with {kept[0]!r}")
+    sent = turn_requests(model)[-1]["messages"]
+    assert sent[1]["content"].endswith("summary #2"), (
+        "after the second compaction the request starts from the second summary")
+
+
+@pytest.mark.task("08.4")
+@pytest.mark.task("08.5")
+def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_nothing(
+        lesson, sessions):
+    """compact() called by hand (the chat's /compact) summarises all but the newest
+    turn; with only one turn since the boundary it returns False and writes nothing."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(day(1)[0])
+        before = path.read_bytes()
+        assert agent.compact() is False, (
+            "with a single turn there is nothing before the newest turn to summarise: "
+            "compact() should return False")
+        assert path.read_bytes() == before and not model.summary_requests, (
+            "a compact() with nothing to summarise must not ask the model or write to "
+            "the log")
+        model.add(*day(2)[1], *day(3)[1])
+        agent.run(day(2)[0])
+        agent.run(day(3)[0])
+        assert agent.compact() is True, "three turns: compact() should summarise two"
+        assert len(model.summary_requests) == 1
+    markers = compactions_in(path)
+    assert len(markers) == 1 and markers[0]["upto"] == 4, (
+        "three turns of two messages, compacted by hand: one marker whose 'upto' is 4, "
+        f"the index of day 3's message; found {markers}")
+
+
+# --- the marker ---------------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("08.5")
+def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
+        lesson, sessions):
+    """A compaction is one marker line, {"$marker": "compaction", "summary": ...,
+    "upto": ...}, with no role; "upto" is the index of the first message kept, counting
+    every message in the file, undone ones too."""
+    agent, model, log = open_agent(lesson, sessions, day(0)[1])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(day(0)[0])
+        agent.undo()        # two messages in the file that the log no longer shows
+        days = play_until_compacted(lesson, agent, model)
+    markers = compactions_in(path)
+    assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
+    marker = markers[0]
+    assert "role" not in marker, "a marker must never look like a message: no 'role'"
+    assert marker.get("summary") == "summary #1", (
+        f"the marker keeps the model's summary as it came; it holds "
+        f"{marker.get('summary')!r}")
+    newest = {"role": "user", "content": day(days[-1])[0]}
+    expected = messages_in(path).index(newest)
+    assert marker.get("upto") == expected, (
+        f"'upto' should be {expected}, the index of the first message kept (day "
+        f"{days[-1]}'s, counting the two undone messages too: an index, not a place "
+        f"among the messages shown, and not a line number); it is {marker.get('upto')}")
+
+
+@pytest.mark.task("08.5")
+def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
+    """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
+    nothing; keep=0 summarises them all ("upto" is then the number of messages)."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        before = path.read_bytes()
+        for keep in (5, -1):
+            with raises(ValueError, f"compact(keep={keep}) on a log showing 4 messages "
+                        "was allowed"):
+                log.compact("too much", keep=keep)
+            assert path.read_bytes() == before, (
+                f"a refused compact(keep={keep}) must not write to the log")
+        assert log.compact("all of it", keep=0) == 4, (
+            "compact(keep=0) keeps no message: 'upto' is the number of messages (4)")
+        assert log.compact("all but the last", keep=1) == 3
+        assert log.compact("none of it", keep=4) == 0, (
+            "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
+
+
+# --- reading it back ------------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("08.1")
+def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_wins(
+        lesson, sessions):
+    """Reading a log, the latest valid compaction gives the view; its "upto" index
+    becomes a place among the messages shown (undone ones are not shown)."""
+    said = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}"}
+            for k in range(8)]
+    lines = [*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
+             {"$marker": "compaction", "summary": "first", "upto": 4},
+             {"$marker": "compaction", "summary": "second", "upto": 6}]
+    (sessions / "quest-1.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines))
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        view = agent.view()
+    expected = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": lesson.SUMMARY_INTRO + "second"},
+                said[6], said[7]]
+    assert view == expected, (
+        "the log shows messages 0, 1, 4, 5, 6, 7 (2 and 3 undone), and its latest "
+        "compaction keeps index 6 on: the request should be the system prompt, the "
+        "summary 'second', then messages 6 and 7. It was "
+        f"{[m['content'] for m in view]}")
+    assert agent.messages == [said[k] for k in (0, 1, 4, 5, 6, 7)], (
+        "agent.messages stays the whole conversation the log shows")
+
+
+@pytest.mark.task("08.1")
+def test_a_compaction_marker_naming_messages_written_after_it_is_ignored(lesson,
+                                                                        sessions):
+    """A compaction marker can only summarise what was written before it: one whose
+    "upto" is past those messages (or below 0) is not one the store wrote, and is
+    ignored."""
+    said = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}"}
+            for k in range(4)]
+    lines = [said[0], said[1], {"$marker": "compaction", "summary": "ahead", "upto": 3},
+             {"$marker": "compaction", "summary": "behind", "upto": -1}, *said[2:]]
+    path = sessions / "quest-1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        assert agent.view() == [{"role": "system", "content": SYSTEM}, *said], (
+            "a compaction marker with 'upto' 3 written after two messages (or with "
+            "'upto' -1) names messages it cannot have summarised: the request should "
+            "be the whole conversation")
+    system = {"role": "system", "content": SYSTEM}
+    for upto, kept in ((0, said), (4, [])):
+        marker = {"$marker": "compaction", "summary": f"upto {upto}", "upto": upto}
+        path.write_text("".join(json.dumps(line) + "\n" for line in [*said, marker]))
+        agent, model, log = open_agent(lesson, sessions)
+        with log:
+            summary = {"role": "user", "content": lesson.SUMMARY_INTRO + f"upto {upto}"}
+            assert agent.view() == [system, summary, *kept], (
+                f"a compaction marker with 'upto' {upto} after four messages is one "
+                f"the store can write (it keeps {len(kept)} of them): the request "
+                f"should be the summary and those {len(kept)}")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.1")
+def test_logs_written_by_earlier_lessons_still_load(lesson, sessions):
+    """A log without compaction markers (repairs, undos, plain messages) loads as
+    before, and every request carries its whole history; a compaction marker that is
+    not one is refused, naming the line."""
+    said = [{"role": "user", "content": "Ask the elder."},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {
+                 "name": "talk_to", "arguments": "{\"npc\": \"elder\"}"}}]},
+            {"$marker": "repair", "at": "2026-01-01T00:00:00+00:00", "cut_bytes": 0,
+             "cut_preview": "", "interrupted": ["c1"]},
+            {"role": "tool", "tool_call_id": "c1", "content": "error: interrupted"},
+            {"role": "user", "content": "Buy a rope."},
+            {"role": "assistant", "content": "Done."},
+            {"$marker": "undo", "skip": [3, 4]}]
+    path = sessions / "quest-1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in said))
+    agent, model, log = open_agent(lesson, sessions, [say("Hello again.")], budget=None)
+    with log:
+        assert agent.view() == [{"role": "system", "content": SYSTEM}, *said[:2],
+                                said[3]]
+        agent.run("Hello.")
+    assert model.requests[0]["messages"][1:-1] == [*said[:2], said[3]], (
+        "a log of lesson 07 (a repair, an undo, no compaction) should be sent whole")
+
+    path.write_text(path.read_text()
+                    + json.dumps({"$marker": "compaction", "summary": 7, "upto": "2"})
+                    + "\n" + json.dumps({"role": "user", "content": "more"}) + "\n")
+    with raises(lesson.CorruptLog, "a compaction marker whose summary is no text and "
+                "whose upto is no index was read as if it were one"):
+        lesson.SessionLog(sessions, "quest-1").load()
+
+
+# --- undo, fork, repair -------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("08.6")
+def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, sessions):
+    """Undo takes back turns after the boundary as in lesson 07; a turn the summary
+    stands for is refused, changing nothing (the summary would still tell the model)."""
+    agent, model, log = open_agent(lesson, sessions)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        days = play_until_compacted(lesson, agent, model)
+        model.add(*day(99)[1])
+        agent.run(day(99)[0])
+        boundary_turn = {"role": "user", "content": day(days[-1])[0]}
+        try:
+            agent.undo()        # day 99, after the boundary
+            agent.undo()        # the turn the boundary starts
+        except lesson.UndoError as error:
+            pytest.fail(f"undoing turns after the compaction's boundary was refused "
+                        f"({error}): they are not summarised, undo them as in "
+                        "lesson 07",
+                        pytrace=False)
+        assert boundary_turn not in agent.messages
+        messages, before = list(agent.messages), path.read_bytes()
+        with raises(lesson.UndoError, "undoing a turn the compaction summarised was "
+                    "allowed: the summary would still tell the model about it"):
+            agent.undo()
+        assert agent.messages == messages and path.read_bytes() == before, (
+            "a refused undo must change neither the conversation nor the log")
+        model.add(say("Onward."))
+        agent.run("Onward.")
+    sent = turn_requests(model)[-1]["messages"]
+    assert sent[1]["content"].endswith("summary #1") and sent[2:] == [
+        {"role": "user", "content": "Onward."}], (
+        "after undoing both turns after the boundary, the request is the summary and "
+        f"the new message; it was {[m.get('content') for m in sent]}")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.1")
+def test_a_fork_before_the_boundary_has_no_compaction(lesson, sessions):
+    """A fork cut before the boundary gets the full history and no summary; a fork of
+    the whole session gets the compaction too, and sends the same request."""
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        play_until_compacted(lesson, agent, model)
+        source_view = agent.view()
+        boundary = agent.messages.index(source_view[2])
+        history = list(agent.messages)
+    lesson.fork(sessions, "quest-1", "before", upto=boundary)
+    lesson.fork(sessions, "quest-1", "whole")
+
+    early, _, early_log = open_agent(lesson, sessions, session_id="before", budget=None)
+    with early_log:
+        assert early.view() == [{"role": "system", "content": SYSTEM},
+                                *history[:boundary]], (
+            f"a fork of the first {boundary} messages (all before the boundary) should "
+            "send them all, with no summary: its log has no compaction")
+    whole, _, whole_log = open_agent(lesson, sessions, session_id="whole")
+    with whole_log:
+        assert whole.view() == source_view, (
+            "a fork of the whole session should send the same request as its source")
+
+
+@pytest.mark.task("08.1")
+def test_a_repair_after_a_compaction_keeps_the_compaction(lesson, sessions):
+    """A crash between a tool call and its result after a compaction: the resume
+    repairs the tail (lesson 04) and the request still starts from the summary."""
+    agent, model, log = open_agent(lesson, sessions)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        play_until_compacted(lesson, agent, model)
+        view = agent.view()
+    with path.open("a") as file:   # the call of a turn that crashed before its result
+        file.write(json.dumps({"role": "user", "content": "Buy a rope."}) + "\n")
+        file.write(json.dumps({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "late", "type": "function", "function": {
+                "name": "buy", "arguments": "{\"item\": \"rope\"}"}}]}) + "\n")
+    agent, model, log = open_agent(lesson, sessions, [say("Let us check the rope.")],
+                                   budget=None)
+    with log:
+        agent.run("Did we buy it?")
+    sent = model.requests[0]["messages"]
+    assert sent[:len(view)] == view, (
+        "after a repair the request should still start from the summary, the messages "
+        "after the boundary following it")
+    roles = [m["role"] for m in sent[len(view):]]
+    assert roles == ["user", "assistant", "tool", "user"], (
+        "after the summary and the messages before the crash come the crashed turn, "
+        "its call answered by the repair, and the new message")
+
+
+# --- the budget's limits ------------------------------------------------------------
+
+
+@pytest.mark.task("08.3")
+def test_a_request_exactly_at_the_budget_is_sent_before_and_after_a_compaction(
+        lesson, sessions):
+    """The budget is the largest request allowed: one of exactly that size is sent
+    as it is, and so is a compacted one of exactly that size."""
+    script = day(1)[1] + day(2)[1]
+    agent, model, log = open_agent(lesson, sessions, script, budget=None,
+                                   session_id="measure")
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+    exact = size_of(lesson, model.requests[-1])
+    agent, model, log = open_agent(lesson, sessions, script, budget=exact)
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+    assert not model.summary_requests, (
+        f"a request of {exact} tokens, exactly the budget, was compacted: the budget "
+        "is the largest request allowed, not one more than it")
+
+    paste = "A long letter from the mayor. " * 12
+    after = [{"role": "system", "content": SYSTEM},
+             {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"},
+             {"role": "user", "content": paste}]
+    budget = size_of(lesson, {"messages": after, "tools": TOOL_SCHEMAS})
+    agent, model, log = open_agent(lesson, sessions, script + [say("Noted.")],
+                                   budget=budget, session_id="quest-2")
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        try:
+            agent.run(paste)
+        except lesson.ContextOverflow as error:
+            pytest.fail(f"a compacted request of exactly the budget ({budget} tokens) "
+                        f"was refused: {error}", pytrace=False)
+    assert model.requests[-1]["messages"] == after
+
+
+@pytest.mark.key
+@pytest.mark.task("08.3")
+def test_without_a_budget_every_request_carries_the_whole_history(lesson, sessions):
+    """With no budget (the default) nothing is compacted: every request carries the
+    whole conversation, as in lessons 01 to 07."""
+    script = [step for n in range(1, 13) for step in day(n)[1]]
+    agent, model, log = open_agent(lesson, sessions, script, budget=None)
+    with log:
+        for n in range(1, 13):
+            agent.run(day(n)[0])
+        history = list(agent.messages)
+    assert not model.summary_requests, (
+        "with budget=None the agent must never compact: it asked for a summary")
+    assert model.requests[-1]["messages"] == [
+        {"role": "system", "content": SYSTEM}, *history[:-1]], (
+        "with budget=None the last request should carry the whole conversation")
+    assert not compactions_in(sessions / "quest-1.jsonl")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.3")
+def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothing(
+        lesson, sessions):
+    """When even the newest turn alone is over the budget, the agent summarises what
+    it can once, then raises ContextOverflow; it never loops, never sends a request over
+    the budget, and the log keeps the message."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1])
+    path = sessions / "quest-1.jsonl"
+    paste = "A very long letter from the mayor. " * 60
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        with raises(lesson.ContextOverflow, "a turn larger than the budget by itself "
+                    "was not refused"):
+            agent.run(paste)
+        assert len(model.summary_requests) <= 1, (
+            f"the agent asked for {len(model.summary_requests)} summaries for one "
+            "request: compact once, then refuse; a summary cannot shrink the turn in "
+            "progress")
+    for request in turn_requests(model):
+        assert size_of(lesson, request) <= BUDGET, (
+            "a request over the budget was sent: refuse before sending it")
+    assert messages_in(path)[-1] == {"role": "user", "content": paste}, (
+        "the refused message must still be in the log: nothing is lost")
+
+    agent, model, log = open_agent(lesson, sessions, budget=REPLY_ROOM + 10,
+                                   session_id="quest-2")
+    with log:
+        with raises(lesson.ContextOverflow, "a budget smaller than the tools and the "
+                    "reply's room was not refused"):
+            agent.run("Hello?")
+    assert not model.requests, (
+        "with a budget smaller than the tools alone, no request may be sent (and there "
+        f"is nothing to summarise); {len(model.requests)} were")
+    assert messages_in(sessions / "quest-2.jsonl") == [
+        {"role": "user", "content": "Hello?"}], "the refused message stays in the log"

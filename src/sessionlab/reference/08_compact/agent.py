@@ -1,0 +1,1 @@
+../../../../solutions/08_compact/agent.py
