@@ -161,6 +161,7 @@ def check_session_id(session_id: str) -> str:
 # The roles a chat request may carry. A message with another role (or none) would be
 # refused by the provider with every later request, so the log refuses it first.
 ROLES = ("system", "developer", "user", "assistant", "tool")
+TEXT_ROLES = ("system", "developer", "user", "assistant")  # text is all they need
 MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
 RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
 
@@ -174,6 +175,13 @@ def check_message(message: Any) -> None:
     references, lessons 04 and 06): a message may not have them, and its content is
     text, a list of parts or null, never an object, so nothing can pose as one.
     """
+    # Most messages are {"role": ..., "content": "some text"}, for a role that needs
+    # nothing else: each check below would pass it, so it passes at once (this runs for
+    # every append and every line read).
+    if (type(message) is dict and len(message) == 2
+            and type(message.get("content")) is str
+            and message.get("role") in TEXT_ROLES):
+        return
     if not isinstance(message, dict):
         raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
     role = message.get("role")
@@ -210,8 +218,29 @@ def is_tool_call(call: Any) -> bool:
             and isinstance(function.get("name"), str)
             and isinstance(function.get("arguments"), str)):
         return False
+    return holds_json_object(function["arguments"])
+
+
+# What json.loads() uses: a call's arguments are read the way any server reads them.
+PLAIN_JSON = json.JSONDecoder()
+
+
+def holds_json_object(text: str) -> bool:
+    """Is `text` a JSON object, as json.loads(text) reads it?
+
+    Every tool call of every line is checked with this when a log is read, so the usual
+    case, no spaces around the object, goes straight to the decoder: json.loads()
+    would first look for spaces with two regular expressions. Anything else takes
+    json.loads().
+    """
     try:
-        return isinstance(json.loads(function["arguments"]), dict)
+        value, end = PLAIN_JSON.raw_decode(text)
+        if end == len(text):
+            return isinstance(value, dict)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return isinstance(json.loads(text), dict)
     except (ValueError, RecursionError):
         return False
 
@@ -223,32 +252,49 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
     back "1", NaN and Infinity are not JSON, and a lone surrogate ("\\ud800", half of a
     UTF-16 pair) is no text at all: UTF-8 cannot encode it.
     """
-    if depth > MAX_DEPTH:
+    # Append runs this on every message, and most of a message is strings: the loops
+    # below check a string item themselves, calling check_text only for one that is not
+    # ASCII. So a container at the deepest level is refused here if it holds anything.
+    deepest = depth == MAX_DEPTH and isinstance(value, (dict, list)) and value
+    if depth > MAX_DEPTH or deepest:
         raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
                              "than a line of JSON in a log may be")
     if isinstance(value, str):
         if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 "
-                                     "pair): no text, and no UTF-8 JSON can hold it"
-                                     ) from None
+            check_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
-            check_plain_json(key, depth + 1)
-            check_plain_json(item, depth + 1)
+            if not key.isascii():
+                check_text(key)
+            if type(item) is not str:
+                check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
     elif isinstance(value, list):
         for item in value:
-            check_plain_json(item, depth + 1)
+            if type(item) is not str:
+                check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
                                  "it; other readers refuse it)")
     elif not (value is None or isinstance(value, int)):     # bool is an int
         raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
+
+
+def check_text(text: str) -> None:
+    """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it).
+
+    Only a text that is not ASCII can: check_plain_json() asks only about those."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 pair): no "
+                             "text, and no UTF-8 JSON can hold it") from None
 
 
 # --- reading a log: lines, markers and the tail ---------------------------------------
@@ -259,16 +305,20 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
 MARKER = "$marker"
 
 
+# ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
+# strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
+# Made once: json.dumps(entry, ensure_ascii=False, ...) would make one for every line.
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def encode_line(entry: Message) -> bytes:
     """One message or marker as one line of UTF-8 JSON, newline included.
 
     Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a
     set, bytes, a lone surrogate, nesting deeper than Python can encode.
     """
-    # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
-    # strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
     try:
-        line = json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n"
+        line = LINE_ENCODER.encode(entry) + "\n"
         return line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(
@@ -339,6 +389,12 @@ def parse_line(line: bytes) -> Message:
         raise InvalidMessage("it is nested too deep to read") from None
     if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
         check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
+    return check_entry(entry)
+
+
+def check_entry(entry: Any) -> Message:
+    """Return `entry`, a line's JSON, if it is a message or a marker; InvalidMessage if
+    not."""
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
         raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
                              "(no '$marker')")
@@ -394,18 +450,18 @@ class LogState:
     newline_missing: bool = False
     # The line number (from 1) of each entry
     lines: list[int] = field(default_factory=list)
+    # Where each entry's line ends, its "\n" included: the byte offset just after it
+    ends: list[int] = field(default_factory=list)
+    # Every entry is a message, its content in its line: no marker (so nothing undone),
+    # no blob reference. (False when unknown.)
+    plain: bool = False
+    # shown(), once shown_once() has worked it out
+    shown_memo: list[tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
     def messages(self) -> list[Message]:
         """The conversation: the messages the log shows (not undone), no markers."""
         return [self.entries[position] for _, position in self.shown()]
-
-    def numbered_messages(self) -> list[tuple[int, Message]]:
-        """(line number, message) for each message shown, for an error to name."""
-        return [
-            (self.lines[position], self.entries[position])
-            for _, position in self.shown()
-        ]
 
     def shown(self) -> list[tuple[int, int]]:
         """(index, position in entries) of every message not undone, in order.
@@ -431,6 +487,17 @@ class LogState:
             return messages     # nothing undone, the usual case: every message is shown
         return [(index, position) for index, position in messages if index not in skip]
 
+    def shown_once(self) -> list[tuple[int, int]]:
+        """shown(), worked out once: loading a log and remembering it need it both, and
+        the state of a log as read never changes. (Not to be changed by the caller.)"""
+        if self.shown_memo is None and self.plain:
+            # No marker, so no undo: message i is entry i, and every one is shown
+            count = len(self.entries)
+            self.shown_memo = list(zip(range(count), range(count)))
+        if self.shown_memo is None:
+            self.shown_memo = self.shown()
+        return self.shown_memo
+
     @property
     def torn(self) -> int:
         """How many bytes at the end are not a complete entry (0 for a whole log)."""
@@ -454,6 +521,68 @@ class LogState:
         raise NotImplementedError(
             "task 08.1 is not written yet: Read the latest compaction from the log"
         )
+
+
+# --- what this process knows of the logs it has read or written -----------------------
+
+
+@dataclass
+class KnownLog:
+    """Where a log's lines end and which messages it shows, as this process last saw it.
+
+    Forking a session this process has read or written then needs no second read: it
+    copies the bytes up to the end of the last line kept, which `ends` says. A log's
+    knowledge is kept by the file's identity (device and inode, see remember()) and is
+    used only while the file has exactly the size and modification time it had then,
+    the test make and rsync trust: a file changed behind the process's back, or
+    replaced, is read again (recall()).
+
+    One exception, for speed: a write of this process's writer leaves `mtime_ns` None
+    rather than asking the system for the new time (an fstat() a line would cost an
+    append a tenth of its time). The writer holds the session's lock, so no other
+    writer may change the file; its size is checked as always, and the time is taken
+    at the next recall() or when the writer closes.
+    """
+
+    # The file's size, and its modification time (None: see above), when this was true
+    size: int
+    mtime_ns: int | None
+    # Where each entry's line ends, its "\n" included (LogState.ends)
+    ends: list[int]
+    # (index, position) of every message shown (LogState.shown())
+    shown: list[tuple[int, int]]
+    # The last entry is complete, but its "\n" was never written
+    newline_missing: bool = False
+    # How many messages the log holds, undone ones included (None: not worked out)
+    message_count: int | None = None
+    # Known to end whole, with no tool call left open: a new writer has nothing to
+    # repair, so it may start from this instead of reading the log (SessionLog._open)
+    settled: bool = False
+
+
+# (st_dev, st_ino) -> what is known of that file; the most recently used last
+KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
+KNOWN_LOGS_KEPT = 8     # how many logs a process keeps knowing (the oldest go first)
+
+
+def remember(status: os.stat_result, known: KnownLog) -> None:
+    """Keep `known` as what is true of the file `status` describes, while unchanged."""
+    key = (status.st_dev, status.st_ino)
+    KNOWN_LOGS.pop(key, None)
+    KNOWN_LOGS[key] = known
+    while len(KNOWN_LOGS) > KNOWN_LOGS_KEPT:
+        del KNOWN_LOGS[next(iter(KNOWN_LOGS))]
+
+
+def recall(fd: int) -> KnownLog | None:
+    """What is known of the file open as `fd`, if it is exactly as it was then."""
+    status = os.fstat(fd)
+    known = KNOWN_LOGS.get((status.st_dev, status.st_ino))
+    if known is None or known.size != status.st_size:
+        return None
+    if known.mtime_ns is None:
+        known.mtime_ns = status.st_mtime_ns     # this process's writer wrote last
+    return known if known.mtime_ns == status.st_mtime_ns else None
 
 
 def read_file(path: Path) -> bytes:
@@ -499,18 +628,32 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        while True:     # a repair happens once per writer that opens the log: this ends
-            before = os.fstat(fd)
-            data = read_all(fd, path)
-            after = os.fstat(fd)
-            same_size = before.st_size == after.st_size == len(data)
-            if same_size and before.st_mtime_ns == after.st_mtime_ns:
-                break                           # nothing changed while we read
-            if read_all(fd, path).startswith(data):
-                break                           # only appended to: a whole first part
+        return read_open_log(fd, path)
     finally:
         os.close(fd)
-    return data, parse_log(data, path)
+
+
+def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
+    """read_whole_log() of the log open as `fd`. What it finds is remembered (see
+    KnownLog) when the file did not change while it was read."""
+    while True:     # a repair happens once per writer that opens the log: this ends
+        before = os.fstat(fd)
+        data = read_all(fd, path)
+        after = os.fstat(fd)
+        same_size = before.st_size == after.st_size == len(data)
+        if same_size and before.st_mtime_ns == after.st_mtime_ns:
+            # Nothing changed while we read: what we read is the file as `after` says
+            state = parse_log(data, path)
+            known = KnownLog(after.st_size, after.st_mtime_ns, state.ends,
+                             state.shown_once(), state.newline_missing)
+            if state.plain:     # no marker: every entry is a message, the last one too
+                known.message_count = len(state.entries)
+                known.settled = not state.torn and not state.newline_missing and (
+                    not state.entries or leaves_no_call_open(state.entries[-1]))
+            remember(after, known)
+            return data, state
+        if read_all(fd, path).startswith(data):
+            return data, parse_log(data, path)  # only appended to: a whole first part
 
 
 def read_log(path: Path) -> LogState:
@@ -530,11 +673,54 @@ def parse_log(data: bytes, path: Path) -> LogState:
     entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
     garbage (torn, not an entry).
     """
+    end = data.rfind(b"\n") + 1     # the complete lines end here; the tail follows
+    # Two ways to read the complete lines, one answer: the quick one reads a log as this
+    # module writes it, and gives up (None) at anything else; the other goes line by
+    # line, and names the line at fault.
+    quick = read_lines_quickly(data, end)
+    entries, numbers, ends, plain = quick or read_lines(data, end, path)
+    state = LogState(entries, end=end, size=len(data), lines=numbers, ends=ends,
+                     plain=plain)
+    tail = data[end:]
+    if tail:
+        try:
+            entry = parse_line(tail)
+        except ValueError:
+            return state        # torn: not an entry
+        entries.append(entry)
+        numbers.append(data.count(b"\n") + 1)
+        ends.append(len(data))
+        state.end = len(data)
+        state.newline_missing = True
+        state.plain = plain and is_plain(entry)
+    return state
+
+
+# The entries of a log's complete lines, their line numbers, where their lines end, and
+# whether they are all plain (is_plain)
+Lines = tuple[list[Message], list[int], list[int], bool]
+
+
+def leaves_no_call_open(last: Message) -> bool:
+    """Does a log whose last message is `last` surely have no tool call unanswered?
+    (A tool result may answer only some of the calls: not surely.)"""
+    return last.get("role") != "tool" and not last.get("tool_calls")
+
+
+def is_plain(entry: Message) -> bool:
+    """Is this entry a message whose content is in its line (no marker, no blob)?"""
+    return MARKER not in entry and type(entry.get("content")) is not dict
+
+
+def read_lines(data: bytes, end: int, path: Path) -> Lines:
+    """The entries of the complete lines (up to `end`), one parse_line() a line, with
+    their line numbers and where their lines end; CorruptLog for the first bad line."""
     # Split on b"\n" only:
     # str.splitlines() would also split inside strings at U+2028 & co.
-    *lines, tail = data.split(b"\n")
+    lines = data[:end].split(b"\n")[:-1]
     entries: list[Message] = []
     numbers: list[int] = []
+    ends: list[int] = []
     offset = 0
     for number, line in enumerate(lines, start=1):
         if line:    # an empty line holds nothing to lose
@@ -543,19 +729,64 @@ def parse_log(data: bytes, path: Path) -> LogState:
             except ValueError as error:
                 raise CorruptLog(path, number, offset, str(error)) from None
             numbers.append(number)
+            ends.append(offset + len(line) + 1)
         offset += len(line) + 1
-    # `offset` is now where the tail starts: just after the last newline.
-    if tail:
-        try:
-            entries.append(parse_line(tail))
-        except ValueError:
-            # torn: not an entry
-            return LogState(entries, end=offset, size=len(data), lines=numbers)
-        numbers.append(len(lines) + 1)
-        return LogState(
-            entries, end=len(data), size=len(data), newline_missing=True, lines=numbers
-        )
-    return LogState(entries, end=offset, size=len(data), lines=numbers)
+    return entries, numbers, ends, all(map(is_plain, entries))
+
+
+def read_lines_quickly(data: bytes, end: int) -> Lines | None:
+    """read_lines() for a log with nothing unusual in it, in fewer steps a line; None
+    at the first unusual thing, refused or not.
+
+    read_lines() decodes each line's bytes, checks them, then decodes its JSON: some
+    twenty Python steps a line, as long as the decoding itself. Here the bytes are
+    decoded and checked once, and the decoder reads each line where it is in the text
+    (raw_decode(text, position)), then check_entry() checks it: what parse_line() does,
+    in one pass. Whatever parse_line() refuses makes this return None, as do a few
+    things it accepts (an empty line, spaces around a line's JSON, U+FEFF or a
+    surrogate's escape anywhere); read_lines() then reads the log again and accepts,
+    or names the line at fault, exactly as it always did.
+
+    Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
+    the array's elements need not be the lines: a string or a list can run across the
+    join, and `{...}, {...}` on one line makes up the count. Reading from where each
+    line starts, and finding a newline right where its JSON ends, rules that out.
+    """
+    if SURROGATE_ESCAPE.search(data, 0, end):
+        return None     # parse_line() checks those lines with check_plain_json()
+    try:
+        # Decoded whole, or line by line: the same (b"\n" is no part of any other
+        # character's bytes in UTF-8)
+        text = str(memoryview(data)[:end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\ufeff" in text:
+        return None     # a byte-order mark, refused at the start of a line
+    decode = STRICT_JSON.raw_decode
+    entries: list[Message] = []
+    ends: list[int] = []
+    plain = True
+    start = offset = 0      # where the line starts in the text, and in the bytes
+    size = len(text)
+    ascii = text.isascii()
+    try:
+        while start < size:
+            entry, stop = decode(text, start)
+            if text[stop] != "\n":
+                return None     # something after the JSON: a space, a second value
+            entries.append(check_entry(entry))
+            # Checked here, while the entry is at hand: a later pass over all of them
+            # would cost a tenth of the whole read
+            if plain and not is_plain(entry):
+                plain = False
+            # Where the line ends in the bytes: where it does in the text if all is
+            # ASCII, else at least as far on (a character takes 1 to 4 bytes)
+            offset = stop + 1 if ascii else data.index(b"\n", offset + stop - start) + 1
+            ends.append(offset)
+            start = stop + 1
+    except (ValueError, RecursionError):   # a line that is not JSON, or no message
+        return None
+    return entries, list(range(1, len(entries) + 1)), ends, plain
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
@@ -707,13 +938,18 @@ class SessionLog:
         self._found_no_log = False
         # The repair marker this writer wrote, if any
         self.repaired: Message | None = None
-        # The indices of the messages the log shows, and how many messages it holds,
-        # once an undo has read them (None before): kept up to date by append and undo,
-        # so that the next undo need not read the whole log again.
-        self.shown_indices: list[int] | None = None
+        # (index, position) of every message the log shows, as LogState.shown() gives
+        # them, and how many messages it holds, undone ones included. Built from the
+        # log as the writer opens it (_open reads it anyway, for the repair), then kept
+        # current by append() and undo(): an undo never reads the log again.
+        self.shown: list[tuple[int, int]] = []
         self.message_count = 0
         # The latest compaction the last read of the log found (lesson 08)
         self.compacted: Compaction | None = None
+        # Where the log's lines end, and the rest fork needs (see KnownLog): set when
+        # this object becomes the writer, kept current by every write.
+        self.known: KnownLog | None = None
+        self._identity: tuple[int, int] | None = None    # the log's (device, inode)
 
     def open_for_append(self) -> list[Message]:
         """Become the session's writer and return its history, with the tail repaired.
@@ -725,7 +961,7 @@ class SessionLog:
         if self._fd is None:
             if self.path.exists():
                 # The log as the repair read it: parsed once
-                return self.history(self._open())
+                return self.history(self._open(for_history=True))
             self._found_no_log = True
         return self.load()
 
@@ -741,9 +977,11 @@ class SessionLog:
         # points to it written. A crash in between leaves a blob nothing points to,
         # never a line pointing to nothing.
         self._write(encode_line(self.outline(message)))
-        if self.shown_indices is not None:
-            self.shown_indices.append(self.message_count)   # its index, as written
-            self.message_count += 1
+        # Shown, with its index as written, at the position of the line just written
+        self.shown.append((self.message_count, len(self.known.ends) - 1))
+        self.message_count += 1
+        self.known.message_count = self.message_count
+        self.known.settled = leaves_no_call_open(message)
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -783,15 +1021,26 @@ class SessionLog:
         if self.durable:
             os.fsync(self._fd)
         self.in_doubt = False
+        if self.known is not None:
+            # Once the writer is open, each write adds one line (an append, an undo
+            # marker): what this process knows of the log stays true (see KnownLog).
+            self.known.size += len(data)
+            self.known.mtime_ns = None
+            self.known.ends.append(self.known.size)
+            self.known.settled = False      # until append() says otherwise
+            # A read of the same file in this process may have put its own there
+            KNOWN_LOGS[self._identity] = self.known
 
-    def _open(self) -> LogState:
+    def _open(self, for_history: bool = False) -> LogState | None:
         """Become the writer: take the lock, open the log to append, repair its tail.
 
         Returns the log's entries as this writer leaves them, so that a resume need not
-        read and parse the whole log a second time.
+        read and parse the whole log a second time. Unless they are asked for, a log
+        this process knows as it is now (see KnownLog), with nothing to repair, is not
+        read at all: the writer starts from what is known, and returns None.
         """
         make_folder(self.folder, self.durable)
-        self.shown_indices = None       # the log may have changed since: read it again
+        self.known = None       # the log may have changed since this object last wrote
         try:
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and
@@ -818,19 +1067,50 @@ class SessionLog:
             self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
+            known = None if for_history else recall(self._fd)
+            if known is not None and known.settled and known.message_count is not None:
+                # Parsed whole by this process (no corrupt line), unchanged since, and
+                # ending whole with no call open: a read would find nothing to repair.
+                self._know_from(known)
+                return None
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
             state = parse_log(data, self.path)
-            self._repair(data, state)
-            # A repair that added entries (a marker, results) changed the log: read it
-            # again. That happens once after a crash; every other resume parses it once.
-            if self.repaired is not None:
+            # A repair that wrote (a newline, a marker, results) changed the log: read
+            # it again. That happens once after a crash; any other open parses it once.
+            if self._repair(data, state):
                 state = parse_log(read_all(self._fd, self.path), self.path)
+            self._know(state)
         except BaseException:
             self.close()    # a log we cannot take over is one we neither write nor lock
             raise
         return state
+
+    def _know(self, state: LogState) -> None:
+        """Start from the log as this writer opened it: which messages it shows, how
+        many it holds, and (for fork, in every part of this process) where its lines
+        end."""
+        self.shown = state.shown()
+        self.message_count = sum(MARKER not in entry for entry in state.entries)
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        # The same list as self.shown: what undo and append do to it, fork sees. The
+        # repair has just answered every call left open.
+        self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
+                              self.shown, message_count=self.message_count,
+                              settled=True)
+        remember(status, self.known)
+
+    def _know_from(self, known: KnownLog) -> None:
+        """Start from what this process knows of the log, as _know() from a read."""
+        self.shown = list(known.shown)      # this writer's own, as append changes it
+        self.message_count = known.message_count
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
+                              message_count=self.message_count, settled=True)
+        remember(status, self.known)
 
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
@@ -908,14 +1188,14 @@ class SessionLog:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _repair(self, data: bytes, state: LogState) -> None:
+    def _repair(self, data: bytes, state: LogState) -> bool:
         """Make the log's tail whole before this writer adds to it; leave a whole one.
 
         Cut a torn tail, add a missing final newline, and answer each unanswered tool
         call with interrupted_result(call), after a repair marker saying what was done.
         The marker and the results go in one write, so a second repair finds nothing
         left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
-        read them.
+        read them. Returns whether it wrote anything.
         """
         calls = unanswered_calls(state.messages)
         # So that the next line starts clean
@@ -937,6 +1217,7 @@ class SessionLog:
         if fix:
             # One write: marker and results land together or not at all
             self._write(fix)
+        return bool(fix)
 
     def _sync_folder(self) -> None:
         """Make the new file's name itself durable: fsync the folder that holds it."""
@@ -961,10 +1242,14 @@ class SessionLog:
 
     def history(self, state: LogState) -> list[Message]:
         """The messages `state` shows, each blob reference replaced by its content."""
-        self.compacted = state.compaction()     # lesson 08: where requests start
-        return [
-            self.inline(message, line) for line, message in state.numbered_messages()
-        ]
+        # lesson 08: where requests start (a log with no marker has no compaction)
+        self.compacted = None if state.plain else state.compaction()
+        if state.plain:
+            # The usual log: every entry is a message, shown, with its content
+            return list(state.entries)
+        shown = state.shown_once()
+        return [self.inline(state.entries[position], state.lines[position])
+                for _, position in shown]
 
     def undo(self, count: int) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.
@@ -973,19 +1258,15 @@ class SessionLog:
         appended to, and the marker tells every later reader to leave them out.
         """
         if self._fd is None:
-            self._open()  # the writer first: its repair may add messages to the end
-        if self.shown_indices is None:
-            # Read the log once, through the writer's own descriptor (never the name
-            # again, see _open); from then on append() and undo() keep the list current.
-            state = parse_log(read_all(self._fd, self.path), self.path)
-            self.shown_indices = [index for index, _ in state.shown()]
-            self.message_count = sum(MARKER not in entry for entry in state.entries)
-        shown = self.shown_indices
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
+        shown = self.shown
         if not 0 < count <= len(shown):
             raise UndoError(
                 f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}"
             )
-        skip = shown[len(shown) - count:]
+        skip = [index for index, _ in shown[len(shown) - count:]]
         self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
         del shown[len(shown) - count:]      # only once the marker is written
         return skip
@@ -1023,6 +1304,8 @@ class SessionLog:
         content = message.get("content")
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
+        if len(content) * 4 <= self.blob_threshold:
+            return message  # UTF-8 takes 4 bytes a character at most: it fits
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
@@ -1126,6 +1409,8 @@ class SessionLog:
         try:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
+                if self.known is not None:
+                    recall(fd)      # the time of this writer's last write: see KnownLog
                 os.close(fd)
         finally:
             self._unlock()      # whatever closing the log raised
@@ -1510,7 +1795,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -1518,17 +1802,36 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
             f"cannot fork onto {new_id!r}: session {target} already exists"
         )
     try:
-        data, state = read_whole_log(source)
+        # Never through a link, never waiting on a FIFO (read_all refuses both)
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise SessionNotFound(
             f"cannot fork from {source_id!r}: no session log at {source}"
         ) from None
+    try:
+        return fork_open_log(fd, folder, source_id, new_id, upto, durable)
+    finally:
+        os.close(fd)
+
+
+def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
+                  upto: int | None, durable: bool) -> Path:
+    """fork() from the source's log, open as `fd`."""
+    source = folder / f"{source_id}.jsonl"
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # A session this process has read or written, unchanged since, need not be read
+    # again: what it knows says where each line ends (see KnownLog). Else read it now.
+    log = recall(fd)
+    if log is None:
+        data, state = read_open_log(fd, source)
+        log = KnownLog(len(data), None, state.ends, state.shown(),
+                       state.newline_missing)
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn
-    # line: copy whole lines only. Since lesson 07 some messages are undone: count the
-    # ones shown.
-    # One per entry
-    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
-    shown = state.shown()
+    # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
+    # messages are undone: count the ones shown.
+    ends = log.ends
+    shown = log.shown
     count = len(shown) if upto is None else upto
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
@@ -1537,9 +1840,13 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # them come along, so the fork leaves out what the source leaves out; a marker
     # further down only takes back messages written after it, which the fork does not
     # have.
-    keep = len(lines) if upto is None else (shown[count - 1][1] + 1 if count else 0)
-    # Copy the bytes of the lines themselves: a new, independent file (never a link).
-    copy = b"".join(lines[:keep])
+    keep = len(ends) if upto is None else (shown[count - 1][1] + 1 if count else 0)
+    # Copy the bytes of those lines (a torn tail never: it is no line), into a new,
+    # independent file (never a link). A last line whose newline never got written
+    # gets one, so that the fork's first append starts on a line of its own.
+    copy = Prefix(fd, ends[keep - 1] if keep else 0)
+    if keep and keep == len(ends) and log.newline_missing:
+        copy.then = b"\n"
     # Publish under the new id's lock, as its writer would: an agent starting a session
     # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
@@ -1564,7 +1871,46 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     return target
 
 
-def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+@dataclass
+class Prefix:
+    """The first `length` bytes of the file open as `fd`, then `then`: what a fork
+    copies, without reading it into memory."""
+
+    fd: int
+    length: int
+    then: bytes = b""
+
+
+def copy_prefix(source: Prefix, target: int) -> None:
+    """Write the bytes `source` stands for to the open file `target`.
+
+    os.copy_file_range() has the kernel copy them, file to file, without a trip through
+    this process (and some file systems share the blocks rather than copy them). Where
+    the system has no such call, or it refuses these two files, read and write.
+    """
+    done = 0
+    kernel_copy = getattr(os, "copy_file_range", None)     # Linux (and FreeBSD) only
+    try:
+        while kernel_copy is not None and done < source.length:
+            moved = kernel_copy(source.fd, target, source.length - done, done)
+            if not moved:
+                break       # the file is shorter than known: the loop below says so
+            done += moved
+    except OSError as error:    # not for these two files (or this kernel): read, write
+        refused = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+        if done or error.errno not in refused:
+            raise
+    while done < source.length:
+        chunk = os.pread(source.fd, min(source.length - done, 1 << 20), done)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file ended at byte {done} while its first "
+                          f"{source.length} were being copied: it was cut meanwhile")
+        write_all(target, chunk)
+        done += len(chunk)
+    write_all(target, source.then)
+
+
+def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
     The bytes go to a temporary file first; os.link then gives it its real name, and
@@ -1609,11 +1955,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_temp(path: Path, data: bytes, durable: bool) -> str:
+def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
     make_folder(path.parent, durable)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        write_all(fd, data)
+        if isinstance(data, Prefix):
+            copy_prefix(data, fd)
+        else:
+            write_all(fd, data)
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
     except BaseException:
