@@ -2,12 +2,12 @@
 
     python blob_writer.py MODULE FOLDER SESSION TEXT_FILE
 
-MODULE is the agent.py under test. The process becomes the writer of SESSION and appends
-one user message whose content is the text in TEXT_FILE (large: it goes to a blob). Lesson
-06's append stores the blob first and writes the line that points to it after; this
-process stops in between: it prints "stored" once the blob is on disk and waits for a line
-from the test before it writes the line, then prints "done". So the test can collect the
-blobs at the one moment no log refers to the writer's blob yet.
+MODULE is the agent.py under test. The process becomes the writer of SESSION and
+appends one user message whose content is the text in TEXT_FILE (large: it goes to a
+blob). Lesson 06's append stores the blob first and writes the line that points to it
+after; this process stops in between: it prints "stored" once the blob is on disk and
+waits for a line from the test before it writes the line, then prints "done". So the
+test can collect the blobs at the one moment no log refers to the writer's blob yet.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main(module_path: str, folder: str, session_id: str, text_file: str) -> None
         write_line = log._write
 
         def wait_then_write(data: bytes) -> None:
-            print("stored", flush=True)     # the blob is stored; its line is not written
+            print("stored", flush=True)     # the blob is stored, its line is not
             sys.stdin.readline()
             write_line(data)
 

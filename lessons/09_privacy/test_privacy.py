@@ -5,8 +5,9 @@ Run: pytest lessons/09_privacy            (your code)
 
 Where a test says "no byte behind", it reads every file under the sessions folder, blobs
 included, and looks for the erased words. The tests about collecting blobs start a real
-second process (blob_writer.py, next to this file) that stops between storing a blob and
-writing the line that points to it; it is killed at the end of its test, whatever happens.
+second process (blob_writer.py, next to this file) that stops between storing a blob
+and writing the line that points to it; it is killed at the end of its test, whatever
+happens.
 """
 
 import json
@@ -60,7 +61,7 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1"):
 
 
 def play(lesson, sessions, *turns, session_id="quest-1"):
-    """Play whole turns in one agent, as one process would, and let go of the session."""
+    """Play whole turns in one agent, as one process would; let go of the session."""
     script = [step for _, steps in turns for step in steps]
     agent, _, log = open_agent(lesson, sessions, script, session_id)
     with log:
@@ -122,8 +123,8 @@ def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
         "delete_session should return True when it deleted a session")
     left = sorted(p.name for p in sessions.iterdir())
     assert left == ["blobs", "quest-1b.jsonl", "quest-1b.meta.json", "quest-2.jsonl"], (
-        "deleting quest-1 should remove its log (and leave no lock file), and nothing of "
-        f"the other sessions; the folder holds {left}")
+        "deleting quest-1 should remove its log (and leave no lock file), and nothing "
+        f"of the other sessions; the folder holds {left}")
     assert blob_names(sessions) == [blob], (
         "the fork quest-1b still refers to the blob: deleting quest-1 must keep it")
     assert (sessions / "quest-2.jsonl").read_bytes() == other, (
@@ -148,8 +149,9 @@ def test_delete_refuses_a_session_another_writer_holds_and_deletes_nothing(
     with lesson.SessionLog(sessions, "quest-1") as writer:
         writer.append({"role": "user", "content": "Still talking."})
         with raises(lesson.SessionBusy,
-                    "delete_session deleted a session while another writer held its "
-                    "lock: take the lock first (log._lock()), which raises SessionBusy"):
+                    "delete_session deleted a session while another writer held "
+                    "its lock: take the lock first (log._lock()), which raises "
+                    "SessionBusy"):
             lesson.delete_session(sessions, "quest-1")
         assert (sessions / "quest-1.jsonl").exists(), (
             "a refused delete must leave the log where it is")
@@ -186,7 +188,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     lesson.delete_session(sessions, "quest-1")
     assert files_holding(sessions, "Ilse") == [], (
         "a temporary copy of the log was left behind by a crash; deleting the session "
-        f"must remove it too. Still holding the words: {files_holding(sessions, 'Ilse')}")
+        "must remove it too. Still holding the words: "
+        f"{files_holding(sessions, 'Ilse')}")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
 
@@ -220,7 +223,8 @@ def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
         play(lesson, sessions, TURN_A, session_id=session_id)
     meta = sessions / "forked.meta.json"
     meta.write_text(json.dumps({"format": 1, "id": "forked", "parent": "young",
-                                "forked_at": 1, "created": "2026-01-01T00:00:00+00:00"}))
+                                "forked_at": 1,
+                                "created": "2026-01-01T00:00:00+00:00"}))
     age(meta, 40)
     age(sessions / "old.jsonl", 31)
     age(sessions / "young.jsonl", 29)
@@ -257,6 +261,26 @@ def test_expire_skips_a_session_a_writer_holds_however_old(lesson, sessions):
 
 
 @pytest.mark.task("09.2")
+def test_expire_looks_again_under_the_lock(lesson, sessions, monkeypatch):
+    """A writer that appends after expire() saw an old log, but before expire() took
+    its lock, keeps its session: expire() passes its cutoff to delete_session."""
+    play(lesson, sessions, TURN_A)
+    age(sessions / "quest-1.jsonl", 31)
+    delete_session = lesson.delete_session
+
+    def a_writer_comes_first(folder, session_id, **options):
+        with lesson.SessionLog(sessions, session_id) as writer:
+            writer.append({"role": "user", "content": "Back after a month."})
+        return delete_session(folder, session_id, **options)
+
+    monkeypatch.setattr(lesson, "delete_session", a_writer_comes_first)
+    assert lesson.expire(sessions) == ([], []), (
+        "the session was written to just before expire() took its lock: it is in use "
+        "again and must stay. Pass idle_before=cutoff to delete_session")
+    assert (sessions / "quest-1.jsonl").exists()
+
+
+@pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     """expire() only deletes sessions: a file whose name is no session id, or a link
     planted in the folder, stays."""
@@ -281,8 +305,8 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
 def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
     lesson, sessions
 ):
-    """After erase, no file under the sessions folder holds the erased words: not the log,
-    not a temporary file, not the blob of a large message."""
+    """After erase, no file under the sessions folder holds the erased words: not the
+    log, not a temporary file, not the blob of a large message."""
     play(lesson, sessions, TURN_A, TURN_SECRET, (LARGE_SECRET, [say("Noted.")]))
     assert files_holding(sessions, "Ilse"), "the test's own set-up: the words are there"
     agent, _, log = open_agent(lesson, sessions)
@@ -306,8 +330,9 @@ def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
 def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_messages(
     lesson, sessions
 ):
-    """Erasing message 0 of a log with an undo marker changes no index: the undone turn
-    stays hidden, every other message keeps its place, the marker its bytes."""
+    """Erasing messages of a log with an undo marker changes no index: the undone turn
+    stays hidden, every other message keeps its place, the marker its bytes. (The last
+    message shown is message 3 of the conversation and index 5 of the file.)"""
     agent, _, log = open_agent(lesson, sessions,
                                TURN_SECRET[1] + TURN_A[1] + TURN_C[1])
     with log:
@@ -319,11 +344,14 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
         undo_line = next(line for line in (sessions / "quest-1.jsonl").read_bytes()
                          .split(b"\n") if b'"undo"' in line)
         agent.erase(0)
+        agent.erase(len(expected) - 1)  # after the undone turn: index 5, position 3
     expected[0] = {"role": "user", "content": lesson.ERASED}
+    expected[-1] = {"role": "assistant", "content": lesson.ERASED}
     found = resume(lesson, sessions)
     assert found == expected, (
-        "after erasing message 0, a new process should see the tombstone in its place, "
-        "the undone turn still hidden, and the rest unchanged; it sees "
+        "after erasing the first and the last message, a new process should see "
+        "their tombstones in their places, the undone turn still hidden, and the rest "
+        "unchanged; it sees "
         f"{[m.get('content') for m in found]}")
     assert undo_line in (sessions / "quest-1.jsonl").read_bytes(), (
         "the undo marker's line must stay byte for byte: only the erased line changes")
@@ -331,12 +359,16 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
 
 @pytest.mark.key
 @pytest.mark.task("09.3")
-def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(lesson, sessions):
+def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
+    lesson, sessions
+):
     """Erasing an assistant message with tool calls and one of its results keeps the
     ids: the next request is accepted by the (strict) scripted model."""
-    play(lesson, sessions, TURN_TOOLS)
+    play(lesson, sessions, TURN_TOOLS, TURN_A)
     agent, model, log = open_agent(lesson, sessions, TURN_C[1])
     with log:
+        agent.undo()        # an undo marker, to show that no marker is touched
+        marker = (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[-2]
         calls = agent.messages[1]["tool_calls"]
         agent.erase(1)      # the assistant's calls: talk_to(guard), buy(rope)
         agent.erase(3)      # the result of buy(rope)
@@ -353,6 +385,9 @@ def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(lesson, s
                         "content": lesson.ERASED}, (
         f"an erased tool result keeps the id it answers; found {found[3]!r}")
     assert "guard" not in json.dumps(found[1]), "the call's arguments must go"
+    assert marker + b"\n" in (sessions / "quest-1.jsonl").read_bytes(), (
+        "the erased call's content was empty, so no marker quotes it: the undo marker "
+        "must keep its bytes (replacing \"\" inserts ERASED between every character)")
 
 
 @pytest.mark.task("09.3")
@@ -423,7 +458,8 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
             with raises(lesson.EraseError,
                         f"erase({index}) on a log of 2 messages was allowed"):
                 log.erase(index)
-            assert path.read_bytes() == after, f"a refused erase({index}) changed the log"
+            assert path.read_bytes() == after, (
+                f"a refused erase({index}) changed the log")
     assert len(erase_markers(path)) == 1, (
         "one erase, one erase marker: found " + str(erase_markers(path)))
     assert issubclass(lesson.EraseError, ValueError)
@@ -460,7 +496,8 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
         monkeypatch.setattr(lesson.os, "replace", refuse)
-        with pytest.raises(OSError):
+        with raises(OSError, "the erase never renamed a new file over the log: it "
+                    "changed the log in place, where a crash leaves half of each"):
             log.erase(0)
         monkeypatch.undo()
         assert path.read_bytes() == before, (
@@ -470,6 +507,40 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "a failed erase must leave no temporary copy of the log (it holds the words)")
     assert resume(lesson, sessions)[-1]["content"] == "Still here."
+
+
+@pytest.mark.task("09.4")
+def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
+    lesson, sessions, monkeypatch
+):
+    """The erase fsyncs the new log's bytes before the rename and the folder after it:
+    a power cut then leaves the old log or the new one, never a new name on no bytes."""
+    play(lesson, sessions, TURN_SECRET)
+    events = []
+    fsync, replace = lesson.os.fsync, lesson.os.replace
+
+    def recording_fsync(fd):
+        found = os.fstat(fd)
+        events.append(("fsync", found.st_ino, stat.S_ISDIR(found.st_mode)))
+        fsync(fd)
+
+    def recording_replace(source, target, **options):
+        events.append(("rename", os.stat(source).st_ino, False))
+        replace(source, target, **options)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(lesson.os, "fsync", recording_fsync)
+        monkeypatch.setattr(lesson.os, "replace", recording_replace)
+        log.erase(0)
+        monkeypatch.undo()
+    renames = [k for k, event in enumerate(events) if event[0] == "rename"]
+    assert len(renames) == 1, f"expected one rename of the new log, saw {events}"
+    new_log = events[renames[0]][1]
+    assert ("fsync", new_log, False) in events[:renames[0]], (
+        "the new log's bytes must be fsynced before it is renamed over the old one")
+    assert any(e[0] == "fsync" and e[2] for e in events[renames[0]:]), (
+        "the folder must be fsynced after the rename, or a power cut can undo it")
 
 
 @pytest.mark.task("09.4")
@@ -524,7 +595,8 @@ class BlobWriter:
         self.process = subprocess.Popen(
             [sys.executable, str(BLOB_WRITER), lesson.__file__, str(sessions),
              session_id, self.text_file.name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+            text=True)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -593,8 +665,8 @@ def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
         f"collect_blobs() should remove only the old unreferenced blob {old[:12]}..., "
         f"it removed {[name[:12] for name in removed]}")
     assert sorted(blob_names(sessions)) == sorted([kept, young]), (
-        "a blob a log refers to stays however old; an unreferenced one stays during the "
-        "grace period (a writer may be about to point to it)")
+        "a blob a log refers to stays however old; an unreferenced one stays during "
+        "the grace period (a writer may be about to point to it)")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
     assert lesson.collect_blobs(sessions, grace=0) == [young], (
         "with no grace period, the young unreferenced blob goes too")
@@ -618,7 +690,7 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
 
 @pytest.mark.key
 @pytest.mark.task("09.5")
-def test_collect_never_takes_a_blob_a_writer_in_another_process_stored_but_has_not_pointed_to_yet(
+def test_collect_never_takes_a_blob_another_process_stored_and_has_not_pointed_to(
     lesson, sessions, blob_writer
 ):
     """Real processes: a writer has stored its blob and not yet written the line that
