@@ -25,7 +25,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises
+from sessionlab.testing import open_descriptors, raises
 
 BLOB_WRITER = Path(__file__).with_name("blob_writer.py")
 HANG = 30       # seconds: only a guard against a process that would never answer
@@ -177,6 +177,21 @@ def test_deleting_twice_or_a_session_that_never_was_changes_nothing(lesson, sess
 
 
 @pytest.mark.task("09.1")
+def test_delete_removes_a_meta_file_a_failed_fork_left_without_its_log(
+    lesson, sessions
+):
+    """A meta file with no log (a fork that failed half-way) is no session, but it
+    names one: deleting that id removes it."""
+    (sessions / "quest-9.meta.json").write_text('{"format": 1, "id": "quest-9"}')
+    try:
+        assert lesson.delete_session(sessions, "quest-9") is True
+    except OSError as error:
+        pytest.fail(f"deleting a session with a meta file and no log raised {error!r}",
+                    pytrace=False)
+    assert list(sessions.iterdir()) == []
+
+
+@pytest.mark.task("09.1")
 def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, sessions):
     """A temporary file a crashed erase or fork left beside the log holds the session's
     words too: deleting the session removes it."""
@@ -206,6 +221,19 @@ def test_delete_with_idle_before_keeps_a_session_written_since(lesson, sessions)
     age(sessions / "quest-1.jsonl", 31)
     assert lesson.delete_session(sessions, "quest-1", idle_before=cutoff) is True, (
         "a log last written 31 days ago is idle since before a cutoff of 30 days ago")
+
+
+@pytest.mark.task("09.1")
+def test_a_session_exactly_as_old_as_the_retention_is_kept(lesson, sessions):
+    """"Older than" is strict: a log last changed exactly at idle_before is not idle
+    before it, and stays."""
+    play(lesson, sessions, TURN_A)
+    then = 1_700_000_000        # a whole second: the file system keeps it exactly
+    os.utime(sessions / "quest-1.jsonl", (then, then))
+    assert lesson.delete_session(sessions, "quest-1", idle_before=then) is False, (
+        "the log was last changed at idle_before itself, not before it: keep it")
+    assert lesson.expire(sessions, older_than=100, now=then + 100) == ([], [])
+    assert (sessions / "quest-1.jsonl").exists()
 
 
 # --- 09.2: expire ---------------------------------------------------------------------
@@ -283,7 +311,7 @@ def test_expire_looks_again_under_the_lock(lesson, sessions, monkeypatch):
 @pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     """expire() only deletes sessions: a file whose name is no session id, or a link
-    planted in the folder, stays."""
+    planted in the folder, stays, and the sessions after them are still expired."""
     notes = sessions / "notes .jsonl"
     notes.write_text("not a session\n")
     target = sessions.parent / "elsewhere.jsonl"
@@ -292,7 +320,11 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     for path in (notes, target):
         age(path, 99)
     os.utime(sessions / "link.jsonl", (0, 0), follow_symlinks=False)
-    assert lesson.expire(sessions) == ([], [])
+    play(lesson, sessions, TURN_A, session_id="quest-1")
+    age(sessions / "quest-1.jsonl", 99)
+    assert lesson.expire(sessions) == (["quest-1"], []), (
+        "expire() should skip the files that are no sessions and go on: quest-1, "
+        "sorted after them, is old and must be deleted")
     assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
 
 
@@ -412,7 +444,11 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
     agent, _, log = open_agent(lesson, sessions, TURN_SECRET[1] + TURN_C[1])
     with log:
         agent.run(TURN_SECRET[0])
+        before = open_descriptors()
         agent.erase(0)
+        assert open_descriptors() == before, (
+            "erase() left a file descriptor open: close the old log's once the new "
+            "log is open")
         agent.run(TURN_C[0])
     contents = [m["content"] for m in resume(lesson, sessions)]
     assert contents == [lesson.ERASED, "Noted.", TURN_C[0], "The elder nods."], (
@@ -425,11 +461,14 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 @pytest.mark.task("09.4")
 def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions):
     """A marker line that quotes the erased text (lesson 08's compaction summary is one)
-    is rewritten too, the quote replaced by ERASED, its kind kept."""
+    is rewritten too, the quote replaced by ERASED, its kind kept; a line that quotes
+    nothing keeps its bytes."""
     play(lesson, sessions, TURN_SECRET)
     summary = {"$marker": "compaction", "summary": f"The user said: {SECRET}. Noted."}
+    # A line written by another program, compact and with escapes: no quote, so kept
+    foreign = b'{"role":"user","content":"Caf\\u00e9 at dawn?"}\n'
     with open(sessions / "quest-1.jsonl", "ab") as file:
-        file.write(json.dumps(summary).encode() + b"\n")
+        file.write(json.dumps(summary).encode() + b"\n" + foreign)
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.erase(0) is True
     [marker] = [line for line in lines_of(sessions / "quest-1.jsonl")
@@ -438,6 +477,66 @@ def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions
         "a marker quoting the erased message should have the quote replaced by ERASED, "
         f"found {marker!r}")
     assert files_holding(sessions, "Ilse") == []
+    assert foreign in (sessions / "quest-1.jsonl").read_bytes(), (
+        "a line that does not quote the erased message must keep its bytes exactly")
+
+
+@pytest.mark.task("09.4")
+def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
+    lesson, sessions
+):
+    """The model's answer repeating the erased words, and a large message (a blob)
+    quoting them, keep their place and their other words: only the quote goes, from
+    their lines and from their blobs."""
+    quoting = "Understood: " + SECRET + ". I will remember."
+    large = "Notes for the quest. " * 300 + SECRET
+    play(lesson, sessions, (SECRET, [say(quoting)]), (large, [say("Filed.")]))
+    [old_blob] = blob_names(sessions)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    assert files_holding(sessions, "Ilse") == [], (
+        "messages quoting the erased words still hold them: "
+        f"{files_holding(sessions, 'Ilse')}")
+    messages = resume(lesson, sessions)
+    assert messages[1]["content"] == f"Understood: {lesson.ERASED}. I will remember.", (
+        "the answer that quoted the erased message keeps its other words, the quote "
+        f"replaced by ERASED; found {messages[1]['content']!r}")
+    assert messages[2]["content"] == "Notes for the quest. " * 300 + lesson.ERASED
+    assert old_blob not in blob_names(sessions), (
+        "the blob that quoted the erased words must go: the scrubbed content is a new "
+        "blob")
+
+
+@pytest.mark.task("09.4")
+def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sessions):
+    """A short message ("yes") is erased in its own line only: looked for elsewhere it
+    would also be found in "yesterday". Every other line keeps its bytes."""
+    play(lesson, sessions, ("yes", [say("Then yesterday's plan holds.")]))
+    path = sessions / "quest-1.jsonl"
+    second = path.read_bytes().split(b"\n")[1]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    assert path.read_bytes().split(b"\n")[1] == second, (
+        "erasing 'yes' changed the next line; only quotes of at least QUOTE_MIN_CHARS "
+        "characters are looked for elsewhere")
+
+
+@pytest.mark.task("09.4")
+def test_a_message_whose_blob_is_missing_can_still_be_erased(lesson, sessions):
+    """A message whose blob is gone (or damaged) can still be erased: the person wants
+    it gone, and its line still holds a preview of it."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    for blob in (sessions / "blobs").iterdir():
+        blob.unlink()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.erase(0)
+        except lesson.BlobError as error:
+            pytest.fail(f"erase refused a message whose blob is missing ({error}): "
+                        "there is nothing to read back, erase its line anyway",
+                        pytrace=False)
+    assert files_holding(sessions, "Ilse") == []
+    assert resume(lesson, sessions)[0]["content"] == lesson.ERASED
 
 
 @pytest.mark.key

@@ -968,10 +968,11 @@ class SessionLog:
         was erased before: erasing twice changes nothing).
 
         `index` counts every message in the file from 0, undone ones included, as an
-        undo marker does. The message's line becomes its tombstone(); every marker line
-        quoting its text has that text replaced; an erase marker is added; and the log
-        is rewritten whole (temporary file, fsync, rename), under the lock. Then each
-        blob the message used goes too, unless another file still refers to it.
+        undo marker does. The message's line becomes its tombstone(); every other line
+        that quotes its text (a message, a marker) has the quote replaced by ERASED; an
+        erase marker is added; and the log is rewritten whole (temporary file, fsync,
+        rename), under the lock. Then each blob the rewritten lines used goes too,
+        unless another file still refers to it.
         Raises EraseError, changing nothing, for an index the log does not hold.
         """
         started = time.time()
@@ -987,26 +988,50 @@ class SessionLog:
         if any(entry.get(MARKER) == "erase" and entry.get("index") == index
                for entry in state.entries):
             return False
-        erased = state.entries[positions[index]]
-        try:
-            whole = self.inline(erased, state.lines[positions[index]])
-        except BlobError:
-            whole = erased  # its blob is gone or damaged: what is left is the preview
-        texts = [text for text in contents_of(whole) if text]
+        texts = self.quoted(state.entries[positions[index]],
+                            state.lines[positions[index]])
         raw = data[:state.end].split(b"\n")
-        lines = []
+        lines: list[bytes] = []
+        rewritten: list[str] = []   # the blobs of the lines rewritten
         for position, entry in enumerate(state.entries):
             if position == positions[index]:
-                lines.append(encode_line(tombstone(entry)))
-            elif MARKER in entry and any(quotes(entry, text) for text in texts):
-                lines.append(encode_line(redact(entry, texts)))
-            else:   # every other line keeps its bytes exactly
+                new = tombstone(entry)
+            else:
+                new = self.scrubbed(entry, state.lines[position], texts)
+            if new is None:     # every other line keeps its bytes exactly
                 lines.append(raw[state.lines[position] - 1] + b"\n")
+            else:
+                lines.append(encode_line(new))
+                rewritten += blobs_of(entry)
         lines.append(encode_line({MARKER: "erase", "index": index, "at": now()}))
         self._rewrite(b"".join(lines))
-        drop_blobs(self.folder, blobs_of(erased), touched_after=started)
+        drop_blobs(self.folder, rewritten, touched_after=started)
         return True
         # END 09.4
+
+    def quoted(self, message: Message, line: int) -> list[str]:
+        """The texts of `message` that erase() looks for in every other line: its
+        content (read back from its blob), each text at least QUOTE_MIN_CHARS long."""
+        try:
+            message = self.inline(message, line)
+        except BlobError:
+            pass    # its blob is gone or damaged: what is left of it is the preview
+        return [text for text in contents_of(message) if len(text) >= QUOTE_MIN_CHARS]
+
+    def scrubbed(self, entry: Message, line: int, texts: list[str]) -> Message | None:
+        """`entry` with every quote of `texts` replaced by ERASED, or None when it
+        quotes none of them. A message whose content is a blob is read back whole and,
+        scrubbed, stored as a new blob (the old one is then no longer referred to)."""
+        whole = entry
+        if MARKER not in entry:
+            try:
+                whole = self.inline(entry, line)
+            except BlobError:
+                pass    # a blob that cannot be read: its preview can still be scrubbed
+        new = scrub(whole, texts)
+        if new == whole:
+            return None
+        return new if MARKER in new else self.outline(new)
 
     def _rewrite(self, data: bytes) -> None:
         """Replace the whole log with `data`: the old file or the new, never a mix.
@@ -1597,23 +1622,28 @@ def contents_of(message: Message) -> list[str]:
             if isinstance(part, dict) and isinstance(part.get("text"), str)]
 
 
-def quotes(value: Any, text: str) -> bool:
-    """Does any string inside `value` (a line's JSON) hold `text`?"""
-    if isinstance(value, str):
-        return text in value
-    if isinstance(value, dict):
-        return any(quotes(item, text) for item in value.values())
-    if isinstance(value, list):
-        return any(quotes(item, text) for item in value)
-    return False
+# The shortest text erase() looks for in the other lines of the log. A shorter message
+# ("yes", "the cave") is too common to be taken for a quote: "yes" is in "yesterday".
+QUOTE_MIN_CHARS = 12
+
+
+def scrub(entry: Message, texts: list[str]) -> Message:
+    """A line's entry with every quote of `texts` replaced by ERASED.
+
+    In a marker, any string but its kind: a compaction summary (lesson 08) quotes what
+    it summarizes. In a message, its content only: its role, ids and calls are the
+    conversation's structure, and changing them could leave a call without its result.
+    """
+    if MARKER in entry:
+        return redact(entry, texts)
+    if "content" not in entry:
+        return entry
+    return {**entry, "content": redact(entry["content"], texts)}
 
 
 def redact(value: Any, texts: list[str]) -> Any:
-    """`value` with every one of `texts` replaced by ERASED wherever a string holds it.
-
-    For the markers that quote an erased message: a compaction summary (lesson 08) is
-    such a line. The marker's kind itself is never changed.
-    """
+    """`value` with every one of `texts` replaced by ERASED wherever a string holds it
+    (a marker's kind, under the key "$marker", is never changed)."""
     if isinstance(value, str):
         for text in texts:
             value = value.replace(text, ERASED)
