@@ -38,6 +38,7 @@ from .. import course
 from ..course import Lesson
 from ..town import Town
 from . import connect, replies, show, world
+from . import privacy     # lesson 09: /erase and /delete
 from .doctor import ollama_url
 from .runner import Runner
 from .ui import Ui
@@ -537,7 +538,7 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         if log is not None and callable(getattr(agent, "flush", None)):
             agent.flush()       # lesson 07: nothing recorded stays behind in the pending buffer
         _close(log)
-    if opened.path is not None:
+    if opened.path is not None and not getattr(agent, "deleted", False):   # lesson 09: /delete
         say_where_saved(args, ui, lesson, side, opened)
     return status
 
@@ -739,6 +740,7 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
         ui.out.print("/history  the conversation so far\n/town     the town's gold and items, kept beside the session "
                      "(the world, not the history)\n"
                      + ("/undo [N] take back the last N turns\n" if hasattr(agent, "undo") else "")
+                     + privacy.help_lines(agent)
                      + "/quit     end the chat (Ctrl-D too)", markup=False)
     elif word == "history":
         names = show.result_names(agent.messages)
@@ -765,6 +767,8 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
             ui.error(f"{type(error).__name__}: {error}")
         else:
             ui.out.print(f"took back {turns} turn(s); {len(agent.messages)} message(s) remain")
+    elif word in privacy.COMMANDS:     # lesson 09
+        return privacy.command(word, rest, agent, ui, session_id, folder)
     else:
         ui.error(f"unknown command /{word}", "/help lists them")
     return None
