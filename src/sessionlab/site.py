@@ -315,7 +315,7 @@ class Includer:
 
     def _previous(self, lesson: course.Lesson) -> course.Lesson:
         # The lesson before it in the course, which is not always number - 1: a course may
-        # grow a later lesson before the one between (09 written while 08 is).
+        # leave a number free for a lesson still to come.
         earlier = [item for item in course.lessons(self.root) if item.number < lesson.number]
         if not earlier:
             raise IncludeError(f"lesson {lesson.name} is the first one: it has no previous lesson to diff")
