@@ -1284,8 +1284,8 @@ class SessionLog:
         """
         if self._fd is None:
             self._open()  # the writer first: its repair may add messages to the end
-        # A compaction is rare (one model call each): read the log through the
-        # writer's own descriptor, as undo does the first time.
+        # A compaction is rare (it costs a model call): reading the log again, through
+        # the writer's own descriptor, costs little beside it and keeps this plain.
         state = parse_log(read_all(self._fd, self.path), self.path)
         # TODO(08.5): Record the compaction as a marker line.
         # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.

@@ -88,3 +88,27 @@ def test_a_fork_is_0600_even_when_its_source_is_not(store, tmp_path, child):
 
     found = child(work)
     assert found["branch.jsonl"] == "0o600" and found["branch.meta.json"] == "0o600", found
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022], ids=["umask 000", "umask 022"])
+def test_an_erase_and_a_collect_keep_every_file_0600(store, tmp_path, child, umask):
+    """Lesson 09: the log an erase rewrites, the scrubbed blob it stores and what a delete or a
+    collect leaves are private too."""
+    if not hasattr(store, "delete_session"):
+        pytest.skip("this store has no erase (lesson 09)")
+    folder = tmp_path / "sessions"
+
+    def work():
+        os.umask(umask)
+        with store.SessionLog(folder, "quest") as log:
+            log.append({"role": "user", "content": "The elder's map of the cave."})
+            log.append({"role": "assistant", "content": PASTE + "The elder's map of the cave."})
+            log.erase(0)
+        store.collect_blobs(folder, grace=0)
+        return modes(folder)
+
+    found = child(work)
+    assert "raised" not in found, found
+    assert any(name.startswith("blobs/") for name in found), f"no scrubbed blob: {found}"
+    wrong = private(found, folder)
+    assert not wrong, f"with umask {umask:03o}: " + "; ".join(wrong)

@@ -38,6 +38,7 @@ from .. import course
 from ..course import Lesson
 from ..town import Town
 from . import compaction, connect, replies, show, world
+from . import privacy     # lesson 09: /erase and /delete
 from .doctor import ollama_url
 from .runner import Runner
 from .ui import Ui
@@ -542,7 +543,7 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         if log is not None and callable(getattr(agent, "flush", None)):
             agent.flush()       # lesson 07: nothing recorded stays behind in the pending buffer
         _close(log)
-    if opened.path is not None:
+    if opened.path is not None and not getattr(agent, "deleted", False):   # lesson 09: /delete
         say_where_saved(args, ui, lesson, side, opened)
     return status
 
@@ -749,6 +750,7 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
                      "(the world, not the history)\n"
                      + ("/undo [N] take back the last N turns\n" if hasattr(agent, "undo") else "")
                      + compaction.help_line(agent)
+                     + privacy.help_lines(agent)
                      + "/quit     end the chat (Ctrl-D too)", markup=False)
     elif word == "history":
         names = show.result_names(agent.messages)
@@ -777,6 +779,8 @@ def _command(text: str, agent: Any, ui: Ui, session_id: str | None, folder: Path
             ui.out.print(f"took back {turns} turn(s); {len(agent.messages)} message(s) remain")
     elif compaction.command(word, agent, ui):      # lesson 08: /compact
         pass
+    elif word in privacy.COMMANDS:     # lesson 09
+        return privacy.command(word, rest, agent, ui, session_id, folder)
     else:
         ui.error(f"unknown command /{word}", "/help lists them")
     return None

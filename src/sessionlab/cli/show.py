@@ -487,6 +487,9 @@ def marker_row(data: dict[str, Any], limit: int | None) -> Text:
             row.append("   (its skip is not a list of message indices: lesson 07 refuses this log)",
                        style="red")
         return row
+    if kind == "erase":     # lesson 09
+        return Text(f"  ── erase ── message {as_json(data.get('index'))} was erased at "
+                    f"{as_json(data.get('at'))}: its line holds a tombstone", style="bold magenta")
     label = kind if isinstance(kind, str) else as_json(kind)
     return Text(f"  ── {shorten(label, 40)} ── {shown}", style="bold")
 

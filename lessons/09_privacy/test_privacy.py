@@ -1,0 +1,861 @@
+"""Lesson 09: sessions are personal data. Delete, expire, erase, collect.
+
+Run: pytest lessons/09_privacy            (your code)
+     pytest lessons/09_privacy --solution (the reference)
+
+Where a test says "no byte behind", it reads every file under the sessions folder, blobs
+included, and looks for the erased words. The tests about collecting blobs start a real
+second process (blob_writer.py, next to this file) that stops between storing a blob
+and writing the line that points to it; it is killed at the end of its test, whatever
+happens.
+"""
+
+import json
+import os
+import queue
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.town import Town
+from sessionlab.testing import open_descriptors, raises
+
+BLOB_WRITER = Path(__file__).with_name("blob_writer.py")
+HANG = 30       # seconds: only a guard against a process that would never answer
+DAY = 24 * 3600
+
+SECRET = "My sister Ilse lives at 12 Elm Street"
+# Large enough to be stored as a blob (lesson 06), and easy to find
+LARGE_SECRET = "Ilse's diary: " + "the cave is cold. " * 400
+TURN_A = ("Ask the elder about the cave.", [say("The elder says: bring a torch.")])
+TURN_SECRET = (SECRET, [say("Noted.")])
+TURN_TOOLS = (
+    "Ask the guard, then buy a rope.",
+    [use(call("talk_to", npc="guard"), call("buy", item="rope")),
+     say("The guard nods; the rope is yours.")],
+)
+TURN_C = ("Thank the elder.", [say("The elder nods.")])
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def open_agent(lesson, sessions, script=(), session_id="quest-1"):
+    """A new agent on the session, as a new process would make it."""
+    model = ScriptedModel(list(script))
+    log = lesson.SessionLog(sessions, session_id)
+    try:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+    except BaseException:
+        log.close()
+        raise
+    return agent, model, log
+
+
+def play(lesson, sessions, *turns, session_id="quest-1"):
+    """Play whole turns in one agent, as one process would; let go of the session."""
+    script = [step for _, steps in turns for step in steps]
+    agent, _, log = open_agent(lesson, sessions, script, session_id)
+    with log:
+        for text, _ in turns:
+            agent.run(text)
+    return agent.messages
+
+
+def resume(lesson, sessions, session_id="quest-1"):
+    """What a new process sees when it opens the session."""
+    agent, _, log = open_agent(lesson, sessions, session_id=session_id)
+    log.close()
+    return agent.messages
+
+
+def files_holding(folder, text):
+    """Every file under `folder` (blobs included) whose bytes hold `text`."""
+    needle = text.encode("utf-8")
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
+                  if path.is_file() and needle in path.read_bytes())
+
+
+def lines_of(path):
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+
+
+def erase_markers(path):
+    return [line for line in lines_of(path) if line.get("$marker") == "erase"]
+
+
+def age(path, days):
+    """Make `path` look last written `days` days ago."""
+    then = time.time() - days * DAY
+    os.utime(path, (then, then))
+
+
+def blob_names(sessions):
+    blobs = sessions / "blobs"
+    return sorted(p.name for p in blobs.iterdir()) if blobs.is_dir() else []
+
+
+# --- 09.1: delete ---------------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("09.1")
+def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
+    lesson, sessions
+):
+    """delete_session removes the session's log, meta file and lock, and each blob it
+    used that no other session refers to; other sessions stay as they were."""
+    play(lesson, sessions, TURN_A, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    lesson.fork(sessions, "quest-1", "quest-1b")
+    other = (sessions / "quest-2.jsonl").read_bytes()
+    [blob] = blob_names(sessions)
+
+    assert lesson.delete_session(sessions, "quest-1") is True, (
+        "delete_session should return True when it deleted a session")
+    left = sorted(p.name for p in sessions.iterdir())
+    assert left == ["blobs", "quest-1b.jsonl", "quest-1b.meta.json", "quest-2.jsonl"], (
+        "deleting quest-1 should remove its log (and leave no lock file), and nothing "
+        f"of the other sessions; the folder holds {left}")
+    assert blob_names(sessions) == [blob], (
+        "the fork quest-1b still refers to the blob: deleting quest-1 must keep it")
+    assert (sessions / "quest-2.jsonl").read_bytes() == other, (
+        "deleting quest-1 changed the log of quest-2")
+
+    lesson.delete_session(sessions, "quest-1b")
+    assert blob_names(sessions) == [], (
+        "once no session refers to a blob, deleting the last one that did removes it; "
+        f"blobs/ still holds {blob_names(sessions)}")
+    assert files_holding(sessions, "Ilse") == [], (
+        "after both sessions that held the words were deleted, no file may hold them")
+
+
+@pytest.mark.key
+@pytest.mark.task("09.1")
+def test_delete_refuses_a_session_another_writer_holds_and_deletes_nothing(
+    lesson, sessions
+):
+    """A session with a writer is not deleted: SessionBusy, and every file stays."""
+    play(lesson, sessions, TURN_A)
+    before = sorted(p.name for p in sessions.iterdir())
+    with lesson.SessionLog(sessions, "quest-1") as writer:
+        writer.append({"role": "user", "content": "Still talking."})
+        with raises(lesson.SessionBusy,
+                    "delete_session deleted a session while another writer held "
+                    "its lock: take the lock first (log._lock()), which raises "
+                    "SessionBusy"):
+            lesson.delete_session(sessions, "quest-1")
+        assert (sessions / "quest-1.jsonl").exists(), (
+            "a refused delete must leave the log where it is")
+        writer.append({"role": "user", "content": "And still."})
+    assert [m["content"] for m in resume(lesson, sessions)][-2:] == [
+        "Still talking.", "And still."], (
+        "the writer's messages should all be in the log after a refused delete")
+    assert sorted(p.name for p in sessions.iterdir()) == before
+
+
+@pytest.mark.task("09.1")
+def test_deleting_twice_or_a_session_that_never_was_changes_nothing(lesson, sessions):
+    """Deleting is idempotent: a session already deleted, or never made, gives False and
+    leaves no file behind (not even a lock file)."""
+    play(lesson, sessions, TURN_A)
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert lesson.delete_session(sessions, "quest-1") is False, (
+        "deleting a session that is already gone should return False, not raise")
+    assert lesson.delete_session(sessions, "never-was") is False
+    assert list(sessions.iterdir()) == [], (
+        "deleting sessions that do not exist must create nothing, found "
+        f"{sorted(p.name for p in sessions.iterdir())}")
+
+
+@pytest.mark.task("09.1")
+def test_delete_removes_a_meta_file_a_failed_fork_left_without_its_log(
+    lesson, sessions
+):
+    """A meta file with no log (a fork that failed half-way) is no session, but it
+    names one: deleting that id removes it."""
+    (sessions / "quest-9.meta.json").write_text('{"format": 1, "id": "quest-9"}')
+    try:
+        assert lesson.delete_session(sessions, "quest-9") is True
+    except OSError as error:
+        pytest.fail(f"deleting a session with a meta file and no log raised {error!r}",
+                    pytrace=False)
+    assert list(sessions.iterdir()) == []
+
+
+@pytest.mark.task("09.1")
+def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, sessions):
+    """A temporary file a crashed erase or fork left beside the log holds the session's
+    words too: deleting the session removes it."""
+    play(lesson, sessions, TURN_SECRET)
+    leftover = sessions / ".quest-1.jsonl.k2j4h1.tmp"
+    leftover.write_bytes((sessions / "quest-1.jsonl").read_bytes())
+    (sessions / ".quest-1.meta.json.a8b2.tmp").write_text("{}")
+    (sessions / ".quest-10.jsonl.zz.tmp").write_text("another session's")
+    lesson.delete_session(sessions, "quest-1")
+    assert files_holding(sessions, "Ilse") == [], (
+        "a temporary copy of the log was left behind by a crash; deleting the session "
+        "must remove it too. Still holding the words: "
+        f"{files_holding(sessions, 'Ilse')}")
+    assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
+        "deleting quest-1 removed a temporary file of quest-10")
+
+
+@pytest.mark.task("09.1")
+def test_delete_with_idle_before_keeps_a_session_written_since(lesson, sessions):
+    """delete_session(..., idle_before=t) deletes only a log last changed before t,
+    judged under the lock: a session a writer appended to meanwhile stays."""
+    play(lesson, sessions, TURN_A)
+    cutoff = time.time() - 30 * DAY
+    assert lesson.delete_session(sessions, "quest-1", idle_before=cutoff) is False, (
+        "the log was written just now, after idle_before: it must not be deleted")
+    assert (sessions / "quest-1.jsonl").exists()
+    age(sessions / "quest-1.jsonl", 31)
+    assert lesson.delete_session(sessions, "quest-1", idle_before=cutoff) is True, (
+        "a log last written 31 days ago is idle since before a cutoff of 30 days ago")
+
+
+@pytest.mark.task("09.1")
+def test_a_session_exactly_as_old_as_the_retention_is_kept(lesson, sessions):
+    """"Older than" is strict: a log last changed exactly at idle_before is not idle
+    before it, and stays."""
+    play(lesson, sessions, TURN_A)
+    then = 1_700_000_000        # a whole second: the file system keeps it exactly
+    os.utime(sessions / "quest-1.jsonl", (then, then))
+    assert lesson.delete_session(sessions, "quest-1", idle_before=then) is False, (
+        "the log was last changed at idle_before itself, not before it: keep it")
+    assert lesson.expire(sessions, older_than=100, now=then + 100) == ([], [])
+    assert (sessions / "quest-1.jsonl").exists()
+
+
+# --- 09.2: expire ---------------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("09.2")
+def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
+    lesson, sessions
+):
+    """expire() deletes a session whose log was last appended to 31 days ago, keeps one
+    of 29 days, and keeps a fork made 40 days ago (its meta file says so) that was used
+    yesterday: "older than" is the last append, not the creation."""
+    for session_id in ("old", "young", "forked"):
+        play(lesson, sessions, TURN_A, session_id=session_id)
+    meta = sessions / "forked.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "forked", "parent": "young",
+                                "forked_at": 1,
+                                "created": "2026-01-01T00:00:00+00:00"}))
+    age(meta, 40)
+    age(sessions / "old.jsonl", 31)
+    age(sessions / "young.jsonl", 29)
+    age(sessions / "forked.jsonl", 1)
+
+    deleted, busy = lesson.expire(sessions)
+
+    assert deleted == ["old"], (
+        "with the default retention of 30 days, only 'old' (last appended to 31 days "
+        f"ago) should be deleted; expire() deleted {deleted}")
+    assert busy == []
+    left = sorted(p.name for p in sessions.iterdir())
+    assert left == ["forked.jsonl", "forked.meta.json", "young.jsonl"], (
+        f"after expire() the folder should hold the young sessions, it holds {left}")
+    assert lesson.expire(sessions, older_than=0.5 * DAY) == (["forked", "young"], []), (
+        "with a retention of half a day both remaining sessions are idle long enough")
+
+
+@pytest.mark.key
+@pytest.mark.task("09.2")
+def test_expire_skips_a_session_a_writer_holds_however_old(lesson, sessions):
+    """A session whose writer is still there is never deleted under it: expire() skips
+    it and says so; the next expire() deletes it once the writer let go."""
+    play(lesson, sessions, TURN_A)
+    with lesson.SessionLog(sessions, "quest-1") as writer:
+        writer.open_for_append()    # holds the lock, appends nothing: the log stays old
+        age(sessions / "quest-1.jsonl", 31)
+        deleted, busy = lesson.expire(sessions)
+        assert (deleted, busy) == ([], ["quest-1"]), (
+            "a session another writer holds must be skipped and reported as busy, "
+            f"expire() returned deleted={deleted}, busy={busy}")
+        assert (sessions / "quest-1.jsonl").exists(), "expire() deleted under a writer"
+    assert lesson.expire(sessions) == (["quest-1"], [])
+
+
+@pytest.mark.task("09.2")
+def test_expire_looks_again_under_the_lock(lesson, sessions, monkeypatch):
+    """A writer that appends after expire() saw an old log, but before expire() took
+    its lock, keeps its session: expire() passes its cutoff to delete_session."""
+    play(lesson, sessions, TURN_A)
+    age(sessions / "quest-1.jsonl", 31)
+    delete_session = lesson.delete_session
+
+    def a_writer_comes_first(folder, session_id, **options):
+        with lesson.SessionLog(sessions, session_id) as writer:
+            writer.append({"role": "user", "content": "Back after a month."})
+        return delete_session(folder, session_id, **options)
+
+    monkeypatch.setattr(lesson, "delete_session", a_writer_comes_first)
+    assert lesson.expire(sessions) == ([], []), (
+        "the session was written to just before expire() took its lock: it is in use "
+        "again and must stay. Pass idle_before=cutoff to delete_session")
+    assert (sessions / "quest-1.jsonl").exists()
+
+
+@pytest.mark.task("09.2")
+def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
+    """expire() only deletes sessions: a file whose name is no session id, or a link
+    planted in the folder, stays, and the sessions after them are still expired."""
+    notes = sessions / "notes .jsonl"
+    notes.write_text("not a session\n")
+    target = sessions.parent / "elsewhere.jsonl"
+    target.write_text("{}\n")
+    (sessions / "link.jsonl").symlink_to(target)
+    for path in (notes, target):
+        age(path, 99)
+    os.utime(sessions / "link.jsonl", (0, 0), follow_symlinks=False)
+    play(lesson, sessions, TURN_A, session_id="quest-1")
+    age(sessions / "quest-1.jsonl", 99)
+    assert lesson.expire(sessions) == (["quest-1"], []), (
+        "expire() should skip the files that are no sessions and go on: quest-1, "
+        "sorted after them, is old and must be deleted")
+    assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
+
+
+# --- 09.3 and 09.4: erase -------------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
+def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
+    lesson, sessions
+):
+    """After erase, no file under the sessions folder holds the erased words: not the
+    log, not a temporary file, not the blob of a large message."""
+    play(lesson, sessions, TURN_A, TURN_SECRET, (LARGE_SECRET, [say("Noted.")]))
+    assert files_holding(sessions, "Ilse"), "the test's own set-up: the words are there"
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        agent.erase(2)      # the user's SECRET
+        agent.erase(4)      # the large one, stored as a blob
+    assert files_holding(sessions, "Ilse") == [], (
+        "after erasing both messages, these files still hold their words: "
+        f"{files_holding(sessions, 'Ilse')}")
+    assert blob_names(sessions) == [], (
+        "the erased message's blob is referred to by no other log: it must go too")
+    messages = resume(lesson, sessions)
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+    assert messages[2] == messages[4] == {"role": "user", "content": lesson.ERASED}, (
+        "an erased message reads back as its tombstone: its role, and ERASED as its "
+        f"content; found {messages[2]!r}")
+
+
+@pytest.mark.key
+@pytest.mark.task("09.4")
+def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_messages(
+    lesson, sessions
+):
+    """Erasing messages of a log with an undo marker changes no index: the undone turn
+    stays hidden, every other message keeps its place, the marker its bytes. (The last
+    message shown is message 3 of the conversation and index 5 of the file.)"""
+    agent, _, log = open_agent(lesson, sessions,
+                               TURN_SECRET[1] + TURN_A[1] + TURN_C[1])
+    with log:
+        agent.run(TURN_SECRET[0])
+        agent.run(TURN_A[0])
+        agent.undo()
+        agent.run(TURN_C[0])
+        expected = list(agent.messages)
+        undo_line = next(line for line in (sessions / "quest-1.jsonl").read_bytes()
+                         .split(b"\n") if b'"undo"' in line)
+        agent.erase(0)
+        agent.erase(len(expected) - 1)  # after the undone turn: index 5, position 3
+    expected[0] = {"role": "user", "content": lesson.ERASED}
+    expected[-1] = {"role": "assistant", "content": lesson.ERASED}
+    found = resume(lesson, sessions)
+    assert found == expected, (
+        "after erasing the first and the last message, a new process should see "
+        "their tombstones in their places, the undone turn still hidden, and the rest "
+        "unchanged; it sees "
+        f"{[m.get('content') for m in found]}")
+    assert undo_line in (sessions / "quest-1.jsonl").read_bytes(), (
+        "the undo marker's line must stay byte for byte: only the erased line changes")
+
+
+@pytest.mark.key
+@pytest.mark.task("09.3")
+def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
+    lesson, sessions
+):
+    """Erasing an assistant message with tool calls and one of its results keeps the
+    ids: the next request is accepted by the (strict) scripted model."""
+    play(lesson, sessions, TURN_TOOLS, TURN_A)
+    agent, model, log = open_agent(lesson, sessions, TURN_C[1])
+    with log:
+        agent.undo()        # an undo marker, to show that no marker is touched
+        marker = (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[-2]
+        calls = agent.messages[1]["tool_calls"]
+        agent.erase(1)      # the assistant's calls: talk_to(guard), buy(rope)
+        agent.erase(3)      # the result of buy(rope)
+        agent.run(TURN_C[0])    # a 400 (lesson 04's unresumable session) would raise
+    found = resume(lesson, sessions)
+    assert found[1] == {
+        "role": "assistant", "content": lesson.ERASED,
+        "tool_calls": [{"id": c["id"], "type": "function",
+                        "function": {"name": c["function"]["name"], "arguments": "{}"}}
+                       for c in calls]}, (
+        "an erased tool call keeps each call's id and its function's name, with "
+        f"arguments '{{}}' and ERASED as its content; found {found[1]!r}")
+    assert found[3] == {"role": "tool", "tool_call_id": calls[1]["id"],
+                        "content": lesson.ERASED}, (
+        f"an erased tool result keeps the id it answers; found {found[3]!r}")
+    assert "guard" not in json.dumps(found[1]), "the call's arguments must go"
+    assert marker + b"\n" in (sessions / "quest-1.jsonl").read_bytes(), (
+        "the erased call's content was empty, so no marker quotes it: the undo marker "
+        "must keep its bytes (replacing \"\" inserts ERASED between every character)")
+
+
+@pytest.mark.task("09.3")
+def test_a_tombstone_keeps_no_other_key_of_the_message(lesson):
+    """A tombstone holds the role, ERASED, and the ids: no name, no other key a person
+    could have filled."""
+    message = {"role": "user", "content": [{"type": "text", "text": SECRET}],
+               "name": "Ilse"}
+    assert lesson.tombstone(message) == {"role": "user", "content": lesson.ERASED}, (
+        f"tombstone({message!r}) should keep only the role, got "
+        f"{lesson.tombstone(message)!r}")
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": SECRET}
+    assert lesson.tombstone(answer) == {"role": "tool", "tool_call_id": "call_1",
+                                        "content": lesson.ERASED}
+
+
+@pytest.mark.key
+@pytest.mark.task("09.4")
+def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
+    """The writer goes on after an erase: what it appends next is in the new log (not in
+    the old file the rename took the name from)."""
+    agent, _, log = open_agent(lesson, sessions, TURN_SECRET[1] + TURN_C[1])
+    with log:
+        agent.run(TURN_SECRET[0])
+        before = open_descriptors()
+        agent.erase(0)
+        assert open_descriptors() == before, (
+            "erase() left a file descriptor open: close the old log's once the new "
+            "log is open")
+        agent.run(TURN_C[0])
+    contents = [m["content"] for m in resume(lesson, sessions)]
+    assert contents == [lesson.ERASED, "Noted.", TURN_C[0], "The elder nods."], (
+        "after an erase, the writer's next messages must be appended to the rewritten "
+        "log; a new process sees "
+        f"{contents}. Did the writer keep appending to the file it had open before the "
+        "rename?")
+
+
+@pytest.mark.task("09.4")
+def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions):
+    """A marker line that quotes the erased text (lesson 08's compaction summary is one)
+    is rewritten too, the quote replaced by ERASED, its kind kept; a line that quotes
+    nothing keeps its bytes."""
+    play(lesson, sessions, TURN_SECRET)
+    summary = {"$marker": "compaction", "summary": f"The user said: {SECRET}. Noted.",
+               "upto": 2}
+    # A line written by another program, compact and with escapes: no quote, so kept
+    foreign = b'{"role":"user","content":"Caf\\u00e9 at dawn?"}\n'
+    with open(sessions / "quest-1.jsonl", "ab") as file:
+        file.write(json.dumps(summary).encode() + b"\n" + foreign)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.erase(0) is True
+    [marker] = [line for line in lines_of(sessions / "quest-1.jsonl")
+                if line.get("$marker") == "compaction"]
+    assert marker["summary"] == f"The user said: {lesson.ERASED}. Noted.", (
+        "a marker quoting the erased message should have the quote replaced by ERASED, "
+        f"found {marker!r}")
+    assert files_holding(sessions, "Ilse") == []
+    assert foreign in (sessions / "quest-1.jsonl").read_bytes(), (
+        "a line that does not quote the erased message must keep its bytes exactly")
+
+
+@pytest.mark.task("09.4")
+def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(lesson, sessions):
+    """Lesson 08's summary quotes what it summarises, and every request sends it: after
+    the erase, neither the log's compaction marker nor the agent's next request holds
+    the erased words."""
+    model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes.")],
+                          summarise=lambda body: f"The user said: {SECRET}.")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        agent.run(SECRET)
+        agent.run("Thank the elder.")
+        assert agent.compact(), "the agent should compact the first turn by hand"
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "the request after the erase still sent the erased words, in the compaction "
+        f"summary the agent keeps: {sent[:300]}")
+    assert files_holding(sessions, "Ilse") == [], (
+        "the compaction marker in the log should have lost the quote too")
+
+
+@pytest.mark.task("09.4")
+def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
+    lesson, sessions
+):
+    """The model's answer repeating the erased words, and a large message (a blob)
+    quoting them, keep their place and their other words: only the quote goes, from
+    their lines and from their blobs."""
+    quoting = "Understood: " + SECRET + ". I will remember."
+    large = "Notes for the quest. " * 300 + SECRET
+    play(lesson, sessions, (SECRET, [say(quoting)]), (large, [say("Filed.")]))
+    [old_blob] = blob_names(sessions)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    assert files_holding(sessions, "Ilse") == [], (
+        "messages quoting the erased words still hold them: "
+        f"{files_holding(sessions, 'Ilse')}")
+    messages = resume(lesson, sessions)
+    assert messages[1]["content"] == f"Understood: {lesson.ERASED}. I will remember.", (
+        "the answer that quoted the erased message keeps its other words, the quote "
+        f"replaced by ERASED; found {messages[1]['content']!r}")
+    assert messages[2]["content"] == "Notes for the quest. " * 300 + lesson.ERASED
+    assert old_blob not in blob_names(sessions), (
+        "the blob that quoted the erased words must go: the scrubbed content is a new "
+        "blob")
+
+
+@pytest.mark.task("09.4")
+def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sessions):
+    """A short message ("yes") is erased in its own line only: looked for elsewhere it
+    would also be found in "yesterday". Every other line keeps its bytes."""
+    play(lesson, sessions, ("yes", [say("Then yesterday's plan holds.")]))
+    path = sessions / "quest-1.jsonl"
+    second = path.read_bytes().split(b"\n")[1]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    assert path.read_bytes().split(b"\n")[1] == second, (
+        "erasing 'yes' changed the next line; only quotes of at least QUOTE_MIN_CHARS "
+        "characters are looked for elsewhere")
+
+
+@pytest.mark.task("09.4")
+def test_a_message_whose_blob_is_missing_can_still_be_erased(lesson, sessions):
+    """A message whose blob is gone (or damaged) can still be erased: the person wants
+    it gone, and its line still holds a preview of it."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    for blob in (sessions / "blobs").iterdir():
+        blob.unlink()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.erase(0)
+        except lesson.BlobError as error:
+            pytest.fail(f"erase refused a message whose blob is missing ({error}): "
+                        "there is nothing to read back, erase its line anyway",
+                        pytrace=False)
+    assert files_holding(sessions, "Ilse") == []
+    assert resume(lesson, sessions)[0]["content"] == lesson.ERASED
+
+
+@pytest.mark.key
+@pytest.mark.task("09.4")
+def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
+    lesson, sessions
+):
+    """A second erase of the same message returns False and leaves the log byte for
+    byte; an index the log does not hold raises EraseError and changes nothing."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.erase(0) is True
+        after = path.read_bytes()
+        assert log.erase(0) is False, "erasing an erased message again should be False"
+        assert path.read_bytes() == after, "a second erase must not change the log"
+        for index in (2, -1):
+            with raises(lesson.EraseError,
+                        f"erase({index}) on a log of 2 messages was allowed"):
+                log.erase(index)
+            assert path.read_bytes() == after, (
+                f"a refused erase({index}) changed the log")
+    assert len(erase_markers(path)) == 1, (
+        "one erase, one erase marker: found " + str(erase_markers(path)))
+    assert issubclass(lesson.EraseError, ValueError)
+
+
+@pytest.mark.task("09.4")
+def test_erase_is_done_under_the_lock(lesson, sessions):
+    """Erasing a session another writer holds is refused (SessionBusy), changing
+    nothing: a rewrite under a writer would lose what it appends."""
+    play(lesson, sessions, TURN_SECRET)
+    before = (sessions / "quest-1.jsonl").read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as writer:
+        writer.open_for_append()
+        with lesson.SessionLog(sessions, "quest-1") as other:
+            with raises(lesson.SessionBusy,
+                        "erase() went ahead while another writer held the session"):
+                other.erase(0)
+    assert (sessions / "quest-1.jsonl").read_bytes() == before
+
+
+@pytest.mark.task("09.4")
+def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
+    lesson, sessions, monkeypatch
+):
+    """If the rename cannot happen (here: it fails), the log is the old one, byte for
+    byte, no temporary copy is left, and the writer can go on appending."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+
+    def refuse(*args, **kwargs):
+        raise OSError(5, "Input/output error (the test's)")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(lesson.os, "replace", refuse)
+        with raises(OSError, "the erase never renamed a new file over the log: it "
+                    "changed the log in place, where a crash leaves half of each"):
+            log.erase(0)
+        monkeypatch.undo()
+        assert path.read_bytes() == before, (
+            "an erase whose rename failed must leave the log exactly as it was: write "
+            "the new log to a temporary file and rename it over the old one")
+        log.append({"role": "user", "content": "Still here."})
+    assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
+        "a failed erase must leave no temporary copy of the log (it holds the words)")
+    assert resume(lesson, sessions)[-1]["content"] == "Still here."
+
+
+@pytest.mark.task("09.4")
+def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
+    lesson, sessions, monkeypatch
+):
+    """The erase fsyncs the new log's bytes before the rename and the folder after it:
+    a power cut then leaves the old log or the new one, never a new name on no bytes."""
+    play(lesson, sessions, TURN_SECRET)
+    events = []
+    fsync, replace = lesson.os.fsync, lesson.os.replace
+
+    def recording_fsync(fd):
+        found = os.fstat(fd)
+        events.append(("fsync", found.st_ino, stat.S_ISDIR(found.st_mode)))
+        fsync(fd)
+
+    def recording_replace(source, target, **options):
+        events.append(("rename", os.stat(source).st_ino, False))
+        replace(source, target, **options)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(lesson.os, "fsync", recording_fsync)
+        monkeypatch.setattr(lesson.os, "replace", recording_replace)
+        log.erase(0)
+        monkeypatch.undo()
+    renames = [k for k, event in enumerate(events) if event[0] == "rename"]
+    assert len(renames) == 1, f"expected one rename of the new log, saw {events}"
+    new_log = events[renames[0]][1]
+    assert ("fsync", new_log, False) in events[:renames[0]], (
+        "the new log's bytes must be fsynced before it is renamed over the old one")
+    assert any(e[0] == "fsync" and e[2] for e in events[renames[0]:]), (
+        "the folder must be fsynced after the rename, or a power cut can undo it")
+
+
+@pytest.mark.task("09.4")
+def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessions):
+    """The rewritten log is 0600 like every file of a session, and keeps the time of
+    its last append, so that an erase does not make an idle session young again."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    age(path, 20)
+    before = os.stat(path).st_mtime
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o600, f"the rewritten log is {oct(mode)}, not 0o600"
+    assert abs(os.stat(path).st_mtime - before) < 1, (
+        "an erase is not a use: the log should keep the modification time of its last "
+        "append, 20 days ago; expire() goes by it")
+
+
+@pytest.mark.task("09.4")
+def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
+    lesson, sessions
+):
+    """A fork is a copy (lesson 03): erasing in the source leaves the fork's words and
+    the blob the fork refers to. Erased in the fork too, nothing is left."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    lesson.fork(sessions, "quest-1", "quest-1b")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    assert len(blob_names(sessions)) == 1, (
+        "the fork still refers to the blob: the erase in quest-1 must keep it, or the "
+        "fork no longer loads")
+    assert resume(lesson, sessions, "quest-1b")[0]["content"] == LARGE_SECRET, (
+        "erasing in quest-1 must not change what its fork holds")
+    with lesson.SessionLog(sessions, "quest-1b") as log:
+        log.erase(0)
+    assert files_holding(sessions, "Ilse") == [] and blob_names(sessions) == [], (
+        "erased in the fork too, neither log nor blob may hold the words")
+
+
+# --- 09.5: collect --------------------------------------------------------------------
+
+
+class BlobWriter:
+    """blob_writer.py in another process: stores a blob, then waits before its line."""
+
+    def __init__(self, lesson, sessions, session_id, text):
+        self.text_file = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+        self.text_file.write(text)
+        self.text_file.close()
+        self.errors = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, str(BLOB_WRITER), lesson.__file__, str(sessions),
+             session_id, self.text_file.name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+            text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def expect(self, word):
+        try:
+            line = self.lines.get(timeout=HANG)
+        except queue.Empty:
+            line = f"nothing for {HANG} s"
+        if line != word:
+            self.stop()
+            self.errors.seek(0)
+            errors = self.errors.read().decode(errors="replace")
+            if "NotImplementedError: task " in errors:
+                raise NotImplementedError(errors.rsplit("NotImplementedError: ", 1)[1])
+            raise AssertionError(f"the writer process should have said {word!r}, it "
+                                 f"said {line!r}. Its errors:\n{errors[-2000:]}")
+
+    def go(self):
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.process.stdin.close()
+        os.unlink(self.text_file.name)
+
+
+@pytest.fixture
+def blob_writer(lesson, sessions):
+    started = []
+
+    def start(session_id, text):
+        writer = BlobWriter(lesson, sessions, session_id, text)
+        started.append(writer)
+        return writer
+
+    yield start
+    for writer in started:
+        writer.stop()
+
+
+@pytest.mark.key
+@pytest.mark.task("09.5")
+def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
+    lesson, sessions
+):
+    """collect_blobs() removes a blob no log refers to and nobody touched within the
+    grace period; it keeps every blob a log refers to, and an unreferenced young one."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [kept] = blob_names(sessions)
+    age(sessions / "blobs" / kept, 2)
+    old = lesson.SessionLog(sessions, "scratch").store_blob(b"old " * 2000)
+    young = lesson.SessionLog(sessions, "scratch").store_blob(b"young " * 2000)
+    age(sessions / "blobs" / old, 2)
+
+    removed = lesson.collect_blobs(sessions)
+
+    assert removed == [old], (
+        f"collect_blobs() should remove only the old unreferenced blob {old[:12]}..., "
+        f"it removed {[name[:12] for name in removed]}")
+    assert sorted(blob_names(sessions)) == sorted([kept, young]), (
+        "a blob a log refers to stays however old; an unreferenced one stays during "
+        "the grace period (a writer may be about to point to it)")
+    assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+    assert lesson.collect_blobs(sessions, grace=0) == [young], (
+        "with no grace period, the young unreferenced blob goes too")
+
+
+@pytest.mark.task("09.5")
+def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
+    """Half a blob (a temporary file a crashed store left) is removed once it is older
+    than the grace period."""
+    blobs = sessions / "blobs"
+    blobs.mkdir(mode=0o700)
+    half = blobs / (".%s.x1y2.tmp" % ("ab" * 32))
+    half.write_text(LARGE_SECRET[:500])
+    recent = blobs / (".%s.q9.tmp" % ("cd" * 32))
+    recent.write_text("being written")
+    age(half, 2)
+    lesson.collect_blobs(sessions)
+    assert not half.exists(), "an old temporary file in blobs/ should be removed"
+    assert recent.exists(), "a temporary file being written right now must stay"
+
+
+@pytest.mark.key
+@pytest.mark.task("09.5")
+def test_collect_never_takes_a_blob_another_process_stored_and_has_not_pointed_to(
+    lesson, sessions, blob_writer
+):
+    """Real processes: a writer has stored its blob and not yet written the line that
+    points to it. collect_blobs() then finds a blob no log refers to, and must keep it:
+    the writer's log must load when it is done."""
+    writer = blob_writer("quest-2", LARGE_SECRET)
+    writer.expect("stored")
+    assert len(blob_names(sessions)) == 1
+    removed = lesson.collect_blobs(sessions)
+    writer.go()
+    writer.expect("done")
+    assert removed == [], (
+        "collect_blobs() removed the blob a writer had just stored and was about to "
+        "point to: keep every blob touched within the grace period")
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail(f"the writer's log no longer loads: {error}", pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_collect_never_takes_an_old_blob_a_writer_in_another_process_is_reusing(
+    lesson, sessions, blob_writer
+):
+    """Real processes: an old blob nobody refers to any more (its session was deleted)
+    is stored again by a writer, which stops before its line. The writer touched it:
+    collect_blobs() must keep it, and the writer's log must load."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    age(sessions / "blobs" / blob, 2)
+    writer = blob_writer("quest-2", LARGE_SECRET)
+    writer.expect("stored")
+    removed = lesson.collect_blobs(sessions)
+    writer.go()
+    writer.expect("done")
+    assert removed == [], (
+        "collect_blobs() removed an old blob that a writer had just stored again: the "
+        "writer touched it, so it is young")
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail(f"the writer's log no longer loads: {error}", pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET

@@ -1,0 +1,116 @@
+"""Lesson 09's chat commands: `/erase N` and `/delete`, each confirmed before it acts.
+
+They call the lesson's own code (Agent.erase, delete_session), so a student's lesson 09
+runs them as written. Each says in one line what it cannot reach: the model provider
+saw every request, and forks and backups are copies of their own.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+
+from . import world
+from .ui import Ui
+
+COMMANDS = ("erase", "delete")
+NOT_REACHED = ("Not reached: the model provider's copy of what was sent, this session's "
+               "forks (erase them too), and backups.")
+
+
+def help_lines(agent: Any) -> str:
+    """The /help lines for the commands this lesson's agent can run."""
+    text = ""
+    if hasattr(agent, "erase"):
+        text += "/erase N  erase message N (as /history numbers it) for good\n"
+    if lesson_function(agent, "delete_session") is not None:
+        text += "/delete   delete this session (log, meta file, blobs only it used) and end\n"
+    return text
+
+
+def lesson_function(agent: Any, name: str) -> Any:
+    """A function of the lesson module the agent's class comes from, or None."""
+    for klass in type(agent).__mro__:
+        found = getattr(sys.modules.get(klass.__module__), name, None)
+        if callable(found):
+            return found
+    return None
+
+
+def confirm(ui: Ui, question: str) -> bool:
+    """Ask a yes/no question; only "y" or "yes" is a yes (end of input is a no)."""
+    if sys.stdin.isatty():
+        try:
+            answer = ui.out.input(Text(f"{question} [y/N] ", style="bold yellow"))
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+    else:
+        ui.out.print(f"{question} [y/N]", markup=False)
+        answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def command(word: str, rest: str, agent: Any, ui: Ui, session_id: str | None,
+            folder: Path) -> str | None:
+    """Run /erase or /delete; "quit" when the chat must end (its session is gone)."""
+    if word == "erase":
+        erase(rest, agent, ui)
+        return None
+    return delete(agent, ui, session_id, folder)
+
+
+def erase(rest: str, agent: Any, ui: Ui) -> None:
+    if not hasattr(agent, "erase"):
+        ui.error("this lesson's agent cannot erase a message",
+                 "erase arrives in lesson 09: --lesson 09")
+        return
+    text = rest.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) >= len(agent.messages):
+        ui.error(f"/erase takes the number of a message, 0 to {len(agent.messages) - 1}, "
+                 f"as /history shows it; {text!r} is not one, so nothing was erased",
+                 "/history, then /erase 2")
+        return
+    position = int(text)
+    message = agent.messages[position]
+    preview = str(message.get("content") or "")[:60].replace("\n", " ")
+    if not confirm(ui, f"erase message {position} ({message.get('role')}: {preview!r}) "
+                       "from the log for good?"):
+        ui.out.print("nothing was erased")
+        return
+    try:
+        agent.erase(position)
+    except Exception as error:
+        ui.error(f"{type(error).__name__}: {error}")
+        return
+    ui.out.print(f"erased message {position}: its line now holds a tombstone, and the "
+                 "lines and blobs that quoted it were rewritten.", markup=False)
+    ui.out.print(Text(NOT_REACHED, style="yellow"))
+
+
+def delete(agent: Any, ui: Ui, session_id: str | None, folder: Path) -> str | None:
+    delete_session = lesson_function(agent, "delete_session")
+    if delete_session is None or session_id is None:
+        ui.error("this lesson's agent cannot delete a session",
+                 "delete arrives in lesson 09: --lesson 09")
+        return None
+    if not confirm(ui, f"delete session {session_id!r} for good and end the chat?"):
+        ui.out.print("nothing was deleted")
+        return None
+    # The chat is the session's writer: it lets go first, or the delete finds it busy.
+    agent.flush()
+    agent.session.close()
+    try:
+        delete_session(folder, session_id)
+    except Exception as error:
+        ui.error(f"{type(error).__name__}: {error}",
+                 "the session is as it was; try again once its other writer is done")
+        return "quit"
+    world.town_path(folder, session_id).unlink(missing_ok=True)
+    agent.deleted = True    # so the chat does not end with "saved in ..."
+    ui.out.print(f"deleted session {session_id!r}: its log, meta file, lock and the "
+                 "blobs only it used.", markup=False)
+    ui.out.print(Text(NOT_REACHED, style="yellow"))
+    return "quit"

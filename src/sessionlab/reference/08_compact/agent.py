@@ -1,1 +1,0 @@
-../../../../solutions/08_compact/agent.py

@@ -1,0 +1,1 @@
+../../../../solutions/09_privacy/agent.py
