@@ -9,6 +9,7 @@ process (helper_process.py, next to this file) and kills it with SIGKILL while i
 helper is waiting for the model.
 """
 
+import hashlib
 import json
 import os
 import queue
@@ -105,9 +106,11 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     """Call ids with ':' or '/', empty, too long or with a lone surrogate each get a
     name that passes the session-id check, and no two calls share one."""
     long_plain = "c" * 65
-    hashed_look = "call-" + "0" * 64      # looks like a hashed name, and is a call id
+    # Call ids that look like the hash of another call id in the list
+    digest = hashlib.sha256(b"functions.buy:0").hexdigest()
+    hashed_look = ["call-" + digest, digest]
     odd = ["functions.buy:0", "functions.buy_0", "functions/buy:0", "../quest-1", "",
-           "a\x00b", "\ud800", "x" * 300, long_plain, hashed_look, "call_1_0"]
+           "a\x00b", "\ud800", "x" * 300, long_plain, *hashed_look, "call_1_0"]
     names = {}
     for call_id in odd:
         name = lesson.sidechain_id(call_id)
