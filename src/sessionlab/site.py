@@ -314,10 +314,12 @@ class Includer:
         raise IncludeError(f"lesson {ref!r} does not exist yet (no lessons/{ref}/lesson.toml)")
 
     def _previous(self, lesson: course.Lesson) -> course.Lesson:
-        wanted = f"{int(lesson.number) - 1:02d}"
-        if int(lesson.number) == 0:
+        # The lesson before it in the course, not number - 1: a course may skip a number
+        # while a lesson is being written.
+        earlier = [other for other in course.lessons(self.root) if other.number < lesson.number]
+        if not earlier:
             raise IncludeError(f"lesson {lesson.name} is the first one: it has no previous lesson to diff")
-        return self._lesson(wanted)
+        return earlier[-1]
 
     def _task(self, task_id: str) -> tuple[course.Lesson, course.Task]:
         if not re.fullmatch(r"\d\d\.\d+", task_id):
