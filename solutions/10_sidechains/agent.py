@@ -1085,6 +1085,11 @@ class SessionLog:
         if self._fd is None:
             self._open()    # the parent's writer: it alone names side-chains of its own
         folder = sidechain_folder(self.folder, self.id)
+        if folder.is_symlink():
+            # Planted, like a linked log or lock file: the helper's words would be
+            # written wherever it points.
+            raise OSError(errno.ELOOP, "the side-chains folder is a symbolic link; "
+                          "refusing to write a helper's log through it", str(folder))
         base = sidechain_id(call_id)
         # BEGIN 10.2
         # An undone turn's call id can come back (the model numbers its calls): the
