@@ -1,14 +1,15 @@
 """Session Lab, lesson 10: a sub-agent keeps its own log.
 
-"Find out what the elder knows." The agent can hand a question to a helper: the same loop
-with its own conversation, called through the tool `ask_helper(question)`. The helper's
-transcript is a side-chain, a session log of its own in `<parent id>.sidechains/`, named
-after the tool call that started it and described by its meta file; it takes its own
-lock, so it never competes with the parent, which keeps its lock all along. The parent
-records a pointer marker, `{"$marker": "sidechain", ...}`, before the helper starts, and
-then only the helper's answer, as the call's tool result. A crash inside the helper
-leaves the call to lesson 04's repair and the pointer to the partial side-chain; a fork
-copies the pointers, never the side-chains, so its pointers lead to the original's.
+"Find out what the elder knows." The agent can hand a question to a helper: the same
+loop with its own conversation, called through the tool `ask_helper(question)`. The
+helper's transcript is a side-chain, a session log of its own in the folder
+`<parent id>.sidechains/`, named after the tool call that started it and described by
+its meta file; it takes its own lock, so it never competes with the parent, which keeps
+its lock all along. The parent records a pointer marker,
+`{"$marker": "sidechain", ...}`, before the helper starts, and then only the helper's
+answer, as the call's tool result. A crash inside the helper leaves the call to lesson
+04's repair and the pointer to the partial side-chain; a fork copies the pointers, never
+the side-chains, so its pointers lead to the original's.
 """
 
 from __future__ import annotations

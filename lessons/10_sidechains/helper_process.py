@@ -4,8 +4,8 @@
 
 MODULE is the agent.py under test. The process starts session quest-1 in FOLDER with the
 helper tool offered; the parent asks its helper QUESTION, the helper talks to the elder,
-and when the helper asks the model again the process prints "helping" and waits there for
-ever: the test looks at the locks, then kills it with SIGKILL.
+and when the helper asks the model again the process prints "helping" and waits there
+for ever: the test looks at the locks, then kills it with SIGKILL.
 """
 
 from __future__ import annotations

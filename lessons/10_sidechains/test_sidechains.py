@@ -85,7 +85,7 @@ def sidechain_files(sessions, session_id="quest-1"):
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-# --- 10.1: a side-chain's name ---------------------------------------------------------
+# --- 10.1: a side-chain's name --------------------------------------------------------
 
 
 @pytest.mark.key
@@ -118,8 +118,9 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
             lesson.check_session_id(name)
         except lesson.InvalidSessionId:
             pytest.fail(f"the call id {call_id[:40]!r} gave the side-chain name "
-                        f"{name[:80]!r}, which is no valid session id: a side-chain is a "
-                        "session and its name must pass check_session_id", pytrace=False)
+                        f"{name[:80]!r}, which is no valid session id: a side-chain "
+                        "is a session and its name must pass check_session_id",
+                        pytrace=False)
         assert name not in names, (
             f"the call ids {names.get(name, '')[:40]!r} and {call_id[:40]!r} both gave "
             f"the side-chain name {name!r}: two helpers would write one log. Hash a "
@@ -127,7 +128,7 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
         names[name] = call_id
 
 
-# --- 10.2 and 10.3: the helper's own log, the parent's pointer --------------------------
+# --- 10.2 and 10.3: the helper's own log, the parent's pointer ------------------------
 
 
 @pytest.mark.key
@@ -216,8 +217,8 @@ def test_the_pointer_is_in_the_parents_log_before_the_helper_asks_its_model(
         f"the pointer to its side-chain; it held {pointers}. Write the pointer before "
         "the helper starts: a crash inside the helper must leave it")
     assert [m.get("content") for m in helper_lines] == [QUESTION], (
-        "when the helper first asked the model, its side-chain should hold its question "
-        f"(lesson 01's rule, in the helper's own log); it held {helper_lines}")
+        "when the helper first asked the model, its side-chain should hold its "
+        f"question (lesson 01's rule, in the helper's own log); it held {helper_lines}")
 
 
 @pytest.mark.task("10.2")
@@ -269,7 +270,8 @@ def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions
 @pytest.mark.task("10.3")
 def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, sessions):
     """While the helper works, the parent's lock stays held (no other writer gets the
-    parent session) and the helper holds the side-chain's own lock; both go at the end."""
+    parent session) and the helper holds the side-chain's own lock; both go at the
+    end."""
     agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1])
     side_id = CALL_ID
     side_folder = sessions / "quest-1.sidechains"
@@ -378,7 +380,7 @@ def test_the_town_of_earlier_lessons_starts_no_helper(lesson, sessions):
     assert not (sessions / "quest-1.sidechains").exists()
 
 
-# --- crashes, resumes and forks ----------------------------------------------------------
+# --- crashes, resumes and forks -------------------------------------------------------
 
 
 @pytest.mark.key
@@ -388,7 +390,8 @@ def test_a_crash_inside_the_helper_leaves_the_call_to_the_repair_and_a_pointer(
     lesson, sessions
 ):
     """The process dies while the helper waits for the model: on resume, lesson 04's
-    repair answers the parent's call, and the pointer to the partial side-chain stays."""
+    repair answers the parent's call, and the pointer to the partial side-chain
+    stays."""
     crash = HELPER_TURN[1][:2] + [Crash()]
     agent, _, log = open_agent(lesson, sessions, crash)
     with log:
@@ -410,8 +413,8 @@ def test_a_crash_inside_the_helper_leaves_the_call_to_the_repair_and_a_pointer(
     side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
     partial = [m.get("role") for m in lines_of(side)] if side.exists() else None
     assert partial == ["user", "assistant", "tool"], (
-        "the side-chain should keep what the helper did before the crash (its question, "
-        f"its call, the result); it holds {partial}")
+        "the side-chain should keep what the helper did before the crash (its "
+        f"question, its call, the result); it holds {partial}")
 
 
 @pytest.mark.key
@@ -455,7 +458,8 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
     assert lesson.sidechains(sessions, "quest-1") == found
 
     play(lesson, sessions, HELPER_TURN, session_id="quest-2")
-    assert side.read_bytes() == before, "the fork's helper changed its source's side-chain"
+    assert side.read_bytes() == before, (
+        "the fork's helper changed its source's side-chain")
     forked = lesson.sidechains(sessions, "quest-2")
     assert [path.parent.name for _, path in forked] == ["quest-1.sidechains",
                                                        "quest-2.sidechains"], (
@@ -484,7 +488,7 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
             f"{said}")
 
 
-# --- a real process, killed inside its helper --------------------------------------------
+# --- a real process, killed inside its helper -----------------------------------------
 
 
 def wait_for(lines, word, process, errors):
@@ -498,9 +502,10 @@ def wait_for(lines, word, process, errors):
         errors.seek(0)
         said = errors.read().decode(errors="replace")
         if "NotImplementedError: task " in said:
-            raise NotImplementedError(said.rsplit("NotImplementedError: ", 1)[1].strip())
-        raise AssertionError(f"the process should have said {word!r}, it said {line!r}; "
-                             f"its error output:\n{said[-3000:]}")
+            raise NotImplementedError(
+                said.rsplit("NotImplementedError: ", 1)[1].strip())
+        raise AssertionError(f"the process should have said {word!r}, it said "
+                             f"{line!r}; its error output:\n{said[-3000:]}")
     return line
 
 
@@ -512,7 +517,8 @@ def holder_pid(path):
 
 
 @pytest.mark.task("10.3")
-def test_a_process_killed_inside_its_helper_leaves_both_logs_to_resume(lesson, sessions):
+def test_a_process_killed_inside_its_helper_leaves_both_logs_to_resume(lesson,
+                                                                       sessions):
     """A real process is killed with SIGKILL while its helper waits for the model: until
     then it held both locks, each in its own file; afterwards the parent resumes with
     the call repaired and the pointer to the partial side-chain."""
@@ -534,8 +540,8 @@ def test_a_process_killed_inside_its_helper_leaves_both_logs_to_resume(lesson, s
         pids = {"parent": holder_pid(sessions / "quest-1.lock"),
                 "side-chain": holder_pid(side_folder / f"{CALL_ID}.lock")}
         assert pids == {"parent": process.pid, "side-chain": process.pid}, (
-            f"while its helper works, process {process.pid} should hold the parent's lock "
-            f"and the side-chain's own lock; the lock files name {pids}")
+            f"while its helper works, process {process.pid} should hold the parent's "
+            f"lock and the side-chain's own lock; the lock files name {pids}")
         for folder, session_id in ((sessions, "quest-1"), (side_folder, CALL_ID)):
             with raises(lesson.SessionBusy, f"{session_id} was free while the process "
                         "that writes it was alive"):
