@@ -618,14 +618,14 @@ def fork_if_asked(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: 
     return session_id
 
 
-def saved_town(ui: Ui, folder: Path, session_id: str, town_class: type[Town] = Town) -> tuple[Town, bool]:
+def saved_town(ui: Ui, folder: Path, session_id: str, town_class: type[Town] | None = None) -> tuple[Town, bool]:
     """The session's town, as the last chat on it left it; whether there was one."""
     path = world.town_path(folder, session_id)
 
     def failed(error: OSError) -> None:
         ui.error(f"cannot save the town in {path}: {error.strerror or error}",
                  "the purchase stands in this chat; a resumed chat will not know of it")
-    town = town_class()
+    town = (town_class or Town)()
     try:
         return town, world.keep(town, path, failed)
     except world.TownFileError as error:

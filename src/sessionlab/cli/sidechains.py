@@ -112,9 +112,10 @@ def label(log: show.Log) -> Text:
 # --- chat -----------------------------------------------------------------------------------
 
 
-def town_class(module: ModuleType) -> type[Town]:
-    """The town a chat offers: with ask_helper when the lesson's agent runs helpers."""
-    return HelperTown if hasattr(module, "HELPER_TOOL") else Town
+def town_class(module: ModuleType) -> type[Town] | None:
+    """The town a chat offers when the lesson's agent runs helpers (one with ask_helper);
+    None for the others, which keep the chat's own town."""
+    return HelperTown if hasattr(module, "HELPER_TOOL") else None
 
 
 def show_helpers(agent_class: type, printer: Any) -> None:
