@@ -1800,9 +1800,16 @@ class Agent:
             raise EraseError(f"the conversation has {len(self.messages)} message(s): "
                              f"there is no message {position}; nothing was erased")
         self.flush()
+        texts = [text for text in contents_of(self.messages[position])
+                 if len(text) >= QUOTE_MIN_CHARS]
         if self.session is not None:
             self.session.erase(self.session.index_of(position))
         self.messages[position] = tombstone(self.messages[position])
+        if self.compaction is not None:
+            # Lesson 08's summary, which every request sends, may quote the erased words:
+            # the view loses them too, as the log's compaction marker did.
+            summary = redact(self.compaction.summary, texts)
+            self.compaction = Compaction(summary, self.compaction.boundary)
         return self.messages[position]
 
     def ask_model(self) -> Message:

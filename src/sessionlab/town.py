@@ -83,3 +83,31 @@ class Town:
 
     def __repr__(self) -> str:
         return f"Town(gold={self.gold}, inventory={self.inventory})"
+
+
+# --- lesson 10: ask_helper, a question handed to a helper agent ---------------------------
+
+HELPER_SCHEMA: dict[str, Any] = _function(
+    "ask_helper",
+    "Hand a question to a helper agent: it works on it with the same tools and its own "
+    "conversation, and answers in a few words.",
+    "question", "What the helper should find out, e.g. 'Ask the elder what they know about the cave.'")
+
+
+class HelperTown(Town):
+    """The town with a third tool, `ask_helper(question)` (lesson 10).
+
+    The town only offers the tool: a helper needs a model and a session, which the agent
+    has and the town does not, so lesson 10's agent runs the helper itself when the model
+    calls it (as Claude Code runs its Task tool). An agent of an earlier lesson calls the
+    function below, and the model hears that no helper can start.
+    """
+
+    def __init__(self, gold: int = STARTING_GOLD) -> None:
+        super().__init__(gold)
+        self.schemas = [*TOOL_SCHEMAS, HELPER_SCHEMA]
+        self.functions = {**self.functions, "ask_helper": self.ask_helper}
+
+    def ask_helper(self, question: str) -> str:
+        return ("error: no helper can start here: this agent does not run helpers "
+                "(lesson 10 teaches it to). Do it yourself with talk_to and buy.")

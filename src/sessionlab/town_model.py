@@ -5,6 +5,7 @@ ask it on day 2 what the elder said and it can answer only if day 1's messages w
 again. That makes the difference between lesson 00 and lesson 02 visible without a GPU.
 
 It understands a handful of requests, in plain words:
+  "ask a helper to find out what the elder knows"          -> an ask_helper call (lesson 10's town)
   "talk to the elder" / "ask the guard about the cave"     -> talk_to tool calls
   "buy a torch and a rope" / "buy what we need"            -> buy tool calls (several in one reply)
   "what did the elder say?" / "what do we have?"           -> an answer from the history
@@ -37,6 +38,8 @@ def play(request: dict[str, Any]) -> Reply:
     text = _text(last).lower()
     history = messages[:-1]
 
+    if "ask_helper" in tools and re.search(r"\bhelpers?\b", text):     # lesson 10
+        return _ask_helper(text)
     if "talk_to" in tools and re.search(r"\b(talk|ask|speak|visit)\b", text):
         people = [npc for npc in NPCS if _mentions(text, npc)]
         if people:
@@ -89,12 +92,12 @@ def _summarise_results(messages: list[dict[str, Any]]) -> str:
 
 
 def _advised_items(history: list[dict[str, Any]]) -> list[str]:
-    said = " ".join(text for name, text in _tool_results(history) if name == "talk_to").lower()
+    said = " ".join(text for name, text in _tool_results(history) if name in HEARD_FROM).lower()
     return [item for item in PRICES if re.search(rf"\b{item}\b", said)]
 
 
 def _recall(history: list[dict[str, Any]]) -> str:
-    talks = [text for name, text in _tool_results(history) if name == "talk_to"]
+    talks = [text for name, text in _tool_results(history) if name in HEARD_FROM]
     summarised = _summarised(history, SAID)    # lesson 08: after a compaction
     talks = _once_each(summarised + talks) if summarised else talks
     if not talks:
@@ -139,3 +142,21 @@ def _once_each(talks: list[str]) -> list[str]:
         if len(said) > len(speakers.get(speaker, "")):
             speakers[speaker] = said
     return list(speakers.values())
+
+
+# --- lesson 10: a helper agent ---------------------------------------------------------------
+
+# The tools whose results say what someone in town said: a helper's answer is hearsay too.
+HEARD_FROM = ("talk_to", "ask_helper")
+
+
+def _ask_helper(text: str) -> Reply:
+    """'ask a helper to find out what the elder knows' -> one ask_helper call.
+
+    The question is one the model itself answers with talk_to when the helper's own loop
+    sends it (a helper is offered no ask_helper), so the helper's side-chain holds a tool
+    call and its result, and its answer comes back as the parent's tool result.
+    """
+    people = [npc for npc in NPCS if _mentions(text, npc)] or ["elder"]
+    return use(*(call("ask_helper", question=f"Ask the {npc} what they know about the cave.")
+                 for npc in people))

@@ -37,7 +37,7 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..town import Town
-from . import compaction, connect, replies, show, world
+from . import compaction, connect, replies, show, sidechains, world
 from . import privacy     # lesson 09: /erase and /delete
 from .doctor import ollama_url
 from .runner import Runner
@@ -392,6 +392,7 @@ def showing(agent_class: type, printer: Printer) -> type:
 
         ShownAgent.flush = flush
 
+    sidechains.show_helpers(ShownAgent, printer)    # lesson 10: a helper's side-chain
     ShownAgent.__name__ = agent_class.__name__
     ShownAgent.__qualname__ = agent_class.__qualname__
     return ShownAgent
@@ -577,7 +578,7 @@ def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: L
         opened.session_id = fork_if_asked(args, ui, module, lesson, folder) or args.session or new_session_id()
         opened.path = folder / f"{opened.session_id}.jsonl"
         opened.size_before = file_size(opened.path)
-        town, resumed = saved_town(ui, folder, opened.session_id)
+        town, resumed = saved_town(ui, folder, opened.session_id, sidechains.town_class(module))
         opened.log = module.SessionLog(folder, opened.session_id)
         opened.agent = agent_class(choice.client, session=opened.log, tools=town, **options)
     except ChatError:
@@ -624,14 +625,14 @@ def fork_if_asked(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: 
     return session_id
 
 
-def saved_town(ui: Ui, folder: Path, session_id: str) -> tuple[Town, bool]:
+def saved_town(ui: Ui, folder: Path, session_id: str, town_class: type[Town] | None = None) -> tuple[Town, bool]:
     """The session's town, as the last chat on it left it; whether there was one."""
     path = world.town_path(folder, session_id)
 
     def failed(error: OSError) -> None:
         ui.error(f"cannot save the town in {path}: {error.strerror or error}",
                  "the purchase stands in this chat; a resumed chat will not know of it")
-    town = Town()
+    town = (town_class or Town)()
     try:
         return town, world.keep(town, path, failed)
     except world.TownFileError as error:

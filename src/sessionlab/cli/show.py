@@ -464,6 +464,8 @@ def heading(log: Log) -> list[Text]:
         if parent:
             at = log.meta.get("forked_at")
             info.append(f"forked from {_value(parent)}" + (f" at message {_value(at)}" if at is not None else ""))
+        from .sidechains import heading_info    # lesson 10: a helper's own log
+        info += heading_info(log.meta)
         if log.meta.get("created"):
             info.append(f"created {_when(log.meta['created'])}")
         if info:
@@ -536,6 +538,9 @@ def _log_parts(log: Log, ui: Ui, limit: int | None) -> list:
                 if role != "tool":
                     repairing = False
                 parts += message_parts(entry, tool, entry.index in skipped, repairing, log, ui, limit)
+            elif entry.kind == "marker" and entry.data.get("$marker") == "sidechain":
+                from .sidechains import pointer_parts   # lesson 10: the helper's own log
+                parts += pointer_parts(entry.data, log, ui, limit)
             elif entry.kind == "marker":
                 repairing = repairing or entry.data.get("$marker") == "repair"
                 parts.append(marker_row(entry.data, limit))
@@ -616,6 +621,8 @@ def label_text(session_id: str, log: Log | str | None, meta: dict[str, Any], ids
             text.append(" (that session is gone)", style="red")
     if meta.get("created"):
         text.append(f"  created {_when(meta['created'])}", style="dim")
+    from .sidechains import label     # lesson 10: how many helpers' logs
+    text.append_text(label(log))
     skipped = log.skipped()
     if skipped:
         text.append(f"  {len(skipped)} undone", style="blue")

@@ -1,0 +1,582 @@
+"""Lesson 10: a sub-agent keeps its own log.
+
+Run: pytest lessons/10_sidechains            (your code)
+     pytest lessons/10_sidechains --solution (the reference)
+
+One scripted model plays both the parent and its helper: their requests come in turn,
+the parent's first, then the helper's, then the parent's again. One test starts a real
+process (helper_process.py, next to this file) and kills it with SIGKILL while its
+helper is waiting for the model.
+"""
+
+import hashlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from sessionlab.scripted import Crash, ScriptedModel, SimulatedCrash, call, say, use
+from sessionlab.testing import raises
+from sessionlab.town import HelperTown, Town
+
+QUESTION = "Ask the elder what they know about the cave."
+HELPER_ANSWER = "The elder wants us to bring a torch and a rope."
+FINAL = "My helper says: a torch and a rope."
+# The parent asks its helper; the helper talks to the elder and answers; the parent
+# answers the user. Four requests to the one scripted model, in that order.
+HELPER_TURN = (
+    "Ask a helper to find out what the elder knows.",
+    [
+        use(call("ask_helper", question=QUESTION)),    # parent, request 1: call_1_0
+        use(call("talk_to", npc="elder")),             # helper, request 1
+        say(HELPER_ANSWER),                            # helper, request 2
+        say(FINAL),                                    # parent, request 2
+    ],
+)
+PLAIN_TURN = ("Thank the elder.", [say("The elder nods.")])
+CALL_ID = "call_1_0"      # the scripted model's id for the parent's first call
+PROCESS = Path(__file__).with_name("helper_process.py")
+HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
+
+
+def lines_of(path):
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+
+
+def pointers_in(path):
+    return [line for line in lines_of(path) if line.get("$marker") == "sidechain"]
+
+
+def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None,
+               max_turns=8):
+    """A new agent on the session, as a new process would make it, with the helper
+    tool offered and its own scripted model."""
+    model = ScriptedModel(list(script))
+    log = lesson.SessionLog(sessions, session_id)
+    try:
+        agent = lesson.Agent(model.client(), model=model.model,
+                             tools=town or HelperTown(), session=log,
+                             max_turns=max_turns)
+    except BaseException:
+        log.close()
+        raise
+    return agent, model, log
+
+
+def play(lesson, sessions, *turns, session_id="quest-1", town=None):
+    """Play whole turns in one agent; return the agent's messages and its model."""
+    script = [step for _, steps in turns for step in steps]
+    agent, model, log = open_agent(lesson, sessions, script, session_id, town)
+    with log:
+        for text, _ in turns:
+            agent.run(text)
+    return agent.messages, model
+
+
+def sidechain_files(sessions, session_id="quest-1"):
+    folder = sessions / f"{session_id}.sidechains"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+# --- 10.1: a side-chain's name --------------------------------------------------------
+
+
+@pytest.mark.task("10.2")
+def test_deleting_a_session_deletes_its_side_chains_too(lesson, sessions):
+    """A helper's transcript holds the parent's words (the question it was handed):
+    lesson 09's delete_session() takes the side-chains folder with the session."""
+    play(lesson, sessions, HELPER_TURN)
+    assert sidechain_files(sessions), "the helper's turn should leave a side-chain"
+    assert lesson.delete_session(sessions, "quest-1") is True
+    left = sorted(p.relative_to(sessions).as_posix() for p in sessions.rglob("*")
+                  if p.is_file())
+    assert not (sessions / "quest-1.sidechains").exists(), (
+        "deleting quest-1 should delete quest-1.sidechains/ too; the folder still "
+        f"holds {left}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.1")
+def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
+    """A call id that is a valid session id (call_3_0, call_abc) names its side-chain
+    unchanged, so a person can match the log to the call."""
+    for call_id in ("call_3_0", "call_Xy9", "c" * 64):
+        name = lesson.sidechain_id(call_id)
+        assert name == call_id, (
+            f"the call id {call_id!r} is a valid session id of at most 64 characters: "
+            f"keep it as the side-chain's name; got {name!r}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.1")
+def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
+    """Call ids with ':' or '/', empty, too long or with a lone surrogate each get a
+    name that passes the session-id check, and no two calls share one."""
+    long_plain = "c" * 65
+    # Call ids that look like the hash of another call id in the list
+    digest = hashlib.sha256(b"functions.buy:0").hexdigest()
+    hashed_look = ["call-" + digest, digest]
+    odd = ["functions.buy:0", "functions.buy_0", "functions/buy:0", "../quest-1", "",
+           "a\x00b", "\ud800", "x" * 300, long_plain, *hashed_look, "call_1_0"]
+    names = {}
+    for call_id in odd:
+        name = lesson.sidechain_id(call_id)
+        try:
+            lesson.check_session_id(name)
+        except lesson.InvalidSessionId:
+            pytest.fail(f"the call id {call_id[:40]!r} gave the side-chain name "
+                        f"{name[:80]!r}, which is no valid session id: a side-chain "
+                        "is a session and its name must pass check_session_id",
+                        pytrace=False)
+        assert name not in names, (
+            f"the call ids {names.get(name, '')[:40]!r} and {call_id[:40]!r} both gave "
+            f"the side-chain name {name!r}: two helpers would write one log. Hash a "
+            "call id you cannot keep as it is")
+        names[name] = call_id
+
+
+# --- 10.2 and 10.3: the helper's own log, the parent's pointer ------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("10.2")
+@pytest.mark.task("10.3")
+def test_the_helpers_transcript_goes_to_its_own_log_under_the_parents_folder(
+    lesson, sessions
+):
+    """The helper's messages go to `<parent>.sidechains/<call id>.jsonl`, with a meta
+    file naming the parent session and the call; none of them is in the parent's log."""
+    play(lesson, sessions, HELPER_TURN)
+
+    side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
+    assert side.is_file(), (
+        f"the helper's log should be quest-1.sidechains/{CALL_ID}.jsonl, named after "
+        "the call that started it; the side-chain folder holds "
+        f"{sidechain_files(sessions) or 'nothing'} and the sessions folder "
+        f"{sorted(p.name for p in sessions.iterdir())}")
+    helper = lines_of(side)
+    roles = [m.get("role") for m in helper]
+    assert roles == ["user", "assistant", "tool", "assistant"], (
+        "the side-chain should hold the helper's whole conversation: the question, its "
+        f"call to talk_to, the result, its answer; it holds {roles}")
+    assert helper[0]["content"] == QUESTION and helper[-1]["content"] == HELPER_ANSWER
+    parent = lines_of(sessions / "quest-1.jsonl")
+    leaked = [m for m in helper if m in parent]
+    assert not leaked, (
+        "the helper's messages belong in its side-chain only; the parent's log holds "
+        f"{len(leaked)} of them (the helper must not write to the parent's session)")
+    meta_path = sessions / "quest-1.sidechains" / f"{CALL_ID}.meta.json"
+    assert meta_path.is_file(), "the side-chain needs its meta file, <name>.meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    expected = {"format": 1, "id": CALL_ID, "sidechain_of": "quest-1", "call": CALL_ID}
+    assert {k: meta.get(k) for k in expected} == expected, (
+        f"the side-chain's meta should say {expected} (and when it was created); it "
+        f"says {meta}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.2")
+@pytest.mark.task("10.3")
+def test_the_parent_records_a_pointer_and_only_the_helpers_answer(lesson, sessions):
+    """The parent's log holds the call, a sidechain marker pointing to the helper's log,
+    then the helper's answer as a plain tool result: what the model gets back."""
+    messages, model = play(lesson, sessions, HELPER_TURN)
+
+    parent = lines_of(sessions / "quest-1.jsonl")
+    kinds = [line.get("role") or line.get("$marker") for line in parent]
+    assert kinds == ["user", "assistant", "sidechain", "tool", "assistant"], (
+        "the parent's log should hold the question, the ask_helper call, one pointer "
+        "marker, the helper's answer as the call's result, the final answer; it holds "
+        f"{kinds}")
+    pointer = parent[2]
+    expected = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+                "sidechain": CALL_ID}
+    assert {k: pointer.get(k) for k in expected} == expected, (
+        f"the pointer should be {expected} (and when); it is {pointer}")
+    result = {"role": "tool", "tool_call_id": CALL_ID, "content": HELPER_ANSWER}
+    assert parent[3] == result, (
+        "the call's result should be the helper's answer, as an ordinary tool "
+        f"message {result}; it is {parent[3]}")
+    sent = model.requests[-1]["messages"]
+    assert result in sent and not any("$marker" in m for m in sent), (
+        "the parent's next request should carry the helper's answer as a tool result, "
+        "and never the pointer: markers are not messages")
+    assert messages == [m for m in parent if "role" in m]
+
+
+@pytest.mark.task("10.2")
+def test_the_pointer_is_in_the_parents_log_before_the_helper_asks_its_model(
+    lesson, sessions
+):
+    """When the helper's first request reaches the model, the parent's log already
+    points to the side-chain, and the side-chain holds the question."""
+    agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1])
+    parent = sessions / "quest-1.jsonl"
+    side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
+    model.on_request(lambda request: (
+        pointers_in(parent) if parent.exists() else [],
+        lines_of(side) if side.exists() else []))
+    with log:
+        agent.run(HELPER_TURN[0])
+    pointers, helper_lines = model.observations[1]      # the helper's first request
+    assert [p.get("sidechain") for p in pointers] == [CALL_ID], (
+        "when the helper first asked the model, the parent's log should already hold "
+        f"the pointer to its side-chain; it held {pointers}. Write the pointer before "
+        "the helper starts: a crash inside the helper must leave it")
+    assert [m.get("content") for m in helper_lines] == [QUESTION], (
+        "when the helper first asked the model, its side-chain should hold its "
+        f"question (lesson 01's rule, in the helper's own log); it held {helper_lines}")
+
+
+@pytest.mark.task("10.2")
+def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions):
+    """A turn that asked a helper is undone and asked again: the model sends the same
+    call id, and the new helper gets a new side-chain; the old one is left as it was."""
+    agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1] * 2)
+    folder = sessions / "quest-1.sidechains"
+    with log:
+        agent.run(HELPER_TURN[0])
+        first = (folder / f"{CALL_ID}.jsonl").read_bytes()
+        agent.undo()
+        agent.run(HELPER_TURN[0])
+    again = model.requests[4]["messages"][-1]
+    assert again["content"] == HELPER_TURN[0]
+    assert (folder / f"{CALL_ID}.jsonl").read_bytes() == first, (
+        "the first helper's side-chain changed when the same call id came back: the "
+        "second helper must never write into another helper's log")
+    logs = [name for name in sidechain_files(sessions) if name.endswith(".jsonl")]
+    assert logs == [f"{CALL_ID}.2.jsonl", f"{CALL_ID}.jsonl"], (
+        f"the second helper should get {CALL_ID}.2.jsonl; the side-chain folder holds "
+        f"{sidechain_files(sessions)}")
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    assert [p.get("sidechain") for p in pointers] == [CALL_ID, f"{CALL_ID}.2"], (
+        f"each helper's pointer should name its own side-chain; they name {pointers}")
+
+
+@pytest.mark.task("10.2")
+def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions):
+    """A meta file without its log (a helper that died before its first line) keeps its
+    name: the next helper takes the next name and leaves that file as it is."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    orphan = folder / f"{CALL_ID}.meta.json"
+    orphan.write_text('{"format": 1, "id": "call_1_0", "sidechain_of": "quest-0"}')
+    before = orphan.read_bytes()
+
+    play(lesson, sessions, HELPER_TURN)
+
+    assert orphan.read_bytes() == before, (
+        "a meta file already there was overwritten: claim a name by creating its meta "
+        "file with publish_new, which refuses a name that exists")
+    assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
+        f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
+        f"the folder holds {sidechain_files(sessions)}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.3")
+def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, sessions):
+    """While the helper works, the parent's lock stays held (no other writer gets the
+    parent session) and the helper holds the side-chain's own lock; both go at the
+    end."""
+    agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1])
+    side_id = CALL_ID
+    side_folder = sessions / "quest-1.sidechains"
+
+    def try_to_write(folder, session_id):
+        other = lesson.SessionLog(folder, session_id)
+        try:
+            other.open_for_append()
+            return "got it"
+        except lesson.SessionBusy:
+            return "busy"
+        finally:
+            other.close()
+
+    def locks(request):
+        return {"parent lock file": (sessions / "quest-1.lock").exists(),
+                "side-chain lock file": (side_folder / f"{side_id}.lock").exists(),
+                "parent": try_to_write(sessions, "quest-1"),
+                "side-chain": try_to_write(side_folder, side_id)
+                if (side_folder / f"{side_id}.jsonl").exists() else "no log"}
+
+    model.on_request(locks)
+    with log:
+        agent.run(HELPER_TURN[0])
+    seen = model.observations[1]        # while the helper waited for its first answer
+    assert seen["parent"] == "busy" and seen["parent lock file"], (
+        "while the helper worked, another writer should have been refused the parent "
+        f"session: the parent keeps its lock all along. It saw {seen}")
+    assert seen["side-chain"] == "busy" and seen["side-chain lock file"], (
+        "while the helper worked, it should have held its side-chain's own lock "
+        f"(quest-1.sidechains/{side_id}.lock); it saw {seen}. The helper is the writer "
+        "of its own SessionLog")
+    assert not (side_folder / f"{side_id}.lock").exists(), (
+        "the helper's lock should be let go once it has answered")
+    assert not (sessions / "quest-1.lock").exists()
+
+
+@pytest.mark.task("10.3")
+def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
+    """The helper's first request carries its question alone (not the parent's
+    history), offers no ask_helper, and what it buys is bought in the parent's town."""
+    town = HelperTown()
+    turn = ("Ask a helper to buy a torch.",
+            [use(call("ask_helper", question="Buy a torch.")),
+             use(call("buy", item="torch")), say("Bought a torch."), say("Done.")])
+    _, model = play(lesson, sessions, PLAIN_TURN, turn, town=town)
+
+    helper_request = model.requests[2]
+    users = [m.get("content") for m in helper_request["messages"]
+             if m.get("role") == "user"]
+    assert users == ["Buy a torch."], (
+        "the helper starts with a history of its own: its first request should carry "
+        f"its question only, it carried the user messages {users}")
+    offered = [t["function"]["name"] for t in helper_request.get("tools") or []]
+    assert sorted(offered) == ["buy", "talk_to"], (
+        "the helper should be offered the parent's tools but ask_helper (a helper "
+        f"starts no helper); it was offered {offered}")
+    assert town.inventory == ["torch"] and town.gold == 7, (
+        "the helper works in the parent's world: the torch it bought should be in the "
+        f"town's inventory; the town is {town}")
+
+
+@pytest.mark.task("10.3")
+def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
+                                                               monkeypatch):
+    """An agent without a session log still gets its helper's answer, and nothing is
+    written anywhere."""
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedModel(HELPER_TURN[1])
+    agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
+    answer = agent.run(HELPER_TURN[0])
+    assert answer == FINAL
+    assert agent.messages[2] == {"role": "tool", "tool_call_id": CALL_ID,
+                                 "content": HELPER_ANSWER}, (
+        "without a session the helper runs in memory, and its answer is the call's "
+        f"result; the result was {agent.messages[2]}")
+    assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
+
+
+@pytest.mark.task("10.3")
+def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions):
+    """A helper still calling tools after max_turns requests ends its call with an
+    error result; the parent goes on."""
+    busy = [use(call("talk_to", npc="guard"))] * 2
+    turn = ("Ask a helper.", [use(call("ask_helper", question="Ask the guard.")), *busy,
+                              say("The helper gave up.")])
+    agent, _, log = open_agent(lesson, sessions, turn[1], max_turns=2)
+    with log:
+        agent.run(turn[0])
+    result = agent.messages[2]
+    assert result.get("role") == "tool" and "gave up" in result.get("content", ""), (
+        f"the helper's MaxTurnsExceeded should become the call's result; got {result}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.3")
+def test_the_town_of_earlier_lessons_starts_no_helper(lesson, sessions):
+    """With the town of lessons 00-07 (no ask_helper offered), a call to ask_helper is
+    an unknown tool, as before: no helper, no side-chain."""
+    play(lesson, sessions, HELPER_TURN[:1] + ([HELPER_TURN[1][0], say("Oh.")],),
+         town=Town())
+    result = lines_of(sessions / "quest-1.jsonl")[2]
+    assert "no tool called 'ask_helper'" in result.get("content", ""), (
+        "ask_helper is lesson 10's tool: an agent whose tools do not offer it should "
+        f"answer its call as any unknown tool; the result was {result}")
+    assert not (sessions / "quest-1.sidechains").exists()
+
+
+# --- crashes, resumes and forks -------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("10.2")
+@pytest.mark.task("10.3")
+def test_a_crash_inside_the_helper_leaves_the_call_to_the_repair_and_a_pointer(
+    lesson, sessions
+):
+    """The process dies while the helper waits for the model: on resume, lesson 04's
+    repair answers the parent's call, and the pointer to the partial side-chain
+    stays."""
+    crash = HELPER_TURN[1][:2] + [Crash()]
+    agent, _, log = open_agent(lesson, sessions, crash)
+    with log:
+        with raises(SimulatedCrash, "the scripted crash should end the run"):
+            agent.run(HELPER_TURN[0])
+
+    day_two, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
+    with log:
+        day_two.run(PLAIN_TURN[0])
+    assert model.requests and "error" not in model.requests[0], (
+        "the resumed parent's request should be accepted")
+    parent = lines_of(sessions / "quest-1.jsonl")
+    kinds = [line.get("role") or line.get("$marker") for line in parent]
+    assert kinds[:5] == ["user", "assistant", "sidechain", "repair", "tool"], (
+        "after a crash inside the helper, the parent's log should hold the call, the "
+        "pointer to the side-chain, then the repair's marker and result; it holds "
+        f"{kinds}")
+    assert "interrupted" in parent[4]["content"]
+    side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
+    partial = [m.get("role") for m in lines_of(side)] if side.exists() else None
+    assert partial == ["user", "assistant", "tool"], (
+        "the side-chain should keep what the helper did before the crash (its "
+        f"question, its call, the result); it holds {partial}")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.3")
+def test_a_resumed_parent_does_not_run_a_finished_helper_again(lesson, sessions):
+    """Day 2 resumes a parent whose helper answered on day 1: the answer is in its
+    history, the helper is not asked again, and its side-chain is left as it is."""
+    day_one, _ = play(lesson, sessions, HELPER_TURN)
+    side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
+    before = side.read_bytes()
+
+    agent, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
+    with log:
+        agent.run(PLAIN_TURN[0])
+    assert len(model.requests) == 1, (
+        f"day 2 should make one request; it made {len(model.requests)}: resuming must "
+        "not start the helper again")
+    assert model.requests[0]["messages"][:len(day_one)] == day_one, (
+        "day 2's request should carry day 1, the helper's answer included")
+    assert side.read_bytes() == before and len(sidechain_files(sessions)) == 2, (
+        "day 2 should leave the helper's side-chain as day 1 left it, and start none")
+
+
+@pytest.mark.key
+@pytest.mark.task("10.4")
+def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
+    """A fork of the parent gets no side-chain folder of its own; its copied pointers
+    lead to its source's side-chains, and its own helpers write in its own folder."""
+    play(lesson, sessions, HELPER_TURN)
+    side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
+    before = side.read_bytes()
+    lesson.fork(sessions, "quest-1", "quest-2")
+    assert not (sessions / "quest-2.sidechains").exists(), (
+        "a fork copies the parent's lines, never its side-chains")
+
+    found = lesson.sidechains(sessions, "quest-2")
+    assert found == [(CALL_ID, side)], (
+        "the fork's pointer was written by quest-1's helper: it should lead to "
+        f"quest-1.sidechains/{CALL_ID}.jsonl (the folder of the session the pointer "
+        f"names), not into a folder of the fork's; it leads to {found}")
+    assert lesson.sidechains(sessions, "quest-1") == found
+
+    play(lesson, sessions, HELPER_TURN, session_id="quest-2")
+    assert side.read_bytes() == before, (
+        "the fork's helper changed its source's side-chain")
+    forked = lesson.sidechains(sessions, "quest-2")
+    assert [path.parent.name for _, path in forked] == ["quest-1.sidechains",
+                                                       "quest-2.sidechains"], (
+        "the fork's own helper should write in quest-2.sidechains/; its pointers lead "
+        f"to {[str(path.relative_to(sessions)) for _, path in forked]}")
+
+
+@pytest.mark.task("10.4")
+def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesson,
+                                                                           sessions):
+    """A pointer whose session or side-chain is no valid id (`../..`), or is missing,
+    raises ValueError naming the log and the line; it is never followed."""
+    ask = {"role": "user", "content": "Ask a helper."}
+    for bad in ({"session": "quest-1", "sidechain": "../../etc/passwd"},
+                {"session": "../quest-2", "sidechain": "call_1_0"},
+                {"session": "quest-1"}):
+        pointer = {"$marker": "sidechain", "call": CALL_ID, **bad}
+        (sessions / "quest-1.jsonl").write_text(
+            json.dumps(ask) + "\n" + json.dumps(pointer) + "\n", encoding="utf-8")
+        with raises(ValueError, f"the pointer {bad} was followed: a pointer is data "
+                    "from a file anyone can edit, check its ids") as raised:
+            lesson.sidechains(sessions, "quest-1")
+        said = str(raised.value)
+        assert "quest-1.jsonl" in said and "line 2" in said, (
+            f"the error should name the log and the pointer's line (line 2); it says: "
+            f"{said}")
+
+
+# --- a real process, killed inside its helper -----------------------------------------
+
+
+def wait_for(lines, word, process, errors):
+    try:
+        line = lines.get(timeout=HANG)
+    except queue.Empty:
+        line = None
+    if line is None or not line.startswith(word):
+        process.kill()
+        process.wait()
+        errors.seek(0)
+        said = errors.read().decode(errors="replace")
+        if "NotImplementedError: task " in said:
+            raise NotImplementedError(
+                said.rsplit("NotImplementedError: ", 1)[1].strip())
+        raise AssertionError(f"the process should have said {word!r}, it said "
+                             f"{line!r}; its error output:\n{said[-3000:]}")
+    return line
+
+
+def holder_pid(path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.task("10.3")
+def test_a_process_killed_inside_its_helper_leaves_both_logs_to_resume(lesson,
+                                                                       sessions):
+    """A real process is killed with SIGKILL while its helper waits for the model: until
+    then it held both locks, each in its own file; afterwards the parent resumes with
+    the call repaired and the pointer to the partial side-chain."""
+    errors = tempfile.TemporaryFile()
+    process = subprocess.Popen(
+        [sys.executable, str(PROCESS), lesson.__file__, str(sessions), QUESTION],
+        stdout=subprocess.PIPE, stderr=errors, text=True)
+    lines = queue.Queue()
+
+    def read():
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        wait_for(lines, "helping", process, errors)
+        side_folder = sessions / "quest-1.sidechains"
+        pids = {"parent": holder_pid(sessions / "quest-1.lock"),
+                "side-chain": holder_pid(side_folder / f"{CALL_ID}.lock")}
+        assert pids == {"parent": process.pid, "side-chain": process.pid}, (
+            f"while its helper works, process {process.pid} should hold the parent's "
+            f"lock and the side-chain's own lock; the lock files name {pids}")
+        for folder, session_id in ((sessions, "quest-1"), (side_folder, CALL_ID)):
+            with raises(lesson.SessionBusy, f"{session_id} was free while the process "
+                        "that writes it was alive"):
+                with lesson.SessionLog(folder, session_id) as other:
+                    other.open_for_append()
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+    agent, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
+    with log:
+        agent.run(PLAIN_TURN[0])
+    parent = lines_of(sessions / "quest-1.jsonl")
+    kinds = [line.get("role") or line.get("$marker") for line in parent]
+    assert kinds[:5] == ["user", "assistant", "sidechain", "repair", "tool"], (
+        "after the kill, the resumed parent's log should hold the call, the pointer, "
+        f"then the repair's marker and result; it holds {kinds}")
+    side = lines_of(sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")
+    assert [m.get("role") for m in side] == ["user", "assistant", "tool"], (
+        "the partial side-chain should keep what the helper wrote before the kill")

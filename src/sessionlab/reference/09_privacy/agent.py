@@ -1,1 +1,0 @@
-../../../../solutions/09_privacy/agent.py

@@ -1,0 +1,1 @@
+../../../../solutions/10_sidechains/agent.py
