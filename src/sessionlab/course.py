@@ -7,6 +7,7 @@ The finished module lives at `solutions/NN_topic/agent.py`.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -166,6 +167,18 @@ def lesson(ref: str, root: Path | None = None) -> Lesson:
     raise CourseError(f"no lesson {ref!r}; the lessons are: {known}")
 
 
+class FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the module from its source on every import, and caches no bytecode.
+
+    A lesson module is the file a student is editing. Python trusts a cached .pyc while the
+    source's size and modification time in whole seconds match it, so two saves within one
+    second that keep the size (`<` for `>`, one digit for another) would run the older one.
+    Compiling a lesson module takes a few milliseconds."""
+
+    def get_code(self, fullname: str):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 def load_module(path: Path, name: str | None = None) -> ModuleType:
     """Import a lesson module from its file under a name of its own.
 
@@ -178,7 +191,8 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
     name = name or f"sessionlab_impl.{path.parent.parent.name}_{path.parent.name}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(
+        name, path, loader=FreshSourceLoader(name, str(path)))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
