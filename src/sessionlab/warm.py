@@ -263,6 +263,7 @@ class WarmPytest:
         self.lines: Lines | None = None
         self.started_from = ""
         self.lock = threading.Lock()      # one run at a time; a second one runs cold
+        self.closing = threading.Lock()
         self.runs = 0
 
     def start(self) -> None:
@@ -308,7 +309,8 @@ class WarmPytest:
             self.lock.release()
 
     def _run(self, args, cwd, env, timeout, children, output) -> int | None:
-        if self.channel is None or self.lines is None:
+        channel, lines = self.channel, self.lines
+        if channel is None or lines is None:
             raise WorkerGone("not started")
         deadline = time.monotonic() + timeout
         read_end, write_end = os.pipe()
@@ -317,18 +319,18 @@ class WarmPytest:
         child: Forked | None = None
         try:
             try:
-                send(self.channel, {"args": args, "cwd": str(cwd), "env": env}, (write_end,))
+                send(channel, {"args": args, "cwd": str(cwd), "env": env}, (write_end,))
             finally:
                 os.close(write_end)
             reader.start()
-            child = Forked(self._receive(deadline, "pid"))
+            child = Forked(_receive(lines, deadline, "pid"))
             children.track(child)
             try:
-                status = self._receive(deadline, "status")
+                status = _receive(lines, deadline, "status")
             except TimeoutError:
                 child.kill()
                 status = None
-                self._receive(time.monotonic() + 5, "status")    # the server reaps it
+                _receive(lines, time.monotonic() + 5, "status")    # the server reaps it
             self.runs += 1
             reader.join(timeout=5)   # a grandchild that left the group may hold the pipe
             return status
@@ -349,34 +351,38 @@ class WarmPytest:
             if not reader.is_alive():
                 os.close(read_end)
 
-    def _receive(self, deadline: float, key: str):
-        message, fds = self.lines.receive(deadline)
-        for fd in fds:
-            os.close(fd)
-        if message is None:
-            raise WorkerGone("the server has gone")
-        if key not in message:
-            raise WorkerGone(f"unexpected answer {message}")
-        return message[key]
-
     def close(self) -> None:
-        """Stop the server (a run in progress ends with it)."""
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = self.lines = None
-        if self.process is not None:
-            _kill_group(self.process.pid)
+        """Stop the server (a run in progress ends with it). Ctrl-C may call this from the
+        main thread while a run's thread does too."""
+        with self.closing:
+            channel, process = self.channel, self.process
+            self.channel = self.lines = self.process = None
+        if channel is not None:
+            channel.close()
+        if process is not None:
+            _kill_group(process.pid)
             try:
-                self.process.wait(timeout=5)
+                process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            self.process = None
 
     def __enter__(self) -> "WarmPytest":
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _receive(lines: Lines, deadline: float, key: str):
+    """The value of `key` in the server's next message."""
+    message, fds = lines.receive(deadline)
+    for fd in fds:
+        os.close(fd)
+    if message is None:
+        raise WorkerGone("the server has gone")
+    if key not in message:
+        raise WorkerGone(f"unexpected answer {message}")
+    return message[key]
 
 
 def _drain(fd: int, output) -> None:
