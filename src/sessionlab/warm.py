@@ -28,6 +28,7 @@ module too, and must stay light.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib
 import importlib.util
@@ -232,6 +233,10 @@ def main(argv: list[str]) -> int:
         # A kit that does not import is reported by the run itself, in the child, with
         # the same words as a cold run: the server keeps going with what it has.
         traceback.print_exc()
+    # What the imports made lives as long as the server: moved out of the collector's
+    # sight, a child's collections do not walk it (nor copy its pages by touching them).
+    gc.collect()
+    gc.freeze()
     serve(channel)
     return 0
 
