@@ -311,9 +311,10 @@ def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
 
 def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    # PYTHONDONTWRITEBYTECODE stays as the user has it: the lesson's module is compiled
-    # from its source on every import (course.load_module), so no cached .pyc can run an
-    # older save; the kit's and the tests' cached .pyc files save a tenth of a second a run.
+    # PYTHONDONTWRITEBYTECODE stays as the user has it: a lesson's module is imported
+    # through a .pyc checked against its source's hash (course.HashCheckedLoader), so no
+    # cached .pyc can run an older save, and the kit's and the tests' cached .pyc files
+    # save a tenth of a second a run.
     for name in ("SESSIONLAB_SOLUTION", "SESSIONLAB_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
         env.pop(name, None)
     env["SESSIONLAB_ROOT"] = str(root)
