@@ -268,34 +268,44 @@ class WarmPytest:
         self.lines: Lines | None = None
         self.started_from = ""
         self.lock = threading.Lock()      # one run at a time; a second one runs cold
-        self.closing = threading.Lock()
+        self.closing = threading.Lock()   # starting and stopping, from any thread
+        self.wanted = False               # start() was called, close() was not
         self.runs = 0
 
     def start(self) -> None:
-        """Start a server if none is running (a no-op where fork is not available)."""
-        if not SUPPORTED or self.process is not None:
-            return
-        # Taken before the server imports anything: a change during its start counts.
-        self.started_from = fingerprint(self.root)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sessionlab.warm", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], cwd=self.root, env=self.env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
-            ours.close()
-            return
-        finally:
-            theirs.close()
-        self.channel, self.lines = ours, Lines(ours)
+        """Start a server, and keep one from now on (a no-op where fork is not
+        available)."""
+        self.wanted = True
+        self.revive()
+
+    def revive(self) -> None:
+        """Start a new server if one is wanted and none runs (after a cold run that stood
+        in for one that died or went stale)."""
+        with self.closing:
+            if not SUPPORTED or not self.wanted or self.process is not None:
+                return
+            # Taken before the server imports anything: a change during its start counts.
+            self.started_from = fingerprint(self.root)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "sessionlab.warm", str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()], cwd=self.root, env=self.env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True)
+            except OSError:
+                ours.close()
+                return
+            finally:
+                theirs.close()
+            self.channel, self.lines = ours, Lines(ours)
 
     def usable(self) -> bool:
         """A server is running, alive, and started from the files there are now."""
-        if self.process is None:
+        process = self.process
+        if process is None:
             return False
-        if self.process.poll() is not None or fingerprint(self.root) != self.started_from:
+        if process.poll() is not None or fingerprint(self.root) != self.started_from:
             self.close()
             return False
         return True
@@ -357,8 +367,8 @@ class WarmPytest:
                 os.close(read_end)
 
     def close(self) -> None:
-        """Stop the server (a run in progress ends with it). Ctrl-C may call this from the
-        main thread while a run's thread does too."""
+        """Stop the server (a run in progress ends with it); `revive` starts another.
+        Ctrl-C may call this from the main thread while a run's thread does too."""
         with self.closing:
             channel, process = self.channel, self.process
             self.channel = self.lines = self.process = None
@@ -374,8 +384,13 @@ class WarmPytest:
     def __enter__(self) -> "WarmPytest":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def shutdown(self) -> None:
+        """Stop the server for good: no run starts another."""
+        self.wanted = False
         self.close()
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
 
 
 def _receive(lines: Lines, deadline: float, key: str):

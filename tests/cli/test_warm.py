@@ -171,3 +171,11 @@ def test_ctrl_c_kills_the_running_child(course00, server):
     children.stop()
     thread.join(timeout=30)
     assert not thread.is_alive(), "the run should end once its child is killed"
+
+
+def test_no_server_starts_before_the_watch_asks_for_one(course00):
+    """The watch's first results run cold, beside each other: a server starting among
+    them would slow them down on two cores."""
+    with warm.WarmPytest(course00, child_env(course00)) as handle:
+        assert run(course00, handle).passed
+        assert handle.process is None and handle.runs == 0

@@ -458,7 +458,7 @@ def run_warm_or_cold(args: list[str], *, cwd: Path, env: dict[str, str], timeout
     result = run_process([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
                          timeout=timeout, children=children)
     if warm is not None:
-        warm.start()
+        warm.revive()
     return result
 
 

@@ -118,7 +118,7 @@ class Watch:
 
     def close(self) -> None:
         if self.runner.warm is not None:
-            self.runner.warm.close()
+            self.runner.warm.shutdown()
 
     def loop(self, keys: Keys) -> int:
         self.render()
