@@ -8,12 +8,13 @@
   screen, as a student feels it. The watch runs in a pseudo-terminal on a scratch copy of the
   lesson (its agent.py the reference solution); each save appends a new comment line, so
   every save is a new file that the watch must test (an old one would come from its cache).
-  Measured twice: as it runs (children forked from a warm server) and with `--cold` (a new
-  pytest process per save).
+  Measured twice, the two watches taking turns save by save: as it runs (children forked
+  from a warm server) and with `--cold` (a new pytest process per save).
 
 Each figure is also shown against baselines measured in the same run: a Python process that
 only imports `openai` (the floor every cold run pays), and a pytest run that collects
-nothing. The targets of issue 15 are checked at the end.
+nothing. The commands take turns, one run each per round, so that on a shared machine they
+see the same load. The targets of issue 15 are checked at the end.
 """
 
 from __future__ import annotations
@@ -45,13 +46,17 @@ BEFORE = ("addopts=--import-mode=importlib -ra -p no:hypothesispytest -p no:anyi
           "-p no:respx -p no:platformdirs -p no:unraisableexception")
 
 
-def wall_time(command: list[str], repeat: int) -> float:
-    times = []
+def wall_times(commands: dict[str, list[str]], repeat: int) -> dict[str, float]:
+    """Median wall time of each command. The commands take turns, one run each per round,
+    so that on a shared machine they all see the same load and their ratios hold."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, command in commands.items():
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 # --- the watch, in a pseudo-terminal --------------------------------------------------------
@@ -104,34 +109,56 @@ def scratch_course(target: Path, lesson: course.Lesson) -> Path:
     return target
 
 
-def save_to_result(lesson: course.Lesson, repeat: int, *, cold: bool) -> float:
-    """Median seconds from a save of agent.py to its result on the watch's screen."""
-    with tempfile.TemporaryDirectory(prefix="sessionlab-bench-") as scratch:
-        root = scratch_course(Path(scratch), lesson)
-        module = root / "lessons" / lesson.name / course.MODULE
-        text = module.read_text(encoding="utf-8")
-        footer = f"watching lessons/{lesson.name}/{course.MODULE}"
-        command = [sys.executable, "-m", "sessionlab", "--course", str(root), "watch",
-                   lesson.number, *(["--cold"] if cold else [])]
-        terminal = Terminal(command, root)
-        try:
-            terminal.wait_for(footer, 0)
-            times = []
-            # The first save is not counted: it may find the warm server still starting,
-            # which a student's first save, seconds after the watch starts, does not.
-            for save in range(repeat + 1):
+class Watching:
+    """`sessionlab watch NN` on a scratch copy of a lesson, in a pseudo-terminal."""
+
+    def __init__(self, lesson: course.Lesson, *, cold: bool) -> None:
+        self.lesson = lesson
+        self.scratch = tempfile.TemporaryDirectory(prefix="sessionlab-bench-")
+        root = scratch_course(Path(self.scratch.name), lesson)
+        self.module = root / "lessons" / lesson.name / course.MODULE
+        self.text = self.module.read_text(encoding="utf-8")
+        self.footer = f"watching lessons/{lesson.name}/{course.MODULE}"
+        self.saves = 0
+        self.terminal = Terminal([sys.executable, "-m", "sessionlab", "--course", str(root),
+                                  "watch", lesson.number, *(["--cold"] if cold else [])],
+                                 root)
+        self.terminal.wait_for(self.footer, 0)
+
+    def save(self) -> float:
+        """Seconds from a save of agent.py to its result on the screen."""
+        self.saves += 1
+        mark = len(self.terminal.seen)
+        start = time.perf_counter()
+        self.module.write_text(f"{self.text}\n# save {self.saves}\n", encoding="utf-8")
+        end = self.terminal.wait_for(self.footer, mark)
+        if "tests pass" not in self.terminal.seen[mark:].decode(errors="replace"):
+            raise RuntimeError(f"lesson {self.lesson.name}: the watch showed no result")
+        return end - start
+
+    def close(self) -> None:
+        self.terminal.close()
+        self.scratch.cleanup()
+
+
+def save_to_result(lesson: course.Lesson, repeat: int) -> tuple[float, float]:
+    """Median seconds from a save to its result: (the watch as it runs, with --cold).
+    The two watches take turns, save by save, so that they see the same machine."""
+    warm, cold = Watching(lesson, cold=False), Watching(lesson, cold=True)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        # The first save of each is not counted: it may find the warm server still
+        # starting, which a student's first save, seconds after the watch starts, does not.
+        for save in range(repeat + 1):
+            for is_cold, watching in ((False, warm), (True, cold)):
                 time.sleep(0.5)              # the student reads the screen, then edits
-                mark = len(terminal.seen)
-                start = time.perf_counter()
-                module.write_text(f"{text}\n# save {save}\n", encoding="utf-8")
-                end = terminal.wait_for(footer, mark)
-                if "tests pass" not in terminal.seen[mark:].decode(errors="replace"):
-                    raise RuntimeError(f"lesson {lesson.name}: the watch showed no result")
+                seconds = watching.save()
                 if save:
-                    times.append(end - start)
-        finally:
-            terminal.close()
-        return statistics.median(times)
+                    times[is_cold].append(seconds)
+    finally:
+        warm.close()
+        cold.close()
+    return statistics.median(times[False]), statistics.median(times[True])
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -156,32 +183,35 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {part.strip().zfill(2) for part in args.lessons.split(",")}
         lessons = [lesson for lesson in lessons if lesson.number in wanted]
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    floor = wall_time([sys.executable, "-c", "import openai"], args.repeat)
-    empty = wall_time([*pytest, "--collect-only", "bench"], args.repeat)
-    rows = [("python -c 'import openai'", floor), ("pytest collecting nothing", empty)]
-    cold: dict[str, float] = {}
+    commands = {"floor": [sys.executable, "-c", "import openai"],
+                "empty": [*pytest, "--collect-only", "bench"]}
     for lesson in lessons:
-        cold[lesson.number] = wall_time([*pytest, f"lessons/{lesson.name}", "--solution"],
-                                        args.repeat)
+        commands[lesson.number] = [*pytest, f"lessons/{lesson.name}", "--solution"]
+        if lesson.number == "05":
+            commands["05 before"] = [*commands["05"], "-o", BEFORE]
+    medians = wall_times(commands, args.repeat)
+    floor, empty = medians.pop("floor"), medians.pop("empty")
+    before05 = medians.pop("05 before", None)
+    cold = medians
+    rows = [("python -c 'import openai'", floor), ("pytest collecting nothing", empty)]
+    for lesson in lessons:
         rows.append((f"pytest lessons/{lesson.name} --solution", cold[lesson.number]))
-    before05 = None
-    if any(lesson.number == "05" for lesson in lessons):
-        before05 = wall_time([*pytest, "lessons/05_lock", "--solution", "-o", BEFORE],
-                             args.repeat)
-        rows.append(("  the same for 05, plugins autoloaded (before issue 15)", before05))
+        if lesson.number == "05" and before05 is not None:
+            rows.append(("  the same, plugins autoloaded (before issue 15)", before05))
     watch: dict[str, float] = {}
     watch_cold: dict[str, float] = {}
     if not args.no_watch:
         for lesson in lessons:
             if lesson.number in WATCHED:
-                watch[lesson.number] = save_to_result(lesson, args.repeat, cold=False)
-                watch_cold[lesson.number] = save_to_result(lesson, args.repeat, cold=True)
+                watch[lesson.number], watch_cold[lesson.number] = save_to_result(
+                    lesson, args.repeat)
                 rows.append((f"watch: save to result, lesson {lesson.number}",
                              watch[lesson.number]))
-                rows.append((f"  the same with --cold (a new process per run)",
+                rows.append(("  the same with --cold (a new process per run)",
                              watch_cold[lesson.number]))
     if not args.no_root:
-        rows.append(("pytest (root: kit tests + maintainers' check)", wall_time(pytest, 1)))
+        rows.append(("pytest (root: kit tests + maintainers' check)",
+                     wall_times({"root": pytest}, 1)["root"]))
 
     figures = Table("command", "median s", "x import openai", "x empty pytest",
                     title=f"median of {args.repeat} runs (root pytest: 1 run)")
