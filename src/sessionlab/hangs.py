@@ -152,7 +152,10 @@ def explain(
 
 def install(config: pytest.Config, items: list[pytest.Item], in_lesson) -> None:
     """Give every lesson test a time limit, unless the run chose its own."""
-    if not config.pluginmanager.hasplugin("timeout"):
+    # Registered as "timeout" when loaded from its entry point, as "pytest_timeout" when
+    # named by its module (`-p pytest_timeout`, as the course's pyproject.toml does).
+    plugins = config.pluginmanager
+    if not (plugins.hasplugin("timeout") or plugins.hasplugin("pytest_timeout")):
         return
     if (
         config.getoption("timeout", None) is not None

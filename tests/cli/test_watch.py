@@ -131,5 +131,6 @@ def test_a_save_in_several_steps_runs_the_tests_once_after_the_file_settles(cour
 
 def test_the_help_says_how_saves_are_noticed():
     run = run_module("watch", "--help")
-    assert "polling" in run.out and "0.3" in run.out
+    assert "polling" in run.out and f"{watch_module.INTERVAL:g} s" in run.out
+    assert "--cold" in run.out and "warm" in run.out, "how runs are made fast, and the way out"
     assert "never" in run.out.lower() and "next lesson" in run.out.lower()

@@ -3,7 +3,9 @@
 Every run is `python -m pytest lessons/NN_topic ... --sessionlab-report FILE` in a subprocess
 (a student's endless loop or crash can never take the command down with it), killed with its
 whole process group after a timeout. The JSON report gives each test's outcome, tasks, and the
-plain message of its failure.
+plain message of its failure. The watch loop runs the same command in a child forked from a
+warm server instead (sessionlab.warm), which saves the second of start-up; anything that
+makes that server untrustworthy falls back to the subprocess.
 
 Results are cached in `.sessionlab/results.json` under the course root, keyed by a hash of the
 lesson's files (module, tests, lesson.toml), the reference module for `--solution` runs, and the
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from .. import course, starters
 from ..starters import starter_raises
+from ..warm import WarmPytest, WorkerGone, kit_fingerprint
 from ..course import Lesson
 
 TIMEOUT = 120.0
@@ -308,10 +311,13 @@ def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
 
 def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
+    # PYTHONDONTWRITEBYTECODE stays as the user has it: a lesson's module is imported
+    # through a .pyc checked against its source's hash (course.HashCheckedLoader), so no
+    # cached .pyc can run an older save, and the kit's and the tests' cached .pyc files
+    # save a tenth of a second a run.
     for name in ("SESSIONLAB_SOLUTION", "SESSIONLAB_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
         env.pop(name, None)
     env["SESSIONLAB_ROOT"] = str(root)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PY_COLORS"] = "0"
     return env
 
@@ -363,7 +369,15 @@ class Children:
             self.live.add(process)
             return process
 
-    def done(self, process: subprocess.Popen) -> None:
+    def track(self, process) -> None:
+        """Add a process started elsewhere (a warm server's child: `pid`, `kill()`)."""
+        with self.lock:
+            if self.stopped:
+                process.kill()
+                raise KeyboardInterrupt
+            self.live.add(process)
+
+    def done(self, process) -> None:
         with self.lock:
             self.live.discard(process)
 
@@ -427,14 +441,37 @@ def _kill(process: subprocess.Popen) -> None:
             pass
 
 
+def run_warm_or_cold(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
+                     children: Children | None = None,
+                     warm: WarmPytest | None = None) -> tuple[int | None, str]:
+    """`pytest ARGS`: in a child of the warm server when there is one to trust, else in
+    a new process; (exit status or None on timeout, output) either way."""
+    children = children or Children()
+    if warm is not None and warm.usable():
+        output = BoundedOutput()
+        try:
+            status = warm.run(args, cwd=cwd, env=env, timeout=timeout, children=children,
+                              output=output)
+            return status, output.text()
+        except WorkerGone:
+            pass             # the same run, cold; the server is started again after it
+    result = run_process([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
+                         timeout=timeout, children=children)
+    if warm is not None:
+        warm.revive()
+    return result
+
+
 def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl: Path | None = None,
                tests_root: Path | None = None, timeout: float = TIMEOUT,
-               children: Children | None = None) -> dict[str, LessonResult]:
-    """One pytest process over `lessons`; a result per lesson.
+               children: Children | None = None,
+               warm: WarmPytest | None = None) -> dict[str, LessonResult]:
+    """One pytest run over `lessons`; a result per lesson.
 
     `tests_root` (default `root`) is where the tests are taken from; `impl` runs them against
     that agent.py (the grader runs the course's own tests against a student's module).
-    `children` is the group of processes that Ctrl-C stops together.
+    `children` is the group of processes that Ctrl-C stops together; `warm`, a server to
+    run in instead of a new process.
     """
     tests_root = tests_root or root
     started = time.monotonic()
@@ -444,19 +481,18 @@ def run_pytest(root: Path, lessons: list[Lesson], *, side: str = "lesson", impl:
         for lesson in lessons}
     with tempfile.TemporaryDirectory(prefix="sessionlab-") as scratch:
         report = Path(scratch) / "report.json"
-        command = [sys.executable, "-m", "pytest",
-                   *[str(tests_root / "lessons" / lesson.name) for lesson in lessons],
-                   "-q", "--tb=short", "--no-header", "-p", "no:cacheprovider",
-                   "--continue-on-collection-errors",   # one lesson's broken file must not hide the others
-                   "--sessionlab-report", str(report)]
+        args = [*[str(tests_root / "lessons" / lesson.name) for lesson in lessons],
+                "-q", "--tb=short", "--no-header", "-p", "no:cacheprovider",
+                "--continue-on-collection-errors",   # one lesson's broken file must not hide the others
+                "--sessionlab-report", str(report)]
         if side == "solution":
-            command.append("--solution")
+            args.append("--solution")
         if impl is not None:
-            command += ["--impl", str(impl)]
+            args += ["--impl", str(impl)]
         # One timeout for the whole run, however many lessons: a lesson's tests take a second or
         # two, so a batch that needs longer has a lesson that hangs, and is run again lesson by lesson.
-        status, output = run_process(command, cwd=root, env=child_env(root), timeout=timeout,
-                                     children=children)
+        status, output = run_warm_or_cold(args, cwd=root, env=child_env(root), timeout=timeout,
+                                          children=children, warm=warm)
         seconds = (time.monotonic() - started) / len(lessons)
         tail = _tail(output)
         if status is None:
@@ -496,17 +532,6 @@ def _tail(output: str, lines: int = 40) -> str:
 # --- the cache ----------------------------------------------------------------------------
 
 
-def _kit_fingerprint() -> str:
-    package = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        if "cli" in path.relative_to(package).parts:
-            continue        # the command line's own code does not change what a test does
-        stat = path.stat()
-        digest.update(f"{path.relative_to(package)}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
-    return digest.hexdigest()
-
-
 def _hash_folder(digest, folder: Path, label: str) -> None:
     if not folder.is_dir():
         digest.update(f"{label}: missing\n".encode())
@@ -520,8 +545,8 @@ def _hash_folder(digest, folder: Path, label: str) -> None:
 
 
 def cache_key(root: Path, lesson: Lesson, side: str, kit: str | None = None) -> str:
-    """`kit` is `_kit_fingerprint()`, passed in when several lessons are keyed at once."""
-    kit = kit or _kit_fingerprint()
+    """`kit` is `kit_fingerprint()`, passed in when several lessons are keyed at once."""
+    kit = kit or kit_fingerprint()
     digest = hashlib.sha256(f"v{CACHE_VERSION} {side} {sys.version} {kit}\n".encode())
     _hash_folder(digest, lesson.folder, "lesson")
     if side == "solution":
@@ -581,6 +606,7 @@ class Runner:
     timeout: float = TIMEOUT
     jobs: int = 0
     use_cache: bool = True
+    warm: WarmPytest | None = None     # the watch's warm server, if it has one
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.root)
@@ -593,7 +619,7 @@ class Runner:
         results: dict[str, LessonResult] = {}
         todo: list[Lesson] = []
         keys: dict[str, str] = {}
-        kit = _kit_fingerprint()                      # once per run, not once per lesson
+        kit = kit_fingerprint()                      # once per run, not once per lesson
         stored = None if fresh or not self.use_cache else self.cache._load()
         for lesson in lessons:
             keys[lesson.name] = cache_key(self.root, lesson, self.side, kit)
@@ -632,7 +658,7 @@ class Runner:
 
     def _run_group(self, group: list[Lesson], children: Children) -> dict[str, LessonResult]:
         batch = run_pytest(self.root, group, side=self.side, timeout=self.timeout,
-                           children=children)
+                           children=children, warm=self.warm)
         if len(group) > 1 and any(r.error and not r.tests for r in batch.values()):
             # One lesson hung or crashed pytest: run each alone so the others still get results.
             batch = {}

@@ -3,10 +3,15 @@
 Find the current lesson (the first whose tests do not pass), run its tests, show the tasks and
 the first failure in words, and run them again whenever the lesson's agent.py is saved.
 
-Saves are noticed by polling the file's modification time, size and inode every 0.3 s (file
-event APIs are not in the standard library and this is plenty fast for one file); a change is
-acted on once the file has stopped changing for one more poll, so an editor that writes a
-file in several steps triggers a single run.
+Saves are noticed by polling the file's modification time, size and inode every 0.05 s (file
+event APIs are not in the standard library, and one stat call twenty times a second costs
+nothing); a change is acted on once the file has stopped changing for one more poll, so an
+editor that writes a file in several steps triggers a single run.
+
+The tests run in a fresh process forked from a warm one that has already imported pytest,
+openai and the kit, so the result is on screen a few tenths of a second after the save; what
+the tests print and report is what `pytest lessons/NN_topic` gives. When the kit itself
+changes, that process is replaced, and that run is a plain one (`--cold` makes every run so).
 
 It never moves to the next lesson on its own: a file can pass by accident halfway through an
 edit, so moving on is the student's decision (the `n` key).
@@ -27,10 +32,11 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from . import progress
-from .runner import LessonResult, Runner, current_lesson
+from ..warm import WarmPytest
+from .runner import LessonResult, Runner, child_env, current_lesson
 from .ui import Ui, bar
 
-INTERVAL = 0.3
+INTERVAL = 0.05
 KEYS = "h hint · l list · n next lesson (once this one passes) · r run again · q quit"
 
 
@@ -86,12 +92,13 @@ def stamp(path: Path) -> tuple[int, int, int] | None:
 
 class Watch:
     def __init__(self, ui: Ui, root: Path, ref: str | None, *, interval: float = INTERVAL,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, warm: bool = True) -> None:
         self.ui = ui
         self.root = root
         self.interval = interval
         self.lessons = course.lessons(root)
-        self.runner = Runner(root, timeout=timeout or 60.0)
+        self.runner = Runner(root, timeout=timeout or 60.0,
+                             warm=WarmPytest(root, child_env(root)) if warm else None)
         self.ref = ref
         self.results: dict[str, LessonResult] = {}
         # A lesson that does not exist is said before any test runs, not after all of them.
@@ -104,6 +111,14 @@ class Watch:
         self.results = progress.run_lessons(self.ui, self.runner, self.lessons)
         if self.lesson is None:
             self.lesson = current_lesson(self.lessons, self.results) or self.lessons[-1]
+        if self.runner.warm is not None:
+            # Started after the first results, not beside them: on two cores its imports
+            # would slow those runs down. It is ready long before the student's first save.
+            self.runner.warm.start()
+
+    def close(self) -> None:
+        if self.runner.warm is not None:
+            self.runner.warm.shutdown()
 
     def loop(self, keys: Keys) -> int:
         self.render()
@@ -195,16 +210,20 @@ class Watch:
 
 
 def cmd_watch(args: argparse.Namespace, ui: Ui, root: Path) -> int:
-    watch = Watch(ui, root, args.lesson, interval=args.interval, timeout=args.timeout)
-    watch.start()
-    with Keys() as keys:
-        return watch.loop(keys)
+    watch = Watch(ui, root, args.lesson, interval=args.interval, timeout=args.timeout,
+                  warm=not getattr(args, "cold", False))
+    try:
+        watch.start()
+        with Keys() as keys:
+            return watch.loop(keys)
+    finally:
+        watch.close()
 
 
 def cmd_default(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     """`sessionlab` alone: watch in a terminal; elsewhere (a pipe, CI) show the status once."""
     if sys.stdin.isatty() and ui.out.is_terminal:
-        args.lesson, args.interval, args.timeout = None, INTERVAL, None
+        args.lesson, args.interval, args.timeout, args.cold = None, INTERVAL, None, False
         return cmd_watch(args, ui, root)
     lessons = course.lessons(root)
     results = progress.run_lessons(ui, Runner(root), lessons)
@@ -228,3 +247,7 @@ def register(commands, common: argparse.ArgumentParser) -> None:
                    help=f"how often to look at the file (default {INTERVAL})")
     p.add_argument("--timeout", type=progress.seconds, default=None, metavar="SECONDS",
                    help="give up on a test run after this long (default 60)")
+    p.add_argument("--cold", action="store_true",
+                   help="run every time in a new Python process, as `pytest lessons/NN_topic` "
+                        "does, instead of one forked from a warm process (about a second "
+                        "slower a run)")
