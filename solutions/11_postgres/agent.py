@@ -1627,7 +1627,7 @@ class PostgresSessionLog:
         when its process dies: the server ends the connection and its locks with it.
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        # BEGIN 11.2
+        # BEGIN 11.1
         while True:
             taken = self._connection().execute(
                 "SELECT pg_try_advisory_lock(%s)", (lock_key(self.id),)).fetchone()[0]
@@ -1636,7 +1636,7 @@ class PostgresSessionLog:
             if deadline is not None and time.monotonic() >= deadline:
                 raise SessionBusy(self.id, self.holder())
             time.sleep(LOCK_POLL_SECONDS)
-        # END 11.2
+        # END 11.1
 
     def holder(self) -> dict[str, Any]:
         """Who holds the session's lock, as the server knows it: {"pid", "host",
@@ -1692,7 +1692,7 @@ class PostgresSessionLog:
             raise WriterStopped(self.stopped)
         lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
         connection = self._connection()
-        # BEGIN 11.1
+        # BEGIN 11.2
         seq = self.next_seq
         rows = [(self.id, seq + k, line, jsonb_body(line))
                 for k, line in enumerate(lines)]
@@ -1718,7 +1718,7 @@ class PostgresSessionLog:
                             "unknown and this writer stopped. Open the session again.")
             raise WriterStopped(self.stopped) from None
         self.next_seq = seq + len(rows)
-        # END 11.1
+        # END 11.2
 
     def load(self) -> list[Message]:
         """Every message the session shows, in order; [] for one with no rows. Read

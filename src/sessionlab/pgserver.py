@@ -31,10 +31,9 @@ from pathlib import Path
 import pytest
 
 URL_VARIABLE = "SESSIONLAB_POSTGRES_URL"
-INSTALL = ("install PostgreSQL (Debian, Ubuntu: `sudo apt-get install postgresql`; "
-           "macOS: `brew install postgresql`) or set "
-           f"{URL_VARIABLE}=postgresql://user@host/db")
-INSTALL_DRIVER = "install the driver: `pip install -e '.[postgres]'` (psycopg 3)"
+INSTALL = ("`sudo apt-get install postgresql` (Debian, Ubuntu), `brew install "
+           f"postgresql` (macOS), or set {URL_VARIABLE}=postgresql://user@host/db")
+INSTALL_DRIVER = "`pip install -e '.[postgres]'` (psycopg 3)"
 # Time for pg_ctl to start or stop the server; a loaded machine needs more than 10 s.
 PG_CTL_SECONDS = "60"
 
@@ -75,7 +74,7 @@ def throwaway_cluster(*, fsync: bool = False) -> Iterator[str]:
     """
     initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
-        raise NoServer(f"no PostgreSQL server here (initdb not found): {INSTALL}")
+        raise NoServer(f"PostgreSQL is not installed here (no initdb): {INSTALL}")
     # Not under pytest's tmp_path: its parents are private to root, and the server, as
     # root, runs as `postgres`, which must reach its own folder.
     folder = Path(tempfile.mkdtemp(prefix="sessionlab-pg-"))
@@ -124,6 +123,20 @@ def with_schema(url: str, schema: str) -> str:
             f"&application_name={schema}")
 
 
+def why_not_available() -> str | None:
+    """Why no test can reach PostgreSQL here (one line saying how to fix it), or None.
+
+    Cheap: it looks for the driver and for initdb (or the URL), it starts nothing.
+    """
+    try:
+        import psycopg  # noqa: F401 - only to know that it is there
+    except ImportError:
+        return f"PostgreSQL's Python driver is not installed: {INSTALL_DRIVER}"
+    if os.environ.get(URL_VARIABLE) or find_binary("initdb") and find_binary("pg_ctl"):
+        return None
+    return f"PostgreSQL is not installed here (no initdb): {INSTALL}"
+
+
 # --- the fixtures (registered by sessionlab.pytest_plugin) ----------------------------
 
 
@@ -132,10 +145,8 @@ def postgres_server() -> Iterator[str]:
     """The URL of a PostgreSQL server for this run: SESSIONLAB_POSTGRES_URL, or a
     throwaway cluster. Without either, or without psycopg, every test that needs it is
     skipped with one line saying how to get it."""
-    try:
-        import psycopg  # noqa: F401 - only to know that it is there
-    except ImportError:
-        pytest.skip(f"lesson 11 needs PostgreSQL's Python driver: {INSTALL_DRIVER}")
+    if (reason := why_not_available()) is not None:
+        pytest.skip(f"needs PostgreSQL. {reason}")
     if url := os.environ.get(URL_VARIABLE):
         yield url
         return
@@ -143,7 +154,7 @@ def postgres_server() -> Iterator[str]:
         cluster = throwaway_cluster()
         url = cluster.__enter__()
     except NoServer as error:
-        pytest.skip(f"lesson 11 needs a PostgreSQL server: {error}")
+        pytest.skip(f"needs PostgreSQL, which did not start: {error}")
     try:
         yield url
     finally:
