@@ -242,7 +242,8 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
          "tool_calls": [{"id": "call_1", "type": "function",
                          "function": {"name": "buy", "arguments": odd_arguments}}]},
         # Keys not in jsonb's order (it puts "content" before "tool_call_id")
-        {"role": "tool", "tool_call_id": "call_1", "content": "a NUL \u0000 inside"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "You bought a torch."},
+        {"role": "user", "content": "a NUL \u0000 inside"},
     ]
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         for message in messages:
@@ -256,7 +257,7 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
         f"their order, arguments as the model wrote them:\nexpected {as_sent}\n"
         f"got      {as_loaded}")
     stored = rows(database)
-    assert stored[1][2] is not None and stored[2][2] is None, (
+    assert stored[2][2] is not None and stored[3][2] is None, (
         "the jsonb column holds each entry for queries, NULL only where jsonb cannot "
         "(the \\u0000 of the last message)")
 
