@@ -314,10 +314,13 @@ class Includer:
         raise IncludeError(f"lesson {ref!r} does not exist yet (no lessons/{ref}/lesson.toml)")
 
     def _previous(self, lesson: course.Lesson) -> course.Lesson:
-        wanted = f"{int(lesson.number) - 1:02d}"
-        if int(lesson.number) == 0:
+        # The nearest earlier lesson: the course may have a gap while lessons are
+        # written out of order (11 before 08-10), and a lesson grows from the one before.
+        earlier = [item for item in course.lessons(self.root)
+                   if int(item.number) < int(lesson.number)]
+        if not earlier:
             raise IncludeError(f"lesson {lesson.name} is the first one: it has no previous lesson to diff")
-        return self._lesson(wanted)
+        return earlier[-1]
 
     def _task(self, task_id: str) -> tuple[course.Lesson, course.Task]:
         if not re.fullmatch(r"\d\d\.\d+", task_id):
