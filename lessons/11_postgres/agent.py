@@ -1671,8 +1671,11 @@ class PostgresSessionLog:
         if self.next_seq is None:
             self._open()
         # The blob and the row that points to it in one transaction: both or neither
-        with self._connection().transaction():
-            self._insert([self.outline(message)])
+        try:
+            with self._connection().transaction():
+                self._insert([self.outline(message)])
+        except psycopg.OperationalError as error:    # at BEGIN, or at COMMIT
+            raise self._broken(error) from None
 
     def _insert(self, entries: list[Message]) -> None:
         """Insert `entries` as the rows next_seq, next_seq + 1 ... in one statement.
@@ -1690,6 +1693,14 @@ class PostgresSessionLog:
             "task 11.2 is not written yet: Insert at the next place, and let the key "
             "refuse a second writer"
         )
+
+    def _broken(self, error: Exception) -> WriterStopped:
+        """The connection broke during a write: whether the server committed it is
+        unknown, so this writer stops (a retry could store a message twice)."""
+        self.stopped = (f"{self.where}: the connection broke during a write "
+                        f"({str(error).strip()}), so whether it was stored is "
+                        "unknown and this writer stopped. Open the session again.")
+        return WriterStopped(self.stopped)
 
     def load(self) -> list[Message]:
         """Every message the session shows, in order; [] for one with no rows. Read

@@ -196,13 +196,37 @@ def test_a_writer_whose_connection_dropped_stops_and_its_lock_is_free(lesson,
             pytest.fail("the old writer's connection was dropped, so its lock should "
                         f"be gone: {error}", pytrace=False)
         new.append({"role": "user", "content": "from the new writer"})
-        with raises(Exception, "the old writer's connection is gone: its append "
-                    "must fail, not vanish"):
+        with raises(lesson.WriterStopped, "the old writer's connection is gone: its "
+                    "append must fail with WriterStopped (whether a write on a broken "
+                    "connection was stored is unknown), not vanish"):
             old.append({"role": "user", "content": "lost?"})
     old.close()
     lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
     assert lines == ["from the old writer", "from the new writer"], (
         f"the rows should hold both writers' messages in order, found {lines}")
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database):
+    """With timeout=seconds (or None: as long as it takes) a second writer waits for
+    the lock instead of being refused, and gets it when the holder closes."""
+    for timeout in (WAIT, None):
+        holder = lesson.PostgresSessionLog(database, "quest-1")
+        holder.append({"role": "user", "content": "held"})
+        letting_go = threading.Timer(0.3, holder.close)
+        letting_go.start()
+        try:
+            with lesson.PostgresSessionLog(database, "quest-1",
+                                           timeout=timeout) as waiting:
+                try:
+                    waiting.open_for_append()
+                except lesson.SessionBusy as error:
+                    pytest.fail(f"with timeout={timeout} the writer should wait for "
+                                f"the holder, who lets go after 0.3 s: {error}",
+                                pytrace=False)
+        finally:
+            letting_go.join()
+            holder.close()
 
 
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
@@ -336,6 +360,12 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     assert len(rows(database)) == count and len(markers) == 1, (
         "the repair is stored once: a second resume finds nothing to repair; found "
         f"{len(markers)} repair marker(s)")
+    marker = {key: markers[0].get(key)
+              for key in ("$marker", "cut_bytes", "cut_preview", "interrupted")}
+    assert marker == {"$marker": "repair", "cut_bytes": 0, "cut_preview": "",
+                      "interrupted": ["call_1"]}, (
+        "the repair marker has the file's format (nothing is ever cut from a table): "
+        f"expected cut_bytes 0, cut_preview '', interrupted ['call_1'], got {marker}")
 
 
 # --- 11.4 blobs, stored once ----------------------------------------------------------
