@@ -1671,14 +1671,27 @@ class PostgresSessionLog:
         if self.next_seq is None:
             self._open()
         # The blob and the row that points to it in one transaction: both or neither
+        self._write(lambda: [self.outline(message)])
+
+    def _write(self, entries: Callable[[], list[Message]]) -> None:
+        """Store the entries `entries()` makes, in one transaction: all or none.
+
+        A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
+        whether the server committed, so this writer stops: a retry could store a
+        message twice. WriterStopped says so.
+        """
         try:
             with self._connection().transaction():
-                self._insert([self.outline(message)])
-        except psycopg.OperationalError as error:    # at BEGIN, or at COMMIT
-            raise self._broken(error) from None
+                self._insert(entries())
+        except psycopg.OperationalError as error:
+            self.stopped = (f"{self.where}: the connection broke during a write "
+                            f"({str(error).strip()}), so whether it was stored is "
+                            "unknown and this writer stopped. Open the session again.")
+            raise WriterStopped(self.stopped) from None
 
     def _insert(self, entries: list[Message]) -> None:
-        """Insert `entries` as the rows next_seq, next_seq + 1 ... in one statement.
+        """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's
+        transaction).
 
         SessionConflict when one of those places is taken: another writer stored an
         entry since this one read the session. The key refuses it, lock or no lock.
@@ -1693,14 +1706,6 @@ class PostgresSessionLog:
             "task 11.2 is not written yet: Insert at the next place, and let the key "
             "refuse a second writer"
         )
-
-    def _broken(self, error: Exception) -> WriterStopped:
-        """The connection broke during a write: whether the server committed it is
-        unknown, so this writer stops (a retry could store a message twice)."""
-        self.stopped = (f"{self.where}: the connection broke during a write "
-                        f"({str(error).strip()}), so whether it was stored is "
-                        "unknown and this writer stopped. Open the session again.")
-        return WriterStopped(self.stopped)
 
     def load(self) -> list[Message]:
         """Every message the session shows, in order; [] for one with no rows. Read
@@ -1723,7 +1728,7 @@ class PostgresSessionLog:
             raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
                             f"shows {len(shown)}")
         skip = shown[len(shown) - count:]
-        self._insert([{MARKER: "undo", "skip": skip, "at": now()}])
+        self._write(lambda: [{MARKER: "undo", "skip": skip, "at": now()}])
         return skip
 
     # --- large content, stored once by its hash ---------------------------------------

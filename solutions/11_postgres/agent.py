@@ -1668,8 +1668,9 @@ class PostgresSessionLog:
             self.repaired = {MARKER: "repair", "at": now(), "cut_bytes": 0,
                              "cut_preview": "",
                              "interrupted": [call["id"] for call in calls]}
-            # One statement: the marker and the results land together or not at all
-            self._insert([self.repaired, *(interrupted_result(c) for c in calls)])
+            # One write: the marker and the results land together or not at all
+            results = [interrupted_result(call) for call in calls]
+            self._write(lambda: [self.repaired, *results])
         # END 11.3
 
     def append(self, message: Message) -> None:
@@ -1679,14 +1680,27 @@ class PostgresSessionLog:
         if self.next_seq is None:
             self._open()
         # The blob and the row that points to it in one transaction: both or neither
+        self._write(lambda: [self.outline(message)])
+
+    def _write(self, entries: Callable[[], list[Message]]) -> None:
+        """Store the entries `entries()` makes, in one transaction: all or none.
+
+        A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
+        whether the server committed, so this writer stops: a retry could store a
+        message twice. WriterStopped says so.
+        """
         try:
             with self._connection().transaction():
-                self._insert([self.outline(message)])
-        except psycopg.OperationalError as error:    # at BEGIN, or at COMMIT
-            raise self._broken(error) from None
+                self._insert(entries())
+        except psycopg.OperationalError as error:
+            self.stopped = (f"{self.where}: the connection broke during a write "
+                            f"({str(error).strip()}), so whether it was stored is "
+                            "unknown and this writer stopped. Open the session again.")
+            raise WriterStopped(self.stopped) from None
 
     def _insert(self, entries: list[Message]) -> None:
-        """Insert `entries` as the rows next_seq, next_seq + 1 ... in one statement.
+        """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's
+        transaction).
 
         SessionConflict when one of those places is taken: another writer stored an
         entry since this one read the session. The key refuses it, lock or no lock.
@@ -1714,18 +1728,8 @@ class PostgresSessionLog:
                 "writer stopped (its view of the session is out of date). Open the "
                 "session again: its history is then read from the database.")
             raise SessionConflict(self.stopped) from None
-        except psycopg.OperationalError as error:
-            raise self._broken(error) from None
         self.next_seq = seq + len(rows)
         # END 11.2
-
-    def _broken(self, error: Exception) -> WriterStopped:
-        """The connection broke during a write: whether the server committed it is
-        unknown, so this writer stops (a retry could store a message twice)."""
-        self.stopped = (f"{self.where}: the connection broke during a write "
-                        f"({str(error).strip()}), so whether it was stored is "
-                        "unknown and this writer stopped. Open the session again.")
-        return WriterStopped(self.stopped)
 
     def load(self) -> list[Message]:
         """Every message the session shows, in order; [] for one with no rows. Read
@@ -1748,7 +1752,7 @@ class PostgresSessionLog:
             raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
                             f"shows {len(shown)}")
         skip = shown[len(shown) - count:]
-        self._insert([{MARKER: "undo", "skip": skip, "at": now()}])
+        self._write(lambda: [{MARKER: "undo", "skip": skip, "at": now()}])
         return skip
 
     # --- large content, stored once by its hash ---------------------------------------
