@@ -229,6 +229,32 @@ def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database
             holder.close()
 
 
+@pytest.mark.task("11.1")
+def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
+                                                            monkeypatch):
+    """A writer with timeout=0.3 tries the lock, sleeps LOCK_POLL_SECONDS, tries again
+    ... and after 0.3 s raises SessionBusy: a loop that never sleeps would flood the
+    server with queries for the whole wait."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    naps = []
+    real_sleep = lesson.time.sleep
+
+    def counted_sleep(seconds):
+        naps.append(seconds)
+        real_sleep(seconds)
+
+    with holder:
+        holder.append({"role": "user", "content": "held"})
+        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3) as waiting:
+            with raises(lesson.SessionBusy, "the holder never lets go: after its "
+                        "timeout the waiting writer must give up"):
+                waiting.open_for_append()
+    assert len(naps) >= 2 and set(naps) == {lesson.LOCK_POLL_SECONDS}, (
+        f"while it waits, the writer should sleep LOCK_POLL_SECONDS between tries; "
+        f"it slept {naps}")
+
+
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
 
 
