@@ -13,6 +13,7 @@ with its connection.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -1670,18 +1671,27 @@ class PostgresSessionLog:
         check_message(message)
         if self.next_seq is None:
             self._open()
-        # The blob and the row that points to it in one transaction: both or neither
-        self._write(lambda: [self.outline(message)])
+        # A large content's blob and the row that points to it in one transaction:
+        # both or neither. A row alone needs none: one INSERT is atomic by itself, and
+        # BEGIN and COMMIT would cost two more round trips to the server.
+        content = message.get("content")
+        large = (isinstance(content, str)
+                 and len(content.encode("utf-8")) > self.blob_threshold)
+        self._write(lambda: [self.outline(message)], together=large)
 
-    def _write(self, entries: Callable[[], list[Message]]) -> None:
-        """Store the entries `entries()` makes, in one transaction: all or none.
+    def _write(self, entries: Callable[[], list[Message]], *,
+               together: bool = False) -> None:
+        """Store the entries `entries()` makes (one INSERT: all rows or none); with
+        together=True, in a transaction with whatever making them stored (a blob).
 
         A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
         whether the server committed, so this writer stops: a retry could store a
         message twice. WriterStopped says so.
         """
+        transaction = (self._connection().transaction() if together
+                       else contextlib.nullcontext())
         try:
-            with self._connection().transaction():
+            with transaction:
                 self._insert(entries())
         except psycopg.OperationalError as error:
             self.stopped = (f"{self.where}: the connection broke during a write "
