@@ -313,6 +313,22 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
 
 
 @pytest.mark.task("11.2")
+def test_a_row_changed_by_hand_is_refused_naming_its_session_and_seq(lesson,
+                                                                     database):
+    """A row whose line is no entry (someone edited the table) stops the load with
+    CorruptRow, naming the session and the row, and nothing is changed."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "first"})
+        log.append({"role": "user", "content": "second"})
+    sql(database, "UPDATE session_entries SET line = '{\"role\": 42' WHERE seq = 1")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(lesson.CorruptRow, "row 1 holds no JSON entry",
+                    match="quest-1.*seq 1"):
+            log.load()
+    assert len(rows(database)) == 2, "reading a damaged session must change nothing"
+
+
+@pytest.mark.task("11.2")
 def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, database):
     """Two writers without a lock read the same session; the first to insert at the
     next place wins, the primary key refuses the other, and it writes nothing more."""
