@@ -1,1 +1,0 @@
-../../../../solutions/07_undo/agent.py
