@@ -677,7 +677,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--impl", metavar="PATH", help="measure this agent.py instead of the latest solution")
     p.add_argument("--only", metavar="STORE", action="append",
                    help="measure only this store besides the floor and the subject (repeatable): "
-                        "naive, sqlite3, langchain, agents")
+                        "naive, sqlite3, postgres, langchain, agents")
     p.add_argument("--dir", metavar="FOLDER", help="where to write the sessions (default: a temp folder)")
     return p.parse_args(argv)
 

@@ -293,6 +293,96 @@ class Sqlite(Store):
             db.close()
 
 
+# --- PostgreSQL: lesson 11's store ----------------------------------------------------------
+
+
+class Postgres(Store):
+    """Lesson 11's PostgresSessionLog on a throwaway server started for the run (fsync on,
+    so that a durable commit costs what it costs in production), or SESSIONLAB_POSTGRES_URL.
+    Each benchmark folder gets a schema of its own."""
+
+    key = "postgres"
+    label = "PostgresSessionLog (11_postgres)"
+    notes = ["one row and one autocommit INSERT per message over a Unix socket; "
+             "synchronous_commit off, on when durable (the commit waits for the WAL fsync)",
+             "fork: one INSERT ... SELECT in a transaction; load reads `line` and replays"]
+
+    def __init__(self) -> None:
+        from sessionlab import course, pgserver
+        self._pgserver = pgserver
+        self._why = pgserver.why_not_available()
+        self._server: Any = None
+        self._url: str | None = None
+        self._schemas: set[str] = set()
+        root = Path(__file__).resolve().parents[1]
+        path = root / "solutions" / "11_postgres" / "agent.py"
+        self.module = course.load_module(path, "sessionlab_impl.bench_postgres") \
+            if self._why is None else None
+
+    def available(self) -> str | None:
+        if self._why is None and self._url is None:
+            try:
+                self._url = os.environ.get(self._pgserver.URL_VARIABLE) or self._start()
+            except self._pgserver.NoServer as error:
+                self._why = str(error)
+        return self._why
+
+    def _start(self) -> str:
+        import atexit
+        self._server = self._pgserver.throwaway_cluster(fsync=True)
+        url = self._server.__enter__()
+        atexit.register(self._server.__exit__, None, None, None)
+        return url
+
+    def url(self, folder: Path) -> str:
+        """The database URL for this folder's sessions: a schema per folder."""
+        import hashlib
+        import psycopg
+        schema = "bench_" + hashlib.sha256(str(folder).encode()).hexdigest()[:12]
+        if schema not in self._schemas:
+            with psycopg.connect(self._url, autocommit=True) as connection:
+                connection.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            self._schemas.add(schema)
+        return self._pgserver.with_schema(self._url, schema)
+
+    def writer(self, folder: Path, session_id: str, *, durable: bool = False) -> Writer:
+        log = self.module.PostgresSessionLog(self.url(folder), session_id, durable=durable)
+        writer = Writer()
+        writer.append = log.append          # no wrapper call in the timed loop
+        writer.close = log.close
+        return writer
+
+    def load(self, folder: Path, session_id: str) -> list[Any]:
+        with self.module.PostgresSessionLog(self.url(folder), session_id) as log:
+            return log.load()
+
+    def fork(self, folder: Path, source_id: str, new_id: str) -> None:
+        self.module.fork_postgres(self.url(folder), source_id, new_id)
+
+    def build(self, folder: Path, session_id: str, messages: list[Any]) -> None:
+        # COPY the rows straight in: what the writer would have stored, in one go.
+        module = self.module
+        with module.connect(self.url(folder)) as connection:
+            with connection.transaction():
+                connection.execute("INSERT INTO sessions (id) VALUES (%s) "
+                                   "ON CONFLICT (id) DO NOTHING", (session_id,))
+                first = connection.execute(     # after the rows already there
+                    "SELECT coalesce(max(seq) + 1, 0) FROM session_entries "
+                    "WHERE session_id = %s", (session_id,)).fetchone()[0]
+                with connection.cursor().copy(
+                        "COPY session_entries (session_id, seq, line, body) "
+                        "FROM STDIN") as copy:
+                    for seq, message in enumerate(messages, start=first):
+                        text = module.encode_line(message).decode("utf-8")[:-1]
+                        copy.write_row((session_id, seq, text, module.jsonb_body(text)))
+
+    def forget(self, folder: Path, session_id: str) -> None:
+        with self.module.connect(self.url(folder)) as connection:
+            connection.execute("DELETE FROM session_entries WHERE session_id = %s",
+                               (session_id,))
+            connection.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+
+
 # --- optional peers -------------------------------------------------------------------------
 
 EXTRA = "pip install -e '.[bench]'"
@@ -458,4 +548,4 @@ class AgentsSQLite(Store):
 
 
 def all_stores(subject: Store) -> list[Store]:
-    return [Floor(), subject, Naive(), Sqlite(), LangChainFile(), AgentsSQLite()]
+    return [Floor(), subject, Naive(), Sqlite(), Postgres(), LangChainFile(), AgentsSQLite()]

@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from . import course, hangs
+# Lesson 11's server (a throwaway PostgreSQL cluster, or SESSIONLAB_POSTGRES_URL): the
+# fixtures `postgres_server` and `database`, registered here by being imported.
+from .pgserver import database, postgres_server  # noqa: F401
 from .scripted import ScriptedModel
 from .town import Town
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STORES = ("floor", "subject", "naive", "sqlite3", "langchain", "agents")
+STORES = ("floor", "subject", "naive", "sqlite3", "postgres", "langchain", "agents")
 WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable")
 
 

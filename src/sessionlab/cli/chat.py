@@ -37,7 +37,7 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..town import Town
-from . import compaction, connect, replies, show, sidechains, world
+from . import compaction, connect, database, replies, show, sidechains, world
 from . import privacy     # lesson 09: /erase and /delete
 from .doctor import ollama_url
 from .runner import Runner
@@ -546,6 +546,8 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         _close(log)
     if opened.path is not None and not getattr(agent, "deleted", False):   # lesson 09: /delete
         say_where_saved(args, ui, lesson, side, opened)
+    elif args.store:
+        database.say_where_saved(args, ui, lesson, side, opened.session_id)
     return status
 
 
@@ -564,6 +566,8 @@ def say_where_saved(args: argparse.Namespace, ui: Ui, lesson: Lesson, side: str,
 def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: Lesson, agent_class: type,
                  choice: ModelChoice, options: dict[str, Any], folder: Path) -> Opened:
     """The agent, on its session (new, resumed or forked) with its town, or in memory (lesson 00)."""
+    if args.store:      # lesson 11: the session in PostgreSQL
+        return database.open_session(args, ui, module, lesson, agent_class, choice, options, folder)
     if not hasattr(module, "SessionLog"):
         if args.session or args.fork_from:
             ui.note(f"lesson {lesson.number} has no session log (lesson 01 adds it): "
@@ -798,6 +802,9 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions", default="sessions", metavar="DIR", help="the sessions folder (default ./sessions)")
     p.add_argument("--fork-from", metavar="ID", help="start SESSION as a fork of this session")
     p.add_argument("--at", type=int, metavar="K", help="with --fork-from: keep only the first K messages")
+    p.add_argument("--store", metavar="URL",
+                   help="keep the session in PostgreSQL (postgresql://user@host/db) instead of --sessions "
+                        "(lesson 11 on)")
     model = p.add_argument_group("the model (default: the built-in scripted town model)")
     model.add_argument("--ollama", metavar="MODEL", help="a local Ollama model, e.g. llama3.2 (uses OLLAMA_HOST if set)")
     model.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible server (default OPENAI_BASE_URL)")

@@ -765,6 +765,9 @@ def no_such(args: argparse.Namespace, sessions: Path, ui: Ui) -> int:
 
 
 def cmd_show(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
+    if args.store:      # lesson 11's sessions, in PostgreSQL
+        from .database import cmd_show_store
+        return cmd_show_store(args, ui)
     sessions = Path(args.sessions)
     try:
         path = resolve(args.target, sessions)
@@ -804,3 +807,5 @@ def register(commands, common: argparse.ArgumentParser) -> None:
                    help="a session id (in --sessions), a .jsonl file, or a sessions folder (default: the folder)")
     p.add_argument("--sessions", default="sessions", metavar="DIR", help="the sessions folder (default ./sessions)")
     p.add_argument("--full", action="store_true", help="do not shorten long contents")
+    p.add_argument("--store", metavar="URL",
+                   help="read sessions from PostgreSQL (postgresql://user@host/db), as lesson 11 keeps them")

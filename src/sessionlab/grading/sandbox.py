@@ -33,7 +33,11 @@ OPEN_FILES = 1024
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 # Only what the dynamic loader and Python read: never /etc as a whole, nor /home or /root.
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
-                "/etc/alternatives")
+                "/etc/alternatives",
+                # Lesson 11's throwaway PostgreSQL server looks up the user it runs as
+                # (`nobody` here) and refuses to start without it; these two hold names
+                # and ids only, no password hashes (those are in /etc/shadow).
+                "/etc/passwd", "/etc/group")
 
 # setrlimit, then exec the real command: a preexec_fn is unsafe with the grader's threads,
 # and `prlimit` is not on every machine. Run with `python -I` (no environment, no user site).

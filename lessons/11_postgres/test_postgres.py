@@ -1,0 +1,559 @@
+"""Lesson 11: the same session store on PostgreSQL.
+
+Run: pytest lessons/11_postgres            (your code)
+     pytest lessons/11_postgres --solution (the reference)
+
+The tests start a throwaway PostgreSQL server in a temporary folder, listening on a
+Unix socket only, and give each test a schema of its own; with SESSIONLAB_POSTGRES_URL
+set they use that server instead. Without PostgreSQL (or its driver, psycopg) every
+test here is skipped with one line saying how to install it. The tests about several
+writers start real processes (writer_process.py, next to this file), each with its own
+connection.
+"""
+
+import hashlib
+import json
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from sessionlab.pgserver import why_not_available
+from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.testing import raises
+from sessionlab.town import Town
+
+# Without PostgreSQL, the whole file is skipped in one line saying how to install it
+if (reason := why_not_available()) is not None:
+    pytest.skip(f"lesson 11 needs PostgreSQL. {reason}", allow_module_level=True)
+import psycopg  # noqa: E402 - after the skip: without it, no error, only that line
+
+WRITER = Path(__file__).with_name("writer_process.py")
+HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
+WAIT = 10   # seconds a writer may wait for a lock the server should release at once
+
+DAY_1 = [use(call("talk_to", npc="elder"), call("buy", item="rope")),
+         say("The elder wants a torch; you have a rope.")]
+
+
+def rows(database, session_id="quest-1"):
+    """The session's rows as the table holds them: [(seq, line, body)]."""
+    with psycopg.connect(database) as connection:
+        return connection.execute(
+            "SELECT seq, line, body FROM session_entries WHERE session_id = %s "
+            "ORDER BY seq", (session_id,)).fetchall()
+
+
+def sql(database, statement, parameters=()):
+    """Run one statement on its own connection; its rows, if it returns any."""
+    with psycopg.connect(database, autocommit=True) as connection:
+        cursor = connection.execute(statement, parameters)
+        return cursor.fetchall() if cursor.description else []
+
+
+def open_agent(lesson, database, script=(), session_id="quest-1", **options):
+    """A new agent on the session, as a request on another host would make it."""
+    model = ScriptedModel(list(script))
+    log = lesson.PostgresSessionLog(database, session_id, **options)
+    try:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+    except BaseException:
+        log.close()
+        raise
+    return agent, model, log
+
+
+class Other:
+    """Another process running writer_process.py on the lesson module under test."""
+
+    def __init__(self, module, database, session_id, action, *args):
+        self.errors = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, str(WRITER), module, database, session_id, action,
+             *map(str, args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+            text=True)
+        self.pid = self.process.pid
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)    # the process closed its output: it has ended
+
+    def expect(self, word):
+        """Wait until the process says its next line, which must start with `word`."""
+        try:
+            line = self.lines.get(timeout=HANG)
+        except queue.Empty:
+            raise AssertionError(f"process {self.pid} said nothing for {HANG} s while "
+                                 f"the test waited for {word!r}") from None
+        if line is None or not line.startswith(word):
+            self.stop()
+            self.errors.seek(0)
+            errors = self.errors.read().decode(errors="replace")
+            if "NotImplementedError: task " in errors:
+                # The other process ran into a task not written yet: this test's too
+                raise NotImplementedError(
+                    errors.rsplit("NotImplementedError: ", 1)[1].strip())
+            said = "nothing more (it ended)" if line is None else repr(line)
+            raise AssertionError(f"process {self.pid} was expected to say {word!r} "
+                                 f"and said {said}. Its error output:\n"
+                                 f"{errors[-3000:]}")
+        return line
+
+    def go(self):
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def kill(self):
+        self.process.kill()     # SIGKILL: no goodbye, the socket just closes
+        self.process.wait()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def other(lesson, database):
+    """other(action, ...) starts another process on `database`; all are killed after
+    the test."""
+    started = []
+
+    def start(action, *args, session_id="quest-1"):
+        process = Other(lesson.__file__, database, session_id, action, *args)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+# --- 11.1 one writer: the advisory lock -----------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("11.1")
+def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other):
+    """While a process writes the session, another writer is refused at once with
+    SessionBusy, whose message names the holder's process; a reader is not."""
+    holder = other("hold")
+    holder.expect("holding")
+    log = lesson.PostgresSessionLog(database, "quest-1")
+    with log:
+        with raises(lesson.SessionBusy, "another process holds the session's "
+                    "advisory lock: a second writer must be refused") as refused:
+            log.open_for_append()
+    assert str(holder.pid) in str(refused.value), (
+        f"SessionBusy should name the holder (process {holder.pid}); it says: "
+        f"{refused.value}")
+    with lesson.PostgresSessionLog(database, "quest-1") as reader:
+        assert len(reader.load()) == 1, "load() takes no lock: a reader still reads"
+    holder.go()
+    holder.expect("released")
+
+
+@pytest.mark.task("11.1")
+def test_the_lock_goes_with_a_killed_holders_connection(lesson, database, other):
+    """A writer killed with SIGKILL never unlocks; the server ends its connection and
+    its advisory lock with it, as the kernel drops a dead process's flock."""
+    holder = other("hold")
+    holder.expect("holding")
+    holder.kill()
+    with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT) as log:
+        try:
+            history = log.open_for_append()
+        except lesson.SessionBusy as error:
+            pytest.fail(f"the holder was killed, so its lock should be gone: {error}",
+                        pytrace=False)
+        log.append({"role": "user", "content": "day 2"})
+    assert len(history) == 1, "the new writer starts from the dead one's message"
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_connection_dropped_stops_and_its_lock_is_free(lesson,
+                                                                      database):
+    """The server drops a writer's connection (a restart, a network cut): its lock is
+    gone, a new writer takes over, and the old one's next append fails loudly instead
+    of writing behind the new one's back."""
+    old = lesson.PostgresSessionLog(database, "quest-1")
+    old.append({"role": "user", "content": "from the old writer"})
+    pid = old.connection.info.backend_pid
+    sql(database, "SELECT pg_terminate_backend(%s)", (pid,))
+    with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT) as new:
+        try:
+            new.open_for_append()
+        except lesson.SessionBusy as error:
+            pytest.fail("the old writer's connection was dropped, so its lock should "
+                        f"be gone: {error}", pytrace=False)
+        new.append({"role": "user", "content": "from the new writer"})
+        with raises(lesson.WriterStopped, "the old writer's connection is gone: its "
+                    "append must fail with WriterStopped (whether a write on a broken "
+                    "connection was stored is unknown), not vanish"):
+            old.append({"role": "user", "content": "lost?"})
+    old.close()
+    lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
+    assert lines == ["from the old writer", "from the new writer"], (
+        f"the rows should hold both writers' messages in order, found {lines}")
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database):
+    """With timeout=seconds (or None: as long as it takes) a second writer waits for
+    the lock instead of being refused, and gets it when the holder closes."""
+    for timeout in (WAIT, None):
+        holder = lesson.PostgresSessionLog(database, "quest-1")
+        holder.append({"role": "user", "content": "held"})
+        letting_go = threading.Timer(0.3, holder.close)
+        letting_go.start()
+        try:
+            with lesson.PostgresSessionLog(database, "quest-1",
+                                           timeout=timeout) as waiting:
+                try:
+                    waiting.open_for_append()
+                except lesson.SessionBusy as error:
+                    pytest.fail(f"with timeout={timeout} the writer should wait for "
+                                f"the holder, who lets go after 0.3 s: {error}",
+                                pytrace=False)
+        finally:
+            letting_go.join()
+            holder.close()
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
+                                                            monkeypatch):
+    """A writer with timeout=0.3 tries the lock, sleeps LOCK_POLL_SECONDS, tries again
+    ... and after 0.3 s raises SessionBusy: a loop that never sleeps would flood the
+    server with queries for the whole wait."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    naps = []
+    real_sleep = lesson.time.sleep
+
+    def counted_sleep(seconds):
+        naps.append(seconds)
+        real_sleep(seconds)
+
+    with holder:
+        holder.append({"role": "user", "content": "held"})
+        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3) as waiting:
+            with raises(lesson.SessionBusy, "the holder never lets go: after its "
+                        "timeout the waiting writer must give up"):
+                waiting.open_for_append()
+    assert len(naps) >= 2 and set(naps) == {lesson.LOCK_POLL_SECONDS}, (
+        f"while it waits, the writer should sleep LOCK_POLL_SECONDS between tries; "
+        f"it slept {naps}")
+
+
+# --- 11.2 rows, the key, and what jsonb would change ----------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("11.2")
+def test_day_two_continues_from_the_rows_day_one_stored(lesson, database):
+    """Every message is one row, stored as it happens; an agent opened later (another
+    request, another host) starts from all of them."""
+    agent, _, log = open_agent(lesson, database, DAY_1)
+    with log:
+        agent.run("Ask the elder about the cave and buy a rope.")
+        day_1 = list(agent.messages)
+    stored = rows(database)
+    assert [seq for seq, _, _ in stored] == list(range(len(day_1))), (
+        f"each of the {len(day_1)} messages of day 1 should be one row, seq 0, 1, 2 "
+        f"...; found seqs {[seq for seq, _, _ in stored]}")
+
+    agent, model, log = open_agent(lesson, database, [say("Dawn comes.")])
+    with log:
+        agent.run("Wait for dawn.")
+    first_request = model.requests[0]["messages"]
+    assert first_request[:len(day_1)] == day_1, (
+        "day 2's first request should carry all of day 1, read back from the rows; it "
+        f"carried {len(first_request) - 1} earlier message(s)")
+
+
+@pytest.mark.task("11.2")
+def test_a_compaction_is_a_row_and_a_later_request_sends_the_same_view(lesson, database):
+    """Lesson 08 on rows: a compaction is one marker row, every message row stays, and
+    an agent opened later sends the summary and the newest turn, with no second summary
+    call."""
+    agent, model, log = open_agent(lesson, database, DAY_1 + [say("Dawn comes.")])
+    with log:
+        agent.run("Ask the elder about the cave and buy a rope.")
+        agent.run("Wait for dawn.")
+        assert agent.compact(), "the agent should compact all but the newest turn"
+        kept = list(agent.messages)
+    markers = [json.loads(line) for _, line, _ in rows(database)
+               if '"$marker"' in line]
+    assert [m.get("$marker") for m in markers] == ["compaction"], (
+        f"the compaction should be one marker row; found {markers}")
+    agent, model, log = open_agent(lesson, database, [say("The cave is dark.")])
+    with log:
+        assert agent.messages == kept, "no message row may be lost to a compaction"
+        agent.run("Enter the cave.")
+    sent = model.requests[-1]["messages"]
+    assert lesson.SUMMARY_INTRO in sent[0]["content"] and not model.summary_requests, (
+        "a later agent should send the recorded summary first, without asking the model "
+        f"for another; it sent {[m.get('content') for m in sent][:3]}")
+
+
+@pytest.mark.task("11.2")
+def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
+    """jsonb sorts keys, keeps one of duplicate keys and refuses \\u0000; the store
+    reads the line as written, so the next request carries the model's bytes."""
+    odd_arguments = '{"item": "rope",  "item": "torch"}'   # duplicate key, two spaces
+    messages = [
+        {"role": "user", "content": "Buy something."},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": "call_1", "type": "function",
+                         "function": {"name": "buy", "arguments": odd_arguments}}]},
+        # Keys not in jsonb's order (it puts "content" before "tool_call_id")
+        {"role": "tool", "tool_call_id": "call_1", "content": "You bought a torch."},
+        {"role": "user", "content": "a NUL \u0000 inside"},
+    ]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = log.load()
+    as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
+    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    assert as_loaded == as_sent, (
+        "load() should give each message back exactly as it was appended, keys in "
+        f"their order, arguments as the model wrote them:\nexpected {as_sent}\n"
+        f"got      {as_loaded}")
+    stored = rows(database)
+    assert stored[2][2] is not None and stored[3][2] is None, (
+        "the jsonb column holds each entry for queries, NULL only where jsonb cannot "
+        "(the \\u0000 of the last message)")
+
+
+@pytest.mark.task("11.2")
+def test_a_row_changed_by_hand_is_refused_naming_its_session_and_seq(lesson,
+                                                                     database):
+    """A row whose line is no entry (someone edited the table) stops the load with
+    CorruptRow, naming the session and the row, and nothing is changed."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "first"})
+        log.append({"role": "user", "content": "second"})
+    sql(database, "UPDATE session_entries SET line = '{\"role\": 42' WHERE seq = 1")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(lesson.CorruptRow, "row 1 holds no JSON entry",
+                    match="quest-1.*seq 1"):
+            log.load()
+    assert len(rows(database)) == 2, "reading a damaged session must change nothing"
+
+
+@pytest.mark.task("11.2")
+def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, database):
+    """Two writers without a lock read the same session; the first to insert at the
+    next place wins, the primary key refuses the other, and it writes nothing more."""
+    first = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    second = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    with first, second:
+        first.open_for_append()
+        second.open_for_append()
+        first.append({"role": "user", "content": "first"})
+        with raises(lesson.SessionConflict, "both writers meant to store their "
+                    "message at seq 0; the key on (session_id, seq) must refuse the "
+                    "second insert, and the store must say so with SessionConflict"):
+            second.append({"role": "user", "content": "second"})
+        with raises(lesson.WriterStopped, "a writer refused once has an out-of-date "
+                    "view of the session: it must refuse every later write"):
+            second.append({"role": "user", "content": "second, again"})
+    lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
+    assert lines == ["first"], (
+        f"only the first writer's message should be stored; the rows hold {lines}")
+
+
+@pytest.mark.task("11.2")
+def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
+                                                              other):
+    """Real processes, real connections, no lock: both read the session, then append
+    at once; one of them is refused, and the rows hold one writer's story only."""
+    a, b = other("race", "A", 30), other("race", "B", 30)
+    a.expect("ready")
+    b.expect("ready")
+    a.go()
+    b.go()
+    said = [a.expect(""), b.expect("")]
+    refused = [line for line in said if line.startswith("refused")]
+    assert len(refused) == 1, (
+        "of two writers that read the same session and then append, exactly one "
+        f"should be refused by the key; they said {said}")
+    assert "SessionConflict" in refused[0], (
+        f"the refused writer should get SessionConflict; it said {refused[0]}")
+    names = {json.loads(line)["content"].split()[0] for _, line, _ in rows(database)}
+    assert len(names) == 1, (
+        f"the rows should hold one writer's messages only, found writers {names}")
+
+
+# --- 11.3 the repair that still matters -----------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("11.3")
+def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
+    """The process died between the call's row and its result's: on resume every call
+    gets a result saying it was interrupted, after a repair marker, written once."""
+    call_message = {"role": "assistant", "content": "",
+                    "tool_calls": [{"id": "call_1", "type": "function",
+                                    "function": {"name": "buy",
+                                                 "arguments": '{"item": "rope"}'}}]}
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a rope."})
+        log.append(call_message)
+    agent, model, log = open_agent(lesson, database, [say("Checking first.")])
+    with log:
+        agent.run("Did it work?")   # the scripted server refuses an unanswered call
+    results = [m for m in agent.messages if m["role"] == "tool"]
+    assert len(results) == 1 and "interrupted" in results[0]["content"], (
+        "the resumed session should answer call_1 with a result saying it was "
+        f"interrupted; its tool messages are {results}")
+    count = len(rows(database))
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.open_for_append()
+    markers = [json.loads(line) for _, line, _ in rows(database)
+               if "$marker" in json.loads(line)]
+    assert len(rows(database)) == count and len(markers) == 1, (
+        "the repair is stored once: a second resume finds nothing to repair; found "
+        f"{len(markers)} repair marker(s)")
+    marker = {key: markers[0].get(key)
+              for key in ("$marker", "cut_bytes", "cut_preview", "interrupted")}
+    assert marker == {"$marker": "repair", "cut_bytes": 0, "cut_preview": "",
+                      "interrupted": ["call_1"]}, (
+        "the repair marker has the file's format (nothing is ever cut from a table): "
+        f"expected cut_bytes 0, cut_preview '', interrupted ['call_1'], got {marker}")
+
+
+# --- 11.4 blobs, stored once ----------------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("11.4")
+def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
+                                                                    database):
+    """A large content goes to session_blobs under its sha256, once, however many
+    messages and sessions paste it; load() gives it back byte for byte."""
+    pasted = "The town's charter, article by article.\r\n" * 2000
+    for session_id in ("quest-1", "quest-2"):
+        with lesson.PostgresSessionLog(database, session_id) as log:
+            log.append({"role": "user", "content": pasted})
+            log.append({"role": "user", "content": pasted})
+    with lesson.PostgresSessionLog(database, "quest-2") as log:
+        loaded = log.load()
+    assert [m["content"] == pasted for m in loaded] == [True, True], (
+        "load() should give the pasted text back byte for byte")
+    digest = hashlib.sha256(pasted.encode("utf-8")).hexdigest()
+    assert sql(database, "SELECT sha256 FROM session_blobs") == [(digest,)], (
+        "the same content pasted four times in two sessions should be one row of "
+        "session_blobs, named by its sha256")
+    assert max(len(line) for _, line, _ in rows(database)) < 1000, (
+        "the message's row should hold a small reference, not the content")
+
+
+@pytest.mark.task("11.4")
+def test_a_writer_killed_inside_a_transaction_leaves_nothing_of_it(lesson, database,
+                                                                   other):
+    """A writer killed after storing a blob but before the row that points to it: the
+    transaction never committed, so neither is there; the session loads as it was."""
+    stuck = other("stuck")
+    stuck.expect("inside")
+    stuck.kill()
+    assert sql(database, "SELECT count(*) FROM session_blobs") == [(0,)], (
+        "the blob was stored in the transaction of the row that was never inserted: "
+        "it should be gone with it (append stores both in one transaction)")
+    with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT) as log:
+        assert len(log.open_for_append()) == 1, (
+            "the session should hold the one message stored before the kill")
+
+
+@pytest.mark.task("11.4")
+def test_a_changed_blob_is_refused_naming_it(lesson, database):
+    """Bytes that no longer match their hash are not what the session said: load()
+    raises BlobError naming the blob."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "map " * 5000})
+    sql(database, "UPDATE session_blobs SET data = 'forged'::bytea")
+    digest = hashlib.sha256(("map " * 5000).encode()).hexdigest()
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(lesson.BlobError, "the blob's bytes were changed",
+                    match=digest):
+            log.load()
+
+
+# --- 11.5 fork in one transaction -----------------------------------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("11.5")
+def test_a_fork_copies_the_history_and_records_its_lineage(lesson, database):
+    """fork_postgres copies the first messages into a new session and records its
+    parent; appending to either afterwards leaves the other as it was."""
+    agent, _, log = open_agent(lesson, database, DAY_1)
+    with log:
+        agent.run("Ask the elder about the cave and buy a rope.")
+        day_1 = list(agent.messages)
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=2)
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        assert fork.open_for_append()[:2] == day_1[:2], (
+            "the fork should start with the first 2 messages of the source")
+        fork.append({"role": "user", "content": "only in the fork"})
+    with lesson.PostgresSessionLog(database, "quest-1") as source:
+        assert source.load() == day_1, "appending to the fork changed the source"
+    lineage = lesson.lineage(database, "quest-2")
+    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 2), (
+        f"the fork's row in `sessions` should say parent quest-1, at 2; it says "
+        f"{lineage}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
+    """The 3rd row of the copy fails (a trigger makes it): the fork is one transaction,
+    so neither the new session nor any of its rows exist afterwards."""
+    agent, _, log = open_agent(lesson, database, DAY_1)
+    with log:
+        agent.run("Ask the elder about the cave and buy a rope.")
+    sql(database, """
+        CREATE FUNCTION refuse_third_row() RETURNS trigger AS $$
+        BEGIN
+            IF NEW.session_id = 'quest-2' AND NEW.seq = 2 THEN
+                RAISE EXCEPTION 'the disk is full (made up by the test)';
+            END IF;
+            RETURN NEW;
+        END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER refuse_third_row BEFORE INSERT ON session_entries
+            FOR EACH ROW EXECUTE FUNCTION refuse_third_row();
+    """)
+    with raises(Exception, "the trigger refuses the fork's 3rd row: fork_postgres "
+                "should fail"):
+        lesson.fork_postgres(database, "quest-1", "quest-2")
+    left = len(rows(database, "quest-2"))
+    assert left == 0 and lesson.lineage(database, "quest-2") is None, (
+        f"a fork that failed should leave nothing; found {left} row(s) and lineage "
+        f"{lesson.lineage(database, 'quest-2')} (copy in one transaction)")
+
+
+@pytest.mark.task("11.5")
+def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, database):
+    """A fork onto an existing session raises SessionExists and changes it not; a fork
+    from a session that does not exist raises SessionNotFound."""
+    for session_id in ("quest-1", "quest-2"):
+        with lesson.PostgresSessionLog(database, session_id) as log:
+            log.append({"role": "user", "content": session_id})
+    with raises(lesson.SessionExists, "quest-2 exists: forking onto it must be "
+                "refused"):
+        lesson.fork_postgres(database, "quest-1", "quest-2")
+    with raises(lesson.SessionNotFound, "there is no session nowhere-1"):
+        lesson.fork_postgres(database, "nowhere-1", "quest-3")
+    kept = [json.loads(line)["content"] for _, line, _ in rows(database, "quest-2")]
+    assert kept == ["quest-2"], f"quest-2 should be as it was, found {kept}"

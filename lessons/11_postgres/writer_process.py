@@ -1,0 +1,79 @@
+"""Another process for lesson 11's tests: a writer of one session, with its own
+connection.
+
+    python writer_process.py MODULE URL SESSION ACTION [NAME COUNT]
+
+MODULE is the agent.py under test, URL the database. The process reports each step as
+one line on stdout and waits for the test's go-ahead as one line on stdin, so that the
+test and the process take turns without any sleep:
+
+  hold    become the writer (append one message), print "holding", wait for a line,
+          close, print "released"
+  race    open the session with no lock (lock=False), print "ready", wait for a line,
+          append COUNT messages whose content is NAME and a number; print "done", or
+          "refused " and the error's class and message
+  stuck   become the writer, append one message, then start appending a large one: its
+          blob is stored inside the transaction, and the process prints "inside" and
+          waits there (the test kills it) before the row is inserted
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sessionlab.course import load_module
+
+FIRST = {"role": "user", "content": "Ask the elder about the cave."}
+LARGE = {"role": "user", "content": "The elder's map, copied out. " * 1000}
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def wait_for_the_test() -> None:
+    sys.stdin.readline()
+
+
+def main(argv: list[str]) -> None:
+    module_path, url, session_id, action, *rest = argv
+    lesson = load_module(Path(module_path), "sessionlab_impl.writer_process")
+
+    if action == "hold":
+        with lesson.PostgresSessionLog(url, session_id) as log:
+            log.append(FIRST)
+            say("holding")
+            wait_for_the_test()
+        say("released")
+    elif action == "race":
+        name, count = rest[0], int(rest[1])
+        with lesson.PostgresSessionLog(url, session_id, lock=False) as log:
+            log.open_for_append()
+            say("ready")
+            wait_for_the_test()
+            try:
+                for number in range(count):
+                    log.append({"role": "user", "content": f"{name} {number}"})
+            except Exception as error:  # noqa: BLE001 - reported to the test as words
+                say(f"refused {type(error).__name__}: {error}")
+                return
+        say("done")
+    elif action == "stuck":
+        log = lesson.PostgresSessionLog(url, session_id)
+        log.append(FIRST)
+        insert = log._insert
+
+        def hang_before_the_row(entries: list) -> None:
+            say("inside")
+            wait_for_the_test()     # the test kills this process here
+            insert(entries)
+
+        log._insert = hang_before_the_row
+        log.append(LARGE)
+    else:
+        raise SystemExit(f"unknown action {action!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,3040 @@
+"""Session Lab, lesson 11: the same store on PostgreSQL.
+
+The quest now runs behind a web service on two hosts, and each request may land on
+either: a file and its flock serve one machine only. PostgresSessionLog keeps the same
+session in a database both hosts reach, behind the interface SessionLog has (append,
+load, resume with repair, undo, blobs by hash, fork with lineage), one row per entry.
+What carries over: the validator, the markers, the replay of lessons 04 and 07, the
+repair of a tool call left without its result. What the database gives for free: an
+insert lands whole or not at all (no torn line), a primary key on (session_id, seq)
+that refuses a second writer's entry, a fork in one transaction, and a lock that dies
+with its connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import errno
+import os
+import re
+import stat
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+try:
+    import psycopg      # lesson 11's store; everything else needs only the stdlib
+except ImportError:     # pip install -e '.[postgres]'
+    psycopg = None
+
+Message = dict[str, Any]
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+class InvalidSessionId(ValueError):
+    """A session id that could escape the sessions folder, or no usable file name."""
+
+
+class InvalidMessage(ValueError):
+    """Not a message the log can hold (see check_message). append() refuses it and
+    writes nothing; a line holding one is refused when the log is read."""
+
+
+class WriterStopped(RuntimeError):
+    """An earlier write of this writer failed, leaving the end of the log unknown.
+
+    Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
+    """
+
+
+class SessionNotFound(FileNotFoundError):
+    """The session to fork from has no log."""
+
+
+class SessionExists(FileExistsError):
+    """The new session's id is already taken."""
+
+
+class UndoError(ValueError):
+    """Asked to undo more turns (or messages) than there are: nothing was changed."""
+
+
+class ContextOverflow(RuntimeError):
+    """Even after compaction the next request is larger than the budget: the turn in
+    progress alone does not fit. Nothing was lost: the log holds every message."""
+
+
+class BlobError(ValueError):
+    """A blob reference that cannot be trusted: the blob is missing, its bytes changed,
+    or the reference is not a plain sha256 hash. The message names the blob, the log and
+    the line."""
+
+
+class SessionBusy(RuntimeError):
+    """Another writer holds the session: the error names the session and the holder."""
+
+    def __init__(self, session_id: str, holder: Mapping[str, Any]) -> None:
+        who = (
+            f"process {holder.get('pid')} on host {holder.get('host')!r} has been "
+            f"writing it since {holder.get('since')}"
+            if holder.get("pid")
+            else (
+                "another process is writing it (it has not written its name into the "
+                "lock file yet)"
+            )
+        )
+        super().__init__(
+            f"session {session_id!r} is busy: {who}. A session has one writer at a "
+            "time: close the other one, wait for it with SessionLog(..., "
+            "timeout=seconds), or fork the session and go on in the copy."
+        )
+        self.session_id = session_id
+        self.holder = dict(holder)  # {"pid", "host", "since"} as the lock file says
+        self.pid: int | None = holder.get("pid")
+
+
+class CorruptLog(ValueError):
+    """A line before the log's last one is not a JSON message: the file was damaged.
+
+    A crash can only tear the *last* line (every line is written by one append at the
+    end), so damage anywhere else means something else wrote to the file. Guessing would
+    hide it: the error names the place, and nothing is changed.
+    """
+
+    def __init__(self, path: Path, line: int, offset: int, reason: str) -> None:
+        super().__init__(
+            f"{path}: line {line} (byte offset {offset}) is not a JSON message: "
+            f"{reason}. Only the last line of a log can be torn by a crash, so this is "
+            "damage, not a crash; the log was left exactly as it is. Look at that "
+            "line, mend or remove it by hand, and resume again."
+        )
+        self.path = path
+        self.line = line        # 1 for the first line
+        # Bytes from the start of the file to the start of that line
+        self.offset = offset
+
+
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_session_id(session_id: str) -> str:
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
+
+    A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
+    """
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        shown = (
+            repr(session_id)
+            if len(str(session_id)) <= 140
+            else repr(str(session_id)[:40]) + "..."
+        )
+        raise InvalidSessionId(
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (no '/', no '..', no spaces)"
+        )
+    return session_id
+
+
+# --- what a message may be ------------------------------------------------------------
+
+# The roles a chat request may carry. A message with another role (or none) would be
+# refused by the provider with every later request, so the log refuses it first.
+ROLES = ("system", "developer", "user", "assistant", "tool")
+TEXT_ROLES = ("system", "developer", "user", "assistant")  # text is all they need
+MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
+
+
+def check_message(message: Any) -> None:
+    """Raise InvalidMessage, saying why, unless `message` has the shape of a message.
+
+    One rule, kept at both ends: append() checks it before it writes anything, and
+    reading checks every line against it, so a line that reading would refuse is never
+    written. The keys in RESERVED belong to the log itself (markers and blob
+    references, lessons 04 and 06): a message may not have them, and its content is
+    text, a list of parts or null, never an object, so nothing can pose as one.
+    """
+    # Most messages are {"role": ..., "content": "some text"}, for a role that needs
+    # nothing else: each check below would pass it, so it passes at once (this runs for
+    # every append and every line read).
+    if (type(message) is dict and len(message) == 2
+            and type(message.get("content")) is str
+            and message.get("role") in TEXT_ROLES):
+        return
+    if not isinstance(message, dict):
+        raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidMessage("it has no 'role'" if role is None else
+                             f"its role {role!r} is none of {', '.join(ROLES)}")
+    for key in RESERVED:
+        if key in message:
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log "
+                                 "itself (a marker, a blob reference), not to messages")
+    content = message.get("content")
+    text_or_parts = isinstance(content, (str, list))
+    if not (text_or_parts or content is None and role == "assistant"):
+        raise InvalidMessage(f"its content is a {type(content).__name__}: a message's "
+                             "content is text or a list of parts (null only for the "
+                             "assistant)")
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and calls
+                                  and all(map(is_tool_call, calls))):
+        raise InvalidMessage("its 'tool_calls' is not a non-empty list of calls, "
+                             "each with a string 'id', \"type\": \"function\" and a "
+                             "'function' with a string 'name' and 'arguments' "
+                             "holding a JSON object")
+    call_id = message.get("tool_call_id", "")
+    if not isinstance(call_id, str) or role == "tool" and not call_id:
+        raise InvalidMessage("its 'tool_call_id' is not a non-empty string")
+
+
+def is_tool_call(call: Any) -> bool:
+    """Is `call` a call a provider takes back: an id, a name, a JSON object's text?"""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+            and call["id"] and call.get("type") == "function"
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments"), str)):
+        return False
+    return holds_json_object(function["arguments"])
+
+
+# What json.loads() uses: a call's arguments are read the way any server reads them.
+PLAIN_JSON = json.JSONDecoder()
+
+
+def holds_json_object(text: str) -> bool:
+    """Is `text` a JSON object, as json.loads(text) reads it?
+
+    Every tool call of every line is checked with this when a log is read, so the usual
+    case, no spaces around the object, goes straight to the decoder: json.loads()
+    would first look for spaces with two regular expressions. Anything else takes
+    json.loads().
+    """
+    try:
+        value, end = PLAIN_JSON.raw_decode(text)
+        if end == len(text):
+            return isinstance(value, dict)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def check_plain_json(value: Any, depth: int = 0) -> None:
+    """Raise InvalidMessage unless `value` is JSON that reads back exactly as it is.
+
+    json.dumps takes more than JSON holds: a tuple comes back a list, the key 1 comes
+    back "1", NaN and Infinity are not JSON, and a lone surrogate ("\\ud800", half of a
+    UTF-16 pair) is no text at all: UTF-8 cannot encode it.
+    """
+    # Append runs this on every message, and most of a message is strings: the loops
+    # below check a string item themselves, calling check_text only for one that is not
+    # ASCII. So a container at the deepest level is refused here if it holds anything.
+    deepest = depth == MAX_DEPTH and isinstance(value, (dict, list)) and value
+    if depth > MAX_DEPTH or deepest:
+        raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
+                             "than a line of JSON in a log may be")
+    if isinstance(value, str):
+        if not value.isascii():
+            check_text(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
+            if not key.isascii():
+                check_text(key)
+            if type(item) is not str:
+                check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
+    elif isinstance(value, list):
+        for item in value:
+            if type(item) is not str:
+                check_plain_json(item, depth + 1)
+            elif not item.isascii():
+                check_text(item)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
+                                 "it; other readers refuse it)")
+    elif not (value is None or isinstance(value, int)):     # bool is an int
+        raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
+
+
+def check_text(text: str) -> None:
+    """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it).
+
+    Only a text that is not ASCII can: check_plain_json() asks only about those."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 pair): no "
+                             "text, and no UTF-8 JSON can hold it") from None
+
+
+# --- reading a log: lines, markers and the tail ---------------------------------------
+
+# A line with this key is a marker, a note about the log itself, never a message: it is
+# not sent to the model. Lesson 04 writes {"$marker": "repair", ...} before the results
+# it makes up.
+MARKER = "$marker"
+
+
+# ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
+# strings, so an entry is always exactly one line. allow_nan=False: NaN is not JSON.
+# Made once: json.dumps(entry, ensure_ascii=False, ...) would make one for every line.
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def encode_line(entry: Message) -> bytes:
+    """One message or marker as one line of UTF-8 JSON, newline included.
+
+    Raises ValueError, before anything is written, for what JSON cannot hold: NaN, a
+    set, bytes, a lone surrogate, nesting deeper than Python can encode.
+    """
+    try:
+        line = LINE_ENCODER.encode(entry) + "\n"
+        return line.encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValueError(
+            f"cannot write this entry as a line of JSON: {error}"
+        ) from None
+
+
+def refuse_constant(name: str) -> Any:
+    """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
+    raise InvalidMessage(f"{name} is not JSON (Python's json writes it; other readers "
+                         "refuse it)")
+
+
+def read_float(text: str) -> float:
+    """Called by the decoder for every number with a fraction or an exponent."""
+    number = float(text)
+    if number in (float("inf"), float("-inf")):    # 1e999: too large, read as infinity
+        raise InvalidMessage(f"the number {text[:20]} is too large for a float")
+    return number
+
+
+# Made once: json.loads(text, parse_constant=...) would build a decoder for every line.
+# (A regular expression finds an escape such as \ud800 faster than `in` does.)
+STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_float)
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def decode_json(text: str) -> Any:
+    """STRICT_JSON.decode(text), with a fast path for a line as this module writes it.
+
+    decode() looks for whitespace before and after the value with two regular
+    expressions; a line written by this module has none, and for it raw_decode() alone
+    gives the same answer. Anything else (spaces, garbage after the value, no JSON at
+    all) takes decode(), which accepts or refuses it, with its reason, as before.
+    """
+    try:
+        entry, end = STRICT_JSON.raw_decode(text)
+        if end == len(text):
+            return entry
+    except json.JSONDecodeError:
+        pass
+    return STRICT_JSON.decode(text)
+
+
+def parse_line(line: bytes) -> Message:
+    """One line of a log as a message. Raises InvalidMessage, saying why, if it is none.
+
+    The reader's side of the rule append() keeps: UTF-8 without a byte-order mark
+    (json.loads would also take UTF-16, or a BOM), strict JSON (no NaN, no Infinity, no
+    number too large for a float), then check_message(). The decoder makes only plain
+    JSON, but for an escaped lone surrogate: check_plain_json() runs on the rare line
+    with a surrogate's escape, so that loading stays fast. (Nesting deeper than
+    MAX_DEPTH, which append refuses, is read: no line append wrote is refused.)
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidMessage("its bytes are not UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise InvalidMessage("it starts with a byte-order mark (U+FEFF), which the "
+                             "format does not allow (an editor may have added it)")
+    try:
+        entry = decode_json(text)
+    except json.JSONDecodeError as error:
+        reason = f"not JSON ({error.msg} at column {error.colno})"
+        raise InvalidMessage(reason) from None
+    except RecursionError:
+        raise InvalidMessage("it is nested too deep to read") from None
+    if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
+        check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
+    return check_entry(entry)
+
+
+def check_entry(entry: Any) -> Message:
+    """Return `entry`, a line's JSON, if it is a message or a marker; InvalidMessage if
+    not."""
+    if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
+        raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
+                             "(no '$marker')")
+    if MARKER in entry and "role" not in entry:
+        check_marker(entry)
+        return entry        # a marker: a note about the log, never a message
+    content = entry.get("content")
+    if isinstance(content, dict) and "$blob" in content:
+        # A content stored as a blob (lesson 06): inline() checks the reference itself.
+        check_message({**entry, "content": ""})
+        return entry
+    check_message(entry)
+    return entry
+
+
+def check_marker(marker: Message) -> None:
+    """Raise ValueError for an undo marker whose "skip" is no list of indices."""
+    skip = marker.get("skip")
+    if marker[MARKER] == "undo" and not (
+        isinstance(skip, list) and all(type(i) is int for i in skip)
+    ):
+        raise ValueError(
+            "it is an undo marker whose 'skip' is not a list of message indices"
+        )
+    if marker[MARKER] == "compaction" and not (
+        isinstance(marker.get("summary"), str) and type(marker.get("upto")) is int
+    ):
+        raise ValueError("it is a compaction marker whose 'summary' is not text or "
+                         "whose 'upto' is not a message index")
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A compaction as the view needs it (lesson 08)."""
+
+    # What the model wrote about everything before the boundary
+    summary: str
+    # Where the messages after the summary start, among the messages the log shows
+    boundary: int
+
+
+@dataclass
+class LogState:
+    """What reading a log found: its complete entries, and the state of its tail."""
+
+    # Every complete line, messages and markers, in file order
+    entries: list[Message]
+    # Where the complete lines end: the next line should start here
+    end: int
+    # The file's size when it was read; bytes past `end` are torn
+    size: int
+    # The last entry is complete, only its "\n" never got written
+    newline_missing: bool = False
+    # The line number (from 1) of each entry
+    lines: list[int] = field(default_factory=list)
+    # Where each entry's line ends, its "\n" included: the byte offset just after it
+    ends: list[int] = field(default_factory=list)
+    # Every entry is a message, its content in its line: no marker (so nothing undone),
+    # no blob reference. (False when unknown.)
+    plain: bool = False
+    # shown(), once shown_once() has worked it out
+    shown_memo: list[tuple[int, int]] | None = field(default=None, repr=False)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation: the messages the log shows (not undone), no markers."""
+        return [self.entries[position] for _, position in self.shown()]
+
+    def shown(self) -> list[tuple[int, int]]:
+        """(index, position in entries) of every message not undone, in order.
+
+        A message's index counts the messages before it in the file, undone ones
+        included, from 0: it is fixed when its line is written, whatever comes later.
+        Markers are not messages and have no index. An undo marker's "skip" lists
+        indices to leave out.
+        """
+        messages: list[tuple[int, int]] = []
+        skip: set[int] = set()
+        for position, entry in enumerate(self.entries):
+            if MARKER in entry:
+                if entry[MARKER] == "undo":
+                    # A marker takes back only messages written before it: an index
+                    # at or after its own place (or below 0) names none it could have
+                    # seen, and must never hide a message written, and shown, later.
+                    skip.update(i for i in entry["skip"] if 0 <= i < len(messages))
+                # A repair marker, or one this code does not know: not a message
+                continue
+            messages.append((len(messages), position))
+        if not skip:
+            return messages     # nothing undone, the usual case: every message is shown
+        return [(index, position) for index, position in messages if index not in skip]
+
+    def shown_once(self) -> list[tuple[int, int]]:
+        """shown(), worked out once: loading a log and remembering it need it both, and
+        the state of a log as read never changes. (Not to be changed by the caller.)"""
+        if self.shown_memo is None and self.plain:
+            # No marker, so no undo: message i is entry i, and every one is shown
+            count = len(self.entries)
+            self.shown_memo = list(zip(range(count), range(count)))
+        if self.shown_memo is None:
+            self.shown_memo = self.shown()
+        return self.shown_memo
+
+    @property
+    def torn(self) -> int:
+        """How many bytes at the end are not a complete entry (0 for a whole log)."""
+        return self.size - self.end
+
+    # --- lesson 08: the latest compaction -----------------------------------------
+
+    def compaction(self) -> Compaction | None:
+        """The latest compaction the log records, None if it records none.
+
+        A compaction marker's "upto" is the index of the first message it did not
+        summarise (indices as undo markers count them). Like an undo marker, it speaks
+        only of messages written before it: an "upto" past them (or below 0) is not one
+        this store wrote, and is ignored. The boundary it gives is a place among the
+        messages shown: how many of them have an index below "upto".
+        """
+        latest: Message | None = None
+        written = 0     # messages before the entry being read
+        for entry in self.entries:
+            if MARKER not in entry:
+                written += 1
+            elif entry[MARKER] == "compaction" and 0 <= entry["upto"] <= written:
+                latest = entry
+        if latest is None:
+            return None
+        boundary = sum(1 for index, _ in self.shown() if index < latest["upto"])
+        return Compaction(latest["summary"], boundary)
+
+
+# --- what this process knows of the logs it has read or written -----------------------
+
+
+@dataclass
+class KnownLog:
+    """Where a log's lines end and which messages it shows, as this process last saw it.
+
+    Forking a session this process has read or written then needs no second read: it
+    copies the bytes up to the end of the last line kept, which `ends` says. A log's
+    knowledge is kept by the file's identity (device and inode, see remember()) and is
+    used only while the file has exactly the size and modification time it had then,
+    the test make and rsync trust: a file changed behind the process's back, or
+    replaced, is read again (recall()).
+
+    One exception, for speed: a write of this process's writer leaves `mtime_ns` None
+    rather than asking the system for the new time (an fstat() a line would cost an
+    append a tenth of its time). The writer holds the session's lock, so no other
+    writer may change the file; its size is checked as always, and the time is taken
+    at the next recall() or when the writer closes.
+    """
+
+    # The file's size, and its modification time (None: see above), when this was true
+    size: int
+    mtime_ns: int | None
+    # Where each entry's line ends, its "\n" included (LogState.ends)
+    ends: list[int]
+    # (index, position) of every message shown (LogState.shown())
+    shown: list[tuple[int, int]]
+    # The last entry is complete, but its "\n" was never written
+    newline_missing: bool = False
+    # How many messages the log holds, undone ones included (None: not worked out)
+    message_count: int | None = None
+    # Known to end whole, with no tool call left open: a new writer has nothing to
+    # repair, so it may start from this instead of reading the log (SessionLog._open)
+    settled: bool = False
+
+
+# (st_dev, st_ino) -> what is known of that file; the most recently used last
+KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
+KNOWN_LOGS_KEPT = 8     # how many logs a process keeps knowing (the oldest go first)
+
+
+def remember(status: os.stat_result, known: KnownLog) -> None:
+    """Keep `known` as what is true of the file `status` describes, while unchanged."""
+    key = (status.st_dev, status.st_ino)
+    KNOWN_LOGS.pop(key, None)
+    KNOWN_LOGS[key] = known
+    while len(KNOWN_LOGS) > KNOWN_LOGS_KEPT:
+        del KNOWN_LOGS[next(iter(KNOWN_LOGS))]
+
+
+def recall(fd: int) -> KnownLog | None:
+    """What is known of the file open as `fd`, if it is exactly as it was then."""
+    status = os.fstat(fd)
+    known = KNOWN_LOGS.get((status.st_dev, status.st_ino))
+    if known is None or known.size != status.st_size:
+        return None
+    if known.mtime_ns is None:
+        known.mtime_ns = status.st_mtime_ns     # this process's writer wrote last
+    return known if known.mtime_ns == status.st_mtime_ns else None
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP)
+    and anything but a regular file.
+
+    A session's files are plain files in its folder; a link planted there could point
+    anywhere: another user's session, a device that never ends.
+    """
+    # O_NONBLOCK: opening a FIFO planted there returns at once, never waits forever.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return read_all(fd, path)
+    finally:
+        os.close(fd)
+
+
+def read_all(fd: int, path: Path) -> bytes:
+    """Every byte of the open file `fd`, from its start, read through the descriptor.
+
+    Never by name again: between the open and the read, the name may have been given to
+    another file. OSError for what is not a regular file (a FIFO, a device, a folder).
+    """
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                      "not a regular file, refusing to read it", str(path))
+    os.lseek(fd, 0, os.SEEK_SET)
+    with open(fd, "rb", closefd=False) as file:
+        return file.read()
+
+
+def read_whole_log(path: Path) -> tuple[bytes, LogState]:
+    """A log's bytes and their parse_log(), as one moment of the file, read without the
+    lock. FileNotFoundError if there is no log.
+
+    A writer may append, or repair the tail, while a reader reads. An append only adds
+    bytes after the ones read. A repair cuts the torn tail and writes its marker where
+    the tail began, so a read that straddles it can hold the old tail followed by the
+    end of the marker: a false CorruptLog, or even a message nobody wrote. So when the
+    file changed during the read, read it again, and keep the first read only if the
+    file still starts with it (it was only appended to).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return read_open_log(fd, path)
+    finally:
+        os.close(fd)
+
+
+def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
+    """read_whole_log() of the log open as `fd`. What it finds is remembered (see
+    KnownLog) when the file did not change while it was read."""
+    while True:     # a repair happens once per writer that opens the log: this ends
+        before = os.fstat(fd)
+        data = read_all(fd, path)
+        after = os.fstat(fd)
+        same_size = before.st_size == after.st_size == len(data)
+        if same_size and before.st_mtime_ns == after.st_mtime_ns:
+            # Nothing changed while we read: what we read is the file as `after` says
+            state = parse_log(data, path)
+            known = KnownLog(after.st_size, after.st_mtime_ns, state.ends,
+                             state.shown_once(), state.newline_missing)
+            if state.plain:     # no marker: every entry is a message, the last one too
+                known.message_count = len(state.entries)
+                known.settled = not state.torn and not state.newline_missing and (
+                    not state.entries or leaves_no_call_open(state.entries[-1]))
+            remember(after, known)
+            return data, state
+        if read_all(fd, path).startswith(data):
+            return data, parse_log(data, path)  # only appended to: a whole first part
+
+
+def read_log(path: Path) -> LogState:
+    """Read a log without changing it; an empty state for a log not written yet."""
+    try:
+        return read_whole_log(path)[1]     # read-only: reading never changes the log
+    except FileNotFoundError:
+        return LogState(entries=[], end=0, size=0)
+
+
+def parse_log(data: bytes, path: Path) -> LogState:
+    """Parse a log's bytes: entries, a tolerated torn tail, CorruptLog for the rest.
+
+    Everything up to the last b"\\n" was written as whole lines, so each of those lines
+    must parse; the first that does not raises CorruptLog(path, line number, byte
+    offset, reason). The bytes after the last b"\\n" (the tail) are either a complete
+    entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
+    garbage (torn, not an entry).
+    """
+    end = data.rfind(b"\n") + 1     # the complete lines end here; the tail follows
+    # Two ways to read the complete lines, one answer: the quick one reads a log as this
+    # module writes it, and gives up (None) at anything else; the other goes line by
+    # line, and names the line at fault.
+    quick = read_lines_quickly(data, end)
+    entries, numbers, ends, plain = quick or read_lines(data, end, path)
+    state = LogState(entries, end=end, size=len(data), lines=numbers, ends=ends,
+                     plain=plain)
+    tail = data[end:]
+    if tail:
+        try:
+            entry = parse_line(tail)
+        except ValueError:
+            return state        # torn: not an entry
+        entries.append(entry)
+        numbers.append(data.count(b"\n") + 1)
+        ends.append(len(data))
+        state.end = len(data)
+        state.newline_missing = True
+        state.plain = plain and is_plain(entry)
+    return state
+
+
+# The entries of a log's complete lines, their line numbers, where their lines end, and
+# whether they are all plain (is_plain)
+Lines = tuple[list[Message], list[int], list[int], bool]
+
+
+def leaves_no_call_open(last: Message) -> bool:
+    """Does a log whose last message is `last` surely have no tool call unanswered?
+    (A tool result may answer only some of the calls: not surely.)"""
+    return last.get("role") != "tool" and not last.get("tool_calls")
+
+
+def is_plain(entry: Message) -> bool:
+    """Is this entry a message whose content is in its line (no marker, no blob)?"""
+    return MARKER not in entry and type(entry.get("content")) is not dict
+
+
+def read_lines(data: bytes, end: int, path: Path) -> Lines:
+    """The entries of the complete lines (up to `end`), one parse_line() a line, with
+    their line numbers and where their lines end; CorruptLog for the first bad line."""
+    # Split on b"\n" only:
+    # str.splitlines() would also split inside strings at U+2028 & co.
+    lines = data[:end].split(b"\n")[:-1]
+    entries: list[Message] = []
+    numbers: list[int] = []
+    ends: list[int] = []
+    offset = 0
+    for number, line in enumerate(lines, start=1):
+        if line:    # an empty line holds nothing to lose
+            try:
+                entries.append(parse_line(line))
+            except ValueError as error:
+                raise CorruptLog(path, number, offset, str(error)) from None
+            numbers.append(number)
+            ends.append(offset + len(line) + 1)
+        offset += len(line) + 1
+    return entries, numbers, ends, all(map(is_plain, entries))
+
+
+def read_lines_quickly(data: bytes, end: int) -> Lines | None:
+    """read_lines() for a log with nothing unusual in it, in fewer steps a line; None
+    at the first unusual thing, refused or not.
+
+    read_lines() decodes each line's bytes, checks them, then decodes its JSON: some
+    twenty Python steps a line, as long as the decoding itself. Here the bytes are
+    decoded and checked once, and the decoder reads each line where it is in the text
+    (raw_decode(text, position)), then check_entry() checks it: what parse_line() does,
+    in one pass. Whatever parse_line() refuses makes this return None, as do a few
+    things it accepts (an empty line, spaces around a line's JSON, U+FEFF or a
+    surrogate's escape anywhere); read_lines() then reads the log again and accepts,
+    or names the line at fault, exactly as it always did.
+
+    Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
+    the array's elements need not be the lines: a string or a list can run across the
+    join, and `{...}, {...}` on one line makes up the count. Reading from where each
+    line starts, and finding a newline right where its JSON ends, rules that out.
+    """
+    if SURROGATE_ESCAPE.search(data, 0, end):
+        return None     # parse_line() checks those lines with check_plain_json()
+    try:
+        # Decoded whole, or line by line: the same (b"\n" is no part of any other
+        # character's bytes in UTF-8)
+        text = str(memoryview(data)[:end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\ufeff" in text:
+        return None     # a byte-order mark, refused at the start of a line
+    decode = STRICT_JSON.raw_decode
+    entries: list[Message] = []
+    ends: list[int] = []
+    plain = True
+    start = offset = 0      # where the line starts in the text, and in the bytes
+    size = len(text)
+    ascii = text.isascii()
+    try:
+        while start < size:
+            entry, stop = decode(text, start)
+            if text[stop] != "\n":
+                return None     # something after the JSON: a space, a second value
+            entries.append(check_entry(entry))
+            # Checked here, while the entry is at hand: a later pass over all of them
+            # would cost a tenth of the whole read
+            if plain and not is_plain(entry):
+                plain = False
+            # Where the line ends in the bytes: where it does in the text if all is
+            # ASCII, else at least as far on (a character takes 1 to 4 bytes)
+            offset = stop + 1 if ascii else data.index(b"\n", offset + stop - start) + 1
+            ends.append(offset)
+            start = stop + 1
+    except (ValueError, RecursionError):   # a line that is not JSON, or no message
+        return None
+    return entries, list(range(1, len(entries) + 1)), ends, plain
+
+
+def unanswered_calls(messages: list[Message]) -> list[Message]:
+    """The calls of the last assistant message that no tool message answers, in order.
+
+    Only the end of the conversation can hold them: the agent answers every call before
+    it sends anything else, so a crash can leave calls unanswered only after the last
+    assistant message with tool calls. [] when the conversation ended in a plain answer
+    or a user message.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if message.get("role") == "tool":
+            answered.add(message.get("tool_call_id"))
+        elif message.get("role") == "assistant" and message.get("tool_calls"):
+            # Keep the calls' own order (a list, not a set):
+            # results go back in call order.
+            return [
+                call for call in message["tool_calls"] if call["id"] not in answered
+            ]
+        else:
+            return []
+    return []
+
+
+def interrupted_result(call: Message) -> Message:
+    """The tool result that stands in for one a crash never wrote."""
+    function = call["function"]
+    # Say what is known and no more: the call was made; whether it ran is unknown, and
+    # buying the lantern twice costs twice, so the model should check rather than
+    # repeat.
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": (
+            f"error: the call {function['name']}({function['arguments']}) was "
+            "interrupted: the session stopped before its result was saved, so it may "
+            "or may not have run. Check before calling it again."
+        ),
+    }
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# The most one write() moves on Linux (2 GiB less a page); larger calls come back short.
+MAX_WRITE = 0x7FFFF000
+
+
+# --- one writer: the lock -------------------------------------------------------------
+
+LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
+
+
+def is_same_file(fd: int, path: Path) -> bool:
+    """Does `path` still name the file open as `fd`? False once removed or replaced."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+# --- large content beside the log -----------------------------------------------------
+
+BLOB_THRESHOLD = 4096  # bytes of UTF-8: a larger string content goes to blobs/<sha256>
+PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the log
+BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
+
+
+def fsync_folder(folder: Path) -> None:
+    """fsync a folder, so that the names just created in it survive a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file written before (by anyone), so its bytes survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_folder(folder: Path, durable: bool = False) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+            if durable:
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
+                parent = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)
+
+
+class SessionLog:
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: an entry a line.
+
+    The object that writes a log is its writer, and a session has one writer at a time.
+    It becomes the writer at open_for_append() (an agent resuming the session) or at its
+    first append: it takes the session's lock (`<id>.lock`), then repairs the log's
+    tail, once, before anything else is written; it holds the lock until close().
+    Creating a SessionLog, or only reading with load(), takes no lock and creates no
+    file. `timeout` is how many seconds to wait for a busy session (None: as long as it
+    takes) before SessionBusy. With durable=True every write is flushed to the disk
+    (fsync). A string content larger than `blob_threshold` bytes is stored in
+    `<folder>/blobs/<sha256>`, shared by every session of the folder, and its line keeps
+    a small reference to it.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        session_id: str,
+        *,
+        durable: bool = False,
+        timeout: float | None = 0,
+        blob_threshold: int = BLOB_THRESHOLD,
+    ) -> None:
+        self.id = check_session_id(session_id)
+        self.folder = Path(folder)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.lock_path = self.folder / f"{self.id}.lock"
+        self.blobs = self.folder / "blobs"      # shared by every session in the folder
+        self.blob_threshold = blob_threshold
+        self.synced_blobs: set[str] = set()     # blobs this writer knows are on disk
+        self.durable = durable
+        self.timeout = timeout
+        self._fd: int | None = None
+        self.in_doubt = False       # a write failed leaving the log's end unknown: stop
+        self._lock_fd: int | None = None
+        # open_for_append found no log: a new session
+        self._found_no_log = False
+        # The repair marker this writer wrote, if any
+        self.repaired: Message | None = None
+        # (index, position) of every message the log shows, as LogState.shown() gives
+        # them, and how many messages it holds, undone ones included. Built from the
+        # log as the writer opens it (_open reads it anyway, for the repair), then kept
+        # current by append() and undo(): an undo never reads the log again.
+        self.shown: list[tuple[int, int]] = []
+        self.message_count = 0
+        # The latest compaction the last read of the log found (lesson 08)
+        self.compacted: Compaction | None = None
+        # Where the log's lines end, and the rest fork needs (see KnownLog): set when
+        # this object becomes the writer, kept current by every write.
+        self.known: KnownLog | None = None
+        self._identity: tuple[int, int] | None = None    # the log's (device, inode)
+
+    def open_for_append(self) -> list[Message]:
+        """Become the session's writer and return its history, with the tail repaired.
+
+        A session with no log yet has nothing to repair and nothing to lock: it stays
+        uncreated, lock file included, until the first append (loading a session must
+        not create its file).
+        """
+        if self._fd is None:
+            if self.path.exists():
+                # The log as the repair read it: parsed once
+                return self.history(self._open(for_history=True))
+            self._found_no_log = True
+        return self.load()
+
+    def append(self, message: Message) -> None:
+        """Write one message as one line, with a single write() of the whole line."""
+        # The rule first: a message that reading would refuse is never written, and no
+        # file is created for it.
+        check_plain_json(message)
+        check_message(message)
+        if self._fd is None:
+            self._open()        # become the writer first: only the writer stores blobs
+        # A large content goes to its blob first, whole; only then is the line that
+        # points to it written. A crash in between leaves a blob nothing points to,
+        # never a line pointing to nothing.
+        self._write(encode_line(self.outline(message)))
+        # Shown, with its index as written, at the position of the line just written
+        self.shown.append((self.message_count, len(self.known.ends) - 1))
+        self.message_count += 1
+        self.known.message_count = self.message_count
+        self.known.settled = leaves_no_call_open(message)
+
+    def _write(self, data: bytes) -> None:
+        """Add whole lines at the end of the log with one write(); fsync if durable.
+
+        Raises WriterStopped, writing nothing, once a write of this writer has failed
+        without saying what it left in the file.
+        """
+        if self.in_doubt:
+            raise WriterStopped(
+                f"{self.path}: an earlier write failed after its bytes may have "
+                "reached the file, so this writer stopped (a retry could write a "
+                "message twice). Close it and open the session again: its history is "
+                "then read from the log.")
+        if len(data) > MAX_WRITE:
+            # One write() moves at most MAX_WRITE bytes on Linux: the line could not
+            # land whole, so it is refused before a byte is written.
+            raise ValueError(f"{self.path}: a line of {len(data)} bytes is more than "
+                             f"one write() can take ({MAX_WRITE}); nothing was written")
+        # From here until the line is known to be whole (and on disk, in durable
+        # mode), an error leaves the file in doubt: a signal after write() returned, a
+        # short write that could not be taken back, an fsync that failed (EIO: the
+        # bytes may never reach the disk).
+        self.in_doubt = True
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            self.in_doubt = False   # write() refused whole: nothing written, retry safe
+            raise
+        if written != len(data):
+            # The disk filled up (or a file size limit was hit) part-way: take the part
+            # back, so that the log still ends on a whole line and the next write starts
+            # clean.
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            self.in_doubt = False   # taken back: the log is as it was before this write
+            raise OSError(f"{self.path}: short write, {written} of {len(data)} bytes "
+                          "(taken back)")
+        if self.durable:
+            os.fsync(self._fd)
+        self.in_doubt = False
+        if self.known is not None:
+            # Once the writer is open, each write adds one line (an append, an undo
+            # marker): what this process knows of the log stays true (see KnownLog).
+            self.known.size += len(data)
+            self.known.mtime_ns = None
+            self.known.ends.append(self.known.size)
+            self.known.settled = False      # until append() says otherwise
+            # A read of the same file in this process may have put its own there
+            KNOWN_LOGS[self._identity] = self.known
+
+    def _open(self, for_history: bool = False) -> LogState | None:
+        """Become the writer: take the lock, open the log to append, repair its tail.
+
+        Returns the log's entries as this writer leaves them, so that a resume need not
+        read and parse the whole log a second time. Unless they are asked for, a log
+        this process knows as it is now (see KnownLog), with nothing to repair, is not
+        read at all: the writer starts from what is known, and returns None.
+        """
+        make_folder(self.folder, self.durable)
+        self.known = None       # the log may have changed since this object last wrote
+        try:
+            # The lock comes first: a tail that looks torn may be a line another
+            # writer is in the middle of writing. Only the lock holder may judge it, and
+            # cut it. Inside the try: a failure writing the lock file lets go of it.
+            self._lock()
+            if (
+                self._found_no_log
+                and self.path.exists()
+                and self.path.stat().st_size > 0
+            ):
+                # Our agent started from an empty history; another writer began the
+                # session since. Appending now would splice two stories into one log.
+                raise SessionExists(
+                    f"session {self.id!r} was started by another writer after this one "
+                    "found it empty; resume it again to continue from its history"
+                )
+            is_new = not self.path.exists()
+            # O_APPEND: every write lands at the current end of the file, whatever else
+            # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+            # ELOOP), never followed out of the folder; 0o600: only its owner may read
+            # it. O_RDWR: the writer reads the log through this same descriptor
+            # (read_all).
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+            self._fd = os.open(self.path, flags, 0o600)
+            if is_new and self.durable:
+                self._sync_folder()
+            known = None if for_history else recall(self._fd)
+            if known is not None and known.settled and known.message_count is not None:
+                # Parsed whole by this process (no corrupt line), unchanged since, and
+                # ending whole with no call open: a read would find nothing to repair.
+                self._know_from(known)
+                return None
+            # Read what was opened, not the name again: it may name another file by now.
+            data = read_all(self._fd, self.path)
+            # Raises CorruptLog before anything is changed
+            state = parse_log(data, self.path)
+            # A repair that wrote (a newline, a marker, results) changed the log: read
+            # it again. That happens once after a crash; any other open parses it once.
+            if self._repair(data, state):
+                state = parse_log(read_all(self._fd, self.path), self.path)
+            self._know(state)
+        except BaseException:
+            self.close()    # a log we cannot take over is one we neither write nor lock
+            raise
+        return state
+
+    def _know(self, state: LogState) -> None:
+        """Start from the log as this writer opened it: which messages it shows, how
+        many it holds, and (for fork, in every part of this process) where its lines
+        end."""
+        self.shown = state.shown()
+        self.message_count = sum(MARKER not in entry for entry in state.entries)
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        # The same list as self.shown: what undo and append do to it, fork sees. The
+        # repair has just answered every call left open.
+        self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
+                              self.shown, message_count=self.message_count,
+                              settled=True)
+        remember(status, self.known)
+
+    def _know_from(self, known: KnownLog) -> None:
+        """Start from what this process knows of the log, as _know() from a read."""
+        self.shown = list(known.shown)      # this writer's own, as append changes it
+        self.message_count = known.message_count
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
+                              message_count=self.message_count, settled=True)
+        remember(status, self.known)
+
+    def _lock(self) -> None:
+        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds, and write who holds it into the lock file. SessionBusy if
+        it stays taken.
+
+        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not
+        blocking) when another open file holds it, and released by the kernel when the
+        holder closes it or dies. If the file we locked is no longer the one named
+        `<id>.lock` (its holder removed it while letting go), lock the new one instead.
+        """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            # O_NOFOLLOW: a lock file that is a symbolic link is refused, never followed
+            # (the next lines would truncate whatever it points to).
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise SessionBusy(self.id, self.holder()) from None
+                time.sleep(LOCK_POLL_SECONDS)
+                continue
+            if is_same_file(fd, self.lock_path):
+                break
+            # We locked a file that was removed as its holder let go: retry
+            os.close(fd)
+        # A lock file with other names (a hard link to another session's log, planted
+        # like a symbolic link) or that is no regular file must not be truncated below.
+        found = os.fstat(fd)
+        if found.st_nlink != 1 or not stat.S_ISREG(found.st_mode):
+            os.close(fd)
+            raise OSError(errno.EPERM, "the lock file is not a plain file of its own "
+                          f"(it has {found.st_nlink} names, or is not a regular file); "
+                          "refusing to write into it", str(self.lock_path))
+        self._lock_fd = fd
+        # Whoever held it before (even one killed with SIGKILL) left its name here:
+        # overwrite.
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": now()}).encode("utf-8"))
+
+    def _unlock(self) -> None:
+        """Let go: remove the lock file while still holding the lock, then close it."""
+        if self._lock_fd is None:
+            return
+        # Remove the name first, while the lock is still ours: a writer that opened this
+        # file and is waiting on it will find, once it gets the lock, that the name
+        # points nowhere and try again on a new file. (Remove it after letting go, and a
+        # newcomer's fresh lock file could be the one removed.)
+        try:
+            if is_same_file(self._lock_fd, self.lock_path):
+                os.unlink(self.lock_path)
+        finally:
+            # Even if the name could not be removed (a read-only folder): a lock file
+            # left behind only shows a stale name, a lock still held blocks everyone.
+            os.close(self._lock_fd)     # the flock goes with its last descriptor
+            self._lock_fd = None
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the session, says the lock file: {"pid", "host", "since"} or {}."""
+        try:
+            # Like every file of the session: no link followed, a regular file only, and
+            # no more than a pid record can need (a planted device could never end).
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return {}
+                found = json.loads(os.read(fd, 4096))
+            finally:
+                os.close(fd)
+        # No lock file, or its holder is writing it right now
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _repair(self, data: bytes, state: LogState) -> bool:
+        """Make the log's tail whole before this writer adds to it; leave a whole one.
+
+        Cut a torn tail, add a missing final newline, and answer each unanswered tool
+        call with interrupted_result(call), after a repair marker saying what was done.
+        The marker and the results go in one write, so a second repair finds nothing
+        left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
+        read them. Returns whether it wrote anything.
+        """
+        calls = unanswered_calls(state.messages)
+        # So that the next line starts clean
+        fix = b"\n" if state.newline_missing else b""
+        if state.torn:
+            # O_APPEND writes then land at the new end
+            os.ftruncate(self._fd, state.end)
+        if state.torn or calls:
+            cut = data[state.end:state.end + 80]
+            self.repaired = {
+                MARKER: "repair",
+                "at": now(),
+                "cut_bytes": state.torn,
+                "cut_preview": cut.decode("utf-8", "replace"),
+                "interrupted": [call["id"] for call in calls],
+            }
+            entries = [self.repaired, *(interrupted_result(call) for call in calls)]
+            fix += b"".join(encode_line(entry) for entry in entries)
+        if fix:
+            # One write: marker and results land together or not at all
+            self._write(fix)
+        return bool(fix)
+
+    def _sync_folder(self) -> None:
+        """Make the new file's name itself durable: fsync the folder that holds it."""
+        # fsync on the file saves its bytes; the entry "quest-1.jsonl" lives in the
+        # folder, and until the folder is synced a power cut can lose the whole file.
+        folder = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    def load(self) -> list[Message]:
+        """Every complete message the log shows, in order (undone ones left out); [] for
+        a session that does not exist yet.
+
+        Read-only: markers are left out, a torn tail is skipped (not cut: only the
+        writer repairs), and a corrupt line before the tail raises CorruptLog. Each
+        content stored as a blob is read back and checked against its hash (BlobError if
+        it cannot be trusted).
+        """
+        return self.history(read_log(self.path))
+
+    def history(self, state: LogState) -> list[Message]:
+        """The messages `state` shows, each blob reference replaced by its content."""
+        # lesson 08: where requests start (a log with no marker has no compaction)
+        self.compacted = None if state.plain else state.compaction()
+        if state.plain:
+            # The usual log: every entry is a message, shown, with its content
+            return list(state.entries)
+        shown = state.shown_once()
+        return [self.inline(state.entries[position], state.lines[position])
+                for _, position in shown]
+
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the log shows, with one marker line.
+
+        Returns their indices. Their lines stay where they are: the file is only ever
+        appended to, and the marker tells every later reader to leave them out.
+        """
+        if self._fd is None:
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
+        shown = self.shown
+        if not 0 < count <= len(shown):
+            raise UndoError(
+                f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}"
+            )
+        skip = [index for index, _ in shown[len(shown) - count:]]
+        self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
+        del shown[len(shown) - count:]      # only once the marker is written
+        return skip
+
+    # --- lesson 08: a compaction marker -----------------------------------------------
+
+    def compact(self, summary: str, keep: int) -> int:
+        """Record that `summary` stands for every message the log shows but the last
+        `keep`, with one marker line. Returns the marker's "upto".
+
+        "upto" is the index of the first message kept, or the number of messages in the
+        log when none is kept: an index, as undo markers count them, never a line
+        number, so that markers written later do not move it. No message is removed:
+        the log stays the whole truth, and the summary only changes what is sent.
+        """
+        if self._fd is None:
+            self._open()  # the writer first: its repair may add messages to the end
+        # A compaction is rare (it costs a model call): reading the log again, through
+        # the writer's own descriptor, costs little beside it and keeps this plain.
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        shown = state.shown()
+        if not 0 <= keep <= len(shown):
+            raise ValueError(f"cannot keep {keep} message(s) of {self.path} after a "
+                             f"compaction: it shows {len(shown)}")
+        written = sum(MARKER not in entry for entry in state.entries)
+        upto = shown[len(shown) - keep][0] if keep else written
+        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        self._write(encode_line(marker))
+        return upto
+    # --- lesson 09: erase one message for good ----------------------------------------
+
+    def index_of(self, position: int) -> int:
+        """The index (as undo markers count) of the `position`-th message the log shows.
+        """
+        if self._fd is None:
+            self._open()
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        shown = state.shown()
+        if not 0 <= position < len(shown):
+            raise EraseError(f"{self.path} shows {len(shown)} message(s): there is no "
+                             f"message {position}; nothing was erased")
+        return shown[position][0]
+
+    def erase(self, index: int) -> bool:
+        """Erase message `index` from the log for good, and return True (False when it
+        was erased before: erasing twice changes nothing).
+
+        `index` counts every message in the file from 0, undone ones included, as an
+        undo marker does. The message's line becomes its tombstone(); every other line
+        that quotes its text (a message, a marker) has the quote replaced by ERASED; an
+        erase marker is added; and the log is rewritten whole (temporary file, fsync,
+        rename), under the lock. Then each blob the rewritten lines used goes too,
+        unless another file still refers to it.
+        Raises EraseError, changing nothing, for an index the log does not hold.
+        """
+        started = time.time()
+        if self._fd is None:
+            self._open()  # the writer first: its lock keeps every other writer out
+        data = read_all(self._fd, self.path)
+        state = parse_log(data, self.path)
+        positions = [p for p, entry in enumerate(state.entries) if MARKER not in entry]
+        if not 0 <= index < len(positions):
+            raise EraseError(f"{self.path} holds {len(positions)} message(s): there is "
+                             f"no message {index}; nothing was erased")
+        if any(entry.get(MARKER) == "erase" and entry.get("index") == index
+               for entry in state.entries):
+            return False
+        texts = self.quoted(state.entries[positions[index]],
+                            state.lines[positions[index]])
+        raw = data[:state.end].split(b"\n")
+        lines: list[bytes] = []
+        rewritten: list[str] = []   # the blobs of the lines rewritten
+        for position, entry in enumerate(state.entries):
+            if position == positions[index]:
+                new = tombstone(entry)
+            else:
+                new = self.scrubbed(entry, state.lines[position], texts)
+            if new is None:     # every other line keeps its bytes exactly
+                lines.append(raw[state.lines[position] - 1] + b"\n")
+            else:
+                lines.append(encode_line(new))
+                rewritten += blobs_of(entry)
+        lines.append(encode_line({MARKER: "erase", "index": index, "at": now()}))
+        self._rewrite(b"".join(lines))
+        drop_blobs(self.folder, rewritten, touched_after=started)
+        return True
+
+    def quoted(self, message: Message, line: int) -> list[str]:
+        """The texts of `message` that erase() looks for in every other line: its
+        content (read back from its blob), each text at least QUOTE_MIN_CHARS long."""
+        try:
+            message = self.inline(message, line)
+        except BlobError:
+            pass    # its blob is gone or damaged: what is left of it is the preview
+        return [text for text in contents_of(message) if len(text) >= QUOTE_MIN_CHARS]
+
+    def scrubbed(self, entry: Message, line: int, texts: list[str]) -> Message | None:
+        """`entry` with every quote of `texts` replaced by ERASED, or None when it
+        quotes none of them. A message whose content is a blob is read back whole and,
+        scrubbed, stored as a new blob (the old one is then no longer referred to)."""
+        whole = entry
+        if MARKER not in entry:
+            try:
+                whole = self.inline(entry, line)
+            except BlobError:
+                pass    # a blob that cannot be read: its preview can still be scrubbed
+        new = scrub(whole, texts)
+        if new == whole:
+            return None
+        return new if MARKER in new else self.outline(new)
+
+    def _rewrite(self, data: bytes) -> None:
+        """Replace the whole log with `data`: the old file or the new, never a mix.
+
+        The new bytes go to a temporary file in the same folder, fsynced, then renamed
+        over the log, and the folder is fsynced: a crash at any point leaves either the
+        old log or the new one. The writer then appends to the new file; its old
+        descriptor still points to the old one, which no name reaches any more.
+        """
+        before = os.fstat(self._fd)
+        write_whole(self.path, data, durable=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+        os.close(self._fd)
+        self._fd = fd
+        # An erase is not a use: the log keeps the time of its last append, which is
+        # what expire() goes by.
+        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        # What this writer (and fork, through KNOWN_LOGS) knew of the old file, where
+        # its lines end, no longer holds: no name reaches that file now, and the new one
+        # has other line lengths. Start again from the bytes just written.
+        KNOWN_LOGS.pop(self._identity, None)
+        self._know(parse_log(data, self.path))
+
+    # --- large content, stored beside the log by its hash -----------------------------
+
+    def outline(self, message: Message) -> Message:
+        """The message as its line stores it: a large content becomes a blob reference.
+
+        Returns a new dict and leaves `message` alone: the agent's memory, and so the
+        next request to the model, keep the full content.
+        """
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message          # None, or a list of parts: stored as they are
+        if len(content) * 4 <= self.blob_threshold:
+            return message  # UTF-8 takes 4 bytes a character at most: it fits
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            return message  # a lone surrogate: encode_line refuses it, saying why
+        if len(data) <= self.blob_threshold:
+            return message
+        digest = self.store_blob(data)
+        reference = {
+            "$blob": digest,
+            "size": len(data),
+            "preview": content[:PREVIEW_CHARS],
+        }
+        return {**message, "content": reference}
+
+    def store_blob(self, data: bytes) -> str:
+        """Store `data` as `blobs/<sha256 of data>`, whole, and return the hash.
+
+        Content-addressed: the same bytes always get the same name, so they are stored
+        once, and any session of the folder (a fork, say) can point to them without a
+        copy.
+        """
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.blobs / digest
+        try:
+            # Lesson 09: touch it first, then check it. A blob stored again counts as
+            # new for collect_blobs(), which never takes a blob touched within its grace
+            # period: this writer is about to point to it.
+            touch(path)
+            stored = hashlib.sha256(read_file(path)).hexdigest() == digest
+        except OSError:
+            stored = False      # not stored yet (or not a plain file): write it below
+        if stored:
+            # Stored before, and still intact: nothing to write. Maybe by a writer that
+            # never synced it, though: in durable mode, sync it once (bytes, then name)
+            # before a line of this writer points to it.
+            if self.durable and digest not in self.synced_blobs:
+                fsync_file(path)
+                fsync_folder(self.blobs)
+                self.synced_blobs.add(digest)
+            return digest
+        make_folder(self.blobs, self.durable)   # durable: the name "blobs" synced too
+        # A temporary file, then a rename: the name <sha256> never holds half a blob. (A
+        # blob that was damaged is replaced the same way, by the good bytes.)
+        fd, temp = tempfile.mkstemp(dir=self.blobs, prefix=f".{digest}.", suffix=".tmp")
+        try:
+            write_all(fd, data)
+            if self.durable:
+                os.fsync(fd)
+        except BaseException:
+            # A write that failed (a full disk) leaves no half a blob behind
+            os.unlink(temp)
+            raise
+        finally:
+            os.close(fd)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+            raise
+        if self.durable:
+            # The blob's name is on disk before any line uses it
+            fsync_folder(self.blobs)
+            self.synced_blobs.add(digest)
+        return digest
+
+    def inline(self, message: Message, line: int) -> Message:
+        """The message as the agent sees it: a blob reference replaced by its content.
+
+        `line` is the message's line number in the log, for the error messages.
+        """
+        reference = message.get("content")
+        if not (isinstance(reference, dict) and "$blob" in reference):
+            return message
+        name = reference["$blob"]
+        where = f"{self.path}: line {line}"
+        # The name comes from a file anyone could edit: a path such as
+        # "../quest-2.jsonl" must never be opened. Only a plain hash names a blob.
+        if not isinstance(name, str) or not BLOB_NAME.fullmatch(name):
+            raise BlobError(
+                f"{where}: the blob reference {name!r} is not a sha256 hash "
+                "(64 lowercase hexadecimal digits); refusing to open it"
+            )
+        try:
+            # Bytes: text mode would turn \r\n into \n.
+            # A symbolic link is refused (OSError).
+            data = read_file(self.blobs / name)
+        except FileNotFoundError:
+            raise BlobError(
+                f"{where}: blob {name} is missing from {self.blobs}"
+            ) from None
+        if hashlib.sha256(data).hexdigest() != name:
+            raise BlobError(
+                f"{where}: blob {name} was changed after it was written: its bytes "
+                "no longer match its hash, so it is not what this session said"
+            )
+        try:
+            return {**message, "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise BlobError(
+                f"{where}: blob {name} is not UTF-8 text, so it is no message's content"
+            ) from None
+
+    def close(self) -> None:
+        """Close the log, then let go of the lock (safe to call more than once)."""
+        try:
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                if self.known is not None:
+                    recall(fd)      # the time of this writer's last write: see KnownLog
+                os.close(fd)
+        finally:
+            self._unlock()      # whatever closing the log raised
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()  # on an exception too: a crashed writer must not keep the session
+
+    # --- side-chains: the logs of this session's helpers (lesson 10) ------------------
+
+    def start_sidechain(self, call_id: str) -> "SessionLog":
+        """Start the side-chain of the helper that answers tool call `call_id`.
+
+        Claims a name of its own in `<id>.sidechains/` by publishing its meta file,
+        appends the pointer marker to this log, and returns the side-chain's SessionLog:
+        a writer of its own, with its own lock. This log keeps its lock all along.
+        """
+        if self._fd is None:
+            self._open()    # the parent's writer: it alone names side-chains of its own
+        folder = sidechain_folder(self.folder, self.id)
+        if folder.is_symlink():
+            # Planted, like a linked log or lock file: the helper's words would be
+            # written wherever it points.
+            raise OSError(errno.ELOOP, "the side-chains folder is a symbolic link; "
+                          "refusing to write a helper's log through it", str(folder))
+        base = sidechain_id(call_id)
+        # An undone turn's call id can come back (the model numbers its calls): the
+        # name then has a suffix, so a helper never writes into another one's log.
+        number = 1
+        while True:
+            name = base if number == 1 else f"{base}.{number}"
+            number += 1
+            if (folder / f"{name}.jsonl").exists():
+                continue
+            meta = {"format": FORMAT_VERSION, "id": name, "sidechain_of": self.id,
+                    "call": call_id, "created": now()}
+            try:
+                # Created, never replaced: a name that exists is another helper's
+                publish_new(folder / f"{name}.meta.json",
+                            json.dumps(meta, ensure_ascii=False, indent=1).encode(),
+                            durable=self.durable)
+            except SessionExists:
+                continue
+            break
+        # The pointer before the helper's first line: a crash inside the helper leaves
+        # the call (repaired on resume) and, beside it, where to find what it did.
+        self._write(encode_line({MARKER: "sidechain", "call": call_id,
+                                 "session": self.id, "sidechain": name, "at": now()}))
+        return SessionLog(folder, name, durable=self.durable)
+
+
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            text = arguments[:200]
+            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    name = call["function"]["name"]
+    function = tools.functions.get(name)
+    if function is None:
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
+    try:
+        arguments = read_arguments(call["function"]["arguments"])
+    except ValueError as error:
+        return f"error: the arguments for {name} {error}; send a JSON object"
+    try:
+        return str(function(**arguments))
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
+        return f"error: {name} failed: {type(error).__name__}: {error}"
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    taken = {call["id"] for message in history
+             for call in message.get("tool_calls") or []}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        # No id, or one already used: a result could not say which call it answers.
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        taken.add(call_id)
+        arguments = call["function"]["arguments"]
+        try:
+            parsed = read_arguments(arguments)
+            if not (isinstance(arguments, str) and arguments):
+                # An object, "" or null: store the JSON text of what they mean.
+                arguments = json.dumps(parsed, ensure_ascii=False)
+        except ValueError:
+            arguments = "{}"    # what all servers read back; run_tool reports the error
+        function = {"name": call["function"]["name"], "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
+    # LM Studio) with them. "" is taken by all.
+    content = reply.get("content")
+    text = content if isinstance(content, str) else ""
+    message: Message = {"role": "assistant", "content": text}
+    if calls:       # never "tool_calls": [], which OpenAI refuses
+        message["tool_calls"] = calls
+    return message
+
+
+
+# --- lesson 08: sizes and summaries ---------------------------------------------------
+
+# Tokens the budget keeps free for the model's answer: a request that fills the window
+# leaves the model no room to reply.
+REPLY_ROOM = 512
+SUMMARY_PROMPT = (
+    "Summarise the conversation below for whoever continues it: the goal, what was "
+    "said and decided, what the tools did and returned (people met, items bought, "
+    "gold left), and what is still open. Plain sentences, no more than a page."
+)
+# What the request shows before the summary, so the model reads it as one.
+SUMMARY_INTRO = "(The conversation so far, summarised to fit the window.)\n"
+
+
+def estimate_tokens(value: Any) -> int:
+    """About how many tokens `value` costs a model: the bytes of its JSON, / 4.
+
+    Every model has its own tokenizer, and the exact count is only known once the
+    server answers. Four bytes a token is the usual rule of thumb for English text; the
+    JSON counts the roles, ids and quotes the server tokenizes too. It counts low for
+    scripts of three bytes a character: Chinese runs about a token a character, which
+    bytes / 4 counts as three quarters of one. `reply_room` is the margin.
+    """
+    data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return (len(data) + 3) // 4
+
+
+def transcript(summary: str | None, messages: list[Message]) -> str:
+    """The conversation as plain text, a line a message, for the summary request."""
+    lines = [f"[summary of what came before] {summary}"] if summary else []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):   # parts: keep their text
+            content = " ".join(str(part.get("text", "")) for part in content
+                               if isinstance(part, dict))
+        role = message.get("role")
+        if content:
+            lines.append(f"[{role}] {content}")
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            lines.append(f"[{role} calls] {function['name']}({function['arguments']})")
+    return "\n".join(lines)
+
+
+class Agent:
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+        budget: int | None = None,
+        reply_room: int = REPLY_ROOM,
+    ) -> None:
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
+        self.model = model
+        self.tools = tools
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
+        self.system = system          # sent first with every request, never stored
+        self.max_turns = max_turns    # model calls allowed for one user message
+        # Messages recorded but not written to the log yet: see record() and flush().
+        self.pending: list[Message] = []
+        self.messages: list[Message] = self.resume()
+        # Lesson 08: the largest request, in estimated tokens, counting the system
+        # prompt, the tools, the summary and `reply_room` tokens left for the answer
+        # (None: no limit, nothing is ever compacted). The compaction the log recorded
+        # is the view whatever the budget: a resume sends what was sent before.
+        self.budget = budget
+        self.reply_room = reply_room
+        self.compaction: Compaction | None = (
+            self.session.compacted if self.session is not None else None
+        )
+
+    def resume(self) -> list[Message]:
+        """The history to start from: the session's log, repaired (none without one)."""
+        if self.session is None:
+            return []
+        # Not load(): this agent will write, so it takes the log over as its writer, and
+        # a writer repairs the tail before the history is sent to any model.
+        return self.session.open_for_append()
+
+    def run(self, user_text: str) -> str:
+        """Handle one user message: call the model until it answers in plain text.
+
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
+        """
+        self.settle()       # a run that stopped half-way may have left calls open
+        self.record({"role": "user", "content": user_text})
+        try:
+            for _ in range(self.max_turns):
+                # Flushes first: on disk before the model sees it
+                reply = self.ask_model()
+                message = normalize_reply(reply, self.messages)
+                self.record(message)
+                # Decide from tool_calls, not finish_reason: some OpenAI-compatible
+                # servers answer finish_reason="stop" together with tool calls.
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    return message["content"]
+                # Run each call as the model sent it (so that run_tool can say what was
+                # wrong with its arguments); answer under its stored copy's id.
+                for call, asked in zip(calls, reply["tool_calls"]):
+                    # The call (and the results before it) are on disk before the tool
+                    # can change the world: a crash inside it leaves a call lesson 04
+                    # repairs.
+                    self.flush()
+                    self.record({"role": "tool", "tool_call_id": call["id"],
+                                 "content": self.use_tool(call, asked)})
+            raise MaxTurnsExceeded(
+                f"the model still wanted tools after {self.max_turns} requests; giving "
+                "up on this turn"
+            )
+        finally:
+            # The answer the user is about to read is on disk when run() ends
+            self.flush()
+
+    def settle(self) -> None:
+        """Answer the tool calls an earlier run left without results, before anything.
+
+        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
+        """
+        for call in unanswered_calls(self.messages):
+            self.record(interrupted_result(call))
+
+    def record(self, message: Message) -> None:
+        """Add one message to the conversation: in memory now, in the log at flush().
+
+        The agent flushes before every model call, before every tool runs and when run()
+        ends, so only a message nothing has acted on yet stays pending: one recorded
+        between turns (a note the user pasted, say) and not sent yet. Taking it back
+        costs nothing; a crash loses it, and with it nothing that any model, tool or
+        user has seen.
+        """
+        self.messages.append(message)
+        if self.session is not None:
+            self.pending.append(message)
+
+    def flush(self) -> None:
+        """Write the pending messages to the log, oldest first."""
+        while self.pending:
+            self.session.append(self.pending[0])
+            # Only once it is written: a failed write leaves it pending
+            del self.pending[0]
+
+    def undo(self, turns: int = 1) -> list[Message]:
+        """Take back the last `turns` turns and return the messages taken back.
+
+        A turn is a user message and everything after it up to the next user message, so
+        a tool call is never taken back without its results. Pending messages are
+        dropped; written ones are marked as undone in the log. Raises UndoError,
+        changing nothing, when the conversation has fewer turns.
+        """
+        starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
+        if not 0 < turns <= len(starts):
+            raise UndoError(
+                f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
+            )
+        cut = starts[len(starts) - turns]
+        if self.compaction is not None and cut < self.compaction.boundary:
+            raise UndoError(
+                f"cannot undo {turns} turn(s): message {cut} is summarised by the "
+                f"compaction at message {self.compaction.boundary}, and the summary "
+                "would still tell the model about it. Fork the session from before "
+                "that message instead"
+            )
+        taken = self.messages[cut:]
+        # The newest messages are the pending ones:
+        # for them, dropping is the whole undo.
+        dropped = min(len(taken), len(self.pending))
+        written = len(taken) - dropped
+        if written and self.session is not None:
+            self.session.undo(written)
+        del self.pending[len(self.pending) - dropped:]
+        del self.messages[cut:]
+        return taken
+
+    # --- lesson 09 --------------------------------------------------------------------
+
+    def erase(self, position: int) -> Message:
+        """Erase message `position` of the conversation (as self.messages numbers it)
+        for good: in memory and in the log. Returns its tombstone.
+
+        Pending messages are written first, so that the log numbers every message the
+        conversation holds; an erased message nobody had written yet then goes through
+        the same rewrite. Raises EraseError, changing nothing, for a position the
+        conversation does not have.
+        """
+        if not 0 <= position < len(self.messages):
+            raise EraseError(f"the conversation has {len(self.messages)} message(s): "
+                             f"there is no message {position}; nothing was erased")
+        self.flush()
+        texts = [text for text in contents_of(self.messages[position])
+                 if len(text) >= QUOTE_MIN_CHARS]
+        if self.session is not None:
+            self.session.erase(self.session.index_of(position))
+        self.messages[position] = tombstone(self.messages[position])
+        if self.compaction is not None:
+            # Lesson 08's summary, which every request sends, may quote the erased words:
+            # the view loses them too, as the log's compaction marker did.
+            summary = redact(self.compaction.summary, texts)
+            self.compaction = Compaction(summary, self.compaction.boundary)
+        return self.messages[position]
+
+    def ask_model(self) -> Message:
+        """Send the conversation to the model; return its reply as it came, as a dict.
+
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
+        """
+        self.flush()  # lesson 01's rule: every message is on disk before the model call
+        # Lesson 08: the view of the log, within the budget
+        messages = self.request_messages()
+        response = self.client.chat.completions.create(
+            model=self.model, messages=messages, tools=self.tools.schemas)
+        reply = response.choices[0].message
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}
+
+    # --- lesson 08: the request is a view -----------------------------------------
+
+    def view(self) -> list[Message]:
+        """The messages of the next request, as the log stands: the system prompt, the
+        summary of everything before the boundary (if there is a compaction), then
+        every message after the boundary. `self.messages` is never cut."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        if self.compaction is None:
+            return system + self.messages
+        summary = {"role": "user", "content": SUMMARY_INTRO + self.compaction.summary}
+        return system + [summary] + self.messages[self.compaction.boundary:]
+
+    def request_size(self, messages: list[Message]) -> int:
+        """The estimated tokens a request with these messages needs: the messages, the
+        tools' schemas (sent with every request) and the room left for the reply."""
+        return (estimate_tokens(messages) + estimate_tokens(self.tools.schemas)
+                + self.reply_room)
+
+    def request_messages(self) -> list[Message]:
+        """The next request's messages, within the budget: compacted first when the view
+        is over it. ContextOverflow when even that does not fit (never a loop)."""
+        messages = self.view()
+        if self.budget is None or self.request_size(messages) <= self.budget:
+            return messages
+        compacted = self.compact()
+        messages = self.view()
+        if not compacted or self.request_size(messages) > self.budget:
+            raise ContextOverflow(
+                f"the next request needs about {self.request_size(messages)} tokens, "
+                f"more than the budget of {self.budget}, even with everything before "
+                "the turn in progress summarised: that turn alone does not fit. "
+                "Nothing was lost (the log holds every message): undo the turn, or "
+                "raise the budget"
+            )
+        return messages
+
+    def compact(self) -> bool:
+        """Summarise everything before the newest turn and make that the view.
+
+        The boundary is the newest user message: the turn it starts stays whole, so no
+        tool call is ever parted from its results. The summary covers the previous
+        summary and the messages from the old boundary to the new one, and a marker in
+        the log records it. Returns False, changing nothing, when there is nothing to
+        summarise (the newest turn already starts at the boundary).
+        """
+        start = self.compaction.boundary if self.compaction is not None else 0
+        # The marker counts the log's messages from its end: write the pending ones.
+        self.flush()
+        starts = [i for i, m in enumerate(self.messages)
+                  if m.get("role") == "user" and i > start]
+        if not starts:
+            return False
+        cut = starts[-1]
+        summary = self.summarise(self.messages[start:cut])
+        if self.session is not None:
+            self.session.compact(summary, keep=len(self.messages) - cut)
+        self.compaction = Compaction(summary, cut)
+        return True
+
+    def summarise(self, messages: list[Message]) -> str:
+        """One model call: a summary of the previous summary (if any) and `messages`.
+
+        The conversation goes as text in one user message, with no tools: the model
+        cannot call a tool instead of answering, and no provider can refuse the request
+        for a tool exchange (pi does the same). ValueError for an empty summary.
+        """
+        earlier = self.compaction.summary if self.compaction is not None else None
+        response = self.client.chat.completions.create(
+            model=self.model,
+            messages=[{"role": "system", "content": SUMMARY_PROMPT},
+                      {"role": "user", "content": transcript(earlier, messages)}])
+        summary = (response.choices[0].message.content or "").strip()
+        if not summary:
+            raise ValueError("the model answered the summary request with no text: "
+                             "nothing was compacted")
+        return summary
+    # --- a helper with its own log (lesson 10) ----------------------------------------
+
+    def use_tool(self, call: Message, asked: Message) -> str:
+        """The result of one tool call: run_tool's, or a helper's answer to ask_helper.
+
+        `call` is the stored call (its id is the one the result answers), `asked` the
+        call as the model sent it. The helper runs only when the tools offer ask_helper:
+        an agent given the town of lessons 00-07 behaves as it did.
+        """
+        if (call["function"]["name"] != HELPER_TOOL
+                or HELPER_TOOL not in self.tools.functions):
+            return run_tool(self.tools, asked)
+        try:
+            question = read_arguments(asked["function"]["arguments"]).get("question")
+        except ValueError as error:
+            return f"error: the arguments for {HELPER_TOOL} {error}; send a JSON object"
+        if not isinstance(question, str) or not question.strip():
+            return (f"error: {HELPER_TOOL} needs a 'question': what the helper should "
+                    "find out, as text")
+        try:
+            return self.ask_helper(call["id"], question)
+        except MaxTurnsExceeded as error:
+            # The helper's own way of failing: the model hears it, as from any tool
+            return f"error: the helper gave up: {error}"
+
+    def ask_helper(self, call_id: str, question: str) -> str:
+        """Hand `question` to a helper agent and return its answer.
+
+        The helper is this same loop with a history of its own: the same client, model
+        and tools (ask_helper left out: a helper starts no helper of its own). With a
+        session, its messages go to a side-chain log of their own, under its own lock,
+        while this agent keeps its lock; the parent's log gets only a pointer to it
+        (written before the helper starts) and, afterwards, the answer as the result.
+        """
+        tools = without(self.tools, HELPER_TOOL)
+        if self.session is None:
+            # No log to point from: the helper lives in memory, like its parent
+            helper = Agent(self.client, model=self.model, tools=tools,
+                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+            return helper.run(question)
+        # The call is on disk before the pointer that follows it (run() flushed it)
+        self.flush()
+        with self.session.start_sidechain(call_id) as log:
+            helper = Agent(self.client, model=self.model, tools=tools, session=log,
+                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+            return helper.run(question)
+
+
+FORMAT_VERSION = 1
+
+
+def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
+         durable: bool = False) -> Path:
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
+
+    `upto` counts the messages the source shows: undone ones are not counted. The fork
+    copies the source's lines up to the one holding the last message it keeps, undo
+    markers included, so it shows what the source showed. Returns the new log's path.
+    Refuses, changing nothing, when the source does not exist, when `new_id` is taken,
+    or when `upto` is more than the source shows.
+
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
+    """
+    folder = Path(folder)
+    source = folder / f"{check_session_id(source_id)}.jsonl"
+    target = folder / f"{check_session_id(new_id)}.jsonl"
+    # A meta file without its log is what a fork that failed half-way leaves: not a
+    # session, so a new fork onto that id may replace it.
+    if target.exists():
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
+    try:
+        # Never through a link, never waiting on a FIFO (read_all refuses both)
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise SessionNotFound(
+            f"cannot fork from {source_id!r}: no session log at {source}"
+        ) from None
+    try:
+        return fork_open_log(fd, folder, source_id, new_id, upto, durable)
+    finally:
+        os.close(fd)
+
+
+def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
+                  upto: int | None, durable: bool) -> Path:
+    """fork() from the source's log, open as `fd`."""
+    source = folder / f"{source_id}.jsonl"
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # A session this process has read or written, unchanged since, need not be read
+    # again: what it knows says where each line ends (see KnownLog). Else read it now.
+    log = recall(fd)
+    if log is None:
+        data, state = read_open_log(fd, source)
+        log = KnownLog(len(data), None, state.ends, state.shown(),
+                       state.newline_missing)
+    # Since lesson 04 a log holds markers as well as messages, and may end in a torn
+    # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
+    # messages are undone: count the ones shown.
+    ends = log.ends
+    shown = log.shown
+    count = len(shown) if upto is None else upto
+    if not 0 <= count <= len(shown):
+        raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
+                         f"it shows {len(shown)}")
+    # Keep the lines up to the one holding the last message kept. The undo markers among
+    # them come along, so the fork leaves out what the source leaves out; a marker
+    # further down only takes back messages written after it, which the fork does not
+    # have.
+    keep = len(ends) if upto is None else (shown[count - 1][1] + 1 if count else 0)
+    # Copy the bytes of those lines (a torn tail never: it is no line), into a new,
+    # independent file (never a link). A last line whose newline never got written
+    # gets one, so that the fork's first append starts on a line of its own.
+    copy = Prefix(fd, ends[keep - 1] if keep else 0)
+    if keep and keep == len(ends) and log.newline_missing:
+        copy.then = b"\n"
+    # Publish under the new id's lock, as its writer would: an agent starting a session
+    # of that name right now cannot see "no log yet" before our publish, then open ours.
+    with SessionLog(folder, new_id) as claim:
+        claim._lock()       # SessionBusy if another writer is creating it
+        if target.exists():
+            raise SessionExists(f"cannot fork onto {new_id!r}: {target} already exists")
+        # The lineage first, the log last: the fork exists from the moment its log has
+        # a name, so a failure before that (a full disk, a crash) leaves no session,
+        # only a meta file.
+        write_whole(meta, json.dumps({
+            "format": FORMAT_VERSION,
+            "id": new_id,
+            "parent": source_id,
+            "forked_at": count,
+            "created": now(),
+        }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+        try:
+            publish_new(target, copy, durable=durable)
+        except BaseException:
+            meta.unlink(missing_ok=True)    # no fork after all: no lineage either
+            raise
+    return target
+
+
+@dataclass
+class Prefix:
+    """The first `length` bytes of the file open as `fd`, then `then`: what a fork
+    copies, without reading it into memory."""
+
+    fd: int
+    length: int
+    then: bytes = b""
+
+
+def copy_prefix(source: Prefix, target: int) -> None:
+    """Write the bytes `source` stands for to the open file `target`.
+
+    os.copy_file_range() has the kernel copy them, file to file, without a trip through
+    this process (and some file systems share the blocks rather than copy them). Where
+    the system has no such call, or it refuses these two files, read and write.
+    """
+    done = 0
+    kernel_copy = getattr(os, "copy_file_range", None)     # Linux (and FreeBSD) only
+    try:
+        while kernel_copy is not None and done < source.length:
+            moved = kernel_copy(source.fd, target, source.length - done, done)
+            if not moved:
+                break       # the file is shorter than known: the loop below says so
+            done += moved
+    except OSError as error:    # not for these two files (or this kernel): read, write
+        refused = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+        if done or error.errno not in refused:
+            raise
+    while done < source.length:
+        chunk = os.pread(source.fd, min(source.length - done, 1 << 20), done)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file ended at byte {done} while its first "
+                          f"{source.length} were being copied: it was cut meanwhile")
+        write_all(target, chunk)
+        done += len(chunk)
+    write_all(target, source.then)
+
+
+def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> None:
+    """Create `path` holding `data`, all or nothing, and never over an existing file.
+
+    The bytes go to a temporary file first; os.link then gives it its real name, and
+    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    process leaves at worst a stray temporary file, never a half-written session.
+    Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
+    before it returns.
+    """
+    temp = _write_temp(path, data, durable)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        raise SessionExists(f"cannot create {path}: it already exists") from None
+    finally:
+        os.unlink(temp)
+    if durable:
+        fsync_folder(path.parent)
+
+
+def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically: readers see the old file or the new."""
+    temp = _write_temp(path, data, durable)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+        raise
+    if durable:
+        fsync_folder(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a file no one reads yet, in as many write() calls as it
+    takes.
+
+    Unlike a log line, such a file need not land in one write: one call moves at most
+    2 GiB on Linux, and a full disk then shows as the next call's own error (ENOSPC,
+    EFBIG), not as a short write.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
+    make_folder(path.parent, durable)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if isinstance(data, Prefix):
+            copy_prefix(data, fd)
+        else:
+            write_all(fd, data)
+        if durable:
+            os.fsync(fd)    # the bytes are on disk before the name points to them
+    except BaseException:
+        # A write that failed (a full disk) leaves no half-written file behind
+        os.unlink(temp)
+        raise
+    finally:
+        os.close(fd)
+    return temp
+
+
+# --- lesson 09: sessions are personal data --------------------------------------------
+#
+# Four ways out for what a person said: delete a whole session, expire the ones nobody
+# has used for a while, erase one message, and collect the blobs no log refers to any
+# more. Each works under the session's lock, as its writer would, and each can be run
+# twice, or again after a crash, with the same result.
+
+
+class EraseError(ValueError):
+    """Asked to erase a message the session does not hold: nothing was changed."""
+
+
+# What an erased message's line holds instead of its content. The line stays a message,
+# of the same role and with the same ids: the indices of the messages after it do not
+# shift (undo markers name messages by index), and an erased tool call keeps its result.
+ERASED = "[erased at the user's request]"
+
+# expire(): a session whose log nobody has appended to for this long is deleted. Claude
+# Code's default is 30 days (its cleanupPeriodDays setting).
+RETENTION_SECONDS = 30 * 24 * 3600
+
+# collect_blobs(): a blob touched this recently is kept even if no log refers to it
+# yet. A writer stores (or touches) a blob before it writes the line pointing to it,
+# and this is how long it may take between the two.
+BLOB_GRACE_SECONDS = 3600.0
+
+
+def tombstone(message: Message) -> Message:
+    """The message that takes an erased message's place in the log.
+
+    Its role, its tool call ids and its tools' names stay, so the conversation is still
+    one a provider takes: every call keeps its result, every result its call. Everything
+    else a person could have said goes: the content, the arguments, any other key.
+    """
+    kept: Message = {"role": message["role"], "content": ERASED}
+    if message.get("tool_call_id"):
+        kept["tool_call_id"] = message["tool_call_id"]
+    if message.get("tool_calls"):
+        kept["tool_calls"] = [
+            {"id": call["id"], "type": "function",
+             "function": {"name": call["function"]["name"], "arguments": "{}"}}
+            for call in message["tool_calls"]
+        ]
+    return kept
+
+
+def contents_of(message: Message) -> list[str]:
+    """The texts a message holds: its content, or the text of each of its parts, and a
+    blob reference's preview."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, dict):   # a blob reference that could not be read back
+        return [content.get("preview") or ""]
+    return [part["text"] for part in content or []
+            if isinstance(part, dict) and isinstance(part.get("text"), str)]
+
+
+# The shortest text erase() looks for in the other lines of the log. A shorter message
+# ("yes", "the cave") is too common to be taken for a quote: "yes" is in "yesterday".
+QUOTE_MIN_CHARS = 12
+
+
+def scrub(entry: Message, texts: list[str]) -> Message:
+    """A line's entry with every quote of `texts` replaced by ERASED.
+
+    In a marker, any string but its kind: a compaction summary (lesson 08) quotes what
+    it summarizes. In a message, its content only: its role, ids and calls are the
+    conversation's structure, and changing them could leave a call without its result.
+    """
+    if MARKER in entry:
+        return redact(entry, texts)
+    if "content" not in entry:
+        return entry
+    return {**entry, "content": redact(entry["content"], texts)}
+
+
+def redact(value: Any, texts: list[str]) -> Any:
+    """`value` with every one of `texts` replaced by ERASED wherever a string holds it
+    (a marker's kind, under the key "$marker", is never changed)."""
+    if isinstance(value, str):
+        for text in texts:
+            value = value.replace(text, ERASED)
+        return value
+    if isinstance(value, dict):
+        return {key: item if key == MARKER else redact(item, texts)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, texts) for item in value]
+    return value
+
+
+def blobs_of(entry: Message) -> list[str]:
+    """The names of the blobs a line refers to (a message's stored content)."""
+    content = entry.get("content")
+    name = content.get("$blob") if isinstance(content, dict) else None
+    return [name] if isinstance(name, str) and BLOB_NAME.fullmatch(name) else []
+
+
+def blob_references(folder: Path) -> set[str]:
+    """Every blob name that any file of the sessions folder mentions.
+
+    Every file, not only the logs: a fork being published is still a temporary file,
+    and a log that cannot be parsed still refers to its blobs. A 64-digit hash that
+    happens to sit in a message keeps a blob it does not refer to: the safe mistake.
+    """
+    found: set[str] = set()
+    for path in folder.iterdir():
+        try:
+            data = read_file(path)
+        except OSError:
+            continue    # a folder (blobs/), a link, a file removed meanwhile
+        found.update(name.decode() for name in re.findall(rb"[0-9a-f]{64}", data))
+    return found
+
+
+def touch(path: Path) -> None:
+    """Set a file's modification time to now, without following a symbolic link."""
+    os.utime(path, follow_symlinks=False)
+
+
+def discard_blob(path: Path, *, touched_after: float) -> bool:
+    """Remove one blob no log refers to, unless a writer touched it after
+    `touched_after` (a time.time()). True if it was removed.
+
+    A writer touches a blob before it reads it and points a line to it (store_blob). So
+    move the blob aside first, then look at its time: a writer that touched it before
+    the move is seen (the blob is put back); one that comes after the move finds no blob
+    and stores it anew. Checked first and removed after, a writer could slip in between.
+    """
+    aside = path.with_name(f".{path.name}.collected")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    if os.lstat(aside).st_mtime > touched_after:
+        os.rename(aside, path)      # a writer wants it: the same bytes, whoever wins
+        return False
+    os.unlink(aside)
+    return True
+
+
+def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
+    """Remove each of the blobs `names` that no file of the folder refers to any more;
+    return the names removed."""
+    if not names:
+        return []
+    referenced = blob_references(folder)
+    return [name for name in names if name not in referenced
+            and discard_blob(folder / "blobs" / name, touched_after=touched_after)]
+
+
+def session_files(folder: Path, session_id: str) -> list[Path]:
+    """A session's files but its lock: its log, its meta file, and the temporary files
+    a fork, a meta write or an erase that crashed left behind (they hold its words too).
+    """
+    names = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
+    found = [folder / name for name in names if os.path.lexists(folder / name)]
+    for name in names:
+        found += sorted(folder.glob(f".{name}.*.tmp"))
+    return found
+
+
+def delete_session(folder: str | Path, session_id: str, *,
+                   idle_before: float | None = None) -> bool:
+    """Delete session `session_id`: its log, meta file, leftover temporary files and
+    lock, then each blob it used that no other file refers to. True if it deleted
+    anything; False when there was nothing (deleting twice is not an error).
+
+    Done as the session's writer, under its lock: SessionBusy, deleting nothing, while
+    another writer holds it. With `idle_before` (a time.time()), the session is deleted
+    only if its log was last changed before then, judged under the lock.
+    Forks are sessions of their own: they stay.
+    """
+    folder = Path(folder)
+    started = time.time()
+    if not session_files(folder, check_session_id(session_id)):
+        return False    # nothing to delete: and no lock file created for nothing
+    with SessionLog(folder, session_id) as log:
+        log._lock()     # SessionBusy while another process writes it
+        files = session_files(folder, session_id)
+        if idle_before is not None and log.path in files:
+            if os.lstat(log.path).st_mtime >= idle_before:
+                return False    # written to since the caller looked: in use
+        try:
+            blobs = [name for line in read_file(log.path).split(b"\n")
+                     if b'"$blob"' in line for name in blobs_of(json.loads(line))]
+        except (OSError, ValueError):
+            blobs = []  # no log, or a damaged one: collect_blobs() will find its blobs
+        # The log first: from then on there is no session, and a crash leaves at worst
+        # a meta file without a log, which is no session (lesson 03), deleted next time.
+        for path in files:
+            path.unlink(missing_ok=True)
+        # Lesson 10: the helpers' transcripts are this session's words too.
+        delete_sidechains(folder, session_id)
+    drop_blobs(folder, blobs, touched_after=started)     # the lock is let go by now
+    return True
+
+
+def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
+           now: float | None = None) -> tuple[list[str], list[str]]:
+    """Delete every session of `folder` whose log nobody has changed for `older_than`
+    seconds. Returns (the ids deleted, the ids skipped because a writer holds them).
+
+    "Older than" goes by the log's last change, its modification time: every append
+    moves it, an erase keeps it. Not by the meta file's "created": a session forked long
+    ago and used yesterday is in use. A session being written is never deleted: it is
+    skipped, and expired next time if it is still idle.
+    """
+    folder = Path(folder)
+    cutoff = (time.time() if now is None else now) - older_than
+    deleted: list[str] = []
+    busy: list[str] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        session_id = path.name[:-len(".jsonl")]
+        if not SESSION_ID.fullmatch(session_id) or path.is_symlink():
+            continue    # not a file this store wrote: leave it alone
+        if os.lstat(path).st_mtime >= cutoff:
+            continue
+        try:
+            if delete_session(folder, session_id, idle_before=cutoff):
+                deleted.append(session_id)
+        except SessionBusy:
+            busy.append(session_id)
+    return deleted, busy
+
+
+def collect_blobs(folder: str | Path, *,
+                  grace: float = BLOB_GRACE_SECONDS) -> list[str]:
+    """Remove every blob of `folder` that no file refers to and no writer touched in the
+    last `grace` seconds, and what crashed writes left in blobs/; return the names of
+    the blobs removed.
+
+    A writer stores a blob before the line that points to it (lesson 06), so a blob no
+    log mentions may be one a writer in another process is about to point to: only a
+    blob left untouched for `grace` seconds is taken.
+    """
+    folder = Path(folder)
+    blobs = folder / "blobs"
+    if not blobs.is_dir():
+        return []
+    # The time first, the references after: a blob touched after this moment is kept.
+    touched_after = time.time() - grace
+    referenced = blob_references(folder)
+    removed = []
+    for path in sorted(blobs.iterdir()):
+        if BLOB_NAME.fullmatch(path.name):
+            if path.name not in referenced and discard_blob(
+                    path, touched_after=touched_after):
+                removed.append(path.name)
+        elif path.name.startswith(".") and os.lstat(path).st_mtime < touched_after:
+            path.unlink()   # half a blob, or one set aside, by a write that crashed
+    return removed
+# --- side-chains: a helper agent's own log (lesson 10) --------------------------------
+
+HELPER_TOOL = "ask_helper"      # the tool whose call the agent answers with a helper
+HELPER_SYSTEM = ("You are a helper. Work on the question with your tools, then answer "
+                 "it in a few words: your answer is all the one who asked will see.")
+SIDECHAINS = ".sidechains"      # `<parent id>.sidechains/` holds the helpers' logs
+LONGEST_KEPT = 64   # a call id longer than this is hashed (hashed names are longer)
+
+
+@dataclass
+class Toolbox:
+    """Tools as lesson 00's protocol wants them: schemas, and the functions by name."""
+
+    schemas: list[dict[str, Any]]
+    functions: Mapping[str, Callable[..., str]]
+
+
+def without(tools: Tools, name: str) -> Toolbox:
+    """The same tools, the same world (the town's own functions), but for `name`."""
+    schemas = [schema for schema in tools.schemas
+               if schema.get("function", {}).get("name") != name]
+    functions = {key: function for key, function in tools.functions.items()
+                 if key != name}
+    return Toolbox(schemas, functions)
+
+
+def sidechain_folder(folder: str | Path, session_id: str) -> Path:
+    """`<folder>/<session id>.sidechains`: where the session's helpers keep their logs.
+
+    A folder of its own: no side-chain can take a top-level session's name, and a
+    listing of `*.jsonl` in the sessions folder never mistakes one for a session.
+    """
+    return Path(folder) / f"{check_session_id(session_id)}{SIDECHAINS}"
+
+
+def sidechain_id(call_id: str) -> str:
+    """A session id for the helper of tool call `call_id`, distinct for distinct calls.
+
+    A call id comes from the model's server: most are plain names (`call_3_0`), kept as
+    they are so a person can match a side-chain to its call. Any other (a ':' or a '/'
+    in it, or too long) becomes `call-` and its sha256: 69 characters, longer than any
+    id kept as it is, so the two kinds never meet.
+    """
+    if len(call_id) <= LONGEST_KEPT and SESSION_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"call-{digest}"
+
+
+def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
+    """(tool call id, side-chain log) for every pointer in the session's log, in order.
+
+    A pointer names the session whose folder holds the side-chain: a fork copies its
+    source's pointers, and they lead to the source's side-chains, which a fork never
+    copies. A pointer that names no valid id is refused with the log's name and line,
+    never followed out of the folder.
+    """
+    path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
+    state = read_log(path)
+    found: list[tuple[str, Path]] = []
+    for line, entry in zip(state.lines, state.entries):
+        if entry.get(MARKER) != "sidechain":
+            continue
+        try:
+            where = sidechain_folder(folder, entry["session"])
+            name = check_session_id(entry["sidechain"])
+            found.append((entry["call"], where / f"{name}.jsonl"))
+        except (KeyError, InvalidSessionId) as error:
+            raise ValueError(f"{path}: line {line}: a side-chain pointer that names no "
+                             f"side-chain ({error}); refusing to follow it") from None
+    return found
+
+
+def delete_sidechains(folder: Path, session_id: str) -> None:
+    """Delete every side-chain of session `session_id`, each as delete_session() deletes
+    a session (under its own lock, blobs included), then their folder once it is empty.
+
+    Called by delete_session() under the parent's lock, so no helper of this session is
+    writing: a helper runs inside its parent's writer. A side-chain folder planted as a
+    symbolic link is not followed.
+    """
+    chains = folder / f"{session_id}{SIDECHAINS}"
+    if chains.is_symlink() or not chains.is_dir():
+        return
+    for path in sorted(chains.glob("*.jsonl")):
+        name = path.name[:-len(".jsonl")]
+        if SESSION_ID.fullmatch(name) and not path.is_symlink():
+            delete_session(chains, name)
+    for path in sorted(chains.glob("*.meta.json")):     # a name claimed, never written
+        path.unlink(missing_ok=True)
+    for empty in (chains / "blobs", chains):
+        try:
+            empty.rmdir()
+        except OSError:
+            pass    # something this store did not write is left there, as it was
+# --- lesson 11: the same store on PostgreSQL ------------------------------------------
+#
+# One row per entry (message or marker), in the order the file has its lines: `seq` is
+# the line's place, from 0. `line` holds the entry as the file store writes it, the
+# bytes the model sent, key order and all; `body` holds the same entry as jsonb, for
+# queries ("every session that bought a rope"), never read back (see jsonb_body).
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id        text PRIMARY KEY,
+    parent    text,
+    forked_at integer,
+    created   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS session_entries (
+    session_id text    NOT NULL REFERENCES sessions (id),
+    seq        integer NOT NULL,
+    line       text    NOT NULL,
+    body       jsonb,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS session_blobs (
+    sha256 text  PRIMARY KEY,
+    data   bytea NOT NULL
+);
+"""
+# Any number, the same in every process: two connections creating the tables at once
+# take turns on it (CREATE TABLE IF NOT EXISTS alone can fail when two race).
+SCHEMA_LOCK = 0x5E5510
+
+
+class SessionConflict(RuntimeError):
+    """Another writer stored an entry at the place this writer meant to use: the
+    session changed since this writer read it. Nothing of this write was stored."""
+
+
+class CorruptRow(ValueError):
+    """A row whose line is no entry: someone changed the table by hand."""
+
+
+def connect(url: str, *, durable: bool = False) -> Any:
+    """A connection to the database at `url`, the tables made if they are missing.
+
+    Autocommit: every statement is a transaction of its own, committed when it returns,
+    as a line is written when write() returns. durable=False sets synchronous_commit
+    off: the commit returns before the server has flushed it, so a crash of the server
+    (not of ours) can lose the last few commits, never a part of one: the file store's
+    write() without fsync. durable=True waits for the flush, as fsync does.
+    """
+    if psycopg is None:
+        raise RuntimeError("the PostgreSQL store needs psycopg 3: "
+                           "pip install -e '.[postgres]'")
+    # Who this is, for a SessionBusy the other writer sees (pg_stat_activity shows it)
+    me = f"sessionlab pid {os.getpid()} on {socket.gethostname()}"
+    connection = psycopg.connect(url, autocommit=True, application_name=me[:63])
+    try:
+        connection.execute("SET synchronous_commit = "
+                           + ("on" if durable else "off"))
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            connection.execute(SCHEMA)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def lock_key(session_id: str) -> int:
+    """The session's advisory lock: a signed 64-bit number made from its id."""
+    digest = hashlib.sha256(session_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def jsonb_body(line: str) -> str | None:
+    """The entry's text for the jsonb column, or None where jsonb cannot hold it.
+
+    jsonb stores parsed JSON, not text: it sorts an object's keys (shorter first), keeps
+    only the last of duplicate keys, drops the spaces, and refuses the escape \\u0000
+    (no text column holds a NUL). So the store reads `line`, the text as written, and
+    keeps `body` for queries only: NULL for a line holding that escape (or an escaped
+    backslash before "u0000", which only costs that row its queries).
+    """
+    return None if "\\u0000" in line else line
+
+
+def state_of(rows: list[tuple[int, str]], where: str) -> LogState:
+    """The LogState of a session's rows, (seq, line) in seq order: the replay of
+    lessons 04 and 07 (markers, undone messages) works on it as on a file's."""
+    entries: list[Message] = []
+    for seq, line in rows:
+        try:
+            entries.append(parse_line(line.encode("utf-8")))
+        except ValueError as error:
+            raise CorruptRow(f"{where}: the row with seq {seq} is no entry: {error}. "
+                             "Rows are only ever inserted, so someone changed it; "
+                             "nothing was changed. Mend or remove it by hand."
+                             ) from None
+    # A row is a whole entry or none: nothing is torn, so end and size say nothing.
+    return LogState(entries, end=0, size=0, lines=[seq for seq, _ in rows])
+
+
+def describe(url: str) -> str:
+    """The database, named for an error message: no password, no query string."""
+    shown = re.sub(r"//[^@/]*@", "//", url)
+    return shown.split("?")[0]
+
+
+class PostgresSessionLog:
+    """One session's log as rows of PostgreSQL's `session_entries`: an entry a row.
+
+    The interface of SessionLog: open_for_append() becomes the writer and returns the
+    history (repaired), append() adds a message, load() reads without writing, undo()
+    marks the last messages undone, close() lets go. `url` is a libpq URL
+    (postgresql://user@host/db). A writer holds the session's advisory lock
+    (lock=True), which the server releases when the connection ends, however it ends;
+    with lock=False nothing is locked, and the primary key alone keeps two writers'
+    entries apart (the second one's insert is refused: SessionConflict).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        session_id: str,
+        *,
+        durable: bool = False,
+        lock: bool = True,
+        timeout: float | None = 0,
+        blob_threshold: int = BLOB_THRESHOLD,
+    ) -> None:
+        self.id = check_session_id(session_id)  # the same ids: a session may move
+        self.url = url
+        self.where = f"session {self.id!r} in {describe(url)}"
+        self.durable = durable
+        self.lock = lock
+        self.timeout = timeout
+        self.blob_threshold = blob_threshold
+        self.connection: Any = None
+        # The seq the next entry takes; None until this object becomes the writer
+        self.next_seq: int | None = None
+        # Why this writer refuses to write any more (a conflict, a lost connection)
+        self.stopped: str | None = None
+        # The repair marker this writer wrote, if any
+        self.repaired: Message | None = None
+        # The latest compaction the last read found (lesson 08's view of the history)
+        self.compacted: Compaction | None = None
+
+    def _connection(self) -> Any:
+        if self.connection is None:
+            self.connection = connect(self.url, durable=self.durable)
+        return self.connection
+
+    def _rows(self) -> list[tuple[int, str]]:
+        return self._connection().execute(
+            "SELECT seq, line FROM session_entries WHERE session_id = %s ORDER BY seq",
+            (self.id,)).fetchall()
+
+    def open_for_append(self) -> list[Message]:
+        """Become the session's writer and return its history, with the tail repaired.
+
+        Nothing is created for a session that has no rows yet: its first append does.
+        """
+        if self.next_seq is None:
+            return self.history(self._open())
+        return self.load()
+
+    def _open(self) -> LogState:
+        """Take the lock, read the rows, repair them: the writer's state from then."""
+        try:
+            if self.lock:
+                self._lock()
+            state = state_of(self._rows(), self.where)
+            self.next_seq = state.lines[-1] + 1 if state.lines else 0
+            self._repair(state)
+            if self.repaired is not None:
+                state = state_of(self._rows(), self.where)
+        except BaseException:
+            self.close()
+            raise
+        return state
+
+    def _lock(self) -> None:
+        """Take the session's advisory lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds; SessionBusy, naming the holder, if it stays taken.
+
+        Session-scoped: held until this connection unlocks it or ends. A writer whose
+        process dies, or whose connection drops, lets go at once, as a flock does
+        when its process dies: the server ends the connection and its locks with it.
+        """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        # BEGIN 11.1
+        while True:
+            taken = self._connection().execute(
+                "SELECT pg_try_advisory_lock(%s)", (lock_key(self.id),)).fetchone()[0]
+            if taken:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SessionBusy(self.id, self.holder())
+            time.sleep(LOCK_POLL_SECONDS)
+        # END 11.1
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the session's lock, as the server knows it: {"pid", "host",
+        "since"} (the holder's own process, read from its application_name), or {}."""
+        key = lock_key(self.id)
+        row = self._connection().execute(
+            "SELECT a.application_name, a.backend_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+        if row is None:
+            return {}
+        found = re.fullmatch(r"sessionlab pid (\d+) on (.*)", row[0] or "")
+        if found is None:
+            return {}
+        return {"pid": int(found[1]), "host": found[2],
+                "since": row[1].isoformat(timespec="seconds")}
+
+    def _repair(self, state: LogState) -> None:
+        """Answer the tool calls the session left without results, after a marker.
+
+        A torn line cannot happen here: an insert lands whole or not at all. A call
+        without its result still can: the process died between the insert of the call
+        and the insert of its result (two statements, two transactions).
+        """
+        # BEGIN 11.3
+        calls = unanswered_calls(state.messages)
+        if calls:
+            self.repaired = {MARKER: "repair", "at": now(), "cut_bytes": 0,
+                             "cut_preview": "",
+                             "interrupted": [call["id"] for call in calls]}
+            # One write: the marker and the results land together or not at all
+            results = [interrupted_result(call) for call in calls]
+            self._write(lambda: [self.repaired, *results])
+        # END 11.3
+
+    def append(self, message: Message) -> None:
+        """Store one message as the session's next row."""
+        check_plain_json(message)
+        check_message(message)
+        if self.next_seq is None:
+            self._open()
+        # A large content's blob and the row that points to it in one transaction:
+        # both or neither. A row alone needs none: one INSERT is atomic by itself, and
+        # BEGIN and COMMIT would cost two more round trips to the server.
+        content = message.get("content")
+        large = (isinstance(content, str)
+                 and len(content.encode("utf-8")) > self.blob_threshold)
+        self._write(lambda: [self.outline(message)], together=large)
+
+    def _write(self, entries: Callable[[], list[Message]], *,
+               together: bool = False) -> None:
+        """Store the entries `entries()` makes (one INSERT: all rows or none); with
+        together=True, in a transaction with whatever making them stored (a blob).
+
+        A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
+        whether the server committed, so this writer stops: a retry could store a
+        message twice. WriterStopped says so.
+        """
+        transaction = (self._connection().transaction() if together
+                       else contextlib.nullcontext())
+        try:
+            with transaction:
+                self._insert(entries())
+        except psycopg.OperationalError as error:
+            self.stopped = (f"{self.where}: the connection broke during a write "
+                            f"({str(error).strip()}), so whether it was stored is "
+                            "unknown and this writer stopped. Open the session again.")
+            raise WriterStopped(self.stopped) from None
+
+    def _insert(self, entries: list[Message]) -> None:
+        """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's
+        transaction).
+
+        SessionConflict when one of those places is taken: another writer stored an
+        entry since this one read the session. The key refuses it, lock or no lock.
+        """
+        if self.stopped:
+            raise WriterStopped(self.stopped)
+        lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
+        connection = self._connection()
+        # BEGIN 11.2
+        seq = self.next_seq
+        rows = [(self.id, seq + k, line, jsonb_body(line))
+                for k, line in enumerate(lines)]
+        try:
+            if seq == 0:
+                connection.execute("INSERT INTO sessions (id) VALUES (%s) "
+                                   "ON CONFLICT (id) DO NOTHING", (self.id,))
+            # One statement, however many rows: they land together or not at all
+            connection.execute(
+                "INSERT INTO session_entries (session_id, seq, line, body) VALUES "
+                + ", ".join(["(%s, %s, %s, %s::jsonb)"] * len(rows)),
+                [value for row in rows for value in row])
+        except psycopg.errors.UniqueViolation:
+            self.stopped = (
+                f"{self.where}: another writer stored entry {seq} first, so this "
+                "writer stopped (its view of the session is out of date). Open the "
+                "session again: its history is then read from the database.")
+            raise SessionConflict(self.stopped) from None
+        self.next_seq = seq + len(rows)
+        # END 11.2
+
+    def load(self) -> list[Message]:
+        """Every message the session shows, in order; [] for one with no rows. Read
+        only: no lock, no repair."""
+        return self.history(state_of(self._rows(), self.where))
+
+    def history(self, state: LogState) -> list[Message]:
+        """The messages `state` shows, each blob reference replaced by its content."""
+        self.compacted = state.compaction()     # lesson 08: where requests start
+        return [self.inline(state.entries[position], state.lines[position])
+                for _, position in state.shown()]
+
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the session shows, with one marker row.
+
+        The rows stay; the marker tells every later reader to leave them out.
+        """
+        if self.next_seq is None:
+            self._open()
+        shown = [index for index, _ in state_of(self._rows(), self.where).shown()]
+        if not 0 < count <= len(shown):
+            raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
+                            f"shows {len(shown)}")
+        skip = shown[len(shown) - count:]
+        self._write(lambda: [{MARKER: "undo", "skip": skip, "at": now()}])
+        return skip
+
+    def compact(self, summary: str, keep: int) -> int:
+        """Lesson 08's compaction, as a marker row: `summary` stands for every message
+        the session shows but the last `keep`. Returns the marker's "upto"."""
+        if self.next_seq is None:
+            self._open()
+        state = state_of(self._rows(), self.where)
+        shown = state.shown()
+        if not 0 <= keep <= len(shown):
+            raise ValueError(f"cannot keep {keep} message(s) of {self.where} after a "
+                             f"compaction: it shows {len(shown)}")
+        written = sum(MARKER not in entry for entry in state.entries)
+        upto = shown[len(shown) - keep][0] if keep else written
+        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        self._write(lambda: [marker])
+        return upto
+
+    # --- large content, stored once by its hash ---------------------------------------
+
+    def outline(self, message: Message) -> Message:
+        """The message as its row stores it: a large content, a blob reference."""
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message
+        data = content.encode("utf-8")      # check_plain_json refused a lone surrogate
+        if len(data) <= self.blob_threshold:
+            return message
+        reference = {"$blob": self.store_blob(data), "size": len(data),
+                     "preview": content[:PREVIEW_CHARS]}
+        return {**message, "content": reference}
+
+    def store_blob(self, data: bytes) -> str:
+        """Store `data` in session_blobs under its sha256, once, and return the hash."""
+        digest = hashlib.sha256(data).hexdigest()
+        # BEGIN 11.4
+        # The same bytes have the same name: if they are stored already (by any
+        # session, a fork's parent, another host), there is nothing to do.
+        self._connection().execute(
+            "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING", (digest, data))
+        # END 11.4
+        return digest
+
+    def inline(self, message: Message, seq: int) -> Message:
+        """The message as the agent sees it: a blob reference, its content again."""
+        reference = message.get("content")
+        if not (isinstance(reference, dict) and "$blob" in reference):
+            return message
+        name = reference["$blob"]
+        where = f"{self.where}: row {seq}"
+        if not isinstance(name, str) or not BLOB_NAME.fullmatch(name):
+            raise BlobError(f"{where}: the blob reference {name!r} is no sha256 hash")
+        row = self._connection().execute(
+            "SELECT data FROM session_blobs WHERE sha256 = %s", (name,)).fetchone()
+        if row is None:
+            raise BlobError(f"{where}: blob {name} is missing from session_blobs")
+        data = bytes(row[0])
+        if hashlib.sha256(data).hexdigest() != name:
+            raise BlobError(f"{where}: blob {name} was changed after it was stored: "
+                            "its bytes no longer match its hash")
+        try:
+            return {**message, "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise BlobError(f"{where}: blob {name} is not UTF-8 text") from None
+
+    def close(self) -> None:
+        """Close the connection: the server lets go of the lock with it."""
+        connection, self.connection = self.connection, None
+        self.next_seq = None
+        if connection is not None:
+            connection.close()
+
+    def __enter__(self) -> "PostgresSessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def fork_postgres(url: str, source_id: str, new_id: str, *,
+                  upto: int | None = None) -> None:
+    """Start session `new_id` with the history of `source_id` (its first `upto`
+    messages shown), in one transaction: the fork is all there, or not at all.
+
+    Refuses, changing nothing, when the source does not exist (SessionNotFound), when
+    `new_id` is taken (SessionExists) or being written (SessionBusy), or when `upto` is
+    more than the source shows (ValueError).
+    """
+    check_session_id(source_id)
+    check_session_id(new_id)
+    where = f"session {source_id!r} in {describe(url)}"
+    with connect(url) as connection, connection.transaction():
+        if connection.execute("SELECT 1 FROM sessions WHERE id = %s",
+                              (source_id,)).fetchone() is None:
+            raise SessionNotFound(f"cannot fork from {source_id!r}: no such session "
+                                  f"in {describe(url)}")
+        state = state_of(connection.execute(
+            "SELECT seq, line FROM session_entries WHERE session_id = %s "
+            "ORDER BY seq", (source_id,)).fetchall(), where)
+        shown = state.shown()
+        count = len(shown) if upto is None else upto
+        if not 0 <= count <= len(shown):
+            raise ValueError(f"cannot fork the first {upto} messages of "
+                             f"{source_id!r}: it shows {len(shown)}")
+        # Rows up to the one holding the last message kept, as lesson 07's fork
+        keep = len(state.entries) if upto is None else (
+            shown[count - 1][1] + 1 if count else 0)
+        # A writer starting `new_id` right now holds its lock: wait for no one
+        if not connection.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                                  (lock_key(new_id),)).fetchone()[0]:
+            raise SessionBusy(new_id, {})
+        # BEGIN 11.5
+        try:
+            connection.execute(
+                "INSERT INTO sessions (id, parent, forked_at) VALUES (%s, %s, %s)",
+                (new_id, source_id, count))
+        except psycopg.errors.UniqueViolation:
+            raise SessionExists(f"cannot fork onto {new_id!r}: that session already "
+                                f"exists in {describe(url)}") from None
+        # One statement copies the rows inside the server; the transaction makes
+        # the new session and its rows appear together, or (on any error) neither.
+        connection.execute(
+            "INSERT INTO session_entries (session_id, seq, line, body) "
+            "SELECT %s, seq, line, body FROM session_entries "
+            "WHERE session_id = %s AND seq < %s", (new_id, source_id, keep))
+        # END 11.5
+
+
+def lineage(url: str, session_id: str) -> dict[str, Any] | None:
+    """The session's row of `sessions` ({"id", "parent", "forked_at", "created"}), as
+    the file store's meta file says it; None for no such session."""
+    with connect(url) as connection:
+        row = connection.execute(
+            "SELECT id, parent, forked_at, created FROM sessions WHERE id = %s",
+            (check_session_id(session_id),)).fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "parent": row[1], "forked_at": row[2],
+            "created": row[3].isoformat(timespec="seconds")}

@@ -1,1 +1,0 @@
-../../../../solutions/10_sidechains/agent.py

@@ -1,0 +1,81 @@
+"""The contract suite: the behaviour every session store of the course must have, run on
+each of them, so that the two cannot drift apart.
+
+`store` is parametrised: `jsonl` is lesson 07's reference (a folder of JSONL logs, flock,
+blobs/ beside them), `postgres` lesson 11's (rows in PostgreSQL, an advisory lock, a
+blob table). Each gives the same few verbs to the tests; the tests use only those and
+what both modules define alike (Agent, the exceptions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from sessionlab import course
+from sessionlab.pgserver import why_not_available
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference(name: str) -> ModuleType:
+    """A lesson's reference solution, imported under a name of its own."""
+    return course.load_module(ROOT / "solutions" / name / course.MODULE,
+                              f"sessionlab_impl.contract_{name}")
+
+
+class FileStore:
+    """Lesson 07's store: `<folder>/<id>.jsonl`, its meta file and blobs/."""
+
+    def __init__(self, folder: Path) -> None:
+        self.module = reference("07_undo")
+        self.folder = folder
+
+    def log(self, session_id: str, **options: Any) -> Any:
+        return self.module.SessionLog(self.folder, session_id, **options)
+
+    def fork(self, source_id: str, new_id: str, upto: int | None = None) -> None:
+        self.module.fork(self.folder, source_id, new_id, upto=upto)
+
+    def parent(self, session_id: str) -> str | None:
+        meta = self.folder / f"{session_id}.meta.json"
+        return json.loads(meta.read_text())["parent"] if meta.exists() else None
+
+    def exists(self, session_id: str) -> bool:
+        return (self.folder / f"{session_id}.jsonl").exists()
+
+
+class PostgresStore:
+    """Lesson 11's store: rows of session_entries, sessions and session_blobs."""
+
+    def __init__(self, url: str) -> None:
+        self.module = reference("11_postgres")
+        self.url = url
+
+    def log(self, session_id: str, **options: Any) -> Any:
+        return self.module.PostgresSessionLog(self.url, session_id, **options)
+
+    def fork(self, source_id: str, new_id: str, upto: int | None = None) -> None:
+        self.module.fork_postgres(self.url, source_id, new_id, upto=upto)
+
+    def parent(self, session_id: str) -> str | None:
+        found = self.module.lineage(self.url, session_id)
+        return found["parent"] if found else None
+
+    def exists(self, session_id: str) -> bool:
+        return self.module.lineage(self.url, session_id) is not None
+
+
+@pytest.fixture(params=["jsonl", "postgres"])
+def store(request: pytest.FixtureRequest, sessions: Path) -> Any:
+    """Each store in turn; `postgres` is skipped, saying how to install it, when the
+    server or its driver is missing."""
+    if request.param == "jsonl":
+        return FileStore(sessions)
+    if (reason := why_not_available()) is not None:
+        pytest.skip(f"the postgres store needs PostgreSQL. {reason}")
+    return PostgresStore(request.getfixturevalue("database"))
