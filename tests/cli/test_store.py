@@ -48,3 +48,20 @@ def test_store_errors_are_one_line_naming_the_database(cli, database, tmp_path):
                       f"postgresql://nobody@/x?host={tmp_path / 'no-server'}")
     said = unreachable.out + unreachable.err
     assert unreachable.status == 1 and "cannot read sessions from" in said, said
+
+
+def test_erase_and_delete_never_touch_a_file_session_of_the_same_name(cli, database,
+                                                                     tmp_path):
+    """/delete in a chat kept in PostgreSQL must not delete the file session that has
+    the same id in the sessions folder: the commands say they work on files only."""
+    files = tmp_path / "town"
+    kept = cli("chat", "quest-1", *REFERENCE, "--sessions", files,
+               input="Ask the elder about the cave.\n")
+    assert kept.status == 0, kept.out + kept.err
+    log = files / "quest-1.jsonl"
+    before = log.read_bytes()
+    chat = cli("chat", "quest-1", *REFERENCE, "--store", database, "--sessions", files,
+               input="Hello.\n/delete\ny\n/erase 0\ny\n")
+    said = chat.out + chat.err
+    assert said.count("works on sessions kept in files") == 2, said
+    assert log.read_bytes() == before, "the file session of the same name was changed"

@@ -24,6 +24,8 @@ NOT_REACHED = ("Not reached: the model provider's copy of what was sent, this se
 def help_lines(agent: Any) -> str:
     """The /help lines for the commands this lesson's agent can run."""
     text = ""
+    if not in_files(agent):
+        return text
     if hasattr(agent, "erase"):
         text += "/erase N  erase message N (as /history numbers it) for good\n"
     if lesson_function(agent, "delete_session") is not None:
@@ -53,9 +55,21 @@ def confirm(ui: Ui, question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def in_files(agent: Any) -> bool:
+    """Whether the agent's session is a log in the sessions folder (lessons 01 to 10),
+    the only kind /erase and /delete know: not one in PostgreSQL (lesson 11's --store)."""
+    return getattr(getattr(agent, "session", None), "path", None) is not None
+
+
 def command(word: str, rest: str, agent: Any, ui: Ui, session_id: str | None,
             folder: Path) -> str | None:
     """Run /erase or /delete; "quit" when the chat must end (its session is gone)."""
+    if not in_files(agent):
+        # Never the file of the same name in the sessions folder: that is another session
+        ui.error(f"/{word} works on sessions kept in files; this chat's session is not "
+                 "one, so nothing was changed",
+                 "for a session in PostgreSQL, delete its rows with SQL (lesson 11's page)")
+        return None
     if word == "erase":
         erase(rest, agent, ui)
         return None
