@@ -320,6 +320,9 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"the marker keeps the model's summary as it came; it holds "
         f"{marker.get('summary')!r}")
     newest = {"role": "user", "content": day(days[-1])[0]}
+    assert newest in messages_in(path), (
+        f"the log lost day {days[-1]}'s user message: a compaction appends a marker and "
+        "removes no line")
     expected = messages_in(path).index(newest)
     assert marker.get("upto") == expected, (
         f"'upto' should be {expected}, the index of the first message kept (day "
@@ -622,7 +625,7 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
     for request in turn_requests(model):
         assert size_of(lesson, request) <= BUDGET, (
             "a request over the budget was sent: refuse before sending it")
-    assert messages_in(path)[-1] == {"role": "user", "content": paste}, (
+    assert messages_in(path)[-1:] == [{"role": "user", "content": paste}], (
         "the refused message must still be in the log: nothing is lost")
 
     agent, model, log = open_agent(lesson, sessions, budget=REPLY_ROOM + 10,

@@ -483,7 +483,9 @@ def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions
 
 
 @pytest.mark.task("09.4")
-def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(lesson, sessions):
+def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
+    lesson, sessions
+):
     """Lesson 08's summary quotes what it summarises, and every request sends it: after
     the erase, neither the log's compaction marker nor the agent's next request holds
     the erased words."""

@@ -50,6 +50,16 @@ def lines_of(path):
     return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
 
 
+def sidechain_bytes(sessions, name=CALL_ID, session_id="quest-1"):
+    """The bytes of a side-chain's log, or a failure saying it is not where it belongs."""
+    path = sessions / f"{session_id}.sidechains" / f"{name}.jsonl"
+    assert path.is_file(), (
+        f"the helper's log should be {session_id}.sidechains/{name}.jsonl, named after "
+        "the call that started it; the side-chain folder holds "
+        f"{sidechain_files(sessions, session_id) or 'nothing'}")
+    return path.read_bytes()
+
+
 def pointers_in(path):
     return [line for line in lines_of(path) if line.get("$marker") == "sidechain"]
 
@@ -243,7 +253,7 @@ def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions
     folder = sessions / "quest-1.sidechains"
     with log:
         agent.run(HELPER_TURN[0])
-        first = (folder / f"{CALL_ID}.jsonl").read_bytes()
+        first = sidechain_bytes(sessions)
         agent.undo()
         agent.run(HELPER_TURN[0])
     again = model.requests[4]["messages"][-1]
@@ -438,7 +448,7 @@ def test_a_resumed_parent_does_not_run_a_finished_helper_again(lesson, sessions)
     history, the helper is not asked again, and its side-chain is left as it is."""
     day_one, _ = play(lesson, sessions, HELPER_TURN)
     side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
-    before = side.read_bytes()
+    before = sidechain_bytes(sessions)
 
     agent, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
     with log:
@@ -459,7 +469,7 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
     lead to its source's side-chains, and its own helpers write in its own folder."""
     play(lesson, sessions, HELPER_TURN)
     side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
-    before = side.read_bytes()
+    before = sidechain_bytes(sessions)
     lesson.fork(sessions, "quest-1", "quest-2")
     assert not (sessions / "quest-2.sidechains").exists(), (
         "a fork copies the parent's lines, never its side-chains")

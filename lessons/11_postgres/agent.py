@@ -1878,7 +1878,7 @@ class Agent:
             self.session.erase(self.session.index_of(position))
         self.messages[position] = tombstone(self.messages[position])
         if self.compaction is not None:
-            # Lesson 08's summary, which every request sends, may quote the erased words:
+            # Lesson 08's summary, sent with every request, may quote the erased words:
             # the view loses them too, as the log's compaction marker did.
             summary = redact(self.compaction.summary, texts)
             self.compaction = Compaction(summary, self.compaction.boundary)
@@ -2939,10 +2939,20 @@ class PostgresSessionLog:
             raise BlobError(f"{where}: blob {name} is not UTF-8 text") from None
 
     def close(self) -> None:
-        """Close the connection: the server lets go of the lock with it."""
+        """Let go of the lock, then close the connection."""
         connection, self.connection = self.connection, None
         self.next_seq = None
-        if connection is not None:
+        if connection is None:
+            return
+        try:
+            if not connection.broken:
+                # Now, in this statement: a closed connection's lock goes only once its
+                # server process has exited, a moment later, and a writer opened right
+                # after this one would find the session busy in that moment.
+                connection.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            pass    # the connection broke: the server lets go once it notices
+        finally:
             connection.close()
 
     def __enter__(self) -> "PostgresSessionLog":

@@ -282,7 +282,9 @@ def test_day_two_continues_from_the_rows_day_one_stored(lesson, database):
 
 
 @pytest.mark.task("11.2")
-def test_a_compaction_is_a_row_and_a_later_request_sends_the_same_view(lesson, database):
+def test_a_compaction_is_a_row_and_a_later_request_sends_the_same_view(
+    lesson, database
+):
     """Lesson 08 on rows: a compaction is one marker row, every message row stays, and
     an agent opened later sends the summary and the newest turn, with no second summary
     call."""
@@ -302,8 +304,8 @@ def test_a_compaction_is_a_row_and_a_later_request_sends_the_same_view(lesson, d
         agent.run("Enter the cave.")
     sent = model.requests[-1]["messages"]
     assert lesson.SUMMARY_INTRO in sent[0]["content"] and not model.summary_requests, (
-        "a later agent should send the recorded summary first, without asking the model "
-        f"for another; it sent {[m.get('content') for m in sent][:3]}")
+        "a later agent should send the recorded summary first, without asking the "
+        f"model for another; it sent {[m.get('content') for m in sent][:3]}")
 
 
 @pytest.mark.task("11.2")

@@ -1834,7 +1834,7 @@ class Agent:
             self.session.erase(self.session.index_of(position))
         self.messages[position] = tombstone(self.messages[position])
         if self.compaction is not None:
-            # Lesson 08's summary, which every request sends, may quote the erased words:
+            # Lesson 08's summary, sent with every request, may quote the erased words:
             # the view loses them too, as the log's compaction marker did.
             summary = redact(self.compaction.summary, texts)
             self.compaction = Compaction(summary, self.compaction.boundary)

@@ -24,8 +24,10 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -175,13 +177,34 @@ def database(postgres_server: str) -> Iterator[str]:
     schema = f"test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_server, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
+        started = connection.execute("SELECT clock_timestamp()").fetchone()[0]
     try:
         yield with_schema(postgres_server, schema)
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as connection:
-            # A writer the test left open (in a child it killed, say) would make the
-            # drop wait for its locks: end the connections of this schema first.
-            connection.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s", (schema,))
+            end_connections_since(connection, started)
             connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def end_connections_since(connection: Any, started: Any, wait: float = 10.0) -> None:
+    """End every other connection to this database opened since `started` (the test's
+    own: the store names its connections after its process, not the schema), and wait
+    until they are gone.
+
+    A writer the test left open (in a child it killed, say) would make the drop wait for
+    its locks, and its advisory lock, which is per database and not per schema, would
+    make the next test's writer of the same session id find the session busy.
+    pg_terminate_backend() only asks: the lock goes when the backend has exited.
+    """
+    query = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+             "AND pid <> pg_backend_pid() AND backend_start >= %s")
+    pids = [row[0] for row in connection.execute(query, (started,))]
+    for pid in pids:
+        connection.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + wait
+    while pids and time.monotonic() < deadline:
+        alive = connection.execute("SELECT pid FROM pg_stat_activity "
+                                   "WHERE pid = ANY(%s)", (pids,)).fetchall()
+        if not alive:
+            return
+        time.sleep(0.01)

@@ -96,6 +96,18 @@ def test_a_second_writer_is_refused_while_the_first_holds(store):
         assert len(third.open_for_append()) == 1, "the next writer goes on"
 
 
+def test_a_writer_opened_right_after_another_closes_is_never_busy(store):
+    """close() lets go of the session before it returns: a writer opened the next
+    moment, as the next request of a service would, never finds it busy. (PostgreSQL
+    lets go of a closed connection's advisory lock only once its server process has
+    exited: on a loaded machine that moment is long enough to be seen.)"""
+    for turn in range(30):
+        with store.log("quest-1") as log:
+            log.open_for_append()
+            log.append({"role": "user", "content": f"turn {turn}"})
+    assert len(load(store)) == 30, "every turn's writer should have appended its line"
+
+
 def test_a_call_without_its_result_is_repaired_once(store):
     """A crash between a tool call and its result: resume answers the call with a
     result saying it was interrupted, once, and the model takes the request."""
