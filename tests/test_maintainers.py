@@ -532,3 +532,34 @@ equivalent = "only a comment changes"
     assert len(finding.warnings) == 1, finding.warnings
     assert finding.warnings[0].startswith("'outside, in the campaign': its `find` is "
                                           "not inside a task fence"), finding.warnings
+
+
+def _lesson_eleven_checks(monkeypatch, reason):
+    from sessionlab import pgserver
+    monkeypatch.setattr(pgserver, "why_not_available", lambda: reason)
+    return {name: check for name, check in
+            maintainers.pytest_checks(course.find_root(Path(__file__)), docs=False)
+            if "11_postgres" in name}
+
+
+def test_a_lesson_whose_server_is_missing_is_one_warning_outside_ci(monkeypatch):
+    """On a machine without PostgreSQL the check does not fail for lesson 11, whose
+    tests all skip: it says, once, that the lesson was not checked and how to fix it."""
+    monkeypatch.delenv("CI", raising=False)
+    checks = _lesson_eleven_checks(monkeypatch, "PostgreSQL is not installed here")
+    assert list(checks) == ["lesson 11_postgres"], list(checks)
+    finding = checks["lesson 11_postgres"]()
+    assert finding.ok and finding.warnings == [
+        "lesson 11_postgres was not checked: PostgreSQL is not installed here"]
+
+
+def test_a_lesson_whose_server_is_missing_fails_the_check_in_ci(monkeypatch):
+    """CI installs every service a lesson needs: a lesson left unchecked there fails."""
+    monkeypatch.setenv("CI", "true")
+    checks = _lesson_eleven_checks(monkeypatch, "PostgreSQL is not installed here")
+    assert not checks["lesson 11_postgres"]().ok
+
+
+def test_with_its_server_a_lesson_gets_every_check(monkeypatch):
+    checks = _lesson_eleven_checks(monkeypatch, None)
+    assert "solution 11_postgres" in checks and "starter 11_postgres" in checks

@@ -43,6 +43,9 @@ class Lesson:
     summary: str
     tasks: tuple[Task, ...]
     root: Path = field(compare=False)
+    # Services its tests need beyond Python (lesson 11: "postgresql"); without one, the
+    # tests skip in one line saying how to install it
+    needs: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -98,10 +101,13 @@ def load_lesson(root: Path, name: str) -> Lesson:
     tasks = data.get("tasks", [])
     if not isinstance(tasks, list):
         raise CourseError(f"{toml_path}: `tasks` must be a list of [[tasks]] tables")
+    needs = data.get("needs", [])
+    if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+        raise CourseError(f"{toml_path}: `needs` must be a list of strings")
     return Lesson(number=name[:2], name=name, title=_text(data, "title", toml_path),
                   summary=_text(data, "summary", toml_path, required=False).strip(),
                   tasks=tuple(_task(entry, k, toml_path) for k, entry in enumerate(tasks, 1)),
-                  root=root)
+                  root=root, needs=tuple(needs))
 
 
 def _task(entry: object, k: int, toml_path: Path) -> Task:

@@ -582,6 +582,10 @@ def pytest_checks(root: Path, docs: bool = True,
     all_lessons = course.lessons(root)
     checks = []
     for i, lesson in enumerate(all_lessons):
+        if (missing := missing_service(lesson)) is not None:
+            checks.append((f"lesson {lesson.name}", lambda l=lesson, m=missing:
+                           unchecked_lesson(l, m)))
+            continue
         checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
         checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
@@ -593,6 +597,28 @@ def pytest_checks(root: Path, docs: bool = True,
     if docs:
         checks.append(("docs", lambda: check_docs(root)))
     return checks
+
+
+def missing_service(lesson: course.Lesson) -> str | None:
+    """Why a service the lesson's tests need is not here (one line), or None."""
+    for service in lesson.needs:
+        if service == "postgresql":
+            from .pgserver import why_not_available
+            if (reason := why_not_available()) is not None:
+                return reason
+        else:
+            return f"lesson.toml needs {service!r}, which the kit does not know"
+    return None
+
+
+def unchecked_lesson(lesson: course.Lesson, missing: str) -> Finding:
+    """A lesson whose tests would all skip here: a problem in CI, which installs every
+    service (`.ci/run`), and one warning elsewhere: a student or a maintainer without
+    the server still runs the rest of the check, and is told what was left out."""
+    finding = Finding(f"lesson {lesson.name}")
+    words = f"lesson {lesson.name} was not checked: {missing}"
+    (finding.problems if ci() else finding.warnings).append(words)
+    return finding
 
 
 def all_checks(root: Path, docs: bool = True,
