@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     for lesson in lessons:
         rows.append((f"pytest lessons/{lesson.name} --solution", cold[lesson.number]))
         if lesson.number == "05" and before05 is not None:
-            rows.append(("  the same, plugins autoloaded (before issue 15)", before05))
+            rows.append(("  the same, plugins autoloaded (the old options)", before05))
     watch: dict[str, float] = {}
     watch_cold: dict[str, float] = {}
     if not args.no_watch:

@@ -63,7 +63,7 @@ def test_the_legend_sits_below_the_plot_inside_the_figure(extrapolated: bool) ->
     bottom = float(frame.get("y")) + float(frame.get("height"))
     width, height = (float(v) for v in svg.get("viewBox").split()[2:])
     labels = {text: el for el in svg.iter(SVG + "text") if (text := (el.text or "").strip())}
-    entries = [label for label in labels if any(word in label for word in ("SessionLog", "floor"))]
+    entries = [label for label in labels if label.startswith("SessionLog") or label == "floor"]
     assert len(entries) == 2, f"the legend should name SessionLog and the floor: {sorted(labels)}"
     for name in entries:
         x, y = float(labels[name].get("x")), float(labels[name].get("y"))
