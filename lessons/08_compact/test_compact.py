@@ -321,8 +321,8 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"{marker.get('summary')!r}")
     newest = {"role": "user", "content": day(days[-1])[0]}
     assert newest in messages_in(path), (
-        f"the log lost day {days[-1]}'s user message: a compaction appends a marker and "
-        "removes no line")
+        f"the log lost day {days[-1]}'s user message: a compaction appends a marker "
+        "and removes no line")
     expected = messages_in(path).index(newest)
     assert marker.get("upto") == expected, (
         f"'upto' should be {expected}, the index of the first message kept (day "

@@ -51,7 +51,7 @@ def lines_of(path):
 
 
 def sidechain_bytes(sessions, name=CALL_ID, session_id="quest-1"):
-    """The bytes of a side-chain's log, or a failure saying it is not where it belongs."""
+    """The bytes of a side-chain's log, or a failure saying where it should be."""
     path = sessions / f"{session_id}.sidechains" / f"{name}.jsonl"
     assert path.is_file(), (
         f"the helper's log should be {session_id}.sidechains/{name}.jsonl, named after "
