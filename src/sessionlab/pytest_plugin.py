@@ -21,7 +21,12 @@ from typing import Any
 
 import pytest
 
-from . import course, hangs
+from . import course, hangs, lazy_sdk
+
+# Before anything imports openai: a lesson's cold run then loads the SDK's chat-completions
+# parts only, not every API it covers (most of a second; see sessionlab.lazy_sdk).
+lazy_sdk.install()
+
 # Lesson 11's server (a throwaway PostgreSQL cluster, or SESSIONLAB_POSTGRES_URL): the
 # fixtures `postgres_server` and `database`, registered here by being imported.
 from .pgserver import database, postgres_server  # noqa: F401

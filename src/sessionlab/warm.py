@@ -99,6 +99,8 @@ def fingerprint(root: Path) -> str:
 def warm_up() -> None:
     """Import what every run needs, and make one scripted request: the first
     `chat.completions.create` imports more of openai and builds its models' validators."""
+    from . import lazy_sdk
+    lazy_sdk.install()           # the SDK as a cold run imports it (the kit's plugin does this)
     for name in PRELOAD:
         importlib.import_module(name)
     import _pytest.config
