@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 Message = dict[str, Any]
@@ -176,13 +176,23 @@ def check_message(message: Any) -> None:
     references, lessons 04 and 06): a message may not have them, and its content is
     text, a list of parts or null, never an object, so nothing can pose as one.
     """
-    # Most messages are {"role": ..., "content": "some text"}, for a role that needs
-    # nothing else: each check below would pass it, so it passes at once (this runs for
-    # every append and every line read).
-    if (type(message) is dict and len(message) == 2
-            and type(message.get("content")) is str
-            and message.get("role") in TEXT_ROLES):
-        return
+    # Nearly every message has one of three shapes, each passed at once here, since
+    # each check below would pass it (this runs for every append and every line read):
+    #   {"role": "user", "content": "text"}             a role that needs nothing else
+    #   {"role": "tool", "tool_call_id": "id", "content": "text"}
+    #   {"role": "assistant", "content": "text", "tool_calls": [calls]}
+    if type(message) is dict and type(message.get("content")) is str:
+        size, role = len(message), message.get("role")
+        if size == 2 and role in TEXT_ROLES:
+            return
+        if size == 3 and role == "tool":
+            call_id = message.get("tool_call_id")
+            if type(call_id) is str and call_id:
+                return
+        if size == 3 and role == "assistant":
+            calls = message.get("tool_calls")
+            if type(calls) is list and calls and all(map(is_tool_call, calls)):
+                return
     if not isinstance(message, dict):
         raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
     role = message.get("role")
@@ -437,6 +447,31 @@ class Compaction:
     boundary: int
 
 
+class EveryEntryShown(Sequence[tuple[int, int]]):
+    """shown() of a log with no marker: message i is entry i, and every one is shown.
+
+    It answers len() and [i] as the list [(0, 0), (1, 1), ...] would, without making it.
+    For a log of 100,000 messages those 100,000 pairs cost more than a tenth of the
+    read: Python's garbage collector goes over every object a program keeps, and that
+    many more made it go over all of them once more.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return zip(range(self.count), range(self.count))
+
+    def __getitem__(self, index):   # an int, or a slice (Sequence asks for both)
+        if isinstance(index, slice):
+            return [(i, i) for i in range(*index.indices(self.count))]
+        position = range(self.count)[index]     # IndexError, negative index, as a list
+        return (position, position)
+
+
 @dataclass
 class LogState:
     """What reading a log found: its complete entries, and the state of its tail."""
@@ -457,7 +492,7 @@ class LogState:
     # no blob reference. (False when unknown.)
     plain: bool = False
     # shown(), once shown_once() has worked it out
-    shown_memo: list[tuple[int, int]] | None = field(default=None, repr=False)
+    shown_memo: Sequence[tuple[int, int]] | None = field(default=None, repr=False)
 
     @property
     def messages(self) -> list[Message]:
@@ -488,13 +523,12 @@ class LogState:
             return messages     # nothing undone, the usual case: every message is shown
         return [(index, position) for index, position in messages if index not in skip]
 
-    def shown_once(self) -> list[tuple[int, int]]:
+    def shown_once(self) -> Sequence[tuple[int, int]]:
         """shown(), worked out once: loading a log and remembering it need it both, and
         the state of a log as read never changes. (Not to be changed by the caller.)"""
         if self.shown_memo is None and self.plain:
             # No marker, so no undo: message i is entry i, and every one is shown
-            count = len(self.entries)
-            self.shown_memo = list(zip(range(count), range(count)))
+            self.shown_memo = EveryEntryShown(len(self.entries))
         if self.shown_memo is None:
             self.shown_memo = self.shown()
         return self.shown_memo
@@ -554,8 +588,8 @@ class KnownLog:
     mtime_ns: int | None
     # Where each entry's line ends, its "\n" included (LogState.ends)
     ends: list[int]
-    # (index, position) of every message shown (LogState.shown())
-    shown: list[tuple[int, int]]
+    # (index, position) of every message shown (LogState.shown_once())
+    shown: Sequence[tuple[int, int]]
     # The last entry is complete, but its "\n" was never written
     newline_missing: bool = False
     # How many messages the log holds, undone ones included (None: not worked out)
@@ -739,18 +773,25 @@ def read_lines(data: bytes, end: int, path: Path) -> Lines:
     return entries, numbers, ends, all(map(is_plain, entries))
 
 
+# Bytes decoded at a time by read_lines_quickly(): a text of 1 MiB stays in the
+# processor's cache while the decoder reads it; one text as large as the whole log
+# would not (a quarter of the read's time, for a log of 100 MB)
+QUICK_CHUNK = 1 << 20
+
+
 def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     """read_lines() for a log with nothing unusual in it, in fewer steps a line; None
     at the first unusual thing, refused or not.
 
     read_lines() decodes each line's bytes, checks them, then decodes its JSON: some
     twenty Python steps a line, as long as the decoding itself. Here the bytes are
-    decoded and checked once, and the decoder reads each line where it is in the text
-    (raw_decode(text, position)), then check_entry() checks it: what parse_line() does,
-    in one pass. Whatever parse_line() refuses makes this return None, as do a few
-    things it accepts (an empty line, spaces around a line's JSON, U+FEFF or a
-    surrogate's escape anywhere); read_lines() then reads the log again and accepts,
-    or names the line at fault, exactly as it always did.
+    decoded and checked a piece of whole lines at a time, and the decoder reads each
+    line where it is in the text (raw_decode(text, position)), then check_entry()
+    checks it: what parse_line() does, in one pass. Whatever parse_line() refuses
+    makes this return None, as do a few things it accepts (an empty line, spaces
+    around a line's JSON, U+FEFF or a surrogate's escape anywhere); read_lines() then
+    reads the log again and accepts, or names the line at fault, exactly as it always
+    did.
 
     Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
     the array's elements need not be the lines: a string or a list can run across the
@@ -759,38 +800,43 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     """
     if SURROGATE_ESCAPE.search(data, 0, end):
         return None     # parse_line() checks those lines with check_plain_json()
-    try:
-        # Decoded whole, or line by line: the same (b"\n" is no part of any other
-        # character's bytes in UTF-8)
-        text = str(memoryview(data)[:end], "utf-8")
-    except UnicodeDecodeError:
-        return None
-    if "\ufeff" in text:
-        return None     # a byte-order mark, refused at the start of a line
     decode = STRICT_JSON.raw_decode
     entries: list[Message] = []
     ends: list[int] = []
     plain = True
-    start = offset = 0      # where the line starts in the text, and in the bytes
-    size = len(text)
-    ascii = text.isascii()
+    view = memoryview(data)
+    base = offset = 0   # where the piece starts in the bytes; where the line does
     try:
-        while start < size:
-            entry, stop = decode(text, start)
-            if text[stop] != "\n":
-                return None     # something after the JSON: a space, a second value
-            entries.append(check_entry(entry))
-            # Checked here, while the entry is at hand: a later pass over all of them
-            # would cost a tenth of the whole read
-            if plain and not is_plain(entry):
-                plain = False
-            # Where the line ends in the bytes: where it does in the text if all is
-            # ASCII, else at least as far on (a character takes 1 to 4 bytes)
-            offset = stop + 1 if ascii else data.index(b"\n", offset + stop - start) + 1
-            ends.append(offset)
-            start = stop + 1
-    except (ValueError, RecursionError):   # a line that is not JSON, or no message
-        return None
+        while base < end:
+            # A piece of whole lines: up to the last newline in the next QUICK_CHUNK
+            # bytes (or the first one after them, for a longer line). b"\n" is no part
+            # of any other character's bytes in UTF-8, so a piece decodes on its own.
+            cut = data.rfind(b"\n", base, min(base + QUICK_CHUNK, end)) + 1
+            if cut <= base:
+                cut = data.index(b"\n", base) + 1
+            text = str(view[base:cut], "utf-8")
+            if "\ufeff" in text:
+                return None     # a byte-order mark, refused at the start of a line
+            ascii = text.isascii()
+            start, size = 0, len(text)
+            while start < size:
+                entry, stop = decode(text, start)
+                if text[stop] != "\n":
+                    return None     # something after the JSON: a space, a second value
+                entries.append(check_entry(entry))
+                # Checked here, while the entry is at hand: a later pass over all of
+                # them would cost a tenth of the whole read
+                if plain and not is_plain(entry):
+                    plain = False
+                # Where the line ends in the bytes: where it does in the text if the
+                # piece is ASCII, else at least as far on (a character is 1 to 4 bytes)
+                offset = (base + stop + 1 if ascii
+                          else data.index(b"\n", offset + stop - start) + 1)
+                ends.append(offset)
+                start = stop + 1
+            base = cut
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None     # not UTF-8, a line that is not JSON, or no message
     return entries, list(range(1, len(entries) + 1)), ends, plain
 
 

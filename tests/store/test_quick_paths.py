@@ -293,6 +293,52 @@ def test_the_quick_load_agrees_with_the_line_by_line_load_on_any_bytes(store, pi
         assert quick == slow, f"{data!r}: quick {quick!r}, line by line {slow!r}"
 
 
+@pytest.mark.parametrize("piece", [1, 7, 64, 300])
+@settings(max_examples=100, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from(FRAGMENTS + [b"\n"] * 4), max_size=40))
+def test_the_quick_load_agrees_across_the_pieces_it_decodes(store, monkeypatch, piece,
+                                                             pieces):
+    """The quick reader decodes a log QUICK_CHUNK bytes of whole lines at a time. With
+    pieces as small as one byte (every line then longer than a piece), lines of ASCII
+    and not, and trouble anywhere, it answers as the line-by-line reader does."""
+    monkeypatch.setattr(store, "QUICK_CHUNK", piece)
+    data = GOOD + b"".join(pieces) + b"\n" + line(ANSWER) + GOOD
+    quick, slow = both_readers(store, data)
+    if quick is not None:
+        assert quick == slow, f"{data!r} in pieces of {piece}: quick {quick!r}, " \
+                              f"line by line {slow!r}"
+
+
+def test_the_quick_load_finds_line_ends_past_pieces_of_ascii_and_not(store, monkeypatch):
+    """Byte offsets where lines end, over pieces that are ASCII and pieces that are not
+    (where a character takes two to four bytes), are the line-by-line reader's."""
+    entries = [{"role": "user", "content": text * size}
+               for size in (1, 50, 400) for text in ("torch ", "café ", "洞窟 ", "🕯️ ")]
+    data = b"".join(line(entry) for entry in entries)
+    for piece in (16, 100, 1000, 1 << 20):
+        monkeypatch.setattr(store, "QUICK_CHUNK", piece)
+        quick, slow = both_readers(store, data)
+        assert quick is not None, f"the quick reader gave up in pieces of {piece}"
+        assert quick == slow, f"the readers disagree in pieces of {piece}"
+        assert quick[2][-1] == len(data)
+
+
+def test_a_log_without_markers_shows_every_entry_without_a_list_of_pairs(store):
+    """For a log with no marker, what the read remembers as shown answers len(), [i],
+    slices, negative indices and iteration as the list [(0, 0), (1, 1), ...] would."""
+    data = b"".join(line(entry) for entry in TURN * 3)
+    state = store.parse_log(data, Path("quest.jsonl"))
+    shown, expected = state.shown_once(), state.shown()
+    assert len(shown) == len(expected) == 12
+    assert list(shown) == expected
+    assert [shown[i] for i in range(-12, 12)] == [expected[i] for i in range(-12, 12)]
+    assert shown[3:9:2] == expected[3:9:2]
+    for outside in (12, -13):
+        with raises(IndexError, f"shown[{outside}] of 12 should raise IndexError"):
+            shown[outside]
+
+
 def test_the_quick_load_reads_an_ordinary_log(store, tmp_path):
     """A log as the store writes it, blobs, markers and non-ASCII text included, is read
     by the quick reader (else the quick path would never be taken), with the line
