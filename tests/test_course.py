@@ -5,6 +5,11 @@ happen once, two at a time, in a session fixture; each test then reports its own
 The starters are run only to prove they fail for the right reason, never as if they
 should pass, and they are the ones generated from solutions/ (in a temporary copy of the
 course), never a student's edited lessons/NN/agent.py: that work is named in a warning.
+
+The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out here: it
+would double the root `pytest`. `sessionlab dev check` runs it, and CI runs all of it, every
+test on every wrong implementation and the generated mutation pass, as a step of its own
+(`sessionlab dev check --mutate`).
 """
 
 import warnings
@@ -15,14 +20,14 @@ import pytest
 from sessionlab import maintainers
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKS = maintainers.all_checks(ROOT)
+CHECKS = maintainers.all_checks(ROOT, corpus=False)
 
 
 @pytest.fixture(scope="session")
 def findings():
     # In CI (a clean clone) any starter that differs from the generator fails; on a
     # student's machine their work in lessons/ is left out with a warning.
-    findings = maintainers.run_all(ROOT, strict=maintainers.ci())
+    findings = maintainers.run_all(ROOT, strict=maintainers.ci(), corpus=False)
     return {name: finding for (name, _), finding in zip(CHECKS, findings)}
 
 

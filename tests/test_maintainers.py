@@ -563,3 +563,16 @@ def test_a_lesson_whose_server_is_missing_fails_the_check_in_ci(monkeypatch):
 def test_with_its_server_a_lesson_gets_every_check(monkeypatch):
     checks = _lesson_eleven_checks(monkeypatch, None)
     assert "solution 11_postgres" in checks and "starter 11_postgres" in checks
+
+
+def test_the_root_pytest_leaves_the_corpus_to_dev_check_and_ci():
+    """The root `pytest` runs the maintainers' check without the corpus of wrong
+    implementations; `sessionlab dev check` runs it, and `--mutate` (CI's step) always."""
+    def count(start: str, **options) -> int:
+        return sum(name.startswith(start)
+                   for name, _ in maintainers.pytest_checks(ROOT, docs=False, **options))
+
+    checked = count("solution ")    # the lessons whose services are here
+    assert count("wrong implementations of ", corpus=False) == 0
+    assert count("wrong implementations of ") == checked
+    assert count("wrong implementations of ", corpus=False, mutate=True) == checked

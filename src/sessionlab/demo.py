@@ -25,7 +25,7 @@ from typing import Any
 from rich.panel import Panel
 from rich.text import Text
 
-from . import course
+from . import course, lazy_sdk
 from .cli.ui import Ui, make_ui
 
 DEMO_SESSIONS = ("quest", "quest-guard")
@@ -268,6 +268,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    lazy_sdk.install()      # a day's process, too, imports only what a chat completion needs
     args = parse(argv)
     if args.one_day:   # the child process of one day
         return run_day(args.module, None if args.in_memory else args.dir, args.session, args.texts)

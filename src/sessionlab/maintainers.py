@@ -576,9 +576,14 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
     return finding
 
 
-def pytest_checks(root: Path, docs: bool = True,
-                  mutate: bool = False) -> list[tuple[str, Callable[[], Finding]]]:
-    """The checks that run a process (pytest, mkdocs), as (name, callable) pairs."""
+def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
+                  corpus: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+    """The checks that run a process (pytest, mkdocs), as (name, callable) pairs.
+
+    `corpus`: also run each lesson's tests on its wrong implementations (wrong.toml),
+    up to the first failure of each, or on every test with `mutate`. The root `pytest`
+    leaves the corpus out (it would double its time); `sessionlab dev check` runs it, and
+    CI runs it whole, with the mutation pass, as a step of its own."""
     all_lessons = course.lessons(root)
     checks = []
     for i, lesson in enumerate(all_lessons):
@@ -589,8 +594,10 @@ def pytest_checks(root: Path, docs: bool = True,
         checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
         checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
         checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
-        checks.append((f"wrong implementations of {lesson.name}",
-                       lambda l=lesson: check_wrong_implementations(l, every_test=mutate)))
+        if corpus or mutate:
+            checks.append((f"wrong implementations of {lesson.name}",
+                           lambda l=lesson: check_wrong_implementations(
+                               l, every_test=mutate)))
         if mutate:
             checks.append((f"mutation pass over "
                            f"{lesson.name}", lambda l=lesson: check_mutation_pass(l)))
@@ -621,10 +628,10 @@ def unchecked_lesson(lesson: course.Lesson, missing: str) -> Finding:
     return finding
 
 
-def all_checks(root: Path, docs: bool = True,
-               mutate: bool = False) -> list[tuple[str, Callable[[], Finding]]]:
+def all_checks(root: Path, docs: bool = True, mutate: bool = False,
+               corpus: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
     """Every check as a (name, callable) pair, cheapest first."""
-    return static_checks(root) + pytest_checks(root, docs, mutate)
+    return static_checks(root) + pytest_checks(root, docs, mutate, corpus)
 
 
 def _timed(check: Callable[[], Finding]) -> Finding:
@@ -635,7 +642,8 @@ def _timed(check: Callable[[], Finding]) -> Finding:
 
 
 def run_all(root: Path, docs: bool = True, workers: int = 2,
-            mutate: bool = False, strict: bool = False) -> list[Finding]:
+            mutate: bool = False, strict: bool = False,
+            corpus: bool = True) -> list[Finding]:
     """Every finding, in the order of all_checks, on a pristine copy of the course
     (`strict`: see check_starters).
 
@@ -650,7 +658,7 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         findings = [_timed(check) for _, check in static_checks(root, shipped, strict)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             findings += pool.map(lambda item: _timed(item[1]),
-                                 pytest_checks(shipped, docs, mutate))
+                                 pytest_checks(shipped, docs, mutate, corpus))
         for finding in findings:
             _point_home(finding, shipped, root)
     return findings

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import course
+from .. import course, lazy_sdk
 from .ui import Ui, make_ui, one_line_errors
 
 GROUPS = [
@@ -176,6 +176,9 @@ def _passthrough(argv: list[str]) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 success, 1 failure, 2 usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    # chat, demo and show talk through the openai SDK: only its chat-completions parts
+    # are imported (sessionlab.lazy_sdk), as in a lesson's run
+    lazy_sdk.install()
     delegated = _passthrough(argv)
     if delegated is not None:
         return delegated
