@@ -184,16 +184,20 @@ def main(argv: list[str] | None = None) -> int:
         lessons = [lesson for lesson in lessons if lesson.number in wanted]
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     commands = {"floor": [sys.executable, "-c", "import openai"],
+                "lazy": [sys.executable, "-c", "from sessionlab import lazy_sdk; "
+                         "lazy_sdk.install(); import openai"],
                 "empty": [*pytest, "--collect-only", "bench"]}
     for lesson in lessons:
         commands[lesson.number] = [*pytest, f"lessons/{lesson.name}", "--solution"]
         if lesson.number == "05":
             commands["05 before"] = [*commands["05"], "-o", BEFORE]
     medians = wall_times(commands, args.repeat)
-    floor, empty = medians.pop("floor"), medians.pop("empty")
+    floor, lazy, empty = medians.pop("floor"), medians.pop("lazy"), medians.pop("empty")
     before05 = medians.pop("05 before", None)
     cold = medians
-    rows = [("python -c 'import openai'", floor), ("pytest collecting nothing", empty)]
+    rows = [("python -c 'import openai'", floor),
+            ("  the same, imported as the kit does (sessionlab.lazy_sdk)", lazy),
+            ("pytest collecting nothing", empty)]
     for lesson in lessons:
         rows.append((f"pytest lessons/{lesson.name} --solution", cold[lesson.number]))
         if lesson.number == "05" and before05 is not None:

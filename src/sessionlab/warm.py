@@ -99,8 +99,9 @@ def fingerprint(root: Path) -> str:
 def warm_up() -> None:
     """Import what every run needs, and make one scripted request: the first
     `chat.completions.create` imports more of openai and builds its models' validators."""
-    from . import lazy_sdk
-    lazy_sdk.install()           # the SDK as a cold run imports it (the kit's plugin does this)
+    # The whole SDK, as it is: paid once here, it leaves a run nothing of it to import.
+    # (A cold run imports only what it uses, through sessionlab.lazy_sdk; in a child of
+    # this server the kit's plugin installs that finder too, but finds it all imported.)
     for name in PRELOAD:
         importlib.import_module(name)
     import _pytest.config

@@ -3,8 +3,8 @@
 Find the current lesson (the first whose tests do not pass), run its tests, show the tasks and
 the first failure in words, and run them again whenever the lesson's agent.py is saved.
 
-Saves are noticed by polling the file's modification time, size and inode every 0.05 s (file
-event APIs are not in the standard library, and one stat call twenty times a second costs
+Saves are noticed by polling the file's modification time, size and inode every 0.025 s (file
+event APIs are not in the standard library, and one stat call forty times a second costs
 nothing); a change is acted on once the file has stopped changing for one more poll, so an
 editor that writes a file in several steps triggers a single run.
 
@@ -36,7 +36,7 @@ from ..warm import WarmPytest
 from .runner import LessonResult, Runner, child_env, current_lesson
 from .ui import Ui, bar
 
-INTERVAL = 0.05
+INTERVAL = 0.025    # seconds between two looks at the file (one stat() each)
 KEYS = "h hint · l list · n next lesson (once this one passes) · r run again · q quit"
 
 
