@@ -13,8 +13,8 @@ import pytest
 from sessionlab.lazy_sdk import reexports
 
 
-def run_python(code: str, *, eager: bool = False) -> dict:
-    env = {**os.environ, "SESSIONLAB_EAGER_OPENAI": "1" if eager else ""}
+def run_python(code: str, *, eager: bool = False, **variables: str) -> dict:
+    env = {**os.environ, "SESSIONLAB_EAGER_OPENAI": "1" if eager else "", **variables}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -22,39 +22,49 @@ def run_python(code: str, *, eager: bool = False) -> dict:
 
 
 # Every package of the lazy trees, imported; what each binds, by name: lazily (asked for
-# through __getattr__) or eagerly (the SDK's own __init__.py run as it is).
+# through __getattr__) or eagerly (the SDK's own __init__.py run as it is). And which of
+# the submodules named in $SUBMODULES (or, eagerly, found bound) are attributes.
 NAMESPACES = """
-    import importlib, inspect, json, pathlib, sys
+    import importlib, inspect, json, os, pathlib, sys
     from sessionlab import lazy_sdk
     lazy_sdk.install()
     import openai
     root = pathlib.Path(openai.__file__).parent
+    packages = [importlib.import_module(".".join(("openai", *init.parent.relative_to(
+                    root).parts)))
+                for tree in lazy_sdk.LAZY_TREES
+                for init in sorted(root.joinpath(*tree.split(".")[1:]).rglob("__init__.py"))]
+    # Submodules first, before any re-exported name is asked for (which imports its
+    # submodule, and so makes it an attribute anyway)
+    asked = json.loads(os.environ.get("SUBMODULES") or "{}")
+    submodules = {}
+    for package in packages:
+        names = asked.get(package.__name__, list(vars(package)))
+        submodules[package.__name__] = sorted(
+            name for name in names if inspect.ismodule(getattr(package, name, None))
+            and getattr(package, name).__name__ == f"{package.__name__}.{name}")
     found = {}
-    for tree in lazy_sdk.LAZY_TREES:
-        folder = root.joinpath(*tree.split(".")[1:])
-        for init in sorted(folder.rglob("__init__.py")):
-            parts = init.parent.relative_to(root).parts
-            package = importlib.import_module(".".join(("openai", *parts)))
-            if isinstance(package.__spec__.loader, lazy_sdk.LazyPackageLoader):
-                names = package.__spec__.loader.names
-                bound = {name: getattr(package, name) for name in names}
-            else:
-                bound = dict(vars(package))
-            found[package.__name__] = sorted(
-                f"{name}={getattr(value, '__module__', '')}.{getattr(value, '__name__', '')}"
-                for name, value in bound.items()
-                if not name.startswith("_") and not inspect.ismodule(value)
-                and getattr(value, "__module__", "") != "__future__")
+    for package in packages:
+        if isinstance(package.__spec__.loader, lazy_sdk.LazyPackageLoader):
+            bound = {name: getattr(package, name)
+                     for name in package.__spec__.loader.names}
+        else:
+            bound = dict(vars(package))
+        found[package.__name__] = sorted(
+            f"{name}={getattr(value, '__module__', '')}.{getattr(value, '__name__', '')}"
+            for name, value in bound.items()
+            if not name.startswith("_") and not inspect.ismodule(value)
+            and getattr(value, "__module__", "") != "__future__")
     lazy = [name for name, module in sys.modules.items()
             if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
                           lazy_sdk.LazyPackageLoader)]
-    print(json.dumps({"found": found, "lazy": lazy}))
+    print(json.dumps({"found": found, "lazy": lazy, "submodules": submodules}))
 """
 
 
 def test_every_name_the_sdk_reexports_is_there_when_imported_lazily() -> None:
     eager = run_python(NAMESPACES, eager=True)
-    lazy = run_python(NAMESPACES)
+    lazy = run_python(NAMESPACES, SUBMODULES=json.dumps(eager["submodules"]))
     assert eager["lazy"] == [], "SESSIONLAB_EAGER_OPENAI=1 should turn the finder off"
     assert lazy["lazy"], (
         "no package of openai.types or openai.resources fits the re-export-only pattern "
@@ -63,6 +73,9 @@ def test_every_name_the_sdk_reexports_is_there_when_imported_lazily() -> None:
     assert lazy["found"].keys() == eager["found"].keys()
     for package, names in eager["found"].items():
         assert lazy["found"][package] == names, f"{package} binds other names lazily"
+    # A submodule the __init__.py imported is an attribute of its package: lazily too
+    assert lazy["submodules"] == eager["submodules"]
+    assert sum(map(len, eager["submodules"].values())) > 100
 
 
 def test_a_chat_completion_loads_only_the_chat_parts_of_the_sdk() -> None:

@@ -11,8 +11,9 @@ Those `__init__.py` files are generated and hold nothing but re-exports
 system that reads such a file, and instead of running it gives the package a
 module-level `__getattr__` (PEP 562) that imports a name's submodule the first time the
 name is asked for. `openai.types.Batch` and `from openai.types import Batch` still work and
-give the same object; importing a submodule (`openai.types.chat`) never needed the parent's
-re-exports. A package whose `__init__.py` does anything else, or binds a name that is also
+give the same object, and so does a submodule asked for as an attribute (`openai.types.beta`,
+which the `__init__.py` would have imported); importing a submodule never needed the
+parent's re-exports. A package whose `__init__.py` does anything else, or binds a name that is also
 one of its submodules (the two could then shadow each other), is imported as it is.
 
 It changes when the SDK's modules run, never what they contain: the same idea as
@@ -88,13 +89,22 @@ class LazyPackageLoader(importlib.abc.Loader):
         names, package = self.names, module.__name__
 
         def __getattr__(name: str) -> object:
-            try:
+            if name in names:
                 submodule, attribute = names[name]
-            except KeyError:
-                raise AttributeError(
-                    f"module {package!r} has no attribute {name!r}") from None
-            target = importlib.import_module(f"{package}.{submodule}")
-            value = target if attribute is None else getattr(target, attribute)
+                target = importlib.import_module(f"{package}.{submodule}")
+                value = target if attribute is None else getattr(target, attribute)
+            elif name.startswith("__"):
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            else:
+                # A submodule by its name (openai.types.beta): run as it is, the
+                # __init__.py would have imported it, and so made it an attribute
+                try:
+                    value = importlib.import_module(f"{package}.{name}")
+                except ModuleNotFoundError as error:
+                    if error.name != f"{package}.{name}":
+                        raise                               # it exists, and failed
+                    raise AttributeError(
+                        f"module {package!r} has no attribute {name!r}") from None
             setattr(module, name, value)                    # asked once, then a plain global
             return value
 
