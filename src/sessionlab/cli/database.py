@@ -27,6 +27,15 @@ def describe(url: str) -> str:
     return re.sub(r"//[^@/]*@", "//", url).split("?")[0]
 
 
+UNREACHABLE_HINT = "is the server running, and is the URL right (postgresql://user@host/db)?"
+
+
+def first_line(error: BaseException) -> str:
+    """What a driver's error says, in one line (its class name when it says nothing)."""
+    said = str(error).strip()
+    return said.splitlines()[0] if said else type(error).__name__
+
+
 def _driver() -> Any:
     try:
         import psycopg
@@ -87,10 +96,8 @@ def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: A
                         "afresh") from None
     except psycopg.OperationalError as error:
         _close(log)
-        said = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise ChatError(f"cannot reach the database {where}: {said}",
-                        "is the server running, and is the URL right "
-                        "(postgresql://user@host/db)?") from None
+        raise ChatError(f"cannot reach the database {where}: {first_line(error)}",
+                        UNREACHABLE_HINT) from None
     except Exception as error:      # the lesson's own refusals: busy, exists, not found
         _close(log)
         raise ChatError(f"{type(error).__name__}: {error}") from None
@@ -157,10 +164,8 @@ def cmd_show_store(args: argparse.Namespace, ui: Ui) -> int:
                      "`sessionlab chat --lesson 11 --store URL` makes them")
             return 1
         except psycopg.Error as error:
-            said = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            ui.error(f"cannot read sessions from {where}: {said or type(error).__name__}",
-                     "is the server running, and is the URL right "
-                     "(postgresql://user@host/db)?")
+            ui.error(f"cannot read sessions from {where}: {first_line(error)}",
+                     UNREACHABLE_HINT)
             return 1
     except StoreError as error:
         ui.error(str(error), error.hint)
@@ -198,13 +203,11 @@ def _one(connection: Any, args: argparse.Namespace, where: str, ui: Ui) -> int:
     rows = connection.execute(
         "SELECT seq, line FROM session_entries WHERE session_id = %s ORDER BY seq",
         (args.target,)).fetchall()
+    # A row is a whole line, numbered as its seq (from 0) + 1: none is ever torn
+    lines = [(seq + 1, line.encode("utf-8")) for seq, line in rows]
     log = DatabaseLog(path=Path(args.target), session_id=args.target,
-                      size=sum(len(line.encode("utf-8")) + 1 for _, line in rows))
-    index = 0
-    for seq, line in rows:
-        entry = show.parse_entry(seq + 1, line.encode("utf-8"), False, index)
-        index += entry.kind == "message"
-        log.entries.append(entry)
+                      size=sum(len(raw) + 1 for _, raw in lines))
+    log.entries = show.parse_entries(lines, torn_last=False)
     parent, forked_at, created = session
     log.meta = {"parent": parent, "forked_at": forked_at,
                 "created": created.isoformat(timespec="seconds")}

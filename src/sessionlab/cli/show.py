@@ -166,19 +166,25 @@ def parse_entry(number: int, raw: bytes, last: bool, index: int) -> Entry:
     return Entry(number, "corrupt", value, raw=raw, error="neither a message nor a marker")
 
 
+def parse_entries(lines: list[tuple[int, bytes]], torn_last: bool) -> list[Entry]:
+    """The entries of a log's (line number, bytes), each message with its index;
+    `torn_last`: the last line has no newline after it (a tail that may be torn)."""
+    entries: list[Entry] = []
+    index = 0
+    for position, (number, raw) in enumerate(lines, start=1):
+        entry = parse_entry(number, raw, torn_last and position == len(lines), index)
+        index += entry.kind == "message"
+        entries.append(entry)
+    return entries
+
+
 def read_log(path: Path) -> Log:
     """The log at `path`, every line kept; OSError if the file cannot be read."""
     data = path.read_bytes()
     log = Log(path=path, size=len(data))
-    lines = data.split(b"\n")
-    index = 0
-    for number, raw in enumerate(lines, start=1):
-        last = number == len(lines)
-        if last and raw == b"":
-            break                                   # the file ends with "\n", as it should
-        entry = parse_entry(number, raw, last, index)
-        index += entry.kind == "message"
-        log.entries.append(entry)
+    lines = list(enumerate(data.split(b"\n"), start=1))
+    ended = lines[-1][1] == b""                     # the file ends with "\n", as it should
+    log.entries = parse_entries(lines[:-1] if ended else lines, torn_last=not ended)
     log.meta = _read_json(path.with_name(f"{log.id}.meta.json"))
     log.lock = _read_json(path.with_name(f"{log.id}.lock"))
     if log.lock is None and path.with_name(f"{log.id}.lock").exists():
