@@ -1,80 +1,13 @@
-"""Session Lab, lesson 00: the agent loop, in memory.
-
-An agent is a loop around a model: send the conversation, and while the model answers
-with tool calls, run each one and send its result back under the call's id. A plain
-answer ends the turn. Everything lives in `self.messages`, a list in this process's
-memory: when the process ends, the conversation is gone. The rest of the course fixes
-that.
-"""
+# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/agent.py;
+# `sessionlab reset 00` makes it again.
+"""DOC:agent"""
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-Message = dict[str, Any]
-
-
-class Tools(Protocol):
-    """What the agent needs from its tools (the town provides exactly this)."""
-
-    # Told to the model with every request
-    schemas: list[dict[str, Any]]
-    # Tool name -> the function that runs it
-    functions: Mapping[str, Callable[..., str]]
-
-
-class MaxTurnsExceeded(RuntimeError):
-    """The model kept calling tools and never gave a plain answer."""
-
-
-def read_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
-
-    On the wire they are a string holding a JSON object. Some servers send the object
-    itself (llama.cpp's server has), or "" or null for a call without arguments: read
-    those as what they mean. Anything else is the model's mistake, for it to hear about.
-    """
-    # TODO(00.1): Run one tool call and return its result as text.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError(
-        "task 00.1 is not written yet: Run one tool call and return its result as text"
-    )
-
-
-def run_tool(tools: Tools, call: Message) -> str:
-    """Run one tool call from the model and return its result as text.
-
-    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
-    that raises) becomes a result the model can read and react to. An agent that crashes
-    on a model's typo is an agent that cannot finish a quest.
-    """
-    # TODO(00.1): Run one tool call and return its result as text.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError(
-        "task 00.1 is not written yet: Run one tool call and return its result as text"
-    )
-
-
-def normalize_reply(reply: Message, history: list[Message]) -> Message:
-    """The model's reply as a message that can be stored, and sent back to any server.
-
-    `reply` is what ask_model() got, with whatever quirks the server put in it;
-    `history` is the conversation so far. Every tool call gets an id no other call in
-    the conversation has, and arguments that are a string holding a JSON object ("{}"
-    when the model's could not be read: run_tool tells the model what was wrong). The
-    content is text, "" when the server sent null; a reply without calls has no
-    "tool_calls".
-    """
-    # TODO(00.3): Turn the model's reply into a message you can store and send back.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
-    raise NotImplementedError(
-        "task 00.3 is not written yet: Turn the model's reply into a message you can "
-        "store and send back"
-    )
-
+from .messages import Message, normalize_reply
+from .tools import MaxTurnsExceeded, run_tool, Tools
 
 
 class Agent:

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-MODULE = "agent.py"
+MODULE = "agent.py"       # a lesson's entry: the agent loop, and the file a lesson is named by
+# The course modules, each one idea of the store, in the order they build on each other:
+# a module imports only from those before it (agent.py, the loop, comes last).
+MODULE_ORDER = ("messages", "files", "tools", "reading", "lock", "blobs", "undo",
+                "compaction", "erase", "sidechain", "log", "forks", "privacy", "postgres",
+                "agent")
 LESSON_FOLDER = re.compile(r"^(\d\d)_[a-z][a-z0-9_]*$")
 
 
@@ -212,26 +217,79 @@ class HashCheckedLoader(importlib.machinery.SourceFileLoader):
         return code
 
 
-def load_module(path: Path, name: str | None = None) -> ModuleType:
-    """Import a lesson module from its file under a name of its own.
+def lesson_modules(folder: Path) -> list[Path]:
+    """The course modules of a lesson folder, in the order they build on each other.
 
-    Every lesson's module is called agent.py, so each is imported under a unique name
-    (`sessionlab_impl.solution_03_fork`) and several lessons can run in one pytest.
+    A lesson's store is split by idea (messages.py, files.py, log.py, lock.py ...); which
+    of them a lesson has grows with the course. Tests, lesson.toml and helper scripts are
+    not course modules."""
+    return [folder / f"{name}.py" for name in MODULE_ORDER if (folder / f"{name}.py").is_file()]
+
+
+class LessonPackage(ModuleType):
+    """A lesson's code as one namespace: every public name of its modules.
+
+    A test may replace one of them for a moment (`monkeypatch.setattr(lesson, "fork",
+    ...)`); the replacement then stands in every module of the lesson that sees the
+    name, as it did when a lesson was one file, and putting the old one back undoes it
+    everywhere."""
+
+    def __setattr__(self, key: str, value: object) -> None:
+        missing = object()
+        old = self.__dict__.get(key, missing)
+        if old is not missing and not key.startswith("__"):
+            for module in self.__dict__.get("_modules", ()):
+                if module.__dict__.get(key, missing) is old:
+                    module.__dict__[key] = value
+        super().__setattr__(key, value)
+
+
+def load_module(path: Path, name: str | None = None) -> ModuleType:
+    """Import a lesson's code from its folder under a name of its own.
+
+    `path` is the lesson's agent.py (or its folder). The folder is imported as a package
+    whose modules import each other relatively (`from .log import SessionLog`), so that
+    every lesson, the student's and the solution, and several wrong implementations can
+    be loaded in one process without their modules meeting. The package returned holds
+    every public name of every course module of the folder, so a test reads
+    `lesson.SessionLog` or `lesson.fork` without knowing which file defines it.
     """
     path = Path(path).resolve()
-    if not path.is_file():
-        raise CourseError(f"{path}: no such file")
-    name = name or f"sessionlab_impl.{path.parent.parent.name}_{path.parent.name}"
+    folder = path if path.is_dir() else path.parent
+    entry = folder / MODULE
+    if not entry.is_file():
+        raise CourseError(f"{entry}: no such file")
+    name = name or f"sessionlab_impl.{folder.parent.name}_{folder.name}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, path, loader=HashCheckedLoader(name, str(path)))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    package = LessonPackage(name, f"the lesson code in {folder}")
+    package.__path__ = [str(folder)]
+    package.__file__ = str(entry)
+    package.__package__ = name
+    package.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    package.__spec__.submodule_search_locations = [str(folder)]
+    sys.modules[name] = package
+    loaded: list[str] = []
     try:
-        spec.loader.exec_module(module)
+        for module_path in lesson_modules(folder):
+            full = f"{name}.{module_path.stem}"
+            if full not in sys.modules:
+                spec = importlib.util.spec_from_file_location(
+                    full, module_path, loader=HashCheckedLoader(full, str(module_path)))
+                assert spec and spec.loader
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[full] = module
+                loaded.append(full)
+                spec.loader.exec_module(module)
+                setattr(package, module_path.stem, module)
+        modules = [sys.modules[f"{name}.{path.stem}"] for path in lesson_modules(folder)]
+        package.__dict__["_modules"] = modules
+        for module in modules:
+            for key, value in vars(module).items():
+                if not key.startswith("__") and key not in MODULE_ORDER:
+                    package.__dict__.setdefault(key, value)
     except BaseException:
-        del sys.modules[name]
+        for full in (name, *[key for key in sys.modules if key.startswith(name + ".")]):
+            sys.modules.pop(full, None)
         raise
-    return module
+    return package

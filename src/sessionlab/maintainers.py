@@ -21,6 +21,7 @@ Each lesson's tests run in their own pytest process, two at a time.
 from __future__ import annotations
 
 import argparse
+import difflib
 import ast
 import json
 import os
@@ -36,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import course, starters
+from . import course, snapshots, starters
 from .cli.runner import child_env, run_process
 from .cli.ui import one_line_errors
 
@@ -94,7 +95,8 @@ def check_metadata(lesson: course.Lesson) -> Finding:
     if not lesson.tasks:
         problems.append("lesson.toml lists no tasks")
     solution = lesson.module_path("solution")
-    fenced = starters.marked_tasks(solution.read_text(encoding="utf-8")) if solution.exists() else []
+    fenced = [task for path in course.lesson_modules(lesson.solution_folder)
+              for task in starters.marked_tasks(path.read_text(encoding="utf-8"))]
     if not solution.exists():
         problems.append(f"no reference solution at solutions/{lesson.name}/{course.MODULE}")
     marks = test_marks(lesson)
@@ -134,6 +136,7 @@ def check_folders(root: Path) -> Finding:
 # Course code is read on the site, whose content column fits about 88 characters, and
 # in a terminal: a wider line scrolls sideways or wraps mid-word in both.
 WIDTH = 88
+LONGEST = 800       # lines of a module a student edits
 
 
 def columns(line: str) -> int:
@@ -145,9 +148,18 @@ def columns(line: str) -> int:
 
 
 def check_width(root: Path) -> Finding:
-    """Every line of course code (the .py files of lessons/ and solutions/) fits WIDTH."""
+    """Every line of course code (the .py files of course/, lessons/ and solutions/)
+    fits WIDTH, and no module a student edits is longer than LONGEST lines."""
     finding = Finding(f"course code fits {WIDTH} columns")
-    for side in ("lessons", "solutions"):
+    for lesson in course.lessons(root):
+        for path in course.lesson_modules(lesson.folder):
+            count = path.read_bytes().count(b"\n")
+            if count > LONGEST:
+                finding.problems.append(
+                    f"{path.relative_to(root).as_posix()}: {count} lines, longer than "
+                    f"{LONGEST}: a student reads it in one sitting; split its idea off "
+                    "into a module of its own")
+    for side in ("course", "lessons", "solutions"):
         for path in sorted((root / side).rglob("*.py")):
             if "__pycache__" in path.parts:
                 continue
@@ -185,12 +197,7 @@ def check_starters(root: Path, strict: bool = False) -> Finding:
     finding = Finding("starters match the generator")
     git = starters.Git(root)
     worked: list[str] = []
-    for lesson in course.lessons(root):
-        try:
-            item = starters.starter_of(lesson, git)
-        except course.CourseError as error:
-            finding.problems.append(str(error))
-            continue
+    for item in _every_starter(root, git, finding):
         if not git.available:
             if item.drifted or item.holds_work:
                 worked.append(item.path)
@@ -228,9 +235,45 @@ def check_starters(root: Path, strict: bool = False) -> Finding:
 # file they edited next to it) never decides the check.
 
 SHIPPED_FILES = ("conftest.py", "pyproject.toml", "mkdocs.yml")
-SHIPPED_FOLDERS = ("solutions", "docs", "src")
+SHIPPED_FOLDERS = ("course", "solutions", "docs", "src")
 NOT_SHIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache",
                                      "*.egg-info", ".sessionlab", "sessions")
+
+
+def _every_starter(root: Path, git: starters.Git, finding: Finding):
+    for lesson in course.lessons(root):
+        try:
+            yield from starters.starters_of(lesson, git)
+        except course.CourseError as error:
+            finding.problems.append(str(error))
+
+
+def check_snapshots(root: Path) -> Finding:
+    """solutions/ holds exactly what `course/` makes: no snapshot edited by hand, none
+    missing, none left over."""
+    finding = Finding("solutions match the course's source")
+    try:
+        made = snapshots.generate(root, course.lessons(root))
+    except course.CourseError as error:
+        finding.problems.append(str(error))
+        return finding
+    for path, text in made.items():
+        shown = path.relative_to(root).as_posix()
+        have = path.read_text(encoding="utf-8") if path.is_file() else None
+        if have != text:
+            diff = "".join(difflib.unified_diff(
+                (have or "").splitlines(keepends=True), text.splitlines(keepends=True),
+                f"{shown} (committed)", f"{shown} (generated)"))
+            finding.problems.append(
+                f"{shown} {'is missing' if have is None else 'differs from its source'}; "
+                f"change course/ and run `sessionlab dev generate`:\n{diff[:4000]}")
+    for lesson in course.lessons(root):
+        for path in course.lesson_modules(lesson.solution_folder):
+            if path not in made:
+                finding.problems.append(
+                    f"{path.relative_to(root).as_posix()} is made from no module of "
+                    "course/: remove it, or add its source")
+    return finding
 
 
 def lay_out_pristine(root: Path, target: Path) -> None:
@@ -257,15 +300,17 @@ def lay_out_lesson(root: Path, target: Path, name: str,
     git = git or starters.Git(root)
     relative = f"lessons/{name}"
     try:
-        item = starters.starter_of(course.load_lesson(root, name), git)
+        items = starters.starters_of(course.load_lesson(root, name), git)
     except (course.CourseError, OSError):
         # No lesson.toml, no solution, broken fences: the static checks say so; the
         # copy keeps the folder as it is.
         shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
         return
-    if not (item.holds_work and git.extract(relative, target, item.commit)):
+    worked = [item for item in items if item.holds_work]
+    if not (worked and git.extract(relative, target, worked[0].commit)):
         shutil.copytree(root / relative, target / relative, ignore=NOT_SHIPPED)
-    (target / relative / course.MODULE).write_text(item.generated, encoding="utf-8")
+    for item in items:
+        (target / relative / item.module).write_text(item.generated, encoding="utf-8")
 
 
 # --- checks that run pytest ------------------------------------------------------------
@@ -547,6 +592,7 @@ def static_checks(root: Path, shipped: Path | None = None, strict: bool = False
     committed is read at `root`."""
     shipped = shipped or root
     checks = [("lesson folders", lambda: check_folders(root)),
+              ("snapshots", lambda: check_snapshots(root)),
               ("starters", lambda: check_starters(root, strict)),
               ("course code width", lambda: check_width(shipped))]
     for lesson in course.lessons(shipped):

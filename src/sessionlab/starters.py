@@ -1,6 +1,6 @@
-"""Starters are generated from the marked solutions: one source of truth.
+"""Starters are generated from the marked solutions, themselves generated from `course/`.
 
-In `solutions/NN_topic/agent.py` the student's part of each task is fenced:
+In the modules of `solutions/NN_topic/` the student's part of each task is fenced:
 
         # BEGIN 03.1
         ...the reference code...
@@ -25,7 +25,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from .course import Lesson, MODULE, CourseError, lessons, load_lesson
+from .course import Lesson, MODULE, CourseError, lesson_modules, lessons, load_lesson
+from .snapshots import without_header
 
 # Course code is read on the site, whose content column fits about 88 characters, and
 # in a terminal: a generated line stays within that width too.
@@ -38,6 +39,10 @@ END = re.compile(r"^[ \t]*# END (?P<task>\d\d\.\d+)\s*$")
 def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str:
     """The starter text for `lesson`, made from its marked solution text."""
     out: list[str] = []
+    if (body := without_header(solution)) != solution:
+        out.append(f"# Lesson {lesson.name}: yours to edit. Generated from {source};\n"
+                   f"# `sessionlab reset {lesson.number}` makes it again.\n")
+        solution = body
     open_task: str | None = None
     for number, line in enumerate(solution.splitlines(keepends=True), start=1):
         begin, end = BEGIN.match(line), END.match(line)
@@ -164,20 +169,28 @@ class Drift:
     diff: str
 
 
-def expected_starter(lesson: Lesson) -> str:
-    path = lesson.solution_folder / MODULE
-    return make_starter(path.read_text(encoding="utf-8"), lesson, source=str(path))
+def expected_starter(lesson: Lesson, module: str = MODULE) -> str:
+    """The starter of one module of `lesson` (agent.py unless named)."""
+    path = lesson.solution_folder / module
+    return make_starter(path.read_text(encoding="utf-8"), lesson,
+                        source=f"solutions/{lesson.name}/{module}")
+
+
+def expected_starters(lesson: Lesson) -> dict[str, str]:
+    """Every module of `lesson`'s starter: file name -> text, in the course's order."""
+    return {path.name: expected_starter(lesson, path.name)
+            for path in lesson_modules(lesson.solution_folder)}
 
 
 def write_starters(root: Path) -> list[Path]:
     """Regenerate every starter from its solution. Returns the files that changed."""
     changed = []
     for lesson in lessons(root):
-        target = lesson.folder / MODULE
-        text = expected_starter(lesson)
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            target.write_text(text, encoding="utf-8")
-            changed.append(target)
+        for module, text in expected_starters(lesson).items():
+            target = lesson.folder / module
+            if not target.exists() or target.read_text(encoding="utf-8") != text:
+                target.write_text(text, encoding="utf-8")
+                changed.append(target)
     return changed
 
 
@@ -259,17 +272,19 @@ class Git:
 
 @dataclass(frozen=True)
 class Starter:
-    """One lesson's starter three ways: generated, in the working tree, committed."""
+    """One module of a lesson's starter three ways: generated, in the working tree,
+    committed."""
     lesson: Lesson
     generated: str
-    working: str | None       # lessons/NN/agent.py as it is; None when missing
+    working: str | None       # lessons/NN/<module> as it is; None when missing
     committed: str | None     # as the course committed it (Git.course_commit); None
                               # outside git or untracked
     commit: str = "HEAD"      # that commit
+    module: str = MODULE      # which file of the lesson
 
     @property
     def path(self) -> str:
-        return f"lessons/{self.lesson.name}/{MODULE}"
+        return f"lessons/{self.lesson.name}/{self.module}"
 
     @property
     def holds_work(self) -> bool:
@@ -312,19 +327,24 @@ class Starter:
 
 
 def survey(root: Path, git: Git | None = None) -> list[Starter]:
-    """Every lesson's starter: generated, in the working tree and committed."""
+    """Every module of every lesson's starter: generated, in the working tree and
+    committed."""
     git = git or Git(root)
-    return [starter_of(lesson, git) for lesson in lessons(root)]
+    return [item for lesson in lessons(root) for item in starters_of(lesson, git)]
 
 
-def starter_of(lesson: Lesson, git: Git) -> Starter:
-    """The lesson's starter three ways (CourseError when its solution's fences are
-    broken)."""
-    target = lesson.folder / MODULE
+def starters_of(lesson: Lesson, git: Git) -> list[Starter]:
+    """Each module of the lesson's starter three ways (CourseError when its solution's
+    fences are broken)."""
     commit = git.course_commit(lesson.name) if git.available else "HEAD"
-    return Starter(lesson, expected_starter(lesson),
-                   target.read_text(encoding="utf-8") if target.exists() else None,
-                   git.committed(f"lessons/{lesson.name}/{MODULE}", commit), commit)
+    found = []
+    for module, generated in expected_starters(lesson).items():
+        target = lesson.folder / module
+        found.append(Starter(
+            lesson, generated,
+            target.read_text(encoding="utf-8") if target.exists() else None,
+            git.committed(f"lessons/{lesson.name}/{module}", commit), commit, module))
+    return found
 
 
 def drift(root: Path) -> list[Drift]:
@@ -337,13 +357,14 @@ def drift(root: Path) -> list[Drift]:
 
 
 def generated_file(root: Path, relative: str) -> str | None:
-    """The generated starter when `relative` names one (lessons/NN_topic/agent.py of a
-    lesson with a solution), else None: what the course ships there, whatever the
-    working tree holds."""
+    """The generated starter when `relative` names one (lessons/NN_topic/<module>.py of
+    a lesson whose solution has that module), else None: what the course ships there,
+    whatever the working tree holds."""
     parts = Path(relative).parts
-    if len(parts) != 3 or parts[0] != "lessons" or parts[2] != MODULE:
+    if len(parts) != 3 or parts[0] != "lessons":
         return None
+    solution = root / "solutions" / parts[1]
     if not ((root / "lessons" / parts[1] / "lesson.toml").is_file()
-            and (root / "solutions" / parts[1] / MODULE).is_file()):
+            and (solution / parts[2]) in lesson_modules(solution)):
         return None
-    return expected_starter(load_lesson(root, parts[1]))
+    return expected_starter(load_lesson(root, parts[1]), parts[2])

@@ -38,7 +38,7 @@ def cmd_dev_starters(args: argparse.Namespace, ui: Ui, root: Path) -> int:
             ui.out.print("Every starter matches what the generator makes from its solution.")
             return 0
         for item in found:
-            ui.out.print(Text(f"lessons/{item.lesson.name}/agent.py differs from the generated starter:",
+            ui.out.print(Text(f"lessons/{item.lesson.name} differs from the generated starter:",
                               style="bold red"))
             ui.out.print(item.diff, markup=False, highlight=False, soft_wrap=True)
         ui.error(f"{len(found)} starter(s) out of date", "regenerate them with `sessionlab dev starters`")
@@ -48,6 +48,18 @@ def cmd_dev_starters(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         ui.out.print(f"wrote {path.relative_to(root)}")
     if not changed:
         ui.out.print("Every starter was already up to date.")
+    return 0
+
+
+def cmd_dev_generate(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    """course/ -> solutions/NN_topic/*.py -> lessons/NN_topic/*.py (the starters)."""
+    from .. import course, snapshots
+    lessons = course.lessons(root)
+    changed = snapshots.write_snapshots(root, lessons) + starters.write_starters(root)
+    for path in changed:
+        ui.out.print(f"wrote {path.relative_to(root)}")
+    if not changed:
+        ui.out.print("Every snapshot and starter was already what course/ makes.")
     return 0
 
 
@@ -74,9 +86,9 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     p = commands.add("dev", lambda args, ui, root: (args.dev_parser.print_help(), 2)[1], "teacher",
                      "maintainers' tools: `dev check` (the whole course), `dev mutate "
                      "[NN]`, "
-                     "`dev starters [--check]`",
+                     "`dev generate`, `dev starters [--check]`",
                      needs_root=False, parents=[common],
-                     listed_as="dev check|mutate|starters")
+                     listed_as="dev check|mutate|generate|starters")
     dev_sub = p.add_subparsers(dest="dev_command", metavar="COMMAND")
     p.set_defaults(dev_parser=p)
     q = dev_sub.add_parser("check", parents=[common], allow_abbrev=False, help="the maintainers' check: solutions, starters, hints, docs",
@@ -96,7 +108,14 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     q.add_argument("rest", nargs=argparse.REMAINDER,
                    help="options for the pass (see `dev mutate --help`)")
     q.set_defaults(func=cmd_dev_mutate, needs_root=False)
-    q = dev_sub.add_parser("starters", parents=[common], allow_abbrev=False, help="regenerate lessons/*/agent.py from solutions/",
+    q = dev_sub.add_parser("generate", parents=[common], allow_abbrev=False,
+                           help="make solutions/ from course/, then the starters in lessons/",
+                           description="Make every lesson's reference snapshot "
+                                       "(solutions/NN_topic/*.py) from the one annotated "
+                                       "source in course/, then every starter "
+                                       "(lessons/NN_topic/*.py) from its snapshot.")
+    q.set_defaults(func=cmd_dev_generate, needs_root=True)
+    q = dev_sub.add_parser("starters", parents=[common], allow_abbrev=False, help="regenerate lessons/*/*.py from solutions/",
                            description="Regenerate every starter (lessons/NN/agent.py) from its marked solution; "
                                        "with --check, only report starters that differ, and fail if any does.")
     q.add_argument("--check", action="store_true", help="change nothing; exit 1 if a starter is out of date")

@@ -1,0 +1,279 @@
+#| 00+  00_memory
+"""DOC:agent"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .messages import Message, normalize_reply
+from .tools import MaxTurnsExceeded, run_tool, Tools
+from .reading import Compaction, interrupted_result, unanswered_calls
+from .undo import AgentUndo
+from .compaction import AgentCompaction, REPLY_ROOM
+from .erase import AgentErase
+from .sidechain import AgentHelpers
+from .log import SessionLog
+
+
+#> 00-06
+class Agent:
+#<
+#> 07
+class Agent(AgentUndo):
+#<
+#> 08
+class Agent(AgentUndo, AgentCompaction):
+#<
+#> 09
+class Agent(AgentUndo, AgentCompaction, AgentErase):
+#<
+#> 10+
+class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
+#<
+    #> 00
+    """An agent whose whole memory is `self.messages`."""
+    #<
+    #> 01+
+    """An agent whose memory, `self.messages`, is saved line by line to its log."""
+    #<
+
+    #> 00
+    def __init__(self, client: Any, *, model: str, tools: Tools,
+                 system: str | None = None, max_turns: int = 8) -> None:
+    #<
+    #> 01+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools,
+        session: SessionLog | None = None,
+        system: str | None = None,
+        max_turns: int = 8,
+    #<
+        #> 08+
+        budget: int | None = None,
+        reply_room: int = REPLY_ROOM,
+        #<
+    #> 01+
+    ) -> None:
+    #<
+        self.client = client  # an openai.OpenAI (or anything with the same shape)
+        self.model = model
+        self.tools = tools
+        #> 01+
+        # Where messages are saved; None keeps them in memory only
+        self.session = session
+        #<
+        self.system = system          # sent first with every request, never stored
+        self.max_turns = max_turns    # model calls allowed for one user message
+        #> 00-01
+        self.messages: list[Message] = []
+        #<
+        #> 07+
+        # Messages recorded but not written to the log yet: see record() and flush().
+        self.pending: list[Message] = []
+        #<
+        #> 02+
+        self.messages: list[Message] = self.resume()
+        #<
+        #> 08+
+        # Lesson 08: the largest request, in estimated tokens, counting the system
+        # prompt, the tools, the summary and `reply_room` tokens left for the answer
+        # (None: no limit, nothing is ever compacted). The compaction the log recorded
+        # is the view whatever the budget: a resume sends what was sent before.
+        self.budget = budget
+        self.reply_room = reply_room
+        self.compaction: Compaction | None = (
+            self.session.compacted if self.session is not None else None
+        )
+        #<
+#> 02+
+
+    def resume(self) -> list[Message]:
+#<
+        #> 02-03
+        """The history to start from: the session's log, or nothing without one."""
+        #<
+        #> 04+
+        """The history to start from: the session's log, repaired (none without one)."""
+        #<
+        #> 02+
+        # BEGIN 02.2
+        if self.session is None:
+            return []
+        #<
+        #> 02-03
+        return self.session.load()
+        #<
+        #> 04+
+        # Not load(): this agent will write, so it takes the log over as its writer, and
+        # a writer repairs the tail before the history is sent to any model.
+        return self.session.open_for_append()
+        #<
+        #> 02-03
+        # END 02.2
+        #<
+
+    def run(self, user_text: str) -> str:
+        """Handle one user message: call the model until it answers in plain text.
+
+        Returns the final answer. Raises MaxTurnsExceeded when the model is still
+        calling tools after `max_turns` requests.
+        """
+        # BEGIN 00.2
+        #> 04+
+        self.settle()       # a run that stopped half-way may have left calls open
+        #<
+        self.record({"role": "user", "content": user_text})
+        #> 00-06
+        for _ in range(self.max_turns):
+            reply = self.ask_model()
+            message = normalize_reply(reply, self.messages)
+            self.record(message)
+            # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
+            # answer finish_reason="stop" together with tool calls.
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return message["content"]
+            # Run each call as the model sent it (so that run_tool can say what was
+            # wrong with its arguments); answer it under the id its stored copy carries.
+            for call, asked in zip(calls, reply["tool_calls"]):
+                self.record({"role": "tool", "tool_call_id": call["id"],
+                             "content": run_tool(self.tools, asked)})
+        raise MaxTurnsExceeded(
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
+        #<
+        #> 07+
+        try:
+            for _ in range(self.max_turns):
+                # Flushes first: on disk before the model sees it
+                reply = self.ask_model()
+                message = normalize_reply(reply, self.messages)
+                self.record(message)
+                # Decide from tool_calls, not finish_reason: some OpenAI-compatible
+                # servers answer finish_reason="stop" together with tool calls.
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    return message["content"]
+                # Run each call as the model sent it (so that run_tool can say what was
+                # wrong with its arguments); answer under its stored copy's id.
+                for call, asked in zip(calls, reply["tool_calls"]):
+                    # The call (and the results before it) are on disk before the tool
+                    # can change the world: a crash inside it leaves a call lesson 04
+                    # repairs.
+                    self.flush()
+                    self.record({"role": "tool", "tool_call_id": call["id"],
+        #<
+                                 #> 07-09
+                                 "content": run_tool(self.tools, asked)})
+                                 #<
+                                 #> 10+
+                                 "content": self.use_tool(call, asked)})
+                                 #<
+            #> 07+
+            raise MaxTurnsExceeded(
+                f"the model still wanted tools after {self.max_turns} requests; giving "
+                "up on this turn"
+            )
+        finally:
+            # The answer the user is about to read is on disk when run() ends
+            self.flush()
+            #<
+        #> 00-06
+        # END 00.2
+        #<
+#> 04+
+
+    def settle(self) -> None:
+        """Answer the tool calls an earlier run left without results, before anything.
+
+        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
+        """
+        # BEGIN 04.4
+        for call in unanswered_calls(self.messages):
+            self.record(interrupted_result(call))
+        # END 04.4
+#<
+
+    def record(self, message: Message) -> None:
+        #> 00
+        """Add one message to the conversation."""
+        #<
+        #> 01-06
+        """Add one message to the conversation: on disk first, then in memory."""
+        # BEGIN 01.3
+        # Disk first: if the write fails, memory does not claim a message the log lacks.
+        #<
+        #> 07+
+        """Add one message to the conversation: in memory now, in the log at flush().
+
+        The agent flushes before every model call, before every tool runs and when run()
+        ends, so only a message nothing has acted on yet stays pending: one recorded
+        between turns (a note the user pasted, say) and not sent yet. Taking it back
+        costs nothing; a crash loses it, and with it nothing that any model, tool or
+        user has seen.
+        """
+        # BEGIN 07.2
+        self.messages.append(message)
+        #<
+        #> 01+
+        if self.session is not None:
+        #<
+            #> 01-06
+            self.session.append(message)
+            #<
+        #> 00-06
+        self.messages.append(message)
+        #<
+            #> 07+
+            self.pending.append(message)
+        # END 07.2
+
+    def flush(self) -> None:
+        """Write the pending messages to the log, oldest first."""
+        # BEGIN 07.2
+        while self.pending:
+            self.session.append(self.pending[0])
+            # Only once it is written: a failed write leaves it pending
+            del self.pending[0]
+        # END 07.2
+            #<
+        #> 00-06
+        # END 01.3
+        #<
+
+    def ask_model(self) -> Message:
+        """Send the conversation to the model; return its reply as it came, as a dict.
+
+        Its fields hold whatever the server sent (an id may be None, arguments an
+        object): normalize_reply() makes it a message to store.
+        """
+        #> 07+
+        self.flush()  # lesson 01's rule: every message is on disk before the model call
+        #<
+        #> 00-07
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        #<
+        #> 08+
+        # Lesson 08: the view of the log, within the budget
+        messages = self.request_messages()
+        #<
+        response = self.client.chat.completions.create(
+            #> 00-07
+            model=self.model, messages=system + self.messages, tools=self.tools.schemas)
+            #<
+            #> 08+
+            model=self.model, messages=messages, tools=self.tools.schemas)
+            #<
+        reply = response.choices[0].message
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return {"role": "assistant", "content": reply.content, "tool_calls": calls}

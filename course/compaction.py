@@ -1,0 +1,183 @@
+#| 08+  08_compact
+"""DOC:compaction"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .messages import encode_line, MARKER, Message
+from .files import now, read_all
+from .reading import Compaction, parse_log
+
+
+class ContextOverflow(RuntimeError):
+    """Even after compaction the next request is larger than the budget: the turn in
+    progress alone does not fit. Nothing was lost: the log holds every message."""
+
+
+
+class SessionCompaction:
+    # --- lesson 08: a compaction marker -----------------------------------------------
+
+    def compact(self, summary: str, keep: int) -> int:
+        """Record that `summary` stands for every message the log shows but the last
+        `keep`, with one marker line. Returns the marker's "upto".
+
+        "upto" is the index of the first message kept, or the number of messages in the
+        log when none is kept: an index, as undo markers count them, never a line
+        number, so that markers written later do not move it. No message is removed:
+        the log stays the whole truth, and the summary only changes what is sent.
+        """
+        if self._fd is None:
+            self._open()  # the writer first: its repair may add messages to the end
+        # A compaction is rare (it costs a model call): reading the log again, through
+        # the writer's own descriptor, costs little beside it and keeps this plain.
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        # BEGIN 08.5
+        shown = state.shown()
+        if not 0 <= keep <= len(shown):
+            raise ValueError(f"cannot keep {keep} message(s) of {self.path} after a "
+                             f"compaction: it shows {len(shown)}")
+        written = sum(MARKER not in entry for entry in state.entries)
+        upto = shown[len(shown) - keep][0] if keep else written
+        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        self._write(encode_line(marker))
+        return upto
+        # END 08.5
+
+
+# --- lesson 08: sizes and summaries ---------------------------------------------------
+
+# Tokens the budget keeps free for the model's answer: a request that fills the window
+# leaves the model no room to reply.
+REPLY_ROOM = 512
+
+
+SUMMARY_PROMPT = (
+    "Summarise the conversation below for whoever continues it: the goal, what was "
+    "said and decided, what the tools did and returned (people met, items bought, "
+    "gold left), and what is still open. Plain sentences, no more than a page."
+)
+
+
+# What the request shows before the summary, so the model reads it as one.
+SUMMARY_INTRO = "(The conversation so far, summarised to fit the window.)\n"
+
+
+
+def estimate_tokens(value: Any) -> int:
+    """About how many tokens `value` costs a model: the bytes of its JSON, / 4.
+
+    Every model has its own tokenizer, and the exact count is only known once the
+    server answers. Four bytes a token is the usual rule of thumb for English text; the
+    JSON counts the roles, ids and quotes the server tokenizes too. It counts low for
+    scripts of three bytes a character: Chinese runs about a token a character, which
+    bytes / 4 counts as three quarters of one. `reply_room` is the margin.
+    """
+    data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return (len(data) + 3) // 4
+
+
+
+def transcript(summary: str | None, messages: list[Message]) -> str:
+    """The conversation as plain text, a line a message, for the summary request."""
+    lines = [f"[summary of what came before] {summary}"] if summary else []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):   # parts: keep their text
+            content = " ".join(str(part.get("text", "")) for part in content
+                               if isinstance(part, dict))
+        role = message.get("role")
+        if content:
+            lines.append(f"[{role}] {content}")
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            lines.append(f"[{role} calls] {function['name']}({function['arguments']})")
+    return "\n".join(lines)
+
+
+
+class AgentCompaction:
+    # --- lesson 08: the request is a view -----------------------------------------
+
+    def view(self) -> list[Message]:
+        """The messages of the next request, as the log stands: the system prompt, the
+        summary of everything before the boundary (if there is a compaction), then
+        every message after the boundary. `self.messages` is never cut."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        # BEGIN 08.2
+        if self.compaction is None:
+            return system + self.messages
+        summary = {"role": "user", "content": SUMMARY_INTRO + self.compaction.summary}
+        return system + [summary] + self.messages[self.compaction.boundary:]
+        # END 08.2
+
+    def request_size(self, messages: list[Message]) -> int:
+        """The estimated tokens a request with these messages needs: the messages, the
+        tools' schemas (sent with every request) and the room left for the reply."""
+        return (estimate_tokens(messages) + estimate_tokens(self.tools.schemas)
+                + self.reply_room)
+
+    def request_messages(self) -> list[Message]:
+        """The next request's messages, within the budget: compacted first when the view
+        is over it. ContextOverflow when even that does not fit (never a loop)."""
+        messages = self.view()
+        # BEGIN 08.3
+        if self.budget is None or self.request_size(messages) <= self.budget:
+            return messages
+        compacted = self.compact()
+        messages = self.view()
+        if not compacted or self.request_size(messages) > self.budget:
+            raise ContextOverflow(
+                f"the next request needs about {self.request_size(messages)} tokens, "
+                f"more than the budget of {self.budget}, even with everything before "
+                "the turn in progress summarised: that turn alone does not fit. "
+                "Nothing was lost (the log holds every message): undo the turn, or "
+                "raise the budget"
+            )
+        return messages
+        # END 08.3
+
+    def compact(self) -> bool:
+        """Summarise everything before the newest turn and make that the view.
+
+        The boundary is the newest user message: the turn it starts stays whole, so no
+        tool call is ever parted from its results. The summary covers the previous
+        summary and the messages from the old boundary to the new one, and a marker in
+        the log records it. Returns False, changing nothing, when there is nothing to
+        summarise (the newest turn already starts at the boundary).
+        """
+        start = self.compaction.boundary if self.compaction is not None else 0
+        # The marker counts the log's messages from its end: write the pending ones.
+        self.flush()
+        # BEGIN 08.4
+        starts = [i for i, m in enumerate(self.messages)
+                  if m.get("role") == "user" and i > start]
+        if not starts:
+            return False
+        cut = starts[-1]
+        summary = self.summarise(self.messages[start:cut])
+        if self.session is not None:
+            self.session.compact(summary, keep=len(self.messages) - cut)
+        self.compaction = Compaction(summary, cut)
+        return True
+        # END 08.4
+
+    def summarise(self, messages: list[Message]) -> str:
+        """One model call: a summary of the previous summary (if any) and `messages`.
+
+        The conversation goes as text in one user message, with no tools: the model
+        cannot call a tool instead of answering, and no provider can refuse the request
+        for a tool exchange (pi does the same). ValueError for an empty summary.
+        """
+        earlier = self.compaction.summary if self.compaction is not None else None
+        response = self.client.chat.completions.create(
+            model=self.model,
+            messages=[{"role": "system", "content": SUMMARY_PROMPT},
+                      {"role": "user", "content": transcript(earlier, messages)}])
+        summary = (response.choices[0].message.content or "").strip()
+        if not summary:
+            raise ValueError("the model answered the summary request with no text: "
+                             "nothing was compacted")
+        return summary

@@ -1,0 +1,519 @@
+#| 11+  11_postgres
+"""DOC:postgres"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .messages import (
+    check_message, check_plain_json, check_session_id, encode_line, MARKER, Message,
+    parse_line)
+from .files import now, SessionExists, SessionNotFound
+from .reading import Compaction, interrupted_result, LogState, unanswered_calls
+from .lock import LOCK_POLL_SECONDS, SessionBusy
+from .blobs import BLOB_NAME, BLOB_THRESHOLD, BlobError, PREVIEW_CHARS
+from .undo import UndoError
+from .log import WriterStopped
+
+
+try:
+    import psycopg      # lesson 11's store; everything else needs only the stdlib
+except ImportError:     # pip install -e '.[postgres]'
+    psycopg = None
+
+
+# --- lesson 11: the same store on PostgreSQL ------------------------------------------
+#
+# One row per entry (message or marker), in the order the file has its lines: `seq` is
+# the line's place, from 0. `line` holds the entry as the file store writes it, the
+# bytes the model sent, key order and all; `body` holds the same entry as jsonb, for
+# queries ("every session that bought a rope"), never read back (see jsonb_body).
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id        text PRIMARY KEY,
+    parent    text,
+    forked_at integer,
+    created   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS session_entries (
+    session_id text    NOT NULL REFERENCES sessions (id),
+    seq        integer NOT NULL,
+    line       text    NOT NULL,
+    body       jsonb,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS session_blobs (
+    sha256 text  PRIMARY KEY,
+    data   bytea NOT NULL
+);
+"""
+
+
+# Any number, the same in every process: two connections creating the tables at once
+# take turns on it (CREATE TABLE IF NOT EXISTS alone can fail when two race).
+SCHEMA_LOCK = 0x5E5510
+
+
+
+class SessionConflict(RuntimeError):
+    """Another writer stored an entry at the place this writer meant to use: the
+    session changed since this writer read it. Nothing of this write was stored."""
+
+
+
+class CorruptRow(ValueError):
+    """A row whose line is no entry: someone changed the table by hand."""
+
+
+
+def connect(url: str, *, durable: bool = False) -> Any:
+    """A connection to the database at `url`, the tables made if they are missing.
+
+    Autocommit: every statement is a transaction of its own, committed when it returns,
+    as a line is written when write() returns. durable=False sets synchronous_commit
+    off: the commit returns before the server has flushed it, so a crash of the server
+    (not of ours) can lose the last few commits, never a part of one: the file store's
+    write() without fsync. durable=True waits for the flush, as fsync does.
+    """
+    if psycopg is None:
+        raise RuntimeError("the PostgreSQL store needs psycopg 3: "
+                           "pip install -e '.[postgres]'")
+    # Who this is, for a SessionBusy the other writer sees (pg_stat_activity shows it)
+    me = f"sessionlab pid {os.getpid()} on {socket.gethostname()}"
+    connection = psycopg.connect(url, autocommit=True, application_name=me[:63])
+    try:
+        connection.execute("SET synchronous_commit = "
+                           + ("on" if durable else "off"))
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            connection.execute(SCHEMA)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+
+def lock_key(session_id: str) -> int:
+    """The session's advisory lock: a signed 64-bit number made from its id."""
+    digest = hashlib.sha256(session_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+
+def jsonb_body(line: str) -> str | None:
+    """The entry's text for the jsonb column, or None where jsonb cannot hold it.
+
+    jsonb stores parsed JSON, not text: it sorts an object's keys (shorter first), keeps
+    only the last of duplicate keys, drops the spaces, and refuses the escape \\u0000
+    (no text column holds a NUL). So the store reads `line`, the text as written, and
+    keeps `body` for queries only: NULL for a line holding that escape (or an escaped
+    backslash before "u0000", which only costs that row its queries).
+    """
+    return None if "\\u0000" in line else line
+
+
+
+def state_of(rows: list[tuple[int, str]], where: str) -> LogState:
+    """The LogState of a session's rows, (seq, line) in seq order: the replay of
+    lessons 04 and 07 (markers, undone messages) works on it as on a file's."""
+    entries: list[Message] = []
+    for seq, line in rows:
+        try:
+            entries.append(parse_line(line.encode("utf-8")))
+        except ValueError as error:
+            raise CorruptRow(f"{where}: the row with seq {seq} is no entry: {error}. "
+                             "Rows are only ever inserted, so someone changed it; "
+                             "nothing was changed. Mend or remove it by hand."
+                             ) from None
+    # A row is a whole entry or none: nothing is torn, so end and size say nothing.
+    return LogState(entries, end=0, size=0, lines=[seq for seq, _ in rows])
+
+
+
+def describe(url: str) -> str:
+    """The database, named for an error message: no password, no query string."""
+    shown = re.sub(r"//[^@/]*@", "//", url)
+    return shown.split("?")[0]
+
+
+
+class PostgresSessionLog:
+    """One session's log as rows of PostgreSQL's `session_entries`: an entry a row.
+
+    The interface of SessionLog: open_for_append() becomes the writer and returns the
+    history (repaired), append() adds a message, load() reads without writing, undo()
+    marks the last messages undone, close() lets go. `url` is a libpq URL
+    (postgresql://user@host/db). A writer holds the session's advisory lock
+    (lock=True), which the server releases when the connection ends, however it ends;
+    with lock=False nothing is locked, and the primary key alone keeps two writers'
+    entries apart (the second one's insert is refused: SessionConflict).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        session_id: str,
+        *,
+        durable: bool = False,
+        lock: bool = True,
+        timeout: float | None = 0,
+        blob_threshold: int = BLOB_THRESHOLD,
+    ) -> None:
+        self.id = check_session_id(session_id)  # the same ids: a session may move
+        self.url = url
+        self.where = f"session {self.id!r} in {describe(url)}"
+        self.durable = durable
+        self.lock = lock
+        self.timeout = timeout
+        self.blob_threshold = blob_threshold
+        self.connection: Any = None
+        # The seq the next entry takes; None until this object becomes the writer
+        self.next_seq: int | None = None
+        # Why this writer refuses to write any more (a conflict, a lost connection)
+        self.stopped: str | None = None
+        # The repair marker this writer wrote, if any
+        self.repaired: Message | None = None
+        # The latest compaction the last read found (lesson 08's view of the history)
+        self.compacted: Compaction | None = None
+
+    def _connection(self) -> Any:
+        if self.connection is None:
+            self.connection = connect(self.url, durable=self.durable)
+        return self.connection
+
+    def _rows(self) -> list[tuple[int, str]]:
+        return self._connection().execute(
+            "SELECT seq, line FROM session_entries WHERE session_id = %s ORDER BY seq",
+            (self.id,)).fetchall()
+
+    def open_for_append(self) -> list[Message]:
+        """Become the session's writer and return its history, with the tail repaired.
+
+        Nothing is created for a session that has no rows yet: its first append does.
+        """
+        if self.next_seq is None:
+            return self.history(self._open())
+        return self.load()
+
+    def _open(self) -> LogState:
+        """Take the lock, read the rows, repair them: the writer's state from then."""
+        try:
+            if self.lock:
+                self._lock()
+            state = state_of(self._rows(), self.where)
+            self.next_seq = state.lines[-1] + 1 if state.lines else 0
+            self._repair(state)
+            if self.repaired is not None:
+                state = state_of(self._rows(), self.where)
+        except BaseException:
+            self.close()
+            raise
+        return state
+
+    def _lock(self) -> None:
+        """Take the session's advisory lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds; SessionBusy, naming the holder, if it stays taken.
+
+        Session-scoped: held until this connection unlocks it or ends. A writer whose
+        process dies, or whose connection drops, lets go at once, as a flock does
+        when its process dies: the server ends the connection and its locks with it.
+        """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        # BEGIN 11.1
+        while True:
+            taken = self._connection().execute(
+                "SELECT pg_try_advisory_lock(%s)", (lock_key(self.id),)).fetchone()[0]
+            if taken:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SessionBusy(self.id, self.holder())
+            time.sleep(LOCK_POLL_SECONDS)
+        # END 11.1
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the session's lock, as the server knows it: {"pid", "host",
+        "since"} (the holder's own process, read from its application_name), or {}."""
+        key = lock_key(self.id)
+        row = self._connection().execute(
+            "SELECT a.application_name, a.backend_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+        if row is None:
+            return {}
+        found = re.fullmatch(r"sessionlab pid (\d+) on (.*)", row[0] or "")
+        if found is None:
+            return {}
+        return {"pid": int(found[1]), "host": found[2],
+                "since": row[1].isoformat(timespec="seconds")}
+
+    def _repair(self, state: LogState) -> None:
+        """Answer the tool calls the session left without results, after a marker.
+
+        A torn line cannot happen here: an insert lands whole or not at all. A call
+        without its result still can: the process died between the insert of the call
+        and the insert of its result (two statements, two transactions).
+        """
+        # BEGIN 11.3
+        calls = unanswered_calls(state.messages)
+        if calls:
+            self.repaired = {MARKER: "repair", "at": now(), "cut_bytes": 0,
+                             "cut_preview": "",
+                             "interrupted": [call["id"] for call in calls]}
+            # One write: the marker and the results land together or not at all
+            results = [interrupted_result(call) for call in calls]
+            self._write(lambda: [self.repaired, *results])
+        # END 11.3
+
+    def append(self, message: Message) -> None:
+        """Store one message as the session's next row."""
+        check_plain_json(message)
+        check_message(message)
+        if self.next_seq is None:
+            self._open()
+        # A large content's blob and the row that points to it in one transaction:
+        # both or neither. A row alone needs none: one INSERT is atomic by itself, and
+        # BEGIN and COMMIT would cost two more round trips to the server.
+        content = message.get("content")
+        large = (isinstance(content, str)
+                 and len(content.encode("utf-8")) > self.blob_threshold)
+        self._write(lambda: [self.outline(message)], together=large)
+
+    def _write(self, entries: Callable[[], list[Message]], *,
+               together: bool = False) -> None:
+        """Store the entries `entries()` makes (one INSERT: all rows or none); with
+        together=True, in a transaction with whatever making them stored (a blob).
+
+        A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
+        whether the server committed, so this writer stops: a retry could store a
+        message twice. WriterStopped says so.
+        """
+        transaction = (self._connection().transaction() if together
+                       else contextlib.nullcontext())
+        try:
+            with transaction:
+                self._insert(entries())
+        except psycopg.OperationalError as error:
+            self.stopped = (f"{self.where}: the connection broke during a write "
+                            f"({str(error).strip()}), so whether it was stored is "
+                            "unknown and this writer stopped. Open the session again.")
+            raise WriterStopped(self.stopped) from None
+
+    def _insert(self, entries: list[Message]) -> None:
+        """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's
+        transaction).
+
+        SessionConflict when one of those places is taken: another writer stored an
+        entry since this one read the session. The key refuses it, lock or no lock.
+        """
+        if self.stopped:
+            raise WriterStopped(self.stopped)
+        lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
+        connection = self._connection()
+        # BEGIN 11.2
+        seq = self.next_seq
+        rows = [(self.id, seq + k, line, jsonb_body(line))
+                for k, line in enumerate(lines)]
+        try:
+            if seq == 0:
+                connection.execute("INSERT INTO sessions (id) VALUES (%s) "
+                                   "ON CONFLICT (id) DO NOTHING", (self.id,))
+            # One statement, however many rows: they land together or not at all
+            connection.execute(
+                "INSERT INTO session_entries (session_id, seq, line, body) VALUES "
+                + ", ".join(["(%s, %s, %s, %s::jsonb)"] * len(rows)),
+                [value for row in rows for value in row])
+        except psycopg.errors.UniqueViolation:
+            self.stopped = (
+                f"{self.where}: another writer stored entry {seq} first, so this "
+                "writer stopped (its view of the session is out of date). Open the "
+                "session again: its history is then read from the database.")
+            raise SessionConflict(self.stopped) from None
+        self.next_seq = seq + len(rows)
+        # END 11.2
+
+    def load(self) -> list[Message]:
+        """Every message the session shows, in order; [] for one with no rows. Read
+        only: no lock, no repair."""
+        return self.history(state_of(self._rows(), self.where))
+
+    def history(self, state: LogState) -> list[Message]:
+        """The messages `state` shows, each blob reference replaced by its content."""
+        self.compacted = state.compaction()     # lesson 08: where requests start
+        return [self.inline(state.entries[position], state.lines[position])
+                for _, position in state.shown()]
+
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the session shows, with one marker row.
+
+        The rows stay; the marker tells every later reader to leave them out.
+        """
+        if self.next_seq is None:
+            self._open()
+        shown = [index for index, _ in state_of(self._rows(), self.where).shown()]
+        if not 0 < count <= len(shown):
+            raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
+                            f"shows {len(shown)}")
+        skip = shown[len(shown) - count:]
+        self._write(lambda: [{MARKER: "undo", "skip": skip, "at": now()}])
+        return skip
+
+    def compact(self, summary: str, keep: int) -> int:
+        """Lesson 08's compaction, as a marker row: `summary` stands for every message
+        the session shows but the last `keep`. Returns the marker's "upto"."""
+        if self.next_seq is None:
+            self._open()
+        state = state_of(self._rows(), self.where)
+        shown = state.shown()
+        if not 0 <= keep <= len(shown):
+            raise ValueError(f"cannot keep {keep} message(s) of {self.where} after a "
+                             f"compaction: it shows {len(shown)}")
+        written = sum(MARKER not in entry for entry in state.entries)
+        upto = shown[len(shown) - keep][0] if keep else written
+        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        self._write(lambda: [marker])
+        return upto
+
+    # --- large content, stored once by its hash ---------------------------------------
+
+    def outline(self, message: Message) -> Message:
+        """The message as its row stores it: a large content, a blob reference."""
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message
+        data = content.encode("utf-8")      # check_plain_json refused a lone surrogate
+        if len(data) <= self.blob_threshold:
+            return message
+        reference = {"$blob": self.store_blob(data), "size": len(data),
+                     "preview": content[:PREVIEW_CHARS]}
+        return {**message, "content": reference}
+
+    def store_blob(self, data: bytes) -> str:
+        """Store `data` in session_blobs under its sha256, once, and return the hash."""
+        digest = hashlib.sha256(data).hexdigest()
+        # BEGIN 11.4
+        # The same bytes have the same name: if they are stored already (by any
+        # session, a fork's parent, another host), there is nothing to do.
+        self._connection().execute(
+            "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING", (digest, data))
+        # END 11.4
+        return digest
+
+    def inline(self, message: Message, seq: int) -> Message:
+        """The message as the agent sees it: a blob reference, its content again."""
+        reference = message.get("content")
+        if not (isinstance(reference, dict) and "$blob" in reference):
+            return message
+        name = reference["$blob"]
+        where = f"{self.where}: row {seq}"
+        if not isinstance(name, str) or not BLOB_NAME.fullmatch(name):
+            raise BlobError(f"{where}: the blob reference {name!r} is no sha256 hash")
+        row = self._connection().execute(
+            "SELECT data FROM session_blobs WHERE sha256 = %s", (name,)).fetchone()
+        if row is None:
+            raise BlobError(f"{where}: blob {name} is missing from session_blobs")
+        data = bytes(row[0])
+        if hashlib.sha256(data).hexdigest() != name:
+            raise BlobError(f"{where}: blob {name} was changed after it was stored: "
+                            "its bytes no longer match its hash")
+        try:
+            return {**message, "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise BlobError(f"{where}: blob {name} is not UTF-8 text") from None
+
+    def close(self) -> None:
+        """Let go of the lock, then close the connection."""
+        connection, self.connection = self.connection, None
+        self.next_seq = None
+        if connection is None:
+            return
+        try:
+            if not connection.broken:
+                # Now, in this statement: a closed connection's lock goes only once its
+                # server process has exited, a moment later, and a writer opened right
+                # after this one would find the session busy in that moment.
+                connection.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            pass    # the connection broke: the server lets go once it notices
+        finally:
+            connection.close()
+
+    def __enter__(self) -> "PostgresSessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+
+def fork_postgres(url: str, source_id: str, new_id: str, *,
+                  upto: int | None = None) -> None:
+    """Start session `new_id` with the history of `source_id` (its first `upto`
+    messages shown), in one transaction: the fork is all there, or not at all.
+
+    Refuses, changing nothing, when the source does not exist (SessionNotFound), when
+    `new_id` is taken (SessionExists) or being written (SessionBusy), or when `upto` is
+    more than the source shows (ValueError).
+    """
+    check_session_id(source_id)
+    check_session_id(new_id)
+    where = f"session {source_id!r} in {describe(url)}"
+    with connect(url) as connection, connection.transaction():
+        if connection.execute("SELECT 1 FROM sessions WHERE id = %s",
+                              (source_id,)).fetchone() is None:
+            raise SessionNotFound(f"cannot fork from {source_id!r}: no such session "
+                                  f"in {describe(url)}")
+        state = state_of(connection.execute(
+            "SELECT seq, line FROM session_entries WHERE session_id = %s "
+            "ORDER BY seq", (source_id,)).fetchall(), where)
+        shown = state.shown()
+        count = len(shown) if upto is None else upto
+        if not 0 <= count <= len(shown):
+            raise ValueError(f"cannot fork the first {upto} messages of "
+                             f"{source_id!r}: it shows {len(shown)}")
+        # Rows up to the one holding the last message kept, as lesson 07's fork
+        keep = len(state.entries) if upto is None else (
+            shown[count - 1][1] + 1 if count else 0)
+        # A writer starting `new_id` right now holds its lock: wait for no one
+        if not connection.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                                  (lock_key(new_id),)).fetchone()[0]:
+            raise SessionBusy(new_id, {})
+        # BEGIN 11.5
+        try:
+            connection.execute(
+                "INSERT INTO sessions (id, parent, forked_at) VALUES (%s, %s, %s)",
+                (new_id, source_id, count))
+        except psycopg.errors.UniqueViolation:
+            raise SessionExists(f"cannot fork onto {new_id!r}: that session already "
+                                f"exists in {describe(url)}") from None
+        # One statement copies the rows inside the server; the transaction makes
+        # the new session and its rows appear together, or (on any error) neither.
+        connection.execute(
+            "INSERT INTO session_entries (session_id, seq, line, body) "
+            "SELECT %s, seq, line, body FROM session_entries "
+            "WHERE session_id = %s AND seq < %s", (new_id, source_id, keep))
+        # END 11.5
+
+
+
+def lineage(url: str, session_id: str) -> dict[str, Any] | None:
+    """The session's row of `sessions` ({"id", "parent", "forked_at", "created"}), as
+    the file store's meta file says it; None for no such session."""
+    with connect(url) as connection:
+        row = connection.execute(
+            "SELECT id, parent, forked_at, created FROM sessions WHERE id = %s",
+            (check_session_id(session_id),)).fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "parent": row[1], "forked_at": row[2],
+            "created": row[3].isoformat(timespec="seconds")}

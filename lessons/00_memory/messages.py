@@ -1,0 +1,46 @@
+# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/messages.py;
+# `sessionlab reset 00` makes it again.
+"""DOC:messages"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+
+Message = dict[str, Any]
+
+
+
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    # TODO(00.1): Run one tool call and return its result as text.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError(
+        "task 00.1 is not written yet: Run one tool call and return its result as text"
+    )
+
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    # TODO(00.3): Turn the model's reply into a message you can store and send back.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError(
+        "task 00.3 is not written yet: Turn the model's reply into a message you can "
+        "store and send back"
+    )

@@ -1,0 +1,39 @@
+# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/tools.py;
+# `sessionlab reset 00` makes it again.
+"""DOC:tools"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from .messages import Message, read_arguments
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
+
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    # TODO(00.1): Run one tool call and return its result as text.
+    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    raise NotImplementedError(
+        "task 00.1 is not written yet: Run one tool call and return its result as text"
+    )

@@ -1,0 +1,96 @@
+# Lesson 01_append: yours to edit. Generated from solutions/01_append/log.py;
+# `sessionlab reset 01` makes it again.
+"""DOC:log"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .messages import check_message, check_plain_json, check_session_id, Message
+from .files import make_folder
+
+
+class WriterStopped(RuntimeError):
+    """An earlier write of this writer failed, leaving the end of the log unknown.
+
+    Maybe the line is in the file, maybe part of it, maybe none: a retry could write a
+    message twice. So the writer refuses every later write. Open the session again (a
+    new SessionLog, a new Agent): what is really in the log is then read back.
+    """
+
+
+
+class SessionLog:
+    """One session's append-only log, `<folder>/<session_id>.jsonl`: a message a line.
+
+    The file is opened on the first append, in O_APPEND mode, and stays open until
+    close(). With durable=True every line is flushed to the disk (fsync) before append()
+    returns.
+    """
+
+    def __init__(
+        self, folder: str | Path, session_id: str, *, durable: bool = False
+    ) -> None:
+        self.id = check_session_id(session_id)
+        self.folder = Path(folder)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.durable = durable
+        self._fd: int | None = None
+        self.in_doubt = False       # a write failed leaving the log's end unknown: stop
+
+    def append(self, message: Message) -> None:
+        """Write one message as one line, with a single write() of the whole line."""
+        # TODO(01.2): Append one message as one JSON line, in one write.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError(
+            "task 01.2 is not written yet: Append one message as one JSON line, in one "
+            "write"
+        )
+
+    def _write(self, data: bytes) -> None:
+        """Add whole lines at the end of the log with one write(); fsync if durable.
+
+        Raises WriterStopped, writing nothing, once a write of this writer has failed
+        without saying what it left in the file.
+        """
+        # TODO(01.5): Write a line whole, and stop after a write whose outcome is
+        # unknown.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError(
+            "task 01.5 is not written yet: Write a line whole, and stop after a write "
+            "whose outcome is unknown"
+        )
+
+    def _open(self) -> None:
+        make_folder(self.folder, self.durable)
+        is_new = not self.path.exists()
+        # O_APPEND: every write lands at the current end of the file, whatever else
+        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
+        self._fd = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
+        )
+        if is_new and self.durable:
+            self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        """Make the new file's name itself durable: fsync the folder that holds it."""
+        # TODO(01.4): Make a new log's name durable: fsync its folder.
+        # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
+        raise NotImplementedError(
+            "task 01.4 is not written yet: Make a new log's name durable: fsync its "
+            "folder"
+        )
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "SessionLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,29 @@
+# Lesson 02_load: yours to edit. Generated from solutions/02_load/files.py;
+# `sessionlab reset 02` makes it again.
+"""DOC:files"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def make_folder(folder: Path, durable: bool = False) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+            if durable:
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
+                parent = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)

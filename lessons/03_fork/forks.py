@@ -1,0 +1,47 @@
+# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/forks.py;
+# `sessionlab reset 03` makes it again.
+"""DOC:forks"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .messages import check_session_id, FORMAT_VERSION
+from .files import publish_new, SessionExists, SessionNotFound, write_whole
+
+
+def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
+         durable: bool = False) -> Path:
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
+
+    Returns the new log's path. Refuses, changing nothing, when the source does not
+    exist, when `new_id` is taken, or when `upto` is more than the source holds.
+
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
+    """
+    folder = Path(folder)
+    source = folder / f"{check_session_id(source_id)}.jsonl"
+    target = folder / f"{check_session_id(new_id)}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # A meta file without its log is what a fork that failed half-way leaves: not a
+    # session, so a new fork onto that id may replace it.
+    if target.exists():
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
+    # TODO(03.1): Copy the history into a new, independent log.
+    # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
+    raise NotImplementedError(
+        "task 03.1 is not written yet: Copy the history into a new, independent log"
+    )
+    # TODO(03.2): Record the lineage, then publish the log: all or nothing.
+    # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
+    raise NotImplementedError(
+        "task 03.2 is not written yet: Record the lineage, then publish the log: all "
+        "or nothing"
+    )
+    return target

@@ -1,0 +1,159 @@
+# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/files.py;
+# `sessionlab reset 05` makes it again.
+"""DOC:files"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+class SessionNotFound(FileNotFoundError):
+    """The session to fork from has no log."""
+
+
+
+class SessionExists(FileExistsError):
+    """The new session's id is already taken."""
+
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of one of a session's files, refusing a symbolic link (OSError, ELOOP)
+    and anything but a regular file.
+
+    A session's files are plain files in its folder; a link planted there could point
+    anywhere: another user's session, a device that never ends.
+    """
+    # O_NONBLOCK: opening a FIFO planted there returns at once, never waits forever.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return read_all(fd, path)
+    finally:
+        os.close(fd)
+
+
+
+def read_all(fd: int, path: Path) -> bytes:
+    """Every byte of the open file `fd`, from its start, read through the descriptor.
+
+    Never by name again: between the open and the read, the name may have been given to
+    another file. OSError for what is not a regular file (a FIFO, a device, a folder).
+    """
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                      "not a regular file, refusing to read it", str(path))
+    os.lseek(fd, 0, os.SEEK_SET)
+    with open(fd, "rb", closefd=False) as file:
+        return file.read()
+
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# The most one write() moves on Linux (2 GiB less a page); larger calls come back short.
+MAX_WRITE = 0x7FFFF000
+
+
+
+def make_folder(folder: Path, durable: bool = False) -> None:
+    """Create `folder` and any parents it lacks, each readable by its owner only (0700).
+
+    A session holds what a person said, and its name may say about what: other users
+    should not even list them. (Path.mkdir(parents=True) would leave the parents to the
+    umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
+    its parent.
+    """
+    for path in [*reversed(folder.parents), folder]:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
+            if durable:
+                # A folder's name lives in its parent: until the parent is synced, a
+                # power cut can lose the new folder, and every file in it with it.
+                parent = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(parent)
+                finally:
+                    os.close(parent)
+
+
+
+def fsync_folder(folder: Path) -> None:
+    """fsync a folder, so that the names just created in it survive a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+
+def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Create `path` holding `data`, all or nothing, and never over an existing file.
+
+    The bytes go to a temporary file first; os.link then gives it its real name, and
+    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    process leaves at worst a stray temporary file, never a half-written session.
+    Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
+    before it returns.
+    """
+    temp = _write_temp(path, data, durable)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        raise SessionExists(f"cannot create {path}: it already exists") from None
+    finally:
+        os.unlink(temp)
+    if durable:
+        fsync_folder(path.parent)
+
+
+
+def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically: readers see the old file or the new."""
+    temp = _write_temp(path, data, durable)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+        raise
+    if durable:
+        fsync_folder(path.parent)
+
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a file no one reads yet, in as many write() calls as it
+    takes.
+
+    Unlike a log line, such a file need not land in one write: one call moves at most
+    2 GiB on Linux, and a full disk then shows as the next call's own error (ENOSPC,
+    EFBIG), not as a short write.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+
+def _write_temp(path: Path, data: bytes, durable: bool) -> str:
+    make_folder(path.parent, durable)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)    # the bytes are on disk before the name points to them
+    except BaseException:
+        # A write that failed (a full disk) leaves no half-written file behind
+        os.unlink(temp)
+        raise
+    finally:
+        os.close(fd)
+    return temp

@@ -1,0 +1,103 @@
+# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/lock.py;
+# `sessionlab reset 05` makes it again.
+"""DOC:lock"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .files import now
+
+
+class SessionBusy(RuntimeError):
+    """Another writer holds the session: the error names the session and the holder."""
+
+    def __init__(self, session_id: str, holder: Mapping[str, Any]) -> None:
+        who = (
+            f"process {holder.get('pid')} on host {holder.get('host')!r} has been "
+            f"writing it since {holder.get('since')}"
+            if holder.get("pid")
+            else (
+                "another process is writing it (it has not written its name into the "
+                "lock file yet)"
+            )
+        )
+        super().__init__(
+            f"session {session_id!r} is busy: {who}. A session has one writer at a "
+            "time: close the other one, wait for it with SessionLog(..., "
+            "timeout=seconds), or fork the session and go on in the copy."
+        )
+        self.session_id = session_id
+        self.holder = dict(holder)  # {"pid", "host", "since"} as the lock file says
+        self.pid: int | None = holder.get("pid")
+
+
+# --- one writer: the lock -------------------------------------------------------------
+
+LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
+
+
+
+def is_same_file(fd: int, path: Path) -> bool:
+    """Does `path` still name the file open as `fd`? False once removed or replaced."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+
+class SessionLock:
+    def _lock(self) -> None:
+        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds, and write who holds it into the lock file. SessionBusy if
+        it stays taken.
+
+        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not
+        blocking) when another open file holds it, and released by the kernel when the
+        holder closes it or dies. If the file we locked is no longer the one named
+        `<id>.lock` (its holder removed it while letting go), lock the new one instead.
+        """
+        # TODO(05.1): Take the session's lock, or say who holds it.
+        # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
+        raise NotImplementedError(
+            "task 05.1 is not written yet: Take the session's lock, or say who holds it"
+        )
+
+    def _unlock(self) -> None:
+        """Let go: remove the lock file while still holding the lock, then close it."""
+        if self._lock_fd is None:
+            return
+        # TODO(05.2): Let go of the lock, removing its file first.
+        # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
+        raise NotImplementedError(
+            "task 05.2 is not written yet: Let go of the lock, removing its file first"
+        )
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the session, says the lock file: {"pid", "host", "since"} or {}."""
+        try:
+            # Like every file of the session: no link followed, a regular file only, and
+            # no more than a pid record can need (a planted device could never end).
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return {}
+                found = json.loads(os.read(fd, 4096))
+            finally:
+                os.close(fd)
+        # No lock file, or its holder is writing it right now
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}

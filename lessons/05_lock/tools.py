@@ -1,0 +1,50 @@
+# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/tools.py;
+# `sessionlab reset 05` makes it again.
+"""DOC:tools"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from .messages import Message, read_arguments
+
+
+class Tools(Protocol):
+    """What the agent needs from its tools (the town provides exactly this)."""
+
+    # Told to the model with every request
+    schemas: list[dict[str, Any]]
+    # Tool name -> the function that runs it
+    functions: Mapping[str, Callable[..., str]]
+
+
+
+class MaxTurnsExceeded(RuntimeError):
+    """The model kept calling tools and never gave a plain answer."""
+
+
+
+def run_tool(tools: Tools, call: Message) -> str:
+    """Run one tool call from the model and return its result as text.
+
+    Whatever goes wrong (a tool that does not exist, arguments that are not JSON, a tool
+    that raises) becomes a result the model can read and react to. An agent that crashes
+    on a model's typo is an agent that cannot finish a quest.
+    """
+    name = call["function"]["name"]
+    function = tools.functions.get(name)
+    if function is None:
+        return (
+            f"error: there is no tool called {name!r}; the tools are: "
+            f"{', '.join(tools.functions)}"
+        )
+    try:
+        arguments = read_arguments(call["function"]["arguments"])
+    except ValueError as error:
+        return f"error: the arguments for {name} {error}; send a JSON object"
+    try:
+        return str(function(**arguments))
+    # The model should hear about it, not the user's terminal
+    except Exception as error:
+        return f"error: {name} failed: {type(error).__name__}: {error}"

@@ -1,0 +1,86 @@
+# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/blobs.py;
+# `sessionlab reset 06` makes it again.
+"""DOC:blobs"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+
+from .messages import Message
+from .files import fsync_file, fsync_folder, make_folder, read_file, write_all
+
+
+class BlobError(ValueError):
+    """A blob reference that cannot be trusted: the blob is missing, its bytes changed,
+    or the reference is not a plain sha256 hash. The message names the blob, the log and
+    the line."""
+
+
+# --- large content beside the log -----------------------------------------------------
+
+BLOB_THRESHOLD = 4096  # bytes of UTF-8: a larger string content goes to blobs/<sha256>
+
+
+PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the log
+
+
+BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
+
+
+
+class SessionBlobs:
+    # --- large content, stored beside the log by its hash -----------------------------
+
+    def outline(self, message: Message) -> Message:
+        """The message as its line stores it: a large content becomes a blob reference.
+
+        Returns a new dict and leaves `message` alone: the agent's memory, and so the
+        next request to the model, keep the full content.
+        """
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message          # None, or a list of parts: stored as they are
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            return message  # a lone surrogate: encode_line refuses it, saying why
+        # TODO(06.2): Replace large content with a reference in the line.
+        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        raise NotImplementedError(
+            "task 06.2 is not written yet: Replace large content with a reference in "
+            "the line"
+        )
+
+    def store_blob(self, data: bytes) -> str:
+        """Store `data` as `blobs/<sha256 of data>`, whole, and return the hash.
+
+        Content-addressed: the same bytes always get the same name, so they are stored
+        once, and any session of the folder (a fork, say) can point to them without a
+        copy.
+        """
+        # TODO(06.1): Store content as blobs/<sha256>, whole, before anything points to
+        # it.
+        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        raise NotImplementedError(
+            "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "
+            "before anything points to it"
+        )
+
+    def inline(self, message: Message, line: int) -> Message:
+        """The message as the agent sees it: a blob reference replaced by its content.
+
+        `line` is the message's line number in the log, for the error messages.
+        """
+        reference = message.get("content")
+        if not (isinstance(reference, dict) and "$blob" in reference):
+            return message
+        # TODO(06.3): Put the content back on load, trusting no blob without checking
+        # its hash.
+        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        raise NotImplementedError(
+            "task 06.3 is not written yet: Put the content back on load, trusting no "
+            "blob without checking its hash"
+        )

@@ -1,0 +1,51 @@
+# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/undo.py;
+# `sessionlab reset 07` makes it again.
+"""DOC:undo"""
+
+from __future__ import annotations
+
+
+from .messages import encode_line, MARKER, Message
+from .files import now
+
+
+class UndoError(ValueError):
+    """Asked to undo more turns (or messages) than there are: nothing was changed."""
+
+
+
+class SessionUndo:
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the log shows, with one marker line.
+
+        Returns their indices. Their lines stay where they are: the file is only ever
+        appended to, and the marker tells every later reader to leave them out.
+        """
+        if self._fd is None:
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
+        # TODO(07.4): Record written messages as undone with a marker line.
+        # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
+        raise NotImplementedError(
+            "task 07.4 is not written yet: Record written messages as undone with a "
+            "marker line"
+        )
+
+
+
+class AgentUndo:
+    def undo(self, turns: int = 1) -> list[Message]:
+        """Take back the last `turns` turns and return the messages taken back.
+
+        A turn is a user message and everything after it up to the next user message, so
+        a tool call is never taken back without its results. Pending messages are
+        dropped; written ones are marked as undone in the log. Raises UndoError,
+        changing nothing, when the conversation has fewer turns.
+        """
+        # TODO(07.3): Find the last n turns and take them back, whole.
+        # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
+        raise NotImplementedError(
+            "task 07.3 is not written yet: Find the last n turns and take them back, "
+            "whole"
+        )

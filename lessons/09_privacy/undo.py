@@ -1,0 +1,71 @@
+# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/undo.py;
+# `sessionlab reset 09` makes it again.
+"""DOC:undo"""
+
+from __future__ import annotations
+
+
+from .messages import encode_line, MARKER, Message
+from .files import now
+
+
+class UndoError(ValueError):
+    """Asked to undo more turns (or messages) than there are: nothing was changed."""
+
+
+
+class SessionUndo:
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the log shows, with one marker line.
+
+        Returns their indices. Their lines stay where they are: the file is only ever
+        appended to, and the marker tells every later reader to leave them out.
+        """
+        if self._fd is None:
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
+        shown = self.shown
+        if not 0 < count <= len(shown):
+            raise UndoError(
+                f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}"
+            )
+        skip = [index for index, _ in shown[len(shown) - count:]]
+        self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
+        del shown[len(shown) - count:]      # only once the marker is written
+        return skip
+
+
+
+class AgentUndo:
+    def undo(self, turns: int = 1) -> list[Message]:
+        """Take back the last `turns` turns and return the messages taken back.
+
+        A turn is a user message and everything after it up to the next user message, so
+        a tool call is never taken back without its results. Pending messages are
+        dropped; written ones are marked as undone in the log. Raises UndoError,
+        changing nothing, when the conversation has fewer turns.
+        """
+        starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
+        if not 0 < turns <= len(starts):
+            raise UndoError(
+                f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
+            )
+        cut = starts[len(starts) - turns]
+        if self.compaction is not None and cut < self.compaction.boundary:
+            raise UndoError(
+                f"cannot undo {turns} turn(s): message {cut} is summarised by the "
+                f"compaction at message {self.compaction.boundary}, and the summary "
+                "would still tell the model about it. Fork the session from before "
+                "that message instead"
+            )
+        taken = self.messages[cut:]
+        # The newest messages are the pending ones:
+        # for them, dropping is the whole undo.
+        dropped = min(len(taken), len(self.pending))
+        written = len(taken) - dropped
+        if written and self.session is not None:
+            self.session.undo(written)
+        del self.pending[len(self.pending) - dropped:]
+        del self.messages[cut:]
+        return taken

@@ -1,0 +1,238 @@
+# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/erase.py;
+# `sessionlab reset 10` makes it again.
+"""DOC:erase"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from .messages import encode_line, MARKER, Message
+from .files import now, read_all, write_whole
+from .reading import Compaction, KNOWN_LOGS, parse_log
+from .blobs import BlobError, blobs_of, drop_blobs
+
+
+class SessionErase:
+    # --- lesson 09: erase one message for good ----------------------------------------
+
+    def index_of(self, position: int) -> int:
+        """The index (as undo markers count) of the `position`-th message the log shows.
+        """
+        if self._fd is None:
+            self._open()
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        shown = state.shown()
+        if not 0 <= position < len(shown):
+            raise EraseError(f"{self.path} shows {len(shown)} message(s): there is no "
+                             f"message {position}; nothing was erased")
+        return shown[position][0]
+
+    def erase(self, index: int) -> bool:
+        """Erase message `index` from the log for good, and return True (False when it
+        was erased before: erasing twice changes nothing).
+
+        `index` counts every message in the file from 0, undone ones included, as an
+        undo marker does. The message's line becomes its tombstone(); every other line
+        that quotes its text (a message, a marker) has the quote replaced by ERASED; an
+        erase marker is added; and the log is rewritten whole (temporary file, fsync,
+        rename), under the lock. Then each blob the rewritten lines used goes too,
+        unless another file still refers to it.
+        Raises EraseError, changing nothing, for an index the log does not hold.
+        """
+        started = time.time()
+        if self._fd is None:
+            self._open()  # the writer first: its lock keeps every other writer out
+        data = read_all(self._fd, self.path)
+        state = parse_log(data, self.path)
+        positions = [p for p, entry in enumerate(state.entries) if MARKER not in entry]
+        if not 0 <= index < len(positions):
+            raise EraseError(f"{self.path} holds {len(positions)} message(s): there is "
+                             f"no message {index}; nothing was erased")
+        if any(entry.get(MARKER) == "erase" and entry.get("index") == index
+               for entry in state.entries):
+            return False
+        texts = self.quoted(state.entries[positions[index]],
+                            state.lines[positions[index]])
+        raw = data[:state.end].split(b"\n")
+        lines: list[bytes] = []
+        rewritten: list[str] = []   # the blobs of the lines rewritten
+        for position, entry in enumerate(state.entries):
+            if position == positions[index]:
+                new = tombstone(entry)
+            else:
+                new = self.scrubbed(entry, state.lines[position], texts)
+            if new is None:     # every other line keeps its bytes exactly
+                lines.append(raw[state.lines[position] - 1] + b"\n")
+            else:
+                lines.append(encode_line(new))
+                rewritten += blobs_of(entry)
+        lines.append(encode_line({MARKER: "erase", "index": index, "at": now()}))
+        self._rewrite(b"".join(lines))
+        drop_blobs(self.folder, rewritten, touched_after=started)
+        return True
+
+    def quoted(self, message: Message, line: int) -> list[str]:
+        """The texts of `message` that erase() looks for in every other line: its
+        content (read back from its blob), each text at least QUOTE_MIN_CHARS long."""
+        try:
+            message = self.inline(message, line)
+        except BlobError:
+            pass    # its blob is gone or damaged: what is left of it is the preview
+        return [text for text in contents_of(message) if len(text) >= QUOTE_MIN_CHARS]
+
+    def scrubbed(self, entry: Message, line: int, texts: list[str]) -> Message | None:
+        """`entry` with every quote of `texts` replaced by ERASED, or None when it
+        quotes none of them. A message whose content is a blob is read back whole and,
+        scrubbed, stored as a new blob (the old one is then no longer referred to)."""
+        whole = entry
+        if MARKER not in entry:
+            try:
+                whole = self.inline(entry, line)
+            except BlobError:
+                pass    # a blob that cannot be read: its preview can still be scrubbed
+        new = scrub(whole, texts)
+        if new == whole:
+            return None
+        return new if MARKER in new else self.outline(new)
+
+    def _rewrite(self, data: bytes) -> None:
+        """Replace the whole log with `data`: the old file or the new, never a mix.
+
+        The new bytes go to a temporary file in the same folder, fsynced, then renamed
+        over the log, and the folder is fsynced: a crash at any point leaves either the
+        old log or the new one. The writer then appends to the new file; its old
+        descriptor still points to the old one, which no name reaches any more.
+        """
+        before = os.fstat(self._fd)
+        write_whole(self.path, data, durable=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+        os.close(self._fd)
+        self._fd = fd
+        # An erase is not a use: the log keeps the time of its last append, which is
+        # what expire() goes by.
+        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        # What this writer (and fork, through KNOWN_LOGS) knew of the old file, where
+        # its lines end, no longer holds: no name reaches that file now, and the new one
+        # has other line lengths. Start again from the bytes just written.
+        KNOWN_LOGS.pop(self._identity, None)
+        self._know(parse_log(data, self.path))
+
+
+
+class AgentErase:
+    # --- lesson 09 --------------------------------------------------------------------
+
+    def erase(self, position: int) -> Message:
+        """Erase message `position` of the conversation (as self.messages numbers it)
+        for good: in memory and in the log. Returns its tombstone.
+
+        Pending messages are written first, so that the log numbers every message the
+        conversation holds; an erased message nobody had written yet then goes through
+        the same rewrite. Raises EraseError, changing nothing, for a position the
+        conversation does not have.
+        """
+        if not 0 <= position < len(self.messages):
+            raise EraseError(f"the conversation has {len(self.messages)} message(s): "
+                             f"there is no message {position}; nothing was erased")
+        self.flush()
+        texts = [text for text in contents_of(self.messages[position])
+                 if len(text) >= QUOTE_MIN_CHARS]
+        if self.session is not None:
+            self.session.erase(self.session.index_of(position))
+        self.messages[position] = tombstone(self.messages[position])
+        if self.compaction is not None:
+            # Lesson 08's summary, sent with every request, may quote the erased words:
+            # the view loses them too, as the log's compaction marker did.
+            summary = redact(self.compaction.summary, texts)
+            self.compaction = Compaction(summary, self.compaction.boundary)
+        return self.messages[position]
+
+
+# --- lesson 09: sessions are personal data --------------------------------------------
+#
+# Four ways out for what a person said: delete a whole session, expire the ones nobody
+# has used for a while, erase one message, and collect the blobs no log refers to any
+# more. Each works under the session's lock, as its writer would, and each can be run
+# twice, or again after a crash, with the same result.
+
+
+
+class EraseError(ValueError):
+    """Asked to erase a message the session does not hold: nothing was changed."""
+
+
+# What an erased message's line holds instead of its content. The line stays a message,
+# of the same role and with the same ids: the indices of the messages after it do not
+# shift (undo markers name messages by index), and an erased tool call keeps its result.
+ERASED = "[erased at the user's request]"
+
+
+
+def tombstone(message: Message) -> Message:
+    """The message that takes an erased message's place in the log.
+
+    Its role, its tool call ids and its tools' names stay, so the conversation is still
+    one a provider takes: every call keeps its result, every result its call. Everything
+    else a person could have said goes: the content, the arguments, any other key.
+    """
+    kept: Message = {"role": message["role"], "content": ERASED}
+    if message.get("tool_call_id"):
+        kept["tool_call_id"] = message["tool_call_id"]
+    if message.get("tool_calls"):
+        kept["tool_calls"] = [
+            {"id": call["id"], "type": "function",
+             "function": {"name": call["function"]["name"], "arguments": "{}"}}
+            for call in message["tool_calls"]
+        ]
+    return kept
+
+
+
+def contents_of(message: Message) -> list[str]:
+    """The texts a message holds: its content, or the text of each of its parts, and a
+    blob reference's preview."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, dict):   # a blob reference that could not be read back
+        return [content.get("preview") or ""]
+    return [part["text"] for part in content or []
+            if isinstance(part, dict) and isinstance(part.get("text"), str)]
+
+
+# The shortest text erase() looks for in the other lines of the log. A shorter message
+# ("yes", "the cave") is too common to be taken for a quote: "yes" is in "yesterday".
+QUOTE_MIN_CHARS = 12
+
+
+
+def scrub(entry: Message, texts: list[str]) -> Message:
+    """A line's entry with every quote of `texts` replaced by ERASED.
+
+    In a marker, any string but its kind: a compaction summary (lesson 08) quotes what
+    it summarizes. In a message, its content only: its role, ids and calls are the
+    conversation's structure, and changing them could leave a call without its result.
+    """
+    if MARKER in entry:
+        return redact(entry, texts)
+    if "content" not in entry:
+        return entry
+    return {**entry, "content": redact(entry["content"], texts)}
+
+
+
+def redact(value: Any, texts: list[str]) -> Any:
+    """`value` with every one of `texts` replaced by ERASED wherever a string holds it
+    (a marker's kind, under the key "$marker", is never changed)."""
+    if isinstance(value, str):
+        for text in texts:
+            value = value.replace(text, ERASED)
+        return value
+    if isinstance(value, dict):
+        return {key: item if key == MARKER else redact(item, texts)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, texts) for item in value]
+    return value

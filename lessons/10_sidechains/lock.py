@@ -1,0 +1,136 @@
+# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/lock.py;
+# `sessionlab reset 10` makes it again.
+"""DOC:lock"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .files import now
+
+
+class SessionBusy(RuntimeError):
+    """Another writer holds the session: the error names the session and the holder."""
+
+    def __init__(self, session_id: str, holder: Mapping[str, Any]) -> None:
+        who = (
+            f"process {holder.get('pid')} on host {holder.get('host')!r} has been "
+            f"writing it since {holder.get('since')}"
+            if holder.get("pid")
+            else (
+                "another process is writing it (it has not written its name into the "
+                "lock file yet)"
+            )
+        )
+        super().__init__(
+            f"session {session_id!r} is busy: {who}. A session has one writer at a "
+            "time: close the other one, wait for it with SessionLog(..., "
+            "timeout=seconds), or fork the session and go on in the copy."
+        )
+        self.session_id = session_id
+        self.holder = dict(holder)  # {"pid", "host", "since"} as the lock file says
+        self.pid: int | None = holder.get("pid")
+
+
+# --- one writer: the lock -------------------------------------------------------------
+
+LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
+
+
+
+def is_same_file(fd: int, path: Path) -> bool:
+    """Does `path` still name the file open as `fd`? False once removed or replaced."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+
+class SessionLock:
+    def _lock(self) -> None:
+        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
+        self.timeout seconds, and write who holds it into the lock file. SessionBusy if
+        it stays taken.
+
+        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not
+        blocking) when another open file holds it, and released by the kernel when the
+        holder closes it or dies. If the file we locked is no longer the one named
+        `<id>.lock` (its holder removed it while letting go), lock the new one instead.
+        """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            # O_NOFOLLOW: a lock file that is a symbolic link is refused, never followed
+            # (the next lines would truncate whatever it points to).
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise SessionBusy(self.id, self.holder()) from None
+                time.sleep(LOCK_POLL_SECONDS)
+                continue
+            if is_same_file(fd, self.lock_path):
+                break
+            # We locked a file that was removed as its holder let go: retry
+            os.close(fd)
+        # A lock file with other names (a hard link to another session's log, planted
+        # like a symbolic link) or that is no regular file must not be truncated below.
+        found = os.fstat(fd)
+        if found.st_nlink != 1 or not stat.S_ISREG(found.st_mode):
+            os.close(fd)
+            raise OSError(errno.EPERM, "the lock file is not a plain file of its own "
+                          f"(it has {found.st_nlink} names, or is not a regular file); "
+                          "refusing to write into it", str(self.lock_path))
+        self._lock_fd = fd
+        # Whoever held it before (even one killed with SIGKILL) left its name here:
+        # overwrite.
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": now()}).encode("utf-8"))
+
+    def _unlock(self) -> None:
+        """Let go: remove the lock file while still holding the lock, then close it."""
+        if self._lock_fd is None:
+            return
+        # Remove the name first, while the lock is still ours: a writer that opened this
+        # file and is waiting on it will find, once it gets the lock, that the name
+        # points nowhere and try again on a new file. (Remove it after letting go, and a
+        # newcomer's fresh lock file could be the one removed.)
+        try:
+            if is_same_file(self._lock_fd, self.lock_path):
+                os.unlink(self.lock_path)
+        finally:
+            # Even if the name could not be removed (a read-only folder): a lock file
+            # left behind only shows a stale name, a lock still held blocks everyone.
+            os.close(self._lock_fd)     # the flock goes with its last descriptor
+            self._lock_fd = None
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the session, says the lock file: {"pid", "host", "since"} or {}."""
+        try:
+            # Like every file of the session: no link followed, a regular file only, and
+            # no more than a pid record can need (a planted device could never end).
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return {}
+                found = json.loads(os.read(fd, 4096))
+            finally:
+                os.close(fd)
+        # No lock file, or its holder is writing it right now
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}

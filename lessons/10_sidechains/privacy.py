@@ -1,0 +1,160 @@
+# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/privacy.py;
+# `sessionlab reset 10` makes it again.
+"""DOC:privacy"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from .messages import check_session_id, SESSION_ID
+from .files import now, read_file
+from .lock import SessionBusy
+from .blobs import BLOB_NAME, blob_references, blobs_of, discard_blob, drop_blobs
+from .sidechain import SIDECHAINS
+from .log import SessionLog
+
+
+# expire(): a session whose log nobody has appended to for this long is deleted. Claude
+# Code's default is 30 days (its cleanupPeriodDays setting).
+RETENTION_SECONDS = 30 * 24 * 3600
+
+
+# collect_blobs(): a blob touched this recently is kept even if no log refers to it
+# yet. A writer stores (or touches) a blob before it writes the line pointing to it,
+# and this is how long it may take between the two.
+BLOB_GRACE_SECONDS = 3600.0
+
+
+
+def session_files(folder: Path, session_id: str) -> list[Path]:
+    """A session's files but its lock: its log, its meta file, and the temporary files
+    a fork, a meta write or an erase that crashed left behind (they hold its words too).
+    """
+    names = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
+    found = [folder / name for name in names if os.path.lexists(folder / name)]
+    for name in names:
+        found += sorted(folder.glob(f".{name}.*.tmp"))
+    return found
+
+
+
+def delete_session(folder: str | Path, session_id: str, *,
+                   idle_before: float | None = None) -> bool:
+    """Delete session `session_id`: its log, meta file, leftover temporary files and
+    lock, then each blob it used that no other file refers to. True if it deleted
+    anything; False when there was nothing (deleting twice is not an error).
+
+    Done as the session's writer, under its lock: SessionBusy, deleting nothing, while
+    another writer holds it. With `idle_before` (a time.time()), the session is deleted
+    only if its log was last changed before then, judged under the lock.
+    Forks are sessions of their own: they stay.
+    """
+    folder = Path(folder)
+    started = time.time()
+    if not session_files(folder, check_session_id(session_id)):
+        return False    # nothing to delete: and no lock file created for nothing
+    with SessionLog(folder, session_id) as log:
+        log._lock()     # SessionBusy while another process writes it
+        files = session_files(folder, session_id)
+        if idle_before is not None and log.path in files:
+            if os.lstat(log.path).st_mtime >= idle_before:
+                return False    # written to since the caller looked: in use
+        try:
+            blobs = [name for line in read_file(log.path).split(b"\n")
+                     if b'"$blob"' in line for name in blobs_of(json.loads(line))]
+        except (OSError, ValueError):
+            blobs = []  # no log, or a damaged one: collect_blobs() will find its blobs
+        # The log first: from then on there is no session, and a crash leaves at worst
+        # a meta file without a log, which is no session (lesson 03), deleted next time.
+        for path in files:
+            path.unlink(missing_ok=True)
+        # Lesson 10: the helpers' transcripts are this session's words too.
+        delete_sidechains(folder, session_id)
+    drop_blobs(folder, blobs, touched_after=started)     # the lock is let go by now
+    return True
+
+
+
+def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
+           now: float | None = None) -> tuple[list[str], list[str]]:
+    """Delete every session of `folder` whose log nobody has changed for `older_than`
+    seconds. Returns (the ids deleted, the ids skipped because a writer holds them).
+
+    "Older than" goes by the log's last change, its modification time: every append
+    moves it, an erase keeps it. Not by the meta file's "created": a session forked long
+    ago and used yesterday is in use. A session being written is never deleted: it is
+    skipped, and expired next time if it is still idle.
+    """
+    folder = Path(folder)
+    cutoff = (time.time() if now is None else now) - older_than
+    deleted: list[str] = []
+    busy: list[str] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        session_id = path.name[:-len(".jsonl")]
+        if not SESSION_ID.fullmatch(session_id) or path.is_symlink():
+            continue    # not a file this store wrote: leave it alone
+        if os.lstat(path).st_mtime >= cutoff:
+            continue
+        try:
+            if delete_session(folder, session_id, idle_before=cutoff):
+                deleted.append(session_id)
+        except SessionBusy:
+            busy.append(session_id)
+    return deleted, busy
+
+
+
+def collect_blobs(folder: str | Path, *,
+                  grace: float = BLOB_GRACE_SECONDS) -> list[str]:
+    """Remove every blob of `folder` that no file refers to and no writer touched in the
+    last `grace` seconds, and what crashed writes left in blobs/; return the names of
+    the blobs removed.
+
+    A writer stores a blob before the line that points to it (lesson 06), so a blob no
+    log mentions may be one a writer in another process is about to point to: only a
+    blob left untouched for `grace` seconds is taken.
+    """
+    folder = Path(folder)
+    blobs = folder / "blobs"
+    if not blobs.is_dir():
+        return []
+    # The time first, the references after: a blob touched after this moment is kept.
+    touched_after = time.time() - grace
+    referenced = blob_references(folder)
+    removed = []
+    for path in sorted(blobs.iterdir()):
+        if BLOB_NAME.fullmatch(path.name):
+            if path.name not in referenced and discard_blob(
+                    path, touched_after=touched_after):
+                removed.append(path.name)
+        elif path.name.startswith(".") and os.lstat(path).st_mtime < touched_after:
+            path.unlink()   # half a blob, or one set aside, by a write that crashed
+    return removed
+
+
+
+def delete_sidechains(folder: Path, session_id: str) -> None:
+    """Delete every side-chain of session `session_id`, each as delete_session() deletes
+    a session (under its own lock, blobs included), then their folder once it is empty.
+
+    Called by delete_session() under the parent's lock, so no helper of this session is
+    writing: a helper runs inside its parent's writer. A side-chain folder planted as a
+    symbolic link is not followed.
+    """
+    chains = folder / f"{session_id}{SIDECHAINS}"
+    if chains.is_symlink() or not chains.is_dir():
+        return
+    for path in sorted(chains.glob("*.jsonl")):
+        name = path.name[:-len(".jsonl")]
+        if SESSION_ID.fullmatch(name) and not path.is_symlink():
+            delete_session(chains, name)
+    for path in sorted(chains.glob("*.meta.json")):     # a name claimed, never written
+        path.unlink(missing_ok=True)
+    for empty in (chains / "blobs", chains):
+        try:
+            empty.rmdir()
+        except OSError:
+            pass    # something this store did not write is left there, as it was

@@ -1,0 +1,77 @@
+# Generated from course/messages.py for lesson 00_memory: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:messages"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+
+Message = dict[str, Any]
+
+
+
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    # BEGIN 00.1
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            text = arguments[:200]
+            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+    # END 00.1
+
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    # BEGIN 00.3
+    taken = {call["id"] for message in history
+             for call in message.get("tool_calls") or []}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        # No id, or one already used: a result could not say which call it answers.
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        taken.add(call_id)
+        arguments = call["function"]["arguments"]
+        try:
+            parsed = read_arguments(arguments)
+            if not (isinstance(arguments, str) and arguments):
+                # An object, "" or null: store the JSON text of what they mean.
+                arguments = json.dumps(parsed, ensure_ascii=False)
+        except ValueError:
+            arguments = "{}"    # what all servers read back; run_tool reports the error
+        function = {"name": call["function"]["name"], "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
+    # LM Studio) with them. "" is taken by all.
+    content = reply.get("content")
+    text = content if isinstance(content, str) else ""
+    message: Message = {"role": "assistant", "content": text}
+    if calls:       # never "tool_calls": [], which OpenAI refuses
+        message["tool_calls"] = calls
+    return message
+    # END 00.3

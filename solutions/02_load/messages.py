@@ -1,0 +1,287 @@
+# Generated from course/messages.py for lesson 02_load: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:messages"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+
+Message = dict[str, Any]
+
+
+
+class InvalidSessionId(ValueError):
+    """A session id that could escape the sessions folder, or no usable file name."""
+
+
+
+class InvalidMessage(ValueError):
+    """Not a message the log can hold (see check_message). append() refuses it and
+    writes nothing; a line holding one is refused when the log is read."""
+
+
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
+# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
+# added.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+
+def check_session_id(session_id: str) -> str:
+    """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
+
+    A session id often comes from a user or a URL. Used as a path, `../../etc/passwd` or
+    `/tmp/x` would read or write outside the sessions folder, so refuse anything that is
+    not a plain name, before any file is touched.
+    """
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        shown = (
+            repr(session_id)
+            if len(str(session_id)) <= 140
+            else repr(str(session_id)[:40]) + "..."
+        )
+        raise InvalidSessionId(
+            f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit (no '/', no '..', no spaces)"
+        )
+    return session_id
+
+
+# --- what a message may be ------------------------------------------------------------
+
+# The roles a chat request may carry. A message with another role (or none) would be
+# refused by the provider with every later request, so the log refuses it first.
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads deeper
+
+
+RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
+
+
+
+def check_message(message: Any) -> None:
+    """Raise InvalidMessage, saying why, unless `message` has the shape of a message.
+
+    One rule, kept at both ends: append() checks it before it writes anything, and
+    reading checks every line against it, so a line that reading would refuse is never
+    written. The keys in RESERVED belong to the log itself (markers and blob
+    references, lessons 04 and 06): a message may not have them, and its content is
+    text, a list of parts or null, never an object, so nothing can pose as one.
+    """
+    if not isinstance(message, dict):
+        raise InvalidMessage(f"it is a {type(message).__name__}, not a JSON object")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidMessage("it has no 'role'" if role is None else
+                             f"its role {role!r} is none of {', '.join(ROLES)}")
+    for key in RESERVED:
+        if key in message:
+            raise InvalidMessage(f"it has the key {key!r}, which belongs to the log "
+                                 "itself (a marker, a blob reference), not to messages")
+    content = message.get("content")
+    text_or_parts = isinstance(content, (str, list))
+    if not (text_or_parts or content is None and role == "assistant"):
+        raise InvalidMessage(f"its content is a {type(content).__name__}: a message's "
+                             "content is text or a list of parts (null only for the "
+                             "assistant)")
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and calls
+                                  and all(map(is_tool_call, calls))):
+        raise InvalidMessage("its 'tool_calls' is not a non-empty list of calls, "
+                             "each with a string 'id', \"type\": \"function\" and a "
+                             "'function' with a string 'name' and 'arguments' "
+                             "holding a JSON object")
+    call_id = message.get("tool_call_id", "")
+    if not isinstance(call_id, str) or role == "tool" and not call_id:
+        raise InvalidMessage("its 'tool_call_id' is not a non-empty string")
+
+
+
+def is_tool_call(call: Any) -> bool:
+    """Is `call` a call a provider takes back: an id, a name, a JSON object's text?"""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+            and call["id"] and call.get("type") == "function"
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments"), str)):
+        return False
+    try:
+        return isinstance(json.loads(function["arguments"]), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+
+def check_plain_json(value: Any, depth: int = 0) -> None:
+    """Raise InvalidMessage unless `value` is JSON that reads back exactly as it is.
+
+    json.dumps takes more than JSON holds: a tuple comes back a list, the key 1 comes
+    back "1", NaN and Infinity are not JSON, and a lone surrogate ("\\ud800", half of a
+    UTF-16 pair) is no text at all: UTF-8 cannot encode it.
+    """
+    if depth > MAX_DEPTH:
+        raise InvalidMessage(f"it is nested more than {MAX_DEPTH} levels deep, deeper "
+                             "than a line of JSON in a log may be")
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidMessage("it holds a lone surrogate (half of a UTF-16 "
+                                     "pair): no text, and no UTF-8 JSON can hold it"
+                                     ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidMessage(f"it has the key {key!r}; JSON keys are strings")
+            check_plain_json(key, depth + 1)
+            check_plain_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_plain_json(item, depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidMessage(f"it holds {value}, which is not JSON (Python writes "
+                                 "it; other readers refuse it)")
+    elif not (value is None or isinstance(value, int)):     # bool is an int
+        raise InvalidMessage(f"it holds a {type(value).__name__}, which is not JSON")
+
+
+
+def refuse_constant(name: str) -> Any:
+    """Called by the decoder for NaN, Infinity and -Infinity: refuse them."""
+    raise InvalidMessage(f"{name} is not JSON (Python's json writes it; other readers "
+                         "refuse it)")
+
+
+
+def read_float(text: str) -> float:
+    """Called by the decoder for every number with a fraction or an exponent."""
+    number = float(text)
+    if number in (float("inf"), float("-inf")):    # 1e999: too large, read as infinity
+        raise InvalidMessage(f"the number {text[:20]} is too large for a float")
+    return number
+
+
+# Made once: json.loads(text, parse_constant=...) would build a decoder for every line.
+# (A regular expression finds an escape such as \ud800 faster than `in` does.)
+STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_float)
+
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+
+def decode_json(text: str) -> Any:
+    """STRICT_JSON.decode(text), with a fast path for a line as this module writes it.
+
+    decode() looks for whitespace before and after the value with two regular
+    expressions; a line written by this module has none, and for it raw_decode() alone
+    gives the same answer. Anything else (spaces, garbage after the value, no JSON at
+    all) takes decode(), which accepts or refuses it, with its reason, as before.
+    """
+    try:
+        entry, end = STRICT_JSON.raw_decode(text)
+        if end == len(text):
+            return entry
+    except json.JSONDecodeError:
+        pass
+    return STRICT_JSON.decode(text)
+
+
+
+def parse_line(line: bytes) -> Message:
+    """One line of a log as a message. Raises InvalidMessage, saying why, if it is none.
+
+    The reader's side of the rule append() keeps: UTF-8 without a byte-order mark
+    (json.loads would also take UTF-16, or a BOM), strict JSON (no NaN, no Infinity, no
+    number too large for a float), then check_message(). The decoder makes only plain
+    JSON, but for an escaped lone surrogate: check_plain_json() runs on the rare line
+    with a surrogate's escape, so that loading stays fast. (Nesting deeper than
+    MAX_DEPTH, which append refuses, is read: no line append wrote is refused.)
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidMessage("its bytes are not UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise InvalidMessage("it starts with a byte-order mark (U+FEFF), which the "
+                             "format does not allow (an editor may have added it)")
+    try:
+        entry = decode_json(text)
+    except json.JSONDecodeError as error:
+        reason = f"not JSON ({error.msg} at column {error.colno})"
+        raise InvalidMessage(reason) from None
+    except RecursionError:
+        raise InvalidMessage("it is nested too deep to read") from None
+    if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
+        check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
+    check_message(entry)
+    return entry
+
+
+
+def read_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+
+    On the wire they are a string holding a JSON object. Some servers send the object
+    itself (llama.cpp's server has), or "" or null for a call without arguments: read
+    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    """
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            text = arguments[:200]
+            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
+
+def normalize_reply(reply: Message, history: list[Message]) -> Message:
+    """The model's reply as a message that can be stored, and sent back to any server.
+
+    `reply` is what ask_model() got, with whatever quirks the server put in it;
+    `history` is the conversation so far. Every tool call gets an id no other call in
+    the conversation has, and arguments that are a string holding a JSON object ("{}"
+    when the model's could not be read: run_tool tells the model what was wrong). The
+    content is text, "" when the server sent null; a reply without calls has no
+    "tool_calls".
+    """
+    taken = {call["id"] for message in history
+             for call in message.get("tool_calls") or []}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        # No id, or one already used: a result could not say which call it answers.
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        taken.add(call_id)
+        arguments = call["function"]["arguments"]
+        try:
+            parsed = read_arguments(arguments)
+            if not (isinstance(arguments, str) and arguments):
+                # An object, "" or null: store the JSON text of what they mean.
+                arguments = json.dumps(parsed, ensure_ascii=False)
+        except ValueError:
+            arguments = "{}"    # what all servers read back; run_tool reports the error
+        function = {"name": call["function"]["name"], "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
+    # LM Studio) with them. "" is taken by all.
+    content = reply.get("content")
+    text = content if isinstance(content, str) else ""
+    message: Message = {"role": "assistant", "content": text}
+    if calls:       # never "tool_calls": [], which OpenAI refuses
+        message["tool_calls"] = calls
+    return message

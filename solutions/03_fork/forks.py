@@ -1,0 +1,70 @@
+# Generated from course/forks.py for lesson 03_fork: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:forks"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .messages import check_session_id, FORMAT_VERSION
+from .files import publish_new, SessionExists, SessionNotFound, write_whole
+
+
+def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = None,
+         durable: bool = False) -> Path:
+    """Start session `new_id` with the history of `source_id` (its first `upto`).
+
+    Returns the new log's path. Refuses, changing nothing, when the source does not
+    exist, when `new_id` is taken, or when `upto` is more than the source holds.
+
+    With durable=True the fork and its meta file are on disk (fsync, then the folder)
+    before it returns, as an append is in durable mode; without, a power cut soon after
+    the fork can leave it empty or missing (the source is never at risk).
+    """
+    folder = Path(folder)
+    source = folder / f"{check_session_id(source_id)}.jsonl"
+    target = folder / f"{check_session_id(new_id)}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # A meta file without its log is what a fork that failed half-way leaves: not a
+    # session, so a new fork onto that id may replace it.
+    if target.exists():
+        raise SessionExists(
+            f"cannot fork onto {new_id!r}: session {target} already exists"
+        )
+    # BEGIN 03.1
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise SessionNotFound(
+            f"cannot fork from {source_id!r}: no session log at {source}"
+        ) from None
+    lines = [line + b"\n" for line in data.split(b"\n") if line]
+    count = len(lines) if upto is None else upto
+    if not 0 <= count <= len(lines):
+        raise ValueError(
+            f"cannot fork the first {upto} messages of {source_id!r}: it holds "
+            f"{len(lines)}"
+        )
+    # Copy the bytes of the lines themselves: a new, independent file (never a link).
+    copy = b"".join(lines[:count])
+    # END 03.1
+    # BEGIN 03.2
+    # The lineage first, the log last: the fork exists from the moment its log has a
+    # name, so a failure before that (a full disk, a crash) leaves no session, only a
+    # meta file.
+    write_whole(meta, json.dumps({
+        "format": FORMAT_VERSION,
+        "id": new_id,
+        "parent": source_id,
+        "forked_at": count,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+    try:
+        publish_new(target, copy, durable=durable)
+    except BaseException:
+        meta.unlink(missing_ok=True)    # no fork after all: no lineage either
+        raise
+    # END 03.2
+    return target

@@ -1,0 +1,185 @@
+# Generated from course/reading.py for lesson 06_blobs: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:reading"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .messages import MARKER, Message, parse_line
+from .files import read_all
+
+
+class CorruptLog(ValueError):
+    """A line before the log's last one is not a JSON message: the file was damaged.
+
+    A crash can only tear the *last* line (every line is written by one append at the
+    end), so damage anywhere else means something else wrote to the file. Guessing would
+    hide it: the error names the place, and nothing is changed.
+    """
+
+    def __init__(self, path: Path, line: int, offset: int, reason: str) -> None:
+        super().__init__(
+            f"{path}: line {line} (byte offset {offset}) is not a JSON message: "
+            f"{reason}. Only the last line of a log can be torn by a crash, so this is "
+            "damage, not a crash; the log was left exactly as it is. Look at that "
+            "line, mend or remove it by hand, and resume again."
+        )
+        self.path = path
+        self.line = line        # 1 for the first line
+        # Bytes from the start of the file to the start of that line
+        self.offset = offset
+
+
+
+@dataclass
+class LogState:
+    """What reading a log found: its complete entries, and the state of its tail."""
+
+    # Every complete line, messages and markers, in file order
+    entries: list[Message]
+    # Where the complete lines end: the next line should start here
+    end: int
+    # The file's size when it was read; bytes past `end` are torn
+    size: int
+    # The last entry is complete, only its "\n" never got written
+    newline_missing: bool = False
+    # The line number (from 1) of each entry
+    lines: list[int] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation: the entries without the markers."""
+        return [entry for entry in self.entries if MARKER not in entry]
+
+    def numbered_messages(self) -> list[tuple[int, Message]]:
+        """(line number, message) for each message: what an error about one can name."""
+        return [
+            (line, entry)
+            for line, entry in zip(self.lines, self.entries)
+            if MARKER not in entry
+        ]
+
+    @property
+    def torn(self) -> int:
+        """How many bytes at the end are not a complete entry (0 for a whole log)."""
+        return self.size - self.end
+
+
+
+def read_whole_log(path: Path) -> tuple[bytes, LogState]:
+    """A log's bytes and their parse_log(), as one moment of the file, read without the
+    lock. FileNotFoundError if there is no log.
+
+    A writer may append, or repair the tail, while a reader reads. An append only adds
+    bytes after the ones read. A repair cuts the torn tail and writes its marker where
+    the tail began, so a read that straddles it can hold the old tail followed by the
+    end of the marker: a false CorruptLog, or even a message nobody wrote. So when the
+    file changed during the read, read it again, and keep the first read only if the
+    file still starts with it (it was only appended to).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        while True:     # a repair happens once per writer that opens the log: this ends
+            before = os.fstat(fd)
+            data = read_all(fd, path)
+            after = os.fstat(fd)
+            same_size = before.st_size == after.st_size == len(data)
+            if same_size and before.st_mtime_ns == after.st_mtime_ns:
+                break                           # nothing changed while we read
+            if read_all(fd, path).startswith(data):
+                break                           # only appended to: a whole first part
+    finally:
+        os.close(fd)
+    return data, parse_log(data, path)
+
+
+
+def read_log(path: Path) -> LogState:
+    """Read a log without changing it; an empty state for a log not written yet."""
+    try:
+        return read_whole_log(path)[1]     # read-only: reading never changes the log
+    except FileNotFoundError:
+        return LogState(entries=[], end=0, size=0)
+
+
+
+def parse_log(data: bytes, path: Path) -> LogState:
+    """Parse a log's bytes: entries, a tolerated torn tail, CorruptLog for the rest.
+
+    Everything up to the last b"\\n" was written as whole lines, so each of those lines
+    must parse; the first that does not raises CorruptLog(path, line number, byte
+    offset, reason). The bytes after the last b"\\n" (the tail) are either a complete
+    entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
+    garbage (torn, not an entry).
+    """
+    # Split on b"\n" only:
+    # str.splitlines() would also split inside strings at U+2028 & co.
+    *lines, tail = data.split(b"\n")
+    entries: list[Message] = []
+    numbers: list[int] = []
+    offset = 0
+    for number, line in enumerate(lines, start=1):
+        if line:    # an empty line holds nothing to lose
+            try:
+                entries.append(parse_line(line))
+            except ValueError as error:
+                raise CorruptLog(path, number, offset, str(error)) from None
+            numbers.append(number)
+        offset += len(line) + 1
+    # `offset` is now where the tail starts: just after the last newline.
+    if tail:
+        try:
+            entries.append(parse_line(tail))
+        except ValueError:
+            # torn: not an entry
+            return LogState(entries, end=offset, size=len(data), lines=numbers)
+        numbers.append(len(lines) + 1)
+        return LogState(
+            entries, end=len(data), size=len(data), newline_missing=True, lines=numbers
+        )
+    return LogState(entries, end=offset, size=len(data), lines=numbers)
+
+
+
+def unanswered_calls(messages: list[Message]) -> list[Message]:
+    """The calls of the last assistant message that no tool message answers, in order.
+
+    Only the end of the conversation can hold them: the agent answers every call before
+    it sends anything else, so a crash can leave calls unanswered only after the last
+    assistant message with tool calls. [] when the conversation ended in a plain answer
+    or a user message.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if message.get("role") == "tool":
+            answered.add(message.get("tool_call_id"))
+        elif message.get("role") == "assistant" and message.get("tool_calls"):
+            # Keep the calls' own order (a list, not a set):
+            # results go back in call order.
+            return [
+                call for call in message["tool_calls"] if call["id"] not in answered
+            ]
+        else:
+            return []
+    return []
+
+
+
+def interrupted_result(call: Message) -> Message:
+    """The tool result that stands in for one a crash never wrote."""
+    function = call["function"]
+    # Say what is known and no more: the call was made; whether it ran is unknown, and
+    # buying the lantern twice costs twice, so the model should check rather than
+    # repeat.
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": (
+            f"error: the call {function['name']}({function['arguments']}) was "
+            "interrupted: the session stopped before its result was saved, so it may "
+            "or may not have run. Check before calling it again."
+        ),
+    }

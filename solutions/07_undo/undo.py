@@ -1,0 +1,68 @@
+# Generated from course/undo.py for lesson 07_undo: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:undo"""
+
+from __future__ import annotations
+
+
+from .messages import encode_line, MARKER, Message
+from .files import now
+
+
+class UndoError(ValueError):
+    """Asked to undo more turns (or messages) than there are: nothing was changed."""
+
+
+
+class SessionUndo:
+    def undo(self, count: int) -> list[int]:
+        """Take back the last `count` messages the log shows, with one marker line.
+
+        Returns their indices. Their lines stay where they are: the file is only ever
+        appended to, and the marker tells every later reader to leave them out.
+        """
+        if self._fd is None:
+            # The writer first: its repair may add messages to the end, and it fills
+            # self.shown from the log it opened.
+            self._open()
+        # BEGIN 07.4
+        shown = self.shown
+        if not 0 < count <= len(shown):
+            raise UndoError(
+                f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}"
+            )
+        skip = [index for index, _ in shown[len(shown) - count:]]
+        self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
+        del shown[len(shown) - count:]      # only once the marker is written
+        return skip
+        # END 07.4
+
+
+
+class AgentUndo:
+    def undo(self, turns: int = 1) -> list[Message]:
+        """Take back the last `turns` turns and return the messages taken back.
+
+        A turn is a user message and everything after it up to the next user message, so
+        a tool call is never taken back without its results. Pending messages are
+        dropped; written ones are marked as undone in the log. Raises UndoError,
+        changing nothing, when the conversation has fewer turns.
+        """
+        # BEGIN 07.3
+        starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
+        if not 0 < turns <= len(starts):
+            raise UndoError(
+                f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
+            )
+        cut = starts[len(starts) - turns]
+        taken = self.messages[cut:]
+        # The newest messages are the pending ones:
+        # for them, dropping is the whole undo.
+        dropped = min(len(taken), len(self.pending))
+        written = len(taken) - dropped
+        if written and self.session is not None:
+            self.session.undo(written)
+        del self.pending[len(self.pending) - dropped:]
+        del self.messages[cut:]
+        return taken
+        # END 07.3

@@ -1,0 +1,208 @@
+# Generated from course/blobs.py for lesson 10_sidechains: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:blobs"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from .messages import Message
+from .files import fsync_file, fsync_folder, make_folder, read_file, touch, write_all
+
+
+class BlobError(ValueError):
+    """A blob reference that cannot be trusted: the blob is missing, its bytes changed,
+    or the reference is not a plain sha256 hash. The message names the blob, the log and
+    the line."""
+
+
+# --- large content beside the log -----------------------------------------------------
+
+BLOB_THRESHOLD = 4096  # bytes of UTF-8: a larger string content goes to blobs/<sha256>
+
+
+PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the log
+
+
+BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
+
+
+
+class SessionBlobs:
+    # --- large content, stored beside the log by its hash -----------------------------
+
+    def outline(self, message: Message) -> Message:
+        """The message as its line stores it: a large content becomes a blob reference.
+
+        Returns a new dict and leaves `message` alone: the agent's memory, and so the
+        next request to the model, keep the full content.
+        """
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message          # None, or a list of parts: stored as they are
+        if len(content) * 4 <= self.blob_threshold:
+            return message  # UTF-8 takes 4 bytes a character at most: it fits
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            return message  # a lone surrogate: encode_line refuses it, saying why
+        if len(data) <= self.blob_threshold:
+            return message
+        digest = self.store_blob(data)
+        reference = {
+            "$blob": digest,
+            "size": len(data),
+            "preview": content[:PREVIEW_CHARS],
+        }
+        return {**message, "content": reference}
+
+    def store_blob(self, data: bytes) -> str:
+        """Store `data` as `blobs/<sha256 of data>`, whole, and return the hash.
+
+        Content-addressed: the same bytes always get the same name, so they are stored
+        once, and any session of the folder (a fork, say) can point to them without a
+        copy.
+        """
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.blobs / digest
+        try:
+            # Lesson 09: touch it first, then check it. A blob stored again counts as
+            # new for collect_blobs(), which never takes a blob touched within its grace
+            # period: this writer is about to point to it.
+            touch(path)
+            stored = hashlib.sha256(read_file(path)).hexdigest() == digest
+        except OSError:
+            stored = False      # not stored yet (or not a plain file): write it below
+        if stored:
+            # Stored before, and still intact: nothing to write. Maybe by a writer that
+            # never synced it, though: in durable mode, sync it once (bytes, then name)
+            # before a line of this writer points to it.
+            if self.durable and digest not in self.synced_blobs:
+                fsync_file(path)
+                fsync_folder(self.blobs)
+                self.synced_blobs.add(digest)
+            return digest
+        make_folder(self.blobs, self.durable)   # durable: the name "blobs" synced too
+        # A temporary file, then a rename: the name <sha256> never holds half a blob. (A
+        # blob that was damaged is replaced the same way, by the good bytes.)
+        fd, temp = tempfile.mkstemp(dir=self.blobs, prefix=f".{digest}.", suffix=".tmp")
+        try:
+            write_all(fd, data)
+            if self.durable:
+                os.fsync(fd)
+        except BaseException:
+            # A write that failed (a full disk) leaves no half a blob behind
+            os.unlink(temp)
+            raise
+        finally:
+            os.close(fd)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            os.unlink(temp)     # a failed rename (a folder at that name): no copy left
+            raise
+        if self.durable:
+            # The blob's name is on disk before any line uses it
+            fsync_folder(self.blobs)
+            self.synced_blobs.add(digest)
+        return digest
+
+    def inline(self, message: Message, line: int) -> Message:
+        """The message as the agent sees it: a blob reference replaced by its content.
+
+        `line` is the message's line number in the log, for the error messages.
+        """
+        reference = message.get("content")
+        if not (isinstance(reference, dict) and "$blob" in reference):
+            return message
+        name = reference["$blob"]
+        where = f"{self.path}: line {line}"
+        # The name comes from a file anyone could edit: a path such as
+        # "../quest-2.jsonl" must never be opened. Only a plain hash names a blob.
+        if not isinstance(name, str) or not BLOB_NAME.fullmatch(name):
+            raise BlobError(
+                f"{where}: the blob reference {name!r} is not a sha256 hash "
+                "(64 lowercase hexadecimal digits); refusing to open it"
+            )
+        try:
+            # Bytes: text mode would turn \r\n into \n.
+            # A symbolic link is refused (OSError).
+            data = read_file(self.blobs / name)
+        except FileNotFoundError:
+            raise BlobError(
+                f"{where}: blob {name} is missing from {self.blobs}"
+            ) from None
+        if hashlib.sha256(data).hexdigest() != name:
+            raise BlobError(
+                f"{where}: blob {name} was changed after it was written: its bytes "
+                "no longer match its hash, so it is not what this session said"
+            )
+        try:
+            return {**message, "content": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise BlobError(
+                f"{where}: blob {name} is not UTF-8 text, so it is no message's content"
+            ) from None
+
+
+
+def blobs_of(entry: Message) -> list[str]:
+    """The names of the blobs a line refers to (a message's stored content)."""
+    content = entry.get("content")
+    name = content.get("$blob") if isinstance(content, dict) else None
+    return [name] if isinstance(name, str) and BLOB_NAME.fullmatch(name) else []
+
+
+
+def blob_references(folder: Path) -> set[str]:
+    """Every blob name that any file of the sessions folder mentions.
+
+    Every file, not only the logs: a fork being published is still a temporary file,
+    and a log that cannot be parsed still refers to its blobs. A 64-digit hash that
+    happens to sit in a message keeps a blob it does not refer to: the safe mistake.
+    """
+    found: set[str] = set()
+    for path in folder.iterdir():
+        try:
+            data = read_file(path)
+        except OSError:
+            continue    # a folder (blobs/), a link, a file removed meanwhile
+        found.update(name.decode() for name in re.findall(rb"[0-9a-f]{64}", data))
+    return found
+
+
+
+def discard_blob(path: Path, *, touched_after: float) -> bool:
+    """Remove one blob no log refers to, unless a writer touched it after
+    `touched_after` (a time.time()). True if it was removed.
+
+    A writer touches a blob before it reads it and points a line to it (store_blob). So
+    move the blob aside first, then look at its time: a writer that touched it before
+    the move is seen (the blob is put back); one that comes after the move finds no blob
+    and stores it anew. Checked first and removed after, a writer could slip in between.
+    """
+    aside = path.with_name(f".{path.name}.collected")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    if os.lstat(aside).st_mtime > touched_after:
+        os.rename(aside, path)      # a writer wants it: the same bytes, whoever wins
+        return False
+    os.unlink(aside)
+    return True
+
+
+
+def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
+    """Remove each of the blobs `names` that no file of the folder refers to any more;
+    return the names removed."""
+    if not names:
+        return []
+    referenced = blob_references(folder)
+    return [name for name in names if name not in referenced
+            and discard_blob(folder / "blobs" / name, touched_after=touched_after)]

@@ -1,0 +1,198 @@
+# Generated from course/sidechain.py for lesson 11_postgres: edit that source, then
+# run `sessionlab dev generate` (see the maintainers' page).
+"""DOC:sidechain"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .messages import (
+    check_session_id, encode_line, FORMAT_VERSION, InvalidSessionId, MARKER, Message,
+    read_arguments, SESSION_ID)
+from .files import now, publish_new, SessionExists
+from .tools import MaxTurnsExceeded, run_tool, Tools
+from .reading import read_log
+
+
+class SessionSidechains:
+    # --- side-chains: the logs of this session's helpers (lesson 10) ------------------
+
+    def start_sidechain(self, call_id: str) -> "SessionLog":
+        """Start the side-chain of the helper that answers tool call `call_id`.
+
+        Claims a name of its own in `<id>.sidechains/` by publishing its meta file,
+        appends the pointer marker to this log, and returns the side-chain's SessionLog:
+        a writer of its own, with its own lock. This log keeps its lock all along.
+        """
+        if self._fd is None:
+            self._open()    # the parent's writer: it alone names side-chains of its own
+        folder = sidechain_folder(self.folder, self.id)
+        if folder.is_symlink():
+            # Planted, like a linked log or lock file: the helper's words would be
+            # written wherever it points.
+            raise OSError(errno.ELOOP, "the side-chains folder is a symbolic link; "
+                          "refusing to write a helper's log through it", str(folder))
+        base = sidechain_id(call_id)
+        # An undone turn's call id can come back (the model numbers its calls): the
+        # name then has a suffix, so a helper never writes into another one's log.
+        number = 1
+        while True:
+            name = base if number == 1 else f"{base}.{number}"
+            number += 1
+            if (folder / f"{name}.jsonl").exists():
+                continue
+            meta = {"format": FORMAT_VERSION, "id": name, "sidechain_of": self.id,
+                    "call": call_id, "created": now()}
+            try:
+                # Created, never replaced: a name that exists is another helper's
+                publish_new(folder / f"{name}.meta.json",
+                            json.dumps(meta, ensure_ascii=False, indent=1).encode(),
+                            durable=self.durable)
+            except SessionExists:
+                continue
+            break
+        # The pointer before the helper's first line: a crash inside the helper leaves
+        # the call (repaired on resume) and, beside it, where to find what it did.
+        self._write(encode_line({MARKER: "sidechain", "call": call_id,
+                                 "session": self.id, "sidechain": name, "at": now()}))
+        return type(self)(folder, name, durable=self.durable)
+
+
+
+class AgentHelpers:
+    # --- a helper with its own log (lesson 10) ----------------------------------------
+
+    def use_tool(self, call: Message, asked: Message) -> str:
+        """The result of one tool call: run_tool's, or a helper's answer to ask_helper.
+
+        `call` is the stored call (its id is the one the result answers), `asked` the
+        call as the model sent it. The helper runs only when the tools offer ask_helper:
+        an agent given the town of lessons 00-07 behaves as it did.
+        """
+        if (call["function"]["name"] != HELPER_TOOL
+                or HELPER_TOOL not in self.tools.functions):
+            return run_tool(self.tools, asked)
+        try:
+            question = read_arguments(asked["function"]["arguments"]).get("question")
+        except ValueError as error:
+            return f"error: the arguments for {HELPER_TOOL} {error}; send a JSON object"
+        if not isinstance(question, str) or not question.strip():
+            return (f"error: {HELPER_TOOL} needs a 'question': what the helper should "
+                    "find out, as text")
+        try:
+            return self.ask_helper(call["id"], question)
+        except MaxTurnsExceeded as error:
+            # The helper's own way of failing: the model hears it, as from any tool
+            return f"error: the helper gave up: {error}"
+
+    def ask_helper(self, call_id: str, question: str) -> str:
+        """Hand `question` to a helper agent and return its answer.
+
+        The helper is this same loop with a history of its own: the same client, model
+        and tools (ask_helper left out: a helper starts no helper of its own). With a
+        session, its messages go to a side-chain log of their own, under its own lock,
+        while this agent keeps its lock; the parent's log gets only a pointer to it
+        (written before the helper starts) and, afterwards, the answer as the result.
+        """
+        tools = without(self.tools, HELPER_TOOL)
+        if self.session is None:
+            # No log to point from: the helper lives in memory, like its parent
+            helper = type(self)(self.client, model=self.model, tools=tools,
+                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+            return helper.run(question)
+        # The call is on disk before the pointer that follows it (run() flushed it)
+        self.flush()
+        with self.session.start_sidechain(call_id) as log:
+            helper = type(self)(self.client, model=self.model, tools=tools, session=log,
+                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+            return helper.run(question)
+
+
+# --- side-chains: a helper agent's own log (lesson 10) --------------------------------
+
+HELPER_TOOL = "ask_helper"      # the tool whose call the agent answers with a helper
+
+
+HELPER_SYSTEM = ("You are a helper. Work on the question with your tools, then answer "
+                 "it in a few words: your answer is all the one who asked will see.")
+
+
+SIDECHAINS = ".sidechains"      # `<parent id>.sidechains/` holds the helpers' logs
+
+
+LONGEST_KEPT = 64   # a call id longer than this is hashed (hashed names are longer)
+
+
+
+@dataclass
+class Toolbox:
+    """Tools as lesson 00's protocol wants them: schemas, and the functions by name."""
+
+    schemas: list[dict[str, Any]]
+    functions: Mapping[str, Callable[..., str]]
+
+
+
+def without(tools: Tools, name: str) -> Toolbox:
+    """The same tools, the same world (the town's own functions), but for `name`."""
+    schemas = [schema for schema in tools.schemas
+               if schema.get("function", {}).get("name") != name]
+    functions = {key: function for key, function in tools.functions.items()
+                 if key != name}
+    return Toolbox(schemas, functions)
+
+
+
+def sidechain_folder(folder: str | Path, session_id: str) -> Path:
+    """`<folder>/<session id>.sidechains`: where the session's helpers keep their logs.
+
+    A folder of its own: no side-chain can take a top-level session's name, and a
+    listing of `*.jsonl` in the sessions folder never mistakes one for a session.
+    """
+    return Path(folder) / f"{check_session_id(session_id)}{SIDECHAINS}"
+
+
+
+def sidechain_id(call_id: str) -> str:
+    """A session id for the helper of tool call `call_id`, distinct for distinct calls.
+
+    A call id comes from the model's server: most are plain names (`call_3_0`), kept as
+    they are so a person can match a side-chain to its call. Any other (a ':' or a '/'
+    in it, or too long) becomes `call-` and its sha256: 69 characters, longer than any
+    id kept as it is, so the two kinds never meet.
+    """
+    if len(call_id) <= LONGEST_KEPT and SESSION_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"call-{digest}"
+
+
+
+def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
+    """(tool call id, side-chain log) for every pointer in the session's log, in order.
+
+    A pointer names the session whose folder holds the side-chain: a fork copies its
+    source's pointers, and they lead to the source's side-chains, which a fork never
+    copies. A pointer that names no valid id is refused with the log's name and line,
+    never followed out of the folder.
+    """
+    path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
+    state = read_log(path)
+    found: list[tuple[str, Path]] = []
+    for line, entry in zip(state.lines, state.entries):
+        if entry.get(MARKER) != "sidechain":
+            continue
+        try:
+            where = sidechain_folder(folder, entry["session"])
+            name = check_session_id(entry["sidechain"])
+            found.append((entry["call"], where / f"{name}.jsonl"))
+        except (KeyError, InvalidSessionId) as error:
+            raise ValueError(f"{path}: line {line}: a side-chain pointer that names no "
+                             f"side-chain ({error}); refusing to follow it") from None
+    return found
