@@ -104,13 +104,13 @@ class AgentHelpers:
         if self.session is None:
             # No log to point from: the helper lives in memory, like its parent
             helper = type(self)(self.client, model=self.model, tools=tools,
-                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+                                system=HELPER_SYSTEM, max_turns=self.max_turns)
             return helper.run(question)
         # The call is on disk before the pointer that follows it (run() flushed it)
         self.flush()
         with self.session.start_sidechain(call_id) as log:
             helper = type(self)(self.client, model=self.model, tools=tools, session=log,
-                           system=HELPER_SYSTEM, max_turns=self.max_turns)
+                                system=HELPER_SYSTEM, max_turns=self.max_turns)
             return helper.run(question)
 
 

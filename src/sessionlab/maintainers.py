@@ -416,12 +416,81 @@ def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
             for i, entry in enumerate(data.get("wrong", []))]
 
 
-def apply_wrong(solution: str, wrong: Wrong) -> str | None:
-    """The solution with the entry's edit made; None when `find` does not occur exactly
-    once."""
-    if solution.count(wrong.find) != 1:
+def solution_files(lesson: course.Lesson) -> dict[str, str]:
+    """The reference solution of `lesson`: each module's file name -> its text."""
+    return {path.name: path.read_text(encoding="utf-8")
+            for path in course.lesson_modules(lesson.solution_folder)}
+
+
+def find_wrong(files: dict[str, str], wrong: Wrong) -> str | None:
+    """The module in which the entry's `find` occurs, when it occurs exactly once in the
+    whole solution; else None."""
+    where = [name for name, text in files.items() for _ in range(text.count(wrong.find))]
+    return where[0] if len(where) == 1 else None
+
+
+def apply_wrong(files: dict[str, str], wrong: Wrong) -> tuple[str, str] | None:
+    """(module, its text with the entry's edit made); None when `find` does not occur
+    exactly once in the solution's modules."""
+    module = find_wrong(files, wrong)
+    if module is None:
         return None
-    return solution.replace(wrong.find, wrong.replace)
+    text = files[module].replace(wrong.find, wrong.replace)
+    return module, text + imports_for(files, module, text)
+
+
+def imports_for(files: dict[str, str], module: str, text: str) -> str:
+    """Imports for the names `text` (module `module`, edited) uses that it neither
+    defines nor imports, where another module of the lesson has them: a wrong
+    implementation may use what the lesson's code has (`os`, `read_log`), as a
+    student's would, importing it. They go at the end of the module, where a
+    circular import finds every module it needs already defined."""
+    import builtins
+    known: dict[str, str] = {}
+    for name, source in files.items():
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    known.setdefault(bound, f"import {alias.name}"
+                                     + (f" as {alias.asname}" if alias.asname else ""))
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                for alias in node.names:
+                    where = "." * node.level + (node.module or "")
+                    known.setdefault(alias.asname or alias.name,
+                                     f"from {where} import {alias.name}"
+                                     + (f" as {alias.asname}" if alias.asname else ""))
+        for bound in _top_level_names(tree):
+            if name != module:
+                known[bound] = f"from .{Path(name).stem} import {bound}"
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return ""
+    have = _top_level_names(tree) | set(dir(builtins))
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    wanted = sorted(known[name] for name in used - have if name in known
+                    and not known[name].startswith(f"from .{Path(module).stem} "))
+    return "".join(f"{line}\n" for line in ["", *wanted]) if wanted else ""
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Try):
+            names.update(_top_level_names(ast.Module(body=node.body, type_ignores=[])))
+    return names
 
 
 def does_not_compile(source: str) -> str | None:
@@ -494,14 +563,14 @@ def check_wrong_implementations(lesson: course.Lesson,
         finding.problems.append(f"solutions/{lesson.name}/wrong.toml lists no wrong implementations")
         return finding
     from .mutate import fenced_lines
-    solution = lesson.module_path("solution").read_text(encoding="utf-8")
-    fenced = fenced_lines(solution)
+    files = solution_files(lesson)
     tests = set(test_marks(lesson))
     usable, sources = [], []
     for wrong in wrongs:
-        mutated = apply_wrong(solution, wrong)
+        mutated = apply_wrong(files, wrong)
         if mutated is not None and wrong.campaign and not all(
-                line in fenced for line in edited_lines(solution, wrong)):
+                line in fenced_lines(files[mutated[0]])
+                for line in edited_lines(files[mutated[0]], wrong)):
             finding.warnings.append(
                 f"{wrong.what!r}: its `find` is not inside a task fence (# BEGIN "
                 f"{lesson.number}.k ... # END {lesson.number}.k): the campaign's "
@@ -516,9 +585,11 @@ def check_wrong_implementations(lesson: course.Lesson,
                                     f"{wrong.caught_by}, which is "
                                     f"not a test in lessons/{lesson.name}")
         elif mutated is None:
-            finding.problems.append(f"{wrong.what!r}: its `find` text occurs {solution.count(wrong.find)} "
-                                    "times in the solution (it must occur exactly once)")
-        elif broken := does_not_compile(mutated):
+            count = sum(text.count(wrong.find) for text in files.values())
+            finding.problems.append(f"{wrong.what!r}: its `find` text occurs {count} "
+                                    "times in the solution's modules (it must occur "
+                                    "exactly once)")
+        elif broken := does_not_compile(mutated[1]):
             finding.problems.append(f"{wrong.what!r}: the mutant does not compile "
                                     f"({broken}): fix its find/replace")
         else:

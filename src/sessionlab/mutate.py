@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -59,11 +60,12 @@ CHUNK = 60  # mutants in one pytest process
 @dataclass(frozen=True)
 class Mutant:
     task: str  # the fence it is in: "03.1"
-    line: int  # first line of the edit in the solution
+    line: int  # first line of the edit in its module
     kind: str  # "compare", "constant", "call" ...
     find: str  # the solution's text around the edit (occurs exactly once)
     replace: str  # the same text with the edit made
-    source: str  # the whole mutated solution
+    source: str  # the whole mutated module
+    module: str = course.MODULE  # which module of the solution it changes
 
     def describe(self) -> str:
         old = " / ".join(
@@ -75,7 +77,8 @@ class Mutant:
             )
             or "(removed)"
         )
-        return f"{self.task} line {self.line} ({self.kind}): {old}  ->  {new}"
+        return (f"{self.task} {self.module}:{self.line} ({self.kind}): {old}  ->  "
+                f"{new}")
 
     def _span(self) -> int:
         return max(1, len(self.find.splitlines()) - self._context())
@@ -291,9 +294,15 @@ def _unique_find(
     return None
 
 
-def mutants(solution: str) -> list[Mutant]:
-    """Every compilable mutant of the fenced code of `solution`, each a distinct
-    program."""
+def lesson_mutants(files: dict[str, str]) -> list[Mutant]:
+    """Every compilable mutant of the fenced code of a solution's modules."""
+    return [mutant for module, text in files.items()
+            for mutant in mutants(text, module)]
+
+
+def mutants(solution: str, module: str = course.MODULE) -> list[Mutant]:
+    """Every compilable mutant of the fenced code of `solution` (the text of one
+    module), each a distinct program."""
     fenced = fenced_lines(solution)
     tree = ast.parse(solution)
     lines = solution.splitlines(keepends=True)
@@ -312,13 +321,14 @@ def mutants(solution: str) -> list[Mutant]:
             continue
         seen.add(source)
         try:
-            compile(source, "agent.py", "exec")
+            compile(source, module, "exec")
         except SyntaxError:
             continue
         pair = _unique_find(lines, mutated_lines, first, last, solution)
         if pair is None or pair[0] == pair[1]:
             continue
-        found.append(Mutant(fenced[first], first, edit.kind, pair[0], pair[1], source))
+        found.append(Mutant(fenced[first], first, edit.kind, pair[0], pair[1], source,
+                            module))
     found.sort(key=lambda m: (m.line, m.kind))
     return found
 
@@ -367,14 +377,14 @@ class LessonMutation:
 def run_mutants(
     root: Path,
     lesson: course.Lesson,
-    sources: list[str],
+    sources: list[tuple[str, str]],
     *,
     timeout: float = MUTANT_TEST_TIMEOUT,
     stop_at_first_failure: bool = True,
     extra: tuple[str, ...] = (),
 ) -> tuple[dict[int, list[dict]], str]:
-    """Run the lesson's tests on each source; (index -> that mutant's test results,
-    output tail).
+    """Run the lesson's tests on each mutant, (module, its mutated text), the rest of
+    the solution as it is; (index -> that mutant's test results, output tail).
 
     Results of a mutant whose process died (a crash, an overall timeout) are missing:
     the caller may run those alone.
@@ -384,11 +394,14 @@ def run_mutants(
     results: dict[int, list[dict]] = {i: [] for i in range(len(sources))}
     with tempfile.TemporaryDirectory(prefix="sessionlab-mutants-") as temp:
         paths = []
-        for i, source in enumerate(sources):
-            path = Path(temp) / f"m{i:03d}" / course.MODULE
-            path.parent.mkdir()
-            path.write_text(source, encoding="utf-8")
-            paths.append(str(path))
+        modules = course.lesson_modules(lesson.solution_folder)
+        for i, (module, source) in enumerate(sources):
+            folder = Path(temp) / f"m{i:03d}"
+            folder.mkdir()
+            for path in modules:
+                shutil.copyfile(path, folder / path.name)
+            (folder / module).write_text(source, encoding="utf-8")
+            paths.append(str(folder / course.MODULE))
         args = ["--impl", os.pathsep.join(paths), "--timeout", f"{timeout:g}", *extra]
         if stop_at_first_failure:
             args.append("--sessionlab-stop-after-failure")
@@ -419,19 +432,19 @@ def failed_tests(entries: list[dict]) -> list[str]:
 def mutate_lesson(
     root: Path, lesson: course.Lesson, workers: int = 2
 ) -> LessonMutation:
-    from .maintainers import apply_wrong, wrong_implementations
+    from .maintainers import apply_wrong, solution_files, wrong_implementations
 
     started = time.perf_counter()
-    solution = lesson.module_path("solution").read_text(encoding="utf-8")
-    result = LessonMutation(lesson.name, mutants(solution))
+    files = solution_files(lesson)
+    result = LessonMutation(lesson.name, lesson_mutants(files))
     corpus = {}
     for wrong in wrong_implementations(lesson):
-        mutated = apply_wrong(solution, wrong)
+        mutated = apply_wrong(files, wrong)
         if mutated is not None:
             corpus[mutated] = wrong
     todo = []
     for i, mutant in enumerate(result.mutants):
-        wrong = corpus.get(mutant.source)
+        wrong = corpus.get((mutant.module, mutant.source))
         if wrong is None:
             todo.append(i)
         elif wrong.equivalent:
@@ -443,7 +456,8 @@ def mutate_lesson(
 
     def run(chunk: list[int]) -> dict[int, list[dict]]:
         found, output = run_mutants(
-            root, lesson, [result.mutants[i].source for i in chunk]
+            root, lesson, [(result.mutants[i].module, result.mutants[i].source)
+                           for i in chunk]
         )
         return {chunk[j]: entries for j, entries in found.items()}
 
@@ -454,7 +468,8 @@ def mutate_lesson(
                     # Its whole process died: run this mutant alone to see which one it
                     # was.
                     alone, output = run_mutants(
-                        root, lesson, [result.mutants[index].source]
+                        root, lesson, [(result.mutants[index].module,
+                                        result.mutants[index].source)]
                     )
                     entries = alone.get(0, [])
                 if not entries:
@@ -538,8 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.list:
         for lesson in chosen:
-            solution = lesson.module_path("solution").read_text(encoding="utf-8")
-            for mutant in mutants(solution):
+            from .maintainers import solution_files
+            for mutant in lesson_mutants(solution_files(lesson)):
                 print(f"{lesson.name} {mutant.describe()}")
         return 0
     results = []

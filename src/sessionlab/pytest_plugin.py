@@ -215,23 +215,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.config.stash[REPORT_KEY].append(entry)
 
 
+def _in_lesson_code(path: Path) -> bool:
+    """A frame in one of the lesson's modules (agent.py, log.py, lock.py ...)."""
+    return path.suffix == ".py" and path.stem in course.MODULE_ORDER
+
+
 def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
-    """The lesson module's function the failure came out of (innermost frame in
-    agent.py)."""
+    """The lesson code's function the failure came out of (innermost frame in one of
+    the lesson's modules)."""
     for entry in reversed(excinfo.traceback):
-        if Path(str(entry.path)).name == course.MODULE:
+        if _in_lesson_code(Path(str(entry.path))):
             return entry.name
     return None
 
 
 def _raised_in(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> tuple[str, str]:
-    """Whose code raised, and at which line: "module" (the lesson's agent.py), "test"
+    """Whose code raised, and at which line: "module" (the lesson's modules), "test"
     (the test file), or "other" (the kit, pytest). Library frames count for the code
     that called them."""
     test_file = Path(str(item.path)).resolve()
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
-        if path.name == course.MODULE:
+        if _in_lesson_code(path):
             return "module", f"{path.name}:{entry.lineno + 1}"
         if path.resolve() == test_file:
             return "test", f"{path.name}:{entry.lineno + 1}"
@@ -269,7 +274,7 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
                                f"again.\n{advice}")
             return
         report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
-                           f"This test checks {where}. Write that part of the lesson's agent.py "
+                           f"This test checks {where}. Write that part of the lesson's code "
                            f"and run the tests again.\n{advice}")
         return
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
@@ -293,7 +298,7 @@ def _advice(lesson: course.Lesson, task_id: str | None) -> str:
 def _student_frame(excinfo: pytest.ExceptionInfo) -> str:
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
-        if path.name == course.MODULE:
+        if _in_lesson_code(path):
             try:
                 shown = path.relative_to(Path.cwd())
             except ValueError:
