@@ -71,8 +71,8 @@ class Reference:
 def latest_solution_with(root: Path, name: str) -> course.Lesson:
     """The highest-numbered lesson whose reference solution defines `name` (e.g. 'fork')."""
     for lesson in reversed(course.lessons(root)):
-        path = lesson.module_path("solution")
-        if path.is_file() and f"def {name}(" in path.read_text(encoding="utf-8"):
+        if any(f"def {name}(" in path.read_text(encoding="utf-8")
+               for path in course.lesson_modules(lesson.solution_folder)):
             return lesson
     raise course.CourseError(f"no reference solution defines {name}() yet")
 
@@ -94,7 +94,7 @@ def find_reference(args: argparse.Namespace, ui: Ui) -> Reference:
         if shipped is None or args.lesson or getattr(args, "course", None):
             raise
         name = shipped.parent.name
-        ui.note(f"No course here: the demo plays the reference solutions/{name}/agent.py shipped with the kit.")
+        ui.note(f"No course here: the demo plays the reference solutions/{name}/ shipped with the kit.")
         return Reference(shipped, name, course.load_module(shipped, f"sessionlab_demo.{name}"), shipped=True)
     lesson = course.lesson(args.lesson, root) if args.lesson else latest_solution_with(root, "fork")
     path = lesson.module_path("solution")

@@ -32,6 +32,7 @@ from typing import Any
 
 from sessionlab import course
 from sessionlab.maintainers import test_marks
+from sessionlab.snapshots import without_header
 from sessionlab.starters import generated_file, strip_markers
 
 try:  # mkdocs is only needed when the site is built, not to import this module in a test
@@ -117,7 +118,7 @@ class Includer:
         text = self._read(path)
         stripped = path.startswith("solutions/") and not raw
         if stripped:
-            text = strip_markers(text)
+            text = strip_markers(without_header(text))
         first = 1
         if name:
             text, first = section(text, name, path)
@@ -132,19 +133,36 @@ class Includer:
     def do_task(self, task_id: str, *, starter: bool = True) -> str:
         lesson, task = self._task(task_id)
         parts = [f"### Task {task.id}: {_inline(task.title)} {{#task-{_slug(task.id)}}}\n"]
-        module = f"lessons/{lesson.name}/{course.MODULE}"
-        if task.where:
-            places = " and ".join(f"`{where}`" for where in _wheres(task.where))
-            parts.append(f"**Where:** {places} in `{module}`\n")
+        places = [(where, self._place_of(lesson, task.id, where))
+                  for where in _wheres(task.where)] if task.where else []
+        if places:
+            said = " and ".join(f"`{where}` in `{module}`" for where, module in places)
+            parts.append(f"**Where:** {said}\n")
         if task.description:
             parts.append(_prose(task.description) + "\n")
-        if task.where and starter:
-            source = self._read(module)
-            for where in _wheres(task.where):
-                text, first = section(source, where, module)
-                parts.append(code_block(text, language="python", title=f"{module} · {where} (starter)",
+        if starter:
+            for where, module in places:
+                text, first = section(self._read(module), where, module)
+                parts.append(code_block(text, language="python",
+                                        title=f"{module} · {where} (starter)",
                                         first_line=first))
         return "\n".join(parts)
+
+    def _place_of(self, lesson: course.Lesson, task_id: str, where: str) -> str:
+        """The starter module that defines `where` (a function, or Class.method): the
+        task's own module first, then the others in the course's order."""
+        own = self._module_of(lesson, task_id)
+        names = [own] + [path.name for path in course.lesson_modules(lesson.solution_folder)
+                         if path.name != own]
+        for name in names:
+            module = f"lessons/{lesson.name}/{name}"
+            try:
+                section(self._read(module), where, module)
+            except IncludeError:
+                continue
+            return module
+        raise IncludeError(f"task {task_id}: no module of lessons/{lesson.name}/ defines "
+                           f"{where!r} (its lesson.toml says `where = {where!r}`)")
 
     # {{ tasks("04_repair") }}: every task of a lesson, each with its tests and hints
     def do_tasks(self, ref: str) -> str:
@@ -203,53 +221,80 @@ class Includer:
             lines.append(f"- `{test.name}`{key}{checks}")
         return "\n".join(lines) + "\n"
 
+    # {{ files("03_fork") }} or {{ files("03_fork", side="solution") }}
+    def do_files(self, ref: str, *, side: str = "lesson") -> str:
+        """The lesson's code, as a page shows it: which modules it touches, each of them
+        whole (the starter, or with side="solution" the reference), and the modules it
+        leaves as the lesson before had them, named."""
+        lesson = self._lesson(ref)
+        folder = "solutions" if side == "solution" else "lessons"
+        touched = self._touched(lesson)
+        parts = [self._touches_sentence(lesson, touched) + "\n"]
+        for name, _ in touched:
+            path = f"{folder}/{lesson.name}/{name}"
+            parts.append(f'??? {"success" if side == "solution" else "note"} "{path}"\n')
+            parts.append(_indent(self.do_code(path)))
+        return "\n".join(parts)
+
     # {{ diff("03_fork") }}
     def do_diff(self, ref: str) -> str:
         """What grew from the previous lesson, in two parts a student can tell apart.
 
         "What you write" is the code of this lesson's task fences in its solution (so the
         block says it holds the solution). "What you are given" compares the previous
-        solution with this lesson's *starter*: new helpers, changed signatures and the TODO
-        placeholders, without the task code, and without hunks that only touch docstrings,
-        comments or blank lines.
+        solution with this lesson's *starter*, module by module: new modules and helpers,
+        changed signatures and the TODO placeholders, without the task code, and without
+        hunks that only touch docstrings, comments or blank lines.
         """
         lesson = self._lesson(ref)
         previous = self._previous(lesson)
-        old_path = f"solutions/{previous.name}/{course.MODULE}"
-        new_path = f"solutions/{lesson.name}/{course.MODULE}"
-        starter_path = f"lessons/{lesson.name}/{course.MODULE}"
-        regions = task_regions(self._read(new_path), lesson.number)
-        given = given_changes(strip_markers(self._read(old_path)), self._read(starter_path))
-        if not regions and not given.hunks:
-            raise IncludeError(f"{new_path} is identical to {old_path}: nothing grew in this lesson")
-        written = sum(region.code_lines for region in regions)
-        parts = [f"You write **{_count(written, 'line')}** of code in "
+        regions: list[tuple[str, TaskRegion]] = []
+        given: list[tuple[str, str, Given]] = []
+        for name, _ in self._touched(lesson):
+            new_path = f"solutions/{lesson.name}/{name}"
+            old_path = f"solutions/{previous.name}/{name}"
+            starter_path = f"lessons/{lesson.name}/{name}"
+            regions += [(new_path, region) for region in
+                        task_regions(self._read(new_path), lesson.number)]
+            old = self._solution_text(previous, name)
+            given.append((old_path if old else "(nothing)", starter_path,
+                          given_changes(old, without_header(self._read(starter_path)))))
+        if not regions and not any(changes.hunks for _, _, changes in given):
+            raise IncludeError(f"solutions/{lesson.name} is the same as "
+                               f"solutions/{previous.name}: nothing grew in this lesson")
+        written = sum(region.code_lines for _, region in regions)
+        added = sum(changes.added for _, _, changes in given)
+        churn = sum(changes.churn for _, _, changes in given)
+        parts = [self._touches_sentence(lesson, self._touched(lesson)) + " "
+                 f"You write **{_count(written, 'line')}** of code in "
                  f"{_count(len(regions), 'task region')}; you are given "
-                 f"**{_count(given.added, 'new or changed line')}** around them "
-                 f"(`{starter_path}` against `{old_path}`)."]
-        if given.churn:
-            parts[0] += (f" Not shown: {_count(given.churn, 'changed line')} of docstrings "
+                 f"**{_count(added, 'new or changed line')}** around them "
+                 f"(the starter against solutions/{previous.name}/)."]
+        if churn:
+            parts[0] += (f" Not shown: {_count(churn, 'changed line')} of docstrings "
                          "and comments.")
         parts.append("")
         parts.append('??? success "What you write: the task code of the reference solution '
                      '(this is the solution; open it when you are done)"')
         parts.append("")
-        for region in regions:
+        for new_path, region in regions:
             block = code_block(region.code, language="python",
                                title=f"task {region.task} · {new_path} (solution)")
             parts.append(_indent(block))
-        parts.append('??? abstract "What you are given: new helpers and changes in the starter, '
-                     f'against {old_path}"')
+        parts.append('??? abstract "What you are given: new modules, helpers and changes in '
+                     f'the starter, against solutions/{previous.name}/"')
         parts.append("")
-        for hunk in given.hunks:
-            if hunk.kind == "python":
-                block = code_block(hunk.text, language="python",
-                                   title=f"{starter_path} · new", first_line=hunk.first_line)
-            else:
-                block = code_block(hunk.text, language="diff",
-                                   title=f"{old_path} → {starter_path} (code lines)")
-            parts.append(_indent(block))
-        if not given.hunks:
+        for old_path, starter_path, changes in given:
+            for hunk in changes.hunks:
+                if hunk.kind == "python":
+                    block = code_block(hunk.text, language="python",
+                                       title=f"{starter_path} · new",
+                                       first_line=hunk.first_line)
+                else:
+                    block = code_block(hunk.text, language="diff",
+                                       title=f"{old_path} → {starter_path} (code lines)")
+                parts.append(_indent(block))
+        if not any(changes.hunks for _, _, changes in given):
             parts.append(_indent("Nothing but the TODOs: every line outside the tasks is as "
                                  "the previous lesson left it.\n"))
         return "\n".join(parts) + "\n"
@@ -303,6 +348,51 @@ class Includer:
             return target.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise IncludeError(f"{path}: no such file") from None
+
+    def _module_of(self, lesson: course.Lesson, task_id: str) -> str:
+        """The module whose fence holds the task (agent.py when none does)."""
+        fence = re.compile(rf"^[ \t]*# BEGIN {re.escape(task_id)}\s*$", re.M)
+        for path in course.lesson_modules(lesson.solution_folder):
+            if fence.search(path.read_text(encoding="utf-8")):
+                return path.name
+        return course.MODULE
+
+    def _solution_text(self, lesson: course.Lesson, name: str) -> str:
+        """A module of a reference solution as a reader sees it ("" when it has none)."""
+        path = lesson.solution_folder / name
+        if not path.is_file():
+            return ""
+        return strip_markers(without_header(path.read_text(encoding="utf-8")))
+
+    def _touched(self, lesson: course.Lesson) -> list[tuple[str, str]]:
+        """The modules the lesson touches, (file name, "new" / "yours" / "changed"):
+        new in it, holding its tasks, or given changed from the lesson before."""
+        earlier = [item for item in course.lessons(self.root) if item.number < lesson.number]
+        previous = earlier[-1] if earlier else None
+        found = []
+        for path in course.lesson_modules(lesson.solution_folder):
+            name = path.name
+            before = self._solution_text(previous, name) if previous else ""
+            text = path.read_text(encoding="utf-8")
+            if not before:
+                found.append((name, "new"))
+            elif task_regions(text, lesson.number):
+                found.append((name, "yours"))
+            elif strip_markers(without_header(text)) != before:
+                found.append((name, "changed"))
+        return found
+
+    def _touches_sentence(self, lesson: course.Lesson, touched: list[tuple[str, str]]
+                          ) -> str:
+        words = {"new": "new", "yours": "your tasks", "changed": "given changes"}
+        listed = ", ".join(f"`{name}` ({words[kind]})" for name, kind in touched)
+        rest = [path.name for path in course.lesson_modules(lesson.solution_folder)
+                if path.name not in dict(touched)]
+        sentence = f"This lesson touches {listed} in `lessons/{lesson.name}/`."
+        if rest:
+            sentence += (" The rest (" + ", ".join(f"`{name}`" for name in rest) +
+                         ") is as the lesson before left it, there to read.")
+        return sentence
 
     def _lesson(self, ref: str) -> course.Lesson:
         folder = self.root / "lessons"

@@ -93,5 +93,12 @@ def test_the_shipped_reference_is_the_latest_solution_that_can_fork():
     assert shipped is not None, f"the kit ships no reference under {demo.SHIPPED}"
     assert shipped.parent.name == latest.name, (
         f"the kit ships {shipped.parent.name}, the latest solution that forks is {latest.name}: "
-        f"point {demo.SHIPPED}/<lesson>/agent.py at solutions/{latest.name}/agent.py")
-    assert shipped.read_bytes() == latest.module_path("solution").read_bytes()
+        f"point {demo.SHIPPED}/<lesson>/*.py at solutions/{latest.name}/*.py")
+    from sessionlab import course
+    shipped_files = {path.name: path.read_bytes()
+                     for path in course.lesson_modules(shipped.parent)}
+    solution_files = {path.name: path.read_bytes()
+                      for path in course.lesson_modules(latest.solution_folder)}
+    assert shipped_files == solution_files, (
+        f"{demo.SHIPPED}/{latest.name}/ must hold a link to every module of "
+        f"solutions/{latest.name}/, and nothing else")

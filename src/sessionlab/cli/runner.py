@@ -217,13 +217,23 @@ def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
 
 def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
     """Task id -> whether the student has written it: a task is not written while every
-    place the starter gave it still raises the starter's NotImplementedError."""
+    place the starter gave it still raises the starter's NotImplementedError.
+
+    `module` is the lesson's agent.py; every module of its folder counts."""
+    if not module.is_file():
+        return None
+    mine: dict[str, int] = {}
     try:
-        mine = starter_raises(module.read_text(encoding="utf-8"))
+        for path in course.lesson_modules(module.parent):
+            for task, count in starter_raises(path.read_text(encoding="utf-8")).items():
+                mine[task] = mine.get(task, 0) + count
     except (OSError, UnicodeDecodeError):
         return None
+    expected: dict[str, int] = {}
     try:
-        expected = starter_raises(starters.expected_starter(lesson))
+        for text in starters.expected_starters(lesson).values():
+            for task, count in starter_raises(text).items():
+                expected[task] = expected.get(task, 0) + count
     except (OSError, UnicodeDecodeError, course.CourseError):
         expected = {}        # no reference to compare with: one raise left means not written
     return {task.id: mine.get(task.id, 0) < max(1, expected.get(task.id, 1))

@@ -19,7 +19,8 @@ from rich.text import Text
 
 from .. import course, starters
 from ..course import Lesson
-from .progress import add_run_options, pick_lesson, print_diff, reference_text, run_lessons, runner_for, show_hint
+from .progress import (add_run_options, pick_lesson, print_diffs, reference_texts,
+                       run_lessons, runner_for, show_hint)
 from .runner import Runner, state_dir
 from .ui import Ui
 
@@ -90,16 +91,16 @@ def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def keep_backup(root: Path, lesson: Lesson, target: Path) -> Path:
-    """Copy the student's file to .sessionlab/backups/NN_topic/agent-<date>-<time>.py."""
+    """Copy the student's file to .sessionlab/backups/NN_topic/<module>-<date>-<time>.py."""
     backups = state_dir(root) / "backups" / lesson.name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     try:
         backups.mkdir(parents=True, exist_ok=True)
-        backup = backups / f"agent-{stamp}.py"
+        backup = backups / f"{target.stem}-{stamp}.py"
         n = 1
         while backup.exists():
             n += 1
-            backup = backups / f"agent-{stamp}-{n}.py"
+            backup = backups / f"{target.stem}-{stamp}-{n}.py"
         shutil.copy2(target, backup)
     except OSError as error:
         raise Refused(f"cannot keep a backup of your file in {backups}: {error.strerror or error}; "
@@ -124,17 +125,26 @@ def replace_whole(path: Path, text: str) -> None:
 @refusing
 def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     lesson = course.lesson(args.lesson, root)
-    target = lesson.module_path("lesson")
-    shown_target = f"lessons/{lesson.name}/{course.MODULE}"
-    starter = starters.expected_starter(lesson)
+    changed = 0
+    for module, starter in starters.expected_starters(lesson).items():
+        changed += reset_module(ui, root, lesson, module, starter)
+    if not changed:
+        ui.out.print(f"lessons/{lesson.name} already holds the starter: nothing to reset.")
+    return 0
+
+
+def reset_module(ui: Ui, root: Path, lesson: Lesson, module: str, starter: str) -> bool:
+    """Put one module of the lesson back to its starter, keeping the student's version
+    as a backup. False when it already is the starter."""
+    target = lesson.folder / module
+    shown_target = f"lessons/{lesson.name}/{module}"
     try:
         current = target.read_text(encoding="utf-8") if target.exists() else None
     except (OSError, UnicodeDecodeError) as error:
         raise Refused(f"cannot read {shown_target}: {getattr(error, 'strerror', None) or error}; "
-                      "nothing was reset", status=1) from None
+                      "nothing more was reset", status=1) from None
     if current == starter:
-        ui.out.print(f"{shown_target} is already the starter: nothing to reset.")
-        return 0
+        return False
     backup = keep_backup(root, lesson, target) if current is not None else None
     try:
         replace_whole(target, starter)
@@ -147,7 +157,7 @@ def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         shown = backup.relative_to(root)
         ui.out.print(f"Your version is kept in {shown}")
         ui.out.print(Text(f"To get it back: cp {shown} {shown_target}", style="dim"))
-    return 0
+    return True
 
 
 # --- solution / diff -------------------------------------------------------------------------
@@ -172,18 +182,23 @@ def cmd_solution(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     lesson = course.lesson(args.lesson, root)
     if not args.force:
         require_passing(ui, root, [lesson], f"solution {lesson.number}")
-    reference = reference_text(lesson)
+    references = reference_texts(lesson)
     if args.full:
-        if ui.plain:
-            ui.out.print(reference, end="", markup=False, highlight=False, soft_wrap=True)
-        else:
-            ui.out.print(Syntax(reference, "python", theme="ansi_dark", line_numbers=True))
+        for module, reference in references.items():
+            ui.out.print(Text(f"solutions/{lesson.name}/{module}", style="bold"))
+            if ui.plain:
+                ui.out.print(reference, end="", markup=False, highlight=False,
+                             soft_wrap=True)
+            else:
+                ui.out.print(Syntax(reference, "python", theme="ansi_dark",
+                                    line_numbers=True))
         return 0
-    mine_path = lesson.module_path("lesson")
-    mine = mine_path.read_text(encoding="utf-8") if mine_path.exists() else ""
-    ui.out.print(Text(f"Your lessons/{lesson.name}/{course.MODULE} (-) beside the reference (+):", style="bold"))
-    if not print_diff(ui, mine, reference, f"lessons/{lesson.name}/{course.MODULE}",
-                      f"solutions/{lesson.name}/{course.MODULE}"):
+    mine = {path.name: path.read_text(encoding="utf-8")
+            for path in course.lesson_modules(lesson.folder)}
+    ui.out.print(Text(f"Your lessons/{lesson.name} (-) beside the reference (+):",
+                      style="bold"))
+    if not print_diffs(ui, mine, references, f"lessons/{lesson.name}",
+                       f"solutions/{lesson.name}"):
         ui.out.print("They are the same, line for line.")
     return 0
 
@@ -197,14 +212,13 @@ def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
             # Both answers show in a diff of the solutions: each lesson must pass, as for `solution`.
             require_passing(ui, root, [first, second] if first != second else [first],
                             f"diff {first.number} {second.number} --solutions")
-        old, new = reference_text(first), reference_text(second)
+        old, new = reference_texts(first), reference_texts(second)
         folder, side = "solutions", "reference solutions"
     else:
-        old, new = starters.expected_starter(first), starters.expected_starter(second)
+        old, new = starters.expected_starters(first), starters.expected_starters(second)
         folder, side = "lessons", "starters, what you are given"
     ui.out.print(Text(f"What grew from lesson {first.number} to lesson {second.number} ({side}):", style="bold"))
-    if not print_diff(ui, old, new, f"{folder}/{first.name}/{course.MODULE}",
-                      f"{folder}/{second.name}/{course.MODULE}"):
+    if not print_diffs(ui, old, new, f"{folder}/{first.name}", f"{folder}/{second.name}"):
         ui.out.print("No difference.")
     if not solutions:
         ui.out.print(Text(f"`sessionlab diff {first.number} {second.number} --solutions` compares the reference "

@@ -90,6 +90,15 @@ def stamp(path: Path) -> tuple[int, int, int] | None:
     return info.st_mtime_ns, info.st_size, info.st_ino
 
 
+def stamps(folder: Path) -> tuple | None:
+    """Every module of a lesson folder, stamped: a save to any of them changes it.
+    None when the lesson's agent.py is gone."""
+    if stamp(folder / course.MODULE) is None:
+        return None
+    return tuple((path.name, stamp(path)) for path in sorted(folder.glob("*.py"))
+                 if not path.name.startswith("test_"))
+
+
 class Watch:
     def __init__(self, ui: Ui, root: Path, ref: str | None, *, interval: float = INTERVAL,
                  timeout: float | None = None, warm: bool = True) -> None:
@@ -122,8 +131,8 @@ class Watch:
 
     def loop(self, keys: Keys) -> int:
         self.render()
-        path = self.lesson.module_path()
-        seen = stamp(path)
+        path = self.lesson.folder
+        seen = stamps(path)
         pending = False
         while True:
             key = keys.read(self.interval)
@@ -132,11 +141,11 @@ class Watch:
                     self.ui.out.print("Bye. Your progress is in your files; `sessionlab` picks it up again.")
                     return 0
                 self.on_key(key)
-                if self.lesson.module_path() != path:      # moved on with `n`
-                    path = self.lesson.module_path()
-                    seen, pending = stamp(path), False
+                if self.lesson.folder != path:      # moved on with `n`
+                    path = self.lesson.folder
+                    seen, pending = stamps(path), False
                 continue
-            now = stamp(path)
+            now = stamps(path)
             if now != seen:
                 seen, pending = now, True                   # changed: wait until it settles
             elif pending and now is not None:
@@ -205,7 +214,7 @@ class Watch:
             out.print(self.message)
         out.print()
         out.print(Text(f"keys: {KEYS}", style="dim"))
-        out.print(Text(f"watching lessons/{self.lesson.name}/{course.MODULE} for saves "
+        out.print(Text(f"watching lessons/{self.lesson.name}/*.py for saves "
                        f"(checked every {self.interval:g} s)", style="dim"))
 
 

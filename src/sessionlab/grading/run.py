@@ -105,7 +105,7 @@ def copy_files(source: Path, target: Path, *, skip: tuple[str, ...] = ()) -> lis
 
 def build_view(source: Path, lessons: list[str], target: Path) -> Path:
     """The tests' side of a course: root conftest and pyproject, each lesson's files but its
-    agent.py. Solutions, other lessons and anything else stay out."""
+    modules (agent.py, log.py ...). Solutions, other lessons and anything else stay out."""
     target.mkdir(parents=True)
     copy_files(source, target, skip=tuple(
         p.name for p in source.iterdir() if p.name not in ("conftest.py", "pyproject.toml"))
@@ -114,7 +114,7 @@ def build_view(source: Path, lessons: list[str], target: Path) -> Path:
         (target / "pyproject.toml").write_text("", encoding="utf-8")   # no stray ini file
     for name in lessons:
         copy_files(source / "lessons" / name, target / "lessons" / name,
-                   skip=(course.MODULE,))
+                   skip=MODULE_FILES)
     return target
 
 
@@ -197,13 +197,17 @@ def shadow_flags(student: Path) -> list[str]:
     return flags
 
 
-def _syntax_error(source: bytes) -> str | None:
+# A lesson's modules: the student's code, which the grader takes from the student's copy.
+MODULE_FILES = tuple(f"{name}.py" for name in course.MODULE_ORDER)
+
+
+def _syntax_error(source: bytes, name: str = course.MODULE) -> str | None:
     try:
-        compile(source, course.MODULE, "exec", dont_inherit=True)
+        compile(source, name, "exec", dont_inherit=True)
     except SyntaxError as error:
-        return f"{course.MODULE} line {error.lineno}: {error.msg}"
+        return f"{name} line {error.lineno}: {error.msg}"
     except (ValueError, MemoryError, RecursionError) as error:
-        return f"{course.MODULE}: {type(error).__name__}: {error}"
+        return f"{name}: {type(error).__name__}: {error}"
     return None
 
 
@@ -309,20 +313,24 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
     total = len(expected) if expected is not None else 0
     folder = student / "lessons" / lesson
     flags = pyc_flags(folder)
-    try:
-        source = read_module(folder / course.MODULE)
-    except FileNotFoundError:
-        return Grade(lesson, "missing", total=total, flags=flags,
-                     error=f"no lessons/{lesson}/{course.MODULE}")
-    except (OSError, ValueError) as error:
-        why = error.strerror if isinstance(error, OSError) and error.strerror else error
-        return Grade(lesson, "error", total=total, flags=flags,
-                     error=f"lessons/{lesson}/{course.MODULE}: {why}")
-    if problem := _syntax_error(source):
-        return Grade(lesson, "syntax error", total=total, flags=flags, error=problem)
+    sources: dict[str, bytes] = {}
+    for name in MODULE_FILES:
+        if name != course.MODULE and not os.path.lexists(folder / name):
+            continue        # a module this lesson does not have (agent.py it must)
+        try:
+            sources[name] = read_module(folder / name)
+        except FileNotFoundError:
+            return Grade(lesson, "missing", total=total, flags=flags,
+                         error=f"no lessons/{lesson}/{name}")
+        except (OSError, ValueError) as error:
+            why = error.strerror if isinstance(error, OSError) and error.strerror else error
+            return Grade(lesson, "error", total=total, flags=flags,
+                         error=f"lessons/{lesson}/{name}: {why}")
+        if problem := _syntax_error(sources[name], name):
+            return Grade(lesson, "syntax error", total=total, flags=flags, error=problem)
     run = Path(os.path.realpath(_fresh_folder(setup.scratch)))
     try:
-        raw, canary = _run(run, view, lesson, source, setup)
+        raw, canary = _run(run, view, lesson, sources, setup)
     finally:
         shutil.rmtree(run, ignore_errors=True)
     grade = judge(raw, lesson, expected, canary, setup.timeout)
@@ -331,7 +339,7 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
 
 
 def read_module(path: Path) -> bytes:
-    """A student's agent.py, read once: a plain file (never a link, a pipe or a device,
+    """A student's module, read once: a plain file (never a link, a pipe or a device,
     which could make the grader read forever) of at most AGENT_LIMIT bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -357,7 +365,8 @@ def _fresh_folder(scratch: Path) -> Path:
     return run
 
 
-def _run(run: Path, view: Path, lesson: str, source: bytes, setup: Setup) -> tuple[Raw, str]:
+def _run(run: Path, view: Path, lesson: str, sources: dict[str, bytes],
+         setup: Setup) -> tuple[Raw, str]:
     root = run / "root"
     root.mkdir()
     for name in ("conftest.py", "pyproject.toml"):
@@ -365,7 +374,8 @@ def _run(run: Path, view: Path, lesson: str, source: bytes, setup: Setup) -> tup
             shutil.copy2(view / name, root / name)
     lesson_dir = root / "lessons" / lesson
     course_files = copy_files(view / "lessons" / lesson, lesson_dir)
-    (lesson_dir / course.MODULE).write_bytes(source)
+    for name, source in sources.items():
+        (lesson_dir / name).write_bytes(source)
     token = secrets.token_hex(6)
     canary = f"test_{token}.py"
     (lesson_dir / canary).write_text(
@@ -380,7 +390,7 @@ def _run(run: Path, view: Path, lesson: str, source: bytes, setup: Setup) -> tup
                       "--impl", f"{inside}/lessons/{lesson}/{course.MODULE}",
                       "-p", "sessionlab.grading.channel", "--sessionlab-grade-fd", "{fd}"]
     if setup.sandboxed:
-        files = [*course_files, course.MODULE, canary]
+        files = [*course_files, *sources, canary]
         command = sandbox.bwrap_args(root, lesson, files) + pytest_command
     else:
         command = pytest_command

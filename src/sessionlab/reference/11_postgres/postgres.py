@@ -1,0 +1,1 @@
+../../../../solutions/11_postgres/postgres.py
