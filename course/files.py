@@ -1,5 +1,11 @@
 #| 01+  01_append
-"""DOC:files"""
+"""Careful file operations the store is built on.
+
+A write that loops until every byte is out, a file published whole under its name or not
+at all (temporary file, then rename or link), and the fsyncs that make a new file, and
+the folder entry that names it, survive a power cut. Each exists because a plainer call
+loses data in some crash the lessons show.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +23,10 @@ class SessionNotFound(FileNotFoundError):
     """The session to fork from has no log."""
 
 
-
 class SessionExists(FileExistsError):
     """The new session's id is already taken."""
 #<
 #> 04+
-
 
 
 def read_file(path: Path) -> bytes:
@@ -40,7 +44,6 @@ def read_file(path: Path) -> bytes:
         os.close(fd)
 
 
-
 def read_all(fd: int, path: Path) -> bytes:
     """Every byte of the open file `fd`, from its start, read through the descriptor.
 
@@ -54,7 +57,6 @@ def read_all(fd: int, path: Path) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", closefd=False) as file:
         return file.read()
-
 
 
 def now() -> str:
@@ -79,7 +81,6 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-
 def fsync_file(path: Path) -> None:
     """fsync a file written before (by anyone), so its bytes survive a power cut."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -87,7 +88,6 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
 
 
 #<
@@ -113,7 +113,6 @@ def make_folder(folder: Path, durable: bool = False) -> None:
 #> 03-05
 
 
-
 def fsync_folder(folder: Path) -> None:
     """fsync a folder, so that the names just created in it survive a power cut."""
     fd = os.open(folder, os.O_RDONLY)
@@ -123,7 +122,6 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 #<
 #> 03+
-
 
 
 #<
@@ -139,7 +137,6 @@ class Prefix:
     fd: int
     length: int
     then: bytes = b""
-
 
 
 def copy_prefix(source: Prefix, target: int) -> None:
@@ -171,7 +168,6 @@ def copy_prefix(source: Prefix, target: int) -> None:
     write_all(target, source.then)
 
 
-
 def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> None:
 #<
     #> 03+
@@ -194,7 +190,6 @@ def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> No
         fsync_folder(path.parent)
 
 
-
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
@@ -205,7 +200,6 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_folder(path.parent)
-
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -219,7 +213,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
 
 
     #<
@@ -255,7 +248,6 @@ def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
     return temp
         #<
 #> 09+
-
 
 
 def touch(path: Path) -> None:

@@ -1,5 +1,11 @@
 #| 01+  01_append
-"""DOC:log"""
+"""A session's log: the file every message is appended to as one JSON line.
+
+SessionLog appends each message the moment it exists, with one write of one whole line,
+and reads the log back for an agent that continues the session. The abilities the course
+adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
+their own, and the class takes them in as mixins as they come.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +37,6 @@ class WriterStopped(RuntimeError):
     """
 
 
-
 #> 01-04
 class SessionLog:
 #<
@@ -48,10 +53,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo):
 class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction):
 #<
 #> 09
-class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase):
+class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
+                 SessionErase):
 #<
 #> 10+
-class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase, SessionSidechains):
+class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase,
+                 SessionSidechains):
 #<
     #> 01-03
     """One session's append-only log, `<folder>/<session_id>.jsonl`: a message a line.
@@ -625,7 +632,6 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, Sess
         self.close()  # on an exception too: a crashed writer must not keep the session
         #<
 #> 04-06
-
 
 
 def entries_for(entries: list[Message], count: int) -> int:

@@ -1,5 +1,11 @@
 #| 00+  00_memory
-"""DOC:messages"""
+"""What a message may be, and how one becomes one line of a log.
+
+One validator decides what may be recorded, and append and load both use it: a message
+the log takes can always be read back and sent to a model again. What a model server
+sends is normalized first (tool calls without ids, arguments as objects or broken JSON,
+a null content), so that no server's quirk can make a session unresumable.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +18,9 @@ from typing import Any
 Message = dict[str, Any]
 
 
-
 #> 01+
 class InvalidSessionId(ValueError):
     """A session id that could escape the sessions folder, or no usable file name."""
-
 
 
 class InvalidMessage(ValueError):
@@ -28,7 +32,6 @@ class InvalidMessage(ValueError):
 # no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
 # added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
 
 
 def check_session_id(session_id: str) -> str:
@@ -71,7 +74,6 @@ MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads d
 
 
 RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
-
 
 
 def check_message(message: Any) -> None:
@@ -132,7 +134,6 @@ def check_message(message: Any) -> None:
         raise InvalidMessage("its 'tool_call_id' is not a non-empty string")
 
 
-
 def is_tool_call(call: Any) -> bool:
     """Is `call` a call a provider takes back: an id, a name, a JSON object's text?"""
     function = call.get("function") if isinstance(call, dict) else None
@@ -148,7 +149,6 @@ def is_tool_call(call: Any) -> bool:
 
 # What json.loads() uses: a call's arguments are read the way any server reads them.
 PLAIN_JSON = json.JSONDecoder()
-
 
 
 def holds_json_object(text: str) -> bool:
@@ -178,7 +178,6 @@ def holds_json_object(text: str) -> bool:
     #> 01+
     except (ValueError, RecursionError):
         return False
-
 
 
 def check_plain_json(value: Any, depth: int = 0) -> None:
@@ -258,7 +257,6 @@ def check_plain_json(value: Any, depth: int = 0) -> None:
 #> 07+
 
 
-
 def check_text(text: str) -> None:
     """Raise InvalidMessage if `text` holds a lone surrogate (no UTF-8 can encode it).
 
@@ -332,7 +330,6 @@ def refuse_constant(name: str) -> Any:
                          "refuse it)")
 
 
-
 def read_float(text: str) -> float:
     """Called by the decoder for every number with a fraction or an exponent."""
     number = float(text)
@@ -347,7 +344,6 @@ STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_
 
 
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
 
 
 def decode_json(text: str) -> Any:
@@ -365,7 +361,6 @@ def decode_json(text: str) -> Any:
     except json.JSONDecodeError:
         pass
     return STRICT_JSON.decode(text)
-
 
 
 def parse_line(line: bytes) -> Message:
@@ -399,7 +394,6 @@ def parse_line(line: bytes) -> Message:
     return check_entry(entry)
 
 
-
 def check_entry(entry: Any) -> Message:
     """Return `entry`, a line's JSON, if it is a message or a marker; InvalidMessage if
     not."""
@@ -430,7 +424,6 @@ def check_entry(entry: Any) -> Message:
 #> 07+
 
 
-
 def check_marker(marker: Message) -> None:
     """Raise ValueError for an undo marker whose "skip" is no list of indices."""
     skip = marker.get("skip")
@@ -449,7 +442,6 @@ def check_marker(marker: Message) -> None:
                          "whose 'upto' is not a message index")
     #<
 #> 02+
-
 
 
 #<
@@ -473,7 +465,6 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
         raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
     return arguments
     # END 00.1
-
 
 
 def normalize_reply(reply: Message, history: list[Message]) -> Message:

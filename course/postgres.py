@@ -1,5 +1,11 @@
 #| 11+  11_postgres
-"""DOC:postgres"""
+"""The same store on PostgreSQL, for a service on several hosts.
+
+PostgresSessionLog keeps a session as rows behind the interface SessionLog has. The
+database gives what the file had to build: an insert lands whole or not at all, a
+primary key refuses a second writer's entry, a fork is one transaction, and an advisory
+lock dies with its connection.
+"""
 
 from __future__ import annotations
 
@@ -62,16 +68,13 @@ CREATE TABLE IF NOT EXISTS session_blobs (
 SCHEMA_LOCK = 0x5E5510
 
 
-
 class SessionConflict(RuntimeError):
     """Another writer stored an entry at the place this writer meant to use: the
     session changed since this writer read it. Nothing of this write was stored."""
 
 
-
 class CorruptRow(ValueError):
     """A row whose line is no entry: someone changed the table by hand."""
-
 
 
 def connect(url: str, *, durable: bool = False) -> Any:
@@ -101,12 +104,10 @@ def connect(url: str, *, durable: bool = False) -> Any:
     return connection
 
 
-
 def lock_key(session_id: str) -> int:
     """The session's advisory lock: a signed 64-bit number made from its id."""
     digest = hashlib.sha256(session_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
 
 
 def jsonb_body(line: str) -> str | None:
@@ -119,7 +120,6 @@ def jsonb_body(line: str) -> str | None:
     backslash before "u0000", which only costs that row its queries).
     """
     return None if "\\u0000" in line else line
-
 
 
 def state_of(rows: list[tuple[int, str]], where: str) -> LogState:
@@ -138,12 +138,10 @@ def state_of(rows: list[tuple[int, str]], where: str) -> LogState:
     return LogState(entries, end=0, size=0, lines=[seq for seq, _ in rows])
 
 
-
 def describe(url: str) -> str:
     """The database, named for an error message: no password, no query string."""
     shown = re.sub(r"//[^@/]*@", "//", url)
     return shown.split("?")[0]
-
 
 
 class PostgresSessionLog:
@@ -455,7 +453,6 @@ class PostgresSessionLog:
         self.close()
 
 
-
 def fork_postgres(url: str, source_id: str, new_id: str, *,
                   upto: int | None = None) -> None:
     """Start session `new_id` with the history of `source_id` (its first `upto`
@@ -503,7 +500,6 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
             "SELECT %s, seq, line, body FROM session_entries "
             "WHERE session_id = %s AND seq < %s", (new_id, source_id, keep))
         # END 11.5
-
 
 
 def lineage(url: str, session_id: str) -> dict[str, Any] | None:

@@ -1,5 +1,11 @@
 #| 09+  09_privacy
-"""DOC:privacy"""
+"""Sessions are personal data: delete, expire, collect.
+
+Deleting a session removes its log, its meta file, its lock, its side-chains and the
+blobs only it used; expiring deletes the sessions nobody has written for a retention
+period; collecting removes blobs that no line refers to any more. Each takes the
+session's lock, so nothing is deleted under a writer.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +33,6 @@ RETENTION_SECONDS = 30 * 24 * 3600
 BLOB_GRACE_SECONDS = 3600.0
 
 
-
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """A session's files but its lock: its log, its meta file, and the temporary files
     a fork, a meta write or an erase that crashed left behind (they hold its words too).
@@ -37,7 +42,6 @@ def session_files(folder: Path, session_id: str) -> list[Path]:
     for name in names:
         found += sorted(folder.glob(f".{name}.*.tmp"))
     return found
-
 
 
 def delete_session(folder: str | Path, session_id: str, *,
@@ -80,7 +84,6 @@ def delete_session(folder: str | Path, session_id: str, *,
     return True
 
 
-
 def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
            now: float | None = None) -> tuple[list[str], list[str]]:
     """Delete every session of `folder` whose log nobody has changed for `older_than`
@@ -109,7 +112,6 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
             busy.append(session_id)
     # END 09.2
     return deleted, busy
-
 
 
 def collect_blobs(folder: str | Path, *,
@@ -141,7 +143,6 @@ def collect_blobs(folder: str | Path, *,
     # END 09.5
     return removed
 #> 10+
-
 
 
 def delete_sidechains(folder: Path, session_id: str) -> None:

@@ -1,5 +1,12 @@
 #| 04+  04_repair
-"""DOC:reading"""
+"""Reading a log back: its lines, the state they describe, what a crash left.
+
+A log is read as whole lines. The last one may be torn (the process died in the middle
+of a write), and a tool call may have no result (it died between the two): both are
+found here, and repaired by the session's writer. A corrupt line anywhere else is an
+error naming the file and the line, and nothing is changed. From lesson 07 on, marker
+lines (undo, compaction, side-chain pointers) shape what the log shows.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +42,6 @@ class CorruptLog(ValueError):
 #> 08+
 
 
-
 @dataclass(frozen=True)
 class Compaction:
     """A compaction as the view needs it (lesson 08)."""
@@ -45,7 +51,6 @@ class Compaction:
     # Where the messages after the summary start, among the messages the log shows
     boundary: int
 #<
-
 
 
 #> 07+
@@ -72,7 +77,6 @@ class EveryEntryShown(Sequence[tuple[int, int]]):
             return [(i, i) for i in range(*index.indices(self.count))]
         position = range(self.count)[index]     # IndexError, negative index, as a list
         return (position, position)
-
 
 
 #<
@@ -199,7 +203,6 @@ class LogState:
 # --- what this process knows of the logs it has read or written -----------------------
 
 
-
 @dataclass
 class KnownLog:
     """Where a log's lines end and which messages it shows, as this process last saw it.
@@ -241,7 +244,6 @@ KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
 KNOWN_LOGS_KEPT = 8     # how many logs a process keeps knowing (the oldest go first)
 
 
-
 def remember(status: os.stat_result, known: KnownLog) -> None:
     """Keep `known` as what is true of the file `status` describes, while unchanged."""
     key = (status.st_dev, status.st_ino)
@@ -249,7 +251,6 @@ def remember(status: os.stat_result, known: KnownLog) -> None:
     KNOWN_LOGS[key] = known
     while len(KNOWN_LOGS) > KNOWN_LOGS_KEPT:
         del KNOWN_LOGS[next(iter(KNOWN_LOGS))]
-
 
 
 def recall(fd: int) -> KnownLog | None:
@@ -262,7 +263,6 @@ def recall(fd: int) -> KnownLog | None:
         known.mtime_ns = status.st_mtime_ns     # this process's writer wrote last
     return known if known.mtime_ns == status.st_mtime_ns else None
 #<
-
 
 
 def read_whole_log(path: Path) -> tuple[bytes, LogState]:
@@ -300,7 +300,6 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
 #> 07+
 
 
-
 def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
     """read_whole_log() of the log open as `fd`. What it finds is remembered (see
     KnownLog) when the file did not change while it was read."""
@@ -325,14 +324,12 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
 #<
 
 
-
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
-
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
@@ -374,18 +371,15 @@ def parse_log(data: bytes, path: Path) -> LogState:
 Lines = tuple[list[Message], list[int], list[int], bool]
 
 
-
 def leaves_no_call_open(last: Message) -> bool:
     """Does a log whose last message is `last` surely have no tool call unanswered?
     (A tool result may answer only some of the calls: not surely.)"""
     return last.get("role") != "tool" and not last.get("tool_calls")
 
 
-
 def is_plain(entry: Message) -> bool:
     """Is this entry a message whose content is in its line (no marker, no blob)?"""
     return MARKER not in entry and type(entry.get("content")) is not dict
-
 
 
 def read_lines(data: bytes, end: int, path: Path) -> Lines:
@@ -450,7 +444,6 @@ def read_lines(data: bytes, end: int, path: Path) -> Lines:
 # processor's cache while the decoder reads it; one text as large as the whole log
 # would not (a quarter of the read's time, for a log of 100 MB)
 QUICK_CHUNK = 1 << 20
-
 
 
 def read_lines_quickly(data: bytes, end: int) -> Lines | None:
@@ -518,7 +511,6 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     #<
 
 
-
 def unanswered_calls(messages: list[Message]) -> list[Message]:
     """The calls of the last assistant message that no tool message answers, in order.
 
@@ -542,7 +534,6 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
             return []
     return []
     # END 04.2
-
 
 
 def interrupted_result(call: Message) -> Message:

@@ -1,6 +1,12 @@
 # Lesson 00_memory: yours to edit. Generated from solutions/00_memory/messages.py;
 # `sessionlab reset 00` makes it again.
-"""DOC:messages"""
+"""What a message may be, and how one becomes one line of a log.
+
+One validator decides what may be recorded, and append and load both use it: a message
+the log takes can always be read back and sent to a model again. What a model server
+sends is normalized first (tool calls without ids, arguments as objects or broken JSON,
+a null content), so that no server's quirk can make a session unresumable.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ from typing import Any
 
 
 Message = dict[str, Any]
-
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
@@ -25,7 +30,6 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     raise NotImplementedError(
         "task 00.1 is not written yet: Run one tool call and return its result as text"
     )
-
 
 
 def normalize_reply(reply: Message, history: list[Message]) -> Message:

@@ -1,6 +1,11 @@
 # Lesson 03_fork: yours to edit. Generated from solutions/03_fork/forks.py;
 # `sessionlab reset 03` makes it again.
-"""DOC:forks"""
+"""Forking a session: "what if?" as a log of its own.
+
+A fork copies a session's history, all of it or its first messages, into a new session,
+and records its lineage in `<id>.meta.json`. From then on the two logs never touch. A
+fork copies history, not the world: gold spent in town stays spent.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,13 @@
 # Lesson 05_lock: yours to edit. Generated from solutions/05_lock/reading.py;
 # `sessionlab reset 05` makes it again.
-"""DOC:reading"""
+"""Reading a log back: its lines, the state they describe, what a crash left.
+
+A log is read as whole lines. The last one may be torn (the process died in the middle
+of a write), and a tool call may have no result (it died between the two): both are
+found here, and repaired by the session's writer. A corrupt line anywhere else is an
+error naming the file and the line, and nothing is changed. From lesson 07 on, marker
+lines (undo, compaction, side-chain pointers) shape what the log shows.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +40,6 @@ class CorruptLog(ValueError):
         self.offset = offset
 
 
-
 @dataclass
 class LogState:
     """What reading a log found: its complete entries, and the state of its tail."""
@@ -56,7 +62,6 @@ class LogState:
     def torn(self) -> int:
         """How many bytes at the end are not a complete entry (0 for a whole log)."""
         return self.size - self.end
-
 
 
 def read_whole_log(path: Path) -> tuple[bytes, LogState]:
@@ -86,14 +91,12 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     return data, parse_log(data, path)
 
 
-
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
-
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
@@ -127,7 +130,6 @@ def parse_log(data: bytes, path: Path) -> LogState:
     return LogState(entries, end=offset, size=len(data))
 
 
-
 def unanswered_calls(messages: list[Message]) -> list[Message]:
     """The calls of the last assistant message that no tool message answers, in order.
 
@@ -149,7 +151,6 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
         else:
             return []
     return []
-
 
 
 def interrupted_result(call: Message) -> Message:

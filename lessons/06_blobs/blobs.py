@@ -1,6 +1,12 @@
 # Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/blobs.py;
 # `sessionlab reset 06` makes it again.
-"""DOC:blobs"""
+"""Large content stored beside the log, by hash.
+
+A string content over a threshold goes to `blobs/<sha256>`, written before the line that
+points to it, so a crash never leaves a reference to nothing; the line keeps a short
+preview. The same content is stored once, and forks share it. Reading checks every blob
+against its name.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +36,9 @@ PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the
 BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
 
 
-
 class SessionBlobs:
+    """SessionLog's blobs: large contents out of line, put back on load."""
+
     # --- large content, stored beside the log by its hash -----------------------------
 
     def outline(self, message: Message) -> Message:

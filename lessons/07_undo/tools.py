@@ -1,6 +1,11 @@
 # Lesson 07_undo: yours to edit. Generated from solutions/07_undo/tools.py;
 # `sessionlab reset 07` makes it again.
-"""DOC:tools"""
+"""Running one tool call, and what its result says.
+
+The agent's tools are plain functions looked up by name. Whatever goes wrong in a call
+(an unknown tool, arguments that are not a JSON object, an error the tool raises) comes
+back as a result the model can read and answer, never as a crash of the loop.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +24,8 @@ class Tools(Protocol):
     functions: Mapping[str, Callable[..., str]]
 
 
-
 class MaxTurnsExceeded(RuntimeError):
     """The model kept calling tools and never gave a plain answer."""
-
 
 
 def run_tool(tools: Tools, call: Message) -> str:

@@ -1,6 +1,11 @@
 # Lesson 08_compact: yours to edit. Generated from solutions/08_compact/compaction.py;
 # `sessionlab reset 08` makes it again.
-"""DOC:compaction"""
+"""The request is a view of the log.
+
+When the next request would not fit the model's window, the older part of the
+conversation is summarised by one model call and a compaction marker records the
+summary. The log keeps every message; only what is sent shrinks.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,11 @@ class ContextOverflow(RuntimeError):
     progress alone does not fit. Nothing was lost: the log holds every message."""
 
 
-
 class SessionCompaction:
+    """SessionLog's compaction marker:
+    the summary that replaces the older part of a request.
+    """
+
     # --- lesson 08: a compaction marker -----------------------------------------------
 
     def compact(self, summary: str, keep: int) -> int:
@@ -60,7 +68,6 @@ SUMMARY_PROMPT = (
 SUMMARY_INTRO = "(The conversation so far, summarised to fit the window.)\n"
 
 
-
 def estimate_tokens(value: Any) -> int:
     """About how many tokens `value` costs a model: the bytes of its JSON, / 4.
 
@@ -72,7 +79,6 @@ def estimate_tokens(value: Any) -> int:
     """
     data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return (len(data) + 3) // 4
-
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -92,8 +98,9 @@ def transcript(summary: str | None, messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-
 class AgentCompaction:
+    """Agent's requests as a view of the log: what is sent, and when to compact."""
+
     # --- lesson 08: the request is a view -----------------------------------------
 
     def view(self) -> list[Message]:

@@ -1,6 +1,11 @@
 # Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/erase.py;
 # `sessionlab reset 09` makes it again.
-"""DOC:erase"""
+"""Erasing one message's words for good.
+
+On an append-only file that is a rewrite: under the writer's lock, a new file without
+the words (and without the quotes of them in later messages), synced, then renamed over
+the log. The message keeps its place as a tombstone, so every index stays valid.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,10 @@ from .blobs import BlobError, blobs_of, drop_blobs
 
 
 class SessionErase:
+    """SessionLog's erase:
+    one message's words gone from the file, by a whole rewrite.
+    """
+
     # --- lesson 09: erase one message for good ----------------------------------------
 
     def index_of(self, position: int) -> int:
@@ -96,8 +105,9 @@ class SessionErase:
         self._know(parse_log(data, self.path))
 
 
-
 class AgentErase:
+    """Agent's erase: the words gone from the log and from the agent's memory."""
+
     # --- lesson 09 --------------------------------------------------------------------
 
     def erase(self, position: int) -> Message:
@@ -134,7 +144,6 @@ class AgentErase:
 # twice, or again after a crash, with the same result.
 
 
-
 class EraseError(ValueError):
     """Asked to erase a message the session does not hold: nothing was changed."""
 
@@ -143,7 +152,6 @@ class EraseError(ValueError):
 # of the same role and with the same ids: the indices of the messages after it do not
 # shift (undo markers name messages by index), and an erased tool call keeps its result.
 ERASED = "[erased at the user's request]"
-
 
 
 def tombstone(message: Message) -> Message:
@@ -158,7 +166,6 @@ def tombstone(message: Message) -> Message:
     raise NotImplementedError(
         "task 09.3 is not written yet: A tombstone keeps the erased message's place"
     )
-
 
 
 def contents_of(message: Message) -> list[str]:
@@ -178,7 +185,6 @@ def contents_of(message: Message) -> list[str]:
 QUOTE_MIN_CHARS = 12
 
 
-
 def scrub(entry: Message, texts: list[str]) -> Message:
     """A line's entry with every quote of `texts` replaced by ERASED.
 
@@ -191,7 +197,6 @@ def scrub(entry: Message, texts: list[str]) -> Message:
     if "content" not in entry:
         return entry
     return {**entry, "content": redact(entry["content"], texts)}
-
 
 
 def redact(value: Any, texts: list[str]) -> Any:

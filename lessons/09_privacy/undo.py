@@ -1,6 +1,11 @@
 # Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/undo.py;
 # `sessionlab reset 09` makes it again.
-"""DOC:undo"""
+"""Undo on an append-only log.
+
+A message not yet written is taken back for free; one already in the file is hidden by a
+marker line that lists it, so the bytes already written never change. A whole turn goes
+at once: a tool call never loses its results.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ class UndoError(ValueError):
     """Asked to undo more turns (or messages) than there are: nothing was changed."""
 
 
-
 class SessionUndo:
+    """SessionLog's undo: a marker that hides messages already written."""
+
     def undo(self, count: int) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.
 
@@ -36,8 +42,9 @@ class SessionUndo:
         return skip
 
 
-
 class AgentUndo:
+    """Agent's undo: whole turns taken back, from the buffer or by a marker."""
+
     def undo(self, turns: int = 1) -> list[Message]:
         """Take back the last `turns` turns and return the messages taken back.
 

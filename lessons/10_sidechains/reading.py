@@ -1,6 +1,13 @@
 # Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/reading.py;
 # `sessionlab reset 10` makes it again.
-"""DOC:reading"""
+"""Reading a log back: its lines, the state they describe, what a crash left.
+
+A log is read as whole lines. The last one may be torn (the process died in the middle
+of a write), and a tool call may have no result (it died between the two): both are
+found here, and repaired by the session's writer. A corrupt line anywhere else is an
+error naming the file and the line, and nothing is changed. From lesson 07 on, marker
+lines (undo, compaction, side-chain pointers) shape what the log shows.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +42,6 @@ class CorruptLog(ValueError):
         self.offset = offset
 
 
-
 @dataclass(frozen=True)
 class Compaction:
     """A compaction as the view needs it (lesson 08)."""
@@ -44,7 +50,6 @@ class Compaction:
     summary: str
     # Where the messages after the summary start, among the messages the log shows
     boundary: int
-
 
 
 class EveryEntryShown(Sequence[tuple[int, int]]):
@@ -70,7 +75,6 @@ class EveryEntryShown(Sequence[tuple[int, int]]):
             return [(i, i) for i in range(*index.indices(self.count))]
         position = range(self.count)[index]     # IndexError, negative index, as a list
         return (position, position)
-
 
 
 @dataclass
@@ -166,7 +170,6 @@ class LogState:
 # --- what this process knows of the logs it has read or written -----------------------
 
 
-
 @dataclass
 class KnownLog:
     """Where a log's lines end and which messages it shows, as this process last saw it.
@@ -208,7 +211,6 @@ KNOWN_LOGS: dict[tuple[int, int], KnownLog] = {}
 KNOWN_LOGS_KEPT = 8     # how many logs a process keeps knowing (the oldest go first)
 
 
-
 def remember(status: os.stat_result, known: KnownLog) -> None:
     """Keep `known` as what is true of the file `status` describes, while unchanged."""
     key = (status.st_dev, status.st_ino)
@@ -216,7 +218,6 @@ def remember(status: os.stat_result, known: KnownLog) -> None:
     KNOWN_LOGS[key] = known
     while len(KNOWN_LOGS) > KNOWN_LOGS_KEPT:
         del KNOWN_LOGS[next(iter(KNOWN_LOGS))]
-
 
 
 def recall(fd: int) -> KnownLog | None:
@@ -228,7 +229,6 @@ def recall(fd: int) -> KnownLog | None:
     if known.mtime_ns is None:
         known.mtime_ns = status.st_mtime_ns     # this process's writer wrote last
     return known if known.mtime_ns == status.st_mtime_ns else None
-
 
 
 def read_whole_log(path: Path) -> tuple[bytes, LogState]:
@@ -247,7 +247,6 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
         return read_open_log(fd, path)
     finally:
         os.close(fd)
-
 
 
 def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
@@ -273,14 +272,12 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
             return data, parse_log(data, path)  # only appended to: a whole first part
 
 
-
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
-
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
@@ -320,18 +317,15 @@ def parse_log(data: bytes, path: Path) -> LogState:
 Lines = tuple[list[Message], list[int], list[int], bool]
 
 
-
 def leaves_no_call_open(last: Message) -> bool:
     """Does a log whose last message is `last` surely have no tool call unanswered?
     (A tool result may answer only some of the calls: not surely.)"""
     return last.get("role") != "tool" and not last.get("tool_calls")
 
 
-
 def is_plain(entry: Message) -> bool:
     """Is this entry a message whose content is in its line (no marker, no blob)?"""
     return MARKER not in entry and type(entry.get("content")) is not dict
-
 
 
 def read_lines(data: bytes, end: int, path: Path) -> Lines:
@@ -360,7 +354,6 @@ def read_lines(data: bytes, end: int, path: Path) -> Lines:
 # processor's cache while the decoder reads it; one text as large as the whole log
 # would not (a quarter of the read's time, for a log of 100 MB)
 QUICK_CHUNK = 1 << 20
-
 
 
 def read_lines_quickly(data: bytes, end: int) -> Lines | None:
@@ -424,7 +417,6 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     return entries, list(range(1, len(entries) + 1)), ends, plain
 
 
-
 def unanswered_calls(messages: list[Message]) -> list[Message]:
     """The calls of the last assistant message that no tool message answers, in order.
 
@@ -446,7 +438,6 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
         else:
             return []
     return []
-
 
 
 def interrupted_result(call: Message) -> Message:

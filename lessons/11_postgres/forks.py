@@ -1,6 +1,11 @@
 # Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/forks.py;
 # `sessionlab reset 11` makes it again.
-"""DOC:forks"""
+"""Forking a session: "what if?" as a log of its own.
+
+A fork copies a session's history, all of it or its first messages, into a new session,
+and records its lineage in `<id>.meta.json`. From then on the two logs never touch. A
+fork copies history, not the world: gold spent in town stays spent.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +53,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         return fork_open_log(fd, folder, source_id, new_id, upto, durable)
     finally:
         os.close(fd)
-
 
 
 def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,

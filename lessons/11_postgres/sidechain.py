@@ -1,6 +1,11 @@
 # Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/sidechain.py;
 # `sessionlab reset 11` makes it again.
-"""DOC:sidechain"""
+"""A helper agent with a transcript of its own.
+
+The agent answers the tool call `ask_helper` with a helper: the same loop, its own
+conversation, its own log in `<parent id>.sidechains/`, its own lock. The parent's log
+keeps a pointer marker to it, so the whole story can be followed from the parent.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,10 @@ from .reading import read_log
 
 
 class SessionSidechains:
+    """SessionLog's side-chains:
+    a helper's log beside this one, and the pointer to it.
+    """
+
     # --- side-chains: the logs of this session's helpers (lesson 10) ------------------
 
     def start_sidechain(self, call_id: str) -> "SessionLog":
@@ -64,8 +73,9 @@ class SessionSidechains:
         return type(self)(folder, name, durable=self.durable)
 
 
-
 class AgentHelpers:
+    """Agent's helpers: the tool call ask_helper answered by an agent of its own."""
+
     # --- a helper with its own log (lesson 10) ----------------------------------------
 
     def use_tool(self, call: Message, asked: Message) -> str:
@@ -129,14 +139,12 @@ SIDECHAINS = ".sidechains"      # `<parent id>.sidechains/` holds the helpers' l
 LONGEST_KEPT = 64   # a call id longer than this is hashed (hashed names are longer)
 
 
-
 @dataclass
 class Toolbox:
     """Tools as lesson 00's protocol wants them: schemas, and the functions by name."""
 
     schemas: list[dict[str, Any]]
     functions: Mapping[str, Callable[..., str]]
-
 
 
 def without(tools: Tools, name: str) -> Toolbox:
@@ -148,7 +156,6 @@ def without(tools: Tools, name: str) -> Toolbox:
     return Toolbox(schemas, functions)
 
 
-
 def sidechain_folder(folder: str | Path, session_id: str) -> Path:
     """`<folder>/<session id>.sidechains`: where the session's helpers keep their logs.
 
@@ -156,7 +163,6 @@ def sidechain_folder(folder: str | Path, session_id: str) -> Path:
     listing of `*.jsonl` in the sessions folder never mistakes one for a session.
     """
     return Path(folder) / f"{check_session_id(session_id)}{SIDECHAINS}"
-
 
 
 def sidechain_id(call_id: str) -> str:
@@ -171,7 +177,6 @@ def sidechain_id(call_id: str) -> str:
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"call-{digest}"
-
 
 
 def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:

@@ -1,6 +1,12 @@
 # Generated from course/agent.py for lesson 00_memory: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:agent"""
+"""The agent loop.
+
+Send the conversation to the model; while it answers with tool calls, run each one and
+send its result back under the call's id; a plain answer ends the turn. Every message is
+recorded the moment it exists: in memory in lesson 00, in the session's log from lesson
+01 on.
+"""
 
 from __future__ import annotations
 

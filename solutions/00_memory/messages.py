@@ -1,6 +1,12 @@
 # Generated from course/messages.py for lesson 00_memory: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:messages"""
+"""What a message may be, and how one becomes one line of a log.
+
+One validator decides what may be recorded, and append and load both use it: a message
+the log takes can always be read back and sent to a model again. What a model server
+sends is normalized first (tool calls without ids, arguments as objects or broken JSON,
+a null content), so that no server's quirk can make a session unresumable.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ from typing import Any
 
 
 Message = dict[str, Any]
-
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
@@ -33,7 +38,6 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
         raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
     return arguments
     # END 00.1
-
 
 
 def normalize_reply(reply: Message, history: list[Message]) -> Message:

@@ -1,6 +1,12 @@
 # Generated from course/files.py for lesson 01_append: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:files"""
+"""Careful file operations the store is built on.
+
+A write that loops until every byte is out, a file published whole under its name or not
+at all (temporary file, then rename or link), and the fsyncs that make a new file, and
+the folder entry that names it, survive a power cut. Each exists because a plainer call
+loses data in some crash the lessons show.
+"""
 
 from __future__ import annotations
 

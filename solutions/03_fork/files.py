@@ -1,6 +1,12 @@
 # Generated from course/files.py for lesson 03_fork: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:files"""
+"""Careful file operations the store is built on.
+
+A write that loops until every byte is out, a file published whole under its name or not
+at all (temporary file, then rename or link), and the fsyncs that make a new file, and
+the folder entry that names it, survive a power cut. Each exists because a plainer call
+loses data in some crash the lessons show.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ from pathlib import Path
 
 class SessionNotFound(FileNotFoundError):
     """The session to fork from has no log."""
-
 
 
 class SessionExists(FileExistsError):
@@ -40,7 +45,6 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.close(parent)
 
 
-
 def fsync_folder(folder: Path) -> None:
     """fsync a folder, so that the names just created in it survive a power cut."""
     fd = os.open(folder, os.O_RDONLY)
@@ -48,7 +52,6 @@ def fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
 
 
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -71,7 +74,6 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
         fsync_folder(path.parent)
 
 
-
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
@@ -82,7 +84,6 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_folder(path.parent)
-
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -96,7 +97,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
 
 
 def _write_temp(path: Path, data: bytes, durable: bool) -> str:

@@ -1,6 +1,12 @@
 # Generated from course/files.py for lesson 04_repair: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:files"""
+"""Careful file operations the store is built on.
+
+A write that loops until every byte is out, a file published whole under its name or not
+at all (temporary file, then rename or link), and the fsyncs that make a new file, and
+the folder entry that names it, survive a power cut. Each exists because a plainer call
+loses data in some crash the lessons show.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +22,8 @@ class SessionNotFound(FileNotFoundError):
     """The session to fork from has no log."""
 
 
-
 class SessionExists(FileExistsError):
     """The new session's id is already taken."""
-
 
 
 def read_file(path: Path) -> bytes:
@@ -37,7 +41,6 @@ def read_file(path: Path) -> bytes:
         os.close(fd)
 
 
-
 def read_all(fd: int, path: Path) -> bytes:
     """Every byte of the open file `fd`, from its start, read through the descriptor.
 
@@ -51,7 +54,6 @@ def read_all(fd: int, path: Path) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", closefd=False) as file:
         return file.read()
-
 
 
 def now() -> str:
@@ -84,7 +86,6 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.close(parent)
 
 
-
 def fsync_folder(folder: Path) -> None:
     """fsync a folder, so that the names just created in it survive a power cut."""
     fd = os.open(folder, os.O_RDONLY)
@@ -92,7 +93,6 @@ def fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
 
 
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -115,7 +115,6 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
         fsync_folder(path.parent)
 
 
-
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
@@ -126,7 +125,6 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_folder(path.parent)
-
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -140,7 +138,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
 
 
 def _write_temp(path: Path, data: bytes, durable: bool) -> str:

@@ -1,6 +1,12 @@
 # Generated from course/log.py for lesson 04_repair: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:log"""
+"""A session's log: the file every message is appended to as one JSON line.
+
+SessionLog appends each message the moment it exists, with one write of one whole line,
+and reads the log back for an agent that continues the session. The abilities the course
+adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
+their own, and the class takes them in as mixins as they come.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,6 @@ class WriterStopped(RuntimeError):
     message twice. So the writer refuses every later write. Open the session again (a
     new SessionLog, a new Agent): what is really in the log is then read back.
     """
-
 
 
 class SessionLog:
@@ -196,7 +201,6 @@ class SessionLog:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
 
 
 def entries_for(entries: list[Message], count: int) -> int:

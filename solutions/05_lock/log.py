@@ -1,6 +1,12 @@
 # Generated from course/log.py for lesson 05_lock: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:log"""
+"""A session's log: the file every message is appended to as one JSON line.
+
+SessionLog appends each message the moment it exists, with one write of one whole line,
+and reads the log back for an agent that continues the session. The abilities the course
+adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
+their own, and the class takes them in as mixins as they come.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +27,6 @@ class WriterStopped(RuntimeError):
     message twice. So the writer refuses every later write. Open the session again (a
     new SessionLog, a new Agent): what is really in the log is then read back.
     """
-
 
 
 class SessionLog(SessionLock):
@@ -226,7 +231,6 @@ class SessionLog(SessionLock):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()  # on an exception too: a crashed writer must not keep the session
-
 
 
 def entries_for(entries: list[Message], count: int) -> int:

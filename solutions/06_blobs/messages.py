@@ -1,6 +1,12 @@
 # Generated from course/messages.py for lesson 06_blobs: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:messages"""
+"""What a message may be, and how one becomes one line of a log.
+
+One validator decides what may be recorded, and append and load both use it: a message
+the log takes can always be read back and sent to a model again. What a model server
+sends is normalized first (tool calls without ids, arguments as objects or broken JSON,
+a null content), so that no server's quirk can make a session unresumable.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,8 @@ from typing import Any
 Message = dict[str, Any]
 
 
-
 class InvalidSessionId(ValueError):
     """A session id that could escape the sessions folder, or no usable file name."""
-
 
 
 class InvalidMessage(ValueError):
@@ -28,7 +32,6 @@ class InvalidMessage(ValueError):
 # no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
 # added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
 
 
 def check_session_id(session_id: str) -> str:
@@ -62,7 +65,6 @@ MAX_DEPTH = 64      # how deep a message may nest: none needs more, json reads d
 
 
 RESERVED = ("$marker", "$blob")     # the log's own keys: a marker, a stored content
-
 
 
 def check_message(message: Any) -> None:
@@ -102,7 +104,6 @@ def check_message(message: Any) -> None:
         raise InvalidMessage("its 'tool_call_id' is not a non-empty string")
 
 
-
 def is_tool_call(call: Any) -> bool:
     """Is `call` a call a provider takes back: an id, a name, a JSON object's text?"""
     function = call.get("function") if isinstance(call, dict) else None
@@ -115,7 +116,6 @@ def is_tool_call(call: Any) -> bool:
         return isinstance(json.loads(function["arguments"]), dict)
     except (ValueError, RecursionError):
         return False
-
 
 
 def check_plain_json(value: Any, depth: int = 0) -> None:
@@ -186,7 +186,6 @@ def refuse_constant(name: str) -> Any:
                          "refuse it)")
 
 
-
 def read_float(text: str) -> float:
     """Called by the decoder for every number with a fraction or an exponent."""
     number = float(text)
@@ -201,7 +200,6 @@ STRICT_JSON = json.JSONDecoder(parse_constant=refuse_constant, parse_float=read_
 
 
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
 
 
 def decode_json(text: str) -> Any:
@@ -219,7 +217,6 @@ def decode_json(text: str) -> Any:
     except json.JSONDecodeError:
         pass
     return STRICT_JSON.decode(text)
-
 
 
 def parse_line(line: bytes) -> Message:
@@ -262,7 +259,6 @@ def parse_line(line: bytes) -> Message:
     return entry
 
 
-
 def read_arguments(arguments: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
 
@@ -281,7 +277,6 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
     return arguments
-
 
 
 def normalize_reply(reply: Message, history: list[Message]) -> Message:

@@ -1,6 +1,13 @@
 # Generated from course/reading.py for lesson 06_blobs: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:reading"""
+"""Reading a log back: its lines, the state they describe, what a crash left.
+
+A log is read as whole lines. The last one may be torn (the process died in the middle
+of a write), and a tool call may have no result (it died between the two): both are
+found here, and repaired by the session's writer. A corrupt line anywhere else is an
+error naming the file and the line, and nothing is changed. From lesson 07 on, marker
+lines (undo, compaction, side-chain pointers) shape what the log shows.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +38,6 @@ class CorruptLog(ValueError):
         self.line = line        # 1 for the first line
         # Bytes from the start of the file to the start of that line
         self.offset = offset
-
 
 
 @dataclass
@@ -68,7 +74,6 @@ class LogState:
         return self.size - self.end
 
 
-
 def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     """A log's bytes and their parse_log(), as one moment of the file, read without the
     lock. FileNotFoundError if there is no log.
@@ -96,14 +101,12 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     return data, parse_log(data, path)
 
 
-
 def read_log(path: Path) -> LogState:
     """Read a log without changing it; an empty state for a log not written yet."""
     try:
         return read_whole_log(path)[1]     # read-only: reading never changes the log
     except FileNotFoundError:
         return LogState(entries=[], end=0, size=0)
-
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
@@ -143,7 +146,6 @@ def parse_log(data: bytes, path: Path) -> LogState:
     return LogState(entries, end=offset, size=len(data), lines=numbers)
 
 
-
 def unanswered_calls(messages: list[Message]) -> list[Message]:
     """The calls of the last assistant message that no tool message answers, in order.
 
@@ -165,7 +167,6 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
         else:
             return []
     return []
-
 
 
 def interrupted_result(call: Message) -> Message:

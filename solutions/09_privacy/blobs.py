@@ -1,6 +1,12 @@
 # Generated from course/blobs.py for lesson 09_privacy: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:blobs"""
+"""Large content stored beside the log, by hash.
+
+A string content over a threshold goes to `blobs/<sha256>`, written before the line that
+points to it, so a crash never leaves a reference to nothing; the line keeps a short
+preview. The same content is stored once, and forks share it. Reading checks every blob
+against its name.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +37,9 @@ PREVIEW_CHARS = 100    # how much of it the line keeps, for a person reading the
 BLOB_NAME = re.compile(r"[0-9a-f]{64}")   # the only names a blob reference may hold
 
 
-
 class SessionBlobs:
+    """SessionLog's blobs: large contents out of line, put back on load."""
+
     # --- large content, stored beside the log by its hash -----------------------------
 
     def outline(self, message: Message) -> Message:
@@ -149,13 +156,11 @@ class SessionBlobs:
             ) from None
 
 
-
 def blobs_of(entry: Message) -> list[str]:
     """The names of the blobs a line refers to (a message's stored content)."""
     content = entry.get("content")
     name = content.get("$blob") if isinstance(content, dict) else None
     return [name] if isinstance(name, str) and BLOB_NAME.fullmatch(name) else []
-
 
 
 def blob_references(folder: Path) -> set[str]:
@@ -173,7 +178,6 @@ def blob_references(folder: Path) -> set[str]:
             continue    # a folder (blobs/), a link, a file removed meanwhile
         found.update(name.decode() for name in re.findall(rb"[0-9a-f]{64}", data))
     return found
-
 
 
 def discard_blob(path: Path, *, touched_after: float) -> bool:
@@ -195,7 +199,6 @@ def discard_blob(path: Path, *, touched_after: float) -> bool:
         return False
     os.unlink(aside)
     return True
-
 
 
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:

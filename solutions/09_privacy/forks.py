@@ -1,6 +1,11 @@
 # Generated from course/forks.py for lesson 09_privacy: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:forks"""
+"""Forking a session: "what if?" as a log of its own.
+
+A fork copies a session's history, all of it or its first messages, into a new session,
+and records its lineage in `<id>.meta.json`. From then on the two logs never touch. A
+fork copies history, not the world: gold spent in town stays spent.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +53,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         return fork_open_log(fd, folder, source_id, new_id, upto, durable)
     finally:
         os.close(fd)
-
 
 
 def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,

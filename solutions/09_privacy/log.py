@@ -1,6 +1,12 @@
 # Generated from course/log.py for lesson 09_privacy: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:log"""
+"""A session's log: the file every message is appended to as one JSON line.
+
+SessionLog appends each message the moment it exists, with one write of one whole line,
+and reads the log back for an agent that continues the session. The abilities the course
+adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
+their own, and the class takes them in as mixins as they come.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +35,8 @@ class WriterStopped(RuntimeError):
     """
 
 
-
-class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase):
+class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
+                 SessionErase):
     """One session's append-only log, `<folder>/<session_id>.jsonl`: an entry a line.
 
     The object that writes a log is its writer, and a session has one writer at a time.

@@ -1,6 +1,11 @@
 # Generated from course/lock.py for lesson 10_sidechains: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:lock"""
+"""One writer per session.
+
+A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it
+who it is; a second writer is refused with an error naming the holder. The kernel drops
+the lock when its holder dies, however it dies, so a killed writer blocks no one.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +51,6 @@ class SessionBusy(RuntimeError):
 LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
 
 
-
 def is_same_file(fd: int, path: Path) -> bool:
     """Does `path` still name the file open as `fd`? False once removed or replaced."""
     try:
@@ -57,8 +61,9 @@ def is_same_file(fd: int, path: Path) -> bool:
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
-
 class SessionLock:
+    """SessionLog's lock: one writer per session, and who holds it."""
+
     def _lock(self) -> None:
         """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
         self.timeout seconds, and write who holds it into the lock file. SessionBusy if

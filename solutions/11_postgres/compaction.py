@@ -1,6 +1,11 @@
 # Generated from course/compaction.py for lesson 11_postgres: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:compaction"""
+"""The request is a view of the log.
+
+When the next request would not fit the model's window, the older part of the
+conversation is summarised by one model call and a compaction marker records the
+summary. The log keeps every message; only what is sent shrinks.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,11 @@ class ContextOverflow(RuntimeError):
     progress alone does not fit. Nothing was lost: the log holds every message."""
 
 
-
 class SessionCompaction:
+    """SessionLog's compaction marker:
+    the summary that replaces the older part of a request.
+    """
+
     # --- lesson 08: a compaction marker -----------------------------------------------
 
     def compact(self, summary: str, keep: int) -> int:
@@ -64,7 +72,6 @@ SUMMARY_PROMPT = (
 SUMMARY_INTRO = "(The conversation so far, summarised to fit the window.)\n"
 
 
-
 def estimate_tokens(value: Any) -> int:
     """About how many tokens `value` costs a model: the bytes of its JSON, / 4.
 
@@ -76,7 +83,6 @@ def estimate_tokens(value: Any) -> int:
     """
     data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return (len(data) + 3) // 4
-
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -96,8 +102,9 @@ def transcript(summary: str | None, messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-
 class AgentCompaction:
+    """Agent's requests as a view of the log: what is sent, and when to compact."""
+
     # --- lesson 08: the request is a view -----------------------------------------
 
     def view(self) -> list[Message]:

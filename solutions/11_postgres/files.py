@@ -1,6 +1,12 @@
 # Generated from course/files.py for lesson 11_postgres: edit that source, then
 # run `sessionlab dev generate` (see the maintainers' page).
-"""DOC:files"""
+"""Careful file operations the store is built on.
+
+A write that loops until every byte is out, a file published whole under its name or not
+at all (temporary file, then rename or link), and the fsyncs that make a new file, and
+the folder entry that names it, survive a power cut. Each exists because a plainer call
+loses data in some crash the lessons show.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +23,8 @@ class SessionNotFound(FileNotFoundError):
     """The session to fork from has no log."""
 
 
-
 class SessionExists(FileExistsError):
     """The new session's id is already taken."""
-
 
 
 def read_file(path: Path) -> bytes:
@@ -38,7 +42,6 @@ def read_file(path: Path) -> bytes:
         os.close(fd)
 
 
-
 def read_all(fd: int, path: Path) -> bytes:
     """Every byte of the open file `fd`, from its start, read through the descriptor.
 
@@ -52,7 +55,6 @@ def read_all(fd: int, path: Path) -> bytes:
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", closefd=False) as file:
         return file.read()
-
 
 
 def now() -> str:
@@ -73,7 +75,6 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-
 def fsync_file(path: Path) -> None:
     """fsync a file written before (by anyone), so its bytes survive a power cut."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -81,7 +82,6 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
 
 
 def make_folder(folder: Path, durable: bool = False) -> None:
@@ -105,7 +105,6 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.close(parent)
 
 
-
 @dataclass
 class Prefix:
     """The first `length` bytes of the file open as `fd`, then `then`: what a fork
@@ -114,7 +113,6 @@ class Prefix:
     fd: int
     length: int
     then: bytes = b""
-
 
 
 def copy_prefix(source: Prefix, target: int) -> None:
@@ -146,7 +144,6 @@ def copy_prefix(source: Prefix, target: int) -> None:
     write_all(target, source.then)
 
 
-
 def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> None:
     """Create `path` holding `data`, all or nothing, and never over an existing file.
 
@@ -167,7 +164,6 @@ def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> No
         fsync_folder(path.parent)
 
 
-
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` atomically: readers see the old file or the new."""
     temp = _write_temp(path, data, durable)
@@ -178,7 +174,6 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_folder(path.parent)
-
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -192,7 +187,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
 
 
 def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
@@ -212,7 +206,6 @@ def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
     finally:
         os.close(fd)
     return temp
-
 
 
 def touch(path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionlab.course import lesson_modules
 from sessionlab.maintainers import lay_out_lesson
 from sessionlab.cli import main
 
@@ -25,7 +26,8 @@ STARTER = "starter"
 
 
 def make_course(target: Path, lessons: dict[str, str]) -> Path:
-    """A course at `target` with these lessons; each lesson's agent.py is the starter or the solution."""
+    """A course at `target` with these lessons; each lesson's modules are the starter or the
+    solution."""
     (target / "lessons").mkdir(parents=True)
     (target / "solutions").mkdir()
     for name in ("conftest.py", "pyproject.toml"):
@@ -36,7 +38,8 @@ def make_course(target: Path, lessons: dict[str, str]) -> Path:
         lay_out_lesson(REPO, target, name)
         shutil.copytree(REPO / "solutions" / name, target / "solutions" / name, ignore=ignore)
         if state == SOLUTION:
-            shutil.copy2(REPO / "solutions" / name / "agent.py", target / "lessons" / name / "agent.py")
+            for path in lesson_modules(REPO / "solutions" / name):
+                shutil.copy2(path, target / "lessons" / name / path.name)
     return target
 
 

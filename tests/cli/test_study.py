@@ -10,7 +10,7 @@ import pytest
 
 from sessionlab import course as registry
 from sessionlab import starters
-from sessionlab.cli.progress import reference_text
+from sessionlab.cli.progress import reference_texts
 
 from .conftest import SOLUTION, STARTER
 from .readonly import run_read_only
@@ -77,8 +77,10 @@ def test_a_hint_level_is_checked_for_the_current_task_too(cli, course):
 def solution_only_lines(root, number: str) -> set[str]:
     """Lines of lesson NN's reference that its starter does not have: its answer."""
     lesson = registry.lesson(number, root)
-    starter = set(starters.expected_starter(lesson).splitlines())
-    return {line for line in reference_text(lesson).splitlines() if line.strip() and line not in starter}
+    starter = {line for text in starters.expected_starters(lesson).values()
+               for line in text.splitlines()}
+    return {line for text in reference_texts(lesson).values()
+            for line in text.splitlines() if line.strip() and line not in starter}
 
 
 def added(out: str) -> set[str]:
@@ -89,7 +91,7 @@ def test_diff_of_a_lesson_that_does_not_pass_shows_the_starters_not_its_answer(c
     root = course_copy({"02_load": STARTER, "03_fork": STARTER})
     run = cli("--course", root, "diff", "02", "03")
     assert run.status == 0, run.text
-    assert "+++ lessons/03_fork/agent.py" in run.out
+    assert "+++ lessons/03_fork/forks.py" in run.out
     leaked = added(run.out) & solution_only_lines(root, "03")
     assert not leaked, f"lesson 03's answer shown before it passes: {sorted(leaked)[:3]}"
     assert any("NotImplementedError" in line for line in added(run.out)), "the new TODOs are shown"
@@ -108,16 +110,16 @@ def test_diff_of_the_solutions_is_refused_like_solution_until_both_pass(cli, cou
     for forced in (cli("--course", course, "diff", "00", "01", "--solutions", "--force"),
                    cli("--course", course, "diff", "00", "01", "--force")):
         assert forced.status == 0, forced.text
-        assert "+++ solutions/01_append/agent.py" in forced.out
+        assert "+++ solutions/01_append/log.py" in forced.out
         assert added(forced.out) & solution_only_lines(course, "01")
 
 
 def test_diff_of_the_solutions_is_shown_once_both_lessons_pass(cli, course):
-    (course / "lessons" / "01_append" / "agent.py").write_text(
-        (course / "solutions" / "01_append" / "agent.py").read_text())
+    for path in registry.lesson_modules(course / "solutions" / "01_append"):
+        (course / "lessons" / "01_append" / path.name).write_text(path.read_text())
     run = cli("--course", course, "diff", "00", "01", "--solutions")
     assert run.status == 0, run.text
-    assert "+++ solutions/01_append/agent.py" in run.out
+    assert "+++ solutions/01_append/log.py" in run.out
     assert added(run.out) & solution_only_lines(course, "01")
 
 

@@ -34,11 +34,14 @@ def help_lines(agent: Any) -> str:
 
 
 def lesson_function(agent: Any, name: str) -> Any:
-    """A function of the lesson module the agent's class comes from, or None."""
+    """A function of the lesson the agent's class comes from, or None: a name of its
+    modules, or of the lesson package that holds them all (course.load_module)."""
     for klass in type(agent).__mro__:
-        found = getattr(sys.modules.get(klass.__module__), name, None)
-        if callable(found):
-            return found
+        module_name = klass.__module__
+        for name_of in (module_name, module_name.rpartition(".")[0]):
+            found = getattr(sys.modules.get(name_of), name, None)
+            if callable(found):
+                return found
     return None
 
 
