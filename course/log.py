@@ -57,8 +57,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                  SessionErase):
 #<
 #> 10+
-class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase,
-                 SessionSidechains):
+class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
+                 SessionErase, SessionSidechains):
 #<
     #> 01-03
     """One session's append-only log, `<folder>/<session_id>.jsonl`: a message a line.

@@ -2,6 +2,7 @@
 it waited for (pytest-timeout, explained by sessionlab.hangs)."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,13 +40,15 @@ def run_lesson(impl: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_flock_without_lock_nb_fails_with_what_it_waited_for(tmp_path):
-    solution = (ROOT / "solutions/05_lock/agent.py").read_text(encoding="utf-8")
+    solution = (ROOT / "solutions/05_lock/lock.py").read_text(encoding="utf-8")
     blocking = "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
     assert solution.count(blocking) == 1
-    mutant = tmp_path / "agent.py"
-    mutant.write_text(
+    for path in (ROOT / "solutions/05_lock").glob("*.py"):
+        shutil.copyfile(path, tmp_path / path.name)
+    (tmp_path / "lock.py").write_text(
         solution.replace(blocking, "fcntl.flock(fd, fcntl.LOCK_EX)"), encoding="utf-8"
     )
+    mutant = tmp_path / "agent.py"
 
     done = run_lesson(
         mutant,
@@ -61,7 +64,7 @@ def test_a_flock_without_lock_nb_fails_with_what_it_waited_for(tmp_path):
         "test_a_second_writer_in_the_same_process_is_refused_too did not finish in 3 s"
         in out
     ), out
-    assert "waiting in fcntl.flock at " in out and "agent.py:" in out, out
+    assert "waiting in fcntl.flock at " in out and "lock.py:" in out, out
     assert "without LOCK_NB" in out, out
 
 

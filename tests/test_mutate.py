@@ -32,9 +32,8 @@ def copy(tmp_path):
 
 
 def test_every_mutant_is_one_edit_inside_a_fence_and_a_valid_wrong_toml_pair():
-    solution = (ROOT / "solutions/01_append/agent.py").read_text(encoding="utf-8")
-    fenced = mutate.fenced_lines(solution)
-    found = mutate.mutants(solution)
+    files = maintainers.solution_files(course.lesson("01", ROOT))
+    found = mutate.lesson_mutants(files)
 
     assert found, "lesson 01's fences hold code to mutate"
     kinds = {m.kind for m in found}
@@ -44,10 +43,12 @@ def test_every_mutant_is_one_edit_inside_a_fence_and_a_valid_wrong_toml_pair():
         for m in found
     ), "removing a call made for its effect (os.fsync) is a mutant"
     for m in found:
+        solution = files[m.module]
+        fenced = mutate.fenced_lines(solution)
         assert m.line in fenced and fenced[m.line] == m.task, m.describe()
         assert solution.count(m.find) == 1, m.describe()
         assert solution.replace(m.find, m.replace) == m.source, m.describe()
-        compile(m.source, "agent.py", "exec")
+        compile(m.source, m.module, "exec")
 
 
 def without_test(path: Path, name: str) -> None:
@@ -82,10 +83,9 @@ def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     # os.close(folder) survives: a survivor to record.
     without_test(lesson.folder / "test_append.py",
                  "test_durable_logs_leak_no_descriptors")
-    solution = lesson.module_path("solution").read_text(encoding="utf-8")
     target = next(
         m
-        for m in mutate.mutants(solution)
+        for m in mutate.lesson_mutants(maintainers.solution_files(lesson))
         if m.kind == "call" and "os.close(folder)" in m.find
     )
     before = mutate.mutate_lesson(copy, lesson)

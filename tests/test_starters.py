@@ -153,7 +153,7 @@ def test_the_site_shows_the_generated_starter_in_a_students_copy(student_copy):
 
     assert "MINE" not in page
     assert "TODO(01.1)" in page and '"task 01.1 is not written yet' in page
-    assert "lessons/01_append/agent.py · SessionLog.append (starter)" in page
+    assert "lessons/01_append/log.py · SessionLog.append (starter)" in page
     assert "def run(self" in page and "TODO(00." in page
 
 

@@ -1,5 +1,5 @@
-# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/agent.py;
-# `sessionlab reset 00` makes it again.
+# Lesson 00_memory, yours to edit: generated from
+# solutions/00_memory/agent.py; `sessionlab reset 00` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

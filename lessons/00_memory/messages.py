@@ -1,5 +1,5 @@
-# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/messages.py;
-# `sessionlab reset 00` makes it again.
+# Lesson 00_memory, yours to edit: generated from
+# solutions/00_memory/messages.py; `sessionlab reset 00` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

@@ -1,5 +1,5 @@
-# Lesson 00_memory: yours to edit. Generated from solutions/00_memory/tools.py;
-# `sessionlab reset 00` makes it again.
+# Lesson 00_memory, yours to edit: generated from
+# solutions/00_memory/tools.py; `sessionlab reset 00` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

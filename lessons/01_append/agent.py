@@ -1,5 +1,5 @@
-# Lesson 01_append: yours to edit. Generated from solutions/01_append/agent.py;
-# `sessionlab reset 01` makes it again.
+# Lesson 01_append, yours to edit: generated from
+# solutions/01_append/agent.py; `sessionlab reset 01` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

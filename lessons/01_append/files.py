@@ -1,5 +1,5 @@
-# Lesson 01_append: yours to edit. Generated from solutions/01_append/files.py;
-# `sessionlab reset 01` makes it again.
+# Lesson 01_append, yours to edit: generated from
+# solutions/01_append/files.py; `sessionlab reset 01` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

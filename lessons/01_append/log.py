@@ -1,5 +1,5 @@
-# Lesson 01_append: yours to edit. Generated from solutions/01_append/log.py;
-# `sessionlab reset 01` makes it again.
+# Lesson 01_append, yours to edit: generated from
+# solutions/01_append/log.py; `sessionlab reset 01` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

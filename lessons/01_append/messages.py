@@ -1,5 +1,5 @@
-# Lesson 01_append: yours to edit. Generated from solutions/01_append/messages.py;
-# `sessionlab reset 01` makes it again.
+# Lesson 01_append, yours to edit: generated from
+# solutions/01_append/messages.py; `sessionlab reset 01` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

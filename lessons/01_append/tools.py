@@ -1,5 +1,5 @@
-# Lesson 01_append: yours to edit. Generated from solutions/01_append/tools.py;
-# `sessionlab reset 01` makes it again.
+# Lesson 01_append, yours to edit: generated from
+# solutions/01_append/tools.py; `sessionlab reset 01` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

@@ -1,5 +1,5 @@
-# Lesson 02_load: yours to edit. Generated from solutions/02_load/agent.py;
-# `sessionlab reset 02` makes it again.
+# Lesson 02_load, yours to edit: generated from
+# solutions/02_load/agent.py; `sessionlab reset 02` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 02_load: yours to edit. Generated from solutions/02_load/files.py;
-# `sessionlab reset 02` makes it again.
+# Lesson 02_load, yours to edit: generated from
+# solutions/02_load/files.py; `sessionlab reset 02` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

@@ -1,5 +1,5 @@
-# Lesson 02_load: yours to edit. Generated from solutions/02_load/log.py;
-# `sessionlab reset 02` makes it again.
+# Lesson 02_load, yours to edit: generated from
+# solutions/02_load/log.py; `sessionlab reset 02` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

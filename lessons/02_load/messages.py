@@ -1,5 +1,5 @@
-# Lesson 02_load: yours to edit. Generated from solutions/02_load/messages.py;
-# `sessionlab reset 02` makes it again.
+# Lesson 02_load, yours to edit: generated from
+# solutions/02_load/messages.py; `sessionlab reset 02` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

@@ -1,5 +1,5 @@
-# Lesson 02_load: yours to edit. Generated from solutions/02_load/tools.py;
-# `sessionlab reset 02` makes it again.
+# Lesson 02_load, yours to edit: generated from
+# solutions/02_load/tools.py; `sessionlab reset 02` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

@@ -1,5 +1,5 @@
-# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/agent.py;
-# `sessionlab reset 03` makes it again.
+# Lesson 03_fork, yours to edit: generated from
+# solutions/03_fork/agent.py; `sessionlab reset 03` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

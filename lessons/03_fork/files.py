@@ -1,5 +1,5 @@
-# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/files.py;
-# `sessionlab reset 03` makes it again.
+# Lesson 03_fork, yours to edit: generated from
+# solutions/03_fork/files.py; `sessionlab reset 03` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

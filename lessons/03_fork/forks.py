@@ -1,5 +1,5 @@
-# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/forks.py;
-# `sessionlab reset 03` makes it again.
+# Lesson 03_fork, yours to edit: generated from
+# solutions/03_fork/forks.py; `sessionlab reset 03` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

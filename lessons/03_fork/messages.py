@@ -1,5 +1,5 @@
-# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/messages.py;
-# `sessionlab reset 03` makes it again.
+# Lesson 03_fork, yours to edit: generated from
+# solutions/03_fork/messages.py; `sessionlab reset 03` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

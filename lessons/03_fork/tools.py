@@ -1,5 +1,5 @@
-# Lesson 03_fork: yours to edit. Generated from solutions/03_fork/tools.py;
-# `sessionlab reset 03` makes it again.
+# Lesson 03_fork, yours to edit: generated from
+# solutions/03_fork/tools.py; `sessionlab reset 03` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

@@ -1,5 +1,5 @@
-# Lesson 04_repair: yours to edit. Generated from solutions/04_repair/agent.py;
-# `sessionlab reset 04` makes it again.
+# Lesson 04_repair, yours to edit: generated from
+# solutions/04_repair/agent.py; `sessionlab reset 04` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 04_repair: yours to edit. Generated from solutions/04_repair/files.py;
-# `sessionlab reset 04` makes it again.
+# Lesson 04_repair, yours to edit: generated from
+# solutions/04_repair/files.py; `sessionlab reset 04` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

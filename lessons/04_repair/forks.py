@@ -1,5 +1,5 @@
-# Lesson 04_repair: yours to edit. Generated from solutions/04_repair/forks.py;
-# `sessionlab reset 04` makes it again.
+# Lesson 04_repair, yours to edit: generated from
+# solutions/04_repair/forks.py; `sessionlab reset 04` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

@@ -1,5 +1,5 @@
-# Lesson 04_repair: yours to edit. Generated from solutions/04_repair/log.py;
-# `sessionlab reset 04` makes it again.
+# Lesson 04_repair, yours to edit: generated from
+# solutions/04_repair/log.py; `sessionlab reset 04` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

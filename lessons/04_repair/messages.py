@@ -1,5 +1,5 @@
-# Lesson 04_repair: yours to edit. Generated from solutions/04_repair/messages.py;
-# `sessionlab reset 04` makes it again.
+# Lesson 04_repair, yours to edit: generated from
+# solutions/04_repair/messages.py; `sessionlab reset 04` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

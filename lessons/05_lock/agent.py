@@ -1,5 +1,5 @@
-# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/agent.py;
-# `sessionlab reset 05` makes it again.
+# Lesson 05_lock, yours to edit: generated from
+# solutions/05_lock/agent.py; `sessionlab reset 05` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/files.py;
-# `sessionlab reset 05` makes it again.
+# Lesson 05_lock, yours to edit: generated from
+# solutions/05_lock/files.py; `sessionlab reset 05` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

@@ -1,5 +1,5 @@
-# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/log.py;
-# `sessionlab reset 05` makes it again.
+# Lesson 05_lock, yours to edit: generated from
+# solutions/05_lock/log.py; `sessionlab reset 05` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

@@ -1,5 +1,5 @@
-# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/messages.py;
-# `sessionlab reset 05` makes it again.
+# Lesson 05_lock, yours to edit: generated from
+# solutions/05_lock/messages.py; `sessionlab reset 05` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

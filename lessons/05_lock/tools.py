@@ -1,5 +1,5 @@
-# Lesson 05_lock: yours to edit. Generated from solutions/05_lock/tools.py;
-# `sessionlab reset 05` makes it again.
+# Lesson 05_lock, yours to edit: generated from
+# solutions/05_lock/tools.py; `sessionlab reset 05` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/agent.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/agent.py; `sessionlab reset 06` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

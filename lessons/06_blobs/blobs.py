@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/blobs.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/blobs.py; `sessionlab reset 06` makes it again.
 """Large content stored beside the log, by hash.
 
 A string content over a threshold goes to `blobs/<sha256>`, written before the line that

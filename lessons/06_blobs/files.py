@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/files.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/files.py; `sessionlab reset 06` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

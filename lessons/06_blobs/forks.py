@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/forks.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/forks.py; `sessionlab reset 06` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/messages.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/messages.py; `sessionlab reset 06` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

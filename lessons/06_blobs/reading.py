@@ -1,5 +1,5 @@
-# Lesson 06_blobs: yours to edit. Generated from solutions/06_blobs/reading.py;
-# `sessionlab reset 06` makes it again.
+# Lesson 06_blobs, yours to edit: generated from
+# solutions/06_blobs/reading.py; `sessionlab reset 06` makes it again.
 """Reading a log back: its lines, the state they describe, what a crash left.
 
 A log is read as whole lines. The last one may be torn (the process died in the middle

@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/agent.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/agent.py; `sessionlab reset 07` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/forks.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/forks.py; `sessionlab reset 07` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/lock.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/lock.py; `sessionlab reset 07` makes it again.
 """One writer per session.
 
 A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it

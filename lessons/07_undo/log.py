@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/log.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/log.py; `sessionlab reset 07` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/messages.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/messages.py; `sessionlab reset 07` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

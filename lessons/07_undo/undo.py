@@ -1,5 +1,5 @@
-# Lesson 07_undo: yours to edit. Generated from solutions/07_undo/undo.py;
-# `sessionlab reset 07` makes it again.
+# Lesson 07_undo, yours to edit: generated from
+# solutions/07_undo/undo.py; `sessionlab reset 07` makes it again.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/agent.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/agent.py; `sessionlab reset 08` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/blobs.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/blobs.py; `sessionlab reset 08` makes it again.
 """Large content stored beside the log, by hash.
 
 A string content over a threshold goes to `blobs/<sha256>`, written before the line that

@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/compaction.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/compaction.py; `sessionlab reset 08` makes it again.
 """The request is a view of the log.
 
 When the next request would not fit the model's window, the older part of the

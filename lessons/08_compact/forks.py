@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/forks.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/forks.py; `sessionlab reset 08` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

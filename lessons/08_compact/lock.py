@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/lock.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/lock.py; `sessionlab reset 08` makes it again.
 """One writer per session.
 
 A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it

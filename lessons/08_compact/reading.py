@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/reading.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/reading.py; `sessionlab reset 08` makes it again.
 """Reading a log back: its lines, the state they describe, what a crash left.
 
 A log is read as whole lines. The last one may be torn (the process died in the middle

@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/tools.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/tools.py; `sessionlab reset 08` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

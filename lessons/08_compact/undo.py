@@ -1,5 +1,5 @@
-# Lesson 08_compact: yours to edit. Generated from solutions/08_compact/undo.py;
-# `sessionlab reset 08` makes it again.
+# Lesson 08_compact, yours to edit: generated from
+# solutions/08_compact/undo.py; `sessionlab reset 08` makes it again.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/agent.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/agent.py; `sessionlab reset 09` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

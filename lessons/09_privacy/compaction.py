@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/compaction.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/compaction.py; `sessionlab reset 09` makes it again.
 """The request is a view of the log.
 
 When the next request would not fit the model's window, the older part of the

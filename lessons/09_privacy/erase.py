@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/erase.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/erase.py; `sessionlab reset 09` makes it again.
 """Erasing one message's words for good.
 
 On an append-only file that is a rewrite: under the writer's lock, a new file without

@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/lock.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/lock.py; `sessionlab reset 09` makes it again.
 """One writer per session.
 
 A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it

@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/log.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/log.py; `sessionlab reset 09` makes it again.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

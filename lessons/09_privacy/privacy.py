@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/privacy.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/privacy.py; `sessionlab reset 09` makes it again.
 """Sessions are personal data: delete, expire, collect.
 
 Deleting a session removes its log, its meta file, its lock, its side-chains and the

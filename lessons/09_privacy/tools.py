@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/tools.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/tools.py; `sessionlab reset 09` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

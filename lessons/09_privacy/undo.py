@@ -1,5 +1,5 @@
-# Lesson 09_privacy: yours to edit. Generated from solutions/09_privacy/undo.py;
-# `sessionlab reset 09` makes it again.
+# Lesson 09_privacy, yours to edit: generated from
+# solutions/09_privacy/undo.py; `sessionlab reset 09` makes it again.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/agent.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/agent.py; `sessionlab reset 10` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

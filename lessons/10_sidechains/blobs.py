@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/blobs.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/blobs.py; `sessionlab reset 10` makes it again.
 """Large content stored beside the log, by hash.
 
 A string content over a threshold goes to `blobs/<sha256>`, written before the line that

@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/compaction.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/compaction.py; `sessionlab reset 10` makes it again.
 """The request is a view of the log.
 
 When the next request would not fit the model's window, the older part of the

@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/erase.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/erase.py; `sessionlab reset 10` makes it again.
 """Erasing one message's words for good.
 
 On an append-only file that is a rewrite: under the writer's lock, a new file without

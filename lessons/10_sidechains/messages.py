@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/messages.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/messages.py; `sessionlab reset 10` makes it again.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

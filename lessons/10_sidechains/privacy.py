@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/privacy.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/privacy.py; `sessionlab reset 10` makes it again.
 """Sessions are personal data: delete, expire, collect.
 
 Deleting a session removes its log, its meta file, its lock, its side-chains and the

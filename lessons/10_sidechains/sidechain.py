@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/sidechain.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/sidechain.py; `sessionlab reset 10` makes it again.
 """A helper agent with a transcript of its own.
 
 The agent answers the tool call `ask_helper` with a helper: the same loop, its own

@@ -1,5 +1,5 @@
-# Lesson 10_sidechains: yours to edit. Generated from solutions/10_sidechains/undo.py;
-# `sessionlab reset 10` makes it again.
+# Lesson 10_sidechains, yours to edit: generated from
+# solutions/10_sidechains/undo.py; `sessionlab reset 10` makes it again.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/agent.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/agent.py; `sessionlab reset 11` makes it again.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/blobs.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/blobs.py; `sessionlab reset 11` makes it again.
 """Large content stored beside the log, by hash.
 
 A string content over a threshold goes to `blobs/<sha256>`, written before the line that

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/compaction.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/compaction.py; `sessionlab reset 11` makes it again.
 """The request is a view of the log.
 
 When the next request would not fit the model's window, the older part of the

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/erase.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/erase.py; `sessionlab reset 11` makes it again.
 """Erasing one message's words for good.
 
 On an append-only file that is a rewrite: under the writer's lock, a new file without

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/files.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/files.py; `sessionlab reset 11` makes it again.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

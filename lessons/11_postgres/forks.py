@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/forks.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/forks.py; `sessionlab reset 11` makes it again.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

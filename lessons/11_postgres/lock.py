@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/lock.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/lock.py; `sessionlab reset 11` makes it again.
 """One writer per session.
 
 A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/postgres.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/postgres.py; `sessionlab reset 11` makes it again.
 """The same store on PostgreSQL, for a service on several hosts.
 
 PostgresSessionLog keeps a session as rows behind the interface SessionLog has. The

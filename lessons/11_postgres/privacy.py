@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/privacy.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/privacy.py; `sessionlab reset 11` makes it again.
 """Sessions are personal data: delete, expire, collect.
 
 Deleting a session removes its log, its meta file, its lock, its side-chains and the

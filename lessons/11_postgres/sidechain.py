@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/sidechain.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/sidechain.py; `sessionlab reset 11` makes it again.
 """A helper agent with a transcript of its own.
 
 The agent answers the tool call `ask_helper` with a helper: the same loop, its own

@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/tools.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/tools.py; `sessionlab reset 11` makes it again.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

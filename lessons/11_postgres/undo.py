@@ -1,5 +1,5 @@
-# Lesson 11_postgres: yours to edit. Generated from solutions/11_postgres/undo.py;
-# `sessionlab reset 11` makes it again.
+# Lesson 11_postgres, yours to edit: generated from
+# solutions/11_postgres/undo.py; `sessionlab reset 11` makes it again.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Generated from course/log.py for lesson 02_load: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/log.py for lesson 02_load:
+# edit that source, then run `sessionlab dev generate`.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,

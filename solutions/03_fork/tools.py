@@ -1,5 +1,5 @@
-# Generated from course/tools.py for lesson 03_fork: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/tools.py for lesson 03_fork:
+# edit that source, then run `sessionlab dev generate`.
 """Running one tool call, and what its result says.
 
 The agent's tools are plain functions looked up by name. Whatever goes wrong in a call

@@ -1,5 +1,5 @@
-# Generated from course/agent.py for lesson 04_repair: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/agent.py for lesson 04_repair:
+# edit that source, then run `sessionlab dev generate`.
 """The agent loop.
 
 Send the conversation to the model; while it answers with tool calls, run each one and

@@ -1,5 +1,5 @@
-# Generated from course/blobs.py for lesson 06_blobs: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/blobs.py for lesson 06_blobs:
+# edit that source, then run `sessionlab dev generate`.
 """Large content stored beside the log, by hash.
 
 A string content over a threshold goes to `blobs/<sha256>`, written before the line that

@@ -1,5 +1,5 @@
-# Generated from course/files.py for lesson 07_undo: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/files.py for lesson 07_undo:
+# edit that source, then run `sessionlab dev generate`.
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not

@@ -1,5 +1,5 @@
-# Generated from course/lock.py for lesson 07_undo: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/lock.py for lesson 07_undo:
+# edit that source, then run `sessionlab dev generate`.
 """One writer per session.
 
 A writer holds an exclusive lock on `<id>.lock` for as long as it writes, and says in it

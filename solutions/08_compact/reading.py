@@ -1,5 +1,5 @@
-# Generated from course/reading.py for lesson 08_compact: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/reading.py for lesson 08_compact:
+# edit that source, then run `sessionlab dev generate`.
 """Reading a log back: its lines, the state they describe, what a crash left.
 
 A log is read as whole lines. The last one may be torn (the process died in the middle

@@ -1,5 +1,5 @@
-# Generated from course/erase.py for lesson 10_sidechains: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/erase.py for lesson 10_sidechains:
+# edit that source, then run `sessionlab dev generate`.
 """Erasing one message's words for good.
 
 On an append-only file that is a rewrite: under the writer's lock, a new file without

@@ -1,5 +1,5 @@
-# Generated from course/log.py for lesson 10_sidechains: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/log.py for lesson 10_sidechains:
+# edit that source, then run `sessionlab dev generate`.
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,
@@ -36,8 +36,8 @@ class WriterStopped(RuntimeError):
     """
 
 
-class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction, SessionErase,
-                 SessionSidechains):
+class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
+                 SessionErase, SessionSidechains):
     """One session's append-only log, `<folder>/<session_id>.jsonl`: an entry a line.
 
     The object that writes a log is its writer, and a session has one writer at a time.

@@ -1,5 +1,5 @@
-# Generated from course/sidechain.py for lesson 10_sidechains: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/sidechain.py for lesson 10_sidechains:
+# edit that source, then run `sessionlab dev generate`.
 """A helper agent with a transcript of its own.
 
 The agent answers the tool call `ask_helper` with a helper: the same loop, its own

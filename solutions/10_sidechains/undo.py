@@ -1,5 +1,5 @@
-# Generated from course/undo.py for lesson 10_sidechains: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/undo.py for lesson 10_sidechains:
+# edit that source, then run `sessionlab dev generate`.
 """Undo on an append-only log.
 
 A message not yet written is taken back for free; one already in the file is hidden by a

@@ -1,5 +1,5 @@
-# Generated from course/compaction.py for lesson 11_postgres: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/compaction.py for lesson 11_postgres:
+# edit that source, then run `sessionlab dev generate`.
 """The request is a view of the log.
 
 When the next request would not fit the model's window, the older part of the

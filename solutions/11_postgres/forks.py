@@ -1,5 +1,5 @@
-# Generated from course/forks.py for lesson 11_postgres: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/forks.py for lesson 11_postgres:
+# edit that source, then run `sessionlab dev generate`.
 """Forking a session: "what if?" as a log of its own.
 
 A fork copies a session's history, all of it or its first messages, into a new session,

@@ -1,5 +1,5 @@
-# Generated from course/messages.py for lesson 11_postgres: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/messages.py for lesson 11_postgres:
+# edit that source, then run `sessionlab dev generate`.
 """What a message may be, and how one becomes one line of a log.
 
 One validator decides what may be recorded, and append and load both use it: a message

@@ -1,5 +1,5 @@
-# Generated from course/postgres.py for lesson 11_postgres: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/postgres.py for lesson 11_postgres:
+# edit that source, then run `sessionlab dev generate`.
 """The same store on PostgreSQL, for a service on several hosts.
 
 PostgresSessionLog keeps a session as rows behind the interface SessionLog has. The

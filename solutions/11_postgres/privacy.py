@@ -1,5 +1,5 @@
-# Generated from course/privacy.py for lesson 11_postgres: edit that source, then
-# run `sessionlab dev generate` (see the maintainers' page).
+# Generated from course/privacy.py for lesson 11_postgres:
+# edit that source, then run `sessionlab dev generate`.
 """Sessions are personal data: delete, expire, collect.
 
 Deleting a session removes its log, its meta file, its lock, its side-chains and the

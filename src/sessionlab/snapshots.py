@@ -110,13 +110,12 @@ def snapshot(source: SourceFile, lesson: Lesson, shown: str) -> str | None:
 
 
 def header(shown: str, lesson: Lesson) -> str:
-    return (f"# Generated from {shown} for lesson {lesson.name}: edit that source, then\n"
-            "# run `sessionlab dev generate` (see the maintainers' page).\n")
+    return (f"# Generated from {shown} for lesson {lesson.name}:\n"
+            "# edit that source, then run `sessionlab dev generate`.\n")
 
 
-HEADER = re.compile(r"\A# Generated from (?P<source>\S+) for lesson \S+: edit that "
-                    r"source, then\n# run `sessionlab dev generate` \(see the "
-                    r"maintainers' page\)\.\n")
+HEADER = re.compile(r"\A# Generated from (?P<source>\S+) for lesson \S+:\n"
+                    r"# edit that source, then run `sessionlab dev generate`\.\n")
 
 
 def without_header(text: str) -> str:

@@ -40,8 +40,8 @@ def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str
     """The starter text for `lesson`, made from its marked solution text."""
     out: list[str] = []
     if (body := without_header(solution)) != solution:
-        out.append(f"# Lesson {lesson.name}: yours to edit. Generated from {source};\n"
-                   f"# `sessionlab reset {lesson.number}` makes it again.\n")
+        out.append(f"# Lesson {lesson.name}, yours to edit: generated from\n"
+                   f"# {source}; `sessionlab reset {lesson.number}` makes it again.\n")
         solution = body
     open_task: str | None = None
     for number, line in enumerate(solution.splitlines(keepends=True), start=1):
@@ -167,6 +167,7 @@ def _quote(text: str) -> str:
 class Drift:
     lesson: Lesson
     diff: str
+    path: str = ""      # lessons/NN_topic/<module>
 
 
 def expected_starter(lesson: Lesson, module: str = MODULE) -> str:
@@ -353,7 +354,8 @@ def drift(root: Path) -> list[Drift]:
     In a git checkout the committed starter counts, so that a student's edits to
     lessons/NN/agent.py are never drift; outside git, the files as they are.
     """
-    return [Drift(item.lesson, item.diff()) for item in survey(root) if item.drifted]
+    return [Drift(item.lesson, item.diff(), item.path) for item in survey(root)
+            if item.drifted]
 
 
 def generated_file(root: Path, relative: str) -> str | None:

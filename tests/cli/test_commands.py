@@ -42,15 +42,15 @@ def test_dev_starters_check_finds_a_drifted_starter_and_regenerates_it(cli, cour
     course = course_copy({"00_memory": STARTER, "01_append": STARTER})
     assert cli("--course", course, "dev", "starters", "--check").status == 0
 
-    starter = course / "lessons" / "01_append" / "agent.py"
+    starter = course / "lessons" / "01_append" / "messages.py"
     generated = starter.read_text()
     starter.write_text(generated.replace("TODO(01.1)", "TODO(01.1) edited by hand"))
     drifted = cli("--course", course, "dev", "starters", "--check")
     assert drifted.status == 1
-    assert "lessons/01_append/agent.py differs" in drifted.out and "edited by hand" in drifted.out
+    assert "lessons/01_append/messages.py differs" in drifted.out and "edited by hand" in drifted.out
 
     fixed = cli("--course", course, "dev", "starters")
-    assert fixed.status == 0 and "lessons/01_append/agent.py" in fixed.out
+    assert fixed.status == 0 and "lessons/01_append/messages.py" in fixed.out
     assert starter.read_text() == generated
 
 

@@ -28,10 +28,10 @@ def row_of(out: str, number: str) -> str:
 @pytest.mark.parametrize("lesson", ALL, ids=[lesson.name for lesson in ALL])
 def test_every_untouched_starter_has_no_task_written_and_every_solution_all(lesson,
                                                                          tmp_path):
-    # The starter as generated: lessons/NN/agent.py may hold a student's work.
-    untouched = tmp_path / "agent.py"
-    untouched.write_text(starters.expected_starter(lesson), encoding="utf-8")
-    starter = runner.written_tasks(lesson, untouched)
+    # The starter as generated: lessons/NN/ may hold a student's work.
+    for name, text in starters.expected_starters(lesson).items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    starter = runner.written_tasks(lesson, tmp_path / "agent.py")
     solution = runner.written_tasks(lesson, lesson.module_path("solution"))
 
     assert starter == {task.id: False for task in lesson.tasks}
@@ -40,16 +40,23 @@ def test_every_untouched_starter_has_no_task_written_and_every_solution_all(less
 
 def test_a_task_with_two_places_is_written_once_either_is(tmp_path):
     lesson = next(item for item in ALL if item.number == "00")
-    starter = starters.expected_starter(lesson)
-    assert starters.starter_raises(starter)["00.1"] == 2, "00.1 has two places in the starter"
+    given = starters.expected_starters(lesson)
+    places = {name: starters.starter_raises(text).get("00.1", 0)
+              for name, text in given.items()}
+    assert sum(places.values()) == 2, f"00.1 has two places in the starter: {places}"
+    for name, text in given.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
     # The first of 00.1's raises (it may span lines) becomes the student's code.
+    name = next(name for name, count in places.items() if count)
+    starter = given[name]
     first = next(node for node in ast.walk(ast.parse(starter))
                  if isinstance(node, ast.Raise) and "task 00.1" in ast.unparse(node))
     lines = starter.splitlines(keepends=True)
     indent = " " * first.col_offset
     lines[first.lineno - 1:first.end_lineno] = [indent + "pass  # mine\n"]
+    (tmp_path / name).write_text("".join(lines))
     module = tmp_path / "agent.py"
-    module.write_text("".join(lines) + f"\n# {indent}raise NotImplementedError("
+    module.write_text(given["agent.py"] + f"\n# {indent}raise NotImplementedError("
                       "\"task 00.2 is not written yet\")\n")
 
     written = runner.written_tasks(lesson, module)
@@ -96,10 +103,10 @@ def test_list_check_and_watch_call_an_untouched_starter_not_started(cli, course_
 
     # The student writes task 03.1 (here: the reference's code for it): now it has begun.
     lesson = next(item for item in lessons(course) if item.number == "03")
-    solution = (course / "solutions" / "03_fork" / "agent.py").read_text()
+    solution = (course / "solutions" / "03_fork" / "forks.py").read_text()
     mine = starters.make_starter(solution.replace("# BEGIN 03.1", "# BEGUN").replace(
         "# END 03.1", "# ENDED"), lesson)
-    (course / "lessons" / "03_fork" / "agent.py").write_text(mine)
+    (course / "lessons" / "03_fork" / "forks.py").write_text(mine)
 
     again = cli("--course", course, "list")
     assert "in progress" in row_of(again.out, "03"), again.out

@@ -29,8 +29,9 @@ def spawn(course, *args):
 @pytest.fixture
 def starting(course):
     """The prepared course with lesson 00 back to its starter: the student is on lesson 00."""
-    starter = starters.expected_starter(sessionlab_course.lesson("00", course))
-    (course / "lessons" / "00_memory" / "agent.py").write_text(starter, encoding="utf-8")
+    lesson = sessionlab_course.lesson("00", course)
+    for name, starter in starters.expected_starters(lesson).items():
+        (course / "lessons" / "00_memory" / name).write_text(starter, encoding="utf-8")
     return course
 
 
@@ -39,7 +40,7 @@ def test_watch_runs_on_save_never_moves_on_alone_and_obeys_its_keys(starting):
     try:
         child.expect("Lesson 00")
         child.expect("First failure:")
-        child.expect("watching lessons/00_memory/agent.py")
+        child.expect("watching lessons/00_memory/")
 
         child.send("n")     # not passing: refused
         child.expect("does not pass yet")
@@ -48,10 +49,11 @@ def test_watch_runs_on_save_never_moves_on_alone_and_obeys_its_keys(starting):
         child.expect("Hint 1 of")
 
         # The student finishes the lesson and saves: the tests run again by themselves.
-        shutil.copy2(REPO / "solutions" / "00_memory" / "agent.py", starting / "lessons" / "00_memory" / "agent.py")
+        for path in sessionlab_course.lesson_modules(REPO / "solutions" / "00_memory"):
+            shutil.copy2(path, starting / "lessons" / "00_memory" / path.name)
         child.expect(r"(\d+)/\1 tests pass")
         child.expect("Press n to move on to lesson 01")
-        child.expect("watching lessons/00_memory/agent.py")
+        child.expect("watching lessons/00_memory/")
 
         # Still on lesson 00: the list marks it as the one being watched.
         child.send("l")
@@ -59,7 +61,7 @@ def test_watch_runs_on_save_never_moves_on_alone_and_obeys_its_keys(starting):
 
         child.send("n")
         child.expect("Lesson 01")
-        child.expect("watching lessons/01_append/agent.py")
+        child.expect("watching lessons/01_append/")
 
         child.send("q")
         child.expect(pexpect.EOF)
@@ -74,7 +76,7 @@ def test_sessionlab_alone_in_a_terminal_watches_the_current_lesson(course):
                           encoding="utf-8", timeout=EXPECT, dimensions=(50, 110))
     try:
         child.expect("Lesson 01")
-        child.expect("watching lessons/01_append/agent.py")
+        child.expect("watching lessons/01_append/")
         child.send("q")
         child.expect(pexpect.EOF)
     finally:

@@ -82,7 +82,7 @@ def test_the_format_examples_are_real_logs():
     assert meta["format"] == 1 and {"id", "parent", "forked_at", "created"} <= meta.keys()
 
     # The latest lesson that can load reads it back exactly.
-    solutions = [lesson.module_path("solution") for lesson in course.lessons(ROOT)]
+    solutions = [lesson.solution_folder / "log.py" for lesson in course.lessons(ROOT)]
     loaders = [path for path in solutions if path.is_file() and "def load(" in path.read_text(encoding="utf-8")]
     assert loaders, "no solution has SessionLog.load yet"
     module = course.load_module(loaders[-1], f"sessionlab_impl.site_example_{loaders[-1].parent.name}")
@@ -180,8 +180,10 @@ def test_the_diff_keeps_what_you_write_apart_from_what_you_are_given(tiny):
     assert 'return f"Hello, {name}"' in write and "LOUD" not in write
     assert "+LOUD = True" in given and "+        raise NotImplementedError" in given
     assert "BEGIN" not in out
-    assert out.startswith("You write **1 line** of code in 1 task region; "
-                          "you are given **1 new or changed line**"), out.splitlines()[0]
+    assert out.startswith("This lesson touches `agent.py` (your tasks) in "
+                          "`lessons/01_second/`."), out.splitlines()[0]
+    assert ("You write **1 line** of code in 1 task region; you are given **1 new or "
+            "changed line**") in out.splitlines()[0], out.splitlines()[0]
 
 
 def test_a_new_helper_is_shown_as_python_and_counted_as_given(tiny):

@@ -281,10 +281,9 @@ def test_a_fork_onto_an_id_whose_writer_is_creating_it_is_refused(store, tmp_pat
 
 
 READER = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("store_under_test", sys.argv[1])
-store = sys.modules["store_under_test"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(store)
+import json, sys
+from sessionlab.course import load_module
+store = load_module(sys.argv[1], "store_under_test")
 print("ready", flush=True)
 try:
     print(json.dumps({"loaded": store.SessionLog(sys.argv[2], "quest").load()}), flush=True)

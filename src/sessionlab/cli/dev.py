@@ -38,7 +38,7 @@ def cmd_dev_starters(args: argparse.Namespace, ui: Ui, root: Path) -> int:
             ui.out.print("Every starter matches what the generator makes from its solution.")
             return 0
         for item in found:
-            ui.out.print(Text(f"lessons/{item.lesson.name} differs from the generated starter:",
+            ui.out.print(Text(f"{item.path} differs from the generated starter:",
                               style="bold red"))
             ui.out.print(item.diff, markup=False, highlight=False, soft_wrap=True)
         ui.error(f"{len(found)} starter(s) out of date", "regenerate them with `sessionlab dev starters`")

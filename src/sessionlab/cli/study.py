@@ -129,7 +129,7 @@ def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     for module, starter in starters.expected_starters(lesson).items():
         changed += reset_module(ui, root, lesson, module, starter)
     if not changed:
-        ui.out.print(f"lessons/{lesson.name} already holds the starter: nothing to reset.")
+        ui.out.print(f"lessons/{lesson.name} is already the starter: nothing to reset.")
     return 0
 
 
