@@ -16,6 +16,8 @@ def copy(tmp_path):
     """A copy of the course with lessons 00 and 01 only (enough to break things in)."""
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "course", tmp_path / "course",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     for lesson in ("00_memory", "01_append"):
         shutil.copytree(ROOT / "solutions" / lesson, tmp_path / "solutions" / lesson,
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -146,28 +148,28 @@ def test_a_stale_task_title_in_a_committed_starter_is_still_drift(checkout):
     finding = maintainers.check_starters(checkout)
 
     assert [p.split(" differs")[0] for p in finding.problems] == [
-        "lessons/01_append/agent.py"], finding.problems
+        "lessons/01_append/messages.py"], finding.problems
 
 
 def test_a_solution_changed_without_regenerating_is_drift_until_regenerated(checkout):
     """Editing a solution and not regenerating its starter is drift; regenerated, the
     check passes before the commit too (the working tree then matches)."""
-    solution = checkout / "solutions/01_append/agent.py"
+    solution = checkout / "solutions/01_append/messages.py"
     solution.write_text(solution.read_text().replace(
         "# Letters, digits, '.', '_' and '-'", "# Letters (any case), digits, '.', '_' and '-'"))
 
     stale = maintainers.check_starters(checkout)
     starters.write_starters(checkout)
     regenerated = maintainers.check_starters(checkout)
-    (checkout / "lessons/01_append/agent.py").write_text("# a student's start\n")
+    (checkout / "lessons/01_append/messages.py").write_text("# a student's start\n")
     edited = maintainers.check_starters(checkout)
 
     assert [p.split(" differs")[0] for p in stale.problems] == [
-        "lessons/01_append/agent.py"], stale.problems
+        "lessons/01_append/messages.py"], stale.problems
     assert "+# Letters (any case)" in stale.problems[0], stale.problems
     assert regenerated.ok and not regenerated.warnings, regenerated.problems
     assert [p.split(" differs")[0] for p in edited.problems] == [
-        "lessons/01_append/agent.py"], "a student's edit must not hide real drift"
+        "lessons/01_append/messages.py"], "a student's edit must not hide real drift"
 
 
 def test_a_starter_not_committed_yet_is_compared_as_it_is(checkout):
@@ -281,13 +283,13 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     findings = maintainers.run_all(copy, docs=False)
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
-    assert len(findings) == 8, [f.check for f in findings]
+    assert len(findings) == 9, [f.check for f in findings]
     warned = [w for f in findings for w in f.warnings]
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 
 
 def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):
-    starter = copy / "lessons/01_append/agent.py"
+    starter = copy / "lessons/01_append/messages.py"
     starter.write_text(starter.read_text().replace("import json", "import jsonn"))
 
     finding = maintainers.check_starter_fails_right(lesson_of(copy))
@@ -298,8 +300,8 @@ def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):
 
 def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
     # Make the starter's 01.1 region already done: its tests can no longer fail on the starter.
-    solution = (copy / "solutions/01_append/agent.py").read_text()
-    starter = copy / "lessons/01_append/agent.py"
+    solution = (copy / "solutions/01_append/messages.py").read_text()
+    starter = copy / "lessons/01_append/messages.py"
     body = solution.split("# BEGIN 01.1\n")[1].split("    # END 01.1")[0]
     text = starter.read_text()
     start = text.index("    # TODO(01.1)")
@@ -314,7 +316,7 @@ def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
 
 
 def test_a_broken_solution_is_reported(copy):
-    solution = copy / "solutions/01_append/agent.py"
+    solution = copy / "solutions/01_append/log.py"
     solution.write_text(solution.read_text().replace("ensure_ascii=False", "ensure_ascii=True"))
 
     finding = maintainers.check_solution(lesson_of(copy))
@@ -432,7 +434,7 @@ def test_an_empty_id_is_refused_bare(lesson, sessions):
     with pytest.raises(lesson.InvalidSessionId):
         lesson.SessionLog(sessions, "")
 ''')
-    solution = (copy / "solutions/01_append/agent.py").read_text()
+    solution = (copy / "solutions/01_append/messages.py").read_text()
     assert solution.count("SESSION_ID.fullmatch(session_id)") == 1
     add_wrong(copy, """
 [[wrong]]
