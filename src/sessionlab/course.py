@@ -217,6 +217,18 @@ class HashCheckedLoader(importlib.machinery.SourceFileLoader):
         return code
 
 
+def module_rank(file_name: str) -> int:
+    """Where a module's file stands in MODULE_ORDER (any other file: after them all)."""
+    stem = file_name.removesuffix(".py")
+    return MODULE_ORDER.index(stem) if stem in MODULE_ORDER else len(MODULE_ORDER)
+
+
+def is_lesson_module(path: Path) -> bool:
+    """A file of a lesson's code (agent.py, log.py, lock.py ...), wherever it lies:
+    the student's, a solution, a mutant."""
+    return path.suffix == ".py" and path.stem in MODULE_ORDER
+
+
 def lesson_modules(folder: Path) -> list[Path]:
     """The course modules of a lesson folder, in the order they build on each other.
 
@@ -269,7 +281,6 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
     package.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     package.__spec__.submodule_search_locations = [str(folder)]
     sys.modules[name] = package
-    loaded: list[str] = []
     try:
         for module_path in lesson_modules(folder):
             full = f"{name}.{module_path.stem}"
@@ -279,7 +290,6 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
                 assert spec and spec.loader
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[full] = module
-                loaded.append(full)
                 spec.loader.exec_module(module)
                 setattr(package, module_path.stem, module)
         modules = [sys.modules[f"{name}.{path.stem}"] for path in lesson_modules(folder)]

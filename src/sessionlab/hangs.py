@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from .course import is_lesson_module
+
 # Far above anything a correct solution needs: the slowest lesson tests (real processes
 # in lesson 05) take a few seconds on a loaded two-core machine.
 LESSON_TEST_TIMEOUT = 30.0
@@ -96,18 +98,10 @@ def _machinery(path: Path) -> bool:
     )
 
 
-def _is_lesson_module(path: Path, module_name: str | None) -> bool:
-    from .course import MODULE_ORDER
-    if module_name is not None:
-        return path.name == module_name
-    return path.suffix == ".py" and path.stem in MODULE_ORDER
-
-
 def explain(
     excinfo: pytest.ExceptionInfo,
     test_name: str,
     seconds: float | None,
-    module_name: str | None = None,
 ) -> str:
     """What a test that ran out of time was doing, in one paragraph."""
     entries = [
@@ -118,9 +112,8 @@ def explain(
     if not entries:
         return head + "."
     innermost = entries[-1]
-    # The lesson's code: one of its modules (agent.py, log.py, lock.py ...), or the
-    # module named
-    student = [e for e in entries if _is_lesson_module(Path(str(e.path)), module_name)]
+    # The lesson's code: any of its modules (agent.py, log.py, lock.py ...)
+    student = [e for e in entries if is_lesson_module(Path(str(e.path)))]
     tests = [e for e in entries if Path(str(e.path)).name.startswith("test_")]
     anchor = student[-1] if student else (tests[-1] if tests else innermost)
     where = f"{_shown(Path(str(anchor.path)))}:{anchor.lineno + 1}"

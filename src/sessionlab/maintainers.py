@@ -472,6 +472,8 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
     except SyntaxError:
         return ""
     have = _top_level_names(tree) | set(dir(builtins))
+    # Names the code reads (not a quoted annotation: importing for one could only
+    # make a circular import where none is needed)
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     wanted = sorted(known[name] for name in used - have if name in known
                     and not known[name].startswith(f"from .{Path(module).stem} "))

@@ -215,16 +215,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.config.stash[REPORT_KEY].append(entry)
 
 
-def _in_lesson_code(path: Path) -> bool:
-    """A frame in one of the lesson's modules (agent.py, log.py, lock.py ...)."""
-    return path.suffix == ".py" and path.stem in course.MODULE_ORDER
-
-
 def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
     """The lesson code's function the failure came out of (innermost frame in one of
     the lesson's modules)."""
     for entry in reversed(excinfo.traceback):
-        if _in_lesson_code(Path(str(entry.path))):
+        if course.is_lesson_module(Path(str(entry.path))):
             return entry.name
     return None
 
@@ -236,7 +231,7 @@ def _raised_in(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> tuple[str, s
     test_file = Path(str(item.path)).resolve()
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
-        if _in_lesson_code(path):
+        if course.is_lesson_module(path):
             return "module", f"{path.name}:{entry.lineno + 1}"
         if path.resolve() == test_file:
             return "test", f"{path.name}:{entry.lineno + 1}"
@@ -298,7 +293,7 @@ def _advice(lesson: course.Lesson, task_id: str | None) -> str:
 def _student_frame(excinfo: pytest.ExceptionInfo) -> str:
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
-        if _in_lesson_code(path):
+        if course.is_lesson_module(path):
             try:
                 shown = path.relative_to(Path.cwd())
             except ValueError:

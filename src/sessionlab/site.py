@@ -32,7 +32,6 @@ from typing import Any
 
 from sessionlab import course
 from sessionlab.maintainers import test_marks
-from sessionlab.snapshots import without_header
 from sessionlab.starters import generated_file, strip_markers
 
 try:  # mkdocs is only needed when the site is built, not to import this module in a test
@@ -118,7 +117,7 @@ class Includer:
         text = self._read(path)
         stripped = path.startswith("solutions/") and not raw
         if stripped:
-            text = strip_markers(without_header(text))
+            text = strip_markers(text)
         first = 1
         if name:
             text, first = section(text, name, path)
@@ -248,9 +247,10 @@ class Includer:
         """
         lesson = self._lesson(ref)
         previous = self._previous(lesson)
+        touched = self._touched(lesson)
         regions: list[tuple[str, TaskRegion]] = []
         given: list[tuple[str, str, Given]] = []
-        for name, _ in self._touched(lesson):
+        for name, _ in touched:
             new_path = f"solutions/{lesson.name}/{name}"
             old_path = f"solutions/{previous.name}/{name}"
             starter_path = f"lessons/{lesson.name}/{name}"
@@ -258,14 +258,14 @@ class Includer:
                         task_regions(self._read(new_path), lesson.number)]
             old = self._solution_text(previous, name)
             given.append((old_path if old else "(nothing)", starter_path,
-                          given_changes(old, without_header(self._read(starter_path)))))
+                          given_changes(old, self._read(starter_path))))
         if not regions and not any(changes.hunks for _, _, changes in given):
             raise IncludeError(f"solutions/{lesson.name} is the same as "
                                f"solutions/{previous.name}: nothing grew in this lesson")
         written = sum(region.code_lines for _, region in regions)
         added = sum(changes.added for _, _, changes in given)
         churn = sum(changes.churn for _, _, changes in given)
-        parts = [self._touches_sentence(lesson, self._touched(lesson)) + " "
+        parts = [self._touches_sentence(lesson, touched) + " "
                  f"You write **{_count(written, 'line')}** of code in "
                  f"{_count(len(regions), 'task region')}; you are given "
                  f"**{_count(added, 'new or changed line')}** around them "
@@ -362,7 +362,7 @@ class Includer:
         path = lesson.solution_folder / name
         if not path.is_file():
             return ""
-        return strip_markers(without_header(path.read_text(encoding="utf-8")))
+        return strip_markers(path.read_text(encoding="utf-8"))
 
     def _touched(self, lesson: course.Lesson) -> list[tuple[str, str]]:
         """The modules the lesson touches, (file name, "new" / "yours" / "changed"):
@@ -378,7 +378,7 @@ class Includer:
                 found.append((name, "new"))
             elif task_regions(text, lesson.number):
                 found.append((name, "yours"))
-            elif strip_markers(without_header(text)) != before:
+            elif strip_markers(text) != before:
                 found.append((name, "changed"))
         return found
 

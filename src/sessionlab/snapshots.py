@@ -29,7 +29,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from .course import MODULE_ORDER, CourseError, Lesson
+from .course import MODULE_ORDER, CourseError, Lesson, module_rank
 
 SOURCE = "course"          # the folder of the hand-kept source, at the course root
 WIDTH = 88
@@ -130,14 +130,7 @@ def prune_imports(text: str, shown: str) -> str:
     except SyntaxError as error:
         raise CourseError(f"{shown}: the generated module does not parse, line "
                           f"{error.lineno}: {error.msg}") from None
-    used = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            used.add(node.id)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            # a name in a quoted annotation ("SessionLog") counts as used
-            if re.fullmatch(r"[A-Za-z_][\w.\[\], |]*", node.value):
-                used.update(re.findall(r"[A-Za-z_]\w*", node.value))
+    used = names_used(tree)
     lines = text.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []
     for node in tree.body:
@@ -154,6 +147,18 @@ def prune_imports(text: str, shown: str) -> str:
     for start, end, new in reversed(edits):
         lines[start - 1:end] = [new] if new else []
     return "".join(lines)
+
+
+def names_used(tree: ast.AST) -> set[str]:
+    """Every name the code reads, a name in a quoted annotation ("SessionLog") too."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if re.fullmatch(r"[A-Za-z_][\w.\[\], |]*", node.value):
+                used.update(re.findall(r"[A-Za-z_]\w*", node.value))
+    return used
 
 
 def render_import(node: ast.Import | ast.ImportFrom, names: list[ast.alias]) -> str:
@@ -182,7 +187,7 @@ def source_files(root: Path) -> list[SourceFile]:
             raise CourseError(f"{SOURCE}/{path.name}: not a course module; the modules are "
                               + ", ".join(f"{name}.py" for name in MODULE_ORDER))
         found.append(read_source(path, f"{SOURCE}/{path.name}"))
-    return sorted(found, key=lambda source: MODULE_ORDER.index(source.path.stem))
+    return sorted(found, key=lambda source: module_rank(source.name))
 
 
 def generate(root: Path, lessons: list[Lesson]) -> dict[Path, str]:

@@ -135,8 +135,9 @@ def _split(text: str, width: int) -> list[str]:
 
 
 def strip_markers(solution: str) -> str:
-    """The solution as a reader should see it: the code, without the BEGIN/END fences."""
-    return "".join(line for line in solution.splitlines(keepends=True)
+    """The solution as a reader should see it: the code, without the BEGIN/END fences
+    and without the lines that say what it was generated from."""
+    return "".join(line for line in without_header(solution).splitlines(keepends=True)
                    if not (BEGIN.match(line) or END.match(line)))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from .. import starters
+from .. import course, snapshots, starters
 from .ui import Ui
 
 
@@ -53,7 +53,6 @@ def cmd_dev_starters(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 def cmd_dev_generate(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     """course/ -> solutions/NN_topic/*.py -> lessons/NN_topic/*.py (the starters)."""
-    from .. import course, snapshots
     lessons = course.lessons(root)
     changed = snapshots.write_snapshots(root, lessons) + starters.write_starters(root)
     for path in changed:

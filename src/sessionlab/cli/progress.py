@@ -13,7 +13,6 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import course, starters
-from ..snapshots import without_header
 from ..course import Lesson
 from .runner import LessonResult, Runner, current_lesson, load_state, save_state
 from .ui import Ui, bar, human
@@ -242,8 +241,7 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
 def reference_texts(lesson: Lesson) -> dict[str, str]:
     """The reference solution as a reader sees it: each module, without its fences and
     its generated-from header."""
-    return {path.name: starters.strip_markers(without_header(
-                path.read_text(encoding="utf-8")))
+    return {path.name: starters.strip_markers(path.read_text(encoding="utf-8"))
             for path in course.lesson_modules(lesson.solution_folder)}
 
 
@@ -252,18 +250,12 @@ def print_diffs(ui: Ui, old: dict[str, str], new: dict[str, str], old_folder: st
     """One diff a module, for every module either side has (the course's order); a
     module only one side has is diffed against nothing. False when nothing differs."""
     differs = False
-    for name in sorted(old.keys() | new.keys(), key=_module_order):
+    for name in sorted(old.keys() | new.keys(), key=course.module_rank):
         old_name = f"{old_folder}/{name}" if name in old else "/dev/null"
         new_name = f"{new_folder}/{name}" if name in new else "/dev/null"
         differs |= print_diff(ui, old.get(name, ""), new.get(name, ""), old_name,
                               new_name)
     return differs
-
-
-def _module_order(name: str) -> int:
-    stem = name.removesuffix(".py")
-    order = course.MODULE_ORDER
-    return order.index(stem) if stem in order else len(order)
 
 
 def print_diff(ui: Ui, old: str, new: str, old_name: str, new_name: str) -> bool:
