@@ -66,31 +66,8 @@ def now() -> str:
 # The most one write() moves on Linux (2 GiB less a page); larger calls come back short.
 MAX_WRITE = 0x7FFFF000
 #<
-#> 03+
-
-#<
 
 
-#> 06+
-def fsync_folder(folder: Path) -> None:
-    """fsync a folder, so that the names just created in it survive a power cut."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    """fsync a file written before (by anyone), so its bytes survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#<
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
@@ -110,12 +87,23 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.fsync(parent)
                 finally:
                     os.close(parent)
-#> 03-05
+#> 03+
 
 
 def fsync_folder(folder: Path) -> None:
     """fsync a folder, so that the names just created in it survive a power cut."""
     fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+#<
+#> 06+
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file written before (by anyone), so its bytes survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
     finally:

@@ -42,9 +42,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    #> 03-06
-    meta = folder / f"{new_id}.meta.json"
-    #<
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -75,6 +72,21 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
             f"cannot fork the first {upto} messages of {source_id!r}: it holds "
             f"{len(lines)}"
         )
+    # Copy the bytes of the lines themselves: a new, independent file (never a link).
+    copy = b"".join(lines[:count])
+    #<
+    #> 04-06
+    # Since lesson 04 a log holds markers as well as messages, and may end in a torn
+    # line: copy whole lines only, and count messages, not lines.
+    # One per entry
+    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
+    count = len(state.messages) if upto is None else upto
+    if not 0 <= count <= len(state.messages):
+        raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
+                         f"it holds {len(state.messages)}")
+    keep = len(lines) if upto is None else entries_for(state.entries, count)
+    # Copy the bytes of the lines themselves: a new, independent file (never a link).
+    copy = b"".join(lines[:keep])
     #<
     #> 07+
     try:
@@ -88,7 +100,6 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     """fork() from the source's log, open as `fd`."""
     source = folder / f"{source_id}.jsonl"
     target = folder / f"{new_id}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A session this process has read or written, unchanged since, need not be read
     # again: what it knows says where each line ends (see KnownLog). Else read it now.
     log = recall(fd)
@@ -96,46 +107,14 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
         data, state = read_open_log(fd, source)
         log = KnownLog(len(data), None, state.ends, state.shown(),
                        state.newline_missing)
-    #<
-    #> 04+
     # Since lesson 04 a log holds markers as well as messages, and may end in a torn
-    #<
-    #> 04-06
-    # line: copy whole lines only, and count messages, not lines.
-    # One per entry
-    lines = [line + b"\n" for line in data[:state.end].split(b"\n") if line]
-    count = len(state.messages) if upto is None else upto
-    if not 0 <= count <= len(state.messages):
-    #<
-    #> 07+
     # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
     # messages are undone: count the ones shown.
     ends = log.ends
     shown = log.shown
     count = len(shown) if upto is None else upto
     if not 0 <= count <= len(shown):
-    #<
-        #> 04+
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
-        #<
-                         #> 04-06
-                         f"it holds {len(state.messages)}")
-    keep = len(lines) if upto is None else entries_for(state.entries, count)
-                         #<
-    #> 03-06
-    # Copy the bytes of the lines themselves: a new, independent file (never a link).
-    #<
-    #> 03
-    copy = b"".join(lines[:count])
-    # END 03.1
-    #<
-    #> 03-04
-    # BEGIN 03.2
-    #<
-    #> 04-06
-    copy = b"".join(lines[:keep])
-    #<
-                         #> 07+
                          f"it shows {len(shown)}")
     # BEGIN 07.5
     # Keep the lines up to the one holding the last message kept. The undo markers among
@@ -150,30 +129,10 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     copy = Prefix(fd, ends[keep - 1] if keep else 0)
     if keep and keep == len(ends) and log.newline_missing:
         copy.then = b"\n"
-                         #<
-    #> 03-04
-    # The lineage first, the log last: the fork exists from the moment its log has a
-    # name, so a failure before that (a full disk, a crash) leaves no session, only a
-    # meta file.
-    write_whole(meta, json.dumps({
-        "format": FORMAT_VERSION,
-        "id": new_id,
-        "parent": source_id,
-        "forked_at": count,
     #<
-        #> 03
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        #<
-        #> 04
-        "created": now(),
-        #<
     #> 03-04
-    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
-    try:
-        publish_new(target, copy, durable=durable)
-    except BaseException:
-        meta.unlink(missing_ok=True)    # no fork after all: no lineage either
-        raise
+    publish_fork(folder, source_id, new_id, count, copy, durable)
+    # END 03.1
     #<
     #> 05+
     # Publish under the new id's lock, as its writer would: an agent starting a session
@@ -182,23 +141,42 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
         claim._lock()       # SessionBusy if another writer is creating it
         if target.exists():
             raise SessionExists(f"cannot fork onto {new_id!r}: {target} already exists")
-        # The lineage first, the log last: the fork exists from the moment its log has
-        # a name, so a failure before that (a full disk, a crash) leaves no session,
-        # only a meta file.
-        write_whole(meta, json.dumps({
-            "format": FORMAT_VERSION,
-            "id": new_id,
-            "parent": source_id,
-            "forked_at": count,
-            "created": now(),
-        }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
-        try:
-            publish_new(target, copy, durable=durable)
-        except BaseException:
-            meta.unlink(missing_ok=True)    # no fork after all: no lineage either
-            raise
-    #<
-    #> 03-04
-    # END 03.2
+        publish_fork(folder, source_id, new_id, count, copy, durable)
     #<
     return target
+
+
+#> 03-06
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
+                 durable: bool) -> None:
+#<
+#> 07+
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int,
+                 copy: bytes | Prefix, durable: bool) -> None:
+#<
+    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
+    meta file, then publish its log holding `copy`: all or nothing."""
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # BEGIN 03.2
+    # The lineage first, the log last: the fork exists from the moment its log has a
+    # name, so a failure before that (a full disk, a crash) leaves no session, only a
+    # meta file.
+    write_whole(meta, json.dumps({
+        "format": FORMAT_VERSION,
+        "id": new_id,
+        "parent": source_id,
+        "forked_at": count,
+        #> 03
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        #<
+        #> 04+
+        "created": now(),
+        #<
+    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+    try:
+        publish_new(target, copy, durable=durable)
+    except BaseException:
+        meta.unlink(missing_ok=True)    # no fork after all: no lineage either
+        raise
+    # END 03.2

@@ -278,37 +278,29 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        #> 04-06
-        while True:     # a repair happens once per writer that opens the log: this ends
-            before = os.fstat(fd)
-            data = read_all(fd, path)
-            after = os.fstat(fd)
-            same_size = before.st_size == after.st_size == len(data)
-            if same_size and before.st_mtime_ns == after.st_mtime_ns:
-                break                           # nothing changed while we read
-            if read_all(fd, path).startswith(data):
-                break                           # only appended to: a whole first part
-        #<
-        #> 07+
         return read_open_log(fd, path)
-        #<
     finally:
         os.close(fd)
-    #> 04-06
-    return data, parse_log(data, path)
-    #<
-#> 07+
 
 
 def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
+    #> 04-06
+    """read_whole_log() of the log open as `fd`."""
+    #<
+    #> 07+
     """read_whole_log() of the log open as `fd`. What it finds is remembered (see
     KnownLog) when the file did not change while it was read."""
+    #<
     while True:     # a repair happens once per writer that opens the log: this ends
         before = os.fstat(fd)
         data = read_all(fd, path)
         after = os.fstat(fd)
         same_size = before.st_size == after.st_size == len(data)
         if same_size and before.st_mtime_ns == after.st_mtime_ns:
+            #> 04-06
+            return data, parse_log(data, path)  # nothing changed while we read
+            #<
+            #> 07+
             # Nothing changed while we read: what we read is the file as `after` says
             state = parse_log(data, path)
             known = KnownLog(after.st_size, after.st_mtime_ns, state.ends,
@@ -319,9 +311,9 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
                     not state.entries or leaves_no_call_open(state.entries[-1]))
             remember(after, known)
             return data, state
+            #<
         if read_all(fd, path).startswith(data):
             return data, parse_log(data, path)  # only appended to: a whole first part
-#<
 
 
 def read_log(path: Path) -> LogState:

@@ -31,7 +31,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -43,10 +42,18 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     raise NotImplementedError(
         "task 03.1 is not written yet: Copy the history into a new, independent log"
     )
+    return target
+
+
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
+                 durable: bool) -> None:
+    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
+    meta file, then publish its log holding `copy`: all or nothing."""
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
     # TODO(03.2): Record the lineage, then publish the log: all or nothing.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
     raise NotImplementedError(
         "task 03.2 is not written yet: Record the lineage, then publish the log: all "
         "or nothing"
     )
-    return target

@@ -64,7 +64,6 @@ def now() -> str:
 MAX_WRITE = 0x7FFFF000
 
 
-
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 

@@ -32,7 +32,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -56,6 +55,16 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     keep = len(lines) if upto is None else entries_for(state.entries, count)
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
     copy = b"".join(lines[:keep])
+    publish_fork(folder, source_id, new_id, count, copy, durable)
+    return target
+
+
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
+                 durable: bool) -> None:
+    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
+    meta file, then publish its log holding `copy`: all or nothing."""
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
     # The lineage first, the log last: the fork exists from the moment its log has a
     # name, so a failure before that (a full disk, a crash) leaves no session, only a
     # meta file.
@@ -71,4 +80,3 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     except BaseException:
         meta.unlink(missing_ok=True)    # no fork after all: no lineage either
         raise
-    return target

@@ -60,7 +60,6 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     """fork() from the source's log, open as `fd`."""
     source = folder / f"{source_id}.jsonl"
     target = folder / f"{new_id}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A session this process has read or written, unchanged since, need not be read
     # again: what it knows says where each line ends (see KnownLog). Else read it now.
     log = recall(fd)
@@ -94,19 +93,28 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
         claim._lock()       # SessionBusy if another writer is creating it
         if target.exists():
             raise SessionExists(f"cannot fork onto {new_id!r}: {target} already exists")
-        # The lineage first, the log last: the fork exists from the moment its log has
-        # a name, so a failure before that (a full disk, a crash) leaves no session,
-        # only a meta file.
-        write_whole(meta, json.dumps({
-            "format": FORMAT_VERSION,
-            "id": new_id,
-            "parent": source_id,
-            "forked_at": count,
-            "created": now(),
-        }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
-        try:
-            publish_new(target, copy, durable=durable)
-        except BaseException:
-            meta.unlink(missing_ok=True)    # no fork after all: no lineage either
-            raise
+        publish_fork(folder, source_id, new_id, count, copy, durable)
     return target
+
+
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int,
+                 copy: bytes | Prefix, durable: bool) -> None:
+    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
+    meta file, then publish its log holding `copy`: all or nothing."""
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
+    # The lineage first, the log last: the fork exists from the moment its log has a
+    # name, so a failure before that (a full disk, a crash) leaves no session, only a
+    # meta file.
+    write_whole(meta, json.dumps({
+        "format": FORMAT_VERSION,
+        "id": new_id,
+        "parent": source_id,
+        "forked_at": count,
+        "created": now(),
+    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+    try:
+        publish_new(target, copy, durable=durable)
+    except BaseException:
+        meta.unlink(missing_ok=True)    # no fork after all: no lineage either
+        raise

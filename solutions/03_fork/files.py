@@ -23,7 +23,6 @@ class SessionExists(FileExistsError):
     """The new session's id is already taken."""
 
 
-
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 

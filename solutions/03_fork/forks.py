@@ -31,7 +31,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
     if target.exists():
@@ -54,7 +53,17 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         )
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
     copy = b"".join(lines[:count])
+    publish_fork(folder, source_id, new_id, count, copy, durable)
     # END 03.1
+    return target
+
+
+def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
+                 durable: bool) -> None:
+    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
+    meta file, then publish its log holding `copy`: all or nothing."""
+    target = folder / f"{new_id}.jsonl"
+    meta = folder / f"{new_id}.meta.json"
     # BEGIN 03.2
     # The lineage first, the log last: the fork exists from the moment its log has a
     # name, so a failure before that (a full disk, a crash) leaves no session, only a
@@ -72,4 +81,3 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         meta.unlink(missing_ok=True)    # no fork after all: no lineage either
         raise
     # END 03.2
-    return target

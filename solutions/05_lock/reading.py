@@ -77,18 +77,22 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        while True:     # a repair happens once per writer that opens the log: this ends
-            before = os.fstat(fd)
-            data = read_all(fd, path)
-            after = os.fstat(fd)
-            same_size = before.st_size == after.st_size == len(data)
-            if same_size and before.st_mtime_ns == after.st_mtime_ns:
-                break                           # nothing changed while we read
-            if read_all(fd, path).startswith(data):
-                break                           # only appended to: a whole first part
+        return read_open_log(fd, path)
     finally:
         os.close(fd)
-    return data, parse_log(data, path)
+
+
+def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
+    """read_whole_log() of the log open as `fd`."""
+    while True:     # a repair happens once per writer that opens the log: this ends
+        before = os.fstat(fd)
+        data = read_all(fd, path)
+        after = os.fstat(fd)
+        same_size = before.st_size == after.st_size == len(data)
+        if same_size and before.st_mtime_ns == after.st_mtime_ns:
+            return data, parse_log(data, path)  # nothing changed while we read
+        if read_all(fd, path).startswith(data):
+            return data, parse_log(data, path)  # only appended to: a whole first part
 
 
 def read_log(path: Path) -> LogState:

@@ -65,25 +65,6 @@ def now() -> str:
 MAX_WRITE = 0x7FFFF000
 
 
-
-def fsync_folder(folder: Path) -> None:
-    """fsync a folder, so that the names just created in it survive a power cut."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    """fsync a file written before (by anyone), so its bytes survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make_folder(folder: Path, durable: bool = False) -> None:
     """Create `folder` and any parents it lacks, each readable by its owner only (0700).
 
@@ -103,6 +84,24 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.fsync(parent)
                 finally:
                     os.close(parent)
+
+
+def fsync_folder(folder: Path) -> None:
+    """fsync a folder, so that the names just created in it survive a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file written before (by anyone), so its bytes survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
