@@ -72,33 +72,31 @@ class Agent(AgentUndo, AgentCompaction, AgentErase):
         """
         self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
-        try:
-            for _ in range(self.max_turns):
-                # Flushes first: on disk before the model sees it
-                reply = self.ask_model()
-                message = normalize_reply(reply, self.messages)
-                self.record(message)
-                # Decide from tool_calls, not finish_reason: some OpenAI-compatible
-                # servers answer finish_reason="stop" together with tool calls.
-                calls = message.get("tool_calls") or []
-                if not calls:
-                    return message["content"]
-                # Run each call as the model sent it (so that run_tool can say what was
-                # wrong with its arguments); answer under its stored copy's id.
-                for call, asked in zip(calls, reply["tool_calls"]):
-                    # The call (and the results before it) are on disk before the tool
-                    # can change the world: a crash inside it leaves a call lesson 04
-                    # repairs.
-                    self.flush()
-                    self.record({"role": "tool", "tool_call_id": call["id"],
-                                 "content": run_tool(self.tools, asked)})
-            raise MaxTurnsExceeded(
-                f"the model still wanted tools after {self.max_turns} requests; giving "
-                "up on this turn"
-            )
-        finally:
-            # The answer the user is about to read is on disk when run() ends
-            self.flush()
+        for _ in range(self.max_turns):
+            # Flushes first: on disk before the model sees it
+            reply = self.ask_model()
+            message = normalize_reply(reply, self.messages)
+            self.record(message)
+            # Decide from tool_calls, not finish_reason: some OpenAI-compatible servers
+            # answer finish_reason="stop" together with tool calls.
+            calls = message.get("tool_calls") or []
+            if not calls:
+                # The answer the user is about to read is on disk when run() ends
+                self.flush()
+                return message["content"]
+            # Run each call as the model sent it (so that run_tool can say what was
+            # wrong with its arguments); answer it under the id its stored copy carries.
+            for call, asked in zip(calls, reply["tool_calls"]):
+                # The call (and the results before it) are on disk before the tool can
+                # change the world: a crash inside it leaves a call lesson 04 repairs.
+                self.flush()
+                self.record({"role": "tool", "tool_call_id": call["id"],
+                             "content": run_tool(self.tools, asked)})
+        self.flush()        # the last results, before the error says the turn ended
+        raise MaxTurnsExceeded(
+            f"the model still wanted tools after {self.max_turns} requests; giving up "
+            "on this turn"
+        )
 
     def settle(self) -> None:
         """Answer the tool calls an earlier run left without results, before anything.
