@@ -26,6 +26,7 @@ from .reading import Compaction, interrupted_result, LogState, unanswered_calls
 from .lock import LOCK_POLL_SECONDS, SessionBusy
 from .blobs import BLOB_NAME, BLOB_THRESHOLD, BlobError, PREVIEW_CHARS
 from .undo import UndoError
+from .compaction import compaction_marker
 from .log import WriterStopped
 
 
@@ -370,16 +371,10 @@ class PostgresSessionLog:
         the session shows but the last `keep`. Returns the marker's "upto"."""
         if self.next_seq is None:
             self._open()
-        state = state_of(self._rows(), self.where)
-        shown = state.shown()
-        if not 0 <= keep <= len(shown):
-            raise ValueError(f"cannot keep {keep} message(s) of {self.where} after a "
-                             f"compaction: it shows {len(shown)}")
-        written = sum(MARKER not in entry for entry in state.entries)
-        upto = shown[len(shown) - keep][0] if keep else written
-        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        marker = compaction_marker(state_of(self._rows(), self.where), keep, summary,
+                                   self.where)
         self._write(lambda: [marker])
-        return upto
+        return marker["upto"]
 
     # --- large content, stored once by its hash ---------------------------------------
 

@@ -14,12 +14,27 @@ from typing import Any
 
 from .messages import encode_line, MARKER, Message
 from .files import now, read_all
-from .reading import Compaction, parse_log
+from .reading import Compaction, LogState, parse_log
 
 
 class ContextOverflow(RuntimeError):
     """Even after compaction the next request is larger than the budget: the turn in
     progress alone does not fit. Nothing was lost: the log holds every message."""
+
+
+def compaction_marker(state: LogState, keep: int, summary: str, where: object
+                      ) -> Message:
+    """The marker that records `summary` standing for every message `state` shows but
+    the last `keep`: its "upto" is the index of the first message kept (the number of
+    messages written when none is). ValueError, naming `where`, for a `keep` the log
+    does not show. The file store and the database store write the same marker."""
+    shown = state.shown()
+    if not 0 <= keep <= len(shown):
+        raise ValueError(f"cannot keep {keep} message(s) of {where} after a "
+                         f"compaction: it shows {len(shown)}")
+    written = sum(MARKER not in entry for entry in state.entries)
+    upto = shown[len(shown) - keep][0] if keep else written
+    return {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
 
 
 class SessionCompaction:
@@ -43,15 +58,9 @@ class SessionCompaction:
         # A compaction is rare (it costs a model call): reading the log again, through
         # the writer's own descriptor, costs little beside it and keeps this plain.
         state = parse_log(read_all(self._fd, self.path), self.path)
-        shown = state.shown()
-        if not 0 <= keep <= len(shown):
-            raise ValueError(f"cannot keep {keep} message(s) of {self.path} after a "
-                             f"compaction: it shows {len(shown)}")
-        written = sum(MARKER not in entry for entry in state.entries)
-        upto = shown[len(shown) - keep][0] if keep else written
-        marker = {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
+        marker = compaction_marker(state, keep, summary, self.path)
         self._write(encode_line(marker))
-        return upto
+        return marker["upto"]
 
 
 # --- lesson 08: sizes and summaries ---------------------------------------------------
