@@ -197,7 +197,7 @@ def heading(ui: Ui, title: str) -> None:
 
 
 def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
-    intro = (f"The cave quest, played by solutions/{reference.name}/agent.py with the built-in town model.\n"
+    intro = (f"The cave quest, played by solutions/{reference.name}/ with the built-in town model.\n"
              "Each day runs in its own process: only the session log carries the story across.")
     ui.out.print(intro if ui.plain else Panel.fit(intro, title="Session Lab demo"), markup=False)
     number = reference.name[:2]

@@ -120,7 +120,7 @@ def test_lesson_01_appends_to_an_existing_log_without_reading_it(cli, chat_cours
 def test_without_a_lesson_it_runs_your_latest_passing_lesson(cli, course, sessions):
     run = cli("--course", course, "chat", "--sessions", sessions, input=QUEST)
     assert run.status == 0, run.text
-    assert "lesson 00 (yours: lessons/00_memory/agent.py)" in run.out
+    assert "lesson 00 (yours: lessons/00_memory/)" in run.out
 
 
 def test_your_unfinished_code_is_one_line_not_a_traceback(cli, chat_course, sessions):

@@ -1,6 +1,6 @@
 """`sessionlab chat`: talk to your own lesson code through a model.
 
-The agent is the chosen lesson's `Agent` (your `lessons/NN/agent.py`, or the reference with
+The agent is the chosen lesson's `Agent` (your `lessons/NN/`, or the reference with
 `--solution`), with the town's two tools, on a named session in a sessions folder: new,
 continued, or forked from another at a point (`--fork-from ID --at K`, with the lesson's own
 `fork()`). Lesson 00 has no session log: the chat then lives in memory, and says so.
@@ -520,7 +520,7 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     agent_class = compaction.announcing(showing(module.Agent, printer), ui)   # lesson 08
     where = "yours" if side == "lesson" else "the reference"
     ui.out.print(Text.assemble(("Session Lab chat", "bold magenta"), "  lesson ", (lesson.number, "bold"),
-                               f" ({where}: {'lessons' if side == 'lesson' else 'solutions'}/{lesson.name}/agent.py)"))
+                               f" ({where}: {'lessons' if side == 'lesson' else 'solutions'}/{lesson.name}/)"))
     # Before anything is written: a server or model that cannot work stops the chat here.
     preflight(choice, ui, check=not args.no_check)
     ui.out.print(Text(f"model: {choice.describe()}", style="dim"))
