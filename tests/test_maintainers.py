@@ -578,3 +578,20 @@ def test_the_root_pytest_leaves_the_corpus_to_dev_check_and_ci():
     assert count("wrong implementations of ", corpus=False) == 0
     assert count("wrong implementations of ") == checked
     assert count("wrong implementations of ", corpus=False, mutate=True) == checked
+
+
+def test_a_task_whose_where_misses_its_code_is_reported(copy):
+    """The page shows the student the functions `where` names: one that exists but
+    holds none of the task's code, or one no module defines, is a problem."""
+    toml = copy / "lessons/01_append/lesson.toml"
+    toml.write_text(toml.read_text().replace('where = "check_session_id"',
+                                             'where = "make_folder"', 1))
+    wrong_place = maintainers.check_metadata(lesson_of(copy)).problems
+    toml.write_text(toml.read_text().replace('where = "make_folder"',
+                                             'where = "no_such_function"', 1))
+    nowhere = maintainers.check_metadata(lesson_of(copy)).problems
+
+    assert any("task 01.1: none of `where` (make_folder) holds its fence" in p
+               for p in wrong_place), wrong_place
+    assert any("task 01.1: `where` names 'no_such_function', which no module" in p
+               for p in nowhere), nowhere

@@ -110,6 +110,8 @@ def check_metadata(lesson: course.Lesson) -> Finding:
             problems.append(f"task {task.id} is not fenced (# BEGIN {task.id}) in the solution")
         if task.id not in tested:
             problems.append(f"task {task.id} has no test marked @pytest.mark.task({task.id!r})")
+        if task.id in fenced and (where := misplaced(lesson, task)):
+            problems.append(where)
     for name in undocumented_tests(lesson):
         problems.append(f"{name} has no docstring: say in a sentence or two what "
                         f"behaviour it "
@@ -122,6 +124,32 @@ def check_metadata(lesson: course.Lesson) -> Finding:
             if task not in known and not any(task.startswith(f"{n:02d}.") for n in range(int(lesson.number))):
                 problems.append(f"{name} is marked with unknown task {task}")
     return finding
+
+
+def misplaced(lesson: course.Lesson, task: course.Task) -> str | None:
+    """Why the task's `where` does not lead to its code, or None: each function it names
+    is defined in a module of the solution, and one of them holds the task's fence (the
+    page shows the student those functions)."""
+    from .site import IncludeError, section
+    modules = {path.name: path.read_text(encoding="utf-8")
+               for path in course.lesson_modules(lesson.solution_folder)}
+    fenced_in = []
+    for where in (part.strip() for part in task.where.split(",") if part.strip()):
+        for name, text in modules.items():
+            try:
+                code, _ = section(text, where, name)
+            except IncludeError:
+                continue
+            if f"# BEGIN {task.id}" in code:
+                fenced_in.append(where)
+            break
+        else:
+            return (f"task {task.id}: `where` names {where!r}, which no module of "
+                    f"solutions/{lesson.name}/ defines")
+    if task.where and not fenced_in:
+        return (f"task {task.id}: none of `where` ({task.where}) holds its fence "
+                f"(# BEGIN {task.id}): name the function the student writes")
+    return None
 
 
 def check_folders(root: Path) -> Finding:
