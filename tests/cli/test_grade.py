@@ -18,7 +18,9 @@ from .conftest import SOLUTION, STARTER, make_course
 def classroom(tmp_path):
     """Two students on lesson 00: one finished, one untouched who added a test of his own."""
     room = tmp_path / "class"
-    make_course(room / "alice", {"00_memory": SOLUTION})
+    alice = make_course(room / "alice", {"00_memory": SOLUTION})
+    (alice / ".sessionlab").mkdir(exist_ok=True)
+    (alice / ".sessionlab" / "hints.json").write_text('{"seen": {"00.1": 2, "00.3": 1}}')
     bob = make_course(room / "bob", {"00_memory": STARTER})
     with (bob / "lessons" / "00_memory" / "test_memory.py").open("a") as handle:
         handle.write("\n\ndef test_i_always_pass():\n    pass\n")
@@ -35,7 +37,10 @@ def test_grade_prints_a_table_and_writes_csv_and_json(cli, classroom, tmp_path, 
               "--csv", tmp_path / "grades.csv", "--json", tmp_path / "grades.json")
 
     assert run.status == 0, run.text
-    rows = {line.split()[0]: line for line in run.out.splitlines() if line.split()}
+    rows: dict[str, str] = {}
+    for line in run.out.splitlines():       # the tests' table first, then the hints'
+        if line.split():
+            rows.setdefault(line.split()[0], line)
     passed, total = re.search(r"(\d+)/(\d+)", rows["alice"]).groups()     # however many
     assert passed == total and int(total) >= 10 and "1/1" in rows["alice"]
     assert f"0/{total}*" in rows["bob"], "bob's own extra test does not count, and his edit is flagged"
@@ -46,12 +51,21 @@ def test_grade_prints_a_table_and_writes_csv_and_json(cli, classroom, tmp_path, 
         table = {(r["student"], r["lesson"]): r for r in csv.DictReader(handle)}
     assert table[("alice", "00_memory")]["passed"] == total and table[("alice", "00_memory")]["state"] == "done"
     assert table[("bob", "00_memory")]["tests_edited"] == "yes"
+    lesson = load_lesson(course, "00_memory")
+    there = sum(len(task.hints) for task in lesson.tasks)
+    assert (table[("alice", "00_memory")]["hints_used"],
+            table[("alice", "00_memory")]["hints_available"]) == ("3", str(there)), \
+        "alice asked for two hints of 00.1 and one of 00.3"
+    assert table[("bob", "00_memory")]["hints_used"] == "0"
+    assert "Hint levels asked for" in run.out
 
     report = json.loads((tmp_path / "grades.json").read_text())
     students = {s["name"]: s for s in report["students"]}
     assert report["tests"] == "course"
     tasks = [task.id for task in load_lesson(course, "00_memory").tasks]
     assert students["alice"]["lessons"]["00_memory"]["tasks"] == {task: "passed" for task in tasks}
+    assert students["alice"]["lessons"]["00_memory"]["hints"]["levels"] == {
+        "00.1": 2, "00.2": 0, "00.3": 1}
     failures = students["bob"]["lessons"]["00_memory"]["failures"]
     assert failures and all("not written yet" in f["message"] for f in failures)
 

@@ -1,10 +1,13 @@
 """`sessionlab grade DIR...`: every lesson's tests against each student's copy of the course.
 
 Each student folder is a copy of the course. For every student and every lesson, the
-course's own tests run against the student's `lessons/NN/agent.py` in a sandbox
+course's own tests run against the student's lesson modules in a sandbox
 (bubblewrap: no network, nothing of yours or of other students visible, every process of
 the run killed with it), on a private copy, under a timeout and resource limits. Without
 bubblewrap, grading still works, with less isolation, and says so in one line.
+
+Under the table: the hint levels each student asked for, per lesson (`sessionlab hint`
+counts them in the student's .sessionlab/hints.json), a measure of where a class needed help.
 
 A lesson that timed out, crashed, is missing or does not compile scores 0 of all its tests;
 a run whose report fails the grader's checks is marked `suspect` and scores 0. A student who
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import os
 import tempfile
@@ -32,7 +36,8 @@ from ..grading import outputs, sandbox
 from ..grading.guard import Guard, Reaper
 from ..grading.run import (Grade, Setup, build_view, collect, grade_lesson, read_module,
                            shadow_flags)
-from ..cli.runner import LessonResult
+from ..cli.runner import STATE_DIR, LessonResult
+from .progress import HINTS_FILE
 from . import find_course
 from .ui import Ui
 
@@ -49,9 +54,15 @@ class Student:
     grades: dict[str, Grade] = field(default_factory=dict)
     edited: set[str] = field(default_factory=set)      # lessons whose test files differ
     flags: list[str] = field(default_factory=list)     # about the folder as a whole
+    hints: dict[str, int] = field(default_factory=dict)   # task id -> hint levels seen
 
     def passed(self) -> int:
         return sum(g.passed for g in self.grades.values() if g.counted)
+
+    def hints_used(self, lesson: Lesson) -> tuple[int, int]:
+        """(hint levels this student asked for, levels there are) in `lesson`."""
+        return (sum(min(self.hints.get(task.id, 0), len(task.hints)) for task in lesson.tasks),
+                sum(len(task.hints) for task in lesson.tasks))
 
     def total(self, expected: dict[str, int]) -> int:
         """Every test of every lesson graded, whatever happened to the runs."""
@@ -88,6 +99,25 @@ def find_students(dirs: list[str]) -> list[Student]:
             problem = "not a copy of the course (no lessons/ folder)"
         students.append(Student(name, path.resolve(), problem))
     return students
+
+
+def read_hints(student: Path) -> tuple[dict[str, int], str | None]:
+    """The hint levels a student asked for (`sessionlab hint` and watch's `h` count them
+    in .sessionlab/hints.json): task id -> the highest level seen, and what was wrong
+    with the file, if anything. Read like a student's module: a plain file, bounded."""
+    path = student / STATE_DIR / HINTS_FILE
+    if not os.path.lexists(path):
+        return {}, None
+    try:
+        data = json.loads(read_module(path))
+        seen = data["seen"]
+        if not isinstance(seen, dict):
+            raise TypeError("`seen` is not a table")
+        return {str(task): int(level) for task, level in seen.items()
+                if isinstance(level, int) and level > 0}, None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        why = getattr(error, "strerror", None) or error
+        return {}, f"{STATE_DIR}/{HINTS_FILE} unreadable ({why}): hint use not counted"
 
 
 def _digest(folder: Path) -> str:
@@ -142,6 +172,9 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         lessons = [course.lesson(w, course_root or ok[0].path) for w in wanted]
     for student in ok:
         student.flags = shadow_flags(student.path)
+        student.hints, unreadable = read_hints(student.path)
+        if unreadable:
+            student.flags.append(unreadable)
         for lesson in lessons:
             mine = student.path / "lessons" / lesson.name
             if course_root is not None and mine.is_dir() and \
@@ -252,6 +285,7 @@ def _print_table(ui: Ui, students: list[Student], lessons: list[Lesson],
                              + outputs.cut(grade.error, TABLE_LIMIT).replace("\n", " | "))
             notes += [f"{student.name} {lesson.number}: {flag}" for flag in grade.flags]
     ui.out.print(table)
+    _print_hints(ui, students, lessons)
     if any(s.edited for s in students):
         ui.out.print(Text("* the student's copy of this lesson's tests differs from the "
                           "course's; the grade above used the course's tests.", style="dim"))
@@ -260,6 +294,28 @@ def _print_table(ui: Ui, students: list[Student], lessons: list[Lesson],
                           "0 of all its tests):", style="dim"))
         for note in notes:
             ui.out.print(Text("  " + outputs.cut(note, TABLE_LIMIT + 60)), soft_wrap=True)
+
+
+def _print_hints(ui: Ui, students: list[Student], lessons: list[Lesson]) -> None:
+    """Hint levels each student asked for, per lesson: where a class needed help."""
+    graded = [s for s in students if s.problem is None]
+    if not any(s.hints for s in graded):
+        ui.out.print(Text("No student asked for a hint (`sessionlab hint`, watch's h).",
+                          style="dim"))
+        return
+    ui.out.print(Text("Hint levels asked for, of those there are, per student and "
+                      "lesson:", style="bold"))
+    table = ui.table()
+    table.add_column("Student")
+    for lesson in lessons:
+        table.add_column(lesson.number, justify="right")
+    for student in graded:
+        cells = []
+        for lesson in lessons:
+            used, there = student.hints_used(lesson)
+            cells.append(Text(f"{used}/{there}", style="yellow" if used else "dim"))
+        table.add_row(student.name, *cells)
+    ui.out.print(table)
 
 
 @dataclass
@@ -278,19 +334,22 @@ class Report:
             if student.problem:
                 rows.append({**base, "lesson": "", "passed": 0,
                              "total": student.total(self.counts), "state": "problem",
-                             "tests_edited": "", "error": student.problem})
+                             "tests_edited": "", "hints_used": "", "hints_available": "",
+                             "error": student.problem})
                 continue
             for lesson in self.lessons:
                 grade = student.grades[lesson.name]
                 flags = student.flags + grade.flags
+                used, there = student.hints_used(lesson)
                 rows.append({**base, "lesson": lesson.name, "passed": grade.passed,
                              "total": grade.total, "state": grade.state,
                              "tests_edited": "yes" if lesson.name in student.edited else "no",
+                             "hints_used": used, "hints_available": there,
                              "flags": "; ".join(flags), "error": grade.error or ""})
         for alarm in self.alarms:
             rows.append({"student": "", "lesson": "", "passed": 0, "total": 0,
-                         "state": "alarm", "tests_edited": "", "flags": "", "error": alarm,
-                         "path": ""})
+                         "state": "alarm", "tests_edited": "", "hints_used": "",
+                         "hints_available": "", "flags": "", "error": alarm, "path": ""})
         return rows
 
     def csv(self) -> str:
@@ -316,12 +375,16 @@ class Report:
                 continue
             result = LessonResult(lesson.name, "impl", tests=grade.tests)
             failures = [t for t in grade.tests if not t.passed]
+            used, there = student.hints_used(lesson)
             entry["lessons"][lesson.name] = {
                 "passed": grade.passed, "total": grade.total, "state": grade.state,
                 "error": cut(grade.error, outputs.JSON_LIMIT) or None,
                 "flags": grade.flags, "tests_edited": lesson.name in student.edited,
                 "tasks": {t.id: result.task_state(t.id) if grade.counted else grade.state
                           for t in lesson.tasks},
+                "hints": {"used": used, "available": there,
+                          "levels": {t.id: min(student.hints.get(t.id, 0), len(t.hints))
+                                     for t in lesson.tasks}},
                 "failure_count": len(failures),
                 "failures": [{"test": cut(t.name, 300), "tasks": t.tasks,
                               "exception": cut(t.exception, 100),

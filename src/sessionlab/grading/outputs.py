@@ -55,8 +55,8 @@ def write_whole(path: Path, text: str) -> None:
         temp.unlink(missing_ok=True)
 
 
-CSV_COLUMNS = ["student", "lesson", "passed", "total", "state", "tests_edited", "flags",
-               "error", "path"]
+CSV_COLUMNS = ["student", "lesson", "passed", "total", "state", "tests_edited",
+               "hints_used", "hints_available", "flags", "error", "path"]
 
 
 def csv_text(rows: list[dict]) -> str:
