@@ -283,7 +283,7 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     findings = maintainers.run_all(copy, docs=False)
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
-    assert len(findings) == 9, [f.check for f in findings]
+    assert len(findings) == 10, [f.check for f in findings]
     warned = [w for f in findings for w in f.warnings]
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 
@@ -337,9 +337,9 @@ def test_a_later_solution_that_breaks_an_earlier_key_test_is_reported(copy):
 def test_missing_hints_and_untested_tasks_are_reported(copy):
     toml = copy / "lessons/01_append/lesson.toml"
     text = toml.read_text()
-    toml.write_text(text.replace('hints = [\n    "On Linux', 'hints = [\n    "On Linux').replace(
-        '    "`fd = os.open(self.folder, os.O_RDONLY)`, then `os.fsync(fd)` inside a `try` whose '
-        '`finally` does `os.close(fd)`.",\n', ""))
+    start = text.index("hints = [", text.index('id = "01.4"'))
+    end = text.index("\n]\n", start) + 3
+    toml.write_text(text[:start] + 'hints = ["Only one hint."]\n' + text[end:])
     tests = copy / "lessons/01_append/test_append.py"
     tests.write_text(tests.read_text().replace('@pytest.mark.task("01.4")\n', ""))
 
@@ -595,3 +595,22 @@ def test_a_task_whose_where_misses_its_code_is_reported(copy):
                for p in wrong_place), wrong_place
     assert any("task 01.1: `where` names 'no_such_function', which no module" in p
                for p in nowhere), nowhere
+
+
+def test_a_recipe_in_a_task_or_code_in_an_early_hint_is_reported(copy):
+    """A task says what must hold, not the expression; only its last hint gives code."""
+    toml = copy / "lessons/01_append/lesson.toml"
+    text = toml.read_text()
+    start = text.index('hints = [', text.index('id = "01.1"'))
+    first_hint = text.index('"', start + len("hints = ["))
+    recipe = "`os.open(path)`, `data = read_all(fd, path)`, `lines[0]` " * 6
+    toml.write_text(text[:first_hint + 1] + "Call `os.open(p)`, then `x = y`. "
+                    + text[first_hint + 1:].replace('description = """\n',
+                                                    'description = """\n' + recipe + "\n", 1))
+
+    problems = maintainers.check_contracts(copy).problems
+
+    assert any(p.startswith("task 01.1: hint 1 of") and "os.open(p)" in p
+               for p in problems), problems
+    assert any(p.startswith("the task descriptions spell code in ") for p in problems), \
+        problems

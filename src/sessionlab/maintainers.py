@@ -25,6 +25,7 @@ import difflib
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,48 @@ def check_metadata(lesson: course.Lesson) -> Finding:
         for task in tasks:
             if task not in known and not any(task.startswith(f"{n:02d}.") for n in range(int(lesson.number))):
                 problems.append(f"{name} is marked with unknown task {task}")
+    return finding
+
+
+# A backtick span that holds code rather than a name: a call, an assignment, an index, an
+# operator or control flow. A task's text may name what to use (`SessionLog`, `fsync`),
+# never spell the expression: that is the student's part.
+CODE_SPAN = re.compile(r"`([^`]+)`")
+CODE_LIKE = re.compile(r"\w\s*\(|[^=!<>]=[^=]|==|!=|<=|>=|\[|\b(if|for|while|return|raise|try|"
+                       r"except|with|lambda|not|and|or|in|is|del|yield|await)\b.*\S|"
+                       r"\.\w+\s*\(|\+|\*\*?|%")
+MOST_CODE_SPANS = 15        # in every task description of the course together
+
+
+def code_spans(text: str) -> list[str]:
+    """The code-like backtick spans of a task's text."""
+    return [span for span in CODE_SPAN.findall(text) if CODE_LIKE.search(span)]
+
+
+def check_contracts(root: Path) -> Finding:
+    """Tasks are contracts and hints climb: the course's task descriptions hold at most
+    MOST_CODE_SPANS code-like spans together; a task's first hint holds none, and no hint
+    before its last more than one; a title (the starter's TODO line) holds none."""
+    finding = Finding("tasks are contracts, hints climb")
+    spans: list[str] = []
+    for lesson in course.lessons(root):
+        for task in lesson.tasks:
+            spans += [f"{task.id} {span}" for span in code_spans(task.description)]
+            if code_spans(task.title):
+                finding.problems.append(f"task {task.id}: its title, the starter's TODO "
+                                        f"line, spells code: {code_spans(task.title)}")
+            for level, hint in enumerate(task.hints[:-1], start=1):
+                found = code_spans(hint)
+                if len(found) > (0 if level == 1 else 1):
+                    finding.problems.append(
+                        f"task {task.id}: hint {level} of {len(task.hints)} spells code "
+                        f"({', '.join(found)}): only the last hint gives code; the first "
+                        "gives the idea, the next ones the approach in words")
+    if len(spans) > MOST_CODE_SPANS:
+        finding.problems.append(
+            f"the task descriptions spell code in {len(spans)} places (at most "
+            f"{MOST_CODE_SPANS}): say what must hold and why, name the helpers, leave the "
+            "expressions to the student: " + "; ".join(spans))
     return finding
 
 
@@ -695,7 +738,8 @@ def static_checks(root: Path, shipped: Path | None = None, strict: bool = False
     checks = [("lesson folders", lambda: check_folders(root)),
               ("snapshots", lambda: check_snapshots(root)),
               ("starters", lambda: check_starters(root, strict)),
-              ("course code width", lambda: check_width(shipped))]
+              ("course code width", lambda: check_width(shipped)),
+              ("contracts", lambda: check_contracts(shipped))]
     for lesson in course.lessons(shipped):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
     return checks
