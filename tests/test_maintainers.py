@@ -614,3 +614,22 @@ def test_a_recipe_in_a_task_or_code_in_an_early_hint_is_reported(copy):
                for p in problems), problems
     assert any(p.startswith("the task descriptions spell code in ") for p in problems), \
         problems
+
+
+def test_a_first_failure_that_names_another_task_is_said(copy):
+    """A mistake in task 01.5's code that a test of task 01.2 catches first sends the
+    student to the wrong task: the check says which, and where the mistake is."""
+    add_wrong(copy, '''
+[[wrong]]
+what = "fsyncs every line even when not asked to"
+find = "        if self.durable:\\n            os.fsync(self._fd)"
+replace = "        os.fsync(self._fd)"
+caught_by = "test_without_durable_mode_nothing_is_fsynced"
+''')
+
+    warnings = maintainers.check_wrong_implementations(lesson_of(copy)).warnings
+
+    assert any(w.startswith("'fsyncs every line even when not asked to' is a mistake in "
+                            "task 01.5, but the first test that fails on it, "
+                            "test_without_durable_mode_nothing_is_fsynced, names 01.2")
+               for w in warnings), warnings

@@ -566,6 +566,26 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def first_failure_misnames(files: dict[str, str], wrong: Wrong,
+                           entries: list[dict]) -> str | None:
+    """Why the first test that fails on a wrong implementation sends the student to the
+    wrong task, or None. The task is the fence the entry's edit is in (an edit outside
+    every fence is no student's code: nothing to say)."""
+    from .mutate import fenced_lines
+    module = find_wrong(files, wrong)
+    if module is None:
+        return None
+    fenced = fenced_lines(files[module])
+    tasks = {fenced[line] for line in edited_lines(files[module], wrong) if line in fenced}
+    first = next((e for e in entries if e["outcome"] in ("failed", "error")), None)
+    if not tasks or first is None or tasks & set(first.get("tasks", [])):
+        return None
+    named = ", ".join(first.get("tasks", [])) or "no task"
+    return (f"{wrong.what!r} is a mistake in task {', '.join(sorted(tasks))}, but the first "
+            f"test that fails on it, {first['name'].split('[')[0]}, names {named}: a "
+            "student sent there looks in the wrong place")
+
+
 def does_not_compile(source: str) -> str | None:
     """Why `source` is no Python program (a SyntaxError or IndentationError), or None."""
     try:
@@ -686,6 +706,8 @@ def check_wrong_implementations(lesson: course.Lesson,
                 "can be said to catch it: fix its find/replace")
             continue
         failed = failed_tests(entries)
+        if failed and (misnamed := first_failure_misnames(files, wrong, entries)):
+            finding.warnings.append(misnamed)
         if wrong.equivalent and failed:
             finding.problems.append(
                 f"{wrong.what!r} is recorded as equivalent, but {', '.join(failed)} "
