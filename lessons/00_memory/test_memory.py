@@ -14,6 +14,7 @@ def new_agent(lesson, model, town, **options):
     return lesson.Agent(model.client(), model=model.model, tools=town, **options)
 
 
+@pytest.mark.task("00.3")
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_a_plain_answer_ends_the_turn(lesson, model, town):
@@ -91,6 +92,7 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
     assert answer == "Bought."
 
 
+@pytest.mark.task("00.2")
 @pytest.mark.task("00.1")
 def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
     lesson, model, town

@@ -49,6 +49,7 @@ def calls_of(messages):
     return [call for m in messages for call in m.get("tool_calls") or []]
 
 
+@pytest.mark.task("00.1")
 @pytest.mark.task("00.3")
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))
 def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quirk):
@@ -154,6 +155,7 @@ def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     }, f"store the arguments as JSON text ('{{\"item\": \"rope\"}}'), got {arguments!r}"
 
 
+@pytest.mark.task("00.2")
 @pytest.mark.task("00.3")
 def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_sendable(
         lesson, model, town):

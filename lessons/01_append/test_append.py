@@ -54,6 +54,7 @@ def agent_on(lesson, model, town, sessions, session_id="quest-1", **options):
     return lesson.Agent(model.client(), model=model.model, tools=town, session=log), log
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.key
 @pytest.mark.task("01.3")
 @pytest.mark.task("01.2")
@@ -131,6 +132,7 @@ def test_a_crash_mid_run_leaves_every_earlier_message_on_disk(
     )
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
     """Non-ASCII text is written as UTF-8 (ensure_ascii=False), so the log stays
@@ -242,6 +244,7 @@ class FsyncRecorder:
         self.real(fd)
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
 def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
@@ -277,6 +280,7 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
     )
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
     """Without durable mode nothing is fsynced: fsync costs milliseconds per line and is
@@ -405,6 +409,7 @@ def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch)
         "and os.write it once (a print() inside append counts as a write too)")
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
     """When the disk takes only part of a line, append() raises instead of returning."""
@@ -519,6 +524,7 @@ def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
     pytest.fail(f"check_session_id({not_text!r}) accepted an id that is not a string")
 
 
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
     """Failed appends (a full disk), retried, then close(), leave no descriptor open."""

@@ -49,6 +49,7 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.task("03.2")
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
@@ -104,6 +105,7 @@ def test_appending_to_either_session_leaves_the_other_byte_identical(
         "appending to the original changed the fork")
 
 
+@pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
     """The fork's log is a file of its own, neither a symbolic nor a hard link to the
@@ -178,6 +180,7 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     assert not (sessions.parent / "escaped.jsonl").exists()
 
 
+@pytest.mark.task("03.1")
 @pytest.mark.key
 @pytest.mark.task("03.2")
 def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_one):
@@ -425,6 +428,7 @@ def test_upto_equal_to_the_length_copies_everything(lesson, sessions, day_one):
     assert copied == (sessions / "quest-1.jsonl").read_bytes(), "upto=len copies all"
 
 
+@pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_a_whole_fork_records_how_many_messages_it_copied(lesson, sessions, day_one):
     """A fork without upto records forked_at as the number of messages copied."""
@@ -478,6 +482,7 @@ def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
         "leave the mode to the umask; publish_new and write_whole create 0600 files")
 
 
+@pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_a_fork_never_writes_through_a_link_planted_at_its_name(
         lesson, sessions, day_one, tmp_path):

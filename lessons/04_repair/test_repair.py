@@ -163,6 +163,7 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(
 # --- 04.2 and 04.3: answer the interrupted calls --------------------------------------
 
 
+@pytest.mark.task("04.1")
 @pytest.mark.key
 @pytest.mark.task("04.2")
 @pytest.mark.task("04.3")
@@ -226,6 +227,7 @@ def test_only_calls_without_a_result_are_answered_in_call_order(
 @pytest.mark.parametrize(
     "ending", ["a plain answer", "a user message", "answered calls"]
 )
+@pytest.mark.task("04.3")
 def test_a_whole_log_is_resumed_without_a_single_byte_written(
     lesson, resume, sessions, ending
 ):

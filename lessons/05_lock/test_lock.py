@@ -169,6 +169,7 @@ def lock_record(path):
 # --- 05.1: a second writer is refused, by name ----------------------------------------
 
 
+@pytest.mark.task("05.2")
 @pytest.mark.key
 @pytest.mark.task("05.1")
 def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(
@@ -321,6 +322,7 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     ]
 
 
+@pytest.mark.task("05.2")
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
 def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(

@@ -129,6 +129,7 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
     [PASTE, NON_ASCII, BINARY_LOOKING],
     ids=["1 MB paste", "non-ASCII", "binary-looking"],
 )
+@pytest.mark.task("06.1")
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     """Loading puts the blob's content back in place of the reference, byte for byte,
     around unchanged small messages."""

@@ -119,6 +119,8 @@ def test_undo_takes_back_the_whole_last_turn_tool_calls_and_results_together(
     )
 
 
+@pytest.mark.task("07.4")
+@pytest.mark.task("07.1")
 @pytest.mark.task("07.3")
 def test_undo_of_several_turns(lesson, sessions):
     """undo(turns=n) takes back the last n turns, in memory and for a new process alike.
@@ -570,6 +572,7 @@ def test_a_fork_of_an_undone_session_inherits_the_undo(lesson, sessions):
     ), "a whole fork copies the lines, undo markers included"
 
 
+@pytest.mark.task("07.4")
 @pytest.mark.key
 @pytest.mark.task("07.5")
 def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):

@@ -114,6 +114,7 @@ class Library(Town):
 # --- the budget, the view and the log -----------------------------------------------
 
 
+@pytest.mark.task("08.5")
 @pytest.mark.key
 @pytest.mark.task("08.2")
 @pytest.mark.task("08.3")
@@ -208,6 +209,8 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson, sessions):
         f"message; the request went on with {sent[2]}")
 
 
+@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 @pytest.mark.key
 @pytest.mark.task("08.1")
 @pytest.mark.task("08.2")
@@ -268,6 +271,7 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
         "after the second compaction the request starts from the second summary")
 
 
+@pytest.mark.task("08.3")
 @pytest.mark.task("08.4")
 @pytest.mark.task("08.5")
 def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_nothing(

@@ -98,6 +98,7 @@ def sidechain_files(sessions, session_id="quest-1"):
 # --- 10.1: a side-chain's name --------------------------------------------------------
 
 
+@pytest.mark.task("10.3")
 @pytest.mark.task("10.2")
 def test_deleting_a_session_deletes_its_side_chains_too(lesson, sessions):
     """A helper's transcript holds the parent's words (the question it was handed):

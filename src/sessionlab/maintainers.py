@@ -10,10 +10,13 @@ For every lesson:
     NotImplementedError or an AssertionError, and every task has a failing test;
   * every plausible wrong implementation listed in `solutions/NN_topic/wrong.toml` (the
     solution with one edit: links instead of copies, splitlines, a missing fsync ...) is
-    caught by the test named for it. This keeps "the tests fail on a wrong implementation"
-    true as tests and solutions change.
-And once: every line of course code (lessons/ and solutions/ .py files) fits 88
-columns, and the docs build strictly (when mkdocs is installed).
+    caught by the test named for it, and the first test that fails on a mistake inside a
+    task's fence names that task (the student is sent to the right place). This keeps "the
+    tests fail on a wrong implementation" true as tests and solutions change.
+And once: solutions/ is what course/ makes; every line of course code (course/, lessons/
+and solutions/ .py files) fits 88 columns and no module a student edits runs past 800
+lines; task texts are contracts and hints climb; the docs build strictly (when mkdocs is
+installed).
 
 Each lesson's tests run in their own pytest process, two at a time.
 """
@@ -707,7 +710,7 @@ def check_wrong_implementations(lesson: course.Lesson,
             continue
         failed = failed_tests(entries)
         if failed and (misnamed := first_failure_misnames(files, wrong, entries)):
-            finding.warnings.append(misnamed)
+            finding.problems.append(misnamed)
         if wrong.equivalent and failed:
             finding.problems.append(
                 f"{wrong.what!r} is recorded as equivalent, but {', '.join(failed)} "
