@@ -200,3 +200,28 @@ def test_a_model_may_send_malformed_arguments_for_the_agent_to_handle():
     model = ScriptedModel([use(raw_call("buy", "{item: rope"))])
     message = ask(model, [USER]).choices[0].message
     assert message.tool_calls[0].function.arguments == "{item: rope"
+
+
+# --- the model's window ----------------------------------------------------------------
+
+
+def test_a_request_larger_than_the_window_is_refused_in_openais_words():
+    from sessionlab.scripted import request_tokens
+    small = [{"role": "user", "content": "Hi."}]
+    large = [{"role": "user", "content": "The ledge is steep. " * 100}]
+    model = ScriptedModel([say("Hello.")], context_window=request_tokens({"messages": small}) + 10)
+    with pytest.raises(openai.BadRequestError) as error:
+        ask(model, large)
+    body = error.value.body
+    assert body["code"] == "context_length_exceeded", body
+    assert body["message"].startswith(f"This model's maximum context length is {model.context_window} "
+                                      f"tokens. However, your messages resulted in "
+                                      f"{request_tokens({'messages': large})} tokens."), body
+    assert len(model.requests) == 1, "the refused request is recorded"
+    assert ask(model, small).choices[0].message.content == "Hello.", (
+        "a request within the window is answered, with the step the refused one did not use")
+
+
+def test_without_a_window_no_size_is_refused():
+    model = ScriptedModel([say("Read it.")])
+    assert ask(model, [{"role": "user", "content": "x" * 400_000}]).choices[0].message.content == "Read it."

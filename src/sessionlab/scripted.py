@@ -181,10 +181,11 @@ class InvalidRequest(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.code: str | None = None
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": "invalid_request_error",
-                          "param": self.param, "code": None}}
+                          "param": self.param, "code": self.code}}
 
 
 def validate(body: Any) -> None:
@@ -292,6 +293,25 @@ def _check_tool_call(tool_call: Any, where: str) -> None:
         )
 
 
+def request_tokens(body: dict[str, Any]) -> int:
+    """About how many tokens a request costs: the bytes of its messages' and tools' JSON,
+    / 4 (the rule of thumb lesson 08's estimate_tokens uses too)."""
+    sent = {"messages": body.get("messages"), "tools": body.get("tools") or []}
+    return (len(json.dumps(sent, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 3) // 4
+
+
+def check_window(body: dict[str, Any], window: int) -> None:
+    """Refuse a request larger than the model's window, in OpenAI's words."""
+    tokens = request_tokens(body)
+    if tokens > window:
+        error = InvalidRequest(
+            f"This model's maximum context length is {window} tokens. However, your "
+            f"messages resulted in {tokens} tokens. Please reduce the length of the "
+            "messages.", "messages")
+        error.code = "context_length_exceeded"
+        raise error
+
+
 # --- summaries (lesson 08) ----------------------------------------------------------------
 # A compaction asks the model for a summary: a request with no tools whose system message
 # asks to summarise the conversation (lesson 08's SUMMARY_PROMPT does). The scripted model
@@ -355,6 +375,9 @@ class ScriptedModel:
     _observers: list[Callable[[dict[str, Any]], Any]] = field(default_factory=list, repr=False)
     # Answers a compaction's summary request (lesson 08); None sends it to the script.
     summarise: Callable[[dict[str, Any]], str] | None = scripted_summary
+    # The model's window in tokens (estimated as request_tokens does); a request larger
+    # than it is refused with HTTP 400, as a real server refuses one. None: no limit.
+    context_window: int | None = None
     _replies: int = 0
 
     def __post_init__(self) -> None:
@@ -395,6 +418,8 @@ class ScriptedModel:
         """Answer one request body: (HTTP status, JSON body). May raise for Disconnect/Crash."""
         try:
             validate(body)
+            if self.context_window is not None:
+                check_window(body, self.context_window)
         except InvalidRequest as error:
             self.requests.append(body if isinstance(body, dict) else {"body": body})
             return 400, error.body()
