@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -116,13 +117,7 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
                          f"it shows {len(shown)}")
-    # BEGIN 07.5
-    # Keep the lines up to the one holding the last message kept. The undo markers among
-    # them come along, so the fork leaves out what the source leaves out; a marker
-    # further down only takes back messages written after it, which the fork does not
-    # have.
-    keep = len(ends) if upto is None else (shown[count - 1][1] + 1 if count else 0)
-    # END 07.5
+    keep = lines_kept(shown, len(ends), upto)
     # Copy the bytes of those lines (a torn tail never: it is no line), into a new,
     # independent file (never a link). A last line whose newline never got written
     # gets one, so that the fork's first append starts on a line of its own.
@@ -146,6 +141,26 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     return target
 
 
+#> 07+
+def lines_kept(shown: Sequence[tuple[int, int]], lines: int, upto: int | None) -> int:
+    """How many of the source's `lines` (one per entry, in order) a fork copies: a fork
+    of its first `upto` shown messages shows exactly them, a whole fork (`upto` None)
+    exactly what the source shows. `upto` is already checked against `shown`, the
+    (index, position) pairs of the messages the source shows.
+
+    The undo markers among the lines copied come along, so the fork leaves out what the
+    source leaves out; a marker further down only takes back messages written after it,
+    which the fork does not have."""
+    # BEGIN 07.5
+    if upto is None:
+        return lines
+    # Up to the line holding the last message kept, which can be far below its place
+    # among the messages shown when undone messages or markers come before it
+    return shown[upto - 1][1] + 1 if upto else 0
+    # END 07.5
+#<
+
+
 #> 03-06
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
                  durable: bool) -> None:
@@ -156,9 +171,9 @@ def publish_fork(folder: Path, source_id: str, new_id: str, count: int,
 #<
     """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
     meta file, then publish its log holding `copy`: all or nothing."""
+    # BEGIN 03.2
     target = folder / f"{new_id}.jsonl"
     meta = folder / f"{new_id}.meta.json"
-    # BEGIN 03.2
     # The lineage first, the log last: the fork exists from the moment its log has a
     # name, so a failure before that (a full disk, a crash) leaves no session, only a
     # meta file.

@@ -283,7 +283,7 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     findings = maintainers.run_all(copy, docs=False)
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
-    assert len(findings) == 10, [f.check for f in findings]
+    assert len(findings) == 11, [f.check for f in findings]
     warned = [w for f in findings for w in f.warnings]
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 

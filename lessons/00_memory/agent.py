@@ -35,6 +35,8 @@ class Agent:
         calling tools after `max_turns` requests.
         """
         # TODO(00.2): Loop until the model answers in plain text.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
         raise NotImplementedError(
             "task 00.2 is not written yet: Loop until the model answers in plain text"

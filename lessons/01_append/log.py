@@ -48,6 +48,8 @@ class SessionLog:
     def append(self, message: Message) -> None:
         """Write one message as one line, with a single write() of the whole line."""
         # TODO(01.2): Append one message as one JSON line, in one write.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
         raise NotImplementedError(
             "task 01.2 is not written yet: Append one message as one JSON line, in one "

@@ -45,13 +45,15 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     return target
 
 
+
+
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
                  durable: bool) -> None:
     """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
     meta file, then publish its log holding `copy`: all or nothing."""
-    target = folder / f"{new_id}.jsonl"
-    meta = folder / f"{new_id}.meta.json"
     # TODO(03.2): Record the lineage, then publish the log: all or nothing.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
     raise NotImplementedError(
         "task 03.2 is not written yet: Record the lineage, then publish the log: all "

@@ -59,6 +59,8 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     return target
 
 
+
+
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
                  durable: bool) -> None:
     """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its

@@ -128,6 +128,8 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
     or a user message.
     """
     # TODO(04.2): Find the tool calls that never got a result.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
     # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
     raise NotImplementedError(
         "task 04.2 is not written yet: Find the tool calls that never got a result"

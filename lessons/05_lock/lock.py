@@ -75,6 +75,8 @@ class SessionLock:
         `<id>.lock` (its holder removed it while letting go), lock the new one instead.
         """
         # TODO(05.1): Take the session's lock, or say who holds it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
         raise NotImplementedError(
             "task 05.1 is not written yet: Take the session's lock, or say who holds it"

@@ -70,6 +70,8 @@ class SessionBlobs:
         """
         # TODO(06.1): Store content as blobs/<sha256>, whole, before anything points to
         # it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
         raise NotImplementedError(
             "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "

@@ -51,6 +51,8 @@ class AgentUndo:
         changing nothing, when the conversation has fewer turns.
         """
         # TODO(07.3): Find the last n turns and take them back, whole.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
         raise NotImplementedError(
             "task 07.3 is not written yet: Find the last n turns and take them back, "

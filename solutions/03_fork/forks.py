@@ -58,13 +58,15 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     return target
 
 
+
+
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
                  durable: bool) -> None:
     """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
     meta file, then publish its log holding `copy`: all or nothing."""
+    # BEGIN 03.2
     target = folder / f"{new_id}.jsonl"
     meta = folder / f"{new_id}.meta.json"
-    # BEGIN 03.2
     # The lineage first, the log last: the fork exists from the moment its log has a
     # name, so a failure before that (a full disk, a crash) leaves no session, only a
     # meta file.

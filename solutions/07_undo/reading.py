@@ -102,9 +102,9 @@ class LogState:
         Markers are not messages and have no index. An undo marker's "skip" lists
         indices to leave out.
         """
+        # BEGIN 07.1
         messages: list[tuple[int, int]] = []
         skip: set[int] = set()
-        # BEGIN 07.1
         for position, entry in enumerate(self.entries):
             if MARKER in entry:
                 if entry[MARKER] == "undo":
@@ -115,10 +115,10 @@ class LogState:
                 # A repair marker, or one this code does not know: not a message
                 continue
             messages.append((len(messages), position))
-        # END 07.1
         if not skip:
             return messages     # nothing undone, the usual case: every message is shown
         return [(index, position) for index, position in messages if index not in skip]
+        # END 07.1
 
     def shown_once(self) -> Sequence[tuple[int, int]]:
         """shown(), worked out once: loading a log and remembering it need it both, and

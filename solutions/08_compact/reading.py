@@ -154,9 +154,9 @@ class LogState:
         this store wrote, and is ignored. The boundary it gives is a place among the
         messages shown: how many of them have an index below "upto".
         """
+        # BEGIN 08.1
         latest: Message | None = None
         written = 0     # messages before the entry being read
-        # BEGIN 08.1
         for entry in self.entries:
             if MARKER not in entry:
                 written += 1

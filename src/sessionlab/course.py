@@ -38,6 +38,9 @@ class Task:
     where: str         # the function or method the student writes
     description: str
     hints: tuple[str, ...]
+    # A design task: its fence is whole functions whose shape the student chooses, and
+    # its tests check behaviour only, so any correct design passes (see designs.py)
+    design: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,14 @@ def _task(entry: object, k: int, toml_path: Path) -> Task:
     hints = entry.get("hints", [])
     if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
         raise CourseError(f"{toml_path}: {where}: `hints` must be a list of strings")
+    design = entry.get("design", False)
+    if not isinstance(design, bool):
+        raise CourseError(f"{toml_path}: {where}: `design` must be true or false")
     return Task(id=task_id, title=_text(entry, "title", toml_path, where),
                 where=_text(entry, "where", toml_path, where, required=False),
                 description=_text(entry, "description", toml_path, where,
                                   required=False).strip(),
-                hints=tuple(hints))
+                hints=tuple(hints), design=design)
 
 
 def _text(table: dict, key: str, toml_path: Path, where: str = "",

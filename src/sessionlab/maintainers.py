@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import course, snapshots, starters
+from . import course, designs, snapshots, starters
 from .cli.runner import child_env, run_process
 from .cli.ui import one_line_errors
 
@@ -169,6 +169,15 @@ def check_contracts(root: Path) -> Finding:
             f"the task descriptions spell code in {len(spans)} places (at most "
             f"{MOST_CODE_SPANS}): say what must hold and why, name the helpers, leave the "
             "expressions to the student: " + "; ".join(spans))
+    return finding
+
+
+def check_designs(root: Path) -> Finding:
+    """The design is the student's: no given code reads what a fence makes, and every
+    lesson has a design task checked by behaviour only (see designs.py)."""
+    finding = Finding("designs are the student's")
+    for lesson in course.lessons(root):
+        finding.problems += designs.lesson_problems(lesson)
     return finding
 
 
@@ -764,7 +773,8 @@ def static_checks(root: Path, shipped: Path | None = None, strict: bool = False
               ("snapshots", lambda: check_snapshots(root)),
               ("starters", lambda: check_starters(root, strict)),
               ("course code width", lambda: check_width(shipped)),
-              ("contracts", lambda: check_contracts(shipped))]
+              ("contracts", lambda: check_contracts(shipped)),
+              ("designs", lambda: check_designs(shipped))]
     for lesson in course.lessons(shipped):
         checks.append((f"metadata {lesson.name}", lambda l=lesson: check_metadata(l)))
     return checks

@@ -100,6 +100,9 @@ def unwritten_in(text: str, generated: str) -> bool:
 def _todo(indent: str, task_id: str, title: str, lesson: Lesson) -> list[str]:
     """The lines that stand in for a fenced region: TODO, hints, and the raise."""
     lines = _comment(indent, f"TODO({task_id}): {title}.")
+    if _task(lesson, task_id, "starter").design:
+        lines += _comment(indent, "Your design: the whole function is yours to shape; "
+                                  "the tests check only what it does.")
     lines += _comment(indent, f"Hints: `sessionlab hint {lesson.number}`; "
                               f"the docs page of lesson {lesson.name}.")
     message = f"task {task_id} is not written yet: {title}"
