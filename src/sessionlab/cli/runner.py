@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from .. import course, starters
 from ..starters import starter_raises
 from ..warm import WarmPytest, WorkerGone, kit_fingerprint
 from ..course import Lesson
+from . import files
 
 TIMEOUT = 120.0
 CACHE_VERSION = 3          # 3: results say which tasks are written
@@ -543,15 +545,44 @@ def _tail(output: str, lines: int = 40) -> str:
 
 
 def _hash_folder(digest, folder: Path, label: str) -> None:
+    """Every file of `folder` that can change what its tests do, name and content.
+
+    An editor's litter (`.#agent.py`, swap files, backups) is left out: it comes and goes
+    as the student types and is no part of the code. Nothing that is not a regular file
+    is opened (a pipe would be waited on for ever): a link to nothing, a pipe or a device
+    counts by what it is."""
     if not folder.is_dir():
         digest.update(f"{label}: missing\n".encode())
         return
-    for path in sorted(folder.rglob("*")):
-        if path.is_dir() or any(part in IGNORED_PARTS for part in path.parts) \
-                or path.name.endswith(IGNORED_SUFFIXES):
+    for path in files.entries(folder, recursive=True):
+        relative = path.relative_to(folder)
+        if any(part in IGNORED_PARTS for part in relative.parts) \
+                or path.name.endswith(IGNORED_SUFFIXES) or _is_folder(path):
             continue
-        digest.update(f"{label}/{path.relative_to(folder).as_posix()}\n".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(f"{label}/{relative.as_posix()}\n".encode())
+        digest.update(_content_digest(path))
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _content_digest(path: Path) -> bytes:
+    """The hash of a regular file's bytes (a link to one counts as the file); for anything
+    else, what it is."""
+    try:
+        return hashlib.sha256(files.read_bytes(path)).digest()
+    except files.NotRegularFile as error:
+        return f"not a file: {error.strerror}".encode()
+    except OSError as error:      # a link to nothing or to itself, a file that went away
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = ""
+        return f"unreadable: {error.strerror} {target}".encode()
 
 
 def cache_key(root: Path, lesson: Lesson, side: str, kit: str | None = None) -> str:

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from .. import course
 from ..course import Lesson
-from . import progress
+from . import files, progress
 from ..warm import WarmPytest
 from .runner import LessonResult, Runner, child_env, current_lesson
 from .ui import Ui, bar
@@ -92,11 +92,12 @@ def stamp(path: Path) -> tuple[int, int, int] | None:
 
 def stamps(folder: Path) -> tuple | None:
     """Every module of a lesson folder, stamped: a save to any of them changes it.
-    None when the lesson's agent.py is gone."""
+    None when the lesson's agent.py is gone. An editor's files (Emacs' `.#agent.py`
+    lock, made as soon as the student types) are not saves."""
     if stamp(folder / course.MODULE) is None:
         return None
-    return tuple((path.name, stamp(path)) for path in sorted(folder.glob("*.py"))
-                 if not path.name.startswith("test_"))
+    return tuple((path.name, stamp(path)) for path in files.entries(folder)
+                 if path.suffix == ".py" and not path.name.startswith("test_"))
 
 
 class Watch:

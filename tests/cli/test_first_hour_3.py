@@ -1,0 +1,140 @@
+"""A newcomer's first hour, round 3: what new users typed (and what their editors and shells
+did around them) that went wrong, run as they did it.
+
+Every failure here is one line naming what was wrong, with no traceback and no hang, and
+loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from sessionlab.cli import main, runner
+
+from .conftest import REPO, SOLUTION, STARTER, Run, make_course, run_module
+from .test_first_hour import no_runs, one_line_error  # noqa: F401  (fixtures)
+
+GUARD = 120        # seconds: a guard against a hang, not a measurement
+
+
+def no_traceback(run: Run) -> None:
+    assert "Traceback" not in run.text, run.text
+    assert "Error:" not in run.err.replace("error:", ""), run.err
+
+
+# --- 1. an editor's files in a lesson folder ---------------------------------------------
+
+
+def litter(folder) -> list[str]:
+    """What editors leave beside agent.py while it is being edited."""
+    os.symlink("student@laptop.4242:1700000000", folder / ".#agent.py")   # Emacs' lock
+    (folder / "#agent.py#").write_text("half an auto-save")              # Emacs' auto-save
+    (folder / "agent.py~").write_text("an older agent.py")               # a backup
+    (folder / ".agent.py.swp").write_bytes(b"b0VIM 9.0\0\xff\xfe" * 40)  # vim's swap
+    (folder / ".agent.py.swo").write_bytes(b"b0VIM 9.0\0\xff")
+    (folder / "4913").write_text("")                                     # vim's write test
+    return [".#agent.py", "#agent.py#", "agent.py~", ".agent.py.swp", ".agent.py.swo", "4913"]
+
+
+def odd_files(folder) -> None:
+    """Things no editor should leave, but that a folder can hold: none may hang or crash."""
+    os.symlink("nowhere/at/all.py", folder / "notes.py")        # a link to nothing
+    os.symlink("loop.py", folder / "loop.py")                    # a link to itself
+    os.mkfifo(folder / "pipe")                                   # a FIFO
+    os.mkfifo(folder / "scratch.py")                             # a FIFO named like a module
+    (folder / "old.py").mkdir()                                  # a folder named x.py
+    (folder / "old.py" / "inside.txt").write_text("kept")
+
+
+LESSON_COMMANDS = [["check", "00"], ["check", "01"], ["list"], ["hint", "01"],
+                   ["solution", "00"], ["reset", "01"], ["diff", "00", "01"],
+                   ["diff", "00", "01", "--solutions", "--force"]]
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("argv", LESSON_COMMANDS, ids=" ".join)
+def test_an_editors_files_in_a_lesson_folder_change_nothing(cli, course, no_runs, argv):
+    """Litter is not the student's work: every command works as before, from the cache (a
+    lock file that comes and goes as the student types must not make the tests run)."""
+    before = cli("--course", course, *argv)
+    for name in ("00_memory", "01_append"):
+        litter(course / "lessons" / name)
+    (course / ".sessionlab" / "hints.json").unlink(missing_ok=True)   # hint: level 1 again
+
+    run = cli("--course", course, *argv)
+
+    no_traceback(run)
+    assert run.status == before.status, run.text
+    assert run.out == before.out
+    assert no_runs == []
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("argv", LESSON_COMMANDS, ids=" ".join)
+def test_links_to_nothing_pipes_and_folders_in_a_lesson_folder_never_hang_or_crash(
+        cli, course, argv):
+    for name in ("00_memory", "01_append"):
+        odd_files(course / "lessons" / name)
+    expected = {"check 01": 1}.get(" ".join(argv), 0)
+
+    run = cli("--course", course, *argv)
+
+    no_traceback(run)
+    assert run.status == expected, run.text
+    assert (course / "lessons" / "00_memory" / "old.py" / "inside.txt").read_text() == "kept"
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("odd", [litter, odd_files], ids=["litter", "odd files"])
+def test_watch_and_its_r_key_bear_an_editors_files(course, capsys, odd):
+    from sessionlab.cli.ui import make_ui
+    from sessionlab.cli.watch import Watch, stamps
+
+    folder = course / "lessons" / "01_append"
+    watch = Watch(make_ui(), course, "01", warm=False)
+    try:
+        watch.start()
+        seen = stamps(folder)
+        odd(folder)
+        if odd is litter:
+            assert stamps(folder) == seen, "an editor's lock file is not a save"
+        watch.on_key("r")            # run again, as the r key does
+        shown = capsys.readouterr().out
+    finally:
+        watch.close()
+    assert "Traceback" not in shown
+    assert "Lesson 01" in shown and "tests pass" in shown, shown
+
+
+@pytest.mark.timeout(GUARD)
+def test_watch_reruns_on_a_save_but_not_on_an_editors_lock_appearing(course):
+    from sessionlab.cli.watch import stamps
+
+    folder = course / "lessons" / "01_append"
+    seen = stamps(folder)
+    litter(folder)                            # the student starts typing: Emacs locks
+    assert stamps(folder) == seen
+    (folder / ".#agent.py").unlink()          # the lock goes as the buffer is saved
+    assert stamps(folder) == seen
+    (folder / "agent.py").write_text((folder / "agent.py").read_text() + "\n# saved\n")
+    assert stamps(folder) != seen
+
+
+@pytest.mark.timeout(600)
+def test_grade_bears_an_editors_files_in_a_students_lesson_folder(cli, tmp_path):
+    course = make_course(tmp_path / "course", {"00_memory": SOLUTION})
+    student = make_course(tmp_path / "class" / "ada", {"00_memory": SOLUTION})
+    folder = student / "lessons" / "00_memory"
+    litter(folder)
+    odd_files(folder)
+
+    run = cli("--course", course, "grade", tmp_path / "class", "--lessons", "00",
+              "--no-sandbox")
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    row = next(line for line in run.out.splitlines() if line.startswith("ada"))
+    assert row.split()[-1] == "1/1", f"lesson 00 is done:\n{run.out}"
