@@ -1,7 +1,10 @@
 """The course site's includes: code and lesson data pulled from the files, never pasted.
 
-mkdocs loads this module as a hook (`hooks:` in mkdocs.yml). In a page, a line that holds only
-a directive is replaced by Markdown made from the course's files:
+This module is a Python-Markdown extension (`sessionlab.site` under `markdown_extensions:` in
+mkdocs.yml). Both generators that read mkdocs.yml, MkDocs with Material and Zensical, render
+pages with Python-Markdown and the extensions listed there, so both expand the directives the
+same way: the site's content depends on no generator's plugin or hook API. In a page, a line
+that holds only a directive is replaced by Markdown made from the course's files:
 
     {{ code("solutions/00_memory/agent.py") }}              a whole file (raw=True keeps the fences)
     {{ code("lessons/00_memory/agent.py", "Agent.run") }}   one function, class or method (found with ast)
@@ -18,6 +21,9 @@ A directive may be indented (to sit inside an admonition); its output is indente
 Solutions are shown without their `# BEGIN/END NN.k` fence lines. Anything missing (a file, a
 function, a lesson, a task) stops the build with a message naming the page and the missing thing.
 Directives inside fenced code blocks are left alone, so a page can show the syntax itself.
+
+The course the directives read is the one at or above the folder the build runs in
+(SESSIONLAB_ROOT overrides it, as for every command of the kit).
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from markdown import Markdown
+from markdown.extensions import Extension
+from markdown.preprocessors import Preprocessor
+
 from sessionlab import course
 from sessionlab.maintainers import test_marks
 from sessionlab.starters import generated_file, strip_markers
@@ -41,18 +51,63 @@ except ImportError:  # pragma: no cover
 
 DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\{\{\s*(?P<name>[a-z_]+)\((?P<args>.*)\)\s*\}\}[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})")
+DIRECTIVE_ANYWHERE = re.compile(DIRECTIVE.pattern, re.M)
 
 
 class IncludeError(_BuildError):  # type: ignore[misc,valid-type]
     """An include that cannot be made: the build stops and says which one and why."""
 
 
-# --- the mkdocs hook ----------------------------------------------------------------------
+# --- the Markdown extension -------------------------------------------------------------------
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    root = Path(config["config_file_path"]).resolve().parent
-    return expand(markdown, root, page.file.src_uri)
+class IncludeExtension(Extension):
+    """Expands the directives of a page before any other preprocessor sees it, so that what
+    they make (fenced code, admonitions, tables) is read like Markdown written by hand."""
+
+    def extendMarkdown(self, md: Markdown) -> None:  # noqa: N802 - Python-Markdown's name
+        # Above normalize_whitespace (30) and the fence preprocessors (25, 31.05).
+        md.preprocessors.register(IncludePreprocessor(md), "sessionlab_includes", 40)
+
+
+class IncludePreprocessor(Preprocessor):
+    def run(self, lines: list[str]) -> list[str]:
+        markdown = "\n".join(lines)
+        if not DIRECTIVE_ANYWHERE.search(markdown):
+            return lines
+        try:
+            root = course.find_root()
+        except course.CourseError as error:
+            raise IncludeError(f"the site's includes need the course: {error}") from None
+        try:
+            return expand(markdown, root).split("\n")
+        except IncludeError as error:
+            # Said again with the page named: expand() only knows the line.
+            raise IncludeError(str(error).replace("docs/<page>:",
+                                                  f"docs/{page_of(markdown, root)}:", 1)) from None
+
+
+def makeExtension(**kwargs: Any) -> IncludeExtension:  # noqa: N802 - Python-Markdown's name
+    return IncludeExtension(**kwargs)
+
+
+def page_of(markdown: str, root: Path) -> str:
+    """The page under docs/ whose text this is, for error messages ("<page>" if none is).
+
+    Python-Markdown is not told which file it converts, so the page is found by its text in
+    the docs/ of the folder the build runs in, then in the course's. Only a failed include
+    asks, so a build pays nothing for it."""
+    wanted = markdown.strip()
+    for docs in dict.fromkeys([Path.cwd() / "docs", root / "docs"]):
+        for path in sorted(docs.rglob("*.md")):
+            try:
+                text = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError):
+                continue
+            # A generator strips a page's front matter before converting the rest.
+            if text == wanted or text.endswith("\n" + wanted):
+                return path.relative_to(docs).as_posix()
+    return "<page>"
 
 
 def expand(markdown: str, root: Path, source: str = "<page>") -> str:

@@ -1,15 +1,19 @@
 """The course site: it builds strictly, its includes come from the files, and they fail loudly.
 
 The build itself runs `mkdocs build --strict` in a subprocess, exactly as CI and a maintainer
-would; the include hook is also tested directly on a small course made in a temporary folder.
+would, and `zensical build` on the same mkdocs.yml must give every page the same text; the
+include extension is also tested directly on a small course made in a temporary folder.
 The browser check (scripts/browser_check.py) is separate: it needs Chromium.
 """
 
 from __future__ import annotations
 
+import html.parser
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -28,19 +32,137 @@ DOCS = ROOT / "docs"
 # --- the real site ---------------------------------------------------------------------------------
 
 
-def test_the_site_builds_strictly_with_links_and_anchors_checked(tmp_path):
+@pytest.fixture(scope="module")
+def mkdocs_site(tmp_path_factory):
+    """The site as `mkdocs build --strict` makes it (built once for the tests that read it)."""
+    site = tmp_path_factory.mktemp("mkdocs") / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{output}"
+    return site
+
+
+def test_the_site_builds_strictly_with_links_and_anchors_checked(mkdocs_site):
     for lesson in course.lessons(ROOT):
-        page = tmp_path / "site" / "lessons" / lesson.name / "index.html"
+        page = mkdocs_site / "lessons" / lesson.name / "index.html"
         assert page.is_file(), f"no page was built for lesson {lesson.name}"
         html = page.read_text(encoding="utf-8")
         assert 'class="mermaid"' in html, f"the page of {lesson.name} has no Mermaid diagram"
         assert "{{" not in re.sub(r"<pre.*?</pre>", "", html, flags=re.S), \
             f"an include directive was left unexpanded on the page of {lesson.name}"
+
+
+class ArticleText(html.parser.HTMLParser):
+    """What a reader reads on a page: the text of its <article>, a line per block, with a
+    mark for each folded block, code block, table and image, so that a hint left unfolded or
+    a missing diagram counts as a difference too. The theme around it (navigation, header,
+    footer) is each generator's own and is not compared."""
+
+    BLOCKS = {"p", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "div", "summary", "br", "dt",
+              "dd", "blockquote"}
+    MARKED = {"details", "pre", "table", "img"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = self.hidden = self.code = 0
+        self.out: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "article":
+            self.depth += 1
+        if not self.depth:
+            return
+        if tag in ("script", "style"):
+            self.hidden += 1
+        if tag == "pre":
+            self.code += 1
+        attributes = dict(attrs)
+        if tag in self.MARKED:
+            shown = {key: attributes[key] for key in ("class", "open", "src") if key in attributes}
+            self.out.append(f"\n[{tag} {shown}]\n")
+        elif tag in self.BLOCKS:
+            self.out.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag == "article":
+            self.depth -= 1
+        elif self.depth and tag in ("script", "style") and self.hidden:
+            self.hidden -= 1
+        elif self.depth and tag == "pre" and self.code:
+            self.code -= 1
+
+    def handle_data(self, data):
+        if self.depth and not self.hidden:
+            # A line break is a line only in code; in prose it is a space.
+            self.out.append(data if self.code else data.replace("\n", " "))
+
+    @classmethod
+    def of(cls, page: Path) -> list[str]:
+        reader = cls()
+        reader.feed(page.read_text(encoding="utf-8"))
+        lines = (" ".join(line.split()) for line in "".join(reader.out).splitlines())
+        return [line for line in lines if line]
+
+
+def test_the_text_of_a_page_is_read_from_its_article_with_its_blocks_marked(tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text('<nav>Menu</nav><article><h1>Fork</h1><p>A <code>fork</code>\n copies.</p>'
+                    '<details class="tip"><summary>Hint 1</summary><p>Copy.</p></details>'
+                    '<script>x()</script></article><footer>Made with</footer>', encoding="utf-8")
+    assert ArticleText.of(page) == ["Fork", "A fork copies.", "[details {'class': 'tip'}]",
+                                    "Hint 1", "Copy."]
+
+
+def test_zensical_builds_every_page_with_the_same_text_as_mkdocs(mkdocs_site, tmp_path):
+    """The site does not depend on one generator: Zensical, which reads the same mkdocs.yml,
+    makes every page mkdocs makes, each with the same text (the lessons' tasks, tests, hints
+    and code expanded by the same extension)."""
+    if importlib.util.find_spec("zensical") is None:
+        pytest.skip("zensical is not installed (pip install -e '.[dev]' brings it): the "
+                    "comparison of the two builds needs it")
+    # Zensical writes its site inside the project it builds: build a copy of the pages, with
+    # the course they include from named by SESSIONLAB_ROOT.
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    env = dict(os.environ, SESSIONLAB_ROOT=str(ROOT), NO_COLOR="1")
+    result = subprocess.run([sys.executable, "-m", "zensical", "build", "--clean"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 0, f"zensical build failed:\n{output[-3000:]}"
+    pages = sorted(path.relative_to(mkdocs_site) for path in mkdocs_site.rglob("index.html")
+                   if path.relative_to(mkdocs_site).parts[0] not in ("assets", "search"))
+    lessons = {Path("lessons", lesson.name, "index.html") for lesson in course.lessons(ROOT)}
+    assert lessons <= set(pages), "mkdocs built no page for some lessons"
+    different = []
+    for page in pages:
+        theirs = tmp_path / "site" / page
+        if not theirs.is_file():
+            different.append(f"{page.parent}/: zensical built no such page")
+            continue
+        ours, zensicals = ArticleText.of(mkdocs_site / page), ArticleText.of(theirs)
+        if not ours:
+            different.append(f"{page.parent}/: no text found in the page mkdocs built")
+        elif ours != zensicals:
+            at = next((i for i, pair in enumerate(zip(ours, zensicals)) if pair[0] != pair[1]),
+                      min(len(ours), len(zensicals)))
+            said = lambda lines: repr(lines[at]) if at < len(lines) else "(the page ends)"
+            different.append(f"{page.parent}/ line {at + 1} of its text: mkdocs has "
+                             f"{said(ours)}, zensical {said(zensicals)}")
+    assert not different, ("zensical build and mkdocs build --strict made different pages:\n"
+                           + "\n".join(different))
+
+
+def test_the_includes_are_a_markdown_extension_not_a_generators_hook():
+    """Both generators run Python-Markdown with the extensions mkdocs.yml lists; a hook or a
+    plugin is one generator's API, and the other would print the raw directives."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert not re.search(r"^hooks:", config, flags=re.M), \
+        "mkdocs.yml should not need a hook: pages must build the same in Zensical"
+    extensions = config[config.index("markdown_extensions:"):]
+    assert re.search(r"^  - sessionlab\.site$", extensions, flags=re.M), \
+        "mkdocs.yml should list sessionlab.site under markdown_extensions"
 
 
 def test_the_site_is_configured_to_validate_links_and_anchors():
@@ -232,6 +354,26 @@ def test_anything_missing_stops_the_build_and_names_it(tiny, directive, named):
     message = str(error.value)
     assert "docs/lessons/a_page.md:3" in message, f"the error should name the page and line: {message}"
     assert named in message
+
+
+def test_markdown_with_the_extension_expands_directives_into_html(tiny, monkeypatch):
+    """What both generators do with a page: Python-Markdown with sessionlab.site listed."""
+    import markdown
+    monkeypatch.setenv("SESSIONLAB_ROOT", str(tiny))
+    html = markdown.markdown('# Greet\n\n{{ tests("00.1") }}\n',
+                             extensions=["sessionlab.site"])
+    assert "<code>test_a_greeting_names_the_person</code>" in html and "{{" not in html
+
+
+def test_a_failed_include_in_the_extension_names_the_page_it_is_on(tiny, monkeypatch):
+    import markdown
+    page = tiny / "docs" / "lessons" / "00_first.md"
+    page.parent.mkdir(parents=True)
+    page.write_text('# First\n\nSome words.\n\n{{ task("00.7") }}\n', encoding="utf-8")
+    monkeypatch.setenv("SESSIONLAB_ROOT", str(tiny))
+    with pytest.raises(IncludeError) as error:
+        markdown.markdown(page.read_text(encoding="utf-8"), extensions=["sessionlab.site"])
+    assert "docs/lessons/00_first.md:5" in str(error.value) and "has no task 00.7" in str(error.value)
 
 
 def test_directives_inside_code_fences_are_shown_not_run(tiny):
