@@ -24,10 +24,23 @@ CHECKS = maintainers.all_checks(ROOT, corpus=False)
 
 
 @pytest.fixture(scope="session")
-def findings():
+def findings(request):
     # In CI (a clean clone) any starter that differs from the generator fails; on a
     # student's machine their work in lessons/ is left out with a warning.
-    findings = maintainers.run_all(ROOT, strict=maintainers.ci(), corpus=False)
+    # The check runs every lesson's tests (a minute or two): a line as each check
+    # ends says what is happening, past pytest's output capture.
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(finding, done, total):
+        if terminal is not None:
+            if done == 1:
+                terminal.write_line("")
+                terminal.write_line("the maintainers' check of every lesson "
+                                    f"({total} checks, two at a time):")
+            terminal.write_line("  " + maintainers.progress_line(finding, done, total))
+
+    findings = maintainers.run_all(ROOT, strict=maintainers.ci(), corpus=False,
+                                   progress=progress)
     return {name: finding for (name, _), finding in zip(CHECKS, findings)}
 
 

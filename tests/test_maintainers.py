@@ -280,10 +280,18 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     tests.write_text(tests.read_text().replace('"""', "# ", 2)
                      + "\ndef test_my_own_idea():\n    assert False\n")
 
-    findings = maintainers.run_all(copy, docs=False)
+    said = []
+    findings = maintainers.run_all(
+        copy, docs=False, progress=lambda f, done, total: said.append(
+            maintainers.progress_line(f, done, total)))
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
     assert len(findings) == 11, [f.check for f in findings]
+    # A line as each check ends, numbered, naming the check and its result
+    assert [line.split("]")[0] for line in said] == [f"[{n:>2}/11" for n in range(1, 12)]
+    assert sorted(line.split("] ")[1].split(":")[0] for line in said) == sorted(
+        f.check for f in findings)
+    assert all(": ok (" in line for line in said), said
     warned = [w for f in findings for w in f.warnings]
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 

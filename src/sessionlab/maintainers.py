@@ -37,7 +37,7 @@ import time
 import tomllib
 import unicodedata
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import as_completed, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -869,9 +869,12 @@ def _timed(check: Callable[[], Finding]) -> Finding:
 
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False, strict: bool = False,
-            corpus: bool = True) -> list[Finding]:
+            corpus: bool = True,
+            progress: Callable[[Finding, int, int], None] | None = None
+            ) -> list[Finding]:
     """Every finding, in the order of all_checks, on a pristine copy of the course
-    (`strict`: see check_starters).
+    (`strict`: see check_starters). `progress(finding, done, total)` is called as each
+    check ends, in the order they end: long runs say what they are doing.
 
     The static checks run here, one after another: they parse files with `ast`, and CPython
     3.11's parser is not safe to run from two threads at once ("AST constructor recursion depth
@@ -881,13 +884,31 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         shipped = Path(temp) / "course"
         shipped.mkdir()
         lay_out_pristine(root, shipped)
-        findings = [_timed(check) for _, check in static_checks(root, shipped, strict)]
+        static = static_checks(root, shipped, strict)
+        slow = pytest_checks(shipped, docs, mutate, corpus)
+        total = len(static) + len(slow)
+        findings = []
+        for _, check in static:
+            findings.append(_timed(check))
+            if progress:
+                progress(findings[-1], len(findings), total)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            findings += pool.map(lambda item: _timed(item[1]),
-                                 pytest_checks(shipped, docs, mutate, corpus))
+            running = [pool.submit(_timed, check) for _, check in slow]
+            if progress:
+                for done, future in enumerate(as_completed(running), len(findings) + 1):
+                    progress(future.result(), done, total)
+            findings += [future.result() for future in running]
         for finding in findings:
             _point_home(finding, shipped, root)
     return findings
+
+
+def progress_line(finding: Finding, done: int, total: int) -> str:
+    """One line as a check ends: `[ 7/52] solution 03_fork: ok (4.1 s)`."""
+    width = len(str(total))
+    result = "ok" if finding.ok else f"{len(finding.problems)} problem(s)"
+    return (f"[{done:>{width}}/{total}] {finding.check}: {result} "
+            f"({finding.seconds:.1f} s)")
 
 
 def _point_home(finding: Finding, shipped: Path, root: Path) -> None:
@@ -917,7 +938,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     root = course.find_root()
     findings = run_all(root, docs=not args.no_docs, workers=args.workers,
-                       mutate=args.mutate, strict=ci())
+                       mutate=args.mutate, strict=ci(),
+                       progress=lambda finding, done, total: console.print(
+                           progress_line(finding, done, total), highlight=False))
     table = Table("check", "result", "seconds")
     for finding in findings:
         table.add_row(finding.check, "[green]ok[/]" if finding.ok else f"[red]{len(finding.problems)} problem(s)[/]",
