@@ -192,6 +192,11 @@ class Includer:
         if places:
             said = " and ".join(f"`{where}` in `{module}`" for where, module in places)
             parts.append(f"**Where:** {said}\n")
+        if task.design:
+            parts.append("!!! tip \"Your design\"\n    The whole function is yours to shape: "
+                         "there is no given code to fit, and the tests check only what it "
+                         "does (what is on disk, what the model is sent, what another "
+                         "process sees), so any correct design passes.\n")
         if task.description:
             parts.append(_prose(task.description) + "\n")
         if starter:

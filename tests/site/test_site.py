@@ -290,6 +290,18 @@ def test_a_task_shows_its_text_starter_tests_and_folded_hints(tiny):
     assert '??? tip "Hint 1 of 2 for task 00.1"' in out and '??? tip "Hint 2 of 2 for task 00.1"' in out
 
 
+def test_a_design_task_says_the_shape_is_the_students(tiny):
+    """A task marked `design = true` tells the reader, above its text, that the whole
+    function is theirs and the tests check only what it does; other tasks do not."""
+    toml = tiny / "lessons/00_first/lesson.toml"
+    assert '"Your design"' not in expand('{{ task("00.1") }}\n', tiny)
+    toml.write_text(toml.read_text().replace('id = "00.1"\n',
+                                             'id = "00.1"\ndesign = true\n'))
+    out = expand('{{ task("00.1") }}\n', tiny)
+    assert '!!! tip "Your design"' in out
+    assert out.index("Your design") < out.index("Return a greeting")
+
+
 def test_a_text_field_of_lesson_toml_is_included_as_prose(tiny):
     assert expand('{{ field("00_first", "discussion") }}\n', tiny).strip() == "Why &lt;this&gt; way."
 
