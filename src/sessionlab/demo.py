@@ -12,6 +12,7 @@ Outside a copy of the course, the demo plays the reference shipped with the kit.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from . import course, lazy_sdk
+from .cli import files
 from .cli.ui import Ui, make_ui
 
 DEMO_SESSIONS = ("quest", "quest-guard")
@@ -166,6 +168,15 @@ def in_new_process(reference: Reference, folder: Path, session_id: str, texts: t
         raise DayFailed(f"the process of a day failed (exit status {done.returncode}); its error is above")
 
 
+def step(reference: Reference, folder: Path, session_id: str, texts: tuple[str, ...]) -> None:
+    """One day in its own process; then what it wrote is noted as the demo's own."""
+    try:
+        in_new_process(reference, folder, session_id, texts)
+    finally:
+        if reference.logs:
+            record(folder)
+
+
 def fork(reference: Reference, folder: Path, upto: int) -> None:
     """The what-if branch, with the lesson's own fork(), in this process."""
     try:
@@ -177,16 +188,85 @@ def fork(reference: Reference, folder: Path, upto: int) -> None:
 # --- the whole demo ----------------------------------------------------------------------------
 
 
-def prepare(folder: Path) -> None:
-    """The demo's folder, writable, without the demo's own files of an earlier run."""
+# What the demo made in its folder, by name and hash, kept beside it: the demo removes a
+# file of an earlier run only while it is still exactly what the demo wrote.
+RECORD = ".sessionlab-demo.json"
+SESSION_SUFFIXES = (".jsonl", ".meta.json", ".lock", ".town.json")
+
+
+class NotOurs(Exception):
+    """The demo's folder holds something the demo did not write: one line saying what."""
+
+
+def _digest(path: Path) -> str | None:
+    """sha256 of a regular file (never a link, a pipe or a folder); None for anything else."""
+    try:
+        return hashlib.sha256(files.read_bytes(path, follow=False)).hexdigest()
+    except OSError:
+        return None
+
+
+def made_before(folder: Path) -> dict[str, str]:
+    """The files an earlier run of the demo left here, name -> hash ({} when none)."""
+    try:
+        data = json.loads(files.read_bytes(folder / RECORD, 1 << 20, follow=False))
+        made = data["files"]
+        if isinstance(made, dict) and all(isinstance(v, str) for v in made.values()):
+            return made
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return {}
+
+
+def record(folder: Path) -> None:
+    """Note what the demo has written in `folder` so far (temp file + rename)."""
+    made = {path.name: digest for path in folder.iterdir()
+            if path.name.split(".")[0] in DEMO_SESSIONS
+            and (digest := _digest(path)) is not None}
+    temp = folder / f".{RECORD}.{os.getpid()}.tmp"
+    temp.write_text(json.dumps({"made_by": "sessionlab demo", "files": made}, indent=1),
+                    encoding="utf-8")
+    os.replace(temp, folder / RECORD)
+
+
+def foreign(folder: Path) -> list[str]:
+    """Sessions in `folder` that are not the demo's own output, unchanged: a session of
+    the user's, a demo log a chat went on with, a lock a live chat holds."""
+    made = made_before(folder)
+    found = []
+    for path in files.entries(folder):
+        name = path.name
+        ours = name in made and _digest(path) == made[name]
+        session = name.endswith(SESSION_SUFFIXES) or name == "blobs" \
+            or name.split(".")[0] in DEMO_SESSIONS
+        if session and not ours:
+            found.append(name)
+    return found
+
+
+def prepare(folder: Path, shown: str) -> None:
+    """The demo's folder, writable, without the demo's own files of an earlier run.
+
+    Nothing the demo did not write is removed or written over: a folder holding other
+    sessions (the user's own `quest`, a demo log a chat went on with) is refused."""
+    if folder.is_dir():
+        theirs = foreign(folder)
+        if theirs:
+            listed = ", ".join(theirs[:4]) + (f" and {len(theirs) - 4} more" if len(theirs) > 4 else "")
+            raise NotOurs(f"{shown} holds sessions the demo did not write ({listed}): the demo "
+                          "removes nothing it did not make, so it stops here; pass --dir a new "
+                          "folder (or move those files away)")
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)     # session logs are their owner's only
     with tempfile.TemporaryFile(dir=folder):
         pass
-    for session_id in DEMO_SESSIONS:   # start afresh, touching only the demo's own files
-        for suffix in (".jsonl", ".meta.json", ".lock"):
-            (folder / f"{session_id}{suffix}").unlink(missing_ok=True)
+    made = made_before(folder)
+    for name, digest in made.items():   # start afresh, touching only the demo's own files
+        path = folder / name
+        if name.split(".")[0] in DEMO_SESSIONS and _digest(path) == digest:
+            path.unlink()
+    record(folder)
 
 
 def heading(ui: Ui, title: str) -> None:
@@ -202,12 +282,12 @@ def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
     ui.out.print(intro if ui.plain else Panel.fit(intro, title="Session Lab demo"), markup=False)
     number = reference.name[:2]
     heading(ui, "Day 1")
-    in_new_process(reference, folder, "quest", DAY_ONE)
+    step(reference, folder, "quest", DAY_ONE)
     if not reference.logs:
         heading(ui, "Day 2: a new process, and nothing carried across")
         ui.note(f"lesson {number} keeps the conversation in memory only: day 2 starts with nothing "
                 "(lesson 01 adds the log, lesson 02 reads it back)")
-        in_new_process(reference, folder, "quest", DAY_TWO)
+        step(reference, folder, "quest", DAY_TWO)
         ui.note(f"the fork is skipped: lesson {number} has no session to fork (lesson 03 adds fork())")
         ui.out.print("\n" + reference.start, markup=False)
         return 0
@@ -215,11 +295,14 @@ def tell(ui: Ui, reference: Reference, folder: Path, shown_dir: Path) -> int:
     heading(ui, "Day 2: a new process continues the same session")
     if not reference.loads:
         ui.note(f"lesson {number} only appends: day 2 adds to the log but does not read it back (lesson 02 does)")
-    in_new_process(reference, folder, "quest", DAY_TWO)
+    step(reference, folder, "quest", DAY_TWO)
     if reference.forks:
         heading(ui, f"A fork: back to the end of day 1 ({day_one} messages), then the guard instead")
-        fork(reference, folder, day_one)
-        in_new_process(reference, folder, "quest-guard", WHAT_IF)
+        try:
+            fork(reference, folder, day_one)
+        finally:
+            record(folder)
+        step(reference, folder, "quest-guard", WHAT_IF)
     else:
         ui.note(f"the fork is skipped: lesson {number}'s code cannot fork (lesson 03 adds fork())")
     left_on_disk(ui, folder)
@@ -253,7 +336,7 @@ def left_on_disk(ui: Ui, folder: Path) -> None:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sessionlab demo", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=Path("demo-sessions"),
+    parser.add_argument("--dir", default="demo-sessions",
                         help="folder for the demo's session logs (default: ./demo-sessions)")
     parser.add_argument("--lesson", help="use this lesson's reference solution (default: the latest that can fork)")
     parser.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
@@ -271,8 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     lazy_sdk.install()      # a day's process, too, imports only what a chat completion needs
     args = parse(argv)
     if args.one_day:   # the child process of one day
-        return run_day(args.module, None if args.in_memory else args.dir, args.session, args.texts)
+        return run_day(args.module, None if args.in_memory else Path(args.dir), args.session,
+                       args.texts)
     ui = make_ui()
+    if not str(args.dir).strip():
+        # Path("") is the current folder: the demo would write into the course itself.
+        ui.error("--dir is empty: name a folder of its own for the demo's logs "
+                 "(the default is demo-sessions)")
+        return 2
+    args.dir = Path(args.dir)
     try:
         reference = find_reference(args, ui)
     except course.CourseError as error:
@@ -282,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.dir.resolve()
     if reference.logs:
         try:
-            prepare(folder)
+            prepare(folder, str(args.dir))
+        except NotOurs as refused:
+            ui.error(str(refused))
+            return 2
         except OSError as error:
             ui.error(f"cannot write the demo's logs in {args.dir}: {error.strerror or error}",
                      "--dir DIR names a folder you can write to")

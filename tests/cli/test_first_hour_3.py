@@ -138,3 +138,73 @@ def test_grade_bears_an_editors_files_in_a_students_lesson_folder(cli, tmp_path)
     assert run.status == 0, run.text
     row = next(line for line in run.out.splitlines() if line.startswith("ada"))
     assert row.split()[-1] == "1/1", f"lesson 00 is done:\n{run.out}"
+
+
+# --- 2. the demo never removes what it did not make ---------------------------------------
+
+
+def demo(folder, *extra, cwd=None):
+    return run_module("demo", "--course", REPO, "--dir", folder, *extra, cwd=cwd,
+                      timeout=GUARD)
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())
+            if path.is_file()}
+
+
+@pytest.mark.timeout(2 * GUARD)
+@pytest.mark.parametrize("theirs", [
+    {"quest.jsonl": b'{"role": "user", "content": "my own quest"}\n'},
+    {"quest.jsonl": b'{"role": "user", "content": "my own quest"}\n',
+     "quest.meta.json": b'{"format": 1, "id": "quest"}',
+     "quest-guard.jsonl": b'{"role": "user", "content": "a fork of mine"}\n',
+     "quest.lock": b'{"pid": 1, "host": "here"}'},
+    {"notes.jsonl": b'{"role": "user", "content": "another session of mine"}\n'},
+], ids=["a session named quest", "quest with its fork, meta and lock", "another session"])
+def test_the_demo_refuses_a_folder_holding_sessions_it_did_not_write(tmp_path, theirs):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for name, data in theirs.items():
+        (folder / name).write_bytes(data)
+
+    run = demo(folder, cwd=tmp_path)
+
+    assert run.status == 2, run.text
+    line = one_line_error(Run(run.status, "", run.err), str(folder), "--dir")
+    assert any(name in line for name in theirs), line
+    assert snapshot(folder) == theirs, "nothing of theirs is touched"
+    assert run.out == ""
+
+
+@pytest.mark.timeout(3 * GUARD)
+def test_the_demo_runs_again_over_its_own_output_but_not_over_a_change_to_it(tmp_path):
+    folder = tmp_path / "d"
+    first = demo(folder, cwd=tmp_path)
+    assert first.status == 0, first.text
+    made = snapshot(folder)
+    assert "quest.jsonl" in made and "quest-guard.jsonl" in made
+
+    again = demo(folder, cwd=tmp_path)         # its own output: played afresh
+    assert again.status == 0, again.text
+    assert snapshot(folder).keys() == made.keys()
+
+    with open(folder / "quest.jsonl", "ab") as log:    # a chat goes on with the quest
+        log.write(b'{"role": "user", "content": "and then I went on"}\n')
+    kept = snapshot(folder)
+    refused = demo(folder, cwd=tmp_path)
+    assert refused.status == 2, refused.text
+    one_line_error(Run(2, "", refused.err), "quest.jsonl", str(folder))
+    assert snapshot(folder) == kept
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_the_demo_refuses_an_empty_dir(tmp_path, empty):
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    run = demo(empty, cwd=tmp_path)
+
+    assert run.status == 2, run.text
+    one_line_error(Run(2, "", run.err), "--dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing written here"
