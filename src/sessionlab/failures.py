@@ -636,20 +636,22 @@ def see_11(scene: Scene, url: str | None = None) -> None:
 def connected(url: str | None) -> Iterator[tuple[Any, Any]]:
     """Two connections, as two hosts have, in a schema of their own on `url`, or on a
     throwaway server when `url` is None."""
+    import uuid
+
     import psycopg
     from . import pgserver
+    schema = f"sessionlab_see_{uuid.uuid4().hex[:12]}"    # nobody else's tables
     with ExitStack() as stack:
         server = url or stack.enter_context(pgserver.throwaway_cluster())
         with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP SCHEMA IF EXISTS see_11 CASCADE")
-            admin.execute("CREATE SCHEMA see_11")
+            admin.execute(f"CREATE SCHEMA {schema}")
             try:
-                schema = "-c search_path=see_11"
-                with psycopg.connect(server, options=schema) as a, \
-                        psycopg.connect(server, options=schema) as b:
+                options = f"-c search_path={schema}"
+                with psycopg.connect(server, options=options) as a, \
+                        psycopg.connect(server, options=options) as b:
                     yield a, b
             finally:
-                admin.execute("DROP SCHEMA IF EXISTS see_11 CASCADE")
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def postgres_url() -> str | None:
@@ -686,15 +688,19 @@ SCENARIOS: dict[str, Callable[[Scene], None]] = {
 }
 
 
-def run(number: str, root: Path) -> str:
-    """The transcript of lesson `number`'s scenario, run on the course at `root`."""
+def run(number: str, root: Path, *, postgres: str | None = None) -> str:
+    """The transcript of lesson `number`'s scenario, run on the course at `root`.
+
+    Lesson 11's runs on the server at `postgres`, else on SESSIONLAB_POSTGRES_URL's, else
+    on a throwaway one; NeedsPostgres says how to get one when none can be had.
+    """
     scenario = SCENARIOS[number]
     with tempfile.TemporaryDirectory(prefix="sessionlab-see-") as work:
         scene = Scene(root, Path(work))
         if number == "11":
             from . import pgserver
             try:
-                see_11(scene, postgres_url())
+                see_11(scene, postgres or postgres_url())
             except pgserver.NoServer as error:
                 raise NeedsPostgres(f"`sessionlab see 11` needs PostgreSQL: {error}") from None
         else:

@@ -29,6 +29,13 @@ def cmd_see(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     except failures.NeedsPostgres as error:
         ui.error(str(error))
         return 1
+    except Exception as error:      # noqa: BLE001 - the reference code itself is broken
+        before = course.lessons(root)[max(int(lesson.number) - 1, 0)]
+        ui.error(f"the scenario of lesson {lesson.number} failed on "
+                 f"solutions/{before.name}: {type(error).__name__}: {error}",
+                 f"the scenario runs the reference code as the course ships it: `git diff "
+                 f"solutions/{before.name}` shows what changed there")
+        return 1
     ui.out.print(Text(transcript.rstrip("\n")), soft_wrap=True)
     return 0
 
