@@ -9,7 +9,9 @@ import json
 import openai
 import pytest
 
-from sessionlab.scripted import Crash, ScriptedModel, SimulatedCrash, call, say, use
+from sessionlab.scripted import (
+    ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, is_retried_summary, long_reply, NO_ANSWER,
+    ODD_REPLIES, ScriptedModel, SimulatedCrash, call, say, summaries, use)
 from sessionlab.town import TOOL_SCHEMAS, Town
 from sessionlab.testing import raises
 
@@ -608,6 +610,7 @@ def test_without_a_budget_every_request_carries_the_whole_history(lesson, sessio
 
 @pytest.mark.key
 @pytest.mark.task("08.3")
+@pytest.mark.task("08.4")
 def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothing(
         lesson, sessions):
     """When even the newest turn alone is over the budget, the agent summarises what
@@ -643,3 +646,174 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
         f"is nothing to summarise); {len(model.requests)} were")
     assert messages_in(sessions / "quest-2.jsonl") == [
         {"role": "user", "content": "Hello?"}], "the refused message stays in the log"
+
+
+# --- the summary's contract ---------------------------------------------------------
+
+# Replies to the summary request that give no summary to record: each of ODD_REPLIES
+# that gives no answer (a tool call, no text, only thinking, a call written as text),
+# and a summary far longer than the whole budget.
+NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
+              "too_long": long_reply(2000)}
+
+
+def summary_instruction(request):
+    return next(m["content"] for m in request["messages"] if m["role"] == "system")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.7")
+@pytest.mark.parametrize("odd", list(NO_SUMMARY))
+def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more(
+        lesson, sessions, odd):
+    """A reply to the summary request that gives no summary (tool calls, no text, only
+    thinking, a tool call written as text, far too long for the budget) is never
+    recorded: the model is asked once more, with an instruction that says what was
+    wrong, and the second reply's summary is the one the marker and the requests
+    hold."""
+    agent, model, log = open_agent(lesson, sessions, summarise=summaries(
+        NO_SUMMARY[odd], then=numbered_summaries()))
+    path = sessions / "quest-1.jsonl"
+    with log:
+        try:
+            play_until_compacted(lesson, agent, model, compactions=2)
+        except lesson.BadSummary as error:
+            pytest.fail(f"the model's first reply to the summary request was no "
+                        f"summary ({odd}) and its second a good one, yet the "
+                        f"compaction failed: {error}. Ask once more before giving up",
+                        pytrace=False)
+    first, second = model.summary_requests[:2]
+    assert not is_retried_summary(first) and is_retried_summary(second), (
+        "the second summary request should say why the first reply could not be used "
+        "(summary_prompt() with the problem), so that the model does not send the same "
+        f"reply again; it asked {summary_instruction(second)!r}")
+    summaries_recorded = [marker["summary"] for marker in compactions_in(path)]
+    assert summaries_recorded == ["summary #1"], (
+        f"the first reply ({odd}) is no summary and must never be recorded; the marker "
+        "should hold the second reply's summary, 'summary #1'. The log's compaction "
+        f"markers hold {[text[:80] for text in summaries_recorded]}")
+    sent = turn_requests(model)[-1]["messages"]
+    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"}
+    assert sent[1] == summary, (
+        "the request after the compaction should start from the second reply's summary")
+    for number, request in enumerate(turn_requests(model), start=1):
+        assert size_of(lesson, request) <= BUDGET, (
+            f"request {number} was sent over the budget of {BUDGET}: a summary too "
+            "long for the budget must be refused, not recorded")
+
+
+@pytest.mark.task("08.7")
+def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson,
+                                                                         sessions):
+    """A reasoning model's <think> block before a real summary is taken out: the marker
+    and every later request hold the summary alone, and the model is not asked
+    again."""
+    agent, model, log = open_agent(lesson, sessions, summarise=summaries(
+        ODD_REPLIES["think_then_text"], then=numbered_summaries()))
+    with log:
+        play_until_compacted(lesson, agent, model)
+        model.add(*day(99)[1])
+        agent.run(day(99)[0])
+    path = sessions / "quest-1.jsonl"
+    recorded = [marker["summary"] for marker in compactions_in(path)]
+    assert recorded == [ANSWER_AFTER_THOUGHT], (
+        "the marker should hold the summary without the thinking before it "
+        f"({ANSWER_AFTER_THOUGHT!r}); it holds {recorded}")
+    assert len(model.summary_requests) == 1, (
+        "a summary after a think block is a summary: the model should not be asked "
+        f"again; it was asked {len(model.summary_requests)} times")
+    sent = turn_requests(model)[-1]["messages"][1]["content"]
+    assert "<think>" not in sent and "</think>" not in sent, (
+        f"the request carried the model's thinking with the summary: {sent[:120]!r}")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.7")
+@pytest.mark.parametrize("replies, said", [
+    (("tool_call", "call_as_json"), ["talk_to", "JSON"]),
+    (("unfinished_think", "empty"), ["think", "no text"]),
+    (("too_long", "too_long"), ["too long"]),
+])
+def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
+        lesson, sessions, replies, said):
+    """When the second reply is no summary either, the turn stops with BadSummary
+    saying what the model sent (it blames the summary, never the turn); nothing is
+    recorded, no request goes out over the budget, and the session resumes: a new agent
+    on it compacts and answers."""
+    agent, model, log = open_agent(lesson, sessions, summarise=summaries(
+        *(NO_SUMMARY[key] for key in replies), then=numbered_summaries()))
+    path = sessions / "quest-1.jsonl"
+    with log:
+        with raises(lesson.BadSummary, f"two replies to the summary request "
+                    f"({replies[0]}, then {replies[1]}) gave no summary, and the turn "
+                    "went on") as raised:
+            play_until_compacted(lesson, agent, model)
+        assert len(model.summary_requests) == 2, (
+            f"the model was asked {len(model.summary_requests)} times for this "
+            "summary: once, then once more, then stop")
+        everything = list(agent.messages)
+    message = str(raised.value)
+    for word in said:
+        assert word in message, (
+            f"the error for two replies that are no summary ({replies[0]}, then "
+            f"{replies[1]}) should say what the model sent ({word!r}); it says "
+            f"{message!r}")
+    assert "turn alone" not in message, (
+        f"the summary is what failed, not the turn; the error says {message!r}")
+    assert not compactions_in(path), (
+        "a reply that is no summary must never be recorded: the log has a compaction "
+        f"marker holding {compactions_in(path)[0]['summary'][:80]!r}")
+    assert messages_in(path) == everything, (
+        "the log must keep every message, the user message of the turn that stopped "
+        "too")
+    for number, request in enumerate(turn_requests(model), start=1):
+        assert size_of(lesson, request) <= BUDGET, (
+            f"request {number} was sent over the budget of {BUDGET}")
+
+    agent, model, log = open_agent(lesson, sessions, [say("We go on.")])
+    with log:
+        assert agent.messages == everything, (
+            "the resumed agent should read every message")
+        agent.run("Go on.")
+    assert len(compactions_in(path)) == 1 and model.requests[-1]["messages"][1][
+        "content"].startswith(lesson.SUMMARY_INTRO), (
+        "resumed with a model that summarises, the session should compact and go on")
+
+
+@pytest.mark.task("08.4")
+def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson,
+                                                                        sessions):
+    """When the turn in progress alone leaves no room for a summary, no summary can
+    make the request fit: ContextOverflow at once, without a summary request."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1])
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        with raises(lesson.ContextOverflow, "a turn larger than the budget by itself "
+                    "was not refused"):
+            agent.run("A very long letter from the mayor. " * 60)
+    assert not model.summary_requests, (
+        f"the model was asked {len(model.summary_requests)} time(s) for a summary, "
+        "although the turn in progress alone is over the budget: ask summary_room() "
+        "first, and compact nothing when it leaves no room")
+
+
+@pytest.mark.task("08.5")
+def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions):
+    """The store records only what check_summary() returns: no text, thinking, a tool
+    call written as text or spaces around the text are refused, and nothing is
+    written. The database store of lesson 11 makes its marker the same way."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        before = path.read_bytes()
+        for summary in ("", "  ", "<think>The elder", "<think>a</think>The elder.",
+                        CALL_TEXT, " The elder. "):
+            with raises(ValueError, f"the log recorded {summary!r} as a summary"):
+                log.compact(summary, keep=2)
+            assert path.read_bytes() == before, (
+                f"a refused compact({summary!r}) must not write to the log")
+        assert log.compact("The elder warned us.", keep=2) == 2
+

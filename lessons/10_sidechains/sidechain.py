@@ -19,7 +19,7 @@ from typing import Any
 
 from .messages import (
     check_session_id, encode_line, FORMAT_VERSION, InvalidSessionId, MARKER, Message,
-    read_arguments, SESSION_ID)
+    read_arguments, reply_answer, SESSION_ID)
 from .files import now, publish_new, SessionExists
 from .tools import MaxTurnsExceeded, run_tool, Tools
 from .reading import read_log
@@ -68,7 +68,9 @@ class AgentHelpers:
 
         `call` is the stored call (its id is the one the result answers), `asked` the
         call as the model sent it. The helper runs only when the tools offer ask_helper:
-        an agent given the town of lessons 00-07 behaves as it did.
+        an agent given the town of lessons 00-07 behaves as it did. The helper's answer
+        is its last reply without thinking; one that gives none (no text, only
+        thinking, a call written as text) becomes an error result saying what it was.
         """
         if (call["function"]["name"] != HELPER_TOOL
                 or HELPER_TOOL not in self.tools.functions):
@@ -81,10 +83,17 @@ class AgentHelpers:
             return (f"error: {HELPER_TOOL} needs a 'question': what the helper should "
                     "find out, as text")
         try:
-            return self.ask_helper(call["id"], question)
+            answer = self.ask_helper(call["id"], question)
         except MaxTurnsExceeded as error:
             # The helper's own way of failing: the model hears it, as from any tool
             return f"error: the helper gave up: {error}"
+        try:
+            # Read as any reply passed on is (lesson 08's summary too): the parent's
+            # model gets the answer, not the helper's thinking, and hears when there is
+            # none. The helper's own log keeps its reply as it came.
+            return reply_answer(answer)
+        except ValueError as error:
+            return f"error: the helper gave no answer: it sent {error}"
 
     def ask_helper(self, call_id: str, question: str) -> str:
         """Hand `question` to a helper agent and return its answer.

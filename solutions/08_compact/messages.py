@@ -404,3 +404,79 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
 
 
 FORMAT_VERSION = 1
+
+
+# --- what a reply answers: its text, without thinking (lessons 08 and 10) ------------
+# A reply that ends a turn is stored as it came (lesson 00): the model may read its own
+# thinking back. A reply whose text is passed on as something else, a summary that will
+# stand for the conversation (lesson 08) or a helper's answer to its parent (lesson 10),
+# is read first for the answer it gives, and refused when it gives none.
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+# How small models write a tool call as text: the JSON alone, in a ```json fence, or
+# in a <tool_call> tag (Hermes-style templates). The server did not read it as one.
+CALL_WRAPPERS = (re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL),
+                 re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL))
+
+
+def without_thinking(text: str) -> str:
+    """`text` without the reasoning models put first: everything up to the last
+    </think> goes (some templates open the tag in the prompt, so the reply has only the
+    closing one). A reply that opens <think> and never closes it was cut off while
+    thinking: no answer at all ("")."""
+    close = text.rfind(THINK_CLOSE)
+    if close >= 0:
+        return text[close + len(THINK_CLOSE):].strip()
+    if text.lstrip().startswith(THINK_OPEN):
+        return ""
+    return text.strip()
+
+
+def calls_written_as_text(text: str) -> list[str]:
+    """The names of the tool calls `text` is made of, written as JSON ([] for prose).
+
+    Only a text that is nothing but the call(s) counts: an answer that quotes some JSON
+    is an answer. A call is an object with a "name" and its "arguments" (or
+    "parameters"), alone or inside a "function".
+    """
+    text = text.strip()
+    for wrapper in CALL_WRAPPERS:
+        match = wrapper.fullmatch(text)
+        if match:
+            text = match.group(1)
+    if not text.startswith(("{", "[")):
+        return []
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    names = []
+    for call in value if isinstance(value, list) else [value]:
+        inner = call.get("function", call) if isinstance(call, dict) else None
+        if not (isinstance(inner, dict) and isinstance(inner.get("name"), str)
+                and ("arguments" in inner or "parameters" in inner)):
+            return []
+        names.append(inner["name"])
+    return names
+
+
+def reply_answer(content: Any) -> str:
+    """The answer a reply's text gives: its thinking taken out, spaces trimmed.
+
+    ValueError, saying what the text was instead, when it gives none: no text (null,
+    empty, only spaces), only a <think> block (finished or cut off), or a tool call
+    written as JSON text, which never ran.
+    """
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("no text")
+    answer = without_thinking(content)
+    if not answer:
+        cut_off = "" if THINK_CLOSE in content else " that never ends"
+        raise ValueError(f"only a {THINK_OPEN} block{cut_off}, and no text after it")
+    names = calls_written_as_text(answer)
+    if names:
+        raise ValueError(f"a call to {', '.join(names)} written as JSON text, which "
+                         "never ran")
+    return answer

@@ -4,7 +4,8 @@
 
 When the next request would not fit the model's window, the older part of the
 conversation is summarised by one model call and a compaction marker records the
-summary. The log keeps every message; only what is sent shrinks.
+summary. The log keeps every message; only what is sent shrinks. The summary is checked
+before anything records it: every later request is built on it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import encode_line, MARKER, Message
+from .messages import encode_line, MARKER, Message, normalize_reply, reply_answer
 from .files import now, read_all
 from .reading import Compaction, LogState, parse_log
 
@@ -22,12 +23,32 @@ class ContextOverflow(RuntimeError):
     progress alone does not fit. Nothing was lost: the log holds every message."""
 
 
+class BadSummary(ValueError):
+    """The model's reply to a summary request is no summary to record: a tool call, no
+    text, only thinking, a tool call written as text, or too long for the budget. It
+    says what the model sent. Nothing was compacted and nothing written."""
+
+
 def compaction_marker(state: LogState, keep: int, summary: str, where: object
                       ) -> Message:
     """The marker that records `summary` standing for every message `state` shows but
     the last `keep`: its "upto" is the index of the first message kept (the number of
     messages written when none is). ValueError, naming `where`, for a `keep` the log
-    does not show. The file store and the database store write the same marker."""
+    does not show. The file store and the database store write the same marker.
+
+    ValueError too for a `summary` that is not what check_summary() returns: a store
+    never records a reply that no check has read (no text, thinking, a call as text).
+    """
+    try:
+        checked = reply_answer(summary)
+    except ValueError as error:
+        raise ValueError(f"refusing to record a compaction of {where} whose summary is "
+                         f"{error}: a summary is the text check_summary() returns"
+                         ) from None
+    if checked != summary:
+        raise ValueError(f"refusing to record a compaction of {where} whose summary "
+                         "holds thinking or spaces around it: a summary is the text "
+                         "check_summary() returns")
     shown = state.shown()
     if not 0 <= keep <= len(shown):
         raise ValueError(f"cannot keep {keep} message(s) of {where} after a "
@@ -77,6 +98,12 @@ SUMMARY_PROMPT = (
 )
 
 
+# Added to the instruction when the first reply could not be used: what was wrong
+FIRMER = ("Your last reply could not be used as the summary: it was {problem}. Reply "
+          "with the summary itself, in plain sentences: no tool call, no JSON, no "
+          "<think> block.")
+
+
 # What the request shows before the summary, so the model reads it as one.
 SUMMARY_INTRO = "(The conversation so far, summarised to fit the window.)\n"
 
@@ -92,6 +119,34 @@ def estimate_tokens(value: Any) -> int:
     """
     data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return (len(data) + 3) // 4
+
+
+def summary_prompt(room: int | None, problem: str | None = None) -> str:
+    """The summary request's instruction: SUMMARY_PROMPT, the length `room` (estimated
+    tokens) allows, and, after a reply that could not be used, what was wrong with
+    it."""
+    prompt = SUMMARY_PROMPT
+    if room is not None:
+        # About 1.5 estimated tokens a word: a word and its space are about 6 bytes
+        prompt += f" Use at most {max(room * 2 // 3, 1)} words."
+    if problem is not None:
+        prompt += " " + FIRMER.format(problem=problem)
+    return prompt
+
+
+def check_summary(reply: Message) -> str:
+    """The summary a reply to the summary request gives, ready to record: its text
+    with any <think> block taken out. BadSummary, saying what the model sent instead,
+    for a reply with tool calls, with no text, with only thinking, or whose text is a
+    tool call written as JSON. `reply` is normalized (normalize_reply)."""
+    calls = reply.get("tool_calls") or []
+    if calls:
+        names = ", ".join(str(call["function"]["name"]) for call in calls)
+        raise BadSummary(f"a call to {names} instead of text")
+    try:
+        return reply_answer(reply.get("content"))
+    except ValueError as error:
+        raise BadSummary(str(error)) from None
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -157,7 +212,9 @@ class AgentCompaction:
         tool call is ever parted from its results. The summary covers the previous
         summary and the messages from the old boundary to the new one, and a marker in
         the log records it. Returns False, changing nothing, when there is nothing to
-        summarise (the newest turn already starts at the boundary).
+        summarise (the newest turn already starts at the boundary) or no room for a
+        summary (the newest turn alone fills the budget). BadSummary, changing nothing,
+        when the model gave no summary that can be recorded.
         """
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
@@ -167,26 +224,76 @@ class AgentCompaction:
         if not starts:
             return False
         cut = starts[-1]
-        summary = self.summarise(self.messages[start:cut])
+        room = self.summary_room(cut)
+        if room is not None and room <= 0:
+            return False    # the turn in progress alone fills the budget
+        summary = self.summarise(self.messages[start:cut], cut)
         if self.session is not None:
             self.session.compact(summary, keep=len(self.messages) - cut)
         self.compaction = Compaction(summary, cut)
         return True
 
-    def summarise(self, messages: list[Message]) -> str:
-        """One model call: a summary of the previous summary (if any) and `messages`.
+    def summary_room(self, cut: int) -> int | None:
+        """About how many tokens the budget leaves a summary when the request keeps the
+        messages from `cut` on (None: no budget). At 0 or less no summary fits."""
+        if self.budget is None:
+            return None
+        return self.budget - self.compacted_size("", cut)
 
-        The conversation goes as text in one user message, with no tools: the model
-        cannot call a tool instead of answering, and no provider can refuse the request
-        for a tool exchange (pi does the same). ValueError for an empty summary.
-        """
-        earlier = self.compaction.summary if self.compaction is not None else None
+    def compacted_size(self, summary: str, cut: int) -> int:
+        """The estimated size of the request `summary` would begin: the view a
+        compaction at `cut` with that summary makes."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        intro = {"role": "user", "content": SUMMARY_INTRO + summary}
+        return self.request_size(system + [intro] + self.messages[cut:])
+
+    def check_fits(self, summary: str, cut: int) -> str:
+        """`summary`, if the request it would begin is within the budget; BadSummary,
+        blaming the summary's length, if not."""
+        size = self.compacted_size(summary, cut)
+        if self.budget is not None and size > self.budget:
+            room = max(self.summary_room(cut) or 0, 0)
+            raise BadSummary(
+                f"a summary of about {estimate_tokens(summary)} tokens, too long: the "
+                f"budget of {self.budget} leaves a summary about {room} beside the "
+                f"turn in progress (with this one the request would need {size})")
+        return summary
+
+    def ask_for_summary(self, prompt: str, conversation: str) -> Message:
+        """One model call: `prompt` as the system message, the conversation as text in
+        one user message, with no tools. The reply, normalized (normalize_reply)."""
         response = self.client.chat.completions.create(
             model=self.model,
-            messages=[{"role": "system", "content": SUMMARY_PROMPT},
-                      {"role": "user", "content": transcript(earlier, messages)}])
-        summary = (response.choices[0].message.content or "").strip()
-        if not summary:
-            raise ValueError("the model answered the summary request with no text: "
-                             "nothing was compacted")
-        return summary
+            messages=[{"role": "system", "content": prompt},
+                      {"role": "user", "content": conversation}])
+        reply = response.choices[0].message
+        calls = [{"id": c.id, "function": {"name": c.function.name,
+                                           "arguments": c.function.arguments}}
+                 for c in reply.tool_calls or []]
+        return normalize_reply({"content": reply.content, "tool_calls": calls}, [])
+
+    def summarise(self, messages: list[Message], cut: int) -> str:
+        """A checked summary of the previous summary (if any) and `messages`, which
+        leaves the request from `cut` on within the budget.
+
+        The conversation goes as text in one user message, with no tools: no provider
+        can refuse the request for a tool exchange (pi does the same). A model may still
+        answer with no summary (a tool call, no text, only thinking, a call written as
+        text, far too long): such a reply is never returned, so nothing records it. The
+        request is made once more with a firmer instruction saying what was wrong, and
+        BadSummary, naming both replies, ends it if that fails too.
+        """
+        earlier = self.compaction.summary if self.compaction is not None else None
+        conversation = transcript(earlier, messages)
+        room = self.summary_room(cut)
+        refused: list[str] = []
+        for _ in range(2):      # the first request, then one more, firmer
+            prompt = summary_prompt(room, refused[-1] if refused else None)
+            reply = self.ask_for_summary(prompt, conversation)
+            try:
+                return self.check_fits(check_summary(reply), cut)
+            except BadSummary as error:
+                refused.append(str(error))
+        raise BadSummary(f"the model answered the summary request with {refused[0]}; "
+                         f"asked again more firmly, with {refused[1]}. Nothing was "
+                         "compacted, and the log holds every message")

@@ -168,6 +168,54 @@ QUIRKS: dict[str, Raw] = {
 }
 
 
+# Replies that give no answer to pass on, each seen from real servers and small models:
+# what a compaction must not record as its summary (lesson 08) and what a helper must not
+# hand its parent as its answer (lesson 10). Summaries play them through
+# `ScriptedModel(summarise=summaries(ODD_REPLIES["call_as_json"], ...))`, helpers as
+# steps of the script.
+THOUGHT = "The user wants the gist. The elder spoke of the ledge; keep that."
+ANSWER_AFTER_THOUGHT = "The elder warned us of a steep ledge by the cave."
+CALL_TEXT = '{"name": "talk_to", "arguments": {"npc": "elder"}}'
+ODD_REPLIES: dict[str, Raw] = {
+    # "" as the whole reply (a model that stopped at once).
+    "empty": _quirk(None, content=""),
+    # content null and no tool calls.
+    "null": _quirk(None),
+    # A tool call instead of text, although the request offered no tools.
+    "tool_call": _quirk([{"id": "call_odd", "type": "function",
+                          "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}],
+                        finish_reason="tool_calls"),
+    # The same with a sentence beside it: still a call, not what was asked for.
+    "call_with_text": _quirk([{"id": "call_odd", "type": "function",
+                               "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}],
+                             content="Let me ask the elder first.", finish_reason="tool_calls"),
+    # A tool call written as JSON text: the server did not read it as a call.
+    "call_as_json": _quirk(None, content=CALL_TEXT),
+    # The same in a ```json fence, and in a <tool_call> tag (Hermes-style templates).
+    "call_in_fence": _quirk(None, content=f"```json\n{CALL_TEXT}\n```"),
+    "call_in_tag": _quirk(None, content=f"<tool_call>\n{CALL_TEXT}\n</tool_call>"),
+    # Thinking cut off by max tokens: a <think> block that never ends, and nothing else.
+    "unfinished_think": _quirk(None, content=f"<think>\n{THOUGHT} Now the rope, and"),
+    # Only thinking, finished, and nothing after it.
+    "only_think": _quirk(None, content=f"<think>\n{THOUGHT}\n</think>\n"),
+    # A usable one: thinking first, then the answer (ANSWER_AFTER_THOUGHT) after it.
+    "think_then_text": _quirk(None, content=f"<think>\n{THOUGHT}\n</think>\n\n"
+                                            f"{ANSWER_AFTER_THOUGHT}"),
+}
+# The keys of ODD_REPLIES that give no answer at all (every one but "think_then_text").
+NO_ANSWER = tuple(key for key in ODD_REPLIES if key != "think_then_text")
+# Those that end a turn of an agent's loop (no tool calls): a helper's last reply can be one.
+NO_ANSWER_TEXT = tuple(key for key in NO_ANSWER
+                       if not ODD_REPLIES[key].message.get("tool_calls"))
+
+
+def long_reply(tokens: int) -> Reply:
+    """A plain text answer of about `tokens` estimated tokens (4 bytes each): a summary far
+    over any budget, as a model that ignores "no more than a page" sends."""
+    sentence = "On day 3 the elder spoke at length of the cave, the ledge and the rope. "
+    return say((sentence * (tokens * 4 // len(sentence) + 1)).strip())
+
+
 Step = Union[Reply, Raw, Fail, Disconnect, Crash, Callable[[dict[str, Any]], "Step"]]
 
 
@@ -319,6 +367,8 @@ def check_window(body: dict[str, Any], window: int) -> None:
 # the quest's turns; `ScriptedModel(summarise=...)` answers it another way.
 
 SUMMARY_REQUEST = re.compile(r"\bsummari[sz]e the conversation\b", re.IGNORECASE)
+# A retried summary request says why the last reply could not be used (lesson 08's FIRMER)
+RETRIED_SUMMARY = re.compile(r"\bcould not be used\b", re.IGNORECASE)
 SUMMARY_LINES = 12          # the scripted summary keeps at most this many lines ...
 SUMMARY_LINE_CHARS = 160    # ... each at most this long: summaries of summaries stay small
 
@@ -330,6 +380,27 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     return any(message.get("role") == "system" and isinstance(message.get("content"), str)
                and SUMMARY_REQUEST.search(message["content"])
                for message in body["messages"] if isinstance(message, dict))
+
+
+def is_retried_summary(body: dict[str, Any]) -> bool:
+    """Is this a summary request made again, after a reply that could not be used?"""
+    return is_summary_request(body) and any(
+        message.get("role") == "system" and isinstance(message.get("content"), str)
+        and RETRIED_SUMMARY.search(message["content"])
+        for message in body["messages"] if isinstance(message, dict))
+
+
+def summaries(*replies: "str | Step", then: Callable[[dict[str, Any]], "str | Step"] | None = None
+              ) -> Callable[[dict[str, Any]], "str | Step"]:
+    """A summariser that answers the summary requests with `replies` in order (text, or a
+    step such as ODD_REPLIES["tool_call"] or long_reply(9000)), then with `then`
+    (scripted_summary unless given)."""
+    queue = list(replies)
+    after = then or scripted_summary
+
+    def summarise(body: dict[str, Any]) -> "str | Step":
+        return queue.pop(0) if queue else after(body)
+    return summarise
 
 
 def scripted_summary(body: dict[str, Any]) -> str:
@@ -373,8 +444,9 @@ class ScriptedModel:
     requests: list[dict[str, Any]] = field(default_factory=list)
     observations: list[Any] = field(default_factory=list)
     _observers: list[Callable[[dict[str, Any]], Any]] = field(default_factory=list, repr=False)
-    # Answers a compaction's summary request (lesson 08); None sends it to the script.
-    summarise: Callable[[dict[str, Any]], str] | None = scripted_summary
+    # Answers a compaction's summary request (lesson 08) with text, or with a step (an odd
+    # reply, a failure); None sends it to the script.
+    summarise: Callable[[dict[str, Any]], "str | Step"] | None = scripted_summary
     # The model's window in tokens (estimated as request_tokens does); a request larger
     # than it is refused with HTTP 400, as a real server refuses one. None: no limit.
     context_window: int | None = None
@@ -427,8 +499,10 @@ class ScriptedModel:
         for observer in self._observers:
             self.observations.append(observer(body))
         if self.summarise is not None and is_summary_request(body):   # lesson 08
-            return 200, self._completion(say(self.summarise(body)), body)
-        step = self._next_step(body)
+            answer = self.summarise(body)
+            step = say(answer) if isinstance(answer, str) else answer
+        else:
+            step = self._next_step(body)
         while callable(step):
             step = step(body)
         if isinstance(step, Fail):
@@ -508,7 +582,10 @@ class ScriptedModel:
     def client(self, **options: Any) -> openai.OpenAI:
         """A real `openai.OpenAI` client whose HTTP transport is this model (no sockets).
 
-        Retries are off so that a scripted failure reaches the agent exactly once.
+        Retries are off so that a scripted failure reaches the agent exactly once. The
+        client is always given an `httpx.Client`: openai 2 sends through one anyway, and
+        openai 3, whose own HTTP stack (httpx2) no mock transport reaches, still accepts
+        one as `http_client` and sends through it, so the same model serves both.
         """
         transport = httpx.MockTransport(self.router().handler)
         options.setdefault("max_retries", 0)
