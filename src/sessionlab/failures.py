@@ -74,10 +74,11 @@ class Scene:
             self.show(message, f"{prefix}{number:>2} " if numbered else prefix)
 
     def prevented_by(self, task_id: str) -> None:
-        lesson = course.lesson(task_id.split(".")[0], self.root)
-        task = lesson.task(task_id)
+        """The last line: the task that prevents what the scenario showed. One line, however
+        long its title, so that it reads (and greps) as one."""
+        task = course.lesson(task_id.split(".")[0], self.root).task(task_id)
         self.say()
-        self.say(f"Prevented by task {task_id} of lesson {lesson.number}: {task.title}.")
+        self.lines.append(f"Prevented by task {task_id}: {' '.join(task.title.split())}.")
 
     def transcript(self) -> str:
         text = "\n".join(self.lines).rstrip() + "\n"
@@ -184,8 +185,9 @@ def see_00(scene: Scene) -> None:
     scene.say(f"Day 1's {count(len(day1.messages), 'message')} lived in the first agent's "
               "list, and ended with it.")
     scene.say()
-    scene.say("Lesson 00 keeps this on purpose: its last test pins it down. Task 01.3 "
-              "saves every message as it comes, task 02.2 reads them back.")
+    scene.say("Lesson 00 keeps this on purpose: its last test pins it down.")
+    scene.lines.append("Fixed later by task 01.3 (save each message) and task 02.2 (load them "
+                       "back).")
 
 
 # --- 01: a crash mid-run leaves nothing on disk ------------------------------------------
@@ -318,9 +320,13 @@ def process(work: Callable[[Callable[[], None]], None]) -> Iterator["Child"]:
                 os.write(from_child_w, b"p")
                 os.read(to_child_r, 1)
 
-            work(pause)
-            os.write(from_child_w, b"d")
-            status = 0
+            try:
+                work(pause)
+            except BaseException as error:      # noqa: BLE001 - told to the parent
+                os.write(from_child_w, b"e" + f"{type(error).__name__}: {error}".encode())
+            else:
+                os.write(from_child_w, b"d")
+                status = 0
         finally:
             os._exit(status)        # whatever happened: the parent sees the pipe close
     os.close(to_child_r)
@@ -342,9 +348,12 @@ class Child:
 
     def wait(self, expected: str) -> None:
         """Until the child pauses ('paused') or ends ('done'), as expected."""
-        said = {b"p": "paused", b"d": "done"}.get(os.read(self.from_child, 1), "failed")
-        if said != expected:
-            raise RuntimeError(f"the scenario's other process {said}, expected {expected}")
+        said = os.read(self.from_child, 1)
+        state = {b"p": "paused", b"d": "done"}.get(said, "failed")
+        if state != expected:
+            why = os.read(self.from_child, 2000).decode(errors="replace") if said else ""
+            raise RuntimeError(f"the scenario's other process {state} (expected: {expected})"
+                               + (f": {why}" if why else ""))
 
     def go(self) -> None:
         os.write(self.to_child, b"g")
