@@ -208,3 +208,114 @@ def test_the_demo_refuses_an_empty_dir(tmp_path, empty):
     assert run.status == 2, run.text
     one_line_error(Run(2, "", run.err), "--dir")
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "nothing written here"
+
+
+# --- 3. standard input closed (`<&-`) or at its end --------------------------------------
+
+
+def closed_stdin():
+    os.close(0)
+
+
+def run_closed(*argv, cwd=None, close=closed_stdin, timeout=GUARD) -> Run:
+    """`sessionlab ARGS <&-`: the command started with no standard input at all."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("FORCE_COLOR", None)
+    done = subprocess.run([sys.executable, "-m", "sessionlab", *map(str, argv)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, preexec_fn=close)
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.timeout(2 * GUARD)
+@pytest.mark.parametrize("argv", [["chat"], ["chat", "quest", "--lesson", "07"],
+                                  ["chat", "--lesson", "00", "--solution"]])
+def test_chat_with_stdin_closed_ends_at_once_having_written_nothing(course_copy, tmp_path,
+                                                                   argv):
+    course = course_copy({"00_memory": SOLUTION, "07_undo": SOLUTION})
+
+    run = run_closed("--course", course, *argv, "--sessions", tmp_path / "s", cwd=tmp_path)
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    assert not any((tmp_path / "s").glob("*.jsonl")), "no message came in: nothing written"
+
+
+@pytest.mark.timeout(2 * GUARD)
+def test_sessionlab_alone_with_stdin_closed_shows_the_status_once(course):
+    run = run_closed("--course", course)
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    assert "Lesson 01" in run.out and "not a terminal" in run.err
+
+
+@pytest.mark.timeout(2 * GUARD)
+def test_watch_with_stdin_closed_says_it_takes_no_keys_and_stops_on_ctrl_c(course):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("FORCE_COLOR", None)
+
+    def close_and_default_sigint():
+        os.close(0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionlab", "--course", str(course), "watch", "00", "--cold"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, preexec_fn=close_and_default_sigint)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + GUARD
+        while not any("watching lessons/00_memory" in line for line in lines):
+            assert process.poll() is None, "".join(lines) + process.stderr.read()
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        err = process.stderr.read()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    shown = "".join(lines)
+    assert process.returncode == 130, shown + err
+    assert "Traceback" not in shown + err, err
+    assert "no keys" in shown, "the keys line says that keys cannot work"
+
+
+def test_a_terminal_that_hangs_up_ends_the_watch_instead_of_spinning():
+    from sessionlab.cli.watch import Keys
+
+    primary, secondary = os.openpty()
+    with open(secondary, "rb", buffering=0, closefd=True) as stream:
+        keys = Keys(stream)
+        assert keys.tty
+        os.close(primary)              # the terminal window is closed
+        assert keys.read(0.5) == "\x04", "read as the end of input: the watch quits"
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("argv", [["show"], ["list"], ["demo"]])
+def test_a_command_with_stdout_closed_says_so_and_fails(course, tmp_path, argv):
+    """`sessionlab show >&-`: exiting 0 having shown nothing would pass for success."""
+    def close():
+        os.close(1)
+
+    run = run_closed("--course", course, *argv, cwd=tmp_path, close=close)
+
+    assert run.status == 2
+    one_line_error(Run(2, "", run.err.splitlines()[0] + "\n"), "standard output is closed")
+    assert "Traceback" not in run.err
+    assert not (tmp_path / "demo-sessions").exists(), "nothing was run"

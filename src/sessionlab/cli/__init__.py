@@ -174,9 +174,41 @@ def _passthrough(argv: list[str]) -> int | None:
                 os.environ["SESSIONLAB_ROOT"] = saved
 
 
+def closed_streams() -> list[int]:
+    """The standard streams the command was started without (`<&-`, `>&-`), each given
+    /dev/null in its place.
+
+    Python leaves sys.stdin None then, and the first file the kit opens would take the
+    number 0 and be read as the keyboard. On /dev/null, a closed input reads as its end
+    (the chat ends, the watch takes no keys) and a closed error stream swallows what is
+    said, as it would have anyway."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 0 in closed:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)
+    if 2 in closed:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    return closed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 success, 1 failure, 2 usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if 1 in closed_streams():
+        # Everything a command says goes there: exiting 0 having shown nothing would pass
+        # for success in a script.
+        make_ui().error("standard output is closed (>&-): nothing could be shown, so nothing "
+                        "was run", "send the output somewhere: > FILE, or > /dev/null to drop it")
+        return 2
     # chat, demo and show talk through the openai SDK: only its chat-completions parts
     # are imported (sessionlab.lazy_sdk), as in a lesson's run
     lazy_sdk.install()

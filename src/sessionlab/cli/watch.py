@@ -74,9 +74,12 @@ class Keys:
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return None
-        data = os.read(self.fd, 64)
+        try:
+            data = os.read(self.fd, 64)
+        except OSError:
+            data = b""                      # the terminal is gone (EIO after a hang-up)
         if not data:
-            return None
+            return "\x04"                   # the end of input: as Ctrl-D, the watch ends
         if data.startswith(b"\x1b"):
             return None                     # arrow keys and other escape sequences
         return data[:1].decode("latin-1").lower()
@@ -114,6 +117,7 @@ class Watch:
         # A lesson that does not exist is said before any test runs, not after all of them.
         self.lesson: Lesson | None = None if ref is None else course.lesson(ref, root)
         self.message: Text | None = None
+        self.keys_live = True        # False when stdin is no terminal: the keys line says so
 
     # the loop ------------------------------------------------------------------------
 
@@ -131,6 +135,7 @@ class Watch:
             self.runner.warm.shutdown()
 
     def loop(self, keys: Keys) -> int:
+        self.keys_live = getattr(keys, "tty", True)     # FakeKeys in tests: live
         self.render()
         path = self.lesson.folder
         seen = stamps(path)
@@ -214,7 +219,11 @@ class Watch:
         if self.message is not None:
             out.print(self.message)
         out.print()
-        out.print(Text(f"keys: {KEYS}", style="dim"))
+        if self.keys_live:
+            out.print(Text(f"keys: {KEYS}", style="dim"))
+        else:
+            out.print(Text("no keys: standard input is not a terminal (closed or redirected); "
+                           "Ctrl-C stops the watch", style="dim"))
         out.print(Text(f"watching lessons/{self.lesson.name}/*.py for saves "
                        f"(checked every {self.interval:g} s)", style="dim"))
 
