@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import openai
@@ -276,6 +277,9 @@ def test_the_repair_is_written_to_the_log_once(resume, sessions):
     assert len(markers(entries)) == 1, (
         f"one repair, one marker: found {markers(entries)}"
     )
+    assert markers(entries)[0].get("interrupted") == CALL_ORDER[1:], (
+        f"the marker lists the calls it answers, {CALL_ORDER[1:]} ('call_z' had its "
+        f"result already): {markers(entries)[0]}")
     answers = [e["tool_call_id"] for e in entries if e.get("role") == "tool"]
     assert answers == CALL_ORDER, (
         f"each call answered exactly once, in order: {answers}"
@@ -580,19 +584,24 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
     assert meta["forked_at"] == 4, f"forked_at counts messages, not lines: {meta}"
 
 
+def interrupted_in_buy(town):
+    """The town's tools, but Ctrl-C (a real SIGINT) arrives inside every purchase."""
+    def buy_interrupted(**arguments):
+        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
+        time.sleep(1)
+        return "never"
+
+    return SimpleNamespace(schemas=town.schemas,
+                           functions={**town.functions, "buy": buy_interrupted})
+
+
 @pytest.mark.task("04.4")
 def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message(
         lesson, sessions, town):
     """Ctrl-C (a real SIGINT) inside the second of three tool calls: the next run
     answers the open calls first, in call order, so no message lands between a call
     and its result, in memory or in the log, and the model accepts the request."""
-    def buy_interrupted(**arguments):
-        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
-        time.sleep(1)
-        return "never"
-
-    tools = SimpleNamespace(schemas=town.schemas,
-                            functions={**town.functions, "buy": buy_interrupted})
+    tools = interrupted_in_buy(town)
     model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
                                call("buy", item="rope")),
                            say("Where were we?")])
@@ -658,11 +667,17 @@ def test_a_message_holding_unicode_line_separators_resumes_whole(lesson, resume,
 
 @pytest.mark.task("04.1")
 @pytest.mark.task("04.3")
-@pytest.mark.parametrize("size", [len(TORN), 500], ids=["short", "long"])
-def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, size):
-    """cut_preview shows how the cut bytes began: all of them when short, their first
-    80 bytes at most when long (the marker stays one short line)."""
-    torn = (TORN + b"x" * size)[:size]
+@pytest.mark.parametrize("torn", [
+    TORN,
+    (TORN + b"x" * 500)[:500],
+    TORN + "é".encode()[:1],
+    "é".encode() * 100,
+], ids=["short", "long", "cut inside a character", "long, not ASCII"])
+def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, torn):
+    """cut_preview shows how the cut bytes began: all of them when short (a character
+    cut in half shown as U+FFFD), their first 80 bytes at most when long (the marker
+    stays one short line), counted in bytes, not in characters."""
+    size = len(torn)
     path = write_log(sessions, A_FINISHED_DAY, tail=torn)
 
     _, log = resume()
@@ -670,18 +685,25 @@ def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, siz
     found = markers(entries_in(path))
     assert len(found) == 1, (
         f"cutting a torn tail should write one repair marker: {found}")
+    assert found[0].get("cut_bytes") == size, (
+        f"cut_bytes counts every byte cut, {size}, not only those previewed: {found[0]}")
     preview = found[0].get("cut_preview")
     text = torn.decode("utf-8", "replace")
-    assert isinstance(preview, str) and preview and text.startswith(preview), (
+    # A preview that stops inside a character ends in U+FFFD, for a byte or more of it
+    shown = preview.rstrip("\ufffd") if isinstance(preview, str) else ""
+    assert isinstance(preview, str) and preview and text.startswith(shown), (
         f"cut_preview should be the first bytes that were cut, {text[:80]!r}; "
         f"it is {preview!r}")
     if size <= 80:
         assert preview == text, (
-            f"all {size} cut bytes fit in the preview; it is {preview!r}")
+            f"all {size} cut bytes fit in the preview, decoded as UTF-8 with a "
+            f"replacement character for a character cut in half: {text!r}; it is "
+            f"{preview!r}")
     else:
-        assert len(preview.encode("utf-8")) <= 80, (
-            f"cut_preview should hold at most the first 80 of the {size} cut bytes; it "
-            f"holds {len(preview.encode('utf-8'))}")
+        held = len(shown.encode("utf-8")) + len(preview) - len(shown)
+        assert held <= 80, (
+            f"cut_preview should hold at most the first 80 of the {size} cut bytes "
+            f"(counted in bytes, not in characters); it holds {held}")
 
 
 @pytest.mark.task("04.3")
@@ -699,3 +721,224 @@ def test_calls_open_in_a_last_line_without_its_newline_are_answered_on_new_lines
         f"the two messages should stay as they were, each on its line: {entries[:2]}")
     answered = [e.get("tool_call_id") for e in entries[2:] if "$marker" not in e]
     assert answered == CALL_ORDER, f"each call answered once, in order: {answered}"
+
+
+@pytest.mark.task("04.4")
+def test_an_agent_without_a_log_settles_its_open_calls_in_memory(lesson, town):
+    """settle() is about the conversation, not the file: an agent that keeps no log
+    answers the calls a stopped run left open too, before its next message."""
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    agent = lesson.Agent(model.client(), model=model.model,
+                         tools=interrupted_in_buy(town))
+    with pytest.raises(KeyboardInterrupt):
+        agent.run("Talk to the elder and buy a torch.")
+    try:
+        agent.run("Go on.")
+    except openai.BadRequestError as error:
+        pytest.fail("an agent without a log, stopped inside its second tool call, "
+                    f"sent the calls left open without results: {error.message}. "
+                    "settle() answers them whether or not there is a log (task 04.4)",
+                    pytrace=False)
+    roles = [message.get("role") for message in agent.messages]
+    assert roles == ["user", "assistant", "tool", "tool", "tool", "user", "assistant"], (
+        f"the calls, their three results, then the next message; the agent holds {roles}")
+
+
+# --- empty lines, the reason, ids used again ------------------------------------------
+
+
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("tail", [b"", TORN], ids=["whole", "torn"])
+def test_an_empty_line_is_no_damage_and_its_byte_still_counts(resume, sessions, tail):
+    """An empty line (a stray newline) holds nothing to lose: the log resumes, and a
+    torn tail after it is cut at exactly the right byte, its newline counted."""
+    first, rest = line(A_FINISHED_DAY[0]), b"".join(map(line, A_FINISHED_DAY[1:]))
+    whole = first + b"\n" + rest
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(whole + tail)
+
+    agent, _ = resume_whole(resume, path, whole,
+                            "an empty line among them and " + ("a torn tail" if tail
+                                                               else "nothing"))
+
+    assert agent.messages == A_FINISHED_DAY, (
+        f"the four messages around the empty line are the history; got {agent.messages}")
+    data = path.read_bytes()
+    if not tail:
+        assert data == whole, (
+            "a whole log with an empty line needs no repair: nothing may be written; "
+            f"it ends {data[-80:]!r}")
+    else:
+        added = data[len(whole):] if data.startswith(whole) else b""
+        try:
+            marker = json.loads(added) if added.count(b"\n") == 1 else None
+        except ValueError:
+            marker = None
+        assert added.endswith(b"\n") and isinstance(marker, dict) and marker.get(
+            "cut_bytes") == len(TORN), (
+            f"the {len(TORN)} torn bytes, and only they, are cut (an empty line counts "
+            "one byte, its newline), and one repair marker follows the whole lines; "
+            f"the log ends {data[-160:]!r}")
+
+
+@pytest.mark.task("04.1")
+def test_a_corrupt_line_after_an_empty_line_is_named_by_its_place_in_the_file(
+        lesson, resume, sessions):
+    """Empty lines count as lines and as bytes: the damaged line's number and offset
+    are where an editor finds it, not a count of the messages before it."""
+    first = line(A_FINISHED_DAY[0])
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(first + b"\n\n" + b"garbage\n" + line(A_FINISHED_DAY[1]))
+
+    with raises(lesson.CorruptLog, "line 4 is garbage and the log resumed anyway"
+                ) as damaged:
+        resume()
+
+    found = (damaged.value.line, damaged.value.offset)
+    assert found == (4, len(first) + 2), (
+        f"the garbage is line 4 (after two empty lines), at byte {len(first) + 2}; "
+        f"CorruptLog names line {found[0]} at byte {found[1]}: {damaged.value}")
+
+
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("damage", [
+    b'{"content": "no role"}',
+    b'{"role": "user", "content": "cut short',
+], ids=["no role", "not JSON"])
+def test_a_corrupt_line_error_says_why_the_line_is_no_message(
+        lesson, resume, sessions, damage):
+    """CorruptLog carries the reason the line was refused, so that whoever mends it by
+    hand knows what to look for."""
+    try:
+        lesson.parse_line(damage)
+    except ValueError as refused:
+        reason = str(refused)
+    else:
+        pytest.fail(f"parse_line should refuse {damage!r}", pytrace=False)
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(line(ASK) + damage + b"\n" + line(A_FINISHED_DAY[0]))
+
+    with raises(lesson.CorruptLog, "line 2 is damaged and the log resumed anyway"
+                ) as damaged:
+        resume()
+
+    assert reason in str(damaged.value), (
+        f"CorruptLog should say why line 2 is no message ({reason!r}); it says: "
+        f"{damaged.value}")
+
+
+@pytest.mark.task("04.2")
+def test_a_call_id_used_again_in_a_later_turn_still_needs_its_own_result(
+        resume, sessions, model):
+    """Some servers number calls per reply ("call_0" in every turn): an earlier turn's
+    result answers the earlier call, not the open one with the same id."""
+    first_call = {"role": "assistant", "content": None,
+                  "tool_calls": [tool_call("call_0", "talk_to", npc="elder")]}
+    second_calls = {"role": "assistant", "content": None,
+                    "tool_calls": [tool_call("call_0", "buy", item="torch"),
+                                   tool_call("call_1", "buy", item="rope")]}
+    history = [A_FINISHED_DAY[0], first_call, result("call_0", "Bring a torch."),
+               {"role": "assistant", "content": "A torch, then."}, ASK, second_calls]
+    write_log(sessions, history)
+
+    agent, _ = resume()
+
+    added = [m.get("tool_call_id") for m in agent.messages[len(history):]]
+    assert added == ["call_0", "call_1"], (
+        "both calls of the last assistant message are open (the result for 'call_0' "
+        "answers the first turn's call); they need results in call order; the agent "
+        f"added results for {added}")
+    model.add(say("Let me check our bag first."))
+    agent.run("Did we buy them?")   # a call without its result would be refused (400)
+
+
+# --- the repair's one write, its time, its durability ---------------------------------
+
+
+def writes_to(path, monkeypatch, events):
+    """Record ("write", bytes) and ("fsync", None) for every os.write and os.fsync
+    made on the file `path` from now on."""
+    target = path.stat()
+    real_write, real_fsync = os.write, os.fsync
+
+    def same(fd):
+        found = os.fstat(fd)
+        return (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino)
+
+    def write(fd, data):
+        if same(fd):
+            events.append(("write", bytes(data)))
+        return real_write(fd, data)
+
+    def fsync(fd):
+        if same(fd):
+            events.append(("fsync", None))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("tail", [line(BUY_THREE)[:-1], line(BUY_THREE) + TORN],
+                         ids=["missing newline", "torn"])
+def test_the_whole_repair_lands_with_one_write(resume, sessions, monkeypatch, tail):
+    """Newline, marker and results are one write: a crash in the middle of the repair
+    cannot leave a marker without its results, or results without their marker."""
+    path = write_log(sessions, [ASK], tail=tail)
+    kept = path.read_bytes().removesuffix(TORN)     # what the repair keeps
+    events = []
+    writes_to(path, monkeypatch, events)
+
+    resume()
+
+    monkeypatch.undo()
+    writes = [data for kind, data in events if kind == "write"]
+    assert len(writes) == 1, (
+        f"the repair should be written with one write; it took {len(writes)}: {writes}")
+    assert path.read_bytes() == kept + writes[0], (
+        "that one write should hold everything the repair added to the log")
+
+
+@pytest.mark.task("04.3")
+def test_a_durable_writer_syncs_its_repair(lesson, sessions, model, town, monkeypatch):
+    """With durable=True every write reaches the disk before it returns, the repair's
+    too: it goes through the writer's own write, which syncs."""
+    path = write_log(sessions, [ASK, BUY_THREE])
+    events = []
+    writes_to(path, monkeypatch, events)
+
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        monkeypatch.undo()
+
+    kinds = [kind for kind, _ in events]
+    assert "write" in kinds, "resuming with three open calls should write a repair"
+    last_write = len(kinds) - 1 - kinds[::-1].index("write")
+    assert "fsync" in kinds[last_write:], (
+        "a durable writer's repair should be synced to the disk after it is written "
+        f"(write it with the writer's own write); the log saw {kinds}")
+
+
+@pytest.mark.task("04.3")
+def test_the_repair_marker_says_when_it_was_written(resume, sessions):
+    """`at` is the time of the repair, an ISO 8601 time with its zone, like every
+    marker's."""
+    path = write_log(sessions, [ASK, BUY_THREE])
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+
+    resume()
+
+    after = datetime.now(timezone.utc)
+    found = markers(entries_in(path))
+    at = found[0].get("at") if found else None
+    try:
+        when = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is {at!r} "
+                    f"(markers: {found})", pytrace=False)
+    assert when.tzinfo is not None and before <= when <= after, (
+        f"`at` should be the time of the repair, between {before} and {after}, with "
+        f"its time zone; it is {at!r}")
