@@ -140,6 +140,23 @@ def test_nothing_reaches_the_network():
         router.handler(httpx.Request("GET", "https://api.openai.com/v1/chat/completions"))
 
 
+def test_the_installed_openai_client_reaches_the_model_without_a_socket(monkeypatch):
+    """openai 3 sends through its own HTTP stack unless it is given an httpx.Client: the
+    scripted client must use the one it is given, on 2.x and 3.x alike, and open no socket
+    (not even to look up the host's name)."""
+    import socket
+
+    def no_socket(*args, **kwargs):
+        raise AssertionError(f"openai {openai.__version__} opened a socket: the scripted "
+                             "model's httpx.Client was not used")
+    monkeypatch.setattr(socket, "socket", no_socket)
+    monkeypatch.setattr(socket, "getaddrinfo", no_socket)
+    monkeypatch.setattr(socket, "create_connection", no_socket)
+    model = ScriptedModel([say("Offline.")])
+    assert ask(model, [USER]).choices[0].message.content == "Offline."
+    assert model.requests[0]["messages"] == [USER]
+
+
 # --- validation: one test per rule -------------------------------------------------------
 
 

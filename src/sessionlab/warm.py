@@ -48,8 +48,9 @@ from pathlib import Path
 # them, and warns about any that was imported before.
 PRELOAD = ("pytest", "openai", "openai.resources.chat", "httpx", "respx",
            "sessionlab.course", "sessionlab.hangs", "sessionlab.scripted", "sessionlab.town")
-LIBRARIES = ("pytest", "_pytest", "pluggy", "openai", "httpx", "respx", "pydantic",
-             "pytest_timeout")
+# httpx2: openai 3's own HTTP stack (2.x has none; a name not installed is skipped).
+LIBRARIES = ("pytest", "_pytest", "pluggy", "openai", "httpx", "httpx2", "respx",
+             "pydantic", "pytest_timeout")
 COURSE_FILES = ("conftest.py", "pyproject.toml")
 SUPPORTED = hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "AF_UNIX")
 

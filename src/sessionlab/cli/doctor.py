@@ -25,7 +25,7 @@ TOOL_MODEL_SUGGESTION = "llama3.2"   # small, and it supports tool calls
 # (distribution, why it is needed, required?)
 PACKAGES = [
     ("openai", "the client lesson code calls models with", True),
-    ("httpx", "HTTP under the openai client", True),
+    ("httpx", "HTTP of the scripted model and of this command", True),
     ("respx", "routes the client to the scripted model in tests", True),
     ("rich", "this command's output", True),
     ("pytest", "runs the lessons' tests", True),

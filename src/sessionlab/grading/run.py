@@ -40,7 +40,7 @@ REPORT_LIMIT = 4 * 1024 ** 2        # an honest report is far smaller (messages 
 OUTPUT_LIMIT = 64 * 1024            # the tail of pytest's own output that is kept
 COPY_LIMIT = 16 * 1024 ** 2         # bytes of a lesson folder copied into a view
 SHADOWING = set(sys.stdlib_module_names) | {
-    "pytest", "_pytest", "pluggy", "sessionlab", "openai", "httpx", "respx", "rich",
+    "pytest", "_pytest", "pluggy", "sessionlab", "openai", "httpx", "httpx2", "respx", "rich",
     "sitecustomize", "usercustomize", "conftest"}
 CANARY_MESSAGE = "the grader's own test: it must fail in every honest run"
 
