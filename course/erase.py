@@ -8,14 +8,18 @@ the log. The message keeps its place as a tombstone, so every index stays valid.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from .messages import encode_line, MARKER, Message
-from .files import now, read_all, write_whole
-from .reading import Compaction, KNOWN_LOGS, parse_log
+from .files import _write_temp, fsync_folder, now, read_all
+from .reading import Compaction, CorruptLog, KNOWN_LOGS, parse_log
+from .lock import SessionBusy
 from .blobs import BlobError, blobs_of, drop_blobs
+from .sidechain import sidechain_folder
 
 
 class SessionErase:
@@ -52,6 +56,8 @@ class SessionErase:
         started = time.time()
         if self._fd is None:
             self._open()  # the writer first: its lock keeps every other writer out
+        if self.in_doubt:
+            self._write(b"")    # WriterStopped: an earlier rewrite did not finish
         # BEGIN 09.4
         data = read_all(self._fd, self.path)
         state = parse_log(data, self.path)
@@ -79,7 +85,19 @@ class SessionErase:
                 rewritten += blobs_of(entry)
         lines.append(encode_line({MARKER: "erase", "index": index, "at": now()}))
         self._rewrite(b"".join(lines))
-        drop_blobs(self.folder, rewritten, touched_after=started)
+        #> 10+
+        # Lesson 10: a helper's transcript holds what it was asked, and what it found
+        unreached = self.erase_in_sidechains(texts)
+        #<
+        #> 09
+        unreached = []
+        #<
+        try:
+            drop_blobs(self.folder, rewritten, touched_after=started)
+        except OSError as error:
+            unreached.append(f"the blobs of the rewritten lines, kept: {error}")
+        if unreached:
+            raise EraseIncomplete(self.path, unreached)
         return True
         # END 09.4
 
@@ -92,20 +110,70 @@ class SessionErase:
             pass    # its blob is gone or damaged: what is left of it is the preview
         return [text for text in contents_of(message) if len(text) >= QUOTE_MIN_CHARS]
 
-    def scrubbed(self, entry: Message, line: int, texts: list[str]) -> Message | None:
+    def scrubbed(self, entry: Message, line: int, texts: list[str],
+                 parts: bool = False) -> Message | None:
         """`entry` with every quote of `texts` replaced by ERASED, or None when it
-        quotes none of them. A message whose content is a blob is read back whole and,
-        scrubbed, stored as a new blob (the old one is then no longer referred to)."""
+        quotes none of them (with `parts`, any part of them too: see scrub()). A
+        message whose content is a blob is read back whole and, scrubbed, stored as a
+        new blob (the old one is then no longer referred to)."""
         whole = entry
         if MARKER not in entry:
             try:
                 whole = self.inline(entry, line)
             except BlobError:
                 pass    # a blob that cannot be read: its preview can still be scrubbed
-        new = scrub(whole, texts)
+        new = scrub(whole, texts, parts)
         if new == whole:
             return None
         return new if MARKER in new else self.outline(new)
+    #> 10+
+
+    def scrub_quotes(self, texts: list[str]) -> bool:
+        """Replace, in every line of this log, each quote of `texts` or of a part of
+        them by ERASED, by the same whole rewrite as erase(); True if a line changed.
+
+        For a side-chain (lesson 10): its helper was asked in the parent's words, and
+        everything in its transcript follows from them.
+        """
+        if self._fd is None:
+            self._open()
+        started = time.time()
+        data = read_all(self._fd, self.path)
+        state = parse_log(data, self.path)
+        raw = data[:state.end].split(b"\n")
+        lines: list[bytes] = []
+        rewritten: list[str] = []
+        for position, entry in enumerate(state.entries):
+            new = self.scrubbed(entry, state.lines[position], texts, parts=True)
+            if new is None:
+                lines.append(raw[state.lines[position] - 1] + b"\n")
+            else:
+                lines.append(encode_line(new))
+                rewritten += blobs_of(entry)
+        if not rewritten and all(line == raw[number - 1] + b"\n" for line, number
+                                 in zip(lines, state.lines)):
+            self.release_blobs()
+            return False
+        self._rewrite(b"".join(lines))
+        drop_blobs(self.folder, rewritten, touched_after=started)
+        return True
+
+    def erase_in_sidechains(self, texts: list[str]) -> list[str]:
+        """Scrub `texts` from every side-chain of this session, each under its own
+        lock; return what could not be reached, one line each, naming the file."""
+        unreached: list[str] = []
+        chains = sidechain_folder(self.folder, self.id)
+        if chains.is_symlink() or not chains.is_dir():
+            return unreached
+        for path in sorted(chains.glob("*.jsonl")):
+            name = path.name[:-len(".jsonl")]
+            try:
+                with type(self)(chains, name, durable=self.durable) as chain:
+                    chain.scrub_quotes(texts)
+            except (SessionBusy, OSError, CorruptLog, BlobError, ValueError) as error:
+                unreached.append(f"{path}: {error}")
+        return unreached
+    #<
 
     def _rewrite(self, data: bytes) -> None:
         """Replace the whole log with `data`: the old file or the new, never a mix.
@@ -117,19 +185,43 @@ class SessionErase:
         """
         # BEGIN 09.4
         before = os.fstat(self._fd)
-        write_whole(self.path, data, durable=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
-        os.close(self._fd)
-        self._fd = fd
-        # An erase is not a use: the log keeps the time of its last append, which is
-        # what expire() goes by.
-        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        temp = _write_temp(self.path, data, durable=True)
+        try:
+            # Opened before the rename, so that nothing can fail between the rename
+            # and the moment the writer holds the file its name reaches.
+            fd = os.open(temp, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+        except BaseException:
+            os.unlink(temp)     # it holds the words: no copy left behind
+            raise
+        try:
+            os.replace(temp, self.path)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temp)
+            raise
+        old, self._fd = self._fd, fd
+        try:
+            os.close(old)
+            fsync_folder(self.folder)   # the new name survives a power cut
+            # An erase is not a use: the log keeps the time of its last append, which
+            # is what expire() goes by.
+            os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        except BaseException:
+            # The writer holds the new file, but this rewrite did not finish: it
+            # refuses every write until the session is opened again (WriterStopped).
+            self.in_doubt = True
+            raise
         # END 09.4
-        # What this writer (and fork, through KNOWN_LOGS) knew of the old file, where
-        # its lines end, no longer holds: no name reaches that file now, and the new one
-        # has other line lengths. Start again from the bytes just written.
-        KNOWN_LOGS.pop(self._identity, None)
-        self._know(parse_log(data, self.path))
+        self.release_blobs()    # the scrubbed lines' new blobs are referred to now
+        try:
+            # What this writer (and fork, through KNOWN_LOGS) knew of the old file,
+            # where its lines end, no longer holds: no name reaches that file now, and
+            # the new one has other line lengths. Start again from the bytes written.
+            KNOWN_LOGS.pop(self._identity, None)
+            self._know(parse_log(data, self.path))
+        except BaseException:
+            self.in_doubt = True
+            raise
 
 
 class AgentErase:
@@ -152,14 +244,21 @@ class AgentErase:
         self.flush()
         texts = [text for text in contents_of(self.messages[position])
                  if len(text) >= QUOTE_MIN_CHARS]
-        if self.session is not None:
-            self.session.erase(self.session.index_of(position))
-        self.messages[position] = tombstone(self.messages[position])
-        if self.compaction is not None:
-            # Lesson 08's summary, sent with every request, may quote the erased words:
-            # the view loses them too, as the log's compaction marker did.
-            summary = redact(self.compaction.summary, texts)
-            self.compaction = Compaction(summary, self.compaction.boundary)
+        index = None if self.session is None else self.session.index_of(position)
+        try:
+            if index is not None:
+                self.session.erase(index)
+        finally:
+            # Even when the log's erase failed half-way (after its rewrite, say): the
+            # next request must not send the words again. Every message in memory
+            # loses its quotes, as the log's lines did, and the summary any part.
+            self.messages = [scrub(message, texts) for message in self.messages]
+            self.messages[position] = tombstone(self.messages[position])
+            if self.compaction is not None:
+                # Lesson 08's summary, sent with every request, may quote the words:
+                # the view loses them too, as the log's compaction marker did.
+                summary = redact(self.compaction.summary, texts, parts=True)
+                self.compaction = Compaction(summary, self.compaction.boundary)
         return self.messages[position]
 
 
@@ -173,6 +272,17 @@ class AgentErase:
 
 class EraseError(ValueError):
     """Asked to erase a message the session does not hold: nothing was changed."""
+
+
+class EraseIncomplete(EraseError):
+    """The message is erased from the log, but some place that held its words could not
+    be reached (a side-chain another writer holds, a file that cannot be read): the
+    error names each one, so that the person can deal with them."""
+
+    def __init__(self, path: Path, unreached: list[str]) -> None:
+        super().__init__(f"{path}: the message is erased from the log, but not from: "
+                         + "; ".join(unreached))
+        self.unreached = unreached
 
 
 # What an erased message's line holds instead of its content. The line stays a message,
@@ -219,30 +329,77 @@ def contents_of(message: Message) -> list[str]:
 QUOTE_MIN_CHARS = 12
 
 
-def scrub(entry: Message, texts: list[str]) -> Message:
+def scrub(entry: Message, texts: list[str], parts: bool = False) -> Message:
     """A line's entry with every quote of `texts` replaced by ERASED.
 
-    In a marker, any string but its kind: a compaction summary (lesson 08) quotes what
-    it summarizes. In a message, its content only: its role, ids and calls are the
-    conversation's structure, and changing them could leave a call without its result.
+    In a marker, any string but its kind, and any part of the texts: a compaction
+    summary (lesson 08) is made from what it summarizes, and may quote a piece. In a
+    message, its content (a part of a text too with `parts`) and each tool call's
+    arguments, where the model may have passed a part of it on to a tool; its role, ids
+    and tools' names are the conversation's structure, and stay.
     """
     if MARKER in entry:
-        return redact(entry, texts)
-    if "content" not in entry:
-        return entry
-    return {**entry, "content": redact(entry["content"], texts)}
+        return redact(entry, texts, parts=True)
+    new = dict(entry)
+    if "content" in entry:
+        new["content"] = redact(entry["content"], texts, parts)
+    if isinstance(entry.get("tool_calls"), list):
+        new["tool_calls"] = [scrub_call(call, texts) for call in entry["tool_calls"]]
+    return new if new != entry else entry
 
 
-def redact(value: Any, texts: list[str]) -> Any:
+def scrub_call(call: Any, texts: list[str]) -> Any:
+    """A tool call whose arguments (a JSON text) quote no part of `texts`."""
+    try:
+        arguments = call["function"]["arguments"]
+    except (KeyError, TypeError):
+        return call
+    if not isinstance(arguments, str):
+        return call
+    try:    # the words in a JSON text may be escaped: look at the values themselves
+        new = json.dumps(redact(json.loads(arguments), texts, parts=True),
+                         ensure_ascii=False)
+        if new == json.dumps(json.loads(arguments), ensure_ascii=False):
+            new = arguments     # quoting nothing: the call keeps its bytes
+    except ValueError:
+        new = redact(arguments, texts, parts=True)
+    if new == arguments:
+        return call
+    return {**call, "function": {**call["function"], "arguments": new}}
+
+
+def redact(value: Any, texts: list[str], parts: bool = False) -> Any:
     """`value` with every one of `texts` replaced by ERASED wherever a string holds it
-    (a marker's kind, under the key "$marker", is never changed)."""
+    (a marker's kind, under the key "$marker", is never changed). With `parts`, every
+    run of at least QUOTE_MIN_CHARS characters that one of `texts` also holds goes too.
+    """
     if isinstance(value, str):
         for text in texts:
             value = value.replace(text, ERASED)
-        return value
+        return redact_parts(value, texts) if parts else value
     if isinstance(value, dict):
-        return {key: item if key == MARKER else redact(item, texts)
+        return {key: item if key == MARKER else redact(item, texts, parts)
                 for key, item in value.items()}
     if isinstance(value, list):
-        return [redact(item, texts) for item in value]
+        return [redact(item, texts, parts) for item in value]
     return value
+
+
+def redact_parts(value: str, texts: list[str]) -> str:
+    """`value` with each run of characters that quotes a piece of one of `texts` at
+    least QUOTE_MIN_CHARS long replaced by ERASED."""
+    size = QUOTE_MIN_CHARS
+    pieces = {text[i:i + size] for text in texts for i in range(len(text) - size + 1)}
+    if not pieces or len(value) < size:
+        return value
+    quoted = [False] * len(value)
+    for start in range(len(value) - size + 1):
+        if value[start:start + size] in pieces:
+            quoted[start:start + size] = [True] * size
+    out: list[str] = []
+    for position, character in enumerate(value):
+        if not quoted[position]:
+            out.append(character)
+        elif position == 0 or not quoted[position - 1]:
+            out.append(ERASED)
+    return "".join(out)

@@ -48,6 +48,11 @@ class SessionBusy(RuntimeError):
 # --- one writer: the lock -------------------------------------------------------------
 
 LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
+#> 09+
+
+
+LOCK_RECORD_BYTES = 256     # the holder's record, padded with spaces to this length
+#<
 
 
 def is_same_file(fd: int, path: Path) -> bool:
@@ -102,9 +107,26 @@ class SessionLock:
         self._lock_fd = fd
         # Whoever held it before (even one killed with SIGKILL) left its name here:
         # overwrite.
+        #> 05-08
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "since": now()}).encode("utf-8"))
+        #<
+        #> 09+
+        # Lesson 09: in place, at a fixed length, never truncated to nothing first (a
+        # truncate makes ext4 flush the file at close: milliseconds for every writer).
+        # And the name is only for messages: on a full disk the flock still locks, so
+        # delete and expire, which only free space, still work.
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": now()}).encode("utf-8").ljust(LOCK_RECORD_BYTES)
+        try:
+            if found.st_size > len(record):
+                os.ftruncate(fd, len(record))   # a longer record of another kind
+            os.pwrite(fd, record, 0)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+        #<
         # END 05.1
 
     def _unlock(self) -> None:

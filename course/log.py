@@ -129,6 +129,11 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.blob_threshold = blob_threshold
         self.synced_blobs: set[str] = set()     # blobs this writer knows are on disk
         #<
+        #> 09+
+        # Blobs stored (or found stored) for the line being written, pinned until it is
+        # written: no collector removes them meanwhile (lesson 09, release_blobs())
+        self.pinned: list[int] = []
+        #<
         self.durable = durable
         #> 05+
         self.timeout = timeout
@@ -233,7 +238,15 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # A large content goes to its blob first, whole; only then is the line that
         # points to it written. A crash in between leaves a blob nothing points to,
         # never a line pointing to nothing.
+            #<
+            #> 06-08
         self._write(encode_line(self.outline(message)))
+            #<
+            #> 09+
+        try:
+            self._write(encode_line(self.outline(message)))
+        finally:
+            self.release_blobs()    # the line is written (or never will be): unpin
             #<
         #> 01-05
         # END 01.2
@@ -618,6 +631,11 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 #> 05+
                 os.close(fd)
         finally:
+                #<
+                #> 09+
+            self.release_blobs()
+                #<
+                #> 05+
             self._unlock()      # whatever closing the log raised
                 #<
 

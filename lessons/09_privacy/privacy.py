@@ -10,15 +10,16 @@ session's lock, so nothing is deleted under a writer.
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import stat
 import time
 from pathlib import Path
 
 from .messages import check_session_id, SESSION_ID
-from .files import now, read_file
+from .files import read_file
 from .lock import SessionBusy
-from .blobs import BLOB_NAME, blob_references, blobs_of, discard_blob, drop_blobs
+from .blobs import BLOB_NAME, discard_leftover, drop_blobs, mentioned_blobs
 from .log import SessionLog
 
 
@@ -36,12 +37,31 @@ BLOB_GRACE_SECONDS = 3600.0
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """A session's files but its lock: its log, its meta file, and the temporary files
     a fork, a meta write or an erase that crashed left behind (they hold its words too).
+
+    A folder that cannot be listed raises (PermissionError): "no files" would be a lie.
+    A temporary file is `.<name>.<random>.tmp` exactly, so that session "quest" never
+    takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`).
     """
-    names = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
-    found = [folder / name for name in names if os.path.lexists(folder / name)]
-    for name in names:
-        found += sorted(folder.glob(f".{name}.*.tmp"))
-    return found
+    try:
+        names = set(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    wanted = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
+    temporary = re.compile("|".join(rf"\.{re.escape(name)}\.[^.]+\.tmp"
+                                    for name in wanted))
+    found = [name for name in wanted if name in names]
+    found += sorted(name for name in names if temporary.fullmatch(name))
+    # A folder that took a session's name is nothing this store wrote: it stays
+    return [folder / name for name in found
+            if not stat.S_ISDIR(os.lstat(folder / name).st_mode)]
+
+
+def anything_of(folder: Path, session_id: str) -> bool:
+    """Whether the folder holds anything of the session: its files, a lock file its
+    writer left when it died, or (lesson 10) side-chains a stopped delete left."""
+    leftovers = [f"{session_id}.lock"]
+    return bool(session_files(folder, session_id)) or any(
+        os.path.lexists(folder / name) for name in leftovers)
 
 
 def delete_session(folder: str | Path, session_id: str, *,
@@ -53,11 +73,12 @@ def delete_session(folder: str | Path, session_id: str, *,
     Done as the session's writer, under its lock: SessionBusy, deleting nothing, while
     another writer holds it. With `idle_before` (a time.time()), the session is deleted
     only if its log was last changed before then, judged under the lock.
-    Forks are sessions of their own: they stay.
+    Forks are sessions of their own: they stay. A delete that stopped half-way (a
+    crash, an I/O error) is finished by running it again.
     """
     folder = Path(folder)
     started = time.time()
-    if not session_files(folder, check_session_id(session_id)):
+    if not anything_of(folder, check_session_id(session_id)):
         return False    # nothing to delete: and no lock file created for nothing
     with SessionLog(folder, session_id) as log:
         # TODO(09.1): Delete a session under its lock.
@@ -65,7 +86,10 @@ def delete_session(folder: str | Path, session_id: str, *,
         raise NotImplementedError(
             "task 09.1 is not written yet: Delete a session under its lock"
         )
-    drop_blobs(folder, blobs, touched_after=started)     # the lock is let go by now
+    try:
+        drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
+    except OSError:
+        pass    # a file that cannot be read may refer to them: kept, for collect_blobs()
     return True
 
 
@@ -77,7 +101,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last change, its modification time: every append
     moves it, an erase keeps it. Not by the meta file's "created": a session forked long
     ago and used yesterday is in use. A session being written is never deleted: it is
-    skipped, and expired next time if it is still idle.
+    skipped, and expired next time if it is still idle. What a stopped delete left of a
+    session (a meta file, side-chains, without a log) goes too, once as old.
     """
     folder = Path(folder)
     cutoff = (time.time() if now is None else now) - older_than
@@ -88,7 +113,31 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
+    for session_id in left_without_log(folder, cutoff):
+        try:
+            if delete_session(folder, session_id):
+                deleted.append(session_id)
+        except SessionBusy:
+            busy.append(session_id)
     return deleted, busy
+
+
+def left_without_log(folder: Path, cutoff: float) -> list[str]:
+    """The ids whose files (a meta file, side-chains) are all older than `cutoff` and
+    whose log is gone: what a fork or a delete that stopped half-way left."""
+    kinds = [".meta.json"]
+    found: dict[str, bool] = {}
+    for name in sorted(os.listdir(folder)):
+        kind = next((kind for kind in kinds if name.endswith(kind)), None)
+        session_id = name[:-len(kind)] if kind else ""
+        if not SESSION_ID.fullmatch(session_id) or os.path.lexists(
+                folder / f"{session_id}.jsonl"):
+            continue
+        status = os.lstat(folder / name)
+        if stat.S_ISLNK(status.st_mode):
+            continue    # planted: not this store's
+        found[session_id] = found.get(session_id, True) and status.st_mtime < cutoff
+    return [session_id for session_id, old in found.items() if old]
 
 
 def collect_blobs(folder: str | Path, *,
@@ -99,12 +148,16 @@ def collect_blobs(folder: str | Path, *,
 
     A writer stores a blob before the line that points to it (lesson 06), so a blob no
     log mentions may be one a writer in another process is about to point to: only a
-    blob left untouched for `grace` seconds is taken.
+    blob left untouched for `grace` seconds is taken, and never one a writer has
+    pinned. A file of the folder that cannot be read raises OSError naming it, and no
+    blob is removed: what it refers to is unknown. A blobs folder that is a symbolic
+    link is never followed.
     """
     folder = Path(folder)
     blobs = folder / "blobs"
-    if not blobs.is_dir():
-        return []
+    removed: list[str] = []
+    if blobs.is_symlink() or not blobs.is_dir():
+        return removed
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
     # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.

@@ -10,15 +10,17 @@ session's lock, so nothing is deleted under a writer.
 
 from __future__ import annotations
 
-import json
+import errno
 import os
+import re
+import stat
 import time
 from pathlib import Path
 
 from .messages import check_session_id, SESSION_ID
-from .files import now, read_file
+from .files import read_file
 from .lock import SessionBusy
-from .blobs import BLOB_NAME, blob_references, blobs_of, discard_blob, drop_blobs
+from .blobs import BLOB_NAME, discard_leftover, drop_blobs, mentioned_blobs
 from .sidechain import SIDECHAINS
 from .log import SessionLog
 
@@ -37,12 +39,32 @@ BLOB_GRACE_SECONDS = 3600.0
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """A session's files but its lock: its log, its meta file, and the temporary files
     a fork, a meta write or an erase that crashed left behind (they hold its words too).
+
+    A folder that cannot be listed raises (PermissionError): "no files" would be a lie.
+    A temporary file is `.<name>.<random>.tmp` exactly, so that session "quest" never
+    takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`).
     """
-    names = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
-    found = [folder / name for name in names if os.path.lexists(folder / name)]
-    for name in names:
-        found += sorted(folder.glob(f".{name}.*.tmp"))
-    return found
+    try:
+        names = set(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    wanted = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
+    temporary = re.compile("|".join(rf"\.{re.escape(name)}\.[^.]+\.tmp"
+                                    for name in wanted))
+    found = [name for name in wanted if name in names]
+    found += sorted(name for name in names if temporary.fullmatch(name))
+    # A folder that took a session's name is nothing this store wrote: it stays
+    return [folder / name for name in found
+            if not stat.S_ISDIR(os.lstat(folder / name).st_mode)]
+
+
+def anything_of(folder: Path, session_id: str) -> bool:
+    """Whether the folder holds anything of the session: its files, a lock file its
+    writer left when it died, or (lesson 10) side-chains a stopped delete left."""
+    leftovers = [f"{session_id}.lock"]
+    leftovers.append(f"{session_id}{SIDECHAINS}")
+    return bool(session_files(folder, session_id)) or any(
+        os.path.lexists(folder / name) for name in leftovers)
 
 
 def delete_session(folder: str | Path, session_id: str, *,
@@ -54,11 +76,12 @@ def delete_session(folder: str | Path, session_id: str, *,
     Done as the session's writer, under its lock: SessionBusy, deleting nothing, while
     another writer holds it. With `idle_before` (a time.time()), the session is deleted
     only if its log was last changed before then, judged under the lock.
-    Forks are sessions of their own: they stay.
+    Forks are sessions of their own: they stay. A delete that stopped half-way (a
+    crash, an I/O error) is finished by running it again.
     """
     folder = Path(folder)
     started = time.time()
-    if not session_files(folder, check_session_id(session_id)):
+    if not anything_of(folder, check_session_id(session_id)):
         return False    # nothing to delete: and no lock file created for nothing
     with SessionLog(folder, session_id) as log:
         log._lock()     # SessionBusy while another process writes it
@@ -66,18 +89,22 @@ def delete_session(folder: str | Path, session_id: str, *,
         if idle_before is not None and log.path in files:
             if os.lstat(log.path).st_mtime >= idle_before:
                 return False    # written to since the caller looked: in use
+        # Lesson 10: the helpers' transcripts first, each under its own lock. One that
+        # cannot go (busy) stops the delete here, with the session still whole: run
+        # again, it starts over. The parent gone first would hide them for good.
+        delete_sidechains(folder, session_id)
         try:
-            blobs = [name for line in read_file(log.path).split(b"\n")
-                     if b'"$blob"' in line for name in blobs_of(json.loads(line))]
-        except (OSError, ValueError):
-            blobs = []  # no log, or a damaged one: collect_blobs() will find its blobs
+            blobs = mentioned_blobs(read_file(log.path))
+        except OSError:
+            blobs = []  # no log, or one that cannot be read: collect_blobs() decides
         # The log first: from then on there is no session, and a crash leaves at worst
         # a meta file without a log, which is no session (lesson 03), deleted next time.
         for path in files:
             path.unlink(missing_ok=True)
-        # Lesson 10: the helpers' transcripts are this session's words too.
-        delete_sidechains(folder, session_id)
-    drop_blobs(folder, blobs, touched_after=started)     # the lock is let go by now
+    try:
+        drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
+    except OSError:
+        pass    # a file that cannot be read may refer to them: kept, for collect_blobs()
     return True
 
 
@@ -89,7 +116,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last change, its modification time: every append
     moves it, an erase keeps it. Not by the meta file's "created": a session forked long
     ago and used yesterday is in use. A session being written is never deleted: it is
-    skipped, and expired next time if it is still idle.
+    skipped, and expired next time if it is still idle. What a stopped delete left of a
+    session (a meta file, side-chains, without a log) goes too, once as old.
     """
     folder = Path(folder)
     cutoff = (time.time() if now is None else now) - older_than
@@ -97,16 +125,42 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     busy: list[str] = []
     for path in sorted(folder.glob("*.jsonl")):
         session_id = path.name[:-len(".jsonl")]
-        if not SESSION_ID.fullmatch(session_id) or path.is_symlink():
-            continue    # not a file this store wrote: leave it alone
-        if os.lstat(path).st_mtime >= cutoff:
+        status = os.lstat(path)
+        if not SESSION_ID.fullmatch(session_id) or not stat.S_ISREG(status.st_mode):
+            continue    # not a file this store wrote (a link, a folder): leave it alone
+        if status.st_mtime >= cutoff:
             continue
         try:
             if delete_session(folder, session_id, idle_before=cutoff):
                 deleted.append(session_id)
         except SessionBusy:
             busy.append(session_id)
+    for session_id in left_without_log(folder, cutoff):
+        try:
+            if delete_session(folder, session_id):
+                deleted.append(session_id)
+        except SessionBusy:
+            busy.append(session_id)
     return deleted, busy
+
+
+def left_without_log(folder: Path, cutoff: float) -> list[str]:
+    """The ids whose files (a meta file, side-chains) are all older than `cutoff` and
+    whose log is gone: what a fork or a delete that stopped half-way left."""
+    kinds = [".meta.json"]
+    kinds.append(SIDECHAINS)
+    found: dict[str, bool] = {}
+    for name in sorted(os.listdir(folder)):
+        kind = next((kind for kind in kinds if name.endswith(kind)), None)
+        session_id = name[:-len(kind)] if kind else ""
+        if not SESSION_ID.fullmatch(session_id) or os.path.lexists(
+                folder / f"{session_id}.jsonl"):
+            continue
+        status = os.lstat(folder / name)
+        if stat.S_ISLNK(status.st_mode):
+            continue    # planted: not this store's
+        found[session_id] = found.get(session_id, True) and status.st_mtime < cutoff
+    return [session_id for session_id, old in found.items() if old]
 
 
 def collect_blobs(folder: str | Path, *,
@@ -117,23 +171,31 @@ def collect_blobs(folder: str | Path, *,
 
     A writer stores a blob before the line that points to it (lesson 06), so a blob no
     log mentions may be one a writer in another process is about to point to: only a
-    blob left untouched for `grace` seconds is taken.
+    blob left untouched for `grace` seconds is taken, and never one a writer has
+    pinned. A file of the folder that cannot be read raises OSError naming it, and no
+    blob is removed: what it refers to is unknown. A blobs folder that is a symbolic
+    link is never followed.
     """
     folder = Path(folder)
     blobs = folder / "blobs"
-    if not blobs.is_dir():
-        return []
+    removed: list[str] = []
+    # Lesson 10: each session's side-chains keep blobs of their own, beside their logs
+    for name in sorted(os.listdir(folder)):
+        chains = folder / name
+        if name.endswith(SIDECHAINS) and not chains.is_symlink() and chains.is_dir():
+            removed += collect_blobs(chains, grace=grace)
+    if blobs.is_symlink() or not blobs.is_dir():
+        return removed
     # The time first, the references after: a blob touched after this moment is kept.
     touched_after = time.time() - grace
-    referenced = blob_references(folder)
-    removed = []
     for path in sorted(blobs.iterdir()):
-        if BLOB_NAME.fullmatch(path.name):
-            if path.name not in referenced and discard_blob(
-                    path, touched_after=touched_after):
-                removed.append(path.name)
-        elif path.name.startswith(".") and os.lstat(path).st_mtime < touched_after:
-            path.unlink()   # half a blob, or one set aside, by a write that crashed
+        if path.name.startswith("."):
+            # Half a blob, or one set aside, by a write that crashed: first, so that a
+            # blob set aside is a blob again, and judged below like any other
+            discard_leftover(path, touched_after=touched_after)
+    names = [path.name for path in sorted(blobs.iterdir())
+             if BLOB_NAME.fullmatch(path.name)]
+    removed += drop_blobs(folder, names, touched_after=touched_after)
     return removed
 
 
@@ -142,20 +204,27 @@ def delete_sidechains(folder: Path, session_id: str) -> None:
     a session (under its own lock, blobs included), then their folder once it is empty.
 
     Called by delete_session() under the parent's lock, so no helper of this session is
-    writing: a helper runs inside its parent's writer. A side-chain folder planted as a
-    symbolic link is not followed.
+    writing: a helper runs inside its parent's writer. One that is still held (a helper
+    process that outlived its parent) raises SessionBusy, and the parent stays. A
+    side-chain folder planted as a symbolic link is not followed.
     """
     chains = folder / f"{session_id}{SIDECHAINS}"
     if chains.is_symlink() or not chains.is_dir():
         return
-    for path in sorted(chains.glob("*.jsonl")):
-        name = path.name[:-len(".jsonl")]
-        if SESSION_ID.fullmatch(name) and not path.is_symlink():
-            delete_session(chains, name)
-    for path in sorted(chains.glob("*.meta.json")):     # a name claimed, never written
-        path.unlink(missing_ok=True)
+    names: set[str] = set()
+    for name in os.listdir(chains):     # logs, meta files, a dead helper's lock file
+        for kind in (".jsonl", ".meta.json", ".lock"):
+            if name.endswith(kind) and SESSION_ID.fullmatch(name[:-len(kind)]):
+                names.add(name[:-len(kind)])
+    for name in sorted(names):
+        delete_session(chains, name)
+    collect_blobs(chains, grace=0)      # no log is left there to refer to any blob
     for empty in (chains / "blobs", chains):
         try:
             empty.rmdir()
-        except OSError:
-            pass    # something this store did not write is left there, as it was
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # something this store did not write is left there, as it was

@@ -68,6 +68,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.blobs = self.folder / "blobs"      # shared by every session in the folder
         self.blob_threshold = blob_threshold
         self.synced_blobs: set[str] = set()     # blobs this writer knows are on disk
+        # Blobs stored (or found stored) for the line being written, pinned until it is
+        # written: no collector removes them meanwhile (lesson 09, release_blobs())
+        self.pinned: list[int] = []
         self.durable = durable
         self.timeout = timeout
         self._fd: int | None = None
@@ -115,7 +118,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # A large content goes to its blob first, whole; only then is the line that
         # points to it written. A crash in between leaves a blob nothing points to,
         # never a line pointing to nothing.
-        self._write(encode_line(self.outline(message)))
+        try:
+            self._write(encode_line(self.outline(message)))
+        finally:
+            self.release_blobs()    # the line is written (or never will be): unpin
         # Shown, with its index as written, at the position of the line just written
         self.shown.append((self.message_count, len(self.known.ends) - 1))
         self.message_count += 1
@@ -323,6 +329,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                     recall(fd)      # the time of this writer's last write: see KnownLog
                 os.close(fd)
         finally:
+            self.release_blobs()
             self._unlock()      # whatever closing the log raised
 
     def __enter__(self) -> "SessionLog":

@@ -10,14 +10,16 @@ against its name.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
 from .messages import Message
-from .files import fsync_file, fsync_folder, make_folder, read_file, touch, write_all
+from .files import fsync_file, fsync_folder, make_folder, read_all, read_file, write_all
 
 
 class BlobError(ValueError):
@@ -77,11 +79,11 @@ class SessionBlobs:
         digest = hashlib.sha256(data).hexdigest()
         path = self.blobs / digest
         try:
-            # Lesson 09: touch it first, then check it. A blob stored again counts as
-            # new for collect_blobs(), which never takes a blob touched within its grace
-            # period: this writer is about to point to it.
-            touch(path)
-            stored = hashlib.sha256(read_file(path)).hexdigest() == digest
+            # Lesson 09: pin it (a shared lock on it, held until the line that points to
+            # it is written: release_blobs()), then check it, then touch it. A collector
+            # never removes a pinned blob; a touched one is new for collect_blobs()'s
+            # grace period.
+            stored = self.pin_blob(path, digest)
         except OSError:
             stored = False      # not stored yet (or not a plain file): write it below
         if stored:
@@ -98,6 +100,11 @@ class SessionBlobs:
         # blob that was damaged is replaced the same way, by the good bytes.)
         fd, temp = tempfile.mkstemp(dir=self.blobs, prefix=f".{digest}.", suffix=".tmp")
         try:
+            # Pinned from the start: no collector takes it half written, nor between
+            # its rename and the line that points to it
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if self._fd is not None:    # the writer: it lets go once its line is written
+                self.pinned.append(os.dup(fd))
             write_all(fd, data)
             if self.durable:
                 os.fsync(fd)
@@ -155,6 +162,40 @@ class SessionBlobs:
                 f"{where}: blob {name} is not UTF-8 text, so it is no message's content"
             ) from None
 
+    def pin_blob(self, path: Path, digest: str) -> bool:
+        """Pin the blob stored at `path` if it holds the bytes named `digest`: True, and
+        a shared lock on it that this writer holds until release_blobs(). False, with
+        nothing held, for a blob missing, damaged or taken by a collector meanwhile.
+
+        A collector takes an exclusive lock on a blob before it removes it, and gives up
+        on one that is pinned: so a blob this writer is about to point to stays, however
+        its file times read. (An object that is not the session's writer pins nothing:
+        only the grace period keeps a blob it stores by hand.)
+        """
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a collector decides about it
+            # The name may have been taken away while we waited: then store it anew
+            same = os.fstat(fd).st_ino == os.lstat(path).st_ino
+            if not same or hashlib.sha256(read_all(fd, path)).hexdigest() != digest:
+                os.close(fd)
+                return False
+            os.utime(fd)        # stored again: young again, for the grace period
+        except BaseException:
+            os.close(fd)
+            raise
+        if self._fd is None:
+            os.close(fd)    # not the writer (a blob stored by hand): nothing to pin for
+        else:
+            self.pinned.append(fd)
+        return True
+
+    def release_blobs(self) -> None:
+        """Let go of the blobs this writer pinned: the lines pointing to them are
+        written (or will never be)."""
+        while self.pinned:
+            os.close(self.pinned.pop())
+
 
 def blobs_of(entry: Message) -> list[str]:
     """The names of the blobs a line refers to (a message's stored content)."""
@@ -169,43 +210,109 @@ def blob_references(folder: Path) -> set[str]:
     Every file, not only the logs: a fork being published is still a temporary file,
     and a log that cannot be parsed still refers to its blobs. A 64-digit hash that
     happens to sit in a message keeps a blob it does not refer to: the safe mistake.
+    A file that cannot be read (EIO, EACCES) raises OSError naming it: what it refers
+    to is unknown, and an unknown reference keeps every blob.
     """
     found: set[str] = set()
-    for path in folder.iterdir():
+    for name in sorted(os.listdir(folder)):
+        path = folder / name
         try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue    # a folder (blobs/), a link: nothing this store wrote here
             data = read_file(path)
-        except OSError:
-            continue    # a folder (blobs/), a link, a file removed meanwhile
-        found.update(name.decode() for name in re.findall(rb"[0-9a-f]{64}", data))
+        except FileNotFoundError:
+            continue        # removed meanwhile: it refers to nothing any more
+        found.update(mentioned_blobs(data))
     return found
 
 
-def discard_blob(path: Path, *, touched_after: float) -> bool:
-    """Remove one blob no log refers to, unless a writer touched it after
-    `touched_after` (a time.time()). True if it was removed.
+def mentioned_blobs(data: bytes) -> list[str]:
+    """Every blob name the bytes of a file mention, parsed or not: a torn line, or a
+    line that does not parse, still refers to its blob."""
+    return [name.decode() for name in re.findall(rb"[0-9a-f]{64}", data)]
 
-    A writer touches a blob before it reads it and points a line to it (store_blob). So
-    move the blob aside first, then look at its time: a writer that touched it before
-    the move is seen (the blob is put back); one that comes after the move finds no blob
-    and stores it anew. Checked first and removed after, a writer could slip in between.
+
+def claim_blob(path: Path, *, touched_after: float) -> int | None:
+    """An exclusive lock on the blob at `path`, as a descriptor, or None when it must
+    stay: missing, not a plain file, pinned by a writer (release_blobs), or touched
+    after `touched_after` (a time.time(): the grace period)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None         # gone, or a link: not a blob to remove
+    try:
+        status = os.fstat(fd)
+        if stat.S_ISREG(status.st_mode) and status.st_mtime <= touched_after:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+    except BlockingIOError:
+        pass                # pinned by a writer, or claimed by another collector
+    os.close(fd)
+    return None
+
+
+def discard_claimed(path: Path, fd: int) -> bool:
+    """Remove the blob at `path` whose lock `fd` holds. True if it was removed.
+
+    By a rename first: if the name meanwhile got another file (a writer that stored
+    the same bytes anew), that file is put back and nothing is removed.
     """
     aside = path.with_name(f".{path.name}.collected")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
         return False
-    if os.lstat(aside).st_mtime > touched_after:
-        os.rename(aside, path)      # a writer wants it: the same bytes, whoever wins
+    if os.lstat(aside).st_ino != os.fstat(fd).st_ino:
+        os.rename(aside, path)      # a writer's: the same bytes, whoever wins
         return False
     os.unlink(aside)
     return True
 
 
+def discard_leftover(path: Path, *, touched_after: float) -> None:
+    """Clear a file a crashed write left in blobs/, once it is older than
+    `touched_after` and nobody holds it: half a blob (a temporary file) is removed, a
+    blob a collector had set aside gets its name back (the next collection decides)."""
+    fd = claim_blob(path, touched_after=touched_after)
+    if fd is None:
+        return      # young, gone, or held: a writer's, or another collector's
+    try:
+        blob = path.with_name(path.name[1:-len(".collected")])
+        if path.name.endswith(".collected") and BLOB_NAME.fullmatch(blob.name):
+            try:
+                os.link(path, blob)
+            except FileExistsError:
+                pass        # stored again since: the same bytes
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
-    """Remove each of the blobs `names` that no file of the folder refers to any more;
-    return the names removed."""
-    if not names:
-        return []
+    """Remove each of the blobs `names` that no file of the folder refers to, that no
+    writer has pinned and that nobody touched after `touched_after`; return the names
+    removed.
+
+    The references are read once to find the candidates, then again while holding an
+    exclusive lock on each: a writer that pointed a line to one in between is seen the
+    second time, and one that comes later waits for the lock, then finds no blob and
+    stores it anew. OSError naming a file that cannot be read: nothing is removed.
+    """
+    blobs = folder / "blobs"
+    if not names or blobs.is_symlink() or not blobs.is_dir():
+        return []   # a blobs folder planted as a link is never followed
     referenced = blob_references(folder)
-    return [name for name in names if name not in referenced
-            and discard_blob(folder / "blobs" / name, touched_after=touched_after)]
+    claimed: dict[str, int] = {}
+    try:
+        for name in dict.fromkeys(names):
+            if name not in referenced and BLOB_NAME.fullmatch(name):
+                fd = claim_blob(blobs / name, touched_after=touched_after)
+                if fd is not None:
+                    claimed[name] = fd
+        if claimed:
+            referenced = blob_references(folder)    # again, under the locks
+        return [name for name, fd in claimed.items()
+                if name not in referenced and discard_claimed(blobs / name, fd)]
+    finally:
+        for fd in claimed.values():
+            os.close(fd)

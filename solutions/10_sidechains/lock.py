@@ -51,6 +51,9 @@ class SessionBusy(RuntimeError):
 LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries again
 
 
+LOCK_RECORD_BYTES = 256     # the holder's record, padded with spaces to this length
+
+
 def is_same_file(fd: int, path: Path) -> bool:
     """Does `path` still name the file open as `fd`? False once removed or replaced."""
     try:
@@ -102,9 +105,19 @@ class SessionLock:
         self._lock_fd = fd
         # Whoever held it before (even one killed with SIGKILL) left its name here:
         # overwrite.
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": now()}).encode("utf-8"))
+        # Lesson 09: in place, at a fixed length, never truncated to nothing first (a
+        # truncate makes ext4 flush the file at close: milliseconds for every writer).
+        # And the name is only for messages: on a full disk the flock still locks, so
+        # delete and expire, which only free space, still work.
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": now()}).encode("utf-8").ljust(LOCK_RECORD_BYTES)
+        try:
+            if found.st_size > len(record):
+                os.ftruncate(fd, len(record))   # a longer record of another kind
+            os.pwrite(fd, record, 0)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
 
     def _unlock(self) -> None:
         """Let go: remove the lock file while still holding the lock, then close it."""

@@ -158,20 +158,28 @@ def test_a_run_stopped_between_two_tool_calls_leaves_no_gap_in_the_log(store, tm
 
 
 def test_a_failure_while_writing_the_lock_file_lets_go_of_the_lock(store, tmp_path, child):
-    """A full disk when the pid goes into the lock file: the writer fails, and the same
-    process can take the session right after (no "another process is writing it")."""
+    """EIO when the pid goes into the lock file: the writer fails, and the same process can
+    take the session right after (no "another process is writing it"). (A full disk there
+    is no failure at all from lesson 09 on: the pid is only for messages, and delete must
+    work on a full disk; see test_privacy_edges.py.)"""
     folder = tmp_path / "sessions"
     folder.mkdir(mode=0o700)
     (folder / "quest.jsonl").write_bytes(b"".join(line(m) for m in DAY))
 
     def work():
-        full_disk(0)                # the lock file is empty after ftruncate: no byte fits
+        real_write, real_pwrite = os.write, os.pwrite
+
+        def broken(fd, data, *rest):
+            if str(os.readlink(f"/proc/self/fd/{fd}")).endswith("quest.lock"):
+                raise OSError(errno.EIO, "injected: the disk failed")
+            return (real_pwrite if rest else real_write)(fd, data, *rest)
+        os.write, os.pwrite = broken, broken
         try:
             store.SessionLog(folder, "quest").open_for_append()
             first = "nothing"
         except OSError as error:
             first = type(error).__name__
-        disk_freed()
+        os.write, os.pwrite = real_write, real_pwrite
         try:
             with store.SessionLog(folder, "quest") as log:
                 return {"first": first, "then": log.open_for_append()}
