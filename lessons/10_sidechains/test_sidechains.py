@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from sessionlab.scripted import Crash, ScriptedModel, SimulatedCrash, call, say, use
+from sessionlab.scripted import (
+    ANSWER_AFTER_THOUGHT, Crash, NO_ANSWER_TEXT, ODD_REPLIES, ScriptedModel,
+    SimulatedCrash, call, say, use)
 from sessionlab.testing import raises
 from sessionlab.town import HelperTown, Town
 
@@ -374,6 +376,43 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
         "without a session the helper runs in memory, and its answer is the call's "
         f"result; the result was {agent.messages[2]}")
     assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("odd", NO_ANSWER_TEXT)
+def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
+        lesson, sessions, odd):
+    """A helper whose last reply gives no answer (no text, only thinking, a tool call
+    written as text) hands its parent an error result saying so, never the raw reply;
+    the helper's own log keeps the reply as it came."""
+    turn = ("Ask a helper.", [use(call("ask_helper", question=QUESTION)),
+                              ODD_REPLIES[odd], say(FINAL)])
+    messages, model = play(lesson, sessions, turn)
+    result = messages[2]
+    raw = ODD_REPLIES[odd].message["content"]
+    assert result.get("role") == "tool" and result.get("content", "").startswith(
+        "error: the helper gave no answer"), (
+        f"the helper's last reply ({odd}: {raw!r}) gives no answer: the parent's model "
+        "should read an error result that says so, not the reply as it came; the "
+        f"result was {result}")
+    assert result in model.requests[-1]["messages"], (
+        "the parent's next request should carry the error result")
+    helper = lines_of(sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")
+    assert helper[-1].get("content") == (raw or ""), (
+        "the helper's own log keeps its last reply as the model sent it")
+
+
+@pytest.mark.task("10.3")
+def test_a_helpers_thinking_is_left_out_of_its_answer(lesson, sessions):
+    """A helper that thinks before it answers hands its parent the answer alone: the
+    parent's model never reads the helper's thinking."""
+    turn = ("Ask a helper.", [use(call("ask_helper", question=QUESTION)),
+                              ODD_REPLIES["think_then_text"], say(FINAL)])
+    messages, _ = play(lesson, sessions, turn)
+    assert messages[2] == {"role": "tool", "tool_call_id": CALL_ID,
+                           "content": ANSWER_AFTER_THOUGHT}, (
+        "the call's result should be the helper's answer without its <think> block, "
+        f"{ANSWER_AFTER_THOUGHT!r}; it was {messages[2]}")
 
 
 @pytest.mark.task("10.3")

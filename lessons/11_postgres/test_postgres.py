@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab.pgserver import why_not_available
-from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.scripted import ODD_REPLIES, ScriptedModel, call, say, summaries, use
 from sessionlab.testing import raises
 from sessionlab.town import Town
 
@@ -306,6 +306,33 @@ def test_a_compaction_is_a_row_and_a_later_request_sends_the_same_view(
     assert lesson.SUMMARY_INTRO in sent[0]["content"] and not model.summary_requests, (
         "a later agent should send the recorded summary first, without asking the "
         f"model for another; it sent {[m.get('content') for m in sent][:3]}")
+
+
+@pytest.mark.task("11.2")
+def test_a_reply_that_is_no_summary_never_becomes_a_row(lesson, database):
+    """Lesson 08's summary contract holds on rows: two replies that are no summary stop
+    the compaction with BadSummary and add no row, the session resumes, and the store
+    itself refuses a summary no check has read."""
+    model = ScriptedModel(DAY_1 + [say("Dawn comes.")], summarise=summaries(
+        ODD_REPLIES["call_as_json"], ODD_REPLIES["unfinished_think"]))
+    log = lesson.PostgresSessionLog(database, "quest-1")
+    with log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        agent.run("Ask the elder about the cave and buy a rope.")
+        agent.run("Wait for dawn.")
+        before = rows(database)
+        with raises(lesson.BadSummary, "two replies that are no summary (a tool call "
+                    "as JSON text, an unfinished think block) were not refused"):
+            agent.compact()
+        with raises(ValueError, "the store recorded a think block as a summary"):
+            log.compact("<think>The elder", keep=2)
+        assert rows(database) == before, (
+            "a refused summary must add no row: the session stays as it was")
+    agent, model, log = open_agent(lesson, database, [say("The cave is dark.")])
+    with log:
+        assert len(agent.messages) == len(before) and agent.compaction is None
+        agent.run("Enter the cave.")
 
 
 @pytest.mark.task("11.2")

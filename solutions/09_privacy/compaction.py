@@ -294,6 +294,7 @@ class AgentCompaction:
                 return self.check_fits(check_summary(reply), cut)
             except BadSummary as error:
                 refused.append(str(error))
+        again = "the same" if refused[1] == refused[0] else refused[1]
         raise BadSummary(f"the model answered the summary request with {refused[0]}; "
-                         f"asked again more firmly, with {refused[1]}. Nothing was "
+                         f"asked again more firmly, with {again}. Nothing was "
                          "compacted, and the log holds every message")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -264,7 +265,7 @@ def choose_lesson(args: argparse.Namespace, ui: Ui, root: Path) -> tuple[Lesson,
     """(lesson, side): --lesson, else the latest lesson of yours that passes, else the reference."""
     lessons = course.lessons(root)
     side = "solution" if args.solution else "lesson"
-    if args.lesson:
+    if args.lesson is not None:      # `--lesson ""` is a lesson that does not exist
         return course.lesson(args.lesson, root), side
     if args.solution:
         return lessons[-1], side
@@ -290,9 +291,26 @@ def load_lesson_module(lesson: Lesson, side: str) -> ModuleType:
                         f"`sessionlab check {lesson.number}` shows the details") from None
 
 
-def lesson_error(error: BaseException, module: ModuleType, session_id: str | None, folder: Path) -> ChatError | None:
+def where_option(folder: Path, store: str | None = None) -> str:
+    """The option that names where the session is kept, for a command the user can paste:
+    `--sessions DIR`, or `--store URL` with the URL as given (its query may hold the socket
+    folder), unless it holds a password, which is never printed."""
+    if not store:
+        return f"--sessions {folder}"
+    secret = re.search(r"//[^@/]*:[^@/]*@", store) or re.search(r"[?&]password=", store)
+    return "--store URL" if secret else f"--store {store}"
+
+
+def show_command(session_id: str | None, folder: Path, store: str | None = None) -> str:
+    """`sessionlab show ID --sessions DIR` (or `--store URL`): the command that draws it."""
+    return f"sessionlab show {session_id} {where_option(folder, store)}"
+
+
+def lesson_error(error: BaseException, module: ModuleType, session_id: str | None, folder: Path,
+                 store: str | None = None) -> ChatError | None:
     """One line for the errors lesson code raises on purpose (busy, corrupt, bad id, ...)."""
     name = type(error).__name__
+    where = where_option(folder, store)
     if isinstance(error, NotImplementedError):
         return ChatError(f"your code is not finished: {error}",
                          "finish that task (`sessionlab check`), or chat with the reference: --solution")
@@ -300,17 +318,19 @@ def lesson_error(error: BaseException, module: ModuleType, session_id: str | Non
         return None          # not one of the lesson's own errors: a real bug, let it show
     hints = {
         "SessionBusy": "another chat or program is writing this session: close it first, or continue in a "
-                       f"fork: `sessionlab chat NEW --fork-from {session_id}`",
-        "CorruptLog": f"look at the log with `sessionlab show {session_id} --sessions {folder}`; "
+                       f"fork: `sessionlab chat NEW --fork-from {session_id} {where}`",
+        "CorruptLog": f"look at the log with `{show_command(session_id, folder, store)}`; "
                       "the message names the line",
         "InvalidSessionId": "use 1 to 128 letters, digits, '.', '_' or '-'",
-        "SessionNotFound": f"`sessionlab show {folder}` lists the sessions there",
+        "SessionNotFound": (f"`sessionlab show {where}` lists the sessions there" if store
+                            else f"`sessionlab show {folder}` lists the sessions there"),
         "SessionExists": "pick another name for the new session",
-        "WriterStopped": f"run `sessionlab chat {session_id}` again: it resumes from what the log "
-                         "really holds, and nothing is written twice",
+        "WriterStopped": f"run `sessionlab chat {session_id} {where}` again: it resumes from what the "
+                         "log really holds, and nothing is written twice",
         "ContextOverflow": compaction.OVERFLOW_HINT,
+        "BadSummary": compaction.BAD_SUMMARY_HINT,
     }
-    return ChatError(f"{name}: {error}", hints.get(name, f"`sessionlab show {session_id} --sessions {folder}`"))
+    return ChatError(f"{name}: {error}", hints.get(name, f"`{show_command(session_id, folder, store)}`"))
 
 
 # --- showing the conversation as it is recorded ----------------------------------------------
@@ -539,7 +559,7 @@ def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     ui.out.print(Text("Type a message. /help lists commands; Ctrl-D or /quit ends the chat.", style="dim"))
     status = 0
     try:
-        status = _loop(agent, ui, module, choice, interactive, session_id, folder)
+        status = _loop(agent, ui, module, choice, interactive, session_id, folder, args.store)
     finally:
         if log is not None and callable(getattr(agent, "flush", None)):
             agent.flush()       # lesson 07: nothing recorded stays behind in the pending buffer
@@ -679,7 +699,7 @@ def _read(ui: Ui, interactive: bool) -> str:
 
 
 def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interactive: bool,
-          session_id: str | None, folder: Path) -> int:
+          session_id: str | None, folder: Path, store: str | None = None) -> int:
     import openai
 
     while True:
@@ -720,7 +740,10 @@ def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interacti
             if type(error).__name__ == "ContextOverflow":    # lesson 08: the chat goes on
                 ui.error(f"{error}", compaction.OVERFLOW_HINT)
                 continue
-            explained = lesson_error(error, module, session_id, folder)
+            if compaction.is_bad_summary(error, module):    # lesson 08: the chat goes on
+                ui.error(f"{error}", compaction.BAD_SUMMARY_HINT)
+                continue
+            explained = lesson_error(error, module, session_id, folder, store)
             if explained is None:
                 place = where_in(error, getattr(module, "__file__", None))
                 if place is None:
@@ -729,7 +752,7 @@ def _loop(agent: Any, ui: Ui, module: ModuleType, choice: ModelChoice, interacti
                 # that says where, and a log that still resumes.
                 explained = ChatError(f"the agent failed: {type(error).__name__}: {error} ({place})",
                                       "everything recorded so far is in the log; "
-                                      + (f"`sessionlab show {session_id} --sessions {folder}` shows it"
+                                      + (f"`{show_command(session_id, folder, store)}` shows it"
                                          if session_id else "fix the code, then chat again"))
             ui.error(explained.message, explained.hint)
             return 1

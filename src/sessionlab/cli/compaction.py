@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.text import Text
 
+from . import replies
 from .ui import Ui
 
 # Ollama has long run a model with a small window unless told otherwise (its num_ctx:
@@ -22,6 +23,16 @@ from .ui import Ui
 DEFAULT_BUDGET = 4096
 OVERFLOW_HINT = ("take the turn back with /undo, or chat again with a larger --budget: the "
                  "log keeps every message")
+# A compaction whose summary the lesson's check refused twice (lesson 08's BadSummary)
+BAD_SUMMARY_HINT = ("the chat goes on: /compact asks for a summary again, /undo takes the turn "
+                    "back, a larger --budget needs no summary yet, and a larger model follows the "
+                    "instruction better")
+
+
+def is_bad_summary(error: BaseException, module: Any) -> bool:
+    """Is `error` the lesson's BadSummary: a reply to the summary request that is no summary?"""
+    refused = getattr(module, "BadSummary", None)
+    return isinstance(refused, type) and isinstance(error, refused)
 
 
 def can_compact(agent_class: type) -> bool:
@@ -110,7 +121,8 @@ def command(word: str, agent: Any, ui: Ui) -> bool:
                  "the conversation and the log are as they were")
         return True
     if not compacted:
-        ui.out.print("nothing to compact: the newest turn already starts the request")
+        ui.out.print("nothing to compact: the newest turn already starts the request (or, "
+                     "with a budget, fills it alone)")
     return True
 
 
@@ -154,7 +166,28 @@ def marker_row(data: dict[str, Any], shorten: Any, limit: int | None) -> Text:
     row = Text(f"  ── compaction ── the summary of {span} that requests carry from here on: ",
                style="bold blue")
     row.append(shorten(" ".join(summary.split()), limit))
+    problem = summary_problem(summary)
+    if problem:
+        row.append(f"   (no summary: {problem}, recorded unchecked; every request sends it as "
+                   "the conversation so far: a fork cut before this boundary, "
+                   "--fork-from ID --at K, has the messages instead)", style="red")
     return row
+
+
+def summary_problem(summary: str) -> str | None:
+    """What lesson 08 refuses in a reply it would record as the summary, found in one a log
+    already holds (written before the check, or by other code); None for a summary."""
+    thinking, answer = replies.split_thinking(summary)
+    if not summary.strip():
+        return "it is empty"
+    if not answer:
+        return "it is only the model's thinking"
+    calls = replies.tool_calls_in_text(answer)
+    if calls:
+        return f"it is a call to {', '.join(calls)} written as JSON text"
+    if thinking or "</think>" in summary:
+        return "it holds the model's <think> block before the summary"
+    return None
 
 
 def label(log: Any) -> Text | None:
