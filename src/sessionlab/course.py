@@ -24,7 +24,7 @@ MODULE = "agent.py"       # a lesson's entry: the agent loop, and the file a les
 MODULE_ORDER = ("messages", "files", "tools", "reading", "lock", "blobs", "undo",
                 "compaction", "erase", "sidechain", "log", "forks", "privacy", "postgres",
                 "agent")
-LESSON_FOLDER = re.compile(r"^(\d\d)_[a-z][a-z0-9_]*$")
+LESSON_FOLDER = re.compile(r"^([0-9][0-9])_[a-z][a-z0-9_]*$")     # ASCII digits only
 
 
 class CourseError(Exception):
@@ -174,15 +174,27 @@ def lesson_folders(root: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir() and LESSON_FOLDER.match(p.name))
 
 
+def lesson_number(text: str) -> int | None:
+    """The number plain ASCII digits spell (`3`, `03`); None for anything else. A digit
+    of another script (`³`, `١`, `３`) is a digit to str.isdigit(), and int() reads some of
+    them: a lesson is never named by one."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:
+        return None
+    return int(text)
+
+
 def lesson(ref: str, root: Path | None = None) -> Lesson:
-    """A lesson by number (`3`, `03`) or folder name (`03_fork`)."""
+    """A lesson by number in ASCII digits (`3`, `03`) or by folder name (`03_fork`,
+    `lessons/03_fork/`); anything else is a CourseError naming the lessons there are."""
     all_lessons = lessons(root)
     wanted = ref.strip().rstrip("/").split("/")[-1]
+    number = lesson_number(wanted)
     for item in all_lessons:
-        if wanted in (item.name, item.number) or (wanted.isdigit() and int(wanted) == int(item.number)):
+        if wanted == item.name or (number is not None and number == int(item.number)):
             return item
     known = ", ".join(item.name for item in all_lessons)
-    raise CourseError(f"no lesson {ref!r}; the lessons are: {known}")
+    shown = ref if len(ref) <= 40 else ref[:20] + "…"
+    raise CourseError(f"no lesson {shown!r}; the lessons are: {known}")
 
 
 class HashCheckedLoader(importlib.machinery.SourceFileLoader):

@@ -93,12 +93,13 @@ def find_reference(args: argparse.Namespace, ui: Ui) -> Reference:
         root = find_course(args)
     except course.CourseError:
         shipped = shipped_reference()
-        if shipped is None or args.lesson or getattr(args, "course", None):
+        if shipped is None or args.lesson is not None or getattr(args, "course", None):
             raise
         name = shipped.parent.name
         ui.note(f"No course here: the demo plays the reference solutions/{name}/ shipped with the kit.")
         return Reference(shipped, name, course.load_module(shipped, f"sessionlab_demo.{name}"), shipped=True)
-    lesson = course.lesson(args.lesson, root) if args.lesson else latest_solution_with(root, "fork")
+    lesson = course.lesson(args.lesson, root) if args.lesson is not None \
+        else latest_solution_with(root, "fork")
     path = lesson.module_path("solution")
     try:
         module = course.load_module(path)

@@ -319,3 +319,58 @@ def test_a_command_with_stdout_closed_says_so_and_fails(course, tmp_path, argv):
     one_line_error(Run(2, "", run.err.splitlines()[0] + "\n"), "standard output is closed")
     assert "Traceback" not in run.err
     assert not (tmp_path / "demo-sessions").exists(), "nothing was run"
+
+
+# --- 4. a lesson named in other digits -----------------------------------------------------
+
+
+# A digit of another script (superscript, Arabic-Indic, full-width) is a digit to Python's
+# isdigit(), and int() reads some of them: `١` would quietly be lesson 01.
+ODD_NUMBERS = ["³", "١", "１", "Ⅰ", "0x1", "+1", "1.0", "-1", "1e0", "", " ", "1\x00",
+               "9" * 5000]
+TAKES_A_LESSON = [["hint", "{}"], ["hint", "--task", "{}.1"], ["watch", "{}"],
+                  ["reset", "{}"], ["solution", "{}"], ["diff", "00", "{}"],
+                  ["chat", "--lesson", "{}"], ["grade", ".", "--lessons", "{}"]]
+
+
+def refused_lesson(run: Run) -> None:
+    assert run.status == 2, run.text
+    line = one_line_error(run, "the lessons are: 00_memory, 01_append")
+    assert "no lesson" in line, line
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("ref", ODD_NUMBERS, ids=repr)
+def test_check_names_a_lesson_that_is_not_plain_digits_or_a_folder_in_one_line(
+        cli, course, no_runs, ref):
+    refused_lesson(cli("--course", course, "check", ref))
+    assert no_runs == []
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("ref", ["³", "١", "", "9" * 5000], ids=repr)
+@pytest.mark.parametrize("argv", TAKES_A_LESSON, ids=" ".join)
+def test_every_command_that_takes_a_lesson_names_an_odd_one_in_one_line(
+        cli, course, no_runs, argv, ref):
+    refused_lesson(cli("--course", course, *[part.format(ref) for part in argv]))
+    assert no_runs == []
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("ref", ["³", "١"])
+def test_the_demo_names_a_lesson_in_other_digits_in_one_line(ref, tmp_path):
+    run = run_module("demo", "--course", REPO, "--lesson", ref, "--dir", tmp_path / "d")
+
+    assert run.status == 2, run.text
+    one_line_error(Run(2, "", run.err.splitlines()[0] + "\n"), "no lesson")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("ref, name", [("1", "01_append"), ("01", "01_append"),
+                                       (" 01 ", "01_append"), ("001", "01_append"),
+                                       ("01_append", "01_append"), ("lessons/01_append/", "01_append"),
+                                       ("0", "00_memory")])
+def test_plain_digits_and_folder_names_still_name_their_lesson(course, ref, name):
+    from sessionlab import course as registry
+
+    assert registry.lesson(ref, course).name == name

@@ -167,8 +167,13 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
             ui.error(f"{student.path}: {student.problem}")
         return 2
     lessons = course.lessons(course_root or ok[0].path)
-    if args.lessons:
-        wanted = [w for part in args.lessons for w in part.split(",") if w]
+    if args.lessons is not None:
+        wanted = [w.strip() for part in args.lessons for w in part.split(",") if w.strip()]
+        if not wanted:        # `--lessons ,` would grade nothing and pass for a grading
+            known = ", ".join(lesson.name for lesson in lessons)
+            ui.error(f"--lessons {','.join(args.lessons)!r} names no lesson; the lessons are: "
+                     f"{known}")
+            return 2
         lessons = [course.lesson(w, course_root or ok[0].path) for w in wanted]
     for student in ok:
         student.flags = shadow_flags(student.path)
