@@ -99,6 +99,9 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
     )
     reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
     data = PASTE.encode("utf-8")
+    assert sorted(reference) == ["$blob", "preview", "size"], (
+        "the reference is an object with exactly three keys, $blob, size and preview; "
+        f"it has {sorted(reference)}")
     assert reference["$blob"] == sha256(data), (
         "the reference should be the sha256 of the content's UTF-8 bytes "
         f"({sha256(data)}), got {reference['$blob']!r}"
@@ -321,16 +324,19 @@ def test_the_same_content_is_stored_once(lesson, sessions):
 
 
 @pytest.mark.task("06.1")
-def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions):
+@pytest.mark.parametrize("content", [PASTE, BINARY_LOOKING],
+                         ids=["1 MB paste", "binary-looking, with CR LF"])
+def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
     """Storing content that is already stored, intact, writes nothing: the blob stays
-    the very file it was (a reader, or a fork's log, may be using it)."""
+    the very file it was (a reader, or a fork's log, may be using it). Its bytes are
+    checked as bytes: read as text, "\r\n" would come back as "\n" and never match."""
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": PASTE})
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
-    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+        log.append({"role": "user", "content": content})
+    blob = sessions / "blobs" / sha256(content.encode("utf-8"))
+    assert blob.is_file(), f"the content should be stored as blobs/{blob.name}"
     before = blob.stat()
     with lesson.SessionLog(sessions, "quest-2") as log:
-        log.append({"role": "user", "content": PASTE})
+        log.append({"role": "user", "content": content})
 
     after = blob.stat() if blob.is_file() else None
     assert after is not None and after.st_ino == before.st_ino, (
@@ -340,23 +346,27 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions):
 
 
 @pytest.mark.task("06.1")
-def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions):
-    """A blob whose bytes were damaged (cut short by a disk error, say) is written
-    again, whole, the next time its content is stored: a name alone proves nothing."""
+@pytest.mark.parametrize("damage", ["cut short", "same size, one word changed"])
+def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions,
+                                                                  damage):
+    """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
+    bad copy) is written again, whole, the next time its content is stored: neither a
+    name nor a size proves anything, only the hash of the bytes."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
-    blob.write_bytes(PASTE.encode("utf-8")[:1000])       # the damage: cut short
+    blob.write_bytes(PASTE.encode("utf-8")[:1000] if damage == "cut short"
+                     else PASTE.replace("cave", "lake", 1).encode("utf-8"))
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
 
     stored = blob.read_bytes() if blob.is_file() else b""
     assert stored == PASTE.encode("utf-8"), (
-        f"blobs/{blob.name} held 1000 damaged bytes and the same content was stored "
-        f"again; it now holds {len(stored)} bytes, not the {len(PASTE.encode())} of "
-        "the content. A file under the hash is stored only if its bytes still hash to "
-        "its name: read them and check before you skip the write")
+        f"blobs/{blob.name} was damaged ({damage}) and the same content was stored "
+        f"again; it now holds {len(stored)} bytes that are not the content. A file "
+        "under the hash is stored only if its bytes still hash to its name: read them "
+        "and check before you skip the write")
 
 
 @pytest.mark.key
@@ -517,6 +527,24 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(
     )
 
 
+def watch_syncs(monkeypatch, events, path):
+    """Record ("fsync", inode, whether `path` has its name by then) for every os.fsync
+    and ("line", None, None) when the line holding a blob reference is written."""
+    real_fsync, real_write = os.fsync, os.write
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino, path.exists()))
+        real_fsync(fd)
+
+    def write(fd, data):
+        if b'"$blob"' in bytes(data):
+            events.append(("line", None, None))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "write", write)
+
+
 @pytest.mark.task("06.1")
 def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     lesson, sessions, monkeypatch
@@ -524,36 +552,28 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     """In durable mode the blob's bytes and the blobs/ folder are fsynced before the
     line that points to the blob is written."""
     events = []
-    real_fsync, real_write = os.fsync, os.write
-
-    def fsync(fd):
-        info = os.fstat(fd)
-        events.append(("fsync", info.st_ino))
-        real_fsync(fd)
-
-    def write(fd, data):
-        if b'"$blob"' in bytes(data):
-            events.append(("line", None))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
-    monkeypatch.setattr(lesson.os, "write", write)
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    watch_syncs(monkeypatch, events, blob)
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         log.append({"role": "user", "content": PASTE})
     monkeypatch.undo()
 
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
-    line = events.index(("line", None)) if ("line", None) in events else len(events)
-    before_line = [ino for kind, ino in events[:line]]
+    line = events.index(("line", None, None)) if ("line", None, None) in events \
+        else len(events)
+    before_line = [ino for kind, ino, _ in events[:line]]
     assert blob.stat().st_ino in before_line, (
         "in durable mode, fsync the blob's bytes before the line that points to it is "
         "written"
     )
-    assert (sessions / "blobs").stat().st_ino in before_line, (
+    folder = (sessions / "blobs").stat().st_ino
+    assert folder in before_line, (
         "in durable mode, fsync the blobs/ folder after renaming the blob into it (the "
         "name lives in the folder), "
         "before the line that points to it is written")
+    assert any(ino == folder and named for _, ino, named in events[:line]), (
+        "blobs/ was synced only before the blob had its name: the sync saves the names "
+        "the folder holds at that moment, so sync blobs/ after the rename")
 
 
 @pytest.mark.key
@@ -571,12 +591,17 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
         f"holds {blob_names(sessions)}")
     # Same size, one word changed
     blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))
+    before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
                     "a blob whose bytes no longer match its hash was loaded: hash "
                     "what you read and compare it with the name") as refused:
             log.load()
+
+    assert snapshot(sessions) == before, (
+        "a refused load must change no file: the damaged blob is evidence, and the "
+        "user decides what to do with it (it was removed or changed)")
 
     message = str(refused.value)
     assert isinstance(refused.value, ValueError), "BlobError should be a ValueError"
@@ -858,6 +883,10 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
     assert isinstance(preview, str) and preview and content.startswith(preview), (
         "the preview should be the first characters of the content, whole (slice the "
         f"text, content[:PREVIEW_CHARS]); got {preview!r}")
+    assert len(preview) >= lesson.PREVIEW_CHARS, (
+        f"the preview should show the content's first {lesson.PREVIEW_CHARS} "
+        f"characters; it shows {len(preview)} (counted in bytes, a character of "
+        f"several bytes costs several): {preview!r}")
 
 
 @pytest.mark.task("06.3")
@@ -907,3 +936,90 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
     assert digest in message and named, (
         f"the error should name the blob ({digest}), the log and the line (line 2); "
         f"it says: {message}")
+
+
+@pytest.mark.task("06.1")
+def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
+    """blobs/ holds what people pasted: made by the writer, it is its owner's only
+    (0700), whatever the umask says (a bare mkdir leaves 0777 under umask 000)."""
+    old_umask = os.umask(0)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": PASTE})
+    finally:
+        os.umask(old_umask)
+
+    blobs = sessions / "blobs"
+    assert blobs.is_dir(), f"the paste should be stored in {blobs}"
+    mode = blobs.stat().st_mode & 0o777
+    assert mode == 0o700, (
+        f"blobs/ was made with mode {oct(mode)} under umask 000; it should be 0o700, "
+        "readable by its owner only, like the sessions folder (make_folder does it)")
+
+
+@pytest.mark.task("06.1")
+def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
+        lesson, sessions, monkeypatch):
+    """A new folder's name lives in its parent: when a durable writer makes blobs/, the
+    sessions folder is synced after it, before the line, or a power cut can lose
+    blobs/ and every blob in it while the line that points there survives."""
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append(SMALL)                       # the log exists, blobs/ not yet
+        events = []
+        made = sessions / "blobs"
+        watch_syncs(monkeypatch, events, made)  # "named": blobs/ exists by then
+        log.append({"role": "user", "content": PASTE})
+        monkeypatch.undo()
+
+    line = events.index(("line", None, None)) if ("line", None, None) in events \
+        else len(events)
+    parent = sessions.stat().st_ino
+    assert any(ino == parent and named for _, ino, named in events[:line]), (
+        "a durable writer made blobs/ but did not sync the sessions folder after it, "
+        "before the line pointing into it was written; make blobs/ with "
+        "make_folder(..., durable) (it syncs the parent of each folder it makes)")
+
+
+@pytest.mark.task("06.1")
+def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions,
+                                                                tmp_path):
+    """A symbolic link under the blob's name, even to the right bytes, is no stored
+    blob (load refuses links): storing the content puts a real file there, so the
+    session loads, and the link's target is left alone."""
+    data = PASTE.encode("utf-8")
+    outside = tmp_path / "outside"
+    outside.write_bytes(data)
+    (sessions / "blobs").mkdir(mode=0o700)
+    blob = sessions / "blobs" / sha256(data)
+    blob.symlink_to(outside)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+
+    assert not blob.is_symlink() and blob.is_file(), (
+        f"blobs/{blob.name} is still a symbolic link: a link is not a stored blob "
+        "(read what the name holds with read_file, which refuses links, and store "
+        "the content when it fails)")
+    assert outside.read_bytes() == data, "the link's target must not be written to"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.load()[0]["content"] == PASTE, (
+            "the session should load its paste from the blob it stored")
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
+def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role):
+    """The threshold is the only rule: the model's long answer, a tool's long result
+    and a long system prompt leave the line as a user's paste does."""
+    message = {"role": role, "content": PASTE}
+    if role == "tool":
+        message["tool_call_id"] = "call_1_0"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(message)
+
+    stored = lines_of(sessions / "quest-1.jsonl")[0]
+    assert isinstance(stored.get("content"), dict), (
+        f"a 1 MB content from the {role} stayed in the line: every string content "
+        "over the threshold goes to a blob, whatever the role")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.load() == [message], "it should load back as it was"
