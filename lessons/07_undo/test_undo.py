@@ -891,6 +891,44 @@ def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
         f"{[m.get('content', '')[:8] for m in logged[len(turn_c):]]} after the turn")
 
 
+@pytest.mark.task("07.3")
+def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, sessions):
+    """The disk is full when the agent's undo asks the log for its marker: the OSError
+    reaches the caller, and the agent still remembers the turn the log still shows, so
+    the next request and the next undo agree with the log."""
+    play(lesson, sessions, TURN_A, TURN_C)
+    size = (sessions / "quest-1.jsonl").stat().st_size
+
+    def undo_twice():
+        import resource
+        agent, _, log = open_agent(lesson, sessions)
+        with log:
+            before = [m.get("content") for m in agent.messages]
+            try:
+                agent.undo(1)
+                first = "nothing"
+            except OSError as error:
+                first = f"OSError: {error}"
+            after = [m.get("content") for m in agent.messages]
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            taken = [m.get("content") for m in agent.undo(1)]
+        return {"first": first, "same": before == after, "taken": taken}
+
+    kind, message, result = with_file_size_limit(size, undo_twice)
+    assert kind == "ok", f"the undos raised {kind}: {message}"
+    assert result["first"].startswith("OSError"), (
+        "the log could not grow at all, so the agent's undo should fail with the "
+        f"OSError of its marker; it raised {result['first']}")
+    assert result["same"], (
+        "the marker was never written, so the log still shows the turn: the agent's "
+        "memory must still hold it too. Ask the log first, and change memory and "
+        "pending only once it has taken the messages back")
+    assert result["taken"] == ["Thank the elder.", "The elder nods."], (
+        "with room on the disk again, the next undo should take back the same turn; "
+        f"it took back {result['taken']}")
+
+
 @pytest.mark.task("07.4")
 def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
     """The disk is full when the undo marker is written: the undo fails with OSError

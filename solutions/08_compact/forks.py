@@ -101,8 +101,8 @@ def lines_kept(shown: Sequence[tuple[int, int]], lines: int, upto: int | None) -
     (index, position) pairs of the messages the source shows.
 
     The undo markers among the lines copied come along, so the fork leaves out what the
-    source leaves out; a marker further down only takes back messages written after it,
-    which the fork does not have."""
+    source leaves out. A marker past the cut takes back only messages written after the
+    last one kept (an undo always takes the newest), which the fork does not have."""
     if upto is None:
         return lines
     # Up to the line holding the last message kept, which can be far below its place
