@@ -4,23 +4,30 @@
     python scripts/browser_check.py                    # build the site, serve it, check it
     python scripts/browser_check.py --site site        # check an already built site
     python scripts/browser_check.py --viewport phone   # one width only
+    python scripts/browser_check.py --scheme dark      # one palette only
     python scripts/browser_check.py --page lessons/03_fork/   # one page only
 
 The site is served on loopback by Python's http.server (in a thread) and driven with
 Playwright through the distribution's Chromium (never a browser Playwright downloads). Every
-page is checked at two widths, a desktop (1280 px) and a phone (390 px):
+page is checked at two widths, a desktop (1280 px) and a phone (390 px), each in the light and
+the dark palette:
 
 - it loads (HTTP 200) and nothing is logged as an error (uncaught exceptions, failed
   requests, console.error); no include directive was left unexpanded;
 - nothing is clipped or widens the page: the page does not scroll sideways, no element of
   the article reaches past the screen outside a horizontal scroll container, and a code
   block, table or diagram wider than its box scrolls (overflow-x auto or scroll);
+- a box cut at its edge shows that it scrolls: its edge fades (a mask) or a scrollbar is
+  drawn; headless Chromium, like a phone, draws none, so the fade is what a reader sees;
+- no control is drawn over text: a copy button, or any other button, covers no word of
+  the text around it where that text can be seen;
 - figures stay readable: a Mermaid diagram or SVG image is never scaled down so far that its
-  smallest text is under MIN_FIGURE_TEXT_PX (a wider figure has to scroll instead);
+  smallest text is under MIN_FIGURE_TEXT_PX (a wider figure has to scroll instead), and no
+  label of a diagram's arrow lies over a box's text or another arrow's label;
 - on every lesson page, additionally: each Mermaid diagram rendered to an SVG, hints and the
   reference solution are folded away.
 
-Screenshots at both widths go to site-artifacts/. Exits 0 when every check passes, 1 when one
+Screenshots at both widths, in both palettes, go to site-artifacts/. Exits 0 when every check passes, 1 when one
 fails (each failure is listed), 2 when the check itself cannot run (no Playwright, no
 Chromium, the build failed). Install: pip install -e '.[browser]' and
 scripts/install_chromium.sh.
@@ -58,6 +65,9 @@ TOLERANCE_PX = 1.0
 # The smallest text a figure may be scaled down to. Material's own smallest type is about
 # 12.8 px; under 11 px a diagram's labels are no longer read, only guessed.
 MIN_FIGURE_TEXT_PX = 11.0
+# A scrollbar thinner than this is no sign that a box scrolls (an overlay one draws none).
+MIN_SCROLLBAR_PX = 3.0
+SCHEMES = ("light", "dark")
 SCROLLING = ("auto", "scroll")
 UNEXPANDED = re.compile(r"\{\{\s*[a-z_]+\(")
 
@@ -76,18 +86,27 @@ VIEWPORTS = {
     "phone": Viewport("phone", 390, 844, 2, True),
 }
 
-# (viewport, screenshot file, page, element to scroll to first or None)
+# (viewport, palette, screenshot file, page, element to scroll to first or None)
+PLOT = "article img[src$='.svg']"
 SCREENSHOTS = [
-    ("desktop", "home.png", "", None),
-    ("desktop", "lesson-03_fork.png", "lessons/03_fork/", None),
-    ("desktop", "lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
-    ("desktop", "benchmarks-plot.png", "benchmarks/", "article img[src$='.svg']"),
-    ("phone", "phone-home.png", "", None),
-    ("phone", "phone-lesson-03_fork.png", "lessons/03_fork/", None),
-    ("phone", "phone-lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
-    ("phone", "phone-lesson-03_fork-code.png", "lessons/03_fork/", "article .highlight"),
-    ("phone", "phone-benchmarks-table.png", "benchmarks/", "article table"),
-    ("phone", "phone-benchmarks-plot.png", "benchmarks/", "article img[src$='.svg']"),
+    ("desktop", "light", "home.png", "", None),
+    ("desktop", "light", "getting-started.png", "getting-started/", None),
+    ("desktop", "light", "lesson-03_fork.png", "lessons/03_fork/", None),
+    ("desktop", "light", "lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
+    ("desktop", "light", "lesson-05_lock-diagram.png", "lessons/05_lock/", "div.mermaid"),
+    ("desktop", "light", "benchmarks-plot.png", "benchmarks/", PLOT),
+    ("desktop", "dark", "dark-benchmarks-plot.png", "benchmarks/", PLOT),
+    ("phone", "light", "phone-home.png", "", None),
+    ("phone", "light", "phone-home-code.png", "", "article .highlight"),
+    ("phone", "light", "phone-lesson-00_memory-diagram.png", "lessons/00_memory/", "div.mermaid"),
+    ("phone", "light", "phone-lesson-03_fork.png", "lessons/03_fork/", None),
+    ("phone", "light", "phone-lesson-03_fork-diagram.png", "lessons/03_fork/", "div.mermaid"),
+    ("phone", "light", "phone-lesson-03_fork-code.png", "lessons/03_fork/", "article .highlight"),
+    ("phone", "dark", "phone-dark-lesson-11_postgres-diagram.png", "lessons/11_postgres/",
+     "div.mermaid"),
+    ("phone", "light", "phone-benchmarks-table.png", "benchmarks/", "article table"),
+    ("phone", "light", "phone-benchmarks-plot.png", "benchmarks/", PLOT),
+    ("phone", "dark", "phone-dark-benchmarks-plot.png", "benchmarks/", PLOT),
 ]
 
 
@@ -118,6 +137,54 @@ def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
             found.append(f"{box['what']} is clipped: {box['scrollWidth']:.0f} px of content in "
                          f"{box['clientWidth']:.0f} px with overflow-x {box['overflowX']} "
                          "(it should scroll)")
+    return found
+
+
+def sign_problems(blocks: list[dict[str, Any]]) -> list[str]:
+    """A box that scrolls and is cut at its edge must show it: a fade at the edge where more
+    is hidden, or a scrollbar that is drawn. Without either, a diagram or a line of code
+    looks cut off, and a reader on a phone does not know to swipe."""
+    found = []
+    for box in blocks:
+        if not overflows(box) or not scrolls(box["overflowX"]):
+            continue
+        if box.get("fades") or box.get("scrollbarPx", 0) >= MIN_SCROLLBAR_PX:
+            continue
+        found.append(f"{box['what']} is cut at its edge with no sign that it scrolls: "
+                     f"{box['scrollWidth']:.0f} px of content in {box['clientWidth']:.0f} px, "
+                     "no fade at the edge and no scrollbar drawn")
+    return found
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Do two boxes (left, top, right, bottom) share more than a pixel each way?"""
+    return (min(a["right"], b["right"]) - max(a["left"], b["left"]) > TOLERANCE_PX
+            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > TOLERANCE_PX)
+
+
+def control_problems(controls: list[dict[str, Any]]) -> list[str]:
+    """A button drawn over words that can be seen hides them ("insta[copy]ll")."""
+    found = []
+    for control in controls:
+        covered = [word["text"] for word in control["words"] if overlap(control, word)]
+        if covered:
+            found.append(f"{control['what']} is drawn over text: "
+                         + ", ".join(f'"{word}"' for word in covered[:3]))
+    return found
+
+
+def diagram_label_problems(diagrams: list[dict[str, Any]]) -> list[str]:
+    """An arrow's label must not lie over a box's text or over another arrow's label: Mermaid
+    places labels at the middle of their arrows, and where arrows cross, labels collide."""
+    found = []
+    for diagram in diagrams:
+        labels, nodes = diagram.get("labels", []), diagram.get("nodes", [])
+        for index, label in enumerate(labels):
+            hit = next((node for node in nodes if overlap(label, node)), None) or \
+                next((other for other in labels[index + 1:] if overlap(label, other)), None)
+            if hit is not None:
+                found.append(f"{diagram['what']}: the label \"{label['text']}\" lies over "
+                             f"\"{hit['text']}\"")
     return found
 
 
@@ -164,7 +231,10 @@ def layout_problems(layout: dict[str, Any], viewport_width: int) -> list[str]:
     return (page_width_problems(layout["scrollWidth"], viewport_width)
             + escape_problems(layout["escapes"], viewport_width)
             + block_problems(layout["blocks"])
-            + figure_problems(layout["figures"]))
+            + sign_problems(layout["blocks"])
+            + control_problems(layout.get("controls", []))
+            + figure_problems(layout["figures"])
+            + diagram_label_problems(layout["figures"]))
 
 
 def lesson_problems(facts: dict[str, Any], expected_diagrams: int) -> list[str]:
@@ -229,9 +299,57 @@ async (viewportWidth) => {
     if (style.display === 'inline' || style.display === 'none') continue;
     const strict = el.matches(mustScroll);
     if (!strict && style.overflowX === 'visible') continue;
+    const mask = style.maskImage || style.webkitMaskImage || 'none';
     blocks.push({what: describe(el), scrollWidth: el.scrollWidth,
                  clientWidth: el.clientWidth, overflowX: style.overflowX,
-                 mustScroll: strict});
+                 mustScroll: strict, fades: mask !== 'none',
+                 scrollbarPx: el.offsetHeight - el.clientHeight
+                   - parseFloat(style.borderTopWidth) - parseFloat(style.borderBottomWidth)});
+  }
+  // Controls and the words around them that can be seen (clipped to the box that scrolls
+  // them): whether one covers another is decided in Python.
+  const box = r => ({left: r.left, top: r.top, right: r.right, bottom: r.bottom});
+  const seenIn = node => {
+    for (let p = node.parentElement; p && p !== document.body; p = p.parentElement) {
+      if (overflowX(p) !== 'visible') {
+        const r = p.getBoundingClientRect();
+        const left = r.left + p.clientLeft, top = r.top + p.clientTop;
+        return {left, top, right: left + p.clientWidth, bottom: top + p.clientHeight};
+      }
+    }
+    return {left: -1e9, top: -1e9, right: 1e9, bottom: 1e9};
+  };
+  const controls = [];
+  for (const el of article.querySelectorAll('.md-code__nav, button, [role="button"]')) {
+    const nav = el.closest('.md-code__nav');
+    if (nav && nav !== el) continue;          // a button in a nav: the nav is the control
+    const r = el.getBoundingClientRect();
+    if (!r.width || !r.height || getComputedStyle(el).visibility === 'hidden') continue;
+    const around = el.closest('pre, .highlight, details, table, figure') || el.parentElement;
+    const words = [];
+    const walker = document.createTreeWalker(around, NodeFilter.SHOW_TEXT);
+    const range = document.createRange();
+    for (let node = walker.nextNode(); node && words.length < 5; node = walker.nextNode()) {
+      if (el.contains(node) || !node.textContent.trim()) continue;
+      range.selectNodeContents(node);
+      const whole = range.getBoundingClientRect();
+      if (whole.bottom < r.top || whole.top > r.bottom) continue;
+      const clip = seenIn(node);
+      for (const match of node.textContent.matchAll(/\S+/g)) {
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        for (const w of range.getClientRects()) {
+          const seen = {left: Math.max(w.left, clip.left), right: Math.min(w.right, clip.right),
+                        top: Math.max(w.top, clip.top), bottom: Math.min(w.bottom, clip.bottom)};
+          if (seen.left < seen.right && seen.top < seen.bottom && seen.left < r.right
+              && seen.right > r.left && seen.top < r.bottom && seen.bottom > r.top) {
+            words.push({text: match[0], ...seen});
+          }
+        }
+      }
+    }
+    const named = el.title ? el : el.querySelector('[title]');
+    controls.push({what: describe(el) + (named ? ` (${named.title})` : ''), ...box(r), words});
   }
   const escapes = [];
   const reported = new Set();
@@ -271,7 +389,8 @@ async (viewportWidth) => {
                   renderedWidth: img.getBoundingClientRect().width,
                   fontPx: texts.length ? Math.min(...texts.map(size)) : 16});
   }
-  return {scrollWidth: document.documentElement.scrollWidth, blocks, escapes, figures};
+  return {scrollWidth: document.documentElement.scrollWidth, blocks, escapes, figures,
+          controls};
 }
 """
 
@@ -287,8 +406,19 @@ function () {
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
     if (own) font = Math.min(font, parseFloat(getComputedStyle(el).fontSize));
   }
+  // The text of each arrow's label and of each box, where it is drawn on the page.
+  const textBox = el => {
+    const inner = el.querySelector('p, span, text') || el;
+    const b = inner.getBoundingClientRect();
+    return {text: el.textContent.trim(), left: b.left, top: b.top, right: b.right,
+            bottom: b.bottom};
+  };
+  const labels = [...this.querySelectorAll('g.edgeLabel')]
+    .filter(el => el.textContent.trim()).map(textBox);
+  const nodes = [...this.querySelectorAll('g.node')]
+    .filter(el => el.textContent.trim()).map(el => textBox(el.querySelector('.label') || el));
   return {naturalWidth: (vb && vb.width) || r.width, renderedWidth: r.width,
-          fontPx: font === Infinity ? 16 : font};
+          fontPx: font === Infinity ? 16 : font, labels, nodes};
 }
 """
 
@@ -395,7 +525,14 @@ class PageCheck:
                                f"within {PAGE_TIMEOUT:.0f} s"]
             self.page.wait_for_timeout(100)
 
+    def settle(self) -> None:
+        """Let the page's own scripts finish what a change set off (the scroll signs are set
+        on the next animation frame after a diagram is drawn or a block unfolds)."""
+        self.page.evaluate("() => new Promise(done => requestAnimationFrame("
+                           "() => requestAnimationFrame(done)))")
+
     def measure(self, viewport: Viewport) -> dict[str, Any]:
+        self.settle()
         layout = self.page.evaluate(MEASURE_JS, viewport.width)
         layout["figures"].extend(measure_diagrams(self.cdp))
         return layout
@@ -516,13 +653,17 @@ def first_line(error: BaseException) -> str:
 
 
 def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, pages: list[str],
-                   lessons: list[str], artifacts: Path, every_page: bool) -> dict[str, list[str]]:
+                   lessons: list[str], artifacts: Path, every_page: bool,
+                   scheme: str = "light") -> dict[str, list[str]]:
     from playwright.sync_api import Error as PlaywrightError
 
+    # The site follows the reader's palette (prefers-color-scheme), as a browser set to
+    # light or dark would ask for it.
     context = browser.new_context(
         viewport={"width": viewport.width, "height": viewport.height},
         device_scale_factor=viewport.scale, is_mobile=viewport.mobile,
-        has_touch=viewport.mobile)
+        has_touch=viewport.mobile, color_scheme=scheme)
+    where = f"{viewport.name} {scheme}"
     failures: dict[str, list[str]] = {}
     try:
         tab = PageCheck(context)
@@ -530,8 +671,8 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
             try:
                 problems, facts = check_page(tab, viewport, base + page,
                                              site / page / "index.html", page in lessons)
-                shots = [(name, scroll_to) for v, name, p, scroll_to in SCREENSHOTS
-                         if v == viewport.name and p == page]
+                shots = [(name, scroll_to) for v, palette, name, p, scroll_to in SCREENSHOTS
+                         if v == viewport.name and palette == scheme and p == page]
                 for name, scroll_to in shots:
                     tab.screenshot(artifacts / name, scroll_to)
             except PlaywrightError as error:
@@ -542,24 +683,24 @@ def check_viewport(browser: Any, viewport: Viewport, site: Path, base: str, page
                 facts, shots = {"diagrams": "?", "h1": ""}, []
                 tab.close()
                 tab = PageCheck(context)
-            report(viewport, page, problems, facts, [artifacts / name for name, _ in shots])
+            report(where, page, problems, facts, [artifacts / name for name, _ in shots])
             if problems:
-                failures[f"{viewport.name} /{page}"] = problems
-        missing = [n for v, n, p, _ in SCREENSHOTS
-                   if every_page and v == viewport.name and p not in pages]
+                failures[f"{where} /{page}"] = problems
+        missing = [n for v, palette, n, p, _ in SCREENSHOTS
+                   if every_page and v == viewport.name and palette == scheme and p not in pages]
         for name in missing:
-            failures[f"{viewport.name} {name}"] = [f"the page for screenshot {name} is missing"]
-            print(f"FAIL {viewport.name:<7} the page for screenshot {name} is missing")
+            failures[f"{where} {name}"] = [f"the page for screenshot {name} is missing"]
+            print(f"FAIL {where:<13} the page for screenshot {name} is missing")
     finally:
         context.close()
     return failures
 
 
-def report(viewport: Viewport, page: str, problems: list[str], facts: dict[str, str],
+def report(where: str, page: str, problems: list[str], facts: dict[str, str],
            screenshots: list[Path]) -> None:
     mark = "FAIL" if problems else "ok  "
-    print(f"{mark} {viewport.name:<7} /{page:<30} diagrams {facts['diagrams']:<5} "
-          f"{facts['h1'][:44]}")
+    print(f"{mark} {where:<13} /{page:<30} diagrams {facts['diagrams']:<5} "
+          f"{facts['h1'][:38]}")
     for problem in problems:
         print(f"       - {problem}")
     for shot in screenshots:
@@ -579,7 +720,7 @@ def chosen_pages(site: Path, wanted: list[str] | None) -> list[str]:
 
 
 def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
-        wanted: list[str] | None = None) -> int:
+        wanted: list[str] | None = None, schemes: tuple[str, ...] = SCHEMES) -> int:
     started = time.monotonic()
     pages = chosen_pages(site, wanted)
     try:
@@ -603,18 +744,19 @@ def run(site: Path, binary: str, viewports: list[Viewport], artifacts: Path,
                     from None
             try:
                 for viewport in viewports:
-                    failures.update(check_viewport(browser, viewport, site, base, pages,
-                                                   lessons, artifacts, not wanted))
+                    for scheme in schemes:
+                        failures.update(check_viewport(browser, viewport, site, base, pages,
+                                                       lessons, artifacts, not wanted, scheme))
             except PlaywrightError as error:
                 raise CheckError(f"the browser failed: {first_line(error)}") from None
             finally:
                 browser.close()
     finally:
         server.shutdown()
-    checked = len(pages) * len(viewports)
+    checked = len(pages) * len(viewports) * len(schemes)
     print(f"{len(pages)} page{'s' * (len(pages) != 1)} ({len(lessons)} of them lessons) at "
-          f"{', '.join(f'{v.name} {v.width} px' for v in viewports)} "
-          f"in {time.monotonic() - started:.1f} s")
+          f"{', '.join(f'{v.name} {v.width} px' for v in viewports)}, "
+          f"{' and '.join(schemes)} in {time.monotonic() - started:.1f} s")
     # The closing line, in the form CI logs are read for.
     print(f"browser: {checked - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
@@ -629,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "else chromium on the PATH)")
     parser.add_argument("--viewport", choices=sorted(VIEWPORTS), action="append",
                         help="check at this width only (repeatable; default: all)")
+    parser.add_argument("--scheme", choices=SCHEMES, action="append",
+                        help="check in this palette only (repeatable; default: light and dark)")
     parser.add_argument("--page", action="append", metavar="PATH",
                         help="check this page only, as in lessons/03_fork/ (repeatable; "
                              "default: every page)")
@@ -643,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (site / "index.html").is_file():
                 raise CheckError(f"{site} holds no built site (no index.html)")
             return run(site, find_chromium(args.chromium), viewports, args.artifacts,
-                       args.page)
+                       args.page, tuple(args.scheme or SCHEMES))
         except (CheckError, OSError) as error:
             print(f"browser check: {error}", file=sys.stderr)
             return 2

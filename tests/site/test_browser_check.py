@@ -8,6 +8,7 @@ here on made-up measurements. The check itself runs in CI as its own step.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -29,9 +30,15 @@ check = _load()
 PHONE = check.VIEWPORTS["phone"].width
 
 
-def block(scroll: float, client: float, overflow: str = "visible", strict: bool = True) -> dict:
-    return {"what": "<pre>", "scrollWidth": scroll, "clientWidth": client,
-            "overflowX": overflow, "mustScroll": strict}
+def block(scroll: float, client: float, overflow: str = "visible", strict: bool = True,
+          fades: bool = True, scrollbar: float = 0, what: str = "<pre>") -> dict:
+    return {"what": what, "scrollWidth": scroll, "clientWidth": client,
+            "overflowX": overflow, "mustScroll": strict, "fades": fades,
+            "scrollbarPx": scrollbar}
+
+
+def box(left: float, top: float, right: float, bottom: float, **more) -> dict:
+    return {"left": left, "top": top, "right": right, "bottom": bottom, **more}
 
 
 def figure(natural: float, rendered: float, font: float = 16) -> dict:
@@ -61,6 +68,80 @@ def test_a_block_that_fits_or_is_a_pixel_over_is_fine():
 def test_any_box_that_hides_wide_content_is_clipped_but_visible_overflow_elsewhere_is_not():
     assert check.block_problems([block(600, 358, "hidden", strict=False)]) != []
     assert check.block_problems([block(600, 358, "visible", strict=False)]) == []
+
+
+# --- a box cut at its edge shows that it scrolls ---------------------------------------------
+
+
+def test_a_diagram_cut_at_its_edge_with_no_sign_that_it_scrolls_fails():
+    diagram = block(450, 358, "auto", fades=False, what="<div.mermaid>")
+    problems = check.sign_problems([diagram])
+    assert len(problems) == 1 and "<div.mermaid>" in problems[0] and "no sign" in problems[0]
+    assert check.layout_problems({"scrollWidth": PHONE, "escapes": [], "blocks": [diagram],
+                                  "figures": []}, PHONE) == problems
+
+
+def test_a_cut_box_that_fades_at_its_edge_or_draws_a_scrollbar_shows_it_scrolls():
+    assert check.sign_problems([block(450, 358, "auto", fades=True)]) == []
+    assert check.sign_problems([block(450, 358, "auto", fades=False, scrollbar=8)]) == []
+    assert check.sign_problems([block(450, 358, "auto", fades=False, scrollbar=0.5)]) != [], \
+        "an overlay scrollbar that takes no room is no sign"
+
+
+def test_a_box_that_fits_needs_no_sign_and_one_that_does_not_scroll_is_reported_as_clipped():
+    assert check.sign_problems([block(358, 358, "auto", fades=False)]) == []
+    clipped = block(450, 358, "hidden", fades=False)
+    assert check.sign_problems([clipped]) == [] and check.block_problems([clipped]) != []
+
+
+# --- no control drawn over text ---------------------------------------------------------------
+
+
+def copy_button(*words: dict) -> dict:
+    return box(354, 834, 386, 866, what="<nav.md-code__nav> (Copy to clipboard)",
+               words=list(words))
+
+
+def test_a_copy_button_drawn_over_a_word_fails_naming_the_word():
+    problems = check.control_problems([copy_button(box(330, 840, 372, 858, text="install"))])
+    assert len(problems) == 1 and '"install"' in problems[0] and "Copy" in problems[0]
+
+
+def test_words_beside_or_a_pixel_under_the_button_are_not_covered():
+    beside = box(300, 840, 353, 858, text="pip")
+    grazing = box(300, 865.5, 360, 880, text="demo")
+    assert check.control_problems([copy_button(beside, grazing)]) == []
+    assert check.control_problems([copy_button()]) == []
+
+
+def test_layout_problems_includes_controls_over_text():
+    layout = {"scrollWidth": PHONE, "escapes": [], "blocks": [], "figures": [],
+              "controls": [copy_button(box(330, 840, 372, 858, text="install"))]}
+    assert len(check.layout_problems(layout, PHONE)) == 1
+
+
+# --- a diagram's labels stay clear of its boxes ---------------------------------------------
+
+
+def diagram(labels: list[dict], nodes: list[dict]) -> dict:
+    return {**figure(498, 498), "labels": labels, "nodes": nodes}
+
+
+def test_an_arrow_label_over_another_label_or_a_box_fails():
+    no = box(266, 387, 286, 402, text="no")
+    killed = box(153, 400, 292, 446, text="holder killed: the kernel lets go")
+    problems = check.diagram_label_problems([diagram([no, killed], [])])
+    assert len(problems) == 1 and '"no"' in problems[0] and "holder killed" in problems[0]
+    on_node = check.diagram_label_problems([diagram([no], [box(250, 380, 330, 410,
+                                                                 text="granted?")])])
+    assert len(on_node) == 1 and "granted?" in on_node[0]
+
+
+def test_labels_apart_from_each_other_and_from_the_boxes_pass():
+    labels = [box(100, 400, 120, 414, text="yes"), box(250, 400, 270, 414, text="no")]
+    nodes = [box(60, 300, 180, 340, text="granted?")]
+    assert check.diagram_label_problems([diagram(labels, nodes)]) == []
+    assert check.diagram_label_problems([figure(976, 733)]) == [], "an image has no labels"
 
 
 # --- the page and what reaches past the screen -----------------------------------------------
@@ -105,9 +186,11 @@ def test_small_fonts_need_less_shrinking_to_become_unreadable():
 
 def test_layout_problems_gathers_every_kind():
     layout = {"scrollWidth": 481, "escapes": [{"what": "<th>", "left": 0, "right": 481}],
-              "blocks": [block(481, 358)], "figures": [figure(976, 358)]}
+              "blocks": [block(481, 358), block(481, 358, "auto", fades=False)],
+              "figures": [figure(976, 358)],
+              "controls": [copy_button(box(330, 840, 372, 858, text="install"))]}
     problems = check.layout_problems(layout, PHONE)
-    assert len(problems) == 4
+    assert len(problems) == 6
     clean = {"scrollWidth": PHONE, "escapes": [], "blocks": [block(900, 358, "auto")],
              "figures": [figure(976, 733)]}
     assert check.layout_problems(clean, PHONE) == []
@@ -220,3 +303,69 @@ def test_an_unknown_page_exits_2_naming_it(tmp_path, capsys, monkeypatch):
                        "--artifacts", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "/nope/" in err
+
+
+# --- the check itself, in Chromium, on a made-up page ----------------------------------------
+
+MADE_UP_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<style>
+  body { margin: 0; font: 16px sans-serif; }
+  article { padding: 0 16px; }
+  div.mermaid { overflow-x: auto; }
+  pre { position: relative; }
+  pre > code { display: block; overflow: auto; white-space: pre; padding: 12px; }
+  .md-code__nav { position: absolute; top: 4px; right: 4px; width: 32px; height: 32px; }
+  .md-code__nav button { width: 32px; height: 32px; }
+  /* the fixes, as the site's stylesheet makes them */
+  .fixed div.mermaid, .fixed pre > code {
+    mask-image: linear-gradient(to left, #0002, #000 3em); }
+  .fixed pre > code { border-right: 40px solid #eee; }
+</style></head>
+<body class="%s"><article><h1>A made-up page</h1>
+<div class="mermaid"><svg width="1500" height="60" viewBox="0 0 1500 60">
+  <text x="10" y="30" font-size="16">a diagram wider than any screen</text></svg></div>
+<pre><nav class="md-code__nav"><button title="Copy to clipboard">c</button></nav><code>%s</code></pre>
+</article></body></html>
+"""
+
+
+def chromium_and_playwright() -> str:
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("Playwright is not installed (pip install -e '.[browser]'): the check "
+                    "cannot be run in a browser here")
+    try:
+        return check.find_chromium(None)
+    except check.CheckError as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["as-broken", "as-fixed"])
+def test_in_chromium_a_cut_diagram_and_a_button_over_code_fail_at_both_widths_and_palettes(
+        tmp_path, capsys, fixed):
+    """The measuring half of the check, in a real browser: a diagram cut at the edge with
+    no sign that it scrolls, and a copy button over a line of code, fail at 390 and 1280 px,
+    light and dark; the same page with the edge faded and the button given its own column
+    passes."""
+    chromium = chromium_and_playwright()
+    line = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' " * 6
+    (tmp_path / "index.html").write_text(MADE_UP_PAGE % ("fixed" if fixed else "", line),
+                                         encoding="utf-8")
+    status = check.main(["--site", str(tmp_path), "--chromium", chromium, "--page", "",
+                         "--artifacts", str(tmp_path / "shots")])
+    out = capsys.readouterr().out
+    runs = {f"{v} {s}" for v in ("desktop", "phone") for s in ("light", "dark")}
+    if fixed:
+        assert status == 0, f"the fixed page should pass:\n{out}"
+        return
+    assert status == 1, out
+    reports = {match[0]: match[1] for match in re.findall(
+        r"^FAIL (\w+ \w+) +/ .*\n((?:       - .*\n)+)", out, flags=re.M)}
+    assert set(reports) == runs, f"every width and palette should fail:\n{out}"
+    for where, problems in reports.items():
+        assert "<div.mermaid>" in problems and "no sign that it scrolls" in problems, \
+            f"{where}: the cut diagram was not reported:\n{problems}"
+        assert "drawn over text" in problems and "Copy to clipboard" in problems, \
+            f"{where}: the button over the code was not reported:\n{problems}"

@@ -40,10 +40,14 @@ def test_the_diagram_hook_loads_after_mermaid_and_the_stylesheet_is_listed():
         scripts.index("assets/javascripts/mermaid.min.js"), \
         "readable-diagrams.js must load after mermaid.min.js (it wraps mermaid.render)"
     assert "stylesheets/extra.css" in config()["extra_css"]
+    assert "assets/javascripts/scroll-signs.js" in scripts, \
+        "scroll-signs.js marks wide boxes that scroll and gives the copy button its column"
 
 
 def test_the_site_scripts_and_styles_fetch_nothing():
-    for path in [ROOT / "docs" / "assets" / "javascripts" / "readable-diagrams.js",
-                 *sorted((ROOT / "docs" / "stylesheets").glob("*.css"))]:
+    own = [path for path in sorted((ROOT / "docs" / "assets" / "javascripts").glob("*.js"))
+           if path.name != "mermaid.min.js"]
+    assert {"readable-diagrams.js", "scroll-signs.js"} <= {path.name for path in own}
+    for path in [*own, *sorted((ROOT / "docs" / "stylesheets").glob("*.css"))]:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"https?://|@import|url\(", text), f"{path.name} fetches something"

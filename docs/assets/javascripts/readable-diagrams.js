@@ -46,6 +46,8 @@
           bind(root);
         }
         keepReadable(root);
+        // The diagram's width is known now: scroll-signs.js marks its box if it is cut.
+        document.dispatchEvent(new CustomEvent("sessionlab:diagram"));
       }
       // Material calls `fn` with the shadow root once the diagram is in the page.
       return Object.assign({}, result, { fn: bindAndSize, bindFunctions: bindAndSize });
