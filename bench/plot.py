@@ -4,9 +4,11 @@ Colours are mid-tones and the background is transparent, so the same file reads 
 light and dark palettes. A peer that hit the time cap is drawn solid as far as it was measured
 and dashed where its cost is extrapolated.
 
-The figure is narrow enough for the site's column at full size, with the legend below the
-plot rather than beside it, and no text under MIN_FONT px: the site shows it unscaled (on a
-phone it scrolls sideways), so what is written here is what a reader sees.
+The figure is drawn for a phone's column (WIDTH, about 360 px) with the legend in one column
+below the plot and no text under MIN_FONT px, so that scaled to fit a 390 px screen its
+smallest text stays readable and its title and legend are whole; the site shows it larger
+where there is room. Every series has a colour of its own (COLOURS names one for every store
+bench.stores knows).
 """
 
 from __future__ import annotations
@@ -18,21 +20,25 @@ from typing import Any
 
 COLOURS = {
     "subject": "#2f81f7",
-    "floor": "#8f96a0",
+    "floor": "#8f96a0",      # the floor is the one grey series: a baseline, not a contender
     "naive": "#d29922",
     "sqlite3": "#2da44e",
+    "postgres": "#db61a2",
     "langchain": "#e5534b",
     "agents": "#a371f7",
 }
+# A store without a colour above still gets one no other series has.
+SPARE_COLOURS = ("#1b9aaa", "#e16f24", "#6e7781")
 INK = "#7d8590"          # axes and text: readable on white and on a dark slate background
 GRID = "#7d8590"
 
-WIDTH = 560
-LEFT, RIGHT, TOP = 90, 24, 44           # around the plot area
-MARGIN = 24                             # left of the legend and the footnote
-PLOT_H = 260
-LEGEND_COLUMNS, LEGEND_ROW = 2, 22      # the legend below the x axis
+WIDTH = 360
+LEFT, RIGHT, TOP = 76, 20, 40           # around the plot area (room for 100k under the edge)
+MARGIN = 12                             # left of the title, the legend and the footnote
+PLOT_H = 240
+LEGEND_COLUMNS, LEGEND_ROW = 1, 22      # the legend below the x axis
 FONT, TITLE_FONT, MIN_FONT = 14, 15, 12
+FOOT_CHARACTERS = 50                    # a footnote line at MIN_FONT within WIDTH
 
 
 def _nice_step(span: float, ticks: int = 5) -> float:
@@ -76,10 +82,11 @@ def render(result: dict[str, Any]) -> str:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, PLOT_H
     extrapolated = any(curves[k]["extrapolated"] for k in order)
     legend_rows = math.ceil((len(order) + extrapolated) / LEGEND_COLUMNS)
-    legend_top = TOP + plot_h + 74
+    legend_top = TOP + plot_h + 70
     foot = (f'median of {meta["repeat"]} runs · {meta["message_bytes"]:.0f}-byte messages · '
             f'lesson {meta["lesson"]} · Python {meta["python"]} · {meta["date"]}')
-    foot_lines = _wrap(foot.split(" · "), 78)
+    foot_lines = _wrap(foot.split(" · "), FOOT_CHARACTERS)
+    colours = series_colours(order)
     foot_top = legend_top + legend_rows * LEGEND_ROW + 8
     height = foot_top + 16 * len(foot_lines)
 
@@ -122,7 +129,7 @@ def render(result: dict[str, Any]) -> str:
     add(f'<desc id="desc">Microseconds per append for each store, as the session grows from 0 to '
         f'{n:,} messages; median of {meta["repeat"]} runs, lesson {escape(meta["lesson"])}, '
         f'Python {meta["python"]}, {meta["date"]}.</desc>')
-    add(f'<text x="{LEFT}" y="24" fill="{INK}" font-size="{TITLE_FONT}" font-weight="600">'
+    add(f'<text x="{MARGIN}" y="22" fill="{INK}" font-size="{TITLE_FONT}" font-weight="600">'
         f'Per-append cost as the session grows</text>')
     # grid and y axis
     for y in yticks:
@@ -130,7 +137,7 @@ def render(result: dict[str, Any]) -> str:
         major = not log_y or abs(math.log10(y) - round(math.log10(y))) < 1e-9
         add(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{LEFT + plot_w}" y2="{yy:.1f}" stroke="{GRID}" '
             f'stroke-opacity="{0.35 if major else 0.15}" stroke-width="1"/>')
-        if major or len(yticks) <= 12:      # many decades: label the powers of ten only
+        if major or len(yticks) <= 7:       # more than two decades: label powers of ten only
             add(f'<text x="{LEFT - 8}" y="{yy + 4:.1f}" fill="{INK}" text-anchor="end">{_fmt_us(y)}</text>')
     # x axis: powers of ten, with 2 and 5 between them as fainter lines
     decade = x_lo
@@ -152,14 +159,14 @@ def render(result: dict[str, Any]) -> str:
             'stroke-opacity="0.5" stroke-dasharray="2 3"/>')
     add(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="{INK}" '
         'stroke-opacity="0.6"/>')
-    add(f'<text x="{LEFT + plot_w / 2:.1f}" y="{TOP + plot_h + 42}" fill="{INK}" text-anchor="middle">'
-        'messages already in the session (log scale)</text>')
-    add(f'<text transform="translate(16 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
+    add(f'<text x="{WIDTH / 2:.1f}" y="{TOP + plot_h + 40}" fill="{INK}" text-anchor="middle">'
+        'messages in the session (log scale)</text>')
+    add(f'<text transform="translate(15 {TOP + plot_h / 2:.1f}) rotate(-90)" fill="{INK}" '
         f'text-anchor="middle">time per append{" (log scale)" if log_y else ""}</text>')
     # series
     for key in order:
         curve = curves[key]
-        colour = COLOURS.get(key, INK)
+        colour = colours[key]
         width = 3 if key == "subject" else 2
         points = list(zip(curve["size"], curve["us"]))
         cut = curve["measured_up_to"]
@@ -176,7 +183,7 @@ def render(result: dict[str, Any]) -> str:
                 add(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}" '
                     f'stroke-linejoin="round"{dash}><title>{label}</title></polyline>')
     # legend, below the plot in columns, then the footnote
-    entries = [(escape(_short(stores[k]["label"])), COLOURS.get(k, INK),
+    entries = [(escape(_short(stores[k]["label"])), colours[k],
                 3 if k == "subject" else 2, "") for k in order]
     if extrapolated:
         entries.append(("extrapolated past the time cap", INK, 2, ' stroke-dasharray="6 5"'))
@@ -192,6 +199,20 @@ def render(result: dict[str, Any]) -> str:
             f'{escape(text)}</text>')
     add("</svg>")
     return "\n".join(out) + "\n"
+
+
+def series_colours(keys: list[str]) -> dict[str, str]:
+    """Each series' colour: its own from COLOURS, or a spare one no other series uses."""
+    spare = [colour for colour in SPARE_COLOURS if colour not in COLOURS.values()]
+    found = {}
+    for key in keys:
+        if key in COLOURS:
+            found[key] = COLOURS[key]
+        elif spare:
+            found[key] = spare.pop(0)
+        else:
+            raise ValueError(f"no colour left for the series {key!r}: add it to COLOURS")
+    return found
 
 
 def _wrap(parts: list[str], width: int) -> list[str]:
