@@ -450,6 +450,38 @@ def test_no_page_refers_to_a_lesson_that_does_not_exist():
                        "link one that does): " + "; ".join(wrong))
 
 
+def test_a_page_that_says_how_far_the_lessons_go_names_the_last_one():
+    """"up to 07_undo" stayed on getting-started after the course grew to twelve lessons."""
+    last = course.lessons(ROOT)[-1].name
+    pages = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+             for path in [ROOT / "README.md", *DOCS.rglob("*.md")]}
+    wrong = [f"{where}: up to {named}" for where, text in pages.items()
+             for named in re.findall(r"\bup to (\d\d_[a-z0-9_]+)", text) if named != last]
+    assert not wrong, f"the last lesson is {last}: " + "; ".join(wrong)
+
+
+FIRST_PAGES = ("index.md", "getting-started.md", "self-study.md")
+DESKTOP_COLUMNS = 72    # of code in the 1280 px column, clear of the copy button
+
+
+def hand_written_code(text):
+    """The lines of each fenced block written in the page (diagrams aside)."""
+    for match in re.finditer(r"^(`{3,})(\w*)[^\n]*\n(.*?)^\1", text, flags=re.M | re.S):
+        if match.group(2) != "mermaid":
+            yield match.group(3).splitlines()
+
+
+@pytest.mark.parametrize("name", FIRST_PAGES)
+def test_the_code_written_on_the_first_pages_fits_a_desktop_column(name):
+    """A newcomer's first pages show their commands and the course's layout whole at
+    1280 px: no line is cut at the column's edge or runs under the copy button (the
+    getting-started layout did, at 87 characters)."""
+    wide = [line for block in hand_written_code((DOCS / name).read_text(encoding="utf-8"))
+            for line in block if len(line) > DESKTOP_COLUMNS]
+    assert not wide, (f"docs/{name}: lines over {DESKTOP_COLUMNS} characters are cut at "
+                      "1280 px: " + " | ".join(wide))
+
+
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                 "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
 SPENDING = re.compile(r"\b(costs?|cost them|gone|spent|pay|paid|price|for)\b", re.I)
