@@ -374,3 +374,67 @@ def test_plain_digits_and_folder_names_still_name_their_lesson(course, ref, name
     from sessionlab import course as registry
 
     assert registry.lesson(ref, course).name == name
+
+
+# --- 5. a state file of the wrong shape --------------------------------------------------
+
+
+BAD_STATE = [
+    ("hints.json", b"[]"),
+    ("hints.json", b'{"seen": []}'),
+    ("hints.json", b'{"seen": {"01.1": "two"}}'),
+    ("hints.json", b"null"),
+    ("hints.json", b"\xff\xfe not UTF-8"),
+    ("hints.json", b'{"seen": {'),
+    ("results.json", b"[]"),
+    ("results.json", b'{"seen": []}'),
+    ("results.json", b'{"version": 3, "entries": []}'),
+    ("results.json", b'{"version": 3, "entries": {"lesson:01_append": []}}'),
+    ("results.json", b"\xff\xfe not UTF-8"),
+]
+
+
+def warnings_in(run: Run) -> list[str]:
+    return [line for line in run.err.splitlines() if line.startswith("warning:")]
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("name, data", BAD_STATE, ids=lambda v: v if isinstance(v, str) else repr(v)[:30])
+def test_a_state_file_of_the_wrong_shape_is_kept_aside_with_one_warning_and_started_afresh(
+        cli, course, name, data):
+    state = course / ".sessionlab"
+    (state / name).write_bytes(data)
+
+    first = cli("--course", course, "hint", "01")
+    second = cli("--course", course, "hint", "01")
+
+    for run in (first, second):
+        no_traceback(run)
+        assert run.status == 0, run.text
+    assert "Hint 1 of" in first.out and "Hint 2 of" in second.out, "the new file works"
+    [warning] = warnings_in(first)
+    assert f".sessionlab/{name}" in warning, warning
+    kept = [path for path in state.iterdir() if path.name.startswith(f"{name}.bad")]
+    assert len(kept) == 1 and kept[0].name in warning, warning
+    assert kept[0].read_bytes() == data, "the bad file is kept as it was"
+    assert warnings_in(second) == [], "warned once"
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("result", [[], {"tests": [5]}, {"lesson": "01_append", "tests": "all"},
+                                    {"lesson": "01_append", "tests": [{"nodeid": 1}]},
+                                    {"lesson": "01_append", "written": [1]}],
+                         ids=repr)
+def test_a_cached_result_of_the_wrong_shape_is_run_again_not_a_traceback(cli, course, result):
+    import json
+
+    path = course / ".sessionlab" / "results.json"
+    data = json.loads(path.read_text())
+    data["entries"]["lesson:01_append"]["result"] = result     # under its real key
+    path.write_text(json.dumps(data))
+
+    run = cli("--course", course, "check", "01")
+
+    no_traceback(run)
+    assert run.status == 1 and "tests pass" in run.out, run.text
+    assert len(warnings_in(run)) == 1, run.err

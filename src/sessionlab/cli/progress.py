@@ -194,6 +194,17 @@ def cmd_check(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 # --- hints: shown by `hint` (study.py) and by watch's h key -----------------------------
 
 
+def hints_problem(data: dict) -> str | None:
+    """What makes a table no hints file: `seen` maps task ids to the levels shown."""
+    seen = data.get("seen", {})
+    if not isinstance(seen, dict):
+        return "a table whose `seen` is not a table of tasks"
+    if not all(isinstance(level, int) and not isinstance(level, bool) and level >= 0
+               for level in seen.values()):
+        return "a table whose `seen` holds a level that is not a whole number"
+    return None
+
+
 def next_hint_advice(task: course.Task, level: int, *, key: str | None = None) -> str:
     """How to see hint `level` of `task`. It names the task, never only the lesson:
     `sessionlab hint NN` follows the first failing task, which may be another task by
@@ -208,7 +219,7 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
               *, key: str | None = None) -> Group:
     """The task and its hints up to `level` (default: one more than last time); `key` is
     the key that shows the next one where there is one (watch's `h`)."""
-    state = load_state(root, HINTS_FILE)
+    state = load_state(root, HINTS_FILE, hints_problem)
     seen = state.setdefault("seen", {})
     total = len(task.hints)
     if level is None:

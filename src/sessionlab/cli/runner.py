@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -191,10 +192,59 @@ class LessonResult:
 
     @classmethod
     def from_json(cls, data: dict) -> "LessonResult":
-        tests = [Outcome(**t) for t in data.get("tests", [])]
-        return cls(lesson=data["lesson"], side=data.get("side", "lesson"), tests=tests,
-                   error=data.get("error"), output=data.get("output", ""),
-                   seconds=data.get("seconds", 0.0), written=data.get("written"))
+        """A result as to_json wrote it; ValueError naming what is off for anything else
+        (a damaged or hand-edited cache is never taken for a result)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a result is {_shape(data)}, not a table")
+        tests = data.get("tests", [])
+        if not isinstance(tests, list):
+            raise ValueError(f"`tests` is {_shape(tests)}, not a list")
+        written = data.get("written")
+        if written is not None and not (isinstance(written, dict) and all(
+                isinstance(k, str) and isinstance(v, bool) for k, v in written.items())):
+            raise ValueError("`written` is not a table of tasks")
+        fields = {"lesson": (str,), "side": (str,), "error": (str, type(None)),
+                  "output": (str,), "seconds": (int, float)}
+        for name, kinds in fields.items():
+            if name in data and not isinstance(data[name], kinds):
+                raise ValueError(f"`{name}` is {_shape(data[name])}")
+        if "lesson" not in data:
+            raise ValueError("a result names no lesson")
+        return cls(lesson=data["lesson"], side=data.get("side", "lesson"),
+                   tests=[_outcome(t) for t in tests], error=data.get("error"),
+                   output=data.get("output", ""), seconds=data.get("seconds", 0.0),
+                   written=written)
+
+
+OUTCOME_FIELDS = {"nodeid": (str,), "name": (str,), "outcome": (str,), "tasks": (list,),
+                  "exception": (str, type(None)), "message": (str, type(None)),
+                  "key": (bool,), "raised_in": (str, type(None)),
+                  "in_function": (str, type(None))}
+
+
+def _outcome(data: object) -> Outcome:
+    """One test's outcome from the cache, every field of the type it must have."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a test's outcome is {_shape(data)}, not a table")
+    for name, value in data.items():
+        kinds = OUTCOME_FIELDS.get(name)
+        if kinds is None or not isinstance(value, kinds):
+            raise ValueError(f"a test's `{name}` is {_shape(value)}")
+    if not all(isinstance(task, str) for task in data.get("tasks", [])):
+        raise ValueError("a test's `tasks` is not a list of task ids")
+    if not {"nodeid", "name", "outcome"} <= data.keys():
+        raise ValueError("a test's outcome lacks its nodeid, name or outcome")
+    return Outcome(**data)
+
+
+def _shape(value: object) -> str:
+    """What a JSON value is, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    return {dict: "a table", list: "a list", str: "a string", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
@@ -603,18 +653,19 @@ class Cache:
         self.path = root / STATE_DIR / "results.json"
 
     def _load(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            return data if data.get("version") == CACHE_VERSION else {"version": CACHE_VERSION, "entries": {}}
-        except (OSError, ValueError):
+        """The cache: {} of entries when there is none, when it was written by an older kit,
+        or when it is damaged (set aside with a warning, see read_state)."""
+        data = read_state(self.path, cache_problem)
+        if data is None or data.get("version") != CACHE_VERSION:
             return {"version": CACHE_VERSION, "entries": {}}
+        return data
 
     def get(self, lesson: Lesson, side: str, key: str, data: dict | None = None) -> LessonResult | None:
         """The cached result, if its key still matches; `data` is a `_load()` already made."""
         entry = (data or self._load())["entries"].get(f"{side}:{lesson.name}")
         if not entry or entry.get("key") != key:
             return None
-        result = LessonResult.from_json(entry["result"])
+        result = LessonResult.from_json(entry["result"])     # checked by cache_problem
         result.cached = True
         return result
 
@@ -622,6 +673,28 @@ class Cache:
         data = self._load()
         data["entries"][f"{side}:{lesson.name}"] = {"key": key, "result": result.to_json()}
         write_json(self.path, data)
+
+
+def cache_problem(data: object) -> str | None:
+    """What makes `data` no results cache (None when it is one). A cache of another
+    version is not a problem: it is an older kit's, and simply not used."""
+    if not isinstance(data, dict):
+        return f"{_shape(data)}, not a table"
+    if not isinstance(data.get("version"), int) or isinstance(data.get("version"), bool):
+        return "without a version number"
+    if data["version"] != CACHE_VERSION:
+        return None
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        return f"`entries` is {_shape(entries)}, not a table"
+    for name, entry in entries.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str)):
+            return f"entry {name!r} is not a key and a result"
+        try:
+            LessonResult.from_json(entry.get("result"))
+        except (ValueError, TypeError) as error:
+            return f"entry {name!r}: {error}"
+    return None
 
 
 def write_json(path: Path, data) -> None:
@@ -721,11 +794,71 @@ def state_dir(root: Path) -> Path:
     return root / STATE_DIR
 
 
-def load_state(root: Path, name: str) -> dict:
+STATE_LIMIT = 64 << 20      # bytes: a state file larger than this is not one the kit wrote
+
+
+def read_state(path: Path, problem: Callable[[Any], str | None]) -> Any:
+    """The JSON held in a state file of the kit (.sessionlab/...), None when there is none.
+
+    A file the kit cannot take (not UTF-8, not JSON, of the wrong shape as `problem` says,
+    a folder or a pipe in its place) is set aside, never deleted: renamed to
+    `<name>.bad-<date>-<time>` beside it, with one warning; the command goes on as if
+    there were none, and writes a new one. The next run finds no bad file: warned once."""
+    if not os.path.lexists(path):
+        return None
     try:
-        return json.loads((state_dir(root) / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+        raw = files.read_bytes(path, STATE_LIMIT + 1)
+        if len(raw) > STATE_LIMIT:
+            raise ValueError(f"over {STATE_LIMIT >> 20} MB")
+        data = json.loads(raw.decode("utf-8"))
+        why = problem(data)
+    except files.NotRegularFile as error:
+        why = error.strerror
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    except RecursionError:
+        why = "nested too deeply"
+    except ValueError as error:
+        why = f"not JSON ({error})"
+    except OSError:
+        return None           # cannot be read (a link to nothing, no permission): not used
+    if why is None:
+        return data
+    set_aside(path, why)
+    return None
+
+
+def set_aside(path: Path, why: str) -> None:
+    """Rename a state file the kit cannot use out of its way, and say so in one line."""
+    from .ui import make_ui
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = path.with_name(f"{path.name}.bad-{stamp}")
+    n = 1
+    while os.path.lexists(kept):
+        n += 1
+        kept = path.with_name(f"{path.name}.bad-{stamp}-{n}")
+    shown = f"{path.parent.name}/{path.name}"
+    try:
+        os.rename(path, kept)
+    except FileNotFoundError:
+        return                  # another sessionlab set it aside a moment ago, and warned
+    except OSError as error:
+        make_ui().warn(f"{shown} is {why}, and cannot be set aside ({error.strerror}): "
+                       "it is not used; move it away to start it afresh")
+        return
+    make_ui().warn(f"{shown} was {why}: it is kept as {path.parent.name}/{kept.name}, "
+                   "and a new one is started")
+
+
+def load_state(root: Path, name: str, problem: Callable[[Any], str | None] | None = None) -> dict:
+    """A state file of the kit as a table ({} when there is none); `problem` says what
+    else it must hold (see read_state)."""
+    def check(data: object) -> str | None:
+        if not isinstance(data, dict):
+            return f"{_shape(data)}, not a table"
+        return problem(data) if problem else None
+    return read_state(state_dir(root) / name, check) or {}
 
 
 def save_state(root: Path, name: str, data: dict) -> None:

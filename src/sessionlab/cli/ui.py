@@ -136,6 +136,12 @@ class Ui:
         if hint:
             self.err.print(Text("  " + hint, style="yellow"), soft_wrap=True)
 
+    def warn(self, message: str) -> None:
+        """One line about something odd that the command got past."""
+        text = Text("warning: ", style="bold yellow")
+        text.append(message)
+        self.err.print(text, soft_wrap=True)
+
     def note(self, message: str) -> None:
         self.err.print(Text(message, style="dim"), soft_wrap=True)
 
