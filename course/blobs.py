@@ -114,7 +114,7 @@ class SessionBlobs:
             # Pinned from the start: no collector takes it half written, nor between
             # its rename and the line that points to it
             fcntl.flock(fd, fcntl.LOCK_SH)
-            if self._fd is not None:    # the writer: it lets go once its line is written
+            if self._fd is not None:    # the writer: lets go once its line is written
                 self.pinned.append(os.dup(fd))
             #<
             write_all(fd, data)

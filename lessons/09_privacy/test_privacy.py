@@ -459,6 +459,50 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 
 
 @pytest.mark.task("09.4")
+@pytest.mark.parametrize("step", ["open", "fsync"])
+def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
+    lesson, sessions, monkeypatch, step
+):
+    """A step after the rename fails (too many open files, an I/O error): the writer then
+    appends to the file the log's name reaches, or refuses every write until the session
+    is opened again. A message it acknowledged is never in a file no name reaches."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append({"role": "user", "content": SECRET})
+    renamed = []
+    real_replace, real_step = os.replace, getattr(os, step)
+
+    def replace(source, target, *args, **kwargs):
+        real_replace(source, target, *args, **kwargs)
+        renamed.append(target)
+
+    def failing(*args, **kwargs):
+        if renamed:
+            raise OSError(24 if step == "open" else 5, f"injected failure of {step}")
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, step, failing)
+    try:
+        log.erase(0)
+    except OSError:
+        pass
+    monkeypatch.undo()
+    try:
+        log.append({"role": "user", "content": "Written after the erase."})
+        acknowledged = True
+    except Exception:       # noqa: BLE001 - a refusal (WriterStopped) is the other way
+        acknowledged = False
+    finally:
+        log.close()
+    contents = [m["content"] for m in resume(lesson, sessions)]
+    assert not acknowledged or contents[-1] == "Written after the erase.", (
+        f"the {step} after the rename failed, then append() returned, and its message "
+        f"is not in the log ({contents}): it went to the old file, which no name reaches. "
+        "Open the temporary file before the rename, and after a failure later on, set "
+        "in_doubt so that the writer refuses to go on")
+
+
+@pytest.mark.task("09.4")
 def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions):
     """A marker line that quotes the erased text (lesson 08's compaction summary is one)
     is rewritten too, the quote replaced by ERASED, its kind kept; a line that quotes

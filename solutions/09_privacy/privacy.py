@@ -11,7 +11,6 @@ session's lock, so nothing is deleted under a writer.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from pathlib import Path
@@ -47,13 +46,21 @@ def session_files(folder: Path, session_id: str) -> list[Path]:
     except FileNotFoundError:
         return []
     wanted = [f"{session_id}.jsonl", f"{session_id}.meta.json"]
-    temporary = re.compile("|".join(rf"\.{re.escape(name)}\.[^.]+\.tmp"
-                                    for name in wanted))
     found = [name for name in wanted if name in names]
-    found += sorted(name for name in names if temporary.fullmatch(name))
+    found += sorted(name for name in names for of in wanted
+                    if is_temporary_of(name, of))
     # A folder that took a session's name is nothing this store wrote: it stays
     return [folder / name for name in found
             if not stat.S_ISDIR(os.lstat(folder / name).st_mode)]
+
+
+def is_temporary_of(name: str, of: str) -> bool:
+    """Is `name` a temporary file made for the file named `of` (tempfile.mkstemp's
+    `.<of>.<random>.tmp`, with no dot in the random part)?"""
+    prefix, suffix = f".{of}.", ".tmp"
+    middle = name[len(prefix):-len(suffix)]
+    return (name.startswith(prefix) and name.endswith(suffix) and bool(middle)
+            and "." not in middle and len(name) > len(prefix) + len(suffix))
 
 
 def anything_of(folder: Path, session_id: str) -> bool:
@@ -99,7 +106,7 @@ def delete_session(folder: str | Path, session_id: str, *,
     try:
         drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
     except OSError:
-        pass    # a file that cannot be read may refer to them: kept, for collect_blobs()
+        pass    # a file that cannot be read may refer to them: kept for collect_blobs()
     return True
 
 

@@ -20,7 +20,6 @@ from .files import _write_temp, fsync_folder, now, read_all
 from .reading import Compaction, CorruptLog, KNOWN_LOGS, parse_log
 from .lock import SessionBusy
 from .blobs import BlobError, blobs_of, drop_blobs
-from .sidechain import sidechain_folder
 
 
 class SessionErase:
@@ -154,6 +153,9 @@ class SessionErase:
     def erase_in_sidechains(self, texts: list[str]) -> list[str]:
         """Scrub `texts` from every side-chain of this session, each under its own
         lock; return what could not be reached, one line each, naming the file."""
+        # Imported here: the side-chains module comes after this one in SessionLog's
+        # bases, and needs nothing of it
+        from .sidechain import sidechain_folder
         unreached: list[str] = []
         chains = sidechain_folder(self.folder, self.id)
         if chains.is_symlink() or not chains.is_dir():
