@@ -100,7 +100,12 @@ def erase(rest: str, agent: Any, ui: Ui) -> None:
     try:
         agent.erase(position)
     except Exception as error:
-        ui.error(f"{type(error).__name__}: {error}")
+        # EraseIncomplete: the log is erased, and the error names each place that
+        # still holds the words (a busy side-chain, a file that could not be read)
+        ui.error(f"{type(error).__name__}: {error}",
+                 "the message is gone from memory; deal with each place named above "
+                 "(close its other writer and erase again, or delete the session)"
+                 if getattr(error, "unreached", None) else None)
         return
     ui.out.print(f"erased message {position}: its line now holds a tombstone, and the "
                  "lines and blobs that quoted it were rewritten.", markup=False)
@@ -120,10 +125,15 @@ def delete(agent: Any, ui: Ui, session_id: str | None, folder: Path) -> str | No
     agent.flush()
     agent.session.close()
     try:
-        delete_session(folder, session_id)
+        deleted = delete_session(folder, session_id)
     except Exception as error:
         ui.error(f"{type(error).__name__}: {error}",
-                 "the session is as it was; try again once its other writer is done")
+                 "what is left of the session stays where it was; run /delete again "
+                 "(or `delete_session`) once its other writer is done: it finishes")
+        return "quit"
+    if not deleted:
+        ui.out.print(f"nothing was deleted: session {session_id!r} has no files in "
+                     f"{folder}", markup=False)
         return "quit"
     world.town_path(folder, session_id).unlink(missing_ok=True)
     agent.deleted = True    # so the chat does not end with "saved in ..."
