@@ -7,6 +7,7 @@ Run: pytest lessons/07_undo            (your code)
 import hashlib
 import json
 import os
+from datetime import datetime, timezone
 
 import pytest
 
@@ -430,6 +431,7 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
+@pytest.mark.task("07.4")
 def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions):
     """An undo spanning pending and written messages drops the pending ones and marks
     only the written ones."""
@@ -537,8 +539,10 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
 
 
 @pytest.mark.task("07.3")
+@pytest.mark.task("07.2")
 def test_undo_works_without_a_session(lesson):
-    """Without a session, undo only changes the agent's memory."""
+    """Without a session, undo only changes the agent's memory (and nothing was ever
+    pending: there is nowhere to write it)."""
     model = ScriptedModel(TURN_C[1] + TURN_D[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(TURN_C[0])
@@ -812,8 +816,9 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
         except lesson.UndoError as error:
             pytest.fail(f"undo(3) of a log showing 3 messages was refused ({error}): "
                         "every message shown may be undone", pytrace=False)
-    assert sorted(taken) == [0, 1, 2], (
-        f"undo(3) should take back indices 0, 1, 2, not {taken}")
+    assert taken == [0, 1, 2], (
+        f"undo(3) should return the indices it took back, oldest first, [0, 1, 2], "
+        f"not {taken}")
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == [], (
         f"after every message was undone the log should show none; it shows {shown} "
@@ -892,28 +897,37 @@ def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
 
 
 @pytest.mark.task("07.3")
-def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, sessions):
+@pytest.mark.parametrize("note", [False, True], ids=["nothing pending", "a note pending"])
+def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, sessions,
+                                                                 note):
     """The disk is full when the agent's undo asks the log for its marker: the OSError
-    reaches the caller, and the agent still remembers the turn the log still shows, so
-    the next request and the next undo agree with the log."""
+    reaches the caller, and the agent still remembers the turn the log still shows (and
+    still holds the note it had pending), so the next request and the next undo agree
+    with the log."""
     play(lesson, sessions, TURN_A, TURN_C)
     size = (sessions / "quest-1.jsonl").stat().st_size
+    turns = 2 if note else 1
 
     def undo_twice():
         import resource
         agent, _, log = open_agent(lesson, sessions)
         with log:
-            before = [m.get("content") for m in agent.messages]
+            if note:
+                agent.record({"role": "user", "content": "A note for later."})
+            before = ([m.get("content") for m in agent.messages],
+                      [m.get("content") for m in agent.pending])
             try:
-                agent.undo(1)
+                agent.undo(turns)
                 first = "nothing"
             except OSError as error:
                 first = f"OSError: {error}"
-            after = [m.get("content") for m in agent.messages]
+            after = ([m.get("content") for m in agent.messages],
+                     [m.get("content") for m in agent.pending])
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-            taken = [m.get("content") for m in agent.undo(1)]
-        return {"first": first, "same": before == after, "taken": taken}
+            taken = [m.get("content") for m in agent.undo(turns)]
+        return {"first": first, "same": before == after, "taken": taken,
+                "after": after}
 
     kind, message, result = with_file_size_limit(size, undo_twice)
     assert kind == "ok", f"the undos raised {kind}: {message}"
@@ -922,11 +936,14 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
         f"OSError of its marker; it raised {result['first']}")
     assert result["same"], (
         "the marker was never written, so the log still shows the turn: the agent's "
-        "memory must still hold it too. Ask the log first, and change memory and "
-        "pending only once it has taken the messages back")
-    assert result["taken"] == ["Thank the elder.", "The elder nods."], (
-        "with room on the disk again, the next undo should take back the same turn; "
-        f"it took back {result['taken']}")
+        "memory must still hold it too, and the pending note must still be pending. "
+        "Ask the log first, and change memory and pending only once it has taken the "
+        f"messages back (after the failed undo: messages, pending = {result['after']})")
+    expected = ["Thank the elder.", "The elder nods."] + (
+        ["A note for later."] if note else [])
+    assert result["taken"] == expected, (
+        "with room on the disk again, the next undo should take back the same "
+        f"messages, {expected}; it took back {result['taken']}")
 
 
 @pytest.mark.task("07.4")
@@ -1009,3 +1026,97 @@ def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions
     assert taken == [2, 3], (
         "the writer knows four messages (three it found, one it wrote), so undo(2) "
         f"should take back indices 2 and 3; it took back {taken}")
+
+
+@pytest.mark.task("07.1")
+def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessions):
+    """A marker of an unknown kind (a later version's) is skipped and not counted, so
+    the undo markers after it still take back the messages they name."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    unknown = {"$marker": "bookmark", "name": "before the cave",
+               "at": "2026-01-01T00:00:00+00:00"}
+    undo = {"$marker": "undo", "skip": [2], "at": "2026-01-01T00:01:00+00:00"}
+    (sessions / "quest-1.jsonl").write_bytes(b"".join(
+        (json.dumps(entry) + "\n").encode() for entry in
+        [said[0], unknown, said[1], said[2], undo]))
+
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+
+    assert shown == said[:2], (
+        "the bookmark marker is no message and gets no index, so the undo marker's "
+        "index 2 is the third message, 'message 2'; the log should show messages 0 and "
+        f"1, and shows {[m.get('content', m) for m in shown]}")
+
+
+@pytest.mark.task("07.4")
+def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
+    """The marker's "at" is the time of the undo, an ISO 8601 time with its zone."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Ask the guard."})
+        before = datetime.now(timezone.utc).replace(microsecond=0)
+        log.undo(1)
+        after = datetime.now(timezone.utc)
+
+    found = markers_in(sessions / "quest-1.jsonl")
+    at = found[0].get("at") if found else None
+    try:
+        when = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is {at!r} "
+                    f"(markers: {found})", pytrace=False)
+    assert when.tzinfo is not None and before <= when <= after, (
+        f"\"at\" should be the time of the undo, between {before} and {after}, with its "
+        f"time zone; it is {at!r}")
+
+
+@pytest.mark.task("07.4")
+def test_a_durable_writer_syncs_its_undo_marker(lesson, sessions, monkeypatch):
+    """With durable=True an undo, like every write, is on the disk when it returns: a
+    power cut right after must not bring the undone messages back."""
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append({"role": "user", "content": "Ask the guard."})
+        target = path.stat()
+        events = []
+        real_write, real_fsync = os.write, os.fsync
+
+        def on_log(fd):
+            found = os.fstat(fd)
+            return (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino)
+
+        def write(fd, data):
+            if on_log(fd):
+                events.append("write")
+            return real_write(fd, data)
+
+        def fsync(fd):
+            if on_log(fd):
+                events.append("fsync")
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "fsync", fsync)
+        log.undo(1)
+        monkeypatch.undo()
+
+    assert "write" in events and "fsync" in events[events.index("write"):], (
+        "a durable writer's undo marker should be synced to the disk after it is "
+        f"written (write it with the writer's own write); the log saw {events}")
+
+
+@pytest.mark.task("07.5")
+def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
+                                                                        sessions):
+    """The source's last turn was undone: a fork of its first k messages shows exactly
+    those k, none of the undone turn (its marker, past the cut, is not copied)."""
+    turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        agent.undo()
+
+    for upto in (1, len(turn_a) - 1):
+        lesson.fork(sessions, "quest-1", f"first-{upto}", upto=upto)
+        forked = resume(lesson, sessions, f"first-{upto}")
+        assert forked == turn_a[:upto], (
+            f"fork(upto={upto}) should show the first {upto} messages the source shows; "
+            f"it shows {len(forked)}: {[m.get('role') for m in forked]}")
