@@ -184,14 +184,13 @@ def test_a_delete_refused_by_a_busy_side_chain_deletes_nothing_and_a_second_fini
 
 def test_a_delete_stopped_midway_by_an_io_error_is_finished_by_running_it_again(
         helpers, tmp_path, monkeypatch):
-    """EIO unlinking the parent's meta file: the delete raises; running it again finishes,
+    """EIO unlinking a side-chain's log: the delete raises; running it again finishes,
     side-chains included, and nothing of the session is left."""
     store = helpers
     folder = tmp_path / "sessions"
     with_helper(store, folder)
-    (folder / "quest.meta.json").write_text('{"format": 1, "id": "quest"}')
     failing(monkeypatch, "unlink", errno.EIO,
-            lambda *args: str(args[0]).endswith("quest.meta.json"))
+            lambda *args: ".sidechains" in str(args[0]) and str(args[0]).endswith(".jsonl"))
     with pytest.raises(OSError):
         store.delete_session(folder, "quest")
     monkeypatch.undo()
@@ -462,13 +461,13 @@ def test_delete_after_a_helper_was_killed_leaves_no_side_chain_folder(helpers, t
 
     def helper_dies():
         model = ScriptedModel([use(call("ask_helper", question=SECRET))])
-        asked = []
+        take_lock = store.SessionLog._lock
 
-        def request(body):
-            asked.append(body)
-            if len(asked) == 2:             # the helper's first request
+        def dies_once_locked(log):
+            take_lock(log)
+            if log.folder.name.endswith(".sidechains"):    # the helper, before its log
                 os.kill(os.getpid(), signal.SIGKILL)
-        model.on_request(request)
+        store.SessionLog._lock = dies_once_locked
         with store.SessionLog(folder, "quest") as log:
             agent = store.Agent(model.client(), model=MODEL_NAME, tools=HelperTown(),
                                 session=log)
