@@ -482,6 +482,89 @@ def test_the_code_written_on_the_first_pages_fits_a_desktop_column(name):
                       "1280 px: " + " | ".join(wide))
 
 
+def test_the_self_study_page_names_every_chat_command_and_the_budget_and_the_helper(tmp_path):
+    """What `/help` lists in a chat on the last lesson with files (every command the kit
+    has), the --budget option and lesson 10's helper are each on the self-study page."""
+    from sessionlab.site import _sessionlab
+    listed = _sessionlab(ROOT, ["chat", "--lesson", "10", "--solution", "--sessions", "s",
+                                "quest"], tmp_path, input="/help\n/quit\n")
+    commands = set(re.findall(r"^(/[a-z]+)\b", listed, flags=re.M))
+    assert {"/undo", "/compact", "/erase", "/delete"} <= commands, listed
+    page = (DOCS / "self-study.md").read_text(encoding="utf-8")
+    missing = sorted(word for word in commands | {"/help", "--budget"}
+                     if not re.search(rf"`{re.escape(word)}\b", page))
+    assert not missing, f"docs/self-study.md never mentions {', '.join(missing)}"
+    assert "ask a helper" in page and "side-chain" in page, \
+        "docs/self-study.md should say how to make the agent start a helper (lesson 10)"
+
+
+def test_the_days_of_the_story_go_forward_from_lesson_to_lesson():
+    """Each lesson page opens on a day of the quest; lesson 11 opened on day 9 after three
+    lessons on day 30."""
+    days = []
+    for lesson in course.lessons(ROOT):
+        opening = re.match(r"# .*\n+\*\*Day (\d+)\b",
+                           (DOCS / "lessons" / f"{lesson.name}.md").read_text(encoding="utf-8"))
+        if opening:
+            days.append((lesson.name, int(opening.group(1))))
+    assert len(days) >= 2, f"no lesson page opens on a day: {days}"
+    back = [f"{later} (day {b}) after {earlier} (day {a})"
+            for (earlier, a), (later, b) in zip(days, days[1:]) if b < a]
+    assert not back, "the story goes back in time: " + "; ".join(back)
+
+
+# Where a lesson says what it starts from: the lessons that built it, or whose interface it
+# keeps. It starts from the lesson just before it.
+STARTS_FROM = re.compile(r"\blessons 01 to (\d\d) built\b|\blesson (\d\d)'s (?:store )?interface\b"
+                         r"|\| the file \(lesson (\d\d)\)")
+
+
+@pytest.mark.parametrize("lesson", course.lessons(ROOT)[1:], ids=lambda lesson: lesson.name)
+def test_a_lesson_says_it_starts_from_the_lesson_just_before_it(lesson):
+    before = [item for item in course.lessons(ROOT) if item.number < lesson.number][-1]
+    texts = {f"docs/lessons/{lesson.name}.md":
+             (DOCS / "lessons" / f"{lesson.name}.md").read_text(encoding="utf-8"),
+             f"lessons/{lesson.name}/lesson.toml, summary": lesson.summary or ""}
+    wrong = [f"{where}: {match.group(0)!r}" for where, text in texts.items()
+             for match in STARTS_FROM.finditer(text)
+             if next(number for number in match.groups() if number) != before.number]
+    assert not wrong, (f"lesson {lesson.name} follows {before.name}, but says it starts from "
+                       "an earlier lesson: " + "; ".join(wrong))
+
+
+def test_the_contract_suite_is_described_as_running_the_stores_it_runs():
+    """Lesson 11's page says which stores tests/contract/ runs: the course's reference
+    solutions (it read as if it checked the student's code)."""
+    conftest = (ROOT / "tests" / "contract" / "conftest.py").read_text(encoding="utf-8")
+    loaded = re.findall(r'reference\("(\d\d_[a-z0-9_]+)"\)', conftest)
+    assert loaded, "tests/contract/conftest.py loads no reference solution"
+    page = (DOCS / "lessons" / "11_postgres.md").read_text(encoding="utf-8")
+    section = page[page.index("## The contract suite"):]
+    section = section[:section.index("\n## ", 1)]
+    missing = [name for name in loaded if f"solutions/{name}/" not in section]
+    assert not missing, ("the contract suite section should name the reference solutions it "
+                         f"runs: {', '.join(f'solutions/{name}/' for name in missing)}")
+    assert "not your code" in section, \
+        "the contract suite section should say that it does not run the student's code"
+
+
+def test_no_sentence_of_a_lessons_text_starts_in_lower_case_after_a_full_stop():
+    """A typo such as "into one list. so that" (a hint of task 11.2) shows on the site and
+    in `sessionlab hint`."""
+    stop = re.compile(r"(?<![.\w])(\w+)\. ([a-z]\w*)")
+    found = []
+    for lesson in course.lessons(ROOT):
+        texts = [("summary", lesson.summary or "")]
+        for task in lesson.tasks:
+            texts.append((f"task {task.id}", task.description or ""))
+            texts += [(f"task {task.id} hint {k}", hint) for k, hint in enumerate(task.hints, 1)]
+        for where, text in texts:
+            prose = re.sub(r"`[^`]*`", "``", text)
+            found += [f"lessons/{lesson.name}/lesson.toml, {where}: {match.group(0)!r}"
+                      for match in stop.finditer(prose) if match.group(1) not in ("etc", "vs")]
+    assert not found, "a full stop inside a sentence: " + "; ".join(found)
+
+
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                 "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
 SPENDING = re.compile(r"\b(costs?|cost them|gone|spent|pay|paid|price|for)\b", re.I)
