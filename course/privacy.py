@@ -87,12 +87,12 @@ def delete_session(folder: str | Path, session_id: str, *,
     Forks are sessions of their own: they stay. A delete that stopped half-way (a
     crash, an I/O error) is finished by running it again.
     """
+    # BEGIN 09.1
     folder = Path(folder)
     started = time.time()
     if not anything_of(folder, check_session_id(session_id)):
         return False    # nothing to delete: and no lock file created for nothing
     with SessionLog(folder, session_id) as log:
-        # BEGIN 09.1
         log._lock()     # SessionBusy while another process writes it
         files = session_files(folder, session_id)
         if idle_before is not None and log.path in files:
@@ -112,12 +112,12 @@ def delete_session(folder: str | Path, session_id: str, *,
         # a meta file without a log, which is no session (lesson 03), deleted next time.
         for path in files:
             path.unlink(missing_ok=True)
-        # END 09.1
     try:
         drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
     except OSError:
         pass    # a file that cannot be read may refer to them: kept for collect_blobs()
     return True
+    # END 09.1
 
 
 def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
@@ -131,11 +131,11 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     skipped, and expired next time if it is still idle. What a stopped delete left of a
     session (a meta file, side-chains, without a log) goes too, once as old.
     """
+    # BEGIN 09.2
     folder = Path(folder)
     cutoff = (time.time() if now is None else now) - older_than
     deleted: list[str] = []
     busy: list[str] = []
-    # BEGIN 09.2
     for path in sorted(folder.glob("*.jsonl")):
         session_id = path.name[:-len(".jsonl")]
         status = os.lstat(path)
@@ -148,7 +148,6 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
                 deleted.append(session_id)
         except SessionBusy:
             busy.append(session_id)
-    # END 09.2
     for session_id in left_without_log(folder, cutoff):
         try:
             if delete_session(folder, session_id):
@@ -156,6 +155,7 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
         except SessionBusy:
             busy.append(session_id)
     return deleted, busy
+    # END 09.2
 
 
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
@@ -215,8 +215,8 @@ def collect_blobs(folder: str | Path, *,
     names = [path.name for path in sorted(blobs.iterdir())
              if BLOB_NAME.fullmatch(path.name)]
     removed += drop_blobs(folder, names, touched_after=touched_after)
-    # END 09.5
     return removed
+    # END 09.5
 #> 10+
 
 

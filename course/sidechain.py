@@ -70,8 +70,8 @@ class SessionSidechains:
         # the call (repaired on resume) and, beside it, where to find what it did.
         self._write(encode_line({MARKER: "sidechain", "call": call_id,
                                  "session": self.id, "sidechain": name, "at": now()}))
-        # END 10.2
         return type(self)(folder, name, durable=self.durable)
+        # END 10.2
 
 
 class AgentHelpers:
@@ -201,13 +201,13 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
     copies. A pointer that names no valid id is refused with the log's name and line,
     never followed out of the folder.
     """
+    # BEGIN 10.4
     path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
     state = read_log(path)
     found: list[tuple[str, Path]] = []
     for line, entry in zip(state.lines, state.entries):
         if entry.get(MARKER) != "sidechain":
             continue
-        # BEGIN 10.4
         try:
             where = sidechain_folder(folder, entry["session"])
             name = check_session_id(entry["sidechain"])
@@ -215,5 +215,5 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
         except (KeyError, InvalidSessionId) as error:
             raise ValueError(f"{path}: line {line}: a side-chain pointer that names no "
                              f"side-chain ({error}); refusing to follow it") from None
-        # END 10.4
     return found
+    # END 10.4

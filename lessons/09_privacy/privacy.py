@@ -83,21 +83,11 @@ def delete_session(folder: str | Path, session_id: str, *,
     Forks are sessions of their own: they stay. A delete that stopped half-way (a
     crash, an I/O error) is finished by running it again.
     """
-    folder = Path(folder)
-    started = time.time()
-    if not anything_of(folder, check_session_id(session_id)):
-        return False    # nothing to delete: and no lock file created for nothing
-    with SessionLog(folder, session_id) as log:
-        # TODO(09.1): Delete a session under its lock.
-        # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
-        raise NotImplementedError(
-            "task 09.1 is not written yet: Delete a session under its lock"
-        )
-    try:
-        drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
-    except OSError:
-        pass    # a file that cannot be read may refer to them: kept for collect_blobs()
-    return True
+    # TODO(09.1): Delete a session under its lock.
+    # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
+    raise NotImplementedError(
+        "task 09.1 is not written yet: Delete a session under its lock"
+    )
 
 
 def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
@@ -111,22 +101,11 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     skipped, and expired next time if it is still idle. What a stopped delete left of a
     session (a meta file, side-chains, without a log) goes too, once as old.
     """
-    folder = Path(folder)
-    cutoff = (time.time() if now is None else now) - older_than
-    deleted: list[str] = []
-    busy: list[str] = []
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
-    for session_id in left_without_log(folder, cutoff):
-        try:
-            if delete_session(folder, session_id):
-                deleted.append(session_id)
-        except SessionBusy:
-            busy.append(session_id)
-    return deleted, busy
 
 
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
@@ -172,4 +151,3 @@ def collect_blobs(folder: str | Path, *,
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"
     )
-    return removed

@@ -55,7 +55,6 @@ class SessionSidechains:
             "task 10.2 is not written yet: Claim the side-chain's name and leave a "
             "pointer in the parent's log"
         )
-        return type(self)(folder, name, durable=self.durable)
 
 
 class AgentHelpers:
@@ -177,16 +176,11 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
     copies. A pointer that names no valid id is refused with the log's name and line,
     never followed out of the folder.
     """
-    path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
-    state = read_log(path)
-    found: list[tuple[str, Path]] = []
-    for line, entry in zip(state.lines, state.entries):
-        if entry.get(MARKER) != "sidechain":
-            continue
-        # TODO(10.4): Follow the pointers: which side-chains a session's calls started.
-        # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
-        raise NotImplementedError(
-            "task 10.4 is not written yet: Follow the pointers: which side-chains a "
-            "session's calls started"
-        )
-    return found
+    # TODO(10.4): Follow the pointers: which side-chains a session's calls started.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
+    # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
+    raise NotImplementedError(
+        "task 10.4 is not written yet: Follow the pointers: which side-chains a "
+        "session's calls started"
+    )
