@@ -13,6 +13,7 @@ given as a ratio to the floor measured in the same run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import math
@@ -32,7 +33,8 @@ from typing import Any
 from bench.messages import mean_bytes, one_more, quest
 from bench.stores import Store, Subject, all_stores
 
-WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable")
+WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable",
+             "items")
 
 TITLES = {
     "append": "append N, one at a time (per append)",
@@ -43,10 +45,11 @@ TITLES = {
     "load": "load a session of N",
     "fork": "fork a session of N (floor: file copy)",
     "durable": "durable append, fsync each (per append)",
+    "items": "Agents SDK get_items(limit=20) on 10,000 items (ratio: to SQLiteSession)",
 }
 
 UNITS = {"append": "µs", "append_first": "µs", "append_last": "µs", "growth": "x",
-         "append_one": "µs", "load": "ms", "fork": "ms", "durable": "µs"}
+         "append_one": "µs", "load": "ms", "fork": "ms", "durable": "µs", "items": "µs"}
 
 # (workload, limit, wording) — the reference store's targets, all as ratios.
 TARGETS = (
@@ -55,7 +58,13 @@ TARGETS = (
     ("load", 1.2, "load within 1.2x the floor"),
     ("fork", 1.5, "fork within 1.5x a file copy"),
     ("growth", 1.3, "per-append cost at N within 1.3x that at zero"),
+    ("append_one", 2.0, "one append by a new writer within 2x the floor"),
+    ("items", 2.0, "get_items(limit=20) within 2x SQLiteSession's"),
 )
+
+ITEMS_N = 10_000        # items in the session the "items" workload reads from
+# The one workload whose ratio is to a peer, not to the floor: the floor has no sessions
+RATIO_TO = {"items": "agents"}
 
 ONE_APPEND_BUDGET_NS = 2_000_000_000     # repeats of "append one" stop after this much time
 
@@ -204,6 +213,52 @@ def phase_one(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: 
     run.samples["append_one"] = [one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)]
 
 
+def sdk_items(count: int) -> list[dict[str, Any]]:
+    """`count` Agents SDK items in turns: the user's input, a function call, its output, the
+    model's text (Responses API items, as the SDK's Runner saves them)."""
+    items: list[dict[str, Any]] = []
+    turn = 0
+    while len(items) < count:
+        call = f"call_{turn}"
+        items += [{"role": "user", "content": f"Day {turn}: buy a rope for the cave."},
+                  {"type": "function_call", "call_id": call, "name": "buy",
+                   "arguments": '{"item": "rope"}', "id": f"fc_{turn}"},
+                  {"type": "function_call_output", "call_id": call,
+                   "output": "You bought a rope. Gold left: 12."},
+                  {"type": "message", "role": "assistant", "id": f"msg_{turn}",
+                   "status": "completed", "content": [
+                       {"type": "output_text", "annotations": [],
+                        "text": "Bought a rope; the ledge in the cave is steep."}]}]
+        turn += 1
+    return items[:count]
+
+
+def phase_items(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+                run: Run, log) -> None:
+    """get_items(limit=20) on a session of ITEMS_N items (fewer with --quick), in one
+    running event loop, as an agent framework calls it before each run."""
+    if store.key not in ("subject", *RATIO_TO.values()):
+        return
+    reader = store.items_reader(folder, "items", sdk_items(min(ITEMS_N, cfg.n)))
+    if reader is None:
+        return
+    read, close = reader
+
+    async def measure() -> float:
+        took = []
+        for _ in range(7 if cfg.quick else 51):
+            t0 = clock()
+            got = await read()
+            took.append(clock() - t0)
+            if len(got) != 20:
+                run.errors.append(f"get_items(limit=20) gave {len(got)} items")
+        return statistics.median(took) / 1e9
+    try:
+        run.samples["items"] = [asyncio.run(measure())]
+    finally:
+        close()
+
+
 def take_turns(stores: list[Store], prepared: dict[str, Any], workdir: Path, run_no: int,
                cfg: Config, broken: dict[str, str], session_id: str, count: int, chunk: int,
                durable: bool) -> dict[str, list[int]]:
@@ -289,7 +344,7 @@ phase_append.together = phase_durable.together = True     # type: ignore[attr-de
 # Load and fork take turns three times over, so that each store's median of three tries is
 # taken across the same stretch of time as the floor's.
 PHASES = (phase_append, phase_load, phase_fork, phase_load, phase_fork, phase_load, phase_fork,
-          phase_one, phase_durable)
+          phase_one, phase_items, phase_durable)
 
 
 # --- from runs to figures -------------------------------------------------------------------
@@ -391,8 +446,9 @@ def summarise(stores: list[Store], runs: dict[str, list[Run]], cfg: Config) -> d
                 continue
             entry: dict[str, Any] = {"value": statistics.median(values), "runs": values}
             if w != "growth":
+                base = RATIO_TO.get(w, "floor")
                 ratios = [f[w] / floor_f[w]
-                          for (f, _), (floor_f, _) in zip(per_run[store.key], per_run["floor"])
+                          for (f, _), (floor_f, _) in zip(per_run[store.key], per_run.get(base, []))
                           if w in f and floor_f.get(w)]
                 if ratios:
                     entry["ratio"] = statistics.median(ratios)
@@ -628,6 +684,7 @@ SHORT_TITLES = {
     "load": "load N",
     "fork": "fork N (floor: file copy)",
     "durable": "durable append (fsync), per message",
+    "items": "SDK get_items(limit=20), 10,000 items (× SQLiteSession)",
 }
 
 

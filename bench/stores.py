@@ -61,6 +61,9 @@ class Writer:
         return index
 
 
+ITEMS_LIMIT = 20       # get_items(limit=ITEMS_LIMIT): what an agent framework reads
+
+
 class Store:
     key = ""
     label = ""
@@ -96,6 +99,12 @@ class Store:
 
     def forget(self, folder: Path, session_id: str) -> None:
         """Remove a session kept somewhere other than `<folder>/<session_id>.*` (untimed)."""
+
+    def items_reader(self, folder: Path, session_id: str, items: list[Any]) -> Any:
+        """For the "items" workload: store `items` (Agents SDK items) as the SDK's session
+        `session_id` (untimed), and return an async function that calls its
+        get_items(limit=ITEMS_LIMIT), and one that closes it. None: not a session store."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "role": self.role, "unsupported": dict(self.unsupported),
@@ -136,6 +145,15 @@ class Subject(Store):
 
     def fork(self, folder: Path, source_id: str, new_id: str) -> None:
         self.module.fork(folder, source_id, new_id)
+
+    def items_reader(self, folder: Path, session_id: str, items: list[Any]) -> Any:
+        # The kit's adapter of the Agents SDK's session protocol, on this lesson's store
+        if not (hasattr(self.module, "item_line") and hasattr(self.module.SessionLog, "load_last")):
+            return None
+        from sessionlab.adapters.agents_sdk import FileSession
+        session = FileSession(session_id, folder, store=self.module)
+        asyncio.run(session.add_items(items))
+        return lambda: session.get_items(limit=ITEMS_LIMIT), session.close
 
 
 # --- the floor and the naive version ------------------------------------------------------
@@ -545,6 +563,12 @@ class AgentsSQLite(Store):
         finally:
             session.close()
             runner.close()
+
+    def items_reader(self, folder: Path, session_id: str, items: list[Any]) -> Any:
+        session, runner = self._open(folder, session_id)
+        runner.run(session.add_items(items))
+        runner.close()
+        return lambda: session.get_items(limit=ITEMS_LIMIT), session.close
 
 
 def all_stores(subject: Store) -> list[Store]:

@@ -398,6 +398,11 @@ def check_entry(entry: Any) -> Message:
     """Return `entry`, a line's JSON, if it is a message or a marker; InvalidMessage if
     not."""
     #<
+    #> 11+
+    if type(entry) is dict and ITEM in entry and "role" not in entry:
+        check_item_line(entry)      # an agent framework's item, as it is
+        return entry
+    #<
     #> 04+
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):
         raise InvalidMessage("JSON, but neither a message (no 'role') nor a marker "
@@ -588,4 +593,59 @@ def reply_answer(content: Any) -> str:
         raise ValueError(f"a call to {', '.join(names)} written as JSON text, which "
                          "never ran")
     return answer
+#<
+#> 11+
+
+
+# --- items: what an agent framework stores (lesson 11) -------------------------------
+# The OpenAI Agents SDK keeps a conversation as Responses API items, not chat messages:
+# function calls and their outputs, reasoning, searches, messages with parts... An item
+# line holds one as it is, {"$item": {...}}: never a message, never sent to a chat model
+# (the kit's sessionlab.adapters.agents_sdk writes and reads them). The log knows of an
+# item only what it must: it is a JSON object with a "type" (or a role, the short form
+# of a message), and a call and its output name the call they belong to.
+
+ITEM = "$item"
+
+
+# A call of one of these types is answered by an item of the paired type with the same
+# "call_id". Sent back without one, the Responses API refuses the request, as a chat
+# provider refuses a tool call without its result: the repair answers it (reading.py).
+ITEM_OUTPUTS = {"function_call": "function_call_output",
+                "custom_tool_call": "custom_tool_call_output"}
+
+
+def item_line(item: Any) -> Message:
+    """The line that stores `item`: {"$item": item}. InvalidMessage, saying why, for
+    anything that is no item (check_item), before anything is written."""
+    check_plain_json(item)
+    line = {ITEM: item}
+    check_item_line(line)
+    return line
+
+
+def check_item_line(entry: Message) -> None:
+    """Raise InvalidMessage unless `entry` is an item line: the item, nothing else."""
+    if len(entry) != 1:
+        others = ", ".join(repr(key) for key in entry if key != ITEM)
+        raise InvalidMessage(f"it is an item line with other keys beside '$item' "
+                             f"({others}): an item line holds the item alone")
+    item = entry[ITEM]
+    if not isinstance(item, dict):
+        raise InvalidMessage(f"its item is a {type(item).__name__}, not a JSON object")
+    kind = item.get("type")
+    if kind is None and not isinstance(item.get("role"), str):
+        raise InvalidMessage("its item has neither a 'type' nor a 'role': no item "
+                             "an agent framework sends looks like that")
+    if kind is not None and not (isinstance(kind, str) and kind):
+        raise InvalidMessage(f"its item's 'type' is {kind!r}, not a name")
+    if kind in ITEM_OUTPUTS or kind in ITEM_OUTPUTS.values():
+        call_id = item.get("call_id")
+        if not (isinstance(call_id, str) and call_id):
+            raise InvalidMessage(f"its item is a {kind} without a 'call_id': nothing "
+                                 "could pair the call with its output")
+    if kind == "function_call" and not (isinstance(item.get("name"), str)
+                                        and isinstance(item.get("arguments"), str)):
+        raise InvalidMessage("its item is a function_call whose 'name' or 'arguments' "
+                             "is not text")
 #<

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .messages import (
-    check_entry, MARKER, Message, parse_line, STRICT_JSON, SURROGATE_ESCAPE)
+    check_entry, ITEM, ITEM_OUTPUTS, MARKER, Message, parse_line, STRICT_JSON,
+    SURROGATE_ESCAPE)
 from .files import read_all
 
 
@@ -320,6 +321,9 @@ Lines = tuple[list[Message], list[int], list[int], bool]
 def leaves_no_call_open(last: Message) -> bool:
     """Does a log whose last message is `last` surely have no tool call unanswered?
     (A tool result may answer only some of the calls: not surely.)"""
+    if ITEM in last:    # an item: a call, or an output that may answer only some calls
+        kind = last[ITEM].get("type")
+        return kind not in ITEM_OUTPUTS and kind not in ITEM_OUTPUTS.values()
     return last.get("role") != "tool" and not last.get("tool_calls")
 
 
@@ -425,6 +429,13 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
     assistant message with tool calls. [] when the conversation ended in a plain answer
     or a user message.
     """
+    if messages and ITEM in messages[-1]:
+        # A log of items (lesson 11): their calls, each as a tool call that carries
+        # its item, so that the repair answers it with an item of its own
+        return [{"id": item["call_id"], "type": "function", ITEM: item,
+                 "function": {"name": item.get("name", item["type"]),
+                              "arguments": item.get("arguments", "")}}
+                for item in unanswered_item_calls(messages)]
     answered: set[str] = set()
     for message in reversed(messages):
         if message.get("role") == "tool":
@@ -442,6 +453,8 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
 
 def interrupted_result(call: Message) -> Message:
     """The tool result that stands in for one a crash never wrote."""
+    if ITEM in call:
+        return {ITEM: interrupted_output(call[ITEM])}   # an item's call: an item
     function = call["function"]
     # Say what is known and no more: the call was made; whether it ran is unknown, and
     # buying the lantern twice costs twice, so the model should check rather than
@@ -455,3 +468,172 @@ def interrupted_result(call: Message) -> Message:
             "or may not have run. Check before calling it again."
         ),
     }
+
+
+# --- items: calls left without their output (lesson 11) ------------------------------
+
+
+def is_user_input(item: Message) -> bool:
+    """Is this item what the user said (a turn starts with it)?"""
+    return item.get("role") == "user" and item.get("type", "message") == "message"
+
+
+def unanswered_item_calls(entries: list[Message]) -> list[Message]:
+    """The call items of the last turn that no output item answers, in order.
+
+    The items of a log of items, read back to the user's last input: a framework sends
+    the next input only once every call of the turn has its output, so a crash can leave
+    calls unanswered only after it. Within the turn, outputs and other items (reasoning,
+    text) may come in any order: any call whose "call_id" no later output names is open.
+    """
+    answered: set[str] = set()
+    open_calls: list[Message] = []
+    for entry in reversed(entries):
+        item = entry.get(ITEM)
+        if item is None or is_user_input(item):
+            break           # a chat message, or the turn's input: the turn starts here
+        kind = item.get("type")
+        if kind in ITEM_OUTPUTS.values():
+            answered.add(item["call_id"])
+        elif kind in ITEM_OUTPUTS and item["call_id"] not in answered:
+            open_calls.append(item)
+    return open_calls[::-1]
+
+
+def interrupted_output(call: Message) -> Message:
+    """The output item that stands in for one a crash never wrote (as
+    interrupted_result() for a tool call): it may or may not have run."""
+    given = call.get("arguments", call.get("input", ""))
+    return {"type": ITEM_OUTPUTS[call["type"]], "call_id": call["call_id"],
+            "output": (f"error: the call {call.get('name', call['type'])}({given}) was "
+                       "interrupted: the session stopped before its output was saved, "
+                       "so it may or may not have run. Check before calling it again.")}
+
+
+# --- the end of a log, read from the end (lesson 11) ---------------------------------
+# A client that shows the last few messages, or an agent framework that sends only the
+# newest items, needs the end of a log, not all of it: reading the whole log of a long
+# session for its last twenty messages costs what loading all of it costs.
+
+TAIL_CHUNK = 1 << 16    # bytes read from the end at first, four times more each time
+TAIL_MOST = 1 << 26     # past this many bytes from the end, the whole log is read
+
+
+# Markers that move no message in or out of those shown: read from the end, they are
+# stepped over. Any other, an undo above all, may hide messages the tail holds, by
+# indices that only a read from the start can count: read_tail() then gives up.
+TAIL_SAFE_MARKERS = ("repair", "compaction", "sidechain")
+
+
+@dataclass
+class Tail:
+    """The last messages a log shows, read from its end (read_tail)."""
+
+    # The last messages shown, in order, as their lines hold them (blob references kept)
+    entries: list[Message]
+    # Where each one's line starts, in bytes from the start of the file
+    starts: list[int]
+    # No message shown comes before them: they are the whole conversation
+    whole: bool
+    # The file's size when it was read; bytes past `end` are torn
+    size: int
+    end: int
+    # The last entry is complete, only its "\n" never got written
+    newline_missing: bool = False
+
+    @property
+    def torn(self) -> int:
+        return self.size - self.end
+
+
+MORE = object()     # too few lines in read_tail's window to decide: read further back
+
+
+def read_tail(fd: int, count: int | None) -> Tail | None:
+    """The last `count` messages the log open as `fd` shows (all, for None), read from
+    its end; None when the end alone cannot say which they are, and the log must be
+    read whole (read_open_log), which also names a damaged line.
+
+    Gives up at a line that does not parse (damage: a whole read names it), at an undo
+    marker or one this code does not know (it may hide any message before it), when the
+    file changed while it was read, and past TAIL_MOST bytes. The bytes after the last
+    newline are a torn line unless they parse, as for parse_log(). Reads no lock: a
+    writer only ever adds whole lines after those read, or cuts a torn tail.
+    """
+    before = os.fstat(fd)
+    size = before.st_size
+    window = TAIL_CHUNK
+    while True:
+        start = max(0, size - window)
+        data = os.pread(fd, size - start, start)
+        if len(data) != size - start:
+            return None                         # cut while read
+        tail = tail_of(data, start, size, count)
+        if tail is not MORE:
+            break
+        if size - start >= TAIL_MOST:
+            return None
+        window *= 4
+    after = os.fstat(fd)
+    if (after.st_size, after.st_mtime_ns) != (size, before.st_mtime_ns):
+        return None                             # changed while read: read it whole
+    return tail
+
+
+def tail_of(data: bytes, start: int, size: int, count: int | None
+            ) -> Tail | object | None:
+    """read_tail() of the last `len(data)` bytes of a file of `size` bytes, which begin
+    at byte `start`: a Tail, None (give up), or MORE (look further back)."""
+    end = data.rfind(b"\n") + 1
+    entries: list[Message] = []
+    starts: list[int] = []
+    tail = Tail(entries, starts, whole=False, size=size, end=start + end)
+    if data[end:]:
+        try:
+            entry = parse_line(data[end:])
+        except ValueError:
+            entry = None                        # torn: not an entry
+        if entry is not None:
+            tail.end, tail.newline_missing = size, True
+            if not keep_from_end(tail, entry, start + end):
+                return None
+    stop = end - 1                              # the "\n" that ends the line below
+    while stop >= 0 and (count is None or len(entries) < count):
+        first = data.rfind(b"\n", 0, stop) + 1
+        if first == 0 and start > 0:
+            return MORE                         # the line may begin before the window
+        if first < stop:                        # an empty line holds nothing
+            try:
+                entry = parse_line(data[first:stop])
+            except ValueError:
+                return None                     # damage: a whole read names the line
+            if not keep_from_end(tail, entry, start + first):
+                return None
+        stop = first - 1
+    entries.reverse()
+    starts.reverse()
+    tail.whole = stop < 0 and start == 0
+    return tail
+
+
+def line_number(fd: int, offset: int) -> int:
+    """The number (from 1) of the line that starts at byte `offset` of the file open as
+    `fd`: for an error message about a line read from the end."""
+    count = done = 0
+    while done < offset:
+        chunk = os.pread(fd, min(offset - done, 1 << 20), done)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        done += len(chunk)
+    return count + 1
+
+
+def keep_from_end(tail: Tail, entry: Message, offset: int) -> bool:
+    """Add `entry`, read from the end, to `tail`; False when it is a marker that makes
+    the tail unsafe to read on its own."""
+    if MARKER in entry:
+        return entry[MARKER] in TAIL_SAFE_MARKERS
+    tail.entries.append(entry)
+    tail.starts.append(offset)
+    return True

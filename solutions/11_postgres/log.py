@@ -14,11 +14,13 @@ import os
 from pathlib import Path
 
 from .messages import (
-    check_message, check_plain_json, check_session_id, encode_line, MARKER, Message)
+    check_item_line, check_message, check_plain_json, check_session_id, encode_line,
+    ITEM, MARKER, Message)
 from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
 from .reading import (
-    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open, LogState,
-    parse_log, read_log, recall, remember, unanswered_calls)
+    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open,
+    line_number, LogState, parse_log, read_log, read_open_log, read_tail, recall,
+    remember, TAIL_CHUNK, unanswered_calls)
 from .lock import SessionLock
 from .blobs import BLOB_THRESHOLD, SessionBlobs
 from .undo import SessionUndo
@@ -122,11 +124,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self._write(encode_line(self.outline(message)))
         finally:
             self.release_blobs()    # the line is written (or never will be): unpin
-        # Shown, with its index as written, at the position of the line just written
-        self.shown.append((self.message_count, len(self.known.ends) - 1))
-        self.message_count += 1
-        self.known.message_count = self.message_count
-        self.known.settled = leaves_no_call_open(message)
+        self._count([message])
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
@@ -218,6 +216,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 # ending whole with no call open: a read would find nothing to repair.
                 self._know_from(known)
                 return None
+            if not for_history and self._open_at_tail():
+                return None     # nothing to repair at the end: the log is not read
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
@@ -319,6 +319,134 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         shown = state.shown_once()
         return [self.inline(state.entries[position], state.lines[position])
                 for _, position in shown]
+
+    # --- what real clients need: several messages at once, the last few (lesson 11) ---
+
+    def extend(self, entries: list[Message]) -> None:
+        """Write several messages, or item lines (item_line), with one write() of all
+        their lines: every one of them lands in the log, or none does.
+
+        Each is checked first, as append() checks one, and one that reading would refuse
+        makes extend() refuse them all, writing nothing. An agent framework that saves
+        a turn's items together (the model's calls, their outputs) never leaves half a
+        turn in the log, as a crash between single appends could.
+        """
+        for entry in entries:
+            check_plain_json(entry)
+            if type(entry) is dict and ITEM in entry and "role" not in entry:
+                check_item_line(entry)
+            else:
+                check_message(entry)
+        if not entries:
+            return
+        if self._fd is None:
+            self._open()        # become the writer first: only the writer stores blobs
+        try:
+            lines = [encode_line(self.outline(entry)) for entry in entries]
+            self._write(b"".join(lines))
+        finally:
+            self.release_blobs()    # the lines are written (or never will be): unpin
+        if self.known is not None:
+            # _write() counted one line; there are len(lines): where each one ends
+            end = self.known.ends.pop() - sum(map(len, lines))
+            for line in lines:
+                end += len(line)
+                self.known.ends.append(end)
+        self._count(entries)
+
+    def _count(self, entries: list[Message]) -> None:
+        """Keep what this writer knows of the log true after `entries`, messages, were
+        written (one line each, the last lines of the log)."""
+        if self.known is None:
+            return      # not worked out yet (_open_at_tail): nothing to keep current
+        first = len(self.known.ends) - len(entries)
+        for position, entry in enumerate(entries, start=first):
+            # Shown, with its index as written, at the position of its line
+            self.shown.append((self.message_count, position))
+            self.message_count += 1
+        self.known.message_count = self.message_count
+        self.known.settled = leaves_no_call_open(entries[-1])
+
+    def load_last(self, count: int) -> list[Message]:
+        """The last `count` messages the log shows, as load()[-count:] would give them,
+        read from the end of the file rather than the whole log.
+
+        Read-only, as load(). A torn last line is skipped. When the end alone cannot say
+        which messages are shown (an undo marker among the last lines, a line that does
+        not parse), the log is read whole instead: the answer is the same, and a
+        damaged line is named (CorruptLog). Lines before the last `count` messages are
+        not read, so damage there is found by load(), not here.
+        """
+        if count < 0:
+            raise ValueError(f"cannot load the last {count} messages of {self.path}")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return []
+        try:
+            tail = read_tail(fd, count) if count else None
+            if tail is None:
+                messages = self.history(read_open_log(fd, self.path)[1])
+                return messages[len(messages) - count:] if count else []
+            return [self.inline(entry, line_number(fd, start))
+                    if type(entry.get("content")) is dict else entry
+                    for entry, start in zip(tail.entries, tail.starts)]
+        finally:
+            os.close(fd)
+
+    # --- a writer that starts from the end of the log (lesson 11) --------------------
+    # Opening a long session to add one message used to read all of it: for the repair
+    # (only the end can need one) and for what undo and fork use (which messages are
+    # shown, where lines end). The end is read instead, and the rest only when asked.
+
+    _unread = False     # shown and message_count not worked out yet: see _learn()
+
+    def _open_at_tail(self) -> bool:
+        """Become the writer from the end of the log alone, if that end needs no
+        repair: whole, its last message leaving no call open, no undo marker near it.
+        False (nothing changed) when the whole log must be read, and for a log that
+        fits in one window of the tail. Damage before the end of a longer log is then
+        found by whatever reads it whole (a resume, an undo, load), not here."""
+        if os.fstat(self._fd).st_size <= TAIL_CHUNK:
+            return False    # read whole, as cheap: damage anywhere in it is found
+        tail = read_tail(self._fd, 1)
+        if tail is None or tail.torn or tail.newline_missing:
+            return False
+        if tail.entries and not leaves_no_call_open(tail.entries[-1]):
+            return False
+        self._unread = True
+        return True
+
+    def _learn(self) -> None:
+        """Work out which messages the log shows (and the rest _know() keeps) for a
+        writer that started from the end: read and parse the whole log once."""
+        self._unread = False
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        self._know(state)
+        self.known.settled = not state.entries or leaves_no_call_open(state.entries[-1])
+
+    @property
+    def shown(self) -> list[tuple[int, int]]:
+        """(index, position) of every message the log shows (see __init__)."""
+        if self._unread:
+            self._learn()
+        return self._shown
+
+    @shown.setter
+    def shown(self, value: list[tuple[int, int]]) -> None:
+        self._shown = value
+        self._unread = False    # worked out (_know), or a new writer's empty start
+
+    @property
+    def message_count(self) -> int:
+        """How many messages the log holds, undone ones included (see __init__)."""
+        if self._unread:
+            self._learn()
+        return self._message_count
+
+    @message_count.setter
+    def message_count(self, value: int) -> None:
+        self._message_count = value
 
     def close(self) -> None:
         """Close the log, then let go of the lock (safe to call more than once)."""
