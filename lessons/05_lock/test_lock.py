@@ -29,7 +29,7 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
 from sessionlab.testing import (in_child, keep_lines_large, open_descriptors, raises,
-                                unless_unfinished)
+                                unless_unfinished, with_file_size_limit)
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
@@ -59,7 +59,8 @@ class Other:
         )
         self.pid = self.process.pid
         self.lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         for line in self.process.stdout:
@@ -104,11 +105,20 @@ class Other:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        # The reader meets the end of the output now that the process is gone: wait
+        # for it, so that every descriptor of this process is closed before the next
+        # test counts the open ones.
+        self.reader.join(timeout=HANG)
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
+
+    def close(self):
+        """stop(), and close the file that kept the process's error output."""
+        self.stop()
+        self.errors.close()
 
 
 @pytest.fixture
@@ -124,7 +134,7 @@ def other(lesson, sessions):
 
     yield start
     for process in started:
-        process.stop()
+        process.close()
 
 
 # As writer_process.py writes it
@@ -268,6 +278,9 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(
     lock = sessions / "quest-1.lock"
     assert lock.exists(), "while a writer holds the session, quest-1.lock should exist"
     record = lock_record(lock)
+    assert sorted(record) == ["host", "pid", "since"], (
+        "the lock file's record names the holder, pid, host and since, and nothing "
+        f"else; it holds {record}")
     assert lock.stat().st_mode & 0o077 == 0, (
         "like the log, the lock file should be readable and writable by its owner only "
         f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}")
@@ -802,6 +815,35 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
         "descriptor(s) open: close the lock file's descriptor before raising")
 
 
+@pytest.mark.task("05.1")
+def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
+                                                                       sessions):
+    """A named pipe planted as `quest-1.lock` is no lock file of the session's: the
+    writer refuses it with OSError (errno EPERM), keeps no descriptor, and leaves the
+    pipe where it is (it is not the writer's to remove)."""
+    lock = sessions / "quest-1.lock"
+    os.mkfifo(lock, 0o600)
+    descriptors = open_descriptors()
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+    except OSError as error:
+        refused = error
+    else:
+        pytest.fail("the writer took a named pipe as its lock file and wrote the "
+                    "session: check that what it locked is a regular file (05.1)",
+                    pytrace=False)
+    assert refused.errno == errno.EPERM, (
+        "the refusal should be OSError(errno.EPERM, why, path), before anything is "
+        f"truncated or written; its errno is {refused.errno!r} ({refused})")
+    assert lock.is_fifo(), (
+        "the pipe planted at the lock's name was removed: a file the writer refused "
+        "is not its to remove")
+    assert open_descriptors() == descriptors, (
+        f"refusing the pipe left {open_descriptors() - descriptors} descriptor(s) "
+        "open: close the lock file's descriptor before raising")
+
+
 @pytest.mark.task("05.2")
 def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
     """close() in a folder that turned read-only (in a child process, as `nobody` when
@@ -841,6 +883,47 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
         "removing the lock file failed, and the lock was never let go: the same "
         "process "
         f"was then told {outcome!r}. Close the descriptor in a finally (task 05.2)")
+
+
+@pytest.mark.task("05.1")
+def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions):
+    """The disk is full when the new holder writes its name into the lock file: the
+    OSError reaches the caller, and the lock goes with it (a real file size limit), so
+    the same process can take the session once there is room again."""
+    def work():
+        import resource
+        before = open_descriptors()
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append(FIRST)
+            first = "appended"
+        except OSError as error:
+            first = f"OSError: {error}"
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append(FIRST)
+            second = "appended"
+        except lesson.SessionBusy as error:
+            second = f"SessionBusy: {error}"
+        return {"first": first, "second": second,
+                "leaked": open_descriptors() - before}
+
+    kind, message, result = with_file_size_limit(0, work)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+    assert kind == "ok", f"the writers raised {kind}: {message}"
+    assert result["first"].startswith("OSError"), (
+        "no file could grow at all, so writing the holder's name into the lock file "
+        f"should fail with OSError; the first writer said {result['first']!r}")
+    assert result["second"] == "appended", (
+        "the first writer failed to write its name into the lock file, and kept the "
+        f"lock: the same process was then told {result['second']!r}. Remember the "
+        "lock's descriptor as soon as the lock is yours, so that the failure's close() "
+        "lets go of it")
+    assert result["leaked"] == 0, (
+        f"both writers are closed, yet {result['leaked']} more descriptor(s) are open")
 
 
 @pytest.mark.task("05.1")
