@@ -4,6 +4,7 @@ Run: pytest lessons/01_append            (your code)
      pytest lessons/01_append --solution (the reference)
 """
 
+import errno
 import json
 import os
 import resource
@@ -31,7 +32,7 @@ BAD_IDS = [
     "~root",
 ]
 # re's "$" also matches before a final newline; the letters allowed are ASCII ones.
-BAD_IDS += ["quest-1\n", "洞窟へ"]
+BAD_IDS += ["quest-1\n", "洞窟へ", "-rf", "_draft"]
 
 
 def lines_of(path):
@@ -234,6 +235,7 @@ class FsyncRecorder:
     def __init__(self):
         self.kinds = []
         self.sizes = []     # the file's size at each file fsync
+        self.folders = []   # (device, inode) of each folder synced
         self.real = os.fsync
 
     def __call__(self, fd):
@@ -241,6 +243,8 @@ class FsyncRecorder:
         self.kinds.append("folder" if stat.S_ISDIR(info.st_mode) else "file")
         if not stat.S_ISDIR(info.st_mode):
             self.sizes.append(info.st_size)
+        else:
+            self.folders.append((info.st_dev, info.st_ino))
         self.real(fd)
 
 
@@ -271,6 +275,10 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
         "a new log's name lives in its folder: fsync the folder once when the file is "
         f"created; got {fsync.kinds}"
     )
+    folder = sessions.stat()
+    assert fsync.folders == [(folder.st_dev, folder.st_ino)], (
+        "the folder to sync is the one that holds the log's name, the sessions folder "
+        "itself, not its parent")
 
     fsync.kinds.clear()
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
@@ -555,3 +563,116 @@ def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
         "still open: a log that forgets its descriptor after a failure (self._fd = "
         "None without os.close) opens a new one on every retry and never closes the "
         "old one")
+
+
+@pytest.mark.task("01.3")
+def test_an_empty_answer_is_recorded_like_any_other(lesson, model, town, sessions):
+    """A model that answers with empty text (small models do) has still answered:
+    that message goes to the log like any other, or the log and memory part ways."""
+    model.add(say(""))
+    agent, log = agent_on(lesson, model, town, sessions)
+
+    with log:
+        agent.run("Say nothing.")
+
+    assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
+        "every message the agent holds should be in the log, the empty answer too: "
+        f"the agent holds {agent.messages}, the log "
+        f"{lines_of(sessions / 'quest-1.jsonl')}")
+
+
+@pytest.mark.task("01.4")
+def test_a_folder_sync_that_fails_leaves_no_descriptor_open(lesson, sessions,
+                                                            monkeypatch):
+    """The folder's fsync fails (EIO): the error reaches the caller, and the folder's
+    descriptor is closed all the same."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "input/output error (simulated)")
+        return real_fsync(fd)
+
+    before = open_descriptors()
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+            log.append({"role": "user", "content": "first"})
+    except OSError as error:
+        failed = error
+    else:
+        failed = None
+    monkeypatch.undo()
+    assert failed is not None and failed.errno == errno.EIO, (
+        "the folder's fsync failed, and that error should reach the caller; got "
+        f"{failed!r}")
+    assert open_descriptors() == before, (
+        f"the failed folder sync left {open_descriptors() - before} descriptor(s) "
+        "open: close the folder's descriptor whether the fsync works or not")
+
+
+@pytest.mark.task("01.5")
+def test_after_a_short_write_the_writer_refuses_to_go_on(lesson, sessions):
+    """The disk took only part of a line (a real file size limit): part of it is in the
+    file, so the writer stops; its next append raises WriterStopped naming the log,
+    and writes nothing."""
+    path = sessions / "quest-1.jsonl"
+
+    def work():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+            try:
+                log.append({"role": "user", "content": "x" * 2000})
+                return "the short write passed for saved"
+            except OSError:
+                pass
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            size = path.stat().st_size
+            try:
+                log.append({"role": "user", "content": "again"})
+            except lesson.WriterStopped as error:
+                named = str(path) in str(error)
+                return ("stopped" if named else f"WriterStopped without the log's "
+                        f"path: {error}") if path.stat().st_size == size else \
+                    "WriterStopped, but bytes were written"
+            return "the next append wrote again"
+
+    outcome = unless_unfinished(in_child(work))
+    assert outcome == "stopped", (
+        "after a short write part of the line is in the file: the writer must stop, "
+        f"and its next append raise WriterStopped naming the log; got: {outcome}")
+
+
+@pytest.mark.task("01.5")
+def test_after_an_fsync_that_failed_the_writer_refuses_to_go_on(lesson, sessions,
+                                                                monkeypatch):
+    """In durable mode the fsync fails with EIO after the line was written: the line
+    may or may not reach the disk, so append raises and the writer stops (the retry
+    would write the message a second time)."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "first"})
+    real_fsync = os.fsync
+    failures = []
+
+    def fsync(fd):
+        if not failures:
+            failures.append(fd)
+            raise OSError(errno.EIO, "input/output error (simulated)")
+        return real_fsync(fd)
+
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        monkeypatch.setattr(os, "fsync", fsync)
+        with raises(OSError, "the fsync failed with EIO, and append returned as if "
+                    "the line were safe on the disk"):
+            log.append({"role": "user", "content": "second"})
+        with raises(lesson.WriterStopped,
+                    "after an fsync that failed, the retry wrote again: set "
+                    "in_doubt before the write and clear it only once the line is "
+                    "synced"):
+            log.append({"role": "user", "content": "second"})
+        monkeypatch.undo()
+    contents = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
+    assert contents == ["first", "second"], (
+        f"the message should be in the log once: {contents}")
