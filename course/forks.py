@@ -175,21 +175,23 @@ def publish_fork(folder: Path, source_id: str, new_id: str, count: int,
     target = folder / f"{new_id}.jsonl"
     meta = folder / f"{new_id}.meta.json"
     # The lineage first, the log last: the fork exists from the moment its log has a
-    # name, so a failure before that (a full disk, a crash) leaves no session, only a
-    # meta file.
-    write_whole(meta, json.dumps({
-        "format": FORMAT_VERSION,
-        "id": new_id,
-        "parent": source_id,
-        "forked_at": count,
-        #> 03
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        #<
-        #> 04+
-        "created": now(),
-        #<
-    }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
+    # name, so a crash before that leaves no session, only a meta file (which the next
+    # fork onto that id replaces). An error leaves not even that: publish_new raises
+    # only with no log left (a failure after its link takes the log back), and the
+    # meta file goes too, even when only its own folder's sync failed.
     try:
+        write_whole(meta, json.dumps({
+            "format": FORMAT_VERSION,
+            "id": new_id,
+            "parent": source_id,
+            "forked_at": count,
+            #> 03
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            #<
+            #> 04+
+            "created": now(),
+            #<
+        }, ensure_ascii=False, indent=1).encode("utf-8"), durable=durable)
         publish_new(target, copy, durable=durable)
     except BaseException:
         meta.unlink(missing_ok=True)    # no fork after all: no lineage either

@@ -4,10 +4,12 @@ Run: pytest lessons/03_fork            (your code)
      pytest lessons/03_fork --solution (the reference)
 """
 
+import errno
 import json
 import os
 import resource
 import signal
+import stat
 import threading
 import time
 from datetime import datetime
@@ -352,6 +354,56 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
         "again "
         f"when publishing the log fails; found {sorted(snapshot(sessions))}")
     lesson.fork(sessions, "quest-1", "what-if")
+    assert lesson.SessionLog(sessions, "what-if").load() == day_one
+
+
+@pytest.mark.task("03.2")
+@pytest.mark.parametrize("where", ["meta file", "folder holding the meta file",
+                                   "folder holding the log"])
+def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
+        lesson, sessions, day_one, monkeypatch, where):
+    """EIO from fsync (a failing disk) at a durable fork's sync, the last one too, when
+    the log has its name already: the fork raises that error and leaves the folder as
+    it was, and the same fork, run again, works. An error says "no fork", so whoever
+    gets one tries again, and must not be told the session exists."""
+    before = snapshot(sessions)
+    log, meta = sessions / "what-if.jsonl", sessions / "what-if.meta.json"
+    real_fsync = os.fsync
+    failed = []
+
+    def fsync(fd):
+        folder = stat.S_ISDIR(os.fstat(fd).st_mode)
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        hit = {"meta file": not folder and "what-if.meta.json" in name,
+               "folder holding the meta file": (folder and meta.exists()
+                                                and not log.exists()),
+               "folder holding the log": folder and log.exists()}[where]
+        if hit and not failed:      # once: the retry finds the disk well again
+            failed.append(name)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_fsync(fd)
+    monkeypatch.setattr(lesson.os, "fsync", fsync)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
+    if where != "folder holding the meta file":    # a design may sync the folder once
+        assert failed, (
+            f"fork(..., durable=True) returned without syncing the {where}: it must "
+            "be on disk before the fork returns")
+    if not failed:
+        return
+    assert isinstance(error, OSError) and error.errno == errno.EIO, (
+        f"the disk failed (EIO) syncing the {where}: fork should raise that error; it "
+        + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
+    left = sorted(set(snapshot(sessions)) - set(before))
+    assert snapshot(sessions) == before, (
+        f"the fork failed syncing the {where} and left {left}. An error means no "
+        "fork: remove the meta file whichever step failed (a sync after its rename "
+        "too), and publish the log with publish_new, which takes it back when a step "
+        "after its link fails")
+    retry = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
+    assert retry is None, (
+        f"the fork failed syncing the {where}; the same fork, run again with the disk "
+        f"well, should work, and it raised {type(retry).__name__}: {retry}")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
 
 

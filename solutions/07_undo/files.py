@@ -151,16 +151,61 @@ def publish_new(path: Path, data: bytes | Prefix, *, durable: bool = True) -> No
     process leaves at worst a stray temporary file, never a half-written session.
     Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
     before it returns.
+
+    When it raises, `path` is not there. A step after the link can still fail (EIO
+    removing the temporary name, or syncing the folder): the file is then taken back
+    (see withdraw), because an error must mean "not created" to whoever retries.
     """
     temp = _write_temp(path, data, durable)
     try:
         os.link(temp, path)
-    except FileExistsError:
-        raise SessionExists(f"cannot create {path}: it already exists") from None
-    finally:
+    except BaseException as error:
         os.unlink(temp)
-    if durable:
-        fsync_folder(path.parent)
+        if isinstance(error, FileExistsError):
+            raise SessionExists(f"cannot create {path}: it already exists") from None
+        raise
+    step = "removing its temporary name"
+    try:
+        os.unlink(temp)     # the file's second name: it would share every later write
+        if durable:
+            step = "syncing its folder"
+            fsync_folder(path.parent)
+    except OSError as error:
+        withdraw(path, temp, error)
+        # fsync's error names no file: say which, and that nothing is left
+        raise OSError(error.errno, f"{path} was not created: {error.strerror} while "
+                      f"{step}, so it was taken back") from error
+    except BaseException as error:
+        withdraw(path, temp, error)
+        raise
+
+
+def withdraw(path: Path, temp: str, error: BaseException) -> None:
+    """Take back `path`, created a moment ago, after `error` in a step that followed.
+
+    Back, rather than on: the caller gets an exception, which says "not created", so a
+    retry must find the name free. And going on cannot make the file whole: a temporary
+    name left is a second name of the file, which every later write would reach and no
+    erase would; a folder whose sync failed may lose the name at a power cut, and
+    durable promised it would not. The caller holds the name alone (a fork holds the
+    new id's lock from lesson 05): no one has written to the file. No sync after: a
+    power cut may still bring the name back, and a durable file comes back whole (its
+    bytes were synced before the link).
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as undo:
+        # Two faults: the file stays, whole (its bytes were written, and synced if
+        # durable, before the link). Say so: the error alone would read "not created".
+        raise OSError(undo.errno, f"{path} is there, whole, though creating it "
+                      f"failed ({error}): taking it back failed too "
+                      f"({undo.strerror})") from error
+    try:
+        os.unlink(temp)
+    except OSError:
+        pass    # a stray temporary file, as a crash there leaves: no session's name
 
 
 def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -172,7 +217,12 @@ def write_whole(path: Path, data: bytes, *, durable: bool = True) -> None:
         os.unlink(temp)     # a failed rename (a folder at that name): no copy left
         raise
     if durable:
-        fsync_folder(path.parent)
+        try:
+            fsync_folder(path.parent)
+        except OSError as error:    # fsync's error names no file: say which
+            raise OSError(error.errno, f"{path} was written, but {error.strerror} "
+                          "while syncing its folder: its name may not survive a power "
+                          "cut") from error
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -198,9 +248,14 @@ def _write_temp(path: Path, data: bytes | Prefix, durable: bool) -> str:
             write_all(fd, data)
         if durable:
             os.fsync(fd)    # the bytes are on disk before the name points to them
-    except BaseException:
+    except BaseException as error:
         # A write that failed (a full disk) leaves no half-written file behind
         os.unlink(temp)
+        if isinstance(error, OSError) and error.filename is None:
+            # write's and fsync's errors name no file: say which, and that no file
+            # was made or changed
+            raise OSError(error.errno, f"{error.strerror} while writing {path}, which "
+                          "was not created or changed") from error
         raise
     finally:
         os.close(fd)
