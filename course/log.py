@@ -411,6 +411,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             if is_new and self.durable:
                 self._sync_folder()
             #<
+            #> 11+
+            # A long log whose end needs nothing: start from the end, even when this
+            # process knows the log (copying what it knows costs more than the end)
+            if not for_history and self._open_at_tail():
+                return None     # nothing to repair at the end: the log is not read
+            #<
             #> 07+
             known = None if for_history else recall(self._fd)
             if known is not None and known.settled and known.message_count is not None:
@@ -418,10 +424,6 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 # ending whole with no call open: a read would find nothing to repair.
                 self._know_from(known)
                 return None
-            #<
-            #> 11+
-            if not for_history and self._open_at_tail():
-                return None     # nothing to repair at the end: the log is not read
             #<
             #> 04+
             # Read what was opened, not the name again: it may name another file by now.

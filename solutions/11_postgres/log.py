@@ -210,14 +210,16 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self._fd = os.open(self.path, flags, 0o600)
             if is_new and self.durable:
                 self._sync_folder()
+            # A long log whose end needs nothing: start from the end, even when this
+            # process knows the log (copying what it knows costs more than the end)
+            if not for_history and self._open_at_tail():
+                return None     # nothing to repair at the end: the log is not read
             known = None if for_history else recall(self._fd)
             if known is not None and known.settled and known.message_count is not None:
                 # Parsed whole by this process (no corrupt line), unchanged since, and
                 # ending whole with no call open: a read would find nothing to repair.
                 self._know_from(known)
                 return None
-            if not for_history and self._open_at_tail():
-                return None     # nothing to repair at the end: the log is not read
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
