@@ -1,15 +1,15 @@
 // Wide content says that it scrolls, and the copy button never covers code.
 //
-// A code block, table, diagram or plot wider than its column scrolls sideways in its own box
-// (docs/stylesheets/extra.css). Phones and many desktops draw no scrollbar until one scrolls,
-// so a box cut at its edge looked like a clipped figure. Here each such box gets
+// A code block, table, diagram, plot or row of tabs wider than its column scrolls sideways in
+// its own box (docs/stylesheets/extra.css). Phones and many desktops draw no scrollbar until
+// one scrolls, so a box cut at its edge looked like a clipped figure. Here each such box gets
 // data-more="right", "left" or "both" (where more is hidden), and the stylesheet fades that
 // edge. A code block whose text would run under Material's copy button (it sits over the top
 // right corner) gets data-gutter: the stylesheet gives the button a column of its own.
 // scripts/browser_check.py fails a page where either is missing, at phone and desktop widths.
 (function () {
   "use strict";
-  var SCROLLERS = "pre > code, div.mermaid, .md-typeset__scrollwrap, .sl-figure";
+  var SCROLLERS = "pre > code, div.mermaid, .md-typeset__scrollwrap, .tabbed-labels, .sl-figure";
   var PLOTS = 'img[src*="assets/bench/"]';
 
   function article() {
