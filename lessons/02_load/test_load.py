@@ -4,6 +4,7 @@ Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
 """
 
+import json
 import os
 import resource
 
@@ -342,3 +343,35 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
            "(open() without encoding= uses the locale's encoding)") if misread else (
            "the text changed on its way through the log")
     pytest.fail(f"wrote the contents {texts!r}, load() returned {loaded!r}; {why}")
+
+
+@pytest.mark.task("02.2")
+def test_a_system_prompt_is_sent_once_on_day_two_and_never_stored(lesson, sessions):
+    """The system prompt is the agent's, sent first with every request and never part
+    of the history: day 2 sends it once, before day 1's messages, and the log never
+    holds it."""
+    guide = "You are a guide in a small town."
+
+    def day(script, text):
+        model = ScriptedModel(list(script))
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                                 session=log, system=guide)
+            agent.run(text)
+        return agent, model
+
+    day_one, _ = day(DAY_ONE, "Ask the elder about the cave.")
+    day_two, model = day([say("A torch and a rope.")], "What did the elder say?")
+
+    sent = model.requests[0]["messages"]
+    systems = [m for m in sent if m.get("role") == "system"]
+    assert sent[0] == {"role": "system", "content": guide} and len(systems) == 1, (
+        "day 2's first request should carry the system prompt once, first; it carries "
+        f"{len(systems)} system message(s): {[m.get('role') for m in sent]}")
+    assert sent[1:-1] == day_one.messages, (
+        "after the system prompt come day 1's messages as the log holds them")
+    stored = [json.loads(line) for line in (sessions / "quest-1.jsonl").read_bytes()
+              .split(b"\n") if line]
+    assert not any(m.get("role") == "system" for m in stored), (
+        "the system prompt is the agent's setting, not a message of the session: the "
+        "log should never hold it")

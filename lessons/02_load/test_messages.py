@@ -28,6 +28,7 @@ BAD_LINES = {
         b'"arguments": "{}"}}]}'
     ),
     "not JSON at all": b'{"role": "user", "content": ',
+    "bytes that are not UTF-8": b'{"role": "user", "content": "caf\xe9"}',
 }
 
 
@@ -37,7 +38,7 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     lesson, sessions, what
 ):
     """A line holding no allowed message raises
-    a ValueError naming the file and line 2."""
+    a ValueError naming the file and line 2, and saying why (parse_line's reason)."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     data = GOOD + BAD_LINES[what] + b"\n" + GOOD
@@ -57,6 +58,15 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
         "the error should name the file and 'line 2' so that it can be mended; it "
         "says: "
         f"{message}")
+    try:
+        lesson.parse_line(BAD_LINES[what])
+    except ValueError as refused:
+        reason = str(refused)
+    else:
+        pytest.fail(f"parse_line should refuse a line with {what}", pytrace=False)
+    assert reason in message, (
+        f"the error should also say why the line is no message ({reason!r}), so that "
+        f"whoever mends it knows what to look for; it says: {message}")
     assert path.read_bytes() == data, (
         "loading must never change the log, even to refuse it"
     )
