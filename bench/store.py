@@ -33,8 +33,8 @@ from typing import Any
 from bench.messages import mean_bytes, one_more, quest
 from bench.stores import Store, Subject, all_stores
 
-WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable",
-             "items")
+WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "append_small", "load",
+             "fork", "durable", "items")
 
 TITLES = {
     "append": "append N, one at a time (per append)",
@@ -42,6 +42,7 @@ TITLES = {
     "append_last": "typical append, last 1% of the session",
     "growth": "per-append growth (last 1% / first 1%)",
     "append_one": "one append into a session of N (open, append, close)",
+    "append_small": "one append into a small session of N (open, append, close)",
     "load": "load a session of N",
     "fork": "fork a session of N (floor: file copy)",
     "durable": "durable append, fsync each (per append)",
@@ -49,7 +50,7 @@ TITLES = {
 }
 
 UNITS = {"append": "µs", "append_first": "µs", "append_last": "µs", "growth": "x",
-         "append_one": "µs", "load": "ms", "fork": "ms", "durable": "µs", "items": "µs"}
+         "append_one": "µs", "append_small": "µs", "load": "ms", "fork": "ms", "durable": "µs", "items": "µs"}
 
 # (workload, limit, wording) — the reference store's targets, all as ratios.
 TARGETS = (
@@ -67,6 +68,7 @@ ITEMS_N = 10_000        # items in the session the "items" workload reads from
 RATIO_TO = {"items": "agents"}
 
 ONE_APPEND_BUDGET_NS = 2_000_000_000     # repeats of "append one" stop after this much time
+SMALL_SESSION = 20      # messages (at most) in the session of "append_small"
 
 
 class BenchError(Exception):
@@ -107,6 +109,7 @@ class Config:
     cap: float                 # seconds one store may spend on one append workload
     quick: bool
     seed: int = 2024
+    small: int = SMALL_SESSION      # the small session's messages: whole turns only
 
     @property
     def edge(self) -> int:     # the "first/last 1%" windows
@@ -211,6 +214,59 @@ def phase_fork(store: Store, messages: list[Any], extra: Any, folder: Path, cfg:
 def phase_one(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
               run: Run, log) -> None:
     run.samples["append_one"] = [one_append(store, folder, "quest", extra, 5 if cfg.quick else 21)]
+
+
+def whole_turns(messages: list[Any], most: int) -> int:
+    """How many of the first `most` messages end on a plain answer (no tool call left
+    open), so that a writer opening that session has nothing to repair."""
+    for count in range(min(most, len(messages)), 0, -1):
+        last = messages[count - 1]
+        if last.get("role") == "assistant" and not last.get("tool_calls"):
+            return count
+    return min(most, len(messages))
+
+
+def phase_small(store: Store, messages: list[Any], extra: Any, folder: Path, cfg: Config,
+                run: Run, log) -> None:
+    """One append by a new writer to a session of a few turns: what a short-lived process
+    (a hook, a command, a web request) pays each time, where nothing but the fixed costs of
+    opening, locking and closing is left to measure."""
+    store.build(folder, "small", messages[:cfg.small])
+    run.samples["append_small"] = [one_append(store, folder, "small", extra, 7 if cfg.quick else 51)]
+    if store.role == "subject" and hasattr(store, "module"):
+        costs = lock_costs(store.module, folder, 7 if cfg.quick else 51)
+        if costs:
+            run.samples["lock"], run.samples["lock_truncating"] = [costs[0]], [costs[1]]
+
+
+def lock_costs(module: Any, folder: Path, reps: int) -> tuple[float, float] | None:
+    """Median seconds to take and let go of a session's lock, twice over in the same folder:
+    the store's own (`SessionLog._lock`, then closing), and a lock whose holder's record is
+    written as lessons 05-08 write it, the file truncated to nothing and then rewritten (on
+    ext4, closing a file truncated to nothing flushes it: milliseconds). None for a lesson
+    without a lock."""
+    if not hasattr(module.SessionLog, "_lock"):
+        return None
+    import fcntl
+    import socket
+
+    def the_stores() -> None:
+        with module.SessionLog(folder, "lock-bench") as claim:
+            claim._lock()
+
+    path = folder / "lock-bench-truncating.lock"
+
+    def truncating() -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                     "since": datetime.now(timezone.utc).isoformat()}).encode())
+            os.unlink(path)     # let go as the store does: the name first, then the lock
+        finally:
+            os.close(fd)
+    return timed(the_stores, reps), timed(truncating, reps)
 
 
 def sdk_items(count: int) -> list[dict[str, Any]]:
@@ -344,7 +400,7 @@ phase_append.together = phase_durable.together = True     # type: ignore[attr-de
 # Load and fork take turns three times over, so that each store's median of three tries is
 # taken across the same stretch of time as the floor's.
 PHASES = (phase_append, phase_load, phase_fork, phase_load, phase_fork, phase_load, phase_fork,
-          phase_one, phase_items, phase_durable)
+          phase_one, phase_small, phase_items, phase_durable)
 
 
 # --- from runs to figures -------------------------------------------------------------------
@@ -425,7 +481,8 @@ def per_run_figures(run: Run, cfg: Config) -> tuple[dict[str, float], dict[str, 
         info["durable_measured"] = len(run.durable_times)
         info["durable_extrapolated"] = extrapolated
     for key, tries in run.samples.items():
-        figs[key] = statistics.median(tries) * (1e3 if UNITS.get(key, "ms") == "ms" else 1e6)
+        unit = UNITS.get(key, "µs" if key.startswith("lock") else "ms")
+        figs[key] = statistics.median(tries) * (1e3 if unit == "ms" else 1e6)
     return figs, info
 
 
@@ -461,8 +518,8 @@ def summarise(stores: list[Store], runs: dict[str, list[Run]], cfg: Config) -> d
                 entry["extrapolated"] = True
                 entry["measured"] = int(statistics.median(i["durable_measured"] for i in infos))
             results[store.key] = entry
-        workloads[w] = {"title": TITLES[w], "unit": UNITS[w],
-                        "n": cfg.durable_n if w == "durable" else cfg.n, "results": results}
+        n = {"durable": cfg.durable_n, "append_small": cfg.small}.get(w, cfg.n)
+        workloads[w] = {"title": TITLES[w], "unit": UNITS[w], "n": n, "results": results}
     floor_runs = [f for f, _ in per_run.get("floor", [])]
     if any("copy_fsync" in f for f in floor_runs):
         ref: dict[str, Any] = {"copy_fsync_ms": statistics.median(f["copy_fsync"] for f in floor_runs
@@ -472,6 +529,15 @@ def summarise(stores: list[Store], runs: dict[str, list[Run]], cfg: Config) -> d
         if ratios:
             ref["subject_ratio"] = statistics.median(ratios)
         workloads["fork"]["reference"] = ref
+    subject_runs = [f for f, _ in per_run.get("subject", [])]
+    locked = [f for f in subject_runs if "lock" in f and "lock_truncating" in f]
+    if locked:
+        # What taking the lock costs, beside the same lock with its record truncated and
+        # rewritten (lessons 05-08), measured in the same run on the same folder
+        workloads["append_small"]["reference"] = {
+            "lock_us": statistics.median(f["lock"] for f in locked),
+            "truncating_lock_us": statistics.median(f["lock_truncating"] for f in locked),
+            "ratio": statistics.median(f["lock_truncating"] / f["lock"] for f in locked)}
     curves: dict[str, Any] = {}
     for key, items in per_run.items():
         runs_curves = [i["curve"] for _, i in items if "curve" in i]
@@ -499,6 +565,7 @@ def benchmark(cfg: Config, subject: Subject, workdir: Path, log, only: list[str]
     available = [s for s in stores if s.available() is None]
     log(f"generating {cfg.n:,} messages (seed {cfg.seed})")
     messages = quest(cfg.n, cfg.seed)
+    cfg.small = whole_turns(messages, SMALL_SESSION)
     # The session ends with every tool call answered and "one more" is a plain user message,
     # so a store that checks its tail on resume has nothing to repair.
     extra = one_more(cfg.seed)
@@ -643,6 +710,13 @@ def footnotes(result: dict[str, Any]) -> list[str]:
         if "subject_ratio" in ref:
             text += f"; the reference store's fork is {ref['subject_ratio']:.2f}x that"
         notes.append(text + ".")
+    lock = result["workloads"].get("append_small", {}).get("reference")
+    if lock:
+        notes.append(f"Taking and letting go of the measured store's lock takes "
+                     f"{fmt_value(lock['lock_us'], 'µs')}; a lock whose holder's record is "
+                     f"truncated, then rewritten (as lessons 05-08 write it) takes "
+                     f"{fmt_value(lock['truncating_lock_us'], 'µs')} in the same run, "
+                     f"{fmt_ratio(lock['ratio'])} that.")
     for key, errs in result.get("errors", {}).items():
         for e in errs:
             notes.append(f"{result['stores'][key]['label']}: {e}")
@@ -681,6 +755,7 @@ SHORT_TITLES = {
     "append_last": "typical append, last 1%",
     "growth": "growth, last 1% / first 1%",
     "append_one": "one append to a session of N (open, append, close)",
+    "append_small": "one append to a small session of N (open, append, close)",
     "load": "load N",
     "fork": "fork N (floor: file copy)",
     "durable": "durable append (fsync), per message",

@@ -17,8 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STORES = ("floor", "subject", "naive", "sqlite3", "postgres", "langchain", "agents")
-WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "load", "fork", "durable",
-             "items")
+WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "append_small", "load",
+             "fork", "durable", "items")
 # The workload whose ratio is to a peer (the Agents SDK's SQLiteSession), not to the floor
 RATIO_TO = {"items": "agents"}
 
@@ -96,6 +96,22 @@ def test_the_targets_are_judged_met_or_missed(result: dict) -> None:
     assert "met" in result["_stdout"] or "missed" in result["_stdout"]
 
 
+def test_a_small_sessions_append_is_shown_beside_the_locks_cost_and_a_truncating_lock(
+        result: dict) -> None:
+    """One append to a session of a few whole turns, for every store, as a ratio to the floor
+    (a plain open, append, close); and, measured in the same run, the store's lock beside one
+    whose record is truncated and rewritten, with the ratio printed (no time is judged)."""
+    small = result["workloads"]["append_small"]
+    assert 0 < small["n"] <= 20, small["n"]
+    assert small["results"]["subject"]["ratio"] > 0
+    lock = small["reference"]
+    assert lock["lock_us"] > 0 and lock["truncating_lock_us"] > 0 and lock["ratio"] > 0
+    for text in (" ".join(result["_stdout"].split()), result["_md"]):
+        assert "Taking and letting go of the measured store's lock takes" in text
+        assert "truncated, then rewritten" in text and "that." in text
+    assert f"one append into a small session of {small['n']}" in result["_stdout"]
+
+
 def test_the_run_says_which_lesson_was_measured(result: dict) -> None:
     lesson = result["meta"]["lesson"]
     assert (ROOT / "solutions" / lesson / "agent.py").is_file()
@@ -107,7 +123,7 @@ def test_the_plot_is_svg_with_a_line_per_measured_store(result: dict) -> None:
     svg = ET.fromstring(result["_svg"])
     assert svg.tag.endswith("svg")
     texts = " ".join(t.text or "" for t in svg.iter() if t.tag.endswith("text"))
-    assert "messages already in the session" in texts
+    assert "messages in the session" in texts
     assert set(result["curves"]) == {k for k, s in result["stores"].items() if s["status"] == "measured"}
     lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
     assert len(lines) >= len(result["curves"])
