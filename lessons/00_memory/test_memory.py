@@ -42,6 +42,7 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
 
 @pytest.mark.key
 @pytest.mark.task("00.2")
+@pytest.mark.task("00.3")
 def test_several_tool_calls_in_one_reply_are_each_answered_in_order(
     lesson, model, town
 ):
@@ -300,6 +301,9 @@ def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
                     "an error text")
     assert isinstance(result, str) and "error" in result.lower(), (
         f"a tool that raised RuntimeError should give an error result, got {result!r}")
+    assert "the shop is closed for the night" in result, (
+        "the error result should carry what the tool's exception says, so that the "
+        f"model knows what went wrong: got {result!r}")
 
 
 @pytest.mark.task("00.1")

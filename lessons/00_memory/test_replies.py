@@ -183,6 +183,7 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
     """A reply with content null and no tool calls is stored with content ""."""
     model.add(QUIRKS["content_null"])
@@ -289,7 +290,7 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize(
-    "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"]]
+    "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0]
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError."""
@@ -300,3 +301,21 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}"
     )
+
+
+@pytest.mark.task("00.3")
+def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
+    """A reasoning text, a refusal of null: what a server adds to its reply is not
+    sent back (DeepSeek refuses a request whose messages carry reasoning_content): the
+    stored message holds the role, the text and the calls, nothing else."""
+    reply = {"role": "assistant", "content": "A torch and a rope.",
+             "reasoning_content": "The elder said so on day one.", "refusal": None,
+             "tool_calls": [{"id": "call_1_0", "type": "function",
+                             "function": {"name": "buy",
+                                          "arguments": '{"item": "rope"}'}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    assert sorted(message) == ["content", "role", "tool_calls"], (
+        "the stored reply should hold role, content and tool_calls only; it holds "
+        f"{sorted(message)}")
