@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,54 @@ def sql(database, statement, parameters=()):
     with psycopg.connect(database, autocommit=True) as connection:
         cursor = connection.execute(statement, parameters)
         return cursor.fetchall() if cursor.description else []
+
+
+def put_rows(database, session_id, entries):
+    """Store `entries` as the session's rows by hand (seq 0, 1 ...), as a writer of
+    another host would have left them; the tables must exist already."""
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("INSERT INTO sessions (id) VALUES (%s)", (session_id,))
+        for seq, entry in enumerate(entries):
+            line = json.dumps(entry, ensure_ascii=False)
+            connection.execute(
+                "INSERT INTO session_entries (session_id, seq, line, body) "
+                "VALUES (%s, %s, %s, %s::jsonb)", (session_id, seq, line, line))
+
+
+def messages_in(stored):
+    """The messages among stored rows (markers left out), as dicts."""
+    return [entry for entry in (json.loads(line) for _, line, _ in stored)
+            if "$marker" not in entry]
+
+
+def refuse_rows(database, condition):
+    """A trigger that makes the server refuse every new row of session_entries for
+    which `condition` (SQL on NEW) holds, as a full disk would; drop_refusal() ends
+    it."""
+    sql(database, f"""
+        CREATE FUNCTION refuse_row() RETURNS trigger AS $$
+        BEGIN
+            IF {condition} THEN
+                RAISE EXCEPTION 'the disk is full (made up by the test)';
+            END IF;
+            RETURN NEW;
+        END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER refuse_row BEFORE INSERT ON session_entries
+            FOR EACH ROW EXECUTE FUNCTION refuse_row();
+    """)
+
+
+def drop_refusal(database):
+    sql(database, "DROP TRIGGER refuse_row ON session_entries")
+
+
+def call_message(*calls):
+    """An assistant message asking for `calls`, (id, item) pairs of buy()."""
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "buy",
+                                         "arguments": json.dumps({"item": item})}}
+                           for call_id, item in calls]}
 
 
 def open_agent(lesson, database, script=(), session_id="quest-1", **options):
@@ -138,26 +187,111 @@ def other(lesson, database):
         process.stop()
 
 
+# --- first: what every writer below relies on -----------------------------------------
+# Every writer in the tests below runs task 11.3's code when it opens its session and
+# task 11.2's when it appends. These two tests come first, without the lock, so that a
+# repair that writes where nothing needs repairing, or an append that stores nothing
+# right, is reported under its own task, not as a failure of the lock's tests.
+
+
+@pytest.mark.task("11.3")
+def test_a_session_with_nothing_to_repair_is_left_as_it_is(lesson, database):
+    """A writer that opens a session whose every tool call has its result, or a
+    session with no rows at all, writes nothing: no marker, no row, no session."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    sound = [{"role": "user", "content": "Buy a rope."},
+             call_message(("call_1", "rope")),
+             {"role": "tool", "tool_call_id": "call_1",
+              "content": "You bought a rope."},
+             {"role": "assistant", "content": "The rope is yours."}]
+    put_rows(database, "quest-1", sound)
+    before = rows(database)
+    # lock=False: this test is about the repair alone
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        history = log.open_for_append()
+    assert rows(database) == before, (
+        "every call of this session has its result: opening it should write nothing, "
+        f"but the rows went from {len(before)} to {len(rows(database))}")
+    assert history == sound, (
+        f"open_for_append() should return the session as stored; it returned {history}")
+    with lesson.PostgresSessionLog(database, "quest-2", lock=False) as log:
+        assert log.open_for_append() == [], "a session with no rows opens empty"
+    assert rows(database, "quest-2") == [] and lesson.lineage(database, "quest-2") \
+        is None, "opening a session that has no rows should create nothing"
+
+
+@pytest.mark.task("11.2")
+def test_each_message_is_one_row_at_the_next_place(lesson, database):
+    """Each append stores its message as the session's next row (seq 0, 1, 2 ...),
+    the line as written (readable text beyond ASCII) and the same entry as jsonb; the
+    first one also records the session in `sessions`, with no parent."""
+    messages = [{"role": "user", "content": "Où est la grotte? 洞窟"},
+                call_message(("call_1", "rope")),
+                {"role": "tool", "tool_call_id": "call_1",
+                 "content": "You bought a rope."},
+                {"role": "assistant", "content": "The rope is yours."}]
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        for message in messages:
+            log.append(message)
+    stored = rows(database)
+    assert [seq for seq, _, _ in stored] == [0, 1, 2, 3], (
+        "each of the 4 messages should be one row, at seq 0, 1, 2, 3; found seqs "
+        f"{[seq for seq, _, _ in stored]}")
+    lines = [json.loads(line) for _, line, _ in stored]
+    assert lines == messages and "洞窟" in stored[0][1], (
+        "each row's line should be its message as written, text beyond ASCII as it "
+        f"is: expected {messages}\nfound    {[line for _, line, _ in stored]}")
+    assert [body for _, _, body in stored] == lines, (
+        "each row's body should hold the same entry as jsonb, for queries; found "
+        f"{[body for _, _, body in stored]}")
+    lineage = lesson.lineage(database, "quest-1")
+    assert lineage and lineage["parent"] is None, (
+        f"the first append should record the session in `sessions`; found {lineage}")
+
+
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
 
 
 @pytest.mark.key
 @pytest.mark.task("11.1")
-def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other):
-    """While a process writes the session, another writer is refused at once with
-    SessionBusy, whose message names the holder's process; a reader is not."""
+def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
+                                                      monkeypatch):
+    """While a process writes the session, another writer (timeout 0: one try, no
+    sleep) is refused at once with SessionBusy, whose message names the session and
+    the holder's process; a reader is not, and neither is a writer of another
+    session."""
     holder = other("hold")
     holder.expect("holding")
+    naps = []
+    real_sleep = lesson.time.sleep
+
+    def counted_sleep(seconds):
+        naps.append(seconds)
+        real_sleep(seconds)
+
     log = lesson.PostgresSessionLog(database, "quest-1")
     with log:
+        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
         with raises(lesson.SessionBusy, "another process holds the session's "
                     "advisory lock: a second writer must be refused") as refused:
             log.open_for_append()
-    assert str(holder.pid) in str(refused.value), (
-        f"SessionBusy should name the holder (process {holder.pid}); it says: "
-        f"{refused.value}")
+        monkeypatch.undo()
+    assert str(holder.pid) in str(refused.value) and "quest-1" in str(refused.value), (
+        f"SessionBusy should name the session (quest-1) and the holder (process "
+        f"{holder.pid}); it says: {refused.value}")
+    assert naps == [], (
+        "with timeout 0 the writer tries once and gives up at once; it slept "
+        f"{naps} before it gave up")
     with lesson.PostgresSessionLog(database, "quest-1") as reader:
         assert len(reader.load()) == 1, "load() takes no lock: a reader still reads"
+    with lesson.PostgresSessionLog(database, "quest-2") as elsewhere:
+        try:
+            elsewhere.append({"role": "user", "content": "another quest"})
+        except lesson.SessionBusy as error:
+            pytest.fail("a writer of quest-2 should not wait for quest-1's: each "
+                        f"session has a lock of its own; it was refused: {error}",
+                        pytrace=False)
     holder.go()
     holder.expect("released")
 
@@ -180,11 +314,14 @@ def test_the_lock_goes_with_a_killed_holders_connection(lesson, database, other)
 
 
 @pytest.mark.task("11.1")
+@pytest.mark.task("11.2")
 def test_a_writer_whose_connection_dropped_stops_and_its_lock_is_free(lesson,
                                                                       database):
     """The server drops a writer's connection (a restart, a network cut): its lock is
-    gone, a new writer takes over, and the old one's next append fails loudly instead
-    of writing behind the new one's back."""
+    gone, a new writer takes over, and the old one's next append fails loudly with
+    WriterStopped, which says the connection broke (not SessionConflict: the server
+    never answered, so whether the write was stored is unknown), instead of writing
+    behind the new one's back."""
     old = lesson.PostgresSessionLog(database, "quest-1")
     old.append({"role": "user", "content": "from the old writer"})
     pid = old.connection.info.backend_pid
@@ -196,12 +333,16 @@ def test_a_writer_whose_connection_dropped_stops_and_its_lock_is_free(lesson,
             pytest.fail("the old writer's connection was dropped, so its lock should "
                         f"be gone: {error}", pytrace=False)
         new.append({"role": "user", "content": "from the new writer"})
-        with raises(lesson.WriterStopped, "the old writer's connection is gone: its "
-                    "append must fail with WriterStopped (whether a write on a broken "
-                    "connection was stored is unknown), not vanish"):
+        with raises((lesson.WriterStopped, lesson.SessionConflict), "the old "
+                    "writer's connection is gone: its append must fail, not vanish"
+                    ) as stopped:
             old.append({"role": "user", "content": "lost?"})
     old.close()
-    lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
+    assert isinstance(stopped.value, lesson.WriterStopped), (
+        "a write on a broken connection should raise WriterStopped (whether it was "
+        "stored is unknown), not be taken for another writer's entry: it raised "
+        f"{type(stopped.value).__name__}: {stopped.value}")
+    lines = [message["content"] for message in messages_in(rows(database))]
     assert lines == ["from the old writer", "from the new writer"], (
         f"the rows should hold both writers' messages in order, found {lines}")
 
@@ -361,9 +502,12 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
         f"their order, arguments as the model wrote them:\nexpected {as_sent}\n"
         f"got      {as_loaded}")
     stored = rows(database)
-    assert stored[2][2] is not None and stored[3][2] is None, (
-        "the jsonb column holds each entry for queries, NULL only where jsonb cannot "
-        "(the \\u0000 of the last message)")
+    bodies = [body for _, _, body in stored]
+    expected = [json.loads(line) for _, line, _ in stored[:3]] + [None]
+    assert bodies == expected, (
+        "the jsonb column holds each entry for queries, the same entry as its line, "
+        "and NULL only where jsonb cannot hold it (the \\u0000 of the last message): "
+        f"expected {expected}\nfound    {bodies}")
 
 
 @pytest.mark.task("11.2")
@@ -394,14 +538,84 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
         first.append({"role": "user", "content": "first"})
         with raises(lesson.SessionConflict, "both writers meant to store their "
                     "message at seq 0; the key on (session_id, seq) must refuse the "
-                    "second insert, and the store must say so with SessionConflict"):
+                    "second insert, and the store must say so with SessionConflict"
+                    ) as refused:
             second.append({"role": "user", "content": "second"})
         with raises(lesson.WriterStopped, "a writer refused once has an out-of-date "
                     "view of the session: it must refuse every later write"):
             second.append({"role": "user", "content": "second, again"})
+    said = str(refused.value)
+    assert "quest-1" in said and "open" in said.lower(), (
+        "SessionConflict should name the session (quest-1) and say that it must be "
+        f"opened again (this writer's view is out of date); it says: {said}")
     lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
     assert lines == ["first"], (
         f"only the first writer's message should be stored; the rows hold {lines}")
+
+
+@pytest.mark.task("11.2")
+@pytest.mark.task("11.3")
+def test_a_write_of_several_entries_lands_whole_or_not_at_all(lesson, database):
+    """The repair is a write of several rows (its marker, then a result per call):
+    when the server refuses one of them, none is stored; the next resume stores them
+    all at the next places, returns them, and the writer goes on after the last."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a torch and a lantern."})
+        log.append(call_message(("call_a", "torch"), ("call_b", "lantern")))
+    # The repair writes seq 2 (its marker), 3 and 4 (the results): refuse seq 4
+    refuse_rows(database, "NEW.session_id = 'quest-1' AND NEW.seq = 4")
+    before = rows(database)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(psycopg.Error, "the server refused the repair's last row, so "
+                    "opening the session should fail", match="made up by the test"):
+            log.open_for_append()
+    assert rows(database) == before, (
+        "a write of several rows lands whole or not at all (one statement): the server "
+        f"refused the last one, yet {len(rows(database)) - len(before)} row(s) of it "
+        "were stored")
+    drop_refusal(database)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        history = log.open_for_append()
+        answered = [m.get("tool_call_id") for m in history if m["role"] == "tool"]
+        assert answered == ["call_a", "call_b"], (
+            "open_for_append() should return the session repaired (a result for each "
+            f"call, read back after the repair); its tool results answer {answered}")
+        try:
+            log.append({"role": "user", "content": "Did it work?"})
+        except lesson.SessionConflict as error:
+            pytest.fail("the repair stored 3 rows (seq 2, 3, 4), so the next append "
+                        f"belongs at seq 5; it collided with a stored row: {error}",
+                        pytrace=False)
+    seqs = [seq for seq, _, _ in rows(database)]
+    assert seqs == list(range(6)), (
+        f"the rows should be seq 0 to 5 with no gap; found {seqs}")
+
+
+@pytest.mark.task("11.2")
+@pytest.mark.task("11.5")
+def test_a_fork_of_no_messages_can_be_written_to(lesson, database):
+    """A fork of the first 0 messages is a session with its row in `sessions` and no
+    entries yet: its first entry (seq 0) finds that row there and is stored, and the
+    fork keeps its lineage."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Where is the cave?"})
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=0)
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        assert fork.open_for_append() == [], "a fork of 0 messages starts empty"
+        try:
+            fork.append({"role": "user", "content": "Where is the shop?"})
+        except (lesson.SessionConflict, psycopg.Error) as error:
+            pytest.fail("the first entry of a fork of 0 messages should be stored: its "
+                        "row in `sessions` exists already (the fork made it), which is "
+                        f"no conflict; the append raised {type(error).__name__}: "
+                        f"{error}", pytrace=False)
+    stored = [m["content"] for m in messages_in(rows(database, "quest-2"))]
+    assert stored == ["Where is the shop?"], (
+        f"the fork should hold its one message, found {stored}")
+    lineage = lesson.lineage(database, "quest-2")
+    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 0), (
+        "the fork's row in `sessions` should still say parent quest-1, at 0: "
+        f"{lineage}")
 
 
 @pytest.mark.task("11.2")
@@ -432,36 +646,54 @@ def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
 @pytest.mark.key
 @pytest.mark.task("11.3")
 def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
-    """The process died between the call's row and its result's: on resume every call
-    gets a result saying it was interrupted, after a repair marker, written once."""
-    call_message = {"role": "assistant", "content": "",
-                    "tool_calls": [{"id": "call_1", "type": "function",
-                                    "function": {"name": "buy",
-                                                 "arguments": '{"item": "rope"}'}}]}
+    """The process died between a call's result and the next one's: on resume each
+    call still without a result gets one saying it was interrupted, in call order,
+    right after one repair marker that names them; earlier answered calls are left
+    alone; a second resume writes nothing."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "Buy a rope."})
-        log.append(call_message)
+        log.append(call_message(("call_0", "rope")))
+        log.append({"role": "tool", "tool_call_id": "call_0",
+                    "content": "You bought a rope."})
+        log.append({"role": "user", "content": "And a torch, a lantern, a map."})
+        log.append(call_message(("call_a", "torch"), ("call_b", "lantern"),
+                                ("call_c", "map")))
+        log.append({"role": "tool", "tool_call_id": "call_a",
+                    "content": "You bought a torch."})
+    stored = len(rows(database))
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        history = log.open_for_append()
+    results = [m for m in history if m["role"] == "tool"]
+    late = [(m["tool_call_id"], "interrupted" in m["content"]) for m in results[2:]]
+    assert late == [("call_b", True), ("call_c", True)], (
+        "call_b and call_c had no result: the resumed session should answer each "
+        "with a result saying it was interrupted, in call order, and call_0 and call_a "
+        f"keep their own; the results after call_a's are {late}")
+    added = [json.loads(line) for _, line, _ in rows(database)[stored:]]
+    said = [entry.get("$marker") or entry.get("tool_call_id") for entry in added]
+    assert said == ["repair", "call_b", "call_c"], (
+        "the repair stores its marker, then one result per call still open (call_b, "
+        f"call_c), each once; the rows it added are {said}")
+    count = len(rows(database))
     agent, model, log = open_agent(lesson, database, [say("Checking first.")])
     with log:
         agent.run("Did it work?")   # the scripted server refuses an unanswered call
-    results = [m for m in agent.messages if m["role"] == "tool"]
-    assert len(results) == 1 and "interrupted" in results[0]["content"], (
-        "the resumed session should answer call_1 with a result saying it was "
-        f"interrupted; its tool messages are {results}")
-    count = len(rows(database))
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        log.open_for_append()
+    added = [json.loads(line) for _, line, _ in rows(database)[count:]]
+    assert [m.get("role") for m in added] == ["user", "assistant"], (
+        "a second resume finds nothing to repair: the next agent should store only "
+        f"its own turn; it stored {added}")
     markers = [json.loads(line) for _, line, _ in rows(database)
                if "$marker" in json.loads(line)]
-    assert len(rows(database)) == count and len(markers) == 1, (
+    assert len(markers) == 1, (
         "the repair is stored once: a second resume finds nothing to repair; found "
         f"{len(markers)} repair marker(s)")
     marker = {key: markers[0].get(key)
               for key in ("$marker", "cut_bytes", "cut_preview", "interrupted")}
     assert marker == {"$marker": "repair", "cut_bytes": 0, "cut_preview": "",
-                      "interrupted": ["call_1"]}, (
-        "the repair marker has the file's format (nothing is ever cut from a table): "
-        f"expected cut_bytes 0, cut_preview '', interrupted ['call_1'], got {marker}")
+                      "interrupted": ["call_b", "call_c"]}, (
+        "the repair marker has the file's format (nothing is ever cut from a table) "
+        "and names the calls it answers: expected cut_bytes 0, cut_preview '', "
+        f"interrupted ['call_b', 'call_c'], got {marker}")
 
 
 # --- 11.4 blobs, stored once ----------------------------------------------------------
@@ -488,6 +720,48 @@ def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
         "session_blobs, named by its sha256")
     assert max(len(line) for _, line, _ in rows(database)) < 1000, (
         "the message's row should hold a small reference, not the content")
+
+
+@pytest.mark.task("11.4")
+def test_two_writers_storing_the_same_blob_at_once_both_succeed(lesson, database):
+    """Another host pastes the same text at the same moment: its transaction has
+    stored the blob's row but not committed yet. This writer's append waits for it,
+    then finds the blob there and goes on: no error, one row of session_blobs."""
+    pasted = "The elder's map, copied out. " * 1000
+    digest = hashlib.sha256(pasted.encode("utf-8")).hexdigest()
+    outcome = {}
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+        with psycopg.connect(database) as other_host:    # a transaction, not committed
+            other_host.execute("INSERT INTO session_blobs (sha256, data) "
+                               "VALUES (%s, %s)", (digest, pasted.encode("utf-8")))
+
+            def append():
+                try:
+                    log.append({"role": "user", "content": pasted})
+                except Exception as error:  # noqa: BLE001 - the test reports it
+                    outcome["error"] = error
+
+            writer = threading.Thread(target=append)
+            writer.start()
+            # Until the writer waits for the other host's row (or has finished)
+            deadline = time.monotonic() + WAIT
+            while writer.is_alive() and time.monotonic() < deadline and not sql(
+                    database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
+                    "= 'Lock' AND datname = current_database()"):
+                time.sleep(0.01)
+            other_host.commit()
+            writer.join(HANG)
+    error = outcome.get("error")
+    assert error is None, (
+        "the same bytes stored by another host at the same moment are no error: the "
+        f"append should find them there and go on; it raised {type(error).__name__}: "
+        f"{error}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = [m["content"] == pasted for m in log.load()]
+    assert loaded == [True], "the pasted message should load back whole, once"
+    assert sql(database, "SELECT sha256 FROM session_blobs") == [(digest,)], (
+        "the blob should be one row of session_blobs")
 
 
 @pytest.mark.task("11.4")
@@ -526,23 +800,74 @@ def test_a_changed_blob_is_refused_naming_it(lesson, database):
 @pytest.mark.key
 @pytest.mark.task("11.5")
 def test_a_fork_copies_the_history_and_records_its_lineage(lesson, database):
-    """fork_postgres copies the first messages into a new session and records its
-    parent; appending to either afterwards leaves the other as it was."""
+    """fork_postgres copies the rows of the first messages, each with its seq, line
+    and jsonb body (NULL where the source's is), into a new session, no more, and
+    records its parent and the count; appending to either afterwards leaves the other
+    as it was."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "A note: \u0000 is no text."})
     agent, _, log = open_agent(lesson, database, DAY_1)
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
         day_1 = list(agent.messages)
-    lesson.fork_postgres(database, "quest-1", "quest-2", upto=2)
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=5)
     with lesson.PostgresSessionLog(database, "quest-2") as fork:
-        assert fork.open_for_append()[:2] == day_1[:2], (
-            "the fork should start with the first 2 messages of the source")
+        forked = fork.load()
+        assert forked == day_1[:5], (
+            f"the fork should hold the first 5 messages of the source, no more; it "
+            f"holds {len(forked)}: {forked}")
         fork.append({"role": "user", "content": "only in the fork"})
+    copied, source_rows = rows(database, "quest-2")[:5], rows(database)[:5]
+    assert copied == source_rows, (
+        "the fork's rows should be the source's, seq, line and body alike:\n"
+        f"source {source_rows}\nfork   {copied}")
     with lesson.PostgresSessionLog(database, "quest-1") as source:
         assert source.load() == day_1, "appending to the fork changed the source"
     lineage = lesson.lineage(database, "quest-2")
-    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 2), (
-        f"the fork's row in `sessions` should say parent quest-1, at 2; it says "
+    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 5), (
+        f"the fork's row in `sessions` should say parent quest-1, at 5; it says "
         f"{lineage}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
+                                                                       database):
+    """Markers are rows too (a repair, an undo): a fork of the first k messages
+    copies the rows up to the one holding the k-th message shown, markers included,
+    and records k; a whole fork keeps every row, so the undo holds in it too."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a rope."})
+        log.append(call_message(("call_1", "rope")))
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.open_for_append()   # the repair: a marker row, then call_1's result
+        log.append({"role": "assistant", "content": "Let me check the rope."})
+        log.append({"role": "user", "content": "And a torch?"})
+        log.append({"role": "assistant", "content": "No torch today."})
+        log.undo(2)             # a marker row: the last two messages are undone
+        log.append({"role": "user", "content": "Then to the cave."})
+        shown = log.load()
+    assert len(shown) == 5, f"the source should show 5 messages, it shows {shown}"
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=4)
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        forked = fork.load()
+    assert forked == shown[:4], (
+        "a fork of the first 4 messages of a session with a repair marker among its "
+        "rows should show those 4 messages (it copies rows up to the 4th message's, "
+        f"5 rows here); it shows {len(forked)}: {forked}")
+    lineage = lesson.lineage(database, "quest-2")
+    assert lineage and lineage["forked_at"] == 4, (
+        "forked_at counts the messages the fork kept (4), not the rows it copied: "
+        f"the fork's row says {lineage}")
+    lesson.fork_postgres(database, "quest-1", "quest-3")
+    with lesson.PostgresSessionLog(database, "quest-3") as whole:
+        assert whole.load() == shown, (
+            "a whole fork should show what the source shows (its undo too)")
+    assert rows(database, "quest-3") == rows(database), (
+        "a whole fork should copy every row of the source, markers included")
+    lineage = lesson.lineage(database, "quest-3")
+    assert lineage and lineage["forked_at"] == 5, (
+        "a whole fork keeps all 5 messages the source shows: its row in `sessions` "
+        f"should say forked_at 5; it says {lineage}")
 
 
 @pytest.mark.task("11.5")
@@ -552,19 +877,10 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     agent, _, log = open_agent(lesson, database, DAY_1)
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
-    sql(database, """
-        CREATE FUNCTION refuse_third_row() RETURNS trigger AS $$
-        BEGIN
-            IF NEW.session_id = 'quest-2' AND NEW.seq = 2 THEN
-                RAISE EXCEPTION 'the disk is full (made up by the test)';
-            END IF;
-            RETURN NEW;
-        END $$ LANGUAGE plpgsql;
-        CREATE TRIGGER refuse_third_row BEFORE INSERT ON session_entries
-            FOR EACH ROW EXECUTE FUNCTION refuse_third_row();
-    """)
+    refuse_rows(database, "NEW.session_id = 'quest-2' AND NEW.seq = 2")
     with raises(Exception, "the trigger refuses the fork's 3rd row: fork_postgres "
-                "should fail"):
+                "should fail with the server's error, as it is (no SessionExists: "
+                "the id is free)", match="made up by the test"):
         lesson.fork_postgres(database, "quest-1", "quest-2")
     left = len(rows(database, "quest-2"))
     assert left == 0 and lesson.lineage(database, "quest-2") is None, (
@@ -574,15 +890,24 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
 
 @pytest.mark.task("11.5")
 def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, database):
-    """A fork onto an existing session raises SessionExists and changes it not; a fork
-    from a session that does not exist raises SessionNotFound."""
+    """A fork onto an existing session, even one with no entries yet, raises
+    SessionExists naming the id and changes it not; a fork from a session that does
+    not exist raises SessionNotFound."""
     for session_id in ("quest-1", "quest-2"):
         with lesson.PostgresSessionLog(database, session_id) as log:
             log.append({"role": "user", "content": session_id})
     with raises(lesson.SessionExists, "quest-2 exists: forking onto it must be "
-                "refused"):
+                "refused", match="quest-2"):
         lesson.fork_postgres(database, "quest-1", "quest-2")
     with raises(lesson.SessionNotFound, "there is no session nowhere-1"):
         lesson.fork_postgres(database, "nowhere-1", "quest-3")
     kept = [json.loads(line)["content"] for _, line, _ in rows(database, "quest-2")]
     assert kept == ["quest-2"], f"quest-2 should be as it was, found {kept}"
+    lesson.fork_postgres(database, "quest-2", "quest-3", upto=0)    # no entries yet
+    with raises(lesson.SessionExists, "quest-3 exists (a fork of 0 messages, with no "
+                "entries yet): forking onto it must be refused", match="quest-3"):
+        lesson.fork_postgres(database, "quest-1", "quest-3")
+    lineage = lesson.lineage(database, "quest-3")
+    assert rows(database, "quest-3") == [] and lineage["parent"] == "quest-2", (
+        f"quest-3 should be as it was (no rows, parent quest-2); found "
+        f"{len(rows(database, 'quest-3'))} row(s) and lineage {lineage}")
