@@ -260,7 +260,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.known.settled = leaves_no_call_open(message)
         #<
         #> 11+
-        self._count([message])
+        if self.known is not None:      # else not worked out yet (_open_at_tail)
+            # Shown, with its index as written, at the position of the line just written
+            self.shown.append((self.message_count, len(self.known.ends) - 1))
+            self.message_count += 1
+            self.known.message_count = self.message_count
+            self.known.settled = leaves_no_call_open(message)
         #<
 
     def _write(self, data: bytes) -> None:

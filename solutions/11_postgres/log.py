@@ -124,7 +124,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self._write(encode_line(self.outline(message)))
         finally:
             self.release_blobs()    # the line is written (or never will be): unpin
-        self._count([message])
+        if self.known is not None:      # else not worked out yet (_open_at_tail)
+            # Shown, with its index as written, at the position of the line just written
+            self.shown.append((self.message_count, len(self.known.ends) - 1))
+            self.message_count += 1
+            self.known.message_count = self.message_count
+            self.known.settled = leaves_no_call_open(message)
 
     def _write(self, data: bytes) -> None:
         """Add whole lines at the end of the log with one write(); fsync if durable.
