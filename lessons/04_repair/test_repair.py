@@ -686,7 +686,8 @@ def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, tor
     assert len(found) == 1, (
         f"cutting a torn tail should write one repair marker: {found}")
     assert found[0].get("cut_bytes") == size, (
-        f"cut_bytes counts every byte cut, {size}, not only those previewed: {found[0]}")
+        f"cut_bytes counts every byte cut, {size}, not only those previewed: "
+        f"{found[0]}")
     preview = found[0].get("cut_preview")
     text = torn.decode("utf-8", "replace")
     # A preview that stops inside a character ends in U+FFFD, for a byte or more of it
@@ -742,8 +743,10 @@ def test_an_agent_without_a_log_settles_its_open_calls_in_memory(lesson, town):
                     "settle() answers them whether or not there is a log (task 04.4)",
                     pytrace=False)
     roles = [message.get("role") for message in agent.messages]
-    assert roles == ["user", "assistant", "tool", "tool", "tool", "user", "assistant"], (
-        f"the calls, their three results, then the next message; the agent holds {roles}")
+    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+    assert roles == expected, (
+        "the calls, their three results, then the next message; the agent holds "
+        f"{roles}")
 
 
 # --- empty lines, the reason, ids used again ------------------------------------------
@@ -764,7 +767,8 @@ def test_an_empty_line_is_no_damage_and_its_byte_still_counts(resume, sessions, 
                                                                else "nothing"))
 
     assert agent.messages == A_FINISHED_DAY, (
-        f"the four messages around the empty line are the history; got {agent.messages}")
+        "the four messages around the empty line are the history; got "
+        f"{agent.messages}")
     data = path.read_bytes()
     if not tail:
         assert data == whole, (
@@ -937,8 +941,8 @@ def test_the_repair_marker_says_when_it_was_written(resume, sessions):
     try:
         when = datetime.fromisoformat(at)
     except (TypeError, ValueError):
-        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is {at!r} "
-                    f"(markers: {found})", pytrace=False)
+        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is "
+                    f"{at!r} (markers: {found})", pytrace=False)
     assert when.tzinfo is not None and before <= when <= after, (
         f"`at` should be the time of the repair, between {before} and {after}, with "
         f"its time zone; it is {at!r}")

@@ -897,7 +897,8 @@ def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
 
 
 @pytest.mark.task("07.3")
-@pytest.mark.parametrize("note", [False, True], ids=["nothing pending", "a note pending"])
+@pytest.mark.parametrize("note", [False, True],
+                         ids=["nothing pending", "a note pending"])
 def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, sessions,
                                                                  note):
     """The disk is full when the agent's undo asks the log for its marker: the OSError
@@ -1062,11 +1063,11 @@ def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
     try:
         when = datetime.fromisoformat(at)
     except (TypeError, ValueError):
-        pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is {at!r} "
-                    f"(markers: {found})", pytrace=False)
+        pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is "
+                    f"{at!r} (markers: {found})", pytrace=False)
     assert when.tzinfo is not None and before <= when <= after, (
-        f"\"at\" should be the time of the undo, between {before} and {after}, with its "
-        f"time zone; it is {at!r}")
+        f"\"at\" should be the time of the undo, between {before} and {after}, with "
+        f"its time zone; it is {at!r}")
 
 
 @pytest.mark.task("07.4")
@@ -1118,5 +1119,5 @@ def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
         lesson.fork(sessions, "quest-1", f"first-{upto}", upto=upto)
         forked = resume(lesson, sessions, f"first-{upto}")
         assert forked == turn_a[:upto], (
-            f"fork(upto={upto}) should show the first {upto} messages the source shows; "
-            f"it shows {len(forked)}: {[m.get('role') for m in forked]}")
+            f"fork(upto={upto}) should show the first {upto} messages the source "
+            f"shows; it shows {len(forked)}: {[m.get('role') for m in forked]}")
