@@ -260,11 +260,11 @@ def see_03(scene: Scene) -> None:
     original = scene.sessions / "quest.jsonl"
     before = len(log_lines(original))
     scene.say(f"Day 1 leaves quest.jsonl with {count(before, 'line')}. What if we bought a "
-              "map instead? The quick fork: what-if.jsonl, a hard link to the same file. "
+              "map instead? The quick fork: quest-guard.jsonl, a hard link to the same file. "
               "Lesson 02's agent resumes it and buys a map. Now quest.jsonl, the original, "
               "holds:")
-    os.link(original, scene.sessions / "what-if.jsonl")
-    with lesson.SessionLog(scene.sessions, "what-if") as log:
+    os.link(original, scene.sessions / "quest-guard.jsonl")
+    with lesson.SessionLog(scene.sessions, "quest-guard") as log:
         agent(lesson, model, town, session=log).run("Buy a map instead.")
     scene.show_log(original, numbered=True)
     scene.say(f"{count(len(log_lines(original)) - before, 'line')} the original never said: "
@@ -429,9 +429,9 @@ def see_06(scene: Scene) -> None:
     longest = max(len(line) for line in path.read_bytes().splitlines())
     scene.say(f"quest.jsonl    {size(path)} in {count(len(log_lines(path)), 'line')}; the "
               f"longest line: {count(longest, 'byte')}", "  ")
-    lesson.fork(scene.sessions, "quest", "what-if")
+    lesson.fork(scene.sessions, "quest", "quest-guard")
     scene.say("A fork, to try another way from there:")
-    scene.say(f"what-if.jsonl  {size(scene.sessions / 'what-if.jsonl')}: both copies, "
+    scene.say(f"quest-guard.jsonl  {size(scene.sessions / 'quest-guard.jsonl')}: both copies, "
               "copied again", "  ")
     total = sum(p.stat().st_size for p in scene.sessions.rglob("*") if p.is_file())
     scene.say(f"The folder holds {count(total, 'byte')} for one letter, and every load, fork "
