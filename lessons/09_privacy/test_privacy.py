@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,44 @@ def blob_names(sessions):
     return sorted(p.name for p in blobs.iterdir()) if blobs.is_dir() else []
 
 
+@pytest.fixture
+def before_the_lock(lesson, monkeypatch):
+    """before_the_lock(action): the next time anything takes a session's lock, `action`
+    runs first, once: what another process may do between a look and the lock."""
+    def install(action):
+        real = lesson.SessionLog._lock
+        done = []
+
+        def lock(self, *args, **kwargs):
+            if not done:
+                done.append(True)
+                action()
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(lesson.SessionLog, "_lock", lock)
+    return install
+
+
+def failing_open(monkeypatch, name):
+    """From now on, opening a file named `name` fails with EIO, as a bad disk does."""
+    real = os.open
+
+    def open_(path, *args, **kwargs):
+        if Path(path).name == name:
+            raise OSError(5, "Input/output error (the test's)", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+
+def store_again(lesson, sessions, session_id, data):
+    """Another writer stores `data` as a blob (a second later than a moment ago) and
+    lets go before its line: the blob is touched, and pinned no more."""
+    time.sleep(0.05)        # the file system's clock is coarser than time.time()
+    with lesson.SessionLog(sessions, session_id) as other:
+        return other.store_blob(data)
+
+
 # --- 09.1: delete ---------------------------------------------------------------------
 
 
@@ -183,10 +222,16 @@ def test_delete_removes_a_meta_file_a_failed_fork_left_without_its_log(
     """A meta file with no log (a fork that failed half-way) is no session, but it
     names one: deleting that id removes it."""
     (sessions / "quest-9.meta.json").write_text('{"format": 1, "id": "quest-9"}')
+    (sessions / "quest-8.meta.json").write_text('{"format": 1, "id": "quest-8"}')
     try:
         assert lesson.delete_session(sessions, "quest-9") is True
+        assert lesson.delete_session(sessions, "quest-8",
+                                     idle_before=time.time()) is True, (
+            "with idle_before, a meta file left without its log should still be "
+            "deleted: the time to judge is the log's, and there is no log")
     except OSError as error:
-        pytest.fail(f"deleting a session with a meta file and no log raised {error!r}",
+        pytest.fail(f"deleting a session with a meta file and no log raised {error!r}: "
+                    "the idle check is about the log, and there is none",
                     pytrace=False)
     assert list(sessions.iterdir()) == []
 
@@ -207,6 +252,115 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         f"{files_holding(sessions, 'Ilse')}")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
+
+
+@pytest.mark.task("09.1")
+def test_delete_lists_the_files_again_once_it_holds_the_lock(
+    lesson, sessions, before_the_lock
+):
+    """What the caller saw before the lock may be out of date: a temporary copy of the
+    log that appears just before delete_session takes the lock (a crashed erase of
+    another process) is removed too."""
+    play(lesson, sessions, TURN_SECRET)
+    copy = sessions / ".quest-1.jsonl.r4nd0m.tmp"
+    before_the_lock(lambda: copy.write_bytes((sessions / "quest-1.jsonl").read_bytes()))
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert files_holding(sessions, "Ilse") == [], (
+        "a temporary copy of the log appeared just before delete_session took the "
+        "lock, and is still there: list the session's files once you hold the lock, "
+        f"not before. Still holding the words: {files_holding(sessions, 'Ilse')}")
+
+
+@pytest.mark.task("09.1")
+def test_delete_judges_idle_before_by_the_log_it_finds_under_the_lock(
+    lesson, sessions, before_the_lock
+):
+    """A writer appends to an old session just before delete_session takes its lock:
+    the log is young again, and stays, with the writer's message in it."""
+    play(lesson, sessions, TURN_A)
+    age(sessions / "quest-1.jsonl", 31)
+
+    def a_writer_comes_back():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
+            writer.append({"role": "user", "content": "Back after a month."})
+
+    before_the_lock(a_writer_comes_back)
+    deleted = lesson.delete_session(sessions, "quest-1",
+                                    idle_before=time.time() - 30 * DAY)
+    assert deleted is False and (sessions / "quest-1.jsonl").exists(), (
+        "a writer appended to the session just before delete_session took the lock, "
+        "and the session was deleted with the message it had just acknowledged: read "
+        "the log's modification time once you hold the lock")
+    assert resume(lesson, sessions)[-1]["content"] == "Back after a month."
+
+
+@pytest.mark.task("09.1")
+def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
+    """A log with a corrupt line in the middle and a torn last line (its writer crashed
+    after storing a blob, in the middle of the line that points to it) is deleted all
+    the same, and the blobs both lines name go with it."""
+    play(lesson, sessions, TURN_A, (LARGE_SECRET, [say("Noted.")]))
+    with lesson.SessionLog(sessions, "scratch") as other:
+        torn = other.store_blob(("Ilse's letters: " + "dear sister, " * 400).encode())
+    path = sessions / "quest-1.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(1, b'{"role": "user", "content": "half')   # damaged in the middle
+    path.write_bytes(b"\n".join(lines)
+                     + b'{"role": "user", "content": {"$blob": "' + torn.encode())
+    assert len(blob_names(sessions)) == 2, "the test's own set-up: two blobs"
+    try:
+        assert lesson.delete_session(sessions, "quest-1") is True
+    except (ValueError, OSError) as error:
+        pytest.fail(f"delete_session refused a damaged log ({error!r}): a person's "
+                    "words must be deletable whatever state their log is in; read the "
+                    "blob names from its bytes, not by parsing its lines",
+                    pytrace=False)
+    assert blob_names(sessions) == [], (
+        "the blobs named by the damaged log (one by its torn last line) should go with "
+        f"it; blobs/ still holds {[name[:12] for name in blob_names(sessions)]}")
+
+
+@pytest.mark.task("09.1")
+@pytest.mark.parametrize("unreadable", ["quest-1.jsonl", "quest-2.jsonl"])
+def test_delete_goes_ahead_when_a_file_cannot_be_read(
+    lesson, sessions, monkeypatch, unreadable
+):
+    """The session's own log cannot be read (no blob names then), or another log that
+    may refer to its blobs cannot (no blob can be judged): the session is deleted all
+    the same, without an error, and its blob is kept for collect_blobs to judge."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    [blob] = blob_names(sessions)
+    failing_open(monkeypatch, unreadable)
+    try:
+        deleted = lesson.delete_session(sessions, "quest-1")
+    except OSError as error:
+        pytest.fail(f"with {unreadable} unreadable (EIO), delete_session raised "
+                    f"{error!r}: the session should be deleted all the same, its blobs "
+                    "left for collect_blobs", pytrace=False)
+    monkeypatch.undo()
+    assert deleted is True and not (sessions / "quest-1.jsonl").exists(), (
+        f"with {unreadable} unreadable, delete_session should still delete quest-1")
+    assert blob_names(sessions) == [blob], (
+        "a blob that may still be referred to (a file could not be read) must stay")
+
+
+@pytest.mark.task("09.1")
+def test_a_blob_stored_again_while_the_delete_runs_stays(
+    lesson, sessions, before_the_lock
+):
+    """Another writer stores the same bytes again while the delete runs (it will write
+    the line that points to them next): the blob is young, and stays."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    age(sessions / "blobs" / blob, 2)
+    before_the_lock(lambda: store_again(lesson, sessions, "quest-2",
+                                        LARGE_SECRET.encode()))
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert blob_names(sessions) == [blob], (
+        "another writer stored the blob again after the delete began, and the delete "
+        "removed it: its next line would point to nothing. Judge the blobs by the time "
+        "the delete began (a blob touched since then stays)")
 
 
 @pytest.mark.task("09.1")
@@ -232,7 +386,6 @@ def test_a_session_exactly_as_old_as_the_retention_is_kept(lesson, sessions):
     os.utime(sessions / "quest-1.jsonl", (then, then))
     assert lesson.delete_session(sessions, "quest-1", idle_before=then) is False, (
         "the log was last changed at idle_before itself, not before it: keep it")
-    assert lesson.expire(sessions, older_than=100, now=then + 100) == ([], [])
     assert (sessions / "quest-1.jsonl").exists()
 
 
@@ -286,6 +439,73 @@ def test_expire_skips_a_session_a_writer_holds_however_old(lesson, sessions):
             f"expire() returned deleted={deleted}, busy={busy}")
         assert (sessions / "quest-1.jsonl").exists(), "expire() deleted under a writer"
     assert lesson.expire(sessions) == (["quest-1"], [])
+
+
+@pytest.mark.task("09.2")
+def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
+    lesson, sessions
+):
+    """The cutoff is `now` less `older_than`: a log last changed exactly then is not
+    older than the retention, and stays; one changed a second before goes."""
+    play(lesson, sessions, TURN_A, session_id="at-cutoff")
+    play(lesson, sessions, TURN_A, session_id="before-it")
+    then = 1_700_000_000        # whole seconds: the file system keeps them exactly
+    os.utime(sessions / "at-cutoff.jsonl", (then, then))
+    os.utime(sessions / "before-it.jsonl", (then - 1, then - 1))
+    found = lesson.expire(sessions, older_than=100, now=then + 100)
+    assert found == (["before-it"], []), (
+        "with now = T + 100 and older_than = 100, the cutoff is T: a log changed at T "
+        f"stays, one changed at T - 1 goes; expire() returned {found}")
+
+
+@pytest.mark.task("09.2")
+def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sessions):
+    """expire() returns the ids it deleted in the order of the log names, whatever the
+    order the folder lists them in."""
+    names = ["quest-c", "quest-a", "quest-e", "quest-b", "quest-d"]
+    for session_id in names:
+        play(lesson, sessions, TURN_A, session_id=session_id)
+        age(sessions / f"{session_id}.jsonl", 40)
+    deleted, busy = lesson.expire(sessions)
+    assert deleted == sorted(names) and busy == [], (
+        f"expire() should return {sorted(names)} (sorted by name), it returned "
+        f"{deleted}: go through the logs sorted by name")
+
+
+@pytest.mark.task("09.2")
+def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessions):
+    """A meta file whose log is gone (a fork or a delete stopped half-way) holds a
+    person's words too: once it is as old as the cutoff, expire() removes it and names
+    its id; a young one stays."""
+    for session_id in ("left-old", "left-young"):
+        meta = sessions / f"{session_id}.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": session_id,
+                                    "parent": "Ilse's diary", "forked_at": 1}))
+    age(sessions / "left-old.meta.json", 40)
+    deleted, busy = lesson.expire(sessions)
+    assert (deleted, busy) == (["left-old"], []), (
+        "expire() should remove the old meta file that lost its log and say so "
+        f"(deleted=['left-old']); it returned deleted={deleted}, busy={busy}")
+    assert sorted(p.name for p in sessions.iterdir()) == ["left-young.meta.json"], (
+        "the old meta file without its log should be gone, the young one kept")
+
+
+@pytest.mark.task("09.2")
+def test_expire_reports_as_busy_only_the_idle_sessions_a_writer_holds(
+    lesson, sessions
+):
+    """A young session is simply kept: expire() does not take its lock (a writer
+    opening it just then would be refused), nor report it busy while a writer holds
+    it."""
+    play(lesson, sessions, TURN_A)
+    with lesson.SessionLog(sessions, "quest-1") as writer:
+        writer.open_for_append()
+        found = lesson.expire(sessions)
+        writer.append({"role": "user", "content": "Still here."})
+    assert found == ([], []), (
+        "the session was written just now: it is not idle, so not skipped because of "
+        f"its writer; expire() returned {found}. Skip the young logs before asking "
+        "delete_session for anything")
 
 
 @pytest.mark.task("09.2")
@@ -387,10 +607,16 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
         f"{[m.get('content') for m in found]}")
     assert undo_line in (sessions / "quest-1.jsonl").read_bytes(), (
         "the undo marker's line must stay byte for byte: only the erased line changes")
+    indices = [marker.get("index") for marker in erase_markers(sessions / "quest-1.jsonl")]
+    assert indices == [0, 5], (
+        "each erase marker should name its message as undo markers do (its index "
+        "among the file's messages: the last one is message 5, the undo marker is no "
+        f"message); the markers say {indices}")
 
 
 @pytest.mark.key
 @pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
     lesson, sessions
 ):
@@ -434,6 +660,30 @@ def test_a_tombstone_keeps_no_other_key_of_the_message(lesson):
     answer = {"role": "tool", "tool_call_id": "call_1", "content": SECRET}
     assert lesson.tombstone(answer) == {"role": "tool", "tool_call_id": "call_1",
                                         "content": lesson.ERASED}
+
+
+@pytest.mark.task("09.3")
+def test_a_tombstone_is_a_new_message_with_only_what_each_call_needs(lesson):
+    """A call keeps its id, the type "function" and its function's name, nothing else
+    a server added to it (an index, a signature); and the message given to tombstone
+    is left as it was: it may be the agent's memory, or another line's entry."""
+    message = {
+        "role": "assistant", "content": SECRET, "reasoning": "Ilse is the sister",
+        "tool_calls": [{"id": "call_1", "type": "function", "index": 0,
+                        "function": {"name": "talk_to",
+                                     "arguments": '{"npc": "Ilse"}',
+                                     "signature": "Ilse"}}]}
+    given = json.loads(json.dumps(message))
+    found = lesson.tombstone(message)
+    assert found == {"role": "assistant", "content": lesson.ERASED,
+                     "tool_calls": [{"id": "call_1", "type": "function",
+                                     "function": {"name": "talk_to",
+                                                  "arguments": "{}"}}]}, (
+        "the tombstone of a call should hold its id, type and function name, with "
+        f"arguments '{{}}', and no other key; got {found!r}")
+    assert message == given, (
+        "tombstone changed the message it was given (now "
+        f"{message!r}): build a new message, and new calls, from nothing")
 
 
 @pytest.mark.key
@@ -484,8 +734,9 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     monkeypatch.setattr(os, step, failing)
     try:
         log.erase(0)
+        failed = False
     except OSError:
-        pass
+        failed = True
     monkeypatch.undo()
     try:
         log.append({"role": "user", "content": "Written after the erase."})
@@ -500,6 +751,14 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         f"is not in the log ({contents}): it went to the old file, which no name reaches. "
         "Open the temporary file before the rename, and after a failure later on, set "
         "in_doubt so that the writer refuses to go on")
+    assert not (failed and acknowledged), (
+        f"the {step} after the rename failed and erase() raised, yet the writer took "
+        "the next message: a rewrite that did not finish (the new name may not survive "
+        "a power cut) must leave the writer refusing every write until the session is "
+        "opened again (set in_doubt)")
+    assert contents[0] == lesson.ERASED, (
+        f"the session opened again should show the erased message's tombstone, shows "
+        f"{contents}")
 
 
 @pytest.mark.task("09.4")
@@ -592,6 +851,86 @@ def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sess
 
 
 @pytest.mark.task("09.4")
+def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
+    """Lines another program wrote (a blank line, a line separator U+2028 inside a
+    text, which JSON need not escape) are lines like any other: the erase replaces the
+    erased message's line and leaves every other message as it was."""
+    play(lesson, sessions, TURN_A)
+    path = sessions / "quest-1.jsonl"
+    with open(path, "ab") as file:
+        file.write(b"\n")      # a blank line: no message
+        file.write('{"role": "user", "content": "Line one\u2028line two"}\n'
+                   .encode("utf-8"))
+    play(lesson, sessions, TURN_SECRET, TURN_C)
+    before = resume(lesson, sessions)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(3)        # the SECRET: the blank line is no message
+    expected = before[:3] + [{"role": "user", "content": lesson.ERASED}] + before[4:]
+    found = resume(lesson, sessions)
+    assert found == expected, (
+        "after erasing message 3, a new process should see every other message as it "
+        f"was; it sees {[m.get('content') for m in found]}. Copy each other line by its "
+        "line number, and split the bytes on b'\\n' only")
+    assert "Line one\u2028line two".encode() in path.read_bytes()
+
+
+@pytest.mark.task("09.4")
+def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypatch):
+    """The log is erased, but another log that cannot be read (EIO) may refer to the
+    erased message's blob, so the blob stays: erase raises EraseIncomplete naming the
+    log, and the log itself no longer holds the words."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        failing_open(monkeypatch, "quest-2.jsonl")
+        try:
+            with raises(lesson.EraseIncomplete,
+                        "the erased message's blob could not be dropped (a log could "
+                        "not be read) and erase() said nothing: the person must learn "
+                        "that a copy of their words is left") as raised:
+                log.erase(0)
+        except OSError as error:
+            pytest.fail(f"erase() let {error!r} out: the log is erased by then, so say "
+                        "what was not reached with EraseIncomplete (an EraseError) "
+                        "naming the log", pytrace=False)
+        finally:
+            monkeypatch.undo()
+    assert "quest-1.jsonl" in str(raised.value), (
+        f"EraseIncomplete should name the log, it says: {raised.value}")
+    assert "Ilse" not in (sessions / "quest-1.jsonl").read_text(encoding="utf-8"), (
+        "the log should be erased all the same")
+
+
+@pytest.mark.task("09.4")
+def test_a_blob_stored_again_while_the_erase_runs_stays(
+    lesson, sessions, monkeypatch
+):
+    """Another session's writer stores the same bytes while the erase rewrites the log
+    (its line comes next): the blob is young, and the erase leaves it."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    age(sessions / "blobs" / blob, 2)
+    real_replace, done = os.replace, []
+
+    def replace(source, target, *args, **kwargs):
+        real_replace(source, target, *args, **kwargs)
+        if Path(target).name == "quest-1.jsonl" and not done:
+            done.append(store_again(lesson, sessions, "quest-2",
+                                    LARGE_SECRET.encode()))
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(os, "replace", replace)
+        log.erase(0)
+        monkeypatch.undo()
+    assert done == [blob], "the test's own set-up: the blob was stored again"
+    assert blob_names(sessions) == [blob], (
+        "another writer stored the blob again while the erase ran, and the erase "
+        "removed it: judge the blobs by the time the erase began")
+
+
+@pytest.mark.task("09.4")
 def test_a_message_whose_blob_is_missing_can_still_be_erased(lesson, sessions):
     """A message whose blob is gone (or damaged) can still be erased: the person wants
     it gone, and its line still holds a preview of it."""
@@ -631,6 +970,19 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
                 f"a refused erase({index}) changed the log")
     assert len(erase_markers(path)) == 1, (
         "one erase, one erase marker: found " + str(erase_markers(path)))
+    [marker] = erase_markers(path)
+    assert lines_of(path)[-1] == marker and sorted(marker) == ["$marker", "at",
+                                                               "index"], (
+        "the erase marker should be the log's last line, with its kind, the index and "
+        f"the time; the log ends with {lines_of(path)[-1]!r}")
+    try:
+        at = datetime.fromisoformat(marker["at"])
+    except (TypeError, ValueError):
+        at = None
+    assert at is not None and at.tzinfo is not None and abs(
+        at.timestamp() - time.time()) < 60, (
+        f"the erase marker's 'at' should be the time of the erase as now() writes it "
+        f"(an ISO date and time with its zone), found {marker['at']!r}")
     assert issubclass(lesson.EraseError, ValueError)
 
 
@@ -851,10 +1203,101 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
     half.write_text(LARGE_SECRET[:500])
     recent = blobs / (".%s.q9.tmp" % ("cd" * 32))
     recent.write_text("being written")
+    notes = blobs / "README"
+    notes.write_text("not this store's")
     age(half, 2)
-    lesson.collect_blobs(sessions)
+    age(notes, 2)
+    removed = lesson.collect_blobs(sessions)
     assert not half.exists(), "an old temporary file in blobs/ should be removed"
     assert recent.exists(), "a temporary file being written right now must stay"
+    assert notes.exists(), (
+        "a file of blobs/ that is no blob and no leftover of a crashed write (its name "
+        "does not start with a dot) is not this store's: it stays")
+    assert removed == [], (
+        "collect_blobs() returns the blobs it removed; what crashed writes left is no "
+        f"blob, yet it returned {removed}")
+
+
+@pytest.mark.task("09.5")
+def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
+    lesson, sessions
+):
+    """A collector that crashed while removing a blob left it set aside (renamed to
+    .<name>.collected). The next collection gives it its name back first, then judges
+    it: kept if a log refers to it, removed (and named) if none does."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [kept] = blob_names(sessions)
+    with lesson.SessionLog(sessions, "scratch") as other:
+        lost = other.store_blob(b"nobody's " * 2000)
+    blobs = sessions / "blobs"
+    for name in (kept, lost):
+        aside = blobs / f".{name}.collected"
+        os.rename(blobs / name, aside)
+        age(aside, 2)
+    removed = lesson.collect_blobs(sessions)
+    assert removed == [lost], (
+        "the set-aside blob no log refers to should be given its name back, then "
+        f"removed like any old unreferenced blob (and named); collect_blobs() returned "
+        f"{[name[:12] for name in removed]} and blobs/ holds "
+        f"{sorted(p.name[:14] for p in blobs.iterdir())}")
+    assert blob_names(sessions) == [kept], (
+        "the set-aside blob a log refers to should be back under its name")
+    assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
+    """Several old blobs no log refers to are all removed, and named in name order."""
+    names = []
+    with lesson.SessionLog(sessions, "scratch") as other:
+        for word in ("rope", "torch", "lamp", "map", "coin", "key"):
+            names.append(other.store_blob(f"a {word} ".encode() * 2000))
+    for name in names:
+        age(sessions / "blobs" / name, 2)
+    removed = lesson.collect_blobs(sessions)
+    assert removed == sorted(names), (
+        "collect_blobs() should return the names it removed sorted, it returned "
+        f"{[name[:8] for name in removed]}")
+
+
+@pytest.mark.task("09.5")
+def test_collect_never_takes_a_blob_a_writer_points_to_while_it_looks(
+    lesson, sessions, monkeypatch
+):
+    """An old blob nobody refers to; while collect_blobs() looks at it, a writer stores
+    the same bytes again and writes its line. The blob must stay: whatever collect saw
+    of the blob's time or the references before, it decides under the blob's lock,
+    looking again (drop_blobs does)."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(LARGE_SECRET.encode())
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
+    wrote = []
+
+    def looking(name):
+        def look(target, *args, **kwargs):
+            found = real[name](target, *args, **kwargs)
+            if not wrote and os.fspath(target) == os.fspath(path):
+                wrote.append(True)      # just after collect looked: the writer
+                play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]),
+                     session_id="quest-2")
+            return found
+        return look
+
+    for name in real:
+        monkeypatch.setattr(os, name, looking(name))
+    lesson.collect_blobs(sessions)
+    monkeypatch.undo()
+    assert wrote, "the test's own set-up: collect_blobs() never looked at the blob"
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail("a writer pointed a line to the blob while collect_blobs() looked "
+                    f"at it, and the blob was removed: {error}. Never judge a blob "
+                    "and then unlink it: remove blobs only through drop_blobs",
+                    pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
 
 
 @pytest.mark.key
