@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -488,7 +489,7 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
                          "function": {"name": "buy", "arguments": odd_arguments}}]},
         # Keys not in jsonb's order (it puts "content" before "tool_call_id")
         {"role": "tool", "tool_call_id": "call_1", "content": "You bought a torch."},
-        {"role": "user", "content": "a NUL \u0000 inside"},
+        {"role": "user", "content": "a NUL \u0000 inside, a line\nand a \u2028 too"},
     ]
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         for message in messages:
@@ -661,8 +662,10 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
         log.append({"role": "tool", "tool_call_id": "call_a",
                     "content": "You bought a torch."})
     stored = len(rows(database))
+    started = datetime.now(timezone.utc).replace(microsecond=0)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         history = log.open_for_append()
+    ended = datetime.now(timezone.utc)
     results = [m for m in history if m["role"] == "tool"]
     late = [(m["tool_call_id"], "interrupted" in m["content"]) for m in results[2:]]
     assert late == [("call_b", True), ("call_c", True)], (
@@ -694,6 +697,15 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
         "the repair marker has the file's format (nothing is ever cut from a table) "
         "and names the calls it answers: expected cut_bytes 0, cut_preview '', "
         f"interrupted ['call_b', 'call_c'], got {marker}")
+    at = markers[0].get("at")
+    try:
+        when = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is "
+                    f"{at!r}", pytrace=False)
+    assert when.tzinfo is not None and started <= when <= ended, (
+        f"`at` should be the time of the repair, between {started} and {ended}, with "
+        f"its time zone; it is {at!r}")
 
 
 # --- 11.4 blobs, stored once ----------------------------------------------------------
