@@ -39,8 +39,8 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     `history` is the conversation so far. Every tool call gets an id no other call in
     the conversation has, and arguments that are a string holding a JSON object ("{}"
     when the model's could not be read: run_tool tells the model what was wrong). The
-    content is text, "" when the server sent null; a reply without calls has no
-    "tool_calls".
+    content is text: the text of its text parts when it came in parts, "" when the
+    server sent null; a reply without calls has no "tool_calls".
     """
     # TODO(00.3): Turn the model's reply into a message you can store and send back.
     # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.

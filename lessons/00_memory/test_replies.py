@@ -184,6 +184,26 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
 
 @pytest.mark.task("00.3")
 @pytest.mark.task("00.2")
+def test_content_sent_in_parts_is_stored_as_the_text_of_its_text_parts(lesson, model,
+                                                                        town):
+    """A reply whose content is a list of parts (a thinking part, then text parts) is
+    answered and stored as the text of its text parts, in order: nothing of the answer
+    lost, nothing of the thinking kept."""
+    model.add(QUIRKS["content_parts"])
+    agent = new_agent(lesson, model, town)
+
+    answer = run_or_fail(agent, "Buy a rope?", "after content in parts")
+
+    assert answer == "A rope it is.", (
+        "the answer is the text of the text parts, joined in order; got "
+        f"{answer!r}")
+    assert agent.messages[-1:] == [{"role": "assistant", "content": "A rope it is."}], (
+        "store the text of the text parts as the content, and nothing of the thinking "
+        f"part; stored {agent.messages[-1:]}")
+
+
+@pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
     """A reply with content null and no tool calls is stored with content ""."""
     model.add(QUIRKS["content_null"])

@@ -281,8 +281,8 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     `history` is the conversation so far. Every tool call gets an id no other call in
     the conversation has, and arguments that are a string holding a JSON object ("{}"
     when the model's could not be read: run_tool tells the model what was wrong). The
-    content is text, "" when the server sent null; a reply without calls has no
-    "tool_calls".
+    content is text: the text of its text parts when it came in parts, "" when the
+    server sent null; a reply without calls has no "tool_calls".
     """
     taken = {call["id"] for message in history
              for call in message.get("tool_calls") or []}
@@ -306,6 +306,12 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     # Sent back, a null content is refused: by OpenAI without tool calls, by Ollama (and
     # LM Studio) with them. "" is taken by all.
     content = reply.get("content")
+    if isinstance(content, list):
+        # Parts, as Mistral's reasoning models send them: the text parts are the answer
+        # (a "thinking" part is not), joined in order; nothing of the answer is lost.
+        content = "".join(part["text"] for part in content if isinstance(part, dict)
+                          and part.get("type") == "text"
+                          and isinstance(part.get("text"), str))
     text = content if isinstance(content, str) else ""
     message: Message = {"role": "assistant", "content": text}
     if calls:       # never "tool_calls": [], which OpenAI refuses

@@ -158,6 +158,11 @@ QUIRKS: dict[str, Raw] = {
                       finish_reason="tool_calls"),
     # content null and no tool calls: sent back as it is, OpenAI answers 400.
     "content_null": _quirk(None),
+    # The content as a list of parts, a thinking part before the text (Mistral's
+    # reasoning models): the text parts are the answer.
+    "content_parts": _quirk(None, content=[
+        {"type": "thinking", "thinking": [{"type": "text", "text": "A rope is cheap."}]},
+        {"type": "text", "text": "A rope "}, {"type": "text", "text": "it is."}]),
     # "tool_calls": [] beside the text: sent back as it is, OpenAI answers 400.
     "empty_tool_calls": _quirk([], content="Nothing to do."),
     # Text and tool calls in one reply: the tools must still run.
