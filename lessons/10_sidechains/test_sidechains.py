@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,15 @@ def sidechain_files(sessions, session_id="quest-1"):
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
+def is_a_time(value):
+    """Is `value` a time as now() writes it: ISO 8601, with its zone, about now?"""
+    try:
+        when = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return False
+    return when.tzinfo is not None and abs(when.timestamp() - time.time()) < 600
+
+
 # --- 10.1: a side-chain's name --------------------------------------------------------
 
 
@@ -137,7 +148,8 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     digest = hashlib.sha256(b"functions.buy:0").hexdigest()
     hashed_look = ["call-" + digest, digest]
     odd = ["functions.buy:0", "functions.buy_0", "functions/buy:0", "../quest-1", "",
-           "a\x00b", "\ud800", "x" * 300, long_plain, *hashed_look, "call_1_0"]
+           "a\x00b", "\ud800", "\udfff", "?", "\ufffd", "x" * 300, long_plain,
+           *hashed_look, "call_1_0"]
     names = {}
     for call_id in odd:
         name = lesson.sidechain_id(call_id)
@@ -153,6 +165,21 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
             f"the side-chain name {name!r}: two helpers would write one log. Hash a "
             "call id you cannot keep as it is")
         names[name] = call_id
+
+
+@pytest.mark.task("10.1")
+def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
+    """A call id that cannot be kept is named "call-" and the whole sha256 hex digest of
+    its UTF-8 bytes (a lone surrogate as the bytes it stands for): a name anyone can
+    compute again from the call id, and as unique as the digest."""
+    for call_id, data in (("functions.buy:0", b"functions.buy:0"),
+                          ("x" * 65, b"x" * 65),
+                          ("\ud800", b"\xed\xa0\x80")):
+        expected = "call-" + hashlib.sha256(data).hexdigest()
+        name = lesson.sidechain_id(call_id)
+        assert name == expected, (
+            f"the call id {call_id[:20]!r} should be named {expected!r} ('call-' and "
+            f"the sha256 of its UTF-8 bytes, all 64 digits); got {name!r}")
 
 
 # --- 10.2 and 10.3: the helper's own log, the parent's pointer ------------------------
@@ -192,6 +219,9 @@ def test_the_helpers_transcript_goes_to_its_own_log_under_the_parents_folder(
     assert {k: meta.get(k) for k in expected} == expected, (
         f"the side-chain's meta should say {expected} (and when it was created); it "
         f"says {meta}")
+    assert is_a_time(meta.get("created")), (
+        "the side-chain's meta should say when it was created ('created', as now() "
+        f"writes it); it says {meta}")
 
 
 @pytest.mark.key
@@ -213,6 +243,9 @@ def test_the_parent_records_a_pointer_and_only_the_helpers_answer(lesson, sessio
                 "sidechain": CALL_ID}
     assert {k: pointer.get(k) for k in expected} == expected, (
         f"the pointer should be {expected} (and when); it is {pointer}")
+    assert is_a_time(pointer.get("at")), (
+        f"the pointer should say when it was written ('at', as now() writes it); it is "
+        f"{pointer}")
     result = {"role": "tool", "tool_call_id": CALL_ID, "content": HELPER_ANSWER}
     assert parent[3] == result, (
         "the call's result should be the helper's answer, as an ordinary tool "
@@ -271,6 +304,13 @@ def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions
     pointers = pointers_in(sessions / "quest-1.jsonl")
     assert [p.get("sidechain") for p in pointers] == [CALL_ID, f"{CALL_ID}.2"], (
         f"each helper's pointer should name its own side-chain; they name {pointers}")
+    assert [p.get("call") for p in pointers] == [CALL_ID, CALL_ID], (
+        "both pointers answer the same call id, and should say so in 'call' (the name "
+        f"claimed goes in 'sidechain'); they say {pointers}")
+    meta = json.loads((folder / f"{CALL_ID}.2.meta.json").read_text(encoding="utf-8"))
+    assert (meta.get("id"), meta.get("call")) == (f"{CALL_ID}.2", CALL_ID), (
+        f"the second side-chain's meta file should name it {CALL_ID}.2 ('id') and its "
+        f"call {CALL_ID} ('call'); it says {meta}")
 
 
 @pytest.mark.task("10.2")
@@ -291,6 +331,58 @@ def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions
     assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
         f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
         f"the folder holds {sidechain_files(sessions)}")
+
+
+@pytest.mark.task("10.2")
+def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sessions):
+    """A side-chain's log whose meta file is gone still owns its name: the next helper
+    of that call id takes the next name, and the old log stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    old = folder / f"{CALL_ID}.jsonl"
+    old.write_text(json.dumps({"role": "user", "content": "An earlier question."})
+                   + "\n", encoding="utf-8")
+    before = old.read_bytes()
+
+    play(lesson, sessions, HELPER_TURN)
+
+    assert old.read_bytes() == before, (
+        "a side-chain log already there was written into: a name is taken when its "
+        "log exists, even with no meta file beside it")
+    assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
+        f"the helper should have taken {CALL_ID}.2; the folder holds "
+        f"{sidechain_files(sessions)}")
+
+
+@pytest.mark.task("10.2")
+def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypatch):
+    """The side-chain is as durable as its parent: with a durable parent, its meta file
+    and every line of the helper's log are fsynced."""
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    model = ScriptedModel(HELPER_TURN[1])
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
+                             session=log)
+        agent.run(HELPER_TURN[0])
+    monkeypatch.undo()
+    folder = sessions / "quest-1.sidechains"
+    for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
+                       (f"{CALL_ID}.jsonl", "log")):
+        assert os.stat(folder / name).st_ino in synced, (
+            f"the parent is durable, but the side-chain's {what} was never fsynced: "
+            "open the side-chain, and write its meta file, as durably as this log")
+    helper_lines = len(lines_of(folder / f"{CALL_ID}.jsonl"))
+    side = os.stat(folder / f"{CALL_ID}.jsonl").st_ino
+    assert synced.count(side) >= helper_lines, (
+        f"a durable log fsyncs every line: the side-chain's {helper_lines} lines were "
+        f"synced {synced.count(side)} time(s)")
 
 
 @pytest.mark.key
@@ -356,6 +448,13 @@ def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
     assert sorted(offered) == ["buy", "talk_to"], (
         "the helper should be offered the parent's tools but ask_helper (a helper "
         f"starts no helper); it was offered {offered}")
+    assert helper_request["messages"][0] == {"role": "system",
+                                             "content": lesson.HELPER_SYSTEM}, (
+        "the helper's requests should start with its own system prompt, HELPER_SYSTEM; "
+        f"its first message is {helper_request['messages'][0]}")
+    assert helper_request.get("model") == model.requests[0].get("model"), (
+        "the helper should ask the parent's model; it asked "
+        f"{helper_request.get('model')!r}")
     assert town.inventory == ["torch"] and town.gold == 7, (
         "the helper works in the parent's world: the torch it bought should be in the "
         f"town's inventory; the town is {town}")
@@ -375,6 +474,14 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
                                  "content": HELPER_ANSWER}, (
         "without a session the helper runs in memory, and its answer is the call's "
         f"result; the result was {agent.messages[2]}")
+    helper_request = model.requests[1]["messages"]
+    offered = [t["function"]["name"] for t in model.requests[1].get("tools") or []]
+    assert helper_request == [{"role": "system", "content": lesson.HELPER_SYSTEM},
+                              {"role": "user", "content": QUESTION}], (
+        "the helper in memory is the same helper: its first request carries "
+        f"HELPER_SYSTEM and its question alone; it carried {helper_request}")
+    assert "ask_helper" not in offered, (
+        f"a helper starts no helper, in memory too; it was offered {offered}")
     assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
 
 
@@ -416,18 +523,28 @@ def test_a_helpers_thinking_is_left_out_of_its_answer(lesson, sessions):
 
 
 @pytest.mark.task("10.3")
-def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions):
-    """A helper still calling tools after max_turns requests ends its call with an
-    error result; the parent goes on."""
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions, where):
+    """A helper still calling tools after max_turns requests (the parent's) ends its
+    call with an error result; the parent goes on. With a session or in memory."""
     busy = [use(call("talk_to", npc="guard"))] * 2
     turn = ("Ask a helper.", [use(call("ask_helper", question="Ask the guard.")), *busy,
                               say("The helper gave up.")])
-    agent, _, log = open_agent(lesson, sessions, turn[1], max_turns=2)
-    with log:
+    if where == "memory":
+        model = ScriptedModel(turn[1])
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
+                             max_turns=2)
         agent.run(turn[0])
+    else:
+        agent, _, log = open_agent(lesson, sessions, turn[1], max_turns=2)
+        with log:
+            agent.run(turn[0])
     result = agent.messages[2]
-    assert result.get("role") == "tool" and "gave up" in result.get("content", ""), (
-        f"the helper's MaxTurnsExceeded should become the call's result; got {result}")
+    assert result.get("role") == "tool" and result.get("content", "").startswith(
+        "error: the helper gave up"), (
+        "after max_turns requests (the parent's max_turns), the helper's "
+        "MaxTurnsExceeded should reach use_tool, which makes it the call's error "
+        f"result; got {result}")
 
 
 @pytest.mark.key
@@ -550,6 +667,40 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
         assert "quest-1.jsonl" in said and "line 2" in said, (
             f"the error should name the log and the pointer's line (line 2); it says: "
             f"{said}")
+
+
+@pytest.mark.task("10.4")
+def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
+    """A log with a line separator (U+2028) inside a text, a blank line, and a torn
+    tail: the pointer is found, the log is left as it was (a reader repairs nothing),
+    and a bad pointer is named by its line in the file."""
+    said = {"role": "user", "content": "Line one\u2028line two"}
+    pointer = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+               "sidechain": CALL_ID}
+    path = sessions / "quest-1.jsonl"
+    for bad in (False, True):
+        if bad:
+            pointer = {**pointer, "sidechain": "../elsewhere"}
+        path.write_bytes(json.dumps(said, ensure_ascii=False).encode("utf-8") + b"\n\n"
+                         + json.dumps(pointer).encode() + b'\n{"role": "assis')
+        before = path.read_bytes()
+        try:
+            found = lesson.sidechains(sessions, "quest-1")
+            refused = None
+        except ValueError as error:
+            found, refused = None, str(error)
+        assert path.read_bytes() == before, (
+            "sidechains changed the log it read: a reader never repairs or rewrites")
+        if not bad:
+            assert refused is None and found == [
+                (CALL_ID, sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")], (
+                "the log holds one valid pointer (line 3, after a blank line, with a "
+                f"torn tail after it): sidechains should find it; it gave {found}, "
+                f"error {refused}. Read the log as the other readers do (read_log)")
+        else:
+            assert refused is not None and "line 3" in refused, (
+                "the bad pointer is on line 3 of the file (line 2 is blank): the error "
+                f"should say 'line 3'; it says {refused}")
 
 
 # --- a real process, killed inside its helper -----------------------------------------
