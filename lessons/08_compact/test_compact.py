@@ -5,6 +5,9 @@ Run: pytest lessons/08_compact            (your code)
 """
 
 import json
+import os
+import time
+from datetime import datetime
 
 import openai
 import pytest
@@ -334,6 +337,20 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"'upto' should be {expected}, the index of the first message kept (day "
         f"{days[-1]}'s, counting the two undone messages too: an index, not a place "
         f"among the messages shown, and not a line number); it is {marker.get('upto')}")
+    try:
+        at = datetime.fromisoformat(marker.get("at"))
+    except (TypeError, ValueError):
+        at = None
+    assert at is not None and at.tzinfo is not None and abs(
+        at.timestamp() - time.time()) < 600, (
+        f"the marker should say when it was written ('at', as now() writes it); it "
+        f"holds {marker!r}")
+    with lesson.SessionLog(sessions, "quest-1") as again:
+        upto = again.compact("everything", keep=0)
+    assert upto == len(messages_in(path)) == compactions_in(path)[-1]["upto"], (
+        "keeping no message, 'upto' is the number of messages in the file "
+        f"({len(messages_in(path))}: the two undone ones count, markers do not); it "
+        f"is {upto}")
 
 
 @pytest.mark.task("08.5")
@@ -348,7 +365,8 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         before = path.read_bytes()
         for keep in (5, -1):
             with raises(ValueError, f"compact(keep={keep}) on a log showing 4 messages "
-                        "was allowed"):
+                        "was allowed; its error should name the log",
+                        match="quest-1"):
                 log.compact("too much", keep=keep)
             assert path.read_bytes() == before, (
                 f"a refused compact(keep={keep}) must not write to the log")
@@ -408,6 +426,16 @@ def test_a_compaction_marker_naming_messages_written_after_it_is_ignored(lesson,
             "a compaction marker with 'upto' 3 written after two messages (or with "
             "'upto' -1) names messages it cannot have summarised: the request should "
             "be the whole conversation")
+    lines = [said[0], said[1], {"$marker": "undo", "skip": [1]},
+             {"$marker": "compaction", "summary": "ahead", "upto": 3}, *said[2:]]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        view = agent.view()
+    assert view == [{"role": "system", "content": SYSTEM}, said[0], *said[2:]], (
+        "two messages, an undo marker, then a compaction marker with 'upto' 3: an undo "
+        "marker is no message, so only two were written before it, and it must be "
+        f"ignored; the request was {[m['content'] for m in view]}")
     system = {"role": "system", "content": SYSTEM}
     for upto, kept in ((0, said), (4, [])):
         marker = {"$marker": "compaction", "summary": f"upto {upto}", "upto": upto}
@@ -481,7 +509,9 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
         assert boundary_turn not in agent.messages
         messages, before = list(agent.messages), path.read_bytes()
         with raises(lesson.UndoError, "undoing a turn the compaction summarised was "
-                    "allowed: the summary would still tell the model about it"):
+                    "allowed: the summary would still tell the model about it; the "
+                    "refusal should say that a fork from before the boundary is the "
+                    "way back", match="(?i)fork"):
             agent.undo()
         assert agent.messages == messages and path.read_bytes() == before, (
             "a refused undo must change neither the conversation nor the log")
@@ -623,8 +653,14 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
         agent.run(day(1)[0])
         agent.run(day(2)[0])
         with raises(lesson.ContextOverflow, "a turn larger than the budget by itself "
-                    "was not refused"):
+                    "was not refused") as raised:
             agent.run(paste)
+        said = str(raised.value)
+        assert str(BUDGET) in said and "undo" in said and any(
+            str(number) in said for number in range(BUDGET + 1, 10 * BUDGET)), (
+            "ContextOverflow should say how large the request is, the budget "
+            f"({BUDGET}) and what the user can do (undo the turn, or raise the "
+            f"budget); it says {said!r}")
         assert len(model.summary_requests) <= 1, (
             f"the agent asked for {len(model.summary_requests)} summaries for one "
             "request: compact once, then refuse; a summary cannot shrink the turn in "
@@ -729,8 +765,10 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 
 @pytest.mark.key
 @pytest.mark.task("08.7")
+@pytest.mark.task("08.3")
 @pytest.mark.parametrize("replies, said", [
     (("tool_call", "call_as_json"), ["talk_to", "JSON"]),
+    (("tool_call", "empty"), ["talk_to", "no text"]),
     (("unfinished_think", "empty"), ["think", "no text"]),
     (("too_long", "too_long"), ["too long"]),
 ])
@@ -816,4 +854,62 @@ def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions)
             assert path.read_bytes() == before, (
                 f"a refused compact({summary!r}) must not write to the log")
         assert log.compact("The elder warned us.", keep=2) == 2
+
+
+@pytest.mark.task("08.4")
+def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson, sessions):
+    """When the turn in progress and an empty summary take exactly the whole budget,
+    the room left for a summary is 0: no summary can fit, so none is asked for."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    newest = "Tell me about the mill by the river."
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        empty = {"messages": [{"role": "system", "content": SYSTEM},
+                              {"role": "user", "content": lesson.SUMMARY_INTRO},
+                              {"role": "user", "content": newest}],
+                 "tools": Town().schemas}
+        agent.budget = size_of(lesson, empty)
+        with raises(lesson.ContextOverflow, "the turn in progress leaves no room for "
+                    "a summary, and the request went out"):
+            agent.run(newest)
+    assert not model.summary_requests, (
+        "with the turn in progress and an empty summary exactly at the budget, the room "
+        "for a summary is 0, and no summary can fit: the model should not be asked "
+        f"for one; it was asked {len(model.summary_requests)} time(s)")
+
+
+@pytest.mark.task("08.4")
+def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
+                                                          monkeypatch):
+    """Writing the marker fails (a full disk): the compaction did not happen, in the
+    log or in the agent. The next turn compacts again and records it, so that a resume
+    sends what this process sends."""
+    agent, model, log = open_agent(lesson, sessions)
+    path = sessions / "quest-1.jsonl"
+    real = os.write
+
+    def write(fd, data):
+        if b'"compaction"' in bytes(data):
+            raise OSError(28, "No space left on device (the test's)")
+        return real(fd, data)
+
+    with log:
+        monkeypatch.setattr(os, "write", write)
+        try:
+            play_until_compacted(lesson, agent, model)
+        except OSError:
+            pass
+        monkeypatch.undo()
+        assert not compactions_in(path), "the test's own set-up: no marker was written"
+        model.add(*day(98)[1])
+        agent.run(day(98)[0])
+        sent = turn_requests(model)[-1]["messages"]
+    assert compactions_in(path), (
+        "the first compaction could not be recorded; the agent then sent "
+        f"{[m.get('content', '')[:30] for m in sent]} without ever recording a "
+        "compaction: a resume would send another request. Set the compaction in "
+        "memory only once the log has recorded it")
+    assert sent[1]["content"] == lesson.SUMMARY_INTRO + compactions_in(path)[-1][
+        "summary"], "the request should start from the summary the log recorded"
 
