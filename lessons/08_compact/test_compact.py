@@ -874,9 +874,9 @@ def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson, sessions
                     "a summary, and the request went out"):
             agent.run(newest)
     assert not model.summary_requests, (
-        "with the turn in progress and an empty summary exactly at the budget, the room "
-        "for a summary is 0, and no summary can fit: the model should not be asked "
-        f"for one; it was asked {len(model.summary_requests)} time(s)")
+        "with the turn in progress and an empty summary exactly at the budget, the "
+        "room for a summary is 0, and no summary can fit: the model should not be "
+        f"asked for one; it was asked {len(model.summary_requests)} time(s)")
 
 
 @pytest.mark.task("08.4")

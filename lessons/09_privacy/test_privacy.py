@@ -607,7 +607,8 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
         f"{[m.get('content') for m in found]}")
     assert undo_line in (sessions / "quest-1.jsonl").read_bytes(), (
         "the undo marker's line must stay byte for byte: only the erased line changes")
-    indices = [marker.get("index") for marker in erase_markers(sessions / "quest-1.jsonl")]
+    path = sessions / "quest-1.jsonl"
+    indices = [marker.get("index") for marker in erase_markers(path)]
     assert indices == [0, 5], (
         "each erase marker should name its message as undo markers do (its index "
         "among the file's messages: the last one is message 5, the undo marker is no "
@@ -713,9 +714,10 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     lesson, sessions, monkeypatch, step
 ):
-    """A step after the rename fails (too many open files, an I/O error): the writer then
-    appends to the file the log's name reaches, or refuses every write until the session
-    is opened again. A message it acknowledged is never in a file no name reaches."""
+    """A step after the rename fails (too many open files, an I/O error): the writer
+    then appends to the file the log's name reaches, or refuses every write until the
+    session is opened again. A message it acknowledged is never in a file no name
+    reaches."""
     log = lesson.SessionLog(sessions, "quest-1")
     log.append({"role": "user", "content": SECRET})
     renamed = []
@@ -748,7 +750,8 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     contents = [m["content"] for m in resume(lesson, sessions)]
     assert not acknowledged or contents[-1] == "Written after the erase.", (
         f"the {step} after the rename failed, then append() returned, and its message "
-        f"is not in the log ({contents}): it went to the old file, which no name reaches. "
+        f"is not in the log ({contents}): it went to the old file, which no name "
+        "reaches. "
         "Open the temporary file before the rename, and after a failure later on, set "
         "in_doubt so that the writer refuses to go on")
     assert not (failed and acknowledged), (
@@ -869,8 +872,8 @@ def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
     found = resume(lesson, sessions)
     assert found == expected, (
         "after erasing message 3, a new process should see every other message as it "
-        f"was; it sees {[m.get('content') for m in found]}. Copy each other line by its "
-        "line number, and split the bytes on b'\\n' only")
+        f"was; it sees {[m.get('content') for m in found]}. Copy each other line by "
+        "its line number, and split the bytes on b'\\n' only")
     assert "Line one\u2028line two".encode() in path.read_bytes()
 
 
