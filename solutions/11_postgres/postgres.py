@@ -33,6 +33,7 @@ from .log import WriterStopped
 
 try:
     import psycopg      # lesson 11's store; everything else needs only the stdlib
+    import psycopg.conninfo
 except ImportError:     # pip install -e '.[postgres]'
     psycopg = None
 
@@ -79,7 +80,46 @@ class CorruptRow(ValueError):
     """A row whose line is no entry: someone changed the table by hand."""
 
 
-def connect(url: str, *, durable: bool = False) -> Any:
+# How long, in seconds, the store waits on a peer that went silent. The server ends a
+# connection whose network is gone (TCP keepalives, tcp_user_timeout) and one left idle
+# inside a transaction (a writer frozen between its blob and its row), and the locks
+# go with it; a statement waits this long for a row another transaction holds (the same
+# content being stored), then gives up; the client gives up on a silent server.
+# Without them a lost network keeps a session busy for hours: TCP alone notices a peer
+# that vanished only when it next sends, and an idle lock holder sends nothing.
+NETWORK_TIMEOUT_SECONDS = 30.0
+
+
+class StoreBusy(RuntimeError):
+    """A write waited too long for a row another transaction holds and has not
+    committed (the same content being stored by another writer): nothing of this write
+    was stored, and the writer may try again."""
+
+
+def connection_settings(url: str, durable: bool, network_timeout: float
+                        ) -> dict[str, Any]:
+    """libpq's parameters for `url`: the URL's own, the timeouts added where it sets
+    none. Server settings go in `options` before the URL's (the last -c wins, so an
+    operator's URL can tune them), synchronous_commit after it (the caller decides)."""
+    seconds = max(1, round(network_timeout))
+    milliseconds = str(max(1, round(network_timeout * 1000)))
+    idle, interval = str(max(1, seconds // 2)), str(max(1, seconds // 6))
+    server = {"tcp_keepalives_idle": idle, "tcp_keepalives_interval": interval,
+              "tcp_keepalives_count": "3", "tcp_user_timeout": milliseconds,
+              "idle_in_transaction_session_timeout": milliseconds,
+              "lock_timeout": milliseconds}
+    client = {"keepalives": "1", "keepalives_idle": idle,
+              "keepalives_interval": interval, "keepalives_count": "3",
+              "tcp_user_timeout": milliseconds, "connect_timeout": str(seconds)}
+    settings = psycopg.conninfo.conninfo_to_dict(url)
+    options = [f"-c {name}={value}" for name, value in server.items()]
+    options += [settings.get("options") or "",
+                f"-c synchronous_commit={'on' if durable else 'off'}"]
+    return {**client, **settings, "options": " ".join(filter(None, options))}
+
+
+def connect(url: str, *, durable: bool = False,
+            network_timeout: float = NETWORK_TIMEOUT_SECONDS) -> Any:
     """A connection to the database at `url`, the tables made if they are missing.
 
     Autocommit: every statement is a transaction of its own, committed when it returns,
@@ -87,16 +127,17 @@ def connect(url: str, *, durable: bool = False) -> Any:
     off: the commit returns before the server has flushed it, so a crash of the server
     (not of ours) can lose the last few commits, never a part of one: the file store's
     write() without fsync. durable=True waits for the flush, as fsync does.
+    `network_timeout`: see NETWORK_TIMEOUT_SECONDS.
     """
     if psycopg is None:
         raise RuntimeError("the PostgreSQL store needs psycopg 3: "
                            "pip install -e '.[postgres]'")
     # Who this is, for a SessionBusy the other writer sees (pg_stat_activity shows it)
     me = f"sessionlab pid {os.getpid()} on {socket.gethostname()}"
-    connection = psycopg.connect(url, autocommit=True, application_name=me[:63])
+    connection = psycopg.connect(
+        autocommit=True, **{**connection_settings(url, durable, network_timeout),
+                            "application_name": me[:63]})
     try:
-        connection.execute("SET synchronous_commit = "
-                           + ("on" if durable else "off"))
         with connection.transaction():
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             connection.execute(SCHEMA)
@@ -167,6 +208,7 @@ class PostgresSessionLog:
         lock: bool = True,
         timeout: float | None = 0,
         blob_threshold: int = BLOB_THRESHOLD,
+        network_timeout: float = NETWORK_TIMEOUT_SECONDS,
     ) -> None:
         self.id = check_session_id(session_id)  # the same ids: a session may move
         self.url = url
@@ -175,6 +217,7 @@ class PostgresSessionLog:
         self.lock = lock
         self.timeout = timeout
         self.blob_threshold = blob_threshold
+        self.network_timeout = network_timeout
         self.connection: Any = None
         # The seq the next entry takes; None until this object becomes the writer
         self.next_seq: int | None = None
@@ -187,7 +230,8 @@ class PostgresSessionLog:
 
     def _connection(self) -> Any:
         if self.connection is None:
-            self.connection = connect(self.url, durable=self.durable)
+            self.connection = connect(self.url, durable=self.durable,
+                                      network_timeout=self.network_timeout)
         return self.connection
 
     def _rows(self) -> list[tuple[int, str]]:
@@ -293,20 +337,48 @@ class PostgresSessionLog:
         """Store the entries `entries()` makes (one INSERT: all rows or none); with
         together=True, in a transaction with whatever making them stored (a blob).
 
-        A broken connection (at BEGIN, during the insert, at COMMIT) leaves unknown
-        whether the server committed, so this writer stops: a retry could store a
-        message twice. WriterStopped says so.
+        A broken connection (at BEGIN, during the insert, at COMMIT; the server ended
+        it, the network went silent) leaves unknown whether the server committed, so
+        this writer stops: a retry could store a message twice. WriterStopped says so.
+        A statement the server refused on a sound connection stored nothing (its
+        transaction is rolled back): the error goes up and the writer goes on.
         """
-        transaction = (self._connection().transaction() if together
+        connection = self._connection()
+        transaction = (connection.transaction() if together
                        else contextlib.nullcontext())
         try:
             with transaction:
                 self._insert(entries())
-        except psycopg.OperationalError as error:
-            self.stopped = (f"{self.where}: the connection broke during a write "
-                            f"({str(error).strip()}), so whether it was stored is "
-                            "unknown and this writer stopped. Open the session again.")
-            raise WriterStopped(self.stopped) from None
+        except psycopg.Error as error:
+            if connection.broken:
+                self.stopped = (
+                    f"{self.where}: the connection broke during a write "
+                    f"({str(error).strip()}), so whether it was stored is unknown and "
+                    "this writer stopped. Open the session again.")
+                raise WriterStopped(self.stopped) from None
+            if isinstance(error, psycopg.errors.LockNotAvailable):
+                raise StoreBusy(self.busy_message()) from None
+            raise
+
+    def busy_message(self) -> str:
+        """Why a write gave up waiting (lock_timeout): which transactions hold rows of
+        the store's tables uncommitted, as the server knows them."""
+        found = self._connection().execute(
+            "SELECT DISTINCT a.application_name, a.pid, a.state, a.xact_start "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' "
+            "AND l.granted AND l.pid <> pg_backend_pid() AND l.relation = ANY(ARRAY["
+            "'session_blobs'::regclass, 'session_entries'::regclass, "
+            "'sessions'::regclass])").fetchall()
+        holders = "; ".join(
+            f"{name or 'a connection'} (server process {pid}, {state} in a "
+            f"transaction open since {start.isoformat(timespec='seconds')})"
+            for name, pid, state, start in found) or "a transaction that ended since"
+        return (f"{self.where}: this write waited {self.network_timeout:g} s for rows "
+                "another transaction stored and has not committed (the same large "
+                f"content, or this session's next place): {holders}. Nothing of this "
+                "write was stored; try again (the server ends a transaction left idle "
+                f"for {self.network_timeout:g} s).")
 
     def _insert(self, entries: list[Message]) -> None:
         """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's

@@ -22,6 +22,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -74,43 +75,114 @@ def throwaway_cluster(*, fsync: bool = False) -> Iterator[str]:
     not survive a power cut, and its runs are faster. The bench passes fsync=True, so
     that a durable commit costs what it costs in production.
     """
-    initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        raise NoServer(f"PostgreSQL is not installed here (no initdb): {INSTALL}")
-    # Not under pytest's tmp_path: its parents are private to root, and the server, as
-    # root, runs as `postgres`, which must reach its own folder.
-    # The server's socket lives in this folder, and a socket's path must fit in 107
-    # bytes: under a long TMPDIR (a grader's run folder), use /tmp instead.
-    base = tempfile.gettempdir()
-    if len(base) > 60 and os.path.isdir("/tmp"):
-        base = "/tmp"
-    folder = Path(tempfile.mkdtemp(prefix="sessionlab-pg-", dir=base))
-    data = folder / "data"
-    if os.geteuid() == 0:
+    with Cluster(fsync=fsync) as cluster:
+        yield cluster.url
+
+
+class Cluster:
+    """A throwaway cluster in a temporary folder, which its owner may crash and start
+    again: `url` reaches it through its Unix socket; kill() ends the server and every
+    process of it with SIGKILL, as a crash would; start() starts it on the same data
+    (the server's crash recovery replays its WAL); close() stops it and removes it all.
+
+    `settings` are extra `-c name=value` server settings. `listen` (an address, such
+    as 127.0.0.1) makes it listen on TCP port 5432 too, and `prefix` is a command that
+    pg_ctl runs under (`nsenter --net=...`: the server then lives in that network
+    namespace, and so does its address).
+    """
+
+    def __init__(self, *, fsync: bool = False, settings: tuple[str, ...] = (),
+                 listen: str = "", prefix: tuple[str, ...] = ()) -> None:
+        initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            raise NoServer(f"PostgreSQL is not installed here (no initdb): {INSTALL}")
+        self.pg_ctl = pg_ctl
+        self.prefix = list(prefix)
+        # Not under pytest's tmp_path: its parents are private to root, and the server,
+        # as root, runs as `postgres`, which must reach its own folder.
+        # The server's socket lives in this folder, and a socket's path must fit in 107
+        # bytes: under a long TMPDIR (a grader's run folder), use /tmp instead.
+        base = tempfile.gettempdir()
+        if len(base) > 60 and os.path.isdir("/tmp"):
+            base = "/tmp"
+        self.folder = Path(tempfile.mkdtemp(prefix="sessionlab-pg-", dir=base))
+        self.data = self.folder / "data"
+        self.url = f"postgresql://postgres@/postgres?host={self.folder}"
+        self.options = " ".join([f"-k {self.folder}", f"-c listen_addresses='{listen}'",
+                                 f"-c fsync={'on' if fsync else 'off'}",
+                                 *(f"-c {setting}" for setting in settings)])
+        self.running = False
         try:
-            server_user = pwd.getpwnam("postgres")
-        except KeyError:
-            shutil.rmtree(folder)
-            raise NoServer("PostgreSQL refuses to run as root and there is no "
-                           f"`postgres` user: run as another user, or set "
-                           f"{URL_VARIABLE}") from None
-        os.chown(folder, server_user.pw_uid, server_user.pw_gid)
-    started = False
-    try:
-        _run(_as_server_user([initdb, "-D", str(data), "-U", "postgres", "-A", "trust",
-                              "-E", "UTF8", "--no-locale", "--no-sync"]), "initdb")
-        options = f"-k {folder} -c listen_addresses='' -c fsync={'on' if fsync else 'off'}"
-        _run(_as_server_user([pg_ctl, "-D", str(data), "-l", str(folder / "log"),
-                              "-w", "-t", PG_CTL_SECONDS, "-o", options, "start"]),
-             "pg_ctl start", log=folder / "log")
-        started = True
-        yield f"postgresql://postgres@/postgres?host={folder}"
-    finally:
-        if started:
-            subprocess.run(_as_server_user([pg_ctl, "-D", str(data), "-m", "immediate",
-                                            "-w", "-t", PG_CTL_SECONDS, "stop"]),
+            if os.geteuid() == 0:
+                try:
+                    server_user = pwd.getpwnam("postgres")
+                except KeyError:
+                    raise NoServer("PostgreSQL refuses to run as root and there is no "
+                                   f"`postgres` user: run as another user, or set "
+                                   f"{URL_VARIABLE}") from None
+                os.chown(self.folder, server_user.pw_uid, server_user.pw_gid)
+            _run(_as_server_user([initdb, "-D", str(self.data), "-U", "postgres", "-A",
+                                  "trust", "-E", "UTF8", "--no-locale", "--no-sync"]),
+                 "initdb")
+            self.start()
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+
+    def start(self) -> None:
+        _run(self.prefix + _as_server_user(
+            [self.pg_ctl, "-D", str(self.data), "-l", str(self.folder / "log"), "-w",
+             "-t", PG_CTL_SECONDS, "-o", self.options, "start"]),
+             "pg_ctl start", log=self.folder / "log")
+        self.running = True
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process it started, at once, and wait until
+        they are gone: nothing is flushed, as in a crash of the server's machine whose
+        disk keeps what was written to it."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        family = [postmaster] + [
+            pid for pid in _pids() if _parent_of(pid) == postmaster]
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + float(PG_CTL_SECONDS)
+        while any(_alive(pid) for pid in family) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.running = False
+
+    def close(self) -> None:
+        if self.running:
+            subprocess.run(_as_server_user([self.pg_ctl, "-D", str(self.data), "-m",
+                                            "immediate", "-w", "-t", PG_CTL_SECONDS,
+                                            "stop"]),
                            capture_output=True, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
+            self.running = False
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])     # the field after the state
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is still there, a zombie included: the server's next start
+    refuses to run while its old postmaster's pid answers a signal."""
+    return os.path.exists(f"/proc/{pid}")
 
 
 def _run(command: list[str], what: str, log: Path | None = None) -> None:
