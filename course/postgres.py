@@ -521,9 +521,15 @@ class PostgresSessionLog:
 
 
 def fork_postgres(url: str, source_id: str, new_id: str, *,
-                  upto: int | None = None) -> None:
+                  upto: int | None = None, durable: bool = False) -> None:
     """Start session `new_id` with the history of `source_id` (its first `upto`
     messages shown), in one transaction: the fork is all there, or not at all.
+
+    durable=True returns only once the server has flushed the fork's commit
+    (synchronous_commit on, as the file store's durable fork syncs its files): a fork
+    it acknowledged survives a crash of the server. Without it, as a writer without
+    durable, the last commits before a crash of the server may be lost, never a part
+    of one.
 
     Refuses, changing nothing, when the source does not exist (SessionNotFound), when
     `new_id` is taken (SessionExists) or being written (SessionBusy), or when `upto` is
@@ -532,7 +538,7 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
     check_session_id(source_id)
     check_session_id(new_id)
     where = f"session {source_id!r} in {describe(url)}"
-    with connect(url) as connection, connection.transaction():
+    with connect(url, durable=durable) as connection, connection.transaction():
         if connection.execute("SELECT 1 FROM sessions WHERE id = %s",
                               (source_id,)).fetchone() is None:
             raise SessionNotFound(f"cannot fork from {source_id!r}: no such session "

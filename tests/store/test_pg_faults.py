@@ -271,3 +271,40 @@ def test_a_writer_whose_network_goes_silent_lets_go_of_the_session(
         assert "WriterStopped" in said and "'quest-1'" in said, (
             f"the silent writer's next append should stop it, naming the session: "
             f"{said}")
+
+
+# --- 14. a durable fork and a server that crashes ---------------------------------------
+
+
+@pytest.fixture
+def crashable():
+    """A server of this test's own, which it kills with SIGKILL and starts again. Its
+    WAL writer waits 10 s between flushes (the most it may): a commit that did not wait
+    for its own flush is then still in the server's memory when it is killed."""
+    try:
+        cluster = Cluster(settings=("wal_writer_delay=10s",))
+    except NoServer as error:
+        pytest.skip(f"needs a server of its own, which did not start: {error}")
+    with cluster:
+        yield cluster
+
+
+def test_a_durable_fork_survives_a_crash_of_the_server_right_after_it(pg, crashable):
+    """fork_postgres(..., durable=True) returns once its commit is flushed: the server
+    killed with SIGKILL the moment it returns, then started again, has the fork, with
+    its lineage and every message."""
+    url = crashable.url
+    with pg.PostgresSessionLog(url, "quest-1", durable=True) as log:
+        log.append({"role": "user", "content": "Ask the elder about the cave."})
+        log.append({"role": "assistant", "content": "The elder wants a torch."})
+    for number in range(3):
+        pg.fork_postgres(url, "quest-1", f"quest-fork-{number}", durable=True)
+        crashable.kill()
+        crashable.start()
+        found = pg.lineage(url, f"quest-fork-{number}")
+        assert found is not None and found["parent"] == "quest-1", (
+            f"a durable fork acknowledged before the server crashed should be there "
+            f"after it restarts; quest-fork-{number}'s lineage: {found}")
+        assert contents(pg, url, f"quest-fork-{number}") == [
+            "Ask the elder about the cave.", "The elder wants a torch."], (
+            "the durable fork should hold the source's messages after the crash")
