@@ -12,6 +12,7 @@ import importlib.util
 import marshal
 import os
 import re
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -197,6 +198,21 @@ def lesson(ref: str, root: Path | None = None) -> Lesson:
     raise CourseError(f"no lesson {shown!r}; the lessons are: {known}")
 
 
+def _read_regular(path: str) -> bytes:
+    """A regular file's bytes; OSError for anything else (a pipe, a folder), which is never
+    read: opened without waiting, and checked before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(path) if stat.S_ISDIR(os.fstat(fd).st_mode) \
+                else OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read()
+    finally:
+        os.close(fd)
+
+
 class HashCheckedLoader(importlib.machinery.SourceFileLoader):
     """Imports a lesson module through a .pyc that is checked against the source's hash.
 
@@ -213,12 +229,11 @@ class HashCheckedLoader(importlib.machinery.SourceFileLoader):
         cached = importlib.util.cache_from_source(self.path)
         stamp = importlib.util.MAGIC_NUMBER + self.FLAGS + importlib.util.source_hash(source)
         try:
-            with open(cached, "rb") as file:
-                data = file.read()
+            data = _read_regular(cached)
             if data[:16] == stamp:
                 return marshal.loads(data[16:])
         except (OSError, ValueError, EOFError, TypeError):
-            pass                 # missing, unreadable or damaged: compile the source
+            pass                 # missing, unreadable, damaged, or a pipe: compile the source
         code = self.source_to_code(source, self.path)
         if not sys.dont_write_bytecode:
             temp = f"{cached}.{os.getpid()}.tmp"

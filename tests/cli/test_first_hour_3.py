@@ -438,3 +438,87 @@ def test_a_cached_result_of_the_wrong_shape_is_run_again_not_a_traceback(cli, co
     no_traceback(run)
     assert run.status == 1 and "tests pass" in run.out, run.text
     assert len(warnings_in(run)) == 1, run.err
+
+
+# --- 6. a pipe where a file is expected is never opened ----------------------------------
+
+
+QUEST_LOG = (b'{"role": "user", "content": "Ask the elder about the cave."}\n'
+             b'{"role": "assistant", "content": "The elder says: bring a torch."}\n')
+
+
+def pipe_or_folder(path, what: str) -> None:
+    if what == "pipe":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("what", ["pipe", "folder"])
+@pytest.mark.parametrize("beside", ["quest.meta.json", "quest.lock"])
+@pytest.mark.parametrize("argv", [["{d}"], ["quest", "--sessions", "{d}"], ["{d}/quest.jsonl"]],
+                         ids=["folder", "id", "file"])
+def test_show_never_opens_a_pipe_or_folder_beside_a_log(cli, tmp_path, argv, beside, what):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "quest.jsonl").write_bytes(QUEST_LOG)
+    pipe_or_folder(folder / beside, what)
+
+    run = cli("show", *[part.format(d=folder) for part in argv])
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    assert "quest" in run.out
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("what", ["pipe", "folder"])
+def test_chat_never_opens_a_pipe_or_folder_in_place_of_its_town_file(cli, course_copy, tmp_path,
+                                                                     what):
+    course = course_copy({"07_undo": SOLUTION})
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "quest.jsonl").write_bytes(QUEST_LOG)
+    pipe_or_folder(folder / "quest.town.json", what)
+
+    run = cli("--course", course, "chat", "quest", "--lesson", "07", "--solution",
+              "--sessions", folder, input="hello\n")
+
+    assert run.status == 1, run.text
+    one_line = [line for line in run.err.splitlines() if line.startswith("error:")]
+    assert len(one_line) == 1 and "quest.town.json" in one_line[0], run.err
+    assert "Traceback" not in run.text
+    assert (folder / "quest.jsonl").read_bytes() == QUEST_LOG, "nothing written"
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("name", ["hints.json", "results.json"])
+def test_a_pipe_in_place_of_a_state_file_is_set_aside_not_waited_on(cli, course, name):
+    state = course / ".sessionlab"
+    (state / name).unlink(missing_ok=True)
+    os.mkfifo(state / name)
+
+    run = cli("--course", course, "hint", "01")
+
+    no_traceback(run)
+    assert run.status == 0 and "Hint 1 of" in run.out, run.text
+    [warning] = warnings_in(run)
+    assert f".sessionlab/{name}" in warning and "pipe" in warning, warning
+
+
+@pytest.mark.timeout(GUARD)
+def test_a_pipe_in_place_of_a_lessons_bytecode_is_never_read(cli, course):
+    import importlib.util
+
+    module = course / "lessons" / "00_memory" / "agent.py"
+    cached = importlib.util.cache_from_source(str(module))
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    if os.path.exists(cached):
+        os.unlink(cached)
+    os.mkfifo(cached)
+
+    run = cli("--course", course, "check", "00", "--fresh", "--timeout", "100")
+
+    no_traceback(run)
+    assert run.status == 0, run.text

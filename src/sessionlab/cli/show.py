@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from . import compaction
+from . import compaction, files
 from .ui import Ui
 
 PREVIEW = 240
@@ -180,7 +180,7 @@ def parse_entries(lines: list[tuple[int, bytes]], torn_last: bool) -> list[Entry
 
 def read_log(path: Path) -> Log:
     """The log at `path`, every line kept; OSError if the file cannot be read."""
-    data = path.read_bytes()
+    data = files.read_bytes(path)          # a pipe in a log's place: NotRegularFile
     log = Log(path=path, size=len(data))
     lines = list(enumerate(data.split(b"\n"), start=1))
     ended = lines[-1][1] == b""                     # the file ends with "\n", as it should
@@ -192,9 +192,14 @@ def read_log(path: Path) -> Log:
     return log
 
 
+META_LIMIT = 1 << 20      # bytes of a meta or lock file read: they hold a few fields
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A meta or lock file's table; None when there is none, or it is no such file (a
+    pipe or a folder of that name is never opened: reading a pipe waits for ever)."""
     try:
-        value = cleaned(json.loads(path.read_text(encoding="utf-8")))
+        value = cleaned(json.loads(files.read_bytes(path, META_LIMIT).decode("utf-8")))
         return value if isinstance(value, dict) else None
     except (OSError, ValueError, RecursionError):
         return None

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..town import PRICES, Town
+from . import files
 
 FORMAT = 1
+TOWN_LIMIT = 1 << 20     # bytes: a town file holds gold and a few items
 
 
 class TownFileError(Exception):
@@ -32,7 +34,8 @@ def town_path(folder: Path, session_id: str) -> Path:
 def read_town(path: Path) -> tuple[int, list[str]] | None:
     """(gold, items) from a town file; None when there is none."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # Never a pipe or a folder in its place: reading a pipe would wait for ever.
+        text = files.read_text(path, TOWN_LIMIT)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as error:

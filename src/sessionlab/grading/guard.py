@@ -20,6 +20,9 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from stat import S_ISREG
+
+from ..cli import files
 
 FILE_LIMIT = 20000          # files fingerprinted per folder; a student's copy may be huge
 SKIPPED = ("__pycache__", ".pytest_cache")   # the grader's own imports write bytecode
@@ -37,11 +40,12 @@ def fingerprint(folder: Path, *, content: bool) -> dict[str, str]:
         for name in sorted(files):
             path = Path(current) / name
             try:
-                stat = path.lstat()
-                if content and path.is_file() and not path.is_symlink():
-                    value = hashlib.sha256(path.read_bytes()).hexdigest()
+                info = path.lstat()
+                if content and S_ISREG(info.st_mode):
+                    # Opened without following a link or waiting on a pipe swapped in.
+                    value = hashlib.sha256(files.read_bytes(path, follow=False)).hexdigest()
                 else:
-                    value = f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_mode}"
+                    value = f"{info.st_size}:{info.st_mtime_ns}:{info.st_mode}"
             except OSError as error:
                 value = f"unreadable: {error.strerror}"
             found[path.relative_to(folder).as_posix()] = value

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import course
+from ..cli import files
 from ..cli.runner import LessonResult, Outcome
 from . import sandbox
 from .guard import TOKEN_VARIABLE, Reaper
@@ -173,8 +174,7 @@ def pyc_flags(folder: Path) -> list[str]:
             flags.append(f"stray bytecode {where} (ignored: never imported)")
             continue
         try:
-            with path.open("rb") as handle:
-                header = handle.read(8)
+            header = files.read_bytes(path, 8, follow=False)   # never a pipe: it would hang
         except OSError:
             continue
         if len(header) == 8 and int.from_bytes(header[4:8], "little") & 0b11:
