@@ -20,7 +20,7 @@ from typing import Any
 
 from .messages import (
     check_message, check_plain_json, check_session_id, encode_line, MARKER, Message,
-    parse_line)
+    MessageTooLarge, parse_line)
 from .files import now, SessionExists, SessionNotFound
 from .reading import Compaction, interrupted_result, LogState, unanswered_calls
 from .lock import LOCK_POLL_SECONDS, SessionBusy
@@ -63,6 +63,11 @@ CREATE TABLE IF NOT EXISTS session_blobs (
     data   bytea NOT NULL
 );
 """
+
+
+# The largest content session_blobs takes: one bytea value, and the message that
+# carries it to the server, stop at 1 GiB. (The file store has no such limit.)
+MAX_BLOB_BYTES = 1023 * 2**20
 
 
 # Any number, the same in every process: two connections creating the tables at once
@@ -458,6 +463,11 @@ class PostgresSessionLog:
         data = content.encode("utf-8")      # check_plain_json refused a lone surrogate
         if len(data) <= self.blob_threshold:
             return message
+        if len(data) > MAX_BLOB_BYTES:
+            raise MessageTooLarge(
+                f"{self.where}: a content of {len(data)} bytes is more than the "
+                f"{MAX_BLOB_BYTES} a row of session_blobs may hold (PostgreSQL's bytea "
+                "and its protocol stop at 1 GiB); nothing was written")
         reference = {"$blob": self.store_blob(data), "size": len(data),
                      "preview": content[:PREVIEW_CHARS]}
         return {**message, "content": reference}

@@ -225,6 +225,18 @@ MARKER = "$marker"
 LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
+# The most bytes one entry's line may hold, a large content counted as its blob
+# reference (lesson 06). Lesson 11's rows keep each entry as jsonb too, which holds no
+# string and no value over 256 MiB less one byte, headers included. A session may move
+# from one store to the other, so both refuse what the database cannot hold, alike.
+MAX_LINE_BYTES = 255 * 2**20
+
+
+class MessageTooLarge(InvalidMessage):
+    """An entry whose line would be over MAX_LINE_BYTES (text parts or tool-call
+    arguments of hundreds of megabytes): refused, and nothing written."""
+
+
 
 def encode_line(entry: Message) -> bytes:
     """One message or marker as one line of UTF-8 JSON, newline included.
@@ -234,11 +246,19 @@ def encode_line(entry: Message) -> bytes:
     """
     try:
         line = LINE_ENCODER.encode(entry) + "\n"
-        return line.encode("utf-8")
+        data = line.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ValueError(
             f"cannot write this entry as a line of JSON: {error}"
         ) from None
+    if len(data) > MAX_LINE_BYTES:
+        raise MessageTooLarge(
+            f"this entry's line would be {len(data)} bytes, more than the "
+            f"{MAX_LINE_BYTES} a stored entry may be (PostgreSQL's jsonb holds no "
+            "more, and no model takes a message that size); nothing was written. "
+            "A long text stored as the message's content, one string, goes to a blob."
+        )
+    return data
 
 
 

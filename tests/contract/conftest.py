@@ -29,10 +29,11 @@ def reference(name: str) -> ModuleType:
 
 
 class FileStore:
-    """Lesson 07's store: `<folder>/<id>.jsonl`, its meta file and blobs/."""
+    """Lesson 07's store: `<folder>/<id>.jsonl`, its meta file and blobs/ (or a later
+    lesson's file store, `lesson`)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.module = reference("07_undo")
+    def __init__(self, folder: Path, lesson: str = "07_undo") -> None:
+        self.module = reference(lesson)
         self.folder = folder
 
     def log(self, session_id: str, **options: Any) -> Any:
@@ -76,6 +77,19 @@ def store(request: pytest.FixtureRequest, sessions: Path) -> Any:
     server or its driver is missing."""
     if request.param == "jsonl":
         return FileStore(sessions)
+    if (reason := why_not_available()) is not None:
+        pytest.skip(f"the postgres store needs PostgreSQL. {reason}")
+    return PostgresStore(request.getfixturevalue("database"))
+
+
+@pytest.fixture(params=["jsonl", "postgres"])
+def final_store(request: pytest.FixtureRequest, sessions: Path) -> Any:
+    """The two stores of the last lesson (11), side by side in one module: its file
+    store (lessons 01 to 10 grown whole: privacy included) and its PostgreSQL store.
+    For what lesson 07's store has not learnt yet: the same refusals and the privacy
+    operations."""
+    if request.param == "jsonl":
+        return FileStore(sessions, "11_postgres")
     if (reason := why_not_available()) is not None:
         pytest.skip(f"the postgres store needs PostgreSQL. {reason}")
     return PostgresStore(request.getfixturevalue("database"))

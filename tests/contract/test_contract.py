@@ -175,3 +175,24 @@ def test_forks_onto_a_taken_id_or_from_nowhere_are_refused(store):
         store.fork("quest-1", "quest-3", upto=50)
     assert load(store, "quest-2") == before and not store.exists("quest-3"), (
         "a refused fork must change nothing")
+
+
+def test_an_entry_too_large_for_a_row_is_refused_alike_and_the_writer_goes_on(
+        final_store):
+    """A text part (not the message's content as one string, which goes to a blob) so
+    large that the entry's line is over MAX_LINE_BYTES, more than PostgreSQL's jsonb
+    holds: both stores refuse it with MessageTooLarge before anything is stored, and
+    the writer is not stopped: its next append lands, and the session loads without
+    the refused message."""
+    store = final_store
+    limit = store.module.MAX_LINE_BYTES
+    huge = {"role": "user", "content": [{"type": "text", "text": "a" * limit}]}
+    with store.log("quest-1") as log:
+        log.append({"role": "user", "content": "first"})
+        with raises(store.module.MessageTooLarge, "its line would be over the limit",
+                    match=str(limit)):
+            log.append(huge)
+        del huge
+        log.append({"role": "assistant", "content": "still writing"})
+    assert [m["content"] for m in load(store)] == ["first", "still writing"], (
+        "the refused message should not be stored, and the writer should go on")

@@ -308,3 +308,35 @@ def test_a_durable_fork_survives_a_crash_of_the_server_right_after_it(pg, crasha
         assert contents(pg, url, f"quest-fork-{number}") == [
             "Ask the elder about the cave.", "The elder wants a torch."], (
             "the durable fork should hold the source's messages after the crash")
+
+
+# --- 15. what a row cannot hold -----------------------------------------------
+# (A text part over jsonb's limit: the contract suite, tests/contract, checks that both
+# stores refuse it alike.)
+
+
+def available_memory() -> int:
+    with open("/proc/meminfo") as info:
+        for row in info:
+            if row.startswith("MemAvailable:"):
+                return int(row.split()[1]) * 1024
+    return 0
+
+
+def test_a_content_over_a_blob_rows_limit_is_refused_and_the_writer_goes_on(
+        pg, database):
+    """A content one bytea value cannot hold (1 GiB and a byte; the store takes up to
+    MAX_BLOB_BYTES): the database store refuses it with MessageTooLarge before sending
+    a byte, and the writer goes on. (The server used to close the connection, and the
+    writer stopped as if the network had broken.)"""
+    size = 2**30 + 1
+    if available_memory() < 4 * size:
+        pytest.skip(f"needs about {4 * size >> 30} GiB of free memory")
+    with pg.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "first"})
+        with pytest.raises(pg.MessageTooLarge, match=str(pg.MAX_BLOB_BYTES)):
+            log.append({"role": "user", "content": "a" * size})
+        log.append({"role": "assistant", "content": "still writing"})
+    assert contents(pg, database, "quest-1") == ["first", "still writing"], (
+        "nothing of the refused content should be stored, and the writer goes on")
+    assert sql(database, "SELECT count(*) FROM session_blobs") == [(0,)]
