@@ -549,7 +549,7 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
     assert "quest-1" in said and "open" in said.lower(), (
         "SessionConflict should name the session (quest-1) and say that it must be "
         f"opened again (this writer's view is out of date); it says: {said}")
-    lines = [json.loads(line)["content"] for _, line, _ in rows(database)]
+    lines = [message["content"] for message in messages_in(rows(database))]
     assert lines == ["first"], (
         f"only the first writer's message should be stored; the rows hold {lines}")
 
@@ -636,7 +636,7 @@ def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
         f"should be refused by the key; they said {said}")
     assert "SessionConflict" in refused[0], (
         f"the refused writer should get SessionConflict; it said {refused[0]}")
-    names = {json.loads(line)["content"].split()[0] for _, line, _ in rows(database)}
+    names = {message["content"].split()[0] for message in messages_in(rows(database))}
     assert len(names) == 1, (
         f"the rows should hold one writer's messages only, found writers {names}")
 
@@ -913,7 +913,7 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
         lesson.fork_postgres(database, "quest-1", "quest-2")
     with raises(lesson.SessionNotFound, "there is no session nowhere-1"):
         lesson.fork_postgres(database, "nowhere-1", "quest-3")
-    kept = [json.loads(line)["content"] for _, line, _ in rows(database, "quest-2")]
+    kept = [message["content"] for message in messages_in(rows(database, "quest-2"))]
     assert kept == ["quest-2"], f"quest-2 should be as it was, found {kept}"
     lesson.fork_postgres(database, "quest-2", "quest-3", upto=0)    # no entries yet
     with raises(lesson.SessionExists, "quest-3 exists (a fork of 0 messages, with no "
