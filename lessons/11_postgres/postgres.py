@@ -57,18 +57,41 @@ CREATE TABLE IF NOT EXISTS session_entries (
     seq        integer NOT NULL,
     line       text    NOT NULL,
     body       jsonb,
+    written    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (session_id, seq)
 );
 CREATE TABLE IF NOT EXISTS session_blobs (
     sha256 text  PRIMARY KEY,
     data   bytea NOT NULL
 );
+DO $$ BEGIN
+    -- Tables made before `written` (expire_postgres's clock) get it, once
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attname = 'written'
+                   AND attrelid = 'session_entries'::regclass) THEN
+        ALTER TABLE session_entries
+            ADD COLUMN written timestamptz NOT NULL DEFAULT now();
+    END IF;
+END $$;
 """
 
 
 # The largest content session_blobs takes: one bytea value, and the message that
 # carries it to the server, stop at 1 GiB. (The file store has no such limit.)
 MAX_BLOB_BYTES = 1023 * 2**20
+
+
+# Writers take this advisory lock shared in every transaction that stores a blob or
+# copies rows that point to blobs (an append of large content, a fork, an erase);
+# removing blobs (pgprivacy.py) takes it exclusive. So a collection waits for the
+# writers in the middle of their transaction and reads the rows they committed: no
+# blob is removed while a row that points to it is on its way.
+BLOB_LOCK = 0x5E5511
+
+
+def hold_blobs(connection: Any, *, exclusive: bool = False) -> None:
+    """Take BLOB_LOCK for the connection's current transaction (see above)."""
+    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    connection.execute(f"SELECT {function}(%s)", (BLOB_LOCK,))
 
 
 # Any number, the same in every process: two connections creating the tables at once
@@ -331,9 +354,10 @@ class PostgresSessionLog:
         self._write(lambda: [self.outline(message)], together=large)
 
     def _write(self, entries: Callable[[], list[Message]], *,
-               together: bool = False) -> None:
+               together: bool = False, then: Callable[[], None] | None = None) -> None:
         """Store the entries `entries()` makes (one INSERT: all rows or none); with
-        together=True, in a transaction with whatever making them stored (a blob).
+        together=True, in a transaction with whatever making them stored (a blob, an
+        erase's rewritten rows) and with `then()`, run after the insert.
 
         A broken connection (at BEGIN, during the insert, at COMMIT; the server ended
         it, the network went silent) leaves unknown whether the server committed, so
@@ -344,10 +368,17 @@ class PostgresSessionLog:
         connection = self._connection()
         transaction = (connection.transaction() if together
                        else contextlib.nullcontext())
+        start = self.next_seq
         try:
             with transaction:
+                if together:
+                    hold_blobs(connection)  # no collection removes what this stores
                 self._insert(entries())
+                if then is not None:
+                    then()
         except psycopg.Error as error:
+            if not self.stopped:
+                self.next_seq = start   # rolled back, or unknown: the writer stops
             if connection.broken:
                 self.stopped = (
                     f"{self.where}: the connection broke during a write "
@@ -431,6 +462,17 @@ class PostgresSessionLog:
                                    self.where)
         self._write(lambda: [marker])
         return marker["upto"]
+
+    def index_of(self, position: int) -> int:
+        """The index (as undo markers count) of the `position`-th message shown."""
+        from .pgprivacy import shown_index  # lesson 09's privacy, in its own module
+        return shown_index(self, position)
+
+    def erase(self, index: int) -> bool:
+        """Erase message `index` for good, as lesson 09's erase does on a file: see
+        pgprivacy.erase_rows."""
+        from .pgprivacy import erase_rows
+        return erase_rows(self, index)
 
     # --- large content, stored once by its hash ---------------------------------------
 
@@ -525,8 +567,12 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
     check_session_id(source_id)
     check_session_id(new_id)
     where = f"session {source_id!r} in {describe(url)}"
-    with connect(url, durable=durable) as connection, connection.transaction():
-        if connection.execute("SELECT 1 FROM sessions WHERE id = %s",
+    with connect(url) as connection, connection.transaction():
+        if durable:     # this transaction's commit waits until it is flushed
+            connection.execute("SET LOCAL synchronous_commit = on")
+        hold_blobs(connection)  # the copied rows point to blobs: none goes meanwhile
+        # The source's row locked (shared) until the fork commits: a delete waits
+        if connection.execute("SELECT 1 FROM sessions WHERE id = %s FOR SHARE",
                               (source_id,)).fetchone() is None:
             raise SessionNotFound(f"cannot fork from {source_id!r}: no such session "
                                   f"in {describe(url)}")

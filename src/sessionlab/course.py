@@ -24,7 +24,7 @@ MODULE = "agent.py"       # a lesson's entry: the agent loop, and the file a les
 # a module imports only from those before it (agent.py, the loop, comes last).
 MODULE_ORDER = ("messages", "files", "tools", "reading", "lock", "blobs", "undo",
                 "compaction", "erase", "sidechain", "log", "forks", "privacy", "postgres",
-                "agent")
+                "pgprivacy", "agent")
 LESSON_FOLDER = re.compile(r"^([0-9][0-9])_[a-z][a-z0-9_]*$")     # ASCII digits only
 
 

@@ -10,6 +10,7 @@ what both modules define alike (Agent, the exceptions).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -49,6 +50,36 @@ class FileStore:
     def exists(self, session_id: str) -> bool:
         return (self.folder / f"{session_id}.jsonl").exists()
 
+    # lesson 09's privacy operations (the final lesson's file store)
+
+    def location(self) -> str:
+        return str(self.folder)
+
+    def delete(self, session_id: str) -> bool:
+        return self.module.delete_session(self.folder, session_id)
+
+    def expire(self, **options: Any) -> tuple[list[str], list[str]]:
+        return self.module.expire(self.folder, **options)
+
+    def collect(self) -> list[str]:
+        return self.module.collect_blobs(self.folder, grace=0)
+
+    def blobs(self) -> set[str]:
+        blobs = self.folder / "blobs"
+        return {path.name for path in blobs.iterdir()} if blobs.is_dir() else set()
+
+    def holding(self, text: str) -> list[str]:
+        """Every file of the folder whose bytes hold `text`."""
+        return sorted(str(path.relative_to(self.folder))
+                      for path in self.folder.rglob("*")
+                      if path.is_file() and text.encode() in path.read_bytes())
+
+    def age(self, session_id: str, days: float) -> None:
+        """Make the session's last write `days` older than it is."""
+        log = self.folder / f"{session_id}.jsonl"
+        then = log.stat().st_mtime - days * 86400
+        os.utime(log, (then, then))
+
 
 class PostgresStore:
     """Lesson 11's store: rows of session_entries, sessions and session_blobs."""
@@ -69,6 +100,43 @@ class PostgresStore:
 
     def exists(self, session_id: str) -> bool:
         return self.module.lineage(self.url, session_id) is not None
+
+    # lesson 09's privacy operations, on rows (pgprivacy.py)
+
+    def location(self) -> str:
+        return self.url
+
+    def delete(self, session_id: str) -> bool:
+        return self.module.delete_postgres(self.url, session_id)
+
+    def expire(self, **options: Any) -> tuple[list[str], list[str]]:
+        return self.module.expire_postgres(self.url, **options)
+
+    def collect(self) -> list[str]:
+        return self.module.collect_postgres_blobs(self.url)
+
+    def sql(self, statement: str, parameters: tuple = ()) -> list[tuple]:
+        import psycopg
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            cursor = connection.execute(statement, parameters)
+            return cursor.fetchall() if cursor.description else []
+
+    def blobs(self) -> set[str]:
+        return {row[0] for row in self.sql("SELECT sha256 FROM session_blobs")}
+
+    def holding(self, text: str) -> list[str]:
+        """Every row (session, seq) and blob whose stored bytes hold `text`."""
+        rows = self.sql("SELECT session_id, seq FROM session_entries WHERE "
+                        "strpos(line, %s) > 0 OR strpos(body::text, %s) > 0 "
+                        "ORDER BY 1, 2", (text, text))
+        blobs = self.sql("SELECT sha256 FROM session_blobs WHERE "
+                         "position(%s::bytea IN data) > 0", (text.encode(),))
+        return [f"{session}:{seq}" for session, seq in rows] + [
+            f"blob {name}" for name, in blobs]
+
+    def age(self, session_id: str, days: float) -> None:
+        self.sql("UPDATE session_entries SET written = written - %s * interval "
+                 "'1 day' WHERE session_id = %s", (days, session_id))
 
 
 @pytest.fixture(params=["jsonl", "postgres"])
