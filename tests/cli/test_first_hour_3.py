@@ -522,3 +522,77 @@ def test_a_pipe_in_place_of_a_lessons_bytecode_is_never_read(cli, course):
 
     no_traceback(run)
     assert run.status == 0, run.text
+
+
+# --- 7. solution and reset on a module that is not UTF-8, or not a file ----------------------
+
+
+def spoil(path, how: str, elsewhere) -> bytes | None:
+    """Make a lesson module `how`; the bytes that must survive (None: see the test)."""
+    if how == "not UTF-8":
+        data = path.read_bytes() + b"\n# caf\xe9 in Latin-1\n\xff\xfe"
+        path.write_bytes(data)
+        return data
+    path.unlink()
+    if how == "a folder":
+        path.mkdir()
+        (path / "inside.py").write_text("kept")
+    elif how == "a pipe":
+        os.mkfifo(path)
+    elif how == "a link to nothing":
+        os.symlink("gone/agent.py", path)
+    elif how == "a link to a file":
+        elsewhere.write_text("# my real file, elsewhere\n")
+        os.symlink(elsewhere, path)
+    return None
+
+
+SPOILED = ["not UTF-8", "a folder", "a pipe", "a link to nothing", "a link to a file"]
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("module", ["agent.py", "messages.py"])
+@pytest.mark.parametrize("how", SPOILED)
+def test_solution_force_shows_the_reference_beside_any_module(cli, course, tmp_path, how,
+                                                                module):
+    spoil(course / "lessons" / "01_append" / module, how, tmp_path / "elsewhere.py")
+
+    run = cli("--course", course, "solution", "01", "--force")
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    assert "solutions/01_append/messages.py" in run.out, run.out[:2000]
+    if how == "not UTF-8":
+        assert "not UTF-8" in run.text
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("module", ["agent.py", "messages.py"])
+@pytest.mark.parametrize("how", SPOILED)
+def test_reset_recovers_any_module_and_keeps_what_was_there(cli, course, tmp_path, how, module):
+    from sessionlab import course as registry, starters
+
+    target = course / "lessons" / "01_append" / module
+    elsewhere = tmp_path / "elsewhere.py"
+    kept_bytes = spoil(target, how, elsewhere)
+    link = os.readlink(target) if os.path.islink(target) else None
+
+    run = cli("--course", course, "reset", "01")
+
+    no_traceback(run)
+    assert run.status == 0, run.text
+    starter = starters.expected_starters(registry.lesson("01", course))[module]
+    assert not target.is_symlink() and target.read_text() == starter
+    backups = list((course / ".sessionlab" / "backups" / "01_append").iterdir())
+    assert len(backups) == 1, backups
+    [backup] = backups
+    assert str(backup.relative_to(course)) in run.out, run.out
+    if kept_bytes is not None:
+        assert backup.read_bytes() == kept_bytes
+    elif how == "a folder":
+        assert (backup / "inside.py").read_text() == "kept"
+    elif how == "a link to nothing":
+        assert os.readlink(backup) == link
+    elif how == "a link to a file":
+        assert backup.read_text() == "# my real file, elsewhere\n"
+        assert elsewhere.read_text() == "# my real file, elsewhere\n", "the file linked to is untouched"

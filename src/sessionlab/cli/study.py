@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from .. import course, starters
 from ..course import Lesson
 from .progress import (add_run_options, pick_lesson, print_diffs, reference_texts,
                        run_lessons, runner_for, show_hint)
+from . import files
 from .runner import Runner, state_dir
 from .ui import Ui
 
@@ -90,18 +92,32 @@ def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 # --- reset -----------------------------------------------------------------------------------
 
 
-def keep_backup(root: Path, lesson: Lesson, target: Path) -> Path:
-    """Copy the student's file to .sessionlab/backups/NN_topic/<module>-<date>-<time>.py."""
+def backup_path(root: Path, lesson: Lesson, target: Path) -> Path:
+    """A new name in .sessionlab/backups/NN_topic/ for a copy of `target`:
+    <module>-<date>-<time>.py, with -2, -3 ... when taken."""
     backups = state_dir(root) / "backups" / lesson.name
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    backups.mkdir(parents=True, exist_ok=True)
+    backup = backups / f"{target.stem}-{stamp}.py"
+    n = 1
+    while os.path.lexists(backup):
+        n += 1
+        backup = backups / f"{target.stem}-{stamp}-{n}.py"
+    return backup
+
+
+def keep_backup(root: Path, lesson: Lesson, target: Path, *, move: bool = False) -> Path:
+    """Keep the student's file in .sessionlab/backups/NN_topic/: a copy of its bytes (a
+    link to a file: of the file's), or, with `move`, the thing itself moved there (a
+    folder, a pipe or a link to nothing in the module's place, which cannot be copied)."""
+    backups = state_dir(root) / "backups" / lesson.name
     try:
-        backups.mkdir(parents=True, exist_ok=True)
-        backup = backups / f"{target.stem}-{stamp}.py"
-        n = 1
-        while backup.exists():
-            n += 1
-            backup = backups / f"{target.stem}-{stamp}-{n}.py"
-        shutil.copy2(target, backup)
+        backup = backup_path(root, lesson, target)
+        if move:
+            os.rename(target, backup)
+        else:
+            backup.write_bytes(files.read_bytes(target))     # never waits on a pipe
+            shutil.copystat(target, backup)
     except OSError as error:
         raise Refused(f"cannot keep a backup of your file in {backups}: {error.strerror or error}; "
                       "nothing was reset", "make the course folder writable, then reset again", status=1) from None
@@ -135,17 +151,39 @@ def cmd_reset(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 def reset_module(ui: Ui, root: Path, lesson: Lesson, module: str, starter: str) -> bool:
     """Put one module of the lesson back to its starter, keeping the student's version
-    as a backup. False when it already is the starter."""
+    as a backup. False when it already is the starter.
+
+    Whatever is in the module's place is kept, never lost: a file's bytes, UTF-8 or not
+    (reset is how a student recovers from a file an editor saved in another encoding), a
+    link's file; a folder, a pipe or a link to nothing is moved into the backups."""
     target = lesson.folder / module
     shown_target = f"lessons/{lesson.name}/{module}"
+    odd = None                     # what is there, when it is not a (link to a) file
     try:
-        current = target.read_text(encoding="utf-8") if target.exists() else None
-    except (OSError, UnicodeDecodeError) as error:
-        raise Refused(f"cannot read {shown_target}: {getattr(error, 'strerror', None) or error}; "
-                      "nothing more was reset", status=1) from None
-    if current == starter:
-        return False
-    backup = keep_backup(root, lesson, target) if current is not None else None
+        info = os.stat(target)
+        if not stat.S_ISREG(info.st_mode):
+            odd = files.kind(info.st_mode)
+    except FileNotFoundError:
+        odd = "a link to nothing" if os.path.islink(target) else None
+    except OSError as error:          # a link to itself (ELOOP), no permission
+        if not os.path.islink(target):
+            raise Refused(f"cannot read {shown_target}: {error.strerror or error}; "
+                          "nothing more was reset", status=1) from None
+        odd = "a link that cannot be followed"
+    current = None
+    if odd is None and os.path.lexists(target):
+        try:
+            current = files.read_bytes(target)
+        except OSError as error:
+            raise Refused(f"cannot read {shown_target}: {error.strerror or error}; "
+                          "nothing more was reset", status=1) from None
+        if current == starter.encode("utf-8"):
+            return False
+    backup = None
+    if odd is not None:
+        backup = keep_backup(root, lesson, target, move=True)
+    elif current is not None:
+        backup = keep_backup(root, lesson, target)
     try:
         replace_whole(target, starter)
     except OSError as error:
@@ -155,8 +193,11 @@ def reset_module(ui: Ui, root: Path, lesson: Lesson, module: str, starter: str) 
     ui.out.print(Text(f"{shown_target} is the starter again.", style="bold"))
     if backup is not None:
         shown = backup.relative_to(root)
-        ui.out.print(f"Your version is kept in {shown}")
-        ui.out.print(Text(f"To get it back: cp {shown} {shown_target}", style="dim"))
+        if odd is not None:
+            ui.out.print(f"It was {odd}, not a file: that is moved to {shown}")
+        else:
+            ui.out.print(f"Your version is kept in {shown}")
+            ui.out.print(Text(f"To get it back: cp {shown} {shown_target}", style="dim"))
     return True
 
 
@@ -173,6 +214,30 @@ def require_passing(ui: Ui, root: Path, lessons: list[Lesson], command: str) -> 
                           "the reference stays folded until you have your own answer",
                           f"`sessionlab hint {lesson.number}` helps; `sessionlab {command} --force` shows it anyway",
                           status=1)
+
+
+def my_modules(ui: Ui, lesson: Lesson) -> dict[str, str]:
+    """The student's modules as text to diff. A file that is not UTF-8 is shown with �
+    where its bytes are not (and said so); one that cannot be read (a folder or a pipe in
+    its place) is left out, and said so: the reference is shown all the same."""
+    mine: dict[str, str] = {}
+    for path in [lesson.folder / f"{name}.py" for name in course.MODULE_ORDER]:
+        if not os.path.lexists(path):
+            continue
+        shown = f"lessons/{lesson.name}/{path.name}"
+        try:
+            data = files.read_bytes(path)
+        except OSError as error:
+            ui.note(f"{shown} cannot be read ({error.strerror or error}): shown as missing")
+            continue
+        try:
+            mine[path.name] = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            ui.note(f"{shown} is not UTF-8 text (byte {data[error.start]:#04x} at offset "
+                    f"{error.start}): shown with � for what cannot be read; Python will not "
+                    f"import it until it is saved as UTF-8")
+            mine[path.name] = data.decode("utf-8", errors="replace")
+    return mine
 
 
 @refusing
@@ -193,8 +258,7 @@ def cmd_solution(args: argparse.Namespace, ui: Ui, root: Path) -> int:
                 ui.out.print(Syntax(reference, "python", theme="ansi_dark",
                                     line_numbers=True))
         return 0
-    mine = {path.name: path.read_text(encoding="utf-8")
-            for path in course.lesson_modules(lesson.folder)}
+    mine = my_modules(ui, lesson)
     ui.out.print(Text(f"Your lessons/{lesson.name} (-) beside the reference (+):",
                       style="bold"))
     if not print_diffs(ui, mine, references, f"lessons/{lesson.name}",
