@@ -596,3 +596,19 @@ def test_reset_recovers_any_module_and_keeps_what_was_there(cli, course, tmp_pat
     elif how == "a link to a file":
         assert backup.read_text() == "# my real file, elsewhere\n"
         assert elsewhere.read_text() == "# my real file, elsewhere\n", "the file linked to is untouched"
+
+
+# --- 8. diff --force without --solutions -------------------------------------------------
+
+
+@pytest.mark.timeout(GUARD)
+def test_diff_force_without_solutions_gives_nothing_away(cli, course, no_runs):
+    run = cli("--course", course, "diff", "00", "01", "--force")
+
+    assert run.status == 2, run.text
+    one_line_error(run, "--force", "--solutions")
+    assert run.out == "", "no reference shown"
+    assert no_runs == []
+
+    shown = cli("--course", course, "diff", "00", "01", "--solutions", "--force")
+    assert shown.status == 0 and "solutions/01_append" in shown.out, "the way it is meant"

@@ -270,7 +270,13 @@ def cmd_solution(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 @refusing
 def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     first, second = course.lesson(args.first, root), course.lesson(args.second, root)
-    solutions = args.solutions or args.force      # --force, as for `solution`, shows the reference
+    if args.force and not args.solutions:
+        # The starters need no force; taking --force for --solutions would give the
+        # reference away to a student who only meant "show it anyway".
+        raise Refused(f"--force works with --solutions only: `sessionlab diff {first.number} "
+                      f"{second.number}` shows the starters, `... --solutions --force` the "
+                      "reference solutions before both lessons pass")
+    solutions = args.solutions
     if solutions:
         if not args.force:
             # Both answers show in a diff of the solutions: each lesson must pass, as for `solution`.
