@@ -37,6 +37,12 @@ def test_grade_prints_a_table_and_writes_csv_and_json(cli, classroom, tmp_path, 
               "--csv", tmp_path / "grades.csv", "--json", tmp_path / "grades.json")
 
     assert run.status == 0, run.text
+    # Into a pipe, no progress bar: a line as each student's lesson is graded
+    said = sorted(line.split(" (")[0] for line in run.err.splitlines()
+                  if line.startswith("graded "))
+    assert said == ["graded 1/2: " + said[0].split(": ")[1],
+                    "graded 2/2: " + said[1].split(": ")[1]], run.err
+    assert {line.split(": ")[1] for line in said} == {"alice 00_memory", "bob 00_memory"}
     rows: dict[str, str] = {}
     for line in run.out.splitlines():       # the tests' table first, then the hints'
         if line.split():

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,10 +246,17 @@ def _run_all(students: list[Student], names: list[str], views: dict[str, Path],
         task = progress.add_task("", total=len(work))
         futures = {pool.submit(grade_lesson, s.path, n, views[s.name], setup): (s, n)
                    for s, n in work}
-        for future in as_completed(futures):
+        started = time.monotonic()
+        for done, future in enumerate(as_completed(futures), 1):
             student, name = futures[future]
             student.grades[name] = future.result()
             progress.update(task, advance=1, description=f"{student.name} {name[:2]}")
+            if not ui.err.is_terminal:
+                # No bar where nobody watches a terminal (a pipe, a log file): a plain
+                # line a lesson instead, so a long run is never minutes of nothing
+                ui.err.print(f"graded {done}/{len(work)}: {student.name} {name} "
+                             f"({time.monotonic() - started:.0f} s)", highlight=False,
+                             markup=False)
 
 
 def cell(grade: Grade | None, edited: bool) -> Text:

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from stat import S_ISREG
 
-from ..cli import files
+from ..cli import files as regular_files
 
 FILE_LIMIT = 20000          # files fingerprinted per folder; a student's copy may be huge
 SKIPPED = ("__pycache__", ".pytest_cache")   # the grader's own imports write bytecode
@@ -43,7 +43,7 @@ def fingerprint(folder: Path, *, content: bool) -> dict[str, str]:
                 info = path.lstat()
                 if content and S_ISREG(info.st_mode):
                     # Opened without following a link or waiting on a pipe swapped in.
-                    value = hashlib.sha256(files.read_bytes(path, follow=False)).hexdigest()
+                    value = hashlib.sha256(regular_files.read_bytes(path, follow=False)).hexdigest()
                 else:
                     value = f"{info.st_size}:{info.st_mtime_ns}:{info.st_mode}"
             except OSError as error:
