@@ -200,6 +200,19 @@ def closed_streams() -> list[int]:
     return closed
 
 
+def hide_secrets(args: argparse.Namespace) -> None:
+    """Passwords the command was given (in --store, --base-url, the environment's URLs)
+    and API keys are never shown, whatever message quotes them (ui.redact)."""
+    from . import ui as output
+
+    for text in (getattr(args, "store", None), getattr(args, "base_url", None),
+                 getattr(args, "ollama_url", None), os.environ.get("OPENAI_BASE_URL"),
+                 os.environ.get("OLLAMA_HOST"), os.environ.get("DATABASE_URL")):
+        output.keep_secret(text)
+    for key in (getattr(args, "api_key", None), os.environ.get("OPENAI_API_KEY")):
+        output.keep_key(key)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 success, 1 failure, 2 usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -217,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return delegated
     parser = build_parser()
     args = parser.parse_args(argv)
+    hide_secrets(args)
     ui = make_ui()
     try:
         root = find_course(args) if args.needs_root else None

@@ -10,7 +10,6 @@ psycopg is imported only here, and only when --store is given.
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,8 +22,15 @@ from .ui import Ui
 
 
 def describe(url: str) -> str:
-    """The database, named for a message: no password, no query string."""
-    return re.sub(r"//[^@/]*@", "//", url).split("?")[0]
+    """The database, named for a message: no user part, no password, no query string.
+    The user part ends at the last "@" (a password may hold an unencoded "@", "/" or
+    "?"); a key/value string keeps its keys, its password hidden."""
+    from .ui import redact
+
+    scheme, found, rest = url.partition("://")
+    if not found:
+        return redact(url)
+    return redact(f"{scheme}://{rest.rsplit('@', 1)[-1].split('?')[0]}")
 
 
 UNREACHABLE_HINT = "is the server running, and is the URL right (postgresql://user@host/db)?"
@@ -97,6 +103,10 @@ def open_session(args: argparse.Namespace, ui: Ui, module: ModuleType, lesson: A
     except psycopg.OperationalError as error:
         _close(log)
         raise ChatError(f"cannot reach the database {where}: {first_line(error)}",
+                        UNREACHABLE_HINT) from None
+    except psycopg.Error as error:    # a URL the driver cannot read, a query it refuses
+        _close(log)
+        raise ChatError(f"cannot use the database {where}: {first_line(error)}",
                         UNREACHABLE_HINT) from None
     except Exception as error:      # the lesson's own refusals: busy, exists, not found
         _close(log)

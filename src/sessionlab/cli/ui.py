@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -99,6 +100,59 @@ def _plain_cell(cell: RenderableType, console: Console) -> str:
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
+# --- secrets: a connection string's password is never shown ------------------------------
+
+# The password of a URL's user part (scheme://user:password@host), whatever it holds up to
+# the last "@" of the word (an unencoded "/" or "@" in it is still the password), and the
+# value of a `password=` in a query string or a libpq key/value string (quoted or not).
+URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']*:)[^\s\"']*@")
+KEY_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]*)",
+                          re.IGNORECASE)
+HIDDEN = "***"
+_secrets: set[str] = set()
+
+
+def secrets_in(text: str | None) -> list[str]:
+    """The passwords a connection string or URL holds: as written, and percent-decoded
+    (a driver's message may show either)."""
+    from urllib.parse import unquote
+
+    found: list[str] = []
+    for match in re.finditer(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s\"']*)@", text or ""):
+        user, colon, password = match.group(1).partition(":")
+        if colon:
+            found.append(password)
+    for match in KEY_PASSWORD.finditer(text or ""):
+        value = match.group(0)[len(match.group("head")):]
+        found.append(value)
+        if value.startswith("'") and value.endswith("'") and len(value) > 1:
+            found.append(re.sub(r"\\(.)", r"\1", value[1:-1]))
+    found += [unquote(value) for value in found]
+    # A very short one would turn every such letter of every message into ***: the
+    # patterns above still hide it where a URL or a key/value string shows it.
+    return [value for value in dict.fromkeys(found) if len(value) >= 3]
+
+
+def keep_secret(text: str | None) -> None:
+    """Never show the passwords `text` (a --store URL, a --base-url, an API key) holds."""
+    _secrets.update(secrets_in(text))
+
+
+def keep_key(key: str | None) -> None:
+    """Never show this value (an API key) in a message."""
+    if key and len(key) >= 3:
+        _secrets.add(key)
+
+
+def redact(text: str) -> str:
+    """`text` with every password of a URL or connection string replaced by ***."""
+    text = URL_PASSWORD.sub(lambda m: m.group("head") + HIDDEN + "@", text)
+    text = KEY_PASSWORD.sub(lambda m: m.group("head") + HIDDEN, text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        text = text.replace(secret, HIDDEN)
+    return text
+
+
 @dataclass
 class Ui:
     out: Console
@@ -131,19 +185,19 @@ class Ui:
     def error(self, message: str, hint: str | None = None) -> None:
         """One line saying what went wrong, and one saying what to do about it."""
         text = Text("error: ", style="bold red")
-        text.append(message)
+        text.append(redact(message))
         self.err.print(text, soft_wrap=True)
         if hint:
-            self.err.print(Text("  " + hint, style="yellow"), soft_wrap=True)
+            self.err.print(Text("  " + redact(hint), style="yellow"), soft_wrap=True)
 
     def warn(self, message: str) -> None:
         """One line about something odd that the command got past."""
         text = Text("warning: ", style="bold yellow")
-        text.append(message)
+        text.append(redact(message))
         self.err.print(text, soft_wrap=True)
 
     def note(self, message: str) -> None:
-        self.err.print(Text(message, style="dim"), soft_wrap=True)
+        self.err.print(Text(redact(message), style="dim"), soft_wrap=True)
 
     def mark(self, state: str) -> Text:
         """A lesson or task state as a short coloured mark (words when plain)."""
@@ -168,7 +222,24 @@ def make_ui(stdout=None, stderr=None) -> Ui:
     return Ui(out=_console(stdout or sys.stdout), err=_console(stderr or sys.stderr))
 
 
+class Redacting:
+    """A stream that hides passwords (see redact) in everything written to it: the last
+    guard, behind each message's own care, so that no line the kit prints, whatever it
+    quotes (a driver's error, a URL in a row of `doctor`, a spinner's label), shows one."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def _console(file) -> Console:
+    file = file if isinstance(file, Redacting) else Redacting(file)
     console = Console(file=file, highlight=False)
     if not console.is_terminal:
         # Plain text: a line is never broken in two (grep and logs want whole lines), and
