@@ -240,9 +240,12 @@ def test_each_message_is_one_row_at_the_next_place(lesson, database):
         "each of the 4 messages should be one row, at seq 0, 1, 2, 3; found seqs "
         f"{[seq for seq, _, _ in stored]}")
     lines = [json.loads(line) for _, line, _ in stored]
-    assert lines == messages and "洞窟" in stored[0][1], (
-        "each row's line should be its message as written, text beyond ASCII as it "
-        f"is: expected {messages}\nfound    {[line for _, line, _ in stored]}")
+    written = [line for _, line, _ in stored]
+    assert lines == messages and "洞窟" in written[0] and not any(
+            line.endswith("\n") for line in written), (
+        "each row's line should be its message as written, one line of JSON without "
+        f"a newline, text beyond ASCII as it is: expected {messages}\nfound    "
+        f"{written}")
     assert [body for _, _, body in stored] == lines, (
         "each row's body should hold the same entry as jsonb, for queries; found "
         f"{[body for _, _, body in stored]}")
