@@ -142,8 +142,8 @@ def test_slash_commands(cli, chat_course, sessions):
 
 def test_a_bad_session_id_is_refused_in_one_line(cli, chat_course, sessions):
     run = cli(*reference(chat_course, sessions), "../escape", input=QUEST)
-    assert run.status == 1
-    assert "InvalidSessionId" in run.err and "Traceback" not in run.text
+    assert run.status == 2, "refused before anything runs (test_first_hour_3, item 10)"
+    assert "invalid session id '../escape'" in run.err and "Traceback" not in run.text
     assert not (sessions.parent / "escape.jsonl").exists()
 
 

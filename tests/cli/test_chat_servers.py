@@ -207,7 +207,7 @@ def test_a_reply_that_takes_too_long_is_one_line_that_says_try_again(cli, chat_c
     with QuirkyServer("ollama", [Slow(ELDER)]) as server:
         run = chat(cli, chat_course, sessions, "quest", "--base-url", server.base_url, "--model", "town",
                    "--timeout", "1")
-    assert "did not answer in time" in run.err and "try again" in run.err and "--timeout" in run.err
+    assert "did not answer within 1 s" in run.err and "try again" in run.err and "--timeout" in run.err
     assert "Traceback" not in run.text
     assert "the model is working" not in run.text, "no spinner outside a terminal"
 

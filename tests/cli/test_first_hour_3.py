@@ -680,3 +680,78 @@ def test_a_model_servers_url_with_a_password_is_never_shown(cli, course, tmp_pat
         assert_hidden(run)
     assert "127.0.0.1:9" in doctor.out, "the server is still named"
     assert chat.status == 1 and "127.0.0.1:9" in chat.err, chat.text
+
+
+# --- 10. a session id too long for a file name; a server that never answers ----------------
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("argv", [["{id}"], ["new", "--fork-from", "{id}"], ["{id}", "--store",
+                                  "postgresql://127.0.0.1:9/db", "--lesson", "11"]],
+                         ids=["id", "fork-from", "store"])
+@pytest.mark.parametrize("bad", ["a" * 300, "../escape", "two words", ".hidden", ""])
+def test_chat_refuses_a_session_id_that_is_no_plain_name_before_anything(
+        cli, course_copy, tmp_path, argv, bad):
+    course = course_copy({"07_undo": SOLUTION, "11_postgres": SOLUTION})
+    folder = tmp_path / "s"
+
+    run = cli("--course", course, "chat", *[part.format(id=bad) for part in argv],
+              "--solution", "--sessions", folder, input="hello\n")
+
+    assert run.status == 2, run.text
+    line = one_line_error(Run(2, "", run.err), "invalid session id", "letters, digits")
+    assert "too long" not in line and "move that file away" not in run.err
+    assert len(line) < 300, "the id is shortened where it is named"
+    assert not folder.exists() or not any(folder.iterdir()), "nothing written"
+
+
+class Silent:
+    """A server that takes connections and never answers a byte."""
+
+    def __enter__(self):
+        import socket
+        import threading
+
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.held = []
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/v1"
+
+        def accept():
+            try:
+                while True:
+                    self.held.append(self.socket.accept()[0])
+            except OSError:
+                pass
+        threading.Thread(target=accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.socket.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("extra", [[], ["--no-check"]], ids=["checked", "no check"])
+def test_chat_timeout_bounds_the_wait_for_a_server_that_never_answers(cli, course_copy,
+                                                                     tmp_path, extra):
+    import time
+
+    course = course_copy({"07_undo": SOLUTION})
+    with Silent() as server:
+        started = time.monotonic()
+        run = cli("--course", course, "chat", "q", "--lesson", "07", "--solution",
+                  "--base-url", server.url, "--model", "m", "--timeout", "2", *extra,
+                  "--sessions", tmp_path / "s", input="hello\n")
+        waited = time.monotonic() - started
+
+    no_traceback(run)
+    # Checked first, the chat stops before a word is written; unchecked, the message
+    # fails, the chat goes on (one may try again), and the input ends.
+    assert run.status == (0 if extra else 1), run.text
+    assert "did not answer" in run.err and "cannot reach" not in run.err, run.err
+    assert "2 s" in run.err, "the wait is named"
+    # A guard against waiting on some other clock than --timeout (10 s and more before).
+    assert waited < 2 + 6, f"waited {waited:.1f} s with --timeout 2"

@@ -68,6 +68,7 @@ class ModelChoice:
     base_url: str
     kind: str            # scripted / ollama / openai
     api_key: str | None = None
+    timeout: float = connect.PROBE_TIMEOUT     # --timeout: every wait on the server
 
     def describe(self) -> str:
         if self.kind == "scripted":
@@ -87,12 +88,15 @@ def choose_model(args: argparse.Namespace) -> ModelChoice:
     import httpx
     import openai
 
-    timeout = httpx.Timeout(args.timeout, connect=5.0)
+    # --timeout bounds every wait, the connection's too: a server that never answers is
+    # said to be so after that long, not after some other clock of the kit's.
+    timeout = httpx.Timeout(args.timeout, connect=min(5.0, args.timeout))
     if args.ollama:
         base = ollama_url() + "/v1"
         key = args.api_key or "ollama"
         client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=timeout)
-        return ModelChoice(connect.KitClient(client), args.ollama, base, "ollama", key)
+        return ModelChoice(connect.KitClient(client), args.ollama, base, "ollama", key,
+                           args.timeout)
     if args.base_url or args.model:
         base = (args.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         key = args.api_key or os.environ.get("OPENAI_API_KEY")
@@ -102,7 +106,8 @@ def choose_model(args: argparse.Namespace) -> ModelChoice:
                                 "set OPENAI_API_KEY, or use a local server: --ollama MODEL or --base-url URL")
             key = "none"     # local servers want no key, but the client wants a string
         client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=timeout)
-        return ModelChoice(connect.KitClient(client), args.model, base, "openai", key)
+        return ModelChoice(connect.KitClient(client), args.model, base, "openai", key,
+                           args.timeout)
     model = default_model()
     return ModelChoice(connect.KitClient(model.client()), model.model, model.base_url, "scripted")
 
@@ -114,6 +119,13 @@ def unreachable(choice: ModelChoice, what: str) -> ChatError:
     hint = ("start Ollama with `ollama serve` (in another terminal), then try again" if choice.kind == "ollama"
             else "is the server running? check --base-url (or OPENAI_BASE_URL), then try again")
     return ChatError(f"cannot reach the model server at {choice.base_url} ({what})", hint)
+
+
+def silent(choice: ModelChoice, waited: float) -> ChatError:
+    """The server took the connection and said nothing for as long as we waited."""
+    return ChatError(f"the model server at {choice.base_url} did not answer within {waited:g} s",
+                     "a big model on a small machine is slow: try again, try a smaller model, "
+                     "or give it longer with --timeout SECONDS", fatal=False)
 
 
 def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
@@ -135,7 +147,10 @@ def preflight(choice: ModelChoice, ui: Ui, check: bool) -> None:
 def _check(choice: ModelChoice, ui: Ui, check: bool) -> None:
     import openai
 
-    probe = connect.probe_models(choice.base_url, choice.api_key)
+    probe = connect.probe_models(choice.base_url, choice.api_key,
+                                 min(choice.timeout, connect.PROBE_TIMEOUT))
+    if probe.timed_out:
+        raise silent(choice, min(choice.timeout, connect.PROBE_TIMEOUT))
     if probe.status is None:
         refused = "refused" in probe.detail.lower() or "ConnectError" in probe.detail
         raise unreachable(choice, "connection refused" if refused else "the connection failed")
@@ -184,10 +199,8 @@ def explain(error: Exception, choice: ModelChoice) -> ChatError:
     if isinstance(error, connect.ServerProblem):
         return ChatError(f"the server at {where} answered with no reply in it ({error})",
                          f"check --base-url; it usually ends in /v1 ({connect.USUAL_URLS})")
-    if isinstance(error, openai.APITimeoutError):
-        return ChatError(f"the model server at {where} did not answer in time",
-                         "a big model on a small machine is slow: try again, try a smaller model, "
-                         "or give it longer with --timeout SECONDS", fatal=False)
+    if isinstance(error, openai.APITimeoutError) or _timed_out(error):
+        return silent(choice, choice.timeout)
     if isinstance(error, openai.APIConnectionError):
         cause = repr(error.__cause__ or error)
         refused = "refused" in cause.lower() or "ConnectError" in cause
@@ -230,6 +243,19 @@ def explain(error: Exception, choice: ModelChoice) -> ChatError:
         hint = ("the conversation holds a tool call without a result, as after a crash mid-turn: "
                 "lesson 04's repair answers it on resume; `sessionlab show` the log to see it")
     return ChatError(f"the model server refused the conversation (HTTP {status}: {message})", hint, fatal=False)
+
+
+def _timed_out(error: BaseException) -> bool:
+    """A connection error that is a timeout underneath (the SDK wraps some as such)."""
+    import httpx
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, httpx.TimeoutException):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @contextmanager
@@ -525,7 +551,26 @@ class Opened:
     size_before: int | None = None
 
 
+# The lessons' rule for a session id (task 01.1), checked before anything runs: an id that
+# is no plain file name would otherwise reach the file system first (a 300-character id
+# is "File name too long" from the town's file, beside the log).
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_session_id(session_id: str, option: str = "") -> None:
+    if SESSION_ID.fullmatch(session_id):
+        return
+    shown = repr(session_id) if len(session_id) <= 40 else repr(session_id[:40]) + "..."
+    raise ChatError(f"invalid session id {shown}{' (' + option + ')' if option else ''}: "
+                    f"{len(session_id)} characters; use 1 to 128 letters, digits, '.', '_' "
+                    "or '-', starting with a letter or digit (no '/', no spaces)", status=2)
+
+
 def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    if args.session is not None:
+        check_session_id(args.session)
+    if args.fork_from is not None:
+        check_session_id(args.fork_from, "--fork-from")
     interactive = sys.stdin.isatty()
     if interactive:
         try:

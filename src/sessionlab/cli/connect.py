@@ -135,15 +135,21 @@ class Probe:
     status: int | None             # None: no answer at all
     names: list[str] | None        # the model names, when it answered with an OpenAI model list
     detail: str = ""
+    timed_out: bool = False        # connected (or trying to), and nothing came in time
 
 
-def probe_models(base: str, api_key: str | None, timeout: float = 10.0) -> Probe:
+PROBE_TIMEOUT = 10.0     # seconds: a model list is quick to answer, or nothing will be
+
+
+def probe_models(base: str, api_key: str | None, timeout: float = PROBE_TIMEOUT) -> Probe:
     """GET <base>/models without the openai client, to see the raw status and body."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(base.rstrip("/") + "/models", headers=headers, timeout=timeout)
+    except httpx.TimeoutException as error:
+        return Probe(None, None, f"{type(error).__name__}: {error}", timed_out=True)
     except httpx.HTTPError as error:
         return Probe(None, None, f"{type(error).__name__}: {error}")
     try:
