@@ -32,8 +32,7 @@ class SessionBusy(RuntimeError):
             f"writing it since {holder.get('since')}"
             if holder.get("pid")
             else (
-                "another process is writing it (it has not written its name into the "
-                "lock file yet)"
+                "another process is writing it (its lock does not say who yet)"
             )
         )
         super().__init__(

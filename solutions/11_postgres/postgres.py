@@ -181,6 +181,24 @@ def lock_key(session_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def lock_holder(connection: psycopg.Connection, session_id: str) -> dict[str, Any]:
+    """Who holds the session's lock, as the server knows it: {"pid", "host", "since"}
+    (the holder's own process, read from its application_name), or {}."""
+    key = lock_key(session_id)
+    row = connection.execute(
+        "SELECT a.application_name, a.backend_start FROM pg_locks l "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+        "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    if row is None:
+        return {}
+    found = re.fullmatch(r"sessionlab pid (\d+) on (.*)", row[0] or "")
+    if found is None:
+        return {}
+    return {"pid": int(found[1]), "host": found[2],
+            "since": row[1].isoformat(timespec="seconds")}
+
+
 def jsonb_body(line: str) -> str | None:
     """The entry's text for the jsonb column, or None where jsonb cannot hold it.
 
@@ -314,19 +332,7 @@ class PostgresSessionLog:
     def holder(self) -> dict[str, Any]:
         """Who holds the session's lock, as the server knows it: {"pid", "host",
         "since"} (the holder's own process, read from its application_name), or {}."""
-        key = lock_key(self.id)
-        row = self._connection().execute(
-            "SELECT a.application_name, a.backend_start FROM pg_locks l "
-            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-            "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
-            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
-        if row is None:
-            return {}
-        found = re.fullmatch(r"sessionlab pid (\d+) on (.*)", row[0] or "")
-        if found is None:
-            return {}
-        return {"pid": int(found[1]), "host": found[2],
-                "since": row[1].isoformat(timespec="seconds")}
+        return lock_holder(self._connection(), self.id)
 
     def _repair(self, state: LogState) -> None:
         """Answer the tool calls the session left without results, after a marker.
@@ -614,7 +620,7 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
         # A writer starting `new_id` right now holds its lock: wait for no one
         if not connection.execute("SELECT pg_try_advisory_xact_lock(%s)",
                                   (lock_key(new_id),)).fetchone()[0]:
-            raise SessionBusy(new_id, {})
+            raise SessionBusy(new_id, lock_holder(connection, new_id))
         # BEGIN 11.5
         try:
             connection.execute(
