@@ -647,3 +647,25 @@ caught_by = "test_without_durable_mode_nothing_is_fsynced"
                             "task 01.5, but the first test that fails on it, "
                             "test_without_durable_mode_nothing_is_fsynced, names 01.2")
                for p in problems), problems
+
+
+def test_generating_links_the_shipped_reference_to_every_module_of_its_lesson(tmp_path):
+    """The reference the kit ships is links to one lesson's solution: generating adds a
+    link for a module the lesson gained (lesson 11 gained pgprivacy.py) and drops one
+    for a module it lost, so the demo outside a copy never runs half a store."""
+    from sessionlab.snapshots import link_shipped_reference
+    solution = tmp_path / "solutions/11_postgres"
+    shipped = tmp_path / "src/sessionlab/reference/11_postgres"
+    solution.mkdir(parents=True)
+    shipped.mkdir(parents=True)
+    for name in ("agent.py", "pgprivacy.py"):
+        (solution / name).write_text(f"# {name}\n")
+    (shipped / "agent.py").symlink_to("../../../../solutions/11_postgres/agent.py")
+    (shipped / "gone.py").symlink_to("../../../../solutions/11_postgres/gone.py")
+
+    changed = link_shipped_reference(tmp_path)
+
+    assert sorted(p.name for p in changed) == ["gone.py", "pgprivacy.py"]
+    assert sorted(p.name for p in shipped.iterdir()) == ["agent.py", "pgprivacy.py"]
+    assert (shipped / "pgprivacy.py").read_text() == "# pgprivacy.py\n"
+    assert link_shipped_reference(tmp_path) == [], "a second run changes nothing"

@@ -24,6 +24,7 @@ The maintainers' check fails when a committed snapshot differs from what this ma
 from __future__ import annotations
 
 import ast
+import os
 import re
 import textwrap
 from dataclasses import dataclass
@@ -218,4 +219,29 @@ def write_snapshots(root: Path, lessons: list[Lesson]) -> list[Path]:
             if path.is_file() and path not in made:
                 path.unlink()
                 changed.append(path)
+    changed += link_shipped_reference(root)
+    return changed
+
+
+def link_shipped_reference(root: Path) -> list[Path]:
+    """The reference the kit ships (for the demo outside a copy of the course) is a
+    folder of links to the modules of one lesson's solution: link each module that lesson
+    has, and drop a link to one it no longer has. Returns the links changed."""
+    shipped = root / "src" / "sessionlab" / "reference"
+    changed = []
+    for folder in sorted(shipped.glob("[0-9][0-9]_*")) if shipped.is_dir() else []:
+        solution = root / "solutions" / folder.name
+        wanted = {path.name for path in solution.glob("*.py")}
+        for name in sorted(wanted):
+            link = folder / name
+            target = os.path.relpath(solution / name, folder)
+            if not (link.is_symlink() and os.readlink(link) == target):
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                link.symlink_to(target)
+                changed.append(link)
+        for link in sorted(folder.glob("*.py")):
+            if link.name not in wanted:
+                link.unlink()
+                changed.append(link)
     return changed

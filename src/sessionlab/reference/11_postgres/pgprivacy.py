@@ -1,0 +1,1 @@
+../../../../solutions/11_postgres/pgprivacy.py
