@@ -755,3 +755,55 @@ def test_chat_timeout_bounds_the_wait_for_a_server_that_never_answers(cli, cours
     assert "2 s" in run.err, "the wait is named"
     # A guard against waiting on some other clock than --timeout (10 s and more before).
     assert waited < 2 + 6, f"waited {waited:.1f} s with --timeout 2"
+
+
+# --- 11. the small things ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(2 * GUARD)
+def test_after_delete_the_chat_says_to_delete_the_forks_too_not_erase(cli, course_copy, tmp_path):
+    course = course_copy({"09_privacy": SOLUTION})
+    folder = tmp_path / "s"
+    cli("--course", course, "chat", "quest", "--lesson", "09", "--sessions", folder,
+        input="Ask the elder about the cave.\n")
+    erased = cli("--course", course, "chat", "quest", "--lesson", "09", "--sessions", folder,
+                 input="/erase 0\ny\n")
+    deleted = cli("--course", course, "chat", "quest", "--lesson", "09", "--sessions", folder,
+                  input="/delete\ny\n")
+
+    assert "deleted session 'quest'" in deleted.out, deleted.text
+    assert "forks (delete them too)" in deleted.out, deleted.out
+    assert "erase them too" not in deleted.out
+    assert "forks (erase them too)" in erased.out, "after /erase, erase is the word"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["chat", "--max-turns", "0"], "--max-turns: 0 is not a whole number of 1 or more"),
+    (["chat", "--max-turns", "-2"], "--max-turns: -2 is not a whole number of 1 or more"),
+    (["chat", "--max-turns", "two"], "--max-turns: 'two' is not a whole number"),
+    (["chat", "--timeout", "0"], "--timeout: 0 is not a number of seconds above 0"),
+    (["chat", "--timeout", "nan"], "--timeout: nan is not a number of seconds above 0"),
+    (["watch", "--interval", "1e-9"], "--interval: 1e-09 is below"),
+    (["watch", "--interval", "0.001"], "--interval: 0.001 is below"),
+])
+def test_a_count_or_wait_that_cannot_work_is_refused_in_one_line(course, no_runs, capsys,
+                                                                  argv, said):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--course", str(course), *argv])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    one_line_error(Run(2, captured.out, captured.err), said)
+
+
+@pytest.mark.timeout(600)
+def test_grade_dot_names_the_student_by_the_folder(cli, tmp_path, monkeypatch):
+    course = make_course(tmp_path / "course", {"00_memory": STARTER})
+    student = make_course(tmp_path / "ada", {"00_memory": STARTER})
+    monkeypatch.chdir(student)
+
+    run = cli("--course", course, "grade", ".", "--lessons", "00", "--no-sandbox")
+
+    assert run.status == 0, run.text
+    rows = run.out.splitlines()
+    header = next(k for k, line in enumerate(rows) if line.startswith("Student"))
+    assert rows[header + 2].split()[0] == "ada", run.out

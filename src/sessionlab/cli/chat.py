@@ -41,6 +41,7 @@ from ..town import Town
 from . import compaction, connect, database, replies, show, sidechains, world
 from . import privacy     # lesson 09: /erase and /delete
 from .doctor import ollama_url
+from .progress import count, seconds
 from .runner import Runner
 from .ui import Ui
 
@@ -878,10 +879,10 @@ def register(commands, common: argparse.ArgumentParser) -> None:
     model.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible server (default OPENAI_BASE_URL)")
     model.add_argument("--model", metavar="NAME", help="the model's name on that server")
     model.add_argument("--api-key", metavar="KEY", help="API key (default OPENAI_API_KEY; local servers need none)")
-    model.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+    model.add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS",
                        help="how long to wait for one answer (default 300)")
     model.add_argument("--no-check", action="store_true",
                        help="skip the check before the chat (list the models, one tiny request with tools)")
     p.add_argument("--system", default=SYSTEM, metavar="TEXT", help="the system prompt")
-    p.add_argument("--max-turns", type=int, default=8, metavar="N", help="model calls allowed per message (default 8)")
+    p.add_argument("--max-turns", type=count, default=8, metavar="N", help="model calls allowed per message (default 8)")
     compaction.add_options(p)       # lesson 08: --budget

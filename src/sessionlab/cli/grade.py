@@ -89,10 +89,12 @@ def find_students(dirs: list[str]) -> list[Student]:
                 paths += children
                 continue
         paths.append(path)
-    names = [p.name for p in paths]
+    # `grade .` or `grade ..`: the folder's own name (Path(".").name is empty)
+    names = [p.resolve().name for p in paths]
     students = []
     for path in paths:
-        name = path.name if names.count(path.name) == 1 else str(path)
+        name = path.resolve().name
+        name = name if name and names.count(name) == 1 else str(path)
         problem = None
         if not path.is_dir():
             problem = "no such folder"

@@ -17,8 +17,13 @@ from . import world
 from .ui import Ui
 
 COMMANDS = ("erase", "delete")
-NOT_REACHED = ("Not reached: the model provider's copy of what was sent, this session's "
-               "forks (erase them too), and backups.")
+def not_reached(verb: str) -> str:
+    """What /erase or /delete cannot reach; `verb` is what to do to the forks too."""
+    return ("Not reached: the model provider's copy of what was sent, this session's "
+            f"forks ({verb} them too), and backups.")
+
+
+NOT_REACHED = not_reached("erase")
 
 
 def help_lines(agent: Any) -> str:
@@ -139,5 +144,5 @@ def delete(agent: Any, ui: Ui, session_id: str | None, folder: Path) -> str | No
     agent.deleted = True    # so the chat does not end with "saved in ..."
     ui.out.print(f"deleted session {session_id!r}: its log, meta file, lock and the "
                  "blobs only it used.", markup=False)
-    ui.out.print(Text(NOT_REACHED, style="yellow"))
+    ui.out.print(Text(not_reached("delete"), style="yellow"))
     return "quit"

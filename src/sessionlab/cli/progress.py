@@ -39,6 +39,30 @@ def seconds(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (a limit of 0 turns, or of fewer,
+    could never let the agent answer)."""
+    value = text.strip()
+    if not (value.lstrip("-").isascii() and value.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number of 1 or more")
+    return int(value)
+
+
+MIN_INTERVAL = 0.01       # seconds: a look at a file more often is a busy loop
+
+
+def interval(text: str) -> float:
+    """An argparse type: seconds between two looks at a file, MIN_INTERVAL or more."""
+    value = seconds(text)
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} is below {MIN_INTERVAL:g} s (a shorter wait is a busy loop that "
+            "takes a core)")
+    return value
+
+
 def add_run_options(parser: argparse.ArgumentParser, solution: bool = True) -> None:
     if solution:
         parser.add_argument("--solution", action="store_true",

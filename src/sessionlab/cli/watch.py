@@ -262,7 +262,7 @@ def register(commands, common: argparse.ArgumentParser) -> None:
         "the current lesson's tests, re-run on every save (the default command)", parents=[common],
         description=__doc__.split("\n\n", 1)[1])
     p.add_argument("lesson", nargs="?", metavar="NN", help="watch this lesson (default: the first one not passing)")
-    p.add_argument("--interval", type=progress.seconds, default=INTERVAL, metavar="SECONDS",
+    p.add_argument("--interval", type=progress.interval, default=INTERVAL, metavar="SECONDS",
                    help=f"how often to look at the file (default {INTERVAL})")
     p.add_argument("--timeout", type=progress.seconds, default=None, metavar="SECONDS",
                    help="give up on a test run after this long (default 60)")
