@@ -807,3 +807,57 @@ def test_grade_dot_names_the_student_by_the_folder(cli, tmp_path, monkeypatch):
     rows = run.out.splitlines()
     header = next(k for k, line in enumerate(rows) if line.startswith("Student"))
     assert rows[header + 2].split()[0] == "ada", run.out
+
+
+@pytest.mark.timeout(GUARD)
+def test_on_a_fresh_copy_the_first_hint_is_the_first_tasks(cli, course_copy):
+    """Every test of lesson 00's task 00.1 first reaches task 00.2's unwritten loop (the
+    loop runs the tools); the student starts with task 00.1 all the same, as the lesson's
+    page and getting-started say, and the first hint is its."""
+    course = course_copy({"00_memory": STARTER})
+
+    run = cli("--course", course, "hint", "00")
+
+    assert run.status == 0, run.text
+    assert run.out.startswith("Task 00.1 "), run.out.splitlines()[0]
+
+
+def test_an_unwritten_earlier_task_comes_before_a_later_tasks_not_written_error():
+    from pathlib import Path
+
+    from sessionlab.cli.runner import LessonResult, Outcome
+    from sessionlab.course import Lesson, Task
+
+    lesson = Lesson("00", "00_memory", "Memory", "", root=Path("."), tasks=(
+        Task("00.1", "Run a tool", "run_tool", "", ("a",)),
+        Task("00.2", "Loop", "Agent.run", "", ("a",))))
+    blocked = dict(outcome="failed", exception="NotImplementedError", raised_in="module",
+                   message="task 00.2 is not written yet: Loop", in_function="run")
+    result = LessonResult("00_memory", tests=[
+        Outcome("t::test_loop", "test_loop", tasks=["00.2"], **blocked),
+        Outcome("t::test_tool", "test_tool", tasks=["00.1", "00.2"], **blocked)],
+        written={"00.1": False, "00.2": False})
+
+    assert result.first_failing_task(lesson) == "00.1"
+    assert result.first_failure(lesson).name == "test_tool"
+
+    result.written = {"00.1": True, "00.2": False}        # 00.1 written: now the loop
+    assert result.first_failing_task(lesson) == "00.2"
+
+
+def test_a_bug_in_a_written_task_still_comes_before_a_later_unwritten_one():
+    from pathlib import Path
+
+    from sessionlab.cli.runner import LessonResult, Outcome
+    from sessionlab.course import Lesson, Task
+
+    lesson = Lesson("00", "00_memory", "Memory", "", root=Path("."), tasks=(
+        Task("00.1", "Run a tool", "run_tool", "", ("a",)),
+        Task("00.2", "Loop", "Agent.run", "", ("a",))))
+    result = LessonResult("00_memory", tests=[
+        Outcome("t::test_tool", "test_tool", "failed", tasks=["00.1", "00.2"],
+                exception="KeyError", raised_in="module", in_function="run_tool",
+                message="'name'")],
+        written={"00.1": True, "00.2": False})
+
+    assert result.first_failing_task(lesson) == "00.1"

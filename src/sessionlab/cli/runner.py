@@ -155,6 +155,12 @@ class LessonResult:
             return failing[min(candidates, key=lambda i: (
                 task_id not in failing[i].tasks, failing[i].raised_in != "module", i))]
 
+        # A task not written yet whose tests fail is where the student starts, even when
+        # its tests first reach a later task's unwritten code (lesson 00's tool calls go
+        # through the loop): the lessons are written in their order.
+        unwritten = self._first_unwritten(lesson) if strong else None
+        if unwritten is not None:
+            strong = {**strong, -1: unwritten}
         if strong:
             task_id = min(strong.values(), key=lambda t: order.get(t, len(order)))
             return pick(task_id, [i for i, test in enumerate(failing)
@@ -171,6 +177,14 @@ class LessonResult:
         task_id = next((t for t in failing_tasks if broken(t)), failing_tasks[0])
         return pick(task_id, [i for i, t in enumerate(failing) if task_id in t.tasks])
 
+    def _first_unwritten(self, lesson: Lesson) -> str | None:
+        """The earliest task not written yet that has a failing test (see first_failure)."""
+        if not self.written:
+            return None
+        return next((task.id for task in lesson.tasks if not self.written.get(task.id, True)
+                     and any(not t.passed and t.outcome != "skipped" and task.id in t.tasks
+                             for t in self.tests)), None)
+
     def first_failing_task(self, lesson: Lesson) -> str | None:
         """The task of the first failure (see first_failure), else the first task not
         passing."""
@@ -178,6 +192,13 @@ class LessonResult:
         if first is not None:
             cause = _named_cause(first, lesson) or next(
                 (task.id for task in lesson.tasks if task.id in first.tasks), None)
+            unwritten = self._first_unwritten(lesson)
+            if unwritten is not None and unwritten in first.tasks:
+                # Chosen as where the student starts, unless the failure names an
+                # earlier task itself (a bug in a task already written).
+                order = [task.id for task in lesson.tasks]
+                if cause not in order or order.index(unwritten) < order.index(cause):
+                    return unwritten
             if cause:
                 return cause
         for task in lesson.tasks:
