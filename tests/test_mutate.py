@@ -79,10 +79,11 @@ def only_tests_of(path: Path, task: str) -> None:
 def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     lesson = course.lesson("01", copy)
     only_tests_of(lesson.folder / "test_append.py", "01.4")
-    # Without the test that catches a leaked folder descriptor, leaving out
+    # Without the tests that catch a leaked folder descriptor, leaving out
     # os.close(folder) survives: a survivor to record.
-    without_test(lesson.folder / "test_append.py",
-                 "test_durable_logs_leak_no_descriptors")
+    for test in ("test_durable_logs_leak_no_descriptors",
+                 "test_a_folder_sync_that_fails_leaves_no_descriptor_open"):
+        without_test(lesson.folder / "test_append.py", test)
     target = next(
         m
         for m in mutate.lesson_mutants(maintainers.solution_files(lesson))
@@ -129,8 +130,9 @@ def test_dev_mutate_fails_on_a_survivor_and_writes_the_report_to_out(copy, tmp_p
     """`dev mutate` (CI's step) exits 1 on a survivor no wrong.toml entry judges, and
     `--out FILE` is where its report goes: the report is made, never committed."""
     only_tests_of(copy / "lessons/01_append/test_append.py", "01.4")
-    without_test(copy / "lessons/01_append/test_append.py",
-                 "test_durable_logs_leak_no_descriptors")
+    for test in ("test_durable_logs_leak_no_descriptors",
+                 "test_a_folder_sync_that_fails_leaves_no_descriptor_open"):
+        without_test(copy / "lessons/01_append/test_append.py", test)
     out = tmp_path / "survivors.txt"
     env = {k: v for k, v in os.environ.items() if k != "SESSIONLAB_ROOT"}
 

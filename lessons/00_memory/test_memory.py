@@ -14,6 +14,107 @@ def new_agent(lesson, model, town, **options):
     return lesson.Agent(model.client(), model=model.model, tools=town, **options)
 
 
+@pytest.mark.task("00.1")
+def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
+    """Arguments that are not valid JSON become an error result that says so, and the
+    tool does not run."""
+    result = lesson.run_tool(
+        town,
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "buy", "arguments": "{item: rope"},
+        },
+    )
+
+    assert isinstance(result, str) and "json" in result.lower(), (
+        "arguments that are not JSON should give a text result mentioning JSON, got "
+        f"{result!r}"
+    )
+    assert town.inventory == [], (
+        "nothing should be bought when the arguments cannot be read"
+    )
+
+
+@pytest.mark.task("00.1")
+def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, town):
+    """The error result for arguments that are not JSON quotes them: the stored call
+    will hold "{}" instead (task 00.3), so the result is the only place the model sees
+    the text it got wrong."""
+    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
+                                    "function": {"name": "buy",
+                                                 "arguments": '{"item": rope}'}})
+
+    assert isinstance(result, str) and '{"item": rope}' in result, (
+        "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
+        f"should quote them so the model can see its mistake, got {result!r}. Put the "
+        "text (or its start, if it is long) into the ValueError read_arguments raises")
+
+
+@pytest.mark.task("00.1")
+def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
+    """Arguments that are valid JSON but not an object (a list, a number) cannot be
+    keyword arguments: they become an error result too."""
+    result = lesson.run_tool(
+        town,
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "buy", "arguments": '["rope"]'},
+        },
+    )
+
+    assert isinstance(result, str) and "error" in result.lower(), (
+        f"a JSON list is not keyword arguments; expected an error text, got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
+    """Whatever a tool raises (not only TypeError) comes back as an error text."""
+    def buy(item):
+        raise RuntimeError("the shop is closed for the night")
+
+    try:
+        result = lesson.run_tool(FewTools(buy=buy),
+                                 tool_call("buy", '{"item": "rope"}'))
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
+                    "it escape; catch every Exception from the tool and return it as "
+                    "an error text")
+    assert isinstance(result, str) and "error" in result.lower(), (
+        f"a tool that raised RuntimeError should give an error result, got {result!r}")
+    assert "the shop is closed for the night" in result, (
+        "the error result should carry what the tool's exception says, so that the "
+        f"model knows what went wrong: got {result!r}")
+
+
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments", ["", "{}"])
+def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
+    """A call to a tool that takes nothing may carry "" as arguments, which means {}."""
+    result = lesson.run_tool(FewTools(look_around=lambda: "You see the town square."),
+                             tool_call("look_around", arguments))
+
+    assert result == "You see the town square.", (
+        f"a tool with no parameters, called with arguments {arguments!r} (some "
+        "servers send an empty string for no arguments), should run and return its "
+        f"text; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_result_is_always_text(lesson):
+    """A tool that returns a number still gives the model text: a string."""
+    result = lesson.run_tool(FewTools(count_gold=lambda: 6),
+                             tool_call("count_gold", "{}"))
+
+    assert result == "6", (
+        "a tool message's content must be a string (providers refuse a number "
+        f"there); the tool returned the int 6 and run_tool gave {result!r} "
+        f"({type(result).__name__}): use str()")
+
+
 @pytest.mark.task("00.3")
 @pytest.mark.key
 @pytest.mark.task("00.2")
@@ -117,60 +218,6 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
     assert answer == "I cannot fly.", (
         "after an error result the loop continues and the model gets to answer"
     )
-
-
-@pytest.mark.task("00.1")
-def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
-    """Arguments that are not valid JSON become an error result that says so, and the
-    tool does not run."""
-    result = lesson.run_tool(
-        town,
-        {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "buy", "arguments": "{item: rope"},
-        },
-    )
-
-    assert isinstance(result, str) and "json" in result.lower(), (
-        "arguments that are not JSON should give a text result mentioning JSON, got "
-        f"{result!r}"
-    )
-    assert town.inventory == [], (
-        "nothing should be bought when the arguments cannot be read"
-    )
-
-
-@pytest.mark.task("00.1")
-def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, town):
-    """The error result for arguments that are not JSON quotes them: the stored call
-    will hold "{}" instead (task 00.3), so the result is the only place the model sees
-    the text it got wrong."""
-    result = lesson.run_tool(town, {"id": "call_1", "type": "function",
-                                    "function": {"name": "buy",
-                                                 "arguments": '{"item": rope}'}})
-
-    assert isinstance(result, str) and '{"item": rope}' in result, (
-        "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
-        f"should quote them so the model can see its mistake, got {result!r}. Put the "
-        "text (or its start, if it is long) into the ValueError read_arguments raises")
-
-
-@pytest.mark.task("00.1")
-def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
-    """Arguments that are valid JSON but not an object (a list, a number) cannot be
-    keyword arguments: they become an error result too."""
-    result = lesson.run_tool(
-        town,
-        {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "buy", "arguments": '["rope"]'},
-        },
-    )
-
-    assert isinstance(result, str) and "error" in result.lower(), (
-        f"a JSON list is not keyword arguments; expected an error text, got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -285,28 +332,6 @@ def test_a_reply_with_text_and_tool_calls_runs_the_tools(lesson, model, town):
 
 
 @pytest.mark.task("00.1")
-def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
-    """Whatever a tool raises (not only TypeError) comes back as an error text."""
-    def buy(item):
-        raise RuntimeError("the shop is closed for the night")
-
-    try:
-        result = lesson.run_tool(FewTools(buy=buy),
-                                 tool_call("buy", '{"item": "rope"}'))
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
-                    "it escape; catch every Exception from the tool and return it as "
-                    "an error text")
-    assert isinstance(result, str) and "error" in result.lower(), (
-        f"a tool that raised RuntimeError should give an error result, got {result!r}")
-    assert "the shop is closed for the night" in result, (
-        "the error result should carry what the tool's exception says, so that the "
-        f"model knows what went wrong: got {result!r}")
-
-
-@pytest.mark.task("00.1")
 def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
     """Ctrl-C (KeyboardInterrupt) while a tool runs stops the program: no tool error."""
     def wait_for_dawn():
@@ -321,31 +346,6 @@ def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
                 f"{result!r} instead of letting KeyboardInterrupt stop the program: "
                 "catch Exception, not BaseException (a bare `except:` catches Ctrl-C "
                 "too)")
-
-
-@pytest.mark.task("00.1")
-@pytest.mark.parametrize("arguments", ["", "{}"])
-def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
-    """A call to a tool that takes nothing may carry "" as arguments, which means {}."""
-    result = lesson.run_tool(FewTools(look_around=lambda: "You see the town square."),
-                             tool_call("look_around", arguments))
-
-    assert result == "You see the town square.", (
-        f"a tool with no parameters, called with arguments {arguments!r} (some "
-        "servers send an empty string for no arguments), should run and return its "
-        f"text; got {result!r}")
-
-
-@pytest.mark.task("00.1")
-def test_a_tool_result_is_always_text(lesson):
-    """A tool that returns a number still gives the model text: a string."""
-    result = lesson.run_tool(FewTools(count_gold=lambda: 6),
-                             tool_call("count_gold", "{}"))
-
-    assert result == "6", (
-        "a tool message's content must be a string (providers refuse a number "
-        f"there); the tool returned the int 6 and run_tool gave {result!r} "
-        f"({type(result).__name__}): use str()")
 
 
 @pytest.mark.task("00.2")

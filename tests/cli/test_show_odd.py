@@ -183,6 +183,15 @@ def test_an_unreadable_log_is_named_in_one_line(cli, tmp_path, monkeypatch):
         return real(self)
 
     monkeypatch.setattr(Path, "read_bytes", refused)
+    from sessionlab.cli import files
+    real_read = files.read_bytes
+
+    def refused_here(where, *args, **kwargs):     # show opens files without waiting
+        if Path(where).name == "secret.jsonl":
+            raise PermissionError(13, "Permission denied", str(where))
+        return real_read(where, *args, **kwargs)
+
+    monkeypatch.setattr(files, "read_bytes", refused_here)
     run = cli("show", path)
     assert run.status == 1
     assert run.err.splitlines()[0] == f"error: cannot read {path}: Permission denied"

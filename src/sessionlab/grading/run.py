@@ -164,8 +164,8 @@ def pyc_flags(folder: Path) -> list[str]:
     if not folder.is_dir():
         return flags
     found = []
-    for current, dirs, files in os.walk(folder):      # never into a linked folder
-        found += [Path(current) / name for name in files if name.endswith(".pyc")]
+    for current, dirs, names in os.walk(folder):      # never into a linked folder
+        found += [Path(current) / name for name in names if name.endswith(".pyc")]
         if len(found) > 200:
             break
     for path in sorted(found)[:200]:
