@@ -6,8 +6,12 @@ import contextlib
 import inspect
 import json
 import os
+import queue
 import re
 import signal
+import subprocess
+import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -160,3 +164,47 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
     names = expected.__name__ if isinstance(expected, type) else \
         " or ".join(e.__name__ for e in expected)
     pytest.fail(f"expected {names}, but nothing was raised: {why}", pytrace=False)
+
+
+class Peer:
+    """Another process a test drives line by line: it says a word on its stdout at each
+    step (`expect`), and waits for "go" on its stdin where the test must act first
+    (`go`). Its stderr is kept, to be shown when it says something else, or nothing."""
+
+    def __init__(self, argv: list[str], *, hang: float) -> None:
+        self.hang = hang
+        self.errors = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.errors, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, word: str, wait: float | None = None) -> str:
+        """The next line it says, which must start with `word`: else it is stopped and
+        an AssertionError shows what it said and the end of its errors."""
+        wait = self.hang if wait is None else wait
+        try:
+            line = self.lines.get(timeout=wait)
+        except queue.Empty:
+            line = f"nothing for {wait} s"
+        if line is None or not line.startswith(word):
+            self.stop()
+            self.errors.seek(0)
+            errors = self.errors.read().decode(errors="replace")[-3000:]
+            raise AssertionError(f"the other process should have said {word!r}; it "
+                                 f"said {line!r}. Its errors:\n{errors}")
+        return line
+
+    def go(self) -> None:
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()

@@ -6,16 +6,13 @@ Where another writer matters, it is a real other process (writer.py, next to thi
 file), holding the session, or stopped between its blob and its line.
 """
 
-import queue
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import raises
+from sessionlab.testing import Peer, raises
 from sessionlab.town import Town
 
 WRITER = Path(__file__).with_name("writer.py")
@@ -26,44 +23,13 @@ DAY_1 = [use(call("talk_to", npc="elder"), call("buy", item="rope")),
          say("The elder wants a torch; you have a rope.")]
 
 
-class Other:
+class Other(Peer):
     """writer.py in another process, on the store under test."""
 
     def __init__(self, store, session_id, action):
         kind = "jsonl" if hasattr(store, "folder") else "postgres"
-        self.errors = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(
-            [sys.executable, str(WRITER), kind, store.location(), session_id, action],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-            text=True)
-        self.lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def expect(self, word):
-        try:
-            line = self.lines.get(timeout=HANG)
-        except queue.Empty:
-            line = f"nothing for {HANG} s"
-        if line is None or not line.startswith(word):
-            self.stop()
-            self.errors.seek(0)
-            errors = self.errors.read().decode(errors="replace")[-3000:]
-            raise AssertionError(f"the writer process should have said {word!r}; it "
-                                 f"said {line!r}. Its errors:\n{errors}")
-
-    def go(self):
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        super().__init__([sys.executable, str(WRITER), kind, store.location(),
+                          session_id, action], hang=HANG)
 
 
 def play(store, session_id, text, script):

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab.pgserver import Cluster, NoServer, why_not_available
+from sessionlab.testing import Peer
 
 if (reason := why_not_available()) is not None:
     pytest.skip(f"needs PostgreSQL. {reason}", allow_module_level=True)
@@ -54,46 +53,12 @@ def contents(pg, url, session_id):
         return [message["content"] for message in log.load()]
 
 
-class Writer:
+class Writer(Peer):
     """pg_writer.py in another process, optionally under a command prefix (nsenter)."""
 
     def __init__(self, module, url, session_id, action, network_timeout, prefix=()):
-        self.errors = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(
-            [*prefix, sys.executable, str(WRITER), module, url, session_id, action,
-             str(network_timeout)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-            text=True)
-        self.lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def expect(self, word, wait=HANG):
-        try:
-            line = self.lines.get(timeout=wait)
-        except queue.Empty:
-            raise AssertionError(f"the writer process said nothing for {wait} s while "
-                                 f"the test waited for {word!r}") from None
-        if line is None or not line.startswith(word):
-            self.stop()
-            self.errors.seek(0)
-            errors = self.errors.read().decode(errors="replace")[-3000:]
-            raise AssertionError(f"the writer process was expected to say {word!r} and "
-                                 f"said {line!r}; its errors:\n{errors}")
-        return line
-
-    def go(self):
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        super().__init__([*prefix, sys.executable, str(WRITER), module, url, session_id,
+                          action, str(network_timeout)], hang=HANG)
 
 
 @pytest.fixture
