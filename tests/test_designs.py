@@ -102,12 +102,19 @@ def test_peeks(lesson):
     os._exit
 
 
+@pytest.mark.task("01.2")
+def test_patches(lesson, monkeypatch):
+    """Patches."""
+    monkeypatch.setattr(lesson.SessionLog, "_lock", None)
+
+
 @pytest.mark.task("01.3")
 def test_other(lesson):
     """Another task's test may."""
     lesson.log._fd
 ''')
-    assert designs.private_reaches(tests, "01.2") == ["test_peeks: ._fd"]
+    assert designs.private_reaches(tests, "01.2") == ["test_patches: ._lock",
+                                                      "test_peeks: ._fd"]
 
 
 def test_the_course_keeps_every_rule():

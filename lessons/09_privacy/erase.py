@@ -191,8 +191,6 @@ def tombstone(message: Message) -> Message:
     else a person could have said goes: the content, the arguments, any other key.
     """
     # TODO(09.3): A tombstone keeps the erased message's place.
-    # Your design: the whole function is yours to shape; the tests check only what it
-    # does.
     # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.3 is not written yet: A tombstone keeps the erased message's place"

@@ -130,6 +130,14 @@ def private_reaches(path: Path, task: str) -> list[str]:
         if task not in marks:
             continue
         for sub in ast.walk(node):
+            # setattr(x, "_name", …) and monkeypatch.setattr(x, "_name", …) reach it too
+            if (isinstance(sub, ast.Call) and len(sub.args) >= 2
+                    and ast.unparse(sub.func).endswith("setattr")
+                    and isinstance(sub.args[1], ast.Constant)
+                    and isinstance(sub.args[1].value, str)
+                    and sub.args[1].value.startswith("_")
+                    and not sub.args[1].value.startswith("__")):
+                reaches.append(f"{node.name}: .{sub.args[1].value}")
             if (isinstance(sub, ast.Attribute) and sub.attr.startswith("_")
                     and not sub.attr.startswith("__")
                     and not (isinstance(sub.value, ast.Name)
