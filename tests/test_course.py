@@ -13,6 +13,7 @@ test on every wrong implementation and the generated mutation pass, as a step of
 """
 
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,15 @@ def findings(request):
     # student's machine their work in lessons/ is left out with a warning.
     # The check runs every lesson's tests (a minute or two): a line as each check
     # ends says what is happening, past pytest's output capture.
-    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+    # (pytest captures a fixture's output at the file descriptor: let the lines through)
+    plugins = request.config.pluginmanager
+    terminal = plugins.get_plugin("terminalreporter")
+    capture = plugins.get_plugin("capturemanager")
 
     def progress(finding, done, total):
-        if terminal is not None:
+        if terminal is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else nullcontext():
             if done == 1:
                 terminal.write_line("")
                 terminal.write_line("the maintainers' check of every lesson "
