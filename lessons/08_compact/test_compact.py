@@ -877,6 +877,35 @@ def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson, sessions
         "with the turn in progress and an empty summary exactly at the budget, the "
         "room for a summary is 0, and no summary can fit: the model should not be "
         f"asked for one; it was asked {len(model.summary_requests)} time(s)")
+    done = agent.compact()
+    assert done is False, (
+        "compact() with no room for a summary changes nothing and says so: it should "
+        f"return False, it returned {done!r}")
+
+
+@pytest.mark.task("08.4")
+def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson, sessions):
+    """One token more in the budget than the turn and an empty summary need: the room
+    for a summary is 1, a summary of a word could fit, so the model is asked (its
+    longer reply is then refused as too long: BadSummary, not ContextOverflow)."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    newest = "Tell me about the mill by the river."
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        empty = {"messages": [{"role": "system", "content": SYSTEM},
+                              {"role": "user", "content": lesson.SUMMARY_INTRO},
+                              {"role": "user", "content": newest}],
+                 "tools": Town().schemas}
+        agent.budget = size_of(lesson, empty) + 1
+        try:
+            agent.run(newest)
+        except (lesson.BadSummary, lesson.ContextOverflow):
+            pass
+    assert model.summary_requests, (
+        "with one token of room beside the turn in progress, a summary could still "
+        "fit: the model should be asked for one (only a room of 0 or less asks for "
+        "none); it was never asked")
 
 
 @pytest.mark.task("08.4")

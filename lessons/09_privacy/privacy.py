@@ -110,6 +110,21 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     )
 
 
+def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]:
+    """Delete what a stopped delete or fork left of a session without its log (a meta
+    file, side-chains), once all of it is older than `cutoff`. Returns (the ids deleted,
+    the ids skipped because a writer holds them: a fork in progress, say)."""
+    deleted: list[str] = []
+    busy: list[str] = []
+    for session_id in left_without_log(folder, cutoff):
+        try:
+            if delete_session(folder, session_id):
+                deleted.append(session_id)
+        except SessionBusy:
+            busy.append(session_id)
+    return deleted, busy
+
+
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
     """The ids whose files (a meta file, side-chains) are all older than `cutoff` and
     whose log is gone: what a fork or a delete that stopped half-way left."""

@@ -748,7 +748,7 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     finally:
         log.close()
     contents = [m["content"] for m in resume(lesson, sessions)]
-    assert not acknowledged or contents[-1] == "Written after the erase.", (
+    assert not acknowledged or contents[-1:] == ["Written after the erase."], (
         f"the {step} after the rename failed, then append() returned, and its message "
         f"is not in the log ({contents}): it went to the old file, which no name "
         "reaches. "
@@ -759,9 +759,57 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         "the next message: a rewrite that did not finish (the new name may not survive "
         "a power cut) must leave the writer refusing every write until the session is "
         "opened again (set in_doubt)")
-    assert contents[0] == lesson.ERASED, (
+    assert contents and contents[0] == lesson.ERASED, (
         f"the session opened again should show the erased message's tombstone, shows "
         f"{contents}")
+
+
+@pytest.mark.task("09.4")
+@pytest.mark.parametrize("step", ["open", "replace"])
+def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
+    lesson, sessions, monkeypatch, step
+):
+    """The new log cannot be opened (too many open files) or renamed over the old one
+    (an I/O error): the erase raises and the log is as it was, with no temporary copy
+    left beside it (a copy holds every other message's words, and nothing would ever
+    remove it) and no descriptor left open."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append({"role": "user", "content": SECRET})
+    log.append({"role": "user", "content": "Keep this."})
+    before = sorted(p.name for p in sessions.iterdir())
+    descriptors = open_descriptors()
+    real_open, real_replace = os.open, os.replace
+
+    def open_(path, flags, *args, **kwargs):
+        if (step == "open" and Path(path).name not in before
+                and not flags & os.O_CREAT):
+            raise OSError(24, "Too many open files (the test's)", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    def replace(source, target, *args, **kwargs):
+        if step == "replace" and Path(target).name == "quest-1.jsonl":
+            raise OSError(5, "Input/output error (the test's)", str(target))
+        return real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "replace", replace)
+    try:
+        log.erase(0)
+        raised = None
+    except OSError as error:
+        raised = error
+    monkeypatch.undo()
+    left = sorted(p.name for p in sessions.iterdir())
+    still_open = open_descriptors() - descriptors
+    log.close()
+    assert raised is not None, f"the {step} of the new log failed, and erase() returned"
+    assert left == before, (
+        f"the {step} of the new log failed: the temporary file holding it should be "
+        f"removed, as it was the only copy no name of a session reaches; the folder "
+        f"holds {left}, it held {before}")
+    assert still_open <= 0, (
+        f"the {step} of the new log failed and {still_open} descriptor(s) stayed open: "
+        "close the new file's descriptor when the rename fails")
 
 
 @pytest.mark.task("09.4")

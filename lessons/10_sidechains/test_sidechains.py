@@ -375,6 +375,9 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
     folder = sessions / "quest-1.sidechains"
     for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
                        (f"{CALL_ID}.jsonl", "log")):
+        assert (folder / name).is_file(), (
+            f"the parent keeps a session, so its helper's {what} should be in {folder}: "
+            "it is not")
         assert os.stat(folder / name).st_ino in synced, (
             f"the parent is durable, but the side-chain's {what} was never fsynced: "
             "open the side-chain, and write its meta file, as durably as this log")
@@ -504,7 +507,8 @@ def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
         f"result was {result}")
     assert result in model.requests[-1]["messages"], (
         "the parent's next request should carry the error result")
-    helper = lines_of(sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")
+    helper = [json.loads(line) for line in sidechain_bytes(sessions).split(b"\n")
+              if line]
     assert helper[-1].get("content") == (raw or ""), (
         "the helper's own log keeps its last reply as the model sent it")
 

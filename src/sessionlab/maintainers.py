@@ -557,10 +557,38 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
     have = _top_level_names(tree) | set(dir(builtins))
     # Names the code reads (not a quoted annotation: importing for one could only
     # make a circular import where none is needed)
-    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used = _free_names(tree)
     wanted = sorted(known[name] for name in used - have if name in known
                     and not known[name].startswith(f"from .{Path(module).stem} "))
     return "".join(f"{line}\n" for line in ["", *wanted]) if wanted else ""
+
+
+def _free_names(tree: ast.Module) -> set[str]:
+    """The names the module reads that no enclosing function binds: a parameter or a
+    local named like another module's function (`now`) needs no import."""
+    free: set[str] = set()
+
+    def bound_in(function: ast.AST) -> set[str]:
+        arguments = function.args
+        names = {a.arg for a in [*arguments.posonlyargs, *arguments.args,
+                                 *arguments.kwonlyargs]}
+        names |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a}
+        names |= {alias.asname or alias.name.split(".")[0] for node in ast.walk(function)
+                  if isinstance(node, (ast.Import, ast.ImportFrom))
+                  for alias in node.names}     # imported where it is used
+        return names | {node.id for node in ast.walk(function)
+                        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+
+    def visit(node: ast.AST, local: set[str]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            local = local | bound_in(node)
+        if isinstance(node, ast.Name) and node.id not in local:
+            free.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child, local)
+
+    visit(tree, set())
+    return free
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
