@@ -376,8 +376,8 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
     for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
                        (f"{CALL_ID}.jsonl", "log")):
         assert (folder / name).is_file(), (
-            f"the parent keeps a session, so its helper's {what} should be in {folder}: "
-            "it is not")
+            f"the parent keeps a session, so its helper's {what} should be in "
+            f"{folder}: it is not")
         assert os.stat(folder / name).st_ino in synced, (
             f"the parent is durable, but the side-chain's {what} was never fsynced: "
             "open the side-chain, and write its meta file, as durably as this log")
