@@ -123,15 +123,15 @@ def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
         "loading replaced the log with a new file (its inode changed)"
     )
     assert after[2] == before[2], (
-        "loading wrote to the log (its modification time changed): open it for reading "
-        "only"
+        "loading wrote to the log: its bytes are the same, but its modification time "
+        "changed, so a load opened it to write"
     )
 
 
 @pytest.mark.task("02.1")
 def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessions):
-    """Content holding U+2028, U+2029 or U+0085 loads back exactly: the log is split on
-    b'\\n' only, never with str.splitlines()."""
+    """Content holding U+2028, U+2029 or U+0085 loads back exactly: they are text inside
+    a line, not the end of one."""
     tricky = "one\u2028two\u2029three\x85four\x1cfive\rsix\nseven"
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": tricky})
@@ -139,17 +139,17 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
         try:
             loaded = log.load()
         except ValueError as error:
-            pytest.fail("loading a log whose content holds U+2028, U+2029 and "
-                        f"U+0085 failed: {type(error).__name__}: {error}. Those "
-                        "characters are written unescaped with ensure_ascii=False; "
-                        "if load splits the text with str.splitlines(), it cuts a "
-                        "line in the middle of its JSON. Split the file's bytes on "
-                        "b'\\n' only", pytrace=False)
+            pytest.fail("loading a log of two messages, the first holding U+2028, "
+                        "U+2029 and U+0085 in its text, failed: "
+                        f"{type(error).__name__}: {error}. Those characters are "
+                        "written unescaped (ensure_ascii=False), inside the first "
+                        "line's JSON; the log's lines end only at its newline "
+                        "bytes, and it has two", pytrace=False)
 
     assert [m["content"] for m in loaded] == [tricky, "noted"], (
-        "U+2028, U+2029 and U+0085 are written unescaped with ensure_ascii=False, and "
-        "str.splitlines() splits on them: split the file's bytes on b'\\n' only. "
-        f"Loaded: {[m['content'] for m in loaded]!r}")
+        f"wrote two messages, the first with the text {tricky!r} (U+2028, U+2029 and "
+        "U+0085 unescaped inside its line); load() returned the texts "
+        f"{[m['content'] for m in loaded]!r}")
 
 
 @pytest.mark.task("02.1")
@@ -211,13 +211,13 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
     lengths = [len(m.get("content") or "") for m in loaded if isinstance(m, dict)]
     assert len(loaded) == 3, (
         f"the log holds 3 messages in {size // 1024} KiB and load() returned "
-        f"{len(loaded)} (of {lengths} characters): read the whole file, not one "
-        "read() of a fixed size")
+        f"{len(loaded)} (of {lengths} characters): the end of the log was never "
+        "read")
     assert loaded == messages, (
         f"the {size // 1024} KiB log came back changed ({lengths} characters, "
-        f"expected {[len(m['content']) for m in messages]}, or different text): read "
-        "all the bytes first and decode whole lines; decoding a fixed-size chunk can "
-        "cut a character in two")
+        f"expected {[len(m['content']) for m in messages]}, or different text). All "
+        "but one of each message's characters are 3 bytes long in UTF-8, and some "
+        "came back lost or replaced")
 
 
 @pytest.mark.task("02.2")
@@ -266,9 +266,9 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
         log.close()
     pytest.fail(
         "the log exists but could not be opened (too many open files) and load() "
-        f"returned {loaded!r}: catch FileNotFoundError only. Any other error must "
-        "reach the caller; an empty history would start the session over and then "
-        "append to the old log")
+        f"returned {loaded!r}, as if the session were new. The caller must learn that "
+        "the log could not be read: an empty history starts the session over, and its "
+        "next append lands in the old log")
 
 
 @pytest.mark.task("02.1")
@@ -283,9 +283,9 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
     leaked = open_descriptors() - before
 
     assert leaked == 0, (
-        f"after 20 loads, {leaked} more descriptors are open: close the file you read "
-        "(a `with` block, or Path.read_bytes), or a server resuming many sessions "
-        "runs out of them")
+        f"after 20 loads, {leaked} more descriptors are open than before them: each "
+        "load left the log open, and a server resuming many sessions runs out of "
+        "descriptors")
 
 
 @pytest.mark.task("02.1")
@@ -300,7 +300,7 @@ def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
     assert loaded == [{"role": "user", "content": "Day two begins."}], (
         "session 'quest.day-2' has one message in "
         f"{sorted(p.name for p in sessions.iterdir())}, load() returned {loaded!r}: "
-        "read self.path (Path.with_suffix would replace '.day-2')")
+        "it did not read quest.day-2.jsonl")
 
 
 @pytest.mark.task("02.1")
@@ -315,8 +315,8 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
         loaded = log.load()
 
     assert loaded == [first, second], (
-        f"after appending a second message, load() returned {loaded!r}: read the file "
-        "each time instead of keeping what an earlier load returned")
+        f"after appending a second message, load() returned {loaded!r}: the message "
+        "appended since the first load is not among them")
 
 
 @pytest.mark.task("02.1")
@@ -338,9 +338,8 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
         for enc in ("latin-1", "cp1252")
         if loaded == [t.encode("utf-8").decode(enc, errors="replace") for t in texts]
     ]
-    why = (f"these are the UTF-8 bytes decoded as {misread[0]}: the log is UTF-8 "
-           "(append writes it so), so read its bytes and let parse_line decode them "
-           "(open() without encoding= uses the locale's encoding)") if misread else (
+    why = (f"these are the UTF-8 bytes decoded as {misread[0]}, but the log is UTF-8 "
+           "(append writes it so), whatever the machine's locale") if misread else (
            "the text changed on its way through the log")
     pytest.fail(f"wrote the contents {texts!r}, load() returned {loaded!r}; {why}")
 

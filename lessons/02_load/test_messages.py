@@ -50,9 +50,9 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
             message = str(error)
         else:
             pytest.fail(
-                f"load() accepted a line with {what} and returned {loaded!r}; the "
-                "model would refuse it with every request. Read each line with "
-                "parse_line() and raise, naming the file and the line."
+                f"load() accepted line 2, a line with {what}, and returned "
+                f"{loaded!r}; a model would refuse that history with every request. "
+                "The load should fail, naming the file and the line."
             )
     assert "quest-1.jsonl" in message and "line 2" in message, (
         "the error should name the file and 'line 2' so that it can be mended; it "
