@@ -160,8 +160,8 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     differ = next((i for i, (a, b) in pairs if a != b), min(len(got), len(content)))
     assert got == content, (
         f"the content should come back exactly ({len(content)} characters); got "
-        f"{len(got)} characters that differ from character {differ}. Read the blob as "
-        "bytes and decode it as UTF-8: text mode turns '\\r\\n' into '\\n'"
+        f"{len(got)} characters that differ from character {differ}: expected "
+        f"{content[differ:differ + 12]!r} there, got {got[differ:differ + 12]!r}"
     )
 
 
@@ -254,14 +254,14 @@ def test_the_model_receives_the_full_content(lesson, sessions):
             pytest.fail(
                 f"the model's server refused the request ({error.status_code}): a "
                 "message in it had a blob reference for its content, not the text. The "
-                "agent's memory held the reference: build it in a new dict in "
-                "outline(), never change the message you were given", pytrace=False)
+                "agent's own message held the reference once its line was stored: the "
+                "message given to outline() was changed", pytrace=False)
 
     first, second = model.requests[0]["messages"], model.requests[1]["messages"]
     assert first[0]["content"] == PASTE, (
         "the first request should carry the whole paste; it carried "
-        f"{str(first[0]['content'])[:120]!r}. Build the reference in a new dict: never "
-        "change the message you were given"
+        f"{str(first[0]['content'])[:120]!r}: the agent's own message was changed "
+        "when its line was stored"
     )
     assert second[2]["content"] == library.scroll, (
         "the tool's whole result should go back to the model; it got "
@@ -341,8 +341,8 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
     after = blob.stat() if blob.is_file() else None
     assert after is not None and after.st_ino == before.st_ino, (
         f"blobs/{blob.name} was already stored, intact, yet storing the same content "
-        "again replaced it with a new file: when its bytes still hash to its name, "
-        "return the hash and write nothing")
+        "again replaced it with a new file (another inode): a reader, or a fork's log, "
+        "using the stored blob was using a file that is no longer there")
 
 
 @pytest.mark.task("06.1")
@@ -364,9 +364,9 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
     stored = blob.read_bytes() if blob.is_file() else b""
     assert stored == PASTE.encode("utf-8"), (
         f"blobs/{blob.name} was damaged ({damage}) and the same content was stored "
-        f"again; it now holds {len(stored)} bytes that are not the content. A file "
-        "under the hash is stored only if its bytes still hash to its name: read them "
-        "and check before you skip the write")
+        f"again; it now holds {len(stored)} bytes that are not the content: the "
+        "damaged file was taken for the stored content, and the session can no "
+        "longer load its paste")
 
 
 @pytest.mark.key
@@ -444,8 +444,7 @@ def test_the_blob_is_complete_on_disk_before_the_line_that_points_to_it(
     )
     assert watch.blob_was_complete, (
         "when the line pointing to the blob was written, the blob was not yet complete "
-        "on disk: store the blob first, then write the line, so that no crash can "
-        "leave a reference to a missing blob"
+        "on disk: a crash at that moment would leave a reference to missing bytes"
     )
 
 
@@ -482,8 +481,8 @@ def test_a_crash_between_blob_and_line_leaves_at_worst_an_unused_blob(
 def test_a_crash_while_the_blob_is_written_leaves_no_reference(
     lesson, sessions, monkeypatch
 ):
-    """A crash while the blob is written leaves no file under the blob's name and no
-    reference: write to a temporary file, then rename."""
+    """A crash while the blob is put in place leaves no file under the blob's name and
+    no reference: the name never holds half a blob."""
     blobs = str(sessions / "blobs")
     renames = []
 
@@ -510,16 +509,16 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(
     monkeypatch.undo()
 
     assert crashed, (
-        "the blob was never renamed into blobs/: write it to a temporary file in "
-        "blobs/ and rename it (os.replace) "
-        "to its hash, so that the name <sha256> never holds half a blob")
+        "the blob reached its name in blobs/ without a rename: while it was being "
+        "written, the name <sha256> held only part of the content, and a crash then "
+        "would leave half a blob that every later store and load takes for the paste")
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             loaded = log.load()
         except lesson.BlobError as error:
             pytest.fail(
                 "the crash left a line pointing to a blob that was never stored "
-                f"({error}): write the blob before the line"
+                f"({error})"
             )
     assert loaded == [SMALL], (
         f"only the message before the crash should be in the log, found {len(loaded)} "
@@ -563,17 +562,18 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
         else len(events)
     before_line = [ino for kind, ino, _ in events[:line]]
     assert blob.stat().st_ino in before_line, (
-        "in durable mode, fsync the blob's bytes before the line that points to it is "
-        "written"
+        "in durable mode, the line that points to the blob was written before the "
+        "blob's bytes were synced: a power cut then could keep the line and lose the "
+        "bytes"
     )
     folder = (sessions / "blobs").stat().st_ino
     assert folder in before_line, (
-        "in durable mode, fsync the blobs/ folder after renaming the blob into it (the "
-        "name lives in the folder), "
-        "before the line that points to it is written")
+        "in durable mode, the line that points to the blob was written before blobs/ "
+        "was synced: the blob's name lives in that folder, and a power cut could lose "
+        "it while the line survives")
     assert any(ino == folder and named for _, ino, named in events[:line]), (
-        "blobs/ was synced only before the blob had its name: the sync saves the names "
-        "the folder holds at that moment, so sync blobs/ after the rename")
+        "blobs/ was synced only while the blob had no name in it yet: a folder's sync "
+        "saves the names it holds at that moment, so the blob's name was never saved")
 
 
 @pytest.mark.key
@@ -595,8 +595,8 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
-                    "a blob whose bytes no longer match its hash was loaded: hash "
-                    "what you read and compare it with the name") as refused:
+                    "a blob whose bytes no longer match its hash (same size, one word "
+                    "changed) was loaded as if it were the paste") as refused:
             log.load()
 
     assert snapshot(sessions) == before, (
@@ -676,16 +676,15 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             with raises(lesson.BlobError,
-                        f"the reference {name!r} was followed: only a plain sha256 hex "
-                        "name may be opened under blobs/") as refused:
+                        f"the reference {name!r}, which is not a sha256 hash, was "
+                        "loaded without a BlobError") as refused:
                 log.load()
         except OSError as error:
             if str(name) not in str(error.filename):
                 raise
             pytest.fail(f"load opened {error.filename} ({error.strerror}): the "
                         f"reference {name!r} is not a plain hash, and was used as a "
-                        "path. Check the whole name (BLOB_NAME.fullmatch) before "
-                        "opening anything", pytrace=False)
+                        "path", pytrace=False)
 
     message = str(refused.value)
     assert (
@@ -725,16 +724,15 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
         log.append({"role": "user", "content": PASTE})
     monkeypatch.undo()
     assert blob.stat().st_ino in first, (
-        "a durable writer reused a blob no one had synced; fsync_file it (and "
-        "fsync_folder blobs/) once before the line that points to it, remembering it "
-        "in self.synced_blobs")
+        "a durable writer pointed a line at a stored blob that no one had synced, "
+        "without syncing it: a power cut could keep the line and lose the blob")
     assert (sessions / "blobs").stat().st_ino in first, (
-        "a durable writer synced the reused blob but not blobs/, where its name lives: "
-        "fsync_folder(self.blobs) too, before the line that points to it")
+        "a durable writer synced the reused blob but not blobs/, where its name lives, "
+        "before the line that points to it: a power cut could lose the name")
     times = synced.count(blob.stat().st_ino)
     assert times == 1, (
         f"three appends of the same content by one durable writer synced its blob "
-        f"{times} times; once is enough: remember it in self.synced_blobs")
+        f"{times} times; once per writer was expected")
 
 
 @pytest.mark.task("06.1")
@@ -760,8 +758,7 @@ def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypat
     times = synced.count(blob.stat().st_ino)
     assert times == 1, (
         f"the writer wrote and synced the blob, then stored the same content again, "
-        f"and synced the blob {times} times in all; once is enough: add it to "
-        "self.synced_blobs when you sync it")
+        f"and synced the blob {times} times in all; once per writer was expected")
 
 
 @pytest.mark.task("06.1")
@@ -784,7 +781,7 @@ def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch)
     monkeypatch.undo()
     assert synced == [], (
         f"a writer that is not durable called os.fsync {len(synced)} times while "
-        "storing blobs; sync only when self.durable is true")
+        "storing blobs; it should never sync")
 
 
 @pytest.mark.task("06.1")
@@ -803,7 +800,7 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
                 log.append({"role": "user", "content": PASTE})
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
     assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
-                        "remove the temporary file when os.replace fails")
+                        "every try leaves one more copy of the content behind")
 
 
 @pytest.mark.task("06.1")
@@ -833,14 +830,13 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
     left = sorted(p.name for p in (sessions / "blobs").iterdir()
                   if p.name != sha256(small.encode("utf-8")))
     assert left == [], (
-        f"the failed blob write left {left} in blobs/: remove the temporary file when "
-        "writing it fails, so that a full disk is not made fuller by every retry")
+        f"the failed blob write left {left} in blobs/: on a full disk, every retry "
+        "would leave one more")
     assert b"$blob" not in (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[1], (
         "the paste's blob was never stored, yet a line points to it")
     assert result["leaked"] == 0, (
         f"storing two blobs (one stored, one failed) left {result['leaked']} file "
-        "descriptor(s) open after the log was closed: close the temporary file's "
-        "descriptor whatever happens (in a `finally`)")
+        "descriptor(s) open after the log was closed")
 
 
 @pytest.mark.task("06.1")
@@ -856,10 +852,10 @@ def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkey
         if "gone-tmp" not in str(error):
             raise
         pytest.fail(
-            "the blob's temporary file was made in the system's temp folder "
-            f"(tempfile's default), and failed there: {error}. Make it in blobs/ "
-            "(tempfile.mkstemp(dir=self.blobs, ...)), so that os.replace renames it "
-            "within one file system", pytrace=False)
+            "storing the blob used the system's temporary folder (tempfile's "
+            f"default), which is unusable here: {error}. That folder is often on "
+            "another file system than blobs/, where no rename into blobs/ is one "
+            "step", pytrace=False)
 
 
 @pytest.mark.task("06.2")
@@ -874,15 +870,13 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
         except ValueError as error:
             pytest.fail(f"appending a valid text whose 100th character is an emoji "
                         f"failed ({error}): only the preview can hold a broken "
-                        "character there. Cut it by characters, "
-                        "content[:PREVIEW_CHARS], never by bytes or UTF-16 units",
-                        pytrace=False)
+                        "character there", pytrace=False)
 
     reference = reference_in(lines_of(sessions / "quest-1.jsonl")[0])
     preview = reference.get("preview")
     assert isinstance(preview, str) and preview and content.startswith(preview), (
-        "the preview should be the first characters of the content, whole (slice the "
-        f"text, content[:PREVIEW_CHARS]); got {preview!r}")
+        "the preview should be the first characters of the content, whole; got "
+        f"{preview!r}")
     assert len(preview) >= lesson.PREVIEW_CHARS, (
         f"the preview should show the content's first {lesson.PREVIEW_CHARS} "
         f"characters; it shows {len(preview)} (counted in bytes, a character of "
@@ -903,8 +897,8 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises((OSError, lesson.BlobError),
-                    f"blobs/{blob.name} is a symbolic link, and load followed it: read "
-                    "blobs with read_file(path), which refuses a link"):
+                    f"blobs/{blob.name} is a symbolic link, and load followed it to "
+                    "the file it points to"):
             log.load()
 
 
@@ -925,12 +919,12 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
         try:
             with raises(lesson.BlobError,
                         "a blob that is not UTF-8 text was loaded as a message's "
-                        "content (with replacement characters?): refuse it") as refused:
+                        "content (with replacement characters?)") as refused:
                 log.load()
         except UnicodeDecodeError as error:
-            pytest.fail(f"load let a UnicodeDecodeError out ({error}): turn it into a "
-                        "BlobError that names the blob, the log and the line",
-                        pytrace=False)
+            pytest.fail(f"load raised UnicodeDecodeError ({error}), which names "
+                        "neither the blob, the log nor the line; a BlobError naming "
+                        "them was expected", pytrace=False)
     message = str(refused.value)
     named = re.search(r"\bline 2\b", message) and "quest-1.jsonl" in message
     assert digest in message and named, (
@@ -954,7 +948,7 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
     mode = blobs.stat().st_mode & 0o777
     assert mode == 0o700, (
         f"blobs/ was made with mode {oct(mode)} under umask 000; it should be 0o700, "
-        "readable by its owner only, like the sessions folder (make_folder does it)")
+        "readable by its owner only, like the sessions folder")
 
 
 @pytest.mark.task("06.1")
@@ -976,8 +970,8 @@ def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
     parent = sessions.stat().st_ino
     assert any(ino == parent and named for _, ino, named in events[:line]), (
         "a durable writer made blobs/ but did not sync the sessions folder after it, "
-        "before the line pointing into it was written; make blobs/ with "
-        "make_folder(..., durable) (it syncs the parent of each folder it makes)")
+        "before the line pointing into it was written: a power cut could lose blobs/ "
+        "and every blob in it while the line survives")
 
 
 @pytest.mark.task("06.1")
@@ -997,9 +991,8 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
         log.append({"role": "user", "content": PASTE})
 
     assert not blob.is_symlink() and blob.is_file(), (
-        f"blobs/{blob.name} is still a symbolic link: a link is not a stored blob "
-        "(read what the name holds with read_file, which refuses links, and store "
-        "the content when it fails)")
+        f"blobs/{blob.name} is still a symbolic link after the content was stored: "
+        "a load refuses links, so the session cannot load its paste")
     assert outside.read_bytes() == data, "the link's target must not be written to"
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.load()[0]["content"] == PASTE, (
