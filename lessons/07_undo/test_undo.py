@@ -175,9 +175,8 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
                     agent.undo(turns=turns)
             except IndexError as error:
                 pytest.fail(f"undo(turns={turns}) on a conversation of two turns "
-                            f"raised IndexError ({error}) instead of UndoError: check "
-                            "that the count is between 1 and the turns there are "
-                            "before using it as an index", pytrace=False)
+                            f"raised IndexError ({error}) instead of UndoError",
+                            pytrace=False)
 
             assert agent.messages == messages, (
                 f"a refused undo({turns}) must leave the conversation as it was"
@@ -221,7 +220,8 @@ def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
         f"{'is shorter' if len(after) < len(before) else 'differs inside them'}"
     )
     assert path.stat().st_ino == inode, (
-        "undo replaced the log with a new file; append a marker to it instead"
+        "undo replaced the log with a new file (another inode): a reader or a writer "
+        "holding the log open no longer sees the session"
     )
     assert len(after) > len(before), "the undo itself must be recorded in the log"
 
@@ -393,7 +393,7 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
     in_order = sorted(map(json.dumps, seen)) == sorted(map(json.dumps, expected))
     assert seen == expected, (
         "every message was on disk before the model was called, but not in the order "
-        "they were recorded: flush the oldest pending message first" if in_order else
+        "they were recorded" if in_order else
         "lesson 01's rule still holds: every message, the pending note included, is on "
         f"disk before the model is called; the log held {len(seen)} lines then, "
         f"{len(expected)} expected")
@@ -418,8 +418,7 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
         except lesson.UndoError as error:
             pytest.fail(f"undoing a turn that is only pending raised UndoError "
                         f"({error}): none of it was written, so the log has nothing to "
-                        "undo; drop it from pending and call session.undo() only when "
-                        "written messages are taken back", pytrace=False)
+                        "undo, and the undo should have succeeded", pytrace=False)
         assert agent.messages == turn_c and agent.pending == [], (
             "undo of a pending turn simply drops it"
         )
@@ -477,7 +476,7 @@ def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, sessions):
     at_first_tool, at_second_tool = town.seen
     assert at_first_tool == agent.messages[:2], (
         "when a tool starts, the reply that called it must be on disk, so that a crash "
-        "inside the tool leaves a trace of the call: flush before running each tool. "
+        "inside the tool leaves a trace of the call. "
         f"The log held {[m.get('role') for m in at_first_tool]}"
     )
     assert at_second_tool == agent.messages[:3], (
@@ -528,9 +527,9 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
             "turn before it; it sees "
             f"{[m.get('role') for m in day_two.messages]}")
         assert path.read_bytes() == before, (
-            "the unanswered call was undone, so resuming has nothing to repair: judge "
-            "the tail by the messages the log shows, not by undone ones (a repair here "
-            "adds a result for a call the model will never see)"
+            "the unanswered call was undone, so resuming has nothing to repair; yet "
+            "resuming wrote to the log (a repair of the undone call adds a result for "
+            "a call the model will never see again)"
         )
         day_two.run(TURN_D[0])
     assert model.requests[0]["messages"] == turn_c + [
@@ -841,9 +840,8 @@ def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessio
             agent.undo()
         except lesson.UndoError as error:
             pytest.fail(f"undoing the last of two pending messages raised UndoError "
-                        f"({error}): it takes back one message, a pending one, so drop "
-                        "that one from pending and ask the log to undo nothing",
-                        pytrace=False)
+                        f"({error}): it takes back one message, a pending one, which "
+                        "the log never held", pytrace=False)
         assert agent.pending == [keep], (
             "undo took back the newest pending message only, so the one before it "
             f"should still be pending; pending holds {agent.pending}")
@@ -888,8 +886,7 @@ def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
         f"OSError on the second; it raised {result['failed']}")
     assert result["pending"] == ["(note 2,"], (
         "after the failed flush, the note written should have left pending and the one "
-        f"not written should still be there; pending held {result['pending']}. Remove "
-        "a message from pending only once session.append() has returned")
+        f"not written should still be there; pending held {result['pending']}")
     logged = lines_of(path)
     assert logged == turn_c + notes, (
         "after the second flush the log should hold each note once, in order; it holds "
@@ -937,9 +934,8 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
         f"OSError of its marker; it raised {result['first']}")
     assert result["same"], (
         "the marker was never written, so the log still shows the turn: the agent's "
-        "memory must still hold it too, and the pending note must still be pending. "
-        "Ask the log first, and change memory and pending only once it has taken the "
-        f"messages back (after the failed undo: messages, pending = {result['after']})")
+        "memory must still hold it too, and the pending note must still be pending "
+        f"(after the failed undo: messages, pending = {result['after']})")
     expected = ["Thank the elder.", "The elder nods."] + (
         ["A note for later."] if note else [])
     assert result["taken"] == expected, (
@@ -976,8 +972,7 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
         f"returned {result['first']}")
     assert result["second"] == [3], (
         "the first undo's marker was never written, so nothing was undone and the next "
-        f"undo should take back message 3 again; it took back {result['second']}. "
-        "Drop them from self.shown only after the marker is written")
+        f"undo should take back message 3 again; it took back {result['second']}")
 
 
 @pytest.mark.task("07.4")
@@ -996,9 +991,8 @@ def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, se
                          encoding="utf-8")
         os.replace(decoy, sessions / "quest-1.jsonl")   # the name: 2 messages now
         taken = log.undo(1)
-    why = (", the last of the 2 messages in the file its name now points to: take the "
-           "indices from self.shown, which the writer built from the log it opened, "
-           "never from the file by its name" if taken == [1] else "")
+    why = (", the last of the 2 messages in the file its name now points to, not of "
+           "the log this writer opened" if taken == [1] else "")
     assert taken == [3], (
         "the writer's log holds 4 messages, so its undo should take back index 3; it "
         f"took back {taken}{why}")
@@ -1021,9 +1015,10 @@ def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions
         try:
             taken = log.undo(2)
         except lesson.UndoError as error:
-            pytest.fail(f"undo(2) was refused ({error}): it read the log, which is now "
-                        "empty. Take the indices from self.shown instead: the writer "
-                        "keeps it current, so an undo reads nothing", pytrace=False)
+            pytest.fail(f"undo(2) was refused ({error}): the log was emptied behind "
+                        "the writer's back, and the undo went by what the file holds "
+                        "now, not by the four messages the writer knows",
+                        pytrace=False)
     assert taken == [2, 3], (
         "the writer knows four messages (three it found, one it wrote), so undo(2) "
         f"should take back indices 2 and 3; it took back {taken}")
@@ -1102,7 +1097,7 @@ def test_a_durable_writer_syncs_its_undo_marker(lesson, sessions, monkeypatch):
 
     assert "write" in events and "fsync" in events[events.index("write"):], (
         "a durable writer's undo marker should be synced to the disk after it is "
-        f"written (write it with the writer's own write); the log saw {events}")
+        f"written, before the undo returns; the log saw {events}")
 
 
 @pytest.mark.task("07.5")
