@@ -125,8 +125,8 @@ def resume_whole(resume, path, whole, what):
             seam = now[len(whole) - 60:len(whole) + 60]
             pytest.fail(f"the log's complete lines were followed only by {what}, but "
                         "the repair changed the complete lines themselves: they now "
-                        f"end {seam!r}. Cut exactly the bytes after the last whole "
-                        "line, and add only after them (resuming then raised "
+                        f"end {seam!r}, where only the bytes after them should have "
+                        "changed (resuming then raised "
                         f"{type(error).__name__}: {error})", pytrace=False)
         pytest.fail(f"the log's complete lines were followed only by {what}; resuming "
                     f"should repair that, but raised {type(error).__name__}: {error}",
@@ -446,7 +446,8 @@ def test_appending_without_resuming_first_still_starts_on_a_clean_line(
     assert found == [
         *A_FINISHED_DAY,
         {"role": "user", "content": "Straight to the point."},
-    ], f"the first append must repair the tail before writing; the log holds {found}"
+    ], ("a plain append to a log with a damaged tail should leave the whole messages, "
+        f"then the new one, each on a line of its own; the log holds {found}")
 
 
 # --- 04.1: damage before the tail -----------------------------------------------------
@@ -614,9 +615,9 @@ def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message
             agent.run("Go on.")
         except openai.BadRequestError as error:
             pytest.fail("after a run stopped inside its second tool call, the next run "
-                        f"sent a call without its result: {error.message}. settle() "
-                        "should record interrupted_result(call) for each unanswered "
-                        "call first (task 04.4)")
+                        f"sent a call without its result: {error.message}. The calls "
+                        "the stopped run left open still had no result when the next "
+                        "user message was recorded (task 04.4)")
     entries = entries_in(sessions / "quest-1.jsonl")
     roles = [entry.get("role") for entry in entries]
     expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
@@ -631,10 +632,9 @@ def test_a_run_stopped_between_two_tool_calls_is_settled_before_the_next_message
     for settled in entries[3:5]:
         text = str(settled.get("content")).lower()
         assert "interrupted" in text and "may or may not have run" in text, (
-            "a call the run never finished should be answered with "
-            "interrupted_result(call): it was interrupted and may or may not have run "
-            f"(the model should check, not assume); it was answered "
-            f"{settled.get('content')!r}")
+            "the result of a call the run never finished should say that it was "
+            "interrupted and may or may not have run, so that the model checks "
+            f"instead of assuming; it says {settled.get('content')!r}")
 
 
 @pytest.mark.task("04.1")
@@ -654,8 +654,8 @@ def test_a_message_holding_unicode_line_separators_resumes_whole(lesson, resume,
         agent, _ = resume()
     except lesson.CorruptLog as error:
         pytest.fail("a log whose message holds U+2028 and other line separators "
-                    "was refused: only b\"\\n\" ends a line of a log "
-                    "(str.splitlines() also splits at these characters). Resuming "
+                    "was refused: those characters are text inside one line, and "
+                    "only b\"\\n\" ends a line of a log. Resuming "
                     f"raised: {error}", pytrace=False)
 
     assert agent.messages == entries, (
@@ -922,8 +922,8 @@ def test_a_durable_writer_syncs_its_repair(lesson, sessions, model, town, monkey
     assert "write" in kinds, "resuming with three open calls should write a repair"
     last_write = len(kinds) - 1 - kinds[::-1].index("write")
     assert "fsync" in kinds[last_write:], (
-        "a durable writer's repair should be synced to the disk after it is written "
-        f"(write it with the writer's own write); the log saw {kinds}")
+        "a durable writer's repair should be on the disk when the resume returns, but "
+        f"no fsync of the log followed the repair's write; the log saw {kinds}")
 
 
 @pytest.mark.task("04.3")
