@@ -47,8 +47,8 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
 
     assert isinstance(result, str) and '{"item": rope}' in result, (
         "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
-        f"should quote them so the model can see its mistake, got {result!r}. Put the "
-        "text (or its start, if it is long) into the ValueError read_arguments raises")
+        "should quote them, since the stored call will hold '{}' and the model sees "
+        f"its mistake nowhere else; got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -81,8 +81,8 @@ def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
         raise
     except Exception as error:
         pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
-                    "it escape; catch every Exception from the tool and return it as "
-                    "an error text")
+                    "it escape: the agent crashed where the model should have read an "
+                    "error result and tried again")
     assert isinstance(result, str) and "error" in result.lower(), (
         f"a tool that raised RuntimeError should give an error result, got {result!r}")
     assert "the shop is closed for the night" in result, (
@@ -112,7 +112,7 @@ def test_a_tool_result_is_always_text(lesson):
     assert result == "6", (
         "a tool message's content must be a string (providers refuse a number "
         f"there); the tool returned the int 6 and run_tool gave {result!r} "
-        f"({type(result).__name__}): use str()")
+        f"({type(result).__name__}), where the text '6' was expected")
 
 
 @pytest.mark.task("00.3")
@@ -179,17 +179,17 @@ def test_several_tool_calls_in_one_reply_are_each_answered_in_order(
 
 @pytest.mark.task("00.2")
 def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, town):
-    """Some servers answer finish_reason 'stop' together with tool calls; the loop must
-    decide from tool_calls, or the tools the model asked for never run."""
+    """Some servers answer finish_reason 'stop' together with tool calls: the calls
+    still run, and the turn goes on."""
     model.add(use(call("buy", item="rope"), finish_reason="stop"), say("Bought."))
     agent = new_agent(lesson, model, town)
 
     answer = agent.run("Buy a rope.")
 
     assert town.inventory == ["rope"], (
-        "the reply had a tool call but finish_reason 'stop' (some servers do this): "
-        "decide from tool_calls, not finish_reason. The rope was not bought; "
-        f"inventory {town.inventory}"
+        "the reply had a tool call and finish_reason 'stop' (some servers send both): "
+        "the call should have run and the turn gone on, but the rope was not bought; "
+        f"inventory {town.inventory}, run() returned {answer!r}"
     )
     assert answer == "Bought."
 
@@ -246,8 +246,8 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
 
     with raises(lesson.MaxTurnsExceeded,
                 "run() returned although the model was still calling tools after "
-                "max_turns=3 model calls: raise MaxTurnsExceeded, so the caller knows "
-                "the task was not finished"):
+                "max_turns=3 model calls: the caller takes the task for done, where "
+                "MaxTurnsExceeded was expected"):
         agent.run("Keep talking.")
     assert len(model.requests) == 3, (
         "max_turns=3 allows exactly 3 model calls, the agent made "
@@ -344,8 +344,7 @@ def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
         return
     pytest.fail("the user pressed Ctrl-C while a tool ran, and run_tool returned "
                 f"{result!r} instead of letting KeyboardInterrupt stop the program: "
-                "catch Exception, not BaseException (a bare `except:` catches Ctrl-C "
-                "too)")
+                "the user cannot stop the agent while a tool runs")
 
 
 @pytest.mark.task("00.2")
@@ -362,10 +361,9 @@ def test_every_message_passes_through_record(lesson, model, town):
 
     roles = [m.get("role") for m in recorded]
     assert recorded == agent.messages, (
-        "every message of the conversation should be added with "
-        "self.record(message): it is the one place the next lesson saves to disk. "
         f"record() saw the roles {roles}, the history holds "
-        f"{[m.get('role') for m in agent.messages]}")
+        f"{[m.get('role') for m in agent.messages]}: every message of the conversation "
+        "should pass through record(), the one place the next lesson saves to disk")
 
 
 @pytest.mark.task("00.2")
@@ -381,5 +379,5 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
     except Exception:
         return
     pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
-                "that were the answer; let the error reach the caller, who can then "
-                "tell the user and retry")
+                "that were the answer: the caller cannot tell a failed request from "
+                "an empty reply, so it can neither tell the user nor retry")

@@ -31,8 +31,8 @@ def run_or_fail(agent, text, what):
         said = body.get("message") if isinstance(body, dict) else error
         pytest.fail(
             f"{what}: the model refused the next request with HTTP 400 ({said}). "
-            "Something the agent stored from the quirky reply is not sendable; "
-            "normalize_reply() must make it so."
+            "Something the agent stored from the quirky reply is not sendable (what "
+            "is stored is what normalize_reply() returned, task 00.3)."
         )
 
 
@@ -126,7 +126,9 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
 
     ids = [call["id"] for call in calls_of(agent.messages)]
     assert len(set(ids)) == 2, (
-        f"the second call reused 'call_0'; store it under a new id: {ids}"
+        "the second turn's call came with 'call_0', the id of the first turn's call, "
+        f"and the history now holds two calls with one id: {ids}; a result cannot say "
+        "which of them it answers"
     )
 
 
@@ -142,8 +144,8 @@ def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     run_or_fail(agent, "Buy a rope.", "after arguments sent as an object")
 
     assert town.inventory == ["rope"], (
-        "the arguments were an object, {'item': 'rope'}: read it as is; inventory "
-        f"{town.inventory}"
+        "the arguments came as an object, {'item': 'rope'}, and the rope was not "
+        f"bought; inventory {town.inventory}"
     )
     arguments = (
         calls_of(agent.messages)[0]["function"]["arguments"]
@@ -152,7 +154,8 @@ def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     )
     assert isinstance(arguments, str) and json.loads(arguments) == {
         "item": "rope"
-    }, f"store the arguments as JSON text ('{{\"item\": \"rope\"}}'), got {arguments!r}"
+    }, ("the stored arguments should be JSON text of that object "
+        f"('{{\"item\": \"rope\"}}'), got {arguments!r}")
 
 
 @pytest.mark.task("00.2")
@@ -179,7 +182,7 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
     )
     assert arguments == "{}", (
         "the stored call is sent back with every later request, and providers refuse "
-        f"arguments that are not a JSON object: store '{{}}', got {arguments!r}")
+        f"arguments that are not a JSON object: expected '{{}}', got {arguments!r}")
 
 
 @pytest.mark.task("00.3")
@@ -198,8 +201,8 @@ def test_content_sent_in_parts_is_stored_as_the_text_of_its_text_parts(lesson, m
         "the answer is the text of the text parts, joined in order; got "
         f"{answer!r}")
     assert agent.messages[-1:] == [{"role": "assistant", "content": "A rope it is."}], (
-        "store the text of the text parts as the content, and nothing of the thinking "
-        f"part; stored {agent.messages[-1:]}")
+        "the stored reply should hold the text of the text parts as its content, and "
+        f"nothing of the thinking part; stored {agent.messages[-1:]}")
 
 
 @pytest.mark.task("00.3")
@@ -214,8 +217,7 @@ def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
     assert answer == "", f"a reply with no text answers '', got {answer!r}"
     assert agent.messages[-1:] == [{"role": "assistant", "content": ""}], (
         "OpenAI refuses an assistant message whose content is null without tool calls: "
-        "store "
-        f"'' instead; stored {agent.messages[-1:]}")
+        f"the stored content should be ''; stored {agent.messages[-1:]}")
 
 
 @pytest.mark.task("00.3")
@@ -228,8 +230,8 @@ def test_an_empty_list_of_tool_calls_is_not_stored(lesson, model, town):
 
     assert answer == "Nothing to do."
     assert "tool_calls" not in agent.messages[-1], (
-        "OpenAI refuses 'tool_calls': [] in a request; leave the key out: "
-        f"{agent.messages[-1]}"
+        "OpenAI refuses 'tool_calls': [] in a request, and the stored reply still "
+        f"has the key: {agent.messages[-1]}"
     )
 
 
@@ -272,8 +274,8 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
 @pytest.mark.task("00.3")
 def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
     """Arguments that came as an object are stored as JSON text that keeps non-ASCII
-    characters as they are (ensure_ascii=False): the stored call is what later lessons
-    write to the log, and a person reads that log."""
+    characters as they are, not as escapes: the stored call is what later lessons write
+    to the log, and a person reads that log."""
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1_0", "type": "function",
          "function": {"name": "talk_to", "arguments": {"npc": "洞窟の番人"}}}]}
@@ -284,8 +286,7 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
     arguments = calls[0].get("function", {}).get("arguments")
     assert isinstance(arguments, str) and "洞窟の番人" in arguments, (
         "the arguments {'npc': '洞窟の番人'} came as an object; stored as JSON "
-        f"text they should read as the model wrote them, got {arguments!r}: "
-        "json.dumps(..., ensure_ascii=False)")
+        f"text they should read as the model wrote them, got {arguments!r}")
 
 
 @pytest.mark.task("00.1")
