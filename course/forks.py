@@ -43,8 +43,13 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
+    #> 03
+    # A session is its log: the new id is taken when a log has its name.
+    #<
+    #> 04+
     # A meta file without its log is what a fork that failed half-way leaves: not a
     # session, so a new fork onto that id may replace it.
+    #<
     if target.exists():
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"
@@ -169,8 +174,14 @@ def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: by
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int,
                  copy: bytes | Prefix, durable: bool) -> None:
 #<
+    #> 03
+    """Create fork `new_id`, all or nothing: its log holding `copy`, and its meta file
+    recording its lineage (`count` messages of `source_id`)."""
+    #<
+    #> 04+
     """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
     meta file, then publish its log holding `copy`: all or nothing."""
+    #<
     # BEGIN 03.2
     target = folder / f"{new_id}.jsonl"
     meta = folder / f"{new_id}.meta.json"

@@ -31,8 +31,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    # A meta file without its log is what a fork that failed half-way leaves: not a
-    # session, so a new fork onto that id may replace it.
+    # A session is its log: the new id is taken when a log has its name.
     if target.exists():
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"
@@ -49,13 +48,12 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
 
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: bytes,
                  durable: bool) -> None:
-    """Record the lineage of fork `new_id` (`count` messages of `source_id`) in its
-    meta file, then publish its log holding `copy`: all or nothing."""
-    # TODO(03.2): Record the lineage, then publish the log: all or nothing.
+    """Create fork `new_id`, all or nothing: its log holding `copy`, and its meta file
+    recording its lineage (`count` messages of `source_id`)."""
+    # TODO(03.2): Publish the fork and its lineage: all or nothing.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
     # Hints: `sessionlab hint 03`; the docs page of lesson 03_fork.
     raise NotImplementedError(
-        "task 03.2 is not written yet: Record the lineage, then publish the log: all "
-        "or nothing"
+        "task 03.2 is not written yet: Publish the fork and its lineage: all or nothing"
     )

@@ -96,15 +96,17 @@ def test_appending_to_either_session_leaves_the_other_byte_identical(
 
     with lesson.SessionLog(sessions, "what-if") as log:
         log.append({"role": "user", "content": "Only in the fork."})
-    assert (sessions / "quest-1.jsonl").read_bytes() == original, (
-        "appending to the fork changed the original: the fork must be a copy, not a "
-        "(hard or "
-        "symbolic) link to the same file")
+    now = (sessions / "quest-1.jsonl").read_bytes()
+    had, has = original.count(b"\n"), now.count(b"\n")
+    assert now == original, (
+        f"after appending to the fork, the original's log changed (it had {had} lines, "
+        f"now {has}): the two sessions share their bytes")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Only in the original."})
     assert b"Only in the original" not in (sessions / "what-if.jsonl").read_bytes(), (
-        "appending to the original changed the fork")
+        "after appending to the original, the fork's log holds that message too: the "
+        "two sessions share their bytes")
 
 
 @pytest.mark.task("03.2")
@@ -116,12 +118,12 @@ def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
 
     fork_path = sessions / "what-if.jsonl"
     assert not fork_path.is_symlink(), (
-        "the fork is a symbolic link; it must be a file of its own"
-    )
-    assert (
-        os.stat(fork_path).st_nlink == 1
-        and os.stat(sessions / "quest-1.jsonl").st_nlink == 1
-    ), "the fork shares its inode with the original (a hard link); it must be a copy"
+        f"what-if.jsonl is a symbolic link (to {os.readlink(fork_path)}), not a file "
+        "of its own")
+    names = (os.stat(fork_path).st_nlink, os.stat(sessions / "quest-1.jsonl").st_nlink)
+    assert names == (1, 1), (
+        f"the fork's log has {names[0]} name(s) and the original's {names[1]}: a hard "
+        "link, one file under two names, where two files of their own were expected")
 
 
 @pytest.mark.key
@@ -135,7 +137,7 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
     before = snapshot(sessions)
 
     with raises(lesson.SessionExists, "forking onto 'other', which already has a log, "
-                "was allowed: check that the new id is free before writing anything"):
+                "was allowed: its session would be overwritten"):
         lesson.fork(sessions, "quest-1", "other")
 
     assert snapshot(sessions) == before, (
@@ -165,7 +167,8 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
 
     with raises(ValueError,
                 f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
-                f"({len(day_one)}), and the fork was allowed: refuse it"):
+                f"({len(day_one)}), and the fork went ahead, copying fewer than "
+                "asked"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
     assert snapshot(sessions) == before, "a refused fork must not create any file"
@@ -225,9 +228,9 @@ def test_the_meta_file_is_written_whole_through_a_rename(
     lesson.fork(sessions, "quest-1", "what-if")
 
     assert str(sessions / "what-if.meta.json") in renamed, (
-        "write the meta file to a temporary file and rename it into place (write_whole "
-        "does), so "
-        "that a crash or a reader never sees half of it")
+        "the meta file should get its name by a rename (os.replace or os.rename onto "
+        "what-if.meta.json), whole at once, and over any left by a fork that failed; "
+        "no rename onto it happened during this fork")
     assert sorted(p.name for p in sessions.iterdir()) == [
         "quest-1.jsonl",
         "what-if.jsonl",
@@ -282,9 +285,8 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
 
     lesson.fork(sessions, "quest-1", "quick")
     assert synced == [], (
-        "a fork is as durable as an append: without durable=True it should not fsync "
-        "(pass "
-        "durable=durable on to publish_new and write_whole)")
+        f"a plain fork (durable=False) called os.fsync {len(synced)} time(s); a fork "
+        "is as durable as an append, and a plain one syncs nothing")
 
     lesson.fork(sessions, "quest-1", "safe", durable=True)
     assert len(synced) >= 3, (
@@ -296,10 +298,8 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
 @pytest.mark.task("03.2")
 def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
         lesson, sessions, day_one):
-    """A real SIGKILL right after the first of the fork's two files is written: the new
-    id holds no session (at most a meta file without a log), and the same fork, run
-    again, works. Published log first, the retry would be refused: the id looks
-    taken."""
+    """A real SIGKILL right after the fork's first file is written: the new id holds no
+    session, and the same fork, run again, works."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -321,13 +321,14 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
     assert os.WIFSIGNALED(status), "the forking child should have died by SIGKILL"
     left = sorted(p.name for p in sessions.iterdir())
     assert "what-if.jsonl" not in left, (
-        f"killed between its two steps, the fork left its log without lineage: {left}. "
-        "Write the meta file first and publish the log last: its name is the fork")
+        f"killed between its two steps, the fork left {left}: a log under what-if, a "
+        "session without its lineage, and the same fork, run again, is refused "
+        "because the id is taken")
     try:
         lesson.fork(sessions, "quest-1", "what-if")
     except Exception as error:      # noqa: BLE001 - the failure is the point
-        pytest.fail(f"the same fork, run again after the kill, failed: {error!r}; a "
-                    "meta file without its log is no session, the retry may replace it")
+        pytest.fail(f"the kill left {left}, no session under what-if; the same fork, "
+                    f"run again, should work, and it failed: {error!r}")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
 
 
@@ -350,9 +351,9 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
     assert isinstance(outcome, str) and outcome.startswith("OSError"), (
         f"with the disk full, the fork should fail with OSError; it gave {outcome}")
     assert snapshot(sessions) == before, (
-        "a fork that failed must leave every file as it was: remove the meta file "
-        "again "
-        f"when publishing the log fails; found {sorted(snapshot(sessions))}")
+        "a fork that failed must leave every file as it was: the folder held "
+        f"{sorted(before)}, and after the failed fork it holds "
+        f"{sorted(snapshot(sessions))}")
     lesson.fork(sessions, "quest-1", "what-if")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
 
@@ -397,9 +398,8 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
     left = sorted(set(snapshot(sessions)) - set(before))
     assert snapshot(sessions) == before, (
         f"the fork failed syncing the {where} and left {left}. An error means no "
-        "fork: remove the meta file whichever step failed (a sync after its rename "
-        "too), and publish the log with publish_new, which takes it back when a step "
-        "after its link fails")
+        "fork, so the folder should be as it was; whoever retries must not find part "
+        "of one")
     retry = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
     assert retry is None, (
         f"the fork failed syncing the {where}; the same fork, run again with the disk "
@@ -432,9 +432,10 @@ def test_a_fork_keeps_unicode_line_separators_inside_content(lesson, sessions):
     lesson.fork(sessions, "quest-1", "first", upto=1)
 
     assert (sessions / "whole.jsonl").read_bytes() == source, (
-        "a whole fork should hold the source's bytes unchanged; this one differs. "
-        "str.splitlines() also breaks lines at U+2028, U+2029 and U+0085, which "
-        "json.dumps leaves unescaped inside strings: split the bytes on b'\\n' only")
+        "a whole fork of a log whose first message holds U+2028, U+2029 and U+0085 "
+        f"(unescaped, inside its line) should hold the source's {len(source)} bytes "
+        "unchanged; it holds "
+        f"{len((sessions / 'whole.jsonl').read_bytes())} bytes that differ")
     first = (sessions / "first.jsonl").read_bytes()
     assert first == source.split(b"\n")[0] + b"\n", (
         "upto=1 should copy the first line, the whole first message; the fork holds "
@@ -450,7 +451,7 @@ def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one):
         history = log.load()
     assert history == [], (
         f"upto=0 keeps no message; the fork holds {len(history)}. 0 is a number of "
-        "messages, not 'no limit': test `upto is None`, not `not upto`")
+        "messages, not 'no limit'")
 
 
 @pytest.mark.task("03.1")
@@ -463,7 +464,8 @@ def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
 
     assert isinstance(error, ValueError), (
         f"fork(..., upto={upto}) should raise ValueError: a number of messages cannot "
-        f"be negative (lines[:{upto}] would quietly drop the last ones); it "
+        "be negative, and counted from the end it would quietly drop the last ones; "
+        "it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
     assert snapshot(sessions) == before, "a refused fork must not create any file"
 
@@ -489,8 +491,7 @@ def test_a_whole_fork_records_how_many_messages_it_copied(lesson, sessions, day_
     meta = json.loads((sessions / "what-if.meta.json").read_text(encoding="utf-8"))
     assert meta.get("forked_at") == len(day_one), (
         f"a whole fork copied {len(day_one)} messages, so forked_at is "
-        f"{len(day_one)}; the meta file says {meta.get('forked_at')!r}. Record the "
-        "count you computed, not `upto` (None here)")
+        f"{len(day_one)}; the meta file says {meta.get('forked_at')!r}")
 
 
 @pytest.mark.task("03.1")
@@ -509,12 +510,10 @@ def test_a_fork_that_fails_half_way_leaves_no_session(lesson, sessions, day_one)
         held = len(fork_path.read_bytes()) if fork_path.exists() else 0
         pytest.fail(f"the disk took only {len(source) // 2} of the fork's "
                     f"{len(source)} bytes and fork returned as if it had worked; its "
-                    f"log holds {held} bytes. Check what os.write returns, or use "
-                    "publish_new, which raises on a short write")
+                    f"log holds {held} bytes, a session cut short that looks whole")
     assert left == ["quest-1.jsonl"], (
         f"the fork failed ({kind}) half way through, and left {left}: a half-written "
-        "session (or a temporary file) that looks real. Write the log with "
-        "publish_new: a temporary file, given its name only once it is whole")
+        "session (or a temporary file) that looks real")
 
 
 @pytest.mark.task("03.1")
@@ -530,8 +529,7 @@ def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
              for name in ("what-if.jsonl", "what-if.meta.json")}
     assert set(modes.values()) == {"0o600"}, (
         "a session holds what a person said; its copy must be as private: modes "
-        f"{modes}, expected 0o600 for both. shutil.copyfile and Path.write_bytes "
-        "leave the mode to the umask; publish_new and write_whole create 0600 files")
+        f"{modes} under a umask of 022, expected 0o600 for both")
 
 
 @pytest.mark.task("03.2")
@@ -546,8 +544,7 @@ def test_a_fork_never_writes_through_a_link_planted_at_its_name(
 
     assert not outside.exists(), (
         "a symbolic link at what-if.jsonl pointed outside the sessions folder, and "
-        f"the fork wrote through it to {outside.name}: create the log without "
-        "following links (publish_new's os.link refuses any existing name)")
+        f"the fork wrote through it to {outside.name}, a file no session owns")
     assert isinstance(error, FileExistsError), (
         "the name what-if.jsonl was taken (by a link to nowhere); fork should refuse "
         "with SessionExists, it "
@@ -602,8 +599,7 @@ def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day
     now = path.read_bytes() if path.exists() else None
     assert now == other, (
         "session what-if was created by someone else while the fork read its source, "
-        "and the fork replaced it (a rename over an existing name does that "
-        "silently). Publish with publish_new: os.link fails when the name exists")
+        "and the fork replaced it: what the other writer wrote there is gone")
     assert isinstance(error, FileExistsError), (
         "the fork should refuse with SessionExists when its name is taken at the "
         "last moment; it "
