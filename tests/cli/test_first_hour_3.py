@@ -861,3 +861,120 @@ def test_a_bug_in_a_written_task_still_comes_before_a_later_unwritten_one():
         written={"00.1": True, "00.2": False})
 
     assert result.first_failing_task(lesson) == "00.1"
+
+
+# --- 11. a task written in part, and grade's state of an untouched lesson -----------------
+
+
+def write_one_function(folder, module: str, function: str) -> None:
+    """Put the reference's `function` into the student's `module`: one place of a task."""
+    import ast
+
+    def span(source: str) -> tuple[int, int]:
+        node = next(n for n in ast.parse(source).body
+                    if isinstance(n, ast.FunctionDef) and n.name == function)
+        return node.lineno - 1, node.end_lineno
+
+    mine = (folder / module).read_text(encoding="utf-8").splitlines(keepends=True)
+    theirs = (REPO / "solutions" / folder.name / module).read_text(
+        encoding="utf-8").splitlines(keepends=True)
+    (start, end), (first, last) = span("".join(mine)), span("".join(theirs))
+    (folder / module).write_text("".join(mine[:start] + theirs[first:last] + mine[end:]),
+                                 encoding="utf-8")
+
+
+@pytest.mark.timeout(GUARD)
+def test_a_task_written_in_one_of_its_two_places_shows_as_started(cli, course_copy):
+    """Task 00.1 has two places (read_arguments, run_tool). Writing the first, as
+    getting-started says, moves the task from todo to started, though its tests still stop
+    at the other place."""
+    course = course_copy({"00_memory": STARTER})
+    before = cli("--course", course, "check", "00")
+    write_one_function(course / "lessons" / "00_memory", "messages.py", "read_arguments")
+
+    after = cli("--course", course, "check", "00")
+
+    row = next(line for line in before.out.splitlines() if " 00.1 " in f" {line} ")
+    assert row.split()[0] == "todo", before.out
+    row = next(line for line in after.out.splitlines() if " 00.1 " in f" {line} ")
+    assert row.split()[0] == "started", after.out
+    assert "in progress" in after.out, after.out
+
+
+@pytest.mark.timeout(600)
+def test_grade_calls_an_untouched_lesson_not_started_as_list_does(cli, tmp_path):
+    """A starter passes a few of its tests for free; the grade report still says the
+    lesson is not started and its tasks todo, and a task written in part is started."""
+    import json
+
+    course = make_course(tmp_path / "course", {"00_memory": STARTER})
+    make_course(tmp_path / "class" / "ada", {"00_memory": STARTER})
+    bob = make_course(tmp_path / "class" / "bob", {"00_memory": STARTER})
+    write_one_function(bob / "lessons" / "00_memory", "messages.py", "read_arguments")
+    report = tmp_path / "grades.json"
+
+    run = cli("--course", course, "grade", tmp_path / "class", "--lessons", "00",
+              "--no-sandbox", "--json", report)
+
+    assert run.status == 0, run.text
+    students = {s["name"]: s for s in json.loads(report.read_text())["students"]}
+    ada = students["ada"]["lessons"]["00_memory"]
+    assert ada["state"] == "not started", ada
+    assert set(ada["tasks"].values()) == {"todo"}, ada["tasks"]
+    bob = students["bob"]["lessons"]["00_memory"]
+    assert bob["state"] == "in progress", bob
+    assert bob["tasks"]["00.1"] == "started", bob["tasks"]
+
+
+@pytest.mark.timeout(GUARD)
+@pytest.mark.parametrize("columns", [30, 34, 40])
+def test_list_in_a_narrow_terminal_keeps_every_column_whole(course, columns):
+    """At 30 to 40 columns the states become glyphs with a legend, so that the counts
+    (tasks and tests) keep their room: no column dropped, no count cut."""
+    import re
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": str(columns)}
+    process = subprocess.run([sys.executable, "-m", "sessionlab", "list", "--course",
+                              str(course)], env=env, capture_output=True, text=True,
+                             timeout=GUARD)
+
+    assert process.returncode == 0, process.stderr
+    lines = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", process.stdout).splitlines()
+    assert all(len(line) <= columns for line in lines), "\n".join(lines)
+    header = next(line for line in lines if "Lesson" in line)
+    assert header.split()[-2:] == ["Tasks", "Tests"], "\n".join(lines)
+    for number in ("00", "01"):
+        row = next(line.split() for line in lines if f" {number} " in f" {line} ")
+        assert all(re.fullmatch(r"\d+/\d+", count) for count in row[-2:]), \
+            f"lesson {number}'s counts are cut:\n" + "\n".join(lines)
+    assert any(line.startswith("✓ done · ◐ in progress") for line in lines), "\n".join(lines)
+
+
+@pytest.mark.parametrize("columns", [30, 36, 40])
+def test_grades_header_is_never_folded_inside_a_word_in_a_narrow_terminal(columns):
+    import io
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from sessionlab import course as kit_course
+    from sessionlab.cli import grade
+    from sessionlab.cli.ui import Ui
+    from sessionlab.grading.run import Grade
+
+    lessons = kit_course.lessons(REPO)[:2]
+    student = grade.Student("ada", Path("ada"), grades={
+        lesson.name: Grade(lesson.name, "in progress", passed=3, total=50)
+        for lesson in lessons})
+    screen = io.StringIO()
+    console = Console(file=screen, width=columns, force_terminal=True, color_system=None)
+
+    grade._print_table(Ui(out=console, err=console), [student], lessons,
+                       {lesson.name: 50 for lesson in lessons})
+
+    text = screen.getvalue()
+    assert "Lesson\n" not in text and "Lessons" not in text.replace("Lessons done", ""), text
+    assert not any(line.rstrip().endswith(("Lesso", "Lesson")) for line in text.splitlines()), \
+        text

@@ -37,7 +37,7 @@ from ..grading import outputs, sandbox
 from ..grading.guard import Guard, Reaper
 from ..grading.run import (Grade, Setup, build_view, collect, grade_lesson, read_module,
                            shadow_flags)
-from ..cli.runner import STATE_DIR, LessonResult
+from ..cli.runner import STATE_DIR, LessonResult, starter_places
 from .progress import HINTS_FILE
 from . import find_course
 from .ui import Ui
@@ -212,7 +212,9 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         else:
             for i, student in enumerate(ok):
                 views[student.name] = build_view(student.path, names, scratch_path / f"own{i}")
-        setup = Setup(scratch_path, available.usable, args.timeout, reaper, expected)
+        places = {lesson.name: starter_places(lesson) for lesson in lessons} \
+            if course_root is not None else None
+        setup = Setup(scratch_path, available.usable, args.timeout, reaper, expected, places)
         _run_all(ok, names, views, setup, args.jobs, ui)
     alarms = guard.check()
     counts = {name: len(ids) for name, ids in (expected or {}).items()}
@@ -278,7 +280,8 @@ def _print_table(ui: Ui, students: list[Student], lessons: list[Lesson],
     for lesson in lessons:
         table.add_column(lesson.number, justify="right")
     table.add_column("Total", justify="right")
-    table.add_column("Lessons done", justify="right")
+    # In a narrow terminal a two-word header would be folded inside a word ("Lesson/s").
+    table.add_column("Done" if ui.tight else "Lessons done", justify="right")
     notes: list[str] = []
     for student in students:
         if student.problem:
@@ -388,7 +391,8 @@ class Report:
             grade = student.grades.get(lesson.name)
             if grade is None:
                 continue
-            result = LessonResult(lesson.name, "impl", tests=grade.tests)
+            result = LessonResult(lesson.name, "impl", tests=grade.tests,
+                                  written=grade.written)
             failures = [t for t in grade.tests if not t.passed]
             used, there = student.hints_used(lesson)
             entry["lessons"][lesson.name] = {

@@ -15,7 +15,7 @@ from rich.text import Text
 from .. import course, starters
 from ..course import Lesson
 from .runner import LessonResult, Runner, current_lesson, load_state, save_state
-from .ui import Ui, bar, human
+from .ui import LEGEND, Ui, bar, human
 
 HINTS_FILE = "hints.json"
 
@@ -168,7 +168,7 @@ def lesson_rows(ui: Ui, lessons: list[Lesson], results: dict[str, LessonResult],
     table.add_column("", width=2, no_wrap=True)
     table.add_column("#", no_wrap=True)
     table.add_column("Lesson", min_width=10)
-    table.add_column("State", min_width=7)
+    table.add_column("" if ui.tight else "State", min_width=1 if ui.tight else 7)
     table.add_column("Tasks", justify="right", no_wrap=True)
     table.add_column("Tests", justify="right", no_wrap=True)
     for lesson in lessons:
@@ -196,6 +196,8 @@ def cmd_list(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     current = current_lesson(lessons, results)
     ui.out.print(bar(states(lessons, results), ui))
     ui.out.print(lesson_rows(ui, lessons, results, current))
+    if ui.tight:
+        ui.out.print(Text(LEGEND, style="dim"))
     if current is None:
         ui.out.print(Text("Every lesson passes. Well done.", style="bold green"))
     else:

@@ -114,16 +114,20 @@ class LessonResult:
         return [t for t in self.tests if task_id in t.tasks]
 
     def task_state(self, task_id: str) -> str:
-        """passed / failing / todo (not written yet) / untested."""
+        """passed / failing / started (written in part) / todo (not written yet) /
+        untested."""
         tests = self.task_tests(task_id)
-        if self.written is not None and not self.written.get(task_id, True):
+        written = None if self.written is None else self.written.get(task_id)
+        if written is False:
             return "todo"           # its tests may pass for free: the task is still not written
         if not tests:
             return "untested"
         if all(t.passed for t in tests):
             return "passed"
         if all(t.not_written for t in tests if not t.passed):
-            return "todo"
+            # Nothing fails but for code not written yet: a task written in one of its
+            # places (00.1 has two) is started, not todo, though its tests still stop there.
+            return "started" if written else "todo"
         return "failing"
 
     def first_failure(self, lesson: Lesson | None = None) -> Outcome | None:
@@ -202,7 +206,7 @@ class LessonResult:
             if cause:
                 return cause
         for task in lesson.tasks:
-            if self.task_state(task.id) in ("failing", "todo"):
+            if self.task_state(task.id) in ("failing", "started", "todo"):
                 return task.id
         return None
 
@@ -295,22 +299,37 @@ def written_tasks(lesson: Lesson, module: Path) -> dict[str, bool] | None:
     `module` is the lesson's agent.py; every module of its folder counts."""
     if not module.is_file():
         return None
-    mine: dict[str, int] = {}
     try:
-        for path in course.lesson_modules(module.parent):
-            for task, count in starter_raises(path.read_text(encoding="utf-8")).items():
-                mine[task] = mine.get(task, 0) + count
+        mine = raises_in(path.read_text(encoding="utf-8")
+                         for path in course.lesson_modules(module.parent))
     except (OSError, UnicodeDecodeError):
         return None
-    expected: dict[str, int] = {}
+    return written_against(mine, starter_places(lesson))
+
+
+def starter_places(lesson: Lesson) -> dict[str, int]:
+    """Task id -> how many places of the lesson's starter raise its NotImplementedError
+    (0 when the course's reference cannot be read: then one raise left means not
+    written)."""
     try:
-        for text in starters.expected_starters(lesson).values():
-            for task, count in starter_raises(text).items():
-                expected[task] = expected.get(task, 0) + count
+        given = raises_in(starters.expected_starters(lesson).values())
     except (OSError, UnicodeDecodeError, course.CourseError):
-        expected = {}        # no reference to compare with: one raise left means not written
-    return {task.id: mine.get(task.id, 0) < max(1, expected.get(task.id, 1))
-            for task in lesson.tasks}
+        given = {}
+    return {task.id: given.get(task.id, 0) for task in lesson.tasks}
+
+
+def raises_in(sources: Iterable[str]) -> dict[str, int]:
+    """The starter's raises of each task, counted over the modules of a lesson."""
+    counts: dict[str, int] = {}
+    for source in sources:
+        for task, count in starter_raises(source).items():
+            counts[task] = counts.get(task, 0) + count
+    return counts
+
+
+def written_against(mine: dict[str, int], places: dict[str, int]) -> dict[str, bool]:
+    """Task id -> written: fewer of its raises are left than the starter has."""
+    return {task: mine.get(task, 0) < max(1, count) for task, count in places.items()}
 
 
 # --- keeping what is shown short -----------------------------------------------------------

@@ -37,6 +37,8 @@ PLAIN_BOX = box.Box(
 PLAIN_GAP = "  "          # between the columns of a plain table
 PLAIN_WIDTH = 100         # what a pipe is rendered at: wide enough for anything but tables
 NARROW = 60               # a terminal narrower than this gets tables without a frame
+TIGHT = 48                # ... and this, a lesson's state as its glyph alone (see LEGEND)
+LEGEND = "✓ done · ◐ in progress · ○ not started · ! error"
 
 
 class FitTable(Table):
@@ -206,6 +208,7 @@ class Ui:
             "passed": ("✓", "ok", "green"),
             "in progress": ("◐ in progress", "in progress", "yellow"),
             "failing": ("✗", "FAIL", "red"),
+            "started": ("◔", "started", "yellow"),
             "todo": ("·", "todo", "dim"),
             "not started": ("○ not started", "not started", "dim"),
             "error": ("! error", "ERROR", "bold red"),
@@ -214,7 +217,15 @@ class Ui:
             "warn": ("!", "warn", "yellow"),
         }
         fancy, word, style = glyphs.get(state, (state, state, ""))
+        if self.tight:
+            fancy = fancy.split(" ")[0]
         return Text(word if self.plain else fancy, style=style)
+
+    @property
+    def tight(self) -> bool:
+        """A terminal so narrow that "in progress" would take the room of the counts:
+        states are shown as glyphs, with LEGEND under the table."""
+        return not self.plain and self.out.width < TIGHT
 
 
 def make_ui(stdout=None, stderr=None) -> Ui:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .. import course
 from ..cli import files
-from ..cli.runner import LessonResult, Outcome
+from ..cli.runner import LessonResult, Outcome, raises_in, written_against
 from . import sandbox
 from .guard import TOKEN_VARIABLE, Reaper
 
@@ -58,6 +58,8 @@ class Grade:
     tests: list[Outcome] = field(default_factory=list)
     error: str | None = None
     flags: list[str] = field(default_factory=list)
+    # Task id -> written (see runner.written_tasks); None when not known (--own-tests)
+    written: dict[str, bool] | None = None
 
     @property
     def counted(self) -> bool:
@@ -304,6 +306,9 @@ class Setup:
     timeout: float
     reaper: Reaper
     expected: dict[str, list[str]] | None      # None: the students' own tests
+    # Lesson -> task id -> places its starter raises NotImplementedError (None: unknown),
+    # so that an untouched lesson is "not started" though a few of its tests pass for free
+    places: dict[str, dict[str, int]] | None = None
 
 
 def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
@@ -333,7 +338,11 @@ def grade_lesson(student: Path, lesson: str, view: Path, setup: Setup) -> Grade:
         raw, canary = _run(run, view, lesson, sources, setup)
     finally:
         shutil.rmtree(run, ignore_errors=True)
-    grade = judge(raw, lesson, expected, canary, setup.timeout)
+    written = None
+    if setup.places is not None and lesson in setup.places:
+        mine = raises_in(source.decode("utf-8", "replace") for source in sources.values())
+        written = written_against(mine, setup.places[lesson])
+    grade = judge(raw, lesson, expected, canary, setup.timeout, written)
     grade.flags = flags + grade.flags
     return grade
 
@@ -448,7 +457,7 @@ def _text(value) -> str | None:
 
 
 def judge(raw: Raw, lesson: str, expected: list[str] | None, canary: str,
-          timeout: float) -> Grade:
+          timeout: float, written: dict[str, bool] | None = None) -> Grade:
     total = len(expected) if expected is not None else 0
     if raw.timed_out:
         return Grade(lesson, "timeout", total=total, error=(
@@ -496,9 +505,9 @@ def judge(raw: Raw, lesson: str, expected: list[str] | None, canary: str,
     if not tests:
         return Grade(lesson, "error", total=total,
                      error=f"no tests ran (pytest exit status {raw.returncode})")
-    result = LessonResult(lesson, "impl", tests=tests)
+    result = LessonResult(lesson, "impl", tests=tests, written=written)
     return Grade(lesson, result.state, passed=result.passed_count, total=len(tests),
-                 tests=tests)
+                 tests=tests, written=written)
 
 
 def _last_line(output: str) -> str:
