@@ -96,9 +96,9 @@ def play_until_compacted(lesson, agent, model, first_day=1, compactions=1, limit
             return days
     pytest.fail(f"{limit} days of the quest were played with a budget of {BUDGET} "
                 f"tokens and the model was asked for {len(model.summary_requests)} "
-                f"summary(ies), not {compactions}: when the next request is over the "
-                "budget, request_messages() should compact (compact() asks the model "
-                "for a summary)", pytrace=False)
+                f"summary(ies), not {compactions}: the requests grew past the budget, "
+                "and the model was never asked to summarise what came before",
+                pytrace=False)
 
 
 class Library(Town):
@@ -140,8 +140,8 @@ def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
         size = size_of(lesson, request)
         assert size <= BUDGET, (
             f"request {number} needs about {size} tokens with the tools and the "
-            f"reply's room, more than the budget of {BUDGET}: request_messages() must "
-            "compact before it sends a request over the budget")
+            f"reply's room, more than the budget of {BUDGET}, and it was sent: a "
+            "model whose window is the budget refuses it, or cuts its start")
     assert path.read_bytes().startswith(before), (
         "a compaction must only add to the log: the bytes written before it changed")
     assert messages_in(path) == everything, (
@@ -149,8 +149,9 @@ def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
         f"not: it holds {len(messages_in(path))} messages, the conversation "
         f"{len(everything)}. Compaction changes the request, never the log")
     assert everything[0] == {"role": "user", "content": "Day 1: what now?"}, (
-        "agent.messages is the whole conversation, like the log; the summary only "
-        "replaces the older part in the request (view())")
+        f"after the compactions, agent.messages begins with {everything[0]!r}, not "
+        "day 1's message: the conversation in memory lost its start, which the log "
+        "still holds")
 
 
 @pytest.mark.key
@@ -178,8 +179,9 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
         "system prompt, the summary and the turn in progress should be there")
     asked = " ".join(m["content"] for m in model.summary_requests[0]["messages"])
     assert newest["content"] not in asked, (
-        "the summary request carried the newest user message, which the request keeps "
-        "as it is: summarise only the messages before the boundary")
+        "the summary request carried the newest user message, which the request after "
+        "the compaction also carries as it is: the model is told it twice, once in the "
+        "summary")
 
 
 @pytest.mark.key
@@ -201,8 +203,8 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson, sessions):
             agent.run("Read the chronicle and the almanac.")
         except openai.BadRequestError as error:
             pytest.fail("the request after the compaction was refused by the model "
-                        f"(HTTP 400): {error.message}. The boundary must fall on a "
-                        "user message, so that every tool call keeps its results",
+                        f"(HTTP 400): {error.message}. It held a tool call without "
+                        "its results, or a result without its call",
                         pytrace=False)
     assert model.summary_requests, (
         "the two long results should have pushed the turn's second call over the "
@@ -210,8 +212,9 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson, sessions):
     sent = turn_requests(model)[-1]["messages"]
     turn = {"role": "user", "content": "Read the chronicle and the almanac."}
     assert sent[2] == turn, (
-        "the boundary of a compaction in the middle of a turn is that turn's user "
-        f"message; the request went on with {sent[2]}")
+        "after a compaction in the middle of a turn, the request should go on with "
+        "that turn whole, from its user message; after the system prompt and the "
+        f"summary it went on with {sent[2]}")
 
 
 @pytest.mark.task("08.5")
@@ -239,8 +242,9 @@ def test_a_resume_after_a_compaction_sends_the_same_request_without_a_second_sum
         resumed = agent.request_messages()
         assert not model.requests, (
             f"the resumed agent asked the model {len(model.requests)} time(s) before "
-            "its first request: the compaction marker in the log already holds the "
-            "summary, read it back (LogState.compaction) instead of summarising again")
+            "its first request, although the log already records a compaction: a "
+            "second summary costs a call, and tells the model a different past after "
+            "every restart")
         assert resumed == crashed, (
             "after a resume the request should be the one sent before the crash: the "
             "summary from the marker, then the messages after the boundary. It has "
@@ -263,7 +267,8 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
         "everything before the first boundary")
     assert "Day 1:" not in asked, (
         "the second summary request sent day 1 again, which the first summary already "
-        "stands for: summarise from the current boundary, not from the start")
+        "stands for: the model was sent those messages twice, and every summary "
+        "request would grow with the whole history")
     first_asked = " ".join(m["content"] for m in first["messages"]
                            if m["role"] == "user")
     kept = [m["content"] for m in agent.messages if m["role"] == "user"
@@ -324,7 +329,9 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
     markers = compactions_in(path)
     assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
     marker = markers[0]
-    assert "role" not in marker, "a marker must never look like a message: no 'role'"
+    assert "role" not in marker, (
+        f"the compaction marker has a 'role' ({marker.get('role')!r}): a reader would "
+        "take it for a message, and send it to the model")
     assert marker.get("summary") == "summary #1", (
         f"the marker keeps the model's summary as it came; it holds "
         f"{marker.get('summary')!r}")
@@ -503,9 +510,9 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
             agent.undo()        # the turn the boundary starts
         except lesson.UndoError as error:
             pytest.fail(f"undoing turns after the compaction's boundary was refused "
-                        f"({error}): they are not summarised, undo them as in "
-                        "lesson 07",
-                        pytrace=False)
+                        f"({error}): neither is in the summary (the turn at the "
+                        "boundary begins the view), so nothing of them would stay "
+                        "behind", pytrace=False)
         assert boundary_turn not in agent.messages
         messages, before = list(agent.messages), path.read_bytes()
         with raises(lesson.UndoError, "undoing a turn the compaction summarised was "
@@ -663,11 +670,12 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
             f"budget); it says {said!r}")
         assert len(model.summary_requests) <= 1, (
             f"the agent asked for {len(model.summary_requests)} summaries for one "
-            "request: compact once, then refuse; a summary cannot shrink the turn in "
-            "progress")
+            "request whose turn in progress alone is over the budget: the user waited "
+            "for each call, and none could make that turn smaller")
     for request in turn_requests(model):
         assert size_of(lesson, request) <= BUDGET, (
-            "a request over the budget was sent: refuse before sending it")
+            f"a request of about {size_of(lesson, request)} tokens was sent, over the "
+            f"budget of {BUDGET}")
     assert messages_in(path)[-1:] == [{"role": "user", "content": paste}], (
         "the refused message must still be in the log: nothing is lost")
 
@@ -716,13 +724,13 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         except lesson.BadSummary as error:
             pytest.fail(f"the model's first reply to the summary request was no "
                         f"summary ({odd}) and its second a good one, yet the "
-                        f"compaction failed: {error}. Ask once more before giving up",
-                        pytrace=False)
+                        f"compaction failed after {len(model.summary_requests)} "
+                        f"summary request(s): {error}", pytrace=False)
     first, second = model.summary_requests[:2]
     assert not is_retried_summary(first) and is_retried_summary(second), (
         "the second summary request should say why the first reply could not be used "
-        "(summary_prompt() with the problem), so that the model does not send the same "
-        f"reply again; it asked {summary_instruction(second)!r}")
+        "(and the first say nothing of a refusal): asked the same way, a model tends "
+        f"to send the same reply. The second asked {summary_instruction(second)!r}")
     summaries_recorded = [marker["summary"] for marker in compactions_in(path)]
     assert summaries_recorded == ["summary #1"], (
         f"the first reply ({odd}) is no summary and must never be recorded; the marker "
@@ -734,8 +742,9 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         "the request after the compaction should start from the second reply's summary")
     for number, request in enumerate(turn_requests(model), start=1):
         assert size_of(lesson, request) <= BUDGET, (
-            f"request {number} was sent over the budget of {BUDGET}: a summary too "
-            "long for the budget must be refused, not recorded")
+            f"request {number} was sent over the budget of {BUDGET} (about "
+            f"{size_of(lesson, request)} tokens), after a first reply to the summary "
+            f"request that was no summary ({odd})")
 
 
 @pytest.mark.task("08.7")
@@ -832,8 +841,8 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
             agent.run("A very long letter from the mayor. " * 60)
     assert not model.summary_requests, (
         f"the model was asked {len(model.summary_requests)} time(s) for a summary, "
-        "although the turn in progress alone is over the budget: ask summary_room() "
-        "first, and compact nothing when it leaves no room")
+        "although the turn in progress alone is over the budget: no summary could have "
+        "made the request fit, and the user waited for the call")
 
 
 @pytest.mark.task("08.5")
@@ -937,8 +946,8 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
     assert compactions_in(path), (
         "the first compaction could not be recorded; the agent then sent "
         f"{[m.get('content', '')[:30] for m in sent]} without ever recording a "
-        "compaction: a resume would send another request. Set the compaction in "
-        "memory only once the log has recorded it")
+        "compaction: it went on with a summary the log does not hold, and a resume "
+        "would send another request")
     assert sent[1]["content"] == lesson.SUMMARY_INTRO + compactions_in(path)[-1][
         "summary"], "the request should start from the summary the log recorded"
 
