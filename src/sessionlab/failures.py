@@ -732,6 +732,6 @@ def refresh(root: Path) -> list[Path]:
     return written
 
 
-if __name__ == "__main__":      # python -m sessionlab.failures
-    for written in refresh(course.find_root()):
+if __name__ == "__main__":      # python -m sessionlab.failures: these alone (quicker than
+    for written in refresh(course.find_root()):     # `python -m sessionlab.site examples`)
         print(f"wrote {written}")

@@ -792,7 +792,8 @@ def normalized(transcript: str) -> str:
 
 
 def refresh_examples(root: Path) -> list[Path]:
-    """Write the demo's transcript and logs into docs/reference/examples/."""
+    """Write every example the site shows into docs/reference/examples/: the demo's
+    transcript and logs, the chat, the status screen and each lesson's `see` transcript."""
     import tempfile
     with tempfile.TemporaryDirectory() as work:
         transcript, logs = run_demo(root, Path(work))
@@ -808,14 +809,15 @@ def refresh_examples(root: Path) -> list[Path]:
         written[-1].write_text(run_chat(root, chat_dir), encoding="utf-8")
         written.append(target / "status.txt")
         written[-1].write_text(run_status(root), encoding="utf-8")
-    return written
+    from . import failures      # the lessons' "predict, then see" transcripts, see/NN.txt
+    return written + failures.refresh(root)
 
 
 if __name__ == "__main__":      # python -m sessionlab.site examples
     import sys
     if sys.argv[1:] != ["examples"]:
-        print("usage: python -m sessionlab.site examples   (remakes docs/reference/examples/ "
-              "from `sessionlab demo`)", file=sys.stderr)
+        print("usage: python -m sessionlab.site examples   (remakes docs/reference/examples/: "
+              "the demo, the chat, the status screen and `sessionlab see NN`)", file=sys.stderr)
         raise SystemExit(2)
     for path in refresh_examples(course.find_root()):
         print(f"wrote {path}")

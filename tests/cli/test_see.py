@@ -12,7 +12,8 @@ from sessionlab import course, failures, pgserver
 from sessionlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-REMAKE = "remake them with `python -m sessionlab.failures`"
+REMAKE = ("remake them with `python -m sessionlab.site examples` (or `python -m "
+          "sessionlab.failures` for these alone)")
 LESSONS = list(failures.SCENARIOS)
 HEADING = "## Predict, then see"
 
