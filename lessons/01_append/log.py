@@ -84,11 +84,10 @@ class SessionLog:
 
     def _sync_folder(self) -> None:
         """Make the new file's name itself durable: fsync the folder that holds it."""
-        # TODO(01.4): Make a new log's name durable: fsync its folder.
+        # TODO(01.4): Make a new log's name survive a power cut.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
         raise NotImplementedError(
-            "task 01.4 is not written yet: Make a new log's name durable: fsync its "
-            "folder"
+            "task 01.4 is not written yet: Make a new log's name survive a power cut"
         )
 
     def close(self) -> None:

@@ -62,10 +62,8 @@ def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions
         else:
             pytest.fail(
                 f"append() wrote a message with {what}; reading the log back would "
-                "refuse that line (or give back something else), so the "
-                "session "
-                "could never be resumed. Call check_plain_json() and "
-                "check_message() before writing."
+                "refuse that line (or give back something else), so the session could "
+                "never be resumed. Expected InvalidMessage, and nothing written."
             )
     assert path.read_bytes() == before, (
         f"a refused message must leave the log untouched; it changed after {what}")
@@ -82,8 +80,8 @@ def test_a_refused_first_message_creates_no_file(lesson, sessions):
         else:
             pytest.fail("append() accepted a message without a role")
     assert not (sessions / "quest-1.jsonl").exists(), (
-        "check the message before opening the log: a refused message should leave no "
-        "file"
+        "the first message was refused, yet a log file was left behind: a refused "
+        "message should leave no trace"
     )
 
 
