@@ -134,8 +134,9 @@ def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
     for call_id in ("call_3_0", "call_Xy9", "c" * 64):
         name = lesson.sidechain_id(call_id)
         assert name == call_id, (
-            f"the call id {call_id!r} is a valid session id of at most 64 characters: "
-            f"keep it as the side-chain's name; got {name!r}")
+            f"the call id {call_id!r} is a valid session id of at most 64 characters, "
+            "so a person looking for its side-chain should find it under that very "
+            f"name; it was named {name!r}")
 
 
 @pytest.mark.key
@@ -162,8 +163,7 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
                         pytrace=False)
         assert name not in names, (
             f"the call ids {names.get(name, '')[:40]!r} and {call_id[:40]!r} both gave "
-            f"the side-chain name {name!r}: two helpers would write one log. Hash a "
-            "call id you cannot keep as it is")
+            f"the side-chain name {name!r}: their two helpers would write one log")
         names[name] = call_id
 
 
@@ -274,8 +274,8 @@ def test_the_pointer_is_in_the_parents_log_before_the_helper_asks_its_model(
     pointers, helper_lines = model.observations[1]      # the helper's first request
     assert [p.get("sidechain") for p in pointers] == [CALL_ID], (
         "when the helper first asked the model, the parent's log should already hold "
-        f"the pointer to its side-chain; it held {pointers}. Write the pointer before "
-        "the helper starts: a crash inside the helper must leave it")
+        f"the pointer to its side-chain; it held {pointers}. Had the process died at "
+        "that moment, nothing in the parent's log would lead to the helper's work")
     assert [m.get("content") for m in helper_lines] == [QUESTION], (
         "when the helper first asked the model, its side-chain should hold its "
         f"question (lesson 01's rule, in the helper's own log); it held {helper_lines}")
@@ -326,8 +326,9 @@ def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions
     play(lesson, sessions, HELPER_TURN)
 
     assert orphan.read_bytes() == before, (
-        "a meta file already there was overwritten: claim a name by creating its meta "
-        "file with publish_new, which refuses a name that exists")
+        "the meta file already in the folder (a helper that died before its first "
+        "line) was written over, and its name taken a second time: it held "
+        f"{before!r}, it holds {orphan.read_bytes()!r}")
     assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
         f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
         f"the folder holds {sidechain_files(sessions)}")
@@ -379,8 +380,8 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
             f"the parent keeps a session, so its helper's {what} should be in "
             f"{folder}: it is not")
         assert os.stat(folder / name).st_ino in synced, (
-            f"the parent is durable, but the side-chain's {what} was never fsynced: "
-            "open the side-chain, and write its meta file, as durably as this log")
+            f"the parent is durable, but the side-chain's {what} was never fsynced: a "
+            "power cut could lose it while the parent's log, and its pointer, survive")
     helper_lines = len(lines_of(folder / f"{CALL_ID}.jsonl"))
     side = os.stat(folder / f"{CALL_ID}.jsonl").st_ino
     assert synced.count(side) >= helper_lines, (
@@ -424,8 +425,8 @@ def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, se
         f"session: the parent keeps its lock all along. It saw {seen}")
     assert seen["side-chain"] == "busy" and seen["side-chain lock file"], (
         "while the helper worked, it should have held its side-chain's own lock "
-        f"(quest-1.sidechains/{side_id}.lock); it saw {seen}. The helper is the writer "
-        "of its own SessionLog")
+        f"(quest-1.sidechains/{side_id}.lock), so that another writer is refused it; "
+        f"another writer saw {seen}")
     assert not (side_folder / f"{side_id}.lock").exists(), (
         "the helper's lock should be let go once it has answered")
     assert not (sessions / "quest-1.lock").exists()
@@ -546,9 +547,9 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
     result = agent.messages[2]
     assert result.get("role") == "tool" and result.get("content", "").startswith(
         "error: the helper gave up"), (
-        "after max_turns requests (the parent's max_turns), the helper's "
-        "MaxTurnsExceeded should reach use_tool, which makes it the call's error "
-        f"result; got {result}")
+        "the helper gave up after max_turns requests (the parent's max_turns): the "
+        "parent's model should read an error result starting 'error: the helper gave "
+        f"up'; the result was {result}")
 
 
 @pytest.mark.key
@@ -664,8 +665,8 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
         pointer = {"$marker": "sidechain", "call": CALL_ID, **bad}
         (sessions / "quest-1.jsonl").write_text(
             json.dumps(ask) + "\n" + json.dumps(pointer) + "\n", encoding="utf-8")
-        with raises(ValueError, f"the pointer {bad} was followed: a pointer is data "
-                    "from a file anyone can edit, check its ids") as raised:
+        with raises(ValueError, f"the pointer {bad} names no valid side-chain, yet "
+                    "sidechains returned without refusing it") as raised:
             lesson.sidechains(sessions, "quest-1")
         said = str(raised.value)
         assert "quest-1.jsonl" in said and "line 2" in said, (
@@ -700,7 +701,7 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
                 (CALL_ID, sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")], (
                 "the log holds one valid pointer (line 3, after a blank line, with a "
                 f"torn tail after it): sidechains should find it; it gave {found}, "
-                f"error {refused}. Read the log as the other readers do (read_log)")
+                f"error {refused}")
         else:
             assert refused is not None and "line 3" in refused, (
                 "the bad pointer is on line 3 of the file (line 2 is blank): the error "
