@@ -85,10 +85,10 @@ class SessionLock:
         """Let go: remove the lock file while still holding the lock, then close it."""
         if self._lock_fd is None:
             return
-        # TODO(05.2): Let go of the lock, removing its file first.
+        # TODO(05.2): Let go of the lock and of its file.
         # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
         raise NotImplementedError(
-            "task 05.2 is not written yet: Let go of the lock, removing its file first"
+            "task 05.2 is not written yet: Let go of the lock and of its file"
         )
 
     def holder(self) -> dict[str, Any]:
