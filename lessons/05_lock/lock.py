@@ -64,14 +64,12 @@ class SessionLock:
     """SessionLog's lock: one writer per session, and who holds it."""
 
     def _lock(self) -> None:
-        """Take the session's lock, trying every LOCK_POLL_SECONDS for up to
-        self.timeout seconds, and write who holds it into the lock file. SessionBusy if
-        it stays taken.
+        """Make this SessionLog the session's one writer, waiting up to self.timeout
+        seconds for another to let go (LOCK_POLL_SECONDS between tries), and record in
+        the lock file who holds it. SessionBusy, naming the holder, if it stays taken.
 
-        flock(LOCK_EX | LOCK_NB) on `<id>.lock`: exclusive, refused at once (not
-        blocking) when another open file holds it, and released by the kernel when the
-        holder closes it or dies. If the file we locked is no longer the one named
-        `<id>.lock` (its holder removed it while letting go), lock the new one instead.
+        The lock is an flock on `<id>.lock`: the kernel lets go of it when its holder
+        closes the file or dies, so a crashed writer never leaves the session locked.
         """
         # TODO(05.1): Take the session's lock, or say who holds it.
         # Your design: the whole function is yours to shape; the tests check only what
@@ -82,7 +80,8 @@ class SessionLock:
         )
 
     def _unlock(self) -> None:
-        """Let go: remove the lock file while still holding the lock, then close it."""
+        """Let go of the session: no lock held and no lock file of ours left, and at no
+        moment two writers that both think they hold it."""
         if self._lock_fd is None:
             return
         # TODO(05.2): Let go of the lock and of its file.

@@ -170,12 +170,12 @@ class SessionErase:
         return unreached
 
     def _rewrite(self, data: bytes) -> None:
-        """Replace the whole log with `data`: the old file or the new, never a mix.
-
-        The new bytes go to a temporary file in the same folder, fsynced, then renamed
-        over the log, and the folder is fsynced: a crash at any point leaves either the
-        old log or the new one. The writer then appends to the new file; its old
-        descriptor still points to the old one, which no name reaches any more.
+        """Replace the whole log with `data`: after a crash or a power cut at any
+        moment the log's name reaches the old bytes or the new ones, never a mix and
+        never bytes not yet on disk, and once it returns the writer appends to the file
+        the name reaches. A failure before the log is replaced leaves it and the writer
+        as they were, and no copy of the words beside it; a failure after stops the
+        writer until the session is opened again.
         """
         before = os.fstat(self._fd)
         temp = _write_temp(self.path, data, durable=True)
