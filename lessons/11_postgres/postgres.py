@@ -426,11 +426,11 @@ class PostgresSessionLog:
             raise WriterStopped(self.stopped)
         lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
         connection = self._connection()
-        # TODO(11.2): Insert at the next place, and let the key refuse a second writer.
+        # TODO(11.2): Store each entry at its place, and never two at one place.
         # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
-            "task 11.2 is not written yet: Insert at the next place, and let the key "
-            "refuse a second writer"
+            "task 11.2 is not written yet: Store each entry at its place, and never "
+            "two at one place"
         )
 
     def load(self) -> list[Message]:
@@ -597,10 +597,11 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
         if not connection.execute("SELECT pg_try_advisory_xact_lock(%s)",
                                   (lock_key(new_id),)).fetchone()[0]:
             raise SessionBusy(new_id, lock_holder(connection, new_id))
-        # TODO(11.5): Fork in one transaction.
+        # TODO(11.5): Fork: the whole new session, or no trace of it.
         # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
-            "task 11.5 is not written yet: Fork in one transaction"
+            "task 11.5 is not written yet: Fork: the whole new session, or no trace of "
+            "it"
         )
 
 

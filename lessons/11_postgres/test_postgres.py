@@ -540,13 +540,13 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
         first.open_for_append()
         second.open_for_append()
         first.append({"role": "user", "content": "first"})
-        with raises(lesson.SessionConflict, "both writers meant to store their "
-                    "message at seq 0; the key on (session_id, seq) must refuse the "
-                    "second insert, and the store must say so with SessionConflict"
-                    ) as refused:
+        with raises(lesson.SessionConflict, "both writers read the session while it "
+                    "was empty, and the first stored its message at seq 0: the "
+                    "second's append should be refused, not stored beside it or "
+                    "elsewhere") as refused:
             second.append({"role": "user", "content": "second"})
-        with raises(lesson.WriterStopped, "a writer refused once has an out-of-date "
-                    "view of the session: it must refuse every later write"):
+        with raises(lesson.WriterStopped, "a writer refused once wrote again, from "
+                    "its out-of-date view of the session"):
             second.append({"role": "user", "content": "second, again"})
     said = str(refused.value)
     assert "quest-1" in said and "open" in said.lower(), (
@@ -574,9 +574,8 @@ def test_a_write_of_several_entries_lands_whole_or_not_at_all(lesson, database):
                     "opening the session should fail", match="made up by the test"):
             log.open_for_append()
     assert rows(database) == before, (
-        "a write of several rows lands whole or not at all (one statement): the server "
-        f"refused the last one, yet {len(rows(database)) - len(before)} row(s) of it "
-        "were stored")
+        "a write of several rows lands whole or not at all: the server refused the "
+        f"last one, yet {len(rows(database)) - len(before)} row(s) of it were stored")
     drop_refusal(database)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         history = log.open_for_append()
@@ -636,7 +635,7 @@ def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
     refused = [line for line in said if line.startswith("refused")]
     assert len(refused) == 1, (
         "of two writers that read the same session and then append, exactly one "
-        f"should be refused by the key; they said {said}")
+        f"should be refused; they said {said}")
     assert "SessionConflict" in refused[0], (
         f"the refused writer should get SessionConflict; it said {refused[0]}")
     names = {message["content"].split()[0] for message in messages_in(rows(database))}
@@ -787,9 +786,11 @@ def test_a_writer_killed_inside_a_transaction_leaves_nothing_of_it(lesson, datab
     stuck = other("stuck")
     stuck.expect("inside")
     stuck.kill()
-    assert sql(database, "SELECT count(*) FROM session_blobs") == [(0,)], (
-        "the blob was stored in the transaction of the row that was never inserted: "
-        "it should be gone with it (append stores both in one transaction)")
+    blobs = sql(database, "SELECT count(*) FROM session_blobs")[0][0]
+    assert blobs == 0, (
+        "the blob was stored in the transaction of a row that was never inserted, so "
+        f"it should be gone with it; session_blobs holds {blobs} row(s): the blob was "
+        "committed without the message that points to it")
     with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT) as log:
         assert len(log.open_for_append()) == 1, (
             "the session should hold the one message stored before the kill")
@@ -900,7 +901,7 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     left = len(rows(database, "quest-2"))
     assert left == 0 and lesson.lineage(database, "quest-2") is None, (
         f"a fork that failed should leave nothing; found {left} row(s) and lineage "
-        f"{lesson.lineage(database, 'quest-2')} (copy in one transaction)")
+        f"{lesson.lineage(database, 'quest-2')}: half a fork")
 
 
 @pytest.mark.task("11.5")
