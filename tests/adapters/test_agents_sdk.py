@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,92 @@ def test_adds_from_several_threads_lose_nothing(session):
         thread.join()
     contents = {item["content"] for item in run(session.get_items())}
     assert contents == {f"message {n}" for n in range(10)}
+
+
+def test_settings_with_a_key_that_is_no_setting_are_refused(tmp_path):
+    """A misspelt setting would silently read the whole history: the constructor
+    refuses it with a TypeError naming the key, as the SDK's own sessions do."""
+    with pytest.raises(TypeError, match="Unknown session settings: limitt"):
+        FileSession("quest-1", tmp_path, session_settings={"limitt": 2})
+
+
+def test_a_closed_session_refuses_every_call_and_keeps_its_items(tmp_path):
+    """After close() the object answers every protocol call with an error naming the
+    session, even an add of nothing; the log stays, and a new object goes on with it."""
+    session = FileSession("quest-1", tmp_path)
+    run(session.add_items(numbered(2)))
+    session.close()
+    session.close()     # a second close is harmless
+    calls = [session.get_items(), session.add_items([]), session.add_items(numbered(1)),
+             session.pop_item(), session.clear_session()]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="FileSession is closed: session 'quest-1'"):
+            run(call)
+    again = FileSession("quest-1", tmp_path)
+    assert run(again.get_items()) == numbered(2)
+    again.close()
+
+
+def test_a_refused_item_leaves_the_session_usable(session):
+    """An item holding something that is not JSON is refused before anything is
+    written, and the next add of good items is stored as if nothing had happened."""
+    with pytest.raises(ValueError, match="not JSON"):
+        run(session.add_items([{"role": "user", "content": object()}]))
+    assert run(session.get_items()) == []
+    run(session.add_items(numbered(1)))
+    assert run(session.get_items()) == numbered(1)
+
+
+def pause_in(monkeypatch, owner: object, name: str
+             ) -> tuple[threading.Event, threading.Event]:
+    """Make owner.name stop in its thread until released, after it has done its work."""
+    reached, release = threading.Event(), threading.Event()
+    real = getattr(owner, name)
+
+    def paused(*args, **kwargs):
+        result = real(*args, **kwargs)
+        reached.set()
+        assert release.wait(10), "the test never released the paused change"
+        return result
+    monkeypatch.setattr(owner, name, paused)
+    return reached, release
+
+
+CHANGES: dict[str, Callable] = {
+    "add": lambda session: session.add_items([{"role": "user", "content": "once"}]),
+    "pop": lambda session: session.pop_item(),
+    "clear": lambda session: session.clear_session(),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_cancelled_change_reports_its_cancellation_only_once_it_has_landed(
+        session, tmp_path, monkeypatch, change):
+    """A caller cancelled while its change is being written learns of it only when the
+    write is over, so that what it then reads is what the log holds (a retry cannot
+    overtake the write it retries); the change is made exactly once."""
+    store = session.store
+    where = {"add": (store.SessionLog, "extend"), "pop": (store.SessionLog, "undo"),
+             "clear": (store, "delete_session")}[change]
+    run(session.add_items(numbered(2)))
+    reached, release = pause_in(monkeypatch, *where)
+
+    async def cancel_it() -> list:
+        task = asyncio.create_task(CHANGES[change](session))
+        assert await asyncio.to_thread(reached.wait, 10), "the change never started"
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the cancellation arrived while the change was writing"
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await session.get_items()
+    seen = run(cancel_it())
+    expected = {"add": numbered(2) + [{"role": "user", "content": "once"}],
+                "pop": numbered(1), "clear": []}[change]
+    assert seen == expected
 
 
 # --- items as what they are ------------------------------------------------------------
@@ -269,6 +356,43 @@ def test_an_sdk_runner_resumes_the_quest_in_a_new_process(tmp_path):
     assert all(set(line) == {"$item"} for line in lines), lines
     kinds = [line["$item"].get("type", "message") for line in lines]
     assert kinds.count("function_call") == kinds.count("function_call_output") == 1
+
+
+def sdk_agent(reply: str):
+    """An SDK Agent on the scripted model (in this process), and the model."""
+    agents = pytest.importorskip(
+        "agents", reason="the Agents SDK is not installed: pip install -e '.[agents]'")
+    import httpx
+    import openai
+
+    from sessionlab.scripted import ScriptedModel, say
+
+    agents.set_tracing_disabled(True)
+    model = ScriptedModel(lambda request: say(reply))
+    client = openai.AsyncOpenAI(
+        base_url=model.base_url, api_key="scripted", max_retries=0,
+        http_client=httpx.AsyncClient(
+            transport=httpx.MockTransport(model.router().handler)))
+    agent = agents.Agent(name="adventurer", instructions="You are an adventurer.",
+                         model=agents.OpenAIChatCompletionsModel(model.model, client))
+    return agents, agent, model
+
+
+def test_a_runs_settings_are_laid_over_the_sessions(tmp_path):
+    """Settings given as a dict become the SDK's SessionSettings, so that a run's
+    RunConfig(session_settings=...) can override them: the run's limit decides how
+    much history the model is sent."""
+    agents, agent, model = sdk_agent("Noted.")
+    session = FileSession("quest-1", tmp_path, session_settings={"limit": 4})
+    assert isinstance(session.session_settings, agents.SessionSettings)
+    assert FileSession("quest-2", tmp_path).session_settings == agents.SessionSettings()
+    run(session.add_items(numbered(6)))
+    config = agents.RunConfig(session_settings=agents.SessionSettings(limit=2))
+    run(agents.Runner.run(agent, "And now?", session=session, run_config=config))
+    sent = [message["content"] for message in model.messages_sent[0]
+            if message["role"] == "user"]
+    assert sent == ["message 4", "message 5", "And now?"], sent
+    session.close()
 
 
 def test_the_session_satisfies_the_sdks_protocol_check(tmp_path):

@@ -23,6 +23,12 @@ says the call may or may not have run), exactly as it answers a tool call.
 - `get_items(limit)` reads the end of the log only, not all of it.
 - `pop_item` is the store's undo: a marker that hides the item; the bytes stay.
 - `clear_session` deletes the session's files (the store's delete_session).
+- A change whose caller is cancelled is waited for: the cancellation reaches the caller
+  once the change has landed or failed, never while it may still be writing.
+- `session_settings` are the SDK's `SessionSettings` when the SDK is installed (a dict is
+  checked and turned into them), so that a run's settings can be laid over them.
+- After `close()` the object refuses every call, naming the session, as the SDK's own
+  sessions do; the session's files stay, and a new object opens them again.
 
 Each change is made by the session's writer, which holds its lock. The writer is opened
 for the change and closed after it, unless the log then ends with a call whose output may
@@ -40,9 +46,10 @@ import asyncio
 import hashlib
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 # The store's session ids are plain file names; the SDK's may be anything (an email, a
 # URL ...). Those that are not are stored under the hash of the id.
@@ -52,6 +59,7 @@ PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SHIPPED = Path(__file__).resolve().parents[1] / "reference"
 
 Item = dict[str, Any]
+T = TypeVar("T")
 
 
 class StoreNotFound(RuntimeError):
@@ -96,6 +104,40 @@ def file_name(session_id: str) -> str:
     return "sdk-" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def session_settings_of(value: Any) -> Any:
+    """The settings a session holds, as the SDK's own sessions hold them: its
+    SessionSettings (the defaults for None, a dict checked and turned into one), which
+    the Runner lays a run's settings over. Without the SDK: the dict or None, with the
+    same refusal of a key that is no setting."""
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    except ImportError:
+        unknown = sorted(set(value) - {"limit"}) if isinstance(value, dict) else []
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}") from None
+        return value
+    return SessionSettings() if value is None else coerce_session_settings(value)
+
+
+async def settled(change: Callable[[], T]) -> T:
+    """`change()` run in a worker thread, its outcome waited for even when the caller is
+    cancelled meanwhile: the cancellation is raised once the change has landed or failed,
+    never while the thread may still be writing, so that the caller that catches it finds
+    in the log what happened (and a retry cannot overtake the write it retries)."""
+    task = asyncio.ensure_future(asyncio.to_thread(change))
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as error:
+            cancelled = cancelled or error
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()    # seen, so a failure behind it is logged as no loop error
+        raise cancelled
+    return task.result()
+
+
 def resolve_limit(limit: int | None, settings: Any) -> int | None:
     """The SDK's rule: an explicit limit wins, else the settings' (None: everything)."""
     if limit is not None:
@@ -108,11 +150,11 @@ def resolve_limit(limit: int | None, settings: Any) -> int | None:
 class FileSession:
     """An Agents SDK session stored in `<folder>/<session id>.jsonl` by the course's store.
 
-    `session_settings` is the SDK's SessionSettings (or a dict): its `limit` is how many
-    of the newest items get_items() gives when asked for no limit. `durable=True` fsyncs
-    every write. `timeout`: seconds to wait for a session another writer holds before
-    the store's SessionBusy (None: as long as it takes). `store`: a lesson's folder (or
-    the module) to use instead of the reference the kit ships.
+    `session_settings` is the SDK's SessionSettings (or a dict, turned into one): its
+    `limit` is how many of the newest items get_items() gives when asked for no limit.
+    `durable=True` fsyncs every write. `timeout`: seconds to wait for a session another
+    writer holds before the store's SessionBusy (None: as long as it takes). `store`: a
+    lesson's folder (or the module) to use instead of the reference the kit ships.
     """
 
     def __init__(self, session_id: str, folder: str | Path = "sessions", *,
@@ -120,7 +162,7 @@ class FileSession:
                  timeout: float | None = 10.0, store: str | Path | ModuleType | None = None
                  ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = session_settings_of(session_settings)
         self.folder = Path(folder)
         self.durable = durable
         self.timeout = timeout
@@ -134,6 +176,7 @@ class FileSession:
         self._mutex = threading.Lock()
         # The writer, kept while the log ends with a call whose output may still come
         self._writer: Any = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"FileSession({self.session_id!r}, {str(self.folder)!r})"
@@ -145,35 +188,41 @@ class FileSession:
 
         Read from the end of the log, without the lock and without reading the rest: a
         writer only adds whole lines after those read."""
+        self._check_open()
         return self.items(resolve_limit(limit, self.session_settings))
 
     async def add_items(self, items: list[Item]) -> None:
         """Add `items` after the others, all in one write: every one of them is stored,
         or (an item the store refuses, a full disk) none is."""
+        self._check_open()
         if not items:
             return
         lines = [self.store.item_line(item) for item in items]  # refused before writing
-        await asyncio.to_thread(self._change, lambda log: log.extend(lines))
+        await settled(lambda: self._change(lambda log: log.extend(lines)))
 
     async def pop_item(self) -> Item | None:
         """Take back the newest item and return it; None when there is none. The store's
         undo: a marker hides it, and the bytes already written never change."""
+        self._check_open()
+
         def pop(log: Any) -> Item | None:
             last = log.load_last(1)
             if not last:
                 return None
             log.undo(1)
             return unwrap(last[0])
-        return await asyncio.to_thread(self._change, pop)
+        return await settled(lambda: self._change(pop))
 
     async def clear_session(self) -> None:
         """Forget every item: the session's files are deleted (its log, meta file, lock,
         and the blobs only it used), under its lock."""
+        self._check_open()
+
         def clear() -> None:
-            self.close()    # the kept writer, if any: delete takes the lock itself
             with self._mutex:
+                self._release()     # the kept writer, if any: delete takes the lock itself
                 self.store.delete_session(self.folder, self.file_id)
-        await asyncio.to_thread(clear)
+        await settled(clear)
 
     # --- underneath -------------------------------------------------------------------
 
@@ -190,6 +239,7 @@ class FileSession:
         """Run `change(log)` as the session's writer: the one kept from the last change,
         or one opened for it, closed after unless a call may still get its output."""
         with self._mutex:
+            self._check_open()  # closed while this change waited for the mutex
             log, self._writer = self._writer, None
             if log is None:
                 log = self.store.SessionLog(self.folder, self.file_id,
@@ -205,12 +255,24 @@ class FileSession:
                     log.close()
 
     def close(self) -> None:
-        """Let go of the writer (and the session's lock) if one is kept; safe to call
-        again. The session stays usable: the next change opens a writer again."""
+        """Let go of the writer (and the session's lock) if one is kept, and end this
+        object: every later call is refused. Safe to call again. The session's files
+        stay; a new FileSession on the same id goes on with them."""
         with self._mutex:
-            log, self._writer = self._writer, None
-            if log is not None:
-                log.close()
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        """Close the kept writer, if any (the caller holds the mutex)."""
+        log, self._writer = self._writer, None
+        if log is not None:
+            log.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed: session "
+                               f"{self.session_id!r} in {self.folder}; open a new one "
+                               "to go on with it")
 
     def __del__(self) -> None:
         # A session object dropped without close() must not keep the session locked
