@@ -18,9 +18,9 @@ from .messages import (
     InvalidMessage, ITEM, MARKER, Message, parse_line)
 from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
 from .reading import (
-    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open,
-    line_number, LogState, parse_log, read_log, read_open_log, read_tail, recall,
-    remember, TAIL_CHUNK, unanswered_calls)
+    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, LAST_LINE_WINDOW,
+    leaves_no_call_open, line_number, LogState, parse_log, read_log, read_open_log,
+    read_tail, recall, remember, TAIL_CHUNK, unanswered_calls)
 from .lock import SessionLock
 from .blobs import BLOB_THRESHOLD, SessionBlobs
 from .undo import SessionUndo
@@ -364,7 +364,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         #<
         make_folder(self.folder, self.durable)
         #> 01-04
-        is_new = not self.path.exists()
+        # Only a durable writer syncs the folder of a log it creates, so only it asks
+        # whether the log is there yet: the others save a stat on every open.
+        is_new = self.durable and not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else
         # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
         # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
@@ -373,7 +375,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self._fd = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
         )
-        if is_new and self.durable:
+        if is_new:
             self._sync_folder()
         #<
         #> 04
@@ -403,7 +405,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                     f"session {self.id!r} was started by another writer after this one "
                     "found it empty; resume it again to continue from its history"
                 )
-            is_new = not self.path.exists()
+            # Only a durable writer syncs the folder of a log it creates, so only it
+            # asks whether the log is there yet: the others save a stat on every open.
+            is_new = self.durable and not self.path.exists()
             # O_APPEND: every write lands at the current end of the file, whatever else
             # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
             # ELOOP), never followed out of the folder; 0o600: only its owner may read
@@ -413,7 +417,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self._fd = os.open(self.path, flags, 0o600)
             #<
             #> 04+
-            if is_new and self.durable:
+            if is_new:
                 self._sync_folder()
             #<
             #> 11+
@@ -717,7 +721,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         found by whatever reads it whole (a resume, an undo, load), not here."""
         if os.fstat(self._fd).st_size <= TAIL_CHUNK:
             return False    # read whole, as cheap: damage anywhere in it is found
-        tail = read_tail(self._fd, 1)
+        tail = read_tail(self._fd, 1, LAST_LINE_WINDOW)
         if tail is None or tail.torn or tail.newline_missing:
             return False
         if tail.entries and not leaves_no_call_open(tail.entries[-1]):

@@ -160,7 +160,9 @@ class SessionLog(SessionLock, SessionBlobs):
                     f"session {self.id!r} was started by another writer after this one "
                     "found it empty; resume it again to continue from its history"
                 )
-            is_new = not self.path.exists()
+            # Only a durable writer syncs the folder of a log it creates, so only it
+            # asks whether the log is there yet: the others save a stat on every open.
+            is_new = self.durable and not self.path.exists()
             # O_APPEND: every write lands at the current end of the file, whatever else
             # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
             # ELOOP), never followed out of the folder; 0o600: only its owner may read
@@ -168,7 +170,7 @@ class SessionLog(SessionLock, SessionBlobs):
             # (read_all).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
             self._fd = os.open(self.path, flags, 0o600)
-            if is_new and self.durable:
+            if is_new:
                 self._sync_folder()
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)

@@ -73,6 +73,10 @@ def make_folder(folder: Path, durable: bool = False) -> None:
     umask: 0777 under umask 000.) With durable=True each new folder's name is synced in
     its parent.
     """
+    if folder.is_dir():
+        # Every writer calls this as it opens a session, and the folder is nearly
+        # always there already: one stat, rather than one for each of its parents.
+        return
     for path in [*reversed(folder.parents), folder]:
         if not path.is_dir():
             path.mkdir(mode=0o700, exist_ok=True)

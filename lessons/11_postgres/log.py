@@ -18,9 +18,9 @@ from .messages import (
     ITEM, MARKER, Message)
 from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
 from .reading import (
-    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open,
-    line_number, LogState, parse_log, read_log, read_open_log, read_tail, recall,
-    remember, TAIL_CHUNK, unanswered_calls)
+    Compaction, interrupted_result, KNOWN_LOGS, KnownLog, LAST_LINE_WINDOW,
+    leaves_no_call_open, line_number, LogState, parse_log, read_log, read_open_log,
+    read_tail, recall, remember, TAIL_CHUNK, unanswered_calls)
 from .lock import SessionLock
 from .blobs import BLOB_THRESHOLD, SessionBlobs
 from .undo import SessionUndo
@@ -205,7 +205,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                     f"session {self.id!r} was started by another writer after this one "
                     "found it empty; resume it again to continue from its history"
                 )
-            is_new = not self.path.exists()
+            # Only a durable writer syncs the folder of a log it creates, so only it
+            # asks whether the log is there yet: the others save a stat on every open.
+            is_new = self.durable and not self.path.exists()
             # O_APPEND: every write lands at the current end of the file, whatever else
             # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
             # ELOOP), never followed out of the folder; 0o600: only its owner may read
@@ -213,7 +215,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             # (read_all).
             flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
             self._fd = os.open(self.path, flags, 0o600)
-            if is_new and self.durable:
+            if is_new:
                 self._sync_folder()
             # A long log whose end needs nothing: start from the end, even when this
             # process knows the log (copying what it knows costs more than the end)
@@ -416,7 +418,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         found by whatever reads it whole (a resume, an undo, load), not here."""
         if os.fstat(self._fd).st_size <= TAIL_CHUNK:
             return False    # read whole, as cheap: damage anywhere in it is found
-        tail = read_tail(self._fd, 1)
+        tail = read_tail(self._fd, 1, LAST_LINE_WINDOW)
         if tail is None or tail.torn or tail.newline_missing:
             return False
         if tail.entries and not leaves_no_call_open(tail.entries[-1]):

@@ -428,3 +428,66 @@ def test_a_new_writer_refuses_a_log_damaged_behind_the_process(store, tmp_path):
             log.append({"role": "user", "content": "Hello?"})
     assert "line 3" in str(caught.value), caught.value
     assert path.read_bytes() == damaged
+
+
+# A line longer than the page a new writer first reads from the end of a log, and a log
+# of ordinary turns well past the window read whole (TAIL_CHUNK): its end alone decides.
+LONG_ANSWER = {"role": "assistant",
+               "content": "The elder tells the tale of the cave once more. " * 200}
+LONG_CALL = {"role": "assistant", "content": LONG_ANSWER["content"], "tool_calls": [
+    {"id": "call_9", "type": "function",
+     "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+HELLO = {"role": "user", "content": "Hello?"}
+
+
+def long_log(store, folder: Path, end: bytes) -> bytes:
+    """Write a log of 400 whole turns ending with `end`; return the turns' bytes."""
+    folder.mkdir(mode=0o700)
+    turns = b"".join(map(line, TURN)) * 400
+    assert len(turns) > 2 * store.TAIL_CHUNK, "the log should be longer than the window"
+    assert len(end) > store.LAST_LINE_WINDOW, "the last line should be longer than a page"
+    (folder / "quest.jsonl").write_bytes(turns + end)
+    return turns
+
+
+def test_a_new_writer_of_a_long_log_reads_only_its_end_past_a_long_last_line(
+        store, tmp_path, monkeypatch):
+    """A log longer than the tail's window whose last line, longer than a page, ends
+    whole with no call open: a new writer's append reads back to that line's start, not
+    the whole log, and adds its line after it, repairing nothing."""
+    folder = tmp_path / "sessions"
+    end = line(LONG_ANSWER)
+    turns = long_log(store, folder, end)
+
+    def append() -> None:
+        with store.SessionLog(folder, "quest") as log:
+            log.append(HELLO)
+            assert log.repaired is None, f"nothing needed a repair: {log.repaired}"
+    assert reads_during(store, monkeypatch, append) == [], (
+        "the writer read the whole log, although its end needed nothing")
+    assert (folder / "quest.jsonl").read_bytes() == turns + end + line(HELLO)
+
+
+@pytest.mark.parametrize("end", ["torn", "call open"])
+def test_a_new_writer_of_a_long_log_repairs_an_end_longer_than_a_page(store, tmp_path,
+                                                                      end):
+    """The same long log, its last line longer than a page and torn by a crash, or a
+    call left without a result: a new writer repairs it as the slow path would (the torn
+    bytes cut, the call answered as interrupted) before its own line."""
+    folder = tmp_path / "sessions"
+    torn = line(LONG_ANSWER)[:-40]
+    long_log(store, folder, torn if end == "torn" else line(LONG_CALL))
+    with store.SessionLog(folder, "quest") as log:
+        log.append(HELLO)
+        repaired = log.repaired
+    assert repaired is not None, f"a long log whose end is {end} was not repaired"
+    shown = store.SessionLog(folder, "quest").load()
+    assert shown[:len(TURN) * 400] == TURN * 400, "the whole turns before the end changed"
+    if end == "torn":
+        assert repaired["cut_bytes"] == len(torn), repaired
+        assert shown[len(TURN) * 400:] == [HELLO], shown[len(TURN) * 400:]
+    else:
+        assert repaired["interrupted"] == ["call_9"], repaired
+        after = shown[len(TURN) * 400:]
+        assert [m["role"] for m in after] == ["assistant", "tool", "user"], after
+        assert after[1]["tool_call_id"] == "call_9" and after[2] == HELLO, after
