@@ -670,10 +670,11 @@ def check_item_line(entry: Message) -> None:
     item = entry[ITEM]
     if not isinstance(item, dict):
         raise InvalidMessage(f"its item is a {type(item).__name__}, not a JSON object")
+    # An item of no kind the store knows (no "type", as the Agents SDK's
+    # EncryptedSession envelope {"__enc__": 1, ...}) is kept as it is: the store only
+    # acts on calls and their outputs, checked below, and a framework's own records
+    # are its business.
     kind = item.get("type")
-    if kind is None and not isinstance(item.get("role"), str):
-        raise InvalidMessage("its item has neither a 'type' nor a 'role': no item "
-                             "an agent framework sends looks like that")
     if kind is not None and not (isinstance(kind, str) and kind):
         raise InvalidMessage(f"its item's 'type' is {kind!r}, not a name")
     if kind in ITEM_OUTPUTS or kind in ITEM_OUTPUTS.values():

@@ -239,12 +239,12 @@ def test_each_item_is_a_line_of_its_own_kind_never_a_chat_message(session, tmp_p
 
 
 def test_an_add_with_one_bad_item_writes_nothing(session, tmp_path):
-    """All or nothing: an item the validator refuses (no type, no role) stops the whole
-    add before a byte is written, and says why."""
+    """All or nothing: an item the validator refuses (an output that names no call)
+    stops the whole add before a byte is written, and says why."""
     run(session.add_items(numbered(1)))
     before = (tmp_path / "quest-1.jsonl").read_bytes()
-    with pytest.raises(ValueError, match="neither a 'type' nor a 'role'"):
-        run(session.add_items([USER, {"content": "who am I?"}]))
+    with pytest.raises(ValueError, match="without a 'call_id'"):
+        run(session.add_items([USER, {"type": "function_call_output", "output": "6"}]))
     assert (tmp_path / "quest-1.jsonl").read_bytes() == before
 
 
@@ -400,3 +400,13 @@ def test_the_session_satisfies_the_sdks_protocol_check(tmp_path):
     memory = pytest.importorskip(
         "agents.memory", reason="the Agents SDK is not installed: pip install -e '.[agents]'")
     assert isinstance(FileSession("quest-1", tmp_path), memory.Session)
+
+
+def test_an_item_of_a_kind_the_store_does_not_know_is_kept_as_it_is(session, tmp_path):
+    """A framework's own record (the SDK's EncryptedSession stores envelopes with no
+    type and no role) is stored and read back unchanged, in its place."""
+    envelope = {"__enc__": 1, "v": 1, "kid": "hkdf-sha256", "payload": "c2VjcmV0"}
+    run(session.add_items([USER, envelope]))
+    assert run(session.get_items()) == [USER, envelope]
+    assert run(session.get_items(limit=1)) == [envelope]
+    assert run(session.pop_item()) == envelope
