@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,22 @@ def test_an_item_of_a_kind_the_store_does_not_know_is_kept_as_it_is(session, tmp
     assert run(session.get_items()) == [USER, envelope]
     assert run(session.get_items(limit=1)) == [envelope]
     assert run(session.pop_item()) == envelope
+
+
+def test_the_sdks_encrypted_session_wraps_a_file_session(tmp_path):
+    """EncryptedSession over FileSession: the log holds only envelopes (no word of the
+    conversation), and a new object with the key reads the items back."""
+    memory = pytest.importorskip(
+        "agents.extensions.memory", reason="the Agents SDK is not installed: pip install "
+        "-e '.[agents]'")
+    key = "a-key-of-the-quest-kept-elsewhere"
+
+    def encrypted() -> Any:
+        return memory.EncryptedSession("quest-1", FileSession("quest-1", tmp_path), key)
+
+    run(encrypted().add_items(TURN))
+
+    log = (tmp_path / "quest-1.jsonl").read_text(encoding="utf-8")
+    assert "rope" not in log and all(
+        "__enc__" in json.loads(line)["$item"] for line in log.splitlines()), log
+    assert run(encrypted().get_items()) == TURN
