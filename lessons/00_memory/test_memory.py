@@ -14,6 +14,44 @@ def new_agent(lesson, model, town, **options):
     return lesson.Agent(model.client(), model=model.model, tools=town, **options)
 
 
+def stored_as_sent(reply, history):
+    """A stand-in for `normalize_reply` (task 00.3) while it is not written yet. The
+    replies of this file's tests are well formed (each call has its own id and JSON
+    text arguments), so storing them as they came is enough here; the quirks that
+    task 00.3 handles are in test_replies.py, which never uses this."""
+    message = {"role": "assistant", "content": reply.get("content") or ""}
+    if reply.get("tool_calls"):
+        message["tool_calls"] = [
+            {"id": call["id"], "type": "function", "function": dict(call["function"])}
+            for call in reply["tool_calls"]]
+    return message
+
+
+@pytest.fixture(autouse=True)
+def until_task_00_3_is_written(request, monkeypatch):
+    """The loop (task 00.2) stores each reply through `normalize_reply` (task 00.3).
+    So that a loop written first is tested at once, this file's tests store replies
+    with `stored_as_sent` for as long as `normalize_reply` says it is not written;
+    once it is, the student's own runs. The tests of 00.3 alone never use it."""
+    tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
+    if tasks <= {"00.3"} or "lesson" not in request.fixturenames:
+        return
+    lesson = request.getfixturevalue("lesson")
+    written = getattr(lesson, "normalize_reply", None)
+    if written is None:
+        return
+
+    def normalize_reply(reply, history):
+        try:
+            return written(reply, history)
+        except NotImplementedError as error:
+            if not str(error).startswith("task 00.3 "):
+                raise
+            return stored_as_sent(reply, history)
+
+    monkeypatch.setattr(lesson, "normalize_reply", normalize_reply)
+
+
 @pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
     """Arguments that are not valid JSON become an error result that says so, and the

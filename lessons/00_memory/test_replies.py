@@ -27,13 +27,18 @@ def run_or_fail(agent, text, what):
     try:
         return agent.run(text)
     except openai.BadRequestError as error:
-        body = error.body
-        said = body.get("message") if isinstance(body, dict) else error
-        pytest.fail(
-            f"{what}: the model refused the next request with HTTP 400 ({said}). "
-            "Something the agent stored from the quirky reply is not sendable (what "
-            "is stored is what normalize_reply() returned, task 00.3)."
-        )
+        refused(error, what)
+
+
+def refused(error, what):
+    """Fail with the words of a request the model refused (HTTP 400)."""
+    body = error.body
+    said = body.get("message") if isinstance(body, dict) else error
+    pytest.fail(
+        f"{what}: the model refused the next request with HTTP 400 ({said}). "
+        "Something the agent stored from the quirky reply is not sendable (what "
+        "is stored is what normalize_reply() returned, task 00.3)."
+    )
 
 
 def assert_sendable(messages, what):
@@ -47,6 +52,39 @@ def assert_sendable(messages, what):
 
 def calls_of(messages):
     return [call for m in messages for call in m.get("tool_calls") or []]
+
+
+@pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
+def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(
+    lesson, model, town
+):
+    """A call the server sent without an id is stored with a new one, and its result
+    answers that new id: the stored call is the one the next request carries."""
+    model.add(QUIRKS["no_id"], say("Bought."))
+    agent = new_agent(lesson, model, town)
+
+    try:
+        agent.run("Buy a rope.")
+    except openai.BadRequestError as error:
+        refusal = error
+    else:
+        refusal = None
+
+    calls = calls_of(agent.messages)
+    assert len(calls) == 1 and isinstance(calls[0].get("id"), str) and calls[0]["id"], (
+        f"the stored call should have a non-empty string id, got {calls}")
+    answered = [m.get("tool_call_id") for m in agent.messages if m["role"] == "tool"]
+    assert answered == [calls[0]["id"]], (
+        f"the call came without an id and was stored as {calls[0]['id']!r}, but the "
+        f"results recorded answer {answered}: the next request carries that stored "
+        "call with no result for it" + (", and the model refused it (HTTP 400)"
+                                        if refusal else ""))
+    if refusal is not None:
+        refused(refusal, "after a tool call without an id")
+    assert town.inventory == ["rope"], (
+        f"the call should still run; inventory {town.inventory}"
+    )
 
 
 @pytest.mark.task("00.1")
@@ -65,28 +103,6 @@ def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quir
     for message in agent.messages:
         assert json.loads(json.dumps(message)) == message, (
             f"every stored message must be plain JSON, got {message!r}")
-
-
-@pytest.mark.task("00.3")
-def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(
-    lesson, model, town
-):
-    """A call the server sent without an id is stored
-    with a new one that its result carries."""
-    model.add(QUIRKS["no_id"], say("Bought."))
-    agent = new_agent(lesson, model, town)
-
-    run_or_fail(agent, "Buy a rope.", "after a tool call without an id")
-
-    calls = calls_of(agent.messages)
-    assert len(calls) == 1 and isinstance(calls[0].get("id"), str) and calls[0]["id"], (
-        f"the stored call should have a non-empty string id, got {calls}")
-    results = [m for m in agent.messages if m["role"] == "tool"]
-    assert [r["tool_call_id"] for r in results] == [calls[0]["id"]], (
-        f"the result should answer the new id {calls[0]['id']!r}, got {results}")
-    assert town.inventory == ["rope"], (
-        f"the call should still run; inventory {town.inventory}"
-    )
 
 
 @pytest.mark.task("00.3")
