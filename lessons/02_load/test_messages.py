@@ -8,6 +8,8 @@ Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
 """
 
+import re
+
 import pytest
 
 GOOD = b'{"role": "user", "content": "Hello."}\n'
@@ -54,10 +56,9 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
                 f"{loaded!r}; a model would refuse that history with every request. "
                 "The load should fail, naming the file and the line."
             )
-    assert "quest-1.jsonl" in message and "line 2" in message, (
-        "the error should name the file and 'line 2' so that it can be mended; it "
-        "says: "
-        f"{message}")
+    assert "quest-1.jsonl" in message and names_line(message, 2), (
+        "the error should name the file and its line 2 (as 'line 2' or "
+        f"'quest-1.jsonl:2') so that it can be mended; it says: {message}")
     try:
         lesson.parse_line(BAD_LINES[what])
     except ValueError as refused:
@@ -70,6 +71,33 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     assert path.read_bytes() == data, (
         "loading must never change the log, even to refuse it"
     )
+
+
+def names_line(message, number):
+    """Whether an error's text names line `number`: 'line 2', or 'file.jsonl:2'."""
+    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message) is not None
+
+
+@pytest.mark.task("02.1")
+def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
+        lesson, sessions):
+    """A blank line (an editor may leave one) holds no message and is passed over, but
+    it is still a line of the file: the refused line after it is named by its place in
+    the file."""
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(GOOD + b"\n" + BAD_LINES["no role"] + b"\n" + GOOD)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            message = str(error)
+        else:
+            pytest.fail(f"load() accepted a line with no role and returned {loaded!r}; "
+                        "it should fail naming the file and the line", pytrace=False)
+    assert names_line(message, 3), (
+        "the log's line 2 is blank and its line 3 holds no role; the error should "
+        "name line 3, where an editor finds it (blank lines count, as they do in an "
+        f"editor), and it says: {message}")
 
 
 @pytest.mark.task("02.1")
