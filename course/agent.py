@@ -192,8 +192,14 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         #> 00
         """Add one message to the conversation."""
         #<
-        #> 01-06
+        #> 01
+        """Add one message to the conversation: to memory and, with a session, to its
+        log."""
+        #<
+        #> 02-06
         """Add one message to the conversation: on disk first, then in memory."""
+        #<
+        #> 01-06
         # BEGIN 01.3
         # Disk first: if the write fails, memory does not claim a message the log lacks.
         #<

@@ -1,4 +1,14 @@
 #| 01+  01_append
+#> 01-02
+"""Careful file operations the store is built on.
+
+Here, the one a new session needs: `make_folder`, which makes the sessions folder (and
+any parents it lacks) private to its owner, and in durable mode makes the name of each
+folder it creates survive a power cut. The lessons that follow add more, each because a
+plainer call loses data in some crash they show.
+"""
+#<
+#> 03+
 """Careful file operations the store is built on.
 
 A write that loops until every byte is out, a file published whole under its name or not
@@ -6,6 +16,7 @@ at all (temporary file, then rename or link), and the fsyncs that make a new fil
 the folder entry that names it, survive a power cut. Each exists because a plainer call
 loses data in some crash the lessons show.
 """
+#<
 
 from __future__ import annotations
 

@@ -1,4 +1,15 @@
 #| 01+  01_append
+#> 01
+"""A session's log: the file every message is appended to as one JSON line.
+
+SessionLog appends each message the moment it exists, with one write of one whole line.
+Nothing reads the log back yet: an agent that continues a session from it is the next
+lesson's. The abilities the course adds later (the lock, blobs, undo, compaction, erase,
+side-chains) live in modules of their own, and the class takes them in as mixins as
+they come.
+"""
+#<
+#> 02+
 """A session's log: the file every message is appended to as one JSON line.
 
 SessionLog appends each message the moment it exists, with one write of one whole line,
@@ -6,6 +17,7 @@ and reads the log back for an agent that continues the session. The abilities th
 adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
 their own, and the class takes them in as mixins as they come.
 """
+#<
 
 from __future__ import annotations
 

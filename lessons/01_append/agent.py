@@ -66,7 +66,8 @@ class Agent:
         )
 
     def record(self, message: Message) -> None:
-        """Add one message to the conversation: on disk first, then in memory."""
+        """Add one message to the conversation: to memory and, with a session, to its
+        log."""
         # TODO(01.3): Record each message on disk the moment it exists.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
         raise NotImplementedError(

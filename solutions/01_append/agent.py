@@ -66,7 +66,8 @@ class Agent:
         )
 
     def record(self, message: Message) -> None:
-        """Add one message to the conversation: on disk first, then in memory."""
+        """Add one message to the conversation: to memory and, with a session, to its
+        log."""
         # BEGIN 01.3
         # Disk first: if the write fails, memory does not claim a message the log lacks.
         if self.session is not None:

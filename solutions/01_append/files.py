@@ -2,10 +2,10 @@
 # edit that source, then run `sessionlab dev generate`.
 """Careful file operations the store is built on.
 
-A write that loops until every byte is out, a file published whole under its name or not
-at all (temporary file, then rename or link), and the fsyncs that make a new file, and
-the folder entry that names it, survive a power cut. Each exists because a plainer call
-loses data in some crash the lessons show.
+Here, the one a new session needs: `make_folder`, which makes the sessions folder (and
+any parents it lacks) private to its owner, and in durable mode makes the name of each
+folder it creates survive a power cut. The lessons that follow add more, each because a
+plainer call loses data in some crash they show.
 """
 
 from __future__ import annotations

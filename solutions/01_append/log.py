@@ -2,10 +2,11 @@
 # edit that source, then run `sessionlab dev generate`.
 """A session's log: the file every message is appended to as one JSON line.
 
-SessionLog appends each message the moment it exists, with one write of one whole line,
-and reads the log back for an agent that continues the session. The abilities the course
-adds to it (the lock, blobs, undo, compaction, erase, side-chains) live in modules of
-their own, and the class takes them in as mixins as they come.
+SessionLog appends each message the moment it exists, with one write of one whole line.
+Nothing reads the log back yet: an agent that continues a session from it is the next
+lesson's. The abilities the course adds later (the lock, blobs, undo, compaction, erase,
+side-chains) live in modules of their own, and the class takes them in as mixins as
+they come.
 """
 
 from __future__ import annotations
