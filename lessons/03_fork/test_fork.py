@@ -51,6 +51,53 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def unchanged(folder, before):
+    """Whether `folder` holds what `snapshot` saw (a bare bool: the message says what
+    changed, in words, rather than pytest's diff of every file's bytes)."""
+    return snapshot(folder) == before
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto, durable", [(None, False), (0, True), (1, False),
+                                           (2, True), (3, False)])
+def test_fork_hands_publish_fork_the_first_messages_and_their_count(
+        lesson, sessions, monkeypatch, upto, durable):
+    """Without task 03.2: fork hands publish_fork the first `upto` lines of the source,
+    byte for byte (a line holding U+2028 is one line), how many messages they are, and
+    `durable` as it was given."""
+    messages = [{"role": "user", "content": "north\u2028south\u2029east\x85west"},
+                {"role": "assistant", "content": "Which way?"},
+                {"role": "user", "content": "North."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
+    handed = []
+
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        handed.append({"source_id": source_id, "new_id": new_id, "count": count,
+                       "copy": copy, "durable": durable})
+    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    lesson.fork(sessions, "quest-1", "what-if", upto=upto, durable=durable)
+
+    kept = 3 if upto is None else upto
+    expected = {"source_id": "quest-1", "new_id": "what-if", "count": kept,
+                "copy": b"".join(lines[:kept]), "durable": durable}
+    assert len(handed) == 1, (
+        f"fork(..., upto={upto}) should hand the copy to publish_fork once; it did "
+        f"{len(handed)} time(s)")
+    wrong = {key: value for key, value in handed[0].items() if value != expected[key]}
+    if wrong:
+        pytest.fail(
+            "the source holds 3 messages, the first with U+2028, U+2029 and U+0085 "
+            f"inside its line; fork(..., upto={upto}, durable={durable}) should hand "
+            f"publish_fork {kept} message(s), the first {kept} line(s) as they are in "
+            "the source, and durable as given. It handed "
+            + "; ".join(f"{key}={value!r} where {expected[key]!r} was expected"
+                        for key, value in wrong.items()), pytrace=False)
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.key
 @pytest.mark.task("03.1")
@@ -62,9 +109,13 @@ def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
     agent, model = play(lesson, sessions, "what-if", [say("The guard opens at dawn.")],
                         "What about the guard?", town)
 
-    assert model.requests[0]["messages"][:-1] == day_one, (
-        "the fork's first request should carry all of quest-1's history")
-    assert agent.messages[:len(day_one)] == day_one
+    sent = model.requests[0]["messages"][:-1]
+    assert sent == day_one, (
+        f"quest-1 holds {len(day_one)} messages; the first request of an agent on its "
+        f"fork carried {len(sent)} before the new question: {sent}")
+    assert agent.messages[:len(day_one)] == day_one, (
+        "the agent on the fork should start from quest-1's history; it holds "
+        f"{agent.messages[:len(day_one)]}")
 
 
 @pytest.mark.task("03.1")
@@ -140,7 +191,7 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
                 "was allowed: its session would be overwritten"):
         lesson.fork(sessions, "quest-1", "other")
 
-    assert snapshot(sessions) == before, (
+    assert unchanged(sessions, before), (
         "a refused fork must leave every file as it was, and create none"
     )
 
@@ -171,7 +222,7 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
                 "asked"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
-    assert snapshot(sessions) == before, "a refused fork must not create any file"
+    assert unchanged(sessions, before), "a refused fork must not create any file"
 
 
 @pytest.mark.task("03.1")
@@ -182,7 +233,9 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
         lesson.fork(sessions, "quest-1", "../escaped")
     with raises(lesson.InvalidSessionId, "fork accepted the parent id '../quest-1'"):
         lesson.fork(sessions, "../quest-1", "what-if")
-    assert not (sessions.parent / "escaped.jsonl").exists()
+    assert not (sessions.parent / "escaped.jsonl").exists(), (
+        "a fork onto '../escaped' was refused, yet escaped.jsonl was written outside "
+        "the sessions folder")
 
 
 @pytest.mark.task("03.1")
@@ -194,7 +247,9 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
     lesson.fork(sessions, "quest-1", "what-if", upto=3)
 
     meta = json.loads((sessions / "what-if.meta.json").read_text(encoding="utf-8"))
-    assert meta.get("format") == 1 and meta.get("id") == "what-if", f"meta: {meta}"
+    assert meta.get("format") == 1 and meta.get("id") == "what-if", (
+        "the meta file should record format 1 and the fork's own id, 'what-if': "
+        f"{meta}")
     assert meta.get("parent") == "quest-1", (
         f"the meta file should name the parent session: {meta}"
     )
@@ -211,34 +266,53 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
 
 
 @pytest.mark.task("03.2")
-def test_the_meta_file_is_written_whole_through_a_rename(
-    lesson, sessions, day_one, monkeypatch
-):
-    """The meta file is written to a temporary file and renamed into place, so a crash
-    or a reader never sees half of it, and no temporary file is left."""
-    renamed = []
-    for name in ("replace", "rename"):
-        real = getattr(os, name)
-        monkeypatch.setattr(
-            lesson.os,
-            name,
-            lambda src, dst, _real=real: (renamed.append(str(dst)), _real(src, dst))[1],
-        )
-
+def test_a_fork_leaves_no_temporary_file(lesson, sessions, day_one):
+    """A fork that returns leaves its two files and nothing else: no temporary file,
+    no second name of the log."""
     lesson.fork(sessions, "quest-1", "what-if")
 
-    assert str(sessions / "what-if.meta.json") in renamed, (
-        "the meta file should get its name by a rename (os.replace or os.rename onto "
-        "what-if.meta.json), whole at once, and over any left by a fork that failed; "
-        "no rename onto it happened during this fork")
-    assert sorted(p.name for p in sessions.iterdir()) == [
-        "quest-1.jsonl",
-        "what-if.jsonl",
-        "what-if.meta.json",
-    ], (
-        "no temporary files should be left behind: "
-        f"{sorted(p.name for p in sessions.iterdir())}"
-    )
+    left = sorted(p.name for p in sessions.iterdir())
+    assert left == ["quest-1.jsonl", "what-if.jsonl", "what-if.meta.json"], (
+        f"after a fork that returned, the folder holds {left}: a fork leaves its log "
+        "and its meta file, and nothing else behind")
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
+        lesson, sessions, day_one):
+    """The process dies at the 41st byte it writes to any file (a file size limit with
+    SIGXFSZ left to kill it, as a crash would): no reader ever finds half a meta file
+    under the fork's name."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))    # no core file
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (40, resource.RLIM_INFINITY))
+            lesson.fork(sessions, "quest-1", "what-if")
+        except NotImplementedError:
+            code = 3
+        except BaseException:       # noqa: BLE001 - only the files left matter
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
+        raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
+    meta = sessions / "what-if.meta.json"
+    if not meta.exists():
+        return
+    held = meta.read_bytes()
+    try:
+        json.loads(held)
+        return
+    except ValueError:
+        pass
+    pytest.fail(f"the fork died at the 41st byte it wrote to a file (killed, or the "
+                f"disk full), and left what-if.meta.json holding {len(held)} bytes "
+                f"that are not a whole JSON object ({held[:40]!r}...): a reader of the "
+                "lineage finds half a file", pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -264,7 +338,9 @@ def test_a_fork_copies_history_not_the_world(lesson, sessions, town, day_one):
         "history, so loading a fork must not replay or undo its tool calls. Gold is "
         f"{town.gold}, expected 6 - 3 = 3"
     )
-    assert town.inventory == ["rope", "torch"]
+    assert town.inventory == ["rope", "torch"], (
+        "day 1 bought a rope and the fork a torch: the town owns both, once each; it "
+        f"owns {town.inventory}")
     assert b"bought a torch" not in (sessions / "quest-1.jsonl").read_bytes(), (
         "the fork's purchase belongs to the fork's log only"
     )
@@ -298,18 +374,21 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
 @pytest.mark.task("03.2")
 def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
         lesson, sessions, day_one):
-    """A real SIGKILL right after the fork's first file is written: the new id holds no
-    session, and the same fork, run again, works."""
+    """A real SIGKILL right after the first of the fork's two files gets its name (by
+    a rename or a link): the new id holds no session, or a whole one, and when it holds
+    none the same fork, run again, works."""
+    names = {"what-if.jsonl", "what-if.meta.json"}
     pid = os.fork()
     if pid == 0:
         try:
             def killed_after(real):
-                def step(*args, **kwargs):
-                    real(*args, **kwargs)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                def step(src, dst, *args, **kwargs):
+                    real(src, dst, *args, **kwargs)
+                    if os.path.basename(os.fspath(dst)) in names:
+                        os.kill(os.getpid(), signal.SIGKILL)
                 return step
-            lesson.publish_new = killed_after(lesson.publish_new)
-            lesson.write_whole = killed_after(lesson.write_whole)
+            for call_name in ("link", "rename", "replace"):
+                setattr(os, call_name, killed_after(getattr(os, call_name)))
             lesson.fork(sessions, "quest-1", "what-if")
         except NotImplementedError:
             os._exit(3)
@@ -318,12 +397,13 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
         raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
-    assert os.WIFSIGNALED(status), "the forking child should have died by SIGKILL"
     left = sorted(p.name for p in sessions.iterdir())
+    if not os.WIFSIGNALED(status) or names <= set(left):
+        return      # no file got its name by a rename or a link, or the fork was whole
     assert "what-if.jsonl" not in left, (
-        f"killed between its two steps, the fork left {left}: a log under what-if, a "
-        "session without its lineage, and the same fork, run again, is refused "
-        "because the id is taken")
+        f"killed right after one of its two files got its name, the fork left {left}: "
+        "a log under what-if without its meta file, a session without its lineage, "
+        "and the same fork, run again, is refused because the id is taken")
     try:
         lesson.fork(sessions, "quest-1", "what-if")
     except Exception as error:      # noqa: BLE001 - the failure is the point
@@ -350,7 +430,7 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
     outcome = unless_unfinished(in_child(work))
     assert isinstance(outcome, str) and outcome.startswith("OSError"), (
         f"with the disk full, the fork should fail with OSError; it gave {outcome}")
-    assert snapshot(sessions) == before, (
+    assert unchanged(sessions, before), (
         "a fork that failed must leave every file as it was: the folder held "
         f"{sorted(before)}, and after the failed fork it holds "
         f"{sorted(snapshot(sessions))}")
@@ -396,7 +476,7 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
         f"the disk failed (EIO) syncing the {where}: fork should raise that error; it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
     left = sorted(set(snapshot(sessions)) - set(before))
-    assert snapshot(sessions) == before, (
+    assert unchanged(sessions, before), (
         f"the fork failed syncing the {where} and left {left}. An error means no "
         "fork, so the folder should be as it was; whoever retries must not find part "
         "of one")
@@ -405,6 +485,45 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
         f"the fork failed syncing the {where}; the same fork, run again with the disk "
         f"well, should work, and it raised {type(retry).__name__}: {retry}")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_interrupted_as_its_log_gets_its_name_leaves_nothing(
+        lesson, sessions, day_one, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) at the moment the fork's log would get its name: the
+    interrupt reaches the caller, and the folder is as it was, as after any failure."""
+    before = snapshot(sessions)
+
+    def interrupted(real):
+        def step(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(dst)) == "what-if.jsonl":
+                raise KeyboardInterrupt
+            return real(src, dst, *args, **kwargs)
+        return step
+    for call_name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, call_name, interrupted(getattr(os, call_name)))
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - the failure is the point
+        outcome = f"raised {type(error).__name__}: {error}"
+    finally:
+        monkeypatch.undo()
+
+    left = sorted(set(snapshot(sessions)) - set(before))
+    if outcome == "returned" and "what-if.jsonl" in left:
+        return      # its log got its name by no rename or link: nothing to interrupt
+    assert outcome == "interrupted", (
+        "Ctrl-C came as the fork's log was about to get its name; the interrupt should "
+        f"reach the caller, and the fork {outcome}")
+    assert unchanged(sessions, before), (
+        f"interrupted (Ctrl-C) as its log was about to get its name, the fork left "
+        f"{left}: an interrupted fork, like one that failed, leaves the folder as it "
+        "was")
 
 
 def fork_or_fail(lesson, *args, **options):
@@ -467,7 +586,7 @@ def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
         "be negative, and counted from the end it would quietly drop the last ones; "
         "it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
-    assert snapshot(sessions) == before, "a refused fork must not create any file"
+    assert unchanged(sessions, before), "a refused fork must not create any file"
 
 
 @pytest.mark.task("03.1")
@@ -479,7 +598,10 @@ def test_upto_equal_to_the_length_copies_everything(lesson, sessions, day_one):
         f"the source holds {len(day_one)} messages, so upto={len(day_one)} asks for "
         f"all of them and is allowed; fork raised {type(error).__name__}: {error}")
     copied = (sessions / "all-of-it.jsonl").read_bytes()
-    assert copied == (sessions / "quest-1.jsonl").read_bytes(), "upto=len copies all"
+    assert copied == (sessions / "quest-1.jsonl").read_bytes(), (
+        f"upto={len(day_one)}, the number of messages quest-1 holds, should copy all "
+        f"of its {len((sessions / 'quest-1.jsonl').read_bytes())} bytes; the fork "
+        f"holds {len(copied)} bytes that differ")
 
 
 @pytest.mark.task("03.1")
@@ -516,6 +638,7 @@ def test_a_fork_that_fails_half_way_leaves_no_session(lesson, sessions, day_one)
         "session (or a temporary file) that looks real")
 
 
+@pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
     """The fork's log and meta file are mode 0600, like the log it copies."""
