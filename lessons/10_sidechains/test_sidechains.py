@@ -9,6 +9,7 @@ process (helper_process.py, next to this file) and kills it with SIGKILL while i
 helper is waiting for the model.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -99,6 +100,44 @@ def sidechain_files(sessions, session_id="quest-1"):
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
+_ACTING = []    # (folder, act) while another_process_acts() waits for its moment
+
+
+def _audit(event, args):
+    """Python's audit hook: the first open for writing, rename or link of a file in
+    the folder another_process_acts() watches lets the other process act, just before
+    it happens."""
+    if not _ACTING:
+        return
+    if event == "open":
+        path, _, flags = args
+        if isinstance(path, int) or not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            return
+    elif event in ("os.rename", "os.link"):
+        path = args[1]
+    else:
+        return
+    folder, act = _ACTING[-1]
+    if os.path.dirname(os.path.abspath(os.fsdecode(path))) == folder:
+        _ACTING.clear()     # once, and the other process's own writes go unwatched
+        act(path)
+
+
+sys.addaudithook(_audit)
+
+
+@contextlib.contextmanager
+def another_process_acts(folder, act):
+    """Within the block, another process acts (act(path)) at the moment this one first
+    creates, renames or links a file into `folder`: after anything this one looked at,
+    before its first write there."""
+    _ACTING.append((os.path.abspath(folder), act))
+    try:
+        yield
+    finally:
+        _ACTING.clear()
+
+
 def is_a_time(value):
     """Is `value` a time as now() writes it: ISO 8601, with its zone, about now?"""
     try:
@@ -109,21 +148,6 @@ def is_a_time(value):
 
 
 # --- 10.1: a side-chain's name --------------------------------------------------------
-
-
-@pytest.mark.task("10.3")
-@pytest.mark.task("10.2")
-def test_deleting_a_session_deletes_its_side_chains_too(lesson, sessions):
-    """A helper's transcript holds the parent's words (the question it was handed):
-    lesson 09's delete_session() takes the side-chains folder with the session."""
-    play(lesson, sessions, HELPER_TURN)
-    assert sidechain_files(sessions), "the helper's turn should leave a side-chain"
-    assert lesson.delete_session(sessions, "quest-1") is True
-    left = sorted(p.relative_to(sessions).as_posix() for p in sessions.rglob("*")
-                  if p.is_file())
-    assert not (sessions / "quest-1.sidechains").exists(), (
-        "deleting quest-1 should delete quest-1.sidechains/ too; the folder still "
-        f"holds {left}")
 
 
 @pytest.mark.key
@@ -154,6 +178,9 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     names = {}
     for call_id in odd:
         name = lesson.sidechain_id(call_id)
+        assert isinstance(name, str), (
+            f"sidechain_id({call_id[:40]!r}) should return the side-chain's name, a "
+            f"str; it returned {name!r}")
         try:
             lesson.check_session_id(name)
         except lesson.InvalidSessionId:
@@ -180,6 +207,220 @@ def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
         assert name == expected, (
             f"the call id {call_id[:20]!r} should be named {expected!r} ('call-' and "
             f"the sha256 of its UTF-8 bytes, all 64 digits); got {name!r}")
+
+
+# --- 10.2 by itself: a name of its own, a meta file, a pointer -----------------------
+# These call start_sidechain() as ask_helper (task 10.3) will, without a helper: they
+# need only tasks 10.1 and 10.2.
+
+
+def begin(log):
+    """The parent's log as ask_helper finds it: the user's question, then the model's
+    ask_helper call, both written."""
+    log.append({"role": "user", "content": HELPER_TURN[0]})
+    log.append({"role": "assistant", "content": "", "tool_calls": [
+        {"id": CALL_ID, "type": "function",
+         "function": {"name": "ask_helper",
+                      "arguments": json.dumps({"question": QUESTION})}}]})
+
+
+def start(lesson, log, call_id=CALL_ID):
+    """log.start_sidechain(call_id), which must give the side-chain's own log."""
+    side = log.start_sidechain(call_id)
+    assert isinstance(side, lesson.SessionLog), (
+        "start_sidechain should return the side-chain's own SessionLog, for the helper "
+        f"to write; it returned {side!r}")
+    return side
+
+
+def writes_to(side, sessions):
+    """Which file of the side-chains folder a message appended to `side` lands in."""
+    folder = sessions / "quest-1.sidechains"
+    before = {p.name: p.read_bytes() for p in folder.glob("*.jsonl")}
+    with side:
+        side.append({"role": "user", "content": QUESTION})
+    grown = [p.name for p in sorted(folder.glob("*.jsonl"))
+             if p.read_bytes() != before.get(p.name)]
+    return grown
+
+
+@pytest.mark.task("10.2")
+def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
+                                                                      sessions):
+    """start_sidechain, by itself: the side-chain's meta file names it, the parent and
+    the call; the parent's log ends with a pointer to it; the log it returns writes to
+    `<parent>.sidechains/<name>.jsonl`; the parent keeps its lock. The same call id a
+    second time gets a name of its own, and the first side-chain stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        side = start(lesson, log)
+        grown = writes_to(side, sessions)
+        assert grown == [f"{CALL_ID}.jsonl"], (
+            f"the log start_sidechain returned should write to quest-1.sidechains/"
+            f"{CALL_ID}.jsonl; a message appended to it changed {grown or 'no file'} "
+            f"(the folder holds {sidechain_files(sessions) or 'nothing'})")
+        with raises(lesson.SessionBusy, "the parent's writer still has its session "
+                    "open after start_sidechain: another writer must be refused"):
+            with lesson.SessionLog(sessions, "quest-1") as other:
+                other.open_for_append()
+        first = (folder / f"{CALL_ID}.jsonl").read_bytes()
+        again = start(lesson, log)
+        assert writes_to(again, sessions) == [f"{CALL_ID}.2.jsonl"], (
+            f"the same call id a second time should get {CALL_ID}.2 (its first "
+            "side-chain stays as it was); the folder holds "
+            f"{sidechain_files(sessions)}")
+    assert (folder / f"{CALL_ID}.jsonl").read_bytes() == first, (
+        "the second side-chain of the call wrote into the first one's log")
+    for name in (CALL_ID, f"{CALL_ID}.2"):
+        path = folder / f"{name}.meta.json"
+        assert path.is_file(), (
+            f"side-chain {name} has no meta file ({name}.meta.json); the folder holds "
+            f"{sidechain_files(sessions)}")
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        expected = {"format": 1, "id": name, "sidechain_of": "quest-1", "call": CALL_ID}
+        assert {k: meta.get(k) for k in expected} == expected, (
+            f"{name}.meta.json should say {expected} (and when it was created); it "
+            f"says {meta}")
+        assert is_a_time(meta.get("created")), (
+            f"{name}.meta.json should say when it was created ('created', as now() "
+            f"writes it); it says {meta}")
+    parent = lines_of(sessions / "quest-1.jsonl")
+    kinds = [line.get("role") or line.get("$marker") for line in parent]
+    assert kinds == ["user", "assistant", "sidechain", "sidechain"], (
+        "after two side-chains started, the parent's log should hold the question, the "
+        f"call and one pointer for each; it holds {kinds}")
+    for pointer, name in zip(parent[2:], (CALL_ID, f"{CALL_ID}.2")):
+        expected = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+                    "sidechain": name}
+        assert {k: pointer.get(k) for k in expected} == expected, (
+            f"the pointer to {name} should be {expected} (and when); it is {pointer}")
+        assert is_a_time(pointer.get("at")), (
+            f"the pointer should say when it was written ('at', as now() writes it); "
+            f"it is {pointer}")
+
+
+@pytest.mark.task("10.2")
+def test_a_name_another_helper_claims_in_the_meantime_is_not_shared(lesson, sessions):
+    """Another helper claims call_1_0 (its meta file appears) after this one looked at
+    the folder and before it wrote anything there: this one takes call_1_0.2, and the
+    other's meta file stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    other_meta = folder / f"{CALL_ID}.meta.json"
+    theirs = json.dumps({"format": 1, "id": CALL_ID, "sidechain_of": "quest-1",
+                         "call": CALL_ID, "created": "the other helper's"}).encode()
+    claimed = []
+
+    def claim(path):
+        claimed.append(path)
+        try:
+            fd = os.open(other_meta, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        os.write(fd, theirs)
+        os.close(fd)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        with another_process_acts(folder, claim):
+            side = start(lesson, log)
+        assert claimed, (
+            "the test's own set-up: start_sidechain created no file in quest-1."
+            "sidechains/, where the side-chain's meta file belongs")
+        grown = writes_to(side, sessions)
+    assert other_meta.read_bytes() == theirs, (
+        f"another helper claimed {CALL_ID} (its meta file appeared) while this one was "
+        f"starting, after it looked: its meta file was written over, and the name "
+        f"{CALL_ID} taken twice. It held {theirs!r}, it holds "
+        f"{other_meta.read_bytes()!r}")
+    assert grown == [f"{CALL_ID}.2.jsonl"], (
+        f"another helper claimed {CALL_ID} while this one was starting: this one "
+        f"should write to {CALL_ID}.2.jsonl, the next name; a message appended to its "
+        f"log changed {grown or 'no file'}")
+    pointer = pointers_in(sessions / "quest-1.jsonl")[-1:]
+    assert [p.get("sidechain") for p in pointer] == [f"{CALL_ID}.2"], (
+        f"the parent's pointer should name {CALL_ID}.2, the name this helper got; it "
+        f"is {pointer}")
+
+
+@pytest.mark.task("10.2")
+def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions):
+    """A meta file without its log (a helper that died before its first line) keeps its
+    name: the next helper takes the next name and leaves that file as it is."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    orphan = folder / f"{CALL_ID}.meta.json"
+    orphan.write_text('{"format": 1, "id": "call_1_0", "sidechain_of": "quest-0"}')
+    before = orphan.read_bytes()
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        grown = writes_to(start(lesson, log), sessions)
+
+    assert orphan.read_bytes() == before, (
+        "the meta file already in the folder (a helper that died before its first "
+        "line) was written over, and its name taken a second time: it held "
+        f"{before!r}, it holds {orphan.read_bytes()!r}")
+    assert grown == [f"{CALL_ID}.2.jsonl"], (
+        f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
+        f"a message appended to its log changed {grown or 'no file'} (the folder "
+        f"holds {sidechain_files(sessions)})")
+
+
+@pytest.mark.task("10.2")
+def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sessions):
+    """A side-chain's log whose meta file is gone still owns its name: the next helper
+    of that call id takes the next name, and the old log stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    old = folder / f"{CALL_ID}.jsonl"
+    old.write_text(json.dumps({"role": "user", "content": "An earlier question."})
+                   + "\n", encoding="utf-8")
+    before = old.read_bytes()
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        grown = writes_to(start(lesson, log), sessions)
+
+    assert old.read_bytes() == before, (
+        "a side-chain log already there was written into: a name is taken when its "
+        "log exists, even with no meta file beside it")
+    assert grown == [f"{CALL_ID}.2.jsonl"], (
+        f"the helper should have taken {CALL_ID}.2; a message appended to its log "
+        f"changed {grown or 'no file'} (the folder holds {sidechain_files(sessions)})")
+
+
+@pytest.mark.task("10.2")
+def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypatch):
+    """The side-chain is as durable as its parent: with a durable parent, its meta file
+    and every line of the helper's log are fsynced."""
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        begin(log)
+        with start(lesson, log) as side:
+            side.append({"role": "user", "content": QUESTION})
+            side.append({"role": "assistant", "content": HELPER_ANSWER})
+    monkeypatch.undo()
+    folder = sessions / "quest-1.sidechains"
+    for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
+                       (f"{CALL_ID}.jsonl", "log")):
+        assert (folder / name).is_file(), (
+            f"the side-chain's {what} should be quest-1.sidechains/{name}: the folder "
+            f"holds {sidechain_files(sessions) or 'nothing'}")
+        assert os.stat(folder / name).st_ino in synced, (
+            f"the parent is durable, but the side-chain's {what} was never fsynced: a "
+            "power cut could lose it while the parent's log, and its pointer, survive")
+    side = os.stat(folder / f"{CALL_ID}.jsonl").st_ino
+    assert synced.count(side) >= 2, (
+        "a durable log fsyncs every line: the side-chain's 2 lines were synced "
+        f"{synced.count(side)} time(s)")
 
 
 # --- 10.2 and 10.3: the helper's own log, the parent's pointer ------------------------
@@ -258,11 +499,11 @@ def test_the_parent_records_a_pointer_and_only_the_helpers_answer(lesson, sessio
 
 
 @pytest.mark.task("10.2")
-def test_the_pointer_is_in_the_parents_log_before_the_helper_asks_its_model(
-    lesson, sessions
-):
-    """When the helper's first request reaches the model, the parent's log already
-    points to the side-chain, and the side-chain holds the question."""
+@pytest.mark.task("10.3")
+def test_the_helpers_work_can_be_found_from_the_parent_at_any_moment(lesson, sessions):
+    """Whenever the helper is waiting for its model (a moment a process can die in),
+    the parent's log already leads to the side-chain, and the side-chain holds what the
+    helper has done so far, its question first."""
     agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1])
     parent = sessions / "quest-1.jsonl"
     side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
@@ -271,14 +512,19 @@ def test_the_pointer_is_in_the_parents_log_before_the_helper_asks_its_model(
         lines_of(side) if side.exists() else []))
     with log:
         agent.run(HELPER_TURN[0])
-    pointers, helper_lines = model.observations[1]      # the helper's first request
-    assert [p.get("sidechain") for p in pointers] == [CALL_ID], (
-        "when the helper first asked the model, the parent's log should already hold "
-        f"the pointer to its side-chain; it held {pointers}. Had the process died at "
-        "that moment, nothing in the parent's log would lead to the helper's work")
-    assert [m.get("content") for m in helper_lines] == [QUESTION], (
-        "when the helper first asked the model, its side-chain should hold its "
-        f"question (lesson 01's rule, in the helper's own log); it held {helper_lines}")
+    done = (["user"], ["user", "assistant", "tool"])     # what the helper wrote by then
+    for moment, (pointers, helper_lines), so_far in zip(
+            ("first", "second"), model.observations[1:3], done):
+        assert [p.get("sidechain") for p in pointers] == [CALL_ID], (
+            f"when the helper asked its model for the {moment} time, nothing in the "
+            f"parent's log led to its side-chain (the pointers were {pointers}): had "
+            "the process died at that moment, the helper's work could not be found "
+            "from the parent")
+        roles = [m.get("role") for m in helper_lines]
+        assert roles == so_far and helper_lines[0].get("content") == QUESTION, (
+            f"when the helper asked its model for the {moment} time, its side-chain "
+            f"should hold what it had done so far ({so_far}), its question first "
+            f"(lesson 01's rule, in the helper's own log); it held {helper_lines}")
 
 
 @pytest.mark.task("10.2")
@@ -311,82 +557,6 @@ def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions
     assert (meta.get("id"), meta.get("call")) == (f"{CALL_ID}.2", CALL_ID), (
         f"the second side-chain's meta file should name it {CALL_ID}.2 ('id') and its "
         f"call {CALL_ID} ('call'); it says {meta}")
-
-
-@pytest.mark.task("10.2")
-def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions):
-    """A meta file without its log (a helper that died before its first line) keeps its
-    name: the next helper takes the next name and leaves that file as it is."""
-    folder = sessions / "quest-1.sidechains"
-    folder.mkdir(mode=0o700)
-    orphan = folder / f"{CALL_ID}.meta.json"
-    orphan.write_text('{"format": 1, "id": "call_1_0", "sidechain_of": "quest-0"}')
-    before = orphan.read_bytes()
-
-    play(lesson, sessions, HELPER_TURN)
-
-    assert orphan.read_bytes() == before, (
-        "the meta file already in the folder (a helper that died before its first "
-        "line) was written over, and its name taken a second time: it held "
-        f"{before!r}, it holds {orphan.read_bytes()!r}")
-    assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
-        f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
-        f"the folder holds {sidechain_files(sessions)}")
-
-
-@pytest.mark.task("10.2")
-def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sessions):
-    """A side-chain's log whose meta file is gone still owns its name: the next helper
-    of that call id takes the next name, and the old log stays as it was."""
-    folder = sessions / "quest-1.sidechains"
-    folder.mkdir(mode=0o700)
-    old = folder / f"{CALL_ID}.jsonl"
-    old.write_text(json.dumps({"role": "user", "content": "An earlier question."})
-                   + "\n", encoding="utf-8")
-    before = old.read_bytes()
-
-    play(lesson, sessions, HELPER_TURN)
-
-    assert old.read_bytes() == before, (
-        "a side-chain log already there was written into: a name is taken when its "
-        "log exists, even with no meta file beside it")
-    assert (folder / f"{CALL_ID}.2.jsonl").is_file(), (
-        f"the helper should have taken {CALL_ID}.2; the folder holds "
-        f"{sidechain_files(sessions)}")
-
-
-@pytest.mark.task("10.2")
-def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypatch):
-    """The side-chain is as durable as its parent: with a durable parent, its meta file
-    and every line of the helper's log are fsynced."""
-    synced = []
-    real = os.fsync
-
-    def fsync(fd):
-        synced.append(os.fstat(fd).st_ino)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    model = ScriptedModel(HELPER_TURN[1])
-    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
-                             session=log)
-        agent.run(HELPER_TURN[0])
-    monkeypatch.undo()
-    folder = sessions / "quest-1.sidechains"
-    for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
-                       (f"{CALL_ID}.jsonl", "log")):
-        assert (folder / name).is_file(), (
-            f"the parent keeps a session, so its helper's {what} should be in "
-            f"{folder}: it is not")
-        assert os.stat(folder / name).st_ino in synced, (
-            f"the parent is durable, but the side-chain's {what} was never fsynced: a "
-            "power cut could lose it while the parent's log, and its pointer, survive")
-    helper_lines = len(lines_of(folder / f"{CALL_ID}.jsonl"))
-    side = os.stat(folder / f"{CALL_ID}.jsonl").st_ino
-    assert synced.count(side) >= helper_lines, (
-        f"a durable log fsyncs every line: the side-chain's {helper_lines} lines were "
-        f"synced {synced.count(side)} time(s)")
 
 
 @pytest.mark.key
@@ -531,7 +701,8 @@ def test_a_helpers_thinking_is_left_out_of_its_answer(lesson, sessions):
 @pytest.mark.parametrize("where", ["side-chain", "memory"])
 def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions, where):
     """A helper still calling tools after max_turns requests (the parent's) ends its
-    call with an error result; the parent goes on. With a session or in memory."""
+    call with an error result; the parent goes on. With a session or in memory; with
+    a session, the side-chain's lock goes with the helper that gave up."""
     busy = [use(call("talk_to", npc="guard"))] * 2
     turn = ("Ask a helper.", [use(call("ask_helper", question="Ask the guard.")), *busy,
                               say("The helper gave up.")])
@@ -550,6 +721,16 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
         "the helper gave up after max_turns requests (the parent's max_turns): the "
         "parent's model should read an error result starting 'error: the helper gave "
         f"up'; the result was {result}")
+    if where == "side-chain":
+        side_folder = sessions / "quest-1.sidechains"
+        try:
+            with lesson.SessionLog(side_folder, CALL_ID) as other:
+                other.open_for_append()
+        except lesson.SessionBusy as error:
+            pytest.fail("the helper gave up (it raised MaxTurnsExceeded), and its "
+                        "side-chain is still locked: another writer was refused it "
+                        f"({error}). A helper that ends with an error never let go "
+                        "of its log", pytrace=False)
 
 
 @pytest.mark.key
@@ -624,6 +805,21 @@ def test_a_resumed_parent_does_not_run_a_finished_helper_again(lesson, sessions)
         "day 2 should leave the helper's side-chain as day 1 left it, and start none")
 
 
+@pytest.mark.task("10.3")
+@pytest.mark.task("10.2")
+def test_deleting_a_session_deletes_its_side_chains_too(lesson, sessions):
+    """A helper's transcript holds the parent's words (the question it was handed):
+    lesson 09's delete_session() takes the side-chains folder with the session."""
+    play(lesson, sessions, HELPER_TURN)
+    assert sidechain_files(sessions), "the helper's turn should leave a side-chain"
+    assert lesson.delete_session(sessions, "quest-1") is True
+    left = sorted(p.relative_to(sessions).as_posix() for p in sessions.rglob("*")
+                  if p.is_file())
+    assert not (sessions / "quest-1.sidechains").exists(), (
+        "deleting quest-1 should delete quest-1.sidechains/ too; the folder still "
+        f"holds {left}")
+
+
 @pytest.mark.key
 @pytest.mark.task("10.4")
 def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
@@ -656,11 +852,13 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
 @pytest.mark.task("10.4")
 def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesson,
                                                                            sessions):
-    """A pointer whose session or side-chain is no valid id (`../..`), or is missing,
-    raises ValueError naming the log and the line; it is never followed."""
+    """A pointer whose session or side-chain is no valid id (`../..`, or `call:1_0`,
+    which stays in the folder but is no session id), or is missing, raises ValueError
+    naming the log and the line; it is never followed."""
     ask = {"role": "user", "content": "Ask a helper."}
     for bad in ({"session": "quest-1", "sidechain": "../../etc/passwd"},
                 {"session": "../quest-2", "sidechain": "call_1_0"},
+                {"session": "quest-1", "sidechain": "call:1_0"},
                 {"session": "quest-1"}):
         pointer = {"$marker": "sidechain", "call": CALL_ID, **bad}
         (sessions / "quest-1.jsonl").write_text(

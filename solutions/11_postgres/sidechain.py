@@ -35,9 +35,9 @@ class SessionSidechains:
     def start_sidechain(self, call_id: str) -> "SessionLog":
         """Start the side-chain of the helper that answers tool call `call_id`.
 
-        Claims a name of its own in `<id>.sidechains/` by publishing its meta file,
-        appends the pointer marker to this log, and returns the side-chain's SessionLog:
-        a writer of its own, with its own lock. This log keeps its lock all along.
+        The helper gets a name of its own in `<id>.sidechains/`, with its meta file,
+        this log a pointer marker to it; returns the side-chain's SessionLog: a writer
+        of its own, with its own lock. This log keeps its lock all along.
         """
         if self._fd is None:
             self._open()    # the parent's writer: it alone names side-chains of its own
@@ -117,7 +117,7 @@ class AgentHelpers:
         and tools (ask_helper left out: a helper starts no helper of its own). With a
         session, its messages go to a side-chain log of their own, under its own lock,
         while this agent keeps its lock; the parent's log gets only a pointer to it
-        (written before the helper starts) and, afterwards, the answer as the result.
+        and the answer as the result.
         """
         tools = without(self.tools, HELPER_TOOL)
         if self.session is None:
@@ -179,8 +179,7 @@ def sidechain_id(call_id: str) -> str:
 
     A call id comes from the model's server: most are plain names (`call_3_0`), kept as
     they are so a person can match a side-chain to its call. Any other (a ':' or a '/'
-    in it, or too long) becomes `call-` and its sha256: 69 characters, longer than any
-    id kept as it is, so the two kinds never meet.
+    in it, or too long) becomes `call-` and its sha256.
     """
     if len(call_id) <= LONGEST_KEPT and SESSION_ID.fullmatch(call_id):
         return call_id
@@ -191,10 +190,9 @@ def sidechain_id(call_id: str) -> str:
 def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
     """(tool call id, side-chain log) for every pointer in the session's log, in order.
 
-    A pointer names the session whose folder holds the side-chain: a fork copies its
-    source's pointers, and they lead to the source's side-chains, which a fork never
-    copies. A pointer that names no valid id is refused with the log's name and line,
-    never followed out of the folder.
+    For a fork too: its copied pointers lead to the logs its source's helpers wrote. A
+    pointer that names no valid id is refused with the log's name and line, never
+    followed out of the folder.
     """
     path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
     state = read_log(path)
