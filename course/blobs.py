@@ -290,7 +290,9 @@ def discard_claimed(path: Path, fd: int) -> bool:
 def discard_leftover(path: Path, *, touched_after: float) -> None:
     """Clear a file a crashed write left in blobs/, once it is older than
     `touched_after` and nobody holds it: half a blob (a temporary file) is removed, a
-    blob a collector had set aside gets its name back (the next collection decides)."""
+    blob a collector had set aside gets its name back (the next collection decides),
+    unless a writer has stored the blob anew under that name since: that one stays."""
+    # BEGIN 09.5
     fd = claim_blob(path, touched_after=touched_after)
     if fd is None:
         return      # young, gone, or held: a writer's, or another collector's
@@ -298,12 +300,15 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
         blob = path.with_name(path.name[1:-len(".collected")])
         if path.name.endswith(".collected") and BLOB_NAME.fullmatch(blob.name):
             try:
+                # A link, not a rename: a rename would replace a blob a writer stored
+                # anew since (and pinned) with this old, unpinned file
                 os.link(path, blob)
             except FileExistsError:
                 pass        # stored again since: the same bytes
         path.unlink(missing_ok=True)
     finally:
         os.close(fd)
+    # END 09.5
 
 
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:

@@ -215,7 +215,7 @@ def collect_blobs(folder: str | Path, *,
     if blobs.is_symlink() or not blobs.is_dir():
         return removed
     # BEGIN 09.5
-    # The time first, the references after: a blob touched after this moment is kept.
+    # A blob touched after this moment is young: kept, referred to or not.
     touched_after = time.time() - grace
     for path in sorted(blobs.iterdir()):
         if path.name.startswith("."):

@@ -10,6 +10,9 @@ and writing the line that points to it; it is killed at the end of its test, wha
 happens.
 """
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import queue
@@ -134,6 +137,23 @@ def failing_open(monkeypatch, name):
     monkeypatch.setattr(os, "open", open_)
 
 
+@contextlib.contextmanager
+def reading_back_after_an_erase(what):
+    """Words for the error of a writer that cannot read the file it holds (EBADF):
+    what `what` (a second erase, say) meets after an erase gave it a file it cannot
+    read back."""
+    try:
+        yield
+        return
+    except OSError as error:
+        if error.errno != errno.EBADF:
+            raise
+        failure = str(error)
+    pytest.fail(f"{what} failed with {failure}: after the erase, the file the writer "
+                "holds cannot be read back, yet the writer reads its log again for "
+                "every later erase (and compaction), as it did before", pytrace=False)
+
+
 def store_again(lesson, sessions, session_id, data):
     """Another writer stores `data` as a blob (a second later than a moment ago) and
     lets go before its line: the blob is touched, and pinned no more."""
@@ -252,6 +272,54 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         f"{files_holding(sessions, 'Ilse')}")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
+
+
+@pytest.mark.task("09.1")
+def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
+    lesson, sessions, monkeypatch
+):
+    """A delete that stops after removing one of the session's files (an I/O error,
+    a crash) leaves the whole session or no session at all, never a log that still
+    opens without the rest of it; deleting again finishes the job."""
+    play(lesson, sessions, TURN_SECRET)
+    lesson.fork(sessions, "quest-1", "quest-1b")
+    (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_bytes(
+        (sessions / "quest-1b.jsonl").read_bytes())
+    removed = []
+    real = {name: getattr(os, name) for name in ("unlink", "remove")}
+
+    def failing(name):
+        def remove(path, *args, **kwargs):
+            base = Path(path).name
+            if base.startswith(("quest-1b.", ".quest-1b.")) and base.endswith(
+                    (".jsonl", ".meta.json", ".tmp")):
+                if removed:
+                    raise OSError(5, "Input/output error (the test's)", str(path))
+                removed.append(base)
+            return real[name](path, *args, **kwargs)
+        return remove
+
+    for name in real:
+        monkeypatch.setattr(os, name, failing(name))
+    try:
+        lesson.delete_session(sessions, "quest-1b")
+    except OSError:
+        pass        # the delete stopped: what it left is what this test is about
+    monkeypatch.undo()
+    assert removed, "the test's own set-up: the delete removed no file of quest-1b"
+    left = sorted(p.name for p in sessions.iterdir() if "quest-1b" in p.name)
+    if (sessions / "quest-1b.jsonl").exists():
+        assert "quest-1b.meta.json" in left, (
+            f"the delete of quest-1b removed {removed[0]} and then stopped (an I/O "
+            f"error); it left {left}: the fork's log without its meta file, a session "
+            "that still opens and resumes but has lost its lineage, and no later look "
+            "can tell that a delete was under way")
+    assert lesson.delete_session(sessions, "quest-1b") is True, (
+        f"a delete that stopped half-way left {left}: deleting again should finish the "
+        "job and return True")
+    assert not [p.name for p in sessions.iterdir() if "quest-1b" in p.name], (
+        "deleting again after a delete that stopped half-way should leave nothing of "
+        f"quest-1b; the folder holds {sorted(p.name for p in sessions.iterdir())}")
 
 
 @pytest.mark.task("09.1")
@@ -414,7 +482,8 @@ def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
 
     assert deleted == ["old"], (
         "with the default retention of 30 days, only 'old' (last appended to 31 days "
-        f"ago) should be deleted; expire() deleted {deleted}")
+        f"ago: its modification time; the time its status changed is today's, as the "
+        f"test set its times back) should be deleted; expire() deleted {deleted}")
     assert busy == []
     left = sorted(p.name for p in sessions.iterdir())
     assert left == ["forked.jsonl", "forked.meta.json", "young.jsonl"], (
@@ -433,9 +502,14 @@ def test_expire_skips_a_session_a_writer_holds_however_old(lesson, sessions):
         writer.open_for_append()    # holds the lock, appends nothing: the log stays old
         age(sessions / "quest-1.jsonl", 31)
         deleted, busy = lesson.expire(sessions)
+        assert (deleted, busy) != ([], []), (
+            "expire() took quest-1 for a session in use: it neither deleted it nor "
+            "reported it busy. Its log was last appended to 31 days ago (the test set "
+            "its modification time back; the time its status changed is today's): it "
+            "is idle, and its writer makes it busy")
         assert (deleted, busy) == ([], ["quest-1"]), (
-            "a session another writer holds must be skipped and reported as busy, "
-            f"expire() returned deleted={deleted}, busy={busy}")
+            "quest-1 is idle but another writer holds it: it must be skipped and "
+            f"reported as busy; expire() returned deleted={deleted}, busy={busy}")
         assert (sessions / "quest-1.jsonl").exists(), "expire() deleted under a writer"
     assert lesson.expire(sessions) == (["quest-1"], [])
 
@@ -481,10 +555,13 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
         meta.write_text(json.dumps({"format": 1, "id": session_id,
                                     "parent": "Ilse's diary", "forked_at": 1}))
     age(sessions / "left-old.meta.json", 40)
+    play(lesson, sessions, TURN_A, session_id="old")
+    age(sessions / "old.jsonl", 40)
     deleted, busy = lesson.expire(sessions)
-    assert (deleted, busy) == (["left-old"], []), (
-        "expire() should remove the old meta file that lost its log and say so "
-        f"(deleted=['left-old']); it returned deleted={deleted}, busy={busy}")
+    assert (deleted, busy) == (["old", "left-old"], []), (
+        "expire() should delete the old session, then remove the old meta file that "
+        "lost its log, and say so, the sessions' ids first and the leftovers' after "
+        f"(deleted=['old', 'left-old']); it returned deleted={deleted}, busy={busy}")
     assert sorted(p.name for p in sessions.iterdir()) == ["left-young.meta.json"], (
         "the old meta file without its log should be gone, the young one kept")
 
@@ -493,24 +570,55 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
 def test_expire_reports_as_busy_only_the_idle_sessions_a_writer_holds(
     lesson, sessions
 ):
-    """A young session is simply kept: expire() does not take its lock (a writer
-    opening it just then would be refused), nor report it busy while a writer holds
-    it."""
+    """A young session is simply kept: expire() does not report it busy while a
+    writer holds it (it is not idle, so no writer keeps it from expiring)."""
     play(lesson, sessions, TURN_A)
     with lesson.SessionLog(sessions, "quest-1") as writer:
         writer.open_for_append()
         found = lesson.expire(sessions)
         writer.append({"role": "user", "content": "Still here."})
     assert found == ([], []), (
-        "the session was written just now: it is not idle, so not skipped because of "
-        f"its writer; expire() returned {found}, and a young session's lock was "
-        "taken, which would refuse a writer opening it just then")
+        "the session was written just now and its writer holds it: it is not idle, so "
+        f"neither deleted nor reported busy; expire() returned {found}")
+
+
+@pytest.mark.task("09.2")
+def test_a_writer_opening_a_young_session_while_expire_runs_is_never_refused(
+    lesson, sessions, monkeypatch
+):
+    """While expire() runs, a writer that opens a session written just now (not idle)
+    is never refused: expire() has nothing to do with that session, and a user would
+    see their chat refused for nothing."""
+    play(lesson, sessions, TURN_A)
+    lock_file = sessions / "quest-1.lock"
+    real = fcntl.flock
+    refused, tried = [], []
+
+    def flock(fd, operation):
+        real(fd, operation)
+        if (not tried and operation & fcntl.LOCK_EX and os.path.lexists(lock_file)
+                and os.fstat(fd).st_ino == os.lstat(lock_file).st_ino):
+            tried.append(True)      # once, and not for the writer below
+            try:                    # expire holds the session: a writer comes
+                with lesson.SessionLog(sessions, "quest-1") as other:
+                    other.append({"role": "user", "content": "Opened meanwhile."})
+            except lesson.SessionBusy as error:
+                refused.append(str(error))
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    found = lesson.expire(sessions)
+    monkeypatch.undo()
+    assert not refused, (
+        "while expire() ran, a writer opening quest-1 (written just now, not idle) was "
+        f"refused ({refused[0] if refused else ''}): expire() held a session it had "
+        "nothing to expire in")
+    assert found == ([], []), f"quest-1 is not idle; expire() returned {found}"
 
 
 @pytest.mark.task("09.2")
 def test_expire_looks_again_under_the_lock(lesson, sessions, monkeypatch):
-    """A writer that appends after expire() saw an old log, but before expire() took
-    its lock, keeps its session: expire() passes its cutoff to delete_session."""
+    """A writer that appends after expire() saw an old log, but before the session is
+    deleted, keeps its session, and its message."""
     play(lesson, sessions, TURN_A)
     age(sessions / "quest-1.jsonl", 31)
     delete_session = lesson.delete_session
@@ -563,7 +671,8 @@ def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.erase(2)      # the user's SECRET
-        agent.erase(4)      # the large one, stored as a blob
+        with reading_back_after_an_erase("the second erase by the same writer"):
+            agent.erase(4)      # the large one, stored as a blob
     assert files_holding(sessions, "Ilse") == [], (
         "after erasing both messages, these files still hold their words: "
         f"{files_holding(sessions, 'Ilse')}")
@@ -595,7 +704,8 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
         undo_line = next(line for line in (sessions / "quest-1.jsonl").read_bytes()
                          .split(b"\n") if b'"undo"' in line)
         agent.erase(0)
-        agent.erase(len(expected) - 1)  # after the undone turn: index 5, position 3
+        with reading_back_after_an_erase("the second erase by the same writer"):
+            agent.erase(len(expected) - 1)  # after the undone turn: index 5, position 3
     expected[0] = {"role": "user", "content": lesson.ERASED}
     expected[-1] = {"role": "assistant", "content": lesson.ERASED}
     found = resume(lesson, sessions)
@@ -629,7 +739,8 @@ def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
         marker = (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[-2]
         calls = agent.messages[1]["tool_calls"]
         agent.erase(1)      # the assistant's calls: talk_to(guard), buy(rope)
-        agent.erase(3)      # the result of buy(rope)
+        with reading_back_after_an_erase("the second erase by the same writer"):
+            agent.erase(3)      # the result of buy(rope)
         agent.run(TURN_C[0])    # a 400 (lesson 04's unresumable session) would raise
     found = resume(lesson, sessions)
     assert found[1] == {
@@ -1008,7 +1119,9 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.erase(0) is True
         after = path.read_bytes()
-        assert log.erase(0) is False, "erasing an erased message again should be False"
+        with reading_back_after_an_erase("erasing the same message again"):
+            again = log.erase(0)
+        assert again is False, "erasing an erased message again should be False"
         assert path.read_bytes() == after, "a second erase must not change the log"
         for index in (2, -1):
             with raises(lesson.EraseError,
@@ -1076,6 +1189,57 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "a failed erase must leave no temporary copy of the log (it holds the words)")
     assert resume(lesson, sessions)[-1]["content"] == "Still here."
+
+
+@pytest.mark.task("09.4")
+def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
+    lesson, sessions, monkeypatch
+):
+    """Between the moment the erase has written its new log and the moment it opens it
+    again, another program puts a symbolic link in its place, to a file outside the
+    sessions folder. The log's name must never reach that file through the link, and
+    the writer's messages never go there."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    target = sessions.parent / "planted.jsonl"
+    real_open, planted = os.open, []
+
+    def open_(name, flags, *args, **kwargs):
+        found = Path(name)
+        if (not planted and found.name.startswith(".quest-1.jsonl.")
+                and found.name.endswith(".tmp") and not flags & os.O_CREAT):
+            target.write_bytes(found.read_bytes())
+            os.unlink(found)
+            os.symlink(target, found)
+            planted.append(found.name)
+        return real_open(name, flags, *args, **kwargs)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(os, "open", open_)
+        try:
+            log.erase(0)
+        except OSError:
+            pass        # refusing the planted link is right; what is left is checked
+        monkeypatch.undo()
+        if not planted:
+            return      # this erase never opens its new log by name: nothing to plant
+        planted_bytes = target.read_bytes()
+        try:
+            log.append({"role": "user", "content": "After the erase."})
+        except Exception:   # noqa: BLE001 - a writer that stopped is no harm here
+            pass
+    assert not path.is_symlink(), (
+        "a symbolic link to a file outside the sessions folder was put in place of the "
+        "erase's new log just before the erase opened it, and the erase renamed the "
+        f"link over the log: {path.name} now leads to {target}, and everything the "
+        "writer appends goes there")
+    assert target.read_bytes() == planted_bytes, (
+        "a symbolic link was put in place of the erase's new log, and the writer's "
+        f"messages went through it, to {target}, outside the sessions folder")
+    assert [p.name for p in sessions.iterdir()] == ["quest-1.jsonl"], (
+        "the erase left the planted link (or a copy of the log) beside the log: "
+        f"{sorted(p.name for p in sessions.iterdir())}")
 
 
 @pytest.mark.task("09.4")
@@ -1294,6 +1458,39 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
     assert blob_names(sessions) == [kept], (
         "the set-aside blob a log refers to should be back under its name")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_a_blob_set_aside_never_takes_the_name_of_one_a_writer_stored_since(
+    lesson, sessions, blob_writer
+):
+    """Real processes: a crashed collector left a blob set aside, and no log refers to
+    it. A writer in another process then stores the same bytes anew (the name was
+    free) and stops before its line. The collection clears the leftover, and the
+    writer's blob stays: its log loads when it is done."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    aside = sessions / "blobs" / f".{blob}.collected"
+    os.rename(sessions / "blobs" / blob, aside)
+    age(aside, 2)
+    writer = blob_writer("quest-2", LARGE_SECRET)
+    writer.expect("stored")
+    assert blob_names(sessions) == sorted([blob, aside.name]), (
+        "the test's own set-up: the writer stored the blob anew beside the set-aside "
+        "one")
+    lesson.collect_blobs(sessions)
+    writer.go()
+    writer.expect("done")
+    assert not aside.exists(), "the set-aside blob, old and held by nobody, should go"
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail("a blob set aside by a crashed collector was given its name back "
+                    "over the blob a writer had just stored anew, then judged old and "
+                    "nobody's, and removed: the writer's log no longer loads: "
+                    f"{error}", pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
 
 
 @pytest.mark.task("09.5")

@@ -48,9 +48,9 @@ class SessionErase:
         `index` counts every message in the file from 0, undone ones included, as an
         undo marker does. The message's line becomes its tombstone(); every other line
         that quotes its text (a message, a marker) has the quote replaced by ERASED; an
-        erase marker is added; and the log is rewritten whole (temporary file, fsync,
-        rename), under the lock. Then each blob the rewritten lines used goes too,
-        unless another file still refers to it.
+        erase marker is added; and the log is rewritten whole, all or nothing, under
+        the lock. Then each blob the rewritten lines used goes too, unless another file
+        still refers to it.
         Raises EraseError, changing nothing, for an index the log does not hold.
         """
         started = time.time()

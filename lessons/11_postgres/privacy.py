@@ -203,7 +203,7 @@ def collect_blobs(folder: str | Path, *,
             removed += collect_blobs(chains, grace=grace)
     if blobs.is_symlink() or not blobs.is_dir():
         return removed
-    # The time first, the references after: a blob touched after this moment is kept.
+    # A blob touched after this moment is young: kept, referred to or not.
     touched_after = time.time() - grace
     for path in sorted(blobs.iterdir()):
         if path.name.startswith("."):
