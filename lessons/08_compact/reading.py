@@ -152,7 +152,7 @@ class LogState:
         summarise (indices as undo markers count them). Like an undo marker, it speaks
         only of messages written before it: an "upto" past them (or below 0) is not one
         this store wrote, and is ignored. The boundary it gives is a place among the
-        messages shown: how many of them have an index below "upto".
+        messages shown, and names the same first message kept as "upto" does.
         """
         # TODO(08.1): Read the latest compaction from the log.
         # Your design: the whole function is yours to shape; the tests check only what

@@ -101,6 +101,23 @@ def play_until_compacted(lesson, agent, model, first_day=1, compactions=1, limit
                 pytrace=False)
 
 
+def agent_without_session(lesson, messages, compaction=None):
+    """An agent with no log, holding `messages` and `compaction`: what a task's own
+    code does with them needs no other task."""
+    model = ScriptedModel([])
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                         system=SYSTEM, budget=None, reply_room=REPLY_ROOM)
+    agent.messages = list(messages)
+    agent.compaction = compaction
+    return agent
+
+
+def conversation(count):
+    """`count` messages, a user's and the model's in turn."""
+    return [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}"}
+            for k in range(count)]
+
+
 class Library(Town):
     """The town and its library: `read(book)` returns a long page."""
 
@@ -117,6 +134,32 @@ class Library(Town):
 
 
 # --- the budget, the view and the log -----------------------------------------------
+
+
+@pytest.mark.task("08.2")
+def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_boundary(
+        lesson):
+    """view() alone, on an agent whose compaction is set by hand (no other task is
+    needed): the system prompt, the summary as one user message, then the messages
+    from the boundary on; without a compaction, the whole conversation. The
+    conversation itself stays whole."""
+    said = conversation(6)
+    agent = agent_without_session(lesson, said)
+    system = {"role": "system", "content": SYSTEM}
+    view = agent.view()
+    assert view == [system, *said], (
+        "with no compaction the request is the system prompt and every message; it was "
+        f"{[m.get('content') for m in view]}")
+    agent.compaction = lesson.Compaction("the first turn", 2)
+    view = agent.view()
+    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "the first turn"}
+    assert view == [system, summary, *said[2:]], (
+        "with a compaction whose boundary is place 2, the request is the system "
+        "prompt, the summary (as a user message, after SUMMARY_INTRO), then messages 2 "
+        f"to 5; it was {[str(m.get('content'))[:40] for m in view]}")
+    assert agent.messages == said, (
+        "view() changed the conversation: agent.messages must stay whole, only the "
+        "request shrinks")
 
 
 @pytest.mark.task("08.5")
@@ -364,11 +407,10 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
 def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
     """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
     nothing; keep=0 summarises them all ("upto" is then the number of messages)."""
-    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
     path = sessions / "quest-1.jsonl"
-    with log:
-        agent.run(day(1)[0])
-        agent.run(day(2)[0])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(4):
+            log.append(message)
         before = path.read_bytes()
         for keep in (5, -1):
             with raises(ValueError, f"compact(keep={keep}) on a log showing 4 messages "
@@ -384,7 +426,62 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
             "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
 
 
+@pytest.mark.task("08.5")
+def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
+    """The log's compact adds its marker as one whole line: when the disk fails (or
+    the process dies) right after the first write to the log, the log ends with the
+    whole marker line or with no part of it, never half a line."""
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(4):
+            log.append(message)
+        before = path.read_bytes()
+        inode, real, writes = os.stat(path).st_ino, os.write, []
+
+        def write(fd, data):
+            if os.fstat(fd).st_ino == inode:
+                if writes:
+                    raise OSError(5, "Input/output error (the test's)")
+                writes.append(bytes(data))
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", write)
+        try:
+            log.compact("Days 1 and 2.", keep=2)
+        except OSError:
+            pass        # the failure after the first write: what it left is checked
+        monkeypatch.undo()
+    added = path.read_bytes()[len(before):]
+    assert added == b"" or (added.endswith(b"\n") and added.count(b"\n") == 1), (
+        "the disk failed right after the first write of the log's compact, and the log "
+        f"now ends with {added[:60]!r}{'...' if len(added) > 60 else ''}: part of the "
+        "marker, not a whole line")
+
+
 # --- reading it back ------------------------------------------------------------------
+
+
+@pytest.mark.task("08.1")
+def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessions):
+    """LogState.compaction() alone, on a parsed log (no other task is needed): the
+    latest marker that names messages written before it wins, and its "upto" index
+    becomes a place among the messages shown; a log without a marker has none."""
+    said = conversation(8)
+    lines = [*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
+             {"$marker": "compaction", "summary": "first", "upto": 4},
+             {"$marker": "compaction", "summary": "second", "upto": 6},
+             {"$marker": "compaction", "summary": "ahead", "upto": 9}]
+    path = sessions / "quest-1.jsonl"
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    found = lesson.parse_log(data, path).compaction()
+    assert found == lesson.Compaction("second", 4), (
+        "messages 0 to 7 with 2 and 3 undone, then markers with 'upto' 4, 6 and 9 (9 "
+        "names messages never written before it): the latest valid one keeps index 6, "
+        "the fifth message shown, so its boundary is place 4. compaction() returned "
+        f"{found!r}")
+    plain = "".join(json.dumps(line) + "\n" for line in said).encode()
+    assert lesson.parse_log(plain, path).compaction() is None, (
+        "a log with no compaction marker has no compaction (None)")
 
 
 @pytest.mark.key
@@ -491,6 +588,28 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions):
 
 
 # --- undo, fork, repair -------------------------------------------------------------
+
+
+@pytest.mark.task("08.6")
+def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
+    """undo() alone, on an agent whose compaction (boundary at place 2) is set by hand:
+    the turns from the boundary on are taken back, the turn before it is refused with
+    UndoError, and nothing changes."""
+    said = conversation(6)
+    agent = agent_without_session(lesson, said, lesson.Compaction("the first turn", 2))
+    try:
+        agent.undo()
+        agent.undo()
+    except lesson.UndoError as error:
+        pytest.fail(f"with the boundary at place 2, undoing the turns at 4 and at 2 "
+                    f"was refused ({error}): the turn that begins the view is not in "
+                    "the summary", pytrace=False)
+    assert agent.messages == said[:2], (
+        f"two undos should leave messages 0 and 1; left {len(agent.messages)}")
+    with raises(lesson.UndoError, "the undo of the turn the summary stands for (place "
+                "0, before the boundary at 2) went ahead", match="(?i)fork"):
+        agent.undo()
+    assert agent.messages == said[:2], "a refused undo changed the conversation"
 
 
 @pytest.mark.key
@@ -701,6 +820,34 @@ NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
               "too_long": long_reply(2000)}
 
 
+@pytest.mark.task("08.7")
+@pytest.mark.parametrize("odd", list(NO_ANSWER))
+def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
+    """check_summary() alone (no compaction is needed): a reply with tool calls, with
+    no text, with only thinking, or whose text is a call written as JSON raises
+    BadSummary saying what it was."""
+    reply = lesson.normalize_reply(json.loads(json.dumps(ODD_REPLIES[odd].message)), [])
+    with raises(lesson.BadSummary, f"check_summary() took a reply that is no summary "
+                f"({odd}: {json.dumps(ODD_REPLIES[odd].message)[:120]})") as raised:
+        lesson.check_summary(reply)
+    assert str(raised.value).strip(), "the BadSummary should say what the model sent"
+
+
+@pytest.mark.task("08.7")
+def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson):
+    """check_summary() alone: a summary is recorded without a <think> block before it,
+    and without the spaces around it."""
+    reply = lesson.normalize_reply(
+        json.loads(json.dumps(ODD_REPLIES["think_then_text"].message)), [])
+    assert lesson.check_summary(reply) == ANSWER_AFTER_THOUGHT, (
+        "a think block, then a summary: the summary alone should be returned; got "
+        f"{lesson.check_summary(reply)!r}")
+    plain = lesson.normalize_reply({"role": "assistant", "content": "  Days 1-3.\n"},
+                                   [])
+    assert lesson.check_summary(plain) == "Days 1-3.", (
+        f"the spaces around a summary go; got {lesson.check_summary(plain)!r}")
+
+
 def summary_instruction(request):
     return next(m["content"] for m in request["messages"] if m["role"] == "system")
 
@@ -850,11 +997,10 @@ def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions)
     """The store records only what check_summary() returns: no text, thinking, a tool
     call written as text or spaces around the text are refused, and nothing is
     written. The database store of lesson 11 makes its marker the same way."""
-    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
     path = sessions / "quest-1.jsonl"
-    with log:
-        agent.run(day(1)[0])
-        agent.run(day(2)[0])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(4):
+            log.append(message)
         before = path.read_bytes()
         for summary in ("", "  ", "<think>The elder", "<think>a</think>The elder.",
                         CALL_TEXT, " The elder. "):

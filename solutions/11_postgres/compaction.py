@@ -189,7 +189,7 @@ class AgentCompaction:
 
     def request_messages(self) -> list[Message]:
         """The next request's messages, within the budget: compacted first when the view
-        is over it. ContextOverflow when even that does not fit (never a loop)."""
+        is over it. ContextOverflow when it cannot be brought within the budget."""
         messages = self.view()
         if self.budget is None or self.request_size(messages) <= self.budget:
             return messages
@@ -208,11 +208,11 @@ class AgentCompaction:
     def compact(self) -> bool:
         """Summarise everything before the newest turn and make that the view.
 
-        The boundary is the newest user message: the turn it starts stays whole, so no
-        tool call is ever parted from its results. The summary covers the previous
-        summary and the messages from the old boundary to the new one, and a marker in
-        the log records it. Returns False, changing nothing, when there is nothing to
-        summarise (the newest turn already starts at the boundary) or no room for a
+        The turn in progress stays whole in the request, so no tool call is ever parted
+        from its results. The summary covers the previous summary and the messages the
+        view showed before the new boundary, and a marker in the log records it. Returns
+        False, changing nothing, when there is nothing to summarise (the newest turn
+        already starts at the boundary) or no room for a
         summary (the newest turn alone fills the budget). BadSummary, changing nothing,
         when the model gave no summary that can be recorded.
         """

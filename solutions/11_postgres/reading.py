@@ -153,7 +153,7 @@ class LogState:
         summarise (indices as undo markers count them). Like an undo marker, it speaks
         only of messages written before it: an "upto" past them (or below 0) is not one
         this store wrote, and is ignored. The boundary it gives is a place among the
-        messages shown: how many of them have an index below "upto".
+        messages shown, and names the same first message kept as "upto" does.
         """
         latest: Message | None = None
         written = 0     # messages before the entry being read
