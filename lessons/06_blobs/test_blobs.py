@@ -4,10 +4,12 @@ Run: pytest lessons/06_blobs            (your code)
      pytest lessons/06_blobs --solution (the reference)
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sys
 
 import openai
 import pytest
@@ -55,6 +57,32 @@ def snapshot(folder):
     }
 
 
+# Every file opened while a `paths_opened()` block runs (an audit hook sees os.open,
+# open() and Path.read_bytes alike, and sees an open before it can fail).
+_opened: list[str] | None = None
+
+
+def _note_open(event, args):
+    if _opened is not None and event == "open" and args:
+        path = args[0]
+        if isinstance(path, (str, bytes, os.PathLike)):
+            _opened.append(os.path.abspath(os.fsdecode(path)))
+
+
+sys.addaudithook(_note_open)
+
+
+@contextlib.contextmanager
+def paths_opened():
+    """The list of the paths opened, by anyone in this process, while the block runs."""
+    global _opened
+    _opened = found = []
+    try:
+        yield found
+    finally:
+        _opened = None
+
+
 def reference_in(message):
     content = message.get("content")
     assert isinstance(content, dict) and "$blob" in content, (
@@ -62,6 +90,17 @@ def reference_in(message):
         f"'preview': ...}}; "
         f"the line holds {str(content)[:120]!r}")
     return content
+
+
+def store(lesson, sessions, data, session_id="quest-1", **options):
+    """Store `data` with the log's own store_blob (task 06.1 alone: no line is written),
+    check the name it returns, and give the blob's path."""
+    with lesson.SessionLog(sessions, session_id, **options) as log:
+        name = log.store_blob(data)
+    assert name == sha256(data), (
+        f"store_blob should return the sha256 of the bytes it was given, in lowercase "
+        f"hex ({sha256(data)}); it returned {name!r}")
+    return sessions / "blobs" / name
 
 
 class Library:
@@ -315,12 +354,18 @@ def test_the_same_content_is_stored_once(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "tool", "tool_call_id": "call_1_0", "content": PASTE})
 
-    assert blob_names(sessions) == [sha256(PASTE.encode("utf-8"))], (
+    digest = sha256(PASTE.encode("utf-8"))
+    assert blob_names(sessions) == [digest], (
         "three copies of one content should make one blob, named by its hash; blobs/ "
         f"holds {blob_names(sessions)}"
     )
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        assert [m["content"] for m in log.load()] == [PASTE, PASTE]
+    lines = lines_of(sessions / "quest-1.jsonl") + lines_of(sessions / "quest-2.jsonl")
+    named = [reference_in(line).get("$blob") for line in lines]
+    assert named == [digest] * 3, (
+        f"each of the three lines should point to the one blob {digest}; they point to "
+        f"{named}")
+    assert (sessions / "blobs" / digest).read_bytes() == PASTE.encode("utf-8"), (
+        "the one blob should hold the content, whole")
 
 
 @pytest.mark.task("06.1")
@@ -330,13 +375,11 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
     """Storing content that is already stored, intact, writes nothing: the blob stays
     the very file it was (a reader, or a fork's log, may be using it). Its bytes are
     checked as bytes: read as text, "\r\n" would come back as "\n" and never match."""
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": content})
-    blob = sessions / "blobs" / sha256(content.encode("utf-8"))
+    data = content.encode("utf-8")
+    blob = store(lesson, sessions, data)
     assert blob.is_file(), f"the content should be stored as blobs/{blob.name}"
     before = blob.stat()
-    with lesson.SessionLog(sessions, "quest-2") as log:
-        log.append({"role": "user", "content": content})
+    store(lesson, sessions, data, "quest-2")
 
     after = blob.stat() if blob.is_file() else None
     assert after is not None and after.st_ino == before.st_ino, (
@@ -352,17 +395,15 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
     """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
     bad copy) is written again, whole, the next time its content is stored: neither a
     name nor a size proves anything, only the hash of the bytes."""
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": PASTE})
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    data = PASTE.encode("utf-8")
+    blob = store(lesson, sessions, data)
     assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
-    blob.write_bytes(PASTE.encode("utf-8")[:1000] if damage == "cut short"
+    blob.write_bytes(data[:1000] if damage == "cut short"
                      else PASTE.replace("cave", "lake", 1).encode("utf-8"))
-    with lesson.SessionLog(sessions, "quest-2") as log:
-        log.append({"role": "user", "content": PASTE})
+    store(lesson, sessions, data, "quest-2")
 
     stored = blob.read_bytes() if blob.is_file() else b""
-    assert stored == PASTE.encode("utf-8"), (
+    assert stored == data, (
         f"blobs/{blob.name} was damaged ({damage}) and the same content was stored "
         f"again; it now holds {len(stored)} bytes that are not the content: the "
         "damaged file was taken for the stored content, and the session can no "
@@ -398,10 +439,10 @@ def test_a_fork_shares_blobs_and_copies_none(lesson, sessions):
     assert len((sessions / "what-if.jsonl").read_bytes()) < 1024, (
         "the fork's log should hold the short reference, not the content"
     )
-    with lesson.SessionLog(sessions, "what-if") as log:
-        assert log.load()[0]["content"] == PASTE, (
-            "the fork should load the paste from the shared blob"
-        )
+    forked = reference_in(lines_of(sessions / "what-if.jsonl")[0])
+    assert forked.get("$blob") == blob.name and blob.read_bytes() == PASTE.encode(), (
+        f"the fork's line should point to the shared blob {blob.name}, which holds the "
+        f"paste; it points to {forked.get('$blob')!r}")
 
 
 class LineWatch:
@@ -528,50 +569,67 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(
 
 def watch_syncs(monkeypatch, events, path):
     """Record ("fsync", inode, whether `path` has its name by then) for every os.fsync
-    and ("line", None, None) when the line holding a blob reference is written."""
-    real_fsync, real_write = os.fsync, os.write
+    (or os.fdatasync) and ("line", None, None) when the line holding a blob reference
+    is written."""
+    real_write = os.write
 
-    def fsync(fd):
-        events.append(("fsync", os.fstat(fd).st_ino, path.exists()))
-        real_fsync(fd)
+    def syncing(real):
+        def sync(fd):
+            events.append(("fsync", os.fstat(fd).st_ino, path.exists()))
+            real(fd)
+        return sync
 
     def write(fd, data):
         if b'"$blob"' in bytes(data):
             events.append(("line", None, None))
         return real_write(fd, data)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, syncing(getattr(os, name)))
     monkeypatch.setattr(os, "write", write)
+
+
+def count_syncs(monkeypatch):
+    """The inodes os.fsync (or os.fdatasync) is called on from now, in a list."""
+    synced = []
+
+    def syncing(real):
+        def sync(fd):
+            synced.append(os.fstat(fd).st_ino)
+            real(fd)
+        return sync
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, syncing(getattr(os, name)))
+    return synced
 
 
 @pytest.mark.task("06.1")
 def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     lesson, sessions, monkeypatch
 ):
-    """In durable mode the blob's bytes and the blobs/ folder are fsynced before the
-    line that points to the blob is written."""
+    """In durable mode the blob's bytes and the blobs/ folder are fsynced before
+    store_blob returns, so before append writes the line that points to the blob."""
     events = []
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
-    watch_syncs(monkeypatch, events, blob)
+    data = PASTE.encode("utf-8")
+    blob = sessions / "blobs" / sha256(data)
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        log.append({"role": "user", "content": PASTE})
-    monkeypatch.undo()
+        watch_syncs(monkeypatch, events, blob)
+        log.store_blob(data)
+        monkeypatch.undo()
 
     assert blob.exists(), f"the paste should be stored as blobs/{blob.name}"
-    line = events.index(("line", None, None)) if ("line", None, None) in events \
-        else len(events)
-    before_line = [ino for kind, ino, _ in events[:line]]
-    assert blob.stat().st_ino in before_line, (
-        "in durable mode, the line that points to the blob was written before the "
-        "blob's bytes were synced: a power cut then could keep the line and lose the "
-        "bytes"
+    synced = [ino for kind, ino, _ in events]
+    assert blob.stat().st_ino in synced, (
+        "in durable mode, store_blob returned without syncing the blob's bytes: the "
+        "line append writes next could survive a power cut that loses the bytes"
     )
     folder = (sessions / "blobs").stat().st_ino
-    assert folder in before_line, (
-        "in durable mode, the line that points to the blob was written before blobs/ "
-        "was synced: the blob's name lives in that folder, and a power cut could lose "
-        "it while the line survives")
-    assert any(ino == folder and named for _, ino, named in events[:line]), (
+    assert folder in synced, (
+        "in durable mode, store_blob returned without syncing blobs/: the blob's name "
+        "lives in that folder, and a power cut could lose it while the line that "
+        "append writes next survives")
+    assert any(ino == folder and named for _, ino, named in events), (
         "blobs/ was synced only while the blob had no name in it yet: a folder's sync "
         "saves the names it holds at that moment, so the blob's name was never saved")
 
@@ -663,28 +721,37 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
 )
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
     """A reference that is not a plain sha256 hex name (a path, say) is refused naming
-    the log and line, and the load changes nothing."""
+    the log and line, opens nothing at all, and the load changes nothing."""
     # Another session, with a real blob
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
     line = {"role": "user", "content": {"$blob": name, "size": 10, "preview": "a path"}}
-    (sessions / "quest-1.jsonl").write_text(
+    log_path = sessions / "quest-1.jsonl"
+    log_path.write_text(
         json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8"
     )
     before = snapshot(sessions)
 
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    def used_as_a_path(opened):
+        """What the load opened besides its own log: in the sessions folder, or the
+        system file a reference names."""
+        return [path for path in opened if path != str(log_path) and (
+            path.startswith(str(sessions)) or path == "/etc/hostname")]
+
+    with lesson.SessionLog(sessions, "quest-1") as log, paths_opened() as opened:
         try:
             with raises(lesson.BlobError,
                         f"the reference {name!r}, which is not a sha256 hash, was "
                         "loaded without a BlobError") as refused:
                 log.load()
-        except OSError as error:
-            if str(name) not in str(error.filename):
+        except pytest.fail.Exception:
+            if not used_as_a_path(opened):
                 raise
-            pytest.fail(f"load opened {error.filename} ({error.strerror}): the "
-                        f"reference {name!r} is not a plain hash, and was used as a "
-                        "path", pytrace=False)
+    if used := used_as_a_path(opened):
+        pytest.fail(f"load opened {used[0]} for the reference {name!r}, which is not a "
+                    "plain hash: it was used as a path (whatever error came of it). "
+                    "A name that is not exactly 64 lowercase hex digits must open "
+                    "nothing", pytrace=False)
 
     message = str(refused.value)
     assert (
@@ -703,35 +770,28 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
     """The blob was stored by a writer that did not sync it: a durable writer pointing
     to it must sync it and blobs/ first, or a power cut could keep its line and lose the
     blob; once synced, it is not synced again at every append."""
-    with lesson.SessionLog(sessions, "quick") as log:          # not durable
-        log.append({"role": "user", "content": PASTE})
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    data = PASTE.encode("utf-8")
+    blob = store(lesson, sessions, data, "quick")                # not durable
     assert blob.is_file(), (
         f"the paste should be stored in the folder's blobs/, named {blob.name}; "
         f"blobs/ holds {blob_names(sessions)}")
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        synced.append(os.fstat(fd).st_ino)
-        real_fsync(fd)
-
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
-        log.append({"role": "user", "content": PASTE})
+        synced = count_syncs(monkeypatch)
+        log.store_blob(data)
         first = list(synced)
-        log.append({"role": "user", "content": PASTE})
-        log.append({"role": "user", "content": PASTE})
-    monkeypatch.undo()
+        log.store_blob(data)
+        log.store_blob(data)
+        monkeypatch.undo()
     assert blob.stat().st_ino in first, (
-        "a durable writer pointed a line at a stored blob that no one had synced, "
-        "without syncing it: a power cut could keep the line and lose the blob")
+        "a durable writer's store_blob found the blob stored by a writer that never "
+        "synced it, and returned without syncing it: a power cut could keep the line "
+        "that points to it and lose the blob")
     assert (sessions / "blobs").stat().st_ino in first, (
-        "a durable writer synced the reused blob but not blobs/, where its name lives, "
-        "before the line that points to it: a power cut could lose the name")
+        "a durable writer synced the blob it found stored but not blobs/, where its "
+        "name lives, before returning: a power cut could lose the name")
     times = synced.count(blob.stat().st_ino)
     assert times == 1, (
-        f"three appends of the same content by one durable writer synced its blob "
+        f"three stores of the same content by one durable writer synced its blob "
         f"{times} times; once per writer was expected")
 
 
@@ -739,19 +799,13 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
 def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypatch):
     """A durable writer that wrote a blob (and synced it) does not sync it again when
     the same content comes back: it remembers what it synced."""
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        synced.append(os.fstat(fd).st_ino)
-        real_fsync(fd)
-
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    data = PASTE.encode("utf-8")
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
-        log.append({"role": "user", "content": PASTE})
-        log.append({"role": "user", "content": PASTE})
-    monkeypatch.undo()
-    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+        synced = count_syncs(monkeypatch)
+        log.store_blob(data)
+        log.store_blob(data)
+        monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(data)
     assert blob.is_file(), (
         f"the paste should be stored as blobs/{blob.name}; blobs/ holds "
         f"{blob_names(sessions)}")
@@ -765,23 +819,15 @@ def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypat
 def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch):
     """Without durable=True nothing is fsynced, new blob or reused one: that speed is
     what a writer that is not durable chose."""
-    with lesson.SessionLog(sessions, "quick") as log:
-        log.append({"role": "user", "content": PASTE})
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    store(lesson, sessions, PASTE.encode("utf-8"), "quick")
     with lesson.SessionLog(sessions, "quick-2") as log:
-        log.append({"role": "user", "content": PASTE})          # reused
-        log.append({"role": "user", "content": NON_ASCII})      # new
-    monkeypatch.undo()
+        synced = count_syncs(monkeypatch)
+        log.store_blob(PASTE.encode("utf-8"))          # reused
+        log.store_blob(NON_ASCII.encode("utf-8"))      # new
+        monkeypatch.undo()
     assert synced == [], (
-        f"a writer that is not durable called os.fsync {len(synced)} times while "
-        "storing blobs; it should never sync")
+        f"a writer that is not durable synced {len(synced)} times while storing "
+        "blobs; it should never sync")
 
 
 @pytest.mark.task("06.1")
@@ -793,14 +839,14 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-1") as log:
         for _ in range(2):
             with raises(OSError,
-                        f"blobs/{digest} is a folder, so renaming the blob to its "
-                        "hash must fail; the append succeeded anyway, so the blob went "
-                        "under another name, or the folder was taken for the stored "
-                        "blob without reading it as a file"):
-                log.append({"role": "user", "content": PASTE})
+                        f"blobs/{digest} is a folder, so the blob cannot be put under "
+                        "that name; store_blob returned anyway, so the blob went under "
+                        "another name, or the folder was taken for the stored blob "
+                        "without reading it as a file"):
+                log.store_blob(PASTE.encode("utf-8"))
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
-    assert left == [], (f"failed renames left temporary files in blobs/: {left}; "
-                        "every try leaves one more copy of the content behind")
+    assert left == [], (f"failed stores left files in blobs/: {left}; every try "
+                        "leaves one more copy of the content behind")
 
 
 @pytest.mark.task("06.1")
@@ -841,13 +887,12 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 
 @pytest.mark.task("06.1")
 def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkeypatch):
-    """The temporary file is made in blobs/ itself: a rename is atomic only within one
+    """Nothing of a blob is made outside blobs/: a rename is atomic only within one
     file system, and the system's temp folder is often another one."""
     # The system's temp folder is unusable here: only a file made elsewhere notices.
     monkeypatch.setattr(lesson.tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
     try:
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append({"role": "user", "content": PASTE})
+        store(lesson, sessions, PASTE.encode("utf-8"))
     except OSError as error:
         if "gone-tmp" not in str(error):
             raise
@@ -916,15 +961,10 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
         json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        try:
-            with raises(lesson.BlobError,
-                        "a blob that is not UTF-8 text was loaded as a message's "
-                        "content (with replacement characters?)") as refused:
-                log.load()
-        except UnicodeDecodeError as error:
-            pytest.fail(f"load raised UnicodeDecodeError ({error}), which names "
-                        "neither the blob, the log nor the line; a BlobError naming "
-                        "them was expected", pytrace=False)
+        with raises(lesson.BlobError,
+                    "a blob that is not UTF-8 text was loaded as a message's "
+                    "content (with replacement characters?)") as refused:
+            log.load()
     message = str(refused.value)
     named = re.search(r"\bline 2\b", message) and "quest-1.jsonl" in message
     assert digest in message and named, (
@@ -938,8 +978,7 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
     (0700), whatever the umask says (a bare mkdir leaves 0777 under umask 000)."""
     old_umask = os.umask(0)
     try:
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append({"role": "user", "content": PASTE})
+        store(lesson, sessions, PASTE.encode("utf-8"))
     finally:
         os.umask(old_umask)
 
@@ -955,31 +994,29 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
 def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
         lesson, sessions, monkeypatch):
     """A new folder's name lives in its parent: when a durable writer makes blobs/, the
-    sessions folder is synced after it, before the line, or a power cut can lose
-    blobs/ and every blob in it while the line that points there survives."""
+    sessions folder is synced after it, before store_blob returns (so before the line),
+    or a power cut can lose blobs/ and every blob in it while the line that points there
+    survives."""
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        log.append(SMALL)                       # the log exists, blobs/ not yet
         events = []
         made = sessions / "blobs"
         watch_syncs(monkeypatch, events, made)  # "named": blobs/ exists by then
-        log.append({"role": "user", "content": PASTE})
+        log.store_blob(PASTE.encode("utf-8"))
         monkeypatch.undo()
 
-    line = events.index(("line", None, None)) if ("line", None, None) in events \
-        else len(events)
     parent = sessions.stat().st_ino
-    assert any(ino == parent and named for _, ino, named in events[:line]), (
+    assert any(ino == parent and named for _, ino, named in events), (
         "a durable writer made blobs/ but did not sync the sessions folder after it, "
-        "before the line pointing into it was written: a power cut could lose blobs/ "
-        "and every blob in it while the line survives")
+        "before store_blob returned: a power cut could lose blobs/ and every blob in "
+        "it while the line that append writes next survives")
 
 
 @pytest.mark.task("06.1")
 def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions,
                                                                 tmp_path):
     """A symbolic link under the blob's name, even to the right bytes, is no stored
-    blob (load refuses links): storing the content puts a real file there, so the
-    session loads, and the link's target is left alone."""
+    blob (load refuses links): storing the content puts a real file there, holding the
+    content, and the link's target is left alone."""
     data = PASTE.encode("utf-8")
     outside = tmp_path / "outside"
     outside.write_bytes(data)
@@ -987,16 +1024,14 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
     blob = sessions / "blobs" / sha256(data)
     blob.symlink_to(outside)
 
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": PASTE})
+    store(lesson, sessions, data)
 
     assert not blob.is_symlink() and blob.is_file(), (
         f"blobs/{blob.name} is still a symbolic link after the content was stored: "
         "a load refuses links, so the session cannot load its paste")
     assert outside.read_bytes() == data, "the link's target must not be written to"
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        assert log.load()[0]["content"] == PASTE, (
-            "the session should load its paste from the blob it stored")
+    assert blob.read_bytes() == data, (
+        f"blobs/{blob.name} should hold the content, whole, once it is stored")
 
 
 @pytest.mark.task("06.2")
@@ -1014,5 +1049,10 @@ def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role)
     assert isinstance(stored.get("content"), dict), (
         f"a 1 MB content from the {role} stayed in the line: every string content "
         "over the threshold goes to a blob, whatever the role")
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        assert log.load() == [message], "it should load back as it was"
+    reference = reference_in(stored)
+    assert {**stored, "content": message["content"]} == message, (
+        f"the line should keep the rest of the {role}'s message as it was; it holds "
+        f"{sorted(stored)}")
+    blob = sessions / "blobs" / str(reference.get("$blob"))
+    assert blob.is_file() and blob.read_bytes() == PASTE.encode("utf-8"), (
+        f"the {role}'s content should be stored whole in {blob}")

@@ -47,8 +47,8 @@ class SessionBlobs:
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
 
-        Returns a new dict and leaves `message` alone: the agent's memory, and so the
-        next request to the model, keep the full content.
+        `message` is the agent's own: its memory, and so the next request to the model,
+        keep the full content; only the line on disk holds the reference.
         """
         content = message.get("content")
         if not isinstance(content, str):
