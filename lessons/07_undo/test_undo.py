@@ -84,6 +84,36 @@ def resume(lesson, sessions, session_id="quest-1"):
     return agent.messages
 
 
+def write_log(sessions, entries, session_id="quest-1"):
+    """Write a log by hand, one JSON line per entry."""
+    (sessions / f"{session_id}.jsonl").write_bytes(b"".join(
+        (json.dumps(entry) + "\n").encode() for entry in entries))
+
+
+def undo_marker(*skip):
+    return {"$marker": "undo", "skip": list(skip), "at": "2026-01-01T00:00:00+00:00"}
+
+
+@pytest.mark.task("07.1")
+def test_a_log_with_undo_markers_loads_without_the_messages_they_take_back(lesson,
+                                                                           sessions):
+    """A log written by hand with two undo markers loads without the messages they take
+    back. Indices count messages, not lines: below the first marker, every message sits
+    a line further down than its index. (Task 07.1 alone: nothing here undoes.)"""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(6)]
+    write_log(sessions, [*said[:3], undo_marker(2), said[3], said[4], undo_marker(4),
+                         said[5]])
+
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+
+    expected = [said[0], said[1], said[3], said[5]]
+    got = [m.get("content", m) for m in shown]
+    assert shown == expected, (
+        "the markers take back message 2 and message 4 (indices count the messages "
+        "written, from 0; markers are not messages), so the log should show messages "
+        f"0, 1, 3 and 5; it shows {got}")
+
+
 @pytest.mark.key
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.4")
@@ -167,16 +197,11 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
     with log:
         messages = list(agent.messages)
         for turns in (3, 0, -1):
-            try:
-                with raises(lesson.UndoError,
-                            f"undo(turns={turns}) was allowed on a conversation of two "
-                            "turns: refuse a count that is not between 1 and the turns "
-                            "there are"):
-                    agent.undo(turns=turns)
-            except IndexError as error:
-                pytest.fail(f"undo(turns={turns}) on a conversation of two turns "
-                            f"raised IndexError ({error}) instead of UndoError",
-                            pytrace=False)
+            with raises(lesson.UndoError,
+                        f"undo(turns={turns}) was allowed on a conversation of two "
+                        "turns: refuse a count that is not between 1 and the turns "
+                        "there are"):
+                agent.undo(turns=turns)
 
             assert agent.messages == messages, (
                 f"a refused undo({turns}) must leave the conversation as it was"
@@ -441,7 +466,7 @@ def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, session
         agent.record({"role": "user", "content": "Actually, never mind."})
         agent.undo(turns=2)
 
-    skips = [m.get("skip") for m in markers_in(sessions / "quest-1.jsonl")]
+    skips = [sorted(m.get("skip", [])) for m in markers_in(sessions / "quest-1.jsonl")]
     assert skips == [list(range(len(turn_a), len(turn_a) + 2))], (
         "only the written turn needs a marker (skip "
         f"{list(range(len(turn_a), len(turn_a) + 2))}); "
@@ -548,7 +573,12 @@ def test_undo_works_without_a_session(lesson):
     first = list(agent.messages)
     agent.run(TURN_D[0])
 
-    agent.undo()
+    try:
+        agent.undo()
+    except AttributeError as error:
+        pytest.fail(f"undo() of an agent without a session failed with AttributeError "
+                    f"({error}): such an agent has no log to take messages back from, "
+                    "and its undo changes its memory only", pytrace=False)
 
     assert agent.messages == first and agent.pending == [], (
         "without a session, undo only changes memory"
@@ -747,18 +777,28 @@ def test_logs_written_by_earlier_lessons_still_load(
 def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
     """A marker written after two messages can take back only those two: indices at or
     after its own place (a damaged or foreign marker) are ignored, never applied to the
-    messages written, and shown to the user, after it."""
+    messages written, and shown to the user, after it. Its place counts the messages
+    before it, not the lines (a marker above it is no message)."""
     ask = {"role": "user", "content": "Ask the elder."}
     answer = {"role": "assistant", "content": "The elder wants a torch."}
     later = [{"role": "user", "content": "Buy a torch."},
              {"role": "assistant", "content": "Bought."}]
-    marker = {"$marker": "undo", "skip": [1, 2, 3, -1], "at": "2026-01-01T00:00:00Z"}
-    (sessions / "quest-1.jsonl").write_bytes(b"".join(
-        (json.dumps(entry) + "\n").encode() for entry in [ask, answer, marker, *later]))
+    write_log(sessions, [ask, answer, undo_marker(1, 2, 3, -1), *later])
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == [ask, *later], (
         "the marker may take back index 1 only (two messages came before it); the "
         f"messages after it must stay shown. Got {[m.get('content') for m in shown]}")
+
+    # A second undo, damaged: three messages came before it, on four lines
+    retry = {"role": "user", "content": "Ask the elder again."}
+    write_log(sessions, [ask, answer, undo_marker(1), retry, undo_marker(2, 3),
+                         later[0]], "quest-2")
+    shown = lesson.SessionLog(sessions, "quest-2").load()
+    assert shown == [ask, later[0]], (
+        "the second marker may take back indices 0 to 2 only: three messages came "
+        "before it (on four lines, the first marker being no message), so index 3, "
+        "the message written after it, must stay shown. Got "
+        f"{[m.get('content') for m in shown]}")
 
 
 @pytest.mark.task("07.4")

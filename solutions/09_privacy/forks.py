@@ -98,11 +98,8 @@ def lines_kept(shown: Sequence[tuple[int, int]], lines: int, upto: int | None) -
     """How many of the source's `lines` (one per entry, in order) a fork copies: a fork
     of its first `upto` shown messages shows exactly them, a whole fork (`upto` None)
     exactly what the source shows. `upto` is already checked against `shown`, the
-    (index, position) pairs of the messages the source shows.
-
-    The undo markers among the lines copied come along, so the fork leaves out what the
-    source leaves out. A marker past the cut takes back only messages written after the
-    last one kept (an undo always takes the newest), which the fork does not have."""
+    (index, position) pairs of the messages the source shows. The undo markers among the
+    lines copied come along."""
     if upto is None:
         return lines
     # Up to the line holding the last message kept, which can be far below its place

@@ -49,8 +49,7 @@ class AgentUndo:
         """Take back the last `turns` turns and return the messages taken back.
 
         A turn is a user message and everything after it up to the next user message, so
-        a tool call is never taken back without its results. Pending messages are
-        dropped; written ones are marked as undone in the log. Raises UndoError,
+        a tool call is never taken back without its results. Raises UndoError,
         changing nothing, when the conversation has fewer turns.
         """
         starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
