@@ -146,10 +146,11 @@ class SessionLog:
     def _repair(self, data: bytes, state: LogState) -> None:
         """Make the log's tail whole before this writer adds to it; leave a whole one.
 
-        Cut a torn tail, add a missing final newline, and answer each unanswered tool
-        call with interrupted_result(call), after a repair marker saying what was done.
-        The marker and the results go in one write, so a second repair finds nothing
-        left to do. `data` is the log's bytes and `state` their parse_log(), as _open()
+        When it returns, the log ends in whole lines and no call is left open at its
+        end: torn bytes are gone, a missing final newline is there, and a repair marker
+        saying what was done comes before an interrupted_result(call) for each call
+        that was open. A crash during the repair never leaves a part of it as whole
+        lines. `data` is the log's bytes and `state` their parse_log(), as _open()
         read them.
         """
         # TODO(04.3): Repair the tail once, when the writer takes the log over.

@@ -161,6 +161,135 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(
     )
 
 
+# --- 04.1 and 04.2 on their own: the functions, before any resume uses them -----------
+
+
+ODD = {"role": "user", "content": "a\u2028b\u2029c\u0085d\x1ce\x1df\x1eg\x0bh\x0ci\rj"}
+WHOLE = b"".join(line(entry) for entry in A_FINISHED_DAY)
+AN_EMPTY_LINE = line(A_FINISHED_DAY[0]) + b"\n" + WHOLE[len(line(A_FINISHED_DAY[0])):]
+# name: (the log's bytes, its whole entries, where they end, newline_missing)
+LOGS = {
+    "a whole log": (WHOLE, A_FINISHED_DAY, len(WHOLE), False),
+    "half a line at the tail": (WHOLE + TORN, A_FINISHED_DAY, len(WHOLE), False),
+    "zero bytes at the tail": (
+        WHOLE + b"\x00" * 300, A_FINISHED_DAY, len(WHOLE), False),
+    "half a character at the tail": (
+        WHOLE + '{"role": "user", "content": "caf'.encode() + "é".encode()[:1],
+        A_FINISHED_DAY, len(WHOLE), False),
+    "JSON that is no message at the tail": (
+        WHOLE + b'{"content": "no role"}', A_FINISHED_DAY, len(WHOLE), False),
+    "a whole last message without its newline": (
+        WHOLE[:-1], A_FINISHED_DAY, len(WHOLE) - 1, True),
+    "an empty line, then half a line": (
+        AN_EMPTY_LINE + TORN, A_FINISHED_DAY, len(AN_EMPTY_LINE), False),
+    "U+2028 and its kind inside a message": (
+        line(ODD) + WHOLE, [ODD, *A_FINISHED_DAY], len(line(ODD) + WHOLE), False),
+}
+
+
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("case", list(LOGS))
+def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessions,
+                                                                  case):
+    """parse_log itself, before any repair: the whole lines are the entries, `end` is
+    the byte where they end (a torn tail starts there), and `newline_missing` tells a
+    whole last entry that lacks only its newline."""
+    data, entries, end, newline_missing = LOGS[case]
+    try:
+        state = lesson.parse_log(data, sessions / "quest-1.jsonl")
+    except lesson.CorruptLog as error:
+        refused = error
+    else:
+        refused = None
+    if refused is not None:     # outside the except: the words come first, alone
+        why = {"U+2028 and its kind inside a message": " U+2028, U+2029 and U+0085 "
+               "are text inside one line: only the newline byte ends a line of a log, "
+               "and a message cut anywhere else falls apart in pieces that are no "
+               "JSON.",
+               "an empty line, then half a line": " An empty line holds nothing to "
+               "lose: it is no damage."}.get(case, "")
+        pytest.fail(f"parse_log refused {case} as damage, but only a whole line that "
+                    f"is no entry is damage.{why} (CorruptLog said line "
+                    f"{refused.line}: {refused})", pytrace=False)
+
+    assert state.entries == entries, (
+        f"{case}: parse_log should find the {len(entries)} whole entries; it found "
+        f"{len(state.entries)}: {state.entries}")
+    assert state.end == end, (
+        f"{case}: `end` should be {end}, the byte where the whole lines end (the "
+        f"next line starts there, and a repair cuts what lies past it); it is "
+        f"{state.end}")
+    assert state.size == len(data), (
+        f"{case}: `size` should be the {len(data)} bytes read; it is {state.size}")
+    assert state.newline_missing == newline_missing, (
+        f"{case}: `newline_missing` should be {newline_missing} (it is True only when "
+        f"the last entry is whole and lacks only its newline); it is "
+        f"{state.newline_missing}")
+
+
+def buy(*ids):
+    """BUY_THREE's calls with these ids, as the model made them."""
+    return [call for call in BUY_THREE["tool_calls"] if call["id"] in ids]
+
+
+AGAIN = [A_FINISHED_DAY[0],
+         {"role": "assistant", "content": None,
+          "tool_calls": [tool_call("call_0", "talk_to", npc="elder")]},
+         result("call_0", "Bring a torch."),
+         {"role": "assistant", "content": "A torch, then."}, ASK,
+         {"role": "assistant", "content": None,
+          "tool_calls": [tool_call("call_0", "buy", item="torch"),
+                         tool_call("call_1", "buy", item="rope")]}]
+# name: (the conversation, the calls left open at its end)
+CONVERSATIONS = {
+    "three calls, no result": ([ASK, BUY_THREE], buy(*CALL_ORDER)),
+    "the first call answered": (
+        [ASK, BUY_THREE, result("call_z")], buy("call_a", "call_m")),
+    "only the second call answered": (
+        [ASK, BUY_THREE, result("call_a")], buy("call_z", "call_m")),
+    "only the last call answered": (
+        [ASK, BUY_THREE, result("call_m")], buy("call_z", "call_a")),
+    "every call answered": (
+        [ASK, BUY_THREE, *(result(call_id) for call_id in CALL_ORDER)], []),
+    "a plain answer": (A_FINISHED_DAY, []),
+    "a user message after a plain answer": (
+        [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}], []),
+    "calls, then a user message": (
+        [ASK, BUY_THREE, {"role": "user", "content": "Did we get them?"}], []),
+    "an id used again in a later turn": (AGAIN, AGAIN[-1]["tool_calls"]),
+    "no message at all": ([], []),
+}
+
+
+@pytest.mark.task("04.2")
+@pytest.mark.parametrize("case", list(CONVERSATIONS))
+def test_unanswered_calls_are_the_calls_left_open_at_the_very_end(lesson, case):
+    """unanswered_calls itself, before any repair or settle uses it: the calls that
+    must get a result before anything else is sent, in the model's order, and none
+    when the conversation ends in anything but those calls and their results."""
+    messages, expected = CONVERSATIONS[case]
+    before = json.dumps(messages)
+
+    found = lesson.unanswered_calls(messages)
+
+    ids = [call.get("id") if isinstance(call, dict) else call for call in found]
+    wanted = [call["id"] for call in expected]
+    if case == "calls, then a user message":
+        assert found == [], (
+            "the calls are followed by a user message, so they are no longer at the "
+            "end of the conversation: a result written now would come after that "
+            "message, where no provider accepts it either. A conversation that ends in "
+            f"a user message has no open call; unanswered_calls returned {ids}")
+    assert ids == wanted, (
+        f"{case}: the open calls are {wanted or 'none'}, in the order the model made "
+        f"them; unanswered_calls returned {ids}")
+    assert found == expected, (
+        f"{case}: unanswered_calls should return the calls themselves, as the "
+        f"assistant message holds them; it returned {found}")
+    assert json.dumps(messages) == before, (
+        f"{case}: unanswered_calls changed the conversation it was given")
+
+
 # --- 04.2 and 04.3: answer the interrupted calls --------------------------------------
 
 
@@ -339,9 +468,12 @@ def test_a_torn_last_line_is_cut_off_and_reported(resume, sessions):
         f"the torn bytes should be cut off; the log ends {data[-120:]!r}"
     )
     repair = markers(entries_in(path))
+    assert repair, (
+        f"the {len(TORN)} torn bytes are gone, but the log holds no repair marker: "
+        "nothing in it says that bytes were cut, or how many")
     assert len(repair) == 1 and repair[0].get("cut_bytes") == len(TORN), (
-        f"a repair marker should report that {len(TORN)} torn bytes were cut; markers: "
-        f"{repair}"
+        f"one repair marker should report that {len(TORN)} torn bytes were cut; "
+        f"markers: {repair}"
     )
     assert log.repaired == repair[0]
 
@@ -653,10 +785,15 @@ def test_a_message_holding_unicode_line_separators_resumes_whole(lesson, resume,
     try:
         agent, _ = resume()
     except lesson.CorruptLog as error:
-        pytest.fail("a log whose message holds U+2028 and other line separators "
-                    "was refused: those characters are text inside one line, and "
-                    "only b\"\\n\" ends a line of a log. Resuming "
-                    f"raised: {error}", pytrace=False)
+        refused = error
+    else:
+        refused = None
+    if refused is not None:     # outside the except: the words come first, alone
+        pytest.fail("a log whose message holds U+2028 (and U+2029, U+0085) was "
+                    "refused as damaged: those characters are text inside one line, "
+                    "and only the newline byte ends a line of a log, so the message "
+                    "was cut in pieces that are no JSON (CorruptLog said line "
+                    f"{refused.line}: {refused})", pytrace=False)
 
     assert agent.messages == entries, (
         f"the message with line separators should come back whole; the agent holds "
@@ -885,6 +1022,27 @@ def writes_to(path, monkeypatch, events):
     monkeypatch.setattr(os, "fsync", fsync)
 
 
+def held_by(data):
+    """What one write to the log held, in words: "a newline", "the repair marker",
+    "the result for call_z", ... (a piece that is no whole line: its size)."""
+    if data == b"\n":
+        return "a newline"
+    parts = []
+    for raw in data.split(b"\n"):
+        try:
+            entry = json.loads(raw) if raw else None
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict) and "$marker" in entry:
+            parts.append("the repair marker")
+        elif isinstance(entry, dict) and entry.get("role") == "tool":
+            parts.append(f"the result for {entry.get('tool_call_id')}")
+        elif raw:
+            parts.append(f"{len(raw)} bytes")
+    newline = "a newline, then " if data.startswith(b"\n") else ""
+    return newline + " and ".join(parts)
+
+
 @pytest.mark.task("04.3")
 @pytest.mark.parametrize("tail", [line(BUY_THREE)[:-1], line(BUY_THREE) + TORN],
                          ids=["missing newline", "torn"])
@@ -900,8 +1058,12 @@ def test_the_whole_repair_lands_with_one_write(resume, sessions, monkeypatch, ta
 
     monkeypatch.undo()
     writes = [data for kind, data in events if kind == "write"]
-    assert len(writes) == 1, (
-        f"the repair should be written with one write; it took {len(writes)}: {writes}")
+    if len(writes) != 1:
+        held = "; ".join(map(held_by, writes)) or "none"
+        pytest.fail(f"the repair took {len(writes)} writes ({held}): a crash between "
+                    "two of them leaves part of the repair, a marker without its "
+                    "results or results without their marker. Everything the repair "
+                    "adds must land with one write", pytrace=False)
     assert path.read_bytes() == kept + writes[0], (
         "that one write should hold everything the repair added to the log")
 

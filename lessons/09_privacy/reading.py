@@ -22,11 +22,10 @@ from .files import read_all
 
 
 class CorruptLog(ValueError):
-    """A line before the log's last one is not a JSON message: the file was damaged.
+    """A whole line of the log is not a JSON message: the file was damaged.
 
-    A crash can only tear the *last* line (every line is written by one append at the
-    end), so damage anywhere else means something else wrote to the file. Guessing would
-    hide it: the error names the place, and nothing is changed.
+    Damage is not a torn tail: guessing would hide it, so the error names the place,
+    and nothing is changed.
     """
 
     def __init__(self, path: Path, line: int, offset: int, reason: str) -> None:
@@ -236,9 +235,9 @@ def read_whole_log(path: Path) -> tuple[bytes, LogState]:
     lock. FileNotFoundError if there is no log.
 
     A writer may append, or repair the tail, while a reader reads. An append only adds
-    bytes after the ones read. A repair cuts the torn tail and writes its marker where
-    the tail began, so a read that straddles it can hold the old tail followed by the
-    end of the marker: a false CorruptLog, or even a message nobody wrote. So when the
+    bytes after the ones read. A repair replaces a torn tail with its marker, so a read
+    that straddles it can hold the old tail's first bytes followed by the end of the
+    marker: a false CorruptLog, or even a message nobody wrote. So when the
     file changed during the read, read it again, and keep the first read only if the
     file still starts with it (it was only appended to).
     """
@@ -418,12 +417,10 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
-    """The calls of the last assistant message that no tool message answers, in order.
-
-    Only the end of the conversation can hold them: the agent answers every call before
-    it sends anything else, so a crash can leave calls unanswered only after the last
-    assistant message with tool calls. [] when the conversation ended in a plain answer
-    or a user message.
+    """The tool calls left open at the very end of the conversation: those of its last
+    assistant message that nothing but tool messages follows, less those the tool
+    messages answer, in the order the model made them. [] when the conversation ends in
+    anything else (a plain answer, a user message).
     """
     answered: set[str] = set()
     for message in reversed(messages):
