@@ -65,8 +65,9 @@ class SessionLock:
 
     def _lock(self) -> None:
         """Make this SessionLog the session's one writer, waiting up to self.timeout
-        seconds for another to let go (LOCK_POLL_SECONDS between tries), and record in
-        the lock file who holds it. SessionBusy, naming the holder, if it stays taken.
+        seconds for another to let go (and getting it within about LOCK_POLL_SECONDS
+        once it has), and record in the lock file who holds it. SessionBusy, naming the
+        holder, if it stays taken.
 
         The lock is an flock on `<id>.lock`: the kernel lets go of it when its holder
         closes the file or dies, so a crashed writer never leaves the session locked.
