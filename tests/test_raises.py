@@ -32,6 +32,17 @@ def test_another_error_names_both_and_where_it_was_raised():
     assert "ab12" in said and "(raised at test_raises.py:" in said, said
 
 
+def test_an_error_from_a_helper_names_the_line_that_called_it_too():
+    def helper():
+        raise FileNotFoundError("blobs/ab12")
+
+    with pytest.raises(pytest.fail.Exception) as failure:
+        with raises(BlobError, "a missing blob was loaded"):
+            helper()
+    said = str(failure.value)
+    assert said.count("test_raises.py:") == 2 and ", called from test_raises.py:" in said, said
+
+
 def test_a_task_not_written_yet_goes_through_for_the_plugin_to_name():
     with pytest.raises(NotImplementedError):
         with raises(BlobError, "a missing blob was loaded"):

@@ -166,10 +166,20 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
     except Exception as other:
         # Another error than the one expected: say so in words first, and where it came
         # from, rather than leave a traceback ending in, say, FileNotFoundError.
-        frame = traceback.extract_tb(other.__traceback__)[-1]
         pytest.fail(f"expected {_names(expected)}, got {type(other).__name__}: {other} "
-                    f"(raised at {Path(frame.filename).name}:{frame.lineno})", pytrace=False)
+                    f"(raised at {_where(other)})", pytrace=False)
     pytest.fail(f"expected {_names(expected)}, but nothing was raised: {why}", pytrace=False)
+
+
+def _where(error: BaseException) -> str:
+    """Where `error` came from, in the course's own files: the line that raised it and,
+    when that is a given helper, the line of the caller (the student's, most often)."""
+    import sys
+    library = (sys.prefix, sys.base_prefix, str(Path(__file__).parent))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(library)]
+    shown = [f"{Path(frame.filename).name}:{frame.lineno}" for frame in frames[-2:]]
+    return ", called from ".join(reversed(shown)) if shown else "outside the course's files"
 
 
 def _names(expected: type[BaseException] | tuple[type[BaseException], ...]) -> str:
