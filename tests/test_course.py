@@ -6,9 +6,12 @@ The starters are run only to prove they fail for the right reason, never as if t
 should pass, and they are the ones generated from solutions/ (in a temporary copy of the
 course), never a student's edited lessons/NN/agent.py: that work is named in a warning.
 
-The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out here: it
-would double the root `pytest`. `sessionlab dev check` runs it, and CI runs all of it, every
-test on every wrong implementation and the generated mutation pass, as a step of its own
+The bare `pytest` (the README's quick command) runs the static checks, every solution on
+its lesson and every starter; the earlier lessons' key tests on every solution and the
+strict build of the docs are the campaign's (`pytest -m campaign`, which CI runs too).
+The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out of both:
+`sessionlab dev check` runs it, and CI runs all of it, every test on every wrong
+implementation and the generated mutation pass, as a step of its own
 (`sessionlab dev check --mutate`).
 """
 
@@ -21,11 +24,14 @@ import pytest
 from sessionlab import maintainers
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKS = maintainers.all_checks(ROOT, corpus=False)
+# What each part runs: the quick one, and the campaign's
+QUICK = dict(corpus=False, key=False, docs=False)
+HEAVY = dict(corpus=False, static=False, lessons=False)
+CHECKS = maintainers.all_checks(ROOT, **QUICK)
+HEAVY_CHECKS = maintainers.all_checks(ROOT, **HEAVY)
 
 
-@pytest.fixture(scope="session")
-def findings(request):
+def run_checks(request, options: dict) -> list:
     # In CI (a clean clone) any starter that differs from the generator fails; on a
     # student's machine their work in lessons/ is left out with a warning.
     # The check runs every lesson's tests (a minute or two): a line as each check
@@ -45,14 +51,32 @@ def findings(request):
                                     f"({total} checks, two at a time):")
             terminal.write_line("  " + maintainers.progress_line(finding, done, total))
 
-    findings = maintainers.run_all(ROOT, strict=maintainers.ci(), corpus=False,
-                                   progress=progress)
-    return {name: finding for (name, _), finding in zip(CHECKS, findings)}
+    return maintainers.run_all(ROOT, strict=maintainers.ci(), progress=progress, **options)
+
+
+@pytest.fixture(scope="session")
+def findings(request):
+    return {name: finding for (name, _), finding in zip(CHECKS, run_checks(request, QUICK))}
+
+
+@pytest.fixture(scope="session")
+def heavy_findings(request):
+    return {name: finding
+            for (name, _), finding in zip(HEAVY_CHECKS, run_checks(request, HEAVY))}
+
+
+def passes(finding) -> None:
+    for line in finding.warnings:   # such as: lessons/ holds a student's work, left out
+        warnings.warn(f"{finding.check}: {line}", UserWarning, stacklevel=1)
+    assert finding.ok, f"{finding.check}:\n" + "\n".join(finding.problems)
 
 
 @pytest.mark.parametrize("name", [name for name, _ in CHECKS])
 def test_the_course_passes_the_maintainers_check(findings, name):
-    finding = findings[name]
-    for line in finding.warnings:   # such as: lessons/ holds a student's work, left out
-        warnings.warn(f"{finding.check}: {line}", UserWarning, stacklevel=1)
-    assert finding.ok, f"{finding.check}:\n" + "\n".join(finding.problems)
+    passes(findings[name])
+
+
+@pytest.mark.campaign
+@pytest.mark.parametrize("name", [name for name, _ in HEAVY_CHECKS])
+def test_the_course_passes_the_maintainers_heavier_checks(heavy_findings, name):
+    passes(heavy_findings[name])

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sessionlab import hangs
+
+# The campaign (tests/conftest.py): tests that wait out a hang to show its words.
+pytestmark = pytest.mark.campaign
 
 ROOT = Path(__file__).resolve().parent.parent
 

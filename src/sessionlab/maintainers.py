@@ -831,8 +831,13 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
 
 
 def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
-                  corpus: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+                  corpus: bool = True, key: bool = True, lessons: bool = True
+                  ) -> list[tuple[str, Callable[[], Finding]]]:
     """The checks that run a process (pytest, mkdocs), as (name, callable) pairs.
+
+    `lessons`: each solution passes its lesson and each starter fails it for the right
+    reason; `key`: each solution passes the earlier lessons' key tests. The root `pytest`
+    runs the first (quick), and leaves the key tests and the docs to `pytest -m campaign`.
 
     `corpus`: also run each lesson's tests on its wrong implementations (wrong.toml),
     up to the first failure of each, or on every test with `mutate`. The root `pytest`
@@ -845,9 +850,14 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
             checks.append((f"lesson {lesson.name}", lambda l=lesson, m=missing:
                            unchecked_lesson(l, m)))
             continue
-        checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
-        checks.append((f"key tests on {lesson.name}", lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
-        checks.append((f"starter {lesson.name}", lambda l=lesson: check_starter_fails_right(l)))
+        if lessons:
+            checks.append((f"solution {lesson.name}", lambda l=lesson: check_solution(l)))
+        if key:
+            checks.append((f"key tests on {lesson.name}",
+                           lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
+        if lessons:
+            checks.append((f"starter {lesson.name}",
+                           lambda l=lesson: check_starter_fails_right(l)))
         if corpus or mutate:
             checks.append((f"wrong implementations of {lesson.name}",
                            lambda l=lesson: check_wrong_implementations(
@@ -883,9 +893,11 @@ def unchecked_lesson(lesson: course.Lesson, missing: str) -> Finding:
 
 
 def all_checks(root: Path, docs: bool = True, mutate: bool = False,
-               corpus: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+               corpus: bool = True, key: bool = True, lessons: bool = True,
+               static: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
     """Every check as a (name, callable) pair, cheapest first."""
-    return static_checks(root) + pytest_checks(root, docs, mutate, corpus)
+    return (static_checks(root) if static else []) + pytest_checks(
+        root, docs, mutate, corpus, key, lessons)
 
 
 def _timed(check: Callable[[], Finding]) -> Finding:
@@ -897,7 +909,8 @@ def _timed(check: Callable[[], Finding]) -> Finding:
 
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False, strict: bool = False,
-            corpus: bool = True,
+            corpus: bool = True, key: bool = True, lessons: bool = True,
+            static: bool = True,
             progress: Callable[[Finding, int, int], None] | None = None
             ) -> list[Finding]:
     """Every finding, in the order of all_checks, on a pristine copy of the course
@@ -912,8 +925,8 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         shipped = Path(temp) / "course"
         shipped.mkdir()
         lay_out_pristine(root, shipped)
-        static = static_checks(root, shipped, strict)
-        slow = pytest_checks(shipped, docs, mutate, corpus)
+        static = static_checks(root, shipped, strict) if static else []
+        slow = pytest_checks(shipped, docs, mutate, corpus, key, lessons)
         total = len(static) + len(slow)
         findings = []
         for _, check in static:

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# The campaign (tests/conftest.py): the benchmarks run for real, briefly.
+pytestmark = pytest.mark.campaign
+
 ROOT = Path(__file__).resolve().parents[2]
 STORES = ("floor", "subject", "naive", "sqlite3", "postgres", "langchain", "agents")
 WORKLOADS = ("append", "append_first", "append_last", "growth", "append_one", "append_small", "load",

@@ -18,6 +18,9 @@ from . import quirky
 from .conftest import REPO, STARTER
 from .quirky import Answer, QuirkyServer, Slow, calls, text, tool_call
 
+# The campaign (tests/conftest.py): the chat against real HTTP servers that stall and drop.
+pytestmark = pytest.mark.campaign
+
 LESSONS = [name for name in ("02_load", "07_undo") if (REPO / "solutions" / name / "agent.py").exists()]
 ASK = "ask the elder about the cave\n"
 RESUME = "what did the elder say?\n"

@@ -13,6 +13,9 @@ from sessionlab.course import load_lesson
 
 from .conftest import SOLUTION, STARTER, make_course
 
+# The campaign (tests/conftest.py): classes graded: a pytest run per student and lesson.
+pytestmark = pytest.mark.campaign
+
 
 @pytest.fixture
 def classroom(tmp_path):

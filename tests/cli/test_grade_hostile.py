@@ -32,6 +32,9 @@ from sessionlab.grading import sandbox
 
 from .conftest import REPO, SOLUTION, STARTER, make_course
 
+# The campaign (tests/conftest.py): a hostile class graded, in the sandbox and without it.
+pytestmark = pytest.mark.campaign
+
 LESSON = "00_memory"
 AGENT = Path("lessons") / LESSON / "agent.py"
 

@@ -17,7 +17,9 @@ from sessionlab.cli.runner import Children, child_env, run_pytest
 
 from .conftest import SOLUTION
 
-pytestmark = pytest.mark.skipif(not warm.SUPPORTED, reason="no fork on this platform")
+# The campaign (tests/conftest.py): the warm server's processes, killed and replaced.
+pytestmark = [pytest.mark.campaign,
+              pytest.mark.skipif(not warm.SUPPORTED, reason="no fork on this platform")]
 
 
 @pytest.fixture

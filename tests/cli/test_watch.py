@@ -15,6 +15,9 @@ from sessionlab.cli.ui import make_ui
 
 from .conftest import REPO, run_module
 
+# The campaign (tests/conftest.py): the watch in a pseudo-terminal, saves and keys.
+pytestmark = pytest.mark.campaign
+
 EXPECT = 90   # a guard against a hang, not a measurement: a pass takes a few seconds
 
 

@@ -11,6 +11,9 @@ from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import raises
 from sessionlab.town import Town
 
+# The campaign (tests/conftest.py): both stores, with real processes and PostgreSQL.
+pytestmark = pytest.mark.campaign
+
 DAY_1 = [use(call("talk_to", npc="elder"), call("buy", item="rope")),
          say("The elder wants a torch; you have a rope.")]
 ODD = [

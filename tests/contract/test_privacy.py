@@ -11,9 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import Peer, raises
 from sessionlab.town import Town
+
+# The campaign (tests/conftest.py): both stores' privacy, with real processes and PostgreSQL.
+pytestmark = pytest.mark.campaign
 
 WRITER = Path(__file__).with_name("writer.py")
 HANG = 30

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# The campaign (tests/conftest.py): the browser check's measuring, in Chromium.
+pytestmark = pytest.mark.campaign
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

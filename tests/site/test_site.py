@@ -44,6 +44,7 @@ def mkdocs_site(tmp_path_factory):
     return site
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 def test_the_site_builds_strictly_with_links_and_anchors_checked(mkdocs_site):
     for lesson in course.lessons(ROOT):
         page = mkdocs_site / "lessons" / lesson.name / "index.html"
@@ -115,6 +116,7 @@ def test_the_text_of_a_page_is_read_from_its_article_with_its_blocks_marked(tmp_
                                     "Hint 1", "Copy."]
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 def test_zensical_builds_every_page_with_the_same_text_as_mkdocs(mkdocs_site, tmp_path):
     """The site does not depend on one generator: Zensical, which reads the same mkdocs.yml,
     makes every page mkdocs makes, each with the same text (the lessons' tasks, tests, hints
@@ -482,6 +484,7 @@ def test_the_code_written_on_the_first_pages_fits_a_desktop_column(name):
                       "1280 px: " + " | ".join(wide))
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 def test_the_self_study_page_names_every_chat_command_and_the_budget_and_the_helper(tmp_path):
     """What `/help` lists in a chat on the last lesson with files (every command the kit
     has), the --budget option and lesson 10's helper are each on the self-study page."""
@@ -716,6 +719,7 @@ def demo_today(tmp_path_factory):
 REMAKE = "remake them with `python -m sessionlab.site examples`"
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 def test_the_demo_transcript_on_the_site_is_what_the_demo_prints_today(demo_today):
     from sessionlab.site import normalized
     printed, _ = demo_today
@@ -726,6 +730,7 @@ def test_the_demo_transcript_on_the_site_is_what_the_demo_prints_today(demo_toda
     assert '{{ code("docs/reference/examples/demo.txt"' in home, "the home page includes the transcript"
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 @pytest.mark.parametrize("name", ["quest.jsonl", "quest-guard.jsonl", "quest-guard.meta.json"])
 def test_the_example_logs_are_what_the_demo_writes_today(demo_today, name):
     from sessionlab.site import normalized
@@ -742,6 +747,7 @@ def test_a_transcript_differs_only_in_pids_and_times_once_normalized():
     assert normalized("bought a torch for 3 gold") != normalized("bought a torch for 4 gold")
 
 
+@pytest.mark.campaign      # builds the site, or runs the demo or the chat
 def test_the_chat_transcript_on_the_site_is_what_chat_prints_today(tmp_path):
     from sessionlab.site import normalized, run_chat
     shown = (DOCS / "reference" / "examples" / "chat.txt").read_text(encoding="utf-8")

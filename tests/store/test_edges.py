@@ -35,6 +35,9 @@ from sessionlab.scripted import MODEL_NAME, ScriptedModel, call, say, use
 from sessionlab.testing import append_interrupted_after_the_write
 from sessionlab.town import Town
 
+# The campaign (tests/conftest.py): a blob over 2 GiB, and the store's edges under real faults.
+pytestmark = pytest.mark.campaign
+
 
 def line(entry: Any) -> bytes:
     return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")

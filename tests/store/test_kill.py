@@ -40,6 +40,9 @@ from sessionlab.scripted import MODEL_NAME, ScriptedModel, say
 from sessionlab.town import Town
 from sessionlab.town_model import town_model
 
+# The campaign (tests/conftest.py): writers killed with SIGKILL at every moment of a write.
+pytestmark = pytest.mark.campaign
+
 CUTS = ("none", "one byte", "half", "all but one", "whole")
 TIMER_KILLS = 45            # random kills per scenario
 SEED = 20240607

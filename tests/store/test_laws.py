@@ -9,6 +9,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sessionlab.town import Town
 
+# The campaign (tests/conftest.py): the store's laws tried on many generated histories.
+pytestmark = pytest.mark.campaign
+
 # Any text JSON can carry, the awkward characters made likely: line and paragraph
 # separators, NEL, CR, NUL, lone surrogates excluded (they cannot be UTF-8 encoded).
 awkward = st.sampled_from(["\n", "\r", "\u2028", "\u2029", "\x85", "\x00", "\ufeff", '"', "\\", "é", "洞"])

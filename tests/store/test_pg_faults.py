@@ -30,6 +30,9 @@ if (reason := why_not_available()) is not None:
     pytest.skip(f"needs PostgreSQL. {reason}", allow_module_level=True)
 import psycopg  # noqa: E402 - after the skip
 
+# The campaign (tests/conftest.py): PostgreSQL servers killed and networks cut.
+pytestmark = pytest.mark.campaign
+
 WRITER = Path(__file__).with_name("pg_writer.py")
 HANG = 60       # seconds: a guard against a test that would otherwise wait for ever
 LARGE = "The elder's map, copied out. " * 1000     # what pg_writer.py stores as a blob

@@ -17,6 +17,11 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
+# The campaign (tests/conftest.py): eight real writers of large lines at once.
+pytestmark = pytest.mark.campaign
+
 WRITERS = "abcdefgh"
 LINE = 64 * 1024        # bytes per line, newline included
 

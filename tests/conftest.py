@@ -1,0 +1,52 @@
+"""The kit's own tests, in two parts.
+
+`pytest` at the root (the README's test command) runs the quick part: every unit of the
+kit, the commands a student and an instructor type, and the maintainers' check of every
+lesson. The heavier campaign is marked `campaign`: real processes killed in the middle of a
+write, PostgreSQL servers stopped, the site built by two generators and looked at in a
+browser, a hostile class graded in the sandbox, the benchmarks' own checks. It runs with
+`pytest -m campaign`, and CI runs it on every submission, after the quick part.
+
+A test file or folder named on the command line runs whole, campaign or not: the split is
+only for the bare `pytest`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+CAMPAIGN = "campaign"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{CAMPAIGN}: one of the heavier tests, left out of the bare `pytest` "
+                   f"(run them with `pytest -m {CAMPAIGN}`; CI runs both)")
+
+
+def bare_run(config: pytest.Config) -> bool:
+    """`pytest` with no test named and no -m: the README's quick test command."""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS \
+        and not config.option.markexpr
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not bare_run(config):
+        return
+    heavy = [item for item in items if item.get_closest_marker(CAMPAIGN)]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker(CAMPAIGN)]
+        config.stash[LEFT_OUT] = len(heavy)
+
+
+LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"{left_out} heavier tests (the campaign) were left out of this quick run: "
+            f"`pytest -m {CAMPAIGN}` runs them, and CI runs both.")
