@@ -720,8 +720,14 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
 def interrupted_in_buy(town):
     """The town's tools, but Ctrl-C (a real SIGINT) arrives inside every purchase."""
     def buy_interrupted(**arguments):
-        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
-        time.sleep(1)
+        # Python's own Ctrl-C handler, even where this process was started with SIGINT
+        # ignored (in the background, without job control)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C, pressed in the tool
+            time.sleep(1)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return "never"
 
     return SimpleNamespace(schemas=town.schemas,
