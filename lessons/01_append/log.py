@@ -86,7 +86,9 @@ class SessionLog:
             self._sync_folder()
 
     def _sync_folder(self) -> None:
-        """Make the new file's name itself durable: fsync the folder that holds it."""
+        """Make the new log's name itself durable: once this returns, a power cut can
+        no longer take away the name that reaches the file (its bytes are another
+        matter, synced where they are written)."""
         # TODO(01.4): Make a new log's name survive a power cut.
         # Hints: `sessionlab hint 01`; the docs page of lesson 01_append.
         raise NotImplementedError(

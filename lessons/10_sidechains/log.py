@@ -292,7 +292,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         return bool(fix)
 
     def _sync_folder(self) -> None:
-        """Make the new file's name itself durable: fsync the folder that holds it."""
+        """Make the new log's name itself durable: once this returns, a power cut can
+        no longer take away the name that reaches the file (its bytes are another
+        matter, synced where they are written)."""
         # fsync on the file saves its bytes; the entry "quest-1.jsonl" lives in the
         # folder, and until the folder is synced a power cut can lose the whole file.
         folder = os.open(self.folder, os.O_RDONLY)
