@@ -16,7 +16,7 @@ import pytest
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
 from sessionlab.testing import (append_interrupted_after_the_write, in_child,
                                 open_descriptors, raises, unless_unfinished,
-                                with_file_size_limit)
+                                until_written, with_file_size_limit)
 
 BAD_IDS = [
     "../x",
@@ -82,20 +82,8 @@ def until_task_01_5_is_written(request, monkeypatch):
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if tasks <= {"01.5"} or "lesson" not in request.fixturenames:
         return
-    log_class = getattr(request.getfixturevalue("lesson"), "SessionLog", None)
-    written = getattr(log_class, "_write", None)
-    if written is None:
-        return
-
-    def _write(log, data):
-        try:
-            return written(log, data)
-        except NotImplementedError as error:
-            if not str(error).startswith("task 01.5 "):
-                raise
-            return plain_write(log, data)
-
-    monkeypatch.setattr(log_class, "_write", _write)
+    until_written(monkeypatch, request.getfixturevalue("lesson").SessionLog, "_write",
+                  "01.5", plain_write)
 
 
 @pytest.mark.task("01.5")
