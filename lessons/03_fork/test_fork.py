@@ -51,10 +51,11 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def unchanged(folder, before):
-    """Whether `folder` holds what `snapshot` saw (a bare bool: the message says what
-    changed, in words, rather than pytest's diff of every file's bytes)."""
-    return snapshot(folder) == before
+def expect_unchanged(folder, before, message):
+    """Fail with `message` unless `folder` holds what `snapshot` saw: the words say what
+    changed, never pytest's dump of every file's bytes."""
+    if snapshot(folder) != before:
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -191,9 +192,8 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
                 "was allowed: its session would be overwritten"):
         lesson.fork(sessions, "quest-1", "other")
 
-    assert unchanged(sessions, before), (
-        "a refused fork must leave every file as it was, and create none"
-    )
+    expect_unchanged(sessions, before,
+                     "a refused fork must leave every file as it was, and create none")
 
 
 @pytest.mark.key
@@ -222,7 +222,7 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
                 "asked"):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
-    assert unchanged(sessions, before), "a refused fork must not create any file"
+    expect_unchanged(sessions, before, "a refused fork must not create any file")
 
 
 @pytest.mark.task("03.1")
@@ -430,10 +430,10 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
     outcome = unless_unfinished(in_child(work))
     assert isinstance(outcome, str) and outcome.startswith("OSError"), (
         f"with the disk full, the fork should fail with OSError; it gave {outcome}")
-    assert unchanged(sessions, before), (
-        "a fork that failed must leave every file as it was: the folder held "
-        f"{sorted(before)}, and after the failed fork it holds "
-        f"{sorted(snapshot(sessions))}")
+    expect_unchanged(sessions, before,
+                     "a fork that failed must leave every file as it was: the folder "
+                     f"held {sorted(before)}, and after the failed fork it holds "
+                     f"{sorted(snapshot(sessions))}")
     lesson.fork(sessions, "quest-1", "what-if")
     assert lesson.SessionLog(sessions, "what-if").load() == day_one
 
@@ -476,10 +476,10 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
         f"the disk failed (EIO) syncing the {where}: fork should raise that error; it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
     left = sorted(set(snapshot(sessions)) - set(before))
-    assert unchanged(sessions, before), (
-        f"the fork failed syncing the {where} and left {left}. An error means no "
-        "fork, so the folder should be as it was; whoever retries must not find part "
-        "of one")
+    expect_unchanged(sessions, before,
+                     f"the fork failed syncing the {where} and left {left}. An error "
+                     "means no fork, so the folder should be as it was; whoever "
+                     "retries must not find part of one")
     retry = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
     assert retry is None, (
         f"the fork failed syncing the {where}; the same fork, run again with the disk "
@@ -520,10 +520,10 @@ def test_a_fork_interrupted_as_its_log_gets_its_name_leaves_nothing(
     assert outcome == "interrupted", (
         "Ctrl-C came as the fork's log was about to get its name; the interrupt should "
         f"reach the caller, and the fork {outcome}")
-    assert unchanged(sessions, before), (
-        f"interrupted (Ctrl-C) as its log was about to get its name, the fork left "
-        f"{left}: an interrupted fork, like one that failed, leaves the folder as it "
-        "was")
+    expect_unchanged(sessions, before,
+                     f"interrupted (Ctrl-C) as its log was about to get its name, the "
+                     f"fork left {left}: an interrupted fork, like one that failed, "
+                     "leaves the folder as it was")
 
 
 def fork_or_fail(lesson, *args, **options):
@@ -586,7 +586,7 @@ def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
         "be negative, and counted from the end it would quietly drop the last ones; "
         "it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
-    assert unchanged(sessions, before), "a refused fork must not create any file"
+    expect_unchanged(sessions, before, "a refused fork must not create any file")
 
 
 @pytest.mark.task("03.1")
