@@ -51,6 +51,32 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def expect_whole_fork(lesson, sessions, new_id, parent, messages, when):
+    """Fail, saying `when`, unless session `new_id` is the whole fork of `parent`'s
+    `messages`: its log loads them, and its meta file names `parent` and their count."""
+    meta_path = sessions / f"{new_id}.meta.json"
+    try:
+        meta = json.loads(meta_path.read_bytes())
+    except (OSError, ValueError) as error:
+        pytest.fail(f"{when}, the fork returned, but {meta_path.name} holds no lineage "
+                    f"({type(error).__name__}: {error})", pytrace=False)
+    lineage = {"parent": parent, "forked_at": len(messages)}
+    found = {key: meta.get(key) if isinstance(meta, dict) else None for key in lineage}
+    if found != lineage:
+        pytest.fail(f"{when}, the fork of {len(messages)} message(s) of {parent!r} "
+                    f"returned, but {meta_path.name} says {found}, where {lineage} was "
+                    "expected: the session's lineage is not the fork's", pytrace=False)
+    mode = meta_path.stat().st_mode & 0o777
+    if mode != 0o600:
+        pytest.fail(f"{when}, the fork returned, and {meta_path.name} has mode "
+                    f"{oct(mode)}, where 0o600 (its owner only) was expected",
+                    pytrace=False)
+    loaded = lesson.SessionLog(sessions, new_id).load()
+    if loaded != messages:
+        pytest.fail(f"{when}, the fork of {len(messages)} message(s) returned, and its "
+                    f"log loads {len(loaded)} that differ", pytrace=False)
+
+
 def expect_unchanged(folder, before, message):
     """Fail with `message` unless `folder` holds what `snapshot` saw: the words say what
     changed, never pytest's dump of every file's bytes."""
@@ -408,8 +434,33 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
         lesson.fork(sessions, "quest-1", "what-if")
     except Exception as error:      # noqa: BLE001 - the failure is the point
         pytest.fail(f"the kill left {left}, no session under what-if; the same fork, "
-                    f"run again, should work, and it failed: {error!r}")
-    assert lesson.SessionLog(sessions, "what-if").load() == day_one
+                    f"run again, should work, and it failed: {error!r}", pytrace=False)
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"killed, the fork left {left}; run again")
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_onto_an_id_a_killed_fork_left_records_its_own_lineage(
+        lesson, sessions, town, day_one):
+    """A fork of another session onto what-if was killed after its meta file got its
+    name, before its log did: what-if is no session. A fork of quest-1 onto what-if
+    then succeeds, and its meta file names quest-1 and the messages it copied, not
+    the lineage the killed fork left."""
+    play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
+    left = {"format": 1, "id": "what-if", "parent": "other", "forked_at": 2,
+            "created": "2026-01-01T00:00:00+00:00"}
+    meta = sessions / "what-if.meta.json"
+    meta.write_text(json.dumps(left, indent=1), encoding="utf-8")
+    meta.chmod(0o600)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
+
+    assert error is None, (
+        "what-if held only the meta file of a killed fork of 'other' (no log: no "
+        "session), and a fork of quest-1 onto what-if raised "
+        f"{type(error).__name__}: {error}; a killed fork must not take the id for good")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
+                      "after a killed fork of 'other' left what-if.meta.json")
 
 
 @pytest.mark.task("03.2")
@@ -434,8 +485,12 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
                      "a fork that failed must leave every file as it was: the folder "
                      f"held {sorted(before)}, and after the failed fork it holds "
                      f"{sorted(snapshot(sessions))}")
-    lesson.fork(sessions, "quest-1", "what-if")
-    assert lesson.SessionLog(sessions, "what-if").load() == day_one
+    retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    assert retry is None, (
+        "the fork failed with the disk full; the same fork, run again with room, "
+        f"should work, and it raised {type(retry).__name__}: {retry}")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      "failed with the disk full, and run again with room")
 
 
 @pytest.mark.task("03.2")
@@ -484,7 +539,8 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
     assert retry is None, (
         f"the fork failed syncing the {where}; the same fork, run again with the disk "
         f"well, should work, and it raised {type(retry).__name__}: {retry}")
-    assert lesson.SessionLog(sessions, "what-if").load() == day_one
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"failed syncing the {where}, and run again with the disk well")
 
 
 @pytest.mark.task("03.2")
@@ -616,7 +672,7 @@ def test_a_whole_fork_records_how_many_messages_it_copied(lesson, sessions, day_
         f"{len(day_one)}; the meta file says {meta.get('forked_at')!r}")
 
 
-@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
 def test_a_fork_that_fails_half_way_leaves_no_session(lesson, sessions, day_one):
     """A fork that cannot write all its log (disk full) raises and leaves no session."""
     source = (sessions / "quest-1.jsonl").read_bytes()
@@ -674,7 +730,7 @@ def test_a_fork_never_writes_through_a_link_planted_at_its_name(
         f"{'returned' if error is None else 'raised ' + type(error).__name__}")
 
 
-@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
 def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day_one):
     """If the new id is taken during the fork's read, it refuses, replacing none."""
     # The source is a FIFO, so the fork's read waits for this thread: while it waits,
