@@ -7,6 +7,8 @@ MODULE is the agent.py under test, URL the database. The process reports each st
 one line on stdout and waits for the test's go-ahead as one line on stdin, so that the
 test and the process take turns without any sleep:
 
+  lock    take the session's lock and nothing more (task 11.1's _lock alone), print
+          "holding", wait for a line, close, print "released"
   hold    become the writer (append one message), print "holding", wait for a line,
           close, print "released"
   race    open the session with no lock (lock=False), print "ready", wait for a line,
@@ -40,7 +42,13 @@ def main(argv: list[str]) -> None:
     module_path, url, session_id, action, *rest = argv
     lesson = load_module(Path(module_path), "sessionlab_impl.writer_process")
 
-    if action == "hold":
+    if action == "lock":
+        with lesson.PostgresSessionLog(url, session_id) as log:
+            log._lock()
+            say("holding")
+            wait_for_the_test()
+        say("released")
+    elif action == "hold":
         with lesson.PostgresSessionLog(url, session_id) as log:
             log.append(FIRST)
             say("holding")

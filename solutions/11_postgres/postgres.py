@@ -2,10 +2,9 @@
 # edit that source, then run `sessionlab dev generate`.
 """The same store on PostgreSQL, for a service on several hosts.
 
-PostgresSessionLog keeps a session as rows behind the interface SessionLog has. The
-database gives what the file had to build: an insert lands whole or not at all, a
-primary key refuses a second writer's entry, a fork is one transaction, and an advisory
-lock dies with its connection.
+PostgresSessionLog keeps a session as rows behind the interface SessionLog has. Of what
+the file had to build (one writer, whole entries, a fork all there or not at all), the
+database gives some for free; the rest is code here.
 """
 
 from __future__ import annotations
@@ -239,10 +238,10 @@ class PostgresSessionLog:
     The interface of SessionLog: open_for_append() becomes the writer and returns the
     history (repaired), append() adds a message, load() reads without writing, undo()
     marks the last messages undone, close() lets go. `url` is a libpq URL
-    (postgresql://user@host/db). A writer holds the session's advisory lock
-    (lock=True), which the server releases when the connection ends, however it ends;
-    with lock=False nothing is locked, and the primary key alone keeps two writers'
-    entries apart (the second one's insert is refused: SessionConflict).
+    (postgresql://user@host/db). A writer holds the session's lock (lock=True), which
+    goes when its connection ends, however it ends; with lock=False nothing is locked,
+    and two writers' entries are still never stored at one place (the second one's
+    write is refused: SessionConflict).
     """
 
     def __init__(
@@ -310,12 +309,11 @@ class PostgresSessionLog:
         return state
 
     def _lock(self) -> None:
-        """Take the session's advisory lock, trying every LOCK_POLL_SECONDS for up to
-        self.timeout seconds; SessionBusy, naming the holder, if it stays taken.
+        """Take the session's lock, waiting up to self.timeout seconds; SessionBusy,
+        naming the holder, if it stays taken.
 
-        Session-scoped: held until this connection unlocks it or ends. A writer whose
-        process dies, or whose connection drops, lets go at once, as a flock does
-        when its process dies: the server ends the connection and its locks with it.
+        Held until this connection unlocks it or ends: a writer whose process dies, or
+        whose connection drops, lets go at once, as a flock does when its process dies.
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         # BEGIN 11.1
@@ -423,11 +421,10 @@ class PostgresSessionLog:
                 f"for {self.network_timeout:g} s).")
 
     def _insert(self, entries: list[Message]) -> None:
-        """Insert `entries` as the rows next_seq, next_seq + 1 ... (in _write's
-        transaction).
+        """Store `entries` as the session's next rows (in _write's transaction).
 
-        SessionConflict when one of those places is taken: another writer stored an
-        entry since this one read the session. The key refuses it, lock or no lock.
+        SessionConflict when another writer stored an entry since this one read the
+        session, lock or no lock.
         """
         if self.stopped:
             raise WriterStopped(self.stopped)
