@@ -145,13 +145,10 @@ class LogState:
     # --- lesson 08: the latest compaction -----------------------------------------
 
     def compaction(self) -> Compaction | None:
-        """The latest compaction the log records, None if it records none.
-
-        A compaction marker's "upto" is the index of the first message it did not
-        summarise (indices as undo markers count them). Like an undo marker, it speaks
-        only of messages written before it: an "upto" past them (or below 0) is not one
-        this store wrote, and is ignored. The boundary it gives is a place among the
-        messages shown, and names the same first message kept as "upto" does.
+        """The latest compaction the log records, None if it records none: its summary,
+        and its boundary, the place among the messages shown (`shown()`) where the
+        request starts again after the summary. A marker this store cannot have written
+        is no compaction.
         """
         # TODO(08.1): Read the latest compaction from the log.
         # Your design: the whole function is yours to shape; the tests check only what

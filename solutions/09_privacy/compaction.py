@@ -172,9 +172,8 @@ class AgentCompaction:
     # --- lesson 08: the request is a view -----------------------------------------
 
     def view(self) -> list[Message]:
-        """The messages of the next request, as the log stands: the system prompt, the
-        summary of everything before the boundary (if there is a compaction), then
-        every message after the boundary. `self.messages` is never cut."""
+        """The messages of the next request, as the conversation and its compaction
+        (if any) stand. `self.messages` is never cut."""
         system = [{"role": "system", "content": self.system}] if self.system else []
         if self.compaction is None:
             return system + self.messages
@@ -206,15 +205,10 @@ class AgentCompaction:
         return messages
 
     def compact(self) -> bool:
-        """Summarise everything before the newest turn and make that the view.
-
-        The turn in progress stays whole in the request, so no tool call is ever parted
-        from its results. The summary covers the previous summary and the messages the
-        view showed before the new boundary, and a marker in the log records it. Returns
-        False, changing nothing, when there is nothing to summarise (the newest turn
-        already starts at the boundary) or no room for a
-        summary (the newest turn alone fills the budget). BadSummary, changing nothing,
-        when the model gave no summary that can be recorded.
+        """Summarise everything before the newest turn and make that the view, in this
+        process and in the log. True if it did; False, changing nothing, if no summary
+        could make the request smaller. BadSummary, changing nothing, when the model
+        gave no summary that can be recorded.
         """
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
