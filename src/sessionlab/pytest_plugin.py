@@ -260,19 +260,41 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
         advice = _advice(lesson, missing)
         if tasks and missing not in tasks:
             # A test of a finished task that runs into a later one: name the one to
-            # write.
+            # write, and the test's other tasks still unwritten, so that the student
+            # does not learn of them one run at a time.
+            others = [task for task in _unwritten(item, lesson) if task != missing]
+            more = (f" Also not written yet in this lesson: {', '.join(others)} (this "
+                    f"test may need {'it' if len(others) == 1 else 'them'} too)."
+                    if others else "")
             report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
                                f"This test checks {where}, and it needs task "
-                               f"{missing} too, which "
-                               f"is not written yet. Write task {missing} and run the "
-                               f"tests "
-                               f"again.\n{advice}")
+                               f"{missing} too, which is not written yet. Write task "
+                               f"{missing} and run the tests again.{more}\n{advice}")
             return
         report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
                            f"This test checks {where}. Write that part of the lesson's code "
                            f"and run the tests again.\n{advice}")
         return
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
+
+
+def _unwritten(item: pytest.Item, lesson: course.Lesson) -> list[str]:
+    """The lesson's tasks that the module under test has not written yet ([] when that
+    cannot be told): asked only when a test has run into a task not written."""
+    key = (lesson.name, str(item.path))
+    cache = item.config.stash.setdefault(UNWRITTEN_KEY, {})
+    if key not in cache:
+        try:
+            from .cli.runner import written_tasks
+            module = module_under_test(item.config, Path(str(item.path)))
+            written = written_tasks(lesson, module) or {}
+            cache[key] = [task for task, done in written.items() if not done]
+        except Exception:       # only words are at stake: never fail a report for them
+            cache[key] = []
+    return cache[key]
+
+
+UNWRITTEN_KEY = pytest.StashKey[dict]()
 
 
 # The site's pages as `mkdocs serve` shows them: docs/lessons/NN.md holds only

@@ -978,3 +978,28 @@ def test_grades_header_is_never_folded_inside_a_word_in_a_narrow_terminal(column
     assert "Lesson\n" not in text and "Lessons" not in text.replace("Lessons done", ""), text
     assert not any(line.rstrip().endswith(("Lesso", "Lesson")) for line in text.splitlines()), \
         text
+
+
+@pytest.mark.timeout(GUARD)
+def test_a_test_that_runs_into_a_task_not_written_names_every_task_still_to_write(
+        course_copy):
+    """With task 00.1 written and nothing else, a test of 00.1 that runs into the loop
+    (00.2) says to write 00.2, and names 00.3 as unwritten too: the student does not learn
+    of the tasks still to write one run at a time."""
+    import subprocess
+    import sys
+
+    course = course_copy({"00_memory": STARTER})
+    folder = course / "lessons" / "00_memory"
+    write_one_function(folder, "messages.py", "read_arguments")
+    write_one_function(folder, "tools.py", "run_tool")
+
+    process = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "lessons/00_memory"], cwd=course, capture_output=True,
+                             text=True, timeout=GUARD,
+                             env={**os.environ, "SESSIONLAB_ROOT": str(course)})
+
+    said = [line for line in process.stdout.splitlines() if "needs task 00.2 too" in line]
+    assert said, process.stdout[-3000:]
+    assert all("Also not written yet in this lesson: 00.3 (this test may need it too)."
+               in line for line in said), said[0]
