@@ -78,12 +78,12 @@ def anything_of(folder: Path, session_id: str) -> bool:
 def delete_session(folder: str | Path, session_id: str, *,
                    idle_before: float | None = None) -> bool:
     """Delete session `session_id`: its log, meta file, leftover temporary files and
-    lock, then each blob it used that no other file refers to. True if it deleted
+    lock, and each blob it used that no other file refers to. True if it deleted
     anything; False when there was nothing (deleting twice is not an error).
 
-    Done as the session's writer, under its lock: SessionBusy, deleting nothing, while
-    another writer holds it. With `idle_before` (a time.time()), the session is deleted
-    only if its log was last changed before then, judged under the lock.
+    SessionBusy, deleting nothing, while another process writes the session. With
+    `idle_before` (a time.time()), the session is deleted only if its log, as it is
+    when the files go, was last changed before then.
     Forks are sessions of their own: they stay. A delete that stopped half-way (a
     crash, an I/O error) is finished by running it again.
     """
@@ -122,14 +122,14 @@ def delete_session(folder: str | Path, session_id: str, *,
 
 def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
            now: float | None = None) -> tuple[list[str], list[str]]:
-    """Delete every session of `folder` whose log nobody has changed for `older_than`
+    """Delete every session of `folder` nobody has appended to for `older_than`
     seconds. Returns (the ids deleted, the ids skipped because a writer holds them).
 
-    "Older than" goes by the log's last change, its modification time: every append
-    moves it, an erase keeps it. Not by the meta file's "created": a session forked long
-    ago and used yesterday is in use. A session being written is never deleted: it is
-    skipped, and expired next time if it is still idle. What a stopped delete left of a
-    session (a meta file, side-chains, without a log) goes too, once as old.
+    "Older than" goes by the log's last append (an erase is none). Not by the meta
+    file's "created": a session forked long ago and used yesterday is in use. A session
+    being written is never deleted: it is skipped, and expired next time if it is still
+    idle. What a stopped delete left of a session (a meta file, side-chains, without a
+    log) goes too, once as old.
     """
     # BEGIN 09.2
     folder = Path(folder)

@@ -138,20 +138,39 @@ def failing_open(monkeypatch, name):
 
 
 @contextlib.contextmanager
-def reading_back_after_an_erase(what):
-    """Words for the error of a writer that cannot read the file it holds (EBADF):
-    what `what` (a second erase, say) meets after an erase gave it a file it cannot
-    read back."""
+def reading_back_after_an_erase(what, path):
+    """`what` (a second erase by the same writer, say) runs after an erase of the log
+    at `path`. Words for what it meets when the first erase left the writer with a
+    file it cannot read back (EBADF), or with the file the log's name no longer
+    reaches: the first erase then comes undone (its marker line is gone)."""
+    markers = [line for line in path.read_bytes().split(b"\n")
+               if b'"erase"' in line and erase_marker(line)]
     try:
         yield
-        return
     except OSError as error:
         if error.errno != errno.EBADF:
             raise
-        failure = str(error)
-    pytest.fail(f"{what} failed with {failure}: after the erase, the file the writer "
-                "holds cannot be read back, yet the writer reads its log again for "
-                "every later erase (and compaction), as it did before", pytrace=False)
+        pytest.fail(f"{what} failed with {error}: after the erase, the file the writer "
+                    "holds cannot be read back, yet the writer reads its log again for "
+                    "every later erase (and compaction), as it did before",
+                    pytrace=False)
+    if not all(marker in path.read_bytes() for marker in markers):
+        pytest.fail(f"{what} undid the erase before it: the log no longer holds "
+                    "that erase's marker line, nor (most likely) its tombstone. The "
+                    "second erase rewrote the log from what it read through the "
+                    "writer, and that was the log as it was before the first erase: "
+                    "after its rename, the writer still held the old file, which no "
+                    "name reaches any more",
+                    pytrace=False)
+
+
+def erase_marker(line):
+    """Whether a line of the log (bytes) is an erase marker."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and entry.get("$marker") == "erase"
 
 
 def store_again(lesson, sessions, session_id, data):
@@ -323,28 +342,33 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
 
 
 @pytest.mark.task("09.1")
-def test_delete_lists_the_files_again_once_it_holds_the_lock(
+def test_delete_removes_a_copy_of_the_log_that_appeared_after_the_caller_looked(
     lesson, sessions, before_the_lock
 ):
-    """What the caller saw before the lock may be out of date: a temporary copy of the
-    log that appears just before delete_session takes the lock (a crashed erase of
-    another process) is removed too."""
+    """What the caller saw may be out of date: a temporary copy of the log that
+    appears while delete_session runs (a crashed erase of another process left it) is
+    removed too.
+
+    The copy appears just before the session's lock is taken."""
     play(lesson, sessions, TURN_SECRET)
     copy = sessions / ".quest-1.jsonl.r4nd0m.tmp"
     before_the_lock(lambda: copy.write_bytes((sessions / "quest-1.jsonl").read_bytes()))
     assert lesson.delete_session(sessions, "quest-1") is True
     assert files_holding(sessions, "Ilse") == [], (
-        "a temporary copy of the log appeared just before delete_session took the "
-        "lock, and is still there after the delete, with the words: "
+        "a temporary copy of the log appeared while delete_session ran (before it "
+        "held the session), and is still there after the delete, with the words: "
         f"{files_holding(sessions, 'Ilse')}")
 
 
 @pytest.mark.task("09.1")
-def test_delete_judges_idle_before_by_the_log_it_finds_under_the_lock(
+def test_delete_with_idle_before_keeps_a_session_a_writer_came_back_to_meanwhile(
     lesson, sessions, before_the_lock
 ):
-    """A writer appends to an old session just before delete_session takes its lock:
-    the log is young again, and stays, with the writer's message in it."""
+    """A writer comes back to an old session and appends while delete_session runs,
+    with idle_before a month ago: the log is young again, and stays, with the writer's
+    message in it.
+
+    The writer appends just before the session's lock is taken."""
     play(lesson, sessions, TURN_A)
     age(sessions / "quest-1.jsonl", 31)
 
@@ -356,9 +380,9 @@ def test_delete_judges_idle_before_by_the_log_it_finds_under_the_lock(
     deleted = lesson.delete_session(sessions, "quest-1",
                                     idle_before=time.time() - 30 * DAY)
     assert deleted is False and (sessions / "quest-1.jsonl").exists(), (
-        "a writer appended to the session just before delete_session took the lock, "
-        "and the session was deleted with the message it had just acknowledged, "
-        "although the log was changed after idle_before")
+        "a writer appended to the session while delete_session ran (before it held "
+        "the session), and the session was deleted with the message it had just "
+        "acknowledged, although the log was changed after idle_before")
     assert resume(lesson, sessions)[-1]["content"] == "Back after a month."
 
 
@@ -432,8 +456,8 @@ def test_a_blob_stored_again_while_the_delete_runs_stays(
 
 @pytest.mark.task("09.1")
 def test_delete_with_idle_before_keeps_a_session_written_since(lesson, sessions):
-    """delete_session(..., idle_before=t) deletes only a log last changed before t,
-    judged under the lock: a session a writer appended to meanwhile stays."""
+    """delete_session(..., idle_before=t) deletes only a session whose log was last
+    changed before t: one written just now stays, one written 31 days ago goes."""
     play(lesson, sessions, TURN_A)
     cutoff = time.time() - 30 * DAY
     assert lesson.delete_session(sessions, "quest-1", idle_before=cutoff) is False, (
@@ -616,23 +640,31 @@ def test_a_writer_opening_a_young_session_while_expire_runs_is_never_refused(
 
 
 @pytest.mark.task("09.2")
-def test_expire_looks_again_under_the_lock(lesson, sessions, monkeypatch):
-    """A writer that appends after expire() saw an old log, but before the session is
-    deleted, keeps its session, and its message."""
+def test_expire_keeps_a_session_a_writer_appends_to_while_it_runs(
+    lesson, sessions, before_the_lock
+):
+    """A writer that appends to an old session while expire() runs, before the session
+    is deleted, keeps its session, and its message.
+
+    The writer appends just before the session's lock is first taken."""
     play(lesson, sessions, TURN_A)
     age(sessions / "quest-1.jsonl", 31)
-    delete_session = lesson.delete_session
 
-    def a_writer_comes_first(folder, session_id, **options):
-        with lesson.SessionLog(sessions, session_id) as writer:
+    def a_writer_comes_back():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
             writer.append({"role": "user", "content": "Back after a month."})
-        return delete_session(folder, session_id, **options)
 
-    monkeypatch.setattr(lesson, "delete_session", a_writer_comes_first)
-    assert lesson.expire(sessions) == ([], []), (
-        "the session was written to after expire() looked at its log and before the "
-        "delete took its lock: it is in use again, and it was deleted")
-    assert (sessions / "quest-1.jsonl").exists()
+    before_the_lock(a_writer_comes_back)
+    found = lesson.expire(sessions)
+    assert (sessions / "quest-1.jsonl").exists(), (
+        "a writer appended to quest-1 (31 days idle) while expire() ran, after expire "
+        "had seen its log old and before the session was deleted: the session was in "
+        "use again, and expire deleted it, with the message the writer had just "
+        "been told was written")
+    assert found == ([], []), (
+        "quest-1 was appended to while expire() ran, and kept: it is neither deleted "
+        f"nor busy; expire() returned {found}")
+    assert resume(lesson, sessions)[-1]["content"] == "Back after a month."
 
 
 @pytest.mark.task("09.2")
@@ -671,7 +703,8 @@ def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.erase(2)      # the user's SECRET
-        with reading_back_after_an_erase("the second erase by the same writer"):
+        with reading_back_after_an_erase("the second erase by the same writer",
+                                         sessions / "quest-1.jsonl"):
             agent.erase(4)      # the large one, stored as a blob
     assert files_holding(sessions, "Ilse") == [], (
         "after erasing both messages, these files still hold their words: "
@@ -704,7 +737,8 @@ def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_m
         undo_line = next(line for line in (sessions / "quest-1.jsonl").read_bytes()
                          .split(b"\n") if b'"undo"' in line)
         agent.erase(0)
-        with reading_back_after_an_erase("the second erase by the same writer"):
+        with reading_back_after_an_erase("the second erase by the same writer",
+                                         sessions / "quest-1.jsonl"):
             agent.erase(len(expected) - 1)  # after the undone turn: index 5, position 3
     expected[0] = {"role": "user", "content": lesson.ERASED}
     expected[-1] = {"role": "assistant", "content": lesson.ERASED}
@@ -739,7 +773,8 @@ def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
         marker = (sessions / "quest-1.jsonl").read_bytes().split(b"\n")[-2]
         calls = agent.messages[1]["tool_calls"]
         agent.erase(1)      # the assistant's calls: talk_to(guard), buy(rope)
-        with reading_back_after_an_erase("the second erase by the same writer"):
+        with reading_back_after_an_erase("the second erase by the same writer",
+                                         sessions / "quest-1.jsonl"):
             agent.erase(3)      # the result of buy(rope)
         agent.run(TURN_C[0])    # a 400 (lesson 04's unresumable session) would raise
     found = resume(lesson, sessions)
@@ -797,11 +832,35 @@ def test_a_tombstone_is_a_new_message_with_only_what_each_call_needs(lesson):
         f"{message!r}): the caller's copy, the agent's memory, lost its words too")
 
 
+@pytest.mark.task("09.3")
+def test_every_tombstone_holds_its_role_and_erased_as_its_content(lesson):
+    """"role" and "content" are in every tombstone, ERASED as its content even for a
+    message that had no content, or None there (an assistant message that only called
+    tools); an empty list of tool calls is no call, and the tombstone has none."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "talk_to", "arguments": '{"npc": "Ilse"}'}}
+    erased_call = {**call, "function": {"name": "talk_to", "arguments": "{}"}}
+    cases = [
+        ({"role": "assistant", "tool_calls": [call]},
+         {"role": "assistant", "content": lesson.ERASED, "tool_calls": [erased_call]}),
+        ({"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "assistant", "content": lesson.ERASED, "tool_calls": [erased_call]}),
+        ({"role": "assistant", "content": SECRET, "tool_calls": []},
+         {"role": "assistant", "content": lesson.ERASED}),
+    ]
+    for message, expected in cases:
+        found = lesson.tombstone(message)
+        assert found == expected, (
+            f"tombstone({message!r}) should be {expected!r}, got {found!r}: every "
+            "tombstone holds its role and ERASED as its content, and no empty list of "
+            "tool calls (a provider refuses one)")
+
+
 @pytest.mark.key
 @pytest.mark.task("09.4")
 def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
-    """The writer goes on after an erase: what it appends next is in the new log (not in
-    the old file the rename took the name from)."""
+    """The writer goes on after an erase: what it appends next is in the log a new
+    process reads, and the erase leaves no descriptor open."""
     agent, _, log = open_agent(lesson, sessions, TURN_SECRET[1] + TURN_C[1])
     with log:
         agent.run(TURN_SECRET[0])
@@ -877,20 +936,26 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
 def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
     lesson, sessions, monkeypatch, step
 ):
-    """The new log cannot be opened (too many open files) or renamed over the old one
-    (an I/O error): the erase raises and the log is as it was, with no temporary copy
-    left beside it (a copy holds every other message's words, and nothing would ever
-    remove it) and no descriptor left open."""
+    """An erase that fails before the new log has the log's name (a file cannot be
+    opened: too many open files; or the rename fails: an I/O error) raises, and the
+    log is as it was, with no temporary copy left beside it (a copy holds every other
+    message's words, and nothing would ever remove it) and no descriptor left open.
+
+    "open" fails the opening, without creating it, of a file that was not in the
+    folder before the erase; an erase that never opens one has nothing to fail there.
+    """
     log = lesson.SessionLog(sessions, "quest-1")
     log.append({"role": "user", "content": SECRET})
     log.append({"role": "user", "content": "Keep this."})
     before = sorted(p.name for p in sessions.iterdir())
     descriptors = open_descriptors()
     real_open, real_replace = os.open, os.replace
+    refused = []
 
     def open_(path, flags, *args, **kwargs):
         if (step == "open" and Path(path).name not in before
                 and not flags & os.O_CREAT):
+            refused.append(Path(path).name)
             raise OSError(24, "Too many open files (the test's)", str(path))
         return real_open(path, flags, *args, **kwargs)
 
@@ -910,6 +975,8 @@ def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
     left = sorted(p.name for p in sessions.iterdir())
     still_open = open_descriptors() - descriptors
     log.close()
+    if step == "open" and not refused:
+        return      # the new log's descriptor is the one it was written with
     assert raised is not None, f"the {step} of the new log failed, and erase() returned"
     assert left == before, (
         f"the {step} of the new log failed: the temporary file holding it should be "
@@ -1057,6 +1124,12 @@ def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypat
             monkeypatch.undo()
     assert "quest-1.jsonl" in str(raised.value), (
         f"EraseIncomplete should name the log, it says: {raised.value}")
+    unreached = raised.value.unreached
+    assert (isinstance(unreached, list) and len(unreached) == 1
+            and "quest-2.jsonl" in str(unreached[0])), (
+        "one place was not reached (the blobs, kept because quest-2.jsonl could not be "
+        "read): EraseIncomplete's unreached should hold one line saying so, with the "
+        f"error that names quest-2.jsonl; it holds {unreached!r}")
     assert "Ilse" not in (sessions / "quest-1.jsonl").read_text(encoding="utf-8"), (
         "the log should be erased all the same")
 
@@ -1119,9 +1192,13 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
     with lesson.SessionLog(sessions, "quest-1") as log:
         assert log.erase(0) is True
         after = path.read_bytes()
-        with reading_back_after_an_erase("erasing the same message again"):
+        with reading_back_after_an_erase("erasing the same message again", path):
             again = log.erase(0)
-        assert again is False, "erasing an erased message again should be False"
+        assert again is False, "erasing an erased message again should be False" + (
+            "; it returned True, and the log its name reaches holds the same bytes as "
+            "before, that erase's marker included: the second erase did not read that "
+            "log, but the file the writer held before the first erase's rename, which "
+            "no name reaches any more" if path.read_bytes() == after else "")
         assert path.read_bytes() == after, "a second erase must not change the log"
         for index in (2, -1):
             with raises(lesson.EraseError,
@@ -1195,10 +1272,11 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
 def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
     lesson, sessions, monkeypatch
 ):
-    """Between the moment the erase has written its new log and the moment it opens it
-    again, another program puts a symbolic link in its place, to a file outside the
-    sessions folder. The log's name must never reach that file through the link, and
-    the writer's messages never go there."""
+    """While the erase runs, another program puts a symbolic link in place of its new
+    log, to a file outside the sessions folder. The log's name must never reach that
+    file through the link, and the writer's messages never go there.
+
+    The link is planted just before the erase opens its new log by name, if it does."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
     target = sessions.parent / "planted.jsonl"
@@ -1246,8 +1324,9 @@ def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
 def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
     lesson, sessions, monkeypatch
 ):
-    """The erase fsyncs the new log's bytes before the rename and the folder after it:
-    a power cut then leaves the old log or the new one, never a new name on no bytes."""
+    """A power cut at any moment of an erase leaves the old log or the new one, never
+    the log's name on bytes that are not on disk, and once the erase has returned, the
+    new log's name survives one."""
     play(lesson, sessions, TURN_SECRET)
     events = []
     fsync, replace = lesson.os.fsync, lesson.os.replace
@@ -1281,19 +1360,33 @@ def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
 
 @pytest.mark.task("09.4")
 def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessions):
-    """The rewritten log is 0600 like every file of a session, and keeps the time of
-    its last append, so that an erase does not make an idle session young again."""
+    """The rewritten log is 0600 like every file of a session, and keeps the old file's
+    times: the time of its last append, so that an erase does not make an idle session
+    young again, and its access time.
+
+    The test sets the access time an hour ahead, later than every other time of the
+    file, so that a read leaves it as it is where the file system updates access times
+    only when they are older (Linux's default, relatime)."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
-    age(path, 20)
-    before = os.stat(path).st_mtime
+    read_at, written_at = time.time() + 3600, time.time() - 20 * DAY
+    os.utime(path, (read_at, written_at))
+    path.read_bytes()
+    reads_leave_it = abs(os.stat(path).st_atime - read_at) < 1
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.erase(0)
-    mode = stat.S_IMODE(os.stat(path).st_mode)
+    found = os.stat(path)
+    mode = stat.S_IMODE(found.st_mode)
     assert mode == 0o600, f"the rewritten log is {oct(mode)}, not 0o600"
-    assert abs(os.stat(path).st_mtime - before) < 1, (
+    assert abs(found.st_mtime - written_at) < 1, (
         "an erase is not a use: the log should keep the modification time of its last "
         "append, 20 days ago; expire() goes by it")
+    if reads_leave_it:      # else every read sets it: nothing an erase could keep
+        assert abs(found.st_atime - read_at) < 1, (
+            f"the log's access time was {datetime.fromtimestamp(read_at):%H:%M:%S} "
+            "(the test set it), and after the erase it is "
+            f"{datetime.fromtimestamp(found.st_atime):%H:%M:%S}: the new log should "
+            "keep the old file's access time too")
 
 
 @pytest.mark.task("09.4")
@@ -1438,8 +1531,8 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
     lesson, sessions
 ):
     """A collector that crashed while removing a blob left it set aside (renamed to
-    .<name>.collected). The next collection gives it its name back first, then judges
-    it: kept if a log refers to it, removed (and named) if none does."""
+    .<name>.collected). The next collection judges it like any other blob: kept under
+    its name if a log refers to it, removed (and named) if none does."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [kept] = blob_names(sessions)
     with lesson.SessionLog(sessions, "scratch") as other:
@@ -1451,8 +1544,8 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
         age(aside, 2)
     removed = lesson.collect_blobs(sessions)
     assert removed == [lost], (
-        "the set-aside blob no log refers to should be given its name back, then "
-        f"removed like any old unreferenced blob (and named); collect_blobs() returned "
+        "the set-aside blob no log refers to is old and nobody's: this collection "
+        "should remove it and name it, like any other; collect_blobs() returned "
         f"{[name[:12] for name in removed]} and blobs/ holds "
         f"{sorted(p.name[:14] for p in blobs.iterdir())}")
     assert blob_names(sessions) == [kept], (
@@ -1486,10 +1579,11 @@ def test_a_blob_set_aside_never_takes_the_name_of_one_a_writer_stored_since(
     try:
         messages = resume(lesson, sessions, "quest-2")
     except lesson.BlobError as error:
-        pytest.fail("a blob set aside by a crashed collector was given its name back "
-                    "over the blob a writer had just stored anew, then judged old and "
-                    "nobody's, and removed: the writer's log no longer loads: "
-                    f"{error}", pytrace=False)
+        pytest.fail("a writer stored its blob anew while a crashed collector's copy "
+                    "of it was set aside; after the collection, the writer's blob is "
+                    "gone and its log no longer loads (the set-aside copy, old and "
+                    f"nobody's, took the name and was removed?): {error}",
+                    pytrace=False)
     assert messages[0]["content"] == LARGE_SECRET
 
 

@@ -270,10 +270,11 @@ def discard_claimed(path: Path, fd: int) -> bool:
 
 
 def discard_leftover(path: Path, *, touched_after: float) -> None:
-    """Clear a file a crashed write left in blobs/, once it is older than
-    `touched_after` and nobody holds it: half a blob (a temporary file) is removed, a
-    blob a collector had set aside gets its name back (the next collection decides),
-    unless a writer has stored the blob anew under that name since: that one stays."""
+    """Clear a file a crashed write left in blobs/ (half a blob, or a blob a collector
+    had set aside), once it is older than `touched_after` and nobody holds it. After
+    it, the file is gone; a blob set aside that a log refers to can be read under its
+    name; and a blob a writer stored anew under that name since stays as it stored it.
+    """
     fd = claim_blob(path, touched_after=touched_after)
     if fd is None:
         return      # young, gone, or held: a writer's, or another collector's
