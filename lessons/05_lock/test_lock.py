@@ -11,6 +11,7 @@ killed at the end of its test, whatever happens.
 
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import queue
@@ -29,18 +30,52 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
 from sessionlab.testing import (in_child, keep_lines_large, open_descriptors, raises,
-                                unless_unfinished, with_file_size_limit)
+                                unless_unfinished, until_written, with_file_size_limit)
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
 WAIT = 3    # seconds a writer may wait for the lock where the holder lets go at once
 HOLD = 0.1  # seconds a holder keeps the lock while a writer with a timeout waits
+STAND_IN = "SESSIONLAB_UNLOCK_STAND_IN"
+
+
+def _writer_module():
+    spec = importlib.util.spec_from_file_location("sessionlab_lesson05_writer", WRITER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Task 05.2's stand-in (it only closes the lock's descriptor), shared with the other
+# processes the tests start
+close_only = _writer_module().close_only
+
+
+def stands_in(request):
+    """Whether a test lets go through `close_only` while task 05.2 is not written: every
+    test but those of 05.2, so that 05.1 is checked as soon as it is written."""
+    return "05.2" not in {mark.args[0] for mark in request.node.iter_markers("task")}
+
+
+@pytest.fixture(autouse=True)
+def until_task_05_2_is_written(request, monkeypatch):
+    """Every writer lets go in `_unlock` (task 05.2), on close. Until 05.2 is written, a
+    test of another task lets go through `close_only`; once it is, the student's own
+    `_unlock` runs. The tests of 05.2 never use the stand-in."""
+    if stands_in(request) and "lesson" in request.fixturenames:
+        until_written(monkeypatch, request.getfixturevalue("lesson").SessionLog,
+                      "_unlock", "05.2", close_only)
 
 
 class Other:
-    """Another process running writer_process.py on the lesson module under test."""
+    """Another process running writer_process.py on the lesson module under test
+    (letting go through `close_only` while 05.2 is not written, if `stand_in`)."""
 
-    def __init__(self, module, folder, session_id, action, *args):
+    def __init__(self, module, folder, session_id, action, *args, stand_in=False):
+        environment = {key: value for key, value in os.environ.items()
+                       if key != STAND_IN}
+        if stand_in:
+            environment[STAND_IN] = "1"
         self.errors = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [
@@ -56,6 +91,7 @@ class Other:
             stdout=subprocess.PIPE,
             stderr=self.errors,
             text=True,
+            env=environment,
         )
         self.pid = self.process.pid
         self.lines = queue.Queue()
@@ -136,13 +172,14 @@ def last_error(errors):
 
 
 @pytest.fixture
-def other(lesson, sessions):
+def other(request, lesson, sessions):
     """other(action, ...) starts another process on `sessions`;
     all are killed after the test."""
     started = []
 
     def start(action, *args, session_id="quest-1"):
-        process = Other(lesson.__file__, sessions, session_id, action, *args)
+        process = Other(lesson.__file__, sessions, session_id, action, *args,
+                        stand_in=stands_in(request))
         started.append(process)
         return process
 
@@ -193,7 +230,6 @@ def lock_record(path):
 # --- 05.1: a second writer is refused, by name ----------------------------------------
 
 
-@pytest.mark.task("05.2")
 @pytest.mark.key
 @pytest.mark.task("05.1")
 def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(
@@ -227,13 +263,6 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     assert (sessions / "quest-1.jsonl").read_bytes() == before, (
         "a refused writer must not write a byte"
     )
-
-    holder.go()
-    holder.expect("released")
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": "My turn."})
-    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "My turn."], (
-        "once the holder has closed its log, the next writer appends")
 
 
 @pytest.mark.task("05.1")
@@ -277,12 +306,9 @@ def test_reading_the_log_in_the_holders_process_keeps_the_lock(lesson, sessions,
 
 
 @pytest.mark.task("05.1")
-@pytest.mark.task("05.2")
-def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(
-    lesson, sessions, other
-):
-    """<id>.lock holds {"pid", "host",
-    "since"} while a writer holds the session, and goes after."""
+def test_the_lock_file_names_the_holder(lesson, sessions, other):
+    """<id>.lock holds {"pid", "host", "since"}, and nothing else, while a writer holds
+    the session, and only its owner may read it."""
     holder = other("hold")
     holder.expect("holding")
 
@@ -303,12 +329,61 @@ def test_the_lock_file_names_the_holder_and_goes_when_it_lets_go(
     assert datetime.fromisoformat(since).tzinfo is not None, (
         f"and since when, as ISO 8601 with a zone: {record}")
 
+
+@pytest.mark.task("05.2")
+@pytest.mark.task("05.1")
+def test_the_lock_file_goes_when_its_holder_lets_go(lesson, sessions, other):
+    """Once its holder has closed its log, the session's folder holds no lock file, and
+    the next writer appends. (Task 05.1 keeps the lock where 05.2 lets go of it: this
+    test needs both.)"""
+    holder = other("hold")
+    holder.expect("holding")
     holder.go()
     holder.expect("released")
-    assert not lock.exists(), (
-        "after the holder closed its log, its lock file should be gone"
-    )
-    assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"]
+
+    left = sorted(p.name for p in sessions.iterdir())
+    assert left == ["quest-1.jsonl"], (
+        f"after the holder closed its log, the folder holds {left}: a folder of idle "
+        "sessions should hold no lock file")
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "My turn."})
+    except lesson.SessionBusy as busy:
+        pytest.fail("the holder closed its log, and the next writer was refused: "
+                    f"{busy}", pytrace=False)
+    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "My turn."], (
+        "once the holder has closed its log, the next writer appends")
+
+
+@pytest.mark.task("05.1")
+def test_the_lock_file_is_never_readable_by_others(lesson, sessions, monkeypatch):
+    """Under a umask of 022, the lock file is readable and writable by its owner only
+    from the moment it exists: when the writer asks for the lock, and while it holds
+    it."""
+    lock = sessions / "quest-1.lock"
+    seen = []
+    real_flock = lesson.fcntl.flock
+
+    def flock(fd, operation):
+        if not seen and lock.exists():
+            seen.append(lock.stat().st_mode & 0o777)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    old_umask = os.umask(0o022)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+            seen.append(lock.stat().st_mode & 0o777 if lock.exists() else None)
+    finally:
+        os.umask(old_umask)
+
+    loose = [mode for mode in seen if mode is not None and mode & 0o077]
+    assert not loose, (
+        "under a umask of 022 the lock file had mode "
+        f"{' then '.join(oct(mode) for mode in seen if mode is not None)} (when the "
+        "lock was asked for, then held): others could read who holds the session; it "
+        "should be 0o600 from the moment it is made")
 
 
 @pytest.mark.key
@@ -345,18 +420,19 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     ]
 
 
-@pytest.mark.task("05.2")
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
 def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
-        lesson, sessions, timeout):
+        lesson, sessions, other, timeout):
     """With a timeout (None: no limit), a writer that finds the session taken waits,
     and gets it within about LOCK_POLL_SECONDS once the holder closes (after 0.1 s)."""
-    holder = lesson.SessionLog(sessions, "quest-1")
-    holder.append(FIRST)
-    # The holder lets go after HOLD s, from another thread, whatever way the writer
-    # waits (tries again and again, or a call that blocks until the lock is free).
-    letting_go = threading.Timer(HOLD, holder.close)
+    holder = other("hold")
+    holder.expect("holding")
+    # The holder lets go after HOLD s, told from another thread, whatever way the
+    # writer waits (tries again and again, or a call that blocks until the lock is
+    # free). It is another process: should its close fail, its end lets go all the
+    # same, so no writer here waits for ever.
+    letting_go = threading.Timer(HOLD, holder.go)
     started = time.monotonic()
     letting_go.start()
     try:
@@ -370,7 +446,6 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
     finally:
         letting_go.cancel()
         letting_go.join()
-        holder.close()
     waited = time.monotonic() - started
 
     assert waited >= HOLD, (
@@ -392,7 +467,7 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
 @pytest.mark.task("05.1")
 def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monkeypatch):
     """A timeout only delays the refusal: SessionBusy still names the holder. While it
-    waits, the writer sleeps between tries and keeps no descriptor of a refused try."""
+    waits, the writer keeps no core busy, and it leaves no descriptor open."""
     holder = other("hold")
     holder.expect("holding")
     tries = []
@@ -423,11 +498,12 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
 
 
 @pytest.mark.task("05.1")
-def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(
+def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one(
     lesson, sessions, monkeypatch
 ):
-    """A writer that locks a file the holder has just removed must lock the new one
-    instead, and keep no descriptor of the removed one."""
+    """The holder lets go, and its lock file goes, just as a second writer asks for the
+    lock: the second writer gets the session, no third writer gets in beside it, and no
+    descriptor is left open."""
     descriptors = open_descriptors()
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
@@ -451,7 +527,8 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(
         failed = None
     if failed is not None:      # outside the except: the words come first, alone
         second.close()
-        holder.close()
+        if not first_try:
+            holder.close()
         pytest.fail("the holder let go, and removed quest-1.lock, just as the second "
                     "writer asked for the lock; the second writer should then have "
                     "taken the session with a new quest-1.lock, but it failed with "
@@ -464,7 +541,8 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(
                     "writers at once"):
             with lesson.SessionLog(sessions, "quest-1") as third:
                 third.append({"role": "user", "content": "third"})
-    holder.close()
+    if not first_try:   # the holder let go in flock above, if flock was ever called
+        holder.close()
 
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "second"], (
         "the second writer locked the file its holder had just removed, and a third "
@@ -476,7 +554,7 @@ def test_a_lock_file_removed_while_waiting_for_it_is_not_trusted(
 
 
 @pytest.mark.task("05.2")
-def test_the_lock_file_is_removed_before_the_lock_is_let_go(
+def test_no_newcomer_ever_shares_the_session_while_the_holder_lets_go(
     lesson, sessions, monkeypatch
 ):
     """A newcomer tries to take the session at the moment the holder's lock file goes:
@@ -781,7 +859,9 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(
         "the late agent's history is empty but the log is not: appending would splice "
         "two stories"
     )
-    assert sorted(p.name for p in sessions.iterdir()) == ["quest-2.jsonl"]
+    logs = sorted(p.name for p in sessions.iterdir() if p.suffix != ".lock")
+    assert logs == ["quest-2.jsonl"], (
+        f"the late agent was refused, yet the folder holds {logs}")
 
 
 # --- the lock file is the session's own, and is always let go ------------------------
@@ -938,22 +1018,29 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
 
 @pytest.mark.task("05.1")
 def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
-    """A dead holder's record, longer than the new one, is replaced, not written over in
-    part: the lock file names the new holder and nothing else."""
+    """A dead holder's record, longer than the new one, in a file others may read
+    (0644): the lock file names the new holder and nothing else, and only its owner
+    may read it."""
     sessions.mkdir(parents=True, exist_ok=True)
     lock = sessions / "quest-1.lock"
     stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
              "since": "2026-01-01T00:00:00+00:00"}
     lock.write_text(json.dumps(stale), encoding="utf-8")    # its holder died long ago
+    lock.chmod(0o644)   # made by an older program, or under another umask
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
         record = lock_record(lock)
+        mode = lock.stat().st_mode & 0o777
 
     mine = (os.getpid(), socket.gethostname())
     assert (record.get("pid"), record.get("host")) == mine, (
         "the lock file should name this process and host, not the dead holder: "
         f"{record}")
+    assert mode & 0o077 == 0, (
+        "the stale lock file had mode 0o644, and this writer wrote its own record into "
+        f"it and left it at {oct(mode)}: others may read who holds the session; it "
+        "should be readable and writable by its owner only (0o600)")
 
 
 @pytest.mark.task("05.2")

@@ -5,7 +5,8 @@ a writer, or a would-be writer, of one session.
 
 MODULE is the agent.py under test. The process reports each step as one line on stdout
 and waits for the test's go-ahead as one line on stdin, so that the test and the process
-take turns without any sleep:
+take turns without any sleep. With SESSIONLAB_UNLOCK_STAND_IN=1 in its environment, it
+lets go through `close_only` for as long as task 05.2 is not written. ACTION is one of:
 
   hold     become the writer (append one message), print "holding", wait for a line,
            close, print "released"
@@ -28,13 +29,29 @@ import sys
 from pathlib import Path
 
 from sessionlab.course import load_module
-from sessionlab.testing import keep_lines_large
+from sessionlab.testing import keep_lines_large, until_written
 
 FIRST = {"role": "user", "content": "Ask the elder about the cave."}
 SECOND = {
     "role": "assistant",
     "content": "The elder says: bring a torch. " + "The path is long. " * 4000,
 }
+
+
+def close_only(log) -> None:
+    """Task 05.2's stand-in while it is not written: lets go of the lock by closing its
+    descriptor, and leaves the lock file behind (as a holder killed with SIGKILL leaves
+    it, for the next writer to take over). None of 05.2's care: 05.2's own tests never
+    use it, so that the tests of 05.1 run as soon as 05.1 is written."""
+    if log._lock_fd is not None:
+        fd, log._lock_fd = log._lock_fd, None
+        os.close(fd)
+
+
+class ForGood:
+    """until_written's monkeypatch, in a process that never undoes it."""
+
+    setattr = staticmethod(setattr)
 
 
 def say(text: str) -> None:
@@ -53,6 +70,8 @@ def content(name: str, number: int, size: int) -> str:
 def main(argv: list[str]) -> None:
     module_path, folder, session_id, action, *rest = argv
     lesson = load_module(Path(module_path), "sessionlab_impl.writer_process")
+    if os.environ.get("SESSIONLAB_UNLOCK_STAND_IN") == "1":
+        until_written(ForGood, lesson.SessionLog, "_unlock", "05.2", close_only)
 
     if action == "hold":
         with lesson.SessionLog(folder, session_id) as log:

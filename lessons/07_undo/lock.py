@@ -98,6 +98,9 @@ class SessionLock:
                           f"(it has {found.st_nlink} names, or is not a regular file); "
                           "refusing to write into it", str(self.lock_path))
         self._lock_fd = fd
+        # A file found there keeps its mode whatever mode the open asked for
+        if found.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
         # Whoever held it before (even one killed with SIGKILL) left its name here:
         # overwrite.
         os.ftruncate(fd, 0)
