@@ -26,7 +26,7 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     those as what they mean. Anything else is the model's mistake, for it to hear about.
     """
     # TODO(00.1): Run one tool call and return its result as text.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
     raise NotImplementedError(
         "task 00.1 is not written yet: Run one tool call and return its result as text"
     )
@@ -43,7 +43,7 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     server sent null; a reply without calls has no "tool_calls".
     """
     # TODO(00.3): Turn the model's reply into a message you can store and send back.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    # Hints: `sessionlab hint --task 00.3`; the docs page of lesson 00_memory.
     raise NotImplementedError(
         "task 00.3 is not written yet: Turn the model's reply into a message you can "
         "store and send back"

@@ -36,7 +36,7 @@ def run_tool(tools: Tools, call: Message) -> str:
     on a model's typo is an agent that cannot finish a quest.
     """
     # TODO(00.1): Run one tool call and return its result as text.
-    # Hints: `sessionlab hint 00`; the docs page of lesson 00_memory.
+    # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
     raise NotImplementedError(
         "task 00.1 is not written yet: Run one tool call and return its result as text"
     )

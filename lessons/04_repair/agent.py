@@ -84,7 +84,7 @@ class Agent:
         repair mends only the end of a log, so a gap in the middle would stay for good.
         """
         # TODO(04.4): Answer the calls a failed run left open, before the next message.
-        # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
+        # Hints: `sessionlab hint --task 04.4`; the docs page of lesson 04_repair.
         raise NotImplementedError(
             "task 04.4 is not written yet: Answer the calls a failed run left open, "
             "before the next message"

@@ -154,7 +154,7 @@ class SessionLog:
         read them.
         """
         # TODO(04.3): Repair the tail once, when the writer takes the log over.
-        # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
+        # Hints: `sessionlab hint --task 04.3`; the docs page of lesson 04_repair.
         raise NotImplementedError(
             "task 04.3 is not written yet: Repair the tail once, when the writer takes "
             "the log over"

@@ -112,7 +112,7 @@ def parse_log(data: bytes, path: Path) -> LogState:
     garbage (torn, not an entry).
     """
     # TODO(04.1): Read a log strictly, but forgive a torn tail.
-    # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
+    # Hints: `sessionlab hint --task 04.1`; the docs page of lesson 04_repair.
     raise NotImplementedError(
         "task 04.1 is not written yet: Read a log strictly, but forgive a torn tail"
     )
@@ -127,7 +127,7 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
     # TODO(04.2): Find the tool calls that never got a result.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint 04`; the docs page of lesson 04_repair.
+    # Hints: `sessionlab hint --task 04.2`; the docs page of lesson 04_repair.
     raise NotImplementedError(
         "task 04.2 is not written yet: Find the tool calls that never got a result"
     )

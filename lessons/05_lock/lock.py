@@ -75,7 +75,7 @@ class SessionLock:
         # TODO(05.1): Take the session's lock, or say who holds it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
+        # Hints: `sessionlab hint --task 05.1`; the docs page of lesson 05_lock.
         raise NotImplementedError(
             "task 05.1 is not written yet: Take the session's lock, or say who holds it"
         )
@@ -86,7 +86,7 @@ class SessionLock:
         if self._lock_fd is None:
             return
         # TODO(05.2): Let go of the lock and of its file.
-        # Hints: `sessionlab hint 05`; the docs page of lesson 05_lock.
+        # Hints: `sessionlab hint --task 05.2`; the docs page of lesson 05_lock.
         raise NotImplementedError(
             "task 05.2 is not written yet: Let go of the lock and of its file"
         )

@@ -55,7 +55,7 @@ class SessionBlobs:
         except UnicodeEncodeError:
             return message  # a lone surrogate: encode_line refuses it, saying why
         # TODO(06.2): Replace large content with a reference in the line.
-        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        # Hints: `sessionlab hint --task 06.2`; the docs page of lesson 06_blobs.
         raise NotImplementedError(
             "task 06.2 is not written yet: Replace large content with a reference in "
             "the line"
@@ -72,7 +72,7 @@ class SessionBlobs:
         # it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        # Hints: `sessionlab hint --task 06.1`; the docs page of lesson 06_blobs.
         raise NotImplementedError(
             "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "
             "before anything points to it"
@@ -88,7 +88,7 @@ class SessionBlobs:
             return message
         # TODO(06.3): Put the content back on load, trusting no blob without checking
         # its hash.
-        # Hints: `sessionlab hint 06`; the docs page of lesson 06_blobs.
+        # Hints: `sessionlab hint --task 06.3`; the docs page of lesson 06_blobs.
         raise NotImplementedError(
             "task 06.3 is not written yet: Put the content back on load, trusting no "
             "blob without checking its hash"

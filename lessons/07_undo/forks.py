@@ -101,7 +101,7 @@ def lines_kept(shown: Sequence[tuple[int, int]], lines: int, upto: int | None) -
     (index, position) pairs of the messages the source shows. The undo markers among the
     lines copied come along."""
     # TODO(07.5): Fork by what the session shows.
-    # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
+    # Hints: `sessionlab hint --task 07.5`; the docs page of lesson 07_undo.
     raise NotImplementedError(
         "task 07.5 is not written yet: Fork by what the session shows"
     )

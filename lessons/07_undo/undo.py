@@ -32,7 +32,7 @@ class SessionUndo:
             # self.shown from the log it opened.
             self._open()
         # TODO(07.4): Record written messages as undone with a marker line.
-        # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
+        # Hints: `sessionlab hint --task 07.4`; the docs page of lesson 07_undo.
         raise NotImplementedError(
             "task 07.4 is not written yet: Record written messages as undone with a "
             "marker line"
@@ -52,7 +52,7 @@ class AgentUndo:
         # TODO(07.3): Find the last n turns and take them back, whole.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint 07`; the docs page of lesson 07_undo.
+        # Hints: `sessionlab hint --task 07.3`; the docs page of lesson 07_undo.
         raise NotImplementedError(
             "task 07.3 is not written yet: Find the last n turns and take them back, "
             "whole"

@@ -50,7 +50,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
     # TODO(08.5): Record the compaction as a marker line.
-    # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+    # Hints: `sessionlab hint --task 08.5`; the docs page of lesson 08_compact.
     raise NotImplementedError(
         "task 08.5 is not written yet: Record the compaction as a marker line"
     )
@@ -79,7 +79,7 @@ class SessionCompaction:
         state = parse_log(read_all(self._fd, self.path), self.path)
         marker = compaction_marker(state, keep, summary, self.path)
         # TODO(08.5): Record the compaction as a marker line.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.5`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.5 is not written yet: Record the compaction as a marker line"
         )
@@ -141,7 +141,7 @@ def check_summary(reply: Message) -> str:
     for a reply with tool calls, with no text, with only thinking, or whose text is a
     tool call written as JSON. `reply` is normalized (normalize_reply)."""
     # TODO(08.7): Check the summary before it is recorded.
-    # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+    # Hints: `sessionlab hint --task 08.7`; the docs page of lesson 08_compact.
     raise NotImplementedError(
         "task 08.7 is not written yet: Check the summary before it is recorded"
     )
@@ -174,7 +174,7 @@ class AgentCompaction:
         (if any) stand. `self.messages` is never cut."""
         system = [{"role": "system", "content": self.system}] if self.system else []
         # TODO(08.2): Build the request as a view.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.2 is not written yet: Build the request as a view"
         )
@@ -190,7 +190,7 @@ class AgentCompaction:
         is over it. ContextOverflow when it cannot be brought within the budget."""
         messages = self.view()
         # TODO(08.3): Keep every request within the budget.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.3`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.3 is not written yet: Keep every request within the budget"
         )
@@ -205,7 +205,7 @@ class AgentCompaction:
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
         # TODO(08.4): Summarise everything before the newest turn.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.4`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.4 is not written yet: Summarise everything before the newest turn"
         )
@@ -264,7 +264,7 @@ class AgentCompaction:
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
         # TODO(08.7): Check the summary before it is recorded.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.7`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.7 is not written yet: Check the summary before it is recorded"
         )

@@ -59,7 +59,7 @@ class AgentUndo:
             )
         cut = starts[len(starts) - turns]
         # TODO(08.6): Refuse an undo that reaches behind the boundary.
-        # Hints: `sessionlab hint 08`; the docs page of lesson 08_compact.
+        # Hints: `sessionlab hint --task 08.6`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.6 is not written yet: Refuse an undo that reaches behind the "
             "boundary"

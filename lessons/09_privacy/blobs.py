@@ -277,7 +277,7 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
     """
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
-    # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
+    # Hints: `sessionlab hint --task 09.5`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"

@@ -84,7 +84,7 @@ def delete_session(folder: str | Path, session_id: str, *,
     crash, an I/O error) is finished by running it again.
     """
     # TODO(09.1): Delete a session under its lock.
-    # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
+    # Hints: `sessionlab hint --task 09.1`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.1 is not written yet: Delete a session under its lock"
     )
@@ -104,7 +104,7 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
+    # Hints: `sessionlab hint --task 09.2`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
@@ -163,7 +163,7 @@ def collect_blobs(folder: str | Path, *,
         return removed
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
-    # Hints: `sessionlab hint 09`; the docs page of lesson 09_privacy.
+    # Hints: `sessionlab hint --task 09.5`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"

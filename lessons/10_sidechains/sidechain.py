@@ -50,7 +50,7 @@ class SessionSidechains:
         base = sidechain_id(call_id)
         # TODO(10.2): Claim the side-chain's name and leave a pointer in the parent's
         # log.
-        # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
+        # Hints: `sessionlab hint --task 10.2`; the docs page of lesson 10_sidechains.
         raise NotImplementedError(
             "task 10.2 is not written yet: Claim the side-chain's name and leave a "
             "pointer in the parent's log"
@@ -105,7 +105,7 @@ class AgentHelpers:
         """
         tools = without(self.tools, HELPER_TOOL)
         # TODO(10.3): Run the helper: the same loop, its own history, its own log.
-        # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
+        # Hints: `sessionlab hint --task 10.3`; the docs page of lesson 10_sidechains.
         raise NotImplementedError(
             "task 10.3 is not written yet: Run the helper: the same loop, its own "
             "history, its own log"
@@ -161,7 +161,7 @@ def sidechain_id(call_id: str) -> str:
     in it, or too long) becomes `call-` and its sha256.
     """
     # TODO(10.1): Name a side-chain after its tool call.
-    # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
+    # Hints: `sessionlab hint --task 10.1`; the docs page of lesson 10_sidechains.
     raise NotImplementedError(
         "task 10.1 is not written yet: Name a side-chain after its tool call"
     )
@@ -177,7 +177,7 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
     # TODO(10.4): Follow the pointers: which side-chains a session's calls started.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint 10`; the docs page of lesson 10_sidechains.
+    # Hints: `sessionlab hint --task 10.4`; the docs page of lesson 10_sidechains.
     raise NotImplementedError(
         "task 10.4 is not written yet: Follow the pointers: which side-chains a "
         "session's calls started"

@@ -317,7 +317,7 @@ class PostgresSessionLog:
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         # TODO(11.1): One writer at a time: a lock that dies with its connection.
-        # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
+        # Hints: `sessionlab hint --task 11.1`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
             "task 11.1 is not written yet: One writer at a time: a lock that dies with "
             "its connection"
@@ -338,7 +338,7 @@ class PostgresSessionLog:
         # TODO(11.3): Repair what still needs repairing.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
+        # Hints: `sessionlab hint --task 11.3`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
             "task 11.3 is not written yet: Repair what still needs repairing"
         )
@@ -424,7 +424,7 @@ class PostgresSessionLog:
         lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
         connection = self._connection()
         # TODO(11.2): Store each entry at its place, and never two at one place.
-        # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
+        # Hints: `sessionlab hint --task 11.2`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
             "task 11.2 is not written yet: Store each entry at its place, and never "
             "two at one place"
@@ -500,7 +500,7 @@ class PostgresSessionLog:
         """Store `data` in session_blobs under its sha256, once, and return the hash."""
         digest = hashlib.sha256(data).hexdigest()
         # TODO(11.4): Store a blob once, whoever stored it first.
-        # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
+        # Hints: `sessionlab hint --task 11.4`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
             "task 11.4 is not written yet: Store a blob once, whoever stored it first"
         )
@@ -595,7 +595,7 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
                                   (lock_key(new_id),)).fetchone()[0]:
             raise SessionBusy(new_id, lock_holder(connection, new_id))
         # TODO(11.5): Fork: the whole new session, or no trace of it.
-        # Hints: `sessionlab hint 11`; the docs page of lesson 11_postgres.
+        # Hints: `sessionlab hint --task 11.5`; the docs page of lesson 11_postgres.
         raise NotImplementedError(
             "task 11.5 is not written yet: Fork: the whole new session, or no trace of "
             "it"
