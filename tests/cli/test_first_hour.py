@@ -19,6 +19,9 @@ from sessionlab.cli import main, runner
 
 from .conftest import REPO, STARTER, Run, run_module
 
+# The campaign (tests/conftest.py): odd inputs to every command, each in a process of its own.
+pytestmark = pytest.mark.campaign
+
 
 def one_line_error(run, *words: str) -> str:
     """The single `error:` line of a refused command, checked to name `words`."""

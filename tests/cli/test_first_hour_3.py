@@ -17,6 +17,9 @@ from sessionlab.cli import main, runner
 from .conftest import REPO, SOLUTION, STARTER, Run, make_course, run_module
 from .test_first_hour import no_runs, one_line_error  # noqa: F401  (fixtures)
 
+# The campaign (tests/conftest.py): odd inputs to every command, each in a process of its own.
+pytestmark = pytest.mark.campaign
+
 GUARD = 120        # seconds: a guard against a hang, not a measurement
 
 
