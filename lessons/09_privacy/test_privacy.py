@@ -1513,10 +1513,17 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
     recent.write_text("being written")
     notes = blobs / "README"
     notes.write_text("not this store's")
+    odd = blobs / ".notes.collected"        # set aside, but no blob's name
+    odd.write_text("no blob")
     age(half, 2)
     age(notes, 2)
+    age(odd, 2)
     removed = lesson.collect_blobs(sessions)
     assert not half.exists(), "an old temporary file in blobs/ should be removed"
+    assert not odd.exists() and not (blobs / "notes").exists(), (
+        "an old leftover named like a set-aside blob, .notes.collected, whose name is "
+        "no blob's, should be removed and nothing else: after the collection blobs/ "
+        f"holds {sorted(p.name for p in blobs.iterdir())}")
     assert recent.exists(), "a temporary file being written right now must stay"
     assert notes.exists(), (
         "a file of blobs/ that is no blob and no leftover of a crashed write (its name "
