@@ -76,6 +76,11 @@ class NoLog:
         return False
 
 
+def as_log(lines) -> str:
+    """Entries (messages and markers) as a log's text: a JSON line each."""
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
 def lines_of(path):
     return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
 
@@ -514,21 +519,21 @@ def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessio
              {"$marker": "compaction", "summary": "second", "upto": 6},
              {"$marker": "compaction", "summary": "ahead", "upto": 9}]
     path = sessions / "quest-1.jsonl"
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    data = as_log(lines).encode()
     found = lesson.parse_log(data, path).compaction()
     assert found == lesson.Compaction("second", 4), (
         "messages 0 to 7 with 2 and 3 undone, then markers with 'upto' 4, 6 and 9 (9 "
         "names messages never written before it): the latest valid one keeps index 6, "
         "the fifth message shown, so its boundary is place 4. compaction() returned "
         f"{found!r}")
-    plain = "".join(json.dumps(line) + "\n" for line in said).encode()
+    plain = as_log(said).encode()
     assert lesson.parse_log(plain, path).compaction() is None, (
         "a log with no compaction marker has no compaction (None)")
     # The log's compact records any `keep` the log shows: asked to keep more than
     # the last compaction did, it writes a marker whose "upto" is the smaller one.
     lines = [*said, {"$marker": "compaction", "summary": "kept two", "upto": 6},
              {"$marker": "compaction", "summary": "kept four", "upto": 4}]
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    data = as_log(lines).encode()
     found = lesson.parse_log(data, path).compaction()
     assert found == lesson.Compaction("kept four", 4), (
         "eight messages, then a compaction keeping the last two ('upto' 6) and a later "
@@ -549,7 +554,7 @@ def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_
              {"$marker": "compaction", "summary": "first", "upto": 4},
              {"$marker": "compaction", "summary": "second", "upto": 6}]
     (sessions / "quest-1.jsonl").write_text(
-        "".join(json.dumps(line) + "\n" for line in lines))
+        as_log(lines))
     agent, model, log = open_agent(lesson, sessions)
     with log:
         view = agent.view()
@@ -576,7 +581,7 @@ def test_a_compaction_marker_naming_messages_written_after_it_is_ignored(lesson,
     path = sessions / "quest-1.jsonl"
 
     def compaction_of(lines):
-        data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        data = as_log(lines).encode()
         return lesson.parse_log(data, path).compaction()
 
     found = compaction_of([said[0], said[1],
@@ -624,7 +629,7 @@ def test_logs_written_by_earlier_lessons_still_load(lesson, sessions):
     before, with no compaction; a compaction marker that is not one is refused, naming
     the line. Only the log is read (no other task is needed)."""
     path = sessions / "quest-1.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in LESSON_07_LOG))
+    path.write_text(as_log(LESSON_07_LOG))
     log = lesson.SessionLog(sessions, "quest-1")
     messages = log.load()
     assert messages == LESSON_07_SHOWN, (
@@ -650,7 +655,7 @@ def test_logs_written_by_earlier_lessons_are_sent_whole(lesson, sessions):
     """Every request of a session whose log has no compaction marker carries its whole
     history, as in lessons 01 to 07."""
     path = sessions / "quest-1.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in LESSON_07_LOG))
+    path.write_text(as_log(LESSON_07_LOG))
     agent, model, log = open_agent(lesson, sessions, [say("Hello again.")], budget=None)
     with log:
         assert agent.view() == [{"role": "system", "content": SYSTEM},
