@@ -222,6 +222,61 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
                      "a refused fork must leave every file as it was, and create none")
 
 
+@pytest.mark.task("03.1")
+def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
+    lesson, sessions, day_one
+):
+    """what-if is a fork of quest-1 already, with its meta file. A second fork onto
+    what-if is refused, and what-if's log and lineage stay as they were, byte for
+    byte: a refused fork takes nothing away either."""
+    lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
+    (sessions / "what-if.jsonl").write_bytes(b"".join(lines[:2]))
+    (sessions / "what-if.meta.json").write_text(json.dumps(
+        {"format": 1, "id": "what-if", "parent": "quest-1", "forked_at": 2,
+         "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
+    for name in ("what-if.jsonl", "what-if.meta.json"):
+        (sessions / name).chmod(0o600)
+    before = snapshot(sessions)
+
+    with raises(lesson.SessionExists, "forking onto 'what-if', a fork that already "
+                "has a log and a lineage, was allowed"):
+        lesson.fork(sessions, "quest-1", "what-if", upto=1)
+
+    after = snapshot(sessions)
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name))
+    if changed:
+        pytest.fail("what-if is a fork of quest-1, with its log and its lineage; a "
+                    "second fork onto it was refused, as it should be, but left these "
+                    f"files changed, created or gone: {changed}; a refused fork must "
+                    "leave every file as it was", pytrace=False)
+
+
+@pytest.mark.task("03.2")
+@pytest.mark.task("03.1")
+def test_a_fork_onto_an_id_a_killed_fork_left_records_its_own_lineage(
+        lesson, sessions, town, day_one):
+    """A fork of another session onto what-if was killed after its meta file got its
+    name, before its log did: what-if is no session. A fork of quest-1 onto what-if
+    then succeeds, and its meta file names quest-1 and the messages it copied, not
+    the lineage the killed fork left."""
+    play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
+    left = {"format": 1, "id": "what-if", "parent": "other", "forked_at": 2,
+            "created": "2026-01-01T00:00:00+00:00"}
+    meta = sessions / "what-if.meta.json"
+    meta.write_text(json.dumps(left, indent=1), encoding="utf-8")
+    meta.chmod(0o600)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
+
+    assert error is None, (
+        "what-if held only the meta file of a killed fork of 'other' (no log: no "
+        "session), and a fork of quest-1 onto what-if raised "
+        f"{type(error).__name__}: {error}; a killed fork must not take the id for good")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
+                      "after a killed fork of 'other' left what-if.meta.json")
+
+
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
@@ -437,30 +492,6 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
                     f"run again, should work, and it failed: {error!r}", pytrace=False)
     expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
                       f"killed, the fork left {left}; run again")
-
-
-@pytest.mark.task("03.2")
-def test_a_fork_onto_an_id_a_killed_fork_left_records_its_own_lineage(
-        lesson, sessions, town, day_one):
-    """A fork of another session onto what-if was killed after its meta file got its
-    name, before its log did: what-if is no session. A fork of quest-1 onto what-if
-    then succeeds, and its meta file names quest-1 and the messages it copied, not
-    the lineage the killed fork left."""
-    play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
-    left = {"format": 1, "id": "what-if", "parent": "other", "forked_at": 2,
-            "created": "2026-01-01T00:00:00+00:00"}
-    meta = sessions / "what-if.meta.json"
-    meta.write_text(json.dumps(left, indent=1), encoding="utf-8")
-    meta.chmod(0o600)
-
-    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
-
-    assert error is None, (
-        "what-if held only the meta file of a killed fork of 'other' (no log: no "
-        "session), and a fork of quest-1 onto what-if raised "
-        f"{type(error).__name__}: {error}; a killed fork must not take the id for good")
-    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
-                      "after a killed fork of 'other' left what-if.meta.json")
 
 
 @pytest.mark.task("03.2")

@@ -29,11 +29,14 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     before it returns, as an append is in durable mode; without, a power cut soon after
     the fork can leave it empty or missing (the source is never at risk).
     """
+    # Both ids become file names: checked before any file is read or written
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    # A meta file without its log is what a fork that failed half-way leaves: not a
-    # session, so a new fork onto that id may replace it.
+    # Refused before anything is written: publishing writes the lineage first, and
+    # would replace, then take away, the meta file of the session already there.
+    # A session is its log, so a meta file alone does not take the id: it is what a
+    # fork killed half-way leaves, and a new fork onto that id replaces it.
     if target.exists():
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"

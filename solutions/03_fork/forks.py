@@ -28,15 +28,19 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     before it returns, as an append is in durable mode; without, a power cut soon after
     the fork can leave it empty or missing (the source is never at risk).
     """
+    # BEGIN 03.1
+    # Both ids become file names: checked before any file is read or written
     folder = Path(folder)
     source = folder / f"{check_session_id(source_id)}.jsonl"
     target = folder / f"{check_session_id(new_id)}.jsonl"
-    # A session is its log: the new id is taken when a log has its name.
+    # Refused before anything is written: publishing writes the lineage first, and
+    # would replace, then take away, the meta file of the session already there.
+    # A session is its log, so a meta file alone does not take the id: it is what a
+    # fork killed half-way leaves, and a new fork onto that id replaces it.
     if target.exists():
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"
         )
-    # BEGIN 03.1
     try:
         data = source.read_bytes()
     except FileNotFoundError:
@@ -53,8 +57,8 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # Copy the bytes of the lines themselves: a new, independent file (never a link).
     copy = b"".join(lines[:count])
     publish_fork(folder, source_id, new_id, count, copy, durable)
-    # END 03.1
     return target
+    # END 03.1
 
 
 
