@@ -14,6 +14,7 @@ connection.
 import hashlib
 import json
 import queue
+import socket
 import subprocess
 import sys
 import tempfile
@@ -287,9 +288,11 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
                     "second writer's _lock() returned as if it held it too") as refused:
             log._lock()
         monkeypatch.undo()
-    assert str(holder.pid) in str(refused.value) and "quest-1" in str(refused.value), (
+    said = str(refused.value)
+    assert str(holder.pid) in said and "quest-1" in said \
+            and socket.gethostname() in said, (
         f"SessionBusy should name the session (quest-1) and the holder (process "
-        f"{holder.pid}); it says: {refused.value}")
+        f"{holder.pid} on host {socket.gethostname()!r}); it says: {said}")
     assert naps == [], (
         "with timeout 0 the writer tries once and gives up at once; it slept "
         f"{naps} before it gave up")
@@ -304,6 +307,74 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
                         pytrace=False)
     holder.go()
     holder.expect("released")
+
+
+@pytest.mark.task("11.1")
+def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other):
+    """lock_holder asks the server: the holder's own process id (not the server
+    process that serves it) and host, and since when it is connected; an empty mapping
+    for a session no one holds, and again once the holder has let go."""
+    holder = other("lock")
+    holder.expect("holding")
+    before = datetime.now(timezone.utc)
+    with psycopg.connect(database, autocommit=True) as connection:
+        found = lesson.lock_holder(connection, "quest-1")
+        nobody = lesson.lock_holder(connection, "quest-2")
+        assert nobody == {}, (
+            f"no one holds quest-2's lock: lock_holder should say {{}}; it says {nobody}")
+        assert {key: found.get(key) for key in ("pid", "host")} == {
+            "pid": holder.pid, "host": socket.gethostname()}, (
+            f"process {holder.pid} on {socket.gethostname()!r} holds quest-1's lock; "
+            f"lock_holder says {found}")
+        try:
+            since = datetime.fromisoformat(found["since"])
+        except (KeyError, TypeError, ValueError):
+            pytest.fail("lock_holder's since should be the time, ISO 8601, the holder "
+                        f"has been connected since; it says {found}", pytrace=False)
+        assert since.tzinfo is not None and since <= before, (
+            f"the holder connected before {before}; lock_holder says since {since}")
+        holder.go()
+        holder.expect("released")
+        gone = lesson.lock_holder(connection, "quest-1")
+        assert gone == {}, (
+            f"the holder let go: lock_holder should say {{}}; it says {gone}")
+
+
+@pytest.mark.task("11.1")
+def test_two_writers_trying_the_lock_at_once_get_it_one_at_a_time(lesson, database):
+    """Two connections try quest-1's lock at the same moment, eight times over: each
+    time exactly one of them holds it, and the other is refused naming it."""
+    for attempt in range(8):
+        logs = [lesson.PostgresSessionLog(database, "quest-1") for _ in range(2)]
+        start = threading.Barrier(2)
+        outcome = {}
+
+        def take(number):
+            try:
+                logs[number]._connection()
+                start.wait(WAIT)
+                logs[number]._lock()
+                outcome[number] = "holds"
+            except lesson.SessionBusy as error:
+                outcome[number] = f"refused: {error}"
+            except Exception as error:  # noqa: BLE001 - the test reports it
+                outcome[number] = error
+
+        threads = [threading.Thread(target=take, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(HANG)
+        for log in logs:
+            log.close()
+        for error in outcome.values():
+            if isinstance(error, NotImplementedError):
+                raise error
+        said = sorted(map(str, outcome.values()))
+        assert len(said) == 2 and said[0] == "holds" and said[1].startswith(
+            "refused"), (
+            f"two writers tried quest-1's lock at once (attempt {attempt + 1}): one "
+            f"should hold it and the other be refused; they got {said}")
 
 
 @pytest.mark.task("11.1")
@@ -424,6 +495,9 @@ def test_day_two_continues_from_the_rows_day_one_stored(lesson, database):
     assert [seq for seq, _, _ in stored] == list(range(len(day_1))), (
         f"each of the {len(day_1)} messages of day 1 should be one row, seq 0, 1, 2 "
         f"...; found seqs {[seq for seq, _, _ in stored]}")
+    assert messages_in(stored) == day_1, (
+        "the rows should hold day 1's messages as the agent had them, in order:\n"
+        f"expected {day_1}\nfound    {messages_in(stored)}")
 
     agent, model, log = open_agent(lesson, database, [say("Dawn comes.")])
     with log:
@@ -563,6 +637,70 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
     lines = [message["content"] for message in messages_in(rows(database))]
     assert lines == ["first"], (
         f"only the first writer's message should be stored; the rows hold {lines}")
+
+
+@pytest.mark.task("11.2")
+def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, database):
+    """The server refuses one append (a full disk, played by a trigger): nothing of it
+    is stored, the error goes up as the server's, and the same writer's next append
+    lands at the place the refused one would have taken; a second writer that read the
+    session before it is then refused, not stored beside it."""
+    late = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log, late:
+        log.append({"role": "user", "content": "Buy a rope."})
+        late.open_for_append()
+        refuse_rows(database, "strpos(NEW.line, 'torch') > 0")
+        with raises(psycopg.Error, "the server refused the row (a trigger), so the "
+                    "append should fail with the server's error",
+                    match="made up by the test"):
+            log.append({"role": "user", "content": "Buy a torch."})
+        drop_refusal(database)
+        try:
+            log.append({"role": "user", "content": "Buy a lantern."})
+        except (lesson.SessionConflict, lesson.WriterStopped) as error:
+            pytest.fail("a write the server refused stored nothing, so the writer "
+                        "should go on at the same place; its next append raised "
+                        f"{type(error).__name__}: {error}", pytrace=False)
+        stored = [(seq, json.loads(line)["content"]) for seq, line, _ in rows(database)]
+        assert stored == [(0, "Buy a rope."), (1, "Buy a lantern.")], (
+            "the refused message should leave no row and no gap: expected seq 0 'Buy "
+            f"a rope.', seq 1 'Buy a lantern.'; found {stored}")
+        with raises(lesson.SessionConflict, "the late writer read the session when it "
+                    "held one row, and another writer has stored seq 1 since: its "
+                    "append must be refused", match="quest-1"):
+            late.append({"role": "user", "content": "Buy a map."})
+    kept = [json.loads(line)["content"] for _, line, _ in rows(database)]
+    assert kept == ["Buy a rope.", "Buy a lantern."], (
+        f"the refused writer should have stored nothing; the rows hold {kept}")
+
+
+@pytest.mark.task("11.2")
+def test_opening_a_damaged_session_writes_nothing_and_lets_go(lesson, database):
+    """A row changed by hand: opening the session as its writer is refused with
+    CorruptRow naming the row, writes nothing (no repair on top of damage) and does
+    not keep the lock, and an append is refused the same way."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [{"role": "user", "content": "Buy a rope."},
+                                   call_message(("call_1", "rope"))])
+    sql(database, "UPDATE session_entries SET line = 'not json' WHERE seq = 0")
+    before = rows(database)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(lesson.CorruptRow, "row 0 holds no entry: opening the session "
+                    "should refuse it", match="quest-1.*seq 0"):
+            log.open_for_append()
+        with raises(lesson.CorruptRow, "row 0 holds no entry: an append should be "
+                    "refused as opening is", match="seq 0"):
+            log.append({"role": "user", "content": "Hello?"})
+    assert rows(database) == before, (
+        "a damaged session must be left as it is (no repair, no message on top); the "
+        f"rows went from {before}\nto {rows(database)}")
+    with lesson.PostgresSessionLog(database, "quest-1") as other_writer:
+        with psycopg.connect(database, autocommit=True) as connection:
+            held = lesson.lock_holder(connection, "quest-1")
+        assert held == {}, (
+            f"the refused writer should not keep the session's lock; it is held: {held}")
+        other_writer._lock()
 
 
 @pytest.mark.task("11.2")
@@ -824,6 +962,22 @@ def test_a_changed_blob_is_refused_naming_it(lesson, database):
             log.load()
 
 
+@pytest.mark.task("11.4")
+def test_a_missing_blob_is_refused_naming_it(lesson, database):
+    """A blob removed by hand: load() raises BlobError naming the blob and the row
+    that points to it, and changes nothing."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "map " * 5000})
+    digest = hashlib.sha256(("map " * 5000).encode()).hexdigest()
+    sql(database, "DELETE FROM session_blobs")
+    before = rows(database)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with raises(lesson.BlobError, "the blob the row points to is gone",
+                    match=f"row 0.*{digest}.*missing"):
+            log.load()
+    assert rows(database) == before, "reading a damaged session must change nothing"
+
+
 # --- 11.5 fork in one transaction -----------------------------------------------------
 
 
@@ -929,7 +1083,8 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
     with raises(lesson.SessionExists, "quest-2 exists: forking onto it must be "
                 "refused", match="quest-2"):
         lesson.fork_postgres(database, "quest-1", "quest-2")
-    with raises(lesson.SessionNotFound, "there is no session nowhere-1"):
+    with raises(lesson.SessionNotFound, "there is no session nowhere-1",
+                match="nowhere-1"):
         lesson.fork_postgres(database, "nowhere-1", "quest-3")
     kept = [message["content"] for message in messages_in(rows(database, "quest-2"))]
     assert kept == ["quest-2"], f"quest-2 should be as it was, found {kept}"
@@ -941,3 +1096,30 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
     assert rows(database, "quest-3") == [] and lineage["parent"] == "quest-2", (
         f"quest-3 should be as it was (no rows, parent quest-2); found "
         f"{len(rows(database, 'quest-3'))} row(s) and lineage {lineage}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
+    """quest-1 shows 2 messages: a fork of its first 3 raises ValueError saying both
+    numbers, and creates nothing; a fork of a source with a damaged row is refused
+    with CorruptRow, and creates nothing either."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Where is the cave?"})
+        log.append({"role": "assistant", "content": "North of the mill."})
+    with raises(ValueError, "quest-1 shows 2 messages: a fork of its first 3 cannot "
+                "be made") as refused:
+        lesson.fork_postgres(database, "quest-1", "quest-2", upto=3)
+    said = str(refused.value)
+    assert "3" in said and "2" in said, (
+        "the refusal should say how many messages were asked for (3) and how many the "
+        f"source shows (2); it says: {said}")
+    assert lesson.lineage(database, "quest-2") is None and rows(database,
+                                                                "quest-2") == [], (
+        "a refused fork should create nothing; found lineage "
+        f"{lesson.lineage(database, 'quest-2')}")
+    sql(database, "UPDATE session_entries SET line = '[1, 2' WHERE seq = 1")
+    with raises(lesson.CorruptRow, "quest-1's row 1 holds no entry: a fork should "
+                "refuse to copy it", match="seq 1"):
+        lesson.fork_postgres(database, "quest-1", "quest-3")
+    assert lesson.lineage(database, "quest-3") is None, (
+        "a fork of a damaged session should create nothing")

@@ -54,7 +54,7 @@ def blobs_of_session(connection: Any, session_id: str) -> list[str]:
 def shown_index(log: PostgresSessionLog, position: int) -> int:
     """PostgresSessionLog.index_of: the index (as undo markers count) of the
     `position`-th message the session shows."""
-    if log.next_seq is None:
+    if not log.writing:
         log._open()
     shown = state_of(log._rows(), log.where).shown()
     if not 0 <= position < len(shown):
@@ -75,7 +75,7 @@ def erase_rows(log: PostgresSessionLog, index: int) -> bool:
     modification time. Raises EraseError, changing nothing, for an index the session
     does not hold.
     """
-    if log.next_seq is None:
+    if not log.writing:
         log._open()     # the writer first: its lock keeps every other writer out
     state = state_of(log._rows(), log.where)
     positions = [p for p, entry in enumerate(state.entries) if MARKER not in entry]
@@ -107,11 +107,15 @@ def erase_rows(log: PostgresSessionLog, index: int) -> bool:
         return [{MARKER: "erase", "index": index, "at": now()}]
 
     def keep_the_time() -> None:
-        marker = log.next_seq - 1
+        # The marker is the session's last row: this writer holds the lock, and the
+        # rows it just stored are in this transaction, seen by it alone
         log._connection().execute(
+            "WITH marker AS (SELECT max(seq) AS seq FROM session_entries "
+            "WHERE session_id = %s) "
             "UPDATE session_entries SET written = coalesce((SELECT max(written) FROM "
-            "session_entries WHERE session_id = %s AND seq < %s), written) "
-            "WHERE session_id = %s AND seq = %s", (log.id, marker, log.id, marker))
+            "session_entries WHERE session_id = %s AND seq < (SELECT seq FROM marker)),"
+            " written) WHERE session_id = %s AND seq = (SELECT seq FROM marker)",
+            (log.id, log.id, log.id))
 
     log._write(rows_then_marker, together=True, then=keep_the_time)
     drop_blobs_of(log._connection(), rewritten)
