@@ -410,11 +410,13 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
     """A compaction is one marker line, {"$marker": "compaction", "summary": ...,
     "upto": ...}, with no role; "upto" is the index of the first message kept, counting
     every message in the file, undone ones too."""
-    agent, model, log = open_agent(lesson, sessions, day(0)[1])
     path = sessions / "quest-1.jsonl"
+    # Two messages in the file that the log no longer shows: a turn undone on day 0
+    path.write_text(as_log([{"role": "user", "content": day(0)[0]},
+                            {"role": "assistant", "content": "We rest."},
+                            {"$marker": "undo", "skip": [0, 1]}]))
+    agent, model, log = open_agent(lesson, sessions)
     with log:
-        agent.run(day(0)[0])
-        agent.undo()        # two messages in the file that the log no longer shows
         days = play_until_compacted(lesson, agent, model)
     markers = compactions_in(path)
     assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
@@ -734,6 +736,69 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
         {"role": "user", "content": "Onward."}], (
         "after undoing both turns after the boundary, the request is the summary and "
         f"the new message; it was {[m.get('content') for m in sent]}")
+
+
+@pytest.mark.key
+@pytest.mark.task("08.6")
+def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
+        lesson, sessions):
+    """The log's own undo (the chat's, another process's, an adapter's), on a log that
+    records a compaction, by a process that never read its history: messages from the
+    boundary on are taken back, one the summary stands for is refused, naming the log
+    and the way back, and nothing is written. An undo earlier in the log makes the
+    marker's "upto" (an index) and the boundary (a place) differ."""
+    said = conversation(8)
+    path = sessions / "quest-1.jsonl"
+    # Indices 2 and 3 undone: message 6 (the first kept) is the fifth shown, place 4
+    path.write_text(as_log([*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
+                            {"$marker": "compaction", "summary": "Four turns.",
+                             "upto": 6}]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.undo(2)
+        except lesson.UndoError as error:
+            pytest.fail("the log shows 6 messages and its compaction's view starts "
+                        "at the fifth (index 6, place 4): undoing the last two takes "
+                        "back nothing the summary stands for, and it was refused "
+                        f"({error})", pytrace=False)
+        before = path.read_bytes()
+        with raises(lesson.UndoError, "the log's own undo took back the fourth message "
+                    "shown (index 5), which the compaction's summary stands for",
+                    match="(?i)fork"):
+            log.undo(1)
+        assert path.read_bytes() == before, (
+            "a refused undo must not write to the log")
+    with lesson.SessionLog(sessions, "quest-1") as again:
+        with raises(lesson.UndoError, "the log's own undo of three messages, in a "
+                    "process that opened the log just now, went ahead behind the "
+                    "boundary; its refusal should name the log", match="quest-1"):
+            again.undo(3)
+    assert path.read_bytes() == before, "a refused undo must not write to the log"
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        assert agent.messages == said[:2] + said[4:6], (
+            "after the allowed undo the log should show messages 0, 1, 4 and 5 (the "
+            f"refused ones changed nothing); it shows {agent.messages}")
+
+
+@pytest.mark.task("08.6")
+@pytest.mark.task("08.5")
+def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
+                                                                          sessions):
+    """The writer that records a compaction refuses, right after, an undo that reaches
+    behind it; the message at the boundary may still be taken back."""
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(6):
+            log.append(message)
+        log.compact("The first two turns.", keep=2)
+        log.undo(2)         # the messages at places 4 and 5: the view starts at 4
+        before = path.read_bytes()
+        with raises(lesson.UndoError, "right after recording a compaction that keeps "
+                    "places 4 and 5, the log took back place 3, which its summary "
+                    "stands for", match="(?i)fork"):
+            log.undo(1)
+        assert path.read_bytes() == before, "a refused undo must not write to the log"
 
 
 @pytest.mark.key

@@ -31,6 +31,20 @@ class SessionUndo:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
+        if 0 < count <= len(self.shown):
+            from .files import read_all         # lesson 08: what the log records
+            from .reading import parse_log
+            state = parse_log(read_all(self._fd, self.path), self.path)
+            compaction = state.compaction()
+            first = len(self.shown) - count     # the place of the first taken back
+            if compaction is not None and first < compaction.boundary:
+                raise UndoError(
+                    f"cannot undo {count} message(s) of {self.path}: message {first} "
+                    f"is summarised by its compaction (requests start again at "
+                    f"message {compaction.boundary}), and the summary would still "
+                    f"tell the model about it. Fork the session from before message "
+                    f"{first} instead"
+                )
         shown = self.shown
         if not 0 < count <= len(shown):
             raise UndoError(
