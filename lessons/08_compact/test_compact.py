@@ -476,6 +476,36 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
 
 
 @pytest.mark.task("08.5")
+def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(lesson,
+                                                                          sessions):
+    """A crash left a tool call without its result; a new process compacts the log
+    before writing anything to it. `keep` counts the messages the log shows once the
+    compaction is recorded, as a resume reads them, the answer its repair adds
+    included, and the resume starts its request at the message the compaction kept
+    first."""
+    path = sessions / "quest-1.jsonl"
+    rope = {"role": "user", "content": "Buy a rope."}
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "late", "type": "function",
+         "function": {"name": "buy", "arguments": "{\"item\": \"rope\"}"}}]}
+    path.write_text(as_log([*conversation(4), rope, call]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        upto = log.compact("The first two turns.", keep=3)
+    marker = compactions_in(path)[-1] if compactions_in(path) else None
+    assert upto == 4 and marker is not None and marker.get("upto") == 4, (
+        "the log shows 7 messages once the writer has answered the crashed call, so "
+        "keeping the last 3 keeps the rope turn whole: 'upto' should be 4, the index "
+        f"of 'Buy a rope.'; compact returned {upto!r} and the marker is {marker!r}")
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        sent = agent.view()[2:]
+    assert [m.get("role") for m in sent] == ["user", "assistant", "tool"] and (
+        sent[0] == rope), (
+        "the resumed request after the summary should be the rope turn whole: the "
+        f"user's message, the call and its result; it is {sent}")
+
+
+@pytest.mark.task("08.5")
 def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
     """The log's compact adds its marker as one whole line: when the disk fails (or
     the process dies) right after the first write to the log, the log ends with the

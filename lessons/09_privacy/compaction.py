@@ -31,10 +31,10 @@ class BadSummary(ValueError):
 
 def compaction_marker(state: LogState, keep: int, summary: str, where: object
                       ) -> Message:
-    """The marker that records `summary` standing for every message `state` shows but
-    the last `keep`: its "upto" is the index of the first message kept (the number of
-    messages written when none is). ValueError, naming `where`, for a `keep` the log
-    does not show. The file store and the database store write the same marker.
+    """The compaction marker that records `summary` standing for every message `state`
+    shows but the last `keep`, as LogState.compaction() reads it back. ValueError,
+    naming `where`, for a `keep` the log does not show. The file store and the database
+    store write the same marker.
 
     ValueError too for a `summary` that is not what check_summary() returns: a store
     never records a reply that no check has read (no text, thinking, a call as text).
@@ -67,12 +67,9 @@ class SessionCompaction:
 
     def compact(self, summary: str, keep: int) -> int:
         """Record that `summary` stands for every message the log shows but the last
-        `keep`, with one marker line. Returns the marker's "upto".
-
-        "upto" is the index of the first message kept, or the number of messages in the
-        log when none is kept: an index, as undo markers count them, never a line
-        number, so that markers written later do not move it. No message is removed:
-        the log stays the whole truth, and the summary only changes what is sent.
+        `keep`, with one marker line (compaction_marker). Returns the marker's "upto".
+        No message is removed: the log stays the whole truth, and the summary only
+        changes what is sent.
         """
         if self._fd is None:
             self._open()  # the writer first: its repair may add messages to the end
