@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -130,8 +131,11 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
 @pytest.mark.task("03.1")
 def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
     """A fork starts with the whole history of its parent: its first request carries
-    every message of the original."""
-    lesson.fork(sessions, "quest-1", "what-if")
+    every message of the original. fork returns the path of the new log."""
+    path = lesson.fork(sessions, "quest-1", "what-if")
+    assert path is not None and Path(path) == sessions / "what-if.jsonl", (
+        "fork(sessions, 'quest-1', 'what-if') should return the new log's path, "
+        f"{sessions / 'what-if.jsonl'}; it returned {path!r}")
 
     agent, model = play(lesson, sessions, "what-if", [say("The guard opens at dawn.")],
                         "What about the guard?", town)
