@@ -123,35 +123,16 @@ class AgentErase:
 
     def erase(self, position: int) -> Message:
         """Erase message `position` of the conversation (as self.messages numbers it)
-        for good: in memory and in the log. Returns its tombstone.
-
-        Pending messages are written first, so that the log numbers every message the
-        conversation holds; an erased message nobody had written yet then goes through
-        the same rewrite. Raises EraseError, changing nothing, for a position the
-        conversation does not have.
+        for good: in memory and in the log. Returns its tombstone. Raises EraseError,
+        changing nothing, for a position the conversation does not have.
         """
-        if not 0 <= position < len(self.messages):
-            raise EraseError(f"the conversation has {len(self.messages)} message(s): "
-                             f"there is no message {position}; nothing was erased")
-        self.flush()
-        texts = [text for text in contents_of(self.messages[position])
-                 if len(text) >= QUOTE_MIN_CHARS]
-        index = None if self.session is None else self.session.index_of(position)
-        try:
-            if index is not None:
-                self.session.erase(index)
-        finally:
-            # Even when the log's erase failed half-way (after its rewrite, say): the
-            # next request must not send the words again. Every message in memory
-            # loses its quotes, as the log's lines did, and the summary any part.
-            self.messages = [scrub(message, texts) for message in self.messages]
-            self.messages[position] = tombstone(self.messages[position])
-            if self.compaction is not None:
-                # Lesson 08's summary, sent with every request, may quote the words:
-                # the view loses them too, as the log's compaction marker did.
-                summary = redact(self.compaction.summary, texts, parts=True)
-                self.compaction = Compaction(summary, self.compaction.boundary)
-        return self.messages[position]
+        # TODO(09.3): A tombstone keeps the erased message's place, and the agent
+        # forgets.
+        # Hints: `sessionlab hint --task 09.3`; the docs page of lesson 09_privacy.
+        raise NotImplementedError(
+            "task 09.3 is not written yet: A tombstone keeps the erased message's "
+            "place, and the agent forgets"
+        )
 
 
 # --- lesson 09: sessions are personal data --------------------------------------------
@@ -190,10 +171,11 @@ def tombstone(message: Message) -> Message:
     one a provider takes: every call keeps its result, every result its call. Everything
     else a person could have said goes: the content, the arguments, any other key.
     """
-    # TODO(09.3): A tombstone keeps the erased message's place.
+    # TODO(09.3): A tombstone keeps the erased message's place, and the agent forgets.
     # Hints: `sessionlab hint --task 09.3`; the docs page of lesson 09_privacy.
     raise NotImplementedError(
-        "task 09.3 is not written yet: A tombstone keeps the erased message's place"
+        "task 09.3 is not written yet: A tombstone keeps the erased message's place, "
+        "and the agent forgets"
     )
 
 

@@ -241,16 +241,48 @@ def test_delete_refuses_a_session_another_writer_holds_and_deletes_nothing(
 
 
 @pytest.mark.task("09.1")
-def test_deleting_twice_or_a_session_that_never_was_changes_nothing(lesson, sessions):
+def test_deleting_twice_or_a_session_that_never_was_changes_nothing(
+    lesson, sessions, before_the_lock
+):
     """Deleting is idempotent: a session already deleted, or never made, gives False and
-    leaves no file behind (not even a lock file)."""
+    creates nothing, not even a lock file for a moment, nor a folder that was not
+    there."""
     play(lesson, sessions, TURN_A)
     assert lesson.delete_session(sessions, "quest-1") is True
+    locked = []
+    before_the_lock(lambda: locked.append(True))
     assert lesson.delete_session(sessions, "quest-1") is False, (
         "deleting a session that is already gone should return False, not raise")
     assert lesson.delete_session(sessions, "never-was") is False
     assert list(sessions.iterdir()) == [], (
         "deleting sessions that do not exist must create nothing, found "
+        f"{sorted(p.name for p in sessions.iterdir())}")
+    assert not locked, (
+        "deleting a session of which the folder holds nothing took its lock: that "
+        "makes a lock file, for a moment, for a session that is not there")
+    nowhere = sessions / "nowhere"
+    try:
+        found = lesson.delete_session(nowhere, "quest-1")
+    except OSError as error:
+        pytest.fail(f"deleting a session in a folder that does not exist raised "
+                    f"{error!r}: there is nothing of it, so the answer is False",
+                    pytrace=False)
+    assert found is False and not nowhere.exists(), (
+        f"deleting in a folder that does not exist should return False and create "
+        f"nothing; it returned {found!r}, and the folder exists: {nowhere.exists()}")
+
+
+@pytest.mark.task("09.1")
+def test_delete_removes_a_lock_file_a_dead_writer_left_alone(lesson, sessions):
+    """A writer killed before it wrote a line leaves only its lock file: that is
+    something of the session, so deleting it removes the lock file and answers True."""
+    lock_file = sessions / "quest-1.lock"
+    lock_file.write_text('{"pid": 999999, "host": "gone", "since": "day 1"}')
+    assert lesson.delete_session(sessions, "quest-1") is True, (
+        "the folder held quest-1's lock file, left by a writer that died: deleting "
+        "quest-1 should remove it and return True")
+    assert list(sessions.iterdir()) == [], (
+        "after deleting quest-1, nothing of it may be left; the folder holds "
         f"{sorted(p.name for p in sessions.iterdir())}")
 
 
@@ -289,6 +321,9 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         "a temporary copy of the log was left behind by a crash; deleting the session "
         "must remove it too. Still holding the words: "
         f"{files_holding(sessions, 'Ilse')}")
+    assert not (sessions / ".quest-1.meta.json.a8b2.tmp").exists(), (
+        "a temporary copy of the meta file, left by a crashed meta write, is still "
+        "there after the delete: it is the session's too (it names its lineage)")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
 
@@ -591,6 +626,35 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
 
 
 @pytest.mark.task("09.2")
+def test_expire_reports_a_leftover_a_writer_holds_as_busy_and_goes_on(
+    lesson, sessions
+):
+    """An old meta file without its log whose id a writer holds (a fork being made
+    anew under that id) stays and is reported busy, after the sessions; the next
+    leftover is still removed."""
+    for session_id in ("left-a", "left-b"):
+        meta = sessions / f"{session_id}.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": session_id}))
+        age(meta, 40)
+    play(lesson, sessions, TURN_A, session_id="old")
+    age(sessions / "old.jsonl", 40)
+    with open(sessions / "left-a.lock", "w") as held:   # another writer's lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            found = lesson.expire(sessions)
+        except lesson.SessionBusy as error:
+            pytest.fail(f"expire() stopped with {error!r}: a writer holds left-a, "
+                        "whose meta file lost its log; it should be reported busy and "
+                        "the run go on", pytrace=False)
+    assert found == (["old", "left-b"], ["left-a"]), (
+        "expire() should delete the old session and the free leftover left-b, and "
+        "report left-a, held by a writer, as busy (deleted=['old', 'left-b'], "
+        f"busy=['left-a']); it returned {found}")
+    assert (sessions / "left-a.meta.json").exists(), (
+        "expire() removed left-a's meta file while a writer held that id")
+
+
+@pytest.mark.task("09.2")
 def test_expire_reports_as_busy_only_the_idle_sessions_a_writer_holds(
     lesson, sessions
 ):
@@ -719,6 +783,7 @@ def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
 
 
 @pytest.mark.key
+@pytest.mark.task("09.3")
 @pytest.mark.task("09.4")
 def test_erase_keeps_every_index_in_place_so_undo_markers_still_hide_the_right_messages(
     lesson, sessions
@@ -1011,6 +1076,7 @@ def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions
         "a line that does not quote the erased message must keep its bytes exactly")
 
 
+@pytest.mark.task("09.3")
 @pytest.mark.task("09.4")
 def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
     lesson, sessions
@@ -1408,6 +1474,104 @@ def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
         log.erase(0)
     assert files_holding(sessions, "Ilse") == [] and blob_names(sessions) == [], (
         "erased in the fork too, neither log nor blob may hold the words")
+
+
+# --- 09.3: the agent forgets (after 09.4's tests: they need the log's erase) ----------
+
+
+@pytest.mark.task("09.3")
+def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
+    """The model's reply repeated the user's words: after the user's message is erased,
+    the agent's next request holds them nowhere, and neither does the log."""
+    echo = f"Noted: {SECRET}."
+    agent, model, log = open_agent(lesson, sessions, [say(echo), say("Yes.")])
+    with log:
+        agent.run(SECRET)
+        found = agent.erase(0)
+        agent.run("Shall we go on?")
+    assert found == {"role": "user", "content": lesson.ERASED}, (
+        "Agent.erase should return the erased message's tombstone, it returned "
+        f"{found!r}")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "after the user's message was erased, the next request still sent its words, "
+        f"in the reply that repeated them: {sent[:300]}")
+    assert files_holding(sessions, "Ilse") == [], (
+        "the log's reply that repeated the words should have lost them too; still "
+        f"holding them: {files_holding(sessions, 'Ilse')}")
+
+
+@pytest.mark.task("09.3")
+def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
+    lesson, sessions
+):
+    """Lesson 07's pending messages: a note the user recorded and that is not in the
+    log yet can be erased like any other; and a pending note that quotes an erased
+    message never reaches the log with the quote."""
+    agent, model, log = open_agent(lesson, sessions, [say("Noted."), say("Yes.")])
+    with log:
+        agent.run("Ask the elder about the cave.")
+        agent.record({"role": "user", "content": SECRET})
+        agent.record({"role": "user", "content": f"To repeat: {SECRET}"})
+        try:
+            agent.erase(2)
+        except lesson.EraseError as error:
+            pytest.fail(f"erasing message 2, a note recorded and not written yet, "
+                        f"raised {error!r}: the agent holds it, so it can be erased",
+                        pytrace=False)
+        agent.run("Shall we go on?")
+    assert files_holding(sessions, "Ilse") == [], (
+        "two notes were pending when the first was erased (the second quotes it); "
+        "once the agent wrote its pending messages, these files held the words: "
+        f"{files_holding(sessions, 'Ilse')}")
+    assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
+        "the next request still sent the erased words")
+    assert resume(lesson, sessions)[2] == {"role": "user", "content": lesson.ERASED}, (
+        "message 2 of the log should be the erased note's tombstone")
+
+
+@pytest.mark.task("09.3")
+def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
+    lesson, sessions, monkeypatch
+):
+    """The log's erase stops with EraseIncomplete (another log cannot be read, so the
+    blob stays): the error reaches the caller, and the agent forgets all the same."""
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    agent, model, log = open_agent(lesson, sessions,
+                                   [say(f"Noted: {LARGE_SECRET}"), say("Yes.")])
+    with log:
+        agent.run(LARGE_SECRET)
+        failing_open(monkeypatch, "quest-2.jsonl")
+        try:
+            with raises(lesson.EraseIncomplete,
+                        "the log's erase could not drop the blob (quest-2.jsonl "
+                        "cannot be read), and Agent.erase said nothing"):
+                agent.erase(0)
+        finally:
+            monkeypatch.undo()
+        assert agent.messages[0] == {"role": "user", "content": lesson.ERASED}, (
+            "the log's erase raised EraseIncomplete after it rewrote the log, and the "
+            f"agent's memory still holds the message: {agent.messages[0]!r}")
+        agent.run("Shall we go on?")
+    assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
+        "after an erase that raised EraseIncomplete, the next request still sent the "
+        "words (the message, or the reply that repeated it)")
+
+
+@pytest.mark.task("09.3")
+def test_an_agent_without_a_session_forgets_too(lesson):
+    """An agent that keeps no log erases from its memory alone, and refuses a position
+    its conversation does not have."""
+    model = ScriptedModel([say(f"Noted: {SECRET}."), say("Yes.")])
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+    agent.run(SECRET)
+    with raises(lesson.EraseError, "erasing message 5 of a conversation of two was "
+                "not refused with EraseError"):
+        agent.erase(5)
+    assert agent.erase(0) == {"role": "user", "content": lesson.ERASED}
+    agent.run("Shall we go on?")
+    assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
+        "an agent without a session still sent the erased words")
 
 
 # --- 09.5: collect --------------------------------------------------------------------

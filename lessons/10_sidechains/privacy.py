@@ -36,13 +36,8 @@ BLOB_GRACE_SECONDS = 3600.0
 
 
 def session_files(folder: Path, session_id: str) -> list[Path]:
-    """A session's files but its lock: its log, its meta file, and the temporary files
-    a fork, a meta write or an erase that crashed left behind (they hold its words too).
-
-    A folder that cannot be listed raises (PermissionError): "no files" would be a lie.
-    A temporary file is `.<name>.<random>.tmp` exactly, so that session "quest" never
-    takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`).
-    """
+    """The files of session `session_id` that delete_session() removes, its lock file
+    aside. A folder that cannot be listed raises: "no files" would be a lie."""
     try:
         names = set(os.listdir(folder))
     except FileNotFoundError:
@@ -58,7 +53,8 @@ def session_files(folder: Path, session_id: str) -> list[Path]:
 
 def is_temporary_of(name: str, of: str) -> bool:
     """Is `name` a temporary file made for the file named `of` (tempfile.mkstemp's
-    `.<of>.<random>.tmp`, with no dot in the random part)?"""
+    `.<of>.<random>.tmp`, with no dot in the random part)? Exactly that: session "quest"
+    never takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`)."""
     prefix, suffix = f".{of}.", ".tmp"
     middle = name[len(prefix):-len(suffix)]
     return (name.startswith(prefix) and name.endswith(suffix) and bool(middle)
@@ -66,8 +62,9 @@ def is_temporary_of(name: str, of: str) -> bool:
 
 
 def anything_of(folder: Path, session_id: str) -> bool:
-    """Whether the folder holds anything of the session: its files, a lock file its
-    writer left when it died, or (lesson 10) side-chains a stopped delete left."""
+    """Whether the folder holds anything at all of session `session_id`."""
+    # Its files, a lock file its writer left when it died, or (lesson 10) side-chains
+    # a stopped delete left
     leftovers = [f"{session_id}.lock"]
     leftovers.append(f"{session_id}{SIDECHAINS}")
     return bool(session_files(folder, session_id)) or any(
@@ -147,9 +144,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
 
 
 def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]:
-    """Delete what a stopped delete or fork left of a session without its log (a meta
-    file, side-chains), once all of it is older than `cutoff`. Returns (the ids deleted,
-    the ids skipped because a writer holds them: a fork in progress, say)."""
+    """What expire() does with what is left of sessions without their log, as old as
+    `cutoff`. Returns (the ids deleted, the ids skipped because a writer holds them)."""
     deleted: list[str] = []
     busy: list[str] = []
     for session_id in left_without_log(folder, cutoff):
@@ -162,8 +158,9 @@ def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]
 
 
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
-    """The ids whose files (a meta file, side-chains) are all older than `cutoff` and
-    whose log is gone: what a fork or a delete that stopped half-way left."""
+    """The ids of the sessions left without their log that expire() deletes."""
+    # What a fork or a delete that stopped half-way left: a meta file, side-chains. All
+    # of it older than the cutoff: a young one may be a fork being made right now.
     kinds = [".meta.json"]
     kinds.append(SIDECHAINS)
     found: dict[str, bool] = {}

@@ -223,16 +223,14 @@ class AgentErase:
 
     def erase(self, position: int) -> Message:
         """Erase message `position` of the conversation (as self.messages numbers it)
-        for good: in memory and in the log. Returns its tombstone.
-
-        Pending messages are written first, so that the log numbers every message the
-        conversation holds; an erased message nobody had written yet then goes through
-        the same rewrite. Raises EraseError, changing nothing, for a position the
-        conversation does not have.
+        for good: in memory and in the log. Returns its tombstone. Raises EraseError,
+        changing nothing, for a position the conversation does not have.
         """
         if not 0 <= position < len(self.messages):
             raise EraseError(f"the conversation has {len(self.messages)} message(s): "
                              f"there is no message {position}; nothing was erased")
+        # Pending messages are written first: the log then numbers every message the
+        # conversation holds, and none of them is written later with the words in it.
         self.flush()
         texts = [text for text in contents_of(self.messages[position])
                  if len(text) >= QUOTE_MIN_CHARS]
