@@ -176,8 +176,8 @@ class AgentCompaction:
     def view(self) -> list[Message]:
         """The messages of the next request, as the conversation and its compaction
         (if any) stand. `self.messages` is never cut."""
-        system = [{"role": "system", "content": self.system}] if self.system else []
         # BEGIN 08.2
+        system = [{"role": "system", "content": self.system}] if self.system else []
         if self.compaction is None:
             return system + self.messages
         summary = {"role": "user", "content": SUMMARY_INTRO + self.compaction.summary}
@@ -243,11 +243,15 @@ class AgentCompaction:
         return self.budget - self.compacted_size("", cut)
 
     def compacted_size(self, summary: str, cut: int) -> int:
-        """The estimated size of the request `summary` would begin: the view a
-        compaction at `cut` with that summary makes."""
+        """The estimated size (request_size) of the next request once a compaction at
+        place `cut` with this summary is made. Asked before the summary exists (how
+        long may it be?) and of the model's reply (does it fit?), so it must be the
+        size that request will have when it is sent."""
+        # BEGIN 08.2
         system = [{"role": "system", "content": self.system}] if self.system else []
         intro = {"role": "user", "content": SUMMARY_INTRO + summary}
         return self.request_size(system + [intro] + self.messages[cut:])
+        # END 08.2
 
     def check_fits(self, summary: str, cut: int) -> str:
         """`summary`, if the request it would begin is within the budget; BadSummary,

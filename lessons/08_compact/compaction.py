@@ -163,7 +163,6 @@ class AgentCompaction:
     def view(self) -> list[Message]:
         """The messages of the next request, as the conversation and its compaction
         (if any) stand. `self.messages` is never cut."""
-        system = [{"role": "system", "content": self.system}] if self.system else []
         # TODO(08.2): Build the request as a view.
         # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
         raise NotImplementedError(
@@ -209,11 +208,15 @@ class AgentCompaction:
         return self.budget - self.compacted_size("", cut)
 
     def compacted_size(self, summary: str, cut: int) -> int:
-        """The estimated size of the request `summary` would begin: the view a
-        compaction at `cut` with that summary makes."""
-        system = [{"role": "system", "content": self.system}] if self.system else []
-        intro = {"role": "user", "content": SUMMARY_INTRO + summary}
-        return self.request_size(system + [intro] + self.messages[cut:])
+        """The estimated size (request_size) of the next request once a compaction at
+        place `cut` with this summary is made. Asked before the summary exists (how
+        long may it be?) and of the model's reply (does it fit?), so it must be the
+        size that request will have when it is sent."""
+        # TODO(08.2): Build the request as a view.
+        # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
+        raise NotImplementedError(
+            "task 08.2 is not written yet: Build the request as a view"
+        )
 
     def check_fits(self, summary: str, cut: int) -> str:
         """`summary`, if the request it would begin is within the budget; BadSummary,

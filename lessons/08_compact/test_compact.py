@@ -123,12 +123,12 @@ def play_until_compacted(lesson, agent, model, first_day=1, compactions=1, limit
                 pytrace=False)
 
 
-def agent_without_session(lesson, messages, compaction=None):
+def agent_without_session(lesson, messages, compaction=None, system=SYSTEM):
     """An agent with no log, holding `messages` and `compaction`: what a task's own
     code does with them needs no other task."""
     model = ScriptedModel([])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
-                         system=SYSTEM, budget=None, reply_room=REPLY_ROOM)
+                         system=system, budget=None, reply_room=REPLY_ROOM)
     agent.messages = list(messages)
     agent.compaction = compaction
     return agent
@@ -208,6 +208,52 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
     assert agent.messages == said, (
         "view() changed the conversation: agent.messages must stay whole, only the "
         "request shrinks")
+    bare = agent_without_session(lesson, said, lesson.Compaction("the first turn", 2),
+                                 system=None)
+    view = bare.view()
+    assert view == [summary, *said[2:]], (
+        "an agent with no system prompt sends none (not an empty one): the request "
+        "is the summary, then messages 2 to 5; it was "
+        f"{[(m.get('role'), str(m.get('content'))[:30]) for m in view]}")
+
+
+@pytest.mark.task("08.2")
+@pytest.mark.parametrize("system", [SYSTEM, None])
+def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_sent(
+        lesson, system):
+    """Before the model is asked for a summary, the room the budget leaves it is worked
+    out from the request that compaction would make (summary_room, check_fits, both
+    given, build on compacted_size): a summary that fills the room exactly is taken
+    and its request, then sent, is exactly at the budget; one token longer is refused.
+    With and without a system prompt."""
+    said = conversation(8)
+    for cut in (2, 4, 6):
+        for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9):
+            agent = agent_without_session(lesson, said, system=system)
+            sent = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": lesson.SUMMARY_INTRO + summary},
+                *said[cut:]]
+            size = size_of(lesson, {"messages": sent, "tools": Town().schemas})
+            agent.budget = size
+            try:
+                taken = agent.check_fits(summary, cut)
+            except lesson.BadSummary as error:
+                pytest.fail(f"the request a compaction at place {cut} would send "
+                            f"needs {size} tokens, exactly the budget, and its summary "
+                            f"was refused as too long ({error}): the size worked out "
+                            "before sending is not the size of the request sent",
+                            pytrace=False)
+            agent.compaction = lesson.Compaction(taken, cut)
+            assert size_of(lesson, {"messages": agent.view(),
+                                    "tools": Town().schemas}) == size, (
+                f"the summary was judged to fit a budget of {size}, and the request "
+                "made with it is not of that size")
+            agent.compaction, agent.budget = None, size - 1
+            with raises(lesson.BadSummary, f"a summary that makes the request at place "
+                        f"{cut} need {size} tokens was taken with a budget of "
+                        f"{size - 1}: the size worked out before sending is smaller "
+                        "than the request sent"):
+                agent.check_fits(summary, cut)
 
 
 @pytest.mark.task("08.5")

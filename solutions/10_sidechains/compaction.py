@@ -232,8 +232,10 @@ class AgentCompaction:
         return self.budget - self.compacted_size("", cut)
 
     def compacted_size(self, summary: str, cut: int) -> int:
-        """The estimated size of the request `summary` would begin: the view a
-        compaction at `cut` with that summary makes."""
+        """The estimated size (request_size) of the next request once a compaction at
+        place `cut` with this summary is made. Asked before the summary exists (how
+        long may it be?) and of the model's reply (does it fit?), so it must be the
+        size that request will have when it is sent."""
         system = [{"role": "system", "content": self.system}] if self.system else []
         intro = {"role": "user", "content": SUMMARY_INTRO + summary}
         return self.request_size(system + [intro] + self.messages[cut:])
