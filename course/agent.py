@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .messages import Message, normalize_reply
+from .messages import check_message, check_plain_json, Message, normalize_reply
 from .tools import MaxTurnsExceeded, run_tool, Tools
 from .reading import Compaction, interrupted_result, unanswered_calls
 from .undo import AgentUndo
@@ -78,7 +78,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         self.messages: list[Message] = []
         #<
         #> 07+
-        # Messages recorded but not written to the log yet: see record() and flush().
+        # The pending buffer: see record() and flush().
         self.pending: list[Message] = []
         #<
         #> 02+
@@ -129,14 +129,8 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         calling tools after `max_turns` requests.
         """
         # BEGIN 00.2
-        #> 04
-        # BEGIN 04.4
-        #<
         #> 04+
         self.settle()       # a run that stopped half-way may have left calls open
-        #<
-        #> 04
-        # END 04.4
         #<
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
@@ -181,12 +175,12 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
 #> 04+
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run of this agent left without results.
+        """Answer the tool calls an earlier run left without results, before anything.
 
         A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation, in memory and in the
-        log. A provider refuses a history with a call and no result (400), and the
-        repair mends only the end of a log, when a writer takes it over.
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
         """
         # BEGIN 04.4
         for call in unanswered_calls(self.messages):
@@ -219,9 +213,15 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         user has seen.
         """
         # BEGIN 07.2
+        if self.session is not None:
+            # Written later, but checked now, as append() checks it: a message the log
+            # would refuse is refused here, changing nothing. Left to the flush, it
+            # would fail every flush after it, and no model call could go out again.
+            check_plain_json(message)
+            check_message(message)
         self.messages.append(message)
         #<
-        #> 01+
+        #> 01-06
         if self.session is not None:
         #<
             #> 01-06
@@ -231,6 +231,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         self.messages.append(message)
         #<
             #> 07+
+        if self.session is not None:
             self.pending.append(message)
         # END 07.2
 

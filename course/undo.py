@@ -26,6 +26,7 @@ class SessionUndo:
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
         """
+        # BEGIN 07.4
         if self._fd is None:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
@@ -48,7 +49,6 @@ class SessionUndo:
                 )
         # END 08.6
         #<
-        # BEGIN 07.4
         shown = self.shown
         if not 0 < count <= len(shown):
             raise UndoError(

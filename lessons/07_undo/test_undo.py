@@ -388,6 +388,32 @@ def test_undo_in_a_later_process(lesson, sessions):
     )
 
 
+@pytest.mark.task("07.4")
+@pytest.mark.task("07.5")
+def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
+    lesson, sessions
+):
+    """A fork made by the writer's own process goes by what the writer knows of the log,
+    without reading it again: right after the writer's undo, and after its next append,
+    the fork shows what the log shows."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(5)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said[:4]:
+            log.append(message)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        taken = log.undo(1)
+        log.append(said[4])
+        lesson.fork(sessions, "quest-1", "what-if", upto=4)
+    assert taken == [3], f"undo(1) should take back message 3; it took back {taken}"
+    forked = [m.get("content") for m in lesson.SessionLog(sessions, "what-if").load()]
+    expected = [m["content"] for m in said[:3] + said[4:]]
+    assert forked == expected, (
+        "the writer undid message 3 and then appended message 4, so the log shows "
+        f"{expected}, and so should a fork of its first 4 made by this process; the "
+        f"fork shows {forked}: after the undo, what this process knows of the log "
+        "still counted message 3")
+
+
 @pytest.mark.key
 @pytest.mark.task("07.2")
 def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
@@ -775,10 +801,11 @@ def test_logs_written_by_earlier_lessons_still_load(
 
 @pytest.mark.task("07.1")
 def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
-    """A marker written after two messages can take back only those two: indices at or
-    after its own place (a damaged or foreign marker) are ignored, never applied to the
-    messages written, and shown to the user, after it. Its place counts the messages
-    before it, not the lines (a marker above it is no message)."""
+    """A marker written after two messages can take back only those two: an index that
+    names no message written before it (a damaged or foreign marker's: at or after its
+    own place, or negative) takes back nothing, least of all a message written, and
+    shown to the user, after it. Its place counts the messages before it, not the lines
+    (a marker above it is no message)."""
     ask = {"role": "user", "content": "Ask the elder."}
     answer = {"role": "assistant", "content": "The elder wants a torch."}
     later = [{"role": "user", "content": "Buy a torch."},
@@ -798,6 +825,14 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
         "the second marker may take back indices 0 to 2 only: three messages came "
         "before it (on four lines, the first marker being no message), so index 3, "
         "the message written after it, must stay shown. Got "
+        f"{[m.get('content') for m in shown]}")
+
+    # Negative indices name no message: counted from the end, they would name one
+    write_log(sessions, [ask, answer, undo_marker(-2), *later], "quest-3")
+    shown = lesson.SessionLog(sessions, "quest-3").load()
+    assert shown == [ask, answer, *later], (
+        "the marker lists only -2, and messages are counted from 0, so it takes back "
+        "nothing: the log should show all four messages. Got "
         f"{[m.get('content') for m in shown]}")
 
 
@@ -893,9 +928,9 @@ def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessio
 
 
 @pytest.mark.task("07.2")
-def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
-    """The disk fills up during a flush (a real file size limit): what was written
-    leaves pending, what was not stays, and the next flush writes each message once."""
+def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessions):
+    """The disk fills up during a flush (a real file size limit), then has room again:
+    the next flush leaves each message in the log once, in the order recorded."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
@@ -913,24 +948,99 @@ def test_a_pending_message_whose_write_fails_stays_pending(lesson, sessions):
                 failed = "nothing"
             except OSError as error:
                 failed = f"OSError: {error}"
-            pending = [m["content"][:8] for m in agent.pending]
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
             agent.flush()
-        return {"failed": failed, "pending": pending}
+        return {"failed": failed}
 
     kind, message, result = with_file_size_limit(limit, flush_twice)
     assert kind == "ok", f"the flushes raised {kind}: {message}"
     assert result["failed"].startswith("OSError"), (
         "the log could grow by one note only, so the first flush should fail with "
         f"OSError on the second; it raised {result['failed']}")
-    assert result["pending"] == ["(note 2,"], (
-        "after the failed flush, the note written should have left pending and the one "
-        f"not written should still be there; pending held {result['pending']}")
     logged = lines_of(path)
     assert logged == turn_c + notes, (
         "after the second flush the log should hold each note once, in order; it holds "
         f"{[m.get('content', '')[:8] for m in logged[len(turn_c):]]} after the turn")
+
+
+@pytest.mark.task("07.4")
+@pytest.mark.task("07.3")
+@pytest.mark.task("07.2")
+def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
+                                                                         sessions):
+    """The disk fills up during a flush of two notes, after the first one; with room
+    again, the user undoes both. The log must then show the turn before them only,
+    whatever part of the flush reached it."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
+             for n in (1, 2)]
+    limit = path.stat().st_size + line_length(notes[0]) + 20    # room for one note
+
+    def flush_then_undo():
+        import resource
+        agent, _, log = open_agent(lesson, sessions)
+        with log:
+            for note in notes:
+                agent.record(note)
+            try:
+                agent.flush()
+                failed = "nothing"
+            except OSError as error:
+                failed = f"OSError: {error}"
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            taken = [m.get("content", "")[:8] for m in agent.undo(turns=2)]
+            agent.flush()
+            left = [m.get("content") for m in agent.messages]
+        return {"failed": failed, "taken": taken, "left": left}
+
+    kind, message, result = with_file_size_limit(limit, flush_then_undo)
+    assert kind == "ok", f"the flush and the undo raised {kind}: {message}"
+    assert result["failed"].startswith("OSError"), (
+        "the log could grow by one note only, so the flush should fail with OSError on "
+        f"the second; it raised {result['failed']}")
+    assert result["taken"] == ["(note 1,", "(note 2,"], (
+        f"undo(turns=2) should take back the two notes; it took back {result['taken']}")
+    shown = [m.get("content") for m in resume(lesson, sessions)]
+    expected = [m.get("content") for m in turn_c]
+    assert shown == expected and result["left"] == expected, (
+        "the first note reached the log before the disk filled up, the second did not; "
+        "after the undo of both, the agent and a resume should show the turn before "
+        f"them, {expected}. The agent shows {result['left']}, a resume {shown}")
+
+
+@pytest.mark.task("07.2")
+@pytest.mark.parametrize("refused", [
+    {"role": "user", "content": 5},
+    {"role": "user", "content": "Buy a torch.", "name": float("nan")},
+], ids=["a number for content", "NaN, which is no JSON"])
+def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
+                                                                       sessions,
+                                                                       refused):
+    """Lesson 06's agent refused at once a message its log would refuse, changing
+    nothing. Writing later must not make that later: the session goes on as if the
+    message had never been recorded."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        with raises(lesson.InvalidMessage,
+                    f"record() accepted {refused!r}, which the log's append refuses"):
+            agent.record(refused)
+        assert agent.messages == turn_c and path.read_bytes() == before, (
+            "a refused message must change nothing: not the conversation, not the log")
+        try:
+            agent.run(TURN_D[0])
+        except Exception as error:
+            pytest.fail(f"after record() refused a message, the next run() failed "
+                        f"({type(error).__name__}: {error}): the refused message is "
+                        "still waiting to be written", pytrace=False)
+    assert model.requests[0]["messages"] == turn_c + [
+        {"role": "user", "content": TURN_D[0]}], (
+        "the next request should carry the conversation without the refused message")
 
 
 @pytest.mark.task("07.3")

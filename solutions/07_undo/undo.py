@@ -27,11 +27,11 @@ class SessionUndo:
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
         """
+        # BEGIN 07.4
         if self._fd is None:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
-        # BEGIN 07.4
         shown = self.shown
         if not 0 < count <= len(shown):
             raise UndoError(

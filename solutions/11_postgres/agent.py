@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .messages import Message, normalize_reply
+from .messages import check_message, check_plain_json, Message, normalize_reply
 from .tools import MaxTurnsExceeded, Tools
 from .reading import Compaction, interrupted_result, unanswered_calls
 from .undo import AgentUndo
@@ -44,7 +44,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         self.session = session
         self.system = system          # sent first with every request, never stored
         self.max_turns = max_turns    # model calls allowed for one user message
-        # Messages recorded but not written to the log yet: see record() and flush().
+        # The pending buffer: see record() and flush().
         self.pending: list[Message] = []
         self.messages: list[Message] = self.resume()
         # Lesson 08: the largest request, in estimated tokens, counting the system
@@ -100,12 +100,12 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         )
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run of this agent left without results.
+        """Answer the tool calls an earlier run left without results, before anything.
 
         A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation, in memory and in the
-        log. A provider refuses a history with a call and no result (400), and the
-        repair mends only the end of a log, when a writer takes it over.
+        a tool) leaves calls open at the end of the conversation. Nothing may come
+        between a call and its results: a provider refuses that history (400), and the
+        repair mends only the end of a log, so a gap in the middle would stay for good.
         """
         for call in unanswered_calls(self.messages):
             self.record(interrupted_result(call))
@@ -119,6 +119,12 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         costs nothing; a crash loses it, and with it nothing that any model, tool or
         user has seen.
         """
+        if self.session is not None:
+            # Written later, but checked now, as append() checks it: a message the log
+            # would refuse is refused here, changing nothing. Left to the flush, it
+            # would fail every flush after it, and no model call could go out again.
+            check_plain_json(message)
+            check_message(message)
         self.messages.append(message)
         if self.session is not None:
             self.pending.append(message)
