@@ -444,30 +444,34 @@ def see_06(scene: Scene) -> None:
 
 def see_07(scene: Scene) -> None:
     lesson = scene.code(6)
-    town = Town(gold=20)
-    model = ScriptedModel([use(call("buy", item="lantern")), say("You have a lantern."),
-                           use(call("buy", item="rope")), say("You have a rope."),
-                           say("A rope.")])
-    scene.say("Lesson 06's agent buys a lantern. The user takes that turn back the only way "
-              "the agent allows, by cutting it from its list of messages, and buys a rope "
-              "instead.")
+    town = Town(gold=2)
+    model = ScriptedModel([use(call("buy", item="lantern")),
+                           say("Not enough gold. The miller pays for help at the mill."),
+                           use(call("talk_to", npc="guard")), say("The gate opens at dawn."),
+                           say("At dawn.")])
+    scene.say("Day 4, evening. With 2 gold left, the user asks lesson 06's agent to buy a "
+              "lantern, which costs 8, and the model spends the turn on ways to earn gold. "
+              "The user takes that turn back the only way the agent allows, by cutting it "
+              "from its list of messages, and asks the guard instead.")
     with lesson.SessionLog(scene.sessions, "quest") as log:
         quest = agent(lesson, model, town, session=log)
-        quest.run("Buy a lantern.")
+        quest.run("Buy the lantern.")
         del quest.messages[-4:]
-        quest.run("Buy a rope instead.")
+        quest.run("Ask the guard about the gate instead.")
         in_memory = len(quest.messages)
     path = scene.sessions / "quest.jsonl"
     scene.say(f"In memory: {count(in_memory, 'message')}, no lantern. On disk: "
               f"{count(len(log_lines(path)), 'line')}.", "  ")
     scene.say("The next day, the session resumed sends:")
     with lesson.SessionLog(scene.sessions, "quest") as log:
-        agent(lesson, model, town, session=log).run("What do we carry?")
+        agent(lesson, model, town, session=log).run("When do we leave?")
     for message in model.requests[-1]["messages"]:
         scene.show(message)
-    scene.say("The lantern is back. Cutting its lines from the file instead would rewrite "
-              "bytes already written, which a crash can tear and a fork or a reader relies "
-              "on.")
+    scene.say("The lantern turn is back. Cutting its lines from the file instead would "
+              "rewrite bytes already written, which a crash can tear and a fork or a reader "
+              "relies on. An undo needs two things: the log must say which messages were "
+              "taken back (the marker line of task 07.4), and every resume must leave them "
+              "out (the replay of task 07.1).")
     scene.prevented_by("07.4")
 
 
