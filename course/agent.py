@@ -129,8 +129,14 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         calling tools after `max_turns` requests.
         """
         # BEGIN 00.2
+        #> 04
+        # BEGIN 04.4
+        #<
         #> 04+
         self.settle()       # a run that stopped half-way may have left calls open
+        #<
+        #> 04
+        # END 04.4
         #<
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
@@ -175,12 +181,12 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
 #> 04+
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run left without results, before anything.
+        """Answer the tool calls an earlier run of this agent left without results.
 
         A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation. Nothing may come
-        between a call and its results: a provider refuses that history (400), and the
-        repair mends only the end of a log, so a gap in the middle would stay for good.
+        a tool) leaves calls open at the end of the conversation, in memory and in the
+        log. A provider refuses a history with a call and no result (400), and the
+        repair mends only the end of a log, when a writer takes it over.
         """
         # BEGIN 04.4
         for call in unanswered_calls(self.messages):

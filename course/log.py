@@ -446,6 +446,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 self._know_from(known)
                 return None
             #<
+            #> 04
+            # BEGIN 04.3
+            #<
             #> 04+
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
@@ -466,6 +469,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 #> 04+
                 state = parse_log(read_all(self._fd, self.path), self.path)
                 #<
+            #> 04
+            return state    # the log as this writer goes on from it
+            # END 04.3
+            #<
             #> 07+
             self._know(state)
             #<
@@ -480,9 +487,13 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             #<
             #> 04+
             raise
-        return state
-
             #<
+        #> 05+
+        return state
+        #<
+        #> 04+
+
+        #<
     #> 04-06
     def _repair(self, data: bytes, state: LogState) -> None:
     #<
@@ -515,19 +526,17 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
     def _repair(self, data: bytes, state: LogState) -> bool:
     #<
         #> 04+
-        """Make the log's tail whole before this writer adds to it; leave a whole one.
+        """Make the log whole before this writer adds to it (a whole log: leave it).
 
-        When it returns, the log ends in whole lines and no call is left open at its
-        end: torn bytes are gone, a missing final newline is there, and a repair marker
-        saying what was done comes before an interrupted_result(call) for each call
-        that was open. A crash during the repair never leaves a part of it as whole
-        lines. `data` is the log's bytes and `state` their parse_log(), as _open()
-        #<
-        #> 04-06
-        read them.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
+        When it returns, the log ends in whole lines, the ones that were whole are as
+        they were, and no call is left open at its end; self.repaired is the marker
+        that says what was done, if bytes were cut or calls answered. Killed at any
+        moment, it leaves a log the next writer's repair completes: never a marker
+        without the results it names, never a made-up result without its marker.
         #<
         #> 07+
-        read them. Returns whether it wrote anything.
+        Returns whether it wrote anything.
         #<
         #> 04+
         """

@@ -6,6 +6,7 @@ Run: pytest lessons/04_repair            (your code)
 The logs here are written by hand, byte by byte, the way a crash leaves them.
 """
 
+import errno
 import json
 import os
 import signal
@@ -892,6 +893,74 @@ def test_an_agent_without_a_log_settles_its_open_calls_in_memory(lesson, town):
         f"{roles}")
 
 
+def a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch):
+    """The town's tools, but the disk fills up while the first purchase runs: from then
+    on every write to the log `path` fails (ENOSPC, nothing written) until the test
+    frees room by setting `room[0]` to True again."""
+    room = [True]
+    real_write = os.write
+
+    def write(fd, data):
+        if not room[0] and path.exists():
+            found, target = os.fstat(fd), path.stat()
+            if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    def buy_while_the_disk_fills(**arguments):
+        room[0] = False
+        return town.functions["buy"](**arguments)
+
+    monkeypatch.setattr(os, "write", write)
+    functions = {**town.functions, "buy": buy_while_the_disk_fills}
+    tools = SimpleNamespace(schemas=town.schemas, functions=functions)
+    return tools, room
+
+
+@pytest.mark.task("04.4")
+def test_a_run_stopped_by_a_full_disk_is_settled_once_there_is_room(
+        lesson, sessions, town, monkeypatch):
+    """The disk fills up as the second of three results is written, and stays full while
+    the run stops; the user frees room and sends the next message: the calls left open
+    are answered first, in the log and in memory alike, and the model accepts it."""
+    path = sessions / "quest-1.jsonl"
+    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with pytest.raises(OSError):
+            agent.run("Talk to the elder and buy a torch.")
+        room[0] = True      # the user makes room, and goes on
+        try:
+            agent.run("Go on.")
+        except openai.BadRequestError as error:
+            refused = error.message
+        else:
+            refused = None
+    if refused is not None:     # outside the except: the words come first, alone
+        pytest.fail("the disk was full when the second result was written, and still "
+                    "full as the run stopped; once there was room again, the next run "
+                    f"sent calls without their results: {refused}. Whatever was meant "
+                    "to answer them as the run stopped could not write either (task "
+                    "04.4)", pytrace=False)
+    entries = entries_in(path)
+    roles = [entry.get("role") for entry in entries]
+    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+    assert roles == expected, (
+        "the log should hold the calls, their three results, then the next message: "
+        f"{roles}")
+    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
+    assert [entry.get("tool_call_id") for entry in entries[2:5]] == asked, (
+        f"the results should answer the calls in the order the model made them, {asked}"
+        f"; they answer {[entry.get('tool_call_id') for entry in entries[2:5]]}")
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation after the settling; memory "
+        f"holds {[m.get('role') for m in agent.messages]}, the log {roles}")
+
+
 # --- empty lines, the reason, ids used again ------------------------------------------
 
 
@@ -1049,29 +1118,145 @@ def held_by(data):
     return newline + " and ".join(parts)
 
 
+class Killed(BaseException):
+    """The process died here: nothing after this point ran (no clean-up either)."""
+
+
+# The calls that change a file's bytes: the points between which a kill can fall
+CHANGES = ("write", "pwrite", "writev", "ftruncate", "truncate")
+
+
+def kill_at(path, monkeypatch, step, seen):
+    """From now on, record in `seen` each call that changes the file `path` (os.write,
+    os.pwrite, os.writev, os.ftruncate, os.truncate), as (name, arguments); the
+    `step`-th of them (from 1) raises Killed instead of changing anything (None: no
+    kill, only the record)."""
+    target = path.stat()
+
+    def same(where):
+        try:
+            found = os.fstat(where) if isinstance(where, int) else os.stat(where)
+        except (OSError, TypeError, ValueError):
+            return False
+        return (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino)
+
+    def watched(name, real):
+        def change(where, *arguments):
+            if same(where):
+                seen.append((name, arguments))
+                if len(seen) == step:
+                    raise Killed
+            return real(where, *arguments)
+        return change
+
+    for name in CHANGES:
+        monkeypatch.setattr(os, name, watched(name, getattr(os, name)))
+
+
+def said(change):
+    """One change to the log, in words: "a cut at byte 120", "a write of the repair
+    marker and the result for call_z", ..."""
+    name, arguments = change
+    if name in ("ftruncate", "truncate"):
+        return f"a cut at byte {arguments[0]}" if arguments else "a cut"
+    data = arguments[0] if arguments else b""
+    if isinstance(data, (list, tuple)):
+        data = b"".join(map(bytes, data))
+    return f"a write of {held_by(bytes(data))}"
+
+
+def made_up_results_follow_their_markers(entries):
+    """None when every entry after the first ones is a repair marker or a made-up
+    result, each marker followed by the results for the calls it names, in its order,
+    and each made-up result after the marker that names it; else what is wrong."""
+    named, marker = [], None
+    for entry in entries:
+        if "$marker" in entry:
+            if named:
+                return (f"the marker {marker} names {named}, but the next line is "
+                        "another marker, not their results")
+            marker, named = entry, list(entry.get("interrupted") or [])
+        elif entry.get("role") == "tool":
+            answers = entry.get("tool_call_id")
+            if not named or named[0] != answers:
+                return (f"a made-up result for {answers} follows no marker that names "
+                        f"it next (the last marker: {marker})")
+            named.pop(0)
+        else:
+            return f"an entry that is neither a marker nor a result came in: {entry}"
+    if named:
+        return f"the marker {marker} names {named}, whose results never follow it"
+    return None
+
+
 @pytest.mark.task("04.3")
-@pytest.mark.parametrize("tail", [line(BUY_THREE)[:-1], line(BUY_THREE) + TORN],
-                         ids=["missing newline", "torn"])
-def test_the_whole_repair_lands_with_one_write(resume, sessions, monkeypatch, tail):
-    """Newline, marker and results are one write: a crash in the middle of the repair
-    cannot leave a marker without its results, or results without their marker."""
-    path = write_log(sessions, [ASK], tail=tail)
-    kept = path.read_bytes().removesuffix(TORN)     # what the repair keeps
-    events = []
-    writes_to(path, monkeypatch, events)
+@pytest.mark.parametrize("tail", [
+    line(BUY_THREE)[:-1],
+    line(BUY_THREE) + TORN,
+    line(BUY_THREE) + line(result("call_a")) + TORN,
+], ids=["missing newline", "torn", "one result saved, torn"])
+def test_a_repair_killed_at_any_step_is_completed_by_the_next_writer(
+        resume, sessions, monkeypatch, tail):
+    """The process is killed in the middle of the repair, at each of the changes it
+    makes to the file in turn (every write, every cut), and the session is resumed
+    again: that resume must leave a whole log, every call answered once, each made-up
+    result after a marker that names it, and no marker naming a call whose result
+    does not follow it."""
+    whole = line(ASK) + tail.removesuffix(TORN)
+    first = len(entries_in_bytes(whole if whole.endswith(b"\n") else whole + b"\n"))
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(line(ASK) + tail)
+    steps = []
+    with monkeypatch.context() as patch:
+        kill_at(path, patch, None, steps)
+        resume()
+    if not steps and path.read_bytes() == line(ASK) + tail:
+        pytest.fail("resuming a log whose last calls have no result changed nothing in "
+                    "it: the writer that takes the log over repairs it", pytrace=False)
+    if not steps:
+        pytest.fail("the repair changed the log through none of os.write, os.pwrite, "
+                    "os.writev, os.ftruncate or os.truncate, so this test cannot stop "
+                    "it half-way: write to the log through the writer's own descriptor",
+                    pytrace=False)
 
-    resume()
+    for step in range(1, len(steps) + 1):
+        path.write_bytes(line(ASK) + tail)
+        seen = []
+        with monkeypatch.context() as patch:
+            kill_at(path, patch, step, seen)
+            try:
+                resume()
+            except Killed:
+                pass
+        done = "; ".join(map(said, seen[:step - 1])) or "nothing"
+        where = (f"killed at change {step} of the {len(steps)} the repair makes "
+                 f"({said(seen[-1]) if len(seen) >= step else 'none'}), after {done}")
+        left = path.read_bytes()
+        agent, _ = resume_whole(resume, path, whole,
+                                f"what a repair {where} left: {left[len(whole):]!r}")
+        data = path.read_bytes()
+        assert data.startswith(whole), (
+            f"{where}, and then resumed: the whole lines the log began with must stay "
+            f"as they were; the log now ends {data[-200:]!r}")
+        entries = entries_in(path)
+        answers = [e.get("tool_call_id") for e in entries if e.get("role") == "tool"]
+        assert sorted(answers) == sorted(CALL_ORDER), (
+            f"{where}, and then resumed: each of the calls {CALL_ORDER} should have "
+            f"exactly one result; the log answers {answers}")
+        wrong = made_up_results_follow_their_markers(entries[first:])
+        assert wrong is None, (
+            f"{where}, and then resumed: {wrong}. A kill inside the repair must never "
+            "leave part of it as whole lines for the next writer to build on")
+        assert markers(agent.messages) == [] and [
+            m.get("tool_call_id") for m in agent.messages
+            if m.get("role") == "tool"] == answers, (
+            f"{where}, and then resumed: the agent should hold the log's messages, "
+            f"results included, and no marker; it holds {agent.messages}")
 
-    monkeypatch.undo()
-    writes = [data for kind, data in events if kind == "write"]
-    if len(writes) != 1:
-        held = "; ".join(map(held_by, writes)) or "none"
-        pytest.fail(f"the repair took {len(writes)} writes ({held}): a crash between "
-                    "two of them leaves part of the repair, a marker without its "
-                    "results or results without their marker. Everything the repair "
-                    "adds must land with one write", pytrace=False)
-    assert path.read_bytes() == kept + writes[0], (
-        "that one write should hold everything the repair added to the log")
+
+def entries_in_bytes(data):
+    """The JSON objects of whole lines `data`."""
+    return [json.loads(raw) for raw in data.split(b"\n")[:-1] if raw]
 
 
 @pytest.mark.task("04.3")

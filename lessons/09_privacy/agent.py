@@ -99,12 +99,12 @@ class Agent(AgentUndo, AgentCompaction, AgentErase):
         )
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run left without results, before anything.
+        """Answer the tool calls an earlier run of this agent left without results.
 
         A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation. Nothing may come
-        between a call and its results: a provider refuses that history (400), and the
-        repair mends only the end of a log, so a gap in the middle would stay for good.
+        a tool) leaves calls open at the end of the conversation, in memory and in the
+        log. A provider refuses a history with a call and no result (400), and the
+        repair mends only the end of a log, when a writer takes it over.
         """
         for call in unanswered_calls(self.messages):
             self.record(interrupted_result(call))

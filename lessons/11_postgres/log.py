@@ -267,14 +267,15 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         remember(status, self.known)
 
     def _repair(self, data: bytes, state: LogState) -> bool:
-        """Make the log's tail whole before this writer adds to it; leave a whole one.
+        """Make the log whole before this writer adds to it (a whole log: leave it).
 
-        When it returns, the log ends in whole lines and no call is left open at its
-        end: torn bytes are gone, a missing final newline is there, and a repair marker
-        saying what was done comes before an interrupted_result(call) for each call
-        that was open. A crash during the repair never leaves a part of it as whole
-        lines. `data` is the log's bytes and `state` their parse_log(), as _open()
-        read them. Returns whether it wrote anything.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
+        When it returns, the log ends in whole lines, the ones that were whole are as
+        they were, and no call is left open at its end; self.repaired is the marker
+        that says what was done, if bytes were cut or calls answered. Killed at any
+        moment, it leaves a log the next writer's repair completes: never a marker
+        without the results it names, never a made-up result without its marker.
+        Returns whether it wrote anything.
         """
         calls = unanswered_calls(state.messages)
         # So that the next line starts clean

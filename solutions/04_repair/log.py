@@ -129,6 +129,7 @@ class SessionLog:
         try:
             if is_new:
                 self._sync_folder()
+            # BEGIN 04.3
             # Read what was opened, not the name again: it may name another file by now.
             data = read_all(self._fd, self.path)
             # Raises CorruptLog before anything is changed
@@ -138,20 +139,21 @@ class SessionLog:
             # again. That happens once after a crash; every other resume parses it once.
             if self.repaired is not None:
                 state = parse_log(read_all(self._fd, self.path), self.path)
+            return state    # the log as this writer goes on from it
+            # END 04.3
         except BaseException:
             self.close()    # a log we refuse to repair is one we do not write to
             raise
-        return state
 
     def _repair(self, data: bytes, state: LogState) -> None:
-        """Make the log's tail whole before this writer adds to it; leave a whole one.
+        """Make the log whole before this writer adds to it (a whole log: leave it).
 
-        When it returns, the log ends in whole lines and no call is left open at its
-        end: torn bytes are gone, a missing final newline is there, and a repair marker
-        saying what was done comes before an interrupted_result(call) for each call
-        that was open. A crash during the repair never leaves a part of it as whole
-        lines. `data` is the log's bytes and `state` their parse_log(), as _open()
-        read them.
+        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
+        When it returns, the log ends in whole lines, the ones that were whole are as
+        they were, and no call is left open at its end; self.repaired is the marker
+        that says what was done, if bytes were cut or calls answered. Killed at any
+        moment, it leaves a log the next writer's repair completes: never a marker
+        without the results it names, never a made-up result without its marker.
         """
         # BEGIN 04.3
         calls = unanswered_calls(state.messages)
