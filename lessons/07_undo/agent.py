@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .messages import check_message, check_plain_json, Message, normalize_reply
+from .messages import Message, normalize_reply
 from .tools import MaxTurnsExceeded, run_tool, Tools
 from .reading import interrupted_result, unanswered_calls
 from .undo import AgentUndo

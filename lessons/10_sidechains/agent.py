@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .messages import check_message, check_plain_json, Message, normalize_reply
+from .messages import Message, normalize_reply
 from .tools import MaxTurnsExceeded, Tools
 from .reading import Compaction, interrupted_result, unanswered_calls
 from .undo import AgentUndo
@@ -120,6 +120,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         user has seen.
         """
         if self.session is not None:
+            from .messages import check_message, check_plain_json
             # Written later, but checked now, as append() checks it: a message the log
             # would refuse is refused here, changing nothing. Left to the flush, it
             # would fail every flush after it, and no model call could go out again.
