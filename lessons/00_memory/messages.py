@@ -21,14 +21,14 @@ Message = dict[str, Any]
 def read_arguments(arguments: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
 
-    On the wire they are a string holding a JSON object. Some servers send the object
-    itself (llama.cpp's server has), or "" or null for a call without arguments: read
-    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    The one judge of arguments: run_tool runs what it reads, and normalize_reply stores
+    what it reads, so a call is never stored as one thing and run as another.
     """
-    # TODO(00.1): Run one tool call and return its result as text.
+    # TODO(00.1): Read a tool call's arguments and run it, whatever the model sent.
     # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
     raise NotImplementedError(
-        "task 00.1 is not written yet: Run one tool call and return its result as text"
+        "task 00.1 is not written yet: Read a tool call's arguments and run it, "
+        "whatever the model sent"
     )
 
 

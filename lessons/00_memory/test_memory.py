@@ -40,6 +40,28 @@ def until_task_00_3_is_written(request, monkeypatch):
                   "00.3", stored_as_sent)
 
 
+def assert_error_result(result, what):
+    """`result` is text that starts with "error:", as every failed call's result does:
+    a tool's own answer may hold the word "error", so only the start tells a failure
+    from an answer, for the model and for a person reading the log."""
+    assert isinstance(result, str) and result.startswith("error:"), (
+        f"{what}: expected an error result, text starting with 'error:'; got "
+        f"{result!r}")
+
+
+def run_call(lesson, tools, call, what):
+    """run_tool(tools, call), failing in words if an exception escapes it: whatever a
+    tool raises is the model's to read, not the agent's to crash on."""
+    try:
+        return lesson.run_tool(tools, call)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"{what}, and run_tool let {type(error).__name__} ({error}) "
+                    "escape: the agent crashed where the model should have read an "
+                    "error result", pytrace=False)
+
+
 @pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
     """Arguments that are not valid JSON become an error result that says so, and the
@@ -53,10 +75,10 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
         },
     )
 
-    assert isinstance(result, str) and "json" in result.lower(), (
-        "arguments that are not JSON should give a text result mentioning JSON, got "
-        f"{result!r}"
-    )
+    assert_error_result(result, "the arguments '{item: rope' are not JSON")
+    assert "json" in result.lower(), (
+        "the arguments '{item: rope' are not JSON, and the error result does not say "
+        f"so (it never mentions JSON): {result!r}")
     assert town.inventory == [], (
         "nothing should be bought when the arguments cannot be read"
     )
@@ -90,8 +112,7 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson
         },
     )
 
-    assert isinstance(result, str) and "error" in result.lower(), (
-        f"a JSON list is not keyword arguments; expected an error text, got {result!r}")
+    assert_error_result(result, "the arguments were a JSON list, not an object")
 
 
 @pytest.mark.task("00.1")
@@ -109,11 +130,97 @@ def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
         pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
                     "it escape: the agent crashed where the model should have read an "
                     "error result and tried again")
-    assert isinstance(result, str) and "error" in result.lower(), (
-        f"a tool that raised RuntimeError should give an error result, got {result!r}")
+    assert_error_result(result, "the tool raised RuntimeError")
     assert "the shop is closed for the night" in result, (
         "the error result should carry what the tool's exception says, so that the "
         f"model knows what went wrong: got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tools_own_value_error_is_not_blamed_on_the_arguments(lesson):
+    """A tool may raise ValueError itself (a shop refusing an item, a tool that reads
+    JSON of its own): the model's arguments were fine, and the result must not tell it
+    they were not."""
+    def buy(item):
+        raise ValueError(f"the shop will not sell a {item} to strangers")
+
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", '{"item": "rope"}'),
+                      "the tool raised ValueError")
+
+    assert_error_result(result, "the tool raised ValueError")
+    assert "will not sell a rope" in result, (
+        "the error result should carry what the tool's exception says; got "
+        f"{result!r}")
+    blamed = [word for word in ("argument", "json") if word in result.lower()]
+    assert not blamed, (
+        "the model sent the arguments '{\"item\": \"rope\"}', which are fine, and "
+        "the tool itself refused with ValueError; the result reads as if the "
+        f"arguments were wrong (it speaks of {' and '.join(blamed)}): {result!r}. The "
+        "model will change arguments that were right, and never learn the shop said "
+        "no")
+
+
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("error", [KeyError(), ZeroDivisionError(), LookupError()],
+                         ids=lambda error: type(error).__name__)
+def test_an_exception_without_words_still_says_what_went_wrong(lesson, error):
+    """An exception may carry no words of its own (a bare KeyError): the result still
+    tells the model what kind of failure it was."""
+    def count_gold():
+        raise error
+
+    what = f"the tool raised {type(error).__name__}()"
+    result = run_call(lesson, FewTools(count_gold=count_gold),
+                      tool_call("count_gold", "{}"), what)
+
+    assert_error_result(result, what)
+    assert type(error).__name__ in result, (
+        f"the tool raised {type(error).__name__}() (an exception with no message), "
+        f"and the result {result!r} does not say what went wrong: the model reads an "
+        "error with nothing in it to act on")
+
+
+@pytest.mark.task("00.1")
+def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town):
+    """A model stuck repeating itself can send 100 KB of broken arguments: the error
+    quotes their start, so the model sees what it sent, and not all of it, which would
+    fill every later request."""
+    arguments = '{"item": "' + "rope, " * 20_000      # never closed: no JSON
+
+    what = "the arguments were 120 KB of text that is no JSON"
+    result = run_call(lesson, town, tool_call("buy", arguments), what)
+
+    assert_error_result(result, what)
+    assert arguments[:40] in result, (
+        "the error result should quote the start of what the model sent (the stored "
+        f"call will hold '{{}}'); it begins {result[:300]!r}")
+    assert len(result) < 2_000, (
+        f"the arguments were {len(arguments):,} characters, and the error result "
+        f"quoting them is {len(result):,}: it goes back to the model with every later "
+        "request, and a start is enough for the model to see what it sent")
+    assert town.inventory == [], "nothing should be bought on unreadable arguments"
+
+
+@pytest.mark.task("00.1")
+def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
+    """A small model that repeats itself can open a hundred thousand lists and close
+    none: read_arguments refuses that like any other unreadable text, with ValueError,
+    and run_tool turns it into an error result."""
+    arguments = "[" * 100_000
+    try:
+        lesson.read_arguments(arguments)
+    except ValueError:
+        pass
+    except RecursionError as error:
+        pytest.fail("read_arguments('[' * 100_000) let "
+                    f"{type(error).__name__} ({error}) escape, where a ValueError saying what is wrong was expected: "
+                    "run_tool and normalize_reply take ValueError as the model's "
+                    "mistake, and anything else crashes the agent", pytrace=False)
+    else:
+        pytest.fail("read_arguments('[' * 100_000) returned, where a ValueError was "
+                    "expected: it is no JSON object", pytrace=False)
+    what = "the arguments were 100,000 '[' and nothing else"
+    assert_error_result(run_call(lesson, town, tool_call("buy", arguments), what), what)
 
 
 @pytest.mark.task("00.1")
@@ -233,14 +340,13 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
     answer = agent.run("Fly to the cave.")
 
     result = model.requests[1]["messages"][-1]
-    assert (
-        result["role"] == "tool"
-        and "fly" in result["content"]
-        and "error" in result["content"].lower()
-    ), (
-        "calling a tool that does not exist should give an error result naming it, got "
-        f"{result}"
-    )
+    assert result["role"] == "tool", (
+        f"the request after the call should end with its result, it ends with {result}")
+    assert_error_result(result["content"], "the model called 'fly', which the town "
+                        "does not have")
+    assert "fly" in result["content"], (
+        "the error result should name the tool the model asked for, 'fly', so that "
+        f"it knows which call was wrong; got {result['content']!r}")
     assert answer == "I cannot fly.", (
         "after an error result the loop continues and the model gets to answer"
     )
@@ -257,10 +363,10 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
     agent.run("Talk to the elder.")
 
     result = model.requests[1]["messages"][-1]
-    assert result["role"] == "tool" and "error" in result["content"].lower(), (
-        "a tool that raises should give an error result, not crash the agent; got "
-        f"{result}"
-    )
+    assert result["role"] == "tool", (
+        f"the request after the call should end with its result, it ends with {result}")
+    assert_error_result(result["content"], "talk_to was called with 'person', a "
+                        "parameter it does not have")
 
 
 @pytest.mark.task("00.2")
@@ -407,3 +513,22 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
     pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
                 "that were the answer: the caller cannot tell a failed request from "
                 "an empty reply, so it can neither tell the user nor retry")
+
+
+@pytest.mark.task("00.2")
+def test_every_request_goes_through_ask_model(lesson, model, town):
+    """run() asks the model only through ask_model(), the one place a request is built
+    (the system prompt first; later lessons write the log before every request)."""
+    model.add(use(call("talk_to", npc="elder")), say("Done."))
+    agent = new_agent(lesson, model, town)
+    asked = []
+    real_ask = agent.ask_model
+    agent.ask_model = lambda: (asked.append(1), real_ask())[1]
+
+    agent.run("Ask the elder.")
+
+    assert len(asked) == len(model.requests) == 2, (
+        f"the model got {len(model.requests)} requests and ask_model() made "
+        f"{len(asked)} of them: every request should go through ask_model(), where "
+        "the system prompt is put first and later lessons save the log before the "
+        "model sees it")

@@ -35,8 +35,9 @@ def run_tool(tools: Tools, call: Message) -> str:
     that raises) becomes a result the model can read and react to. An agent that crashes
     on a model's typo is an agent that cannot finish a quest.
     """
-    # TODO(00.1): Run one tool call and return its result as text.
+    # TODO(00.1): Read a tool call's arguments and run it, whatever the model sent.
     # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
     raise NotImplementedError(
-        "task 00.1 is not written yet: Run one tool call and return its result as text"
+        "task 00.1 is not written yet: Read a tool call's arguments and run it, "
+        "whatever the model sent"
     )

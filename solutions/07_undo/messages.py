@@ -342,16 +342,19 @@ def check_marker(marker: Message) -> None:
 def read_arguments(arguments: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
 
-    On the wire they are a string holding a JSON object. Some servers send the object
-    itself (llama.cpp's server has), or "" or null for a call without arguments: read
-    those as what they mean. Anything else is the model's mistake, for it to hear about.
+    The one judge of arguments: run_tool runs what it reads, and normalize_reply stores
+    what it reads, so a call is never stored as one thing and run as another.
     """
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError as error:
+        # RecursionError: "[[[[..." nested deeper than the reader goes, as a small
+        # model that repeats itself writes; the model's mistake like any other.
+        except (ValueError, RecursionError) as error:
+            # Quoted, since the stored call will hold "{}"; only its start, so that a
+            # huge broken text does not fill the next request.
             text = arguments[:200]
             raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
     if not isinstance(arguments, dict):
