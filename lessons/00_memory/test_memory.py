@@ -213,7 +213,8 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
         pass
     except RecursionError as error:
         pytest.fail("read_arguments('[' * 100_000) let "
-                    f"{type(error).__name__} ({error}) escape, where a ValueError saying what is wrong was expected: "
+                    f"{type(error).__name__} ({error}) escape, where a ValueError "
+                    "saying what is wrong was expected: "
                     "run_tool and normalize_reply take ValueError as the model's "
                     "mistake, and anything else crashes the agent", pytrace=False)
     else:
