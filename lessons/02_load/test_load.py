@@ -161,12 +161,12 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
         try:
             loaded = log.load()
         except ValueError as error:
-            pytest.fail("loading a log of two messages, the first holding U+2028, "
-                        "U+2029 and U+0085 in its text, failed: "
-                        f"{type(error).__name__}: {error}. Those characters are "
-                        "written unescaped (ensure_ascii=False), inside the first "
-                        "line's JSON; the log's lines end only at its newline "
-                        "bytes, and it has two", pytrace=False)
+            pytest.fail("append wrote two messages, the first with U+2028, U+2029 "
+                        "and U+0085 unescaped in its text, and loading them failed "
+                        f"({type(error).__name__}: {error}): the load cut the first "
+                        "message's line where one of those characters stands in its "
+                        "text, and the pieces it made of that line are no JSON",
+                        pytrace=False)
 
     assert [m["content"] for m in loaded] == [tricky, "noted"], (
         f"wrote two messages, the first with the text {tricky!r} (U+2028, U+2029 and "

@@ -81,9 +81,9 @@ def names_line(message, number):
 @pytest.mark.task("02.1")
 def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
         lesson, sessions):
-    """A blank line (an editor may leave one) holds no message and is passed over, but
-    it is still a line of the file: the refused line after it is named by its place in
-    the file."""
+    """An empty line (two newlines in a row: an editor may leave one) holds nothing and
+    is passed over, but it is still a line of the file: the refused line after it is
+    named by its place in the file."""
     path = sessions / "quest-1.jsonl"
     path.write_bytes(GOOD + b"\n" + BAD_LINES["no role"] + b"\n" + GOOD)
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -95,9 +95,33 @@ def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
             pytest.fail(f"load() accepted a line with no role and returned {loaded!r}; "
                         "it should fail naming the file and the line", pytrace=False)
     assert names_line(message, 3), (
-        "the log's line 2 is blank and its line 3 holds no role; the error should "
-        "name line 3, where an editor finds it (blank lines count, as they do in an "
+        "the log's line 2 is empty and its line 3 holds no role; the error should "
+        "name line 3, where an editor finds it (empty lines count, as they do in an "
         f"editor), and it says: {message}")
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("spaces", [b"   ", b" \t ", b"\r"], ids=repr)
+def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces):
+    """A line of spaces is not an empty line: it holds text that is no message, and
+    the load refuses it, naming its line, as lesson 04's reader will."""
+    path = sessions / "quest-1.jsonl"
+    data = GOOD + spaces + b"\n" + GOOD
+    path.write_bytes(data)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            message = str(error)
+        else:
+            pytest.fail(f"line 2 of the log holds {spaces!r} and nothing else, and "
+                        f"load() passed over it, returning {loaded!r}: only an empty "
+                        "line (two newlines in a row) holds nothing; a line of "
+                        "spaces is text that is no message", pytrace=False)
+    assert "quest-1.jsonl" in message and names_line(message, 2), (
+        f"line 2 of the log holds {spaces!r}; the error should name the file and "
+        f"line 2, and it says: {message}")
+    assert path.read_bytes() == data, "loading must never change the log"
 
 
 @pytest.mark.task("02.1")
