@@ -46,10 +46,8 @@ class SessionBlobs:
 
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
-
-        `message` is the agent's own: its memory, and so the next request to the model,
-        keep the full content; only the line on disk holds the reference.
         """
+        # BEGIN 06.2
         content = message.get("content")
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
@@ -61,7 +59,6 @@ class SessionBlobs:
             data = content.encode("utf-8")
         except UnicodeEncodeError:
             return message  # a lone surrogate: encode_line refuses it, saying why
-        # BEGIN 06.2
         if len(data) <= self.blob_threshold:
             return message
         digest = self.store_blob(data)
@@ -143,10 +140,12 @@ class SessionBlobs:
 
         `line` is the message's line number in the log, for the error messages.
         """
+        # BEGIN 06.3
         reference = message.get("content")
+        # Only an object is a reference: a text that quotes one (a user pasting a line
+        # of a log) is text, and "$blob" in a text is no key.
         if not (isinstance(reference, dict) and "$blob" in reference):
             return message
-        # BEGIN 06.3
         name = reference["$blob"]
         where = f"{self.path}: line {line}"
         # The name comes from a file anyone could edit: a path such as

@@ -43,17 +43,7 @@ class SessionBlobs:
 
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
-
-        `message` is the agent's own: its memory, and so the next request to the model,
-        keep the full content; only the line on disk holds the reference.
         """
-        content = message.get("content")
-        if not isinstance(content, str):
-            return message          # None, or a list of parts: stored as they are
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError:
-            return message  # a lone surrogate: encode_line refuses it, saying why
         # TODO(06.2): Replace large content with a reference in the line.
         # Hints: `sessionlab hint --task 06.2`; the docs page of lesson 06_blobs.
         raise NotImplementedError(
@@ -83,9 +73,6 @@ class SessionBlobs:
 
         `line` is the message's line number in the log, for the error messages.
         """
-        reference = message.get("content")
-        if not (isinstance(reference, dict) and "$blob" in reference):
-            return message
         # TODO(06.3): Put the content back on load, trusting no blob without checking
         # its hash.
         # Hints: `sessionlab hint --task 06.3`; the docs page of lesson 06_blobs.

@@ -252,8 +252,8 @@ def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessi
 
 @pytest.mark.task("06.2")
 def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions):
-    """A message whose content is not a string (None, tool calls only) is stored as it
-    is, with nothing out of line."""
+    """A message whose content is not a string (None, tool calls only; or a list of
+    parts) is stored as it is, with nothing out of line."""
     call_message = {
         "role": "assistant",
         "content": None,
@@ -265,11 +265,21 @@ def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions
             }
         ],
     }
+    parts_message = {"role": "user",
+                     "content": [{"type": "text", "text": "The elder's map: " * 400}]}
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=0) as log:
-        log.append(call_message)
+        for message in (call_message, parts_message):
+            try:
+                log.append(message)
+            except (AttributeError, TypeError) as error:
+                pytest.fail(f"appending a message whose content is "
+                            f"{type(message['content']).__name__} raised {error!r}: "
+                            "only a text content goes out of line, any other is "
+                            "stored as it is", pytrace=False)
 
-    assert lines_of(sessions / "quest-1.jsonl") == [call_message], (
-        "a message whose content is None has nothing to store out of line"
+    assert lines_of(sessions / "quest-1.jsonl") == [call_message, parts_message], (
+        "a message whose content is None, or a list of parts, has nothing to store out "
+        "of line: each line should hold the message as it was given"
     )
 
 
@@ -763,6 +773,28 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
         f"line (line 2); it says: {message}"
     )
     assert snapshot(sessions) == before, "a refused load must change nothing"
+
+
+@pytest.mark.task("06.3")
+def test_a_text_that_quotes_a_reference_loads_as_it_is(lesson, sessions):
+    """A user pastes a line of a log: their text holds a reference's words, but it is
+    text, not a reference, and loads as it was written."""
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append({"role": "user", "content": PASTE})
+    line = (sessions / "quest-2.jsonl").read_text(encoding="utf-8").strip()
+    quoting = {"role": "user", "content": f"What does this line of my log mean? {line}"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(quoting)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except (TypeError, ValueError, KeyError) as error:
+            pytest.fail(f"loading a text that quotes a blob reference raised "
+                        f"{error!r}: it is a text, and only an object is a reference",
+                        pytrace=False)
+    assert loaded == [quoting], (
+        "a text that quotes a reference should load as it was written; it loaded as "
+        f"{str(loaded)[:200]}")
 
 
 @pytest.mark.task("06.1")

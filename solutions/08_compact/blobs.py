@@ -43,9 +43,6 @@ class SessionBlobs:
 
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
-
-        `message` is the agent's own: its memory, and so the next request to the model,
-        keep the full content; only the line on disk holds the reference.
         """
         content = message.get("content")
         if not isinstance(content, str):
@@ -119,6 +116,8 @@ class SessionBlobs:
         `line` is the message's line number in the log, for the error messages.
         """
         reference = message.get("content")
+        # Only an object is a reference: a text that quotes one (a user pasting a line
+        # of a log) is text, and "$blob" in a text is no key.
         if not (isinstance(reference, dict) and "$blob" in reference):
             return message
         name = reference["$blob"]
