@@ -35,9 +35,8 @@ class SessionSidechains:
     def start_sidechain(self, call_id: str) -> "SessionLog":
         """Start the side-chain of the helper that answers tool call `call_id`.
 
-        The helper gets a name of its own in `<id>.sidechains/`, with its meta file,
-        this log a pointer marker to it; returns the side-chain's SessionLog: a writer
-        of its own, with its own lock. This log keeps its lock all along.
+        Returns the side-chain's SessionLog, already its writer (its lock taken);
+        this log keeps its own lock all along.
         """
         if self._fd is None:
             self._open()    # the parent's writer: it alone names side-chains of its own
@@ -63,47 +62,20 @@ class AgentHelpers:
     # --- a helper with its own log (lesson 10) ----------------------------------------
 
     def use_tool(self, call: Message, asked: Message) -> str:
-        """The result of one tool call: run_tool's, or a helper's answer to ask_helper.
+        """The content of the tool result that answers `call`, as run() records it.
 
-        `call` is the stored call (its id is the one the result answers), `asked` the
-        call as the model sent it. The helper runs only when the tools offer ask_helper:
-        an agent given the town of lessons 00-07 behaves as it did. The helper's answer
-        is its last reply without thinking; one that gives none (no text, only
-        thinking, a call written as text) becomes an error result saying what it was.
+        `call` is the call as stored (its id is the one the result answers), `asked`
+        the same call as the model sent it.
         """
-        if (call["function"]["name"] != HELPER_TOOL
-                or HELPER_TOOL not in self.tools.functions):
-            return run_tool(self.tools, asked)
-        try:
-            question = read_arguments(asked["function"]["arguments"]).get("question")
-        except ValueError as error:
-            return f"error: the arguments for {HELPER_TOOL} {error}; send a JSON object"
-        if not isinstance(question, str) or not question.strip():
-            return (f"error: {HELPER_TOOL} needs a 'question': what the helper should "
-                    "find out, as text")
-        try:
-            answer = self.ask_helper(call["id"], question)
-        except MaxTurnsExceeded as error:
-            # The helper's own way of failing: the model hears it, as from any tool
-            return f"error: the helper gave up: {error}"
-        try:
-            # Read as any reply passed on is (lesson 08's summary too): the parent's
-            # model gets the answer, not the helper's thinking, and hears when there is
-            # none. The helper's own log keeps its reply as it came.
-            return reply_answer(answer)
-        except ValueError as error:
-            return f"error: the helper gave no answer: it sent {error}"
+        # TODO(10.3): Run the helper: the same loop, its own history, its own log.
+        # Hints: `sessionlab hint --task 10.3`; the docs page of lesson 10_sidechains.
+        raise NotImplementedError(
+            "task 10.3 is not written yet: Run the helper: the same loop, its own "
+            "history, its own log"
+        )
 
     def ask_helper(self, call_id: str, question: str) -> str:
-        """Hand `question` to a helper agent and return its answer.
-
-        The helper is this same loop with a history of its own: the same client, model
-        and tools (ask_helper left out: a helper starts no helper of its own). With a
-        session, its messages go to a side-chain log of their own, under its own lock,
-        while this agent keeps its lock; the parent's log gets only a pointer to it
-        and the answer as the result.
-        """
-        tools = without(self.tools, HELPER_TOOL)
+        """Hand `question`, asked by tool call `call_id`, to a helper; its answer."""
         # TODO(10.3): Run the helper: the same loop, its own history, its own log.
         # Hints: `sessionlab hint --task 10.3`; the docs page of lesson 10_sidechains.
         raise NotImplementedError(
@@ -122,9 +94,6 @@ HELPER_SYSTEM = ("You are a helper. Work on the question with your tools, then a
 
 
 SIDECHAINS = ".sidechains"      # `<parent id>.sidechains/` holds the helpers' logs
-
-
-LONGEST_KEPT = 64   # a call id longer than this is hashed (hashed names are longer)
 
 
 @dataclass
@@ -154,12 +123,8 @@ def sidechain_folder(folder: str | Path, session_id: str) -> Path:
 
 
 def sidechain_id(call_id: str) -> str:
-    """A session id for the helper of tool call `call_id`, distinct for distinct calls.
-
-    A call id comes from the model's server: most are plain names (`call_3_0`), kept as
-    they are so a person can match a side-chain to its call. Any other (a ':' or a '/'
-    in it, or too long) becomes `call-` and its sha256.
-    """
+    """The name of the side-chain of tool call `call_id`: the call id itself where it
+    can be, so that a person can match the two; distinct for distinct calls."""
     # TODO(10.1): Name a side-chain after its tool call.
     # Hints: `sessionlab hint --task 10.1`; the docs page of lesson 10_sidechains.
     raise NotImplementedError(
@@ -168,12 +133,8 @@ def sidechain_id(call_id: str) -> str:
 
 
 def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
-    """(tool call id, side-chain log) for every pointer in the session's log, in order.
-
-    For a fork too: its copied pointers lead to the logs its source's helpers wrote. A
-    pointer that names no valid id is refused with the log's name and line, never
-    followed out of the folder.
-    """
+    """(tool call id, side-chain log) for every pointer in the session's log, in
+    order."""
     # TODO(10.4): Follow the pointers: which side-chains a session's calls started.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.

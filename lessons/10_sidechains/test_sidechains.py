@@ -27,7 +27,7 @@ import pytest
 
 from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, NO_ANSWER_TEXT, ODD_REPLIES, ScriptedModel,
-    SimulatedCrash, call, say, use)
+    SimulatedCrash, call, raw_call, say, use)
 from sessionlab.testing import raises
 from sessionlab.town import HelperTown, Town
 
@@ -153,9 +153,13 @@ def is_a_time(value):
 @pytest.mark.key
 @pytest.mark.task("10.1")
 def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
-    """A call id that is a valid session id (call_3_0, call_abc) names its side-chain
-    unchanged, so a person can match the log to the call."""
-    for call_id in ("call_3_0", "call_Xy9", "c" * 64):
+    """A call id that is a valid session id of at most 64 characters, as servers send
+    them (call_3_0, toolu_01..., chatcmpl-tool-...), names its side-chain unchanged, so
+    a person can match the log to the call; one that starts with call- too."""
+    digest = hashlib.sha256(b"functions.buy:0").hexdigest()
+    for call_id in ("call_3_0", "call_Xy9", "toolu_01A09q90qw90lq917835lq9",
+                    "chatcmpl-tool-" + "7" * 32, "call-7", "call-" + digest[:59],
+                    digest, "c" * 64):
         name = lesson.sidechain_id(call_id)
         assert name == call_id, (
             f"the call id {call_id!r} is a valid session id of at most 64 characters, "
@@ -168,12 +172,13 @@ def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
 def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     """Call ids with ':' or '/', empty, too long or with a lone surrogate each get a
     name that passes the session-id check, and no two calls share one."""
-    long_plain = "c" * 65
-    # Call ids that look like the hash of another call id in the list
+    long_plain = ["c" * 65, "c" * 128]
+    # Call ids that look like the hashed name of another call id in the list
     digest = hashlib.sha256(b"functions.buy:0").hexdigest()
-    hashed_look = ["call-" + digest, digest]
+    hashed_look = ["call-" + digest, digest, "call-" + digest.upper(),
+                   "call-" + hashlib.sha256(b"x" * 300).hexdigest()]
     odd = ["functions.buy:0", "functions.buy_0", "functions/buy:0", "../quest-1", "",
-           "a\x00b", "\ud800", "\udfff", "?", "\ufffd", "x" * 300, long_plain,
+           "a\x00b", "\ud800", "\udfff", "?", "\ufffd", "x" * 300, *long_plain,
            *hashed_look, "call_1_0"]
     names = {}
     for call_id in odd:
@@ -199,14 +204,19 @@ def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
     """A call id that cannot be kept is named "call-" and the whole sha256 hex digest of
     its UTF-8 bytes (a lone surrogate as the bytes it stands for): a name anyone can
     compute again from the call id, and as unique as the digest."""
-    for call_id, data in (("functions.buy:0", b"functions.buy:0"),
-                          ("x" * 65, b"x" * 65),
-                          ("\ud800", b"\xed\xa0\x80")):
+    for call_id, data, which in (
+            ("functions.buy:0", b"functions.buy:0", "its UTF-8 bytes"),
+            ("x" * 129, b"x" * 129, "its UTF-8 bytes (too long for a session id)"),
+            ("tool call 1", b"tool call 1", "its UTF-8 bytes"),
+            ("\ud800", b"\xed\xa0\x80", "the three bytes ED A0 80: UTF-8's pattern "
+             "applied to the code point U+D800, which strict UTF-8 refuses to encode"),
+            ("Sp\xe4t", b"Sp\xc3\xa4t", "its UTF-8 bytes, 'ä' as C3 A4")):
         expected = "call-" + hashlib.sha256(data).hexdigest()
         name = lesson.sidechain_id(call_id)
         assert name == expected, (
-            f"the call id {call_id[:20]!r} should be named {expected!r} ('call-' and "
-            f"the sha256 of its UTF-8 bytes, all 64 digits); got {name!r}")
+            f"the call id {call_id[:20]!r} is no session id: its name should be "
+            f"'call-' and the whole sha256 hex digest of {which}, {data[:20]!r}: "
+            f"{expected!r}; got {name!r}")
 
 
 # --- 10.2 by itself: a name of its own, a meta file, a pointer -----------------------
@@ -298,6 +308,42 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(pointer.get("at")), (
             f"the pointer should say when it was written ('at', as now() writes it); "
             f"it is {pointer}")
+
+
+@pytest.mark.task("10.2")
+def test_the_side_chain_is_its_helpers_from_the_moment_it_is_claimed(lesson, sessions):
+    """The log start_sidechain returns is already the side-chain's writer: before the
+    helper writes its first line, another writer is refused the side-chain and its lock
+    file names this process; once that log is closed, the side-chain is free."""
+    side_folder = sessions / "quest-1.sidechains"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        with start(lesson, log):
+            pointer = pointers_in(sessions / "quest-1.jsonl")[-1:]
+            name = pointer[0].get("sidechain") if pointer else CALL_ID
+            try:
+                with lesson.SessionLog(side_folder, name) as other:
+                    other.append({"role": "user", "content": "Someone else's words."})
+                taken = None
+            except lesson.SessionBusy as error:
+                taken = str(error)
+            assert taken is not None, (
+                f"start_sidechain returned the side-chain {name}, and before its "
+                "helper wrote a line another writer took it and wrote in it: the log "
+                "it returns should already hold the side-chain's lock, so that no "
+                "other process writes there between the claim and the helper's first "
+                "line")
+            holder = holder_pid(side_folder / f"{name}.lock")
+            assert holder == os.getpid(), (
+                f"the side-chain's lock file ({name}.lock) should name this process, "
+                f"{os.getpid()}, from the moment start_sidechain returns; it names "
+                f"{holder}")
+        with lesson.SessionLog(side_folder, name) as other:
+            try:
+                other.open_for_append()
+            except lesson.SessionBusy as error:
+                pytest.fail(f"the side-chain's log was closed, and its lock was kept: "
+                            f"{error}", pytrace=False)
 
 
 @pytest.mark.task("10.2")
@@ -680,8 +726,10 @@ def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
         "the parent's next request should carry the error result")
     helper = [json.loads(line) for line in sidechain_bytes(sessions).split(b"\n")
               if line]
-    assert helper[-1].get("content") == (raw or ""), (
-        "the helper's own log keeps its last reply as the model sent it")
+    last = helper[-1] if helper else None
+    assert last and last.get("content") == (raw or ""), (
+        "the helper's own log keeps its last reply as the model sent it; its last "
+        f"line is {last}")
 
 
 @pytest.mark.task("10.3")
@@ -731,6 +779,66 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
                         "side-chain is still locked: another writer was refused it "
                         f"({error}). A helper that ends with an error never let go "
                         "of its log", pytrace=False)
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("arguments", ['{"question": "Ask the elder', "{}",
+                                       '{"question": "  "}', '{"question": 7}'])
+def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, sessions,
+                                                                     arguments):
+    """An ask_helper call whose arguments are no JSON object, or hold no question as
+    text, is answered with an error result the model can read; no helper starts and the
+    parent goes on."""
+    turn = ("Ask a helper.", [use(raw_call("ask_helper", arguments)),
+                              say("Sorry, let me ask properly.")])
+    messages, model = play(lesson, sessions, turn)
+    result = messages[2] if len(messages) > 2 else None
+    assert result and result.get("role") == "tool" and str(
+        result.get("content")).startswith("error:"), (
+        f"the model called ask_helper with the arguments {arguments!r}, which give no "
+        "question: the call's result should be an error the model can read (starting "
+        f"'error:'), as for any tool; it was {result}")
+    said = str(result.get("content"))
+    assert "question" in said or "JSON" in said, (
+        "the error should say what was wrong (no JSON object, or no 'question' as "
+        f"text); it says {said!r}")
+    assert len(model.requests) == 2 and not sidechain_files(sessions), (
+        "no helper should start for a call that asks nothing: the parent's model "
+        f"should be asked again at once; it was asked {len(model.requests)} times, and "
+        f"the side-chains folder holds {sidechain_files(sessions) or 'nothing'}")
+
+
+@pytest.mark.task("10.3")
+def test_the_side_chain_is_named_after_the_call_its_result_answers(lesson, sessions):
+    """A server sends an ask_helper call with an id the conversation already used: the
+    stored call gets a fresh id, and the pointer, the side-chain's meta file and the
+    result all name that one, the id the parent's history carries."""
+    used = "call_same"
+    first = ("Talk to the elder.", [use(raw_call("talk_to", '{"npc": "elder"}', used)),
+                                    say("The elder waves.")])
+    second = ("Ask a helper.", [
+        use(raw_call("ask_helper", json.dumps({"question": QUESTION}), used)),
+        say(HELPER_ANSWER), say(FINAL)])
+    messages, _ = play(lesson, sessions, first, second)
+    stored = messages[5]["tool_calls"][0]["id"]
+    assert stored != used, "the test's own set-up: the stored call kept a used id"
+    result = messages[6]
+    assert result.get("tool_call_id") == stored and result.get("content") == \
+        HELPER_ANSWER, (
+        f"the helper's answer should answer the call as stored ({stored!r}); the "
+        f"result is {result}")
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    assert [p.get("call") for p in pointers] == [stored], (
+        f"the server sent the call id {used!r} a second time, and the call was stored "
+        f"as {stored!r}, the id its result answers: the pointer should name that call; "
+        f"the pointers are {pointers}")
+    name = pointers[0].get("sidechain")
+    meta = sessions / "quest-1.sidechains" / f"{name}.meta.json"
+    said = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
+    named = lesson.sidechain_id(stored)
+    assert name == named and said and said.get("call") == stored, (
+        f"the side-chain should be named after the stored call ({stored!r}), and its "
+        f"meta file say so; the pointer names {name!r}, the meta file says {said}")
 
 
 @pytest.mark.key
@@ -853,18 +961,23 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
 def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesson,
                                                                            sessions):
     """A pointer whose session or side-chain is no valid id (`../..`, or `call:1_0`,
-    which stays in the folder but is no session id), or is missing, raises ValueError
-    naming the log and the line; it is never followed."""
+    which stays in the folder but is no session id), whose call is no call id, or that
+    is a message too, raises ValueError naming the log and the line; it is never
+    followed."""
     ask = {"role": "user", "content": "Ask a helper."}
-    for bad in ({"session": "quest-1", "sidechain": "../../etc/passwd"},
-                {"session": "../quest-2", "sidechain": "call_1_0"},
-                {"session": "quest-1", "sidechain": "call:1_0"},
-                {"session": "quest-1"}):
-        pointer = {"$marker": "sidechain", "call": CALL_ID, **bad}
+    good = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+            "sidechain": CALL_ID}
+    for bad in ({"sidechain": "../../etc/passwd"}, {"session": "../quest-2"},
+                {"sidechain": "call:1_0"}, {"sidechain": None}, {"session": 7},
+                {"call": 5}, {"call": None}, {"call": ["call_1_0"]},
+                {"role": "user", "content": "Ask a helper."},
+                {"call": ...}, {"session": ...}, {"sidechain": ...}):
+        # ... leaves the key out
+        pointer = {k: v for k, v in {**good, **bad}.items() if v is not ...}
         (sessions / "quest-1.jsonl").write_text(
             json.dumps(ask) + "\n" + json.dumps(pointer) + "\n", encoding="utf-8")
-        with raises(ValueError, f"the pointer {bad} names no valid side-chain, yet "
-                    "sidechains returned without refusing it") as raised:
+        with raises(ValueError, f"the pointer {pointer} is no pointer to follow, "
+                    "yet sidechains returned without refusing it") as raised:
             lesson.sidechains(sessions, "quest-1")
         said = str(raised.value)
         assert "quest-1.jsonl" in said and "line 2" in said, (

@@ -35,9 +35,8 @@ class SessionSidechains:
     def start_sidechain(self, call_id: str) -> "SessionLog":
         """Start the side-chain of the helper that answers tool call `call_id`.
 
-        The helper gets a name of its own in `<id>.sidechains/`, with its meta file,
-        this log a pointer marker to it; returns the side-chain's SessionLog: a writer
-        of its own, with its own lock. This log keeps its lock all along.
+        Returns the side-chain's SessionLog, already its writer (its lock taken);
+        this log keeps its own lock all along.
         """
         if self._fd is None:
             self._open()    # the parent's writer: it alone names side-chains of its own
@@ -66,11 +65,20 @@ class SessionSidechains:
             except SessionExists:
                 continue
             break
-        # The pointer before the helper's first line: a crash inside the helper leaves
-        # the call (repaired on resume) and, beside it, where to find what it did.
-        self._write(encode_line({MARKER: "sidechain", "call": call_id,
-                                 "session": self.id, "sidechain": name, "at": now()}))
-        return type(self)(folder, name, durable=self.durable)
+        # Its writer from the claim on: no other process can take the side-chain
+        # between the claim and the helper's first line.
+        side = type(self)(folder, name, durable=self.durable)
+        side._open()
+        try:
+            # The pointer before the helper's first line: a crash inside the helper
+            # leaves the call (repaired on resume) and, beside it, where its work is.
+            self._write(encode_line({MARKER: "sidechain", "call": call_id,
+                                     "session": self.id, "sidechain": name,
+                                     "at": now()}))
+        except BaseException:
+            side.close()    # no helper will write it: its lock goes
+            raise
+        return side
 
 
 class AgentHelpers:
@@ -79,13 +87,10 @@ class AgentHelpers:
     # --- a helper with its own log (lesson 10) ----------------------------------------
 
     def use_tool(self, call: Message, asked: Message) -> str:
-        """The result of one tool call: run_tool's, or a helper's answer to ask_helper.
+        """The content of the tool result that answers `call`, as run() records it.
 
-        `call` is the stored call (its id is the one the result answers), `asked` the
-        call as the model sent it. The helper runs only when the tools offer ask_helper:
-        an agent given the town of lessons 00-07 behaves as it did. The helper's answer
-        is its last reply without thinking; one that gives none (no text, only
-        thinking, a call written as text) becomes an error result saying what it was.
+        `call` is the call as stored (its id is the one the result answers), `asked`
+        the same call as the model sent it.
         """
         if (call["function"]["name"] != HELPER_TOOL
                 or HELPER_TOOL not in self.tools.functions):
@@ -111,22 +116,15 @@ class AgentHelpers:
             return f"error: the helper gave no answer: it sent {error}"
 
     def ask_helper(self, call_id: str, question: str) -> str:
-        """Hand `question` to a helper agent and return its answer.
-
-        The helper is this same loop with a history of its own: the same client, model
-        and tools (ask_helper left out: a helper starts no helper of its own). With a
-        session, its messages go to a side-chain log of their own, under its own lock,
-        while this agent keeps its lock; the parent's log gets only a pointer to it
-        and the answer as the result.
-        """
-        tools = without(self.tools, HELPER_TOOL)
+        """Hand `question`, asked by tool call `call_id`, to a helper; its answer."""
+        tools = without(self.tools, HELPER_TOOL)    # a helper starts no helper
         if self.session is None:
             # No log to point from: the helper lives in memory, like its parent
             helper = type(self)(self.client, model=self.model, tools=tools,
                                 system=HELPER_SYSTEM, max_turns=self.max_turns)
             return helper.run(question)
-        # The call is on disk before the pointer that follows it (run() flushed it)
-        self.flush()
+        # The call is on disk already: run() writes it before any tool runs. The
+        # side-chain's log is the helper's; this agent's session stays open, locked.
         with self.session.start_sidechain(call_id) as log:
             helper = type(self)(self.client, model=self.model, tools=tools, session=log,
                                 system=HELPER_SYSTEM, max_turns=self.max_turns)
@@ -143,9 +141,6 @@ HELPER_SYSTEM = ("You are a helper. Work on the question with your tools, then a
 
 
 SIDECHAINS = ".sidechains"      # `<parent id>.sidechains/` holds the helpers' logs
-
-
-LONGEST_KEPT = 64   # a call id longer than this is hashed (hashed names are longer)
 
 
 @dataclass
@@ -175,25 +170,19 @@ def sidechain_folder(folder: str | Path, session_id: str) -> Path:
 
 
 def sidechain_id(call_id: str) -> str:
-    """A session id for the helper of tool call `call_id`, distinct for distinct calls.
-
-    A call id comes from the model's server: most are plain names (`call_3_0`), kept as
-    they are so a person can match a side-chain to its call. Any other (a ':' or a '/'
-    in it, or too long) becomes `call-` and its sha256.
-    """
-    if len(call_id) <= LONGEST_KEPT and SESSION_ID.fullmatch(call_id):
+    """The name of the side-chain of tool call `call_id`: the call id itself where it
+    can be, so that a person can match the two; distinct for distinct calls."""
+    # Kept as it is: a session id of at most 64 characters. A hashed name has 69
+    # (call- and 64 digits), so no call id kept can be another call's hashed name.
+    if len(call_id) <= 64 and SESSION_ID.fullmatch(call_id):
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"call-{digest}"
 
 
 def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
-    """(tool call id, side-chain log) for every pointer in the session's log, in order.
-
-    For a fork too: its copied pointers lead to the logs its source's helpers wrote. A
-    pointer that names no valid id is refused with the log's name and line, never
-    followed out of the folder.
-    """
+    """(tool call id, side-chain log) for every pointer in the session's log, in
+    order."""
     path = Path(folder) / f"{check_session_id(session_id)}.jsonl"
     state = read_log(path)
     found: list[tuple[str, Path]] = []
@@ -201,10 +190,16 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
         if entry.get(MARKER) != "sidechain":
             continue
         try:
+            # The pointer's own session: a fork's copied pointers were written by its
+            # source's helpers, in the source's folder
             where = sidechain_folder(folder, entry["session"])
             name = check_session_id(entry["sidechain"])
-            found.append((entry["call"], where / f"{name}.jsonl"))
+            call_id = entry["call"]
         except (KeyError, InvalidSessionId) as error:
             raise ValueError(f"{path}: line {line}: a side-chain pointer that names no "
                              f"side-chain ({error}); refusing to follow it") from None
+        if not isinstance(call_id, str):
+            raise ValueError(f"{path}: line {line}: a side-chain pointer whose call is "
+                             f"{call_id!r}, not a call id; refusing it")
+        found.append((call_id, where / f"{name}.jsonl"))
     return found
