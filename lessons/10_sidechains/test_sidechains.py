@@ -347,6 +347,30 @@ def test_the_side_chain_is_its_helpers_from_the_moment_it_is_claimed(lesson, ses
 
 
 @pytest.mark.task("10.2")
+def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessions):
+    """The parent's writer has stopped (an earlier write left its log in doubt): the
+    pointer cannot be written, start_sidechain raises, no helper will write the
+    side-chain, and its lock is not kept."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        log.in_doubt = True     # as after a write whose outcome is unknown
+        with raises(lesson.WriterStopped, "the parent's writer had stopped, yet "
+                    "start_sidechain wrote its pointer"):
+            log.start_sidechain(CALL_ID)
+        side_folder = sessions / "quest-1.sidechains"
+        names = sorted(path.name[:-len(".meta.json")]
+                       for path in side_folder.glob("*.meta.json"))
+        for name in names:
+            try:
+                with lesson.SessionLog(side_folder, name) as other:
+                    other.open_for_append()
+            except lesson.SessionBusy as error:
+                pytest.fail(f"start_sidechain failed writing the pointer, and the "
+                            f"side-chain {name} it claimed is still locked: {error}",
+                            pytrace=False)
+
+
+@pytest.mark.task("10.2")
 def test_a_name_another_helper_claims_in_the_meantime_is_not_shared(lesson, sessions):
     """Another helper claims call_1_0 (its meta file appears) after this one looked at
     the folder and before it wrote anything there: this one takes call_1_0.2, and the
