@@ -943,9 +943,9 @@ def test_a_run_stopped_by_a_full_disk_is_settled_once_there_is_room(
     if refused is not None:     # outside the except: the words come first, alone
         pytest.fail("the disk was full when the second result was written, and still "
                     "full as the run stopped; once there was room again, the next run "
-                    f"sent calls without their results: {refused}. Whatever was meant "
-                    "to answer them as the run stopped could not write either (task "
-                    "04.4)", pytrace=False)
+                    f"sent calls without their results: {refused}. The calls the "
+                    "stopped run left open had no result yet when the next message "
+                    "was recorded (task 04.4)", pytrace=False)
     entries = entries_in(path)
     roles = [entry.get("role") for entry in entries]
     expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
