@@ -73,12 +73,15 @@ class Scene:
         for number, message in enumerate(log_lines(path), start=1):
             self.show(message, f"{prefix}{number:>2} " if numbered else prefix)
 
-    def prevented_by(self, task_id: str) -> None:
-        """The last line: the task that prevents what the scenario showed. One line, however
-        long its title, so that it reads (and greps) as one."""
-        task = course.lesson(task_id.split(".")[0], self.root).task(task_id)
+    def prevented_by(self, *task_ids: str) -> None:
+        """The last line: the tasks that prevent what the scenario showed, each with its
+        title. One line, however long, so that it reads (and greps) as one."""
+        named = []
+        for task_id in task_ids:
+            task = course.lesson(task_id.split(".")[0], self.root).task(task_id)
+            named.append(f"task {task_id}: {' '.join(task.title.split())}")
         self.say()
-        self.lines.append(f"Prevented by task {task_id}: {' '.join(task.title.split())}.")
+        self.lines.append(f"Prevented by {'; and '.join(named)}.")
 
     def transcript(self) -> str:
         text = "\n".join(self.lines).rstrip() + "\n"
@@ -472,7 +475,7 @@ def see_07(scene: Scene) -> None:
               "relies on. An undo needs two things: the log must say which messages were "
               "taken back (the marker line of task 07.4), and every resume must leave them "
               "out (the replay of task 07.1).")
-    scene.prevented_by("07.4")
+    scene.prevented_by("07.4", "07.1")
 
 
 # --- 08: a session that outgrows the model's window ---------------------------------------

@@ -77,11 +77,14 @@ def test_the_transcript_ends_with_the_task_that_prevents_it(number):
         assert "01.3" in last and "02.2" in last, (
             f"lesson 00's scenario should end naming the tasks that fix it: {last!r}")
         return
-    match = re.fullmatch(r"Prevented by task (\d\d)\.(\d): (.+)\.", last)
-    assert match, f"scenario {number} should end with a line naming the task that prevents it: {last!r}"
-    assert match[1] == number, f"scenario {number} names a task of another lesson"
-    task = course.lesson(number, ROOT).task(f"{number}.{match[2]}")
-    assert match[3] == " ".join(task.title.split()), "the task's title, as lesson.toml has it"
+    assert last.startswith("Prevented by ") and last.endswith("."), (
+        f"scenario {number} should end with a line naming the tasks that prevent it: {last!r}")
+    for named in last[len("Prevented by "):-1].split("; and "):
+        match = re.fullmatch(r"task (\d\d)\.(\d): (.+)", named)
+        assert match, f"scenario {number}: {named!r} should be 'task NN.K: its title'"
+        assert match[1] == number, f"scenario {number} names a task of another lesson"
+        task = course.lesson(number, ROOT).task(f"{number}.{match[2]}")
+        assert match[3] == " ".join(task.title.split()), "the task's title, as lesson.toml has it"
 
 
 @pytest.mark.parametrize("number", LESSONS)
