@@ -164,6 +164,8 @@ class AgentCompaction:
         """The messages of the next request, as the conversation and its compaction
         (if any) stand. `self.messages` is never cut."""
         # TODO(08.2): Build the request as a view.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.2 is not written yet: Build the request as a view"
@@ -213,6 +215,8 @@ class AgentCompaction:
         long may it be?) and of the model's reply (does it fit?), so it must be the
         size that request will have when it is sent."""
         # TODO(08.2): Build the request as a view.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.2 is not written yet: Build the request as a view"
