@@ -17,7 +17,6 @@ import socket
 import stat
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .files import now
@@ -53,16 +52,6 @@ LOCK_POLL_SECONDS = 0.05    # how often a writer that waits for the lock tries a
 LOCK_RECORD_BYTES = 256     # the holder's record, padded with spaces to this length
 
 
-def is_same_file(fd: int, path: Path) -> bool:
-    """Does `path` still name the file open as `fd`? False once removed or replaced."""
-    try:
-        named = os.stat(path)
-    except FileNotFoundError:
-        return False
-    opened = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
-
-
 class SessionLock:
     """SessionLog's lock: one writer per session, and who holds it."""
 
@@ -88,7 +77,13 @@ class SessionLock:
                     raise SessionBusy(self.id, self.holder()) from None
                 time.sleep(LOCK_POLL_SECONDS)
                 continue
-            if is_same_file(fd, self.lock_path):
+            # Granted; but the holder may have removed this file as it let go, and a
+            # third writer may hold a new one under the name: then it is not the lock.
+            try:
+                ours = os.path.samestat(os.stat(self.lock_path), os.fstat(fd))
+            except FileNotFoundError:
+                ours = False
+            if ours:
                 break
             # We locked a file that was removed as its holder let go: retry
             os.close(fd)
@@ -121,22 +116,27 @@ class SessionLock:
                 raise
 
     def _unlock(self) -> None:
-        """Let go of the session: no lock held and no lock file of ours left, and at no
-        moment two writers that both think they hold it."""
-        if self._lock_fd is None:
-            return
+        """Let go of the session, if this SessionLog holds it. Every close calls it."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None:
+            return      # never locked, or let go already: a second close does nothing
         # Remove the name first, while the lock is still ours: a writer that opened this
         # file and is waiting on it will find, once it gets the lock, that the name
         # points nowhere and try again on a new file. (Remove it after letting go, and a
         # newcomer's fresh lock file could be the one removed.)
         try:
-            if is_same_file(self._lock_fd, self.lock_path):
+            # Only if the name is still our file: removed by hand, it may now name a
+            # lock file another writer made and holds.
+            try:
+                ours = os.path.samestat(os.stat(self.lock_path), os.fstat(fd))
+            except FileNotFoundError:
+                ours = False
+            if ours:
                 os.unlink(self.lock_path)
         finally:
             # Even if the name could not be removed (a read-only folder): a lock file
             # left behind only shows a stale name, a lock still held blocks everyone.
-            os.close(self._lock_fd)     # the flock goes with its last descriptor
-            self._lock_fd = None
+            os.close(fd)     # the flock goes with its last descriptor
 
     def holder(self) -> dict[str, Any]:
         """Who holds the session, says the lock file: {"pid", "host", "since"} or {}."""
