@@ -1123,3 +1123,30 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
         "both writers have closed, yet "
         f"{open_descriptors() - descriptors} more descriptor(s) are open: the first "
         "writer, finding its lock file gone, never closed the file it had locked")
+
+
+@pytest.mark.task("05.2")
+def test_closing_after_the_lock_file_was_removed_by_hand_raises_nothing(
+        lesson, sessions):
+    """Someone deletes quest-1.lock while its writer holds it, and no one makes a new
+    one: the writer's close() raises nothing (there is nothing of its own left to
+    remove), lets go, and the next writer takes the session."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append(FIRST)
+    (sessions / "quest-1.lock").unlink(missing_ok=True)     # rm sessions/*.lock
+    try:
+        log.close()
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the failure is the point
+        with contextlib.suppress(Exception):
+            log.close()
+        pytest.fail("quest-1.lock was deleted by hand while its writer held it; "
+                    f"closing the writer then raised {type(error).__name__}: {error}, "
+                    "where it should let go and raise nothing", pytrace=False)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "next"})
+    except lesson.SessionBusy as busy:
+        pytest.fail("the writer whose lock file was deleted by hand has closed, and "
+                    f"the next writer was refused: {busy}", pytrace=False)
