@@ -584,10 +584,15 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     then = 1_700_000_000        # whole seconds: the file system keeps them exactly
     os.utime(sessions / "at-cutoff.jsonl", (then, then))
     os.utime(sessions / "before-it.jsonl", (then - 1, then - 1))
+    left = sessions / "left-at-cutoff.meta.json"    # a stopped delete's meta file
+    left.write_text(json.dumps({"format": 1, "id": "left-at-cutoff"}))
+    os.utime(left, (then, then))
     found = lesson.expire(sessions, older_than=100, now=then + 100)
     assert found == (["before-it"], []), (
         "with now = T + 100 and older_than = 100, the cutoff is T: a log changed at T "
-        f"stays, one changed at T - 1 goes; expire() returned {found}")
+        "stays, one changed at T - 1 goes, and so does a meta file left without its "
+        f"log at T; expire() returned {found}")
+    assert left.exists(), "a meta file left without its log at the cutoff should stay"
 
 
 @pytest.mark.task("09.2")
@@ -614,6 +619,11 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
         meta.write_text(json.dumps({"format": 1, "id": session_id,
                                     "parent": "Ilse's diary", "forked_at": 1}))
     age(sessions / "left-old.meta.json", 40)
+    elsewhere = sessions.parent / "elsewhere.meta.json"
+    elsewhere.write_text("{}")
+    age(elsewhere, 99)
+    (sessions / "left-link.meta.json").symlink_to(elsewhere)   # planted: no leftover
+    os.utime(sessions / "left-link.meta.json", (0, 0), follow_symlinks=False)
     play(lesson, sessions, TURN_A, session_id="old")
     age(sessions / "old.jsonl", 40)
     deleted, busy = lesson.expire(sessions)
@@ -621,8 +631,10 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
         "expire() should delete the old session, then remove the old meta file that "
         "lost its log, and say so, the sessions' ids first and the leftovers' after "
         f"(deleted=['old', 'left-old']); it returned deleted={deleted}, busy={busy}")
-    assert sorted(p.name for p in sessions.iterdir()) == ["left-young.meta.json"], (
-        "the old meta file without its log should be gone, the young one kept")
+    assert sorted(p.name for p in sessions.iterdir()) == [
+        "left-link.meta.json", "left-young.meta.json"], (
+        "the old meta file without its log should be gone, the young one kept, and "
+        "the link planted in the folder left alone")
 
 
 @pytest.mark.task("09.2")
@@ -1081,11 +1093,12 @@ def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions
 def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
     lesson, sessions
 ):
-    """Lesson 08's summary quotes what it summarises, and every request sends it: after
-    the erase, neither the log's compaction marker nor the agent's next request holds
-    the erased words."""
+    """Lesson 08's summary quotes what it summarises, whole or in part, and every
+    request sends it: after the erase, neither the log's compaction marker nor the
+    agent's next request holds the erased words, nor a piece of them."""
     model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes.")],
-                          summarise=lambda body: f"The user said: {SECRET}.")
+                          summarise=lambda body: f"The user said: {SECRET}. So the "
+                                                 "sister lives at 12 Elm Street.")
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
                              session=log)
@@ -1098,7 +1111,11 @@ def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
     assert "Ilse" not in sent, (
         "the request after the erase still sent the erased words, in the compaction "
         f"summary the agent keeps: {sent[:300]}")
-    assert files_holding(sessions, "Ilse") == [], (
+    assert "Elm Street" not in sent, (
+        "the request after the erase still sent a piece of the erased words ('lives "
+        "at 12 Elm Street'), in the compaction summary the agent keeps: a summary is "
+        f"made from what it summarises, and may quote any part: {sent[:300]}")
+    assert files_holding(sessions, "Ilse") == files_holding(sessions, "Elm") == [], (
         "the compaction marker in the log should have lost the quote too")
 
 
@@ -1562,16 +1579,27 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
 def test_an_agent_without_a_session_forgets_too(lesson):
     """An agent that keeps no log erases from its memory alone, and refuses a position
     its conversation does not have."""
-    model = ScriptedModel([say(f"Noted: {SECRET}."), say("Yes.")])
+    short = "Ilse, Elm 12"      # exactly as long as the shortest text looked for
+    assert len(short) == lesson.QUOTE_MIN_CHARS
+    model = ScriptedModel([say(f"Noted: {short}."), say("Yes.")])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
-    agent.run(SECRET)
-    with raises(lesson.EraseError, "erasing message 5 of a conversation of two was "
-                "not refused with EraseError"):
-        agent.erase(5)
+    agent.run(short)
+    before = json.loads(json.dumps(agent.messages))
+    for position in (2, -1):
+        try:
+            with raises(lesson.EraseError, f"erasing message {position} of a "
+                        "conversation of two was not refused with EraseError"):
+                agent.erase(position)
+        except IndexError as error:
+            pytest.fail(f"erasing message {position} of a conversation of two raised "
+                        f"{error!r}; expected EraseError", pytrace=False)
+        assert agent.messages == before, (
+            f"a refused erase of message {position} changed the conversation")
     assert agent.erase(0) == {"role": "user", "content": lesson.ERASED}
     agent.run("Shall we go on?")
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
-        "an agent without a session still sent the erased words")
+        "an agent without a session still sent the erased words (in the reply that "
+        "repeated them: a text of 12 characters is long enough to be looked for)")
 
 
 # --- 09.5: collect --------------------------------------------------------------------
