@@ -4,6 +4,9 @@ Run: pytest lessons/00_memory            (your code)
      pytest lessons/00_memory --solution (the reference)
 """
 
+import json
+import re
+
 import pytest
 
 from sessionlab.scripted import Fail, call, raw_call, say, use
@@ -80,8 +83,8 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
         "the arguments '{item: rope' are not JSON, and the error result does not say "
         f"so (it never mentions JSON): {result!r}")
     assert town.inventory == [], (
-        "nothing should be bought when the arguments cannot be read"
-    )
+        "the arguments '{item: rope' cannot be read, so nothing should be bought; the "
+        f"inventory is {town.inventory}")
 
 
 @pytest.mark.task("00.1")
@@ -198,7 +201,9 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town):
         f"the arguments were {len(arguments):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
         "request, and a start is enough for the model to see what it sent")
-    assert town.inventory == [], "nothing should be bought on unreadable arguments"
+    assert town.inventory == [], (
+        "the arguments could not be read, so nothing should be bought; the inventory "
+        f"is {town.inventory}")
 
 
 @pytest.mark.task("00.1")
@@ -222,6 +227,57 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
                     "expected: it is no JSON object", pytrace=False)
     what = "the arguments were 100,000 '[' and nothing else"
     assert_error_result(run_call(lesson, town, tool_call("buy", arguments), what), what)
+
+
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments", [
+    '{"item": NaN}', '{"item": "rope", "count": Infinity}', '{"gold": -Infinity}',
+    {"item": float("nan")}, {"count": float("inf")}],
+    ids=["NaN", "Infinity", "-Infinity", "object-NaN", "object-Infinity"])
+def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, arguments):
+    """NaN and Infinity are not JSON: Python's reader takes them, a strict provider
+    refuses a stored call that holds them. Arguments holding one, as text or as an
+    object, are refused like any unreadable arguments, and the tool does not run."""
+    try:
+        got = lesson.read_arguments(arguments)
+    except ValueError:
+        pass
+    else:
+        pytest.fail(f"read_arguments({arguments!r}) returned {got!r}, where a "
+                    "ValueError was expected: NaN and Infinity are not JSON, and a "
+                    "call stored with them is one a strict provider refuses with every "
+                    "later request", pytrace=False)
+    what = f"the arguments {arguments!r} hold a number JSON does not have"
+    result = run_call(lesson, town, tool_call("buy", arguments), what)
+    assert_error_result(result, what)
+    assert town.inventory == [], (
+        f"the arguments {arguments!r} cannot be read, so nothing should be bought; "
+        f"the inventory is {town.inventory}")
+
+
+@pytest.mark.task("00.1")
+def test_arguments_encoded_twice_are_a_string_not_an_object(lesson, town):
+    """A server may encode the arguments twice: JSON text of a string whose text is
+    the object. That is a string, refused like any JSON that is no object, never read
+    a second time: the tool does not run, and the result tells the model it sent no
+    object."""
+    arguments = json.dumps(json.dumps({"item": "rope"}))      # '"{\\"item\\": ..."'
+    try:
+        got = lesson.read_arguments(arguments)
+    except ValueError:
+        pass
+    else:
+        pytest.fail(f"read_arguments({arguments!r}) returned {got!r}, where a "
+                    "ValueError was expected: that text is JSON of a string, not of an "
+                    "object, and the arguments of a call are an object", pytrace=False)
+    what = f"the arguments were {arguments!r}, a string holding an object's text"
+    result = run_call(lesson, town, tool_call("buy", arguments), what)
+    assert_error_result(result, what)
+    assert "object" in result.lower(), (
+        f"{what}: the error result should tell the model that its arguments were no "
+        f"object; it never says 'object': {result!r}")
+    assert town.inventory == [], (
+        f"{what}: the tool should not run, and the inventory is {town.inventory}")
 
 
 @pytest.mark.task("00.1")
@@ -325,7 +381,9 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
         "the call should have run and the turn gone on, but the rope was not bought; "
         f"inventory {town.inventory}, run() returned {answer!r}"
     )
-    assert answer == "Bought."
+    assert answer == "Bought.", (
+        "after the rope was bought the model answered 'Bought.', and run() should "
+        f"return that answer; it returned {answer!r}")
 
 
 @pytest.mark.task("00.2")
@@ -349,8 +407,8 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
         "the error result should name the tool the model asked for, 'fly', so that "
         f"it knows which call was wrong; got {result['content']!r}")
     assert answer == "I cannot fly.", (
-        "after an error result the loop continues and the model gets to answer"
-    )
+        "after an error result the loop goes on and the model answers 'I cannot fly.', "
+        f"which run() should return; it returned {answer!r}")
 
 
 @pytest.mark.task("00.1")
@@ -380,12 +438,16 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
     with raises(lesson.MaxTurnsExceeded,
                 "run() returned although the model was still calling tools after "
                 "max_turns=3 model calls: the caller takes the task for done, where "
-                "MaxTurnsExceeded was expected"):
+                "MaxTurnsExceeded was expected") as raised:
         agent.run("Keep talking.")
     assert len(model.requests) == 3, (
         "max_turns=3 allows exactly 3 model calls, the agent made "
         f"{len(model.requests)}"
     )
+    said = str(raised.value)
+    assert re.search(r"(?<![\d.])3(?![\d.])", said), (
+        "MaxTurnsExceeded should name the limit it reached, 3 model calls here, so "
+        f"that whoever reads it knows what to raise; it says {said!r}")
 
 
 @pytest.mark.key
@@ -400,11 +462,13 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
 
     sent = model.requests[0]["messages"]
     assert sent[0] == {"role": "system", "content": "You are a brave adventurer."}, (
-        f"first message sent: {sent[0]}"
-    )
-    assert all(m["role"] != "system" for m in agent.messages), (
-        "the system prompt is configuration, not history"
-    )
+        "every request should start with the system prompt, {'role': 'system', "
+        "'content': 'You are a brave adventurer.'}; the first message sent was "
+        f"{sent[0]}")
+    stored = [m for m in agent.messages if m.get("role") == "system"]
+    assert not stored, (
+        "the system prompt is configuration, not history: self.messages should hold "
+        f"no system message, and it holds {stored}")
 
 
 @pytest.mark.key
@@ -424,13 +488,11 @@ def test_a_new_agent_remembers_nothing(lesson, model, town):
     tomorrow = new_agent(lesson, model, town)
     tomorrow.run("What did the elder say?")
 
-    assert model.requests[-1]["messages"] == [
-        {"role": "user", "content": "What did the elder say?"}
-    ], (
-        "a new agent starts from an empty list: everything the first one heard is "
-        "gone. "
-        "That is the problem the next lessons solve."
-    )
+    sent = model.requests[-1]["messages"]
+    assert sent == [{"role": "user", "content": "What did the elder say?"}], (
+        "a new agent starts from an empty list, so its first request should carry only "
+        f"its own question; it carried {len(sent)} messages: {sent}. (Everything the "
+        "first agent heard is gone: that is the problem the next lessons solve.)")
 
 
 class FewTools:

@@ -21,33 +21,93 @@ def new_agent(lesson, model, town):
     return lesson.Agent(model.client(), model=model.model, tools=town)
 
 
-def run_or_fail(agent, text, what):
-    """agent.run(text),
-    turning a refused request into a failure that says what happened."""
+def run_or_fail(lesson, agent, text, what):
+    """agent.run(text), turning a refused request into a failure that says what
+    happened and which task's code left the history unsendable."""
     try:
         return agent.run(text)
     except openai.BadRequestError as error:
-        refused(error, what)
+        refusal = error     # failed outside the except, so no chained traceback
+    refused(lesson, agent.messages, refusal, what)
 
 
-def refused(error, what):
+def refused(lesson, messages, error, what):
     """Fail with the words of a request the model refused (HTTP 400)."""
     body = error.body
     said = body.get("message") if isinstance(body, dict) else error
-    pytest.fail(
-        f"{what}: the model refused the next request with HTTP 400 ({said}). "
-        "Something the agent stored from the quirky reply is not sendable (what "
-        "is stored is what normalize_reply() returned, task 00.3)."
-    )
+    pytest.fail(f"{what}: the model refused the next request with HTTP 400 ({said}). "
+                f"{whose_mistake(lesson, messages)}", pytrace=False)
 
 
-def assert_sendable(messages, what):
+def assert_sendable(lesson, messages, what):
     try:
         validate({"model": "any", "messages": messages})
     except InvalidRequest as error:
-        pytest.fail(
-            f"{what}: the stored history is one a provider refuses: {error.message}"
-        )
+        pytest.fail(f"{what}: the stored history is one a provider refuses: "
+                    f"{error.message}. {whose_mistake(lesson, messages)}",
+                    pytrace=False)
+
+
+def holds_object(arguments):
+    """Are `arguments` what a provider takes: a string holding a JSON object?"""
+    try:
+        return isinstance(arguments, str) and isinstance(json.loads(arguments), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def whose_mistake(lesson, messages):
+    """Which task's code made `messages` unsendable, in words: a stored reply that a
+    provider refuses even with a result for each of its calls is normalize_reply's
+    (task 00.3), or read_arguments' (task 00.1) when it reads as an object arguments
+    that are none; results that do not answer the stored calls are the loop's (00.2)."""
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        calls = calls if isinstance(calls, list) else []
+        answers = [{"role": "tool", "content": "done",
+                    "tool_call_id": call.get("id") if isinstance(call, dict) else None}
+                   for call in calls]
+        try:
+            validate({"model": "any", "messages": [{"role": "user", "content": "?"},
+                                                   message, *answers]})
+        except InvalidRequest as problem:
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                arguments = (function.get("arguments")
+                             if isinstance(function, dict) else None)
+                if not (isinstance(arguments, str) and arguments
+                        and not holds_object(arguments)):
+                    continue
+                try:
+                    read = lesson.read_arguments(arguments)
+                except Exception:
+                    continue
+                return (f"A stored call holds the arguments {arguments[:200]!r}, which "
+                        "are no JSON object to a provider, and read_arguments() reads "
+                        f"them as {read!r}: read_arguments (task 00.1) judges what "
+                        "normalize_reply stores, and it should have refused them.")
+            return (f"The stored reply {str(message)[:300]} is refused even with a "
+                    f"result for each of its calls ({problem.message}): what is stored "
+                    "is what normalize_reply() returned (task 00.3).")
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if message.get("role") != "assistant" or not isinstance(calls, list):
+            continue
+        ids = [call.get("id") for call in calls if isinstance(call, dict)]
+        results = []
+        for later in messages[index + 1:]:
+            if not (isinstance(later, dict) and later.get("role") == "tool"):
+                break
+            results.append(later.get("tool_call_id"))
+        if sorted(map(repr, results)) != sorted(map(repr, ids)):
+            return (f"Each stored reply is sendable, but the stored calls {ids} are "
+                    f"followed by results answering {results}: a provider wants one "
+                    "result for each stored call, under the id the stored call "
+                    "carries. The loop records the results (task 00.2).")
+    return ("Each stored reply is sendable and each stored call has its result; "
+            "something else the loop recorded (task 00.2) is refused.")
 
 
 def calls_of(messages):
@@ -81,7 +141,7 @@ def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(
         "call with no result for it" + (", and the model refused it (HTTP 400)"
                                         if refusal else ""))
     if refusal is not None:
-        refused(refusal, "after a tool call without an id")
+        refused(lesson, agent.messages, refusal, "after a tool call without an id")
     assert town.inventory == ["rope"], (
         f"the call should still run; inventory {town.inventory}"
     )
@@ -89,30 +149,38 @@ def test_a_tool_call_without_an_id_gets_one_and_its_result_answers_it(
 
 @pytest.mark.task("00.1")
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))
 def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quirk):
-    """After each reply real servers have sent,
-    the turn ends and the next request is valid."""
+    """After each reply real servers have sent, the turn ends and the next request is
+    valid. A refusal says which task's code left the history unsendable."""
     model.add(QUIRKS[quirk], say("Done."), say("Nothing more."))
     agent = new_agent(lesson, model, town)
 
-    run_or_fail(agent, "Buy a rope.", f"after the {quirk!r} reply")
-    run_or_fail(agent, "Anything else?", f"on the turn after the {quirk!r} reply")
+    run_or_fail(lesson, agent, "Buy a rope.", f"after the {quirk!r} reply")
+    run_or_fail(lesson, agent, "Anything else?",
+                f"on the turn after the {quirk!r} reply")
 
-    assert_sendable(agent.messages, f"after the {quirk!r} reply")
+    assert_sendable(lesson, agent.messages, f"after the {quirk!r} reply")
     for message in agent.messages:
+        whose = ("what normalize_reply() returned, task 00.3"
+                 if message.get("role") == "assistant"
+                 else "what the loop recorded, task 00.2")
         assert json.loads(json.dumps(message)) == message, (
-            f"every stored message must be plain JSON, got {message!r}")
+            f"after the {quirk!r} reply: every stored message should be plain JSON, "
+            f"reading back as it is; this one does not ({whose}): {message!r}")
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_two_calls_sharing_an_id_are_stored_with_different_ids(lesson, model, town):
     """Two calls of one reply with the same id get ids of their own,
     each answered once."""
     model.add(QUIRKS["same_id_twice"], say("Bought both."))
     agent = new_agent(lesson, model, town)
 
-    run_or_fail(agent, "Buy a rope and a torch.", "after two calls sharing one id")
+    run_or_fail(lesson, agent, "Buy a rope and a torch.",
+                "after two calls sharing one id")
 
     ids = [call["id"] for call in calls_of(agent.messages)]
     assert len(ids) == 2 and len(set(ids)) == 2, (
@@ -120,11 +188,12 @@ def test_two_calls_sharing_an_id_are_stored_with_different_ids(lesson, model, to
         f"got {ids}"
     )
     assert sorted(town.inventory) == ["rope", "torch"], (
-        f"both calls should run: {town.inventory}"
-    )
+        "both calls should run, buying a rope and a torch; the inventory is "
+        f"{town.inventory}")
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town):
     """A server that reuses a call id from an
     earlier turn does not get two calls one id."""
@@ -135,10 +204,9 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
     model.add(buy("rope"), say("One."), buy("torch"), say("Two."))
     agent = new_agent(lesson, model, town)
 
-    run_or_fail(agent, "Buy a rope.", "on the first turn")
-    run_or_fail(
-        agent, "Buy a torch.", "after a reply that reused the first turn's call id"
-    )
+    run_or_fail(lesson, agent, "Buy a rope.", "on the first turn")
+    run_or_fail(lesson, agent, "Buy a torch.",
+                "after a reply that reused the first turn's call id")
 
     ids = [call["id"] for call in calls_of(agent.messages)]
     assert len(set(ids)) == 2, (
@@ -149,6 +217,7 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     lesson, model, town
 ):
@@ -157,7 +226,7 @@ def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     model.add(QUIRKS["arguments_as_object"], say("Bought."))
     agent = new_agent(lesson, model, town)
 
-    run_or_fail(agent, "Buy a rope.", "after arguments sent as an object")
+    run_or_fail(lesson, agent, "Buy a rope.", "after arguments sent as an object")
 
     assert town.inventory == ["rope"], (
         "the arguments came as an object, {'item': 'rope'}, and the rope was not "
@@ -183,7 +252,7 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
     model.add(QUIRKS["arguments_not_json"], say("Sorry."))
     agent = new_agent(lesson, model, town)
 
-    run_or_fail(agent, "Buy a rope.", "after arguments that are not JSON")
+    run_or_fail(lesson, agent, "Buy a rope.", "after arguments that are not JSON")
 
     results = [m["content"] for m in agent.messages if m["role"] == "tool"]
     assert len(results) == 1, (
@@ -196,8 +265,8 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
             "never sent (the stored call's '{}'), so the model never learns what it "
             "got wrong", pytrace=False)
     assert town.inventory == [], (
-        f"nothing should run on unreadable arguments: {town.inventory}"
-    )
+        "the arguments could not be read, so nothing should be bought; the inventory "
+        f"is {town.inventory}")
     arguments = (
         calls_of(agent.messages)[0]["function"]["arguments"]
         if calls_of(agent.messages)
@@ -206,6 +275,72 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
     assert arguments == "{}", (
         "the stored call is sent back with every later request, and providers refuse "
         f"arguments that are not a JSON object: expected '{{}}', got {arguments!r}")
+
+
+@pytest.mark.task("00.2")
+@pytest.mark.task("00.3")
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments", ['{"item": NaN}', '{"item": Infinity}'],
+                         ids=["NaN", "Infinity"])
+def test_arguments_holding_nan_are_answered_with_an_error_and_stored_sendable(
+        lesson, model, town, arguments):
+    """NaN and Infinity are not JSON (Python reads them, a strict provider refuses
+    them): the call runs nothing, its result says what was sent, and the stored call
+    holds {}, so that every later request is one any provider takes."""
+    model.add(raw({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_nan", "type": "function",
+         "function": {"name": "buy", "arguments": arguments}}]}), say("Sorry."))
+    agent = new_agent(lesson, model, town)
+
+    run_or_fail(lesson, agent, "Buy a rope.", f"after the arguments {arguments!r}")
+
+    stored = [call["function"]["arguments"] for call in calls_of(agent.messages)]
+    assert stored == ["{}"], (
+        f"the model sent the arguments {arguments!r}, which are not JSON (NaN and "
+        "Infinity are Python's, not JSON's), so the stored call should hold '{}', "
+        "which every provider takes back; it holds "
+        f"{stored}. The stored arguments are what read_arguments (task 00.1) read, as "
+        "normalize_reply (task 00.3) stores them")
+    results = [m["content"] for m in agent.messages if m["role"] == "tool"]
+    word = arguments.split(": ")[1].rstrip("}")
+    assert len(results) == 1 and results[0].startswith("error:") \
+        and word in results[0], (
+            f"the arguments {arguments!r} could not be used: the one result should be "
+            f"an error that quotes them ({word} included), since the stored call no "
+            f"longer shows them; the results are {results}")
+    assert town.inventory == [], (
+        f"the arguments {arguments!r} cannot be read, so nothing should be bought; "
+        f"the inventory is {town.inventory}")
+
+
+@pytest.mark.task("00.2")
+@pytest.mark.task("00.3")
+@pytest.mark.task("00.1")
+def test_arguments_encoded_twice_run_nothing_and_are_stored_sendable(lesson, model,
+                                                                     town):
+    """A server that encoded the arguments twice sends a string of JSON whose text is
+    the object: a string, not an object. The tool does not run, the result tells the
+    model it sent no object, and the stored call holds {}."""
+    model.add(QUIRKS["arguments_encoded_twice"], say("Sorry."))
+    agent = new_agent(lesson, model, town)
+
+    run_or_fail(lesson, agent, "Buy a rope.", "after arguments encoded twice")
+
+    sent = QUIRKS["arguments_encoded_twice"].message["tool_calls"][0]
+    sent = sent["function"]["arguments"]
+    assert town.inventory == [], (
+        f"the arguments {sent!r} are JSON of a string, not of an object: the tool "
+        "should not run (read_arguments, task 00.1, refuses them); the inventory is "
+        f"{town.inventory}")
+    results = [m["content"] for m in agent.messages if m["role"] == "tool"]
+    assert len(results) == 1 and results[0].startswith("error:") \
+        and "object" in results[0].lower(), (
+            f"the arguments {sent!r} are no object: the one result should be an error "
+            f"telling the model it sent no object; the results are {results}")
+    stored = [call["function"]["arguments"] for call in calls_of(agent.messages)]
+    assert stored == ["{}"], (
+        "arguments read_arguments refuses are stored as '{}' (task 00.3); the stored "
+        f"call holds {stored}")
 
 
 @pytest.mark.task("00.3")
@@ -218,7 +353,7 @@ def test_content_sent_in_parts_is_stored_as_the_text_of_its_text_parts(lesson, m
     model.add(QUIRKS["content_parts"])
     agent = new_agent(lesson, model, town)
 
-    answer = run_or_fail(agent, "Buy a rope?", "after content in parts")
+    answer = run_or_fail(lesson, agent, "Buy a rope?", "after content in parts")
 
     assert answer == "A rope it is.", (
         "the answer is the text of the text parts, joined in order; got "
@@ -235,7 +370,7 @@ def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
     model.add(QUIRKS["content_null"])
     agent = new_agent(lesson, model, town)
 
-    answer = run_or_fail(agent, "Hello?", "after content null")
+    answer = run_or_fail(lesson, agent, "Hello?", "after content null")
 
     assert answer == "", f"a reply with no text answers '', got {answer!r}"
     assert agent.messages[-1:] == [{"role": "assistant", "content": ""}], (
@@ -244,14 +379,18 @@ def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_an_empty_list_of_tool_calls_is_not_stored(lesson, model, town):
     """A reply with "tool_calls": [] ends the turn and is stored without that key."""
     model.add(QUIRKS["empty_tool_calls"])
     agent = new_agent(lesson, model, town)
 
-    answer = run_or_fail(agent, "Anything to do?", "after an empty tool_calls list")
+    answer = run_or_fail(lesson, agent, "Anything to do?",
+                         "after an empty tool_calls list")
 
-    assert answer == "Nothing to do."
+    assert answer == "Nothing to do.", (
+        "the reply said 'Nothing to do.' with an empty list of calls, which calls "
+        f"nothing: run() should return that text; it returned {answer!r}")
     assert "tool_calls" not in agent.messages[-1], (
         "OpenAI refuses 'tool_calls': [] in a request, and the stored reply still "
         f"has the key: {agent.messages[-1]}"
@@ -259,6 +398,7 @@ def test_an_empty_list_of_tool_calls_is_not_stored(lesson, model, town):
 
 
 @pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
     lesson, model, town
 ):
@@ -267,12 +407,15 @@ def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
     model.add(QUIRKS["text_and_tools"], say("Bought."))
     agent = new_agent(lesson, model, town)
 
-    answer = run_or_fail(agent, "Buy a rope.", "after text and tool calls in one reply")
+    answer = run_or_fail(lesson, agent, "Buy a rope.",
+                         "after text and tool calls in one reply")
 
-    assert town.inventory == [
-        "rope"
-    ], f"the reply had text *and* a call: the call must run; inventory {town.inventory}"
-    assert answer == "Bought."
+    assert town.inventory == ["rope"], (
+        "the reply had text *and* a call: the call should run and buy a rope; the "
+        f"inventory is {town.inventory}")
+    assert answer == "Bought.", (
+        "after the call's result the model answered 'Bought.', and run() should "
+        f"return that; it returned {answer!r}")
     assert agent.messages[1].get("content") == "Let me buy a rope.", (
         "the text that came with the call belongs to the stored reply: "
         f"{agent.messages[1]}"

@@ -262,6 +262,7 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     """
     if arguments is None or arguments == "":
         return {}
+    sent = arguments
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
@@ -272,8 +273,19 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
             # huge broken text does not fill the next request.
             text = arguments[:200]
             raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+    # A string, even one whose text is an object (a server that encoded the arguments
+    # twice), is no object: guessing that it meant one would run what was not sent.
     if not isinstance(arguments, dict):
         raise ValueError(f"must be a JSON object, not {type(arguments).__name__}")
+    try:
+        # Python reads NaN and Infinity (and 1e999 as Infinity) and would write them
+        # back into the stored call; no strict JSON reader takes them.
+        json.dumps(arguments, allow_nan=False)
+    except (ValueError, RecursionError) as error:
+        text = (sent if isinstance(sent, str) else repr(sent))[:200]
+        reason = str(error) or type(error).__name__
+        raise ValueError(f"are not valid JSON, which has no NaN or Infinity "
+                         f"({reason}): {text!r}") from None
     return arguments
 
 
