@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import encode_line, MARKER, Message, normalize_reply, reply_answer
-from .files import now, read_all
-from .reading import Compaction, LogState, parse_log
+from .messages import Message, normalize_reply, reply_answer
+from .reading import LogState
 
 
 class ContextOverflow(RuntimeError):
@@ -49,6 +48,8 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
     # BEGIN 08.5
+    from .files import now
+    from .messages import MARKER
     shown = state.shown()
     if not 0 <= keep <= len(shown):
         raise ValueError(f"cannot keep {keep} message(s) of {where} after a "
@@ -73,6 +74,9 @@ class SessionCompaction:
         changes what is sent.
         """
         # BEGIN 08.5
+        from .files import read_all
+        from .messages import encode_line
+        from .reading import parse_log
         if self._fd is None:
             self._open()  # the writer first: its repair may add messages to the end
         # A compaction is rare (it costs a model call): reading the log again, through
@@ -220,6 +224,7 @@ class AgentCompaction:
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
         # BEGIN 08.4
+        from .reading import Compaction
         starts = [i for i, m in enumerate(self.messages)
                   if m.get("role") == "user" and i > start]
         if not starts:

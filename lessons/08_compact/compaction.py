@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import encode_line, MARKER, Message, normalize_reply, reply_answer
-from .files import now, read_all
-from .reading import Compaction, LogState, parse_log
+from .messages import Message, normalize_reply, reply_answer
+from .reading import LogState
 
 
 class ContextOverflow(RuntimeError):

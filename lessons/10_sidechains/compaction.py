@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import encode_line, MARKER, Message, normalize_reply, reply_answer
-from .files import now, read_all
-from .reading import Compaction, LogState, parse_log
+from .messages import Message, normalize_reply, reply_answer
+from .reading import LogState
 
 
 class ContextOverflow(RuntimeError):
@@ -49,6 +48,8 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
         raise ValueError(f"refusing to record a compaction of {where} whose summary "
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
+    from .files import now
+    from .messages import MARKER
     shown = state.shown()
     if not 0 <= keep <= len(shown):
         raise ValueError(f"cannot keep {keep} message(s) of {where} after a "
@@ -71,6 +72,9 @@ class SessionCompaction:
         No message is removed: the log stays the whole truth, and the summary only
         changes what is sent.
         """
+        from .files import read_all
+        from .messages import encode_line
+        from .reading import parse_log
         if self._fd is None:
             self._open()  # the writer first: its repair may add messages to the end
         # A compaction is rare (it costs a model call): reading the log again, through
@@ -210,6 +214,7 @@ class AgentCompaction:
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
+        from .reading import Compaction
         starts = [i for i, m in enumerate(self.messages)
                   if m.get("role") == "user" and i > start]
         if not starts:
