@@ -14,6 +14,7 @@ connection.
 import hashlib
 import json
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -560,6 +561,64 @@ def test_a_reply_that_is_no_summary_never_becomes_a_row(lesson, database):
     with log:
         assert len(agent.messages) == len(before) and agent.compaction is None
         agent.run("Enter the cave.")
+
+
+@pytest.mark.task("11.2")
+def test_the_stores_own_undo_refuses_to_reach_behind_a_compaction(lesson, database):
+    """Lesson 08 on rows: the store's own undo (an adapter's, another host's), by a
+    writer that never read the history, takes back messages from the compaction's
+    boundary on, and refuses one its summary stands for, naming the session and the
+    message and storing nothing; the writer that has just recorded a compaction
+    refuses the same. An undo earlier in the rows makes the marker's "upto" (an index)
+    and the boundary (a place) differ."""
+    said = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}"}
+            for k in range(8)]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    # Indices 2 and 3 undone: message 6 (the first kept) is the fifth shown, place 4
+    put_rows(database, "quest-1", [
+        *said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
+        {"$marker": "compaction", "summary": "Four turns.", "upto": 6}])
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        try:
+            log.undo(2)
+        except lesson.UndoError as error:
+            pytest.fail("the session shows 6 messages and its compaction's view starts "
+                        "at the fifth (index 6, place 4): undoing the last two takes "
+                        f"back nothing the summary stands for, and it was refused "
+                        f"({error})", pytrace=False)
+        before = rows(database)
+        with raises(lesson.UndoError, "the store's own undo took back the fourth "
+                    "message shown (index 5), which the compaction's summary stands "
+                    "for: the summary would still tell the model about it",
+                    match="(?i)fork") as raised:
+            log.undo(1)
+        assert rows(database) == before, "a refused undo must store no row"
+    refusal = str(raised.value)
+    assert "quest-1" in refusal, (
+        f"the refusal should name the session (quest-1); it says {refusal!r}")
+    numbers = refusal.replace(lesson.describe(database), "").replace("quest-1", "")
+    assert re.search(r"(?<![\d.])3(?!\d)", numbers), (
+        "the refusal should give the place of the first message the undo would take "
+        "back (the fourth shown, place 3; the view starts at place 4), so the user "
+        f"knows where a fork must be cut; it says {refusal!r}")
+    with lesson.PostgresSessionLog(database, "quest-1") as again:
+        with raises(lesson.UndoError, "the store's own undo of three messages, by a "
+                    "writer that opened the session just now, went ahead behind the "
+                    "compaction's boundary", match="quest-1"):
+            again.undo(3)
+    assert rows(database) == before, "a refused undo must store no row"
+    with lesson.PostgresSessionLog(database, "quest-2") as log:
+        for message in said[:6]:
+            log.append(message)
+        log.compact("The first two turns.", keep=2)
+        log.undo(2)         # the messages at places 4 and 5: the view starts at 4
+        before = rows(database, "quest-2")
+        with raises(lesson.UndoError, "right after recording a compaction that keeps "
+                    "places 4 and 5, the writer took back place 3, which its summary "
+                    "stands for", match="(?i)fork"):
+            log.undo(1)
+    assert rows(database, "quest-2") == before, "a refused undo must store no row"
 
 
 @pytest.mark.task("11.2")

@@ -484,14 +484,26 @@ class PostgresSessionLog:
     def undo(self, count: int) -> list[int]:
         """Take back the last `count` messages the session shows, with one marker row.
 
-        The rows stay; the marker tells every later reader to leave them out.
+        The rows stay; the marker tells every later reader to leave them out. As the
+        file store's undo (lesson 08), it refuses to take back a message the session's
+        latest compaction summarised, read from the rows: the summary would still tell
+        the model about it, whoever undoes (a writer that never read the history too).
         """
         if not self.writing:
             self._open()
-        shown = [index for index, _ in state_of(self._rows(), self.where).shown()]
+        state = state_of(self._rows(), self.where)
+        shown = [index for index, _ in state.shown()]
         if not 0 < count <= len(shown):
             raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
                             f"shows {len(shown)}")
+        compaction = state.compaction()
+        first = len(shown) - count      # the place of the first message taken back
+        if compaction is not None and first < compaction.boundary:
+            raise UndoError(
+                f"cannot undo {count} message(s) of {self.where}: message {first} is "
+                "summarised by its compaction (requests start again at message "
+                f"{compaction.boundary}), and the summary would still tell the model "
+                f"about it. Fork the session from before message {first} instead")
         skip = shown[len(shown) - count:]
         self._write(lambda: [{MARKER: "undo", "skip": skip, "at": now()}])
         return skip
