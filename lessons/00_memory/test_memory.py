@@ -232,27 +232,34 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments", [
     '{"item": NaN}', '{"item": "rope", "count": Infinity}', '{"gold": -Infinity}',
-    {"item": float("nan")}, {"count": float("inf")}],
-    ids=["NaN", "Infinity", "-Infinity", "object-NaN", "object-Infinity"])
+    {"item": float("nan")}, {"count": float("inf")},
+    '{"item": NaN, "note": "' + "rope, " * 20_000 + '"}'],
+    ids=["NaN", "Infinity", "-Infinity", "object-NaN", "object-Infinity", "long-NaN"])
 def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, arguments):
     """NaN and Infinity are not JSON: Python's reader takes them, a strict provider
     refuses a stored call that holds them. Arguments holding one, as text or as an
-    object, are refused like any unreadable arguments, and the tool does not run."""
+    object, are refused like any unreadable arguments, the tool does not run, and the
+    result quotes only the start of a long text."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
         pass
     else:
-        pytest.fail(f"read_arguments({arguments!r}) returned {got!r}, where a "
+        pytest.fail(f"read_arguments({str(arguments)[:60]!r}) returned "
+                    f"{str(got)[:60]}, where a "
                     "ValueError was expected: NaN and Infinity are not JSON, and a "
                     "call stored with them is one a strict provider refuses with every "
                     "later request", pytrace=False)
-    what = f"the arguments {arguments!r} hold a number JSON does not have"
+    what = f"the arguments {str(arguments)[:60]!r} hold a number JSON does not have"
     result = run_call(lesson, town, tool_call("buy", arguments), what)
     assert_error_result(result, what)
+    assert len(result) < 2_000, (
+        f"{what}; they are {len(str(arguments)):,} characters, and the error result "
+        f"quoting them is {len(result):,}: it goes back to the model with every later "
+        "request, and a start is enough for the model to see what it sent")
     assert town.inventory == [], (
-        f"the arguments {arguments!r} cannot be read, so nothing should be bought; "
-        f"the inventory is {town.inventory}")
+        f"{what}: they cannot be read, so nothing should be bought; the inventory is "
+        f"{town.inventory}")
 
 
 @pytest.mark.task("00.1")
