@@ -242,3 +242,17 @@ def test_a_request_larger_than_the_window_is_refused_in_openais_words():
 def test_without_a_window_no_size_is_refused():
     model = ScriptedModel([say("Read it.")])
     assert ask(model, [{"role": "user", "content": "x" * 400_000}]).choices[0].message.content == "Read it."
+
+
+@pytest.mark.parametrize("arguments", ['{"item": NaN}', '{"item": Infinity}',
+                                       '{"gold": -Infinity}', "[" * 100_000])
+def test_arguments_a_strict_provider_refuses_are_refused(arguments):
+    """NaN and Infinity are no JSON (Python's json reads them; OpenAI's API refuses them),
+    and nesting past any parser's depth is no usable object: the scripted model answers
+    400 naming the field, as a strict provider does, instead of accepting them."""
+    body = {"model": "town", "messages": [
+        USER, assistant_calling("call_1", arguments=arguments), tool("call_1")]}
+    with pytest.raises(InvalidRequest) as refused:
+        validate(body)
+    assert "function.arguments" in str(refused.value), (
+        f"the refusal should name the field; it says {refused.value}")

@@ -335,8 +335,9 @@ def _check_tool_call(tool_call: Any, where: str) -> None:
         raise InvalidRequest(f"Missing required parameter: '{where}.function.name'.", f"{where}.function")
     arguments = function.get("arguments")
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else None
-    except json.JSONDecodeError:
+        parsed = (json.loads(arguments, parse_constant=_not_json)
+                  if isinstance(arguments, str) else None)
+    except (ValueError, RecursionError):    # not JSON, NaN or Infinity, or nested too deep
         parsed = None
     if not isinstance(parsed, dict):
         raise InvalidRequest(
@@ -344,6 +345,12 @@ def _check_tool_call(tool_call: Any, where: str) -> None:
             f"got {arguments!r}.",
             f"{where}.function.arguments",
         )
+
+
+def _not_json(name: str) -> Any:
+    """NaN, Infinity and -Infinity: Python's json reads and writes them, strict providers
+    refuse them, and so does this model."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def request_tokens(body: dict[str, Any]) -> int:
