@@ -7,6 +7,7 @@ Run: pytest lessons/07_undo            (your code)
 import hashlib
 import json
 import os
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -388,14 +389,25 @@ def test_undo_in_a_later_process(lesson, sessions):
     )
 
 
+def fork_twice(lesson, sessions, source_id, new_id, upto):
+    """Fork `source_id` twice, both of its first `upto` messages: first as this process
+    knows it (a fork reads nothing of a log this process knows as it is now), then, its
+    time changed so that no process knows it as it is, from its file alone. Returns what
+    each fork loads, the second first."""
+    lesson.fork(sessions, source_id, f"{new_id}-known", upto=upto)
+    os.utime(sessions / f"{source_id}.jsonl", ns=(10**9, 10**9))
+    lesson.fork(sessions, source_id, f"{new_id}-read", upto=upto)
+    return [lesson.SessionLog(sessions, f"{new_id}-{how}").load()
+            for how in ("read", "known")]
+
+
 @pytest.mark.task("07.4")
 @pytest.mark.task("07.5")
 def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
     lesson, sessions
 ):
-    """A fork made by the writer's own process goes by what the writer knows of the log,
-    without reading it again: right after the writer's undo, and after its next append,
-    the fork shows what the log shows."""
+    """A fork made by the writer's own process, right after the writer's undo and after
+    its next append, shows what the log shows, as a fork read from the file does."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(5)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said[:4]:
@@ -403,15 +415,20 @@ def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
     with lesson.SessionLog(sessions, "quest-1") as log:
         taken = log.undo(1)
         log.append(said[4])
-        lesson.fork(sessions, "quest-1", "what-if", upto=4)
-    assert taken == [3], f"undo(1) should take back message 3; it took back {taken}"
-    forked = [m.get("content") for m in lesson.SessionLog(sessions, "what-if").load()]
+        assert taken == [3], f"undo(1) should take back message 3; it took back {taken}"
+        from_file, known = fork_twice(lesson, sessions, "quest-1", "what-if", 4)
     expected = [m["content"] for m in said[:3] + said[4:]]
-    assert forked == expected, (
+    from_file = [m.get("content") for m in from_file]
+    known = [m.get("content") for m in known]
+    assert from_file == expected, (
         "the writer undid message 3 and then appended message 4, so the log shows "
-        f"{expected}, and so should a fork of its first 4 made by this process; the "
-        f"fork shows {forked}: after the undo, what this process knows of the log "
-        "still counted message 3")
+        f"{expected}, and so should a fork of its first 4 made from the file (task "
+        f"07.5's copy); that fork shows {from_file}")
+    assert known == expected, (
+        f"a fork of the first 4 made from the file shows {expected}, as it should; the "
+        f"same fork made by the writer's process right after the undo shows {known}. "
+        "That fork read nothing: it went by what this process knew of the log after "
+        "the undo (task 07.4), which still counted message 3")
 
 
 @pytest.mark.key
@@ -647,17 +664,21 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
         # Turn A, then turn C: the undone turn B is not counted
         shown = list(agent.messages)
 
-    lesson.fork(sessions, "quest-1", "ask-again", upto=len(turn_a) + 1)
-
-    forked = resume(lesson, sessions, "ask-again")
-    users = [m.get("content") for m in forked if m.get("role") == "user"]
     kept = len(turn_a) + 1
-    assert forked == shown[:kept], (
+    from_file, known = fork_twice(lesson, sessions, "quest-1", "ask-again", kept)
+    users = [[m.get("content") for m in forked if m.get("role") == "user"]
+             for forked in (from_file, known)]
+    assert from_file == shown[:kept], (
         f"upto={kept} keeps the first {kept} messages the session shows (turn A and "
         "turn C's question), not the first lines of the file (which hold the undone "
-        f"turn); the fork shows {users} as the user's messages"
-    )
-    meta = json.loads((sessions / "ask-again.meta.json").read_text(encoding="utf-8"))
+        f"turn); a fork made from the file shows {users[0]} as the user's messages")
+    assert known == shown[:kept], (
+        f"a fork of the first {kept} made from the file shows what the session shows; "
+        f"the same fork made by the process that undid turn B shows {users[1]} as the "
+        "user's messages. That fork read nothing: it went by what this process knew "
+        "of the log after the undo (task 07.4), which still counted turn B")
+    meta = json.loads((sessions / "ask-again-read.meta.json").read_text(
+        encoding="utf-8"))
     assert meta.get("forked_at") == len(turn_a) + 1, (
         f"forked_at counts the messages kept, as upto does: {meta}"
     )
@@ -1043,6 +1064,65 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
         "the next request should carry the conversation without the refused message")
 
 
+@pytest.mark.task("07.2")
+def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
+                                                                         sessions,
+                                                                         monkeypatch):
+    """The log's append refuses a line longer than one write() can take (MAX_WRITE,
+    made small here), and lesson 06's agent refused such a message at once. Writing
+    later must not make that later. A large content the log stores apart, as a blob,
+    leaves a short line: that message is accepted, as it always was."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    for name, module in list(sys.modules.items()):
+        if name.startswith(f"{lesson.__name__}.") and hasattr(module, "MAX_WRITE"):
+            monkeypatch.setattr(module, "MAX_WRITE", 2000)
+    too_long = {"role": "user", "content": "a" * 3000}  # under the blob threshold
+    stored_apart = {"role": "user", "content": "b" * 10000}     # a blob's reference
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        with raises(ValueError,
+                    "record() accepted a message of 3000 characters, whose line is "
+                    "longer than the 2000 bytes one write() can take here: the log's "
+                    "append refuses that line"):
+            agent.record(too_long)
+        assert agent.messages == turn_c and path.read_bytes() == before, (
+            "a refused message must change nothing: not the conversation, not the log")
+        try:
+            agent.record(stored_apart)
+            agent.run(TURN_D[0])
+        except Exception as error:
+            pytest.fail(f"a message of 10,000 characters was refused or could not be "
+                        f"written ({type(error).__name__}: {error}); its content is "
+                        "stored as a blob, so its line is short, and the log's append "
+                        "takes it", pytrace=False)
+    assert model.requests[0]["messages"] == turn_c + [
+        stored_apart, {"role": "user", "content": TURN_D[0]}], (
+        "the next request should carry the long message whose content became a blob, "
+        "and not the one refused")
+
+
+@pytest.mark.task("07.2")
+def test_an_agent_without_a_session_records_what_it_is_given(lesson):
+    """Without a session there is no log, so no rule of the log to keep: as in lessons
+    00 to 06, an agent in memory only takes any message it is given, even one a log
+    would refuse, and has nothing to keep pending."""
+    model = ScriptedModel([])
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+    odd = {"role": "user", "content": 5}
+    try:
+        agent.record(odd)
+    except Exception as error:
+        pytest.fail(f"an agent without a session refused {odd!r} "
+                    f"({type(error).__name__}: {error}); it has no log whose rules the "
+                    "message must keep, and lesson 06's agent without a session took "
+                    "it", pytrace=False)
+    assert agent.messages == [odd] and agent.pending == [], (
+        f"an agent without a session keeps the message in memory, nothing pending; "
+        f"it has {agent.messages} in memory and {agent.pending} pending")
+
+
 @pytest.mark.task("07.3")
 @pytest.mark.parametrize("note", [False, True],
                          ids=["nothing pending", "a note pending"])
@@ -1266,3 +1346,28 @@ def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
         assert forked == turn_a[:upto], (
             f"fork(upto={upto}) should show the first {upto} messages the source "
             f"shows; it shows {len(forked)}: {[m.get('role') for m in forked]}")
+
+
+@pytest.mark.task("07.5")
+@pytest.mark.parametrize("end", [b'{"role": "assistant", "con', b""],
+                         ids=["a torn last line", "a last newline missing"])
+def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
+    """A log whose writer was cut short ends in a torn line, or in a whole line whose
+    newline never got written. A fork, whole or of every message, holds whole lines
+    only, undo marker included, as every earlier lesson's fork did: nothing torn, every
+    line ending in its newline."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    write_log(sessions, [said[0], said[1], undo_marker(1), said[2]])
+    path = sessions / "quest-1.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + end if end else whole[:-1])
+    for upto in (None, 2):
+        new_id = f"fork-{upto}"
+        lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        copied = (sessions / f"{new_id}.jsonl").read_bytes()
+        ending = "a torn line" if end else "a line without its newline"
+        assert copied == whole, (
+            f"fork(upto={upto}) of a log ending in {ending} should hold the source's "
+            f"{len(whole.splitlines())} "
+            f"whole lines, each with its newline ({len(whole)} bytes); it holds "
+            f"{copied[-60:]!r} at its end ({len(copied)} bytes)")

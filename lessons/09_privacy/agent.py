@@ -119,12 +119,19 @@ class Agent(AgentUndo, AgentCompaction, AgentErase):
         user has seen.
         """
         if self.session is not None:
-            from .messages import check_message, check_plain_json
+            from .files import MAX_WRITE
+            from .messages import check_message, check_plain_json, encode_line
             # Written later, but checked now, as append() checks it: a message the log
             # would refuse is refused here, changing nothing. Left to the flush, it
             # would fail every flush after it, and no model call could go out again.
             check_plain_json(message)
             check_message(message)
+            # The line append writes must fit one write(). Only a line too long as it
+            # stands can be too long once a large content is stored apart (outline).
+            if (len(encode_line(message)) > MAX_WRITE
+                    and len(encode_line(self.session.outline(message))) > MAX_WRITE):
+                raise ValueError(f"{self.session.path}: the line of this message is "
+                                 f"more than one write() can take ({MAX_WRITE} bytes)")
         self.messages.append(message)
         if self.session is not None:
             self.pending.append(message)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from .messages import check_session_id, FORMAT_VERSION
@@ -24,9 +23,8 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
          durable: bool = False) -> Path:
     """Start session `new_id` with the history of `source_id` (its first `upto`).
 
-    `upto` counts the messages the source shows: undone ones are not counted. The fork
-    copies the source's lines up to the one holding the last message it keeps, undo
-    markers included, so it shows what the source showed. Returns the new log's path.
+    `upto` counts the messages the source shows: undone ones are not counted, and the
+    fork shows exactly the first `upto` of them (None: all). Returns the new log's path.
     Refuses, changing nothing, when the source does not exist, when `new_id` is taken,
     or when `upto` is more than the source shows.
 
@@ -71,22 +69,13 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
         data, state = read_open_log(fd, source)
         log = KnownLog(len(data), None, state.ends, state.shown(),
                        state.newline_missing)
-    # Since lesson 04 a log holds markers as well as messages, and may end in a torn
-    # line: copy whole lines only (`ends` has one for each entry). Since lesson 07 some
-    # messages are undone: count the ones shown.
-    ends = log.ends
+    # Since lesson 07 some messages are undone: count the ones shown.
     shown = log.shown
     count = len(shown) if upto is None else upto
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
                          f"it shows {len(shown)}")
-    keep = lines_kept(shown, len(ends), upto)
-    # Copy the bytes of those lines (a torn tail never: it is no line), into a new,
-    # independent file (never a link). A last line whose newline never got written
-    # gets one, so that the fork's first append starts on a line of its own.
-    copy = Prefix(fd, ends[keep - 1] if keep else 0)
-    if keep and keep == len(ends) and log.newline_missing:
-        copy.then = b"\n"
+    copy = fork_copy(fd, log, upto)
     # Publish under the new id's lock, as its writer would: an agent starting a session
     # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
@@ -97,17 +86,28 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     return target
 
 
-def lines_kept(shown: Sequence[tuple[int, int]], lines: int, upto: int | None) -> int:
-    """How many of the source's `lines` (one per entry, in order) a fork copies: a fork
-    of its first `upto` shown messages shows exactly them, a whole fork (`upto` None)
-    exactly what the source shows. `upto` is already checked against `shown`, the
-    (index, position) pairs of the messages the source shows. The undo markers among the
-    lines copied come along."""
+def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
+    """What the log of a fork starts with, its source open as `fd`: bytes, or a
+    Prefix of the source's file, which publish_fork() writes as the fork's whole log.
+
+    A fork of the first `upto` messages the source shows shows exactly them; a whole
+    fork (`upto` None) shows exactly what the source shows. `log` is what is known of
+    the source (see KnownLog), and `upto` is already checked against it."""
+    ends = log.ends
     if upto is None:
-        return lines
-    # Up to the line holding the last message kept, which can be far below its place
-    # among the messages shown when undone messages or markers come before it
-    return shown[upto - 1][1] + 1 if upto else 0
+        keep = len(ends)    # every line: markers may follow the last message
+    else:
+        # Up to the line holding the last message kept, which can be far below its
+        # place among the messages shown when undone messages or markers come before
+        # it. A marker after that line takes back only messages written after it.
+        keep = log.shown[upto - 1][1] + 1 if upto else 0
+    # Whole lines only (a torn tail is no line), as they are in the source: its undo
+    # markers come along. A last line whose newline never got written gets one, so
+    # that the fork's first append starts on a line of its own.
+    copy = Prefix(fd, ends[keep - 1] if keep else 0)
+    if keep and keep == len(ends) and log.newline_missing:
+        copy.then = b"\n"
+    return copy
 
 
 def publish_fork(folder: Path, source_id: str, new_id: str, count: int,

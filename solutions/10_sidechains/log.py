@@ -83,13 +83,13 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # (index, position) of every message the log shows, as LogState.shown() gives
         # them, and how many messages it holds, undone ones included. Built from the
         # log as the writer opens it (_open reads it anyway, for the repair), then kept
-        # current by append() and undo(): an undo never reads the log again.
+        # true as this writer writes.
         self.shown: list[tuple[int, int]] = []
         self.message_count = 0
         # The latest compaction the last read of the log found (lesson 08)
         self.compacted: Compaction | None = None
-        # Where the log's lines end, and the rest fork needs (see KnownLog): set when
-        # this object becomes the writer, kept current by every write.
+        # What this process knows of the log (see KnownLog): set when this object
+        # becomes the writer, kept true by every write.
         self.known: KnownLog | None = None
         self._identity: tuple[int, int] | None = None    # the log's (device, inode)
 
@@ -242,8 +242,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.message_count = sum(MARKER not in entry for entry in state.entries)
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)
-        # The same list as self.shown: what undo and append do to it, fork sees. The
-        # repair has just answered every call left open.
+        # The repair has just answered every call left open.
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
                               self.shown, message_count=self.message_count,
                               settled=True)
@@ -251,7 +250,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
 
     def _know_from(self, known: KnownLog) -> None:
         """Start from what this process knows of the log, as _know() from a read."""
-        self.shown = list(known.shown)      # this writer's own, as append changes it
+        self.shown = list(known.shown)      # this writer's own
         self.message_count = known.message_count
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)

@@ -170,12 +170,11 @@ class LogState:
 class KnownLog:
     """Where a log's lines end and which messages it shows, as this process last saw it.
 
-    Forking a session this process has read or written then needs no second read: it
-    copies the bytes up to the end of the last line kept, which `ends` says. A log's
-    knowledge is kept by the file's identity (device and inode, see remember()) and is
-    used only while the file has exactly the size and modification time it had then,
-    the test make and rsync trust: a file changed behind the process's back, or
-    replaced, is read again (recall()).
+    Forking a session this process has read or written then needs no second read of
+    it. A log's knowledge is kept by the file's identity (device and inode, see
+    remember()) and is used only while the file has exactly the size and modification
+    time it had then, the test make and rsync trust: a file changed behind the
+    process's back, or replaced, is read again (recall()).
 
     One exception, for speed: a write of this process's writer leaves `mtime_ns` None
     rather than asking the system for the new time (an fstat() a line would cost an
