@@ -100,6 +100,17 @@ def size_of(lesson, request):
             + lesson.estimate_tokens(request.get("tools") or []) + REPLY_ROOM)
 
 
+# A ContextOverflow tells the user what they can do: a larger budget is one way
+RAISE_THE_BUDGET = re.compile(r"(?i)\b(raise|increase|grow)\b[^.;:]{0,30}\bbudget\b"
+                              r"|\b(larger|bigger|higher)\s+budget\b"
+                              r"|\bbudget\b[^.;:]{0,20}\b(raised|increased)\b")
+
+
+def shape(messages, width=40):
+    """A request's messages as (role, start of the content): what a failure shows."""
+    return [(m.get("role"), str(m.get("content"))[:width]) for m in messages]
+
+
 def turn_requests(model):
     """The requests of the quest itself, not the ones asking for a summary."""
     return [r for r in model.requests if r not in model.summary_requests]
@@ -188,23 +199,26 @@ def until_task_08_7_is_written(request, monkeypatch):
 def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_boundary(
         lesson):
     """view() alone, on an agent whose compaction is set by hand (no other task is
-    needed): the system prompt, the summary as one user message, then the messages
-    from the boundary on; without a compaction, the whole conversation. The
-    conversation itself stays whole."""
+    needed): without a compaction, the system prompt and the whole conversation; with
+    one, the system prompt, the summary in one message every provider takes there and
+    the model reads as neither its rules nor its own words, then the messages from the
+    boundary on, whole. The conversation itself stays whole."""
     said = conversation(6)
     agent = agent_without_session(lesson, said)
     system = {"role": "system", "content": SYSTEM}
     view = agent.view()
     assert view == [system, *said], (
-        "with no compaction the request is the system prompt and every message; it was "
-        f"{[m.get('content') for m in view]}")
+        "with no compaction the model should get what it got in every lesson before, "
+        f"the system prompt and the six messages as they are; it got {shape(view)}")
     agent.compaction = lesson.Compaction("the first turn", 2)
     view = agent.view()
     summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "the first turn"}
     assert view == [system, summary, *said[2:]], (
-        "with a compaction whose boundary is place 2, the request is the system "
-        "prompt, the summary (as a user message, after SUMMARY_INTRO), then messages 2 "
-        f"to 5; it was {[str(m.get('content'))[:40] for m in view]}")
+        "with a compaction at place 2, the model should learn of messages 0 and 1 only "
+        "from the summary, introduced by SUMMARY_INTRO, in a message any provider "
+        "takes after the system prompt and the model cannot take for its rules or its "
+        "own words, and should get messages 2 to 5 as they were said; it got "
+        f"{shape(view)}")
     assert agent.messages == said, (
         "view() changed the conversation: agent.messages must stay whole, only the "
         "request shrinks")
@@ -212,9 +226,9 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
                                  system=None)
     view = bare.view()
     assert view == [summary, *said[2:]], (
-        "an agent with no system prompt sends none (not an empty one): the request "
-        "is the summary, then messages 2 to 5; it was "
-        f"{[(m.get('role'), str(m.get('content'))[:30]) for m in view]}")
+        "an agent with no system prompt, compacted at place 2: the model should get "
+        "the summary and messages 2 to 5, and no system message at all (an empty one "
+        f"is still a system message); it got {shape(view)}")
 
 
 @pytest.mark.task("08.2")
@@ -307,9 +321,9 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
     summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"}
     expected = [{"role": "system", "content": SYSTEM}, summary, newest]
     assert sent[:3] == expected, (
-        "after the compaction the request should be the system prompt, then the "
-        f"summary as a user message ({lesson.SUMMARY_INTRO!r} and the summary), then "
-        f"the newest user message; it began with {[m.get('content') for m in sent]}")
+        "after the compaction the model should get the system prompt, the summary "
+        "('summary #1', introduced by SUMMARY_INTRO) as the view shows it, then the "
+        f"turn in progress, from its user message; it got {shape(sent)}")
     assert sent == expected, (
         f"the request after the compaction carried {len(sent)} messages: only the "
         "system prompt, the summary and the turn in progress should be there")
@@ -525,10 +539,10 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
 def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(lesson,
                                                                           sessions):
     """A crash left a tool call without its result; a new process compacts the log
-    before writing anything to it. `keep` counts the messages the log shows once the
-    compaction is recorded, as a resume reads them, the answer its repair adds
-    included, and the resume starts its request at the message the compaction kept
-    first."""
+    before writing anything to it. `keep` counts among the messages a resume reads:
+    those the log shows once this process is its writer, the answer its repair adds
+    to the open call included. The resume starts its request at the message the
+    compaction kept first."""
     path = sessions / "quest-1.jsonl"
     rope = {"role": "user", "content": "Buy a rope."}
     call = {"role": "assistant", "content": "", "tool_calls": [
@@ -840,10 +854,18 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         before = path.read_bytes()
         with raises(lesson.UndoError, "the log's own undo took back the fourth message "
                     "shown (index 5), which the compaction's summary stands for",
-                    match="(?i)fork"):
+                    match="(?i)fork") as raised:
             log.undo(1)
         assert path.read_bytes() == before, (
             "a refused undo must not write to the log")
+    refusal = str(raised.value)
+    assert "quest-1" in refusal, (
+        f"the log's refusal should name the log (quest-1); it says {refusal!r}")
+    numbers = refusal.replace(str(path), "").replace("quest-1", "")
+    assert re.search(r"(?<![\d.])3(?!\d)", numbers), (
+        "the log's refusal should give the place of the first message the undo would "
+        "take back (the fourth shown, place 3; the view starts at place 4), so the "
+        f"user knows where a fork must be cut; it says {refusal!r}")
     with lesson.SessionLog(sessions, "quest-1") as again:
         with raises(lesson.UndoError, "the log's own undo of three messages, in a "
                     "process that opened the log just now, went ahead behind the "
@@ -939,8 +961,9 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
     """request_messages() alone, on an agent whose compact() is the test's own (no
     later task is needed): a request within the budget is the view, with no summary;
     one over it is compacted and sent if it then fits; when nothing was summarised, or
-    the compacted request is still over, ContextOverflow (giving the size and the
-    budget), the conversation unchanged."""
+    the compacted request is still over, ContextOverflow giving the size, the budget
+    and what the user can do (undo the turn, or raise the budget), the conversation
+    unchanged."""
     said = conversation(10)
     agent = agent_without_session(lesson, said)
     whole = agent.view()
@@ -980,9 +1003,14 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         with raises(lesson.ContextOverflow, f"{why}, and the request was sent over "
                     f"the budget of {small}") as raised:
             request(small, boundary)
-        assert str(small) in str(raised.value), (
+        refusal = str(raised.value)
+        sizes = {agent.request_size(whole), agent.request_size(agent.view())}
+        assert str(small) in refusal and any(str(size) in refusal for size in sizes), (
             f"the ContextOverflow should give the budget ({small}) and the request's "
-            f"size; it says {str(raised.value)!r}")
+            f"size ({' or '.join(map(str, sorted(sizes)))}); it says {refusal!r}")
+        assert "undo" in refusal and RAISE_THE_BUDGET.search(refusal), (
+            "the ContextOverflow should tell the user what they can do: undo the turn, "
+            f"or raise the budget; it says {refusal!r}")
         assert agent.messages == said, "a refused request changed the conversation"
 
 
@@ -1060,7 +1088,8 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
                     "was not refused") as raised:
             agent.run(paste)
         said = str(raised.value)
-        assert str(BUDGET) in said and "undo" in said and any(
+        assert str(BUDGET) in said and "undo" in said and RAISE_THE_BUDGET.search(
+            said) and any(
             str(number) in said for number in range(BUDGET + 1, 10 * BUDGET)), (
             "ContextOverflow should say how large the request is, the budget "
             f"({BUDGET}) and what the user can do (undo the turn, or raise the "
@@ -1096,19 +1125,35 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
 # and a summary far longer than the whole budget.
 NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
               "too_long": long_reply(2000)}
+# What the user (and, asked again, the model) must be told each of them was: the tool
+# called, no text, thinking only, a call written as text, too long.
+NO_TEXT, THINKING, AS_TEXT = r"(?i)\bno text\b|\bempty\b|\bnothing\b", r"(?i)think", (
+    r"(?i)\bjson\b|\btext\b")
+AS_TEXT_CALL = ["talk_to", AS_TEXT]
+WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": ["talk_to"],
+               "call_with_text": ["talk_to"], "call_as_json": AS_TEXT_CALL,
+               "call_in_fence": AS_TEXT_CALL, "call_in_tag": AS_TEXT_CALL,
+               "unfinished_think": [THINKING], "only_think": [THINKING],
+               "too_long": [r"(?i)too long"]}
 
 
 @pytest.mark.task("08.7")
 @pytest.mark.parametrize("odd", list(NO_ANSWER))
 def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
-    """check_summary() alone (no compaction is needed): a reply with tool calls, with
-    no text, with only thinking, or whose text is a call written as JSON raises
-    BadSummary saying what it was."""
-    reply = lesson.normalize_reply(json.loads(json.dumps(ODD_REPLIES[odd].message)), [])
+    """check_summary() alone (no compaction is needed): a reply with tool calls (text
+    beside them or not), with no text, with only thinking, or whose text is a call
+    written as JSON raises BadSummary saying what it was: the tool called, no text,
+    thinking, a call written as text."""
+    sent = json.dumps(ODD_REPLIES[odd].message)
+    reply = lesson.normalize_reply(json.loads(sent), [])
     with raises(lesson.BadSummary, f"check_summary() took a reply that is no summary "
-                f"({odd}: {json.dumps(ODD_REPLIES[odd].message)[:120]})") as raised:
+                f"({odd}: {sent[:120]})") as raised:
         lesson.check_summary(reply)
-    assert str(raised.value).strip(), "the BadSummary should say what the model sent"
+    said = str(raised.value)
+    for pattern in WHAT_IT_WAS[odd]:
+        assert re.search(pattern, said), (
+            f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) "
+            f"should say what the model sent (matching {pattern!r}); it says {said!r}")
 
 
 @pytest.mark.task("08.7")
@@ -1156,6 +1201,14 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         "the second summary request should say why the first reply could not be used "
         "(and the first say nothing of a refusal): asked the same way, a model tends "
         f"to send the same reply. The second asked {summary_instruction(second)!r}")
+    told = summary_instruction(second)
+    for fixed in (lesson.SUMMARY_PROMPT, *lesson.FIRMER.split("{problem}")):
+        told = told.replace(fixed, " ")
+    for pattern in WHAT_IT_WAS[odd]:
+        assert re.search(pattern, told), (
+            f"the second summary request should tell the model what its first reply "
+            f"({odd}) was (matching {pattern!r}); beside the instruction's fixed words "
+            f"it said {told.strip()!r}")
     summaries_recorded = [marker["summary"] for marker in compactions_in(path)]
     assert summaries_recorded == ["summary #1"], (
         f"the first reply ({odd}) is no summary and must never be recorded; the marker "
