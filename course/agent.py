@@ -13,7 +13,8 @@ from typing import Any
 
 from .messages import Message, normalize_reply
 from .tools import MaxTurnsExceeded, run_tool, Tools
-from .reading import Compaction, interrupted_result, unanswered_calls
+from .reading import (
+    Compaction, interrupted_result, unanswered_calls, unstarted_result)
 from .undo import AgentUndo
 from .compaction import AgentCompaction, REPLY_ROOM
 from .erase import AgentErase
@@ -181,16 +182,15 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
 #> 04+
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run of this agent left without results.
-
-        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation, in memory and in the
-        log. A provider refuses a history with a call and no result (400), and the
-        repair mends only the end of a log, when a writer takes it over.
-        """
+        """Leave the conversation one a model accepts, after a run of this agent that
+        stopped half-way (task 04.4)."""
         # BEGIN 04.4
-        for call in unanswered_calls(self.messages):
-            self.record(interrupted_result(call))
+        # This agent runs its calls one at a time, in the model's order, and records
+        # each result before the next call starts: of the calls left open, the first
+        # may have run (Ctrl-C inside it, or its result not written), the others had
+        # not started. The repair cannot say so: a log may come from any writer.
+        for number, call in enumerate(unanswered_calls(self.messages)):
+            self.record(unstarted_result(call) if number else interrupted_result(call))
         # END 04.4
 #<
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .messages import Message, normalize_reply
 from .tools import MaxTurnsExceeded, run_tool, Tools
-from .reading import interrupted_result, unanswered_calls
+from .reading import interrupted_result, unanswered_calls, unstarted_result
 from .log import SessionLog
 
 
@@ -81,13 +81,8 @@ class Agent:
         )
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run of this agent left without results.
-
-        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation, in memory and in the
-        log. A provider refuses a history with a call and no result (400), and the
-        repair mends only the end of a log, when a writer takes it over.
-        """
+        """Leave the conversation one a model accepts, after a run of this agent that
+        stopped half-way (task 04.4)."""
         # TODO(04.4): Go on after a run that stopped between its tool calls.
         # Hints: `sessionlab hint --task 04.4`; the docs page of lesson 04_repair.
         raise NotImplementedError(

@@ -103,13 +103,10 @@ def read_log(path: Path) -> LogState:
 
 
 def parse_log(data: bytes, path: Path) -> LogState:
-    """Parse a log's bytes: entries, a tolerated torn tail, CorruptLog for the rest.
+    """The LogState of a log's bytes, read from the file `path` (named in errors).
 
-    Everything up to the last b"\\n" was written as whole lines, so each of those lines
-    must parse; the first that does not raises CorruptLog(path, line number, byte
-    offset, reason). The bytes after the last b"\\n" (the tail) are either a complete
-    entry whose newline is missing (kept) or a write cut short: half a line, zero bytes,
-    garbage (torn, not an entry).
+    What a crash can leave is forgiven; damage raises CorruptLog (task 04.1 says which
+    is which). It only reads.
     """
     # TODO(04.1): Read a log strictly, but forgive a torn tail.
     # Hints: `sessionlab hint --task 04.1`; the docs page of lesson 04_repair.
@@ -119,11 +116,8 @@ def parse_log(data: bytes, path: Path) -> LogState:
 
 
 def unanswered_calls(messages: list[Message]) -> list[Message]:
-    """The tool calls left open at the very end of the conversation: those of its last
-    assistant message that nothing but tool messages follows, less those the tool
-    messages answer, in the order the model made them. [] when the conversation ends in
-    anything else (a plain answer, a user message).
-    """
+    """The tool calls that need a result before anything else can be sent, as the
+    assistant message holds them, in the order the model made them ([]: none)."""
     # TODO(04.2): Find the tool calls that never got a result.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
@@ -146,5 +140,19 @@ def interrupted_result(call: Message) -> Message:
             f"error: the call {function['name']}({function['arguments']}) was "
             "interrupted: the session stopped before its result was saved, so it may "
             "or may not have run. Check before calling it again."
+        ),
+    }
+
+
+def unstarted_result(call: Message) -> Message:
+    """The tool result for a call that is known never to have started."""
+    function = call["function"]
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": (
+            f"error: the call {function['name']}({function['arguments']}) did not "
+            "run: the run stopped before it started. Call it again if it is still "
+            "needed."
         ),
     }

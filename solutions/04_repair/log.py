@@ -146,14 +146,10 @@ class SessionLog:
             raise
 
     def _repair(self, data: bytes, state: LogState) -> None:
-        """Make the log whole before this writer adds to it (a whole log: leave it).
+        """A place for the change to the file, if you want it in a method of its own.
 
-        `data` is the log's bytes and `state` their parse_log(), as _open() read them.
-        When it returns, the log ends in whole lines, the ones that were whole are as
-        they were, and no call is left open at its end; self.repaired is the marker
-        that says what was done, if bytes were cut or calls answered. Killed at any
-        moment, it leaves a log the next writer's repair completes: never a marker
-        without the results it names, never a made-up result without its marker.
+        Only _open calls it: its parameters, what it returns, and whether it is there
+        at all are yours to choose (task 04.3). Change them freely.
         """
         # BEGIN 04.3
         calls = unanswered_calls(state.messages)

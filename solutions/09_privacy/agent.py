@@ -14,7 +14,8 @@ from typing import Any
 
 from .messages import Message, normalize_reply
 from .tools import MaxTurnsExceeded, run_tool, Tools
-from .reading import Compaction, interrupted_result, unanswered_calls
+from .reading import (
+    Compaction, interrupted_result, unanswered_calls, unstarted_result)
 from .undo import AgentUndo
 from .compaction import AgentCompaction, REPLY_ROOM
 from .erase import AgentErase
@@ -99,15 +100,14 @@ class Agent(AgentUndo, AgentCompaction, AgentErase):
         )
 
     def settle(self) -> None:
-        """Answer the tool calls an earlier run of this agent left without results.
-
-        A run that stopped between two tool calls (a write that failed, Ctrl-C inside
-        a tool) leaves calls open at the end of the conversation, in memory and in the
-        log. A provider refuses a history with a call and no result (400), and the
-        repair mends only the end of a log, when a writer takes it over.
-        """
-        for call in unanswered_calls(self.messages):
-            self.record(interrupted_result(call))
+        """Leave the conversation one a model accepts, after a run of this agent that
+        stopped half-way (task 04.4)."""
+        # This agent runs its calls one at a time, in the model's order, and records
+        # each result before the next call starts: of the calls left open, the first
+        # may have run (Ctrl-C inside it, or its result not written), the others had
+        # not started. The repair cannot say so: a log may come from any writer.
+        for number, call in enumerate(unanswered_calls(self.messages)):
+            self.record(unstarted_result(call) if number else interrupted_result(call))
 
     def record(self, message: Message) -> None:
         """Add one message to the conversation: in memory now, in the log at flush().
