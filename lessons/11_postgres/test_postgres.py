@@ -37,8 +37,12 @@ if (reason := why_not_available()) is not None:
 import psycopg  # noqa: E402 - after the skip: without it, no error, only that line
 
 WRITER = Path(__file__).with_name("writer_process.py")
-HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
+HANG = 10   # seconds: only a guard against a test that would otherwise wait for ever
 WAIT = 10   # seconds a writer may wait for a lock the server should release at once
+# A writer in the lock's tests is told the network is lost after this many seconds
+# silent: the server then also ends, after as long, a statement that waits for a lock
+# (lock_timeout), so a lock taken with a call that waits cannot hang the test
+QUICK = 3.0
 
 DAY_1 = [use(call("talk_to", npc="elder"), call("buy", item="rope")),
          say("The elder wants a torch; you have a rope.")]
@@ -96,6 +100,18 @@ def refuse_rows(database, condition):
 
 def drop_refusal(database):
     sql(database, "DROP TRIGGER refuse_row ON session_entries")
+
+
+def try_lock(log, what):
+    """log._lock(), failing in words if it waited on the server for the lock (a call
+    that waits is ended by the server's lock_timeout, the log's network_timeout)."""
+    try:
+        log._lock()
+    except psycopg.errors.LockNotAvailable:
+        pytest.fail(f"{what}: _lock() sat in the server waiting for the lock until the "
+                    f"server gave up ({QUICK:g} s, the connection's lock_timeout), "
+                    "instead of trying it and deciding itself whether to try again",
+                    pytrace=False)
 
 
 def call_message(*calls):
@@ -282,12 +298,12 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
         naps.append(seconds)
         real_sleep(seconds)
 
-    log = lesson.PostgresSessionLog(database, "quest-1")
+    log = lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK)
     with log:
         monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
         with raises(lesson.SessionBusy, "another process holds quest-1's lock, yet a "
                     "second writer's _lock() returned as if it held it too") as refused:
-            log._lock()
+            try_lock(log, "with timeout 0 the writer tries once and gives up at once")
         monkeypatch.undo()
     said = str(refused.value)
     assert str(holder.pid) in said and "quest-1" in said \
@@ -299,9 +315,10 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
         f"{naps} before it gave up")
     with lesson.PostgresSessionLog(database, "quest-1") as reader:
         assert reader.load() == [], "load() takes no lock: a reader still reads"
-    with lesson.PostgresSessionLog(database, "quest-2") as elsewhere:
+    with lesson.PostgresSessionLog(database, "quest-2",
+                                   network_timeout=QUICK) as elsewhere:
         try:
-            elsewhere._lock()
+            try_lock(elsewhere, "quest-2's lock is free")
         except lesson.SessionBusy as error:
             pytest.fail("a writer of quest-2 should not wait for quest-1's: each "
                         f"session has a lock of its own; it was refused: {error}",
@@ -346,7 +363,8 @@ def test_two_writers_trying_the_lock_at_once_get_it_one_at_a_time(lesson, databa
     """Two connections try quest-1's lock at the same moment, eight times over: each
     time exactly one of them holds it, and the other is refused naming it."""
     for attempt in range(8):
-        logs = [lesson.PostgresSessionLog(database, "quest-1") for _ in range(2)]
+        logs = [lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK)
+                for _ in range(2)]
         start = threading.Barrier(2)
         outcome = {}
 
@@ -358,6 +376,9 @@ def test_two_writers_trying_the_lock_at_once_get_it_one_at_a_time(lesson, databa
                 outcome[number] = "holds"
             except lesson.SessionBusy as error:
                 outcome[number] = f"refused: {error}"
+            except psycopg.errors.LockNotAvailable:
+                outcome[number] = ("waited in the server for the lock until the server "
+                                   "gave up (lock_timeout), instead of being refused")
             except Exception as error:  # noqa: BLE001 - the test reports it
                 outcome[number] = error
 
@@ -366,6 +387,10 @@ def test_two_writers_trying_the_lock_at_once_get_it_one_at_a_time(lesson, databa
             thread.start()
         for thread in threads:
             thread.join(HANG)
+        if stuck := sum(thread.is_alive() for thread in threads):
+            pytest.fail(f"two writers tried quest-1's lock at once: {HANG} s later "
+                        f"_lock() had still not returned in {stuck} of them",
+                        pytrace=False)
         for log in logs:
             log.close()
         for error in outcome.values():
@@ -460,19 +485,30 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
     holder = lesson.PostgresSessionLog(database, "quest-1")
     naps = []
     real_sleep = lesson.time.sleep
+    started = time.monotonic()
 
     def counted_sleep(seconds):
         naps.append(seconds)
+        if time.monotonic() - started > QUICK:
+            raise AssertionError(
+                f"the writer with timeout=0.3 was still waiting for the lock "
+                f"{time.monotonic() - started:.1f} s later, after {len(naps)} sleeps: "
+                "its deadline never came")
         real_sleep(seconds)
 
     poll = lesson.LOCK_POLL_SECONDS
     with holder:
         holder._lock()
-        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
-        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3) as waiting:
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+            started = time.monotonic()
             with raises(lesson.SessionBusy, "the holder never lets go: after its "
                         "timeout the waiting writer must give up"):
-                waiting._lock()
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
+                         "sleeps between tries")
+            monkeypatch.undo()
     assert len(naps) >= 2 and all(nap == poll for nap in naps[:-1]) \
         and 0 <= naps[-1] <= poll, (
         f"while it waits 0.3 s, the writer should sleep LOCK_POLL_SECONDS ({poll} s) "
