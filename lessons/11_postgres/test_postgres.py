@@ -339,7 +339,8 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
         found = lesson.lock_holder(connection, "quest-1")
         nobody = lesson.lock_holder(connection, "quest-2")
         assert nobody == {}, (
-            f"no one holds quest-2's lock: lock_holder should say {{}}; it says {nobody}")
+            "no one holds quest-2's lock: lock_holder should say {}; it says "
+            f"{nobody}")
         assert {key: found.get(key) for key in ("pid", "host")} == {
             "pid": holder.pid, "host": socket.gethostname()}, (
             f"process {holder.pid} on {socket.gethostname()!r} holds quest-1's lock; "
@@ -794,7 +795,8 @@ def test_opening_a_damaged_session_writes_nothing_and_lets_go(lesson, database):
         with psycopg.connect(database, autocommit=True) as connection:
             held = lesson.lock_holder(connection, "quest-1")
         assert held == {}, (
-            f"the refused writer should not keep the session's lock; it is held: {held}")
+            "the refused writer should not keep the session's lock; it is held: "
+            f"{held}")
         other_writer._lock()
 
 
