@@ -10,18 +10,14 @@ keeps a pointer marker to it, so the whole story can be followed from the parent
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .messages import (
-    check_session_id, encode_line, FORMAT_VERSION, InvalidSessionId, MARKER, Message,
-    read_arguments, reply_answer, SESSION_ID)
-from .files import now, publish_new, SessionExists
-from .tools import MaxTurnsExceeded, run_tool, Tools
+from .messages import check_session_id, InvalidSessionId, MARKER, Message
+from .tools import Tools
 from .reading import read_log
 
 

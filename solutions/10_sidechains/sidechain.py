@@ -10,18 +10,14 @@ keeps a pointer marker to it, so the whole story can be followed from the parent
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .messages import (
-    check_session_id, encode_line, FORMAT_VERSION, InvalidSessionId, MARKER, Message,
-    read_arguments, reply_answer, SESSION_ID)
-from .files import now, publish_new, SessionExists
-from .tools import MaxTurnsExceeded, run_tool, Tools
+from .messages import check_session_id, InvalidSessionId, MARKER, Message
+from .tools import Tools
 from .reading import read_log
 
 
@@ -48,6 +44,8 @@ class SessionSidechains:
                           "refusing to write a helper's log through it", str(folder))
         base = sidechain_id(call_id)
         # BEGIN 10.2
+        from .files import now, publish_new, SessionExists
+        from .messages import encode_line, FORMAT_VERSION
         # An undone turn's call id can come back (the model numbers its calls): the
         # name then has a suffix, so a helper never writes into another one's log.
         number = 1
@@ -95,8 +93,12 @@ class AgentHelpers:
         the same call as the model sent it.
         """
         # BEGIN 10.3
-        if (call["function"]["name"] != HELPER_TOOL
-                or HELPER_TOOL not in self.tools.functions):
+        from .messages import read_arguments, reply_answer
+        from .tools import MaxTurnsExceeded, run_tool
+        # Offered is what the model was told it may call: the schemas it is sent
+        offered = [schema.get("function", {}).get("name")
+                   for schema in self.tools.schemas]
+        if call["function"]["name"] != HELPER_TOOL or HELPER_TOOL not in offered:
             return run_tool(self.tools, asked)
         try:
             question = read_arguments(asked["function"]["arguments"]).get("question")
@@ -126,13 +128,15 @@ class AgentHelpers:
         if self.session is None:
             # No log to point from: the helper lives in memory, like its parent
             helper = type(self)(self.client, model=self.model, tools=tools,
-                                system=HELPER_SYSTEM, max_turns=self.max_turns)
+                                system=HELPER_SYSTEM, max_turns=self.max_turns,
+                                budget=self.budget, reply_room=self.reply_room)
             return helper.run(question)
         # The call is on disk already: run() writes it before any tool runs. The
         # side-chain's log is the helper's; this agent's session stays open, locked.
         with self.session.start_sidechain(call_id) as log:
             helper = type(self)(self.client, model=self.model, tools=tools, session=log,
-                                system=HELPER_SYSTEM, max_turns=self.max_turns)
+                                system=HELPER_SYSTEM, max_turns=self.max_turns,
+                                budget=self.budget, reply_room=self.reply_room)
             return helper.run(question)
         # END 10.3
 
@@ -179,6 +183,12 @@ def sidechain_id(call_id: str) -> str:
     """The name of the side-chain of tool call `call_id`: the call id itself where it
     can be, so that a person can match the two; distinct for distinct calls."""
     # BEGIN 10.1
+    import hashlib
+    from .messages import SESSION_ID
+    if not isinstance(call_id, str):
+        # No text, no name: str() would give 7 the name of the call id "7"
+        raise TypeError(f"a call id is text; got {call_id!r} "
+                        f"({type(call_id).__name__}), which names no side-chain")
     # Kept as it is: a session id of at most 64 characters. A hashed name has 69
     # (call- and 64 digits), so no call id kept can be another call's hashed name.
     if len(call_id) <= 64 and SESSION_ID.fullmatch(call_id):
