@@ -177,13 +177,14 @@ def test_a_failing_lesson_test_points_at_the_hint_command_and_the_built_page(tmp
     # Under CI pytest repeats each message whole in its short summary: read the failure.
     failure = done.stdout.split("short test summary info")[0]
     advice = [line for line in failure.splitlines()
-              if line.startswith(("Hints:", "Page:", "Read:"))]
-    assert len(advice) == 2, done.stdout
+              if line.startswith(("Task:", "Hints:", "Page:", "Read:"))]
+    assert len(advice) == 3, done.stdout
     task = re.fullmatch(r"Hints: `sessionlab hint --task (00\.\d+)` \(one more each "
-                        r"time you run it\)\.", advice[0])
+                        r"time you run it\)\.", advice[1])
     assert task, advice
+    assert advice[0] == f"Task: `sessionlab task {task[1]}` (what it asks).", advice
     anchor = "task-" + task[1].replace(".", "-")
-    assert advice[1] == ("Page: `mkdocs serve`, then "
+    assert advice[2] == ("Page: `mkdocs serve`, then "
                          f"http://127.0.0.1:8000/lessons/00_memory/#{anchor}"), advice
     # The page is docs/lessons/00_memory.md built; the anchor is the task's heading.
     source = (ROOT / "docs/lessons/00_memory.md").read_text(encoding="utf-8")
@@ -193,6 +194,11 @@ def test_a_failing_lesson_test_points_at_the_hint_command_and_the_built_page(tmp
     shown = capsys.readouterr().out
     assert status == 0 and lesson.task(task[1]).title in shown, shown
     assert "Hint 1 of" in shown, shown
+    status = main(["--course", str(tmp_path), "task", task[1]])
+    shown = capsys.readouterr().out
+    assert status == 0 and lesson.task(task[1]).title in shown, shown
+    assert "Hint 1 of" not in shown and "shows hint 1 of" in shown, (
+        f"`sessionlab task` shows the contract and no hint: {shown}")
 
 
 @pytest.mark.parametrize("task_id, hint, page", [
@@ -200,8 +206,9 @@ def test_a_failing_lesson_test_points_at_the_hint_command_and_the_built_page(tmp
     ("03.2", "sessionlab hint --task 03.2", "lessons/03_fork/#task-03-2"),
     ("01.1", "sessionlab hint --task 01.1", "lessons/03_fork/"),
 ])
-def test_the_advice_is_two_short_lines_for_any_task(task_id, hint, page):
-    first, second = _advice(LESSON, task_id).splitlines()
+def test_the_advice_is_three_short_lines_for_any_task(task_id, hint, page):
+    task, first, second = _advice(LESSON, task_id).splitlines()
+    assert task == f"Task: `sessionlab task {task_id or '03'}` (what it asks)."
     assert first.startswith(f"Hints: `{hint}`")
     assert second == f"Page: `mkdocs serve`, then http://127.0.0.1:8000/{page}"
 

@@ -266,12 +266,12 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
             more = (f" Also not written yet in this lesson: {', '.join(others)} (this "
                     f"test may need {'it' if len(others) == 1 else 'them'} too)."
                     if others else "")
-            report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
+            report.longrepr = (f"{_student_frame(excinfo, lesson)}: {excinfo.value}\n"
                                f"This test checks {where}, and it needs task "
                                f"{missing} too, which is not written yet. Write task "
                                f"{missing} and run the tests again.{more}\n{advice}")
             return
-        report.longrepr = (f"{_student_frame(excinfo)}: {excinfo.value}\n"
+        report.longrepr = (f"{_student_frame(excinfo, lesson)}: {excinfo.value}\n"
                            f"This test checks {where}. Write that part of the lesson's code "
                            f"and run the tests again.\n{advice}")
         return
@@ -303,25 +303,45 @@ SITE = "http://127.0.0.1:8000"
 
 
 def _advice(lesson: course.Lesson, task_id: str | None) -> str:
-    """Two lines: the hint command for the task, and the lesson's page on the site."""
+    """Three short lines: what the task asks (its contract, which costs no hint), the hint
+    command for it, and the lesson's page on the site."""
     page = f"{SITE}/lessons/{lesson.name}/"
     if task_id and task_id.startswith(lesson.number + "."):
         page += f"#task-{task_id.replace('.', '-')}"   # the task's heading on the page
     hint = f"--task {task_id}" if task_id else lesson.number
-    return (f"Hints: `sessionlab hint {hint}` (one more each time you run it).\n"
+    return (f"Task: `sessionlab task {task_id or lesson.number}` (what it asks).\n"
+            f"Hints: `sessionlab hint {hint}` (one more each time you run it).\n"
             f"Page: `mkdocs serve`, then {page}")
 
 
-def _student_frame(excinfo: pytest.ExceptionInfo) -> str:
+def _student_frame(excinfo: pytest.ExceptionInfo, lesson: course.Lesson) -> str:
+    """Where the student's unwritten task raised: the frame in a lesson module, or (raised
+    in another thread or process, and raised again here) the starter's line that raises
+    it, found by the task's number in the lesson's modules."""
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
         if course.is_lesson_module(path):
-            try:
-                shown = path.relative_to(Path.cwd())
-            except ValueError:
-                shown = path
-            return f"{shown}:{entry.lineno + 1} in {entry.name}"
-    return "agent.py"
+            return f"{_shown(path)}:{entry.lineno + 1} in {entry.name}"
+    words = str(excinfo.value).split()
+    marker = f"TODO({words[1]})" if len(words) > 1 else None
+    for path in sorted(lesson.folder.glob("*.py")) if marker else ():
+        if not path.name.startswith("test_") and marker in _text(path):
+            return str(_shown(path))
+    return f"lessons/{lesson.name}"
+
+
+def _shown(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
-"""The student's commands that read or write a lesson's files: hint, reset, solution, diff.
+"""The student's commands that read or write a lesson's files: task, hint, reset, solution,
+diff.
 
 One rule runs through them: the reference answer of a lesson stays folded until the student
 has an answer of their own (the lesson passes), or asks for it anyway with `--force`. `diff`
@@ -46,6 +47,48 @@ def refusing(command):
     run.__name__ = command.__name__
     run.__doc__ = command.__doc__
     return run
+
+
+# --- task ------------------------------------------------------------------------------------
+
+
+def show_task(task: course.Task) -> Text:
+    """A task's contract: its title, where it is written, what must hold. No hint: those are
+    counted, and reading what to do must not cost one."""
+    text = Text.assemble(("Task ", "bold"), (task.id, "bold"), " · ", (task.title, "bold cyan"),
+                         (f"   in {task.where}" if task.where else "", "dim"), "\n")
+    text.append(task.description.strip() + "\n" if task.description else
+                "(no description: the lesson's page explains it)\n")
+    total = len(task.hints)
+    if total:
+        text.append(f"Stuck? `sessionlab hint --task {task.id}` shows hint 1 of {total} "
+                    "(each level you ask for is counted).\n", style="dim")
+    return text
+
+
+@refusing
+def cmd_task(args: argparse.Namespace, ui: Ui, root: Path) -> int:
+    """What a task asks: NN.K one task, NN every task of a lesson, nothing the current
+    task (the first failing one of the current lesson)."""
+    ref = args.task
+    if ref and "." in ref:
+        tasks = [course.lesson(ref.split(".")[0], root).task(ref)]
+    elif ref:
+        tasks = list(course.lesson(ref, root).tasks)
+    else:
+        lesson, results = pick_lesson(None, root, ui, runner_for(args, root), fresh=args.fresh)
+        task_id = results[lesson.name].first_failing_task(lesson)
+        if task_id is None:
+            ui.out.print(Text(f"Lesson {lesson.number} has no failing task. "
+                              f"`sessionlab task {lesson.number}` shows what each task asks.",
+                              style="green"))
+            return 0
+        tasks = [lesson.task(task_id)]
+    for number, task in enumerate(tasks):
+        if number:
+            ui.out.print()
+        ui.out.print(show_task(task))
+    return 0
 
 
 # --- hint ------------------------------------------------------------------------------------
@@ -300,6 +343,12 @@ def cmd_diff(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 
 def register(commands, common: argparse.ArgumentParser) -> None:
+    p = commands.add("task", cmd_task, "student", "what a task asks (its contract, no hint)",
+                     parents=[common])
+    p.add_argument("task", nargs="?", metavar="NN.K|NN",
+                   help="a task, or every task of a lesson (default: the current task)")
+    add_run_options(p, solution=False)
+
     p = commands.add("hint", cmd_hint, "student", "the next hint for the first failing task", parents=[common])
     p.add_argument("lesson", nargs="?", metavar="NN", help="lesson (default: the current lesson)")
     p.add_argument("--level", type=int, metavar="K", help="show hints 1..K (default: one more than last time)")
