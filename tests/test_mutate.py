@@ -145,3 +145,14 @@ def test_dev_mutate_fails_on_a_survivor_and_writes_the_report_to_out(copy, tmp_p
     report = out.read_text(encoding="utf-8")
     assert report.startswith("## 01_append:"), report
     assert "  survivor: 01.4" in report and "os.close(folder)  ->  pass" in report, report
+
+
+@pytest.mark.parametrize("name, index", [
+    ("test_fork[impl00]", 0), ("test_fork[impl07]", 7), ("test_fork[impl99]", 99),
+    ("test_fork[impl100]", 100), ("test_fork[impl112-durable]", 112),
+    ("test_fork[3-impl104]", 104), ("test_fork", None), ("test_fork[simple]", None)])
+def test_a_result_is_given_to_the_implementation_its_test_ran_on(name, index):
+    """Lesson 09 has over a hundred wrong implementations: impl104 is the 105th, not
+    impl10 (the id was once read as two digits, giving results to the wrong entry)."""
+    assert mutate.impl_index(name) == index, (
+        f"{name!r} ran on implementation {index}, read as {mutate.impl_index(name)}")

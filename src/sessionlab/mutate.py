@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -374,6 +375,13 @@ class LessonMutation:
         return 1.0 if judged <= 0 else (judged - len(self.survivors)) / judged
 
 
+def impl_index(test_name: str) -> int | None:
+    """Which implementation a test ran on, from its id: test_x[impl07], test_y[3-impl112]
+    (impl00 ... impl99, then impl100: every digit counts, not two)."""
+    found = re.search(r"\bimpl(\d+)\b", test_name)
+    return int(found[1]) if found else None
+
+
 def run_mutants(
     root: Path,
     lesson: course.Lesson,
@@ -408,8 +416,8 @@ def run_mutants(
         status, report, output = run_pytest(root, [f"lessons/{lesson.name}"], *args)
     for entry in report.get("results", []):
         name = entry.get("name", "")
-        if "[impl" in name:
-            index = int(name.split("[impl", 1)[1][:2])
+        index = impl_index(name)
+        if index is not None:
             results.setdefault(index, []).append(entry)
         elif len(sources) == 1:
             results[0].append(entry)
