@@ -1071,21 +1071,25 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     """The log's append refuses a line longer than one write() can take (MAX_WRITE,
     made small here), and lesson 06's agent refused such a message at once. Writing
     later must not make that later. A large content the log stores apart, as a blob,
-    leaves a short line: that message is accepted, as it always was."""
+    leaves a short line: that message is accepted, as it always was, even when its
+    line is exactly as long as one write() can take."""
     turn_c, = play(lesson, sessions, TURN_C)
+    stored_apart = {"role": "user", "content": "b" * 10000}     # a blob's reference
+    with lesson.SessionLog(sessions, "measure") as other:
+        other.append(stored_apart)
+    limit = len((sessions / "measure.jsonl").read_bytes())      # its line, exactly
     for name, module in list(sys.modules.items()):
         if name.startswith(f"{lesson.__name__}.") and hasattr(module, "MAX_WRITE"):
-            monkeypatch.setattr(module, "MAX_WRITE", 2000)
+            monkeypatch.setattr(module, "MAX_WRITE", limit)
     too_long = {"role": "user", "content": "a" * 3000}  # under the blob threshold
-    stored_apart = {"role": "user", "content": "b" * 10000}     # a blob's reference
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
     agent, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         with raises(ValueError,
                     "record() accepted a message of 3000 characters, whose line is "
-                    "longer than the 2000 bytes one write() can take here: the log's "
-                    "append refuses that line"):
+                    f"longer than the {limit} bytes one write() can take here: the "
+                    "log's append refuses that line"):
             agent.record(too_long)
         assert agent.messages == turn_c and path.read_bytes() == before, (
             "a refused message must change nothing: not the conversation, not the log")
@@ -1095,8 +1099,9 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
         except Exception as error:
             pytest.fail(f"a message of 10,000 characters was refused or could not be "
                         f"written ({type(error).__name__}: {error}); its content is "
-                        "stored as a blob, so its line is short, and the log's append "
-                        "takes it", pytrace=False)
+                        f"stored as a blob, so its line is {limit} bytes, as many as "
+                        "one write() can take here, and the log's append takes it",
+                        pytrace=False)
     assert model.requests[0]["messages"] == turn_c + [
         stored_apart, {"role": "user", "content": TURN_D[0]}], (
         "the next request should carry the long message whose content became a blob, "
