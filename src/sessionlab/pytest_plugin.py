@@ -247,13 +247,14 @@ def _plain_message(excinfo: pytest.ExceptionInfo) -> str:
 def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo,
            lesson: course.Lesson) -> None:
     tasks = [t for t in _tasks(item) if t.startswith(lesson.number + ".")] or _tasks(item)
-    titles = []
-    for task_id in tasks:
+    where = f"lesson {lesson.name}"
+    if len(tasks) == 1:
         try:
-            titles.append(f"{task_id} {lesson.task(task_id).title}")
+            where += f", task {tasks[0]} {lesson.task(tasks[0]).title}"
         except course.CourseError:
-            titles.append(task_id)
-    where = f"lesson {lesson.name}, task " + "; ".join(titles) if titles else f"lesson {lesson.name}"
+            where += f", task {tasks[0]}"
+    elif tasks:     # titles would bury the point; `sessionlab task NN.K` shows each
+        where += f", tasks {', '.join(tasks[:-1])} and {tasks[-1]}"
     advice = _advice(lesson, tasks[0] if tasks else None)
     if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
         missing = str(excinfo.value).split()[1]
@@ -262,7 +263,8 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
             # A test of a finished task that runs into a later one: name the one to
             # write, and the test's other tasks still unwritten, so that the student
             # does not learn of them one run at a time.
-            others = [task for task in _unwritten(item, lesson) if task != missing]
+            others = [task for task in _unwritten(item, lesson)
+                      if task != missing and task not in tasks]   # those: named above
             more = (f" Also not written yet in this lesson: {', '.join(others)} (this "
                     f"test may need {'it' if len(others) == 1 else 'them'} too)."
                     if others else "")
