@@ -331,19 +331,23 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
 def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other):
     """lock_holder asks the server: the holder's own process id (not the server
     process that serves it) and host, and since when it is connected; an empty mapping
-    for a session no one holds, and again once the holder has let go."""
-    holder = other("lock")
+    for a session no one holds, and again once the holder has let go. quest-3's key is
+    negative and both its halves are odd. A lock held by another program (a connection
+    that did not introduce itself as the store's) names no process, and a writer is
+    still refused."""
+    holder = other("lock", session_id="quest-3")
     holder.expect("holding")
     before = datetime.now(timezone.utc)
     with psycopg.connect(database, autocommit=True) as connection:
-        found = lesson.lock_holder(connection, "quest-1")
+        found = lesson.lock_holder(connection, "quest-3")
         nobody = lesson.lock_holder(connection, "quest-2")
         assert nobody == {}, (
             "no one holds quest-2's lock: lock_holder should say {}; it says "
             f"{nobody}")
-        assert {key: found.get(key) for key in ("pid", "host")} == {
+        assert isinstance(found, dict) and {
+            key: found.get(key) for key in ("pid", "host")} == {
             "pid": holder.pid, "host": socket.gethostname()}, (
-            f"process {holder.pid} on {socket.gethostname()!r} holds quest-1's lock; "
+            f"process {holder.pid} on {socket.gethostname()!r} holds quest-3's lock; "
             f"lock_holder says {found}")
         try:
             since = datetime.fromisoformat(found["since"])
@@ -354,9 +358,21 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             f"the holder connected before {before}; lock_holder says since {since}")
         holder.go()
         holder.expect("released")
-        gone = lesson.lock_holder(connection, "quest-1")
+        gone = lesson.lock_holder(connection, "quest-3")
         assert gone == {}, (
             f"the holder let go: lock_holder should say {{}}; it says {gone}")
+        # Another program takes the lock: its connection says nothing of a process
+        connection.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-3"),))
+        foreign = lesson.lock_holder(connection, "quest-3")
+        assert isinstance(foreign, dict) and not foreign.get("pid"), (
+            "another program, whose connection did not introduce itself as the "
+            "store's, holds quest-3's lock: lock_holder cannot know its process and "
+            f"should say so with a mapping that names none; it says {foreign!r}")
+        with lesson.PostgresSessionLog(database, "quest-3",
+                                       network_timeout=QUICK) as log:
+            with raises(lesson.SessionBusy, "another program holds quest-3's lock: a "
+                        "writer's _lock() must be refused", match="quest-3"):
+                try_lock(log, "with timeout 0 the writer tries once")
 
 
 @pytest.mark.task("11.1")
@@ -1198,8 +1214,8 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
 @pytest.mark.task("11.5")
 def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
     """quest-1 shows 2 messages: a fork of its first 3 raises ValueError saying both
-    numbers, and creates nothing; a fork of a source with a damaged row is refused
-    with CorruptRow, and creates nothing either."""
+    numbers, and creates nothing, as a fork of its first -1 does; a fork of a source
+    with a damaged row is refused with CorruptRow, and creates nothing either."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "Where is the cave?"})
         log.append({"role": "assistant", "content": "North of the mill."})
@@ -1214,6 +1230,14 @@ def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
                                                                 "quest-2") == [], (
         "a refused fork should create nothing; found lineage "
         f"{lesson.lineage(database, 'quest-2')}")
+    with raises(ValueError, "a fork of the first -1 messages names no prefix of the "
+                "source: it must be refused"):
+        lesson.fork_postgres(database, "quest-1", "quest-2", upto=-1)
+    assert lesson.lineage(database, "quest-2") is None and rows(database,
+                                                                "quest-2") == [], (
+        "a fork of -1 messages, refused, should create nothing; found lineage "
+        f"{lesson.lineage(database, 'quest-2')} and "
+        f"{len(rows(database, 'quest-2'))} row(s)")
     sql(database, "UPDATE session_entries SET line = '[1, 2' WHERE seq = 1")
     with raises(lesson.CorruptRow, "quest-1's row 1 holds no entry: a fork should "
                 "refuse to copy it", match="seq 1"):
