@@ -14,6 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .messages import check_session_id, FORMAT_VERSION
+#> 03
+from .messages import parse_line
+#<
 from .files import now, Prefix, publish_new, SessionExists, SessionNotFound, write_whole
 from .reading import KnownLog, read_open_log, read_whole_log, recall
 from .log import entries_for, SessionLog
@@ -67,7 +70,15 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
             f"cannot fork from {source_id!r}: no session log at {source}"
         ) from None
     #> 03
+    # What a reader takes for messages: a blank line is none, and a last line without
+    # its newline is one only if it is whole (by hand); torn by a killed writer, it is
+    # no message, and copied it would glue the fork's first append to it.
     lines = [line + b"\n" for line in data.split(b"\n") if line]
+    if lines and not data.endswith(b"\n"):
+        try:
+            parse_line(lines[-1][:-1])
+        except ValueError:
+            lines.pop()
     count = len(lines) if upto is None else upto
     if not 0 <= count <= len(lines):
         raise ValueError(

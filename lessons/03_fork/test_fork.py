@@ -126,6 +126,49 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
                         for key, value in wrong.items()), pytrace=False)
 
 
+M1 = b'{"role": "user", "content": "Ask the elder."}'
+M2 = b'{"role": "assistant", "content": "A torch and a rope."}'
+TORN = b'{"role": "user", "content": "Buy a to'
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("what, source, messages", [
+    ("blank lines between and after its messages", M1 + b"\n\n" + M2 + b"\n\n", 2),
+    ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, 2),
+    ("a last message whose newline is missing", M1 + b"\n" + M2, 2),
+    ("nothing but a torn line", TORN, 0),
+])
+def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
+        lesson, sessions, monkeypatch, what, source, messages):
+    """Without task 03.2: a source with blank lines, a torn last line or a last
+    message without its newline. A whole fork hands publish_fork the message lines
+    a reader finds, each ending in its newline, and nothing else; their count; and a
+    fork of one message more than those is refused, handing nothing."""
+    (sessions / "quest-1.jsonl").write_bytes(source)
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append((count, copy)))
+    expected = (messages, b"".join(line + b"\n" for line in (M1, M2)[:messages]))
+
+    lesson.fork(sessions, "quest-1", "what-if")
+
+    if handed != [expected]:
+        got = "nothing" if not handed else "; ".join(
+            f"{count!r} message(s) and {copy!r}" for count, copy in handed)
+        pytest.fail(f"the source holds {what}, {messages} message(s) a reader "
+                    f"finds; a whole fork should hand publish_fork {messages} and "
+                    f"{expected[1]!r} (the message lines, each with its newline, "
+                    f"nothing else), once. It handed {got}", pytrace=False)
+    handed.clear()
+    error = fork_or_fail(lesson, sessions, "quest-1", "too-far", upto=messages + 1)
+    assert isinstance(error, ValueError) and not handed, (
+        f"the source holds {what}, {messages} message(s); a fork of {messages + 1} "
+        "should be refused with ValueError, handing publish_fork nothing; it "
+        + (f"handed {handed}" if handed else "returned" if error is None
+           else f"raised {type(error).__name__}: {error}"))
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.key
 @pytest.mark.task("03.1")
@@ -227,12 +270,14 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
 
 
 @pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto", [1, 99, -1])
 def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
-    lesson, sessions, day_one
+    lesson, sessions, day_one, upto
 ):
     """what-if is a fork of quest-1 already, with its meta file. A second fork onto
     what-if is refused, and what-if's log and lineage stay as they were, byte for
-    byte: a refused fork takes nothing away either."""
+    byte: a refused fork takes nothing away either. With an upto quest-1 cannot give
+    as well, either refusal may be reported: nothing is written either way."""
     lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
     (sessions / "what-if.jsonl").write_bytes(b"".join(lines[:2]))
     (sessions / "what-if.meta.json").write_text(json.dumps(
@@ -242,9 +287,14 @@ def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
         (sessions / name).chmod(0o600)
     before = snapshot(sessions)
 
-    with raises(lesson.SessionExists, "forking onto 'what-if', a fork that already "
-                "has a log and a lineage, was allowed"):
-        lesson.fork(sessions, "quest-1", "what-if", upto=1)
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
+    refusals = (lesson.SessionExists,) if upto == 1 else (lesson.SessionExists,
+                                                          ValueError)
+    assert isinstance(error, refusals), (
+        f"forking {upto} message(s) of quest-1 onto 'what-if', a fork that already has "
+        "a log and a lineage, should be refused with "
+        + " or ".join(kind.__name__ for kind in refusals) + "; it "
+        + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
 
     after = snapshot(sessions)
     changed = sorted(name for name in before.keys() | after.keys()
@@ -579,42 +629,59 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
 
 
 @pytest.mark.task("03.2")
-def test_a_fork_interrupted_as_its_log_gets_its_name_leaves_nothing(
-        lesson, sessions, day_one, monkeypatch):
-    """Ctrl-C (KeyboardInterrupt) at the moment the fork's log would get its name: the
-    interrupt reaches the caller, and the folder is as it was, as after any failure."""
+@pytest.mark.parametrize("name", ["what-if.meta.json", "what-if.jsonl"])
+@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
+def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
+        lesson, sessions, day_one, monkeypatch, name, failure):
+    """The step that would give one of the fork's two files its name (a rename or a
+    link) fails: with EIO (a failing disk), or with Ctrl-C (KeyboardInterrupt). The
+    error reaches the caller, the folder is as it was, whichever file's naming
+    failed, and the same fork, run again, works."""
     before = snapshot(sessions)
+    failed = []
 
-    def interrupted(real):
+    def failing(real):
         def step(src, dst, *args, **kwargs):
-            if os.path.basename(os.fspath(dst)) == "what-if.jsonl":
+            if os.path.basename(os.fspath(dst)) == name and not failed:
+                failed.append(name)
+                if failure == "EIO":
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
                 raise KeyboardInterrupt
             return real(src, dst, *args, **kwargs)
         return step
     for call_name in ("link", "rename", "replace"):
-        monkeypatch.setattr(os, call_name, interrupted(getattr(os, call_name)))
+        monkeypatch.setattr(os, call_name, failing(getattr(os, call_name)))
     try:
         lesson.fork(sessions, "quest-1", "what-if")
         outcome = "returned"
     except KeyboardInterrupt:
-        outcome = "interrupted"
+        outcome = "Ctrl-C"
     except NotImplementedError:
         raise
     except Exception as error:      # noqa: BLE001 - the failure is the point
-        outcome = f"raised {type(error).__name__}: {error}"
+        is_eio = isinstance(error, OSError) and error.errno == errno.EIO
+        outcome = "EIO" if is_eio else f"raised {type(error).__name__}: {error}"
     finally:
         monkeypatch.undo()
 
+    if not failed:
+        return      # that file got its name by no rename or link: nothing to fail
     left = sorted(set(snapshot(sessions)) - set(before))
-    if outcome == "returned" and "what-if.jsonl" in left:
-        return      # its log got its name by no rename or link: nothing to interrupt
-    assert outcome == "interrupted", (
-        "Ctrl-C came as the fork's log was about to get its name; the interrupt should "
-        f"reach the caller, and the fork {outcome}")
+    assert outcome == failure, (
+        f"{failure} came as {name} was about to get its name; the error should reach "
+        f"the caller, and the fork {outcome}")
     expect_unchanged(sessions, before,
-                     f"interrupted (Ctrl-C) as its log was about to get its name, the "
-                     f"fork left {left}: an interrupted fork, like one that failed, "
-                     "leaves the folder as it was")
+                     f"the fork failed ({failure}) as {name} was about to get its "
+                     f"name, and left {left}: a fork that raises is no fork, and "
+                     "leaves the folder as it was, whichever of its two files failed "
+                     "to get its name")
+    retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    assert retry is None, (
+        f"the fork failed ({failure}) as {name} was about to get its name; the same "
+        f"fork, run again, should work, and it raised {type(retry).__name__}: {retry}")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"failed ({failure}) as {name} was about to get its name, and "
+                      "run again")
 
 
 def fork_or_fail(lesson, *args, **options):

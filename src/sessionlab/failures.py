@@ -257,18 +257,19 @@ def see_03(scene: Scene) -> None:
     town = Town()
     model = ScriptedModel([use(call("talk_to", npc="elder")),
                            say("A torch and a rope, the elder says."),
-                           use(call("buy", item="map")), say("A map it is.")])
+                           use(call("talk_to", npc="guard")),
+                           say("The guard knows the cave too.")])
     with lesson.SessionLog(scene.sessions, "quest") as log:
         agent(lesson, model, town, session=log).run("Ask the elder about the cave.")
     original = scene.sessions / "quest.jsonl"
     before = len(log_lines(original))
-    scene.say(f"Day 1 leaves quest.jsonl with {count(before, 'line')}. What if we bought a "
-              "map instead? The quick fork: quest-guard.jsonl, a hard link to the same file. "
-              "Lesson 02's agent resumes it and buys a map. Now quest.jsonl, the original, "
-              "holds:")
+    scene.say(f"Day 1 leaves quest.jsonl with {count(before, 'line')}: the elder's advice. "
+              "What if we had asked the guard instead? The quick fork: quest-guard.jsonl, "
+              "a hard link to the same file. Lesson 02's agent resumes it and asks the "
+              "guard. Now quest.jsonl, the original, holds:")
     os.link(original, scene.sessions / "quest-guard.jsonl")
     with lesson.SessionLog(scene.sessions, "quest-guard") as log:
-        agent(lesson, model, town, session=log).run("Buy a map instead.")
+        agent(lesson, model, town, session=log).run("Ask the guard about the cave instead.")
     scene.show_log(original, numbered=True)
     scene.say(f"{count(len(log_lines(original)) - before, 'line')} the original never said: "
               "day 2 of quest will resume them as its own.")
