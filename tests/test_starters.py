@@ -210,6 +210,9 @@ def test_the_advice_is_three_short_lines_for_any_task(task_id, hint, page):
     task, first, second = _advice(LESSON, task_id).splitlines()
     assert task == f"Task: `sessionlab task {task_id or '03'}` (what it asks)."
     assert first.startswith(f"Hints: `{hint}`")
+    several = _advice(LESSON, task_id, also=["03.3"]).splitlines()[0]
+    assert f"`sessionlab task {task_id or '03'}`" in several and "`sessionlab task 03.3`" \
+        in several, f"a test of two tasks names both: {several}"
     assert second == f"Page: `mkdocs serve`, then http://127.0.0.1:8000/{page}"
 
 

@@ -255,7 +255,7 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
             where += f", task {tasks[0]}"
     elif tasks:     # titles would bury the point; `sessionlab task NN.K` shows each
         where += f", tasks {', '.join(tasks[:-1])} and {tasks[-1]}"
-    advice = _advice(lesson, tasks[0] if tasks else None)
+    advice = _advice(lesson, tasks[0] if tasks else None, also=tasks[1:])
     if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
         missing = str(excinfo.value).split()[1]
         advice = _advice(lesson, missing)
@@ -304,14 +304,21 @@ UNWRITTEN_KEY = pytest.StashKey[dict]()
 SITE = "http://127.0.0.1:8000"
 
 
-def _advice(lesson: course.Lesson, task_id: str | None) -> str:
+def _advice(lesson: course.Lesson, task_id: str | None, also: list[str] = ()) -> str:
     """Three short lines: what the task asks (its contract, which costs no hint), the hint
-    command for it, and the lesson's page on the site."""
+    command for it, and the lesson's page on the site. A test of several tasks (`also`)
+    cannot tell whose code failed it: the first line names each, so that the advice never
+    points at one task only while another's code is wrong."""
     page = f"{SITE}/lessons/{lesson.name}/"
     if task_id and task_id.startswith(lesson.number + "."):
         page += f"#task-{task_id.replace('.', '-')}"   # the task's heading on the page
     hint = f"--task {task_id}" if task_id else lesson.number
-    return (f"Task: `sessionlab task {task_id or lesson.number}` (what it asks).\n"
+    if also:
+        asks = (", ".join(f"`sessionlab task {each}`" for each in [task_id or lesson.number, *also])
+                + " (what each asks: this test checks them together).")
+    else:
+        asks = f"`sessionlab task {task_id or lesson.number}` (what it asks)."
+    return (f"Task: {asks}\n"
             f"Hints: `sessionlab hint {hint}` (one more each time you run it).\n"
             f"Page: `mkdocs serve`, then {page}")
 
