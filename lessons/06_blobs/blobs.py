@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 
 from .messages import Message
-from .files import fsync_file, fsync_folder, make_folder, read_file, write_all
+from .files import fsync_file, fsync_folder, make_folder, read_file
 
 
 class BlobError(ValueError):

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 
 import openai
 import pytest
@@ -164,6 +165,28 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
     )
 
 
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_append_leaves_the_callers_message_as_it_was(lesson, sessions):
+    """The message given to append is the caller's (the agent's memory, the next
+    request): once its large content is stored out of line, that message still holds
+    the text, and only the line holds the reference."""
+    message = {"role": "user", "content": PASTE}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(message)
+
+    content = message.get("content")
+    assert content == PASTE, (
+        "the caller's message was changed by append: its content became "
+        f"{str(content)[:120]!r}, not the 1 MB paste it held. The agent keeps that "
+        "message and sends it to the model next, which would get a blob reference "
+        "instead of the user's words")
+    assert sorted(message) == ["content", "role"], (
+        f"the caller's message was changed by append: it now has the keys "
+        f"{sorted(message)}")
+    reference_in(lines_of(sessions / "quest-1.jsonl")[0])
+
+
 @pytest.mark.key
 @pytest.mark.task("06.3")
 @pytest.mark.parametrize(
@@ -228,6 +251,69 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
         "the threshold and the size count bytes of UTF-8 (what the line would hold), "
         "not characters: "
         f"'é' * 6 is 12 bytes; got {stored[2]!r}")
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize(
+    "content",
+    ['"\\\n\t' * 25, "\x01\x1f" * 50,
+     'She said: "the map is \\\\cave\\\\".\n' * 4, "é" * 50],
+    ids=["quotes, backslashes, line ends", "control characters", "a quoted path",
+         "accented letters"],
+)
+def test_the_threshold_counts_the_contents_bytes_not_its_escaped_text(
+        lesson, sessions, content):
+    """The threshold counts the content's own UTF-8 bytes (what a blob of it holds, what
+    "size" says), not the longer text JSON writes for it in the line: a content of
+    exactly the threshold stays in the line however JSON escapes it."""
+    size = len(content.encode("utf-8"))
+    with lesson.SessionLog(sessions, "quest-1", blob_threshold=size) as log:
+        log.append({"role": "user", "content": content})            # exactly the limit
+        log.append({"role": "user", "content": content + "x"})      # one byte over
+
+    stored = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
+    escaped = len(json.dumps(content, ensure_ascii=False).encode("utf-8")) - 2
+    assert stored[0] == content, (
+        f"with blob_threshold={size}, a content of {size} bytes of UTF-8 should stay "
+        f"in the line; it went out of line ({str(stored[0])[:80]!r}): JSON spells it "
+        f"with {escaped} bytes in the line, but the threshold counts the content's own "
+        "bytes, the ones a blob of it would hold")
+    assert isinstance(stored[1], dict) and stored[1].get("size") == size + 1, (
+        f"with blob_threshold={size}, a content of {size + 1} bytes should go to a "
+        f"blob whose size is {size + 1}; the line holds {str(stored[1])[:120]!r}")
+
+
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
+    """The model's message that calls a tool with long arguments: only a large content
+    leaves the line, measured alone; the tool calls stay as they were, whatever their
+    size, and load gives back the message exactly."""
+    arguments = json.dumps({"text": "The elder's map, copied out. " * 300})
+    calls = [{"id": "call_1_0", "type": "function",
+              "function": {"name": "write_note", "arguments": arguments}}]
+    short = {"role": "assistant", "content": "Let me write it down.",
+             "tool_calls": calls}
+    long = {"role": "assistant", "content": PASTE, "tool_calls": calls}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(short)
+        log.append(long)
+
+    stored = lines_of(sessions / "quest-1.jsonl")
+    assert stored[0] == short, (
+        f"a short content ({len(short['content'])} characters) next to tool calls "
+        f"whose arguments take {len(arguments)} bytes should stay in the line, as the "
+        f"whole message was given; the line holds {str(stored[0])[:200]!r}")
+    reference_in(stored[1])
+    assert stored[1].get("tool_calls") == calls, (
+        "the tool calls of a message whose content went to a blob should stay in the "
+        f"line as they were given; the line holds "
+        f"{str(stored[1].get('tool_calls'))[:200]!r}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+    assert loaded == [short, long], (
+        "both messages should load exactly as they were appended, the long content "
+        "put back from its blob and the tool calls as they were")
 
 
 @pytest.mark.task("06.2")
@@ -882,6 +968,57 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
 
 
 @pytest.mark.task("06.1")
+def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
+        lesson, sessions, monkeypatch):
+    """A durable store whose last step fails (syncing blobs/ after the blob got its
+    name): the OSError reaches the caller, and blobs/ holds no copy under another name;
+    under its own name, nothing or the whole content (harmless: the right bytes under
+    their hash). It was not made durable, so the next store syncs it and blobs/."""
+    data = PASTE.encode("utf-8")
+    digest = sha256(data)
+    (sessions / "blobs").mkdir(mode=0o700)
+    folder = (sessions / "blobs").stat().st_ino
+    real_fsync = os.fsync
+
+    def failing(fd):
+        if os.fstat(fd).st_ino == folder and (sessions / "blobs" / digest).exists():
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        before = open_descriptors()
+        monkeypatch.setattr(os, "fsync", failing)
+        monkeypatch.setattr(os, "fdatasync", failing)
+        with raises(OSError, "syncing blobs/ failed after the blob got its name, yet "
+                             "store_blob returned: the blob's name may not survive a "
+                             "power cut, and the line append writes next would"):
+            log.store_blob(data)
+        monkeypatch.undo()
+        leaked = open_descriptors() - before
+        names = sorted(p.name for p in (sessions / "blobs").iterdir())
+        assert names in ([], [digest]), (
+            f"a failed store left {names} in blobs/: only the blob itself, whole, "
+            "may stay, never a copy under another name")
+        if names:
+            stored = (sessions / "blobs" / digest).read_bytes()
+            assert stored == data, (
+                f"blobs/{digest} holds {len(stored)} bytes that are not the content "
+                "after a store that failed at its last step")
+        assert leaked == 0, (
+            f"the failed store left {leaked} file descriptor(s) open")
+
+        synced = count_syncs(monkeypatch)
+        log.store_blob(data)
+        monkeypatch.undo()
+    blob = sessions / "blobs" / digest
+    assert blob.is_file() and blob.stat().st_ino in synced and folder in synced, (
+        "the first store failed while syncing blobs/, so nothing it wrote is known to "
+        "be on disk; storing the same content again should sync the blob and blobs/ "
+        f"before returning, and it synced {len(synced)} file(s), not both: this "
+        "writer took the failed store's blob for one it had synced")
+
+
+@pytest.mark.task("06.1")
 def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(lesson,
                                                                            sessions):
     """The disk fills up half-way through a blob (a real file size limit): the append
@@ -922,7 +1059,7 @@ def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkey
     """Nothing of a blob is made outside blobs/: a rename is atomic only within one
     file system, and the system's temp folder is often another one."""
     # The system's temp folder is unusable here: only a file made elsewhere notices.
-    monkeypatch.setattr(lesson.tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
     try:
         store(lesson, sessions, PASTE.encode("utf-8"))
     except OSError as error:

@@ -15,11 +15,10 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 
 from .messages import Message
-from .files import fsync_file, fsync_folder, make_folder, read_all, read_file, write_all
+from .files import fsync_file, fsync_folder, make_folder, read_all, read_file
 
 
 class BlobError(ValueError):
@@ -73,6 +72,9 @@ class SessionBlobs:
         once, and any session of the folder (a fork, say) can point to them without a
         copy.
         """
+        import tempfile     # only this way of writing a blob needs them
+        from .files import write_all
+
         digest = hashlib.sha256(data).hexdigest()
         path = self.blobs / digest
         try:

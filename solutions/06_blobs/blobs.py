@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 
 from .messages import Message
-from .files import fsync_file, fsync_folder, make_folder, read_file, write_all
+from .files import fsync_file, fsync_folder, make_folder, read_file
 
 
 class BlobError(ValueError):
@@ -71,6 +70,9 @@ class SessionBlobs:
         copy.
         """
         # BEGIN 06.1
+        import tempfile     # only this way of writing a blob needs them
+        from .files import write_all
+
         digest = hashlib.sha256(data).hexdigest()
         path = self.blobs / digest
         try:
