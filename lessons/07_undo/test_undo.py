@@ -920,6 +920,37 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
         "(index 0 is a message like any other)")
 
 
+@pytest.mark.task("07.4")
+def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
+    """SessionLog.undo on a session that has no log yet refuses with UndoError naming
+    the session, and leaves the folder as it was: no log file, no lock file."""
+    for count in (1, 0):
+        log = lesson.SessionLog(sessions, "quest-1")
+        try:
+            log.undo(count)
+        except lesson.UndoError as error:
+            assert "quest-1" in str(error), (
+                f"undo({count}) of session quest-1, which has no log, was refused, but "
+                f"the message does not name the session: {error}")
+        except NotImplementedError:
+            raise       # the task not written yet: the plugin says which
+        except Exception as error:
+            pytest.fail(f"undo({count}) of a session with no log should raise "
+                        f"UndoError (it shows no message); it raised "
+                        f"{type(error).__name__}: {error}", pytrace=False)
+        else:
+            pytest.fail(f"undo({count}) of a session with no log returned: it shows no "
+                        "message to take back, so it should be refused with UndoError",
+                        pytrace=False)
+        finally:
+            log.close()
+        left = sorted(path.name for path in sessions.iterdir())
+        assert left == [], (
+            f"undo({count}) of a session with no log was refused, as it should be, "
+            f"but it left {left} in the sessions folder, which was empty: a refused "
+            "undo creates nothing, not an empty log, not a lock file")
+
+
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessions):

@@ -220,6 +220,36 @@ def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
 
 
 @pytest.mark.task("10.1")
+@pytest.mark.task("10.2")
+def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, sessions):
+    """A call id of 128 characters, a valid session id, comes back (a turn that asked a
+    helper was undone, and the server numbers its calls again): its second side-chain,
+    named with the suffix .2, is a valid session id too, and is started."""
+    call_id = "call_" + "7" * 123
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": HELPER_TURN[0]})
+        names = []
+        for time in ("first", "second"):
+            log.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "ask_helper",
+                              "arguments": json.dumps({"question": QUESTION})}}]})
+            try:
+                side = start(lesson, log, call_id)
+            except lesson.InvalidSessionId as error:
+                pytest.fail(f"the call id {call_id[:12]}... (128 characters) came "
+                            f"back, and its {time} side-chain could not be started: its "
+                            f"name is no valid session id ({str(error)[:160]})",
+                            pytrace=False)
+            side.close()
+            names.append(pointers_in(sessions / "quest-1.jsonl")[-1].get("sidechain"))
+            log.append({"role": "tool", "tool_call_id": call_id, "content": "ok"})
+    assert len(set(names)) == 2, (
+        f"the call id came back, and its two side-chains should have two names; they "
+        f"were named {names}")
+
+
+@pytest.mark.task("10.1")
 def test_a_call_id_that_is_no_text_names_no_side_chain(lesson):
     """A call id that is not a string (a number, bytes, a list) is refused with
     TypeError saying what was given. Made into text, the call id 7 would take the name
@@ -376,8 +406,8 @@ def test_the_side_chain_is_its_helpers_from_the_moment_it_is_claimed(lesson, ses
 @pytest.mark.task("10.2")
 def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessions):
     """The parent's writer has stopped (an earlier write left its log in doubt): the
-    pointer cannot be written, start_sidechain raises, no helper will write the
-    side-chain, and its lock is not kept."""
+    pointer cannot be written, start_sidechain raises, and it claims no name: no meta
+    file, no log is left in the side-chains folder, and no lock is kept."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         begin(log)
         log.in_doubt = True     # as after a write whose outcome is unknown
@@ -385,6 +415,12 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
                     "start_sidechain wrote its pointer"):
             log.start_sidechain(CALL_ID)
         side_folder = sessions / "quest-1.sidechains"
+        left = sorted(path.name for path in side_folder.glob("*")
+                      if path.name.endswith((".meta.json", ".jsonl")))
+        assert left == [], (
+            "the parent's writer had stopped, so start_sidechain could write no "
+            f"pointer and was refused, yet it left {left} in quest-1.sidechains/: a "
+            "name no pointer leads to, claimed for a helper that never runs")
         names = sorted(path.name[:-len(".meta.json")]
                        for path in side_folder.glob("*.meta.json"))
         for name in names:
@@ -409,13 +445,10 @@ def test_a_name_another_helper_claims_in_the_meantime_is_not_shared(lesson, sess
     claimed = []
 
     def claim(path):
+        # The other helper's meta file appears, just before this one's first write in
+        # the folder: nothing of this one's is there yet
         claimed.append(path)
-        try:
-            fd = os.open(other_meta, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return
-        os.write(fd, theirs)
-        os.close(fd)
+        other_meta.write_bytes(theirs)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         begin(log)
@@ -501,6 +534,7 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
     monkeypatch.setattr(os, "fsync", fsync)
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         begin(log)
+        synced.clear()      # from here on, only what starting a side-chain synced
         with start(lesson, log) as side:
             side.append({"role": "user", "content": QUESTION})
             side.append({"role": "assistant", "content": HELPER_ANSWER})
@@ -514,6 +548,13 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
         assert os.stat(folder / name).st_ino in synced, (
             f"the parent is durable, but the side-chain's {what} was never fsynced: a "
             "power cut could lose it while the parent's log, and its pointer, survive")
+    for where, what in ((sessions, "the sessions folder, which holds the new "
+                         "quest-1.sidechains/ folder's name"),
+                        (folder, "quest-1.sidechains/, which holds the names of the "
+                         "side-chain's meta file and log")):
+        assert os.stat(where).st_ino in synced, (
+            f"the parent is durable, but {what}, was never fsynced: a power cut could "
+            "lose the side-chain while the parent's pointer to it survives")
     side = os.stat(folder / f"{CALL_ID}.jsonl").st_ino
     assert synced.count(side) >= 2, (
         "a durable log fsyncs every line: the side-chain's 2 lines were synced "

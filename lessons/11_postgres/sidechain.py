@@ -44,7 +44,13 @@ class SessionSidechains:
                           "refusing to write a helper's log through it", str(folder))
         base = sidechain_id(call_id)
         from .files import now, publish_new, SessionExists
+        from .log import WriterStopped
         from .messages import encode_line, FORMAT_VERSION
+        if self.in_doubt:
+            # No pointer can be written: a name claimed now would be no one's
+            raise WriterStopped(f"{self.path}: this writer has stopped (an earlier "
+                                "write left the log in doubt), so it can point to no "
+                                "side-chain; none was started")
         # An undone turn's call id can come back (the model numbers its calls): the
         # name then has a suffix, so a helper never writes into another one's log.
         number = 1

@@ -28,6 +28,11 @@ class SessionUndo:
         appended to, and the marker tells every later reader to leave them out.
         """
         if self._fd is None:
+            if not self.path.exists():
+                # No log, no message to take back: becoming the writer would create
+                # the log and its lock file for a refusal
+                raise UndoError(f"cannot undo {count} message(s) of session "
+                                f"{self.id!r}: it has no log yet ({self.path})")
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
