@@ -271,11 +271,12 @@ def claim_blob(path: Path, *, touched_after: float) -> int | None:
 
 
 def discard_claimed(path: Path, fd: int) -> bool:
-    """Remove the blob at `path` whose lock `fd` holds. True if it was removed.
-
-    By a rename first: if the name meanwhile got another file (a writer that stored
-    the same bytes anew), that file is put back and nothing is removed.
-    """
+    """Remove the blob at `path`, which this collector claimed (`fd`, from claim_blob)
+    and which no file refers to. True if it was removed, False if it stays."""
+    # BEGIN 09.5
+    # The claim is a lock on a file, and the name may reach another one by now: a
+    # writer that stored the same bytes anew (the name was free a moment). Moved aside
+    # first, in one step no writer can split, then looked at: a writer's goes back.
     aside = path.with_name(f".{path.name}.collected")
     try:
         os.rename(path, aside)
@@ -286,6 +287,7 @@ def discard_claimed(path: Path, fd: int) -> bool:
         return False
     os.unlink(aside)
     return True
+    # END 09.5
 
 
 def discard_leftover(path: Path, *, touched_after: float) -> None:
@@ -318,10 +320,10 @@ def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[
     writer has pinned and that nobody touched after `touched_after`; return the names
     removed.
 
-    The references are read once to find the candidates, then again while holding an
-    exclusive lock on each: a writer that pointed a line to one in between is seen the
-    second time, and one that comes later waits for the lock, then finds no blob and
-    stores it anew. OSError naming a file that cannot be read: nothing is removed.
+    The references are read once to find the candidates, then again while this
+    collector holds its claim on each: a writer that pointed a line to one in between
+    is seen the second time. Each blob still nobody's goes through discard_claimed().
+    OSError naming a file that cannot be read: nothing is removed.
     """
     blobs = folder / "blobs"
     if not names or blobs.is_symlink() or not blobs.is_dir():

@@ -277,9 +277,16 @@ class EraseError(ValueError):
 
 
 class EraseIncomplete(EraseError):
+    #> 09
+    """The message is erased from the log, but some place that held its words could not
+    be reached (blobs kept because a file that may refer to them cannot be read): the
+    error names each one, so that the person can deal with them."""
+    #<
+    #> 10+
     """The message is erased from the log, but some place that held its words could not
     be reached (a side-chain another writer holds, a file that cannot be read): the
     error names each one, so that the person can deal with them."""
+    #<
 
     def __init__(self, path: Path, unreached: list[str]) -> None:
         super().__init__(f"{path}: the message is erased from the log, but not from: "

@@ -1,4 +1,14 @@
 #| 09+  09_privacy
+#> 09
+"""Sessions are personal data: delete, expire, collect.
+
+Deleting a session removes its log, its meta file, its lock and the blobs only it
+used; expiring deletes the sessions nobody has written for a retention period;
+collecting removes blobs that no line refers to any more. Each takes the session's
+lock, so nothing is deleted under a writer.
+"""
+#<
+#> 10+
 """Sessions are personal data: delete, expire, collect.
 
 Deleting a session removes its log, its meta file, its lock, its side-chains and the
@@ -6,6 +16,7 @@ blobs only it used; expiring deletes the sessions nobody has written for a reten
 period; collecting removes blobs that no line refers to any more. Each takes the
 session's lock, so nothing is deleted under a writer.
 """
+#<
 
 from __future__ import annotations
 
@@ -36,7 +47,7 @@ BLOB_GRACE_SECONDS = 3600.0
 
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """The files of session `session_id` that delete_session() removes, its lock file
-    aside. A folder that cannot be listed raises: "no files" would be a lie."""
+    aside."""
     # BEGIN 09.1
     try:
         names = set(os.listdir(folder))
@@ -65,8 +76,13 @@ def is_temporary_of(name: str, of: str) -> bool:
 def anything_of(folder: Path, session_id: str) -> bool:
     """Whether the folder holds anything at all of session `session_id`."""
     # BEGIN 09.1
-    # Its files, a lock file its writer left when it died, or (lesson 10) side-chains
-    # a stopped delete left
+    #> 09
+    # Its files, or a lock file its writer left when it died
+    #<
+    #> 10+
+    # Its files, a lock file its writer left when it died, or side-chains a stopped
+    # delete left
+    #<
     leftovers = [f"{session_id}.lock"]
     #> 10+
     leftovers.append(f"{session_id}{SIDECHAINS}")
@@ -129,8 +145,13 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last append (an erase is none). Not by the meta
     file's "created": a session forked long ago and used yesterday is in use. A session
     being written is never deleted: it is skipped, and expired next time if it is still
-    idle. What a stopped delete left of a session (a meta file, side-chains, without a
-    log) goes too, once as old.
+    idle. What a stopped delete left of a session
+    #> 09
+    (a meta file, without a log) goes too, once as old.
+    #<
+    #> 10+
+    (a meta file, side-chains, without a log) goes too, once as old.
+    #<
     """
     # BEGIN 09.2
     folder = Path(folder)
@@ -173,8 +194,14 @@ def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
     """The ids of the sessions left without their log that expire() deletes."""
     # BEGIN 09.2
+    #> 09
+    # What a fork or a delete that stopped half-way left: a meta file, older than the
+    # cutoff (a young one may be a fork being made right now).
+    #<
+    #> 10+
     # What a fork or a delete that stopped half-way left: a meta file, side-chains. All
     # of it older than the cutoff: a young one may be a fork being made right now.
+    #<
     kinds = [".meta.json"]
     #> 10+
     kinds.append(SIDECHAINS)

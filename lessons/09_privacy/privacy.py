@@ -2,10 +2,10 @@
 # solutions/09_privacy/privacy.py; `sessionlab reset 09` makes it again.
 """Sessions are personal data: delete, expire, collect.
 
-Deleting a session removes its log, its meta file, its lock, its side-chains and the
-blobs only it used; expiring deletes the sessions nobody has written for a retention
-period; collecting removes blobs that no line refers to any more. Each takes the
-session's lock, so nothing is deleted under a writer.
+Deleting a session removes its log, its meta file, its lock and the blobs only it
+used; expiring deletes the sessions nobody has written for a retention period;
+collecting removes blobs that no line refers to any more. Each takes the session's
+lock, so nothing is deleted under a writer.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ BLOB_GRACE_SECONDS = 3600.0
 
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """The files of session `session_id` that delete_session() removes, its lock file
-    aside. A folder that cannot be listed raises: "no files" would be a lie."""
+    aside."""
     # TODO(09.1): Delete a session under its lock.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
@@ -95,8 +95,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last append (an erase is none). Not by the meta
     file's "created": a session forked long ago and used yesterday is in use. A session
     being written is never deleted: it is skipped, and expired next time if it is still
-    idle. What a stopped delete left of a session (a meta file, side-chains, without a
-    log) goes too, once as old.
+    idle. What a stopped delete left of a session
+    (a meta file, without a log) goes too, once as old.
     """
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it

@@ -158,9 +158,7 @@ def reading_back_after_an_erase(what, path):
         pytest.fail(f"{what} undid the erase before it: the log no longer holds "
                     "that erase's marker line, nor (most likely) its tombstone. The "
                     "second erase rewrote the log from what it read through the "
-                    "writer, and that was the log as it was before the first erase: "
-                    "after its rename, the writer still held the old file, which no "
-                    "name reaches any more",
+                    "writer, and that was the log as it was before the first erase",
                     pytrace=False)
 
 
@@ -186,6 +184,7 @@ def store_again(lesson, sessions, session_id, data):
 
 @pytest.mark.key
 @pytest.mark.task("09.1")
+@pytest.mark.task("09.5")
 def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
     lesson, sessions
 ):
@@ -333,8 +332,10 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     lesson, sessions, monkeypatch
 ):
     """A delete that stops after removing one of the session's files (an I/O error,
-    a crash) leaves the whole session or no session at all, never a log that still
-    opens without the rest of it; deleting again finishes the job."""
+    a crash) leaves the whole session (its log and its meta file: a temporary copy
+    may be gone, it was never part of it) or no session at all (a meta file or a copy
+    without its log is none), never a log that still opens without its meta file;
+    deleting again finishes the job."""
     play(lesson, sessions, TURN_SECRET)
     lesson.fork(sessions, "quest-1", "quest-1b")
     (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_bytes(
@@ -422,6 +423,7 @@ def test_delete_with_idle_before_keeps_a_session_a_writer_came_back_to_meanwhile
 
 
 @pytest.mark.task("09.1")
+@pytest.mark.task("09.5")
 def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
     """A log with a corrupt line in the middle and a torn last line (its writer crashed
     after storing a blob, in the middle of the line that points to it) is deleted all
@@ -769,6 +771,7 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
 @pytest.mark.key
 @pytest.mark.task("09.3")
 @pytest.mark.task("09.4")
+@pytest.mark.task("09.5")
 def test_an_erased_message_leaves_no_byte_behind_in_the_sessions_folder(
     lesson, sessions
 ):
@@ -1120,6 +1123,7 @@ def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
 
 
 @pytest.mark.task("09.4")
+@pytest.mark.task("09.5")
 def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
     lesson, sessions
 ):
@@ -1473,6 +1477,7 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
 
 
 @pytest.mark.task("09.4")
+@pytest.mark.task("09.5")
 def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
     lesson, sessions
 ):
@@ -1806,9 +1811,8 @@ def test_collect_never_takes_a_blob_a_writer_points_to_while_it_looks(
     lesson, sessions, monkeypatch
 ):
     """An old blob nobody refers to; while collect_blobs() looks at it, a writer stores
-    the same bytes again and writes its line. The blob must stay: whatever collect saw
-    of the blob's time or the references before, it decides under the blob's lock,
-    looking again (drop_blobs does)."""
+    the same bytes again and writes its line. The blob must stay, and the writer's log
+    load."""
     with lesson.SessionLog(sessions, "scratch") as other:
         blob = other.store_blob(LARGE_SECRET.encode())
     path = sessions / "blobs" / blob
@@ -1837,6 +1841,58 @@ def test_collect_never_takes_a_blob_a_writer_points_to_while_it_looks(
         pytest.fail("a writer pointed a line to the blob while collect_blobs() looked "
                     f"at it, and the blob was removed: {error}. The writer's line "
                     "points to nothing", pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
+    lesson, sessions, blob_writer, monkeypatch
+):
+    """Real processes: two collections run at once. The first has just looked at an old
+    blob nobody refers to; the second removes it; a writer in another process then
+    stores the same bytes anew (the name is free) and stops before its line. Then the
+    first collection goes on: the writer's blob stays, and its log loads when it is
+    done."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
+    met = []
+
+    def looking(name):
+        def look(target, *args, **kwargs):
+            found = real[name](target, *args, **kwargs)
+            if not met and os.fspath(target) == os.fspath(path):
+                met.append(None)    # once: the second collection looks too
+                met[0] = lesson.collect_blobs(sessions)
+                writer = blob_writer("quest-2", LARGE_SECRET)
+                writer.expect("stored")
+                met.append(writer)
+            return found
+        return look
+
+    for name in real:
+        monkeypatch.setattr(os, name, looking(name))
+    lesson.collect_blobs(sessions)
+    monkeypatch.undo()
+    assert met, "the test's own set-up: collect_blobs() never looked at the blob"
+    assert met[0] == [blob], (
+        "the test's own set-up: the second collection should have removed the old "
+        f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
+    writer = met[1]
+    writer.go()
+    writer.expect("done")
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail("a writer stored a blob anew after another collection had removed "
+                    "the old file, while the first collection was looking at that old "
+                    f"file; after the first collection, the writer's log no longer "
+                    f"loads: {error}. blobs/ holds "
+                    f"{sorted(p.name[:14] for p in (sessions / 'blobs').iterdir())}",
+                    pytrace=False)
     assert messages[0]["content"] == LARGE_SECRET
 
 

@@ -37,7 +37,7 @@ BLOB_GRACE_SECONDS = 3600.0
 
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """The files of session `session_id` that delete_session() removes, its lock file
-    aside. A folder that cannot be listed raises: "no files" would be a lie."""
+    aside."""
     try:
         names = set(os.listdir(folder))
     except FileNotFoundError:
@@ -63,8 +63,8 @@ def is_temporary_of(name: str, of: str) -> bool:
 
 def anything_of(folder: Path, session_id: str) -> bool:
     """Whether the folder holds anything at all of session `session_id`."""
-    # Its files, a lock file its writer left when it died, or (lesson 10) side-chains
-    # a stopped delete left
+    # Its files, a lock file its writer left when it died, or side-chains a stopped
+    # delete left
     leftovers = [f"{session_id}.lock"]
     leftovers.append(f"{session_id}{SIDECHAINS}")
     return bool(session_files(folder, session_id)) or any(
@@ -120,8 +120,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last append (an erase is none). Not by the meta
     file's "created": a session forked long ago and used yesterday is in use. A session
     being written is never deleted: it is skipped, and expired next time if it is still
-    idle. What a stopped delete left of a session (a meta file, side-chains, without a
-    log) goes too, once as old.
+    idle. What a stopped delete left of a session
+    (a meta file, side-chains, without a log) goes too, once as old.
     """
     folder = Path(folder)
     cutoff = (time.time() if now is None else now) - older_than

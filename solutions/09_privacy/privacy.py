@@ -2,10 +2,10 @@
 # edit that source, then run `sessionlab dev generate`.
 """Sessions are personal data: delete, expire, collect.
 
-Deleting a session removes its log, its meta file, its lock, its side-chains and the
-blobs only it used; expiring deletes the sessions nobody has written for a retention
-period; collecting removes blobs that no line refers to any more. Each takes the
-session's lock, so nothing is deleted under a writer.
+Deleting a session removes its log, its meta file, its lock and the blobs only it
+used; expiring deletes the sessions nobody has written for a retention period;
+collecting removes blobs that no line refers to any more. Each takes the session's
+lock, so nothing is deleted under a writer.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ BLOB_GRACE_SECONDS = 3600.0
 
 def session_files(folder: Path, session_id: str) -> list[Path]:
     """The files of session `session_id` that delete_session() removes, its lock file
-    aside. A folder that cannot be listed raises: "no files" would be a lie."""
+    aside."""
     # BEGIN 09.1
     try:
         names = set(os.listdir(folder))
@@ -64,8 +64,7 @@ def is_temporary_of(name: str, of: str) -> bool:
 def anything_of(folder: Path, session_id: str) -> bool:
     """Whether the folder holds anything at all of session `session_id`."""
     # BEGIN 09.1
-    # Its files, a lock file its writer left when it died, or (lesson 10) side-chains
-    # a stopped delete left
+    # Its files, or a lock file its writer left when it died
     leftovers = [f"{session_id}.lock"]
     return bool(session_files(folder, session_id)) or any(
         os.path.lexists(folder / name) for name in leftovers)
@@ -119,8 +118,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     "Older than" goes by the log's last append (an erase is none). Not by the meta
     file's "created": a session forked long ago and used yesterday is in use. A session
     being written is never deleted: it is skipped, and expired next time if it is still
-    idle. What a stopped delete left of a session (a meta file, side-chains, without a
-    log) goes too, once as old.
+    idle. What a stopped delete left of a session
+    (a meta file, without a log) goes too, once as old.
     """
     # BEGIN 09.2
     folder = Path(folder)
@@ -163,8 +162,8 @@ def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
     """The ids of the sessions left without their log that expire() deletes."""
     # BEGIN 09.2
-    # What a fork or a delete that stopped half-way left: a meta file, side-chains. All
-    # of it older than the cutoff: a young one may be a fork being made right now.
+    # What a fork or a delete that stopped half-way left: a meta file, older than the
+    # cutoff (a young one may be a fork being made right now).
     kinds = [".meta.json"]
     found: dict[str, bool] = {}
     for name in sorted(os.listdir(folder)):
