@@ -47,13 +47,13 @@ def _writer_module():
     return module
 
 
-# Task 05.2's stand-in (it only closes the lock's descriptor), shared with the other
+# Task 05.2's stand-in (it lets go as 05.2 promises), shared with the other
 # processes the tests start
-close_only = _writer_module().close_only
+let_go = _writer_module().let_go
 
 
 def stands_in(request):
-    """Whether a test lets go through `close_only` while task 05.2 is not written: every
+    """Whether a test lets go through `let_go` while task 05.2 is not written: every
     test but those of 05.2, so that 05.1 is checked as soon as it is written."""
     return "05.2" not in {mark.args[0] for mark in request.node.iter_markers("task")}
 
@@ -61,16 +61,16 @@ def stands_in(request):
 @pytest.fixture(autouse=True)
 def until_task_05_2_is_written(request, monkeypatch):
     """Every writer lets go in `_unlock` (task 05.2), on close. Until 05.2 is written, a
-    test of another task lets go through `close_only`; once it is, the student's own
+    test of another task lets go through `let_go`; once it is, the student's own
     `_unlock` runs. The tests of 05.2 never use the stand-in."""
     if stands_in(request) and "lesson" in request.fixturenames:
         until_written(monkeypatch, request.getfixturevalue("lesson").SessionLog,
-                      "_unlock", "05.2", close_only)
+                      "_unlock", "05.2", let_go)
 
 
 class Other:
     """Another process running writer_process.py on the lesson module under test
-    (letting go through `close_only` while 05.2 is not written, if `stand_in`)."""
+    (letting go through `let_go` while 05.2 is not written, if `stand_in`)."""
 
     def __init__(self, module, folder, session_id, action, *args, stand_in=False):
         environment = {key: value for key, value in os.environ.items()
@@ -945,6 +945,9 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
                     pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
         f"the lock file was another session's log ({kind}): it was overwritten")
+    assert "quest-1.lock" in str(refused), (
+        f"the refusal of the planted lock file ({kind}) should name quest-1.lock; it "
+        f"says: {refused}")
     if kind == "hard link":
         assert refused.errno == errno.EPERM, (
             "the refusal should be an OSError with errno EPERM, so that a caller can "
@@ -978,6 +981,9 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
     assert lock.is_fifo(), (
         "the pipe planted at the lock's name was removed: a file the writer refused "
         "is not its to remove")
+    assert "quest-1.lock" in str(refused), (
+        f"the refusal of the pipe planted as the lock file should name quest-1.lock; "
+        f"it says: {refused}")
     assert open_descriptors() == descriptors, (
         f"refusing the pipe left {open_descriptors() - descriptors} descriptor(s) "
         "open")
@@ -987,7 +993,8 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
 def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
     """close() in a folder that turned read-only (in a child process, as `nobody` when
     run as root, since root ignores a folder's mode): removing the lock file fails, but
-    the flock must still go, or this process keeps its own session busy."""
+    the flock must still go, or this process keeps its own session busy; and close()
+    then raises an OSError naming the lock file it left behind."""
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
     folder = root / "sessions"
@@ -1004,24 +1011,30 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
         folder.chmod(0o500)         # the lock file can no longer be removed
         try:
             log.close()
-        except OSError:
-            pass
+            closed = "close() returned"
+        except OSError as error:
+            closed = (f"OSError: {error}" if "quest-1.lock" in str(error) else
+                      f"an OSError that does not name quest-1.lock: {error}")
         folder.chmod(0o700)
         try:
             with lesson.SessionLog(folder, "quest-1") as again:
                 again.append(FIRST)
         except lesson.SessionBusy as error:
-            return f"SessionBusy: {error}"
-        return "ok"
+            return closed, f"SessionBusy: {error}"
+        return closed, "ok"
 
     try:
         outcome = unless_unfinished(in_child(work))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    assert outcome == "ok", (
+    closed, again = outcome if isinstance(outcome, list) else ("", outcome)
+    assert again == "ok", (
         "removing the lock file failed, and the lock was never let go: the same "
-        "process "
-        f"was then told {outcome!r} (task 05.2)")
+        f"process was then told {again!r}")
+    assert closed.startswith("OSError"), (
+        "the folder turned read-only, so quest-1.lock could not be removed: close() "
+        "should let go of the lock and then raise an OSError naming quest-1.lock, so "
+        f"that its user learns a lock file was left behind; {closed}")
 
 
 @pytest.mark.task("05.1")

@@ -6,7 +6,7 @@ a writer, or a would-be writer, of one session.
 MODULE is the agent.py under test. The process reports each step as one line on stdout
 and waits for the test's go-ahead as one line on stdin, so that the test and the process
 take turns without any sleep. With SESSIONLAB_UNLOCK_STAND_IN=1 in its environment, it
-lets go through `close_only` for as long as task 05.2 is not written. ACTION is one of:
+lets go through `let_go` for as long as task 05.2 is not written. ACTION is one of:
 
   hold     become the writer (append one message), print "holding", wait for a line,
            close, print "released"
@@ -38,13 +38,20 @@ SECOND = {
 }
 
 
-def close_only(log) -> None:
-    """Task 05.2's stand-in while it is not written: lets go of the lock by closing its
-    descriptor, and leaves the lock file behind (as a holder killed with SIGKILL leaves
-    it, for the next writer to take over). None of 05.2's care: 05.2's own tests never
-    use it, so that the tests of 05.1 run as soon as 05.1 is written."""
-    if log._lock_fd is not None:
-        fd, log._lock_fd = log._lock_fd, None
+def let_go(log) -> None:
+    """Task 05.2's stand-in while it is not written: lets go as 05.2 promises (its own
+    lock file gone, then its lock), so that the tests of 05.1, which meet lock files
+    removed as their holders let go, run as soon as 05.1 is written. 05.2's own tests
+    never use it."""
+    if log._lock_fd is None:
+        return
+    fd, log._lock_fd = log._lock_fd, None
+    try:
+        if os.path.samestat(os.stat(log.lock_path), os.fstat(fd)):
+            os.unlink(log.lock_path)
+    except FileNotFoundError:
+        pass
+    finally:
         os.close(fd)
 
 
@@ -71,7 +78,7 @@ def main(argv: list[str]) -> None:
     module_path, folder, session_id, action, *rest = argv
     lesson = load_module(Path(module_path), "sessionlab_impl.writer_process")
     if os.environ.get("SESSIONLAB_UNLOCK_STAND_IN") == "1":
-        until_written(ForGood, lesson.SessionLog, "_unlock", "05.2", close_only)
+        until_written(ForGood, lesson.SessionLog, "_unlock", "05.2", let_go)
 
     if action == "hold":
         with lesson.SessionLog(folder, session_id) as log:
