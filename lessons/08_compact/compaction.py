@@ -187,7 +187,7 @@ class AgentCompaction:
         )
 
     def compact(self) -> bool:
-        """Summarise everything before the newest turn and make that the view, in this
+        """Summarise what the request can do without and make that the view, in this
         process and in the log. True if it did; False, changing nothing, if no summary
         could make the request smaller. BadSummary, changing nothing, when the model
         gave no summary that can be recorded.
@@ -195,10 +195,10 @@ class AgentCompaction:
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
-        # TODO(08.4): Summarise everything before the newest turn.
+        # TODO(08.4): Shrink the request as far as it safely goes.
         # Hints: `sessionlab hint --task 08.4`; the docs page of lesson 08_compact.
         raise NotImplementedError(
-            "task 08.4 is not written yet: Summarise everything before the newest turn"
+            "task 08.4 is not written yet: Shrink the request as far as it safely goes"
         )
 
     def summary_room(self, cut: int) -> int | None:

@@ -222,24 +222,30 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
     assert agent.messages == said, (
         "view() changed the conversation: agent.messages must stay whole, only the "
         "request shrinks")
-    bare = agent_without_session(lesson, said, lesson.Compaction("the first turn", 2),
-                                 system=None)
-    view = bare.view()
-    assert view == [summary, *said[2:]], (
-        "an agent with no system prompt, compacted at place 2: the model should get "
-        "the summary and messages 2 to 5, and no system message at all (an empty one "
-        f"is still a system message); it got {shape(view)}")
+    for none in (None, ""):     # lessons 00 to 07 send no system message for either
+        bare = agent_without_session(lesson, said, system=none)
+        view = bare.view()
+        assert view == said, (
+            f"an agent whose system prompt is {none!r}, not compacted: the model "
+            "should get the six messages and no system message, as in every lesson "
+            f"before; it got {shape(view)}")
+        bare.compaction = lesson.Compaction("the first turn", 2)
+        view = bare.view()
+        assert view == [summary, *said[2:]], (
+            f"an agent whose system prompt is {none!r}, compacted at place 2: the "
+            "model should get the summary and messages 2 to 5, and no system message "
+            f"at all (an empty one is still a system message); it got {shape(view)}")
 
 
 @pytest.mark.task("08.2")
-@pytest.mark.parametrize("system", [SYSTEM, None])
+@pytest.mark.parametrize("system", [SYSTEM, None, ""])
 def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_sent(
         lesson, system):
     """Before the model is asked for a summary, the room the budget leaves it is worked
     out from the request that compaction would make (summary_room, check_fits, both
     given, build on compacted_size): a summary that fills the room exactly is taken
     and its request, then sent, is exactly at the budget; one token longer is refused.
-    With and without a system prompt."""
+    With a system prompt, with none, and with an empty one (sent as none)."""
     said = conversation(8)
     for cut in (2, 4, 6):
         for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9):

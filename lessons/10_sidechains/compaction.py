@@ -206,7 +206,7 @@ class AgentCompaction:
         return messages
 
     def compact(self) -> bool:
-        """Summarise everything before the newest turn and make that the view, in this
+        """Summarise what the request can do without and make that the view, in this
         process and in the log. True if it did; False, changing nothing, if no summary
         could make the request smaller. BadSummary, changing nothing, when the model
         gave no summary that can be recorded.
