@@ -137,11 +137,12 @@ TORN = b'{"role": "user", "content": "Buy a to'
     ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, 2),
     ("a last message whose newline is missing", M1 + b"\n" + M2, 2),
     ("nothing but a torn line", TORN, 0),
+    ("nothing at all (an empty log, as a fork of none leaves)", b"", 0),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, messages):
-    """Without task 03.2: a source with blank lines, a torn last line or a last
-    message without its newline. A whole fork hands publish_fork the message lines
+    """Without task 03.2: a source with blank lines, a torn last line, a last message
+    without its newline, or nothing at all. A whole fork hands publish_fork the message lines
     a reader finds, each ending in its newline, and nothing else; their count; and a
     fork of one message more than those is refused, handing nothing."""
     (sessions / "quest-1.jsonl").write_bytes(source)
