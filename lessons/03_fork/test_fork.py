@@ -142,9 +142,9 @@ TORN = b'{"role": "user", "content": "Buy a to'
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, messages):
     """Without task 03.2: a source with blank lines, a torn last line, a last message
-    without its newline, or nothing at all. A whole fork hands publish_fork the message lines
-    a reader finds, each ending in its newline, and nothing else; their count; and a
-    fork of one message more than those is refused, handing nothing."""
+    without its newline, or nothing at all. A whole fork hands publish_fork the
+    message lines a reader finds, each ending in its newline, and nothing else; their
+    count; and a fork of one message more than those is refused, handing nothing."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
