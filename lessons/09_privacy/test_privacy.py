@@ -1875,13 +1875,18 @@ def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
 
     for name in real:
         monkeypatch.setattr(os, name, looking(name))
-    lesson.collect_blobs(sessions)
+    removed = lesson.collect_blobs(sessions)
     monkeypatch.undo()
     assert met, "the test's own set-up: collect_blobs() never looked at the blob"
     assert met[0] == [blob], (
         "the test's own set-up: the second collection should have removed the old "
         f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
     writer = met[1]
+    assert removed == [], (
+        "the first collection removed no blob (the second removed the old one, and the "
+        "writer's stays), yet it returned "
+        f"{[name[:12] for name in removed]}: each removal is named once, by the "
+        "collection that made it")
     writer.go()
     writer.expect("done")
     try:
@@ -1894,6 +1899,48 @@ def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
                     f"{sorted(p.name[:14] for p in (sessions / 'blobs').iterdir())}",
                     pytrace=False)
     assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_nothing(
+    lesson, sessions, monkeypatch
+):
+    """Two collections run at once: the first has just looked at an old blob nobody
+    refers to, and the second removes it. The first goes on, raises nothing, and does
+    not name the blob: it did not remove it."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's " * 2000)
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
+    met = []
+
+    def looking(name):
+        def look(target, *args, **kwargs):
+            found = real[name](target, *args, **kwargs)
+            if not met and os.fspath(target) == os.fspath(path):
+                met.append(None)    # once: the second collection looks too
+                met[0] = lesson.collect_blobs(sessions)
+            return found
+        return look
+
+    for name in real:
+        monkeypatch.setattr(os, name, looking(name))
+    try:
+        removed = lesson.collect_blobs(sessions)
+    except OSError as error:
+        pytest.fail("the second collection removed the blob the first had just looked "
+                    f"at; the first then failed with {error!r} instead of going on",
+                    pytrace=False)
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: collect_blobs() never looked at the blob"
+    assert met[0] == [blob], (
+        "the test's own set-up: the second collection should have removed the old "
+        f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
+    assert removed == [], (
+        "the blob was removed by the second collection, and named by it; the first "
+        f"returned {[name[:12] for name in removed]}, naming a removal it did not make")
 
 
 @pytest.mark.key
