@@ -107,6 +107,15 @@ def test_the_page_asks_to_predict_before_the_tasks_and_names_the_same_task(numbe
     assert named and named == linked, (
         f"{where}: the sentence after the output should point at the task the transcript "
         f"names ({sorted(named)}), it links {sorted(linked)}")
+    # What the student is asked to predict stays folded until they open the output: the
+    # outcome and the task that prevents it sit inside the admonition, and the problem
+    # that follows does not open by telling it.
+    after_fold = section.split('??? example "What it prints', 1)[1].split("\n", 1)[1]
+    unfolded = [line for line in after_fold.splitlines() if line and not line.startswith("    ")]
+    assert not unfolded, f"{where}: after the folded output, outside the fold: {unfolded[:2]}"
+    problem = re.search(r"^## The problem\n\n(.*?)\n\n", text, flags=re.M | re.S)[1]
+    assert not problem.startswith("What you saw"), (
+        f"{where}: 'The problem' opens by telling what the predict step shows")
 
 
 def test_the_command_prints_the_transcript(capsys):
