@@ -10,6 +10,7 @@ helper is waiting for the model.
 """
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -238,11 +239,11 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
                 side = start(lesson, log, call_id)
             except lesson.InvalidSessionId as error:
                 pytest.fail(f"the call id {call_id[:12]}... (128 characters) came "
-                            f"back, and its {time} side-chain could not be started: its "
-                            f"name is no valid session id ({str(error)[:160]})",
+                            f"back, and its {time} side-chain could not be started: "
+                            f"its name is no valid session id ({str(error)[:160]})",
                             pytrace=False)
             side.close()
-            names.append(pointers_in(sessions / "quest-1.jsonl")[-1].get("sidechain"))
+            names.append(side.id)
             log.append({"role": "tool", "tool_call_id": call_id, "content": "ok"})
     assert len(set(names)) == 2, (
         f"the call id came back, and its two side-chains should have two names; they "
@@ -421,6 +422,40 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
             "the parent's writer had stopped, so start_sidechain could write no "
             f"pointer and was refused, yet it left {left} in quest-1.sidechains/: a "
             "name no pointer leads to, claimed for a helper that never runs")
+        names = sorted(path.name[:-len(".meta.json")]
+                       for path in side_folder.glob("*.meta.json"))
+        for name in names:
+            try:
+                with lesson.SessionLog(side_folder, name) as other:
+                    other.open_for_append()
+            except lesson.SessionBusy as error:
+                pytest.fail(f"start_sidechain failed writing the pointer, and the "
+                            f"side-chain {name} it claimed is still locked: {error}",
+                            pytrace=False)
+
+
+@pytest.mark.task("10.2")
+def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessions,
+                                                                   monkeypatch):
+    """The disk is full just as the pointer is written to the parent's log: start_
+    sidechain raises the OSError, no helper will write the side-chain it claimed, and
+    that side-chain's lock is not kept."""
+    side_folder = sessions / "quest-1.sidechains"
+    real = os.write
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        parent = os.fstat(log._fd).st_ino
+
+        def write(fd, data):
+            if os.fstat(fd).st_ino == parent:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", write)
+        with raises(OSError, "the disk was full as the pointer was written, yet "
+                    "start_sidechain returned"):
+            log.start_sidechain(CALL_ID)
+        monkeypatch.undo()
         names = sorted(path.name[:-len(".meta.json")]
                        for path in side_folder.glob("*.meta.json"))
         for name in names:
