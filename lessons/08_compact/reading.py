@@ -151,8 +151,6 @@ class LogState:
         is no compaction.
         """
         # TODO(08.1): Read the latest compaction from the log.
-        # Your design: the whole function is yours to shape; the tests check only what
-        # it does.
         # Hints: `sessionlab hint --task 08.1`; the docs page of lesson 08_compact.
         raise NotImplementedError(
             "task 08.1 is not written yet: Read the latest compaction from the log"
