@@ -43,11 +43,11 @@ def test_each_fenced_region_becomes_a_todo_and_a_raise_at_its_indentation():
         '    """Docstring stays."""',
         "    kept = 1",
         "    # TODO(03.1): Copy the history.",
-        "    # Hints: `sessionlab hint --task 03.1`; the docs page of lesson 03_fork.",
+        "    # What it asks: `sessionlab task 03.1`. Hints: `sessionlab hint --task 03.1`.",
         '    raise NotImplementedError("task 03.1 is not written yet: Copy the history")',
         "    if copied:",
         '        # TODO(03.2): Write the "meta" file.',
-        "        # Hints: `sessionlab hint --task 03.2`; the docs page of lesson 03_fork.",
+        "        # What it asks: `sessionlab task 03.2`. Hints: `sessionlab hint --task 03.2`.",
         # 89 columns on one line: the message goes on lines of its own.
         "        raise NotImplementedError(",
         '            "task 03.2 is not written yet: Write the \\"meta\\" file"',

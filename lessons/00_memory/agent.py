@@ -37,7 +37,7 @@ class Agent:
         # TODO(00.2): Loop until the model answers in plain text.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 00.2`; the docs page of lesson 00_memory.
+        # What it asks: `sessionlab task 00.2`. Hints: `sessionlab hint --task 00.2`.
         raise NotImplementedError(
             "task 00.2 is not written yet: Loop until the model answers in plain text"
         )

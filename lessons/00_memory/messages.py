@@ -25,7 +25,7 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     what it reads, so a call is never stored as one thing and run as another.
     """
     # TODO(00.1): Read a tool call's arguments and run it, whatever the model sent.
-    # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
+    # What it asks: `sessionlab task 00.1`. Hints: `sessionlab hint --task 00.1`.
     raise NotImplementedError(
         "task 00.1 is not written yet: Read a tool call's arguments and run it, "
         "whatever the model sent"
@@ -43,7 +43,7 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     server sent null; a reply without calls has no "tool_calls".
     """
     # TODO(00.3): Turn the model's reply into a message you can store and send back.
-    # Hints: `sessionlab hint --task 00.3`; the docs page of lesson 00_memory.
+    # What it asks: `sessionlab task 00.3`. Hints: `sessionlab hint --task 00.3`.
     raise NotImplementedError(
         "task 00.3 is not written yet: Turn the model's reply into a message you can "
         "store and send back"

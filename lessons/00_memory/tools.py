@@ -36,7 +36,7 @@ def run_tool(tools: Tools, call: Message) -> str:
     on a model's typo is an agent that cannot finish a quest.
     """
     # TODO(00.1): Read a tool call's arguments and run it, whatever the model sent.
-    # Hints: `sessionlab hint --task 00.1`; the docs page of lesson 00_memory.
+    # What it asks: `sessionlab task 00.1`. Hints: `sessionlab hint --task 00.1`.
     raise NotImplementedError(
         "task 00.1 is not written yet: Read a tool call's arguments and run it, "
         "whatever the model sent"

@@ -69,7 +69,7 @@ class Agent:
         """Add one message to the conversation: to memory and, with a session, to its
         log."""
         # TODO(01.3): Record each message on disk the moment it exists.
-        # Hints: `sessionlab hint --task 01.3`; the docs page of lesson 01_append.
+        # What it asks: `sessionlab task 01.3`. Hints: `sessionlab hint --task 01.3`.
         raise NotImplementedError(
             "task 01.3 is not written yet: Record each message on disk the moment it "
             "exists"

@@ -51,7 +51,7 @@ class SessionLog:
         # TODO(01.2): Append one message as one JSON line, in one write.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 01.2`; the docs page of lesson 01_append.
+        # What it asks: `sessionlab task 01.2`. Hints: `sessionlab hint --task 01.2`.
         raise NotImplementedError(
             "task 01.2 is not written yet: Append one message as one JSON line, in one "
             "write"
@@ -65,7 +65,7 @@ class SessionLog:
         """
         # TODO(01.5): Write a line whole, and stop after a write whose outcome is
         # unknown.
-        # Hints: `sessionlab hint --task 01.5`; the docs page of lesson 01_append.
+        # What it asks: `sessionlab task 01.5`. Hints: `sessionlab hint --task 01.5`.
         raise NotImplementedError(
             "task 01.5 is not written yet: Write a line whole, and stop after a write "
             "whose outcome is unknown"
@@ -90,7 +90,7 @@ class SessionLog:
         no longer take away the name that reaches the file (its bytes are another
         matter, synced where they are written)."""
         # TODO(01.4): Make a new log's name survive a power cut.
-        # Hints: `sessionlab hint --task 01.4`; the docs page of lesson 01_append.
+        # What it asks: `sessionlab task 01.4`. Hints: `sessionlab hint --task 01.4`.
         raise NotImplementedError(
             "task 01.4 is not written yet: Make a new log's name survive a power cut"
         )

@@ -42,7 +42,7 @@ def check_session_id(session_id: str) -> str:
     not a plain name, before any file is touched.
     """
     # TODO(01.1): Refuse a session id that is not a plain file name.
-    # Hints: `sessionlab hint --task 01.1`; the docs page of lesson 01_append.
+    # What it asks: `sessionlab task 01.1`. Hints: `sessionlab hint --task 01.1`.
     raise NotImplementedError(
         "task 01.1 is not written yet: Refuse a session id that is not a plain file "
         "name"

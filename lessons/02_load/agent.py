@@ -42,7 +42,7 @@ class Agent:
     def resume(self) -> list[Message]:
         """The history to start from: the session's log, or nothing without one."""
         # TODO(02.2): Start a new agent from its session's history.
-        # Hints: `sessionlab hint --task 02.2`; the docs page of lesson 02_load.
+        # What it asks: `sessionlab task 02.2`. Hints: `sessionlab hint --task 02.2`.
         raise NotImplementedError(
             "task 02.2 is not written yet: Start a new agent from its session's history"
         )

@@ -121,7 +121,7 @@ class SessionLog:
         # TODO(02.1): Read the log back, one message per line.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 02.1`; the docs page of lesson 02_load.
+        # What it asks: `sessionlab task 02.1`. Hints: `sessionlab hint --task 02.1`.
         raise NotImplementedError(
             "task 02.1 is not written yet: Read the log back, one message per line"
         )

@@ -32,7 +32,7 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
     # TODO(03.1): Copy the history into a new, independent log.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 03.1`; the docs page of lesson 03_fork.
+    # What it asks: `sessionlab task 03.1`. Hints: `sessionlab hint --task 03.1`.
     raise NotImplementedError(
         "task 03.1 is not written yet: Copy the history into a new, independent log"
     )
@@ -47,7 +47,7 @@ def publish_fork(folder: Path, source_id: str, new_id: str, count: int, copy: by
     # TODO(03.2): Publish the fork and its lineage: all or nothing.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 03.2`; the docs page of lesson 03_fork.
+    # What it asks: `sessionlab task 03.2`. Hints: `sessionlab hint --task 03.2`.
     raise NotImplementedError(
         "task 03.2 is not written yet: Publish the fork and its lineage: all or nothing"
     )

@@ -55,7 +55,7 @@ class Agent:
         calling tools after `max_turns` requests.
         """
         # TODO(04.4): Go on after a run that stopped between its tool calls.
-        # Hints: `sessionlab hint --task 04.4`; the docs page of lesson 04_repair.
+        # What it asks: `sessionlab task 04.4`. Hints: `sessionlab hint --task 04.4`.
         raise NotImplementedError(
             "task 04.4 is not written yet: Go on after a run that stopped between its "
             "tool calls"
@@ -84,7 +84,7 @@ class Agent:
         """Leave the conversation one a model accepts, after a run of this agent that
         stopped half-way (task 04.4)."""
         # TODO(04.4): Go on after a run that stopped between its tool calls.
-        # Hints: `sessionlab hint --task 04.4`; the docs page of lesson 04_repair.
+        # What it asks: `sessionlab task 04.4`. Hints: `sessionlab hint --task 04.4`.
         raise NotImplementedError(
             "task 04.4 is not written yet: Go on after a run that stopped between its "
             "tool calls"

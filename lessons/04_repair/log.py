@@ -130,7 +130,8 @@ class SessionLog:
             if is_new:
                 self._sync_folder()
             # TODO(04.3): Repair the tail once, when the writer takes the log over.
-            # Hints: `sessionlab hint --task 04.3`; the docs page of lesson 04_repair.
+            # What it asks: `sessionlab task 04.3`. Hints: `sessionlab hint --task
+            # 04.3`.
             raise NotImplementedError(
                 "task 04.3 is not written yet: Repair the tail once, when the writer "
                 "takes the log over"
@@ -146,7 +147,7 @@ class SessionLog:
         at all are yours to choose (task 04.3). Change them freely.
         """
         # TODO(04.3): Repair the tail once, when the writer takes the log over.
-        # Hints: `sessionlab hint --task 04.3`; the docs page of lesson 04_repair.
+        # What it asks: `sessionlab task 04.3`. Hints: `sessionlab hint --task 04.3`.
         raise NotImplementedError(
             "task 04.3 is not written yet: Repair the tail once, when the writer takes "
             "the log over"

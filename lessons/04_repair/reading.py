@@ -109,7 +109,7 @@ def parse_log(data: bytes, path: Path) -> LogState:
     is which). It only reads.
     """
     # TODO(04.1): Read a log strictly, but forgive a torn tail.
-    # Hints: `sessionlab hint --task 04.1`; the docs page of lesson 04_repair.
+    # What it asks: `sessionlab task 04.1`. Hints: `sessionlab hint --task 04.1`.
     raise NotImplementedError(
         "task 04.1 is not written yet: Read a log strictly, but forgive a torn tail"
     )
@@ -121,7 +121,7 @@ def unanswered_calls(messages: list[Message]) -> list[Message]:
     # TODO(04.2): Find the tool calls that never got a result.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 04.2`; the docs page of lesson 04_repair.
+    # What it asks: `sessionlab task 04.2`. Hints: `sessionlab hint --task 04.2`.
     raise NotImplementedError(
         "task 04.2 is not written yet: Find the tool calls that never got a result"
     )

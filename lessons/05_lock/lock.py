@@ -64,7 +64,7 @@ class SessionLock:
         # TODO(05.1): Take the session's lock, or say who holds it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 05.1`; the docs page of lesson 05_lock.
+        # What it asks: `sessionlab task 05.1`. Hints: `sessionlab hint --task 05.1`.
         raise NotImplementedError(
             "task 05.1 is not written yet: Take the session's lock, or say who holds it"
         )
@@ -74,7 +74,7 @@ class SessionLock:
         # TODO(05.2): Let go of the lock and of its file.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 05.2`; the docs page of lesson 05_lock.
+        # What it asks: `sessionlab task 05.2`. Hints: `sessionlab hint --task 05.2`.
         raise NotImplementedError(
             "task 05.2 is not written yet: Let go of the lock and of its file"
         )

@@ -44,7 +44,7 @@ class SessionBlobs:
         """The message as its line stores it: a large content becomes a blob reference.
         """
         # TODO(06.2): Replace large content with a reference in the line.
-        # Hints: `sessionlab hint --task 06.2`; the docs page of lesson 06_blobs.
+        # What it asks: `sessionlab task 06.2`. Hints: `sessionlab hint --task 06.2`.
         raise NotImplementedError(
             "task 06.2 is not written yet: Replace large content with a reference in "
             "the line"
@@ -61,7 +61,7 @@ class SessionBlobs:
         # it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 06.1`; the docs page of lesson 06_blobs.
+        # What it asks: `sessionlab task 06.1`. Hints: `sessionlab hint --task 06.1`.
         raise NotImplementedError(
             "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "
             "before anything points to it"
@@ -74,7 +74,7 @@ class SessionBlobs:
         """
         # TODO(06.3): Put the content back on load, trusting no blob without checking
         # its hash.
-        # Hints: `sessionlab hint --task 06.3`; the docs page of lesson 06_blobs.
+        # What it asks: `sessionlab task 06.3`. Hints: `sessionlab hint --task 06.3`.
         raise NotImplementedError(
             "task 06.3 is not written yet: Put the content back on load, trusting no "
             "blob without checking its hash"

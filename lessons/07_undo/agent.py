@@ -105,7 +105,7 @@ class Agent(AgentUndo):
         user has seen.
         """
         # TODO(07.2): Keep new messages pending until something acts on them.
-        # Hints: `sessionlab hint --task 07.2`; the docs page of lesson 07_undo.
+        # What it asks: `sessionlab task 07.2`. Hints: `sessionlab hint --task 07.2`.
         raise NotImplementedError(
             "task 07.2 is not written yet: Keep new messages pending until something "
             "acts on them"
@@ -114,7 +114,7 @@ class Agent(AgentUndo):
     def flush(self) -> None:
         """Write the pending messages to the log, oldest first."""
         # TODO(07.2): Keep new messages pending until something acts on them.
-        # Hints: `sessionlab hint --task 07.2`; the docs page of lesson 07_undo.
+        # What it asks: `sessionlab task 07.2`. Hints: `sessionlab hint --task 07.2`.
         raise NotImplementedError(
             "task 07.2 is not written yet: Keep new messages pending until something "
             "acts on them"

@@ -96,7 +96,7 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     # TODO(07.5): Fork by what the session shows.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 07.5`; the docs page of lesson 07_undo.
+    # What it asks: `sessionlab task 07.5`. Hints: `sessionlab hint --task 07.5`.
     raise NotImplementedError(
         "task 07.5 is not written yet: Fork by what the session shows"
     )

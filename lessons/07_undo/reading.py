@@ -102,7 +102,7 @@ class LogState:
         indices to leave out.
         """
         # TODO(07.1): Replay the log without the undone messages.
-        # Hints: `sessionlab hint --task 07.1`; the docs page of lesson 07_undo.
+        # What it asks: `sessionlab task 07.1`. Hints: `sessionlab hint --task 07.1`.
         raise NotImplementedError(
             "task 07.1 is not written yet: Replay the log without the undone messages"
         )

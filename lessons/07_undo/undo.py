@@ -28,7 +28,7 @@ class SessionUndo:
         appended to, and the marker tells every later reader to leave them out.
         """
         # TODO(07.4): Record written messages as undone with a marker line.
-        # Hints: `sessionlab hint --task 07.4`; the docs page of lesson 07_undo.
+        # What it asks: `sessionlab task 07.4`. Hints: `sessionlab hint --task 07.4`.
         raise NotImplementedError(
             "task 07.4 is not written yet: Record written messages as undone with a "
             "marker line"
@@ -48,7 +48,7 @@ class AgentUndo:
         # TODO(07.3): Find the last n turns and take them back, whole.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 07.3`; the docs page of lesson 07_undo.
+        # What it asks: `sessionlab task 07.3`. Hints: `sessionlab hint --task 07.3`.
         raise NotImplementedError(
             "task 07.3 is not written yet: Find the last n turns and take them back, "
             "whole"

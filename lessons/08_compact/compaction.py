@@ -49,7 +49,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
     # TODO(08.5): Record the compaction as a marker line.
-    # Hints: `sessionlab hint --task 08.5`; the docs page of lesson 08_compact.
+    # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
     raise NotImplementedError(
         "task 08.5 is not written yet: Record the compaction as a marker line"
     )
@@ -69,7 +69,7 @@ class SessionCompaction:
         changes what is sent.
         """
         # TODO(08.5): Record the compaction as a marker line.
-        # Hints: `sessionlab hint --task 08.5`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
         raise NotImplementedError(
             "task 08.5 is not written yet: Record the compaction as a marker line"
         )
@@ -131,7 +131,7 @@ def check_summary(reply: Message) -> str:
     for a reply with tool calls, with no text, with only thinking, or whose text is a
     tool call written as JSON. `reply` is normalized (normalize_reply)."""
     # TODO(08.7): Check the summary before it is recorded.
-    # Hints: `sessionlab hint --task 08.7`; the docs page of lesson 08_compact.
+    # What it asks: `sessionlab task 08.7`. Hints: `sessionlab hint --task 08.7`.
     raise NotImplementedError(
         "task 08.7 is not written yet: Check the summary before it is recorded"
     )
@@ -165,7 +165,7 @@ class AgentCompaction:
         # TODO(08.2): Build the request as a view.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.2`. Hints: `sessionlab hint --task 08.2`.
         raise NotImplementedError(
             "task 08.2 is not written yet: Build the request as a view"
         )
@@ -181,7 +181,7 @@ class AgentCompaction:
         is over it. ContextOverflow when it cannot be brought within the budget."""
         messages = self.view()
         # TODO(08.3): Keep every request within the budget.
-        # Hints: `sessionlab hint --task 08.3`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.3`. Hints: `sessionlab hint --task 08.3`.
         raise NotImplementedError(
             "task 08.3 is not written yet: Keep every request within the budget"
         )
@@ -196,7 +196,7 @@ class AgentCompaction:
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
         # TODO(08.4): Shrink the request as far as it safely goes.
-        # Hints: `sessionlab hint --task 08.4`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
         raise NotImplementedError(
             "task 08.4 is not written yet: Shrink the request as far as it safely goes"
         )
@@ -216,7 +216,7 @@ class AgentCompaction:
         # TODO(08.2): Build the request as a view.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 08.2`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.2`. Hints: `sessionlab hint --task 08.2`.
         raise NotImplementedError(
             "task 08.2 is not written yet: Build the request as a view"
         )
@@ -261,7 +261,7 @@ class AgentCompaction:
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
         # TODO(08.7): Check the summary before it is recorded.
-        # Hints: `sessionlab hint --task 08.7`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.7`. Hints: `sessionlab hint --task 08.7`.
         raise NotImplementedError(
             "task 08.7 is not written yet: Check the summary before it is recorded"
         )

@@ -151,7 +151,7 @@ class LogState:
         is no compaction.
         """
         # TODO(08.1): Read the latest compaction from the log.
-        # Hints: `sessionlab hint --task 08.1`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
         raise NotImplementedError(
             "task 08.1 is not written yet: Read the latest compaction from the log"
         )

@@ -37,7 +37,7 @@ class SessionUndo:
             # self.shown from the log it opened.
             self._open()
         # TODO(08.6): Refuse an undo that reaches behind the boundary.
-        # Hints: `sessionlab hint --task 08.6`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
         raise NotImplementedError(
             "task 08.6 is not written yet: Refuse an undo that reaches behind the "
             "boundary"
@@ -70,7 +70,7 @@ class AgentUndo:
             )
         cut = starts[len(starts) - turns]
         # TODO(08.6): Refuse an undo that reaches behind the boundary.
-        # Hints: `sessionlab hint --task 08.6`; the docs page of lesson 08_compact.
+        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
         raise NotImplementedError(
             "task 08.6 is not written yet: Refuse an undo that reaches behind the "
             "boundary"

@@ -257,7 +257,7 @@ def discard_claimed(path: Path, fd: int) -> bool:
     and which no file refers to. True if it was removed, False if it stays."""
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
-    # Hints: `sessionlab hint --task 09.5`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.5`. Hints: `sessionlab hint --task 09.5`.
     raise NotImplementedError(
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"
@@ -272,7 +272,7 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
     """
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
-    # Hints: `sessionlab hint --task 09.5`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.5`. Hints: `sessionlab hint --task 09.5`.
     raise NotImplementedError(
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"

@@ -58,7 +58,7 @@ class SessionErase:
         if self.in_doubt:
             self._write(b"")    # WriterStopped: an earlier rewrite did not finish
         # TODO(09.4): Erase a message: rewrite the log, all or nothing.
-        # Hints: `sessionlab hint --task 09.4`; the docs page of lesson 09_privacy.
+        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
         raise NotImplementedError(
             "task 09.4 is not written yet: Erase a message: rewrite the log, all or "
             "nothing"
@@ -99,7 +99,7 @@ class SessionErase:
         writer until the session is opened again.
         """
         # TODO(09.4): Erase a message: rewrite the log, all or nothing.
-        # Hints: `sessionlab hint --task 09.4`; the docs page of lesson 09_privacy.
+        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
         raise NotImplementedError(
             "task 09.4 is not written yet: Erase a message: rewrite the log, all or "
             "nothing"
@@ -128,7 +128,7 @@ class AgentErase:
         """
         # TODO(09.3): A tombstone keeps the erased message's place, and the agent
         # forgets.
-        # Hints: `sessionlab hint --task 09.3`; the docs page of lesson 09_privacy.
+        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
         raise NotImplementedError(
             "task 09.3 is not written yet: A tombstone keeps the erased message's "
             "place, and the agent forgets"
@@ -172,7 +172,7 @@ def tombstone(message: Message) -> Message:
     else a person could have said goes: the content, the arguments, any other key.
     """
     # TODO(09.3): A tombstone keeps the erased message's place, and the agent forgets.
-    # Hints: `sessionlab hint --task 09.3`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
     raise NotImplementedError(
         "task 09.3 is not written yet: A tombstone keeps the erased message's place, "
         "and the agent forgets"

@@ -39,7 +39,7 @@ def session_files(folder: Path, session_id: str) -> list[Path]:
     # TODO(09.1): Delete a session under its lock.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.1`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.1`. Hints: `sessionlab hint --task 09.1`.
     raise NotImplementedError(
         "task 09.1 is not written yet: Delete a session under its lock"
     )
@@ -60,7 +60,7 @@ def anything_of(folder: Path, session_id: str) -> bool:
     # TODO(09.1): Delete a session under its lock.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.1`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.1`. Hints: `sessionlab hint --task 09.1`.
     raise NotImplementedError(
         "task 09.1 is not written yet: Delete a session under its lock"
     )
@@ -81,7 +81,7 @@ def delete_session(folder: str | Path, session_id: str, *,
     # TODO(09.1): Delete a session under its lock.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.1`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.1`. Hints: `sessionlab hint --task 09.1`.
     raise NotImplementedError(
         "task 09.1 is not written yet: Delete a session under its lock"
     )
@@ -101,7 +101,7 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.2`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.2`. Hints: `sessionlab hint --task 09.2`.
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
@@ -113,7 +113,7 @@ def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.2`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.2`. Hints: `sessionlab hint --task 09.2`.
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
@@ -124,7 +124,7 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 09.2`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.2`. Hints: `sessionlab hint --task 09.2`.
     raise NotImplementedError(
         "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
     )
@@ -150,7 +150,7 @@ def collect_blobs(folder: str | Path, *,
         return removed
     # TODO(09.5): Collect the blobs no log refers to, never one a writer has just
     # stored.
-    # Hints: `sessionlab hint --task 09.5`; the docs page of lesson 09_privacy.
+    # What it asks: `sessionlab task 09.5`. Hints: `sessionlab hint --task 09.5`.
     raise NotImplementedError(
         "task 09.5 is not written yet: Collect the blobs no log refers to, never one a "
         "writer has just stored"

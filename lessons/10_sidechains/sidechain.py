@@ -45,7 +45,7 @@ class SessionSidechains:
         base = sidechain_id(call_id)
         # TODO(10.2): Claim the side-chain's name and leave a pointer in the parent's
         # log.
-        # Hints: `sessionlab hint --task 10.2`; the docs page of lesson 10_sidechains.
+        # What it asks: `sessionlab task 10.2`. Hints: `sessionlab hint --task 10.2`.
         raise NotImplementedError(
             "task 10.2 is not written yet: Claim the side-chain's name and leave a "
             "pointer in the parent's log"
@@ -64,7 +64,7 @@ class AgentHelpers:
         the same call as the model sent it.
         """
         # TODO(10.3): Run the helper: the same loop, its own history, its own log.
-        # Hints: `sessionlab hint --task 10.3`; the docs page of lesson 10_sidechains.
+        # What it asks: `sessionlab task 10.3`. Hints: `sessionlab hint --task 10.3`.
         raise NotImplementedError(
             "task 10.3 is not written yet: Run the helper: the same loop, its own "
             "history, its own log"
@@ -73,7 +73,7 @@ class AgentHelpers:
     def ask_helper(self, call_id: str, question: str) -> str:
         """Hand `question`, asked by tool call `call_id`, to a helper; its answer."""
         # TODO(10.3): Run the helper: the same loop, its own history, its own log.
-        # Hints: `sessionlab hint --task 10.3`; the docs page of lesson 10_sidechains.
+        # What it asks: `sessionlab task 10.3`. Hints: `sessionlab hint --task 10.3`.
         raise NotImplementedError(
             "task 10.3 is not written yet: Run the helper: the same loop, its own "
             "history, its own log"
@@ -122,7 +122,7 @@ def sidechain_id(call_id: str) -> str:
     """The name of the side-chain of tool call `call_id`: the call id itself where it
     can be, so that a person can match the two; distinct for distinct calls."""
     # TODO(10.1): Name a side-chain after its tool call.
-    # Hints: `sessionlab hint --task 10.1`; the docs page of lesson 10_sidechains.
+    # What it asks: `sessionlab task 10.1`. Hints: `sessionlab hint --task 10.1`.
     raise NotImplementedError(
         "task 10.1 is not written yet: Name a side-chain after its tool call"
     )
@@ -134,7 +134,7 @@ def sidechains(folder: str | Path, session_id: str) -> list[tuple[str, Path]]:
     # TODO(10.4): Follow the pointers: which side-chains a session's calls started.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # Hints: `sessionlab hint --task 10.4`; the docs page of lesson 10_sidechains.
+    # What it asks: `sessionlab task 10.4`. Hints: `sessionlab hint --task 10.4`.
     raise NotImplementedError(
         "task 10.4 is not written yet: Follow the pointers: which side-chains a "
         "session's calls started"

@@ -104,8 +104,8 @@ def _todo(indent: str, task_id: str, title: str, lesson: Lesson) -> list[str]:
         lines += _comment(indent, "Your design: the whole function is yours to shape; "
                                   "the tests check only what it does.")
     # The same command a failing test advises, so that the two never disagree
-    lines += _comment(indent, f"Hints: `sessionlab hint --task {task_id}`; "
-                              f"the docs page of lesson {lesson.name}.")
+    lines += _comment(indent, f"What it asks: `sessionlab task {task_id}`. Hints: "
+                              f"`sessionlab hint --task {task_id}`.")
     message = f"task {task_id} is not written yet: {title}"
     one_line = f'{indent}raise NotImplementedError("{_quote(message)}")'
     if len(one_line) <= WIDTH:
