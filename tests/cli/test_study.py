@@ -165,3 +165,29 @@ def test_reset_in_a_read_only_lesson_folder_keeps_the_file_and_says_where_the_co
     assert module.read_text().endswith("# my work\n")
     backups = list((root / ".sessionlab" / "backups" / "00_memory").glob("agent-*.py"))
     assert len(backups) == 1 and str(backups[0].relative_to(root)) in first
+
+
+def test_task_shows_what_a_task_asks_and_costs_no_hint(cli, course_copy):
+    """`sessionlab task` is how a student reads a task's contract in a terminal: the
+    description, never a hint, and no hint level counted; a lesson shows every task; the
+    current task is the first failing one; a task that does not exist is refused in words."""
+    root = course_copy({"00_memory": STARTER, "03_fork": STARTER})
+    lesson = registry.lesson("03", root)
+    one = cli("--course", root, "task", "03.2")
+    assert one.status == 0, one.text
+    task = lesson.task("03.2")
+    assert task.title in one.out and " ".join(task.description.split()[:8]) in " ".join(
+        one.out.split()), one.out
+    assert not any(hint.split()[0] in one.out and hint[:40] in one.out
+                   for hint in task.hints), f"a hint was shown: {one.out}"
+    assert not (root / ".sessionlab" / "hints.json").exists(), "reading a task counted a hint"
+
+    every = cli("--course", root, "task", "03")
+    assert all(t.title in every.out for t in lesson.tasks), every.out
+
+    current = cli("--course", root, "task")
+    assert current.status == 0 and "Task 00.1" in current.out, current.out
+
+    for wrong in ("03.9", "42.1", "x"):
+        refused = cli("--course", root, "task", wrong)
+        assert refused.status == 2 and "error:" in refused.text, refused.text
