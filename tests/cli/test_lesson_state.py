@@ -80,33 +80,33 @@ def test_the_state_ignores_tests_that_pass_for_free():
 
 
 def test_list_check_and_watch_call_an_untouched_starter_not_started(cli, course_copy):
-    # Lesson 03's starter passes 2 tests for free (06's passes 1: the static rule above
-    # covers every lesson; one lesson is run here, to keep the kit's tests fast).
-    course = course_copy({"03_fork": STARTER})
+    # Lesson 09's starter passes a test for free (its erase's given first lines take the
+    # lock); the static rule above covers every lesson, one lesson is run here.
+    course = course_copy({"09_privacy": STARTER})
 
     listed = cli("--course", course, "list")
 
     assert listed.status == 0, listed.text
-    row = row_of(listed.out, "03")
+    row = row_of(listed.out, "09")
     assert "not started" in row and "in progress" not in row, row
     assert re.search(r"\s[1-9]\d*/\d+\s*$", row), f"some tests pass for free: {row}"
     assert "[" + "." * 40 + "] 0/1" in listed.out, "the bar: no lesson done, none begun"
 
-    checked = cli("--course", course, "check", "03")
+    checked = cli("--course", course, "check", "09")
     assert "not started: no task is written yet" in checked.out, checked.out
     assert all(line.split()[0] == "todo" for line in checked.out.splitlines()
                if re.match(r"todo|ok|FAIL", line)), checked.out
 
-    watch = Watch(make_ui(), course, "03")
+    watch = Watch(make_ui(), course, "09")
     watch.start()
-    assert watch.results["03_fork"].state == "not started"
+    assert watch.results["09_privacy"].state == "not started"
 
-    # The student writes task 03.1 (here: the reference's code for it): now it has begun.
-    lesson = next(item for item in lessons(course) if item.number == "03")
-    solution = (course / "solutions" / "03_fork" / "forks.py").read_text()
-    mine = starters.make_starter(solution.replace("# BEGIN 03.1", "# BEGUN").replace(
-        "# END 03.1", "# ENDED"), lesson)
-    (course / "lessons" / "03_fork" / "forks.py").write_text(mine)
+    # The student writes task 09.1 (here: the reference's code for it): now it has begun.
+    lesson = next(item for item in lessons(course) if item.number == "09")
+    solution = (course / "solutions" / "09_privacy" / "privacy.py").read_text()
+    mine = starters.make_starter(solution.replace("# BEGIN 09.1", "# BEGUN").replace(
+        "# END 09.1", "# ENDED"), lesson)
+    (course / "lessons" / "09_privacy" / "privacy.py").write_text(mine)
 
     again = cli("--course", course, "list")
-    assert "in progress" in row_of(again.out, "03"), again.out
+    assert "in progress" in row_of(again.out, "09"), again.out
