@@ -451,15 +451,15 @@ class PostgresSessionLog:
         seq = self.end
         rows = [(self.id, seq + k, line, jsonb_body(line))
                 for k, line in enumerate(lines)]
+        # The session's first entry records it in `sessions` in the same statement
+        first = ("WITH made AS (INSERT INTO sessions (id) VALUES (%s) "
+                 "ON CONFLICT (id) DO NOTHING) " if seq == 0 else "")
         try:
-            if seq == 0:
-                connection.execute("INSERT INTO sessions (id) VALUES (%s) "
-                                   "ON CONFLICT (id) DO NOTHING", (self.id,))
             # One statement, however many rows: they land together or not at all
             connection.execute(
-                "INSERT INTO session_entries (session_id, seq, line, body) VALUES "
-                + ", ".join(["(%s, %s, %s, %s::jsonb)"] * len(rows)),
-                [value for row in rows for value in row])
+                first + "INSERT INTO session_entries (session_id, seq, line, body) "
+                "VALUES " + ", ".join(["(%s, %s, %s, %s::jsonb)"] * len(rows)),
+                [self.id] * (seq == 0) + [value for row in rows for value in row])
         except psycopg.errors.UniqueViolation:
             self.stopped = (
                 f"{self.where}: another writer stored entry {seq} first, so this "

@@ -184,7 +184,7 @@ def lock_holder(connection: psycopg.Connection, session_id: str) -> dict[str, An
     """Who holds the session's lock, as the server knows it: {"pid", "host", "since"}
     (the holder's own process, its host, since when), or {} when no one does."""
     # TODO(11.1): One writer at a time: a lock that dies with its connection.
-    # Hints: `sessionlab hint --task 11.1`; the docs page of lesson 11_postgres.
+    # What it asks: `sessionlab task 11.1`. Hints: `sessionlab hint --task 11.1`.
     raise NotImplementedError(
         "task 11.1 is not written yet: One writer at a time: a lock that dies with its "
         "connection"
@@ -296,7 +296,8 @@ class PostgresSessionLog:
                 self._lock()
             state = state_of(self._rows(), self.where)
             # TODO(11.2): Store each entry at its place, and never two at one place.
-            # Hints: `sessionlab hint --task 11.2`; the docs page of lesson 11_postgres.
+            # What it asks: `sessionlab task 11.2`. Hints: `sessionlab hint --task
+            # 11.2`.
             raise NotImplementedError(
                 "task 11.2 is not written yet: Store each entry at its place, and "
                 "never two at one place"
@@ -318,7 +319,7 @@ class PostgresSessionLog:
         whose connection drops, lets go at once, as a flock does when its process dies.
         """
         # TODO(11.1): One writer at a time: a lock that dies with its connection.
-        # Hints: `sessionlab hint --task 11.1`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.1`. Hints: `sessionlab hint --task 11.1`.
         raise NotImplementedError(
             "task 11.1 is not written yet: One writer at a time: a lock that dies with "
             "its connection"
@@ -338,7 +339,7 @@ class PostgresSessionLog:
         # TODO(11.3): Repair what still needs repairing.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
-        # Hints: `sessionlab hint --task 11.3`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.3`. Hints: `sessionlab hint --task 11.3`.
         raise NotImplementedError(
             "task 11.3 is not written yet: Repair what still needs repairing"
         )
@@ -362,7 +363,7 @@ class PostgresSessionLog:
         session_blobs (outline makes the reference and stores it), and the message's
         row, pointing to it."""
         # TODO(11.4): Store a blob once, whoever stored it first.
-        # Hints: `sessionlab hint --task 11.4`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.4`. Hints: `sessionlab hint --task 11.4`.
         raise NotImplementedError(
             "task 11.4 is not written yet: Store a blob once, whoever stored it first"
         )
@@ -436,7 +437,7 @@ class PostgresSessionLog:
         lines = [encode_line(entry).decode("utf-8")[:-1] for entry in entries]
         connection = self._connection()
         # TODO(11.2): Store each entry at its place, and never two at one place.
-        # Hints: `sessionlab hint --task 11.2`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.2`. Hints: `sessionlab hint --task 11.2`.
         raise NotImplementedError(
             "task 11.2 is not written yet: Store each entry at its place, and never "
             "two at one place"
@@ -524,7 +525,7 @@ class PostgresSessionLog:
         """Store `data` in session_blobs under its sha256, once, and return the hash."""
         digest = hashlib.sha256(data).hexdigest()
         # TODO(11.4): Store a blob once, whoever stored it first.
-        # Hints: `sessionlab hint --task 11.4`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.4`. Hints: `sessionlab hint --task 11.4`.
         raise NotImplementedError(
             "task 11.4 is not written yet: Store a blob once, whoever stored it first"
         )
@@ -611,7 +612,7 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
             "SELECT seq, line FROM session_entries WHERE session_id = %s "
             "ORDER BY seq", (source_id,)).fetchall(), where)
         # TODO(11.5): Fork: the whole new session, or no trace of it.
-        # Hints: `sessionlab hint --task 11.5`; the docs page of lesson 11_postgres.
+        # What it asks: `sessionlab task 11.5`. Hints: `sessionlab hint --task 11.5`.
         raise NotImplementedError(
             "task 11.5 is not written yet: Fork: the whole new session, or no trace of "
             "it"

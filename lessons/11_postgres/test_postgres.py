@@ -281,6 +281,33 @@ def test_each_message_is_one_row_at_the_next_place(lesson, database):
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
 
 
+@pytest.mark.task("11.1")
+def test_the_lock_stays_held_while_its_writer_is_idle(lesson, database):
+    """Between its statements a writer runs nothing (it waits for the model, for the
+    next request): its lock must outlive the statement that took it, so a second
+    writer is still refused after the first has run another statement. Nor may the
+    writer wait inside an open transaction: the server ends a connection left idle in
+    one (after the network timeout), and the lock with it."""
+    with lesson.PostgresSessionLog(database, "quest-1",
+                                   network_timeout=QUICK) as first:
+        try_lock(first, "quest-1's lock is free")
+        status = first._connection().info.transaction_status
+        assert status == psycopg.pq.TransactionStatus.IDLE, (
+            "after _lock() returns, the writer's connection should be idle, outside "
+            f"any transaction; it is {status.name}: the server ends a connection left "
+            "idle in a transaction, and every later statement of the writer would wait "
+            "inside it, uncommitted")
+        first.load()    # another statement; then the writer is idle
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=QUICK) as second:
+            with raises(lesson.SessionBusy, "a writer's _lock() returned and the "
+                        "writer has run another statement since: a second writer's "
+                        "_lock() should be refused, yet it took the lock too (a lock "
+                        "that ends with the statement or the transaction that took "
+                        "it holds nothing while its writer is idle)"):
+                try_lock(second, "with timeout 0 the second writer tries once")
+
+
 @pytest.mark.key
 @pytest.mark.task("11.1")
 def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
@@ -794,6 +821,34 @@ def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, datab
 
 
 @pytest.mark.task("11.2")
+def test_a_refused_first_entry_leaves_no_session(lesson, database):
+    """The server refuses a session's first entry (a full disk, played by a trigger):
+    the entry and the session's row in `sessions` land together or not at all, so
+    nothing of the session is left, neither a row nor a session without rows (which a
+    fork onto its id would find taken); the same writer's next append then makes
+    both."""
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        assert log.load() == [], "a new database should hold no session"
+        refuse_rows(database, "NEW.session_id = 'quest-1'")
+        with raises(psycopg.Error, "the server refused the session's first row, so "
+                    "the append should fail with the server's error",
+                    match="made up by the test"):
+            log.append({"role": "user", "content": "Buy a rope."})
+        left, stored = lesson.lineage(database, "quest-1"), len(rows(database))
+        assert left is None and stored == 0, (
+            "the server refused quest-1's first entry: nothing of the session should "
+            f"be stored, yet `sessions` holds {left} and the session {stored} row(s): "
+            "a session without its first entry")
+        drop_refusal(database)
+        log.append({"role": "user", "content": "Buy a torch."})
+    made = lesson.lineage(database, "quest-1")
+    kept = [message["content"] for message in messages_in(rows(database))]
+    assert made and kept == ["Buy a torch."], (
+        "the next append should store the session's row and its first entry; found "
+        f"{made} and {kept}")
+
+
+@pytest.mark.task("11.2")
 def test_opening_a_damaged_session_writes_nothing_and_lets_go(lesson, database):
     """A row changed by hand: opening the session as its writer is refused with
     CorruptRow naming the row, writes nothing (no repair on top of damage) and does
@@ -839,9 +894,10 @@ def test_a_write_of_several_entries_lands_whole_or_not_at_all(lesson, database):
         with raises(psycopg.Error, "the server refused the repair's last row, so "
                     "opening the session should fail", match="made up by the test"):
             log.open_for_append()
-    assert rows(database) == before, (
-        "a write of several rows lands whole or not at all: the server refused the "
-        f"last one, yet {len(rows(database)) - len(before)} row(s) of it were stored")
+    if (stored := len(rows(database)) - len(before)) != 0:
+        pytest.fail("a write of several rows lands whole or not at all: the server "
+                    f"refused the last of the repair's 3 rows, yet {stored} row(s) of "
+                    "it were stored", pytrace=False)
     drop_refusal(database)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         history = log.open_for_append()
@@ -1216,6 +1272,97 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
     assert rows(database, "quest-3") == [] and lineage["parent"] == "quest-2", (
         f"quest-3 should be as it was (no rows, parent quest-2); found "
         f"{len(rows(database, 'quest-3'))} row(s) and lineage {lineage}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_while_another_writer_appends_copies_what_it_read(lesson, database,
+                                                                 monkeypatch):
+    """The source's writer, on another host, appends while a whole fork is under
+    way: after the fork has read the source's rows, before it copies them. The fork
+    holds exactly the messages it read (its forked_at says 2, it shows 2), the source
+    holds the new one too, and the fork is no mixture of the two moments."""
+    said = [{"role": "user", "content": "Where is the cave?"},
+            {"role": "assistant", "content": "North of the mill."}]
+    writer = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    with writer:
+        for message in said:
+            writer.append(message)
+        read_rows = lesson.fork_postgres.__globals__["state_of"]
+        appended = []
+
+        def read_then_the_writer_appends(found, where):
+            state = read_rows(found, where)
+            if not appended:    # once: the fork's read of the source
+                appended.append(True)
+                writer.append({"role": "user", "content": "And past the mill?"})
+            return state
+
+        monkeypatch.setitem(lesson.fork_postgres.__globals__, "state_of",
+                            read_then_the_writer_appends)
+        lesson.fork_postgres(database, "quest-1", "quest-2")
+        monkeypatch.undo()
+    assert appended, "the fork should read the source's rows (the given code does)"
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        forked = fork.load()
+    lineage = lesson.lineage(database, "quest-2")
+    assert forked == said and lineage and lineage["forked_at"] == 2, (
+        "the fork read the source when it showed 2 messages, and copied after the "
+        "source's writer had appended a third: the fork should hold the 2 it read, "
+        f"and say forked_at 2; it shows {[m['content'] for m in forked]} and its "
+        f"row in `sessions` says {lineage}")
+    with lesson.PostgresSessionLog(database, "quest-1") as source:
+        assert len(source.load()) == 3, "the source should keep the message appended"
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_onto_an_id_another_host_is_creating_is_refused(lesson, database):
+    """At the moment of the fork, another host (a writer that takes no lock) is
+    starting session quest-2: its transaction has made quest-2's row in `sessions` and
+    its first entry, and has not committed yet. The fork waits for it, then is refused
+    with SessionExists naming quest-2; quest-2 is the other host's session alone,
+    nothing of the fork in it."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Where is the cave?"})
+        log.append({"role": "assistant", "content": "North of the mill."})
+    line = json.dumps({"role": "user", "content": "Where is the shop?"})
+    outcome = {}
+    with psycopg.connect(database) as other_host:    # a transaction, not committed
+        other_host.execute("INSERT INTO sessions (id) VALUES ('quest-2')")
+        other_host.execute("INSERT INTO session_entries (session_id, seq, line, body) "
+                           "VALUES ('quest-2', 0, %s, %s::jsonb)", (line, line))
+
+        def fork():
+            try:
+                lesson.fork_postgres(database, "quest-1", "quest-2")
+                outcome["error"] = None
+            except Exception as error:  # noqa: BLE001 - the test reports it
+                outcome["error"] = error
+
+        forking = threading.Thread(target=fork)
+        forking.start()
+        # Until the fork waits for the other host's row (or has finished)
+        deadline = time.monotonic() + WAIT
+        while forking.is_alive() and time.monotonic() < deadline and not sql(
+                database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
+                "= 'Lock' AND datname = current_database()"):
+            time.sleep(0.01)
+        other_host.commit()
+        forking.join(HANG)
+    error = outcome.get("error")
+    if isinstance(error, NotImplementedError):
+        raise error
+    assert isinstance(error, lesson.SessionExists) and "quest-2" in str(error), (
+        "another host created quest-2 while the fork was under way: the fork should be "
+        "refused with SessionExists naming quest-2; it "
+        + ("returned as if it had made the fork" if error is None else
+           f"raised {type(error).__name__}: {str(error).strip()}"))
+    lineage = lesson.lineage(database, "quest-2")
+    kept = [(seq, json.loads(stored)["content"])
+            for seq, stored, _ in rows(database, "quest-2")]
+    assert kept == [(0, "Where is the shop?")] and lineage \
+        and lineage["parent"] is None, (
+        "quest-2 should be the other host's session as it made it (one row, no "
+        f"parent); it holds {kept} and its row in `sessions` says {lineage}")
 
 
 @pytest.mark.task("11.5")
