@@ -1149,6 +1149,8 @@ def test_an_agent_without_a_session_records_what_it_is_given(lesson):
     odd = {"role": "user", "content": 5}
     try:
         agent.record(odd)
+    except NotImplementedError:
+        raise       # task 07.2 not written yet: said as such, not as a refusal
     except Exception as error:
         pytest.fail(f"an agent without a session refused {odd!r} "
                     f"({type(error).__name__}: {error}); it has no log whose rules the "

@@ -519,7 +519,7 @@ def task_regions(solution: str, number: str) -> list[TaskRegion]:
     return found
 
 
-PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\(|# Hints: )")
+PLACEHOLDER = re.compile(r"^\s*(raise NotImplementedError\(|# TODO\(|# Hints: |# What it asks: )")
 
 
 @dataclass(frozen=True)
