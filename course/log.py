@@ -405,7 +405,15 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and
             # cut it. Inside the try: a failure writing the lock file lets go of it.
+            #<
+            #> 05-09
             self._lock()
+            #<
+            #> 10+
+            if self._lock_fd is None:   # else held already: a side-chain's (lesson 10)
+                self._lock()
+            #<
+            #> 05+
             if (
                 self._found_no_log
                 and self.path.exists()
@@ -510,6 +518,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
                               self.shown, message_count=self.message_count,
                               settled=True)
+    #<
+        #> 08+
+        # Lesson 08: the boundary its undo checks, from the state already parsed
+        self.known.compaction = None if state.plain else state.compaction()
+        #<
+    #> 07+
         remember(status, self.known)
 
     def _know_from(self, known: KnownLog) -> None:
@@ -520,6 +534,11 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self._identity = (status.st_dev, status.st_ino)
         self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
                               message_count=self.message_count, settled=True)
+    #<
+        #> 08+
+        self.known.compaction = known.compaction
+        #<
+    #> 07+
         remember(status, self.known)
 
     def _repair(self, data: bytes, state: LogState) -> bool:
@@ -662,6 +681,19 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         #> 02-03
         # END 02.1
         #<
+    #> 08+
+
+    def compact(self, summary: str, keep: int) -> int:
+        """SessionCompaction.compact (task 08.5), then what this writer knows of the log
+        kept true: the compaction it has just recorded is the log's latest, so its undo
+        knows where the summary's messages end without reading the log again."""
+        upto = super().compact(summary, keep)
+        shown = self.shown      # a marker is no message: what it shows is unchanged
+        if self.known is not None:
+            boundary = sum(1 for index, _ in shown if index < upto)
+            self.known.compaction = Compaction(summary, boundary)
+        return upto
+    #<
 
     #> 11+
     # --- what real clients need: several messages at once, the last few (lesson 11) ---

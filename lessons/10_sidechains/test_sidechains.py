@@ -438,8 +438,8 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
 def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessions,
                                                                    monkeypatch):
     """The disk is full just as the pointer is written to the parent's log: start_
-    sidechain raises the OSError, no helper will write the side-chain it claimed, and
-    that side-chain's lock is not kept."""
+    sidechain raises the OSError, no helper will write the side-chain it claimed, no log
+    of it is left (nothing points to one), and that side-chain's lock is not kept."""
     side_folder = sessions / "quest-1.sidechains"
     real = os.write
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -456,16 +456,55 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessi
                     "start_sidechain returned"):
             log.start_sidechain(CALL_ID)
         monkeypatch.undo()
+        logs = sorted(path.name for path in side_folder.glob("*.jsonl"))
+        assert logs == [], (
+            f"the pointer could not be written, yet start_sidechain left {logs} in "
+            "quest-1.sidechains/: a side-chain's log that no pointer in the parent's "
+            "log leads to (the helper's words a crash leaves there could not be found "
+            "from the parent)")
         names = sorted(path.name[:-len(".meta.json")]
                        for path in side_folder.glob("*.meta.json"))
         for name in names:
             try:
                 with lesson.SessionLog(side_folder, name) as other:
-                    other.open_for_append()
+                    other.append({"role": "user", "content": "Someone else's words."})
             except lesson.SessionBusy as error:
                 pytest.fail(f"start_sidechain failed writing the pointer, and the "
                             f"side-chain {name} it claimed is still locked: {error}",
                             pytrace=False)
+
+
+@pytest.mark.task("10.2")
+def test_the_side_chain_is_locked_while_its_pointer_is_written(lesson, sessions,
+                                                               monkeypatch):
+    """Another writer tries the side-chain just as the pointer is being written to the
+    parent's log: it is refused (SessionBusy), so that no one but the helper writes
+    there between the claim and the helper's first line."""
+    side_folder = sessions / "quest-1.sidechains"
+    real = os.write
+    tried = []
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        parent = os.fstat(log._fd).st_ino
+
+        def write(fd, data):
+            if os.fstat(fd).st_ino == parent and not tried:
+                try:
+                    with lesson.SessionLog(side_folder, CALL_ID) as other:
+                        other.append({"role": "user", "content": "Someone else's."})
+                    tried.append(None)
+                except lesson.SessionBusy as error:
+                    tried.append(error)
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", write)
+        with start(lesson, log):
+            monkeypatch.undo()
+    assert tried, "start_sidechain wrote no pointer to the parent's log"
+    assert tried[0] is not None, (
+        "as the pointer was written, another writer took the side-chain call_1_0 and "
+        "wrote in it: the side-chain's lock should be held from the claim on, the "
+        "pointer's write included")
 
 
 @pytest.mark.task("10.2")

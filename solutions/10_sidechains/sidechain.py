@@ -70,16 +70,18 @@ class SessionSidechains:
             except SessionExists:
                 continue
             break
-        # Its writer from the claim on: no other process can take the side-chain
+        # Its lock from the claim on: no other process can take the side-chain
         # between the claim and the helper's first line.
         side = type(self)(folder, name, durable=self.durable)
-        side._open()
+        side._lock()
         try:
-            # The pointer before the helper's first line: a crash inside the helper
-            # leaves the call (repaired on resume) and, beside it, where its work is.
+            # The pointer before the side-chain's log exists: a crash inside the helper
+            # leaves the call (repaired on resume) and, beside it, where its work is,
+            # and never a side-chain's log that nothing points to.
             self._write(encode_line({MARKER: "sidechain", "call": call_id,
                                      "session": self.id, "sidechain": name,
                                      "at": now()}))
+            side._open()    # its writer, holding the lock already: the log is created
         except BaseException:
             side.close()    # no helper will write it: its lock goes
             raise

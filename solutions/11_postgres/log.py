@@ -193,7 +193,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and
             # cut it. Inside the try: a failure writing the lock file lets go of it.
-            self._lock()
+            if self._lock_fd is None:   # else held already: a side-chain's (lesson 10)
+                self._lock()
             if (
                 self._found_no_log
                 and self.path.exists()
@@ -253,6 +254,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
                               self.shown, message_count=self.message_count,
                               settled=True)
+        # Lesson 08: the boundary its undo checks, from the state already parsed
+        self.known.compaction = None if state.plain else state.compaction()
         remember(status, self.known)
 
     def _know_from(self, known: KnownLog) -> None:
@@ -263,6 +266,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self._identity = (status.st_dev, status.st_ino)
         self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
                               message_count=self.message_count, settled=True)
+        self.known.compaction = known.compaction
         remember(status, self.known)
 
     def _repair(self, data: bytes, state: LogState) -> bool:
@@ -331,6 +335,17 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         shown = state.shown_once()
         return [self.inline(state.entries[position], state.lines[position])
                 for _, position in shown]
+
+    def compact(self, summary: str, keep: int) -> int:
+        """SessionCompaction.compact (task 08.5), then what this writer knows of the log
+        kept true: the compaction it has just recorded is the log's latest, so its undo
+        knows where the summary's messages end without reading the log again."""
+        upto = super().compact(summary, keep)
+        shown = self.shown      # a marker is no message: what it shows is unchanged
+        if self.known is not None:
+            boundary = sum(1 for index, _ in shown if index < upto)
+            self.known.compaction = Compaction(summary, boundary)
+        return upto
 
     # --- what real clients need: several messages at once, the last few (lesson 11) ---
 

@@ -198,6 +198,10 @@ class KnownLog:
     # Known to end whole, with no tool call left open: a new writer has nothing to
     # repair, so it may start from this instead of reading the log (SessionLog._open)
     settled: bool = False
+    # The latest compaction the log records (lesson 08), None if it records none; true
+    # whenever message_count is worked out. A writer keeps it as it writes (a marker
+    # it writes is the latest), so its undo knows the boundary without reading the log.
+    compaction: Compaction | None = None
 
 
 # (st_dev, st_ino) -> what is known of that file; the most recently used last
