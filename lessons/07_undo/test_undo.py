@@ -979,29 +979,41 @@ def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessio
         "in that order")
 
 
+def two_notes_and_room_for_one(path):
+    """Two pasted notes, and a file size limit that lets the log grow by one of them."""
+    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
+             for n in (1, 2)]
+    return notes, path.stat().st_size + line_length(notes[0]) + 20
+
+
+def flush_cut_short(agent, notes):
+    """Record the notes and flush them while the disk has room for one (the size limit
+    set by with_file_size_limit), then give the disk room again: what the flush raised."""
+    import resource
+    for note in notes:
+        agent.record(note)
+    try:
+        agent.flush()
+        failed = "nothing"
+    except OSError as error:
+        failed = f"OSError: {error}"
+    resource.setrlimit(resource.RLIMIT_FSIZE,
+                       (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    return failed
+
+
 @pytest.mark.task("07.2")
 def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessions):
     """The disk fills up during a flush (a real file size limit), then has room again:
     the next flush leaves each message in the log once, in the order recorded."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
-    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
-             for n in (1, 2)]
-    limit = path.stat().st_size + line_length(notes[0]) + 20    # room for one note
+    notes, limit = two_notes_and_room_for_one(path)
 
     def flush_twice():
-        import resource
         agent, _, log = open_agent(lesson, sessions)
         with log:
-            for note in notes:
-                agent.record(note)
-            try:
-                agent.flush()
-                failed = "nothing"
-            except OSError as error:
-                failed = f"OSError: {error}"
-            resource.setrlimit(resource.RLIMIT_FSIZE,
-                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            failed = flush_cut_short(agent, notes)
             agent.flush()
         return {"failed": failed}
 
@@ -1026,23 +1038,12 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
     whatever part of the flush reached it."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
-    notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
-             for n in (1, 2)]
-    limit = path.stat().st_size + line_length(notes[0]) + 20    # room for one note
+    notes, limit = two_notes_and_room_for_one(path)
 
     def flush_then_undo():
-        import resource
         agent, _, log = open_agent(lesson, sessions)
         with log:
-            for note in notes:
-                agent.record(note)
-            try:
-                agent.flush()
-                failed = "nothing"
-            except OSError as error:
-                failed = f"OSError: {error}"
-            resource.setrlimit(resource.RLIMIT_FSIZE,
-                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            failed = flush_cut_short(agent, notes)
             taken = [m.get("content", "")[:8] for m in agent.undo(turns=2)]
             agent.flush()
             left = [m.get("content") for m in agent.messages]
