@@ -988,7 +988,8 @@ def two_notes_and_room_for_one(path):
 
 def flush_cut_short(agent, notes):
     """Record the notes and flush them while the disk has room for one (the size limit
-    set by with_file_size_limit), then give the disk room again: what the flush raised."""
+    set by with_file_size_limit), then give the disk room again. Returns what the flush
+    raised."""
     import resource
     for note in notes:
         agent.record(note)

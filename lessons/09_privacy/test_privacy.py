@@ -1844,6 +1844,27 @@ def test_collect_never_takes_a_blob_a_writer_points_to_while_it_looks(
     assert messages[0]["content"] == LARGE_SECRET
 
 
+
+def at_first_look(path, monkeypatch, then):
+    """The first time the code under test looks at `path` (stat, lstat or open), `then`
+    runs once, before the look returns: another collection, say, in the middle of this
+    one. Returns a list that holds what `then` returned once it has run."""
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
+    met = []
+
+    def looking(name):
+        def look(target, *args, **kwargs):
+            found = real[name](target, *args, **kwargs)
+            if not met and os.fspath(target) == os.fspath(path):
+                met.append(None)    # first, so that `then`'s own looks pass through
+                met[0] = then()
+            return found
+        return look
+
+    for name in real:
+        monkeypatch.setattr(os, name, looking(name))
+    return met
+
 @pytest.mark.task("09.5")
 def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
     lesson, sessions, blob_writer, monkeypatch
@@ -1858,30 +1879,20 @@ def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
     (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
     path = sessions / "blobs" / blob
     age(path, 2)
-    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
-    met = []
+    def second_collection_then_a_writer():
+        removed = lesson.collect_blobs(sessions)
+        writer = blob_writer("quest-2", LARGE_SECRET)
+        writer.expect("stored")
+        return removed, writer
 
-    def looking(name):
-        def look(target, *args, **kwargs):
-            found = real[name](target, *args, **kwargs)
-            if not met and os.fspath(target) == os.fspath(path):
-                met.append(None)    # once: the second collection looks too
-                met[0] = lesson.collect_blobs(sessions)
-                writer = blob_writer("quest-2", LARGE_SECRET)
-                writer.expect("stored")
-                met.append(writer)
-            return found
-        return look
-
-    for name in real:
-        monkeypatch.setattr(os, name, looking(name))
+    met = at_first_look(path, monkeypatch, second_collection_then_a_writer)
     removed = lesson.collect_blobs(sessions)
     monkeypatch.undo()
     assert met, "the test's own set-up: collect_blobs() never looked at the blob"
-    assert met[0] == [blob], (
+    second, writer = met[0]
+    assert second == [blob], (
         "the test's own set-up: the second collection should have removed the old "
-        f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
-    writer = met[1]
+        f"blob nobody referred to, it returned {[name[:12] for name in second]}")
     assert removed == [], (
         "the first collection removed no blob (the second removed the old one, and the "
         "writer's stays), yet it returned "
@@ -1912,20 +1923,7 @@ def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_noth
         blob = other.store_blob(b"nobody's " * 2000)
     path = sessions / "blobs" / blob
     age(path, 2)
-    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
-    met = []
-
-    def looking(name):
-        def look(target, *args, **kwargs):
-            found = real[name](target, *args, **kwargs)
-            if not met and os.fspath(target) == os.fspath(path):
-                met.append(None)    # once: the second collection looks too
-                met[0] = lesson.collect_blobs(sessions)
-            return found
-        return look
-
-    for name in real:
-        monkeypatch.setattr(os, name, looking(name))
+    met = at_first_look(path, monkeypatch, lambda: lesson.collect_blobs(sessions))
     try:
         removed = lesson.collect_blobs(sessions)
     except OSError as error:
