@@ -390,13 +390,27 @@ def run_mutants(
     timeout: float = MUTANT_TEST_TIMEOUT,
     stop_at_first_failure: bool = True,
     extra: tuple[str, ...] = (),
+    group: int | None = None,
 ) -> tuple[dict[int, list[dict]], str]:
     """Run the lesson's tests on each mutant, (module, its mutated text), the rest of
-    the solution as it is; (index -> that mutant's test results, output tail).
+    the solution as it is; (index -> that mutant's test results, output tail). With
+    `group`, one pytest run for each `group` mutants: every test on every mutant of a
+    lesson whose tests need a server takes minutes, and one run must stay well inside
+    the time that stops a hang.
 
     Results of a mutant whose process died (a crash, an overall timeout) are missing:
     the caller may run those alone.
     """
+    if group and len(sources) > group:
+        merged: dict[int, list[dict]] = {}
+        outputs = []
+        for start in range(0, len(sources), group):
+            found, output = run_mutants(root, lesson, sources[start:start + group],
+                                        timeout=timeout, extra=extra,
+                                        stop_at_first_failure=stop_at_first_failure)
+            merged.update({start + i: entries for i, entries in found.items()})
+            outputs.append(output)
+        return merged, "\n".join(outputs)[-3000:]
     from .maintainers import run_pytest
 
     results: dict[int, list[dict]] = {i: [] for i in range(len(sources))}

@@ -241,6 +241,12 @@ def next_hint_advice(task: course.Task, level: int, *, key: str | None = None) -
     return f"{command} shows hint {level}."
 
 
+def task_heading(task: course.Task) -> Text:
+    """`Task 03.1 · its title   in where it is written`: how hint and task name a task."""
+    return Text.assemble(("Task ", "bold"), (task.id, "bold"), " · ", (task.title, "bold cyan"),
+                         (f"   in {task.where}" if task.where else "", "dim"))
+
+
 def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int | None = None,
               *, key: str | None = None) -> Group:
     """The task and its hints up to `level` (default: one more than last time); `key` is
@@ -253,8 +259,7 @@ def show_hint(ui: Ui, root: Path, lesson: Lesson, task: course.Task, level: int 
     level = max(1, min(level, total)) if total else 0
     seen[task.id] = max(seen.get(task.id, 0), level)
     save_state(root, HINTS_FILE, state)
-    parts: list = [Text.assemble(("Task ", "bold"), (task.id, "bold"), " · ", (task.title, "bold cyan"),
-                                 (f"   in {task.where}" if task.where else "", "dim"))]
+    parts: list = [task_heading(task)]
     if task.description:
         parts.append(Text(task.description))
     if not total:

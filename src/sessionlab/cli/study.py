@@ -22,7 +22,7 @@ from rich.text import Text
 from .. import course, starters
 from ..course import Lesson
 from .progress import (add_run_options, pick_lesson, print_diffs, reference_texts,
-                       run_lessons, runner_for, show_hint)
+                       run_lessons, runner_for, show_hint, task_heading)
 from . import files
 from .runner import Runner, state_dir
 from .ui import Ui
@@ -52,11 +52,24 @@ def refusing(command):
 # --- task ------------------------------------------------------------------------------------
 
 
+def first_failing(ref: str | None, args: argparse.Namespace, ui: Ui,
+                  root: Path) -> tuple[Lesson, course.Task | None]:
+    """The first failing task of lesson `ref` (the current lesson without it), run as
+    task and hint run it; None when the lesson passes. A lesson whose tests could not be
+    judged is refused."""
+    lesson, results = pick_lesson(ref, root, ui, runner_for(args, root), fresh=args.fresh)
+    result = results[lesson.name]
+    task_id = result.first_failing_task(lesson)
+    if task_id is None and not result.passed:
+        raise Refused(f"lesson {lesson.number} could not be judged: {result.error}",
+                      f"run `pytest lessons/{lesson.name}` to see why", status=1)
+    return lesson, lesson.task(task_id) if task_id else None
+
+
 def show_task(task: course.Task) -> Text:
     """A task's contract: its title, where it is written, what must hold. No hint: those are
     counted, and reading what to do must not cost one."""
-    text = Text.assemble(("Task ", "bold"), (task.id, "bold"), " · ", (task.title, "bold cyan"),
-                         (f"   in {task.where}" if task.where else "", "dim"), "\n")
+    text = task_heading(task) + "\n"
     text.append(task.description.strip() + "\n" if task.description else
                 "(no description: the lesson's page explains it)\n")
     total = len(task.hints)
@@ -76,14 +89,13 @@ def cmd_task(args: argparse.Namespace, ui: Ui, root: Path) -> int:
     elif ref:
         tasks = list(course.lesson(ref, root).tasks)
     else:
-        lesson, results = pick_lesson(None, root, ui, runner_for(args, root), fresh=args.fresh)
-        task_id = results[lesson.name].first_failing_task(lesson)
-        if task_id is None:
+        lesson, task = first_failing(None, args, ui, root)
+        if task is None:
             ui.out.print(Text(f"Lesson {lesson.number} has no failing task. "
                               f"`sessionlab task {lesson.number}` shows what each task asks.",
                               style="green"))
             return 0
-        tasks = [lesson.task(task_id)]
+        tasks = [task]
     for number, task in enumerate(tasks):
         if number:
             ui.out.print()
@@ -114,19 +126,12 @@ def cmd_hint(args: argparse.Namespace, ui: Ui, root: Path) -> int:
         lesson = course.lesson(args.task.split(".")[0], root)
         task = lesson.task(args.task)
     else:
-        lesson, results = pick_lesson(args.lesson, root, ui, runner_for(args, root), fresh=args.fresh)
-        result = results[lesson.name]
-        task_id = result.first_failing_task(lesson)
-        if task_id is None:
-            if result.passed:
-                ui.out.print(Text(f"Lesson {lesson.number} passes: no hint needed. "
-                                  f"`sessionlab hint --task {lesson.number}.1` shows a task's hints anyway.",
-                                  style="green"))
-                return 0
-            ui.error(f"lesson {lesson.number} could not be judged: {result.error}",
-                     f"run `pytest lessons/{lesson.name}` to see why")
-            return 1
-        task = lesson.task(task_id)
+        lesson, task = first_failing(args.lesson, args, ui, root)
+        if task is None:
+            ui.out.print(Text(f"Lesson {lesson.number} passes: no hint needed. "
+                              f"`sessionlab hint --task {lesson.number}.1` shows a task's hints anyway.",
+                              style="green"))
+            return 0
     check_level(args.level, task)
     ui.out.print(show_hint(ui, root, lesson, task, args.level))
     return 0
