@@ -46,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run lesson tests against this agent.py (maintainers: later solutions on "
                          "earlier tests); several paths joined by ':' run every test once per path, "
                          "with test ids [impl00], [impl01] ...")
+    group.addoption("--task", action="append", default=[], metavar="NN.K", dest="only_tasks",
+                    help="run only the tests of this task (repeat for several): "
+                         "`pytest lessons/06_blobs --task 06.1`")
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
     group.addoption("--sessionlab-stop-after-failure", action="store_true",
@@ -152,6 +155,27 @@ def pytest_collection_modifyitems(config: pytest.Config,
     # own.
     hangs.install(config, items,
                   lambda item: lesson_folder_of(Path(str(item.path))) is not None)
+    if wanted := config.getoption("only_tasks"):
+        _keep_tasks(config, items, wanted)
+
+
+def _keep_tasks(config: pytest.Config, items: list[pytest.Item],
+                wanted: list[str]) -> None:
+    """--task NN.K: the tests marked with one of the tasks named, the others deselected
+    (a task no test is marked with is refused, rather than running nothing in silence)."""
+    marked = {task for item in items for task in _tasks(item)}
+    unknown = [task for task in wanted if task not in marked]
+    if unknown:
+        known = ", ".join(sorted(marked)) or "none"
+        raise pytest.UsageError(
+            f"--task {', '.join(unknown)}: no test collected here checks "
+            f"{'that task' if len(unknown) == 1 else 'those tasks'} (tasks here: {known})")
+    keep, dropped = [], []
+    for item in items:
+        (keep if set(_tasks(item)) & set(wanted) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def _implementation(item: pytest.Item) -> str:
@@ -247,6 +271,8 @@ def _plain_message(excinfo: pytest.ExceptionInfo) -> str:
 def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo,
            lesson: course.Lesson) -> None:
     tasks = [t for t in _tasks(item) if t.startswith(lesson.number + ".")] or _tasks(item)
+    order = {task.id: i for i, task in enumerate(lesson.tasks)}
+    tasks.sort(key=lambda t: order.get(t, len(order)))     # in the lesson's order
     where = f"lesson {lesson.name}"
     if len(tasks) == 1:
         try:
@@ -273,11 +299,54 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
                                f"{missing} too, which is not written yet. Write task "
                                f"{missing} and run the tests again.{more}\n{advice}")
             return
+        if _said_before(item, missing):
+            # The first run of a starter fails every test this way: one line each after
+            # the first, so that the run's output stays readable.
+            report.longrepr = (f"{_student_frame(excinfo, lesson)}: task {missing} is not "
+                               f"written yet (as above).")
+            return
+        part = (f"task {missing}, which is not written yet" if len(tasks) > 1
+                else "that part of the lesson's code")
         report.longrepr = (f"{_student_frame(excinfo, lesson)}: {excinfo.value}\n"
-                           f"This test checks {where}. Write that part of the lesson's code "
-                           f"and run the tests again.\n{advice}")
+                           f"This test checks {where}. Write {part}, and run the tests "
+                           f"again.\n{advice}")
         return
+    if worded := _worded_failure(excinfo, item):
+        # The test said what went wrong in words: those words, not its source, come first.
+        report.longrepr = worded
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
+
+
+def _said_before(item: pytest.Item, key: str) -> bool:
+    """Whether a failure with this key was already reported in full in this run."""
+    said = item.config.stash.setdefault(SAID_KEY, set())
+    if key in said:
+        return True
+    said.add(key)
+    return False
+
+
+SAID_KEY = pytest.StashKey[set]()
+
+
+def _worded_failure(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> str | None:
+    """A test's own failure that carries its message (pytest.fail, or an assert with a
+    message), as the test's line and the message alone: pytest would print the test's
+    source first, some forty lines above the words. None for anything else (a bare assert,
+    whose introspection is all it says, or an error out of the lesson's code, whose
+    traceback is the student's)."""
+    raised_in, at = _raised_in(excinfo, item)
+    if raised_in != "test":
+        return None
+    if excinfo.errisinstance(pytest.fail.Exception):
+        message = excinfo.value.msg
+    elif excinfo.errisinstance(AssertionError):
+        message = str(excinfo.value).split("\nassert ")[0].strip()
+        if not message or message.startswith("assert "):
+            return None
+    else:
+        return None
+    return f"{at}: {message}"
 
 
 def _unwritten(item: pytest.Item, lesson: course.Lesson) -> list[str]:
@@ -312,15 +381,18 @@ def _advice(lesson: course.Lesson, task_id: str | None, also: list[str] = ()) ->
     page = f"{SITE}/lessons/{lesson.name}/"
     if task_id and task_id.startswith(lesson.number + "."):
         page += f"#task-{task_id.replace('.', '-')}"   # the task's heading on the page
-    hint = f"--task {task_id}" if task_id else lesson.number
     if also:
         asks = (", ".join(f"`sessionlab task {each}`" for each in [task_id or lesson.number, *also])
                 + " (what each asks: this test checks them together).")
+        # Which of them is wrong, this one failure cannot tell; the lesson's hint command
+        # weighs all of its failures to choose.
+        hints = (f"`sessionlab hint {lesson.number}` (for the task this lesson's failures "
+                 "point at; one more each time you run it).")
     else:
         asks = f"`sessionlab task {task_id or lesson.number}` (what it asks)."
-    return (f"Task: {asks}\n"
-            f"Hints: `sessionlab hint {hint}` (one more each time you run it).\n"
-            f"Page: `mkdocs serve`, then {page}")
+        hints = (f"`sessionlab hint {f'--task {task_id}' if task_id else lesson.number}` "
+                 "(one more each time you run it).")
+    return f"Task: {asks}\nHints: {hints}\nPage: `mkdocs serve`, then {page}"
 
 
 def _student_frame(excinfo: pytest.ExceptionInfo, lesson: course.Lesson) -> str:

@@ -1,0 +1,116 @@
+"""How a lesson's failures read in a student's plain `pytest lessons/NN_topic`: the test's
+words first, every task a test checks named in the lesson's order, a task not written yet
+said once in full, and `--task NN.K` to run one task's tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Three failures of a test file's own making, in lesson 02's folder: marked for two tasks
+# (in the reverse of the lesson's order), failed with pytest.fail, and a bare assert.
+WORDS = '''
+import pytest
+
+@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
+def test_two_tasks_with_words():
+    history = ["day one"] * 3
+    assert len(history) == 2, "day two was sent 3 messages of day one, and 2 were expected"
+
+@pytest.mark.task("02.1")
+def test_failed_in_words():
+    pytest.fail("the log lost its last line", pytrace=True)
+
+@pytest.mark.task("02.1")
+def test_a_bare_assert():
+    assert 1 + 1 == 3
+'''
+
+
+@pytest.fixture
+def student(tmp_path: Path) -> Path:
+    """A student's copy of lesson 02: the starter as shipped, and the file above."""
+    for name in ("conftest.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for side in ("lessons", "solutions"):
+        shutil.copytree(ROOT / side / "02_load", tmp_path / side / "02_load",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def pytest_run(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *args], cwd=folder, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PY_COLORS": "0"})
+
+
+def failures(done: subprocess.CompletedProcess) -> dict[str, str]:
+    """Each failure's report, by test name (the short summary left out)."""
+    text = re.split(r"^=+ short test summary info", done.stdout, flags=re.M)[0]
+    parts = re.split(r"^_+ (test_\w+(?:\[.*\])?) _+$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_a_tests_own_words_come_first_and_a_bare_assert_keeps_pytests(student):
+    (student / "lessons/02_load/test_words.py").write_text(WORDS, encoding="utf-8")
+
+    reports = failures(pytest_run(student, "lessons/02_load/test_words.py"))
+
+    both = reports["test_two_tasks_with_words"]
+    first = both.strip().splitlines()[0]
+    assert first == ("test_words.py:8: day two was sent 3 messages of day one, and 2 were "
+                     "expected"), both
+    assert "def test_" not in both and "history = " not in both, (
+        f"the test's source is printed with its words:\n{both}")
+    assert "lesson 02_load, tasks 02.1 and 02.2" in both, (
+        f"the tasks are named in the lesson's order:\n{both}")
+    assert "Hints: `sessionlab hint 02`" in both, (
+        "one failure of a test of two tasks cannot tell whose code is wrong: the hint "
+        f"command that weighs the lesson's failures is named, not the first task's:\n{both}")
+
+    failed = reports["test_failed_in_words"]
+    assert failed.strip().splitlines()[0] == "test_words.py:12: the log lost its last line"
+    assert "pytest.fail(" not in failed, failed
+
+    bare = reports["test_a_bare_assert"]
+    assert "assert (1 + 1) == 3" in bare or "assert 1 + 1 == 3" in bare, (
+        f"a bare assert has only pytest's introspection to say what failed:\n{bare}")
+
+
+def test_a_task_not_written_is_said_in_full_once_then_in_one_line(student):
+    done = pytest_run(student, "lessons/02_load")
+
+    reports = failures(done)
+    assert reports, done.stdout
+    full = [name for name, text in reports.items() if "This test checks" in text]
+    short = [name for name, text in reports.items() if "(as above)" in text]
+    missing = {re.search(r"task (02\.\d) is not written yet", text)[1]
+               for text in reports.values()}
+    assert len(full) == len(missing) and len(full) + len(short) == len(reports), (
+        f"{len(full)} failures said in full for {len(missing)} tasks not written "
+        f"({sorted(missing)}), {len(short)} in one line, of {len(reports)}")
+    for name in short:
+        assert len(reports[name].strip().splitlines()) == 1, reports[name]
+
+
+def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(student):
+    every = pytest_run(student, "--co", "lessons/02_load")
+    one = pytest_run(student, "--co", "lessons/02_load", "--task", "02.2")
+    count = lambda done: len([line for line in done.stdout.splitlines() if "::" in line])
+    assert 0 < count(one) < count(every), (one.stdout, every.stdout)
+    assert "test_day_two_first_request_carries_all_of_day_one" in one.stdout   # 02.1 + 02.2
+    assert "test_loading_never_rewrites_or_truncates_the_log" not in one.stdout  # 02.1 only
+
+    unknown = pytest_run(student, "lessons/02_load", "--task", "02.9")
+    assert unknown.returncode == 4, unknown.stdout + unknown.stderr
+    assert "--task 02.9: no test collected here checks that task (tasks here: 02.1, " \
+        "02.2)" in unknown.stderr, unknown.stderr
