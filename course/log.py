@@ -171,7 +171,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.message_count = 0
         #<
         #> 08+
-        # The latest compaction the last read of the log found (lesson 08)
+        # The log's latest compaction (lesson 08), None if it records none: as this
+        # object last read the log (its history, or the log it opened as the writer),
+        # then kept true by every compaction it records. The one place it is kept:
+        # the agent starts its view from it, and the log's undo checks it.
         self.compacted: Compaction | None = None
         #<
         #> 07+
@@ -520,8 +523,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                               settled=True)
     #<
         #> 08+
-        # Lesson 08: the boundary its undo checks, from the state already parsed
-        self.known.compaction = None if state.plain else state.compaction()
+        # Lesson 08: the latest compaction, from the state already parsed; the process
+        # remembers it with the rest, for a later writer that starts from what is known
+        self.compacted = None if state.plain else state.compaction()
+        self.known.compaction = self.compacted
         #<
     #> 07+
         remember(status, self.known)
@@ -536,7 +541,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                               message_count=self.message_count, settled=True)
     #<
         #> 08+
-        self.known.compaction = known.compaction
+        self.compacted = self.known.compaction = known.compaction
         #<
     #> 07+
         remember(status, self.known)
@@ -667,7 +672,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         ]
         #<
         #> 08+
-        # lesson 08: where requests start (a log with no marker has no compaction)
+        # Lesson 08: where requests start (a log with no marker has no compaction)
         self.compacted = None if state.plain else state.compaction()
         #<
         #> 07+
@@ -684,14 +689,15 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
     #> 08+
 
     def compact(self, summary: str, keep: int) -> int:
-        """SessionCompaction.compact (task 08.5), then what this writer knows of the log
-        kept true: the compaction it has just recorded is the log's latest, so its undo
-        knows where the summary's messages end without reading the log again."""
+        """SessionCompaction.compact (task 08.5), then `compacted` kept true: the
+        compaction just recorded is the log's latest, known without reading the log
+        again (and remembered by the process, with the rest it knows of the log)."""
         upto = super().compact(summary, keep)
-        shown = self.shown      # a marker is no message: what it shows is unchanged
+        # A marker is no message: what the log shows is unchanged
+        boundary = sum(1 for index, _ in self.shown if index < upto)
+        self.compacted = Compaction(summary, boundary)
         if self.known is not None:
-            boundary = sum(1 for index, _ in shown if index < upto)
-            self.known.compaction = Compaction(summary, boundary)
+            self.known.compaction = self.compacted
         return upto
     #<
 

@@ -280,7 +280,6 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
 @pytest.mark.key
 @pytest.mark.task("08.2")
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.4")
 def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
         lesson, sessions):
     """However long the quest, no request passes the budget (system prompt, tools,
@@ -313,7 +312,7 @@ def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
 
 @pytest.mark.key
 @pytest.mark.task("08.2")
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesson):
     """The request after a compaction is the system prompt, the summary (one user
     message) and the messages from the newest user message on; the older ones are left
@@ -341,7 +340,7 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
 
 
 @pytest.mark.key
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_a_tool_exchange_is_never_split_at_the_boundary(lesson):
     """A compaction in the middle of a turn (a long tool result pushed the next call
     over the budget) keeps the whole turn after the boundary: the model is never sent a
@@ -374,7 +373,7 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson):
 
 
 @pytest.mark.task("08.5")
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 @pytest.mark.key
 @pytest.mark.task("08.1")
 @pytest.mark.task("08.2")
@@ -408,7 +407,7 @@ def test_a_resume_after_a_compaction_sends_the_same_request_without_a_second_sum
         agent.run("Go on.")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
         lesson):
     """A second compaction sends the model the first summary and the messages after the
@@ -438,7 +437,6 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
 
 
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.4")
 @pytest.mark.task("08.5")
 def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_nothing(
         lesson, sessions):
@@ -464,6 +462,36 @@ def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_noth
     assert len(markers) == 1 and markers[0]["upto"] == 4, (
         "three turns of two messages, compacted by hand: one marker whose 'upto' is 4, "
         f"the index of day 3's message; found {markers}")
+
+
+@pytest.mark.task("08.3")
+def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson,
+                                                                          sessions):
+    """compact() by hand between turns, after a message was recorded and not yet
+    written (lesson 07's pending buffer): the boundary is that message, in the log as
+    in the agent, so a resume sends the request this agent sends."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    note = {"role": "user", "content": "A note from the mayor: the ledge is steep."}
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        agent.record(note)      # pending: nothing has acted on it yet
+        assert agent.compact() is True, (
+            "two turns and a note recorded after them: compact() should summarise the "
+            "two turns")
+        view = agent.view()
+    markers = compactions_in(path)
+    assert [marker["upto"] for marker in markers] == [4], (
+        "the conversation is days 1 and 2 (messages 0 to 3) and the note (4), which "
+        "was still pending when compact() was called: one marker whose 'upto' is 4, "
+        f"the note's index, was expected; found {markers}")
+    resumed, _, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        assert resumed.view() == view, (
+            "a resume should send the request the compacting agent sent (the summary, "
+            f"then the note); it sends {shape(resumed.view())}, the agent sent "
+            f"{shape(view)}")
 
 
 # --- the marker ---------------------------------------------------------------------
@@ -840,8 +868,9 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         lesson, sessions):
     """The log's own undo (the chat's, another process's, an adapter's), on a log that
     records a compaction, by a process that never read its history: messages from the
-    boundary on are taken back, one the summary stands for is refused, naming the log
-    and the way back, and nothing is written. An undo earlier in the log makes the
+    boundary on are taken back; an undo that reaches one the summary stands for, alone
+    or with later ones, is refused, naming the log and the way back, and nothing is
+    written. An undo earlier in the log makes the
     marker's "upto" (an index) and the boundary (a place) differ."""
     said = conversation(8)
     path = sessions / "quest-1.jsonl"
@@ -850,6 +879,13 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                             {"$marker": "compaction", "summary": "Four turns.",
                              "upto": 6}]))
     with lesson.SessionLog(sessions, "quest-1") as log:
+        before = path.read_bytes()
+        with raises(lesson.UndoError, "the log's own undo of its last three messages "
+                    "(places 3 to 5) went ahead: the last two come after the boundary "
+                    "at place 4, but the first is one the summary stands for",
+                    match="(?i)fork"):
+            log.undo(3)
+        assert path.read_bytes() == before, "a refused undo must not write to the log"
         try:
             log.undo(2)
         except lesson.UndoError as error:
@@ -967,7 +1003,7 @@ def test_a_repair_after_a_compaction_keeps_the_compaction(lesson, sessions):
 @pytest.mark.task("08.3")
 def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesson):
     """request_messages() alone, on an agent whose compact() is the test's own (no
-    later task is needed): a request within the budget is the view, with no summary;
+    other task is needed): a request within the budget is the view, with no summary;
     one over it is compacted and sent if it then fits; when nothing was summarised, or
     the compacted request is still over, ContextOverflow giving the size, the budget
     and what the user can do (undo the turn, or raise the budget), the conversation
@@ -979,7 +1015,7 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
 
     def compacting(boundary):
         """A compact() that summarises everything before `boundary` (None: there is
-        nothing to summarise). Called again, it finds nothing more, as task 08.4's
+        nothing to summarise). Called again, it finds nothing more, as a real one
         does: the turn in progress then begins the view."""
         def compact():
             if boundary is None or agent.compaction is not None:
@@ -1080,7 +1116,6 @@ def test_without_a_budget_every_request_carries_the_whole_history(lesson, sessio
 
 @pytest.mark.key
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.4")
 def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothing(
         lesson, sessions):
     """When even the newest turn alone is over the budget, the agent summarises what
@@ -1313,7 +1348,7 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         "resumed with a model that summarises, the session should compact and go on")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson):
     """When the turn in progress alone leaves no room for a summary, no summary can
     make the request fit: ContextOverflow at once, without a summary request."""
@@ -1349,7 +1384,7 @@ def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions)
         assert log.compact("The elder warned us.", keep=2) == 2
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson):
     """When the turn in progress and an empty summary take exactly the whole budget,
     the room left for a summary is 0: no summary can fit, so none is asked for."""
@@ -1376,7 +1411,7 @@ def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson):
         f"return False, it returned {done!r}")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
     """One token more in the budget than the turn and an empty summary need: the room
     for a summary is 1, a summary of a word could fit, so the model is asked (its
@@ -1401,7 +1436,7 @@ def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
         "none); it was never asked")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
 @pytest.mark.task("08.5")
 def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
                                                           monkeypatch):

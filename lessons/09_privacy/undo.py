@@ -37,10 +37,9 @@ class SessionUndo:
             # self.shown from the log it opened.
             self._open()
         if 0 < count <= len(self.shown):
-            # The log's latest compaction, as the file records it: the writer learnt it
-            # as it opened the log (from what it read, or what this process knew of
-            # the log), and keeps it as it writes (a compaction it records is latest)
-            compaction = self.known.compaction
+            # The log's latest compaction: the writer learnt it as it opened the log,
+            # and keeps it as it writes (see SessionLog.compacted)
+            compaction = self.compacted
             first = len(self.shown) - count     # the place of the first taken back
             if compaction is not None and first < compaction.boundary:
                 raise UndoError(

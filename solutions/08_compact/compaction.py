@@ -198,8 +198,8 @@ class AgentCompaction:
     def request_messages(self) -> list[Message]:
         """The next request's messages, within the budget: compacted first when the view
         is over it. ContextOverflow when it cannot be brought within the budget."""
-        messages = self.view()
         # BEGIN 08.3
+        messages = self.view()
         if self.budget is None or self.request_size(messages) <= self.budget:
             return messages
         compacted = self.compact()
@@ -221,11 +221,11 @@ class AgentCompaction:
         could make the request smaller. BadSummary, changing nothing, when the model
         gave no summary that can be recorded.
         """
+        # BEGIN 08.3
+        from .reading import Compaction
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
-        # BEGIN 08.4
-        from .reading import Compaction
         starts = [i for i, m in enumerate(self.messages)
                   if m.get("role") == "user" and i > start]
         if not starts:
@@ -239,11 +239,11 @@ class AgentCompaction:
             self.session.compact(summary, keep=len(self.messages) - cut)
         self.compaction = Compaction(summary, cut)
         return True
-        # END 08.4
+        # END 08.3
 
     def summary_room(self, cut: int) -> int | None:
         """About how many tokens the budget leaves a summary when the request keeps the
-        messages from `cut` on (None: no budget). At 0 or less no summary fits."""
+        messages from `cut` on (None: no budget)."""
         if self.budget is None:
             return None
         return self.budget - self.compacted_size("", cut)

@@ -85,7 +85,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # true as this writer writes.
         self.shown: list[tuple[int, int]] = []
         self.message_count = 0
-        # The latest compaction the last read of the log found (lesson 08)
+        # The log's latest compaction (lesson 08), None if it records none: as this
+        # object last read the log (its history, or the log it opened as the writer),
+        # then kept true by every compaction it records. The one place it is kept:
+        # the agent starts its view from it, and the log's undo checks it.
         self.compacted: Compaction | None = None
         # What this process knows of the log (see KnownLog): set when this object
         # becomes the writer, kept true by every write.
@@ -245,8 +248,10 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
                               self.shown, message_count=self.message_count,
                               settled=True)
-        # Lesson 08: the boundary its undo checks, from the state already parsed
-        self.known.compaction = None if state.plain else state.compaction()
+        # Lesson 08: the latest compaction, from the state already parsed; the process
+        # remembers it with the rest, for a later writer that starts from what is known
+        self.compacted = None if state.plain else state.compaction()
+        self.known.compaction = self.compacted
         remember(status, self.known)
 
     def _know_from(self, known: KnownLog) -> None:
@@ -257,7 +262,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self._identity = (status.st_dev, status.st_ino)
         self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
                               message_count=self.message_count, settled=True)
-        self.known.compaction = known.compaction
+        self.compacted = self.known.compaction = known.compaction
         remember(status, self.known)
 
     def _repair(self, data: bytes, state: LogState) -> bool:
@@ -318,7 +323,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
 
     def history(self, state: LogState) -> list[Message]:
         """The messages `state` shows, each blob reference replaced by its content."""
-        # lesson 08: where requests start (a log with no marker has no compaction)
+        # Lesson 08: where requests start (a log with no marker has no compaction)
         self.compacted = None if state.plain else state.compaction()
         if state.plain:
             # The usual log: every entry is a message, shown, with its content
@@ -328,14 +333,15 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 for _, position in shown]
 
     def compact(self, summary: str, keep: int) -> int:
-        """SessionCompaction.compact (task 08.5), then what this writer knows of the log
-        kept true: the compaction it has just recorded is the log's latest, so its undo
-        knows where the summary's messages end without reading the log again."""
+        """SessionCompaction.compact (task 08.5), then `compacted` kept true: the
+        compaction just recorded is the log's latest, known without reading the log
+        again (and remembered by the process, with the rest it knows of the log)."""
         upto = super().compact(summary, keep)
-        shown = self.shown      # a marker is no message: what it shows is unchanged
+        # A marker is no message: what the log shows is unchanged
+        boundary = sum(1 for index, _ in self.shown if index < upto)
+        self.compacted = Compaction(summary, boundary)
         if self.known is not None:
-            boundary = sum(1 for index, _ in shown if index < upto)
-            self.known.compaction = Compaction(summary, boundary)
+            self.known.compaction = self.compacted
         return upto
 
     def close(self) -> None:

@@ -211,10 +211,10 @@ class AgentCompaction:
         could make the request smaller. BadSummary, changing nothing, when the model
         gave no summary that can be recorded.
         """
+        from .reading import Compaction
         start = self.compaction.boundary if self.compaction is not None else 0
         # The marker counts the log's messages from its end: write the pending ones.
         self.flush()
-        from .reading import Compaction
         starts = [i for i, m in enumerate(self.messages)
                   if m.get("role") == "user" and i > start]
         if not starts:
@@ -231,7 +231,7 @@ class AgentCompaction:
 
     def summary_room(self, cut: int) -> int | None:
         """About how many tokens the budget leaves a summary when the request keeps the
-        messages from `cut` on (None: no budget). At 0 or less no summary fits."""
+        messages from `cut` on (None: no budget)."""
         if self.budget is None:
             return None
         return self.budget - self.compacted_size("", cut)
