@@ -89,17 +89,16 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
 
 @pytest.mark.task("00.1")
 def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, town):
-    """The error result for arguments that are not JSON quotes them: the stored call
-    will hold "{}" instead (task 00.3), so the result is the only place the model sees
-    the text it got wrong."""
+    """The error result for arguments that are not JSON quotes them, so that the model
+    sees the text it got wrong."""
     result = lesson.run_tool(town, {"id": "call_1", "type": "function",
                                     "function": {"name": "buy",
                                                  "arguments": '{"item": rope}'}})
 
     assert isinstance(result, str) and '{"item": rope}' in result, (
         "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
-        "should quote them, since the stored call will hold '{}' and the model sees "
-        f"its mistake nowhere else; got {result!r}")
+        "should quote them, so that the model sees what it got wrong; got "
+        f"{result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -154,13 +153,28 @@ def test_a_tools_own_value_error_is_not_blamed_on_the_arguments(lesson):
     assert "will not sell a rope" in result, (
         "the error result should carry what the tool's exception says; got "
         f"{result!r}")
-    blamed = [word for word in ("argument", "json") if word in result.lower()]
-    assert not blamed, (
-        "the model sent the arguments '{\"item\": \"rope\"}', which are fine, and "
-        "the tool itself refused with ValueError; the result reads as if the "
-        f"arguments were wrong (it speaks of {' and '.join(blamed)}): {result!r}. The "
-        "model will change arguments that were right, and never learn the shop said "
-        "no")
+    unreadable = run_call(lesson, FewTools(buy=buy), tool_call("buy", "{item: rope"),
+                          "the arguments were '{item: rope', which are not JSON")
+    if blamed_on_the_arguments(result, "the shop will not sell a rope to strangers",
+                               unreadable):
+        pytest.fail(
+            "the model sent the arguments '{\"item\": \"rope\"}', which are fine, "
+            "and the tool itself refused with ValueError; the result reads as the "
+            f"result for unreadable arguments does: {result!r}, where arguments that "
+            f"are not JSON give {unreadable!r}. The model will change arguments that "
+            "were right, and never learn the shop said no", pytrace=False)
+
+
+def blamed_on_the_arguments(result, words, unreadable):
+    """Does `result` put the tool's own `words` in the frame that the result for
+    unreadable arguments uses, a frame that speaks of arguments or JSON? The tool's own
+    words may say anything (even "argument"), and a result may speak of arguments in
+    its own way; only the same frame reads as the same failure."""
+    start = result.find(words)
+    before, after = result[:start], result[start + len(words):]
+    frame = (before + after).lower()
+    return (("argument" in frame or "json" in frame)
+            and unreadable.startswith(before) and unreadable.endswith(after))
 
 
 @pytest.mark.task("00.1")
@@ -195,8 +209,8 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town):
 
     assert_error_result(result, what)
     assert arguments[:40] in result, (
-        "the error result should quote the start of what the model sent (the stored "
-        f"call will hold '{{}}'); it begins {result[:300]!r}")
+        "the error result should quote the start of what the model sent, so that it "
+        f"sees what it got wrong; it begins {result[:300]!r}")
     assert len(result) < 2_000, (
         f"the arguments were {len(arguments):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
@@ -375,6 +389,41 @@ def test_several_tool_calls_in_one_reply_are_each_answered_in_order(
 
 
 @pytest.mark.task("00.2")
+def test_each_call_of_a_reply_runs_once_in_the_order_the_model_sent_them(
+    lesson, model, town
+):
+    """Three calls of two tools in one reply, two of them alike: each runs exactly once
+    (two torches are two purchases), in the model's order, and its result is the one
+    its own call gave."""
+    model.add(use(call("buy", item="torch"), call("talk_to", npc="elder"),
+                  call("buy", item="torch")), say("Done."))
+    ran = []
+
+    def logged(name):
+        def run(**arguments):
+            ran.append((name, arguments))
+            return f"{name} #{len(ran)}"
+        return run
+
+    tools = FewTools(buy=logged("buy"), talk_to=logged("talk_to"))
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+
+    agent.run("Buy a torch, ask the elder, buy another torch.")
+
+    expected = [("buy", {"item": "torch"}), ("talk_to", {"npc": "elder"}),
+                ("buy", {"item": "torch"})]
+    assert ran == expected, (
+        f"the model asked for {expected}, in that order, each once; the tools ran "
+        f"{ran}. A call skipped or run twice buys too little or too much, and calls "
+        "run out of order act on a world the model did not plan for")
+    results = [m.get("content") for m in agent.messages if m.get("role") == "tool"]
+    assert results == ["buy #1", "talk_to #2", "buy #3"], (
+        "each result should be what its own call returned, in the order of the calls "
+        f"(buy #1, talk_to #2, buy #3); the results recorded are {results}")
+
+
+@pytest.mark.task("00.2")
 def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, town):
     """Some servers answer finish_reason 'stop' together with tool calls: the calls
     still run, and the turn goes on."""
@@ -454,7 +503,8 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
     said = str(raised.value)
     assert re.search(r"(?<![\d.])3(?![\d.])", said), (
         "MaxTurnsExceeded should name the limit it reached, 3 model calls here, so "
-        f"that whoever reads it knows what to raise; it says {said!r}")
+        "that whoever reads it knows which setting stopped the turn; it says "
+        f"{said!r}")
 
 
 @pytest.mark.key

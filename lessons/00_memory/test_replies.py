@@ -110,6 +110,42 @@ def whose_mistake(lesson, messages):
             "something else the loop recorded (task 00.2) is refused.")
 
 
+def assert_the_model_reads(lesson, agent, name, arguments, word, expected):
+    """The turn holds one result, an error holding `word` (any case), or the test fails
+    in words that say whose code gave what: run_tool's (task 00.1), when it does not say
+    `word` of the call the model sent, or the loop's (task 00.2), when it does and the
+    model read something else."""
+    results = [m.get("content") for m in agent.messages if m.get("role") == "tool"]
+    if (len(results) == 1 and isinstance(results[0], str)
+            and results[0].startswith("error:") and word.lower() in results[0].lower()):
+        return
+    sent = {"id": "call_sent", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+    try:
+        said = lesson.run_tool(Untouched(name), sent)
+    except Exception as error:
+        said = f"{type(error).__name__} ({error})"
+    if (isinstance(said, str) and said.startswith("error:")
+            and word.lower() in said.lower() and len(results) == 1):
+        whose = (f"Given the call as the model sent it, run_tool says {said!r}, which "
+                 "would have told it; the result the loop recorded (task 00.2) is not "
+                 "that, so the model never learns what it got wrong.")
+    elif len(results) != 1:
+        whose = ("One call should get one result; the loop records them (task 00.2).")
+    else:
+        whose = (f"Given the call as the model sent it, run_tool says {said!r} "
+                 "(task 00.1).")
+    pytest.fail(f"{expected}; the results are {results}. {whose}", pytrace=False)
+
+
+class Untouched:
+    """Tools with one tool, `name`, that changes nothing and says that it ran."""
+
+    def __init__(self, name):
+        self.schemas = []
+        self.functions = {name: lambda **arguments: f"{name} ran with {arguments}"}
+
+
 def calls_of(messages):
     return [call for m in messages for call in m.get("tool_calls") or []]
 
@@ -301,13 +337,12 @@ def test_arguments_holding_nan_are_answered_with_an_error_and_stored_sendable(
         "which every provider takes back; it holds "
         f"{stored}. The stored arguments are what read_arguments (task 00.1) read, as "
         "normalize_reply (task 00.3) stores them")
-    results = [m["content"] for m in agent.messages if m["role"] == "tool"]
     word = arguments.split(": ")[1].rstrip("}")
-    assert len(results) == 1 and results[0].startswith("error:") \
-        and word in results[0], (
-            f"the arguments {arguments!r} could not be used: the one result should be "
-            f"an error that quotes them ({word} included), since the stored call no "
-            f"longer shows them; the results are {results}")
+    assert_the_model_reads(
+        lesson, agent, "buy", arguments, word,
+        f"the arguments {arguments!r} could not be used: the one result should be an "
+        f"error that quotes them ({word} included), so that the model sees what it "
+        "got wrong")
     assert town.inventory == [], (
         f"the arguments {arguments!r} cannot be read, so nothing should be bought; "
         f"the inventory is {town.inventory}")
@@ -332,11 +367,10 @@ def test_arguments_encoded_twice_run_nothing_and_are_stored_sendable(lesson, mod
         f"the arguments {sent!r} are JSON of a string, not of an object: the tool "
         "should not run (read_arguments, task 00.1, refuses them); the inventory is "
         f"{town.inventory}")
-    results = [m["content"] for m in agent.messages if m["role"] == "tool"]
-    assert len(results) == 1 and results[0].startswith("error:") \
-        and "object" in results[0].lower(), (
-            f"the arguments {sent!r} are no object: the one result should be an error "
-            f"telling the model it sent no object; the results are {results}")
+    assert_the_model_reads(
+        lesson, agent, "buy", sent, "object",
+        f"the arguments {sent!r} are no object: the one result should be an error "
+        "telling the model it sent no object (the word 'object')")
     stored = [call["function"]["arguments"] for call in calls_of(agent.messages)]
     assert stored == ["{}"], (
         "arguments read_arguments refuses are stored as '{}' (task 00.3); the stored "

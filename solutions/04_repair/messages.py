@@ -255,7 +255,7 @@ def parse_line(line: bytes) -> Message:
 
 
 def read_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; ValueError, saying what is wrong, if none.
+    """A tool call's arguments as a dict; ValueError if they hold none.
 
     The one judge of arguments: run_tool runs what it reads, and normalize_reply stores
     what it reads, so a call is never stored as one thing and run as another.
@@ -295,9 +295,9 @@ def normalize_reply(reply: Message, history: list[Message]) -> Message:
     `reply` is what ask_model() got, with whatever quirks the server put in it;
     `history` is the conversation so far. Every tool call gets an id no other call in
     the conversation has, and arguments that are a string holding a JSON object ("{}"
-    when the model's could not be read: run_tool tells the model what was wrong). The
-    content is text: the text of its text parts when it came in parts, "" when the
-    server sent null; a reply without calls has no "tool_calls".
+    when the model's could not be read). The content is text: the text of its text
+    parts when it came in parts, "" when the server sent null; a reply without calls
+    has no "tool_calls".
     """
     taken = {call["id"] for message in history
              for call in message.get("tool_calls") or []}
