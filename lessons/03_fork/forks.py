@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .messages import check_session_id, FORMAT_VERSION
-from .messages import parse_line
+from .messages import InvalidMessage, parse_line
 from .files import publish_new, SessionExists, SessionNotFound, write_whole
 
 

@@ -78,6 +78,16 @@ def expect_whole_fork(lesson, sessions, new_id, parent, messages, when):
                     f"log loads {len(loaded)} that differ", pytrace=False)
 
 
+def which(held, source, name="quest-1"):
+    """In words, which of `source`'s messages the list `held` is: how many, and the
+    place of each in `source` (or that it is none of them)."""
+    if not held:
+        return "no message"
+    places = [f"#{source.index(message) + 1}" if message in source
+              else f"one {name} does not hold" for message in held]
+    return f"{len(held)} message(s): {name}'s " + ", ".join(places)
+
+
 def expect_unchanged(folder, before, message):
     """Fail with `message` unless `folder` holds what `snapshot` saw: the words say what
     changed, never pytest's dump of every file's bytes."""
@@ -126,6 +136,7 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
                         for key, value in wrong.items()), pytrace=False)
 
 
+NEWLINE = b"\n"
 M1 = b'{"role": "user", "content": "Ask the elder."}'
 M2 = b'{"role": "assistant", "content": "A torch and a rope."}'
 TORN = b'{"role": "user", "content": "Buy a to'
@@ -170,6 +181,61 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
            else f"raised {type(error).__name__}: {error}"))
 
 
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("where, source", [
+    ("in the middle", M1 + b"\n" + TORN + b"\n" + M2 + b"\n"),
+    ("last, ending in its newline", M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
+])
+@pytest.mark.parametrize("upto", [None, 1])
+def test_a_fork_of_a_damaged_source_is_refused(
+        lesson, sessions, monkeypatch, where, source, upto):
+    """A line of the source that its writer finished (it ends in its newline) is no
+    message: the log is damaged, not torn by a crash. A fork of it, of any length,
+    is refused with InvalidMessage, as load() refuses that log, and hands
+    publish_fork nothing."""
+    (sessions / "quest-1.jsonl").write_bytes(source)
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append(count))
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
+
+    if not isinstance(error, lesson.InvalidMessage) or handed:
+        did = (f"handed publish_fork {handed[0]} message(s)" if handed
+               else "returned" if error is None
+               else f"raised {type(error).__name__}: {error}")
+        pytest.fail(f"quest-1 holds a line that is no message {where} (it ends in its "
+                    f"newline: no crash tore it, the log is damaged); fork(..., "
+                    f"upto={upto}) should be refused with InvalidMessage, handing "
+                    f"publish_fork nothing, as load() refuses that log. It {did}",
+                    pytrace=False)
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto", [1.5, "2"])
+def test_an_upto_that_is_no_whole_number_is_refused(
+        lesson, sessions, monkeypatch, upto):
+    """upto is a number of messages: 1.5 or "2" is refused with TypeError or
+    ValueError, handing publish_fork nothing, rather than rounded or read."""
+    (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append(count))
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
+
+    if not isinstance(error, (TypeError, ValueError)) or handed:
+        did = (f"handed publish_fork {handed[0]!r} message(s)" if handed
+               else "returned" if error is None
+               else f"raised {type(error).__name__}: {error}")
+        pytest.fail(f"fork(..., upto={upto!r}) asks for a number of messages that is "
+                    "no whole number; it should be refused with TypeError or "
+                    f"ValueError, handing publish_fork nothing. It {did}",
+                    pytrace=False)
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.key
 @pytest.mark.task("03.1")
@@ -185,12 +251,15 @@ def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
                         "What about the guard?", town)
 
     sent = model.requests[0]["messages"][:-1]
-    assert sent == day_one, (
-        f"quest-1 holds {len(day_one)} messages; the first request of an agent on its "
-        f"fork carried {len(sent)} before the new question: {sent}")
-    assert agent.messages[:len(day_one)] == day_one, (
-        "the agent on the fork should start from quest-1's history; it holds "
-        f"{agent.messages[:len(day_one)]}")
+    if sent != day_one:
+        pytest.fail(f"quest-1 holds {len(day_one)} messages; the first request of an "
+                    "agent on its fork should carry all of them, in order, before the "
+                    f"new question. It carried {which(sent, day_one)}", pytrace=False)
+    start = agent.messages[:len(day_one)]
+    if start != day_one:
+        pytest.fail(f"the agent on the fork should start from quest-1's {len(day_one)} "
+                    f"messages, in order; its first are {which(start, day_one)}",
+                    pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -201,9 +270,10 @@ def test_a_fork_can_keep_only_the_first_k_messages(lesson, sessions, town, day_o
 
     with lesson.SessionLog(sessions, "ask-again") as log:
         history = log.load()
-    assert history == day_one[:1], (
-        f"upto=1 keeps only the first message; the fork holds {history}"
-    )
+    if history != day_one[:1]:
+        pytest.fail(f"quest-1 holds {len(day_one)} messages; its fork with upto=1 "
+                    "should hold the first one only, #1 (the question to the elder). "
+                    f"It holds {which(history, day_one)}", pytrace=False)
 
 
 @pytest.mark.key
@@ -216,23 +286,25 @@ def test_appending_to_either_session_leaves_the_other_byte_identical(
     lesson.fork(sessions, "quest-1", "what-if")
     original = (sessions / "quest-1.jsonl").read_bytes()
     forked = (sessions / "what-if.jsonl").read_bytes()
-    assert forked == original, (
-        "right after a full fork, the two logs hold the same bytes"
-    )
+    if forked != original:
+        pytest.fail(f"right after a whole fork, the fork's log should hold the "
+                    f"original's {len(original)} bytes, the same ones; it holds "
+                    f"{len(forked)} bytes that differ", pytrace=False)
 
     with lesson.SessionLog(sessions, "what-if") as log:
         log.append({"role": "user", "content": "Only in the fork."})
     now = (sessions / "quest-1.jsonl").read_bytes()
     had, has = original.count(b"\n"), now.count(b"\n")
-    assert now == original, (
-        f"after appending to the fork, the original's log changed (it had {had} lines, "
-        f"now {has}): the two sessions share their bytes")
+    if now != original:
+        pytest.fail(f"after appending to the fork, the original's log changed (it had "
+                    f"{had} lines, now {has}): the two sessions share their bytes, "
+                    "so every turn of either lands in both", pytrace=False)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Only in the original."})
-    assert b"Only in the original" not in (sessions / "what-if.jsonl").read_bytes(), (
-        "after appending to the original, the fork's log holds that message too: the "
-        "two sessions share their bytes")
+    if b"Only in the original" in (sessions / "what-if.jsonl").read_bytes():
+        pytest.fail("after appending to the original, the fork's log holds that "
+                    "message too: the two sessions share their bytes", pytrace=False)
 
 
 @pytest.mark.task("03.2")
@@ -309,12 +381,12 @@ def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
 
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
-def test_a_fork_onto_an_id_a_killed_fork_left_records_its_own_lineage(
+def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
         lesson, sessions, town, day_one):
-    """A fork of another session onto what-if was killed after its meta file got its
-    name, before its log did: what-if is no session. A fork of quest-1 onto what-if
-    then succeeds, and its meta file names quest-1 and the messages it copied, not
-    the lineage the killed fork left."""
+    """what-if holds a meta file naming another parent, and no log: what-if is no
+    session (an id without a log loads as no messages). A fork of quest-1 onto what-if
+    succeeds, and its meta file names quest-1 and the messages it copied, not the
+    lineage that was there."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     left = {"format": 1, "id": "what-if", "parent": "other", "forked_at": 2,
             "created": "2026-01-01T00:00:00+00:00"}
@@ -325,11 +397,11 @@ def test_a_fork_onto_an_id_a_killed_fork_left_records_its_own_lineage(
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
 
     assert error is None, (
-        "what-if held only the meta file of a killed fork of 'other' (no log: no "
-        "session), and a fork of quest-1 onto what-if raised "
-        f"{type(error).__name__}: {error}; a killed fork must not take the id for good")
+        "what-if held only a meta file naming 'other' (no log: no session), and a "
+        f"fork of quest-1 onto what-if raised {type(error).__name__}: {error}; a meta "
+        "file alone must not take the id for good")
     expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
-                      "after a killed fork of 'other' left what-if.meta.json")
+                      "onto what-if, which held only a meta file naming 'other'")
 
 
 @pytest.mark.key
@@ -477,9 +549,10 @@ def test_a_fork_copies_history_not_the_world(lesson, sessions, town, day_one):
     assert town.inventory == ["rope", "torch"], (
         "day 1 bought a rope and the fork a torch: the town owns both, once each; it "
         f"owns {town.inventory}")
-    assert b"bought a torch" not in (sessions / "quest-1.jsonl").read_bytes(), (
-        "the fork's purchase belongs to the fork's log only"
-    )
+    if b"bought a torch" in (sessions / "quest-1.jsonl").read_bytes():
+        pytest.fail("the torch was bought in the fork, yet quest-1's log holds that "
+                    "purchase too: the two session names lead to one file, so every "
+                    "turn of either lands in both", pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -579,6 +652,19 @@ def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, d
                       "failed with the disk full, and run again with room")
 
 
+def holds_the_lineage(fd):
+    """Whether the file open as `fd` holds what-if's lineage: a JSON object naming its
+    parent. The meta file is known by what it holds, whatever its name when synced (a
+    temporary file of any name, or its own)."""
+    with open(f"/proc/self/fd/{fd}", "rb") as file:     # fd itself may be write-only
+        held = file.read()
+    try:
+        lineage = json.loads(held)
+    except ValueError:
+        return False
+    return isinstance(lineage, dict) and lineage.get("parent") == "quest-1"
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.parametrize("where", ["meta file", "folder holding the meta file",
                                    "folder holding the log"])
@@ -596,7 +682,7 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
     def fsync(fd):
         folder = stat.S_ISDIR(os.fstat(fd).st_mode)
         name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-        hit = {"meta file": not folder and "what-if.meta.json" in name,
+        hit = {"meta file": not folder and holds_the_lineage(fd),
                "folder holding the meta file": (folder and meta.exists()
                                                 and not log.exists()),
                "folder holding the log": folder and log.exists()}[where]
@@ -609,8 +695,10 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
     if where != "folder holding the meta file":    # a design may sync the folder once
         assert failed, (
-            f"fork(..., durable=True) returned without syncing the {where}: it must "
-            "be on disk before the fork returns")
+            f"fork(..., durable=True) returned without syncing the {where} (no fsync "
+            + ("of a file holding its lineage" if where == "meta file"
+               else "of the folder once the log was in it")
+            + "): it must be on disk before the fork returns")
     if not failed:
         return
     assert isinstance(error, OSError) and error.errno == errno.EIO, (
@@ -709,15 +797,19 @@ def test_a_fork_keeps_unicode_line_separators_inside_content(lesson, sessions):
     lesson.fork(sessions, "quest-1", "whole")
     lesson.fork(sessions, "quest-1", "first", upto=1)
 
-    assert (sessions / "whole.jsonl").read_bytes() == source, (
-        "a whole fork of a log whose first message holds U+2028, U+2029 and U+0085 "
-        f"(unescaped, inside its line) should hold the source's {len(source)} bytes "
-        "unchanged; it holds "
-        f"{len((sessions / 'whole.jsonl').read_bytes())} bytes that differ")
+    whole = (sessions / "whole.jsonl").read_bytes()
+    if whole != source:
+        pytest.fail("a whole fork of a log whose first message holds U+2028, U+2029 "
+                    "and U+0085 (unescaped, inside its line) should hold the source's "
+                    f"{len(source)} bytes, its 2 lines, unchanged; it holds "
+                    f"{len(whole)} bytes in {whole.count(NEWLINE)} line(s) that differ",
+                    pytrace=False)
     first = (sessions / "first.jsonl").read_bytes()
-    assert first == source.split(b"\n")[0] + b"\n", (
-        "upto=1 should copy the first line, the whole first message; the fork holds "
-        f"{first!r}")
+    expected = source.split(NEWLINE)[0] + NEWLINE
+    if first != expected:
+        pytest.fail("upto=1 should copy the first line, the whole first message "
+                    f"({len(expected)} bytes, 1 line); the fork holds {len(first)} "
+                    f"bytes in {first.count(NEWLINE)} line(s)", pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -727,9 +819,9 @@ def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one):
 
     with lesson.SessionLog(sessions, "fresh") as log:
         history = log.load()
-    assert history == [], (
-        f"upto=0 keeps no message; the fork holds {len(history)}. 0 is a number of "
-        "messages, not 'no limit'")
+    if history != []:
+        pytest.fail(f"upto=0 keeps no message; the fork holds {len(history)}. 0 is a "
+                    "number of messages, not 'no limit'", pytrace=False)
 
 
 @pytest.mark.task("03.1")

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .messages import check_session_id, FORMAT_VERSION
-from .messages import parse_line
+from .messages import InvalidMessage, parse_line
 from .files import publish_new, SessionExists, SessionNotFound, write_whole
 
 
@@ -48,15 +48,31 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         raise SessionNotFound(
             f"cannot fork from {source_id!r}: no session log at {source}"
         ) from None
-    # What a reader takes for messages: a blank line is none, and a last line without
-    # its newline is one only if it is whole (by hand); torn by a killed writer, it is
-    # no message, and copied it would glue the fork's first append to it.
-    lines = [line + b"\n" for line in data.split(b"\n") if line]
-    if lines and not data.endswith(b"\n"):
+    # What a reader takes for messages. A blank line is none. A line its writer ended
+    # with a newline must be one: else the log is damaged, and a copy would be too, so
+    # it is refused as load() refuses it. A last line without its newline is one only
+    # if it is whole: torn by a killed writer, it is no message and stays behind
+    # (copied, it would glue the fork's first append to it).
+    *ended, tail = data.split(b"\n")
+    lines = []
+    for number, line in enumerate(ended, start=1):
+        if line:
+            try:
+                parse_line(line)
+            except ValueError as error:
+                raise InvalidMessage(f"cannot fork {source_id!r}: {source}: line "
+                                     f"{number} is no message ({error})") from None
+            lines.append(line + b"\n")
+    if tail:
         try:
-            parse_line(lines[-1][:-1])
+            parse_line(tail)
         except ValueError:
-            lines.pop()
+            pass    # torn: no message
+        else:
+            lines.append(tail + b"\n")     # whole, its newline never written
+    if not (upto is None or isinstance(upto, int)):
+        raise TypeError(f"cannot fork the first {upto!r} messages of {source_id!r}: "
+                        "a number of messages is a whole number")
     count = len(lines) if upto is None else upto
     if not 0 <= count <= len(lines):
         raise ValueError(
