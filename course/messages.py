@@ -28,12 +28,16 @@ class InvalidMessage(ValueError):
     writes nothing; a line holding one is refused when the log is read."""
 
 
+#<
+#> 02+
 # Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
 # no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
 # added.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+#<
+#> 01+
 def check_session_id(session_id: str) -> str:
     """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 
@@ -42,7 +46,18 @@ def check_session_id(session_id: str) -> str:
     not a plain name, before any file is touched.
     """
     # BEGIN 01.1
+#<
+#> 01
+    # An allow-list: what a plain name is, everything else refused. The whole id must
+    # fit ("$" would also match before a final newline), and [A-Za-z] rather than \w
+    # or isalnum(), which take letters of every script.
+    plain = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+    if not isinstance(session_id, str) or not re.fullmatch(plain, session_id):
+#<
+#> 02+
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+#<
+#> 01+
         shown = (
             repr(session_id)
             if len(str(session_id)) <= 140

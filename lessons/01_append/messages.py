@@ -28,12 +28,6 @@ class InvalidMessage(ValueError):
     writes nothing; a line holding one is refused when the log is read."""
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
-# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
-# added.
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
 def check_session_id(session_id: str) -> str:
     """Return the id unchanged if it is a safe file name, else raise InvalidSessionId.
 

@@ -31,7 +31,6 @@ BAD_IDS = [
     "a\\b",
     "~root",
 ]
-# re's "$" also matches before a final newline; the letters allowed are ASCII ones.
 BAD_IDS += ["quest-1\n", "洞窟へ", "-rf", "_draft"]
 
 
@@ -73,17 +72,29 @@ def plain_write(log, data):
         os.fsync(log._fd)
 
 
+def plain_open(log):
+    """A stand-in for `SessionLog._open` (task 01.4) while it is not written yet: the
+    log opened to append, created if need be. It has none of 01.4's care for durable
+    mode, and no test of 01.4 uses it."""
+    os.makedirs(log.folder, 0o700, exist_ok=True)
+    log._fd = os.open(log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
 @pytest.fixture(autouse=True)
-def until_task_01_5_is_written(request, monkeypatch):
-    """Every append ends in `_write` (task 01.5). So that 01.2 to 01.4 are tested as
-    soon as they are written, a test that checks another task too writes through
-    `plain_write` for as long as `_write` says it is not written; once it is, the
-    student's own `_write` runs. The tests of 01.5 alone never use the stand-in."""
+def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
+    """Every append opens the log with `_open` (task 01.4) and ends in `_write` (task
+    01.5). So that each task is tested as soon as it is written, a test that checks
+    another task too writes through `plain_write` for as long as `_write` says it is
+    not written, and a test that does not check 01.4 opens the log with `plain_open`
+    for as long as `_open` says so; once they are written, the student's own run. The
+    tests of 01.5 alone never use a stand-in."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if tasks <= {"01.5"} or "lesson" not in request.fixturenames:
         return
-    until_written(monkeypatch, request.getfixturevalue("lesson").SessionLog, "_write",
-                  "01.5", plain_write)
+    log_class = request.getfixturevalue("lesson").SessionLog
+    until_written(monkeypatch, log_class, "_write", "01.5", plain_write)
+    if "01.4" not in tasks:
+        until_written(monkeypatch, log_class, "_open", "01.4", plain_open)
 
 
 @pytest.mark.task("01.5")
@@ -220,12 +231,14 @@ def test_a_newline_inside_content_stays_one_line(lesson, sessions):
     assert lines == 2, (
         f"two messages must be exactly two lines, the file has {lines}: {raw!r}"
     )
-    assert (
-        json.loads(raw.split(b"\n")[0])["content"] == "line one\nline two\r\nline three"
-    )
+    first = json.loads(raw.split(b"\n")[0])["content"]
+    assert first == "line one\nline two\r\nline three", (
+        "the first line should give back the message's content as it was given, its "
+        f"newlines included; it gives {first!r}")
 
 
 @pytest.mark.key
+@pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
 def test_a_second_log_object_appends_and_never_truncates(lesson, sessions):
     """Opening the log of an existing session appends to it; a log that started over
@@ -270,13 +283,17 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
 
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
-    """The refusal quotes the id it refused and says what a valid one looks like, so the
-    caller can fix it."""
+    """The refusal quotes the id it refused and says what a valid one looks like (the
+    characters allowed, and 128 at most), so the caller can fix it."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     assert "../x" in str(refused.value), (
         f"the error should quote the id it refused: {refused.value}"
     )
+    assert "128" in str(refused.value), (
+        "the error should say what a valid id looks like, its length limit (128) "
+        "included, so that the caller can fix the id rather than guess; it says: "
+        f"{refused.value}")
 
 
 @pytest.mark.task("01.1")
@@ -285,7 +302,10 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
 def test_plain_session_ids_are_accepted(lesson, good_id):
     """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
     the check refuses paths, not names."""
-    assert lesson.check_session_id(good_id) == good_id
+    returned = lesson.check_session_id(good_id)
+    assert returned == good_id, (
+        f"check_session_id({good_id!r}) should return the id unchanged; it returned "
+        f"{returned!r}, and a caller would name the session's file after that")
 
 
 class FsyncRecorder:
@@ -362,6 +382,7 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
 
 
 @pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
 def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
     """Without durable mode nothing is fsynced: fsync costs milliseconds per line and is
@@ -411,7 +432,10 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
             "WriterStopped and written nothing (task 01.5)")
     finally:
         log.close()
-    assert lines_of(log.path).count(big) == 1
+    copies = lines_of(log.path).count(big)
+    assert copies == 1, (
+        f"the interrupted message should be in the log once, it is there {copies} "
+        "times")
     with lesson.SessionLog(sessions, log.id) as again:
         again.append({"role": "assistant", "content": "then"})
     assert [m["content"] for m in lines_of(log.path)][-1] == "then", (
@@ -447,7 +471,10 @@ def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
     assert outcome == "ok", (
         "write() raised OSError (EFBIG) and wrote nothing, so a retry is safe; the "
         f"next append should have worked, but got: {outcome}")
-    assert [m["content"] for m in lines_of(path)] == ["first", "again"]
+    contents = [m["content"] for m in lines_of(path)]
+    assert contents == ["first", "again"], (
+        "the refused line should have left no trace and the retry be written once: "
+        f"the log holds {contents}")
 
 
 def write_syscalls():
@@ -675,6 +702,99 @@ def test_a_folder_sync_that_fails_leaves_no_descriptor_open(lesson, sessions,
     assert open_descriptors() == before, (
         f"the failed folder sync left {open_descriptors() - before} descriptor(s) "
         "open, where none should stay")
+
+
+@pytest.mark.task("01.4")
+@pytest.mark.parametrize("retry", ["the same writer", "a new writer"])
+def test_a_new_logs_name_whose_sync_failed_is_synced_before_its_first_line(
+    lesson, sessions, monkeypatch, retry
+):
+    """Durable mode: the sync of a new log's name fails (EIO), and append raises. The
+    caller retries, with the same SessionLog or with a new one on the session: the line
+    it is then told is saved must survive a power cut, so the log's name is synced (in
+    the sessions folder) before that append returns."""
+    fail_syncs(monkeypatch, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+    log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    try:
+        log.append({"role": "user", "content": "first"})
+    except OSError:
+        pass
+    except NotImplementedError:
+        raise
+    else:
+        log.close()
+        pytest.fail("the sync of the new log's name failed (EIO), and append returned "
+                    "as if the line were safe: a power cut could take the log, line "
+                    "and all", pytrace=False)
+    monkeypatch.undo()
+    fsync = FsyncRecorder(monkeypatch)
+    if retry == "a new writer":
+        log.close()
+        log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    try:
+        log.append({"role": "user", "content": "first"})
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        pytest.fail(f"the disk works again, yet the retry by {retry} raised "
+                    f"{type(error).__name__}: {error}. Nothing of the line was written "
+                    "when the name's sync failed, so a retry is safe and should work",
+                    pytrace=False)
+    finally:
+        log.close()
+    folder = sessions.stat()
+    synced = (folder.st_dev, folder.st_ino) in fsync.folders
+    assert synced and fsync.kinds.index("folder") < len(fsync.kinds) - 1, (
+        f"the retry by {retry} wrote and synced its line, and returned, but the "
+        "sessions folder was not synced before it (the syncs were, in order: "
+        f"{fsync.kinds}): the earlier sync of the log's name failed, so the name may "
+        "still not be on the disk, and a power cut would take the log with the line "
+        "just acknowledged")
+    contents = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
+    assert contents == ["first"], (
+        f"the message should be in the log once, as the retry wrote it: {contents}")
+
+
+@pytest.mark.task("01.4")
+def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
+    """A log holds what a person said: created under a umask of 000, it is still
+    readable and writable by its owner only (0600)."""
+    old_umask = os.umask(0)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "my secret plan"})
+    finally:
+        os.umask(old_umask)
+    mode = stat.S_IMODE((sessions / "quest-1.jsonl").stat().st_mode)
+    assert mode == 0o600, (
+        f"under a umask of 000 the new log was created with mode {oct(mode)}, where "
+        "0o600 (its owner only) was expected: any user of the machine could read it")
+
+
+@pytest.mark.task("01.4")
+def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_path):
+    """A log name planted as a symbolic link to a file outside the folder is refused
+    (OSError), and the file it points to is left as it was."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a session\n")
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / "quest-1.jsonl").symlink_to(outside)
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError:
+        pass
+    else:
+        pytest.fail("the log's name was a symbolic link to a file outside the sessions "
+                    "folder, and append wrote through it, where OSError was expected",
+                    pytrace=False)
+    finally:
+        log.close()
+    assert outside.read_text() == "not a session\n", (
+        "the file the link points to, outside the sessions folder, was changed: "
+        f"{outside.read_text()!r}")
 
 
 @pytest.mark.task("01.5")

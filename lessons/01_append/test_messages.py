@@ -45,14 +45,21 @@ NOT_MESSAGES = {
 
 
 @pytest.fixture(autouse=True)
-def until_task_01_5_is_written(lesson, monkeypatch):
-    """Every append ends in `_write` (task 01.5), which these tests do not check: for as
-    long as `_write` says it is not written, they write the lines that are not refused
-    with a plain stand-in (one write(), no guard), so that task 01.2 is tested first."""
+def until_tasks_01_4_and_01_5_are_written(lesson, monkeypatch):
+    """Every append opens the log with `_open` (task 01.4) and ends in `_write` (task
+    01.5), which these tests do not check: for as long as either says it is not
+    written, they open the log and write the lines that are not refused with plain
+    stand-ins (no care for durable mode, one write(), no guard), so that task 01.2 is
+    tested first."""
+    def plain_open(log):
+        os.makedirs(log.folder, 0o700, exist_ok=True)
+        log._fd = os.open(log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
     def plain_write(log, data):
         if os.write(log._fd, data) != len(data):
             raise OSError(f"{log.path}: short write")
 
+    until_written(monkeypatch, lesson.SessionLog, "_open", "01.4", plain_open)
     until_written(monkeypatch, lesson.SessionLog, "_write", "01.5", plain_write)
 
 

@@ -94,18 +94,29 @@ class SessionLog:
         # END 01.5
 
     def _open(self) -> None:
+        """Become the log's writer: open it to append to it, creating it if need be,
+        and keep its descriptor in `_fd`, which close() lets go of."""
+        # BEGIN 01.4
         make_folder(self.folder, self.durable)
-        # Only a durable writer syncs the folder of a log it creates, so only it asks
-        # whether the log is there yet: the others save a stat on every open.
-        is_new = self.durable and not self.path.exists()
         # O_APPEND: every write lands at the current end of the file, whatever else
         # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
         # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
-        self._fd = os.open(
+        fd = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
         )
-        if is_new:
-            self._sync_folder()
+        try:
+            # A log with no line yet may be one whose name never reached the disk: one
+            # created just now, or by a writer whose folder sync then failed. Its name
+            # is synced before its first line. (A log with lines had its name synced
+            # by the durable writer of its first.) Only a durable writer asks.
+            if self.durable and os.fstat(fd).st_size == 0:
+                self._sync_folder()
+        except BaseException:
+            # Not opened: the next append comes back here, and syncs the name again
+            os.close(fd)
+            raise
+        self._fd = fd
+        # END 01.4
 
     def _sync_folder(self) -> None:
         """Make the new log's name itself durable: once this returns, a power cut can
