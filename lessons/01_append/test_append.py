@@ -756,6 +756,26 @@ def test_a_new_logs_name_whose_sync_failed_is_synced_before_its_first_line(
 
 
 @pytest.mark.task("01.4")
+def test_the_first_append_creates_the_sessions_folder_it_needs(lesson, tmp_path):
+    """A sessions folder that does not exist yet (nor its parent) is created by the
+    first append, as the log is: a new user's first session just works."""
+    folder = tmp_path / "home" / "sessions"
+    try:
+        with lesson.SessionLog(folder, "quest-1") as log:
+            log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail(f"the sessions folder {folder} did not exist yet, and the first "
+                    f"append failed with {type(error).__name__}: {error}, where the "
+                    "folder and the log should have been created", pytrace=False)
+    contents = [m["content"] for m in lines_of(folder / "quest-1.jsonl")]
+    assert contents == ["hello"], (
+        "the first append into a new sessions folder should leave the log holding its "
+        f"line; it holds {contents}")
+
+
+@pytest.mark.task("01.4")
 def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
     """A log holds what a person said: created under a umask of 000, it is still
     readable and writable by its owner only (0600)."""
