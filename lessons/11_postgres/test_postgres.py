@@ -278,6 +278,29 @@ def test_each_message_is_one_row_at_the_next_place(lesson, database):
         f"the first append should record the session in `sessions`; found {lineage}")
 
 
+@pytest.mark.task("11.2")
+def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, database):
+    """One write stores several entries (a repair's marker and results are one):
+    `_insert` puts them at the next places, and the writer's next entry lands after
+    the last of them, with no gap and no collision."""
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.append({"role": "user", "content": "Buy a torch."})
+        try:
+            log._write(lambda: [{"role": "assistant", "content": "Which one?"},
+                                {"role": "user", "content": "The brass one."},
+                                {"role": "assistant", "content": "Done."}])
+            log.append({"role": "user", "content": "And a rope."})
+        except lesson.SessionConflict as error:
+            pytest.fail("the first append stored seq 0 and one write of three entries "
+                        "seq 1, 2 and 3: the next append belongs at seq 4, yet it "
+                        f"collided with a stored row: {error}", pytrace=False)
+    stored = [(seq, json.loads(line)["content"]) for seq, line, _ in rows(database)]
+    assert stored == [(0, "Buy a torch."), (1, "Which one?"), (2, "The brass one."),
+                      (3, "Done."), (4, "And a rope.")], (
+        "a write of three entries should take seq 1, 2 and 3, in order, and the next "
+        f"append seq 4; found {stored}")
+
+
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
 
 
@@ -989,6 +1012,7 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     started = datetime.now(timezone.utc).replace(microsecond=0)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         history = log.open_for_append()
+        kept = log.repaired
     ended = datetime.now(timezone.utc)
     results = [m for m in history if m["role"] == "tool"]
     late = [(m["tool_call_id"], "interrupted" in m["content"]) for m in results[2:]]
@@ -1021,6 +1045,9 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
         "the repair marker has the file's format (nothing is ever cut from a table) "
         "and names the calls it answers: expected cut_bytes 0, cut_preview '', "
         f"interrupted ['call_b', 'call_c'], got {marker}")
+    assert kept == markers[0], (
+        "the writer should keep the repair marker it stored in `repaired` (the chat "
+        f"says the session was repaired by it): stored {markers[0]}, kept {kept}")
     at = markers[0].get("at")
     try:
         when = datetime.fromisoformat(at)
@@ -1030,6 +1057,163 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     assert when.tzinfo is not None and started <= when <= ended, (
         f"`at` should be the time of the repair, between {started} and {ended}, with "
         f"its time zone; it is {at!r}")
+
+
+def hold_inserts(database):
+    """A transaction (commit it to let go) that keeps every other connection from
+    inserting into session_entries, not from reading it: a writer that has read the
+    rows waits at its first insert, and the test picks the moment it goes on."""
+    gate = psycopg.connect(database)
+    gate.execute("LOCK TABLE session_entries IN SHARE ROW EXCLUSIVE MODE")
+    return gate
+
+
+def until_waiting(database, count, *processes):
+    """Until `count` connections wait for a lock (writers at their insert), or one of
+    `processes` has ended, or WAIT seconds have passed."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and all(
+            process.process.poll() is None for process in processes):
+        waiting = sql(database, "SELECT count(*) FROM pg_stat_activity WHERE "
+                      "wait_event_type = 'Lock' AND datname = current_database()")
+        if waiting[0][0] >= count:
+            return
+        time.sleep(0.01)
+
+
+def answers(stored):
+    """How many results the stored rows hold for each tool call id, and the repair
+    markers among them."""
+    entries = [json.loads(line) for _, line, _ in stored]
+    counted = {}
+    for entry in entries:
+        if entry.get("role") == "tool":
+            counted[entry["tool_call_id"]] = counted.get(entry["tool_call_id"], 0) + 1
+    return counted, [entry for entry in entries if entry.get("$marker") == "repair"]
+
+
+@pytest.mark.task("11.3")
+def test_two_hosts_opening_an_interrupted_session_at_once_repair_it_once(
+    lesson, database, other
+):
+    """Two hosts (writers that take no lock, in two processes) open a session whose
+    last message asks for two calls that never got results, at the same moment: both
+    have read it before either has stored anything. Both open it, each sees both calls
+    answered, and the rows hold one repair: one marker, one result per call."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [
+        {"role": "user", "content": "Buy a torch and a lantern."},
+        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    hosts = [other("open", "-"), other("open", "-")]
+    for host in hosts:
+        host.expect("ready")
+    gate = hold_inserts(database)
+    try:
+        for host in hosts:
+            host.go()
+        until_waiting(database, 2, *hosts)  # both have read, both wait to store
+    finally:
+        gate.commit()
+        gate.close()
+    said = [host.expect("") for host in hosts]
+    assert all(line.startswith("opened") for line in said), (
+        "two hosts opened the session at once: each should open it (the session is "
+        "theirs to write, whoever repaired it), yet they said " + "; ".join(said))
+    answered = [json.loads(line.split(" ", 1)[1]) for line in said]
+    assert answered == [["call_a", "call_b"]] * 2, (
+        "each host's history should answer call_a and call_b; they answer "
+        f"{answered}")
+    counted, markers = answers(rows(database))
+    assert counted == {"call_a": 1, "call_b": 1} and len(markers) == 1, (
+        "the session was repaired by two hosts at once: the rows should hold one "
+        "repair marker and one result per call; they hold "
+        f"{len(markers)} marker(s) and results {counted}")
+    seqs = [seq for seq, _, _ in rows(database)]
+    assert seqs == list(range(len(seqs))), f"the rows should have no gap: {seqs}"
+
+
+@pytest.mark.task("11.3")
+def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
+    lesson, database, other
+):
+    """The host running quest-1's two calls (a writer that takes no lock) stores
+    call_a's real result after another host opening the session has read it and
+    before that one has stored anything. The opener opens the session all the same;
+    call_a keeps its one result, the real one, and call_b alone is answered, once,
+    under a marker naming it; the opener's next message lands right after."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [
+        {"role": "user", "content": "Buy a torch and a lantern."},
+        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    real = json.dumps({"role": "tool", "tool_call_id": "call_a",
+                       "content": "You bought a torch."})
+    opener = other("open", "Then to the cave.")
+    opener.expect("ready")
+    gate = hold_inserts(database)
+    try:
+        opener.go()
+        until_waiting(database, 1, opener)  # it has read the rows, and waits to store
+        gate.execute("INSERT INTO session_entries (session_id, seq, line, body) "
+                     "VALUES ('quest-1', 2, %s, %s::jsonb)", (real, real))
+    finally:
+        gate.commit()
+        gate.close()
+    opened = opener.expect("")
+    assert opened == 'opened ["call_a", "call_b"]', (
+        "the opener should open the session, its history answering call_a (the real "
+        f"result) and call_b; it said {opened}")
+    appended = opener.expect("")
+    assert appended == "appended", (
+        f"the opener's next message should be stored after the rows; it said "
+        f"{appended}")
+    stored = rows(database)
+    counted, markers = answers(stored)
+    kept = [json.loads(line) for _, line, _ in stored]
+    results = {entry["tool_call_id"]: entry["content"] for entry in kept
+               if entry.get("role") == "tool"}
+    assert counted == {"call_a": 1, "call_b": 1} \
+        and results["call_a"] == "You bought a torch.", (
+        "call_a got its real result while the opener was deciding its repair: it "
+        "should keep that one result, and call_b get one; the rows hold results "
+        f"{counted}: {results}")
+    interrupted = [marker.get("interrupted") for marker in markers]
+    assert interrupted == [["call_b"]], (
+        "one repair marker should name the one call still open (call_b); found "
+        f"{interrupted}")
+    said = [entry.get("$marker") or entry.get("tool_call_id") or entry["content"]
+            for entry in kept[2:]]
+    assert said == ["call_a", "repair", "call_b", "Then to the cave."] and [
+            seq for seq, _, _ in stored] == list(range(6)), (
+        "after the real result the rows should be the repair marker, call_b's result, "
+        f"then the opener's message, seq 2 to 5; found {said} at seqs "
+        f"{[seq for seq, _, _ in stored]}")
+
+
+@pytest.mark.task("11.3")
+def test_a_call_in_an_undone_turn_is_not_repaired(lesson, database):
+    """The session's last turn asked for a call that never got its result, and that
+    turn was undone (from another host, while the call ran): an undo marker skips it.
+    The session shows no open call, so opening it writes nothing."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    shown = [{"role": "user", "content": "Where is the cave?"},
+             {"role": "assistant", "content": "North of the mill."}]
+    put_rows(database, "quest-1", [
+        *shown, {"role": "user", "content": "Buy a rope."},
+        call_message(("call_1", "rope")),
+        {"$marker": "undo", "skip": [2, 3], "at": "2026-01-01T00:00:00+00:00"}])
+    before = rows(database)
+    # lock=False: this test is about the repair alone
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        history = log.open_for_append()
+    added = [json.loads(line) for _, line, _ in rows(database)[len(before):]]
+    assert added == [], (
+        "call_1 is in an undone turn: the session does not show it, so nothing needs "
+        f"repairing; opening it stored {added}")
+    assert history == shown, (
+        f"the history should be the two messages the session shows: {history}")
 
 
 # --- 11.4 blobs, stored once ----------------------------------------------------------

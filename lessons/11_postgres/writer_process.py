@@ -1,7 +1,7 @@
 """Another process for lesson 11's tests: a writer of one session, with its own
 connection.
 
-    python writer_process.py MODULE URL SESSION ACTION [NAME COUNT]
+    python writer_process.py MODULE URL SESSION ACTION [NAME [COUNT]]
 
 MODULE is the agent.py under test, URL the database. The process reports each step as
 one line on stdout and waits for the test's go-ahead as one line on stdin, so that the
@@ -14,6 +14,11 @@ test and the process take turns without any sleep:
   race    open the session with no lock (lock=False), print "ready", wait for a line,
           append COUNT messages whose content is NAME and a number; print "done", or
           "refused " and the error's class and message
+  open    connect with no lock (lock=False), print "ready", wait for a line, open the
+          session as its writer and print "opened " and the JSON list of the
+          tool_call_ids its history answers; then, unless NAME is "-", append one
+          message whose content is NAME and print "appended". A refusal prints
+          "refused " and the error's class and message instead
   stuck   become the writer, append one message, then start appending a large one: its
           blob is stored inside the transaction, and the process prints "inside" and
           waits there (the test kills it) before the row is inserted
@@ -21,6 +26,7 @@ test and the process take turns without any sleep:
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -67,6 +73,23 @@ def main(argv: list[str]) -> None:
                 say(f"refused {type(error).__name__}: {error}")
                 return
         say("done")
+    elif action == "open":
+        name = rest[0]
+        with lesson.PostgresSessionLog(url, session_id, lock=False) as log:
+            log._connection()
+            say("ready")
+            wait_for_the_test()
+            try:
+                history = log.open_for_append()
+                say("opened " + json.dumps([m.get("tool_call_id") for m in history
+                                            if m.get("role") == "tool"]))
+                if name != "-":
+                    log.append({"role": "user", "content": name})
+                    say("appended")
+            except NotImplementedError:
+                raise       # a task not written yet: the test says which
+            except Exception as error:  # noqa: BLE001 - reported to the test as words
+                say(f"refused {type(error).__name__}: {error}")
     elif action == "stuck":
         log = lesson.PostgresSessionLog(url, session_id)
         log.append(FIRST)

@@ -299,21 +299,24 @@ class PostgresSessionLog:
         return self.load()
 
     def _open(self) -> LogState:
-        """Take the lock, read the rows, repair them: the writer's state from then."""
+        """Take the lock, then read the session and repair it: the writer's state."""
         try:
             if self.lock:
                 self._lock()
-            state = state_of(self._rows(), self.where)
-            # BEGIN 11.2
-            self.end = state.lines[-1] + 1 if state.lines else 0
-            # END 11.2
-            self._repair(state)
-            if self.repaired is not None:
-                state = state_of(self._rows(), self.where)
+            state = self._repair()
         except BaseException:
             self.close()
             raise
         self.writing = True
+        return state
+
+    def _read(self) -> LogState:
+        """The session as its rows are now; what this writer keeps (`end`) is learnt
+        from the same rows."""
+        state = state_of(self._rows(), self.where)
+        # BEGIN 11.2
+        self.end = state.lines[-1] + 1 if state.lines else 0
+        # END 11.2
         return state
 
     def _lock(self) -> None:
@@ -339,22 +342,36 @@ class PostgresSessionLog:
         """Who holds the session's lock: see lock_holder."""
         return lock_holder(self._connection(), self.id)
 
-    def _repair(self, state: LogState) -> None:
-        """Answer the tool calls the session left without results, after a marker.
+    def _repair(self) -> LogState:
+        """Read the session and answer the tool calls it shows without results, after
+        a repair marker (kept in `repaired`); the state the writer starts from.
 
         A torn line cannot happen here: an insert lands whole or not at all. A call
         without its result still can: the process died between the insert of the call
         and the insert of its result (two statements, two transactions).
         """
         # BEGIN 11.3
-        calls = unanswered_calls(state.messages)
-        if calls:
-            self.repaired = {MARKER: "repair", "at": now(), "cut_bytes": 0,
-                             "cut_preview": "",
-                             "interrupted": [call["id"] for call in calls]}
-            # One write: the marker and the results land together or not at all
+        while True:
+            state = self._read()
+            calls = unanswered_calls(state.messages)
+            if not calls:
+                return state
+            marker = {MARKER: "repair", "at": now(), "cut_bytes": 0,
+                      "cut_preview": "", "interrupted": [call["id"] for call in calls]}
             results = [interrupted_result(call) for call in calls]
-            self._write(lambda: [self.repaired, *results])
+            try:
+                # One write, at the place after the rows just read: the marker and
+                # the results land together, and only onto the session as read
+                self._write(lambda: [marker, *results])
+            except SessionConflict:
+                # Someone stored a row since the read (another host's repair of the
+                # same calls, a call's real result): this writer has told nothing
+                # yet, so it is no stale writer. Decide again from the rows as they
+                # are now (each round lost is a row someone else stored)
+                self.stopped = None
+                continue
+            self.repaired = marker
+            return self._read()     # the session as repaired, and where it ends now
         # END 11.3
 
     def append(self, message: Message) -> None:
