@@ -7,6 +7,7 @@ Run: pytest lessons/03_fork            (your code)
 import errno
 import json
 import os
+import re
 import resource
 import signal
 import stat
@@ -182,17 +183,17 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("where, source", [
-    ("in the middle", M1 + b"\n" + TORN + b"\n" + M2 + b"\n"),
-    ("last, ending in its newline", M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
+@pytest.mark.parametrize("where, line, source", [
+    ("in the middle", 2, M1 + b"\n" + TORN + b"\n" + M2 + b"\n"),
+    ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
 ])
 @pytest.mark.parametrize("upto", [None, 1])
 def test_a_fork_of_a_damaged_source_is_refused(
-        lesson, sessions, monkeypatch, where, source, upto):
+        lesson, sessions, monkeypatch, where, line, source, upto):
     """A line of the source that its writer finished (it ends in its newline) is no
     message: the log is damaged, not torn by a crash. A fork of it, of any length,
-    is refused with InvalidMessage, as load() refuses that log, and hands
-    publish_fork nothing."""
+    is refused with InvalidMessage naming that line (counted from 1), as load()
+    refuses that log, and hands publish_fork nothing."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -210,6 +211,11 @@ def test_a_fork_of_a_damaged_source_is_refused(
                     f"upto={upto}) should be refused with InvalidMessage, handing "
                     f"publish_fork nothing, as load() refuses that log. It {did}",
                     pytrace=False)
+    said = str(error).replace(str(sessions), "")    # the folder's name holds digits
+    if not re.search(rf"(?<!\d){line}(?!\d)", said):
+        pytest.fail(f"the damaged line of quest-1 is line {line}; the InvalidMessage "
+                    "refusing the fork should name it, so that whoever reads it knows "
+                    f"where to look. It says: {error}", pytrace=False)
 
 
 @pytest.mark.task("03.1")
