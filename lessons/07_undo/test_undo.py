@@ -14,7 +14,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises, with_file_size_limit
+from sessionlab.testing import raises, until_written, with_file_size_limit
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -93,6 +93,57 @@ def write_log(sessions, entries, session_id="quest-1"):
 
 def undo_marker(*skip):
     return {"$marker": "undo", "skip": list(skip), "at": "2026-01-01T00:00:00+00:00"}
+
+
+def undo_by_reading(lesson):
+    """A stand-in for `SessionLog.undo` (task 07.4) while it is not written yet: it
+    reads the whole log back to find the last `count` messages it shows (07.4's undo
+    must read nothing), and writes the marker line that names them: enough for the
+    agent's undo above it."""
+    def undo(log, count):
+        if log._fd is None:
+            log.open_for_append()
+        shown = lesson.read_log(log.path).shown()
+        if not 0 < count <= len(shown):
+            raise lesson.UndoError(f"the stand-in for task 07.4 cannot undo {count} "
+                                   f"of the {len(shown)} messages {log.path} shows")
+        skip = [index for index, _ in shown[len(shown) - count:]]
+        marker = {"$marker": "undo", "skip": skip,
+                  "at": datetime.now(timezone.utc).isoformat()}
+        log._write((json.dumps(marker) + "\n").encode())
+        return skip
+    return undo
+
+
+@pytest.fixture(autouse=True)
+def until_task_07_4_is_written(request, monkeypatch):
+    """The agent's undo (task 07.3) asks the log's (task 07.4) to take back what was
+    written. So that 07.3, and the tests of 07.1 and 07.2 that undo through the agent,
+    are checked as soon as they are written, those tests take back written messages
+    through `undo_by_reading` for as long as `SessionLog.undo` says it is not written;
+    once it is, the student's own runs. The tests of 07.4 and 07.5 alone never use the
+    stand-in."""
+    tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
+    if "lesson" not in request.fixturenames or (
+            "07.3" not in tasks and tasks & {"07.4", "07.5"}):
+        return
+    lesson = request.getfixturevalue("lesson")
+    until_written(monkeypatch, lesson.SessionLog, "undo", "07.4",
+                  undo_by_reading(lesson))
+
+
+def on_a_full_disk(limit, action, what):
+    """`action()` in a child process whose files may not grow past `limit` bytes (see
+    with_file_size_limit): what it returned. A task not written yet is raised here, so
+    that the plugin names it; any other error fails the test in words."""
+    kind, message, result = with_file_size_limit(limit, action)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+    if kind != "ok":
+        pytest.fail(f"{what} raised {kind} where the test expected it to return (a "
+                    f"failure of the full disk is caught inside it): {message}",
+                    pytrace=False)
+    return result
 
 
 @pytest.mark.task("07.1")
@@ -472,28 +523,41 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_undoing_pending_messages_writes_nothing(lesson, sessions):
-    """Undoing a turn that is still pending simply drops it: nothing was written, so no
-    marker is needed."""
+    """A note recorded between turns, still pending, is undone: the log never held it,
+    so the log stays as it was, and the conversation is the one before the note."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
+    note = {"role": "user", "content": "Actually, never mind."}
 
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        agent.record({"role": "user", "content": "Actually, never mind."})
+        agent.record(note)
         try:
             agent.undo()
         except lesson.UndoError as error:
             pytest.fail(f"undoing a turn that is only pending raised UndoError "
                         f"({error}): none of it was written, so the log has nothing to "
                         "undo, and the undo should have succeeded", pytrace=False)
-        assert agent.messages == turn_c and agent.pending == [], (
-            "undo of a pending turn simply drops it"
-        )
-    assert path.read_bytes() == before, (
-        "the undone turn was never written, so the undo has nothing to record: the log "
-        "must not change (no marker)"
-    )
+        after = path.read_bytes()
+        if after != before:
+            added = (lines_of(path)[len(turn_c):] if after.startswith(before)
+                     else None)
+            found = ("its earlier bytes changed" if added is None else " and ".join(
+                "the note itself" if line == note else
+                f"a {line['$marker']} marker" if "$marker" in line else
+                f"a {line.get('role')} message" for line in added))
+            pytest.fail("the note was still pending, never written, so its undo has "
+                        f"nothing to record; yet the log changed: {found}. The log "
+                        "should hold the turn before the note, as it did",
+                        pytrace=False)
+        contents = [m.get("content") for m in agent.messages]
+        assert agent.messages == turn_c, (
+            "after the undo the conversation should be the turn before the note, "
+            f"{[m.get('content') for m in turn_c]}; it is {contents}")
+        assert agent.pending == [], (
+            "the note was taken back, so nothing should wait to be written; pending "
+            f"still holds {[m.get('content') for m in agent.pending]}")
 
 
 @pytest.mark.task("07.2")
@@ -951,6 +1015,55 @@ def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
             "undo creates nothing, not an empty log, not a lock file")
 
 
+@pytest.mark.task("07.4")
+def test_an_undo_that_makes_the_writer_repair_the_log_counts_the_repaired_result(
+        lesson, sessions):
+    """The log's last tool call has no result (a crash between the call and its
+    result), and an object that is not its writer yet is asked to undo. Becoming the
+    writer repairs the log, as every writer's first act does (lesson 04), whatever the
+    count asked; the result the repair writes is a message shown like any other. A
+    count above what the repaired log shows is refused, with no undo marker; a count of
+    every message it shows, the repair's result included, is allowed."""
+    ask = {"role": "user", "content": "Ask the elder."}
+    called = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]}
+    write_log(sessions, [ask, called])
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with raises(lesson.UndoError,
+                    "undo(4) was allowed on a log that shows 3 messages once repaired "
+                    "(the 2 written, and the result the repair writes for the call "
+                    "left open)"):
+            log.undo(4)
+    after = path.read_bytes()
+    assert after.startswith(before), (
+        "a refused undo changed the bytes already in the log")
+    added = lines_of(path)[2:]
+    kinds = [line.get("$marker", line.get("role")) for line in added]
+    assert "undo" not in kinds, (
+        f"undo(4) was refused, as it should be, but it wrote an undo marker: the log "
+        f"gained {kinds}. A refused undo takes nothing back, and writes no marker")
+    assert all(line.get("$marker") == "repair" or line.get("tool_call_id") == "call_1"
+               for line in added), (
+        "beyond the log's own bytes, a refused undo may leave only lesson 04's repair "
+        f"(its marker and the open call's result); it left {kinds}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            taken = log.undo(3)
+        except lesson.UndoError as error:
+            pytest.fail(f"undo(3) was refused ({error}): once repaired, the log shows "
+                        "3 messages, the 2 written and the result the repair writes "
+                        "for the call left open, and every message shown may be "
+                        "undone", pytrace=False)
+    assert taken == [0, 1, 2], (
+        "the repaired log shows messages 0 and 1 and the repair's result, 2; undo(3) "
+        f"should take back all three, [0, 1, 2]; it took back {taken}")
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [], f"after undo(3) the log should show nothing; it shows {shown}"
+
+
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessions):
@@ -1018,8 +1131,7 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
             agent.flush()
         return {"failed": failed}
 
-    kind, message, result = with_file_size_limit(limit, flush_twice)
-    assert kind == "ok", f"the flushes raised {kind}: {message}"
+    result = on_a_full_disk(limit, flush_twice, "the flushes")
     assert result["failed"].startswith("OSError"), (
         "the log could grow by one note only, so the first flush should fail with "
         f"OSError on the second; it raised {result['failed']}")
@@ -1050,8 +1162,7 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
             left = [m.get("content") for m in agent.messages]
         return {"failed": failed, "taken": taken, "left": left}
 
-    kind, message, result = with_file_size_limit(limit, flush_then_undo)
-    assert kind == "ok", f"the flush and the undo raised {kind}: {message}"
+    result = on_a_full_disk(limit, flush_then_undo, "the flush and the undo")
     assert result["failed"].startswith("OSError"), (
         "the log could grow by one note only, so the flush should fail with OSError on "
         f"the second; it raised {result['failed']}")
@@ -1197,8 +1308,7 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
         return {"first": first, "same": before == after, "taken": taken,
                 "after": after}
 
-    kind, message, result = with_file_size_limit(size, undo_twice)
-    assert kind == "ok", f"the undos raised {kind}: {message}"
+    result = on_a_full_disk(size, undo_twice, "the undos")
     assert result["first"].startswith("OSError"), (
         "the log could not grow at all, so the agent's undo should fail with the "
         f"OSError of its marker; it raised {result['first']}")
@@ -1235,8 +1345,7 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
             return {"first": first, "second": log.undo(1)}
 
-    kind, message, result = with_file_size_limit(size, undo_twice)
-    assert kind == "ok", f"the undos raised {kind}: {message}"
+    result = on_a_full_disk(size, undo_twice, "the undos")
     assert str(result["first"]).startswith("OSError"), (
         f"the log could not grow at all, so the undo should fail with OSError; it "
         f"returned {result['first']}")
