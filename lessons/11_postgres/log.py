@@ -84,8 +84,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.repaired: Message | None = None
         # (index, position) of every message the log shows, as LogState.shown() gives
         # them, and how many messages it holds, undone ones included. Built from the
-        # log as the writer opens it (_open reads it anyway, for the repair), then kept
-        # true as this writer writes.
+        # log as the writer opens it (_open reads it anyway, for the repair).
         self.shown: list[tuple[int, int]] = []
         self.message_count = 0
         # The log's latest compaction (lesson 08), None if it records none: as this
@@ -173,8 +172,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             os.fsync(self._fd)
         self.in_doubt = False
         if self.known is not None:
-            # Once the writer is open, each write adds one line (an append, an undo
-            # marker): what this process knows of the log stays true (see KnownLog).
+            # Once the writer is open, each write adds one whole line: the size and the
+            # line ends this process knows of the log stay true (see KnownLog).
             self.known.size += len(data)
             self.known.mtime_ns = None
             self.known.ends.append(self.known.size)
@@ -247,8 +246,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
 
     def _know(self, state: LogState) -> None:
         """Start from the log as this writer opened it: which messages it shows, how
-        many it holds, and (for fork, in every part of this process) where its lines
-        end."""
+        many it holds, and where its lines end."""
         self.shown = state.shown()
         self.message_count = sum(MARKER not in entry for entry in state.entries)
         status = os.fstat(self._fd)
@@ -265,7 +263,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
 
     def _know_from(self, known: KnownLog) -> None:
         """Start from what this process knows of the log, as _know() from a read."""
-        self.shown = list(known.shown)      # this writer's own
+        self.shown = list(known.shown)
         self.message_count = known.message_count
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)
