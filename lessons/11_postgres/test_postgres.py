@@ -123,13 +123,14 @@ def call_message(*calls):
                            for call_id, item in calls]}
 
 
-def open_agent(lesson, database, script=(), session_id="quest-1", **options):
+def open_agent(lesson, database, script=(), session_id="quest-1", system=None,
+               **options):
     """A new agent on the session, as a request on another host would make it."""
     model = ScriptedModel(list(script))
     log = lesson.PostgresSessionLog(database, session_id, **options)
     try:
         agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
-                             session=log)
+                             session=log, system=system)
     except BaseException:
         log.close()
         raise
@@ -590,8 +591,11 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
 @pytest.mark.task("11.2")
 def test_day_two_continues_from_the_rows_day_one_stored(lesson, database):
     """Every message is one row, stored as it happens; an agent opened later (another
-    request, another host) starts from all of them."""
-    agent, _, log = open_agent(lesson, database, DAY_1)
+    request, another host) starts from all of them: its first request is its system
+    prompt, once, then day 1 as stored, then the new question, and no row ever holds
+    the system prompt."""
+    guide = "You are a guide in a small town."
+    agent, _, log = open_agent(lesson, database, DAY_1, system=guide)
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
         day_1 = list(agent.messages)
@@ -603,13 +607,22 @@ def test_day_two_continues_from_the_rows_day_one_stored(lesson, database):
         "the rows should hold day 1's messages as the agent had them, in order:\n"
         f"expected {day_1}\nfound    {messages_in(stored)}")
 
-    agent, model, log = open_agent(lesson, database, [say("Dawn comes.")])
+    agent, model, log = open_agent(lesson, database, [say("Dawn comes.")],
+                                   system=guide)
     with log:
         agent.run("Wait for dawn.")
     first_request = model.requests[0]["messages"]
-    assert first_request[:len(day_1)] == day_1, (
-        "day 2's first request should carry all of day 1, read back from the rows; it "
-        f"carried {len(first_request) - 1} earlier message(s)")
+    expected = [{"role": "system", "content": guide}, *day_1,
+                {"role": "user", "content": "Wait for dawn."}]
+    assert first_request == expected, (
+        "day 2's first request should be the system prompt once, all of day 1 read "
+        "back from the rows, then the new question:\nexpected "
+        f"{[m.get('role') for m in expected]}\nsent     "
+        f"{[m.get('role') for m in first_request]}")
+    assert not any(json.loads(line).get("role") == "system"
+                   for _, line, _ in rows(database)), (
+        "the system prompt is the agent's setting, not a message of the session: no "
+        "row should hold it")
 
 
 @pytest.mark.task("11.2")
@@ -797,12 +810,17 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
                     "elsewhere") as refused:
             second.append({"role": "user", "content": "second"})
         with raises(lesson.WriterStopped, "a writer refused once wrote again, from "
-                    "its out-of-date view of the session"):
+                    "its out-of-date view of the session") as stopped:
             second.append({"role": "user", "content": "second, again"})
     said = str(refused.value)
     assert "quest-1" in said and "open" in said.lower(), (
         "SessionConflict should name the session (quest-1) and say that it must be "
         f"opened again (this writer's view is out of date); it says: {said}")
+    again = str(stopped.value)
+    assert "quest-1" in again and "open" in again.lower(), (
+        "each later write of the stopped writer is refused with the same sentence, "
+        "naming the session (quest-1) and saying it must be opened again; the refusal "
+        f"says: {again!r}")
     lines = [message["content"] for message in messages_in(rows(database))]
     assert lines == ["first"], (
         f"only the first writer's message should be stored; the rows hold {lines}")
@@ -1361,9 +1379,11 @@ def test_a_fork_copies_the_history_and_records_its_lineage(lesson, database):
             f"the fork should hold the first 5 messages of the source, no more; it "
             f"holds {len(forked)}: {forked}")
         fork.append({"role": "user", "content": "only in the fork"})
-    copied, source_rows = rows(database, "quest-2")[:5], rows(database)[:5]
-    assert copied == source_rows, (
-        "the fork's rows should be the source's, seq, line and body alike:\n"
+    copied, source_rows = rows(database, "quest-2"), rows(database)[:5]
+    assert copied[:5] == source_rows and len(copied) == 6 and json.loads(
+            copied[5][1]) == {"role": "user", "content": "only in the fork"}, (
+        "the fork's rows should be the source's first 5, seq, line and body alike, "
+        "then the one appended to the fork:\n"
         f"source {source_rows}\nfork   {copied}")
     with lesson.PostgresSessionLog(database, "quest-1") as source:
         assert source.load() == day_1, "appending to the fork changed the source"
