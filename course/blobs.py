@@ -165,6 +165,13 @@ class SessionBlobs:
             raise BlobError(
                 f"{where}: blob {name} is missing from {self.blobs}"
             ) from None
+        except OSError:
+            if not (self.blobs / name).is_symlink():
+                raise   # the disk's own failure (EIO): no judgement on the blob
+            raise BlobError(
+                f"{where}: blob {name} is a symbolic link, not a file this store "
+                "wrote; refusing to follow it"
+            ) from None
         if hashlib.sha256(data).hexdigest() != name:
             raise BlobError(
                 f"{where}: blob {name} was changed after it was written: its bytes "

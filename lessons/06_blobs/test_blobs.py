@@ -93,6 +93,30 @@ def reference_in(message):
     return content
 
 
+# What a refusal of 06.3 must say it met, in words a user reads (any of them will do).
+REASONS = {
+    "a name that is no hash":
+        r"hash|sha-?256|hex|invalid|not a valid|malformed|bad name|not a name",
+    "a missing blob": r"missing|not found|no such|does not exist|gone|removed|deleted",
+    "bytes that changed": r"chang|match|damag|corrupt|alter|modif|tamper",
+    "a symbolic link": r"link|not a (plain|regular) file",
+    "bytes that are no text": r"utf-?8|text|decod|unicode",
+}
+
+
+def says_what_it_met(error, met, sessions, *quoted):
+    """Fail, in words, unless the refusal's message says what it met (its paths and the
+    name it quotes left out: a test's folder, or a name, may hold any word)."""
+    message = str(error)
+    said = message.replace(str(sessions.parent), "")
+    for name in quoted:
+        said = said.replace(repr(name), "").replace(str(name), "") if name else said
+    assert re.search(REASONS[met], said, re.IGNORECASE), (
+        f"the refusal should say what it met, {met}, so that the user knows what to "
+        f"look at (a file to restore, a line edited by hand, a disk to check); it "
+        f"says: {message}")
+
+
 def store(lesson, sessions, data, session_id="quest-1", **options):
     """Store `data` with the log's own store_blob (task 06.1 alone: no line is written),
     check the name it returns, and give the blob's path."""
@@ -767,6 +791,7 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
         f"the error should name the blob ({digest}), the log (quest-1.jsonl) and the "
         f"line (line 2); it says: {message}"
     )
+    says_what_it_met(refused.value, "bytes that changed", sessions)
 
 
 @pytest.mark.key
@@ -796,6 +821,7 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
         f"the error should name the missing blob ({digest}), the log and the line "
         f"(line 1); it says: {message}"
     )
+    says_what_it_met(refused.value, "a missing blob", sessions)
 
 
 @pytest.mark.task("06.3")
@@ -858,6 +884,7 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
         f"the error should quote the reference ({name!r}), and name the log and the "
         f"line (line 2); it says: {message}"
     )
+    says_what_it_met(refused.value, "a name that is no hash", sessions, name)
     assert snapshot(sessions) == before, "a refused load must change nothing"
 
 
@@ -1099,8 +1126,9 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
 
 @pytest.mark.task("06.3")
 def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
-    """A blob planted as a symbolic link is refused, never followed: a link could point
-    anywhere (another user's file, a device that never ends)."""
+    """A blob planted as a symbolic link is refused with a BlobError naming the blob,
+    the log and the line, never followed: a link could point anywhere (another user's
+    file, a device that never ends)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
@@ -1109,11 +1137,20 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
     blob.rename(outside)
     blob.symlink_to(outside)                # the same bytes, through a link
 
+    before = snapshot(sessions)
+
     with lesson.SessionLog(sessions, "quest-1") as log:
-        with raises((OSError, lesson.BlobError),
+        with raises(lesson.BlobError,
                     f"blobs/{blob.name} is a symbolic link, and load followed it to "
-                    "the file it points to"):
+                    "the file it points to") as refused:
             log.load()
+    message = str(refused.value)
+    named = re.search(r"\bline 1\b", message) and "quest-1.jsonl" in message
+    assert blob.name in message and named, (
+        f"the error should name the blob ({blob.name}), the log and the line (line 1); "
+        f"it says: {message}")
+    says_what_it_met(refused.value, "a symbolic link", sessions)
+    assert snapshot(sessions) == before, "a refused load must change no file"
 
 
 @pytest.mark.task("06.3")
@@ -1139,6 +1176,7 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
     assert digest in message and named, (
         f"the error should name the blob ({digest}), the log and the line (line 2); "
         f"it says: {message}")
+    says_what_it_met(refused.value, "bytes that are no text", sessions)
 
 
 @pytest.mark.task("06.1")
