@@ -148,6 +148,14 @@ def is_a_time(value):
     return when.tzinfo is not None and abs(when.timestamp() - time.time()) < 600
 
 
+def shown(text, room=40):
+    """`text` as a failure shows it: whole when short, else its start and its length,
+    never cut off without saying so."""
+    if len(text) <= room:
+        return repr(text)
+    return f"{text[:room]!r}... ({len(text)} characters)"
+
+
 # --- 10.1: a side-chain's name --------------------------------------------------------
 
 
@@ -156,11 +164,12 @@ def is_a_time(value):
 def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
     """A call id that is a valid session id of at most 64 characters, as servers send
     them (call_3_0, toolu_01..., chatcmpl-tool-...), names its side-chain unchanged, so
-    a person can match the log to the call; one that starts with call- too."""
+    a person can match the log to the call; one that starts with call- too, and one that
+    looks like another call's suffixed name (call_1_0.2)."""
     digest = hashlib.sha256(b"functions.buy:0").hexdigest()
     for call_id in ("call_3_0", "call_Xy9", "toolu_01A09q90qw90lq917835lq9",
                     "chatcmpl-tool-" + "7" * 32, "call-7", "call-" + digest[:59],
-                    digest, "c" * 64):
+                    digest, "c" * 64, "call_1_0.2", "toolu_01.3"):
         name = lesson.sidechain_id(call_id)
         assert name == call_id, (
             f"the call id {call_id!r} is a valid session id of at most 64 characters, "
@@ -185,18 +194,20 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     for call_id in odd:
         name = lesson.sidechain_id(call_id)
         assert isinstance(name, str), (
-            f"sidechain_id({call_id[:40]!r}) should return the side-chain's name, a "
+            f"sidechain_id({shown(call_id)}) should return the side-chain's name, a "
             f"str; it returned {name!r}")
         try:
             lesson.check_session_id(name)
         except lesson.InvalidSessionId:
-            pytest.fail(f"the call id {call_id[:40]!r} gave the side-chain name "
-                        f"{name[:80]!r}, which is no valid session id: a side-chain "
-                        "is a session and its name must pass check_session_id",
+            pytest.fail(f"the call id {shown(call_id)} gave the side-chain name "
+                        f"{shown(name, 80)}, which is no valid session id: a "
+                        "side-chain is a session and its name must pass "
+                        "check_session_id",
                         pytrace=False)
-        assert name not in names, (
-            f"the call ids {names.get(name, '')[:40]!r} and {call_id[:40]!r} both gave "
-            f"the side-chain name {name!r}: their two helpers would write one log")
+        if name in names:
+            pytest.fail(f"the call ids {shown(names[name])} and {shown(call_id)} both "
+                        f"gave the side-chain name {name!r}: their two helpers would "
+                        "write one log", pytrace=False)
         names[name] = call_id
 
 
@@ -215,9 +226,10 @@ def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
         expected = "call-" + hashlib.sha256(data).hexdigest()
         name = lesson.sidechain_id(call_id)
         assert name == expected, (
-            f"the call id {call_id[:20]!r} is no session id: its name should be "
-            f"'call-' and the whole sha256 hex digest of {which}, {data[:20]!r}: "
-            f"{expected!r}; got {name!r}")
+            f"the call id {shown(call_id, 20)} is no session id: its name should be "
+            f"'call-' and the whole sha256 hex digest of {which}, "
+            f"{data[:20]!r}{'...' if len(data) > 20 else ''}: {expected!r}; got "
+            f"{name!r}")
 
 
 @pytest.mark.task("10.1")
@@ -238,10 +250,11 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
             try:
                 side = start(lesson, log, call_id)
             except lesson.InvalidSessionId as error:
+                said = str(error).replace(
+                    call_id, f"{call_id[:12]}[...{len(call_id) - 12} more]")
                 pytest.fail(f"the call id {call_id[:12]}... (128 characters) came "
                             f"back, and its {time} side-chain could not be started: "
-                            f"its name is no valid session id ({str(error)[:160]})",
-                            pytrace=False)
+                            f"its name is no valid session id ({said})", pytrace=False)
             side.close()
             names.append(side.id)
             log.append({"role": "tool", "tool_call_id": call_id, "content": "ok"})
@@ -366,6 +379,49 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(pointer.get("at")), (
             f"the pointer should say when it was written ('at', as now() writes it); "
             f"it is {pointer}")
+
+
+@pytest.mark.task("10.2")
+@pytest.mark.parametrize("order", [(CALL_ID, CALL_ID, f"{CALL_ID}.2"),
+                                   (f"{CALL_ID}.2", CALL_ID, CALL_ID)],
+                         ids=["suffixed-name-last", "suffixed-name-first"])
+def test_a_call_id_that_is_another_calls_suffixed_name_gets_a_log_of_its_own(
+        lesson, sessions, order):
+    """call_1_0.2 is a call id a server may send, and its own name; it is also the name
+    the suffix gives call_1_0's second side-chain. In either order, each of the three
+    helpers writes a log of its own, and each pointer and meta file names its own
+    call."""
+    folder = sessions / "quest-1.sidechains"
+    wrote = []      # (call id, the logs a line appended by its helper changed)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": HELPER_TURN[0]})
+        for call_id in order:
+            log.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "ask_helper",
+                              "arguments": json.dumps({"question": QUESTION})}}]})
+            wrote.append((call_id, writes_to(start(lesson, log, call_id), sessions)))
+            log.append({"role": "tool", "tool_call_id": call_id, "content": "ok"})
+    story = "; ".join(f"{call_id}'s helper wrote to {', '.join(grown) or 'no log'}"
+                      for call_id, grown in wrote)
+    logs = [name for _, grown in wrote for name in grown]
+    if len(logs) != len(order) or len(set(logs)) != len(order):
+        pytest.fail(f"the call ids came in the order {', '.join(order)}, and each "
+                    f"helper should have written a log of its own; instead {story}: "
+                    "two helpers that share a log mix their transcripts, and a reader "
+                    "cannot tell which call's work is which", pytrace=False)
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    led = [(p.get("call"), f"{p.get('sidechain')}.jsonl") for p in pointers]
+    assert led == [(call_id, grown[0]) for call_id, grown in wrote], (
+        f"each pointer should name its call and the side-chain its helper wrote "
+        f"({story}); the pointers lead (call, log) {led}")
+    for call_id, grown in wrote:
+        meta_path = folder / grown[0].replace(".jsonl", ".meta.json")
+        meta = (json.loads(meta_path.read_text(encoding="utf-8"))
+                if meta_path.is_file() else None)
+        assert meta and meta.get("call") == call_id, (
+            f"{call_id}'s helper wrote to {grown[0]}, whose meta file should name its "
+            f"call, {call_id!r}; it says {meta if meta else 'nothing (there is none)'}")
 
 
 @pytest.mark.task("10.2")
@@ -659,7 +715,11 @@ def test_the_helpers_transcript_goes_to_its_own_log_under_the_parents_folder(
     assert roles == ["user", "assistant", "tool", "assistant"], (
         "the side-chain should hold the helper's whole conversation: the question, its "
         f"call to talk_to, the result, its answer; it holds {roles}")
-    assert helper[0]["content"] == QUESTION and helper[-1]["content"] == HELPER_ANSWER
+    first, last = helper[0].get("content"), helper[-1].get("content")
+    assert first == QUESTION and last == HELPER_ANSWER, (
+        f"the side-chain should start with the helper's question ({QUESTION!r}) and "
+        f"end with its answer ({HELPER_ANSWER!r}); it starts with "
+        f"{first!r} and ends with {last!r}")
     parent = lines_of(sessions / "quest-1.jsonl")
     leaked = [m for m in helper if m in parent]
     assert not leaked, (
@@ -707,7 +767,10 @@ def test_the_parent_records_a_pointer_and_only_the_helpers_answer(lesson, sessio
     assert result in sent and not any("$marker" in m for m in sent), (
         "the parent's next request should carry the helper's answer as a tool result, "
         "and never the pointer: markers are not messages")
-    assert messages == [m for m in parent if "role" in m]
+    assert messages == [m for m in parent if "role" in m], (
+        "the agent's history should be the messages of its log, in order (the pointer "
+        "is no message); they differ: a resumed parent would read another story than "
+        "the one it told")
 
 
 @pytest.mark.task("10.2")
@@ -751,7 +814,9 @@ def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions
         agent.undo()
         agent.run(HELPER_TURN[0])
     again = model.requests[4]["messages"][-1]
-    assert again["content"] == HELPER_TURN[0]
+    assert again["content"] == HELPER_TURN[0], (
+        "the test's own set-up: the fifth request should be the question asked again "
+        f"after the undo; it ends with {again}")
     assert (folder / f"{CALL_ID}.jsonl").read_bytes() == first, (
         "the first helper's side-chain changed when the same call id came back: the "
         "second helper must never write into another helper's log")
@@ -811,7 +876,9 @@ def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, se
         f"another writer saw {seen}")
     assert not (side_folder / f"{side_id}.lock").exists(), (
         "the helper's lock should be let go once it has answered")
-    assert not (sessions / "quest-1.lock").exists()
+    assert not (sessions / "quest-1.lock").exists(), (
+        "the parent's lock file should be gone once its session was closed: the next "
+        "process to resume it would find quest-1.lock and believe it still written")
 
 
 @pytest.mark.task("10.3")
@@ -855,7 +922,9 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
     model = ScriptedModel(HELPER_TURN[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
     answer = agent.run(HELPER_TURN[0])
-    assert answer == FINAL
+    assert answer == FINAL, (
+        f"the parent's run should end with its model's last answer, {FINAL!r}; it "
+        f"returned {answer!r}")
     assert agent.messages[2] == {"role": "tool", "tool_call_id": CALL_ID,
                                  "content": HELPER_ANSWER}, (
         "without a session the helper runs in memory, and its answer is the call's "
@@ -1052,6 +1121,42 @@ def test_the_side_chain_is_named_after_the_call_its_result_answers(lesson, sessi
 
 
 @pytest.mark.task("10.3")
+def test_the_chat_sees_each_helper_through_ask_helper(lesson, sessions, monkeypatch):
+    """The chat wraps Agent.ask_helper and, when it returns, prints the side-chain of
+    the call it was given: the helper runs within the ask_helper of its call, given the
+    call id the parent's history carries and the question, and by the time ask_helper
+    returns, the side-chain its newest pointer leads to holds the helper's whole
+    work."""
+    real = lesson.Agent.ask_helper
+    seen = []       # (call id, question, the roles in its side-chain at the return)
+
+    def ask_and_show(self, call_id, question):
+        try:
+            return real(self, call_id, question)
+        finally:
+            mine = [p for p in pointers_in(self.session.path)
+                    if p.get("call") == call_id]
+            path = (sessions / "quest-1.sidechains"
+                    / f"{mine[-1].get('sidechain')}.jsonl") if mine else None
+            roles = ([m.get("role") for m in lines_of(path)]
+                     if path is not None and path.is_file() else None)
+            seen.append((call_id, question, roles))
+
+    monkeypatch.setattr(lesson.Agent, "ask_helper", ask_and_show)
+    play(lesson, sessions, HELPER_TURN)
+    monkeypatch.undo()
+    whole = ["user", "assistant", "tool", "assistant"]
+    assert seen == [(CALL_ID, QUESTION, whole)], (
+        "the chat wraps Agent.ask_helper to print a helper's side-chain when it "
+        f"returns; it should see one call, ask_helper({CALL_ID!r}, {QUESTION!r}), and "
+        f"at its return a side-chain holding the helper's whole work {whole}. It saw "
+        + ("; ".join(f"ask_helper({c!r}, {shown(q, 30)}) with a side-chain holding "
+                     f"{roles or 'nothing'}" for c, q, roles in seen) if seen else
+           "no call at all: the helper ran elsewhere, and a chat would show nothing "
+           "of its work"))
+
+
+@pytest.mark.task("10.3")
 @pytest.mark.parametrize("offered", [True, False])
 def test_a_helper_answers_ask_helper_when_the_model_was_offered_it(lesson, sessions,
                                                                    offered):
@@ -1096,7 +1201,9 @@ def test_the_town_of_earlier_lessons_starts_no_helper(lesson, sessions):
     assert "no tool called 'ask_helper'" in result.get("content", ""), (
         "ask_helper is lesson 10's tool: an agent whose tools do not offer it should "
         f"answer its call as any unknown tool; the result was {result}")
-    assert not (sessions / "quest-1.sidechains").exists()
+    assert not (sessions / "quest-1.sidechains").exists(), (
+        "no helper should start for a tool that was never offered, yet the agent made "
+        f"quest-1.sidechains/, holding {sidechain_files(sessions) or 'nothing'}")
 
 
 # --- crashes, resumes and forks -------------------------------------------------------
@@ -1128,7 +1235,9 @@ def test_a_crash_inside_the_helper_leaves_the_call_to_the_repair_and_a_pointer(
         "after a crash inside the helper, the parent's log should hold the call, the "
         "pointer to the side-chain, then the repair's marker and result; it holds "
         f"{kinds}")
-    assert "interrupted" in parent[4]["content"]
+    assert "interrupted" in str(parent[4].get("content")), (
+        "the repair's result should say the call was interrupted (lesson 04's words); "
+        f"it is {parent[4]}")
     side = sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl"
     partial = [m.get("role") for m in lines_of(side)] if side.exists() else None
     assert partial == ["user", "assistant", "tool"], (
@@ -1164,7 +1273,10 @@ def test_deleting_a_session_deletes_its_side_chains_too(lesson, sessions):
     lesson 09's delete_session() takes the side-chains folder with the session."""
     play(lesson, sessions, HELPER_TURN)
     assert sidechain_files(sessions), "the helper's turn should leave a side-chain"
-    assert lesson.delete_session(sessions, "quest-1") is True
+    deleted = lesson.delete_session(sessions, "quest-1")
+    assert deleted is True, (
+        "delete_session should say True when it deleted the session (lesson 09); it "
+        f"returned {deleted!r}")
     left = sorted(p.relative_to(sessions).as_posix() for p in sessions.rglob("*")
                   if p.is_file())
     assert not (sessions / "quest-1.sidechains").exists(), (
@@ -1197,7 +1309,10 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
             + (": the pointer copied into the fork was followed into the fork's own "
                "folder, where nothing is (a fork copies no side-chain)"
                if into_fork else ""), pytrace=False)
-    assert lesson.sidechains(sessions, "quest-1") == found
+    source = lesson.sidechains(sessions, "quest-1")
+    assert source == found, (
+        "quest-1 and its fork quest-2 hold the same pointer, so sidechains should give "
+        f"both the same side-chain; quest-1 gave {source}, quest-2 gave {found}")
 
     play(lesson, sessions, HELPER_TURN, session_id="quest-2")
     assert side.read_bytes() == before, (
