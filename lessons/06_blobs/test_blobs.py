@@ -175,13 +175,10 @@ def test_a_large_paste_leaves_a_short_line_that_points_to_its_blob(lesson, sessi
         f"{reference.get('size')!r}"
     )
     preview = reference.get("preview")
-    assert (
-        isinstance(preview, str)
-        and 0 < len(preview) <= 200
-        and PASTE.startswith(preview)
-    ), (
-        "preview should be the first hundred or so characters of the content, got "
-        f"{preview!r}"
+    expected = PASTE[:lesson.PREVIEW_CHARS]
+    assert preview == expected, (
+        f"preview should be the content's first {lesson.PREVIEW_CHARS} characters, "
+        f"{expected!r}; got {preview!r}"
     )
     blob = sessions / "blobs" / reference["$blob"]
     assert blob.is_file() and blob.read_bytes() == data, (
@@ -252,9 +249,10 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
 
 
 @pytest.mark.task("06.2")
-def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
-    """blob_threshold is configurable and counts UTF-8 bytes, what the line would hold,
-    not characters."""
+def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesson,
+                                                                          sessions):
+    """blob_threshold is configurable, and a content leaves exactly when its blob would
+    hold more: ten letters stay, eleven leave, and so do six accented letters."""
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
         # 10 bytes: stays in the line
         log.append({"role": "user", "content": "x" * 10})
@@ -272,9 +270,9 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
         f"{stored[1]!r}"
     )
     assert isinstance(stored[2], dict) and stored[2].get("size") == 12, (
-        "the threshold and the size count bytes of UTF-8 (what the line would hold), "
-        "not characters: "
-        f"'é' * 6 is 12 bytes; got {stored[2]!r}")
+        "with blob_threshold=10, 'é' * 6 should go to a blob of size 12: six "
+        "characters, but its blob holds their 12 bytes of UTF-8, and the threshold and "
+        f"the size both count what the blob holds; the line holds {stored[2]!r}")
 
 
 @pytest.mark.task("06.2")
@@ -285,11 +283,11 @@ def test_the_threshold_is_configurable_and_counts_utf8_bytes(lesson, sessions):
     ids=["quotes, backslashes, line ends", "control characters", "a quoted path",
          "accented letters"],
 )
-def test_the_threshold_counts_the_contents_bytes_not_its_escaped_text(
+def test_a_content_at_the_threshold_stays_however_the_line_spells_it(
         lesson, sessions, content):
-    """The threshold counts the content's own UTF-8 bytes (what a blob of it holds, what
-    "size" says), not the longer text JSON writes for it in the line: a content of
-    exactly the threshold stays in the line however JSON escapes it."""
+    """A content whose blob would hold exactly the threshold stays in the line, and one
+    byte more leaves, however JSON spells it in the line: quotes, backslashes, line
+    ends, control characters, accented letters."""
     size = len(content.encode("utf-8"))
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=size) as log:
         log.append({"role": "user", "content": content})            # exactly the limit
@@ -1101,8 +1099,8 @@ def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkey
 
 @pytest.mark.task("06.2")
 def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, sessions):
-    """The preview is the content's first characters, whole: never cut inside a
-    character's UTF-8 bytes or an emoji's UTF-16 pair."""
+    """The preview is the content's first PREVIEW_CHARS characters, whole: never cut
+    inside a character's UTF-8 bytes or an emoji's UTF-16 pair."""
     # Byte 100 and UTF-16 unit 100 both fall inside a 🗺 (4 bytes, 2 units).
     content = "é" * 49 + "x" + "🗺" * 24 + "x" + "🗺" + "the rest of the map. " * 400
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1118,10 +1116,10 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
     assert isinstance(preview, str) and preview and content.startswith(preview), (
         "the preview should be the first characters of the content, whole; got "
         f"{preview!r}")
-    assert len(preview) >= lesson.PREVIEW_CHARS, (
+    assert len(preview) == lesson.PREVIEW_CHARS, (
         f"the preview should show the content's first {lesson.PREVIEW_CHARS} "
-        f"characters; it shows {len(preview)} (counted in bytes, a character of "
-        f"several bytes costs several): {preview!r}")
+        f"characters; it shows {len(preview)} (counted in bytes or in UTF-16 halves, a "
+        f"character of several costs several): {preview!r}")
 
 
 @pytest.mark.task("06.3")
