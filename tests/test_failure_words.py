@@ -33,6 +33,12 @@ def test_failed_in_words():
 @pytest.mark.task("02.1")
 def test_a_bare_assert():
     assert 1 + 1 == 3
+
+@pytest.mark.task("02.1")
+@pytest.mark.task("02.2")
+def test_that_knows_whose_code_failed_it():
+    from sessionlab.testing import fail_in
+    fail_in("02.2", "day two's request forgot day one")
 '''
 
 
@@ -80,6 +86,13 @@ def test_a_tests_own_words_come_first_and_a_bare_assert_keeps_pytests(student):
     failed = reports["test_failed_in_words"]
     assert failed.strip().splitlines()[0] == "test_words.py:12: the log lost its last line"
     assert "pytest.fail(" not in failed, failed
+
+    blamed = reports["test_that_knows_whose_code_failed_it"]
+    assert blamed.strip().splitlines()[0] == (
+        "test_words.py:22: day two's request forgot day one"), blamed
+    assert "lesson 02_load, task 02.2 " in blamed and "02.1" not in blamed, (
+        f"a test that says whose code failed it names that task alone:\n{blamed}")
+    assert "Hints: `sessionlab hint --task 02.2`" in blamed and "#task-02-2" in blamed
 
     bare = reports["test_a_bare_assert"]
     assert "assert (1 + 1) == 3" in bare or "assert 1 + 1 == 3" in bare, (

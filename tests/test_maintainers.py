@@ -156,7 +156,7 @@ def test_a_solution_changed_without_regenerating_is_drift_until_regenerated(chec
     check passes before the commit too (the working tree then matches)."""
     solution = checkout / "solutions/01_append/messages.py"
     solution.write_text(solution.read_text().replace(
-        "# Letters, digits, '.', '_' and '-'", "# Letters (any case), digits, '.', '_' and '-'"))
+        "# The roles a chat request may carry.", "# The roles any chat request may carry."))
 
     stale = maintainers.check_starters(checkout)
     starters.write_starters(checkout)
@@ -166,7 +166,7 @@ def test_a_solution_changed_without_regenerating_is_drift_until_regenerated(chec
 
     assert [p.split(" differs")[0] for p in stale.problems] == [
         "lessons/01_append/messages.py"], stale.problems
-    assert "+# Letters (any case)" in stale.problems[0], stale.problems
+    assert "+# The roles any chat request" in stale.problems[0], stale.problems
     assert regenerated.ok and not regenerated.warnings, regenerated.problems
     assert [p.split(" differs")[0] for p in edited.problems] == [
         "lessons/01_append/messages.py"], "a student's edit must not hide real drift"
@@ -443,11 +443,11 @@ def test_an_empty_id_is_refused_bare(lesson, sessions):
         lesson.SessionLog(sessions, "")
 ''')
     solution = (copy / "solutions/01_append/messages.py").read_text()
-    assert solution.count("SESSION_ID.fullmatch(session_id)") == 1
+    assert solution.count("re.fullmatch(plain, session_id)") == 1
     add_wrong(copy, """
 [[wrong]]
 what = "accepts every id"
-find = "SESSION_ID.fullmatch(session_id)"
+find = "re.fullmatch(plain, session_id)"
 replace = "True"
 caught_by = "test_an_empty_id_is_refused_bare"
 """)
@@ -492,8 +492,8 @@ caught_by = "test_non_ascii_text_stays_readable_in_the_file"
 
 [[wrong]]
 what = "an edit that fails at import"
-find = 'SESSION_ID = re.compile(r"'
-replace = 'SESSION_ID = re.compiled(r"'
+find = 'ROLES = ("system"'
+replace = 'ROLES = tuple.nope("system"'
 caught_by = "test_non_ascii_text_stays_readable_in_the_file"
 
 [[wrong]]
@@ -529,10 +529,10 @@ replace = "# (edited)"
 equivalent = "only a comment changes"
 '''
     only_wrong(copy, harmless.format(what="outside, the maintainers' own",
-                                     find="# no NUL, nothing hidden, and short enough")
+                                     find="# --- what a message may be")
                + "\n# --- Independent campaign (issue 9): ... ---\n"
                + harmless.format(what="outside, in the campaign",
-                                 find="# Letters, digits, '.', '_' and '-'")
+                                 find="# The roles a chat request may carry.")
                + harmless.format(what="inside, in the campaign",
                                  find="# Disk first: if the write fails"))
 

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import QUIRKS, InvalidRequest, raw, say, validate
+from sessionlab.testing import fail_in
 
 
 def new_agent(lesson, model, town):
@@ -127,15 +128,17 @@ def assert_the_model_reads(lesson, agent, name, arguments, word, expected):
         said = f"{type(error).__name__} ({error})"
     if (isinstance(said, str) and said.startswith("error:")
             and word.lower() in said.lower() and len(results) == 1):
-        whose = (f"Given the call as the model sent it, run_tool says {said!r}, which "
-                 "would have told it; the result the loop recorded (task 00.2) is not "
-                 "that, so the model never learns what it got wrong.")
+        task, whose = "00.2", (
+            f"Given the call as the model sent it, run_tool says {said!r}, which would "
+            "have told it; the result the loop recorded (task 00.2) is not that, so "
+            "the model never learns what it got wrong.")
     elif len(results) != 1:
-        whose = ("One call should get one result; the loop records them (task 00.2).")
+        task, whose = "00.2", ("One call should get one result; the loop records them "
+                               "(task 00.2).")
     else:
-        whose = (f"Given the call as the model sent it, run_tool says {said!r} "
-                 "(task 00.1).")
-    pytest.fail(f"{expected}; the results are {results}. {whose}", pytrace=False)
+        task, whose = "00.1", (f"Given the call as the model sent it, run_tool says "
+                               f"{said!r} (task 00.1).")
+    fail_in(task, f"{expected}; the results are {results}. {whose}")
 
 
 class Untouched:

@@ -619,9 +619,13 @@ def first_failure_misnames(files: dict[str, str], wrong: Wrong,
     fenced = fenced_lines(files[module])
     tasks = {fenced[line] for line in edited_lines(files[module], wrong) if line in fenced}
     first = next((e for e in entries if e["outcome"] in ("failed", "error")), None)
-    if not tasks or first is None or tasks & set(first.get("tasks", [])):
+    if first is None:
         return None
-    named = ", ".join(first.get("tasks", [])) or "no task"
+    # A test that said whose code failed it (testing.fail_in) names that task alone.
+    said = [first["blames"]] if first.get("blames") else first.get("tasks", [])
+    if not tasks or tasks & set(said):
+        return None
+    named = ", ".join(said) or "no task"
     return (f"{wrong.what!r} is a mistake in task {', '.join(sorted(tasks))}, but the first "
             f"test that fails on it, {first['name'].split('[')[0]}, names {named}: a "
             "student sent there looks in the wrong place")

@@ -227,6 +227,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         entry["message"] = _plain_message(call.excinfo)
         entry["raised_in"], entry["raised_at"] = _raised_in(call.excinfo, item)
         entry["in_function"] = _student_function(call.excinfo)
+        if isinstance(blamed := getattr(call.excinfo.value, "task", None), str):
+            entry["blames"] = blamed        # testing.fail_in
         if hangs.is_timeout(call.excinfo):
             entry["exception"] = "Timeout"
             entry["message"] = hangs.explain(call.excinfo, item.name,
@@ -273,6 +275,9 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
     tasks = [t for t in _tasks(item) if t.startswith(lesson.number + ".")] or _tasks(item)
     order = {task.id: i for i, task in enumerate(lesson.tasks)}
     tasks.sort(key=lambda t: order.get(t, len(order)))     # in the lesson's order
+    blamed = getattr(excinfo.value, "task", None)           # testing.fail_in
+    if isinstance(blamed, str) and blamed in order:
+        tasks = [blamed]        # the test told whose code failed it
     where = f"lesson {lesson.name}"
     if len(tasks) == 1:
         try:
@@ -379,7 +384,7 @@ def _advice(lesson: course.Lesson, task_id: str | None, also: list[str] = ()) ->
     cannot tell whose code failed it: the first line names each, so that the advice never
     points at one task only while another's code is wrong."""
     page = f"{SITE}/lessons/{lesson.name}/"
-    if task_id and task_id.startswith(lesson.number + "."):
+    if task_id and task_id.startswith(lesson.number + ".") and not also:
         page += f"#task-{task_id.replace('.', '-')}"   # the task's heading on the page
     if also:
         asks = (", ".join(f"`sessionlab task {each}`" for each in [task_id or lesson.number, *also])

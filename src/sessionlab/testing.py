@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 
 def keep_lines_large(lesson: ModuleType, size: int) -> dict[str, int]:
@@ -169,6 +169,16 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
         pytest.fail(f"expected {_names(expected)}, got {type(other).__name__}: {other} "
                     f"(raised at {_where(other)})", pytrace=False)
     pytest.fail(f"expected {_names(expected)}, but nothing was raised: {why}", pytrace=False)
+
+
+def fail_in(task: str, message: str) -> NoReturn:
+    """Fail the test with `message`, saying whose code is wrong: task `task`. For a test of
+    several tasks that can tell which one failed it; the failure then names that task
+    alone, its hints and its place on the page, instead of every task the test checks."""
+    import pytest
+    failure = pytest.fail.Exception(message, pytrace=False)
+    failure.task = task
+    raise failure
 
 
 def until_written(monkeypatch, owner: Any, name: str, task: str,

@@ -57,6 +57,7 @@ class Outcome:
     key: bool = False
     raised_in: str | None = None      # "module" (agent.py), "test" (its file), "other"
     in_function: str | None = None    # the agent.py function the failure came out of
+    blames: str | None = None         # the task the test itself said failed it (fail_in)
 
     @property
     def passed(self) -> bool:
@@ -244,7 +245,7 @@ class LessonResult:
 OUTCOME_FIELDS = {"nodeid": (str,), "name": (str,), "outcome": (str,), "tasks": (list,),
                   "exception": (str, type(None)), "message": (str, type(None)),
                   "key": (bool,), "raised_in": (str, type(None)),
-                  "in_function": (str, type(None))}
+                  "in_function": (str, type(None)), "blames": (str, type(None))}
 
 
 def _outcome(data: object) -> Outcome:
@@ -275,6 +276,8 @@ def _shape(value: object) -> str:
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
     """The task a failure itself points at, if any (see LessonResult.first_failure)."""
     message = test.message or ""
+    if test.blames and any(task.id == test.blames for task in lesson.tasks):
+        return test.blames          # the test said whose code failed it
     if test.not_written and message.startswith("task "):
         task_id = message.split()[1]
         if any(task.id == task_id for task in lesson.tasks):
@@ -386,7 +389,8 @@ def read_report(path: Path, lessons: list[Lesson]) -> dict[str, list[Outcome]]:
                       message=None if entry.get("message") is None
                       else shorten(str(entry["message"]), see=see_all(nodeid)),
                       key=bool(entry.get("key")), raised_in=entry.get("raised_in"),
-                      in_function=entry.get("in_function"))
+                      in_function=entry.get("in_function"),
+                      blames=entry.get("blames"))
         if nodeid not in merged:
             merged[nodeid] = new
             order.append(nodeid)
