@@ -491,8 +491,8 @@ def test_the_same_content_is_stored_once(lesson, sessions):
                          ids=["1 MB paste", "binary-looking, with CR LF"])
 def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
     """Storing content that is already stored, intact, writes nothing: the blob stays
-    the very file it was (a reader, or a fork's log, may be using it). Its bytes are
-    checked as bytes: read as text, "\r\n" would come back as "\n" and never match."""
+    the very file it was (a reader, or a fork's log, may be using it). Content with
+    Windows line ends too."""
     data = content.encode("utf-8")
     blob = store(lesson, sessions, data)
     assert blob.is_file(), f"the content should be stored as blobs/{blob.name}"
@@ -511,8 +511,8 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
 def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions,
                                                                   damage):
     """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
-    bad copy) is written again, whole, the next time its content is stored: neither a
-    name nor a size proves anything, only the hash of the bytes."""
+    bad copy, its size unchanged) holds the whole content again once that content is
+    stored again."""
     data = PASTE.encode("utf-8")
     blob = store(lesson, sessions, data)
     assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
@@ -941,7 +941,7 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
 @pytest.mark.task("06.1")
 def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypatch):
     """A durable writer that wrote a blob (and synced it) does not sync it again when
-    the same content comes back: it remembers what it synced."""
+    the same content comes back."""
     data = PASTE.encode("utf-8")
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         synced = count_syncs(monkeypatch)
@@ -974,12 +974,14 @@ def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch)
 
 
 @pytest.mark.task("06.1")
-def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
+def test_a_folder_at_the_blobs_name_fails_every_store_and_leaves_nothing(lesson,
+                                                                         sessions):
     """The blob's name is taken by a folder: every try fails with OSError and leaves no
-    temporary copy of the content behind."""
+    copy of the content behind, and no file descriptor open."""
     digest = sha256(PASTE.encode("utf-8"))
     (sessions / "blobs" / digest / "in-the-way").mkdir(parents=True)
     with lesson.SessionLog(sessions, "quest-1") as log:
+        before = open_descriptors()
         for _ in range(2):
             with raises(OSError,
                         f"blobs/{digest} is a folder, so the blob cannot be put under "
@@ -987,9 +989,44 @@ def test_a_rename_that_fails_leaves_no_temporary_file(lesson, sessions):
                         "another name, or the folder was taken for the stored blob "
                         "without reading it as a file"):
                 log.store_blob(PASTE.encode("utf-8"))
+        leaked = open_descriptors() - before
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
     assert left == [], (f"failed stores left files in blobs/: {left}; every try "
                         "leaves one more copy of the content behind")
+    assert leaked == 0, (
+        f"two stores that failed (a folder at the blob's name) left {leaked} file "
+        "descriptor(s) open: every failed try holds one more, until the process can "
+        "open no file at all")
+
+
+@pytest.mark.task("06.1")
+@pytest.mark.parametrize("durable", [False, True], ids=["not durable", "durable"])
+def test_a_store_that_succeeds_leaves_no_descriptor_open(lesson, sessions, durable):
+    """Storing a new blob, the same content again, a content over its damaged blob and
+    a blob another writer stored leave no file descriptor open: a writer stores a blob
+    at every large append, and one descriptor lost a time runs a long session out of
+    them."""
+    data = PASTE.encode("utf-8")
+    theirs = NON_ASCII.encode("utf-8")
+    store(lesson, sessions, theirs, "quest-2")
+    blob = sessions / "blobs" / sha256(data)
+    with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
+        before = open_descriptors()
+        steps = []
+        log.store_blob(data)
+        steps.append(("a new blob", open_descriptors() - before))
+        log.store_blob(data)
+        steps.append(("the same content again", open_descriptors() - before))
+        blob.write_bytes(data[:1000])
+        log.store_blob(data)
+        steps.append(("the content over its damaged blob", open_descriptors() - before))
+        log.store_blob(theirs)
+        steps.append(("a blob another writer stored", open_descriptors() - before))
+    leaked = next(((what, count) for what, count in steps if count), None)
+    assert leaked is None, (
+        f"storing {leaked and leaked[0]} left {leaked and leaked[1]} file "
+        "descriptor(s) open that were not open before: a writer stores a blob at every "
+        "large append, and one lost a time runs a long session out of descriptors")
 
 
 @pytest.mark.task("06.1")
@@ -1080,9 +1117,9 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 
 
 @pytest.mark.task("06.1")
-def test_the_temporary_file_is_made_in_the_blobs_folder(lesson, sessions, monkeypatch):
-    """Nothing of a blob is made outside blobs/: a rename is atomic only within one
-    file system, and the system's temp folder is often another one."""
+def test_storing_makes_no_file_outside_the_blobs_folder(lesson, sessions, monkeypatch):
+    """Nothing of a blob is made outside blobs/, not even in the system's temporary
+    folder (often another file system than blobs/)."""
     # The system's temp folder is unusable here: only a file made elsewhere notices.
     monkeypatch.setattr(tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
     try:
