@@ -48,10 +48,10 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
         raise ValueError(f"refusing to record a compaction of {where} whose summary "
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
-    # TODO(08.5): Record the compaction as a marker line.
-    # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
+    # TODO(08.4): Record the compaction as a marker line.
+    # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
     raise NotImplementedError(
-        "task 08.5 is not written yet: Record the compaction as a marker line"
+        "task 08.4 is not written yet: Record the compaction as a marker line"
     )
 
 
@@ -68,10 +68,10 @@ class SessionCompaction:
         No message is removed: the log stays the whole truth, and the summary only
         changes what is sent.
         """
-        # TODO(08.5): Record the compaction as a marker line.
-        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
+        # TODO(08.4): Record the compaction as a marker line.
+        # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
         raise NotImplementedError(
-            "task 08.5 is not written yet: Record the compaction as a marker line"
+            "task 08.4 is not written yet: Record the compaction as a marker line"
         )
 
 
@@ -130,10 +130,10 @@ def check_summary(reply: Message) -> str:
     with any <think> block taken out. BadSummary, saying what the model sent instead,
     for a reply with tool calls, with no text, with only thinking, or whose text is a
     tool call written as JSON. `reply` is normalized (normalize_reply)."""
-    # TODO(08.7): Check the summary before it is recorded.
-    # What it asks: `sessionlab task 08.7`. Hints: `sessionlab hint --task 08.7`.
+    # TODO(08.6): Check the summary before it is recorded.
+    # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
     raise NotImplementedError(
-        "task 08.7 is not written yet: Check the summary before it is recorded"
+        "task 08.6 is not written yet: Check the summary before it is recorded"
     )
 
 
@@ -260,8 +260,8 @@ class AgentCompaction:
         earlier = self.compaction.summary if self.compaction is not None else None
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
-        # TODO(08.7): Check the summary before it is recorded.
-        # What it asks: `sessionlab task 08.7`. Hints: `sessionlab hint --task 08.7`.
+        # TODO(08.6): Check the summary before it is recorded.
+        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
         raise NotImplementedError(
-            "task 08.7 is not written yet: Check the summary before it is recorded"
+            "task 08.6 is not written yet: Check the summary before it is recorded"
         )

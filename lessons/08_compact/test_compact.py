@@ -167,8 +167,8 @@ class Library(Town):
 
 
 def summarised_as_sent(lesson):
-    """The stand-in for task 08.7's summarise: one summary request, and its text taken
-    as it came. No check of the reply, no second request: those are task 08.7."""
+    """The stand-in for task 08.6's summarise: one summary request, and its text taken
+    as it came. No check of the reply, no second request: those are task 08.6."""
     def summarise(agent, messages, cut):
         earlier = agent.compaction.summary if agent.compaction is not None else None
         reply = agent.ask_for_summary(lesson.SUMMARY_PROMPT,
@@ -178,17 +178,17 @@ def summarised_as_sent(lesson):
 
 
 @pytest.fixture(autouse=True)
-def until_task_08_7_is_written(request, monkeypatch):
-    """Every compaction asks for its summary through `summarise` (task 08.7). So that
-    08.1 to 08.6 are tested as soon as they are written, a test that does not check
-    08.7 summarises through `summarised_as_sent` for as long as `summarise` says it is
-    not written; once it is, the student's own runs. The tests of 08.7 never use the
+def until_task_08_6_is_written(request, monkeypatch):
+    """Every compaction asks for its summary through `summarise` (task 08.6). So that
+    08.1 to 08.5 are tested as soon as they are written, a test that does not check
+    08.6 summarises through `summarised_as_sent` for as long as `summarise` says it is
+    not written; once it is, the student's own runs. The tests of 08.6 never use the
     stand-in."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
-    if "08.7" in tasks or "lesson" not in request.fixturenames:
+    if "08.6" in tasks or "lesson" not in request.fixturenames:
         return
     lesson = request.getfixturevalue("lesson")
-    until_written(monkeypatch, lesson.Agent, "summarise", "08.7",
+    until_written(monkeypatch, lesson.Agent, "summarise", "08.6",
                   summarised_as_sent(lesson))
 
 
@@ -276,7 +276,7 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
                 agent.check_fits(summary, cut)
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 @pytest.mark.key
 @pytest.mark.task("08.2")
 @pytest.mark.task("08.3")
@@ -372,7 +372,7 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson):
         f"summary it went on with {sent[2]}")
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 @pytest.mark.task("08.3")
 @pytest.mark.key
 @pytest.mark.task("08.1")
@@ -437,7 +437,7 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
 
 
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_nothing(
         lesson, sessions):
     """compact() called by hand (the chat's /compact) summarises all but the newest
@@ -498,7 +498,7 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
 
 
 @pytest.mark.key
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
         lesson, sessions):
     """A compaction is one marker line, {"$marker": "compaction", "summary": ...,
@@ -546,7 +546,7 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"is {upto}")
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
     """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
     nothing; keep=0 summarises them all ("upto" is then the number of messages)."""
@@ -569,7 +569,7 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
             "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(lesson,
                                                                           sessions):
     """A crash left a tool call without its result; a new process compacts the log
@@ -599,7 +599,7 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
         f"user's message, the call and its result; it is {sent}")
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
     """The log's compact adds its marker as one whole line: when the disk fails (or
     the process dies) right after the first write to the log, the log ends with the
@@ -623,7 +623,7 @@ def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
             log.compact("Days 1 and 2.", keep=2)
         except OSError:
             pass        # the failure after the first write: what it left is checked
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.7's stand-in stays
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.6's stand-in stays
     added = path.read_bytes()[len(before):]
     assert added == b"" or (added.endswith(b"\n") and added.count(b"\n") == 1), (
         "the disk failed right after the first write of the log's compact, and the log "
@@ -796,7 +796,7 @@ def test_logs_written_by_earlier_lessons_are_sent_whole(lesson, sessions):
 # --- undo, fork, repair -------------------------------------------------------------
 
 
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.5")
 def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
     """undo() alone, on an agent whose compaction (boundary at place 6) is set by hand:
     the turns from the boundary on are taken back, the turn before it is refused with
@@ -825,7 +825,7 @@ def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
 
 
 @pytest.mark.key
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.5")
 def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, sessions):
     """Undo takes back turns after the boundary as in lesson 07; a turn the summary
     stands for is refused, changing nothing (the summary would still tell the model)."""
@@ -863,7 +863,7 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
 
 
 @pytest.mark.key
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.5")
 def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         lesson, sessions):
     """The log's own undo (the chat's, another process's, an adapter's), on a log that
@@ -923,8 +923,8 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
             f"refused ones changed nothing); it shows {agent.messages}")
 
 
-@pytest.mark.task("08.6")
 @pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                                                                           sessions):
     """The writer that records a compaction refuses, right after, an undo that reaches
@@ -1180,7 +1180,7 @@ WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": ["talk_to"],
                "too_long": [r"(?i)too long"]}
 
 
-@pytest.mark.task("08.7")
+@pytest.mark.task("08.6")
 @pytest.mark.parametrize("odd", list(NO_ANSWER))
 def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
     """check_summary() alone (no compaction is needed): a reply with tool calls (text
@@ -1199,7 +1199,7 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
             f"should say what the model sent (matching {pattern!r}); it says {said!r}")
 
 
-@pytest.mark.task("08.7")
+@pytest.mark.task("08.6")
 def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson):
     """check_summary() alone: a summary is recorded without a <think> block before it,
     and without the spaces around it."""
@@ -1219,7 +1219,7 @@ def summary_instruction(request):
 
 
 @pytest.mark.key
-@pytest.mark.task("08.7")
+@pytest.mark.task("08.6")
 @pytest.mark.parametrize("odd", list(NO_SUMMARY))
 def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more(
         lesson, sessions, odd):
@@ -1268,7 +1268,7 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
             f"request that was no summary ({odd})")
 
 
-@pytest.mark.task("08.7")
+@pytest.mark.task("08.6")
 def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson,
                                                                          sessions):
     """A reasoning model's <think> block before a real summary is taken out: the marker
@@ -1294,7 +1294,7 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 
 
 @pytest.mark.key
-@pytest.mark.task("08.7")
+@pytest.mark.task("08.6")
 @pytest.mark.task("08.3")
 @pytest.mark.parametrize("replies, said", [
     (("tool_call", "call_as_json"), ["talk_to", "JSON"]),
@@ -1365,7 +1365,7 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
         "made the request fit, and the user waited for the call")
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions):
     """The store records only what check_summary() returns: no text, thinking, a tool
     call written as text or spaces around the text are refused, and nothing is
@@ -1437,7 +1437,7 @@ def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
 
 
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.4")
 def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
                                                           monkeypatch):
     """Writing the marker fails (a full disk): the compaction did not happen, in the
@@ -1458,7 +1458,7 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
             play_until_compacted(lesson, agent, model)
         except OSError:
             pass
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.7's stand-in stays
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.6's stand-in stays
         assert not compactions_in(path), "the test's own set-up: no marker was written"
         model.add(*day(98)[1])
         agent.run(day(98)[0])

@@ -36,10 +36,10 @@ class SessionUndo:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
-        # TODO(08.6): Refuse an undo that reaches behind the boundary.
-        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+        # TODO(08.5): Refuse an undo that reaches behind the boundary.
+        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
         raise NotImplementedError(
-            "task 08.6 is not written yet: Refuse an undo that reaches behind the "
+            "task 08.5 is not written yet: Refuse an undo that reaches behind the "
             "boundary"
         )
         shown = self.shown
@@ -69,10 +69,10 @@ class AgentUndo:
                 f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
             )
         cut = starts[len(starts) - turns]
-        # TODO(08.6): Refuse an undo that reaches behind the boundary.
-        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+        # TODO(08.5): Refuse an undo that reaches behind the boundary.
+        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
         raise NotImplementedError(
-            "task 08.6 is not written yet: Refuse an undo that reaches behind the "
+            "task 08.5 is not written yet: Refuse an undo that reaches behind the "
             "boundary"
         )
         taken = self.messages[cut:]

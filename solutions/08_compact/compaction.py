@@ -48,7 +48,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
         raise ValueError(f"refusing to record a compaction of {where} whose summary "
                          "holds thinking or spaces around it: a summary is the text "
                          "check_summary() returns")
-    # BEGIN 08.5
+    # BEGIN 08.4
     from .files import now
     from .messages import MARKER
     shown = state.shown()
@@ -58,7 +58,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
     written = sum(MARKER not in entry for entry in state.entries)
     upto = shown[len(shown) - keep][0] if keep else written
     return {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
-    # END 08.5
+    # END 08.4
 
 
 class SessionCompaction:
@@ -74,7 +74,7 @@ class SessionCompaction:
         No message is removed: the log stays the whole truth, and the summary only
         changes what is sent.
         """
-        # BEGIN 08.5
+        # BEGIN 08.4
         from .files import read_all
         from .messages import encode_line
         from .reading import parse_log
@@ -86,7 +86,7 @@ class SessionCompaction:
         marker = compaction_marker(state, keep, summary, self.path)
         self._write(encode_line(marker))
         return marker["upto"]
-        # END 08.5
+        # END 08.4
 
 
 # --- lesson 08: sizes and summaries ---------------------------------------------------
@@ -144,7 +144,7 @@ def check_summary(reply: Message) -> str:
     with any <think> block taken out. BadSummary, saying what the model sent instead,
     for a reply with tool calls, with no text, with only thinking, or whose text is a
     tool call written as JSON. `reply` is normalized (normalize_reply)."""
-    # BEGIN 08.7
+    # BEGIN 08.6
     calls = reply.get("tool_calls") or []
     if calls:
         names = ", ".join(str(call["function"]["name"]) for call in calls)
@@ -153,7 +153,7 @@ def check_summary(reply: Message) -> str:
         return reply_answer(reply.get("content"))
     except ValueError as error:
         raise BadSummary(str(error)) from None
-    # END 08.7
+    # END 08.6
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -298,7 +298,7 @@ class AgentCompaction:
         earlier = self.compaction.summary if self.compaction is not None else None
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
-        # BEGIN 08.7
+        # BEGIN 08.6
         refused: list[str] = []
         for _ in range(2):      # the first request, then one more, firmer
             prompt = summary_prompt(room, refused[-1] if refused else None)
@@ -311,4 +311,4 @@ class AgentCompaction:
         raise BadSummary(f"the model answered the summary request with {refused[0]}; "
                          f"asked again more firmly, with {again}. Nothing was "
                          "compacted, and the log holds every message")
-        # END 08.7
+        # END 08.6

@@ -331,7 +331,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 for _, position in shown]
 
     def compact(self, summary: str, keep: int) -> int:
-        """SessionCompaction.compact (task 08.5), then `compacted` kept true: the
+        """SessionCompaction.compact (task 08.4), then `compacted` kept true: the
         compaction just recorded is the log's latest, known without reading the log
         again (and remembered by the process, with the rest it knows of the log)."""
         upto = super().compact(summary, keep)
