@@ -384,14 +384,6 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # BEGIN 01.4
         #<
         make_folder(self.folder, self.durable)
-        #> 04
-        # Only a durable writer syncs the folder of a log it creates, so only it asks
-        # whether the log is there yet: the others save a stat on every open.
-        is_new = self.durable and not self.path.exists()
-        # O_APPEND: every write lands at the current end of the file, whatever else
-        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
-        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
-        #<
         #> 01-03
         # O_APPEND: every write lands at the current end of the file, whatever else
         # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
@@ -416,6 +408,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # END 01.4
         #<
         #> 04
+        # O_APPEND: every write lands at the current end of the file, whatever else
+        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
+        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
         # O_RDWR: the writer reads the log through this same descriptor (read_all).
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
@@ -450,9 +445,6 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                     f"session {self.id!r} was started by another writer after this one "
                     "found it empty; resume it again to continue from its history"
                 )
-            # Only a durable writer syncs the folder of a log it creates, so only it
-            # asks whether the log is there yet: the others save a stat on every open.
-            is_new = self.durable and not self.path.exists()
             # O_APPEND: every write lands at the current end of the file, whatever else
             # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
             # ELOOP), never followed out of the folder; 0o600: only its owner may read
@@ -462,7 +454,13 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self._fd = os.open(self.path, flags, 0o600)
             #<
             #> 04+
-            if is_new:
+            if self.durable:
+                # The log's name may not be on the disk yet, whoever created it: this
+                # writer just now, one whose sync of the name then failed, or one that
+                # was not durable (it syncs no name, and may have written lines since).
+                # Nothing in the file tells which, so a durable writer syncs the folder
+                # each time it opens the log: once per open, before its first line. A
+                # failed sync closes the log (below): the next open syncs again.
                 self._sync_folder()
             #<
             #> 11+
@@ -621,9 +619,16 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         #<
 
     def _sync_folder(self) -> None:
+        #> 01-03
         """Make the new log's name itself durable: once this returns, a power cut can
         no longer take away the name that reaches the file (its bytes are another
         matter, synced where they are written)."""
+        #<
+        #> 04+
+        """Make the log's name itself durable: once this returns, a power cut can no
+        longer take away the name that reaches the file (its bytes are another matter,
+        synced where they are written)."""
+        #<
         # BEGIN 01.4
         # fsync on the file saves its bytes; the entry "quest-1.jsonl" lives in the
         # folder, and until the folder is synced a power cut can lose the whole file.

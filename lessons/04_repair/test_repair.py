@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import raises
+from sessionlab.testing import open_descriptors, raises
 
 
 def tool_call(call_id, name, **arguments):
@@ -1393,3 +1393,118 @@ def test_the_repair_marker_says_when_it_was_written(resume, sessions):
     assert when.tzinfo is not None and before <= when <= after, (
         f"`at` should be the time of the repair, between {before} and {after}, with "
         f"its time zone; it is {at!r}")
+
+
+# --- a durable writer and the log's name ----------------------------------------------
+
+
+class FolderSyncs:
+    """Counts each os.fsync and os.fdatasync of the sessions folder (the folder that
+    holds the log's name) from now on; with fail=True each of them raises EIO instead,
+    as a failing disk does."""
+
+    def __init__(self, monkeypatch, sessions, fail=False):
+        self.count = 0
+        folder = sessions.stat()
+        self.folder = (folder.st_dev, folder.st_ino)
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self.wrap(getattr(os, name), fail))
+
+    def wrap(self, real, fail):
+        def sync(fd):
+            found = os.fstat(fd)
+            if (found.st_dev, found.st_ino) == self.folder:
+                self.count += 1
+                if fail:
+                    raise OSError(errno.EIO, "input/output error (simulated)")
+            return real(fd)
+        return sync
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("retry", ["the same writer", "a new writer"])
+def test_a_durable_retry_after_a_failed_folder_sync_syncs_the_logs_name(
+        lesson, sessions, monkeypatch, retry):
+    """Durable mode: the sync of a new log's name (an fsync of its folder) fails with
+    EIO, so the first append raises; the writer keeps nothing open. The caller retries,
+    with the same SessionLog or a new one. The log is there now, created by the attempt
+    that failed, but its name may still not be on the disk: the folder is synced again
+    before the retried append returns. (This is the writer's given open, just before
+    the takeover of task 04.3.)"""
+    path = sessions / "quest-1.jsonl"
+    before = open_descriptors()
+    log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    with monkeypatch.context() as patch:
+        FolderSyncs(patch, sessions, fail=True)
+        try:
+            log.append(ASK)
+        except OSError:
+            failed = True
+        else:
+            failed = False
+    if not failed:
+        log.close()
+        pytest.fail("the sync of the new log's name failed (EIO), and append returned "
+                    "as if the line were safe: a power cut could take the log, line "
+                    "and all", pytrace=False)
+    left = open_descriptors() - before
+    if left:
+        log.close()
+        pytest.fail(f"the append whose folder sync failed left {left} descriptor(s) "
+                    "open: a writer that could not sync the log's name keeps nothing, "
+                    "so that its next append opens the log again and syncs the name",
+                    pytrace=False)
+
+    syncs = FolderSyncs(monkeypatch, sessions)
+    if retry == "a new writer":
+        log.close()
+        log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    try:
+        log.append(ASK)
+        synced = syncs.count
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        pytest.fail(f"the disk works again, yet the retry by {retry} raised "
+                    f"{type(error).__name__}: {error}. Nothing of the line was written "
+                    "when the name's sync failed, so a retry is safe and should work",
+                    pytrace=False)
+    finally:
+        log.close()
+        monkeypatch.undo()
+    assert synced, (
+        f"the retry by {retry} found the log there (the failed attempt created it) and "
+        "returned without syncing the sessions folder: the earlier sync of the log's "
+        "name failed, so the name may still not be on the disk, and a power cut would "
+        "take the log with the line just acknowledged")
+    entries = entries_in(path)
+    assert entries == [ASK], (
+        f"the log should hold the retried message once, and nothing else: {entries}")
+
+
+@pytest.mark.task("04.3")
+def test_a_durable_writer_syncs_the_name_of_a_log_a_plain_writer_began(
+        lesson, sessions, monkeypatch):
+    """A log begun by a writer without durable mode holds lines, and its name was never
+    synced. Day 2's writer is durable: it resumes the log and appends, and the sessions
+    folder is synced before that append returns, or a power cut could take the whole
+    log with the line it was told is saved. (This is the writer's given open, just
+    before the takeover of task 04.3.)"""
+    with lesson.SessionLog(sessions, "quest-1") as quick:
+        for message in A_FINISHED_DAY:
+            quick.append(message)
+    syncs = FolderSyncs(monkeypatch, sessions)
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.open_for_append()
+        log.append(ASK)
+        synced = syncs.count
+    monkeypatch.undo()
+    assert synced, (
+        "a log that a writer without durable mode began was resumed by a durable one, "
+        "whose append returned without syncing the sessions folder: the log's name was "
+        "never synced, so a power cut could take the log and the line just "
+        "acknowledged")
+    entries = entries_in(sessions / "quest-1.jsonl")
+    assert entries == [*A_FINISHED_DAY, ASK], (
+        "the log should hold day 1's messages, then the durable writer's one: "
+        f"{entries}")
