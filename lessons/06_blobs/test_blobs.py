@@ -96,11 +96,13 @@ def reference_in(message):
 # What a refusal of 06.3 must say it met, in words a user reads (any of them will do).
 REASONS = {
     "a name that is no hash":
-        r"hash|sha-?256|hex|invalid|not a valid|malformed|bad name|not a name",
-    "a missing blob": r"missing|not found|no such|does not exist|gone|removed|deleted",
-    "bytes that changed": r"chang|match|damag|corrupt|alter|modif|tamper",
-    "a symbolic link": r"link|not a (plain|regular) file",
-    "bytes that are no text": r"utf-?8|text|decod|unicode",
+        r"hash|sha-?256|hex|invalid|not a valid|malformed|bad name|not a( blob)? name",
+    "a missing blob": r"missing|not found|no such|(not|n't) exist|not (present|there)"
+                      r"|absent|gone|removed|deleted|find",
+    "bytes that changed": r"chang|match|damag|corrupt|alter|modif|tamper|wrong|differ"
+                          r"|integrity|checksum|verif",
+    "a symbolic link": r"link|not a (plain|regular) file|follow",
+    "bytes that are no text": r"utf-?8|text|decod|encod|unicode|binary",
 }
 
 
