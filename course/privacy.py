@@ -147,10 +147,10 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     being written is never deleted: it is skipped, and expired next time if it is still
     idle. What a stopped delete left of a session
     #> 09
-    (a meta file, without a log) goes too, once as old.
+    (a meta file, without a log) goes too, by the same rule.
     #<
     #> 10+
-    (a meta file, side-chains, without a log) goes too, once as old.
+    (a meta file, side-chains, without a log) goes too, by the same rule.
     #<
     """
     # BEGIN 09.2

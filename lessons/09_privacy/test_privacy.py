@@ -189,30 +189,40 @@ def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
     lesson, sessions
 ):
     """delete_session removes the session's log, meta file and lock, and each blob it
-    used that no other session refers to; other sessions stay as they were."""
+    used that no other session refers to; other sessions stay as they were. The fork
+    quest-1b has a meta file (its lineage) and shares quest-1's blob."""
     play(lesson, sessions, TURN_A, (LARGE_SECRET, [say("Noted.")]))
     play(lesson, sessions, TURN_C, session_id="quest-2")
     lesson.fork(sessions, "quest-1", "quest-1b")
+    assert (sessions / "quest-1b.meta.json").exists(), (
+        "the test's own set-up: a fork has a meta file")
     other = (sessions / "quest-2.jsonl").read_bytes()
+    source = (sessions / "quest-1.jsonl").read_bytes()
     [blob] = blob_names(sessions)
 
-    assert lesson.delete_session(sessions, "quest-1") is True, (
+    assert lesson.delete_session(sessions, "quest-1b") is True, (
         "delete_session should return True when it deleted a session")
     left = sorted(p.name for p in sessions.iterdir())
-    assert left == ["blobs", "quest-1b.jsonl", "quest-1b.meta.json", "quest-2.jsonl"], (
-        "deleting quest-1 should remove its log (and leave no lock file), and nothing "
-        f"of the other sessions; the folder holds {left}")
+    assert left == ["blobs", "quest-1.jsonl", "quest-2.jsonl"], (
+        "deleting the fork quest-1b should remove its log and its meta file (and leave "
+        f"no lock file), and nothing of the other sessions; the folder holds {left}")
     assert blob_names(sessions) == [blob], (
-        "the fork quest-1b still refers to the blob: deleting quest-1 must keep it")
+        "quest-1 still refers to the blob it shares with its fork: deleting the fork "
+        "must keep it, or quest-1 no longer loads")
+    assert (sessions / "quest-1.jsonl").read_bytes() == source, (
+        "deleting the fork quest-1b changed the log of quest-1, its source")
     assert (sessions / "quest-2.jsonl").read_bytes() == other, (
-        "deleting quest-1 changed the log of quest-2")
+        "deleting quest-1b changed the log of quest-2")
 
-    lesson.delete_session(sessions, "quest-1b")
+    assert lesson.delete_session(sessions, "quest-1") is True
     assert blob_names(sessions) == [], (
         "once no session refers to a blob, deleting the last one that did removes it; "
         f"blobs/ still holds {blob_names(sessions)}")
     assert files_holding(sessions, "Ilse") == [], (
         "after both sessions that held the words were deleted, no file may hold them")
+    assert sorted(p.name for p in sessions.iterdir() if p.name != "blobs") == [
+        "quest-2.jsonl"], (
+        "after deleting quest-1 and its fork, only quest-2 (and blobs/) should be left")
 
 
 @pytest.mark.key
@@ -580,7 +590,9 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     lesson, sessions
 ):
     """The cutoff is `now` less `older_than`: a log last changed exactly then is not
-    older than the retention, and stays; one changed a second before goes."""
+    older than the retention, and stays; one changed a second before goes. A meta file
+    left without its log follows the same rule: changed exactly at the cutoff, it
+    stays."""
     play(lesson, sessions, TURN_A, session_id="at-cutoff")
     play(lesson, sessions, TURN_A, session_id="before-it")
     then = 1_700_000_000        # whole seconds: the file system keeps them exactly
@@ -592,9 +604,12 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     found = lesson.expire(sessions, older_than=100, now=then + 100)
     assert found == (["before-it"], []), (
         "with now = T + 100 and older_than = 100, the cutoff is T: a log changed at T "
-        "stays, one changed at T - 1 goes, and so does a meta file left without its "
-        f"log at T; expire() returned {found}")
-    assert left.exists(), "a meta file left without its log at the cutoff should stay"
+        "stays, and so does a meta file left without its log changed at T (it is not "
+        "older than the cutoff either); only the log changed at T - 1 goes. expire() "
+        f"returned {found}")
+    assert left.exists(), (
+        "a meta file left without its log, last changed exactly at the cutoff, was "
+        "removed: like a log changed then, it is not older than the retention")
 
 
 @pytest.mark.task("09.2")
@@ -614,8 +629,8 @@ def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sess
 @pytest.mark.task("09.2")
 def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessions):
     """A meta file whose log is gone (a fork or a delete stopped half-way) holds a
-    person's words too: once it is as old as the cutoff, expire() removes it and names
-    its id; a young one stays."""
+    person's words too: once it was last changed before the cutoff, expire() removes
+    it and names its id; a young one stays."""
     for session_id in ("left-old", "left-young"):
         meta = sessions / f"{session_id}.meta.json"
         meta.write_text(json.dumps({"format": 1, "id": session_id,

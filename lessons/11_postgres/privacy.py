@@ -121,7 +121,7 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     file's "created": a session forked long ago and used yesterday is in use. A session
     being written is never deleted: it is skipped, and expired next time if it is still
     idle. What a stopped delete left of a session
-    (a meta file, side-chains, without a log) goes too, once as old.
+    (a meta file, side-chains, without a log) goes too, by the same rule.
     """
     folder = Path(folder)
     cutoff = (time.time() if now is None else now) - older_than
