@@ -23,6 +23,7 @@ from sessionlab.town import Town
 from sessionlab.town_model import play, town_model
 
 from .conftest import REPO, STARTER
+from .terminal import default_sigint
 
 QUEST = "ask the elder about the cave\n"
 
@@ -306,7 +307,7 @@ def test_interrupted_mid_turn_in_a_terminal_then_resumed(chat_course, sessions, 
         child = pexpect.spawn(sys.executable, ["-m", "sessionlab", *map(str, reference(chat_course, sessions)),
                                                "quest", "--base-url", server.base_url],
                               encoding="utf-8", timeout=60, dimensions=(40, 120),
-                              env={**os.environ, "TERM": "xterm"})
+                              env={**os.environ, "TERM": "xterm"}, preexec_fn=default_sigint)
         try:
             child.expect("you>")
             child.sendline(QUEST.strip())

@@ -17,6 +17,7 @@ import pytest
 from . import quirky
 from .conftest import REPO, STARTER
 from .quirky import Answer, QuirkyServer, Slow, calls, text, tool_call
+from .terminal import default_sigint
 
 # The campaign (tests/conftest.py): the chat against real HTTP servers that stall and drop.
 pytestmark = pytest.mark.campaign
@@ -270,7 +271,8 @@ def test_ctrl_c_while_the_model_is_checked_writes_nothing(chat_course, sessions)
         child = pexpect.spawn(sys.executable, ["-m", "sessionlab", "--course", str(chat_course), "chat", "--lesson",
                                                "02", "--solution", "--sessions", str(sessions), "quest",
                                                "--base-url", server.base_url],
-                              encoding="utf-8", timeout=60, dimensions=(40, 120), env={**os.environ, "TERM": "xterm"})
+                              encoding="utf-8", timeout=60, dimensions=(40, 120), env={**os.environ, "TERM": "xterm"},
+                              preexec_fn=default_sigint)
         try:
             assert checking.wait(60), "the check never came"
             child.expect("checking scripted-town")

@@ -15,6 +15,8 @@ from sessionlab.scripted import Disconnect, ScriptedModel, call, say, use
 from sessionlab.server import ModelServer
 from sessionlab.town_model import town_model
 
+from .terminal import default_sigint
+
 
 def free_port():
     with socket.socket() as s:
@@ -78,12 +80,6 @@ def test_sessionlab_serve_runs_the_town_model_until_stopped():
         _, err = process.communicate(timeout=30)
     assert process.returncode == 130, "Ctrl-C exits 130, as the reference page says"
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "stopped (Ctrl-C)"
-
-
-def default_sigint():
-    """In the child: Ctrl-C as in a terminal, even when this test runs where SIGINT is
-    ignored (a background job), so that Python turns it into KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "65536"])

@@ -18,6 +18,7 @@ import pytest
 from sessionlab.cli import main, runner
 
 from .conftest import REPO, STARTER, Run, run_module
+from .terminal import default_sigint
 
 # The campaign (tests/conftest.py): odd inputs to every command, each in a process of its own.
 pytestmark = pytest.mark.campaign
@@ -328,11 +329,6 @@ def gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
-
-
-def default_sigint():
-    """Ctrl-C as in a terminal, even under a runner that ignores SIGINT in the background."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_during_a_test_run_stops_the_tests_at_once_and_exits_130(course, tmp_path):

@@ -16,6 +16,7 @@ from sessionlab.cli import main, runner
 
 from .conftest import REPO, SOLUTION, STARTER, Run, make_course, run_module
 from .test_first_hour import no_runs, one_line_error  # noqa: F401  (fixtures)
+from .terminal import default_sigint
 
 # The campaign (tests/conftest.py): odd inputs to every command, each in a process of its own.
 pytestmark = pytest.mark.campaign
@@ -268,7 +269,7 @@ def test_watch_with_stdin_closed_says_it_takes_no_keys_and_stops_on_ctrl_c(cours
 
     def close_and_default_sigint():
         os.close(0)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        default_sigint()
 
     process = subprocess.Popen(
         [sys.executable, "-m", "sessionlab", "--course", str(course), "watch", "00", "--cold"],
