@@ -83,11 +83,12 @@ def plain_open(log):
 @pytest.fixture(autouse=True)
 def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     """Every append opens the log with `_open` (task 01.4) and ends in `_write` (task
-    01.5). So that each task is tested as soon as it is written, a test that checks
-    another task too writes through `plain_write` for as long as `_write` says it is
-    not written, and a test that does not check 01.4 opens the log with `plain_open`
-    for as long as `_open` says so; once they are written, the student's own run. The
-    tests of 01.5 alone never use a stand-in."""
+    01.5). So that each task is tested as soon as it is written, every test but those of
+    01.5 alone writes through `plain_write` for as long as `_write` is not written, and
+    every test not marked 01.4 opens the log with `plain_open` for as long as `_open` is
+    not written; once they are, the student's own code runs. So the tests of 01.2 and
+    01.3 need neither task written, those of 01.4 need 01.4 only, and those of 01.5
+    alone never use a stand-in."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if tasks <= {"01.5"} or "lesson" not in request.fixturenames:
         return
@@ -687,15 +688,17 @@ def test_a_folder_sync_that_fails_leaves_no_descriptor_open(lesson, sessions,
     """The folder's fsync fails (EIO): the error reaches the caller, and the folder's
     descriptor is closed all the same."""
     before = open_descriptors()
-    fail_syncs(monkeypatch, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
-    try:
-        with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-            log.append({"role": "user", "content": "first"})
-    except OSError as error:
-        failed = error
-    else:
-        failed = None
-    monkeypatch.undo()
+    # A context of its own: leaving it takes the failing syncs away, and only them (the
+    # stand-in for _write, while 01.5 is not written, stays).
+    with monkeypatch.context() as failing:
+        fail_syncs(failing, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+        try:
+            with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+                log.append({"role": "user", "content": "first"})
+        except OSError as error:
+            failed = error
+        else:
+            failed = None
     assert failed is not None and failed.errno == errno.EIO, (
         "the folder's fsync failed, and that error should reach the caller; got "
         f"{failed!r}")
@@ -713,20 +716,22 @@ def test_a_new_logs_name_whose_sync_failed_is_synced_before_its_first_line(
     caller retries, with the same SessionLog or with a new one on the session: the line
     it is then told is saved must survive a power cut, so the log's name is synced (in
     the sessions folder) before that append returns."""
-    fail_syncs(monkeypatch, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
     log = lesson.SessionLog(sessions, "quest-1", durable=True)
-    try:
-        log.append({"role": "user", "content": "first"})
-    except OSError:
-        pass
-    except NotImplementedError:
-        raise
-    else:
-        log.close()
-        pytest.fail("the sync of the new log's name failed (EIO), and append returned "
-                    "as if the line were safe: a power cut could take the log, line "
-                    "and all", pytrace=False)
-    monkeypatch.undo()
+    # A context of its own: leaving it takes the failing syncs away, and only them (the
+    # stand-in for _write, while 01.5 is not written, stays).
+    with monkeypatch.context() as failing:
+        fail_syncs(failing, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+        try:
+            log.append({"role": "user", "content": "first"})
+        except OSError:
+            pass
+        except NotImplementedError:
+            raise
+        else:
+            log.close()
+            pytest.fail("the sync of the new log's name failed (EIO), and append "
+                        "returned as if the line were safe: a power cut could take the "
+                        "log, line and all", pytrace=False)
     fsync = FsyncRecorder(monkeypatch)
     if retry == "a new writer":
         log.close()
