@@ -780,6 +780,64 @@ def test_the_first_append_creates_the_sessions_folder_it_needs(lesson, tmp_path)
         f"line; it holds {contents}")
 
 
+def append_into_a_new_folder(lesson, folder, **options):
+    """Append one line to a log in `folder`, which does not exist yet; fail in words if
+    the append raised OSError."""
+    try:
+        with lesson.SessionLog(folder, "quest-1", **options) as log:
+            log.append({"role": "user", "content": "my secret plan"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail(f"the sessions folder {folder} did not exist yet, and the first "
+                    f"append failed with {type(error).__name__}: {error}, where the "
+                    "folder and the log should have been created", pytrace=False)
+
+
+@pytest.mark.task("01.4")
+def test_the_folders_a_first_append_creates_are_readable_by_their_owner_only(
+    lesson, tmp_path
+):
+    """Under a umask of 000, the sessions folder the first append creates, and the
+    folder above it that was missing too, are readable by their owner only (0700):
+    the names of a user's sessions can say what they were about."""
+    home = tmp_path / "home"
+    old_umask = os.umask(0)
+    try:
+        append_into_a_new_folder(lesson, home / "sessions")
+    finally:
+        os.umask(old_umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode)
+             for path in (home, home / "sessions")}
+    open_to_others = {name: oct(mode) for name, mode in modes.items() if mode != 0o700}
+    assert not open_to_others, (
+        "under a umask of 000 the first append created the folders home/ and "
+        f"home/sessions/, and these have other modes than 0o700: {open_to_others}. "
+        "Every user of the machine may list (or even change) what is in them")
+
+
+@pytest.mark.task("01.4")
+def test_durable_mode_makes_the_name_of_each_new_folder_survive_a_power_cut(
+    lesson, tmp_path, monkeypatch
+):
+    """Durable mode, a sessions folder that does not exist yet, nor the folder above
+    it: each folder the first append creates is a name in the folder above it, and a
+    power cut can lose it (and the log in it) until that folder is synced. So before
+    the append returns, the folder holding each new folder's name is synced too."""
+    home = tmp_path / "home"
+    fsync = FsyncRecorder(monkeypatch)
+    append_into_a_new_folder(lesson, home / "sessions", durable=True)
+    holders = {"home/ (it holds the name of sessions/)": home,
+               "the folder above home/ (it holds the name of home/)": tmp_path}
+    unsynced = [name for name, path in holders.items()
+                if (path.stat().st_dev, path.stat().st_ino) not in fsync.folders]
+    assert not unsynced, (
+        "durable mode: the first append created home/ and home/sessions/, and "
+        f"returned without syncing {' nor '.join(unsynced)}: a power cut could take "
+        "the new folder away, with the log and the line just acknowledged. The "
+        f"syncs were, in order: {fsync.kinds}")
+
+
 @pytest.mark.task("01.4")
 def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
     """A log holds what a person said: created under a umask of 000, it is still
