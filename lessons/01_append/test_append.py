@@ -285,16 +285,25 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
-    characters allowed, and 128 at most), so the caller can fix it."""
+    characters allowed: letters, digits, '.', '_', '-'; and 128 at most), so the caller
+    can fix it."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
-    assert "../x" in str(refused.value), (
-        f"the error should quote the id it refused: {refused.value}"
-    )
-    assert "128" in str(refused.value), (
+    said = str(refused.value)
+    assert "../x" in said, f"the error should quote the id it refused: {said}"
+    assert "128" in said, (
         "the error should say what a valid id looks like, its length limit (128) "
         "included, so that the caller can fix the id rather than guess; it says: "
-        f"{refused.value}")
+        f"{said}")
+    words = said.replace("../x", "").lower()    # what it says besides the id
+    kinds = {"letters": ("letter", "a-z"), "digits": ("digit", "0-9"),
+             "'.'": (".",), "'_'": ("_",), "'-'": ("-",)}
+    unnamed = [kind for kind, ways in kinds.items()
+               if not any(way in words for way in ways)]
+    assert not unnamed, (
+        "the error should say which characters a valid id may hold (letters, digits, "
+        f"'.', '_' and '-'), so that the caller can fix the id; it names no "
+        f"{', no '.join(unnamed)}: {said}")
 
 
 @pytest.mark.task("01.1")
