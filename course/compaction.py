@@ -22,9 +22,8 @@ class ContextOverflow(RuntimeError):
 
 
 class BadSummary(ValueError):
-    """The model's reply to a summary request is no summary to record: a tool call, no
-    text, only thinking, a tool call written as text, or too long for the budget. It
-    says what the model sent. Nothing was compacted and nothing written."""
+    """The model's reply to a summary request gives no summary to record. It says what
+    the model sent. Nothing was compacted and nothing written."""
 
 
 def compaction_marker(state: LogState, keep: int, summary: str, where: object
@@ -34,8 +33,8 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
     naming `where`, for a `keep` the log does not show. The file store and the database
     store write the same marker.
 
-    ValueError too for a `summary` that is not what check_summary() returns: a store
-    never records a reply that no check has read (no text, thinking, a call as text).
+    ValueError too for a `summary` that is not what check_summary() returns (through
+    reply_answer): a store never records a reply that no check has read.
     """
     try:
         checked = reply_answer(summary)
@@ -45,8 +44,9 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          ) from None
     if checked != summary:
         raise ValueError(f"refusing to record a compaction of {where} whose summary "
-                         "holds thinking or spaces around it: a summary is the text "
-                         "check_summary() returns")
+                         "is not what a check of it returns (that would be "
+                         f"{checked[:60]!r}): a summary is the text check_summary() "
+                         "returns")
     # BEGIN 08.4
     from .files import now
     from .messages import MARKER
@@ -139,10 +139,9 @@ def summary_prompt(room: int | None, problem: str | None = None) -> str:
 
 
 def check_summary(reply: Message) -> str:
-    """The summary a reply to the summary request gives, ready to record: its text
-    with any <think> block taken out. BadSummary, saying what the model sent instead,
-    for a reply with tool calls, with no text, with only thinking, or whose text is a
-    tool call written as JSON. `reply` is normalized (normalize_reply)."""
+    """The summary a reply to the summary request gives, ready to record. BadSummary,
+    whose message is a phrase saying what the model sent instead, for a reply that
+    gives none. `reply` is normalized (normalize_reply)."""
     # BEGIN 08.6
     calls = reply.get("tool_calls") or []
     if calls:
@@ -289,10 +288,8 @@ class AgentCompaction:
 
         The conversation goes as text in one user message, with no tools: no provider
         can refuse the request for a tool exchange (pi does the same). A model may still
-        answer with no summary (a tool call, no text, only thinking, a call written as
-        text, far too long): such a reply is never returned, so nothing records it. The
-        request is made once more with a firmer instruction saying what was wrong, and
-        BadSummary, naming both replies, ends it if that fails too.
+        answer with no summary: such a reply is never returned, so nothing records it.
+        BadSummary, saying what the model sent, when no summary came.
         """
         earlier = self.compaction.summary if self.compaction is not None else None
         conversation = transcript(earlier, messages)

@@ -643,12 +643,12 @@ def calls_written_as_text(text: str) -> list[str]:
 
 
 def reply_answer(content: Any) -> str:
-    """The answer a reply's text gives: its thinking taken out, spaces trimmed.
-
-    ValueError, saying what the text was instead, when it gives none: no text (null,
-    empty, only spaces), only a <think> block (finished or cut off), or a tool call
-    written as JSON text, which never ran.
+    """The answer a reply's text (`content`, as the server sent it) gives, when that
+    text is passed on as something else: what the next reader of it should read, and
+    nothing more. ValueError, whose message is a phrase saying what the text was
+    instead, when it gives none.
     """
+    # BEGIN 08.6
     if not isinstance(content, str) or not content.strip():
         raise ValueError("no text")
     answer = without_thinking(content)
@@ -660,6 +660,7 @@ def reply_answer(content: Any) -> str:
         raise ValueError(f"a call to {', '.join(names)} written as JSON text, which "
                          "never ran")
     return answer
+    # END 08.6
 #<
 #> 11+
 

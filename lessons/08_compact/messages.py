@@ -484,20 +484,13 @@ def calls_written_as_text(text: str) -> list[str]:
 
 
 def reply_answer(content: Any) -> str:
-    """The answer a reply's text gives: its thinking taken out, spaces trimmed.
-
-    ValueError, saying what the text was instead, when it gives none: no text (null,
-    empty, only spaces), only a <think> block (finished or cut off), or a tool call
-    written as JSON text, which never ran.
+    """The answer a reply's text (`content`, as the server sent it) gives, when that
+    text is passed on as something else: what the next reader of it should read, and
+    nothing more. ValueError, whose message is a phrase saying what the text was
+    instead, when it gives none.
     """
-    if not isinstance(content, str) or not content.strip():
-        raise ValueError("no text")
-    answer = without_thinking(content)
-    if not answer:
-        cut_off = "" if THINK_CLOSE in content else " that never ends"
-        raise ValueError(f"only a {THINK_OPEN} block{cut_off}, and no text after it")
-    names = calls_written_as_text(answer)
-    if names:
-        raise ValueError(f"a call to {', '.join(names)} written as JSON text, which "
-                         "never ran")
-    return answer
+    # TODO(08.6): Check the summary before it is recorded.
+    # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+    raise NotImplementedError(
+        "task 08.6 is not written yet: Check the summary before it is recorded"
+    )

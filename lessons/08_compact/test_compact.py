@@ -7,6 +7,7 @@ Run: pytest lessons/08_compact            (your code)
 import json
 import os
 import re
+import sys
 import time
 from datetime import datetime
 
@@ -111,6 +112,14 @@ def shape(messages, width=40):
     return [(m.get("role"), str(m.get("content"))[:width]) for m in messages]
 
 
+def compacted_view(lesson, summary, kept, system=SYSTEM):
+    """The messages of a request made after a compaction, as the 08.2 test of view()
+    states them: the system prompt (if any), the summary as it should stand there, and
+    the messages `kept` as they were said."""
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [{"role": "user", "content": lesson.SUMMARY_INTRO + summary}, *kept]
+
+
 def turn_requests(model):
     """The requests of the quest itself, not the ones asking for a summary."""
     return [r for r in model.requests if r not in model.summary_requests]
@@ -177,19 +186,31 @@ def summarised_as_sent(lesson):
     return summarise
 
 
+def answer_as_sent(content):
+    """The stand-in for task 08.6's reply_answer, which compaction_marker reads a
+    summary with before recording it: the text as it came, spaces trimmed; only a
+    missing or blank text is refused."""
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("no text")
+    return content.strip()
+
+
 @pytest.fixture(autouse=True)
 def until_task_08_6_is_written(request, monkeypatch):
-    """Every compaction asks for its summary through `summarise` (task 08.6). So that
-    08.1 to 08.5 are tested as soon as they are written, a test that does not check
-    08.6 summarises through `summarised_as_sent` for as long as `summarise` says it is
-    not written; once it is, the student's own runs. The tests of 08.6 never use the
-    stand-in."""
+    """Every compaction asks for its summary through `summarise`, and the log reads it
+    through `reply_answer` before recording it (task 08.6). So that 08.1 to 08.5 are
+    tested as soon as they are written, a test that does not check 08.6 goes through
+    `summarised_as_sent` and `answer_as_sent` for as long as those say they are not
+    written; once they are, the student's own run. The tests of 08.6 never use the
+    stand-ins."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if "08.6" in tasks or "lesson" not in request.fixturenames:
         return
     lesson = request.getfixturevalue("lesson")
     until_written(monkeypatch, lesson.Agent, "summarise", "08.6",
                   summarised_as_sent(lesson))
+    compaction = sys.modules[lesson.AgentCompaction.__module__]
+    until_written(monkeypatch, compaction, "reply_answer", "08.6", answer_as_sent)
 
 
 # --- the budget, the view and the log -----------------------------------------------
@@ -212,8 +233,7 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
         f"the system prompt and the six messages as they are; it got {shape(view)}")
     agent.compaction = lesson.Compaction("the first turn", 2)
     view = agent.view()
-    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "the first turn"}
-    assert view == [system, summary, *said[2:]], (
+    assert view == compacted_view(lesson, "the first turn", said[2:]), (
         "with a compaction at place 2, the model should learn of messages 0 and 1 only "
         "from the summary, introduced by SUMMARY_INTRO, in a message any provider "
         "takes after the system prompt and the model cannot take for its rules or its "
@@ -231,7 +251,7 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
             f"before; it got {shape(view)}")
         bare.compaction = lesson.Compaction("the first turn", 2)
         view = bare.view()
-        assert view == [summary, *said[2:]], (
+        assert view == compacted_view(lesson, "the first turn", said[2:], none), (
             f"an agent whose system prompt is {none!r}, compacted at place 2: the "
             "model should get the summary and messages 2 to 5, and no system message "
             f"at all (an empty one is still a system message); it got {shape(view)}")
@@ -250,29 +270,30 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
     for cut in (2, 4, 6):
         for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9):
             agent = agent_without_session(lesson, said, system=system)
-            sent = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": lesson.SUMMARY_INTRO + summary},
-                *said[cut:]]
-            size = size_of(lesson, {"messages": sent, "tools": Town().schemas})
+            planned = agent.compacted_size(summary, cut)
+            agent.compaction = lesson.Compaction(summary, cut)
+            view = agent.view()
+            agent.compaction = None
+            size = size_of(lesson, {"messages": view, "tools": Town().schemas})
+            assert planned == size, (
+                f"compacted_size gives {planned} tokens for a compaction at place "
+                f"{cut} with a summary of {len(summary)} characters, and the request "
+                f"view() then makes ({shape(view, 20)}) needs {size}: the room the "
+                "model is told it has, and the judgement of its reply, are off by "
+                f"{size - planned} token(s)")
             agent.budget = size
             try:
                 taken = agent.check_fits(summary, cut)
             except lesson.BadSummary as error:
                 pytest.fail(f"the request a compaction at place {cut} would send "
                             f"needs {size} tokens, exactly the budget, and its summary "
-                            f"was refused as too long ({error}): the size worked out "
-                            "before sending is not the size of the request sent",
-                            pytrace=False)
-            agent.compaction = lesson.Compaction(taken, cut)
-            assert size_of(lesson, {"messages": agent.view(),
-                                    "tools": Town().schemas}) == size, (
-                f"the summary was judged to fit a budget of {size}, and the request "
-                "made with it is not of that size")
-            agent.compaction, agent.budget = None, size - 1
+                            f"was refused as too long ({error})", pytrace=False)
+            assert taken == summary, (
+                f"check_fits returned {taken!r}, not the summary it was given")
+            agent.budget = size - 1
             with raises(lesson.BadSummary, f"a summary that makes the request at place "
                         f"{cut} need {size} tokens was taken with a budget of "
-                        f"{size - 1}: the size worked out before sending is smaller "
-                        "than the request sent"):
+                        f"{size - 1}"):
                 agent.check_fits(summary, cut)
 
 
@@ -314,17 +335,16 @@ def test_no_request_exceeds_the_budget_and_the_log_keeps_every_message(
 @pytest.mark.task("08.2")
 @pytest.mark.task("08.3")
 def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesson):
-    """The request after a compaction is the system prompt, the summary (one user
-    message) and the messages from the newest user message on; the older ones are left
-    out of it."""
+    """The request after a compaction made by the agent as the quest goes on is the
+    view: the system prompt, the summary, and the turn in progress as it was said;
+    nothing older."""
     agent, model, log = open_agent(lesson, None)
     with log:
         days = play_until_compacted(lesson, agent, model)
     summary_at = model.requests.index(model.summary_requests[0])
     sent = model.requests[summary_at + 1]["messages"]
     newest = {"role": "user", "content": day(days[-1])[0]}
-    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"}
-    expected = [{"role": "system", "content": SYSTEM}, summary, newest]
+    expected = compacted_view(lesson, "summary #1", [newest])
     assert sent[:3] == expected, (
         "after the compaction the model should get the system prompt, the summary "
         "('summary #1', introduced by SUMMARY_INTRO) as the view shows it, then the "
@@ -684,14 +704,11 @@ def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_
     agent, model, log = open_agent(lesson, sessions)
     with log:
         view = agent.view()
-    expected = [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": lesson.SUMMARY_INTRO + "second"},
-                said[6], said[7]]
+    expected = compacted_view(lesson, "second", [said[6], said[7]])
     assert view == expected, (
         "the log shows messages 0, 1, 4, 5, 6, 7 (2 and 3 undone), and its latest "
-        "compaction keeps index 6 on: the request should be the system prompt, the "
-        "summary 'second', then messages 6 and 7. It was "
-        f"{[m['content'] for m in view]}")
+        "compaction keeps index 6 on: the request should be "
+        f"{shape(expected)} (role, start of the content); it was {shape(view)}")
     assert agent.messages == [said[k] for k in (0, 1, 4, 5, 6, 7)], (
         "agent.messages stays the whole conversation the log shows")
 
@@ -1078,9 +1095,7 @@ def test_a_request_exactly_at_the_budget_is_sent_before_and_after_a_compaction(
         "is the largest request allowed, not one more than it")
 
     paste = "A long letter from the mayor. " * 12
-    after = [{"role": "system", "content": SYSTEM},
-             {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"},
-             {"role": "user", "content": paste}]
+    after = compacted_view(lesson, "summary #1", [{"role": "user", "content": paste}])
     budget = size_of(lesson, {"messages": after, "tools": TOOL_SCHEMAS})
     agent, model, log = open_agent(lesson, None, script + [say("Noted.")],
                                    budget=budget)
@@ -1258,9 +1273,11 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         "should hold the second reply's summary, 'summary #1'. The log's compaction "
         f"markers hold {[text[:80] for text in summaries_recorded]}")
     sent = turn_requests(model)[-1]["messages"]
-    summary = {"role": "user", "content": lesson.SUMMARY_INTRO + "summary #1"}
+    summary = compacted_view(lesson, "summary #1", [])[1]
     assert sent[1] == summary, (
-        "the request after the compaction should start from the second reply's summary")
+        "the request after the compaction should carry the second reply's summary, "
+        f"'summary #1', where the view puts a summary; it began {shape(sent[:2])} "
+        "(role, start of the content)")
     for number, request in enumerate(turn_requests(model), start=1):
         assert size_of(lesson, request) <= BUDGET, (
             f"request {number} was sent over the budget of {BUDGET} (about "
@@ -1366,10 +1383,12 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
 
 
 @pytest.mark.task("08.4")
+@pytest.mark.task("08.6")
 def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions):
-    """The store records only what check_summary() returns: no text, thinking, a tool
-    call written as text or spaces around the text are refused, and nothing is
-    written. The database store of lesson 11 makes its marker the same way."""
+    """The store records a summary only as a check of it returns it (compaction_marker,
+    given, through reply_answer, task 08.6): a text the check would refuse, or would
+    return otherwise, is refused, and nothing is written. The database store of lesson
+    11 makes its marker the same way."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in conversation(4):
@@ -1393,9 +1412,8 @@ def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson):
     with log:
         agent.run(day(1)[0])
         agent.run(day(2)[0])
-        empty = {"messages": [{"role": "system", "content": SYSTEM},
-                              {"role": "user", "content": lesson.SUMMARY_INTRO},
-                              {"role": "user", "content": newest}],
+        empty = {"messages": compacted_view(lesson, "", [{"role": "user",
+                                                          "content": newest}]),
                  "tools": Town().schemas}
         agent.budget = size_of(lesson, empty)
         with raises(lesson.ContextOverflow, "the turn in progress leaves no room for "
@@ -1421,9 +1439,8 @@ def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
     with log:
         agent.run(day(1)[0])
         agent.run(day(2)[0])
-        empty = {"messages": [{"role": "system", "content": SYSTEM},
-                              {"role": "user", "content": lesson.SUMMARY_INTRO},
-                              {"role": "user", "content": newest}],
+        empty = {"messages": compacted_view(lesson, "", [{"role": "user",
+                                                          "content": newest}]),
                  "tools": Town().schemas}
         agent.budget = size_of(lesson, empty) + 1
         try:
