@@ -39,20 +39,15 @@ SECOND = {
 
 
 def let_go(log) -> None:
-    """Task 05.2's stand-in while it is not written: lets go as 05.2 promises (its own
-    lock file gone, then its lock), so that the tests of 05.1, which meet lock files
-    removed as their holders let go, run as soon as 05.1 is written. 05.2's own tests
-    never use it."""
-    if log._lock_fd is None:
-        return
-    fd, log._lock_fd = log._lock_fd, None
-    try:
-        if os.path.samestat(os.stat(log.lock_path), os.fstat(fd)):
-            os.unlink(log.lock_path)
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(fd)
+    """What `close` does in task 05.2's place while 05.2 is not written, so that the
+    tests of 05.1 run as soon as 05.1 is written: the session is free again, and its
+    lock file is left behind, as a holder killed with SIGKILL leaves it. It is not
+    05.2: a lock file left behind is what 05.2's tests refuse. 05.2's own tests never
+    use it; a test of 05.1 that needs a lock file gone as its holder lets go removes it
+    itself."""
+    if log._lock_fd is not None:
+        os.close(log._lock_fd)
+        log._lock_fd = None
 
 
 class ForGood:
