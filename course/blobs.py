@@ -284,7 +284,10 @@ def discard_claimed(path: Path, fd: int) -> bool:
     # The claim is a lock on a file, and the name may reach another one by now: a
     # writer that stored the same bytes anew (the name was free a moment). Moved aside
     # first, in one step no writer can split, then looked at: a writer's goes back.
-    aside = path.with_name(f".{path.name}.collected")
+    # The aside name is this collector's alone: another collection setting aside the
+    # same blob name at the same time would otherwise replace (and remove) what this
+    # one set aside, a writer's file maybe.
+    aside = path.with_name(f".{path.name}.{os.urandom(6).hex()}.collected")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -308,12 +311,14 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
     if fd is None:
         return      # young, gone, or held: a writer's, or another collector's
     try:
-        blob = path.with_name(path.name[1:-len(".collected")])
-        if path.name.endswith(".collected") and BLOB_NAME.fullmatch(blob.name):
+        # A blob set aside: a dot, the blob's name, then ".collected" (with whatever
+        # else a collector put before it)
+        name = path.name[1:].split(".", 1)[0]
+        if path.name.endswith(".collected") and BLOB_NAME.fullmatch(name):
             try:
                 # A link, not a rename: a rename would replace a blob a writer stored
                 # anew since (and pinned) with this old, unpinned file
-                os.link(path, blob)
+                os.link(path, path.with_name(name))
             except FileExistsError:
                 pass        # stored again since: the same bytes
         path.unlink(missing_ok=True)
@@ -325,11 +330,7 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
     """Remove each of the blobs `names` that no file of the folder refers to, that no
     writer has pinned and that nobody touched after `touched_after`; return the names
-    removed.
-
-    The references are read once to find the candidates, then again while this
-    collector holds its claim on each: a writer that pointed a line to one in between
-    is seen the second time. Each blob still nobody's goes through discard_claimed().
+    removed. Each blob removed goes through discard_claimed(), claimed.
     OSError naming a file that cannot be read: nothing is removed.
     """
     blobs = folder / "blobs"
@@ -344,7 +345,7 @@ def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[
                 if fd is not None:
                     claimed[name] = fd
         if claimed:
-            referenced = blob_references(folder)    # again, under the locks
+            referenced = blob_references(folder)
         return [name for name, fd in claimed.items()
                 if name not in referenced and discard_claimed(blobs / name, fd)]
     finally:

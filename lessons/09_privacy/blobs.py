@@ -289,11 +289,7 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
     """Remove each of the blobs `names` that no file of the folder refers to, that no
     writer has pinned and that nobody touched after `touched_after`; return the names
-    removed.
-
-    The references are read once to find the candidates, then again while this
-    collector holds its claim on each: a writer that pointed a line to one in between
-    is seen the second time. Each blob still nobody's goes through discard_claimed().
+    removed. Each blob removed goes through discard_claimed(), claimed.
     OSError naming a file that cannot be read: nothing is removed.
     """
     blobs = folder / "blobs"
@@ -308,7 +304,7 @@ def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[
                 if fd is not None:
                     claimed[name] = fd
         if claimed:
-            referenced = blob_references(folder)    # again, under the locks
+            referenced = blob_references(folder)
         return [name for name, fd in claimed.items()
                 if name not in referenced and discard_claimed(blobs / name, fd)]
     finally:

@@ -31,14 +31,13 @@ class SessionErase:
     def index_of(self, position: int) -> int:
         """The index (as undo markers count) of the `position`-th message the log shows.
         """
-        if self._fd is None:
-            self._open()
-        state = parse_log(read_all(self._fd, self.path), self.path)
-        shown = state.shown()
-        if not 0 <= position < len(shown):
-            raise EraseError(f"{self.path} shows {len(shown)} message(s): there is no "
-                             f"message {position}; nothing was erased")
-        return shown[position][0]
+        # TODO(09.3): A tombstone keeps the erased message's place, and the agent
+        # forgets.
+        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
+        raise NotImplementedError(
+            "task 09.3 is not written yet: A tombstone keeps the erased message's "
+            "place, and the agent forgets"
+        )
 
     def erase(self, index: int) -> bool:
         """Erase message `index` from the log for good, and return True (False when it
@@ -106,9 +105,9 @@ class SessionErase:
         )
         self.release_blobs()    # the scrubbed lines' new blobs are referred to now
         try:
-            # What this writer (and fork, through KNOWN_LOGS) knew of the old file,
-            # where its lines end, no longer holds: no name reaches that file now, and
-            # the new one has other line lengths. Start again from the bytes written.
+            # Bookkeeping: what this process knew of the log (lesson 07's KNOWN_LOGS:
+            # its size, where its lines end) is of the bytes before the erase. Start
+            # again from the bytes written.
             KNOWN_LOGS.pop(self._identity, None)
             self._know(parse_log(data, self.path))
         except BaseException:

@@ -10,9 +10,11 @@ and writing the line that points to it; it is killed at the end of its test, wha
 happens.
 """
 
+import builtins
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import queue
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionlab.scripted import ScriptedModel, call, say, use
+from sessionlab.scripted import InvalidRequest, ScriptedModel, call, say, use, validate
 from sessionlab.town import Town
 from sessionlab.testing import open_descriptors, raises
 
@@ -873,41 +875,95 @@ def test_an_erased_tool_call_and_result_keep_the_conversation_sendable(
             agent.erase(3)      # the result of buy(rope)
         agent.run(TURN_C[0])    # a 400 (lesson 04's unresumable session) would raise
     found = resume(lesson, sessions)
-    assert found[1] == {
-        "role": "assistant", "content": lesson.ERASED,
-        "tool_calls": [{"id": c["id"], "type": "function",
-                        "function": {"name": c["function"]["name"], "arguments": "{}"}}
-                       for c in calls]}, (
-        "an erased tool call keeps each call's id and its function's name, with "
-        f"arguments '{{}}' and ERASED as its content; found {found[1]!r}")
-    assert found[3] == {"role": "tool", "tool_call_id": calls[1]["id"],
-                        "content": lesson.ERASED}, (
-        f"an erased tool result keeps the id it answers; found {found[3]!r}")
-    assert "guard" not in json.dumps(found[1]), "the call's arguments must go"
+    assert found[1].get("content") == found[3].get("content") == lesson.ERASED, (
+        "both erased messages should read back as erased (ERASED where their words "
+        f"stood); a new process reads {found[1]!r} and {found[3]!r}")
+    assert [(c.get("id"), c.get("function", {}).get("name"))
+            for c in found[1].get("tool_calls") or []] == [
+                (c["id"], c["function"]["name"]) for c in calls], (
+        "an erased tool call keeps each call, by its id and its tool, in order (every "
+        f"result after it answers one); found {found[1]!r}")
+    assert found[3].get("tool_call_id") == calls[1]["id"], (
+        f"an erased tool result keeps the call it answers; found {found[3]!r}")
+    assert "guard" not in json.dumps(found[1]) and "rope" not in json.dumps(found[3]), (
+        "the erased call still holds its arguments (what the model told the tool), or "
+        f"the erased result its content: {found[1]!r}, {found[3]!r}")
     assert marker + b"\n" in (sessions / "quest-1.jsonl").read_bytes(), (
         "the erased call's content was empty, so no marker quotes it: the undo marker "
         "must keep its bytes (replacing \"\" inserts ERASED between every character)")
 
 
+def tombstone_problems(lesson, message, found):
+    """What is wrong with `found` as the tombstone of `message`, in words ([] if
+    nothing). The personal words in the tests' messages all hold "Ilse"."""
+    if not isinstance(found, dict):
+        return [f"it is {found!r}, not a message"]
+    problems = []
+    if found.get("role") != message["role"]:
+        problems.append(f"its role is {found.get('role')!r}, the erased message's was "
+                        f"{message['role']!r}")
+    if found.get("content") != lesson.ERASED:
+        problems.append(f"its content is {found.get('content')!r}: a reader should "
+                        "find ERASED where the words stood, also for a message that "
+                        "had none")
+    if "Ilse" in json.dumps(found, ensure_ascii=False):
+        problems.append("it still holds words a person or the model said (\"Ilse\")")
+    if message.get("tool_call_id") and (
+            found.get("tool_call_id") != message["tool_call_id"]):
+        problems.append("it no longer answers the call the erased result answered")
+    calls, kept = message.get("tool_calls") or [], found.get("tool_calls")
+    if [(c["id"], c["function"]["name"]) for c in calls] != [
+            (c.get("id"), (c.get("function") or {}).get("name"))
+            for c in kept or [] if isinstance(c, dict)]:
+        problems.append("its calls are not the erased message's calls (each call's "
+                        "id and tool, in order): every result after it answers one of "
+                        "them")
+    extra = sorted(set(found) - {"role", "content", "tool_call_id", "tool_calls"})
+    extra += sorted({key for call in kept or [] if isinstance(call, dict)
+                     for key in set(call) - {"id", "type", "function"}})
+    extra += sorted({key for call in kept or [] if isinstance(call, dict)
+                     for key in set(call.get("function") or {})
+                     - {"name", "arguments"}})
+    if extra:
+        problems.append(f"it keeps {extra}: nothing of the erased message but what "
+                        "the conversation needs may be in it (a server adds keys of "
+                        "its own)")
+    if found.get("role") == "tool":
+        history = [{"role": "user", "content": "Hello."},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": found.get("tool_call_id"), "type": "function",
+                        "function": {"name": "talk_to", "arguments": "{}"}}]}, found]
+    else:
+        history = [{"role": "user", "content": "Hello."}, found] + [
+            {"role": "tool", "tool_call_id": call.get("id"), "content": "Done."}
+            for call in kept or [] if isinstance(call, dict)]
+    try:
+        validate({"model": "scripted", "messages": history})
+    except InvalidRequest as error:
+        problems.append(f"a provider refuses a history that holds it: {error}")
+    return problems
+
+
 @pytest.mark.task("09.3")
 def test_a_tombstone_keeps_no_other_key_of_the_message(lesson):
-    """A tombstone holds the role, ERASED, and the ids: no name, no other key a person
-    could have filled."""
+    """A tombstone keeps nothing a person could have filled: not a name, not any other
+    key of the message."""
     message = {"role": "user", "content": [{"type": "text", "text": SECRET}],
                "name": "Ilse"}
-    assert lesson.tombstone(message) == {"role": "user", "content": lesson.ERASED}, (
-        f"tombstone({message!r}) should keep only the role, got "
-        f"{lesson.tombstone(message)!r}")
     answer = {"role": "tool", "tool_call_id": "call_1", "content": SECRET}
-    assert lesson.tombstone(answer) == {"role": "tool", "tool_call_id": "call_1",
-                                        "content": lesson.ERASED}
+    for erased in (message, answer):
+        found = lesson.tombstone(erased)
+        problems = tombstone_problems(lesson, erased, found)
+        assert not problems, (
+            f"tombstone({erased!r}) returned {found!r}: " + "; ".join(problems))
 
 
 @pytest.mark.task("09.3")
 def test_a_tombstone_is_a_new_message_with_only_what_each_call_needs(lesson):
-    """A call keeps its id, the type "function" and its function's name, nothing else
-    a server added to it (an index, a signature); and the message given to tombstone
-    is left as it was: it may be the agent's memory, or another line's entry."""
+    """A call keeps what a provider needs of it and nothing else a server added to it
+    (an index, a signature), nor the arguments the model gave the tool; and the message
+    given to tombstone is left as it was: it may be the agent's memory, or another
+    line's entry."""
     message = {
         "role": "assistant", "content": SECRET, "reasoning": "Ilse is the sister",
         "tool_calls": [{"id": "call_1", "type": "function", "index": 0,
@@ -916,12 +972,9 @@ def test_a_tombstone_is_a_new_message_with_only_what_each_call_needs(lesson):
                                      "signature": "Ilse"}}]}
     given = json.loads(json.dumps(message))
     found = lesson.tombstone(message)
-    assert found == {"role": "assistant", "content": lesson.ERASED,
-                     "tool_calls": [{"id": "call_1", "type": "function",
-                                     "function": {"name": "talk_to",
-                                                  "arguments": "{}"}}]}, (
-        "the tombstone of a call should hold its id, type and function name, with "
-        f"arguments '{{}}', and no other key; got {found!r}")
+    problems = tombstone_problems(lesson, given, found)
+    assert not problems, (
+        f"tombstone({given!r}) returned {found!r}: " + "; ".join(problems))
     assert message == given, (
         "tombstone changed the message it was given (now "
         f"{message!r}): the caller's copy, the agent's memory, lost its words too")
@@ -929,26 +982,23 @@ def test_a_tombstone_is_a_new_message_with_only_what_each_call_needs(lesson):
 
 @pytest.mark.task("09.3")
 def test_every_tombstone_holds_its_role_and_erased_as_its_content(lesson):
-    """"role" and "content" are in every tombstone, ERASED as its content even for a
-    message that had no content, or None there (an assistant message that only called
-    tools); an empty list of tool calls is no call, and the tombstone has none."""
+    """Every tombstone says it was erased, also for a message that had no content, or
+    None there (an assistant message that only called tools); and a list of tool calls
+    that is empty holds no call, so the tombstone calls nothing either."""
     call = {"id": "call_1", "type": "function",
             "function": {"name": "talk_to", "arguments": '{"npc": "Ilse"}'}}
-    erased_call = {**call, "function": {"name": "talk_to", "arguments": "{}"}}
     cases = [
-        ({"role": "assistant", "tool_calls": [call]},
-         {"role": "assistant", "content": lesson.ERASED, "tool_calls": [erased_call]}),
-        ({"role": "assistant", "content": None, "tool_calls": [call]},
-         {"role": "assistant", "content": lesson.ERASED, "tool_calls": [erased_call]}),
-        ({"role": "assistant", "content": SECRET, "tool_calls": []},
-         {"role": "assistant", "content": lesson.ERASED}),
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "assistant", "content": SECRET, "tool_calls": []},
+        {"role": "assistant", "content": SECRET, "tool_calls": [
+            {"id": "call_2", "function": {"name": "buy", "arguments": '"Ilse"'}}]},
     ]
-    for message, expected in cases:
+    for message in cases:
         found = lesson.tombstone(message)
-        assert found == expected, (
-            f"tombstone({message!r}) should be {expected!r}, got {found!r}: every "
-            "tombstone holds its role and ERASED as its content, and no empty list of "
-            "tool calls (a provider refuses one)")
+        problems = tombstone_problems(lesson, message, found)
+        assert not problems, (
+            f"tombstone({message!r}) returned {found!r}: " + "; ".join(problems))
 
 
 @pytest.mark.key
@@ -1026,60 +1076,110 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         f"{contents}")
 
 
-@pytest.mark.task("09.4")
-@pytest.mark.parametrize("step", ["open", "replace"])
-def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
-    lesson, sessions, monkeypatch, step
-):
-    """An erase that fails before the new log has the log's name (a file cannot be
-    opened: too many open files; or the rename fails: an I/O error) raises, and the
-    log is as it was, with no temporary copy left beside it (a copy holds every other
-    message's words, and nothing would ever remove it) and no descriptor left open.
-
-    "open" fails the opening, without creating it, of a file that was not in the
-    folder before the erase; an erase that never opens one has nothing to fail there.
-    """
-    log = lesson.SessionLog(sessions, "quest-1")
+def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
+    """Erase message 0 of a new session in `folder`, failing the `nth` opening of a
+    file (step "open": too many open files) or the rename onto the log (step "replace":
+    an I/O error) that the erase makes while the log's name still reaches the old log.
+    Returns what a test checks: (the error raised or None, the openings it made before
+    the rename, the folder's names before and after, the log's bytes before and after,
+    the descriptors left open, and the writer's next message as a new process sees
+    it, or the error that refused it)."""
+    log = lesson.SessionLog(folder, "quest-1")
     log.append({"role": "user", "content": SECRET})
     log.append({"role": "user", "content": "Keep this."})
-    before = sorted(p.name for p in sessions.iterdir())
+    path = folder / "quest-1.jsonl"
+    before, old = sorted(p.name for p in folder.iterdir()), path.read_bytes()
     descriptors = open_descriptors()
-    real_open, real_replace = os.open, os.replace
-    refused = []
+    real = {"os": os.open, "io": io.open, "replace": os.replace, "rename": os.rename}
+    opened, renamed = [], []
 
-    def open_(path, flags, *args, **kwargs):
-        if (step == "open" and Path(path).name not in before
-                and not flags & os.O_CREAT):
-            refused.append(Path(path).name)
-            raise OSError(24, "Too many open files (the test's)", str(path))
-        return real_open(path, flags, *args, **kwargs)
+    def failing_open(kind):
+        def open_(file, *args, **kwargs):
+            if not renamed and not isinstance(file, int):
+                opened.append(os.fspath(file))
+                if step == "open" and len(opened) == nth:
+                    raise OSError(24, "Too many open files (the test's)", str(file))
+            return real[kind](file, *args, **kwargs)
+        return open_
 
-    def replace(source, target, *args, **kwargs):
-        if step == "replace" and Path(target).name == "quest-1.jsonl":
-            raise OSError(5, "Input/output error (the test's)", str(target))
-        return real_replace(source, target, *args, **kwargs)
+    def renaming(kind):
+        def rename(source, target, *args, **kwargs):
+            if Path(target).name == "quest-1.jsonl":
+                if step == "replace":
+                    raise OSError(5, "Input/output error (the test's)", str(target))
+                renamed.append(True)
+            return real[kind](source, target, *args, **kwargs)
+        return rename
 
-    monkeypatch.setattr(os, "open", open_)
-    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "open", failing_open("os"))
+    monkeypatch.setattr(io, "open", failing_open("io"))
+    monkeypatch.setattr(builtins, "open", failing_open("io"))
+    monkeypatch.setattr(os, "replace", renaming("replace"))
+    monkeypatch.setattr(os, "rename", renaming("rename"))
     try:
         log.erase(0)
         raised = None
     except OSError as error:
         raised = error
-    monkeypatch.undo()
-    left = sorted(p.name for p in sessions.iterdir())
+    finally:
+        monkeypatch.undo()
+    after, new = sorted(p.name for p in folder.iterdir()), path.read_bytes()
     still_open = open_descriptors() - descriptors
-    log.close()
-    if step == "open" and not refused:
-        return      # the new log's descriptor is the one it was written with
-    assert raised is not None, f"the {step} of the new log failed, and erase() returned"
-    assert left == before, (
-        f"the {step} of the new log failed: the temporary file holding it should be "
-        f"removed, as it was the only copy no name of a session reaches; the folder "
-        f"holds {left}, it held {before}")
-    assert still_open <= 0, (
-        f"the {step} of the new log failed and {still_open} descriptor(s) stayed open, "
-        "one on a file no name reaches")
+    try:
+        log.append({"role": "user", "content": "Written after the erase."})
+    except Exception as error:      # noqa: BLE001 - the test says what it means
+        next_message = error
+    else:
+        log.close()
+        next_message = resume(lesson, folder)[-1]["content"]
+    finally:
+        log.close()
+    return raised, opened, (before, after), (old, new), still_open, next_message
+
+
+@pytest.mark.task("09.4")
+@pytest.mark.parametrize("step", ["open", "replace"])
+def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
+    lesson, sessions, monkeypatch, step
+):
+    """An erase that fails before the new log has the log's name raises, and the log is
+    as it was, with no temporary copy left beside it (a copy holds every other
+    message's words, and nothing would ever remove it), no descriptor left open, and
+    the writer goes on appending.
+
+    "replace": the rename onto the log fails (an I/O error). "open": each opening of a
+    file the erase makes before that rename fails in turn (too many open files), one
+    erase for each, whatever file it opens and however it opens it."""
+    for nth in range(1, 50):
+        folder = sessions / f"try-{nth}"
+        raised, opened, (before, after), (old, new), still_open, next_message = (
+            erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth))
+        if step == "open" and len(opened) < nth:
+            assert raised is None, (
+                f"the erase opened {len(opened)} file(s) before its rename, none of "
+                f"them failed, and it raised {raised!r}")
+            break
+        what = (f"opening {opened[nth - 1]!r} failed (too many open files), the "
+                f"erase's opening number {nth} before its rename" if step == "open"
+                else "the rename onto the log failed (an I/O error)")
+        if raised is None:      # a design that got over the failure: then it is done
+            assert lesson.ERASED.encode() in new and SECRET.encode() not in new, (
+                f"{what}; erase() returned, yet the log is not erased")
+        else:
+            assert new == old, (
+                f"{what}, erase() raised {raised!r}, and the log changed: a failed "
+                "erase leaves the log byte for byte as it was")
+        assert after == before, (
+            f"{what}: the folder should hold what it held ({before}), with no copy of "
+            f"the log left beside it (it holds the words); it holds {after}")
+        assert still_open <= 0, (
+            f"{what}, and {still_open} more descriptor(s) stayed open after the erase: "
+            "a writer that erases often runs out of them")
+        assert next_message == "Written after the erase.", (
+            f"{what}; then the writer's next message should be appended to the log, "
+            f"as before the erase. A new process sees {next_message!r} last")
+        if step == "replace":
+            break
 
 
 @pytest.mark.task("09.4")
@@ -1371,53 +1471,99 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
 
 
 @pytest.mark.task("09.4")
+@pytest.mark.parametrize("when", ["at-its-first-use", "at-the-rename"])
 def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, when
 ):
-    """While the erase runs, another program puts a symbolic link in place of its new
-    log, to a file outside the sessions folder. The log's name must never reach that
-    file through the link, and the writer's messages never go there.
-
-    The link is planted just before the erase opens its new log by name, if it does."""
+    """While the erase runs, another program replaces the erase's new file (a file of
+    the folder the erase made) by a symbolic link to a copy of it outside the sessions
+    folder: "at-its-first-use", just before the erase first uses that file by its name
+    after making it (opens it, renames it); "at-the-rename", just before the rename
+    that gives it the log's name, the last moment (nothing can then keep the link from
+    taking the log's name). Whenever it comes, the link never receives the writer's
+    messages, and no message the writer acknowledges is lost: the writer appends to
+    the log, or refuses every write until the session is opened again, and then the
+    erase has said so. Planted before the erase opens the file by name, the link never
+    becomes the log: the old log is there, byte for byte."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
+    old = path.read_bytes()
+    before = {p.name for p in sessions.iterdir()}
     target = sessions.parent / "planted.jsonl"
-    real_open, planted = os.open, []
+    real = {"open": os.open, "io": io.open, "replace": os.replace, "rename": os.rename}
+    planted = []
 
-    def open_(name, flags, *args, **kwargs):
-        found = Path(name)
-        if (not planted and found.name.startswith(".quest-1.jsonl.")
-                and found.name.endswith(".tmp") and not flags & os.O_CREAT):
-            target.write_bytes(found.read_bytes())
-            os.unlink(found)
-            os.symlink(target, found)
-            planted.append(found.name)
-        return real_open(name, flags, *args, **kwargs)
+    def plant(file, kind):
+        found = Path(os.fspath(file))
+        if (planted or found.parent != sessions or found.name in before
+                or not os.path.lexists(found) or os.path.islink(found)):
+            return
+        planted.append(kind)     # first: the test's own reads below pass through
+        target.write_bytes(found.read_bytes())
+        os.unlink(found)
+        os.symlink(target, found)
+        planted[0] = (kind, target.read_bytes())
+
+    def opening(kind):
+        def open_(file, *args, **kwargs):
+            if when == "at-its-first-use" and not isinstance(file, int):
+                plant(file, "open")
+            return real[kind](file, *args, **kwargs)
+        return open_
+
+    def renaming(kind):
+        def rename(source, target_, *args, **kwargs):
+            if when == "at-its-first-use" or Path(target_).name == "quest-1.jsonl":
+                plant(source, "rename")
+            return real[kind](source, target_, *args, **kwargs)
+        return rename
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
-        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "open", opening("open"))
+        monkeypatch.setattr(io, "open", opening("io"))
+        monkeypatch.setattr(builtins, "open", opening("io"))
+        monkeypatch.setattr(os, "replace", renaming("replace"))
+        monkeypatch.setattr(os, "rename", renaming("rename"))
         try:
             log.erase(0)
-        except OSError:
-            pass        # refusing the planted link is right; what is left is checked
-        monkeypatch.undo()
-        if not planted:
-            return      # this erase never opens its new log by name: nothing to plant
-        planted_bytes = target.read_bytes()
+            erase_raised = None
+        except OSError as error:
+            erase_raised = error    # a refusal: what it left is checked below
+        finally:
+            monkeypatch.undo()
+        assert planted, (
+            "the test's own set-up: the erase never renamed a file it made over the "
+            "log")
+        (kind, planted_bytes), = planted
+        erased = None if path.is_symlink() else path.read_bytes()
         try:
             log.append({"role": "user", "content": "After the erase."})
-        except Exception:   # noqa: BLE001 - a writer that stopped is no harm here
-            pass
-    assert not path.is_symlink(), (
-        "a symbolic link to a file outside the sessions folder was put in place of the "
-        "erase's new log just before the erase opened it, and the erase renamed the "
-        f"link over the log: {path.name} now leads to {target}, and everything the "
-        "writer appends goes there")
+            refused = None
+        except Exception as error:   # noqa: BLE001 - a writer that stopped is no harm
+            refused = error
+    where = ("just before the erase opened it by name" if kind == "open"
+             else "just before the erase renamed it")
     assert target.read_bytes() == planted_bytes, (
-        "a symbolic link was put in place of the erase's new log, and the writer's "
-        f"messages went through it, to {target}, outside the sessions folder")
-    assert [p.name for p in sessions.iterdir()] == ["quest-1.jsonl"], (
+        f"a symbolic link was put in place of the erase's new log {where}, and bytes "
+        f"went through it, to {target}, outside the sessions folder: the writer's "
+        "messages (or the erase's) went there")
+    assert refused is not None or (not path.is_symlink() and b"After the erase."
+                                   in path.read_bytes()), (
+        f"a symbolic link was put in place of the erase's new log {where}; then "
+        "append() took a message, and it is not in the log (the log's name now "
+        f"{'leads through the link' if path.is_symlink() else 'reaches another file'}"
+        "): a message acknowledged and lost")
+    assert refused is None or erase_raised is not None, (
+        f"a symbolic link was put in place of the erase's new log {where}; erase() "
+        f"returned as if all was well, and then the writer refused the next message "
+        f"({refused!r}): the erase should have said that it did not finish")
+    if kind == "open":
+        assert erased == old, (
+            f"a symbolic link was put in place of the erase's new log {where}, and "
+            f"{path.name} is {'now that link' if erased is None else 'changed'}: "
+            "a file reached through a link another program planted became the log")
+    assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "the erase left the planted link (or a copy of the log) beside the log: "
         f"{sorted(p.name for p in sessions.iterdir())}")
 
@@ -1954,6 +2100,168 @@ def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_noth
     assert removed == [], (
         "the blob was removed by the second collection, and named by it; the first "
         f"returned {[name[:12] for name in removed]}, naming a removal it did not make")
+
+
+def when_the_name_goes(path, monkeypatch, then, before=True):
+    """The first time the code under test takes `path`'s name away (unlinks it, or
+    renames it to another name), `then` runs once: just before that call, or just after
+    it has succeeded. Returns a list that holds what `then` returned once it has run."""
+    real = {name: getattr(os, name)
+            for name in ("unlink", "remove", "rename", "replace")}
+    met = []
+
+    def taking(name):
+        def take(source, *args, **kwargs):
+            first = not met and os.fspath(source) == os.fspath(path)
+            if first:
+                met.append(None)    # first, so that `then`'s own calls pass through
+                if before:
+                    met[0] = then()
+            found = real[name](source, *args, **kwargs)
+            if first and not before:
+                met[0] = then()
+            return found
+        return take
+
+    for name in real:
+        monkeypatch.setattr(os, name, taking(name))
+    return met
+
+
+@pytest.mark.task("09.5")
+def test_a_writers_blob_put_under_the_name_just_before_the_removal_stays(
+    lesson, sessions, monkeypatch
+):
+    """A crashed collection left an old blob set aside, and no log refers to it. A
+    writer found the blob's name free and wrote the same bytes anew (pinned, as
+    store_blob pins), to put them under the name. The collection gives the set-aside
+    blob its name back and judges it: old, nobody's, claimed. The writer's file takes
+    the name just before the collection takes the name away. The writer's file stays,
+    under the name, as the writer stored it, and the collection does not name it."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    blobs = sessions / "blobs"
+    path = blobs / blob
+    os.rename(path, blobs / f".{blob}.collected")
+    age(blobs / f".{blob}.collected", 2)
+    fd, temp = tempfile.mkstemp(dir=blobs, prefix=f".{blob}.", suffix=".tmp")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)     # the writer's pin, until its line
+        os.write(fd, LARGE_SECRET.encode())
+        writers = os.fstat(fd).st_ino
+        real_replace = os.replace
+        met = when_the_name_goes(path, monkeypatch,
+                                 lambda: real_replace(temp, path))
+        try:
+            removed = lesson.collect_blobs(sessions)
+        finally:
+            monkeypatch.undo()
+        if not met:     # the collection never took the name: the writer's comes now
+            os.replace(temp, path)
+        found = os.stat(path).st_ino if os.path.lexists(path) else None
+        assert found == writers, (
+            "a writer put its copy of the blob under the blob's name just before the "
+            "collection took that name away (the collection had claimed the old blob, "
+            "back under that name, and found it was nobody's). After the collection "
+            f"the name {'reaches another file' if found else 'is gone'}: the writer's "
+            "file was removed, and the line it writes next points to "
+            f"{'a file it did not store' if found else 'nothing'}")
+        assert blob not in removed, (
+            "the writer's file is still under the blob's name, yet the collection "
+            "names the blob among those it removed")
+        with lesson.SessionLog(sessions, "quest-2") as writer:    # its line, now
+            writer.append({"role": "user", "content": LARGE_SECRET})
+    finally:
+        os.close(fd)
+    assert resume(lesson, sessions, "quest-2")[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_two_collections_setting_the_same_blob_aside_at_once_raise_nothing(
+    lesson, sessions, monkeypatch
+):
+    """Two collections at once: the first has just taken an old blob's name away (to
+    remove the blob it claimed). The name then reaches an old copy of the same bytes
+    nobody refers to (a writer stored them anew and died before its line), and a second
+    collection removes it. The first goes on, raises nothing, and leaves nothing of
+    either file behind."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's " * 2000)
+    blobs = sessions / "blobs"
+    path = blobs / blob
+    age(path, 2)
+
+    def dead_writer_then_second_collection():
+        fd, temp = tempfile.mkstemp(dir=blobs, prefix=f".{blob}.", suffix=".tmp")
+        os.write(fd, b"nobody's " * 2000)
+        os.close(fd)
+        os.replace(temp, path)
+        age(path, 2)
+        return lesson.collect_blobs(sessions)
+
+    met = when_the_name_goes(path, monkeypatch, dead_writer_then_second_collection,
+                             before=False)
+    try:
+        lesson.collect_blobs(sessions)
+    except OSError as error:
+        pytest.fail("while the first collection had the blob's name taken away, a "
+                    "second collection removed an old copy of the same bytes that had "
+                    f"come under that name; the first then failed with {error!r} "
+                    "instead of going on", pytrace=False)
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: the first collection never removed the blob"
+    assert met[0] == [blob], (
+        "the test's own set-up: the second collection should have removed the old copy "
+        f"nobody refers to, it returned {[name[:12] for name in met[0]]}")
+    assert sorted(p.name[:14] for p in blobs.iterdir()) == [], (
+        "both files were old and nobody's, and each collection removed one: blobs/ "
+        f"should be empty, it holds {sorted(p.name[:14] for p in blobs.iterdir())}")
+
+
+class Crash(BaseException):
+    """The test's stand-in for a process killed where it stands."""
+
+
+@pytest.mark.task("09.5")
+def test_what_a_collection_stopped_after_taking_a_blobs_name_left_the_next_clears(
+    lesson, sessions, monkeypatch
+):
+    """A collection stops (a crash) just after it took the name of an old blob nobody
+    refers to. Whatever it left of the blob, the next collection, once that is old,
+    clears it and names the blob it removed; blobs/ is then empty."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's " * 2000)
+    blobs = sessions / "blobs"
+    path = blobs / blob
+    age(path, 2)
+
+    def crash():
+        raise Crash()
+
+    met = when_the_name_goes(path, monkeypatch, crash, before=False)
+    try:
+        lesson.collect_blobs(sessions)
+    except Crash:
+        pass
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: the collection never removed the blob"
+    left = sorted(p.name for p in blobs.iterdir())
+    for name in left:
+        age(blobs / name, 2)        # the crash was two days ago
+    removed = lesson.collect_blobs(sessions)
+    assert sorted(p.name for p in blobs.iterdir()) == [], (
+        "a collection crashed just after it took the blob's name away, leaving "
+        f"{[name[:14] + '...' for name in left]}; two days later, the next collection "
+        "should clear it all, yet blobs/ holds "
+        f"{sorted(p.name[:14] + '...' for p in blobs.iterdir())}")
+    assert removed == ([blob] if left else []), (
+        f"the crashed collection left {[name[:14] + '...' for name in left]} of an "
+        "old blob nobody refers to: the next collection should name the blob it "
+        f"removed ({blob[:12]}...) {'' if left else '(none: nothing was left) '}"
+        f"and returned {[name[:12] for name in removed]}")
 
 
 @pytest.mark.key

@@ -195,6 +195,14 @@ class SessionErase:
         old, self._fd = self._fd, fd
         try:
             os.close(old)
+            # Another program may have put its own file (a link, say) where the new
+            # log was, just before the rename: then the log's name reaches that, and
+            # no name reaches the file this writer holds. What it took would be lost.
+            named, held = os.lstat(self.path), os.fstat(fd)
+            if (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+                raise OSError(f"{self.path} no longer reaches the log this erase wrote "
+                              "(another program put a file in its place just before "
+                              "the rename); open the session again")
             fsync_folder(self.folder)   # the new name survives a power cut
             # An erase is not a use: the log keeps the time of its last append, which
             # is what expire() goes by.
@@ -206,9 +214,9 @@ class SessionErase:
             raise
         self.release_blobs()    # the scrubbed lines' new blobs are referred to now
         try:
-            # What this writer (and fork, through KNOWN_LOGS) knew of the old file,
-            # where its lines end, no longer holds: no name reaches that file now, and
-            # the new one has other line lengths. Start again from the bytes written.
+            # Bookkeeping: what this process knew of the log (lesson 07's KNOWN_LOGS:
+            # its size, where its lines end) is of the bytes before the erase. Start
+            # again from the bytes written.
             KNOWN_LOGS.pop(self._identity, None)
             self._know(parse_log(data, self.path))
         except BaseException:
