@@ -1193,15 +1193,19 @@ WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": ["talk_to"],
                "call_in_fence": AS_TEXT_CALL, "call_in_tag": AS_TEXT_CALL,
                "unfinished_think": [THINKING], "only_think": [THINKING],
                "too_long": [r"(?i)too long"]}
+# What a refusal must not say of a reply: the pattern, and what it would wrongly tell
+CUT_OFF = r"(?i)never ends|cut off|unfinished|unclosed|not (closed|ended|finished)"
+WHAT_IT_WAS_NOT = {"empty": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
+                   "null": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
+                   "only_think": (CUT_OFF, "thinking cut off, and it was ended")}
 
 
 @pytest.mark.task("08.6")
 @pytest.mark.parametrize("odd", list(NO_ANSWER))
 def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
-    """check_summary() alone (no compaction is needed): a reply with tool calls (text
-    beside them or not), with no text, with only thinking, or whose text is a call
-    written as JSON raises BadSummary saying what it was: the tool called, no text,
-    thinking, a call written as text."""
+    """check_summary() alone (no compaction is needed), on each reply the tests send
+    that gives no summary: BadSummary, whose message names what the model sent, and
+    names nothing it did not send."""
     sent = json.dumps(ODD_REPLIES[odd].message)
     reply = lesson.normalize_reply(json.loads(sent), [])
     with raises(lesson.BadSummary, f"check_summary() took a reply that is no summary "
@@ -1212,12 +1216,31 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
         assert re.search(pattern, said), (
             f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) "
             f"should say what the model sent (matching {pattern!r}); it says {said!r}")
+    wrong = WHAT_IT_WAS_NOT.get(odd)
+    assert wrong is None or not re.search(wrong[0], said), (
+        f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) says "
+        f"{said!r}, which tells of {wrong[1]}: the user, and the model asked again, "
+        "are told of something the model did not send")
+
+
+@pytest.mark.task("08.6")
+def test_check_summary_alone_refuses_a_reply_of_only_spaces(lesson):
+    """check_summary() alone, on a reply whose text is only spaces and line ends."""
+    reply = lesson.normalize_reply({"role": "assistant", "content": " \n\t \n"}, [])
+    with raises(lesson.BadSummary, "check_summary() took a reply of only spaces and "
+                "line ends for a summary") as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    assert re.search(NO_TEXT, said) and not re.search(WHAT_IT_WAS_NOT["empty"][0],
+                                                      said), (
+        "the BadSummary for a reply of only spaces should say that it held no text, "
+        f"and nothing it did not hold; it says {said!r}")
 
 
 @pytest.mark.task("08.6")
 def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson):
-    """check_summary() alone: a summary is recorded without a <think> block before it,
-    and without the spaces around it."""
+    """check_summary() alone, on a summary after a think block, and on one with spaces
+    around it: what it returns is what every later request carries."""
     reply = lesson.normalize_reply(
         json.loads(json.dumps(ODD_REPLIES["think_then_text"].message)), [])
     assert lesson.check_summary(reply) == ANSWER_AFTER_THOUGHT, (
@@ -1238,11 +1261,10 @@ def summary_instruction(request):
 @pytest.mark.parametrize("odd", list(NO_SUMMARY))
 def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more(
         lesson, sessions, odd):
-    """A reply to the summary request that gives no summary (tool calls, no text, only
-    thinking, a tool call written as text, far too long for the budget) is never
-    recorded: the model is asked once more, with an instruction that says what was
-    wrong, and the second reply's summary is the one the marker and the requests
-    hold."""
+    """A first reply to the summary request that gives no summary (each kind the
+    tests send) is never recorded: the model is asked once more, with an instruction
+    that says what was wrong, and the second reply's summary is the one the marker and
+    the requests hold."""
     agent, model, log = open_agent(lesson, sessions, summarise=summaries(
         NO_SUMMARY[odd], then=numbered_summaries()))
     path = sessions / "quest-1.jsonl"
