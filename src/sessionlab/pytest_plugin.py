@@ -213,7 +213,19 @@ def _lesson_in(folder: Path) -> course.Lesson | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    outcome = yield
+    words_replace_traceback = (call.when == "call" and call.excinfo is not None
+                               and _lesson_of(item) is not None
+                               and _words_replace_traceback(call.excinfo, item))
+    if words_replace_traceback:
+        # pytest would format the traceback (parsing the test file for each of its
+        # frames) only for _teach to put words in its place: on a starter, where every
+        # test fails, that formatting was most of the run.
+        item.repr_failure = _placeholder_repr
+    try:
+        outcome = yield
+    finally:
+        if words_replace_traceback:
+            del item.repr_failure
     report: pytest.TestReport = outcome.get_result()
     entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
                              "outcome": report.outcome, "tasks": _tasks(item),
@@ -239,6 +251,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             _teach(report, item, call.excinfo, lesson)
     if report.when == "call" or report.failed or report.skipped:
         item.config.stash[REPORT_KEY].append(entry)
+
+
+def _words_replace_traceback(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> bool:
+    """Whether _teach puts words in place of this failure's traceback."""
+    return _not_written(excinfo) or _worded_failure(excinfo, item) is not None
+
+
+def _not_written(excinfo: pytest.ExceptionInfo) -> bool:
+    """A starter's NotImplementedError: "task NN.K is not written yet ..."."""
+    return (excinfo.errisinstance(NotImplementedError)
+            and str(excinfo.value).startswith("task "))
+
+
+def _placeholder_repr(excinfo: pytest.ExceptionInfo) -> str:
+    return str(excinfo.value)
 
 
 def _student_function(excinfo: pytest.ExceptionInfo) -> str | None:
@@ -287,7 +314,7 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
     elif tasks:     # titles would bury the point; `sessionlab task NN.K` shows each
         where += f", tasks {', '.join(tasks[:-1])} and {tasks[-1]}"
     advice = _advice(lesson, tasks[0] if tasks else None, also=tasks[1:])
-    if excinfo.errisinstance(NotImplementedError) and str(excinfo.value).startswith("task "):
+    if _not_written(excinfo):
         missing = str(excinfo.value).split()[1]
         advice = _advice(lesson, missing)
         if tasks and missing not in tasks:
