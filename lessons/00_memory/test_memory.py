@@ -155,14 +155,24 @@ def test_a_tools_own_value_error_is_not_blamed_on_the_arguments(lesson):
         f"{result!r}")
     unreadable = run_call(lesson, FewTools(buy=buy), tool_call("buy", "{item: rope"),
                           "the arguments were '{item: rope', which are not JSON")
-    if blamed_on_the_arguments(result, "the shop will not sell a rope to strangers",
-                               unreadable):
+    if blamed_on_the_arguments(without('{"item": "rope"}', result),
+                               "the shop will not sell a rope to strangers",
+                               without("{item: rope", unreadable)):
         pytest.fail(
             "the model sent the arguments '{\"item\": \"rope\"}', which are fine, "
             "and the tool itself refused with ValueError; the result reads as the "
             f"result for unreadable arguments does: {result!r}, where arguments that "
             f"are not JSON give {unreadable!r}. The model will change arguments that "
             "were right, and never learn the shop said no", pytrace=False)
+
+
+def without(arguments, result):
+    """`result` with every quote of `arguments` (as sent, in repr, JSON-escaped) made one
+    placeholder: two results that quote different arguments can then be compared."""
+    for form in sorted({arguments, repr(arguments)[1:-1], json.dumps(arguments)[1:-1]},
+                       key=len, reverse=True):
+        result = result.replace(form, "<the arguments>")
+    return result
 
 
 def blamed_on_the_arguments(result, words, unreadable):
