@@ -167,10 +167,10 @@ def test_a_tools_own_value_error_is_not_blamed_on_the_arguments(lesson):
 
 
 def without(arguments, result):
-    """`result` with every quote of `arguments` (as sent, in repr, JSON-escaped) made one
-    placeholder: two results that quote different arguments can then be compared."""
-    for form in sorted({arguments, repr(arguments)[1:-1], json.dumps(arguments)[1:-1]},
-                       key=len, reverse=True):
+    """`result` with every quote of `arguments` (as sent, in repr, JSON-escaped) made
+    one placeholder: two results that quote different arguments can then be compared."""
+    forms = {arguments, repr(arguments)[1:-1], json.dumps(arguments)[1:-1]}
+    for form in sorted(forms, key=len, reverse=True):
         result = result.replace(form, "<the arguments>")
     return result
 
