@@ -368,7 +368,7 @@ def _worded_failure(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> str | N
     whose introspection is all it says, or an error out of the lesson's code, whose
     traceback is the student's)."""
     raised_in, at = _raised_in(excinfo, item)
-    if raised_in != "test":
+    if raised_in != "test" or hangs.is_timeout(excinfo):    # a hang has words of its own
         return None
     if excinfo.errisinstance(pytest.fail.Exception):
         message = excinfo.value.msg
