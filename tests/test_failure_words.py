@@ -127,3 +127,22 @@ def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(stud
     assert unknown.returncode == 4, unknown.stdout + unknown.stderr
     assert "--task 02.9: no test collected here checks that task (tasks here: 02.1, " \
         "02.2)" in unknown.stderr, unknown.stderr
+
+
+def test_a_test_that_hangs_in_its_own_code_keeps_the_hangs_explanation(student):
+    (student / "lessons/02_load/test_hang.py").write_text('''
+import threading
+import pytest
+
+@pytest.mark.task("02.1")
+def test_waits_in_the_test():
+    threading.Event().wait()
+''', encoding="utf-8")
+
+    report = failures(pytest_run(student, "lessons/02_load/test_hang.py", "--timeout",
+                                 "2"))["test_waits_in_the_test"]
+
+    first = report.strip().splitlines()[0]
+    assert first.startswith("test test_waits_in_the_test did not finish in 2 s:"), (
+        f"a hang is explained in words of its own, even raised in the test's code:\n"
+        f"{report}")
