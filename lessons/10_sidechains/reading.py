@@ -369,7 +369,8 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
     the array's elements need not be the lines: a string or a list can run across the
     join, and `{...}, {...}` on one line makes up the count. Reading from where each
-    line starts, and finding a newline right where its JSON ends, rules that out.
+    line starts, and finding its first newline right where its JSON ends, rules that
+    out.
     """
     if SURROGATE_ESCAPE.search(data, 0, end):
         return None     # parse_line() checks those lines with check_plain_json()
@@ -394,8 +395,10 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
             start, size = 0, len(text)
             while start < size:
                 entry, stop = decode(text, start)
-                if text[stop] != "\n":
-                    return None     # something after the JSON: a space, a second value
+                if text.find("\n", start, stop + 1) != stop:
+                    # Something after the JSON (a space, a second value), or JSON that
+                    # ran across a newline (whitespace to JSON, two lines to the log)
+                    return None
                 entries.append(check_entry(entry))
                 # Checked here, while the entry is at hand: a later pass over all of
                 # them would cost a tenth of the whole read

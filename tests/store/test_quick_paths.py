@@ -310,6 +310,19 @@ def test_the_quick_load_agrees_across_the_pieces_it_decodes(store, monkeypatch, 
                               f"line by line {slow!r}"
 
 
+@pytest.mark.parametrize("piece", [1, 300, 1 << 20])
+def test_json_that_runs_across_a_newline_is_two_lines_to_the_quick_load(store, monkeypatch,
+                                                                         piece):
+    """JSON may hold a newline as whitespace; a log line may not. A marker whose list
+    runs across a newline is two damaged lines, for the quick reader as for the line by
+    line one (found by the test above, on a marker's list)."""
+    monkeypatch.setattr(store, "QUICK_CHUNK", piece)
+    data = GOOD + b'{"$marker": "undo", "skip": [\n]}\n' + line(ANSWER) + GOOD
+    quick, slow = both_readers(store, data)
+    assert quick is None or quick == slow, f"quick {quick!r}, line by line {slow!r}"
+    assert isinstance(slow, Exception) and "line 2" in str(slow), slow
+
+
 def test_the_quick_load_finds_line_ends_past_pieces_of_ascii_and_not(store, monkeypatch):
     """Byte offsets where lines end, over pieces that are ASCII and pieces that are not
     (where a character takes two to four bytes), are the line-by-line reader's."""
