@@ -325,8 +325,8 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
     Why not one json.loads of b"[" + b",".join(lines) + b"]"? It is faster still, but
     the array's elements need not be the lines: a string or a list can run across the
     join, and `{...}, {...}` on one line makes up the count. Reading from where each
-    line starts, and finding its first newline right where its JSON ends, rules that
-    out.
+    line starts, finding a newline right where its JSON ends, and as many values as
+    newlines in each piece, rules that out.
     """
     if SURROGATE_ESCAPE.search(data, 0, end):
         return None     # parse_line() checks those lines with check_plain_json()
@@ -349,12 +349,11 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
                 return None     # a byte-order mark, refused at the start of a line
             ascii = text.isascii()
             start, size = 0, len(text)
+            lines = len(entries)
             while start < size:
                 entry, stop = decode(text, start)
-                if text.find("\n", start, stop + 1) != stop:
-                    # Something after the JSON (a space, a second value), or JSON that
-                    # ran across a newline (whitespace to JSON, two lines to the log)
-                    return None
+                if text[stop] != "\n":
+                    return None     # something after the JSON: a space, a second value
                 entries.append(check_entry(entry))
                 # Checked here, while the entry is at hand: a later pass over all of
                 # them would cost a tenth of the whole read
@@ -366,6 +365,10 @@ def read_lines_quickly(data: bytes, end: int) -> Lines | None:
                           else data.index(b"\n", offset + stop - start) + 1)
                 ends.append(offset)
                 start = stop + 1
+            if len(entries) - lines != text.count("\n"):
+                # Fewer values than lines: JSON ran across a newline (whitespace to
+                # JSON, two lines to the log). One count a piece, not a search a line.
+                return None
             base = cut
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None     # not UTF-8, a line that is not JSON, or no message
