@@ -2010,20 +2010,32 @@ def at_first_look(path, monkeypatch, then):
     """The first time the code under test looks at `path` (stat, lstat or open), `then`
     runs once, before the look returns: another collection, say, in the middle of this
     one. Returns a list that holds what `then` returned once it has run."""
-    real = {name: getattr(os, name) for name in ("stat", "lstat", "open")}
+    return the_first_time(path, ("stat", "lstat", "open"), monkeypatch, then,
+                          before=False)
+
+
+def the_first_time(path, calls, monkeypatch, then, before):
+    """The first time the code under test calls one of os's `calls` on `path`, `then`
+    runs once: just before that call, or just after it has returned. Returns a list
+    that holds what `then` returned once it has run."""
+    real = {name: getattr(os, name) for name in calls}
     met = []
 
-    def looking(name):
-        def look(target, *args, **kwargs):
-            found = real[name](target, *args, **kwargs)
-            if not met and os.fspath(target) == os.fspath(path):
-                met.append(None)    # first, so that `then`'s own looks pass through
+    def wrapped(name):
+        def call(target, *args, **kwargs):
+            first = not met and os.fspath(target) == os.fspath(path)
+            if first:
+                met.append(None)    # first, so that `then`'s own calls pass through
+                if before:
+                    met[0] = then()
+            result = real[name](target, *args, **kwargs)
+            if first and not before:
                 met[0] = then()
-            return found
-        return look
+            return result
+        return call
 
     for name in real:
-        monkeypatch.setattr(os, name, looking(name))
+        monkeypatch.setattr(os, name, wrapped(name))
     return met
 
 @pytest.mark.task("09.5")
@@ -2106,26 +2118,8 @@ def when_the_name_goes(path, monkeypatch, then, before=True):
     """The first time the code under test takes `path`'s name away (unlinks it, or
     renames it to another name), `then` runs once: just before that call, or just after
     it has succeeded. Returns a list that holds what `then` returned once it has run."""
-    real = {name: getattr(os, name)
-            for name in ("unlink", "remove", "rename", "replace")}
-    met = []
-
-    def taking(name):
-        def take(source, *args, **kwargs):
-            first = not met and os.fspath(source) == os.fspath(path)
-            if first:
-                met.append(None)    # first, so that `then`'s own calls pass through
-                if before:
-                    met[0] = then()
-            found = real[name](source, *args, **kwargs)
-            if first and not before:
-                met[0] = then()
-            return found
-        return take
-
-    for name in real:
-        monkeypatch.setattr(os, name, taking(name))
-    return met
+    return the_first_time(path, ("unlink", "remove", "rename", "replace"), monkeypatch,
+                          then, before)
 
 
 @pytest.mark.task("09.5")

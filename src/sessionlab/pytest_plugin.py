@@ -213,9 +213,10 @@ def _lesson_in(folder: Path) -> course.Lesson | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    words_replace_traceback = (call.when == "call" and call.excinfo is not None
-                               and _lesson_of(item) is not None
-                               and _words_replace_traceback(call.excinfo, item))
+    lesson = _lesson_of(item) if call.excinfo is not None else None
+    worded = _worded_failure(call.excinfo, item) if lesson is not None else None
+    words_replace_traceback = call.when == "call" and lesson is not None and (
+        _not_written(call.excinfo) or worded is not None)
     if words_replace_traceback:
         # pytest would format the traceback (parsing the test file for each of its
         # frames) only for _teach to put words in its place: on a starter, where every
@@ -246,16 +247,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             entry["message"] = hangs.explain(call.excinfo, item.name,
                                              hangs.limit_of(item))
             report.longrepr = entry["message"]
-        lesson = _lesson_of(item)
         if lesson is not None:
-            _teach(report, item, call.excinfo, lesson)
+            _teach(report, item, call.excinfo, lesson, worded)
     if report.when == "call" or report.failed or report.skipped:
         item.config.stash[REPORT_KEY].append(entry)
-
-
-def _words_replace_traceback(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> bool:
-    """Whether _teach puts words in place of this failure's traceback."""
-    return _not_written(excinfo) or _worded_failure(excinfo, item) is not None
 
 
 def _not_written(excinfo: pytest.ExceptionInfo) -> bool:
@@ -298,7 +293,9 @@ def _plain_message(excinfo: pytest.ExceptionInfo) -> str:
 
 
 def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo,
-           lesson: course.Lesson) -> None:
+           lesson: course.Lesson, worded: str | None) -> None:
+    """Words for a lesson test's failure: its task, what to run next, and `worded` (the
+    test's own message, see _worded_failure) in place of its traceback."""
     tasks = [t for t in _tasks(item) if t.startswith(lesson.number + ".")] or _tasks(item)
     order = {task.id: i for i, task in enumerate(lesson.tasks)}
     tasks.sort(key=lambda t: order.get(t, len(order)))     # in the lesson's order
@@ -343,7 +340,7 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
                            f"This test checks {where}. Write {part}, and run the tests "
                            f"again.\n{advice}")
         return
-    if worded := _worded_failure(excinfo, item):
+    if worded:
         # The test said what went wrong in words: those words, not its source, come first.
         report.longrepr = worded
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
