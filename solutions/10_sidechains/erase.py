@@ -283,18 +283,16 @@ class EraseIncomplete(EraseError):
         self.unreached = unreached
 
 
-# What an erased message's line holds instead of its content. The line stays a message,
-# of the same role and with the same ids: the indices of the messages after it do not
-# shift (undo markers name messages by index), and an erased tool call keeps its result.
+# What an erased message's line says instead of its words. The line stays a message: the
+# indices of the messages after it do not shift (undo markers name messages by index).
 ERASED = "[erased at the user's request]"
 
 
 def tombstone(message: Message) -> Message:
     """The message that takes an erased message's place in the log.
 
-    Its role, its tool call ids and its tools' names stay, so the conversation is still
-    one a provider takes: every call keeps its result, every result its call. Everything
-    else a person could have said goes: the content, the arguments, any other key.
+    It says that the message was erased and holds nothing anyone said; the history
+    around it stays one a provider takes. `message` is left as it was.
     """
     kept: Message = {"role": message["role"], "content": ERASED}
     if message.get("tool_call_id"):
@@ -331,8 +329,8 @@ def scrub(entry: Message, texts: list[str], parts: bool = False) -> Message:
     In a marker, any string but its kind, and any part of the texts: a compaction
     summary (lesson 08) is made from what it summarizes, and may quote a piece. In a
     message, its content (a part of a text too with `parts`) and each tool call's
-    arguments, where the model may have passed a part of it on to a tool; its role, ids
-    and tools' names are the conversation's structure, and stay.
+    arguments, where the model may have passed a part of it on to a tool; nothing else
+    of it changes.
     """
     if MARKER in entry:
         return redact(entry, texts, parts=True)
