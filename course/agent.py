@@ -107,7 +107,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         """The history to start from: the session's log, repaired (none without one)."""
         #<
         #> 02+
-        # BEGIN 02.2
+        # BEGIN 02.1
         if self.session is None:
             return []
         #<
@@ -120,7 +120,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         return self.session.open_for_append()
         #<
         #> 02-03
-        # END 02.2
+        # END 02.1
         #<
 
     def run(self, user_text: str) -> str:

@@ -15,41 +15,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Three failures of a test file's own making, in lesson 02's folder: marked for two tasks
+# Three failures of a test file's own making, in lesson 01's folder: marked for two tasks
 # (in the reverse of the lesson's order), failed with pytest.fail, and a bare assert.
 WORDS = '''
 import pytest
 
-@pytest.mark.task("02.2")
-@pytest.mark.task("02.1")
+@pytest.mark.task("01.3")
+@pytest.mark.task("01.2")
 def test_two_tasks_with_words():
     history = ["day one"] * 3
     assert len(history) == 2, "day two was sent 3 messages of day one, and 2 were expected"
 
-@pytest.mark.task("02.1")
+@pytest.mark.task("01.2")
 def test_failed_in_words():
     pytest.fail("the log lost its last line", pytrace=True)
 
-@pytest.mark.task("02.1")
+@pytest.mark.task("01.2")
 def test_a_bare_assert():
     assert 1 + 1 == 3
 
-@pytest.mark.task("02.1")
-@pytest.mark.task("02.2")
+@pytest.mark.task("01.2")
+@pytest.mark.task("01.3")
 def test_that_knows_whose_code_failed_it():
     from sessionlab.testing import fail_in
-    fail_in("02.2", "day two's request forgot day one")
+    fail_in("01.3", "day two's request forgot day one")
 '''
 
 
 @pytest.fixture
 def student(tmp_path: Path) -> Path:
-    """A student's copy of lesson 02: the starter as shipped, and the file above."""
+    """A student's copy of lessons 01 and 02: the starter as shipped, and the file above."""
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     for side in ("lessons", "solutions"):
-        shutil.copytree(ROOT / side / "02_load", tmp_path / side / "02_load",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("01_append", "02_load"):
+            shutil.copytree(ROOT / side / name, tmp_path / side / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
@@ -67,9 +68,9 @@ def failures(done: subprocess.CompletedProcess) -> dict[str, str]:
 
 
 def test_a_tests_own_words_come_first_and_a_bare_assert_keeps_pytests(student):
-    (student / "lessons/02_load/test_words.py").write_text(WORDS, encoding="utf-8")
+    (student / "lessons/01_append/test_words.py").write_text(WORDS, encoding="utf-8")
 
-    reports = failures(pytest_run(student, "lessons/02_load/test_words.py"))
+    reports = failures(pytest_run(student, "lessons/01_append/test_words.py"))
 
     both = reports["test_two_tasks_with_words"]
     first = both.strip().splitlines()[0]
@@ -77,9 +78,9 @@ def test_a_tests_own_words_come_first_and_a_bare_assert_keeps_pytests(student):
                      "expected"), both
     assert "def test_" not in both and "history = " not in both, (
         f"the test's source is printed with its words:\n{both}")
-    assert "lesson 02_load, tasks 02.1 and 02.2" in both, (
+    assert "lesson 01_append, tasks 01.2 and 01.3" in both, (
         f"the tasks are named in the lesson's order:\n{both}")
-    assert "Hints: `sessionlab hint 02`" in both, (
+    assert "Hints: `sessionlab hint 01`" in both, (
         "one failure of a test of two tasks cannot tell whose code is wrong: the hint "
         f"command that weighs the lesson's failures is named, not the first task's:\n{both}")
 
@@ -90,9 +91,9 @@ def test_a_tests_own_words_come_first_and_a_bare_assert_keeps_pytests(student):
     blamed = reports["test_that_knows_whose_code_failed_it"]
     assert blamed.strip().splitlines()[0] == (
         "test_words.py:22: day two's request forgot day one"), blamed
-    assert "lesson 02_load, task 02.2 " in blamed and "02.1" not in blamed, (
+    assert "lesson 01_append, task 01.3 " in blamed and "01.2" not in blamed, (
         f"a test that says whose code failed it names that task alone:\n{blamed}")
-    assert "Hints: `sessionlab hint --task 02.2`" in blamed and "#task-02-2" in blamed
+    assert "Hints: `sessionlab hint --task 01.3`" in blamed and "#task-01-3" in blamed
 
     bare = reports["test_a_bare_assert"]
     assert "assert (1 + 1) == 3" in bare or "assert 1 + 1 == 3" in bare, (
@@ -116,30 +117,30 @@ def test_a_task_not_written_is_said_in_full_once_then_in_one_line(student):
 
 
 def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(student):
-    every = pytest_run(student, "--co", "lessons/02_load")
-    one = pytest_run(student, "--co", "lessons/02_load", "--task", "02.2")
+    every = pytest_run(student, "--co", "lessons/01_append")
+    one = pytest_run(student, "--co", "lessons/01_append", "--task", "01.3")
     count = lambda done: len([line for line in done.stdout.splitlines() if "::" in line])
     assert 0 < count(one) < count(every), (one.stdout, every.stdout)
-    assert "test_day_two_first_request_carries_all_of_day_one" in one.stdout   # 02.1 + 02.2
-    assert "test_loading_never_rewrites_or_truncates_the_log" not in one.stdout  # 02.1 only
+    assert "test_each_message_is_on_disk_before_the_next_model_call" in one.stdout  # + 01.3
+    assert "test_a_second_log_object_appends_and_never_truncates" not in one.stdout  # no 01.3
 
-    unknown = pytest_run(student, "lessons/02_load", "--task", "02.9")
+    unknown = pytest_run(student, "lessons/01_append", "--task", "01.9")
     assert unknown.returncode == 4, unknown.stdout + unknown.stderr
-    assert "--task 02.9: no test collected here checks that task (tasks here: 02.1, " \
-        "02.2)" in unknown.stderr, unknown.stderr
+    assert "--task 01.9: no test collected here checks that task (tasks here: 01.1, " \
+        "01.2, 01.3, 01.4, 01.5)" in unknown.stderr, unknown.stderr
 
 
 def test_a_test_that_hangs_in_its_own_code_keeps_the_hangs_explanation(student):
-    (student / "lessons/02_load/test_hang.py").write_text('''
+    (student / "lessons/01_append/test_hang.py").write_text('''
 import threading
 import pytest
 
-@pytest.mark.task("02.1")
+@pytest.mark.task("01.2")
 def test_waits_in_the_test():
     threading.Event().wait()
 ''', encoding="utf-8")
 
-    report = failures(pytest_run(student, "lessons/02_load/test_hang.py", "--timeout",
+    report = failures(pytest_run(student, "lessons/01_append/test_hang.py", "--timeout",
                                  "2"))["test_waits_in_the_test"]
 
     first = report.strip().splitlines()[0]

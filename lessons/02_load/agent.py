@@ -41,10 +41,13 @@ class Agent:
 
     def resume(self) -> list[Message]:
         """The history to start from: the session's log, or nothing without one."""
-        # TODO(02.2): Start a new agent from its session's history.
-        # What it asks: `sessionlab task 02.2`. Hints: `sessionlab hint --task 02.2`.
+        # TODO(02.1): Continue a session: read its log back and start from it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
+        # What it asks: `sessionlab task 02.1`. Hints: `sessionlab hint --task 02.1`.
         raise NotImplementedError(
-            "task 02.2 is not written yet: Start a new agent from its session's history"
+            "task 02.1 is not written yet: Continue a session: read its log back and "
+            "start from it"
         )
 
     def run(self, user_text: str) -> str:

@@ -127,12 +127,13 @@ class SessionLog:
 
     def load(self) -> list[Message]:
         """Every message in the log, in order; [] for a session that does not exist."""
-        # TODO(02.1): Read the log back, one message per line.
+        # TODO(02.1): Continue a session: read its log back and start from it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
         # What it asks: `sessionlab task 02.1`. Hints: `sessionlab hint --task 02.1`.
         raise NotImplementedError(
-            "task 02.1 is not written yet: Read the log back, one message per line"
+            "task 02.1 is not written yet: Continue a session: read its log back and "
+            "start from it"
         )
 
     def close(self) -> None:

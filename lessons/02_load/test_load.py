@@ -39,7 +39,6 @@ def fingerprint(path):
 
 @pytest.mark.key
 @pytest.mark.task("02.1")
-@pytest.mark.task("02.2")
 def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
     """A new agent with day 1's session id reads the log back before its first request,
     so day 2's model sees all of day 1."""
@@ -62,7 +61,7 @@ def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
 
 
 @pytest.mark.key
-@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
 def test_day_two_is_appended_after_day_one(lesson, sessions):
     """Day 2 appends only its own messages after day 1's; writing the loaded history
     again would double the log."""
@@ -97,7 +96,7 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
         f"{sorted(p.name for p in sessions.iterdir())}: loading only ever reads")
 
 
-@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
 def test_a_new_agent_on_an_unknown_session_starts_empty(
         lesson, sessions, model, town):
     """A new agent on an id with no log yet starts with an empty history."""
@@ -109,7 +108,7 @@ def test_a_new_agent_on_an_unknown_session_starts_empty(
         f"{agent.messages}")
 
 
-@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
 def test_an_agent_without_a_session_starts_empty(lesson, model, town):
     """An agent given no session works in memory as in lesson 00 and starts empty."""
     try:
@@ -242,7 +241,7 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
         "came back lost or replaced")
 
 
-@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
 def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
     """A new agent starts from every message of a long log, not from its last few."""
     history = []
@@ -368,7 +367,7 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
     pytest.fail(f"wrote the contents {texts!r}, load() returned {loaded!r}; {why}")
 
 
-@pytest.mark.task("02.2")
+@pytest.mark.task("02.1")
 def test_a_system_prompt_is_sent_once_on_day_two_and_never_stored(lesson, sessions):
     """The system prompt is the agent's, sent first with every request and never part
     of the history: day 2 sends it once, before day 1's messages, and the log never

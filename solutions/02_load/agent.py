@@ -41,11 +41,11 @@ class Agent:
 
     def resume(self) -> list[Message]:
         """The history to start from: the session's log, or nothing without one."""
-        # BEGIN 02.2
+        # BEGIN 02.1
         if self.session is None:
             return []
         return self.session.load()
-        # END 02.2
+        # END 02.1
 
     def run(self, user_text: str) -> str:
         """Handle one user message: call the model until it answers in plain text.

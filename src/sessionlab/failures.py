@@ -189,7 +189,7 @@ def see_00(scene: Scene) -> None:
               "list, and ended with it.")
     scene.say()
     scene.say("Lesson 00 keeps this on purpose: its last test pins it down.")
-    scene.lines.append("Fixed later by task 01.3 (save each message) and task 02.2 (load them "
+    scene.lines.append("Fixed later by task 01.3 (save each message) and task 02.1 (load them "
                        "back).")
 
 
@@ -246,7 +246,7 @@ def see_02(scene: Scene) -> None:
         scene.show(message)
     scene.say(f"quest.jsonl now holds {count(len(log_lines(path)), 'line')}: day 2 wrote "
               "after day 1 and never read it.")
-    scene.prevented_by("02.2")
+    scene.prevented_by("02.1")
 
 
 # --- 03: a fork that shares the file -----------------------------------------------------

@@ -74,7 +74,7 @@ def test_the_transcript_ends_with_the_task_that_prevents_it(number):
     text = failures.example_path(ROOT, number).read_text(encoding="utf-8")
     last = text.splitlines()[-1]
     if number == "00":
-        assert "01.3" in last and "02.2" in last, (
+        assert "01.3" in last and "02.1" in last, (
             f"lesson 00's scenario should end naming the tasks that fix it: {last!r}")
         return
     assert last.startswith("Prevented by ") and last.endswith("."), (
