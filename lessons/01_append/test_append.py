@@ -18,20 +18,28 @@ from sessionlab.testing import (append_interrupted_after_the_write, in_child,
                                 open_descriptors, raises, unless_unfinished,
                                 until_written, with_file_size_limit)
 
-BAD_IDS = [
-    "../x",
-    "/etc/passwd",
-    "a/b",
-    "",
-    "a\x00b",
-    "x" * 129,
-    "..",
-    ".hidden",
-    "quest 1",
-    "a\\b",
-    "~root",
-]
-BAD_IDS += ["quest-1\n", "洞窟へ", "-rf", "_draft"]
+# Each id a plain name excludes, with what is wrong with it as a file name.
+WHY_BAD = {
+    "../x": "it climbs out of the sessions folder",
+    "/etc/passwd": "an absolute path: joined to the folder, it replaces it",
+    "a/b": "a '/' makes it a path into another folder",
+    "": "it is no name at all: the log would be the hidden file '.jsonl'",
+    "a\x00b": "no file name can hold a NUL byte",
+    "x" * 129: "it is 129 characters long, one past the limit of 128",
+    "..": "it names the folder above",
+    ".hidden": "a name starting with a dot is hidden from listings",
+    "quest 1": "a space is no letter, digit, '.', '_' or '-'",
+    "a\\b": "a backslash is a path separator on Windows",
+    "~root": "a shell reads '~root' as root's home folder",
+    "quest-1\n": ("it ends with a newline, after an id that is plain: a check must "
+                  "look at the whole id, to its last character (a regular "
+                  "expression's '$' also matches before a final newline)"),
+    "洞窟へ": ("its letters are not ASCII (a check that takes letters of every script "
+            "lets it in), and the same name can be spelled in more than one way"),
+    "-rf": "a name starting with '-' is read as options by a command given the file",
+    "_draft": "it starts with '_', not with a letter or a digit",
+}
+BAD_IDS = list(WHY_BAD)
 
 
 def lines_of(path):
@@ -269,8 +277,7 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
 
     with raises(lesson.InvalidSessionId,
                 f"check_session_id({bad_id!r}) returned the id instead of raising "
-                "InvalidSessionId: it is no plain name, and as a file name it could "
-                "reach outside the sessions folder or be no file name at all"):
+                f"InvalidSessionId, and it is no plain name: {WHY_BAD[bad_id]}"):
         lesson.check_session_id(bad_id)
     with raises(lesson.InvalidSessionId,
                 f"SessionLog({bad_id!r}) was made without InvalidSessionId: the id "
