@@ -155,6 +155,12 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(
     assert (sessions / "quest-1.jsonl").exists(), "after a turn, the log should exist"
     raw = (sessions / "quest-1.jsonl").read_bytes()
     assert raw.endswith(b"\n"), "every line, the last one included, ends with a newline"
+    ends = [n for n, line in enumerate(raw.split(b"\n"), start=1)
+            if line.endswith(b"\r")]
+    assert not ends, (
+        f"lines {ends} of the log end with '\\r\\n': a line is its JSON and one "
+        "newline byte, nothing else (a reader keeps the '\\r' as part of the line, "
+        "and a search for a line's end misses it)")
     assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
         "the log should hold every message of agent.messages, in order, one per line")
 
@@ -311,6 +317,27 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "the error should say which characters a valid id may hold (letters, digits, "
         f"'.', '_' and '-'), so that the caller can fix the id; it names no "
         f"{', no '.join(unnamed)}: {said}")
+
+
+@pytest.mark.task("01.1")
+@pytest.mark.parametrize("bad_id, what, shown", [
+    ("quest-1\n", "an id ending with a newline", ("\\n",)),
+    ("a\x00b", "an id holding a NUL byte", ("\\x00", "\\u0000", "\\0")),
+    ("", "an empty id", ("''", '""')),
+], ids=["newline", "NUL", "empty"])
+def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
+        lesson, bad_id, what, shown):
+    """An id whose trouble cannot be seen (a newline, a NUL byte, nothing at all) is
+    quoted in the refusal so that its reader sees what is wrong with it."""
+    why = f"check_session_id({bad_id!r}) accepted {what}"
+    with raises(lesson.InvalidSessionId, why) as refused:
+        lesson.check_session_id(bad_id)
+    said = str(refused.value)
+    hidden = [c for c in ("\n", "\x00") if c in bad_id and c in said]
+    assert not hidden and any(way in said for way in shown), (
+        f"the refusal of {what} should show it, escaped and quoted, so that whoever "
+        "reads the message (or the log it lands in) sees the trouble; it says "
+        f"{said!r}, where the id is {'printed as is' if hidden else 'not shown'}")
 
 
 @pytest.mark.task("01.1")
@@ -852,6 +879,34 @@ def test_durable_mode_makes_the_name_of_each_new_folder_survive_a_power_cut(
         f"returned without syncing {' nor '.join(unsynced)}: a power cut could take "
         "the new folder away, with the log and the line just acknowledged. The "
         f"syncs were, in order: {fsync.kinds}")
+
+
+@pytest.mark.task("01.4")
+def test_two_writers_open_at_once_both_add_to_the_end(lesson, sessions):
+    """Two writers open on one session at once (two processes, say: lesson 05 makes it
+    a refusal) each add their lines at the end of the file as it is then, never over
+    the other's."""
+    first = lesson.SessionLog(sessions, "quest-1")
+    second = lesson.SessionLog(sessions, "quest-1")
+    written = ["first writer, line 1", "second writer, line 1",
+               "first writer, line 2", "second writer, line 2"]
+    try:
+        for log, text in zip([first, second, first, second], written):
+            log.append({"role": "user", "content": text})
+    finally:
+        first.close()
+        second.close()
+    found = []
+    for line in (sessions / "quest-1.jsonl").read_bytes().split(b"\n"):
+        try:
+            found.append(json.loads(line)["content"] if line else None)
+        except (ValueError, KeyError, TypeError):
+            found.append(line.decode("utf-8", "replace"))
+    found = [text for text in found if text is not None]
+    assert found == written, (
+        "two writers were open on the session at once and appended in turn; the log "
+        f"should hold {written}, and it holds {found}: a writer wrote where the file "
+        "ended when it opened it, over the lines the other had added since")
 
 
 @pytest.mark.task("01.4")

@@ -106,6 +106,37 @@ def test_a_new_agent_on_an_unknown_session_starts_empty(
     assert agent.messages == [], (
         "a session with no log has no history; the new agent starts with "
         f"{agent.messages}")
+    made = sorted(p.name for p in sessions.iterdir())
+    assert made == [], (
+        f"making an agent on a session with no log created {made}: resuming only "
+        "reads, and the log is made by the first message appended to it")
+
+
+@pytest.mark.task("02.1")
+def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
+        lesson, sessions, model, town):
+    """A log holding a line that is no message is no new session: the new agent
+    refuses it with the error load gives, and the log stays as it was, rather than
+    starting empty and appending after a history the model never saw."""
+    path = sessions / "quest-1.jsonl"
+    data = (b'{"role": "user", "content": "Remember the rope."}\n'
+            b'{"content": "a line with no role"}\n')
+    path.write_bytes(data)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                                 session=log)
+        except ValueError:
+            pass
+        else:
+            pytest.fail(
+                "line 2 of the session's log is no message (it has no role), and a "
+                f"new agent on the session started with {agent.messages!r} instead of "
+                "raising the error load gives (InvalidMessage, naming the file and the "
+                "line). Started over, the session's next messages land after a "
+                "history the model never saw, and the damage is never mended",
+                pytrace=False)
+    assert path.read_bytes() == data, "resuming a damaged log must leave it as it was"
 
 
 @pytest.mark.task("02.1")
