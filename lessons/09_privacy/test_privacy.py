@@ -340,6 +340,47 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
 
 
 @pytest.mark.task("09.1")
+def test_delete_leaves_a_folder_that_took_a_temporary_copys_name_alone(
+    lesson, sessions
+):
+    """A folder named like a temporary copy of the log is nothing this store wrote:
+    the delete goes ahead, answers True, and leaves that folder as it was."""
+    play(lesson, sessions, TURN_A)
+    planted = sessions / ".quest-1.jsonl.mine.tmp"
+    planted.mkdir()
+    (planted / "notes.txt").write_text("someone's own")
+    try:
+        found = lesson.delete_session(sessions, "quest-1")
+    except OSError as error:
+        pytest.fail(f"deleting quest-1 raised {error!r}: a folder that took the name "
+                    "of a temporary copy of its log is no file of the session (no "
+                    "crashed write makes a folder), and stays", pytrace=False)
+    assert found is True and not (sessions / "quest-1.jsonl").exists(), (
+        f"the delete returned {found!r}: quest-1 should be deleted, its log gone")
+    assert (planted / "notes.txt").exists(), (
+        "the delete removed a folder that only took the name of a temporary copy of "
+        "quest-1's log, and what it held: it is not the session's")
+
+
+@pytest.mark.task("09.1")
+def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
+    lesson, sessions
+):
+    """An id that is a path is refused, as everywhere in the store (lesson 01), also
+    when the folder holds nothing of it: the caller learns that the id is wrong, not
+    that there was nothing to delete."""
+    (sessions.parent / "quest-1.jsonl").write_text("")     # outside the folder
+    for bad_id in ("../quest-1", "", "a/b"):
+        with raises(lesson.InvalidSessionId,
+                    f"delete_session(folder, {bad_id!r}) answered without refusing "
+                    "the id: it is no plain name (a path reaches outside the folder), "
+                    "and the answer False would say that the session was simply not "
+                    "there"):
+            lesson.delete_session(sessions, bad_id)
+    assert (sessions.parent / "quest-1.jsonl").exists()
+
+
+@pytest.mark.task("09.1")
 def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     lesson, sessions, monkeypatch
 ):
@@ -1953,6 +1994,46 @@ def test_a_blob_set_aside_never_takes_the_name_of_one_a_writer_stored_since(
 
 
 @pytest.mark.task("09.5")
+def test_a_blob_set_aside_never_takes_a_name_a_writer_fills_after_it_was_looked_at(
+    lesson, sessions, blob_writer, monkeypatch
+):
+    """Real processes: a crashed collector left a blob set aside, and no log refers to
+    it. The collection looks whether the blob's name is free, and just after that
+    look a writer in another process stores the same bytes anew under it and stops
+    before its line. The writer's blob stays: its log loads when it is done."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    aside = sessions / "blobs" / f".{blob}.collected"
+    os.rename(sessions / "blobs" / blob, aside)
+    age(aside, 2)
+
+    def a_writer_stores_it_anew():
+        writer = blob_writer("quest-2", LARGE_SECRET)
+        writer.expect("stored")
+        return writer
+
+    met = at_first_look(sessions / "blobs" / blob, monkeypatch, a_writer_stores_it_anew)
+    try:
+        lesson.collect_blobs(sessions)
+    finally:
+        monkeypatch.undo()
+    writer = met[0] if met and met[0] else a_writer_stores_it_anew()
+    writer.go()
+    writer.expect("done")
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail("a writer stored its blob anew just after the collection looked at "
+                    "the blob's name and found it free (a crashed collector's copy was "
+                    "set aside); after the collection, the writer's blob is gone and "
+                    "its log no longer loads. A look, then a rename, leaves a moment "
+                    "in between: the old copy took the name over the writer's, and "
+                    f"was removed as nobody's: {error}", pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
 def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
     """Several old blobs no log refers to are all removed, and named in name order."""
     names = []
@@ -2016,8 +2097,8 @@ def at_first_look(path, monkeypatch, then):
 
 def the_first_time(path, calls, monkeypatch, then, before):
     """The first time the code under test calls one of os's `calls` on `path`, `then`
-    runs once: just before that call, or just after it has returned. Returns a list
-    that holds what `then` returned once it has run."""
+    runs once: just before that call, or just after it has returned or raised. Returns
+    a list that holds what `then` returned once it has run."""
     real = {name: getattr(os, name) for name in calls}
     met = []
 
@@ -2028,10 +2109,11 @@ def the_first_time(path, calls, monkeypatch, then, before):
                 met.append(None)    # first, so that `then`'s own calls pass through
                 if before:
                     met[0] = then()
-            result = real[name](target, *args, **kwargs)
-            if first and not before:
-                met[0] = then()
-            return result
+            try:
+                return real[name](target, *args, **kwargs)
+            finally:    # returned, or raised (a look at a name that is free)
+                if first and not before:
+                    met[0] = then()
         return call
 
     for name in real:
