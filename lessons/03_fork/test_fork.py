@@ -13,15 +13,15 @@ import signal
 import stat
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import in_child, unless_unfinished, with_file_size_limit
+from sessionlab.testing import (fail_in, in_child, raises, unless_unfinished,
+                                until_written, with_file_size_limit)
 from sessionlab.town import Town
-from sessionlab.testing import raises
 
 
 def play(lesson, sessions, session_id, script, text, town):
@@ -47,6 +47,46 @@ def day_one(lesson, sessions, town):
         town,
     )
     return agent.messages
+
+
+def plain_publish_fork(lesson):
+    """A stand-in for `publish_fork` (task 03.2) while it is not written yet: the log
+    created with publish_new, the lineage written with write_whole, each synced when
+    `durable` says so. It has none of 03.2's care for what a crash or an error between
+    the two files leaves, and no test of 03.2 alone uses it."""
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        lesson.publish_new(Path(folder) / f"{new_id}.jsonl", copy, durable=durable)
+        lineage = {"format": 1, "id": new_id, "parent": source_id, "forked_at": count,
+                   "created": datetime.now(timezone.utc).isoformat()}
+        lesson.write_whole(Path(folder) / f"{new_id}.meta.json",
+                           json.dumps(lineage).encode("utf-8"), durable=durable)
+    return publish_fork
+
+
+@pytest.fixture(autouse=True)
+def until_task_03_2_is_written(request, monkeypatch):
+    """fork (task 03.1) ends by handing its copy to publish_fork (task 03.2). So that
+    03.1 can be finished, and seen to pass, first, every test of 03.1 publishes through
+    `plain_publish_fork` for as long as publish_fork says it is not written; once it is,
+    the student's own publish_fork runs. The tests of 03.2 alone never use the
+    stand-in: they fail until 03.2 is written."""
+    tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
+    if "03.1" not in tasks or "lesson" not in request.fixturenames:
+        return
+    lesson = request.getfixturevalue("lesson")
+    until_written(monkeypatch, lesson, "publish_fork", "03.2", plain_publish_fork(lesson))
+
+
+def handed_to_publishing(lesson, monkeypatch):
+    """A list that records each fork publish_fork is handed (its new id and count),
+    publish_fork still doing its work."""
+    handed, publish = [], lesson.publish_fork
+
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        handed.append((new_id, count))
+        return publish(folder, source_id, new_id, count, copy, durable)
+    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    return handed
 
 
 def snapshot(folder):
@@ -180,6 +220,50 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         "should be refused with ValueError, handing publish_fork nothing; it "
         + (f"handed {handed}" if handed else "returned" if error is None
            else f"raised {type(error).__name__}: {error}"))
+
+
+# Lines another writer wrote: JSON as valid as append's, spelled otherwise (no spaces,
+# wider ones, a tab, escapes for é, "/" and a candle's surrogate pair, the keys in
+# another order).
+ELSEWHERE = [b'{"content":"caf\\u00e9 au lait","role":"user"}',
+             b'{ "role" : "assistant",  "content" : "Oui, \\u00e0 l\'auberge\\/ici." }',
+             b'{"role":"user",\t"content":"\xc3\xa9t\xc3\xa9 \\ud83d\\udd6f"}']
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto", [None, 2])
+def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
+        lesson, sessions, upto):
+    """A log need not come from this lesson's append: another writer may space its
+    JSON otherwise, escape é as \\u00e9, order the keys its own way. A fork copies each
+    message's line as the source holds it, byte for byte, never the message written
+    anew: a fork is a copy of the history, and whoever compares the two logs (or a
+    hash of them) must find the same bytes."""
+    source = b"".join(line + NEWLINE for line in ELSEWHERE)
+    (sessions / "quest-1.jsonl").write_bytes(source)
+    kept = len(ELSEWHERE) if upto is None else upto
+    expected = b"".join(line + NEWLINE for line in ELSEWHERE[:kept])
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
+
+    if error is not None:
+        fail_in("03.1", f"quest-1 holds {len(ELSEWHERE)} messages written by another "
+                "writer (other spacing, \\u00e9 escapes, another key order), each a "
+                f"valid line; fork(..., upto={upto}) raised {type(error).__name__}: "
+                f"{error}")
+    held = (sessions / "what-if.jsonl").read_bytes()
+    if held != expected:
+        first = next((number for number, (got, want) in enumerate(
+            zip(held.split(NEWLINE), expected.split(NEWLINE)), start=1)
+            if got != want), None)
+        fail_in("03.1", f"quest-1's lines were written by another writer (other "
+                "spacing, \\u00e9 escapes, another key order); fork(..., "
+                f"upto={upto}) should copy its first {kept} line(s) byte for byte, "
+                f"{len(expected)} bytes. The fork holds {len(held)} bytes"
+                + (f", line {first} first differs: {held.split(NEWLINE)[first - 1]!r}"
+                   f" where the source has {expected.split(NEWLINE)[first - 1]!r}"
+                   if first else "")
+                + ": each message was written anew, not copied as it was")
 
 
 @pytest.mark.task("03.1")
@@ -349,14 +433,15 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("upto", [1, 99, -1])
+@pytest.mark.parametrize("upto", [None, 0, 1, 4, 99, -1])
 def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
-    lesson, sessions, day_one, upto
+    lesson, sessions, day_one, monkeypatch, upto
 ):
     """what-if is a fork of quest-1 already, with its meta file. A second fork onto
-    what-if is refused, and what-if's log and lineage stay as they were, byte for
-    byte: a refused fork takes nothing away either. With an upto quest-1 cannot give
-    as well, either refusal may be reported: nothing is written either way."""
+    what-if, of any length (a whole one too), is refused before anything is handed to
+    publish_fork, and what-if's log and lineage stay as they were, byte for byte: a
+    refused fork takes nothing away either. With an upto quest-1 cannot give as well,
+    either refusal may be reported: nothing is written either way."""
     lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
     (sessions / "what-if.jsonl").write_bytes(b"".join(lines[:2]))
     (sessions / "what-if.meta.json").write_text(json.dumps(
@@ -365,24 +450,75 @@ def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
     for name in ("what-if.jsonl", "what-if.meta.json"):
         (sessions / name).chmod(0o600)
     before = snapshot(sessions)
+    handed = handed_to_publishing(lesson, monkeypatch)
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
-    refusals = (lesson.SessionExists,) if upto == 1 else (lesson.SessionExists,
-                                                          ValueError)
-    assert isinstance(error, refusals), (
-        f"forking {upto} message(s) of quest-1 onto 'what-if', a fork that already has "
-        "a log and a lineage, should be refused with "
-        + " or ".join(kind.__name__ for kind in refusals) + "; it "
-        + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
+    asked = "a whole fork" if upto is None else f"a fork of {upto} message(s)"
+    valid = upto is None or 0 <= upto <= len(day_one)
+    refusals = (lesson.SessionExists,) if valid else (lesson.SessionExists,
+                                                      ValueError)
+    if handed:
+        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', a fork that already has "
+                "a log and a lineage, was handed to publish_fork: a taken id must be "
+                "refused before anything is handed to publishing, which may replace a "
+                "file of that session before it finds the log there")
+    if not isinstance(error, refusals):
+        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', a fork that already has a "
+                "log and a lineage, should be refused with "
+                + " or ".join(kind.__name__ for kind in refusals) + "; it "
+                + ("returned" if error is None
+                   else f"raised {type(error).__name__}: {error}"))
 
     after = snapshot(sessions)
     changed = sorted(name for name in before.keys() | after.keys()
                      if before.get(name) != after.get(name))
     if changed:
-        pytest.fail("what-if is a fork of quest-1, with its log and its lineage; a "
-                    "second fork onto it was refused, as it should be, but left these "
-                    f"files changed, created or gone: {changed}; a refused fork must "
-                    "leave every file as it was", pytrace=False)
+        fail_in("03.1", "what-if is a fork of quest-1, with its log and its lineage; "
+                f"{asked} onto it was refused, as it should be, but left these files "
+                f"changed, created or gone: {changed}; a refused fork must leave every "
+                "file as it was, what-if.meta.json byte for byte")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("case", ["an upto past the end", "an upto of 1.5",
+                                  "a source with no log", "a damaged source"])
+def test_a_refused_fork_leaves_a_meta_file_with_no_log_as_it_was(
+        lesson, sessions, day_one, monkeypatch, case):
+    """what-if holds a meta file and no log: no session. A fork onto what-if that fork
+    itself refuses (an upto the source cannot give, a source with no log, a damaged
+    source) leaves the folder exactly as it was, that meta file too: only a fork that
+    goes ahead replaces it."""
+    stale = sessions / "what-if.meta.json"
+    stale.write_text(json.dumps({"format": 1, "id": "what-if", "parent": "other",
+                                 "forked_at": 1, "created": "2026-01-01T00:00:00+00:00"},
+                                indent=1), encoding="utf-8")
+    stale.chmod(0o600)
+    source = "quest-1"
+    if case == "a source with no log":
+        source = "no-such-quest"
+    elif case == "a damaged source":
+        source = "damaged"
+        (sessions / "damaged.jsonl").write_bytes(M1 + b"\n" + TORN + b"\n" + M2 + b"\n")
+    upto = {"an upto past the end": len(day_one) + 1, "an upto of 1.5": 1.5}.get(case)
+    before = snapshot(sessions)
+    handed = handed_to_publishing(lesson, monkeypatch)
+
+    error = fork_or_fail(lesson, sessions, source, "what-if", upto=upto)
+
+    if error is None or handed:
+        fail_in("03.1", f"a fork of {case} onto what-if should be refused, handing "
+                "publish_fork nothing; it " + ("was handed to publish_fork" if handed
+                                               else "returned"))
+    after = snapshot(sessions)
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name))
+    if changed:
+        fail_in("03.1", f"what-if held only a meta file (no log, no session); a "
+                f"fork of {case} onto it was refused "
+                f"({type(error).__name__}), but left these files changed, created or "
+                "gone: "
+                f"{changed}. A refused fork leaves the folder exactly as it was: only "
+                "a fork that goes ahead may replace that meta file")
 
 
 @pytest.mark.task("03.2")
@@ -779,6 +915,71 @@ def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
                       "run again")
 
 
+@pytest.mark.task("03.2")
+@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
+def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
+        lesson, sessions, day_one, monkeypatch, failure):
+    """what-if holds a meta file naming 'other' and no log: no session. A fork of quest-1 onto what-if fails as its log is about to get
+    its name. The error reaches the caller, and neither of the fork's files is under
+    what-if, not even a meta file (none of them is any session's lineage); every other
+    file is as it was, and the same fork, run again, records its own lineage."""
+    stale = sessions / "what-if.meta.json"
+    stale.write_text(json.dumps({"format": 1, "id": "what-if", "parent": "other",
+                                 "forked_at": 1, "created": "2026-01-01T00:00:00+00:00"},
+                                indent=1), encoding="utf-8")
+    stale.chmod(0o600)
+    before = snapshot(sessions)
+    failed = []
+
+    def failing(real):
+        def step(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(dst)) == "what-if.jsonl" and not failed:
+                failed.append(dst)
+                if failure == "EIO":
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+                raise KeyboardInterrupt
+            return real(src, dst, *args, **kwargs)
+        return step
+    for call_name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, call_name, failing(getattr(os, call_name)))
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "Ctrl-C"
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - the failure is the point
+        is_eio = isinstance(error, OSError) and error.errno == errno.EIO
+        outcome = "EIO" if is_eio else f"raised {type(error).__name__}: {error}"
+    finally:
+        monkeypatch.undo()
+
+    if not failed:
+        return      # the log got its name by no rename or link: nothing to fail
+    assert outcome == failure, (
+        f"{failure} came as what-if.jsonl was about to get its name; the error should "
+        f"reach the caller, and the fork {outcome}")
+    after = snapshot(sessions)
+    left = sorted(name for name in after if name.startswith("what-if"))
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name)
+                     and not name.startswith("what-if"))
+    if left or changed:
+        fail_in("03.2", f"what-if held only a meta file (no log, no session); a fork "
+                f"onto it failed ({failure}) as its log was about to "
+                f"get its name, and left {left or 'no file of what-if'}"
+                + (f", and changed {changed}" if changed else "") + ". A fork that "
+                "raises leaves neither of its files under the new id, not even a meta "
+                "file: one left there is a lineage without a session")
+    retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    assert retry is None, (
+        f"the fork failed ({failure}); the same fork, run again, should work, and it "
+        f"raised {type(retry).__name__}: {retry}")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"failed ({failure}) onto a meta file with no log, and run again")
+
+
 def fork_or_fail(lesson, *args, **options):
     """Call fork and return its exception, or None if it returned."""
     try:
@@ -984,3 +1185,11 @@ def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day
         "the fork should refuse with SessionExists when its name is taken at the "
         "last moment; it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
+    left = sorted(p.name for p in sessions.iterdir())
+    if left != ["dream.jsonl", "quest-1.jsonl", "what-if.jsonl"]:
+        fail_in("03.2", "session what-if was created by another writer while the fork "
+                "read its source, and the fork was refused, as it should be; but the "
+                f"folder now holds {left}, where it held dream.jsonl, quest-1.jsonl "
+                "and the other writer's what-if.jsonl. A fork that raises leaves "
+                "neither of its files: a what-if.meta.json left there gives the other "
+                "writer's session a lineage it never had")

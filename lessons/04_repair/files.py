@@ -107,9 +107,9 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
     before it returns.
 
-    When it raises, `path` is not there. A step after the link can still fail (EIO
-    removing the temporary name, or syncing the folder): the file is then taken back
-    (see withdraw), because an error must mean "not created" to whoever retries.
+    When it raises, whichever step failed, `path` is not there and no temporary file is
+    left: a step after the link (EIO removing the temporary name, or syncing the
+    folder) takes the file back (see withdraw) before the error goes on.
     """
     temp = _write_temp(path, data, durable)
     try:
