@@ -147,3 +147,26 @@ def test_waits_in_the_test():
     assert first.startswith("test test_waits_in_the_test did not finish in 2 s:"), (
         f"a hang is explained in words of its own, even raised in the test's code:\n"
         f"{report}")
+
+
+@pytest.mark.parametrize("edit, error", [
+    ("import jsonn", "ModuleNotFoundError: No module named 'jsonn'"),
+    ("import json as", "SyntaxError: invalid syntax"),
+], ids=["a module that does not exist", "a syntax error"])
+def test_code_that_does_not_import_is_said_once_at_its_line(student, edit, error):
+    messages = student / "lessons/01_append/messages.py"
+    text = messages.read_text(encoding="utf-8")
+    line = text.splitlines().index("import json") + 1
+    messages.write_text(text.replace("import json\n", edit + "\n", 1), encoding="utf-8")
+
+    done = pytest_run(student, "lessons/01_append")
+
+    where = f"lessons/01_append/messages.py:{line}"
+    said = [text for text in re.split(r"^_+ ERROR at setup of .* _+$", done.stdout,
+                                      flags=re.M)[1:]]
+    assert said and said[0].strip().splitlines()[0] == f"{where}: {error}", done.stdout
+    assert "does not import, so none of its tests can run" in said[0], said[0]
+    assert all(text.split("=====")[0].strip() == f"{where}: the lesson's code does not "
+               "import (as above)." for text in said[1:]), (
+        "after the first, each test that could not import the code says so in one line:"
+        f"\n{done.stdout[:3000]}")

@@ -44,7 +44,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,13 +452,17 @@ def failed_tests(entries: list[dict]) -> list[str]:
 
 
 def mutate_lesson(
-    root: Path, lesson: course.Lesson, workers: int = 2
+    root: Path, lesson: course.Lesson, workers: int = 2,
+    tasks: Collection[str] = (),
 ) -> LessonMutation:
+    """The mutation pass over a lesson's fenced code, or over the fences of `tasks` only
+    (a maintainer working on one task need not wait for the lesson's other mutants)."""
     from .maintainers import apply_wrong, solution_files, wrong_implementations
 
     started = time.perf_counter()
     files = solution_files(lesson)
-    result = LessonMutation(lesson.name, lesson_mutants(files))
+    result = LessonMutation(lesson.name, [mutant for mutant in lesson_mutants(files)
+                                          if not tasks or mutant.task in tasks])
     corpus = {}
     for wrong in wrong_implementations(lesson):
         mutated = apply_wrong(files, wrong)
@@ -568,20 +572,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=2, help="pytest processes at once"
     )
+    parser.add_argument(
+        "--task", action="append", default=[], metavar="NN.K",
+        help="only the mutants of this task's fences (may be given more than once)",
+    )
     args = one_line_errors(parser).parse_args(argv)
     root = course.find_root()
     chosen = [course.lesson(ref, root) for ref in args.lessons] or [
         item for item in course.lessons(root) if item.module_path("solution").is_file()
     ]
+    if args.task:
+        known = {task.id for lesson in chosen for task in lesson.tasks}
+        if unknown := [task for task in args.task if task not in known]:
+            parser.error(f"--task {unknown[0]}: no such task in "
+                          f"{', '.join(lesson.name for lesson in chosen)}")
+        chosen = [lesson for lesson in chosen
+                  if any(task.id in args.task for task in lesson.tasks)]
     if args.list:
         for lesson in chosen:
             from .maintainers import solution_files
             for mutant in lesson_mutants(solution_files(lesson)):
-                print(f"{lesson.name} {mutant.describe()}")
+                if not args.task or mutant.task in args.task:
+                    print(f"{lesson.name} {mutant.describe()}")
         return 0
     results = []
     for lesson in chosen:
-        result = mutate_lesson(root, lesson, workers=args.workers)
+        result = mutate_lesson(root, lesson, workers=args.workers, tasks=args.task)
         results.append(result)
         print(report_text([result], overall=False), end="", flush=True)
         if args.toml:

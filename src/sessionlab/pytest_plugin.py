@@ -215,18 +215,21 @@ def _lesson_in(folder: Path) -> course.Lesson | None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     lesson = _lesson_of(item) if call.excinfo is not None else None
     worded = _worded_failure(call.excinfo, item) if lesson is not None else None
-    words_replace_traceback = call.when == "call" and lesson is not None and (
-        _not_written(call.excinfo) or worded is not None)
+    import_failed = (lesson is not None and call.when == "setup"
+                     and item.stash.get(IMPORT_FAILED_KEY, False))
+    words_replace_traceback = lesson is not None and (import_failed or (
+        call.when == "call" and (_not_written(call.excinfo) or worded is not None)))
     if words_replace_traceback:
         # pytest would format the traceback (parsing the test file for each of its
         # frames) only for _teach to put words in its place: on a starter, where every
         # test fails, that formatting was most of the run.
-        item.repr_failure = _placeholder_repr
+        # (A failed setup is formatted by _repr_failure_py, a failed call by repr_failure.)
+        item.repr_failure = item._repr_failure_py = _placeholder_repr
     try:
         outcome = yield
     finally:
         if words_replace_traceback:
-            del item.repr_failure
+            del item.repr_failure, item._repr_failure_py
     report: pytest.TestReport = outcome.get_result()
     entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
                              "outcome": report.outcome, "tasks": _tasks(item),
@@ -247,7 +250,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             entry["message"] = hangs.explain(call.excinfo, item.name,
                                              hangs.limit_of(item))
             report.longrepr = entry["message"]
-        if lesson is not None:
+        if import_failed:
+            report.longrepr = _does_not_import(item, call.excinfo, lesson)
+        elif lesson is not None:
             _teach(report, item, call.excinfo, lesson, worded)
     if report.when == "call" or report.failed or report.skipped:
         item.config.stash[REPORT_KEY].append(entry)
@@ -259,7 +264,7 @@ def _not_written(excinfo: pytest.ExceptionInfo) -> bool:
             and str(excinfo.value).startswith("task "))
 
 
-def _placeholder_repr(excinfo: pytest.ExceptionInfo) -> str:
+def _placeholder_repr(excinfo: pytest.ExceptionInfo, *args: Any, **kwargs: Any) -> str:
     return str(excinfo.value)
 
 
@@ -344,6 +349,28 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
         # The test said what went wrong in words: those words, not its source, come first.
         report.longrepr = worded
     report.sections.append(("what this test checks", f"{where}\n{advice}"))
+
+
+def _does_not_import(item: pytest.Item, excinfo: pytest.ExceptionInfo,
+                     lesson: course.Lesson) -> str:
+    """The lesson's code raised while it was imported: no test of the lesson can run. One
+    error, said in full once (where, what) and in one line for every later test, instead
+    of the same import traceback under each of the lesson's tests."""
+    error, source = excinfo.value, ""
+    if isinstance(error, SyntaxError) and error.filename:
+        # str() of a SyntaxError repeats the place: its msg, and the line it is in.
+        where = f"{_shown(Path(error.filename))}:{error.lineno}"
+        error, source = error.msg, f"\n    {(error.text or '').strip()}"
+    else:
+        where = next((f"{_shown(Path(str(entry.path)))}:{entry.lineno + 1}"
+                      for entry in reversed(excinfo.traceback)
+                      if course.is_lesson_module(Path(str(entry.path)))),
+                     f"lessons/{lesson.name}")
+    said = f"{where}: {excinfo.typename}: {error}"
+    if _said_before(item, said):
+        return f"{where}: the lesson's code does not import (as above)."
+    return (f"{said}{source}\nThe lesson's code does not import, so none of its tests can run. "
+            f"Fix this line first, then run the tests again.")
 
 
 def _said_before(item: pytest.Item, key: str) -> bool:
