@@ -37,7 +37,7 @@ class SessionUndo:
             # self.shown from the log it opened.
             self._open()
         #> 08+
-        # BEGIN 08.5
+        # BEGIN 08.1
         if 0 < count <= len(self.shown):
             # The log's latest compaction: the writer learnt it as it opened the log,
             # and keeps it as it writes (see SessionLog.compacted)
@@ -51,7 +51,7 @@ class SessionUndo:
                     f"tell the model about it. Fork the session from before message "
                     f"{first} instead"
                 )
-        # END 08.5
+        # END 08.1
         #<
         shown = self.shown
         if not 0 < count <= len(shown):
@@ -83,7 +83,7 @@ class AgentUndo:
             )
         cut = starts[len(starts) - turns]
         #> 08+
-        # BEGIN 08.5
+        # BEGIN 08.1
         if self.compaction is not None and cut < self.compaction.boundary:
             raise UndoError(
                 f"cannot undo {turns} turn(s): message {cut} is summarised by the "
@@ -91,7 +91,7 @@ class AgentUndo:
                 "would still tell the model about it. Fork the session from before "
                 "that message instead"
             )
-        # END 08.5
+        # END 08.1
         #<
         taken = self.messages[cut:]
         # The newest messages are the pending ones:

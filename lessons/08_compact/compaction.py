@@ -48,10 +48,10 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          "is not what a check of it returns (that would be "
                          f"{checked[:60]!r}): a summary is the text check_summary() "
                          "returns")
-    # TODO(08.4): Record the compaction as a marker line.
-    # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
+    # TODO(08.1): Keep the boundary in the log.
+    # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
     raise NotImplementedError(
-        "task 08.4 is not written yet: Record the compaction as a marker line"
+        "task 08.1 is not written yet: Keep the boundary in the log"
     )
 
 
@@ -68,10 +68,10 @@ class SessionCompaction:
         No message is removed: the log stays the whole truth, and the summary only
         changes what is sent.
         """
-        # TODO(08.4): Record the compaction as a marker line.
-        # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
+        # TODO(08.1): Keep the boundary in the log.
+        # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
         raise NotImplementedError(
-            "task 08.4 is not written yet: Record the compaction as a marker line"
+            "task 08.1 is not written yet: Keep the boundary in the log"
         )
 
 
@@ -129,10 +129,10 @@ def check_summary(reply: Message) -> str:
     """The summary a reply to the summary request gives, ready to record. BadSummary,
     whose message is a phrase saying what the model sent instead, for a reply that
     gives none. `reply` is normalized (normalize_reply)."""
-    # TODO(08.6): Check the summary before it is recorded.
-    # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+    # TODO(08.4): Check the summary before it is recorded.
+    # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
     raise NotImplementedError(
-        "task 08.6 is not written yet: Check the summary before it is recorded"
+        "task 08.4 is not written yet: Check the summary before it is recorded"
     )
 
 
@@ -257,8 +257,8 @@ class AgentCompaction:
         earlier = self.compaction.summary if self.compaction is not None else None
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
-        # TODO(08.6): Check the summary before it is recorded.
-        # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+        # TODO(08.4): Check the summary before it is recorded.
+        # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
         raise NotImplementedError(
-            "task 08.6 is not written yet: Check the summary before it is recorded"
+            "task 08.4 is not written yet: Check the summary before it is recorded"
         )

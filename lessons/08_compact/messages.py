@@ -489,8 +489,8 @@ def reply_answer(content: Any) -> str:
     nothing more. ValueError, whose message is a phrase saying what the text was
     instead, when it gives none.
     """
-    # TODO(08.6): Check the summary before it is recorded.
-    # What it asks: `sessionlab task 08.6`. Hints: `sessionlab hint --task 08.6`.
+    # TODO(08.4): Check the summary before it is recorded.
+    # What it asks: `sessionlab task 08.4`. Hints: `sessionlab hint --task 08.4`.
     raise NotImplementedError(
-        "task 08.6 is not written yet: Check the summary before it is recorded"
+        "task 08.4 is not written yet: Check the summary before it is recorded"
     )

@@ -150,10 +150,10 @@ class LogState:
         request starts again after the summary. A marker this store cannot have written
         is no compaction.
         """
-        # TODO(08.1): Read the latest compaction from the log.
+        # TODO(08.1): Keep the boundary in the log.
         # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
         raise NotImplementedError(
-            "task 08.1 is not written yet: Read the latest compaction from the log"
+            "task 08.1 is not written yet: Keep the boundary in the log"
         )
 
 

@@ -176,8 +176,8 @@ class Library(Town):
 
 
 def summarised_as_sent(lesson):
-    """The stand-in for task 08.6's summarise: one summary request, and its text taken
-    as it came. No check of the reply, no second request: those are task 08.6."""
+    """The stand-in for task 08.4's summarise: one summary request, and its text taken
+    as it came. No check of the reply, no second request: those are task 08.4."""
     def summarise(agent, messages, cut):
         earlier = agent.compaction.summary if agent.compaction is not None else None
         reply = agent.ask_for_summary(lesson.SUMMARY_PROMPT,
@@ -187,7 +187,7 @@ def summarised_as_sent(lesson):
 
 
 def answer_as_sent(content):
-    """The stand-in for task 08.6's reply_answer, which compaction_marker reads a
+    """The stand-in for task 08.4's reply_answer, which compaction_marker reads a
     summary with before recording it: the text as it came, spaces trimmed; only a
     missing or blank text is refused."""
     if not isinstance(content, str) or not content.strip():
@@ -196,21 +196,21 @@ def answer_as_sent(content):
 
 
 @pytest.fixture(autouse=True)
-def until_task_08_6_is_written(request, monkeypatch):
+def until_task_08_4_is_written(request, monkeypatch):
     """Every compaction asks for its summary through `summarise`, and the log reads it
-    through `reply_answer` before recording it (task 08.6). So that 08.1 to 08.5 are
-    tested as soon as they are written, a test that does not check 08.6 goes through
+    through `reply_answer` before recording it (task 08.4). So that 08.1 to 08.3 are
+    tested as soon as they are written, a test that does not check 08.4 goes through
     `summarised_as_sent` and `answer_as_sent` for as long as those say they are not
-    written; once they are, the student's own run. The tests of 08.6 never use the
+    written; once they are, the student's own run. The tests of 08.4 never use the
     stand-ins."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
-    if "08.6" in tasks or "lesson" not in request.fixturenames:
+    if "08.4" in tasks or "lesson" not in request.fixturenames:
         return
     lesson = request.getfixturevalue("lesson")
-    until_written(monkeypatch, lesson.Agent, "summarise", "08.6",
+    until_written(monkeypatch, lesson.Agent, "summarise", "08.4",
                   summarised_as_sent(lesson))
     compaction = sys.modules[lesson.AgentCompaction.__module__]
-    until_written(monkeypatch, compaction, "reply_answer", "08.6", answer_as_sent)
+    until_written(monkeypatch, compaction, "reply_answer", "08.4", answer_as_sent)
 
 
 # --- the budget, the view and the log -----------------------------------------------
@@ -297,7 +297,7 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
                 agent.check_fits(summary, cut)
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 @pytest.mark.key
 @pytest.mark.task("08.2")
 @pytest.mark.task("08.3")
@@ -392,10 +392,9 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson):
         f"summary it went on with {sent[2]}")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 @pytest.mark.task("08.3")
 @pytest.mark.key
-@pytest.mark.task("08.1")
 @pytest.mark.task("08.2")
 def test_a_resume_after_a_compaction_sends_the_same_request_without_a_second_summary(
         lesson, sessions):
@@ -457,7 +456,7 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
 
 
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_nothing(
         lesson, sessions):
     """compact() called by hand (the chat's /compact) summarises all but the newest
@@ -518,7 +517,7 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
 
 
 @pytest.mark.key
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
         lesson, sessions):
     """A compaction is one marker line, {"$marker": "compaction", "summary": ...,
@@ -566,7 +565,7 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"is {upto}")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
     """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
     nothing; keep=0 summarises them all ("upto" is then the number of messages)."""
@@ -589,7 +588,40 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
             "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
+def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
+                                                                     sessions):
+    """A turn near the end of the log was undone, and more was said after it: `keep`
+    counts the messages the log shows, not those in its file. Keeping more than it
+    shows is refused, and a compaction keeping the last four starts the resumed
+    request at the fourth message shown from the end."""
+    said = conversation(8)
+    path = sessions / "quest-1.jsonl"
+    # Messages 4 and 5 undone, 6 and 7 said after: the log shows 0, 1, 2, 3, 6, 7
+    path.write_text(as_log([*said[:6], {"$marker": "undo", "skip": [4, 5]}, *said[6:]]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        before = path.read_bytes()
+        with raises(ValueError, "compact(keep=7) on a log that shows 6 messages (its "
+                    "file holds 8, two of them undone) was allowed; the error should "
+                    "name the log", match="quest-1"):
+            log.compact("too much", keep=7)
+        assert path.read_bytes() == before, (
+            "a refused compact(keep=7) must not write to the log")
+        upto = log.compact("The first turn.", keep=4)
+    marker = compactions_in(path)[-1] if compactions_in(path) else None
+    assert upto == 2 and marker is not None and marker.get("upto") == 2, (
+        "the log shows messages 0, 1, 2, 3, 6 and 7 (4 and 5 undone): keeping the last "
+        "four keeps message 2 on, so 'upto' should be 2, its index; compact returned "
+        f"{upto!r} and the marker is {marker!r}")
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        sent = agent.view()[2:]
+    assert sent == [said[k] for k in (2, 3, 6, 7)], (
+        "the resumed request after the summary should be messages 2, 3, 6 and 7, the "
+        f"four the compaction kept; it is {shape(sent)}")
+
+
+@pytest.mark.task("08.1")
 def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(lesson,
                                                                           sessions):
     """A crash left a tool call without its result; a new process compacts the log
@@ -619,7 +651,7 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
         f"user's message, the call and its result; it is {sent}")
 
 
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
     """The log's compact adds its marker as one whole line: when the disk fails (or
     the process dies) right after the first write to the log, the log ends with the
@@ -643,7 +675,7 @@ def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
             log.compact("Days 1 and 2.", keep=2)
         except OSError:
             pass        # the failure after the first write: what it left is checked
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.6's stand-in stays
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
     added = path.read_bytes()[len(before):]
     assert added == b"" or (added.endswith(b"\n") and added.count(b"\n") == 1), (
         "the disk failed right after the first write of the log's compact, and the log "
@@ -813,14 +845,25 @@ def test_logs_written_by_earlier_lessons_are_sent_whole(lesson, sessions):
 # --- undo, fork, repair -------------------------------------------------------------
 
 
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.1")
 def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
     """undo() alone, on an agent whose compaction (boundary at place 6) is set by hand:
-    the turns from the boundary on are taken back, the turn before it is refused with
-    UndoError naming the message it would take back that the summary stands for, and
-    nothing changes."""
+    the turns from the boundary on are taken back; an undo that reaches the turn before
+    it, alone or with later ones, is refused with UndoError naming the message it would
+    take back that the summary stands for, and nothing changes."""
     said = conversation(10)
     agent = agent_without_session(lesson, said, lesson.Compaction("the first turns", 6))
+    with raises(lesson.UndoError, "the undo of the last three turns (places 4 to 9) "
+                "went ahead: the last two come after the boundary at 6, but the first, "
+                "at place 4, is one the summary stands for") as raised:
+        agent.undo(3)
+    assert agent.messages == said, (
+        "a refused undo of three turns changed the conversation")
+    assert re.search(r"(?<![\d.])4(?!\d)", str(raised.value)), (
+        "the refusal of the last three turns should say which message the summary "
+        "stands for that the undo would take back (the first of them, at place 4); it "
+        "says "
+        f"{str(raised.value)!r}")
     try:
         agent.undo()
         agent.undo()
@@ -842,7 +885,7 @@ def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
 
 
 @pytest.mark.key
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.1")
 def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, sessions):
     """Undo takes back turns after the boundary as in lesson 07; a turn the summary
     stands for is refused, changing nothing (the summary would still tell the model)."""
@@ -880,7 +923,7 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
 
 
 @pytest.mark.key
-@pytest.mark.task("08.5")
+@pytest.mark.task("08.1")
 def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         lesson, sessions):
     """The log's own undo (the chat's, another process's, an adapter's), on a log that
@@ -940,8 +983,7 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
             f"refused ones changed nothing); it shows {agent.messages}")
 
 
-@pytest.mark.task("08.5")
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                                                                           sessions):
     """The writer that records a compaction refuses, right after, an undo that reaches
@@ -1200,7 +1242,7 @@ WHAT_IT_WAS_NOT = {"empty": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never
                    "only_think": (CUT_OFF, "thinking cut off, and it was ended")}
 
 
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
 @pytest.mark.parametrize("odd", list(NO_ANSWER))
 def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
     """check_summary() alone (no compaction is needed), on each reply the tests send
@@ -1223,7 +1265,7 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
         "are told of something the model did not send")
 
 
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
 def test_check_summary_alone_refuses_a_reply_of_only_spaces(lesson):
     """check_summary() alone, on a reply whose text is only spaces and line ends."""
     reply = lesson.normalize_reply({"role": "assistant", "content": " \n\t \n"}, [])
@@ -1237,7 +1279,25 @@ def test_check_summary_alone_refuses_a_reply_of_only_spaces(lesson):
         f"and nothing it did not hold; it says {said!r}")
 
 
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
+def test_check_summary_alone_refuses_a_call_written_as_text_after_thinking(lesson):
+    """check_summary() alone, on a reply of a reasoning model that thought, then wrote
+    a tool call as JSON text (as small local models do): once the thinking is set
+    aside, what is left is a call that never ran, not a summary."""
+    content = f"<think>\nThe elder first.\n</think>\n\n{CALL_TEXT}"
+    reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
+    with raises(lesson.BadSummary, "check_summary() took a think block followed by a "
+                f"call written as JSON text ({content!r}) for a summary: the call "
+                "would be recorded, and every later request would tell the model that "
+                "the conversation so far was a call to talk_to") as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    assert all(re.search(pattern, said) for pattern in AS_TEXT_CALL), (
+        "the BadSummary for a think block, then a call written as JSON text, should "
+        f"say that it was a call to talk_to written as text; it says {said!r}")
+
+
+@pytest.mark.task("08.4")
 def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson):
     """check_summary() alone, on a summary after a think block, and on one with spaces
     around it: what it returns is what every later request carries."""
@@ -1257,7 +1317,7 @@ def summary_instruction(request):
 
 
 @pytest.mark.key
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
 @pytest.mark.parametrize("odd", list(NO_SUMMARY))
 def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more(
         lesson, sessions, odd):
@@ -1307,7 +1367,7 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
             f"request that was no summary ({odd})")
 
 
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
 def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson,
                                                                          sessions):
     """A reasoning model's <think> block before a real summary is taken out: the marker
@@ -1333,7 +1393,7 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 
 
 @pytest.mark.key
-@pytest.mark.task("08.6")
+@pytest.mark.task("08.4")
 @pytest.mark.task("08.3")
 @pytest.mark.parametrize("replies, said", [
     (("tool_call", "call_as_json"), ["talk_to", "JSON"]),
@@ -1404,11 +1464,11 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
         "made the request fit, and the user waited for the call")
 
 
+@pytest.mark.task("08.1")
 @pytest.mark.task("08.4")
-@pytest.mark.task("08.6")
 def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions):
     """The store records a summary only as a check of it returns it (compaction_marker,
-    given, through reply_answer, task 08.6): a text the check would refuse, or would
+    given, through reply_answer, task 08.4): a text the check would refuse, or would
     return otherwise, is refused, and nothing is written. The database store of lesson
     11 makes its marker the same way."""
     path = sessions / "quest-1.jsonl"
@@ -1476,7 +1536,7 @@ def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
 
 
 @pytest.mark.task("08.3")
-@pytest.mark.task("08.4")
+@pytest.mark.task("08.1")
 def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
                                                           monkeypatch):
     """Writing the marker fails (a full disk): the compaction did not happen, in the
@@ -1497,7 +1557,7 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
             play_until_compacted(lesson, agent, model)
         except OSError:
             pass
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.6's stand-in stays
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
         assert not compactions_in(path), "the test's own set-up: no marker was written"
         model.add(*day(98)[1])
         agent.run(day(98)[0])

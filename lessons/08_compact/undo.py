@@ -36,11 +36,10 @@ class SessionUndo:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
-        # TODO(08.5): Refuse an undo that reaches behind the boundary.
-        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
+        # TODO(08.1): Keep the boundary in the log.
+        # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
         raise NotImplementedError(
-            "task 08.5 is not written yet: Refuse an undo that reaches behind the "
-            "boundary"
+            "task 08.1 is not written yet: Keep the boundary in the log"
         )
         shown = self.shown
         if not 0 < count <= len(shown):
@@ -69,11 +68,10 @@ class AgentUndo:
                 f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
             )
         cut = starts[len(starts) - turns]
-        # TODO(08.5): Refuse an undo that reaches behind the boundary.
-        # What it asks: `sessionlab task 08.5`. Hints: `sessionlab hint --task 08.5`.
+        # TODO(08.1): Keep the boundary in the log.
+        # What it asks: `sessionlab task 08.1`. Hints: `sessionlab hint --task 08.1`.
         raise NotImplementedError(
-            "task 08.5 is not written yet: Refuse an undo that reaches behind the "
-            "boundary"
+            "task 08.1 is not written yet: Keep the boundary in the log"
         )
         taken = self.messages[cut:]
         # The newest messages are the pending ones:

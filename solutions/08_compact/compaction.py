@@ -48,7 +48,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
                          "is not what a check of it returns (that would be "
                          f"{checked[:60]!r}): a summary is the text check_summary() "
                          "returns")
-    # BEGIN 08.4
+    # BEGIN 08.1
     from .files import now
     from .messages import MARKER
     shown = state.shown()
@@ -58,7 +58,7 @@ def compaction_marker(state: LogState, keep: int, summary: str, where: object
     written = sum(MARKER not in entry for entry in state.entries)
     upto = shown[len(shown) - keep][0] if keep else written
     return {MARKER: "compaction", "summary": summary, "upto": upto, "at": now()}
-    # END 08.4
+    # END 08.1
 
 
 class SessionCompaction:
@@ -74,7 +74,7 @@ class SessionCompaction:
         No message is removed: the log stays the whole truth, and the summary only
         changes what is sent.
         """
-        # BEGIN 08.4
+        # BEGIN 08.1
         from .files import read_all
         from .messages import encode_line
         from .reading import parse_log
@@ -86,7 +86,7 @@ class SessionCompaction:
         marker = compaction_marker(state, keep, summary, self.path)
         self._write(encode_line(marker))
         return marker["upto"]
-        # END 08.4
+        # END 08.1
 
 
 # --- lesson 08: sizes and summaries ---------------------------------------------------
@@ -143,7 +143,7 @@ def check_summary(reply: Message) -> str:
     """The summary a reply to the summary request gives, ready to record. BadSummary,
     whose message is a phrase saying what the model sent instead, for a reply that
     gives none. `reply` is normalized (normalize_reply)."""
-    # BEGIN 08.6
+    # BEGIN 08.4
     calls = reply.get("tool_calls") or []
     if calls:
         names = ", ".join(str(call["function"]["name"]) for call in calls)
@@ -152,7 +152,7 @@ def check_summary(reply: Message) -> str:
         return reply_answer(reply.get("content"))
     except ValueError as error:
         raise BadSummary(str(error)) from None
-    # END 08.6
+    # END 08.4
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -295,7 +295,7 @@ class AgentCompaction:
         earlier = self.compaction.summary if self.compaction is not None else None
         conversation = transcript(earlier, messages)
         room = self.summary_room(cut)
-        # BEGIN 08.6
+        # BEGIN 08.4
         refused: list[str] = []
         for _ in range(2):      # the first request, then one more, firmer
             prompt = summary_prompt(room, refused[-1] if refused else None)
@@ -308,4 +308,4 @@ class AgentCompaction:
         raise BadSummary(f"the model answered the summary request with {refused[0]}; "
                          f"asked again more firmly, with {again}. Nothing was "
                          "compacted, and the log holds every message")
-        # END 08.6
+        # END 08.4

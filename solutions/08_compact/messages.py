@@ -489,7 +489,7 @@ def reply_answer(content: Any) -> str:
     nothing more. ValueError, whose message is a phrase saying what the text was
     instead, when it gives none.
     """
-    # BEGIN 08.6
+    # BEGIN 08.4
     if not isinstance(content, str) or not content.strip():
         raise ValueError("no text")
     answer = without_thinking(content)
@@ -501,4 +501,4 @@ def reply_answer(content: Any) -> str:
         raise ValueError(f"a call to {', '.join(names)} written as JSON text, which "
                          "never ran")
     return answer
-    # END 08.6
+    # END 08.4

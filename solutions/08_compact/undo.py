@@ -36,7 +36,7 @@ class SessionUndo:
             # The writer first: its repair may add messages to the end, and it fills
             # self.shown from the log it opened.
             self._open()
-        # BEGIN 08.5
+        # BEGIN 08.1
         if 0 < count <= len(self.shown):
             # The log's latest compaction: the writer learnt it as it opened the log,
             # and keeps it as it writes (see SessionLog.compacted)
@@ -50,7 +50,7 @@ class SessionUndo:
                     f"tell the model about it. Fork the session from before message "
                     f"{first} instead"
                 )
-        # END 08.5
+        # END 08.1
         shown = self.shown
         if not 0 < count <= len(shown):
             raise UndoError(
@@ -78,7 +78,7 @@ class AgentUndo:
                 f"cannot undo {turns} turn(s): the conversation has {len(starts)}"
             )
         cut = starts[len(starts) - turns]
-        # BEGIN 08.5
+        # BEGIN 08.1
         if self.compaction is not None and cut < self.compaction.boundary:
             raise UndoError(
                 f"cannot undo {turns} turn(s): message {cut} is summarised by the "
@@ -86,7 +86,7 @@ class AgentUndo:
                 "would still tell the model about it. Fork the session from before "
                 "that message instead"
             )
-        # END 08.5
+        # END 08.1
         taken = self.messages[cut:]
         # The newest messages are the pending ones:
         # for them, dropping is the whole undo.

@@ -343,13 +343,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
                 for _, position in shown]
 
     def compact(self, summary: str, keep: int) -> int:
-        """SessionCompaction.compact (task 08.4), then `compacted` kept true: the
+        """SessionCompaction.compact (task 08.1), then `compacted` kept true: the
         compaction just recorded is the log's latest, known without reading the log
         again (and remembered by the process, with the rest it knows of the log)."""
         upto = super().compact(summary, keep)
-        # A marker is no message: what the log shows is unchanged
-        boundary = sum(1 for index, _ in self.shown if index < upto)
-        self.compacted = Compaction(summary, boundary)
+        # A marker is no message: the log shows what it showed, the last `keep` kept
+        self.compacted = Compaction(summary, len(self.shown) - keep)
         if self.known is not None:
             self.known.compaction = self.compacted
         return upto
