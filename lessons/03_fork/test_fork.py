@@ -74,7 +74,8 @@ def until_task_03_2_is_written(request, monkeypatch):
     if "03.1" not in tasks or "lesson" not in request.fixturenames:
         return
     lesson = request.getfixturevalue("lesson")
-    until_written(monkeypatch, lesson, "publish_fork", "03.2", plain_publish_fork(lesson))
+    until_written(monkeypatch, lesson, "publish_fork", "03.2",
+                  plain_publish_fork(lesson))
 
 
 def handed_to_publishing(lesson, monkeypatch):
@@ -189,6 +190,10 @@ TORN = b'{"role": "user", "content": "Buy a to'
     ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, 2),
     ("a last message whose newline is missing", M1 + b"\n" + M2, 2),
     ("nothing but a torn line", TORN, 0),
+    ("a last line torn inside a two-byte letter (its bytes are no UTF-8 text)",
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "user", "content": "caf\xc3', 2),
+    ("a last line torn right after a closing brace",
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "assistant", "tool_calls": [{"id": "c1"}', 2),
     ("nothing at all (an empty log, as a fork of none leaves)", b"", 0),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
@@ -223,17 +228,18 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
 
 
 # Lines another writer wrote: JSON as valid as append's, spelled otherwise (no spaces,
-# wider ones, a tab, escapes for é, "/" and a candle's surrogate pair, the keys in
-# another order).
+# wider ones, a carriage return and a tab between values, escapes for é, "/" and a
+# candle's surrogate pair, the keys in another order).
 ELSEWHERE = [b'{"content":"caf\\u00e9 au lait","role":"user"}',
-             b'{ "role" : "assistant",  "content" : "Oui, \\u00e0 l\'auberge\\/ici." }',
+             b'{ "role" : "assistant",\r "content" : "\\u00e0 l\'auberge\\/ici." }',
              b'{"role":"user",\t"content":"\xc3\xa9t\xc3\xa9 \\ud83d\\udd6f"}']
 
 
 @pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
 @pytest.mark.parametrize("upto", [None, 2])
 def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
-        lesson, sessions, upto):
+        lesson, sessions, monkeypatch, upto):
     """A log need not come from this lesson's append: another writer may space its
     JSON otherwise, escape é as \\u00e9, order the keys its own way. A fork copies each
     message's line as the source holds it, byte for byte, never the message written
@@ -243,33 +249,42 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     (sessions / "quest-1.jsonl").write_bytes(source)
     kept = len(ELSEWHERE) if upto is None else upto
     expected = b"".join(line + NEWLINE for line in ELSEWHERE[:kept])
+    copies, publish = [], lesson.publish_fork
+
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        copies.append(copy)
+        return publish(folder, source_id, new_id, count, copy, durable)
+    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    spelled = ("written by another writer (other spacing, a carriage return and a tab "
+               "between values, \\u00e9 escapes, another key order)")
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
 
-    if error is not None:
-        fail_in("03.1", f"quest-1 holds {len(ELSEWHERE)} messages written by another "
-                "writer (other spacing, \\u00e9 escapes, another key order), each a "
-                f"valid line; fork(..., upto={upto}) raised {type(error).__name__}: "
-                f"{error}")
-    held = (sessions / "what-if.jsonl").read_bytes()
+    if not copies:
+        fail_in("03.1", f"quest-1 holds {len(ELSEWHERE)} valid lines {spelled}; "
+                f"fork(..., upto={upto}) should hand publish_fork its first {kept}, "
+                "and it " + ("returned" if error is None
+                             else f"raised {type(error).__name__}: {error}"))
+    if copies[0] != expected:
+        fail_in("03.1", f"quest-1's lines were {spelled}; fork(..., upto={upto}) "
+                f"should hand publish_fork its first {kept} line(s) as they are, "
+                f"byte for byte: {expected!r}. It handed {copies[0]!r}: each message "
+                "written anew, not copied as the source holds it")
+    held = (sessions / "what-if.jsonl").read_bytes() if error is None else None
     if held != expected:
-        first = next((number for number, (got, want) in enumerate(
-            zip(held.split(NEWLINE), expected.split(NEWLINE)), start=1)
-            if got != want), None)
-        fail_in("03.1", f"quest-1's lines were written by another writer (other "
-                "spacing, \\u00e9 escapes, another key order); fork(..., "
-                f"upto={upto}) should copy its first {kept} line(s) byte for byte, "
-                f"{len(expected)} bytes. The fork holds {len(held)} bytes"
-                + (f", line {first} first differs: {held.split(NEWLINE)[first - 1]!r}"
-                   f" where the source has {expected.split(NEWLINE)[first - 1]!r}"
-                   if first else "")
-                + ": each message was written anew, not copied as it was")
+        fail_in("03.2", f"fork handed publish_fork the first {kept} line(s) of quest-1 "
+                f"as they are, {len(expected)} bytes; publish_fork "
+                + (f"raised {type(error).__name__}: {error}" if error is not None
+                   else f"left a log of {len(held)} bytes that differ")
+                + ": the fork's log holds exactly the copy it is handed")
 
 
 @pytest.mark.task("03.1")
 @pytest.mark.parametrize("where, line, source", [
     ("in the middle", 2, M1 + b"\n" + TORN + b"\n" + M2 + b"\n"),
     ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
+    ("after a blank line", 3, M1 + b"\n\n" + TORN + b"\n" + M2 + b"\n"),
+    ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
 ])
 @pytest.mark.parametrize("upto", [None, 1])
 def test_a_fork_of_a_damaged_source_is_refused(
@@ -489,9 +504,9 @@ def test_a_refused_fork_leaves_a_meta_file_with_no_log_as_it_was(
     source) leaves the folder exactly as it was, that meta file too: only a fork that
     goes ahead replaces it."""
     stale = sessions / "what-if.meta.json"
-    stale.write_text(json.dumps({"format": 1, "id": "what-if", "parent": "other",
-                                 "forked_at": 1, "created": "2026-01-01T00:00:00+00:00"},
-                                indent=1), encoding="utf-8")
+    stale.write_text(json.dumps(
+        {"format": 1, "id": "what-if", "parent": "other", "forked_at": 1,
+         "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
     stale.chmod(0o600)
     source = "quest-1"
     if case == "a source with no log":
@@ -919,14 +934,15 @@ def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
 @pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
 def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
         lesson, sessions, day_one, monkeypatch, failure):
-    """what-if holds a meta file naming 'other' and no log: no session. A fork of quest-1 onto what-if fails as its log is about to get
-    its name. The error reaches the caller, and neither of the fork's files is under
-    what-if, not even a meta file (none of them is any session's lineage); every other
-    file is as it was, and the same fork, run again, records its own lineage."""
+    """what-if holds a meta file naming 'other' and no log: no session. A fork of
+    quest-1 onto what-if fails as its log is about to get its name. The error reaches
+    the caller, and neither of the fork's files is under what-if, not even a meta file
+    (with no log, none is any session's lineage); every other file is as it was, and
+    the same fork, run again, records its own lineage."""
     stale = sessions / "what-if.meta.json"
-    stale.write_text(json.dumps({"format": 1, "id": "what-if", "parent": "other",
-                                 "forked_at": 1, "created": "2026-01-01T00:00:00+00:00"},
-                                indent=1), encoding="utf-8")
+    stale.write_text(json.dumps(
+        {"format": 1, "id": "what-if", "parent": "other", "forked_at": 1,
+         "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
     stale.chmod(0o600)
     before = snapshot(sessions)
     failed = []
