@@ -169,7 +169,7 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     A fork of the first `upto` messages the source shows shows exactly them; a whole
     fork (`upto` None) shows exactly what the source shows. `log` is what is known of
     the source (see KnownLog), and `upto` is already checked against it."""
-    # BEGIN 07.5
+    # BEGIN 07.4
     ends = log.ends
     if upto is None:
         keep = len(ends)    # every line: markers may follow the last message
@@ -185,7 +185,7 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     if keep and keep == len(ends) and log.newline_missing:
         copy.then = b"\n"
     return copy
-    # END 07.5
+    # END 07.4
 #<
 
 

@@ -93,12 +93,12 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     A fork of the first `upto` messages the source shows shows exactly them; a whole
     fork (`upto` None) shows exactly what the source shows. `log` is what is known of
     the source (see KnownLog), and `upto` is already checked against it."""
-    # TODO(07.5): Fork by what the session shows.
+    # TODO(07.4): Fork by what the session shows.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.
-    # What it asks: `sessionlab task 07.5`. Hints: `sessionlab hint --task 07.5`.
+    # What it asks: `sessionlab task 07.4`. Hints: `sessionlab hint --task 07.4`.
     raise NotImplementedError(
-        "task 07.5 is not written yet: Fork by what the session shows"
+        "task 07.4 is not written yet: Fork by what the session shows"
     )
 
 

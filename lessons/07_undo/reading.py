@@ -101,10 +101,14 @@ class LogState:
         Markers are not messages and have no index. An undo marker's "skip" lists
         indices to leave out.
         """
-        # TODO(07.1): Replay the log without the undone messages.
+        # TODO(07.1): Take back written messages: a marker line, and a replay that obeys
+        # it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # What it asks: `sessionlab task 07.1`. Hints: `sessionlab hint --task 07.1`.
         raise NotImplementedError(
-            "task 07.1 is not written yet: Replay the log without the undone messages"
+            "task 07.1 is not written yet: Take back written messages: a marker line, "
+            "and a replay that obeys it"
         )
 
     def shown_once(self) -> Sequence[tuple[int, int]]:

@@ -27,11 +27,14 @@ class SessionUndo:
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
         """
-        # TODO(07.4): Record written messages as undone with a marker line.
-        # What it asks: `sessionlab task 07.4`. Hints: `sessionlab hint --task 07.4`.
+        # TODO(07.1): Take back written messages: a marker line, and a replay that obeys
+        # it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
+        # What it asks: `sessionlab task 07.1`. Hints: `sessionlab hint --task 07.1`.
         raise NotImplementedError(
-            "task 07.4 is not written yet: Record written messages as undone with a "
-            "marker line"
+            "task 07.1 is not written yet: Take back written messages: a marker line, "
+            "and a replay that obeys it"
         )
 
 

@@ -27,7 +27,7 @@ class SessionUndo:
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
         """
-        # BEGIN 07.4
+        # BEGIN 07.1
         if self._fd is None:
             if not self.path.exists():
                 # No log, no message to take back: becoming the writer would create
@@ -46,7 +46,7 @@ class SessionUndo:
         self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
         del shown[len(shown) - count:]      # only once the marker is written
         return skip
-        # END 07.4
+        # END 07.1
 
 
 class AgentUndo:

@@ -474,9 +474,9 @@ def see_07(scene: Scene) -> None:
     scene.say("The lantern turn is back. Cutting its lines from the file instead would "
               "rewrite bytes already written, which a crash can tear and a fork or a reader "
               "relies on. An undo needs two things: the log must say which messages were "
-              "taken back (the marker line of task 07.4), and every resume must leave them "
-              "out (the replay of task 07.1).")
-    scene.prevented_by("07.4", "07.1")
+              "taken back (a marker line), and every resume must leave them out (the "
+              "replay): both are task 07.1.")
+    scene.prevented_by("07.1")
 
 
 # --- 08: a session that outgrows the model's window ---------------------------------------
