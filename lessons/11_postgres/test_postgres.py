@@ -81,15 +81,16 @@ def messages_in(stored):
             if "$marker" not in entry]
 
 
-def refuse_rows(database, condition):
+def refuse_rows(database, condition, code="P0001"):
     """A trigger that makes the server refuse every new row of session_entries for
-    which `condition` (SQL on NEW) holds, as a full disk would; drop_refusal() ends
-    it."""
+    which `condition` (SQL on NEW) holds, as a full disk would, with the error code
+    `code` (SQLSTATE); drop_refusal() ends it."""
     sql(database, f"""
         CREATE FUNCTION refuse_row() RETURNS trigger AS $$
         BEGIN
             IF {condition} THEN
-                RAISE EXCEPTION 'the disk is full (made up by the test)';
+                RAISE EXCEPTION 'the disk is full (made up by the test)'
+                    USING ERRCODE = '{code}';
             END IF;
             RETURN NEW;
         END $$ LANGUAGE plpgsql;
@@ -425,6 +426,18 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             with raises(lesson.SessionBusy, "another program holds quest-3's lock: a "
                         "writer's _lock() must be refused", match="quest-3"):
                 try_lock(log, "with timeout 0 the writer tries once")
+    # A writer on another host, whose name has dashes and dots, holds quest-4's lock
+    named = "sessionlab pid 4242 on web-2.town.example"
+    with psycopg.connect(database, autocommit=True,
+                         application_name=named) as far:
+        far.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-4"),))
+        with psycopg.connect(database, autocommit=True) as connection:
+            found = lesson.lock_holder(connection, "quest-4")
+    assert isinstance(found, dict) and (found.get("pid"), found.get("host")) == (
+        4242, "web-2.town.example"), (
+        f"a connection named {named!r} holds quest-4's lock: lock_holder should say "
+        f"pid 4242 on host 'web-2.town.example' (a host name may hold dashes and "
+        f"dots); it says {found}")
 
 
 @pytest.mark.task("11.1")
@@ -829,17 +842,21 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
 
 @pytest.mark.task("11.2")
 def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, database):
-    """The server refuses one append (a full disk, played by a trigger): nothing of it
-    is stored, the error goes up as the server's, and the same writer's next append
+    """The server refuses one append (a check an operator added, played by a trigger
+    that raises an integrity error, check_violation, though no writer took the place):
+    nothing of it is stored, the error goes up as the server's, and the same writer's
+    next append
     lands at the place the refused one would have taken; a second writer that read the
     session before it is then refused, not stored beside it."""
     late = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log, late:
         log.append({"role": "user", "content": "Buy a rope."})
         late.open_for_append()
-        refuse_rows(database, "strpos(NEW.line, 'torch') > 0")
-        with raises(psycopg.Error, "the server refused the row (a trigger), so the "
-                    "append should fail with the server's error",
+        refuse_rows(database, "strpos(NEW.line, 'torch') > 0", "check_violation")
+        with raises(psycopg.Error, "the server refused the row for a check of its own "
+                    "(an integrity error, but no other writer's entry at that place), "
+                    "so the append should fail with the server's error, not as a "
+                    "conflict",
                     match="made up by the test"):
             log.append({"role": "user", "content": "Buy a torch."})
         drop_refusal(database)
@@ -1143,6 +1160,12 @@ def test_two_hosts_opening_an_interrupted_session_at_once_repair_it_once(
     assert answered == [["call_a", "call_b"]] * 2, (
         "each host's history should answer call_a and call_b; they answer "
         f"{answered}")
+    kept = sorted(host.expect("repair") for host in hosts)
+    assert kept == ['repair ["call_a", "call_b"]', "repair null"], (
+        "one host stored the repair and keeps its marker in `repaired`; the other "
+        "found the session repaired by it and should keep none (its chat would tell "
+        "its user it repaired what it did not): the hosts' `repaired` name the calls "
+        f"{kept}")
     counted, markers = answers(rows(database))
     assert counted == {"call_a": 1, "call_b": 1} and len(markers) == 1, (
         "the session was repaired by two hosts at once: the rows should hold one "
@@ -1183,6 +1206,10 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
     assert opened == 'opened ["call_a", "call_b"]', (
         "the opener should open the session, its history answering call_a (the real "
         f"result) and call_b; it said {opened}")
+    kept = opener.expect("repair")
+    assert kept == 'repair ["call_b"]', (
+        "the opener's `repaired` should be the marker it stored, naming call_b alone "
+        f"(call_a got its real result); it holds {kept}")
     appended = opener.expect("")
     assert appended == "appended", (
         f"the opener's next message should be stored after the rows; it said "
@@ -1328,6 +1355,57 @@ def test_a_writer_killed_inside_a_transaction_leaves_nothing_of_it(lesson, datab
 
 
 @pytest.mark.task("11.4")
+def test_a_collection_never_takes_a_blob_a_writer_is_about_to_point_to(
+    lesson, database, other
+):
+    """The same bytes are stored already, pointed to by no row (their message was
+    erased, say). A writer pastes them again and stops after storing the blob, before
+    its row; a collection of unreferenced blobs starts on another host right then. The
+    blob must still be there when the writer's row is: the session loads whole."""
+    large = "The elder's map, copied out. " * 1000     # what the writer pastes
+    digest = hashlib.sha256(large.encode("utf-8")).hexdigest()
+    with lesson.PostgresSessionLog(database, "quest-9") as log:
+        assert log.load() == [], "a new database should hold no session"
+    sql(database, "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s)",
+        (digest, large.encode("utf-8")))
+    stuck = other("stuck")
+    stuck.expect("inside")
+    outcome = {}
+
+    def collect():
+        try:
+            outcome["removed"] = lesson.collect_postgres_blobs(database)
+        except Exception as error:  # noqa: BLE001 - the test reports it
+            outcome["error"] = error
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    # Until the collection waits for the writer (or has finished)
+    deadline = time.monotonic() + WAIT
+    while collector.is_alive() and time.monotonic() < deadline and not sql(
+            database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
+            "= 'Lock' AND datname = current_database()"):
+        time.sleep(0.01)
+    stuck.go()
+    stuck.process.wait(HANG)
+    collector.join(HANG)
+    error = outcome.get("error")
+    assert error is None, (
+        f"the collection failed: {type(error).__name__}: {error}")
+    kept = sql(database, "SELECT sha256 FROM session_blobs")
+    assert kept == [(digest,)], (
+        "a collection ran while a writer was between storing a blob (there already, "
+        "pointed to by no row yet) and inserting the row that points to it: the "
+        "collection took it, and the writer's row now points to nothing. What a "
+        "collection waits for must be held by a writer from the blob to its row; "
+        f"session_blobs holds {kept}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = [m["content"] == large for m in log.load()]
+    assert loaded == [False, True], (
+        "the session should load whole: its first message, then the pasted one")
+
+
+@pytest.mark.task("11.4")
 def test_a_changed_blob_is_refused_naming_it(lesson, database):
     """Bytes that no longer match their hash are not what the session said: load()
     raises BlobError naming the blob."""
@@ -1366,31 +1444,38 @@ def test_a_fork_copies_the_history_and_records_its_lineage(lesson, database):
     """fork_postgres copies the rows of the first messages, each with its seq, line
     and jsonb body (NULL where the source's is), into a new session, no more, and
     records its parent and the count; appending to either afterwards leaves the other
-    as it was."""
+    as it was. The first row is stored as another host's writer stored it, in the
+    model's spacing and key order."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    sent = '{"content":"Hello, elder.","role":"user"}'
+    sql(database, "INSERT INTO sessions (id) VALUES ('quest-1')")
+    sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
+        "VALUES ('quest-1', 0, %s, %s::jsonb)", (sent, sent))
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "A note: \u0000 is no text."})
     agent, _, log = open_agent(lesson, database, DAY_1)
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
         day_1 = list(agent.messages)
-    lesson.fork_postgres(database, "quest-1", "quest-2", upto=5)
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=6)
     with lesson.PostgresSessionLog(database, "quest-2") as fork:
         forked = fork.load()
-        assert forked == day_1[:5], (
-            f"the fork should hold the first 5 messages of the source, no more; it "
+        assert forked == day_1[:6], (
+            f"the fork should hold the first 6 messages of the source, no more; it "
             f"holds {len(forked)}: {forked}")
         fork.append({"role": "user", "content": "only in the fork"})
-    copied, source_rows = rows(database, "quest-2"), rows(database)[:5]
-    assert copied[:5] == source_rows and len(copied) == 6 and json.loads(
-            copied[5][1]) == {"role": "user", "content": "only in the fork"}, (
-        "the fork's rows should be the source's first 5, seq, line and body alike, "
+    copied, source_rows = rows(database, "quest-2"), rows(database)[:6]
+    assert copied[:6] == source_rows and len(copied) == 7 and json.loads(
+            copied[6][1]) == {"role": "user", "content": "only in the fork"}, (
+        "the fork's rows should be the source's first 6, seq, line and body alike, "
         "then the one appended to the fork:\n"
         f"source {source_rows}\nfork   {copied}")
     with lesson.PostgresSessionLog(database, "quest-1") as source:
         assert source.load() == day_1, "appending to the fork changed the source"
     lineage = lesson.lineage(database, "quest-2")
-    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 5), (
-        f"the fork's row in `sessions` should say parent quest-1, at 5; it says "
+    assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 6), (
+        f"the fork's row in `sessions` should say parent quest-1, at 6; it says "
         f"{lineage}")
 
 
@@ -1419,6 +1504,11 @@ def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
         "a fork of the first 4 messages of a session with a repair marker among its "
         "rows should show those 4 messages (it copies rows up to the 4th message's, "
         f"5 rows here); it shows {len(forked)}: {forked}")
+    copied = [seq for seq, _, _ in rows(database, "quest-2")]
+    assert copied == [0, 1, 2, 3, 4], (
+        "a fork of the first 4 messages copies the rows up to the one holding the 4th "
+        "message shown (seq 4), no further: the rows after it (messages the source "
+        f"undid, its undo marker) are no part of it; the fork holds seqs {copied}")
     lineage = lesson.lineage(database, "quest-2")
     assert lineage and lineage["forked_at"] == 4, (
         "forked_at counts the messages the fork kept (4), not the rows it copied: "
@@ -1433,6 +1523,16 @@ def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
     assert lineage and lineage["forked_at"] == 5, (
         "a whole fork keeps all 5 messages the source shows: its row in `sessions` "
         f"should say forked_at 5; it says {lineage}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.undo(1)             # the last row is now a marker, after every message
+        shown = log.load()
+    lesson.fork_postgres(database, "quest-1", "quest-4")
+    with lesson.PostgresSessionLog(database, "quest-4") as whole:
+        forked = whole.load()
+    assert forked == shown and rows(database, "quest-4") == rows(database), (
+        "the source's last row is an undo marker, after its last message shown: a "
+        "whole fork copies every row, that marker too, and shows the 4 messages the "
+        f"source shows; it shows {len(forked)}: {forked}")
 
 
 @pytest.mark.task("11.5")

@@ -16,9 +16,10 @@ test and the process take turns without any sleep:
           "refused " and the error's class and message
   open    connect with no lock (lock=False), print "ready", wait for a line, open the
           session as its writer and print "opened " and the JSON list of the
-          tool_call_ids its history answers; then, unless NAME is "-", append one
-          message whose content is NAME and print "appended". A refusal prints
-          "refused " and the error's class and message instead
+          tool_call_ids its history answers, then "repair " and the JSON of the
+          calls its repair marker (`repaired`) names, or null; then, unless NAME is
+          "-", append one message whose content is NAME and print "appended". A
+          refusal prints "refused " and the error's class and message instead
   stuck   become the writer, append one message, then start appending a large one: its
           blob is stored inside the transaction, and the process prints "inside" and
           waits there (the test kills it) before the row is inserted
@@ -83,6 +84,8 @@ def main(argv: list[str]) -> None:
                 history = log.open_for_append()
                 say("opened " + json.dumps([m.get("tool_call_id") for m in history
                                             if m.get("role") == "tool"]))
+                say("repair " + json.dumps(log.repaired and log.repaired.get(
+                    "interrupted")))
                 if name != "-":
                     log.append({"role": "user", "content": name})
                     say("appended")

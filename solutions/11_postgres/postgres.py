@@ -400,10 +400,9 @@ class PostgresSessionLog:
     def _write(self, entries: Callable[[], list[Message]], *,
                together: bool = False, then: Callable[[], None] | None = None) -> None:
         """Store the entries `entries()` makes (one INSERT: all rows or none). With
-        together=True, in one transaction with whatever `entries()` stores on its way
-        and with `then()`, run after the insert: all of it or none; the transaction also
-        holds BLOB_LOCK shared (no collection of blobs runs meanwhile). Without it, each
-        statement commits as it returns.
+        together=True, all of it (the call of `entries()`, the insert, `then()` run
+        after it) is one transaction, which also holds BLOB_LOCK shared. Without it,
+        each statement commits as it returns.
 
         A broken connection (at BEGIN, during the insert, at COMMIT; the server ended
         it, the network went silent) leaves unknown whether the server committed, so
@@ -567,15 +566,16 @@ class PostgresSessionLog:
 
     def store_blob(self, data: bytes) -> str:
         """Store `data` in session_blobs under its sha256, once, and return the hash."""
-        digest = hashlib.sha256(data).hexdigest()
         # BEGIN 11.4
+        digest = hashlib.sha256(data).hexdigest()
         # The same bytes have the same name: if they are stored already (by any
-        # session, a fork's parent, another host), there is nothing to do.
+        # session, a fork's parent, another host), there is nothing to do. The
+        # conflict clause waits for another transaction storing the same name.
         self._connection().execute(
             "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s) "
             "ON CONFLICT (sha256) DO NOTHING", (digest, data))
-        # END 11.4
         return digest
+        # END 11.4
 
     def inline(self, message: Message, seq: int) -> Message:
         """The message as the agent sees it: a blob reference, its content again."""
