@@ -108,10 +108,9 @@ def fsync_file(path: Path) -> None:
 
 
 def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Create `path` holding `data`, all or nothing, and never over an existing file.
+    """Publish a fork's file at `path` holding `data`, all or nothing (lesson 03).
 
-    The bytes go to a temporary file first; os.link then gives it its real name, and
-    fails if that name exists (os.replace would silently overwrite it). A crash of the
+    SessionExists when `path` exists: what is there stays as it was. A crash of the
     process leaves at worst a stray temporary file, never a half-written session.
     Surviving a power cut takes durable=True: the bytes, then the new name, are fsynced
     before it returns.
@@ -122,6 +121,8 @@ def publish_new(path: Path, data: bytes, *, durable: bool = True) -> None:
     """
     temp = _write_temp(path, data, durable)
     try:
+        # The real name by a link, which fails if the name exists (os.replace would
+        # silently overwrite it)
         os.link(temp, path)
     except BaseException as error:
         os.unlink(temp)

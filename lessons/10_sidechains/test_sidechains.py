@@ -24,10 +24,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import openai
 import pytest
 
 from sessionlab.scripted import (
-    ANSWER_AFTER_THOUGHT, Crash, NO_ANSWER_TEXT, ODD_REPLIES, ScriptedModel,
+    ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES, ScriptedModel,
     SimulatedCrash, call, raw_call, say, use)
 from sessionlab.testing import raises
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
@@ -53,7 +54,19 @@ HANG = 30   # seconds: only a guard against a test that would otherwise wait for
 
 
 def lines_of(path):
-    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+    """The lines of a log as JSON values, or a failure saying which line is none."""
+    found = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not line:
+            continue
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"line {number} of {path.parent.name}/{path.name} is no JSON "
+                        f"value: {shown(line.decode(errors='replace'), 120)}. Every line "
+                        "of a log is one JSON object ending in a newline; was one "
+                        "written without its newline?", pytrace=False)
+    return found
 
 
 def sidechain_bytes(sessions, name=CALL_ID, session_id="quest-1"):
@@ -86,13 +99,52 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None,
     return agent, model, log
 
 
-def play(lesson, sessions, *turns, session_id="quest-1", town=None):
+def told(lesson, model):
+    """What the scripted model was asked, request by request, in words."""
+    said = []
+    for number, request in enumerate(model.requests, 1):
+        messages = request.get("messages") or [{}]
+        first = messages[0] if isinstance(messages[0], dict) else {}
+        who = ("a helper" if first.get("content") == lesson.HELPER_SYSTEM
+               else "the parent")
+        last = json.dumps(messages[-1], ensure_ascii=False)
+        said.append(f"request {number} was {who}'s, ending with {shown(last, 60)}")
+    return "; ".join(said) or "no request at all"
+
+
+@contextlib.contextmanager
+def in_words(lesson, model, expected):
+    """Within the block, the scripted model running out of replies, or a request the
+    server refuses, fails in words: what was expected, and what the model was asked."""
+    try:
+        yield
+    except openai.APIStatusError as error:
+        message = str((error.body or {}).get("message") if isinstance(error.body, dict)
+                      else error)
+        if "no reply left" in message:
+            what = ("the agent asked the model more often than the test scripted "
+                    f"({len(model.script)} replies)")
+        else:
+            what = (f"the model's server refused request {len(model.requests)} with "
+                    f"HTTP {error.status_code}: {message}")
+        pytest.fail(f"{expected}; instead {what}. What the model was asked: "
+                    f"{told(lesson, model)}", pytrace=False)
+
+
+def turn(lesson, agent, model, text, expected="the turn should end as scripted"):
+    """agent.run(text), failing in words if the model is asked more than scripted."""
+    with in_words(lesson, model, expected):
+        return agent.run(text)
+
+
+def play(lesson, sessions, *turns, session_id="quest-1", town=None,
+         expected="each turn should end as scripted"):
     """Play whole turns in one agent; return the agent's messages and its model."""
     script = [step for _, steps in turns for step in steps]
     agent, model, log = open_agent(lesson, sessions, script, session_id, town)
     with log:
         for text, _ in turns:
-            agent.run(text)
+            turn(lesson, agent, model, text, expected)
     return agent.messages, model
 
 
@@ -177,22 +229,41 @@ def test_a_call_id_that_is_a_plain_name_names_its_side_chain_as_it_is(lesson):
             f"name; it was named {name!r}")
 
 
+def named(lesson, call_id):
+    """sidechain_id(call_id), or a failure in words when it raises."""
+    try:
+        return lesson.sidechain_id(call_id)
+    except NotImplementedError:
+        raise       # the task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail(f"sidechain_id({shown(call_id)}) raised {type(error).__name__} "
+                    f"({error}): a server may send that call id, and its helper needs a "
+                    "side-chain all the same", pytrace=False)
+
+
+# Call ids a server may send that no session id can be, or that look like the name
+# another call id might be given: each must get a name of its own.
+DIGEST = hashlib.sha256(b"functions.buy:0").hexdigest()
+ODD_CALL_IDS = [
+    "functions.buy:0", "functions.buy_0", "functions/buy:0", "functions buy 0",
+    "../quest-1", "", ".", "a\x00b", "\ud800", "\udfff", "\ud800x", "x\ud800", "?",
+    "\ufffd", "\\ud800", "\\udfff", "x" * 300, "c" * 65, "c" * 128, "c" * 129,
+    "call-" + DIGEST, "call_" + DIGEST, DIGEST, "call-" + DIGEST.upper(),
+    "call-" + hashlib.sha256(b"x" * 300).hexdigest(),
+    "call-" + hashlib.sha256("\ud800".encode("utf-8", "surrogatepass")).hexdigest(),
+    "call_1_0", "call_1_0.2", "Sp\xe4t", "Spa\u0308t", "CALL_1_0"]
+
+
 @pytest.mark.key
 @pytest.mark.task("10.1")
 def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
-    """Call ids with ':' or '/', empty, too long or with a lone surrogate each get a
-    name that passes the session-id check, and no two calls share one."""
-    long_plain = ["c" * 65, "c" * 128]
-    # Call ids that look like the hashed name of another call id in the list
-    digest = hashlib.sha256(b"functions.buy:0").hexdigest()
-    hashed_look = ["call-" + digest, digest, "call-" + digest.upper(),
-                   "call-" + hashlib.sha256(b"x" * 300).hexdigest()]
-    odd = ["functions.buy:0", "functions.buy_0", "functions/buy:0", "../quest-1", "",
-           "a\x00b", "\ud800", "\udfff", "?", "\ufffd", "x" * 300, *long_plain,
-           *hashed_look, "call_1_0"]
+    """Call ids with ':', '/' or a space, empty, too long, with a NUL or a lone
+    surrogate, or shaped like a digest or another call's name: each gets a name that
+    passes the session-id check, and no two calls share one (their helpers would write
+    one log)."""
     names = {}
-    for call_id in odd:
-        name = lesson.sidechain_id(call_id)
+    for call_id in ODD_CALL_IDS:
+        name = named(lesson, call_id)
         assert isinstance(name, str), (
             f"sidechain_id({shown(call_id)}) should return the side-chain's name, a "
             f"str; it returned {name!r}")
@@ -206,30 +277,50 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
                         pytrace=False)
         if name in names:
             pytest.fail(f"the call ids {shown(names[name])} and {shown(call_id)} both "
-                        f"gave the side-chain name {name!r}: their two helpers would "
-                        "write one log", pytrace=False)
+                        f"gave the side-chain name {shown(name, 80)}: their two helpers "
+                        "would write one log", pytrace=False)
         names[name] = call_id
+        again = named(lesson, call_id)
+        assert again == name, (
+            f"the call id {shown(call_id)} was named {shown(name, 80)}, then "
+            f"{shown(again, 80)}: the same call id should always give the same name, "
+            "or no reader can tell which side-chain belongs to which call")
+
+
+NAME_IN_ANOTHER_PROCESS = """
+import json, sys
+from pathlib import Path
+from sessionlab.course import load_module
+lesson = load_module(Path(sys.argv[1]), "sessionlab_impl.names")
+print(json.dumps([lesson.sidechain_id(c) for c in json.load(sys.stdin)]))
+"""
 
 
 @pytest.mark.task("10.1")
-def test_a_call_id_that_cannot_be_kept_is_named_by_its_whole_sha256(lesson):
-    """A call id that cannot be kept is named "call-" and the whole sha256 hex digest of
-    its UTF-8 bytes (a lone surrogate as the bytes it stands for): a name anyone can
-    compute again from the call id, and as unique as the digest."""
-    for call_id, data, which in (
-            ("functions.buy:0", b"functions.buy:0", "its UTF-8 bytes"),
-            ("x" * 129, b"x" * 129, "its UTF-8 bytes (too long for a session id)"),
-            ("tool call 1", b"tool call 1", "its UTF-8 bytes"),
-            ("\ud800", b"\xed\xa0\x80", "the three bytes ED A0 80: UTF-8's pattern "
-             "applied to the code point U+D800, which strict UTF-8 refuses to encode"),
-            ("Sp\xe4t", b"Sp\xc3\xa4t", "its UTF-8 bytes, 'ä' as C3 A4")):
-        expected = "call-" + hashlib.sha256(data).hexdigest()
-        name = lesson.sidechain_id(call_id)
-        assert name == expected, (
-            f"the call id {shown(call_id, 20)} is no session id: its name should be "
-            f"'call-' and the whole sha256 hex digest of {which}, "
-            f"{data[:20]!r}{'...' if len(data) > 20 else ''}: {expected!r}; got "
-            f"{name!r}")
+def test_a_side_chains_name_is_the_same_in_every_process(lesson):
+    """The name of a call id's side-chain is the same in another process, whatever
+    that process's hash seed: a program that reads the logs later, or the same agent
+    resumed tomorrow, must get the name a helper got today."""
+    ids = ODD_CALL_IDS + ["call_3_0"]
+    here = [named(lesson, call_id) for call_id in ids]
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", NAME_IN_ANOTHER_PROCESS, lesson.__file__],
+            input=json.dumps(ids), capture_output=True, text=True, timeout=HANG,
+            env={**os.environ, "PYTHONHASHSEED": seed})
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or ["nothing"])[-1]
+            if "NotImplementedError: task " in said:
+                raise NotImplementedError(said.split("NotImplementedError: ")[-1])
+            pytest.fail(f"sidechain_id failed in another process (hash seed {seed}): "
+                        f"{said}", pytrace=False)
+        there = json.loads(done.stdout)
+        for call_id, mine, theirs in zip(ids, here, there):
+            assert mine == theirs, (
+                f"the call id {shown(call_id)} is named {shown(mine, 80)} in this "
+                f"process and {shown(theirs, 80)} in another (hash seed {seed}): a "
+                "side-chain's name must be the same in every process (is it made from "
+                "Python's hash(), a random number or the time?)")
 
 
 @pytest.mark.task("10.1")
@@ -379,6 +470,50 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(pointer.get("at")), (
             f"the pointer should say when it was written ('at', as now() writes it); "
             f"it is {pointer}")
+
+
+@pytest.mark.task("10.2")
+def test_a_call_id_that_comes_back_five_times_gets_five_side_chains(lesson, sessions):
+    """The same call id comes back again and again (each time its turn was undone and
+    asked again): every helper gets a log of its own, however many came before it, and
+    every earlier side-chain stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    wrote = []      # the logs a line appended by each helper changed
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": HELPER_TURN[0]})
+        for time in range(1, 6):
+            log.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": CALL_ID, "type": "function",
+                 "function": {"name": "ask_helper",
+                              "arguments": json.dumps({"question": QUESTION})}}]})
+            before = {p.name: p.read_bytes() for p in folder.glob("*.jsonl")}
+            try:
+                side = start(lesson, log)
+            except Exception as error:
+                pytest.fail(f"the {ORDINAL[time]} side-chain of the call id {CALL_ID} "
+                            "could not be started: "
+                            f"{type(error).__name__}: {error} (the folder holds "
+                            f"{sidechain_files(sessions)}). A call id can come back "
+                            "any number of times, and each helper needs a log of its "
+                            "own", pytrace=False)
+            wrote.append(writes_to(side, sessions))
+            changed = [name for name, data in before.items()
+                       if (folder / name).read_bytes() != data]
+            assert not changed, (
+                f"the {ORDINAL[time]} helper of {CALL_ID} wrote into {changed}, an "
+                "earlier helper's log, which should stay as it was")
+            log.append({"role": "tool", "tool_call_id": CALL_ID, "content": "ok"})
+    logs = [name for grown in wrote for name in grown]
+    assert len(logs) == 5 and len(set(logs)) == 5, (
+        f"five helpers of the call id {CALL_ID} should have written five logs, one "
+        f"each; a line appended by each changed, in turn, {wrote}")
+    pointers = [p.get("sidechain") for p in pointers_in(sessions / "quest-1.jsonl")]
+    assert [f"{name}.jsonl" for name in pointers] == logs, (
+        f"each pointer should name the side-chain its helper wrote ({logs}); they "
+        f"name {pointers}")
+
+
+ORDINAL = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 
 
 @pytest.mark.task("10.2")
@@ -786,7 +921,7 @@ def test_the_helpers_work_can_be_found_from_the_parent_at_any_moment(lesson, ses
         pointers_in(parent) if parent.exists() else [],
         lines_of(side) if side.exists() else []))
     with log:
-        agent.run(HELPER_TURN[0])
+        turn(lesson, agent, model, HELPER_TURN[0])
     done = (["user"], ["user", "assistant", "tool"])     # what the helper wrote by then
     for moment, (pointers, helper_lines), so_far in zip(
             ("first", "second"), model.observations[1:3], done):
@@ -809,10 +944,10 @@ def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions
     agent, model, log = open_agent(lesson, sessions, HELPER_TURN[1] * 2)
     folder = sessions / "quest-1.sidechains"
     with log:
-        agent.run(HELPER_TURN[0])
+        turn(lesson, agent, model, HELPER_TURN[0])
         first = sidechain_bytes(sessions)
         agent.undo()
-        agent.run(HELPER_TURN[0])
+        turn(lesson, agent, model, HELPER_TURN[0])
     again = model.requests[4]["messages"][-1]
     assert again["content"] == HELPER_TURN[0], (
         "the test's own set-up: the fifth request should be the question asked again "
@@ -865,7 +1000,7 @@ def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, se
 
     model.on_request(locks)
     with log:
-        agent.run(HELPER_TURN[0])
+        turn(lesson, agent, model, HELPER_TURN[0])
     seen = model.observations[1]        # while the helper waited for its first answer
     assert seen["parent"] == "busy" and seen["parent lock file"], (
         "while the helper worked, another writer should have been refused the parent "
@@ -921,7 +1056,7 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
     monkeypatch.chdir(tmp_path)
     model = ScriptedModel(HELPER_TURN[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
-    answer = agent.run(HELPER_TURN[0])
+    answer = turn(lesson, agent, model, HELPER_TURN[0])
     assert answer == FINAL, (
         f"the parent's run should end with its model's last answer, {FINAL!r}; it "
         f"returned {answer!r}")
@@ -990,17 +1125,17 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
     session or in memory; with a session, the side-chain's lock goes with the helper
     that gave up."""
     busy = [use(call("talk_to", npc="guard"))] * 2
-    turn = ("Ask a helper.", [use(call("ask_helper", question="Ask the guard.")), *busy,
-                              say("The helper gave up.")])
+    script = [use(call("ask_helper", question="Ask the guard.")), *busy,
+              say("The helper gave up.")]
     if where == "memory":
-        model = ScriptedModel(turn[1])
+        model = ScriptedModel(script)
         agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
                              max_turns=2)
-        agent.run(turn[0])
+        turn(lesson, agent, model, "Ask a helper.")
     else:
-        agent, _, log = open_agent(lesson, sessions, turn[1], max_turns=2)
+        agent, model, log = open_agent(lesson, sessions, script, max_turns=2)
         with log:
-            agent.run(turn[0])
+            turn(lesson, agent, model, "Ask a helper.")
     result = agent.messages[2]
     said = str(result.get("content"))
     assert result.get("role") == "tool" and said.startswith("error:") and (
@@ -1019,6 +1154,100 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
                         "side-chain is still locked: another writer was refused it "
                         f"({error}). A helper that ends with an error never let go "
                         "of its log", pytrace=False)
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("arguments", ['{"npc": "elder', '["elder"]', '{"npc": NaN}'])
+def test_other_calls_beside_a_helper_are_answered_as_before(lesson, sessions,
+                                                           arguments):
+    """With ask_helper offered, a call to another tool is answered as lesson 00 answered
+    it: arguments the model sent broken are reported as broken (the stored call holds
+    "{}" in their place, which would run the tool with no arguments at all)."""
+    town = HelperTown()
+    asked = {"id": CALL_ID, "type": "function",
+             "function": {"name": "talk_to", "arguments": arguments}}
+    expected = lesson.run_tool(HelperTown(), asked)
+    script = [use(raw_call("talk_to", arguments)), say("Let me ask properly.")]
+    messages, _ = play(lesson, sessions, ("Talk to the elder.", script), town=town,
+                       expected="a call to talk_to should be answered by the tool, "
+                       "as before, and start no helper")
+    result = messages[2] if len(messages) > 2 else {}
+    assert result.get("content") == expected, (
+        f"the model called talk_to with the arguments {arguments!r}, which hold no "
+        "JSON object: its result should say so, as lesson 00's run_tool says it of the "
+        f"call as the model sent it ({expected!r}); it was {result.get('content')!r}. "
+        "The stored call holds '{}' in their place, and running that one tells the "
+        "model something else than what it sent")
+
+
+def a_full_disk_in_the_side_chains(monkeypatch):
+    """From now on, every write to a log in a side-chains folder meets a full disk."""
+    real = os.write
+
+    def write(fd, data):
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = ""
+        if ".sidechains/" in where and where.endswith(".jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where, failure", [
+    ("side-chain", "server error"), ("memory", "server error"),
+    ("side-chain", "dropped connection"), ("memory", "dropped connection"),
+    ("side-chain", "full disk")])
+def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
+        lesson, sessions, monkeypatch, where, failure):
+    """The helper did not give up: its request met a server error (HTTP 500) or a
+    dropped connection, or its log a full disk. That is no answer the model can use,
+    and "the helper gave up" would be untrue: the run ends with the error, as a crash
+    does, no result answers the call (lesson 04's repair will), and the side-chain is
+    free again."""
+    helper_step = {"server error": Fail(500), "dropped connection": Disconnect(),
+                   "full disk": say(HELPER_ANSWER)}[failure]
+    script = [use(call("ask_helper", question=QUESTION)), helper_step,
+              say("The helper could not answer."), say(FINAL)]
+    model = ScriptedModel(script)
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
+                         session=log)
+    ended = None
+    try:
+        if failure == "full disk":
+            a_full_disk_in_the_side_chains(monkeypatch)
+        agent.run(HELPER_TURN[0])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        ended = error
+    finally:
+        monkeypatch.undo()
+        if log is not None:
+            log.close()
+    results = [m for m in agent.messages if m.get("role") == "tool"]
+    assert ended is not None and not results, (
+        f"the helper's work met a {failure}: no answer, and no giving up either. The "
+        "run should end with that error, as a crash does, leaving the call unanswered "
+        "for lesson 04's repair; instead "
+        + (f"the parent's model read the result {results[0].get('content')!r}"
+           if results else "the run ended without an error")
+        + (f", and the run ended with {type(ended).__name__}" if ended else ""))
+    if where == "side-chain":
+        folder = sessions / "quest-1.sidechains"
+        for name in sorted(p.name[:-len(".meta.json")]
+                           for p in folder.glob("*.meta.json")):
+            try:
+                with lesson.SessionLog(folder, name) as other:
+                    other.open_for_append()
+            except lesson.SessionBusy as error:
+                pytest.fail(f"the helper's run ended with {type(ended).__name__}, and "
+                            f"its side-chain {name} is still locked: {error}",
+                            pytrace=False)
 
 
 @pytest.mark.task("10.3")
@@ -1044,7 +1273,7 @@ def test_the_helper_asks_within_its_parents_limits(lesson, sessions, where, limi
     agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log,
                          budget=budget, reply_room=room)
     try:
-        agent.run("Ask a helper.")
+        turn(lesson, agent, model, "Ask a helper.")
         ended = None
     except lesson.ContextOverflow as error:
         ended = error
@@ -1058,6 +1287,12 @@ def test_the_helper_asks_within_its_parents_limits(lesson, sessions, where, limi
         "describe), and the run should end with ContextOverflow, as the parent's own "
         f"would; the model received {len(model.requests)} request(s), and the run "
         f"{'raised ' + repr(ended) if ended else 'ended without an error'}")
+    results = [m for m in agent.messages if m.get("role") == "tool"]
+    assert not results, (
+        "the helper's request did not fit the parent's window: that is no giving up "
+        "and no answer, and the run should end with ContextOverflow before any result "
+        "answers the call (lesson 04's repair will); the parent recorded the result "
+        f"{results[0].get('content')!r}" if results else "")
 
 
 @pytest.mark.task("10.3")
@@ -1070,7 +1305,12 @@ def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, ses
     parent goes on."""
     turn = ("Ask a helper.", [use(raw_call("ask_helper", arguments)),
                               say("Sorry, let me ask properly.")])
-    messages, model = play(lesson, sessions, turn)
+    messages, model = play(
+        lesson, sessions, turn,
+        expected=f"the model called ask_helper with the arguments {arguments!r}, which "
+        "ask no question: the call's result should be an error the model can read "
+        "(starting 'error:'), no helper should start, and the parent's model should be "
+        "asked again at once")
     result = messages[2] if len(messages) > 2 else None
     assert result and result.get("role") == "tool" and str(
         result.get("content")).startswith("error:"), (
@@ -1078,9 +1318,13 @@ def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, ses
         "question: the call's result should be an error the model can read (starting "
         f"'error:'), as for any tool; it was {result}")
     said = str(result.get("content"))
-    assert "question" in said or "JSON" in said, (
-        "the error should say what was wrong (no JSON object, or no 'question' as "
-        f"text); it says {said!r}")
+    wrong = ("JSON" if arguments.startswith('{"question": "Ask') else "question")
+    assert wrong in said, (
+        f"the error should say what was wrong with the arguments {arguments!r} as the "
+        + ("model sent them: they are no JSON object (the stored call holds '{}' in "
+           "their place, and says nothing of what was sent)" if wrong == "JSON" else
+           "model sent them: they hold no 'question' as text")
+        + f"; it says {said!r}")
     assert len(model.requests) == 2 and not sidechain_files(sessions), (
         "no helper should start for a call that asks nothing: the parent's model "
         f"should be asked again at once; it was asked {len(model.requests)} times, and "
@@ -1172,7 +1416,9 @@ def test_a_helper_answers_ask_helper_when_the_model_was_offered_it(lesson, sessi
     else:
         tools = lesson.Toolbox(list(TOOL_SCHEMAS), dict(town.functions))
         play(lesson, sessions, ("Ask a helper.", [HELPER_TURN[1][0], say("Oh.")]),
-             town=tools)
+             town=tools, expected="the model was never offered ask_helper (its schema "
+             "is not among those sent): its call should run the function of that name, "
+             "as any tool's call does, and start no helper")
     result = lines_of(sessions / "quest-1.jsonl")[2:]
     result = next((line for line in result if line.get("role") == "tool"), None)
     said = str((result or {}).get("content"))
@@ -1196,7 +1442,8 @@ def test_the_town_of_earlier_lessons_starts_no_helper(lesson, sessions):
     """With the town of lessons 00-07 (no ask_helper offered), a call to ask_helper is
     an unknown tool, as before: no helper, no side-chain."""
     play(lesson, sessions, HELPER_TURN[:1] + ([HELPER_TURN[1][0], say("Oh.")],),
-         town=Town())
+         town=Town(), expected="the town of earlier lessons offers no ask_helper: its "
+         "call should be answered as any unknown tool's, and no helper start")
     result = lines_of(sessions / "quest-1.jsonl")[2]
     assert "no tool called 'ask_helper'" in result.get("content", ""), (
         "ask_helper is lesson 10's tool: an agent whose tools do not offer it should "
@@ -1219,14 +1466,14 @@ def test_a_crash_inside_the_helper_leaves_the_call_to_the_repair_and_a_pointer(
     repair answers the parent's call, and the pointer to the partial side-chain
     stays."""
     crash = HELPER_TURN[1][:2] + [Crash()]
-    agent, _, log = open_agent(lesson, sessions, crash)
+    agent, model, log = open_agent(lesson, sessions, crash)
     with log:
         with raises(SimulatedCrash, "the scripted crash should end the run"):
-            agent.run(HELPER_TURN[0])
+            turn(lesson, agent, model, HELPER_TURN[0])
 
     day_two, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
     with log:
-        day_two.run(PLAIN_TURN[0])
+        turn(lesson, day_two, model, PLAIN_TURN[0])
     assert model.requests and "error" not in model.requests[0], (
         "the resumed parent's request should be accepted")
     parent = lines_of(sessions / "quest-1.jsonl")
@@ -1256,7 +1503,7 @@ def test_a_resumed_parent_does_not_run_a_finished_helper_again(lesson, sessions)
 
     agent, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
     with log:
-        agent.run(PLAIN_TURN[0])
+        turn(lesson, agent, model, PLAIN_TURN[0])
     assert len(model.requests) == 1, (
         f"day 2 should make one request; it made {len(model.requests)}: resuming must "
         "not start the helper again")
@@ -1350,6 +1597,27 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
         assert "quest-1.jsonl" in said and "line 2" in said, (
             f"the error should name the log and the pointer's line (line 2); it says: "
             f"{said}")
+
+
+@pytest.mark.task("10.4")
+def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions):
+    """Every pointer, in the order the log holds them: a call id that came back has
+    two side-chains, and a reader wants both, the first one first."""
+    ask = {"role": "user", "content": "Ask a helper."}
+    order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2")]
+    lines = [ask] + [{"$marker": "sidechain", "call": call_id, "session": "quest-1",
+                      "sidechain": name, "at": "2026-01-01T00:00:00+00:00"}
+                     for call_id, name in order]
+    (sessions / "quest-1.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    folder = sessions / "quest-1.sidechains"
+    found = lesson.sidechains(sessions, "quest-1")
+    expected = [(call_id, folder / f"{name}.jsonl") for call_id, name in order]
+    assert found == expected, (
+        "the log holds three pointers, to call_b, call_a and call_b.2 (call_b came "
+        "back): sidechains should give all three in that order, "
+        f"{[(c, p.name) for c, p in expected]}; it gave "
+        f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
 
 @pytest.mark.task("10.4")
@@ -1455,7 +1723,7 @@ def test_a_process_killed_inside_its_helper_leaves_both_logs_to_resume(lesson,
 
     agent, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
     with log:
-        agent.run(PLAIN_TURN[0])
+        turn(lesson, agent, model, PLAIN_TURN[0])
     parent = lines_of(sessions / "quest-1.jsonl")
     kinds = [line.get("role") or line.get("$marker") for line in parent]
     assert kinds[:5] == ["user", "assistant", "sidechain", "repair", "tool"], (

@@ -575,13 +575,13 @@ HELPER_TOOL = {"type": "function", "function": {
 
 def see_10(scene: Scene) -> None:
     lesson = scene.code(9)
-    question = "Find out when the north gate opens."
+    question = "Ask the elder what they know about the cave."
 
     def play(session_id: str, *, mixed: bool) -> Path:
         model = ScriptedModel([use(call("ask_helper", question=question)),
-                               use(call("talk_to", npc="guard")),
-                               say("At dawn, the guard says."),
-                               say("The gate opens at dawn.")])
+                               use(call("talk_to", npc="elder")),
+                               say("A torch and a rope, the elder says."),
+                               say("We need a torch and a rope.")])
         town = Town()
         with lesson.SessionLog(scene.sessions, session_id) as log:
             parent = agent(lesson, model, town, session=log)
@@ -594,14 +594,14 @@ def see_10(scene: Scene) -> None:
 
             town.functions = {**town.functions, "ask_helper": ask_helper}
             town.schemas = [*town.schemas, HELPER_TOOL]
-            parent.run("When does the north gate open?")
+            parent.run("Ask a helper to find out what the elder knows.")
         return scene.sessions / f"{session_id}.jsonl"
 
     scene.say("Lesson 09's agent hands a question to a helper, a second agent with the same "
               "tools. Kept nowhere, the helper's work is gone once it answers; the parent's "
               "log holds:")
     scene.show_log(play("quest", mixed=False), numbered=True)
-    scene.say("Nothing says the helper talked to the guard. Written into the parent's log "
+    scene.say("Nothing says the helper talked to the elder. Written into the parent's log "
               "instead:")
     scene.show_log(play("mixed", mixed=True), numbered=True)
     scene.say("Resumed, that history is refused:")
