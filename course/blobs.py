@@ -46,7 +46,7 @@ class SessionBlobs:
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
         """
-        # BEGIN 06.2
+        # BEGIN 06.1
         content = message.get("content")
         if not isinstance(content, str):
             return message          # None, or a list of parts: stored as they are
@@ -67,7 +67,7 @@ class SessionBlobs:
             "preview": content[:PREVIEW_CHARS],
         }
         return {**message, "content": reference}
-        # END 06.2
+        # END 06.1
 
     def store_blob(self, data: bytes) -> str:
         """Store `data` as `blobs/<sha256 of data>`, whole, and return the hash.
@@ -142,7 +142,7 @@ class SessionBlobs:
 
         `line` is the message's line number in the log, for the error messages.
         """
-        # BEGIN 06.3
+        # BEGIN 06.2
         reference = message.get("content")
         # Only an object is a reference: a text that quotes one (a user pasting a line
         # of a log) is text, and "$blob" in a text is no key.
@@ -183,7 +183,7 @@ class SessionBlobs:
             raise BlobError(
                 f"{where}: blob {name} is not UTF-8 text, so it is no message's content"
             ) from None
-        # END 06.3
+        # END 06.2
     #> 09+
 
     def pin_blob(self, path: Path, digest: str) -> bool:

@@ -43,11 +43,14 @@ class SessionBlobs:
     def outline(self, message: Message) -> Message:
         """The message as its line stores it: a large content becomes a blob reference.
         """
-        # TODO(06.2): Replace large content with a reference in the line.
-        # What it asks: `sessionlab task 06.2`. Hints: `sessionlab hint --task 06.2`.
+        # TODO(06.1): Take large content out of the line, stored whole before anything
+        # points to it.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
+        # What it asks: `sessionlab task 06.1`. Hints: `sessionlab hint --task 06.1`.
         raise NotImplementedError(
-            "task 06.2 is not written yet: Replace large content with a reference in "
-            "the line"
+            "task 06.1 is not written yet: Take large content out of the line, stored "
+            "whole before anything points to it"
         )
 
     def store_blob(self, data: bytes) -> str:
@@ -57,14 +60,14 @@ class SessionBlobs:
         once, and any session of the folder (a fork, say) can point to them without a
         copy.
         """
-        # TODO(06.1): Store content as blobs/<sha256>, whole, before anything points to
-        # it.
+        # TODO(06.1): Take large content out of the line, stored whole before anything
+        # points to it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.
         # What it asks: `sessionlab task 06.1`. Hints: `sessionlab hint --task 06.1`.
         raise NotImplementedError(
-            "task 06.1 is not written yet: Store content as blobs/<sha256>, whole, "
-            "before anything points to it"
+            "task 06.1 is not written yet: Take large content out of the line, stored "
+            "whole before anything points to it"
         )
 
     def inline(self, message: Message, line: int) -> Message:
@@ -72,10 +75,10 @@ class SessionBlobs:
 
         `line` is the message's line number in the log, for the error messages.
         """
-        # TODO(06.3): Put the content back on load, trusting no blob without checking
+        # TODO(06.2): Put the content back on load, trusting no blob without checking
         # its hash.
-        # What it asks: `sessionlab task 06.3`. Hints: `sessionlab hint --task 06.3`.
+        # What it asks: `sessionlab task 06.2`. Hints: `sessionlab hint --task 06.2`.
         raise NotImplementedError(
-            "task 06.3 is not written yet: Put the content back on load, trusting no "
+            "task 06.2 is not written yet: Put the content back on load, trusting no "
             "blob without checking its hash"
         )

@@ -440,7 +440,7 @@ def see_06(scene: Scene) -> None:
     total = sum(p.stat().st_size for p in scene.sessions.rglob("*") if p.is_file())
     scene.say(f"The folder holds {count(total, 'byte')} for one letter, and every load, fork "
               "and look at either log reads all of it.")
-    scene.prevented_by("06.2")
+    scene.prevented_by("06.1")
 
 
 # --- 07: taking a turn back -----------------------------------------------------------------
