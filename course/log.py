@@ -408,10 +408,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         # END 01.4
         #<
         #> 04
-        # O_APPEND: every write lands at the current end of the file, whatever else
-        # happened. O_NOFOLLOW: a log that is a symbolic link is refused (OSError,
-        # ELOOP), never followed out of the folder; 0o600: only its owner may read it.
-        # O_RDWR: the writer reads the log through this same descriptor (read_all).
+        # O_APPEND, as in lesson 01. O_NOFOLLOW: a log that is a symbolic link is
+        # refused (OSError, ELOOP), never followed out of the folder; 0o600: only its
+        # owner may read it. O_RDWR: this descriptor can read the file it opened, too.
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
         #<

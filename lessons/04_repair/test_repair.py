@@ -6,6 +6,7 @@ Run: pytest lessons/04_repair            (your code)
 The logs here are written by hand, byte by byte, the way a crash leaves them.
 """
 
+import copy
 import errno
 import json
 import os
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import open_descriptors, raises
+from sessionlab.testing import fail_in, open_descriptors, raises
 
 
 def tool_call(call_id, name, **arguments):
@@ -111,6 +112,35 @@ def resume(lesson, sessions, model, town):
 
 def markers(entries):
     return [entry for entry in entries if "$marker" in entry]
+
+
+def preview_of(cut):
+    """What cut_preview must be for the cut bytes `cut`: the first 80 of them (all,
+    when fewer), as UTF-8, U+FFFD standing for each piece that is no whole character."""
+    return cut[:80].decode("utf-8", "replace")
+
+
+def check_marker(marker, cut, interrupted, situation):
+    """Fail, blaming task 04.3, unless `marker` is the whole repair marker a writer
+    that cut the bytes `cut` and answered the calls `interrupted` writes: those five
+    fields, these values (`at` a time, which its own test checks), no other field."""
+    at = marker.get("at") if isinstance(marker, dict) else None
+    expected = {"$marker": "repair",
+                "at": at if isinstance(at, str) else "<the time of the repair>",
+                "cut_bytes": len(cut), "cut_preview": preview_of(cut),
+                "interrupted": interrupted}
+    if marker != expected:
+        fields = set(marker) if isinstance(marker, dict) else set()
+        missing, extra = sorted(set(expected) - fields), sorted(fields - set(expected))
+        wrong = [f"{name}: {marker[name]!r} where {expected[name]!r} is due"
+                 for name in expected
+                 if name in fields and marker[name] != expected[name]]
+        said = "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else [])
+            + ([f"fields no reader expects: {', '.join(extra)}"] if extra else [])
+            + wrong)
+        fail_in("04.3", f"{situation}: the repair marker should be {expected}, its "
+                f"five fields and no other; it is {marker} ({said})")
 
 
 def resume_whole(resume, path, whole, what):
@@ -323,6 +353,9 @@ CONVERSATIONS = {
         [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}], []),
     "calls, then a user message": (
         [ASK, BUY_THREE, {"role": "user", "content": "Did we get them?"}], []),
+    "calls with a text beside them": (
+        [ASK, {**BUY_THREE, "content": "Three purchases, then."}, result("call_a")],
+        buy("call_z", "call_m")),
     "an id used again in a later turn": (AGAIN, AGAIN[-1]["tool_calls"]),
     "no message at all": ([], []),
 }
@@ -330,11 +363,14 @@ CONVERSATIONS = {
 
 @pytest.mark.task("04.2")
 @pytest.mark.parametrize("case", list(CONVERSATIONS))
-def test_unanswered_calls_are_the_calls_left_open_at_the_very_end(lesson, case):
-    """unanswered_calls itself, before any repair or settle uses it: the calls that
-    must get a result before anything else is sent, in the model's order, and none
-    when the conversation ends in anything but those calls and their results."""
-    messages, expected = CONVERSATIONS[case]
+def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
+        lesson, case):
+    """unanswered_calls itself, before any repair or settle uses it, on conversations
+    of many shapes: the calls it returns, as the assistant message holds them and in
+    the model's order, are those that must get a result before anything else is
+    sent."""
+    # A copy: a function that changes what it is given must not change the cases
+    messages, expected = copy.deepcopy(CONVERSATIONS[case][0]), CONVERSATIONS[case][1]
     before = json.dumps(messages)
 
     found = lesson.unanswered_calls(messages)
@@ -453,6 +489,30 @@ def test_a_whole_log_is_resumed_without_a_single_byte_written(
     assert log.repaired is None
 
 
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("before", ["no log yet", "an empty log"])
+def test_a_new_sessions_first_message_is_the_first_line_of_its_log(lesson, sessions,
+                                                                    before):
+    """A session with no log yet, or with an empty one (a writer that failed before
+    its first line leaves that): the writer that takes it over adds nothing, so its
+    first message is the log's first line, and the log holds that line alone."""
+    path = sessions / "quest-1.jsonl"
+    if before == "an empty log":
+        path.write_bytes(b"")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(ASK)
+        repaired = log.repaired
+
+    data = path.read_bytes()
+    assert data == line(ASK), (
+        f"{before}: the first append should leave the log holding its one line, "
+        f"{line(ASK)!r}; the log holds {data!r}")
+    assert repaired is None, (
+        f"{before}: nothing was torn and no call was open, so there is no repair "
+        f"marker; self.repaired is {repaired}")
+
+
 @pytest.mark.key
 @pytest.mark.task("04.3")
 def test_the_repair_is_written_to_the_log_once(resume, sessions):
@@ -473,9 +533,8 @@ def test_the_repair_is_written_to_the_log_once(resume, sessions):
     assert len(markers(entries)) == 1, (
         f"one repair, one marker: found {markers(entries)}"
     )
-    assert markers(entries)[0].get("interrupted") == CALL_ORDER[1:], (
-        f"the marker lists the calls it answers, {CALL_ORDER[1:]} ('call_z' had its "
-        f"result already): {markers(entries)[0]}")
+    check_marker(markers(entries)[0], b"", CALL_ORDER[1:], "nothing was cut, and of "
+                 f"the calls {CALL_ORDER} the first had its result already")
     answers = [e["tool_call_id"] for e in entries if e.get("role") == "tool"]
     assert answers == CALL_ORDER, (
         f"each call answered exactly once, in order: {answers}"
@@ -500,8 +559,8 @@ def test_the_repair_is_recorded_by_a_marker_that_is_not_a_message(
         "the line after the last original one should be the repair marker; it is "
         f"{entries[2]}"
     )
-    assert entries[2].get("interrupted") == CALL_ORDER, (
-        f"the marker lists the interrupted call ids in order: {entries[2]}")
+    check_marker(entries[2], b"", CALL_ORDER, "nothing was cut, and the calls "
+                 f"{CALL_ORDER} were open")
     assert [e.get("tool_call_id") for e in entries[3:]] == CALL_ORDER
     assert log.repaired == entries[2], (
         "log.repaired reports the marker this writer wrote"
@@ -538,10 +597,9 @@ def test_a_torn_last_line_is_cut_off_and_reported(resume, sessions):
     assert repair, (
         f"the {len(TORN)} torn bytes are gone, but the log holds no repair marker: "
         "nothing in it says that bytes were cut, or how many")
-    assert len(repair) == 1 and repair[0].get("cut_bytes") == len(TORN), (
-        f"one repair marker should report that {len(TORN)} torn bytes were cut; "
-        f"markers: {repair}"
-    )
+    assert len(repair) == 1, f"one cut, one repair marker; the log holds {repair}"
+    check_marker(repair[0], TORN, [], f"{len(TORN)} torn bytes were cut and no call "
+                 "was open")
     assert log.repaired == repair[0]
 
 
@@ -579,6 +637,8 @@ def test_zero_bytes_or_garbage_at_the_tail_count_as_torn(resume, sessions, tail)
     ] == [
         "repair"
     ], f"expected the four messages and one repair marker, found {entries[4:]}"
+    check_marker(entries[4], tail, [], f"a torn tail of {len(tail)} bytes was cut and "
+                 "no call was open")
 
 
 @pytest.mark.task("04.1")
@@ -890,14 +950,19 @@ def test_a_message_holding_unicode_line_separators_resumes_whole(lesson, resume,
 @pytest.mark.task("04.3")
 @pytest.mark.parametrize("torn", [
     TORN,
+    (TORN + b"x" * 80)[:80],
+    (TORN + b"x" * 81)[:81],
     (TORN + b"x" * 500)[:500],
     TORN + "é".encode()[:1],
     "é".encode() * 100,
-], ids=["short", "long", "cut inside a character", "long, not ASCII"])
+    b"x" + "é".encode() * 100,
+    "\u20ac".encode()[:2],
+], ids=["short", "80 bytes", "81 bytes", "long", "cut inside a character",
+        "long, not ASCII", "its 80th byte inside a character", "two bytes of three"])
 def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, torn):
-    """cut_preview shows how the cut bytes began: all of them when short (a character
-    cut in half shown as U+FFFD), their first 80 bytes at most when long (the marker
-    stays one short line), counted in bytes, not in characters."""
+    """cut_preview is the first 80 cut bytes, or all of them when fewer were cut,
+    counted in bytes, not in characters, as UTF-8 text in which U+FFFD stands for each
+    piece that is no whole character."""
     size = len(torn)
     path = write_log(sessions, A_FINISHED_DAY, tail=torn)
 
@@ -921,23 +986,13 @@ def test_the_repair_marker_previews_the_first_bytes_it_cut(resume, sessions, tor
     assert found[0].get("cut_bytes") == size, (
         f"cut_bytes counts every byte cut, {size}, not only those previewed: "
         f"{found[0]}")
-    preview = found[0].get("cut_preview")
-    text = torn.decode("utf-8", "replace")
-    # A preview that stops inside a character ends in U+FFFD, for a byte or more of it
-    shown = preview.rstrip("\ufffd") if isinstance(preview, str) else ""
-    assert isinstance(preview, str) and preview and text.startswith(shown), (
-        f"cut_preview should be the first bytes that were cut, {text[:80]!r}; "
-        f"it is {preview!r}")
-    if size <= 80:
-        assert preview == text, (
-            f"all {size} cut bytes fit in the preview, decoded as UTF-8 with a "
-            f"replacement character for a character cut in half: {text!r}; it is "
-            f"{preview!r}")
-    else:
-        held = len(shown.encode("utf-8")) + len(preview) - len(shown)
-        assert held <= 80, (
-            f"cut_preview should hold at most the first 80 of the {size} cut bytes "
-            f"(counted in bytes, not in characters); it holds {held}")
+    preview, wanted = found[0].get("cut_preview"), preview_of(torn)
+    assert preview == wanted, (
+        f"{size} bytes were cut, {torn[:100]!r}: cut_preview should be "
+        f"{'all of them' if size <= 80 else 'their first 80'}, decoded as UTF-8 with "
+        f"U+FFFD for each piece that is no whole character: {wanted!r} "
+        f"({len(wanted)} characters); it is {preview!r}"
+        + (f" ({len(preview)} characters)" if isinstance(preview, str) else ""))
 
 
 @pytest.mark.task("04.3")
@@ -1060,9 +1115,11 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
 
 @pytest.mark.task("04.1")
 @pytest.mark.parametrize("tail", [b"", TORN], ids=["whole", "torn"])
-def test_an_empty_line_is_no_damage_and_its_byte_still_counts(resume, sessions, tail):
-    """An empty line (a stray newline) holds nothing to lose: the log resumes, and a
-    torn tail after it is cut at exactly the right byte, its newline counted."""
+def test_a_log_with_a_stray_empty_line_resumes_and_loses_only_its_torn_bytes(
+        resume, sessions, tail):
+    """A stray newline among the entries, then the end of the log, whole or torn: the
+    log resumes with its four messages; a whole one gets no byte, and a torn one loses
+    its torn bytes, exactly those."""
     first, rest = line(A_FINISHED_DAY[0]), b"".join(map(line, A_FINISHED_DAY[1:]))
     whole = first + b"\n" + rest
     path = sessions / "quest-1.jsonl"
@@ -1165,30 +1222,6 @@ def test_a_call_id_used_again_in_a_later_turn_still_needs_its_own_result(
 
 
 # --- the repair's one write, its time, its durability ---------------------------------
-
-
-def writes_to(path, monkeypatch, events):
-    """Record ("write", bytes) and ("fsync", None) for every os.write and os.fsync
-    made on the file `path` from now on."""
-    target = path.stat()
-    real_write, real_fsync = os.write, os.fsync
-
-    def same(fd):
-        found = os.fstat(fd)
-        return (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino)
-
-    def write(fd, data):
-        if same(fd):
-            events.append(("write", bytes(data)))
-        return real_write(fd, data)
-
-    def fsync(fd):
-        if same(fd):
-            events.append(("fsync", None))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "write", write)
-    monkeypatch.setattr(os, "fsync", fsync)
 
 
 def held_by(data):
@@ -1353,24 +1386,67 @@ def entries_in_bytes(data):
     return [json.loads(raw) for raw in data.split(b"\n")[:-1] if raw]
 
 
+def changes_and_syncs(path, monkeypatch, events):
+    """From now on, record in `events` each change to the file `path` (os.write,
+    os.pwrite, os.writev, os.ftruncate, os.truncate) as ("change", its words), and each
+    os.fsync or os.fdatasync of it as ("sync", the file's size then)."""
+    seen = []
+    kill_at(path, monkeypatch, None, seen)      # records the changes, kills nothing
+    target = path.stat()
+
+    def wrap(real):
+        def sync(fd):
+            found = os.fstat(fd)
+            if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+                events.extend(("change", said(change)) for change in seen)
+                seen.clear()
+                events.append(("sync", found.st_size))
+            return real(fd)
+        return sync
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, wrap(getattr(os, name)))
+    return seen
+
+
+# name: (the entries of the log, the bytes after them)
+UNSYNCED = {
+    "a missing newline": (A_FINISHED_DAY[:-1], line(A_FINISHED_DAY[-1])[:-1]),
+    "a torn tail": (A_FINISHED_DAY, TORN),
+    "open calls": ([ASK, BUY_THREE], b""),
+    "open calls in a line without its newline": ([ASK], line(BUY_THREE)[:-1]),
+}
+
+
 @pytest.mark.task("04.3")
-def test_a_durable_writer_syncs_its_repair(lesson, sessions, model, town, monkeypatch):
-    """With durable=True every write reaches the disk before it returns, the repair's
-    too: it goes through the writer's own write, which syncs."""
-    path = write_log(sessions, [ASK, BUY_THREE])
+@pytest.mark.parametrize("case", list(UNSYNCED))
+def test_a_durable_writer_has_its_repair_on_the_disk_when_the_resume_returns(
+        lesson, sessions, model, town, monkeypatch, case):
+    """With durable=True every byte the writer adds is on the disk before the call that
+    added it returns: the repair's too, down to a newline added alone, synced after its
+    last change to the file and before the resume returns."""
+    entries, tail = UNSYNCED[case]
+    path = write_log(sessions, entries, tail=tail)
+    before = path.read_bytes()
     events = []
-    writes_to(path, monkeypatch, events)
+    with monkeypatch.context() as patch:
+        unsynced = changes_and_syncs(path, patch, events)
+        with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+            lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+            after = path.read_bytes()
+            events.extend(("change", said(change)) for change in unsynced)
 
-    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        lesson.Agent(model.client(), model=model.model, tools=town, session=log)
-        monkeypatch.undo()
-
+    assert after != before, (
+        f"a log ending in {case} was resumed by a durable writer, and the writer "
+        "changed nothing in it: the writer that takes a log over repairs it")
     kinds = [kind for kind, _ in events]
-    assert "write" in kinds, "resuming with three open calls should write a repair"
-    last_write = len(kinds) - 1 - kinds[::-1].index("write")
-    assert "fsync" in kinds[last_write:], (
-        "a durable writer's repair should be on the disk when the resume returns, but "
-        f"no fsync of the log followed the repair's write; the log saw {kinds}")
+    last = len(kinds) - 1 - kinds[::-1].index("change") if "change" in kinds else -1
+    synced = [size for kind, size in events[last + 1:] if kind == "sync"]
+    assert synced and synced[-1] == len(after), (
+        f"a log ending in {case}, resumed by a durable writer: its repair should be on "
+        "the disk when the resume returns, every byte it added synced after its last "
+        f"change to the file; the log saw {events or 'neither a change nor a sync'}, "
+        f"and holds {len(after)} bytes when the resume returns")
 
 
 @pytest.mark.task("04.3")
@@ -1393,6 +1469,75 @@ def test_the_repair_marker_says_when_it_was_written(resume, sessions):
     assert when.tzinfo is not None and before <= when <= after, (
         f"`at` should be the time of the repair, between {before} and {after}, with "
         f"its time zone; it is {at!r}")
+
+
+# --- the file the writer opened -------------------------------------------------------
+
+
+# name: (the log's entries, its tail, the history it resumes with once repaired)
+SWAPPED = {
+    "a whole log": (A_FINISHED_DAY, b"", A_FINISHED_DAY),
+    "a torn log": (A_FINISHED_DAY, TORN, A_FINISHED_DAY),
+    "a log with open calls": ([ASK, BUY_THREE], b"", [ASK, BUY_THREE, *(
+        {"role": "tool", "tool_call_id": call_id} for call_id in CALL_ORDER)]),
+}
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("case", list(SWAPPED))
+def test_a_log_whose_name_is_swapped_after_the_open_is_neither_resumed_nor_cut(
+        resume, sessions, monkeypatch, case):
+    """Right after the writer opened the log, another file takes its name (the log is
+    kept aside under another): the writer resumes the history of the file it opened,
+    repairs that file alone, whatever the other holds (a torn tail), and leaves the
+    other file as it was."""
+    entries, tail, history = SWAPPED[case]
+    path = write_log(sessions, entries, tail=tail)
+    real = path.read_bytes()
+    whole = real[:len(real) - len(tail)]
+    decoy = sessions / "decoy"
+    stranger = line({"role": "user", "content": "Someone else's story."}) + TORN
+    decoy.write_bytes(stranger)
+    aside = sessions / "aside"
+    real_open = os.open
+
+    def open_then_swap(where, flags, *arguments, **options):
+        fd = real_open(where, flags, *arguments, **options)
+        if os.fspath(where) == str(path) and not aside.exists():
+            os.rename(path, aside)      # the log, kept aside
+            os.rename(decoy, path)      # another file under its name
+        return fd
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", open_then_swap)
+        agent, _ = resume()
+    if not aside.exists():
+        pytest.fail("the writer never opened the log's name with os.open, so this test "
+                    "could not swap it: keep the given open of _open", pytrace=False)
+    # The messages the log began with, then each made-up result's role and id
+    resumed = agent.messages[:len(entries)] + [
+        {key: message.get(key) for key in ("role", "tool_call_id")}
+        for message in agent.messages[len(entries):]]
+    assert resumed == history, (
+        f"the log's name was given to another file right after the writer opened "
+        f"{case}: the writer should resume the history of the file it opened, "
+        f"{len(history)} messages once repaired; it resumed {agent.messages}")
+    assert path.read_bytes() == stranger, (
+        f"the writer opened {case}, and another file took the log's name right after: "
+        "the writer changed that other file, where it should change only the file it "
+        f"opened; the other file now ends {path.read_bytes()[-120:]!r}")
+    now = aside.read_bytes()
+    if not tail and history == entries:
+        assert now == real, (
+            f"the writer opened {case}, which needs nothing, and another file, torn "
+            "at its end, took the log's name right after: the writer changed the log "
+            f"it opened, judging it by the other file; it now ends {now[-200:]!r}")
+    else:
+        shown = [entry for entry in entries_in(aside) if "$marker" not in entry]
+        assert now.startswith(whole) and shown == agent.messages, (
+            f"the writer opened {case}, and another file took the log's name right "
+            "after: the log it opened should keep its whole lines and hold its repair, "
+            f"the history the writer resumed; it now ends {now[-200:]!r}")
 
 
 # --- a durable writer and the log's name ----------------------------------------------
