@@ -102,19 +102,30 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
 
 
 @pytest.mark.task("00.1")
-def test_arguments_that_are_json_but_not_an_object_become_an_error_result(lesson, town):
-    """Arguments that are valid JSON but not an object (a list, a number) cannot be
-    keyword arguments: they become an error result too."""
+@pytest.mark.parametrize("arguments, kind, words", [
+    ('["rope"]', "a list", r"list|array|\[\W*rope"),
+    ("42", "a number", r"int|number|42"),
+    ('"rope"', "a string", r"str|rope"),
+], ids=["list", "number", "string"])
+def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
+        lesson, town, arguments, kind, words):
+    """Arguments that are valid JSON but not an object (a list, a number, a string)
+    cannot be keyword arguments: they become an error result too, which says what the
+    model sent, since the stored call will not show it."""
     result = lesson.run_tool(
         town,
         {
             "id": "call_1",
             "type": "function",
-            "function": {"name": "buy", "arguments": '["rope"]'},
+            "function": {"name": "buy", "arguments": arguments},
         },
     )
 
-    assert_error_result(result, "the arguments were a JSON list, not an object")
+    assert_error_result(result, f"the arguments were {kind} of JSON, not an object")
+    assert re.search(words, result, re.IGNORECASE), (
+        f"the arguments were {kind} of JSON ({arguments}), and the error result does "
+        "not say so: it should name what the model sent (its kind, or the text "
+        f"itself), for the model to see what it got wrong; got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -498,7 +509,8 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, town):
     """A model that keeps calling tools is stopped after exactly max_turns model calls,
     with an error rather than an endless bill."""
-    model.script = lambda request: use(call("talk_to", npc="guard"))
+    model.script = lambda request: use(call("talk_to", npc="guard"),
+                                       call("talk_to", npc="elder"))
     agent = new_agent(lesson, model, town, max_turns=3)
 
     with raises(lesson.MaxTurnsExceeded,
@@ -507,9 +519,16 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
                 "MaxTurnsExceeded was expected") as raised:
         agent.run("Keep talking.")
     assert len(model.requests) == 3, (
-        "max_turns=3 allows exactly 3 model calls, the agent made "
-        f"{len(model.requests)}"
+        "max_turns=3 allows exactly 3 model calls (each reply here asks for two "
+        f"tools), the agent made {len(model.requests)}"
     )
+    asked = [c["id"] for m in agent.messages for c in m.get("tool_calls") or []]
+    answered = [m.get("tool_call_id") for m in agent.messages if m["role"] == "tool"]
+    assert sorted(answered) == sorted(asked), (
+        "when MaxTurnsExceeded is raised, every call the history holds should have "
+        "its result, so that the session can go on with the next message (a provider "
+        f"refuses a call left unanswered); the calls {asked} got results for "
+        f"{answered}")
     said = str(raised.value)
     assert re.search(r"(?<![\d.])3(?![\d.])", said), (
         "MaxTurnsExceeded should name the limit it reached, 3 model calls here, so "
