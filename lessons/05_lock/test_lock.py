@@ -372,8 +372,12 @@ def test_the_lock_file_names_the_holder(lesson, sessions, other):
     )
     assert record.get("host") == socket.gethostname(), f"and its host name: {record}"
     since = str(record.get("since"))
-    assert datetime.fromisoformat(since).tzinfo is not None, (
-        f"and since when, as ISO 8601 with a zone: {record}")
+    try:
+        zone = datetime.fromisoformat(since).tzinfo
+    except ValueError:
+        zone = None
+    assert zone is not None, (
+        f"and since when, as ISO 8601 with a zone (as now() gives it): {record}")
 
 
 @pytest.mark.task("05.1")
@@ -538,6 +542,86 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         f"{open_descriptors() - descriptors} more open descriptor(s): a descriptor "
         "that stays open for every refused try adds up, until the process can open no "
         "file at all")
+
+
+def a_pid_no_process_has():
+    """The pid of a process that has ended (and been waited for)."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.task("05.1")
+def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
+        lesson, sessions, other):
+    """The record in the lock file says who holds the session, for a person to read;
+    only the lock says whether it is held. A holder on another host, or in another pid
+    namespace (a container), names a pid no process here has: a second writer is
+    still refused, and the holder's lock file is left where it is."""
+    holder = other("hold")
+    holder.expect("holding")
+    lock = sessions / "quest-1.lock"
+    gone = a_pid_no_process_has()
+    with open(lock, "r+b") as record:
+        record.truncate(0)
+        record.write(json.dumps({"pid": gone, "host": "another-host",
+                                 "since": "2026-01-01T00:00:00+00:00"}).encode())
+    held = lock.stat()
+
+    with raises(lesson.SessionBusy,
+                f"process {holder.pid} holds quest-1, whose lock file names pid "
+                f"{gone} on another host, a pid no process here has; a second writer "
+                "took the session all the same, as if the lock were stale: only the "
+                "lock says whether the session is held, the record only says by whom"):
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "Me too."})
+    assert lock.exists() and os.path.samestat(lock.stat(), held), (
+        "the refused writer removed or replaced the holder's lock file: a third "
+        "writer would now make a new one and get in beside the holder")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
+        lesson, sessions):
+    """The session changes hands while a writer waits (its holder hands it to another
+    with no moment free): refused at the end of its wait, the writer names the holder
+    the lock file names then, not the one that held the session when it began."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    gone = a_pid_no_process_has()
+    held = []
+
+    def take(path, pid):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        held.append(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"pid": pid, "host": socket.gethostname(),
+                                 "since": "2026-01-01T00:00:00+00:00"}).encode())
+
+    def hand_over():
+        fresh = sessions / "quest-1.lock.next"
+        take(fresh, os.getpid())
+        os.replace(fresh, lock)
+        os.close(held.pop(0))
+
+    take(lock, gone)
+    timer = threading.Timer(0.2, hand_over)
+    timer.start()
+    try:
+        with raises(lesson.SessionBusy,
+                    "quest-1 was held for the whole of the writer's 2 s wait, and the "
+                    "writer appended anyway") as busy:
+            with lesson.SessionLog(sessions, "quest-1", timeout=2) as log:
+                log.append({"role": "user", "content": "Me too."})
+    finally:
+        timer.join()
+        for fd in held:
+            os.close(fd)
+    assert busy.value.pid == os.getpid(), (
+        f"process {gone} held quest-1 when the writer began to wait, and handed it to "
+        f"process {os.getpid()} 0.2 s later; refused 2 s later, the writer should name "
+        f"the holder the lock file named then, {os.getpid()}, for its user to ask the "
+        f"right process; it names {busy.value.pid!r}: {busy.value}")
 
 
 def descriptors_open() -> set[int]:
@@ -1013,9 +1097,10 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
                                                                        sessions):
     """A named pipe planted as `quest-1.lock` is no lock file of the session's: the
     writer refuses it with OSError (errno EPERM), keeps no descriptor, and leaves the
-    pipe where it is (it is not the writer's to remove)."""
+    pipe where it is and as it was, its mode too (it is not the writer's to touch)."""
     lock = sessions / "quest-1.lock"
     os.mkfifo(lock, 0o600)
+    os.chmod(lock, 0o644)
     descriptors = open_descriptors()
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1032,6 +1117,10 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
     assert lock.is_fifo(), (
         "the pipe planted at the lock's name was removed: a file the writer refused "
         "is not its to remove")
+    assert lock.stat().st_mode & 0o777 == 0o644, (
+        "the pipe planted at the lock's name had mode 0o644, and the refused writer "
+        f"changed it to {oct(lock.stat().st_mode & 0o777)}: a file it refuses is not "
+        "its to touch, and it is no file of the session's")
     assert "quest-1.lock" in str(refused), (
         f"the refusal of the pipe planted as the lock file should name quest-1.lock; "
         f"it says: {refused}")
@@ -1210,6 +1299,29 @@ def test_closing_after_the_lock_file_was_removed_by_hand_raises_nothing(
         pytest.fail("quest-1.lock was deleted by hand while its writer held it; "
                     f"closing the writer then raised {type(error).__name__}: {error}, "
                     "where it should let go and raise nothing", pytrace=False)
+    # The number the lock's descriptor had is free again: a file opened now may get it
+    spare = os.open(os.devnull, os.O_RDONLY)
+    try:
+        try:
+            log.close()
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the failure is the point
+            pytest.fail("quest-1.lock was deleted by hand while its writer held it; "
+                        "closed once, the writer raised nothing, and closed again it "
+                        f"raised {type(error).__name__}: {error}: a second close() "
+                        "should find nothing left to let go", pytrace=False)
+        try:
+            os.fstat(spare)
+        except OSError:
+            pytest.fail("quest-1.lock was deleted by hand while its writer held it; "
+                        "closing the writer a second time closed a file opened after "
+                        "the first close (it had the number the lock's descriptor "
+                        "had): the writer still kept the number of the descriptor it "
+                        "had already closed", pytrace=False)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(spare)
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append({"role": "user", "content": "next"})
