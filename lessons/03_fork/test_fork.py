@@ -49,18 +49,39 @@ def day_one(lesson, sessions, town):
     return agent.messages
 
 
-def plain_publish_fork(lesson):
+def plain_publish_fork(folder, source_id, new_id, count, copy, durable):
     """A stand-in for `publish_fork` (task 03.2) while it is not written yet: the log
-    created with publish_new, the lineage written with write_whole, each synced when
-    `durable` says so. It has none of 03.2's care for what a crash or an error between
-    the two files leaves, and no test of 03.2 alone uses it."""
-    def publish_fork(folder, source_id, new_id, count, copy, durable):
-        lesson.publish_new(Path(folder) / f"{new_id}.jsonl", copy, durable=durable)
-        lineage = {"format": 1, "id": new_id, "parent": source_id, "forked_at": count,
-                   "created": datetime.now(timezone.utc).isoformat()}
-        lesson.write_whole(Path(folder) / f"{new_id}.meta.json",
-                           json.dumps(lineage).encode("utf-8"), durable=durable)
-    return publish_fork
+    created (SessionExists if its name is taken) and the meta file written in place,
+    plainly, each synced with their folder when `durable` says so. It has none of
+    03.2's care for what a reader, a crash or an error sees of either file, and no test
+    of 03.2 alone uses it."""
+    lineage = {"format": 1, "id": new_id, "parent": source_id, "forked_at": count,
+               "created": datetime.now(timezone.utc).isoformat()}
+    for name, data, how in ((f"{new_id}.jsonl", copy, os.O_EXCL),
+                            (f"{new_id}.meta.json", json.dumps(lineage).encode(),
+                             os.O_TRUNC)):
+        try:
+            fd = os.open(Path(folder) / name,
+                         os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | how, 0o600)
+        except FileExistsError:
+            raise PLAIN["refusal"](f"cannot create {name}: it exists") from None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if durable:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+PLAIN = {"refusal": FileExistsError}     # the lesson's SessionExists, once known
 
 
 @pytest.fixture(autouse=True)
@@ -74,14 +95,16 @@ def until_task_03_2_is_written(request, monkeypatch):
     if "03.1" not in tasks or "lesson" not in request.fixturenames:
         return
     lesson = request.getfixturevalue("lesson")
-    until_written(monkeypatch, lesson, "publish_fork", "03.2",
-                  plain_publish_fork(lesson))
+    monkeypatch.setitem(PLAIN, "refusal", lesson.SessionExists)
+    until_written(monkeypatch, lesson, "publish_fork", "03.2", plain_publish_fork)
 
 
 def handed_to_publishing(lesson, monkeypatch):
     """A list that records each fork publish_fork is handed (its new id and count),
     publish_fork still doing its work."""
-    handed, publish = [], lesson.publish_fork
+    handed, publish = [], getattr(lesson, "publish_fork", None)
+    if publish is None:     # a later lesson's store that publishes otherwise
+        return handed
 
     def publish_fork(folder, source_id, new_id, count, copy, durable):
         handed.append((new_id, count))
@@ -432,16 +455,21 @@ def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
 @pytest.mark.key
 @pytest.mark.task("03.1")
 def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
-    lesson, sessions, town, day_one
+    lesson, sessions, town, day_one, monkeypatch
 ):
     """Forking onto an id that already has a log is refused and leaves every file as it
     was: a fork never overwrites a session."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     before = snapshot(sessions)
+    handed = handed_to_publishing(lesson, monkeypatch)
 
     with raises(lesson.SessionExists, "forking onto 'other', which already has a log, "
                 "was allowed: its session would be overwritten"):
         lesson.fork(sessions, "quest-1", "other")
+    if handed:
+        fail_in("03.1", "a whole fork of quest-1 onto 'other', a session with a log, "
+                "was handed to publish_fork before it was refused: a taken id must be "
+                "refused before anything is handed to publishing")
 
     expect_unchanged(sessions, before,
                      "a refused fork must leave every file as it was, and create none")
