@@ -28,7 +28,8 @@ import openai
 import pytest
 
 from sessionlab.scripted import (
-    ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES, ScriptedModel,
+    ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
+    ScriptedModel,
     SimulatedCrash, call, raw_call, say, use)
 from sessionlab.testing import raises
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
@@ -62,10 +63,11 @@ def lines_of(path):
         try:
             found.append(json.loads(line))
         except ValueError:
+            text = shown(line.decode(errors="replace"), 120)
             pytest.fail(f"line {number} of {path.parent.name}/{path.name} is no JSON "
-                        f"value: {shown(line.decode(errors='replace'), 120)}. Every line "
-                        "of a log is one JSON object ending in a newline; was one "
-                        "written without its newline?", pytrace=False)
+                        f"value: {text}. Every line of a log is one JSON object "
+                        "ending in a newline; was one written without its newline?",
+                        pytrace=False)
     return found
 
 
@@ -237,8 +239,8 @@ def named(lesson, call_id):
         raise       # the task not written yet: the plugin says which
     except Exception as error:
         pytest.fail(f"sidechain_id({shown(call_id)}) raised {type(error).__name__} "
-                    f"({error}): a server may send that call id, and its helper needs a "
-                    "side-chain all the same", pytrace=False)
+                    f"({error}): a server may send that call id, and its helper "
+                    "needs a side-chain all the same", pytrace=False)
 
 
 # Call ids a server may send that no session id can be, or that look like the name
@@ -277,8 +279,8 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
                         pytrace=False)
         if name in names:
             pytest.fail(f"the call ids {shown(names[name])} and {shown(call_id)} both "
-                        f"gave the side-chain name {shown(name, 80)}: their two helpers "
-                        "would write one log", pytrace=False)
+                        f"gave the side-chain name {shown(name, 80)}: their two "
+                        "helpers would write one log", pytrace=False)
         names[name] = call_id
         again = named(lesson, call_id)
         assert again == name, (
@@ -489,6 +491,8 @@ def test_a_call_id_that_comes_back_five_times_gets_five_side_chains(lesson, sess
             before = {p.name: p.read_bytes() for p in folder.glob("*.jsonl")}
             try:
                 side = start(lesson, log)
+            except NotImplementedError:
+                raise       # a task not written yet: the plugin says which
             except Exception as error:
                 pytest.fail(f"the {ORDINAL[time]} side-chain of the call id {CALL_ID} "
                             "could not be started: "
