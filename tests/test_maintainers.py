@@ -343,11 +343,11 @@ def test_a_later_solution_that_breaks_an_earlier_key_test_is_reported(copy):
 
 
 def test_missing_hints_and_untested_tasks_are_reported(copy):
-    toml = copy / "lessons/01_append/lesson.toml"
+    toml = copy / "solutions/01_append/hints.toml"
     text = toml.read_text()
-    start = text.index("hints = [", text.index('id = "01.4"'))
+    start = text.index('"01.4" = [')
     end = text.index("\n]\n", start) + 3
-    toml.write_text(text[:start] + 'hints = ["Only one hint."]\n' + text[end:])
+    toml.write_text(text[:start] + '"01.4" = ["Only one hint."]\n' + text[end:])
     tests = copy / "lessons/01_append/test_append.py"
     tests.write_text(tests.read_text().replace('@pytest.mark.task("01.4")\n', ""))
 
@@ -669,3 +669,20 @@ def test_generating_links_the_shipped_reference_to_every_module_of_its_lesson(tm
     assert sorted(p.name for p in shipped.iterdir()) == ["agent.py", "pgprivacy.py"]
     assert (shipped / "pgprivacy.py").read_text() == "# pgprivacy.py\n"
     assert link_shipped_reference(tmp_path) == [], "a second run changes nothing"
+
+
+def test_hints_kept_twice_or_for_a_task_not_listed_are_refused_naming_the_file(copy):
+    hints = copy / "solutions/01_append/hints.toml"
+    kept = hints.read_text()
+    hints.write_text(kept + '"01.9" = ["A task renumbered away."]\n')
+    with pytest.raises(course.CourseError, match=r"hints\.toml: hints for 01\.9, which"):
+        lesson_of(copy)
+
+    hints.write_text(kept)
+    toml = copy / "lessons/01_append/lesson.toml"
+    text = toml.read_text()
+    at = text.index('id = "01.2"')
+    toml.write_text(text[:at] + 'hints = ["Kept here too."]\n' + text[at:])
+    with pytest.raises(course.CourseError, match=r"task 01\.2 has hints here and in "
+                                                  r"lesson\.toml"):
+        lesson_of(copy)

@@ -7,6 +7,7 @@ The finished module lives at `solutions/NN_topic/agent.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.machinery
 import importlib.util
 import marshal
@@ -113,10 +114,47 @@ def load_lesson(root: Path, name: str) -> Lesson:
     needs = data.get("needs", [])
     if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
         raise CourseError(f"{toml_path}: `needs` must be a list of strings")
+    found = tuple(_task(entry, k, toml_path) for k, entry in enumerate(tasks, 1))
     return Lesson(number=name[:2], name=name, title=_text(data, "title", toml_path),
                   summary=_text(data, "summary", toml_path, required=False).strip(),
-                  tasks=tuple(_task(entry, k, toml_path) for k, entry in enumerate(tasks, 1)),
+                  tasks=_with_hints(found, root / "solutions" / name / HINTS),
                   root=root, needs=tuple(needs))
+
+
+# A lesson's hints climb to the code of its answers: they are kept beside the reference
+# solution, not in the lesson folder a student works in, where one look at lesson.toml
+# would show every level at once (`sessionlab hint` shows them one at a time, and counts).
+HINTS = "hints.toml"
+
+
+def _with_hints(tasks: tuple[Task, ...], path: Path) -> tuple[Task, ...]:
+    """The tasks with their hints from solutions/NN_topic/hints.toml (a copy without
+    solutions/, as the grader may see a student's, has tasks without hints)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return tasks
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise CourseError(f"{path}: {error}") from None
+    except OSError as error:
+        raise CourseError(f"{path}: cannot be read ({error.strerror or error})") from None
+    table = data.get("hints", {})
+    if not isinstance(table, dict):
+        raise CourseError(f"{path}: `hints` must be a table of task ids")
+    ids = {task.id for task in tasks}
+    if stray := sorted(set(table) - ids):
+        raise CourseError(f"{path}: hints for {', '.join(stray)}, which the lesson's "
+                          f"lesson.toml does not list (its tasks: {', '.join(sorted(ids))})")
+    result = []
+    for task in tasks:
+        hints = table.get(task.id, [])
+        if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
+            raise CourseError(f"{path}: task {task.id}: its hints must be a list of strings")
+        if hints and task.hints:
+            raise CourseError(f"{path}: task {task.id} has hints here and in lesson.toml: "
+                              "keep them in one place")
+        result.append(dataclasses.replace(task, hints=task.hints or tuple(hints)))
+    return tuple(result)
 
 
 def _task(entry: object, k: int, toml_path: Path) -> Task:

@@ -250,9 +250,9 @@ class Includer:
 
     # {{ hints("03.1") }}
     def do_hints(self, task_id: str) -> str:
-        _, task = self._task(task_id)
+        lesson, task = self._task(task_id)
         if not task.hints:
-            raise IncludeError(f"task {task_id} has no hints in its lesson.toml")
+            raise IncludeError(f"task {task_id} has no hints (solutions/{lesson.name}/hints.toml)")
         blocks = []
         for level, hint in enumerate(task.hints, start=1):
             body = "\n".join("    " + line if line.strip() else "" for line in _prose(hint.strip()).splitlines())
