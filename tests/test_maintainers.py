@@ -608,13 +608,14 @@ def test_a_task_whose_where_misses_its_code_is_reported(copy):
 def test_a_recipe_in_a_task_or_code_in_an_early_hint_is_reported(copy):
     """A task says what must hold, not the expression; only its last hint gives code."""
     toml = copy / "lessons/01_append/lesson.toml"
-    text = toml.read_text()
-    start = text.index('hints = [', text.index('id = "01.1"'))
-    first_hint = text.index('"', start + len("hints = ["))
     recipe = "`os.open(path)`, `data = read_all(fd, path)`, `lines[0]` " * 6
-    toml.write_text(text[:first_hint + 1] + "Call `os.open(p)`, then `x = y`. "
-                    + text[first_hint + 1:].replace('description = """\n',
-                                                    'description = """\n' + recipe + "\n", 1))
+    toml.write_text(toml.read_text().replace('description = """\n',
+                                             'description = """\n' + recipe + "\n", 1))
+    hints = copy / "solutions/01_append/hints.toml"
+    text = hints.read_text()
+    first_hint = text.index('"', text.index('"01.1" = [') + len('"01.1" = ['))
+    hints.write_text(text[:first_hint + 1] + "Call `os.open(p)`, then `x = y`. "
+                     + text[first_hint + 1:])
 
     problems = maintainers.check_contracts(copy).problems
 
