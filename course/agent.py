@@ -101,7 +101,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
     def resume(self) -> list[Message]:
 #<
         #> 02-03
-        """The history to start from: the session's log, or nothing without one."""
+        """The history this agent starts from."""
         #<
         #> 04+
         """The history to start from: the session's log, repaired (none without one)."""

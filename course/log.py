@@ -642,7 +642,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
     def load(self) -> list[Message]:
 #<
         #> 02-03
-        """Every message in the log, in order; [] for a session that does not exist."""
+        """Every message of the session's log, in order."""
         # BEGIN 02.1
         try:
             data = self.path.read_bytes()   # read-only: loading never changes the log

@@ -40,7 +40,7 @@ class Agent:
         self.messages: list[Message] = self.resume()
 
     def resume(self) -> list[Message]:
-        """The history to start from: the session's log, or nothing without one."""
+        """The history this agent starts from."""
         # TODO(02.1): Continue a session: read its log back and start from it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.

@@ -126,7 +126,7 @@ class SessionLog:
             os.close(folder)
 
     def load(self) -> list[Message]:
-        """Every message in the log, in order; [] for a session that does not exist."""
+        """Every message of the session's log, in order."""
         # TODO(02.1): Continue a session: read its log back and start from it.
         # Your design: the whole function is yours to shape; the tests check only what
         # it does.

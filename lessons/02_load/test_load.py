@@ -4,12 +4,21 @@ Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
 """
 
+import builtins
+import contextlib
+import errno
+import io
 import json
 import os
 import resource
+import subprocess
+import sys
+import traceback
+from pathlib import Path
 
 import pytest
 
+from sessionlab import course
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import open_descriptors
 from sessionlab.town import Town
@@ -35,6 +44,26 @@ def play_day(lesson, sessions, script, text, session_id="quest-1", town=None):
 def fingerprint(path):
     info = os.stat(path)
     return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
+
+
+def raised(error):
+    """An exception as a failure names it: its type, its text, and the line of the
+    lesson's code it came out of."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if course.is_lesson_module(Path(frame.filename))]
+    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{at}"
+
+
+def load(log, holding):
+    """log.load(); if it raises, the test fails saying so: `holding` is what the log
+    holds and what the load should have returned."""
+    try:
+        return log.load()
+    except NotImplementedError:
+        raise           # a task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail(f"{holding}; load() raised {raised(error)}", pytrace=False)
 
 
 @pytest.mark.key
@@ -71,7 +100,7 @@ def test_day_two_is_appended_after_day_one(lesson, sessions):
     )
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = log.load()
+        loaded = load(log, "after two days the log should load as day 1 then day 2")
     assert loaded == day_two.messages, (
         "the log should hold day 1 then day 2, exactly what the agent holds"
     )
@@ -87,7 +116,8 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     """An id with no log yet loads as an empty history, and loading it creates no
     file."""
     with lesson.SessionLog(sessions, "never-played") as log:
-        loaded = log.load()
+        loaded = load(log, "session 'never-played' has no log yet, and its load should "
+                      "return [] (a conversation not started)")
 
     assert loaded == [], (
         f"a session with no log has no history; load() returned {loaded}")
@@ -167,7 +197,7 @@ def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
 
     for _ in range(2):
         with lesson.SessionLog(sessions, "quest-1") as log:
-            log.load()
+            load(log, "the log holds two messages, which should load")
 
     after = fingerprint(path)
     assert after[0] == before[0], "loading changed the log's bytes"
@@ -188,20 +218,26 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": tricky})
         log.append({"role": "assistant", "content": "noted"})
+        wrote = (f"append wrote two messages, the first with the text {tricky!r} "
+                 "(U+2028, U+2029 and U+0085 stand unescaped in its line, the rest "
+                 "escaped), the second 'noted'")
         try:
             loaded = log.load()
-        except ValueError as error:
-            pytest.fail("append wrote two messages, the first with U+2028, U+2029 "
-                        "and U+0085 unescaped in its text, and loading them failed "
-                        f"({type(error).__name__}: {error}): the load cut the first "
-                        "message's line where one of those characters stands in its "
-                        "text, and the pieces it made of that line are no JSON",
-                        pytrace=False)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            # Say what load raised; guess at a cause only when its words show one.
+            pieces = ("not JSON" in str(error) and "line 1" in str(error)
+                      and "codec" not in str(error))
+            why = (". Line 1 is one whole JSON object: a piece of it that is no JSON "
+                   "was cut somewhere inside it" if pieces else "")
+            pytest.fail(f"{wrote}; load() raised {raised(error)}, where it should "
+                        f"return both messages{why}", pytrace=False)
 
-    assert [m["content"] for m in loaded] == [tricky, "noted"], (
-        f"wrote two messages, the first with the text {tricky!r} (U+2028, U+2029 and "
-        "U+0085 unescaped inside its line); load() returned the texts "
-        f"{[m['content'] for m in loaded]!r}")
+    contents = [m.get("content") if isinstance(m, dict) else m for m in loaded]
+    assert contents == [tricky, "noted"], (
+        f"{wrote}; load() returned the contents {contents!r}, where it should return "
+        "the two texts exactly as written")
 
 
 @pytest.mark.task("02.1")
@@ -232,7 +268,8 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
         for message in messages:
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = log.load()
+        loaded = load(log, "append wrote a tool call, its result, content null and "
+                      "content \"\", which should load back exactly")
 
     lost = [f"message {n} lost {sorted(set(wrote) - set(got))}"
             for n, (wrote, got) in enumerate(zip(messages, loaded), start=1)
@@ -258,7 +295,8 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
     size = (sessions / "quest-1.jsonl").stat().st_size
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = log.load()
+        loaded = load(log, f"append wrote 3 messages of CJK text, {size // 1024} KiB, "
+                      "which should load back whole")
 
     lengths = [len(m.get("content") or "") for m in loaded if isinstance(m, dict)]
     assert len(loaded) == 3, (
@@ -313,6 +351,12 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
         loaded = log.load()
     except OSError:
         return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail("the log exists but could not be opened (too many open files), "
+                    f"and load() raised {raised(error)}, where it should let the "
+                    "OSError that says so reach the caller", pytrace=False)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         log.close()
@@ -333,7 +377,7 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
     before = open_descriptors()
     with lesson.SessionLog(sessions, "quest-1") as log:
         for _ in range(20):
-            log.load()
+            load(log, "the log holds one message, which should load")
     leaked = open_descriptors() - before
 
     assert leaked == 0, (
@@ -349,7 +393,7 @@ def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
         log.append({"role": "user", "content": "Day two begins."})
 
     with lesson.SessionLog(sessions, "quest.day-2") as log:
-        loaded = log.load()
+        loaded = load(log, "session 'quest.day-2' has one message, which should load")
 
     assert loaded == [{"role": "user", "content": "Day two begins."}], (
         "session 'quest.day-2' has one message in "
@@ -364,9 +408,9 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
     second = {"role": "user", "content": "second"}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(first)
-        log.load()
+        load(log, "the log holds one message, which should load")
         log.append(second)
-        loaded = log.load()
+        loaded = load(log, "the log holds two messages, which should load")
 
     assert loaded == [first, second], (
         f"after appending a second message, load() returned {loaded!r}: the message "
@@ -382,7 +426,9 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
         for text in texts:
             log.append({"role": "user", "content": text})
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = [m.get("content") if isinstance(m, dict) else m for m in log.load()]
+        loaded = [m.get("content") if isinstance(m, dict) else m
+                  for m in load(log, f"append wrote the contents {texts!r}, which "
+                                "should load back as they are")]
 
     if loaded == texts:
         return
@@ -428,3 +474,197 @@ def test_a_system_prompt_is_sent_once_on_day_two_and_never_stored(lesson, sessio
     assert not any(m.get("role") == "system" for m in stored), (
         "the system prompt is the agent's setting, not a message of the session: the "
         "log should never hold it")
+
+
+# A new process under the C locale with Python's UTF-8 mode off: its default encoding
+# for text files is then ASCII ("ANSI_X3.4-1968"), as on a server or in a container with
+# no locale set. (Under LC_ALL=C alone, Python 3.7+ turns UTF-8 mode on by itself.)
+C_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+LOAD_IN_A_NEW_PROCESS = """
+import json, locale, os, sys, traceback
+from pathlib import Path
+from sessionlab import course
+lesson = course.load_module(sys.argv[1], "lesson_under_test")
+result = {"encoding": locale.getpreferredencoding(False)}
+try:
+    with lesson.SessionLog(sys.argv[2], sys.argv[3]) as log:
+        result["returned"] = log.load()
+except BaseException as error:
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if course.is_lesson_module(Path(frame.filename))]
+    at = (f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
+          if frames else "")
+    result["raised"] = f"{type(error).__name__}: {error}{at}"
+print(json.dumps(result))       # ASCII: readable whatever the locale
+"""
+
+
+@pytest.mark.task("02.1")
+def test_a_log_loads_the_same_under_a_locale_that_is_not_utf8(lesson, sessions):
+    """The log is UTF-8 whatever the machine's locale: a process whose default
+    encoding is ASCII (the C locale) loads the same messages."""
+    messages = [{"role": "user", "content": "café au lait, 洞窟の地図, a torch 🔥"},
+                {"role": "assistant", "content": "one\u2028two\u2029three\x85four"}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("LC_", "LANG", "PYTHONIOENCODING"))}
+    environment.update(C_LOCALE)
+    child = subprocess.run(
+        [sys.executable, "-c", LOAD_IN_A_NEW_PROCESS, lesson.__path__[0],
+         str(sessions), "quest-1"],
+        env=environment, capture_output=True, timeout=60)
+    try:
+        result = json.loads(child.stdout.decode("ascii").splitlines()[-1])
+    except (ValueError, IndexError):
+        pytest.fail("a new process that loads the log under the C locale said nothing "
+                    f"readable; its errors: {child.stderr.decode(errors='replace')}",
+                    pytrace=False)
+    if result["encoding"].lower().replace("-", "") in ("utf8", "utf_8"):
+        pytest.skip("this machine's C locale decodes text as UTF-8 already")
+    setting = (f"append wrote {messages!r}; a new process whose default encoding is "
+               f"{result['encoding']} (LC_ALL=C, Python's UTF-8 mode off, as on a "
+               "server with no locale set) loaded the log")
+    if "NotImplementedError: task " in result.get("raised", ""):
+        raise NotImplementedError(result["raised"].split(": ", 1)[1])
+    if "raised" in result:
+        pytest.fail(f"{setting}, and load() raised {result['raised']}, where it should "
+                    "return the two messages: the log is UTF-8, whatever the machine's "
+                    "locale", pytrace=False)
+    assert result["returned"] == messages, (
+        f"{setting}, and load() returned {result['returned']!r}: the log is UTF-8, "
+        "whatever the machine's locale, and should load back exactly")
+
+
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+@contextlib.contextmanager
+def files_refused(monkeypatch, folder, code, *, reading):
+    """Play what a file system does to the files in `folder`: every open of one of
+    them to write (and, if `reading`, to read), and every change to their names and
+    times, fails with OSError(`code`), as the operating system fails it. The tests run
+    as root, whom chmod does not stop, so the refusal is played in Python's calls that
+    open and change files (os, io, builtins). Yields the list of refused attempts."""
+    folder = os.path.abspath(folder)
+    refused = []
+
+    def inside(path):
+        if isinstance(path, int):
+            return False
+        path = os.path.abspath(os.fsdecode(path))
+        return path == folder or os.path.dirname(path) == folder
+
+    def refuse(what, path):
+        refused.append(f"{what} {os.path.basename(os.fsdecode(path))}")
+        raise OSError(code, os.strerror(code), os.fsdecode(path))
+
+    real_os_open, real_io_open, real_file_io = os.open, io.open, io.FileIO
+
+    def os_open(path, flags, *args, **kwargs):
+        if inside(path) and (reading or flags & WRITES):
+            refuse(f"os.open (flags {flags:#o}) of", path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def writes(mode):
+        return reading or any(letter in str(mode) for letter in "wax+")
+
+    def io_open(file, mode="r", *args, **kwargs):
+        if inside(file) and writes(mode):
+            refuse(f"open (mode {mode!r}) of", file)
+        return real_io_open(file, mode, *args, **kwargs)
+
+    class FileIO(real_file_io):
+        def __init__(self, file, mode="r", *args, **kwargs):
+            if inside(file) and writes(mode):
+                refuse(f"io.FileIO (mode {mode!r}) of", file)
+            super().__init__(file, mode, *args, **kwargs)
+
+    def changing(name):
+        real = getattr(os, name)
+
+        def change(*args, **kwargs):
+            for path in args[:2]:
+                if isinstance(path, (str, bytes, os.PathLike)) and inside(path):
+                    refuse(f"os.{name} of", path)
+            return real(*args, **kwargs)
+        return change
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", os_open)
+        patch.setattr(io, "open", io_open)
+        patch.setattr(builtins, "open", io_open)
+        patch.setattr(io, "FileIO", FileIO)
+        for name in ("truncate", "utime", "rename", "replace", "remove", "unlink",
+                     "mkdir", "chmod", "link", "symlink"):
+            patch.setattr(os, name, changing(name))
+        yield refused
+
+
+@pytest.mark.task("02.1")
+def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
+        lesson, sessions, monkeypatch):
+    """A log on a medium that cannot be written (a backup mounted read-only, a
+    snapshot) still loads: loading never opens the log, or anything beside it, to
+    write."""
+    messages = [{"role": "user", "content": "Remember the rope."},
+                {"role": "assistant", "content": "A rope and a torch."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    setting = ("the log holds two messages on a read-only medium (any open of a file "
+               "there to write fails with EROFS, 'Read-only file system')")
+
+    log = lesson.SessionLog(sessions, "quest-1")
+    with files_refused(monkeypatch, sessions, errno.EROFS, reading=False) as refused:
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"{setting}; load() raised {raised(error)}, where it should "
+                        "return them: loading only ever reads, so a log it may not "
+                        "write still loads", pytrace=False)
+    assert not refused, (
+        f"{setting}; load() tried to write: {'; '.join(refused)}. Loading only ever "
+        "reads: a load that opens the one copy of a conversation to write can cut or "
+        "change it, and fails where the log may only be read")
+    assert loaded == messages, (
+        f"{setting}; load() returned {loaded!r}, where it should return them")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
+        lesson, sessions, model, town, monkeypatch):
+    """A log that is there but that this user may not read (another user's service
+    wrote it) is no new session: the load and the new agent raise the error."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Remember the rope."})
+    setting = ("the log holds a message but this user may not read it (every open of "
+               "it fails with EACCES, 'Permission denied', as for another user's file)")
+
+    log = lesson.SessionLog(sessions, "quest-1")
+    with files_refused(monkeypatch, sessions, errno.EACCES, reading=True):
+        try:
+            loaded = log.load()
+        except OSError:
+            loaded = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"{setting}; load() raised {raised(error)}, where it should "
+                        "let the OSError that says so reach the caller", pytrace=False)
+        try:
+            agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                                 session=log)
+            started = agent.messages
+        except OSError:
+            started = None
+    assert loaded is None, (
+        f"{setting}; load() returned {loaded!r}, as if the session were new. The "
+        "caller must learn that the log could not be read: an empty history starts the "
+        "session over, and its next append lands after a history the model never saw")
+    assert started is None, (
+        f"{setting}; a new agent on the session started with {started!r}, as if the "
+        "session were new, where making it should raise the error load gives")

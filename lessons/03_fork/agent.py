@@ -40,7 +40,7 @@ class Agent:
         self.messages: list[Message] = self.resume()
 
     def resume(self) -> list[Message]:
-        """The history to start from: the session's log, or nothing without one."""
+        """The history this agent starts from."""
         if self.session is None:
             return []
         return self.session.load()

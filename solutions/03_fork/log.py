@@ -126,7 +126,7 @@ class SessionLog:
             os.close(folder)
 
     def load(self) -> list[Message]:
-        """Every message in the log, in order; [] for a session that does not exist."""
+        """Every message of the session's log, in order."""
         try:
             data = self.path.read_bytes()   # read-only: loading never changes the log
         except FileNotFoundError:
