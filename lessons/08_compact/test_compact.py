@@ -15,8 +15,9 @@ import openai
 import pytest
 
 from sessionlab.scripted import (
-    ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, is_retried_summary, long_reply, NO_ANSWER,
-    ODD_REPLIES, ScriptedModel, SimulatedCrash, call, say, summaries, use)
+    ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, is_retried_summary, is_summary_request,
+    long_reply, NO_ANSWER, ODD_REPLIES, ScriptedModel, SimulatedCrash, call, say,
+    summaries, use)
 from sessionlab.town import TOOL_SCHEMAS, Town
 from sessionlab.testing import raises, until_written
 
@@ -105,6 +106,39 @@ def size_of(lesson, request):
 RAISE_THE_BUDGET = re.compile(r"(?i)\b(raise|increase|grow)\b[^.;:]{0,30}\bbudget\b"
                               r"|\b(larger|bigger|higher)\s+budget\b"
                               r"|\bbudget\b[^.;:]{0,20}\b(raised|increased)\b")
+
+
+def overflow_says_enough(refusal, budget, sizes):
+    """Why a ContextOverflow's message falls short, or None: it gives the budget, the
+    request's size (one of `sizes`, or any number over the budget when `sizes` is
+    None) and what the user can do (undo the turn, or raise the budget)."""
+    numbers = {int(n) for n in re.findall(r"\d+", refusal)}
+    size = (numbers & set(sizes)) if sizes is not None else {
+        n for n in numbers if n > budget}
+    missing = [what for what, there in (
+        (f"the budget ({budget})", budget in numbers),
+        ("the request's size" + (f" ({' or '.join(map(str, sorted(sizes)))})"
+                                 if sizes is not None else ", more than the budget"),
+         bool(size)),
+        ("that the turn can be undone", re.search(r"(?i)\bundo", refusal)),
+        ("that the budget can be raised", RAISE_THE_BUDGET.search(refusal)))
+        if not there]
+    return ", ".join(missing) or None
+
+
+def assert_overflow_says_enough(refusal, budget, sizes=None, where=""):
+    missing = overflow_says_enough(refusal, budget, sizes)
+    assert missing is None, (
+        f"a ContextOverflow{where} should tell the user how large the request is, the "
+        "budget, and what they can do (undo the turn, or raise the budget), whatever "
+        f"path raised it; it leaves out {missing}. It says {refusal!r}")
+
+
+# What a refusal raised as it should be, but without the words asked for, left out
+NAME_THE_LOG = ("It should name the log (quest-1), so that the user knows which log "
+                "refused")
+SAY_FORK = ("It should say that a fork from before the boundary is the way back to "
+            "the messages the summary stands for")
 
 
 def shape(messages, width=40):
@@ -488,10 +522,15 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
                                                                           sessions):
     """compact() by hand between turns, after a message was recorded and not yet
     written (lesson 07's pending buffer): the boundary is that message, in the log as
-    in the agent, so a resume sends the request this agent sends."""
+    in the agent, so a resume sends the request this agent sends. The note is on disk
+    before the summary request: since lesson 07, what is pending is written before
+    any model call."""
     agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
     path = sessions / "quest-1.jsonl"
     note = {"role": "user", "content": "A note from the mayor: the ledge is steep."}
+    # Inside each summary request: what the log holds at that moment
+    model.on_request(lambda body: messages_in(path) if is_summary_request(body)
+                     else None)
     with log:
         agent.run(day(1)[0])
         agent.run(day(2)[0])
@@ -500,6 +539,11 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
             "two turns and a note recorded after them: compact() should summarise the "
             "two turns")
         view = agent.view()
+    on_disk = [seen for seen in model.observations if seen is not None]
+    assert on_disk and note in on_disk[0], (
+        "the note recorded before compact() was still pending, not in the log, when "
+        "the model was asked for the summary: since lesson 07, what is pending is "
+        "written before any model call (a crash during that call would lose it)")
     markers = compactions_in(path)
     assert [marker["upto"] for marker in markers] == [4], (
         "the conversation is days 1 and 2 (messages 0 to 3) and the note (4), which "
@@ -577,7 +621,8 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         for keep in (5, -1):
             with raises(ValueError, f"compact(keep={keep}) on a log showing 4 messages "
                         "was allowed; its error should name the log",
-                        match="quest-1"):
+                        match="quest-1",
+                        unmatched=NAME_THE_LOG):
                 log.compact("too much", keep=keep)
             assert path.read_bytes() == before, (
                 f"a refused compact(keep={keep}) must not write to the log")
@@ -603,7 +648,8 @@ def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
         before = path.read_bytes()
         with raises(ValueError, "compact(keep=7) on a log that shows 6 messages (its "
                     "file holds 8, two of them undone) was allowed; the error should "
-                    "name the log", match="quest-1"):
+                    "name the log", match="quest-1",
+                        unmatched=NAME_THE_LOG):
             log.compact("too much", keep=7)
         assert path.read_bytes() == before, (
             "a refused compact(keep=7) must not write to the log")
@@ -874,7 +920,8 @@ def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
     assert agent.messages == said[:6], (
         f"two undos should leave messages 0 to 5; left {len(agent.messages)}")
     with raises(lesson.UndoError, "the undo of the turn the summary stands for (place "
-                "4, before the boundary at 6) went ahead", match="(?i)fork") as raised:
+                "4, before the boundary at 6) went ahead", match="(?i)fork",
+                        unmatched=SAY_FORK) as raised:
         agent.undo()
     assert agent.messages == said[:6], "a refused undo changed the conversation"
     refusal = str(raised.value)
@@ -909,7 +956,8 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
         with raises(lesson.UndoError, "undoing a turn the compaction summarised was "
                     "allowed: the summary would still tell the model about it; the "
                     "refusal should say that a fork from before the boundary is the "
-                    "way back", match="(?i)fork"):
+                    "way back", match="(?i)fork",
+                        unmatched=SAY_FORK):
             agent.undo()
         assert agent.messages == messages and path.read_bytes() == before, (
             "a refused undo must change neither the conversation nor the log")
@@ -943,7 +991,8 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         with raises(lesson.UndoError, "the log's own undo of its last three messages "
                     "(places 3 to 5) went ahead: the last two come after the boundary "
                     "at place 4, but the first is one the summary stands for",
-                    match="(?i)fork"):
+                    match="(?i)fork",
+                        unmatched=SAY_FORK):
             log.undo(3)
         assert path.read_bytes() == before, "a refused undo must not write to the log"
         try:
@@ -956,7 +1005,8 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         before = path.read_bytes()
         with raises(lesson.UndoError, "the log's own undo took back the fourth message "
                     "shown (index 5), which the compaction's summary stands for",
-                    match="(?i)fork") as raised:
+                    match="(?i)fork",
+                        unmatched=SAY_FORK) as raised:
             log.undo(1)
         assert path.read_bytes() == before, (
             "a refused undo must not write to the log")
@@ -973,7 +1023,8 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
             with raises(lesson.UndoError, f"the log's own undo of {count} messages, in "
                         "a process that opened the log just now, went ahead behind "
                         "the boundary; its refusal should name the log",
-                        match="quest-1"):
+                        match="quest-1",
+                        unmatched=NAME_THE_LOG):
                 again.undo(count)
     assert path.read_bytes() == before, "a refused undo must not write to the log"
     agent, model, log = open_agent(lesson, sessions, budget=None)
@@ -997,7 +1048,8 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
         before = path.read_bytes()
         with raises(lesson.UndoError, "right after recording a compaction that keeps "
                     "places 4 and 5, the log took back place 3, which its summary "
-                    "stands for", match="(?i)fork"):
+                    "stands for", match="(?i)fork",
+                        unmatched=SAY_FORK):
             log.undo(1)
         assert path.read_bytes() == before, "a refused undo must not write to the log"
 
@@ -1106,15 +1158,22 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         with raises(lesson.ContextOverflow, f"{why}, and the request was sent over "
                     f"the budget of {small}") as raised:
             request(small, boundary)
-        refusal = str(raised.value)
         sizes = {agent.request_size(whole), agent.request_size(agent.view())}
-        assert str(small) in refusal and any(str(size) in refusal for size in sizes), (
-            f"the ContextOverflow should give the budget ({small}) and the request's "
-            f"size ({' or '.join(map(str, sorted(sizes)))}); it says {refusal!r}")
-        assert "undo" in refusal and RAISE_THE_BUDGET.search(refusal), (
-            "the ContextOverflow should tell the user what they can do: undo the turn, "
-            f"or raise the budget; it says {refusal!r}")
+        assert_overflow_says_enough(str(raised.value), small, sizes, f" ({why})")
         assert agent.messages == said, "a refused request changed the conversation"
+    # A compaction already starts at the newest turn (place 8), and the view is still
+    # over the budget: a real compact() finds nothing more to summarise.
+    agent.compaction = lesson.Compaction("days 1 to 4", 8)
+    view = agent.view()
+    agent.budget = agent.request_size(view) - 1
+    agent.compact = compacting(None)
+    with raises(lesson.ContextOverflow, "a compaction already starts at the newest "
+                "turn, the view is still over the budget, and the request was sent"
+                ) as raised:
+        agent.request_messages()
+    assert_overflow_says_enough(str(raised.value), agent.budget,
+                                {agent.request_size(view)},
+                                " (a compaction already at the newest turn)")
 
 
 @pytest.mark.task("08.3")
@@ -1187,13 +1246,7 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
         with raises(lesson.ContextOverflow, "a turn larger than the budget by itself "
                     "was not refused") as raised:
             agent.run(paste)
-        said = str(raised.value)
-        assert str(BUDGET) in said and "undo" in said and RAISE_THE_BUDGET.search(
-            said) and any(
-            str(number) in said for number in range(BUDGET + 1, 10 * BUDGET)), (
-            "ContextOverflow should say how large the request is, the budget "
-            f"({BUDGET}) and what the user can do (undo the turn, or raise the "
-            f"budget); it says {said!r}")
+        assert_overflow_says_enough(str(raised.value), BUDGET)
         assert len(model.summary_requests) <= 1, (
             f"the agent asked for {len(model.summary_requests)} summaries for one "
             "request whose turn in progress alone is over the budget: the user waited "
@@ -1209,8 +1262,10 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
                                    session_id="quest-2")
     with log:
         with raises(lesson.ContextOverflow, "a budget smaller than the tools and the "
-                    "reply's room was not refused"):
+                    "reply's room was not refused") as raised:
             agent.run("Hello?")
+        assert_overflow_says_enough(str(raised.value), REPLY_ROOM + 10,
+                                    where=" (a budget smaller than the tools)")
     assert not model.requests, (
         "with a budget smaller than the tools alone, no request may be sent (and there "
         f"is nothing to summarise); {len(model.requests)} were")
@@ -1230,11 +1285,20 @@ NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
 NO_TEXT, THINKING, AS_TEXT = r"(?i)\bno text\b|\bempty\b|\bnothing\b", r"(?i)think", (
     r"(?i)\bjson\b|\btext\b")
 AS_TEXT_CALL = ["talk_to", AS_TEXT]
-WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": ["talk_to"],
-               "call_with_text": ["talk_to"], "call_as_json": AS_TEXT_CALL,
+# A tool call: the message reads on after "it was", so it says a call was made, and
+# to which tool ("a call to talk_to"), not the tool's name alone
+A_CALL = [r"(?i)\bcall(s|ed|ing)?\b[^.;]{0,30}talk_to|talk_to[^.;]{0,30}\bcall"]
+WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": A_CALL,
+               "call_with_text": A_CALL, "call_as_json": AS_TEXT_CALL,
                "call_in_fence": AS_TEXT_CALL, "call_in_tag": AS_TEXT_CALL,
                "unfinished_think": [THINKING], "only_think": [THINKING],
                "too_long": [r"(?i)too long"]}
+# Each of those, in words, for a failure to show
+SAYS = {NO_TEXT: "that it held no text", THINKING: "that it was only thinking (a think "
+        "block)", AS_TEXT: "that it was written as (JSON) text", "talk_to":
+        "the tool named, talk_to", A_CALL[0]: "that it was a call to talk_to (a phrase "
+        "that reads on after 'it was', not the tool's name alone)",
+        r"(?i)too long": "that it was too long"}
 # What a refusal must not say of a reply: the pattern, and what it would wrongly tell
 CUT_OFF = r"(?i)never ends|cut off|unfinished|unclosed|not (closed|ended|finished)"
 WHAT_IT_WAS_NOT = {"empty": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
@@ -1257,7 +1321,8 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
     for pattern in WHAT_IT_WAS[odd]:
         assert re.search(pattern, said), (
             f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) "
-            f"should say what the model sent (matching {pattern!r}); it says {said!r}")
+            f"should say what the model sent: {SAYS[pattern]} (the words matching "
+            f"{pattern!r}); it says {said!r}")
     wrong = WHAT_IT_WAS_NOT.get(odd)
     assert wrong is None or not re.search(wrong[0], said), (
         f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) says "
@@ -1347,8 +1412,8 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
     for pattern in WHAT_IT_WAS[odd]:
         assert re.search(pattern, told), (
             f"the second summary request should tell the model what its first reply "
-            f"({odd}) was (matching {pattern!r}); beside the instruction's fixed words "
-            f"it said {told.strip()!r}")
+            f"({odd}) was: {SAYS[pattern]} (the words matching {pattern!r}); beside "
+            f"the instruction's fixed words it said {told.strip()!r}")
     summaries_recorded = [marker["summary"] for marker in compactions_in(path)]
     assert summaries_recorded == ["summary #1"], (
         f"the first reply ({odd}) is no summary and must never be recorded; the marker "
@@ -1395,14 +1460,12 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 @pytest.mark.key
 @pytest.mark.task("08.4")
 @pytest.mark.task("08.3")
-@pytest.mark.parametrize("replies, said", [
-    (("tool_call", "call_as_json"), ["talk_to", "JSON"]),
-    (("tool_call", "empty"), ["talk_to", "no text"]),
-    (("unfinished_think", "empty"), ["think", "no text"]),
-    (("too_long", "too_long"), ["too long"]),
+@pytest.mark.parametrize("replies", [
+    ("tool_call", "call_as_json"), ("tool_call", "empty"),
+    ("unfinished_think", "empty"), ("too_long", "too_long"),
 ])
 def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
-        lesson, sessions, replies, said):
+        lesson, sessions, replies):
     """When the second reply is no summary either, the turn stops with BadSummary
     saying what the model sent (it blames the summary, never the turn); nothing is
     recorded, no request goes out over the budget, and the session resumes: a new agent
@@ -1420,11 +1483,14 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
             "summary: once, then once more, then stop")
         everything = list(agent.messages)
     message = str(raised.value)
-    for word in said:
-        assert word in message, (
-            f"the error for two replies that are no summary ({replies[0]}, then "
-            f"{replies[1]}) should say what the model sent ({word!r}); it says "
-            f"{message!r}")
+    for which, key in zip(("first", "second"), replies):
+        for pattern in WHAT_IT_WAS[key]:
+            assert re.search(pattern, message), (
+                f"the error for two replies that are no summary ({replies[0]}, then "
+                f"{replies[1]}) should say what each reply was, in the words a "
+                f"refusal of one reply gives: of the {which} ({key}), "
+                f"{SAYS[pattern]} (the words matching {pattern!r}); it says "
+                f"{message!r}")
     assert "turn alone" not in message, (
         f"the summary is what failed, not the turn; the error says {message!r}")
     assert not compactions_in(path), (
@@ -1456,8 +1522,10 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
         agent.run(day(1)[0])
         agent.run(day(2)[0])
         with raises(lesson.ContextOverflow, "a turn larger than the budget by itself "
-                    "was not refused"):
+                    "was not refused") as raised:
             agent.run("A very long letter from the mayor. " * 60)
+        assert_overflow_says_enough(str(raised.value), BUDGET,
+                                    where=" (a turn that alone fills the budget)")
     assert not model.summary_requests, (
         f"the model was asked {len(model.summary_requests)} time(s) for a summary, "
         "although the turn in progress alone is over the budget: no summary could have "
@@ -1499,8 +1567,10 @@ def test_a_turn_that_leaves_exactly_no_room_asks_for_no_summary(lesson):
                  "tools": Town().schemas}
         agent.budget = size_of(lesson, empty)
         with raises(lesson.ContextOverflow, "the turn in progress leaves no room for "
-                    "a summary, and the request went out"):
+                    "a summary, and the request went out") as raised:
             agent.run(newest)
+        assert_overflow_says_enough(str(raised.value), agent.budget,
+                                    where=" (a turn that leaves no room)")
     assert not model.summary_requests, (
         "with the turn in progress and an empty summary exactly at the budget, the "
         "room for a summary is 0, and no summary can fit: the model should not be "

@@ -344,11 +344,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
 
     def compact(self, summary: str, keep: int) -> int:
         """SessionCompaction.compact (task 08.1), then `compacted` kept true: the
-        compaction just recorded is the log's latest, known without reading the log
-        again (and remembered by the process, with the rest it knows of the log)."""
+        compaction just recorded is the log's latest (and remembered by the process,
+        with the rest it knows of the log)."""
         upto = super().compact(summary, keep)
-        # A marker is no message: the log shows what it showed, the last `keep` kept
-        self.compacted = Compaction(summary, len(self.shown) - keep)
+        # The compaction as every reader finds it (LogState.compaction): a compaction
+        # is rare, and one more read of the log costs little beside its model call
+        self.compacted = parse_log(read_all(self._fd, self.path), self.path).compaction()
         if self.known is not None:
             self.known.compaction = self.compacted
         return upto

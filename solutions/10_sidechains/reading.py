@@ -47,7 +47,7 @@ class Compaction:
 
     # What the model wrote about everything before the boundary
     summary: str
-    # Where the messages after the summary start, among the messages the log shows
+    # Where the request starts again after the summary (see LogState.compaction)
     boundary: int
 
 
@@ -146,9 +146,9 @@ class LogState:
 
     def compaction(self) -> Compaction | None:
         """The latest compaction the log records, None if it records none: its summary,
-        and its boundary, the place among the messages shown (`shown()`) where the
-        request starts again after the summary. A marker this store cannot have written
-        is no compaction.
+        and its boundary, where the request starts again after the summary (task 08.1
+        says in what it counts). A marker this store cannot have written is no
+        compaction.
         """
         latest: Message | None = None
         written = 0     # messages before the entry being read

@@ -146,9 +146,12 @@ class Raised:
 
 @contextlib.contextmanager
 def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why: str,
-           match: str | None = None) -> Iterator[Raised]:
+           match: str | None = None, *, unmatched: str | None = None
+           ) -> Iterator[Raised]:
     """Like pytest.raises, but a block that raises nothing fails with `why`, the words
-    that explain the likely cause, instead of a bare "DID NOT RAISE"."""
+    that explain the likely cause, instead of a bare "DID NOT RAISE". An error raised
+    whose message does not match `match` fails saying so, followed by `unmatched` (why
+    the message needs those words) when given, else by `why`."""
     # Imported here, not at the top: lesson 05's writer processes import this module,
     # and pytest would cost each of them a few tenths of a second at start.
     import pytest
@@ -158,6 +161,10 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
     except expected as error:
         raised.value = error
         if match is not None and not re.search(match, str(error)):
+            if unmatched is not None:
+                pytest.fail(f"the {type(error).__name__} was raised, as it should be, "
+                            f"but its message should mention {match!r}: it says: "
+                            f"{error}. {unmatched}", pytrace=False)
             pytest.fail(f"the {type(error).__name__} should mention {match!r}, it "
                         f"says: {error}. {why}", pytrace=False)
         return
