@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 import stat
+import sys
 
 import pytest
 
@@ -1028,3 +1029,129 @@ def test_after_an_fsync_that_failed_the_writer_refuses_to_go_on(lesson, sessions
     contents = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
     assert contents == ["first", "second"], (
         f"the message should be in the log once: {contents}")
+
+
+def the_retry_is_refused(lesson, log, message, moment):
+    """After `moment` (a Ctrl-C that interrupted an append once its line had landed),
+    the retry of the same message must raise WriterStopped naming the log, and the log
+    hold the message once."""
+    try:
+        log.append(message)
+    except lesson.WriterStopped as error:
+        assert str(log.path) in str(error), (
+            f"WriterStopped should name the log: {error}")
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        pytest.fail(f"{moment}; the caller's retry should then have raised "
+                    f"WriterStopped naming the log, and it raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    else:
+        pytest.fail(f"{moment}, and the caller's retry wrote the message again (it is "
+                    f"in the log {lines_of(log.path).count(message)} times): the line "
+                    "was already in the file, so the retry should have raised "
+                    "WriterStopped and written nothing (task 01.5)", pytrace=False)
+    finally:
+        log.close()
+    copies = lines_of(log.path).count(message)
+    assert copies == 1, (
+        f"the interrupted message should be in the log once, it is there {copies} "
+        "times")
+
+
+@pytest.mark.task("01.5")
+def test_a_ctrl_c_during_the_sync_stops_the_writer(lesson, sessions, monkeypatch):
+    """Durable mode, Ctrl-C while the line is synced: write() had returned, the line is
+    in the file, and append raised KeyboardInterrupt. The writer cannot tell whether
+    the line is safe, so it stops: the retry raises WriterStopped, never writes the
+    message twice."""
+    log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    log.append({"role": "user", "content": "first"})
+    before = log.path.stat().st_size
+    interrupted = []
+
+    def sync_interrupted_once(real):
+        def sync(fd):
+            info = os.fstat(fd)
+            if (not interrupted and stat.S_ISREG(info.st_mode)
+                    and info.st_size > before):
+                interrupted.append(fd)
+                raise KeyboardInterrupt
+            return real(fd)
+        return sync
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, sync_interrupted_once(getattr(os, name)))
+    message = {"role": "user", "content": "second"}
+    try:
+        log.append(message)
+    except KeyboardInterrupt:
+        pass
+    except NotImplementedError:
+        log.close()
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        log.close()
+        pytest.fail(f"Ctrl-C (KeyboardInterrupt) came while the line was synced, and "
+                    f"append raised {type(error).__name__} ({error}): let it reach "
+                    "the caller as it is", pytrace=False)
+    else:
+        log.close()
+        pytest.fail("Ctrl-C (KeyboardInterrupt) came while the line was synced, and "
+                    "append returned as if the line were safe on the disk"
+                    + ("" if interrupted else ": in durable mode no line was synced"),
+                    pytrace=False)
+    the_retry_is_refused(lesson, log, message,
+                         "append was interrupted by Ctrl-C while its line was synced, "
+                         "after write() had put it in the file")
+
+
+def interrupted_right_after_the_write(log, message):
+    """Append `message` and raise KeyboardInterrupt at the first line of the log's code
+    that runs once the line is in the file: the Ctrl-C that lands just after write()
+    returned, at that moment exactly rather than when a timer happens to fire.
+
+    Returns True when that happened, False when no line of that code ran after the
+    write (the append then returned: there was no such moment to play)."""
+    path = log.path
+    before = path.stat().st_size if path.exists() else 0
+    source = sys.modules[type(log).__module__].__file__
+    fired = []
+
+    def line_by_line(frame, event, arg):
+        if (event == "line" and not fired and path.exists()
+                and path.stat().st_size > before):
+            fired.append(frame.f_lineno)
+            raise KeyboardInterrupt
+        return line_by_line
+
+    def calls(frame, event, arg):
+        return line_by_line if frame.f_code.co_filename == source else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        log.append(message)
+    except KeyboardInterrupt:
+        return bool(fired)
+    finally:
+        sys.settrace(previous)
+    return False
+
+
+@pytest.mark.task("01.5")
+def test_a_ctrl_c_just_after_write_returned_stops_the_writer(lesson, sessions):
+    """Ctrl-C just after write() returned, before the line is known to be whole: the
+    line is in the file and append raised KeyboardInterrupt. The retry must raise
+    WriterStopped, never write the message twice, however the writer is built: the
+    moment between write() returning and the writer knowing its line whole is in doubt
+    too, not only an error inside write() itself."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append({"role": "user", "content": "first"})
+    message = {"role": "user", "content": "second"}
+    if not interrupted_right_after_the_write(log, message):
+        log.close()     # no line of the log's code ran after the write: no such moment
+        return
+    the_retry_is_refused(lesson, log, message,
+                         "append was interrupted by Ctrl-C just after write() "
+                         "returned, its line already in the file")
