@@ -1025,6 +1025,41 @@ def test_an_undo_that_makes_the_writer_repair_the_log_counts_the_repaired_result
     assert shown == [], f"after undo(3) the log should show nothing; it shows {shown}"
 
 
+@pytest.mark.task("07.1")
+@pytest.mark.parametrize("count", [0, -2])
+def test_an_undo_of_a_count_below_one_still_repairs_the_log(lesson, sessions, count):
+    """The log's last tool call has no result, and an object that is not its writer yet
+    is asked to undo 0 messages, or a negative count. The count is refused (UndoError),
+    yet the log is repaired all the same: becoming the writer repairs it, whatever the
+    count asked, and an undo that refuses before it opens the log leaves the call open
+    for the next reader to find."""
+    ask = {"role": "user", "content": "Ask the elder."}
+    called = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]}
+    write_log(sessions, [ask, called])
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with raises(lesson.UndoError,
+                    f"undo({count}) was allowed: a count below 1 takes nothing back "
+                    "and should be refused"):
+            log.undo(count)
+    after = path.read_bytes()
+    assert after.startswith(before), (
+        f"a refused undo({count}) changed the bytes already in the log")
+    added = lines_of(path)[2:]
+    kinds = [line.get("$marker", line.get("role")) for line in added]
+    assert "undo" not in kinds, (
+        f"undo({count}) was refused, as it should be, but it wrote an undo marker: the "
+        f"log gained {kinds}")
+    assert any(line.get("tool_call_id") == "call_1" for line in added), (
+        f"undo({count}) was refused, as it should be, but the log it was asked about "
+        "still ends on a tool call with no result: an undo repairs the log, as every "
+        "writer's first act does (lesson 04), even one whose count is then refused. "
+        "Check the count once the log is open, not before")
+
+
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 @pytest.mark.parametrize("same", [False, True],
