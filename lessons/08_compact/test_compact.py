@@ -19,7 +19,7 @@ from sessionlab.scripted import (
     long_reply, NO_ANSWER, ODD_REPLIES, ScriptedModel, SimulatedCrash, call, say,
     summaries, use)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import raises, until_written
+from sessionlab.testing import fail_in, raises, until_written
 
 SYSTEM = "You are an adventurer in a small town."
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
@@ -560,21 +560,38 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
 # --- the marker ---------------------------------------------------------------------
 
 
+def resumed_after_the_boundary(lesson, sessions, session_id="quest-1"):
+    """The messages a new agent on the session sends after the summary: those of its
+    conversation from the boundary of the compaction the log gives it (the view, task
+    08.2, is not needed for that)."""
+    agent, model, log = open_agent(lesson, sessions, budget=None, session_id=session_id)
+    with log:
+        if agent.compaction is None:
+            fail_in("08.1", "the log records a compaction, and a new agent on it got "
+                    "none (SessionLog.compacted is None once the log is read): its "
+                    "requests would resend the whole conversation")
+        return agent.messages[agent.compaction.boundary:]
+
+
 @pytest.mark.key
 @pytest.mark.task("08.1")
 def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
         lesson, sessions):
-    """A compaction is one marker line, {"$marker": "compaction", "summary": ...,
-    "upto": ...}, with no role; "upto" is the index of the first message kept, counting
-    every message in the file, undone ones too."""
+    """The log's compact (no agent, no model: no other task is needed): a compaction is
+    one marker line, {"$marker": "compaction", "summary": ..., "upto": ...}, with no
+    role; "upto" is the index of the first message kept, counting every message in the
+    file, undone ones too."""
     path = sessions / "quest-1.jsonl"
     # Two messages in the file that the log no longer shows: a turn undone on day 0
     path.write_text(as_log([{"role": "user", "content": day(0)[0]},
                             {"role": "assistant", "content": "We rest."},
                             {"$marker": "undo", "skip": [0, 1]}]))
-    agent, model, log = open_agent(lesson, sessions)
-    with log:
-        days = play_until_compacted(lesson, agent, model)
+    days = [1, 2, 3]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for n in days:
+            log.append({"role": "user", "content": day(n)[0]})
+            log.append({"role": "assistant", "content": f"On day {n} we rest."})
+        returned = log.compact("summary #1", keep=2)      # day 3's turn kept
     markers = compactions_in(path)
     assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
     marker = markers[0]
@@ -593,6 +610,9 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"'upto' should be {expected}, the index of the first message kept (day "
         f"{days[-1]}'s, counting the two undone messages too: an index, not a place "
         f"among the messages shown, and not a line number); it is {marker.get('upto')}")
+    assert returned == expected, (
+        f"the log's compact should return the marker's 'upto' ({expected}); it "
+        f"returned {returned!r}")
     try:
         at = datetime.fromisoformat(marker.get("at"))
     except (TypeError, ValueError):
@@ -659,12 +679,10 @@ def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
         "the log shows messages 0, 1, 2, 3, 6 and 7 (4 and 5 undone): keeping the last "
         "four keeps message 2 on, so 'upto' should be 2, its index; compact returned "
         f"{upto!r} and the marker is {marker!r}")
-    agent, model, log = open_agent(lesson, sessions, budget=None)
-    with log:
-        sent = agent.view()[2:]
-    assert sent == [said[k] for k in (2, 3, 6, 7)], (
-        "the resumed request after the summary should be messages 2, 3, 6 and 7, the "
-        f"four the compaction kept; it is {shape(sent)}")
+    kept = resumed_after_the_boundary(lesson, sessions)
+    assert kept == [said[k] for k in (2, 3, 6, 7)], (
+        "a resume should start its request, after the summary, at messages 2, 3, 6 "
+        f"and 7, the four the compaction kept; it starts at {shape(kept)}")
 
 
 @pytest.mark.task("08.1")
@@ -688,13 +706,11 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
         "the log shows 7 messages once the writer has answered the crashed call, so "
         "keeping the last 3 keeps the rope turn whole: 'upto' should be 4, the index "
         f"of 'Buy a rope.'; compact returned {upto!r} and the marker is {marker!r}")
-    agent, model, log = open_agent(lesson, sessions, budget=None)
-    with log:
-        sent = agent.view()[2:]
-    assert [m.get("role") for m in sent] == ["user", "assistant", "tool"] and (
-        sent[0] == rope), (
-        "the resumed request after the summary should be the rope turn whole: the "
-        f"user's message, the call and its result; it is {sent}")
+    kept = resumed_after_the_boundary(lesson, sessions)
+    assert [m.get("role") for m in kept] == ["user", "assistant", "tool"] and (
+        kept[0] == rope), (
+        "a resume should start its request, after the summary, at the rope turn "
+        f"whole: the user's message, the call and its result; it starts at {kept}")
 
 
 @pytest.mark.task("08.1")
@@ -770,8 +786,9 @@ def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessio
 @pytest.mark.task("08.1")
 def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_wins(
         lesson, sessions):
-    """Reading a log, the latest valid compaction gives the view; its "upto" index
-    becomes a place among the messages shown (undone ones are not shown)."""
+    """Reading a log, the latest valid compaction is where a resumed agent's requests
+    start; its "upto" index becomes a place among the messages shown (undone ones are
+    not shown). Only the log is read (no other task is needed)."""
     said = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}"}
             for k in range(8)]
     lines = [*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
@@ -781,14 +798,15 @@ def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_
         as_log(lines))
     agent, model, log = open_agent(lesson, sessions)
     with log:
-        view = agent.view()
-    expected = compacted_view(lesson, "second", [said[6], said[7]])
-    assert view == expected, (
-        "the log shows messages 0, 1, 4, 5, 6, 7 (2 and 3 undone), and its latest "
-        "compaction keeps index 6 on: the request should be "
-        f"{shape(expected)} (role, start of the content); it was {shape(view)}")
+        pass
     assert agent.messages == [said[k] for k in (0, 1, 4, 5, 6, 7)], (
         "agent.messages stays the whole conversation the log shows")
+    expected = lesson.Compaction("second", 4)
+    assert agent.compaction == expected, (
+        "the log shows messages 0, 1, 4, 5, 6, 7 (2 and 3 undone), and its latest "
+        "compaction keeps index 6 on, the fifth message shown: the resumed agent "
+        f"should hold {expected!r}, so that its requests start at message 6; it holds "
+        f"{agent.compaction!r}")
 
 
 @pytest.mark.task("08.1")
@@ -934,40 +952,42 @@ def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
 @pytest.mark.key
 @pytest.mark.task("08.1")
 def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, sessions):
-    """Undo takes back turns after the boundary as in lesson 07; a turn the summary
-    stands for is refused, changing nothing (the summary would still tell the model)."""
-    agent, model, log = open_agent(lesson, sessions)
+    """An agent resumed on a log that records a compaction (no model is needed): undo
+    takes back turns after the boundary as in lesson 07; a turn the summary stands for
+    is refused, changing nothing (the summary would still tell the model)."""
+    said = [message for n in range(1, 5) for message in (
+        {"role": "user", "content": day(n)[0]},
+        {"role": "assistant", "content": f"On day {n} we rest."})]
     path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        log.compact("summary #1", keep=4)     # days 3 and 4 after the boundary
+    agent, model, log = open_agent(lesson, sessions, budget=None)
     with log:
-        days = play_until_compacted(lesson, agent, model)
-        model.add(*day(99)[1])
-        agent.run(day(99)[0])
-        boundary_turn = {"role": "user", "content": day(days[-1])[0]}
         try:
-            agent.undo()        # day 99, after the boundary
-            agent.undo()        # the turn the boundary starts
+            agent.undo()        # day 4, after the boundary
+            agent.undo()        # day 3, the turn the boundary starts
         except lesson.UndoError as error:
             pytest.fail(f"undoing turns after the compaction's boundary was refused "
                         f"({error}): neither is in the summary (the turn at the "
                         "boundary begins the view), so nothing of them would stay "
                         "behind", pytrace=False)
-        assert boundary_turn not in agent.messages
+        assert agent.messages == said[:4], (
+            "two undos after the boundary should leave days 1 and 2; the conversation "
+            f"is {shape(agent.messages)}")
         messages, before = list(agent.messages), path.read_bytes()
         with raises(lesson.UndoError, "undoing a turn the compaction summarised was "
                     "allowed: the summary would still tell the model about it; the "
                     "refusal should say that a fork from before the boundary is the "
                     "way back", match="(?i)fork",
-                        unmatched=SAY_FORK):
+                    unmatched=SAY_FORK):
             agent.undo()
         assert agent.messages == messages and path.read_bytes() == before, (
             "a refused undo must change neither the conversation nor the log")
-        model.add(say("Onward."))
-        agent.run("Onward.")
-    sent = turn_requests(model)[-1]["messages"]
-    assert sent[1]["content"].endswith("summary #1") and sent[2:] == [
-        {"role": "user", "content": "Onward."}], (
-        "after undoing both turns after the boundary, the request is the summary and "
-        f"the new message; it was {[m.get('content') for m in sent]}")
+    assert resumed_after_the_boundary(lesson, sessions) == [], (
+        "after undoing both turns after the boundary, a resume should send the summary "
+        "and nothing after it, until the next message")
 
 
 @pytest.mark.key
@@ -1058,54 +1078,58 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
 @pytest.mark.task("08.1")
 def test_a_fork_before_the_boundary_has_no_compaction(lesson, sessions):
     """A fork cut before the boundary gets the full history and no summary; a fork of
-    the whole session gets the compaction too, and sends the same request."""
-    agent, model, log = open_agent(lesson, sessions)
-    with log:
-        play_until_compacted(lesson, agent, model)
-        source_view = agent.view()
-        boundary = agent.messages.index(source_view[2])
-        history = list(agent.messages)
+    the whole session gets the compaction too, and starts its requests where its
+    source does. The log's own compact makes the compaction (no other task is
+    needed)."""
+    history = conversation(8)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in history:
+            log.append(message)
+        log.compact("The first three turns.", keep=2)
+    source, _, source_log = open_agent(lesson, sessions, budget=None)
+    with source_log:
+        compaction = source.compaction
+    boundary = 6
     lesson.fork(sessions, "quest-1", "before", upto=boundary)
     lesson.fork(sessions, "quest-1", "whole")
 
     early, _, early_log = open_agent(lesson, sessions, session_id="before", budget=None)
     with early_log:
-        assert early.view() == [{"role": "system", "content": SYSTEM},
-                                *history[:boundary]], (
+        assert early.messages == history[:boundary] and early.compaction is None, (
             f"a fork of the first {boundary} messages (all before the boundary) should "
-            "send them all, with no summary: its log has no compaction")
+            "hold them all and no compaction (its log has no marker), so that its "
+            f"requests send them all; it holds {len(early.messages)} messages and the "
+            f"compaction {early.compaction!r}")
     whole, _, whole_log = open_agent(lesson, sessions, session_id="whole")
     with whole_log:
-        assert whole.view() == source_view, (
-            "a fork of the whole session should send the same request as its source")
+        assert whole.messages == history and whole.compaction == compaction, (
+            "a fork of the whole session should hold the same conversation and the "
+            f"same compaction as its source ({compaction!r}), so that it sends the "
+            f"same request; it holds {whole.compaction!r}")
 
 
 @pytest.mark.task("08.1")
 def test_a_repair_after_a_compaction_keeps_the_compaction(lesson, sessions):
     """A crash between a tool call and its result after a compaction: the resume
-    repairs the tail (lesson 04) and the request still starts from the summary."""
-    agent, model, log = open_agent(lesson, sessions)
+    repairs the tail (lesson 04) and the request still starts from the summary, the
+    crashed turn after it, its call answered."""
     path = sessions / "quest-1.jsonl"
-    with log:
-        play_until_compacted(lesson, agent, model)
-        view = agent.view()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(6):
+            log.append(message)
+        log.compact("The first two turns.", keep=2)
     with path.open("a") as file:   # the call of a turn that crashed before its result
         file.write(json.dumps({"role": "user", "content": "Buy a rope."}) + "\n")
         file.write(json.dumps({"role": "assistant", "content": "", "tool_calls": [
             {"id": "late", "type": "function", "function": {
                 "name": "buy", "arguments": "{\"item\": \"rope\"}"}}]}) + "\n")
-    agent, model, log = open_agent(lesson, sessions, [say("Let us check the rope.")],
-                                   budget=None)
-    with log:
-        agent.run("Did we buy it?")
-    sent = model.requests[0]["messages"]
-    assert sent[:len(view)] == view, (
-        "after a repair the request should still start from the summary, the messages "
-        "after the boundary following it")
-    roles = [m["role"] for m in sent[len(view):]]
-    assert roles == ["user", "assistant", "tool", "user"], (
-        "after the summary and the messages before the crash come the crashed turn, "
-        "its call answered by the repair, and the new message")
+    kept = resumed_after_the_boundary(lesson, sessions)
+    roles = [m.get("role") for m in kept]
+    assert kept[:2] == conversation(6)[4:] and roles[2:] == ["user", "assistant",
+                                                             "tool"], (
+        "after a repair, the request should still start from the summary: then the "
+        "two messages the compaction kept, the crashed turn, and the repair's answer "
+        f"to its call; after the boundary the resumed agent holds {shape(kept)}")
 
 
 # --- the budget's limits ------------------------------------------------------------

@@ -340,7 +340,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         upto = super().compact(summary, keep)
         # The compaction as every reader finds it (LogState.compaction): a compaction
         # is rare, and one more read of the log costs little beside its model call
-        self.compacted = parse_log(read_all(self._fd, self.path), self.path).compaction()
+        state = parse_log(read_all(self._fd, self.path), self.path)
+        self.compacted = state.compaction()
         if self.known is not None:
             self.known.compaction = self.compacted
         return upto
