@@ -211,7 +211,10 @@ def misplaced(lesson: course.Lesson, task: course.Task) -> str | None:
 def check_folders(root: Path) -> Finding:
     finding = Finding("every lesson folder is complete")
     for name in course.lesson_folders(root):
-        for needed in (Path("lessons") / name / "lesson.toml", Path("solutions") / name / course.MODULE):
+        # answers.toml: the page's folded answers ("What you saw" at least), which the
+        # page includes with {{ answer() }} rather than holding them in its source.
+        for needed in (Path("lessons") / name / "lesson.toml", Path("solutions") / name / course.MODULE,
+                       Path("solutions") / name / "answers.toml"):
             if not (root / needed).is_file():
                 finding.problems.append(f"{needed} is missing")
     return finding

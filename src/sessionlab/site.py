@@ -14,6 +14,9 @@ that holds only a directive is replaced by Markdown made from the course's files
     {{ hints("00.1") }}       the task's hints, each folded away, in order
     {{ tasks("04_repair") }}  every task of a lesson, each followed by its tests and hints
     {{ field("04_repair", "discussion") }}   a text field of the lesson's lesson.toml
+    {{ answer("08_compact", "role") }}       a folded answer of the page, kept under that key
+                              in solutions/08_compact/answers.toml (as Markdown, not
+                              in the page's source, which a student reads before thinking)
     {{ diff("01_append") }}   what grew since the previous lesson: the task code a student
                               writes (the solution), and what the starter gives around it
 
@@ -52,6 +55,7 @@ except ImportError:  # pragma: no cover
 DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\{\{\s*(?P<name>[a-z_]+)\((?P<args>.*)\)\s*\}\}[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})")
 DIRECTIVE_ANYWHERE = re.compile(DIRECTIVE.pattern, re.M)
+ANSWERS = "answers.toml"     # solutions/NN_topic/answers.toml, read by {{ answer() }}
 
 
 class IncludeError(_BuildError):  # type: ignore[misc,valid-type]
@@ -247,6 +251,24 @@ class Includer:
         if not isinstance(value, str) or not value.strip():
             raise IncludeError(f"{path} has no text field {key!r}")
         return _prose(value.strip()) + "\n"
+
+    # {{ answer("08_compact", "role") }}: the body of a folded answer on the page
+    def do_answer(self, ref: str, key: str) -> str:
+        """What a page folds away as the answer to a question it asks ("What you saw", a
+        design question's answer): kept beside the reference solution, so that the page's
+        source, which a student reads in a terminal, does not hand it out. The page keeps
+        the fold's line (the question); this is its body, Markdown as written."""
+        lesson = self._lesson(ref)
+        path = f"solutions/{lesson.name}/{ANSWERS}"
+        try:
+            answers = tomllib.loads(self._read(path))
+        except tomllib.TOMLDecodeError as error:
+            raise IncludeError(f"{path} is not valid TOML: {error}") from None
+        value = answers.get(key)
+        if not isinstance(value, str) or not value.strip():
+            known = ", ".join(sorted(answers)) or "none"
+            raise IncludeError(f"{path} has no answer {key!r} (it has: {known})")
+        return value.strip() + "\n"
 
     # {{ hints("03.1") }}
     def do_hints(self, task_id: str) -> str:

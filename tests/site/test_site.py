@@ -247,6 +247,9 @@ def tiny(tmp_path):
                 assert greeting == "Hello, Ada", f"expected a greeting for Ada, got {{greeting!r}}"
             '''), encoding="utf-8")
         extra = "\n\nLOUD = True\n" if number == "01" else "\n"
+        if number == "01":      # a page's folded answer: {{ answer("01_second", "saw") }}
+            (solution / "answers.toml").write_text("saw = '**What you saw:** it.'\n",
+                                                   encoding="utf-8")
         (solution / "agent.py").write_text(textwrap.dedent(f'''
             class Greeter:
                 def greet(self, name):
@@ -351,6 +354,30 @@ def test_changes_to_docstrings_and_comments_are_left_out_of_the_diff(tiny):
     assert "Not shown: 2 changed lines of docstrings and comments." in out
 
 
+def test_a_folded_answer_comes_from_answers_toml_inside_the_fold(tiny):
+    """The page keeps the question (the fold's title); its answer is kept beside the
+    solution, so that the page's source does not hand it out."""
+    (tiny / "solutions/01_second/answers.toml").write_text(
+        "saw = '''\n**What you saw:** a `<b>` and\n\n| a | b |\n|---|---|\n'''\n",
+        encoding="utf-8")
+    out = expand('??? note "What did you see?"\n    {{ answer("01_second", "saw") }}\n', tiny)
+    assert out.startswith('??? note "What did you see?"\n    **What you saw:** a `<b>` and\n'
+                          "\n    | a | b |\n    |---|---|\n"), out
+
+
+@pytest.mark.parametrize("page", sorted((DOCS / "lessons").glob("*.md")), ids=lambda p: p.name)
+def test_a_lesson_pages_source_keeps_its_folded_answers_in_answers_toml(page):
+    """A student reads docs/lessons/NN_topic.md in their copy, where a fold is plain
+    text: what the predict step shows ("What you saw") comes through {{ answer() }}."""
+    text = page.read_text(encoding="utf-8")
+    assert "**What you saw:**" not in text, (
+        f"docs/lessons/{page.name}: 'What you saw' is written in the page's source; keep it "
+        f"in solutions/{page.stem}/answers.toml and say {{{{ answer(\"{page.stem}\", \"saw\") }}}}")
+    assert f'{{{{ answer("{page.stem}", "saw") }}}}' in text, (
+        f"docs/lessons/{page.name}: the folded output of the predict step should end with "
+        f'{{{{ answer("{page.stem}", "saw") }}}}')
+
+
 @pytest.mark.parametrize("directive, named", [
     ('{{ code("lessons/00_first/missing.py") }}', "lessons/00_first/missing.py: no such file"),
     ('{{ code("solutions/00_first/agent.py", "Greeter.shout") }}', "no function or class 'Greeter.shout'"),
@@ -361,6 +388,9 @@ def test_changes_to_docstrings_and_comments_are_left_out_of_the_diff(tiny):
     ('{{ code("../outside.py") }}', "outside the course folder"),
     ('{{ nonsense("x") }}', "unknown directive 'nonsense'"),
     ('{{ field("00_first", "epilogue") }}', "has no text field 'epilogue'"),
+    ('{{ answer("00_first", "saw") }}', "solutions/00_first/answers.toml: no such file"),
+    ('{{ answer("01_second", "role") }}',
+     "solutions/01_second/answers.toml has no answer 'role' (it has: saw)"),
 ])
 def test_anything_missing_stops_the_build_and_names_it(tiny, directive, named):
     with pytest.raises(IncludeError) as error:
@@ -417,7 +447,8 @@ def test_section_keeps_decorators_and_reports_the_first_line():
 def _story_texts():
     """Every page written by hand, and every lesson.toml: the prose a reader meets."""
     texts = {page.relative_to(ROOT).as_posix(): page.read_text(encoding="utf-8") for page in _own_pages()}
-    for toml in sorted((ROOT / "lessons").glob("*/lesson.toml")):
+    for toml in [*sorted((ROOT / "lessons").glob("*/lesson.toml")),
+                 *sorted((ROOT / "solutions").glob("*/answers.toml"))]:
         texts[toml.relative_to(ROOT).as_posix()] = toml.read_text(encoding="utf-8")
     return texts
 
