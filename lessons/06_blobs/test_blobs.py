@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 
@@ -103,6 +104,8 @@ REASONS = {
                           r"|integrity|checksum|verif",
     "a symbolic link": r"link|not a (plain|regular) file|follow",
     "bytes that are no text": r"utf-?8|text|decod|encod|unicode|binary",
+    "something that is no file": r"regular|plain file|not a file|no file|folder|direct"
+                                 r"|fifo|pipe|device|special|kind of file|type",
 }
 
 
@@ -1257,6 +1260,61 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
         f"the error should name the blob ({blob.name}), the log and the line (line 1); "
         f"it says: {message}")
     says_what_it_met(refused.value, "a symbolic link", sessions)
+    assert snapshot(sessions) == before, "a refused load must change no file"
+
+
+WHAT = {"folder": "folder", "fifo": "FIFO"}
+
+
+class WaitedOnTheBlob(BaseException):
+    """Raised by the test's timer: load was still waiting to open the blob."""
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("planted", ["folder", "fifo"],
+                         ids=["a folder", "a FIFO"])
+def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
+        lesson, sessions, planted):
+    """A folder, or a FIFO (a named pipe), planted at a blob's name is no blob: load
+    refuses it with a BlobError naming the blob, the log and the line, like every other
+    refusal, never with the bare OSError of the read. A FIFO must not make it wait: an
+    open of a FIFO for reading waits for a writer that never comes."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    blob.unlink()
+    if planted == "folder":
+        blob.mkdir()
+    else:
+        os.mkfifo(blob)
+    before = snapshot(sessions)
+
+    def waited(signum, frame):
+        raise WaitedOnTheBlob
+
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            with raises(lesson.BlobError,
+                        f"blobs/{blob.name} is a {WHAT[planted]}, no blob, and load "
+                        "took it for the blob's content") as refused:
+                log.load()
+    except WaitedOnTheBlob:
+        pytest.fail(f"blobs/{blob.name} is a FIFO, and load was still waiting to open "
+                    "it 5 seconds later: an open of a FIFO for reading waits for a "
+                    "writer, and none will come (read_file opens without waiting)",
+                    pytrace=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    message = str(refused.value)
+    named = re.search(r"\bline 1\b", message) and "quest-1.jsonl" in message
+    assert blob.name in message and named, (
+        f"the error should name the blob ({blob.name}), the log and the line (line 1); "
+        f"it says: {message}")
+    says_what_it_met(refused.value, "something that is no file", sessions)
     assert snapshot(sessions) == before, "a refused load must change no file"
 
 

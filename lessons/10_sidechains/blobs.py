@@ -152,12 +152,18 @@ class SessionBlobs:
                 f"{where}: blob {name} is missing from {self.blobs}"
             ) from None
         except OSError:
-            if not (self.blobs / name).is_symlink():
-                raise   # the disk's own failure (EIO): no judgement on the blob
-            raise BlobError(
-                f"{where}: blob {name} is a symbolic link, not a file this store "
-                "wrote; refusing to follow it"
-            ) from None
+            if (self.blobs / name).is_symlink():
+                raise BlobError(
+                    f"{where}: blob {name} is a symbolic link, not a file this store "
+                    "wrote; refusing to follow it"
+                ) from None
+            if not (self.blobs / name).is_file():
+                # A folder, a FIFO, a device at the blob's name: none was ever a blob.
+                raise BlobError(
+                    f"{where}: blob {name} is not a regular file (a folder, a FIFO, "
+                    "a device?), not a file this store wrote; refusing to read it"
+                ) from None
+            raise   # the disk's own failure (EIO): no judgement on the blob
         if hashlib.sha256(data).hexdigest() != name:
             raise BlobError(
                 f"{where}: blob {name} was changed after it was written: its bytes "
