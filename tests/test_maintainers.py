@@ -672,7 +672,7 @@ def test_generating_links_the_shipped_reference_to_every_module_of_its_lesson(tm
     assert link_shipped_reference(tmp_path) == [], "a second run changes nothing"
 
 
-def test_hints_kept_twice_or_for_a_task_not_listed_are_refused_naming_the_file(copy):
+def test_hints_in_lesson_toml_or_for_a_task_not_listed_are_refused_naming_the_file(copy):
     hints = copy / "solutions/01_append/hints.toml"
     kept = hints.read_text()
     hints.write_text(kept + '"01.9" = ["A task renumbered away."]\n')
@@ -684,6 +684,6 @@ def test_hints_kept_twice_or_for_a_task_not_listed_are_refused_naming_the_file(c
     text = toml.read_text()
     at = text.index('id = "01.2"')
     toml.write_text(text[:at] + 'hints = ["Kept here too."]\n' + text[at:])
-    with pytest.raises(course.CourseError, match=r"task 01\.2 has hints here and in "
-                                                  r"lesson\.toml"):
+    with pytest.raises(course.CourseError, match=r"lesson\.toml: task 01\.2: hints belong "
+                                                  r"in solutions/01_append/hints\.toml"):
         lesson_of(copy)

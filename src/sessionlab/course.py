@@ -1,8 +1,8 @@
 """The lesson registry: where the course lives on disk and what each lesson asks for.
 
 Each lesson is a folder `lessons/NN_topic/` holding the student's `agent.py`, its tests and a
-`lesson.toml` (title, tasks, progressive hints), the way rustlings keeps `info.toml`.
-The finished module lives at `solutions/NN_topic/agent.py`.
+`lesson.toml` (title, tasks), the way rustlings keeps `info.toml`. The finished modules
+live in `solutions/NN_topic/`, and beside them the tasks' progressive hints (`hints.toml`).
 """
 
 from __future__ import annotations
@@ -150,10 +150,7 @@ def _with_hints(tasks: tuple[Task, ...], path: Path) -> tuple[Task, ...]:
         hints = table.get(task.id, [])
         if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
             raise CourseError(f"{path}: task {task.id}: its hints must be a list of strings")
-        if hints and task.hints:
-            raise CourseError(f"{path}: task {task.id} has hints here and in lesson.toml: "
-                              "keep them in one place")
-        result.append(dataclasses.replace(task, hints=task.hints or tuple(hints)))
+        result.append(dataclasses.replace(task, hints=tuple(hints)))
     return tuple(result)
 
 
@@ -164,9 +161,10 @@ def _task(entry: object, k: int, toml_path: Path) -> Task:
         raise CourseError(f"{toml_path}: {where} is not a [[tasks]] table")
     task_id = _text(entry, "id", toml_path, where)
     where = f"task {task_id}"
-    hints = entry.get("hints", [])
-    if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
-        raise CourseError(f"{toml_path}: {where}: `hints` must be a list of strings")
+    if "hints" in entry:
+        raise CourseError(f"{toml_path}: {where}: hints belong in "
+                          f"solutions/{toml_path.parent.name}/{HINTS}, beside the solution "
+                          "(in the lesson folder, a student would see every level at once)")
     design = entry.get("design", False)
     if not isinstance(design, bool):
         raise CourseError(f"{toml_path}: {where}: `design` must be true or false")
@@ -174,7 +172,7 @@ def _task(entry: object, k: int, toml_path: Path) -> Task:
                 where=_text(entry, "where", toml_path, where, required=False),
                 description=_text(entry, "description", toml_path, where,
                                   required=False).strip(),
-                hints=tuple(hints), design=design)
+                hints=(), design=design)
 
 
 def _text(table: dict, key: str, toml_path: Path, where: str = "",

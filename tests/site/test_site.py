@@ -232,7 +232,10 @@ def tiny(tmp_path):
             title = "Write <greet>"
             where = "Greeter.greet"
             description = "Return a greeting for `<name>`."
-            hints = ["Start small.", "Use an f-string."]
+            '''), encoding="utf-8")
+        (solution / "hints.toml").write_text(textwrap.dedent(f'''
+            [hints]
+            "{number}.1" = ["Start small.", "Use an f-string."]
             '''), encoding="utf-8")
         (folder / "test_it.py").write_text(textwrap.dedent(f'''
             import pytest
