@@ -562,8 +562,9 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
     holder.expect("holding")
     lock = sessions / "quest-1.lock"
     if not lock.exists():
-        pytest.fail(f"process {holder.pid} holds quest-1, and there is no quest-1.lock: "
-                    "a writer holds the session by a lock on that file", pytrace=False)
+        pytest.fail(f"process {holder.pid} holds quest-1, and there is no "
+                    "quest-1.lock: a writer holds the session by a lock on that file",
+                    pytrace=False)
     gone = a_pid_no_process_has()
     with open(lock, "r+b") as record:
         record.truncate(0)
