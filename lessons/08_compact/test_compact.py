@@ -1401,6 +1401,20 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
         f"the spaces around a summary go; got {lesson.check_summary(plain)!r}")
 
 
+def what_check_summary_says(lesson, key):
+    """The BadSummary message check_summary gives for NO_SUMMARY[key] (None for the
+    summary too long, which check_summary takes: check_fits refuses it)."""
+    if key == "too_long":
+        return None
+    reply = lesson.normalize_reply(json.loads(json.dumps(NO_SUMMARY[key].message)), [])
+    try:
+        lesson.check_summary(reply)
+    except lesson.BadSummary as error:
+        return str(error)
+    pytest.fail(f"check_summary() took a reply that is no summary ({key}) for a "
+                "summary", pytrace=False)
+
+
 def summary_instruction(request):
     return next(m["content"] for m in request["messages"] if m["role"] == "system")
 
@@ -1487,7 +1501,7 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 @pytest.mark.parametrize("replies", [
     ("tool_call", "call_as_json"), ("tool_call", "empty"),
     ("unfinished_think", "empty"), ("too_long", "too_long"),
-])
+], ids="-then-".join)
 def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         lesson, sessions, replies):
     """When the second reply is no summary either, the turn stops with BadSummary
@@ -1508,13 +1522,18 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         everything = list(agent.messages)
     message = str(raised.value)
     for which, key in zip(("first", "second"), replies):
-        for pattern in WHAT_IT_WAS[key]:
-            assert re.search(pattern, message), (
+        said = what_check_summary_says(lesson, key)
+        if said is None:        # too long: check_fits (given) says so
+            assert re.search(r"(?i)too long", message), (
                 f"the error for two replies that are no summary ({replies[0]}, then "
-                f"{replies[1]}) should say what each reply was, in the words a "
-                f"refusal of one reply gives: of the {which} ({key}), "
-                f"{SAYS[pattern]} (the words matching {pattern!r}); it says "
-                f"{message!r}")
+                f"{replies[1]}) should say that the {which} was too long, as "
+                f"check_fits said of it; it says {message!r}")
+        elif which == "first" or said != what_check_summary_says(lesson, replies[0]):
+            assert said in message, (
+                f"the error for two replies that are no summary ({replies[0]}, then "
+                f"{replies[1]}) should say what each reply was, in the words "
+                f"check_summary gave for it (the task quotes them to the user in this "
+                f"error): for the {which} ({key}), {said!r}; it says {message!r}")
     assert "turn alone" not in message, (
         f"the summary is what failed, not the turn; the error says {message!r}")
     assert not compactions_in(path), (
