@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import errno
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -381,14 +382,15 @@ def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
 
 
 @pytest.mark.task("09.1")
+@pytest.mark.parametrize("stop_after", [1, 2], ids=["one-removal", "two-removals"])
 def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, stop_after
 ):
-    """A delete that stops after removing one of the session's files (an I/O error,
-    a crash) leaves the whole session (its log and its meta file: a temporary copy
-    may be gone, it was never part of it) or no session at all (a meta file or a copy
-    without its log is none), never a log that still opens without its meta file;
-    deleting again finishes the job."""
+    """A delete that stops after removing one of the session's three files, or two of
+    them (an I/O error, a crash), leaves the whole session (its log and its meta file:
+    a temporary copy may be gone, it was never part of it) or no session at all (a
+    meta file or a copy without its log is none), never a log that still opens
+    without its meta file; deleting again finishes the job."""
     play(lesson, sessions, TURN_SECRET)
     lesson.fork(sessions, "quest-1", "quest-1b")
     (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_bytes(
@@ -401,7 +403,7 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
             base = Path(path).name
             if base.startswith(("quest-1b.", ".quest-1b.")) and base.endswith(
                     (".jsonl", ".meta.json", ".tmp")):
-                if removed:
+                if len(removed) == stop_after:
                     raise OSError(5, "Input/output error (the test's)", str(path))
                 removed.append(base)
             return real[name](path, *args, **kwargs)
@@ -414,14 +416,16 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     except OSError:
         pass        # the delete stopped: what it left is what this test is about
     monkeypatch.undo()
-    assert removed, "the test's own set-up: the delete removed no file of quest-1b"
+    assert len(removed) == stop_after, (
+        f"the test's own set-up: the delete removed {removed} of quest-1b's three "
+        f"files, the test stops it after {stop_after}")
     left = sorted(p.name for p in sessions.iterdir() if "quest-1b" in p.name)
     if (sessions / "quest-1b.jsonl").exists():
         assert "quest-1b.meta.json" in left, (
-            f"the delete of quest-1b removed {removed[0]} and then stopped (an I/O "
-            f"error); it left {left}: the fork's log without its meta file, a session "
-            "that still opens and resumes but has lost its lineage, and no later look "
-            "can tell that a delete was under way")
+            f"the delete of quest-1b removed {' and '.join(removed)} and then stopped "
+            f"(an I/O error); it left {left}: the fork's log without its meta file, a "
+            "session that still opens and resumes but has lost its lineage, and no "
+            "later look can tell that a delete was under way")
     assert lesson.delete_session(sessions, "quest-1b") is True, (
         f"a delete that stopped half-way left {left}: deleting again should finish the "
         "job and return True")
@@ -500,6 +504,33 @@ def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
     assert blob_names(sessions) == [], (
         "the blobs named by the damaged log (one by its torn last line) should go with "
         f"it; blobs/ still holds {[name[:12] for name in blob_names(sessions)]}")
+
+
+@pytest.mark.task("09.1")
+@pytest.mark.task("09.5")
+def test_delete_removes_the_blob_only_a_copy_a_crashed_erase_left_refers_to(
+    lesson, sessions
+):
+    """An erase of another process crashed while it rewrote the log: its copy of the
+    log is left beside it, and a line of the copy points to a blob that no other file
+    names (the erase stored a scrubbed message anew). Deleting the session removes
+    the copy, and that blob with it: it holds the person's words too."""
+    play(lesson, sessions, TURN_A)
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(LARGE_SECRET.encode())
+    age(sessions / "blobs" / blob, 1)
+    scrubbed = {"role": "user", "content": {"$blob": blob, "size": len(LARGE_SECRET),
+                                            "preview": LARGE_SECRET[:20]}}
+    copy = sessions / ".quest-1.jsonl.e5r4s3.tmp"
+    copy.write_bytes((sessions / "quest-1.jsonl").read_bytes()
+                     + json.dumps(scrubbed).encode() + b"\n")
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert not copy.exists(), "the copy a crashed erase left of the log should go"
+    assert blob_names(sessions) == [], (
+        "the copy of the log that a crashed erase left pointed to a blob no other file "
+        f"names ({blob[:12]}...); the delete removed the copy and left the blob, with "
+        "the person's words in it, for no file to reach: the blobs only the session "
+        "used are those its copies point to as well")
 
 
 @pytest.mark.task("09.1")
@@ -1468,6 +1499,75 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
 
 
 @pytest.mark.task("09.4")
+def test_erase_rewrites_the_log_its_writer_holds_not_what_the_name_reaches(
+    lesson, sessions
+):
+    """The writer has opened the session and appended; then another program puts a
+    copy of the log as it was before that append in the log's place (a backup
+    restored over it: the swap of lesson 04). The erase reads the log its writer
+    holds: the log it leaves under the name holds every message the writer has, the
+    erased one as its tombstone, and the words are gone."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    backup = sessions / "backup-of-quest-1"
+    backup.write_bytes(path.read_bytes())
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": TURN_C[0]})
+        os.replace(backup, path)
+        log.erase(0)
+    contents = [m["content"] for m in resume(lesson, sessions)]
+    assert contents == [lesson.ERASED, "Noted.", TURN_C[0]], (
+        "after the writer appended, an older copy of the log took the log's name; the "
+        "writer then erased message 0, and the session now shows "
+        f"{contents}, not [ERASED, 'Noted.', {TURN_C[0]!r}]: the erase rewrote the "
+        "file the name reached, not the log the writer holds, and the message the "
+        "writer had acknowledged is gone")
+    assert files_holding(sessions, "Ilse") == [], (
+        f"after the erase the words are still in {files_holding(sessions, 'Ilse')}")
+
+
+@pytest.mark.task("09.4")
+def test_after_an_erase_a_write_taken_back_leaves_no_gap_in_the_log(
+    lesson, sessions, monkeypatch
+):
+    """After an erase, the disk fills up in the middle of a line: the writer takes the
+    part back (lesson 04) and raises. Once there is room, its next message lands right
+    after the last whole line, as it did before the erase: the log holds no gap."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        log.append({"role": "user", "content": SECRET})
+        log.append({"role": "assistant", "content": "Noted."})
+        log.erase(0)
+        real_write = os.write
+        cut = []
+
+        def write(fd, data):
+            if cut:
+                return real_write(fd, data)
+            cut.append(True)    # the disk is full half-way through this line
+            return real_write(fd, bytes(data)[:len(data) // 2])
+
+        monkeypatch.setattr(os, "write", write)
+        with pytest.raises(OSError):
+            log.append({"role": "user", "content": "Lost to a full disk."})
+        monkeypatch.undo()
+        log.append({"role": "user", "content": TURN_C[0]})
+    finally:
+        log.close()
+    data = (sessions / "quest-1.jsonl").read_bytes()
+    assert b"\0" not in data and b"Lost to" not in data, (
+        "after an erase, a line the full disk cut short was taken back, and the next "
+        f"line did not land at the end of the log: the log holds {data.count(0)} NUL "
+        "byte(s) where the part taken back was, and no longer loads. The file the "
+        "writer holds after an erase must be written as the log always was, at its "
+        "end, wherever the last write left off")
+    contents = [m["content"] for m in resume(lesson, sessions)]
+    assert contents == [lesson.ERASED, "Noted.", TURN_C[0]], (
+        f"the session should show the tombstone, the reply and the next message: "
+        f"{contents}")
+
+
+@pytest.mark.task("09.4")
 def test_erase_is_done_under_the_lock(lesson, sessions):
     """Erasing a session another writer holds is refused (SessionBusy), changing
     nothing: a rewrite under a writer would lose what it appends."""
@@ -2294,6 +2394,117 @@ def test_two_collections_setting_the_same_blob_aside_at_once_raise_nothing(
     assert sorted(p.name[:14] for p in blobs.iterdir()) == [], (
         "both files were old and nobody's, and each collection removed one: blobs/ "
         f"should be empty, it holds {sorted(p.name[:14] for p in blobs.iterdir())}")
+
+
+@pytest.mark.task("09.5")
+def test_two_collections_taking_the_same_blob_name_at_once_keep_a_writers_blob(
+    lesson, sessions, monkeypatch
+):
+    """Three collections and two writers, each at its worst moment. The first
+    collection has just looked at an old blob nobody refers to; a second removes it,
+    and a writer stores the same bytes anew (pinned, before its line). The first goes
+    on and takes the blob's name away: it reaches the writer's file now. Just then the
+    name comes to reach an old copy of the same bytes nobody refers to (another writer
+    stored them and died before its line), and a third collection removes that copy.
+    The first collection puts away no file but its own: when it is done, the writer's
+    file is under the name, and the writer's log loads."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(LARGE_SECRET.encode())
+    blobs = sessions / "blobs"
+    path = blobs / blob
+    age(path, 2)
+    writer = {}
+
+    def dead_writers_copy_then_a_third_collection():
+        fd, temp = tempfile.mkstemp(dir=blobs, prefix=f".{blob}.", suffix=".tmp")
+        os.write(fd, LARGE_SECRET.encode())
+        os.close(fd)
+        os.replace(temp, path)
+        age(path, 2)
+        return lesson.collect_blobs(sessions)
+
+    def second_collection_then_a_writer():
+        removed = lesson.collect_blobs(sessions)
+        fd, temp = tempfile.mkstemp(dir=blobs, prefix=f".{blob}.", suffix=".tmp")
+        writer["fd"] = fd
+        fcntl.flock(fd, fcntl.LOCK_SH)     # the writer's pin, until its line
+        os.write(fd, LARGE_SECRET.encode())
+        os.replace(temp, path)
+        writer["inode"] = os.fstat(fd).st_ino
+        writer["third"] = when_the_name_goes(
+            path, monkeypatch, dead_writers_copy_then_a_third_collection, before=False)
+        return removed
+
+    met = at_first_look(path, monkeypatch, second_collection_then_a_writer)
+    try:
+        try:
+            first = lesson.collect_blobs(sessions)
+        except OSError as error:
+            pytest.fail("while the first collection had the blob's name taken away, "
+                        "a third collection removed an old copy that had come under "
+                        f"that name; the first then failed with {error!r} instead of "
+                        "going on", pytrace=False)
+        finally:
+            monkeypatch.undo()
+        assert met and met[0] == [blob], (
+            "the test's own set-up: the second collection should have removed the old "
+            "blob the first had just looked at")
+        assert writer.get("third"), (
+            "the test's own set-up: the first collection never took the name away")
+        assert writer["third"][0] == [blob], (
+            "the test's own set-up: the third collection should have removed the old "
+            "copy nobody refers to")
+        found = os.stat(path).st_ino if os.path.lexists(path) else None
+        assert found == writer["inode"], (
+            "the first collection took the blob's name away when it reached a writer's "
+            "file (stored anew, pinned, before its line); meanwhile a third collection "
+            "took the name away from an old copy and removed it. After the first "
+            f"collection the name {'reaches another file' if found else 'is gone'}: "
+            "the writer's file was lost, and the line it writes next points to "
+            f"{'a file it did not store' if found else 'nothing'}. Where does each "
+            "collection put what it takes away, and can one put its file over "
+            "another's?")
+        assert blob not in first, (
+            "the writer's file is still under the blob's name, yet the first "
+            "collection names the blob among those it removed")
+        with lesson.SessionLog(sessions, "quest-2") as line:     # its line, now
+            line.append({"role": "user", "content": LARGE_SECRET})
+    finally:
+        if "fd" in writer:
+            os.close(writer["fd"])
+    assert resume(lesson, sessions, "quest-2")[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_an_old_leftover_its_writer_still_holds_stays(lesson, sessions):
+    """A writer is storing a blob: its temporary file, held by the writer until the
+    blob is done, has half the bytes, and the writer was stopped right there two days
+    ago (a laptop put to sleep). The collection leaves that file as it is: when the
+    writer wakes up, it finishes the blob, and its log loads."""
+    blobs = sessions / "blobs"
+    blobs.mkdir(mode=0o700)
+    data = LARGE_SECRET.encode()
+    digest = hashlib.sha256(data).hexdigest()
+    fd, temp = tempfile.mkstemp(dir=blobs, prefix=f".{digest}.", suffix=".tmp")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)     # held by its writer, as store_blob holds it
+        os.write(fd, data[:1000])
+        age(Path(temp), 2)
+        removed = lesson.collect_blobs(sessions)
+        assert os.path.exists(temp), (
+            "a writer was storing a blob, and was stopped two days ago with half of it "
+            "written; it still holds the file. The collection removed it as a leftover "
+            "of a crashed write: the writer, woken up, finishes a blob that no name "
+            "reaches, and its log points to nothing. A leftover goes once it is old "
+            "and nobody holds it")
+        assert removed == [], f"collect_blobs() removed {removed}, no blob was there"
+        os.write(fd, data[1000:])
+        os.replace(temp, blobs / digest)
+    finally:
+        os.close(fd)
+    with lesson.SessionLog(sessions, "quest-2") as writer:
+        writer.append({"role": "user", "content": LARGE_SECRET})
+    assert resume(lesson, sessions, "quest-2")[0]["content"] == LARGE_SECRET
 
 
 class Crash(BaseException):

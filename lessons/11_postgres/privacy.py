@@ -97,10 +97,14 @@ def delete_session(folder: str | Path, session_id: str, *,
         # cannot go (busy) stops the delete here, with the session still whole: run
         # again, it starts over. The parent gone first would hide them for good.
         delete_sidechains(folder, session_id)
-        try:
-            blobs = mentioned_blobs(read_file(log.path))
-        except OSError:
-            blobs = []  # no log, or one that cannot be read: collect_blobs() decides
+        # The blob names of every file that goes: the log's, and those of a copy an
+        # erase that crashed left (a line it scrubbed points to a blob stored anew)
+        blobs: list[str] = []
+        for path in files:
+            try:
+                blobs += mentioned_blobs(read_file(path))
+            except OSError:
+                pass    # one that cannot be read: collect_blobs() decides its blobs
         # The log first: from then on there is no session, and a crash leaves at worst
         # a meta file without a log, which is no session (lesson 03), deleted next time.
         for path in files:
