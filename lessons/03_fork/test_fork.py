@@ -912,32 +912,7 @@ def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
     error reaches the caller, the folder is as it was, whichever file's naming
     failed, and the same fork, run again, works."""
     before = snapshot(sessions)
-    failed = []
-
-    def failing(real):
-        def step(src, dst, *args, **kwargs):
-            if os.path.basename(os.fspath(dst)) == name and not failed:
-                failed.append(name)
-                if failure == "EIO":
-                    raise OSError(errno.EIO, os.strerror(errno.EIO))
-                raise KeyboardInterrupt
-            return real(src, dst, *args, **kwargs)
-        return step
-    for call_name in ("link", "rename", "replace"):
-        monkeypatch.setattr(os, call_name, failing(getattr(os, call_name)))
-    try:
-        lesson.fork(sessions, "quest-1", "what-if")
-        outcome = "returned"
-    except KeyboardInterrupt:
-        outcome = "Ctrl-C"
-    except NotImplementedError:
-        raise
-    except Exception as error:      # noqa: BLE001 - the failure is the point
-        is_eio = isinstance(error, OSError) and error.errno == errno.EIO
-        outcome = "EIO" if is_eio else f"raised {type(error).__name__}: {error}"
-    finally:
-        monkeypatch.undo()
-
+    failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, name, failure)
     if not failed:
         return      # that file got its name by no rename or link: nothing to fail
     left = sorted(set(snapshot(sessions)) - set(before))
@@ -973,32 +948,8 @@ def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
          "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
     stale.chmod(0o600)
     before = snapshot(sessions)
-    failed = []
-
-    def failing(real):
-        def step(src, dst, *args, **kwargs):
-            if os.path.basename(os.fspath(dst)) == "what-if.jsonl" and not failed:
-                failed.append(dst)
-                if failure == "EIO":
-                    raise OSError(errno.EIO, os.strerror(errno.EIO))
-                raise KeyboardInterrupt
-            return real(src, dst, *args, **kwargs)
-        return step
-    for call_name in ("link", "rename", "replace"):
-        monkeypatch.setattr(os, call_name, failing(getattr(os, call_name)))
-    try:
-        lesson.fork(sessions, "quest-1", "what-if")
-        outcome = "returned"
-    except KeyboardInterrupt:
-        outcome = "Ctrl-C"
-    except NotImplementedError:
-        raise
-    except Exception as error:      # noqa: BLE001 - the failure is the point
-        is_eio = isinstance(error, OSError) and error.errno == errno.EIO
-        outcome = "EIO" if is_eio else f"raised {type(error).__name__}: {error}"
-    finally:
-        monkeypatch.undo()
-
+    failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, "what-if.jsonl",
+                                      failure)
     if not failed:
         return      # the log got its name by no rename or link: nothing to fail
     assert outcome == failure, (
@@ -1022,6 +973,38 @@ def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
         f"raised {type(retry).__name__}: {retry}")
     expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
                       f"failed ({failure}) onto a meta file with no log, and run again")
+
+
+def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
+    """Fork quest-1 onto what-if while the first rename or link that would give `name`
+    its name fails, with EIO or Ctrl-C (`failure`). Returns whether that step came, and
+    how the fork ended: "returned", "Ctrl-C", "EIO" or the other error it raised."""
+    failed = []
+
+    def failing(real):
+        def step(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(dst)) == name and not failed:
+                failed.append(name)
+                if failure == "EIO":
+                    raise OSError(errno.EIO, os.strerror(errno.EIO))
+                raise KeyboardInterrupt
+            return real(src, dst, *args, **kwargs)
+        return step
+    for call_name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, call_name, failing(getattr(os, call_name)))
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "Ctrl-C"
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - the failure is the point
+        is_eio = isinstance(error, OSError) and error.errno == errno.EIO
+        outcome = "EIO" if is_eio else f"raised {type(error).__name__}: {error}"
+    finally:
+        monkeypatch.undo()
+    return bool(failed), outcome
 
 
 def fork_or_fail(lesson, *args, **options):
