@@ -1104,6 +1104,30 @@ def hold_inserts(database):
     return gate
 
 
+def started_until_it_waits(database, action):
+    """Run `action` in a thread of its own; return the thread and its outcome (a dict
+    whose "error" is what it raised, None once it returned) as soon as it waits for
+    a lock in the server (another host's row), or has ended, or WAIT seconds have
+    passed."""
+    outcome = {}
+
+    def run():
+        try:
+            action()
+            outcome["error"] = None
+        except Exception as error:  # noqa: BLE001 - the test reports it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + WAIT
+    while thread.is_alive() and time.monotonic() < deadline and not sql(
+            database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
+            "= 'Lock' AND datname = current_database()"):
+        time.sleep(0.01)
+    return thread, outcome
+
+
 def until_waiting(database, count, *processes):
     """Until `count` connections wait for a lock (writers at their insert), or one of
     `processes` has ended, or WAIT seconds have passed."""
@@ -1301,27 +1325,14 @@ def test_two_writers_storing_the_same_blob_at_once_both_succeed(lesson, database
     then finds the blob there and goes on: no error, one row of session_blobs."""
     pasted = "The elder's map, copied out. " * 1000
     digest = hashlib.sha256(pasted.encode("utf-8")).hexdigest()
-    outcome = {}
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         assert log.load() == [], "a new database should hold no session"
         with psycopg.connect(database) as other_host:    # a transaction, not committed
             other_host.execute("INSERT INTO session_blobs (sha256, data) "
                                "VALUES (%s, %s)", (digest, pasted.encode("utf-8")))
 
-            def append():
-                try:
-                    log.append({"role": "user", "content": pasted})
-                except Exception as error:  # noqa: BLE001 - the test reports it
-                    outcome["error"] = error
-
-            writer = threading.Thread(target=append)
-            writer.start()
-            # Until the writer waits for the other host's row (or has finished)
-            deadline = time.monotonic() + WAIT
-            while writer.is_alive() and time.monotonic() < deadline and not sql(
-                    database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
-                    "= 'Lock' AND datname = current_database()"):
-                time.sleep(0.01)
+            writer, outcome = started_until_it_waits(database, lambda: log.append(
+                {"role": "user", "content": pasted}))
             other_host.commit()
             writer.join(HANG)
     error = outcome.get("error")
@@ -1370,22 +1381,8 @@ def test_a_collection_never_takes_a_blob_a_writer_is_about_to_point_to(
         (digest, large.encode("utf-8")))
     stuck = other("stuck")
     stuck.expect("inside")
-    outcome = {}
-
-    def collect():
-        try:
-            outcome["removed"] = lesson.collect_postgres_blobs(database)
-        except Exception as error:  # noqa: BLE001 - the test reports it
-            outcome["error"] = error
-
-    collector = threading.Thread(target=collect)
-    collector.start()
-    # Until the collection waits for the writer (or has finished)
-    deadline = time.monotonic() + WAIT
-    while collector.is_alive() and time.monotonic() < deadline and not sql(
-            database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
-            "= 'Lock' AND datname = current_database()"):
-        time.sleep(0.01)
+    collector, outcome = started_until_it_waits(
+        database, lambda: lesson.collect_postgres_blobs(database))
     stuck.go()
     stuck.process.wait(HANG)
     collector.join(HANG)
@@ -1630,27 +1627,12 @@ def test_a_fork_onto_an_id_another_host_is_creating_is_refused(lesson, database)
         log.append({"role": "user", "content": "Where is the cave?"})
         log.append({"role": "assistant", "content": "North of the mill."})
     line = json.dumps({"role": "user", "content": "Where is the shop?"})
-    outcome = {}
     with psycopg.connect(database) as other_host:    # a transaction, not committed
         other_host.execute("INSERT INTO sessions (id) VALUES ('quest-2')")
         other_host.execute("INSERT INTO session_entries (session_id, seq, line, body) "
                            "VALUES ('quest-2', 0, %s, %s::jsonb)", (line, line))
-
-        def fork():
-            try:
-                lesson.fork_postgres(database, "quest-1", "quest-2")
-                outcome["error"] = None
-            except Exception as error:  # noqa: BLE001 - the test reports it
-                outcome["error"] = error
-
-        forking = threading.Thread(target=fork)
-        forking.start()
-        # Until the fork waits for the other host's row (or has finished)
-        deadline = time.monotonic() + WAIT
-        while forking.is_alive() and time.monotonic() < deadline and not sql(
-                database, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type "
-                "= 'Lock' AND datname = current_database()"):
-            time.sleep(0.01)
+        forking, outcome = started_until_it_waits(
+            database, lambda: lesson.fork_postgres(database, "quest-1", "quest-2"))
         other_host.commit()
         forking.join(HANG)
     error = outcome.get("error")
