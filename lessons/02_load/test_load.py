@@ -13,14 +13,13 @@ import os
 import resource
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
 
 from sessionlab import course
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import open_descriptors
+from sessionlab.testing import described, open_descriptors
 from sessionlab.town import Town
 
 DAY_ONE = [
@@ -46,15 +45,6 @@ def fingerprint(path):
     return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
 
 
-def raised(error):
-    """An exception as a failure names it: its type, its text, and the line of the
-    lesson's code it came out of."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if course.is_lesson_module(Path(frame.filename))]
-    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{at}"
-
-
 def load(log, holding):
     """log.load(); if it raises, the test fails saying so: `holding` is what the log
     holds and what the load should have returned."""
@@ -63,7 +53,7 @@ def load(log, holding):
     except NotImplementedError:
         raise           # a task not written yet: the plugin says which
     except Exception as error:
-        pytest.fail(f"{holding}; load() raised {raised(error)}", pytrace=False)
+        pytest.fail(f"{holding}; load() raised {described(error)}", pytrace=False)
 
 
 @pytest.mark.key
@@ -231,7 +221,7 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
                       and "codec" not in str(error))
             why = (". Line 1 is one whole JSON object: a piece of it that is no JSON "
                    "was cut somewhere inside it" if pieces else "")
-            pytest.fail(f"{wrote}; load() raised {raised(error)}, where it should "
+            pytest.fail(f"{wrote}; load() raised {described(error)}, where it should "
                         f"return both messages{why}", pytrace=False)
 
     contents = [m.get("content") if isinstance(m, dict) else m for m in loaded]
@@ -355,7 +345,7 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
         raise
     except Exception as error:
         pytest.fail("the log exists but could not be opened (too many open files), "
-                    f"and load() raised {raised(error)}, where it should let the "
+                    f"and load() raised {described(error)}, where it should let the "
                     "OSError that says so reach the caller", pytrace=False)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -623,7 +613,7 @@ def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
         except NotImplementedError:
             raise
         except Exception as error:
-            pytest.fail(f"{setting}; load() raised {raised(error)}, where it should "
+            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
                         "return them: loading only ever reads, so a log it may not "
                         "write still loads", pytrace=False)
     assert not refused, (
@@ -653,7 +643,7 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
         except NotImplementedError:
             raise
         except Exception as error:
-            pytest.fail(f"{setting}; load() raised {raised(error)}, where it should "
+            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
                         "let the OSError that says so reach the caller", pytrace=False)
         try:
             agent = lesson.Agent(model.client(), model=model.model, tools=town,

@@ -9,12 +9,10 @@ Run: pytest lessons/02_load            (your code)
 """
 
 import re
-import traceback
-from pathlib import Path
 
 import pytest
 
-from sessionlab import course
+from sessionlab.testing import described
 
 GOOD = b'{"role": "user", "content": "Hello."}\n'
 BAD_LINES = {
@@ -67,7 +65,7 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
                     f"nobody would learn that the log is damaged. Expected {expected}",
                     pytrace=False)
     message = str(error)
-    said = f"{setting}, and load() raised {raised(error)}"
+    said = f"{setting}, and load() raised {described(error)}"
     if isinstance(error, UnicodeDecodeError):
         said += (f" (a decoder's error: it knows a position in the bytes it was given, "
                  f"{error.start}, not the log's file or line)")
@@ -88,15 +86,6 @@ def outcome(log):
         raise           # a task not written yet: the plugin says which
     except Exception as error:
         return error
-
-
-def raised(error):
-    """An exception as a failure names it: its type, its text, and the line of the
-    lesson's code it came out of."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if course.is_lesson_module(Path(frame.filename))]
-    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{at}"
 
 
 def names_line(message, number):
@@ -120,9 +109,9 @@ def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
         pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
                     "line 3, naming the file and the line", pytrace=False)
     assert isinstance(error, ValueError) and names_line(str(error), 3), (
-        f"{setting}; load() raised {raised(error)}. Expected an InvalidMessage naming "
-        "line 3, where an editor shows it: an empty line holds nothing, but it is a "
-        "line of the file all the same")
+        f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
+        "naming line 3, where an editor shows it: an empty line holds nothing, but it "
+        "is a line of the file all the same")
 
 
 @pytest.mark.task("02.1")
@@ -150,7 +139,7 @@ def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces):
                     f"{expected}", pytrace=False)
     named = "quest-1.jsonl" in str(error) and names_line(str(error), 2)
     assert isinstance(error, ValueError) and named, (
-        f"{setting}; load() raised {raised(error)}. {expected}")
+        f"{setting}; load() raised {described(error)}. {expected}")
     assert path.read_bytes() == data, "loading must never change the log"
 
 
@@ -166,7 +155,7 @@ def test_a_surrogate_pair_written_as_escapes_loads_as_its_character(lesson, sess
     setting = ("the log's one line holds a dragon (U+1F409) written as the escaped "
                "pair of surrogates \\ud83d\\udc09, which is JSON for one character")
     if isinstance(loaded, BaseException):
-        pytest.fail(f"{setting}; load() raised {raised(loaded)}, where it should "
+        pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
                     "return the message with the dragon in its text", pytrace=False)
     assert loaded == [{"role": "user", "content": "a dragon \U0001F409"}], (
         f"{setting}; load() returned {loaded!r}, where it should return the message "

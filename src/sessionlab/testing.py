@@ -178,6 +178,12 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
     pytest.fail(f"expected {_names(expected)}, but nothing was raised: {why}", pytrace=False)
 
 
+def described(error: BaseException) -> str:
+    """An exception as a test's failure names it: its type, its text, and where it came
+    from in the course's files (a test's words then say what was expected instead)."""
+    return f"{type(error).__name__}: {error} (raised at {_where(error)})"
+
+
 def fail_in(task: str, message: str) -> NoReturn:
     """Fail the test with `message`, saying whose code is wrong: task `task`. For a test of
     several tasks that can tell which one failed it; the failure then names that task
