@@ -457,30 +457,8 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
         log.close()
     else:
         pytest.skip("the timer never fired while the line was written (five tries)")
-    try:
-        log.append(big)
-    except lesson.WriterStopped as error:
-        assert str(log.path) in str(error), (
-            f"WriterStopped should name the log: {error}")
-    except NotImplementedError:
-        raise
-    except Exception as error:      # noqa: BLE001 - reported in words below
-        pytest.fail(
-            "append raised after the line had landed (Ctrl-C just after the write); "
-            "the caller's retry should then have raised WriterStopped naming the log, "
-            f"and it raised {type(error).__name__}: {error}", pytrace=False)
-    else:
-        pytest.fail(
-            "append raised after the line had landed (Ctrl-C just after the write), "
-            "and the caller's retry wrote the message again (it is in the log "
-            f"{lines_of(log.path).count(big)} times): the retry should have raised "
-            "WriterStopped and written nothing (task 01.5)")
-    finally:
-        log.close()
-    copies = lines_of(log.path).count(big)
-    assert copies == 1, (
-        f"the interrupted message should be in the log once, it is there {copies} "
-        "times")
+    the_retry_is_refused(lesson, log, big, "append raised after the line had landed "
+                         "(Ctrl-C just after the write)")
     with lesson.SessionLog(sessions, log.id) as again:
         again.append({"role": "assistant", "content": "then"})
     assert [m["content"] for m in lines_of(log.path)][-1] == "then", (
