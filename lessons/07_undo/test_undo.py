@@ -985,13 +985,7 @@ def test_an_undo_that_makes_the_writer_repair_the_log_counts_the_repaired_result
     count asked; the result the repair writes is a message shown like any other. A
     count above what the repaired log shows is refused, with no undo marker; a count of
     every message it shows, the repair's result included, is allowed."""
-    ask = {"role": "user", "content": "Ask the elder."}
-    called = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]}
-    write_log(sessions, [ask, called])
-    path = sessions / "quest-1.jsonl"
-    before = path.read_bytes()
+    path, before = a_log_with_a_call_left_open(sessions)
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.UndoError,
                     "undo(4) was allowed on a log that shows 3 messages once repaired "
@@ -1025,6 +1019,18 @@ def test_an_undo_that_makes_the_writer_repair_the_log_counts_the_repaired_result
     assert shown == [], f"after undo(3) the log should show nothing; it shows {shown}"
 
 
+def a_log_with_a_call_left_open(sessions):
+    """quest-1's log: a question, then a tool call with no result (a crash between the
+    call and its result). Returns its path and its bytes."""
+    ask = {"role": "user", "content": "Ask the elder."}
+    called = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]}
+    write_log(sessions, [ask, called])
+    path = sessions / "quest-1.jsonl"
+    return path, path.read_bytes()
+
+
 @pytest.mark.task("07.1")
 @pytest.mark.parametrize("count", [0, -2])
 def test_an_undo_of_a_count_below_one_still_repairs_the_log(lesson, sessions, count):
@@ -1033,13 +1039,7 @@ def test_an_undo_of_a_count_below_one_still_repairs_the_log(lesson, sessions, co
     yet the log is repaired all the same: becoming the writer repairs it, whatever the
     count asked, and an undo that refuses before it opens the log leaves the call open
     for the next reader to find."""
-    ask = {"role": "user", "content": "Ask the elder."}
-    called = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]}
-    write_log(sessions, [ask, called])
-    path = sessions / "quest-1.jsonl"
-    before = path.read_bytes()
+    path, before = a_log_with_a_call_left_open(sessions)
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.UndoError,
                     f"undo({count}) was allowed: a count below 1 takes nothing back "
