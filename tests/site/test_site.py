@@ -53,6 +53,13 @@ def test_the_site_builds_strictly_with_links_and_anchors_checked(mkdocs_site):
         assert 'class="mermaid"' in html, f"the page of {lesson.name} has no Mermaid diagram"
         assert "{{" not in re.sub(r"<pre.*?</pre>", "", html, flags=re.S), \
             f"an include directive was left unexpanded on the page of {lesson.name}"
+    # Every other page too: a directive's syntax written in prose (a page about the site
+    # would show it in a code block) reads, to the browser check, as one left unexpanded.
+    for page in sorted(mkdocs_site.rglob("index.html")):
+        text = re.sub(r"<pre.*?</pre>", "", page.read_text(encoding="utf-8"), flags=re.S)
+        assert not re.search(r"\{\{\s*[a-z_]+\(", text), (
+            f"{page.relative_to(mkdocs_site)}: an include directive outside a code block "
+            "(left unexpanded, or its syntax written in prose)")
 
 
 class ArticleText(html.parser.HTMLParser):
