@@ -256,6 +256,39 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
 
 
 @pytest.mark.task("00.3")
+def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
+    """Whatever id a call came with (none, a number, one the history holds) it is
+    stored with a string id that no earlier call and no other call of the reply has:
+    made-up ids included, whatever ids the history already holds."""
+    earlier = ["call_0", "call_2", "call_3"]
+    history = [{"role": "user", "content": "Buy."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": i, "type": "function",
+                    "function": {"name": "buy", "arguments": "{}"}} for i in earlier]}]
+    history += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in earlier]
+    sent = [None, 7, "", "call_2", None, 7]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
+        for i in sent]}
+
+    message = lesson.normalize_reply(reply, history)
+
+    taken = [c["id"] for m in history for c in m.get("tool_calls") or []]
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    assert len(stored) == len(sent), (
+        f"the reply had {len(sent)} calls; {len(stored)} were stored: {stored}")
+    assert all(isinstance(i, str) and i for i in stored), (
+        f"the calls came with ids {sent} and were stored with {stored}: every id "
+        "sent back must be a non-empty string (a number is refused by OpenAI)")
+    clashes = sorted({i for i in stored if i in taken or stored.count(i) > 1})
+    assert not clashes, (
+        f"the calls came with ids {sent}, after a history whose calls have the ids "
+        f"{taken}; they were stored with {stored}, and {clashes} is used twice: a "
+        "result could not say which call it answers. A made-up id must be one that no "
+        "call of the whole conversation has, not only new in this reply.")
+
+
+@pytest.mark.task("00.3")
 @pytest.mark.task("00.2")
 def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     lesson, model, town
