@@ -66,17 +66,27 @@ def anything_of(folder: Path, session_id: str) -> bool:
     )
 
 
-def delete_session(folder: str | Path, session_id: str, *,
-                   idle_before: float | None = None) -> bool:
+def delete_session(folder: str | Path, session_id: str) -> bool:
     """Delete session `session_id`: its log, meta file, leftover temporary files and
     lock, and each blob it used that no other file refers to. True if it deleted
     anything; False when there was nothing (deleting twice is not an error).
 
-    SessionBusy, deleting nothing, while another process writes the session. With
-    `idle_before` (a time.time()), the session is deleted only if its log, as it is
-    when the files go, was last changed before then.
+    SessionBusy, deleting nothing, while another process writes the session.
     Forks are sessions of their own: they stay. A delete that stopped half-way (a
     crash, an I/O error) is finished by running it again.
+    """
+    # TODO(09.1): Delete a session under its lock.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
+    # What it asks: `sessionlab task 09.1`. Hints: `sessionlab hint --task 09.1`.
+    raise NotImplementedError(
+        "task 09.1 is not written yet: Delete a session under its lock"
+    )
+
+
+def delete_locked(folder: Path, session_id: str) -> list[str]:
+    """Remove the files of session `session_id`, whose lock the caller holds, and
+    return the names of the blobs they mention (for drop_blobs(): this removes none).
     """
     # TODO(09.1): Delete a session under its lock.
     # Your design: the whole function is yours to shape; the tests check only what it
@@ -98,6 +108,18 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     idle. What a stopped delete left of a session
     (a meta file, without a log) goes too, by the same rule.
     """
+    # TODO(09.2): Expire the sessions nobody has used for a while.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
+    # What it asks: `sessionlab task 09.2`. Hints: `sessionlab hint --task 09.2`.
+    raise NotImplementedError(
+        "task 09.2 is not written yet: Expire the sessions nobody has used for a while"
+    )
+
+
+def expire_session(folder: Path, session_id: str, cutoff: float) -> bool:
+    """Delete session `session_id` for expire(), if it is still idle since `cutoff`:
+    True if it did. SessionBusy while a writer holds it."""
     # TODO(09.2): Expire the sessions nobody has used for a while.
     # Your design: the whole function is yours to shape; the tests check only what it
     # does.

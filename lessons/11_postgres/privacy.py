@@ -71,15 +71,12 @@ def anything_of(folder: Path, session_id: str) -> bool:
         os.path.lexists(folder / name) for name in leftovers)
 
 
-def delete_session(folder: str | Path, session_id: str, *,
-                   idle_before: float | None = None) -> bool:
+def delete_session(folder: str | Path, session_id: str) -> bool:
     """Delete session `session_id`: its log, meta file, leftover temporary files and
     lock, and each blob it used that no other file refers to. True if it deleted
     anything; False when there was nothing (deleting twice is not an error).
 
-    SessionBusy, deleting nothing, while another process writes the session. With
-    `idle_before` (a time.time()), the session is deleted only if its log, as it is
-    when the files go, was last changed before then.
+    SessionBusy, deleting nothing, while another process writes the session.
     Forks are sessions of their own: they stay. A delete that stopped half-way (a
     crash, an I/O error) is finished by running it again.
     """
@@ -89,31 +86,36 @@ def delete_session(folder: str | Path, session_id: str, *,
         return False    # nothing to delete: and no lock file created for nothing
     with SessionLog(folder, session_id) as log:
         log._lock()     # SessionBusy while another process writes it
-        files = session_files(folder, session_id)
-        if idle_before is not None and log.path in files:
-            if os.lstat(log.path).st_mtime >= idle_before:
-                return False    # written to since the caller looked: in use
-        # Lesson 10: the helpers' transcripts first, each under its own lock. One that
-        # cannot go (busy) stops the delete here, with the session still whole: run
-        # again, it starts over. The parent gone first would hide them for good.
-        delete_sidechains(folder, session_id)
-        # The blob names of every file that goes: the log's, and those of a copy an
-        # erase that crashed left (a line it scrubbed points to a blob stored anew)
-        blobs: list[str] = []
-        for path in files:
-            try:
-                blobs += mentioned_blobs(read_file(path))
-            except OSError:
-                pass    # one that cannot be read: collect_blobs() decides its blobs
-        # The log first: from then on there is no session, and a crash leaves at worst
-        # a meta file without a log, which is no session (lesson 03), deleted next time.
-        for path in files:
-            path.unlink(missing_ok=True)
+        blobs = delete_locked(folder, session_id)
     try:
         drop_blobs(folder, blobs, touched_after=started)    # the lock is let go by now
     except OSError:
         pass    # a file that cannot be read may refer to them: kept for collect_blobs()
     return True
+
+
+def delete_locked(folder: Path, session_id: str) -> list[str]:
+    """Remove the files of session `session_id`, whose lock the caller holds, and
+    return the names of the blobs they mention (for drop_blobs(): this removes none).
+    """
+    files = session_files(folder, session_id)
+    # Lesson 10: the helpers' transcripts first, each under its own lock. One that
+    # cannot go (busy) stops the delete here, with the session still whole: run
+    # again, it starts over. The parent gone first would hide them for good.
+    delete_sidechains(folder, session_id)
+    # The blob names of every file that goes: the log's, and those of a copy an
+    # erase that crashed left (a line it scrubbed points to a blob stored anew)
+    blobs: list[str] = []
+    for path in files:
+        try:
+            blobs += mentioned_blobs(read_file(path))
+        except OSError:
+            pass    # one that cannot be read: collect_blobs() decides its blobs
+    # The log first: from then on there is no session, and a crash leaves at worst
+    # a meta file without a log, which is no session (lesson 03), deleted next time.
+    for path in files:
+        path.unlink(missing_ok=True)
+    return blobs
 
 
 def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
@@ -139,12 +141,31 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
         if status.st_mtime >= cutoff:
             continue
         try:
-            if delete_session(folder, session_id, idle_before=cutoff):
+            if expire_session(folder, session_id, cutoff):
                 deleted.append(session_id)
         except SessionBusy:
             busy.append(session_id)
     left, held = expire_leftovers(folder, cutoff)
     return deleted + left, busy + held
+
+
+def expire_session(folder: Path, session_id: str, cutoff: float) -> bool:
+    """Delete session `session_id` for expire(), if it is still idle since `cutoff`:
+    True if it did. SessionBusy while a writer holds it."""
+    started = time.time()
+    with SessionLog(folder, session_id) as log:
+        log._lock()     # no writer from here on: what the log says now is final
+        try:
+            if os.lstat(log.path).st_mtime >= cutoff:
+                return False    # appended to since expire() looked: in use again
+        except FileNotFoundError:
+            return False        # deleted meanwhile: what is left is a leftover's
+        blobs = delete_locked(folder, session_id)
+    try:
+        drop_blobs(folder, blobs, touched_after=started)
+    except OSError:
+        pass    # a file that cannot be read may refer to them: kept for collect_blobs()
+    return True
 
 
 def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]:
