@@ -14,7 +14,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import raises, with_file_size_limit
+from sessionlab.testing import fail_in, raises, with_file_size_limit
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -425,7 +425,14 @@ def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
         for message in said[:4]:
             log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        taken = log.undo(1)
+        try:
+            taken = log.undo(1)
+        except lesson.UndoError as error:
+            fail_in("07.1", (
+                "a new writer that has written nothing yet was asked to undo(1) of a "
+                "log showing 4 messages, and refused: an undo makes it the writer, as "
+                "an append does, and it then knows the log it opened (UndoError: "
+                f"{error})"))
         log.append(said[4])
         assert taken == [3], f"undo(1) should take back message 3; it took back {taken}"
         from_file, known = fork_twice(lesson, sessions, "quest-1", "what-if", 4)
@@ -905,6 +912,26 @@ def test_undos_in_a_row_each_take_back_the_next_messages(lesson, sessions):
         f"{first}, {second}, {third}, {fourth}")
     shown = lesson.SessionLog(sessions, "quest-1").load()
     assert shown == said[:1], f"one of the four messages should be left: {shown}"
+
+
+@pytest.mark.task("07.1")
+def test_a_message_keeps_the_index_it_was_written_with_after_an_undone_one(lesson,
+                                                                           sessions):
+    """A message undone in the middle leaves a gap in the indices, never a shift: the
+    messages written after it keep theirs, so a later writer's undo names the newest
+    message still shown by the index it was written with, and takes back that one."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(5)]
+    write_log(sessions, [*said[:3], undo_marker(1), *said[3:]])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first, second = log.undo(1), log.undo(1)
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    contents = [message.get("content") for message in shown]
+    assert [first, second] == [[4], [3]] and shown == [said[0], said[2]], (
+        "messages 0 to 4 were written and message 1 was undone: the messages shown "
+        "keep the indices they were written with, 0, 2, 3 and 4 (an undo leaves a "
+        "gap, it does not renumber what follows). Two undos should take back 4, then "
+        f"3, leaving messages 0 and 2; they named {first} and {second}, and the log "
+        f"shows {contents}")
 
 
 def line_length(message):
@@ -1514,21 +1541,23 @@ def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
                          ids=["a torn last line", "a last newline missing"])
 def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
     """A log whose writer was cut short ends in a torn line, or in a whole line whose
-    newline never got written. A fork, whole or of every message, holds whole lines
-    only, undo marker included, as every earlier lesson's fork did: nothing torn, every
-    line ending in its newline."""
+    newline never got written. A fork, whole, of every message or of the first,
+    holds whole lines only, undo marker included, as every earlier lesson's fork did:
+    nothing torn, every line ending in its newline, no line added."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     write_log(sessions, [said[0], said[1], undo_marker(1), said[2]])
     path = sessions / "quest-1.jsonl"
     whole = path.read_bytes()
     path.write_bytes(whole + end if end else whole[:-1])
-    for upto in (None, 2):
+    first = whole[:whole.index(b"\n") + 1]
+    for upto in (None, 2, 1):
         new_id = f"fork-{upto}"
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         copied = (sessions / f"{new_id}.jsonl").read_bytes()
         ending = "a torn line" if end else "a line without its newline"
-        assert copied == whole, (
+        kept = whole if upto != 1 else first
+        assert copied == kept, (
             f"fork(upto={upto}) of a log ending in {ending} should hold the source's "
-            f"{len(whole.splitlines())} "
-            f"whole lines, each with its newline ({len(whole)} bytes); it holds "
-            f"{copied[-60:]!r} at its end ({len(copied)} bytes)")
+            f"{len(kept.splitlines())} "
+            f"whole line(s), each with its newline, and nothing more ({len(kept)} "
+            f"bytes); it holds {copied[-60:]!r} at its end ({len(copied)} bytes)")
