@@ -62,7 +62,31 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
     except BaseException:
         log.close()     # let go of the session even when the agent could not start
         raise
+    run = agent.run
+
+    def run_then_check_the_log(user_text):
+        answer = run(user_text)
+        check_written(agent, sessions / f"{session_id}.jsonl")
+        return answer
+
+    agent.run = run_then_check_the_log
     return agent, model, log
+
+
+def check_written(agent, path):
+    """When run() has returned, the log holds every message the agent recorded, once
+    each, in order (task 07.2): checked while the log holds no marker and no blob, so
+    that its lines are the messages themselves, whatever task 07.1's replay does."""
+    entries = lines_of(path)
+    if any("$marker" in entry or isinstance(entry.get("content"), dict)
+           for entry in entries):
+        return
+    if entries != agent.messages:
+        fail_in("07.2", (
+            "run() has returned, so every message the agent recorded should be in the "
+            f"log, once each, in the order it was recorded: "
+            f"{[m.get('role') for m in agent.messages]}; the log holds "
+            f"{[m.get('role') for m in entries]}"))
 
 
 def play(lesson, sessions, *turns, session_id="quest-1"):
