@@ -36,6 +36,8 @@ def check_session_id(session_id: str) -> str:
     not a plain name, before any file is touched.
     """
     # TODO(01.1): Refuse a session id that is not a plain file name.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
     # What it asks: `sessionlab task 01.1`. Hints: `sessionlab hint --task 01.1`.
     raise NotImplementedError(
         "task 01.1 is not written yet: Refuse a session id that is not a plain file "

@@ -38,7 +38,11 @@ WHY_BAD = {
     "洞窟へ": ("its letters are not ASCII (a check that takes letters of every script "
             "lets it in), and the same name can be spelled in more than one way"),
     "-rf": "a name starting with '-' is read as options by a command given the file",
-    "_draft": "it starts with '_', not with a letter or a digit",
+    "cafe\u0301": ("its 'é' is two code points, 'e' and an accent, and the same name "
+                   "typed on another machine is one: two spellings, two files"),
+    "quest-\u0661": ("its last character is an Arabic-Indic digit: '\\d' and isdigit() "
+                     "take the digits of every script"),
+    "quest:1": "a ':' separates a drive or a stream on Windows, folders on old Macs",
 }
 BAD_IDS = list(WHY_BAD)
 
@@ -296,6 +300,53 @@ def test_a_session_id_that_is_not_a_plain_name_is_refused(lesson, tmp_path, bad_
     )
 
 
+# Characters with a meaning of their own somewhere a session's files go, by kind: a
+# name holding one is no plain name. ("+", "@", "," and "=" are left to your rule.)
+MEANINGFUL = {
+    "a control character (a terminal acts on it, a listing shows it as '?' or not at "
+    "all)": "".join(map(chr, range(32))) + "\x7f",
+    "a space, which splits the name in two for a shell": " ",
+    "a path separator, on Unix, Windows or old Macs": "/\\:",
+    "a character Windows refuses in a file name, and a shell reads as a pattern, a "
+    "quote or a redirection": '*?"<>|',
+    "a character a shell reads as a variable, a command, a pattern or a comment":
+        "$`!&;()[]{}'#~^%",
+    "a letter or digit of another script, or a sign beyond ASCII (letters and digits "
+    "that \\w, \\d, isalnum() and isdigit() take; it can be spelled in more than one "
+    "way, and looks like others)": "é洞Å\u212a١２²ﬁ\u00a0\u2028\u200b\u202e／",
+}
+
+
+@pytest.mark.task("01.1")
+def test_no_character_with_a_meaning_elsewhere_gets_into_an_id(lesson):
+    """Every character that means something to a file system, a shell or a terminal,
+    and every one beyond ASCII, is refused, wherever it stands in the id: the check
+    describes what it accepts, rather than list what it refuses."""
+    let_in = {}
+    for kind, characters in MEANINGFUL.items():
+        for character in characters:
+            for candidate in (f"quest{character}1", f"quest-1{character}"):
+                try:
+                    lesson.check_session_id(candidate)
+                except lesson.InvalidSessionId:
+                    continue
+                except NotImplementedError:
+                    raise
+                except Exception as error:      # noqa: BLE001 - reported in words
+                    fail_in("01.1", f"check_session_id({candidate!r}) raised "
+                            f"{type(error).__name__} ({error}) where InvalidSessionId "
+                            "was expected: a caller catching InvalidSessionId misses "
+                            "it")
+                let_in.setdefault(kind, []).append(candidate)
+                break
+    assert not let_in, (
+        f"check_session_id took {sum(map(len, let_in.values()))} ids that are no plain "
+        "names, among them: " + "; ".join(
+            f"{kind}: {', '.join(map(repr, ids[:6]))}" for kind, ids in let_in.items())
+        + ". There are more such characters than any list of yours will hold: describe "
+        "the ids you accept, and refuse everything else")
+
+
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
@@ -314,10 +365,17 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
              "'.'": (".",), "'_'": ("_",), "'-'": ("-",)}
     unnamed = [kind for kind, ways in kinds.items()
                if not any(way in words for way in ways)]
+    for extra in "+@,=":        # left to your rule: named if your check takes them
+        try:
+            lesson.check_session_id(f"quest{extra}1")
+        except lesson.InvalidSessionId:
+            continue
+        if extra not in words:
+            unnamed.append(repr(extra))
     assert not unnamed, (
         "the error should say which characters a valid id may hold (letters, digits, "
-        f"'.', '_' and '-'), so that the caller can fix the id; it names no "
-        f"{', no '.join(unnamed)}: {said}")
+        "'.', '_' and '-', and any other your check takes), so that the caller can fix "
+        f"the id; it names no {', no '.join(unnamed)}: {said}")
 
 
 @pytest.mark.task("01.1")
@@ -575,13 +633,24 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
 
     def run_with_a_nearly_full_disk():
         log = lesson.SessionLog(sessions, "quest-1")
+        failed = []         # what each append that failed raised, in order
+        append = log.append
+
+        def noted_append(message):
+            try:
+                append(message)
+            except Exception as error:
+                failed.append([type(error).__name__, isinstance(error, OSError)])
+                raise
+        log.append = noted_append
         agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
         try:
             agent.run("Buy a rope.")
         except Exception as error:
             return {"raised": type(error).__name__, "why": str(error)[:300],
-                    "os": isinstance(error, OSError), "memory": agent.messages}
-        return {"raised": None, "memory": agent.messages}
+                    "os": isinstance(error, OSError), "memory": agent.messages,
+                    "failed": failed}
+        return {"raised": None, "memory": agent.messages, "failed": failed}
 
     # 60 bytes: room for the user's line, not for the model's reply after it.
     kind, message, outcome = with_file_size_limit(60, run_with_a_nearly_full_disk)
@@ -602,6 +671,14 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
             pytest.fail(f"line {number} of the log is not a JSON object on its own: "
                         f"{line[:80]!r}. Each message should be one whole line, ended "
                         "by a newline", pytrace=False)
+    first = outcome["failed"][0] if outcome["failed"] else None
+    if first and first[1] and not outcome["os"]:
+        fail_in("01.3", f"the disk was full: the log's append raised {first[0]} for "
+                "the model's reply, and that error never reached the caller of run(), "
+                + (f"which raised {raised} later" if raised else "which returned")
+                + ": Agent.record caught it and went on. The caller needs that error "
+                "(to free space, to stop), and the turn must not go on past a message "
+                "that was not saved")
     if raised == "WriterStopped" and outcome["memory"] == whole:
         fail_in("01.5", "the disk was full and took only part of the model's reply; "
                 f"run() raised WriterStopped ({outcome['why']}) where the OSError of a "
@@ -978,6 +1055,43 @@ def test_after_a_short_write_the_writer_refuses_to_go_on(lesson, sessions):
     assert outcome == "stopped", (
         "after a short write part of the line is in the file: the writer must stop, "
         f"and its next append raise WriterStopped naming the log; got: {outcome}")
+
+
+@pytest.mark.task("01.5")
+def test_the_rest_of_a_short_write_is_never_written_after_it(lesson, sessions,
+                                                             monkeypatch):
+    """The disk takes part of a line, then has room again: the rest is not written with
+    a second write (another writer's line may already follow the part, and both would be
+    one broken line); append raises OSError."""
+    path = sessions / "quest-1.jsonl"
+    real_write = os.write
+    taken = []
+
+    def write_half_once(fd, data):
+        if taken:
+            return real_write(fd, data)
+        taken.append(len(data) // 2)
+        return real_write(fd, bytes(data)[:len(data) // 2])
+
+    line = {"role": "user", "content": "x" * 2000}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Hello."})
+        size = path.stat().st_size
+        monkeypatch.setattr(os, "write", write_half_once)
+        try:
+            log.append(line)
+            outcome = "append returned"
+        except OSError:
+            outcome = "append raised OSError"
+        finally:
+            monkeypatch.undo()
+    added = path.stat().st_size - size
+    assert added == (taken or [0])[0] and outcome == "append raised OSError", (
+        f"the disk took {taken[0] if taken else 0} bytes of a line of about 2000, "
+        f"then had room again; {outcome}, and the log grew by {added} bytes: the "
+        "rest of a line cut short must never follow in a second write (another "
+        "process's line may already stand after the part, and the two make one broken "
+        "line). A short write raises OSError, and the writer stops")
 
 
 @pytest.mark.task("01.5")
