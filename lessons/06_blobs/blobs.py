@@ -77,6 +77,8 @@ class SessionBlobs:
         """
         # TODO(06.2): Put the content back on load, trusting no blob without checking
         # its hash.
+        # Your design: the whole function is yours to shape; the tests check only what
+        # it does.
         # What it asks: `sessionlab task 06.2`. Hints: `sessionlab hint --task 06.2`.
         raise NotImplementedError(
             "task 06.2 is not written yet: Put the content back on load, trusting no "

@@ -910,6 +910,7 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
         "a" * 63,
         "sha256:" + "a" * 64,
         42,
+        int("1" * 64),
         None,
         sha256(PASTE.encode()) + "/../../quest-2.jsonl",
     ],
@@ -968,9 +969,13 @@ def test_a_text_that_quotes_a_reference_loads_as_it_is(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
     line = (sessions / "quest-2.jsonl").read_text(encoding="utf-8").strip()
-    quoting = {"role": "user", "content": f"What does this line of my log mean? {line}"}
+    reference = json.dumps(json.loads(line)["content"])
+    asked = f"What does this line of my log mean? {line}"
+    quoting = [{"role": "user", "content": asked},
+               {"role": "user", "content": reference}]     # the reference alone
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append(quoting)
+        for message in quoting:
+            log.append(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             loaded = log.load()
@@ -978,9 +983,10 @@ def test_a_text_that_quotes_a_reference_loads_as_it_is(lesson, sessions):
             pytest.fail(f"loading a text that quotes a blob reference raised "
                         f"{error!r}: it is a text, and only an object is a reference",
                         pytrace=False)
-    assert loaded == [quoting], (
-        "a text that quotes a reference should load as it was written; it loaded as "
-        f"{str(loaded)[:200]}")
+    assert loaded == quoting, (
+        "a text that quotes a reference, a line of a log or the reference alone, "
+        "should load as it was written: it is text, the user's words, and only an "
+        f"object in the line is a reference; it loaded as {str(loaded)[:300]}")
 
 
 @pytest.mark.task("06.1")
