@@ -552,6 +552,36 @@ def a_pid_no_process_has():
 
 
 @pytest.mark.task("05.1")
+def test_a_writer_in_a_thread_of_its_own_waits_and_is_refused_the_same_way(
+        lesson, sessions, other):
+    """A web server or a helper agent opens sessions from threads of its own: waiting
+    for a busy session works there as in the main thread (a signal handler or timer,
+    which only the main thread may set, does not)."""
+    holder = other("hold")
+    holder.expect("holding")
+    outcome = []
+
+    def write():
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
+                log.append({"role": "user", "content": "From a thread."})
+            outcome.append("appended")
+        except BaseException as error:   # noqa: B036 (reported below, whatever it is)
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join(HANG)
+    assert outcome, (f"a writer with timeout=0.2 in a thread of its own was still "
+                     f"waiting after {HANG} s for the session another process holds")
+    assert isinstance(outcome[0], lesson.SessionBusy), (
+        "a writer with timeout=0.2 in a thread of its own should wait, then be refused "
+        "with SessionBusy, as in the main thread; it "
+        + ("appended, beside the holder" if outcome[0] == "appended" else
+           f"raised {type(outcome[0]).__name__}: {outcome[0]}"))
+
+
+@pytest.mark.task("05.1")
 def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
         lesson, sessions, other):
     """The record in the lock file says who holds the session, for a person to read;
