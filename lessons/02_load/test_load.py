@@ -146,8 +146,16 @@ def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
         try:
             agent = lesson.Agent(model.client(), model=model.model, tools=town,
                                  session=log)
-        except ValueError:
+        except lesson.InvalidMessage:
             pass
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(
+                "line 2 of the session's log is no message (it has no role), and "
+                f"making a new agent on the session raised {described(error)}, where "
+                "it should raise the InvalidMessage load gives, naming the file and "
+                "the line", pytrace=False)
         else:
             pytest.fail(
                 "line 2 of the session's log is no message (it has no role), and a "
@@ -361,7 +369,8 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
 
 @pytest.mark.task("02.1")
 def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
-    """load() closes the file it reads, however often it is called."""
+    """load() closes the file it reads, however often it is called, and when it
+    refuses a damaged log too."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "hello"})
     before = open_descriptors()
@@ -374,6 +383,122 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
         f"after 20 loads, {leaked} more descriptors are open than before them: each "
         "load left the log open, and a server resuming many sessions runs out of "
         "descriptors")
+
+    (sessions / "damaged.jsonl").write_bytes(
+        b'{"role": "user", "content": "hello"}\n{"content": "no role"}\n')
+    before = open_descriptors()
+    with lesson.SessionLog(sessions, "damaged") as log:
+        for _ in range(20):
+            try:
+                log.load()
+            except NotImplementedError:
+                raise
+            except Exception:   # noqa: BLE001 - the refusal is tested elsewhere
+                pass
+    leaked = open_descriptors() - before
+    assert leaked == 0, (
+        f"after 20 loads of a log whose line 2 is no message, each refused, {leaked} "
+        "more descriptors are open than before them: a load that stops at a damaged "
+        "line leaves the log open, and a server that meets such logs runs out of "
+        "descriptors")
+
+
+@pytest.mark.task("02.1")
+def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
+        lesson, sessions, model, town):
+    """A folder where the log should be is there but is no log that can be read: the
+    load and the new agent raise, rather than start the session over."""
+    (sessions / "quest-1.jsonl").mkdir()
+    (sessions / "quest-1.jsonl" / "notes.txt").write_bytes(b"not a log\n")
+    setting = ("quest-1.jsonl, the session's log, is a folder (holding a file), not a "
+               "file")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except (OSError, ValueError):
+            loaded = None
+        except Exception as error:
+            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
+                        "raise the OSError that says what is there (or an "
+                        "InvalidMessage naming it)", pytrace=False)
+        try:
+            agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                                 session=log)
+            started = agent.messages
+        except (OSError, ValueError):
+            started = None
+    assert loaded is None, (
+        f"{setting}; load() returned {loaded!r}, as if the session were new. Only a "
+        "missing log is a conversation not started: started over here, the session's "
+        "first append fails, or lands after a history nobody read")
+    assert started is None, (
+        f"{setting}; a new agent on the session started with {started!r}, as if the "
+        "session were new, where making it should raise the error load gives")
+    assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"] and (
+        [p.name for p in (sessions / "quest-1.jsonl").iterdir()] == ["notes.txt"]), (
+        "loading must never change what is in the sessions folder")
+
+
+@pytest.mark.task("02.1")
+def test_the_same_message_twice_loads_twice(lesson, sessions):
+    """A log may hold the same message twice in a row (the adventurer said "Yes." twice,
+    the model answered the same): each line is a message of its own, and both load."""
+    history = [{"role": "user", "content": "Yes."},
+               {"role": "user", "content": "Yes."},
+               {"role": "assistant", "content": "Then we go."},
+               {"role": "assistant", "content": "Then we go."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in history:
+            log.append(message)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load(log, "the log holds four messages, two pairs of the same")
+    assert loaded == history, (
+        f"the log holds four lines, {history!r} (the same message twice in a row, "
+        f"twice), and load() returned {loaded!r}: each line is a message of the "
+        "conversation, said twice if it is there twice, and the load returns every one")
+
+
+@pytest.mark.task("02.1")
+def test_system_and_developer_messages_in_the_log_resume_where_they_are(
+        lesson, sessions, model, town):
+    """The agent's own system prompt is never stored, but a log may hold system or
+    developer messages another harness appended: a new agent resumes them as the log
+    holds them, in their places, after its own system prompt."""
+    guide = "You are a guide in a small town."
+    history = [{"role": "user", "content": "Ask the elder."},
+               {"role": "system", "content": "The elder is asleep until noon."},
+               {"role": "assistant", "content": "The elder sleeps."},
+               {"role": "developer", "content": "Answer in one sentence."},
+               {"role": "user", "content": "Then the guard."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in history:
+            log.append(message)
+    model.add(say("The guard opens at dawn."))
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log, system=guide)
+        started = list(agent.messages)
+        agent.run("And now?")
+
+    roles = [m.get("role") for m in history]
+    assert started == history, (
+        f"the log holds {len(history)} messages, roles {roles} (a system and a "
+        "developer message among them, appended by another harness); the new agent "
+        f"started from {[m.get('role') for m in started]}: {started!r}. It starts "
+        "from everything the log holds, in its order; only its own system prompt "
+        "stays out of the history")
+    sent = model.requests[0]["messages"] if model.requests else []
+    expected = [{"role": "system", "content": guide}, *history,
+                {"role": "user", "content": "And now?"}]
+    assert sent == expected, (
+        f"the log holds {len(history)} messages, roles {roles}; with its own system "
+        "prompt, the agent's first request should carry that prompt, then the log's "
+        "messages in their order, then the new question: roles "
+        f"{[m.get('role') for m in expected]}. It carried roles "
+        f"{[m.get('role') for m in sent]}")
 
 
 @pytest.mark.task("02.1")

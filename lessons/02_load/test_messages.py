@@ -53,7 +53,8 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
         reason = str(refused)
     else:
         pytest.fail(f"parse_line should refuse a line with {what}", pytrace=False)
-    expected = ("an InvalidMessage (a ValueError) naming the file (quest-1.jsonl), its "
+    expected = ("an InvalidMessage (the lesson's own ValueError: a plain one does not "
+                "say that the log is damaged) naming the file (quest-1.jsonl), its "
                 f"line 2 ('line 2' or 'quest-1.jsonl:2') and why ({reason!r}), so that "
                 "whoever mends the log finds the line and knows what to look for")
     setting = f"line 2 of the log, between two messages, holds {what}"
@@ -69,7 +70,7 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     if isinstance(error, UnicodeDecodeError):
         said += (f" (a decoder's error: it knows a position in the bytes it was given, "
                  f"{error.start}, not the log's file or line)")
-    assert isinstance(error, ValueError), f"{said}. Expected {expected}"
+    assert isinstance(error, lesson.InvalidMessage), f"{said}. Expected {expected}"
     assert "quest-1.jsonl" in message and names_line(message, 2), (
         f"{said}. Expected {expected}")
     assert reason in message, f"{said}. Expected {expected}"
@@ -108,7 +109,7 @@ def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
     if not isinstance(error, BaseException):
         pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
                     "line 3, naming the file and the line", pytrace=False)
-    assert isinstance(error, ValueError) and names_line(str(error), 3), (
+    assert isinstance(error, lesson.InvalidMessage) and names_line(str(error), 3), (
         f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
         "naming line 3, where an editor shows it: an empty line holds nothing, but it "
         "is a line of the file all the same")
@@ -138,7 +139,7 @@ def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces):
         pytest.fail(f"{setting}; load() returned {error!r} without refusing line 2. "
                     f"{expected}", pytrace=False)
     named = "quest-1.jsonl" in str(error) and names_line(str(error), 2)
-    assert isinstance(error, ValueError) and named, (
+    assert isinstance(error, lesson.InvalidMessage) and named, (
         f"{setting}; load() raised {described(error)}. {expected}")
     assert path.read_bytes() == data, "loading must never change the log"
 
@@ -160,3 +161,70 @@ def test_a_surrogate_pair_written_as_escapes_loads_as_its_character(lesson, sess
     assert loaded == [{"role": "user", "content": "a dragon \U0001F409"}], (
         f"{setting}; load() returned {loaded!r}, where it should return the message "
         "with the dragon in its text")
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("what, last, refused", [
+    ("a whole message whose newline was never written", GOOD.rstrip(b"\n"), False),
+    ("half a message (its writer was killed mid-line)", b'{"role": "user", "con', True),
+    ("a message torn inside a two-byte letter", b'{"role": "user", "content": "caf\xc3',
+     True),
+])
+def test_a_last_line_without_its_newline_is_read_like_any_other(
+        lesson, sessions, what, last, refused):
+    """The last line of a log may lack its newline. It is a line all the same: a whole
+    message there loads with the rest, and one that is no message (torn by a writer
+    killed mid-line) is refused, naming the file and its line, like any other: this
+    lesson's reader mends nothing, lesson 04's repairs a torn tail."""
+    path = sessions / "quest-1.jsonl"
+    data = GOOD + GOOD + last
+    path.write_bytes(data)
+    setting = (f"the log holds two messages, then, on line 3 with no newline after it, "
+               f"{what}: {last!r}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not refused:
+        if isinstance(error, BaseException):
+            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
+                        "return the three messages", pytrace=False)
+        assert error == [{"role": "user", "content": "Hello."}] * 3, (
+            f"{setting}; load() returned {error!r}, where it should return the three "
+            "messages: the last line is one of the log's, newline or not, and "
+            "dropping it loses a message without a word")
+    else:
+        if not isinstance(error, BaseException):
+            pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
+                        "line 3 with an InvalidMessage naming the file and the line: a "
+                        "line that is no message stops the load, the last one too "
+                        "(passed over, nobody learns the log lost its end)",
+                        pytrace=False)
+        named = "quest-1.jsonl" in str(error) and names_line(str(error), 3)
+        assert isinstance(error, lesson.InvalidMessage) and named, (
+            f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
+            "naming the file and line 3")
+    assert path.read_bytes() == data, "loading must never change the log"
+
+
+@pytest.mark.task("02.1")
+def test_a_byte_order_mark_at_the_start_of_the_log_is_refused(lesson, sessions):
+    """A byte-order mark (an editor may add one) is no part of the format, on the first
+    line as on any other: the load refuses line 1, naming it, rather than decoding the
+    file in a way that drops the mark."""
+    path = sessions / "quest-1.jsonl"
+    data = b"\xef\xbb\xbf" + GOOD + GOOD
+    path.write_bytes(data)
+    setting = ("the log's line 1 starts with a byte-order mark (U+FEFF, the bytes "
+               "EF BB BF) before its message; line 2 is a message")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
+                    "line 1 with an InvalidMessage naming the file and the line, as it "
+                    "refuses a mark on any other line: the mark was dropped by the "
+                    "decoding, so the reader and the writer no longer agree on what a "
+                    "log is", pytrace=False)
+    named = "quest-1.jsonl" in str(error) and names_line(str(error), 1)
+    assert isinstance(error, lesson.InvalidMessage) and named, (
+        f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
+        "naming the file and line 1")
+    assert path.read_bytes() == data, "loading must never change the log"
