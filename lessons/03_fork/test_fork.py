@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import (fail_in, in_child, raises, unless_unfinished,
-                                until_written, with_file_size_limit)
+from sessionlab.testing import (described, fail_in, in_child, raises,
+                                unless_unfinished, until_written,
+                                with_file_size_limit)
 from sessionlab.town import Town
 
 
@@ -232,10 +233,11 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
                         handed.append((count, copy)))
     expected = (messages, b"".join(line + b"\n" for line in (M1, M2)[:messages]))
 
-    lesson.fork(sessions, "quest-1", "what-if")
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
 
     if handed != [expected]:
-        got = "nothing" if not handed else "; ".join(
+        got = ("nothing, and raised " + described(error)) if error is not None and \
+            not handed else "nothing" if not handed else "; ".join(
             f"{count!r} message(s) and {copy!r}" for count, copy in handed)
         pytest.fail(f"the source holds {what}, {messages} message(s) a reader "
                     f"finds; a whole fork should hand publish_fork {messages} and "
@@ -338,6 +340,21 @@ def test_a_fork_of_a_damaged_source_is_refused(
         pytest.fail(f"the damaged line of quest-1 is line {line}; the InvalidMessage "
                     "refusing the fork should name it, so that whoever reads it knows "
                     f"where to look. It says: {error}", pytrace=False)
+    damaged = source.split(b"\n")[line - 1]
+    try:
+        lesson.parse_line(damaged)
+        reason = None
+    except ValueError as refused:
+        reason = str(refused)
+    missing = [what for what, found in (
+        ("the session it forks ('quest-1', or its file)", "quest-1" in said),
+        (f"why the line is no message ({reason!r}, as parse_line says)",
+         reason is None or reason in str(error))) if not found]
+    if missing:
+        pytest.fail(f"the damaged line of quest-1 is line {line}; the InvalidMessage "
+                    "refusing the fork should also name "
+                    + " and ".join(missing) + ", so that whoever reads it can find the "
+                    f"line and mend it. It says: {error}", pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -464,8 +481,14 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
     handed = handed_to_publishing(lesson, monkeypatch)
 
     with raises(lesson.SessionExists, "forking onto 'other', which already has a log, "
-                "was allowed: its session would be overwritten"):
+                "was allowed: its session would be overwritten") as refused:
         lesson.fork(sessions, "quest-1", "other")
+    said = str(refused.value).replace(str(sessions), "")
+    if "other" not in said:
+        fail_in("03.1", "a whole fork of quest-1 onto 'other', a session with a log, "
+                "was refused with SessionExists, as it should be, but its text does "
+                f"not name the id it refused, 'other': {refused.value}. An error says "
+                "what is wrong, so that whoever reads it knows which session is taken")
     if handed:
         fail_in("03.1", "a whole fork of quest-1 onto 'other', a session with a log, "
                 "was handed to publish_fork before it was refused: a taken id must be "
@@ -597,8 +620,13 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
     """Forking from an id that has no log is refused and creates no file."""
     with raises(lesson.SessionNotFound,
                 "forking a session that has no log was allowed: a fork of nothing "
-                "is a mistake to report, not an empty session"):
+                "is a mistake to report, not an empty session") as refused:
         lesson.fork(sessions, "no-such-quest", "what-if")
+    said = str(refused.value).replace(str(sessions), "")
+    if "no-such-quest" not in said:
+        fail_in("03.1", "a fork of 'no-such-quest', which has no log, was refused with "
+                "SessionNotFound, as it should be, but its text does not name the "
+                f"session it could not find, 'no-such-quest': {refused.value}")
 
     assert list(sessions.iterdir()) == [], "a refused fork must not create any file"
 
@@ -612,10 +640,22 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     with raises(ValueError,
                 f"upto={len(day_one) + 1} asks for more messages than quest-1 holds "
                 f"({len(day_one)}), and the fork went ahead, copying fewer than "
-                "asked"):
+                "asked") as refused:
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
     expect_unchanged(sessions, before, "a refused fork must not create any file")
+    expect_upto_named(sessions, refused.value, len(day_one) + 1,
+                      f"more messages than quest-1 holds ({len(day_one)})")
+
+
+def expect_upto_named(sessions, error, upto, what):
+    """Fail in 03.1 unless the text of `error`, refusing `upto`, names that number."""
+    said = str(error).replace(str(sessions), "")    # the folder's name holds digits
+    if not re.search(rf"(?<![\d-]){re.escape(str(upto))}(?!\d)", said):
+        fail_in("03.1", f"fork(..., upto={upto}) asks for {what}, and was refused with "
+                f"{type(error).__name__}, as it should be, but its text does not name "
+                f"the number it refused, {upto}: {error}. An error says what is wrong: "
+                "whoever reads it must see which number could not be forked")
 
 
 @pytest.mark.task("03.1")
@@ -1072,6 +1112,7 @@ def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
         "it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
     expect_unchanged(sessions, before, "a refused fork must not create any file")
+    expect_upto_named(sessions, error, upto, "a negative number of messages")
 
 
 @pytest.mark.task("03.1")
