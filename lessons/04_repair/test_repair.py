@@ -196,6 +196,9 @@ def test_resumed_unrepaired_an_interrupted_session_is_refused_with_400(
 
 
 ODD = {"role": "user", "content": "a\u2028b\u2029c\u0085d\x1ce\x1df\x1eg\x0bh\x0ci\rj"}
+# A whole line another program wrote: valid JSON, a carriage return between its tokens
+SPACED_MESSAGE = {"role": "user", "content": "Written elsewhere."}
+SPACED = b'{"role": "user",\r "content": "Written elsewhere."}\n'
 WHOLE = b"".join(line(entry) for entry in A_FINISHED_DAY)
 AN_EMPTY_LINE = line(A_FINISHED_DAY[0]) + b"\n" + WHOLE[len(line(A_FINISHED_DAY[0])):]
 # name: (the log's bytes, its whole entries, where they end, newline_missing)
@@ -215,6 +218,8 @@ LOGS = {
         AN_EMPTY_LINE + TORN, A_FINISHED_DAY, len(AN_EMPTY_LINE), False),
     "U+2028 and its kind inside a message": (
         line(ODD) + WHOLE, [ODD, *A_FINISHED_DAY], len(line(ODD) + WHOLE), False),
+    "a carriage return between a line's tokens": (
+        SPACED + WHOLE, [SPACED_MESSAGE, *A_FINISHED_DAY], len(SPACED + WHOLE), False),
 }
 
 
@@ -238,7 +243,10 @@ def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessio
                "and a message cut anywhere else falls apart in pieces that are no "
                "JSON.",
                "an empty line, then half a line": " An empty line holds nothing to "
-               "lose: it is no damage."}.get(case, "")
+               "lose: it is no damage.",
+               "a carriage return between a line's tokens": " A carriage return is no "
+               "line break in a log: only the newline byte ends a line, and this "
+               "whole line is a message in JSON."}.get(case, "")
         pytest.fail(f"parse_log refused {case} as damage, but only a whole line that "
                     f"is no entry is damage.{why} (CorruptLog said line "
                     f"{refused.line}: {refused})", pytrace=False)

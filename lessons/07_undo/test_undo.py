@@ -958,6 +958,42 @@ def test_a_message_keeps_the_index_it_was_written_with_after_an_undone_one(lesso
         f"shows {contents}")
 
 
+@pytest.mark.task("07.1")
+@pytest.mark.task("07.4")
+def test_a_fork_keeps_a_message_said_twice_at_its_own_line(lesson, sessions):
+    """The user says the same thing twice: two equal messages on two lines. Each
+    message's position is its own line, not the first line equal to it, so a fork of
+    the first k messages holds all k, whether an undo marker sits above them or not."""
+    yes = {"role": "user", "content": "Yes."}
+    which = {"role": "assistant", "content": "Which one?"}
+    logs = {"no marker": [yes, which, yes, which, yes],
+            "an undo marker above them": [yes, which, undo_marker(1), yes, which,
+                                          yes]}
+    for case, entries in logs.items():
+        source = f"said-twice-{len(entries)}"
+        write_log(sessions, entries, session_id=source)
+        messages = [entry for entry in entries if "$marker" not in entry]
+        data = (sessions / f"{source}.jsonl").read_bytes()
+        pairs = lesson.parse_log(data, sessions / f"{source}.jsonl").shown()
+        wanted = [(index, position) for index, position in enumerate(
+            [i for i, entry in enumerate(entries) if "$marker" not in entry])]
+        if case == "an undo marker above them":
+            wanted = [pair for pair in wanted if pair[0] != 1]
+        if list(pairs) != wanted:
+            fail_in("07.1", (
+                f"a log whose user said the same thing several times ({case}): "
+                f"shown() should pair each message's index with its own line's place "
+                f"in entries, {wanted}; it gave {list(pairs)}"))
+        upto = len(wanted) - 1
+        lesson.fork(sessions, source, f"{source}-fork", upto=upto)
+        shown = lesson.SessionLog(sessions, f"{source}-fork").load()
+        expected = [messages[index] for index, _ in wanted][:upto]
+        assert shown == expected, (
+            f"a fork of the first {upto} messages of a log that says the same thing "
+            f"several times ({case}) should show {len(expected)} messages; it shows "
+            f"{[m.get('content') for m in shown]}")
+
+
 def line_length(message):
     """How many bytes `message` takes in the log, its newline included."""
     return len(json.dumps(message, ensure_ascii=False).encode("utf-8")) + 1
@@ -1565,23 +1601,42 @@ def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
                          ids=["a torn last line", "a last newline missing"])
 def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
     """A log whose writer was cut short ends in a torn line, or in a whole line whose
-    newline never got written. A fork, whole, of every message or of the first,
-    holds whole lines only, undo marker included, as every earlier lesson's fork did:
-    nothing torn, every line ending in its newline, no line added."""
+    newline never got written. A whole fork holds the source's whole lines, undo marker
+    included, as every earlier lesson's fork did; a fork of every message or of the
+    first holds whole lines too: nothing torn, every line a whole entry ending in its
+    newline, no empty line added."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     write_log(sessions, [said[0], said[1], undo_marker(1), said[2]])
     path = sessions / "quest-1.jsonl"
     whole = path.read_bytes()
     path.write_bytes(whole + end if end else whole[:-1])
-    first = whole[:whole.index(b"\n") + 1]
+    ending = "a torn line" if end else "a line without its newline"
     for upto in (None, 2, 1):
         new_id = f"fork-{upto}"
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         copied = (sessions / f"{new_id}.jsonl").read_bytes()
-        ending = "a torn line" if end else "a line without its newline"
-        kept = whole if upto != 1 else first
-        assert copied == kept, (
-            f"fork(upto={upto}) of a log ending in {ending} should hold the source's "
-            f"{len(kept.splitlines())} "
-            f"whole line(s), each with its newline, and nothing more ({len(kept)} "
-            f"bytes); it holds {copied[-60:]!r} at its end ({len(copied)} bytes)")
+        if upto is None:
+            assert copied == whole, (
+                f"a whole fork of a log ending in {ending} should hold the source's "
+                f"{len(whole.splitlines())} whole lines, each with its newline, and "
+                f"nothing more ({len(whole)} bytes); it holds {copied[-60:]!r} at its "
+                f"end ({len(copied)} bytes)")
+            continue
+        *lines, tail = copied.split(b"\n")
+        broken = [piece for piece in lines if not is_entry(piece)]
+        assert not tail and not broken, (
+            f"fork(upto={upto}) of a log ending in {ending} should hold whole lines "
+            "only, each a whole entry ending in its newline, and no empty line; "
+            + (f"it ends in {tail!r}" if tail else f"it holds the line(s) {broken}"))
+        shown = lesson.SessionLog(sessions, new_id).load()
+        assert shown == [said[0], said[2]][:upto], (
+            f"fork(upto={upto}) should show the first {upto} message(s) its source "
+            f"shows; it shows {shown}")
+
+
+def is_entry(line):
+    """Whether `line` (without its newline) is one whole JSON object."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
