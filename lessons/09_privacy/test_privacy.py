@@ -354,6 +354,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     leftover.write_bytes((sessions / "quest-1.jsonl").read_bytes())
     (sessions / ".quest-1.meta.json.a8b2.tmp").write_text("{}")
     (sessions / ".quest-10.jsonl.zz.tmp").write_text("another session's")
+    # The temporary copy of the log of session "quest-1.jsonl" (an id may hold dots)
+    (sessions / ".quest-1.jsonl.jsonl.zz.tmp").write_text("another session's")
     lesson.delete_session(sessions, "quest-1")
     assert files_holding(sessions, "Ilse") == [], (
         "a temporary copy of the log was left behind by a crash; deleting the session "
@@ -364,6 +366,53 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         "there after the delete: it is the session's too (it names its lineage)")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
+    assert (sessions / ".quest-1.jsonl.jsonl.zz.tmp").exists(), (
+        "deleting quest-1 removed .quest-1.jsonl.jsonl.zz.tmp, the temporary copy of "
+        "the log of another session, 'quest-1.jsonl' (an id may hold dots): its name "
+        "merely starts like a temporary copy of quest-1's log. A temporary copy of a "
+        "file is a dot, that file's whole name, a dot, a random part and .tmp")
+
+
+@pytest.mark.task("09.1")
+def test_a_file_of_the_session_gone_while_the_delete_runs_is_no_error(
+    lesson, sessions, monkeypatch
+):
+    """Another program (a person cleaning the folder by hand) removes the session's
+    files while the delete runs, just as it removes its first one: a file already gone
+    is not an error, and the delete answers True with nothing of the session left."""
+    play(lesson, sessions, TURN_SECRET)
+    lesson.fork(sessions, "quest-1", "quest-1b")
+    (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_text("a copy")
+    real = {name: getattr(os, name) for name in ("unlink", "remove")}
+    gone = []
+
+    def removing_the_others_first(name):
+        def remove(path, *args, **kwargs):
+            base = Path(path).name
+            if not gone and "quest-1b" in base and not base.endswith(".lock"):
+                gone.extend(sorted(p.name for p in sessions.iterdir()
+                                   if "quest-1b" in p.name and p.name != base
+                                   and not p.name.endswith(".lock")))
+                for other in gone:
+                    real["unlink"](sessions / other)
+            return real[name](path, *args, **kwargs)
+        return remove
+
+    for name in real:
+        monkeypatch.setattr(os, name, removing_the_others_first(name))
+    try:
+        found = lesson.delete_session(sessions, "quest-1b")
+    except FileNotFoundError as error:
+        pytest.fail(f"another program removed {gone} while delete_session was "
+                    f"removing quest-1b's files, and the delete raised {error!r}: a "
+                    "file already gone is what the delete wanted, not an error",
+                    pytrace=False)
+    monkeypatch.undo()
+    assert gone, "the test's own set-up: the delete removed none of quest-1b's files"
+    assert found is True and not [p for p in sessions.iterdir()
+                                  if "quest-1b" in p.name], (
+        f"the delete should answer True and leave nothing of quest-1b; it returned "
+        f"{found!r}, and the folder holds {sorted(p.name for p in sessions.iterdir())}")
 
 
 @pytest.mark.task("09.1")
@@ -649,15 +698,84 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     left = sessions / "left-at-cutoff.meta.json"    # a stopped delete's meta file
     left.write_text(json.dumps({"format": 1, "id": "left-at-cutoff"}))
     os.utime(left, (then, then))
-    found = lesson.expire(sessions, older_than=100, now=then + 100)
+    with lesson.SessionLog(sessions, "at-cutoff") as writer:
+        writer.open_for_append()    # holds the lock, appends nothing
+        found = lesson.expire(sessions, older_than=100, now=then + 100)
     assert found == (["before-it"], []), (
         "with now = T + 100 and older_than = 100, the cutoff is T: a log changed at T "
         "stays, and so does a meta file left without its log changed at T (it is not "
-        "older than the cutoff either); only the log changed at T - 1 goes. expire() "
-        f"returned {found}")
+        "older than the cutoff either); only the log changed at T - 1 goes. The log "
+        "changed at T is not idle, so the writer holding it makes it no busy one "
+        f"either. expire() returned {found}")
     assert left.exists(), (
         "a meta file left without its log, last changed exactly at the cutoff, was "
         "removed: like a log changed then, it is not older than the retention")
+
+
+@pytest.mark.task("09.2")
+@pytest.mark.task("09.5")
+def test_expire_removes_the_blobs_only_the_expired_sessions_used(lesson, sessions):
+    """A session expire() deletes leaves nothing behind, as after a delete: the blob
+    only it used goes; a blob a young session (here its fork) still refers to stays."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]), session_id="old")
+    play(lesson, sessions, (LARGE_SECRET.upper(), [say("Noted.")]), session_id="shared")
+    lesson.fork(sessions, "shared", "young")
+    shared = [name for name in blob_names(sessions)
+              if lesson.blobs_of(lines_of(sessions / "young.jsonl")[0]) == [name]]
+    for session_id in ("old", "shared"):
+        age(sessions / f"{session_id}.jsonl", 40)
+    found = lesson.expire(sessions)
+    assert found == (["old", "shared"], []), (
+        f"'old' and 'shared' are 40 days idle, their fork 'young' is not; expire() "
+        f"returned {found}")
+    assert blob_names(sessions) == shared, (
+        "the blob only 'old' used should go with it, and the one the young fork still "
+        "refers to stay; blobs/ holds "
+        f"{[name[:12] for name in blob_names(sessions)]}, the fork's is "
+        f"{[name[:12] for name in shared]}")
+    assert files_holding(sessions, "Ilse's diary: the cave") == [], (
+        "an expired session's words are still in the folder: "
+        f"{files_holding(sessions, 'Ilse' + chr(39) + 's diary: the cave')}")
+
+
+@pytest.mark.task("09.2")
+def test_a_blob_stored_again_while_expire_runs_stays(lesson, sessions, before_the_lock):
+    """Another writer stores the same bytes as an expired session's blob while expire
+    runs (it will write the line that points to them next): the blob stays."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    age(sessions / "blobs" / blob, 40)
+    age(sessions / "quest-1.jsonl", 40)
+    before_the_lock(lambda: store_again(lesson, sessions, "quest-2",
+                                        LARGE_SECRET.encode()))
+    assert lesson.expire(sessions) == (["quest-1"], [])
+    assert blob_names(sessions) == [blob], (
+        "another writer stored the expired session's blob again while expire() ran, "
+        "and expire removed it: that writer's next line would point to nothing. A "
+        "blob touched after the expiry began is another writer's")
+
+
+@pytest.mark.task("09.2")
+def test_expire_goes_on_when_a_file_cannot_be_read(lesson, sessions, monkeypatch):
+    """Another log, which may refer to an expired session's blob, cannot be read: the
+    session is expired all the same, without an error, and its blob is kept for
+    collect_blobs to judge."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    [blob] = blob_names(sessions)
+    age(sessions / "quest-1.jsonl", 40)
+    failing_open(monkeypatch, "quest-2.jsonl")
+    try:
+        found = lesson.expire(sessions)
+    except OSError as error:
+        pytest.fail(f"with quest-2.jsonl unreadable (EIO), expire() raised {error!r}: "
+                    "quest-1 should be expired all the same, its blob left for "
+                    "collect_blobs", pytrace=False)
+    monkeypatch.undo()
+    assert found == (["quest-1"], []) and blob_names(sessions) == [blob], (
+        f"expire() returned {found} and blobs/ holds {len(blob_names(sessions))} "
+        "blob(s): quest-1 should be expired, and its blob kept (quest-2, which could "
+        "not be read, may refer to it)")
 
 
 @pytest.mark.task("09.2")
@@ -806,6 +924,31 @@ def test_expire_keeps_a_session_a_writer_appends_to_while_it_runs(
         "quest-1 was appended to while expire() ran, and kept: it is neither deleted "
         f"nor busy; expire() returned {found}")
     assert resume(lesson, sessions)[-1]["content"] == "Back after a month."
+
+
+@pytest.mark.task("09.2")
+def test_expire_says_nothing_of_a_session_another_process_deleted_meanwhile(
+    lesson, sessions, before_the_lock
+):
+    """Another process deletes an old session while expire() runs, after expire saw
+    its log old and before the session is its own: expire raises nothing, and does
+    not name it among the ids it deleted (it deleted nothing of it).
+
+    The other delete runs just before the session's lock is first taken."""
+    play(lesson, sessions, TURN_A)
+    age(sessions / "quest-1.jsonl", 31)
+    before_the_lock(lambda: lesson.delete_session(sessions, "quest-1"))
+    try:
+        found = lesson.expire(sessions)
+    except OSError as error:
+        pytest.fail(f"another process deleted quest-1 while expire() ran, and expire "
+                    f"raised {error!r}: a session gone meanwhile is nothing more to "
+                    "expire", pytrace=False)
+    assert found == ([], []), (
+        "another process deleted quest-1 while expire() ran: expire deleted nothing of "
+        f"it, and returns the ids it deleted itself; it returned {found}")
+    assert list(sessions.iterdir()) == [], (
+        f"the folder holds {sorted(p.name for p in sessions.iterdir())}")
 
 
 @pytest.mark.task("09.2")
@@ -1070,14 +1213,15 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 
 
 @pytest.mark.task("09.4")
-@pytest.mark.parametrize("step", ["open", "fsync"])
+@pytest.mark.parametrize("step", ["open", "fsync", "fsync-interrupted"])
 def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     lesson, sessions, monkeypatch, step
 ):
-    """A step after the rename fails (too many open files, an I/O error): the writer
-    then appends to the file the log's name reaches, or refuses every write until the
-    session is opened again. A message it acknowledged is never in a file no name
-    reaches."""
+    """A step after the rename fails (too many open files, an I/O error, a Ctrl-C):
+    the writer then appends to the file the log's name reaches, or refuses every write
+    until the session is opened again. A message it acknowledged is never in a file no
+    name reaches."""
+    step, interrupted = step.split("-")[0], step.endswith("-interrupted")
     log = lesson.SessionLog(sessions, "quest-1")
     log.append({"role": "user", "content": SECRET})
     renamed = []
@@ -1088,6 +1232,8 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         renamed.append(target)
 
     def failing(*args, **kwargs):
+        if renamed and interrupted:
+            raise KeyboardInterrupt(f"a Ctrl-C during the {step} (the test's)")
         if renamed:
             raise OSError(24 if step == "open" else 5, f"injected failure of {step}")
         return real_step(*args, **kwargs)
@@ -1097,7 +1243,7 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     try:
         log.erase(0)
         failed = False
-    except OSError:
+    except (OSError, KeyboardInterrupt):
         failed = True
     monkeypatch.undo()
     try:
@@ -1327,25 +1473,31 @@ def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sess
 @pytest.mark.task("09.4")
 def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
     """Lines another program wrote (a blank line, a line separator U+2028 inside a
-    text, which JSON need not escape) are lines like any other: the erase replaces the
-    erased message's line and leaves every other message as it was."""
+    text, which JSON need not escape, a line ended with CR LF) are lines like any
+    other: the erase replaces the erased message's line and leaves every other message
+    as it was."""
     play(lesson, sessions, TURN_A)
     path = sessions / "quest-1.jsonl"
     with open(path, "ab") as file:
         file.write(b"\n")      # a blank line: no message
         file.write('{"role": "user", "content": "Line one\u2028line two"}\n'
                    .encode("utf-8"))
+        file.write(b'{"role": "assistant", "content": "Ended with CR LF."}\r\n')
     play(lesson, sessions, TURN_SECRET, TURN_C)
     before = resume(lesson, sessions)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.erase(3)        # the SECRET: the blank line is no message
-    expected = before[:3] + [{"role": "user", "content": lesson.ERASED}] + before[4:]
+        log.erase(4)        # the SECRET: the blank line is no message
+    expected = before[:4] + [{"role": "user", "content": lesson.ERASED}] + before[5:]
     found = resume(lesson, sessions)
     assert found == expected, (
-        "after erasing message 3, a new process should see every other message as it "
+        "after erasing message 4, a new process should see every other message as it "
         f"was; it sees {[m.get('content') for m in found]}. The log holds a blank "
-        "line and a text with U+2028 in it")
+        "line, a text with U+2028 in it and a line that ends with CR LF")
     assert "Line one\u2028line two".encode() in path.read_bytes()
+    assert b'"Ended with CR LF."}\r\n' in path.read_bytes(), (
+        "the line another program ended with CR LF lost its bytes in the erase: a line "
+        "of the log ends at a newline, and what comes before it is the line's, a CR "
+        "included")
 
 
 @pytest.mark.task("09.4")
@@ -1732,10 +1884,13 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
     only when they are older (Linux's default, relatime)."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
-    read_at, written_at = time.time() + 3600, time.time() - 20 * DAY
-    os.utime(path, (read_at, written_at))
+    # Times with nanoseconds (123 of them), as a file system keeps them
+    read_ns = int(time.time() + 3600) * 10**9 + 123
+    written_ns = int(time.time() - 20 * DAY) * 10**9 + 123
+    read_at, written_at = read_ns / 1e9, written_ns / 1e9
+    os.utime(path, ns=(read_ns, written_ns))
     path.read_bytes()
-    reads_leave_it = abs(os.stat(path).st_atime - read_at) < 1
+    reads_leave_it = os.stat(path).st_atime_ns == read_ns
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.erase(0)
     found = os.stat(path)
@@ -1744,8 +1899,12 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
     assert abs(found.st_mtime - written_at) < 1, (
         "an erase is not a use: the log should keep the modification time of its last "
         "append, 20 days ago; expire() goes by it")
+    assert found.st_mtime_ns == written_ns, (
+        f"the log's modification time was {written_ns} ns, and after the erase it is "
+        f"{found.st_mtime_ns} ns: the new log should keep the old file's time exactly "
+        "(a time taken as a float of seconds has lost its last digits)")
     if reads_leave_it:      # else every read sets it: nothing an erase could keep
-        assert abs(found.st_atime - read_at) < 1, (
+        assert found.st_atime_ns == read_ns, (
             f"the log's access time was {datetime.fromtimestamp(read_at):%H:%M:%S} "
             "(the test set it), and after the erase it is "
             f"{datetime.fromtimestamp(found.st_atime):%H:%M:%S}: the new log should "
@@ -1881,6 +2040,24 @@ def test_an_agent_without_a_session_forgets_too(lesson):
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
         "an agent without a session still sent the erased words (in the reply that "
         "repeated them: a text of 12 characters is long enough to be looked for)")
+
+
+@pytest.mark.task("09.3")
+def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
+    """A text shorter than QUOTE_MIN_CHARS cannot be told from other words: the log's
+    erase does not look for it elsewhere, and neither does the agent's memory. The
+    reply that happens to hold the same words is sent again as it was."""
+    model = ScriptedModel([say("Thank you, traveller."), say("Onwards.")])
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+    agent.run("Thank you")
+    agent.erase(0)
+    agent.run("Go on.")
+    sent = [m.get("content") for m in model.requests[-1]["messages"]]
+    assert "Thank you, traveller." in sent, (
+        "after erasing the user's 'Thank you' (9 characters: too short to be looked "
+        "for in other messages, as the log's erase does not), the agent sent the "
+        f"model's reply changed: {sent}. The agent's memory and the log must keep the "
+        "same messages")
 
 
 # --- 09.5: collect --------------------------------------------------------------------
