@@ -115,6 +115,16 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
         "loading a session that has no log created "
         f"{sorted(p.name for p in sessions.iterdir())}: loading only ever reads")
 
+    folder = sessions / "not-made-yet"
+    with lesson.SessionLog(folder, "never-played") as log:
+        loaded = load(log, "session 'never-played' lives in a folder that is not made "
+                      "yet, and its load should return [] (a conversation not started)")
+    assert loaded == [] and not folder.exists(), (
+        "session 'never-played' lives in a folder not made yet; its load returned "
+        f"{loaded!r} and the folder {'now exists' if folder.exists() else 'is not made'}"
+        ": a conversation not started loads as [], and loading creates nothing, not "
+        "even its folder (the first append makes it)")
+
 
 @pytest.mark.task("02.1")
 def test_a_new_agent_on_an_unknown_session_starts_empty(
