@@ -361,11 +361,16 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
     out from the request that compaction would make (summary_room, check_fits, both
     given, build on compacted_size): a summary that fills the room exactly is taken
     and its request, then sent, is exactly at the budget; one token longer is refused.
-    With a system prompt, with none, and with an empty one (sent as none)."""
+    With a system prompt, with none, and with an empty one (sent as none); with the
+    boundary anywhere from the start to past the last message; and planned, as a second
+    compaction plans it, while the agent still holds the earlier one."""
     said = conversation(8)
-    for cut in (2, 4, 6):
-        for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9):
-            agent = agent_without_session(lesson, said, system=system)
+    earlier = lesson.Compaction("An earlier summary, longer than the new ones. " * 4, 1)
+    for cut in (2, 4, 6, 0, 8):
+        # "": the request before any summary, which summary_room measures
+        for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9, ""):
+            agent = agent_without_session(lesson, said, earlier if cut else None,
+                                          system=system)
             planned = agent.compacted_size(summary, cut)
             agent.compaction = lesson.Compaction(summary, cut)
             view = agent.view()
@@ -745,6 +750,13 @@ def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
     assert kept == [said[k] for k in (2, 3, 6, 7)], (
         "a resume should start its request, after the summary, at messages 2, 3, 6 "
         f"and 7, the four the compaction kept; it starts at {shape(kept)}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        upto = log.compact("The first two turns.", keep=2)
+    assert upto == 6, (
+        "keeping the last two of the messages shown (0, 1, 2, 3, 6, 7) keeps message 6 "
+        "on: 'upto' should be 6, the index of the first message kept (as the format "
+        "page defines it), not that of an undone message before it; compact returned "
+        f"{upto!r}")
 
 
 @pytest.mark.task("08.1")
@@ -1461,6 +1473,45 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
                                    [])
     assert lesson.check_summary(plain) == "Days 1-3.", (
         f"the spaces around a summary go; got {lesson.check_summary(plain)!r}")
+    # Some chat templates open the think block in the prompt: the reply has its end only
+    ended = lesson.normalize_reply({"role": "assistant", "content": (
+        "The user wants the gist; the ledge matters.\n</think>\n\n"
+        + ANSWER_AFTER_THOUGHT)}, [])
+    got = lesson.check_summary(ended)
+    assert got == ANSWER_AFTER_THOUGHT, (
+        "a reply whose think block has only its end (some chat templates open it in "
+        "the prompt) holds thinking, then the summary: the summary alone should be "
+        f"returned; got {got!r}")
+    for quoting in ('{"gold": 3} was all the ledger said; the rope is bought.',
+                    'The guard said {"name": "talk_to"} was a word of the old tongue.'):
+        reply = lesson.normalize_reply({"role": "assistant", "content": quoting}, [])
+        try:
+            got = lesson.check_summary(reply)
+        except lesson.BadSummary as error:
+            pytest.fail(f"a summary that quotes some JSON ({quoting!r}) was refused "
+                        f"({error}): only a text that is nothing but a call written "
+                        "as JSON is a call that never ran", pytrace=False)
+        assert got == quoting, (
+            f"a summary that quotes some JSON should be returned as it is; got {got!r}")
+
+
+@pytest.mark.task("08.4")
+def test_check_summary_alone_names_every_call_of_a_reply(lesson):
+    """check_summary() alone, on a reply that calls two tools: the BadSummary names
+    both, since the user and the model asked again are told what was sent."""
+    calls = [{"id": f"call_{n}", "type": "function",
+              "function": {"name": name, "arguments": arguments}}
+             for n, (name, arguments) in enumerate(
+                 [("talk_to", '{"npc": "elder"}'), ("buy", '{"item": "rope"}')])]
+    reply = lesson.normalize_reply({"role": "assistant", "content": None,
+                                    "tool_calls": calls}, [])
+    with raises(lesson.BadSummary, "check_summary() took a reply of two tool calls "
+                "for a summary") as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    assert "talk_to" in said and "buy" in said, (
+        "a reply that calls talk_to and buy is no summary, and its BadSummary should "
+        f"name both calls, not only the first; it says {said!r}")
 
 
 def what_check_summary_says(lesson, key):
@@ -1479,6 +1530,27 @@ def what_check_summary_says(lesson, key):
 
 def summary_instruction(request):
     return next(m["content"] for m in request["messages"] if m["role"] == "system")
+
+
+@pytest.mark.task("08.4")
+def test_a_summary_after_long_thinking_is_judged_by_what_is_recorded(lesson,
+                                                                     sessions):
+    """A reasoning model thinks at length, then gives a short summary: the thinking is
+    never recorded, so it is not what must fit the budget. The summary is taken at the
+    first reply, with no second request."""
+    musing = "The elder, the guard, the rope: which of them matters most? " * 60
+    reply = f"<think>\n{musing}</think>\n\n{ANSWER_AFTER_THOUGHT}"
+    agent, model, log = open_agent(lesson, sessions, summarise=summaries(reply))
+    path = sessions / "quest-1.jsonl"
+    with log:
+        play_until_compacted(lesson, agent, model)
+    recorded = [marker["summary"] for marker in compactions_in(path)]
+    assert recorded == [ANSWER_AFTER_THOUGHT] and len(model.summary_requests) == 1, (
+        f"the first reply thought for about {lesson.estimate_tokens(musing)} tokens, "
+        "far more than the room, then gave a short summary, which fits: it should be "
+        f"recorded at once. The model was asked {len(model.summary_requests)} time(s) "
+        f"and the log records {[text[:60] for text in recorded]}: the length that "
+        "counts is that of the summary recorded, not of the thinking before it")
 
 
 @pytest.mark.key
@@ -1616,6 +1688,36 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
     assert len(compactions_in(path)) == 1 and compactions_in(path)[0]["summary"] in \
         text_of(model.requests[-1]["messages"][1].get("content")), (
         "resumed with a model that summarises, the session should compact and go on")
+
+
+@pytest.mark.task("08.3")
+def test_a_history_many_times_the_budget_is_compacted_not_refused(lesson):
+    """Day 100: the history the agent holds is many times the budget, and the turn in
+    progress is short. One compaction brings the request within the budget: the size
+    of what came before is what a summary shrinks, never a reason to refuse."""
+    agent, model, log = open_agent(lesson, None, [say("We go on to the cave.")])
+    history = []
+    for n in range(1, 100):
+        answer = f"On day {n} we rest by the mill."
+        history += [{"role": "user", "content": day(n)[0]},
+                    {"role": "assistant", "content": answer}]
+    agent.messages = history
+    with log:
+        try:
+            agent.run(day(100)[0])
+        except lesson.ContextOverflow as error:
+            size = size_of(lesson, {"messages": history})
+            pytest.fail(f"99 days of history, about {size} tokens with a budget of "
+                        f"{BUDGET}, and a short new day: the "
+                        "request was refused, although a summary of the 99 days leaves "
+                        f"it within the budget ({error})", pytrace=False)
+    sent = turn_requests(model)
+    assert len(model.summary_requests) == 1 and sent and size_of(
+        lesson, sent[-1]) <= BUDGET, (
+        "99 days of history and a short new day: one summary should bring the request "
+        f"within the budget of {BUDGET}; the model was asked for "
+        f"{len(model.summary_requests)} summary(ies) and the request sent needs "
+        f"{size_of(lesson, sent[-1]) if sent else 'nothing (none was sent)'}")
 
 
 @pytest.mark.task("08.3")
