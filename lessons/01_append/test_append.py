@@ -242,8 +242,9 @@ def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
 def test_a_newline_inside_content_stays_one_line(lesson, sessions):
     """A newline inside a message's content is escaped by JSON, so one message is always
     exactly one line."""
+    said = "line one\nline two\r\nline three\u2028four\u2029five\x85six\x0bseven"
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": "line one\nline two\r\nline three"})
+        log.append({"role": "user", "content": said})
         log.append({"role": "assistant", "content": "ok"})
 
     raw = (sessions / "quest-1.jsonl").read_bytes()
@@ -252,9 +253,10 @@ def test_a_newline_inside_content_stays_one_line(lesson, sessions):
         f"two messages must be exactly two lines, the file has {lines}: {raw!r}"
     )
     first = json.loads(raw.split(b"\n")[0])["content"]
-    assert first == "line one\nline two\r\nline three", (
+    assert first == said, (
         "the first line should give back the message's content as it was given, its "
-        f"newlines included; it gives {first!r}")
+        "line ends of every kind included (\\n, \\r\\n, U+2028, U+2029, U+0085, a "
+        f"vertical tab); it gives {first!r}")
 
 
 @pytest.mark.key
@@ -383,7 +385,9 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     ("quest-1\n", "an id ending with a newline", ("\\n",)),
     ("a\x00b", "an id holding a NUL byte", ("\\x00", "\\u0000", "\\0")),
     ("", "an empty id", ("''", '""')),
-], ids=["newline", "NUL", "empty"])
+    ("the-second-day-of-the-quest-to-the-cave\n",
+     "a long id ending with a newline", ("\\n",)),
+], ids=["newline", "NUL", "empty", "long, newline last"])
 def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
         lesson, bad_id, what, shown):
     """An id whose trouble cannot be seen (a newline, a NUL byte, nothing at all) is
@@ -801,6 +805,24 @@ def test_an_empty_answer_is_recorded_like_any_other(lesson, model, town, session
         "every message the agent holds should be in the log, the empty answer too: "
         f"the agent holds {agent.messages}, the log "
         f"{lines_of(sessions / 'quest-1.jsonl')}")
+
+
+@pytest.mark.task("01.3")
+def test_a_message_said_twice_is_recorded_twice(lesson, model, town, sessions):
+    """The same words twice are two messages: a user who says "Yes." again, a model that
+    answers "Fine." again. Each goes to the log, or the log and memory part ways."""
+    model.add(say("Fine."), say("Fine."))
+    agent, log = agent_on(lesson, model, town, sessions)
+
+    with log:
+        agent.run("Yes.")
+        agent.run("Yes.")
+
+    stored = lines_of(sessions / "quest-1.jsonl")
+    assert stored == agent.messages, (
+        "the user said 'Yes.' twice and the model answered 'Fine.' twice: the log "
+        f"should hold all four messages, as memory does; it holds {len(stored)}: "
+        f"{stored}. A message equal to an earlier one is still a message of its own")
 
 
 @pytest.mark.task("01.4")
