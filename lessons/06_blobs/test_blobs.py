@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 
@@ -215,8 +216,8 @@ def test_append_leaves_the_callers_message_as_it_was(lesson, sessions):
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize(
     "content",
-    [PASTE, NON_ASCII, BINARY_LOOKING],
-    ids=["1 MB paste", "non-ASCII", "binary-looking"],
+    [PASTE, NON_ASCII, BINARY_LOOKING, "\ufeffDay 1 of the quest\r\n" * 300],
+    ids=["1 MB paste", "non-ASCII", "binary-looking", "a BOM first, Windows line ends"],
 )
 @pytest.mark.task("06.1")
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
@@ -827,11 +828,22 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
         "saves the names it holds at that moment, so the blob's name was never saved")
 
 
+DAMAGES = {
+    "same size, one word changed":
+        lambda data: data.replace(b"cave", b"lake", 1),
+    "its line ends turned into CR LF by a copy":
+        lambda data: data.replace(b"\n", b"\r\n"),
+}
+
+
 @pytest.mark.key
 @pytest.mark.task("06.2")
-def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions):
-    """A blob whose bytes no longer match its hash is refused with a BlobError naming
-    the blob, the log and the line."""
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions,
+                                                                      damage):
+    """A blob whose bytes no longer match its hash (one word changed, its line ends
+    turned into CR LF by a copy) is refused with a BlobError naming the blob, the log
+    and the line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(SMALL)
         log.append({"role": "user", "content": PASTE})
@@ -840,14 +852,13 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     assert blob.is_file(), (
         f"the paste should be stored in the folder's blobs/, named {digest}; blobs/ "
         f"holds {blob_names(sessions)}")
-    # Same size, one word changed
-    blob.write_bytes(PASTE.replace("cave", "lake", 1).encode("utf-8"))
+    blob.write_bytes(DAMAGES[damage](PASTE.encode("utf-8")))
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
-                    "a blob whose bytes no longer match its hash (same size, one word "
-                    "changed) was loaded as if it were the paste") as refused:
+                    f"a blob whose bytes no longer match its hash ({damage}) was "
+                    "loaded as if it were the paste") as refused:
             log.load()
 
     assert snapshot(sessions) == before, (
@@ -858,11 +869,11 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     assert isinstance(refused.value, ValueError), "BlobError should be a ValueError"
     assert (
         digest in message
-        and "quest-1.jsonl" in message
+        and str(sessions / "quest-1.jsonl") in message
         and re.search(r"\bline 2\b", message)
     ), (
-        f"the error should name the blob ({digest}), the log (quest-1.jsonl) and the "
-        f"line (line 2); it says: {message}"
+        f"the error should name the blob ({digest}), the log by its path "
+        f"({sessions / 'quest-1.jsonl'}) and the line (line 2); it says: {message}"
     )
     says_what_it_met(refused.value, "bytes that changed", sessions)
 
@@ -888,11 +899,11 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
     message = str(refused.value)
     assert (
         digest in message
-        and "quest-1.jsonl" in message
+        and str(sessions / "quest-1.jsonl") in message
         and re.search(r"\bline 1\b", message)
     ), (
-        f"the error should name the missing blob ({digest}), the log and the line "
-        f"(line 1); it says: {message}"
+        f"the error should name the missing blob ({digest}), the log by its path "
+        f"and the line (line 1); it says: {message}"
     )
     says_what_it_met(refused.value, "a missing blob", sessions)
 
@@ -952,11 +963,11 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
     message = str(refused.value)
     assert (
         str(name) in message
-        and "quest-1.jsonl" in message
+        and str(sessions / "quest-1.jsonl") in message
         and re.search(r"\bline 2\b", message)
     ), (
-        f"the error should quote the reference ({name!r}), and name the log and the "
-        f"line (line 2); it says: {message}"
+        f"the error should quote the reference ({name!r}), and name the log by its "
+        f"path and the line (line 2); it says: {message}"
     )
     says_what_it_met(refused.value, "a name that is no hash", sessions, name)
     assert snapshot(sessions) == before, "a refused load must change nothing"
@@ -1162,6 +1173,85 @@ def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
 
 
 @pytest.mark.task("06.1")
+def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, sessions,
+                                                                     monkeypatch):
+    """A durable writer finds the blob stored by a writer that never synced it, and the
+    sync of blobs/ fails (EIO): the OSError reaches the caller, and the next store of
+    the same content syncs the blob and blobs/, for nothing was made durable the first
+    time."""
+    data = PASTE.encode("utf-8")
+    blob = store(lesson, sessions, data, "quick")                # not durable
+    folder = (sessions / "blobs").stat().st_ino
+
+    def failing(real):
+        def sync(fd):
+            if os.fstat(fd).st_ino == folder:
+                raise OSError(5, "Input/output error")
+            real(fd)
+        return sync
+
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, failing(getattr(os, name)))
+        with raises(OSError, "syncing blobs/ failed for a blob another writer had "
+                             "stored, yet store_blob returned: the line append writes "
+                             "next could survive a power cut that loses the blob"):
+            log.store_blob(data)
+        monkeypatch.undo()
+        synced = count_syncs(monkeypatch)
+        log.store_blob(data)
+        monkeypatch.undo()
+    assert blob.stat().st_ino in synced and folder in synced, (
+        "the first store failed while syncing blobs/, so the blob another writer "
+        "stored is not known to be on disk; storing it again should sync the blob and "
+        f"blobs/ before returning, and it synced {len(synced)} file(s), not both: "
+        "this writer took the blob whose sync failed for one it had synced")
+
+
+@pytest.mark.task("06.1")
+def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
+                                                                monkeypatch):
+    """Ctrl-C arrives while a durable writer syncs the blob's bytes: the
+    KeyboardInterrupt reaches the caller, and blobs/ holds no copy of the content under
+    another name (each Ctrl-C would leave one more); under its own name, nothing or the
+    whole content."""
+    data = PASTE.encode("utf-8")
+    digest = sha256(data)
+    interrupted = []
+
+    def interrupting(real):
+        def sync(fd):
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_size == len(data):
+                interrupted.append(fd)
+                raise KeyboardInterrupt
+            real(fd)
+        return sync
+
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
+        try:
+            log.store_blob(data)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            monkeypatch.undo()
+    assert interrupted, (
+        "a durable store_blob returned without syncing the blob's bytes: the line "
+        "append writes next could survive a power cut that loses them")
+    folder = sessions / "blobs"
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    assert names in ([], [digest]), (
+        f"a Ctrl-C while the blob was synced left {names} in blobs/: only the blob "
+        "itself, whole, may stay, never a copy under another name (the clean-up of a "
+        "failed store must run for a KeyboardInterrupt too)")
+    if names:
+        assert (folder / digest).read_bytes() == data, (
+            f"after a Ctrl-C, blobs/{digest} holds bytes that are not the content")
+
+
+@pytest.mark.task("06.1")
 def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(lesson,
                                                                            sessions):
     """The disk fills up half-way through a blob (a real file size limit): the append
@@ -1239,6 +1329,45 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
         f"characters; it shows {len(preview)} (counted in bytes or in UTF-16 halves, a "
         f"character of several costs several): {preview!r}")
 
+    spaced = "\n\n   Day 1, the elder's map:\r\n" + "the rest of the map. " * 400
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append({"role": "user", "content": spaced})
+    preview = reference_in(lines_of(sessions / "quest-2.jsonl")[0]).get("preview")
+    assert preview == spaced[:lesson.PREVIEW_CHARS], (
+        "the preview should be the content's first characters as they are, the line "
+        f"ends and spaces it starts with included; it is {preview!r}")
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("edit", ["preview edited", "preview removed"])
+def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
+                                                                  edit):
+    """The preview is for a person reading the log, and a person may edit it (to hide
+    a name in it, say): the hash alone says what the content is, and it still loads."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    path = sessions / "quest-1.jsonl"
+    line = lines_of(path)[0]
+    reference = reference_in(line)
+    if edit == "preview edited":
+        reference["preview"] = "[removed by the operator]"
+    else:
+        del reference["preview"]
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except (ValueError, KeyError, TypeError) as error:
+            pytest.fail(f"a reference whose preview was {edit.split()[1]} by hand was "
+                        f"refused ({type(error).__name__}: {error}): the blob is "
+                        "there, its bytes match its hash, and the preview is only for "
+                        "people", pytrace=False)
+    content = loaded[0].get("content") if loaded else None
+    assert content == PASTE, (
+        f"with its preview {edit.split()[1]} by hand, the reference should still load "
+        f"the paste from its blob; the content came back as {str(content)[:120]!r}")
+
 
 @pytest.mark.task("06.2")
 def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
@@ -1261,10 +1390,11 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
                     "the file it points to") as refused:
             log.load()
     message = str(refused.value)
-    named = re.search(r"\bline 1\b", message) and "quest-1.jsonl" in message
+    named = (re.search(r"\bline 1\b", message)
+             and str(sessions / "quest-1.jsonl") in message)
     assert blob.name in message and named, (
-        f"the error should name the blob ({blob.name}), the log and the line (line 1); "
-        f"it says: {message}")
+        f"the error should name the blob ({blob.name}), the log by its path and the "
+        f"line (line 1); it says: {message}")
     says_what_it_met(refused.value, "a symbolic link", sessions)
     assert snapshot(sessions) == before, "a refused load must change no file"
 
@@ -1316,10 +1446,11 @@ def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     message = str(refused.value)
-    named = re.search(r"\bline 1\b", message) and "quest-1.jsonl" in message
+    named = (re.search(r"\bline 1\b", message)
+             and str(sessions / "quest-1.jsonl") in message)
     assert blob.name in message and named, (
-        f"the error should name the blob ({blob.name}), the log and the line (line 1); "
-        f"it says: {message}")
+        f"the error should name the blob ({blob.name}), the log by its path and the "
+        f"line (line 1); it says: {message}")
     says_what_it_met(refused.value, "something that is no file", sessions)
     assert snapshot(sessions) == before, "a refused load must change no file"
 
@@ -1343,10 +1474,11 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
                     "content (with replacement characters?)") as refused:
             log.load()
     message = str(refused.value)
-    named = re.search(r"\bline 2\b", message) and "quest-1.jsonl" in message
+    named = (re.search(r"\bline 2\b", message)
+             and str(sessions / "quest-1.jsonl") in message)
     assert digest in message and named, (
-        f"the error should name the blob ({digest}), the log and the line (line 2); "
-        f"it says: {message}")
+        f"the error should name the blob ({digest}), the log by its path and the line "
+        f"(line 2); it says: {message}")
     says_what_it_met(refused.value, "bytes that are no text", sessions)
 
 
@@ -1366,6 +1498,12 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
     assert mode == 0o700, (
         f"blobs/ was made with mode {oct(mode)} under umask 000; it should be 0o700, "
         "readable by its owner only, like the sessions folder")
+    blob = blobs / sha256(PASTE.encode("utf-8"))
+    mode = blob.stat().st_mode & 0o777 if blob.is_file() else None
+    assert mode is not None and not mode & 0o077, (
+        f"the blob was stored with mode {mode and oct(mode)} under umask 000: it holds "
+        "what a person pasted, and should be readable by its owner only (0o600), like "
+        "the log")
 
 
 @pytest.mark.task("06.1")
