@@ -183,9 +183,14 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
                        "copy": copy, "durable": durable})
     monkeypatch.setattr(lesson, "publish_fork", publish_fork)
 
-    lesson.fork(sessions, "quest-1", "what-if", upto=upto, durable=durable)
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto,
+                         durable=durable)
 
     kept = 3 if upto is None else upto
+    if error is not None:
+        pytest.fail(f"the source holds 3 messages; fork(..., upto={upto}) should hand "
+                    f"publish_fork the first {kept}, and it raised {described(error)}",
+                    pytrace=False)
     expected = {"source_id": "quest-1", "new_id": "what-if", "count": kept,
                 "copy": b"".join(lines[:kept]), "durable": durable}
     assert len(handed) == 1, (
@@ -219,6 +224,8 @@ TORN = b'{"role": "user", "content": "Buy a to'
     ("a last line torn right after a closing brace",
      M1 + b"\n" + M2 + b"\n" + b'{"role": "assistant", "tool_calls": [{"id": "c1"}', 2),
     ("nothing at all (an empty log, as a fork of none leaves)", b"", 0),
+    ("a last line, without its newline, that is JSON but no message (it has no role)",
+     M1 + b"\n" + M2 + b"\n" + b'{"content": "no role"}', 2),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, messages):
@@ -310,6 +317,8 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
     ("after a blank line", 3, M1 + b"\n\n" + TORN + b"\n" + M2 + b"\n"),
     ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
+    ("that is JSON but no message (it has no role)", 2,
+     M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
 ])
 @pytest.mark.parametrize("upto", [None, 1])
 def test_a_fork_of_a_damaged_source_is_refused(
