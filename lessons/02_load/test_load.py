@@ -119,11 +119,11 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     with lesson.SessionLog(folder, "never-played") as log:
         loaded = load(log, "session 'never-played' lives in a folder that is not made "
                       "yet, and its load should return [] (a conversation not started)")
+    made = "now exists" if folder.exists() else "is not made"
     assert loaded == [] and not folder.exists(), (
         "session 'never-played' lives in a folder not made yet; its load returned "
-        f"{loaded!r} and the folder {'now exists' if folder.exists() else 'is not made'}"
-        ": a conversation not started loads as [], and loading creates nothing, not "
-        "even its folder (the first append makes it)")
+        f"{loaded!r} and the folder {made}: a conversation not started loads as [], "
+        "and loading creates nothing, not even its folder (the first append makes it)")
 
 
 @pytest.mark.task("02.1")
