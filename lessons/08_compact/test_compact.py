@@ -304,6 +304,23 @@ def until_task_08_4_is_written(request, monkeypatch):
 # --- the budget, the view and the log -----------------------------------------------
 
 
+@pytest.mark.task("08.4")
+def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson):
+    """summarise() alone, with no budget (nothing else is needed): a first reply that
+    is a summary is the one returned, and the model is asked once, since the user waits
+    for every call. First in the file, so that a summary asked for twice is blamed on
+    the code that asks for it, before the tests of the budget count the requests."""
+    agent, model, log = open_agent(lesson, None, budget=None)
+    agent.messages = conversation(6)
+    with log:
+        summary = agent.summarise(agent.messages[:4], 4)
+    asked = len(model.summary_requests)
+    assert summary == "summary #1" and asked == 1, (
+        "the model's first reply to the summary request, 'summary #1', is a summary: "
+        f"summarise() should return it, having asked once; it returned {summary!r} "
+        f"after {asked} request(s)")
+
+
 @pytest.mark.task("08.2")
 def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_boundary(
         lesson):
@@ -371,7 +388,12 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
         for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9, ""):
             agent = agent_without_session(lesson, said, earlier if cut else None,
                                           system=system)
+            held, before = agent.compaction, agent.view()
             planned = agent.compacted_size(summary, cut)
+            assert agent.compaction == held and agent.view() == before, (
+                "compacted_size only measures a request that does not exist yet: "
+                f"after it, the agent's compaction is {agent.compaction!r} (it was "
+                f"{held!r}) and the next request would be {shape(agent.view(), 20)}")
             agent.compaction = lesson.Compaction(summary, cut)
             view = agent.view()
             agent.compaction = None
@@ -443,7 +465,8 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
     with log:
         days = play_until_compacted(lesson, agent, model)
     summary_at = model.requests.index(model.summary_requests[0])
-    sent = model.requests[summary_at + 1]["messages"]
+    sent = next(request for request in model.requests[summary_at:]
+                if request not in model.summary_requests)["messages"]
     newest = {"role": "user", "content": day(days[-1])[0]}
     expected = compacted_view(lesson, "summary #1", [newest])
     assert sent[:3] == expected, (
@@ -1059,9 +1082,19 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
             agent.undo()
         assert agent.messages == messages and path.read_bytes() == before, (
             "a refused undo must change neither the conversation nor the log")
-    assert resumed_after_the_boundary(lesson, sessions) == [], (
-        "after undoing both turns after the boundary, a resume should send the summary "
-        "and nothing after it, until the next message")
+        note = {"role": "user", "content": "A note from the mayor: the ledge is steep."}
+        agent.record(note)      # pending: not written yet
+        with raises(lesson.UndoError, "undoing the note's turn and day 2's, which the "
+                    "compaction summarised, was allowed"):
+            agent.undo(2)
+        agent.flush()
+        assert messages_in(path)[-1:] == [note], (
+            "a refused undo must leave what is pending as it was: the note recorded "
+            "before it, not yet written, should reach the log once the agent writes "
+            f"what is pending; the log ends with {shape(messages_in(path)[-1:])}")
+    assert resumed_after_the_boundary(lesson, sessions) == [note], (
+        "after undoing both turns after the boundary and recording a note, a resume "
+        "should send the summary and the note")
 
 
 @pytest.mark.key
@@ -1120,6 +1153,15 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                         match="quest-1",
                         unmatched=NAME_THE_LOG):
                 again.undo(count)
+        with raises(lesson.UndoError, "the log's own undo of 5 messages, more than "
+                    "the 4 it shows, went ahead") as raised:
+            again.undo(5)
+    said_more = str(raised.value).replace(str(path), "").replace("quest-1", "")
+    assert re.search(r"(?<![\d.])4(?!\d)", said_more) and not re.search(
+            r"-\d", said_more), (
+        "an undo of more messages than the log shows is refused as in lesson 07, "
+        "saying how many it shows (4), not as one behind the boundary of a message "
+        f"that does not exist; it says {str(raised.value)!r}")
     assert path.read_bytes() == before, "a refused undo must not write to the log"
     agent, model, log = open_agent(lesson, sessions, budget=None)
     with log:
