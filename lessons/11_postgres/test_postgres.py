@@ -28,7 +28,7 @@ import pytest
 
 from sessionlab.pgserver import why_not_available
 from sessionlab.scripted import ODD_REPLIES, ScriptedModel, call, say, summaries, use
-from sessionlab.testing import raises
+from sessionlab.testing import described, raises
 from sessionlab.town import Town
 
 # Without PostgreSQL, the whole file is skipped in one line saying how to install it
@@ -81,12 +81,12 @@ def messages_in(stored):
             if "$marker" not in entry]
 
 
-def refuse_rows(database, condition, code="P0001"):
-    """A trigger that makes the server refuse every new row of session_entries for
-    which `condition` (SQL on NEW) holds, as a full disk would, with the error code
-    `code` (SQLSTATE); drop_refusal() ends it."""
+def refuse_rows(database, condition, code="P0001", table="session_entries"):
+    """A trigger that makes the server refuse every new row of `table` for which
+    `condition` (SQL on NEW) holds, as a full disk would, with the error code `code`
+    (SQLSTATE); drop_refusal() ends one on session_entries."""
     sql(database, f"""
-        CREATE FUNCTION refuse_row() RETURNS trigger AS $$
+        CREATE OR REPLACE FUNCTION refuse_row() RETURNS trigger AS $$
         BEGIN
             IF {condition} THEN
                 RAISE EXCEPTION 'the disk is full (made up by the test)'
@@ -94,7 +94,7 @@ def refuse_rows(database, condition, code="P0001"):
             END IF;
             RETURN NEW;
         END $$ LANGUAGE plpgsql;
-        CREATE TRIGGER refuse_row BEFORE INSERT ON session_entries
+        CREATE TRIGGER refuse_row BEFORE INSERT ON {table}
             FOR EACH ROW EXECUTE FUNCTION refuse_row();
     """)
 
@@ -113,6 +113,20 @@ def try_lock(log, what):
                     f"server gave up ({QUICK:g} s, the connection's lock_timeout), "
                     "instead of trying it and deciding itself whether to try again",
                     pytrace=False)
+
+
+def waiting_for_lock(database, key, name):
+    """A thread that, on a connection of its own named `name` (made now), waits for
+    the advisory lock `key` once started (the server gives up after HANG seconds),
+    then lets go and closes."""
+    connection = psycopg.connect(database, autocommit=True, application_name=name,
+                                 options=f"-c lock_timeout={HANG * 1000}")
+
+    def wait():
+        with connection:
+            connection.execute("SELECT pg_advisory_lock(%s)", (key,))
+
+    return threading.Thread(target=wait)
 
 
 def call_message(*calls):
@@ -387,7 +401,8 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
     for a session no one holds, and again once the holder has let go. quest-3's key is
     negative and both its halves are odd. A lock held by another program (a connection
     that did not introduce itself as the store's) names no process, and a writer is
-    still refused."""
+    still refused. Connections waiting for a lock hold nothing, and a lock of two int
+    keys is another lock, even with the same two numbers."""
     holder = other("lock", session_id="quest-3")
     holder.expect("holding")
     before = datetime.now(timezone.utc)
@@ -426,18 +441,60 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             with raises(lesson.SessionBusy, "another program holds quest-3's lock: a "
                         "writer's _lock() must be refused", match="quest-3"):
                 try_lock(log, "with timeout 0 the writer tries once")
-    # A writer on another host, whose name has dashes and dots, holds quest-4's lock
+    # A writer on another host, whose name has dashes and dots, holds quest-8's lock
+    # (the low half of its key has its top bit set), taken a second after it
+    # connected; two more store connections, made before it (the server lists their
+    # locks first), wait for the lock behind it
     named = "sessionlab pid 4242 on web-2.town.example"
+    key = lesson.lock_key("quest-8")
+    waiters = [waiting_for_lock(database, key, f"sessionlab pid {number} on "
+                                "waiting-host") for number in (1, 2)]
     with psycopg.connect(database, autocommit=True,
                          application_name=named) as far:
-        far.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-4"),))
+        connected, clock = far.execute(
+            "SELECT backend_start, clock_timestamp() FROM pg_stat_activity "
+            "WHERE pid = pg_backend_pid()").fetchone()
+        # Into the server's next second, so that the lock's statement is in it
+        time.sleep(1.02 - clock.microsecond / 1e6)
+        far.execute("SELECT pg_advisory_lock(%s)", (key,))
+        for waiter in waiters:
+            waiter.start()
+        until_waiting(database, 2)
         with psycopg.connect(database, autocommit=True) as connection:
-            found = lesson.lock_holder(connection, "quest-4")
+            found = lesson.lock_holder(connection, "quest-8")
+    for waiter in waiters:
+        waiter.join(HANG)
     assert isinstance(found, dict) and (found.get("pid"), found.get("host")) == (
         4242, "web-2.town.example"), (
-        f"a connection named {named!r} holds quest-4's lock: lock_holder should say "
-        f"pid 4242 on host 'web-2.town.example' (a host name may hold dashes and "
-        f"dots); it says {found}")
+        f"a connection named {named!r} holds quest-8's lock, and two more store "
+        "connections (pids 1 and 2) wait for it: lock_holder should name the one that "
+        f"holds it, pid 4242 on host 'web-2.town.example' (a host name may hold dashes "
+        f"and dots); it says {found}")
+    try:
+        since = datetime.fromisoformat(found["since"])
+    except (KeyError, TypeError, ValueError):
+        pytest.fail("lock_holder's since should be the time, ISO 8601, the holder has "
+                    f"been connected since; it says {found}", pytrace=False)
+    assert int(since.timestamp()) == int(connected.timestamp()), (
+        f"the holder connected at {connected.isoformat(timespec='seconds')} and took "
+        "the lock a second later: lock_holder's since should be when it connected "
+        "(the server's backend_start), not when it last ran a statement; it says "
+        f"{found['since']}")
+    # Another program holds a lock of two int keys made of quest-5's key's halves:
+    # another lock altogether (the server counts its sub-id 2), which is no one's
+    # hold on quest-5
+    key = lesson.lock_key("quest-5")
+    with psycopg.connect(database, autocommit=True,
+                         application_name="sessionlab pid 5151 on web-3") as pair:
+        pair.execute("SELECT pg_advisory_lock(%s, %s)",
+                     (((key >> 32) + 2**31) % 2**32 - 2**31,
+                      ((key & 0xFFFFFFFF) + 2**31) % 2**32 - 2**31))
+        with psycopg.connect(database, autocommit=True) as connection:
+            found = lesson.lock_holder(connection, "quest-5")
+    assert found == {}, (
+        "no one holds quest-5's lock (another program holds a lock of two int keys "
+        "that the server splits into the same two numbers, under sub-id 2: another "
+        f"lock): lock_holder should say {{}}; it says {found}")
 
 
 @pytest.mark.task("11.1")
@@ -1262,6 +1319,64 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
 
 
 @pytest.mark.task("11.3")
+def test_results_that_keep_arriving_while_the_repair_decides_are_each_kept(
+    lesson, database
+):
+    """The host running quest-1's two calls stores call_a's real result right after
+    the opener has read the session, and call_b's right after it has read it again:
+    each round of the repair finds the session changed. The opener decides again each
+    time, as long as someone else stores rows: it opens the session, nothing left to
+    repair, no marker stored, its `repaired` None, and its next message lands after
+    the two real results."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [
+        {"role": "user", "content": "Buy a torch and a lantern."},
+        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    real = [json.dumps({"role": "tool", "tool_call_id": call_id, "content": said})
+            for call_id, said in (("call_a", "You bought a torch."),
+                                  ("call_b", "You bought a lantern."))]
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        read = log._rows
+
+        def read_then_the_other_host_stores():
+            found = read()
+            if real:    # the next real result, stored right after this read
+                line = real.pop(0)
+                sql(database, "INSERT INTO session_entries (session_id, seq, line, "
+                    "body) VALUES ('quest-1', %s, %s, %s::jsonb)",
+                    (len(found), line, line))
+            return found
+
+        log._rows = read_then_the_other_host_stores
+        try:
+            history = log.open_for_append()
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the test says it in words
+            pytest.fail("the other host stored a real result after each of the "
+                        "opener's first two reads: the opener should read again each "
+                        "time, and then open the session, which needs no repair any "
+                        f"more; opening it raised {described(error)}", pytrace=False)
+        log._rows = read
+        log.append({"role": "user", "content": "Then to the cave."})
+        kept = log.repaired
+    said = [json.loads(line) for _, line, _ in rows(database)]
+    contents = [entry.get("$marker") or entry["content"] for entry in said[2:]]
+    assert contents == ["You bought a torch.", "You bought a lantern.",
+                        "Then to the cave."], (
+        "both calls got their real results while the opener decided its repair: the "
+        "rows after the call should be the two real results, then the opener's "
+        f"message, no repair marker and no interrupted result; found {contents}")
+    answered = [m.get("content") for m in history if m.get("role") == "tool"]
+    assert answered == ["You bought a torch.", "You bought a lantern."] \
+        and kept is None, (
+        "the opener's history should hold the two real results as the table now holds "
+        "them, and its `repaired` be None (it stored no repair); the history's "
+        f"results are {answered}, `repaired` is {kept}")
+
+
+@pytest.mark.task("11.3")
 def test_a_call_in_an_undone_turn_is_not_repaired(lesson, database):
     """The session's last turn asked for a call that never got its result, and that
     turn was undone (from another host, while the call ran): an undo marker skips it.
@@ -1294,8 +1409,10 @@ def test_a_call_in_an_undone_turn_is_not_repaired(lesson, database):
 def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
                                                                     database):
     """A large content goes to session_blobs under its sha256, once, however many
-    messages and sessions paste it; load() gives it back byte for byte."""
+    messages and sessions paste it, and a paste of what is there already writes nothing
+    to its row; load() gives it back byte for byte."""
     pasted = "The town's charter, article by article.\r\n" * 2000
+    stored = None   # the blob's row version once the first paste stored it
     for session_id in ("quest-1", "quest-2"):
         with lesson.PostgresSessionLog(database, session_id) as log:
             for paste in ("first", "second"):
@@ -1306,6 +1423,12 @@ def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
                                 f"failed: the driver or the server refused it, "
                                 f"{type(error).__name__}: {str(error).strip()}",
                                 pytrace=False)
+                stored = stored or sql(database, "SELECT xmin::text FROM session_blobs")
+    again = sql(database, "SELECT xmin::text FROM session_blobs")
+    assert again == stored, (
+        "a paste of content stored already should change nothing: the blob's row was "
+        f"written again (its row version went from {stored} to {again}), a write of "
+        "the whole content each time, which also waits for every other writer of it")
     with lesson.PostgresSessionLog(database, "quest-2") as log:
         loaded = log.load()
     assert [m["content"] == pasted for m in loaded] == [True, True], (
@@ -1535,7 +1658,8 @@ def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
 @pytest.mark.task("11.5")
 def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     """The 3rd row of the copy fails (a trigger makes it): the fork is one transaction,
-    so neither the new session nor any of its rows exist afterwards."""
+    so neither the new session nor any of its rows exist afterwards. A refusal of the
+    new session's own row reaches the caller as the server's error too."""
     agent, _, log = open_agent(lesson, database, DAY_1)
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
@@ -1548,6 +1672,16 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     assert left == 0 and lesson.lineage(database, "quest-2") is None, (
         f"a fork that failed should leave nothing; found {left} row(s) and lineage "
         f"{lesson.lineage(database, 'quest-2')}: half a fork")
+    # The server refuses the new session's row itself, for a check of its own (an
+    # integrity error, though the id is free): the server's error, no SessionExists
+    refuse_rows(database, "NEW.id = 'quest-3'", "check_violation", table="sessions")
+    with raises(psycopg.Error, "the server refused the fork's row in `sessions` for "
+                "a check of its own (an integrity error, though quest-3 is free): "
+                "fork_postgres should fail with the server's error as it is, not say "
+                "the id is taken", match="made up by the test"):
+        lesson.fork_postgres(database, "quest-1", "quest-3")
+    assert lesson.lineage(database, "quest-3") is None and rows(
+        database, "quest-3") == [], "a fork that failed should leave nothing"
 
 
 @pytest.mark.task("11.5")
