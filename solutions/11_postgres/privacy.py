@@ -150,8 +150,8 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
 
 
 def expire_session(folder: Path, session_id: str, cutoff: float) -> bool:
-    """Delete session `session_id` for expire(), if it is still idle since `cutoff`:
-    True if it did. SessionBusy while a writer holds it."""
+    """Delete session `session_id` for expire(), if nobody has appended to it since
+    `cutoff`: True if it did. SessionBusy while a writer holds it."""
     started = time.time()
     with SessionLog(folder, session_id) as log:
         log._lock()     # no writer from here on: what the log says now is final
