@@ -1575,6 +1575,27 @@ def summary_instruction(request):
 
 
 @pytest.mark.task("08.4")
+def test_the_summary_request_says_how_long_the_summary_may_be(lesson):
+    """A model told nothing about length writes a page where a paragraph fits: the
+    summary request's instruction gives the room the budget leaves beside the turn the
+    request keeps (summary_prompt and summary_room, both given, make and measure it)."""
+    agent, model, log = open_agent(lesson, None)
+    with log:
+        play_until_compacted(lesson, agent, model)
+    # When the model was asked, the turn kept was the new day's message alone
+    cut = agent.compaction.boundary
+    agent.messages = agent.messages[:cut + 1]
+    room = agent.summary_room(cut)
+    expected = lesson.summary_prompt(room)
+    told = [m.get("content") for m in model.summary_requests[0]["messages"]
+            if m.get("role") == "system"]
+    assert told == [expected], (
+        "the summary request's instruction should be the one summary_prompt makes "
+        f"with the room the budget leaves beside the turn kept (about {room} tokens): "
+        f"{expected!r}; it was {told!r}")
+
+
+@pytest.mark.task("08.4")
 def test_a_summary_after_long_thinking_is_judged_by_what_is_recorded(lesson,
                                                                      sessions):
     """A reasoning model thinks at length, then gives a short summary: the thinking is
