@@ -62,21 +62,27 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
     except BaseException:
         log.close()     # let go of the session even when the agent could not start
         raise
-    run = agent.run
+    run, undo, undone = agent.run, agent.undo, []
 
     def run_then_check_the_log(user_text):
         answer = run(user_text)
-        check_written(agent, sessions / f"{session_id}.jsonl")
+        if not undone:
+            check_written(agent, sessions / f"{session_id}.jsonl")
         return answer
 
-    agent.run = run_then_check_the_log
+    def undo_then_stop_checking(*arguments, **options):
+        undone.append(True)     # what the log holds is then task 07.3's to say
+        return undo(*arguments, **options)
+
+    agent.run, agent.undo = run_then_check_the_log, undo_then_stop_checking
     return agent, model, log
 
 
 def check_written(agent, path):
     """When run() has returned, the log holds every message the agent recorded, once
-    each, in order (task 07.2): checked while the log holds no marker and no blob, so
-    that its lines are the messages themselves, whatever task 07.1's replay does."""
+    each, in order (task 07.2): checked until the agent's first undo, while the log
+    holds no marker and no blob, so that its lines are the messages themselves,
+    whatever tasks 07.1 and 07.3 do."""
     entries = lines_of(path)
     if any("$marker" in entry or isinstance(entry.get("content"), dict)
            for entry in entries):
