@@ -1318,47 +1318,67 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
         f"{[seq for seq, _, _ in stored]}")
 
 
+def until_blocked_by(database, blocker):
+    """Until a connection of the store waits for a lock that the server process
+    `blocker` holds, or WAIT seconds have passed."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and not sql(
+            database, "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE "
+            "'sessionlab pid %%' AND %s = ANY(pg_blocking_pids(pid))", (blocker,)):
+        time.sleep(0.01)
+
+
 @pytest.mark.task("11.3")
 def test_results_that_keep_arriving_while_the_repair_decides_are_each_kept(
     lesson, database
 ):
-    """The host running quest-1's two calls stores call_a's real result right after
-    the opener has read the session, and call_b's right after it has read it again:
-    each round of the repair finds the session changed. The opener decides again each
-    time, as long as someone else stores rows: it opens the session, nothing left to
-    repair, no marker stored, its `repaired` None, and its next message lands after
-    the two real results."""
+    """The host running quest-1's two calls stores their real results one by one,
+    each in a transaction that commits just after the opener has read the session
+    and meant to store its repair there: call_a's after the opener's first read,
+    call_b's after its second. The opener decides again as long as someone else
+    stores rows: it opens the session, nothing left to repair, no marker stored, its
+    `repaired` None, and its next message lands after the two real results."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         assert log.load() == [], "a new database should hold no session"
     put_rows(database, "quest-1", [
         {"role": "user", "content": "Buy a torch and a lantern."},
         call_message(("call_a", "torch"), ("call_b", "lantern"))])
-    real = [json.dumps({"role": "tool", "tool_call_id": call_id, "content": said})
-            for call_id, said in (("call_a", "You bought a torch."),
-                                  ("call_b", "You bought a lantern."))]
+    hosts = []      # the other host's two transactions, one per real result
+    for seq, call_id, said in ((2, "call_a", "You bought a torch."),
+                               (3, "call_b", "You bought a lantern.")):
+        line = json.dumps({"role": "tool", "tool_call_id": call_id, "content": said})
+        hosts.append(psycopg.connect(database))     # a transaction, not committed
+        hosts[-1].execute("INSERT INTO session_entries (session_id, seq, line, body) "
+                          "VALUES ('quest-1', %s, %s, %s::jsonb)", (seq, line, line))
+    outcome = {}
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
-        read = log._rows
 
-        def read_then_the_other_host_stores():
-            found = read()
-            if real:    # the next real result, stored right after this read
-                line = real.pop(0)
-                sql(database, "INSERT INTO session_entries (session_id, seq, line, "
-                    "body) VALUES ('quest-1', %s, %s, %s::jsonb)",
-                    (len(found), line, line))
-            return found
+        def open_it():
+            try:
+                outcome["history"] = log.open_for_append()
+            except Exception as error:  # noqa: BLE001 - the test reports it
+                outcome["error"] = error
 
-        log._rows = read_then_the_other_host_stores
+        opener = threading.Thread(target=open_it)
         try:
-            history = log.open_for_append()
-        except NotImplementedError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the test says it in words
+            opener.start()
+            for host in hosts:  # the opener stores where this one stored: it waits
+                until_blocked_by(database, host.info.backend_pid)
+                host.commit()
+            opener.join(HANG)
+        finally:
+            for host in hosts:
+                host.close()
+        error = outcome.get("error")
+        if isinstance(error, NotImplementedError):
+            raise error
+        if error is not None or "history" not in outcome:
             pytest.fail("the other host stored a real result after each of the "
                         "opener's first two reads: the opener should read again each "
                         "time, and then open the session, which needs no repair any "
-                        f"more; opening it raised {described(error)}", pytrace=False)
-        log._rows = read
+                        "more; opening it " + (f"raised {described(error)}" if error
+                                               else f"had not returned {HANG} s later"),
+                        pytrace=False)
         log.append({"role": "user", "content": "Then to the cave."})
         kept = log.repaired
     said = [json.loads(line) for _, line, _ in rows(database)]
@@ -1368,7 +1388,8 @@ def test_results_that_keep_arriving_while_the_repair_decides_are_each_kept(
         "both calls got their real results while the opener decided its repair: the "
         "rows after the call should be the two real results, then the opener's "
         f"message, no repair marker and no interrupted result; found {contents}")
-    answered = [m.get("content") for m in history if m.get("role") == "tool"]
+    answered = [m.get("content") for m in outcome["history"]
+                if m.get("role") == "tool"]
     assert answered == ["You bought a torch.", "You bought a lantern."] \
         and kept is None, (
         "the opener's history should hold the two real results as the table now holds "
