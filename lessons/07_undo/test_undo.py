@@ -1153,6 +1153,36 @@ def test_an_undo_of_a_count_below_one_still_repairs_the_log(lesson, sessions, co
         "Check the count once the log is open, not before")
 
 
+@pytest.mark.task("07.1")
+def test_an_undo_of_a_log_that_shows_nothing_still_repairs_its_torn_tail(lesson,
+                                                                          sessions):
+    """Every message of the log was undone, and a crash then left half a line at its
+    end. The log exists, so an undo makes its object the writer, which repairs the tail
+    first; only then is the count refused, since the log shows no message."""
+    said = {"role": "user", "content": "Forget it."}
+    write_log(sessions, [said, undo_marker(0)])
+    path = sessions / "quest-1.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"role": "user", "content": "hal')
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with raises(lesson.UndoError,
+                    "undo(1) of a log that shows no message was allowed"):
+            log.undo(1)
+    after = path.read_bytes()
+    assert after.startswith(whole) and after.endswith(b"\n"), (
+        "the log shows no message and ends in half a line: an undo becomes its writer, "
+        "which cuts the torn bytes first, and only then refuses the count. After the "
+        "refused undo(1) the log should hold its two whole lines and end in a newline; "
+        f"it ends {after[-60:]!r}")
+    kinds = [entry.get("$marker", entry.get("role")) for entry in lines_of(path)[2:]]
+    assert kinds == ["repair"], (
+        "the log shows no message and ends in half a line: an undo becomes its writer, "
+        "which cuts the torn bytes and writes its repair marker, and only then "
+        "refuses the count. After the refused undo(1) the log should hold its two "
+        f"whole lines, then a repair marker; after them it holds {kinds}, and ends "
+        f"{after[-60:]!r}")
+
+
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 @pytest.mark.parametrize("same", [False, True],
