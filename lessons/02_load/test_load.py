@@ -40,6 +40,27 @@ def play_day(lesson, sessions, script, text, session_id="quest-1", town=None):
     return agent, model
 
 
+def played(lesson, sessions, script, text, setting):
+    """play_day, failing with words (`setting`, then what was raised and what was
+    sent) when the day raises."""
+    model = ScriptedModel(list(script))
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                                 session=log)
+            agent.run(text)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        sent = (f"; the model was sent {len(model.requests[-1]['messages'])} messages"
+                if model.requests else ", before any request was sent")
+        pytest.fail(f"{setting}, and asked a question it raised {described(error)}"
+                    f"{sent}. A new agent starts from the messages its log holds, as a "
+                    "list (empty for a session not started), each exactly as appended, "
+                    "and sends them, then the question", pytrace=False)
+    return agent, model
+
+
 def fingerprint(path):
     info = os.stat(path)
     return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
@@ -61,11 +82,12 @@ def load(log, holding):
 def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
     """A new agent with day 1's session id reads the log back before its first request,
     so day 2's model sees all of day 1."""
-    day_one, _ = play_day(lesson, sessions, DAY_ONE, "Ask the elder about the cave.")
-
-    day_two, model = play_day(
-        lesson, sessions, [say("A torch and a rope.")], "What did the elder say?"
-    )
+    day_one, _ = played(lesson, sessions, DAY_ONE, "Ask the elder about the cave.",
+                        "day 1 starts a new session (no log yet)")
+    day_two, model = played(
+        lesson, sessions, [say("A torch and a rope.")], "What did the elder say?",
+        f"day 1 left {len(day_one.messages)} messages in the log (user, tool call, "
+        "tool result, answer); day 2 starts a new agent on the session")
 
     first_request = model.requests[0]["messages"]
     assert first_request[:-1] == day_one.messages, (
