@@ -1181,6 +1181,9 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
     time."""
     data = PASTE.encode("utf-8")
     blob = store(lesson, sessions, data, "quick")                # not durable
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
     folder = (sessions / "blobs").stat().st_ino
 
     def failing(real):
