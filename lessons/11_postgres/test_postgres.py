@@ -655,6 +655,42 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
         f"slept {len(naps)} time(s), for {sorted(set(naps))} s")
 
 
+@pytest.mark.task("11.1")
+def test_a_lock_let_go_during_the_last_wait_is_taken(lesson, database, monkeypatch):
+    """The holder lets go while a writer with timeout=0.3 sleeps for the last time
+    before its deadline: the writer tries once more when it wakes, and takes the lock,
+    instead of giving up after a sleep spent for nothing."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    real_sleep = lesson.time.sleep
+    let_go = []
+    deadline = time.monotonic() + HANG
+
+    def sleep_and_the_holder_lets_go(seconds):
+        if not let_go and time.monotonic() + seconds >= deadline:
+            let_go.append(True)     # the sleep that reaches the deadline: the last
+            holder.close()
+        real_sleep(seconds)
+
+    with holder:
+        holder._lock()
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(lesson.time, "sleep", sleep_and_the_holder_lets_go)
+            deadline = time.monotonic() + 0.3
+            try:
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
+                         "sleeps between tries")
+            except lesson.SessionBusy as error:
+                pytest.fail("the holder let go while the waiting writer slept for the "
+                            "last time before its deadline"
+                            + ("" if let_go else " (or never slept that long)")
+                            + ": when it wakes it should try once more, and take the "
+                            f"lock, rather than give up unseen; it raised {error}",
+                            pytrace=False)
+            monkeypatch.undo()
+
+
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
 
 
@@ -1810,8 +1846,9 @@ def test_a_fork_onto_an_id_another_host_is_creating_is_refused(lesson, database)
 @pytest.mark.task("11.5")
 def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
     """quest-1 shows 2 messages: a fork of its first 3 raises ValueError saying both
-    numbers, and creates nothing, as a fork of its first -1 does; a fork of a source
-    with a damaged row is refused with CorruptRow, and creates nothing either."""
+    numbers, and creates nothing, as a fork of its first -1 does, and as one of more
+    than a source shows that stores more (undone messages, an undo marker); a fork of a
+    source with a damaged row is refused with CorruptRow, and creates nothing either."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "Where is the cave?"})
         log.append({"role": "assistant", "content": "North of the mill."})
@@ -1834,6 +1871,23 @@ def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
         "a fork of -1 messages, refused, should create nothing; found lineage "
         f"{lesson.lineage(database, 'quest-2')} and "
         f"{len(rows(database, 'quest-2'))} row(s)")
+    # quest-5 stores 4 messages and an undo of the last two: it shows 2, in 5 rows
+    with lesson.PostgresSessionLog(database, "quest-5") as log:
+        for number in range(4):
+            log.append({"role": "user" if number % 2 == 0 else "assistant",
+                        "content": f"message {number}"})
+        log.undo(2)
+    for upto in (3, 4):
+        with raises(ValueError, f"quest-5 shows 2 messages (it stores 4, two of them "
+                    f"undone, in 5 rows): a fork of its first {upto} cannot be made"
+                    ) as refused:
+            lesson.fork_postgres(database, "quest-5", "quest-6", upto=upto)
+        said = str(refused.value)
+        assert str(upto) in said and "2" in said, (
+            f"the refusal should say how many messages were asked for ({upto}) and "
+            f"how many quest-5 shows (2); it says: {said}")
+        assert lesson.lineage(database, "quest-6") is None, (
+            "a refused fork should create nothing")
     sql(database, "UPDATE session_entries SET line = '[1, 2' WHERE seq = 1")
     with raises(lesson.CorruptRow, "quest-1's row 1 holds no entry: a fork should "
                 "refuse to copy it", match="seq 1"):
