@@ -314,8 +314,9 @@ MEANINGFUL = {
     "a character a shell reads as a variable, a command, a pattern or a comment":
         "$`!&;()[]{}'#~^%",
     "a letter or digit of another script, or a sign beyond ASCII (letters and digits "
-    "that \\w, \\d, isalnum() and isdigit() take; it can be spelled in more than one "
-    "way, and looks like others)": "é洞Å\u212a١２²ﬁ\u00a0\u2028\u200b\u202e／",
+    "that \\w, \\d, isalnum() and isdigit() take, and [a-z] when case is ignored; it "
+    "can be spelled in more than one way, and looks like others)":
+        "é洞Å\u212a\u017f\u0130١２²ﬁ\u00a0\u2028\u200b\u202e／",
 }
 
 
