@@ -156,6 +156,18 @@ def compacted_view(lesson, summary, kept, system=SYSTEM):
     return agent.view()
 
 
+def summary_message(lesson, summary):
+    """The message in which the agent's own view() (task 08.2) puts `summary`, for the
+    tests that look for it in a request: what view() sends between the system prompt and
+    the messages kept."""
+    view = compacted_view(lesson, summary, [])
+    if len(view) != 2 or view[0] != {"role": "system", "content": SYSTEM}:
+        fail_in("08.2", "after a compaction that keeps no message, view() should give "
+                "the system prompt, then the summary in one message; it gives "
+                f"{shape(view)}")
+    return view[1]
+
+
 def text_of(content):
     """A message's text: its content, or the text of its parts."""
     if isinstance(content, list):
@@ -1655,7 +1667,7 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         "should hold the second reply's summary, 'summary #1'. The log's compaction "
         f"markers hold {[text[:80] for text in summaries_recorded]}")
     sent = turn_requests(model)[-1]["messages"]
-    summary = compacted_view(lesson, "summary #1", [])[1]
+    summary = summary_message(lesson, "summary #1")
     assert sent[1] == summary, (
         "the request after the compaction should carry the second reply's summary, "
         f"'summary #1', where the view puts a summary; it began {shape(sent[:2])} "
@@ -1907,7 +1919,6 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
         f"{[m.get('content', '')[:30] for m in sent]} without ever recording a "
         "compaction: it went on with a summary the log does not hold, and a resume "
         "would send another request")
-    assert sent[1] == compacted_view(lesson, compactions_in(path)[-1]["summary"],
-                                     [])[1], (
+    assert sent[1] == summary_message(lesson, compactions_in(path)[-1]["summary"]), (
         "the request should start from the summary the log recorded")
 
