@@ -520,7 +520,8 @@ def test_delete_removes_a_copy_of_the_log_that_appeared_after_the_caller_looked(
     The copy appears just before the session's lock is taken."""
     play(lesson, sessions, TURN_SECRET)
     copy = sessions / ".quest-1.jsonl.r4nd0m.tmp"
-    before_the_lock(lambda: copy.write_bytes((sessions / "quest-1.jsonl").read_bytes()))
+    words = (sessions / "quest-1.jsonl").read_bytes()
+    before_the_lock(lambda: copy.write_bytes(words))
     assert lesson.delete_session(sessions, "quest-1") is True
     assert files_holding(sessions, "Ilse") == [], (
         "a temporary copy of the log appeared while delete_session ran (before it "
