@@ -118,29 +118,34 @@ def snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def expect_whole_fork(lesson, sessions, new_id, parent, messages, when):
+def expect_whole_fork(lesson, sessions, new_id, parent, messages, when, task=None):
     """Fail, saying `when`, unless session `new_id` is the whole fork of `parent`'s
-    `messages`: its log loads them, and its meta file names `parent` and their count."""
+    `messages`: its log loads them, and its meta file names `parent` and their count.
+    With `task`, the failure names that task alone (testing.fail_in)."""
+    def fail_within(message, pytrace=False):
+        if task:
+            fail_in(task, message)
+        pytest.fail(message, pytrace=pytrace)
     meta_path = sessions / f"{new_id}.meta.json"
     try:
         meta = json.loads(meta_path.read_bytes())
     except (OSError, ValueError) as error:
-        pytest.fail(f"{when}, the fork returned, but {meta_path.name} holds no lineage "
+        fail_within(f"{when}, the fork returned, but {meta_path.name} holds no lineage "
                     f"({type(error).__name__}: {error})", pytrace=False)
     lineage = {"parent": parent, "forked_at": len(messages)}
     found = {key: meta.get(key) if isinstance(meta, dict) else None for key in lineage}
     if found != lineage:
-        pytest.fail(f"{when}, the fork of {len(messages)} message(s) of {parent!r} "
+        fail_within(f"{when}, the fork of {len(messages)} message(s) of {parent!r} "
                     f"returned, but {meta_path.name} says {found}, where {lineage} was "
                     "expected: the session's lineage is not the fork's", pytrace=False)
     mode = meta_path.stat().st_mode & 0o777
     if mode != 0o600:
-        pytest.fail(f"{when}, the fork returned, and {meta_path.name} has mode "
+        fail_within(f"{when}, the fork returned, and {meta_path.name} has mode "
                     f"{oct(mode)}, where 0o600 (its owner only) was expected",
                     pytrace=False)
     loaded = lesson.SessionLog(sessions, new_id).load()
     if loaded != messages:
-        pytest.fail(f"{when}, the fork of {len(messages)} message(s) returned, and its "
+        fail_within(f"{when}, the fork of {len(messages)} message(s) returned, and its "
                     f"log loads {len(loaded)} that differ", pytrace=False)
 
 
@@ -599,7 +604,7 @@ def test_a_refused_fork_leaves_a_meta_file_with_no_log_as_it_was(
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
-        lesson, sessions, town, day_one):
+        lesson, sessions, town, day_one, monkeypatch):
     """what-if holds a meta file naming another parent, and no log: what-if is no
     session (an id without a log loads as no messages). A fork of quest-1 onto what-if
     succeeds, and its meta file names quest-1 and the messages it copied, not the
@@ -611,14 +616,18 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
     meta.write_text(json.dumps(left, indent=1), encoding="utf-8")
     meta.chmod(0o600)
 
+    handed = handed_to_publishing(lesson, monkeypatch)
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
 
-    assert error is None, (
-        "what-if held only a meta file naming 'other' (no log: no session), and a "
-        f"fork of quest-1 onto what-if raised {type(error).__name__}: {error}; a meta "
-        "file alone must not take the id for good")
+    said = ("what-if held only a meta file naming 'other' (no log: no session), and a "
+            f"fork of quest-1 onto what-if raised {type(error).__name__}: {error}; a "
+            "meta file alone must not take the id for good")
+    if error is not None and getattr(lesson, "publish_fork", None) is not None:
+        fail_in("03.2" if handed else "03.1", said)
+    assert error is None, said
     expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
-                      "onto what-if, which held only a meta file naming 'other'")
+                      "onto what-if, which held only a meta file naming 'other'",
+                      task="03.2" if handed == [("what-if", 2)] else None)
 
 
 @pytest.mark.key
@@ -683,28 +692,36 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
 @pytest.mark.task("03.1")
 @pytest.mark.key
 @pytest.mark.task("03.2")
-def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_one):
+def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_one,
+                                                       monkeypatch):
     """<id>.meta.json records the parent session and how many messages were copied
     (forked_at), the fork's lineage."""
+    handed = handed_to_publishing(lesson, monkeypatch)
     lesson.fork(sessions, "quest-1", "what-if", upto=3)
+    if handed and handed[0] != ("what-if", 3):
+        fail_in("03.1", "fork(sessions, 'quest-1', 'what-if', upto=3) should hand "
+                "publish_fork the new id 'what-if' and the count 3; it handed "
+                f"{handed[0][0]!r} and {handed[0][1]!r}")
 
     meta = json.loads((sessions / "what-if.meta.json").read_text(encoding="utf-8"))
-    assert meta.get("format") == 1 and meta.get("id") == "what-if", (
-        "the meta file should record format 1 and the fork's own id, 'what-if': "
-        f"{meta}")
-    assert meta.get("parent") == "quest-1", (
-        f"the meta file should name the parent session: {meta}"
-    )
-    assert meta.get("forked_at") == 3, (
-        f"forked_at is the number of messages copied (3): {meta}"
-    )
     created = meta.get("created")
     try:
         zone = datetime.fromisoformat(created).tzinfo
     except (TypeError, ValueError):     # not text, or not an ISO 8601 time
         zone = None
-    assert zone is not None, (
-        f"created should be an ISO 8601 time, as text, with its time zone: {created!r}")
+    wrong = [said for said, right in (
+        ("the meta file should record format 1 and the fork's own id, 'what-if'",
+         meta.get("format") == 1 and meta.get("id") == "what-if"),
+        ("the meta file should name the parent session, 'quest-1'",
+         meta.get("parent") == "quest-1"),
+        ("forked_at is the number of messages copied (3)", meta.get("forked_at") == 3),
+        (f"created should be an ISO 8601 time, as text, with its time zone: "
+         f"{created!r}", zone is not None)) if not right]
+    if wrong and handed:
+        fail_in("03.2", f"fork handed publish_fork the fork 'what-if' of 3 messages of "
+                f"'quest-1', as it should; the meta file publish_fork wrote is wrong: "
+                f"{'; '.join(wrong)}. It holds {meta}")
+    assert not wrong, f"{'; '.join(wrong)}. The meta file holds {meta}"
 
 
 @pytest.mark.task("03.2")
@@ -796,22 +813,37 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
 ):
     """fork(durable=True) syncs the new log, its meta file and their folder before
     returning; a plain fork syncs nothing, like a plain append."""
-    synced = []
+    synced, handed = [], []
     real_fsync = os.fsync
     monkeypatch.setattr(
         lesson.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1]
     )
+    publish = getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(folder, source_id, new_id, count, copy, durable):
+            handed.append(durable)
+            return publish(folder, source_id, new_id, count, copy, durable)
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    whose = "03.2" if publish is not None else None
 
     lesson.fork(sessions, "quest-1", "quick")
-    assert synced == [], (
-        f"a plain fork (durable=False) called os.fsync {len(synced)} time(s); a fork "
-        "is as durable as an append, and a plain one syncs nothing")
+    if handed and handed[-1] is not False:
+        fail_in("03.1", f"a plain fork (durable=False) handed publish_fork durable="
+                f"{handed[-1]!r}: fork hands durable on as it came")
+    if synced:
+        said = (f"a plain fork (durable=False) called os.fsync {len(synced)} time(s); "
+                "a fork is as durable as an append, and a plain one syncs nothing")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
     lesson.fork(sessions, "quest-1", "safe", durable=True)
-    assert len(synced) >= 3, (
-        "fork(..., durable=True) should sync the new log, the meta file and their "
-        "folder before "
-        f"returning; os.fsync was called {len(synced)} time(s)")
+    if handed and handed[-1] is not True:
+        fail_in("03.1", f"a durable fork (durable=True) handed publish_fork durable="
+                f"{handed[-1]!r}: fork hands durable on as it came")
+    if len(synced) < 3:
+        said = ("fork(..., durable=True) should sync the new log, the meta file and "
+                f"their folder before returning; os.fsync was called {len(synced)} "
+                "time(s)")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
 
 @pytest.mark.task("03.2")
