@@ -272,7 +272,7 @@ DAMAGE = {
     "blanks (no line is empty for holding only them)": b"  \t \r",
     "no role": b'{"content": "no role"}',
     "not UTF-8": b'{"role": "user", "content": "caf\xe9"}',
-    "half a line": b'{"role": "user", "content": "cut short',
+    "half a line, the start of the first": b'{"role": "user", "content": "Ask the',
     "a message that is also a marker":
         b'{"role": "user", "content": "x", "$marker": 1}',
     "content that is an object": b'{"role": "user", "content": {"text": "x"}}',

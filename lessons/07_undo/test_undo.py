@@ -62,7 +62,8 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
     except BaseException:
         log.close()     # let go of the session even when the agent could not start
         raise
-    run, undo, undone = agent.run, agent.undo, []
+    # An agent that resumed a history holds what task 07.1's replay made of the log
+    run, undo, undone = agent.run, agent.undo, [True] if agent.messages else []
 
     def run_then_check_the_log(user_text):
         answer = run(user_text)
@@ -80,9 +81,9 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
 
 def check_written(agent, path):
     """When run() has returned, the log holds every message the agent recorded, once
-    each, in order (task 07.2): checked until the agent's first undo, while the log
-    holds no marker and no blob, so that its lines are the messages themselves,
-    whatever tasks 07.1 and 07.3 do."""
+    each, in order (task 07.2): checked for an agent that began with no history, until
+    its first undo, while the log holds no marker and no blob, so that its lines are
+    the messages themselves, whatever tasks 07.1 and 07.3 do."""
     entries = lines_of(path)
     if any("$marker" in entry or isinstance(entry.get("content"), dict)
            for entry in entries):
@@ -93,6 +94,13 @@ def check_written(agent, path):
             f"log, once each, in the order it was recorded: "
             f"{[m.get('role') for m in agent.messages]}; the log holds "
             f"{[m.get('role') for m in entries]}"))
+    known = getattr(agent.session, "shown", None)
+    if isinstance(known, list) and len(known) != len(entries):
+        fail_in("07.2", (
+            f"run() has returned and the log holds its {len(entries)} messages, but "
+            f"the writer's own record of what the log shows counts {len(known)}: a "
+            "message reaches the log through the log's append, which keeps that record "
+            "(an undo goes by it), never past it"))
 
 
 def play(lesson, sessions, *turns, session_id="quest-1"):
