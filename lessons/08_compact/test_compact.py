@@ -1310,7 +1310,9 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         with raises(lesson.ContextOverflow, f"{why}, and the request was sent over "
                     f"the budget of {small}") as raised:
             request(small, boundary)
-        sizes = {agent.request_size(whole), agent.request_size(agent.view())}
+        # The size of the request as it would go, compacted: how far the budget falls
+        # short (the size before the compaction would have the user raise it too far)
+        sizes = {agent.request_size(agent.view())}
         assert_overflow_says_enough(str(raised.value), small, sizes, f" ({why})")
         assert agent.messages == said, "a refused request changed the conversation"
     # A compaction already starts at the newest turn (place 8), and the view is still
