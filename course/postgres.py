@@ -398,10 +398,9 @@ class PostgresSessionLog:
 
     def _write(self, entries: Callable[[], list[Message]], *,
                together: bool = False, then: Callable[[], None] | None = None) -> None:
-        """Store the entries `entries()` makes (one INSERT: all rows or none). With
-        together=True, all of it (the call of `entries()`, the insert, `then()` run
-        after it) is one transaction, which also holds BLOB_LOCK shared. Without it,
-        each statement commits as it returns.
+        """Store the entries `entries()` makes (one INSERT: all rows or none), then
+        run `then()` if given. With together=True, all of it is one transaction;
+        without it, each statement commits as it returns.
 
         A broken connection (at BEGIN, during the insert, at COMMIT; the server ended
         it, the network went silent) leaves unknown whether the server committed, so
