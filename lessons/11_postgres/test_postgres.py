@@ -615,6 +615,56 @@ def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database
 
 
 @pytest.mark.task("11.1")
+def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
+        lesson, database, monkeypatch):
+    """With timeout=None a writer waits as long as the holder takes: longer than the
+    server's lock_timeout (its network_timeout, 1 s here), so the wait cannot be one
+    statement the server ends; and it rests between tries (LOCK_POLL_SECONDS), so
+    that a writer left waiting does not keep the server busy answering it."""
+    network, held_for = 1.0, 1.5
+    poll = lesson.LOCK_POLL_SECONDS
+    sent = []   # the statements the waiting writer sends the server
+    real_execute = psycopg.Cursor.execute
+
+    def counted_execute(cursor, *args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            sent.append(args[0] if args else kwargs.get("query"))
+        return real_execute(cursor, *args, **kwargs)
+
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    with holder:
+        holder._lock()
+        letting_go = threading.Timer(held_for, holder.close)
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=None,
+                                       network_timeout=network) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+            letting_go.start()
+            started = time.monotonic()
+            try:
+                waiting._lock()
+            except (psycopg.errors.LockNotAvailable, lesson.SessionBusy) as error:
+                pytest.fail(
+                    f"with timeout=None the writer should wait as long as it takes "
+                    f"(the holder lets go after {held_for:g} s), but it gave up after "
+                    f"{time.monotonic() - started:.1f} s, when the server's "
+                    f"lock_timeout ({network:g} s) ended its wait: a user who asked to "
+                    "wait for the other writer gets an error instead of the session. "
+                    f"It raised {described(error)}", pytrace=False)
+            finally:
+                waited = time.monotonic() - started
+                monkeypatch.undo()
+                letting_go.join()
+    most = int(3 * waited / poll) + 10
+    assert len(sent) <= most, (
+        f"while it waited {waited:.1f} s for the lock, the writer sent the server "
+        f"{len(sent)} statements (at most {most} expected, a try every "
+        f"LOCK_POLL_SECONDS = {poll} s): it tried again without resting, so every "
+        "writer left waiting keeps the server, and a core of its own host, busy for "
+        "the whole wait")
+
+
+@pytest.mark.task("11.1")
 def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
                                                             monkeypatch):
     """A writer with timeout=0.3 tries the lock, sleeps LOCK_POLL_SECONDS, tries again
@@ -1580,6 +1630,36 @@ def test_a_collection_never_takes_a_blob_a_writer_is_about_to_point_to(
         loaded = [m["content"] == large for m in log.load()]
     assert loaded == [False, True], (
         "the session should load whole: its first message, then the pasted one")
+
+
+@pytest.mark.task("11.4")
+def test_a_connection_dropped_during_a_large_paste_stops_the_writer(lesson, database):
+    """The server drops the writer's connection while a large paste is under way (it
+    waits for another host storing the same text): whether the paste was stored is
+    unknown, so the writer stops with WriterStopped, as for any other write, and
+    refuses every later one; not a driver's error that leaves it writing on."""
+    pasted = "The elder's map, copied out. " * 1000
+    digest = hashlib.sha256(pasted.encode("utf-8")).hexdigest()
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "before the paste"})
+        pid = log.connection.info.backend_pid
+        with psycopg.connect(database) as other_host:    # a transaction, not committed
+            other_host.execute("INSERT INTO session_blobs (sha256, data) "
+                               "VALUES (%s, %s)", (digest, pasted.encode("utf-8")))
+            writer, outcome = started_until_it_waits(database, lambda: log.append(
+                {"role": "user", "content": pasted}))
+            sql(database, "SELECT pg_terminate_backend(%s)", (pid,))
+            writer.join(HANG)
+            other_host.rollback()
+        error = outcome.get("error")
+        assert isinstance(error, lesson.WriterStopped), (
+            "the connection was dropped during a large paste, so whether it was stored "
+            "is unknown: the append should raise WriterStopped, as every other write "
+            "on a broken connection does, telling the user to open the session again; "
+            + ("it returned" if error is None else f"it raised {described(error)}"))
+        with raises(lesson.WriterStopped, "the writer stopped during the large paste: "
+                    "a later append must be refused, not written"):
+            log.append({"role": "user", "content": "after the paste"})
 
 
 @pytest.mark.task("11.4")
