@@ -7,6 +7,7 @@ Run: pytest lessons/02_load            (your code)
 import builtins
 import contextlib
 import errno
+import gc
 import io
 import json
 import os
@@ -313,6 +314,42 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
 
 
 @pytest.mark.task("02.1")
+def test_a_log_a_crash_left_unanswered_loads_as_it_is(lesson, sessions, model, town):
+    """A crash between a tool call and its results leaves a log that ends with calls
+    not all answered. This lesson's load mends nothing: it returns the log's messages
+    as they are, and a new agent starts from them (lesson 04 repairs such a tail)."""
+    calls = [{"id": f"call_1_{n}", "type": "function",
+              "function": {"name": "talk_to", "arguments": json.dumps({"npc": npc})}}
+             for n, npc in enumerate(["elder", "guard"])]
+    history = [{"role": "user", "content": "Ask the elder and the guard."},
+               {"role": "assistant", "content": None, "tool_calls": calls},
+               {"role": "tool", "tool_call_id": "call_1_0",
+                "content": "The elder says: bring a torch."}]
+    for session_id, kept, left in [("quest-1", 2, "no result of either"),
+                                   ("quest-2", 3, "the result of the first only")]:
+        with lesson.SessionLog(sessions, session_id) as log:
+            for message in history[:kept]:
+                log.append(message)
+        path = sessions / f"{session_id}.jsonl"
+        data = path.read_bytes()
+        holding = (f"the log of {session_id} ends as a crash left it: a user message, "
+                   f"the model's two tool calls, then {left}")
+        with lesson.SessionLog(sessions, session_id) as log:
+            loaded = load(log, holding)
+            assert loaded == history[:kept], (
+                f"{holding}; load() returned {loaded!r}, where it should return the "
+                f"{kept} messages as they are: loading mends nothing, whatever it "
+                "finds (repairing a tail is lesson 04's, and writes what it adds to "
+                "the log)")
+            agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                                 session=log)
+        assert agent.messages == history[:kept], (
+            f"{holding}; a new agent on the session started from {agent.messages!r}, "
+            f"where it should start from the {kept} messages as the log holds them")
+        assert path.read_bytes() == data, "loading must never change the log"
+
+
+@pytest.mark.task("02.1")
 def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
     """A log of hundreds of KiB of CJK text loads back exactly, whatever the reads."""
     # 3-byte characters after a 1-byte one: every power-of-two read size ends, somewhere
@@ -342,11 +379,12 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
 
 @pytest.mark.task("02.1")
 def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
-    """A new agent starts from every message of a long log, not from its last few."""
+    """A new agent starts from every message of a long log, not from its last few,
+    nor from as many as some budget of words allows: 1,000 messages, 1 MB of text."""
     history = []
-    for n in range(30):
-        history += [{"role": "user", "content": f"question {n}"},
-                    {"role": "assistant", "content": f"answer {n}"}]
+    for n in range(500):
+        history += [{"role": "user", "content": f"question {n} " + "where? " * 140},
+                    {"role": "assistant", "content": f"answer {n} " + "there. " * 140}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in history:
             log.append(message)
@@ -358,8 +396,10 @@ def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
 
     sent = model.requests[0]["messages"] if model.requests else []
     assert sent[:-1] == history, (
-        f"the log holds {len(history)} messages; the first request of the new agent "
-        f"carried {max(len(sent) - 1, 0)} of them. Resume returns the whole history: "
+        f"the log holds {len(history)} messages (1 MB of text); the first request of "
+        f"the new agent carried {max(len(sent) - 1, 0)} of them"
+        f"{' (not the first ones)' if sent[:1] != history[:1] else ''}. Resume "
+        "returns the whole history: "
         "trimming it to fit a context window is a later decision, made on the "
         "request, never on what is loaded")
 
@@ -405,34 +445,40 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
     refuses a damaged log too."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "hello"})
+    gc.collect()        # what earlier tests left to be collected closes now, not below
     before = open_descriptors()
     with lesson.SessionLog(sessions, "quest-1") as log:
         for _ in range(20):
             load(log, "the log holds one message, which should load")
     leaked = open_descriptors() - before
 
-    assert leaked == 0, (
+    assert leaked <= 0, (
         f"after 20 loads, {leaked} more descriptors are open than before them: each "
         "load left the log open, and a server resuming many sessions runs out of "
         "descriptors")
 
     (sessions / "damaged.jsonl").write_bytes(
         b'{"role": "user", "content": "hello"}\n{"content": "no role"}\n')
+    gc.collect()
     before = open_descriptors()
+    refusals = []       # kept, as a server keeps the errors it reports
     with lesson.SessionLog(sessions, "damaged") as log:
         for _ in range(20):
             try:
                 log.load()
             except NotImplementedError:
                 raise
-            except Exception:   # noqa: BLE001 - the refusal is tested elsewhere
-                pass
-    leaked = open_descriptors() - before
-    assert leaked == 0, (
-        f"after 20 loads of a log whose line 2 is no message, each refused, {leaked} "
-        "more descriptors are open than before them: a load that stops at a damaged "
-        "line leaves the log open, and a server that meets such logs runs out of "
-        "descriptors")
+            except Exception as error:  # noqa: BLE001 - the refusal is tested elsewhere
+                refusals.append(error)
+    leaked, kept = open_descriptors() - before, len(refusals)
+    refusals.clear()    # a failing test keeps its variables: let the files go now
+    assert leaked <= 0, (
+        f"after 20 loads of a log whose line 2 is no message, each refused (the caller "
+        f"keeping the {kept} errors, to report them), {leaked} more "
+        "descriptors are open than before them: a load that stops at a damaged line "
+        "leaves the log open (an error keeps the load's variables alive while it is "
+        "kept, an open file among them, unless the load closed it), and a server that "
+        "meets such logs runs out of descriptors")
 
 
 @pytest.mark.task("02.1")
@@ -461,6 +507,13 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
             started = agent.messages
         except (OSError, ValueError):
             started = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"{setting}; making a new agent on the session raised "
+                        f"{described(error)}, where it should raise the error load "
+                        "gives (the OSError that says what is there): the caller "
+                        "learns what went wrong from it", pytrace=False)
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. Only a "
         "missing log is a conversation not started: started over here, the session's "
@@ -474,22 +527,32 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
 
 
 @pytest.mark.task("02.1")
-def test_the_same_message_twice_loads_twice(lesson, sessions):
-    """A log may hold the same message twice in a row (the adventurer said "Yes." twice,
-    the model answered the same): each line is a message of its own, and both load."""
+def test_the_same_message_twice_loads_twice(lesson, sessions, model, town):
+    """A log may hold the same message twice (the adventurer said "Yes." twice, the
+    model answered the same): each line is a message of its own, and the load and a
+    new agent keep every one, in a row or apart."""
     history = [{"role": "user", "content": "Yes."},
                {"role": "user", "content": "Yes."},
                {"role": "assistant", "content": "Then we go."},
+               {"role": "assistant", "content": "Then we go."},
+               {"role": "user", "content": "Yes."},
                {"role": "assistant", "content": "Then we go."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in history:
             log.append(message)
+    holding = (f"the log holds six lines, {history!r} (the same messages twice in a "
+               "row, then again apart)")
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = load(log, "the log holds four messages, two pairs of the same")
-    assert loaded == history, (
-        f"the log holds four lines, {history!r} (the same message twice in a row, "
-        f"twice), and load() returned {loaded!r}: each line is a message of the "
-        "conversation, said twice if it is there twice, and the load returns every one")
+        loaded = load(log, holding)
+        assert loaded == history, (
+            f"{holding}, and load() returned {loaded!r}: each line is a message of "
+            "the conversation, said twice if it is there twice, and the load returns "
+            "every one")
+        agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+    assert agent.messages == history, (
+        f"{holding}, and a new agent on the session started from {agent.messages!r}: "
+        "it starts from every message the log holds, a message said twice twice, as "
+        "the model heard it")
 
 
 @pytest.mark.task("02.1")
@@ -497,12 +560,14 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
         lesson, sessions, model, town):
     """The agent's own system prompt is never stored, but a log may hold system or
     developer messages another harness appended: a new agent resumes them as the log
-    holds them, in their places, after its own system prompt."""
+    holds them, in their places, after its own system prompt, the first line too, and
+    one that happens to say what the agent's own prompt says."""
     guide = "You are a guide in a small town."
-    history = [{"role": "user", "content": "Ask the elder."},
+    history = [{"role": "developer", "content": "Answer in one sentence."},
+               {"role": "user", "content": "Ask the elder."},
                {"role": "system", "content": "The elder is asleep until noon."},
                {"role": "assistant", "content": "The elder sleeps."},
-               {"role": "developer", "content": "Answer in one sentence."},
+               {"role": "system", "content": guide},
                {"role": "user", "content": "Then the guard."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in history:
@@ -517,11 +582,13 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
 
     roles = [m.get("role") for m in history]
     assert started == history, (
-        f"the log holds {len(history)} messages, roles {roles} (a system and a "
-        "developer message among them, appended by another harness); the new agent "
-        f"started from {[m.get('role') for m in started]}: {started!r}. It starts "
-        "from everything the log holds, in its order; only its own system prompt "
-        "stays out of the history")
+        f"the log holds {len(history)} messages, roles {roles} (system and "
+        "developer messages among them, appended by another harness, the first line "
+        "one of them, and line 5 saying what the agent's own prompt says); the new "
+        f"agent started from {[m.get('role') for m in started]}: {started!r}. It "
+        "starts from everything the log holds, in its order, whatever a line says: "
+        "only its own system prompt, which the log never holds, stays out of the "
+        "history")
     sent = model.requests[0]["messages"] if model.requests else []
     expected = [{"role": "system", "content": guide}, *history,
                 {"role": "user", "content": "And now?"}]
@@ -562,6 +629,20 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
     assert loaded == [first, second], (
         f"after appending a second message, load() returned {loaded!r}: the message "
         "appended since the first load is not among them")
+
+    # Another program mends a line in place: the same size, other words.
+    path = sessions / "quest-1.jsonl"
+    mended = path.read_bytes().replace(b'"second"', b'"mended"')
+    path.write_bytes(mended)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        load(log, "the log holds two messages, which should load")
+        path.write_bytes(mended.replace(b'"mended"', b'"again!"'))
+        loaded = load(log, "the log holds two messages, which should load")
+    assert loaded == [first, {"role": "user", "content": "again!"}], (
+        "between two loads of one SessionLog, another program rewrote the log's "
+        "second line, 'mended' to 'again!' (the file kept its size); the second load "
+        f"returned {loaded!r}: each load reads the log as it is at that moment, not "
+        "what an earlier load found")
 
 
 @pytest.mark.task("02.1")
@@ -688,12 +769,13 @@ WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 @contextlib.contextmanager
-def files_refused(monkeypatch, folder, code, *, reading):
+def files_refused(monkeypatch, folder, code, *, reading, searching=False):
     """Play what a file system does to the files in `folder`: every open of one of
-    them to write (and, if `reading`, to read), and every change to their names and
-    times, fails with OSError(`code`), as the operating system fails it. The tests run
-    as root, whom chmod does not stop, so the refusal is played in Python's calls that
-    open and change files (os, io, builtins). Yields the list of refused attempts."""
+    them to write (and, if `reading`, to read; if `searching`, every look at them, as
+    os.stat's), and every change to their names and times, fails with OSError(`code`),
+    as the operating system fails it. The tests run as root, whom chmod does not stop,
+    so the refusal is played in Python's calls that open and change files (os, io,
+    builtins). Yields the list of refused attempts."""
     folder = os.path.abspath(folder)
     refused = []
 
@@ -744,7 +826,8 @@ def files_refused(monkeypatch, folder, code, *, reading):
         patch.setattr(builtins, "open", io_open)
         patch.setattr(io, "FileIO", FileIO)
         for name in ("truncate", "utime", "rename", "replace", "remove", "unlink",
-                     "mkdir", "chmod", "link", "symlink"):
+                     "mkdir", "chmod", "link", "symlink") + (
+                         ("stat", "lstat") if searching else ()):
             patch.setattr(os, name, changing(name))
         yield refused
 
@@ -782,17 +865,25 @@ def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
 
 
 @pytest.mark.task("02.1")
+@pytest.mark.parametrize("searching", [False, True], ids=["file", "folder"])
 def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
-        lesson, sessions, model, town, monkeypatch):
+        lesson, sessions, model, town, monkeypatch, searching):
     """A log that is there but that this user may not read (another user's service
-    wrote it) is no new session: the load and the new agent raise the error."""
+    wrote it, or its folder is another user's) is no new session: the load and the new
+    agent raise the error."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Remember the rope."})
     setting = ("the log holds a message but this user may not read it (every open of "
-               "it fails with EACCES, 'Permission denied', as for another user's file)")
+               "it fails with EACCES, 'Permission denied', as for another user's file)"
+               if not searching else
+               "the log holds a message but its folder is another user's, which this "
+               "user may not search (every open of the log and every look at it, as "
+               "os.stat's, fails with EACCES, 'Permission denied'): whether the log is "
+               "there cannot be known, which is not the same as its absence")
 
     log = lesson.SessionLog(sessions, "quest-1")
-    with files_refused(monkeypatch, sessions, errno.EACCES, reading=True):
+    with files_refused(monkeypatch, sessions, errno.EACCES, reading=True,
+                       searching=searching):
         try:
             loaded = log.load()
         except OSError:
@@ -808,6 +899,13 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
             started = agent.messages
         except OSError:
             started = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"{setting}; making a new agent on the session raised "
+                        f"{described(error)}, where it should raise the error load "
+                        "gives (the OSError that says the log may not be read): the "
+                        "caller learns what went wrong from it", pytrace=False)
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. The "
         "caller must learn that the log could not be read: an empty history starts the "

@@ -54,9 +54,11 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     else:
         pytest.fail(f"parse_line should refuse a line with {what}", pytrace=False)
     expected = ("an InvalidMessage (the lesson's own ValueError: a plain one does not "
-                "say that the log is damaged) naming the file (quest-1.jsonl), its "
-                f"line 2 ('line 2' or 'quest-1.jsonl:2') and why ({reason!r}), so that "
-                "whoever mends the log finds the line and knows what to look for")
+                f"say that the log is damaged) naming the file by its path ({path}: "
+                "a server keeps many folders of sessions, each may hold a "
+                "quest-1.jsonl), its line 2 ('line 2' or 'quest-1.jsonl:2') and why "
+                f"({reason!r}), so that whoever mends the log finds the line and knows "
+                "what to look for")
     setting = f"line 2 of the log, between two messages, holds {what}"
     with lesson.SessionLog(sessions, "quest-1") as log:
         error = outcome(log)
@@ -71,8 +73,8 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
         said += (f" (a decoder's error: it knows a position in the bytes it was given, "
                  f"{error.start}, not the log's file or line)")
     assert isinstance(error, lesson.InvalidMessage), f"{said}. Expected {expected}"
-    assert "quest-1.jsonl" in message and names_line(message, 2), (
-        f"{said}. Expected {expected}")
+    named = str(path) in message or str(path.resolve()) in message
+    assert named and names_line(message, 2), f"{said}. Expected {expected}"
     assert reason in message, f"{said}. Expected {expected}"
     assert path.read_bytes() == data, (
         "loading must never change the log, even to refuse it"
@@ -227,4 +229,28 @@ def test_a_byte_order_mark_at_the_start_of_the_log_is_refused(lesson, sessions):
     assert isinstance(error, lesson.InvalidMessage) and named, (
         f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
         "naming the file and line 1")
+    assert path.read_bytes() == data, "loading must never change the log"
+
+
+@pytest.mark.task("02.1")
+def test_a_refused_line_far_into_a_large_log_is_named_by_its_place(lesson, sessions):
+    """Lines are counted from the start of the file to the end, however the file is
+    read: a line refused after hundreds of KiB is named by its place in the file."""
+    path = sessions / "quest-1.jsonl"
+    count = 6_000       # about 230 KiB of short lines before the damaged one
+    data = GOOD * count + BAD_LINES["no role"] + b"\n" + GOOD * 10
+    path.write_bytes(data)
+    line = count + 1
+    setting = (f"the log's first {count:,} lines ({len(GOOD) * count // 1024} KiB) are "
+               f"messages and its line {line:,} holds no role")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}; load() returned {len(error)} messages, where it "
+                    f"should refuse line {line}, naming the file and the line",
+                    pytrace=False)
+    assert isinstance(error, lesson.InvalidMessage) and names_line(str(error), line), (
+        f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
+        f"naming line {line}, where an editor shows it: lines are counted through the "
+        "whole file, across every read of it")
     assert path.read_bytes() == data, "loading must never change the log"
