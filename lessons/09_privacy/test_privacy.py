@@ -699,6 +699,11 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     left = sessions / "left-at-cutoff.meta.json"    # a stopped delete's meta file
     left.write_text(json.dumps({"format": 1, "id": "left-at-cutoff"}))
     os.utime(left, (then, then))
+    early = lesson.expire(sessions, older_than=0, now=0.0)
+    assert early == ([], []), (
+        "with now = 0.0 (the first moment of 1970) and older_than = 0, the cutoff is "
+        "0.0, and no file of the folder is older than that: nothing should go. "
+        f"expire() returned {early}: was a `now` of 0 taken for no `now` at all?")
     with lesson.SessionLog(sessions, "at-cutoff") as writer:
         writer.open_for_append()    # holds the lock, appends nothing
         found = lesson.expire(sessions, older_than=100, now=then + 100)
@@ -2457,15 +2462,18 @@ def when_the_name_goes(path, monkeypatch, then, before=True):
 
 
 @pytest.mark.task("09.5")
+@pytest.mark.parametrize("when", ["just before", "just after"])
 def test_a_writers_blob_put_under_the_name_just_before_the_removal_stays(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, when
 ):
     """A crashed collection left an old blob set aside, and no log refers to it. A
     writer found the blob's name free and wrote the same bytes anew (pinned, as
     store_blob pins), to put them under the name. The collection gives the set-aside
     blob its name back and judges it: old, nobody's, claimed. The writer's file takes
-    the name just before the collection takes the name away. The writer's file stays,
-    under the name, as the writer stored it, and the collection does not name it."""
+    the name just before the collection takes the name away, or just after. The
+    writer's file stays, under the name, as the writer stored it; taken just before,
+    the collection does not name it; and no other copy of the words is left in blobs/
+    (no leftover the collection made)."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [blob] = blob_names(sessions)
     (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
@@ -2480,7 +2488,8 @@ def test_a_writers_blob_put_under_the_name_just_before_the_removal_stays(
         writers = os.fstat(fd).st_ino
         real_replace = os.replace
         met = when_the_name_goes(path, monkeypatch,
-                                 lambda: real_replace(temp, path))
+                                 lambda: real_replace(temp, path),
+                                 before=when == "just before")
         try:
             removed = lesson.collect_blobs(sessions)
         finally:
@@ -2489,15 +2498,22 @@ def test_a_writers_blob_put_under_the_name_just_before_the_removal_stays(
             os.replace(temp, path)
         found = os.stat(path).st_ino if os.path.lexists(path) else None
         assert found == writers, (
-            "a writer put its copy of the blob under the blob's name just before the "
+            f"a writer put its copy of the blob under the blob's name {when} the "
             "collection took that name away (the collection had claimed the old blob, "
             "back under that name, and found it was nobody's). After the collection "
             f"the name {'reaches another file' if found else 'is gone'}: the writer's "
             "file was removed, and the line it writes next points to "
             f"{'a file it did not store' if found else 'nothing'}")
-        assert blob not in removed, (
+        assert when == "just after" or blob not in removed, (
             "the writer's file is still under the blob's name, yet the collection "
             "names the blob among those it removed")
+        others = sorted(p.name[:14] for p in blobs.iterdir() if p.name != blob)
+        assert not others, (
+            f"a writer put its copy of the blob under the blob's name {when} the "
+            "collection took that name away. After the collection, blobs/ holds, "
+            f"beside the writer's blob, {others}: a copy of the words the collection "
+            "set aside and left there, old and held by nobody. A collection leaves "
+            "none: it removes its own copy, or puts the writer's back under the name")
         with lesson.SessionLog(sessions, "quest-2") as writer:    # its line, now
             writer.append({"role": "user", "content": LARGE_SECRET})
     finally:
