@@ -128,8 +128,14 @@ def test_a_run_stopped_between_two_tool_calls_leaves_no_gap_in_the_log(store, tm
     town = Town()
 
     def buy_interrupted(**arguments):
-        os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C inside the tool
-        time.sleep(1)
+        # Python's own Ctrl-C handler, even where this process was started with SIGINT
+        # ignored (in the background, without job control)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)     # the user presses Ctrl-C in the tool
+            time.sleep(1)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return "never"
 
     tools = SimpleNamespace(schemas=town.schemas,
