@@ -78,6 +78,24 @@ def load(log, holding):
         pytest.fail(f"{holding}; load() raised {described(error)}", pytrace=False)
 
 
+def agent_started_on(lesson, model, town, log, setting, refusals, error):
+    """The history a new agent on `log` starts with, or None when it is refused with
+    one of `refusals`; any other exception fails the test, naming `error`, the one
+    the load gives."""
+    try:
+        return lesson.Agent(model.client(), model=model.model, tools=town,
+                            session=log).messages
+    except refusals:
+        return None
+    except NotImplementedError:
+        raise
+    except Exception as found:
+        pytest.fail(f"{setting}; making a new agent on the session raised "
+                    f"{described(found)}, where it should raise the error load gives "
+                    f"({error}): the caller learns what went wrong from it",
+                    pytrace=False)
+
+
 @pytest.mark.key
 @pytest.mark.task("02.1")
 def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
@@ -501,19 +519,9 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
             pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
                         "raise the OSError that says what is there (or an "
                         "InvalidMessage naming it)", pytrace=False)
-        try:
-            agent = lesson.Agent(model.client(), model=model.model, tools=town,
-                                 session=log)
-            started = agent.messages
-        except (OSError, ValueError):
-            started = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            pytest.fail(f"{setting}; making a new agent on the session raised "
-                        f"{described(error)}, where it should raise the error load "
-                        "gives (the OSError that says what is there): the caller "
-                        "learns what went wrong from it", pytrace=False)
+        started = agent_started_on(lesson, model, town, log, setting,
+                                   (OSError, ValueError),
+                                   "the OSError that says what is there")
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. Only a "
         "missing log is a conversation not started: started over here, the session's "
@@ -893,19 +901,8 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
         except Exception as error:
             pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
                         "let the OSError that says so reach the caller", pytrace=False)
-        try:
-            agent = lesson.Agent(model.client(), model=model.model, tools=town,
-                                 session=log)
-            started = agent.messages
-        except OSError:
-            started = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            pytest.fail(f"{setting}; making a new agent on the session raised "
-                        f"{described(error)}, where it should raise the error load "
-                        "gives (the OSError that says the log may not be read): the "
-                        "caller learns what went wrong from it", pytrace=False)
+        started = agent_started_on(lesson, model, town, log, setting, OSError,
+                                   "the OSError that says the log may not be read")
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. The "
         "caller must learn that the log could not be read: an empty history starts the "
