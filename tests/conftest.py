@@ -4,7 +4,8 @@
 kit, the commands a student and an instructor type, and the maintainers' check of every
 lesson. The heavier campaign is marked `campaign`: real processes killed in the middle of a
 write, PostgreSQL servers stopped, the site built by two generators and looked at in a
-browser, a hostile class graded in the sandbox, the benchmarks' own checks. It runs with
+browser, a hostile class graded in the sandbox, the benchmarks' own checks, the
+maintainers' tools tried on broken copies of the course. It runs with
 `pytest -m campaign`, and CI runs it on every submission, after the quick part.
 
 A test file or folder named on the command line runs whole, campaign or not: the split is

@@ -10,6 +10,10 @@ from sessionlab import course, maintainers, starters
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The tests that run a lesson's tests on a broken copy, about a second each: the
+# campaign's (`pytest -m campaign`), so that the README's quick command stays quick.
+CHECKS_A_PYTEST_RUN = pytest.mark.campaign
+
 
 @pytest.fixture
 def copy(tmp_path):
@@ -263,6 +267,7 @@ def test_the_pristine_copy_generates_starters_and_restores_a_students_tests(chec
     assert (shipped / "solutions/01_append/wrong.toml").is_file()
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     """A student edits every starter (one that does not parse, one that does not
     import) and a test file beside it: every check still holds, run on what ships.
@@ -296,6 +301,7 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
     assert len(warned) == 1 and warned[0].startswith("lessons/ holds a student's work")
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):
     starter = copy / "lessons/01_append/messages.py"
     starter.write_text(starter.read_text().replace("import json", "import jsonn"))
@@ -306,6 +312,7 @@ def test_a_starter_that_does_not_import_is_the_wrong_reason_to_fail(copy):
     assert any("ModuleNotFoundError" in p for p in finding.problems), finding.problems
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
     # Make the starter's 01.1 region already done: its tests can no longer fail on the starter.
     solution = (copy / "solutions/01_append/messages.py").read_text()
@@ -323,6 +330,7 @@ def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
     assert any("task 01.1" in p for p in finding.problems), finding.problems
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_broken_solution_is_reported(copy):
     solution = copy / "solutions/01_append/log.py"
     solution.write_text(solution.read_text().replace("ensure_ascii=False", "ensure_ascii=True"))
@@ -332,6 +340,7 @@ def test_a_broken_solution_is_reported(copy):
     assert not finding.ok and "non_ascii" in finding.problems[0]
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_later_solution_that_breaks_an_earlier_key_test_is_reported(copy):
     solution = copy / "solutions/01_append/agent.py"
     solution.write_text(solution.read_text().replace(
@@ -357,6 +366,7 @@ def test_missing_hints_and_untested_tasks_are_reported(copy):
     assert any("01.4 has no test" in p for p in problems), problems
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_wrong_implementation_that_no_test_catches_is_reported(copy):
     wrong = copy / "solutions/01_append/wrong.toml"
     wrong.write_text(wrong.read_text() + '''
@@ -387,6 +397,7 @@ replace = "# (edited)"
 """
 
 
+@CHECKS_A_PYTEST_RUN
 def test_an_equivalent_entry_must_survive_every_test(copy):
     add_wrong(copy, HARMLESS + 'equivalent = "only a comment changes"\n')
     add_wrong(copy, """
@@ -406,6 +417,7 @@ equivalent = "wrongly argued"
     assert "caught_by = 'test_non_ascii_text_stays_readable_in_the_file'" in finding.problems[0]
 
 
+@CHECKS_A_PYTEST_RUN
 def test_an_entry_caught_by_another_test_than_the_named_one_passes_and_says_which(copy):
     add_wrong(copy, """
 [[wrong]]
@@ -432,6 +444,7 @@ def test_an_entry_with_neither_caught_by_nor_equivalent_is_reported(copy):
         finding.problems)
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_bare_did_not_raise_on_a_mutant_is_reported_naming_test_and_mutant(copy):
     tests = copy / "lessons/01_append/test_append.py"
     tests.write_text(tests.read_text() + '''
@@ -479,6 +492,7 @@ def only_wrong(copy, entries: str) -> None:
     (copy / "solutions/01_append/wrong.toml").write_text(entries, encoding="utf-8")
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_mutant_that_does_not_compile_or_import_is_a_corpus_problem_not_a_catch(copy):
     """An edit that leaves no program (a SyntaxError, a module that fails to import)
     makes every test fail, which proves nothing: the check reports the entry as broken,
@@ -517,6 +531,7 @@ caught_by = "test_non_ascii_text_stays_readable_in_the_file"
     ], finding.notes
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_campaign_entry_outside_the_task_fences_is_a_warning(copy):
     """The independent campaign's mistakes are a student's, inside a task fence: an
     entry under its heading whose edit is outside every fence is a warning (the check
@@ -625,6 +640,7 @@ def test_a_recipe_in_a_task_or_code_in_an_early_hint_is_reported(copy):
         problems
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_first_failure_that_names_another_task_is_said(copy):
     """A mistake in task 01.5's code that a test of task 01.2 catches first sends the
     student to the wrong task: the check says which, and where the mistake is."""

@@ -15,6 +15,10 @@ from sessionlab import course, maintainers, mutate
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The tests that run a lesson's tests on a broken copy, about a second each: the
+# campaign's (`pytest -m campaign`), so that the README's quick command stays quick.
+CHECKS_A_PYTEST_RUN = pytest.mark.campaign
+
 
 @pytest.fixture
 def copy(tmp_path):
@@ -76,6 +80,7 @@ def only_tests_of(path: Path, task: str) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_survivor_recorded_as_equivalent_is_no_longer_a_survivor(copy):
     lesson = course.lesson("01", copy)
     only_tests_of(lesson.folder / "test_append.py", "01.4")
@@ -129,6 +134,7 @@ def test_dev_mutate_lists_the_mutants_of_a_lesson():
     )
 
 
+@CHECKS_A_PYTEST_RUN
 def test_dev_mutate_fails_on_a_survivor_and_writes_the_report_to_out(copy, tmp_path):
     """`dev mutate` (CI's step) exits 1 on a survivor no wrong.toml entry judges, and
     `--out FILE` is where its report goes: the report is made, never committed."""

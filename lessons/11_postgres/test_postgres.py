@@ -1404,11 +1404,12 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
         f"{[seq for seq, _, _ in stored]}")
 
 
-def until_blocked_by(database, blocker):
+def until_blocked_by(database, blocker, waiter):
     """Until a connection of the store waits for a lock that the server process
-    `blocker` holds, or WAIT seconds have passed."""
+    `blocker` holds, the thread `waiter` has ended (it will wait for nothing more),
+    or WAIT seconds have passed."""
     deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and not sql(
+    while time.monotonic() < deadline and waiter.is_alive() and not sql(
             database, "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE "
             "'sessionlab pid %%' AND %s = ANY(pg_blocking_pids(pid))", (blocker,)):
         time.sleep(0.01)
@@ -1449,7 +1450,7 @@ def test_results_that_keep_arriving_while_the_repair_decides_are_each_kept(
         try:
             opener.start()
             for host in hosts:  # the opener stores where this one stored: it waits
-                until_blocked_by(database, host.info.backend_pid)
+                until_blocked_by(database, host.info.backend_pid, opener)
                 host.commit()
             opener.join(HANG)
         finally:

@@ -6,11 +6,13 @@ the course's conftest.py and pyproject.toml so that pytest inside it behaves as 
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,21 @@ SOLUTION = "solution"
 STARTER = "starter"
 
 
+_SHIPPED: dict[str, Path] = {}     # lesson name -> that lesson as it ships, laid out once
+
+
+def shipped_lesson(name: str) -> Path:
+    """lessons/`name` as it ships (its starter generated: lessons/ may hold a student's
+    work), laid out once per test run: laying out asks git for every module, ~35 ms a
+    lesson, and the command line's tests make hundreds of copies."""
+    if name not in _SHIPPED:
+        store = Path(tempfile.mkdtemp(prefix="sessionlab-shipped-"))
+        atexit.register(shutil.rmtree, store, ignore_errors=True)
+        lay_out_lesson(REPO, store, name)
+        _SHIPPED[name] = store / "lessons" / name
+    return _SHIPPED[name]
+
+
 def make_course(target: Path, lessons: dict[str, str]) -> Path:
     """A course at `target` with these lessons; each lesson's modules are the starter or the
     solution."""
@@ -34,8 +51,7 @@ def make_course(target: Path, lessons: dict[str, str]) -> Path:
         shutil.copy2(REPO / name, target / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name, state in lessons.items():
-        # The lesson as it ships (generated starter): lessons/ may hold a student's work.
-        lay_out_lesson(REPO, target, name)
+        shutil.copytree(shipped_lesson(name), target / "lessons" / name, ignore=ignore)
         shutil.copytree(REPO / "solutions" / name, target / "solutions" / name, ignore=ignore)
         if state == SOLUTION:
             for path in lesson_modules(REPO / "solutions" / name):
