@@ -267,14 +267,18 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments", [
     '{"item": NaN}', '{"item": "rope", "count": Infinity}', '{"gold": -Infinity}',
-    {"item": float("nan")}, {"count": float("inf")},
-    '{"item": NaN, "note": "' + "rope, " * 20_000 + '"}'],
-    ids=["NaN", "Infinity", "-Infinity", "object-NaN", "object-Infinity", "long-NaN"])
+    '{"count": 1e999}', {"item": float("nan")}, {"count": float("inf")},
+    {"order": [{"count": float("nan")}]},
+    '{"item": NaN, "note": "' + "rope, " * 20_000 + '"}',
+    {"item": float("nan"), "note": "rope, " * 20_000}],
+    ids=["NaN", "Infinity", "-Infinity", "1e999", "object-NaN", "object-Infinity",
+         "object-nested-NaN", "long-NaN", "long-object-NaN"])
 def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, arguments):
-    """NaN and Infinity are not JSON: Python's reader takes them, a strict provider
-    refuses a stored call that holds them. Arguments holding one, as text or as an
-    object, are refused like any unreadable arguments, the tool does not run, and the
-    result quotes only the start of a long text."""
+    """NaN and Infinity are not JSON: Python's reader takes them (and reads 1e999 as
+    Infinity), a strict provider refuses a stored call that holds them. Arguments
+    holding one anywhere, as text or as an object, are refused like any unreadable
+    arguments, the tool does not run, and the result quotes only the start of what
+    was sent."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:

@@ -547,16 +547,26 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize(
-    "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0]
+    "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
+                  '{"item": "ro\npe"}']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
-    """Text that is not JSON, or JSON that is not an object, raises ValueError."""
+    """Text that is not JSON, or JSON that is not an object, raises ValueError: the
+    text null too (only a missing value, None, or "" means no arguments), and a line
+    break left raw inside a string, which JSON does not allow."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
         return
+    why = {"null": " the text 'null' is JSON of no object (a call without arguments "
+                   "comes with None or \"\"), and normalize_reply would store it as "
+                   "it came, where a provider reading an object refuses it",
+           '{"item": "ro\npe"}': " a raw line break inside a JSON string is no "
+                                 "JSON (it is written \\n there), and a strict "
+                                 "provider refuses the stored call holding it"}
     pytest.fail(
-        f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}"
+        f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
+        f"{why.get(arguments, ' it is no JSON object')}", pytrace=False
     )
 
 
@@ -567,8 +577,8 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
     stored message holds the role, the text and the calls, nothing else."""
     reply = {"role": "assistant", "content": "A torch and a rope.",
              "reasoning_content": "The elder said so on day one.", "refusal": None,
-             "tool_calls": [{"id": "call_1_0", "type": "function",
-                             "function": {"name": "buy",
+             "tool_calls": [{"id": "call_1_0", "type": "function", "index": 0,
+                             "function": {"name": "buy", "parsed": None,
                                           "arguments": '{"item": "rope"}'}}]}
 
     message = lesson.normalize_reply(reply, [])
@@ -576,3 +586,9 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
     assert sorted(message) == ["content", "role", "tool_calls"], (
         "the stored reply should hold role, content and tool_calls only; it holds "
         f"{sorted(message)}")
+    call = message["tool_calls"][0]
+    assert sorted(call) == ["function", "id", "type"] and sorted(
+            call["function"]) == ["arguments", "name"], (
+        "a stored call should hold its id, its type and its function (a name and the "
+        "arguments), nothing a server added to it (an index, a parsed copy: a "
+        f"provider refuses fields it does not know); it holds {call}")
