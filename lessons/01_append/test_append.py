@@ -439,11 +439,14 @@ class FsyncRecorder:
         return sync
 
 
-def fail_syncs(monkeypatch, fails):
-    """Make os.fsync and os.fdatasync raise EIO on each descriptor `fails(fd)` picks."""
+def fail_syncs(monkeypatch, fails, ctrl_c=False):
+    """Make os.fsync and os.fdatasync raise EIO (or KeyboardInterrupt, the user's
+    Ctrl-C, with `ctrl_c`) on each descriptor `fails(fd)` picks."""
     for name in ("fsync", "fdatasync"):
         def sync(fd, real=getattr(os, name)):
             if fails(fd):
+                if ctrl_c:
+                    raise KeyboardInterrupt
                 raise OSError(errno.EIO, "input/output error (simulated)")
             return real(fd)
         monkeypatch.setattr(os, name, sync)
@@ -827,28 +830,35 @@ def test_a_message_said_twice_is_recorded_twice(lesson, model, town, sessions):
 
 
 @pytest.mark.task("01.4")
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["EIO", "Ctrl-C"])
 def test_a_folder_sync_that_fails_leaves_no_descriptor_open(lesson, sessions,
-                                                            monkeypatch):
-    """The folder's fsync fails (EIO): the error reaches the caller, and the folder's
-    descriptor is closed all the same."""
+                                                            monkeypatch, ctrl_c):
+    """The folder's fsync fails (EIO), or the user presses Ctrl-C while it runs: the
+    error reaches the caller, and no descriptor, the log's or the folder's, stays
+    open."""
     before = open_descriptors()
+    what = "Ctrl-C came during the folder's fsync" if ctrl_c else (
+        "the folder's fsync failed (EIO)")
     # A context of its own: leaving it takes the failing syncs away, and only them (the
     # stand-in for _write, while 01.5 is not written, stays).
     with monkeypatch.context() as failing:
-        fail_syncs(failing, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+        fail_syncs(failing, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode), ctrl_c)
         try:
             with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
                 log.append({"role": "user", "content": "first"})
-        except OSError as error:
+        except (OSError, KeyboardInterrupt) as error:
             failed = error
         else:
             failed = None
-    assert failed is not None and failed.errno == errno.EIO, (
-        "the folder's fsync failed, and that error should reach the caller; got "
+    expected = KeyboardInterrupt if ctrl_c else OSError
+    assert isinstance(failed, expected) and (
+        ctrl_c or failed.errno == errno.EIO), (
+        f"{what}, and that should reach the caller as {expected.__name__}; got "
         f"{failed!r}")
     assert open_descriptors() == before, (
-        f"the failed folder sync left {open_descriptors() - before} descriptor(s) "
-        "open, where none should stay")
+        f"{what}, and the append left {open_descriptors() - before} descriptor(s) "
+        "open, where none should stay: a writer that failed to open is no writer, and "
+        "a long-running program would run out of descriptors")
 
 
 @pytest.mark.task("01.4")
