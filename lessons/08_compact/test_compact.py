@@ -321,7 +321,9 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson):
     """summarise() alone, with no budget (nothing else is needed): a first reply that
     is a summary is the one returned, and the model is asked once, since the user waits
     for every call. First in the file, so that a summary asked for twice is blamed on
-    the code that asks for it, before the tests of the budget count the requests."""
+    the code that asks for it, before the tests of the budget count the requests. On an
+    agent compacted already, every summary request, the firmer second one too, carries
+    the previous summary beside the messages to summarise."""
     agent, model, log = open_agent(lesson, None, budget=None)
     agent.messages = conversation(6)
     with log:
@@ -331,6 +333,26 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson):
         "the model's first reply to the summary request, 'summary #1', is a summary: "
         f"summarise() should return it, having asked once; it returned {summary!r} "
         f"after {asked} request(s)")
+    # Compacted already, and a first reply that is no summary: both requests carry
+    # the previous summary and the messages to summarise
+    earlier = "The elder warned of the ledge."
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+        "", then=numbered_summaries()))
+    agent.messages = conversation(6)
+    agent.compaction = lesson.Compaction(earlier, 2)
+    with log:
+        agent.summarise(agent.messages[2:4], 4)
+    for number, request in enumerate(model.summary_requests, start=1):
+        text = " ".join(str(m.get("content")) for m in request["messages"]
+                        if m.get("role") == "user")
+        missing = [said for said in (earlier, *(m["content"] for m in
+                                                agent.messages[2:4]))
+                   if said not in text]
+        assert not missing, (
+            f"an agent already compacted, summarising what followed its boundary: "
+            f"summary request {number} should carry the previous summary and the "
+            "messages it is given (the next summary stands for both, and the earlier "
+            f"turns are told nowhere else); it lacked {missing}")
 
 
 @pytest.mark.task("08.2")
@@ -357,11 +379,17 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
         f"the system prompt and the {len(said)} messages as they are; it got "
         f"{shape(view)}")
     for none in (None, ""):     # lessons 00 to 07 send no system message for either
-        view = agent_without_session(lesson, said, system=none).view()
+        plain = agent_without_session(lesson, said, system=none)
+        view = plain.view()
         assert view == said, (
             f"an agent whose system prompt is {none!r}, not compacted: the model "
             f"should get the {len(said)} messages and no system message, as in every "
             f"lesson before; it got {shape(view)}")
+        view.clear()    # what a caller does with a request is its own business
+        assert plain.messages == said, (
+            "clearing the request view() returned emptied the conversation itself: "
+            "the request must be a list of its own, never agent.messages, or whoever "
+            "trims or adds to a request changes what the agent remembers")
     summaries = ("the first turn",
                  "Day 1: the elder\nsaid \u00abthe ledge\u00bb \u2014 steep.")
     for prompt in (SYSTEM, None, ""):
@@ -675,6 +703,9 @@ def resumed_after_the_boundary(lesson, sessions, session_id="quest-1"):
         return agent.messages[agent.compaction.boundary:]
 
 
+SUMMARY_ABROAD = "summary #1: the elder said \u00abthe ledge\u00bb, \u60ac\u5d16"
+
+
 @pytest.mark.key
 @pytest.mark.task("08.1")
 def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
@@ -693,16 +724,20 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         for n in days:
             log.append({"role": "user", "content": day(n)[0]})
             log.append({"role": "assistant", "content": f"On day {n} we rest."})
-        returned = log.compact("summary #1", keep=2)      # day 3's turn kept
+        returned = log.compact(SUMMARY_ABROAD, keep=2)      # day 3's turn kept
     markers = compactions_in(path)
     assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
     marker = markers[0]
     assert "role" not in marker, (
         f"the compaction marker has a 'role' ({marker.get('role')!r}): a reader would "
         "take it for a message, and send it to the model")
-    assert marker.get("summary") == "summary #1", (
+    assert marker.get("summary") == SUMMARY_ABROAD, (
         f"the marker keeps the model's summary as it came; it holds "
         f"{marker.get('summary')!r}")
+    assert SUMMARY_ABROAD.encode() in path.read_bytes(), (
+        "the marker's summary should be in the file as UTF-8 text, readable as every "
+        "message has been since lesson 01 (ensure_ascii=False, as encode_line writes "
+        "a line), not as \\u escapes")
     newest = {"role": "user", "content": day(days[-1])[0]}
     assert newest in messages_in(path), (
         f"the log lost day {days[-1]}'s user message: a compaction appends a marker "
@@ -1651,6 +1686,18 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
                         f"compaction failed after {len(model.summary_requests)} "
                         f"summary request(s): {error}", pytrace=False)
     first, second = model.summary_requests[:2]
+    length = summary_instruction(first).replace(lesson.SUMMARY_PROMPT, "").strip()
+    assert length in summary_instruction(second), (
+        f"the second summary request should still say how long the summary may be "
+        f"({length!r}, as the first did): a model told nothing about length writes a "
+        f"page where a paragraph fits. It asked {summary_instruction(second)!r}")
+    said = [[m.get("content") for m in request["messages"] if m.get("role") != "system"]
+            for request in (first, second)]
+    assert said[0] == said[1], (
+        "the second summary request should send the same conversation as the first "
+        "(the previous summary and the messages to summarise); only the instruction "
+        f"says more. The first sent {str(said[0])[:120]!r}, the second "
+        f"{str(said[1])[:120]!r}")
     assert not is_retried_summary(first) and is_retried_summary(second), (
         "the second summary request should say why the first reply could not be used "
         "(and the first say nothing of a refusal): asked the same way, a model tends "
@@ -1829,7 +1876,8 @@ def test_the_log_refuses_to_record_a_summary_no_check_has_read(lesson, sessions)
             log.append(message)
         before = path.read_bytes()
         for summary in ("", "  ", "<think>The elder", "<think>a</think>The elder.",
-                        CALL_TEXT, " The elder. "):
+                        CALL_TEXT, " The elder. ", None, 42,
+                        [{"type": "text", "text": "The elder."}]):
             with raises(ValueError, f"the log recorded {summary!r} as a summary"):
                 log.compact(summary, keep=2)
             assert path.read_bytes() == before, (
