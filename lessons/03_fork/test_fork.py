@@ -173,7 +173,8 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
         lesson, sessions, monkeypatch, upto, durable):
     """Without task 03.2: fork hands publish_fork the first `upto` lines of the source,
     byte for byte (a line holding U+2028 is one line), how many messages they are, and
-    `durable` as it was given."""
+    `durable` as it was given. The folder may come as text or as a Path (fork's
+    signature takes both): publish_fork is handed it as the Path its signature says."""
     messages = [{"role": "user", "content": "north\u2028south\u2029east\x85west"},
                 {"role": "assistant", "content": "Which way?"},
                 {"role": "user", "content": "North."}]
@@ -184,20 +185,23 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
     handed = []
 
     def publish_fork(folder, source_id, new_id, count, copy, durable):
-        handed.append({"source_id": source_id, "new_id": new_id, "count": count,
-                       "copy": copy, "durable": durable})
+        handed.append({"folder": folder, "source_id": source_id, "new_id": new_id,
+                       "count": count, "copy": copy, "durable": durable})
     monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    # Odd cases name the folder as text, as a caller may: fork takes str | Path
+    given = str(sessions) if upto in (1, 3) else sessions
 
-    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto,
+    error = fork_or_fail(lesson, given, "quest-1", "what-if", upto=upto,
                          durable=durable)
 
     kept = 3 if upto is None else upto
     if error is not None:
-        pytest.fail(f"the source holds 3 messages; fork(..., upto={upto}) should hand "
-                    f"publish_fork the first {kept}, and it raised {described(error)}",
-                    pytrace=False)
-    expected = {"source_id": "quest-1", "new_id": "what-if", "count": kept,
-                "copy": b"".join(lines[:kept]), "durable": durable}
+        pytest.fail(f"the source holds 3 messages; fork({given!r}, ..., upto={upto}) "
+                    f"(the folder given as {type(given).__name__}, which fork's "
+                    f"signature takes) should hand publish_fork the first {kept}, and "
+                    f"it raised {described(error)}", pytrace=False)
+    expected = {"folder": sessions, "source_id": "quest-1", "new_id": "what-if",
+                "count": kept, "copy": b"".join(lines[:kept]), "durable": durable}
     assert len(handed) == 1, (
         f"fork(..., upto={upto}) should hand the copy to publish_fork once; it did "
         f"{len(handed)} time(s)")
@@ -206,8 +210,8 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
         pytest.fail(
             "the source holds 3 messages, the first with U+2028, U+2029 and U+0085 "
             f"inside its line; fork(..., upto={upto}, durable={durable}) should hand "
-            f"publish_fork {kept} message(s), the first {kept} line(s) as they are in "
-            "the source, and durable as given. It handed "
+            f"publish_fork the folder as a Path, {kept} message(s), the first {kept} "
+            "line(s) as they are in the source, and durable as given. It handed "
             + "; ".join(f"{key}={value!r} where {expected[key]!r} was expected"
                         for key, value in wrong.items()), pytrace=False)
 
@@ -231,6 +235,8 @@ TORN = b'{"role": "user", "content": "Buy a to'
     ("nothing at all (an empty log, as a fork of none leaves)", b"", 0),
     ("a last line, without its newline, that is JSON but no message (it has no role)",
      M1 + b"\n" + M2 + b"\n" + b'{"content": "no role"}', 2),
+    ("a last line, without its newline, that is JSON with a role no message has",
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "wizard", "content": "Abracadabra."}', 2),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, messages):
@@ -266,10 +272,12 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
 
 # Lines another writer wrote: JSON as valid as append's, spelled otherwise (no spaces,
 # wider ones, a carriage return and a tab between values, escapes for é, "/" and a
-# candle's surrogate pair, the keys in another order).
+# candle's surrogate pair, the keys in another order, a space and a carriage return
+# before the newline, as an editor of another system leaves them).
 ELSEWHERE = [b'{"content":"caf\\u00e9 au lait","role":"user"}',
              b'{ "role" : "assistant",\r "content" : "\\u00e0 l\'auberge\\/ici." }',
-             b'{"role":"user",\t"content":"\xc3\xa9t\xc3\xa9 \\ud83d\\udd6f"}']
+             b'{"role":"user",\t"content":"\xc3\xa9t\xc3\xa9 \\ud83d\\udd6f"}',
+             b'{"role": "assistant", "content": "Bien."} \r']
 
 
 @pytest.mark.task("03.1")
@@ -286,14 +294,16 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     (sessions / "quest-1.jsonl").write_bytes(source)
     kept = len(ELSEWHERE) if upto is None else upto
     expected = b"".join(line + NEWLINE for line in ELSEWHERE[:kept])
-    copies, publish = [], lesson.publish_fork
+    copies, counts, publish = [], [], lesson.publish_fork
 
     def publish_fork(folder, source_id, new_id, count, copy, durable):
         copies.append(copy)
+        counts.append(count)
         return publish(folder, source_id, new_id, count, copy, durable)
     monkeypatch.setattr(lesson, "publish_fork", publish_fork)
     spelled = ("written by another writer (other spacing, a carriage return and a tab "
-               "between values, \\u00e9 escapes, another key order)")
+               "between values, \\u00e9 escapes, another key order, a space and a "
+               "carriage return before the newline)")
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
 
@@ -314,6 +324,18 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
                 + (f"raised {type(error).__name__}: {error}" if error is not None
                    else f"left a log of {len(held)} bytes that differ")
                 + ": the fork's log holds exactly the copy it is handed")
+    if counts[0] != kept:
+        fail_in("03.1", f"fork(..., upto={upto}) copied {kept} message(s) of quest-1; "
+                f"it should hand publish_fork that count, {kept}, and handed "
+                f"{counts[0]!r}")
+    forked_at = json.loads((sessions / "what-if.meta.json").read_bytes()).get(
+        "forked_at")
+    if forked_at != kept:
+        fail_in("03.2", f"fork handed publish_fork {kept} message(s) of quest-1, "
+                f"{spelled}, and their count, {kept}; the meta file publish_fork wrote "
+                f"says forked_at {forked_at!r}: the lineage records the count it is "
+                "handed, not one counted again from the copy's bytes (a carriage "
+                "return between a line's values is no line break)")
 
 
 @pytest.mark.task("03.1")
@@ -324,6 +346,8 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
     ("that is JSON but no message (it has no role)", 2,
      M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
+    ("whose bytes are no UTF-8 (an e-acute in Latin-1)", 2,
+     M1 + b"\n" + b'{"role": "user", "content": "caf\xe9"}' + b"\n" + M2 + b"\n"),
 ])
 @pytest.mark.parametrize("upto", [None, 1])
 def test_a_fork_of_a_damaged_source_is_refused(
@@ -393,6 +417,8 @@ def test_an_upto_that_is_no_whole_number_is_refused(
                     "no whole number; it should be refused with TypeError or "
                     f"ValueError, handing publish_fork nothing. It {did}",
                     pytrace=False)
+    expect_upto_named(sessions, error, upto, "a number of messages that is no whole "
+                      "number")
 
 
 @pytest.mark.task("03.2")
@@ -646,7 +672,15 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
                 "SessionNotFound, as it should be, but its text does not name the "
                 f"session it could not find, 'no-such-quest': {refused.value}")
 
-    assert list(sessions.iterdir()) == [], "a refused fork must not create any file"
+    nowhere = sessions / "nowhere"
+    with raises(lesson.SessionNotFound,
+                "forking from a folder that does not exist was allowed: a fork of "
+                "nothing is a mistake to report"):
+        lesson.fork(nowhere, "no-such-quest", "what-if")
+
+    made = sorted(p.name for p in sessions.iterdir())
+    assert made == [], (f"a refused fork must not create any file or folder; the "
+                        f"sessions folder now holds {made}")
 
 
 @pytest.mark.task("03.1")
@@ -670,10 +704,10 @@ def expect_upto_named(sessions, error, upto, what):
     """Fail in 03.1 unless the text of `error`, refusing `upto`, names that number."""
     said = str(error).replace(str(sessions), "")    # the folder's name holds digits
     if not re.search(rf"(?<![\d-]){re.escape(str(upto))}(?!\d)", said):
-        fail_in("03.1", f"fork(..., upto={upto}) asks for {what}, and was refused with "
-                f"{type(error).__name__}, as it should be, but its text does not name "
-                f"the number it refused, {upto}: {error}. An error says what is wrong: "
-                "whoever reads it must see which number could not be forked")
+        fail_in("03.1", f"fork(..., upto={upto!r}) asks for {what}, and was refused "
+                f"with {type(error).__name__}, as it should be, but its text does not "
+                f"name the number it refused, {upto}: {error}. An error says what is "
+                "wrong: whoever reads it must see which number could not be forked")
 
 
 @pytest.mark.task("03.1")

@@ -1084,9 +1084,10 @@ def a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch):
 @pytest.mark.task("04.4")
 def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
         lesson, sessions, town, monkeypatch):
-    """The disk fills up as the second of three results is written; the user makes room
-    and sends the next message: the calls left open are answered, each saying what is
-    known of it, in the log and in memory alike, and the model accepts the request."""
+    """The disk fills up as the second of three results is written, and is still full
+    when the user sends the next message (it fails too); the user makes room and sends
+    it again: the calls left open are answered, each saying what is known of it, in the
+    log and in memory alike, and the model accepts the request."""
     path = sessions / "quest-1.jsonl"
     tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
     model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
@@ -1097,6 +1098,10 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
                              session=log)
         with pytest.raises(OSError):
             agent.run("Talk to the elder and buy a torch.")
+        # Still full: the next message fails as well, and must leave nothing behind
+        # that the log lacks (memory claiming a result the disk refused)
+        with pytest.raises(OSError):
+            agent.run("Go on.")
         room[0] = True      # the user makes room, and goes on
         try:
             agent.run("Go on.")
@@ -1114,8 +1119,10 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
     roles = [entry.get("role") for entry in entries]
     expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
     assert roles == expected, (
-        "the log should hold the calls, their three results, then the next message: "
-        f"{roles}")
+        "the log should hold the calls, their three results, then the next message "
+        "(sent once while the disk was still full, and again once it had room): "
+        f"{roles}. A result is in memory only once it is in the log: put in memory "
+        "first, a result the full disk refused is never written again")
     asked = [c["id"] for c in entries[1].get("tool_calls") or []]
     assert [entry.get("tool_call_id") for entry in entries[2:5]] == asked, (
         f"the results should answer the calls in the order the model made them, {asked}"
