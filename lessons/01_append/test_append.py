@@ -350,11 +350,20 @@ def test_no_character_with_a_meaning_elsewhere_gets_into_an_id(lesson):
         "the ids you accept, and refuse everything else")
 
 
+def takes(lesson, session_id):
+    """Does check_session_id take `session_id`?"""
+    try:
+        lesson.check_session_id(session_id)
+    except lesson.InvalidSessionId:
+        return False
+    return True
+
+
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
-    characters allowed: letters, digits, '.', '_', '-'; and 128 at most), so the caller
-    can fix it."""
+    characters allowed: letters, digits, '.', '_', '-'; 128 at most; and how an id may
+    start, where the rule says), so the caller can fix it."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     said = str(refused.value)
@@ -379,6 +388,13 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "the error should say which characters a valid id may hold (letters, digits, "
         "'.', '_' and '-', and any other your check takes), so that the caller can fix "
         f"the id; it names no {', no '.join(unnamed)}: {said}")
+    for first in "-._":     # taken inside an id: refused at its start only by a rule
+        if takes(lesson, f"quest{first}1") and not takes(lesson, f"{first}quest"):
+            assert any(way in words for way in ("start", "begin", "first")), (
+                f"the check refuses {first + 'quest'!r} and takes "
+                f"{'quest' + first + '1'!r}: how an id may start is part of its rule, "
+                "and the error should say it (the caller cannot guess it from the "
+                f"characters named); it says: {said}")
 
 
 @pytest.mark.task("01.1")
