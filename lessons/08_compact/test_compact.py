@@ -924,6 +924,17 @@ def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessio
         "one keeping the last four ('upto' 4): the later one is what the writer last "
         "recorded, so its boundary, place 4, is where requests start. compaction() "
         f"returned {found!r}")
+    # After an undo, a valid "upto" may pass the number of messages shown: it counts
+    # every message in the file, undone ones too
+    lines = [*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
+             {"$marker": "compaction", "summary": "kept one", "upto": 7},
+             {"$marker": "compaction", "summary": "kept none", "upto": 8}]
+    found = lesson.parse_log(as_log(lines).encode(), path).compaction()
+    assert found == lesson.Compaction("kept none", 6), (
+        "messages 0 to 7 with 2 and 3 undone (six shown), then compactions with "
+        "'upto' 7 and 8: both name messages written before them (an index counts the "
+        "undone ones too, so 8 is every message in the file), and the latest keeps "
+        f"none, so its boundary is place 6. compaction() returned {found!r}")
 
 
 @pytest.mark.key
