@@ -473,6 +473,34 @@ def test_only_calls_without_a_result_are_answered_in_call_order(
     agent.run("Go on.")   # a second result for the same id would be refused with 400
 
 
+# A repair marker that a writer of another program left after calls it did not answer:
+# it cut a torn line, and answered nothing
+A_MARKER_ANSWERING_NOTHING = {"$marker": "repair", "at": "2026-01-02T10:00:00+00:00",
+                              "cut_bytes": 9, "cut_preview": '{"role": ',
+                              "interrupted": []}
+
+
+@pytest.mark.task("04.3")
+def test_calls_a_marker_follows_are_still_open_and_get_their_results(
+        resume, sessions, model):
+    """A marker is a note about the log, not a message: when one follows the calls (a
+    writer of another program cut a torn line after them and answered nothing), the
+    conversation still ends in those calls, and each gets its result, in call order,
+    after a marker of this writer's own."""
+    write_log(sessions, [ASK, BUY_THREE, A_MARKER_ANSWERING_NOTHING])
+
+    agent, _ = resume()
+
+    added = [m.get("tool_call_id") for m in agent.messages[2:]]
+    assert added == CALL_ORDER, (
+        "the log holds the three calls, then a repair marker that answered none of "
+        "them. A marker is no message: the conversation still ends in the calls, and "
+        f"the writer that takes the log over answers {CALL_ORDER}, in that order; the "
+        f"history it hands back has results for {added or 'none'}")
+    model.add(say("Noted."))
+    agent.run("Go on.")   # a call without its result would be refused with 400
+
+
 @pytest.mark.task("04.2")
 @pytest.mark.parametrize(
     "ending", ["a plain answer", "a user message", "answered calls"]
