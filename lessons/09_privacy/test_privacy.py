@@ -558,13 +558,15 @@ def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
 
 @pytest.mark.task("09.1")
 @pytest.mark.task("09.5")
+@pytest.mark.parametrize("log", ["readable", "unreadable"])
 def test_delete_removes_the_blob_only_a_copy_a_crashed_erase_left_refers_to(
-    lesson, sessions
+    lesson, sessions, monkeypatch, log
 ):
     """An erase of another process crashed while it rewrote the log: its copy of the
     log is left beside it, and a line of the copy points to a blob that no other file
     names (the erase stored a scrubbed message anew). Deleting the session removes
-    the copy, and that blob with it: it holds the person's words too."""
+    the copy, and that blob with it: it holds the person's words too. Also when the
+    log itself cannot be read: the copy can, and says what it points to."""
     play(lesson, sessions, TURN_A)
     with lesson.SessionLog(sessions, "scratch") as other:
         blob = other.store_blob(LARGE_SECRET.encode())
@@ -574,13 +576,19 @@ def test_delete_removes_the_blob_only_a_copy_a_crashed_erase_left_refers_to(
     copy = sessions / ".quest-1.jsonl.e5r4s3.tmp"
     copy.write_bytes((sessions / "quest-1.jsonl").read_bytes()
                      + json.dumps(scrubbed).encode() + b"\n")
+    if log == "unreadable":
+        failing_open(monkeypatch, "quest-1.jsonl")
     assert lesson.delete_session(sessions, "quest-1") is True
+    monkeypatch.undo()
     assert not copy.exists(), "the copy a crashed erase left of the log should go"
     assert blob_names(sessions) == [], (
         "the copy of the log that a crashed erase left pointed to a blob no other file "
         f"names ({blob[:12]}...); the delete removed the copy and left the blob, with "
         "the person's words in it, for no file to reach: the blobs only the session "
-        "used are those its copies point to as well")
+        "used are those its copies point to as well"
+        + ("; and a log that cannot be read (EIO here) keeps only the blobs it may "
+           "point to, not those the other files of the session name"
+           if log == "unreadable" else ""))
 
 
 @pytest.mark.task("09.1")
@@ -688,14 +696,17 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     lesson, sessions
 ):
     """The cutoff is `now` less `older_than`: a log last changed exactly then is not
-    older than the retention, and stays; one changed a second before goes. A meta file
-    left without its log follows the same rule: changed exactly at the cutoff, it
-    stays."""
+    older than the retention, and stays; one changed a second, or half a second,
+    before goes. A meta file left without its log follows the same rule: changed
+    exactly at the cutoff, it stays."""
     play(lesson, sessions, TURN_A, session_id="at-cutoff")
     play(lesson, sessions, TURN_A, session_id="before-it")
+    play(lesson, sessions, TURN_A, session_id="half-before")
     then = 1_700_000_000        # whole seconds: the file system keeps them exactly
     os.utime(sessions / "at-cutoff.jsonl", (then, then))
     os.utime(sessions / "before-it.jsonl", (then - 1, then - 1))
+    half = (then * 10**9 - 5 * 10**8,) * 2      # in nanoseconds: kept exactly too
+    os.utime(sessions / "half-before.jsonl", ns=half)
     left = sessions / "left-at-cutoff.meta.json"    # a stopped delete's meta file
     left.write_text(json.dumps({"format": 1, "id": "left-at-cutoff"}))
     os.utime(left, (then, then))
@@ -707,15 +718,28 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     with lesson.SessionLog(sessions, "at-cutoff") as writer:
         writer.open_for_append()    # holds the lock, appends nothing
         found = lesson.expire(sessions, older_than=100, now=then + 100)
-    assert found == (["before-it"], []), (
+    assert found == (["before-it", "half-before"], []), (
         "with now = T + 100 and older_than = 100, the cutoff is T: a log changed at T "
         "stays, and so does a meta file left without its log changed at T (it is not "
-        "older than the cutoff either); only the log changed at T - 1 goes. The log "
+        "older than the cutoff either); the logs changed at T - 1 and at T - 0.5 go "
+        "(a time is compared as it is, not rounded to a whole second). The log "
         "changed at T is not idle, so the writer holding it makes it no busy one "
         f"either. expire() returned {found}")
     assert left.exists(), (
         "a meta file left without its log, last changed exactly at the cutoff, was "
         "removed: like a log changed then, it is not older than the retention")
+    play(lesson, sessions, TURN_A, session_id="later")
+    later = sessions / "left-later.meta.json"
+    later.write_text(json.dumps({"format": 1, "id": "left-later"}))
+    for path in (sessions / "later.jsonl", later):
+        os.utime(path, ns=(then * 10**9 + 75 * 10**7,) * 2)
+    found = lesson.expire(sessions, older_than=100, now=then + 100.5)
+    assert found == (["at-cutoff", "left-at-cutoff"], []), (
+        "with now = T + 100.5 and older_than = 100, the cutoff is T + 0.5: the log "
+        "and the meta file changed at T go, the log and the meta file changed at "
+        "T + 0.75 stay (a "
+        "time is compared as it is: cut to a whole second, T + 0.75 would be T). "
+        f"expire() returned {found}")
 
 
 @pytest.mark.task("09.2")
@@ -1463,6 +1487,31 @@ def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
 
 
 @pytest.mark.task("09.4")
+def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
+    lesson, sessions
+):
+    """A quote may come before the erased message: the user's own words that the
+    model's reply (erased) repeated. And the text of a large message is all of it, read
+    back from its blob, not the preview its line keeps: a reply that copied it whole
+    loses all of it."""
+    play(lesson, sessions, (f"{SECRET}. Please write to her.", [say(SECRET)]),
+         (LARGE_SECRET, [say(f"Copied: {LARGE_SECRET}")]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(1)    # the reply that repeated the user's words
+        log.erase(2)    # the large message (a blob), which the next reply copied
+    contents = [m["content"] for m in resume(lesson, sessions)]
+    assert contents[0] == f"{lesson.ERASED}. Please write to her.", (
+        "erasing message 1 (the model's reply, the words of SECRET) left them in "
+        f"message 0, the user's message before it that holds them: {contents[0]!r}. "
+        "Every other line that quotes the erased text loses the quote, the lines "
+        "before it as well as those after")
+    assert contents[3] == f"Copied: {lesson.ERASED}", (
+        "erasing the large message 2 left part of its words in message 3, the reply "
+        f"that copied it whole: {contents[3][:120]!r}... The text looked for is the "
+        "whole content, read back from the blob, not the preview its line keeps")
+
+
+@pytest.mark.task("09.4")
 def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sessions):
     """A short message ("yes") is erased in its own line only: looked for elsewhere it
     would also be found in "yesterday". Every other line keeps its bytes."""
@@ -1945,11 +1994,16 @@ def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
 @pytest.mark.task("09.3")
 def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
     """The model's reply repeated the user's words: after the user's message is erased,
-    the agent's next request holds them nowhere, and neither does the log."""
+    the agent's next request holds them nowhere, and neither does the log. And the
+    agent's memory keeps what the log keeps: a later reply that holds only a piece of
+    the words (a paraphrase, which no program can find) stays as it was in both."""
     echo = f"Noted: {SECRET}."
-    agent, model, log = open_agent(lesson, sessions, [say(echo), say("Yes.")])
+    piece = "The one who lives at 12 Elm, yes."
+    agent, model, log = open_agent(lesson, sessions,
+                                   [say(echo), say(piece), say("Yes.")])
     with log:
         agent.run(SECRET)
+        agent.run("Which sister?")
         found = agent.erase(0)
         agent.run("Shall we go on?")
     assert found == {"role": "user", "content": lesson.ERASED}, (
@@ -1962,6 +2016,15 @@ def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
     assert files_holding(sessions, "Ilse") == [], (
         "the log's reply that repeated the words should have lost them too; still "
         f"holding them: {files_holding(sessions, 'Ilse')}")
+    resumed = resume(lesson, sessions)
+    assert agent.messages == resumed, (
+        "after the erase, the agent's memory and its log hold different messages: a "
+        "new process would send what the log holds, this agent sends something else. "
+        "The agent takes the quotes out of its messages as the log's erase takes them "
+        "out of its lines (a message loses the whole erased text; only lesson 08's "
+        "summary loses any piece of it). In memory: "
+        f"{[m.get('content') for m in agent.messages]}; in the log: "
+        f"{[m.get('content') for m in resumed]}")
 
 
 @pytest.mark.task("09.3")
