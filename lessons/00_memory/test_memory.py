@@ -10,7 +10,7 @@ import re
 import pytest
 
 from sessionlab.scripted import Fail, call, raw_call, say, use
-from sessionlab.testing import raises, until_written
+from sessionlab.testing import fail_in, raises, until_written
 
 
 def new_agent(lesson, model, town, **options):
@@ -451,8 +451,8 @@ def test_each_call_of_a_reply_runs_once_in_the_order_the_model_sent_them(
 @pytest.mark.task("00.2")
 def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, town):
     """Some servers answer finish_reason 'stop' together with tool calls: the calls
-    still run, and the turn goes on."""
-    model.add(use(call("buy", item="rope"), finish_reason="stop"), say("Bought."))
+    still run, and the turn goes on to the answer, returned as the model wrote it."""
+    model.add(use(call("buy", item="rope"), finish_reason="stop"), say("Bought.\n"))
     agent = new_agent(lesson, model, town)
 
     answer = agent.run("Buy a rope.")
@@ -462,9 +462,14 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
         "the call should have run and the turn gone on, but the rope was not bought; "
         f"inventory {town.inventory}, run() returned {answer!r}"
     )
-    assert answer == "Bought.", (
-        "after the rope was bought the model answered 'Bought.', and run() should "
-        f"return that answer; it returned {answer!r}")
+    if answer != "Bought.\n":
+        stored = agent.messages[-1].get("content") if agent.messages else None
+        whose = ("00.2", "") if stored == "Bought.\n" else ("00.3", (
+            f" (normalize_reply stored it as {stored!r}: nothing the model said may be "
+            "changed)"))
+        fail_in(whose[0], "after the rope was bought the model answered 'Bought.\\n', "
+                "and run() should return that answer as the model wrote it, newline "
+                f"and all; it returned {answer!r}{whose[1]}")
 
 
 @pytest.mark.task("00.2")
