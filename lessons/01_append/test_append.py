@@ -525,6 +525,39 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
 
 
 @pytest.mark.task("01.5")
+def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
+    """A writer whose flag in_doubt is set (a write of it failed after its bytes may
+    have gone out) writes nothing more: each later append raises WriterStopped, and
+    the log stays as it was. append hands its line to _write, which keeps that guard."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    handed = []
+    write = log._write
+    log._write = lambda data: (handed.append(data), write(data))[1]
+    stopped = None
+    try:
+        log.append({"role": "user", "content": "first"})
+        before = log.path.read_bytes()
+        log.in_doubt = True     # as a write that failed after its bytes went out left it
+        try:
+            log.append({"role": "user", "content": "second"})
+        except lesson.WriterStopped as error:
+            stopped = error
+    finally:
+        log.close()
+    after = log.path.read_bytes()
+    if not handed:
+        fail_in("01.2", "append wrote its line without handing it to _write (task "
+                "01.5), the one place that keeps a writer in doubt from writing again: "
+                "after a write that may have landed, a retry through append writes the "
+                "message twice")
+    if stopped is None or after != before:
+        fail_in("01.5", f"the writer was stopped (in_doubt set), and the next append "
+                f"{'raised ' + type(stopped).__name__ if stopped else 'returned'} and "
+                f"the log grew by {len(after) - len(before)} bytes, where "
+                "WriterStopped and no byte more were expected")
+
+
+@pytest.mark.task("01.5")
 def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(lesson,
                                                                            sessions):
     """Ctrl-C just after write() returned: append raised, yet its line is in the file.
