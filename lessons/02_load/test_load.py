@@ -71,11 +71,30 @@ def load(log, holding):
     """log.load(); if it raises, the test fails saying so: `holding` is what the log
     holds and what the load should have returned."""
     try:
-        return log.load()
+        loaded = log.load()
     except NotImplementedError:
         raise           # a task not written yet: the plugin says which
     except Exception as error:
         pytest.fail(f"{holding}; load() raised {described(error)}", pytrace=False)
+    if not isinstance(loaded, list):
+        pytest.fail(f"{holding}; load() returned a {type(loaded).__name__}, where it "
+                    "should return the messages as a list: the agent adds to it, and "
+                    "a caller may count it or read it twice", pytrace=False)
+    return loaded
+
+
+def history_of_new_agent(lesson, model, town, log, holding):
+    """The history a new agent on `log` starts with; if making it raises, the test
+    fails saying so: `holding` is what the log holds."""
+    try:
+        return lesson.Agent(model.client(), model=model.model, tools=town,
+                            session=log).messages
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"{holding}; making a new agent on the session raised "
+                    f"{described(error)}, where it should start from what the log "
+                    "holds", pytrace=False)
 
 
 def agent_started_on(lesson, model, town, log, setting, refusals, error):
@@ -165,6 +184,28 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
         "session 'never-played' lives in a folder not made yet; its load returned "
         f"{loaded!r} and the folder {made}: a conversation not started loads as [], "
         "and loading creates nothing, not even its folder (the first append makes it)")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_with_no_line_yet_loads_empty_and_stays(lesson, sessions, model, town):
+    """A log that is there with no line in it (its writer opened it and stopped before
+    its first line), or only empty lines, is a conversation with nothing said: it loads
+    as [], a new agent starts empty, and the file stays as it was."""
+    for data, what in [(b"", "an empty file (0 bytes)"),
+                       (b"\n\n", "two empty lines and nothing else")]:
+        path = sessions / "quest-1.jsonl"
+        path.write_bytes(data)
+        holding = (f"the session's log is {what}, a session with nothing said yet, "
+                   "whose load should return []")
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            loaded = load(log, holding)
+            assert loaded == [], f"{holding}; load() returned {loaded!r}"
+            started = history_of_new_agent(lesson, model, town, log, holding)
+        assert started == [], (
+            f"{holding}; a new agent on the session started with {started!r}, where it "
+            "should start empty")
+        assert path.read_bytes() == data, (
+            f"{holding}; loading it changed the file: loading only ever reads")
 
 
 @pytest.mark.task("02.1")
@@ -290,45 +331,53 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
 
 
 @pytest.mark.task("02.1")
-def test_tool_calls_and_empty_content_survive_the_round_trip(lesson, sessions):
-    """Tool calls, tool results and a null content load back exactly as they were
-    written, so the resumed request is valid."""
+def test_tool_calls_and_empty_content_survive_the_round_trip(
+        lesson, sessions, model, town):
+    """Tool calls, tool results, a null content, a content left out and keys of a
+    provider's own load back exactly as they were written, and a new agent starts from
+    them as they are, so the resumed request is the one that was valid."""
+    def calling(call_id, name, arguments):
+        return [{"id": call_id, "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(arguments)}}]
     messages = [
-        {"role": "user", "content": "Buy a rope."},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1_0",
-                    "type": "function",
-                    "function": {"name": "buy", "arguments": '{"item": "rope"}'},
-                }
-            ],
-        },
-        {
-            "role": "tool",
-            "tool_call_id": "call_1_0",
-            "content": "You bought a rope for 4 gold. 6 gold left.",
-        },
+        {"role": "user", "content": "Buy a rope.\u2028Or two, café\x85?",
+         "name": "adventurer"},
+        {"role": "assistant", "content": None,
+         "tool_calls": calling("call_1_0", "buy", {"item": "rope"})},
+        {"role": "tool", "tool_call_id": "call_1_0",
+         "content": "You bought a rope for 4 gold. 6 gold left."},
+        {"role": "assistant", "reasoning_content": "The elder may know more.",
+         "tool_calls": calling("call_1_1", "talk_to", {"npc": "elder"})},
+        {"role": "tool", "tool_call_id": "call_1_1", "content": ""},
         {"role": "assistant", "content": ""},
     ]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
             log.append(message)
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = load(log, "append wrote a tool call, its result, content null and "
-                      "content \"\", which should load back exactly")
+    wrote = ("append wrote a user message with a name (its text holding U+2028 and "
+             "U+0085, which end no line of the log), a tool call with content null, "
+             "its result, a tool call whose message has no content at all but a key of "
+             "a provider's own (reasoning_content), its result, empty, and an answer "
+             "with content \"\"")
 
-    lost = [f"message {n} lost {sorted(set(wrote) - set(got))}"
-            for n, (wrote, got) in enumerate(zip(messages, loaded), start=1)
-            if isinstance(got, dict) and set(wrote) - set(got)]
-    assert loaded == messages, (
-        "a tool call, its result, content null and content \"\" should load back "
-        "exactly "
-        f"as written{' (' + '; '.join(lost) + ')' if lost else ''}; wrote "
-        f"{messages!r}, "
-        f"loaded {loaded!r}")
+    def changes(got):
+        said = []
+        for n, (put, back) in enumerate(zip(messages, got), start=1):
+            if isinstance(back, dict) and set(put) ^ set(back):
+                said.append(f"message {n} lost {sorted(set(put) - set(back))} and "
+                            f"gained {sorted(set(back) - set(put))}")
+        return f" ({'; '.join(said)})" if said else ""
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load(log, f"{wrote}, which should load back exactly")
+        assert loaded == messages, (
+            f"{wrote}; they should load back exactly as written{changes(loaded)}; "
+            f"wrote {messages!r}, loaded {loaded!r}")
+        started = history_of_new_agent(lesson, model, town, log, wrote)
+    assert started == messages, (
+        f"{wrote}; a new agent on the session should start from them exactly as "
+        f"written{changes(started)}, and started from {started!r}: resuming sends "
+        "what was said, neither cleaned nor filled in")
 
 
 @pytest.mark.task("02.1")
@@ -369,30 +418,36 @@ def test_a_log_a_crash_left_unanswered_loads_as_it_is(lesson, sessions, model, t
 
 @pytest.mark.task("02.1")
 def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
-    """A log of hundreds of KiB of CJK text loads back exactly, whatever the reads."""
+    """A log of CJK text, and of megabytes, loads back exactly, whatever the reads: no
+    read of a fixed size, however generous, is the whole of every log."""
     # 3-byte characters after a 1-byte one: every power-of-two read size ends, somewhere
     # in the file, in the middle of a character.
     messages = [{"role": "user", "content": "x" + "洞窟の地図" * 8_000 + f" part {n}"}
                 for n in range(3)]
+    # One pasted text of 4.5 MiB: larger than a read of 1 MB, 1 MiB or 4 MiB.
+    messages.insert(2, {"role": "user", "content": "The map: " + "ab" * (9 << 19)})
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
             log.append(message)
     size = (sessions / "quest-1.jsonl").stat().st_size
 
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = load(log, f"append wrote 3 messages of CJK text, {size // 1024} KiB, "
-                      "which should load back whole")
+        loaded = load(log, f"append wrote 4 messages, three of CJK text and one of "
+                      f"4.5 MiB, {size // 1024} KiB in all, which should load back "
+                      "whole")
 
     lengths = [len(m.get("content") or "") for m in loaded if isinstance(m, dict)]
-    assert len(loaded) == 3, (
-        f"the log holds 3 messages in {size // 1024} KiB and load() returned "
-        f"{len(loaded)} (of {lengths} characters): the end of the log was never "
-        "read")
-    assert loaded == messages, (
+    expected = [len(m["content"]) for m in messages]
+    assert len(loaded) == 4, (
+        f"the log holds 4 messages in {size // 1024} KiB and load() returned "
+        f"{len(loaded)} (of {lengths} characters, expected {expected}): the end of the "
+        "log was never read")
+    same = loaded == messages       # not in the assert: no diff of MiB of text
+    assert same, (
         f"the {size // 1024} KiB log came back changed ({lengths} characters, "
-        f"expected {[len(m['content']) for m in messages]}, or different text). All "
-        "but one of each message's characters are 3 bytes long in UTF-8, and some "
-        "came back lost or replaced")
+        f"expected {expected}, or different text). All but one of the characters of "
+        "the CJK messages are 3 bytes long in UTF-8, and some came back lost or "
+        "replaced")
 
 
 @pytest.mark.task("02.1")
@@ -568,14 +623,14 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
         lesson, sessions, model, town):
     """The agent's own system prompt is never stored, but a log may hold system or
     developer messages another harness appended: a new agent resumes them as the log
-    holds them, in their places, after its own system prompt, the first line too, and
-    one that happens to say what the agent's own prompt says."""
+    holds them, in their places, after its own system prompt, the first line too, even
+    when it says what the agent's own prompt says."""
     guide = "You are a guide in a small town."
-    history = [{"role": "developer", "content": "Answer in one sentence."},
+    history = [{"role": "system", "content": guide},
+               {"role": "developer", "content": "Answer in one sentence."},
                {"role": "user", "content": "Ask the elder."},
                {"role": "system", "content": "The elder is asleep until noon."},
                {"role": "assistant", "content": "The elder sleeps."},
-               {"role": "system", "content": guide},
                {"role": "user", "content": "Then the guard."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in history:
@@ -592,7 +647,7 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
     assert started == history, (
         f"the log holds {len(history)} messages, roles {roles} (system and "
         "developer messages among them, appended by another harness, the first line "
-        "one of them, and line 5 saying what the agent's own prompt says); the new "
+        "one of them, saying what the agent's own prompt says); the new "
         f"agent started from {[m.get('role') for m in started]}: {started!r}. It "
         "starts from everything the log holds, in its order, whatever a line says: "
         "only its own system prompt, which the log never holds, stays out of the "
@@ -610,9 +665,13 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
 
 @pytest.mark.task("02.1")
 def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
-    """An id such as 'quest.day-2' loads `<id>.jsonl`, not a name cut at a dot."""
+    """An id such as 'quest.day-2' loads `<id>.jsonl`, not a name cut at a dot, nor
+    any other session's log beside it, however alike their names or newer."""
     with lesson.SessionLog(sessions, "quest.day-2") as log:
         log.append({"role": "user", "content": "Day two begins."})
+    for other in ("quest", "quest.day-20", "quest.day-2.old"):
+        with lesson.SessionLog(sessions, other) as log:
+            log.append({"role": "user", "content": f"This is {other}."})
 
     with lesson.SessionLog(sessions, "quest.day-2") as log:
         loaded = load(log, "session 'quest.day-2' has one message, which should load")
@@ -620,7 +679,8 @@ def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
     assert loaded == [{"role": "user", "content": "Day two begins."}], (
         "session 'quest.day-2' has one message in "
         f"{sorted(p.name for p in sessions.iterdir())}, load() returned {loaded!r}: "
-        "it did not read quest.day-2.jsonl")
+        "it should read quest.day-2.jsonl, and that log alone (the others, written "
+        "after it, are other sessions')")
 
 
 @pytest.mark.task("02.1")
@@ -644,11 +704,15 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
     path.write_bytes(mended)
     with lesson.SessionLog(sessions, "quest-1") as log:
         load(log, "the log holds two messages, which should load")
+        kept = os.stat(path)
         path.write_bytes(mended.replace(b'"mended"', b'"again!"'))
+        # As a restore from a backup does (cp -p, rsync -t): the old times, new words
+        os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
         loaded = load(log, "the log holds two messages, which should load")
     assert loaded == [first, {"role": "user", "content": "again!"}], (
         "between two loads of one SessionLog, another program rewrote the log's "
-        "second line, 'mended' to 'again!' (the file kept its size); the second load "
+        "second line, 'mended' to 'again!', in place, and kept the file's size and "
+        "modification time (as a restore from a backup does); the second load "
         f"returned {loaded!r}: each load reads the log as it is at that moment, not "
         "what an earlier load found")
 

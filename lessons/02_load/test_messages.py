@@ -100,47 +100,61 @@ def names_line(message, number):
 def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
         lesson, sessions):
     """An empty line (two newlines in a row: an editor may leave one) holds nothing and
-    is passed over, but it is still a line of the file: the refused line after it is
-    named by its place in the file."""
+    is passed over, but it is still a line of the file, the first one too; U+2028 and
+    U+0085 inside a message end no line. The first line that is no message stops the
+    load and is named by its place in the file."""
     path = sessions / "quest-1.jsonl"
-    path.write_bytes(GOOD + b"\n" + BAD_LINES["no role"] + b"\n" + GOOD)
-    setting = ("the log's line 1 is a message, its line 2 is empty (two newlines in a "
-               "row), its line 3 holds no role and its line 4 is a message")
+    separated = '{"role": "user", "content": "one\u2028two\x85three"}'.encode()
+    path.write_bytes(b"\n" + separated + b"\n\n" + BAD_LINES["no role"] + b"\n" + GOOD
+                     + BAD_LINES["not JSON at all"] + b"\n" + GOOD)
+    setting = ("the log's line 1 is empty, its line 2 a message whose text holds "
+               "U+2028 and U+0085 (unescaped, as append writes them), its line 3 "
+               "empty, its line 4 holds no role, its line 5 is a message, its line 6 "
+               "no JSON and its line 7 a message")
     with lesson.SessionLog(sessions, "quest-1") as log:
         error = outcome(log)
     if not isinstance(error, BaseException):
         pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
-                    "line 3, naming the file and the line", pytrace=False)
-    assert isinstance(error, lesson.InvalidMessage) and names_line(str(error), 3), (
+                    "line 4, naming the file and the line", pytrace=False)
+    assert isinstance(error, lesson.InvalidMessage) and names_line(str(error), 4), (
         f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
-        "naming line 3, where an editor shows it: an empty line holds nothing, but it "
-        "is a line of the file all the same")
+        "naming line 4, where an editor shows it: the first line that is no message "
+        "stops the load; an empty line holds nothing, but it is a line of the file all "
+        "the same, and U+2028 and U+0085 end no line of this log (append leaves them "
+        "unescaped inside a line)")
 
 
 @pytest.mark.task("02.1")
 @pytest.mark.parametrize("spaces", [b"   ", b" \t ", b"\r"], ids=repr)
-def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces):
+@pytest.mark.parametrize("where", ["first", "between", "last"])
+def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces, where):
     """A line of spaces is not an empty line: it holds text that is no message, and
-    the load refuses it, naming its line, as lesson 04's reader will."""
+    the load refuses it, naming its line, as lesson 04's reader will: the first line
+    of the log, one between two messages, the last one."""
     path = sessions / "quest-1.jsonl"
-    data = GOOD + spaces + b"\n" + GOOD
+    number = {"first": 1, "between": 2, "last": 3}[where]
+    lines = [GOOD, GOOD]
+    lines.insert(number - 1, spaces + b"\n")
+    data = b"".join(lines)
     path.write_bytes(data)
-    setting = (f"the log's bytes are {data!r}: line 2, between two messages, holds "
+    place = {"first": "the first line of the log", "between": "between two messages",
+             "last": "the last line of the log, after two messages"}[where]
+    setting = (f"the log's bytes are {data!r}: line {number}, {place}, holds "
                f"{spaces!r} and nothing else")
     # What the line is, in the writer's terms: it ends each line with b"\n" alone.
     what = ("a carriage return is no end of a line in this log (append ends each "
             "line with the newline byte alone, and escapes a carriage return inside a "
-            "string), so line 2 holds one byte of text" if b"\r" in spaces else
-            "spaces are text")
-    expected = ("Expected an InvalidMessage naming the file and line 2: only an empty "
-                f"line (two newlines in a row) holds nothing, and {what} that is no "
-                "message")
+            f"string), so line {number} holds one byte of text" if b"\r" in spaces
+            else "spaces are text")
+    expected = (f"Expected an InvalidMessage naming the file and line {number}: only "
+                "an empty line (two newlines in a row) holds nothing, and "
+                f"{what} that is no message, wherever it stands in the log")
     with lesson.SessionLog(sessions, "quest-1") as log:
         error = outcome(log)
     if not isinstance(error, BaseException):
-        pytest.fail(f"{setting}; load() returned {error!r} without refusing line 2. "
-                    f"{expected}", pytrace=False)
-    named = "quest-1.jsonl" in str(error) and names_line(str(error), 2)
+        pytest.fail(f"{setting}; load() returned {error!r} without refusing line "
+                    f"{number}. {expected}", pytrace=False)
+    named = "quest-1.jsonl" in str(error) and names_line(str(error), number)
     assert isinstance(error, lesson.InvalidMessage) and named, (
         f"{setting}; load() raised {described(error)}. {expected}")
     assert path.read_bytes() == data, "loading must never change the log"
@@ -246,9 +260,10 @@ def test_a_refused_line_far_into_a_large_log_is_named_by_its_place(lesson, sessi
     with lesson.SessionLog(sessions, "quest-1") as log:
         error = outcome(log)
     if not isinstance(error, BaseException):
-        pytest.fail(f"{setting}; load() returned {len(error)} messages, where it "
-                    f"should refuse line {line}, naming the file and the line",
-                    pytrace=False)
+        returned = (f"{len(error)} messages" if isinstance(error, list) else
+                    f"a {type(error).__name__}")
+        pytest.fail(f"{setting}; load() returned {returned}, where it should refuse "
+                    f"line {line}, naming the file and the line", pytrace=False)
     assert isinstance(error, lesson.InvalidMessage) and names_line(str(error), line), (
         f"{setting}; load() raised {described(error)}. Expected an InvalidMessage "
         f"naming line {line}, where an editor shows it: lines are counted through the "
