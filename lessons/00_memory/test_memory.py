@@ -512,6 +512,11 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
         f"the request after the call should end with its result, it ends with {result}")
     assert_error_result(result["content"], "talk_to was called with 'person', a "
                         "parameter it does not have")
+    assert "person" in result["content"], (
+        "talk_to was called with 'person', a parameter it does not have, and the error "
+        "result never names it: the model reads that something went wrong, not what, "
+        "and sends the same call again. The tool's exception says it (TypeError: ... "
+        f"unexpected keyword argument 'person'); the result is {result['content']!r}")
 
 
 @pytest.mark.task("00.2")
