@@ -592,3 +592,20 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
         "a stored call should hold its id, its type and its function (a name and the "
         "arguments), nothing a server added to it (an index, a parsed copy: a "
         f"provider refuses fields it does not know); it holds {call}")
+
+
+@pytest.mark.task("00.3")
+def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
+    """Content sent as parts: the answer is the text of the parts whose type is text,
+    in order. A part of another type is not the answer, even one that carries a text
+    of its own (a reasoning part, as some servers send it)."""
+    reply = {"role": "assistant", "tool_calls": [], "content": [
+        {"type": "reasoning", "text": "The shop is closed on Sundays."},
+        {"type": "text", "text": "The shop "}, {"type": "text", "text": "is open."}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    assert message.get("content") == "The shop is open.", (
+        "the reply's content came as a reasoning part and two text parts; the stored "
+        "text should be the text parts' text, 'The shop is open.', and nothing of the "
+        f"reasoning; it is {message.get('content')!r}")
