@@ -1301,7 +1301,9 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
 def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
     """Erase message 0 of a new session in `folder`, failing the `nth` opening of a
     file (step "open": too many open files) or the rename onto the log (step "replace":
-    an I/O error) that the erase makes while the log's name still reaches the old log.
+    an I/O error) that the erase makes while the log's name still reaches the old log;
+    step "interrupt": Ctrl-C (KeyboardInterrupt) at the `nth` opening, or at the rename
+    when the erase opens fewer files.
     Returns what a test checks: (the error raised or None, the openings it made before
     the rename, the folder's names before and after, the log's bytes before and after,
     the descriptors left open, and the writer's next message as a new process sees
@@ -1321,6 +1323,8 @@ def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
                 opened.append(os.fspath(file))
                 if step == "open" and len(opened) == nth:
                     raise OSError(24, "Too many open files (the test's)", str(file))
+                if step == "interrupt" and len(opened) == nth:
+                    raise KeyboardInterrupt
             return real[kind](file, *args, **kwargs)
         return open_
 
@@ -1329,6 +1333,8 @@ def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
             if Path(target).name == "quest-1.jsonl":
                 if step == "replace":
                     raise OSError(5, "Input/output error (the test's)", str(target))
+                if step == "interrupt":
+                    raise KeyboardInterrupt
                 renamed.append(True)
             return real[kind](source, target, *args, **kwargs)
         return rename
@@ -1341,7 +1347,7 @@ def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
     try:
         log.erase(0)
         raised = None
-    except OSError as error:
+    except (OSError, KeyboardInterrupt) as error:
         raised = error
     finally:
         monkeypatch.undo()
@@ -1360,7 +1366,7 @@ def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
 
 
 @pytest.mark.task("09.4")
-@pytest.mark.parametrize("step", ["open", "replace"])
+@pytest.mark.parametrize("step", ["open", "replace", "interrupt"])
 def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
     lesson, sessions, monkeypatch, step
 ):
@@ -1371,7 +1377,9 @@ def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
 
     "replace": the rename onto the log fails (an I/O error). "open": each opening of a
     file the erase makes before that rename fails in turn (too many open files), one
-    erase for each, whatever file it opens and however it opens it."""
+    erase for each, whatever file it opens and however it opens it. "interrupt": the
+    user presses Ctrl-C at each of those moments in turn, the rename included (a
+    KeyboardInterrupt, which is no OSError)."""
     for nth in range(1, 50):
         folder = sessions / f"try-{nth}"
         raised, opened, (before, after), (old, new), still_open, next_message = (
@@ -1381,9 +1389,15 @@ def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
                 f"the erase opened {len(opened)} file(s) before its rename, none of "
                 f"them failed, and it raised {raised!r}")
             break
-        what = (f"opening {opened[nth - 1]!r} failed (too many open files), the "
+        at_rename = step == "replace" or len(opened) < nth
+        what = ("the rename onto the log failed (an I/O error)" if step == "replace"
+                else "Ctrl-C (KeyboardInterrupt) stopped the rename onto the log"
+                if at_rename
+                else f"opening {opened[nth - 1]!r} failed (too many open files), the "
                 f"erase's opening number {nth} before its rename" if step == "open"
-                else "the rename onto the log failed (an I/O error)")
+                else f"Ctrl-C (KeyboardInterrupt) stopped the opening of "
+                f"{opened[nth - 1]!r}, the erase's opening number {nth} before its "
+                "rename")
         if raised is None:      # a design that got over the failure: then it is done
             assert lesson.ERASED.encode() in new and SECRET.encode() not in new, (
                 f"{what}; erase() returned, yet the log is not erased")
@@ -1400,7 +1414,7 @@ def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
         assert next_message == "Written after the erase.", (
             f"{what}; then the writer's next message should be appended to the log, "
             f"as before the erase. A new process sees {next_message!r} last")
-        if step == "replace":
+        if at_rename:
             break
 
 
@@ -2109,6 +2123,24 @@ def test_an_agent_without_a_session_forgets_too(lesson):
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
         "an agent without a session still sent the erased words (in the reply that "
         "repeated them: a text of 12 characters is long enough to be looked for)")
+
+
+@pytest.mark.task("09.3")
+def test_the_agent_takes_the_words_out_of_the_messages_before_the_erased_one(lesson):
+    """The model's reply repeated the user's words, and the user erases the reply: the
+    user's own message before it holds the same words, and loses them too, in the
+    agent's memory as in the log."""
+    model = ScriptedModel([say(SECRET), say("Yes.")])
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+    agent.run(f"{SECRET}. Please write to her.")
+    agent.erase(1)
+    agent.run("Shall we go on?")
+    sent = [m.get("content") for m in model.requests[-1]["messages"]]
+    assert sent[0] == f"{lesson.ERASED}. Please write to her.", (
+        "after the model's reply (the words of SECRET) was erased, the next request "
+        f"sent the user's message before it as {sent[0]!r}: it quotes the erased text, "
+        "and loses the quote like every other message, those before the erased one "
+        "as well as those after")
 
 
 @pytest.mark.task("09.3")
