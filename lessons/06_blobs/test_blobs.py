@@ -60,19 +60,29 @@ def snapshot(folder):
     }
 
 
-# Every file opened while a `paths_opened()` block runs (an audit hook sees os.open,
-# open() and Path.read_bytes alike, and sees an open before it can fail).
+# Every file opened while a `paths_opened()` block runs, and every file created while a
+# `files_created()` block runs (an audit hook sees os.open, open() and Path.read_bytes
+# alike, and sees an open before it can fail).
 _opened: list[str] | None = None
+_created: list[str] | None = None
+# Called with the target's path when anything is renamed or linked to a name (os.rename,
+# os.replace, os.link, shutil.move ...), while it is set.
+_renaming = None
 
 
-def _note_open(event, args):
-    if _opened is not None and event == "open" and args:
-        path = args[0]
-        if isinstance(path, (str, bytes, os.PathLike)):
-            _opened.append(os.path.abspath(os.fsdecode(path)))
+def _audit(event, args):
+    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.path.abspath(os.fsdecode(args[0]))
+        if _opened is not None:
+            _opened.append(path)
+        if _created is not None and isinstance(args[2], int) and args[2] & os.O_CREAT:
+            _created.append(path)
+    elif _renaming is not None and event in ("os.rename", "os.link") and len(args) > 1:
+        if isinstance(args[1], (str, bytes, os.PathLike)):
+            _renaming(os.path.abspath(os.fsdecode(args[1])))
 
 
-sys.addaudithook(_note_open)
+sys.addaudithook(_audit)
 
 
 @contextlib.contextmanager
@@ -84,6 +94,18 @@ def paths_opened():
         yield found
     finally:
         _opened = None
+
+
+@contextlib.contextmanager
+def files_created():
+    """The list of the files opened with O_CREAT (made, or opened to be made), by
+    anyone in this process, while the block runs."""
+    global _created
+    _created = found = []
+    try:
+        yield found
+    finally:
+        _created = None
 
 
 def reference_in(message):
@@ -513,25 +535,101 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
 
 
 @pytest.mark.task("06.1")
-@pytest.mark.parametrize("damage", ["cut short", "same size, one word changed"])
+@pytest.mark.parametrize("who, damage", [
+    ("another writer", "cut short"),
+    ("another writer", "same size, one word changed"),
+    ("another writer", "grown by bytes appended"),
+    ("the same writer", "cut short"),
+    ("the same durable writer", "same size, one word changed"),
+])
 def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions,
-                                                                  damage):
+                                                                  who, damage):
     """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
-    bad copy, its size unchanged) holds the whole content again once that content is
-    stored again."""
+    bad copy, its size unchanged, bytes appended) holds the whole content again, and
+    nothing more, once that content is stored again: by another writer, or by the very
+    writer that stored it (what it remembers storing is no proof of what the name holds
+    now)."""
     data = PASTE.encode("utf-8")
-    blob = store(lesson, sessions, data)
-    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
-    blob.write_bytes(data[:1000] if damage == "cut short"
-                     else PASTE.replace("cave", "lake", 1).encode("utf-8"))
-    store(lesson, sessions, data, "quest-2")
+    blob = sessions / "blobs" / sha256(data)
+
+    def damage_it():
+        assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+        blob.write_bytes(data[:1000] if damage == "cut short"
+                         else data + b"\n" if damage.startswith("grown")
+                         else PASTE.replace("cave", "lake", 1).encode("utf-8"))
+
+    if who == "another writer":
+        store(lesson, sessions, data)
+        damage_it()
+        store(lesson, sessions, data, "quest-2")
+    else:
+        with lesson.SessionLog(sessions, "quest-1",
+                               durable=who.endswith("durable writer")) as log:
+            log.store_blob(data)
+            damage_it()
+            log.store_blob(data)
 
     stored = blob.read_bytes() if blob.is_file() else b""
     assert stored == data, (
         f"blobs/{blob.name} was damaged ({damage}) and the same content was stored "
-        f"again; it now holds {len(stored)} bytes that are not the content: the "
-        "damaged file was taken for the stored content, and the session can no "
-        "longer load its paste")
+        f"again, by {who}; it now holds {len(stored)} bytes that are not the content: "
+        "the damaged file was taken for the stored content"
+        + ("" if who == "another writer" else
+           " (the writer remembered storing it, and did not look at what the name "
+           "holds now)")
+        + ", and the session can no longer load its paste")
+
+
+@pytest.mark.task("06.1")
+def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessions):
+    """Two sessions of the folder store the same content at the same moment: the
+    second stores it whole while the first is putting its blob in place. Both stores
+    succeed, and blobs/ then holds the one blob, whole, and nothing else."""
+    global _renaming
+    data = PASTE.encode("utf-8")
+    blobs = str(sessions / "blobs")
+    second: list = []
+    with lesson.SessionLog(sessions, "quest-1") as log_1, \
+            lesson.SessionLog(sessions, "quest-2") as log_2:
+
+        def meanwhile(target):
+            global _renaming
+            if os.path.dirname(target) == blobs:
+                _renaming = None        # once: the second store runs to its end here
+                try:
+                    second.append(log_2.store_blob(data))
+                except Exception as error:
+                    second.append(error)
+
+        _renaming = meanwhile
+        try:
+            log_1.store_blob(data)
+        except OSError as error:
+            pytest.fail(
+                f"while one writer put the paste's blob in place, a writer of another "
+                f"session stored the same paste; the first store then failed "
+                f"({type(error).__name__}: {error}). Two sessions of a folder may store "
+                "the same content at any moment: each must write under a name of its "
+                "own until its blob is whole, and the blob's name is the only one they "
+                "share", pytrace=False)
+        finally:
+            _renaming = None
+    if second and isinstance(second[0], Exception):
+        pytest.fail(
+            f"a writer stored the paste while another session's writer was putting the "
+            f"same blob in place, and failed ({type(second[0]).__name__}: {second[0]}): "
+            "each store must write under a name of its own until its blob is whole",
+            pytrace=False)
+    names = sorted(os.listdir(blobs))
+    digest = sha256(data)
+    assert names == [digest], (
+        f"two writers stored the same paste at once, and blobs/ holds {names}: it "
+        f"should hold the one blob, {digest}, and nothing else")
+    held = (sessions / "blobs" / digest).read_bytes()
+    assert held == data, (
+        f"two writers stored the same paste at once, and blobs/{digest} holds "
+        f"{len(held)} bytes that are not the paste: one writer's bytes were put in "
+        "place while the other was still writing them")
 
 
 @pytest.mark.key
@@ -826,6 +924,11 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     assert any(ino == folder and named for _, ino, named in events), (
         "blobs/ was synced only while the blob had no name in it yet: a folder's sync "
         "saves the names it holds at that moment, so the blob's name was never saved")
+    assert any(ino == blob.stat().st_ino and not named for _, ino, named in events), (
+        "in durable mode, the blob's bytes were synced only once its name was in "
+        "blobs/: a power cut between the two could keep the name and lose some of the "
+        "bytes, and the name would hold part of the content. Sync the bytes before "
+        "the name points to them")
 
 
 DAMAGES = {
@@ -878,6 +981,37 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
     says_what_it_met(refused.value, "bytes that changed", sessions)
 
 
+@pytest.mark.task("06.2")
+def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson,
+                                                                        sessions):
+    """A durable writer stores the paste and loads it back; then a bad copy changes the
+    blob. The same writer's next load is refused: each load reads blobs/ as it is now
+    and checks the hash again, whatever this writer stored, synced or read before."""
+    data = PASTE.encode("utf-8")
+    blob = sessions / "blobs" / sha256(data)
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append(SMALL)
+        log.append({"role": "user", "content": PASTE})
+        assert log.load() == [SMALL, {"role": "user", "content": PASTE}], (
+            "the paste should load back byte for byte from its blob")
+        blob.write_bytes(data.replace(b"cave", b"lake", 1))
+        try:
+            loaded = log.load()
+        except lesson.BlobError as error:
+            says_what_it_met(error, "bytes that changed", sessions)
+            return
+    sent = loaded[1].get("content") if len(loaded) > 1 else None
+    pytest.fail(
+        "the blob changed after this writer stored and loaded it, and the writer's next "
+        "load was not refused: it gave "
+        + ("the changed bytes, unchecked (this writer stored the blob, so it trusted "
+           "it)" if sent == data.replace(b"cave", b"lake", 1).decode() else
+           "the content it remembered, not what blobs/ holds now (another process "
+           "loading this session is refused)" if sent == PASTE else
+           f"{str(sent)[:120]!r}")
+        + ". A load checks what blobs/ holds now, every time", pytrace=False)
+
+
 @pytest.mark.key
 @pytest.mark.task("06.2")
 def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
@@ -924,6 +1058,7 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
         int("1" * 64),
         None,
         sha256(PASTE.encode()) + "/../../quest-2.jsonl",
+        sha256(PASTE.encode()) + "\n",
     ],
 )
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
@@ -962,7 +1097,7 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
 
     message = str(refused.value)
     assert (
-        str(name) in message
+        (str(name) in message or repr(name) in message)
         and str(sessions / "quest-1.jsonl") in message
         and re.search(r"\bline 2\b", message)
     ), (
@@ -1082,6 +1217,16 @@ def test_a_folder_at_the_blobs_name_fails_every_store_and_leaves_nothing(lesson,
                         "without reading it as a file"):
                 log.store_blob(PASTE.encode("utf-8"))
         leaked = open_descriptors() - before
+        with raises(OSError,
+                    "a large content whose blob could not be stored (a folder at its "
+                    "name) was appended anyway: the error of the store should reach "
+                    "the caller of append, and nothing be written"):
+            log.append({"role": "user", "content": PASTE})
+    logged = (sessions / "quest-1.jsonl").read_bytes() if (
+        sessions / "quest-1.jsonl").exists() else b""
+    assert logged == b"", (
+        f"the append whose blob could not be stored failed, yet the log holds "
+        f"{len(logged)} bytes: a content that large leaves the line or is not written")
     left = [p.name for p in (sessions / "blobs").iterdir() if p.name != digest]
     assert left == [], (f"failed stores left files in blobs/: {left}; every try "
                         "leaves one more copy of the content behind")
@@ -1297,7 +1442,8 @@ def test_storing_makes_no_file_outside_the_blobs_folder(lesson, sessions, monkey
     # The system's temp folder is unusable here: only a file made elsewhere notices.
     monkeypatch.setattr(tempfile, "tempdir", str(sessions.parent / "gone-tmp"))
     try:
-        store(lesson, sessions, PASTE.encode("utf-8"))
+        with files_created() as created:
+            store(lesson, sessions, PASTE.encode("utf-8"))
     except OSError as error:
         if "gone-tmp" not in str(error):
             raise
@@ -1306,6 +1452,12 @@ def test_storing_makes_no_file_outside_the_blobs_folder(lesson, sessions, monkey
             f"default), which is unusable here: {error}. That folder is often on "
             "another file system than blobs/, where no rename into blobs/ is one "
             "step", pytrace=False)
+    outside = [path for path in created
+               if os.path.dirname(path) != str(sessions / "blobs")]
+    assert outside == [], (
+        f"storing the blob made {outside[0] if outside else ''}, outside blobs/: a "
+        "crash there would leave a copy of the content where no one looks for blobs "
+        "(the sessions folder holds sessions' files), and nothing ever removes it")
 
 
 @pytest.mark.task("06.1")
