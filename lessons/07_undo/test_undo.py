@@ -7,6 +7,7 @@ Run: pytest lessons/07_undo            (your code)
 import hashlib
 import json
 import os
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -252,8 +253,13 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
             with raises(lesson.UndoError,
                         f"undo(turns={turns}) was allowed on a conversation of two "
                         "turns: refuse a count that is not between 1 and the turns "
-                        "there are"):
+                        "there are") as raised:
                 agent.undo(turns=turns)
+            said = str(raised.value).replace(str(sessions), "")
+            assert re.search(r"(?<![\d.])2(?![\d.])", said), (
+                f"the refusal of undo(turns={turns}) should say how many turns there "
+                "are (2), so the user knows what can be undone; it says "
+                f"{str(raised.value)!r}")
 
             assert agent.messages == messages, (
                 f"a refused undo({turns}) must leave the conversation as it was"
@@ -757,6 +763,14 @@ def test_fork_upto_counts_the_messages_the_session_shows(lesson, sessions):
                 "session shows, and the fork was allowed"):
         lesson.fork(sessions, "quest-1", "too-far", upto=len(shown) + 1)
 
+    lesson.fork(sessions, "quest-1", "before-b", upto=len(turn_a))
+    copied = (sessions / "before-b.jsonl").read_bytes().decode("utf-8")
+    undone = json.dumps(TURN_B[0], ensure_ascii=False)[1:-1]
+    assert undone not in copied, (
+        f"fork(upto={len(turn_a)}) keeps turn A, the messages shown before the "
+        "undone turn B; its file also holds turn B's question, written after the "
+        "cut: a fork of the first k messages copies the lines up to the kth, and no "
+        "line the source wrote after it, undone or not")
     lesson.fork(sessions, "quest-1", "from-scratch", upto=0)
     copied = (sessions / "from-scratch.jsonl").read_bytes()
     assert copied == b"", (
@@ -1028,8 +1042,14 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
         for count in (0, -1, 4):
             with raises(lesson.UndoError,
                         f"undo({count}) was allowed on a log showing 3 messages: "
-                        "refuse a count that is not between 1 and how many are shown"):
+                        "refuse a count that is not between 1 and how many are "
+                        "shown") as raised:
                 log.undo(count)
+            said = str(raised.value).replace(str(path), "").replace(str(sessions), "")
+            assert re.search(r"(?<![\d.])3(?![\d.])", said), (
+                f"the log's refusal of undo({count}) should say how many messages it "
+                "shows (3), so the caller knows what can be undone; it says "
+                f"{str(raised.value)!r}")
             assert path.read_bytes() == before, (
                 f"a refused undo({count}) must write nothing")
         try:
