@@ -566,7 +566,7 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
                                  "provider refuses the stored call holding it"}
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
-        f"{why.get(arguments, ' it is no JSON object')}", pytrace=False
+        f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
     )
 
 
