@@ -546,9 +546,9 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
                                                                   who, damage):
     """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
     bad copy, its size unchanged, bytes appended) holds the whole content again, and
-    nothing more, once that content is stored again: by another writer, or by the very
-    writer that stored it (what it remembers storing is no proof of what the name holds
-    now)."""
+    nothing more, once that content is stored again: by another writer, or appended
+    again by the very writer that stored it (what it remembers storing is no proof of
+    what the name holds now)."""
     data = PASTE.encode("utf-8")
     blob = sessions / "blobs" / sha256(data)
 
@@ -565,9 +565,9 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
     else:
         with lesson.SessionLog(sessions, "quest-1",
                                durable=who.endswith("durable writer")) as log:
-            log.store_blob(data)
+            log.append({"role": "user", "content": PASTE})
             damage_it()
-            log.store_blob(data)
+            log.append({"role": "user", "content": PASTE})
 
     stored = blob.read_bytes() if blob.is_file() else b""
     assert stored == data, (
