@@ -608,16 +608,17 @@ def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessi
             pytest.fail(
                 f"while one writer put the paste's blob in place, a writer of another "
                 f"session stored the same paste; the first store then failed "
-                f"({type(error).__name__}: {error}). Two sessions of a folder may store "
-                "the same content at any moment: each must write under a name of its "
-                "own until its blob is whole, and the blob's name is the only one they "
-                "share", pytrace=False)
+                f"({type(error).__name__}: {error}). Two sessions of a folder may "
+                "store the same content at any moment: each must write under a name "
+                "of its own until its blob is whole, and the blob's name is the only "
+                "one they share", pytrace=False)
         finally:
             _renaming = None
     if second and isinstance(second[0], Exception):
         pytest.fail(
             f"a writer stored the paste while another session's writer was putting the "
-            f"same blob in place, and failed ({type(second[0]).__name__}: {second[0]}): "
+            f"same blob in place, and failed "
+            f"({type(second[0]).__name__}: {second[0]}): "
             "each store must write under a name of its own until its blob is whole",
             pytrace=False)
     names = sorted(os.listdir(blobs))
@@ -1002,8 +1003,8 @@ def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson
             return
     sent = loaded[1].get("content") if len(loaded) > 1 else None
     pytest.fail(
-        "the blob changed after this writer stored and loaded it, and the writer's next "
-        "load was not refused: it gave "
+        "the blob changed after this writer stored and loaded it, and the writer's "
+        "next load was not refused: it gave "
         + ("the changed bytes, unchecked (this writer stored the blob, so it trusted "
            "it)" if sent == data.replace(b"cave", b"lake", 1).decode() else
            "the content it remembered, not what blobs/ holds now (another process "
