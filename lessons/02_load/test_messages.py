@@ -32,6 +32,9 @@ BAD_LINES = {
         b'"arguments": "{}"}}]}'
     ),
     "not JSON at all": b'{"role": "user", "content": ',
+    "two messages with no newline between them": (
+        b'{"role": "user", "content": "a"}{"role": "user", "content": "b"}'
+    ),
     "bytes that are not UTF-8": b'{"role": "user", "content": "caf\xe9"}',
 }
 
