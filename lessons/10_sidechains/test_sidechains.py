@@ -359,6 +359,13 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
     assert len(set(names)) == 2, (
         f"the call id came back, and its two side-chains should have two names; they "
         f"were named {names}")
+    pointers = [entry for entry in map(json.loads, (sessions / "quest-1.jsonl")
+                                       .read_bytes().splitlines())
+                if entry.get("$marker") == "sidechain"]
+    calls = [pointer.get("call") for pointer in pointers]
+    assert calls == [call_id, call_id], (
+        "each pointer's \"call\" is the call id, as the model sent it, whatever name "
+        f"its side-chain got: the pointers say {[shown(c) for c in calls]}")
 
 
 @pytest.mark.task("10.1")
@@ -633,11 +640,14 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
 
 
 @pytest.mark.task("10.2")
+@pytest.mark.parametrize("failure", ["full disk", "Ctrl-C"])
 def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessions,
-                                                                   monkeypatch):
+                                                                   monkeypatch, failure):
     """The disk is full just as the pointer is written to the parent's log: start_
     sidechain raises the OSError, no helper will write the side-chain it claimed, no log
-    of it is left (nothing points to one), and that side-chain's lock is not kept."""
+    of it is left (nothing points to one), and that side-chain's lock is not kept. The
+    same when the user presses Ctrl-C there (a KeyboardInterrupt, which is no OSError,
+    and which a chat catches to go on)."""
     side_folder = sessions / "quest-1.sidechains"
     real = os.write
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -646,13 +656,18 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessi
 
         def write(fd, data):
             if os.fstat(fd).st_ino == parent:
+                if failure == "Ctrl-C":
+                    raise KeyboardInterrupt
                 raise OSError(errno.ENOSPC, "No space left on device")
             return real(fd, data)
 
         monkeypatch.setattr(os, "write", write)
-        with raises(OSError, "the disk was full as the pointer was written, yet "
-                    "start_sidechain returned"):
-            log.start_sidechain(CALL_ID)
+        try:
+            with raises(OSError, "the disk was full as the pointer was written, yet "
+                        "start_sidechain returned"):
+                log.start_sidechain(CALL_ID)
+        except KeyboardInterrupt:
+            assert failure == "Ctrl-C"
         monkeypatch.undo()
         logs = sorted(path.name for path in side_folder.glob("*.jsonl"))
         assert logs == [], (
@@ -667,9 +682,9 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessi
                 with lesson.SessionLog(side_folder, name) as other:
                     other.append({"role": "user", "content": "Someone else's words."})
             except lesson.SessionBusy as error:
-                pytest.fail(f"start_sidechain failed writing the pointer, and the "
-                            f"side-chain {name} it claimed is still locked: {error}",
-                            pytrace=False)
+                pytest.fail(f"start_sidechain failed writing the pointer ({failure}), "
+                            f"and the side-chain {name} it claimed is still locked: "
+                            f"{error}", pytrace=False)
 
 
 @pytest.mark.task("10.2")
