@@ -641,8 +641,9 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
 
 @pytest.mark.task("10.2")
 @pytest.mark.parametrize("failure", ["full disk", "Ctrl-C"])
-def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(lesson, sessions,
-                                                                   monkeypatch, failure):
+def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
+    lesson, sessions, monkeypatch, failure
+):
     """The disk is full just as the pointer is written to the parent's log: start_
     sidechain raises the OSError, no helper will write the side-chain it claimed, no log
     of it is left (nothing points to one), and that side-chain's lock is not kept. The
