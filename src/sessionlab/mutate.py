@@ -19,7 +19,9 @@ The edits:
   slice       a bound that is an expression -> expression + 1
   arithmetic  + <-> -, += <-> -=
   call        a call made for its effect removed (os.fsync, flush, close, append ...);
-              the first two positional arguments swapped
+              the first two positional arguments swapped; a keyword argument left out
+              (`durable=True`, `ensure_ascii=False`, `missing_ok=True`: the default
+              instead, the mistake of a student who forgot it)
   return      `return x` -> `return None`
   except      an except branch's body replaced by `raise` (as if it were not there)
   loop        break <-> continue
@@ -214,6 +216,11 @@ def _edits_of(node: ast.AST) -> Iterator[Edit]:
             new = _copy(node)
             new.args[0], new.args[1] = new.args[1], new.args[0]
             yield _expr(node, new, "arguments")
+        for i, keyword in enumerate(node.keywords):
+            if keyword.arg is not None:     # a keyword forgotten: the default instead
+                new = _copy(node)
+                del new.keywords[i]
+                yield _expr(node, new, "keyword")
     if isinstance(node, (ast.If, ast.While)) and not _flips_itself(node.test):
         yield Edit(*_span(node.test), f"not ({ast.unparse(node.test)})", "negate")
     elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
