@@ -1191,6 +1191,10 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
         except OSError as error:
             closed = (f"OSError: {error}" if "quest-1.lock" in str(error) else
                       f"an OSError that does not name quest-1.lock: {error}")
+            try:
+                log.close()     # closed once: a second close does nothing
+            except OSError as again:
+                closed = (f"closed again: {type(again).__name__}: {again}")
         folder.chmod(0o700)
         try:
             with lesson.SessionLog(folder, "quest-1") as again:
@@ -1207,6 +1211,12 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
     assert again == "ok", (
         "removing the lock file failed, and the lock was never let go: the same "
         f"process was then told {again!r}")
+    assert not closed.startswith("closed again"), (
+        "close() raised its OSError for the lock file it could not remove, and a "
+        f"second close() raised too ({closed.removeprefix('closed again: ')}): the "
+        "writer still took itself for the holder, and let go of a descriptor it had "
+        "already closed (which may by then be another file's). Once close() has let "
+        "go, called again it does nothing")
     assert closed.startswith("OSError"), (
         "the folder turned read-only, so quest-1.lock could not be removed: close() "
         "should let go of the lock and then raise an OSError naming quest-1.lock, so "
