@@ -756,7 +756,9 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
 
 @pytest.mark.task("01.2")
 def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
-    """A log opens its file once, however many lines it appends; close() lets it go."""
+    """A log opens its file once, however many lines it appends; close() lets it go.
+    So it does in a service started with its standard input closed, where the log's
+    descriptor is 0."""
     before = open_descriptors()
     with lesson.SessionLog(sessions, "quest-1") as log:
         for n in range(20):
@@ -768,6 +770,26 @@ def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
         f"after 20 appends the log holds {during} open descriptors, where one was "
         "expected: a long session would run out of them")
     assert after == 0, f"close() should release the log's descriptor; {after} are open"
+
+    def with_standard_input_closed():
+        os.close(0)
+        first = open_descriptors()
+        with lesson.SessionLog(sessions, "quest-2") as log:
+            log.append({"role": "user", "content": "message 0"})
+            descriptor = log._fd
+            for n in range(1, 20):
+                log.append({"role": "user", "content": f"message {n}"})
+            return {"descriptor": descriptor, "during": open_descriptors() - first}
+    child = in_child(with_standard_input_closed)
+    if "raised" in child:
+        pytest.fail(f"with standard input closed, append raised {child['raised']}: "
+                    f"{child['message']}", pytrace=False)
+    assert child["during"] <= 1, (
+        "in a process whose standard input is closed, the log's first append opened "
+        f"descriptor {child['descriptor']}, and after 20 appends it holds "
+        f"{child['during']} open "
+        "descriptors, where one was expected: a check that takes descriptor 0 for "
+        "'not open yet' opens the log again on every append")
 
 
 @pytest.mark.task("01.4")
