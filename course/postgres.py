@@ -661,9 +661,11 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
         if not 0 <= count <= len(shown):
             raise ValueError(f"cannot fork the first {upto} messages of "
                              f"{source_id!r}: it shows {len(shown)}")
-        # Rows up to the one holding the last message kept, as lesson 07's fork
-        keep = len(state.entries) if upto is None else (
+        # Rows up to the one holding the last message kept, as lesson 07's fork; the
+        # bound is a seq, not a count (a row deleted by hand leaves a gap)
+        kept = len(state.entries) if upto is None else (
             shown[count - 1][1] + 1 if count else 0)
+        keep = state.lines[kept - 1] + 1 if kept else 0
         try:
             connection.execute(
                 "INSERT INTO sessions (id, parent, forked_at) VALUES (%s, %s, %s)",

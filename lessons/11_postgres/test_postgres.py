@@ -298,7 +298,7 @@ def test_each_message_is_one_row_at_the_next_place(lesson, database):
 def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, database):
     """One write stores several entries (a repair's marker and results are one):
     `_insert` puts them at the next places, and the writer's next entry lands after
-    the last of them, with no gap and no collision."""
+    the last of them, with no gap and no collision; after a row deleted by hand too."""
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
         log.append({"role": "user", "content": "Buy a torch."})
         try:
@@ -316,6 +316,22 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
                       (3, "Done."), (4, "And a rope.")], (
         "a write of three entries should take seq 1, 2 and 3, in order, and the next "
         f"append seq 4; found {stored}")
+    # An operator deletes a row by hand (a message that should never have been kept):
+    # the place after the rows is after the last of them, not their count
+    sql(database, "DELETE FROM session_entries WHERE seq = 2")
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.open_for_append()
+        try:
+            log.append({"role": "user", "content": "And a map."})
+        except lesson.SessionConflict as error:
+            pytest.fail("the session's rows are seq 0, 1, 3 and 4 (row 2 was deleted "
+                        "by hand): the next append belongs at seq 5, after the last "
+                        "row, yet it collided with a stored row (4 rows read is not "
+                        f"the place after them): {error}", pytrace=False)
+    after = [seq for seq, _, _ in rows(database)]
+    assert after == [0, 1, 3, 4, 5], (
+        "with rows at seq 0, 1, 3 and 4, the next append belongs at seq 5, right "
+        f"after the last row; found seqs {after}")
 
 
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
@@ -441,6 +457,16 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             with raises(lesson.SessionBusy, "another program holds quest-3's lock: a "
                         "writer's _lock() must be refused", match="quest-3"):
                 try_lock(log, "with timeout 0 the writer tries once")
+        # Another program whose name only ends as the store's connections' names do
+        connection.execute("SELECT pg_advisory_unlock_all()")
+        with psycopg.connect(database, autocommit=True,
+                             application_name="backup pid 77 on db-1") as backup:
+            backup.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-3"),))
+            lookalike = lesson.lock_holder(connection, "quest-3")
+        assert isinstance(lookalike, dict) and not lookalike.get("pid"), (
+            "a program named 'backup pid 77 on db-1' holds quest-3's lock: only a name "
+            "that is the store's whole introduction ('sessionlab pid N on HOST') names "
+            f"a process; lock_holder should name none; it says {lookalike!r}")
     # A writer on another host, whose name has dashes and dots, holds quest-8's lock
     # (the low half of its key has its top bit set), taken a second after it
     # connected; two more store connections, made before it (the server lists their
@@ -954,7 +980,9 @@ def test_a_row_changed_by_hand_is_refused_naming_its_session_and_seq(lesson,
 @pytest.mark.task("11.2")
 def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, database):
     """Two writers without a lock read the same session; the first to insert at the
-    next place wins, the primary key refuses the other, and it writes nothing more."""
+    next place wins, the primary key refuses the other's write (all of it: a write of
+    several entries, of which the first place alone is taken), and it writes nothing
+    more."""
     first = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     second = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     with first, second:
@@ -963,9 +991,11 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
         first.append({"role": "user", "content": "first"})
         with raises(lesson.SessionConflict, "both writers read the session while it "
                     "was empty, and the first stored its message at seq 0: the "
-                    "second's append should be refused, not stored beside it or "
-                    "elsewhere") as refused:
-            second.append({"role": "user", "content": "second"})
+                    "second's write of three entries should be refused, not stored "
+                    "beside it or elsewhere") as refused:
+            second._write(lambda: [{"role": "user", "content": "second"},
+                                   {"role": "assistant", "content": "second's reply"},
+                                   {"role": "user", "content": "second's question"}])
         with raises(lesson.WriterStopped, "a writer refused once wrote again, from "
                     "its out-of-date view of the session") as stopped:
             second.append({"role": "user", "content": "second, again"})
@@ -980,7 +1010,9 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
         f"says: {again!r}")
     lines = [message["content"] for message in messages_in(rows(database))]
     assert lines == ["first"], (
-        f"only the first writer's message should be stored; the rows hold {lines}")
+        "only the first writer's message should be stored: the second's write of "
+        "three entries was refused because seq 0 was taken, and a refused write stores "
+        f"none of its entries (seq 1 and 2 were free); the rows hold {lines}")
 
 
 @pytest.mark.task("11.2")
@@ -1175,16 +1207,17 @@ def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
 def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     """The process died between a call's result and the next one's: on resume each
     call still without a result gets one saying it was interrupted, in call order,
-    right after one repair marker that names them; earlier answered calls are left
-    alone; a second resume writes nothing."""
+    right after one repair marker that names them (call order is not the order of
+    their ids); earlier answered calls are left alone; a second resume writes
+    nothing."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "Buy a rope."})
         log.append(call_message(("call_0", "rope")))
         log.append({"role": "tool", "tool_call_id": "call_0",
                     "content": "You bought a rope."})
         log.append({"role": "user", "content": "And a torch, a lantern, a map."})
-        log.append(call_message(("call_a", "torch"), ("call_b", "lantern"),
-                                ("call_c", "map")))
+        log.append(call_message(("call_a", "torch"), ("call_c", "lantern"),
+                                ("call_b", "map")))
         log.append({"role": "tool", "tool_call_id": "call_a",
                     "content": "You bought a torch."})
     stored = len(rows(database))
@@ -1195,15 +1228,15 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     ended = datetime.now(timezone.utc)
     results = [m for m in history if m["role"] == "tool"]
     late = [(m["tool_call_id"], "interrupted" in m["content"]) for m in results[2:]]
-    assert late == [("call_b", True), ("call_c", True)], (
-        "call_b and call_c had no result: the resumed session should answer each "
-        "with a result saying it was interrupted, in call order, and call_0 and call_a "
-        f"keep their own; the results after call_a's are {late}")
+    assert late == [("call_c", True), ("call_b", True)], (
+        "call_c and call_b (called in that order) had no result: the resumed session "
+        "should answer each with a result saying it was interrupted, in call order, "
+        f"and call_0 and call_a keep their own; the results after call_a's are {late}")
     added = [json.loads(line) for _, line, _ in rows(database)[stored:]]
     said = [entry.get("$marker") or entry.get("tool_call_id") for entry in added]
-    assert said == ["repair", "call_b", "call_c"], (
-        "the repair stores its marker, then one result per call still open (call_b, "
-        f"call_c), each once; the rows it added are {said}")
+    assert said == ["repair", "call_c", "call_b"], (
+        "the repair stores its marker, then one result per call still open, each once, "
+        f"in call order (call_c, call_b); the rows it added are {said}")
     count = len(rows(database))
     agent, model, log = open_agent(lesson, database, [say("Checking first.")])
     with log:
@@ -1220,10 +1253,10 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     marker = {key: markers[0].get(key)
               for key in ("$marker", "cut_bytes", "cut_preview", "interrupted")}
     assert marker == {"$marker": "repair", "cut_bytes": 0, "cut_preview": "",
-                      "interrupted": ["call_b", "call_c"]}, (
+                      "interrupted": ["call_c", "call_b"]}, (
         "the repair marker has the file's format (nothing is ever cut from a table) "
-        "and names the calls it answers: expected cut_bytes 0, cut_preview '', "
-        f"interrupted ['call_b', 'call_c'], got {marker}")
+        "and names the calls it answers, in call order: expected cut_bytes 0, "
+        f"cut_preview '', interrupted ['call_c', 'call_b'], got {marker}")
     assert kept == markers[0], (
         "the writer should keep the repair marker it stored in `repaired` (the chat "
         f"says the session was repaired by it): stored {markers[0]}, kept {kept}")
@@ -1735,6 +1768,19 @@ def test_a_fork_copies_the_history_and_records_its_lineage(lesson, database):
     assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 6), (
         f"the fork's row in `sessions` should say parent quest-1, at 6; it says "
         f"{lineage}")
+    # An operator deletes a row by hand: the rows the fork read end at a seq, not at
+    # their count
+    sql(database, "DELETE FROM session_entries WHERE session_id = 'quest-1' AND "
+        "seq = 1")
+    kept = rows(database)
+    lesson.fork_postgres(database, "quest-1", "quest-3")
+    lesson.fork_postgres(database, "quest-1", "quest-4", upto=2)
+    whole, first_two = rows(database, "quest-3"), rows(database, "quest-4")
+    assert whole == kept and first_two == kept[:2], (
+        "quest-1's rows are seq 0, 2, 3 ... (row 1 was deleted by hand): a whole fork "
+        "should copy every one of them, and a fork of its first 2 messages seq 0 and "
+        f"2:\nsource   {[row[0] for row in kept]}\nwhole    "
+        f"{[row[0] for row in whole]}\nfirst 2  {[row[0] for row in first_two]}")
 
 
 @pytest.mark.task("11.5")
