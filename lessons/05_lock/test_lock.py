@@ -1224,6 +1224,46 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
 
 
 @pytest.mark.task("05.1")
+def test_a_ctrl_c_the_moment_the_lock_is_taken_lets_go_of_it(lesson, sessions,
+                                                             monkeypatch):
+    """Ctrl-C arrives the moment flock has given this writer the lock, before its
+    record is written: the KeyboardInterrupt reaches the caller, and the lock goes with
+    it, no descriptor of it left open, so the same process can take the session at
+    once."""
+    real_flock = lesson.fcntl.flock
+    interrupted = []
+
+    def flock(fd, operation):
+        real_flock(fd, operation)
+        if operation & lesson.fcntl.LOCK_EX and not interrupted:
+            interrupted.append(fd)
+            raise KeyboardInterrupt
+
+    before = open_descriptors()
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        monkeypatch.undo()
+    assert interrupted, "the writer took the session without fcntl.flock"
+    leaked = open_descriptors() - before
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+    except lesson.SessionBusy as error:
+        pytest.fail(f"a Ctrl-C came the moment this process got the lock, and the lock "
+                    f"stayed held: the same process was then refused ({error}). The "
+                    "clean-up of a failed take must run for a KeyboardInterrupt too",
+                    pytrace=False)
+    assert leaked == 0, (
+        f"a Ctrl-C the moment the lock was taken left {leaked} descriptor(s) open: "
+        "the clean-up of a failed take must run for a KeyboardInterrupt too")
+
+
+@pytest.mark.task("05.1")
 def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions):
     """The disk is full when the new holder writes its name into the lock file: the
     OSError reaches the caller, and the lock goes with it (a real file size limit), so

@@ -74,6 +74,9 @@ class SessionLock:
                     raise SessionBusy(self.id, self.holder()) from None
                 time.sleep(LOCK_POLL_SECONDS)
                 continue
+            except BaseException:
+                os.close(fd)    # a Ctrl-C as the lock came: the lock goes with it
+                raise
             # Granted; but the holder may have removed this file as it let go, and a
             # third writer may hold a new one under the name: then it is not the lock.
             try:
