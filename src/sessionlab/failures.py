@@ -525,13 +525,18 @@ def see_09(scene: Scene) -> None:
     lesson = scene.code(8)
     paste = ("Her last letter: the mill is quiet, write to me at " + ADDRESS + ". "
              + "The river is high this spring. " * 200)
-    model = ScriptedModel([say(f"I will write to your sister at {ADDRESS}."),
+    model = ScriptedModel([say("Where does she live?"),
+                           say(f"I will write to your sister at {ADDRESS}."),
                            say("A long letter."),
                            use(call("buy", item="lantern")), say("You have a lantern."),
                            use(call("buy", item="rope")), say("You have a rope.")])
     with lesson.SessionLog(scene.sessions, "quest") as log:
         quest = agent(lesson, model, Town(gold=20), session=log)
-        quest.run(f"My sister lives at {ADDRESS}; tell her we found the cave.")
+        quest.run("Tell my sister that we found the cave.")
+        # The address is a message of its own: what 09.4's erase looks for in the other
+        # lines is the erased message's whole text, so the reply and the letter that
+        # repeat it are scrubbed (a part of a sentence is not looked for in a message)
+        quest.run(ADDRESS)
         quest.run(paste)
         quest.run("Buy a lantern.")
         quest.undo(1)
@@ -541,9 +546,10 @@ def see_09(scene: Scene) -> None:
               "undone:")
     scene.show_log(path, numbered=True)
     scene.say()
-    scene.say(f"The user asks to erase the first message. The obvious way: write "
+    scene.say("The user asks to erase message 3, the address. The obvious way: write "
               "quest.jsonl again without its line.")
-    kept = path.read_bytes().splitlines(keepends=True)[1:]
+    lines = path.read_bytes().splitlines(keepends=True)
+    kept = lines[:2] + lines[3:]
     path.write_bytes(b"".join(kept))
     scene.say(f'"{ADDRESS}" is still in:')
     for number, line in enumerate(kept, start=1):
