@@ -885,6 +885,81 @@ def test_expire_reports_a_leftover_a_writer_holds_as_busy_and_goes_on(
 
 
 @pytest.mark.task("09.2")
+@pytest.mark.parametrize("unreadable", [False, True],
+                         ids=["every file readable", "another log unreadable"])
+def test_expire_removes_a_leftovers_blobs_as_a_delete_does(
+    lesson, sessions, monkeypatch, unreadable
+):
+    """What a stopped erase and delete left of quest-1 (an old meta file, and the
+    erase's copy of the log, which points to a blob, without the log) is expired like
+    a session: the blob only it used goes too. When another log cannot be read (it may
+    refer to the blob), the leftover goes all the same, without an error, and the blob
+    stays for collect_blobs."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    [blob] = blob_names(sessions)
+    log = sessions / "quest-1.jsonl"
+    copy = sessions / ".quest-1.jsonl.k2j4h1.tmp"
+    copy.write_bytes(log.read_bytes())
+    log.unlink()
+    meta = sessions / "quest-1.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+    for path in (meta, copy):
+        age(path, 40)
+    if unreadable:
+        failing_open(monkeypatch, "quest-2.jsonl")
+    try:
+        found = lesson.expire(sessions)
+    except OSError as error:
+        pytest.fail(f"with quest-2.jsonl unreadable (EIO), expire() raised {error!r}: "
+                    "quest-1's leftover should be expired all the same, its blob left "
+                    "for collect_blobs", pytrace=False)
+    monkeypatch.undo()
+    assert found == (["quest-1"], []) and not meta.exists() and not copy.exists(), (
+        f"quest-1's leftover is 40 days old: expire() should remove its meta file and "
+        f"the erase's copy, and name it; it returned {found}, and the folder holds "
+        f"{sorted(p.name for p in sessions.iterdir())}")
+    kept = [blob] if unreadable else []
+    assert blob_names(sessions) == kept, (
+        "the leftover's copy of the log pointed to a blob no other file uses: "
+        + ("quest-2.jsonl could not be read, so the blob should stay for collect_blobs"
+           if unreadable else "it should go with the leftover, as after a delete")
+        + f"; blobs/ holds {len(blob_names(sessions))} blob(s)")
+
+
+@pytest.mark.task("09.2")
+def test_expire_keeps_a_session_started_anew_on_a_leftovers_id_while_it_runs(
+    lesson, sessions, before_the_lock
+):
+    """An old meta file without its log is a leftover; but a writer may start a session
+    under that id while expire() runs, after expire saw no log and before the id is its
+    own. Under the lock, what expire saw is no longer so: the new session, its log and
+    the message its writer was told is written, stay.
+
+    The writer appends just before a session's lock is first taken."""
+    meta = sessions / "quest-1.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+    age(meta, 40)
+
+    def a_writer_starts_anew():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
+            writer.append({"role": "user", "content": "A new day, a new quest."})
+
+    before_the_lock(a_writer_starts_anew)
+    found = lesson.expire(sessions)
+    assert (sessions / "quest-1.jsonl").exists(), (
+        "a writer started quest-1 anew while expire() ran, after expire had seen only "
+        "an old meta file without its log and before the id was its own: expire "
+        "deleted the new log, with the message its writer had just been told was "
+        "written. Under the session's lock, look again: is the log still missing, the "
+        "meta file still old?")
+    assert found == ([], []), (
+        "quest-1 has a log again, written just now: it is neither deleted nor busy; "
+        f"expire() returned {found}")
+    assert resume(lesson, sessions)[-1]["content"] == "A new day, a new quest."
+
+
+@pytest.mark.task("09.2")
 def test_expire_reports_as_busy_only_the_idle_sessions_a_writer_holds(
     lesson, sessions
 ):

@@ -175,11 +175,30 @@ def expire_leftovers(folder: Path, cutoff: float) -> tuple[list[str], list[str]]
     busy: list[str] = []
     for session_id in left_without_log(folder, cutoff):
         try:
-            if delete_session(folder, session_id):
+            if expire_leftover(folder, session_id, cutoff):
                 deleted.append(session_id)
         except SessionBusy:
             busy.append(session_id)
     return deleted, busy
+
+
+def expire_leftover(folder: Path, session_id: str, cutoff: float) -> bool:
+    """Delete what is left of session `session_id` without its log, if it still is a
+    leftover as old as `cutoff` once its lock is held: True if it did."""
+    started = time.time()
+    with SessionLog(folder, session_id) as log:
+        log._lock()
+        # Looked at again under the lock: a writer may have started the id anew since
+        # the folder was listed (its log is then a session in use), or another process
+        # may have removed the leftover
+        if session_id not in left_without_log(folder, cutoff):
+            return False
+        blobs = delete_locked(folder, session_id)     # those of a crashed erase's copy
+    try:
+        drop_blobs(folder, blobs, touched_after=started)  # a leftover's, lock let go
+    except OSError:
+        pass    # a file that cannot be read may refer to them: kept for collect_blobs()
+    return True
 
 
 def left_without_log(folder: Path, cutoff: float) -> list[str]:
