@@ -2795,11 +2795,13 @@ def test_two_collections_taking_the_same_blob_name_at_once_keep_a_writers_blob(
         assert met and met[0] == [blob], (
             "the test's own set-up: the second collection should have removed the old "
             "blob the first had just looked at")
-        assert writer.get("third"), (
-            "the test's own set-up: the first collection never took the name away")
-        assert writer["third"][0] == [blob], (
-            "the test's own set-up: the third collection should have removed the old "
-            "copy nobody refers to")
+        # A first collection that sees the file it claimed is gone (the second
+        # removed it) may leave the name alone at once: then no third collection
+        # comes, and what counts is the same, the writer's file under the name.
+        if writer.get("third"):
+            assert writer["third"][0] == [blob], (
+                "the test's own set-up: the third collection should have removed the "
+                "old copy nobody refers to")
         found = os.stat(path).st_ino if os.path.lexists(path) else None
         assert found == writer["inode"], (
             "the first collection took the blob's name away when it reached a writer's "
