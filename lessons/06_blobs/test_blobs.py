@@ -1432,6 +1432,44 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 
 
 @pytest.mark.task("06.1")
+def test_a_store_killed_before_its_rename_leaves_only_a_hidden_file(lesson, sessions):
+    """A writer killed the moment its blob's bytes are written, before they get the
+    blob's name (here: at its first rename or link), leaves in blobs/ only hidden
+    files: a name that starts with a dot, which no listing shows and which lesson 09's
+    clean-up knows for what a crashed store left."""
+    data = ("Notes for the quest. " * 3000).encode()
+    unwritten, said = os.pipe()     # the starter's NotImplementedError, if it is one
+    pid = os.fork()
+    if pid == 0:    # the writer, killed as SIGKILL would: no clean-up runs
+        try:
+            def killed(*args, **kwargs):
+                os._exit(0)
+            for name in ("replace", "rename", "link"):
+                setattr(os, name, killed)
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.store_blob(data)
+        except NotImplementedError as error:
+            os.write(said, str(error).encode())
+        finally:
+            os._exit(1)
+    os.close(said)
+    message = os.read(unwritten, 4096).decode()
+    os.close(unwritten)
+    os.waitpid(pid, 0)
+    if message:
+        raise NotImplementedError(message)
+    blobs = sessions / "blobs"
+    left = sorted(path.name for path in blobs.iterdir()) if blobs.is_dir() else []
+    shown = [name for name in left
+             if not name.startswith(".") and name != hashlib.sha256(data).hexdigest()]
+    assert not shown, (
+        f"a writer killed before its blob got its name left {shown} in blobs/: what a "
+        "crashed store leaves there should be hidden, its name starting with a dot "
+        "(the format page gives it), so that no listing shows it and a clean-up knows "
+        "it for a crashed store's")
+
+
+@pytest.mark.task("06.1")
 def test_storing_makes_no_file_outside_the_blobs_folder(lesson, sessions, monkeypatch):
     """Nothing of a blob is made outside blobs/, not even in the system's temporary
     folder (often another file system than blobs/)."""
