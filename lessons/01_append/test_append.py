@@ -43,6 +43,11 @@ WHY_BAD = {
     "quest-\u0661": ("its last character is an Arabic-Indic digit: '\\d' and isdigit() "
                      "take the digits of every script"),
     "quest:1": "a ':' separates a drive or a stream on Windows, folders on old Macs",
+    "CON": ("Windows keeps CON for the console, in any case: CON.jsonl there is the "
+            "screen, not a file"),
+    "nul.day-2": ("Windows keeps NUL for the bin, even before a dot: nul.day-2.jsonl "
+                  "there loses every line written to it"),
+    "Com1": "Windows keeps COM1 to COM9 and LPT1 to LPT9 for ports, in any case",
 }
 BAD_IDS = list(WHY_BAD)
 
@@ -388,6 +393,11 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "the error should say which characters a valid id may hold (letters, digits, "
         "'.', '_' and '-', and any other your check takes), so that the caller can fix "
         f"the id; it names no {', no '.join(unnamed)}: {said}")
+    if not takes(lesson, "CON") and takes(lesson, "CONSOLE"):
+        assert any(way in words for way in ("con", "device", "reserved")), (
+            "the check refuses 'CON' (a device on Windows) and takes 'CONSOLE': the "
+            "names it keeps out are part of its rule, and the error should say so (the "
+            f"caller cannot guess them from the characters named); it says: {said}")
     for first in "-._":     # taken inside an id: refused at its start only by a rule
         if takes(lesson, f"quest{first}1") and not takes(lesson, f"{first}quest"):
             assert any(way in words for way in ("start", "begin", "first")), (

@@ -555,7 +555,8 @@ class Opened:
 # The lessons' rule for a session id (task 01.1), checked before anything runs: an id that
 # is no plain file name would otherwise reach the file system first (a 300-character id
 # is "File name too long" from the town's file, beside the log).
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SESSION_ID = re.compile(r"(?!(?i:CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(?:\.|$))"
+                        r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_session_id(session_id: str, option: str = "") -> None:
@@ -564,7 +565,8 @@ def check_session_id(session_id: str, option: str = "") -> None:
     shown = repr(session_id) if len(session_id) <= 40 else repr(session_id[:40]) + "..."
     raise ChatError(f"invalid session id {shown}{' (' + option + ')' if option else ''}: "
                     f"{len(session_id)} characters; use 1 to 128 letters, digits, '.', '_' "
-                    "or '-', starting with a letter or digit (no '/', no spaces)", status=2)
+                    "or '-', starting with a letter or digit (no '/', no spaces), and not a "
+                    "name Windows keeps for a device (CON, NUL, COM1 ...)", status=2)
 
 
 def _chat(args: argparse.Namespace, ui: Ui, root: Path) -> int:
