@@ -1434,34 +1434,17 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 @pytest.mark.task("06.1")
 def test_a_store_killed_before_its_rename_leaves_only_a_hidden_file(lesson, sessions):
     """A writer killed the moment its blob's bytes are written, before they get the
-    blob's name (here: at its first rename or link), leaves in blobs/ only hidden
-    files: a name that starts with a dot, which no listing shows and which lesson 09's
-    clean-up knows for what a crashed store left."""
-    data = ("Notes for the quest. " * 3000).encode()
-    unwritten, said = os.pipe()     # the starter's NotImplementedError, if it is one
-    pid = os.fork()
-    if pid == 0:    # the writer, killed as SIGKILL would: no clean-up runs
-        try:
-            def killed(*args, **kwargs):
-                os._exit(0)
-            for name in ("replace", "rename", "link"):
-                setattr(os, name, killed)
-            with lesson.SessionLog(sessions, "quest-1") as log:
-                log.store_blob(data)
-        except NotImplementedError as error:
-            os.write(said, str(error).encode())
-        finally:
-            os._exit(1)
-    os.close(said)
-    message = os.read(unwritten, 4096).decode()
-    os.close(unwritten)
-    os.waitpid(pid, 0)
-    if message:
-        raise NotImplementedError(message)
+    blob's name (here: at its first rename or link into blobs/), leaves in blobs/ only
+    hidden files: a name that starts with a dot, which no listing shows and which
+    lesson 09's clean-up knows for what a crashed store left."""
+    warm_up = "x" * 5000
+    with lesson.SessionLog(sessions, "warm-up") as log:
+        log.append({"role": "user", "content": warm_up})    # 06.1 is written
+    dies_while_storing(lesson, sessions, PASTE)
     blobs = sessions / "blobs"
     left = sorted(path.name for path in blobs.iterdir()) if blobs.is_dir() else []
-    shown = [name for name in left
-             if not name.startswith(".") and name != hashlib.sha256(data).hexdigest()]
+    whole = {sha256(text.encode("utf-8")) for text in (warm_up, PASTE)}
+    shown = [name for name in left if not name.startswith(".") and name not in whole]
     assert not shown, (
         f"a writer killed before its blob got its name left {shown} in blobs/: what a "
         "crashed store leaves there should be hidden, its name starting with a dot "
