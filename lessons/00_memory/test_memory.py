@@ -199,7 +199,8 @@ def blamed_on_the_arguments(result, words, unreadable):
 
 
 @pytest.mark.task("00.1")
-@pytest.mark.parametrize("error", [KeyError(), ZeroDivisionError(), LookupError()],
+@pytest.mark.parametrize("error", [KeyError(), ZeroDivisionError(), LookupError(),
+                                   TypeError()],
                          ids=lambda error: type(error).__name__)
 def test_an_exception_without_words_still_says_what_went_wrong(lesson, error):
     """An exception may carry no words of its own (a bare KeyError): the result still
@@ -327,9 +328,10 @@ def test_arguments_encoded_twice_are_a_string_not_an_object(lesson, town):
 
 
 @pytest.mark.task("00.1")
-@pytest.mark.parametrize("arguments", ["", "{}"])
+@pytest.mark.parametrize("arguments", ["", "{}", None])
 def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
-    """A call to a tool that takes nothing may carry "" as arguments, which means {}."""
+    """A call to a tool that takes nothing may carry "" or null as arguments, which
+    mean {}."""
     result = lesson.run_tool(FewTools(look_around=lambda: "You see the town square."),
                              tool_call("look_around", arguments))
 
@@ -341,7 +343,8 @@ def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
 
 @pytest.mark.task("00.1")
 def test_a_tool_result_is_always_text(lesson):
-    """A tool that returns a number still gives the model text: a string."""
+    """A tool that returns a number still gives the model text: a string; one that
+    returns text gives it as it is, however long."""
     result = lesson.run_tool(FewTools(count_gold=lambda: 6),
                              tool_call("count_gold", "{}"))
 
@@ -349,6 +352,14 @@ def test_a_tool_result_is_always_text(lesson):
         "a tool message's content must be a string (providers refuse a number "
         f"there); the tool returned the int 6 and run_tool gave {result!r} "
         f"({type(result).__name__}), where the text '6' was expected")
+    told = "The elder speaks of the cave. " * 200
+    result = lesson.run_tool(FewTools(talk_to=lambda: told), tool_call("talk_to", "{}"))
+    assert result == told, (
+        f"the tool answered {len(told):,} characters of text, and run_tool gave "
+        f"{len(result) if isinstance(result, str) else result!r}"
+        f"{' characters' if isinstance(result, str) else ''}: a tool's answer goes to "
+        "the model whole, as the tool wrote it (only unreadable arguments are quoted "
+        "in part)")
 
 
 @pytest.mark.task("00.3")
@@ -360,7 +371,7 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
     model.add(say("Welcome to town, adventurer."))
     agent = new_agent(lesson, model, town)
 
-    answer = agent.run("Hello!")
+    answer = agent.run("Hello!\n")
 
     assert answer == "Welcome to town, adventurer.", (
         f"run() should return the model's text, got {answer!r}"
@@ -369,10 +380,11 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
         f"one plain answer needs one model call, the agent made {len(model.requests)}"
     )
     assert agent.messages == [
-        {"role": "user", "content": "Hello!"},
+        {"role": "user", "content": "Hello!\n"},
         {"role": "assistant", "content": "Welcome to town, adventurer."},
     ], (
-        "after one turn the history should be the user's message and the answer, got "
+        "after one turn the history should be the user's message as the user wrote "
+        "it, 'Hello!\\n', and the answer; got "
         f"{agent.messages}"
     )
 
@@ -522,7 +534,7 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 @pytest.mark.task("00.2")
 def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, town):
     """A model that keeps calling tools is stopped after exactly max_turns model calls,
-    with an error rather than an endless bill."""
+    with an error rather than an endless bill; a limit of 0 allows none."""
     model.script = lambda request: use(call("talk_to", npc="guard"),
                                        call("talk_to", npc="elder"))
     agent = new_agent(lesson, model, town, max_turns=3)
@@ -548,6 +560,16 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "MaxTurnsExceeded should name the limit it reached, 3 model calls here, so "
         "that whoever reads it knows which setting stopped the turn; it says "
         f"{said!r}")
+
+    before = len(model.requests)
+    with raises(lesson.MaxTurnsExceeded,
+                "run() returned with max_turns=0, where MaxTurnsExceeded was expected "
+                "before any model call"):
+        new_agent(lesson, model, town, max_turns=0).run("Keep talking.")
+    assert len(model.requests) == before, (
+        "max_turns=0 allows no model call at all, and the agent made "
+        f"{len(model.requests) - before}: the limit counts every call, the first one "
+        "too")
 
 
 @pytest.mark.key

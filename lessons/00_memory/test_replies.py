@@ -208,6 +208,12 @@ def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quir
         assert json.loads(json.dumps(message)) == message, (
             f"after the {quirk!r} reply: every stored message should be plain JSON, "
             f"reading back as it is; this one does not ({whose}): {message!r}")
+        if message.get("role") == "assistant" and not isinstance(
+                message.get("content"), str):
+            fail_in("00.3", f"after the {quirk!r} reply: a stored reply's content "
+                    "should be text, '' where the server sent none (Ollama and LM "
+                    "Studio refuse a null content even beside tool calls); "
+                    f"normalize_reply stored {message!r}")
 
 
 @pytest.mark.task("00.3")
@@ -266,7 +272,7 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
                    {"id": i, "type": "function",
                     "function": {"name": "buy", "arguments": "{}"}} for i in earlier]}]
     history += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in earlier]
-    sent = [None, 7, "", "call_2", None, 7]
+    sent = [None, 7, "", "call_2", "call_9", None, 7]
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
         for i in sent]}
@@ -286,6 +292,31 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
         f"{taken}; they were stored with {stored}, and {clashes} is used twice: a "
         "result could not say which call it answers. A made-up id must be one that no "
         "call of the whole conversation has, not only new in this reply.")
+    assert stored[4] == "call_9", (
+        f"the calls came with ids {sent}; 'call_9' is a string no other call has, and "
+        f"it was stored as {stored[4]!r}: a call that came with an id of its own keeps "
+        "it")
+    # Made-up ids fed back: a server's id may look like one made up before (a rule
+    # that numbers the calls makes the same id twice), and it is kept; a call made up
+    # after it in the same reply must still get another.
+    made = [call.get("id") for call in lesson.normalize_reply({
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": None, "type": "function",
+             "function": {"name": "buy", "arguments": "{}"}}] * 2}, history).get(
+                 "tool_calls") or []]
+    for echoed in made:
+        again = [call.get("id") for call in lesson.normalize_reply({
+            "role": "assistant", "content": None, "tool_calls": [
+                {"id": i, "type": "function",
+                 "function": {"name": "buy", "arguments": "{}"}}
+                for i in (echoed, None, None)]}, history).get("tool_calls") or []]
+        assert len(set(again)) == 3, (
+            f"after the history above, two calls without ids were given {made}; a "
+            f"reply whose calls came with the ids {[echoed, None, None]} was stored "
+            f"with {again}: an id kept from the server and one made up share a value, "
+            "and a result could not say which call it answers. A made-up id must be "
+            "one no call of the conversation has, the reply's own included, whatever "
+            "ids the server sends")
 
 
 @pytest.mark.task("00.3")
@@ -300,10 +331,26 @@ def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
 
     run_or_fail(lesson, agent, "Buy a rope.", "after arguments sent as an object")
 
-    assert town.inventory == ["rope"], (
-        "the arguments came as an object, {'item': 'rope'}, and the rope was not "
-        f"bought; inventory {town.inventory}"
-    )
+    if town.inventory != ["rope"]:
+        try:
+            read = lesson.read_arguments({"item": "rope"})
+        except Exception as error:
+            read = f"{type(error).__name__} ({error})"
+        try:
+            ran = lesson.run_tool(Untouched("buy"), {
+                "id": "call_obj", "type": "function",
+                "function": {"name": "buy", "arguments": {"item": "rope"}}})
+        except Exception as error:
+            ran = f"{type(error).__name__} ({error})"
+        whose = (("00.1", f"read_arguments({{'item': 'rope'}}) gives {read}, where "
+                  "the object itself was expected (task 00.1)")
+                 if read != {"item": "rope"} else
+                 ("00.1", f"run_tool, given that call as it came, says {ran!r} "
+                  "(task 00.1)") if not str(ran).startswith("buy ran") else
+                 ("00.2", "the loop (task 00.2) should run the call as the model sent "
+                  "it"))
+        fail_in(whose[0], "the arguments came as an object, {'item': 'rope'}, and the "
+                f"rope was not bought (inventory {town.inventory}): {whose[1]}")
     arguments = (
         calls_of(agent.messages)[0]["function"]["arguments"]
         if calls_of(agent.messages)
@@ -548,22 +595,27 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
-                  '{"item": "ro\npe"}']
+                  '{"item": "ro\npe"}', " ", "\n"]
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
-    text null too (only a missing value, None, or "" means no arguments), and a line
-    break left raw inside a string, which JSON does not allow."""
+    text null too and blank text (only a missing value, None, or "" means no
+    arguments), and a line break left raw inside a string, which JSON does not
+    allow."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
         return
+    blank = (" blank text is no JSON (only None or \"\" means no arguments), and "
+             "normalize_reply keeps text it reads as it came, where a provider refuses "
+             "it")
     why = {"null": " the text 'null' is JSON of no object (a call without arguments "
                    "comes with None or \"\"), and normalize_reply would store it as "
                    "it came, where a provider reading an object refuses it",
            '{"item": "ro\npe"}': " a raw line break inside a JSON string is no "
                                  "JSON (it is written \\n there), and a strict "
-                                 "provider refuses the stored call holding it"}
+                                 "provider refuses the stored call holding it",
+           " ": blank, "\n": blank}
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
@@ -592,6 +644,32 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
         "a stored call should hold its id, its type and its function (a name and the "
         "arguments), nothing a server added to it (an index, a parsed copy: a "
         f"provider refuses fields it does not know); it holds {call}")
+
+
+@pytest.mark.task("00.3")
+@pytest.mark.parametrize("sent", [{}, {"type": None}, {"type": ""}],
+                         ids=["no-type", "type-null", "type-empty"])
+def test_every_stored_call_has_the_type_function(lesson, sent):
+    """A call may come without a type (Ollama's own format has none) or with a null
+    one: the stored call says "function", the only type a provider takes back, and
+    the reply's null content is stored as text."""
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1_0", **sent,
+         "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    calls = message.get("tool_calls") or [{}]
+    assert calls[0].get("type") == "function", (
+        f"the call came with {sent or 'no type'} and was stored with the type "
+        f"{calls[0].get('type', '(none)')!r}: a provider refuses a call whose type is "
+        "not 'function' with every later request; each stored call has the type "
+        "'function', whatever the server sent")
+    assert message.get("content") == "", (
+        "the reply came with content null beside its call, and was stored with the "
+        f"content {message.get('content')!r}: a stored reply's content is text, '' "
+        "where the server sent none (Ollama and LM Studio refuse null even beside "
+        "tool calls)")
 
 
 @pytest.mark.task("00.3")
