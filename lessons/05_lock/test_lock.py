@@ -1264,6 +1264,81 @@ def test_a_ctrl_c_the_moment_the_lock_is_taken_lets_go_of_it(lesson, sessions,
 
 
 @pytest.mark.task("05.1")
+def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, sessions,
+                                                                    monkeypatch):
+    """Ctrl-C arrives after flock granted the lock, at any step before the writer is
+    ready: Python runs a signal's handler as a call returns or a function starts, so
+    the KeyboardInterrupt is raised there, at each such moment in turn (one a run). It
+    reaches the caller, and the lock goes with it, no descriptor of it left open."""
+    real_flock = lesson.fcntl.flock
+    folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
+    moments = {"armed": False, "left": 0, "at": None}
+
+    def flock(fd, operation):
+        real_flock(fd, operation)
+        if operation & lesson.fcntl.LOCK_EX:
+            moments["armed"] = True
+
+    def interrupt(frame, event, arg):
+        if not moments["armed"]:
+            return
+        if event == "return" and frame.f_code.co_name == "_lock":
+            moments["armed"] = False    # the writer is ready: the window is closed
+        elif event in ("call", "c_return"):
+            moments["left"] -= 1
+            if moments["left"] == 0:
+                moments["armed"] = False
+                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
+                where = frame if event == "c_return" else frame.f_back
+                while where and not where.f_code.co_filename.startswith(folder):
+                    where = where.f_back
+                moments["at"] = (f"as {called}() "
+                                 + ("returned" if event == "c_return" else "began")
+                                 + (f" (line {where.f_lineno} of "
+                                    f"{Path(where.f_code.co_filename).name})"
+                                    if where else ""))
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    for moment in range(1, 400):
+        session = f"quest-{moment}"
+        moments.update(armed=False, left=moment, at=None)
+        before = open_descriptors()
+        reached = False
+        sys.setprofile(interrupt)
+        try:
+            with lesson.SessionLog(sessions, session) as log:
+                log.append(FIRST)
+        except KeyboardInterrupt:
+            reached = True
+        finally:
+            sys.setprofile(None)
+        if moments["at"] is None:
+            break       # every moment of the window has been tried
+        assert reached, (
+            f"a Ctrl-C came {moments['at']}, after flock granted the lock, and "
+            "the KeyboardInterrupt never reached the caller: a Ctrl-C must stop the "
+            "program")
+        leaked = open_descriptors() - before
+        try:
+            with lesson.SessionLog(sessions, session) as log:
+                log.append(FIRST)
+        except lesson.SessionBusy as error:
+            pytest.fail(f"a Ctrl-C came {moments['at']}, after flock granted the "
+                        "lock and before the writer kept its descriptor, and the lock "
+                        "stayed held: the same process was then refused "
+                        f"({error}). Every step between the lock granted and the "
+                        "descriptor kept must let go of it on any exception, a "
+                        "KeyboardInterrupt too", pytrace=False)
+        assert leaked == 0, (
+            f"a Ctrl-C came {moments['at']}, after flock granted the lock, and left "
+            f"{leaked} descriptor(s) open: every step between the lock granted and the "
+            "descriptor kept must close it on any exception, a KeyboardInterrupt too")
+    else:
+        pytest.fail("a take of the lock made more than 400 calls", pytrace=False)
+
+
+@pytest.mark.task("05.1")
 def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions):
     """The disk is full when the new holder writes its name into the lock file: the
     OSError reaches the caller, and the lock goes with it (a real file size limit), so

@@ -71,6 +71,22 @@ class SessionLock:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Granted; but the holder may have removed this file as it let go, and
+                # a third writer may hold a new one under the name: then it is not the
+                # lock.
+                try:
+                    ours = os.path.samestat(os.stat(self.lock_path), os.fstat(fd))
+                except FileNotFoundError:
+                    ours = False
+                # A lock file with other names (a hard link to another session's log,
+                # planted like a symbolic link) or that is no regular file must not be
+                # truncated below.
+                found = os.fstat(fd)
+                if ours and (found.st_nlink != 1 or not stat.S_ISREG(found.st_mode)):
+                    raise OSError(errno.EPERM, "the lock file is not a plain file "
+                                  f"of its own (it has {found.st_nlink} names, or is "
+                                  "not a regular file); refusing to write into it",
+                                  str(self.lock_path))
             except BlockingIOError:
                 os.close(fd)
                 if deadline is not None and time.monotonic() >= deadline:
@@ -78,26 +94,15 @@ class SessionLock:
                 time.sleep(LOCK_POLL_SECONDS)
                 continue
             except BaseException:
-                os.close(fd)    # a Ctrl-C as the lock came: the lock goes with it
+                # A planted file, or a Ctrl-C at any step since the lock came: the lock
+                # goes with it. (Python raises a Ctrl-C as a call returns or a function
+                # starts, and the steps from this try to self._lock_fd call nothing.)
+                os.close(fd)
                 raise
-            # Granted; but the holder may have removed this file as it let go, and a
-            # third writer may hold a new one under the name: then it is not the lock.
-            try:
-                ours = os.path.samestat(os.stat(self.lock_path), os.fstat(fd))
-            except FileNotFoundError:
-                ours = False
             if ours:
                 break
             # We locked a file that was removed as its holder let go: retry
             os.close(fd)
-        # A lock file with other names (a hard link to another session's log, planted
-        # like a symbolic link) or that is no regular file must not be truncated below.
-        found = os.fstat(fd)
-        if found.st_nlink != 1 or not stat.S_ISREG(found.st_mode):
-            os.close(fd)
-            raise OSError(errno.EPERM, "the lock file is not a plain file of its own "
-                          f"(it has {found.st_nlink} names, or is not a regular file); "
-                          "refusing to write into it", str(self.lock_path))
         self._lock_fd = fd
         # A file found there keeps its mode whatever mode the open asked for
         if found.st_mode & 0o077:
