@@ -680,10 +680,17 @@ def test_expire_skips_a_session_a_writer_holds_however_old(lesson, sessions):
     """A session whose writer is still there is never deleted under it: expire() skips
     it and says so; the next expire() deletes it once the writer let go."""
     play(lesson, sessions, TURN_A)
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    age(sessions / "quest-2.jsonl", 31)
     with lesson.SessionLog(sessions, "quest-1") as writer:
         writer.open_for_append()    # holds the lock, appends nothing: the log stays old
         age(sessions / "quest-1.jsonl", 31)
         deleted, busy = lesson.expire(sessions)
+        assert "quest-2" in deleted, (
+            "quest-1 is busy (a writer holds it), and quest-2, idle as long and held "
+            "by nobody, comes after it: expire() should report quest-1 busy and go on "
+            f"to delete quest-2; it returned deleted={deleted}, busy={busy}")
+        deleted.remove("quest-2")
         assert (deleted, busy) != ([], []), (
             "expire() took quest-1 for a session in use: it neither deleted it nor "
             "reported it busy. Its log was last appended to 31 days ago (the test set "
@@ -928,15 +935,18 @@ def test_expire_removes_a_leftovers_blobs_as_a_delete_does(
 
 
 @pytest.mark.task("09.2")
+@pytest.mark.parametrize("anew", ["a-writer", "a-fork"])
 def test_expire_keeps_a_session_started_anew_on_a_leftovers_id_while_it_runs(
-    lesson, sessions, before_the_lock
+    lesson, sessions, before_the_lock, anew
 ):
     """An old meta file without its log is a leftover; but a writer may start a session
     under that id while expire() runs, after expire saw no log and before the id is its
     own. Under the lock, what expire saw is no longer so: the new session, its log and
-    the message its writer was told is written, stay.
+    the message its writer was told is written, stay. So does a meta file a fork wrote
+    anew meanwhile (it is young: the fork may be publishing its log right now).
 
-    The writer appends just before a session's lock is first taken."""
+    The writer appends (or the fork writes its meta file) just before a session's lock
+    is first taken."""
     meta = sessions / "quest-1.meta.json"
     meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
     age(meta, 40)
@@ -945,6 +955,21 @@ def test_expire_keeps_a_session_started_anew_on_a_leftovers_id_while_it_runs(
         with lesson.SessionLog(sessions, "quest-1") as writer:
             writer.append({"role": "user", "content": "A new day, a new quest."})
 
+    def a_fork_writes_its_meta_file_anew():
+        meta.write_text(json.dumps({"format": 1, "id": "quest-1", "parent": "quest"}))
+
+    if anew == "a-fork":
+        before_the_lock(a_fork_writes_its_meta_file_anew)
+        found = lesson.expire(sessions)
+        assert meta.exists() and found == ([], []), (
+            "expire() saw an old meta file without its log; before the id was its own, "
+            "a fork wrote that meta file anew (a fork writes its meta file first, then "
+            "its log), and expire "
+            + ("deleted it" if not meta.exists() else f"returned {found}")
+            + ": under the session's lock, look again. A meta file changed at or "
+            "after the cutoff may be a fork being made right now: it stays, neither "
+            "deleted nor busy")
+        return
     before_the_lock(a_writer_starts_anew)
     found = lesson.expire(sessions)
     assert (sessions / "quest-1.jsonl").exists(), (
@@ -2227,6 +2252,33 @@ def test_the_agent_takes_the_words_out_of_the_messages_before_the_erased_one(les
 
 
 @pytest.mark.task("09.3")
+def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
+    lesson, sessions
+):
+    """A message whose content is a list of parts holds several texts, and a reply may
+    repeat any of them: after the erase, the next request holds none of them, and the
+    agent's memory keeps what the log keeps."""
+    parts = [{"type": "text", "text": "About my sister, for the letter:"},
+             {"type": "text", "text": SECRET}]
+    agent, model, log = open_agent(lesson, sessions,
+                                   [say(f"Noted: {SECRET}."), say("Yes.")])
+    with log:
+        agent.record({"role": "user", "content": parts})
+        agent.run("Please write to her.")
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "the erased message held two texts (its content was a list of two parts), "
+        "and the model's reply repeated the second; after the erase the next request "
+        f"still sent it: {sent[:300]}. Every text of the message is looked for, not "
+        "only the first")
+    assert agent.messages == resume(lesson, sessions), (
+        "after the erase of a message of two parts, the agent's memory and its log "
+        "hold different messages")
+
+
+@pytest.mark.task("09.3")
 def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
     """A text shorter than QUOTE_MIN_CHARS cannot be told from other words: the log's
     erase does not look for it elsewhere, and neither does the agent's memory. The
@@ -2740,6 +2792,59 @@ def test_two_collections_setting_the_same_blob_aside_at_once_raise_nothing(
     assert sorted(p.name[:14] for p in blobs.iterdir()) == [], (
         "both files were old and nobody's, and each collection removed one: blobs/ "
         f"should be empty, it holds {sorted(p.name[:14] for p in blobs.iterdir())}")
+
+
+@pytest.mark.task("09.5")
+@pytest.mark.parametrize("referred", [True, False], ids=["a-log-refers", "nobody"])
+def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
+    lesson, sessions, monkeypatch, referred
+):
+    """A crashed collection left a blob set aside. Two collections run at once: the
+    second has the leftover open and is about to lock it when the first clears it
+    whole (the blob back under its name, the leftover gone). The second then holds a
+    file no name reaches any more: it goes on, raises nothing, and the blob is judged
+    as usual: back under its name when a log refers to it, removed when none does."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    if not referred:
+        (sessions / "quest-1.jsonl").unlink()
+    blobs = sessions / "blobs"
+    aside = blobs / f".{blob}.collected"
+    os.rename(blobs / blob, aside)
+    age(aside, 2)
+    real = fcntl.flock
+    met = []
+
+    def flock(fd, operation):
+        if not met and operation & fcntl.LOCK_EX and os.path.realpath(
+                f"/proc/self/fd/{fd}").endswith(aside.name):
+            met.append([])      # first, so that the first collection's own pass
+            met[0] = lesson.collect_blobs(sessions)     # the first collection, whole
+        return real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    try:
+        second = lesson.collect_blobs(sessions)
+    except OSError as error:
+        pytest.fail("a second collection had the set-aside blob open, about to lock it, "
+                    "when a first collection cleared it (the blob back under its name, "
+                    f"the leftover gone); the second then failed with {error!r} "
+                    "instead of going on: a leftover gone meanwhile is cleared already",
+                    pytrace=False)
+    finally:
+        monkeypatch.undo()
+    left = sorted(p.name[:14] for p in blobs.iterdir())
+    if referred:
+        assert blob_names(sessions) == [blob], (
+            "a log refers to the blob set aside: after two collections at once it "
+            f"should be back under its name, and nothing else left; blobs/ holds {left}")
+        assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+    else:
+        assert left == [] and sorted((met[0] if met else []) + second) == [blob], (
+            "nobody refers to the blob set aside, and it is old: between them, the two "
+            "collections should remove it and name it once; they returned "
+            f"{[n[:12] for n in (met[0] if met else [])]} and "
+            f"{[n[:12] for n in second]}, and blobs/ holds {left}")
 
 
 @pytest.mark.task("09.5")

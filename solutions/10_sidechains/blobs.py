@@ -306,6 +306,8 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
                 os.link(path, path.with_name(name))
             except FileExistsError:
                 pass        # stored again since: the same bytes
+            except FileNotFoundError:
+                pass        # another collection cleared it before this one held it
         path.unlink(missing_ok=True)
     finally:
         os.close(fd)
