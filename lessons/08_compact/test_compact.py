@@ -15,8 +15,9 @@ import openai
 import pytest
 
 from sessionlab.scripted import (
-    ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, InvalidRequest, is_retried_summary,
-    is_summary_request, long_reply, NO_ANSWER, ODD_REPLIES, ScriptedModel,
+    ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, Disconnect, Fail, InvalidRequest,
+    is_retried_summary, is_summary_request, long_reply, NO_ANSWER, ODD_REPLIES,
+    ScriptedModel,
     SimulatedCrash, call, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
 from sessionlab.testing import fail_in, raises, until_written
@@ -603,6 +604,17 @@ def test_a_second_compaction_summarises_the_previous_summary_and_what_followed(
     assert "summary #1" in asked, (
         "the second summary request should carry the first summary: it stands for "
         "everything before the first boundary")
+    for number, request in enumerate((first, second), start=1):
+        text = " ".join(m["content"] for m in request["messages"]
+                        if m["role"] == "user")
+        assert SYSTEM not in text and lesson.SUMMARY_INTRO.strip() not in text, (
+            f"summary request {number} sent the model the system prompt, or a summary "
+            "as the request shows it: neither stands before the boundary (the system "
+            "prompt is sent as it is, and the summary goes along once, as the previous "
+            f"summary). It sent {text[:160]!r}")
+    assert asked.count("summary #1") == 1, (
+        "the second summary request should carry the first summary once: it carried "
+        f"it {asked.count('summary #1')} times")
     assert "Day 1:" not in asked, (
         "the second summary request sent day 1 again, which the first summary already "
         "stands for: the model was sent those messages twice, and every summary "
@@ -1822,6 +1834,70 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         agent.run("Go on.")
     assert len(compactions_in(path)) == 1 and compactions_in(path)[0]["summary"] in \
         text_of(model.requests[-1]["messages"][1].get("content")), (
+        "resumed with a model that summarises, the session should compact and go on")
+
+
+# A summary request that fails: the server answers with an error, or the connection drops
+FAILED_REQUESTS = {"server_error": Fail(500, "The summary server is overloaded."),
+                   "dropped": Disconnect()}
+
+
+@pytest.mark.task("08.4")
+@pytest.mark.task("08.3")
+@pytest.mark.parametrize("failure", list(FAILED_REQUESTS))
+def test_a_summary_request_that_fails_reaches_the_caller_as_it_is(lesson, sessions,
+                                                                  failure):
+    """The summary request itself fails (a server's error, a dropped connection): the
+    model sent nothing to judge. summarise() lets that error reach its caller, as a
+    turn's own request does, without asking again, and no BadSummary tells the user
+    that the model answered; the turn ends with it, nothing is recorded, and the
+    session resumes."""
+    # summarise() alone (task 08.4)
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+        FAILED_REQUESTS[failure], then=numbered_summaries()))
+    agent.messages = conversation(6)
+    with log:
+        try:
+            got = agent.summarise(agent.messages[:4], 4)
+        except openai.APIError:
+            got = None
+        except Exception as error:
+            fail_in("08.4", f"the summary request failed ({failure}): the server sent "
+                    "no reply, yet summarise() raised "
+                    f"{type(error).__name__}: {error} (a BadSummary tells the user "
+                    "what the model sent). The request's own error should reach the "
+                    "caller as it is, as a turn's request's does")
+    if got is not None or len(model.summary_requests) != 1:
+        fail_in("08.4", f"the summary request failed ({failure}): summarise() should "
+                "let that error reach its caller, having asked once; it asked "
+                f"{len(model.summary_requests)} time(s) and returned {got!r}, as if "
+                "the failure were a reply to refuse")
+    # The agent's compaction (task 08.3): the turn ends with that error
+    agent, model, log = open_agent(lesson, sessions, summarise=summaries(
+        FAILED_REQUESTS[failure], then=numbered_summaries()))
+    path = sessions / "quest-1.jsonl"
+    with log:
+        try:
+            play_until_compacted(lesson, agent, model)
+        except openai.APIError:
+            pass
+        except Exception as error:
+            fail_in("08.3", f"the summary request failed ({failure}) in a compaction "
+                    f"a turn needed; the turn ended with {type(error).__name__}: "
+                    f"{error}. The request's own error should end it as it is: the "
+                    "turn did fit, once summarised, and the model answered nothing")
+        else:
+            fail_in("08.3", f"the summary request failed ({failure}) in a compaction "
+                    "a turn needed, and the turn went on as if nothing had failed")
+        everything = list(agent.messages)
+    assert not compactions_in(path) and messages_in(path) == everything, (
+        f"a summary request that failed ({failure}) gave no summary: the log should "
+        "record no compaction and keep every message; it records "
+        f"{len(compactions_in(path))} compaction(s)")
+    agent, model, log = open_agent(lesson, sessions, [say("We go on.")])
+    with log:
+        agent.run("Go on.")
+    assert len(compactions_in(path)) == 1, (
         "resumed with a model that summarises, the session should compact and go on")
 
 
