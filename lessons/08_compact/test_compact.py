@@ -1837,7 +1837,7 @@ def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         "resumed with a model that summarises, the session should compact and go on")
 
 
-# A summary request that fails: the server answers with an error, or the connection drops
+# A summary request that fails: an error from the server, or a dropped connection
 FAILED_REQUESTS = {"server_error": Fail(500, "The summary server is overloaded."),
                    "dropped": Disconnect()}
 

@@ -1236,17 +1236,23 @@ def a_full_disk_in_the_side_chains(monkeypatch):
 @pytest.mark.parametrize("where, failure", [
     ("side-chain", "server error"), ("memory", "server error"),
     ("side-chain", "dropped connection"), ("memory", "dropped connection"),
-    ("side-chain", "full disk")])
+    ("side-chain", "full disk"), ("side-chain", "server error after a tool ran"),
+    ("memory", "dropped connection after a tool ran")])
 def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         lesson, sessions, monkeypatch, where, failure):
     """The helper did not give up: its request met a server error (HTTP 500) or a
-    dropped connection, or its log a full disk. That is no answer the model can use,
-    and "the helper gave up" would be untrue: the run ends with the error, as a crash
-    does, no result answers the call (lesson 04's repair will), and the side-chain is
-    free again."""
-    helper_step = {"server error": Fail(500), "dropped connection": Disconnect(),
-                   "full disk": say(HELPER_ANSWER)}[failure]
-    script = [use(call("ask_helper", question=QUESTION)), helper_step,
+    dropped connection, at once or after it had said a few words and a tool had run,
+    or its log a full disk. That is no answer the model can use (its words on the way
+    are none), and "the helper gave up" would be untrue: the run ends with the error,
+    as a crash does, no result answers the call (lesson 04's repair will), and the
+    side-chain is free again."""
+    on_the_way = [use(call("talk_to", npc="elder"), content="Let me ask the elder.")]
+    helper_steps = {
+        "server error": [Fail(500)], "dropped connection": [Disconnect()],
+        "full disk": [say(HELPER_ANSWER)],
+        "server error after a tool ran": [*on_the_way, Fail(500)],
+        "dropped connection after a tool ran": [*on_the_way, Disconnect()]}[failure]
+    script = [use(call("ask_helper", question=QUESTION)), *helper_steps,
               say("The helper could not answer."), say(FINAL)]
     model = ScriptedModel(script)
     log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
