@@ -1511,11 +1511,14 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
 
 
 @pytest.mark.task("06.2")
-@pytest.mark.parametrize("edit", ["preview edited", "preview removed"])
+@pytest.mark.parametrize("edit", ["preview edited", "preview removed", "size removed",
+                                  "a key added"])
 def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
                                                                   edit):
     """The preview is for a person reading the log, and a person may edit it (to hide
-    a name in it, say): the hash alone says what the content is, and it still loads."""
+    a name in it, say); another program may drop the size or add a key of its own. The
+    key "$blob" makes an object a reference, and the hash alone says what the content
+    is: it still loads."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     path = sessions / "quest-1.jsonl"
@@ -1523,22 +1526,27 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
     reference = reference_in(line)
     if edit == "preview edited":
         reference["preview"] = "[removed by the operator]"
-    else:
+    elif edit == "preview removed":
         del reference["preview"]
+    elif edit == "size removed":
+        del reference["size"]
+    else:
+        reference["media_type"] = "text/plain"
     path.write_text(json.dumps(line) + "\n", encoding="utf-8")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             loaded = log.load()
         except (ValueError, KeyError, TypeError) as error:
-            pytest.fail(f"a reference whose preview was {edit.split()[1]} by hand was "
+            pytest.fail(f"a reference with {edit} by hand was "
                         f"refused ({type(error).__name__}: {error}): the blob is "
-                        "there, its bytes match its hash, and the preview is only for "
-                        "people", pytrace=False)
+                        "there, its bytes match its hash, and the hash alone says what "
+                        "the content is", pytrace=False)
     content = loaded[0].get("content") if loaded else None
     assert content == PASTE, (
-        f"with its preview {edit.split()[1]} by hand, the reference should still load "
-        f"the paste from its blob; the content came back as {str(content)[:120]!r}")
+        f"a reference with {edit} by hand is still a reference (it has the key "
+        f"\"$blob\"), and should still load the paste from its blob; the content came "
+        f"back as {str(content)[:120]!r}, which the model would be sent")
 
 
 @pytest.mark.task("06.2")
