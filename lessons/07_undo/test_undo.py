@@ -1396,7 +1396,8 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     # characters, and longer in the bytes of UTF-8 that append writes
     too_long = {
         "3000 letters a": {"role": "user", "content": "a" * 3000},
-        f"{limit - 40} accented letters": {"role": "user", "content": "é" * (limit - 40)},
+        f"{limit - 40} accented letters": {"role": "user",
+                                           "content": "é" * (limit - 40)},
     }
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
