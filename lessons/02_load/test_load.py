@@ -4,9 +4,11 @@ Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
 """
 
+import array
 import builtins
 import contextlib
 import errno
+import fcntl
 import gc
 import io
 import json
@@ -14,6 +16,8 @@ import os
 import resource
 import subprocess
 import sys
+import termios
+import threading
 from pathlib import Path
 
 import pytest
@@ -424,8 +428,8 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
     # in the file, in the middle of a character.
     messages = [{"role": "user", "content": "x" + "洞窟の地図" * 8_000 + f" part {n}"}
                 for n in range(3)]
-    # One pasted text of 4.5 MiB: larger than a read of 1 MB, 1 MiB or 4 MiB.
-    messages.insert(2, {"role": "user", "content": "The map: " + "ab" * (9 << 19)})
+    # One pasted text of 17 MiB: larger than a read of 1 MB, 1, 4 or 16 MiB.
+    messages.insert(2, {"role": "user", "content": "The map: " + "ab" * (17 << 19)})
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
             log.append(message)
@@ -433,7 +437,7 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = load(log, f"append wrote 4 messages, three of CJK text and one of "
-                      f"4.5 MiB, {size // 1024} KiB in all, which should load back "
+                      f"17 MiB, {size // 1024} KiB in all, which should load back "
                       "whole")
 
     lengths = [len(m.get("content") or "") for m in loaded if isinstance(m, dict)]
@@ -448,6 +452,85 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
         f"expected {expected}, or different text). All but one of the characters of "
         "the CJK messages are 3 bytes long in UTF-8, and some came back lost or "
         "replaced")
+
+
+def bytes_waiting(fd):
+    """How many bytes the pipe open as `fd` holds, not read yet."""
+    waiting = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, waiting)
+    return waiting[0]
+
+
+@pytest.mark.task("02.1")
+def test_a_log_whose_reads_return_less_than_asked_loads_whole(lesson, sessions):
+    """A read may return fewer bytes than it asked for before the end of a file: a
+    pipe does, and so may a network or user-space file system, whose size, as stat
+    says it, may be 0. Only a read that returns nothing is the end. A log another
+    program writes into a named pipe at its name, a line at a time (each one given
+    only once the last is read), loads whole, however the load reads; or, if the load
+    will not read a pipe, it says so with an error, never with fewer messages."""
+    messages = [{"role": "user", "content": "Ask the elder about the cave."},
+                {"role": "assistant", "content": "洞窟の地図: north, then east."},
+                {"role": "user", "content": "Buy a torch."}]
+    data = b"".join(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n"
+                    for message in messages)
+    pieces = data.splitlines(keepends=True)
+    path = sessions / "quest-1.jsonl"
+    os.mkfifo(path, 0o600)
+    writer = [os.open(path, os.O_RDWR)]     # a pipe holds what is written, unread
+    os.write(writer[0], pieces[0])
+    done = threading.Event()
+
+    def feed():
+        for piece in [*pieces[1:], None]:
+            while bytes_waiting(writer[0]):     # until the load has read it all
+                if done.wait(0.001):
+                    return
+            if piece is None:
+                os.close(writer.pop())          # the end: the next read returns b""
+            else:
+                os.write(writer[0], piece)
+        while not done.wait(0.002):     # a second open of the pipe finds its end too
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            try:
+                loaded = log.load()
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - said below
+                loaded = error
+    finally:
+        done.set()
+        feeder.join()
+        for fd in writer:
+            os.close(fd)
+    refused = (isinstance(loaded, Exception)
+               and not isinstance(loaded, lesson.InvalidMessage))
+    if loaded == messages or refused:
+        return      # all of it, or an error that says it was not read: no history lost
+    sizes = ", ".join(str(len(piece)) for piece in pieces)
+    setting = (f"the log's {len(data)} bytes, 3 messages, came to the load's reads a "
+               f"line at a time, in pieces of {sizes} bytes: it is a named pipe "
+               "another program writes into, whose reads return what is there, and "
+               "whose size, as stat says it, is 0")
+    if isinstance(loaded, BaseException):
+        said = (f"load() raised {described(loaded)}, though every line of it is a "
+                "whole message")
+    else:
+        held = len(loaded) if isinstance(loaded, list) else loaded
+        said = f"load() returned {held!r} message(s), where it should return the 3"
+    pytest.fail(f"{setting}; {said}. A read that returns fewer bytes than it asked for "
+                "is not the end of the file, nor is the size stat gives: only a read "
+                "that returns nothing is, as on a network or user-space file system "
+                "(a load that will not read such a file raises an error that says "
+                "so, rather than return part of a history)", pytrace=False)
 
 
 @pytest.mark.task("02.1")

@@ -348,8 +348,11 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
      M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
     ("whose bytes are no UTF-8 (an e-acute in Latin-1)", 2,
      M1 + b"\n" + b'{"role": "user", "content": "caf\xe9"}' + b"\n" + M2 + b"\n"),
+    ("that holds NaN, which Python's json reads and JSON does not allow", 2,
+     M1 + b"\n" + b'{"role": "user", "content": "x", "score": NaN}' + b"\n" + M2
+     + b"\n"),
 ])
-@pytest.mark.parametrize("upto", [None, 1])
+@pytest.mark.parametrize("upto", [None, 0, 1])
 def test_a_fork_of_a_damaged_source_is_refused(
         lesson, sessions, monkeypatch, where, line, source, upto):
     """A line of the source that its writer finished (it ends in its newline) is no
@@ -671,6 +674,12 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
         fail_in("03.1", "a fork of 'no-such-quest', which has no log, was refused with "
                 "SessionNotFound, as it should be, but its text does not name the "
                 f"session it could not find, 'no-such-quest': {refused.value}")
+
+    with raises(lesson.SessionNotFound,
+                "a fork of the first 0 messages of 'no-such-quest', which has no log, "
+                "was allowed: a fork of nothing is a mistake to report, whatever "
+                "number of messages it asks for, 0 too"):
+        lesson.fork(sessions, "no-such-quest", "what-if", upto=0)
 
     nowhere = sessions / "nowhere"
     with raises(lesson.SessionNotFound,
