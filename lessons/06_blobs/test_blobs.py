@@ -902,7 +902,8 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     lesson, sessions, monkeypatch
 ):
     """In durable mode the blob's bytes and the blobs/ folder are fsynced before
-    store_blob returns, so before append writes the line that points to the blob."""
+    store_blob returns, so before append writes the line that points to the blob: the
+    bytes before they get the blob's name, the folder once it holds that name."""
     events = []
     data = PASTE.encode("utf-8")
     blob = sessions / "blobs" / sha256(data)
@@ -925,6 +926,11 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
     assert any(ino == folder and named for _, ino, named in events), (
         "blobs/ was synced only while the blob had no name in it yet: a folder's sync "
         "saves the names it holds at that moment, so the blob's name was never saved")
+    assert any(ino == blob.stat().st_ino and not named for _, ino, named in events), (
+        "in durable mode the blob's bytes were synced only once they stood under its "
+        "name: a power cut between the rename and that sync can leave part of the "
+        "blob under its name, and a store is all or nothing; sync the bytes before "
+        "the rename that names them")
 
 
 DAMAGES = {
