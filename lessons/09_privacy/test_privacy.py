@@ -839,11 +839,13 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
     """A meta file whose log is gone (a fork or a delete stopped half-way) holds a
     person's words too: once it was last changed before the cutoff, expire() removes
     it and names its id; a young one stays."""
-    for session_id in ("left-old", "left-young"):
+    # Made in an order that is not the names' (a folder lists names in its own order)
+    for session_id in ("left-b", "left-old", "left-young", "left-a"):
         meta = sessions / f"{session_id}.meta.json"
         meta.write_text(json.dumps({"format": 1, "id": session_id,
                                     "parent": "Ilse's diary", "forked_at": 1}))
-    age(sessions / "left-old.meta.json", 40)
+    for session_id in ("left-b", "left-old", "left-a"):
+        age(sessions / f"{session_id}.meta.json", 40)
     elsewhere = sessions.parent / "elsewhere.meta.json"
     elsewhere.write_text("{}")
     age(elsewhere, 99)
@@ -852,10 +854,11 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
     play(lesson, sessions, TURN_A, session_id="old")
     age(sessions / "old.jsonl", 40)
     deleted, busy = lesson.expire(sessions)
-    assert (deleted, busy) == (["old", "left-old"], []), (
-        "expire() should delete the old session, then remove the old meta file that "
-        "lost its log, and say so, the sessions' ids first and the leftovers' after "
-        f"(deleted=['old', 'left-old']); it returned deleted={deleted}, busy={busy}")
+    assert (deleted, busy) == (["old", "left-a", "left-b", "left-old"], []), (
+        "expire() should delete the old session, then remove the old meta files that "
+        "lost their log, and say so, the sessions' ids first and the leftovers' after, "
+        "each in name order (deleted=['old', 'left-a', 'left-b', 'left-old']); it "
+        f"returned deleted={deleted}, busy={busy}")
     assert sorted(p.name for p in sessions.iterdir()) == [
         "left-link.meta.json", "left-young.meta.json"], (
         "the old meta file without its log should be gone, the young one kept, and "
@@ -1566,6 +1569,12 @@ def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
         assert agent.compact(), "the agent should compact the first turn by hand"
         agent.erase(0)
         agent.run("Shall we go on?")
+    contents = [m.get("content") for m in model.requests[-1]["messages"]]
+    assert "Noted." not in contents and "Thank the elder." in contents, (
+        "the first turn was compacted before the erase: the request after it should "
+        "still send the summary in its place and the turns after it, as before the "
+        f"erase (the erase changes the summary's words, not what it stands for); it "
+        f"sent {contents}")
     sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
     assert "Ilse" not in sent, (
         "the request after the erase still sent the erased words, in the compaction "
