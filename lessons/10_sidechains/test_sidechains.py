@@ -1141,6 +1141,38 @@ def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
 
 
 @pytest.mark.task("10.3")
+def test_two_helper_calls_in_one_reply_get_a_helper_each(lesson, sessions):
+    """The model asks two helpers in one reply (two ask_helper calls, as models call
+    tools in parallel): each call gets a helper of its own, with its own question, in
+    a side-chain named after that call, and its own answer as that call's result."""
+    questions = ["Ask the elder about the cave.", "Ask the guard about the gate."]
+    answers = ["The elder says: bring a rope.", "The guard says: it opens at dawn."]
+    script = [use(*(call("ask_helper", question=q) for q in questions)),
+              *(say(a) for a in answers), say(FINAL)]
+    messages, model = play(lesson, sessions, ("Ask two helpers.", script),
+                           expected="two ask_helper calls in one reply: two helpers, "
+                           "then the parent's answer")
+    ids = [c["id"] for c in messages[1].get("tool_calls") or []]
+    results = {m.get("tool_call_id"): m.get("content") for m in messages
+               if m.get("role") == "tool"}
+    assert len(ids) == 2 and results == dict(zip(ids, answers)), (
+        f"the reply called ask_helper twice ({ids}): each call's result should be "
+        f"its own helper's answer, {dict(zip(ids, answers))}; the results were "
+        f"{results}")
+    pointers = [(p.get("call"), p.get("sidechain"))
+                for p in pointers_in(sessions / "quest-1.jsonl")]
+    assert pointers == [(i, i) for i in ids], (
+        "each call should have its pointer, naming that call and the side-chain named "
+        f"after it, in the order of the calls: {[(i, i) for i in ids]}; the pointers "
+        f"are {pointers}")
+    for call_id, question in zip(ids, questions):
+        first = lines_of(sessions / "quest-1.sidechains" / f"{call_id}.jsonl")[:1]
+        assert first == [{"role": "user", "content": question}], (
+            f"the side-chain of {call_id} should begin with that call's question, "
+            f"{question!r}; it begins with {first}")
+
+
+@pytest.mark.task("10.3")
 def test_a_helpers_thinking_is_left_out_of_its_answer(lesson, sessions):
     """A helper that thinks before it answers hands its parent the answer alone: the
     parent's model never reads the helper's thinking."""
