@@ -264,6 +264,51 @@ def test_a_newline_inside_content_stays_one_line(lesson, sessions):
         f"vertical tab); it gives {first!r}")
 
 
+def write_syscalls():
+    """The write() calls this thread has made, as Linux counts them; None elsewhere."""
+    try:
+        with open("/proc/thread-self/io", encoding="ascii") as counters:
+            for line in counters:
+                if line.startswith("syscw:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+@pytest.mark.task("01.2")
+def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch):
+    """One append is one write() system call of the whole line, the newline included."""
+    messages = [{"role": "user", "content": "Map the cave."},
+                {"role": "tool", "tool_call_id": "call_1_0",
+                 "content": "a long map of the cave " * 12_000}]
+    counts = []
+    if write_syscalls() is None:
+        # No kernel counter here (not Linux): count os.write calls instead, the one
+        # place this test replaces an OS function.
+        real_write = os.write
+        calls = []
+        def write(fd, data):
+            calls.append(fd)
+            return real_write(fd, data)
+        monkeypatch.setattr(lesson.os, "write", write)
+        counter = lambda: len(calls)    # noqa: E731
+    else:
+        counter = write_syscalls
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            before = counter()
+            log.append(message)
+            counts.append(counter() - before)
+
+    assert counts == [1, 1], (
+        "each append should write its whole line (JSON and newline) with one write() "
+        f"call; appending a short and a {len(messages[1]['content']) // 1024} KiB "
+        f"message made {counts} write calls. Between two writes another process's "
+        "line, or a crash, can land in the middle of yours (a print() inside append "
+        "counts as a write too)")
+
+
 @pytest.mark.key
 @pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
@@ -431,12 +476,22 @@ def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
 
 
 @pytest.mark.task("01.1")
-@pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7"],
+@pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7",
+                                     "console", "aux-1", "COM10", "LPT10"],
                          ids=lambda v: v if len(v) < 20 else f"{len(v)} characters")
 def test_plain_session_ids_are_accepted(lesson, good_id):
     """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
-    the check refuses paths, not names."""
-    returned = lesson.check_session_id(good_id)
+    the check refuses paths, not names, and a name that only begins like one Windows
+    keeps for a device (console, aux-1, COM10) is a name like any other."""
+    try:
+        returned = lesson.check_session_id(good_id)
+    except lesson.InvalidSessionId as error:
+        refusal = str(error)
+    else:
+        refusal = None
+    if refusal is not None:
+        pytest.fail(f"check_session_id({good_id!r}) refused a plain name, one people "
+                    f"use, saying: {refusal}", pytrace=False)
     assert returned == good_id, (
         f"check_session_id({good_id!r}) should return the id unchanged; it returned "
         f"{returned!r}, and a caller would name the session's file after that")
@@ -623,51 +678,6 @@ def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
     assert contents == ["first", "again"], (
         "the refused line should have left no trace and the retry be written once: "
         f"the log holds {contents}")
-
-
-def write_syscalls():
-    """The write() calls this thread has made, as Linux counts them; None elsewhere."""
-    try:
-        with open("/proc/thread-self/io", encoding="ascii") as counters:
-            for line in counters:
-                if line.startswith("syscw:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-@pytest.mark.task("01.2")
-def test_each_line_is_written_with_one_write_call(lesson, sessions, monkeypatch):
-    """One append is one write() system call of the whole line, the newline included."""
-    messages = [{"role": "user", "content": "Map the cave."},
-                {"role": "tool", "tool_call_id": "call_1_0",
-                 "content": "a long map of the cave " * 12_000}]
-    counts = []
-    if write_syscalls() is None:
-        # No kernel counter here (not Linux): count os.write calls instead, the one
-        # place this test replaces an OS function.
-        real_write = os.write
-        calls = []
-        def write(fd, data):
-            calls.append(fd)
-            return real_write(fd, data)
-        monkeypatch.setattr(lesson.os, "write", write)
-        counter = lambda: len(calls)    # noqa: E731
-    else:
-        counter = write_syscalls
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            before = counter()
-            log.append(message)
-            counts.append(counter() - before)
-
-    assert counts == [1, 1], (
-        "each append should write its whole line (JSON and newline) with one write() "
-        f"call; appending a short and a {len(messages[1]['content']) // 1024} KiB "
-        f"message made {counts} write calls. Between two writes another process's "
-        "line, or a crash, can land in the middle of yours (a print() inside append "
-        "counts as a write too)")
 
 
 @pytest.mark.task("01.5")
