@@ -1345,3 +1345,55 @@ def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day
                 "and the other writer's what-if.jsonl. A fork that raises leaves "
                 "neither of its files: a what-if.meta.json left there gives the other "
                 "writer's session a lineage it never had")
+
+
+@pytest.mark.task("03.2")
+def test_a_fork_never_replaces_a_log_created_just_before_its_own_is_named(
+        lesson, sessions, day_one, monkeypatch):
+    """Another writer creates session what-if's log at the last instant: after the
+    fork's checks, just before the fork's log gets its name (by a rename or a link).
+    A check made earlier is no promise: the fork refuses with SessionExists, the other
+    writer's log keeps its bytes, and no file of the fork is left beside it."""
+    before = snapshot(sessions)
+    other = b'{"role": "user", "content": "another writer was here first"}\n'
+    target = sessions / "what-if.jsonl"
+    created = []
+
+    def first_another_writer(real):
+        def step(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(dst)) == target.name and not created:
+                created.append(os.path.basename(os.fspath(src)))
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, other)
+                finally:
+                    os.close(fd)
+            return real(src, dst, *args, **kwargs)
+        return step
+    with monkeypatch.context() as patch:
+        for call_name in ("link", "rename", "replace"):
+            patch.setattr(os, call_name, first_another_writer(getattr(os, call_name)))
+        error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if not created:
+        return      # the log got its name by no rename or link: nothing to race
+    now = target.read_bytes() if target.exists() else None
+    if now != other:
+        fail_in("03.2", "another writer created session what-if's log just before the "
+                "fork's own log got its name, and the fork "
+                + ("took it away" if now is None else "replaced it")
+                + ": what the other writer wrote there is gone. The log never lands "
+                "over a name that exists, whatever was checked before: the step that "
+                "names it must be the one that refuses a name taken")
+    if not isinstance(error, FileExistsError):
+        fail_in("03.2", "another writer created session what-if's log just before the "
+                "fork's own log got its name; the fork should refuse with "
+                "SessionExists, and it "
+                + ("returned" if error is None
+                   else f"raised {type(error).__name__}: {error}"))
+    left = sorted(set(snapshot(sessions)) - set(before) - {target.name})
+    if left:
+        fail_in("03.2", "another writer created session what-if's log just before the "
+                "fork's own log got its name, and the fork was refused, as it should "
+                f"be, but left {left} beside it: a fork that raises leaves none of its "
+                "files, and a meta file there gives the other writer's session a "
+                "lineage it never had")
