@@ -31,7 +31,7 @@ class SessionErase:
     def index_of(self, position: int) -> int:
         """The index (as undo markers count) of the `position`-th message the log shows.
         """
-        # BEGIN 09.3
+        # BEGIN 09.4
         if self._fd is None:
             self._open()
         state = parse_log(read_all(self._fd, self.path), self.path)
@@ -40,7 +40,7 @@ class SessionErase:
             raise EraseError(f"{self.path} shows {len(shown)} message(s): there is no "
                              f"message {position}; nothing was erased")
         return shown[position][0]
-        # END 09.3
+        # END 09.4
 
     def erase(self, index: int) -> bool:
         """Erase message `index` from the log for good, and return True (False when it
@@ -59,7 +59,7 @@ class SessionErase:
             self._open()  # the writer first: its lock keeps every other writer out
         if self.in_doubt:
             self._write(b"")    # WriterStopped: an earlier rewrite did not finish
-        # BEGIN 09.4
+        # BEGIN 09.3
         data = read_all(self._fd, self.path)
         state = parse_log(data, self.path)
         positions = [p for p, entry in enumerate(state.entries) if MARKER not in entry]
@@ -100,7 +100,7 @@ class SessionErase:
         if unreached:
             raise EraseIncomplete(self.path, unreached)
         return True
-        # END 09.4
+        # END 09.3
 
     def quoted(self, message: Message, line: int) -> list[str]:
         """The texts of `message` that erase() looks for in every other line: its
@@ -187,7 +187,7 @@ class SessionErase:
         as they were, and no copy of the words beside it; a failure after stops the
         writer until the session is opened again.
         """
-        # BEGIN 09.4
+        # BEGIN 09.3
         before = os.fstat(self._fd)
         temp = _write_temp(self.path, data, durable=True)
         try:
@@ -223,7 +223,7 @@ class SessionErase:
             # refuses every write until the session is opened again (WriterStopped).
             self.in_doubt = True
             raise
-        # END 09.4
+        # END 09.3
         self.release_blobs()    # the scrubbed lines' new blobs are referred to now
         try:
             # Bookkeeping: what this process knew of the log (lesson 07's KNOWN_LOGS:
@@ -246,7 +246,7 @@ class AgentErase:
         for good: in memory and in the log. Returns its tombstone. Raises EraseError,
         changing nothing, for a position the conversation does not have.
         """
-        # BEGIN 09.3
+        # BEGIN 09.4
         if not 0 <= position < len(self.messages):
             raise EraseError(f"the conversation has {len(self.messages)} message(s): "
                              f"there is no message {position}; nothing was erased")
@@ -271,7 +271,7 @@ class AgentErase:
                 summary = redact(self.compaction.summary, texts, parts=True)
                 self.compaction = Compaction(summary, self.compaction.boundary)
         return self.messages[position]
-        # END 09.3
+        # END 09.4
 
 
 # --- lesson 09: sessions are personal data --------------------------------------------

@@ -31,12 +31,10 @@ class SessionErase:
     def index_of(self, position: int) -> int:
         """The index (as undo markers count) of the `position`-th message the log shows.
         """
-        # TODO(09.3): A tombstone keeps the erased message's place, and the agent
-        # forgets.
-        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
+        # TODO(09.4): The agent forgets what the user erases.
+        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
         raise NotImplementedError(
-            "task 09.3 is not written yet: A tombstone keeps the erased message's "
-            "place, and the agent forgets"
+            "task 09.4 is not written yet: The agent forgets what the user erases"
         )
 
     def erase(self, index: int) -> bool:
@@ -56,11 +54,12 @@ class SessionErase:
             self._open()  # the writer first: its lock keeps every other writer out
         if self.in_doubt:
             self._write(b"")    # WriterStopped: an earlier rewrite did not finish
-        # TODO(09.4): Erase a message: rewrite the log, all or nothing.
-        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
+        # TODO(09.3): Erase a message from the log: a tombstone in its place, all or
+        # nothing.
+        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
         raise NotImplementedError(
-            "task 09.4 is not written yet: Erase a message: rewrite the log, all or "
-            "nothing"
+            "task 09.3 is not written yet: Erase a message from the log: a tombstone "
+            "in its place, all or nothing"
         )
 
     def quoted(self, message: Message, line: int) -> list[str]:
@@ -97,11 +96,12 @@ class SessionErase:
         as they were, and no copy of the words beside it; a failure after stops the
         writer until the session is opened again.
         """
-        # TODO(09.4): Erase a message: rewrite the log, all or nothing.
-        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
+        # TODO(09.3): Erase a message from the log: a tombstone in its place, all or
+        # nothing.
+        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
         raise NotImplementedError(
-            "task 09.4 is not written yet: Erase a message: rewrite the log, all or "
-            "nothing"
+            "task 09.3 is not written yet: Erase a message from the log: a tombstone "
+            "in its place, all or nothing"
         )
         self.release_blobs()    # the scrubbed lines' new blobs are referred to now
         try:
@@ -125,12 +125,10 @@ class AgentErase:
         for good: in memory and in the log. Returns its tombstone. Raises EraseError,
         changing nothing, for a position the conversation does not have.
         """
-        # TODO(09.3): A tombstone keeps the erased message's place, and the agent
-        # forgets.
-        # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
+        # TODO(09.4): The agent forgets what the user erases.
+        # What it asks: `sessionlab task 09.4`. Hints: `sessionlab hint --task 09.4`.
         raise NotImplementedError(
-            "task 09.3 is not written yet: A tombstone keeps the erased message's "
-            "place, and the agent forgets"
+            "task 09.4 is not written yet: The agent forgets what the user erases"
         )
 
 
@@ -168,11 +166,12 @@ def tombstone(message: Message) -> Message:
     It says that the message was erased and holds nothing anyone said; the history
     around it stays one a provider takes. `message` is left as it was.
     """
-    # TODO(09.3): A tombstone keeps the erased message's place, and the agent forgets.
+    # TODO(09.3): Erase a message from the log: a tombstone in its place, all or
+    # nothing.
     # What it asks: `sessionlab task 09.3`. Hints: `sessionlab hint --task 09.3`.
     raise NotImplementedError(
-        "task 09.3 is not written yet: A tombstone keeps the erased message's place, "
-        "and the agent forgets"
+        "task 09.3 is not written yet: Erase a message from the log: a tombstone in "
+        "its place, all or nothing"
     )
 
 

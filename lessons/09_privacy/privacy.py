@@ -49,10 +49,13 @@ def is_temporary_of(name: str, of: str) -> bool:
     """Is `name` a temporary file made for the file named `of` (tempfile.mkstemp's
     `.<of>.<random>.tmp`, with no dot in the random part)? Exactly that: session "quest"
     never takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`)."""
-    prefix, suffix = f".{of}.", ".tmp"
-    middle = name[len(prefix):-len(suffix)]
-    return (name.startswith(prefix) and name.endswith(suffix) and bool(middle)
-            and "." not in middle and len(name) > len(prefix) + len(suffix))
+    # TODO(09.1): Delete a session under its lock.
+    # Your design: the whole function is yours to shape; the tests check only what it
+    # does.
+    # What it asks: `sessionlab task 09.1`. Hints: `sessionlab hint --task 09.1`.
+    raise NotImplementedError(
+        "task 09.1 is not written yet: Delete a session under its lock"
+    )
 
 
 def anything_of(folder: Path, session_id: str) -> bool:

@@ -356,7 +356,18 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     (sessions / ".quest-10.jsonl.zz.tmp").write_text("another session's")
     # The temporary copy of the log of session "quest-1.jsonl" (an id may hold dots)
     (sessions / ".quest-1.jsonl.jsonl.zz.tmp").write_text("another session's")
+    # Names no temporary copy of quest-1's files takes (a dot, the file's whole name,
+    # a dot, a random part without a dot, .tmp): someone else's files
+    others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp"]
+    for name in others:
+        (sessions / name).write_text("someone else's")
     lesson.delete_session(sessions, "quest-1")
+    removed = [name for name in others if not (sessions / name).exists()]
+    assert not removed, (
+        f"deleting quest-1 removed {removed}: no temporary copy of quest-1's log or "
+        "meta file is named so. A temporary copy of a file is a dot, that file's whole "
+        "name, a dot, a random part (no dot in it) and .tmp; any other name is not the "
+        "session's, and stays")
     assert files_holding(sessions, "Ilse") == [], (
         "a temporary copy of the log was left behind by a crash; deleting the session "
         "must remove it too. Still holding the words: "
@@ -1109,7 +1120,7 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
 
 
-# --- 09.3 and 09.4: erase -------------------------------------------------------------
+# --- 09.3: erase from the log ---------------------------------------------------------
 
 
 @pytest.mark.key
@@ -1329,7 +1340,7 @@ def test_every_tombstone_holds_its_role_and_erased_as_its_content(lesson):
 
 
 @pytest.mark.key
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
     """The writer goes on after an erase: what it appends next is in the log a new
     process reads, and the erase leaves no descriptor open."""
@@ -1337,7 +1348,7 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
     with log:
         agent.run(TURN_SECRET[0])
         before = open_descriptors()
-        agent.erase(0)
+        log.erase(0)        # the log's erase alone: the agent's is task 09.4
         assert open_descriptors() == before, (
             f"erase() left {open_descriptors() - before} more file descriptor(s) "
             "open than before it: a writer that erases often runs out of them")
@@ -1350,7 +1361,7 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
         "file the log's name reaches")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 @pytest.mark.parametrize("step", ["open", "fsync", "fsync-interrupted"])
 def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     lesson, sessions, monkeypatch, step
@@ -1473,7 +1484,7 @@ def erase_failing_before_its_rename(lesson, folder, monkeypatch, step, nth=1):
     return raised, opened, (before, after), (old, new), still_open, next_message
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 @pytest.mark.parametrize("step", ["open", "replace", "interrupt"])
 def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
     lesson, sessions, monkeypatch, step
@@ -1526,7 +1537,7 @@ def test_an_erase_that_fails_before_its_rename_leaves_no_copy_and_no_descriptor(
             break
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions):
     """A marker line that quotes the erased text (lesson 08's compaction summary is one)
     is rewritten too, the quote replaced by ERASED, its kind kept; a line that quotes
@@ -1587,7 +1598,7 @@ def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
         "the compaction marker in the log should have lost the quote too")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 @pytest.mark.task("09.5")
 def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
     lesson, sessions
@@ -1614,7 +1625,7 @@ def test_erase_scrubs_the_messages_that_quote_the_erased_one_blobs_included(
         "blob")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
     lesson, sessions
 ):
@@ -1642,7 +1653,7 @@ def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
         "whole content, read back from the blob, not the preview its line keeps")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sessions):
     """A short message ("yes") is erased in its own line only: looked for elsewhere it
     would also be found in "yesterday". Every other line keeps its bytes."""
@@ -1656,7 +1667,7 @@ def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sess
         "characters are looked for elsewhere")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
     """Lines another program wrote (a blank line, a line separator U+2028 inside a
     text, which JSON need not escape, a line ended with CR LF) are lines like any
@@ -1686,7 +1697,7 @@ def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
         "included")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypatch):
     """The log is erased, but another log that cannot be read (EIO) may refer to the
     erased message's blob, so the blob stays: erase raises EraseIncomplete naming the
@@ -1720,7 +1731,7 @@ def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypat
         "the log should be erased all the same")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_a_blob_stored_again_while_the_erase_runs_stays(
     lesson, sessions, monkeypatch
 ):
@@ -1748,7 +1759,7 @@ def test_a_blob_stored_again_while_the_erase_runs_stays(
         "removed it: that writer's next line would point to nothing")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_a_message_whose_blob_is_missing_can_still_be_erased(lesson, sessions):
     """A message whose blob is gone (or damaged) can still be erased: the person wants
     it gone, and its line still holds a preview of it."""
@@ -1767,7 +1778,7 @@ def test_a_message_whose_blob_is_missing_can_still_be_erased(lesson, sessions):
 
 
 @pytest.mark.key
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
     lesson, sessions
 ):
@@ -1810,7 +1821,7 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
     assert issubclass(lesson.EraseError, ValueError)
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_rewrites_the_log_its_writer_holds_not_what_the_name_reaches(
     lesson, sessions
 ):
@@ -1838,7 +1849,7 @@ def test_erase_rewrites_the_log_its_writer_holds_not_what_the_name_reaches(
         f"after the erase the words are still in {files_holding(sessions, 'Ilse')}")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_after_an_erase_a_write_taken_back_leaves_no_gap_in_the_log(
     lesson, sessions, monkeypatch
 ):
@@ -1879,7 +1890,7 @@ def test_after_an_erase_a_write_taken_back_leaves_no_gap_in_the_log(
         f"{contents}")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_is_done_under_the_lock(lesson, sessions):
     """Erasing a session another writer holds is refused (SessionBusy), changing
     nothing: a rewrite under a writer would lose what it appends."""
@@ -1894,7 +1905,7 @@ def test_erase_is_done_under_the_lock(lesson, sessions):
     assert (sessions / "quest-1.jsonl").read_bytes() == before
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     lesson, sessions, monkeypatch
 ):
@@ -1923,7 +1934,7 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     assert resume(lesson, sessions)[-1]["content"] == "Still here."
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 @pytest.mark.parametrize("when", ["at-its-first-use", "at-the-rename"])
 def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
     lesson, sessions, monkeypatch, when
@@ -2021,7 +2032,7 @@ def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
         f"{sorted(p.name for p in sessions.iterdir())}")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
     lesson, sessions, monkeypatch
 ):
@@ -2059,7 +2070,7 @@ def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
         "bring the old log back, words and all")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessions):
     """The rewritten log is 0600 like every file of a session, and keeps the old file's
     times: the time of its last append, so that an erase does not make an idle session
@@ -2097,7 +2108,7 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
             "keep the old file's access time too")
 
 
-@pytest.mark.task("09.4")
+@pytest.mark.task("09.3")
 @pytest.mark.task("09.5")
 def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
     lesson, sessions
@@ -2119,10 +2130,10 @@ def test_erase_keeps_a_blob_a_fork_still_refers_to_and_the_fork_keeps_its_words(
         "erased in the fork too, neither log nor blob may hold the words")
 
 
-# --- 09.3: the agent forgets (after 09.4's tests: they need the log's erase) ----------
+# --- 09.4: the agent forgets (it needs 09.3's erase from the log) ---------------------
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
     """The model's reply repeated the user's words: after the user's message is erased,
     the agent's next request holds them nowhere, and neither does the log. And the
@@ -2158,7 +2169,7 @@ def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
         f"{[m.get('content') for m in resumed]}")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
     lesson, sessions
 ):
@@ -2187,7 +2198,7 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
         "message 2 of the log should be the erased note's tombstone")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
     lesson, sessions, monkeypatch
 ):
@@ -2215,7 +2226,7 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
         "words (the message, or the reply that repeated it)")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_an_agent_without_a_session_forgets_too(lesson):
     """An agent that keeps no log erases from its memory alone, and refuses a position
     its conversation does not have."""
@@ -2242,7 +2253,7 @@ def test_an_agent_without_a_session_forgets_too(lesson):
         "repeated them: a text of 12 characters is long enough to be looked for)")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_the_agent_takes_the_words_out_of_the_messages_before_the_erased_one(lesson):
     """The model's reply repeated the user's words, and the user erases the reply: the
     user's own message before it holds the same words, and loses them too, in the
@@ -2260,7 +2271,7 @@ def test_the_agent_takes_the_words_out_of_the_messages_before_the_erased_one(les
         "as well as those after")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
     lesson, sessions
 ):
@@ -2287,7 +2298,7 @@ def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
         "hold different messages")
 
 
-@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
 def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
     """A text shorter than QUOTE_MIN_CHARS cannot be told from other words: the log's
     erase does not look for it elsewhere, and neither does the agent's memory. The
@@ -2835,9 +2846,9 @@ def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
     try:
         second = lesson.collect_blobs(sessions)
     except OSError as error:
-        pytest.fail("a second collection had the set-aside blob open, about to lock it, "
-                    "when a first collection cleared it (the blob back under its name, "
-                    f"the leftover gone); the second then failed with {error!r} "
+        pytest.fail("a second collection had the set-aside blob open, about to lock "
+                    "it, when a first collection cleared it (the blob back under its "
+                    f"name, the leftover gone); the second then failed with {error!r} "
                     "instead of going on: a leftover gone meanwhile is cleared already",
                     pytrace=False)
     finally:
@@ -2846,7 +2857,8 @@ def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
     if referred:
         assert blob_names(sessions) == [blob], (
             "a log refers to the blob set aside: after two collections at once it "
-            f"should be back under its name, and nothing else left; blobs/ holds {left}")
+            "should be back under its name, and nothing else left; blobs/ holds "
+            f"{left}")
         assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
     else:
         assert left == [] and sorted((met[0] if met else []) + second) == [blob], (

@@ -56,9 +56,9 @@ def is_temporary_of(name: str, of: str) -> bool:
     `.<of>.<random>.tmp`, with no dot in the random part)? Exactly that: session "quest"
     never takes one of session "quest.jsonl" (`.quest.jsonl.jsonl.<random>.tmp`)."""
     prefix, suffix = f".{of}.", ".tmp"
-    middle = name[len(prefix):-len(suffix)]
-    return (name.startswith(prefix) and name.endswith(suffix) and bool(middle)
-            and "." not in middle and len(name) > len(prefix) + len(suffix))
+    middle = name[len(prefix):len(name) - len(suffix)]
+    return (name.startswith(prefix) and name.endswith(suffix)
+            and len(name) > len(prefix) + len(suffix) and "." not in middle)
 
 
 def anything_of(folder: Path, session_id: str) -> bool:

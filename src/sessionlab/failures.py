@@ -533,7 +533,7 @@ def see_09(scene: Scene) -> None:
     with lesson.SessionLog(scene.sessions, "quest") as log:
         quest = agent(lesson, model, Town(gold=20), session=log)
         quest.run("Tell my sister that we found the cave.")
-        # The address is a message of its own: what 09.4's erase looks for in the other
+        # The address is a message of its own: what 09.3's erase looks for in the other
         # lines is the erased message's whole text, so the reply and the letter that
         # repeat it are scrubbed (a part of a sentence is not looked for in a message)
         quest.run(ADDRESS)
@@ -567,7 +567,7 @@ def see_09(scene: Scene) -> None:
             scene.show(message)
     scene.say('The undone turn is half back: "Buy a lantern." returns, without its call '
               "and its answer.")
-    scene.prevented_by("09.4")
+    scene.prevented_by("09.3")
 
 
 # --- 10: a helper agent's work ----------------------------------------------------------------
