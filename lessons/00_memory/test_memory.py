@@ -665,6 +665,34 @@ def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
 
 
 @pytest.mark.task("00.2")
+def test_ctrl_c_inside_a_tool_stops_the_turn(lesson, model, town):
+    """Ctrl-C while a tool runs stops run() too: the loop does not turn it into a
+    result and go on asking the model."""
+    def wait_for_dawn():
+        raise KeyboardInterrupt
+
+    model.add(use(call("wait_for_dawn")), say("Good morning."))
+    tools = FewTools(wait_for_dawn=wait_for_dawn)
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+    try:
+        answer = agent.run("Wait for dawn.")
+    except KeyboardInterrupt:
+        return
+    try:
+        alone = lesson.run_tool(tools, tool_call("wait_for_dawn", "{}"))
+    except KeyboardInterrupt:
+        alone = None
+    fail_in("00.2" if alone is None else "00.1",
+            "the user pressed Ctrl-C while a tool ran, and run() returned "
+            f"{answer!r} after {len(model.requests)} model calls: the user cannot stop "
+            "the agent. " + ("run_tool lets KeyboardInterrupt through; the loop (task "
+                             "00.2) must not catch it either" if alone is None else
+                             f"run_tool (task 00.1) returned {alone!r} instead of "
+                             "letting KeyboardInterrupt through"))
+
+
+@pytest.mark.task("00.2")
 def test_every_message_passes_through_record(lesson, model, town):
     """run() adds every message, tool results included, through record()."""
     model.add(use(call("talk_to", npc="elder"), call("buy", item="torch")),
