@@ -263,6 +263,64 @@ def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
     assert path.read_bytes() == data, "resuming a damaged log must leave it as it was"
 
 
+GOOD_LINE = b'{"role": "user", "content": "Remember the rope."}'
+AGENT_CASES = [  # (what the log holds, its bytes, the line refused or None: loads)
+    ("a first line that is JSON but no message (it has no role)",
+     b'{"content": "no role"}\n' + GOOD_LINE + b"\n", 1),
+    ("a line of spaces between two messages",
+     GOOD_LINE + b"\n   \n" + GOOD_LINE + b"\n", 2),
+    ("a carriage return alone on a line between two messages",
+     GOOD_LINE + b"\n\r\n" + GOOD_LINE + b"\n", 2),
+    ("two messages, then a last line torn by a writer killed mid-line",
+     GOOD_LINE + b"\n" + GOOD_LINE + b'\n{"role": "user", "con', 3),
+    ("a byte-order mark before its first message",
+     b"\xef\xbb\xbf" + GOOD_LINE + b"\n" + GOOD_LINE + b"\n", 1),
+    ("a second line whose bytes are not UTF-8",
+     GOOD_LINE + b'\n{"role": "user", "content": "caf\xe9"}\n', 2),
+    ("two messages, the second without its newline",
+     GOOD_LINE + b"\n" + GOOD_LINE, None),
+]
+
+
+@pytest.mark.task("02.1")
+def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses(
+        lesson, sessions, model, town):
+    """A new agent's history is what load reads, line for line, by the same rule: on
+    each log load refuses (a line that is no message, of spaces, torn, with a
+    byte-order mark, not UTF-8) making the agent raises the InvalidMessage load gives,
+    and a log load reads whole starts the agent from all of it. A resume that reads
+    the log by a rule of its own resumes logs load refuses, or refuses logs it reads."""
+    path = sessions / "quest-1.jsonl"
+    for what, data, refused in AGENT_CASES:
+        path.write_bytes(data)
+        setting = f"the session's log holds {what}: {data!r}"
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            try:
+                started = lesson.Agent(model.client(), model=model.model, tools=town,
+                                       session=log).messages
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - judged below
+                started = error
+        if refused is None:
+            expected = [json.loads(GOOD_LINE)] * 2
+            got = (f"raised {described(started)}" if isinstance(started, Exception)
+                   else f"started with {started!r}")
+            assert started == expected, (
+                f"{setting}; load() reads {expected!r} from it, and a new agent on the "
+                f"session {got}, where it should start from what load reads, all of it")
+        elif not isinstance(started, lesson.InvalidMessage):
+            got = (f"raised {described(started)}" if isinstance(started, BaseException)
+                   else f"started with {len(started)} message(s), {started!r}")
+            pytest.fail(f"{setting}; load() refuses it (InvalidMessage, line "
+                        f"{refused}), and a new agent on the session {got}, where "
+                        "making it should raise the InvalidMessage load gives: the "
+                        "agent resumes what load reads, by the same rule, and a log "
+                        "load refuses is no history to start from", pytrace=False)
+        assert path.read_bytes() == data, (
+            f"{setting}; making an agent on it changed the file: resuming only reads")
+
+
 @pytest.mark.task("02.1")
 def test_an_agent_without_a_session_starts_empty(lesson, model, town):
     """An agent given no session works in memory as in lesson 00 and starts empty."""
