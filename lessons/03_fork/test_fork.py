@@ -730,6 +730,25 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     assert not (sessions.parent / "escaped.jsonl").exists(), (
         "a fork onto '../escaped' was refused, yet escaped.jsonl was written outside "
         "the sessions folder")
+    # Ids no session may have though they hold no '/': every one is refused, either
+    # side, as check_session_id refuses it, and nothing is written.
+    (sessions / "quest 1.jsonl").write_bytes((sessions / "quest-1.jsonl").read_bytes())
+    before = snapshot(sessions)
+    for bad in ["", "quest 1", ".hidden", "-quest", "CON", "what\nif", "x" * 129]:
+        for source_id, new_id, side in [("quest-1", bad, "new"),
+                                        (bad, "what-if", "parent")]:
+            error = fork_or_fail(lesson, sessions, source_id, new_id)
+            if not isinstance(error, lesson.InvalidSessionId):
+                did = ("returned" if error is None
+                       else f"raised {type(error).__name__}: {error}")
+                pytest.fail(f"fork(sessions, {source_id!r}, {new_id!r}) should refuse "
+                            f"the {side} id {bad!r} with InvalidSessionId, as "
+                            "check_session_id refuses it (an id is a file name: no "
+                            "empty one, no space, no dot or dash first, no name Windows "
+                            f"keeps for a device, 128 characters at most); it {did}",
+                            pytrace=False)
+    expect_unchanged(sessions, before, "a fork refused for an id no session may have "
+                     "must leave every file as it was, and create none")
 
 
 @pytest.mark.task("03.1")
