@@ -358,7 +358,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     (sessions / ".quest-1.jsonl.jsonl.zz.tmp").write_text("another session's")
     # Names no temporary copy of quest-1's files takes (a dot, the file's whole name,
     # a dot, a random part without a dot, .tmp): someone else's files
-    others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp"]
+    others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp",
+              ".quest-1.jsonl..tmp", ".quest-1.jsonl..zz.tmp"]
     for name in others:
         (sessions / name).write_text("someone else's")
     lesson.delete_session(sessions, "quest-1")
