@@ -362,6 +362,9 @@ CONVERSATIONS = {
         [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}], []),
     "calls, then a user message": (
         [ASK, BUY_THREE, {"role": "user", "content": "Did we get them?"}], []),
+    "calls, one answered, then a plain answer": (
+        [ASK, BUY_THREE, result("call_z"),
+         {"role": "assistant", "content": "The shop is shut."}], []),
     "calls with a text beside them": (
         [ASK, {**BUY_THREE, "content": "Three purchases, then."}, result("call_a")],
         buy("call_z", "call_m")),
@@ -386,12 +389,18 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
 
     ids = [call.get("id") if isinstance(call, dict) else call for call in found]
     wanted = [call["id"] for call in expected]
-    if case == "calls, then a user message":
+    if case.startswith("calls,") and case.endswith("then a user message"):
         assert found == [], (
             "the calls are followed by a user message, so they are no longer at the "
             "end of the conversation: a result written now would come after that "
             "message, where no provider accepts it either. A conversation that ends in "
             f"a user message has no open call; unanswered_calls returned {ids}")
+    if case.endswith("then a plain answer"):
+        assert found == [], (
+            "the calls are followed by a plain answer of the assistant, so they are no "
+            "longer at the end of the conversation: a result written now would come "
+            "after that answer, where no provider accepts it. A conversation that ends "
+            f"in a plain answer has no open call; unanswered_calls returned {ids}")
     assert ids == wanted, (
         f"{case}: the open calls are {wanted or 'none'}, in the order the model made "
         f"them; unanswered_calls returned {ids}")
@@ -1055,6 +1064,10 @@ def test_calls_open_in_a_last_line_without_its_newline_are_answered_on_new_lines
         f"the two messages should stay as they were, each on its line: {entries[:2]}")
     answered = [e.get("tool_call_id") for e in entries[2:] if "$marker" not in e]
     assert answered == CALL_ORDER, f"each call answered once, in order: {answered}"
+    marker = entries[2]
+    assert (marker.get("cut_bytes"), marker.get("cut_preview")) == (0, ""), (
+        "the newline added after a whole last line cuts nothing: the marker should "
+        f"say cut_bytes 0 and an empty cut_preview; it says {marker}")
 
 
 @pytest.mark.task("04.4")
