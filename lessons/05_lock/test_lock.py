@@ -552,6 +552,75 @@ def a_pid_no_process_has():
 
 
 @pytest.mark.task("05.1")
+def test_a_waiting_writer_gets_the_session_soon_whenever_the_holder_lets_go(
+        lesson, sessions, monkeypatch):
+    """A holder in this process lets go 0.06, 0.12, 0.18 and 0.4 s after a writer in a
+    thread was first refused: each moment falls elsewhere between the writer's tries,
+    and it gets the session within a few LOCK_POLL_SECONDS of each let-go (a writer that
+    tries every 0.3 s comes 0.18 s late on average, one that doubles its sleep after
+    each try 0.35 s late after the longest hold; noise only adds to it)."""
+    real_flock = lesson.fcntl.flock
+    waiters, refused, granted = set(), threading.Event(), []
+
+    def flock(fd, operation):
+        try:
+            real_flock(fd, operation)
+        except BlockingIOError:
+            if threading.get_ident() in waiters:
+                refused.set()
+            raise
+        if operation & lesson.fcntl.LOCK_EX and threading.get_ident() in waiters:
+            granted.append(time.monotonic())     # the last grant is the one it kept
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    late = []
+    holds = (0.06, 0.12, 0.18, 0.4)
+    for number, hold in enumerate(holds):
+        session = f"quest-{number}"
+        holding = lesson.SessionLog(sessions, session)
+        holding.append(FIRST)
+        refused.clear()
+        granted.clear()
+        outcome = []
+
+        def write():
+            waiters.add(threading.get_ident())
+            try:
+                with lesson.SessionLog(sessions, session, timeout=HANG) as log:
+                    log.append({"role": "user", "content": "Worth the wait."})
+                outcome.append("appended")
+            except BaseException as error:   # noqa: B036 (reported below)
+                outcome.append(error)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            assert refused.wait(HANG), (
+                "a writer with a timeout, in a thread, never asked flock for the "
+                "session another writer holds")
+            time.sleep(hold)
+            let_go_at = time.monotonic()
+        finally:
+            holding.close()
+            thread.join(HANG)
+        assert outcome == ["appended"], (
+            f"the holder let go {hold} s after the waiting writer was first refused, "
+            f"and the writer, with timeout={HANG}, should then have appended; it "
+            + (f"raised {type(outcome[0]).__name__}: {outcome[0]}" if outcome
+               else f"was still waiting after {HANG} s"))
+        late.append(granted[-1] - let_go_at)
+    average = sum(late) / len(late)
+    assert average < 0.15 and max(late) < 0.25, (
+        "the holder let go " + ", ".join(map(str, holds)) + " s after the waiting "
+        "writer was first refused, and the writer got the session "
+        + ", ".join(f"{seconds:.2f}" for seconds in late)
+        + f" s after each let-go ({average:.2f} s on average): it should get it within "
+        f"about LOCK_POLL_SECONDS ({lesson.LOCK_POLL_SECONDS} s) of the let-go, "
+        "trying again that often; a user whose writer waits for a busy session sits "
+        "idle that long after it is free")
+
+
+@pytest.mark.task("05.1")
 def test_a_writer_in_a_thread_of_its_own_waits_and_is_refused_the_same_way(
         lesson, sessions, other):
     """A web server or a helper agent opens sessions from threads of its own: waiting
