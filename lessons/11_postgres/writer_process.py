@@ -23,11 +23,16 @@ test and the process take turns without any sleep:
   stuck   become the writer, append one message, then start appending a large one: its
           blob is stored inside the transaction, and the process prints "inside" and
           waits there (the test kills it) before the row is inserted
+  pause   as stuck, but the process stops right after the first statement of the
+          large append that inserts into the table NAME has returned, whatever the
+          code's shape (it watches every statement sent), prints "inside" and waits
+          there (the test kills it)
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -104,6 +109,25 @@ def main(argv: list[str]) -> None:
             insert(entries)
 
         log._insert = hang_before_the_row
+        log.append(LARGE)
+    elif action == "pause":
+        import psycopg
+        table = rest[0]
+        log = lesson.PostgresSessionLog(url, session_id)
+        log.append(FIRST)
+        send = psycopg.Cursor.execute
+
+        def pause_after(cursor, query, *args, **kwargs):
+            result = send(cursor, query, *args, **kwargs)
+            text = query.as_string(cursor) if hasattr(query, "as_string") else query
+            if isinstance(text, bytes):
+                text = text.decode()
+            if re.search(rf'(?i)insert\s+into\s+[\w."]*\b{table}\b', str(text)):
+                say("inside")
+                wait_for_the_test()     # the test kills this process here
+            return result
+
+        psycopg.Cursor.execute = pause_after
         log.append(LARGE)
     else:
         raise SystemExit(f"unknown action {action!r}")
