@@ -803,7 +803,8 @@ def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
         lesson, sessions, day_one):
     """The process dies at the 41st byte it writes to any file (a file size limit with
     SIGXFSZ left to kill it, as a crash would): no reader ever finds half a meta file
-    under the fork's name."""
+    under the fork's name, and the same fork, run again, works whatever the kill
+    left."""
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -822,18 +823,27 @@ def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
         raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
     meta = sessions / "what-if.meta.json"
-    if not meta.exists():
-        return
-    held = meta.read_bytes()
+    held = meta.read_bytes() if meta.exists() else b"{}"
     try:
         json.loads(held)
-        return
     except ValueError:
-        pass
-    pytest.fail(f"the fork died at the 41st byte it wrote to a file (killed, or the "
-                f"disk full), and left what-if.meta.json holding {len(held)} bytes "
-                f"that are not a whole JSON object ({held[:40]!r}...): a reader of the "
-                "lineage finds half a file", pytrace=False)
+        pytest.fail(f"the fork died at the 41st byte it wrote to a file (killed, or "
+                    f"the disk full), and left what-if.meta.json holding {len(held)} "
+                    f"bytes that are not a whole JSON object ({held[:40]!r}...): a "
+                    "reader of the lineage finds half a file", pytrace=False)
+    if (sessions / "what-if.jsonl").exists():
+        return      # the fork got as far as its log: the other tests judge that
+    left = sorted(p.name for p in sessions.iterdir())
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if error is not None:
+        fail_in("03.2", f"the fork died at the 41st byte it wrote to a file (killed), "
+                f"and left {left}, no session under what-if; the same fork, run "
+                f"again, should work whatever the kill left, and it raised "
+                f"{described(error)}: what a killed fork leaves must never stop the "
+                "next one")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"killed at its 41st byte, the fork left {left}; run again",
+                      task="03.2")
 
 
 @pytest.mark.task("03.2")
