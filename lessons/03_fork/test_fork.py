@@ -759,7 +759,10 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
     """<id>.meta.json records the parent session and how many messages were copied
     (forked_at), the fork's lineage."""
     handed = handed_to_publishing(lesson, monkeypatch)
+    os.utime(sessions / "quest-1.jsonl", (86_400, 86_400))   # the source: long ago
+    began = datetime.now(timezone.utc).replace(microsecond=0)
     lesson.fork(sessions, "quest-1", "what-if", upto=3)
+    ended = datetime.now(timezone.utc)
     if handed and handed[0] != ("what-if", 3):
         fail_in("03.1", "fork(sessions, 'quest-1', 'what-if', upto=3) should hand "
                 "publish_fork the new id 'what-if' and the count 3; it handed "
@@ -778,7 +781,11 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
          meta.get("parent") == "quest-1"),
         ("forked_at is the number of messages copied (3)", meta.get("forked_at") == 3),
         (f"created should be an ISO 8601 time, as text, with its time zone: "
-         f"{created!r}", zone is not None)) if not right]
+         f"{created!r}", zone is not None),
+        (f"created should be when the fork was made, between {began.isoformat()} and "
+         f"{ended.isoformat()} (the source was last written in 1970): {created!r}",
+         zone is None or began <= datetime.fromisoformat(created) <= ended))
+        if not right]
     if wrong and handed:
         fail_in("03.2", f"fork handed publish_fork the fork 'what-if' of 3 messages of "
                 f"'quest-1', as it should; the meta file publish_fork wrote is wrong: "
