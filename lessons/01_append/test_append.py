@@ -594,13 +594,15 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
 @pytest.mark.task("01.5")
 def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
     """A writer whose flag in_doubt is set (a write of it failed after its bytes may
-    have gone out) writes nothing more: each later append raises WriterStopped, and
-    the log stays as it was. append hands its line to _write, which keeps that guard."""
+    have gone out) writes nothing more: each later append raises WriterStopped, the
+    second retry as the first, and after the writer's descriptor is closed and opened
+    again too (only a new SessionLog writes again); the log stays as it was. append
+    hands its line to _write, which keeps that guard."""
     log = lesson.SessionLog(sessions, "quest-1")
     handed = []
     write = log._write
     log._write = lambda data: (handed.append(data), write(data))[1]
-    stopped = None
+    stopped, tries, reopened = None, [], None
     try:
         log.append({"role": "user", "content": "first"})
         before = log.path.read_bytes()
@@ -609,6 +611,20 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
             log.append({"role": "user", "content": "second"})
         except lesson.WriterStopped as error:
             stopped = error
+        for reopen in (False, True):
+            if stopped is None:
+                break
+            if reopen:
+                log.close()
+                held = log.in_doubt
+                log._open()
+                reopened = log.in_doubt or not held     # False: _open cleared it
+            try:
+                log.append({"role": "user", "content": "second"})
+            except lesson.WriterStopped:
+                tries.append("refused")
+            else:
+                tries.append("written")
     finally:
         log.close()
     after = log.path.read_bytes()
@@ -617,11 +633,25 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
                 "01.5), the one place that keeps a writer in doubt from writing again: "
                 "after a write that may have landed, a retry through append writes the "
                 "message twice")
-    if stopped is None or after != before:
-        fail_in("01.5", f"the writer was stopped (in_doubt set), and the next append "
-                f"{'raised ' + type(stopped).__name__ if stopped else 'returned'} and "
-                f"the log grew by {len(after) - len(before)} bytes, where "
+    if stopped is None:
+        fail_in("01.5", "the writer was stopped (in_doubt set), and the next append "
+                f"returned, and the log grew by {len(after) - len(before)} bytes, where "
                 "WriterStopped and no byte more were expected")
+    if reopened is False:
+        fail_in("01.4", "the writer was stopped (in_doubt set), and opening its log "
+                "again (_open, after close) cleared its flag in_doubt: the same writer "
+                "then writes again, and the message whose write was in doubt may go "
+                "in twice. Only a new SessionLog starts without doubt")
+    if tries != ["refused", "refused"]:
+        fail_in("01.5", "the writer was stopped (in_doubt set), and its first append "
+                "raised WriterStopped; then a second retry, and one after its log was "
+                f"closed and opened again, gave {tries} where WriterStopped each time "
+                "was expected: a stopped writer stays stopped (its flag too), only a new "
+                "SessionLog writes again")
+    if after != before:
+        fail_in("01.5", "the writer was stopped (in_doubt set), and its appends raised "
+                f"WriterStopped, yet the log grew by {len(after) - len(before)} bytes, "
+                "where no byte more was expected")
 
 
 @pytest.mark.task("01.5")
