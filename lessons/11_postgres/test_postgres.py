@@ -103,12 +103,18 @@ def drop_refusal(database):
     sql(database, "DROP TRIGGER refuse_row ON session_entries")
 
 
-def try_lock(log, what):
+def try_lock(log, what, free=False):
     """log._lock(), failing in words if it waited on the server for the lock (a call
-    that waits is ended by the server's lock_timeout, the log's network_timeout)."""
+    that waits is ended by the server's lock_timeout, the log's network_timeout), or,
+    when the test knows the lock is `free`, if it was refused."""
     try:
         log._lock()
-    except psycopg.errors.LockNotAvailable:
+    except Exception as error:
+        if free and type(error).__name__ == "SessionBusy":
+            pytest.fail(f"{what}: no one holds it, so _lock() should take it, yet it "
+                        f"was refused: {error}", pytrace=False)
+        if not isinstance(error, psycopg.errors.LockNotAvailable):
+            raise
         pytest.fail(f"{what}: _lock() sat in the server waiting for the lock until the "
                     f"server gave up ({QUICK:g} s, the connection's lock_timeout), "
                     "instead of trying it and deciding itself whether to try again",
@@ -366,7 +372,7 @@ def test_the_lock_stays_held_while_its_writer_is_idle(lesson, database):
     one (after the network timeout), and the lock with it."""
     with lesson.PostgresSessionLog(database, "quest-1",
                                    network_timeout=QUICK) as first:
-        try_lock(first, "quest-1's lock is free")
+        try_lock(first, "quest-1's lock is free", free=True)
         status = first._connection().info.transaction_status
         assert status == psycopg.pq.TransactionStatus.IDLE, (
             "after _lock() returns, the writer's connection should be idle, outside "
@@ -421,7 +427,7 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
     with lesson.PostgresSessionLog(database, "quest-2",
                                    network_timeout=QUICK) as elsewhere:
         try:
-            try_lock(elsewhere, "quest-2's lock is free")
+            try_lock(elsewhere, "quest-2's lock is free", free=True)
         except lesson.SessionBusy as error:
             pytest.fail("a writer of quest-2 should not wait for quest-1's: each "
                         f"session has a lock of its own; it was refused: {error}",
@@ -962,8 +968,15 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
         {"role": "user", "content": "a NUL \u0000 inside, a line\nand a \u2028 too"},
     ]
     with lesson.PostgresSessionLog(database, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+        for number, message in enumerate(messages):
+            try:
+                log.append(message)
+            except psycopg.Error as error:
+                pytest.fail(f"appending message {number} ({message['role']}) failed: "
+                            "the server refused its row, "
+                            f"{type(error).__name__}: {str(error).strip()}. A line "
+                            "jsonb cannot hold (the escape \\u0000) is still stored, "
+                            "with a NULL body", pytrace=False)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         loaded = log.load()
     as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
@@ -1053,7 +1066,15 @@ def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, datab
                     "so the append should fail with the server's error, not as a "
                     "conflict",
                     match="made up by the test"):
-            log.append({"role": "user", "content": "Buy a torch."})
+            try:
+                log.append({"role": "user", "content": "Buy a torch."})
+            except lesson.SessionConflict as error:
+                pytest.fail("no other writer has stored anything since: the server "
+                            "refused the row for a check of its own (an integrity "
+                            "error, check_violation, not a unique violation of the "
+                            "key), and the append should fail with the server's error "
+                            f"as it is, not as a conflict; it raised {error}",
+                            pytrace=False)
         drop_refusal(database)
         try:
             log.append({"role": "user", "content": "Buy a lantern."})
@@ -1951,7 +1972,14 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
                 "a check of its own (an integrity error, though quest-3 is free): "
                 "fork_postgres should fail with the server's error as it is, not say "
                 "the id is taken", match="made up by the test"):
-        lesson.fork_postgres(database, "quest-1", "quest-3")
+        try:
+            lesson.fork_postgres(database, "quest-1", "quest-3")
+        except lesson.SessionExists as error:
+            pytest.fail("quest-3 is free: the server refused the fork's row in "
+                        "`sessions` for a check of its own (an integrity error, "
+                        "check_violation, not a unique violation of the key), and "
+                        "fork_postgres should fail with the server's error as it is; "
+                        f"it said the id is taken: {error}", pytrace=False)
     assert lesson.lineage(database, "quest-3") is None and rows(
         database, "quest-3") == [], "a fork that failed should leave nothing"
 
