@@ -1556,3 +1556,77 @@ def test_closing_after_the_lock_file_was_removed_by_hand_raises_nothing(
     except lesson.SessionBusy as busy:
         pytest.fail("the writer whose lock file was deleted by hand has closed, and "
                     f"the next writer was refused: {busy}", pytrace=False)
+
+
+@pytest.mark.task("05.2")
+def test_a_ctrl_c_at_any_step_of_close_leaves_no_lock_that_a_second_close_cannot_free(
+        lesson, sessions):
+    """Ctrl-C arrives while a writer closes, at each moment in turn (one a run) where
+    Python runs a signal's handler: as a call returns or a function starts. The
+    KeyboardInterrupt reaches the caller; closing again then raises nothing, and
+    after it this process holds no lock and no descriptor of it, so the same process
+    can take the session at once."""
+    folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
+    moments = {"left": 0, "at": None}
+
+    def interrupt(frame, event, arg):
+        if event in ("call", "c_return"):
+            moments["left"] -= 1
+            if moments["left"] == 0:
+                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
+                where = frame if event == "c_return" else frame.f_back
+                while where and not where.f_code.co_filename.startswith(folder):
+                    where = where.f_back
+                moments["at"] = (f"as {called}() "
+                                 + ("returned" if event == "c_return" else "began")
+                                 + (f" (line {where.f_lineno} of "
+                                    f"{Path(where.f_code.co_filename).name})"
+                                    if where else ""))
+                raise KeyboardInterrupt
+
+    for moment in range(1, 400):
+        session = f"quest-{moment}"
+        before = open_descriptors()
+        log = lesson.SessionLog(sessions, session)
+        log.append(FIRST)
+        moments.update(left=moment, at=None)
+        reached = False
+        sys.setprofile(interrupt)
+        try:
+            log.close()
+        except KeyboardInterrupt:
+            reached = True
+        finally:
+            sys.setprofile(None)
+        if moments["at"] is None:
+            break       # every moment of close() has been tried
+        assert reached, (
+            f"a Ctrl-C came {moments['at']}, while the writer closed, and the "
+            "KeyboardInterrupt never reached the caller: a Ctrl-C must stop the "
+            "program")
+        try:
+            log.close()
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the failure is the point
+            pytest.fail(f"a Ctrl-C came {moments['at']}, while the writer closed; "
+                        f"closing it again then raised {type(error).__name__}: "
+                        f"{error}. A second close() should let go of whatever the "
+                        "first left, or find nothing left, and raise nothing",
+                        pytrace=False)
+        leaked = open_descriptors() - before
+        try:
+            with lesson.SessionLog(sessions, session) as again:
+                again.append(FIRST)
+        except lesson.SessionBusy as error:
+            pytest.fail(f"a Ctrl-C came {moments['at']}, while the writer closed, "
+                        "and even after a second close() the lock stayed held: the "
+                        f"same process was then refused ({error}). Once the "
+                        "descriptor is forgotten nothing can close it: let go of it "
+                        "on every way out, a KeyboardInterrupt too", pytrace=False)
+        assert leaked == 0, (
+            f"a Ctrl-C came {moments['at']}, while the writer closed, and after a "
+            f"second close() {leaked} descriptor(s) were still open: once the "
+            "descriptor is forgotten nothing can close it")
+    else:
+        pytest.fail("closing a writer made more than 400 calls", pytrace=False)
