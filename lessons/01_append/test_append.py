@@ -635,8 +635,8 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
                 "message twice")
     if stopped is None:
         fail_in("01.5", "the writer was stopped (in_doubt set), and the next append "
-                f"returned, and the log grew by {len(after) - len(before)} bytes, where "
-                "WriterStopped and no byte more were expected")
+                f"returned, and the log grew by {len(after) - len(before)} bytes, "
+                "where WriterStopped and no byte more were expected")
     if reopened is False:
         fail_in("01.4", "the writer was stopped (in_doubt set), and opening its log "
                 "again (_open, after close) cleared its flag in_doubt: the same writer "
@@ -646,8 +646,8 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
         fail_in("01.5", "the writer was stopped (in_doubt set), and its first append "
                 "raised WriterStopped; then a second retry, and one after its log was "
                 f"closed and opened again, gave {tries} where WriterStopped each time "
-                "was expected: a stopped writer stays stopped (its flag too), only a new "
-                "SessionLog writes again")
+                "was expected: a stopped writer stays stopped (its flag too), only a "
+                "new SessionLog writes again")
     if after != before:
         fail_in("01.5", "the writer was stopped (in_doubt set), and its appends raised "
                 f"WriterStopped, yet the log grew by {len(after) - len(before)} bytes, "
