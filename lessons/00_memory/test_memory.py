@@ -243,6 +243,46 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town):
 
 
 @pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments, what", [
+    ("[" + '"rope", ' * 20_000 + '"rope"]', "a JSON list of 20,000 ropes"),
+    (json.dumps("rope, " * 20_000), "a JSON string of 120 KB"),
+    (json.dumps(json.dumps({"item": "rope", "note": "rope, " * 20_000})),
+     "an object of 120 KB encoded twice")], ids=["list", "string", "encoded-twice"])
+def test_long_arguments_that_are_no_object_give_a_short_result(lesson, town,
+                                                               arguments, what):
+    """Long arguments that are JSON but no object are refused like any others, in a
+    result that quotes at most their start: it goes back with every later request."""
+    result = run_call(lesson, town, tool_call("buy", arguments), f"the arguments were "
+                      f"{what}")
+
+    assert_error_result(result, f"the arguments were {what}, no object")
+    assert len(result) < 2_000, (
+        f"the arguments were {what}, {len(arguments):,} characters, and the error "
+        f"result is {len(result):,}: it goes back to the model with every later "
+        "request, so a long text is quoted only in part; it begins "
+        f"{result[:200]!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tools_failure_on_long_arguments_gives_a_short_result(lesson):
+    """A tool may fail on long arguments that were fine: its result, like any other,
+    quotes at most the start of what was sent."""
+    def buy(item):
+        raise ValueError("the shop is closed")
+
+    arguments = json.dumps({"item": "rope, " * 20_000})
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", arguments),
+                      "the tool raised ValueError on 120 KB of arguments")
+
+    assert_error_result(result, "the tool raised ValueError")
+    assert len(result) < 2_000, (
+        f"the tool failed on arguments of {len(arguments):,} characters (which were "
+        f"fine), and the error result is {len(result):,}: it goes back to the model "
+        "with every later request, so what was sent is quoted only in part, if at "
+        f"all; it begins {result[:200]!r}")
+
+
+@pytest.mark.task("00.1")
 def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
     """A small model that repeats itself can open a hundred thousand lists and close
     none: read_arguments refuses that like any other unreadable text, with ValueError,
