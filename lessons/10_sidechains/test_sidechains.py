@@ -1173,6 +1173,31 @@ def test_two_helper_calls_in_one_reply_get_a_helper_each(lesson, sessions):
 
 
 @pytest.mark.task("10.3")
+def test_a_helper_in_memory_reads_its_last_reply_as_one_with_a_log_does(lesson):
+    """Without a session, the helper's last reply is read as a side-chain's helper's
+    is: the parent's model gets the answer without the thinking, or an error saying
+    that the helper gave no answer, never the reply as it came."""
+    for odd in (*NO_ANSWER_TEXT, "think_then_text"):
+        model = ScriptedModel([use(call("ask_helper", question=QUESTION)),
+                               ODD_REPLIES[odd], say(FINAL)])
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
+        turn(lesson, agent, model, "Ask a helper.")
+        said = str(agent.messages[2].get("content"))
+        raw = ODD_REPLIES[odd].message["content"]
+        if odd == "think_then_text":
+            assert said == ANSWER_AFTER_THOUGHT, (
+                "a helper in memory thought, then answered: the parent's model should "
+                f"read the answer alone, {ANSWER_AFTER_THOUGHT!r}; it read {said!r}")
+        else:
+            assert said.startswith("error:") and all(
+                word in said.lower() for word in ("helper", "answer")), (
+                f"a helper in memory whose last reply ({odd}: {raw!r}) gives no "
+                "answer: the parent's model should read an error result (starting "
+                "'error:') saying that the helper gave no answer, as with a session; "
+                f"it read {said!r}")
+
+
+@pytest.mark.task("10.3")
 def test_a_helpers_thinking_is_left_out_of_its_answer(lesson, sessions):
     """A helper that thinks before it answers hands its parent the answer alone: the
     parent's model never reads the helper's thinking."""
