@@ -612,6 +612,29 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "too")
 
 
+@pytest.mark.task("00.2")
+def test_max_turns_counts_the_model_calls_of_each_turn_afresh(lesson, model, town):
+    """max_turns bounds the model calls of one user message: an agent whose every
+    turn needs two calls (a tool, then the answer) goes on for as many turns as the
+    user has, with max_turns=2."""
+    for day in range(3):
+        model.add(use(call("talk_to", npc="elder")), say(f"Day {day + 1} done."))
+    agent = new_agent(lesson, model, town, max_turns=2)
+
+    answers = []
+    for day in range(3):
+        try:
+            answers.append(agent.run(f"Day {day + 1}: ask the elder."))
+        except lesson.MaxTurnsExceeded as error:
+            pytest.fail(f"with max_turns=2, turn {day + 1} needed 2 model calls (a "
+                        f"tool, then the answer) and raised MaxTurnsExceeded ({error}) "
+                        f"after {answers}: the limit is the model calls of one user "
+                        "message, counted afresh each turn, not over the agent's "
+                        "life", pytrace=False)
+    assert answers == ["Day 1 done.", "Day 2 done.", "Day 3 done."], (
+        f"three turns of two model calls each should answer in turn; got {answers}")
+
+
 @pytest.mark.key
 @pytest.mark.task("00.2")
 def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
