@@ -613,10 +613,10 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
 
 
 @pytest.mark.task("00.2")
-def test_max_turns_counts_the_model_calls_of_each_turn_afresh(lesson, model, town):
+def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, model, town):
     """max_turns bounds the model calls of one user message: an agent whose every
     turn needs two calls (a tool, then the answer) goes on for as many turns as the
-    user has, with max_turns=2."""
+    user has, with max_turns=2, each turn recorded from its user's message on."""
     for day in range(3):
         model.add(use(call("talk_to", npc="elder")), say(f"Day {day + 1} done."))
     agent = new_agent(lesson, model, town, max_turns=2)
@@ -633,6 +633,12 @@ def test_max_turns_counts_the_model_calls_of_each_turn_afresh(lesson, model, tow
                         "life", pytrace=False)
     assert answers == ["Day 1 done.", "Day 2 done.", "Day 3 done."], (
         f"three turns of two model calls each should answer in turn; got {answers}")
+    asked = [m["content"] for m in agent.messages if m["role"] == "user"]
+    expected = [f"Day {day + 1}: ask the elder." for day in range(3)]
+    assert asked == expected, (
+        f"after three turns the history should hold each user message once, in "
+        f"order, {expected}; it holds {asked}: every turn starts by recording its "
+        "user's message, or the model answers a question it was never asked")
 
 
 @pytest.mark.key
