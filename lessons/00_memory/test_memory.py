@@ -613,7 +613,8 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
 
 
 @pytest.mark.task("00.2")
-def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, model, town):
+def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, model,
+                                                                    town):
     """max_turns bounds the model calls of one user message: an agent whose every
     turn needs two calls (a tool, then the answer) goes on for as many turns as the
     user has, with max_turns=2, each turn recorded from its user's message on."""
