@@ -803,6 +803,59 @@ def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one
         "lock file found removed kept its descriptor")
 
 
+@pytest.mark.task("05.1")
+def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
+        lesson, sessions, monkeypatch):
+    """Between a writer's open of quest-1.lock and its flock, the holder lets go, its
+    lock file goes, and a third writer takes the session with a new one: the flock is
+    granted on the old file, which no name reaches any more. The name is there, but
+    it is not that file: the writer (timeout 0) must be refused, and never write
+    beside the third."""
+    descriptors = descriptors_open()
+    lock = sessions / "quest-1.lock"
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    third = lesson.SessionLog(sessions, "quest-1")
+    real_flock = lesson.fcntl.flock
+    first_try = []
+
+    def flock(fd, operation):
+        if not first_try:
+            first_try.append(fd)
+            # The holder lets go and its lock file goes (until 05.2 is written, close()
+            # leaves it, and the test removes it here in its place); then a third writer
+            # takes the session, with a lock file of its own under the same name.
+            holder.close()
+            lock.unlink(missing_ok=True)
+            third.append({"role": "user", "content": "third"})
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    second = lesson.SessionLog(sessions, "quest-1")
+    try:
+        with raises(lesson.SessionBusy,
+                    "while the second writer asked for the lock, its holder let go, "
+                    "removed quest-1.lock, and a third writer took the session with a "
+                    "new quest-1.lock; the second writer was granted the old file, which "
+                    "no name reaches any more, and went on as the session's writer "
+                    "beside the third: a name that exists is not yet the file you "
+                    "locked"):
+            second.append({"role": "user", "content": "second"})
+    finally:
+        second.close()
+        third.close()
+        holder.close()
+    assert first_try, "the second writer took the session without fcntl.flock"
+    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "third"], (
+        "the second writer locked the file its holder had just removed while a third "
+        "writer held the new quest-1.lock: two writers at once, both in the log: "
+        f"{contents(sessions / 'quest-1.jsonl')}")
+    left = descriptors_open() - descriptors
+    assert not left, (
+        f"every writer is closed, yet {len(left)} more descriptor(s) are open: the "
+        "old lock file the second writer was granted kept its descriptor")
+
+
 @pytest.mark.task("05.2")
 def test_no_newcomer_ever_shares_the_session_while_the_holder_lets_go(
     lesson, sessions, monkeypatch
