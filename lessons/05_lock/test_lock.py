@@ -836,10 +836,10 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
         with raises(lesson.SessionBusy,
                     "while the second writer asked for the lock, its holder let go, "
                     "removed quest-1.lock, and a third writer took the session with a "
-                    "new quest-1.lock; the second writer was granted the old file, which "
-                    "no name reaches any more, and went on as the session's writer "
-                    "beside the third: a name that exists is not yet the file you "
-                    "locked"):
+                    "new quest-1.lock; the second writer was granted the old file, "
+                    "which no name reaches any more, and went on as the session's "
+                    "writer beside the third: a name that exists is not yet the file "
+                    "you locked"):
             second.append({"role": "user", "content": "second"})
     finally:
         second.close()
