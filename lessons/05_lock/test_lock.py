@@ -1502,28 +1502,31 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
 @pytest.mark.task("05.1")
 def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
     """A dead holder's record, longer than the new one, in a file others may read
-    (0644): the lock file names the new holder and nothing else, and only its owner
-    may read it."""
+    (0644), or that its group may read or write, or others write: the lock file names
+    the new holder and nothing else, and only its owner may read or write it."""
     sessions.mkdir(parents=True, exist_ok=True)
-    lock = sessions / "quest-1.lock"
-    stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
-             "since": "2026-01-01T00:00:00+00:00"}
-    lock.write_text(json.dumps(stale), encoding="utf-8")    # its holder died long ago
-    lock.chmod(0o644)   # made by an older program, or under another umask
+    for number, stale_mode in enumerate((0o644, 0o640, 0o620, 0o602)):
+        session = f"quest-{number + 1}"
+        lock = sessions / f"{session}.lock"
+        stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
+                 "since": "2026-01-01T00:00:00+00:00"}
+        lock.write_text(json.dumps(stale), encoding="utf-8")  # its holder died long ago
+        lock.chmod(stale_mode)  # made by an older program, or under another umask
 
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append(FIRST)
-        record = lock_record(lock)
-        mode = lock.stat().st_mode & 0o777
+        with lesson.SessionLog(sessions, session) as log:
+            log.append(FIRST)
+            record = lock_record(lock)
+            mode = lock.stat().st_mode & 0o777
 
-    mine = (os.getpid(), socket.gethostname())
-    assert (record.get("pid"), record.get("host")) == mine, (
-        "the lock file should name this process and host, not the dead holder: "
-        f"{record}")
-    assert mode & 0o077 == 0, (
-        "the stale lock file had mode 0o644, and this writer wrote its own record into "
-        f"it and left it at {oct(mode)}: others may read who holds the session; it "
-        "should be readable and writable by its owner only (0o600)")
+        mine = (os.getpid(), socket.gethostname())
+        assert (record.get("pid"), record.get("host")) == mine, (
+            "the lock file should name this process and host, not the dead holder: "
+            f"{record}")
+        assert mode & 0o077 == 0, (
+            f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote its "
+            f"own record into it and left it at {oct(mode)}: others than its owner may "
+            "read who holds the session, or write it; it should be readable and "
+            "writable by its owner only (0o600)")
 
 
 @pytest.mark.task("05.2")
