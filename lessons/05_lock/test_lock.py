@@ -1523,9 +1523,9 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
             "the lock file should name this process and host, not the dead holder: "
             f"{record}")
         assert mode & 0o077 == 0, (
-            f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote its "
-            f"own record into it and left it at {oct(mode)}: others than its owner may "
-            "read who holds the session, or write it; it should be readable and "
+            f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote "
+            f"its own record into it and left it at {oct(mode)}: others than its owner "
+            "may read who holds the session, or write it; it should be readable and "
             "writable by its owner only (0o600)")
 
 
