@@ -744,8 +744,9 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
                 pytest.fail(f"fork(sessions, {source_id!r}, {new_id!r}) should refuse "
                             f"the {side} id {bad!r} with InvalidSessionId, as "
                             "check_session_id refuses it (an id is a file name: no "
-                            "empty one, no space, no dot or dash first, no name Windows "
-                            f"keeps for a device, 128 characters at most); it {did}",
+                            "empty one, no space, no dot or dash first, no name "
+                            "Windows keeps for a device, 128 characters at most); it "
+                            f"{did}",
                             pytrace=False)
     expect_unchanged(sessions, before, "a fork refused for an id no session may have "
                      "must leave every file as it was, and create none")
@@ -871,7 +872,8 @@ def test_a_fork_killed_while_writing_its_log_leaves_no_half_of_it(lesson, sessio
         try:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))    # no core file
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (20 << 10, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (20 << 10, resource.RLIM_INFINITY))
             lesson.fork(sessions, "quest-1", "what-if")
         except NotImplementedError:
             code = 3
