@@ -311,7 +311,7 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
                 f"session {got}, where it should start from what load reads, all of it")
         elif not isinstance(started, lesson.InvalidMessage):
             got = (f"raised {described(started)}" if isinstance(started, BaseException)
-                   else f"started with {len(started)} message(s), {started!r}")
+                   else f"started with {started!r}")
             pytest.fail(f"{setting}; load() refuses it (InvalidMessage, line "
                         f"{refused}), and a new agent on the session {got}, where "
                         "making it should raise the InvalidMessage load gives: the "
