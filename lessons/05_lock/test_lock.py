@@ -596,9 +596,10 @@ def test_a_waiting_writer_gets_the_session_soon_whenever_the_holder_lets_go(
         thread.start()
         try:
             assert refused.wait(WAIT), (
-                f"a writer with a timeout, in a thread, was not refused by flock within "
-                f"{WAIT} s while another writer held the session: it never asked for "
-                "an exclusive flock without waiting, or got one beside the holder")
+                "a writer with a timeout, in a thread, was not refused by flock "
+                f"within {WAIT} s while another writer held the session: it never "
+                "asked for an exclusive flock without waiting, or got one beside the "
+                "holder")
             time.sleep(hold)
             let_go_at = time.monotonic()
         finally:
