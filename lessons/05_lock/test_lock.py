@@ -603,8 +603,9 @@ def test_a_waiting_writer_gets_the_session_soon_whenever_the_holder_lets_go(
             time.sleep(hold)
             let_go_at = time.monotonic()
         finally:
-            holding.close()
+            let_go(holding)     # as 05.1 lets go, whatever 05.2's close does
             thread.join(HANG)
+            holding.close()
         assert outcome == ["appended"], (
             f"the holder let go {hold} s after the waiting writer was first refused, "
             f"and the writer, with timeout={HANG}, should then have appended; it "
@@ -824,10 +825,10 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
     def flock(fd, operation):
         if not first_try:
             first_try.append(fd)
-            # The holder lets go and its lock file goes (until 05.2 is written, close()
-            # leaves it, and the test removes it here in its place); then a third writer
-            # takes the session, with a lock file of its own under the same name.
-            holder.close()
+            # The holder lets go (as 05.1 lets go, whatever 05.2's close does) and its
+            # lock file goes; then a third writer takes the session, with a lock file
+            # of its own under the same name.
+            let_go(holder)
             lock.unlink(missing_ok=True)
             third.append({"role": "user", "content": "third"})
         return real_flock(fd, operation)
@@ -844,6 +845,7 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
                     "you locked"):
             second.append({"role": "user", "content": "second"})
     finally:
+        kept = getattr(third, "_lock_fd", None)     # as the third writer knows its own
         second.close()
         third.close()
         holder.close()
@@ -853,6 +855,10 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
         "writer held the new quest-1.lock: two writers at once, both in the log: "
         f"{contents(sessions / 'quest-1.jsonl')}")
     left = descriptors_open() - descriptors
+    if kept is not None and kept in descriptors_open():
+        fail_in("05.2", "the third writer's close() left its lock's descriptor open: "
+                "the session stays locked by a writer that said it let go, until its "
+                "process ends")
     assert not left, (
         f"every writer is closed, yet {len(left)} more descriptor(s) are open: the "
         "old lock file the second writer was granted kept its descriptor")
