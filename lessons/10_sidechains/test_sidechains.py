@@ -1294,21 +1294,32 @@ def a_full_disk_in_the_side_chains(monkeypatch):
     ("side-chain", "server error"), ("memory", "server error"),
     ("side-chain", "dropped connection"), ("memory", "dropped connection"),
     ("side-chain", "full disk"), ("side-chain", "server error after a tool ran"),
-    ("memory", "dropped connection after a tool ran")])
+    ("memory", "dropped connection after a tool ran"),
+    ("side-chain", "refused request"), ("memory", "refused request"),
+    ("side-chain", "rate limit"), ("memory", "rate limit")])
 def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         lesson, sessions, monkeypatch, where, failure):
     """The helper did not give up: its request met a server error (HTTP 500) or a
     dropped connection, at once or after it had said a few words and a tool had run,
+    a refusal (HTTP 400: too long for the model's window) or a rate limit (HTTP 429),
     or its log a full disk. That is no answer the model can use (its words on the way
     are none), and "the helper gave up" would be untrue: the run ends with the error,
     as a crash does, no result answers the call (lesson 04's repair will), and the
-    side-chain is free again."""
+    side-chain is free again, holding what the helper wrote and nothing more. A parent
+    resumed later finds its call answered by the repair."""
     on_the_way = [use(call("talk_to", npc="elder"), content="Let me ask the elder.")]
     helper_steps = {
         "server error": [Fail(500)], "dropped connection": [Disconnect()],
         "full disk": [say(HELPER_ANSWER)],
         "server error after a tool ran": [*on_the_way, Fail(500)],
-        "dropped connection after a tool ran": [*on_the_way, Disconnect()]}[failure]
+        "dropped connection after a tool ran": [*on_the_way, Disconnect()],
+        "refused request": [Fail(400, "This model's maximum context length is 4096 "
+                                 "tokens; your messages resulted in 5000 tokens.")],
+        "rate limit": [Fail(429, "Rate limit reached; try again in 20s.")]}[failure]
+    # What the helper wrote before it failed: its question, and its words on the way
+    wrote = {"full disk": [], "server error after a tool ran": ["user", "assistant",
+                                                                "tool"]}.get(
+        failure, ["user"])
     script = [use(call("ask_helper", question=QUESTION)), *helper_steps,
               say("The helper could not answer."), say(FINAL)]
     model = ScriptedModel(script)
@@ -1347,6 +1358,25 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
                 pytest.fail(f"the helper's run ended with {type(ended).__name__}, and "
                             f"its side-chain {name} is still locked: {error}",
                             pytrace=False)
+        side = folder / f"{CALL_ID}.jsonl"
+        kept = [m.get("role") for m in lines_of(side)] if side.exists() else []
+        assert kept == wrote, (
+            f"the helper's work met a {failure}: its side-chain should hold what the "
+            f"helper wrote before it, {wrote or 'nothing'}, and nothing its model "
+            f"never said; it holds {kept or 'nothing'}")
+        day_two, model, log = open_agent(lesson, sessions, PLAIN_TURN[1])
+        with log:
+            turn(lesson, day_two, model, PLAIN_TURN[0], "the parent should resume "
+                 f"after its helper met a {failure}, the call answered by the repair")
+        parent = lines_of(sessions / "quest-1.jsonl")
+        kinds = [line.get("role") or line.get("$marker") for line in parent]
+        assert kinds[:5] == ["user", "assistant", "sidechain", "repair", "tool"] and (
+            "interrupted" in str(parent[4].get("content"))), (
+            f"the helper's work met a {failure} and the run ended with it: resumed, "
+            "the parent's log should hold the call, the pointer, then lesson 04's "
+            "repair (its marker and a result saying the call was interrupted), since "
+            f"no result was written for the call; it holds {kinds}"
+            + (f", the result {parent[4].get('content')!r}" if len(parent) > 4 else ""))
 
 
 @pytest.mark.task("10.3")
