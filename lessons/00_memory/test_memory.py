@@ -7,6 +7,7 @@ Run: pytest lessons/00_memory            (your code)
 import json
 import re
 
+import openai
 import pytest
 
 from sessionlab.scripted import Fail, call, raw_call, say, use
@@ -63,6 +64,35 @@ def run_call(lesson, tools, call, what):
         pytest.fail(f"{what}, and run_tool let {type(error).__name__} ({error}) "
                     "escape: the agent crashed where the model should have read an "
                     "error result", pytrace=False)
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
+    """A call runs the tool of exactly the name the model sent (a name the town does
+    not have, even one that differs in case or by a space, is an error result), with
+    the arguments as the tool's parameters by name, in whatever order they came."""
+    paid = []
+
+    def pay(item, gold):
+        paid.append((item, gold))
+        return f"{item} for {gold} gold"
+
+    sent = '{"gold": 3, "item": "rope"}'
+    result = run_call(lesson, FewTools(pay=pay), tool_call("pay", sent),
+                      f"pay(item, gold) was called with {sent}")
+    assert result == "rope for 3 gold" and paid == [("rope", 3)], (
+        f"the model called pay(item, gold) with {sent}: each argument is the "
+        "parameter of its name, whatever the order the model wrote them in, and the "
+        f"tool should have paid 3 gold for a rope; it ran with {paid} and the result "
+        f"is {result!r}")
+    for name in ("Pay", "pay "):
+        what = f"the model called {name!r}, and the town has 'pay', not {name!r}"
+        result = run_call(lesson, FewTools(pay=pay), tool_call(name, sent), what)
+        assert_error_result(result, what)
+    assert paid == [("rope", 3)], (
+        "a call to 'Pay' or 'pay ' names no tool the town has (the model must learn "
+        "the name it got wrong, or it keeps sending it), and the tool ran for them: "
+        f"{paid}")
 
 
 @pytest.mark.task("00.1")
@@ -128,11 +158,19 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
         f"itself), for the model to see what it got wrong; got {result!r}")
 
 
+class ShopClosed(Exception):
+    """An exception of a tool's own, as a tool library defines them."""
+
+
 @pytest.mark.task("00.1")
-def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
-    """Whatever a tool raises (not only TypeError) comes back as an error text."""
+@pytest.mark.parametrize("kind", [RuntimeError, OSError, ShopClosed, AttributeError,
+                                  UnicodeError],
+                         ids=lambda kind: kind.__name__)
+def test_any_exception_inside_a_tool_becomes_an_error_result(lesson, kind):
+    """Whatever a tool raises (not only TypeError: a tool's own exception, an OSError)
+    comes back as an error text with its type and its words."""
     def buy(item):
-        raise RuntimeError("the shop is closed for the night")
+        raise kind("the shop is closed for the night")
 
     try:
         result = lesson.run_tool(FewTools(buy=buy),
@@ -143,10 +181,14 @@ def test_any_exception_inside_a_tool_becomes_an_error_result(lesson):
         pytest.fail(f"a tool raised {type(error).__name__} ({error}) and run_tool let "
                     "it escape: the agent crashed where the model should have read an "
                     "error result and tried again")
-    assert_error_result(result, "the tool raised RuntimeError")
+    assert_error_result(result, f"the tool raised {kind.__name__}")
     assert "the shop is closed for the night" in result, (
         "the error result should carry what the tool's exception says, so that the "
         f"model knows what went wrong: got {result!r}")
+    assert kind.__name__ in result, (
+        f"the tool raised {kind.__name__}('the shop is closed for the night'), and "
+        f"the error result {result!r} does not name the exception's type: the type "
+        "says what kind of failure it was, which its words alone may not")
 
 
 @pytest.mark.task("00.1")
@@ -588,6 +630,13 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "max_turns=3 allows exactly 3 model calls (each reply here asks for two "
         f"tools), the agent made {len(model.requests)}"
     )
+    replies = [len(m.get("tool_calls") or []) for m in agent.messages
+               if m.get("role") == "assistant"]
+    assert replies == [2, 2, 2], (
+        "the model answered 3 requests, each with a reply of two calls, and the "
+        f"history holds {len(replies)} replies, with {replies} calls: each reply is "
+        "recorded, the last one too, with its calls run and answered, so that the "
+        "history is the whole turn as it happened (the next lesson saves it)")
     asked = [c["id"] for m in agent.messages for c in m.get("tool_calls") or []]
     answered = [m.get("tool_call_id") for m in agent.messages if m["role"] == "tool"]
     assert sorted(answered) == sorted(asked), (
@@ -737,17 +786,27 @@ def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
 @pytest.mark.task("00.2")
 def test_ctrl_c_inside_a_tool_stops_the_turn(lesson, model, town):
     """Ctrl-C while a tool runs stops run() too: the loop does not turn it into a
-    result and go on asking the model."""
+    result and go on asking the model. A call of the same reply that ran before it
+    keeps its result: it happened (a torch was bought)."""
     def wait_for_dawn():
         raise KeyboardInterrupt
 
-    model.add(use(call("wait_for_dawn")), say("Good morning."))
-    tools = FewTools(wait_for_dawn=wait_for_dawn)
+    model.add(use(call("buy", item="torch"), call("wait_for_dawn")),
+              say("Good morning."))
+    tools = FewTools(buy=town.functions["buy"], wait_for_dawn=wait_for_dawn)
     tools.schemas = town.schemas
     agent = lesson.Agent(model.client(), model=model.model, tools=tools)
     try:
-        answer = agent.run("Wait for dawn.")
+        answer = agent.run("Buy a torch, then wait for dawn.")
     except KeyboardInterrupt:
+        results = [m.get("content") for m in agent.messages if m.get("role") == "tool"]
+        assert town.inventory == ["torch"] and len(results) == 1 and (
+            "torch" in str(results[0])), (
+            "the reply called buy (a torch), then wait_for_dawn, where the user "
+            f"pressed Ctrl-C; the inventory is {town.inventory}, and the history "
+            f"holds the results {results}: the torch was bought, and its call's "
+            "result should be recorded as soon as the call ran, before the next call "
+            "runs, or the history says nothing of a purchase that happened")
         return
     try:
         alone = lesson.run_tool(tools, tool_call("wait_for_dawn", "{}"))
@@ -791,11 +850,22 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
         answer = agent.run("Hello?")
     except NotImplementedError:
         raise
-    except Exception:
-        return
-    pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
-                "that were the answer: the caller cannot tell a failed request from "
-                "an empty reply, so it can neither tell the user nor retry")
+    except Exception as error:
+        raised = error
+    else:
+        pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
+                    "that were the answer: the caller cannot tell a failed request "
+                    "from an empty reply, so it can neither tell the user nor retry")
+    told, seen = False, raised
+    while seen is not None and not told:
+        told = (isinstance(seen, openai.APIStatusError) and seen.status_code == 500
+                or "500" in str(seen))
+        seen = seen.__cause__ or seen.__context__
+    assert told and not isinstance(raised, lesson.MaxTurnsExceeded), (
+        "the model answered its first request with HTTP 500, and run() raised "
+        f"{type(raised).__name__} ({str(raised)[:200]}) after {len(model.requests)} "
+        "requests: the caller should hear of the server's failure, the 500 itself "
+        "(or an error that carries it), not of something that did not happen")
 
 
 @pytest.mark.task("00.2")

@@ -265,14 +265,22 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
 def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
     """Whatever id a call came with (none, a number, one the history holds) it is
     stored with a string id that no earlier call and no other call of the reply has:
-    made-up ids included, whatever ids the history already holds."""
+    made-up ids included, whatever ids the history already holds, in any of its
+    replies, answered or not (a turn stopped by Ctrl-C leaves a call without a
+    result)."""
     earlier = ["call_0", "call_2", "call_3"]
-    history = [{"role": "user", "content": "Buy."},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": i, "type": "function",
-                    "function": {"name": "buy", "arguments": "{}"}} for i in earlier]}]
-    history += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in earlier]
-    sent = [None, 7, "", "call_2", "call_9", None, 7]
+
+    def asked(ids):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": i, "type": "function",
+             "function": {"name": "buy", "arguments": "{}"}} for i in ids]}
+    history = [{"role": "user", "content": "Buy."}, asked(earlier[:2])]
+    history += [{"role": "tool", "tool_call_id": i, "content": "ok"}
+                for i in earlier[:2]]
+    history += [{"role": "assistant", "content": "Done."},
+                {"role": "user", "content": "Buy more."}, asked(earlier[2:]),
+                {"role": "user", "content": "Go on."}]
+    sent = [None, 7, "", "call_2", "call_9", None, 7, "call_3"]
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
         for i in sent]}
