@@ -223,33 +223,46 @@ TORN = b'{"role": "user", "content": "Buy a to'
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("what, source, messages", [
-    ("blank lines between and after its messages", M1 + b"\n\n" + M2 + b"\n\n", 2),
-    ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, 2),
-    ("a last message whose newline is missing", M1 + b"\n" + M2, 2),
-    ("nothing but a torn line", TORN, 0),
+@pytest.mark.parametrize("what, source, kept", [
+    ("blank lines between and after its messages", M1 + b"\n\n" + M2 + b"\n\n",
+     (M1, M2)),
+    ("a blank first line", b"\n" + M1 + b"\n" + M2 + b"\n", (M1, M2)),
+    ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, (M1, M2)),
+    ("a last message whose newline is missing", M1 + b"\n" + M2, (M1, M2)),
+    ("a last message whose newline is missing, ending in a carriage return (another "
+     "system's line end, cut before its newline)", M1 + b"\n" + M2 + b"\r",
+     (M1, M2 + b"\r")),
+    ("a last message whose newline is missing, ending in spaces", M1 + b"\n" + M2
+     + b"  ", (M1, M2 + b"  ")),
+    ("a message line ending in a space before its newline",
+     M1 + b" \n" + M2 + b"\n", (M1 + b" ", M2)),
+    ("nothing but a torn line", TORN, ()),
     ("a last line torn inside a two-byte letter (its bytes are no UTF-8 text)",
-     M1 + b"\n" + M2 + b"\n" + b'{"role": "user", "content": "caf\xc3', 2),
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "user", "content": "caf\xc3', (M1, M2)),
     ("a last line torn right after a closing brace",
-     M1 + b"\n" + M2 + b"\n" + b'{"role": "assistant", "tool_calls": [{"id": "c1"}', 2),
-    ("nothing at all (an empty log, as a fork of none leaves)", b"", 0),
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "assistant", "tool_calls": [{"id": "c1"}',
+     (M1, M2)),
+    ("nothing at all (an empty log, as a fork of none leaves)", b"", ()),
     ("a last line, without its newline, that is JSON but no message (it has no role)",
-     M1 + b"\n" + M2 + b"\n" + b'{"content": "no role"}', 2),
+     M1 + b"\n" + M2 + b"\n" + b'{"content": "no role"}', (M1, M2)),
     ("a last line, without its newline, that is JSON with a role no message has",
-     M1 + b"\n" + M2 + b"\n" + b'{"role": "wizard", "content": "Abracadabra."}', 2),
+     M1 + b"\n" + M2 + b"\n" + b'{"role": "wizard", "content": "Abracadabra."}',
+     (M1, M2)),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
-        lesson, sessions, monkeypatch, what, source, messages):
+        lesson, sessions, monkeypatch, what, source, kept):
     """Without task 03.2: a source with blank lines, a torn last line, a last message
-    without its newline, or nothing at all. A whole fork hands publish_fork the
-    message lines a reader finds, each ending in its newline, and nothing else; their
+    without its newline, lines with blanks or a carriage return at their end, or
+    nothing at all. A whole fork hands publish_fork the message lines a reader finds,
+    each as the source holds it and ending in its newline, and nothing else; their
     count; and a fork of one message more than those is refused, handing nothing."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
                         lambda folder, source_id, new_id, count, copy, durable:
                         handed.append((count, copy)))
-    expected = (messages, b"".join(line + b"\n" for line in (M1, M2)[:messages]))
+    messages = len(kept)
+    expected = (messages, b"".join(line + b"\n" for line in kept))
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
 
@@ -259,8 +272,8 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
             f"{count!r} message(s) and {copy!r}" for count, copy in handed)
         pytest.fail(f"the source holds {what}, {messages} message(s) a reader "
                     f"finds; a whole fork should hand publish_fork {messages} and "
-                    f"{expected[1]!r} (the message lines, each with its newline, "
-                    f"nothing else), once. It handed {got}", pytrace=False)
+                    f"{expected[1]!r} (the message lines, byte for byte, each with its "
+                    f"newline, nothing else), once. It handed {got}", pytrace=False)
     handed.clear()
     error = fork_or_fail(lesson, sessions, "quest-1", "too-far", upto=messages + 1)
     assert isinstance(error, ValueError) and not handed, (
@@ -268,6 +281,40 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         "should be refused with ValueError, handing publish_fork nothing; it "
         + (f"handed {handed}" if handed else "returned" if error is None
            else f"raised {type(error).__name__}: {error}"))
+
+
+@pytest.mark.task("03.1")
+def test_a_fork_copies_a_source_larger_than_any_one_read(
+        lesson, sessions, monkeypatch):
+    """Without task 03.2: a source of 17 MiB, its first message a map pasted whole
+    and 3,000 short ones after it. A whole fork hands publish_fork every line, byte
+    for byte, and their count: a source is read to its end, however large, never by
+    one read of a fixed size (64 KiB, 1 MiB, 16 MiB), which returns its start only."""
+    big = (b'{"role": "user", "content": "Copy the map: '
+           + b"north, east. " * ((17 << 20) // 13) + b'"}')
+    short = [b'{"role": "assistant", "content": "Step %d."}' % step
+             for step in range(3000)]
+    source = b"".join(line + NEWLINE for line in [big, *short])
+    (sessions / "quest-1.jsonl").write_bytes(source)
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append((count, copy)))
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    if handed != [(3001, source)]:
+        got = (f"raised {described(error)}" if error is not None and not handed
+               else "handed it nothing" if not handed else "handed it " + "; ".join(
+                   f"{count!r} message(s) in {len(copy):,} bytes"
+                   + (", the source's first bytes" if copy and source.startswith(copy)
+                      else "")
+                   for count, copy in handed))
+        pytest.fail(f"quest-1 holds 3,001 messages in {len(source):,} bytes, the "
+                    f"first line alone {len(big):,}; a whole fork should hand "
+                    "publish_fork all of them, byte for byte, and the count 3001, "
+                    f"once. It {got}: a source read only in part makes a fork "
+                    "shorter than asked that looks whole", pytrace=False)
 
 
 # Lines another writer wrote: JSON as valid as append's, spelled otherwise (no spaces,
@@ -344,10 +391,14 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
     ("after a blank line", 3, M1 + b"\n\n" + TORN + b"\n" + M2 + b"\n"),
     ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
+    ("that holds a carriage return alone, which load() refuses too", 2,
+     M1 + b"\n\r\n" + M2 + b"\n"),
     ("that is JSON but no message (it has no role)", 2,
      M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
     ("whose bytes are no UTF-8 (an e-acute in Latin-1)", 2,
      M1 + b"\n" + b'{"role": "user", "content": "caf\xe9"}' + b"\n" + M2 + b"\n"),
+    ("the first of two (the second holds spaces alone)", 2,
+     M1 + b"\n" + TORN + b"\n" + M2 + b"\n   \n"),
     ("that holds NaN, which Python's json reads and JSON does not allow", 2,
      M1 + b"\n" + b'{"role": "user", "content": "x", "score": NaN}' + b"\n" + M2
      + b"\n"),
@@ -761,9 +812,21 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
     (forked_at), the fork's lineage."""
     handed = handed_to_publishing(lesson, monkeypatch)
     os.utime(sessions / "quest-1.jsonl", (86_400, 86_400))   # the source: long ago
-    began = datetime.now(timezone.utc).replace(microsecond=0)
-    lesson.fork(sessions, "quest-1", "what-if", upto=3)
-    ended = datetime.now(timezone.utc)
+    # The local clock 5 h 45 min ahead of UTC: a local time is right only with its
+    # own offset, never labelled as UTC
+    clock = os.environ.get("TZ")
+    os.environ["TZ"] = "NPT-5:45"
+    time.tzset()
+    try:
+        began = datetime.now(timezone.utc).replace(microsecond=0)
+        lesson.fork(sessions, "quest-1", "what-if", upto=3)
+        ended = datetime.now(timezone.utc)
+    finally:
+        if clock is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = clock
+        time.tzset()
     if handed and handed[0] != ("what-if", 3):
         fail_in("03.1", "fork(sessions, 'quest-1', 'what-if', upto=3) should hand "
                 "publish_fork the new id 'what-if' and the count 3; it handed "
@@ -784,7 +847,8 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
         (f"created should be an ISO 8601 time, as text, with its time zone: "
          f"{created!r}", zone is not None),
         (f"created should be when the fork was made, between {began.isoformat()} and "
-         f"{ended.isoformat()} (the source was last written in 1970): {created!r}",
+         f"{ended.isoformat()} (the source was last written in 1970, and the local "
+         f"clock runs 5 h 45 min ahead of UTC): {created!r}",
          zone is None or began <= datetime.fromisoformat(created) <= ended))
         if not right]
     if wrong and handed:
@@ -792,6 +856,39 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
                 f"'quest-1', as it should; the meta file publish_fork wrote is wrong: "
                 f"{'; '.join(wrong)}. It holds {meta}")
     assert not wrong, f"{'; '.join(wrong)}. The meta file holds {meta}"
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_touches_no_file_but_its_own(lesson, sessions, day_one):
+    """Files whose names begin as the fork's do: another session, what-if-2, and its
+    lineage; the temporary file of another fork, onto what-if-2, still being written;
+    a copy a user keeps, what-if.jsonl.bak. A fork onto what-if leaves every one of
+    them as it was: its two names are its own, and nothing else in the folder is."""
+    log = (sessions / "quest-1.jsonl").read_bytes()
+    for name, data in (("what-if-2.jsonl", log), ("what-if.jsonl.bak", log),
+                       ("what-if-2.meta.json", b'{"format": 1, "id": "what-if-2"}'),
+                       (".what-if-2.jsonl.k3j2h1.tmp", log[:40])):
+        (sessions / name).write_bytes(data)
+        (sessions / name).chmod(0o600)
+    before = snapshot(sessions)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    assert error is None, (f"a fork of quest-1 onto what-if, a free id, raised "
+                           f"{described(error)}")
+    after = snapshot(sessions)
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name)
+                     and name not in ("what-if.jsonl", "what-if.meta.json"))
+    if changed:
+        pytest.fail(f"the folder held {sorted(before)}; a fork onto what-if should "
+                    "add what-if.jsonl and what-if.meta.json and leave every other "
+                    "file as it was, but these were changed, created or gone: "
+                    f"{changed}. A name that begins as the fork's is someone else's "
+                    "file: another "
+                    "session, another fork being written, a user's copy",
+                    pytrace=False)
 
 
 @pytest.mark.task("03.2")
@@ -1127,13 +1224,14 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
 
 @pytest.mark.task("03.2")
 @pytest.mark.parametrize("name", ["what-if.meta.json", "what-if.jsonl"])
-@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
+@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C", "SystemExit"])
 def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
         lesson, sessions, day_one, monkeypatch, name, failure):
     """The step that would give one of the fork's two files its name (a rename or a
-    link) fails: with EIO (a failing disk), or with Ctrl-C (KeyboardInterrupt). The
-    error reaches the caller, the folder is as it was, whichever file's naming
-    failed, and the same fork, run again, works."""
+    link) fails: with EIO (a failing disk), with Ctrl-C (KeyboardInterrupt), or with
+    SystemExit (a handler of SIGTERM that exits). The error reaches the caller, the
+    folder is as it was, whichever file's naming failed, and the same fork, run
+    again, works."""
     before = snapshot(sessions)
     failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, name, failure)
     if not failed:
@@ -1200,8 +1298,9 @@ def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
 
 def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
     """Fork quest-1 onto what-if while the first rename or link that would give `name`
-    its name fails, with EIO or Ctrl-C (`failure`). Returns whether that step came, and
-    how the fork ended: "returned", "Ctrl-C", "EIO" or the other error it raised."""
+    its name fails, with EIO, Ctrl-C or SystemExit (`failure`). Returns whether that
+    step came, and how the fork ended: "returned", "Ctrl-C", "SystemExit", "EIO" or the
+    other error it raised."""
     failed = []
 
     def failing(real):
@@ -1210,6 +1309,8 @@ def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
                 failed.append(name)
                 if failure == "EIO":
                     raise OSError(errno.EIO, os.strerror(errno.EIO))
+                if failure == "SystemExit":
+                    raise SystemExit(1)
                 raise KeyboardInterrupt
             return real(src, dst, *args, **kwargs)
         return step
@@ -1220,6 +1321,8 @@ def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
         outcome = "returned"
     except KeyboardInterrupt:
         outcome = "Ctrl-C"
+    except SystemExit:
+        outcome = "SystemExit"
     except NotImplementedError:
         raise
     except Exception as error:      # noqa: BLE001 - the failure is the point
@@ -1270,15 +1373,73 @@ def test_a_fork_keeps_unicode_line_separators_inside_content(lesson, sessions):
 
 
 @pytest.mark.task("03.1")
-def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one):
-    """upto=0 makes an empty fork, a fresh start with a lineage, not a full copy."""
+@pytest.mark.task("03.2")
+def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one, monkeypatch):
+    """upto=0 makes an empty fork, a fresh start with a lineage, not a full copy: its
+    log is there, empty (the id is taken), and its meta file says it copied 0
+    messages of quest-1."""
+    handed = handed_to_publishing(lesson, monkeypatch)
     lesson.fork(sessions, "quest-1", "fresh", upto=0)
 
     with lesson.SessionLog(sessions, "fresh") as log:
         history = log.load()
     if history != []:
-        pytest.fail(f"upto=0 keeps no message; the fork holds {len(history)}. 0 is a "
-                    "number of messages, not 'no limit'", pytrace=False)
+        fail_in("03.1", f"upto=0 keeps no message; the fork holds {len(history)}. 0 is "
+                "a number of messages, not 'no limit'")
+    if handed and handed != [("fresh", 0)]:
+        fail_in("03.1", "fork(sessions, 'quest-1', 'fresh', upto=0) should hand "
+                f"publish_fork the new id 'fresh' and the count 0; it handed {handed}")
+    whose = "03.2" if handed else None
+    log_path = sessions / "fresh.jsonl"
+    if not log_path.exists() or log_path.read_bytes():
+        said = ("a fork of 0 messages returned, and " + (
+            f"fresh.jsonl holds {len(log_path.read_bytes())} bytes" if log_path.exists()
+            else "there is no fresh.jsonl") + ": an empty fork is a session all the "
+            "same, its log there and empty, so that its id is taken and no other fork "
+            "lands on it")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
+    expect_whole_fork(lesson, sessions, "fresh", "quest-1", [],
+                      "upto=0, a fork of no message", task=whose)
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
+    """An id may hold dots (quest.day-1, quest.day-2): its files are the id and
+    their suffix, never the id cut at its last dot. quest.jsonl, another session,
+    stays as it was, and gets no meta file."""
+    with lesson.SessionLog(sessions, "quest.day-1") as log:
+        log.append({"role": "user", "content": "Day 1: ask the elder."})
+    other = b'{"role": "user", "content": "Another quest."}\n'
+    (sessions / "quest.jsonl").write_bytes(other)
+    (sessions / "quest.jsonl").chmod(0o600)
+    source = (sessions / "quest.day-1.jsonl").read_bytes()
+    before = snapshot(sessions)
+    handed = handed_to_publishing(lesson, monkeypatch)
+
+    error = fork_or_fail(lesson, sessions, "quest.day-1", "quest.day-2")
+
+    after = snapshot(sessions)
+    made = sorted(set(after) - set(before))
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    right = after.get("quest.day-2.jsonl") == source and made == [
+        "quest.day-2.jsonl", "quest.day-2.meta.json"] and not changed
+    if error is None and right:
+        return
+    said = (f"a fork of quest.day-1 onto quest.day-2 (ids with a dot, as a quest's "
+            "days are named) should read quest.day-1.jsonl and make quest.day-2.jsonl "
+            "and quest.day-2.meta.json, leaving quest.jsonl, another session, as it "
+            "was; it " + ("returned" if error is None else f"raised {described(error)}")
+            + f", made {made or 'no file'}"
+            + (f" and changed {changed}" if changed else "")
+            + ": an id is the whole name before the suffix, never cut at its last dot")
+    if not handed:
+        fail_in("03.1", said) if getattr(lesson, "publish_fork", None) else \
+            pytest.fail(said, pytrace=False)
+    if handed != [("quest.day-2", 1)]:
+        fail_in("03.1", f"{said}. fork handed publish_fork {handed}")
+    fail_in("03.2", f"{said}. fork handed publish_fork the new id 'quest.day-2' and "
+            "its copy, as it should")
 
 
 @pytest.mark.task("03.1")
