@@ -289,7 +289,12 @@ def test_deleting_twice_or_a_session_that_never_was_changes_nothing(
     creates nothing, not even a lock file for a moment, nor a folder that was not
     there."""
     play(lesson, sessions, TURN_A)
-    assert lesson.delete_session(sessions, "quest-1") is True
+    try:
+        deleted = lesson.delete_session(str(sessions), "quest-1")
+    except (TypeError, AttributeError) as error:
+        pytest.fail(f"delete_session() given its folder as a str raised {error!r}: "
+                    "the folder may be a str or a Path", pytrace=False)
+    assert deleted is True
     locked = []
     before_the_lock(lambda: locked.append(True))
     assert lesson.delete_session(sessions, "quest-1") is False, (
@@ -352,7 +357,7 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     play(lesson, sessions, TURN_SECRET)
     leftover = sessions / ".quest-1.jsonl.k2j4h1.tmp"
     leftover.write_bytes((sessions / "quest-1.jsonl").read_bytes())
-    (sessions / ".quest-1.meta.json.a8b2.tmp").write_text("{}")
+    (sessions / ".quest-1.meta.json.a8_b2.tmp").write_text("{}")
     (sessions / ".quest-10.jsonl.zz.tmp").write_text("another session's")
     # The temporary copy of the log of session "quest-1.jsonl" (an id may hold dots)
     (sessions / ".quest-1.jsonl.jsonl.zz.tmp").write_text("another session's")
@@ -373,9 +378,10 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         "a temporary copy of the log was left behind by a crash; deleting the session "
         "must remove it too. Still holding the words: "
         f"{files_holding(sessions, 'Ilse')}")
-    assert not (sessions / ".quest-1.meta.json.a8b2.tmp").exists(), (
+    assert not (sessions / ".quest-1.meta.json.a8_b2.tmp").exists(), (
         "a temporary copy of the meta file, left by a crashed meta write, is still "
-        "there after the delete: it is the session's too (it names its lineage)")
+        "there after the delete: it is the session's too (it names its lineage). Its "
+        "random part, a8_b2, is as tempfile makes one: letters, digits and '_'")
     assert (sessions / ".quest-10.jsonl.zz.tmp").exists(), (
         "deleting quest-1 removed a temporary file of quest-10")
     assert (sessions / ".quest-1.jsonl.jsonl.zz.tmp").exists(), (
@@ -840,7 +846,11 @@ def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sess
     for session_id in names:
         play(lesson, sessions, TURN_A, session_id=session_id)
         age(sessions / f"{session_id}.jsonl", 40)
-    deleted, busy = lesson.expire(sessions)
+    try:
+        deleted, busy = lesson.expire(str(sessions))
+    except (TypeError, AttributeError) as error:
+        pytest.fail(f"expire() given its folder as a str raised {error!r}: the "
+                    "folder may be a str or a Path", pytrace=False)
     assert deleted == sorted(names) and busy == [], (
         f"expire() should return {sorted(names)} (sorted by name), it returned "
         f"{deleted}")
@@ -1077,6 +1087,38 @@ def test_expire_keeps_a_session_a_writer_appends_to_while_it_runs(
 
 
 @pytest.mark.task("09.2")
+def test_expire_keeps_a_session_appended_to_exactly_at_the_cutoff_while_it_runs(
+    lesson, sessions, before_the_lock
+):
+    """A writer appends to an idle session while expire() runs, and its append is
+    stamped exactly at the cutoff (a clock that counts whole seconds, say): the log is
+    not older than the cutoff when the session is expire's own, so it stays.
+
+    The append's time is set just before the session's lock is first taken."""
+    play(lesson, sessions, TURN_A)
+    path = sessions / "quest-1.jsonl"
+    then = 1_700_000_000
+    os.utime(path, (then - 1, then - 1))
+
+    def an_append_at_the_cutoff():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
+            writer.append({"role": "user", "content": "Back, on the second."})
+        os.utime(path, (then, then))
+
+    before_the_lock(an_append_at_the_cutoff)
+    found = lesson.expire(sessions, older_than=100, now=then + 100)
+    assert path.exists(), (
+        "quest-1's log was older than the cutoff T when expire() first looked, then a "
+        "writer appended, stamped exactly T, before the session was expire's: a log "
+        "changed at the cutoff is not older than it, and the session was deleted "
+        "with the message the writer had just written (the look made under the lock "
+        "must use the same rule as the first)")
+    assert found == ([], []), (
+        f"quest-1 was in use again and kept: expire() should name it nowhere; it "
+        f"returned {found}")
+
+
+@pytest.mark.task("09.2")
 def test_expire_says_nothing_of_a_session_another_process_deleted_meanwhile(
     lesson, sessions, before_the_lock
 ):
@@ -1113,11 +1155,24 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     for path in (notes, target):
         age(path, 99)
     os.utime(sessions / "link.jsonl", (0, 0), follow_symlinks=False)
+    # A link to nowhere planted under a log's name, beside an old meta file
+    (sessions / "planted.jsonl").symlink_to(sessions.parent / "nowhere.jsonl")
+    meta = sessions / "planted.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "planted"}))
+    age(meta, 99)
+    os.utime(sessions / "planted.jsonl", (0, 0), follow_symlinks=False)
     play(lesson, sessions, TURN_A, session_id="quest-1")
     age(sessions / "quest-1.jsonl", 99)
-    assert lesson.expire(sessions) == (["quest-1"], []), (
+    found = lesson.expire(sessions)
+    assert (sessions / "planted.jsonl").is_symlink(), (
+        "someone planted planted.jsonl, a link to a file that does not exist, beside "
+        "an old planted.meta.json; expire() removed the link. A link under a log's "
+        "name is no log of this store: it stays, and a meta file beside it is no "
+        "meta file left without its log (a log that does not exist, seen through the "
+        "link, is not a name that is free)")
+    assert found == (["quest-1"], []), (
         "expire() should skip the files that are no sessions and go on: quest-1, "
-        "sorted after them, is old and must be deleted")
+        f"sorted after them, is old and must be deleted; expire() returned {found}")
     assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
 
 
@@ -1720,8 +1775,9 @@ def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypat
                         "what was not reached", pytrace=False)
         finally:
             monkeypatch.undo()
-    assert "quest-1.jsonl" in str(raised.value), (
-        f"EraseIncomplete should name the log, it says: {raised.value}")
+    assert str(sessions / "quest-1.jsonl") in str(raised.value), (
+        "EraseIncomplete should name the log, by its path (a person with sessions in "
+        f"several folders must tell which log it is); it says: {raised.value}")
     unreached = raised.value.unreached
     assert (isinstance(unreached, list) and len(unreached) == 1
             and "quest-2.jsonl" in str(unreached[0])), (
@@ -1798,12 +1854,16 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
             "log, but the file the writer held before the first erase's rename, which "
             "no name reaches any more" if path.read_bytes() == after else "")
         assert path.read_bytes() == after, "a second erase must not change the log"
-        for index in (2, -1):
+        for index in (2, 7, -1):
             with raises(lesson.EraseError,
-                        f"erase({index}) on a log of 2 messages was allowed"):
+                        f"erase({index}) on a log of 2 messages was allowed") as raised:
                 log.erase(index)
             assert path.read_bytes() == after, (
                 f"a refused erase({index}) changed the log")
+            assert "2" in str(raised.value), (
+                f"erase({index}) on a log of 2 messages was refused, in words that do "
+                "not say how many messages the log holds, so the caller cannot tell "
+                f"what would be right: {raised.value}")
     assert len(erase_markers(path)) == 1, (
         "one erase, one erase marker: found " + str(erase_markers(path)))
     [marker] = erase_markers(path)
@@ -1820,6 +1880,32 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
         f"the erase marker's 'at' should be the time of the erase as now() writes it "
         f"(an ISO date and time with its zone), found {marker['at']!r}")
     assert issubclass(lesson.EraseError, ValueError)
+
+
+@pytest.mark.task("09.3")
+def test_a_message_that_only_reads_as_erased_is_still_erased_when_asked(
+    lesson, sessions
+):
+    """Whether a message was erased is what the log's erase markers say, not what its
+    text reads: a message that repeated the erased one whole (its text is ERASED now),
+    or one in which the user typed those words, is erased when asked, and gets its
+    own marker."""
+    play(lesson, sessions, TURN_SECRET, (SECRET, [say("You said that.")]),
+         (lesson.ERASED, [say("Indeed.")]))
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.erase(0) is True
+        for index in (2, 4):
+            erased = log.erase(index)
+            assert erased is True, (
+                f"message {index} reads {lesson.ERASED!r} (a repeat of the erased "
+                "message, scrubbed, or the user's own words) but was never erased: "
+                f"erase({index}) returned {erased!r}, as if it had been. What was "
+                "erased is what the erase markers say")
+    indices = [marker["index"] for marker in erase_markers(path)]
+    assert indices == [0, 2, 4], (
+        f"three messages were erased (0, 2 and 4): the log's erase markers name "
+        f"{indices}")
 
 
 @pytest.mark.task("09.3")
@@ -2170,6 +2256,60 @@ def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
         f"{[m.get('content') for m in resumed]}")
 
 
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
+def test_the_agent_finds_the_message_in_the_log_its_writer_holds(lesson, sessions):
+    """The agent's session has written its messages; then another program puts an
+    older copy of the log in its place (a backup restored over it). The user erases a
+    message the older copy does not hold: the agent finds it in the log its writer
+    holds, not in the file the name reaches, and the words are gone."""
+    path = sessions / "quest-1.jsonl"
+    backup = sessions / "backup-of-quest-1"
+    agent, _, log = open_agent(lesson, sessions, [say("The elder nods."),
+                                                  say("Noted.")])
+    with log:
+        agent.run("Ask the elder about the cave.")
+        backup.write_bytes(path.read_bytes())
+        agent.run(SECRET)
+        os.replace(backup, path)
+        try:
+            agent.erase(2)
+        except lesson.EraseError as error:
+            pytest.fail(
+                "the agent's writer holds 4 messages; an older copy of the log, of "
+                "2, then took the log's name, and erasing message 2 raised "
+                f"{error!r}: the agent looked the message up in the file the name "
+                "reaches, not in the log its writer holds", pytrace=False)
+    assert files_holding(sessions, "Ilse") == [], (
+        f"after the erase the words are still in {files_holding(sessions, 'Ilse')}")
+
+
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
+def test_the_agent_takes_the_words_out_of_the_tool_calls_that_quoted_them(
+    lesson, sessions
+):
+    """The model passed the user's words on to a tool: after the user's message is
+    erased, neither the next request nor the log holds them in that call's arguments,
+    and the agent's memory keeps what the log keeps."""
+    agent, model, log = open_agent(
+        lesson, sessions,
+        [use(call("talk_to", npc=SECRET)), say("Noted."), say("Yes.")])
+    with log:
+        agent.run(SECRET)
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "the model had passed the user's words to a tool (a call's arguments); after "
+        f"the erase the next request still sent them: {sent[:300]}. A message's tool "
+        "calls lose the quotes too, in memory as in the log")
+    assert agent.messages == resume(lesson, sessions), (
+        "after the erase, the agent's memory and its log hold different messages: a "
+        "tool call whose arguments quoted the words lost them in the log, not in "
+        "memory (or the other way round)")
+
+
 @pytest.mark.task("09.4")
 def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
     lesson, sessions
@@ -2237,16 +2377,21 @@ def test_an_agent_without_a_session_forgets_too(lesson):
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(short)
     before = json.loads(json.dumps(agent.messages))
-    for position in (2, -1):
+    for position in (2, 7, -1):
         try:
             with raises(lesson.EraseError, f"erasing message {position} of a "
-                        "conversation of two was not refused with EraseError"):
+                        "conversation of two was not refused with EraseError"
+                        ) as raised:
                 agent.erase(position)
         except IndexError as error:
             pytest.fail(f"erasing message {position} of a conversation of two raised "
                         f"{error!r}; expected EraseError", pytrace=False)
         assert agent.messages == before, (
             f"a refused erase of message {position} changed the conversation")
+        assert "2" in str(raised.value), (
+            f"erasing message {position} of a conversation of 2 was refused, in words "
+            "that do not say how many messages the conversation holds, so the caller "
+            f"cannot tell what would be right: {raised.value}")
     assert agent.erase(0) == {"role": "user", "content": lesson.ERASED}
     agent.run("Shall we go on?")
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
@@ -2297,6 +2442,32 @@ def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
     assert agent.messages == resume(lesson, sessions), (
         "after the erase of a message of two parts, the agent's memory and its log "
         "hold different messages")
+
+
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
+def test_the_summary_loses_every_text_of_a_message_of_several_parts(lesson, sessions):
+    """Lesson 08's summary may quote any text of a message of several parts: after the
+    erase, the next request sends none of them, in the summary either."""
+    parts = [{"type": "text", "text": "About my sister, for the letter:"},
+             {"type": "text", "text": SECRET}]
+    model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes.")],
+                          summarise=lambda body: f"The user wrote: {SECRET}.")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        agent.record({"role": "user", "content": parts})
+        agent.run("Please write to her.")
+        agent.run("Thank the elder.")
+        assert agent.compact(), "the agent should compact the first turn by hand"
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "the erased message held two texts (a list of two parts) and the compaction "
+        "summary quoted the second: the request after the erase still sent it, in "
+        f"the summary the agent keeps: {sent[:300]}. Every text of the message is "
+        "looked for, not only the first")
 
 
 @pytest.mark.task("09.4")
@@ -2404,6 +2575,13 @@ def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
         "a blob a log refers to stays however old; an unreferenced one stays during "
         "the grace period (a writer may be about to point to it)")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+    edge = lesson.SessionLog(sessions, "scratch").store_blob(b"edge " * 2000)
+    os.utime(sessions / "blobs" / edge, (time.time() - 150,) * 2)
+    removed = lesson.collect_blobs(sessions, grace=100)
+    assert removed == [edge], (
+        f"with a grace of 100 seconds, the unreferenced blob {edge[:12]}... last "
+        "touched 150 seconds ago is past it and goes, the one touched just now stays; "
+        f"collect_blobs() removed {[name[:12] for name in removed]}")
     assert lesson.collect_blobs(sessions, grace=0) == [young], (
         "with no grace period, the young unreferenced blob goes too")
 
