@@ -274,6 +274,12 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
                     f"finds; a whole fork should hand publish_fork {messages} and "
                     f"{expected[1]!r} (the message lines, byte for byte, each with its "
                     f"newline, nothing else), once. It handed {got}", pytrace=False)
+    held = (sessions / "quest-1.jsonl").read_bytes()
+    if held != source:
+        pytest.fail(f"the source holds {what}; a fork of it should leave it as it "
+                    f"was, {len(source)} bytes, and left {len(held)} bytes that "
+                    "differ: a fork only reads its source (a torn line is not its to "
+                    "cut, a missing newline not its to write)", pytrace=False)
     handed.clear()
     error = fork_or_fail(lesson, sessions, "quest-1", "too-far", upto=messages + 1)
     assert isinstance(error, ValueError) and not handed, (
@@ -397,6 +403,8 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
      M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
     ("whose bytes are no UTF-8 (an e-acute in Latin-1)", 2,
      M1 + b"\n" + b'{"role": "user", "content": "caf\xe9"}' + b"\n" + M2 + b"\n"),
+    ("first, after a byte-order mark, which the format does not allow", 1,
+     b"\xef\xbb\xbf" + M1 + b"\n" + M2 + b"\n"),
     ("the first of two (the second holds spaces alone)", 2,
      M1 + b"\n" + TORN + b"\n" + M2 + b"\n   \n"),
     ("that holds NaN, which Python's json reads and JSON does not allow", 2,
