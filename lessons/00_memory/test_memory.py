@@ -89,6 +89,19 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         what = f"the model called {name!r}, and the town has 'pay', not {name!r}"
         result = run_call(lesson, FewTools(pay=pay), tool_call(name, sent), what)
         assert_error_result(result, what)
+    def fly(**arguments):
+        raise KeyError("fly")
+
+    failed = run_call(lesson, FewTools(fly=fly), tool_call("fly", "{}"),
+                      "the tool fly raised KeyError('fly')")
+    unknown = run_call(lesson, FewTools(pay=pay), tool_call("fly", "{}"),
+                       "the model called 'fly', which the town does not have")
+    assert_error_result(unknown, "the model called 'fly', which the town does not have")
+    assert unknown != failed, (
+        f"the model called 'fly', which the town does not have, and reads {unknown!r}, "
+        "the same result as when the town has a tool 'fly' that fails with "
+        "KeyError('fly'): the model cannot tell that the tool it named is not there, "
+        "and sends the same call again")
     assert paid == [("rope", 3)], (
         "a call to 'Pay' or 'pay ' names no tool the town has (the model must learn "
         "the name it got wrong, or it keeps sending it), and the tool ran for them: "
@@ -637,6 +650,12 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         f"history holds {len(replies)} replies, with {replies} calls: each reply is "
         "recorded, the last one too, with its calls run and answered, so that the "
         "history is the whole turn as it happened (the next lesson saves it)")
+    refused = [m.get("content") for m in agent.messages if m.get("role") == "tool"
+               and str(m.get("content")).startswith("error:")]
+    assert not refused, (
+        "every call of the 3 replies should have run, the last reply's too (the limit "
+        "counts model calls; the calls a reply asked for still run): the results "
+        f"hold errors {refused[:2]}")
     asked = [c["id"] for m in agent.messages for c in m.get("tool_calls") or []]
     answered = [m.get("tool_call_id") for m in agent.messages if m["role"] == "tool"]
     assert sorted(answered) == sorted(asked), (
@@ -666,15 +685,17 @@ def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, mode
                                                                     town):
     """max_turns bounds the model calls of one user message: an agent whose every
     turn needs two calls (a tool, then the answer) goes on for as many turns as the
-    user has, with max_turns=2, each turn recorded from its user's message on."""
+    user has, with max_turns=2, each turn recorded from its user's message on (a
+    message said twice is recorded twice, an empty one too)."""
     for day in range(3):
         model.add(use(call("talk_to", npc="elder")), say(f"Day {day + 1} done."))
     agent = new_agent(lesson, model, town, max_turns=2)
+    expected = ["Ask the elder.", "Ask the elder.", ""]
 
     answers = []
     for day in range(3):
         try:
-            answers.append(agent.run(f"Day {day + 1}: ask the elder."))
+            answers.append(agent.run(expected[day]))
         except lesson.MaxTurnsExceeded as error:
             pytest.fail(f"with max_turns=2, turn {day + 1} needed 2 model calls (a "
                         f"tool, then the answer) and raised MaxTurnsExceeded ({error}) "
@@ -684,11 +705,11 @@ def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, mode
     assert answers == ["Day 1 done.", "Day 2 done.", "Day 3 done."], (
         f"three turns of two model calls each should answer in turn; got {answers}")
     asked = [m["content"] for m in agent.messages if m["role"] == "user"]
-    expected = [f"Day {day + 1}: ask the elder." for day in range(3)]
     assert asked == expected, (
-        f"after three turns the history should hold each user message once, in "
-        f"order, {expected}; it holds {asked}: every turn starts by recording its "
-        "user's message, or the model answers a question it was never asked")
+        f"after three turns the history should hold each user message, in order, as "
+        f"often as it was said, {expected}; it holds {asked}: every turn starts by "
+        "recording its user's message, or the model answers a question it was never "
+        "asked")
 
 
 @pytest.mark.key

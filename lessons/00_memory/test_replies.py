@@ -549,17 +549,22 @@ def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
 
 @pytest.mark.task("00.3")
 def test_a_well_formed_reply_is_stored_as_it_came(lesson):
-    """normalize_reply leaves a reply that is already sendable exactly as it is."""
+    """normalize_reply leaves a reply that is already sendable exactly as it is: ids
+    of any server's form, arguments with the spaces they came with."""
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1_0", "type": "function",
-         "function": {"name": "buy", "arguments": '{"item":"rope"}'}}]}
+         "function": {"name": "buy", "arguments": '{"item":"rope"}'}},
+        {"id": "toolu_01A9q", "type": "function",
+         "function": {"name": "talk_to", "arguments": ' {"npc": "elder"}\n'}}]}
+    sent = json.loads(json.dumps(reply["tool_calls"]))
 
     message = lesson.normalize_reply(reply, [])
 
-    assert message["tool_calls"] == reply["tool_calls"], (
-        "a call with an id and JSON-object arguments should be stored byte for byte as "
-        "the "
-        f"model sent it, got {message['tool_calls']}")
+    assert message.get("tool_calls") == sent, (
+        "calls with ids of their own (of any form: 'toolu_01A9q' is one server's) and "
+        "JSON-object arguments (spaces and a newline around them are JSON too) should "
+        f"be stored byte for byte as the model sent them, {sent}; stored "
+        f"{message.get('tool_calls')}")
 
 
 @pytest.mark.task("00.3")
