@@ -18,7 +18,7 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, Disconnect, Fail, InvalidRequest,
     is_retried_summary, is_summary_request, long_reply, NO_ANSWER, ODD_REPLIES,
     ScriptedModel,
-    SimulatedCrash, call, say, summaries, use, validate)
+    SimulatedCrash, THOUGHT, call, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
 from sessionlab.testing import fail_in, raises, until_written
 
@@ -651,8 +651,21 @@ def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_noth
         model.add(*day(2)[1], *day(3)[1])
         agent.run(day(2)[0])
         agent.run(day(3)[0])
+        told, summarise = [], agent.summarise
+
+        def telling(messages, cut):
+            told.append((list(messages), cut))
+            return summarise(messages, cut)
+
+        agent.summarise = telling
         assert agent.compact() is True, "three turns: compact() should summarise two"
         assert len(model.summary_requests) == 1
+        assert told == [(agent.messages[:4], 4)], (
+            "three turns of two messages, compacted by hand: summarise() should be "
+            "given days 1 and 2 (messages 0 to 3) and the place the request will "
+            "start from (4, day 3's message), so that it asks for a summary that "
+            "fits beside day 3; it was given "
+            f"{[(shape(messages, 20), cut) for messages, cut in told]}")
     markers = compactions_in(path)
     assert len(markers) == 1 and markers[0]["upto"] == 4, (
         "three turns of two messages, compacted by hand: one marker whose 'upto' is 4, "
@@ -899,6 +912,28 @@ def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
         "the disk failed right after the first write of the log's compact, and the log "
         f"now ends with {added[:60]!r}{'...' if len(added) > 60 else ''}: part of the "
         "marker, not a whole line")
+    # The disk fills up in the middle of the marker: write() takes half of it
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.load()
+        before = path.read_bytes()
+
+        def short(fd, data):
+            if os.fstat(fd).st_ino == inode and b'"compaction"' in bytes(data):
+                return real(fd, bytes(data)[:len(data) // 2])
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", short)
+        try:
+            log.compact("Days 1 and 2, again.", keep=2)
+        except OSError:
+            pass
+        monkeypatch.setattr(os, "write", real)
+        added = path.read_bytes()[len(before):]
+        assert added == b"" or (added.endswith(b"\n") and added.count(b"\n") == 1), (
+            "the disk filled up in the middle of the log's compact (write() took half "
+            f"the marker), and the log now ends with {added[:60]!r}: half a line, to "
+            "which the next line would be glued (the writer's own write takes a short "
+            "write back)")
 
 
 # --- reading it back ------------------------------------------------------------------
@@ -936,6 +971,14 @@ def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessio
         "one keeping the last four ('upto' 4): the later one is what the writer last "
         "recorded, so its boundary, place 4, is where requests start. compaction() "
         f"returned {found!r}")
+    # Two compactions at the same place: the later summary is the one recorded last
+    lines = [*said, {"$marker": "compaction", "summary": "told once", "upto": 6},
+             {"$marker": "compaction", "summary": "told again", "upto": 6}]
+    found = lesson.parse_log(as_log(lines).encode(), path).compaction()
+    assert found == lesson.Compaction("told again", 6), (
+        "eight messages, then two compactions with 'upto' 6, the summaries 'told once' "
+        "and 'told again': the later is the latest, whatever place it keeps. "
+        f"compaction() returned {found!r}")
     # After an undo, a valid "upto" may pass the number of messages shown: it counts
     # every message in the file, undone ones too
     lines = [*said[:4], {"$marker": "undo", "skip": [2, 3]}, *said[4:],
@@ -1373,6 +1416,25 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         sizes = {agent.request_size(agent.view())}
         assert_overflow_says_enough(str(raised.value), small, sizes, f" ({why})")
         assert agent.messages == said, "a refused request changed the conversation"
+    # A compaction that leaves the request one token over the budget: refused, with
+    # the size of the request as it would go; at the budget exactly, it is sent
+    agent.compaction = lesson.Compaction("days 1 to 3", 8)
+    compacted = agent.request_size(agent.view())
+    with raises(lesson.ContextOverflow, "a compaction left the request one token over "
+                f"the budget of {compacted - 1} (the summary counted, as it is sent), "
+                "and the request was sent") as raised:
+        request(compacted - 1, 8)
+    assert_overflow_says_enough(str(raised.value), compacted - 1, {compacted},
+                                " (a compaction one token short)")
+    sent = request(compacted, 8)
+    assert asked == [8] and sent == agent.view(), (
+        f"a compacted request of {compacted} tokens, exactly the budget, should be "
+        f"sent; compact() summarised {len(asked)} time(s) and the request held "
+        f"{shape(sent, 20)}")
+    # A budget of 0 is a budget (only None is none): no request fits it
+    with raises(lesson.ContextOverflow, "with a budget of 0 tokens the request was "
+                "sent whole, as if there were no budget: only None means none"):
+        request(0, None)
     # A compaction already starts at the newest turn (place 8), and the view is still
     # over the budget: a real compact() finds nothing more to summarise.
     agent.compaction = lesson.Compaction("days 1 to 4", 8)
@@ -1596,6 +1658,14 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
         "a reply whose think block has only its end (some chat templates open it in "
         "the prompt) holds thinking, then the summary: the summary alone should be "
         f"returned; got {got!r}")
+    # A model that thought twice before answering: both blocks are thinking
+    twice = lesson.normalize_reply({"role": "assistant", "content": (
+        f"<think>{THOUGHT}</think>\n<think>The rope too.</think>\n\n"
+        + ANSWER_AFTER_THOUGHT)}, [])
+    got = lesson.check_summary(twice)
+    assert got == ANSWER_AFTER_THOUGHT, (
+        "a reply of two think blocks, then the summary: the summary alone should be "
+        f"returned, none of the thinking; got {got!r}")
     for quoting in ('{"gold": 3} was all the ledger said; the rope is bought.',
                     'The guard said {"name": "talk_to"} was a word of the old tongue.'):
         reply = lesson.normalize_reply({"role": "assistant", "content": quoting}, [])
@@ -1652,12 +1722,11 @@ def test_the_summary_request_says_how_long_the_summary_may_be(lesson):
     summary request's instruction gives the room the budget leaves beside the turn the
     request keeps (summary_prompt and summary_room, both given, make and measure it)."""
     agent, model, log = open_agent(lesson, None)
+    agent.messages = conversation(9)
     with log:
-        play_until_compacted(lesson, agent, model)
-    # When the model was asked, the turn kept was the new day's message alone
-    cut = agent.compaction.boundary
-    agent.messages = agent.messages[:cut + 1]
-    room = agent.summary_room(cut)
+        agent.summarise(agent.messages[:8], 8)
+    # The request would keep the newest message alone
+    room = agent.summary_room(8)
     expected = lesson.summary_prompt(room)
     told = [m.get("content") for m in model.summary_requests[0]["messages"]
             if m.get("role") == "system"]
@@ -1874,6 +1943,29 @@ def test_a_summary_request_that_fails_reaches_the_caller_as_it_is(lesson, sessio
                 "let that error reach its caller, having asked once; it asked "
                 f"{len(model.summary_requests)} time(s) and returned {got!r}, as if "
                 "the failure were a reply to refuse")
+    # The second request fails, after a first reply that was no summary: its error
+    # too reaches the caller as it is (the server answered nothing to judge)
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+        NO_SUMMARY["empty"], FAILED_REQUESTS[failure], then=numbered_summaries()))
+    agent.messages = conversation(6)
+    with log:
+        try:
+            got = agent.summarise(agent.messages[:4], 4)
+        except openai.APIError:
+            got = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            fail_in("08.4", f"the first reply to the summary request was empty, and "
+                    f"the second request failed ({failure}): the server sent no "
+                    f"second reply, yet summarise() raised {type(error).__name__}: "
+                    f"{error}. That request's own error should reach the caller as "
+                    "it is, as the first's does")
+    if got is not None or len(model.summary_requests) != 2:
+        fail_in("08.4", f"the first reply to the summary request was empty, and the "
+                f"second request failed ({failure}): summarise() should let that "
+                "error reach its caller, with no third request; it asked "
+                f"{len(model.summary_requests)} time(s) and returned {got!r}")
     # The agent's compaction (task 08.3): the turn ends with that error
     agent, model, log = open_agent(lesson, sessions, summarise=summaries(
         FAILED_REQUESTS[failure], then=numbered_summaries()))
