@@ -612,13 +612,15 @@ def without_thinking(text: str) -> str:
     """`text` without the reasoning models put first: everything up to the last
     </think> goes (some templates open the tag in the prompt, so the reply has only the
     closing one). A reply that opens <think> and never closes it was cut off while
-    thinking: no answer at all ("")."""
+    thinking: no answer at all (""). So was one that, after its last </think>, opens a
+    block again: what is left is thinking cut off, not an answer, and reading it again
+    gives "" (an answer read twice must read the same: the store reads a summary again
+    before it records it)."""
     close = text.rfind(THINK_CLOSE)
-    if close >= 0:
-        return text[close + len(THINK_CLOSE):].strip()
-    if text.lstrip().startswith(THINK_OPEN):
+    rest = text[close + len(THINK_CLOSE):] if close >= 0 else text
+    if rest.lstrip().startswith(THINK_OPEN):
         return ""
-    return text.strip()
+    return rest.strip()
 
 
 def calls_written_as_text(text: str) -> list[str]:

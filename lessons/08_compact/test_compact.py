@@ -1637,6 +1637,25 @@ def test_check_summary_alone_refuses_a_call_written_as_text_after_thinking(lesso
 
 
 @pytest.mark.task("08.4")
+def test_check_summary_alone_refuses_thinking_begun_again_and_cut_off(lesson):
+    """check_summary() alone, on a reply whose thinking ended, then began again and was
+    cut off by the length limit (a template that opens the block in the prompt, then
+    a model that thinks once more): after its last end there is only thinking that
+    never ends, no summary. Recorded, it would tell every later request that thinking;
+    and the store, reading it again, refuses it."""
+    content = f"{THOUGHT}\n</think>\n\n<think>\nOn second thought, the rope"
+    reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
+    with raises(lesson.BadSummary, "check_summary() took thinking that ended, began "
+                f"again and was cut off ({content!r}) for a summary") as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    assert re.search(THINKING, said), (
+        "the BadSummary for a reply that is only thinking (ended, then begun again "
+        f"and cut off) should say that it was thinking (a think block); it says "
+        f"{said!r}")
+
+
+@pytest.mark.task("08.4")
 def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson):
     """check_summary() alone, on a summary after a think block, and on one with spaces
     around it: what it returns is what every later request carries."""
