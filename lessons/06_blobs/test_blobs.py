@@ -1188,6 +1188,43 @@ def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypat
 
 
 @pytest.mark.task("06.1")
+def test_a_durable_writer_syncs_again_a_blob_it_writes_again(lesson, sessions,
+                                                               monkeypatch):
+    """A durable writer stored and synced a blob; then it was removed (a clean-up by
+    hand), or damaged, behind the writer's back. Storing the content again writes a new
+    file: its bytes and its name are synced again, as for any new blob, or a power cut
+    could keep the line that points to it and lose the blob."""
+    data = PASTE.encode("utf-8")
+    blob = sessions / "blobs" / sha256(data)
+    damages = {"removed": lambda: blob.unlink(),
+               "damaged": lambda: blob.write_bytes(data.replace(b"cave", b"lake", 1))}
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        log.store_blob(data)
+        for damage, do in damages.items():
+            do()
+            events = []
+            watch_syncs(monkeypatch, events, blob)
+            log.store_blob(data)
+            monkeypatch.undo()
+            assert blob.is_file() and sha256(blob.read_bytes()) == blob.name, (
+                f"the blob was {damage}, and storing its content again should leave "
+                f"the whole content under its name")
+            synced = [ino for _, ino, _ in events]
+            assert blob.stat().st_ino in synced, (
+                f"a durable writer's blob was {damage} behind its back; storing the "
+                "content again wrote a new file under the blob's name, and returned "
+                "without syncing its bytes. Remembering which blobs were synced must "
+                "not skip a blob written anew")
+            folder = (sessions / "blobs").stat().st_ino
+            assert any(ino == folder and named for _, ino, named in events), (
+                f"a durable writer's blob was {damage} behind its back; storing the "
+                "content again wrote a new file under the blob's name, and returned "
+                "without syncing blobs/ once it held that name: a power cut could lose "
+                "the name while the line that points to it survives. Remembering "
+                "which blobs were synced must not skip a blob written anew")
+
+
+@pytest.mark.task("06.1")
 def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch):
     """Without durable=True nothing is fsynced, new blob or reused one: that speed is
     what a writer that is not durable chose."""
@@ -1638,6 +1675,70 @@ def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
         f"the error should name the blob ({blob.name}), the log by its path and the "
         f"line (line 1); it says: {message}")
     says_what_it_met(refused.value, "something that is no file", sessions)
+    assert snapshot(sessions) == before, "a refused load must change no file"
+
+
+# Words that would send the user to the wrong fix when the disk failed to read a blob
+CLAIMS = (r"missing|not found|no such|(not|n't) exist|absent|gone|removed|deleted"
+          r"|chang|tamper|modif|alter|match|symbolic|link|utf|decod"
+          r"|not a (plain|regular)|folder|fifo")
+
+
+@pytest.mark.task("06.2")
+def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
+        lesson, sessions, monkeypatch):
+    """The disk fails to read a blob (EIO): the blob is there, and nothing says it
+    changed. The load fails, with the disk's OSError or with a BlobError naming the
+    blob, the log and the line, but never saying the blob is missing, changed, a link
+    or no text: the user would restore a backup or undo a hand edit instead of checking
+    the disk."""
+    import builtins
+    import errno
+    import io
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    before = snapshot(sessions)
+
+    def failing(real):
+        def opening(path, *args, **kwargs):
+            if isinstance(path, (str, bytes, os.PathLike)) and (
+                    os.fsdecode(path) == str(blob)):
+                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+            return real(path, *args, **kwargs)
+        return opening
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for module, name in ((os, "open"), (builtins, "open"), (io, "open")):
+            monkeypatch.setattr(module, name, failing(getattr(module, name)))
+        try:
+            log.load()
+            failed = None
+        except (OSError, ValueError) as error:
+            failed = error
+        finally:
+            monkeypatch.undo()
+    if failed is None:
+        return      # the blob was read some other way: no failure to judge
+    if isinstance(failed, lesson.BlobError):
+        message = str(failed)
+        named = (re.search(r"\bline 1\b", message)
+                 and str(sessions / "quest-1.jsonl") in message)
+        assert blob.name in message and named, (
+            f"the error should name the blob ({blob.name}), the log by its path and "
+            f"the line (line 1); it says: {message}")
+        said = message.replace(str(sessions.parent), "").replace(blob.name, "")
+        claim = re.search(CLAIMS, said, re.IGNORECASE)
+        assert not claim, (
+            f"the disk failed to read blobs/{blob.name} (EIO), and the refusal says "
+            f"{claim.group(0)!r}: the blob is there, and nothing shows it changed, so "
+            "the user goes to the wrong fix (a backup, a hand edit) instead of the "
+            f"disk. It says: {message}")
+    else:
+        assert isinstance(failed, OSError), (
+            f"the disk failed to read a blob, and load raised {failed!r}: the disk's "
+            "OSError, or a BlobError saying the blob could not be read, was expected")
     assert snapshot(sessions) == before, "a refused load must change no file"
 
 
