@@ -598,14 +598,18 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.1")
-def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions):
+@pytest.mark.parametrize("note", ["Actually, never mind.", TURN_C[0]],
+                         ids=["a new note", "the last question said again"])
+def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions,
+                                                                 note):
     """An undo spanning pending and written messages drops the pending ones and marks
-    only the written ones."""
+    only the written ones: the newest messages are the pending ones, even when a
+    pending note says what a written message said."""
     turn_a, turn_c = play(lesson, sessions, TURN_A, TURN_C)
 
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        agent.record({"role": "user", "content": "Actually, never mind."})
+        agent.record({"role": "user", "content": note})
         agent.undo(turns=2)
 
     skips = [sorted(m.get("skip", [])) for m in markers_in(sessions / "quest-1.jsonl")]
