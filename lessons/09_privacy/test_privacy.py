@@ -505,9 +505,9 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     for name in real:
         monkeypatch.setattr(os, name, failing(name))
     try:
-        lesson.delete_session(sessions, "quest-1b")
+        outcome = lesson.delete_session(sessions, "quest-1b")
     except OSError:
-        pass        # the delete stopped: what it left is what this test is about
+        outcome = None  # the delete stopped: what it left is what this test is about
     monkeypatch.undo()
     assert len(removed) == stop_after, (
         f"the test's own set-up: the delete removed {removed} of quest-1b's three "
@@ -519,6 +519,11 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
             f"(an I/O error); it left {left}: the fork's log without its meta file, a "
             "session that still opens and resumes but has lost its lineage, and no "
             "later look can tell that a delete was under way")
+    assert outcome is not True, (
+        f"the delete of quest-1b removed {' and '.join(removed)}, then could not "
+        f"remove the next file (an I/O error), and returned True; it left {left}: "
+        "the caller was told the session is gone, and its words are still there. "
+        "The error reaches the caller")
     assert lesson.delete_session(sessions, "quest-1b") is True, (
         f"a delete that stopped half-way left {left}: deleting again should finish the "
         "job and return True")
@@ -898,20 +903,24 @@ def test_expire_reports_a_leftover_a_writer_holds_as_busy_and_goes_on(
         meta = sessions / f"{session_id}.meta.json"
         meta.write_text(json.dumps({"format": 1, "id": session_id}))
         age(meta, 40)
-    play(lesson, sessions, TURN_A, session_id="old")
-    age(sessions / "old.jsonl", 40)
-    with open(sessions / "left-a.lock", "w") as held:   # another writer's lock
+    for session_id in ("old", "quest-held"):
+        play(lesson, sessions, TURN_A, session_id=session_id)
+        age(sessions / f"{session_id}.jsonl", 40)
+    with open(sessions / "left-a.lock", "w") as held, \
+            open(sessions / "quest-held.lock", "w") as writing:  # other writers' locks
         fcntl.flock(held, fcntl.LOCK_EX)
+        fcntl.flock(writing, fcntl.LOCK_EX)
         try:
             found = lesson.expire(sessions)
         except lesson.SessionBusy as error:
             pytest.fail(f"expire() stopped with {error!r}: a writer holds left-a, "
                         "whose meta file lost its log; it should be reported busy and "
                         "the run go on", pytrace=False)
-    assert found == (["old", "left-b"], ["left-a"]), (
+    assert found == (["old", "left-b"], ["quest-held", "left-a"]), (
         "expire() should delete the old session and the free leftover left-b, and "
-        "report left-a, held by a writer, as busy (deleted=['old', 'left-b'], "
-        f"busy=['left-a']); it returned {found}")
+        "report the old session quest-held and the leftover left-a, each held by a "
+        "writer, as busy, the sessions first in each list (deleted=['old', 'left-b'], "
+        f"busy=['quest-held', 'left-a']); it returned {found}")
     assert (sessions / "left-a.meta.json").exists(), (
         "expire() removed left-a's meta file while a writer held that id")
 
@@ -1149,6 +1158,10 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     planted in the folder, stays, and the sessions after them are still expired."""
     notes = sessions / "notes .jsonl"
     notes.write_text("not a session\n")
+    # A meta file's name with no session id before it: no leftover of a session
+    stray = sessions / "old notes.meta.json"
+    stray.write_text("{}")
+    age(stray, 99)
     target = sessions.parent / "elsewhere.jsonl"
     target.write_text("{}\n")
     (sessions / "link.jsonl").symlink_to(target)
@@ -1174,6 +1187,9 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
         "expire() should skip the files that are no sessions and go on: quest-1, "
         f"sorted after them, is old and must be deleted; expire() returned {found}")
     assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
+    assert stray.exists(), (
+        "expire() removed 'old notes.meta.json': its name holds no session id (a "
+        "space), so it is no meta file a session left, and it stays")
 
 
 # --- 09.3: erase from the log ---------------------------------------------------------
@@ -2168,6 +2184,7 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
     only when they are older (Linux's default, relatime)."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
+    os.chmod(path, 0o644)   # as another program, or a careless copy, may have left it
     # Times with nanoseconds (123 of them), as a file system keeps them
     read_ns = int(time.time() + 3600) * 10**9 + 123
     written_ns = int(time.time() - 20 * DAY) * 10**9 + 123
@@ -2179,7 +2196,10 @@ def test_erase_keeps_the_file_private_and_the_log_as_old_as_it_was(lesson, sessi
         log.erase(0)
     found = os.stat(path)
     mode = stat.S_IMODE(found.st_mode)
-    assert mode == 0o600, f"the rewritten log is {oct(mode)}, not 0o600"
+    assert mode == 0o600, (
+        f"the rewritten log is {oct(mode)}, not 0o600: the log it replaced was 0o644, "
+        "and the new one holds a person's words like every file of a session: private, "
+        "whatever the old file's mode")
     assert abs(found.st_mtime - written_at) < 1, (
         "an erase is not a use: the log should keep the modification time of its last "
         "append, 20 days ago; expire() goes by it")
@@ -2294,7 +2314,8 @@ def test_the_agent_takes_the_words_out_of_the_tool_calls_that_quoted_them(
     and the agent's memory keeps what the log keeps."""
     agent, model, log = open_agent(
         lesson, sessions,
-        [use(call("talk_to", npc=SECRET)), say("Noted."), say("Yes.")])
+        [use(call("talk_to", npc=SECRET), call("buy", item="a map of 12 Elm Street")),
+         say("Noted."), say("Yes.")])
     with log:
         agent.run(SECRET)
         agent.erase(0)
@@ -2306,8 +2327,9 @@ def test_the_agent_takes_the_words_out_of_the_tool_calls_that_quoted_them(
         "calls lose the quotes too, in memory as in the log")
     assert agent.messages == resume(lesson, sessions), (
         "after the erase, the agent's memory and its log hold different messages: a "
-        "tool call whose arguments quoted the words lost them in the log, not in "
-        "memory (or the other way round)")
+        "tool call whose arguments quoted the words (whole, or a piece of them: '12 "
+        "Elm Street') lost them in the log, not in memory (or the other way round). A "
+        "call's arguments lose any piece of the words, as a summary does")
 
 
 @pytest.mark.task("09.4")
@@ -2442,6 +2464,33 @@ def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
     assert agent.messages == resume(lesson, sessions), (
         "after the erase of a message of two parts, the agent's memory and its log "
         "hold different messages")
+
+
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.4")
+def test_the_summary_loses_the_words_of_a_message_erased_after_it(lesson, sessions):
+    """The user repeats, after a compaction, words the summary already quotes: erasing
+    that later message takes every part of its words out of the summary too, though
+    the summary was made before it."""
+    model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes."),
+                           say("Yes.")],
+                          summarise=lambda body: f"The user said: {SECRET}.")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        agent.run(SECRET)
+        agent.run("Thank the elder.")
+        assert agent.compact(), "the agent should compact the first turn by hand"
+        agent.run(f"Again: {SECRET}")
+        position = len(agent.messages) - 2
+        agent.erase(position)
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        f"message {position} (the user's words again, after the compaction) was "
+        "erased, and the summary the agent keeps, made before it, quotes a part of "
+        f"them: the next request still sent it: {sent[:300]}. The summary loses any "
+        "part of the erased words, whichever message was erased")
 
 
 @pytest.mark.task("09.3")
