@@ -673,6 +673,36 @@ def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_noth
 
 
 @pytest.mark.task("08.3")
+def test_compacting_by_hand_keeps_a_turn_whatever_its_message_holds_and_once(lesson):
+    """compact() by hand on an agent with no log: a user message begins a turn
+    whatever it holds (no text, or text in parts), so the newest turn begins the view;
+    called again with nothing said since, compact() returns False and asks nothing."""
+    for holds, newest in (("no text", ""),
+                          ("its text in parts", [{"type": "text", "text": "Go on."}])):
+        said = [*conversation(4), {"role": "user", "content": newest},
+                {"role": "assistant", "content": "We go on."}]
+        agent, model, log = open_agent(lesson, None, budget=None)
+        agent.messages = list(said)
+        with log:
+            assert agent.compact() is True, (
+                f"two turns, then one whose user message holds {holds}: compact() "
+                "should summarise the first two")
+            boundary = agent.compaction.boundary if agent.compaction else None
+            assert boundary == 4, (
+                f"the newest turn begins with a user message that holds {holds}, at "
+                f"place 4: the compaction should start the view there (a user message "
+                f"begins a turn, as undo counts turns); it starts at {boundary}")
+            asked = len(model.summary_requests)
+            again = agent.compact()
+            assert again is False and len(model.summary_requests) == asked, (
+                "compact() called again right after a compaction, with nothing said "
+                "since: nothing is left to summarise before the newest turn, so it "
+                f"should return False and ask nothing; it returned {again!r} after "
+                f"{len(model.summary_requests) - asked} more summary request(s)")
+        assert agent.messages == said, "compact() changed the conversation"
+
+
+@pytest.mark.task("08.3")
 def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson,
                                                                           sessions):
     """compact() by hand between turns, after a message was recorded and not yet
@@ -1715,6 +1745,17 @@ def test_check_summary_alone_names_every_call_of_a_reply(lesson):
     assert "talk_to" in said and "buy" in said, (
         "a reply that calls talk_to and buy is no summary, and its BadSummary should "
         f"name both calls, not only the first; it says {said!r}")
+    written = json.dumps([{"name": "talk_to", "arguments": {"npc": "elder"}},
+                          {"name": "buy", "arguments": {"item": "rope"}}])
+    reply = lesson.normalize_reply({"role": "assistant", "content": written}, [])
+    with raises(lesson.BadSummary, "check_summary() took two calls written as JSON "
+                f"text ({written}) for a summary") as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    assert "talk_to" in said and "buy" in said, (
+        "a reply whose text is two calls written as JSON, to talk_to and buy, is no "
+        f"summary, and its BadSummary should name both, not only the first; it says "
+        f"{said!r}")
 
 
 def what_check_summary_says(lesson, key):
