@@ -786,6 +786,11 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
     assert "role" not in marker, (
         f"the compaction marker has a 'role' ({marker.get('role')!r}): a reader would "
         "take it for a message, and send it to the model")
+    fields = sorted(marker)
+    assert fields == sorted(["$marker", "summary", "upto", "at"]), (
+        "the compaction marker has the fields the format page gives it, $marker, "
+        f"summary, upto and at, and no other (every reader, lesson 11's database "
+        f"store too, reads that format); it has {fields}")
     assert marker.get("summary") == SUMMARY_ABROAD, (
         f"the marker keeps the model's summary as it came; it holds "
         f"{marker.get('summary')!r}")
