@@ -288,6 +288,11 @@ PLACES = {
     "the last whole line, then a torn end": (FIRST, TORN, 2),
     "after two empty lines": (FIRST + b"\n\n", REST, 4),
     "the first line": (b"", REST, 1),
+    # Offsets count bytes: three lines of characters of more than one byte before it
+    "after lines in other scripts": (
+        b"".join(line({"role": "user", "content": text}) for text in (
+            "Спроси старейшину о пещере.", "洞窟について長老に聞いて。",
+            "Ask the elder 🗝")), REST, 4),
 }
 
 

@@ -284,6 +284,8 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     holder = other("hold")
     holder.expect("holding")
     before = (sessions / "quest-1.jsonl").read_bytes()
+    lock = sessions / "quest-1.lock"
+    record = lock.read_bytes() if lock.exists() else None
 
     with raises(lesson.SessionBusy,
                 "another process holds quest-1, and this writer appended to it "
@@ -309,24 +311,44 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     assert (sessions / "quest-1.jsonl").read_bytes() == before, (
         "a refused writer must not write a byte"
     )
+    after = lock.read_bytes() if lock.exists() else None
+    assert after == record, (
+        f"two writers were refused, and the holder's lock file, which said {record!r}, "
+        + ("is gone" if after is None else f"now says {after!r}")
+        + ": a refused writer must leave the holder's record as it was, or the next "
+        "one refused cannot say who holds the session")
 
 
 @pytest.mark.task("05.1")
-def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
+def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions,
+                                                            monkeypatch):
     """Two SessionLog objects for one session in one process are two writers:
-    the second is refused."""
+    the second (timeout 0, the default) is refused at once, with no sleep first."""
+    slept = []
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        slept.append(seconds)
+        real_sleep(seconds)
+
     with lesson.SessionLog(sessions, "quest-1") as first:
         first.append(FIRST)
+        monkeypatch.setattr(time, "sleep", sleep)
         with raises(lesson.SessionBusy,
                     "a second writer in the holder's own process got the session: "
                     "two SessionLog objects in one program both wrote quest-1") as busy:
             with lesson.SessionLog(sessions, "quest-1") as second:
                 second.append({"role": "user", "content": "Me too."})
+        monkeypatch.setattr(time, "sleep", real_sleep)
 
     assert str(os.getpid()) in str(busy.value), (
         f"the holder is this very process, {os.getpid()}; the error should still name "
         f"it: {busy.value}"
     )
+    assert not slept, (
+        f"a writer with timeout 0 (the default) slept {slept} before it was refused: "
+        "with no time to wait it should be refused at once, not after a poll; a "
+        "program that checks many sessions waits that long for each busy one")
 
 
 @pytest.mark.task("05.1")
@@ -658,7 +680,8 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
         lesson, sessions, other):
     """The record in the lock file says who holds the session, for a person to read;
     only the lock says whether it is held. A holder on another host, or in another pid
-    namespace (a container), names a pid no process here has: a second writer is
+    namespace (a container), names a pid no process here has, and a holder that has
+    just been granted the lock has not written its record yet: a second writer is
     still refused, and the holder's lock file is left where it is."""
     holder = other("hold")
     holder.expect("holding")
@@ -668,22 +691,29 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
                     "quest-1.lock: a writer holds the session by a lock on that file",
                     pytrace=False)
     gone = a_pid_no_process_has()
-    with open(lock, "r+b") as record:
-        record.truncate(0)
-        record.write(json.dumps({"pid": gone, "host": "another-host",
-                                 "since": "2026-01-01T00:00:00+00:00"}).encode())
-    held = lock.stat()
+    records = {
+        f"names pid {gone} on another host, a pid no process here has": json.dumps(
+            {"pid": gone, "host": "another-host",
+             "since": "2026-01-01T00:00:00+00:00"}).encode(),
+        # As a holder leaves it between the lock granted and its record written
+        "is empty": b""}
+    for says, data in records.items():
+        with open(lock, "r+b") as record:
+            record.truncate(0)
+            record.write(data)
+        held = lock.stat()
 
-    with raises(lesson.SessionBusy,
-                f"process {holder.pid} holds quest-1, whose lock file names pid "
-                f"{gone} on another host, a pid no process here has; a second writer "
-                "took the session all the same, as if the lock were stale: only the "
-                "lock says whether the session is held, the record only says by whom"):
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append({"role": "user", "content": "Me too."})
-    assert lock.exists() and os.path.samestat(lock.stat(), held), (
-        "the refused writer removed or replaced the holder's lock file: a third "
-        "writer would now make a new one and get in beside the holder")
+        with raises(lesson.SessionBusy,
+                    f"process {holder.pid} holds quest-1, whose lock file {says}; a "
+                    "second writer took the session all the same, as if the lock "
+                    "were stale: only the lock says whether the session is held, the "
+                    "record only says by whom"):
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append({"role": "user", "content": "Me too."})
+        assert lock.exists() and os.path.samestat(lock.stat(), held), (
+            f"the holder's lock file {says}, and the refused writer removed or "
+            "replaced it: a third writer would now make a new one and get in beside "
+            "the holder")
 
 
 @pytest.mark.task("05.1")
@@ -1218,10 +1248,11 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
                                                                           kind):
     """Another session's log planted as `quest-1.lock`, under a second name (a hard
     link) or as a symbolic link: the writer refuses it with OSError, keeps no
-    descriptor of it, and never truncates it."""
+    descriptor of it, and never truncates it or changes its mode."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     precious = (sessions / "other.jsonl").read_bytes()
+    (sessions / "other.jsonl").chmod(0o644)     # its owner lets others read it
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
     planted = sessions / "planted"
@@ -1242,6 +1273,11 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
                     pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
         f"the lock file was another session's log ({kind}): it was overwritten")
+    mode = (sessions / "other.jsonl").stat().st_mode & 0o777
+    assert mode == 0o644, (
+        f"the lock file was another session's log ({kind}), of mode 0o644, and the "
+        f"refused writer left it at {oct(mode)}: a planted file is not the writer's "
+        "to touch, its mode neither; look at what you opened before you change it")
     assert "quest-1.lock" in str(refused), (
         f"the refusal of the planted lock file ({kind}) should name quest-1.lock; it "
         f"says: {refused}")
@@ -1296,11 +1332,14 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
 
 
 @pytest.mark.task("05.2")
-def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
-    """close() in a folder that turned read-only (in a child process, as `nobody` when
-    run as root, since root ignores a folder's mode): removing the lock file fails, but
-    the flock must still go, or this process keeps its own session busy; and close()
-    then raises an OSError naming the lock file it left behind."""
+@pytest.mark.parametrize("folder_mode", [0o500, 0o000], ids=["read-only", "closed"])
+def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_mode):
+    """close() in a folder that turned read-only, or that no one may even look into
+    (in a child process, as `nobody` when run as root, since root ignores a folder's
+    mode): removing the lock file fails, or even finding it does, but the flock must
+    still go, or this process keeps its own session busy; and close() then raises an
+    OSError naming the lock file it left behind."""
+    turned = "read-only" if folder_mode == 0o500 else "closed to its own writer"
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
     folder = root / "sessions"
@@ -1314,7 +1353,7 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
             os.setuid(65534)
         log = lesson.SessionLog(folder, "quest-1")
         log.append(FIRST)
-        folder.chmod(0o500)         # the lock file can no longer be removed
+        folder.chmod(folder_mode)   # the lock file can no longer be removed
         try:
             log.close()
             closed = "close() returned"
@@ -1348,7 +1387,7 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson):
         "already closed (which may by then be another file's). Once close() has let "
         "go, called again it does nothing")
     assert closed.startswith("OSError"), (
-        "the folder turned read-only, so quest-1.lock could not be removed: close() "
+        f"the folder turned {turned}, so quest-1.lock could not be removed: close() "
         "should let go of the lock and then raise an OSError naming quest-1.lock, so "
         f"that its user learns a lock file was left behind; {closed}")
 
@@ -1521,15 +1560,26 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
         lock.write_text(json.dumps(stale), encoding="utf-8")  # its holder died long ago
         lock.chmod(stale_mode)  # made by an older program, or under another umask
 
+        began = time.time()
         with lesson.SessionLog(sessions, session) as log:
             log.append(FIRST)
             record = lock_record(lock)
             mode = lock.stat().st_mode & 0o777
+        ended = time.time()
 
         mine = (os.getpid(), socket.gethostname())
         assert (record.get("pid"), record.get("host")) == mine, (
             "the lock file should name this process and host, not the dead holder: "
             f"{record}")
+        try:
+            since = datetime.fromisoformat(str(record.get("since"))).timestamp()
+        except ValueError:
+            since = None
+        took = datetime.fromtimestamp(began).astimezone().isoformat(timespec="seconds")
+        assert since is not None and began - 2 <= since <= ended + 2, (
+            "the lock file's since should say when this writer took the session (now, "
+            f"as now() gives it), not the dead holder's time nor another: it says "
+            f"{record.get('since')!r}, the writer took it at {took}")
         assert mode & 0o077 == 0, (
             f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote "
             f"its own record into it and left it at {oct(mode)}: others than its owner "
