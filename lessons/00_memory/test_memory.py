@@ -221,6 +221,22 @@ def test_a_tools_own_value_error_is_not_blamed_on_the_arguments(lesson):
         f"{result!r}")
     unreadable = run_call(lesson, FewTools(buy=buy), tool_call("buy", "{item: rope"),
                           "the arguments were '{item: rope', which are not JSON")
+    try:
+        lesson.read_arguments("{item: rope")
+    except ValueError as error:
+        judged = str(error)
+
+        def refuses(item):
+            raise ValueError(judged)
+        ran = run_call(lesson, FewTools(buy=refuses), tool_call("buy", '{"item": 1}'),
+                       f"the tool raised ValueError({judged!r})")
+        if ran == unreadable:
+            pytest.fail(
+                "the model sent the arguments '{item: rope', which are not JSON, and "
+                f"reads {unreadable!r}: the same result as when its arguments were "
+                f"fine and the tool itself raised ValueError({judged!r}). The model "
+                "cannot tell that the tool never ran; a failure to read the arguments "
+                "is told as one, not as the tool's", pytrace=False)
     if blamed_on_the_arguments(without('{"item": "rope"}', result),
                                "the shop will not sell a rope to strangers",
                                without("{item: rope", unreadable)):
@@ -727,6 +743,11 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
         "every request should start with the system prompt, {'role': 'system', "
         "'content': 'You are a brave adventurer.'}; the first message sent was "
         f"{sent[0]}")
+    told = [m for m in sent if m.get("role") == "system"]
+    assert len(told) == 1, (
+        f"the request carried the system prompt {len(told)} times: {told}; it is "
+        "sent once, first, by ask_model, and the history never holds it, not even "
+        "for the time of a request")
     stored = [m for m in agent.messages if m.get("role") == "system"]
     assert not stored, (
         "the system prompt is configuration, not history: self.messages should hold "

@@ -89,9 +89,21 @@ def whose_mistake(lesson, messages):
                         "are no JSON object to a provider, and read_arguments() reads "
                         f"them as {read!r}: read_arguments (task 00.1) judges what "
                         "normalize_reply stores, and it should have refused them.")
+            fixed = normalized(lesson, message)
+            try:
+                validate({"model": "any", "messages": [
+                    {"role": "user", "content": "?"}, fixed, *[
+                        {"role": "tool", "content": "done", "tool_call_id": call["id"]}
+                        for call in fixed.get("tool_calls") or []]]})
+            except (InvalidRequest, KeyError, TypeError):
+                return (f"The stored reply {str(message)[:300]} is refused even with a "
+                        f"result for each of its calls ({problem.message}): what is "
+                        "stored is what normalize_reply() returned (task 00.3).")
             return (f"The stored reply {str(message)[:300]} is refused even with a "
-                    f"result for each of its calls ({problem.message}): what is stored "
-                    "is what normalize_reply() returned (task 00.3).")
+                    f"result for each of its calls ({problem.message}), and "
+                    f"normalize_reply() makes it {str(fixed)[:300]}, which a provider "
+                    "takes: the loop (task 00.2) stores every reply as normalize_reply "
+                    "returns it.")
     for index, message in enumerate(messages):
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         if message.get("role") != "assistant" or not isinstance(calls, list):
@@ -109,6 +121,16 @@ def whose_mistake(lesson, messages):
                     "carries. The loop records the results (task 00.2).")
     return ("Each stored reply is sendable and each stored call has its result; "
             "something else the loop recorded (task 00.2) is refused.")
+
+
+def normalized(lesson, message):
+    """What normalize_reply makes of a stored `message` (a dict, {} if it fails): a
+    reply the loop stored without it comes out sendable."""
+    try:
+        fixed = lesson.normalize_reply(json.loads(json.dumps(message)), [])
+    except Exception:
+        return {}
+    return fixed if isinstance(fixed, dict) else {}
 
 
 def assert_the_model_reads(lesson, agent, name, arguments, word, expected):
@@ -210,10 +232,16 @@ def test_no_quirky_reply_makes_a_later_request_invalid(lesson, model, town, quir
             f"reading back as it is; this one does not ({whose}): {message!r}")
         if message.get("role") == "assistant" and not isinstance(
                 message.get("content"), str):
-            fail_in("00.3", f"after the {quirk!r} reply: a stored reply's content "
-                    "should be text, '' where the server sent none (Ollama and LM "
-                    "Studio refuse a null content even beside tool calls); "
-                    f"normalize_reply stored {message!r}")
+            said = (f"after the {quirk!r} reply: a stored reply's content should be "
+                    "text, '' where the server sent none (Ollama and LM Studio refuse "
+                    "a null content even beside tool calls); the loop stored "
+                    f"{message!r}")
+            fixed = normalized(lesson, message)
+            if isinstance(fixed.get("content"), str):
+                fail_in("00.2", f"{said}, where normalize_reply gives {fixed!r}: the "
+                        "loop (task 00.2) stores every reply as normalize_reply "
+                        "returns it")
+            fail_in("00.3", f"{said}, as normalize_reply returned it (task 00.3)")
 
 
 @pytest.mark.task("00.3")
@@ -280,7 +308,7 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
     history += [{"role": "assistant", "content": "Done."},
                 {"role": "user", "content": "Buy more."}, asked(earlier[2:]),
                 {"role": "user", "content": "Go on."}]
-    sent = [None, 7, "", "call_2", "call_9", None, 7, "call_3"]
+    sent = [None, 7, "", "call_2", "call_9", None, 7, "call_3", "call_2"]
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
         for i in sent]}
@@ -637,13 +665,17 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
 
 @pytest.mark.task("00.3")
 def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
-    """A reasoning text, a refusal of null: what a server adds to its reply is not
-    sent back (DeepSeek refuses a request whose messages carry reasoning_content): the
-    stored message holds the role, the text and the calls, nothing else."""
+    """A reasoning text, a refusal of null, annotations: whatever a server adds to its
+    reply, whatever its name, is not sent back (DeepSeek refuses a request whose
+    messages carry reasoning_content): the stored message holds the role, the text
+    and the calls, nothing else."""
     reply = {"role": "assistant", "content": "A torch and a rope.",
              "reasoning_content": "The elder said so on day one.", "refusal": None,
+             "annotations": [], "audio": None, "function_call": None,
              "tool_calls": [{"id": "call_1_0", "type": "function", "index": 0,
+                             "extra_content": {"signature": "c2ln"},
                              "function": {"name": "buy", "parsed": None,
+                                          "strict": None,
                                           "arguments": '{"item": "rope"}'}}]}
 
     message = lesson.normalize_reply(reply, [])
