@@ -170,7 +170,10 @@ def expire(folder: str | Path, *, older_than: float = RETENTION_SECONDS,
     busy: list[str] = []
     for path in sorted(folder.glob("*.jsonl")):
         session_id = path.name[:-len(".jsonl")]
-        status = os.lstat(path)
+        try:
+            status = os.lstat(path)
+        except FileNotFoundError:
+            continue    # deleted by another process since the folder was listed
         if not SESSION_ID.fullmatch(session_id) or not stat.S_ISREG(status.st_mode):
             continue    # not a file this store wrote (a link, a folder): leave it alone
         if status.st_mtime >= cutoff:
@@ -265,7 +268,10 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
         if not SESSION_ID.fullmatch(session_id) or os.path.lexists(
                 folder / f"{session_id}.jsonl"):
             continue
-        status = os.lstat(folder / name)
+        try:
+            status = os.lstat(folder / name)
+        except FileNotFoundError:
+            continue    # removed by another process since the folder was listed
         if stat.S_ISLNK(status.st_mode):
             continue    # planted: not this store's
         found[session_id] = found.get(session_id, True) and status.st_mtime < cutoff

@@ -1153,6 +1153,47 @@ def test_expire_says_nothing_of_a_session_another_process_deleted_meanwhile(
 
 
 @pytest.mark.task("09.2")
+def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
+    lesson, sessions, monkeypatch
+):
+    """Another process removes an old session's log, and a leftover meta file, after
+    expire() listed the folder and just before it looks at them: expire raises
+    nothing, names neither, and expires the rest.
+
+    The test removes each file the first time anything asks for its status."""
+    for session_id in ("quest-1", "quest-2", "quest-3"):
+        play(lesson, sessions, TURN_A, session_id=session_id)
+        age(sessions / f"{session_id}.jsonl", 40)
+    for session_id in ("left-1", "left-2"):
+        meta = sessions / f"{session_id}.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": session_id}))
+        age(meta, 40)
+    gone = {"quest-2.jsonl", "left-1.meta.json"}
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        name = os.path.basename(os.fspath(path))
+        if name in gone:
+            gone.discard(name)
+            os.unlink(path)     # another process's delete, just then
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    try:
+        found = lesson.expire(sessions)
+    except FileNotFoundError as error:
+        pytest.fail(f"another process removed a file of the folder after expire() "
+                    f"listed it, and expire raised {error!r}: what is gone is nothing "
+                    "more to expire, and the run goes on", pytrace=False)
+    finally:
+        monkeypatch.undo()
+    assert found == (["quest-1", "quest-3", "left-2"], []), (
+        "quest-2's log and left-1's meta file were removed by another process while "
+        "expire() ran: it should expire quest-1, quest-3 and the leftover left-2, and "
+        f"name nothing it did not delete itself; it returned {found}")
+
+
+@pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     """expire() only deletes sessions: a file whose name is no session id, or a link
     planted in the folder, stays, and the sessions after them are still expired."""
