@@ -598,26 +598,39 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 @pytest.mark.task("07.2")
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.1")
-@pytest.mark.parametrize("note", ["Actually, never mind.", TURN_C[0]],
-                         ids=["a new note", "the last question said again"])
+@pytest.mark.parametrize("notes", [
+    ["Actually, never mind."], [TURN_C[0]], ["First note.", "Second.", "Third."]],
+    ids=["a new note", "the last question said again", "three notes"])
 def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions,
-                                                                 note):
+                                                                 notes):
     """An undo spanning pending and written messages drops the pending ones and marks
     only the written ones: the newest messages are the pending ones, even when a
-    pending note says what a written message said."""
+    pending note says what a written message said, and every one of them goes, even
+    when more notes wait than the written turn has messages."""
     turn_a, turn_c = play(lesson, sessions, TURN_A, TURN_C)
 
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        agent.record({"role": "user", "content": note})
-        agent.undo(turns=2)
+        for note in notes:
+            agent.record({"role": "user", "content": note})
+        agent.undo(turns=1 + len(notes))
+        agent.flush()
+        assert agent.messages == turn_a, (
+            f"undo(turns={1 + len(notes)}) took back the written turn and the "
+            f"{len(notes)} pending note(s): the conversation should be turn A alone; "
+            f"it holds {[m.get('content') for m in agent.messages[len(turn_a):]]} "
+            "after it")
 
     skips = [sorted(m.get("skip", [])) for m in markers_in(sessions / "quest-1.jsonl")]
     assert skips == [list(range(len(turn_a), len(turn_a) + 2))], (
         "only the written turn needs a marker (skip "
         f"{list(range(len(turn_a), len(turn_a) + 2))}); "
         f"the pending message is just dropped. Markers found: {skips}")
-    assert resume(lesson, sessions) == turn_a
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_a, (
+        "after the undo and a flush, a new process should see turn A alone: the undo "
+        "left no message of the turns it took back pending, to be written later; it "
+        f"sees {[m.get('content') for m in resumed[len(turn_a):]]} after turn A")
 
 
 class WatchfulTown(Town):
@@ -1584,12 +1597,15 @@ def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions
 
 @pytest.mark.task("07.1")
 def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessions):
-    """A marker of an unknown kind (a later version's) is skipped and not counted, so
-    the undo markers after it still take back the messages they name; and what its
-    own fields mean is not this code's to guess, even a list named like an undo's."""
+    """A marker of an unknown kind (a later version's, or another program's that gives
+    no kind at all) is skipped and not counted, so the undo markers after it still take
+    back the messages they name; and what its own fields mean is not this code's to
+    guess, even a list named like an undo's."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     unknown = {"$marker": "bookmark", "name": "before the cave",
                "at": "2026-01-01T00:00:00+00:00"}
+    # Any entry with the key is a marker, whatever its value
+    no_kind = {"$marker": None, "by": "another program"}
     undo = {"$marker": "undo", "skip": [2], "at": "2026-01-01T00:01:00+00:00"}
     # A later version's: leave message 0 out of the summaries it writes, not out of the
     # conversation
@@ -1597,7 +1613,7 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
              "at": "2026-01-01T00:02:00+00:00"}
     (sessions / "quest-1.jsonl").write_bytes(b"".join(
         (json.dumps(entry) + "\n").encode() for entry in
-        [said[0], unknown, said[1], said[2], undo, later]))
+        [said[0], unknown, said[1], no_kind, said[2], undo, later]))
 
     shown = lesson.SessionLog(sessions, "quest-1").load()
 
@@ -1608,9 +1624,10 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
         "messages back, so message 0 should still be shown; the log shows "
         f"{contents}")
     assert shown == said[:2], (
-        "the bookmark marker is no message and gets no index, so the undo marker's "
-        "index 2 is the third message, 'message 2'; the log should show messages 0 and "
-        f"1, and shows {contents}")
+        "the bookmark marker, and the marker whose kind is null, are no messages and "
+        "get no index (any entry with a \"$marker\" key is a marker), so the undo "
+        "marker's index 2 is the third message, 'message 2'; the log should show "
+        f"messages 0 and 1, and shows {contents}")
 
 
 @pytest.mark.task("07.1")
