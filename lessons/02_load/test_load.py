@@ -227,6 +227,15 @@ def test_a_new_agent_on_an_unknown_session_starts_empty(
         f"making an agent on a session with no log created {made}: resuming only "
         "reads, and the log is made by the first message appended to it")
 
+    folder = sessions / "not-made-yet"
+    with lesson.SessionLog(folder, "never-played") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+    made = "now exists" if folder.exists() else "is not made"
+    assert agent.messages == [] and not folder.exists(), (
+        "session 'never-played' lives in a folder not made yet; a new agent on it "
+        f"started with {agent.messages!r} and the folder {made}: it starts empty, and "
+        "resuming creates nothing, not even the folder (the first append makes it)")
+
 
 @pytest.mark.task("02.1")
 def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
@@ -333,6 +342,14 @@ def test_an_agent_without_a_session_starts_empty(lesson, model, town):
     assert agent.messages == [], (
         "an agent given no session should start empty; it starts with "
         f"{agent.messages}")
+    model.add(say("Hello, adventurer."))
+    agent.run("Hello?")
+    second = lesson.Agent(model.client(), model=model.model, tools=town)
+    assert second.messages == [], (
+        "an agent given no session talked (its history now holds "
+        f"{len(agent.messages)} messages); a second agent given no session should "
+        f"start empty, and starts with {second.messages!r}: each agent's history is "
+        "its own, never a list that every agent without a session shares")
 
 
 @pytest.mark.key
@@ -731,6 +748,40 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
 
 
 @pytest.mark.task("02.1")
+def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
+        lesson, sessions, model, town, tmp_path):
+    """A symbolic link at the log's name, to a log elsewhere, is there: the load reads
+    what it points to, or raises an error that says why it will not; it never passes
+    for a session not started."""
+    elsewhere = tmp_path / "elsewhere"
+    with lesson.SessionLog(elsewhere, "quest-1") as log:
+        log.append({"role": "user", "content": "Remember the rope."})
+    (sessions / "quest-1.jsonl").symlink_to(elsewhere / "quest-1.jsonl")
+    setting = ("quest-1.jsonl, the session's log, is a symbolic link to a log of one "
+               "message in another folder")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except (OSError, ValueError):
+            loaded = None
+        except Exception as error:
+            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
+                        "return the message, or raise the OSError that says why it "
+                        "will not read it", pytrace=False)
+        started = agent_started_on(lesson, model, town, log, setting,
+                                   (OSError, ValueError),
+                                   "the OSError that says why it will not read it")
+    said = [f"{what} {got!r}" for what, got in [("load() returned", loaded), (
+        "a new agent on the session started from", started)] if got == []]
+    assert not said, (
+        f"{setting}; {' and '.join(said)}, as if the session were new. The log is "
+        "there: read it, or refuse it with an error; passed off as new, the session "
+        "starts over, and its next append fails or lands after a history nobody read")
+
+
+@pytest.mark.task("02.1")
 def test_the_same_message_twice_loads_twice(lesson, sessions, model, town):
     """A log may hold the same message twice (the adventurer said "Yes." twice, the
     model answered the same): each line is a message of its own, and the load and a
@@ -807,26 +858,39 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
 @pytest.mark.task("02.1")
 def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
     """An id such as 'quest.day-2' loads `<id>.jsonl`, not a name cut at a dot, nor
-    any other session's log beside it, however alike their names or newer."""
+    any other session's log beside it, however alike their names (one that starts or
+    ends with the id, one that sorts before it) or newer; an id with no log of its own
+    loads empty, whatever logs of alike names lie beside it."""
     with lesson.SessionLog(sessions, "quest.day-2") as log:
         log.append({"role": "user", "content": "Day two begins."})
-    for other in ("quest", "quest.day-20", "quest.day-2.old"):
+    for other in ("quest", "quest.day-20", "quest.day-2.old", "quest.day-2-b",
+                  "old.quest.day-2", "quest.day-2a"):
         with lesson.SessionLog(sessions, other) as log:
             log.append({"role": "user", "content": f"This is {other}."})
+    names = sorted(p.name for p in sessions.iterdir())
 
     with lesson.SessionLog(sessions, "quest.day-2") as log:
         loaded = load(log, "session 'quest.day-2' has one message, which should load")
 
     assert loaded == [{"role": "user", "content": "Day two begins."}], (
-        "session 'quest.day-2' has one message in "
-        f"{sorted(p.name for p in sessions.iterdir())}, load() returned {loaded!r}: "
-        "it should read quest.day-2.jsonl, and that log alone (the others, written "
-        "after it, are other sessions')")
+        f"session 'quest.day-2' has one message in {names}, load() returned "
+        f"{loaded!r}: it should read quest.day-2.jsonl, and that log alone (the "
+        "others, written after it, are other sessions')")
+
+    for unknown in ("quest.day", "day-2", "quest.day-2.o"):
+        with lesson.SessionLog(sessions, unknown) as log:
+            loaded = load(log, f"session {unknown!r} has no log of its own, and its "
+                          "load should return []")
+        assert loaded == [], (
+            f"session {unknown!r} has no log of its own in {names}; load() returned "
+            f"{loaded!r}, where it should return []: {unknown}.jsonl is its log and "
+            "no other, and a log whose name merely holds the id is another session's")
 
 
 @pytest.mark.task("02.1")
-def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
-    """Each load reads the log as it is now, with the lines appended since the last."""
+def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, town):
+    """Each load reads the log as it is now, with the lines appended since the last,
+    and so does each new agent made on the same SessionLog."""
     first = {"role": "user", "content": "first"}
     second = {"role": "user", "content": "second"}
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -856,6 +920,29 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions):
         "modification time (as a restore from a backup does); the second load "
         f"returned {loaded!r}: each load reads the log as it is at that moment, not "
         "what an earlier load found")
+
+    # Two agents made one after the other on one SessionLog: another writer appended
+    # between them.
+    third = {"role": "user", "content": "third"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+            with lesson.SessionLog(sessions, "quest-1") as other:
+                other.append(third)
+            started = lesson.Agent(model.client(), model=model.model, tools=town,
+                                   session=log).messages
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - said below
+            started = error
+    expected = [first, {"role": "user", "content": "again!"}, third]
+    got = (f"raised {described(started)}" if isinstance(started, Exception)
+           else f"started from {started!r}")
+    assert started == expected, (
+        "a new agent was made on a SessionLog of a log of two messages; another "
+        "SessionLog then appended a third, and a second new agent on the first "
+        f"SessionLog {got}: each new agent starts from the log as it is when it is "
+        "made, all three, not from what an earlier agent found")
 
 
 @pytest.mark.task("02.1")
@@ -986,9 +1073,10 @@ def files_refused(monkeypatch, folder, code, *, reading, searching=False):
     """Play what a file system does to the files in `folder`: every open of one of
     them to write (and, if `reading`, to read; if `searching`, every look at them, as
     os.stat's), and every change to their names and times, fails with OSError(`code`),
-    as the operating system fails it. The tests run as root, whom chmod does not stop,
-    so the refusal is played in Python's calls that open and change files (os, io,
-    builtins). Yields the list of refused attempts."""
+    as the operating system fails it; os.access says no to what may not be read. The
+    tests run as root, whom chmod does not stop, so the refusal is played in Python's
+    calls that open and change files (os, io, builtins). Yields the list of refused
+    attempts."""
     folder = os.path.abspath(folder)
     refused = []
 
@@ -1033,8 +1121,19 @@ def files_refused(monkeypatch, folder, code, *, reading, searching=False):
             return real(*args, **kwargs)
         return change
 
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        # A look that answers rather than raises: no, for what may not be read (or,
+        # in a folder that may not be searched, for anything)
+        if inside(path) and (searching or (reading and mode & os.R_OK)):
+            refused.append(f"os.access of {os.path.basename(os.fsdecode(path))}")
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
     with monkeypatch.context() as patch:
         patch.setattr(os, "open", os_open)
+        patch.setattr(os, "access", access)
         patch.setattr(io, "open", io_open)
         patch.setattr(builtins, "open", io_open)
         patch.setattr(io, "FileIO", FileIO)
@@ -1091,7 +1190,8 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
                if not searching else
                "the log holds a message but its folder is another user's, which this "
                "user may not search (every open of the log and every look at it, as "
-               "os.stat's, fails with EACCES, 'Permission denied'): whether the log is "
+               "os.stat's, fails with EACCES, 'Permission denied', and os.access says "
+               "no): whether the log is "
                "there cannot be known, which is not the same as its absence")
 
     log = lesson.SessionLog(sessions, "quest-1")
