@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
-from sessionlab.testing import (append_interrupted_after_the_write, fail_in, in_child,
-                                open_descriptors, raises, unless_unfinished,
+from sessionlab.testing import (append_interrupted_after_the_write, described, fail_in,
+                                in_child, open_descriptors, raises, unless_unfinished,
                                 until_written, with_file_size_limit)
 
 # Each id a plain name excludes, with what is wrong with it as a file name.
@@ -507,6 +507,7 @@ class FsyncRecorder:
         self.kinds = []
         self.sizes = []     # the file's size at each file sync
         self.folders = []   # (device, inode) of each folder synced
+        self.entries = []   # the names each folder held when it was synced
         for name in ("fsync", "fdatasync"):
             monkeypatch.setattr(os, name, self.wrap(getattr(os, name)))
 
@@ -518,6 +519,7 @@ class FsyncRecorder:
                 self.sizes.append(info.st_size)
             else:
                 self.folders.append((info.st_dev, info.st_ino))
+                self.entries.append(sorted(os.listdir(fd)))
             real(fd)
         return sync
 
@@ -566,6 +568,12 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
     assert fsync.folders == [(folder.st_dev, folder.st_ino)], (
         "the folder synced was not the sessions folder, the one that holds the log's "
         "name (it may have been its parent)")
+    if "quest-1.jsonl" not in fsync.entries[0]:
+        fail_in("01.4", "durable mode synced the sessions folder when it held "
+                f"{fsync.entries[0]}, before the new log's name was in it: a folder's "
+                "sync saves the names it holds at that moment, so a power cut can "
+                "still lose quest-1.jsonl and every line acknowledged in it. The log "
+                "is made first, then its folder synced, before the first line")
 
     fsync.kinds.clear()
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
@@ -599,9 +607,18 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
     again too (only a new SessionLog writes again); the log stays as it was. append
     hands its line to _write, which keeps that guard."""
     log = lesson.SessionLog(sessions, "quest-1")
-    handed = []
+    handed, outcomes = [], []   # what append handed _write; what each _write raised
     write = log._write
-    log._write = lambda data: (handed.append(data), write(data))[1]
+
+    def noted_write(data):
+        handed.append(data)
+        try:
+            write(data)
+        except BaseException as error:
+            outcomes.append(type(error).__name__)
+            raise
+        outcomes.append(None)
+    log._write = noted_write
     stopped, tries, reopened = None, [], None
     try:
         log.append({"role": "user", "content": "first"})
@@ -633,6 +650,13 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
                 "01.5), the one place that keeps a writer in doubt from writing again: "
                 "after a write that may have landed, a retry through append writes the "
                 "message twice")
+    if stopped is None and "WriterStopped" in outcomes:
+        fail_in("01.2", "the writer was stopped (in_doubt set), and the next append "
+                "returned: _write raised WriterStopped, and append went on past it "
+                f"(its _write calls raised {outcomes[1:]}), and the log grew by "
+                f"{len(after) - len(before)} bytes. A stopped writer's error reaches "
+                "append's caller: only a new SessionLog, whose owner reads the log "
+                "again, writes again")
     if stopped is None:
         fail_in("01.5", "the writer was stopped (in_doubt set), and the next append "
                 f"returned, and the log grew by {len(after) - len(before)} bytes, "
@@ -734,6 +758,59 @@ def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
         "were saved, where OSError was expected")
 
 
+@pytest.mark.task("01.3")
+def test_a_refused_message_leaves_memory_matching_the_log(lesson, sessions, model,
+                                                          town):
+    """A message the log refuses (a user's text holding a lone surrogate, as a terminal
+    gives for bytes that are not UTF-8) makes run() raise the append's error, and
+    memory holds nothing the log lacks: the next request carries what the log holds."""
+    text = "Buy a rope \udce9"     # Python's surrogateescape of the byte 0xE9
+    with lesson.SessionLog(sessions, "probe") as log:
+        try:
+            log.append({"role": "user", "content": text})
+        except lesson.InvalidMessage:
+            pass
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            fail_in("01.2", f"append of a user message whose text, {text!r}, holds a "
+                    f"lone surrogate raised {described(error)}, where it should raise "
+                    "InvalidMessage: no log may hold it (UTF-8 cannot encode it)")
+        else:
+            fail_in("01.2", f"append took a user message whose text, {text!r}, holds "
+                    "a lone surrogate, where it should raise InvalidMessage: no log "
+                    "may hold it (UTF-8 cannot encode it)")
+    model.add(say("Bought."))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        try:
+            agent.run(text)
+        except lesson.InvalidMessage:
+            pass
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            pytest.fail(f"the user's text {text!r} holds a lone surrogate, which no "
+                        f"log may hold; run() raised {described(error)}, where it "
+                        "should raise the InvalidMessage the log's append gives",
+                        pytrace=False)
+        else:
+            pytest.fail(f"the user's text {text!r} holds a lone surrogate, which no "
+                        "log may hold, and run() went on without raising: the "
+                        "append's InvalidMessage should reach the caller",
+                        pytrace=False)
+    path = sessions / "quest-1.jsonl"
+    held = [json.loads(line) for line in path.read_bytes().splitlines()] if (
+        path.exists()) else []
+    assert agent.messages == held, (
+        f"the user's text {text!r} was refused by the log (InvalidMessage), which "
+        f"holds {held!r}; the agent's memory holds {agent.messages!r}. Memory holds "
+        "nothing the log lacks, whatever the append raised (not only an OSError): "
+        "the caller may go on with this agent, and its next request would carry a "
+        "message that was never saved")
+
+
 @pytest.mark.task("01.5")
 @pytest.mark.task("01.3")
 def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, town):
@@ -743,15 +820,27 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
     def run_with_a_nearly_full_disk():
         log = lesson.SessionLog(sessions, "quest-1")
         failed = []         # what each append that failed raised, in order
-        append = log.append
+        writes = []         # what each _write of an append that failed raised
+        append, write = log.append, log._write
+
+        def noted_write(data):
+            try:
+                write(data)
+            except BaseException as error:
+                writes.append(type(error).__name__)
+                raise
+            writes.append(None)
 
         def noted_append(message):
+            writes.clear()
             try:
                 append(message)
             except Exception as error:
-                failed.append([type(error).__name__, isinstance(error, OSError)])
+                failed.append([type(error).__name__, isinstance(error, OSError),
+                               list(writes)])
                 raise
         log.append = noted_append
+        log._write = noted_write
         agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
         try:
             agent.run("Buy a rope.")
@@ -781,6 +870,13 @@ def test_a_failed_write_leaves_memory_matching_the_log(lesson, sessions, model, 
                         f"{line[:80]!r}. Each message should be one whole line, ended "
                         "by a newline", pytrace=False)
     first = outcome["failed"][0] if outcome["failed"] else None
+    if first and first[2][:1] not in ([], [None]) and len(first[2]) > 1:
+        fail_in("01.2", "the disk was full: the log's _write raised "
+                f"{first[2][0]} for the model's reply, and append called _write again "
+                f"for the same line ({len(first[2])} calls in all, raising "
+                f"{first[2]}). A write that failed may have left part of its line in "
+                "the file, and its retry writes the message twice: append lets the "
+                "error reach its caller")
     if first and first[1] and not outcome["os"]:
         fail_in("01.3", f"the disk was full: the log's append raised {first[0]} for "
                 "the model's reply, and that error never reached the caller of run(), "
@@ -1424,3 +1520,61 @@ def test_a_ctrl_c_just_after_write_returned_stops_the_writer(lesson, sessions):
     the_retry_is_refused(lesson, log, message,
                          "append was interrupted by Ctrl-C just after write() "
                          "returned, its line already in the file")
+
+
+@pytest.mark.task("01.3")
+def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, town,
+                                                       monkeypatch):
+    """After a write whose outcome is unknown (a durable line whose fsync failed with
+    EIO: the line is in the file, maybe not on the disk), run() raises, and the same
+    agent's next run() raises WriterStopped and writes nothing: the agent never opens
+    its session again by itself to write past the doubt."""
+    model.add(say("Hello."), say("Hello again."))
+    failing = [True]        # the first sync of a file fails, then none
+
+    def fails(fd):
+        if failing and not stat.S_ISDIR(os.fstat(fd).st_mode):
+            failing.clear()
+            return True
+        return False
+    fail_syncs(monkeypatch, fails)
+    path = sessions / "quest-1.jsonl"
+    runs = []
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        for text in ("Hello?", "Are you there?"):
+            try:
+                agent.run(text)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - judged below
+                runs.append(error)
+            else:
+                runs.append(None)
+            if len(runs) == 1:
+                held = path.read_bytes() if path.exists() else b""
+                doubt = log.in_doubt
+    after = path.read_bytes() if path.exists() else b""
+    first, second = runs
+    setting = ("durable mode; the fsync of the log's first line (the user's "
+               "\"Hello?\") failed with EIO, after the line was written")
+    if not isinstance(first, OSError):
+        got = "returned" if first is None else f"raised {described(first)}"
+        fail_in("01.3", f"{setting}, and run() {got}, where the OSError should reach "
+                "its caller")
+    if not doubt:
+        fail_in("01.5", f"{setting}; run() raised, and the writer was left able to "
+                "write (in_doubt not set): a line that may be in the log would be "
+                "written again by a retry")
+    if isinstance(second, lesson.WriterStopped) and after == held:
+        return
+    got = "returned" if second is None else f"raised {described(second)}"
+    blamed = "01.3" if agent.session is not log else "01.2"
+    fail_in(blamed, f"{setting}; run() raised it, and the same agent's next run() "
+            f"{got}, and the log grew by {len(after) - len(held)} bytes, where "
+            "WriterStopped and no byte more were expected"
+            + (" (the agent changed its session for another)" if blamed == "01.3"
+               else "") + ": the line in doubt may be in the log, and going on "
+            "writes after it a history the agent's memory does not match. Only a new "
+            "agent on a new SessionLog, which reads the log back, goes on")
