@@ -434,6 +434,42 @@ def test_a_file_of_the_session_gone_while_the_delete_runs_is_no_error(
 
 
 @pytest.mark.task("09.1")
+def test_a_copy_gone_between_the_listing_and_the_look_is_no_error(
+    lesson, sessions, monkeypatch
+):
+    """A temporary copy of the log is listed, then gone before the delete looks at it
+    (another process's erase renamed it over the log just then): the delete raises
+    nothing, answers True, and leaves nothing of the session.
+
+    The test removes the copy the first time anything asks for its status."""
+    play(lesson, sessions, TURN_SECRET)
+    (sessions / ".quest-1.jsonl.k2j4h1.tmp").write_text("a copy")
+    gone = {".quest-1.jsonl.k2j4h1.tmp"}
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        name = os.path.basename(os.fspath(path))
+        if name in gone:
+            gone.discard(name)
+            os.unlink(path)     # renamed away by another process, just then
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    try:
+        found = lesson.delete_session(sessions, "quest-1")
+    except FileNotFoundError as error:
+        pytest.fail(f"a temporary copy of quest-1's log was gone by the time the "
+                    f"delete looked at the file it had listed, and the delete raised "
+                    f"{error!r}: a file already gone is no error", pytrace=False)
+    finally:
+        monkeypatch.undo()
+    assert found is True and not [p for p in sessions.iterdir()
+                                  if "quest-1" in p.name], (
+        f"the delete should answer True and leave nothing of quest-1; it returned "
+        f"{found!r}, and the folder holds {sorted(p.name for p in sessions.iterdir())}")
+
+
+@pytest.mark.task("09.1")
 def test_delete_leaves_a_folder_that_took_a_temporary_copys_name_alone(
     lesson, sessions
 ):

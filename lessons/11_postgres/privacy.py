@@ -46,9 +46,16 @@ def session_files(folder: Path, session_id: str) -> list[Path]:
     found = [name for name in wanted if name in names]
     found += sorted(name for name in names for of in wanted
                     if is_temporary_of(name, of))
-    # A folder that took a session's name is nothing this store wrote: it stays
-    return [folder / name for name in found
-            if not stat.S_ISDIR(os.lstat(folder / name).st_mode)]
+    # A folder that took a session's name is nothing this store wrote: it stays. A name
+    # gone since the listing (a copy an erase renamed over the log) is no file of it.
+    files = []
+    for name in found:
+        try:
+            if not stat.S_ISDIR(os.lstat(folder / name).st_mode):
+                files.append(folder / name)
+        except FileNotFoundError:
+            pass
+    return files
 
 
 def is_temporary_of(name: str, of: str) -> bool:
