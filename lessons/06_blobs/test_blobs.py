@@ -278,7 +278,8 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
 def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesson,
                                                                           sessions):
     """blob_threshold is configurable, and a content leaves exactly when its blob would
-    hold more: ten letters stay, eleven leave, and so do six accented letters."""
+    hold more: ten letters stay, eleven leave, and so do six accented letters; with a
+    threshold of 0, every content but an empty one leaves."""
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
         # 10 bytes: stays in the line
         log.append({"role": "user", "content": "x" * 10})
@@ -299,6 +300,17 @@ def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesso
         "with blob_threshold=10, 'é' * 6 should go to a blob of size 12: six "
         "characters, but its blob holds their 12 bytes of UTF-8, and the threshold and "
         f"the size both count what the blob holds; the line holds {stored[2]!r}")
+
+    # 0 is a threshold like any other (no "use the default"): every byte leaves
+    with lesson.SessionLog(sessions, "quest-2", blob_threshold=0) as log:
+        log.append({"role": "user", "content": ""})
+        log.append({"role": "user", "content": "x"})
+    stored = [m["content"] for m in lines_of(sessions / "quest-2.jsonl")]
+    assert stored[0] == "" and isinstance(stored[1], dict) and (
+        stored[1].get("size") == 1), (
+        "with blob_threshold=0, an empty content stays in the line and a content of "
+        "one byte goes to a blob of size 1 (0 is a number like any other, not 'the "
+        f"default'); the lines hold {stored!r}")
 
 
 @pytest.mark.task("06.1")
