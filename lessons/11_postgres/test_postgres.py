@@ -443,8 +443,9 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
     for a session no one holds, and again once the holder has let go. quest-3's key is
     negative and both its halves are odd. A lock held by another program (a connection
     that did not introduce itself as the store's) names no process, and a writer is
-    still refused. Connections waiting for a lock hold nothing, and a lock of two int
-    keys is another lock, even with the same two numbers."""
+    still refused. Connections waiting for a lock hold nothing, a lock of two int keys
+    is another lock, even with the same two numbers, and so is the lock of a key that
+    shares one half (the high or the low 32 bits) with the session's."""
     holder = other("lock", session_id="quest-3")
     holder.expect("holding")
     before = datetime.now(timezone.utc)
@@ -534,19 +535,30 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
         f"{found['since']}")
     # Another program holds a lock of two int keys made of quest-5's key's halves:
     # another lock altogether (the server counts its sub-id 2), which is no one's
-    # hold on quest-5
+    # hold on quest-5. Then store connections hold keys that share one half of
+    # quest-5's key, the high or the low: other sessions' locks
     key = lesson.lock_key("quest-5")
-    with psycopg.connect(database, autocommit=True,
-                         application_name="sessionlab pid 5151 on web-3") as pair:
-        pair.execute("SELECT pg_advisory_lock(%s, %s)",
-                     (((key >> 32) + 2**31) % 2**32 - 2**31,
-                      ((key & 0xFFFFFFFF) + 2**31) % 2**32 - 2**31))
-        with psycopg.connect(database, autocommit=True) as connection:
-            found = lesson.lock_holder(connection, "quest-5")
-    assert found == {}, (
-        "no one holds quest-5's lock (another program holds a lock of two int keys "
-        "that the server splits into the same two numbers, under sub-id 2: another "
-        f"lock): lock_holder should say {{}}; it says {found}")
+    high, low = key >> 32, key & 0xFFFFFFFF
+    halves = {"the same high half": (high << 32) | (low ^ 0x5A5A),
+              "the same low half": ((high ^ 0x5A5A) << 32) | low}
+    for held, decoys in (("a lock of two int keys that the server splits into the "
+                          "same two numbers, under sub-id 2: another lock", None),
+                         *halves.items()):
+        with psycopg.connect(database, autocommit=True,
+                             application_name="sessionlab pid 5151 on web-3") as pair:
+            if decoys is None:
+                pair.execute("SELECT pg_advisory_lock(%s, %s)",
+                             ((high + 2**31) % 2**32 - 2**31,
+                              (low + 2**31) % 2**32 - 2**31))
+            else:
+                held = (f"another session's lock, whose key has {held} as quest-5's "
+                        "key (the server shows a key as its two halves)")
+                pair.execute("SELECT pg_advisory_lock(%s)", (decoys,))
+            with psycopg.connect(database, autocommit=True) as connection:
+                found = lesson.lock_holder(connection, "quest-5")
+        assert found == {}, (
+            f"no one holds quest-5's lock (process 5151 holds {held}): lock_holder "
+            f"should say {{}}; it says {found}")
 
 
 @pytest.mark.task("11.1")
