@@ -527,9 +527,10 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
 
 @pytest.mark.task("05.1")
 def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monkeypatch):
-    """A timeout only delays the refusal: SessionBusy still names the holder. While it
-    waits, the writer keeps no core busy, and the descriptors it holds do not grow
-    with its tries; once refused, it holds none."""
+    """A timeout only delays the refusal: SessionBusy still names the holder, once the
+    whole timeout has passed. While it waits, the writer keeps no core busy, sleeps no
+    longer than LOCK_POLL_SECONDS between tries, and the descriptors it holds do not
+    grow with its tries; once refused, it holds none."""
     holder = other("hold")
     holder.expect("holding")
     tries = []
@@ -540,15 +541,35 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         tries.append(open_descriptors() - descriptors)  # held at this try
         return real_flock(fd, operation)
 
+    slept = []
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        slept.append(seconds)
+        real_sleep(seconds)
+
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    monkeypatch.setattr(time, "sleep", sleep)
+    started = time.monotonic()
     with raises(lesson.SessionBusy, "another process holds quest-1 and a writer with "
                 "timeout=0.2 appended anyway") as busy:
         with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
             log.append({"role": "user", "content": "Me too."})
+    waited = time.monotonic() - started
+    monkeypatch.setattr(time, "sleep", real_sleep)
 
     assert str(holder.pid) in str(busy.value), (
         f"the error should name process {holder.pid}: {busy.value}"
     )
+    assert waited >= 0.2, (
+        f"a writer with timeout=0.2 was refused after {waited:.3f} s: it should wait "
+        "the whole timeout for the holder to let go, and give up only past it")
+    poll = lesson.LOCK_POLL_SECONDS
+    assert not [seconds for seconds in slept if seconds > 1.5 * poll], (
+        f"between its tries the writer slept {sorted(set(slept))} s, where "
+        f"LOCK_POLL_SECONDS is {poll} s: once the holder lets go, a writer that "
+        "sleeps that long comes that much later than the next poll would; sleep at "
+        "most LOCK_POLL_SECONDS between tries")
     assert len(tries) <= 20, (
         f"in 0.2 s the writer tried flock {len(tries)} times: waiting, it kept a core "
         f"busy (one try every LOCK_POLL_SECONDS, {lesson.LOCK_POLL_SECONDS} s, is "
