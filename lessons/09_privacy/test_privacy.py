@@ -316,6 +316,16 @@ def test_deleting_twice_or_a_session_that_never_was_changes_nothing(
     assert found is False and not nowhere.exists(), (
         f"deleting in a folder that does not exist should return False and create "
         f"nothing; it returned {found!r}, and the folder exists: {nowhere.exists()}")
+    # A session whose id merely starts like the one deleted (an id may hold dots)
+    play(lesson, sessions, TURN_A, session_id="quest-1.day-2")
+    locked.clear()
+    before_the_lock(lambda: locked.append(True))
+    found = lesson.delete_session(sessions, "quest-1")
+    assert found is False and not locked, (
+        "the folder holds only quest-1.day-2, another session whose id merely starts "
+        "like quest-1: deleting quest-1 should answer False and take no lock; it "
+        f"returned {found!r}" + (", and took quest-1's lock" if locked else ""))
+    assert (sessions / "quest-1.day-2.jsonl").exists()
 
 
 @pytest.mark.task("09.1")
@@ -1803,6 +1813,21 @@ def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
 
 
 @pytest.mark.task("09.3")
+def test_a_line_the_erase_rewrites_keeps_its_other_words_readable(lesson, sessions):
+    """A line that quoted the erased message is written again as the store writes
+    every line (lesson 01): UTF-8, its non-ASCII words as they are, not escaped."""
+    play(lesson, sessions, TURN_SECRET, (f"Café, crème — {SECRET}", [say("Oui.")]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    data = (sessions / "quest-1.jsonl").read_bytes()
+    assert "Café, crème — ".encode("utf-8") in data, (
+        "message 2 quoted the erased words and was rewritten without them; its other "
+        "words should read as they did, in UTF-8, and the log holds no 'Café, crème — "
+        "' any more (escaped as \\u00e9, say?): "
+        f"{[line for line in data.split(bytes([10])) if b'Caf' in line]}")
+
+
+@pytest.mark.task("09.3")
 def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sessions):
     """A short message ("yes") is erased in its own line only: looked for elsewhere it
     would also be found in "yesterday". Every other line keeps its bytes."""
@@ -2710,6 +2735,30 @@ def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
         f"collect_blobs() removed {[name[:12] for name in removed]}")
     assert lesson.collect_blobs(sessions, grace=0) == [young], (
         "with no grace period, the young unreferenced blob goes too")
+
+
+@pytest.mark.task("09.5")
+def test_collect_removes_nothing_when_a_file_cannot_be_read(
+    lesson, sessions, monkeypatch
+):
+    """A log that cannot be read (EIO) may refer to any blob: collect_blobs() raises
+    OSError naming it, and removes no blob."""
+    play(lesson, sessions, TURN_C, session_id="quest-2")
+    old = lesson.SessionLog(sessions, "scratch").store_blob(b"old " * 2000)
+    age(sessions / "blobs" / old, 2)
+    failing_open(monkeypatch, "quest-2.jsonl")
+    try:
+        with raises(OSError, "quest-2.jsonl could not be read, and collect_blobs() "
+                    "said nothing: what that log refers to is unknown, and the "
+                    "caller must learn that nothing could be collected") as raised:
+            lesson.collect_blobs(sessions)
+    finally:
+        monkeypatch.undo()
+    assert "quest-2.jsonl" in str(raised.value), (
+        f"the error should name the file that could not be read: {raised.value}")
+    assert old in blob_names(sessions), (
+        "a log could not be read, so any blob may be one it refers to: collect_blobs() "
+        f"should remove none, and it removed {old[:12]}...")
 
 
 @pytest.mark.task("09.5")
