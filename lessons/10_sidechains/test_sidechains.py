@@ -1144,9 +1144,11 @@ def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
 def test_two_helper_calls_in_one_reply_get_a_helper_each(lesson, sessions):
     """The model asks two helpers in one reply (two ask_helper calls, as models call
     tools in parallel): each call gets a helper of its own, with its own question, in
-    a side-chain named after that call, and its own answer as that call's result."""
+    a side-chain named after that call, and its own answer, all of it (a line or
+    several), as that call's result."""
     questions = ["Ask the elder about the cave.", "Ask the guard about the gate."]
-    answers = ["The elder says: bring a rope.", "The guard says: it opens at dawn."]
+    answers = ["The elder says: bring a rope.",
+               "The guard says:\n- it opens at dawn;\n- bring a lantern."]
     script = [use(*(call("ask_helper", question=q) for q in questions)),
               *(say(a) for a in answers), say(FINAL)]
     messages, model = play(lesson, sessions, ("Ask two helpers.", script),
