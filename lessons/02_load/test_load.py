@@ -13,6 +13,7 @@ import gc
 import io
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -409,6 +410,55 @@ def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessio
         "the two texts exactly as written")
 
 
+CR_CASES = [  # (what line 2 holds, its bytes, the messages it is: None if refused)
+    ("a message with a carriage return between two of its JSON values",
+     b'{"role": "user",\r"content": "Remember the rope."}', 1),
+    ("a message with a carriage return after it, before its newline",
+     GOOD_LINE + b"\r", 1),
+    ("two messages with a carriage return, not a newline, between them",
+     GOOD_LINE + b"\r" + GOOD_LINE, None),
+]
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("what, line, count", CR_CASES, ids=["between", "after",
+                                                            "joining"])
+def test_a_carriage_return_ends_no_line_of_the_log(lesson, sessions, what, line, count):
+    """Only the newline byte ends a line of the log. A carriage return is whitespace
+    JSON allows between values: a line holding one, before a value or after the last,
+    is one message, as parse_line reads it; two messages joined by one are one line
+    that is no message, refused as such."""
+    path = sessions / "quest-1.jsonl"
+    data = GOOD_LINE + b"\n" + line + b"\n" + GOOD_LINE + b"\n"
+    path.write_bytes(data)
+    setting = f"the log's line 2, between two messages, holds {what}: {line!r}"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - judged below
+            loaded = error
+    if count is not None:
+        got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
+               else f"returned {loaded!r}")
+        assert loaded == [json.loads(GOOD_LINE)] * 3, (
+            f"{setting}; load() {got}, where it should return the three messages: "
+            "only the newline byte ends a line of this log (append ends each line "
+            "with it), and a carriage return between JSON values is whitespace, "
+            "which parse_line reads")
+    else:
+        named = (isinstance(loaded, lesson.InvalidMessage)
+                 and names_line(str(loaded), 2))
+        got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
+               else f"returned {loaded!r}")
+        assert named, (
+            f"{setting}; load() {got}, where it should raise an InvalidMessage "
+            "naming the file and line 2: only the newline byte ends a line of this "
+            "log, so line 2 is one line, and no message")
+    assert path.read_bytes() == data, "loading must never change the log"
+
+
 @pytest.mark.task("02.1")
 def test_tool_calls_and_empty_content_survive_the_round_trip(
         lesson, sessions, model, town):
@@ -527,6 +577,11 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
         f"expected {expected}, or different text). All but one of the characters of "
         "the CJK messages are 3 bytes long in UTF-8, and some came back lost or "
         "replaced")
+
+
+def names_line(message, number):
+    """Whether an error's text names line `number`: 'line 2', or 'file.jsonl:2'."""
+    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message) is not None
 
 
 def bytes_waiting(fd):
