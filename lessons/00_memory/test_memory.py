@@ -412,6 +412,11 @@ def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, argument
     what = f"the arguments {str(arguments)[:60]!r} hold a number JSON does not have"
     result = run_call(lesson, town, tool_call("buy", arguments), what)
     assert_error_result(result, what)
+    if isinstance(arguments, str):
+        assert arguments[:40] in result, (
+            f"{what}: the error result should quote the start of what the model sent "
+            f"({arguments[:40]!r}), so that it sees what it got wrong; it begins "
+            f"{result[:300]!r}")
     assert len(result) < 2_000, (
         f"{what}; they are {len(str(arguments)):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
@@ -688,10 +693,11 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         f"refuses a call left unanswered); the calls {asked} got results for "
         f"{answered}")
     said = str(raised.value)
-    assert re.search(r"(?<![\d.])3(?![\d.])", said), (
-        "MaxTurnsExceeded should name the limit it reached, 3 model calls here, so "
-        "that whoever reads it knows which setting stopped the turn; it says "
-        f"{said!r}")
+    assert re.search(r"(?<![\d.])3(?![\d.])", said) and re.search(
+            r"turn|request|call", said, re.IGNORECASE), (
+        "MaxTurnsExceeded should name the limit it reached, 3 model calls here, in "
+        "words (turns, requests or calls, not a bare number), so that whoever reads "
+        f"it knows which setting stopped the turn; it says {said!r}")
 
     before = len(model.requests)
     with raises(lesson.MaxTurnsExceeded,

@@ -732,3 +732,10 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
         "the reply's content came as a reasoning part and two text parts; the stored "
         "text should be the text parts' text, 'The shop is open.', and nothing of the "
         f"reasoning; it is {message.get('content')!r}")
+    thinking = {"role": "assistant", "tool_calls": [], "content": [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "Hmm."}]}]}
+    message = lesson.normalize_reply(thinking, [])
+    assert message.get("content") == "", (
+        f"the reply's content came as one thinking part, {thinking['content']}, and "
+        "no text part: the answer is empty text, '', and nothing of the thinking; "
+        f"it was stored as {message.get('content')!r}")
