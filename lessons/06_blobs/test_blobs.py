@@ -1212,6 +1212,9 @@ def test_a_durable_writer_syncs_again_a_blob_it_writes_again(lesson, sessions,
                "damaged": lambda: blob.write_bytes(data.replace(b"cave", b"lake", 1))}
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         log.store_blob(data)
+        assert blob.is_file(), (
+            f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+            f"blobs/ holds {blob_names(sessions)}")
         for damage, do in damages.items():
             do()
             events = []
