@@ -28,7 +28,7 @@ import pytest
 
 from sessionlab.pgserver import why_not_available
 from sessionlab.scripted import ODD_REPLIES, ScriptedModel, call, say, summaries, use
-from sessionlab.testing import described, raises
+from sessionlab.testing import described, fail_in, raises
 from sessionlab.town import Town
 
 # Without PostgreSQL, the whole file is skipped in one line saying how to install it
@@ -326,17 +326,33 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
     # the place after the rows is after the last of them, not their count
     sql(database, "DELETE FROM session_entries WHERE seq = 2")
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
-        log.open_for_append()
+        log._read()     # what task 11.2 keeps, learnt from the rows, without a repair
         try:
-            log.append({"role": "user", "content": "And a map."})
+            log._write(lambda: [{"role": "user", "content": "And a map."}])
         except lesson.SessionConflict as error:
             pytest.fail("the session's rows are seq 0, 1, 3 and 4 (row 2 was deleted "
-                        "by hand): the next append belongs at seq 5, after the last "
-                        "row, yet it collided with a stored row (4 rows read is not "
-                        f"the place after them): {error}", pytrace=False)
+                        "by hand): after _read(), the next write belongs at seq 5, "
+                        "after the last row, yet it collided with a stored row (4 rows "
+                        f"read is not the place after them): {error}", pytrace=False)
     after = [seq for seq, _, _ in rows(database)]
     assert after == [0, 1, 3, 4, 5], (
-        "with rows at seq 0, 1, 3 and 4, the next append belongs at seq 5, right "
+        "with rows at seq 0, 1, 3 and 4, the next write after _read() belongs at seq "
+        f"5, right after the last row; found seqs {after}")
+    # The same, opened as every writer opens (task 11.3's _repair reads the session)
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.open_for_append()
+        try:
+            log.append({"role": "user", "content": "And a compass."})
+        except lesson.SessionConflict as error:
+            fail_in("11.3", "the session's rows are seq 0, 1, 3, 4 and 5 (row 2 was "
+                    "deleted by hand), and after _read() alone a write landed right "
+                    "(seq 5); but a writer opened with open_for_append(), which runs "
+                    "_repair, collided with a stored row at its first append: the "
+                    "repair left the writer's place other than _read learnt it from "
+                    f"the rows (5 rows read is not the place after them): {error}")
+    after = [seq for seq, _, _ in rows(database)]
+    assert after == [0, 1, 3, 4, 5, 6], (
+        "with rows at seq 0, 1, 3, 4 and 5, the next append belongs at seq 6, right "
         f"after the last row; found seqs {after}")
     # A writer reads the session a second time (as a repair does when another host
     # stored rows since its first read): its next entry goes after the rows it read
@@ -350,14 +366,14 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
             log.append({"role": "user", "content": "Thank you."})
         except lesson.SessionConflict as error:
             pytest.fail("the writer read quest-1 again after another writer stored seq "
-                        "6: _read() should learn the place again from the rows it has "
-                        "just read, and the next append land at seq 7; it collided "
+                        "7: _read() should learn the place again from the rows it has "
+                        "just read, and the next append land at seq 8; it collided "
                         f"with a stored row, as if from its first read: {error}",
                         pytrace=False)
     after = [seq for seq, _, _ in rows(database)]
-    assert after == [0, 1, 3, 4, 5, 6, 7], (
-        "after reading the rows again (seq 0 to 6), the writer's next append belongs "
-        f"at seq 7; found seqs {after}")
+    assert after == [0, 1, 3, 4, 5, 6, 7, 8], (
+        "after reading the rows again (seq 0 to 7), the writer's next append belongs "
+        f"at seq 8; found seqs {after}")
 
 
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
@@ -1511,6 +1527,67 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
         "after the real result the rows should be the repair marker, call_b's result, "
         f"then the opener's message, seq 2 to 5; found {said} at seqs "
         f"{[seq for seq, _, _ in stored]}")
+
+
+@pytest.mark.task("11.3")
+def test_a_repair_that_loses_round_after_round_still_opens_the_session(lesson,
+                                                                      database):
+    """The host running quest-1's four calls stores a real result each time the opener
+    has read the session and is about to store its repair: three rounds lost in a
+    row. The opener opens the session all the same, answering only the call still
+    open, and its next message lands right after the rows."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    calls = [("call_a", "torch"), ("call_b", "rope"), ("call_c", "map"),
+             ("call_d", "lantern")]
+    put_rows(database, "quest-1", [{"role": "user", "content": "Buy four things."},
+                                   call_message(*calls)])
+    log = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    real_insert = log._insert
+    still_running = [call_id for call_id, _ in calls[:3]]
+
+    def insert(entries):
+        if still_running:   # the other host's result lands first
+            call_id = still_running.pop(0)
+            line = json.dumps({"role": "tool", "tool_call_id": call_id,
+                               "content": f"You bought it ({call_id})."})
+            sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
+                "SELECT 'quest-1', max(seq) + 1, %s, %s::jsonb FROM session_entries "
+                "WHERE session_id = 'quest-1'", (line, line))
+        return real_insert(entries)
+
+    log._insert = insert
+    with log:
+        try:
+            history = log.open_for_append()
+            log.append({"role": "user", "content": "Then to the cave."})
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - said in words
+            pytest.fail("each time the opener read quest-1 and went to store its "
+                        "repair, the other host had stored a real result first, three "
+                        "rounds in a row: the opener should decide again from the rows "
+                        "each time (each round lost is a row someone stored) and open "
+                        f"the session; it raised {type(error).__name__}: {error}",
+                        pytrace=False)
+    assert isinstance(history, list) and [
+            m.get("tool_call_id") for m in history if m.get("role") == "tool"] == [
+            "call_a", "call_b", "call_c", "call_d"], (
+        "after three rounds lost, open_for_append should return the session as the "
+        "rows hold it, with call_a, call_b and call_c's real results and call_d's "
+        f"repair; it returned {history!r}")
+    stored = rows(database)
+    counted, markers = answers(stored)
+    said = [json.loads(line).get("$marker") or json.loads(line).get("tool_call_id")
+            or json.loads(line).get("content") for _, line, _ in stored][2:]
+    assert counted == dict.fromkeys(("call_a", "call_b", "call_c", "call_d"), 1) and [
+            m.get("interrupted") for m in markers] == [["call_d"]] and said == [
+            "call_a", "call_b", "call_c", "repair", "call_d", "Then to the cave."] \
+            and [seq for seq, _, _ in stored] == list(range(8)), (
+        "three real results landed while the opener was deciding, one a round: then "
+        "one repair marker naming call_d, call_d's result, and the opener's message "
+        f"should follow, seq 2 to 7; found {said} at seqs "
+        f"{[seq for seq, _, _ in stored]}, results {counted}")
 
 
 def until_blocked_by(database, blocker, waiter):
