@@ -177,6 +177,12 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
         f"the arguments were {kind} of JSON ({arguments}), and the error result does "
         "not say so: it should name what the model sent (its kind, or the text "
         f"itself), for the model to see what it got wrong; got {result!r}")
+    other = run_call(lesson, town, tool_call("buy", "true"),
+                     "the arguments were true, a boolean of JSON")
+    assert result != other, (
+        f"the arguments were {kind} of JSON ({arguments}), and the error result is "
+        f"{result!r}, the very result the arguments true (a boolean) get: it does "
+        "not say what the model sent, only what it might have sent")
 
 
 class ShopClosed(Exception):
