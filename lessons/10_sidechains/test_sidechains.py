@@ -1735,9 +1735,12 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
 @pytest.mark.task("10.4")
 def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions):
     """Every pointer, in the order the log holds them: a call id that came back has
-    two side-chains, and a reader wants both, the first one first."""
+    two side-chains, and a reader wants both, the first one first. A side-chain's log
+    is its name and ".jsonl", whatever the name ends with (call_b.2, or call_c.jsonl,
+    a call id kept as it is)."""
     ask = {"role": "user", "content": "Ask a helper."}
-    order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2")]
+    order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2"),
+             ("call_c.jsonl", "call_c.jsonl")]
     lines = [ask] + [{"$marker": "sidechain", "call": call_id, "session": "quest-1",
                       "sidechain": name, "at": "2026-01-01T00:00:00+00:00"}
                      for call_id, name in order]
@@ -1747,8 +1750,9 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
     found = lesson.sidechains(sessions, "quest-1")
     expected = [(call_id, folder / f"{name}.jsonl") for call_id, name in order]
     assert found == expected, (
-        "the log holds three pointers, to call_b, call_a and call_b.2 (call_b came "
-        "back): sidechains should give all three in that order, "
+        "the log holds four pointers, to call_b, call_a, call_b.2 (call_b came back) "
+        "and call_c.jsonl: sidechains should give all four in that order, each "
+        "side-chain's log its name and '.jsonl', "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
