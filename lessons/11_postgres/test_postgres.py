@@ -1530,46 +1530,60 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
 
 
 @pytest.mark.task("11.3")
-def test_a_repair_that_loses_round_after_round_still_opens_the_session(lesson,
-                                                                      database):
+def test_a_repair_that_loses_round_after_round_still_opens_the_session(
+    lesson, database, monkeypatch
+):
     """The host running quest-1's four calls stores a real result each time the opener
-    has read the session and is about to store its repair: three rounds lost in a
-    row. The opener opens the session all the same, answering only the call still
-    open, and its next message lands right after the rows."""
+    has read the session and sends its repair marker to the server: three rounds lost
+    in a row. The opener opens the session all the same, answering only the call
+    still open, and its next message lands right after the rows."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         assert log.load() == [], "a new database should hold no session"
     calls = [("call_a", "torch"), ("call_b", "rope"), ("call_c", "map"),
              ("call_d", "lantern")]
     put_rows(database, "quest-1", [{"role": "user", "content": "Buy four things."},
                                    call_message(*calls)])
-    log = lesson.PostgresSessionLog(database, "quest-1", lock=False)
-    real_insert = log._insert
     still_running = [call_id for call_id, _ in calls[:3]]
+    other_host = psycopg.connect(database, autocommit=True)
+    other_host.execute("SET lock_timeout = '5s'")   # never waits on the opener for ever
+    real_execute = psycopg.Cursor.execute
 
-    def insert(entries):
-        if still_running:   # the other host's result lands first
+    def execute(cursor, query, params=None, **options):
+        said = str(query).lower()
+        sent = " ".join(str(value) for value in params or ())
+        if (still_running and cursor.connection is not other_host
+                and "session_entries" in said and "insert" in said
+                and re.search(r'"\$marker": ?"repair"', sent)):
+            # The other host's result lands first, as the repair's insert goes out
             call_id = still_running.pop(0)
             line = json.dumps({"role": "tool", "tool_call_id": call_id,
                                "content": f"You bought it ({call_id})."})
-            sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
-                "SELECT 'quest-1', max(seq) + 1, %s, %s::jsonb FROM session_entries "
+            other_host.execute(
+                "INSERT INTO session_entries (session_id, seq, line, body) SELECT "
+                "'quest-1', max(seq) + 1, %s, %s::jsonb FROM session_entries "
                 "WHERE session_id = 'quest-1'", (line, line))
-        return real_insert(entries)
+        return real_execute(cursor, query, params, **options)
 
-    log._insert = insert
-    with log:
-        try:
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    try:
+        with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
             history = log.open_for_append()
             log.append({"role": "user", "content": "Then to the cave."})
-        except NotImplementedError:
-            raise
-        except Exception as error:  # noqa: BLE001 - said in words
-            pytest.fail("each time the opener read quest-1 and went to store its "
-                        "repair, the other host had stored a real result first, three "
-                        "rounds in a row: the opener should decide again from the rows "
-                        "each time (each round lost is a row someone stored) and open "
-                        f"the session; it raised {type(error).__name__}: {error}",
-                        pytrace=False)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - said in words
+        pytest.fail("each time the opener read quest-1 and sent its repair, the other "
+                    "host had stored a real result first, three rounds in a row: the "
+                    "opener should decide again from the rows each time (each round "
+                    "lost is a row someone stored) and open the session; it raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    finally:
+        monkeypatch.undo()
+        other_host.close()
+    assert not still_running, (
+        "the test's other host stores a real result as the opener's repair marker "
+        "goes to the server; the opener never sent one for "
+        f"{still_running}, although those calls were open when it read the session")
     assert isinstance(history, list) and [
             m.get("tool_call_id") for m in history if m.get("role") == "tool"] == [
             "call_a", "call_b", "call_c", "call_d"], (
