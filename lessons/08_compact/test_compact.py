@@ -18,7 +18,7 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, CALL_TEXT, Crash, Disconnect, Fail, InvalidRequest,
     is_retried_summary, is_summary_request, long_reply, NO_ANSWER, ODD_REPLIES,
     ScriptedModel,
-    SimulatedCrash, THOUGHT, call, say, summaries, use, validate)
+    SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
 from sessionlab.testing import fail_in, raises, until_written
 
@@ -1587,8 +1587,14 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
 # Replies to the summary request that give no summary to record: each of ODD_REPLIES
 # that gives no answer (a tool call, no text, only thinking, a call written as text),
 # and a summary far longer than the whole budget.
+# A summary the server cut off at its limit on tokens: it reads as whole, and only
+# the reply's finish_reason says that its end is missing.
+CUT_TEXT = ("Day 1: the elder warned us of the ledge. Day 2: we bought a rope and "
+            "walked to the cave, where the guard")
+CUT_OFF_SUMMARY = raw({"role": "assistant", "content": CUT_TEXT},
+                      finish_reason="length")
 NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
-              "too_long": long_reply(2000)}
+              "too_long": long_reply(2000), "cut_off": CUT_OFF_SUMMARY}
 # What the user (and, asked again, the model) must be told each of them was: the tool
 # called, no text, thinking only, a call written as text, too long.
 NO_TEXT, THINKING, AS_TEXT = r"(?i)\bno text\b|\bempty\b|\bnothing\b", r"(?i)think", (
@@ -1601,18 +1607,22 @@ WHAT_IT_WAS = {"empty": [NO_TEXT], "null": [NO_TEXT], "tool_call": A_CALL,
                "call_with_text": A_CALL, "call_as_json": AS_TEXT_CALL,
                "call_in_fence": AS_TEXT_CALL, "call_in_tag": AS_TEXT_CALL,
                "unfinished_think": [THINKING], "only_think": [THINKING],
-               "too_long": [r"(?i)too long"]}
+               "too_long": [r"(?i)too long"],
+               "cut_off": [r"(?i)cut|length|limit|truncat|unfinished|incomplete"]}
 # Each of those, in words, for a failure to show
 SAYS = {NO_TEXT: "that it held no text", THINKING: "that it was only thinking (a think "
         "block)", AS_TEXT: "that it was written as (JSON) text", "talk_to":
         "the tool named, talk_to", A_CALL[0]: "that it was a call to talk_to (a phrase "
         "that reads on after 'it was', not the tool's name alone)",
-        r"(?i)too long": "that it was too long"}
+        r"(?i)too long": "that it was too long",
+        WHAT_IT_WAS["cut_off"][0]: "that the server cut it off at its length limit"}
 # What a refusal must not say of a reply: the pattern, and what it would wrongly tell
 CUT_OFF = r"(?i)never ends|cut off|unfinished|unclosed|not (closed|ended|finished)"
 WHAT_IT_WAS_NOT = {"empty": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
                    "null": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
-                   "only_think": (CUT_OFF, "thinking cut off, and it was ended")}
+                   "only_think": (CUT_OFF, "thinking cut off, and it was ended"),
+                   "cut_off": (NO_TEXT + r"|(?i:think)", "no text, or thinking, and it "
+                               "was a summary with its end cut off")}
 
 
 @pytest.mark.task("08.4")
@@ -1734,6 +1744,38 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
 
 
 @pytest.mark.task("08.4")
+def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
+    """check_summary() alone, on a plain summary that the server cut off at its
+    length limit (finish_reason "length", which ask_for_summary passes on): it reads
+    as a whole summary, yet the newest of what it tells is lost, and every later
+    request and resume would be built on it. The same text, ended by the model, is
+    a summary."""
+    reply = as_asked(lesson, CUT_OFF_SUMMARY)
+    with raises(lesson.BadSummary, "check_summary() took, as a summary, a reply the "
+                "server cut off at its length limit (finish_reason 'length'): "
+                f"{CUT_TEXT[-40:]!r} ends mid-sentence, and what came after is lost"
+                ) as raised:
+        lesson.check_summary(reply)
+    said = str(raised.value)
+    pattern, wrong = WHAT_IT_WAS["cut_off"][0], WHAT_IT_WAS_NOT["cut_off"]
+    assert re.search(pattern, said) and not re.search(wrong[0], said), (
+        "the BadSummary for a summary the server cut off should say so (the words "
+        f"matching {pattern!r}), and tell of nothing it did not send ({wrong[1]}); "
+        f"it says {said!r}")
+    for ended in ("stop", None):
+        whole = {**reply, "finish_reason": ended}
+        try:
+            got = lesson.check_summary(whole)
+        except lesson.BadSummary as error:
+            pytest.fail(f"a summary the model ended itself (finish_reason {ended!r}) "
+                        f"was refused: {error}. Only the server's length limit "
+                        "says that a text was cut off", pytrace=False)
+        assert got == CUT_TEXT, (
+            f"a summary the model ended (finish_reason {ended!r}) should be returned "
+            f"as it is; got {got!r}")
+
+
+@pytest.mark.task("08.4")
 def test_check_summary_alone_names_every_call_of_a_reply(lesson):
     """check_summary() alone, on a reply that calls two tools: the BadSummary names
     both, since the user and the model asked again are told what was sent."""
@@ -1763,12 +1805,20 @@ def test_check_summary_alone_names_every_call_of_a_reply(lesson):
         f"{said!r}")
 
 
+def as_asked(lesson, step):
+    """The reply ask_for_summary (given) returns for `step`, as check_summary is given
+    it: normalized, with the server's finish_reason beside it."""
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(step))
+    with log:
+        return agent.ask_for_summary(lesson.SUMMARY_PROMPT, "[user] Day 1: what now?")
+
+
 def what_check_summary_says(lesson, key):
     """The BadSummary message check_summary gives for NO_SUMMARY[key] (None for the
     summary too long, which check_summary takes: check_fits refuses it)."""
     if key == "too_long":
         return None
-    reply = lesson.normalize_reply(json.loads(json.dumps(NO_SUMMARY[key].message)), [])
+    reply = as_asked(lesson, NO_SUMMARY[key])
     try:
         lesson.check_summary(reply)
     except lesson.BadSummary as error:
@@ -1915,7 +1965,7 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
 @pytest.mark.task("08.3")
 @pytest.mark.parametrize("replies", [
     ("tool_call", "call_as_json"), ("tool_call", "empty"),
-    ("unfinished_think", "empty"), ("too_long", "too_long"),
+    ("unfinished_think", "empty"), ("too_long", "too_long"), ("cut_off", "cut_off"),
 ], ids="-then-".join)
 def test_two_replies_that_are_no_summary_stop_the_turn_and_the_session_resumes(
         lesson, sessions, replies):

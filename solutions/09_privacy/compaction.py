@@ -138,15 +138,20 @@ def summary_prompt(room: int | None, problem: str | None = None) -> str:
 def check_summary(reply: Message) -> str:
     """The summary a reply to the summary request gives, ready to record. BadSummary,
     whose message is a phrase saying what the model sent instead, for a reply that
-    gives none. `reply` is normalized (normalize_reply)."""
+    gives none. `reply` is normalized (normalize_reply), with the server's
+    "finish_reason" beside it, as ask_for_summary returns it."""
     calls = reply.get("tool_calls") or []
     if calls:
         names = ", ".join(str(call["function"]["name"]) for call in calls)
         raise BadSummary(f"a call to {names} instead of text")
     try:
-        return reply_answer(reply.get("content"))
+        answer = reply_answer(reply.get("content"))
     except ValueError as error:
         raise BadSummary(str(error)) from None
+    if reply.get("finish_reason") == "length":
+        raise BadSummary("a summary the server cut off at its length limit, whose "
+                         "end was lost")
+    return answer
 
 
 def transcript(summary: str | None, messages: list[Message]) -> str:
@@ -258,16 +263,22 @@ class AgentCompaction:
 
     def ask_for_summary(self, prompt: str, conversation: str) -> Message:
         """One model call: `prompt` as the system message, the conversation as text in
-        one user message, with no tools. The reply, normalized (normalize_reply)."""
+        one user message, with no tools. The reply, normalized (normalize_reply), with
+        the server's "finish_reason" beside it ("length" when the server cut the reply
+        off at its limit on tokens)."""
         response = self.client.chat.completions.create(
             model=self.model,
             messages=[{"role": "system", "content": prompt},
                       {"role": "user", "content": conversation}])
-        reply = response.choices[0].message
+        choice = response.choices[0]
+        reply = choice.message
         calls = [{"id": c.id, "function": {"name": c.function.name,
                                            "arguments": c.function.arguments}}
                  for c in reply.tool_calls or []]
-        return normalize_reply({"content": reply.content, "tool_calls": calls}, [])
+        message = normalize_reply({"content": reply.content, "tool_calls": calls}, [])
+        # Only the server knows that it stopped mid-sentence: a cut summary reads as
+        # a whole one, so the reason goes along for check_summary to judge.
+        return {**message, "finish_reason": choice.finish_reason}
 
     def summarise(self, messages: list[Message], cut: int) -> str:
         """A checked summary of the previous summary (if any) and `messages`, which
