@@ -102,6 +102,20 @@ def history_of_new_agent(lesson, model, town, log, holding):
                     "holds", pytrace=False)
 
 
+def loaded_or_none(log, setting, refusals, should):
+    """What `log.load()` returns, or None when it raises one of `refusals`; any other
+    exception fails the test, saying what the load `should` do instead."""
+    try:
+        return log.load()
+    except NotImplementedError:
+        raise
+    except refusals:
+        return None
+    except Exception as error:
+        pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
+                    f"{should}", pytrace=False)
+
+
 def agent_started_on(lesson, model, town, log, setting, refusals, error):
     """The history a new agent on `log` starts with, or None when it is refused with
     one of `refusals`; any other exception fails the test, naming `error`, the one
@@ -777,16 +791,9 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
     setting = ("quest-1.jsonl, the session's log, is a folder (holding a file), not a "
                "file")
     with lesson.SessionLog(sessions, "quest-1") as log:
-        try:
-            loaded = log.load()
-        except NotImplementedError:
-            raise
-        except (OSError, ValueError):
-            loaded = None
-        except Exception as error:
-            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
-                        "raise the OSError that says what is there (or an "
-                        "InvalidMessage naming it)", pytrace=False)
+        loaded = loaded_or_none(log, setting, (OSError, ValueError),
+                                "raise the OSError that says what is there (or an "
+                                "InvalidMessage naming it)")
         started = agent_started_on(lesson, model, town, log, setting,
                                    (OSError, ValueError),
                                    "the OSError that says what is there")
@@ -815,16 +822,9 @@ def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
     setting = ("quest-1.jsonl, the session's log, is a symbolic link to a log of one "
                "message in another folder")
     with lesson.SessionLog(sessions, "quest-1") as log:
-        try:
-            loaded = log.load()
-        except NotImplementedError:
-            raise
-        except (OSError, ValueError):
-            loaded = None
-        except Exception as error:
-            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
-                        "return the message, or raise the OSError that says why it "
-                        "will not read it", pytrace=False)
+        loaded = loaded_or_none(log, setting, (OSError, ValueError),
+                                "return the message, or raise the OSError that says "
+                                "why it will not read it")
         started = agent_started_on(lesson, model, town, log, setting,
                                    (OSError, ValueError),
                                    "the OSError that says why it will not read it")
@@ -1252,15 +1252,8 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
     log = lesson.SessionLog(sessions, "quest-1")
     with files_refused(monkeypatch, sessions, errno.EACCES, reading=True,
                        searching=searching):
-        try:
-            loaded = log.load()
-        except OSError:
-            loaded = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
-                        "let the OSError that says so reach the caller", pytrace=False)
+        loaded = loaded_or_none(log, setting, OSError,
+                                "let the OSError that says so reach the caller")
         started = agent_started_on(lesson, model, town, log, setting, OSError,
                                    "the OSError that says the log may not be read")
     assert loaded is None, (

@@ -2036,51 +2036,32 @@ def test_a_summary_request_that_fails_reaches_the_caller_as_it_is(lesson, sessio
     turn's own request does, without asking again, and no BadSummary tells the user
     that the model answered; the turn ends with it, nothing is recorded, and the
     session resumes."""
-    # summarise() alone (task 08.4)
-    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
-        FAILED_REQUESTS[failure], then=numbered_summaries()))
-    agent.messages = conversation(6)
-    with log:
-        try:
-            got = agent.summarise(agent.messages[:4], 4)
-        except openai.APIError:
-            got = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail_in("08.4", f"the summary request failed ({failure}): the server sent "
-                    "no reply, yet summarise() raised "
-                    f"{type(error).__name__}: {error} (a BadSummary tells the user "
-                    "what the model sent). The request's own error should reach the "
-                    "caller as it is, as a turn's request's does")
-    if got is not None or len(model.summary_requests) != 1:
-        fail_in("08.4", f"the summary request failed ({failure}): summarise() should "
-                "let that error reach its caller, having asked once; it asked "
-                f"{len(model.summary_requests)} time(s) and returned {got!r}, as if "
-                "the failure were a reply to refuse")
-    # The second request fails, after a first reply that was no summary: its error
-    # too reaches the caller as it is (the server answered nothing to judge)
-    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
-        NO_SUMMARY["empty"], FAILED_REQUESTS[failure], then=numbered_summaries()))
-    agent.messages = conversation(6)
-    with log:
-        try:
-            got = agent.summarise(agent.messages[:4], 4)
-        except openai.APIError:
-            got = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail_in("08.4", f"the first reply to the summary request was empty, and "
-                    f"the second request failed ({failure}): the server sent no "
-                    f"second reply, yet summarise() raised {type(error).__name__}: "
-                    f"{error}. That request's own error should reach the caller as "
-                    "it is, as the first's does")
-    if got is not None or len(model.summary_requests) != 2:
-        fail_in("08.4", f"the first reply to the summary request was empty, and the "
-                f"second request failed ({failure}): summarise() should let that "
-                "error reach its caller, with no third request; it asked "
-                f"{len(model.summary_requests)} time(s) and returned {got!r}")
+    # summarise() alone (task 08.4): the first request fails, or the second after a
+    # first reply that was no summary; the server answered nothing to judge either way
+    for before, setting in (((), f"the summary request failed ({failure})"), (
+            (NO_SUMMARY["empty"],), f"the first reply to the summary request was "
+            f"empty, and the second request failed ({failure})")):
+        agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+            *before, FAILED_REQUESTS[failure], then=numbered_summaries()))
+        agent.messages = conversation(6)
+        with log:
+            try:
+                got = agent.summarise(agent.messages[:4], 4)
+            except openai.APIError:
+                got = None
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                fail_in("08.4", f"{setting}: the server sent no reply, yet "
+                        f"summarise() raised {type(error).__name__}: {error} (a "
+                        "BadSummary tells the user what the model sent). The "
+                        "request's own error should reach the caller as it is, as a "
+                        "turn's request's does")
+        if got is not None or len(model.summary_requests) != len(before) + 1:
+            fail_in("08.4", f"{setting}: summarise() should let that error reach its "
+                    f"caller, having asked {len(before) + 1} time(s), no more; it "
+                    f"asked {len(model.summary_requests)} time(s) and returned "
+                    f"{got!r}, as if the failure were a reply to refuse")
     # The agent's compaction (task 08.3): the turn ends with that error
     agent, model, log = open_agent(lesson, sessions, summarise=summaries(
         FAILED_REQUESTS[failure], then=numbered_summaries()))
