@@ -931,7 +931,7 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
         seen = seen.__cause__ or seen.__context__
     assert told and not isinstance(raised, lesson.MaxTurnsExceeded), (
         "the model answered its first request with HTTP 500, and run() raised "
-        f"{type(raised).__name__} ({str(raised)[:200]}) after {len(model.requests)} "
+        f"{type(raised).__name__} ({raised}) after {len(model.requests)} "
         "requests: the caller should hear of the server's failure, the 500 itself "
         "(or an error that carries it), not of something that did not happen")
 

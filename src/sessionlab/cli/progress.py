@@ -165,9 +165,12 @@ def lesson_rows(ui: Ui, lessons: list[Lesson], results: dict[str, LessonResult],
     table = ui.table()
     # Short columns never wrap, so that in a narrow terminal the room goes to the title
     # (which wraps, whole words first, and is never cut).
-    table.add_column("", width=2, no_wrap=True)
+    # In a tight terminal every cell counts: the arrow is one cell wide there, and a
+    # title may wrap one column sooner, so that counts of three digits (a lesson of a
+    # hundred tests) still fit in 30 columns.
+    table.add_column("", width=1 if ui.tight else 2, no_wrap=True)
     table.add_column("#", no_wrap=True)
-    table.add_column("Lesson", min_width=10)
+    table.add_column("Lesson", min_width=9 if ui.tight else 10)
     table.add_column("" if ui.tight else "State", min_width=1 if ui.tight else 7)
     table.add_column("Tasks", justify="right", no_wrap=True)
     table.add_column("Tests", justify="right", no_wrap=True)
