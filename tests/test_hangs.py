@@ -17,7 +17,7 @@ pytestmark = pytest.mark.campaign
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_lesson(impl: Path, *args: str) -> subprocess.CompletedProcess:
+def run_lesson(impl: Path | str, *args: str) -> subprocess.CompletedProcess:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -44,16 +44,22 @@ def run_lesson(impl: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_flock_without_lock_nb_fails_with_what_it_waited_for(tmp_path):
+def blocking_lock(folder: Path) -> Path:
+    """Lesson 05's solution with a lock taken without LOCK_NB, in `folder`: its
+    agent.py."""
     solution = (ROOT / "solutions/05_lock/lock.py").read_text(encoding="utf-8")
     blocking = "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
     assert solution.count(blocking) == 1
     for path in (ROOT / "solutions/05_lock").glob("*.py"):
-        shutil.copyfile(path, tmp_path / path.name)
-    (tmp_path / "lock.py").write_text(
+        shutil.copyfile(path, folder / path.name)
+    (folder / "lock.py").write_text(
         solution.replace(blocking, "fcntl.flock(fd, fcntl.LOCK_EX)"), encoding="utf-8"
     )
-    mutant = tmp_path / "agent.py"
+    return folder / "agent.py"
+
+
+def test_a_flock_without_lock_nb_fails_with_what_it_waited_for(tmp_path):
+    mutant = blocking_lock(tmp_path)
 
     done = run_lesson(
         mutant,
@@ -118,3 +124,22 @@ def test_every_lesson_test_gets_the_default_time_limit(tmp_path):
     assert limits and set(limits) == {str(hangs.LESSON_TEST_TIMEOUT)}, (
         done.stdout + done.stderr
     )
+
+
+def test_a_mutant_that_hung_once_gets_a_shorter_limit_for_its_other_tests(tmp_path):
+    # The maintainers' runs of many mutants (several --impl paths): the blocking lock
+    # hangs every test that takes the lock twice; the first waits the whole limit, the
+    # rest hangs.HUNG_AGAIN_TIMEOUT. The reference beside it keeps its limit and passes.
+    mutant = blocking_lock(tmp_path)
+    reference = ROOT / "solutions/05_lock/agent.py"
+    limit = 8
+
+    done = run_lesson(f"{mutant}{os.pathsep}{reference}", "--timeout", str(limit),
+                      "-k", "second_writer or times_out")
+
+    out = done.stdout
+    again = f"{hangs.HUNG_AGAIN_TIMEOUT:g}"
+    assert out.count(f"did not finish in {limit} s") == 1, out
+    assert out.count(f"did not finish in {again} s") >= 2, out
+    assert "[impl01]" not in "".join(
+        line for line in out.splitlines() if line.startswith("FAILED")), out

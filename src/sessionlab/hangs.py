@@ -22,6 +22,9 @@ from .course import is_lesson_module
 # Far above anything a correct solution needs: the slowest lesson tests (real processes
 # in lesson 05) take a few seconds on a loaded two-core machine.
 LESSON_TEST_TIMEOUT = 30.0
+# The limit of each later test on a mutant that has already hung (the maintainers' runs
+# of many mutants): it is caught, and its other hangs need only be seen to be there.
+HUNG_AGAIN_TIMEOUT = 3.0
 
 TIMEOUT_PREFIX = "Timeout (>"  # pytest-timeout's failure message starts so
 

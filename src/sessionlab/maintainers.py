@@ -37,7 +37,7 @@ import time
 import tomllib
 import unicodedata
 from collections.abc import Callable
-from concurrent.futures import as_completed, ThreadPoolExecutor
+from concurrent.futures import as_completed, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,11 @@ from .cli.ui import one_line_errors
 PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check; a lesson takes a few, so this only stops a hang
 CHECK_TEST_TIMEOUT = 15.0   # seconds a test may take on a mutant; a hang is a catch
 EVERY_TEST_GROUP = 12   # mutants in one pytest run when every test runs on every mutant
+
+# The checks that take minutes a lesson: every test on each wrong implementation, and
+# the generated mutants. run_all starts them after the quick ones, longest first.
+CORPUS_CHECK, MUTATION_CHECK = "wrong implementations of ", "mutation pass over "
+HEAVY_CHECKS = (CORPUS_CHECK, MUTATION_CHECK)
 
 RIGHT_REASONS = {"NotImplementedError", "AssertionError"}
 
@@ -823,7 +828,7 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
     the program of a wrong.toml entry (caught or argued equivalent)."""
     from . import mutate
     finding = Finding(f"mutation pass over {lesson.name}")
-    result = mutate.mutate_lesson(lesson.root, lesson, workers=1)
+    result = mutate.mutate_lesson(lesson.root, lesson, workers=mutate.GROUPS_AT_ONCE)
     for index, why in result.unjudged.items():
         finding.problems.append(f"could not judge {result.mutants[index].describe()}: "
                                 f"{why}")
@@ -869,12 +874,12 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
             checks.append((f"starter {lesson.name}",
                            lambda l=lesson: check_starter_fails_right(l)))
         if corpus or mutate:
-            checks.append((f"wrong implementations of {lesson.name}",
+            checks.append((f"{CORPUS_CHECK}{lesson.name}",
                            lambda l=lesson: check_wrong_implementations(
                                l, every_test=mutate)))
         if mutate:
-            checks.append((f"mutation pass over "
-                           f"{lesson.name}", lambda l=lesson: check_mutation_pass(l)))
+            checks.append((f"{MUTATION_CHECK}{lesson.name}",
+                           lambda l=lesson: check_mutation_pass(l)))
     if docs:
         checks.append(("docs", lambda: check_docs(root)))
     return checks
@@ -917,6 +922,17 @@ def _timed(check: Callable[[], Finding]) -> Finding:
     return finding
 
 
+def heavy_cost(root: Path, name: str, took: dict[str, float]) -> float:
+    """What a heavy check is expected to take, in the seconds of the lesson's own test
+    run (`took`, by check name): one run of its tests for each wrong implementation;
+    the mutation pass stops each mutant at its first failure, about a quarter of that.
+    """
+    lesson = course.lesson(name.removeprefix(CORPUS_CHECK).removeprefix(MUTATION_CHECK),
+                           root)
+    runs = len(wrong_implementations(lesson)) * took.get(f"solution {lesson.name}", 1.0)
+    return runs if name.startswith(CORPUS_CHECK) else runs / 4
+
+
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False, strict: bool = False,
             corpus: bool = True, key: bool = True, lessons: bool = True,
@@ -943,12 +959,24 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
             findings.append(_timed(check))
             if progress:
                 progress(findings[-1], len(findings), total)
+        heavy = [i for i, (name, _) in enumerate(slow) if name.startswith(HEAVY_CHECKS)]
+        light = [i for i in range(len(slow)) if i not in heavy]
+        running: dict[int, Future[Finding]] = {}
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            running = [pool.submit(_timed, check) for _, check in slow]
-            if progress:
-                for done, future in enumerate(as_completed(running), len(findings) + 1):
-                    progress(future.result(), done, total)
-            findings += [future.result() for future in running]
+            for phase in (light, heavy):
+                if phase is heavy:
+                    # Each heavy check is minutes: started longest first, none is left
+                    # to run alone at the end while the other workers sit idle.
+                    took = {slow[i][0]: running[i].result().seconds for i in light}
+                    phase = sorted(heavy, key=lambda i: -heavy_cost(shipped, slow[i][0],
+                                                                    took))
+                now = {i: pool.submit(_timed, slow[i][1]) for i in phase}
+                for done, future in enumerate(as_completed(now.values()),
+                                              len(findings) + len(running) + 1):
+                    if progress:
+                        progress(future.result(), done, total)
+                running.update(now)
+            findings += [running[i].result() for i in range(len(slow))]
         for finding in findings:
             _point_home(finding, shipped, root)
     return findings

@@ -58,6 +58,7 @@ MUTANT_TEST_TIMEOUT = (
     15.0  # seconds a test may take on a mutant: a mutant that hangs is caught
 )
 CHUNK = 60  # mutants in one pytest process
+GROUPS_AT_ONCE = 2  # pytest runs of one lesson's mutants side by side (run_mutants)
 
 
 @dataclass(frozen=True)
@@ -405,18 +406,27 @@ def run_mutants(
     lesson whose tests need a server takes minutes, and one run must stay well inside
     the time that stops a hang.
 
+    The groups run GROUPS_AT_ONCE at a time: a lesson's tests mostly wait (on a
+    writer process, a lock, the database server), so a second run fills the time
+    one leaves idle.
+
     Results of a mutant whose process died (a crash, an overall timeout) are missing:
     the caller may run those alone.
     """
     if group and len(sources) > group:
+        starts = range(0, len(sources), group)
+
+        def run_group(start: int) -> tuple[dict[int, list[dict]], str]:
+            return run_mutants(root, lesson, sources[start:start + group],
+                               timeout=timeout, extra=extra,
+                               stop_at_first_failure=stop_at_first_failure)
+
         merged: dict[int, list[dict]] = {}
         outputs = []
-        for start in range(0, len(sources), group):
-            found, output = run_mutants(root, lesson, sources[start:start + group],
-                                        timeout=timeout, extra=extra,
-                                        stop_at_first_failure=stop_at_first_failure)
-            merged.update({start + i: entries for i, entries in found.items()})
-            outputs.append(output)
+        with ThreadPoolExecutor(max_workers=GROUPS_AT_ONCE) as pool:
+            for start, (found, output) in zip(starts, pool.map(run_group, starts)):
+                merged.update({start + i: entries for i, entries in found.items()})
+                outputs.append(output)
         return merged, "\n".join(outputs)[-3000:]
     from .maintainers import run_pytest
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,6 +36,7 @@ from .town import Town
 
 REPORT_KEY = pytest.StashKey[list]()
 KILLED_KEY = pytest.StashKey[set]()
+HUNG_KEY = pytest.StashKey[set]()     # the implementations a test has timed out on
 IMPORT_FAILED_KEY = pytest.StashKey[bool]()   # the module under test did not import
 
 
@@ -65,6 +67,7 @@ def _env_flag(name: str) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[REPORT_KEY] = []
     config.stash[KILLED_KEY] = set()
+    config.stash[HUNG_KEY] = set()
     config.addinivalue_line("markers", "task(id): the lesson task a test checks, such as task('03.1')")
     config.addinivalue_line("markers", "key: a test later lessons' solutions must still pass")
 
@@ -184,6 +187,17 @@ def _implementation(item: pytest.Item) -> str:
     return str(callspec.params.get("lesson", "")) if callspec is not None else ""
 
 
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """On a mutant that has hung once (several --impl paths: the maintainers' runs),
+    the rest of its tests get hangs.HUNG_AGAIN_TIMEOUT: a lock it never lets go, say,
+    hangs every test after, and each would wait the whole limit. Before
+    pytest-timeout's own wrapper, which reads the limit from the closest marker."""
+    if (impl := _implementation(item)) and impl in item.config.stash[HUNG_KEY]:
+        item.add_marker(pytest.mark.timeout(hangs.HUNG_AGAIN_TIMEOUT), append=False)
+    yield
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.config.getoption("--sessionlab-stop-after-failure") \
             and _implementation(item) in item.config.stash[KILLED_KEY]:
@@ -233,7 +247,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = outcome.get_result()
     entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
                              "outcome": report.outcome, "tasks": _tasks(item),
-                             "key": item.get_closest_marker("key") is not None}
+                             "key": item.get_closest_marker("key") is not None,
+                             "seconds": round(report.duration, 3)}
     if report.failed:
         item.config.stash[KILLED_KEY].add(_implementation(item))
     if report.failed and call.excinfo is not None:
@@ -246,6 +261,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if isinstance(blamed := getattr(call.excinfo.value, "task", None), str):
             entry["blames"] = blamed        # testing.fail_in
         if hangs.is_timeout(call.excinfo):
+            item.config.stash[HUNG_KEY].add(_implementation(item))
             entry["exception"] = "Timeout"
             entry["message"] = hangs.explain(call.excinfo, item.name,
                                              hangs.limit_of(item))
