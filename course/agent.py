@@ -96,6 +96,11 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
             self.session.compacted if self.session is not None else None
         )
         #<
+        #> 10+
+        # Whether the server cut the model's last reply off at its length limit
+        # (finish_reason "length"): a text that reads as whole, its end lost.
+        self.cut_off = False
+        #<
 #> 02+
 
     def resume(self) -> list[Message]:
@@ -286,6 +291,9 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
             model=self.model, messages=messages, tools=self.tools.schemas)
             #<
         reply = response.choices[0].message
+        #> 10+
+        self.cut_off = response.choices[0].finish_reason == "length"
+        #<
         calls = [{"id": c.id, "function": {"name": c.function.name,
                                            "arguments": c.function.arguments}}
                  for c in reply.tool_calls or []]

@@ -119,6 +119,13 @@ class AgentHelpers:
         except MaxTurnsExceeded as error:
             # The helper's own way of failing: the model hears it, as from any tool
             return f"error: the helper gave up: {error}"
+        except AnswerCutOff as cut:
+            try:
+                said = f"; it had said: {reply_answer(cut.answer)}"
+            except ValueError:
+                said = ", before it said anything"
+            return ("error: the helper's answer was cut off at the server's length "
+                    f"limit, and its end is lost{said}")
         try:
             # Read as any reply passed on is (lesson 08's summary too): the parent's
             # model gets the answer, not the helper's thinking, and hears when there is
@@ -137,15 +144,36 @@ class AgentHelpers:
             helper = type(self)(self.client, model=self.model, tools=tools,
                                 system=HELPER_SYSTEM, max_turns=self.max_turns,
                                 budget=self.budget, reply_room=self.reply_room)
-            return helper.run(question)
+            return answer_of(helper, question)
         # The call is on disk already: run() writes it before any tool runs. The
         # side-chain's log is the helper's; this agent's session stays open, locked.
         with self.session.start_sidechain(call_id) as log:
             helper = type(self)(self.client, model=self.model, tools=tools, session=log,
                                 system=HELPER_SYSTEM, max_turns=self.max_turns,
                                 budget=self.budget, reply_room=self.reply_room)
-            return helper.run(question)
+            return answer_of(helper, question)
         # END 10.3
+
+
+def answer_of(helper: Any, question: str) -> str:
+    """The answer of `helper` (an agent) to `question`, whole: AnswerCutOff when the
+    server cut its last reply off at the length limit."""
+    # BEGIN 10.3
+    answer = helper.run(question)
+    if helper.cut_off:
+        # It reads as whole, and the parent's model would take it so
+        raise AnswerCutOff(answer)
+    return answer
+    # END 10.3
+
+
+class AnswerCutOff(Exception):
+    """A helper's last reply, cut off by the server at its length limit: `answer` is
+    the text it got (its end is lost)."""
+
+    def __init__(self, answer: str | None) -> None:
+        super().__init__("the helper's answer was cut off at the server's length limit")
+        self.answer = answer
 
 
 # --- side-chains: a helper agent's own log (lesson 10) --------------------------------

@@ -80,6 +80,26 @@ class AgentHelpers:
         )
 
 
+def answer_of(helper: Any, question: str) -> str:
+    """The answer of `helper` (an agent) to `question`, whole: AnswerCutOff when the
+    server cut its last reply off at the length limit."""
+    # TODO(10.3): Run the helper: the same loop, its own history, its own log.
+    # What it asks: `sessionlab task 10.3`. Hints: `sessionlab hint --task 10.3`.
+    raise NotImplementedError(
+        "task 10.3 is not written yet: Run the helper: the same loop, its own history, "
+        "its own log"
+    )
+
+
+class AnswerCutOff(Exception):
+    """A helper's last reply, cut off by the server at its length limit: `answer` is
+    the text it got (its end is lost)."""
+
+    def __init__(self, answer: str | None) -> None:
+        super().__init__("the helper's answer was cut off at the server's length limit")
+        self.answer = answer
+
+
 # --- side-chains: a helper agent's own log (lesson 10) --------------------------------
 
 HELPER_TOOL = "ask_helper"      # the tool whose call the agent answers with a helper

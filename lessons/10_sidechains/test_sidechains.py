@@ -30,7 +30,7 @@ import pytest
 from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
-    SimulatedCrash, call, raw_call, say, use)
+    SimulatedCrash, call, raw, raw_call, say, use)
 from sessionlab.testing import raises
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
@@ -1197,6 +1197,67 @@ def test_a_helper_in_memory_reads_its_last_reply_as_one_with_a_log_does(lesson):
                 "answer: the parent's model should read an error result (starting "
                 "'error:') saying that the helper gave no answer, as with a session; "
                 f"it read {said!r}")
+
+
+# A helper's last reply, stopped by the server at its length limit mid-sentence
+CUT_ANSWER = "The elder says to bring a torch, and that the cave's"
+
+
+def cut_off(text):
+    return raw({"role": "assistant", "content": text}, finish_reason="length")
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+@pytest.mark.parametrize("text", [CUT_ANSWER, "<think>The elder said the cave"],
+                         ids=["text", "thinking"])
+def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
+        lesson, sessions, where, text):
+    """A helper whose last reply the server stopped at its length limit
+    (finish_reason "length") gave no whole answer: the parent's model reads an error
+    saying it was cut off, with the text the helper had given without its thinking,
+    never that text as if it were whole; the side-chain keeps the reply as it came."""
+    script = [use(call("ask_helper", question=QUESTION)), cut_off(text), say(FINAL)]
+    if where == "memory":
+        model = ScriptedModel(script)
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
+        turn(lesson, agent, model, "Ask a helper.")
+        messages = agent.messages
+    else:
+        messages, model = play(lesson, sessions, ("Ask a helper.", script))
+    said = str(messages[2].get("content"))
+    partial = text if text == CUT_ANSWER else None
+    assert said.startswith("error:") and "cut off" in said.lower() and (
+        partial is None or partial in said), (
+        f"the server stopped the helper's last reply at its length limit "
+        f"(finish_reason 'length'): {text!r} reads as whole, and its end is lost. The "
+        "parent's model should read an error (starting 'error:') saying the answer was "
+        "cut off" + (f", followed by what the helper had said, {partial!r}"
+                     if partial else " (the helper had said nothing but thinking)")
+        + f"; it read {said!r}")
+    if partial is None:
+        assert "<think>" not in said, (
+            f"the helper's thinking is never passed on, cut off or not; the result "
+            f"was {said!r}")
+    if where == "side-chain":
+        last = lines_of(sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")[-1]
+        assert last.get("content") == text, (
+            "the helper's own log keeps its last reply as the model sent it; its last "
+            f"line is {last}")
+
+
+@pytest.mark.task("10.3")
+def test_only_the_helpers_last_reply_counts_as_cut_off(lesson, sessions):
+    """A reply the server cut off on the way (one that called a tool) is not the
+    helper's answer: the helper's answer after it, whole, is the call's result."""
+    script = [use(call("ask_helper", question=QUESTION)),
+              use(call("talk_to", npc="elder"), finish_reason="length"),
+              say(HELPER_ANSWER), say(FINAL)]
+    messages, _ = play(lesson, sessions, ("Ask a helper.", script))
+    assert messages[2].get("content") == HELPER_ANSWER, (
+        "the helper's first reply, a tool call, was stopped at the length limit; its "
+        "last reply came whole, and is its answer: the result should be "
+        f"{HELPER_ANSWER!r}; it was {messages[2].get('content')!r}")
 
 
 @pytest.mark.task("10.3")

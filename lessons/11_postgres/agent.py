@@ -57,6 +57,9 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         self.compaction: Compaction | None = (
             self.session.compacted if self.session is not None else None
         )
+        # Whether the server cut the model's last reply off at its length limit
+        # (finish_reason "length"): a text that reads as whole, its end lost.
+        self.cut_off = False
 
     def resume(self) -> list[Message]:
         """The history to start from: the session's log, repaired (none without one)."""
@@ -156,6 +159,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         response = self.client.chat.completions.create(
             model=self.model, messages=messages, tools=self.tools.schemas)
         reply = response.choices[0].message
+        self.cut_off = response.choices[0].finish_reason == "length"
         calls = [{"id": c.id, "function": {"name": c.function.name,
                                            "arguments": c.function.arguments}}
                  for c in reply.tool_calls or []]
