@@ -743,11 +743,15 @@ def check_wrong_implementations(lesson: course.Lesson,
             sources.append(mutated)
     if not usable:
         return finding
-    # Every test on every mutant is minutes for lesson 11 (~90 mutants of ~30 tests on a
-    # server): in groups, each pytest run stays inside PYTEST_TIMEOUT
+    # Every test on every mutant is minutes for lesson 11 (~180 mutants of ~50 tests on
+    # a server): in groups, each pytest run stays inside PYTEST_TIMEOUT; and on each
+    # mutant only the tests that call what its edit changed (the others pass on it
+    # as on the solution: sessionlab.calls)
     results, output = run_mutants(lesson.root, lesson, sources, timeout=CHECK_TEST_TIMEOUT,
                                   stop_at_first_failure=not every_test,
-                                  group=EVERY_TEST_GROUP if every_test else None)
+                                  group=EVERY_TEST_GROUP if every_test else None,
+                                  only=tests_that_see_each(lesson, files, usable)
+                                  if every_test else None)
     for i, wrong in enumerate(usable):
         entries = results.get(i, [])
         if not entries:
@@ -784,6 +788,27 @@ def check_wrong_implementations(lesson: course.Lesson,
                                         f"the mutant "
                                         f"{wrong.what!r} {why}")
     return finding
+
+
+def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
+                        wrongs: list[Wrong]) -> list[set[str] | None]:
+    """For each wrong implementation, the names of the tests that call a function its
+    edit changed (None: every test), from one run of the tests on the solution that
+    records what each calls."""
+    from .calls import functions_around, tests_that_see
+    with tempfile.TemporaryDirectory() as temp:
+        record = Path(temp) / "calls.json"
+        run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
+                   "--sessionlab-calls", str(record))
+        calls = json.loads(record.read_text()) if record.exists() else {}
+    only: list[set[str] | None] = []
+    for wrong in wrongs:
+        module = find_wrong(files, wrong)
+        seen = None if module is None else tests_that_see(
+            calls, module, functions_around(files[module], edited_lines(files[module],
+                                                                        wrong)))
+        only.append(seen or None)     # no test calls it: every test, to be sure
+    return only
 
 
 def check_docs(root: Path) -> Finding:

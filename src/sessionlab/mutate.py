@@ -399,12 +399,14 @@ def run_mutants(
     stop_at_first_failure: bool = True,
     extra: tuple[str, ...] = (),
     group: int | None = None,
+    only: list[set[str] | None] | None = None,
 ) -> tuple[dict[int, list[dict]], str]:
     """Run the lesson's tests on each mutant, (module, its mutated text), the rest of
     the solution as it is; (index -> that mutant's test results, output tail). With
     `group`, one pytest run for each `group` mutants: every test on every mutant of a
     lesson whose tests need a server takes minutes, and one run must stay well inside
-    the time that stops a hang.
+    the time that stops a hang. `only`, beside `sources`: the names of the tests to
+    run on each mutant (None: every test; see sessionlab.calls).
 
     The groups run GROUPS_AT_ONCE at a time: a lesson's tests mostly wait (on a
     writer process, a lock, the database server), so a second run fills the time
@@ -419,7 +421,8 @@ def run_mutants(
         def run_group(start: int) -> tuple[dict[int, list[dict]], str]:
             return run_mutants(root, lesson, sources[start:start + group],
                                timeout=timeout, extra=extra,
-                               stop_at_first_failure=stop_at_first_failure)
+                               stop_at_first_failure=stop_at_first_failure,
+                               only=only[start:start + group] if only else None)
 
         merged: dict[int, list[dict]] = {}
         outputs = []
@@ -442,6 +445,12 @@ def run_mutants(
             (folder / module).write_text(source, encoding="utf-8")
             paths.append(str(folder / course.MODULE))
         args = ["--impl", os.pathsep.join(paths), "--timeout", f"{timeout:g}", *extra]
+        if only and any(names is not None for names in only):
+            selection = Path(temp) / "only.json"
+            selection.write_text(json.dumps({
+                str(Path(path).resolve()): sorted(names)
+                for path, names in zip(paths, only) if names is not None}))
+            args += ["--sessionlab-only", str(selection)]
         if stop_at_first_failure:
             args.append("--sessionlab-stop-after-failure")
         status, report, output = run_pytest(root, [f"lessons/{lesson.name}"], *args)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from . import course, hangs, lazy_sdk
+from . import calls, course, hangs, lazy_sdk
 
 # Before anything imports openai: a lesson's cold run then loads the SDK's chat-completions
 # parts only, not every API it covers (most of a second; see sessionlab.lazy_sdk).
@@ -37,6 +37,8 @@ from .town import Town
 REPORT_KEY = pytest.StashKey[list]()
 KILLED_KEY = pytest.StashKey[set]()
 HUNG_KEY = pytest.StashKey[set]()     # the implementations a test has timed out on
+RECORDER_KEY = pytest.StashKey["calls.CallRecorder | None"]()   # --sessionlab-calls
+FAILED_KEY = pytest.StashKey[list]()   # the tests that failed, in the order they did
 IMPORT_FAILED_KEY = pytest.StashKey[bool]()   # the module under test did not import
 
 
@@ -53,6 +55,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "`pytest lessons/06_blobs --task 06.1`")
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
+    group.addoption("--sessionlab-calls", default=None, metavar="FILE",
+                    help="write, for each test, the lesson functions it calls (or "
+                         "'all'), as JSON to FILE: see sessionlab.calls")
+    group.addoption("--sessionlab-only", default=None, metavar="FILE",
+                    help="JSON {implementation path: [test names]}: run only those tests "
+                         "on those implementations (the others run every test)")
     group.addoption("--sessionlab-stop-after-failure", action="store_true",
                     default=False,
                     help="skip the rest of an implementation's tests once one fails "
@@ -68,6 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[REPORT_KEY] = []
     config.stash[KILLED_KEY] = set()
     config.stash[HUNG_KEY] = set()
+    config.stash[FAILED_KEY] = []
+    config.stash[RECORDER_KEY] = (
+        calls.CallRecorder(config.rootpath / "solutions")
+        if config.getoption("--sessionlab-calls") else None)
     config.addinivalue_line("markers", "task(id): the lesson task a test checks, such as task('03.1')")
     config.addinivalue_line("markers", "key: a test later lessons' solutions must still pass")
 
@@ -160,6 +172,22 @@ def pytest_collection_modifyitems(config: pytest.Config,
                   lambda item: lesson_folder_of(Path(str(item.path))) is not None)
     if wanted := config.getoption("only_tasks"):
         _keep_tasks(config, items, wanted)
+    if only := config.getoption("--sessionlab-only"):
+        _keep_only(config, items, json.loads(Path(only).read_text(encoding="utf-8")))
+
+
+def _keep_only(config: pytest.Config, items: list[pytest.Item],
+               only: dict[str, list[str]]) -> None:
+    """--sessionlab-only: on each implementation it names, only the tests it lists
+    (by function name); the tests of the others all run."""
+    keep, dropped = [], []
+    for item in items:
+        wanted = only.get(_implementation(item))
+        named = getattr(item, "originalname", item.name)
+        (keep if wanted is None or named in wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def _keep_tasks(config: pytest.Config, items: list[pytest.Item],
@@ -195,7 +223,18 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     pytest-timeout's own wrapper, which reads the limit from the closest marker."""
     if (impl := _implementation(item)) and impl in item.config.stash[HUNG_KEY]:
         item.add_marker(pytest.mark.timeout(hangs.HUNG_AGAIN_TIMEOUT), append=False)
-    yield
+    recorder = item.config.stash[RECORDER_KEY]
+    if recorder is None:
+        yield
+        return
+    # Setup and teardown too: a fixture may call the lesson's code
+    failed_before = len(item.config.stash[FAILED_KEY])
+    recorder.start()
+    try:
+        yield
+    finally:
+        recorder.stop(getattr(item, "originalname", item.name),
+                      passed=len(item.config.stash[FAILED_KEY]) == failed_before)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -251,6 +290,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                              "seconds": round(report.duration, 3)}
     if report.failed:
         item.config.stash[KILLED_KEY].add(_implementation(item))
+        item.config.stash[FAILED_KEY].append(item.nodeid)
     if report.failed and call.excinfo is not None:
         if item.stash.get(IMPORT_FAILED_KEY, False):
             entry["import_failed"] = True
@@ -509,6 +549,9 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if (recorder := session.config.stash[RECORDER_KEY]) is not None:
+        Path(session.config.getoption("--sessionlab-calls")).write_text(
+            json.dumps(recorder.found), encoding="utf-8")
     target = session.config.getoption("--sessionlab-report")
     if not target:
         return
