@@ -52,16 +52,21 @@ def test_the_tests_chosen_are_those_that_call_the_function_or_see_everything():
     assert chosen.tests_that_see({}, "m.py", {("", 4)}) is None     # nothing recorded
 
 
-def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
+def recorded(tmp_path: Path, *targets: str) -> dict:
+    """What each test of `targets` calls, recorded on the solutions."""
     record = tmp_path / "calls.json"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SESSIONLAB_", "PYTEST_"))}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--solution",
-         "lessons/00_memory/test_memory.py", "--sessionlab-calls", str(record)],
+         *targets, "--sessionlab-calls", str(record)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    calls = json.loads(record.read_text())
+    return json.loads(record.read_text())
+
+
+def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
+    calls = recorded(tmp_path, "lessons/00_memory/test_memory.py")
     source = (ROOT / "solutions/00_memory/tools.py").read_text(encoding="utf-8")
     run_tool = next(number for number, line in enumerate(source.splitlines(), 1)
                     if line.startswith("def run_tool("))
@@ -77,13 +82,5 @@ def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
 @pytest.mark.campaign       # real writer processes: seconds
 def test_a_test_that_starts_a_process_is_recorded_as_seeing_everything(tmp_path):
     # The writers run in processes of their own, whose calls no profile here sees
-    record = tmp_path / "calls.json"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SESSIONLAB_", "PYTEST_"))}
     name = "test_writers_appending_large_lines_at_once_lose_and_interleave_nothing"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--solution",
-         "lessons/05_lock", "-k", name, "--sessionlab-calls", str(record)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(record.read_text()) == {name: ALL}
+    assert recorded(tmp_path, "lessons/05_lock", "-k", name) == {name: ALL}
