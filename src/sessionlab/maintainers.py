@@ -790,17 +790,23 @@ def check_wrong_implementations(lesson: course.Lesson,
     return finding
 
 
+def recorded_calls(lesson: course.Lesson) -> dict:
+    """What each test of the lesson calls of its solution (sessionlab.calls), from one
+    run of its tests there; {} when that run leaves no record."""
+    with tempfile.TemporaryDirectory() as temp:
+        record = Path(temp) / "calls.json"
+        run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
+                   "--sessionlab-calls", str(record))
+        return json.loads(record.read_text()) if record.exists() else {}
+
+
 def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
                         wrongs: list[Wrong]) -> list[set[str] | None]:
     """For each wrong implementation, the names of the tests that call a function its
     edit changed (None: every test), from one run of the tests on the solution that
     records what each calls."""
     from .calls import functions_around, tests_that_see
-    with tempfile.TemporaryDirectory() as temp:
-        record = Path(temp) / "calls.json"
-        run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
-                   "--sessionlab-calls", str(record))
-        calls = json.loads(record.read_text()) if record.exists() else {}
+    calls = recorded_calls(lesson)
     only: list[set[str] | None] = []
     for wrong in wrongs:
         module = find_wrong(files, wrong)

@@ -483,7 +483,8 @@ def mutate_lesson(
 ) -> LessonMutation:
     """The mutation pass over a lesson's fenced code, or over the fences of `tasks` only
     (a maintainer working on one task need not wait for the lesson's other mutants)."""
-    from .maintainers import apply_wrong, solution_files, wrong_implementations
+    from .maintainers import (
+        apply_wrong, recorded_calls, solution_files, wrong_implementations)
 
     started = time.perf_counter()
     files = solution_files(lesson)
@@ -505,11 +506,20 @@ def mutate_lesson(
             result.in_corpus.append(i)
     size = max(1, min(CHUNK, -(-len(todo) // workers)))  # every worker gets a share
     chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
+    # On each mutant, only the tests that call the function it changed (the others
+    # pass on it as on the solution: sessionlab.calls)
+    from .calls import functions_around, tests_that_see
+    calls = recorded_calls(lesson) if todo else {}
+
+    def seen_by(mutant: Mutant) -> set[str] | None:
+        return tests_that_see(calls, mutant.module, functions_around(
+            files[mutant.module], [mutant.line])) or None
 
     def run(chunk: list[int]) -> dict[int, list[dict]]:
         found, output = run_mutants(
             root, lesson, [(result.mutants[i].module, result.mutants[i].source)
-                           for i in chunk]
+                           for i in chunk],
+            only=[seen_by(result.mutants[i]) for i in chunk]
         )
         return {chunk[j]: entries for j, entries in found.items()}
 
