@@ -134,12 +134,12 @@ def test_a_mutant_that_hung_once_gets_a_shorter_limit_for_its_other_tests(tmp_pa
     reference = ROOT / "solutions/05_lock/agent.py"
     limit = 8
 
+    # -rN: no short summary, whose lines repeat the messages (whole under CI=true)
     done = run_lesson(f"{mutant}{os.pathsep}{reference}", "--timeout", str(limit),
-                      "-k", "second_writer or times_out")
+                      "-rN", "-k", "second_writer or times_out")
 
     out = done.stdout
     again = f"{hangs.HUNG_AGAIN_TIMEOUT:g}"
     assert out.count(f"did not finish in {limit} s") == 1, out
     assert out.count(f"did not finish in {again} s") >= 2, out
-    assert "[impl01]" not in "".join(
-        line for line in out.splitlines() if line.startswith("FAILED")), out
+    assert "3 failed, 3 passed" in out, out      # the reference passes all three
