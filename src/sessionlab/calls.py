@@ -99,3 +99,11 @@ def tests_that_see(calls: dict[str, Any], module: str, functions: Called | None
     wanted = {(module, first) for _, first in functions}
     return {name for name, called in calls.items()
             if called == ALL or wanted & {tuple(c) for c in called}}
+
+
+def tests_for_edit(calls: dict[str, Any], source: str, module: str,
+                   lines: list[int]) -> set[str] | None:
+    """The names of the tests to run on an edit of `lines` of `module` (its text
+    `source`); None for every test, also when no test calls what it changed (to be
+    sure)."""
+    return tests_that_see(calls, module, functions_around(source, lines)) or None

@@ -805,16 +805,12 @@ def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
     """For each wrong implementation, the names of the tests that call a function its
     edit changed (None: every test), from one run of the tests on the solution that
     records what each calls."""
-    from .calls import functions_around, tests_that_see
+    from .calls import tests_for_edit
     calls = recorded_calls(lesson)
-    only: list[set[str] | None] = []
-    for wrong in wrongs:
-        module = find_wrong(files, wrong)
-        seen = None if module is None else tests_that_see(
-            calls, module, functions_around(files[module], edited_lines(files[module],
-                                                                        wrong)))
-        only.append(seen or None)     # no test calls it: every test, to be sure
-    return only
+    modules = [find_wrong(files, wrong) for wrong in wrongs]
+    return [None if module is None else tests_for_edit(
+                calls, files[module], module, edited_lines(files[module], wrong))
+            for module, wrong in zip(modules, wrongs)]
 
 
 def check_docs(root: Path) -> Finding:

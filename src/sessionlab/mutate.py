@@ -508,18 +508,15 @@ def mutate_lesson(
     chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
     # On each mutant, only the tests that call the function it changed (the others
     # pass on it as on the solution: sessionlab.calls)
-    from .calls import functions_around, tests_that_see
+    from .calls import tests_for_edit
     calls = recorded_calls(lesson) if todo else {}
 
-    def seen_by(mutant: Mutant) -> set[str] | None:
-        return tests_that_see(calls, mutant.module, functions_around(
-            files[mutant.module], [mutant.line])) or None
-
     def run(chunk: list[int]) -> dict[int, list[dict]]:
+        mutants = [result.mutants[i] for i in chunk]
         found, output = run_mutants(
-            root, lesson, [(result.mutants[i].module, result.mutants[i].source)
-                           for i in chunk],
-            only=[seen_by(result.mutants[i]) for i in chunk]
+            root, lesson, [(mutant.module, mutant.source) for mutant in mutants],
+            only=[tests_for_edit(calls, files[m.module], m.module, [m.line])
+                  for m in mutants]
         )
         return {chunk[j]: entries for j, entries in found.items()}
 
