@@ -5,7 +5,9 @@ kit, the commands a student and an instructor type, and the maintainers' check o
 lesson. The heavier campaign is marked `campaign`: real processes killed in the middle of a
 write, PostgreSQL servers stopped, the site built by two generators and looked at in a
 browser, a hostile class graded in the sandbox, the benchmarks' own checks, the
-maintainers' tools tried on broken copies of the course. It runs with
+maintainers' tools tried on broken copies of the course, and the few commands' tests that
+take seconds each (a lesson that hangs until its timeout, say), so that the quick part
+stays within three minutes on two cores. It runs with
 `pytest -m campaign`, and CI runs it on every submission, after the quick part.
 
 A test file or folder named on the command line runs whole, campaign or not: the split is

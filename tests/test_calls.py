@@ -65,6 +65,7 @@ def recorded(tmp_path: Path, *targets: str) -> dict:
     return json.loads(record.read_text())
 
 
+@pytest.mark.campaign
 def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
     calls = recorded(tmp_path, "lessons/00_memory/test_memory.py")
     source = (ROOT / "solutions/00_memory/tools.py").read_text(encoding="utf-8")

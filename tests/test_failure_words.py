@@ -130,6 +130,7 @@ def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(stud
         "01.2, 01.3, 01.4, 01.5)" in unknown.stderr, unknown.stderr
 
 
+@pytest.mark.campaign
 def test_a_test_that_hangs_in_its_own_code_keeps_the_hangs_explanation(student):
     (student / "lessons/01_append/test_hang.py").write_text('''
 import threading

@@ -62,6 +62,7 @@ NAMESPACES = """
 """
 
 
+@pytest.mark.campaign
 def test_every_name_the_sdk_reexports_is_there_when_imported_lazily() -> None:
     eager = run_python(NAMESPACES, eager=True)
     lazy = run_python(NAMESPACES, SUBMODULES=json.dumps(eager["submodules"]))

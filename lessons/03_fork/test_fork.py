@@ -461,11 +461,12 @@ def test_a_fork_of_a_damaged_source_is_refused(
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("upto", [1.5, "2"])
+@pytest.mark.parametrize("upto", [1.5, "2", True])
 def test_an_upto_that_is_no_whole_number_is_refused(
         lesson, sessions, monkeypatch, upto):
-    """upto is a number of messages: 1.5 or "2" is refused with TypeError or
-    ValueError, handing publish_fork nothing, rather than rounded or read."""
+    """upto is a number of messages: 1.5, "2" or True (which Python counts as 1) is
+    refused with TypeError or ValueError, handing publish_fork nothing, rather than
+    rounded, read or guessed."""
     (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -867,6 +868,36 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
                 f"'quest-1', as it should; the meta file publish_fork wrote is wrong: "
                 f"{'; '.join(wrong)}. It holds {meta}")
     assert not wrong, f"{'; '.join(wrong)}. The meta file holds {meta}"
+
+
+@pytest.mark.task("03.2")
+def test_each_fork_records_the_time_it_was_made(lesson, sessions):
+    """created is when this fork was made: two forks a second apart record two times,
+    each within its own fork's second, not a time taken once and used again."""
+    def publish(new_id):
+        began = datetime.now(timezone.utc).replace(microsecond=0)
+        lesson.publish_fork(sessions, "quest-1", new_id, 1, M1 + b"\n", False)
+        ended = datetime.now(timezone.utc)
+        try:
+            meta = json.loads((sessions / f"{new_id}.meta.json").read_bytes())
+            created = datetime.fromisoformat(meta["created"])
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            fail_in("03.2", f"publish_fork returned, so fork {new_id!r} should have "
+                    "a meta file recording, as created, when it was made (ISO 8601 "
+                    f"text); reading it: {type(error).__name__}: {error}")
+        return began, meta["created"], created, ended
+
+    first = publish("what-if")
+    while datetime.now(timezone.utc).replace(microsecond=0) <= first[-1]:
+        time.sleep(0.01)    # the next fork in a later second of the clock
+    began, said, created, ended = publish("what-else")
+    if created.tzinfo is None or not began <= created <= ended:
+        fail_in("03.2", "publish_fork made fork 'what-else' between "
+                f"{began.isoformat()} and {ended.isoformat()}, but its meta file says "
+                f"it was created {said!r}; the fork published a second earlier, "
+                f"'what-if', says {first[1]!r}. Each fork records the time it is made: "
+                "a time taken once (when the module was loaded, say, or by an earlier "
+                "fork) and written again is the wrong one")
 
 
 @pytest.mark.task("03.1")

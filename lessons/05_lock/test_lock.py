@@ -31,7 +31,7 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, say
 from sessionlab.testing import (fail_in, in_child, keep_lines_large, open_descriptors,
-                                raises, unless_unfinished, until_written,
+                                raises, sleeps_of, unless_unfinished, until_written,
                                 with_file_size_limit)
 
 WRITER = Path(__file__).with_name("writer_process.py")
@@ -320,26 +320,17 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
 
 
 @pytest.mark.task("05.1")
-def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions,
-                                                            monkeypatch):
+def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
     """Two SessionLog objects for one session in one process are two writers:
     the second (timeout 0, the default) is refused at once, with no sleep first."""
-    slept = []
-    real_sleep = time.sleep
-
-    def sleep(seconds):
-        slept.append(seconds)
-        real_sleep(seconds)
-
     with lesson.SessionLog(sessions, "quest-1") as first:
         first.append(FIRST)
-        monkeypatch.setattr(time, "sleep", sleep)
-        with raises(lesson.SessionBusy,
-                    "a second writer in the holder's own process got the session: "
-                    "two SessionLog objects in one program both wrote quest-1") as busy:
+        with sleeps_of(lesson) as slept, raises(
+                lesson.SessionBusy, "a second writer in the holder's own process got "
+                "the session: two SessionLog objects in one program both wrote "
+                "quest-1") as busy:
             with lesson.SessionLog(sessions, "quest-1") as second:
                 second.append({"role": "user", "content": "Me too."})
-        monkeypatch.setattr(time, "sleep", real_sleep)
 
     assert str(os.getpid()) in str(busy.value), (
         f"the holder is this very process, {os.getpid()}; the error should still name "
@@ -549,22 +540,14 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         tries.append(open_descriptors() - descriptors)  # held at this try
         return real_flock(fd, operation)
 
-    slept = []
-    real_sleep = time.sleep
-
-    def sleep(seconds):
-        slept.append(seconds)
-        real_sleep(seconds)
-
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
-    monkeypatch.setattr(time, "sleep", sleep)
     started = time.monotonic()
-    with raises(lesson.SessionBusy, "another process holds quest-1 and a writer with "
-                "timeout=0.2 appended anyway") as busy:
+    with sleeps_of(lesson) as slept, raises(
+            lesson.SessionBusy, "another process holds quest-1 and a writer with "
+            "timeout=0.2 appended anyway") as busy:
         with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
             log.append({"role": "user", "content": "Me too."})
     waited = time.monotonic() - started
-    monkeypatch.setattr(time, "sleep", real_sleep)
 
     assert str(holder.pid) in str(busy.value), (
         f"the error should name process {holder.pid}: {busy.value}"

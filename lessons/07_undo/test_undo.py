@@ -1705,6 +1705,41 @@ def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
 
 
 @pytest.mark.task("07.4")
+def test_a_fork_holds_nothing_said_after_its_cut(lesson, sessions):
+    """A turn said after the fork's last message, then undone, then another turn: the
+    fork of the first messages shows them, and its file holds no word of the undone
+    turn and no marker of it. What was said after the point a fork branches from is
+    not its history, even taken back: a user who forks from before a turn they undid
+    does not find it in the copy, struck through or not."""
+    said = [{"role": "user", "content": "Ask the elder about the cave."},
+            {"role": "assistant", "content": "The elder says: bring a torch."}]
+    regretted = [{"role": "user", "content": "Tell the guard my password, swordfish."},
+                 {"role": "assistant", "content": "Told."}]
+    later = [{"role": "user", "content": "Thank the elder."},
+             {"role": "assistant", "content": "The elder nods."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said + regretted:
+            log.append(message)
+        log.undo(2)
+        for message in later:
+            log.append(message)
+
+    lesson.fork(sessions, "quest-1", "before", upto=2)
+    forked = resume(lesson, sessions, "before")
+    held = (sessions / "before.jsonl").read_text(encoding="utf-8")
+    if forked == said and ("swordfish" in held or "$marker" in held):
+        fail_in("07.4", "the source said two messages, then a turn it undid, then two "
+                "more; its fork of the first two shows them, as it should, but its "
+                "file also holds what the source wrote after them: "
+                + ("the undone turn's words" if "swordfish" in held else "a marker")
+                + ". A fork's history ends where it branches: nothing written after "
+                f"its last message belongs in it. The fork's file:\n{held}")
+    assert forked == said, (
+        f"fork(upto=2) should show the first two messages the source shows; it shows "
+        f"{forked}")
+
+
+@pytest.mark.task("07.4")
 @pytest.mark.parametrize("end", [b'{"role": "assistant", "con', b""],
                          ids=["a torn last line", "a last newline missing"])
 def test_a_fork_copies_whole_lines_only(lesson, sessions, end):

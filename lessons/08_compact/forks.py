@@ -44,6 +44,11 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"
         )
+    # A number of messages is a whole number. Python counts True as 1, but whoever
+    # wrote upto=True meant something else (all? keep?): refused, not guessed.
+    if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int)):
+        raise TypeError(f"cannot fork the first {upto!r} messages of {source_id!r}: "
+                        "a number of messages is a whole number")
     try:
         # Never through a link, never waiting on a FIFO (read_all refuses both)
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -1299,8 +1299,20 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                         "a process that opened the log just now, went ahead behind "
                         "the boundary; its refusal should name the log",
                         match="quest-1",
-                        unmatched=NAME_THE_LOG):
+                        unmatched=NAME_THE_LOG) as raised:
                 again.undo(count)
+            # The log shows 4: the first taken back is at place 4 - count. Every place
+            # the refusal names is that one (or the boundary, 4), never the next.
+            first = 4 - count
+            words = str(raised.value).replace(str(path), "").replace("quest-1", "")
+            if not re.search(rf"(?<![\d.]){first}(?!\d)", words) or re.search(
+                    rf"(?<![\d.]){first + 1}(?!\d)", words):
+                fail_in("08.1", f"the log shows 4 messages, so an undo of {count} "
+                        f"would take back places {first} to 3, and {first} is the "
+                        "first the summary stands for: a fork must be cut before "
+                        f"it. The refusal should name place {first} wherever it names "
+                        f"that message (and never {first + 1}, the message after it); "
+                        f"it says {str(raised.value)!r}")
         with raises(lesson.UndoError, "the log's own undo of 5 messages, more than "
                     "the 4 it shows, went ahead") as raised:
             again.undo(5)

@@ -32,7 +32,7 @@ import pytest
 
 from sessionlab.scripted import InvalidRequest, ScriptedModel, call, say, use, validate
 from sessionlab.town import Town
-from sessionlab.testing import open_descriptors, raises
+from sessionlab.testing import fail_in, open_descriptors, raises
 
 BLOB_WRITER = Path(__file__).with_name("blob_writer.py")
 HANG = 30       # seconds: only a guard against a process that would never answer
@@ -2489,6 +2489,30 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
         "after an erase that raised EraseIncomplete, the next request still sent the "
         "words (the message, or the reply that repeated it)")
+
+
+@pytest.mark.task("09.4")
+def test_an_agent_forgets_a_message_another_program_erased_first(lesson, sessions):
+    """The agent read the session and let go of its log; another program then erased
+    a message from the log. Asked to erase the same message, the agent (its log opened
+    again) finds the log's work done, and still forgets the words it holds."""
+    play(lesson, sessions, TURN_A, (SECRET, [say(f"Noted: {SECRET}.")]))
+    agent, model, log = open_agent(lesson, sessions, [say("Yes.")])
+    log.close()
+    with lesson.SessionLog(sessions, "quest-1") as other:
+        other.erase(2)
+    with log:
+        tombstone = agent.erase(2)
+        kept = json.dumps(agent.messages)
+        agent.run("Shall we go on?")
+    if tombstone != {"role": "user", "content": lesson.ERASED} or "Ilse" in kept:
+        fail_in("09.4", "another program erased message 2 from the log before the "
+                "agent was asked to erase it: the log had nothing left to do, but the "
+                "agent still held the words and should have forgotten them. It "
+                f"returned {tombstone!r} and kept {kept}")
+    assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
+        "the next request sent the words of a message erased first by another program, "
+        "then by the agent")
 
 
 @pytest.mark.task("09.4")

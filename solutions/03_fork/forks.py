@@ -42,6 +42,11 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
         raise SessionExists(
             f"cannot fork onto {new_id!r}: session {target} already exists"
         )
+    # A number of messages is a whole number. Python counts True as 1, but whoever
+    # wrote upto=True meant something else (all? keep?): refused, not guessed.
+    if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int)):
+        raise TypeError(f"cannot fork the first {upto!r} messages of {source_id!r}: "
+                        "a number of messages is a whole number")
     try:
         data = source.read_bytes()
     except FileNotFoundError:
@@ -70,9 +75,6 @@ def fork(folder: str | Path, source_id: str, new_id: str, *, upto: int | None = 
             pass    # torn: no message
         else:
             lines.append(tail + b"\n")     # whole, its newline never written
-    if not (upto is None or isinstance(upto, int)):
-        raise TypeError(f"cannot fork the first {upto!r} messages of {source_id!r}: "
-                        "a number of messages is a whole number")
     count = len(lines) if upto is None else upto
     if not 0 <= count <= len(lines):
         raise ValueError(

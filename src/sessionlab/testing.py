@@ -10,8 +10,10 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,6 +130,59 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
     if isinstance(result, dict):
         return result["raised"], result["message"][:500], None
     return "ok", "", result[0]
+
+
+@contextlib.contextmanager
+def sleeps_of(lesson: ModuleType) -> Iterator[list[float]]:
+    """The seconds of every sleep the code takes in the block, in order, however it
+    reached `time.sleep` (`time.sleep`, `from time import sleep`, inside a function or
+    not), and every wait with a timeout on a `threading.Condition` (an `Event` waits on
+    one). The sleeps still happen: they are only recorded. A sleep called by a name
+    this cannot replace (imported inside a function) is seen by a profile hook, which
+    can only time it: its seconds are the time it took."""
+    slept: list[float] = []
+    real_sleep, real_wait = time.sleep, threading.Condition.wait
+    asked = threading.local()   # inside sleep() below: its real sleep is counted
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        asked.now = True
+        try:
+            real_sleep(seconds)
+        finally:
+            asked.now = False
+
+    def wait(condition: threading.Condition, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            slept.append(timeout)
+        return real_wait(condition, timeout)
+
+    began: list[float] = []
+    previous = sys.getprofile()     # the call recorder's, when one runs: kept going
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if arg is real_sleep and not getattr(asked, "now", False):
+            if event == "c_call":
+                began.append(time.monotonic())
+            elif began:     # c_return or c_exception
+                slept.append(time.monotonic() - began.pop())
+        if previous is not None:
+            previous(frame, event, arg)
+
+    # A lesson module that took the function itself under a name of its own
+    aliases = [(module, name) for module in getattr(lesson, "_modules", [lesson])
+               for name, value in vars(module).items() if value is real_sleep]
+    time.sleep, threading.Condition.wait = sleep, wait
+    for module, name in aliases:
+        setattr(module, name, sleep)
+    sys.setprofile(profile)
+    try:
+        yield slept
+    finally:
+        sys.setprofile(previous)
+        time.sleep, threading.Condition.wait = real_sleep, real_wait
+        for module, name in aliases:
+            setattr(module, name, real_sleep)
 
 
 def open_descriptors() -> int:

@@ -79,6 +79,7 @@ def test_the_state_ignores_tests_that_pass_for_free():
     assert begun.state == "in progress"
 
 
+@pytest.mark.campaign
 def test_list_check_and_watch_call_an_untouched_starter_not_started(cli, course_copy):
     # Lesson 09's starter passes a test for free (its erase's given first lines take the
     # lock); the static rule above covers every lesson, one lesson is run here.

@@ -110,6 +110,7 @@ def test_tests_that_cannot_be_collected_are_an_error_not_a_pass(cli, course):
     assert "could not be collected" in run.out
 
 
+@pytest.mark.campaign
 def test_an_endless_loop_is_stopped_by_the_timeout(cli, course):
     module = course / "lessons" / "00_memory" / "agent.py"
     module.write_text(module.read_text().replace('    def run(self, user_text: str) -> str:\n',
@@ -228,6 +229,7 @@ def test_an_unknown_lesson_names_the_ones_there_are(cli, course):
     assert "00_memory" in run.err and "01_append" in run.err
 
 
+@pytest.mark.campaign
 def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course, monkeypatch):
     module = course / "lessons" / "00_memory" / "agent.py"
     module.write_text(module.read_text().replace('    def run(self, user_text: str) -> str:\n',
