@@ -212,6 +212,9 @@ LOGS = {
         A_FINISHED_DAY, len(WHOLE), False),
     "JSON that is no message at the tail": (
         WHOLE + b'{"content": "no role"}', A_FINISHED_DAY, len(WHOLE), False),
+    "blanks at the tail": (WHOLE + b"  \t \r", A_FINISHED_DAY, len(WHOLE), False),
+    # A crash in the first write of a session: no line was ever whole
+    "nothing but half a line": (TORN, [], 0, False),
     "a whole last message without its newline": (
         WHOLE[:-1], A_FINISHED_DAY, len(WHOLE) - 1, True),
     "an empty line, then half a line": (
@@ -351,6 +354,9 @@ AGAIN = [A_FINISHED_DAY[0],
          {"role": "assistant", "content": None,
           "tool_calls": [tool_call("call_0", "buy", item="torch"),
                          tool_call("call_1", "buy", item="rope")]}]
+# Ids are compared whole: "call_1" is not answered by the result of "call_10"
+PREFIXED = [tool_call("call_1", "buy", item="lantern"),
+            tool_call("call_10", "buy", item="rope")]
 # name: (the conversation, the calls left open at its end)
 CONVERSATIONS = {
     "three calls, no result": ([ASK, BUY_THREE], buy(*CALL_ORDER)),
@@ -374,6 +380,9 @@ CONVERSATIONS = {
         [ASK, {**BUY_THREE, "content": "Three purchases, then."}, result("call_a")],
         buy("call_z", "call_m")),
     "an id used again in a later turn": (AGAIN, AGAIN[-1]["tool_calls"]),
+    "an id that begins another's": (
+        [ASK, {"role": "assistant", "content": None, "tool_calls": PREFIXED},
+         result("call_10")], PREFIXED[:1]),
     "no message at all": ([], []),
 }
 
@@ -1106,15 +1115,18 @@ def test_an_agent_without_a_log_goes_on_after_ctrl_c_in_a_tool_call(lesson, town
 def a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch):
     """The town's tools, but the disk fills up while the first purchase runs: from then
     on every write to the log `path` fails (ENOSPC, nothing written) until the test
-    frees room by setting `room[0]` to True again."""
+    frees room by setting `room[0]` to True again (or to a number: room for that many
+    more writes)."""
     room = [True]
     real_write = os.write
 
     def write(fd, data):
-        if not room[0] and path.exists():
+        if room[0] is not True and path.exists():
             found, target = os.fstat(fd), path.stat()
             if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
-                raise OSError(errno.ENOSPC, "No space left on device")
+                if not room[0]:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                room[0] -= 1
         return real_write(fd, data)
 
     def buy_while_the_disk_fills(**arguments):
@@ -1178,6 +1190,50 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
     assert agent.messages == entries, (
         "memory and log should hold the same conversation after the settling; memory "
         f"holds {[m.get('role') for m in agent.messages]}, the log {roles}")
+
+
+@pytest.mark.task("04.4")
+def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
+        lesson, sessions, town, monkeypatch):
+    """The disk fills up as the second of three results is written; the user makes room
+    for one line only, and the next message fails after the first answer was written;
+    then there is room. Each open call is answered once in the log, and memory holds
+    what the log holds at every step: a result the log got is never written again."""
+    path = sessions / "quest-1.jsonl"
+    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with raises(OSError, "the disk filled up during the first purchase, and the "
+                    "run went on as if its messages had been written"):
+            agent.run("Talk to the elder and buy a torch.")
+        room[0] = 1         # room for one more line: the first answer, not the second
+        with raises(OSError, "the disk had room for one more line, but the run "
+                    "settling three open calls wrote them all"):
+            agent.run("Go on.")
+        half_way = entries_in(path)
+        assert agent.messages == half_way, (
+            "the disk took one answer of the settling and refused the next: memory "
+            "should hold what the log holds, each answer put in memory once it is in "
+            f"the log; memory holds {[m.get('role') for m in agent.messages]}, the log "
+            f"{[entry.get('role') for entry in half_way]}")
+        room[0] = True      # now there is room, and the user goes on
+        agent.run("Go on.")
+    entries = entries_in(path)
+    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
+    answers = [entry.get("tool_call_id") for entry in entries[2:]
+               if entry.get("role") == "tool"]
+    assert answers == asked, (
+        f"each call should be answered once in the log, in call order, {asked}; the "
+        f"log answers {answers}: an answer written before the disk refused the next "
+        "was written again")
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
 
 
 # --- empty lines, the reason, ids used again ------------------------------------------
@@ -1522,8 +1578,10 @@ def test_a_durable_writer_has_its_repair_on_the_disk_when_the_resume_returns(
 @pytest.mark.task("04.3")
 def test_the_repair_marker_says_when_it_was_written(resume, sessions):
     """`at` is the time of the repair, an ISO 8601 time with its zone, like every
-    marker's."""
+    marker's: not the time the log was last written (here, the day before)."""
     path = write_log(sessions, [ASK, BUY_THREE])
+    yesterday = time.time() - 86400
+    os.utime(path, (yesterday, yesterday))
     before = datetime.now(timezone.utc).replace(microsecond=0)
 
     resume()
