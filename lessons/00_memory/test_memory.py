@@ -117,6 +117,31 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
 
 
 @pytest.mark.task("00.1")
+def test_a_parameter_the_tool_does_not_have_is_an_error_result_naming_it(lesson):
+    """Arguments are the tool's parameters by name, all of them: one of a name the tool
+    does not have is the model's mistake, told in a result that names it, and the tool
+    does not run on the rest as if that one had not been sent."""
+    bought = []
+
+    def buy(item, count=1):
+        bought.append((item, count))
+        return f"You bought {count} {item}."
+
+    sent = '{"item": "torch", "amount": 2}'
+    what = f"buy(item, count=1) was called with {sent}, and it has no 'amount'"
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", sent), what)
+
+    assert bought == [], (
+        f"{what}: the model meant two torches, and the tool ran as {bought}: an "
+        "argument left out without a word buys what the model never asked for; the "
+        "call fails, and the model learns which parameter it got wrong")
+    assert_error_result(result, what)
+    assert "amount" in result, (
+        f"{what}: the error result should name 'amount', the parameter the model got "
+        f"wrong, so that it can correct it; got {result!r}")
+
+
+@pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
     """Arguments that are not valid JSON become an error result that says so, and the
     tool does not run."""
@@ -216,6 +241,28 @@ def test_any_exception_inside_a_tool_becomes_an_error_result(lesson, kind):
         f"the tool raised {kind.__name__}('the shop is closed for the night'), and "
         f"the error result {result!r} does not name the exception's type: the type "
         "says what kind of failure it was, which its words alone may not")
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_that_fails_runs_once_and_is_not_tried_again(lesson):
+    """A tool that raises may have done part of its work before it failed (the gold
+    paid, no torch given): run_tool runs a call once and reports the failure; trying
+    again is the model's to decide, with the result in front of it."""
+    tries = []
+
+    def buy(item):
+        tries.append(item)
+        raise RuntimeError(f"the {item} slipped out of the shopkeeper's hands")
+
+    what = "the tool buy raised RuntimeError"
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", '{"item": "torch"}'),
+                      what)
+
+    assert_error_result(result, what)
+    assert len(tries) == 1, (
+        f"the model asked once for a torch and the tool buy failed; it ran "
+        f"{len(tries)} times: a call runs once, as the model sent it, and its failure "
+        "is the result (each try of a shop may take the gold again)")
 
 
 @pytest.mark.task("00.1")
@@ -482,6 +529,12 @@ def test_a_tool_result_is_always_text(lesson):
         "a tool message's content must be a string (providers refuse a number "
         f"there); the tool returned the int 6 and run_tool gave {result!r} "
         f"({type(result).__name__}), where the text '6' was expected")
+    result = lesson.run_tool(FewTools(count_gold=lambda: 0),
+                             tool_call("count_gold", "{}"))
+    assert result == "0", (
+        "the tool returned the int 0 (no gold left), and run_tool gave "
+        f"{result!r}, where the text '0' was expected: a value that is falsy is "
+        "still the tool's answer, and the model must read it")
     told = "The elder speaks of the cave. " * 200
     result = lesson.run_tool(FewTools(talk_to=lambda: told), tool_call("talk_to", "{}"))
     assert result == told, (
@@ -588,6 +641,53 @@ def test_each_call_of_a_reply_runs_once_in_the_order_the_model_sent_them(
     assert results == ["buy #1", "talk_to #2", "buy #3"], (
         "each result should be what its own call returned, in the order of the calls "
         f"(buy #1, talk_to #2, buy #3); the results recorded are {results}")
+
+
+@pytest.mark.task("00.2")
+def test_a_call_that_fails_does_not_stop_the_calls_after_it(lesson, model, town):
+    """A reply's first call names a tool the town does not have, its second buys a
+    torch: a failed call is answered with its error, and the calls after it still run
+    and are answered, each under its own id."""
+    model.add(use(call("fly", to="the cave"), call("buy", item="torch")),
+              say("I walked, and bought a torch."))
+    agent = new_agent(lesson, model, town)
+
+    agent.run("Fly to the cave and buy a torch.")
+
+    assert town.inventory == ["torch"], (
+        "the reply called 'fly' (which the town does not have) and then buy a torch: "
+        "the second call should still run after the first failed; inventory "
+        f"{town.inventory}")
+    assert len(model.requests) == 2, (
+        f"expected two model calls (tools, then the answer), got {len(model.requests)}")
+    second = model.requests[1]["messages"]
+    calls = [c["id"] for m in second for c in m.get("tool_calls") or []]
+    answered = [m.get("tool_call_id") for m in second if m.get("role") == "tool"]
+    assert answered == calls, (
+        f"the next request holds the calls {calls} and should answer each, in order; "
+        f"its results answer {answered}. A call left without its result (because one "
+        "before it failed) makes a provider refuse the request")
+
+
+@pytest.mark.task("00.2")
+def test_a_long_tool_result_reaches_the_model_whole(lesson, model, town):
+    """A tool's answer goes back to the model as the tool wrote it, however long: only
+    the quotes of unreadable arguments are cut, never what a tool answered."""
+    told = "The elder speaks of the cave, and of the dragon in it. " * 100
+    model.add(use(call("talk_to", npc="elder")), say("The cave it is."))
+    tools = FewTools(talk_to=lambda npc: told)
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+
+    agent.run("Ask the elder about the cave.")
+
+    sent = [m.get("content") for m in model.requests[-1]["messages"]
+            if m.get("role") == "tool"]
+    assert sent == [told], (
+        f"the elder answered {len(told):,} characters, and the next request's results "
+        f"are {[len(text) if isinstance(text, str) else text for text in sent]} "
+        "characters long: the model should read the tool's answer whole, as it was "
+        "written")
 
 
 @pytest.mark.task("00.2")
@@ -934,6 +1034,27 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
         f"{type(raised).__name__} ({raised}) after {len(model.requests)} "
         "requests: the caller should hear of the server's failure, the 500 itself "
         "(or an error that carries it), not of something that did not happen")
+
+
+@pytest.mark.task("00.2")
+def test_a_failed_model_call_leaves_no_reply_in_the_history(lesson, model, town):
+    """When the model call fails, the model said nothing: the history holds no reply
+    it never gave (an error written as its answer would go back to it, as its own
+    words, with every later request)."""
+    model.add(Fail(500))
+    agent = new_agent(lesson, model, town)
+
+    with raises(Exception, "the model answered HTTP 500, and run() went on as if it "
+                "had answered: the caller should hear of the failure") as raised:
+        agent.run("Hello?")
+
+    if isinstance(raised.value, NotImplementedError):
+        raise raised.value
+    made_up = [m for m in agent.messages if m.get("role") != "user"]
+    assert made_up == [], (
+        "the model answered its first request with HTTP 500, so it said nothing; the "
+        f"history holds {made_up}, which the model never sent, and which would go "
+        "back to it as its own words")
 
 
 @pytest.mark.task("00.2")
