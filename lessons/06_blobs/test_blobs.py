@@ -400,8 +400,9 @@ def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessi
 
 @pytest.mark.task("06.1")
 def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions):
-    """A message whose content is not a string (None, tool calls only; or a list of
-    parts) is stored as it is, with nothing out of line."""
+    """A message whose content is not a string (None, tool calls only, or no content
+    key at all; or a list of parts) is stored as it is, with nothing out of line, and
+    loads as it was."""
     call_message = {
         "role": "assistant",
         "content": None,
@@ -413,22 +414,37 @@ def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions
             }
         ],
     }
+    # The model's message that only calls a tool may have no content key at all
+    bare_call = {key: value for key, value in call_message.items() if key != "content"}
     parts_message = {"role": "user",
                      "content": [{"type": "text", "text": "The elder's map: " * 400}]}
+    messages = [call_message, bare_call, parts_message]
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=0) as log:
-        for message in (call_message, parts_message):
+        for message in messages:
             try:
                 log.append(message)
-            except (AttributeError, TypeError) as error:
-                pytest.fail(f"appending a message whose content is "
-                            f"{type(message['content']).__name__} raised {error!r}: "
-                            "only a text content goes out of line, any other is "
-                            "stored as it is", pytrace=False)
+            except (AttributeError, TypeError, KeyError) as error:
+                kind = (type(message["content"]).__name__ if "content" in message
+                        else "not there (no content key)")
+                pytest.fail(f"appending a message whose content is {kind} raised "
+                            f"{error!r}: only a text content goes out of line, any "
+                            "other is stored as it is", pytrace=False)
 
-    assert lines_of(sessions / "quest-1.jsonl") == [call_message, parts_message], (
-        "a message whose content is None, or a list of parts, has nothing to store out "
-        "of line: each line should hold the message as it was given"
+    assert lines_of(sessions / "quest-1.jsonl") == messages, (
+        "a message whose content is None, or missing, or a list of parts, has nothing "
+        "to store out of line: each line should hold the message as it was given"
     )
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except (AttributeError, TypeError, KeyError) as error:
+            fail_in("06.2", f"the lines hold the messages as they were given, but "
+                    f"load raised {error!r}: a message whose content is None, missing "
+                    "or a list of parts holds no blob reference, and loads as it is")
+    if loaded != messages:
+        fail_in("06.2", "a message whose content is None, missing or a list of parts "
+                "holds no blob reference, and should load as it was appended; load "
+                f"gave {str(loaded)[:300]}")
 
 
 @pytest.mark.key
@@ -950,6 +966,10 @@ DAMAGES = {
         lambda data: data.replace(b"cave", b"lake", 1),
     "its line ends turned into CR LF by a copy":
         lambda data: data.replace(b"\n", b"\r\n"),
+    # A failing disk flips a bit: the letter becomes a byte no UTF-8 text holds there.
+    # The hash says what happened (the bytes changed), not the decoder.
+    "one bit flipped by a failing disk":
+        lambda data: data[:1000] + bytes([data[1000] ^ 0x80]) + data[1001:],
 }
 
 
@@ -959,8 +979,9 @@ DAMAGES = {
 def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions,
                                                                       damage):
     """A blob whose bytes no longer match its hash (one word changed, its line ends
-    turned into CR LF by a copy) is refused with a BlobError naming the blob, the log
-    and the line."""
+    turned into CR LF by a copy, a bit flipped so that it is no UTF-8 any more) is
+    refused with a BlobError naming the blob, the log and the line, and saying that
+    its bytes changed."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(SMALL)
         log.append({"role": "user", "content": PASTE})
@@ -1241,17 +1262,19 @@ def test_a_durable_writer_syncs_again_a_blob_it_writes_again(lesson, sessions,
 
 @pytest.mark.task("06.1")
 def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch):
-    """Without durable=True nothing is fsynced, new blob or reused one: that speed is
-    what a writer that is not durable chose."""
-    store(lesson, sessions, PASTE.encode("utf-8"), "quick")
+    """Without durable=True nothing is fsynced, the blobs/ folder it makes, a new blob
+    or a reused one: that speed is what a writer that is not durable chose."""
+    synced = count_syncs(monkeypatch)
+    store(lesson, sessions, PASTE.encode("utf-8"), "quick")      # makes blobs/
+    first = len(synced)
     with lesson.SessionLog(sessions, "quick-2") as log:
-        synced = count_syncs(monkeypatch)
         log.store_blob(PASTE.encode("utf-8"))          # reused
         log.store_blob(NON_ASCII.encode("utf-8"))      # new
-        monkeypatch.undo()
+    monkeypatch.undo()
     assert synced == [], (
-        f"a writer that is not durable synced {len(synced)} times while storing "
-        "blobs; it should never sync")
+        f"a writer that is not durable synced {first} times while it made blobs/ and "
+        f"stored its first blob, and {len(synced) - first} times while it stored a "
+        "blob stored before and a new one; it should never sync")
 
 
 @pytest.mark.task("06.1")
@@ -1371,6 +1394,20 @@ def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
         "writer took the failed store's blob for one it had synced")
 
 
+def fail_syncs_of(monkeypatch, inode):
+    """From now on every fsync or fdatasync of the file `inode` fails (EIO), until
+    monkeypatch.undo()."""
+    def failing(real):
+        def sync(fd):
+            if os.fstat(fd).st_ino == inode:
+                raise OSError(5, "Input/output error")
+            real(fd)
+        return sync
+
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, failing(getattr(os, name)))
+
+
 @pytest.mark.task("06.1")
 def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, sessions,
                                                                      monkeypatch):
@@ -1385,16 +1422,8 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
         f"blobs/ holds {blob_names(sessions)}")
     folder = (sessions / "blobs").stat().st_ino
 
-    def failing(real):
-        def sync(fd):
-            if os.fstat(fd).st_ino == folder:
-                raise OSError(5, "Input/output error")
-            real(fd)
-        return sync
-
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
-        for name in ("fsync", "fdatasync"):
-            monkeypatch.setattr(os, name, failing(getattr(os, name)))
+        fail_syncs_of(monkeypatch, folder)
         with raises(OSError, "syncing blobs/ failed for a blob another writer had "
                              "stored, yet store_blob returned: the line append writes "
                              "next could survive a power cut that loses the blob"):
@@ -1408,6 +1437,35 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
         "stored is not known to be on disk; storing it again should sync the blob and "
         f"blobs/ before returning, and it synced {len(synced)} file(s), not both: "
         "this writer took the blob whose sync failed for one it had synced")
+
+
+@pytest.mark.task("06.1")
+def test_a_store_whose_sync_fails_after_the_name_holds_the_blob_keeps_it(
+        lesson, sessions, monkeypatch):
+    """A durable writer puts a new blob in place, then the sync of blobs/ fails (EIO):
+    the OSError reaches the caller, and the name keeps the whole content. Another
+    session may have stored the same content meanwhile and point to it already: a
+    failed store never takes away a name that holds the whole content."""
+    store(lesson, sessions, b"x" * 5000, "quick")    # blobs/ is there, not synced
+    data = PASTE.encode("utf-8")
+    folder = (sessions / "blobs").stat().st_ino
+
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        fail_syncs_of(monkeypatch, folder)
+        with raises(OSError, "syncing blobs/ failed after the new blob got its name, "
+                             "yet store_blob returned: the line append writes next "
+                             "could survive a power cut that loses the blob"):
+            log.store_blob(data)
+        monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(data)
+    kept = blob.read_bytes() if blob.is_file() else None
+    if kept != data:
+        fail_in("06.1", f"the sync of blobs/ failed once the blob {blob.name} held the "
+                "whole content; the store then "
+                + ("removed it" if kept is None else "left other bytes there")
+                + ". A name that holds the whole content is never taken away: another "
+                "session may have stored the same paste meanwhile, and its line points "
+                "to that name")
 
 
 @pytest.mark.task("06.1")
@@ -1559,13 +1617,18 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
         f"characters; it shows {len(preview)} (counted in bytes or in UTF-16 halves, a "
         f"character of several costs several): {preview!r}")
 
-    spaced = "\n\n   Day 1, the elder's map:\r\n" + "the rest of the map. " * 400
+    # Starts with line ends and spaces, and its first PREVIEW_CHARS characters end
+    # with a space and a line end
+    head = "\n\n   Day 1, the elder's map:\r\n"
+    head += "x" * (lesson.PREVIEW_CHARS - len(head) - 3) + " \r\n"
+    spaced = head + "the rest of the map. " * 400
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": spaced})
     preview = reference_in(lines_of(sessions / "quest-2.jsonl")[0]).get("preview")
     assert preview == spaced[:lesson.PREVIEW_CHARS], (
         "the preview should be the content's first characters as they are, the line "
-        f"ends and spaces it starts with included; it is {preview!r}")
+        f"ends and spaces it starts and ends with included: {head!r}; it is "
+        f"{preview!r}")
 
 
 @pytest.mark.task("06.2")
