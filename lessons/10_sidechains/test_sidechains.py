@@ -56,6 +56,11 @@ HANG = 30   # seconds: only a guard against a test that would otherwise wait for
 
 def lines_of(path):
     """The lines of a log as JSON values, or a failure saying which line is none."""
+    if not path.is_file():
+        there = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() \
+            else "no such folder"
+        pytest.fail(f"there is no log {path.parent.name}/{path.name}; its folder holds "
+                    f"{there or 'nothing'}", pytrace=False)
     found = []
     for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
         if not line:
@@ -254,7 +259,8 @@ ODD_CALL_IDS = [
     "call-" + DIGEST, "call_" + DIGEST, DIGEST, "call-" + DIGEST.upper(),
     "call-" + hashlib.sha256(b"x" * 300).hexdigest(),
     "call-" + hashlib.sha256("\ud800".encode("utf-8", "surrogatepass")).hexdigest(),
-    "call_1_0", "call_1_0.2", "Sp\xe4t", "Spa\u0308t", "CALL_1_0"]
+    "call_1_0", "call_1_0.2", "Sp\xe4t", "Spa\u0308t", "CALL_1_0",
+    "x" * 300 + "y", "functions.buy:0 ", " functions.buy:0"]
 
 
 @pytest.mark.key
@@ -966,6 +972,7 @@ def test_the_helpers_work_can_be_found_from_the_parent_at_any_moment(lesson, ses
 
 
 @pytest.mark.task("10.2")
+@pytest.mark.task("10.3")
 def test_a_call_id_that_comes_back_gets_a_side_chain_of_its_own(lesson, sessions):
     """A turn that asked a helper is undone and asked again: the model sends the same
     call id, and the new helper gets a new side-chain; the old one is left as it was."""
@@ -1077,6 +1084,10 @@ def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
     assert helper_request.get("model") == model.requests[0].get("model"), (
         "the helper should ask the parent's model; it asked "
         f"{helper_request.get('model')!r}")
+    after = [t["function"]["name"] for t in model.requests[-1].get("tools") or []]
+    assert sorted(after) == ["ask_helper", "buy", "talk_to"], (
+        "the parent's own tools stay as they were: its request after the helper "
+        f"answered should offer ask_helper, buy and talk_to again; it offered {after}")
     assert town.inventory == ["torch"] and town.gold == 7, (
         "the helper works in the parent's world: the torch it bought should be in the "
         f"town's inventory; the town is {town}")
@@ -1108,6 +1119,10 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
         f"carried {helper_request}")
     assert "ask_helper" not in offered, (
         f"a helper starts no helper, in memory too; it was offered {offered}")
+    asked = model.requests[1].get("model")
+    assert asked == model.model, (
+        f"the helper in memory should ask the parent's model, {model.model!r}; it "
+        f"asked {asked!r}")
     assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
 
 
@@ -1260,6 +1275,30 @@ def test_only_the_helpers_last_reply_counts_as_cut_off(lesson, sessions):
         "the helper's first reply, a tool call, was stopped at the length limit; its "
         "last reply came whole, and is its answer: the result should be "
         f"{HELPER_ANSWER!r}; it was {messages[2].get('content')!r}")
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_words_the_helper_said_with_a_tool_call_are_not_its_answer(lesson, sessions,
+                                                                    where):
+    """A helper that says something as it calls a tool ("Let me ask the elder.") has
+    not answered yet: its answer is its last reply, the one after its tools ran."""
+    early = "Let me ask the elder first."
+    script = [use(call("ask_helper", question=QUESTION)),
+              use(call("talk_to", npc="elder"), content=early),
+              say(HELPER_ANSWER), say(FINAL)]
+    if where == "memory":
+        model = ScriptedModel(script)
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
+        turn(lesson, agent, model, "Ask a helper.")
+        messages = agent.messages
+    else:
+        messages, _ = play(lesson, sessions, ("Ask a helper.", script))
+    said = messages[2].get("content")
+    assert said == HELPER_ANSWER, (
+        f"the helper said {early!r} as it called talk_to, then answered "
+        f"{HELPER_ANSWER!r}: its answer is its last reply, and the call's result "
+        f"should be that; it was {said!r}")
 
 
 @pytest.mark.task("10.3")
@@ -1632,6 +1671,30 @@ def test_a_helper_answers_ask_helper_when_the_model_was_offered_it(lesson, sessi
             f"{sidechain_files(sessions) or 'nothing'}")
 
 
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("arguments", ['{"question": "Ask the elder', '["elder"]'])
+def test_an_ask_helper_call_never_offered_is_run_as_the_model_sent_it(lesson, sessions,
+                                                                      arguments):
+    """With no ask_helper offered, a call to it is any tool's call, answered as lesson
+    00 answered it: arguments the model sent broken are reported as broken, not run as
+    the "{}" the stored call holds in their place."""
+    tools = lesson.Toolbox(list(TOOL_SCHEMAS), dict(HelperTown().functions))
+    asked = {"id": CALL_ID, "type": "function",
+             "function": {"name": "ask_helper", "arguments": arguments}}
+    expected = lesson.run_tool(tools, asked)
+    script = [use(raw_call("ask_helper", arguments)), say("Oh.")]
+    messages, _ = play(lesson, sessions, ("Ask a helper.", script), town=tools,
+                       expected="the model was never offered ask_helper: its call "
+                       "should run as any tool's call does, and start no helper")
+    result = messages[2] if len(messages) > 2 else {}
+    assert result.get("content") == expected, (
+        f"the model, never offered ask_helper, called it with the arguments "
+        f"{arguments!r}, which hold no JSON object: its result should say so, as "
+        f"lesson 00's run_tool says it of the call as the model sent it "
+        f"({expected!r}); it was {result.get('content')!r}. The stored call holds "
+        "'{}' in their place, and running that one tells the model something else")
+
+
 @pytest.mark.key
 @pytest.mark.task("10.3")
 def test_the_town_of_earlier_lessons_starts_no_helper(lesson, sessions):
@@ -1742,9 +1805,11 @@ def test_a_fork_copies_the_pointers_never_the_side_chains(lesson, sessions):
     found = lesson.sidechains(sessions, "quest-2")
     if found != [(CALL_ID, side)]:
         where = ", ".join(f"{call_id} -> {path.relative_to(sessions).as_posix()}"
-                          if path.is_relative_to(sessions) else f"{call_id} -> {path}"
+                          if isinstance(path, Path) and path.is_relative_to(sessions)
+                          else f"{call_id} -> {path!r}"
                           for call_id, path in found) or "nothing"
-        into_fork = any(path.parent.name == "quest-2.sidechains" for _, path in found)
+        into_fork = any(Path(path).parent.name == "quest-2.sidechains"
+                        for _, path in found if isinstance(path, (str, Path)))
         pytest.fail(
             "quest-2 is a fork of quest-1, and sidechains(quest-2) should lead to the "
             "log of the helper that answered its copied call, which holds that "
@@ -1811,6 +1876,11 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
         "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     folder = sessions / "quest-1.sidechains"
     found = lesson.sidechains(sessions, "quest-1")
+    odd = [path for _, path in found if not isinstance(path, Path)]
+    if odd:
+        pytest.fail("sidechains should give each side-chain's log as a pathlib.Path, "
+                    f"for a reader to open; it gave {odd[0]!r}, a "
+                    f"{type(odd[0]).__name__}", pytrace=False)
     expected = [(call_id, folder / f"{name}.jsonl") for call_id, name in order]
     assert found == expected, (
         "the log holds four pointers, to call_b, call_a, call_b.2 (call_b came back) "
