@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -1062,8 +1063,9 @@ def line_length(message):
 @pytest.mark.task("07.1")
 def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
                                                                           sessions):
-    """SessionLog.undo(count) refuses 0, a negative count or more than the log shows,
-    writing nothing; undo of every message shown is allowed."""
+    """SessionLog.undo(count) refuses 0, a negative count or more than the log shows
+    (undone messages are not shown), writing nothing and saying how many it shows;
+    undo of every message shown is allowed."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
@@ -1096,6 +1098,22 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
     assert shown == [], (
         f"after every message was undone the log should show none; it shows {shown} "
         "(index 0 is a message like any other)")
+    # Four messages written, three of them undone: the count is judged, and named, by
+    # the one the log shows
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "message 3"})
+        before = path.read_bytes()
+        with raises(lesson.UndoError,
+                    "undo(2) was allowed on a log that shows 1 message (3 of the 4 it "
+                    "holds are undone): refuse a count above how many are shown"
+                    ) as raised:
+            log.undo(2)
+    said = str(raised.value).replace(str(path), "").replace(str(sessions), "")
+    assert re.search(r"(?<![\d.])1(?![\d.])", said), (
+        "the log holds 4 messages and shows 1 (3 are undone): its refusal of undo(2) "
+        "should say how many it shows (1), the most that can be undone; it says "
+        f"{str(raised.value)!r}")
+    assert path.read_bytes() == before, "a refused undo(2) must write nothing"
 
 
 @pytest.mark.task("07.1")
@@ -1632,23 +1650,32 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
 
 @pytest.mark.task("07.1")
 def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
-    """The marker's "at" is the time of the undo, an ISO 8601 time with its zone."""
+    """The marker's "at" is the time of the undo, an ISO 8601 time with its zone: each
+    undo's own, the second of one writer's undos too."""
+    times = []
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": "Ask the guard."})
-        before = datetime.now(timezone.utc).replace(microsecond=0)
-        log.undo(1)
-        after = datetime.now(timezone.utc)
+        for text in ("Ask the guard.", "Ask the elder."):
+            if times:   # the second undo in a later second of the clock
+                while datetime.now(timezone.utc).replace(microsecond=0) <= times[-1][1]:
+                    time.sleep(0.01)
+            log.append({"role": "user", "content": text})
+            before = datetime.now(timezone.utc).replace(microsecond=0)
+            log.undo(1)
+            times.append((before, datetime.now(timezone.utc)))
 
     found = markers_in(sessions / "quest-1.jsonl")
-    at = found[0].get("at") if found else None
-    try:
-        when = datetime.fromisoformat(at)
-    except (TypeError, ValueError):
-        pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is "
-                    f"{at!r} (markers: {found})", pytrace=False)
-    assert when.tzinfo is not None and before <= when <= after, (
-        f"\"at\" should be the time of the undo, between {before} and {after}, with "
-        f"its time zone; it is {at!r}")
+    assert len(found) == 2, f"two undos should leave two markers; the log has {found}"
+    for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
+        at = marker.get("at")
+        try:
+            when = datetime.fromisoformat(at)
+        except (TypeError, ValueError):
+            pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is "
+                        f"{at!r} (markers: {found})", pytrace=False)
+        assert when.tzinfo is not None and before <= when <= after, (
+            f"\"at\" of undo {number} of one writer should be the time of that undo, "
+            f"between {before} and {after}, with its time zone; it is {at!r} (a time "
+            "taken once, and written again by a later undo, is the wrong one)")
 
 
 @pytest.mark.task("07.1")
@@ -1690,18 +1717,29 @@ def test_a_durable_writer_syncs_its_undo_marker(lesson, sessions, monkeypatch):
 def test_a_fork_of_the_first_messages_leaves_an_undone_last_turn_behind(lesson,
                                                                         sessions):
     """The source's last turn was undone: a fork of its first k messages shows exactly
-    those k, none of the undone turn (its marker, past the cut, is not copied)."""
+    those k, none of the undone turn (its marker, past the cut, is not copied), even
+    when k is every message the source shows."""
     turn_a, _ = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.undo()
 
-    for upto in (1, len(turn_a) - 1):
+    for upto in (1, len(turn_a) - 1, len(turn_a)):
         lesson.fork(sessions, "quest-1", f"first-{upto}", upto=upto)
         forked = resume(lesson, sessions, f"first-{upto}")
         assert forked == turn_a[:upto], (
             f"fork(upto={upto}) should show the first {upto} messages the source "
             f"shows; it shows {len(forked)}: {[m.get('role') for m in forked]}")
+        held = (sessions / f"first-{upto}.jsonl").read_text(encoding="utf-8")
+        if TURN_B[0] in held or "$marker" in held:
+            fail_in("07.4", (
+                f"fork(upto={upto}) of a session showing {len(turn_a)} messages, its "
+                "last turn undone after them, should hold nothing the source wrote "
+                "after its last message; its file holds "
+                + ("the undone turn's words" if TURN_B[0] in held else "a marker")
+                + ". A fork of the first k messages ends at the k-th, even when k is "
+                "every message shown: only a whole fork (upto None) keeps the undone "
+                f"turn and its marker. The fork's file:\n{held}"))
 
 
 @pytest.mark.task("07.4")
