@@ -67,6 +67,23 @@ def lines_of(path):
     return found
 
 
+def the_log(lesson, folder, session_id="quest-1"):
+    """The session's log, `<folder>/<session_id>.jsonl`, once appends have made it;
+    fail in words, naming whose code is wrong when it can tell, if they made none."""
+    path = folder / f"{session_id}.jsonl"
+    if path.exists():
+        return path
+    returned = lesson.check_session_id(session_id)
+    if returned != session_id:
+        fail_in("01.1", f"check_session_id({session_id!r}) returned {returned!r}, "
+                "where an id it accepts comes back unchanged: SessionLog names the log "
+                f"after what it returns, so the appends never reached {path.name}")
+    there = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    pytest.fail(f"after the appends the log should be {path.name} in the sessions "
+                "folder; " + ("that folder does not exist" if there is None else
+                              f"the folder holds {there}"), pytrace=False)
+
+
 def agent_on(lesson, model, town, sessions, session_id="quest-1", **options):
     log = lesson.SessionLog(sessions, session_id, **options)
     return lesson.Agent(model.client(), model=model.model, tools=town, session=log), log
@@ -135,6 +152,7 @@ def test_each_message_is_on_disk_before_the_next_model_call(
     with log:
         agent.run("Ask the elder about the cave.")
 
+    the_log(lesson, sessions)
     on_disk_at_first_call, on_disk_at_second_call = model.observations
     assert on_disk_at_first_call == model.requests[0]["messages"], (
         "when the model is called the first time, the user's message must already be "
@@ -162,8 +180,7 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(
     with log:
         agent.run("Get ready for the cave.")
 
-    assert (sessions / "quest-1.jsonl").exists(), "after a turn, the log should exist"
-    raw = (sessions / "quest-1.jsonl").read_bytes()
+    raw = the_log(lesson, sessions).read_bytes()
     assert raw.endswith(b"\n"), "every line, the last one included, ends with a newline"
     ends = [n for n, line in enumerate(raw.split(b"\n"), start=1)
             if line.endswith(b"\r")]
@@ -237,7 +254,7 @@ def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Café au lait, Ελληνικά, 洞窟へ"})
 
-    text = (sessions / "quest-1.jsonl").read_text(encoding="utf-8")
+    text = the_log(lesson, sessions).read_text(encoding="utf-8")
     assert "Café au lait, Ελληνικά, 洞窟へ" in text, (
         "non-ASCII text should be written as UTF-8, readable in the file, not as \\u "
         f"escapes; the file holds: {text!r}")
@@ -252,12 +269,18 @@ def test_a_newline_inside_content_stays_one_line(lesson, sessions):
         log.append({"role": "user", "content": said})
         log.append({"role": "assistant", "content": "ok"})
 
-    raw = (sessions / "quest-1.jsonl").read_bytes()
+    raw = the_log(lesson, sessions).read_bytes()
     lines = raw.count(b"\n")
     assert lines == 2, (
         f"two messages must be exactly two lines, the file has {lines}: {raw!r}"
     )
-    first = json.loads(raw.split(b"\n")[0])["content"]
+    first_line = raw.split(b"\n")[0]
+    try:
+        first = json.loads(first_line)["content"]
+    except (ValueError, KeyError, TypeError):
+        pytest.fail("the file's first line should be the first message, a JSON "
+                    f"object ended by its newline; it is {first_line[:80]!r}, in "
+                    f"{raw[:120]!r}", pytrace=False)
     assert first == said, (
         "the first line should give back the message's content as it was given, its "
         "line ends of every kind included (\\n, \\r\\n, U+2028, U+2029, U+0085, a "
@@ -461,7 +484,9 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     ("", "an empty id", ("''", '""')),
     ("the-second-day-of-the-quest-to-the-cave\n",
      "a long id ending with a newline", ("\\n",)),
-], ids=["newline", "NUL", "empty", "long, newline last"])
+    ("day\n" + "x" * 200 + "\n", "an id of 205 characters with newlines at both ends",
+     ("\\n",)),
+], ids=["newline", "NUL", "empty", "long, newline last", "205 characters"])
 def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
         lesson, bad_id, what, shown):
     """An id whose trouble cannot be seen (a newline, a NUL byte, nothing at all) is
@@ -553,7 +578,7 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
     assert fsync.kinds.count("file") == 3, (
         f"durable mode: one file fsync per line, got {fsync.kinds}"
     )
-    raw = (sessions / "quest-1.jsonl").read_bytes()
+    raw = the_log(lesson, sessions).read_bytes()
     line_ends = [i + 1 for i, byte in enumerate(raw) if byte == ord("\n")]
     assert fsync.sizes == line_ends, (
         "each fsync should come after its line is written (it saves what is already "
@@ -809,6 +834,54 @@ def test_a_refused_message_leaves_memory_matching_the_log(lesson, sessions, mode
         "nothing the log lacks, whatever the append raised (not only an OSError): "
         "the caller may go on with this agent, and its next request would carry a "
         "message that was never saved")
+
+
+@pytest.mark.task("01.3")
+def test_a_ctrl_c_before_a_message_is_saved_leaves_it_out_of_memory(
+    lesson, sessions, model, town, monkeypatch
+):
+    """Ctrl-C comes as the log is opened for the user's first message, before a byte
+    of it is written: run() raises KeyboardInterrupt, and memory holds nothing the log
+    lacks. A program that catches Ctrl-C at its prompt goes on with the same agent, and
+    its next request carries exactly what the log holds."""
+    model.add(say("Hello."))
+    agent, log = agent_on(lesson, model, town, sessions)
+    path = sessions / "quest-1.jsonl"
+    real_open, interrupted = os.open, []
+
+    def open_interrupted_once(file, *args, **kwargs):
+        if not interrupted and os.fspath(file) == str(path):
+            interrupted.append(file)
+            raise KeyboardInterrupt
+        return real_open(file, *args, **kwargs)
+    with log:
+        # A context of its own: leaving it takes the Ctrl-C away, and only it.
+        with monkeypatch.context() as interrupting:
+            interrupting.setattr(os, "open", open_interrupted_once)
+            try:
+                agent.run("Hello?")
+            except KeyboardInterrupt:
+                pass
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words below
+                pytest.fail(f"Ctrl-C (KeyboardInterrupt) came as the log was opened, "
+                            f"and run() raised {described(error)}: let it reach the "
+                            "caller as it is", pytrace=False)
+        if not interrupted:
+            return      # the log was not opened with os.open: no such moment to play
+        held = lines_of(path)
+        assert agent.messages == held, (
+            "Ctrl-C came as the log was opened for the user's message, before any of "
+            f"it was written: the log holds {held}, and the agent's memory holds "
+            f"{agent.messages}. Memory holds nothing the log lacks, whatever the "
+            "append raised (KeyboardInterrupt is no Exception): the caller may go on "
+            "with this agent, and its next request would carry a message never saved")
+        agent.run("Are you there?")
+    sent = model.requests[-1]["messages"]
+    assert sent == lines_of(path)[:len(sent)], (
+        "after the Ctrl-C the same agent ran again: its request should carry what the "
+        f"log holds, and it carried {sent}")
 
 
 @pytest.mark.task("01.5")
@@ -1248,7 +1321,7 @@ def test_two_writers_open_at_once_both_add_to_the_end(lesson, sessions):
         first.close()
         second.close()
     found = []
-    for line in (sessions / "quest-1.jsonl").read_bytes().split(b"\n"):
+    for line in the_log(lesson, sessions).read_bytes().split(b"\n"):
         try:
             found.append(json.loads(line)["content"] if line else None)
         except (ValueError, KeyError, TypeError):
@@ -1270,30 +1343,35 @@ def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
             log.append({"role": "user", "content": "my secret plan"})
     finally:
         os.umask(old_umask)
-    mode = stat.S_IMODE((sessions / "quest-1.jsonl").stat().st_mode)
+    mode = stat.S_IMODE(the_log(lesson, sessions).stat().st_mode)
     assert mode == 0o600, (
         f"under a umask of 000 the new log was created with mode {oct(mode)}, where "
         "0o600 (its owner only) was expected: any user of the machine could read it")
 
 
 @pytest.mark.task("01.4")
-def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_path):
-    """A log name planted as a symbolic link to a file outside the folder is refused
-    (OSError), and the file it points to is left as it was."""
-    outside = tmp_path / "outside.txt"
-    outside.write_text("not a session\n")
+@pytest.mark.parametrize("target", ["a file outside the sessions folder",
+                                    "another session's log"])
+def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_path,
+                                                       target):
+    """A log name planted as a symbolic link is refused (OSError), and the file it
+    points to is left as it was: one outside the sessions folder, or another
+    session's log in it, whose conversation a link would mix with this one's."""
     sessions.mkdir(parents=True, exist_ok=True)
-    (sessions / "quest-1.jsonl").symlink_to(outside)
+    pointed = (tmp_path / "outside.txt" if target.startswith("a file")
+               else sessions / "quest-2.jsonl")
+    kept = '{"role": "user", "content": "not this session"}\n'
+    pointed.write_text(kept)
+    (sessions / "quest-1.jsonl").symlink_to(pointed)
     log = lesson.SessionLog(sessions, "quest-1")
     try:
-        with raises(OSError, "the log's name was a symbolic link to a file outside the "
-                    "sessions folder, and append wrote through it"):
+        with raises(OSError, f"the log's name was a symbolic link to {target}, and "
+                    "append wrote through it: a log that is a link is refused"):
             log.append({"role": "user", "content": "hello"})
     finally:
         log.close()
-    assert outside.read_text() == "not a session\n", (
-        "the file the link points to, outside the sessions folder, was changed: "
-        f"{outside.read_text()!r}")
+    assert pointed.read_text() == kept, (
+        f"the file the link points to, {target}, was changed: {pointed.read_text()!r}")
 
 
 @pytest.mark.task("01.5")
@@ -1331,26 +1409,29 @@ def test_after_a_short_write_the_writer_refuses_to_go_on(lesson, sessions):
 
 
 @pytest.mark.task("01.5")
+@pytest.mark.parametrize("cut", ["half", "all but its newline"])
 def test_the_rest_of_a_short_write_is_never_written_after_it(lesson, sessions,
-                                                             monkeypatch):
-    """The disk takes part of a line, then has room again: the rest is not written with
-    a second write (another writer's line may already follow the part, and both would be
-    one broken line); append raises OSError."""
-    path = sessions / "quest-1.jsonl"
+                                                             monkeypatch, cut):
+    """The disk takes part of a line (half of it, or all of it but its newline), then
+    has room again: append raises OSError, and the rest is not written with a second
+    write (another writer's line may already follow the part, and both would be one
+    broken line)."""
     real_write = os.write
-    taken = []
+    taken, given = [], []
 
-    def write_half_once(fd, data):
+    def write_part_once(fd, data):
         if taken:
             return real_write(fd, data)
-        taken.append(len(data) // 2)
-        return real_write(fd, bytes(data)[:len(data) // 2])
+        given.append(len(data))
+        taken.append(len(data) // 2 if cut == "half" else len(data) - 1)
+        return real_write(fd, bytes(data)[:taken[0]])
 
     line = {"role": "user", "content": "x" * 2000}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Hello."})
+        path = the_log(lesson, sessions)
         size = path.stat().st_size
-        monkeypatch.setattr(os, "write", write_half_once)
+        monkeypatch.setattr(os, "write", write_part_once)
         try:
             log.append(line)
             outcome = "append returned"
@@ -1359,6 +1440,12 @@ def test_the_rest_of_a_short_write_is_never_written_after_it(lesson, sessions,
         finally:
             monkeypatch.undo()
     added = path.stat().st_size - size
+    if outcome == "append returned" and taken and added == taken[0]:
+        pytest.fail(f"the disk took {taken[0]} bytes of a line of {given[0]} ({cut}), "
+                    "and append returned as if the message were saved, where "
+                    "OSError was expected: write() said how many bytes it took, and "
+                    "a line is saved only when all of them are, its newline included "
+                    "(without it, the next line is glued to this one)", pytrace=False)
     assert added == (taken or [0])[0] and outcome == "append raised OSError", (
         f"the disk took {taken[0] if taken else 0} bytes of a line of about 2000, "
         f"then had room again; {outcome}, and the log grew by {added} bytes: the "
@@ -1555,7 +1642,15 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
             if len(runs) == 1:
                 held = path.read_bytes() if path.exists() else b""
                 doubt = log.in_doubt
-    after = path.read_bytes() if path.exists() else b""
+        after = path.read_bytes() if path.exists() else b""
+        stopped = False
+        if runs[1] is None and after == held:   # run() went on, yet wrote nothing
+            try:
+                log.append({"role": "user", "content": "Is the writer stopped?"})
+            except lesson.WriterStopped:
+                stopped = True      # append refuses: record hid its WriterStopped
+            except Exception:       # noqa: BLE001 - any other outcome is judged below
+                pass
     first, second = runs
     setting = ("durable mode; the fsync of the log's first line (the user's "
                "\"Hello?\") failed with EIO, after the line was written")
@@ -1571,6 +1666,12 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
         return
     got = "returned" if second is None else f"raised {described(second)}"
     blamed = "01.3" if agent.session is not log else "01.2"
+    if stopped and agent.session is log:
+        fail_in("01.3", f"{setting}; run() raised it, and the same agent's next run() "
+                f"{got}, though its log's append raises WriterStopped: Agent.record "
+                "let the turn go on past a message the log refused. The error reaches "
+                "the caller of run(), and only a new agent on a new SessionLog, which "
+                "reads the log back, goes on")
     fail_in(blamed, f"{setting}; run() raised it, and the same agent's next run() "
             f"{got}, and the log grew by {len(after) - len(held)} bytes, where "
             "WriterStopped and no byte more were expected"

@@ -68,8 +68,8 @@ def until_tasks_01_4_and_01_5_are_written(lesson, monkeypatch):
 def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions, what):
     """A message the reader would refuse raises InvalidMessage,
     and the log stays as it was."""
-    path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
+        path = log.path
         log.append({"role": "user", "content": "Hello."})
         before = path.read_bytes()
         try:
@@ -121,7 +121,7 @@ def test_text_that_looks_like_a_marker_is_stored_as_text(lesson, sessions):
     typed = '{"$marker": "undo", "skip": [0]}'
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": typed})
-    line = (sessions / "quest-1.jsonl").read_text(encoding="utf-8")
+    line = log.path.read_text(encoding="utf-8")
     try:
         stored = json.loads(line)
     except ValueError:
