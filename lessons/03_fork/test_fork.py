@@ -558,6 +558,26 @@ def test_appending_to_either_session_leaves_the_other_byte_identical(
                     "message too: the two sessions share their bytes", pytrace=False)
 
 
+@pytest.mark.task("03.1")
+def test_a_later_fork_copies_the_history_as_it_is_then(lesson, sessions, day_one):
+    """A fork copies its source as it is when the fork is made: after a turn appended
+    to quest-1, a second fork of it holds that turn too, not the history the first
+    fork saw."""
+    lesson.fork(sessions, "quest-1", "what-if")
+    turn = {"role": "user", "content": "And the guard?"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(turn)
+
+    lesson.fork(sessions, "quest-1", "what-if-2")
+
+    held, grown = lesson.SessionLog(sessions, "what-if-2").load(), day_one + [turn]
+    if held != grown:
+        pytest.fail(f"quest-1 held {len(day_one)} messages at a first fork, then one "
+                    f"more was appended; a second fork of it should hold all "
+                    f"{len(grown)}, in order. It holds {which(held, grown)}: a fork "
+                    "reads its source as it is now", pytrace=False)
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
@@ -770,6 +790,11 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     expect_unchanged(sessions, before, "a refused fork must not create any file")
     expect_upto_named(sessions, refused.value, len(day_one) + 1,
                       f"more messages than quest-1 holds ({len(day_one)})")
+    said = str(refused.value).replace(str(sessions), "").replace("quest-1", "")
+    if not re.search(rf"(?<![\d-]){len(day_one)}(?!\d)", said):
+        fail_in("03.1", f"fork(..., upto={len(day_one) + 1}) was refused, naming the "
+                f"number asked for, but not how many messages quest-1 holds "
+                f"({len(day_one)}), the most a fork of it can keep: {refused.value}")
 
 
 def expect_upto_named(sessions, error, upto, what):
@@ -945,6 +970,57 @@ def test_a_fork_leaves_no_temporary_file(lesson, sessions, day_one):
         "and its meta file, and nothing else behind")
 
 
+def open_in(folder):
+    """The files this process holds open inside `folder`, by the path each was opened
+    at (a name since removed shows as "... (deleted)")."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue    # the descriptor of the listing itself, closed by now
+        if path.startswith(f"{folder}{os.sep}") or path == str(folder):
+            found.append(path.removeprefix(f"{folder}{os.sep}"))
+    return sorted(found)
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
+    """A fork closes every file it opens, whether it is made or refused: an agent
+    that forks all day must not run out of descriptors, one more left at each fork."""
+    left_by_publishing = []
+    publish = getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(*args):
+            before = open_in(sessions)
+            try:
+                return publish(*args)
+            finally:
+                after = open_in(sessions)
+                left_by_publishing.extend(p for p in after if p not in before)
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    for new_id, options, what in (
+            ("what-if", {}, "a fork that was made"),
+            ("too-far", {"upto": len(day_one) + 1}, "a fork refused for an upto past "
+             "the end"),
+            ("what-if", {"upto": 1}, "a fork refused for a taken id")):
+        before = open_in(sessions)
+        fork_or_fail(lesson, sessions, "quest-1", new_id, **options)
+        left = [p for p in open_in(sessions) if p not in before]
+        if left_by_publishing:
+            fail_in("03.2", f"{what} (onto {new_id}) returned with "
+                    f"{left_by_publishing} still open, left so by publish_fork: "
+                    "each fork leaves one more descriptor, and a process that forks "
+                    "all day runs out of them")
+        if left:
+            fail_in("03.1", f"{what} (onto {new_id}) returned with {left} still "
+                    "open: each fork leaves one more descriptor, and a process that "
+                    "forks all day runs out of them. Close what you open, refused or "
+                    "not")
+
+
 @pytest.mark.task("03.2")
 def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
         lesson, sessions, day_one):
@@ -1080,19 +1156,28 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
     lesson, sessions, day_one, monkeypatch
 ):
     """fork(durable=True) syncs the new log, its meta file and their folder before
-    returning; a plain fork syncs nothing, like a plain append."""
-    synced, handed = [], []
+    returning; a plain fork syncs nothing, like a plain append. Each file's bytes are
+    synced before it gets its name, and the folder once both names are in it: a power
+    cut in between must find no name without its bytes, and no name lost."""
+    synced, handed, named_first = [], [], []
     real_fsync = os.fsync
     source = (sessions / "quest-1.jsonl").read_bytes()
+    names = {"the new log": sessions / "safe.jsonl",
+             "the meta file": sessions / "safe.meta.json"}
 
     def fsync(fd):      # what was synced, known by what it holds, whatever its name
         if stat.S_ISDIR(os.fstat(fd).st_mode):
-            synced.append("their folder")
+            named = all(path.exists() for path in names.values())
+            synced.append("their folder with both names in it" if named else
+                          "their folder before both names were in it")
         else:
             with open(f"/proc/self/fd/{fd}", "rb") as file:
                 held = file.read()
-            synced.append("the new log" if held == source else
-                          "the meta file" if holds_the_lineage(fd) else "another file")
+            what = ("the new log" if held == source else
+                    "the meta file" if holds_the_lineage(fd) else "another file")
+            if what in names and what not in synced and names[what].exists():
+                named_first.append(f"{what} ({names[what].name})")
+            synced.append(what)
         return real_fsync(fd)
     monkeypatch.setattr(lesson.os, "fsync", fsync)
     publish = getattr(lesson, "publish_fork", None)
@@ -1116,7 +1201,8 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
     if handed and handed[-1] is not True:
         fail_in("03.1", f"a durable fork (durable=True) handed publish_fork durable="
                 f"{handed[-1]!r}: fork hands durable on as it came")
-    missing = [what for what in ("the new log", "the meta file", "their folder")
+    missing = [what for what in ("the new log", "the meta file",
+                                 "their folder with both names in it")
                if what not in synced]
     if missing:
         said = ("fork(..., durable=True) should sync the new log, the meta file and "
@@ -1124,6 +1210,13 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
                 + (", ".join(synced) if synced else "nothing") + ", never "
                 + " nor ".join(missing) + ": a power cut can take away what was not "
                 "synced, and durable promised it would not")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
+    if named_first:
+        said = ("fork(..., durable=True) gave " + " and ".join(named_first)
+                + " its name before its bytes were synced: a power cut in between "
+                "can leave that name with none of its bytes, a fork that is no whole "
+                "fork. Sync a file's bytes, then give it its name, then sync the "
+                "folder")
         fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
 
