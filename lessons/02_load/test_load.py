@@ -223,8 +223,12 @@ def test_a_log_with_no_line_yet_loads_empty_and_stays(lesson, sessions, model, t
         assert started == [], (
             f"{holding}; a new agent on the session started with {started!r}, where it "
             "should start empty")
-        assert path.read_bytes() == data, (
-            f"{holding}; loading it changed the file: loading only ever reads")
+        kept = path.read_bytes() if path.is_file() else None
+        assert kept == data, (
+            f"{holding}; loading it "
+            f"{'removed the file' if kept is None else f'changed it to {kept!r}'}: "
+            "loading only ever reads, and a log its writer opened is a session, "
+            "whose next append lands in it")
 
 
 @pytest.mark.task("02.1")
@@ -365,6 +369,22 @@ def test_an_agent_without_a_session_starts_empty(lesson, model, town):
         f"{len(agent.messages)} messages); a second agent given no session should "
         f"start empty, and starts with {second.messages!r}: each agent's history is "
         "its own, never a list that every agent without a session shares")
+
+    guide = "You are a guide in a small town."
+    model.add(say("Welcome to the town."))
+    prompted = lesson.Agent(model.client(), model=model.model, tools=town,
+                            system=guide)
+    started = list(prompted.messages)
+    prompted.run("Where am I?")
+    sent = model.requests[-1]["messages"]
+    expected = [{"role": "system", "content": guide},
+                {"role": "user", "content": "Where am I?"}]
+    assert started == [] and sent == expected, (
+        f"an agent given no session and the system prompt {guide!r} started with "
+        f"{started!r}, and its first request carried roles "
+        f"{[m.get('role') for m in sent]}: {sent!r}. It should start empty and send "
+        "its prompt once, first, then the question: the prompt is the agent's "
+        "setting, sent with every request, never a message of its history")
 
 
 @pytest.mark.key
@@ -594,8 +614,10 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
 
 
 def names_line(message, number):
-    """Whether an error's text names line `number`: 'line 2', or 'file.jsonl:2'."""
-    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message) is not None
+    """Whether an error's text names line `number`: 'line 2' (any case) or
+    'file.jsonl:2'."""
+    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
+                     re.IGNORECASE) is not None
 
 
 def bytes_waiting(fd):
@@ -908,6 +930,19 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
         "messages in their order, then the new question: roles "
         f"{[m.get('role') for m in expected]}. It carried roles "
         f"{[m.get('role') for m in sent]}")
+
+    # A later agent's own prompt differs from the one the log's line 1 holds: that
+    # line is still a message of the log, resumed as it is.
+    city = "You are a guide in a big city."
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        again = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log, system=city).messages
+    assert again == agent.messages, (
+        f"the log holds {len(agent.messages)} messages, its line 1 the system message "
+        f"{guide!r} that another harness appended; a new agent whose own prompt is "
+        f"{city!r} started from roles {[m.get('role') for m in again]}, line 1 "
+        f"being {again[:1]!r}: it starts from every line as the log holds it, "
+        "whatever its own prompt says (which it sends first, and never stores)")
 
 
 @pytest.mark.task("02.1")

@@ -36,6 +36,9 @@ BAD_LINES = {
         b'{"role": "user", "content": "a"}{"role": "user", "content": "b"}'
     ),
     "bytes that are not UTF-8": b'{"role": "user", "content": "caf\xe9"}',
+    "a list of two messages": (
+        b'[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]'
+    ),
 }
 
 
@@ -95,8 +98,10 @@ def outcome(log):
 
 
 def names_line(message, number):
-    """Whether an error's text names line `number`: 'line 2', or 'file.jsonl:2'."""
-    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message) is not None
+    """Whether an error's text names line `number`: 'line 2' (any case) or
+    'file.jsonl:2'."""
+    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
+                     re.IGNORECASE) is not None
 
 
 @pytest.mark.task("02.1")
