@@ -116,8 +116,15 @@ def overflow_says_enough(refusal, budget, sizes):
     numbers = {int(n) for n in re.findall(r"\d+", refusal)}
     size = (numbers & set(sizes)) if sizes is not None else {
         n for n in numbers if n > budget}
+    # The number nearest a mention of the budget is the budget, not the size
+    nearest = [min(re.finditer(r"\d+", refusal),
+                   key=lambda n: min(abs(n.start() - word.end()),
+                                     abs(word.start() - n.end())), default=None)
+               for word in re.finditer(r"(?i)budget", refusal)]
     missing = [what for what, there in (
         (f"the budget ({budget})", budget in numbers),
+        (f"the budget ({budget}) where it says 'budget' (not the size there)",
+         any(n is not None and int(n.group()) == budget for n in nearest)),
         ("the request's size" + (f" ({' or '.join(map(str, sorted(sizes)))})"
                                  if sizes is not None else ", more than the budget"),
          bool(size)),
@@ -570,7 +577,11 @@ def test_a_resume_after_a_compaction_sends_the_same_request_without_a_second_sum
         return Crash() if model.summary_requests else say("We rest by the mill.")
     agent, model, log = open_agent(lesson, sessions, quest)
     with log:
-        with pytest.raises(SimulatedCrash):
+        with raises(SimulatedCrash, "29 days of the quest were played and the model "
+                    "was never asked for a summary (the script crashes the process at "
+                    "its first request after one): with a budget of "
+                    f"{BUDGET} tokens, a compaction should have come within a few "
+                    "days"):
             for n in range(1, 30):
                 agent.run(day(n)[0])
     assert model.summary_requests, "no compaction within 30 days (see the budget tests)"
@@ -742,6 +753,38 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
             f"{shape(view)}")
 
 
+@pytest.mark.task("08.3")
+@pytest.mark.task("08.1")
+def test_compacting_after_an_undo_starts_the_request_at_the_newest_turn(lesson,
+                                                                        sessions):
+    """compact() by hand on a session where a turn was undone earlier (its messages
+    stay in the file, hidden by a marker, so the log's index of a message is past its
+    place in the conversation): the request starts at the newest turn, in this process
+    (08.3) and after a resume (the log's marker, 08.1, too)."""
+    script = [*day(1)[1], *day(2)[1], *day(3)[1], *day(4)[1]]
+    agent, model, log = open_agent(lesson, sessions, script, budget=None)
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        agent.undo()            # day 2, written: a marker hides it
+        agent.run(day(3)[0])
+        agent.run(day(4)[0])
+        newest = agent.messages[-2:]
+        assert agent.compact() is True, (
+            "days 1, 3 and 4 (day 2 undone): compact() should summarise days 1 and 3")
+        view = agent.view()
+    if view != compacted_view(lesson, "summary #1", newest):
+        fail_in("08.3", "days 1, 3 and 4 said (day 2 undone, its two messages still in "
+                "the file), compacted by hand: the request should be the summary, then "
+                "day 4's turn (places 4 and 5 in the conversation, a place and not the "
+                f"log's index of the message); it is {shape(view)}")
+    resumed, _, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        assert resumed.view() == view, (
+            "a resume should send the request the compacting agent sent (the summary, "
+            f"then day 4's turn); it sends {shape(resumed.view())}")
+
+
 # --- the marker ---------------------------------------------------------------------
 
 
@@ -848,6 +891,20 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         assert log.compact("all but the last", keep=1) == 3
         assert log.compact("none of it", keep=4) == 0, (
             "compact(keep=4) on a log showing 4 messages keeps them all: 'upto' is 0")
+    # A log whose every message was undone shows none: keep=0 is the only keep it shows
+    path = sessions / "quest-2.jsonl"
+    path.write_text(as_log([*conversation(2), {"$marker": "undo", "skip": [0, 1]}]))
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        try:
+            upto = log.compact("nothing said", keep=0)
+        except Exception as error:
+            pytest.fail(f"compact(keep=0) on a log whose two messages were both undone "
+                        f"(it shows none, so keeping none is a keep it shows) raised "
+                        f"{type(error).__name__}: {error}", pytrace=False)
+    assert upto == 2 and [m.get("upto") for m in compactions_in(path)] == [2], (
+        "compact(keep=0) on a log whose two messages were both undone: one marker "
+        "whose 'upto' is 2, the number of messages in the file, as for any keep=0; "
+        f"compact returned {upto!r}, and the log holds {compactions_in(path)}")
 
 
 @pytest.mark.task("08.1")
@@ -866,8 +923,17 @@ def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
         with raises(ValueError, "compact(keep=7) on a log that shows 6 messages (its "
                     "file holds 8, two of them undone) was allowed; the error should "
                     "name the log", match="quest-1",
-                        unmatched=NAME_THE_LOG):
+                        unmatched=NAME_THE_LOG) as raised:
             log.compact("too much", keep=7)
+        refusal = str(raised.value).replace(str(path), "").replace("quest-1", "")
+        # Numbers a true error may give: the keep, the messages shown, those in the
+        # file, those undone, how many too many
+        stray = {int(n) for n in re.findall(r"\d+", refusal)} - {7, 6, 8, 2, 1}
+        assert not stray, (
+            f"the error of compact(keep=7) on a log that shows 6 messages (its file "
+            f"holds 8 messages and 9 lines) gives {sorted(stray)}, which counts "
+            f"neither what the log shows nor what was asked: the user is told a wrong "
+            f"count. It says {str(raised.value)!r}")
         assert path.read_bytes() == before, (
             "a refused compact(keep=7) must not write to the log")
         upto = log.compact("The first turn.", keep=4)
@@ -1235,6 +1301,11 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
         with raises(lesson.UndoError, "undoing the note's turn and day 2's, which the "
                     "compaction summarised, was allowed"):
             agent.undo(2)
+        assert path.read_bytes() == before, (
+            "a refused undo must leave the log as it was: the note recorded before it, "
+            "still pending, was written by the refusal (what is pending is written "
+            "when the agent writes it, not by an undo that changes nothing); the log "
+            f"ends with {shape(messages_in(path)[-1:])}")
         agent.flush()
         assert messages_in(path)[-1:] == [note], (
             "a refused undo must leave what is pending as it was: the note recorded "
@@ -1529,6 +1600,11 @@ def test_a_request_exactly_at_the_budget_is_sent_before_and_after_a_compaction(
         except lesson.ContextOverflow as error:
             pytest.fail(f"a compacted request of exactly the budget ({budget} tokens) "
                         f"was refused: {error}", pytrace=False)
+        except lesson.BadSummary as error:
+            fail_in("08.4", f"the summary 'summary #1' leaves the compacted request at "
+                    f"exactly the budget ({budget} tokens), and it was refused: "
+                    f"{error}. A summary fits when the request it begins is within "
+                    "the budget (check_fits says when)")
     assert model.requests[-1]["messages"] == after
 
 
@@ -1785,6 +1861,19 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
         assert got == CUT_TEXT, (
             f"a summary the model ended (finish_reason {ended!r}) should be returned "
             f"as it is; got {got!r}")
+    # Thinking the server cut off at its limit: no summary at all, not a cut one
+    thinking = as_asked(lesson, raw({"role": "assistant",
+                                     "content": f"<think>\n{THOUGHT}"},
+                                    finish_reason="length"))
+    with raises(lesson.BadSummary, "check_summary() took, as a summary, a reply that "
+                "is only a think block the server cut off at its length limit"
+                ) as raised:
+        lesson.check_summary(thinking)
+    said = str(raised.value)
+    assert re.search(THINKING, said), (
+        "the BadSummary for a reply that is only thinking, cut off by the server at "
+        "its length limit, should say that it was thinking (a think block): it held "
+        f"no summary, cut off or whole; it says {said!r}")
 
 
 @pytest.mark.task("08.4")
