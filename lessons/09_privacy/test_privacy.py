@@ -19,6 +19,8 @@ import io
 import json
 import os
 import queue
+import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -103,6 +105,12 @@ def age(path, days):
     """Make `path` look last written `days` days ago."""
     then = time.time() - days * DAY
     os.utime(path, (then, then))
+
+
+def numbers_in(error, path):
+    """The whole numbers the words of `error` give, the path `path` taken out."""
+    words = str(error).replace(str(path), "")
+    return [int(number) for number in re.findall(r"(?<![\w.])-?\d+(?![\w.])", words)]
 
 
 def blob_names(sessions):
@@ -715,10 +723,11 @@ def test_a_blob_stored_again_while_the_delete_runs_stays(
 def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
     lesson, sessions
 ):
-    """expire() deletes a session whose log was last appended to 31 days ago, keeps one
-    of 29 days, and keeps a fork made 40 days ago (its meta file says so) that was used
-    yesterday: "older than" is the last append, not the creation."""
-    for session_id in ("old", "young", "forked"):
+    """expire() deletes a session whose log was last appended to 31 days ago, read
+    yesterday or not, keeps one of 29 days, and keeps a fork made 40 days ago (its
+    meta file says so) that was used yesterday: "older than" is the last append, not
+    the creation, nor the last read."""
+    for session_id in ("old", "read", "young", "forked"):
         play(lesson, sessions, TURN_A, session_id=session_id)
     meta = sessions / "forked.meta.json"
     meta.write_text(json.dumps({"format": 1, "id": "forked", "parent": "young",
@@ -726,15 +735,18 @@ def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
                                 "created": "2026-01-01T00:00:00+00:00"}))
     age(meta, 40)
     age(sessions / "old.jsonl", 31)
+    # Appended to 31 days ago, read yesterday (a viewer, a backup tool)
+    os.utime(sessions / "read.jsonl", (time.time() - DAY, time.time() - 31 * DAY))
     age(sessions / "young.jsonl", 29)
     age(sessions / "forked.jsonl", 1)
 
     deleted, busy = lesson.expire(sessions)
 
-    assert deleted == ["old"], (
-        "with the default retention of 30 days, only 'old' (last appended to 31 days "
-        f"ago: its modification time; the time its status changed is today's, as the "
-        f"test set its times back) should be deleted; expire() deleted {deleted}")
+    assert deleted == ["old", "read"], (
+        "with the default retention of 30 days, only 'old' and 'read' (last appended "
+        "to 31 days ago: their modification time; the time their status changed is "
+        "today's, as the test set their times back, and 'read' was last read "
+        f"yesterday) should be deleted; expire() deleted {deleted}")
     assert busy == []
     left = sorted(p.name for p in sessions.iterdir())
     assert left == ["forked.jsonl", "forked.meta.json", "young.jsonl"], (
@@ -821,6 +833,11 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
         "T + 0.75 stay (a "
         "time is compared as it is: cut to a whole second, T + 0.75 would be T). "
         f"expire() returned {found}")
+    found = lesson.expire(sessions, older_than=0, now=then + 1)
+    assert found == (["later", "left-later"], []), (
+        "with now = T + 1 and older_than = 0 (no retention at all), the cutoff is "
+        "T + 1: the log and the meta file changed at T + 0.75 go. expire() returned "
+        f"{found}: was an older_than of 0 taken for no older_than at all?")
 
 
 @pytest.mark.task("09.2")
@@ -1842,6 +1859,25 @@ def test_a_short_message_is_erased_without_touching_the_other_lines(lesson, sess
 
 
 @pytest.mark.task("09.3")
+def test_a_line_holding_only_a_piece_of_the_words_keeps_its_bytes(lesson, sessions):
+    """A message's line loses a quote of the erased message's whole text, not a piece
+    of it: a later message that shares some words with it (a paraphrase, which no
+    program can tell from other words) keeps its bytes, as the agent's memory keeps
+    it (task 09.4). Only a marker, such as lesson 08's summary, loses any piece."""
+    piece = "The one who lives at 12 Elm, yes."
+    play(lesson, sessions, TURN_SECRET, (piece, [say("Understood.")]))
+    path = sessions / "quest-1.jsonl"
+    third = path.read_bytes().split(b"\n")[2]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(0)
+    after = path.read_bytes().split(b"\n")[2]
+    assert after == third, (
+        f"message 2, {piece!r}, shares a piece with the erased message ('lives at 12 "
+        "Elm') but does not quote its whole text; its line should keep its bytes, and "
+        f"the erase changed it to {after.decode('utf-8', 'replace')}")
+
+
+@pytest.mark.task("09.3")
 def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
     """Lines another program wrote (a blank line, a line separator U+2028 inside a
     text, which JSON need not escape, a line ended with CR LF) are lines like any
@@ -1978,10 +2014,11 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
                 log.erase(index)
             assert path.read_bytes() == after, (
                 f"a refused erase({index}) changed the log")
-            assert "2" in str(raised.value), (
-                f"erase({index}) on a log of 2 messages was refused, in words that do "
-                "not say how many messages the log holds, so the caller cannot tell "
-                f"what would be right: {raised.value}")
+            assert 2 in numbers_in(raised.value, path), (
+                f"erase({index}) on a log of 2 messages (and one erase marker, which "
+                "is no message) was refused, in words that do not say how many "
+                "messages the log holds, so the caller cannot tell what would be "
+                f"right: {raised.value}")
     assert len(erase_markers(path)) == 1, (
         "one erase, one erase marker: found " + str(erase_markers(path)))
     [marker] = erase_markers(path)
@@ -2039,10 +2076,13 @@ def test_erase_rewrites_the_log_its_writer_holds_not_what_the_name_reaches(
     path = sessions / "quest-1.jsonl"
     backup = sessions / "backup-of-quest-1"
     backup.write_bytes(path.read_bytes())
+    age(backup, 40)     # an old backup
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": TURN_C[0]})
+        appended_ns = os.stat(path).st_mtime_ns
         os.replace(backup, path)
         log.erase(0)
+    kept_ns = os.stat(path).st_mtime_ns
     contents = [m["content"] for m in resume(lesson, sessions)]
     assert contents == [lesson.ERASED, "Noted.", TURN_C[0]], (
         "after the writer appended, an older copy of the log took the log's name; the "
@@ -2052,6 +2092,11 @@ def test_erase_rewrites_the_log_its_writer_holds_not_what_the_name_reaches(
         "writer had acknowledged is gone")
     assert files_holding(sessions, "Ilse") == [], (
         f"after the erase the words are still in {files_holding(sessions, 'Ilse')}")
+    assert kept_ns == appended_ns, (
+        "the erase rewrote the log the writer holds, last appended to just now, and "
+        "the new log should keep that log's times; it has those of the backup the "
+        f"name reached ({(time.time_ns() - kept_ns) / 1e9 / DAY:.0f} days old): "
+        "expire() would take a session in use for an idle one")
 
 
 @pytest.mark.task("09.3")
@@ -2137,6 +2182,44 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "a failed erase must leave no temporary copy of the log (it holds the words)")
     assert resume(lesson, sessions)[-1]["content"] == "Still here."
+
+
+@pytest.mark.task("09.3")
+@pytest.mark.task("09.1")
+def test_the_copy_an_erase_leaves_as_it_crashes_goes_with_the_session(
+    lesson, sessions, monkeypatch, tmp_path
+):
+    """A crash (a power cut, a kill) just before the erase renames its new log over
+    the old one leaves that copy beside the log, with every other message's words.
+    It is a temporary copy of the log, named as task 09.1 says one is, so deleting
+    the session leaves none of them. (The test copies the folder as the rename
+    begins: what a crash right then leaves on disk.)"""
+    play(lesson, sessions, TURN_SECRET, TURN_A)
+    crashed = tmp_path / "as-the-crash-left-it"
+    log_path = sessions / "quest-1.jsonl"
+
+    def as_the_crash_leaves_it(real):
+        def rename(source, target, *args, **kwargs):
+            if Path(target) == log_path and not crashed.exists():
+                shutil.copytree(sessions, crashed, symlinks=True)
+            return real(source, target, *args, **kwargs)
+        return rename
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        for name in ("replace", "rename"):
+            real = getattr(os, name)
+            monkeypatch.setattr(lesson.os, name, as_the_crash_leaves_it(real))
+        log.erase(0)
+        monkeypatch.undo()
+    assert crashed.exists(), "the erase never renamed a new file over the log"
+    lesson.delete_session(crashed, "quest-1")
+    left = files_holding(crashed, "elder")
+    assert left == [], (
+        "a crash just before the erase's rename left its new log beside the old one; "
+        f"deleting the session then left {left}, which hold its words. The erase's "
+        "copy should be a temporary copy of the log as task 09.1 names one (a dot, "
+        "the log's name, a dot, a random part, .tmp): no delete looks for another")
 
 
 @pytest.mark.task("09.3")
@@ -2548,6 +2631,31 @@ def test_an_agent_without_a_session_forgets_too(lesson):
 
 
 @pytest.mark.task("09.4")
+def test_an_agent_refusing_a_position_writes_nothing(lesson, sessions):
+    """A position the conversation does not have is refused before anything is done:
+    a note recorded and not written yet (lesson 07) stays unwritten, free to take
+    back, and the log keeps its bytes."""
+    path = sessions / "quest-1.jsonl"
+    agent, _, log = open_agent(lesson, sessions, [say("Noted.")])
+    with log:
+        agent.run(TURN_A[0])
+        agent.record({"role": "user", "content": SECRET})
+        before = path.read_bytes()
+        for position in (3, -1):
+            with raises(lesson.EraseError, f"erasing message {position} of a "
+                        "conversation of 3 was not refused with EraseError") as raised:
+                agent.erase(position)
+            assert path.read_bytes() == before, (
+                f"a refused erase of message {position} changed the log: the note "
+                "recorded and not written yet is in it now, where no undo takes it "
+                "back for free")
+            assert 3 in numbers_in(raised.value, path), (
+                f"erasing message {position} of a conversation of 3 (the last one not "
+                "written yet) was refused, in words that do not say how many messages "
+                f"the conversation holds: {raised.value}")
+
+
+@pytest.mark.task("09.4")
 def test_the_agent_takes_the_words_out_of_the_messages_before_the_erased_one(lesson):
     """The model's reply repeated the user's words, and the user erases the reply: the
     user's own message before it holds the same words, and loses them too, in the
@@ -2799,15 +2907,23 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
     notes.write_text("not this store's")
     odd = blobs / ".notes.collected"        # set aside, but no blob's name
     odd.write_text("no blob")
+    # Left by a crashed write of another kind (an older version of the store, say)
+    other = blobs / (".%s.x1y2.part" % ("ef" * 32))
+    other.write_text(LARGE_SECRET[:500])
     age(half, 2)
     age(notes, 2)
     age(odd, 2)
+    age(other, 2)
     removed = lesson.collect_blobs(sessions)
     assert not half.exists(), "an old temporary file in blobs/ should be removed"
     assert not odd.exists() and not (blobs / "notes").exists(), (
         "an old leftover named like a set-aside blob, .notes.collected, whose name is "
         "no blob's, should be removed and nothing else: after the collection blobs/ "
         f"holds {sorted(p.name for p in blobs.iterdir())}")
+    assert not other.exists(), (
+        f"an old leftover, {other.name[:5]}...{other.name[-10:]}, is still in blobs/: "
+        "every file of blobs/ whose name starts with a dot is what a crashed write "
+        "left, whatever its name ends with, and goes once it is old and nobody's")
     assert recent.exists(), "a temporary file being written right now must stay"
     assert notes.exists(), (
         "a file of blobs/ that is no blob and no leftover of a crashed write (its name "
@@ -2815,6 +2931,30 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
     assert removed == [], (
         "collect_blobs() returns the blobs it removed; what crashed writes left is no "
         f"blob, yet it returned {removed}")
+
+
+@pytest.mark.task("09.5")
+def test_with_no_grace_collect_clears_a_young_leftover_nobody_holds(lesson, sessions):
+    """The grace period says which leftovers are old too: with none, half a blob a
+    crashed write left a moment ago (a person's words) goes at once, as no writer
+    holds it; a blob being written, held by its writer, stays."""
+    blobs = sessions / "blobs"
+    blobs.mkdir(mode=0o700)
+    crashed = blobs / (".%s.x1y2.tmp" % ("ab" * 32))
+    crashed.write_text(LARGE_SECRET[:500])
+    fd, held = tempfile.mkstemp(dir=blobs, prefix=".%s." % ("cd" * 32), suffix=".tmp")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)     # held by its writer, as store_blob holds it
+        os.write(fd, b"being written")
+        removed = lesson.collect_blobs(sessions, grace=0)
+        assert not crashed.exists(), (
+            "with no grace period, half a blob a crashed write left a moment ago, held "
+            "by nobody, should go: it is old enough, as every blob nobody refers to is")
+        assert os.path.exists(held), (
+            "a blob being written, held by its writer, must stay, grace or none")
+    finally:
+        os.close(fd)
+    assert removed == [], f"collect_blobs() removed {removed}, no blob was there"
 
 
 @pytest.mark.task("09.5")
