@@ -821,6 +821,47 @@ def test_a_lock_let_go_during_the_last_wait_is_taken(lesson, database, monkeypat
             monkeypatch.undo()
 
 
+@pytest.mark.task("11.1")
+def test_a_writer_that_times_out_names_whoever_holds_the_lock_then(lesson, database,
+                                                                  monkeypatch):
+    """While a writer with timeout=0.3 waits, the writer in its way lets go and a
+    writer on another host takes the lock at once: when the waiting writer gives up,
+    its SessionBusy names the one that holds the lock then, not the one it first
+    found in its way (a user would stop the wrong process)."""
+    first = lesson.PostgresSessionLog(database, "quest-1")
+    later = psycopg.connect(database, autocommit=True,
+                            application_name="sessionlab pid 4242 on web-2")
+    real_sleep = lesson.time.sleep
+    switched = []
+
+    def sleep_while_the_holders_change(seconds):
+        if not switched:    # the first sleep: the holder gives way to another
+            switched.append(True)
+            first.close()
+            later.execute("SELECT pg_advisory_lock(%s)",
+                          (lesson.lock_key("quest-1"),))
+        real_sleep(seconds)
+
+    with later, first:
+        first._lock()
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(lesson.time, "sleep", sleep_while_the_holders_change)
+            with raises(lesson.SessionBusy, "process 4242 on web-2 holds quest-1's "
+                        "lock until the end: the waiting writer must give up"
+                        ) as refused:
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
+                         "sleeps between tries")
+            monkeypatch.undo()
+    said = str(refused.value)
+    assert switched and refused.value.pid == 4242 and "web-2" in said, (
+        "the first holder let go while the writer slept, and process 4242 on host "
+        "'web-2' took the lock: when the writer gives up, SessionBusy should name "
+        "the holder as the server shows it then, process 4242 on 'web-2'; it says: "
+        f"{said}" + ("" if switched else " (and the writer never slept)"))
+
+
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
 
 
@@ -2240,3 +2281,53 @@ def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
         lesson.fork_postgres(database, "quest-1", "quest-3")
     assert lesson.lineage(database, "quest-3") is None, (
         "a fork of a damaged session should create nothing")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_copies_the_source_alone_whatever_other_ids_look_like(lesson,
+                                                                     database):
+    """An id may hold '_' and begin as another does: a fork of chat_1 copies the rows
+    of chat_1 alone, none of chat-1's (which a LIKE pattern's '_' matches) or of
+    chat_10's (which begins as chat_1 does)."""
+    for session_id, count in (("chat-1", 3), ("chat_1", 2), ("chat_10", 3)):
+        with lesson.PostgresSessionLog(database, session_id) as log:
+            for number in range(count):
+                log.append({"role": "user" if number % 2 == 0 else "assistant",
+                            "content": f"{session_id}, message {number}"})
+    try:
+        lesson.fork_postgres(database, "chat_1", "chat_2")
+    except psycopg.Error as error:
+        pytest.fail("sessions chat-1, chat_1 and chat_10 exist: a fork of chat_1 "
+                    "should copy chat_1's 2 rows, and nothing else; it failed with "
+                    f"{described(error)}", pytrace=False)
+    source, copied = rows(database, "chat_1"), rows(database, "chat_2")
+    assert copied == source, (
+        "a fork of chat_1 should hold chat_1's rows alone (the ids chat-1 and chat_10 "
+        "are other sessions):\n"
+        f"chat_1 {[json.loads(line)['content'] for _, line, _ in source]}\n"
+        f"fork   {[json.loads(line)['content'] for _, line, _ in copied]}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_is_made_while_the_sources_writer_has_it_open(lesson, database):
+    """A fork takes no lock of its source: a writer that has quest-1 open, and holds
+    its lock, is no reason to refuse a fork of it. The fork holds what quest-1 shows,
+    and the writer goes on appending to quest-1."""
+    said = [{"role": "user", "content": "Where is the cave?"},
+            {"role": "assistant", "content": "North of the mill."}]
+    with lesson.PostgresSessionLog(database, "quest-1") as writer:
+        for message in said:
+            writer.append(message)
+        try:
+            lesson.fork_postgres(database, "quest-1", "quest-2")
+        except lesson.SessionBusy as error:
+            pytest.fail("quest-1's writer has it open: a fork of quest-1 should still "
+                        "be made (other hosts do not stop for a fork, and the fork "
+                        f"takes no lock of its source); it was refused: {error}",
+                        pytrace=False)
+        writer.append({"role": "user", "content": "And past the mill?"})
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        forked = fork.load()
+    assert forked == said, (
+        "the fork should hold the 2 messages quest-1 showed when it was made; it "
+        f"holds {[message['content'] for message in forked]}")
