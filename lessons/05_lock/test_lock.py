@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -197,11 +197,21 @@ def other(request, lesson, sessions):
 FIRST = {"role": "user", "content": "Ask the elder about the cave."}
 
 
+def present(path):
+    """`path`, which must be there: a session's log the test wrote or saw written. Its
+    absence fails the test in words (a close() that removed the log, not its lock)."""
+    if not path.exists():
+        pytest.fail(f"{path.name}, a session's log, should be there, and it is gone: "
+                    "something removed it (closing a writer removes its lock file, "
+                    f"{path.stem}.lock, and never the log)", pytrace=False)
+    return path
+
+
 def lines_of(path):
     """The log's lines as JSON;
     a line that is not whole JSON fails the test, saying where."""
     found = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for number, raw in enumerate(present(path).read_bytes().split(b"\n"), start=1):
         if raw:
             try:
                 found.append(json.loads(raw))
@@ -302,6 +312,9 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     assert "quest-1" in message, (
         f"SessionBusy should name the session 'quest-1': {message}"
     )
+    assert busy.value.session_id == "quest-1", (
+        "SessionBusy's session_id should be the session's id, 'quest-1', for a caller "
+        f"to act on (fork it, wait for it); it is {busy.value.session_id!r}")
     assert str(holder.pid) in message, (
         f"SessionBusy should name the holder, process {holder.pid}: {message}"
     )
@@ -317,6 +330,35 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
         + ("is gone" if after is None else f"now says {after!r}")
         + ": a refused writer must leave the holder's record as it was, or the next "
         "one refused cannot say who holds the session")
+
+
+# --- 05.2: closing a writer, before the tests of 05.1 that close many -----------------
+
+
+@pytest.mark.task("05.2")
+def test_closing_a_writer_raises_nothing_and_leaves_its_log_whole(lesson, sessions):
+    """A writer appends and closes, then closes again: neither close raises, and the
+    session's log is still there, whole. Closing lets go of the lock and of its file,
+    never of the log."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append(FIRST)
+    for time_ in ("once", "twice"):
+        try:
+            log.close()
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the failure is the point
+            pytest.fail(f"a writer that appended one message was closed {time_}, and "
+                        f"close() raised {type(error).__name__}: {error}; closing a "
+                        "writer lets go of its lock and raises nothing (called again, "
+                        "it finds nothing left to let go of)", pytrace=False)
+    assert (sessions / "quest-1.jsonl").exists(), (
+        "a writer appended one message and closed, and quest-1.jsonl, the session's "
+        "log, is gone: close() lets go of the lock and removes quest-1.lock, never the "
+        "log")
+    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"]], (
+        "a writer appended one message and closed: its log should hold that message, "
+        f"whole; it holds {contents(sessions / 'quest-1.jsonl')}")
 
 
 @pytest.mark.task("05.1")
@@ -377,9 +419,11 @@ def test_the_lock_file_names_the_holder(lesson, sessions, other):
     assert sorted(record) == ["host", "pid", "since"], (
         "the lock file's record names the holder, pid, host and since, and nothing "
         f"else; it holds {record}")
-    assert lock.stat().st_mode & 0o077 == 0, (
+    assert lock.stat().st_mode & 0o777 == 0o600, (
         "like the log, the lock file should be readable and writable by its owner only "
-        f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}")
+        f"(0o600); its mode is {oct(lock.stat().st_mode & 0o777)}: one its owner may "
+        "not read and write cannot be taken over by the owner's next writer once it is "
+        "stale (only root ignores a file's mode)")
     assert record.get("pid") == holder.pid, (
         f"the lock file should hold the holder's pid {holder.pid}: {record}"
     )
@@ -458,6 +502,83 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     ]
 
 
+def descriptors_open() -> set[int]:
+    """The numbers of this process's open descriptors (not the one that lists them)."""
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    return {fd for fd in listed if os.path.exists(f"/proc/self/fd/{fd}")}
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
+def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one(
+    lesson, sessions, monkeypatch, timeout
+):
+    """The holder lets go, and its lock file goes, just as a second writer asks for the
+    lock: the second writer (waiting up to 3 s, or as long as it takes) gets the
+    session, no third writer gets in beside it, and no descriptor is left open."""
+    descriptors = descriptors_open()
+    lock = sessions / "quest-1.lock"
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    real_flock = lesson.fcntl.flock
+    first_try = []
+    held = []       # the holder's lock descriptor, if its close left it open
+
+    def flock(fd, operation):
+        if not first_try:
+            first_try.append(fd)
+            kept = getattr(holder, "_lock_fd", None)    # as the holder knows its own
+            # The holder lets go, and its lock file is gone, just before the flock. (Its
+            # 05.2 removes the file; until 05.2 is written, close() leaves it, and the
+            # test removes it here in its place.)
+            holder.close()
+            lock.unlink(missing_ok=True)
+            if kept is not None and kept in descriptors_open():
+                held.append(kept)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    second = lesson.SessionLog(sessions, "quest-1", timeout=timeout)
+    try:
+        second.append({"role": "user", "content": "second"})
+    except OSError as error:
+        failed = error
+    else:
+        failed = None
+    if failed is not None:      # outside the except: the words come first, alone
+        second.close()
+        if not first_try:
+            holder.close()
+        pytest.fail("the holder let go, and removed quest-1.lock, just as the second "
+                    "writer asked for the lock; the second writer should then have "
+                    "taken the session with a new quest-1.lock, but it failed with "
+                    f"{type(failed).__name__}: {failed}", pytrace=False)
+    with second:
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        with raises(lesson.SessionBusy,
+                    "the second writer locked the file its holder had just removed, "
+                    "and a third writer then locked the new quest-1.lock: two "
+                    "writers at once"):
+            with lesson.SessionLog(sessions, "quest-1") as third:
+                third.append({"role": "user", "content": "third"})
+    if not first_try:   # the holder let go in flock above, if flock was ever called
+        holder.close()
+
+    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "second"], (
+        "the second writer locked the file its holder had just removed, and a third "
+        "writer then locked the new quest-1.lock: two writers at once, both in the "
+        f"log: {contents(sessions / 'quest-1.jsonl')}")
+    left = descriptors_open() - descriptors
+    if held and held[0] in left:
+        # The holder knew its lock's descriptor, and its close did not let go of it.
+        fail_in("05.2", "the holder's close() left its lock's descriptor open: the "
+                "session stays locked by a writer that said it let go, until its "
+                "process ends")
+    assert not left, (
+        f"every writer is closed, yet {len(left)} more descriptor(s) are open: the "
+        "lock file found removed kept its descriptor")
+
+
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
 def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
@@ -525,6 +646,57 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
 
 
 @pytest.mark.task("05.1")
+def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessions):
+    """A writer waits for the session, and its holder (in this process) lets go in a
+    later second than the one the writer began to wait in: the record the writer then
+    writes says since when it holds the session (now(), once the lock is granted), not
+    since when it asked."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    lock = sessions / "quest-1.lock"
+    outcome = []
+
+    def write():
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=HANG) as log:
+                log.append({"role": "user", "content": "Worth the wait."})
+                outcome.append(lock.read_bytes() if lock.exists() else b"")
+        except BaseException as error:   # noqa: B036 (reported below)
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        time.sleep(0.1)     # the writer has asked by now, and waits
+        asked = datetime.now(timezone.utc).replace(microsecond=0)
+        while datetime.now(timezone.utc).replace(microsecond=0) == asked:
+            time.sleep(0.02)    # the holder lets go in the next second
+        let_go_at = datetime.now(timezone.utc).replace(microsecond=0)
+    finally:
+        let_go(holder)     # as 05.1 lets go, whatever 05.2's close does
+        thread.join(HANG)
+        holder.close()
+    if not outcome or not isinstance(outcome[0], bytes):
+        pytest.fail(f"the holder let go, and the writer waiting for it "
+                    f"(timeout={HANG}) should then have appended; it "
+                    + (f"raised {type(outcome[0]).__name__}: {outcome[0]}" if outcome
+                       else f"was still waiting after {HANG} s"), pytrace=False)
+    try:
+        since = datetime.fromisoformat(str(json.loads(outcome[0]).get("since")))
+    except (ValueError, AttributeError):
+        since = None
+    assert since is not None and since.tzinfo is not None, (
+        "the lock file should name the holder with since, as ISO 8601 with a zone (as "
+        f"now() gives it); it holds {outcome[0]!r:.200}")
+    assert since >= let_go_at, (
+        f"the writer began to wait at {asked.isoformat()}, and got the session once "
+        f"its holder let go, at {let_go_at.isoformat()} or later; its record says "
+        f"since {since.isoformat()}, before it held the session: since is when the "
+        "writer took the session, now() once the lock is granted, not when it began to "
+        "ask")
+
+
+@pytest.mark.task("05.1")
 def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monkeypatch):
     """A timeout only delays the refusal: SessionBusy still names the holder, once the
     whole timeout has passed. While it waits, the writer keeps no core busy, sleeps no
@@ -576,6 +748,43 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         f"{open_descriptors() - descriptors} more open descriptor(s): a descriptor "
         "that stays open for every refused try adds up, until the process can open no "
         "file at all")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
+        lesson, sessions, monkeypatch):
+    """On a machine so busy that each try of the lock takes 0.2 s, a writer with
+    timeout=0.4 still gives up about when its timeout has passed (at its next try): the
+    timeout counts the time that went by, tries included, not the sleeps between
+    them."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    real_flock = lesson.fcntl.flock
+    slow, timeout = 0.2, 0.4
+
+    def flock(fd, operation):
+        time.sleep(slow)    # a busy machine: the call comes back late
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    started = time.monotonic()
+    try:
+        with raises(lesson.SessionBusy,
+                    f"this process held quest-1 for the whole wait, and a writer with "
+                    f"timeout={timeout} appended anyway"):
+            with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as log:
+                log.append({"role": "user", "content": "Me too."})
+        waited = time.monotonic() - started
+    finally:
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        holder.close()
+    assert waited < 1.2, (
+        f"a writer with timeout={timeout}, each of whose tries of the lock took {slow} "
+        f"s (a busy machine), was refused only after {waited:.2f} s: past its timeout "
+        f"it should give up at its next try (about {timeout} s, plus a try and "
+        "LOCK_POLL_SECONDS). A timeout counts the time that went by, on a clock, not "
+        f"the sleeps between tries: a user who gave the writer {timeout} s waits far "
+        "longer")
 
 
 def a_pid_no_process_has():
@@ -770,82 +979,6 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
         f"process {os.getpid()} 0.2 s later; refused 2 s later, the writer should name "
         f"the holder the lock file named then, {os.getpid()}, for its user to ask the "
         f"right process; it names {busy.value.pid!r}: {busy.value}")
-
-
-def descriptors_open() -> set[int]:
-    """The numbers of this process's open descriptors (not the one that lists them)."""
-    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
-    return {fd for fd in listed if os.path.exists(f"/proc/self/fd/{fd}")}
-
-
-@pytest.mark.task("05.1")
-def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one(
-    lesson, sessions, monkeypatch
-):
-    """The holder lets go, and its lock file goes, just as a second writer asks for the
-    lock: the second writer gets the session, no third writer gets in beside it, and no
-    descriptor is left open."""
-    descriptors = descriptors_open()
-    lock = sessions / "quest-1.lock"
-    holder = lesson.SessionLog(sessions, "quest-1")
-    holder.append(FIRST)
-    real_flock = lesson.fcntl.flock
-    first_try = []
-    held = []       # the holder's lock descriptor, if its close left it open
-
-    def flock(fd, operation):
-        if not first_try:
-            first_try.append(fd)
-            kept = getattr(holder, "_lock_fd", None)    # as the holder knows its own
-            # The holder lets go, and its lock file is gone, just before the flock. (Its
-            # 05.2 removes the file; until 05.2 is written, close() leaves it, and the
-            # test removes it here in its place.)
-            holder.close()
-            lock.unlink(missing_ok=True)
-            if kept is not None and kept in descriptors_open():
-                held.append(kept)
-        return real_flock(fd, operation)
-
-    monkeypatch.setattr(lesson.fcntl, "flock", flock)
-    second = lesson.SessionLog(sessions, "quest-1", timeout=WAIT)
-    try:
-        second.append({"role": "user", "content": "second"})
-    except OSError as error:
-        failed = error
-    else:
-        failed = None
-    if failed is not None:      # outside the except: the words come first, alone
-        second.close()
-        if not first_try:
-            holder.close()
-        pytest.fail("the holder let go, and removed quest-1.lock, just as the second "
-                    "writer asked for the lock; the second writer should then have "
-                    "taken the session with a new quest-1.lock, but it failed with "
-                    f"{type(failed).__name__}: {failed}", pytrace=False)
-    with second:
-        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
-        with raises(lesson.SessionBusy,
-                    "the second writer locked the file its holder had just removed, "
-                    "and a third writer then locked the new quest-1.lock: two "
-                    "writers at once"):
-            with lesson.SessionLog(sessions, "quest-1") as third:
-                third.append({"role": "user", "content": "third"})
-    if not first_try:   # the holder let go in flock above, if flock was ever called
-        holder.close()
-
-    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "second"], (
-        "the second writer locked the file its holder had just removed, and a third "
-        "writer then locked the new quest-1.lock: two writers at once, both in the "
-        f"log: {contents(sessions / 'quest-1.jsonl')}")
-    left = descriptors_open() - descriptors
-    if held and held[0] in left:
-        # The holder knew its lock's descriptor, and its close did not let go of it.
-        fail_in("05.2", "the holder's close() left its lock's descriptor open: the "
-                "session stays locked by a writer that said it let go, until its "
-                "process ends")
-    assert not left, (
-        f"every writer is closed, yet {len(left)} more descriptor(s) are open: the "
-        "lock file found removed kept its descriptor")
 
 
 @pytest.mark.task("05.1")
@@ -1049,9 +1182,12 @@ def test_a_writer_refused_for_a_corrupt_log_keeps_no_lock(
         b' "fine"}\n'
     )
 
-    for attempt in range(2):
+    for attempt in ("first", "second"):
         # Not SessionBusy: the first attempt let go
-        with pytest.raises(lesson.CorruptLog):
+        with raises(lesson.CorruptLog,
+                    "quest-1.jsonl has a damaged line before its last one: taking it "
+                    f"over should raise CorruptLog, at the {attempt} attempt too, and "
+                    "leave the log as it was"):
             lesson.Agent(model.client(), model=model.model, tools=town,
                          session=lesson.SessionLog(sessions, "quest-1"))
 
@@ -1125,7 +1261,7 @@ def test_each_record_is_written_with_one_write_call(lesson, sessions, monkeypatc
         log.append(FIRST)
         log.append(big)
 
-    log_inode = (sessions / "quest-1.jsonl").stat().st_ino
+    log_inode = present(sessions / "quest-1.jsonl").stat().st_ino
     to_log = [data for inode, data in writes if inode == log_inode]
     assert len(to_log) == 2, (
         "two appends should be two write() calls to the log, one whole line each; "
@@ -1232,7 +1368,7 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(
         f"loaded {late.messages}")
     with lesson.SessionLog(sessions, "quest-2") as early:
         early.append({"role": "user", "content": "I was first."})
-    before = (sessions / "quest-2.jsonl").read_bytes()
+    before = present(sessions / "quest-2.jsonl").read_bytes()
 
     model.add(say("never sent"))
     with raises(lesson.SessionExists,
@@ -1263,7 +1399,7 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     descriptor of it, and never truncates it or changes its mode."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
-    precious = (sessions / "other.jsonl").read_bytes()
+    precious = present(sessions / "other.jsonl").read_bytes()
     (sessions / "other.jsonl").chmod(0o644)     # its owner lets others read it
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
@@ -1527,12 +1663,14 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
     def work():
         import resource
         before = open_descriptors()
+        first_errno = None
         try:
             with lesson.SessionLog(sessions, "quest-1") as log:
                 log.append(FIRST)
             first = "appended"
         except OSError as error:
             first = f"OSError: {error}"
+            first_errno = error.errno
         resource.setrlimit(resource.RLIMIT_FSIZE,
                            (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         try:
@@ -1541,8 +1679,8 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
             second = "appended"
         except lesson.SessionBusy as error:
             second = f"SessionBusy: {error}"
-        return {"first": first, "second": second,
-                "leaked": open_descriptors() - before}
+        return {"first": first, "errno": first_errno,
+                "second": second, "leaked": open_descriptors() - before}
 
     kind, message, result = with_file_size_limit(0, work)
     if kind == "NotImplementedError":
@@ -1551,6 +1689,11 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
     assert result["first"].startswith("OSError"), (
         "no file could grow at all, so writing the holder's name into the lock file "
         f"should fail with OSError; the first writer said {result['first']!r}")
+    assert result["errno"] == errno.EFBIG, (
+        "no file could grow at all, so writing the holder's name into the lock file "
+        "failed with EFBIG (File too large, as a full disk's ENOSPC): that error "
+        f"should reach the caller, and it got {result['first']!r}, which hides it: "
+        "an error raised while cleaning up after the failed write replaced it")
     assert result["second"] == "appended", (
         "the first writer failed to write its name into the lock file, and kept the "
         f"lock: the same process was then told {result['second']!r}")
@@ -1592,11 +1735,11 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
             "the lock file's since should say when this writer took the session (now, "
             f"as now() gives it), not the dead holder's time nor another: it says "
             f"{record.get('since')!r}, the writer took it at {took}")
-        assert mode & 0o077 == 0, (
+        assert mode == 0o600, (
             f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote "
-            f"its own record into it and left it at {oct(mode)}: others than its owner "
-            "may read who holds the session, or write it; it should be readable and "
-            "writable by its owner only (0o600)")
+            f"its own record into it and left it at {oct(mode)}: it should be readable "
+            "and writable by its owner only (0o600), not by others (who could read who "
+            "holds the session, or write it), nor closed to its owner's next writer")
 
 
 @pytest.mark.task("05.2")
@@ -1682,6 +1825,45 @@ def test_closing_after_the_lock_file_was_removed_by_hand_raises_nothing(
     except lesson.SessionBusy as busy:
         pytest.fail("the writer whose lock file was deleted by hand has closed, and "
                     f"the next writer was refused: {busy}", pytrace=False)
+
+
+@pytest.mark.task("05.2")
+def test_a_lock_on_descriptor_0_is_let_go_too(lesson, sessions):
+    """A daemon, or a program started with its standard input closed (`<&-`), has no
+    descriptor 0, and the next file it opens gets that number, its lock file too:
+    descriptor 0 is a descriptor like any other, and close() lets go of it and removes
+    the lock file (in a child process, which may close its own standard input)."""
+    def work():
+        with contextlib.suppress(OSError):
+            os.close(0)
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append(FIRST)
+            held = 0 in descriptors_open()
+            zero = os.path.realpath("/proc/self/fd/0") if held else ""
+        left = (sessions / "quest-1.lock").exists()
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append(FIRST)
+            again = "ok"
+        except lesson.SessionBusy as error:
+            again = f"SessionBusy: {error}"
+        return {"zero": zero, "left": left, "again": again}
+
+    result = unless_unfinished(in_child(work))
+    assert "raised" not in result, (
+        f"a writer in a process with no descriptor 0 raised {result.get('raised')}: "
+        f"{result.get('message')}")
+    held = (f"descriptor 0 was {Path(result['zero']).name}" if result["zero"]
+            else "descriptor 0 was free")
+    assert result["again"] == "ok", (
+        f"in a process started with its standard input closed ({held} while the "
+        "writer held the session), a writer closed, and the same process was then "
+        f"told {result['again']!r}: the lock on descriptor 0 was never let go. 0 is a "
+        "descriptor like any other: test for None, not for a false value")
+    assert not result["left"], (
+        f"in a process started with its standard input closed ({held} while the "
+        "writer held the session), a writer closed and left quest-1.lock behind: "
+        "descriptor 0 is a descriptor like any other")
 
 
 @pytest.mark.task("05.2")
