@@ -1139,6 +1139,17 @@ def a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch):
     return tools, room
 
 
+def three_calls_as_the_disk_fills(town, path, monkeypatch):
+    """A model that asks for three calls at once (the elder, a torch, a rope), then
+    asks where they were; the disk fills up during the first purchase (see
+    a_disk_that_fills_up_in_a_purchase). Gives the model, the tools and `room`."""
+    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    return model, tools, room
+
+
 @pytest.mark.task("04.4")
 def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
         lesson, sessions, town, monkeypatch):
@@ -1147,10 +1158,7 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
     it again: the calls left open are answered, each saying what is known of it, in the
     log and in memory alike, and the model accepts the request."""
     path = sessions / "quest-1.jsonl"
-    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
+    model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=tools,
                              session=log)
@@ -1200,10 +1208,7 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
     then there is room. Each open call is answered once in the log, and memory holds
     what the log holds at every step: a result the log got is never written again."""
     path = sessions / "quest-1.jsonl"
-    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
+    model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=tools,
                              session=log)

@@ -156,6 +156,17 @@ def play(lesson, sessions, *turns, session_id="quest-1", town=None,
     return agent.messages, model
 
 
+def asked_a_helper(lesson, sessions, where, script):
+    """One turn, "Ask a helper.", played on `script` by an agent with a session
+    (`where` "side-chain") or without one ("memory"): its messages and the model."""
+    if where == "memory":
+        model = ScriptedModel(script)
+        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
+        turn(lesson, agent, model, "Ask a helper.")
+        return agent.messages, model
+    return play(lesson, sessions, ("Ask a helper.", script))
+
+
 def sidechain_files(sessions, session_id="quest-1"):
     folder = sessions / f"{session_id}.sidechains"
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
@@ -1233,13 +1244,7 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
     saying it was cut off, with the text the helper had given without its thinking,
     never that text as if it were whole; the side-chain keeps the reply as it came."""
     script = [use(call("ask_helper", question=QUESTION)), cut_off(text), say(FINAL)]
-    if where == "memory":
-        model = ScriptedModel(script)
-        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
-        turn(lesson, agent, model, "Ask a helper.")
-        messages = agent.messages
-    else:
-        messages, model = play(lesson, sessions, ("Ask a helper.", script))
+    messages, model = asked_a_helper(lesson, sessions, where, script)
     said = str(messages[2].get("content"))
     partial = text if text == CUT_ANSWER else None
     assert said.startswith("error:") and "cut off" in said.lower() and (
@@ -1287,13 +1292,7 @@ def test_words_the_helper_said_with_a_tool_call_are_not_its_answer(lesson, sessi
     script = [use(call("ask_helper", question=QUESTION)),
               use(call("talk_to", npc="elder"), content=early),
               say(HELPER_ANSWER), say(FINAL)]
-    if where == "memory":
-        model = ScriptedModel(script)
-        agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown())
-        turn(lesson, agent, model, "Ask a helper.")
-        messages = agent.messages
-    else:
-        messages, _ = play(lesson, sessions, ("Ask a helper.", script))
+    messages, _ = asked_a_helper(lesson, sessions, where, script)
     said = messages[2].get("content")
     assert said == HELPER_ANSWER, (
         f"the helper said {early!r} as it called talk_to, then answered "
