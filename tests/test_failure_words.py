@@ -116,6 +116,7 @@ def test_a_task_not_written_is_said_in_full_once_then_in_one_line(student):
         assert len(reports[name].strip().splitlines()) == 1, reports[name]
 
 
+@pytest.mark.campaign
 def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(student):
     every = pytest_run(student, "--co", "lessons/01_append")
     one = pytest_run(student, "--co", "lessons/01_append", "--task", "01.3")

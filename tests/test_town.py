@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from sessionlab.scripted import ScriptedModel
 from sessionlab.town import PRICES, TOOL_SCHEMAS, Town
 from sessionlab.town_model import play
@@ -56,6 +58,7 @@ def test_the_town_model_remembers_only_what_it_is_sent():
     assert all(item in PRICES for item in ("torch", "rope"))
 
 
+@pytest.mark.campaign
 def test_the_demo_tells_the_quest_across_processes_and_leaves_the_logs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "sessionlab.demo", "--dir", str(tmp_path / "demo")],
                           capture_output=True, text=True, timeout=120)

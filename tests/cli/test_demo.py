@@ -65,6 +65,7 @@ def test_demo_in_a_read_only_folder_names_it_in_one_line(early_course, tmp_path)
     assert run.err.splitlines()[0].startswith(f"error: cannot write the demo's logs in {here / 'logs'}: ")
 
 
+@pytest.mark.campaign
 def test_outside_a_copy_the_demo_plays_the_reference_the_kit_ships_and_show_finds_it(tmp_path):
     run = run_module("demo", cwd=tmp_path, env={"SESSIONLAB_ROOT": ""})
     assert run.status == 0, run.text

@@ -225,6 +225,7 @@ def test_an_undo_marker_takes_back_only_messages_written_before_it(tmp_path):
 ESCAPES = "\x1b[2J\x1b]0;owned\x07 \x9b31m red \r over \x08 \u202e gnp.exe \x7f"
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
 def test_control_characters_in_a_log_reach_the_terminal_escaped(tmp_path, terminal):
     sessions = tmp_path / "sessions"

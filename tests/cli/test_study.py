@@ -167,6 +167,7 @@ def test_reset_in_a_read_only_lesson_folder_keeps_the_file_and_says_where_the_co
     assert len(backups) == 1 and str(backups[0].relative_to(root)) in first
 
 
+@pytest.mark.campaign
 def test_task_shows_what_a_task_asks_and_costs_no_hint(cli, course_copy):
     """`sessionlab task` is how a student reads a task's contract in a terminal: the
     description, never a hint, and no hint level counted; a lesson shows every task; the
