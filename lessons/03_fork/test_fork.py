@@ -20,7 +20,7 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.testing import (described, fail_in, in_child, raises,
-                                unless_unfinished, until_written,
+                                unless_unfinished, until_written, wait_past,
                                 with_file_size_limit)
 from sessionlab.town import Town
 
@@ -913,8 +913,7 @@ def test_each_fork_records_the_time_it_was_made(lesson, sessions):
         return began, meta["created"], created, ended
 
     first = publish("what-if")
-    while datetime.now(timezone.utc).replace(microsecond=0) <= first[-1]:
-        time.sleep(0.01)    # the next fork in a later second of the clock
+    wait_past(first[-1])    # the next fork in a later second of the clock
     began, said, created, ended = publish("what-else")
     if created.tzinfo is None or not began <= created <= ended:
         fail_in("03.2", "publish_fork made fork 'what-else' between "

@@ -32,7 +32,7 @@ import pytest
 from sessionlab.scripted import Crash, SimulatedCrash, say
 from sessionlab.testing import (fail_in, in_child, keep_lines_large, open_descriptors,
                                 raises, sleeps_of, unless_unfinished, until_written,
-                                with_file_size_limit)
+                                wait_past, with_file_size_limit)
 
 WRITER = Path(__file__).with_name("writer_process.py")
 HANG = 30   # seconds: only a guard against a test that would otherwise wait for ever
@@ -669,9 +669,7 @@ def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessi
     try:
         time.sleep(0.1)     # the writer has asked by now, and waits
         asked = datetime.now(timezone.utc).replace(microsecond=0)
-        while datetime.now(timezone.utc).replace(microsecond=0) == asked:
-            time.sleep(0.02)    # the holder lets go in the next second
-        let_go_at = datetime.now(timezone.utc).replace(microsecond=0)
+        let_go_at = wait_past(asked)    # the holder lets go in the next second
     finally:
         let_go(holder)     # as 05.1 lets go, whatever 05.2's close does
         thread.join(HANG)

@@ -9,14 +9,13 @@ import json
 import os
 import re
 import sys
-import time
 from datetime import datetime, timezone
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import fail_in, raises, with_file_size_limit
+from sessionlab.testing import fail_in, raises, wait_past, with_file_size_limit
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -1656,8 +1655,7 @@ def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-1") as log:
         for text in ("Ask the guard.", "Ask the elder."):
             if times:   # the second undo in a later second of the clock
-                while datetime.now(timezone.utc).replace(microsecond=0) <= times[-1][1]:
-                    time.sleep(0.01)
+                wait_past(times[-1][1])
             log.append({"role": "user", "content": text})
             before = datetime.now(timezone.utc).replace(microsecond=0)
             log.undo(1)

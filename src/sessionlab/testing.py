@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -130,6 +131,15 @@ def with_file_size_limit(limit: int, action: Callable[[], Any]) -> tuple[str, st
     if isinstance(result, dict):
         return result["raised"], result["message"][:500], None
     return "ok", "", result[0]
+
+
+def wait_past(moment: datetime) -> datetime:
+    """Sleep until the UTC clock, cut to whole seconds, is past `moment` (a second at
+    most), and return that whole second: two acts whose times are written to the second
+    then fall in different seconds, so a time taken once and written again shows."""
+    while (now := datetime.now(timezone.utc).replace(microsecond=0)) <= moment:
+        time.sleep(0.01)
+    return now
 
 
 @contextlib.contextmanager
