@@ -435,6 +435,73 @@ caught_by = "test_a_newline_inside_content_stays_one_line"
     assert "not by test_a_newline_inside_content_stays_one_line" in note
 
 
+# Another design of 01.2: the checks in a loop, the line made where it is written.
+ANOTHER_APPEND = r"""
+[[wrong]]
+what = "01.2 as one expression"
+design = "one expression"
+find = '''
+        check_plain_json(message)
+        check_message(message)
+        # ensure_ascii=False keeps'''
+replace = '''
+        for check in (check_plain_json, check_message):
+            check(message)
+        if self._fd is None:
+            self._open()
+        self._write((json.dumps(message, ensure_ascii=False, allow_nan=False)
+                     + "\n").encode("utf-8"))
+        return
+        # ensure_ascii=False keeps'''
+equivalent = "another correct design"
+"""
+
+
+@CHECKS_A_PYTEST_RUN
+def test_a_mistake_can_be_made_in_another_design_than_the_reference(copy):
+    add_wrong(copy, ANOTHER_APPEND + r"""
+[[wrong]]
+what = "escapes non-ASCII, in the design of one expression"
+in_design = "one expression"
+find = "ensure_ascii=False, allow_nan=False)\n                     +"
+replace = "ensure_ascii=True, allow_nan=False)\n                     +"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+""")
+
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert finding.ok, finding.problems
+    wrongs = maintainers.wrong_implementations(lesson_of(copy))
+    mistake = next(w for w in wrongs if w.in_design)
+    assert "for check in (check_plain_json" in mistake.replace
+    assert "ensure_ascii=True" in mistake.replace, mistake.replace
+
+
+def test_a_mistake_in_a_design_that_cannot_take_it_is_reported(copy):
+    add_wrong(copy, ANOTHER_APPEND + """
+[[wrong]]
+what = "a mistake in a design nobody wrote"
+in_design = "no such design"
+find = "check(message)"
+replace = "pass"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+
+[[wrong]]
+what = "a mistake whose find is not in its design"
+in_design = "one expression"
+find = "line = json.dumps"
+replace = "line = str"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+""")
+
+    problems = maintainers.check_wrong_implementations(lesson_of(copy)).problems
+
+    assert ("'a mistake in a design nobody wrote': in_design names 'no such design', "
+            "which no entry recorded as equivalent declares as its design") in problems
+    assert ("'a mistake whose find is not in its design': its `find` occurs 0 times in "
+            "design 'one expression' (it must occur exactly once)") in problems, problems
+
+
 def test_an_entry_with_neither_caught_by_nor_equivalent_is_reported(copy):
     add_wrong(copy, HARMLESS)
 

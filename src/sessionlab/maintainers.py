@@ -38,7 +38,7 @@ import tomllib
 import unicodedata
 from collections.abc import Callable
 from concurrent.futures import as_completed, Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as edited
 from pathlib import Path
 
 from . import course, designs, snapshots, starters
@@ -482,6 +482,14 @@ class Wrong:
     replace: str                # what the mistaken version has instead
     caught_by: str = ""         # the test that must fail on it
     equivalent: str = ""        # or: why this edit changes nothing a user can see
+    # Another correct design of a task (an equivalent entry whose replace rewrites the
+    # fence) may carry a short name, and a mistake may be made in that design rather
+    # than in the reference: its find/replace then edit the design's text. Students
+    # write other designs than ours, and their mistakes live in those.
+    design: str = ""
+    in_design: str = ""
+    # Why a mistake's design could not be applied (read from the file, not a key).
+    unusable: str = field(default="", compare=False)
     # Listed under the "Independent campaign" heading of wrong.toml: a mistake inside
     # a task fence, the code a student writes (read from the file, not an entry's key).
     campaign: bool = field(default=False, compare=False)
@@ -504,8 +512,27 @@ def wrong_implementations(lesson: course.Lesson) -> list[Wrong]:
             before = number
             break
     first = sum(line.strip() == "[[wrong]]" for line in text.splitlines()[:before])
-    return [Wrong(**entry, campaign=i >= first)
-            for i, entry in enumerate(data.get("wrong", []))]
+    wrongs = [Wrong(**entry, campaign=i >= first)
+              for i, entry in enumerate(data.get("wrong", []))]
+    designs = {wrong.design: wrong for wrong in wrongs if wrong.design}
+    return [in_its_design(wrong, designs) for wrong in wrongs]
+
+
+def in_its_design(wrong: Wrong, designs: dict[str, Wrong]) -> Wrong:
+    """A mistake made in another design, as one edit of the reference: the design's
+    `find` (the fence it rewrites) replaced by its text with the mistake's edit made.
+    An entry whose design cannot take the edit comes back `unusable`, saying why."""
+    if not wrong.in_design:
+        return wrong
+    design = designs.get(wrong.in_design)
+    if design is None or not design.equivalent:
+        return edited(wrong, unusable=f"in_design names {wrong.in_design!r}, which no "
+                      "entry recorded as equivalent declares as its design")
+    if (count := design.replace.count(wrong.find)) != 1:
+        return edited(wrong, unusable=f"its `find` occurs {count} times in design "
+                      f"{wrong.in_design!r} (it must occur exactly once)")
+    return edited(wrong, find=design.find,
+                  replace=design.replace.replace(wrong.find, wrong.replace))
 
 
 def solution_files(lesson: course.Lesson) -> dict[str, str]:
@@ -721,7 +748,9 @@ def check_wrong_implementations(lesson: course.Lesson,
                 f"{wrong.what!r}: its `find` is not inside a task fence (# BEGIN "
                 f"{lesson.number}.k ... # END {lesson.number}.k): the campaign's "
                 "mistakes are ones a student makes in the code they write")
-        if bool(wrong.caught_by) == bool(wrong.equivalent):
+        if wrong.unusable:
+            finding.problems.append(f"{wrong.what!r}: {wrong.unusable}")
+        elif bool(wrong.caught_by) == bool(wrong.equivalent):
             finding.problems.append(f"{wrong.what!r}: give exactly one of `caught_by` "
                                     f"(the test "
                                     "that fails on it) and `equivalent` (why no user "
