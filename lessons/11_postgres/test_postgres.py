@@ -158,6 +158,18 @@ def open_agent(lesson, database, script=(), session_id="quest-1", system=None,
     return agent, model, log
 
 
+def on_each_statement(monkeypatch, before) -> None:
+    """Call before(cursor, query, params) as each statement goes out, however the
+    lesson's code sends it: a cursor's execute or executemany (a connection's execute
+    goes through its cursor's)."""
+    for name in ("execute", "executemany"):
+        def send(cursor, query, params=None, *args, _real=getattr(psycopg.Cursor, name),
+                 **options):
+            before(cursor, query, params)
+            return _real(cursor, query, params, *args, **options)
+        monkeypatch.setattr(psycopg.Cursor, name, send)
+
+
 class Other:
     """Another process running writer_process.py on the lesson module under test."""
 
@@ -704,12 +716,10 @@ def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
     network, held_for = 1.0, 1.5
     poll = lesson.LOCK_POLL_SECONDS
     sent = []   # the statements the waiting writer sends the server
-    real_execute = psycopg.Cursor.execute
 
-    def counted_execute(cursor, *args, **kwargs):
+    def counted(cursor, query, params):
         if threading.current_thread() is threading.main_thread():
-            sent.append(args[0] if args else kwargs.get("query"))
-        return real_execute(cursor, *args, **kwargs)
+            sent.append(query)
 
     holder = lesson.PostgresSessionLog(database, "quest-1")
     with holder:
@@ -718,7 +728,7 @@ def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
         with lesson.PostgresSessionLog(database, "quest-1", timeout=None,
                                        network_timeout=network) as waiting:
             waiting._connection()
-            monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+            on_each_statement(monkeypatch, counted)
             letting_go.start()
             started = time.monotonic()
             try:
@@ -1587,9 +1597,8 @@ def test_a_repair_that_loses_round_after_round_still_opens_the_session(
     still_running = [call_id for call_id, _ in calls[:3]]
     other_host = psycopg.connect(database, autocommit=True)
     other_host.execute("SET lock_timeout = '5s'")   # never waits on the opener for ever
-    real_execute = psycopg.Cursor.execute
 
-    def execute(cursor, query, params=None, **options):
+    def as_it_goes_out(cursor, query, params):
         said = str(query).lower()
         sent = " ".join(str(value) for value in params or ())
         if (still_running and cursor.connection is not other_host
@@ -1603,9 +1612,8 @@ def test_a_repair_that_loses_round_after_round_still_opens_the_session(
                 "INSERT INTO session_entries (session_id, seq, line, body) SELECT "
                 "'quest-1', max(seq) + 1, %s, %s::jsonb FROM session_entries "
                 "WHERE session_id = 'quest-1'", (line, line))
-        return real_execute(cursor, query, params, **options)
 
-    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    on_each_statement(monkeypatch, as_it_goes_out)
     try:
         with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
             history = log.open_for_append()

@@ -115,19 +115,21 @@ def main(argv: list[str]) -> None:
         table = rest[0]
         log = lesson.PostgresSessionLog(url, session_id)
         log.append(FIRST)
-        send = psycopg.Cursor.execute
+        def pausing_after(send):
+            def pause_after(cursor, query, *args, **kwargs):
+                result = send(cursor, query, *args, **kwargs)
+                text = query.as_string(cursor) if hasattr(query, "as_string") else query
+                if isinstance(text, bytes):
+                    text = text.decode()
+                if re.search(rf'(?i)insert\s+into\s+[\w."]*\b{table}\b', str(text)):
+                    say("inside")
+                    wait_for_the_test()     # the test kills this process here
+                return result
+            return pause_after
 
-        def pause_after(cursor, query, *args, **kwargs):
-            result = send(cursor, query, *args, **kwargs)
-            text = query.as_string(cursor) if hasattr(query, "as_string") else query
-            if isinstance(text, bytes):
-                text = text.decode()
-            if re.search(rf'(?i)insert\s+into\s+[\w."]*\b{table}\b', str(text)):
-                say("inside")
-                wait_for_the_test()     # the test kills this process here
-            return result
-
-        psycopg.Cursor.execute = pause_after
+        # However the lesson's code sends its statements: execute or executemany
+        psycopg.Cursor.execute = pausing_after(psycopg.Cursor.execute)
+        psycopg.Cursor.executemany = pausing_after(psycopg.Cursor.executemany)
         log.append(LARGE)
     else:
         raise SystemExit(f"unknown action {action!r}")
