@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import Fail, call, raw_call, say, use
-from sessionlab.testing import fail_in, raises, until_written
+from sessionlab.testing import described, fail_in, raises, until_written
 
 
 def new_agent(lesson, model, town, **options):
@@ -36,12 +36,29 @@ def until_task_00_3_is_written(request, monkeypatch):
     """The loop (task 00.2) stores each reply through `normalize_reply` (task 00.3).
     So that a loop written first is tested at once, this file's tests store replies
     with `stored_as_sent` for as long as `normalize_reply` says it is not written;
-    once it is, the student's own runs. The tests of 00.3 alone never use it."""
+    once it is, the student's own runs, and an exception it raises fails the test as
+    task 00.3's, not as a traceback of the loop's. The tests of 00.3 alone never use
+    it."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if tasks <= {"00.3"} or "lesson" not in request.fixturenames:
         return
-    until_written(monkeypatch, request.getfixturevalue("lesson"), "normalize_reply",
-                  "00.3", stored_as_sent)
+    lesson = request.getfixturevalue("lesson")
+    until_written(monkeypatch, lesson, "normalize_reply", "00.3", stored_as_sent)
+    written = lesson.normalize_reply
+
+    def normalize_reply(reply, history):
+        try:
+            return written(reply, history)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            held = len(history) if isinstance(history, list) else history
+            fail_in("00.3", f"normalize_reply raised {described(error)}, given the "
+                    f"reply {str(reply)[:200]} and a history of {held} messages: it "
+                    "makes a message to store of whatever a server sends, on any turn "
+                    "of the conversation (task 00.3)")
+
+    monkeypatch.setattr(lesson, "normalize_reply", normalize_reply)
 
 
 def assert_error_result(result, what):
@@ -139,6 +156,28 @@ def test_a_parameter_the_tool_does_not_have_is_an_error_result_naming_it(lesson)
     assert "amount" in result, (
         f"{what}: the error result should name 'amount', the parameter the model got "
         f"wrong, so that it can correct it; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tool_taking_any_keyword_runs_with_the_arguments_sent(lesson):
+    """A tool may take whatever keywords it is given (**arguments), as a tool that
+    passes them on to a service does: every argument the model sent is one of its
+    parameters, and it runs with them all, by name."""
+    noted = []
+
+    def note(**arguments):
+        noted.append(arguments)
+        return f"noted {len(arguments)} things"
+
+    sent = '{"npc": "elder", "topic": "the cave"}'
+    what = f"note(**arguments) was called with {sent}"
+    result = run_call(lesson, FewTools(note=note), tool_call("note", sent), what)
+
+    assert noted == [{"npc": "elder", "topic": "the cave"}] and (
+        result == "noted 2 things"), (
+        f"{what}: a tool that takes any keyword takes every argument the model sent, "
+        f"and should have run once with them, answering 'noted 2 things'; it ran "
+        f"with {noted}, and the result is {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -440,18 +479,18 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments", [
     '{"item": NaN}', '{"item": "rope", "count": Infinity}', '{"gold": -Infinity}',
-    '{"count": 1e999}', {"item": float("nan")}, {"count": float("inf")},
-    {"order": [{"count": float("nan")}]},
+    '{"count": 1e999}', '{"gold": -1e999}', {"item": float("nan")},
+    {"count": float("inf")}, {"order": [{"count": float("nan")}]},
     '{"item": NaN, "note": "' + "rope, " * 20_000 + '"}',
     {"item": float("nan"), "note": "rope, " * 20_000}],
-    ids=["NaN", "Infinity", "-Infinity", "1e999", "object-NaN", "object-Infinity",
-         "object-nested-NaN", "long-NaN", "long-object-NaN"])
+    ids=["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "object-NaN",
+         "object-Infinity", "object-nested-NaN", "long-NaN", "long-object-NaN"])
 def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, arguments):
     """NaN and Infinity are not JSON: Python's reader takes them (and reads 1e999 as
-    Infinity), a strict provider refuses a stored call that holds them. Arguments
-    holding one anywhere, as text or as an object, are refused like any unreadable
-    arguments, the tool does not run, and the result quotes only the start of what
-    was sent."""
+    Infinity, -1e999 as -Infinity), a strict provider refuses a stored call that holds
+    them. Arguments holding one anywhere, as text or as an object, are refused like
+    any unreadable arguments, the tool does not run, and the result quotes only the
+    start of what was sent."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:

@@ -295,7 +295,8 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
     stored with a string id that no earlier call and no other call of the reply has:
     made-up ids included, whatever ids the history already holds, in any of its
     replies, answered or not (a turn stopped by Ctrl-C leaves a call without a
-    result)."""
+    result). A call whose own id no other call has keeps it, wherever it sits among
+    calls that needed a new one."""
     earlier = ["call_0", "call_2", "call_3"]
 
     def asked(ids):
@@ -334,25 +335,33 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
         "it")
     # Made-up ids fed back: a server's id may look like one made up before (a rule
     # that numbers the calls makes the same id twice), and it is kept; a call made up
-    # after it in the same reply must still get another.
+    # before or after it in the same reply must still get another.
     made = [call.get("id") for call in lesson.normalize_reply({
         "role": "assistant", "content": None, "tool_calls": [
             {"id": None, "type": "function",
              "function": {"name": "buy", "arguments": "{}"}}] * 2}, history).get(
                  "tool_calls") or []]
     for echoed in made:
-        again = [call.get("id") for call in lesson.normalize_reply({
-            "role": "assistant", "content": None, "tool_calls": [
-                {"id": i, "type": "function",
-                 "function": {"name": "buy", "arguments": "{}"}}
-                for i in (echoed, None, None)]}, history).get("tool_calls") or []]
-        assert len(set(again)) == 3, (
-            f"after the history above, two calls without ids were given {made}; a "
-            f"reply whose calls came with the ids {[echoed, None, None]} was stored "
-            f"with {again}: an id kept from the server and one made up share a value, "
-            "and a result could not say which call it answers. A made-up id must be "
-            "one no call of the conversation has, the reply's own included, whatever "
-            "ids the server sends")
+        for ids in ((echoed, None, None), (None, None, echoed)):
+            again = [call.get("id") for call in lesson.normalize_reply({
+                "role": "assistant", "content": None, "tool_calls": [
+                    {"id": i, "type": "function",
+                     "function": {"name": "buy", "arguments": "{}"}}
+                    for i in ids]}, history).get("tool_calls") or []]
+            assert len(set(again)) == 3, (
+                f"after the history above, two calls without ids were given {made}; "
+                f"a reply whose calls came with the ids {list(ids)} was stored with "
+                f"{again}: an id kept from the server and one made up share a value, "
+                "and a result could not say which call it answers. A made-up id must "
+                "be one no call of the conversation has, the reply's own included, "
+                "whatever ids the server sends")
+            kept = again[ids.index(echoed)]
+            assert kept == echoed, (
+                f"after the history above, a reply whose calls came with the ids "
+                f"{list(ids)} was stored with {again}: {echoed!r} is an id no call of "
+                f"the conversation has, and its call was stored as {kept!r}. A call "
+                "that came with an id of its own keeps it; a made-up id must be one "
+                "that no call has, those the reply's later calls came with included")
 
 
 @pytest.mark.task("00.3")
