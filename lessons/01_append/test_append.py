@@ -48,6 +48,7 @@ WHY_BAD = {
     "nul.day-2": ("Windows keeps NUL for the bin, even before a dot: nul.day-2.jsonl "
                   "there loses every line written to it"),
     "Com1": "Windows keeps COM1 to COM9 and LPT1 to LPT9 for ports, in any case",
+    "lpt9.x": "Windows keeps LPT9, the last of LPT1 to LPT9, before a dot too",
 }
 BAD_IDS = list(WHY_BAD)
 
@@ -115,6 +116,20 @@ def plain_open(log):
     log._fd = os.open(log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
 
+def the_sessions_id_is_taken(lesson):
+    """Fail in words, naming task 01.1, if check_session_id refuses 'quest-1', the plain
+    id the tests of the other tasks give their sessions: those tests could not even
+    make their SessionLog, and would seem to fail for their own task."""
+    try:
+        lesson.check_session_id("quest-1")
+    except NotImplementedError:
+        return      # the test meets it, and says which task is not written yet
+    except lesson.InvalidSessionId as error:
+        fail_in("01.1", f"check_session_id refused 'quest-1', a plain id (letters, "
+                f"a dash, a digit) that this test gives its session, saying: {error}. "
+                "Ids such as quest-1, Day_2.branch or 7 must pass")
+
+
 @pytest.fixture(autouse=True)
 def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     """Every append opens the log with `_open` (task 01.4) and ends in `_write` (task
@@ -123,8 +138,11 @@ def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     every test not marked 01.4 opens the log with `plain_open` for as long as `_open` is
     not written; once they are, the student's own code runs. So the tests of 01.2 and
     01.3 need neither task written, those of 01.4 need 01.4 only, and those of 01.5
-    alone never use a stand-in."""
+    alone never use a stand-in. A test of another task than 01.1 first makes sure that
+    check_session_id takes the id its session has, or fails naming 01.1."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
+    if "lesson" in request.fixturenames and "01.1" not in tasks:
+        the_sessions_id_is_taken(request.getfixturevalue("lesson"))
     if tasks <= {"01.5"} or "lesson" not in request.fixturenames:
         return
     log_class = request.getfixturevalue("lesson").SessionLog
@@ -438,7 +456,7 @@ def takes(lesson, session_id):
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
     characters allowed: letters, digits, '.', '_', '-'; 128 at most; and how an id may
-    start, where the rule says), so the caller can fix it."""
+    start and end, where the rule says), so the caller can fix it."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     said = str(refused.value)
@@ -473,6 +491,13 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
             assert any(way in words for way in ("start", "begin", "first")), (
                 f"the check refuses {first + 'quest'!r} and takes "
                 f"{'quest' + first + '1'!r}: how an id may start is part of its rule, "
+                "and the error should say it (the caller cannot guess it from the "
+                f"characters named); it says: {said}")
+    for last in "-._":      # taken inside an id: refused at its end only by a rule
+        if takes(lesson, f"quest{last}1") and not takes(lesson, f"quest{last}"):
+            assert any(way in words for way in ("end", "last", "final")), (
+                f"the check refuses {'quest' + last!r} and takes "
+                f"{'quest' + last + '1'!r}: how an id may end is part of its rule, "
                 "and the error should say it (the caller cannot guess it from the "
                 f"characters named); it says: {said}")
 
@@ -1131,6 +1156,45 @@ def test_a_message_said_twice_is_recorded_twice(lesson, model, town, sessions):
         "the user said 'Yes.' twice and the model answered 'Fine.' twice: the log "
         f"should hold all four messages, as memory does; it holds {len(stored)}: "
         f"{stored}. A message equal to an earlier one is still a message of its own")
+
+
+@pytest.mark.task("01.3")
+def test_a_message_said_again_that_the_log_refuses_leaves_memory_in_order(
+    lesson, model, town, sessions
+):
+    """The user says "Yes.", then "Yes." again when the disk is full: run() raises, and
+    memory holds what the log holds, in the log's order. What is kept out of memory is
+    the message that was not saved, never an earlier one equal to it."""
+    model.add(say("Fine."), say("Fine."))
+    path = sessions / "quest-1.jsonl"
+
+    def work():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        agent, log = agent_on(lesson, model, town, sessions)
+        with log:
+            agent.run("Yes.")
+            # Full from here on: the next line is refused whole (EFBIG).
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (path.stat().st_size, resource.RLIM_INFINITY))
+            try:
+                agent.run("Yes.")
+                second = "returned"
+            except Exception as error:      # noqa: BLE001 - memory is what is judged
+                second = f"raised {type(error).__name__}"
+        return [second, agent.messages]
+
+    outcome = unless_unfinished(in_child(work))
+    if isinstance(outcome, dict):
+        pytest.fail(f"the first turn (the user's 'Yes.', the model's 'Fine.') "
+                    f"raised {outcome['raised']}: {outcome['message']}", pytrace=False)
+    second, memory = outcome
+    held = lines_of(path)
+    assert memory == held, (
+        "the user said 'Yes.' and the model answered 'Fine.'; then the disk was full "
+        f"and the user said 'Yes.' again: run() {second}, the log holds {held}, and "
+        f"the agent's memory holds {memory}. Memory holds what the log holds, in its "
+        "order: the message kept out of memory is the one that was not saved, the "
+        "last, never an earlier message equal to it")
 
 
 @pytest.mark.task("01.4")
