@@ -1246,22 +1246,25 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
 
 @pytest.mark.task("04.1")
 @pytest.mark.parametrize("tail", [b"", TORN], ids=["whole", "torn"])
+@pytest.mark.parametrize("place", ["among", "first"])
 def test_a_log_with_a_stray_empty_line_resumes_and_loses_only_its_torn_bytes(
-        resume, sessions, tail):
-    """A stray newline among the entries, then the end of the log, whole or torn: the
-    log resumes with its four messages; a whole one gets no byte, and a torn one loses
-    its torn bytes, exactly those."""
+        resume, sessions, tail, place):
+    """A stray newline among the entries, or as the log's very first byte, then the end
+    of the log, whole or torn: the log resumes with its four messages; a whole one gets
+    no byte, and a torn one loses its torn bytes, exactly those."""
     first, rest = line(A_FINISHED_DAY[0]), b"".join(map(line, A_FINISHED_DAY[1:]))
-    whole = first + b"\n" + rest
+    whole = (first + b"\n" + rest if place == "among"
+             else b"\n" + first + rest)
     path = sessions / "quest-1.jsonl"
     path.write_bytes(whole + tail)
+    where = "among them" if place == "among" else "before them, the log's first line"
 
     agent, _ = resume_whole(resume, path, whole,
-                            "an empty line among them and " + ("a torn tail" if tail
-                                                               else "nothing"))
+                            f"an empty line {where} and " + ("a torn tail" if tail
+                                                             else "nothing"))
 
     assert agent.messages == A_FINISHED_DAY, (
-        "the four messages around the empty line are the history; got "
+        f"the four messages with an empty line {where} are the history; got "
         f"{agent.messages}")
     data = path.read_bytes()
     if not tail:
