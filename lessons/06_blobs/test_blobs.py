@@ -76,7 +76,10 @@ def _audit(event, args):
         if _opened is not None:
             _opened.append(path)
         if _created is not None and isinstance(args[2], int) and args[2] & os.O_CREAT:
-            _created.append(path)
+            # A folder is never made by an open: NamedTemporaryFile passes its folder
+            # to open() as the name of a file its opener makes inside
+            if not os.path.isdir(path):
+                _created.append(path)
     elif _renaming is not None and event in ("os.rename", "os.link") and len(args) > 1:
         if isinstance(args[1], (str, bytes, os.PathLike)):
             _renaming(os.path.abspath(os.fsdecode(args[1])))
@@ -278,8 +281,9 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
 def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesson,
                                                                           sessions):
     """blob_threshold is configurable, and a content leaves exactly when its blob would
-    hold more: ten letters stay, eleven leave, and so do six accented letters; with a
-    threshold of 0, every content but an empty one leaves."""
+    hold more: ten letters stay, eleven leave, and so do six accented letters, four
+    letters of 3 bytes and three emoji; with a threshold of 0, every content but an
+    empty one leaves."""
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=10) as log:
         # 10 bytes: stays in the line
         log.append({"role": "user", "content": "x" * 10})
@@ -287,6 +291,9 @@ def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesso
         log.append({"role": "user", "content": "x" * 11})
         # 6 characters, 12 bytes: a blob
         log.append({"role": "user", "content": "é" * 6})
+        # 4 letters of 3 bytes and 3 emoji of 4: 12 bytes each, a blob too
+        log.append({"role": "user", "content": "語" * 4})
+        log.append({"role": "user", "content": "🗺" * 3})
 
     stored = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
     assert stored[0] == "x" * 10, (
@@ -300,6 +307,11 @@ def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesso
         "with blob_threshold=10, 'é' * 6 should go to a blob of size 12: six "
         "characters, but its blob holds their 12 bytes of UTF-8, and the threshold and "
         f"the size both count what the blob holds; the line holds {stored[2]!r}")
+    for text, content in zip(["語" * 4, "🗺" * 3], stored[3:]):
+        assert isinstance(content, dict) and content.get("size") == 12, (
+            f"with blob_threshold=10, {text!r} should go to a blob of size 12: "
+            f"{len(text)} characters of {12 // len(text)} bytes each in UTF-8, more "
+            f"than the threshold; the line holds {content!r}")
 
     # 0 is a threshold like any other (no "use the default"): every byte leaves
     with lesson.SessionLog(sessions, "quest-2", blob_threshold=0) as log:
@@ -659,6 +671,45 @@ def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessi
         f"two writers stored the same paste at once, and blobs/{digest} holds "
         f"{len(held)} bytes that are not the paste: one writer's bytes were put in "
         "place while the other was still writing them")
+
+
+@pytest.mark.task("06.1")
+def test_a_durable_store_syncs_the_blob_another_writer_put_in_place_meanwhile(
+    lesson, sessions, monkeypatch
+):
+    """While a durable writer puts its blob in place, a writer that is not durable
+    stores the same paste. Whichever file then holds the blob's name, the durable
+    writer's store returns with it and blobs/ synced: its line will point to it."""
+    global _renaming
+    data = PASTE.encode("utf-8")
+    blobs = str(sessions / "blobs")
+    with lesson.SessionLog(sessions, "careful", durable=True) as careful, \
+            lesson.SessionLog(sessions, "quick") as quick:
+
+        def meanwhile(target):
+            global _renaming
+            if os.path.dirname(target) == blobs:
+                _renaming = None        # once: the quick store runs to its end here
+                quick.store_blob(data)
+
+        synced = count_syncs(monkeypatch)
+        _renaming = meanwhile
+        try:
+            careful.store_blob(data)
+        finally:
+            _renaming = None
+            monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(data)
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
+    assert blob.stat().st_ino in synced, (
+        "a durable writer stored a paste while a writer that is not durable stored the "
+        "same one, and returned without syncing the file that holds the blob's name "
+        "now: a power cut could keep the durable writer's line and lose the blob")
+    assert (sessions / "blobs").stat().st_ino in synced, (
+        "a durable writer's store returned without syncing blobs/, where the blob's "
+        "name lives: a power cut could lose the name")
 
 
 @pytest.mark.key
