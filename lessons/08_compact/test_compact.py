@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 import openai
 import pytest
@@ -20,7 +20,7 @@ from sessionlab.scripted import (
     ScriptedModel,
     SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import fail_in, raises, until_written
+from sessionlab.testing import fail_in, raises, until_written, wait_past
 
 SYSTEM = "You are an adventurer in a small town."
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
@@ -428,12 +428,16 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
     and its request, then sent, is exactly at the budget; one token longer is refused.
     With a system prompt, with none, and with an empty one (sent as none); with the
     boundary anywhere from the start to past the last message; and planned, as a second
-    compaction plans it, while the agent still holds the earlier one."""
+    compaction plans it, while the agent still holds the earlier one. A summary in
+    another script is counted as it is sent: its UTF-8 bytes, neither its characters
+    nor the \\u escapes of ASCII-only JSON."""
     said = conversation(8)
     earlier = lesson.Compaction("An earlier summary, longer than the new ones. " * 4, 1)
     for cut in (2, 4, 6, 0, 8):
         # "": the request before any summary, which summary_room measures
-        for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9, ""):
+        # SUMMARY_ABROAD: a summary in other scripts, of more bytes than characters
+        for summary in ("Days one and two.", "The elder spoke of a ledge. " * 9,
+                        SUMMARY_ABROAD, ""):
             agent = agent_without_session(lesson, said, earlier if cut else None,
                                           system=system)
             held, before = agent.compaction, agent.view()
@@ -867,6 +871,38 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         "keeping no message, 'upto' is the number of messages in the file "
         f"({len(messages_in(path))}: the two undone ones count, markers do not); it "
         f"is {upto}")
+
+
+@pytest.mark.task("08.1")
+def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
+    """Each compaction marker's "at" is the time its marker was written (the format
+    page's field), not a time taken once and written again: two compactions of one
+    writer, in two different seconds of the clock, carry two times, each its own."""
+    path = sessions / "quest-1.jsonl"
+    times = []
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for n in (1, 2):
+            if times:   # the second compaction in a later second of the clock
+                wait_past(times[-1][1])
+            log.append({"role": "user", "content": day(n)[0]})
+            log.append({"role": "assistant", "content": f"On day {n} we rest."})
+            before = datetime.now(timezone.utc).replace(microsecond=0)
+            log.compact(f"summary #{n}: days up to {n}", keep=0)
+            times.append((before, datetime.now(timezone.utc)))
+    found = compactions_in(path)
+    assert len(found) == 2, f"two compactions should leave two markers; found {found}"
+    for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
+        at = marker.get("at")
+        try:
+            when = datetime.fromisoformat(at)
+        except (TypeError, ValueError):
+            pytest.fail(f"the compaction marker's \"at\" should be an ISO 8601 time; "
+                        f"it is {at!r} (markers: {found})", pytrace=False)
+        assert when.tzinfo is not None and before <= when <= after, (
+            f"\"at\" of compaction {number} of one writer should be the time its "
+            f"marker was written, between {before} and {after}, with its time zone; "
+            f"it is {at!r} (a time taken once, and written again by a later "
+            "compaction, is the wrong one)")
 
 
 @pytest.mark.task("08.1")
@@ -1685,8 +1721,10 @@ NO_SUMMARY = {**{key: ODD_REPLIES[key] for key in NO_ANSWER},
               "too_long": long_reply(2000), "cut_off": CUT_OFF_SUMMARY}
 # What the user (and, asked again, the model) must be told each of them was: the tool
 # called, no text, thinking only, a call written as text, too long.
-NO_TEXT, THINKING, AS_TEXT = r"(?i)\bno text\b|\bempty\b|\bnothing\b", r"(?i)think", (
-    r"(?i)\bjson\b|\btext\b")
+# (No text: in any of the words a user reads it in, "empty", "blank", "whitespace" ...)
+NO_TEXT = (r"(?i)\bno (text|content)\b|\bempty\b|\bnothing\b|\bblank\b|"
+           r"\bwhite ?space\b|\bonly spaces\b|\bnull\b")
+THINKING, AS_TEXT = r"(?i)think", r"(?i)\bjson\b|\btext\b"
 AS_TEXT_CALL = ["talk_to", AS_TEXT]
 # A tool call: the message reads on after "it was", so it says a call was made, and
 # to which tool ("a call to talk_to"), not the tool's name alone
