@@ -1205,8 +1205,10 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
         lesson, sessions, town, monkeypatch):
     """The disk fills up as the second of three results is written; the user makes room
     for one line only, and the next message fails after the first answer was written;
-    then there is room. Each open call is answered once in the log, and memory holds
-    what the log holds at every step: a result the log got is never written again."""
+    then there is room. Each open call is answered once in the log, saying what is
+    known of it (the third never started: the settle that stopped half-way ran no
+    call), and memory holds what the log holds at every step: a result the log got is
+    never written again."""
     path = sessions / "quest-1.jsonl"
     model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1235,6 +1237,9 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
         f"each call should be answered once in the log, in call order, {asked}; the "
         f"log answers {answers}: an answer written before the disk refused the next "
         "was written again")
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
+                      "the disk full as the second of three results was written, then "
+                      "as the answer to the third was")
     assert agent.messages == entries, (
         "memory and log should hold the same conversation; memory holds "
         f"{[m.get('role') for m in agent.messages]}, the log "

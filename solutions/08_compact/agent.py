@@ -104,8 +104,18 @@ class Agent(AgentUndo, AgentCompaction):
         # This agent runs its calls one at a time, in the model's order, and records
         # each result before the next call starts: of the calls left open, the first
         # may have run (Ctrl-C inside it, or its result not written), the others had
-        # not started. The repair cannot say so: a log may come from any writer.
-        for number, call in enumerate(unanswered_calls(self.messages)):
+        # not started. Unless a settle stopped half-way (the disk filled as it wrote):
+        # the answer it made up last ends the conversation, and no call ran since.
+        # The repair cannot say so: a log may come from any writer.
+        last = self.messages[-1] if self.messages else {}
+        asked = {call["id"]: call for message in self.messages
+                 for call in message.get("tool_calls") or ()}
+        answered = asked.get(last.get("tool_call_id"))
+        ran_none = answered is not None and last in (
+            interrupted_result(answered), unstarted_result(answered))
+        # Counted from 1 when no call ran since: then none of them is the first
+        first = 1 if ran_none else 0
+        for number, call in enumerate(unanswered_calls(self.messages), start=first):
             self.record(unstarted_result(call) if number else interrupted_result(call))
 
     def record(self, message: Message) -> None:
