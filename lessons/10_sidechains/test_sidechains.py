@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import openai
@@ -31,7 +31,7 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import raises
+from sessionlab.testing import raises, wait_past
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -271,7 +271,9 @@ ODD_CALL_IDS = [
     "call-" + hashlib.sha256(b"x" * 300).hexdigest(),
     "call-" + hashlib.sha256("\ud800".encode("utf-8", "surrogatepass")).hexdigest(),
     "call_1_0", "call_1_0.2", "Sp\xe4t", "Spa\u0308t", "CALL_1_0",
-    "x" * 300 + "y", "functions.buy:0 ", " functions.buy:0"]
+    "x" * 300 + "y", "functions.buy:0 ", " functions.buy:0",
+    "functions." + "a" * 50 + ":1",
+    "функции.купить_фонарь_и_веревку_у_старосты:0"]
 
 
 @pytest.mark.key
@@ -298,6 +300,14 @@ def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
                         f"{shown(name, 80)}, which is no valid session id: a "
                         "side-chain is a session and its name must pass "
                         "check_session_id",
+                        pytrace=False)
+        try:
+            lesson.check_session_id(f"{name}.99")
+        except lesson.InvalidSessionId:
+            pytest.fail(f"the call id {shown(call_id)} gave the side-chain name "
+                        f"{shown(name, 80)}, and its 99th side-chain's name, with the "
+                        "suffix .99 task 10.2 gives it, is no valid session id: a "
+                        "made name must leave room for a call id that comes back",
                         pytrace=False)
         if name in names:
             pytest.fail(f"the call ids {shown(names[name])} and {shown(call_id)} both "
@@ -506,6 +516,50 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(pointer.get("at")), (
             f"the pointer should say when it was written ('at', as now() writes it); "
             f"it is {pointer}")
+
+
+@pytest.mark.task("10.2")
+def test_each_side_chain_says_when_it_was_started(lesson, sessions):
+    """A meta file's "created" and a pointer's "at" are the time that side-chain was
+    started: each side-chain's own, the second one a parent's writer starts too."""
+    times = []
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        for _ in range(2):
+            if times:   # the second side-chain in a later second of the clock
+                wait_past(times[-1][1])
+            before = datetime.now(timezone.utc).replace(microsecond=0)
+            start(lesson, log).close()
+            times.append((before, datetime.now(timezone.utc)))
+    names = [CALL_ID, f"{CALL_ID}.2"]
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    assert [pointer.get("sidechain") for pointer in pointers] == names, (
+        f"two side-chains of {CALL_ID} should leave two pointers, to {names}; the log "
+        f"holds {pointers}")
+    folder = sessions / "quest-1.sidechains"
+    for name, pointer, (before, after) in zip(names, pointers, times):
+        try:
+            meta = json.loads((folder / f"{name}.meta.json").read_bytes())
+        except (OSError, ValueError) as error:
+            pytest.fail(f"side-chain {name} should have its meta file, "
+                        f"{name}.meta.json, a JSON object saying when it was created; "
+                        f"reading it failed: {error}", pytrace=False)
+        if not isinstance(meta, dict):
+            pytest.fail(f"{name}.meta.json should be a JSON object; it holds {meta!r}",
+                        pytrace=False)
+        for what, value in (
+                (f"{name}.meta.json's \"created\"", meta.get("created")),
+                (f"the \"at\" of the pointer to {name}", pointer.get("at"))):
+            try:
+                when = datetime.fromisoformat(value)
+            except (TypeError, ValueError):
+                pytest.fail(f"{what} should be a time as now() writes it; it is "
+                            f"{value!r}", pytrace=False)
+            assert when.tzinfo is not None and before <= when <= after, (
+                f"{what} should be the time side-chain {name} was started, between "
+                f"{before} and {after}, with its time zone; it is {value!r} (a time "
+                "taken once, and written again for a later side-chain, is the wrong "
+                "one)")
 
 
 @pytest.mark.task("10.2")
@@ -833,7 +887,10 @@ def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sess
 @pytest.mark.task("10.2")
 def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypatch):
     """The side-chain is as durable as its parent: with a durable parent, its meta file
-    and every line of the helper's log are fsynced."""
+    and every line of the helper's log are fsynced. The meta file, its name and the new
+    folder's name are on the disk when start_sidechain returns, as the parent's pointer
+    is: a helper that dies before its first line still owns its name after a power
+    cut."""
     synced = []
     real = os.fsync
 
@@ -846,10 +903,21 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
         begin(log)
         synced.clear()      # from here on, only what starting a side-chain synced
         with start(lesson, log) as side:
+            started = list(synced)      # what was synced when start_sidechain returned
             side.append({"role": "user", "content": QUESTION})
             side.append({"role": "assistant", "content": HELPER_ANSWER})
     monkeypatch.undo()
     folder = sessions / "quest-1.sidechains"
+    for where, what in (
+            (folder / f"{CALL_ID}.meta.json", "the side-chain's meta file"),
+            (folder, "quest-1.sidechains/, which holds the meta file's name"),
+            (sessions, "the sessions folder, which holds the new quest-1.sidechains/ "
+             "folder's name")):
+        assert not where.exists() or os.stat(where).st_ino in started, (
+            f"the parent is durable, but {what} was not fsynced by the time "
+            "start_sidechain returned, when the parent's pointer is on the disk: a "
+            "power cut before the helper's first line could lose the meta file, and "
+            "with it the name's claim, while the pointer to it survives")
     for name, what in ((f"{CALL_ID}.meta.json", "meta file"),
                        (f"{CALL_ID}.jsonl", "log")):
         assert (folder / name).is_file(), (
@@ -1921,6 +1989,64 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
             assert refused is not None and "line 3" in refused, (
                 "the bad pointer is on line 3 of the file (line 2 is blank): the error "
                 f"should say 'line 3'; it says {refused}")
+
+
+@pytest.mark.task("10.4")
+def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
+    """A log holds other markers beside its pointers: a repair, an undo, a compaction,
+    one of a kind this code does not know. Only the pointers lead to side-chains: the
+    others are neither followed nor refused."""
+    at = "2026-01-01T00:00:00+00:00"
+    lines = [
+        {"role": "user", "content": "Ask a helper."},
+        {"$marker": "repair", "at": at, "cut_bytes": 0, "cut_preview": "",
+         "interrupted": []},
+        {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+         "sidechain": CALL_ID, "at": at},
+        {"$marker": "undo", "skip": [0], "at": at},
+        {"$marker": "compaction", "summary": "A helper was asked.", "upto": 1,
+         "at": at},
+        {"$marker": "bookmark", "at": at},
+        {"$marker": "sidechain", "call": "call_2_0", "session": "quest-1",
+         "sidechain": "call_2_0", "at": at}]
+    path = sessions / "quest-1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines),
+                    encoding="utf-8")
+    folder = sessions / "quest-1.sidechains"
+    expected = [(CALL_ID, folder / f"{CALL_ID}.jsonl"),
+                ("call_2_0", folder / "call_2_0.jsonl")]
+    try:
+        found = lesson.sidechains(sessions, "quest-1")
+    except ValueError as error:
+        pytest.fail("the log holds two pointers, to call_1_0 and call_2_0, among a "
+                    "repair, an undo, a compaction and a bookmark marker, which are "
+                    f"no pointers; sidechains refused the log: {error}", pytrace=False)
+    assert found == expected, (
+        "the log holds two pointers, to call_1_0 (line 3) and call_2_0 (line 7), among "
+        "markers of other kinds: sidechains should give those two, "
+        f"{[(c, p.name) for c, p in expected]}; it gave "
+        f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
+
+
+@pytest.mark.task("10.4")
+def test_a_pointer_on_a_last_line_without_its_newline_is_found(lesson, sessions):
+    """The log's last line is a whole pointer, only its newline was never written (a
+    crash cut the write just there): it is an entry, as every reader of lesson 04
+    reads it, so its side-chain is found, and the log is left as it was."""
+    ask = {"role": "user", "content": "Ask a helper."}
+    pointer = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+               "sidechain": CALL_ID, "at": "2026-01-01T00:00:00+00:00"}
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes((json.dumps(ask) + "\n" + json.dumps(pointer)).encode())
+    before = path.read_bytes()
+    found = lesson.sidechains(sessions, "quest-1")
+    assert path.read_bytes() == before, (
+        "sidechains changed the log it read: a reader never repairs or rewrites")
+    expected = [(CALL_ID, sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")]
+    assert found == expected, (
+        "the log's last line is a whole pointer whose newline was never written, an "
+        f"entry as lesson 04 reads it: sidechains should find it, {expected}; it gave "
+        f"{found}")
 
 
 # --- a real process, killed inside its helper -----------------------------------------
