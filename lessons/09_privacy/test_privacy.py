@@ -27,14 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from sessionlab.scripted import InvalidRequest, ScriptedModel, call, say, use, validate
 from sessionlab.town import Town
-from sessionlab.testing import fail_in, open_descriptors, raises
+from sessionlab.testing import fail_in, open_descriptors, raises, wait_past
 
 BLOB_WRITER = Path(__file__).with_name("blob_writer.py")
 HANG = 30       # seconds: only a guard against a process that would never answer
@@ -382,7 +382,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     # Names no temporary copy of quest-1's files takes (a dot, the file's whole name,
     # a dot, a random part without a dot, .tmp): someone else's files
     others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp",
-              ".quest-1.jsonl..tmp", ".quest-1.jsonl..zz.tmp"]
+              ".quest-1.jsonl..tmp", ".quest-1.jsonl..zz.tmp", ".quest-1_jsonl.zz.tmp",
+              ".quest-1.jsonl.zz.tmp~"]
     for name in others:
         (sessions / name).write_text("someone else's")
     lesson.delete_session(sessions, "quest-1")
@@ -2035,6 +2036,36 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
         f"the erase marker's 'at' should be the time of the erase as now() writes it "
         f"(an ISO date and time with its zone), found {marker['at']!r}")
     assert issubclass(lesson.EraseError, ValueError)
+
+
+@pytest.mark.task("09.3")
+def test_each_erase_marker_says_when_its_own_erase_was_made(lesson, sessions):
+    """The erase marker's "at" is the time of that erase, an ISO 8601 time with its
+    zone: one writer's second erase, in a later second of the clock, writes its own."""
+    play(lesson, sessions, TURN_SECRET, TURN_A)
+    path = sessions / "quest-1.jsonl"
+    times = []
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for index in (0, 2):
+            if times:   # the second erase in a later second of the clock
+                wait_past(times[-1][1])
+            before = datetime.now(timezone.utc).replace(microsecond=0)
+            log.erase(index)
+            times.append((before, datetime.now(timezone.utc)))
+    found = erase_markers(path)
+    assert len(found) == 2, (
+        f"two erases should leave two erase markers; the log has {found}")
+    for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
+        try:
+            when = datetime.fromisoformat(marker.get("at"))
+        except (TypeError, ValueError):
+            when = None
+        assert when is not None and when.tzinfo is not None and (
+            before <= when <= after), (
+            f"\"at\" of erase {number} of one writer should be the time of that "
+            f"erase, between {before} and {after}, with its time zone; it is "
+            f"{marker.get('at')!r} (a time taken once, when the writer opened, say, "
+            "and written again by a later erase, is the wrong one)")
 
 
 @pytest.mark.task("09.3")
