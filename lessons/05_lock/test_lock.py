@@ -508,36 +508,54 @@ def descriptors_open() -> set[int]:
     return {fd for fd in listed if os.path.exists(f"/proc/self/fd/{fd}")}
 
 
+AS_IT_ASKS = "as it asks for the lock"
+OPENED = "just after it opened the lock file"
+
+
 @pytest.mark.task("05.1")
-@pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
+@pytest.mark.parametrize(("timeout", "moment"),
+                         [(WAIT, AS_IT_ASKS), (None, AS_IT_ASKS), (WAIT, OPENED)],
+                         ids=["timeout=3", "timeout=None", "timeout=3, once opened"])
 def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one(
-    lesson, sessions, monkeypatch, timeout
+    lesson, sessions, monkeypatch, timeout, moment
 ):
     """The holder lets go, and its lock file goes, just as a second writer asks for the
-    lock: the second writer (waiting up to 3 s, or as long as it takes) gets the
-    session, no third writer gets in beside it, and no descriptor is left open."""
+    lock (its flock), or just after it opened quest-1.lock: the second writer (waiting
+    up to 3 s, or as long as it takes) gets the session, no third writer gets in beside
+    it, and no descriptor is left open."""
     descriptors = descriptors_open()
     lock = sessions / "quest-1.lock"
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
-    real_flock = lesson.fcntl.flock
+    real_flock, real_open = lesson.fcntl.flock, os.open
     first_try = []
     held = []       # the holder's lock descriptor, if its close left it open
 
+    def holder_lets_go(fd):
+        first_try.append(fd)
+        kept = getattr(holder, "_lock_fd", None)    # as the holder knows its own
+        # The holder lets go, and its lock file is gone. (Its 05.2 removes the file;
+        # until 05.2 is written, close() leaves it, and the test removes it here in
+        # its place.)
+        holder.close()
+        lock.unlink(missing_ok=True)
+        if kept is not None and kept in descriptors_open():
+            held.append(kept)
+
     def flock(fd, operation):
-        if not first_try:
-            first_try.append(fd)
-            kept = getattr(holder, "_lock_fd", None)    # as the holder knows its own
-            # The holder lets go, and its lock file is gone, just before the flock. (Its
-            # 05.2 removes the file; until 05.2 is written, close() leaves it, and the
-            # test removes it here in its place.)
-            holder.close()
-            lock.unlink(missing_ok=True)
-            if kept is not None and kept in descriptors_open():
-                held.append(kept)
+        if not first_try:   # (once opened: a lock file opened other than by os.open)
+            holder_lets_go(fd)
         return real_flock(fd, operation)
 
+    def opening(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if not first_try and os.fspath(path) == str(lock):
+            holder_lets_go(fd)
+        return fd
+
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    if moment == OPENED:
+        monkeypatch.setattr(os, "open", opening)
     second = lesson.SessionLog(sessions, "quest-1", timeout=timeout)
     try:
         second.append({"role": "user", "content": "second"})
@@ -545,13 +563,16 @@ def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one
         failed = error
     else:
         failed = None
+    finally:
+        monkeypatch.setattr(os, "open", real_open)
     if failed is not None:      # outside the except: the words come first, alone
         second.close()
         if not first_try:
             holder.close()
-        pytest.fail("the holder let go, and removed quest-1.lock, just as the second "
-                    "writer asked for the lock; the second writer should then have "
-                    "taken the session with a new quest-1.lock, but it failed with "
+        pytest.fail(f"the holder let go, and removed quest-1.lock, {moment}: the "
+                    "second writer should then have taken the session with a new "
+                    "quest-1.lock (the file it opened has no name any more: it is no "
+                    "planted file, only a lock file let go), but it failed with "
                     f"{type(failed).__name__}: {failed}", pytrace=False)
     with second:
         monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
@@ -1049,7 +1070,6 @@ def test_no_newcomer_ever_shares_the_session_while_the_holder_lets_go(
     # Tries the moment the lock file is removed
     newcomer = lesson.SessionLog(sessions, "quest-1")
     took_over = []
-    real_unlink, real_remove = os.unlink, os.remove
 
     def removing(real):
         def remove(path, *args, **kwargs):
@@ -1068,12 +1088,15 @@ def test_no_newcomer_ever_shares_the_session_while_the_holder_lets_go(
             return real(path, *args, **kwargs)
         return remove
 
-    # os.remove and os.unlink are two names of one call (Path.unlink uses the latter)
-    monkeypatch.setattr(os, "unlink", removing(real_unlink))
-    monkeypatch.setattr(os, "remove", removing(real_remove))
+    # os.remove and os.unlink are two names of one call (Path.unlink uses the latter);
+    # a rename takes the name away too (the file then goes under another name)
+    calls = {name: getattr(os, name) for name in ("unlink", "remove", "rename",
+                                                  "replace")}
+    for name, real in calls.items():
+        monkeypatch.setattr(os, name, removing(real))
     holder.close()
-    monkeypatch.setattr(os, "unlink", real_unlink)
-    monkeypatch.setattr(os, "remove", real_remove)
+    for name, real in calls.items():
+        monkeypatch.setattr(os, name, real)
     try:
         if took_over and took_over[0]:
             with raises(lesson.SessionBusy,
