@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import fail_in, open_descriptors, raises
+from sessionlab.testing import check_time, fail_in, open_descriptors, raises
 
 
 def tool_call(call_id, name, **arguments):
@@ -1601,15 +1601,9 @@ def test_the_repair_marker_says_when_it_was_written(resume, sessions):
 
     after = datetime.now(timezone.utc)
     found = markers(entries_in(path))
-    at = found[0].get("at") if found else None
-    try:
-        when = datetime.fromisoformat(at)
-    except (TypeError, ValueError):
-        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is "
-                    f"{at!r} (markers: {found})", pytrace=False)
-    assert when.tzinfo is not None and before <= when <= after, (
-        f"`at` should be the time of the repair, between {before} and {after}, with "
-        f"its time zone; it is {at!r}")
+    check_time(found[0].get("at") if found else None, before, after,
+               "the repair marker's `at`", "the time of the repair",
+               f"markers: {found}")
 
 
 # --- the file the writer opened -------------------------------------------------------

@@ -15,7 +15,8 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import fail_in, raises, wait_past, with_file_size_limit
+from sessionlab.testing import (check_time, fail_in, raises, wait_past,
+                                with_file_size_limit)
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -1664,16 +1665,9 @@ def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
     found = markers_in(sessions / "quest-1.jsonl")
     assert len(found) == 2, f"two undos should leave two markers; the log has {found}"
     for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
-        at = marker.get("at")
-        try:
-            when = datetime.fromisoformat(at)
-        except (TypeError, ValueError):
-            pytest.fail(f"the undo marker's \"at\" should be an ISO 8601 time; it is "
-                        f"{at!r} (markers: {found})", pytrace=False)
-        assert when.tzinfo is not None and before <= when <= after, (
-            f"\"at\" of undo {number} of one writer should be the time of that undo, "
-            f"between {before} and {after}, with its time zone; it is {at!r} (a time "
-            "taken once, and written again by a later undo, is the wrong one)")
+        check_time(marker.get("at"), before, after, f"\"at\" of undo {number} of one "
+                   "writer", "the time of that undo", "a time taken once, and written "
+                   "again by a later undo, is the wrong one")
 
 
 @pytest.mark.task("07.1")

@@ -20,7 +20,7 @@ from sessionlab.scripted import (
     ScriptedModel,
     SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import fail_in, raises, until_written, wait_past
+from sessionlab.testing import check_time, fail_in, raises, until_written, wait_past
 
 SYSTEM = "You are an adventurer in a small town."
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
@@ -892,17 +892,9 @@ def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
     found = compactions_in(path)
     assert len(found) == 2, f"two compactions should leave two markers; found {found}"
     for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
-        at = marker.get("at")
-        try:
-            when = datetime.fromisoformat(at)
-        except (TypeError, ValueError):
-            pytest.fail(f"the compaction marker's \"at\" should be an ISO 8601 time; "
-                        f"it is {at!r} (markers: {found})", pytrace=False)
-        assert when.tzinfo is not None and before <= when <= after, (
-            f"\"at\" of compaction {number} of one writer should be the time its "
-            f"marker was written, between {before} and {after}, with its time zone; "
-            f"it is {at!r} (a time taken once, and written again by a later "
-            "compaction, is the wrong one)")
+        check_time(marker.get("at"), before, after, f"\"at\" of compaction {number} "
+                   "of one writer", "the time its marker was written", "a time taken "
+                   "once, and written again by a later compaction, is the wrong one")
 
 
 @pytest.mark.task("08.1")

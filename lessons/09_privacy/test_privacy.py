@@ -34,7 +34,7 @@ import pytest
 
 from sessionlab.scripted import InvalidRequest, ScriptedModel, call, say, use, validate
 from sessionlab.town import Town
-from sessionlab.testing import fail_in, open_descriptors, raises, wait_past
+from sessionlab.testing import check_time, fail_in, open_descriptors, raises, wait_past
 
 BLOB_WRITER = Path(__file__).with_name("blob_writer.py")
 HANG = 30       # seconds: only a guard against a process that would never answer
@@ -2056,16 +2056,10 @@ def test_each_erase_marker_says_when_its_own_erase_was_made(lesson, sessions):
     assert len(found) == 2, (
         f"two erases should leave two erase markers; the log has {found}")
     for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
-        try:
-            when = datetime.fromisoformat(marker.get("at"))
-        except (TypeError, ValueError):
-            when = None
-        assert when is not None and when.tzinfo is not None and (
-            before <= when <= after), (
-            f"\"at\" of erase {number} of one writer should be the time of that "
-            f"erase, between {before} and {after}, with its time zone; it is "
-            f"{marker.get('at')!r} (a time taken once, when the writer opened, say, "
-            "and written again by a later erase, is the wrong one)")
+        check_time(marker.get("at"), before, after, f"\"at\" of erase {number} of "
+                   "one writer", "the time of that erase", "a time taken once, when "
+                   "the writer opened, say, and written again by a later erase, is the "
+                   "wrong one")
 
 
 @pytest.mark.task("09.3")

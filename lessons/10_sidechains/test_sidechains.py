@@ -31,7 +31,7 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import raises, wait_past
+from sessionlab.testing import check_time, raises, wait_past
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -550,16 +550,9 @@ def test_each_side_chain_says_when_it_was_started(lesson, sessions):
         for what, value in (
                 (f"{name}.meta.json's \"created\"", meta.get("created")),
                 (f"the \"at\" of the pointer to {name}", pointer.get("at"))):
-            try:
-                when = datetime.fromisoformat(value)
-            except (TypeError, ValueError):
-                pytest.fail(f"{what} should be a time as now() writes it; it is "
-                            f"{value!r}", pytrace=False)
-            assert when.tzinfo is not None and before <= when <= after, (
-                f"{what} should be the time side-chain {name} was started, between "
-                f"{before} and {after}, with its time zone; it is {value!r} (a time "
-                "taken once, and written again for a later side-chain, is the wrong "
-                "one)")
+            check_time(value, before, after, what,
+                       f"the time side-chain {name} was started", "a time taken once, "
+                       "and written again for a later side-chain, is the wrong one")
 
 
 @pytest.mark.task("10.2")

@@ -28,7 +28,7 @@ import pytest
 
 from sessionlab.pgserver import why_not_available
 from sessionlab.scripted import ODD_REPLIES, ScriptedModel, call, say, summaries, use
-from sessionlab.testing import described, fail_in, raises
+from sessionlab.testing import check_time, described, fail_in, raises
 from sessionlab.town import Town
 
 # Without PostgreSQL, the whole file is skipped in one line saying how to install it
@@ -1403,15 +1403,8 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
     assert kept == markers[0], (
         "the writer should keep the repair marker it stored in `repaired` (the chat "
         f"says the session was repaired by it): stored {markers[0]}, kept {kept}")
-    at = markers[0].get("at")
-    try:
-        when = datetime.fromisoformat(at)
-    except (TypeError, ValueError):
-        pytest.fail(f"the repair marker's `at` should be an ISO 8601 time; it is "
-                    f"{at!r}", pytrace=False)
-    assert when.tzinfo is not None and started <= when <= ended, (
-        f"`at` should be the time of the repair, between {started} and {ended}, with "
-        f"its time zone; it is {at!r}")
+    check_time(markers[0].get("at"), started, ended, "the repair marker's `at`",
+               "the time of the repair")
 
 
 def hold_inserts(database):

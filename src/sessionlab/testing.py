@@ -142,6 +142,23 @@ def wait_past(moment: datetime) -> datetime:
     return now
 
 
+def check_time(value: object, before: datetime, after: datetime, field: str,
+               should_be: str, note: str = "") -> None:
+    """Fail in words unless `value` is a time as the course writes one (ISO 8601, with
+    its zone) from `before` to `after`: the window in which the act it dates was made.
+    `field` names it ('"at" of undo 2'), `should_be` says what it stands for ('the time
+    of that undo'), `note` what a wrong one is likely to be."""
+    try:
+        when = datetime.fromisoformat(value)     # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        when = None
+    if when is None or when.tzinfo is None or not before <= when <= after:
+        raise AssertionError(
+            f"{field} should be {should_be}: an ISO 8601 time with its time zone, "
+            f"between {before} and {after}; it is {value!r}" + (f" ({note})" if note
+                                                                 else ""))
+
+
 @contextlib.contextmanager
 def sleeps_of(lesson: ModuleType) -> Iterator[list[float]]:
     """The seconds of every sleep the code takes in the block, in order, however it
