@@ -435,24 +435,33 @@ caught_by = "test_a_newline_inside_content_stays_one_line"
     assert "not by test_a_newline_inside_content_stays_one_line" in note
 
 
-# Another design of 01.2: the checks in a loop, the line made where it is written.
+# Another design of 01.2, the whole fence: the checks in a loop, the line made where it
+# is written.
 ANOTHER_APPEND = r"""
 [[wrong]]
 what = "01.2 as one expression"
 design = "one expression"
 find = '''
+        # The rule first: a message that reading would refuse is never written, and no
+        # file is created for it.
         check_plain_json(message)
         check_message(message)
-        # ensure_ascii=False keeps'''
+        # ensure_ascii=False keeps "café" readable in the file; json escapes "\n" inside
+        # strings, so a message is always exactly one line. allow_nan=False: NaN and
+        # Infinity are not JSON (Python writes them, other readers refuse them), so they
+        # are refused here.
+        line = json.dumps(message, ensure_ascii=False, allow_nan=False) + "\n"
+        data = line.encode("utf-8")
+        if self._fd is None:
+            self._open()
+        self._write(data)'''
 replace = '''
         for check in (check_plain_json, check_message):
             check(message)
         if self._fd is None:
             self._open()
         self._write((json.dumps(message, ensure_ascii=False, allow_nan=False)
-                     + "\n").encode("utf-8"))
-        return
-        # ensure_ascii=False keeps'''
+                     + "\n").encode("utf-8"))'''
 equivalent = "another correct design"
 """
 
