@@ -279,8 +279,15 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
             status = os.lstat(folder / name)
         except FileNotFoundError:
             continue    # removed by another process since the folder was listed
-        if stat.S_ISLNK(status.st_mode):
-            continue    # planted: not this store's
+        #> 09
+        if not stat.S_ISREG(status.st_mode):
+            continue    # planted (a link, a folder under a file's name): not this store's
+        #<
+        #> 10+
+        if stat.S_ISLNK(status.st_mode) or (
+                kind == ".meta.json" and not stat.S_ISREG(status.st_mode)):
+            continue    # planted (a link, a folder under a file's name): not this store's
+        #<
         found[session_id] = found.get(session_id, True) and status.st_mtime < cutoff
     return [session_id for session_id, old in found.items() if old]
     # END 09.2

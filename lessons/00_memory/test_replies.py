@@ -268,13 +268,14 @@ def test_two_calls_sharing_an_id_are_stored_with_different_ids(lesson, model, to
 @pytest.mark.task("00.3")
 @pytest.mark.task("00.2")
 def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town):
-    """A server that reuses a call id from an
-    earlier turn does not get two calls one id."""
-    def buy(item):
+    """A server that reuses a call id from an earlier turn, or from an earlier reply of
+    the same turn, does not get two calls one id."""
+    def buy(item, call_id="call_0"):
         return raw({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_0", "type": "function",
+            {"id": call_id, "type": "function",
              "function": {"name": "buy", "arguments": json.dumps({"item": item})}}]})
-    model.add(buy("rope"), say("One."), buy("torch"), say("Two."))
+    model.add(buy("rope"), say("One."), buy("torch"), say("Two."),
+              buy("lamp", "call_7"), buy("oil", "call_7"), say("Three."))
     agent = new_agent(lesson, model, town)
 
     run_or_fail(lesson, agent, "Buy a rope.", "on the first turn")
@@ -287,6 +288,14 @@ def test_an_id_used_earlier_in_the_conversation_is_replaced(lesson, model, town)
         f"and the history now holds two calls with one id: {ids}; a result cannot say "
         "which of them it answers"
     )
+    run_or_fail(lesson, agent, "Buy a lamp, then oil.",
+                "after a reply that reused the id of a call made earlier in the turn")
+    ids = [call["id"] for call in calls_of(agent.messages)]
+    assert len(ids) == 4 and len(set(ids)) == 4, (
+        "in the third turn the model called buy with the id 'call_7', then, in its "
+        "next reply of the same turn, called buy again with 'call_7'; the history "
+        f"holds the calls with the ids {ids}: every call of the conversation needs an "
+        "id of its own, the calls made earlier in the turn included")
 
 
 @pytest.mark.task("00.3")
@@ -444,13 +453,15 @@ def test_arguments_that_are_not_json_are_answered_with_an_error_and_stored_senda
 @pytest.mark.task("00.2")
 @pytest.mark.task("00.3")
 @pytest.mark.task("00.1")
-@pytest.mark.parametrize("arguments", ['{"item": NaN}', '{"item": Infinity}'],
-                         ids=["NaN", "Infinity"])
+@pytest.mark.parametrize("arguments", ['{"item": NaN}', '{"item": Infinity}',
+                                       '{"count": 1e999}', '{"count": -1e999}'],
+                         ids=["NaN", "Infinity", "1e999", "-1e999"])
 def test_arguments_holding_nan_are_answered_with_an_error_and_stored_sendable(
         lesson, model, town, arguments):
-    """NaN and Infinity are not JSON (Python reads them, a strict provider refuses
-    them): the call runs nothing, its result says what was sent, and the stored call
-    holds {}, so that every later request is one any provider takes."""
+    """NaN and Infinity are not JSON (Python reads them, and 1e999 as Infinity; a
+    strict provider refuses them): the call runs nothing, its result says what was
+    sent, and the stored call holds {}, so that every later request is one any
+    provider takes."""
     model.add(raw({"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_nan", "type": "function",
          "function": {"name": "buy", "arguments": arguments}}]}), say("Sorry."))
@@ -461,7 +472,8 @@ def test_arguments_holding_nan_are_answered_with_an_error_and_stored_sendable(
     stored = [call["function"]["arguments"] for call in calls_of(agent.messages)]
     assert stored == ["{}"], (
         f"the model sent the arguments {arguments!r}, which are not JSON (NaN and "
-        "Infinity are Python's, not JSON's), so the stored call should hold '{}', "
+        "Infinity are Python's, not JSON's, and 1e999 is Infinity once read), so the "
+        "stored call should hold '{}', "
         "which every provider takes back; it holds "
         f"{stored}. The stored arguments are what read_arguments (task 00.1) read, as "
         "normalize_reply (task 00.3) stores them")
@@ -587,20 +599,27 @@ def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
 @pytest.mark.task("00.3")
 def test_a_well_formed_reply_is_stored_as_it_came(lesson):
     """normalize_reply leaves a reply that is already sendable exactly as it is: ids
-    of any server's form, arguments with the spaces they came with."""
+    of any server's form, arguments with the spaces they came with, and each tool's
+    name as the model wrote it (capitals, or a space no tool has: run_tool tells the
+    model, and the history shows what it sent)."""
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1_0", "type": "function",
          "function": {"name": "buy", "arguments": '{"item":"rope"}'}},
         {"id": "toolu_01A9q", "type": "function",
-         "function": {"name": "talk_to", "arguments": ' {"npc": "elder"}\n'}}]}
+         "function": {"name": "talk_to", "arguments": ' {"npc": "elder"}\n'}},
+        {"id": "call_2", "type": "function",
+         "function": {"name": "lookAround", "arguments": "{}"}},
+        {"id": "call_3", "type": "function",
+         "function": {"name": "buy ", "arguments": '{"item": "torch"}'}}]}
     sent = json.loads(json.dumps(reply["tool_calls"]))
 
     message = lesson.normalize_reply(reply, [])
 
     assert message.get("tool_calls") == sent, (
-        "calls with ids of their own (of any form: 'toolu_01A9q' is one server's) and "
-        "JSON-object arguments (spaces and a newline around them are JSON too) should "
-        f"be stored byte for byte as the model sent them, {sent}; stored "
+        "calls with ids of their own (of any form: 'toolu_01A9q' is one server's), "
+        "names as the model wrote them ('lookAround', 'buy ') and JSON-object "
+        "arguments (spaces and a newline around them are JSON too) should be stored "
+        f"byte for byte as the model sent them, {sent}; stored "
         f"{message.get('tool_calls')}")
 
 
@@ -625,11 +644,15 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, expected", [
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
-    ("", {}), (None, {})])
+    ("", {}), (None, {}),
+    ('{"npc": "Infinity", "note": "NaN"}', {"npc": "Infinity", "note": "NaN"}),
+    ({"npc": "-Infinity", "gold": 1e308}, {"npc": "-Infinity", "gold": 1e308})])
 def test_read_arguments_takes_what_servers_send_for_an_object(
     lesson, arguments, expected
 ):
-    """JSON text, an object, "" and null all read as the arguments they stand for."""
+    """JSON text, an object, "" and null all read as the arguments they stand for; so
+    do arguments whose text holds the words NaN or Infinity, or a large number that is
+    still a number (only the values NaN and Infinity are no JSON)."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError as error:

@@ -49,6 +49,8 @@ WHY_BAD = {
                   "there loses every line written to it"),
     "Com1": "Windows keeps COM1 to COM9 and LPT1 to LPT9 for ports, in any case",
     "lpt9.x": "Windows keeps LPT9, the last of LPT1 to LPT9, before a dot too",
+    "AUX": "Windows keeps AUX for a device, in any case: AUX.jsonl there is no file",
+    "prn.day-2": "Windows keeps PRN for the printer, even before a dot",
 }
 BAD_IDS = list(WHY_BAD)
 
@@ -65,6 +67,10 @@ def lines_of(path):
             pytest.fail(f"line {number} of {path.name} is not a JSON object on its "
                         f"own: {line[:80]!r}. Each message should be one whole line, "
                         "ended by a newline", pytrace=False)
+        if line and not (isinstance(found[-1], dict) and "role" in found[-1]):
+            pytest.fail(f"line {number} of {path.name} is no message (it has no role): "
+                        f"{line[:80]!r}. The log holds the conversation, one message a "
+                        "line, and nothing else", pytrace=False)
     return found
 
 
@@ -130,6 +136,23 @@ def the_sessions_id_is_taken(lesson):
                 "Ids such as quest-1, Day_2.branch or 7 must pass")
 
 
+def the_log_opens(lesson, folder):
+    """Fail in words, naming task 01.4, if `_open`, once written, cannot open a new
+    session's log in an empty folder: the tests of the other tasks open their logs
+    with it, and would seem to fail for their own task."""
+    try:
+        log = lesson.SessionLog(folder, "quest-1")
+        log._open()
+    except NotImplementedError:
+        return      # 01.1's the test meets; _open's, plain_open stands in for
+    except Exception as error:      # noqa: BLE001 - reported in words
+        fail_in("01.4", "_open could not open the log of a new session, "
+                "quest-1.jsonl in an empty sessions folder: it raised "
+                f"{type(error).__name__} ({error}). It opens the log to append to "
+                "it, creating it if need be")
+    log.close()
+
+
 @pytest.fixture(autouse=True)
 def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     """Every append opens the log with `_open` (task 01.4) and ends in `_write` (task
@@ -143,6 +166,9 @@ def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if "lesson" in request.fixturenames and "01.1" not in tasks:
         the_sessions_id_is_taken(request.getfixturevalue("lesson"))
+    if "sessions" in request.fixturenames and "01.4" not in tasks:
+        the_log_opens(request.getfixturevalue("lesson"),
+                      request.getfixturevalue("tmp_path_factory").mktemp("opens"))
     if tasks <= {"01.5"} or "lesson" not in request.fixturenames:
         return
     log_class = request.getfixturevalue("lesson").SessionLog
@@ -752,6 +778,7 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
 
 
 @pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
 def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
     """A write() that raises wrote nothing (here EFBIG: the file is at its size limit,
     set in a child process), so a retry is safe: the writer must not stop for it."""
@@ -1122,6 +1149,32 @@ def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
         f"after two failed appends and close(), {outcome['leaked']} descriptor(s) are "
         "still open: each failed append seems to leave one behind that close() does "
         "not release, so a writer that retries runs out of descriptors")
+
+
+@pytest.mark.task("01.2")
+def test_a_stopped_writers_refused_retries_leak_no_descriptor(lesson, sessions,
+                                                              monkeypatch):
+    """A writer stopped by an fsync that failed (EIO) refuses every retry with
+    WriterStopped; the refused retries, then close(), leave no descriptor open."""
+    before = open_descriptors()
+    log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    fail_syncs(monkeypatch, lambda fd: stat.S_ISREG(os.fstat(fd).st_mode))
+    refusals = []
+    for _ in range(4):      # the first append fails, the caller retries three times
+        try:
+            log.append({"role": "user", "content": "Is anyone there?"})
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - which one is tested elsewhere
+            refusals.append(type(error).__name__)
+    monkeypatch.undo()
+    log.close()
+    leaked = open_descriptors() - before
+    assert leaked == 0, (
+        f"after an append whose fsync failed, three retries of it and close(), "
+        f"{leaked} descriptor(s) are still open (the four appends raised "
+        f"{refusals}): a refused retry should not open the log again, or a server "
+        "whose caller retries runs out of descriptors")
 
 
 @pytest.mark.task("01.3")

@@ -702,11 +702,13 @@ def test_a_log_whose_reads_return_less_than_asked_loads_whole(lesson, sessions):
 @pytest.mark.task("02.1")
 def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
     """A new agent starts from every message of a long log, not from its last few,
-    nor from as many as some budget of words allows: 1,000 messages, 1 MB of text."""
+    nor from as many as some budget of words allows, and from each message whole:
+    1,000 messages, 1 MB of text, one of them a pasted map of 100,000 characters."""
     history = []
     for n in range(500):
         history += [{"role": "user", "content": f"question {n} " + "where? " * 140},
                     {"role": "assistant", "content": f"answer {n} " + "there. " * 140}]
+    history[600] = {"role": "user", "content": "The map: " + "ab" * 50_000}
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in history:
             log.append(message)
@@ -717,6 +719,17 @@ def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
         agent.run("What did we talk about?")
 
     sent = model.requests[0]["messages"] if model.requests else []
+    changed = [n for n, (was, now) in enumerate(zip(history, sent)) if was != now]
+    if len(sent) - 1 == len(history) and changed:
+        was, now = history[changed[0]], sent[changed[0]]
+        pytest.fail(
+            f"the first request of the new agent carried the {len(history)} messages "
+            f"of the log, but {len(changed)} of them changed: message "
+            f"{changed[0] + 1}, {len(str(was.get('content')))} characters of text as "
+            f"appended, was sent as {len(str(now.get('content')))} characters "
+            f"({str(now)[:80]}...). Resume returns each message exactly as appended, "
+            "however long: trimming it to fit a context window is a later decision, "
+            "made on the request, never on what is loaded", pytrace=False)
     assert sent[:-1] == history, (
         f"the log holds {len(history)} messages (1 MB of text); the first request of "
         f"the new agent carried {max(len(sent) - 1, 0)} of them"
@@ -764,7 +777,7 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
 @pytest.mark.task("02.1")
 def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
     """load() closes the file it reads, however often it is called, and when it
-    refuses a damaged log too."""
+    refuses a damaged log too, or one it cannot read (a folder at its name)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "hello"})
     gc.collect()        # what earlier tests left to be collected closes now, not below
@@ -801,6 +814,25 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
         "leaves the log open (an error keeps the load's variables alive while it is "
         "kept, an open file among them, unless the load closed it), and a server that "
         "meets such logs runs out of descriptors")
+
+    (sessions / "unreadable.jsonl").mkdir()     # opened, it cannot be read (EISDIR)
+    gc.collect()
+    before = open_descriptors()
+    with lesson.SessionLog(sessions, "unreadable") as log:
+        for _ in range(20):
+            try:
+                log.load()
+            except NotImplementedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the refusal is tested elsewhere
+                refusals.append(error)
+    leaked, kept = open_descriptors() - before, len(refusals)
+    refusals.clear()
+    assert leaked <= 0, (
+        f"after 20 loads of a log that is a folder, each refused (the caller keeping "
+        f"the {kept} errors), {leaked} more descriptors are open than before them: a "
+        "load whose read fails leaves the log open, and a server that meets such logs "
+        "runs out of descriptors")
 
 
 @pytest.mark.task("02.1")
@@ -1153,6 +1185,27 @@ def test_a_log_loads_the_same_under_a_locale_that_is_not_utf8(lesson, sessions):
     assert result["returned"] == messages, (
         f"{setting}, and load() returned {result['returned']!r}: the log is UTF-8, "
         "whatever the machine's locale, and should load back exactly")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_loads_the_same_where_a_line_of_text_ends_otherwise(
+        lesson, sessions, monkeypatch):
+    """The writer ends every line with one newline byte, on any machine: a process
+    whose text lines end in '\\r\\n' (os.linesep on Windows) loads the same log."""
+    messages = [{"role": "user", "content": "Ask the elder."},
+                {"role": "assistant", "content": "The elder says: a torch."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    monkeypatch.setattr(os, "linesep", "\r\n")
+    setting = (f"append wrote {messages!r}, each line ended by one newline byte; a "
+               "process whose os.linesep is '\\r\\n', as on Windows, loaded the log")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load(log, setting)
+    monkeypatch.undo()
+    assert loaded == messages, (
+        f"{setting}, and load() returned {loaded!r}. A line of the log ends at the "
+        "newline byte the writer wrote, whatever the machine's own line end")
 
 
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

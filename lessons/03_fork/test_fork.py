@@ -255,7 +255,8 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
     without its newline, lines with blanks or a carriage return at their end, or
     nothing at all. A whole fork hands publish_fork the message lines a reader finds,
     each as the source holds it and ending in its newline, and nothing else; their
-    count; and a fork of one message more than those is refused, handing nothing."""
+    count; a fork of one message more than those is refused, handing nothing; and a
+    fork of its first k messages, for every k up to that, hands the first k of them."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -287,6 +288,19 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         "should be refused with ValueError, handing publish_fork nothing; it "
         + (f"handed {handed}" if handed else "returned" if error is None
            else f"raised {type(error).__name__}: {error}"))
+    for upto in range(messages + 1):
+        handed.clear()
+        error = fork_or_fail(lesson, sessions, "quest-1", f"first-{upto}", upto=upto)
+        wanted = (upto, b"".join(line + b"\n" for line in kept[:upto]))
+        if handed != [wanted]:
+            got = "nothing, and raised " + described(error) if not handed else \
+                "; ".join(f"{count!r} message(s) and {copy!r}"
+                          for count, copy in handed)
+            pytest.fail(f"the source holds {what}; a fork of its first {upto} "
+                        f"message(s) should hand publish_fork {upto} and "
+                        f"{wanted[1]!r} (the first {upto} message lines a reader "
+                        "finds, byte for byte, each with its newline, whatever lies "
+                        f"between them), once. It handed {got}", pytrace=False)
 
 
 @pytest.mark.task("03.1")

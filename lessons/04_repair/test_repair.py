@@ -912,18 +912,21 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
     assert meta["forked_at"] == 4, f"forked_at counts messages, not lines: {meta}"
 
 
-def answered_as_known(lesson, calls, answers, stopped):
-    """Fail in words unless, of three calls whose run `stopped` in the second, the
-    second's answer says it may have run and the third's that it never started."""
-    expected = [("may have run", lesson.interrupted_result(calls[1])),
-                ("never started", lesson.unstarted_result(calls[2]))]
-    for place, answer, (known, wanted) in zip(("second", "third"), answers, expected):
+def answered_as_known(lesson, calls, answers, stopped, first=1):
+    """Fail in words unless, of the calls whose run `stopped` in call number `first`
+    (0 for the first), the `answers` to that call and those after it say that it may
+    have run and that each later one never started."""
+    places = ("first", "second", "third", "fourth")
+    expected = [("may have run", lesson.interrupted_result(calls[first]))] + [
+        ("never started", lesson.unstarted_result(later))
+        for later in calls[first + 1:]]
+    for number, (answer, (known, wanted)) in enumerate(zip(answers, expected)):
         got = answer.get("content") if isinstance(answer, dict) else answer
         assert answer == wanted, (
-            f"{stopped}: the {place} call {known}, and its answer should say that, no "
-            f"more and no less: {wanted['content']!r} (from "
-            f"{'interrupted_result' if place == 'second' else 'unstarted_result'}); "
-            f"it says {got!r}")
+            f"{stopped}: the {places[first + number]} call {known}, and its answer "
+            f"should say that, no more and no less: {wanted['content']!r} (from "
+            f"{'unstarted_result' if number else 'interrupted_result'}); it says "
+            f"{got!r}")
 
 
 def interrupted_in_buy(town):
@@ -1244,6 +1247,127 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
         "memory and log should hold the same conversation; memory holds "
         f"{[m.get('role') for m in agent.messages]}, the log "
         f"{[entry.get('role') for entry in entries]}")
+
+
+@pytest.mark.task("04.4")
+def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
+        lesson, sessions, town, monkeypatch):
+    """Four calls; the disk fills up as the second's result is written; the user makes
+    room for two lines, and the next message fails after two answers were written (the
+    second call may have run, the third never started); then there is room. The fourth
+    never started either: no call ran after the stopped settle, whichever answer it
+    wrote last. Each call is answered once, in memory and in the log alike."""
+    path = sessions / "quest-1.jsonl"
+    tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope"), call("buy", item="lantern")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with raises(OSError, "the disk filled up during the first purchase, and the "
+                    "run went on as if its messages had been written"):
+            agent.run("Talk to the elder, then buy a torch, a rope and a lantern.")
+        room[0] = 2         # room for two more lines: two answers of the three
+        with raises(OSError, "the disk had room for two more lines, but the run "
+                    "settling three open calls wrote them all"):
+            agent.run("Go on.")
+        room[0] = True      # now there is room, and the user goes on
+        agent.run("Go on.")
+    entries = entries_in(path)
+    calls = entries[1].get("tool_calls") or []
+    answers = [entry for entry in entries[2:] if entry.get("role") == "tool"]
+    asked = [c["id"] for c in calls]
+    answered = [answer.get("tool_call_id") for answer in answers]
+    assert answered == asked, (
+        f"each call should be answered once in the log, in call order, {asked}; the "
+        f"log answers {answered}")
+    answered_as_known(lesson, calls, answers[1:],
+                      "the disk full as the second of four results was written, then "
+                      "as the answer to the fourth was, after the one saying the "
+                      "third never started")
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
+
+
+@pytest.mark.task("04.4")
+def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions,
+                                                                 town):
+    """Ctrl-C (a real SIGINT) inside the first of three calls, before any result was
+    written: the conversation ends in the calls themselves. The next message goes on
+    once each call is answered, in call order, in memory and in the log alike: the
+    first may have run, the other two never started."""
+    model = ScriptedModel([use(call("buy", item="torch"), call("talk_to", npc="elder"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model,
+                             tools=interrupted_in_buy(town), session=log)
+        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the first call, "
+                    "and the run went on as if nothing had happened"):
+            agent.run("Buy a torch, then talk to the elder.")
+        try:
+            agent.run("Go on.")
+        except openai.BadRequestError as error:
+            refused = error.message
+        else:
+            refused = None
+    if refused is not None:     # outside the except: the words come first, alone
+        pytest.fail("after a run stopped inside its first tool call, before any "
+                    f"result was written, the next run sent calls without their "
+                    f"results: {refused}. The calls the stopped run left open had no "
+                    "result yet when the next user message was recorded (task 04.4)",
+                    pytrace=False)
+    entries = entries_in(sessions / "quest-1.jsonl")
+    roles = [entry.get("role") for entry in entries]
+    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+    assert roles == expected, (
+        "the log should hold the calls, their three results, then the next message: "
+        f"{roles}")
+    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
+    answered = [entry.get("tool_call_id") for entry in entries[2:5]]
+    assert answered == asked, (
+        "the results should answer the calls in the order the model made them, "
+        f"{asked}; they answer {answered}")
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[2:5],
+                      "Ctrl-C inside the first of three calls", first=0)
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log {roles}")
+
+
+@pytest.mark.task("04.4")
+def test_a_second_run_stopped_in_a_tool_call_is_settled_as_the_first_was(lesson,
+                                                                        town):
+    """Ctrl-C inside the second of three calls, then the next message, whose turn is
+    stopped the same way: the answers the first settling made up lie further back,
+    and say nothing of the second turn's calls. Its second call may have run, its
+    third never started."""
+    three = use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                call("buy", item="rope"))
+    model = ScriptedModel([three, three, say("Where were we?")])
+    agent = lesson.Agent(model.client(), model=model.model,
+                         tools=interrupted_in_buy(town))
+    for message in ("Talk to the elder and buy a torch.", "Try again."):
+        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the second call, "
+                    "and the run went on as if nothing had happened"):
+            agent.run(message)
+    try:
+        agent.run("Go on.")
+    except openai.BadRequestError as error:
+        pytest.fail("after two runs stopped inside their second tool call, the next "
+                    f"run sent calls without their results: {error.message} (task "
+                    "04.4)", pytrace=False)
+    roles = [message.get("role") for message in agent.messages]
+    expected = ["user", "assistant", "tool", "tool", "tool"] * 2 + ["user", "assistant"]
+    assert roles == expected, (
+        "each turn's calls and their three results, then the next message; the agent "
+        f"holds {roles}")
+    answered_as_known(lesson, agent.messages[6]["tool_calls"], agent.messages[8:10],
+                      "Ctrl-C inside the second of three calls, in a turn after one "
+                      "stopped the same way")
 
 
 # --- empty lines, the reason, ids used again ------------------------------------------

@@ -1410,14 +1410,50 @@ def test_starting_a_session_another_writer_began_meanwhile_is_refused(
 # --- the lock file is the session's own, and is always let go ------------------------
 
 
+class StillTrying(Exception):
+    """Raised by a timer in a test whose writer should have given up long before."""
+
+
+@contextlib.contextmanager
+def given_up_within(seconds, task, doing):
+    """Fail the test in words, naming `task`, unless the block ends within `seconds`:
+    for a step that must end at once and could instead try again for ever. The test's
+    own hang guard (a SIGALRM timer too) goes on with the time it had left."""
+    def still_trying(signum, frame):
+        raise StillTrying
+
+    began = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, still_trying)
+    # Again every 0.2 s, should the code under test catch the first and go on
+    guard, _ = signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
+    try:
+        yield
+    except StillTrying:
+        fail_in(task, f"{doing}, and was still at it {seconds} s later, where it "
+                "should have given up at once")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if guard:
+            left = guard - (time.monotonic() - began)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+
+
+PLANTED = {"hard link": "a hard link to another session's log",
+           "symbolic link": "a symbolic link to another session's log",
+           "symbolic link to nothing": "a symbolic link to a file that does not exist"}
+
+
 @pytest.mark.task("05.1")
-@pytest.mark.parametrize("kind", ["hard link", "symbolic link"])
+@pytest.mark.parametrize("kind", list(PLANTED))
 def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson,
                                                                           sessions,
                                                                           kind):
     """Another session's log planted as `quest-1.lock`, under a second name (a hard
-    link) or as a symbolic link: the writer refuses it with OSError, keeps no
-    descriptor of it, and never truncates it or changes its mode."""
+    link) or as a symbolic link, or a symbolic link to a file that does not exist: the
+    writer refuses it at once with OSError, keeps no descriptor of it, and leaves it as
+    it was: the log is never truncated, nor its mode changed, the link's target never
+    created, and the planted name stays, still naming what it named."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     precious = present(sessions / "other.jsonl").read_bytes()
@@ -1425,28 +1461,47 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
     planted = sessions / "planted"
+    target = sessions / ("nowhere.jsonl" if kind.endswith("nothing") else "other.jsonl")
     if kind == "hard link":
-        os.link(sessions / "other.jsonl", planted)
+        os.link(target, planted)
     else:
-        os.symlink(sessions / "other.jsonl", planted)
-    os.replace(planted, sessions / "quest-1.lock")   # whatever was there before
+        os.symlink(target, planted)
+    lock = sessions / "quest-1.lock"
+    os.replace(planted, lock)   # whatever was there before
     descriptors = open_descriptors()
     try:
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append(FIRST)
+        with given_up_within(2, "05.1", f"the writer kept trying to take quest-1.lock, "
+                             f"{PLANTED[kind]} planted at the lock's name (a link "
+                             "followed reaches a file the name never names: tried "
+                             "again, it never becomes the lock)"):
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append(FIRST)
     except OSError as error:
         refused = error
     else:
-        pytest.fail(f"the writer took a lock file that is a {kind} to another "
-                    "session's log, and wrote the session with no error (05.1)",
+        pytest.fail(f"the writer took a lock file that is {PLANTED[kind]}, and wrote "
+                    "the session with no error (05.1)",
                     pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
-        f"the lock file was another session's log ({kind}): it was overwritten")
+        f"the lock file was {PLANTED[kind]}: that log was overwritten")
     mode = (sessions / "other.jsonl").stat().st_mode & 0o777
     assert mode == 0o644, (
-        f"the lock file was another session's log ({kind}), of mode 0o644, and the "
-        f"refused writer left it at {oct(mode)}: a planted file is not the writer's "
-        "to touch, its mode neither; look at what you opened before you change it")
+        f"the lock file was {PLANTED[kind]}, of mode 0o644, and the refused writer "
+        f"left that log at {oct(mode)}: a planted file is not the writer's to touch, "
+        "its mode neither; look at what you opened before you change it")
+    assert not (sessions / "nowhere.jsonl").exists(), (
+        f"the lock file was {PLANTED[kind]} (nowhere.jsonl), and the refused writer "
+        "created that file: an open that follows the link creates what it points to, "
+        "wherever that is")
+    if kind == "hard link":
+        kept = lock.exists() and not lock.is_symlink() and os.path.samestat(
+            lock.stat(), (sessions / "other.jsonl").stat())
+    else:
+        kept = lock.is_symlink() and os.readlink(lock) == str(target)
+    assert kept, (
+        f"quest-1.lock was {PLANTED[kind]}, and the refused writer "
+        + ("removed it" if not os.path.lexists(lock) else "changed what it names")
+        + ": a planted file is not the writer's to touch, its name neither")
     assert "quest-1.lock" in str(refused), (
         f"the refusal of the planted lock file ({kind}) should name quest-1.lock; it "
         f"says: {refused}")
@@ -1678,17 +1733,21 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
 
 @pytest.mark.task("05.1")
 def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions):
-    """The disk is full when the new holder writes its name into the lock file: the
-    OSError reaches the caller, and the lock goes with it (a real file size limit), so
-    the same process can take the session once there is room again."""
+    """The disk is full when a writer that resumes the session writes its name into
+    the lock file, before it writes anything to the log: the OSError reaches the
+    caller, and the lock goes with it (a real file size limit), so the same process
+    can take the session once there is room again."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+
     def work():
         import resource
         before = open_descriptors()
         first_errno = None
         try:
             with lesson.SessionLog(sessions, "quest-1") as log:
-                log.append(FIRST)
-            first = "appended"
+                log.open_for_append()   # as an agent resumes it: the lock, no line
+            first = "resumed with no error"
         except OSError as error:
             first = f"OSError: {error}"
             first_errno = error.errno
@@ -1708,8 +1767,9 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
         raise NotImplementedError(message)
     assert kind == "ok", f"the writers raised {kind}: {message}"
     assert result["first"].startswith("OSError"), (
-        "no file could grow at all, so writing the holder's name into the lock file "
-        f"should fail with OSError; the first writer said {result['first']!r}")
+        "no file could grow at all, so writing the holder's name into the lock file, "
+        "as the writer resumed the session, should fail with OSError, and that error "
+        f"reach the caller; the first writer said {result['first']!r}")
     assert result["errno"] == errno.EFBIG, (
         "no file could grow at all, so writing the holder's name into the lock file "
         "failed with EFBIG (File too large, as a full disk's ENOSPC): that error "

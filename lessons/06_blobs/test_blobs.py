@@ -1231,6 +1231,7 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
     assert blob.is_file(), (
         f"the paste should be stored in the folder's blobs/, named {blob.name}; "
         f"blobs/ holds {blob_names(sessions)}")
+    found = blob.stat().st_ino
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         synced = count_syncs(monkeypatch)
         log.store_blob(data)
@@ -1238,6 +1239,11 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
         log.store_blob(data)
         log.store_blob(data)
         monkeypatch.undo()
+    assert blob.stat().st_ino == found, (
+        "a durable writer found the blob stored, intact, by a writer that never "
+        "synced it, and replaced it with a file of its own (another inode) instead of "
+        "syncing the one it found: a stored blob stays the very file it is (a reader, "
+        "or another session, may be using it)")
     assert blob.stat().st_ino in first, (
         "a durable writer's store_blob found the blob stored by a writer that never "
         "synced it, and returned without syncing it: a power cut could keep the line "
@@ -1329,20 +1335,27 @@ def test_a_writer_that_is_not_durable_never_syncs(lesson, sessions, monkeypatch)
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("holding", ["a folder", "nothing"], ids=["full", "empty"])
 def test_a_folder_at_the_blobs_name_fails_every_store_and_leaves_nothing(lesson,
-                                                                         sessions):
-    """The blob's name is taken by a folder: every try fails with OSError and leaves no
-    copy of the content behind, and no file descriptor open."""
+                                                                         sessions,
+                                                                         holding):
+    """The blob's name is taken by a folder, holding something or nothing: every try
+    fails with OSError and leaves no copy of the content behind, and no file
+    descriptor open, and the folder stays as it was (a folder may hold anything)."""
     digest = sha256(PASTE.encode("utf-8"))
-    (sessions / "blobs" / digest / "in-the-way").mkdir(parents=True)
+    folder = sessions / "blobs" / digest
+    folder.mkdir(parents=True)
+    if holding == "a folder":
+        (folder / "in-the-way").mkdir()
     with lesson.SessionLog(sessions, "quest-1") as log:
         before = open_descriptors()
         for _ in range(2):
             with raises(OSError,
-                        f"blobs/{digest} is a folder, so the blob cannot be put under "
-                        "that name; store_blob returned anyway, so the blob went under "
-                        "another name, or the folder was taken for the stored blob "
-                        "without reading it as a file"):
+                        f"blobs/{digest} is a folder holding {holding}, so the blob "
+                        "cannot be put under that name; store_blob returned anyway: "
+                        "the blob went under another name, or the folder was taken "
+                        "away (a folder at a blob's name is never replaced), or it was "
+                        "taken for the stored blob without reading it as a file"):
                 log.store_blob(PASTE.encode("utf-8"))
         leaked = open_descriptors() - before
         with raises(OSError,
@@ -1362,6 +1375,11 @@ def test_a_folder_at_the_blobs_name_fails_every_store_and_leaves_nothing(lesson,
         f"two stores that failed (a folder at the blob's name) left {leaked} file "
         "descriptor(s) open: every failed try holds one more, until the process can "
         "open no file at all")
+    inside = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    assert inside == ([] if holding == "nothing" else ["in-the-way"]), (
+        f"blobs/{digest} was a folder holding {holding}, and after the failed stores "
+        + ("it is no folder" if inside is None else f"it holds {inside}")
+        + ": a folder at a blob's name is never replaced, nor changed")
 
 
 @pytest.mark.task("06.1")
@@ -1480,6 +1498,12 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
                              "next could survive a power cut that loses the blob"):
             log.store_blob(data)
         monkeypatch.undo()
+        if not blob.is_file() or blob.read_bytes() != data:
+            fail_in("06.1", f"the sync of blobs/ failed for the blob {blob.name}, "
+                    "which another writer had stored whole; the store then "
+                    + ("removed it" if not blob.is_file() else "changed its bytes")
+                    + ". A failed store never takes away a name that holds the whole "
+                    "content: the other session's line points to it")
         synced = count_syncs(monkeypatch)
         log.store_blob(data)
         monkeypatch.undo()
@@ -1884,11 +1908,15 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
     (sessions / "quest-1.jsonl").write_text(
         json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
 
+    before = snapshot(sessions)
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
                     "a blob that is not UTF-8 text was loaded as a message's "
                     "content (with replacement characters?)") as refused:
             log.load()
+    assert snapshot(sessions) == before, (
+        "a refused load must change no file: the blob that is no text, or the log, "
+        "was changed or removed (the user goes to look at that very blob)")
     message = str(refused.value)
     named = (re.search(r"\bline 2\b", message)
              and str(sessions / "quest-1.jsonl") in message)

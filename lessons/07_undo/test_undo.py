@@ -296,14 +296,21 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
 
 @pytest.mark.task("07.3")
 def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
-    """A conversation with no turns has nothing to undo: the undo is refused and creates
-    no log."""
+    """A conversation with no turns has nothing to undo: the undo is refused, saying
+    how many turns there are (none), and creates no log."""
     agent, _, log = open_agent(lesson, sessions)
     with log:
         with raises(lesson.UndoError,
-                    "undo() on a conversation with no turn was allowed"):
+                    "undo() on a conversation with no turn was allowed") as raised:
             agent.undo()
     assert list(sessions.iterdir()) == [], "a refused undo must not create the log"
+    said = str(raised.value).replace(str(sessions), "")
+    none = (r"(?<![\d.])0(?![\d.])",                  # "the conversation has 0"
+            r"\b(no|zero)\W+(\w+\W+)?turns?\b",       # "no turn yet", "zero turns"
+            r"\bturns?\W+(\w+\W+)?(none|zero)\b")     # "turns: none"
+    assert any(re.search(words, said, re.IGNORECASE) for words in none), (
+        "the refusal of undo() on a new conversation should say how many turns there "
+        f"are (none, 0), so the user knows what can be undone; it says {said!r}")
 
 
 @pytest.mark.key
@@ -1381,7 +1388,9 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
 @pytest.mark.parametrize("refused", [
     {"role": "user", "content": 5},
     {"role": "user", "content": "Buy a torch.", "name": float("nan")},
-], ids=["a number for content", "NaN, which is no JSON"])
+    {"role": "user", "content": "Buy a torch.\ud800"},
+], ids=["a number for content", "NaN, which is no JSON",
+        "a lone surrogate, which UTF-8 cannot hold"])
 def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
                                                                        sessions,
                                                                        refused):
@@ -1484,6 +1493,37 @@ def test_an_agent_without_a_session_records_what_it_is_given(lesson):
         f"it has {agent.messages} in memory and {agent.pending} pending")
 
 
+@pytest.mark.task("07.1")
+def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
+    """The disk is full when the undo marker is written: the undo fails with OSError
+    and took nothing back, so the next undo takes back the same message."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    size = (sessions / "quest-1.jsonl").stat().st_size
+
+    def undo_twice():
+        import resource
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.open_for_append()
+            try:
+                first = log.undo(1)
+            except OSError as error:
+                first = f"OSError: {error}"
+            resource.setrlimit(resource.RLIMIT_FSIZE,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            return {"first": first, "second": log.undo(1)}
+
+    result = on_a_full_disk(size, undo_twice, "the undos")
+    assert str(result["first"]).startswith("OSError"), (
+        f"the log could not grow at all, so the undo should fail with OSError; it "
+        f"returned {result['first']}")
+    assert result["second"] == [3], (
+        "the first undo's marker was never written, so nothing was undone and the next "
+        f"undo should take back message 3 again; it took back {result['second']}")
+
+
 @pytest.mark.task("07.3")
 @pytest.mark.parametrize("note", [False, True],
                          ids=["nothing pending", "a note pending"])
@@ -1531,37 +1571,6 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
     assert result["taken"] == expected, (
         "with room on the disk again, the next undo should take back the same "
         f"messages, {expected}; it took back {result['taken']}")
-
-
-@pytest.mark.task("07.1")
-def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
-    """The disk is full when the undo marker is written: the undo fails with OSError
-    and took nothing back, so the next undo takes back the same message."""
-    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            log.append(message)
-    size = (sessions / "quest-1.jsonl").stat().st_size
-
-    def undo_twice():
-        import resource
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.open_for_append()
-            try:
-                first = log.undo(1)
-            except OSError as error:
-                first = f"OSError: {error}"
-            resource.setrlimit(resource.RLIMIT_FSIZE,
-                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-            return {"first": first, "second": log.undo(1)}
-
-    result = on_a_full_disk(size, undo_twice, "the undos")
-    assert str(result["first"]).startswith("OSError"), (
-        f"the log could not grow at all, so the undo should fail with OSError; it "
-        f"returned {result['first']}")
-    assert result["second"] == [3], (
-        "the first undo's marker was never written, so nothing was undone and the next "
-        f"undo should take back message 3 again; it took back {result['second']}")
 
 
 @pytest.mark.task("07.1")

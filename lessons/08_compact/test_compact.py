@@ -325,13 +325,14 @@ def until_task_08_4_is_written(request, monkeypatch):
 
 
 @pytest.mark.task("08.4")
-def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson):
+def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessions):
     """summarise() alone, with no budget (nothing else is needed): a first reply that
     is a summary is the one returned, and the model is asked once, since the user waits
     for every call. First in the file, so that a summary asked for twice is blamed on
     the code that asks for it, before the tests of the budget count the requests. On an
     agent compacted already, every summary request, the firmer second one too, carries
-    the previous summary beside the messages to summarise."""
+    the previous summary beside the messages to summarise. On an agent with a log, it
+    writes nothing: compact() records only what summarise() returns."""
     agent, model, log = open_agent(lesson, None, budget=None)
     agent.messages = conversation(6)
     with log:
@@ -361,6 +362,18 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson):
             f"summary request {number} should carry the previous summary and the "
             "messages it is given (the next summary stands for both, and the earlier "
             f"turns are told nowhere else); it lacked {missing}")
+    # With a log (one with no compaction: nothing of 08.1 is read), nothing is written
+    path = sessions / "quest-1.jsonl"
+    path.write_text(as_log(conversation(6)))
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        before = path.read_bytes()
+        summary = agent.summarise(agent.messages[:4], 4)
+        assert path.read_bytes() == before, (
+            f"summarise() returned {summary!r} and should have written nothing: "
+            "compact() records the summary it returns, once, and a summary refused "
+            "after it is asked for must leave the log as it was; the log gained "
+            f"{lines_of(path)[len(conversation(6)):]}")
 
 
 @pytest.mark.task("08.2")
@@ -1594,6 +1607,16 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
     assert_overflow_says_enough(str(raised.value), agent.budget,
                                 {agent.request_size(view)},
                                 " (a compaction already at the newest turn)")
+    # No budget: nothing is compacted, yet a compaction the agent holds (the log's, or
+    # one made by /compact) still stands for the messages before its boundary
+    agent.budget, agent.compaction = None, lesson.Compaction("days 1 to 4", 8)
+    asked.clear()
+    sent = agent.request_messages()
+    assert sent == agent.view() and not asked, (
+        "with no budget, the request should be the view as it stands: the compaction "
+        "the agent holds (boundary at place 8) still replaces the messages before it "
+        f"with its summary; the request held {len(sent)} messages, the view "
+        f"{len(agent.view())}, and compact() summarised {len(asked)} time(s)")
 
 
 @pytest.mark.task("08.3")
@@ -1891,6 +1914,15 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
         assert got == CUT_TEXT, (
             f"a summary the model ended (finish_reason {ended!r}) should be returned "
             f"as it is; got {got!r}")
+    # A reasoning model's summary, after its thinking, cut off: as cut as a plain one
+    after_thought = as_asked(lesson, raw(
+        {"role": "assistant", "content": f"<think>{THOUGHT}</think>\n\n{CUT_TEXT}"},
+        finish_reason="length"))
+    with raises(lesson.BadSummary, "check_summary() took, as a summary, a summary "
+                "after a think block that the server cut off at its length limit "
+                f"(finish_reason 'length'): {CUT_TEXT[-40:]!r} ends mid-sentence; a "
+                "summary after thinking is cut off as surely as a plain one"):
+        lesson.check_summary(after_thought)
     # Thinking the server cut off at its limit: no summary at all, not a cut one
     thinking = as_asked(lesson, raw({"role": "assistant",
                                      "content": f"<think>\n{THOUGHT}"},

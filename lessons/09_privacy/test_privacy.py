@@ -490,10 +490,12 @@ def test_a_copy_gone_between_the_listing_and_the_look_is_no_error(
 
 @pytest.mark.task("09.1")
 def test_delete_leaves_a_folder_that_took_a_temporary_copys_name_alone(
-    lesson, sessions
+    lesson, sessions, before_the_lock
 ):
     """A folder named like a temporary copy of the log is nothing this store wrote:
-    the delete goes ahead, answers True, and leaves that folder as it was."""
+    the delete goes ahead, answers True, and leaves that folder as it was. Once only
+    that folder is left, nothing of the session is: deleting again answers False and
+    takes no lock."""
     play(lesson, sessions, TURN_A)
     planted = sessions / ".quest-1.jsonl.mine.tmp"
     planted.mkdir()
@@ -509,6 +511,15 @@ def test_delete_leaves_a_folder_that_took_a_temporary_copys_name_alone(
     assert (planted / "notes.txt").exists(), (
         "the delete removed a folder that only took the name of a temporary copy of "
         "quest-1's log, and what it held: it is not the session's")
+    locked = []
+    before_the_lock(lambda: locked.append(True))
+    again = lesson.delete_session(sessions, "quest-1")
+    assert again is False and not locked, (
+        "the folder holds nothing of quest-1 any more, only a folder that took the "
+        "name of a temporary copy of its log: deleting quest-1 again should answer "
+        f"False and take no lock; it returned {again!r}"
+        + (", and took quest-1's lock" if locked else ""))
+    assert (planted / "notes.txt").exists()
 
 
 @pytest.mark.task("09.1")
@@ -990,6 +1001,30 @@ def test_expire_reports_a_leftover_a_writer_holds_as_busy_and_goes_on(
 
 
 @pytest.mark.task("09.2")
+def test_expire_neither_reports_nor_holds_a_young_leftover_a_fork_is_making(
+    lesson, sessions
+):
+    """A meta file without its log, written just now, may be a fork being made right
+    now (its maker holds the new id's lock): expire() has nothing to do with it. It
+    stays, it is not reported busy, and expire() does not stand in its maker's way."""
+    meta = sessions / "fork-new.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "fork-new"}))
+    with open(sessions / "fork-new.lock", "w") as making:   # the fork's maker
+        fcntl.flock(making, fcntl.LOCK_EX)
+        try:
+            found = lesson.expire(sessions)
+        except lesson.SessionBusy as error:
+            pytest.fail(f"expire() stopped with {error!r} on fork-new, a meta file "
+                        "written just now: it is not old, and expire() should not "
+                        "have tried to take it", pytrace=False)
+    assert found == ([], []), (
+        "fork-new's meta file was written just now (a fork being made, its maker "
+        "holding the id): expire() should leave it alone and report nothing, "
+        f"neither deleted nor busy; it returned {found}")
+    assert meta.exists(), "expire() removed a meta file written just now"
+
+
+@pytest.mark.task("09.2")
 @pytest.mark.parametrize("unreadable", [False, True],
                          ids=["every file readable", "another log unreadable"])
 def test_expire_removes_a_leftovers_blobs_as_a_delete_does(
@@ -1260,13 +1295,20 @@ def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
 @pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     """expire() only deletes sessions: a file whose name is no session id, or a link
-    planted in the folder, stays, and the sessions after them are still expired."""
+    or a folder planted in the folder (under a log's name or a meta file's), stays, is
+    not named, and the sessions after them are still expired."""
     notes = sessions / "notes .jsonl"
     notes.write_text("not a session\n")
+    album = sessions / "album.jsonl"    # a folder that took a log's name
+    album.mkdir()
+    age(album, 99)
     # A meta file's name with no session id before it: no leftover of a session
     stray = sessions / "old notes.meta.json"
     stray.write_text("{}")
     age(stray, 99)
+    shelf = sessions / "shelf.meta.json"   # a folder that took a meta file's name
+    shelf.mkdir()
+    age(shelf, 99)
     target = sessions.parent / "elsewhere.jsonl"
     target.write_text("{}\n")
     (sessions / "link.jsonl").symlink_to(target)
@@ -1292,6 +1334,9 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
         "expire() should skip the files that are no sessions and go on: quest-1, "
         f"sorted after them, is old and must be deleted; expire() returned {found}")
     assert notes.exists() and target.exists() and (sessions / "link.jsonl").is_symlink()
+    assert album.is_dir(), "expire() removed album.jsonl, a folder: no log of a session"
+    assert shelf.is_dir(), (
+        "expire() removed shelf.meta.json, a folder: no meta file a session left")
     assert stray.exists(), (
         "expire() removed 'old notes.meta.json': its name holds no session id (a "
         "space), so it is no meta file a session left, and it stays")
@@ -1539,14 +1584,15 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 
 
 @pytest.mark.task("09.3")
-@pytest.mark.parametrize("step", ["open", "fsync", "fsync-interrupted"])
+@pytest.mark.parametrize("step", ["open", "fsync", "fsync-interrupted", "utime"])
 def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     lesson, sessions, monkeypatch, step
 ):
-    """A step after the rename fails (too many open files, an I/O error, a Ctrl-C):
-    the writer then appends to the file the log's name reaches, or refuses every write
-    until the session is opened again. A message it acknowledged is never in a file no
-    name reaches."""
+    """A step after the rename fails (too many open files, an I/O error, a Ctrl-C, the
+    old times that cannot be set back): the writer then appends to the file the log's
+    name reaches, or refuses every write until the session is opened again; and if the
+    erase raised, it refuses. A message it acknowledged is never in a file no name
+    reaches."""
     step, interrupted = step.split("-")[0], step.endswith("-interrupted")
     log = lesson.SessionLog(sessions, "quest-1")
     log.append({"role": "user", "content": SECRET})
@@ -1935,10 +1981,12 @@ def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypat
         f"several folders must tell which log it is); it says: {raised.value}")
     unreached = raised.value.unreached
     assert (isinstance(unreached, list) and len(unreached) == 1
-            and "quest-2.jsonl" in str(unreached[0])), (
+            and "quest-2.jsonl" in str(unreached[0])
+            and "blob" in str(unreached[0]).lower()), (
         "one place was not reached (the blobs, kept because quest-2.jsonl could not be "
-        "read): EraseIncomplete's unreached should hold one line saying so, with the "
-        f"error that names quest-2.jsonl; it holds {unreached!r}")
+        "read): EraseIncomplete's unreached should hold one line saying so (that the "
+        "blobs were kept), with the error that names quest-2.jsonl; it holds "
+        f"{unreached!r}")
     assert "Ilse" not in (sessions / "quest-1.jsonl").read_text(encoding="utf-8"), (
         "the log should be erased all the same")
 
@@ -2796,6 +2844,37 @@ def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
         "same messages")
 
 
+@pytest.mark.task("09.4")
+def test_the_summary_keeps_what_the_log_keeps_when_a_short_message_is_erased(
+    lesson, sessions
+):
+    """A text shorter than QUOTE_MIN_CHARS is not looked for elsewhere: erasing such
+    a message leaves the log's compaction summary as it was, and the summary the agent
+    sends with every request keeps the same words."""
+    summary = "The user said: Thank you. The elder nods."
+    model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes."),
+                           say("Onwards.")], summarise=lambda body: summary)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        agent.run("Thank you")
+        agent.run("Thank the elder.")
+        assert agent.compact(), "the agent should compact the first turn by hand"
+        agent.run("Thank you")
+        position = len(agent.messages) - 2
+        agent.erase(position)
+        agent.run("Go on.")
+    kept = [line.get("summary") for line in lines_of(sessions / "quest-1.jsonl")
+            if line.get("$marker") == "compaction"]
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert kept == [summary] and summary in sent, (
+        f"message {position}, 'Thank you' (9 characters: too short to be looked for "
+        "elsewhere), was erased after a compaction whose summary holds the same words: "
+        f"the log's compaction marker should keep its summary as it was ({kept}), and "
+        "the summary the agent sends should keep the same words; the request sent: "
+        f"{sent[:400]}")
+
+
 # --- 09.5: collect --------------------------------------------------------------------
 
 
@@ -3358,6 +3437,35 @@ def test_two_collections_setting_the_same_blob_aside_at_once_raise_nothing(
 
 
 @pytest.mark.task("09.5")
+def test_a_blob_another_collection_has_set_aside_to_remove_stays_set_aside(
+    lesson, sessions, monkeypatch
+):
+    """A collection has just set an old blob nobody refers to aside, to remove it. A
+    second collection runs meanwhile: the set-aside file is held by the first, so the
+    second leaves it as it is (no name given back). The first then removes the blob:
+    it is gone from blobs/, and named once, by the first."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's " * 2000)
+    blobs = sessions / "blobs"
+    path = blobs / blob
+    age(path, 2)
+    met = when_the_name_goes(path, monkeypatch,
+                             lambda: lesson.collect_blobs(sessions), before=False)
+    try:
+        removed = lesson.collect_blobs(sessions)
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: the first collection never removed the blob"
+    left = sorted(p.name[:14] for p in blobs.iterdir())
+    assert met[0] == [] and removed == [blob] and left == [], (
+        "a collection had set aside an old blob nobody refers to, to remove it, when a "
+        "second collection ran: the second should leave that set-aside file as it is "
+        "(the first holds it) and name nothing, and the first remove the blob and name "
+        f"it; the second named {[n[:12] for n in met[0]]}, the first "
+        f"{[n[:12] for n in removed]}, and blobs/ holds {left}")
+
+
+@pytest.mark.task("09.5")
 @pytest.mark.parametrize("referred", [True, False], ids=["a-log-refers", "nobody"])
 def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
     lesson, sessions, monkeypatch, referred
@@ -3409,6 +3517,42 @@ def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
             "collections should remove it and name it once; they returned "
             f"{[n[:12] for n in (met[0] if met else [])]} and "
             f"{[n[:12] for n in second]}, and blobs/ holds {left}")
+
+
+@pytest.mark.task("09.5")
+def test_a_leftover_another_collection_cleared_since_the_listing_is_no_error(
+    lesson, sessions, monkeypatch
+):
+    """A crashed collection left a blob set aside, old, that no log refers to. A second
+    collection has just listed blobs/ when a first one clears that leftover whole,
+    before the second looks at it at all: the second goes on, raises nothing, and
+    between them the blob is removed and named once."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    (sessions / "quest-1.jsonl").unlink()      # no log refers to it any more
+    blobs = sessions / "blobs"
+    aside = blobs / f".{blob}.collected"
+    os.rename(blobs / blob, aside)
+    age(aside, 2)
+    met = the_first_time(aside, ("stat", "lstat", "open"), monkeypatch,
+                         lambda: lesson.collect_blobs(sessions), before=True)
+    try:
+        second = lesson.collect_blobs(sessions)
+    except OSError as error:
+        pytest.fail("a collection had just listed blobs/ when another cleared the "
+                    "blob a crashed collection had set aside; it then failed with "
+                    f"{error!r} instead of going on: a leftover gone meanwhile is "
+                    "cleared already",
+                    pytrace=False)
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: the collection never looked at the leftover"
+    left = sorted(p.name[:14] for p in blobs.iterdir())
+    assert left == [] and sorted(met[0] + second) == [blob], (
+        "nobody refers to the blob set aside, and it is old: between them, the two "
+        f"collections should remove it and name it once; they returned "
+        f"{[n[:12] for n in met[0]]} and {[n[:12] for n in second]}, and blobs/ "
+        f"holds {left}")
 
 
 @pytest.mark.task("09.5")

@@ -696,16 +696,18 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
             "the parent's writer had stopped, so start_sidechain could write no "
             f"pointer and was refused, yet it left {left} in quest-1.sidechains/: a "
             "name no pointer leads to, claimed for a helper that never runs")
-        names = sorted(path.name[:-len(".meta.json")]
-                       for path in side_folder.glob("*.meta.json"))
+        # The call's own name too: nothing was to be claimed, a lock no more than a
+        # file (the method made for resuming would take no lock on a log not there)
+        names = sorted({CALL_ID, *(path.name[:-len(".meta.json")]
+                                   for path in side_folder.glob("*.meta.json"))})
         for name in names:
             try:
                 with lesson.SessionLog(side_folder, name) as other:
-                    other.open_for_append()
+                    other.append({"role": "user", "content": "Someone else's words."})
             except lesson.SessionBusy as error:
-                pytest.fail(f"start_sidechain failed writing the pointer, and the "
-                            f"side-chain {name} it claimed is still locked: {error}",
-                            pytrace=False)
+                pytest.fail(f"the parent's writer had stopped, so start_sidechain "
+                            f"could start no side-chain, yet it left {name} locked: "
+                            f"{error}. A refused start keeps no lock", pytrace=False)
 
 
 @pytest.mark.task("10.2")
@@ -745,8 +747,9 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
             "quest-1.sidechains/: a side-chain's log that no pointer in the parent's "
             "log leads to (the helper's words a crash leaves there could not be found "
             "from the parent)")
-        names = sorted(path.name[:-len(".meta.json")]
-                       for path in side_folder.glob("*.meta.json"))
+        # The call's own name, the one claimed, whether its meta file stayed or went
+        names = sorted({CALL_ID, *(path.name[:-len(".meta.json")]
+                                   for path in side_folder.glob("*.meta.json"))})
         for name in names:
             try:
                 with lesson.SessionLog(side_folder, name) as other:
@@ -1196,6 +1199,21 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
         f"the helper in memory should ask the parent's model, {model.model!r}; it "
         f"asked {asked!r}")
     assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
+
+
+@pytest.mark.task("10.3")
+def test_a_helper_in_memory_works_in_its_parents_world(lesson):
+    """Without a session the helper is the same helper: it uses the parent's tools in
+    the parent's world, and what it buys is bought in the parent's town."""
+    town = HelperTown()
+    model = ScriptedModel([use(call("ask_helper", question="Buy a torch.")),
+                           use(call("buy", item="torch")), say("Bought a torch."),
+                           say("Done.")])
+    agent = lesson.Agent(model.client(), model=model.model, tools=town)
+    turn(lesson, agent, model, "Ask a helper to buy a torch.")
+    assert town.inventory == ["torch"] and town.gold == 7, (
+        "a helper in memory works in its parent's world: the torch it bought should be "
+        f"in the parent's town's inventory, its price paid; the town is {town}")
 
 
 @pytest.mark.task("10.3")

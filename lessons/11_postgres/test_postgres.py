@@ -334,6 +334,11 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
                       (3, "Done."), (4, "And a rope.")], (
         "a write of three entries should take seq 1, 2 and 3, in order, and the next "
         f"append seq 4; found {stored}")
+    other = [seq for seq, line, body in rows(database) if body != json.loads(line)]
+    assert not other, (
+        "each row's body should hold its own line's entry as jsonb, for queries; the "
+        f"rows at seq {other} hold another entry than their line (a write of several "
+        "entries makes a body for each)")
     # An operator deletes a row by hand (a message that should never have been kept):
     # the place after the rows is after the last of them, not their count
     sql(database, "DELETE FROM session_entries WHERE seq = 2")
@@ -2252,8 +2257,12 @@ def test_a_fork_of_more_than_the_source_shows_is_refused(lesson, database):
         "a refused fork should create nothing; found lineage "
         f"{lesson.lineage(database, 'quest-2')}")
     with raises(ValueError, "a fork of the first -1 messages names no prefix of the "
-                "source: it must be refused"):
+                "source: it must be refused") as refused:
         lesson.fork_postgres(database, "quest-1", "quest-2", upto=-1)
+    said = str(refused.value)
+    assert "-1" in said and "2" in said, (
+        "the refusal should say how many messages were asked for (-1) and how many the "
+        f"source shows (2), below zero as beyond what it shows; it says: {said}")
     assert lesson.lineage(database, "quest-2") is None and rows(database,
                                                                 "quest-2") == [], (
         "a fork of -1 messages, refused, should create nothing; found lineage "
