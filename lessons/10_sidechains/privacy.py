@@ -230,7 +230,7 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
             continue    # removed by another process since the folder was listed
         if stat.S_ISLNK(status.st_mode) or (
                 kind == ".meta.json" and not stat.S_ISREG(status.st_mode)):
-            continue    # planted (a link, a folder under a file's name): not this store's
+            continue    # planted (a link, a folder at a file's name): not ours
         found[session_id] = found.get(session_id, True) and status.st_mtime < cutoff
     return [session_id for session_id, old in found.items() if old]
 
