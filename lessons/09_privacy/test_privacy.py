@@ -286,6 +286,10 @@ def test_delete_locked_removes_the_files_under_the_callers_lock_and_names_the_bl
             "quest-1's log pointed to a blob: delete_locked should return its name "
             f"among the blobs the removed files mentioned (the caller drops them "
             f"once it lets go of the lock); it returned {named!r}")
+        assert blob in blob_names(sessions), (
+            "delete_locked(folder, 'quest-1') removed the blob quest-1's log pointed "
+            "to: it removes the session's files only and names its blobs; dropping "
+            "them is the caller's, once it has let go of the lock")
     assert not (sessions / "quest-1.lock").exists()
 
 
