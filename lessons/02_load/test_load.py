@@ -792,21 +792,27 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
         "load left the log open, and a server resuming many sessions runs out of "
         "descriptors")
 
+    def leaked_by_20_refused_loads(session_id):
+        """(descriptors left open, errors kept) after 20 loads of a log load refuses,
+        the caller keeping each error, as a server keeps the errors it reports."""
+        gc.collect()
+        before = open_descriptors()
+        refusals = []
+        with lesson.SessionLog(sessions, session_id) as log:
+            for _ in range(20):
+                try:
+                    log.load()
+                except NotImplementedError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - refusals tested elsewhere
+                    refusals.append(error)
+        leaked, kept = open_descriptors() - before, len(refusals)
+        refusals.clear()    # a failing test keeps its variables: let the files go now
+        return leaked, kept
+
     (sessions / "damaged.jsonl").write_bytes(
         b'{"role": "user", "content": "hello"}\n{"content": "no role"}\n')
-    gc.collect()
-    before = open_descriptors()
-    refusals = []       # kept, as a server keeps the errors it reports
-    with lesson.SessionLog(sessions, "damaged") as log:
-        for _ in range(20):
-            try:
-                log.load()
-            except NotImplementedError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the refusal is tested elsewhere
-                refusals.append(error)
-    leaked, kept = open_descriptors() - before, len(refusals)
-    refusals.clear()    # a failing test keeps its variables: let the files go now
+    leaked, kept = leaked_by_20_refused_loads("damaged")
     assert leaked <= 0, (
         f"after 20 loads of a log whose line 2 is no message, each refused (the caller "
         f"keeping the {kept} errors, to report them), {leaked} more "
@@ -816,18 +822,7 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
         "meets such logs runs out of descriptors")
 
     (sessions / "unreadable.jsonl").mkdir()     # opened, it cannot be read (EISDIR)
-    gc.collect()
-    before = open_descriptors()
-    with lesson.SessionLog(sessions, "unreadable") as log:
-        for _ in range(20):
-            try:
-                log.load()
-            except NotImplementedError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the refusal is tested elsewhere
-                refusals.append(error)
-    leaked, kept = open_descriptors() - before, len(refusals)
-    refusals.clear()
+    leaked, kept = leaked_by_20_refused_loads("unreadable")
     assert leaked <= 0, (
         f"after 20 loads of a log that is a folder, each refused (the caller keeping "
         f"the {kept} errors), {leaked} more descriptors are open than before them: a "

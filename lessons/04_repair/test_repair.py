@@ -912,6 +912,22 @@ def test_a_fork_copies_whole_messages_and_counts_markers_out(lesson, resume, ses
     assert meta["forked_at"] == 4, f"forked_at counts messages, not lines: {meta}"
 
 
+def calls_answered_in_order(entries, note=""):
+    """Fail in words unless the log's `entries` are a turn's three calls, their three
+    results in the order the model made the calls, then the next message and its
+    answer."""
+    roles = [entry.get("role") for entry in entries]
+    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+    assert roles == expected, (
+        "the log should hold the calls, their three results, then the next message"
+        f"{note}: {roles}")
+    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
+    answered = [entry.get("tool_call_id") for entry in entries[2:5]]
+    assert answered == asked, (
+        "the results should answer the calls in the order the model made them, "
+        f"{asked}; they answer {answered}")
+
+
 def answered_as_known(lesson, calls, answers, stopped, first=1):
     """Fail in words unless, of the calls whose run `stopped` in call number `first`
     (0 for the first), the `answers` to that call and those after it say that it may
@@ -970,16 +986,7 @@ def test_a_run_stopped_by_ctrl_c_in_its_second_tool_call_goes_on(
                         "the stopped run left open still had no result when the next "
                         "user message was recorded (task 04.4)")
     entries = entries_in(sessions / "quest-1.jsonl")
-    roles = [entry.get("role") for entry in entries]
-    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
-    assert roles == expected, (
-        "the log should hold the calls, their three results, then the next message: "
-        f"{roles}")
-    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
-    answered = [entry.get("tool_call_id") for entry in entries[2:5]]
-    assert answered == asked, (
-        "the results should answer the calls in the order the model made them, "
-        f"{asked}; they answer {answered}")
+    calls_answered_in_order(entries)
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "Ctrl-C inside the second of three calls")
 
@@ -1185,22 +1192,16 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
                     "stopped run left open had no result yet when the next message "
                     "was recorded (task 04.4)", pytrace=False)
     entries = entries_in(path)
-    roles = [entry.get("role") for entry in entries]
-    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
-    assert roles == expected, (
-        "the log should hold the calls, their three results, then the next message "
-        "(sent once while the disk was still full, and again once it had room): "
-        f"{roles}. A result is in memory only once it is in the log: put in memory "
-        "first, a result the full disk refused is never written again")
-    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
-    assert [entry.get("tool_call_id") for entry in entries[2:5]] == asked, (
-        f"the results should answer the calls in the order the model made them, {asked}"
-        f"; they answer {[entry.get('tool_call_id') for entry in entries[2:5]]}")
+    calls_answered_in_order(entries, " (sent once while the disk was still full, and "
+                            "again once it had room; a result is in memory only once "
+                            "it is in the log: put in memory first, a result the full "
+                            "disk refused is never written again)")
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "the disk full as the second of three results was written")
     assert agent.messages == entries, (
         "memory and log should hold the same conversation after the settling; memory "
-        f"holds {[m.get('role') for m in agent.messages]}, the log {roles}")
+        f"holds {[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
 
 
 @pytest.mark.task("04.4")
@@ -1321,21 +1322,13 @@ def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions
                     "result yet when the next user message was recorded (task 04.4)",
                     pytrace=False)
     entries = entries_in(sessions / "quest-1.jsonl")
-    roles = [entry.get("role") for entry in entries]
-    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
-    assert roles == expected, (
-        "the log should hold the calls, their three results, then the next message: "
-        f"{roles}")
-    asked = [c["id"] for c in entries[1].get("tool_calls") or []]
-    answered = [entry.get("tool_call_id") for entry in entries[2:5]]
-    assert answered == asked, (
-        "the results should answer the calls in the order the model made them, "
-        f"{asked}; they answer {answered}")
+    calls_answered_in_order(entries)
     answered_as_known(lesson, entries[1]["tool_calls"], entries[2:5],
                       "Ctrl-C inside the first of three calls", first=0)
     assert agent.messages == entries, (
         "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log {roles}")
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
 
 
 @pytest.mark.task("04.4")
