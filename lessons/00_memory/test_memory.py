@@ -106,9 +106,10 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         what = f"the model called {name!r}, and the town has 'pay', not {name!r}"
         result = run_call(lesson, FewTools(pay=pay), tool_call(name, sent), what)
         assert_error_result(result, what)
-        assert name in result, (
+        assert re.search(r"""(['"`])""" + re.escape(name) + r"\1", result), (
             f"{what}: the error result should name the tool as the model sent it, "
-            f"{name!r}, so that it sees the name it got wrong; got {result!r}")
+            f"{name!r}, in quotes, so that it sees the name it got wrong (a space at "
+            f"its end included); got {result!r}")
 
     def fly(**arguments):
         raise KeyError("fly")
@@ -225,7 +226,8 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
     ('["rope"]', "a list", r"list|array|\[\W*rope"),
     ("42", "a number", r"int|number|42"),
     ('"rope"', "a string", r"str|rope"),
-], ids=["list", "number", "string"])
+    (["rope"], "a list sent as the arguments themselves", r"list|array|\[\W*rope"),
+], ids=["list", "number", "string", "list-as-is"])
 def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
         lesson, town, arguments, kind, words):
     """Arguments that are valid JSON but not an object (a list, a number, a string)
@@ -450,6 +452,11 @@ def test_a_tools_failure_on_long_arguments_gives_a_short_result(lesson):
                       "the tool raised ValueError on 120 KB of arguments")
 
     assert_error_result(result, "the tool raised ValueError")
+    assert "the shop is closed" in result, (
+        f"the arguments were {len(arguments):,} characters of a JSON object, and fine: "
+        "the tool should have run on them, however long, and its failure ('the shop "
+        "is closed') be the result; the result does not carry the tool's words, it "
+        f"begins {result[:300]!r}")
     assert len(result) < 2_000, (
         f"the tool failed on arguments of {len(arguments):,} characters (which were "
         f"fine), and the error result is {len(result):,}: it goes back to the model "
@@ -863,12 +870,18 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
     before = len(model.requests)
     with raises(lesson.MaxTurnsExceeded,
                 "run() returned with max_turns=0, where MaxTurnsExceeded was expected "
-                "before any model call"):
+                "before any model call") as raised:
         new_agent(lesson, model, town, max_turns=0).run("Keep talking.")
     assert len(model.requests) == before, (
         "max_turns=0 allows no model call at all, and the agent made "
         f"{len(model.requests) - before}: the limit counts every call, the first one "
         "too")
+    said = str(raised.value)
+    assert re.search(r"(?<![\d.])0(?![\d.])", said) and re.search(
+            r"turn|request|call", said, re.IGNORECASE), (
+        "with max_turns=0, MaxTurnsExceeded should name the limit it reached, 0 model "
+        "calls, in words (turns, requests or calls), as it does for any other limit; "
+        f"it says {said!r}")
 
 
 @pytest.mark.task("00.2")
@@ -927,6 +940,27 @@ def test_the_system_prompt_is_sent_first_but_never_stored(lesson, model, town):
     assert not stored, (
         "the system prompt is configuration, not history: self.messages should hold "
         f"no system message, and it holds {stored}")
+
+
+@pytest.mark.task("00.2")
+def test_the_system_prompt_leads_every_request_of_every_turn(lesson, model, town):
+    """The model keeps nothing between requests: the system prompt leads every one of
+    them, the requests after a tool result and those of a later turn too."""
+    model.add(use(call("talk_to", npc="elder")), say("Aye."), say("Onward."))
+    agent = new_agent(lesson, model, town, system="You are a brave adventurer.")
+
+    agent.run("Ask the elder.")
+    agent.run("Ready?")
+
+    prompt = {"role": "system", "content": "You are a brave adventurer."}
+    led = [request["messages"][:1] == [prompt] and [
+        m for m in request["messages"] if m.get("role") == "system"] == [prompt]
+        for request in model.requests]
+    assert led == [True] * 3, (
+        "two turns made 3 requests (a tool call, then the answer; then a second "
+        "turn's answer), and each should start with the system prompt, once: the "
+        "model remembers nothing between requests. Request by request, it led "
+        f"{led}")
 
 
 @pytest.mark.key
@@ -1067,10 +1101,23 @@ def test_every_message_passes_through_record(lesson, model, town):
         "should pass through record(), the one place the next lesson saves to disk")
 
 
+AFTER_A_TOOL = pytest.mark.parametrize("before", [0, 1],
+                                       ids=["first-request", "after-a-tool"])
+
+
+def requests_before(before):
+    """Words for the request that failed: the first, or the one after a tool ran."""
+    return ("its first request" if not before else
+            "its second request, after a tool call it asked for ran,")
+
+
 @pytest.mark.task("00.2")
-def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, town):
-    """A server error reaches the caller as an exception, not as an empty answer."""
-    model.add(Fail(500))
+@AFTER_A_TOOL
+def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, town,
+                                                                  before):
+    """A server error reaches the caller as an exception, not as an empty answer: on
+    the turn's first request, and on a later one, after tools ran."""
+    model.add(*[use(call("talk_to", npc="elder"))] * before, Fail(500))
     agent = new_agent(lesson, model, town)
 
     try:
@@ -1080,9 +1127,10 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
     except Exception as error:
         raised = error
     else:
-        pytest.fail(f"the model answered HTTP 500 and run() returned {answer!r} as if "
-                    "that were the answer: the caller cannot tell a failed request "
-                    "from an empty reply, so it can neither tell the user nor retry")
+        pytest.fail(f"the model answered {requests_before(before)} with HTTP 500, "
+                    f"and run() returned {answer!r} as if that were the answer: the "
+                    "caller cannot tell a failed request from an empty reply, so it "
+                    "can neither tell the user nor retry", pytrace=False)
     told, seen = False, raised
     while seen is not None and not told:
         told = (isinstance(seen, openai.APIStatusError) and seen.status_code == 500
@@ -1092,7 +1140,7 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
         seen = seen.__cause__ or (None if seen.__suppress_context__
                                   else seen.__context__)
     assert told and not isinstance(raised, lesson.MaxTurnsExceeded), (
-        "the model answered its first request with HTTP 500, and run() raised "
+        f"the model answered {requests_before(before)} with HTTP 500, and run() raised "
         f"{type(raised).__name__} ({raised}) after {len(model.requests)} "
         "requests: the caller should hear of the server's failure, the 500 itself "
         "(or an error that carries it, not one raised from None, which hides it), "
@@ -1100,11 +1148,13 @@ def test_a_failed_model_call_raises_instead_of_answering_nothing(lesson, model, 
 
 
 @pytest.mark.task("00.2")
-def test_a_failed_model_call_leaves_no_reply_in_the_history(lesson, model, town):
+@AFTER_A_TOOL
+def test_a_failed_model_call_leaves_no_reply_in_the_history(lesson, model, town,
+                                                             before):
     """When the model call fails, the model said nothing: the history holds no reply
     it never gave (an error written as its answer would go back to it, as its own
-    words, with every later request)."""
-    model.add(Fail(500))
+    words, with every later request), on the turn's first request or a later one."""
+    model.add(*[use(call("talk_to", npc="elder"))] * before, Fail(500))
     agent = new_agent(lesson, model, town)
 
     with raises(Exception, "the model answered HTTP 500, and run() went on as if it "
@@ -1113,11 +1163,11 @@ def test_a_failed_model_call_leaves_no_reply_in_the_history(lesson, model, town)
 
     if isinstance(raised.value, NotImplementedError):
         raise raised.value
-    made_up = [m for m in agent.messages if m.get("role") != "user"]
+    made_up = agent.messages[1 + 2 * before:]     # past the question, reply, result
     assert made_up == [], (
-        "the model answered its first request with HTTP 500, so it said nothing; the "
-        f"history holds {made_up}, which the model never sent, and which would go "
-        "back to it as its own words")
+        f"the model answered {requests_before(before)} with HTTP 500, so it said "
+        f"nothing then; the history holds {made_up}, which the model never sent, "
+        "and which would go back to it as its own words")
 
 
 @pytest.mark.task("00.2")

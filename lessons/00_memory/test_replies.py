@@ -601,8 +601,9 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
     """normalize_reply leaves a reply that is already sendable exactly as it is: ids
     of any server's form, arguments with the spaces they came with, and each tool's
     name as the model wrote it (capitals, or a space no tool has: run_tool tells the
-    model, and the history shows what it sent)."""
-    reply = {"role": "assistant", "content": None, "tool_calls": [
+    model, and the history shows what it sent), and its text, spaces and line breaks
+    included, with calls or without, even text that is only whitespace."""
+    reply = {"role": "assistant", "content": " Let me look around.\n", "tool_calls": [
         {"id": "call_1_0", "type": "function",
          "function": {"name": "buy", "arguments": '{"item":"rope"}'}},
         {"id": "toolu_01A9q", "type": "function",
@@ -621,6 +622,17 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
         "arguments (spaces and a newline around them are JSON too) should be stored "
         f"byte for byte as the model sent them, {sent}; stored "
         f"{message.get('tool_calls')}")
+    assert message.get("content") == " Let me look around.\n", (
+        "the text that came with the calls, ' Let me look around.\\n', should be "
+        "stored as the model wrote it, its space and line break included: nothing "
+        f"the model said is changed; stored {message.get('content')!r}")
+    for text in ("\n", " "):
+        message = lesson.normalize_reply({"role": "assistant", "content": text}, [])
+        assert message == {"role": "assistant", "content": text}, (
+            f"a plain reply whose text is {text!r} (only whitespace, and text all the "
+            "same: the content is '' only where the server sent none) should be stored "
+            f"as it came, {{'role': 'assistant', 'content': {text!r}}}; stored "
+            f"{message}")
 
 
 @pytest.mark.task("00.3")
@@ -646,13 +658,16 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
     ("", {}), (None, {}),
     ('{"npc": "Infinity", "note": "NaN"}', {"npc": "Infinity", "note": "NaN"}),
-    ({"npc": "-Infinity", "gold": 1e308}, {"npc": "-Infinity", "gold": 1e308})])
+    ({"npc": "-Infinity", "gold": 1e308}, {"npc": "-Infinity", "gold": 1e308}),
+    ('{"note": "NaN and Infinity are words, -Infinity too"}',
+     {"note": "NaN and Infinity are words, -Infinity too"})])
 def test_read_arguments_takes_what_servers_send_for_an_object(
     lesson, arguments, expected
 ):
     """JSON text, an object, "" and null all read as the arguments they stand for; so
-    do arguments whose text holds the words NaN or Infinity, or a large number that is
-    still a number (only the values NaN and Infinity are no JSON)."""
+    do arguments whose text holds the words NaN or Infinity (alone, or among other
+    words), or a large number that is still a number (only the values NaN and
+    Infinity are no JSON)."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError as error:
@@ -715,6 +730,12 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
     assert sorted(message) == ["content", "role", "tool_calls"], (
         "the stored reply should hold role, content and tool_calls only; it holds "
         f"{sorted(message)}")
+    plain = {key: value for key, value in reply.items() if key != "tool_calls"}
+    stored = lesson.normalize_reply(plain, [])
+    assert sorted(stored) == ["content", "role"], (
+        f"a plain answer, without calls, came with the fields {sorted(plain)}; the "
+        "stored reply should hold role and content only, whether the reply called "
+        f"tools or not; it holds {sorted(stored)}")
     call = message["tool_calls"][0]
     assert sorted(call) == ["function", "id", "type"] and sorted(
             call["function"]) == ["arguments", "name"], (
@@ -753,7 +774,8 @@ def test_every_stored_call_has_the_type_function(lesson, sent):
 def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
     """Content sent as parts: the answer is the text of the parts whose type is text,
     in order. A part of another type is not the answer, even one that carries a text
-    of its own (a reasoning part, as some servers send it)."""
+    of its own (a reasoning part, as some servers send it), nor one between two text
+    parts, whose texts are still the answer, as they came."""
     reply = {"role": "assistant", "tool_calls": [], "content": [
         {"type": "reasoning", "text": "The shop is closed on Sundays."},
         {"type": "text", "text": "The shop "}, {"type": "text", "text": "is open."}]}
@@ -771,3 +793,13 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
         f"the reply's content came as one thinking part, {thinking['content']}, and "
         "no text part: the answer is empty text, '', and nothing of the thinking; "
         f"it was stored as {message.get('content')!r}")
+    between = {"role": "assistant", "tool_calls": [], "content": [
+        {"type": "text", "text": "The shop "},
+        {"type": "thinking", "thinking": [{"type": "text", "text": "Sunday?"}]},
+        {"type": "text", "text": "is open.\n"}]}
+    message = lesson.normalize_reply(between, [])
+    assert message.get("content") == "The shop is open.\n", (
+        "the reply's content came as a text part, a thinking part, and a text part; "
+        "the answer is every text part, in order, put end to end as it came, "
+        "'The shop is open.\\n' (its line break included), and nothing of the "
+        f"thinking; it was stored as {message.get('content')!r}")

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -329,19 +330,21 @@ def test_the_threshold_is_configurable_and_measures_what_a_blob_would_hold(lesso
 @pytest.mark.parametrize(
     "content",
     ['"\\\n\t' * 25, "\x01\x1f" * 50,
-     'She said: "the map is \\\\cave\\\\".\n' * 4, "é" * 50],
+     'She said: "the map is \\\\cave\\\\".\n' * 4, "é" * 50, " \t\r\n" * 25],
     ids=["quotes, backslashes, line ends", "control characters", "a quoted path",
-         "accented letters"],
+         "accented letters", "white space only"],
 )
 def test_a_content_at_the_threshold_stays_however_the_line_spells_it(
         lesson, sessions, content):
     """A content whose blob would hold exactly the threshold stays in the line, and one
     byte more leaves, however JSON spells it in the line: quotes, backslashes, line
-    ends, control characters, accented letters."""
+    ends, control characters, accented letters, white space alone."""
     size = len(content.encode("utf-8"))
     with lesson.SessionLog(sessions, "quest-1", blob_threshold=size) as log:
         log.append({"role": "user", "content": content})            # exactly the limit
-        log.append({"role": "user", "content": content + "x"})      # one byte over
+        # One byte over, of the same kind: white space alone stays white space
+        log.append({"role": "user", "content": content + ("x" if content.strip()
+                                                           else " ")})
 
     stored = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
     escaped = len(json.dumps(content, ensure_ascii=False).encode("utf-8")) - 2
@@ -1100,8 +1103,10 @@ def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson
 
 @pytest.mark.key
 @pytest.mark.task("06.2")
-def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
-    """A reference to a blob that is missing is refused with an error naming the blob,
+@pytest.mark.parametrize("gone", ["the blob", "blobs/"])
+def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone):
+    """A reference to a blob that is missing (removed by hand, or the whole of blobs/
+    left behind when the folder was copied) is refused with an error naming the blob,
     the log and the line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
@@ -1109,11 +1114,13 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions):
     assert (sessions / "blobs" / digest).exists(), (
         f"the paste should be stored in the folder's blobs/, named {digest}")
     (sessions / "blobs" / digest).unlink()
+    if gone == "blobs/":
+        shutil.rmtree(sessions / "blobs")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
-                    "a reference to a missing blob was loaded without an error",
-                    ) as refused:
+                    f"a reference to a missing blob ({gone} removed) was loaded "
+                    "without a BlobError") as refused:
             log.load()
 
     message = str(refused.value)
@@ -1478,10 +1485,13 @@ def fail_syncs_of(monkeypatch, inode):
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("failing", ["blobs/", "the blob"])
 def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, sessions,
-                                                                     monkeypatch):
+                                                                     monkeypatch,
+                                                                     failing):
     """A durable writer finds the blob stored by a writer that never synced it, and the
-    sync of blobs/ fails (EIO): the OSError reaches the caller, and the next store of
+    sync of blobs/, or of the blob's bytes, fails (EIO), twice: the OSError reaches the
+    caller, the blob stays as it was, no descriptor stays open, and the next store of
     the same content syncs the blob and blobs/, for nothing was made durable the first
     time."""
     data = PASTE.encode("utf-8")
@@ -1492,14 +1502,23 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
     folder = (sessions / "blobs").stat().st_ino
 
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
-        fail_syncs_of(monkeypatch, folder)
-        with raises(OSError, "syncing blobs/ failed for a blob another writer had "
-                             "stored, yet store_blob returned: the line append writes "
-                             "next could survive a power cut that loses the blob"):
-            log.store_blob(data)
+        before = open_descriptors()
+        fail_syncs_of(monkeypatch,
+                      folder if failing == "blobs/" else blob.stat().st_ino)
+        for _ in range(2):
+            with raises(OSError, f"syncing {failing} failed for a blob another writer "
+                                 "had stored, yet store_blob returned: the line append "
+                                 "writes next could survive a power cut that loses "
+                                 "the blob"):
+                log.store_blob(data)
         monkeypatch.undo()
+        leaked = open_descriptors() - before
+        assert leaked == 0, (
+            f"two stores of a blob another writer had stored failed while syncing "
+            f"{failing} (EIO), and left {leaked} file descriptor(s) open: every failed "
+            "try holds one more, until the process can open no file at all")
         if not blob.is_file() or blob.read_bytes() != data:
-            fail_in("06.1", f"the sync of blobs/ failed for the blob {blob.name}, "
+            fail_in("06.1", f"the sync of {failing} failed for the blob {blob.name}, "
                     "which another writer had stored whole; the store then "
                     + ("removed it" if not blob.is_file() else "changed its bytes")
                     + ". A failed store never takes away a name that holds the whole "
@@ -1508,7 +1527,7 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
         log.store_blob(data)
         monkeypatch.undo()
     assert blob.stat().st_ino in synced and folder in synced, (
-        "the first store failed while syncing blobs/, so the blob another writer "
+        f"the first stores failed while syncing {failing}, so the blob another writer "
         "stored is not known to be on disk; storing it again should sync the blob and "
         f"blobs/ before returning, and it synced {len(synced)} file(s), not both: "
         "this writer took the blob whose sync failed for one it had synced")
@@ -1544,14 +1563,17 @@ def test_a_store_whose_sync_fails_after_the_name_holds_the_blob_keeps_it(
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("moment", ["its bytes are synced", "it is put in place"])
 def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
-                                                                monkeypatch):
-    """Ctrl-C arrives while a durable writer syncs the blob's bytes: the
-    KeyboardInterrupt reaches the caller, and blobs/ holds no copy of the content under
-    another name (each Ctrl-C would leave one more); under its own name, nothing or the
-    whole content."""
+                                                                monkeypatch, moment):
+    """Ctrl-C arrives while a durable writer syncs the blob's bytes, or while a writer
+    puts the blob in place (a rename or a link into blobs/): the KeyboardInterrupt
+    reaches the caller, and blobs/ holds no copy of the content under another name
+    (each Ctrl-C would leave one more); under its own name, nothing or the whole
+    content."""
     data = PASTE.encode("utf-8")
     digest = sha256(data)
+    blobs = os.fspath(sessions / "blobs")
     interrupted = []
 
     def interrupting(real):
@@ -1563,9 +1585,22 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
             real(fd)
         return sync
 
-    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        for name in ("fsync", "fdatasync"):
-            monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
+    def interrupting_rename(real):
+        def rename(source, target, *args, **kwargs):
+            if os.path.dirname(os.fspath(target)) == blobs:
+                interrupted.append(target)
+                raise KeyboardInterrupt
+            return real(source, target, *args, **kwargs)
+        return rename
+
+    durable = moment == "its bytes are synced"
+    with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
+        if durable:
+            for name in ("fsync", "fdatasync"):
+                monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
+        else:
+            for name in ("replace", "rename", "link"):
+                monkeypatch.setattr(os, name, interrupting_rename(getattr(os, name)))
         try:
             log.store_blob(data)
         except KeyboardInterrupt:
@@ -1574,11 +1609,13 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
             monkeypatch.undo()
     assert interrupted, (
         "a durable store_blob returned without syncing the blob's bytes: the line "
-        "append writes next could survive a power cut that loses them")
+        "append writes next could survive a power cut that loses them" if durable else
+        "store_blob returned without a rename or a link into blobs/: while the blob "
+        "was written, its name held part of it, and a crash then leaves half a blob")
     folder = sessions / "blobs"
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     assert names in ([], [digest]), (
-        f"a Ctrl-C while the blob was synced left {names} in blobs/: only the blob "
+        f"a Ctrl-C while {moment} left {names} in blobs/: only the blob "
         "itself, whole, may stay, never a copy under another name (the clean-up of a "
         "failed store must run for a KeyboardInterrupt too)")
     if names:
@@ -1746,10 +1783,12 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
 
 
 @pytest.mark.task("06.2")
-def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
-    """A blob planted as a symbolic link is refused with a BlobError naming the blob,
-    the log and the line, never followed: a link could point anywhere (another user's
-    file, a device that never ends)."""
+@pytest.mark.parametrize("target", ["the same bytes", "nothing"])
+def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions, target):
+    """A blob planted as a symbolic link, to the same bytes or to nothing, is refused
+    with a BlobError naming the blob, the log and the line and saying it is a link,
+    never followed: a link could point anywhere (another user's file, a device that
+    never ends)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
@@ -1757,13 +1796,15 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions):
     outside = sessions.parent / "outside"
     blob.rename(outside)
     blob.symlink_to(outside)                # the same bytes, through a link
+    if target == "nothing":
+        outside.unlink()                    # a link to nothing: not a missing blob
 
     before = snapshot(sessions)
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
-                    f"blobs/{blob.name} is a symbolic link, and load followed it to "
-                    "the file it points to") as refused:
+                    f"blobs/{blob.name} is a symbolic link to {target}, and load "
+                    "did not refuse it with a BlobError") as refused:
             log.load()
     message = str(refused.value)
     named = (re.search(r"\bline 1\b", message)
@@ -1951,6 +1992,46 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("durable", [False, True], ids=["not durable", "durable"])
+def test_a_blobs_folder_removed_while_the_writer_is_open_is_made_again(
+        lesson, sessions, monkeypatch, durable):
+    """blobs/ is removed by hand (a clean-up) while a writer is open: its next store
+    makes blobs/ again, its owner's only, and stores the content whole; a durable
+    writer syncs the sessions folder once blobs/ is back, as for the first one."""
+    data = PASTE.encode("utf-8")
+    with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
+        log.store_blob(NON_ASCII.encode("utf-8"))
+        blobs = sessions / "blobs"
+        assert blobs.is_dir(), f"the first store should have made {blobs}"
+        shutil.rmtree(blobs)                        # a clean-up by hand
+        events = []
+        watch_syncs(monkeypatch, events, blobs)     # "named": blobs/ is back by then
+        try:
+            log.store_blob(data)
+        except OSError as error:
+            pytest.fail(
+                f"blobs/ was removed while the writer was open, and its next store "
+                f"failed ({type(error).__name__}: {error}): when blobs/ is missing, "
+                "a store makes it, at every store, not once per writer",
+                pytrace=False)
+        finally:
+            monkeypatch.undo()
+    blob = blobs / sha256(data)
+    assert blob.is_file() and blob.read_bytes() == data, (
+        f"blobs/ was removed and made again; blobs/{blob.name} should hold the "
+        "content, whole")
+    mode = blobs.stat().st_mode & 0o777
+    assert mode == 0o700, (
+        f"blobs/ was made again with mode {oct(mode)}; it should be 0o700, readable "
+        "by its owner only, like the first time")
+    parent = sessions.stat().st_ino
+    assert not durable or any(ino == parent and named for _, ino, named in events), (
+        "a durable writer made blobs/ again but did not sync the sessions folder "
+        "after it: a power cut could lose blobs/ and the blob in it while the line "
+        "that points there survives")
+
+
+@pytest.mark.task("06.1")
 def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
         lesson, sessions, monkeypatch):
     """A new folder's name lives in its parent: when a durable writer makes blobs/, the
@@ -1972,24 +2053,38 @@ def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("target", ["the right bytes", "nothing"])
 def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions,
-                                                                tmp_path):
-    """A symbolic link under the blob's name, even to the right bytes, is no stored
-    blob (load refuses links): storing the content puts a real file there, holding the
-    content, and the link's target is left alone."""
+                                                                tmp_path, target):
+    """A symbolic link under the blob's name, to the right bytes or to nothing, is no
+    stored blob (load refuses links): storing the content puts a real file there,
+    holding the content, and the link's target is left alone (not written, not
+    made)."""
     data = PASTE.encode("utf-8")
     outside = tmp_path / "outside"
-    outside.write_bytes(data)
+    if target != "nothing":
+        outside.write_bytes(data)
     (sessions / "blobs").mkdir(mode=0o700)
     blob = sessions / "blobs" / sha256(data)
     blob.symlink_to(outside)
 
-    store(lesson, sessions, data)
+    try:
+        store(lesson, sessions, data)
+    except OSError as error:
+        pytest.fail(f"blobs/{blob.name} is a symbolic link to {target}, and storing "
+                    f"the content failed ({type(error).__name__}: {error}): a link "
+                    "at the name is no blob, and the store puts the blob there in its "
+                    "place", pytrace=False)
 
     assert not blob.is_symlink() and blob.is_file(), (
         f"blobs/{blob.name} is still a symbolic link after the content was stored: "
         "a load refuses links, so the session cannot load its paste")
-    assert outside.read_bytes() == data, "the link's target must not be written to"
+    if target == "nothing":
+        assert not outside.exists(), (
+            "the link at the blob's name pointed to nothing, and storing the content "
+            "made the file it points to: a store writes nothing through a link")
+    else:
+        assert outside.read_bytes() == data, "the link's target must not be written to"
     assert blob.read_bytes() == data, (
         f"blobs/{blob.name} should hold the content, whole, once it is stored")
 
@@ -1998,7 +2093,8 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
 @pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
 def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role):
     """The threshold is the only rule: the model's long answer, a tool's long result
-    and a long system prompt leave the line as a user's paste does."""
+    and a long system prompt leave the line as a user's paste does, and load puts each
+    back."""
     message = {"role": role, "content": PASTE}
     if role == "tool":
         message["tool_call_id"] = "call_1_0"
@@ -2016,3 +2112,9 @@ def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role)
     blob = sessions / "blobs" / str(reference.get("$blob"))
     assert blob.is_file() and blob.read_bytes() == PASTE.encode("utf-8"), (
         f"the {role}'s content should be stored whole in {blob}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+    if loaded != [message]:
+        fail_in("06.2", f"the {role}'s 1 MB content is stored as a blob, and load "
+                "should put it back, whoever wrote it: the model is sent what load "
+                f"gives, and it gave {str(loaded)[:200]}")

@@ -167,6 +167,40 @@ def asked_a_helper(lesson, sessions, where, script):
     return play(lesson, sessions, ("Ask a helper.", script))
 
 
+def left_locked(lesson, sessions, session_id="quest-1"):
+    """Fail, in words, if a side-chain of the session is still locked once its helpers
+    are done: a lock file left (a lock let go takes its file with it), or a writer
+    refused. A name looked at or passed over is not this process's to keep."""
+    folder = sessions / f"{session_id}.sidechains"
+    kept = sorted(p.name for p in folder.glob("*.lock"))
+    assert not kept, (
+        f"every helper is done, and the side-chains folder still holds the lock files "
+        f"{kept}: a side-chain's lock, taken on a name looked at or passed over, was "
+        "never let go, and no other writer can take that side-chain")
+    for log in sorted(folder.glob("*.jsonl")):
+        if not log.is_file():
+            continue
+        try:
+            with lesson.SessionLog(folder, log.name[:-len(".jsonl")]) as other:
+                other.open_for_append()
+        except lesson.SessionBusy as error:
+            pytest.fail(f"the side-chain {log.name} is still locked once every helper "
+                        f"is done: another writer was refused it ({error})",
+                        pytrace=False)
+
+
+def another_writer_takes(lesson, folder, session_id):
+    """Can another writer take the session now? (It lets go at once when it can.)"""
+    other = lesson.SessionLog(folder, session_id)
+    try:
+        other.open_for_append()
+        return True
+    except lesson.SessionBusy:
+        return False
+    finally:
+        other.close()
+
+
 def sidechain_files(sessions, session_id="quest-1"):
     folder = sessions / f"{session_id}.sidechains"
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
@@ -398,6 +432,14 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
         "each pointer's \"call\" is the call id, as the model sent it, whatever name "
         "its side-chain got: the pointers say "
         f"{[shown(c) if isinstance(c, str) else repr(c) for c in calls]}")
+    folder = sessions / "quest-1.sidechains"
+    metas = [json.loads((folder / f"{name}.meta.json").read_text(encoding="utf-8"))
+             for name in names]
+    said = [meta.get("call") for meta in metas]
+    assert said == [call_id, call_id], (
+        "each meta file's \"call\" is the call id, as the model sent it, whatever "
+        "name its side-chain got: the meta files say "
+        f"{[shown(c) if isinstance(c, str) else repr(c) for c in said]}")
 
 
 @pytest.mark.task("10.1")
@@ -855,6 +897,7 @@ def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions
         f"the helper should have taken {CALL_ID}.2, the name after the one claimed; "
         f"a message appended to its log changed {grown or 'no file'} (the folder "
         f"holds {sidechain_files(sessions)})")
+    left_locked(lesson, sessions)
 
 
 @pytest.mark.task("10.2")
@@ -878,6 +921,41 @@ def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sess
     assert grown == [f"{CALL_ID}.2.jsonl"], (
         f"the helper should have taken {CALL_ID}.2; a message appended to its log "
         f"changed {grown or 'no file'} (the folder holds {sidechain_files(sessions)})")
+    left_locked(lesson, sessions)
+
+
+@pytest.mark.task("10.2")
+@pytest.mark.parametrize("planted", ["an empty log", "an empty folder"])
+def test_something_at_a_side_chains_log_name_keeps_that_name(lesson, sessions,
+                                                             planted):
+    """Whatever is at a side-chain's log name (an empty log, whose helper died before
+    its first line; a folder named like a log), that name is taken: the next helper of
+    that call id takes the next name, and what was there stays as it was."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    there = folder / f"{CALL_ID}.jsonl"
+    if planted == "an empty log":
+        there.write_bytes(b"")
+    else:
+        there.mkdir()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        try:
+            side = start(lesson, log)
+        except OSError as error:
+            pytest.fail(f"{planted} at {CALL_ID}.jsonl already owns that name, and the "
+                        f"helper should have taken {CALL_ID}.2; start_sidechain raised "
+                        f"{type(error).__name__}: {error}", pytrace=False)
+        with side:
+            side.append({"role": "user", "content": QUESTION})
+    assert side.id == f"{CALL_ID}.2", (
+        f"{planted} at {CALL_ID}.jsonl already owns that name (a name is taken when "
+        f"its log exists): the helper should have taken {CALL_ID}.2; it took "
+        f"{side.id!r} (the folder holds {sidechain_files(sessions)})")
+    still = (there.is_file() and there.read_bytes() == b"" if planted == "an empty log"
+             else there.is_dir() and not any(there.iterdir()))
+    assert still, f"{planted} at {CALL_ID}.jsonl should be left as it was; it changed"
+    left_locked(lesson, sessions)
 
 
 @pytest.mark.task("10.2")
@@ -1345,6 +1423,29 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
         assert last.get("content") == text, (
             "the helper's own log keeps its last reply as the model sent it; its last "
             f"line is {last}")
+        left_locked(lesson, sessions)
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("ending", ["whole", "cut off"])
+def test_a_long_helper_answer_reaches_the_parent_whole(lesson, sessions, ending):
+    """A helper's answer of many lines and thousands of characters is the call's
+    result as it came, not its start; cut off, the error quotes all the helper had
+    said."""
+    answer = "".join(f"{n}. The elder remembers the cave's passage number {n}.\n"
+                     for n in range(1, 121)).strip()
+    last = say(answer) if ending == "whole" else cut_off(answer)
+    script = [use(call("ask_helper", question=QUESTION)), last, say(FINAL)]
+    messages, _ = play(lesson, sessions, ("Ask a helper.", script))
+    said = str(messages[2].get("content"))
+    whole = said == answer if ending == "whole" else answer in said
+    lines = answer.count("\n") + 1
+    assert whole, (
+        f"the helper's last reply was {len(answer)} characters on {lines} lines"
+        + (": the call's result should be all of it"
+                   if ending == "whole" else ", cut off at the server's length limit: "
+                   "the error should be followed by all the helper had said")
+        + f"; the result was {shown(said, 60)}")
 
 
 @pytest.mark.task("10.3")
@@ -1509,6 +1610,7 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
     agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
                          session=log)
     ended = None
+    parent_taken = False
     try:
         if failure == "full disk":
             a_full_disk_in_the_side_chains(monkeypatch)
@@ -1517,6 +1619,9 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         raise
     except Exception as error:
         ended = error
+        # The run ended; the parent's log is still open, and still the parent's
+        parent_taken = log is not None and another_writer_takes(lesson, sessions,
+                                                                "quest-1")
     finally:
         monkeypatch.undo()
         if log is not None:
@@ -1529,6 +1634,10 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         + (f"the parent's model read the result {results[0].get('content')!r}"
            if results else "the run ended without an error")
         + (f", and the run ended with {type(ended).__name__}" if ended else ""))
+    assert not parent_taken, (
+        f"the helper's work met a {failure}, and the run ended with it; the parent's "
+        "log was still open, yet another writer took the parent session: however the "
+        "helper ends, the parent still holds its own lock")
     if where == "side-chain":
         folder = sessions / "quest-1.sidechains"
         for name in sorted(p.name[:-len(".meta.json")]
