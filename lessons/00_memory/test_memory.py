@@ -823,6 +823,17 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
         f"unexpected keyword argument 'person'); the result is {result['content']!r}")
 
 
+def names_the_limit(error, limit):
+    """Fail, in words, unless MaxTurnsExceeded's message names the limit it reached."""
+    said = str(error)
+    assert re.search(rf"(?<![\d.]){limit}(?![\d.])", said) and re.search(
+            r"turn|request|call", said, re.IGNORECASE), (
+        f"with max_turns={limit}, MaxTurnsExceeded should name the limit it reached, "
+        f"{limit} model calls, in words (turns, requests or calls, not a bare number), "
+        f"so that whoever reads it knows which setting stopped the turn; it says "
+        f"{said!r}")
+
+
 @pytest.mark.task("00.2")
 def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, town):
     """A model that keeps calling tools is stopped after exactly max_turns model calls,
@@ -860,12 +871,7 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "its result, so that the session can go on with the next message (a provider "
         f"refuses a call left unanswered); the calls {asked} got results for "
         f"{answered}")
-    said = str(raised.value)
-    assert re.search(r"(?<![\d.])3(?![\d.])", said) and re.search(
-            r"turn|request|call", said, re.IGNORECASE), (
-        "MaxTurnsExceeded should name the limit it reached, 3 model calls here, in "
-        "words (turns, requests or calls, not a bare number), so that whoever reads "
-        f"it knows which setting stopped the turn; it says {said!r}")
+    names_the_limit(raised.value, 3)
 
     before = len(model.requests)
     with raises(lesson.MaxTurnsExceeded,
@@ -876,12 +882,7 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "max_turns=0 allows no model call at all, and the agent made "
         f"{len(model.requests) - before}: the limit counts every call, the first one "
         "too")
-    said = str(raised.value)
-    assert re.search(r"(?<![\d.])0(?![\d.])", said) and re.search(
-            r"turn|request|call", said, re.IGNORECASE), (
-        "with max_turns=0, MaxTurnsExceeded should name the limit it reached, 0 model "
-        "calls, in words (turns, requests or calls), as it does for any other limit; "
-        f"it says {said!r}")
+    names_the_limit(raised.value, 0)
 
 
 @pytest.mark.task("00.2")
