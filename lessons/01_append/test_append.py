@@ -51,6 +51,10 @@ WHY_BAD = {
     "lpt9.x": "Windows keeps LPT9, the last of LPT1 to LPT9, before a dot too",
     "AUX": "Windows keeps AUX for a device, in any case: AUX.jsonl there is no file",
     "prn.day-2": "Windows keeps PRN for the printer, even before a dot",
+    "com9": "Windows keeps COM9, the last of COM1 to COM9, in any case",
+    "LPT1.day-2": "Windows keeps LPT1, the first of LPT1 to LPT9, before a dot too",
+    "aux.day-2.old": ("Windows keeps AUX whatever follows its first dot: there, "
+                      "aux.day-2.old.jsonl is the device too"),
 }
 BAD_IDS = list(WHY_BAD)
 
@@ -469,6 +473,14 @@ def test_no_character_with_a_meaning_elsewhere_gets_into_an_id(lesson):
         "the ids you accept, and refuse everything else")
 
 
+# What a refusal names of the rule: the length limit, and the characters an id may hold.
+RULE = {"the length limit (128)": ("128",), "letters": ("letter", "a-z"),
+        "digits": ("digit", "0-9"), "'.'": (".",), "'_'": ("_",), "'-'": ("-",)}
+# The names Windows keeps for devices, each with a name that only begins like it.
+DEVICES = {"CON": "CONSOLE", "PRN": "PRNX", "AUX": "aux-1", "NUL": "NULL",
+           "COM1": "COM10", "LPT1": "LPT10"}
+
+
 def takes(lesson, session_id):
     """Does check_session_id take `session_id`?"""
     try:
@@ -481,8 +493,10 @@ def takes(lesson, session_id):
 @pytest.mark.task("01.1")
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
-    characters allowed: letters, digits, '.', '_', '-'; 128 at most; and how an id may
-    start and end, where the rule says), so the caller can fix it."""
+    characters allowed: letters, digits, '.', '_', '-'; 128 at most; the names kept
+    for Windows devices, each; and how an id may start and end, where the rule says),
+    so the caller can fix it: every refusal states the rule, whatever the id's trouble
+    (a path, too long, empty, a sign first, a space, a device's name)."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
         lesson.check_session_id("../x")
     said = str(refused.value)
@@ -492,9 +506,7 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "included, so that the caller can fix the id rather than guess; it says: "
         f"{said}")
     words = said.replace("../x", "").lower()    # what it says besides the id
-    kinds = {"letters": ("letter", "a-z"), "digits": ("digit", "0-9"),
-             "'.'": (".",), "'_'": ("_",), "'-'": ("-",)}
-    unnamed = [kind for kind, ways in kinds.items()
+    unnamed = [kind for kind, ways in RULE.items()
                if not any(way in words for way in ways)]
     for extra in "+@,=":        # left to your rule: named if your check takes them
         try:
@@ -507,11 +519,34 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "the error should say which characters a valid id may hold (letters, digits, "
         "'.', '_' and '-', and any other your check takes), so that the caller can fix "
         f"the id; it names no {', no '.join(unnamed)}: {said}")
-    if not takes(lesson, "CON") and takes(lesson, "CONSOLE"):
-        assert any(way in words for way in ("con", "device", "reserved")), (
-            "the check refuses 'CON' (a device on Windows) and takes 'CONSOLE': the "
-            "names it keeps out are part of its rule, and the error should say so (the "
-            f"caller cannot guess them from the characters named); it says: {said}")
+    kept_out = {name: alike for name, alike in DEVICES.items()
+                if not takes(lesson, name) and takes(lesson, alike)}
+    unnamed = [name for name in kept_out if name[:3].lower() not in words]
+    assert not unnamed, (
+        f"the check refuses {', '.join(kept_out)} (names Windows keeps for devices) "
+        f"and takes {', '.join(kept_out.values())}: the names it keeps out are part "
+        "of its rule, and the error should name each one (the caller cannot guess "
+        f"them from the characters named); it names no {', no '.join(unnamed)}: "
+        f"{said}")
+    for other, why in [("x" * 129, "too long"), ("", "empty"), ("-rf", "starts "
+                       "with '-'"), ("quest 1", "holds a space"), ("CON", "a device")]:
+        with raises(lesson.InvalidSessionId, f"check_session_id({other!r}) returned "
+                    f"the id instead of raising InvalidSessionId ({why})") as refused:
+            lesson.check_session_id(other)
+        told = str(refused.value)
+        if other and len(other) <= 40:
+            assert repr(other) in told or f'"{other}"' in told, (
+                f"the refusal of {other!r} ({why}) should quote the id, as every "
+                f"refusal does, so that its trouble shows; it says: {told}")
+        rest = told.replace(other, "").replace(other[:40], "").lower()
+        missing = [kind for kind, ways in RULE.items()
+                   if not any(way in rest for way in ways)]
+        assert not missing, (
+            f"the refusal of {other[:40]!r}{'...' if len(other) > 40 else ''} ({why}) "
+            "should state the rule, all of it, as every refusal does, so that the "
+            "caller can fix the id rather than guess (the length limit, 128, and the "
+            f"characters a valid id may hold); it names no {', no '.join(missing)}: "
+            f"{told}")
     for first in "-._":     # taken inside an id: refused at its start only by a rule
         if takes(lesson, f"quest{first}1") and not takes(lesson, f"{first}quest"):
             assert any(way in words for way in ("start", "begin", "first")), (
@@ -1105,10 +1140,21 @@ def test_durable_logs_leak_no_descriptors(lesson, sessions):
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("not_text", [None, 7, b"quest-1"], ids=repr)
 def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
-    """An id that is not a str is refused with InvalidSessionId, like any bad id."""
+    """An id that is not a str is refused with InvalidSessionId, like any bad id, and
+    its refusal, like any other, quotes it and states the rule."""
     try:
         lesson.check_session_id(not_text)
-    except lesson.InvalidSessionId:
+    except lesson.InvalidSessionId as error:
+        said = str(error)
+        missing = [kind for kind, ways in RULE.items()
+                   if not any(way in said.replace(repr(not_text), "").lower()
+                              for way in ways)]
+        assert repr(not_text) in said and not missing, (
+            f"check_session_id({not_text!r}) refused an id that is not a string, "
+            f"saying: {said!r}. Its refusal, like any other, should quote the id as "
+            f"Python shows it ({not_text!r}) and state the rule, all of it, so that "
+            "the caller sees what was passed and what an id is"
+            + (f" (it names no {', no '.join(missing)})" if missing else ""))
         return
     except NotImplementedError:
         raise
@@ -1468,17 +1514,20 @@ def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
 
 @pytest.mark.task("01.4")
 @pytest.mark.parametrize("target", ["a file outside the sessions folder",
-                                    "another session's log"])
+                                    "another session's log",
+                                    "nothing: a name outside the sessions folder"])
 def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_path,
                                                        target):
-    """A log name planted as a symbolic link is refused (OSError), and the file it
-    points to is left as it was: one outside the sessions folder, or another
-    session's log in it, whose conversation a link would mix with this one's."""
+    """A log name planted as a symbolic link is refused (OSError), and what it points
+    to is left as it was: a file outside the sessions folder, another session's log
+    in it, whose conversation a link would mix with this one's, or nothing at all (a
+    link to a name outside the folder, which no append may create)."""
     sessions.mkdir(parents=True, exist_ok=True)
-    pointed = (tmp_path / "outside.txt" if target.startswith("a file")
+    pointed = (tmp_path / "outside.txt" if not target.startswith("another")
                else sessions / "quest-2.jsonl")
     kept = '{"role": "user", "content": "not this session"}\n'
-    pointed.write_text(kept)
+    if not target.startswith("nothing"):
+        pointed.write_text(kept)
     (sessions / "quest-1.jsonl").symlink_to(pointed)
     log = lesson.SessionLog(sessions, "quest-1")
     try:
@@ -1487,6 +1536,12 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
             log.append({"role": "user", "content": "hello"})
     finally:
         log.close()
+    if target.startswith("nothing"):
+        assert not pointed.exists(), (
+            f"the log's name was a symbolic link to {target}, and append created "
+            f"{pointed.name} there, out of the sessions folder: a log that is a link "
+            "is refused, never followed, whether or not its target exists")
+        return
     assert pointed.read_text() == kept, (
         f"the file the link points to, {target}, was changed: {pointed.read_text()!r}")
 

@@ -129,3 +129,35 @@ def test_text_that_looks_like_a_marker_is_stored_as_text(lesson, sessions):
     assert stored == {"role": "user", "content": typed}, (
         "text is text: the user typed a marker's JSON, and the line should hold it "
         f"as the message's content, a string, as it was typed; the line is {line!r}")
+
+
+@pytest.mark.task("01.2")
+def test_text_holding_nan_or_infinity_as_words_is_written_as_said(lesson, sessions):
+    """NaN and Infinity are refused as numbers, never as words: a message whose text
+    says them (or whose key is named so) is written, and reads back as it was said."""
+    said = [{"role": "user", "content": "NaN"},
+            {"role": "assistant", "content": "Infinity and -Infinity are no numbers "
+             "of JSON; NaN is none either.", "Infinity": "NaN"}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            try:
+                log.append(message)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words below
+                pytest.fail(f"append refused {message!r}, raising "
+                            f"{type(error).__name__}: {error}. Its text only says "
+                            "NaN or Infinity, as words: it is a string, which JSON "
+                            "holds like any other, and the rule refuses NaN and "
+                            "Infinity as numbers only", pytrace=False)
+    read = []
+    for line in log.path.read_bytes().split(b"\n"):
+        try:
+            read.append(json.loads(line)) if line else None
+        except ValueError:
+            pytest.fail(f"a line of the log is not a JSON object on its own: "
+                        f"{line[:80]!r}. Each message should be one whole line, "
+                        "ended by a newline", pytrace=False)
+    assert read == said, (
+        f"two messages that say NaN and Infinity as words were appended, {said!r}; "
+        f"the log's lines read back as {read!r}")

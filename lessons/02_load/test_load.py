@@ -72,6 +72,18 @@ def fingerprint(path):
     return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
 
 
+def left_as_it_was(path, data, why):
+    """Fail in words unless the log at `path` still holds `data`: `why` says what ran
+    on it (a load, an agent made on it), which only ever reads."""
+    if not path.is_file():
+        there = sorted(p.name for p in path.parent.iterdir())
+        pytest.fail(f"{why}, and {path.name} is no longer there (the sessions folder "
+                    f"holds {there}): loading only ever reads, whatever it finds in "
+                    "the log, and leaves it where it was", pytrace=False)
+    assert path.read_bytes() == data, (
+        f"{why}, and it changed the log: loading only ever reads")
+
+
 def load(log, holding):
     """log.load(); if it raises, the test fails saying so: `holding` is what the log
     holds and what the load should have returned."""
@@ -288,7 +300,8 @@ def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
                 "line). Started over, the session's next messages land after a "
                 "history the model never saw, and the damage is never mended",
                 pytrace=False)
-    assert path.read_bytes() == data, "resuming a damaged log must leave it as it was"
+    left_as_it_was(path, data, "line 2 of the session's log is no message, and a new "
+                   "agent was made on the session")
 
 
 GOOD_LINE = b'{"role": "user", "content": "Remember the rope."}'
@@ -345,8 +358,7 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
                         "making it should raise the InvalidMessage load gives: the "
                         "agent resumes what load reads, by the same rule, and a log "
                         "load refuses is no history to start from", pytrace=False)
-        assert path.read_bytes() == data, (
-            f"{setting}; making an agent on it changed the file: resuming only reads")
+        left_as_it_was(path, data, f"{setting}; a new agent was made on it")
 
 
 @pytest.mark.task("02.1")
@@ -490,7 +502,7 @@ def test_a_carriage_return_ends_no_line_of_the_log(lesson, sessions, what, line,
             f"{setting}; load() {got}, where it should raise an InvalidMessage "
             "naming the file and line 2: only the newline byte ends a line of this "
             "log, so line 2 is one line, and no message")
-    assert path.read_bytes() == data, "loading must never change the log"
+    left_as_it_was(path, data, f"{setting}; load() ran on it")
 
 
 @pytest.mark.task("02.1")
@@ -500,13 +512,15 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
     provider's own load back exactly as they were written, and a new agent starts from
     them as they are, so the resumed request is the one that was valid."""
     def calling(call_id, name, arguments):
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
         return [{"id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(arguments)}}]
+                 "function": {"name": name, "arguments": arguments}}]
     messages = [
         {"role": "user", "content": "Buy a rope.\u2028Or two, café\x85?",
          "name": "adventurer"},
         {"role": "assistant", "content": None,
-         "tool_calls": calling("call_1_0", "buy", {"item": "rope"})},
+         "tool_calls": calling("call_1_0", "buy", '{"item":"rope","for":"Zoë"}')},
         {"role": "tool", "tool_call_id": "call_1_0",
          "content": "You bought a rope for 4 gold. 6 gold left."},
         {"role": "assistant", "reasoning_content": "The elder may know more.",
@@ -518,9 +532,11 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
         for message in messages:
             log.append(message)
     wrote = ("append wrote a user message with a name (its text holding U+2028 and "
-             "U+0085, which end no line of the log), a tool call with content null, "
-             "its result, a tool call whose message has no content at all but a key of "
-             "a provider's own (reasoning_content), its result, empty, and an answer "
+             "U+0085, which end no line of the log), a tool call with content null "
+             "(its arguments the text '{\"item\":\"rope\",\"for\":\"Zoë\"}', "
+             "written without spaces, as a model may), its result, a tool call "
+             "whose message has no content at all but a key of a provider's own "
+             "(reasoning_content), its result, empty, and an answer "
              "with content \"\"")
 
     def changes(got):
@@ -541,6 +557,23 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
         f"{wrote}; a new agent on the session should start from them exactly as "
         f"written{changes(started)}, and started from {started!r}: resuming sends "
         "what was said, neither cleaned nor filled in")
+
+
+@pytest.mark.task("02.1")
+def test_text_holding_nan_or_infinity_as_words_loads_back_exactly(lesson, sessions):
+    """NaN and Infinity are refused as numbers, never as words: messages whose text
+    says them (or whose key is named so), as append writes them, load back exactly."""
+    said = [{"role": "user", "content": "NaN"},
+            {"role": "assistant", "content": "Infinity and -Infinity are no numbers "
+             "of JSON; NaN is none either.", "Infinity": "NaN"}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    holding = (f"the log holds two messages that say NaN and Infinity as words, "
+               f"{said!r}, as append wrote them, and they should load back exactly")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load(log, holding)
+    assert loaded == said, f"{holding}; load() returned {loaded!r}"
 
 
 @pytest.mark.task("02.1")
@@ -576,7 +609,7 @@ def test_a_log_a_crash_left_unanswered_loads_as_it_is(lesson, sessions, model, t
         assert agent.messages == history[:kept], (
             f"{holding}; a new agent on the session started from {agent.messages!r}, "
             f"where it should start from the {kept} messages as the log holds them")
-        assert path.read_bytes() == data, "loading must never change the log"
+        left_as_it_was(path, data, f"{holding}; load() and a new agent ran on it")
 
 
 @pytest.mark.task("02.1")

@@ -220,6 +220,7 @@ NEWLINE = b"\n"
 M1 = b'{"role": "user", "content": "Ask the elder."}'
 M2 = b'{"role": "assistant", "content": "A torch and a rope."}'
 TORN = b'{"role": "user", "content": "Buy a to'
+WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
 
 
 @pytest.mark.task("03.1")
@@ -248,6 +249,8 @@ TORN = b'{"role": "user", "content": "Buy a to'
     ("a last line, without its newline, that is JSON with a role no message has",
      M1 + b"\n" + M2 + b"\n" + b'{"role": "wizard", "content": "Abracadabra."}',
      (M1, M2)),
+    ("messages whose text says NaN and Infinity, as words (JSON allows those)",
+     WORDS + b"\n" + M2 + b"\n", (WORDS, M2)),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, kept):
@@ -288,6 +291,9 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         "should be refused with ValueError, handing publish_fork nothing; it "
         + (f"handed {handed}" if handed else "returned" if error is None
            else f"raised {type(error).__name__}: {error}"))
+    expect_upto_named(sessions, error, messages + 1,
+                      f"more messages than quest-1 holds ({messages})")
+    expect_holds_named(sessions, error, messages + 1, messages, what)
     for upto in range(messages + 1):
         handed.clear()
         error = fork_or_fail(lesson, sessions, "quest-1", f"first-{upto}", upto=upto)
@@ -639,19 +645,21 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
 
 
 @pytest.mark.task("03.1")
+@pytest.mark.parametrize("kept", [2, 0])
 @pytest.mark.parametrize("upto", [None, 0, 1, 4, 99, -1])
 def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
-    lesson, sessions, day_one, monkeypatch, upto
+    lesson, sessions, day_one, monkeypatch, upto, kept
 ):
-    """what-if is a fork of quest-1 already, with its meta file. A second fork onto
+    """what-if is a fork of quest-1 already, with its meta file: of its first 2
+    messages, or of none (an empty log, a session all the same). A second fork onto
     what-if, of any length (a whole one too), is refused before anything is handed to
     publish_fork, and what-if's log and lineage stay as they were, byte for byte: a
     refused fork takes nothing away either. With an upto quest-1 cannot give as well,
     either refusal may be reported: nothing is written either way."""
     lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
-    (sessions / "what-if.jsonl").write_bytes(b"".join(lines[:2]))
+    (sessions / "what-if.jsonl").write_bytes(b"".join(lines[:kept]))
     (sessions / "what-if.meta.json").write_text(json.dumps(
-        {"format": 1, "id": "what-if", "parent": "quest-1", "forked_at": 2,
+        {"format": 1, "id": "what-if", "parent": "quest-1", "forked_at": kept,
          "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
     for name in ("what-if.jsonl", "what-if.meta.json"):
         (sessions / name).chmod(0o600)
@@ -663,14 +671,16 @@ def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
     valid = upto is None or 0 <= upto <= len(day_one)
     refusals = (lesson.SessionExists,) if valid else (lesson.SessionExists,
                                                       ValueError)
+    taken = (f"a fork of {kept} message(s) of quest-1 that already has its log "
+             f"({'empty' if not kept else f'{kept} lines'}) and its lineage")
     if handed:
-        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', a fork that already has "
-                "a log and a lineage, was handed to publish_fork: a taken id must be "
-                "refused before anything is handed to publishing, which may replace a "
-                "file of that session before it finds the log there")
+        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', {taken}, was handed to "
+                "publish_fork: a taken id must be refused before anything is handed to "
+                "publishing, which may replace a file of that session before it finds "
+                "the log there (a log with no message makes a session all the same)")
     if not isinstance(error, refusals):
-        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', a fork that already has a "
-                "log and a lineage, should be refused with "
+        fail_in("03.1", f"{asked} of quest-1 onto 'what-if', {taken}, should be "
+                "refused with "
                 + " or ".join(kind.__name__ for kind in refusals) + "; it "
                 + ("returned" if error is None
                    else f"raised {type(error).__name__}: {error}"))
@@ -679,7 +689,7 @@ def test_forking_onto_an_existing_fork_leaves_its_lineage_as_it_was(
     changed = sorted(name for name in before.keys() | after.keys()
                      if before.get(name) != after.get(name))
     if changed:
-        fail_in("03.1", "what-if is a fork of quest-1, with its log and its lineage; "
+        fail_in("03.1", f"what-if is {taken}; "
                 f"{asked} onto it was refused, as it should be, but left these files "
                 f"changed, created or gone: {changed}; a refused fork must leave every "
                 "file as it was, what-if.meta.json byte for byte")
@@ -729,31 +739,52 @@ def test_a_refused_fork_leaves_a_meta_file_with_no_log_as_it_was(
 
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
+@pytest.mark.parametrize("parent", ["other", "quest-1"])
 def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
-        lesson, sessions, town, day_one, monkeypatch):
-    """what-if holds a meta file naming another parent, and no log: what-if is no
-    session (an id without a log loads as no messages). A fork of quest-1 onto what-if
-    succeeds, and its meta file names quest-1 and the messages it copied, not the
-    lineage that was there."""
+        lesson, sessions, town, day_one, monkeypatch, parent):
+    """what-if holds a meta file and no log, as a killed fork leaves: what-if is no
+    session (an id without a log loads as no messages). The meta file names another
+    parent, or quest-1 itself (a whole fork of it, killed before its log got its
+    name). A fork of quest-1's first 2 messages onto what-if succeeds, and its meta
+    file records its own lineage: quest-1, the 2 messages it copied and when it was
+    made, not the lineage that was there, nor that one brought up to date."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
-    left = {"format": 1, "id": "what-if", "parent": "other", "forked_at": 2,
+    left = {"format": 1, "id": "what-if", "parent": parent, "forked_at": 4,
             "created": "2026-01-01T00:00:00+00:00"}
     meta = sessions / "what-if.meta.json"
     meta.write_text(json.dumps(left, indent=1), encoding="utf-8")
     meta.chmod(0o600)
 
     handed = handed_to_publishing(lesson, monkeypatch)
+    began = datetime.now(timezone.utc).replace(microsecond=0)
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
+    ended = datetime.now(timezone.utc)
 
-    said = ("what-if held only a meta file naming 'other' (no log: no session), and a "
+    said = (f"what-if held only a meta file naming {parent!r} (no log: no session), "
+            "and a "
             f"fork of quest-1 onto what-if raised {type(error).__name__}: {error}; a "
             "meta file alone must not take the id for good")
     if error is not None and getattr(lesson, "publish_fork", None) is not None:
         fail_in("03.2" if handed else "03.1", said)
     assert error is None, said
+    whose = "03.2" if handed == [("what-if", 2)] else None
     expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
-                      "onto what-if, which held only a meta file naming 'other'",
-                      task="03.2" if handed == [("what-if", 2)] else None)
+                      f"onto what-if, which held only a meta file naming {parent!r} "
+                      "and 4 messages", task=whose)
+    lineage = json.loads(meta.read_bytes())
+    try:
+        created = datetime.fromisoformat(lineage.get("created"))
+        made_now = created.tzinfo is not None and began <= created <= ended
+    except (TypeError, ValueError):     # not text, or not an ISO 8601 time
+        made_now = False
+    if lineage.get("id") != "what-if" or not made_now:
+        said = (f"what-if held only a meta file naming {parent!r}, created "
+                f"{left['created']}; the fork of quest-1 onto it, made between "
+                f"{began.isoformat()} and {ended.isoformat()}, should record a lineage "
+                f"of its own, its id 'what-if' and when it was made, and it holds "
+                f"{lineage}: what a killed fork left is replaced, never brought up to "
+                "date")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
 
 @pytest.mark.key
@@ -761,28 +792,27 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
 def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
     lesson, sessions
 ):
-    """Forking from an id that has no log is refused and creates no file."""
-    with raises(lesson.SessionNotFound,
-                "forking a session that has no log was allowed: a fork of nothing "
-                "is a mistake to report, not an empty session") as refused:
-        lesson.fork(sessions, "no-such-quest", "what-if")
-    said = str(refused.value).replace(str(sessions), "")
-    if "no-such-quest" not in said:
-        fail_in("03.1", "a fork of 'no-such-quest', which has no log, was refused with "
-                "SessionNotFound, as it should be, but its text does not name the "
-                f"session it could not find, 'no-such-quest': {refused.value}")
-
-    with raises(lesson.SessionNotFound,
-                "a fork of the first 0 messages of 'no-such-quest', which has no log, "
-                "was allowed: a fork of nothing is a mistake to report, whatever "
-                "number of messages it asks for, 0 too"):
-        lesson.fork(sessions, "no-such-quest", "what-if", upto=0)
-
+    """Forking from an id that has no log is refused and creates no file, whatever
+    number of messages it asks for, and from a sessions folder that does not exist as
+    well; the refusal names the session it could not find."""
     nowhere = sessions / "nowhere"
-    with raises(lesson.SessionNotFound,
-                "forking from a folder that does not exist was allowed: a fork of "
-                "nothing is a mistake to report"):
-        lesson.fork(nowhere, "no-such-quest", "what-if")
+    for folder, options, why in (
+            (sessions, {}, "forking a session that has no log was allowed: a fork of "
+             "nothing is a mistake to report, not an empty session"),
+            (sessions, {"upto": 0}, "a fork of the first 0 messages of "
+             "'no-such-quest', which has no log, was allowed: a fork of nothing is a "
+             "mistake to report, whatever number of messages it asks for, 0 too"),
+            (nowhere, {}, "forking from a folder that does not exist was allowed: a "
+             "fork of nothing is a mistake to report")):
+        with raises(lesson.SessionNotFound, why) as refused:
+            lesson.fork(folder, "no-such-quest", "what-if", **options)
+        said = str(refused.value).replace(str(sessions), "")
+        if "no-such-quest" not in said:
+            where = "in" if folder == sessions else "from a missing folder,"
+            fail_in("03.1", f"a fork of 'no-such-quest' {where} "
+                    f"{folder.name}, with {options or 'no upto'}, was refused with "
+                    "SessionNotFound, as it should be, but its text does not name the "
+                    f"session it could not find, 'no-such-quest': {refused.value}")
 
     made = sorted(p.name for p in sessions.iterdir())
     assert made == [], (f"a refused fork must not create any file or folder; the "
@@ -804,11 +834,20 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     expect_unchanged(sessions, before, "a refused fork must not create any file")
     expect_upto_named(sessions, refused.value, len(day_one) + 1,
                       f"more messages than quest-1 holds ({len(day_one)})")
-    said = str(refused.value).replace(str(sessions), "").replace("quest-1", "")
-    if not re.search(rf"(?<![\d-]){len(day_one)}(?!\d)", said):
-        fail_in("03.1", f"fork(..., upto={len(day_one) + 1}) was refused, naming the "
-                f"number asked for, but not how many messages quest-1 holds "
-                f"({len(day_one)}), the most a fork of it can keep: {refused.value}")
+    expect_holds_named(sessions, refused.value, len(day_one) + 1, len(day_one))
+
+
+def expect_holds_named(sessions, error, upto, held, what=""):
+    """Fail in 03.1 unless the text of `error`, refusing an `upto` past the end of
+    quest-1, names how many messages quest-1 holds, `held` (its log holding `what`)."""
+    said = str(error).replace(str(sessions), "").replace("quest-1", "")
+    if not re.search(rf"(?<![\d-]){held}(?!\d)", said):
+        fail_in("03.1", f"quest-1 holds {held} message(s)"
+                + (f" (its log holds {what})" if what else "")
+                + f"; fork(..., upto={upto}) was refused, as it should be, but its "
+                "text does not say how many messages quest-1 holds, the most a fork "
+                f"of it can keep ({held}; its lines may be more: blank, torn or "
+                f"unfinished): {error}")
 
 
 def expect_upto_named(sessions, error, upto, what):
@@ -1000,8 +1039,9 @@ def open_in(folder):
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
-    """A fork closes every file it opens, whether it is made or refused: an agent
-    that forks all day must not run out of descriptors, one more left at each fork.
+    """A fork closes every file it opens, whether it is made (plain or durable) or
+    refused (for an upto, a taken id, a damaged source): an agent that forks all day
+    must not run out of descriptors, one more left at each fork.
     A refusal is looked at while its error is still held, as a caller that reports
     it holds it: a file left for the garbage collector to close is still open then."""
     left_by_publishing = []
@@ -1016,13 +1056,17 @@ def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
                 left_by_publishing.extend(p for p in after if p not in before)
         monkeypatch.setattr(lesson, "publish_fork", publish_fork)
 
-    for new_id, options, what in (
-            ("what-if", {}, "a fork that was made"),
-            ("too-far", {"upto": len(day_one) + 1}, "a fork refused for an upto past "
-             "the end"),
-            ("what-if", {"upto": 1}, "a fork refused for a taken id")):
+    (sessions / "damaged.jsonl").write_bytes(M1 + b"\n" + TORN + b"\n" + M2 + b"\n")
+    for source, new_id, options, what in (
+            ("quest-1", "what-if", {}, "a fork that was made"),
+            ("quest-1", "safe", {"durable": True}, "a durable fork that was made"),
+            ("quest-1", "too-far", {"upto": len(day_one) + 1}, "a fork refused for "
+             "an upto past the end"),
+            ("quest-1", "what-if", {"upto": 1}, "a fork refused for a taken id"),
+            ("damaged", "what-else", {}, "a fork refused for a damaged line in its "
+             "source")):
         before = open_in(sessions)
-        refused = fork_or_fail(lesson, sessions, "quest-1", new_id, **options)
+        refused = fork_or_fail(lesson, sessions, source, new_id, **options)
         left = [p for p in open_in(sessions) if p not in before]
         del refused     # held until now, as a caller that reports the error holds it
         if left_by_publishing:
@@ -1279,6 +1323,49 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
 
 
 @pytest.mark.task("03.2")
+@pytest.mark.parametrize("left", [False, True])
+def test_a_fork_that_fails_writing_its_meta_file_leaves_nothing(
+        lesson, sessions, day_one, left):
+    """A full disk (a file size limit of 20 bytes, in a child process) stops the fork
+    at its first write, its meta file's: the fork raises OSError and leaves the folder
+    as it was, no temporary file either, and, when what-if held a meta file with no
+    log (no session), not even that one. With room again, the same fork works."""
+    stale = sessions / "what-if.meta.json"
+    if left:
+        stale.write_text(json.dumps(
+            {"format": 1, "id": "what-if", "parent": "other", "forked_at": 1,
+             "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
+        stale.chmod(0o600)
+    before = snapshot(sessions)
+
+    kind, message, _ = with_file_size_limit(
+        20, lambda: lesson.fork(sessions, "quest-1", "what-if"))
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+
+    expected = {name: data for name, data in before.items() if name != stale.name}
+    after = snapshot(sessions)
+    if kind == "ok" or after != expected:
+        changed = sorted(name for name in expected.keys() | after.keys()
+                         if expected.get(name) != after.get(name))
+        fail_in("03.2", "the disk took 20 bytes of any file, less than the fork's "
+                "first file, and the fork "
+                + ("returned" if kind == "ok" else f"raised {kind}")
+                + (", holding a meta file with no log that was there" if left else "")
+                + "; it should raise OSError and leave the folder as it was"
+                + (", without that meta file (no session's lineage)" if left else "")
+                + f", and these files differ: {changed or 'none'}")
+    retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if retry is not None:
+        fail_in("03.2", "the fork failed with the disk full at its first file; the "
+                "same fork, run again with room, should work, and it raised "
+                f"{described(retry)}")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      "failed with the disk full at its first file, and run again "
+                      "with room", task="03.2")
+
+
+@pytest.mark.task("03.2")
 def test_a_fork_that_fails_to_publish_its_log_leaves_nothing(lesson, sessions, day_one):
     """A full disk (a file size limit in a child process) stops the fork at its log: no
     log, no meta file, no temporary file; with room again, the same fork works."""
@@ -1328,8 +1415,9 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
         lesson, sessions, day_one, monkeypatch, where):
     """EIO from fsync (a failing disk) at a durable fork's sync, the last one too, when
     the log has its name already: the fork raises that error and leaves the folder as
-    it was, and the same fork, run again, works. An error says "no fork", so whoever
-    gets one tries again, and must not be told the session exists."""
+    it was, no file open either, and the same fork, run again, works. An error says
+    "no fork", so whoever gets one tries again, and must not be told the session
+    exists."""
     before = snapshot(sessions)
     log, meta = sessions / "what-if.jsonl", sessions / "what-if.meta.json"
     real_fsync = os.fsync
@@ -1348,7 +1436,9 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
         return real_fsync(fd)
     monkeypatch.setattr(lesson.os, "fsync", fsync)
 
+    opened = open_in(sessions)
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
+    left_open = [path for path in open_in(sessions) if path not in opened]
     if where != "folder holding the meta file":    # a design may sync the folder once
         assert failed, (
             f"fork(..., durable=True) returned without syncing the {where} (no fsync "
@@ -1360,6 +1450,10 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
     assert isinstance(error, OSError) and error.errno == errno.EIO, (
         f"the disk failed (EIO) syncing the {where}: fork should raise that error; it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
+    if left_open:
+        fail_in("03.2", f"the fork failed syncing the {where} (EIO), and raised, but "
+                f"left {left_open} open: a fork that fails closes what it opened too, "
+                "or each retry on a failing disk leaves one more descriptor")
     left = sorted(set(snapshot(sessions)) - set(before))
     expect_unchanged(sessions, before,
                      f"the fork failed syncing the {where} and left {left}. An error "
@@ -1406,39 +1500,41 @@ def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
 
 
 @pytest.mark.task("03.2")
+@pytest.mark.parametrize("name", ["what-if.jsonl", "what-if.meta.json"])
 @pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
 def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
-        lesson, sessions, day_one, monkeypatch, failure):
+        lesson, sessions, day_one, monkeypatch, failure, name):
     """what-if holds a meta file naming 'other' and no log: no session. A fork of
-    quest-1 onto what-if fails as its log is about to get its name. The error reaches
-    the caller, and neither of the fork's files is under what-if, not even a meta file
-    (with no log, none is any session's lineage); every other file is as it was, and
-    the same fork, run again, records its own lineage."""
+    quest-1 onto what-if fails as its log, or its own meta file, is about to get its
+    name. The error reaches the caller, and neither of the fork's files is under
+    what-if, not even the meta file that was there (with no log, none is any
+    session's lineage), whichever step failed; every other file is as it was, and the
+    same fork, run again, records its own lineage."""
     stale = sessions / "what-if.meta.json"
     stale.write_text(json.dumps(
         {"format": 1, "id": "what-if", "parent": "other", "forked_at": 1,
          "created": "2026-01-01T00:00:00+00:00"}, indent=1), encoding="utf-8")
     stale.chmod(0o600)
     before = snapshot(sessions)
-    failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, "what-if.jsonl",
-                                      failure)
+    failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, name, failure)
     if not failed:
-        return      # the log got its name by no rename or link: nothing to fail
+        return      # that file got its name by no rename or link: nothing to fail
     assert outcome == failure, (
-        f"{failure} came as what-if.jsonl was about to get its name; the error should "
+        f"{failure} came as {name} was about to get its name; the error should "
         f"reach the caller, and the fork {outcome}")
     after = snapshot(sessions)
-    left = sorted(name for name in after if name.startswith("what-if"))
-    changed = sorted(name for name in before.keys() | after.keys()
-                     if before.get(name) != after.get(name)
-                     and not name.startswith("what-if"))
+    left = sorted(file for file in after if file.startswith("what-if"))
+    changed = sorted(file for file in before.keys() | after.keys()
+                     if before.get(file) != after.get(file)
+                     and not file.startswith("what-if"))
     if left or changed:
         fail_in("03.2", f"what-if held only a meta file (no log, no session); a fork "
-                f"onto it failed ({failure}) as its log was about to "
+                f"onto it failed ({failure}) as {name} was about to "
                 f"get its name, and left {left or 'no file of what-if'}"
                 + (f", and changed {changed}" if changed else "") + ". A fork that "
-                "raises leaves neither of its files under the new id, not even a meta "
-                "file: one left there is a lineage without a session")
+                "raises leaves neither of its files under the new id, whichever step "
+                "failed, not even the meta file that was there: one left there is a "
+                "lineage without a session")
     retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
     assert retry is None, (
         f"the fork failed ({failure}); the same fork, run again, should work, and it "
@@ -1594,6 +1690,82 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
 
 
 @pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_ids_keep_their_capitals_byte_for_byte(lesson, sessions, monkeypatch):
+    """An id is a name, kept byte for byte, capitals too: a fork of Quest-1 onto
+    What-If reads Quest-1.jsonl and makes What-If.jsonl and What-If.meta.json, whose
+    lineage names 'What-If' and its parent 'Quest-1', as they were given."""
+    with lesson.SessionLog(sessions, "Quest-1") as log:
+        log.append({"role": "user", "content": "Ask the Elder."})
+    source = (sessions / "Quest-1.jsonl").read_bytes()
+    before = snapshot(sessions)
+    handed = handed_to_publishing(lesson, monkeypatch)
+
+    error = fork_or_fail(lesson, sessions, "Quest-1", "What-If")
+
+    after = snapshot(sessions)
+    made = sorted(set(after) - set(before))
+    try:
+        lineage = json.loads(after.get("What-If.meta.json", b""))
+    except ValueError:
+        lineage = None
+    found = ({key: lineage.get(key) for key in ("id", "parent")}
+             if isinstance(lineage, dict) else lineage)
+    if error is None and made == ["What-If.jsonl", "What-If.meta.json"] and after[
+            "What-If.jsonl"] == source and found == {"id": "What-If",
+                                                      "parent": "Quest-1"}:
+        return
+    said = ("a fork of Quest-1 onto What-If (ids with capitals) should read "
+            "Quest-1.jsonl and make What-If.jsonl, holding its bytes, and "
+            "What-If.meta.json, naming id 'What-If' and parent 'Quest-1'; it "
+            + ("returned" if error is None else f"raised {described(error)}")
+            + f", made {made or 'no file'}, the lineage saying {found}: an id is "
+            "kept as it was given, never lower-cased")
+    if not handed:
+        fail_in("03.1", said) if getattr(lesson, "publish_fork", None) else \
+            pytest.fail(said, pytrace=False)
+    if handed != [("What-If", 1)]:
+        fail_in("03.1", f"{said}. fork handed publish_fork {handed}")
+    fail_in("03.2", f"{said}. fork handed publish_fork the new id 'What-If' and its "
+            "copy, as it should")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_of_a_fork_names_its_own_source_as_parent(
+        lesson, sessions, day_one, monkeypatch):
+    """A fork can be forked in turn: what-if, a fork of quest-1's first 3 messages,
+    forked onto what-if-2 with upto=2. what-if-2's lineage names its own source,
+    what-if, and the 2 messages it copied, not the session the history began in:
+    each meta file is one step of the chain, which a reader follows parent by
+    parent."""
+    lesson.fork(sessions, "quest-1", "what-if", upto=3)
+    parents, publish = [], getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(folder, source_id, new_id, count, copy, durable):
+            parents.append(source_id)
+            return publish(folder, source_id, new_id, count, copy, durable)
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    error = fork_or_fail(lesson, sessions, "what-if", "what-if-2", upto=2)
+
+    if parents and parents != ["what-if"]:
+        fail_in("03.1", "fork(sessions, 'what-if', 'what-if-2', upto=2), what-if being "
+                "a fork of quest-1, should hand publish_fork its source, 'what-if', "
+                f"as the parent; it handed {parents[0]!r}: the lineage names the "
+                "session the fork was made from, not the one its history began in")
+    if error is not None:
+        said = (f"a fork of what-if (itself a fork of quest-1) onto what-if-2 raised "
+                f"{described(error)}: a fork is a session like any other, and can be "
+                "forked")
+        fail_in("03.2" if parents else "03.1", said) if publish else pytest.fail(
+            said, pytrace=False)
+    expect_whole_fork(lesson, sessions, "what-if-2", "what-if", day_one[:2],
+                      "a fork of 2 messages of what-if (a fork of quest-1)",
+                      task="03.2" if parents else None)
+
+
+@pytest.mark.task("03.1")
 @pytest.mark.parametrize("upto", [-1, -5])
 def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
     """A negative upto raises ValueError and creates nothing."""
@@ -1662,7 +1834,9 @@ def test_a_fork_that_fails_half_way_leaves_no_session(lesson, sessions, day_one)
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
-    """The fork's log and meta file are mode 0600, like the log it copies."""
+    """The fork's log and meta file are mode 0600, like the log it copies, whatever
+    the umask, and whatever mode another tool left on the source (0644 here)."""
+    (sessions / "quest-1.jsonl").chmod(0o644)
     old_umask = os.umask(0o022)
     try:
         lesson.fork(sessions, "quest-1", "what-if")
@@ -1673,16 +1847,20 @@ def test_a_fork_is_readable_by_its_owner_only(lesson, sessions, day_one):
              for name in ("what-if.jsonl", "what-if.meta.json")}
     assert set(modes.values()) == {"0o600"}, (
         "a session holds what a person said; its copy must be as private: modes "
-        f"{modes} under a umask of 022, expected 0o600 for both")
+        f"{modes} under a umask of 022 (the source's mode 0o644), expected 0o600 for "
+        "both, whatever the source's")
 
 
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_a_fork_never_writes_through_a_link_planted_at_its_name(
         lesson, sessions, day_one, tmp_path):
-    """A symbolic link at the new log's name is refused, not followed."""
+    """A symbolic link at the new log's name is refused, not followed, and left
+    where it is, as it was: a refused fork changes no file, a link neither."""
     outside = tmp_path / "outside.jsonl"
-    (sessions / "what-if.jsonl").symlink_to(outside)
+    link = sessions / "what-if.jsonl"
+    link.symlink_to(outside)
+    before = sorted(p.name for p in sessions.iterdir())
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
 
@@ -1693,6 +1871,13 @@ def test_a_fork_never_writes_through_a_link_planted_at_its_name(
         "the name what-if.jsonl was taken (by a link to nowhere); fork should refuse "
         "with SessionExists, it "
         f"{'returned' if error is None else 'raised ' + type(error).__name__}")
+    after = sorted(p.name for p in sessions.iterdir())
+    kept = link.is_symlink() and os.readlink(link) == str(outside)
+    assert kept and after == before, (
+        f"the folder held {before}, what-if.jsonl a link to {outside.name}; the fork "
+        f"onto what-if was refused, as it should be, and left {after}"
+        + ("" if kept else ", the link gone or changed")
+        + ": a refused fork leaves every name as it was, a link it did not make too")
 
 
 @pytest.mark.task("03.2")

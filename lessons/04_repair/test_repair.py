@@ -219,6 +219,11 @@ LOGS = {
         WHOLE[:-1], A_FINISHED_DAY, len(WHOLE) - 1, True),
     "an empty line, then half a line": (
         AN_EMPTY_LINE + TORN, A_FINISHED_DAY, len(AN_EMPTY_LINE), False),
+    # An empty line is a whole line that holds no entry: `end` lies past it
+    "an empty last line": (WHOLE + b"\n", A_FINISHED_DAY, len(WHOLE) + 1, False),
+    "an empty line just before half a line": (
+        WHOLE + b"\n" + TORN, A_FINISHED_DAY, len(WHOLE) + 1, False),
+    "nothing but an empty line": (b"\n", [], 1, False),
     "U+2028 and its kind inside a message": (
         line(ODD) + WHOLE, [ODD, *A_FINISHED_DAY], len(line(ODD) + WHOLE), False),
     "a carriage return between a line's tokens": (
@@ -369,6 +374,9 @@ CONVERSATIONS = {
     "every call answered": (
         [ASK, BUY_THREE, *(result(call_id) for call_id in CALL_ORDER)], []),
     "a plain answer": (A_FINISHED_DAY, []),
+    # As a program that stores a reply object's every field writes it
+    "a plain answer whose tool_calls is null": (
+        [*A_FINISHED_DAY[:-1], {**A_FINISHED_DAY[-1], "tool_calls": None}], []),
     "a user message after a plain answer": (
         [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}], []),
     "calls, then a user message": (
@@ -711,10 +719,15 @@ def test_zero_bytes_or_garbage_at_the_tail_count_as_torn(resume, sessions, tail)
 
 @pytest.mark.task("04.1")
 @pytest.mark.task("04.3")
-def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessions):
+@pytest.mark.parametrize("written", ["by this course", "by another program"])
+def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessions,
+                                                                  written):
     """The last message is whole, only its newline is missing:
-    keep it, and add the newline."""
-    path = write_log(sessions, A_FINISHED_DAY[:-1], tail=line(A_FINISHED_DAY[-1])[:-1])
+    keep it, byte for byte as it was written, and add the newline."""
+    last = (line(A_FINISHED_DAY[-1])[:-1] if written == "by this course"
+            else json.dumps(A_FINISHED_DAY[-1], separators=(",", ":")).encode())
+    path = write_log(sessions, A_FINISHED_DAY[:-1], tail=last)
+    before = path.read_bytes()
 
     agent, log = resume()
 
@@ -724,6 +737,11 @@ def test_a_complete_last_message_missing_only_its_newline_is_kept(resume, sessio
     assert entries_in(path) == A_FINISHED_DAY, (
         "the newline should be added, and nothing else"
     )
+    after = path.read_bytes()
+    assert after == before + b"\n", (
+        f"the last line, whole, written {written} as {last!r}, lacked only its "
+        "newline: the newline should be added after its bytes as they were, and "
+        f"nothing else changed; the log now ends {after[-(len(last) + 40):]!r}")
     assert log.repaired is None, (
         "nothing was cut and no call was open: no repair marker"
     )
@@ -754,27 +772,44 @@ def test_the_next_append_starts_on_a_clean_line(resume, sessions, model, tail):
     ]
 
 
+# name: (the log's whole entries, the bytes after them)
+DAMAGED_TAILS = {
+    "torn": (A_FINISHED_DAY, TORN),
+    "missing newline": (A_FINISHED_DAY[:-1], line(A_FINISHED_DAY[-1])[:-1]),
+    # Its writer was killed in its first write: no line was ever whole
+    "nothing but half a line": ([], TORN),
+}
+
+
 @pytest.mark.task("04.3")
-@pytest.mark.parametrize(
-    "tail", [TORN, line(A_FINISHED_DAY[-1])[:-1]], ids=["torn", "missing newline"]
-)
+@pytest.mark.parametrize("case", list(DAMAGED_TAILS))
 def test_appending_without_resuming_first_still_starts_on_a_clean_line(
-    lesson, sessions, tail
+    lesson, sessions, case
 ):
     """A plain append to a damaged tail repairs it first:
     whoever writes takes the log over."""
-    entries = A_FINISHED_DAY if tail == TORN else A_FINISHED_DAY[:-1]
+    entries, tail = DAMAGED_TAILS[case]
     path = write_log(sessions, entries, tail=tail)
+    # The messages it holds whole: a last one lacking only its newline is one of them
+    whole = A_FINISHED_DAY if entries else []
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Straight to the point."})
 
     found = [e for e in entries_in(path) if "$marker" not in e]
     assert found == [
-        *A_FINISHED_DAY,
+        *whole,
         {"role": "user", "content": "Straight to the point."},
-    ], ("a plain append to a log with a damaged tail should leave the whole messages, "
-        f"then the new one, each on a line of its own; the log holds {found}")
+    ], (f"a plain append to a log with a damaged tail ({case}) should leave the whole "
+        f"messages, then the new one, each on a line of its own; the log holds "
+        f"{found}")
+    if tail == TORN:
+        repair = markers(entries_in(path))
+        assert len(repair) == 1, (
+            f"{case}: the torn bytes were cut, so one repair marker says so; the log "
+            f"holds {repair}")
+        check_marker(repair[0], TORN, [], f"{case}: {len(TORN)} torn bytes were cut "
+                     "and no call was open")
 
 
 # --- 04.1: damage before the tail -----------------------------------------------------
@@ -801,9 +836,18 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(
 
     message = str(damaged.value)
     assert isinstance(damaged.value, ValueError), "CorruptLog should be a ValueError"
-    assert str(path) in message, (
-        f"the error should name the file {path}; it says: {message}"
-    )
+    if str(path) not in message:
+        # Whose words: parse_log's (04.1), or the path the takeover gave it (04.3)?
+        try:
+            lesson.parse_log(path.read_bytes(), path)
+        except lesson.CorruptLog as direct:
+            named = str(path) in str(direct)
+        else:
+            named = False
+        fail_in("04.3" if named else "04.1", (
+            f"the error should name the file {path}; it says: {message}"
+            + (" (parse_log, given the log's path, names it: the writer that takes "
+               "the log over should give parse_log the log's path)" if named else "")))
     assert "line 2" in message, f"the damaged line is line 2; the error says: {message}"
     assert str(len(good)) in message, (
         f"line 2 starts at byte offset {len(good)}; the error should say so: {message}")
@@ -991,6 +1035,48 @@ def test_a_run_stopped_by_ctrl_c_in_its_second_tool_call_goes_on(
                       "Ctrl-C inside the second of three calls")
 
 
+@pytest.mark.task("04.4")
+def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
+        lesson, sessions, town):
+    """The first of three calls fails (its result is run_tool's error, whose words
+    read much like a made-up answer's), and Ctrl-C arrives inside the second: that one
+    may have run, and the third never started, as after any run stopped there. A
+    result a call really returned is no answer a settle made up."""
+    def ferry(**arguments):
+        raise RuntimeError("the ferry did not run today; the crossing was interrupted")
+
+    tools = interrupted_in_buy(town)
+    tools.functions["talk_to"] = ferry
+    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                               call("buy", item="rope")),
+                           say("Where were we?")])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the second call, "
+                    "and the run went on as if nothing had happened"):
+            agent.run("Talk to the elder and buy a torch.")
+        try:
+            agent.run("Go on.")
+        except openai.BadRequestError as error:
+            refused = error.message
+        else:
+            refused = None
+    if refused is not None:     # outside the except: the words come first, alone
+        pytest.fail("after a call that failed and Ctrl-C inside the next, the next run "
+                    f"sent calls without their results: {refused} (task 04.4)",
+                    pytrace=False)
+    entries = entries_in(sessions / "quest-1.jsonl")
+    calls_answered_in_order(entries)
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
+                      "Ctrl-C inside the second of three calls, after the first "
+                      f"failed with {entries[2].get('content')!r}")
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
+
+
 @pytest.mark.task("04.1")
 @pytest.mark.parametrize("where", ["in the middle", "last line"])
 def test_a_message_holding_unicode_line_separators_resumes_whole(lesson, resume,
@@ -1092,6 +1178,39 @@ def test_calls_open_in_a_last_line_without_its_newline_are_answered_on_new_lines
     assert (marker.get("cut_bytes"), marker.get("cut_preview")) == (0, ""), (
         "the newline added after a whole last line cuts nothing: the marker should "
         f"say cut_bytes 0 and an empty cut_preview; it says {marker}")
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("answered", [[], ["call_a"]],
+                         ids=["no result", "the second answered"])
+def test_a_torn_tail_after_open_calls_is_told_by_one_marker(resume, sessions,
+                                                           answered):
+    """Calls left open, then half a line: the writer cuts the torn bytes and answers
+    the calls, and one repair marker says both, the bytes it cut and the calls it
+    answers, before their results."""
+    entries = [ASK, BUY_THREE, *(result(call_id) for call_id in answered)]
+    path = write_log(sessions, entries, tail=TORN)
+    whole = path.read_bytes()[:-len(TORN)]
+    still_open = [call_id for call_id in CALL_ORDER if call_id not in answered]
+
+    _, log = resume_whole(resume, path, whole, "half a line")
+
+    found = entries_in(path)
+    repair = markers(found)
+    situation = (f"the calls {still_open} were open and {len(TORN)} torn bytes "
+                 "followed them")
+    assert len(repair) == 1, (
+        f"{situation}: one repair, one marker saying both the cut and the calls; the "
+        f"log holds {len(repair)}: {repair}")
+    check_marker(repair[0], TORN, still_open, situation)
+    added = [entry.get("tool_call_id") for entry in found[len(entries) + 1:]]
+    assert found[len(entries)] == repair[0] and added == still_open, (
+        f"{situation}: the marker should come right after the whole lines, then a "
+        f"result for each of {still_open}, in that order; after the whole lines the "
+        f"log holds {found[len(entries):]}")
+    assert log.repaired == repair[0], (
+        f"log.repaired should be the marker this writer wrote, {repair[0]}; it is "
+        f"{log.repaired}")
 
 
 @pytest.mark.task("04.4")
@@ -1294,6 +1413,56 @@ def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
 
 
 @pytest.mark.task("04.4")
+def test_a_settle_whose_answer_the_disk_refused_records_no_message_after_the_gap(
+        lesson, sessions, town, monkeypatch):
+    """The disk fills up as the second of three results is written; as the next run
+    settles the calls left open, the disk refuses the first answer, and has room again
+    a moment later (another program freed some). The run stops there: the user's
+    message is never recorded after calls without their results, and the next run
+    answers each once."""
+    path = sessions / "quest-1.jsonl"
+    model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
+    full = os.write
+
+    def refused_once(fd, data):
+        try:
+            return full(fd, data)
+        except OSError:
+            room[0] = True      # room again, right after this refusal
+            raise
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
+                             session=log)
+        with raises(OSError, "the disk filled up during the first purchase, and the "
+                    "run went on as if its messages had been written"):
+            agent.run("Talk to the elder and buy a torch.")
+        monkeypatch.setattr(os, "write", refused_once)
+        try:
+            agent.run("Go on.")
+        except OSError:
+            pass            # the answer was refused: the user sends the message again
+        except openai.BadRequestError as error:
+            sent = [entry.get("role") for entry in entries_in(path)]
+            pytest.fail("the disk refused the first answer of the settling, then had "
+                        "room again: the run went on and recorded the user's message "
+                        "after calls that still had no result, and the model refused "
+                        f"the request ({error.message}); the log holds {sent}. A run "
+                        "whose settling failed must stop before the next message",
+                        pytrace=False)
+        agent.run("Go on.")
+    entries = entries_in(path)
+    calls_answered_in_order(entries)
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
+                      "the disk full as the second of three results was written, then "
+                      "refusing the first answer of the settling once")
+    assert agent.messages == entries, (
+        "memory and log should hold the same conversation; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
+
+
+@pytest.mark.task("04.4")
 def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions,
                                                                  town):
     """Ctrl-C (a real SIGINT) inside the first of three calls, before any result was
@@ -1368,18 +1537,20 @@ def test_a_second_run_stopped_in_a_tool_call_is_settled_as_the_first_was(lesson,
 
 @pytest.mark.task("04.1")
 @pytest.mark.parametrize("tail", [b"", TORN], ids=["whole", "torn"])
-@pytest.mark.parametrize("place", ["among", "first"])
+@pytest.mark.parametrize("place", ["among", "first", "last"])
 def test_a_log_with_a_stray_empty_line_resumes_and_loses_only_its_torn_bytes(
         resume, sessions, tail, place):
-    """A stray newline among the entries, or as the log's very first byte, then the end
-    of the log, whole or torn: the log resumes with its four messages; a whole one gets
-    no byte, and a torn one loses its torn bytes, exactly those."""
+    """A stray newline among the entries, as the log's very first byte, or after its
+    last entry, then the end of the log, whole or torn: the log resumes with its four
+    messages; a whole one gets no byte, and a torn one loses its torn bytes, exactly
+    those (the empty line is a whole line, and stays)."""
     first, rest = line(A_FINISHED_DAY[0]), b"".join(map(line, A_FINISHED_DAY[1:]))
-    whole = (first + b"\n" + rest if place == "among"
-             else b"\n" + first + rest)
+    whole = {"among": first + b"\n" + rest, "first": b"\n" + first + rest,
+             "last": first + rest + b"\n"}[place]
     path = sessions / "quest-1.jsonl"
     path.write_bytes(whole + tail)
-    where = "among them" if place == "among" else "before them, the log's first line"
+    where = {"among": "among them", "first": "before them, the log's first line",
+             "last": "after them, the last whole line"}[place]
 
     agent, _ = resume_whole(resume, path, whole,
                             f"an empty line {where} and " + ("a torn tail" if tail
@@ -1635,6 +1806,53 @@ def test_a_repair_killed_at_any_step_is_completed_by_the_next_writer(
             if m.get("role") == "tool"] == answers, (
             f"{where}, and then resumed: the agent should hold the log's messages, "
             f"results included, and no marker; it holds {agent.messages}")
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("retry", ["the same writer", "a new writer"])
+def test_a_repair_the_disk_refused_is_made_by_the_next_takeover(
+        lesson, resume, sessions, model, town, monkeypatch, retry):
+    """The disk is full when the writer takes over a log whose calls are open: the
+    repair cannot be written, so the resume fails rather than go on from a log that
+    still has them open. Once there is room, the takeover is tried again, by the same
+    writer's next append or by a new writer, and makes the whole repair, once."""
+    path = write_log(sessions, [ASK, BUY_THREE])
+    whole = path.read_bytes()
+    _, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
+    room[0] = False     # full from the start: every write to the log is refused
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        with raises(OSError, "the disk was full, so the repair could not be written, "
+                    "yet the resume went on as if the writer had taken the log over: "
+                    "the calls are still open in it, with no result and no marker"):
+            lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        room[0] = True      # the user makes room, and tries again
+        if retry == "the same writer":
+            log.append({"role": "user", "content": "Go on."})
+        else:
+            log.close()
+            agent, log = resume_whole(resume, path, whole, "calls left open")
+    finally:
+        log.close()
+
+    entries = entries_in(path)
+    answers = [e.get("tool_call_id") for e in entries if e.get("role") == "tool"]
+    assert entries[:2] == [ASK, BUY_THREE] and answers == CALL_ORDER, (
+        f"the repair the full disk refused was tried again by {retry}: each call "
+        f"should then be answered once, in call order, {CALL_ORDER}, after the whole "
+        f"lines; the log answers {answers}: {entries}")
+    repaired = entries[2:6]
+    wrong = made_up_results_follow_their_markers(repaired)
+    assert wrong is None, f"after the retry by {retry}: {wrong}"
+    if retry == "the same writer":
+        assert entries[6:] == [{"role": "user", "content": "Go on."}], (
+            "the same writer's next append should come after the repair; after the "
+            f"results the log holds {entries[6:]}")
+    else:
+        shown = [entry for entry in entries if "$marker" not in entry]
+        assert agent.messages == shown, (
+            "the new writer should resume the repaired history, the log's messages; "
+            f"it holds {agent.messages}")
 
 
 def entries_in_bytes(data):

@@ -242,6 +242,15 @@ def lock_record(path):
     return record
 
 
+def record_in(data):
+    """The JSON object `data` (a lock file's bytes, or None) holds, or None."""
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 # --- closing a log that holds no lock (05.2), before any second writer closes -------
 
 
@@ -289,13 +298,15 @@ def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
 def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(
     lesson, sessions, other, model, town
 ):
-    """While another process writes the session,
-    appending or resuming raises SessionBusy."""
+    """While another process writes the session, appending or resuming raises
+    SessionBusy, at once, naming the session and the holder as its lock file names it,
+    and leaves nothing open and the holder's record as it was."""
     holder = other("hold")
     holder.expect("holding")
     before = (sessions / "quest-1.jsonl").read_bytes()
     lock = sessions / "quest-1.lock"
     record = lock.read_bytes() if lock.exists() else None
+    descriptors = open_descriptors()
 
     with raises(lesson.SessionBusy,
                 "another process holds quest-1, and this writer appended to it "
@@ -321,6 +332,12 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     assert busy.value.pid == holder.pid, (
         f"SessionBusy's pid should be the holder's, {holder.pid}, for a caller to act "
         f"on; it is {busy.value.pid!r}")
+    named = record_in(record)
+    if named is not None:
+        assert busy.value.holder == named, (
+            f"SessionBusy should name the holder as quest-1.lock names it, {named}, "
+            "so that it says which process, on which host, has held the session "
+            f"since when; it was given {busy.value.holder} and says: {message}")
     assert (sessions / "quest-1.jsonl").read_bytes() == before, (
         "a refused writer must not write a byte"
     )
@@ -330,6 +347,11 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
         + ("is gone" if after is None else f"now says {after!r}")
         + ": a refused writer must leave the holder's record as it was, or the next "
         "one refused cannot say who holds the session")
+    assert open_descriptors() == descriptors, (
+        "two writers were refused at once, and the process now holds "
+        f"{open_descriptors() - descriptors} more open descriptor(s) than before: a "
+        "refused writer keeps nothing open (a program that tries many busy sessions "
+        "would run out of descriptors, one for each refusal)")
 
 
 # --- 05.2: closing a writer, before the tests of 05.1 that close many -----------------
@@ -603,11 +625,20 @@ def test_a_writer_that_gets_the_lock_as_its_holder_lets_go_shares_it_with_no_one
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("timeout", [WAIT, None], ids=["timeout=3", "timeout=None"])
 def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
-        lesson, sessions, other, timeout):
+        lesson, sessions, other, monkeypatch, timeout):
     """With a timeout (None: no limit), a writer that finds the session taken waits,
-    and gets it within about LOCK_POLL_SECONDS once the holder closes (after 0.1 s)."""
+    keeping no core busy, and gets it within about LOCK_POLL_SECONDS once the holder
+    closes (after 0.1 s)."""
     holder = other("hold")
     holder.expect("holding")
+    tries = []
+    real_flock = lesson.fcntl.flock
+
+    def flock(fd, operation):
+        tries.append(operation)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
     # The holder lets go after HOLD s, told from another thread, whatever way the
     # writer waits (tries again and again, or a call that blocks until the lock is
     # free). It is another process: should its close fail, its end lets go all the
@@ -646,6 +677,12 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
     assert waited >= HOLD, (
         f"the writer got the session {waited:.2f} s after it asked, but its holder let "
         f"go only after {HOLD} s: for a while both held it")
+    poll = lesson.LOCK_POLL_SECONDS
+    assert len(tries) <= 5 + 2 * waited / poll, (
+        f"with timeout={timeout}, the writer tried flock {len(tries)} times in the "
+        f"{waited:.2f} s it waited: it kept a core busy (one try every "
+        f"LOCK_POLL_SECONDS, {poll} s, is about {waited / poll:.0f}); a writer that "
+        "waits minutes for a busy session would burn a core all along")
     assert contents(sessions / "quest-1.jsonl") == [
         FIRST["content"],
         "Worth the wait.",
@@ -717,12 +754,14 @@ def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessi
 
 @pytest.mark.task("05.1")
 def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monkeypatch):
-    """A timeout only delays the refusal: SessionBusy still names the holder, once the
-    whole timeout has passed. While it waits, the writer keeps no core busy, sleeps no
-    longer than LOCK_POLL_SECONDS between tries, and the descriptors it holds do not
-    grow with its tries; once refused, it holds none."""
+    """A timeout only delays the refusal: SessionBusy still names the session and the
+    holder, once the whole timeout has passed. While it waits, the writer keeps no core
+    busy, sleeps no longer than LOCK_POLL_SECONDS between tries, and the descriptors it
+    holds do not grow with its tries; once refused, it holds none."""
     holder = other("hold")
     holder.expect("holding")
+    lock = sessions / "quest-1.lock"
+    named = record_in(lock.read_bytes() if lock.exists() else None)
     tries = []
     real_flock = lesson.fcntl.flock
     descriptors = open_descriptors()
@@ -743,6 +782,14 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
     assert str(holder.pid) in str(busy.value), (
         f"the error should name process {holder.pid}: {busy.value}"
     )
+    assert busy.value.session_id == "quest-1", (
+        "refused past its timeout, the writer's SessionBusy should carry the "
+        "session's id, 'quest-1', for a caller to act on (fork it, wait again), as a "
+        f"writer refused at once does; it is {busy.value.session_id!r}")
+    if named is not None:
+        assert busy.value.holder == named, (
+            "refused past its timeout, SessionBusy should name the holder as "
+            f"quest-1.lock names it, {named}; it was given {busy.value.holder}")
     assert waited >= 0.2, (
         f"a writer with timeout=0.2 was refused after {waited:.3f} s: it should wait "
         "the whole timeout for the holder to let go, and give up only past it")
@@ -767,6 +814,40 @@ def test_a_writer_that_times_out_names_the_holder(lesson, sessions, other, monke
         f"{open_descriptors() - descriptors} more open descriptor(s): a descriptor "
         "that stays open for every refused try adds up, until the process can open no "
         "file at all")
+
+
+@pytest.mark.task("05.1")
+def test_a_waiting_writer_keeps_no_refused_try_open_while_it_sleeps(
+        lesson, sessions, monkeypatch):
+    """A writer with timeout=0.2 waits for a session this process holds: at each of
+    its sleeps between tries it holds no descriptor of a refused try, for a try that
+    was refused is over (a Ctrl-C in that sleep, or a wait of hours with other work
+    to do, would otherwise keep it)."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    real_sleep = time.sleep
+    held = []
+    descriptors = open_descriptors()
+
+    def sleep(seconds):
+        held.append(open_descriptors() - descriptors)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    try:
+        with raises(lesson.SessionBusy,
+                    "this process held quest-1 for the whole wait, and a writer with "
+                    "timeout=0.2 appended anyway"):
+            with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
+                log.append({"role": "user", "content": "Me too."})
+    finally:
+        monkeypatch.setattr(time, "sleep", real_sleep)
+        holder.close()
+    assert not any(held), (
+        f"a writer waiting for a busy session slept {len(held)} times between its "
+        f"tries, holding {held} more descriptor(s) than before at each sleep: the "
+        "refused try's file stayed open while it slept. Close it as soon as it is "
+        "refused; a Ctrl-C in the sleep would leave it open for good")
 
 
 @pytest.mark.task("05.1")
@@ -922,7 +1003,8 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
     only the lock says whether it is held. A holder on another host, or in another pid
     namespace (a container), names a pid no process here has, and a holder that has
     just been granted the lock has not written its record yet: a second writer is
-    still refused, and the holder's lock file is left where it is."""
+    still refused, naming the holder as the record names it, and the holder's lock
+    file is left where it is."""
     holder = other("hold")
     holder.expect("holding")
     lock = sessions / "quest-1.lock"
@@ -947,9 +1029,16 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
                     f"process {holder.pid} holds quest-1, whose lock file {says}; a "
                     "second writer took the session all the same, as if the lock "
                     "were stale: only the lock says whether the session is held, the "
-                    "record only says by whom"):
+                    "record only says by whom") as busy:
             with lesson.SessionLog(sessions, "quest-1") as log:
                 log.append({"role": "user", "content": "Me too."})
+        named = record_in(data)
+        if named is not None:
+            assert busy.value.holder == named, (
+                f"the holder's lock file {says}; the refusal should name that holder "
+                f"as the lock file names it, {named}, for its user to find it (on "
+                f"that host, or in its container), whatever runs here; it was given "
+                f"{busy.value.holder}: {busy.value}")
         assert lock.exists() and os.path.samestat(lock.stat(), held), (
             f"the holder's lock file {says}, and the refused writer removed or "
             "replaced it: a third writer would now make a new one and get in beside "
@@ -1440,6 +1529,8 @@ def given_up_within(seconds, task, doing):
 
 
 PLANTED = {"hard link": "a hard link to another session's log",
+           "hard link to an empty log": "a hard link to another session's log, still "
+                                        "empty",
            "symbolic link": "a symbolic link to another session's log",
            "symbolic link to nothing": "a symbolic link to a file that does not exist"}
 
@@ -1450,19 +1541,23 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
                                                                           sessions,
                                                                           kind):
     """Another session's log planted as `quest-1.lock`, under a second name (a hard
-    link) or as a symbolic link, or a symbolic link to a file that does not exist: the
-    writer refuses it at once with OSError, keeps no descriptor of it, and leaves it as
-    it was: the log is never truncated, nor its mode changed, the link's target never
-    created, and the planted name stays, still naming what it named."""
+    link, to a log that holds lines or to one still empty: a lock file is told by its
+    names, not by what it holds) or as a symbolic link, or a symbolic link to a file
+    that does not exist: the writer refuses it at once with OSError, keeps no
+    descriptor of it, and leaves it as it was: the log is never truncated, nor its
+    mode changed, the link's target never created, and the planted name stays, still
+    naming what it named."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
+    if kind.endswith("empty log"):
+        (sessions / "other.jsonl").write_bytes(b"")  # made, its first line not yet
     precious = present(sessions / "other.jsonl").read_bytes()
     (sessions / "other.jsonl").chmod(0o644)     # its owner lets others read it
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
     planted = sessions / "planted"
     target = sessions / ("nowhere.jsonl" if kind.endswith("nothing") else "other.jsonl")
-    if kind == "hard link":
+    if kind.startswith("hard link"):
         os.link(target, planted)
     else:
         os.symlink(target, planted)
@@ -1493,7 +1588,7 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
         f"the lock file was {PLANTED[kind]} (nowhere.jsonl), and the refused writer "
         "created that file: an open that follows the link creates what it points to, "
         "wherever that is")
-    if kind == "hard link":
+    if kind.startswith("hard link"):
         kept = lock.exists() and not lock.is_symlink() and os.path.samestat(
             lock.stat(), (sessions / "other.jsonl").stat())
     else:
@@ -1505,7 +1600,7 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     assert "quest-1.lock" in str(refused), (
         f"the refusal of the planted lock file ({kind}) should name quest-1.lock; it "
         f"says: {refused}")
-    if kind == "hard link":
+    if kind.startswith("hard link"):
         assert refused.errno == errno.EPERM, (
             "the refusal should be an OSError with errno EPERM, so that a caller can "
             f"tell it by its errno; its errno is {refused.errno!r} ({refused})")
@@ -1519,16 +1614,22 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
 @pytest.mark.task("05.1")
 def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
                                                                        sessions):
-    """A named pipe planted as `quest-1.lock` is no lock file of the session's: the
-    writer refuses it with OSError (errno EPERM), keeps no descriptor, and leaves the
-    pipe where it is and as it was, its mode too (it is not the writer's to touch)."""
+    """A named pipe planted as `quest-1.lock` is no lock file of the session's: a
+    writer, even one ready to wait 3 s for a busy session, refuses it at once with
+    OSError (errno EPERM), keeps no descriptor, and leaves the pipe where it is and as
+    it was, its mode too (it is not the writer's to touch). No one holds the session:
+    there is nothing to wait for."""
     lock = sessions / "quest-1.lock"
     os.mkfifo(lock, 0o600)
     os.chmod(lock, 0o644)
     descriptors = open_descriptors()
     try:
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append(FIRST)
+        with given_up_within(2, "05.1", "a writer with timeout=3 met a named pipe "
+                             "planted at the lock's name, which no one holds, and "
+                             "kept trying to take it (waiting will not make it a "
+                             "lock file)"):
+            with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as log:
+                log.append(FIRST)
     except OSError as error:
         refused = error
     else:
@@ -1561,8 +1662,8 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
     """close() in a folder that turned read-only, or that no one may even look into
     (in a child process, as `nobody` when run as root, since root ignores a folder's
     mode): removing the lock file fails, or even finding it does, but the flock must
-    still go, or this process keeps its own session busy; and close() then raises an
-    OSError naming the lock file it left behind."""
+    still go, with its descriptor, or this process keeps its own session busy; and
+    close() then raises an OSError naming the lock file it left behind."""
     turned = "read-only" if folder_mode == 0o500 else "closed to its own writer"
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
@@ -1575,6 +1676,7 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         if os.geteuid() == 0:
             os.setgid(65534)
             os.setuid(65534)
+        before = open_descriptors()
         log = lesson.SessionLog(folder, "quest-1")
         log.append(FIRST)
         folder.chmod(folder_mode)   # the lock file can no longer be removed
@@ -1593,14 +1695,15 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
             with lesson.SessionLog(folder, "quest-1") as again:
                 again.append(FIRST)
         except lesson.SessionBusy as error:
-            return closed, f"SessionBusy: {error}"
-        return closed, "ok"
+            return closed, f"SessionBusy: {error}", open_descriptors() - before
+        return closed, "ok", open_descriptors() - before
 
     try:
         outcome = unless_unfinished(in_child(work))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    closed, again = outcome if isinstance(outcome, list) else ("", outcome)
+    closed, again, leaked = (outcome if isinstance(outcome, list)
+                             else ("", outcome, 0))
     assert again == "ok", (
         "removing the lock file failed, and the lock was never let go: the same "
         f"process was then told {again!r}")
@@ -1614,6 +1717,11 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         f"the folder turned {turned}, so quest-1.lock could not be removed: close() "
         "should let go of the lock and then raise an OSError naming quest-1.lock, so "
         f"that its user learns a lock file was left behind; {closed}")
+    assert leaked == 0, (
+        f"the folder turned {turned}, so quest-1.lock could not be removed; close() "
+        "let go of the lock and said so, and once both writers had closed, "
+        f"{leaked} more descriptor(s) were open: the lock's descriptor stayed open, "
+        "and no one remembers it to close it")
 
 
 @pytest.mark.task("05.1")
@@ -1657,12 +1765,17 @@ def test_a_ctrl_c_the_moment_the_lock_is_taken_lets_go_of_it(lesson, sessions,
 
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("found", ["no lock file", "a stale lock file"])
 def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, sessions,
-                                                                    monkeypatch):
+                                                                    monkeypatch,
+                                                                    found):
     """Ctrl-C arrives after flock granted the lock, at any step before the writer is
     ready: Python runs a signal's handler as a call returns or a function starts, so
     the KeyboardInterrupt is raised there, at each such moment in turn (one a run). It
-    reaches the caller, and the lock goes with it, no descriptor of it left open."""
+    reaches the caller, and the lock goes with it, no descriptor of it left open. The
+    writer finds no lock file, or a stale one that others may read (left by a holder
+    killed with SIGKILL, made under another umask), which it must also close to them:
+    one step more where a Ctrl-C can land."""
     real_flock = lesson.fcntl.flock
     folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
     moments = {"armed": False, "left": 0, "at": None}
@@ -1693,8 +1806,16 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                 raise KeyboardInterrupt
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    a_dead_pid = a_pid_no_process_has()
     for moment in range(1, 400):
         session = f"quest-{moment}"
+        if found != "no lock file":
+            sessions.mkdir(parents=True, exist_ok=True)
+            stale = sessions / f"{session}.lock"
+            stale.write_text(json.dumps({"pid": a_dead_pid, "host": "old-host",
+                                         "since": "2026-01-01T00:00:00+00:00"}),
+                             encoding="utf-8")
+            stale.chmod(0o644)
         moments.update(armed=False, left=moment, at=None)
         before = open_descriptors()
         reached = False
@@ -1718,15 +1839,17 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                 log.append(FIRST)
         except lesson.SessionBusy as error:
             pytest.fail(f"a Ctrl-C came {moments['at']}, after flock granted the "
-                        "lock and before the writer kept its descriptor, and the lock "
+                        f"lock ({found} at the lock's name) and before the writer "
+                        "kept its descriptor, and the lock "
                         "stayed held: the same process was then refused "
                         f"({error}). Every step between the lock granted and the "
                         "descriptor kept must let go of it on any exception, a "
                         "KeyboardInterrupt too", pytrace=False)
         assert leaked == 0, (
-            f"a Ctrl-C came {moments['at']}, after flock granted the lock, and left "
-            f"{leaked} descriptor(s) open: every step between the lock granted and the "
-            "descriptor kept must close it on any exception, a KeyboardInterrupt too")
+            f"a Ctrl-C came {moments['at']}, after flock granted the lock ({found} at "
+            f"the lock's name), and left {leaked} descriptor(s) open: every step "
+            "between the lock granted and the descriptor kept must close it on any "
+            "exception, a KeyboardInterrupt too")
     else:
         pytest.fail("a take of the lock made more than 400 calls", pytrace=False)
 
@@ -1784,15 +1907,17 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
 
 @pytest.mark.task("05.1")
 def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
-    """A dead holder's record, longer than the new one, in a file others may read
-    (0644), or that its group may read or write, or others write: the lock file names
-    the new holder and nothing else, and only its owner may read or write it."""
+    """A dead holder's record, longer than the new one and with a key more (an older
+    program's), in a file others may read (0644), or that its group may read or write,
+    or others write: the lock file names the new holder and nothing else, and only its
+    owner may read or write it."""
     sessions.mkdir(parents=True, exist_ok=True)
     for number, stale_mode in enumerate((0o644, 0o640, 0o620, 0o602)):
         session = f"quest-{number + 1}"
         lock = sessions / f"{session}.lock"
         stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
-                 "since": "2026-01-01T00:00:00+00:00"}
+                 "since": "2026-01-01T00:00:00+00:00",
+                 "program": "an older version, which said more"}
         lock.write_text(json.dumps(stale), encoding="utf-8")  # its holder died long ago
         lock.chmod(stale_mode)  # made by an older program, or under another umask
 
@@ -1807,6 +1932,10 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
         assert (record.get("pid"), record.get("host")) == mine, (
             "the lock file should name this process and host, not the dead holder: "
             f"{record}")
+        assert sorted(record) == ["host", "pid", "since"], (
+            f"a dead holder's record said {sorted(stale)}; the new holder's should "
+            "name it, pid, host and since, and nothing else, whatever the old one "
+            f"said: it holds {record}")
         try:
             since = datetime.fromisoformat(str(record.get("since"))).timestamp()
         except ValueError:

@@ -4,6 +4,7 @@ Run: pytest lessons/07_undo            (your code)
      pytest lessons/07_undo --solution (the reference)
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -311,6 +312,43 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
     assert any(re.search(words, said, re.IGNORECASE) for words in none), (
         "the refusal of undo() on a new conversation should say how many turns there "
         f"are (none, 0), so the user knows what can be undone; it says {said!r}")
+
+
+@pytest.mark.task("07.3")
+def test_a_refused_undo_leaves_what_is_pending_pending(lesson, sessions):
+    """A note waits in the pending buffer when an undo of more turns than there are is
+    refused: the refusal counts the note's turn among the turns there are, and changes
+    nothing, the buffer included, so the note still reaches the log and the model."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    note = {"role": "user", "content": "(a note pasted before asking)"}
+    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.record(note)
+        with raises(lesson.UndoError,
+                    "undo(turns=3) was allowed on a conversation of two turns (one "
+                    "written, then a note still pending)") as raised:
+            agent.undo(turns=3)
+        said = str(raised.value).replace(str(sessions), "")
+        assert re.search(r"(?<![\d.])2(?![\d.])", said), (
+            "the conversation has two turns, one written and a note still pending: the "
+            "refusal of undo(turns=3) should say so (2), the note's turn counted; it "
+            f"says {str(raised.value)!r}")
+        contents = ([m.get("content") for m in agent.messages],
+                    [m.get("content") for m in agent.pending])
+        assert agent.messages == turn_c + [note] and agent.pending == [note], (
+            "a refused undo changes nothing: the conversation should still end with "
+            "the note, and the note should still wait to be written; (messages, "
+            f"pending) are {contents}")
+        assert path.read_bytes() == before, "a refused undo must write nothing"
+        agent.run(TURN_D[0])
+    expected = turn_c + [note, {"role": "user", "content": TURN_D[0]}]
+    logged = lines_of(path)
+    assert logged[:-1] == expected and model.requests[0]["messages"] == expected, (
+        "after the refused undo, the next run should write the note, then the "
+        "question, and send them both; the log holds "
+        f"{[m.get('content') for m in logged[len(turn_c):]]} after the first turn")
 
 
 @pytest.mark.key
@@ -750,6 +788,16 @@ def test_undo_works_without_a_session(lesson):
     assert agent.messages == first and agent.pending == [], (
         "without a session, undo only changes memory"
     )
+    for turns in (2, 0):
+        with raises(lesson.UndoError,
+                    f"undo(turns={turns}) of an agent without a session, whose "
+                    "conversation has one turn left, was allowed") as raised:
+            agent.undo(turns=turns)
+        assert re.search(r"(?<![\d.])1(?![\d.])", str(raised.value)), (
+            f"the refusal of undo(turns={turns}) should say how many turns there are "
+            f"(1), with a session or without; it says {str(raised.value)!r}")
+        assert agent.messages == first, (
+            f"a refused undo(turns={turns}) must leave the conversation as it was")
 
 
 @pytest.mark.key
@@ -1011,7 +1059,8 @@ def test_a_message_keeps_the_index_it_was_written_with_after_an_undone_one(lesso
                                                                            sessions):
     """A message undone in the middle leaves a gap in the indices, never a shift: the
     messages written after it keep theirs, so a later writer's undo names the newest
-    message still shown by the index it was written with, and takes back that one."""
+    message still shown by the index it was written with, and takes back that one; an
+    undo across the gap names the messages it takes back, and none other."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(5)]
     write_log(sessions, [*said[:3], undo_marker(1), *said[3:]])
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1024,6 +1073,12 @@ def test_a_message_keeps_the_index_it_was_written_with_after_an_undone_one(lesso
         "gap, it does not renumber what follows). Two undos should take back 4, then "
         f"3, leaving messages 0 and 2; they named {first} and {second}, and the log "
         f"shows {contents}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        last = log.undo(2)
+    assert last == [0, 2], (
+        "the log shows messages 0 and 2 (1 was undone long before): undo(2) takes back "
+        "those two and returns their indices, [0, 2], naming no message between them "
+        f"that was undone already; it returned {last}")
 
 
 @pytest.mark.task("07.1")
@@ -1152,6 +1207,19 @@ def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
             f"undo({count}) of a session with no log was refused, as it should be, "
             f"but it left {left} in the sessions folder, which was empty: a refused "
             "undo creates nothing, not an empty log, not a lock file")
+    folder = sessions / "not-made-yet"
+    log = lesson.SessionLog(folder, "quest-1")
+    try:
+        with raises(lesson.UndoError,
+                    "undo(1) of a session with no log, in a folder not made yet, "
+                    "returned: it shows no message to take back"):
+            log.undo(1)
+    finally:
+        log.close()
+    assert not folder.exists(), (
+        "undo(1) of a session with no log, in a sessions folder not made yet, was "
+        "refused, as it should be, but the folder now exists: a refused undo creates "
+        "nothing, not even the folder its log would be in")
 
 
 @pytest.mark.task("07.1")
@@ -1300,15 +1368,16 @@ def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessio
         "in that order")
 
 
-def two_notes_and_room_for_one(path):
-    """Two pasted notes, and a file size limit that lets the log grow by one of them."""
+def two_notes_and_room_for(path, room=1):
+    """Two pasted notes, and a file size limit that lets the log grow by `room` of them
+    (1, or 0: not at all)."""
     notes = [{"role": "user", "content": f"(note {n}, pasted) " + "x" * 200}
              for n in (1, 2)]
-    return notes, path.stat().st_size + line_length(notes[0]) + 20
+    return notes, path.stat().st_size + (line_length(notes[0]) + 20 if room else 0)
 
 
 def flush_cut_short(agent, notes):
-    """Record the notes and flush them while the disk has room for one (the size limit
+    """Record the notes and flush them while the disk has little room (the size limit
     set by with_file_size_limit), then give the disk room again. Returns what the flush
     raised."""
     import resource
@@ -1325,12 +1394,15 @@ def flush_cut_short(agent, notes):
 
 
 @pytest.mark.task("07.2")
-def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessions):
-    """The disk fills up during a flush (a real file size limit), then has room again:
-    the next flush leaves each message in the log once, in the order recorded."""
+@pytest.mark.parametrize("room", [1, 0], ids=["room for one note", "no room at all"])
+def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessions,
+                                                                   room):
+    """The disk fills up during a flush (a real file size limit), on the second message
+    or on the first, then has room again: the next flush leaves each message in the log
+    once, in the order recorded."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
-    notes, limit = two_notes_and_room_for_one(path)
+    notes, limit = two_notes_and_room_for(path, room)
 
     def flush_twice():
         agent, _, log = open_agent(lesson, sessions)
@@ -1341,8 +1413,9 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
 
     result = on_a_full_disk(limit, flush_twice, "the flushes")
     assert result["failed"].startswith("OSError"), (
-        "the log could grow by one note only, so the first flush should fail with "
-        f"OSError on the second; it raised {result['failed']}")
+        f"the log could grow by {'one note only' if room else 'nothing'}, so the first "
+        f"flush should fail with OSError on the {'second' if room else 'first'}; it "
+        f"raised {result['failed']}")
     logged = lines_of(path)
     assert logged == turn_c + notes, (
         "after the second flush the log should hold each note once, in order; it holds "
@@ -1359,7 +1432,7 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
     whatever part of the flush reached it."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
-    notes, limit = two_notes_and_room_for_one(path)
+    notes, limit = two_notes_and_room_for(path)
 
     def flush_then_undo():
         agent, _, log = open_agent(lesson, sessions)
@@ -1388,23 +1461,36 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
 @pytest.mark.parametrize("refused", [
     {"role": "user", "content": 5},
     {"role": "user", "content": "Buy a torch.", "name": float("nan")},
+    {"role": "user", "content": "Buy a torch.", "name": float("inf")},
     {"role": "user", "content": "Buy a torch.\ud800"},
+    {"role": "narrator", "content": "The guard yawns."},
+    {"role": "user", "content": "Buy a torch.", "$marker": "undo"},
 ], ids=["a number for content", "NaN, which is no JSON",
-        "a lone surrogate, which UTF-8 cannot hold"])
+        "Infinity, which is no JSON", "a lone surrogate, which UTF-8 cannot hold",
+        "a role no model takes", "a key of the log's own"])
 def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
                                                                        sessions,
                                                                        refused):
-    """Lesson 06's agent refused at once a message its log would refuse, changing
-    nothing. Writing later must not make that later: the session goes on as if the
-    message had never been recorded."""
+    """Lesson 06's agent refused at once a message its log would refuse, with the log's
+    error, changing nothing. Writing later must not make that later: the session goes
+    on as if the message had never been recorded."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
+    with lesson.SessionLog(sessions, "the-log-alone") as alone:
+        with raises(lesson.InvalidMessage,
+                    f"the log's append accepted {refused!r}") as by_log:
+            alone.append(refused)
     agent, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         with raises(lesson.InvalidMessage,
-                    f"record() accepted {refused!r}, which the log's append refuses"):
+                    f"record() accepted {refused!r}, which the log's append refuses"
+                    ) as raised:
             agent.record(refused)
+        assert str(by_log.value) in str(raised.value), (
+            f"record() refused {refused!r}, as it should, but not with the log's "
+            f"error, which says what is wrong with it ({by_log.value}); it said "
+            f"{raised.value}")
         assert agent.messages == turn_c and path.read_bytes() == before, (
             "a refused message must change nothing: not the conversation, not the log")
         try:
@@ -1451,8 +1537,15 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
             with raises(ValueError,
                         f"record() accepted a message of {what}, whose line, in the "
                         f"bytes append writes, is longer than the {limit} bytes one "
-                        "write() can take here: the log's append refuses that line"):
+                        "write() can take here: the log's append refuses that line"
+                        ) as raised:
                 agent.record(message)
+            said = str(raised.value).replace(str(sessions), "")
+            assert re.search(rf"(?<![\d.]){limit}(?![\d.])", said), (
+                f"record() refused a message of {what}, as it should, but not as the "
+                f"log's error does, saying the most one write() can take ({limit} "
+                f"bytes here), so the caller knows how long a line may be; it said "
+                f"{raised.value}")
             assert agent.messages == turn_c and path.read_bytes() == before, (
                 "a refused message must change nothing: not the conversation, not the "
                 "log")
@@ -1475,28 +1568,34 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
 def test_an_agent_without_a_session_records_what_it_is_given(lesson):
     """Without a session there is no log, so no rule of the log to keep: as in lessons
     00 to 06, an agent in memory only takes any message it is given, even one a log
-    would refuse, and has nothing to keep pending."""
-    model = ScriptedModel([])
-    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
-    odd = {"role": "user", "content": 5}
-    try:
-        agent.record(odd)
-    except NotImplementedError:
-        raise       # task 07.2 not written yet: said as such, not as a refusal
-    except Exception as error:
-        pytest.fail(f"an agent without a session refused {odd!r} "
-                    f"({type(error).__name__}: {error}); it has no log whose rules the "
-                    "message must keep, and lesson 06's agent without a session took "
-                    "it", pytrace=False)
-    assert agent.messages == [odd] and agent.pending == [], (
-        f"an agent without a session keeps the message in memory, nothing pending; "
-        f"it has {agent.messages} in memory and {agent.pending} pending")
+    would refuse (whatever the log would refuse in it), and has nothing to keep
+    pending."""
+    odd_ones = [{"role": "user", "content": 5},
+                {"role": "user", "content": "Buy a torch.", "name": float("nan")},
+                {"role": "user", "content": "Buy a torch.\ud800"},
+                {"role": "narrator", "content": "The guard yawns."}]
+    for odd in odd_ones:
+        model = ScriptedModel([])
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+        try:
+            agent.record(odd)
+        except NotImplementedError:
+            raise       # task 07.2 not written yet: said as such, not as a refusal
+        except Exception as error:
+            pytest.fail(f"an agent without a session refused {odd!r} "
+                        f"({type(error).__name__}: {error}); it has no log whose rules "
+                        "the message must keep, and lesson 06's agent without a "
+                        "session took it", pytrace=False)
+        assert agent.messages == [odd] and agent.pending == [], (
+            f"an agent without a session keeps the message in memory, nothing pending; "
+            f"it has {agent.messages} in memory and {agent.pending} pending")
 
 
 @pytest.mark.task("07.1")
 def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
-    """The disk is full when the undo marker is written: the undo fails with OSError
-    and took nothing back, so the next undo takes back the same message."""
+    """The disk is full when the undo marker is written: the undo fails with the
+    disk's OSError, as the write raised it, and took nothing back, so the next undo
+    takes back the same message."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
@@ -1507,18 +1606,23 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
         import resource
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.open_for_append()
+            number = None
             try:
                 first = log.undo(1)
             except OSError as error:
-                first = f"OSError: {error}"
+                first, number = f"OSError: {error}", error.errno
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-            return {"first": first, "second": log.undo(1)}
+            return {"first": first, "errno": number, "second": log.undo(1)}
 
     result = on_a_full_disk(size, undo_twice, "the undos")
     assert str(result["first"]).startswith("OSError"), (
         f"the log could not grow at all, so the undo should fail with OSError; it "
         f"returned {result['first']}")
+    assert result["errno"] == errno.EFBIG, (
+        "the undo should raise the OSError its marker's write raised, as it is: errno "
+        f"{errno.EFBIG} (EFBIG, the file may not grow), which tells the caller what "
+        f"went wrong; it raised {result['first']} (errno {result['errno']})")
     assert result["second"] == [3], (
         "the first undo's marker was never written, so nothing was undone and the next "
         f"undo should take back message 3 again; it took back {result['second']}")
@@ -1529,10 +1633,10 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
                          ids=["nothing pending", "a note pending"])
 def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, sessions,
                                                                  note):
-    """The disk is full when the agent's undo asks the log for its marker: the OSError
-    reaches the caller, and the agent still remembers the turn the log still shows (and
-    still holds the note it had pending), so the next request and the next undo agree
-    with the log."""
+    """The disk is full when the agent's undo asks the log for its marker: the log's
+    OSError reaches the caller as it is, and the agent still remembers the turn the log
+    still shows (and still holds the note it had pending), so the next request and the
+    next undo agree with the log."""
     play(lesson, sessions, TURN_A, TURN_C)
     size = (sessions / "quest-1.jsonl").stat().st_size
     turns = 2 if note else 1
@@ -1545,23 +1649,42 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
                 agent.record({"role": "user", "content": "A note for later."})
             before = ([m.get("content") for m in agent.messages],
                       [m.get("content") for m in agent.pending])
+            by_log, undo = [], log.undo
+
+            def undo_and_keep_its_error(*arguments, **options):
+                try:
+                    return undo(*arguments, **options)
+                except BaseException as error:
+                    by_log.append(error)
+                    raise
+
+            log.undo = undo_and_keep_its_error
+            as_it_is = None
             try:
                 agent.undo(turns)
                 first = "nothing"
             except OSError as error:
                 first = f"OSError: {error}"
+                # True, or what the log's undo raised (if anything) instead
+                as_it_is = bool(by_log) and error is by_log[-1] or [
+                    f"{type(seen).__name__}: {seen}" for seen in by_log]
             after = ([m.get("content") for m in agent.messages],
                      [m.get("content") for m in agent.pending])
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
             taken = [m.get("content") for m in agent.undo(turns)]
-        return {"first": first, "same": before == after, "taken": taken,
-                "after": after}
+        return {"first": first, "as it is": as_it_is, "same": before == after,
+                "taken": taken, "after": after}
 
     result = on_a_full_disk(size, undo_twice, "the undos")
     assert result["first"].startswith("OSError"), (
         "the log could not grow at all, so the agent's undo should fail with the "
         f"OSError of its marker; it raised {result['first']}")
+    assert result["as it is"] is True, (
+        "an error of the disk reaches the caller as it is: the agent's undo should "
+        "raise the very OSError the log's undo raised, its errno and words kept; it "
+        f"raised {result['first']}, where the log's undo raised "
+        f"{result['as it is'] or 'nothing'}")
     assert result["same"], (
         "the marker was never written, so the log still shows the turn: the agent's "
         "memory must still hold it too, and the pending note must still be pending "

@@ -581,6 +581,40 @@ def test_a_tool_exchange_is_never_split_at_the_boundary(lesson):
         f"summary it went on with {sent[2]}")
 
 
+@pytest.mark.task("08.3")
+def test_a_tool_result_too_large_for_the_budget_is_refused_never_cut(lesson):
+    """Two long tool results push the next call of a turn over the budget, and the turn
+    alone leaves no room for a summary: ContextOverflow, giving the size, the budget and
+    what the user can do, as on every other path. The results are never cut short to
+    make the request fit: the model reads the turn it is working on as it was said."""
+    script = [say("The elder is asleep. " * 12),
+              use(call("read", book="chronicle"), call("read", book="almanac")),
+              say("Both books say the cave is deep.")]
+    budget = 700
+    agent, model, log = open_agent(lesson, None, script, budget=budget,
+                                   tools=Library())
+    with log:
+        agent.run("Is the elder awake?")
+        with raises(lesson.ContextOverflow, "the two results of the library's books "
+                    "(about 450 tokens) pushed the turn's second call over the budget "
+                    f"of {budget}, with no room left for any summary beside that "
+                    "turn, and the turn went on: the request cannot fit as it was "
+                    "said, and the model must never read a result cut short"
+                    ) as raised:
+            agent.run("Read the chronicle and the almanac.")
+        view = agent.view()
+    assert_overflow_says_enough(str(raised.value), budget, {agent.request_size(view)},
+                                " (a tool result in the middle of a turn)")
+    results = [m for m in agent.messages if m.get("role") == "tool"]
+    for number, request in enumerate(turn_requests(model), start=1):
+        cut = [m for m in request["messages"]
+               if m.get("role") == "tool" and m not in results]
+        assert not cut, (
+            f"request {number} carried a tool result that is not the one the tool "
+            f"gave ({str(cut[0].get('content'))[:60]!r}...): the model should read "
+            "the turn it is working on as it was said")
+
+
 @pytest.mark.task("08.1")
 @pytest.mark.task("08.3")
 @pytest.mark.key
@@ -698,6 +732,43 @@ def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_noth
     assert len(markers) == 1 and markers[0]["upto"] == 4, (
         "three turns of two messages, compacted by hand: one marker whose 'upto' is 4, "
         f"the index of day 3's message; found {markers}")
+
+
+@pytest.mark.task("08.3")
+def test_the_summary_request_carries_every_message_before_the_boundary(lesson):
+    """compact() by hand after a turn with a tool exchange: the summary stands for every
+    message the view showed before the new boundary, the model's call and the tool's
+    result included (once summarised, the summary is all the model knows of them), and
+    for none of the turn kept after it."""
+    said = [{"role": "user", "content": "Ask the elder about the cave."},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1",
+             "content": "The elder says: the ledge inside is steep."},
+            {"role": "assistant", "content": "The elder warns of a steep ledge."},
+            {"role": "user", "content": "Buy a rope."},
+            {"role": "assistant", "content": "We buy a rope."}]
+    agent, model, log = open_agent(lesson, None, budget=None)
+    agent.messages = list(said)
+    with log:
+        assert agent.compact() is True, (
+            "two turns, the first with a tool exchange: compact() should summarise it")
+    asked = " ".join(text_of(m.get("content"))
+                     for m in model.summary_requests[0]["messages"]
+                     if m.get("role") == "user")
+    told = {"the user's message": said[0]["content"], "the model's call": "talk_to",
+            "the tool's result": said[2]["content"],
+            "the model's answer": said[3]["content"]}
+    missing = [what for what, text in told.items() if text not in asked]
+    assert not missing, (
+        "the summary request should carry every message of the turn before the "
+        f"boundary; it lacked {', '.join(missing)}: once summarised, those messages "
+        "are never sent again, and the summary is all the model will know of them. "
+        f"It sent {asked[:200]!r}")
+    assert said[4]["content"] not in asked, (
+        "the summary request carried the newest turn, which the request keeps as it "
+        "is: the model would be told it twice")
 
 
 @pytest.mark.task("08.3")
@@ -1592,8 +1663,11 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         f"{shape(sent, 20)}")
     # A budget of 0 is a budget (only None is none): no request fits it
     with raises(lesson.ContextOverflow, "with a budget of 0 tokens the request was "
-                "sent whole, as if there were no budget: only None means none"):
+                "sent whole, as if there were no budget: only None means none"
+                ) as raised:
         request(0, None)
+    assert_overflow_says_enough(str(raised.value), 0, {agent.request_size(whole)},
+                                " (a budget of 0)")
     # A compaction already starts at the newest turn (place 8), and the view is still
     # over the budget: a real compact() finds nothing more to summarise.
     agent.compaction = lesson.Compaction("days 1 to 4", 8)
@@ -1783,6 +1857,13 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
             f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) "
             f"should say what the model sent: {SAYS[pattern]} (the words matching "
             f"{pattern!r}); it says {said!r}")
+    first = re.match(r"\S+", said)
+    assert first and not (first.group()[0].isupper() and not first.group().isupper()
+                          ) and not said.rstrip().endswith("."), (
+        f"the BadSummary for a reply that is no summary ({odd}) should be a phrase "
+        "naming what was sent that reads on after 'it was' (the firmer instruction "
+        "quotes it so, and the final error after 'with'), not a sentence of its own, "
+        f"a capital first and a full stop last; it says {said!r}")
     wrong = WHAT_IT_WAS_NOT.get(odd)
     assert wrong is None or not re.search(wrong[0], said), (
         f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) says "
@@ -1885,6 +1966,31 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
 
 
 @pytest.mark.task("08.4")
+def test_check_summary_alone_returns_a_long_summary_whole(lesson):
+    """check_summary() alone, on a summary of many paragraphs and lines, longer than a
+    page, plain or after a think block: what is left once the thinking is set aside and
+    the spaces around it trimmed is the summary, every line of it as the model wrote
+    it. Its length is the budget's to judge (check_fits, given): a summary cut short
+    has lost the newest of what it tells."""
+    summary = "\n\n".join(f"Day {n}: the elder warned us of the ledge; we bought  a "
+                          f"rope,\nand {n * 3} gold was left." for n in range(1, 81))
+    for how, content in (("plain", summary),
+                         ("after a think block", f"<think>{THOUGHT}</think>\n\n"
+                                                 f"{summary}\n")):
+        reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
+        got = lesson.check_summary(reply)
+        if got != summary:
+            same = next((k for k, (a, b) in enumerate(zip(got, summary)) if a != b),
+                        min(len(got), len(summary)))
+            pytest.fail(f"a summary of {len(summary)} characters in 80 paragraphs "
+                        f"({how}) should be returned whole, as the model wrote it; "
+                        f"check_summary returned {len(got)} characters, the same up "
+                        f"to character {same}: {got[max(same - 30, 0):same + 30]!r} "
+                        f"where the summary has "
+                        f"{summary[max(same - 30, 0):same + 30]!r}", pytrace=False)
+
+
+@pytest.mark.task("08.4")
 def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
     """check_summary() alone, on a plain summary that the server cut off at its
     length limit (finish_reason "length", which ask_for_summary passes on): it reads
@@ -1936,6 +2042,21 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
         "the BadSummary for a reply that is only thinking, cut off by the server at "
         "its length limit, should say that it was thinking (a think block): it held "
         f"no summary, cut off or whole; it says {said!r}")
+    # Thinking ended, then the limit; and no text at all: neither is a cut summary
+    for content, pattern, what in (
+            (f"<think>\n{THOUGHT}\n</think>\n", THINKING, "only a think block, ended"),
+            ("", NO_TEXT, "no text")):
+        reply = as_asked(lesson, raw({"role": "assistant", "content": content},
+                                     finish_reason="length"))
+        with raises(lesson.BadSummary, f"check_summary() took, as a summary, a reply "
+                    f"of {what} that the server ended at its length limit"
+                    ) as raised:
+            lesson.check_summary(reply)
+        said = str(raised.value)
+        assert re.search(pattern, said), (
+            f"the BadSummary for a reply of {what}, which the server ended at its "
+            f"length limit, should say what it was ({SAYS[pattern]}), whatever its "
+            f"finish reason: it held no summary, cut off or whole; it says {said!r}")
 
 
 @pytest.mark.task("08.4")
@@ -2257,6 +2378,46 @@ def test_a_summary_request_that_fails_reaches_the_caller_as_it_is(lesson, sessio
 
 
 @pytest.mark.task("08.3")
+@pytest.mark.parametrize("then", ["next request", "compact by hand"])
+def test_after_a_summary_request_that_failed_the_same_agent_asks_again(lesson, then):
+    """The summary request of a compaction a turn needed fails (the server's error):
+    nothing was compacted, and nothing stands in the way of the next try. The same
+    agent, in the same process, asks for a summary again at its next request over the
+    budget, or when the user asks for one by hand (the chat's /compact), as it would
+    have the first time; and the turn goes on within the budget."""
+    agent, model, log = open_agent(lesson, None, summarise=summaries(
+        FAILED_REQUESTS["server_error"], then=numbered_summaries()))
+    with log:
+        with raises(openai.APIError, "the summary request of a compaction a turn "
+                    "needed failed (HTTP 500), and the turn went on as if nothing had "
+                    "failed"):
+            play_until_compacted(lesson, agent, model)
+        asked = len(model.summary_requests)
+        if then == "compact by hand":
+            done = agent.compact()
+            if done is not True or len(model.summary_requests) != asked + 1:
+                fail_in("08.3", "right after a summary request that failed, compact() "
+                        "by hand (the chat's /compact, to ask again) should ask the "
+                        f"model once more and return True; it returned {done!r} after "
+                        f"{len(model.summary_requests) - asked} more summary "
+                        "request(s)")
+        else:
+            try:
+                agent.run("Go on.")
+            except lesson.ContextOverflow as error:
+                fail_in("08.3", "after a summary request that failed, the same agent's "
+                        "next request over the budget should ask for a summary again "
+                        f"(the summary failed, not the turn); it was refused: {error}")
+            if len(model.summary_requests) != asked + 1:
+                fail_in("08.3", "after a summary request that failed, the same agent's "
+                        "next request over the budget should ask for a summary once "
+                        f"more; it asked {len(model.summary_requests) - asked} time(s)")
+    for number, request in enumerate(turn_requests(model), start=1):
+        assert size_of(lesson, request) <= BUDGET, (
+            f"request {number} was sent over the budget of {BUDGET}")
+
+
+@pytest.mark.task("08.3")
 def test_a_history_many_times_the_budget_is_compacted_not_refused(lesson):
     """Day 100: the history the agent holds is many times the budget, and the turn in
     progress is short. One compaction brings the request within the budget: the size
@@ -2414,3 +2575,49 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
     assert sent[1] == summary_message(lesson, compactions_in(path)[-1]["summary"]), (
         "the request should start from the summary the log recorded")
 
+
+@pytest.mark.task("08.3")
+@pytest.mark.task("08.1")
+def test_a_second_compaction_the_log_could_not_record_leaves_the_first(lesson, sessions,
+                                                                      monkeypatch):
+    """The first compaction is recorded; writing the second one's marker fails (a full
+    disk). That failure makes no compaction, and takes none back: the agent still holds
+    the first, so the next request compacts again from the first boundary, its summary
+    request carrying the first summary and never the days it stands for, and a resume
+    sends what this process sends."""
+    agent, model, log = open_agent(lesson, sessions)
+    path = sessions / "quest-1.jsonl"
+    real = os.write
+
+    def write(fd, data):
+        if b'"compaction"' in bytes(data):
+            raise OSError(28, "No space left on device (the test's)")
+        return real(fd, data)
+
+    with log:
+        play_until_compacted(lesson, agent, model)
+        monkeypatch.setattr(os, "write", write)
+        try:
+            play_until_compacted(lesson, agent, model, first_day=100, compactions=2)
+        except OSError:
+            pass
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
+        assert len(compactions_in(path)) == 1, (
+            "the test's own set-up: the first compaction recorded, the second not")
+        model.add(*day(98)[1])
+        agent.run(day(98)[0])
+        view = agent.view()
+    asked = " ".join(text_of(m.get("content"))
+                     for m in model.summary_requests[-1]["messages"]
+                     if m.get("role") == "user")
+    if "summary #1" not in asked or "Day 1:" in asked:
+        fail_in("08.3", "the second compaction could not be recorded, and the next "
+                "request compacted again: its summary request should carry the first "
+                "summary ('summary #1', which the agent still holds: the failure took "
+                "no compaction back) and never day 1, which that summary stands for; "
+                f"it sent {asked[:160]!r}")
+    resumed, _, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        assert resumed.view() == view, (
+            "a resume should send the request this agent sends after the compaction "
+            f"it recorded; it sends {shape(resumed.view())}, the agent {shape(view)}")

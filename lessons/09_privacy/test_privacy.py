@@ -375,10 +375,13 @@ def test_delete_removes_a_meta_file_a_failed_fork_left_without_its_log(
 @pytest.mark.task("09.1")
 def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, sessions):
     """A temporary file a crashed erase or fork left beside the log holds the session's
-    words too: deleting the session removes it."""
+    words too: deleting the session removes it, and every other such copy (two crashes
+    leave two)."""
     play(lesson, sessions, TURN_SECRET)
     leftover = sessions / ".quest-1.jsonl.k2j4h1.tmp"
     leftover.write_bytes((sessions / "quest-1.jsonl").read_bytes())
+    # A second crash, a second copy: every copy goes, not one of each file's
+    (sessions / ".quest-1.jsonl.p0q9.tmp").write_bytes(leftover.read_bytes())
     (sessions / ".quest-1.meta.json.a8_b2.tmp").write_text("{}")
     (sessions / ".quest-10.jsonl.zz.tmp").write_text("another session's")
     # The temporary copy of the log of session "quest-1.jsonl" (an id may hold dots)
@@ -398,8 +401,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
         "name, a dot, a random part (no dot in it) and .tmp; any other name is not the "
         "session's, and stays")
     assert files_holding(sessions, "Ilse") == [], (
-        "a temporary copy of the log was left behind by a crash; deleting the session "
-        "must remove it too. Still holding the words: "
+        "two temporary copies of the log were left behind by two crashes; deleting "
+        "the session must remove every one of them. Still holding the words: "
         f"{files_holding(sessions, 'Ilse')}")
     assert not (sessions / ".quest-1.meta.json.a8_b2.tmp").exists(), (
         "a temporary copy of the meta file, left by a crashed meta write, is still "
@@ -883,20 +886,38 @@ def test_expire_removes_the_blobs_only_the_expired_sessions_used(lesson, session
 
 
 @pytest.mark.task("09.2")
-def test_a_blob_stored_again_while_expire_runs_stays(lesson, sessions, before_the_lock):
+@pytest.mark.parametrize("expired", ["a-session", "a-leftover"])
+def test_a_blob_stored_again_while_expire_runs_stays(
+    lesson, sessions, before_the_lock, expired
+):
     """Another writer stores the same bytes as an expired session's blob while expire
-    runs (it will write the line that points to them next): the blob stays."""
+    runs (it will write the line that points to them next): the blob stays. Also when
+    what expire takes is what a stopped erase and delete left of the session (an old
+    meta file, and the erase's copy of the log, which points to the blob)."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [blob] = blob_names(sessions)
     age(sessions / "blobs" / blob, 40)
-    age(sessions / "quest-1.jsonl", 40)
+    log = sessions / "quest-1.jsonl"
+    if expired == "a-leftover":
+        copy = sessions / ".quest-1.jsonl.k2j4h1.tmp"
+        copy.write_bytes(log.read_bytes())
+        log.unlink()
+        meta = sessions / "quest-1.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+        for path in (meta, copy):
+            age(path, 40)
+    else:
+        age(log, 40)
     before_the_lock(lambda: store_again(lesson, sessions, "quest-2",
                                         LARGE_SECRET.encode()))
     assert lesson.expire(sessions) == (["quest-1"], [])
     assert blob_names(sessions) == [blob], (
-        "another writer stored the expired session's blob again while expire() ran, "
-        "and expire removed it: that writer's next line would point to nothing. A "
-        "blob touched after the expiry began is another writer's")
+        "another writer stored the expired "
+        + ("session's" if expired == "a-session" else "leftover's")
+        + " blob again while expire() ran, and expire removed it: that writer's next "
+        "line would point to nothing. A blob touched after the expiry of "
+        + ("the session" if expired == "a-session" else "a leftover")
+        + " began is another writer's")
 
 
 @pytest.mark.task("09.2")
@@ -977,29 +998,31 @@ def test_expire_reports_a_leftover_a_writer_holds_as_busy_and_goes_on(
 ):
     """An old meta file without its log whose id a writer holds (a fork being made
     anew under that id) stays and is reported busy, after the sessions; the next
-    leftover is still removed."""
-    for session_id in ("left-a", "left-b"):
+    leftover is still removed. Every id a writer holds is reported, in name order."""
+    for session_id in ("left-a", "left-b", "left-c"):
         meta = sessions / f"{session_id}.meta.json"
         meta.write_text(json.dumps({"format": 1, "id": session_id}))
         age(meta, 40)
-    for session_id in ("old", "quest-held"):
+    for session_id in ("old", "quest-held", "quest-hold"):
         play(lesson, sessions, TURN_A, session_id=session_id)
         age(sessions / f"{session_id}.jsonl", 40)
-    with open(sessions / "left-a.lock", "w") as held, \
-            open(sessions / "quest-held.lock", "w") as writing:  # other writers' locks
-        fcntl.flock(held, fcntl.LOCK_EX)
-        fcntl.flock(writing, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as stack:
+        for session_id in ("left-a", "left-c", "quest-held", "quest-hold"):
+            held = stack.enter_context(open(sessions / f"{session_id}.lock", "w"))
+            fcntl.flock(held, fcntl.LOCK_EX)    # another writer's lock
         try:
             found = lesson.expire(sessions)
         except lesson.SessionBusy as error:
             pytest.fail(f"expire() stopped with {error!r}: a writer holds left-a, "
                         "whose meta file lost its log; it should be reported busy and "
                         "the run go on", pytrace=False)
-    assert found == (["old", "left-b"], ["quest-held", "left-a"]), (
+    assert found == (["old", "left-b"], ["quest-held", "quest-hold", "left-a",
+                                          "left-c"]), (
         "expire() should delete the old session and the free leftover left-b, and "
-        "report the old session quest-held and the leftover left-a, each held by a "
-        "writer, as busy, the sessions first in each list (deleted=['old', 'left-b'], "
-        f"busy=['quest-held', 'left-a']); it returned {found}")
+        "report the old sessions quest-held and quest-hold and the leftovers left-a "
+        "and left-c, each held by a writer, as busy, the sessions first in each list "
+        "(deleted=['old', 'left-b'], busy=['quest-held', 'quest-hold', 'left-a', "
+        f"'left-c']); it returned {found}")
     assert (sessions / "left-a.meta.json").exists(), (
         "expire() removed left-a's meta file while a writer held that id")
 
@@ -1231,16 +1254,23 @@ def test_expire_keeps_a_session_appended_to_exactly_at_the_cutoff_while_it_runs(
 
 
 @pytest.mark.task("09.2")
+@pytest.mark.parametrize("what", ["a-session", "a-leftover"])
 def test_expire_says_nothing_of_a_session_another_process_deleted_meanwhile(
-    lesson, sessions, before_the_lock
+    lesson, sessions, before_the_lock, what
 ):
-    """Another process deletes an old session while expire() runs, after expire saw
-    its log old and before the session is its own: expire raises nothing, and does
-    not name it among the ids it deleted (it deleted nothing of it).
+    """Another process deletes an old session (or what a stopped delete left of one, a
+    meta file without its log) while expire() runs, after expire saw it old and before
+    the session is its own: expire raises nothing, and does not name it among the ids
+    it deleted (it deleted nothing of it).
 
     The other delete runs just before the session's lock is first taken."""
-    play(lesson, sessions, TURN_A)
-    age(sessions / "quest-1.jsonl", 31)
+    if what == "a-session":
+        play(lesson, sessions, TURN_A)
+        age(sessions / "quest-1.jsonl", 31)
+    else:
+        meta = sessions / "quest-1.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+        age(meta, 31)
     before_the_lock(lambda: lesson.delete_session(sessions, "quest-1"))
     try:
         found = lesson.expire(sessions)
@@ -1294,6 +1324,28 @@ def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
         "quest-2's log and left-1's meta file were removed by another process while "
         "expire() ran: it should expire quest-1, quest-3 and the leftover left-2, and "
         f"name nothing it did not delete itself; it returned {found}")
+
+
+@pytest.mark.task("09.2")
+def test_expire_takes_a_session_id_with_dots_whole(lesson, sessions):
+    """A session id may hold dots (lesson 01): the log of quest.1 is quest.1.jsonl, the
+    meta file left.2 left without its log is left.2.meta.json. expire() takes each id
+    whole: it expires quest.1 and the leftover left.2, and keeps quest and left, young
+    sessions whose ids are where the others' start."""
+    for session_id in ("quest", "quest.1", "left"):
+        play(lesson, sessions, TURN_A, session_id=session_id)
+    age(sessions / "quest.1.jsonl", 40)
+    meta = sessions / "left.2.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "left.2"}))
+    age(meta, 40)
+    found = lesson.expire(sessions)
+    left = sorted(p.name for p in sessions.iterdir())
+    assert found == (["quest.1", "left.2"], []) and left == [
+        "left.jsonl", "quest.jsonl"], (
+        "the session quest.1 (its log 40 days idle) and the leftover left.2 (its meta "
+        "file 40 days old, no log) should be expired, and the young sessions quest and "
+        "left kept: an id is the whole name before .jsonl or .meta.json, dots "
+        f"included. expire() returned {found}, and the folder holds {left}")
 
 
 @pytest.mark.task("09.2")
@@ -1588,12 +1640,14 @@ def test_messages_written_after_an_erase_reach_the_log(lesson, sessions):
 
 
 @pytest.mark.task("09.3")
-@pytest.mark.parametrize("step", ["open", "fsync", "fsync-interrupted", "utime"])
+@pytest.mark.parametrize("step", ["open", "close", "fsync", "fsync-interrupted",
+                                  "utime"])
 def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     lesson, sessions, monkeypatch, step
 ):
-    """A step after the rename fails (too many open files, an I/O error, a Ctrl-C, the
-    old times that cannot be set back): the writer then appends to the file the log's
+    """A step after the rename fails (too many open files, the old log that cannot be
+    closed, an I/O error, a Ctrl-C, the old times that cannot be set back): the writer
+    then appends to the file the log's
     name reaches, or refuses every write until the session is opened again; and if the
     erase raised, it refuses. A message it acknowledged is never in a file no name
     reaches."""
@@ -1859,7 +1913,7 @@ def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
     """A quote may come before the erased message: the user's own words that the
     model's reply (erased) repeated. And the text of a large message is all of it, read
     back from its blob, not the preview its line keeps: a reply that copied it whole
-    loses all of it."""
+    loses all of it. No file is left with the words, blobs included."""
     play(lesson, sessions, (f"{SECRET}. Please write to her.", [say(SECRET)]),
          (LARGE_SECRET, [say(f"Copied: {LARGE_SECRET}")]))
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1878,6 +1932,11 @@ def test_erase_finds_every_quote_before_the_message_too_and_all_of_a_large_one(
         "erasing the large message 2 left part of its words in message 3, the reply "
         f"that copied it whole: {contents[3][:120]!r}... The text looked for is the "
         "whole content, read back from the blob, not the preview its line keeps")
+    assert files_holding(sessions, "Ilse") == [], (
+        "after the two erases these files still hold the words: "
+        f"{files_holding(sessions, 'Ilse')}. The blobs of every line the erase "
+        "rewrote go (the erased message's, and the old blob of the reply that copied "
+        "it), not only the last one's")
 
 
 @pytest.mark.task("09.3")
@@ -2091,6 +2150,45 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
 
 
 @pytest.mark.task("09.3")
+def test_erase_counts_the_undone_messages_as_undo_markers_do(lesson, sessions):
+    """An index counts the file's messages as undo markers do, undone ones included:
+    the log of two turns, the last one undone, shows two messages and holds four. An
+    undone message is erased like any other (its words are in the file) and stays
+    hidden; an index the log does not have is refused in words that say it holds
+    four."""
+    agent, _, log = open_agent(lesson, sessions, TURN_A[1] + TURN_SECRET[1])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(TURN_A[0])
+        agent.run(TURN_SECRET[0])
+        agent.undo()
+        try:
+            erased = log.erase(2)
+        except lesson.EraseError as error:
+            pytest.fail(f"erase(2), the undone message of a log of 4, raised "
+                        f"{error!r}: an undone message is still in the file, words "
+                        "and all, and the index counts it", pytrace=False)
+        assert erased is True and files_holding(sessions, "Ilse") == [], (
+            f"erase(2), the undone message that held the words, returned {erased!r}, "
+            f"and these files still hold them: {files_holding(sessions, 'Ilse')}")
+        before = path.read_bytes()
+        for index in (5, -1):
+            with raises(lesson.EraseError, f"erase({index}) on a log of 4 messages "
+                        "was allowed") as raised:
+                log.erase(index)
+            assert path.read_bytes() == before, (
+                f"a refused erase({index}) changed the log")
+            assert 4 in numbers_in(raised.value, path), (
+                f"erase({index}) on a log of 4 messages (the last 2 undone: it shows "
+                "2) was refused, in words that do not say how many messages the log "
+                "holds as an index counts them, undone ones included, so the caller "
+                f"cannot tell what would be right: {raised.value}")
+    shown = [m["content"] for m in resume(lesson, sessions)]
+    assert shown == [TURN_A[0], "The elder says: bring a torch."], (
+        f"the undone turn should stay hidden after its message was erased: {shown}")
+
+
+@pytest.mark.task("09.3")
 def test_each_erase_marker_says_when_its_own_erase_was_made(lesson, sessions):
     """The erase marker's "at" is the time of that erase, an ISO 8601 time with its
     zone: one writer's second erase, in a later second of the clock, writes its own."""
@@ -2121,7 +2219,7 @@ def test_a_message_that_only_reads_as_erased_is_still_erased_when_asked(
     """Whether a message was erased is what the log's erase markers say, not what its
     text reads: a message that repeated the erased one whole (its text is ERASED now),
     or one in which the user typed those words, is erased when asked, and gets its
-    own marker."""
+    own marker; and one erased before, whatever was erased since, is not again."""
     play(lesson, sessions, TURN_SECRET, (SECRET, [say("You said that.")]),
          (lesson.ERASED, [say("Indeed.")]))
     path = sessions / "quest-1.jsonl"
@@ -2134,6 +2232,14 @@ def test_a_message_that_only_reads_as_erased_is_still_erased_when_asked(
                 "message, scrubbed, or the user's own words) but was never erased: "
                 f"erase({index}) returned {erased!r}, as if it had been. What was "
                 "erased is what the erase markers say")
+        after = path.read_bytes()
+        for index in (0, 2):
+            again = log.erase(index)
+            assert again is False and path.read_bytes() == after, (
+                f"message {index} was erased already (its erase marker is in the log, "
+                "another erase's after it): erasing it again should return False and "
+                f"leave the log as it is; erase({index}) returned {again!r}"
+                + ("" if path.read_bytes() == after else ", and changed the log"))
     indices = [marker["index"] for marker in erase_markers(path)]
     assert indices == [0, 2, 4], (
         f"three messages were erased (0, 2 and 4): the log's erase markers name "
@@ -2652,6 +2758,38 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
 
 
 @pytest.mark.task("09.4")
+def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
+    lesson, sessions, monkeypatch
+):
+    """The log's erase fails before its new log takes the log's name (the rename
+    refused: an I/O error). The error reaches the caller, and the agent forgets all
+    the same: its next request sends the words nowhere."""
+    agent, model, log = open_agent(lesson, sessions,
+                                   [say(f"Noted: {SECRET}."), say("Yes.")])
+
+    def refuse(*args, **kwargs):
+        raise OSError(5, "Input/output error (the test's)")
+
+    with log:
+        agent.run(SECRET)
+        for name in ("replace", "rename"):
+            monkeypatch.setattr(os, name, refuse)
+        try:
+            with raises(OSError, "the log's erase could not rename its new log over "
+                        "the old one (an I/O error), and Agent.erase said nothing"):
+                agent.erase(0)
+        finally:
+            monkeypatch.undo()
+        agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "the log's erase failed (its rename was refused) and the error reached the "
+        "caller; then the next request still sent the words (the message, or the "
+        f"reply that repeated them): {sent[:300]}. Whatever the log's erase did, the "
+        "agent forgets")
+
+
+@pytest.mark.task("09.4")
 def test_an_agent_forgets_a_message_another_program_erased_first(lesson, sessions):
     """The agent read the session and let go of its log; another program then erased
     a message from the log. Asked to erase the same message, the agent (its log opened
@@ -2705,6 +2843,25 @@ def test_an_agent_without_a_session_forgets_too(lesson):
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
         "an agent without a session still sent the erased words (in the reply that "
         "repeated them: a text of 12 characters is long enough to be looked for)")
+
+
+@pytest.mark.task("09.4")
+def test_an_agent_without_a_session_takes_the_words_out_of_its_summary(lesson):
+    """An agent that keeps no log compacts all the same (lesson 08): erasing a message
+    its summary quotes takes the words out of the summary it sends, as with a log."""
+    model = ScriptedModel([say("Noted."), say("The elder nods."), say("Yes.")],
+                          summarise=lambda body: f"The user said: {SECRET}.")
+    agent = lesson.Agent(model.client(), model=model.model, tools=Town())
+    agent.run(SECRET)
+    agent.run("Thank the elder.")
+    assert agent.compact(), "the agent should compact the first turn by hand"
+    agent.erase(0)
+    agent.run("Shall we go on?")
+    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    assert "Ilse" not in sent, (
+        "an agent without a session erased the message its compaction summary quotes, "
+        f"and the next request still sent the words, in the summary: {sent[:300]}. "
+        "The summary loses them in memory, with a log or without")
 
 
 @pytest.mark.task("09.4")
