@@ -188,6 +188,9 @@ def lock_holder(connection: psycopg.Connection, session_id: str) -> dict[str, An
     row = connection.execute(
         "SELECT a.application_name, a.backend_start FROM pg_locks l "
         "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+        # An advisory lock is one database's: the same key in another is no hold here
+        "AND l.database = (SELECT oid FROM pg_database "
+        "WHERE datname = current_database()) "
         "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
         ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
     if row is None:
