@@ -1591,6 +1591,17 @@ def fork_or_fail(lesson, *args, **options):
     return None
 
 
+def fail_naming_the_task_at_fault(lesson, said, handed, new_id):
+    """Fail in `said`'s words, naming 03.1 or 03.2 by what fork handed publish_fork."""
+    if not handed:
+        fail_in("03.1", said) if getattr(lesson, "publish_fork", None) else \
+            pytest.fail(said, pytrace=False)
+    if handed != [(new_id, 1)]:
+        fail_in("03.1", f"{said}. fork handed publish_fork {handed}")
+    fail_in("03.2", f"{said}. fork handed publish_fork the new id {new_id!r} and its "
+            "copy, as it should")
+
+
 @pytest.mark.task("03.1")
 def test_a_fork_keeps_unicode_line_separators_inside_content(lesson, sessions):
     """A message holding U+2028, U+2029 or U+0085 is copied whole."""
@@ -1680,13 +1691,7 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
             + f", made {made or 'no file'}"
             + (f" and changed {changed}" if changed else "")
             + ": an id is the whole name before the suffix, never cut at its last dot")
-    if not handed:
-        fail_in("03.1", said) if getattr(lesson, "publish_fork", None) else \
-            pytest.fail(said, pytrace=False)
-    if handed != [("quest.day-2", 1)]:
-        fail_in("03.1", f"{said}. fork handed publish_fork {handed}")
-    fail_in("03.2", f"{said}. fork handed publish_fork the new id 'quest.day-2' and "
-            "its copy, as it should")
+    fail_naming_the_task_at_fault(lesson, said, handed, "quest.day-2")
 
 
 @pytest.mark.task("03.1")
@@ -1721,13 +1726,7 @@ def test_ids_keep_their_capitals_byte_for_byte(lesson, sessions, monkeypatch):
             + ("returned" if error is None else f"raised {described(error)}")
             + f", made {made or 'no file'}, the lineage saying {found}: an id is "
             "kept as it was given, never lower-cased")
-    if not handed:
-        fail_in("03.1", said) if getattr(lesson, "publish_fork", None) else \
-            pytest.fail(said, pytrace=False)
-    if handed != [("What-If", 1)]:
-        fail_in("03.1", f"{said}. fork handed publish_fork {handed}")
-    fail_in("03.2", f"{said}. fork handed publish_fork the new id 'What-If' and its "
-            "copy, as it should")
+    fail_naming_the_task_at_fault(lesson, said, handed, "What-If")
 
 
 @pytest.mark.task("03.1")

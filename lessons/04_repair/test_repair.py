@@ -6,6 +6,7 @@ Run: pytest lessons/04_repair            (your code)
 The logs here are written by hand, byte by byte, the way a crash leaves them.
 """
 
+import contextlib
 import copy
 import errno
 import json
@@ -1006,6 +1007,45 @@ def interrupted_in_buy(town):
                            functions={**town.functions, "buy": buy_interrupted})
 
 
+def elder_torch_and_rope(*more):
+    """A model that asks for three calls at once (the elder, a torch, a rope), and
+    the calls in `more`, then asks where they were."""
+    return ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
+                              call("buy", item="rope"), *more),
+                          say("Where were we?")])
+
+
+def stopped_by_ctrl_c(agent, message, place="second"):
+    """Run `message`, failing in words unless Ctrl-C in its `place` call stops it."""
+    with raises(KeyboardInterrupt, f"Ctrl-C was pressed inside the {place} call, "
+                "and the run went on as if nothing had happened"):
+        agent.run(message)
+
+
+@contextlib.contextmanager
+def agent_keeping_the_log(lesson, sessions, model, tools):
+    """An agent of `model` with `tools` that keeps the log quest-1, while it is open."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        yield lesson.Agent(model.client(), model=model.model, tools=tools, session=log)
+
+
+def refusal_of_next_run(agent, message="Go on."):
+    """The model's words refusing the request the agent's next run sends, or None."""
+    try:
+        agent.run(message)
+    except openai.BadRequestError as error:
+        return error.message
+    return None
+
+
+def memory_holds_the_log(agent, entries, note=""):
+    """Fail in words unless the agent's memory holds the log's `entries`, no more."""
+    assert agent.messages == entries, (
+        f"memory and log should hold the same conversation{note}; memory holds "
+        f"{[m.get('role') for m in agent.messages]}, the log "
+        f"{[entry.get('role') for entry in entries]}")
+
+
 @pytest.mark.task("04.4")
 def test_a_run_stopped_by_ctrl_c_in_its_second_tool_call_goes_on(
         lesson, sessions, town):
@@ -1014,12 +1054,8 @@ def test_a_run_stopped_by_ctrl_c_in_its_second_tool_call_goes_on(
     each open call gets one answer, in call order, saying what is known of it, and the
     model accepts the request."""
     tools = interrupted_in_buy(town)
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
+    model = elder_torch_and_rope()
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         with pytest.raises(KeyboardInterrupt):
             agent.run("Talk to the elder and buy a torch.")
         try:
@@ -1047,21 +1083,10 @@ def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
 
     tools = interrupted_in_buy(town)
     tools.functions["talk_to"] = ferry
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
-        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the second call, "
-                    "and the run went on as if nothing had happened"):
-            agent.run("Talk to the elder and buy a torch.")
-        try:
-            agent.run("Go on.")
-        except openai.BadRequestError as error:
-            refused = error.message
-        else:
-            refused = None
+    model = elder_torch_and_rope()
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
+        stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
+        refused = refusal_of_next_run(agent)
     if refused is not None:     # outside the except: the words come first, alone
         pytest.fail("after a call that failed and Ctrl-C inside the next, the next run "
                     f"sent calls without their results: {refused} (task 04.4)",
@@ -1071,10 +1096,7 @@ def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "Ctrl-C inside the second of three calls, after the first "
                       f"failed with {entries[2].get('content')!r}")
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries)
 
 
 @pytest.mark.task("04.1")
@@ -1218,9 +1240,7 @@ def test_an_agent_without_a_log_goes_on_after_ctrl_c_in_a_tool_call(lesson, town
     """An agent that keeps no log, stopped by Ctrl-C inside the second of three calls,
     goes on as one with a log does: each open call answered once, saying what is known
     of it, and the next request accepted."""
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
+    model = elder_torch_and_rope()
     agent = lesson.Agent(model.client(), model=model.model,
                          tools=interrupted_in_buy(town))
     with pytest.raises(KeyboardInterrupt):
@@ -1273,9 +1293,7 @@ def three_calls_as_the_disk_fills(town, path, monkeypatch):
     asks where they were; the disk fills up during the first purchase (see
     a_disk_that_fills_up_in_a_purchase). Gives the model, the tools and `room`."""
     tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope")),
-                           say("Where were we?")])
+    model = elder_torch_and_rope()
     return model, tools, room
 
 
@@ -1288,9 +1306,7 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
     log and in memory alike, and the model accepts the request."""
     path = sessions / "quest-1.jsonl"
     model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         with pytest.raises(OSError):
             agent.run("Talk to the elder and buy a torch.")
         # Still full: the next message fails as well, and must leave nothing behind
@@ -1298,12 +1314,7 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
         with pytest.raises(OSError):
             agent.run("Go on.")
         room[0] = True      # the user makes room, and goes on
-        try:
-            agent.run("Go on.")
-        except openai.BadRequestError as error:
-            refused = error.message
-        else:
-            refused = None
+        refused = refusal_of_next_run(agent)
     if refused is not None:     # outside the except: the words come first, alone
         pytest.fail("the disk was full when the second result was written, and still "
                     "full as the run stopped; once there was room again, the next run "
@@ -1317,10 +1328,7 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
                             "disk refused is never written again)")
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "the disk full as the second of three results was written")
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation after the settling; memory "
-        f"holds {[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries, " after the settling")
 
 
 @pytest.mark.task("04.4")
@@ -1334,9 +1342,7 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
     never written again."""
     path = sessions / "quest-1.jsonl"
     model, tools, room = three_calls_as_the_disk_fills(town, path, monkeypatch)
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         with raises(OSError, "the disk filled up during the first purchase, and the "
                     "run went on as if its messages had been written"):
             agent.run("Talk to the elder and buy a torch.")
@@ -1363,10 +1369,7 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "the disk full as the second of three results was written, then "
                       "as the answer to the third was")
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries)
 
 
 @pytest.mark.task("04.4")
@@ -1379,12 +1382,8 @@ def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
     wrote last. Each call is answered once, in memory and in the log alike."""
     path = sessions / "quest-1.jsonl"
     tools, room = a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch)
-    model = ScriptedModel([use(call("talk_to", npc="elder"), call("buy", item="torch"),
-                               call("buy", item="rope"), call("buy", item="lantern")),
-                           say("Where were we?")])
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
+    model = elder_torch_and_rope(call("buy", item="lantern"))
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         with raises(OSError, "the disk filled up during the first purchase, and the "
                     "run went on as if its messages had been written"):
             agent.run("Talk to the elder, then buy a torch, a rope and a lantern.")
@@ -1406,10 +1405,7 @@ def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
                       "the disk full as the second of four results was written, then "
                       "as the answer to the fourth was, after the one saying the "
                       "third never started")
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries)
 
 
 @pytest.mark.task("04.4")
@@ -1431,9 +1427,7 @@ def test_a_settle_whose_answer_the_disk_refused_records_no_message_after_the_gap
             room[0] = True      # room again, right after this refusal
             raise
 
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model, tools=tools,
-                             session=log)
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         with raises(OSError, "the disk filled up during the first purchase, and the "
                     "run went on as if its messages had been written"):
             agent.run("Talk to the elder and buy a torch.")
@@ -1456,10 +1450,7 @@ def test_a_settle_whose_answer_the_disk_refused_records_no_message_after_the_gap
     answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
                       "the disk full as the second of three results was written, then "
                       "refusing the first answer of the settling once")
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries)
 
 
 @pytest.mark.task("04.4")
@@ -1472,18 +1463,10 @@ def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions
     model = ScriptedModel([use(call("buy", item="torch"), call("talk_to", npc="elder"),
                                call("buy", item="rope")),
                            say("Where were we?")])
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        agent = lesson.Agent(model.client(), model=model.model,
-                             tools=interrupted_in_buy(town), session=log)
-        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the first call, "
-                    "and the run went on as if nothing had happened"):
-            agent.run("Buy a torch, then talk to the elder.")
-        try:
-            agent.run("Go on.")
-        except openai.BadRequestError as error:
-            refused = error.message
-        else:
-            refused = None
+    tools = interrupted_in_buy(town)
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
+        stopped_by_ctrl_c(agent, "Buy a torch, then talk to the elder.", "first")
+        refused = refusal_of_next_run(agent)
     if refused is not None:     # outside the except: the words come first, alone
         pytest.fail("after a run stopped inside its first tool call, before any "
                     f"result was written, the next run sent calls without their "
@@ -1494,10 +1477,7 @@ def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions
     calls_answered_in_order(entries)
     answered_as_known(lesson, entries[1]["tool_calls"], entries[2:5],
                       "Ctrl-C inside the first of three calls", first=0)
-    assert agent.messages == entries, (
-        "memory and log should hold the same conversation; memory holds "
-        f"{[m.get('role') for m in agent.messages]}, the log "
-        f"{[entry.get('role') for entry in entries]}")
+    memory_holds_the_log(agent, entries)
 
 
 @pytest.mark.task("04.4")
@@ -1513,9 +1493,7 @@ def test_a_second_run_stopped_in_a_tool_call_is_settled_as_the_first_was(lesson,
     agent = lesson.Agent(model.client(), model=model.model,
                          tools=interrupted_in_buy(town))
     for message in ("Talk to the elder and buy a torch.", "Try again."):
-        with raises(KeyboardInterrupt, "Ctrl-C was pressed inside the second call, "
-                    "and the run went on as if nothing had happened"):
-            agent.run(message)
+        stopped_by_ctrl_c(agent, message)
     try:
         agent.run("Go on.")
     except openai.BadRequestError as error:

@@ -314,43 +314,6 @@ def test_a_new_conversation_has_nothing_to_undo(lesson, sessions):
         f"are (none, 0), so the user knows what can be undone; it says {said!r}")
 
 
-@pytest.mark.task("07.3")
-def test_a_refused_undo_leaves_what_is_pending_pending(lesson, sessions):
-    """A note waits in the pending buffer when an undo of more turns than there are is
-    refused: the refusal counts the note's turn among the turns there are, and changes
-    nothing, the buffer included, so the note still reaches the log and the model."""
-    turn_c, = play(lesson, sessions, TURN_C)
-    path = sessions / "quest-1.jsonl"
-    before = path.read_bytes()
-    note = {"role": "user", "content": "(a note pasted before asking)"}
-    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
-    with log:
-        agent.record(note)
-        with raises(lesson.UndoError,
-                    "undo(turns=3) was allowed on a conversation of two turns (one "
-                    "written, then a note still pending)") as raised:
-            agent.undo(turns=3)
-        said = str(raised.value).replace(str(sessions), "")
-        assert re.search(r"(?<![\d.])2(?![\d.])", said), (
-            "the conversation has two turns, one written and a note still pending: the "
-            "refusal of undo(turns=3) should say so (2), the note's turn counted; it "
-            f"says {str(raised.value)!r}")
-        contents = ([m.get("content") for m in agent.messages],
-                    [m.get("content") for m in agent.pending])
-        assert agent.messages == turn_c + [note] and agent.pending == [note], (
-            "a refused undo changes nothing: the conversation should still end with "
-            "the note, and the note should still wait to be written; (messages, "
-            f"pending) are {contents}")
-        assert path.read_bytes() == before, "a refused undo must write nothing"
-        agent.run(TURN_D[0])
-    expected = turn_c + [note, {"role": "user", "content": TURN_D[0]}]
-    logged = lines_of(path)
-    assert logged[:-1] == expected and model.requests[0]["messages"] == expected, (
-        "after the refused undo, the next run should write the note, then the "
-        "question, and send them both; the log holds "
-        f"{[m.get('content') for m in logged[len(turn_c):]]} after the first turn")
-
-
 @pytest.mark.key
 @pytest.mark.task("07.1")
 def test_undo_only_appends_earlier_bytes_never_change(lesson, sessions):
@@ -677,6 +640,43 @@ def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, session
         "after the undo and a flush, a new process should see turn A alone: the undo "
         "left no message of the turns it took back pending, to be written later; it "
         f"sees {[m.get('content') for m in resumed[len(turn_a):]]} after turn A")
+
+
+@pytest.mark.task("07.3")
+def test_a_refused_undo_leaves_what_is_pending_pending(lesson, sessions):
+    """A note waits in the pending buffer when an undo of more turns than there are is
+    refused: the refusal counts the note's turn among the turns there are, and changes
+    nothing, the buffer included, so the note still reaches the log and the model."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
+    note = {"role": "user", "content": "(a note pasted before asking)"}
+    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.record(note)
+        with raises(lesson.UndoError,
+                    "undo(turns=3) was allowed on a conversation of two turns (one "
+                    "written, then a note still pending)") as raised:
+            agent.undo(turns=3)
+        said = str(raised.value).replace(str(sessions), "")
+        assert re.search(r"(?<![\d.])2(?![\d.])", said), (
+            "the conversation has two turns, one written and a note still pending: the "
+            "refusal of undo(turns=3) should say so (2), the note's turn counted; it "
+            f"says {str(raised.value)!r}")
+        contents = ([m.get("content") for m in agent.messages],
+                    [m.get("content") for m in agent.pending])
+        assert agent.messages == turn_c + [note] and agent.pending == [note], (
+            "a refused undo changes nothing: the conversation should still end with "
+            "the note, and the note should still wait to be written; (messages, "
+            f"pending) are {contents}")
+        assert path.read_bytes() == before, "a refused undo must write nothing"
+        agent.run(TURN_D[0])
+    expected = turn_c + [note, {"role": "user", "content": TURN_D[0]}]
+    logged = lines_of(path)
+    assert logged[:-1] == expected and model.requests[0]["messages"] == expected, (
+        "after the refused undo, the next run should write the note, then the "
+        "question, and send them both; the log holds "
+        f"{[m.get('content') for m in logged[len(turn_c):]]} after the first turn")
 
 
 class WatchfulTown(Town):

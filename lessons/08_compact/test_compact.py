@@ -4,6 +4,7 @@ Run: pytest lessons/08_compact            (your code)
      pytest lessons/08_compact --solution (the reference)
 """
 
+import contextlib
 import json
 import os
 import re
@@ -249,6 +250,26 @@ def play_until_compacted(lesson, agent, model, first_day=1, compactions=1, limit
                 f"summary(ies), not {compactions}: the requests grew past the budget, "
                 "and the model was never asked to summarise what came before",
                 pytrace=False)
+
+
+@contextlib.contextmanager
+def compaction_markers_refused(monkeypatch):
+    """While it lasts, writing a compaction marker fails as on a full disk, and that
+    OSError ends the with block quietly."""
+    real = os.write
+
+    def write(fd, data):
+        if b'"compaction"' in bytes(data):
+            raise OSError(28, "No space left on device (the test's)")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    try:
+        yield
+    except OSError:
+        pass
+    finally:
+        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
 
 
 def agent_without_session(lesson, messages, compaction=None, system=SYSTEM):
@@ -2549,20 +2570,9 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
     sends what this process sends."""
     agent, model, log = open_agent(lesson, sessions)
     path = sessions / "quest-1.jsonl"
-    real = os.write
-
-    def write(fd, data):
-        if b'"compaction"' in bytes(data):
-            raise OSError(28, "No space left on device (the test's)")
-        return real(fd, data)
-
     with log:
-        monkeypatch.setattr(os, "write", write)
-        try:
+        with compaction_markers_refused(monkeypatch):
             play_until_compacted(lesson, agent, model)
-        except OSError:
-            pass
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
         assert not compactions_in(path), "the test's own set-up: no marker was written"
         model.add(*day(98)[1])
         agent.run(day(98)[0])
@@ -2587,21 +2597,10 @@ def test_a_second_compaction_the_log_could_not_record_leaves_the_first(lesson, s
     sends what this process sends."""
     agent, model, log = open_agent(lesson, sessions)
     path = sessions / "quest-1.jsonl"
-    real = os.write
-
-    def write(fd, data):
-        if b'"compaction"' in bytes(data):
-            raise OSError(28, "No space left on device (the test's)")
-        return real(fd, data)
-
     with log:
         play_until_compacted(lesson, agent, model)
-        monkeypatch.setattr(os, "write", write)
-        try:
+        with compaction_markers_refused(monkeypatch):
             play_until_compacted(lesson, agent, model, first_day=100, compactions=2)
-        except OSError:
-            pass
-        monkeypatch.setattr(os, "write", real)   # not undo(): 08.4's stand-in stays
         assert len(compactions_in(path)) == 1, (
             "the test's own set-up: the first compaction recorded, the second not")
         model.add(*day(98)[1])

@@ -182,12 +182,44 @@ def erase_marker(line):
     return isinstance(entry, dict) and entry.get("$marker") == "erase"
 
 
+def erase_refused(lesson, log, path, index, held):
+    """Fail in words unless erase(`index`) on the log at `path`, of `held` messages, is
+    refused with EraseError and leaves the log as it was; gives the error."""
+    before = path.read_bytes()
+    with raises(lesson.EraseError,
+                f"erase({index}) on a log of {held} messages was allowed") as raised:
+        log.erase(index)
+    assert path.read_bytes() == before, f"a refused erase({index}) changed the log"
+    return raised.value
+
+
 def store_again(lesson, sessions, session_id, data):
     """Another writer stores `data` as a blob (a second later than a moment ago) and
     lets go before its line: the blob is touched, and pinned no more."""
     time.sleep(0.05)        # the file system's clock is coarser than time.time()
     with lesson.SessionLog(sessions, session_id) as other:
         return other.store_blob(data)
+
+
+def sent_on_going_on(agent, model):
+    """Run "Shall we go on?" and give the request it sent, as JSON text."""
+    agent.run("Shall we go on?")
+    return json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+
+
+def left_by_a_stopped_erase_and_delete(sessions):
+    """Leave of quest-1 what a stopped erase and delete leave, 40 days old (an old meta
+    file, and the erase's copy of the log, without the log): gives the meta file and
+    the copy."""
+    log = sessions / "quest-1.jsonl"
+    copy = sessions / ".quest-1.jsonl.k2j4h1.tmp"
+    copy.write_bytes(log.read_bytes())
+    log.unlink()
+    meta = sessions / "quest-1.meta.json"
+    meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+    for path in (meta, copy):
+        age(path, 40)
+    return meta, copy
 
 
 # --- 09.1: delete ---------------------------------------------------------------------
@@ -897,17 +929,10 @@ def test_a_blob_stored_again_while_expire_runs_stays(
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [blob] = blob_names(sessions)
     age(sessions / "blobs" / blob, 40)
-    log = sessions / "quest-1.jsonl"
     if expired == "a-leftover":
-        copy = sessions / ".quest-1.jsonl.k2j4h1.tmp"
-        copy.write_bytes(log.read_bytes())
-        log.unlink()
-        meta = sessions / "quest-1.meta.json"
-        meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
-        for path in (meta, copy):
-            age(path, 40)
+        left_by_a_stopped_erase_and_delete(sessions)
     else:
-        age(log, 40)
+        age(sessions / "quest-1.jsonl", 40)
     before_the_lock(lambda: store_again(lesson, sessions, "quest-2",
                                         LARGE_SECRET.encode()))
     assert lesson.expire(sessions) == (["quest-1"], [])
@@ -1065,14 +1090,7 @@ def test_expire_removes_a_leftovers_blobs_as_a_delete_does(
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     play(lesson, sessions, TURN_C, session_id="quest-2")
     [blob] = blob_names(sessions)
-    log = sessions / "quest-1.jsonl"
-    copy = sessions / ".quest-1.jsonl.k2j4h1.tmp"
-    copy.write_bytes(log.read_bytes())
-    log.unlink()
-    meta = sessions / "quest-1.meta.json"
-    meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
-    for path in (meta, copy):
-        age(path, 40)
+    meta, copy = left_by_a_stopped_erase_and_delete(sessions)
     if unreadable:
         failing_open(monkeypatch, "quest-2.jsonl")
     try:
@@ -2121,16 +2139,12 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
             "no name reaches any more" if path.read_bytes() == after else "")
         assert path.read_bytes() == after, "a second erase must not change the log"
         for index in (2, 7, -1):
-            with raises(lesson.EraseError,
-                        f"erase({index}) on a log of 2 messages was allowed") as raised:
-                log.erase(index)
-            assert path.read_bytes() == after, (
-                f"a refused erase({index}) changed the log")
-            assert 2 in numbers_in(raised.value, path), (
+            refused = erase_refused(lesson, log, path, index, 2)
+            assert 2 in numbers_in(refused, path), (
                 f"erase({index}) on a log of 2 messages (and one erase marker, which "
                 "is no message) was refused, in words that do not say how many "
                 "messages the log holds, so the caller cannot tell what would be "
-                f"right: {raised.value}")
+                f"right: {refused}")
     assert len(erase_markers(path)) == 1, (
         "one erase, one erase marker: found " + str(erase_markers(path)))
     [marker] = erase_markers(path)
@@ -2171,18 +2185,13 @@ def test_erase_counts_the_undone_messages_as_undo_markers_do(lesson, sessions):
         assert erased is True and files_holding(sessions, "Ilse") == [], (
             f"erase(2), the undone message that held the words, returned {erased!r}, "
             f"and these files still hold them: {files_holding(sessions, 'Ilse')}")
-        before = path.read_bytes()
         for index in (5, -1):
-            with raises(lesson.EraseError, f"erase({index}) on a log of 4 messages "
-                        "was allowed") as raised:
-                log.erase(index)
-            assert path.read_bytes() == before, (
-                f"a refused erase({index}) changed the log")
-            assert 4 in numbers_in(raised.value, path), (
+            refused = erase_refused(lesson, log, path, index, 4)
+            assert 4 in numbers_in(refused, path), (
                 f"erase({index}) on a log of 4 messages (the last 2 undone: it shows "
                 "2) was refused, in words that do not say how many messages the log "
                 "holds as an index counts them, undone ones included, so the caller "
-                f"cannot tell what would be right: {raised.value}")
+                f"cannot tell what would be right: {refused}")
     shown = [m["content"] for m in resume(lesson, sessions)]
     assert shown == [TURN_A[0], "The elder says: bring a torch."], (
         f"the undone turn should stay hidden after its message was erased: {shown}")
@@ -2687,8 +2696,7 @@ def test_the_agent_takes_the_words_out_of_the_tool_calls_that_quoted_them(
     with log:
         agent.run(SECRET)
         agent.erase(0)
-        agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+        sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         "the model had passed the user's words to a tool (a call's arguments); after "
         f"the erase the next request still sent them: {sent[:300]}. A message's tool "
@@ -2780,8 +2788,7 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
                 agent.erase(0)
         finally:
             monkeypatch.undo()
-        agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+        sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         "the log's erase failed (its rename was refused) and the error reached the "
         "caller; then the next request still sent the words (the message, or the "
@@ -2856,8 +2863,7 @@ def test_an_agent_without_a_session_takes_the_words_out_of_its_summary(lesson):
     agent.run("Thank the elder.")
     assert agent.compact(), "the agent should compact the first turn by hand"
     agent.erase(0)
-    agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+    sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         "an agent without a session erased the message its compaction summary quotes, "
         f"and the next request still sent the words, in the summary: {sent[:300]}. "
@@ -2922,8 +2928,7 @@ def test_the_agent_looks_for_every_text_of_a_message_of_several_parts(
         agent.record({"role": "user", "content": parts})
         agent.run("Please write to her.")
         agent.erase(0)
-        agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+        sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         "the erased message held two texts (its content was a list of two parts), "
         "and the model's reply repeated the second; after the erase the next request "
@@ -2952,8 +2957,7 @@ def test_the_summary_loses_the_words_of_a_message_erased_after_it(lesson, sessio
         agent.run(f"Again: {SECRET}")
         position = len(agent.messages) - 2
         agent.erase(position)
-        agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+        sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         f"message {position} (the user's words again, after the compaction) was "
         "erased, and the summary the agent keeps, made before it, quotes a part of "
@@ -2978,8 +2982,7 @@ def test_the_summary_loses_every_text_of_a_message_of_several_parts(lesson, sess
         agent.run("Thank the elder.")
         assert agent.compact(), "the agent should compact the first turn by hand"
         agent.erase(0)
-        agent.run("Shall we go on?")
-    sent = json.dumps(model.requests[-1]["messages"], ensure_ascii=False)
+        sent = sent_on_going_on(agent, model)
     assert "Ilse" not in sent, (
         "the erased message held two texts (a list of two parts) and the compaction "
         "summary quoted the second: the request after the erase still sent it, in "

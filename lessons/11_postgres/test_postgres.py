@@ -1591,6 +1591,16 @@ def answers(stored):
     return counted, [entry for entry in entries if entry.get("$marker") == "repair"]
 
 
+def two_calls_left_open(lesson, database):
+    """Store quest-1 in a new database as a crash leaves it: the user's message, then
+    its calls call_a (a torch) and call_b (a lantern), without their results."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [
+        {"role": "user", "content": "Buy a torch and a lantern."},
+        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+
+
 @pytest.mark.task("11.3")
 def test_two_hosts_opening_an_interrupted_session_at_once_repair_it_once(
     lesson, database, other
@@ -1599,11 +1609,7 @@ def test_two_hosts_opening_an_interrupted_session_at_once_repair_it_once(
     last message asks for two calls that never got results, at the same moment: both
     have read it before either has stored anything. Both open it, each sees both calls
     answered, and the rows hold one repair: one marker, one result per call."""
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        assert log.load() == [], "a new database should hold no session"
-    put_rows(database, "quest-1", [
-        {"role": "user", "content": "Buy a torch and a lantern."},
-        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    two_calls_left_open(lesson, database)
     hosts = [other("open", "-"), other("open", "-")]
     for host in hosts:
         host.expect("ready")
@@ -1647,11 +1653,7 @@ def test_a_result_stored_while_the_repair_waits_is_never_answered_again(
     before that one has stored anything. The opener opens the session all the same;
     call_a keeps its one result, the real one, and call_b alone is answered, once,
     under a marker naming it; the opener's next message lands right after."""
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        assert log.load() == [], "a new database should hold no session"
-    put_rows(database, "quest-1", [
-        {"role": "user", "content": "Buy a torch and a lantern."},
-        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    two_calls_left_open(lesson, database)
     real = json.dumps({"role": "tool", "tool_call_id": "call_a",
                        "content": "You bought a torch."})
     opener = other("open", "Then to the cave.")
@@ -1710,11 +1712,7 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
     session all the same: call_a keeps its real result alone, call_b alone is
     answered, under a marker naming it, and the opener's next message lands right
     after."""
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        assert log.load() == [], "a new database should hold no session"
-    put_rows(database, "quest-1", [
-        {"role": "user", "content": "Buy a torch and a lantern."},
-        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    two_calls_left_open(lesson, database)
     real = json.dumps({"role": "tool", "tool_call_id": "call_a",
                        "content": "You bought a torch."})
     seen = []
@@ -1731,7 +1729,7 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
             seen.append("read")
 
     with opener:
-        opener._connection()
+        assert len(opener.load()) == 2    # its connection open: the hook knows it
         on_each_statement(monkeypatch, after_the_read)
         try:
             history = opener.open_for_append()
@@ -1861,11 +1859,7 @@ def test_results_that_keep_arriving_while_the_repair_decides_are_each_kept(
     call_b's after its second. The opener decides again as long as someone else
     stores rows: it opens the session, nothing left to repair, no marker stored, its
     `repaired` None, and its next message lands after the two real results."""
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        assert log.load() == [], "a new database should hold no session"
-    put_rows(database, "quest-1", [
-        {"role": "user", "content": "Buy a torch and a lantern."},
-        call_message(("call_a", "torch"), ("call_b", "lantern"))])
+    two_calls_left_open(lesson, database)
     hosts = []      # the other host's two transactions, one per real result
     for seq, call_id, said in ((2, "call_a", "You bought a torch."),
                                (3, "call_b", "You bought a lantern.")):
