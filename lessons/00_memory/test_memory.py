@@ -209,8 +209,9 @@ def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
 
 @pytest.mark.task("00.1")
 def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, town):
-    """The error result for arguments that are not JSON quotes them, so that the model
-    sees the text it got wrong."""
+    """The error result for arguments that are not JSON quotes them as they were
+    written, letters beyond ASCII included, so that the model sees the text it got
+    wrong."""
     result = lesson.run_tool(town, {"id": "call_1", "type": "function",
                                     "function": {"name": "buy",
                                                  "arguments": '{"item": rope}'}})
@@ -218,6 +219,14 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
     assert isinstance(result, str) and '{"item": rope}' in result, (
         "the arguments were '{\"item\": rope}' (rope without quotes); the error result "
         "should quote them, so that the model sees what it got wrong; got "
+        f"{result!r}")
+    sent = '{"item": épée}'
+    result = run_call(lesson, town, tool_call("buy", sent),
+                      f"the arguments were {sent!r}, no JSON")
+    assert isinstance(result, str) and sent in result, (
+        f"the arguments were {sent!r} (épée without quotes); the error result should "
+        "quote them as the model wrote them, its letters beyond ASCII as letters, "
+        "not escapes, so that the model recognises what it sent; got "
         f"{result!r}")
 
 
@@ -397,13 +406,18 @@ def test_an_exception_without_words_still_says_what_went_wrong(lesson, error):
 
 
 @pytest.mark.task("00.1")
-def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town):
+@pytest.mark.parametrize("repeats, size",
+                         [(20_000, "120 KB"), (330, "1,990 characters")],
+                         ids=["120KB", "1990"])
+def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, repeats,
+                                                           size):
     """A model stuck repeating itself can send 100 KB of broken arguments: the error
     quotes their start, so the model sees what it sent, and not all of it, which would
-    fill every later request."""
-    arguments = '{"item": "' + "rope, " * 20_000      # never closed: no JSON
+    fill every later request. Arguments just short of 2,000 characters too: the result
+    stays well under 2,000."""
+    arguments = '{"item": "' + "rope, " * repeats      # never closed: no JSON
 
-    what = "the arguments were 120 KB of text that is no JSON"
+    what = f"the arguments were {size} of text that is no JSON"
     result = run_call(lesson, town, tool_call("buy", arguments), what)
 
     assert_error_result(result, what)

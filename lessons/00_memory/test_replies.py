@@ -793,6 +793,14 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
         f"the reply's content came as one thinking part, {thinking['content']}, and "
         "no text part: the answer is empty text, '', and nothing of the thinking; "
         f"it was stored as {message.get('content')!r}")
+    only_text = {"role": "assistant", "tool_calls": [], "content": [
+        {"type": "text", "text": "The shop "}, {"type": "text", "text": "is open."}]}
+    message = lesson.normalize_reply(only_text, [])
+    assert message.get("content") == "The shop is open.", (
+        f"the reply's content came as two text parts and nothing else, "
+        f"{only_text['content']}: the stored content is text all the same, their "
+        "texts put end to end, 'The shop is open.'; it was stored as "
+        f"{message.get('content')!r}")
     between = {"role": "assistant", "tool_calls": [], "content": [
         {"type": "text", "text": "The shop "},
         {"type": "thinking", "thinking": [{"type": "text", "text": "Sunday?"}]},

@@ -238,6 +238,14 @@ def test_the_log_holds_exactly_the_conversation_one_json_object_per_line(
         "and a search for a line's end misses it)")
     assert lines_of(sessions / "quest-1.jsonl") == agent.messages, (
         "the log should hold every message of agent.messages, in order, one per line")
+    keys = {"role", "content", "tool_calls", "tool_call_id"}
+    added = [sorted(set(line) - keys) for line in lines_of(sessions / "quest-1.jsonl")
+             if isinstance(line, dict) and set(line) - keys]
+    assert not added, (
+        "each line should hold its message and nothing else, as the agent made it "
+        "(role, content, tool_calls, tool_call_id); lines hold the keys "
+        f"{added} besides: a key append adds to a message goes into the caller's "
+        "memory too, and back to the model with every later request")
 
 
 @pytest.mark.task("01.3")

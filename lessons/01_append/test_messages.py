@@ -95,8 +95,10 @@ def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions
 
 @pytest.mark.task("01.2")
 def test_a_refused_first_message_creates_no_file(lesson, sessions):
-    """When the very first message is refused, no log file is created for it."""
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    """When the very first message is refused, no log file is created for it, nor
+    the sessions folder the log would have gone in."""
+    folder = sessions / "new"
+    with lesson.SessionLog(folder, "quest-1") as log:
         try:
             log.append({"content": "no role"})
         except lesson.InvalidMessage:
@@ -109,9 +111,10 @@ def test_a_refused_first_message_creates_no_file(lesson, sessions):
                         pytrace=False)
         else:
             pytest.fail("append() accepted a message without a role", pytrace=False)
-    assert not (sessions / "quest-1.jsonl").exists(), (
-        "the first message was refused, yet a log file was left behind: a refused "
-        "message should leave no trace"
+    assert not folder.exists(), (
+        "the first message was refused, yet the sessions folder it was to go in was "
+        f"created (it holds {sorted(p.name for p in folder.iterdir())}): a refused "
+        "message should leave no trace, no file and no folder"
     )
 
 

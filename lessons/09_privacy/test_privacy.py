@@ -136,6 +136,37 @@ def before_the_lock(lesson, monkeypatch):
     return install
 
 
+@pytest.fixture
+def after_the_lock(lesson, monkeypatch):
+    """after_the_lock(action): the next time anything lets go of a session's lock,
+    `action` runs just after, once: what another process may do as soon as it can."""
+    def install(action):
+        real = lesson.SessionLog._unlock
+        done = []
+
+        def unlock(self, *args, **kwargs):
+            held = self._lock_fd is not None
+            result = real(self, *args, **kwargs)
+            if held and not done:
+                done.append(True)
+                action()
+                install.ran = True
+            return result
+
+        monkeypatch.setattr(lesson.SessionLog, "_unlock", unlock)
+    install.ran = False
+    return install
+
+
+def assert_locked_with_the_writers_lock(after_the_lock, name: str) -> None:
+    """The test's writer came in when the lock was let go: else `name` never took the
+    session's lock through the writer's lock of lesson 05, which the task names."""
+    assert after_the_lock.ran, (
+        f"{name} never let go of quest-1's lock through the writer's lock of lesson 05 "
+        "(SessionLog), so this test could not let a writer in at that moment: take "
+        "the session's lock with it, as the task says")
+
+
 def failing_open(monkeypatch, name):
     """From now on, opening a file named `name` fails with EIO, as a bad disk does."""
     real = os.open
@@ -770,6 +801,30 @@ def test_a_blob_stored_again_while_the_delete_runs_stays(
 
 
 @pytest.mark.key
+@pytest.mark.task("09.1")
+def test_a_writer_that_takes_the_session_once_the_delete_lets_go_keeps_its_log(
+    lesson, sessions, after_the_lock
+):
+    """The delete holds the session's lock until its files are gone: a writer that
+    takes the session the moment the delete lets go of it starts the session anew,
+    and keeps the message it was told is written."""
+    play(lesson, sessions, TURN_A)
+
+    def a_writer_comes_in():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
+            writer.append({"role": "user", "content": "Back again."})
+
+    after_the_lock(a_writer_comes_in)
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert_locked_with_the_writers_lock(after_the_lock, "delete_session")
+    kept = [m.get("content") for m in resume(lesson, sessions)]
+    assert kept == ["Back again."], (
+        "a writer took quest-1 as soon as the delete let go of its lock, and appended "
+        "one message: the session should now hold that message alone (the delete "
+        f"was done before), and it holds {kept}. A delete that lets go of the lock "
+        "before its files are gone removes a log a writer is appending to")
+
+
 @pytest.mark.task("09.2")
 def test_expire_deletes_the_sessions_nobody_appended_to_within_the_retention(
     lesson, sessions
@@ -1237,6 +1292,31 @@ def test_expire_keeps_a_session_a_writer_appends_to_while_it_runs(
         "quest-1 was appended to while expire() ran, and kept: it is neither deleted "
         f"nor busy; expire() returned {found}")
     assert resume(lesson, sessions)[-1]["content"] == "Back after a month."
+
+
+@pytest.mark.task("09.2")
+def test_a_writer_that_takes_the_session_once_expire_lets_go_keeps_its_log(
+    lesson, sessions, after_the_lock
+):
+    """expire() holds an idle session's lock until its files are gone: a writer that
+    takes the session the moment expire lets go of it keeps the message it appended.
+    """
+    play(lesson, sessions, TURN_A)
+    age(sessions / "quest-1.jsonl", 31)
+
+    def a_writer_comes_back():
+        with lesson.SessionLog(sessions, "quest-1") as writer:
+            writer.append({"role": "user", "content": "Back after a month."})
+
+    after_the_lock(a_writer_comes_back)
+    lesson.expire(sessions)
+    assert_locked_with_the_writers_lock(after_the_lock, "expire")
+    kept = [m.get("content") for m in resume(lesson, sessions)]
+    assert kept[-1:] == ["Back after a month."], (
+        "a writer took quest-1 (31 days idle) as soon as expire() let go of its lock, "
+        "and appended one message that it was told is written: the log should end "
+        f"with it, and the session holds {kept}. Expire that lets go of the lock "
+        "before the files are gone deletes what a writer has just appended")
 
 
 @pytest.mark.task("09.2")
@@ -2057,6 +2137,17 @@ def test_an_erase_that_cannot_drop_the_blobs_says_so(lesson, sessions, monkeypat
                         "what was not reached", pytrace=False)
         finally:
             monkeypatch.undo()
+        try:
+            log.append({"role": "user", "content": "Shall we go on?"})
+        except Exception as error:
+            pytest.fail(f"after EraseIncomplete the writer refused the next message "
+                        f"with {error!r}: its log was rewritten whole and it holds it; "
+                        "only the blobs were not reached, and the session goes on",
+                        pytrace=False)
+    last = lines_of(sessions / "quest-1.jsonl")[-1]
+    assert last.get("content") == "Shall we go on?", (
+        "the message the writer took after EraseIncomplete should be the log's last "
+        f"line; the log ends with {last!r}")
     assert str(sessions / "quest-1.jsonl") in str(raised.value), (
         "EraseIncomplete should name the log, by its path (a person with sessions in "
         f"several folders must tell which log it is); it says: {raised.value}")
@@ -2253,6 +2344,28 @@ def test_a_message_that_only_reads_as_erased_is_still_erased_when_asked(
     assert indices == [0, 2, 4], (
         f"three messages were erased (0, 2 and 4): the log's erase markers name "
         f"{indices}")
+
+
+@pytest.mark.task("09.3")
+def test_a_message_another_writer_erased_is_not_erased_again(lesson, sessions):
+    """Whether a message was erased is what the log says, whoever erased it: once a
+    writer has erased message 0 and let the session go, another writer (the next
+    program to open the session) asked to erase it returns False and leaves the log
+    byte for byte."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as first:
+        assert first.erase(0) is True
+    after = path.read_bytes()
+    with lesson.SessionLog(sessions, "quest-1") as second:
+        again = second.erase(0)
+    markers = erase_markers(path)
+    assert again is False and path.read_bytes() == after, (
+        "message 0 was erased by a writer that has let the session go (its erase "
+        "marker is in the log); another writer asked to erase it again should return "
+        f"False and leave the log as it is: it returned {again!r}, and the log holds "
+        f"{len(markers)} erase marker(s): {markers}. What was erased is what the log's "
+        "erase markers say, not what one writer remembers doing")
 
 
 @pytest.mark.task("09.3")
@@ -2789,11 +2902,20 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
         finally:
             monkeypatch.undo()
         sent = sent_on_going_on(agent, model)
-    assert "Ilse" not in sent, (
-        "the log's erase failed (its rename was refused) and the error reached the "
-        "caller; then the next request still sent the words (the message, or the "
-        f"reply that repeated them): {sent[:300]}. Whatever the log's erase did, the "
-        "agent forgets")
+        assert "Ilse" not in sent, (
+            "the log's erase failed (its rename was refused) and the error reached the "
+            "caller; then the next request still sent the words (the message, or the "
+            f"reply that repeated them): {sent[:300]}. Whatever the log's erase did, "
+            "the agent forgets")
+        again = agent.erase(0)
+    assert again == {"role": "user", "content": lesson.ERASED} and files_holding(
+            sessions, "Ilse") == [], (
+        "the first erase of message 0 failed in the log (its rename was refused), so "
+        "the user asked again, the disk working now: that erase should take the "
+        "words out of the log and return the tombstone; it returned "
+        f"{again!r}, and these files still hold the words: "
+        f"{files_holding(sessions, 'Ilse')}. A message the agent has forgotten may "
+        "still be in the log: only the log says what it erased")
 
 
 @pytest.mark.task("09.4")
@@ -2991,10 +3113,14 @@ def test_the_summary_loses_every_text_of_a_message_of_several_parts(lesson, sess
 
 
 @pytest.mark.task("09.4")
-def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
-    """A text shorter than QUOTE_MIN_CHARS cannot be told from other words: the log's
-    erase does not look for it elsewhere, and neither does the agent's memory. The
-    reply that happens to hold the same words is sent again as it was."""
+def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(
+    lesson, sessions
+):
+    """A text shorter than QUOTE_MIN_CHARS characters cannot be told from other words:
+    the log's erase does not look for it elsewhere, and neither does the agent's
+    memory. The reply that happens to hold the same words is sent again as it was.
+    Characters are counted, not the bytes UTF-8 takes, and each text of a message of
+    several parts on its own."""
     model = ScriptedModel([say("Thank you, traveller."), say("Onwards.")])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run("Thank you")
@@ -3006,6 +3132,31 @@ def test_the_agent_keeps_the_other_messages_when_a_short_one_is_erased(lesson):
         "for in other messages, as the log's erase does not), the agent sent the "
         f"model's reply changed: {sent}. The agent's memory and the log must keep the "
         "same messages")
+    reply = "Thank you, traveller: Ilse, Århus it is."
+    cases = [
+        ("Ilse, Århus", "'Ilse, Århus' (11 characters, though 12 bytes in UTF-8)"),
+        ([{"type": "text", "text": "Thank you"},
+          {"type": "text", "text": "Ilse, Århus"}],
+         "a message of two parts, 'Thank you' and 'Ilse, Århus' (9 and 11 "
+         "characters, 20 together)"),
+    ]
+    for number, (content, which) in enumerate(cases, start=1):
+        session_id = f"short-{number}"
+        agent, model, log = open_agent(lesson, sessions, [say(reply), say("Onwards.")],
+                                       session_id=session_id)
+        with log:
+            agent.record({"role": "user", "content": content})
+            agent.run("Is that so?")
+            agent.erase(0)
+            agent.run("Go on.")
+        sent = [m.get("content") for m in model.requests[-1]["messages"]]
+        assert reply in sent and agent.messages == resume(
+                lesson, sessions, session_id), (
+            f"after erasing {which}, too short to be looked for in other messages "
+            "(the log's erase leaves the reply that holds the same words as it was), "
+            f"the agent sent the model's reply changed, or kept in memory what its "
+            f"log does not: sent {sent}. Each text is measured on its own, in "
+            "characters")
 
 
 @pytest.mark.task("09.4")
