@@ -1660,6 +1660,40 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 
 
 @pytest.mark.task("06.1")
+def test_a_full_disk_while_a_damaged_blob_is_written_again_takes_nothing_away(
+        lesson, sessions):
+    """A bad copy changed a stored blob; storing the content again writes it afresh,
+    and the disk fills up half-way (a real file size limit). The OSError reaches the
+    caller, and the blob's name holds what was there before or the whole content: a
+    failed store never empties a name (another session may point to it)."""
+    data = PASTE.encode("utf-8")
+    blob = store(lesson, sessions, data)
+    damaged = data.replace(b"cave", b"lake", 1)
+    blob.write_bytes(damaged)
+
+    def store_again():
+        with lesson.SessionLog(sessions, "quest-2") as log:
+            try:
+                log.store_blob(data)
+            except OSError as error:
+                return f"OSError: {error}"
+        return "stored"
+
+    kind, message, outcome = with_file_size_limit(256 * 1024, store_again)
+    assert kind == "ok", f"the store raised {kind}: {message}"
+    assert outcome.startswith("OSError"), (
+        "no file may grow past 256 KB here, so writing the 1 MB paste again must fail "
+        f"with OSError; store_blob returned normally ({outcome})")
+    kept = blob.read_bytes() if blob.is_file() else None
+    assert kept in (damaged, data), (
+        "the disk filled up while store_blob wrote the paste again over a damaged "
+        f"blob; the store failed, as it should, but then blobs/{blob.name} "
+        + ("was gone" if kept is None else "held other bytes")
+        + ": a failed store leaves at the blob's name what was there before, or the "
+        "whole content, never less")
+
+
+@pytest.mark.task("06.1")
 def test_a_store_killed_before_its_rename_leaves_only_a_hidden_file(lesson, sessions):
     """A writer killed the moment its blob's bytes are written, before they get the
     blob's name (here: at its first rename or link into blobs/), leaves in blobs/ only

@@ -1465,9 +1465,11 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
     {"role": "user", "content": "Buy a torch.\ud800"},
     {"role": "narrator", "content": "The guard yawns."},
     {"role": "user", "content": "Buy a torch.", "$marker": "undo"},
+    {"role": "narrator", "content": "The guard tells a long tale. " * 200},
 ], ids=["a number for content", "NaN, which is no JSON",
         "Infinity, which is no JSON", "a lone surrogate, which UTF-8 cannot hold",
-        "a role no model takes", "a key of the log's own"])
+        "a role no model takes", "a key of the log's own",
+        "a role no model takes, its content long enough for a blob"])
 def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
                                                                        sessions,
                                                                        refused):
@@ -1477,6 +1479,8 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
+    blobs = sessions / "blobs"
+    stored = sorted(p.name for p in blobs.iterdir()) if blobs.is_dir() else []
     with lesson.SessionLog(sessions, "the-log-alone") as alone:
         with raises(lesson.InvalidMessage,
                     f"the log's append accepted {refused!r}") as by_log:
@@ -1493,6 +1497,11 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
             f"{raised.value}")
         assert agent.messages == turn_c and path.read_bytes() == before, (
             "a refused message must change nothing: not the conversation, not the log")
+        now = sorted(p.name for p in blobs.iterdir()) if blobs.is_dir() else []
+        assert now == stored, (
+            "a refused message must change nothing, and the log's append, which checks "
+            "a message before it stores its content apart, leaves no blob for one it "
+            f"refuses; record() refused it, but blobs/ went from {stored} to {now}")
         try:
             agent.run(TURN_D[0])
         except Exception as error:
@@ -1522,12 +1531,20 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     for name, module in list(sys.modules.items()):
         if name.startswith(f"{lesson.__name__}.") and hasattr(module, "MAX_WRITE"):
             monkeypatch.setattr(module, "MAX_WRITE", limit)
-    # Under the blob threshold, both; the second is shorter than the limit in
-    # characters, and longer in the bytes of UTF-8 that append writes
+    # The line of an empty content: one letter more adds one byte
+    with lesson.SessionLog(sessions, "measure-empty") as other:
+        other.append({"role": "user", "content": ""})
+    empty = len((sessions / "measure-empty.jsonl").read_bytes())
+    # Under the blob threshold, all three; the second is shorter than the limit in
+    # characters, and longer in the bytes of UTF-8 that append writes; the third's
+    # line is one byte too long, its newline counted, as append counts it
+    over = limit + 1 - empty
     too_long = {
         "3000 letters a": {"role": "user", "content": "a" * 3000},
         f"{limit - 40} accented letters": {"role": "user",
                                            "content": "é" * (limit - 40)},
+        f"{over} letters a (a line of {limit + 1} bytes, its newline counted)":
+            {"role": "user", "content": "a" * over},
     }
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -1945,3 +1962,25 @@ def is_entry(line):
         return isinstance(json.loads(line), dict)
     except ValueError:
         return False
+
+
+@pytest.mark.task("07.3")
+def test_a_user_message_with_an_empty_content_starts_a_turn(lesson, sessions):
+    """A user who sends an empty message (Enter pressed too soon) starts a turn like any
+    other user message: undo() takes back that turn alone, not the one before it."""
+    agent, model, log = open_agent(lesson, sessions, TURN_C[1] + TURN_D[1])
+    with log:
+        agent.run(TURN_C[0])
+        turn_c = list(agent.messages)
+        agent.run("")
+        empty_turn = agent.messages[len(turn_c):]
+        taken = agent.undo()
+        kept = list(agent.messages)
+    assert taken == empty_turn and kept == turn_c, (
+        "the last turn starts at the user's empty message, so undo() should take back "
+        f"its {len(empty_turn)} messages and keep the {len(turn_c)} of the turn before "
+        f"it; it took back {[m.get('content') for m in taken]} and kept "
+        f"{[m.get('content') for m in kept]}")
+    assert resume(lesson, sessions) == turn_c, (
+        "a new process should see the turn before the empty message, and nothing of "
+        "the turn undone")
