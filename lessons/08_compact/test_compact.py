@@ -355,7 +355,11 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
     the previous summary beside the messages to summarise. On an agent with a log, it
     writes nothing: compact() records only what summarise() returns."""
     agent, model, log = open_agent(lesson, None, budget=None)
-    agent.messages = conversation(6)
+    # The model's first answer begins with its thinking, kept as it was said
+    said = [*conversation(6)]
+    said[1] = {"role": "assistant",
+               "content": "<think>Is the elder awake?</think>\n\nmessage 1  "}
+    agent.messages = [dict(message) for message in said]
     with log:
         summary = agent.summarise(agent.messages[:4], 4)
     asked = len(model.summary_requests)
@@ -363,6 +367,11 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
         "the model's first reply to the summary request, 'summary #1', is a summary: "
         f"summarise() should return it, having asked once; it returned {summary!r} "
         f"after {asked} request(s)")
+    assert agent.messages == said, (
+        "summarise() changed the conversation it summarised: its first messages are "
+        f"now {shape(agent.messages[:2], 60)}, and were {shape(said[:2], 60)}. The "
+        "messages it is given are the agent's own, which stay as they were said, as "
+        "the log keeps them")
     # Compacted already, and a first reply that is no summary: both requests carry
     # the previous summary and the messages to summarise
     earlier = "The elder warned of the ledge."
@@ -450,6 +459,21 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
                 assert agent.messages == said, (
                     "view() changed the conversation: agent.messages must stay "
                     "whole, only the request shrinks")
+    # A turn taken back and another said in its place, as many messages as before:
+    # the next request is the conversation as it stands now
+    other = [{"role": "user", "content": "Day 9: is the inn open?"},
+             {"role": "assistant", "content": "The inn is full tonight."}]
+    for compaction in (None, lesson.Compaction("the first turn", 2)):
+        agent = agent_without_session(lesson, said, compaction)
+        agent.view()
+        del agent.messages[len(said) - 2:]
+        agent.messages.extend(other)
+        view = agent.view()
+        assert view[len(view) - 2:] == other, (
+            f"an agent {'compacted' if compaction else 'not compacted'}: after view(), "
+            "its last turn was taken back and another said in its place; the next "
+            "request should end with that turn, as the conversation stands now, and "
+            f"it ends with {shape(view[len(view) - 2:])}")
 
 
 @pytest.mark.task("08.2")
@@ -1120,7 +1144,8 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
 def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
     """The log's compact adds its marker as one whole line: when the disk fails (or
     the process dies) right after the first write to the log, the log ends with the
-    whole marker line or with no part of it, never half a line."""
+    whole marker line or with no part of it, never half a line. A compaction whose
+    marker the disk refused is none: the writer's own undo goes on as in lesson 07."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in conversation(4):
@@ -1168,6 +1193,26 @@ def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
             f"the marker), and the log now ends with {added[:60]!r}: half a line, to "
             "which the next line would be glued (the writer's own write takes a short "
             "write back)")
+    # A compaction whose marker the disk refused is no compaction: the writer's own
+    # undo goes on as it did before
+    path = sessions / "quest-2.jsonl"
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        for message in conversation(4):
+            log.append(message)
+        with compaction_markers_refused(monkeypatch):
+            log.compact("Days 1 and 2.", keep=1)
+        try:
+            log.undo(2)
+        except lesson.UndoError as error:
+            pytest.fail("the disk refused the marker of a compaction keeping the last "
+                        "message, so the log records no compaction; its writer then "
+                        f"refused to undo the last two messages ({error}): a "
+                        "compaction the log could not record is none, and an undo "
+                        "goes on as in lesson 07", pytrace=False)
+    assert not compactions_in(path) and len(lines_of(path)) == 5, (
+        "the disk refused the compaction marker, then the last two messages were "
+        "undone: the log should hold the four messages and one undo marker; it holds "
+        f"{lines_of(path)}")
 
 
 # --- reading it back ------------------------------------------------------------------
@@ -1552,6 +1597,23 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                         unmatched=SAY_FORK):
             log.undo(1)
         assert path.read_bytes() == before, "a refused undo must not write to the log"
+    # A writer that took a message back before it recorded the compaction: what it
+    # knew of the log at that undo (no compaction) is no longer true
+    path = sessions / "quest-2.jsonl"
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        for message in conversation(7):
+            log.append(message)
+        log.undo(1)         # message 6, before any compaction
+        log.compact("The first two turns.", keep=2)     # the view starts at place 4
+        before = path.read_bytes()
+        with raises(lesson.UndoError, "a writer that had undone a message, then "
+                    "recorded a compaction keeping places 4 and 5, took back places 3 "
+                    "to 5: its summary stands for place 3", match="(?i)fork",
+                    unmatched=SAY_FORK):
+            log.undo(3)
+        assert path.read_bytes() == before, (
+            "a refused undo must not write to the log, also from a writer that undid "
+            "a message before it recorded the compaction")
 
 
 @pytest.mark.key
@@ -1816,6 +1878,34 @@ def test_a_turn_too_large_for_the_budget_is_refused_once_clearly_and_loses_nothi
         {"role": "user", "content": "Hello?"}], "the refused message stays in the log"
 
 
+@pytest.mark.task("08.3")
+def test_a_request_after_an_undo_is_measured_as_it_stands(lesson):
+    """A turn is undone, and a new one sent in its place: as many messages as the turn
+    taken back, but far longer, over the budget on its own. Its request is measured as
+    it stands, never by the size an earlier request of as many messages needed: it is
+    refused with ContextOverflow, and never sent."""
+    agent, model, log = open_agent(lesson, None, [say("On day 1 we rest by the mill."),
+                                                  say("The chronicle says the cave is "
+                                                      "deep.")])
+    chronicle = ("Read me the whole chronicle of the town, page by page: "
+                 + "the cave is deep and the ledge is steep. " * 40)
+    with log:
+        agent.run(day(1)[0])
+        agent.undo()
+        with contextlib.suppress(lesson.ContextOverflow):
+            agent.run(chronicle)
+    over = [(number, size_of(lesson, request))
+            for number, request in enumerate(turn_requests(model), start=1)
+            if size_of(lesson, request) > BUDGET]
+    assert not over, (
+        f"day 1's turn was undone, and a message of about "
+        f"{lesson.estimate_tokens(chronicle)} tokens sent in its place (its request "
+        f"holds as many messages as day 1's did): request {over[0][0]} went out "
+        f"needing {over[0][1]} tokens, over the budget of "
+        f"{BUDGET}. A request is measured as it stands, not by what an earlier one of "
+        "as many messages needed")
+
+
 # --- the summary's contract ---------------------------------------------------------
 
 # Replies to the summary request that give no summary to record: each of ODD_REPLIES
@@ -1989,26 +2079,38 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
 @pytest.mark.task("08.4")
 def test_check_summary_alone_returns_a_long_summary_whole(lesson):
     """check_summary() alone, on a summary of many paragraphs and lines, longer than a
-    page, plain or after a think block: what is left once the thinking is set aside and
-    the spaces around it trimmed is the summary, every line of it as the model wrote
-    it. Its length is the budget's to judge (check_fits, given): a summary cut short
-    has lost the newest of what it tells."""
-    summary = "\n\n".join(f"Day {n}: the elder warned us of the ledge; we bought  a "
-                          f"rope,\nand {n * 3} gold was left." for n in range(1, 81))
-    for how, content in (("plain", summary),
-                         ("after a think block", f"<think>{THOUGHT}</think>\n\n"
-                                                 f"{summary}\n")):
-        reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
-        got = lesson.check_summary(reply)
-        if got != summary:
-            same = next((k for k, (a, b) in enumerate(zip(got, summary)) if a != b),
-                        min(len(got), len(summary)))
-            pytest.fail(f"a summary of {len(summary)} characters in 80 paragraphs "
-                        f"({how}) should be returned whole, as the model wrote it; "
-                        f"check_summary returned {len(got)} characters, the same up "
-                        f"to character {same}: {got[max(same - 30, 0):same + 30]!r} "
-                        f"where the summary has "
-                        f"{summary[max(same - 30, 0):same + 30]!r}", pytrace=False)
+    page, and on one with \\r\\n line ends and characters inside its lines that
+    splitlines() would cut at, plain, after a think block or between \\r\\n line
+    ends: what is left once the thinking is set aside and the spaces around it trimmed
+    is the summary, every line of it as the model wrote it. Its length is the budget's
+    to judge (check_fits, given): a summary cut short has lost the newest of what it
+    tells."""
+    long = "\n\n".join(f"Day {n}: the elder warned us of the ledge; we bought  a "
+                       f"rope,\nand {n * 3} gold was left." for n in range(1, 81))
+    # Line ends as servers send them (\r\n), spaces left before a line end, and
+    # characters that splitlines() takes for line ends inside a line: all the model's
+    odd = ("Day 1: the elder warned us of the ledge;   \r\nwe bought a rope\u2028(two "
+           "gold)\x85and went on.\r\n\r\nDay 2: the cave\x0cthe mill\x1cthe inn.")
+    for what, summary in ((f"{len(long)} characters in 80 paragraphs", long),
+                          ("\\r\\n line ends, spaces before a line end and \\u2028, "
+                           "\\x85, \\x0c, \\x1c inside lines", odd)):
+        for how, content in (("plain", summary),
+                             ("after a think block", f"<think>{THOUGHT}</think>\n\n"
+                                                     f"{summary}\n"),
+                             ("with \\r\\n and a tab around it",
+                              f"\r\n{summary}\t\r\n")):
+            reply = lesson.normalize_reply({"role": "assistant", "content": content},
+                                           [])
+            got = lesson.check_summary(reply)
+            if got != summary:
+                same = next((k for k, (a, b) in enumerate(zip(got, summary))
+                             if a != b), min(len(got), len(summary)))
+                pytest.fail(f"a summary of {what} ({how}) should be returned whole, "
+                            f"as the model wrote it; check_summary returned "
+                            f"{len(got)} characters, the same up to character "
+                            f"{same}: {got[max(same - 30, 0):same + 30]!r} where the "
+                            f"summary has {summary[max(same - 30, 0):same + 30]!r}",
+                            pytrace=False)
 
 
 @pytest.mark.task("08.4")
