@@ -1096,6 +1096,38 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
 
 
 @pytest.mark.task("02.1")
+def test_each_load_returns_messages_of_its_own(lesson, sessions, model, town):
+    """What a load returns is the caller's own: a caller that changes that list, or a
+    message in it, changes neither the log nor what the next load, or a new agent,
+    reads from it."""
+    history = [{"role": "user", "content": "Yes."},
+               {"role": "assistant", "content": "Then we go."},
+               {"role": "user", "content": "Yes."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in history:
+            log.append(message)
+    holding = (f"the log holds three messages, {history!r}; a first load returned "
+               "them, and its caller then changed, in memory only, the first message's "
+               "text to 'No.' and added a fourth message to the list")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first = load(log, "the log holds three messages, which should load")
+        if first and isinstance(first[0], dict):
+            first[0]["content"] = "No."
+        first.append({"role": "user", "content": "Never said."})
+        seen = [("a second load of the same SessionLog", load(log, holding))]
+        with lesson.SessionLog(sessions, "quest-1") as other:
+            seen.append(("a load by a new SessionLog", load(other, holding)))
+        seen.append(("a new agent on the session",
+                     history_of_new_agent(lesson, model, town, log, holding)))
+    for what, got in seen:
+        assert got == history, (
+            f"{holding}; {what} then returned {got!r}, where the log still holds "
+            f"{history!r}: each load reads the log as it is at that moment, and hands "
+            "back messages of its own, never a list or a message an earlier caller "
+            "holds and may change")
+
+
+@pytest.mark.task("02.1")
 def test_non_ascii_text_loads_back_exactly(lesson, sessions):
     """Accented letters, CJK and emoji, written as UTF-8 by append, load back as the
     same text."""

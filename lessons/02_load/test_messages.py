@@ -147,19 +147,20 @@ def test_a_refused_line_is_numbered_as_in_the_file_blank_lines_counted(
 
 @pytest.mark.task("02.1")
 @pytest.mark.parametrize("spaces", [b"   ", b" \t ", b"\r"], ids=repr)
-@pytest.mark.parametrize("where", ["first", "between", "last"])
+@pytest.mark.parametrize("where", ["first", "between", "last", "alone"])
 def test_a_line_of_spaces_is_refused_not_passed_over(lesson, sessions, spaces, where):
     """A line of spaces is not an empty line: it holds text that is no message, and
     the load refuses it, naming its line, as lesson 04's reader will: the first line
-    of the log, one between two messages, the last one."""
+    of the log, one between two messages, the last one, the log's only line."""
     path = sessions / "quest-1.jsonl"
-    number = {"first": 1, "between": 2, "last": 3}[where]
-    lines = [GOOD, GOOD]
+    number = {"first": 1, "between": 2, "last": 3, "alone": 1}[where]
+    lines = [] if where == "alone" else [GOOD, GOOD]
     lines.insert(number - 1, spaces + b"\n")
     data = b"".join(lines)
     path.write_bytes(data)
     place = {"first": "the first line of the log", "between": "between two messages",
-             "last": "the last line of the log, after two messages"}[where]
+             "last": "the last line of the log, after two messages",
+             "alone": "the only line of the log"}[where]
     setting = (f"the log's bytes are {data!r}: line {number}, {place}, holds "
                f"{spaces!r} and nothing else")
     # What the line is, in the writer's terms: it ends each line with b"\n" alone.
@@ -206,6 +207,7 @@ def test_a_surrogate_pair_written_as_escapes_loads_as_its_character(lesson, sess
     ("half a message (its writer was killed mid-line)", b'{"role": "user", "con', True),
     ("a message torn inside a two-byte letter", b'{"role": "user", "content": "caf\xc3',
      True),
+    ("spaces alone, text that is no message", b"   ", True),
 ])
 def test_a_last_line_without_its_newline_is_read_like_any_other(
         lesson, sessions, what, last, refused):
@@ -290,3 +292,31 @@ def test_a_refused_line_far_into_a_large_log_is_named_by_its_place(lesson, sessi
         f"naming line {line}, where an editor shows it: lines are counted through the "
         "whole file, across every read of it")
     left_as_it_was(path, data, f"{setting}; load() ran on it")
+
+
+@pytest.mark.task("02.1")
+def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
+    """A refusal is no verdict kept on the session: once a person mends the line it
+    named, the next load, by the same SessionLog, reads the log as it is then."""
+    sessions.mkdir(exist_ok=True)
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(GOOD + BAD_LINES["not JSON at all"] + b"\n" + GOOD)
+    mended = b'{"role": "assistant", "content": "Mended."}\n'
+    expected = [{"role": "user", "content": "Hello."},
+                {"role": "assistant", "content": "Mended."},
+                {"role": "user", "content": "Hello."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        refused = outcome(log)
+        if not isinstance(refused, BaseException):
+            pytest.fail("line 2 of the log holds half a message, and load() accepted "
+                        f"it, returning {refused!r}, where it should refuse it with "
+                        "InvalidMessage naming the line", pytrace=False)
+        path.write_bytes(GOOD + mended + GOOD)
+        again = outcome(log)
+    got = (f"raised {described(again)}" if isinstance(again, BaseException)
+           else f"returned {again!r}")
+    assert again == expected, (
+        f"line 2 of the log held half a message, and load() refused it "
+        f"({described(refused)}); a person then mended the line, and a second load() "
+        f"of the same SessionLog {got}, where the log now holds {expected!r}: each "
+        "load reads the log as it is at that moment, not what an earlier load found")

@@ -417,6 +417,7 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
     ("after a blank line", 3, M1 + b"\n\n" + TORN + b"\n" + M2 + b"\n"),
     ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
+    ("that holds spaces alone, the source's only line", 1, b"   \n"),
     ("that holds a carriage return alone, which load() refuses too", 2,
      M1 + b"\n\r\n" + M2 + b"\n"),
     ("that is JSON but no message (it has no role)", 2,
@@ -481,12 +482,12 @@ def test_a_fork_of_a_damaged_source_is_refused(
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("upto", [1.5, "2", True])
+@pytest.mark.parametrize("upto", [1.5, "2", True, False])
 def test_an_upto_that_is_no_whole_number_is_refused(
         lesson, sessions, monkeypatch, upto):
-    """upto is a number of messages: 1.5, "2" or True (which Python counts as 1) is
-    refused with TypeError or ValueError, handing publish_fork nothing, rather than
-    rounded, read or guessed."""
+    """upto is a number of messages: 1.5, "2", True or False (which Python counts as 1
+    and 0) is refused with TypeError or ValueError, handing publish_fork nothing,
+    rather than rounded, read or guessed."""
     (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -596,6 +597,21 @@ def test_a_later_fork_copies_the_history_as_it_is_then(lesson, sessions, day_one
                     f"more was appended; a second fork of it should hold all "
                     f"{len(grown)}, in order. It holds {which(held, grown)}: a fork "
                     "reads its source as it is now", pytrace=False)
+
+    # Another program mends a line in place: the same size, other words.
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"And the guard?", b"And the smith?"))
+    lesson.fork(sessions, "quest-1", "what-if-3")
+
+    held = lesson.SessionLog(sessions, "what-if-3").load()
+    mended = day_one + [{"role": "user", "content": "And the smith?"}]
+    if held != mended:
+        pytest.fail("after a second fork of quest-1, another program rewrote its last "
+                    "message in place, 'And the guard?' to 'And the smith?' (the file "
+                    "keeps its size); a third fork should hold the log as it is then, "
+                    f"'And the smith?' last. It holds {which(held, mended)}: a fork "
+                    "reads its source as it is now, never what an earlier fork read",
+                    pytrace=False)
 
 
 @pytest.mark.task("03.2")
