@@ -944,6 +944,46 @@ def test_a_writer_that_times_out_names_whoever_holds_the_lock_then(lesson, datab
         f"{said}" + ("" if switched else " (and the writer never slept)"))
 
 
+@pytest.mark.task("11.1")
+def test_a_writer_that_tries_the_lock_again_tries_it_as_the_first_time(lesson,
+                                                                       database):
+    """_lock is no one-off: a writer with timeout=0.3 that gave up once waits its
+    whole timeout again when it tries again, and takes the lock the holder lets go
+    meanwhile; a writer that closed (its lock went with its connection) and tries
+    again holds the lock once _lock returns, so a second writer is refused."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    log = lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
+                                    network_timeout=QUICK)
+    with holder, log:
+        holder._lock()
+        with raises(lesson.SessionBusy, "another writer holds quest-1's lock "
+                    "throughout: a writer with timeout=0.3 must give up"):
+            try_lock(log, "with timeout=0.3 the writer tries the lock, then sleeps "
+                     "between tries")
+        letting_go = threading.Timer(0.1, holder.close)
+        letting_go.start()
+        try:
+            try_lock(log, "the writer tries quest-1's lock again, timeout=0.3")
+        except lesson.SessionBusy as error:
+            pytest.fail("the writer gave up once, then tried quest-1's lock again with "
+                        "its timeout of 0.3 s, and the holder let go 0.1 s into that "
+                        "second wait: the writer should wait again, as it did the "
+                        f"first time, and take the lock; it gave up: {error}",
+                        pytrace=False)
+        finally:
+            letting_go.join()
+        log.close()     # its lock goes with its connection
+        try_lock(log, "the writer closed, and tries quest-1's lock again", free=True)
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=QUICK) as second:
+            with raises(lesson.SessionBusy, "the writer closed, then took quest-1's "
+                        "lock again: once _lock() returned it holds the lock, so a "
+                        "second writer's _lock() should be refused, yet it took the "
+                        "lock too (the first writer's _lock() returned without taking "
+                        "it on its new connection)"):
+                try_lock(second, "with timeout 0 the second writer tries once")
+
+
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
 
 
@@ -1107,7 +1147,9 @@ def test_the_stores_own_undo_refuses_to_reach_behind_a_compaction(lesson, databa
 @pytest.mark.task("11.2")
 def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
     """jsonb sorts keys, keeps one of duplicate keys and refuses \\u0000; the store
-    reads the line as written, so the next request carries the model's bytes."""
+    reads the line as written, so the next request carries the model's bytes. A line
+    is stored exactly as given, whatever it holds: quotes, per cent signs,
+    backslashes."""
     odd_arguments = '{"item": "rope",  "item": "torch"}'   # duplicate key, two spaces
     messages = [
         {"role": "user", "content": "Buy something."},
@@ -1116,6 +1158,7 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
                          "function": {"name": "buy", "arguments": odd_arguments}}]},
         # Keys not in jsonb's order (it puts "content" before "tool_call_id")
         {"role": "tool", "tool_call_id": "call_1", "content": "You bought a torch."},
+        {"role": "user", "content": "The inn's rope, 50% off; 100%s sure? C:\\maps"},
         {"role": "user", "content": "a NUL \u0000 inside, a line\nand a \u2028 too"},
     ]
     with lesson.PostgresSessionLog(database, "quest-1") as log:
@@ -1124,10 +1167,11 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
                 log.append(message)
             except psycopg.Error as error:
                 pytest.fail(f"appending message {number} ({message['role']}) failed: "
-                            "the server refused its row, "
+                            "the server or the driver refused its row, "
                             f"{type(error).__name__}: {str(error).strip()}. A line "
-                            "jsonb cannot hold (the escape \\u0000) is still stored, "
-                            "with a NULL body", pytrace=False)
+                            "is stored exactly as given, whatever it holds (quotes, "
+                            "per cent signs, backslashes), and one jsonb cannot hold "
+                            "(the escape \\u0000) with a NULL body", pytrace=False)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         loaded = log.load()
     as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
@@ -1138,7 +1182,7 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
         f"got      {as_loaded}")
     stored = rows(database)
     bodies = [body for _, _, body in stored]
-    expected = [json.loads(line) for _, line, _ in stored[:3]] + [None]
+    expected = [json.loads(line) for _, line, _ in stored[:-1]] + [None]
     assert bodies == expected, (
         "the jsonb column holds each entry for queries, the same entry as its line, "
         "and NULL only where jsonb cannot hold it (the \\u0000 of the last message): "
@@ -2143,6 +2187,104 @@ def test_a_paste_the_server_refuses_stores_nothing_and_takes_nothing(lesson,
         "after two refused pastes, the writer's next one should land at seq 1, where "
         "they would have, and load whole; quest-2 holds seqs "
         f"{seqs}, loading {[content[:20] for content in loaded]}")
+
+
+@pytest.mark.task("11.4")
+def test_an_agents_large_paste_reaches_the_model_whole(lesson, database):
+    """A user pastes a large text into the chat: its row holds a small reference to
+    its blob, and the agent's own message stays the text, so every request of that
+    turn and the next sends the model the paste as the user gave it."""
+    pasted = "The town's charter, article by article.\n" * 200    # over 4096 bytes
+    agent, model, log = open_agent(lesson, database,
+                                   [say("I have read it."), say("Article 3: rope.")])
+    with log:
+        try:
+            agent.run(pasted)
+            agent.run("What does article 3 say?")
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - said in words
+            pytest.fail(f"a user pasted a text of {len(pasted)} bytes into the chat: "
+                        "the agent should store it (a blob and a row pointing to it) "
+                        "and go on with its turn; the run raised "
+                        f"{described(error)}", pytrace=False)
+        kept = agent.messages[0].get("content")
+    stored = [line for _, line, _ in rows(database)]
+    assert stored and '"$blob"' in stored[0], (
+        "the paste is over blob_threshold: its row, the session's first, should hold "
+        "a small reference to its blob; the session's rows are "
+        f"{[line[:60] for line in stored]}")
+    sent = [request["messages"][0].get("content") for request in model.requests]
+    whole = [content == pasted for content in sent]
+    assert whole == [True, True] and kept == pasted, (
+        "each request should send the model the paste as the user gave it, the text "
+        "itself, and the agent keep it so (storing it as a blob reference is the "
+        "row's business, not the caller's message's); the requests sent it whole: "
+        f"{whole}, starting {[repr(content)[:60] for content in sent]}; the agent "
+        f"keeps {repr(kept)[:60]}")
+
+
+@pytest.mark.task("11.4")
+def test_a_paste_with_backslashes_comes_back_byte_for_byte(lesson, database):
+    """A paste holds what people paste: Windows paths, LaTeX, escapes written out,
+    text beyond ASCII. session_blobs holds its UTF-8 bytes as they are, and load()
+    gives the paste back byte for byte."""
+    pasted = ("C:\\maps\\north.txt \\x41 \\\\inn-2\\share \\begin{tabular} \\000 "
+              "Où est la grotte? 洞窟\n") * 100
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        try:
+            log.append({"role": "user", "content": pasted})
+        except psycopg.Error as error:
+            pytest.fail("a paste holding backslashes (a Windows path, LaTeX) was "
+                        f"refused: {described(error)}. Its blob holds its bytes as "
+                        "they are, whatever they are", pytrace=False)
+    stored = [bytes(data) for (data,) in sql(database,
+                                             "SELECT data FROM session_blobs")]
+    assert stored == [pasted.encode("utf-8")], (
+        "session_blobs should hold the paste's UTF-8 bytes, backslashes and all, as "
+        f"they are: {pasted[:40]!r} ...; it holds "
+        f"{[data[:40] for data in stored]}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = log.load()
+    assert [message["content"] == pasted for message in loaded] == [True], (
+        "load() should give the paste back byte for byte, backslashes and all")
+
+
+@pytest.mark.task("11.4")
+def test_a_paste_of_bytes_removed_since_is_stored_again(lesson, database):
+    """A blob goes once no row points to it (its message erased, its session deleted,
+    a collection on another host). The same text pasted again afterwards, by the
+    writer that pasted it first or by another, is stored again: no row points to a
+    blob that is not there, and the session loads whole."""
+    pasted = "The elder's map, copied out. " * 1000
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Here is the map."})
+        log.append({"role": "user", "content": pasted})
+        log.erase(1)    # the paste erased: its blob goes with it
+        assert sql(database, "SELECT sha256 FROM session_blobs") == [], (
+            "erasing the paste should take its blob (no other row points to it)")
+        log.append({"role": "user", "content": pasted})
+    missing = loose_blobs(database)[1]
+    assert not missing, (
+        "the writer pasted a text, the paste was erased (its blob went with it), and "
+        "the same writer pasted the same text again: its new row points to blob "
+        f"{sorted(missing)}, which is not there (a blob this writer stored once may "
+        "be gone since; the bytes are stored again)")
+    # Another writer of the same process pastes text of a session deleted since
+    other = "The town's charter, article by article.\n" * 1000
+    with lesson.PostgresSessionLog(database, "quest-2") as log:
+        log.append({"role": "user", "content": other})
+    lesson.delete_postgres(database, "quest-2")
+    with lesson.PostgresSessionLog(database, "quest-3") as log:
+        log.append({"role": "user", "content": other})
+    missing = loose_blobs(database)[1]
+    assert not missing, (
+        "quest-2 pasted a text and was deleted, its blob with it; then quest-3's "
+        "writer, in the same process, pasted the same text: its row points to blob "
+        f"{sorted(missing)}, which is not there (the bytes are stored again)")
+    with lesson.PostgresSessionLog(database, "quest-3") as log:
+        loaded = [message["content"] == other for message in log.load()]
+    assert loaded == [True], "quest-3 should load its paste whole"
 
 
 @pytest.mark.task("11.4")
