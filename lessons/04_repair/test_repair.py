@@ -853,10 +853,11 @@ def test_a_corrupt_line_in_the_middle_raises_naming_the_file_line_and_offset(
     assert str(len(good)) in message, (
         f"line 2 starts at byte offset {len(good)}; the error should say so: {message}")
     assert (damaged.value.line, damaged.value.offset) == (2, len(good))
-    assert snapshot(sessions) == before, (
-        "a damaged log must be left exactly as it is (not cut at the damage, not "
-        "repaired), "
-        "and no other file created")
+    if snapshot(sessions) != before:
+        # parse_log only reads: whatever changed, the takeover (04.3) changed it
+        fail_in("04.3", "a damaged log must be left exactly as it is (not cut at the "
+                "damage, its torn tail not cut either, not repaired), and no other "
+                "file created: the takeover changed it before CorruptLog was raised")
 
     with raises(lesson.CorruptLog, "load() read past a damaged line 2"):
         lesson.SessionLog(sessions, "quest-1").load()

@@ -1090,17 +1090,22 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
 
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("found", ["the holder's lock file",
+                                   "no lock file, made by the writer itself"])
 def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
-        lesson, sessions, monkeypatch):
+        lesson, sessions, monkeypatch, found):
     """Between a writer's open of quest-1.lock and its flock, the holder lets go, its
     lock file goes, and a third writer takes the session with a new one: the flock is
     granted on the old file, which no name reaches any more. The name is there, but
     it is not that file: the writer (timeout 0) must be refused, and never write
-    beside the third."""
+    beside the third. The old file may be the holder's, or one the writer has just
+    made itself, which the holder opened and locked first: a file this writer made is
+    not its lock either once no name reaches it."""
     descriptors = descriptors_open()
     lock = sessions / "quest-1.lock"
     holder = lesson.SessionLog(sessions, "quest-1")
-    holder.append(FIRST)
+    if found == "the holder's lock file":
+        holder.append(FIRST)
     third = lesson.SessionLog(sessions, "quest-1")
     real_flock = lesson.fcntl.flock
     first_try = []
@@ -1108,6 +1113,10 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
     def flock(fd, operation):
         if not first_try:
             first_try.append(fd)
+            if found != "the holder's lock file":
+                # The holder comes after this writer made quest-1.lock, and locks it
+                # first
+                holder.append(FIRST)
             # The holder lets go (as 05.1 lets go, whatever 05.2's close does) and its
             # lock file goes; then a third writer takes the session, with a lock file
             # of its own under the same name.
@@ -1951,6 +1960,47 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
             "and writable by its owner only (0o600), not by others (who could read who "
             "holds the session, or write it), nor closed to its owner's next writer")
 
+
+@pytest.mark.task("05.1")
+def test_a_stale_lock_file_others_may_read_never_shows_them_the_new_holder(
+        lesson, sessions):
+    """A dead holder left its lock file readable by others (0644): the new holder
+    closes it to them before its own record goes in, so that at no moment, between
+    any two of its steps, can others read who holds the session now."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    lock.write_text(json.dumps({"pid": a_pid_no_process_has(), "host": "old-host",
+                                "since": "2026-01-01T00:00:00+00:00"}),
+                    encoding="utf-8")
+    lock.chmod(0o644)
+    folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
+    seen = []
+
+    def look(frame, event, arg):
+        # After each call the lesson's code makes, what others could read
+        if event != "c_return" or not frame.f_code.co_filename.startswith(folder):
+            return
+        try:
+            mode = lock.stat().st_mode & 0o777
+            record = json.loads(lock.read_bytes())
+        except (OSError, ValueError):
+            return
+        mine = isinstance(record, dict) and record.get("pid") == os.getpid()
+        if mode & 0o077 and mine:
+            seen.append(f"{oct(mode)} as {arg.__name__}() returned")
+
+    log = lesson.SessionLog(sessions, "quest-1")
+    sys.setprofile(look)
+    try:
+        log.append(FIRST)
+    finally:
+        sys.setprofile(None)
+        log.close()
+    assert not seen, (
+        "a dead holder's lock file others could read (0o644) held this writer's "
+        f"record while its mode was {seen[0] if seen else ''}: others could read who "
+        "holds the session; the file should be closed to them (0o600) before the new "
+        "record is written into it")
 
 @pytest.mark.task("05.2")
 def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessions):
