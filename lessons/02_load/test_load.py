@@ -67,6 +67,13 @@ def played(lesson, sessions, script, text, setting):
     return agent, model
 
 
+def write_log(lesson, sessions, messages):
+    """quest-1's log, holding `messages` as the lesson's writer appends them."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+
+
 def fingerprint(path):
     info = os.stat(path)
     return path.read_bytes(), info.st_ino, info.st_mtime_ns, info.st_size
@@ -528,9 +535,7 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
         {"role": "tool", "tool_call_id": "call_1_1", "content": ""},
         {"role": "assistant", "content": ""},
     ]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+    write_log(lesson, sessions, messages)
     wrote = ("append wrote a user message with a name (its text holding U+2028 and "
              "U+0085, which end no line of the log), a tool call with content null "
              "(its arguments the text '{\"item\":\"rope\",\"for\":\"Zoë\"}', "
@@ -566,9 +571,7 @@ def test_text_holding_nan_or_infinity_as_words_loads_back_exactly(lesson, sessio
     said = [{"role": "user", "content": "NaN"},
             {"role": "assistant", "content": "Infinity and -Infinity are no numbers "
              "of JSON; NaN is none either.", "Infinity": "NaN"}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            log.append(message)
+    write_log(lesson, sessions, said)
     holding = (f"the log holds two messages that say NaN and Infinity as words, "
                f"{said!r}, as append wrote them, and they should load back exactly")
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -622,9 +625,7 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
                 for n in range(3)]
     # One pasted text of 17 MiB: larger than a read of 1 MB, 1, 4 or 16 MiB.
     messages.insert(2, {"role": "user", "content": "The map: " + "ab" * (17 << 19)})
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+    write_log(lesson, sessions, messages)
     size = (sessions / "quest-1.jsonl").stat().st_size
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -742,9 +743,7 @@ def test_a_long_history_is_resumed_whole(lesson, sessions, model, town):
         history += [{"role": "user", "content": f"question {n} " + "where? " * 140},
                     {"role": "assistant", "content": f"answer {n} " + "there. " * 140}]
     history[600] = {"role": "user", "content": "The map: " + "ab" * 50_000}
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in history:
-            log.append(message)
+    write_log(lesson, sessions, history)
     model.add(say("All of it."))
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -929,9 +928,7 @@ def test_the_same_message_twice_loads_twice(lesson, sessions, model, town):
                {"role": "assistant", "content": "Then we go."},
                {"role": "user", "content": "Yes."},
                {"role": "assistant", "content": "Then we go."}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in history:
-            log.append(message)
+    write_log(lesson, sessions, history)
     holding = (f"the log holds six lines, {history!r} (the same messages twice in a "
                "row, then again apart)")
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -961,9 +958,7 @@ def test_system_and_developer_messages_in_the_log_resume_where_they_are(
                {"role": "system", "content": "The elder is asleep until noon."},
                {"role": "assistant", "content": "The elder sleeps."},
                {"role": "user", "content": "Then the guard."}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in history:
-            log.append(message)
+    write_log(lesson, sessions, history)
     model.add(say("The guard opens at dawn."))
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1103,9 +1098,7 @@ def test_each_load_returns_messages_of_its_own(lesson, sessions, model, town):
     history = [{"role": "user", "content": "Yes."},
                {"role": "assistant", "content": "Then we go."},
                {"role": "user", "content": "Yes."}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in history:
-            log.append(message)
+    write_log(lesson, sessions, history)
     holding = (f"the log holds three messages, {history!r}; a first load returned "
                "them, and its caller then changed, in memory only, the first message's "
                "text to 'No.' and added a fourth message to the list")
@@ -1215,9 +1208,7 @@ def test_a_log_loads_the_same_under_a_locale_that_is_not_utf8(lesson, sessions):
     encoding is ASCII (the C locale) loads the same messages."""
     messages = [{"role": "user", "content": "café au lait, 洞窟の地図, a torch 🔥"},
                 {"role": "assistant", "content": "one\u2028two\u2029three\x85four"}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+    write_log(lesson, sessions, messages)
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("LC_", "LANG", "PYTHONIOENCODING"))}
     environment.update(C_LOCALE)
@@ -1254,9 +1245,7 @@ def test_a_log_loads_the_same_where_a_line_of_text_ends_otherwise(
     whose text lines end in '\\r\\n' (os.linesep on Windows) loads the same log."""
     messages = [{"role": "user", "content": "Ask the elder."},
                 {"role": "assistant", "content": "The elder says: a torch."}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+    write_log(lesson, sessions, messages)
     monkeypatch.setattr(os, "linesep", "\r\n")
     setting = (f"append wrote {messages!r}, each line ended by one newline byte; a "
                "process whose os.linesep is '\\r\\n', as on Windows, loaded the log")
@@ -1355,9 +1344,7 @@ def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
     write."""
     messages = [{"role": "user", "content": "Remember the rope."},
                 {"role": "assistant", "content": "A rope and a torch."}]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in messages:
-            log.append(message)
+    write_log(lesson, sessions, messages)
     setting = ("the log holds two messages on a read-only medium (any open of a file "
                "there to write fails with EROFS, 'Read-only file system')")
 

@@ -150,6 +150,19 @@ SAY_FORK = ("It should say that a fork from before the boundary is the way back 
             "the messages the summary stands for")
 
 
+def undo_refused(lesson, log, path, count, why,
+                 unchanged="a refused undo must not write to the log"):
+    """The log's undo(count) raises UndoError (`why` says what is wrong if it goes
+    ahead), saying that a fork is the way back, and writes nothing. Returns the
+    error."""
+    before = path.read_bytes()
+    with raises(lesson.UndoError, why, match="(?i)fork",
+                unmatched=SAY_FORK) as raised:
+        log.undo(count)
+    assert path.read_bytes() == before, unchanged
+    return raised.value
+
+
 def shape(messages, width=40):
     """A request's messages as (role, start of the content): what a failure shows."""
     return [(m.get("role"), str(m.get("content"))[:width]) for m in messages]
@@ -1511,14 +1524,10 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                             {"$marker": "compaction", "summary": "Four turns.",
                              "upto": 6}]))
     with lesson.SessionLog(sessions, "quest-1") as log:
-        before = path.read_bytes()
-        with raises(lesson.UndoError, "the log's own undo of its last three messages "
-                    "(places 3 to 5) went ahead: the last two come after the boundary "
-                    "at place 4, but the first is one the summary stands for",
-                    match="(?i)fork",
-                        unmatched=SAY_FORK):
-            log.undo(3)
-        assert path.read_bytes() == before, "a refused undo must not write to the log"
+        undo_refused(lesson, log, path, 3,
+                     "the log's own undo of its last three messages (places 3 to 5) "
+                     "went ahead: the last two come after the boundary at place 4, but "
+                     "the first is one the summary stands for")
         try:
             log.undo(2)
         except lesson.UndoError as error:
@@ -1526,15 +1535,11 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                         "at the fifth (index 6, place 4): undoing the last two takes "
                         "back nothing the summary stands for, and it was refused "
                         f"({error})", pytrace=False)
-        before = path.read_bytes()
-        with raises(lesson.UndoError, "the log's own undo took back the fourth message "
-                    "shown (index 5), which the compaction's summary stands for",
-                    match="(?i)fork",
-                        unmatched=SAY_FORK) as raised:
-            log.undo(1)
-        assert path.read_bytes() == before, (
-            "a refused undo must not write to the log")
-    refusal = str(raised.value)
+        error = undo_refused(lesson, log, path, 1,
+                             "the log's own undo took back the fourth message shown "
+                             "(index 5), which the compaction's summary stands for")
+        before = path.read_bytes()      # what every later refusal must leave
+    refusal = str(error)
     assert "quest-1" in refusal, (
         f"the log's refusal should name the log (quest-1); it says {refusal!r}")
     numbers = refusal.replace(str(path), "").replace("quest-1", "")
@@ -1590,13 +1595,9 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
             log.append(message)
         log.compact("The first two turns.", keep=2)
         log.undo(2)         # the messages at places 4 and 5: the view starts at 4
-        before = path.read_bytes()
-        with raises(lesson.UndoError, "right after recording a compaction that keeps "
-                    "places 4 and 5, the log took back place 3, which its summary "
-                    "stands for", match="(?i)fork",
-                        unmatched=SAY_FORK):
-            log.undo(1)
-        assert path.read_bytes() == before, "a refused undo must not write to the log"
+        undo_refused(lesson, log, path, 1,
+                     "right after recording a compaction that keeps places 4 and 5, "
+                     "the log took back place 3, which its summary stands for")
     # A writer that took a message back before it recorded the compaction: what it
     # knew of the log at that undo (no compaction) is no longer true
     path = sessions / "quest-2.jsonl"
@@ -1605,15 +1606,12 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
             log.append(message)
         log.undo(1)         # message 6, before any compaction
         log.compact("The first two turns.", keep=2)     # the view starts at place 4
-        before = path.read_bytes()
-        with raises(lesson.UndoError, "a writer that had undone a message, then "
-                    "recorded a compaction keeping places 4 and 5, took back places 3 "
-                    "to 5: its summary stands for place 3", match="(?i)fork",
-                    unmatched=SAY_FORK):
-            log.undo(3)
-        assert path.read_bytes() == before, (
-            "a refused undo must not write to the log, also from a writer that undid "
-            "a message before it recorded the compaction")
+        undo_refused(lesson, log, path, 3,
+                     "a writer that had undone a message, then recorded a compaction "
+                     "keeping places 4 and 5, took back places 3 to 5: its summary "
+                     "stands for place 3",
+                     unchanged="a refused undo must not write to the log, also from a "
+                     "writer that undid a message before it recorded the compaction")
 
 
 @pytest.mark.key
