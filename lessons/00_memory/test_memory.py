@@ -231,6 +231,25 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
 
 
 @pytest.mark.task("00.1")
+def test_unreadable_arguments_over_several_lines_are_quoted_past_the_first(
+        lesson, town):
+    """Models often write their arguments indented, over several lines: the error
+    result quotes the start of what was sent (its first 40 characters), line breaks
+    and all, not only its first line, which may hold no more than a brace."""
+    sent = '{\n  "item": "rope",\n  "count": two\n}'
+    what = f"the arguments were {sent!r}, no JSON (two is no number)"
+    result = run_call(lesson, town, tool_call("buy", sent), what)
+
+    assert_error_result(result, what)
+    missing = [line.strip() for line in sent.splitlines()
+               if line.strip() not in result]
+    assert not missing, (
+        f"{what}; the error result should quote their start, every line of it (a "
+        "line break may show as \\n), so that the model recognises what it sent; "
+        f"it lacks {missing} and reads {result!r}")
+
+
+@pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, kind, words", [
     ('["rope"]', "a list", r"list|array|\[\W*rope"),
     ("42", "a number", r"int|number|42"),

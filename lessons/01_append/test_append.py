@@ -701,6 +701,14 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
         f"the log already existed: only the line needs syncing, got {fsync.kinds}"
     )
 
+    fsync.kinds.clear()
+    with lesson.SessionLog(sessions, "quest-2", durable=True) as log:
+        log.append({"role": "user", "content": "a second session"})
+    assert fsync.kinds.count("folder") == 1, (
+        "quest-2.jsonl is a new log in a folder whose sync saved quest-1.jsonl: its "
+        "own name is a new entry there, and a power cut can lose it until the folder "
+        f"is synced again; expected one folder sync, got {fsync.kinds}")
+
 
 @pytest.mark.task("01.5")
 @pytest.mark.task("01.4")
@@ -1097,6 +1105,10 @@ def test_appending_many_lines_holds_one_descriptor(lesson, sessions):
     assert during <= 1, (
         f"after 20 appends the log holds {during} open descriptors, where one was "
         "expected: a long session would run out of them")
+    assert during == 1, (
+        "after 20 appends the log holds no descriptor: a log opens its file once, on "
+        "its first append, and keeps it until close(), rather than opening it again "
+        "(a path looked up, a file opened and closed) for every line")
     assert after == 0, f"close() should release the log's descriptor; {after} are open"
 
     def with_standard_input_closed():

@@ -515,9 +515,10 @@ def test_a_carriage_return_ends_no_line_of_the_log(lesson, sessions, what, line,
 @pytest.mark.task("02.1")
 def test_tool_calls_and_empty_content_survive_the_round_trip(
         lesson, sessions, model, town):
-    """Tool calls, tool results, a null content, a content left out and keys of a
-    provider's own load back exactly as they were written, and a new agent starts from
-    them as they are, so the resumed request is the one that was valid."""
+    """Tool calls, tool results, a null content, a content left out, a content in
+    parts and keys of a provider's own load back exactly as they were written, and a
+    new agent starts from them as they are, so the resumed request is the one that
+    was valid."""
     def calling(call_id, name, arguments):
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
@@ -533,6 +534,9 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
         {"role": "assistant", "reasoning_content": "The elder may know more.",
          "tool_calls": calling("call_1_1", "talk_to", {"npc": "elder"})},
         {"role": "tool", "tool_call_id": "call_1_1", "content": ""},
+        {"role": "user", "content": [
+            {"type": "text", "text": "And this map?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]},
         {"role": "assistant", "content": ""},
     ]
     write_log(lesson, sessions, messages)
@@ -541,8 +545,8 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
              "(its arguments the text '{\"item\":\"rope\",\"for\":\"Zoë\"}', "
              "written without spaces, as a model may), its result, a tool call "
              "whose message has no content at all but a key of a provider's own "
-             "(reasoning_content), its result, empty, and an answer "
-             "with content \"\"")
+             "(reasoning_content), its result, empty, a user's message in parts "
+             "(a text and an image), and an answer with content \"\"")
 
     def changes(got):
         said = []

@@ -42,6 +42,8 @@ BAD_LINES = {
     "a list of two messages": (
         b'[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]'
     ),
+    "an empty object, which is no empty line": b"{}",
+    "an empty list, which is no empty line": b"[]",
 }
 
 
