@@ -242,13 +242,15 @@ def test_append_leaves_the_callers_message_as_it_was(lesson, sessions):
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize(
     "content",
-    [PASTE, NON_ASCII, BINARY_LOOKING, "\ufeffDay 1 of the quest\r\n" * 300],
-    ids=["1 MB paste", "non-ASCII", "binary-looking", "a BOM first, Windows line ends"],
+    [PASTE, PASTE * 3, NON_ASCII, BINARY_LOOKING,
+     "\ufeffDay 1 of the quest\r\n" * 300],
+    ids=["1 MB paste", "3 MB paste", "non-ASCII", "binary-looking",
+         "a BOM first, Windows line ends"],
 )
 @pytest.mark.task("06.1")
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     """Loading puts the blob's content back in place of the reference, byte for byte,
-    around unchanged small messages."""
+    around unchanged small messages: a paste of several MB too, read to its end."""
     messages = [
         SMALL,
         {"role": "user", "content": content},
@@ -269,13 +271,15 @@ def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
         "load should put the blob's content back in place of the reference, got "
         f"{str(got)[:120]!r}"
     )
-    pairs = enumerate(zip(got, content))
-    differ = next((i for i, (a, b) in pairs if a != b), min(len(got), len(content)))
-    assert got == content, (
-        f"the content should come back exactly ({len(content)} characters); got "
-        f"{len(got)} characters that differ from character {differ}: expected "
-        f"{content[differ:differ + 12]!r} there, got {got[differ:differ + 12]!r}"
-    )
+    if got != content:
+        pairs = enumerate(zip(got, content))
+        differ = next((i for i, (a, b) in pairs if a != b),
+                      min(len(got), len(content)))
+        pytest.fail(
+            f"the content should come back exactly ({len(content)} characters); got "
+            f"{len(got)} characters that differ from character {differ}: expected "
+            f"{content[differ:differ + 12]!r} there, got {got[differ:differ + 12]!r}",
+            pytrace=False)
 
 
 @pytest.mark.task("06.1")
@@ -361,14 +365,16 @@ def test_a_content_at_the_threshold_stays_however_the_line_spells_it(
 @pytest.mark.task("06.1")
 def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
     """The model's message that calls a tool with long arguments: only a large content
-    leaves the line, measured alone; the tool calls stay as they were, whatever their
-    size, and load gives back the message exactly."""
+    leaves the line, measured alone; the tool calls, and a key of the provider's own,
+    stay as they were, whatever their size, and load gives back the message exactly."""
     arguments = json.dumps({"text": "The elder's map, copied out. " * 300})
     calls = [{"id": "call_1_0", "type": "function",
               "function": {"name": "write_note", "arguments": arguments}}]
     short = {"role": "assistant", "content": "Let me write it down.",
              "tool_calls": calls}
-    long = {"role": "assistant", "content": PASTE, "tool_calls": calls}
+    # A key of the provider's own (its model's reasoning) rides along, as it came
+    long = {"role": "assistant", "content": PASTE, "tool_calls": calls,
+            "reasoning_content": "The map is long: better keep it in a note."}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(short)
         log.append(long)
@@ -383,6 +389,12 @@ def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
         "the tool calls of a message whose content went to a blob should stay in the "
         f"line as they were given; the line holds "
         f"{str(stored[1].get('tool_calls'))[:200]!r}")
+    kept = {key: value for key, value in stored[1].items() if key != "content"}
+    given = {key: value for key, value in long.items() if key != "content"}
+    assert kept == given, (
+        "only the content leaves the line: everything else the message holds (here a "
+        f"key of the provider's own, reasoning_content) stays as it was given, "
+        f"{sorted(given)}; the line holds {sorted(kept)} beside the reference")
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
     if loaded != [short, long]:
@@ -390,7 +402,8 @@ def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
         fail_in("06.2", "the lines hold the tool calls and the reference as they "
                 "should, but load did not give back both messages exactly as they "
                 "were appended, the long content put back from its blob and the tool "
-                f"calls as they were: it gave {str(loaded)[:300]}")
+                "calls (and every other key) as they were: it gave "
+                f"{str(loaded)[:300]}")
 
 
 @pytest.mark.task("06.1")
@@ -1267,11 +1280,13 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
 @pytest.mark.task("06.1")
 def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypatch):
     """A durable writer that wrote a blob (and synced it) does not sync it again when
-    the same content comes back."""
+    the same content comes back, another blob stored in between or not."""
     data = PASTE.encode("utf-8")
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         synced = count_syncs(monkeypatch)
         log.store_blob(data)
+        log.store_blob(data)
+        log.store_blob(NON_ASCII.encode("utf-8"))
         log.store_blob(data)
         monkeypatch.undo()
     blob = sessions / "blobs" / sha256(data)
@@ -1281,7 +1296,8 @@ def test_a_durable_writer_syncs_a_blob_it_wrote_once(lesson, sessions, monkeypat
     times = synced.count(blob.stat().st_ino)
     assert times == 1, (
         f"the writer wrote and synced the blob, then stored the same content again, "
-        f"and synced the blob {times} times in all; once per writer was expected")
+        f"then another, then the first once more, and synced the first blob {times} "
+        "times in all; once per writer was expected, whatever it stored in between")
 
 
 @pytest.mark.task("06.1")
@@ -1999,6 +2015,31 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
         f"the error should name the blob ({digest}), the log by its path and the line "
         f"(line 2); it says: {message}")
     says_what_it_met(refused.value, "bytes that are no text", sessions)
+
+
+@pytest.mark.task("06.2")
+def test_a_reference_to_a_blob_of_no_bytes_loads_an_empty_content(lesson, sessions):
+    """Another program stored an empty content as a blob: 0 bytes, whose sha256 is its
+    name. It is the content that was stored, intact, and loads as an empty text."""
+    digest = sha256(b"")
+    (sessions / "blobs").mkdir(parents=True)
+    (sessions / "blobs" / digest).write_bytes(b"")
+    line = {"role": "user", "content": {"$blob": digest, "size": 0, "preview": ""}}
+    (sessions / "quest-1.jsonl").write_text(
+        json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            pytest.fail(f"a reference to blobs/{digest}, a file of 0 bytes, was "
+                        f"refused ({type(error).__name__}: {error}): 0 bytes are the "
+                        "empty content, and their sha256 is the blob's name, so it is "
+                        "the content that was stored, intact", pytrace=False)
+    content = loaded[1].get("content") if len(loaded) > 1 else None
+    assert content == "", (
+        "a reference to the blob of 0 bytes should load as an empty content; the "
+        f"second message came back with {content!r}")
 
 
 @pytest.mark.task("06.1")

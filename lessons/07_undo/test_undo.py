@@ -4,12 +4,14 @@ Run: pytest lessons/07_undo            (your code)
      pytest lessons/07_undo --solution (the reference)
 """
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
 import sys
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -528,15 +530,17 @@ def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
 
 @pytest.mark.key
 @pytest.mark.task("07.2")
+@pytest.mark.parametrize("said", ["(a note pasted before asking)", ""],
+                         ids=["a note", "an empty note"])
 def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
-    lesson, sessions
+    lesson, sessions, said
 ):
-    """A message recorded between turns waits in the pending buffer and is on disk
-    before the next model call, as lesson 01 requires."""
+    """A message recorded between turns, an empty one too, waits in the pending buffer
+    and is on disk before the next model call, as lesson 01 requires."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
-    note = {"role": "user", "content": "(a note pasted before asking)"}
+    note = {"role": "user", "content": said}
 
     agent, model, log = open_agent(lesson, sessions, TURN_D[1])
     model.on_request(lambda request: lines_of(path))
@@ -544,7 +548,8 @@ def test_a_message_recorded_between_turns_waits_until_the_next_model_call(
         agent.record(note)
         assert agent.pending == [note] and agent.messages[-1] == note, (
             "record() keeps the message in memory and in agent.pending until the next "
-            "flush"
+            f"flush, whatever it holds (its content here: {said!r}); memory ends with "
+            f"{agent.messages[-1:]} and pending holds {agent.pending}"
         )
         assert path.read_bytes() == before, (
             "a recorded message is written at the next flush, not at once"
@@ -1797,12 +1802,30 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
         f"messages 0 and 1, and shows {contents}")
 
 
+@contextlib.contextmanager
+def local_clock_ahead_of_utc():
+    """The process's local time 5 h 45 min ahead of UTC while the block runs (Nepal's):
+    a local time is right only with its own offset, never labelled as UTC."""
+    clock = os.environ.get("TZ")
+    os.environ["TZ"] = "NPT-5:45"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if clock is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = clock
+        time.tzset()
+
+
 @pytest.mark.task("07.1")
 def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
     """The marker's "at" is the time of the undo, an ISO 8601 time with its zone: each
-    undo's own, the second of one writer's undos too."""
+    undo's own, the second of one writer's undos too, on a machine whose local clock
+    is not UTC's."""
     times = []
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    with lesson.SessionLog(sessions, "quest-1") as log, local_clock_ahead_of_utc():
         for text in ("Ask the guard.", "Ask the elder."):
             if times:   # the second undo in a later second of the clock
                 wait_past(times[-1][1])
@@ -1816,7 +1839,8 @@ def test_the_undo_marker_says_when_it_was_written(lesson, sessions):
     for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
         check_time(marker.get("at"), before, after, f"\"at\" of undo {number} of one "
                    "writer", "the time of that undo", "a time taken once, and written "
-                   "again by a later undo, is the wrong one")
+                   "again by a later undo, is the wrong one; so is the local time, 5 h "
+                   "45 min ahead here, labelled as UTC")
 
 
 @pytest.mark.task("07.1")
@@ -1956,6 +1980,25 @@ def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
             f"shows; it shows {shown}")
 
 
+@pytest.mark.task("07.4")
+def test_a_whole_fork_of_a_log_with_no_whole_line_is_empty(lesson, sessions):
+    """The source's writer died in the middle of its first line: its log holds no
+    whole line, so it shows no message. A whole fork of it shows none either, and
+    holds nothing: no torn line."""
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(b'{"role": "user", "content": "Ask the gu')
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+    except IndexError as error:
+        pytest.fail(f"a whole fork of a log whose only line is torn raised "
+                    f"IndexError ({error}): such a log has no whole line to copy, and "
+                    "its fork is empty, as a fork of 0 messages is", pytrace=False)
+    copied = (sessions / "what-if.jsonl").read_bytes()
+    assert copied == b"", (
+        "a whole fork of a log whose only line is torn should hold nothing (no whole "
+        f"line to copy); it holds {copied!r}")
+
+
 def is_entry(line):
     """Whether `line` (without its newline) is one whole JSON object."""
     try:
@@ -1965,22 +2008,28 @@ def is_entry(line):
 
 
 @pytest.mark.task("07.3")
-def test_a_user_message_with_an_empty_content_starts_a_turn(lesson, sessions):
-    """A user who sends an empty message (Enter pressed too soon) starts a turn like any
-    other user message: undo() takes back that turn alone, not the one before it."""
+@pytest.mark.parametrize("content", [
+    "", [{"type": "text", "text": "The map I found:"},
+         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}],
+], ids=["an empty content", "a list of parts"])
+def test_a_user_message_starts_a_turn_whatever_its_content(lesson, sessions, content):
+    """A user who sends an empty message (Enter pressed too soon), or a message of parts
+    (a picture with a caption, as chat clients send it), starts a turn like any other
+    user message: undo() takes back that turn alone, not the one before it."""
     agent, model, log = open_agent(lesson, sessions, TURN_C[1] + TURN_D[1])
     with log:
         agent.run(TURN_C[0])
         turn_c = list(agent.messages)
-        agent.run("")
-        empty_turn = agent.messages[len(turn_c):]
+        agent.run(content)
+        last_turn = agent.messages[len(turn_c):]
         taken = agent.undo()
         kept = list(agent.messages)
-    assert taken == empty_turn and kept == turn_c, (
-        "the last turn starts at the user's empty message, so undo() should take back "
-        f"its {len(empty_turn)} messages and keep the {len(turn_c)} of the turn before "
-        f"it; it took back {[m.get('content') for m in taken]} and kept "
+    said = "an empty message" if content == "" else "a message of parts"
+    assert taken == last_turn and kept == turn_c, (
+        f"the last turn starts at the user's {said}, so undo() should take back its "
+        f"{len(last_turn)} messages and keep the {len(turn_c)} of the turn before it; "
+        f"it took back {[m.get('content') for m in taken]} and kept "
         f"{[m.get('content') for m in kept]}")
     assert resume(lesson, sessions) == turn_c, (
-        "a new process should see the turn before the empty message, and nothing of "
+        f"a new process should see the turn before the user's {said}, and nothing of "
         "the turn undone")

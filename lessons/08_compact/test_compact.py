@@ -1015,14 +1015,32 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         f"is {upto}")
 
 
+@contextlib.contextmanager
+def local_clock_ahead_of_utc():
+    """The process's local time 5 h 45 min ahead of UTC while the block runs (Nepal's):
+    a local time is right only with its own offset, never labelled as UTC."""
+    clock = os.environ.get("TZ")
+    os.environ["TZ"] = "NPT-5:45"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if clock is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = clock
+        time.tzset()
+
+
 @pytest.mark.task("08.1")
 def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
     """Each compaction marker's "at" is the time its marker was written (the format
     page's field), not a time taken once and written again: two compactions of one
-    writer, in two different seconds of the clock, carry two times, each its own."""
+    writer, in two different seconds of the clock, carry two times, each its own, on
+    a machine whose local clock is not UTC's."""
     path = sessions / "quest-1.jsonl"
     times = []
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    with lesson.SessionLog(sessions, "quest-1") as log, local_clock_ahead_of_utc():
         for n in (1, 2):
             if times:   # the second compaction in a later second of the clock
                 wait_past(times[-1][1])
@@ -1036,7 +1054,8 @@ def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
     for number, (marker, (before, after)) in enumerate(zip(found, times), start=1):
         check_time(marker.get("at"), before, after, f"\"at\" of compaction {number} "
                    "of one writer", "the time its marker was written", "a time taken "
-                   "once, and written again by a later compaction, is the wrong one")
+                   "once, and written again by a later compaction, is the wrong one; "
+                   "so is the local time, 5 h 45 min ahead here, labelled as UTC")
 
 
 @pytest.mark.task("08.1")
@@ -2341,6 +2360,23 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
 
 
 @pytest.mark.task("08.4")
+def test_a_later_compaction_asks_plainly_after_an_earlier_reply_was_refused(lesson):
+    """The model's first reply to a summary request was no summary, its second a good
+    one. The next compaction asks afresh: its first summary request says nothing of a
+    refusal, for the model has sent nothing wrong in it."""
+    agent, model, log = open_agent(lesson, None, summarise=summaries(
+        NO_SUMMARY["empty"], then=numbered_summaries()))
+    with log:
+        play_until_compacted(lesson, agent, model, compactions=3)
+    third = model.summary_requests[2]
+    assert not is_retried_summary(third), (
+        "the second compaction's first summary request told the model its last reply "
+        "could not be used: that reply belonged to the first compaction, which a good "
+        "summary then ended. A new summary request says nothing of a refusal until "
+        f"its own reply is refused. It asked {summary_instruction(third)!r}")
+
+
+@pytest.mark.task("08.4")
 def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson,
                                                                          sessions):
     """A reasoning model's <think> block before a real summary is taken out: the marker
@@ -2542,7 +2578,8 @@ def test_after_a_summary_request_that_failed_the_same_agent_asks_again(lesson, t
 def test_a_history_many_times_the_budget_is_compacted_not_refused(lesson):
     """Day 100: the history the agent holds is many times the budget, and the turn in
     progress is short. One compaction brings the request within the budget: the size
-    of what came before is what a summary shrinks, never a reason to refuse."""
+    of what came before is what a summary shrinks, never a reason to refuse, and the
+    summary request carries all of it, every day from the first."""
     agent, model, log = open_agent(lesson, None, [say("We go on to the cave.")])
     history = []
     for n in range(1, 100):
@@ -2566,6 +2603,15 @@ def test_a_history_many_times_the_budget_is_compacted_not_refused(lesson):
         f"within the budget of {BUDGET}; the model was asked for "
         f"{len(model.summary_requests)} summary(ies) and the request sent needs "
         f"{size_of(lesson, sent[-1]) if sent else 'nothing (none was sent)'}")
+    asked = " ".join(text_of(m.get("content"))
+                     for m in model.summary_requests[0]["messages"]
+                     if m.get("role") == "user")
+    missing = [n for n in range(1, 100) if f"Day {n}:" not in asked]
+    assert not missing, (
+        f"the summary stands for every message before the boundary, all 99 days, "
+        f"and is all the model will know of them; the summary request left out "
+        f"{len(missing)} day(s), days {missing[0]} to {missing[-1]} among them, which "
+        "no later request will carry")
 
 
 @pytest.mark.task("08.3")
