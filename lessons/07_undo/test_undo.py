@@ -4,22 +4,20 @@ Run: pytest lessons/07_undo            (your code)
      pytest lessons/07_undo --solution (the reference)
 """
 
-import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
 import sys
-import time
 from datetime import datetime, timezone
 
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import (check_time, fail_in, raises, wait_past,
-                                with_file_size_limit)
+from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc, raises,
+                                wait_past, with_file_size_limit)
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -1800,23 +1798,6 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
         "get no index (any entry with a \"$marker\" key is a marker), so the undo "
         "marker's index 2 is the third message, 'message 2'; the log should show "
         f"messages 0 and 1, and shows {contents}")
-
-
-@contextlib.contextmanager
-def local_clock_ahead_of_utc():
-    """The process's local time 5 h 45 min ahead of UTC while the block runs (Nepal's):
-    a local time is right only with its own offset, never labelled as UTC."""
-    clock = os.environ.get("TZ")
-    os.environ["TZ"] = "NPT-5:45"
-    time.tzset()
-    try:
-        yield
-    finally:
-        if clock is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = clock
-        time.tzset()
 
 
 @pytest.mark.task("07.1")

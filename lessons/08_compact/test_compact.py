@@ -21,7 +21,8 @@ from sessionlab.scripted import (
     ScriptedModel,
     SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import check_time, fail_in, raises, until_written, wait_past
+from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc, raises,
+                                until_written, wait_past)
 
 SYSTEM = "You are an adventurer in a small town."
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
@@ -1013,23 +1014,6 @@ def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_inde
         "keeping no message, 'upto' is the number of messages in the file "
         f"({len(messages_in(path))}: the two undone ones count, markers do not); it "
         f"is {upto}")
-
-
-@contextlib.contextmanager
-def local_clock_ahead_of_utc():
-    """The process's local time 5 h 45 min ahead of UTC while the block runs (Nepal's):
-    a local time is right only with its own offset, never labelled as UTC."""
-    clock = os.environ.get("TZ")
-    os.environ["TZ"] = "NPT-5:45"
-    time.tzset()
-    try:
-        yield
-    finally:
-        if clock is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = clock
-        time.tzset()
 
 
 @pytest.mark.task("08.1")
