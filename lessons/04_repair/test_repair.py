@@ -11,6 +11,7 @@ import copy
 import errno
 import json
 import os
+import re
 import signal
 import time
 from datetime import datetime, timezone
@@ -202,6 +203,10 @@ SPACED_MESSAGE = {"role": "user", "content": "Written elsewhere."}
 SPACED = b'{"role": "user",\r "content": "Written elsewhere."}\n'
 WHOLE = b"".join(line(entry) for entry in A_FINISHED_DAY)
 AN_EMPTY_LINE = line(A_FINISHED_DAY[0]) + b"\n" + WHOLE[len(line(A_FINISHED_DAY[0])):]
+# A marker is an entry too: a note about the log, kept in file order among the messages
+NOTE = {"$marker": "repair", "at": "2026-01-02T10:00:00+00:00", "cut_bytes": 0,
+        "cut_preview": "", "interrupted": []}
+NOTED = line(A_FINISHED_DAY[0]) + line(NOTE) + WHOLE[len(line(A_FINISHED_DAY[0])):]
 # name: (the log's bytes, its whole entries, where they end, newline_missing)
 LOGS = {
     "a whole log": (WHOLE, A_FINISHED_DAY, len(WHOLE), False),
@@ -229,6 +234,8 @@ LOGS = {
         line(ODD) + WHOLE, [ODD, *A_FINISHED_DAY], len(line(ODD) + WHOLE), False),
     "a carriage return between a line's tokens": (
         SPACED + WHOLE, [SPACED_MESSAGE, *A_FINISHED_DAY], len(SPACED + WHOLE), False),
+    "a marker among the messages": (
+        NOTED, [A_FINISHED_DAY[0], NOTE, *A_FINISHED_DAY[1:]], len(NOTED), False),
 }
 
 
@@ -363,6 +370,8 @@ AGAIN = [A_FINISHED_DAY[0],
 # Ids are compared whole: "call_1" is not answered by the result of "call_10"
 PREFIXED = [tool_call("call_1", "buy", item="lantern"),
             tool_call("call_10", "buy", item="rope")]
+# Many calls in one reply: a crash before the last result
+ARROWS = [tool_call(f"call_{number}", "buy", item="arrow") for number in range(12)]
 # name: (the conversation, the calls left open at its end)
 CONVERSATIONS = {
     "three calls, no result": ([ASK, BUY_THREE], buy(*CALL_ORDER)),
@@ -393,6 +402,9 @@ CONVERSATIONS = {
         [ASK, {"role": "assistant", "content": None, "tool_calls": PREFIXED},
          result("call_10")], PREFIXED[:1]),
     "no message at all": ([], []),
+    "twelve calls in one reply, all but the last answered": (
+        [ASK, {"role": "assistant", "content": None, "tool_calls": ARROWS},
+         *(result(call["id"]) for call in ARROWS[:-1])], ARROWS[-1:]),
 }
 
 
@@ -925,6 +937,26 @@ def test_loading_returns_the_complete_messages_and_changes_nothing(
     assert snapshot(sessions) == before, (
         "load() changed the folder: loading only ever reads"
     )
+
+
+@pytest.mark.task("04.1")
+def test_a_log_changed_in_place_is_read_as_it_is_now(lesson, sessions):
+    """A person mends a word of the log by hand, the file keeping its size: the next
+    load reads the log as it is now, never the state an earlier read of it found."""
+    path = write_log(sessions, A_FINISHED_DAY)
+    lesson.SessionLog(sessions, "quest-1").load()
+    mended = [*A_FINISHED_DAY[:-1], {"role": "assistant",
+                                     "content": "The elder wants a torch and a robe."}]
+    path.write_bytes(path.read_bytes().replace(b"wants a torch and a rope",
+                                               b"wants a torch and a robe"))
+
+    loaded = lesson.SessionLog(sessions, "quest-1").load()
+
+    assert loaded == mended, (
+        "the log's last message was mended in place ('a rope.' to 'a robe.', the "
+        "same size) after a first load; a second load should read the log as it is "
+        f"now, and returned {loaded[-1:] or 'nothing'} last: parse_log turns the bytes "
+        "it is given into a state, whatever it found in the file before")
 
 
 # --- forks count messages, not lines --------------------------------------------------
@@ -1915,7 +1947,13 @@ def test_the_repair_marker_says_when_it_was_written(resume, sessions):
 
     after = datetime.now(timezone.utc)
     found = markers(entries_in(path))
-    check_time(found[0].get("at") if found else None, before, after,
+    at = found[0].get("at") if found else None
+    assert not isinstance(at, str) or re.fullmatch(
+        r"\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-][\d:]+)", at), (
+        "the repair marker's `at` should be an ISO 8601 time with its zone, date, T, "
+        f"time, offset (as 2025-01-31T12:00:00+00:00); it is {at!r}, which a strict "
+        "ISO 8601 or RFC 3339 reader refuses")
+    check_time(at, before, after,
                "the repair marker's `at`", "the time of the repair",
                f"markers: {found}")
 
