@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import (described, fail_in, in_child, raises,
-                                unless_unfinished, until_written, wait_past,
-                                with_file_size_limit)
+from sessionlab.testing import (described, fail_in, in_child,
+                                local_clock_ahead_of_utc, raises, unless_unfinished,
+                                until_written, wait_past, with_file_size_limit)
 from sessionlab.town import Town
 
 
@@ -922,21 +922,10 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
     (forked_at), the fork's lineage."""
     handed = handed_to_publishing(lesson, monkeypatch)
     os.utime(sessions / "quest-1.jsonl", (86_400, 86_400))   # the source: long ago
-    # The local clock 5 h 45 min ahead of UTC: a local time is right only with its
-    # own offset, never labelled as UTC
-    clock = os.environ.get("TZ")
-    os.environ["TZ"] = "NPT-5:45"
-    time.tzset()
-    try:
+    with local_clock_ahead_of_utc():
         began = datetime.now(timezone.utc).replace(microsecond=0)
         lesson.fork(sessions, "quest-1", "what-if", upto=3)
         ended = datetime.now(timezone.utc)
-    finally:
-        if clock is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = clock
-        time.tzset()
     if handed and handed[0] != ("what-if", 3):
         fail_in("03.1", "fork(sessions, 'quest-1', 'what-if', upto=3) should hand "
                 "publish_fork the new id 'what-if' and the count 3; it handed "
