@@ -314,6 +314,27 @@ def test_each_message_is_one_row_at_the_next_place(lesson, database):
 
 
 @pytest.mark.task("11.2")
+def test_the_same_message_twice_in_a_row_is_two_rows(lesson, database):
+    """A user says the same thing twice in a row ('Yes.', then 'Yes.' again, the
+    model having asked twice): each append is a message of its own, stored at the
+    next place, never taken for a retry of the one before."""
+    said = [{"role": "user", "content": "Shall we go?"},
+            {"role": "assistant", "content": "Are you sure?"},
+            {"role": "user", "content": "Yes."},
+            {"role": "assistant", "content": "Really sure?"},
+            {"role": "user", "content": "Yes."}, {"role": "user", "content": "Yes."}]
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        for message in said:
+            log.append(message)
+    stored = [(seq, json.loads(line).get("content"))
+              for seq, line, _ in rows(database)]
+    assert stored == list(enumerate(m["content"] for m in said)), (
+        f"each of the {len(said)} appends should be a row of its own, at seq 0 to "
+        f"{len(said) - 1}, the last two both 'Yes.' (the same message said twice in a "
+        f"row is two messages); found {stored}")
+
+
+@pytest.mark.task("11.2")
 def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, database,
                                                                   monkeypatch):
     """One write stores several entries (a repair's marker and results are one):
@@ -587,6 +608,7 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             # The asking connection keeps India's time (+05:30), not the server's UTC
             connection.execute("SET TimeZone = 'Asia/Kolkata'")
             found = lesson.lock_holder(connection, "quest-8")
+            zone = connection.execute("SHOW TimeZone").fetchone()[0]
     for waiter in waiters:
         waiter.join(HANG)
     assert isinstance(found, dict) and (found.get("pid"), found.get("host")) == (
@@ -606,6 +628,11 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
         "(the server's backend_start), not when it last ran a statement, with the "
         "zone the server gives it in (the asking connection keeps India's time, "
         f"+05:30: the same moment, whatever the zone); it says {found['since']}")
+    assert zone == "Asia/Kolkata", (
+        "lock_holder only asks: the connection it is given should keep its settings, "
+        "its time zone (India's, Asia/Kolkata) among them, or every time the caller "
+        f"reads on it afterwards comes in a zone it never chose; after lock_holder "
+        f"the connection's time zone is {zone}")
     # Another program holds a lock of two int keys made of quest-5's key's halves:
     # another lock altogether (the server counts its sub-id 2), which is no one's
     # hold on quest-5. Then store connections hold keys that share one half of
@@ -827,6 +854,54 @@ def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
 
 
 @pytest.mark.task("11.1")
+def test_a_writer_with_no_timeout_tries_as_many_times_as_it_takes(lesson, database,
+                                                                  monkeypatch):
+    """With timeout=None a writer tries again for as long as the holder keeps the
+    lock: here 1,500 tries (its sleeps skipped, or the wait would take 75 s), and
+    then, the holder gone, it takes the lock. No count of tries, and no depth of
+    calls, ends the wait of a writer that asked to wait as long as it takes."""
+    tries = 1500
+    naps = []
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+
+    def sleep_until_the_holder_lets_go(seconds):
+        naps.append(seconds)
+        if len(naps) == tries:
+            holder.close()
+        elif len(naps) > tries + 100:
+            raise AssertionError(
+                f"the holder let go after the writer's {tries}th sleep, yet the "
+                f"writer slept {len(naps) - tries} more times without taking the lock")
+
+    with holder:
+        holder._lock()
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=None,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(lesson.time, "sleep", sleep_until_the_holder_lets_go)
+            try:
+                try_lock(waiting, "with timeout=None the writer tries the lock, then "
+                         "sleeps between tries, for as long as it takes")
+            except RecursionError:
+                pytest.fail(
+                    f"with timeout=None the writer should try again for as long as "
+                    f"the holder keeps the lock; after {len(naps)} tries it failed "
+                    "with RecursionError: each try was a call deeper than the last "
+                    f"(at LOCK_POLL_SECONDS = {lesson.LOCK_POLL_SECONDS} s, a wait of "
+                    f"{len(naps) * lesson.LOCK_POLL_SECONDS:.0f} s ends in that "
+                    "error). Try again in a loop", pytrace=False)
+            except lesson.SessionBusy as error:
+                pytest.fail(f"with timeout=None the writer should try again for as "
+                            f"long as the holder keeps the lock; after {len(naps)} "
+                            f"tries it gave up: {error}", pytrace=False)
+            finally:
+                monkeypatch.undo()
+    assert len(naps) >= tries, (
+        f"the holder kept the lock through the waiting writer's first {tries} sleeps; "
+        f"_lock() returned after {len(naps)}, before it let go")
+
+
+@pytest.mark.task("11.1")
 def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
                                                             monkeypatch):
     """A writer with timeout=0.3 tries the lock, sleeps LOCK_POLL_SECONDS, tries again
@@ -865,6 +940,51 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
         f"while it waits 0.3 s, the writer should sleep LOCK_POLL_SECONDS ({poll} s) "
         f"between tries (the last sleep may be shorter, to end at the deadline); it "
         f"slept {len(naps)} time(s), for {sorted(set(naps))} s")
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_clock_moves_on_between_readings_gives_up_in_words(
+        lesson, database, monkeypatch):
+    """On a loaded machine the clock moves on between any two readings of it (here
+    by 0.2 s each time it is read). A writer with timeout=0.3, behind a holder that
+    never lets go, still gives up at its deadline with SessionBusy, and never asks to
+    sleep a time below zero (time.sleep refuses one with a ValueError)."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    naps, readings = [], []
+    start = time.monotonic()
+
+    def clock_that_moves_on():
+        readings.append(start + 0.2 * (len(readings) + 1))
+        return readings[-1]
+
+    def recorded_sleep(seconds):
+        naps.append(seconds)
+        if len(naps) > 50:
+            raise AssertionError(
+                f"the writer with timeout=0.3 slept {len(naps)} times while its clock "
+                f"moved on 0.2 s at each of its {len(readings)} readings: its "
+                "deadline never came")
+
+    with holder:
+        holder._lock()
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            monkeypatch.setattr(lesson.time, "monotonic", clock_that_moves_on)
+            monkeypatch.setattr(lesson.time, "sleep", recorded_sleep)
+            try:
+                with raises(lesson.SessionBusy, "the holder never lets go: at its "
+                            "deadline the waiting writer must give up"):
+                    try_lock(waiting, "with timeout=0.3 the writer tries the lock, "
+                             "then sleeps between tries")
+            finally:
+                monkeypatch.undo()
+    below = [nap for nap in naps if nap < 0]
+    assert not below, (
+        "the clock moved on 0.2 s between any two readings: the writer asked to sleep "
+        f"{below} s, below zero, which time.sleep refuses with a ValueError, so the "
+        "wait ends in that error instead of SessionBusy. The time left before the "
+        "deadline is one reading of the clock, checked before it is slept")
 
 
 @pytest.mark.task("11.1")
@@ -2251,6 +2371,32 @@ def test_a_paste_with_backslashes_comes_back_byte_for_byte(lesson, database):
 
 
 @pytest.mark.task("11.4")
+def test_pastes_of_several_mebibytes_are_each_named_by_all_their_bytes(lesson,
+                                                                        database):
+    """Two pastes of 2.5 MiB, two versions of the town's charter that differ in
+    their last line alone: each is stored under the sha256 of all its bytes, two
+    blobs, and each loads back as it was pasted, to its last line."""
+    charter = "The town's charter, article by article.\n" * 64000
+    pasted = [charter + "Signed: the mayor.\n", charter + "Signed: the elder.\n"]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        for paste in pasted:
+            log.append({"role": "user", "content": paste})
+    names = sorted(name for (name,)
+                   in sql(database, "SELECT sha256 FROM session_blobs"))
+    expected = sorted(hashlib.sha256(paste.encode("utf-8")).hexdigest()
+                      for paste in pasted)
+    assert names == expected, (
+        "two pastes of 2.5 MiB that differ in their last line should be two blobs, "
+        "each named by the sha256 of all its bytes (not of a part of them):\n"
+        f"expected {expected}\nfound    {names}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = [message["content"] == paste
+                  for message, paste in zip(log.load(), pasted)]
+    assert loaded == [True, True], (
+        f"each paste should load back as it was pasted; whole: {loaded}")
+
+
+@pytest.mark.task("11.4")
 def test_a_paste_of_bytes_removed_since_is_stored_again(lesson, database):
     """A blob goes once no row points to it (its message erased, its session deleted,
     a collection on another host). The same text pasted again afterwards, by the
@@ -2729,3 +2875,36 @@ def test_a_fork_is_made_while_the_sources_writer_has_it_open(lesson, database):
     assert forked == said, (
         "the fork should hold the 2 messages quest-1 showed when it was made; it "
         f"holds {[message['content'] for message in forked]}")
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_of_an_old_session_is_dated_when_it_is_made(lesson, database):
+    """quest-1 was last written 40 days ago. A whole fork of it and a fork of its
+    first 0 messages, made now, are sessions of their own, dated now: each fork's
+    row in `sessions` says it was created now, and lesson 09's expiry (30 days)
+    deletes quest-1 and keeps both forks, as it keeps a fork file made today."""
+    said = [{"role": "user", "content": "Where is the cave?"},
+            {"role": "assistant", "content": "North of the mill."}]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    sql(database, "UPDATE session_entries SET written = written - interval '40 days'")
+    sql(database, "UPDATE sessions SET created = created - interval '40 days'")
+    started = datetime.now(timezone.utc).replace(microsecond=0)
+    lesson.fork_postgres(database, "quest-1", "quest-2")
+    lesson.fork_postgres(database, "quest-1", "quest-3", upto=0)
+    ended = datetime.now(timezone.utc)
+    for fork_id in ("quest-2", "quest-3"):
+        made = lesson.lineage(database, fork_id) or {}
+        check_time(made.get("created"), started, ended,
+                   f"the created of {fork_id}'s row in `sessions`",
+                   "when the fork was made",
+                   "quest-1's, 40 days ago, is not the fork's")
+    deleted, busy = lesson.expire_postgres(database, older_than=30 * 24 * 3600)
+    assert (deleted, busy) == (["quest-1"], []), (
+        "quest-1 was last written 40 days ago, its forks were made just now: an expiry "
+        "of 30 days should delete quest-1 alone and keep quest-2 (a whole fork, whose "
+        "rows are dated when the fork copied them) and quest-3 (a fork of 0 messages, "
+        f"as old as its row in `sessions`); it deleted {deleted}")
+    with lesson.PostgresSessionLog(database, "quest-2") as fork:
+        assert fork.load() == said, "the whole fork should still hold quest-1's history"
