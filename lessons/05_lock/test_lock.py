@@ -652,6 +652,7 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
     letting_go = threading.Timer(HOLD, let_go_now)
     started = time.monotonic()
     letting_go.start()
+    got = None
     try:
         with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as waiting:
             waiting.append({"role": "user", "content": "Worth the wait."})
@@ -662,6 +663,13 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
                     f"holder let go after {HOLD} s, but the writer was refused after "
                     f"{time.monotonic() - started:.2f} s: {busy}", pytrace=False)
     except OSError as error:
+        if got is not None:     # out of close(): it held the session, and wrote
+            fail_in("05.2", "the writer that waited got the session and wrote, then "
+                    f"closing it raised {type(error).__name__}: {error}. Its holder, "
+                    "in another process, had let go just before: when a holder "
+                    "touches the lock file's name after letting go of the lock, the "
+                    "next writer takes the same name for its own, and both remove it. "
+                    "Remove the name while you still hold the lock")
         if "0 names" not in str(error):
             raise
         # The file it was granted lost its name between two looks: only the holder's
@@ -885,6 +893,140 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
         "LOCK_POLL_SECONDS). A timeout counts the time that went by, on a clock, not "
         f"the sleeps between tries: a user who gave the writer {timeout} s waits far "
         "longer")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_gives_up_at_its_timeout_when_the_clock_is_set_back(
+        lesson, sessions, monkeypatch):
+    """The system clock is set back an hour (NTP, a person, a VM resumed) as a writer
+    with timeout=0.3 starts to wait: it still gives up after about 0.3 s, refused with
+    SessionBusy. A timeout counts the time that goes by, which the time of day does
+    not."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    real_flock, real_time, tries = lesson.fcntl.flock, time.time, []
+
+    def flock(fd, operation):
+        tries.append(fd)
+        if len(tries) == 1:     # the writer's first try: the clock goes back an hour
+            monkeypatch.setattr(time, "time", lambda: real_time() - 3600)
+        if len(tries) == 60:    # some 3 s of tries: let go, so that the test ends
+            holder.close()
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    try:
+        with raises(lesson.SessionBusy,
+                    "the clock was set back an hour as a writer with timeout=0.3 began "
+                    "to wait; this process held quest-1 for some 3 s, and the writer "
+                    "still waited, then got in. A timeout counts the time that goes by "
+                    "(a monotonic clock), not the time of day, which can go back"):
+            with lesson.SessionLog(sessions, "quest-1", timeout=0.3) as log:
+                log.append({"role": "user", "content": "Me too."})
+    finally:
+        monkeypatch.setattr(time, "time", real_time)
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        holder.close()
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_with_no_timeout_waits_through_any_number_of_tries(
+        lesson, sessions, monkeypatch):
+    """A writer with timeout=None waits as long as it takes, however many tries that
+    is: its holder, in this process, lets go only after 12 000 of the writer's sleeps
+    between tries (ten minutes of polls, the sleeps made instant here), and the writer
+    then gets the session."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    tries, slept, kept = 12_000, [], []
+    descriptors = open_descriptors()
+
+    class StillWaiting(Exception):
+        """The writer kept on trying long after its holder let go: stop it here."""
+
+    def sleep(seconds):     # no time goes by: the sleeps are only counted
+        slept.append(seconds)
+        if len(slept) % 100 == 0 and open_descriptors() - descriptors > 10:
+            kept.append(open_descriptors() - descriptors)
+            raise StillWaiting
+        if len(slept) == tries:
+            holder.close()
+        elif len(slept) > 2 * tries:
+            raise StillWaiting
+
+    # Should the writer sleep by a name this cannot replace, it sleeps for real: the
+    # holder then lets go after a while all the same, so that no test waits for ever.
+    guard = threading.Timer(WAIT, holder.close)
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", sleep)
+    guard.start()
+    try:
+        with lesson.SessionLog(sessions, "quest-1", timeout=None) as log:
+            log.append({"role": "user", "content": "Worth the wait."})
+    except lesson.SessionBusy as busy:
+        pytest.fail(f"a writer with timeout=None should wait as long as it takes; "
+                    f"after {len(slept)} sleeps between its tries (the holder let go "
+                    f"only after {tries}) it was refused: {busy}. No number of tries "
+                    "is too many when no timeout was given", pytrace=False)
+    except StillWaiting:
+        said = (f"after {len(slept)} tries it held {kept[0]} more descriptors than "
+                "before it asked: a refused try's descriptor stays open, and a long "
+                "wait runs out of them" if kept else
+                f"the holder let go after {tries} of its tries, and it was still "
+                f"trying {tries} tries later")
+        pytest.fail(f"a writer with timeout=None waited for a busy session, and {said}",
+                    pytrace=False)
+    finally:
+        guard.cancel()
+        guard.join()
+        monkeypatch.setattr(time, "sleep", real_sleep)
+        holder.close()
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_refused_once_waits_its_whole_timeout_when_asked_again(
+        lesson, sessions):
+    """A writer with timeout=0.3 is refused: the session stayed busy for its whole
+    wait. Asked again (the next append of the same SessionLog), it waits up to its
+    timeout again, and gets the session when its holder lets go 0.1 s later."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    writer = lesson.SessionLog(sessions, "quest-1", timeout=0.3)
+    again = {"role": "user", "content": "Me, once you are done."}
+    # A writer that never gives up gets in once the holder lets go, after WAIT s
+    guard = threading.Timer(WAIT, holder.close)
+    guard.start()
+    try:
+        with raises(lesson.SessionBusy,
+                    f"this process held quest-1 for {WAIT} s, and a writer with "
+                    "timeout=0.3 waited until it let go, then appended"):
+            writer.append(again)
+        guard.cancel()
+        guard.join()
+        letting_go = threading.Timer(HOLD, holder.close)
+        started = time.monotonic()
+        letting_go.start()
+        try:
+            writer.append(again)
+        except lesson.SessionBusy as busy:
+            pytest.fail(f"a writer with timeout=0.3 was refused once, then asked again "
+                        f"by its next append; its holder let go {HOLD} s later, but "
+                        f"the writer was refused after "
+                        f"{time.monotonic() - started:.2f} s: {busy}. Each time it "
+                        "asks for the session it waits up to its timeout, counted "
+                        "from then, not from its first wait", pytrace=False)
+        finally:
+            letting_go.cancel()
+            letting_go.join()
+    finally:
+        guard.cancel()
+        guard.join()
+        writer.close()
+        holder.close()
+    held = contents(sessions / "quest-1.jsonl")
+    assert held == [FIRST["content"], again["content"]], (
+        "the writer asked again got the session and appended once, after the "
+        f"holder's message; the log holds {held}")
 
 
 def a_pid_no_process_has():
@@ -1918,16 +2060,18 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
 def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
     """A dead holder's record, longer than the new one and with a key more (an older
     program's), in a file others may read (0644), or that its group may read or write,
-    or others write: the lock file names the new holder and nothing else, and only its
+    or others write, and an empty one others may read (its holder was killed before its
+    record went in): the lock file names the new holder and nothing else, and only its
     owner may read or write it."""
     sessions.mkdir(parents=True, exist_ok=True)
-    for number, stale_mode in enumerate((0o644, 0o640, 0o620, 0o602)):
+    stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
+             "since": "2026-01-01T00:00:00+00:00",
+             "program": "an older version, which said more"}
+    found = [(mode, json.dumps(stale)) for mode in (0o644, 0o640, 0o620, 0o602)]
+    for number, (stale_mode, held) in enumerate([*found, (0o644, "")]):
         session = f"quest-{number + 1}"
         lock = sessions / f"{session}.lock"
-        stale = {"pid": 4_000_000, "host": "a-much-longer-host-name." * 8,
-                 "since": "2026-01-01T00:00:00+00:00",
-                 "program": "an older version, which said more"}
-        lock.write_text(json.dumps(stale), encoding="utf-8")  # its holder died long ago
+        lock.write_text(held, encoding="utf-8")     # its holder died long ago
         lock.chmod(stale_mode)  # made by an older program, or under another umask
 
         began = time.time()
@@ -1955,8 +2099,11 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
             f"as now() gives it), not the dead holder's time nor another: it says "
             f"{record.get('since')!r}, the writer took it at {took}")
         assert mode == 0o600, (
-            f"the stale lock file had mode {oct(stale_mode)}, and this writer wrote "
-            f"its own record into it and left it at {oct(mode)}: it should be readable "
+            f"the stale lock file had mode {oct(stale_mode)}"
+            + ("" if held else " and was empty (its holder was killed before its "
+               "record went in)")
+            + f", and this writer wrote its own record into it and left it at "
+            f"{oct(mode)}: it should be readable "
             "and writable by its owner only (0o600), not by others (who could read who "
             "holds the session, or write it), nor closed to its owner's next writer")
 
