@@ -10,6 +10,7 @@ import re
 import openai
 import pytest
 
+from sessionlab import scripted
 from sessionlab.scripted import Fail, call, raw_call, say, use
 from sessionlab.testing import described, fail_in, raises, until_written
 
@@ -809,6 +810,23 @@ def test_tool_calls_are_run_even_when_finish_reason_says_stop(lesson, model, tow
                 f"and all; it returned {answer!r}{whose[1]}")
 
 
+def result_sent_back(model, agent, what):
+    """The last message of the request after the model's one call: the call's result.
+    Fails in words, naming whose code it was, when no request followed the call."""
+    if len(model.requests) >= 2:
+        return model.requests[1]["messages"][-1]
+    calls = [c for m in agent.messages if m.get("role") == "assistant"
+             for c in m.get("tool_calls") or []]
+    fail_in("00.2" if calls else "00.3",
+            f"{what}, and the turn ended after {len(model.requests)} request(s), with "
+            "no request carrying the call's result: "
+            + ("the stored reply holds the call, and the loop (task 00.2) should have "
+               "run it and asked again" if calls else
+               "the stored reply holds no call at all, so nothing ran; normalize_reply "
+               "(task 00.3) keeps every call the model sent, whatever the server "
+               f"left out of it (the history is {agent.messages})"))
+
+
 @pytest.mark.task("00.2")
 @pytest.mark.task("00.1")
 def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
@@ -821,7 +839,7 @@ def test_an_unknown_tool_becomes_an_error_result_the_model_can_read(
 
     answer = agent.run("Fly to the cave.")
 
-    result = model.requests[1]["messages"][-1]
+    result = result_sent_back(model, agent, "the model called 'fly'")
     assert result["role"] == "tool", (
         f"the request after the call should end with its result, it ends with {result}")
     assert_error_result(result["content"], "the model called 'fly', which the town "
@@ -844,7 +862,7 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 
     agent.run("Talk to the elder.")
 
-    result = model.requests[1]["messages"][-1]
+    result = result_sent_back(model, agent, "the model called talk_to")
     assert result["role"] == "tool", (
         f"the request after the call should end with its result, it ends with {result}")
     assert_error_result(result["content"], "talk_to was called with 'person', a "
@@ -1074,6 +1092,24 @@ def test_ctrl_c_inside_a_tool_stops_the_agent(lesson):
                 "the user cannot stop the agent while a tool runs")
 
 
+@pytest.mark.task("00.1")
+def test_a_tool_that_ends_the_program_ends_it(lesson):
+    """A tool that asks the program to exit (SystemExit) ends it, as Ctrl-C does: a
+    tool's failures are the model's to read, not what stops the program."""
+    def leave_town():
+        raise SystemExit("The adventurer goes home.")
+
+    try:
+        result = lesson.run_tool(FewTools(leave_town=leave_town),
+                                 tool_call("leave_town", "{}"))
+    except SystemExit:
+        return
+    pytest.fail("the tool leave_town asked the program to exit (SystemExit), and "
+                f"run_tool returned {result!r}: the program goes on as if a tool had "
+                "failed, where whoever wrote the tool meant it to end; only a tool's "
+                "failures are the model's to read", pytrace=False)
+
+
 @pytest.mark.task("00.2")
 def test_ctrl_c_inside_a_tool_stops_the_turn(lesson, model, town):
     """Ctrl-C while a tool runs stops run() too: the loop does not turn it into a
@@ -1114,6 +1150,37 @@ def test_ctrl_c_inside_a_tool_stops_the_turn(lesson, model, town):
                              "00.2) must not catch it either" if alone is None else
                              f"run_tool (task 00.1) returned {alone!r} instead of "
                              "letting KeyboardInterrupt through"))
+
+
+@pytest.mark.task("00.2")
+def test_a_call_stopped_by_ctrl_c_never_runs_again(lesson, model, town, monkeypatch):
+    """A call the user stopped with Ctrl-C ran once, as far as it got: a later turn
+    never runs it again, even against a server that takes a history whose call has no
+    result (not every local server checks that), and whose next reply calls a tool."""
+    monkeypatch.setattr(scripted, "validate", lambda body: None)     # a lenient server
+    dawns = []
+
+    def wait_for_dawn():
+        dawns.append("dawn")
+        if len(dawns) == 1:
+            raise KeyboardInterrupt
+        return "It is dawn."
+
+    model.add(use(call("wait_for_dawn")), use(call("buy", item="rope")), say("Done."))
+    tools = FewTools(buy=town.functions["buy"], wait_for_dawn=wait_for_dawn)
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+    with raises(KeyboardInterrupt, "the user pressed Ctrl-C while wait_for_dawn ran, "
+                "and run() did not let it stop the turn"):
+        agent.run("Wait for dawn.")
+    agent.run("Buy a rope, then.")
+    assert len(dawns) == 1 and town.inventory == ["rope"], (
+        "the user stopped wait_for_dawn with Ctrl-C on the first turn; the second turn "
+        "asked for a rope only, and wait_for_dawn ran "
+        f"{len(dawns)} times in all, the inventory is {town.inventory}: a call runs "
+        "once, on the turn the model asks for it, and no later turn runs a call of an "
+        "earlier one again (the user stopped it, and the model asked for something "
+        "else since)")
 
 
 @pytest.mark.task("00.2")

@@ -683,7 +683,7 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
-                  '{"item": "ro\npe"}', " ", "\n"]
+                  "None", '{"item": "ro\npe"}', " ", "\n"]
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
@@ -697,7 +697,11 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     blank = (" blank text is no JSON (only None or \"\" means no arguments), and "
              "normalize_reply keeps text it reads as it came, where a provider refuses "
              "it")
-    why = {"null": " the text 'null' is JSON of no object (a call without arguments "
+    why = {"None": " the text 'None' is no JSON at all (a call without arguments "
+                   "comes with the value None or \"\", never with their text), and "
+                   "normalize_reply would store it as it came, where a provider "
+                   "refuses it",
+           "null": " the text 'null' is JSON of no object (a call without arguments "
                    "comes with None or \"\"), and normalize_reply would store it as "
                    "it came, where a provider reading an object refuses it",
            '{"item": "ro\npe"}': " a raw line break inside a JSON string is no "
