@@ -5,6 +5,7 @@ Run: pytest lessons/06_blobs            (your code)
 """
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -588,6 +589,48 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
         f"blobs/{blob.name} was already stored, intact, yet storing the same content "
         "again replaced it with a new file (another inode): a reader, or a fork's log, "
         "using the stored blob was using a file that is no longer there")
+
+
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
+        lesson, sessions):
+    """The sessions folder is reached through a symbolic link (a home folder moved to
+    another disk): only a link at a blob's own name is one to refuse. A content stored
+    again is found stored, the very file left as it was, and load puts it back."""
+    real = sessions.parent / "on another disk"
+    real.mkdir()
+    sessions.rmdir()
+    sessions.symlink_to(real, target_is_directory=True)
+    message = {"role": "user", "content": PASTE}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(message)
+    blob = real / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), (
+        f"the paste should be stored as blobs/{blob.name} of the sessions folder, "
+        "reached through its link")
+    before = blob.stat()
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.append(message)
+    after = blob.stat() if blob.is_file() else None
+    if after is None or after.st_ino != before.st_ino:
+        fail_in("06.1", f"blobs/{blob.name} was stored, intact, in a sessions folder "
+                "reached through a symbolic link, yet storing the same content again "
+                "replaced it with a new file: the folder's link is not a link at the "
+                "blob's name, and a reader, or another session's log, was using that "
+                "very file")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            fail_in("06.2", f"a blob of a sessions folder reached through a symbolic "
+                    f"link was refused ({type(error).__name__}: {error}): the blob "
+                    "itself is a plain file, and the folder's link is not one at its "
+                    "name, so no session of that folder could be loaded")
+    if loaded != [message]:
+        fail_in("06.2", "in a sessions folder reached through a symbolic link, load "
+                "should put the paste back from its blob; it gave "
+                f"{str(loaded)[:200]}")
 
 
 @pytest.mark.task("06.1")
@@ -1643,26 +1686,34 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
 def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(lesson,
                                                                            sessions):
     """The disk fills up half-way through a blob (a real file size limit): the append
-    fails with OSError, and leaves no temporary file, no blob, no reference and no
-    open descriptor behind."""
+    fails with the system's OSError, saying so, and leaves no temporary file, no blob,
+    no reference and no open descriptor behind."""
     small = "The elder's note. " * 500            # about 9 KB: a blob that fits
 
     def append_both():
         before = open_descriptors()
-        outcome = "appended"
+        outcome, code = "appended", None
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append({"role": "user", "content": small})
             try:
                 log.append({"role": "user", "content": PASTE})
             except OSError as error:
                 outcome = f"OSError: {error}"
-        return {"outcome": outcome, "leaked": open_descriptors() - before}
+                code = error.errno
+        return {"outcome": outcome, "errno": code,
+                "leaked": open_descriptors() - before}
 
     kind, message, result = with_file_size_limit(256 * 1024, append_both)
     assert kind == "ok", f"the appends raised {kind}: {message}"
     assert result["outcome"].startswith("OSError"), (
         "no file may grow past 256 KB here, so storing the 1 MB paste must fail with "
         f"OSError; the append returned normally ({result['outcome']})")
+    too_large = os.strerror(errno.EFBIG)
+    assert result["errno"] == errno.EFBIG or too_large in result["outcome"], (
+        f"the disk refused the blob's bytes ({too_large}), and the append failed with "
+        f"{result['outcome']!r}, which no longer says so: the user should learn from "
+        "the error what the system said (its errno, its words), to know that the disk "
+        "is full rather than that something is wrong with the session")
     left = sorted(p.name for p in (sessions / "blobs").iterdir()
                   if p.name != sha256(small.encode("utf-8")))
     assert left == [], (
@@ -1795,13 +1846,13 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
 
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("edit", ["preview edited", "preview removed", "size removed",
-                                  "a key added"])
+                                  "a key added", "its keys in another order"])
 def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
                                                                   edit):
     """The preview is for a person reading the log, and a person may edit it (to hide
-    a name in it, say); another program may drop the size or add a key of its own. The
-    key "$blob" makes an object a reference, and the hash alone says what the content
-    is: it still loads."""
+    a name in it, say); another program may drop the size, add a key of its own, or
+    write the keys in another order. The key "$blob" makes an object a reference, and
+    the hash alone says what the content is: it still loads."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     path = sessions / "quest-1.jsonl"
@@ -1813,8 +1864,10 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
         del reference["preview"]
     elif edit == "size removed":
         del reference["size"]
-    else:
+    elif edit == "a key added":
         reference["media_type"] = "text/plain"
+    else:       # a program that sorts keys, or writes its own first
+        line["content"] = dict(reversed(list(reference.items())))
     path.write_text(json.dumps(line) + "\n", encoding="utf-8")
 
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1928,28 +1981,26 @@ CLAIMS = (r"missing|not found|no such|(not|n't) exist|absent|gone|removed|delete
           r"|not a (plain|regular)|folder|fifo")
 
 
-@pytest.mark.task("06.2")
-def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
-        lesson, sessions, monkeypatch):
-    """The disk fails to read a blob (EIO): the blob is there, and nothing says it
-    changed. The load fails, with the disk's OSError or with a BlobError naming the
-    blob, the log and the line, but never saying the blob is missing, changed, a link
-    or no text: the user would restore a backup or undo a hand edit instead of checking
-    the disk."""
-    import builtins
-    import errno
-    import io
+def a_stored_paste(lesson, sessions):
+    """Store the paste in quest-1's log, and give its blob's path."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
-    before = snapshot(sessions)
+    return blob
+
+
+def load_failing_to_open(lesson, sessions, monkeypatch, blob, failure):
+    """Load quest-1 while every open of `blob` (by os.open, open() or io.open) raises
+    `failure`; give what the load raised (None if it returned)."""
+    import builtins
+    import io
 
     def failing(real):
         def opening(path, *args, **kwargs):
             if isinstance(path, (str, bytes, os.PathLike)) and (
                     os.fsdecode(path) == str(blob)):
-                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+                raise failure
             return real(path, *args, **kwargs)
         return opening
 
@@ -1958,13 +2009,33 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
             monkeypatch.setattr(module, name, failing(getattr(module, name)))
         try:
             log.load()
-            failed = None
-        except (OSError, ValueError) as error:
-            failed = error
+        except BaseException as error:  # a KeyboardInterrupt too: the test judges it
+            return error
         finally:
             monkeypatch.undo()
+    return None
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("failure", ["EIO", "EACCES"])
+def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
+        lesson, sessions, monkeypatch, failure):
+    """The disk fails to read a blob (EIO), or the system refuses to let this user
+    open it (EACCES: a restore that got its mode wrong): the blob is there, and nothing
+    says it changed. The load fails, with the system's OSError or with a BlobError
+    naming the blob, the log and the line, but never saying the blob is missing,
+    changed, a link or no text: the user would restore a backup or undo a hand edit
+    instead of checking the disk, or who may read the file."""
+    import errno
+    blob = a_stored_paste(lesson, sessions)
+    before = snapshot(sessions)
+    number = getattr(errno, failure)
+    failed = load_failing_to_open(lesson, sessions, monkeypatch, blob, OSError(
+        number, os.strerror(number), str(blob)))
     if failed is None:
         return      # the blob was read some other way: no failure to judge
+    if not isinstance(failed, (OSError, ValueError)):
+        raise failed
     if isinstance(failed, lesson.BlobError):
         message = str(failed)
         named = (re.search(r"\bline 1\b", message)
@@ -1975,15 +2046,36 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
         said = message.replace(str(sessions.parent), "").replace(blob.name, "")
         claim = re.search(CLAIMS, said, re.IGNORECASE)
         assert not claim, (
-            f"the disk failed to read blobs/{blob.name} (EIO), and the refusal says "
-            f"{claim.group(0)!r}: the blob is there, and nothing shows it changed, so "
-            "the user goes to the wrong fix (a backup, a hand edit) instead of the "
-            f"disk. It says: {message}")
+            f"the system failed to open blobs/{blob.name} ({failure}), and the refusal "
+            f"says {claim.group(0)!r}: the blob is there, and nothing shows it "
+            "changed, so the user goes to the wrong fix (a backup, a hand edit) "
+            f"instead of the disk, or who may read the file. It says: {message}")
     else:
         assert isinstance(failed, OSError), (
-            f"the disk failed to read a blob, and load raised {failed!r}: the disk's "
-            "OSError, or a BlobError saying the blob could not be read, was expected")
+            f"the system failed to open a blob ({failure}), and load raised "
+            f"{failed!r}: the system's OSError, or a BlobError saying the blob could "
+            "not be read, was expected")
     assert snapshot(sessions) == before, "a refused load must change no file"
+
+
+@pytest.mark.task("06.2")
+def test_a_ctrl_c_while_a_blob_is_read_stays_a_ctrl_c(lesson, sessions, monkeypatch):
+    """The user presses Ctrl-C while a load reads a large blob: the KeyboardInterrupt
+    reaches the caller as it is. Told instead that the blob cannot be trusted, the
+    user goes looking for a broken session, and a program that stops cleanly on Ctrl-C
+    does not stop."""
+    blob = a_stored_paste(lesson, sessions)
+    before = snapshot(sessions)
+    failed = load_failing_to_open(lesson, sessions, monkeypatch, blob,
+                                  KeyboardInterrupt())
+    if failed is None:
+        return      # the blob was read some other way: no Ctrl-C to judge
+    assert isinstance(failed, KeyboardInterrupt), (
+        f"Ctrl-C was pressed while load opened blobs/{blob.name}, and load raised "
+        f"{type(failed).__name__}: {failed}. A Ctrl-C is the user stopping the "
+        "program, not something wrong with the blob: it should reach the caller as "
+        "the KeyboardInterrupt it is")
+    assert snapshot(sessions) == before, "an interrupted load must change no file"
 
 
 @pytest.mark.task("06.2")
@@ -2165,11 +2257,11 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
 
 
 @pytest.mark.task("06.1")
-@pytest.mark.parametrize("role", ["user", "assistant", "tool", "system"])
+@pytest.mark.parametrize("role", ["user", "assistant", "tool", "system", "developer"])
 def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role):
     """The threshold is the only rule: the model's long answer, a tool's long result
-    and a long system prompt leave the line as a user's paste does, and load puts each
-    back."""
+    and a long system prompt (in a "developer" message too, as newer models take it)
+    leave the line as a user's paste does, and load puts each back."""
     message = {"role": role, "content": PASTE}
     if role == "tool":
         message["tool_call_id"] = "call_1_0"
