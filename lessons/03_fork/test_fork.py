@@ -1751,6 +1751,112 @@ def test_ids_keep_their_capitals_byte_for_byte(lesson, sessions, monkeypatch):
     fail_naming_the_task_at_fault(lesson, said, handed, "What-If")
 
 
+def expect_fork_made(lesson, folder, new_id, monkeypatch, situation, why):
+    """Fork quest-1 (one message) onto `new_id`, a free id, in `folder`; fail in words
+    unless the fork made `new_id`'s two files, its log holding quest-1's bytes, and
+    changed nothing else. `situation` says what the folder holds; `why`, what must
+    hold. The failure names 03.1 or 03.2 by what fork handed publish_fork."""
+    (folder / "quest-1.jsonl").write_bytes(M1 + b"\n")
+    (folder / "quest-1.jsonl").chmod(0o600)
+    before = snapshot(folder)
+    handed = handed_to_publishing(lesson, monkeypatch)
+
+    error = fork_or_fail(lesson, folder, "quest-1", new_id)
+
+    after = snapshot(folder)
+    made = sorted(set(after) - set(before))
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    if error is None and not changed and made == [
+            f"{new_id}.jsonl", f"{new_id}.meta.json"] and after[
+            f"{new_id}.jsonl"] == before["quest-1.jsonl"]:
+        return
+    said = (f"{situation}, a fork of quest-1 onto {new_id}, a free id, should make "
+            f"{new_id}.jsonl, holding quest-1's message, and {new_id}.meta.json, and "
+            "change nothing else; it "
+            + ("returned" if error is None else f"raised {described(error)}")
+            + f", made {made or 'no file'}"
+            + (f" and changed {changed}" if changed else "") + f": {why}")
+    fail_naming_the_task_at_fault(lesson, said, handed, new_id)
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_onto_an_id_that_begins_another_sessions_id_is_made(
+        lesson, sessions, monkeypatch):
+    """quest.day-1 is a session; quest, the start of its id, is free. A fork onto quest
+    is made: a session is its own log, never the logs whose names begin as its id."""
+    (sessions / "quest.day-1.jsonl").write_bytes(M2 + b"\n")
+    expect_fork_made(lesson, sessions, "quest", monkeypatch,
+                     "with quest.day-1, another session, in the folder",
+                     "an id is taken by its own log only, not by another session "
+                     "whose id begins with it")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_onto_an_id_that_differs_from_a_session_only_in_case_is_made(
+        lesson, sessions, monkeypatch):
+    """what-if is a session; What-If, on a disk that keeps case (Linux's), is another
+    id, and free: a fork onto it is made, and what-if is left as it was."""
+    (sessions / "what-if.jsonl").write_bytes(M2 + b"\n")
+    if (sessions / "WHAT-IF.jsonl").exists():
+        pytest.skip("this disk folds case: what-if and What-If name one file here")
+    expect_fork_made(lesson, sessions, "What-If", monkeypatch,
+                     "with what-if, another session, in the folder",
+                     "ids are kept as they were given, capitals included, and on a "
+                     "disk that keeps case, What-If is not what-if")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
+def test_a_fork_in_a_sessions_folder_reached_through_a_link_is_made(
+        lesson, sessions, monkeypatch):
+    """The sessions folder is reached through a symbolic link (a home folder moved to
+    another disk, a link left at its old place): a fork there is made like anywhere
+    else. Only a link at the fork's own name is refused, never a link on the way."""
+    disk = sessions / "disk"
+    disk.mkdir(mode=0o700)
+    (sessions / "home").symlink_to(disk)
+    expect_fork_made(lesson, sessions / "home", "what-if", monkeypatch,
+                     "in a sessions folder reached through a symbolic link",
+                     "a link on the way to the folder is no link at the fork's name")
+
+
+@pytest.mark.task("03.1")
+def test_a_source_that_cannot_be_read_is_not_reported_missing(
+        lesson, sessions, day_one):
+    """A process that has run out of file descriptors (a busy server) cannot open
+    quest-1's log. The fork fails, with the error that happened, never as a source
+    with no log (SessionNotFound): its user would believe quest-1 gone, and start it
+    afresh. Nothing is made."""
+    before = snapshot(sessions)
+
+    def work():
+        # Every descriptor below the limit is taken: the next one opened is refused
+        # (EMFILE), as in a server that holds too many files.
+        lowest = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest)
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (lowest, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        lesson.fork(sessions, "quest-1", "what-if")
+        return "the fork was made"
+
+    outcome = unless_unfinished(in_child(work))
+    if not isinstance(outcome, dict) or outcome.get("raised") in (
+            "SessionNotFound", "FileNotFoundError"):
+        said = (f"{outcome['raised']}: {outcome['message']}"
+                if isinstance(outcome, dict) else outcome)
+        pytest.fail("quest-1's log is there, but this process could open no file "
+                    "(EMFILE, too many open files): the fork should fail with the "
+                    f"error that happened, and it gave {said}. A log that cannot be "
+                    "read is no missing session: told so, its user believes quest-1 "
+                    "gone", pytrace=False)
+    expect_unchanged(sessions, before,
+                     "a fork that could not read its source must leave every file as "
+                     f"it was: the folder held {sorted(before)}, and now holds "
+                     f"{sorted(snapshot(sessions))}")
+
+
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_a_fork_of_a_fork_names_its_own_source_as_parent(
