@@ -51,29 +51,38 @@ def day_one(lesson, sessions, town):
 
 
 def plain_publish_fork(folder, source_id, new_id, count, copy, durable):
-    """A stand-in for `publish_fork` (task 03.2) while it is not written yet: the log
-    created (SessionExists if its name is taken) and the meta file written in place,
-    plainly, each synced with their folder when `durable` says so. It has none of
-    03.2's care for what a reader, a crash or an error sees of either file, and no test
-    of 03.2 alone uses it."""
+    """A stand-in for `publish_fork` (task 03.2) while it is not written yet: each file
+    written under a temporary name, synced when `durable` says so, then given its own
+    (the log's by a link, SessionExists if its name is taken; the meta file's by a
+    rename), and their folder synced last. It has none of 03.2's care for what an
+    error, an interrupt or a kill leaves, and no test of 03.2 alone uses it."""
+    folder = Path(folder)
     lineage = {"format": 1, "id": new_id, "parent": source_id, "forked_at": count,
                "created": datetime.now(timezone.utc).isoformat()}
-    for name, data, how in ((f"{new_id}.jsonl", copy, os.O_EXCL),
-                            (f"{new_id}.meta.json", json.dumps(lineage).encode(),
-                             os.O_TRUNC)):
-        try:
-            fd = os.open(Path(folder) / name,
-                         os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | how, 0o600)
-        except FileExistsError:
-            raise PLAIN["refusal"](f"cannot create {name}: it exists") from None
+    for name, data in ((f"{new_id}.jsonl", copy),
+                       (f"{new_id}.meta.json", json.dumps(lineage).encode())):
+        temporary = folder / f".{name}.stand-in.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
             if durable:
                 os.fsync(fd)
-        finally:
             os.close(fd)
+            fd = None
+            if name.endswith(".jsonl"):
+                try:
+                    os.link(temporary, folder / name)
+                except FileExistsError:
+                    raise PLAIN["refusal"](f"cannot create {name}: it exists") from None
+            else:
+                os.replace(temporary, folder / name)
+        finally:
+            if fd is not None:
+                os.close(fd)
+            temporary.unlink(missing_ok=True)
     if durable:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
