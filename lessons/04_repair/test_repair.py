@@ -391,6 +391,11 @@ CONVERSATIONS = {
         [*A_FINISHED_DAY, {"role": "user", "content": "And the guard?"}], []),
     "calls, then a user message": (
         [ASK, BUY_THREE, {"role": "user", "content": "Did we get them?"}], []),
+    # Another program's log: a note of its harness straight after the calls
+    "calls, then a developer message": (
+        [ASK, BUY_THREE, {"role": "developer", "content": "Spend no more gold."}], []),
+    "calls, then a system message": (
+        [ASK, BUY_THREE, {"role": "system", "content": "The shop closes soon."}], []),
     "calls, one answered, then a plain answer": (
         [ASK, BUY_THREE, result("call_z"),
          {"role": "assistant", "content": "The shop is shut."}], []),
@@ -424,12 +429,14 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
 
     ids = [call.get("id") if isinstance(call, dict) else call for call in found]
     wanted = [call["id"] for call in expected]
-    if case.startswith("calls,") and case.endswith("then a user message"):
+    last = messages[-1].get("role") if messages else None
+    if case.startswith("calls,") and last in ("user", "developer", "system"):
         assert found == [], (
-            "the calls are followed by a user message, so they are no longer at the "
-            "end of the conversation: a result written now would come after that "
-            "message, where no provider accepts it either. A conversation that ends in "
-            f"a user message has no open call; unanswered_calls returned {ids}")
+            f"the calls are followed by a {last} message, so they are no longer at "
+            "the end of the conversation: a result written now would come after that "
+            "message, where no provider accepts it either (results follow their calls "
+            f"straight away). A conversation that ends in a {last} message has no "
+            f"open call; unanswered_calls returned {ids}")
     if case.endswith("then a plain answer"):
         assert found == [], (
             "the calls are followed by a plain answer of the assistant, so they are no "
@@ -1104,18 +1111,27 @@ def test_a_run_stopped_by_ctrl_c_in_its_second_tool_call_goes_on(
                       "Ctrl-C inside the second of three calls")
 
 
-@pytest.mark.task("04.4")
-def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
-        lesson, sessions, town):
-    """The first of three calls fails (its result is run_tool's error, whose words
-    read much like a made-up answer's), and Ctrl-C arrives inside the second: that one
-    may have run, and the third never started, as after any run stopped there. A
-    result a call really returned is no answer a settle made up."""
-    def ferry(**arguments):
-        raise RuntimeError("the ferry did not run today; the crossing was interrupted")
+def ferry_that_raises(**arguments):
+    raise RuntimeError("the ferry did not run today; the crossing was interrupted")
 
+
+def elder_who_sleeps(**arguments):
+    # A tool's own answer may begin as a made-up one does
+    return "error: the call to the elder went unanswered: he sleeps until noon"
+
+
+@pytest.mark.task("04.4")
+@pytest.mark.parametrize("first", [ferry_that_raises, elder_who_sleeps],
+                         ids=["raises", "answers-with-an-error"])
+def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
+        lesson, sessions, town, first):
+    """The first of three calls fails (its result is run_tool's error, or the tool's
+    own answer, "error: the call ...", whose words read much like a made-up answer's),
+    and Ctrl-C arrives inside the second: that one may have run, and the third never
+    started, as after any run stopped there. A result a call really returned is no
+    answer a settle made up, whatever its words."""
     tools = interrupted_in_buy(town)
-    tools.functions["talk_to"] = ferry
+    tools.functions["talk_to"] = first
     model = elder_torch_and_rope()
     with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
