@@ -779,3 +779,39 @@ def test_hints_in_lesson_toml_or_for_a_task_not_listed_are_refused_naming_the_fi
     with pytest.raises(course.CourseError, match=r"lesson\.toml: task 01\.2: hints belong "
                                                   r"in solutions/01_append/hints\.toml"):
         lesson_of(copy)
+
+
+WAITS_FOR_00_3 = '''
+
+@pytest.mark.task("00.1")
+def test_a_tool_runs_once_replies_are_normalized(lesson):
+    """(Added by the kit's test) A test of 00.1 that needs 00.3's code."""
+    from pathlib import Path
+    source = Path(lesson.__file__).with_name("messages.py").read_text()
+    if "task 00.3 is not written yet" in source:
+        ON_NOT_WRITTEN
+'''
+
+
+@pytest.mark.parametrize("on_not_written, problems", [
+    # 00.3's own NotImplementedError, which the plugin names: the way to wait for it
+    ("raise NotImplementedError('task 00.3 is not written yet: its title')", 0),
+    # Once with 00.1 written, once with 00.1 and 00.2
+    ("pytest.fail('the tool ran wrong', pytrace=False)", 2),
+])
+def test_a_test_of_a_written_task_may_only_wait_for_a_later_one(copy, on_not_written,
+                                                                problems):
+    """With 00.1 written and 00.3 not yet, a test of 00.1 that needs 00.3 may fail only
+    with 00.3's not-written error: a failure in other words tells a student whose
+    00.1 is right that it is wrong (a test's stand-in for a later task that does not do
+    what the test checks, say)."""
+    tests = copy / "lessons/00_memory/test_memory.py"
+    tests.write_text(tests.read_text(encoding="utf-8")
+                     + WAITS_FOR_00_3.replace("ON_NOT_WRITTEN", on_not_written))
+    found = maintainers.check_tasks_in_order(lesson_of(copy, "00_memory")).problems
+    assert len(found) == problems, found
+    if problems:
+        assert "test_a_tool_runs_once_replies_are_normalized, a test of 00.1" in found[0]
+        assert "with 00.1 written and 00.2, 00.3 not yet" in found[0], found
+        assert "with 00.1 to 00.2 written and 00.3 not yet" in found[1], found
+        assert all("Failed: the tool ran wrong" in problem for problem in found), found

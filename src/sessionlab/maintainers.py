@@ -469,6 +469,58 @@ def check_starter_fails_right(lesson: course.Lesson) -> Finding:
     return finding
 
 
+def check_tasks_in_order(lesson: course.Lesson) -> Finding:
+    """A student who writes the tasks in the page's order sees each pass once written.
+
+    For each task but the last: the solution with that task and those before it
+    written, the later ones as the starter has them. Every test of a written task then
+    passes, or fails only because a later task is not written yet (that task's
+    NotImplementedError, which the plugin names as the one to write). A failure of
+    any other kind there (a test's stand-in for a later task that does not do what
+    the test checks, say) tells a student that their finished task is wrong.
+    """
+    from .mutate import impl_index
+    finding = Finding(f"the tasks of {lesson.name} pass in their order")
+    order = [task.id for task in lesson.tasks]
+    if len(order) < 2:
+        return finding
+    with tempfile.TemporaryDirectory(prefix="sessionlab-in-order-") as temp:
+        impls = []
+        for k in range(len(order) - 1):
+            folder = Path(temp) / f"upto{k}"
+            folder.mkdir()
+            for path in course.lesson_modules(lesson.solution_folder):
+                text = starters.make_starter(path.read_text(encoding="utf-8"), lesson,
+                                             written=order[:k + 1])
+                (folder / path.name).write_text(text, encoding="utf-8")
+            impls.append(str(folder / course.MODULE))
+        status, report, output = run_pytest(lesson.root, [f"lessons/{lesson.name}"],
+                                            "--impl", os.pathsep.join(impls))
+    results = report.get("results", [])
+    if not results:
+        finding.problems.append(f"no test ran on the lesson's tasks in order:\n{output}")
+    for entry in results:
+        # One implementation alone gets no [implNN] in its tests' names
+        k = impl_index(entry.get("name", "")) if len(order) > 2 else 0
+        if k is None or entry["outcome"] not in ("failed", "error"):
+            continue
+        written, later = order[:k + 1], order[k + 1:]
+        if not set(entry.get("tasks", [])) & set(written):
+            continue    # a test of later tasks only: it waits for them
+        message = str(entry.get("message") or "")
+        waiting = starters.NOT_WRITTEN.search(message)
+        if (entry.get("exception") == "NotImplementedError" and waiting
+                and waiting[1] in later):
+            continue
+        first = message.splitlines()[0][:300] if message else ""
+        finding.problems.append(
+            f"{_short(entry['nodeid']).split('[')[0]}, a test of "
+            f"{', '.join(sorted(set(entry.get('tasks', [])) & set(written)))}, fails "
+            f"with {' to '.join(sorted({written[0], written[-1]}))} written and "
+            f"{', '.join(later)} not yet: {entry.get('exception')}: {first}")
+    return finding
+
+
 @dataclass(frozen=True)
 class Wrong:
     """One entry of solutions/NN_topic/wrong.toml: the solution with one edit.
@@ -907,7 +959,8 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
     """The checks that run a process (pytest, mkdocs), as (name, callable) pairs.
 
     `lessons`: each solution passes its lesson and each starter fails it for the right
-    reason; `key`: each solution passes the earlier lessons' key tests. The root `pytest`
+    reason; `key`: each solution passes the earlier lessons' key tests, and each task's
+    tests pass with the tasks written up to it (check_tasks_in_order). The root `pytest`
     runs the first (quick), and leaves the key tests and the docs to `pytest -m campaign`.
 
     `corpus`: also run each lesson's tests on its wrong implementations (wrong.toml),
@@ -926,6 +979,8 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
         if key:
             checks.append((f"key tests on {lesson.name}",
                            lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
+            checks.append((f"tasks of {lesson.name} in order",
+                           lambda l=lesson: check_tasks_in_order(l)))
         if lessons:
             checks.append((f"starter {lesson.name}",
                            lambda l=lesson: check_starter_fails_right(l)))

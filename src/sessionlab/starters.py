@@ -22,6 +22,7 @@ import re
 import subprocess
 import tarfile
 import textwrap
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,10 @@ BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN (?P<task>\d\d\.\d+)\s*$")
 END = re.compile(r"^[ \t]*# END (?P<task>\d\d\.\d+)\s*$")
 
 
-def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str:
-    """The starter text for `lesson`, made from its marked solution text."""
+def make_starter(solution: str, lesson: Lesson, source: str = "solution",
+                 written: Collection[str] = ()) -> str:
+    """The starter text for `lesson`, made from its marked solution text; the tasks in
+    `written` keep their solution (a student part-way through the lesson)."""
     out: list[str] = []
     if (body := without_header(solution)) != solution:
         out.append(f"# Lesson {lesson.name}, yours to edit: generated from\n"
@@ -51,12 +54,13 @@ def make_starter(solution: str, lesson: Lesson, source: str = "solution") -> str
                 raise CourseError(f"{source}:{number}: BEGIN {begin['task']} inside BEGIN {open_task}")
             open_task = begin["task"]
             task = _task(lesson, open_task, f"{source}:{number}")
-            out.extend(_todo(begin["indent"], task.id, task.title, lesson))
+            if open_task not in written:
+                out.extend(_todo(begin["indent"], task.id, task.title, lesson))
         elif end:
             if end["task"] != open_task:
                 raise CourseError(f"{source}:{number}: END {end['task']} without BEGIN {end['task']}")
             open_task = None
-        elif open_task is None:
+        elif open_task is None or open_task in written:
             out.append(line)
     if open_task:
         raise CourseError(f"{source}: BEGIN {open_task} is never closed")
