@@ -1130,7 +1130,7 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
                                                                           sessions):
     """SessionLog.undo(count) refuses 0, a negative count or more than the log shows
     (undone messages are not shown), writing nothing and saying how many it shows;
-    undo of every message shown is allowed."""
+    undo of every message shown is allowed, and the same writer then shows none."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
@@ -1156,6 +1156,16 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
         except lesson.UndoError as error:
             pytest.fail(f"undo(3) of a log showing 3 messages was refused ({error}): "
                         "every message shown may be undone", pytrace=False)
+        # The same writer, its log now showing none: refused like any count too high
+        with raises(lesson.UndoError,
+                    "undo(1) was allowed on a log whose every message this writer "
+                    "had just undone: it shows none, so there is nothing to take "
+                    "back") as raised:
+            log.undo(1)
+        said = str(raised.value).replace(str(path), "").replace(str(sessions), "")
+        assert re.search(r"(?<![\d.])0(?![\d.])", said), (
+            "the writer has undone every message, so its refusal of undo(1) should "
+            f"say the log shows 0; it says {str(raised.value)!r}")
     assert taken == [0, 1, 2], (
         f"undo(3) should return the indices it took back, oldest first, [0, 1, 2], "
         f"not {taken}")
@@ -1184,7 +1194,8 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
 @pytest.mark.task("07.1")
 def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
     """SessionLog.undo on a session that has no log yet refuses with UndoError naming
-    the session, and leaves the folder as it was: no log file, no lock file."""
+    the session, and leaves the folder as it was: no log file, no lock file. The logs
+    of sessions whose ids begin with its own, or that its own begins, are not its."""
     for count in (1, 0):
         log = lesson.SessionLog(sessions, "quest-1")
         try:
@@ -1210,6 +1221,26 @@ def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
             f"undo({count}) of a session with no log was refused, as it should be, "
             f"but it left {left} in the sessions folder, which was empty: a refused "
             "undo creates nothing, not an empty log, not a lock file")
+    # Beside a session whose id begins with its own, and one whose id its own begins
+    # (an id with a dot): only its own log is the session's
+    for beside, session_id in (("quest-1", "quest"), ("quest", "quest.2")):
+        write_log(sessions, [{"role": "user", "content": "Hello."}], beside)
+        there = sorted(path.name for path in sessions.iterdir())
+        log = lesson.SessionLog(sessions, session_id)
+        try:
+            with raises(lesson.UndoError,
+                        f"undo(1) of session {session_id!r}, which has no log, "
+                        f"returned: the log beside it is session {beside!r}'s, and "
+                        f"{session_id!r} shows no message to take back"):
+                log.undo(1)
+        finally:
+            log.close()
+        left = sorted(path.name for path in sessions.iterdir())
+        assert left == there, (
+            f"undo(1) of session {session_id!r}, which has no log, was refused, but "
+            f"the sessions folder, which held {there}, now holds {left}: the log "
+            f"beside it is session {beside!r}'s, not {session_id!r}'s, and a refused "
+            "undo creates nothing")
     folder = sessions / "not-made-yet"
     log = lesson.SessionLog(folder, "quest-1")
     try:
@@ -1423,6 +1454,47 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
     assert logged == turn_c + notes, (
         "after the second flush the log should hold each note once, in order; it holds "
         f"{[m.get('content', '')[:8] for m in logged[len(turn_c):]]} after the turn")
+
+
+@pytest.mark.task("07.2")
+def test_a_ctrl_c_during_a_flush_writes_each_message_once_later(lesson, sessions):
+    """Two notes wait in the buffer, and the user presses Ctrl-C during the flush, once
+    the first is written and before the second is: the KeyboardInterrupt reaches the
+    caller, and the next flush writes what is still unwritten, so the log holds each
+    note once, in order."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    notes = [{"role": "user", "content": "A note."},
+             {"role": "user", "content": "Another note."}]
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        for note in notes:
+            agent.record(note)
+        append, appended = log.append, []
+
+        def append_then_interrupt(message, *arguments, **options):
+            if appended:
+                raise KeyboardInterrupt     # before the second note is written
+            appended.append(message)
+            return append(message, *arguments, **options)
+
+        log.append = append_then_interrupt
+        try:
+            agent.flush()
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "raised KeyboardInterrupt"
+        finally:
+            log.append = append
+        if appended:
+            assert outcome == "raised KeyboardInterrupt", (
+                "Ctrl-C was pressed during the flush, and flush "
+                f"{outcome}: the interrupt should reach the caller")
+        agent.flush()
+    written = lines_of(sessions / "quest-1.jsonl")[len(turn_c):]
+    assert written == notes, (
+        "a flush stopped by Ctrl-C after the first note, then the next flush: the log "
+        f"should hold each note once, in order, {[n['content'] for n in notes]}; it "
+        f"holds {[m.get('content') for m in written]} after the turn before them")
 
 
 @pytest.mark.task("07.1")
@@ -1716,6 +1788,48 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
         f"messages, {expected}; it took back {result['taken']}")
 
 
+@pytest.mark.task("07.3")
+def test_a_ctrl_c_as_the_log_records_an_undo_changes_nothing_in_memory(lesson,
+                                                                       sessions):
+    """The user presses Ctrl-C just as the log is to record the agent's undo: the
+    KeyboardInterrupt reaches the caller, the log recorded nothing, and the agent still
+    remembers the turn the log still shows, so the next request and the next undo agree
+    with the log."""
+    play(lesson, sessions, TURN_A, TURN_C)
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        before = [m.get("content") for m in agent.messages]
+        undo, asked = log.undo, []
+
+        def interrupted(*arguments, **options):
+            asked.append(arguments)
+            raise KeyboardInterrupt
+
+        log.undo = interrupted
+        try:
+            agent.undo(1)
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "raised KeyboardInterrupt"
+        finally:
+            log.undo = undo
+        after = [m.get("content") for m in agent.messages]
+        if not asked:
+            return      # the log was not asked: no Ctrl-C to judge
+        assert outcome == "raised KeyboardInterrupt", (
+            "Ctrl-C was pressed as the log was to record the undo, and the agent's "
+            f"undo {outcome}: the interrupt should reach the caller")
+        assert after == before, (
+            "Ctrl-C stopped the log before it recorded the undo, so the log still "
+            "shows the last turn: the agent's memory must still hold it too, or its "
+            "next request and the log disagree. Before the undo it held "
+            f"{before}; after, {after}")
+        taken = [m.get("content") for m in agent.undo(1)]
+    assert taken == ["Thank the elder.", "The elder nods."], (
+        "the next undo should take back the same turn, which nothing took back yet; it "
+        f"took back {taken}")
+
+
 @pytest.mark.task("07.1")
 def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, sessions):
     """The writer's undo works from what the writer keeps (self.shown, built from the
@@ -1770,7 +1884,8 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
     """A marker of an unknown kind (a later version's, or another program's that gives
     no kind at all) is skipped and not counted, so the undo markers after it still take
     back the messages they name; and what its own fields mean is not this code's to
-    guess, even a list named like an undo's."""
+    guess, even a list named like an undo's, or a kind that differs from "undo" only
+    in its capitals."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     unknown = {"$marker": "bookmark", "name": "before the cave",
                "at": "2026-01-01T00:00:00+00:00"}
@@ -1781,13 +1896,20 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
     # conversation
     later = {"$marker": "unsummarised", "skip": [0],
              "at": "2026-01-01T00:02:00+00:00"}
+    # Another program's, in capitals: the kind is its exact text, and this is not "undo"
+    shouted = {"$marker": "Undo", "skip": [1], "at": "2026-01-01T00:03:00+00:00"}
     (sessions / "quest-1.jsonl").write_bytes(b"".join(
         (json.dumps(entry) + "\n").encode() for entry in
-        [said[0], unknown, said[1], no_kind, said[2], undo, later]))
+        [said[0], unknown, said[1], no_kind, said[2], undo, later, shouted]))
 
     shown = lesson.SessionLog(sessions, "quest-1").load()
 
     contents = [m.get('content', m) for m in shown]
+    assert said[1] in shown, (
+        "the last line is a marker of kind 'Undo', another program's: a kind is its "
+        "exact text, and this code knows 'undo' only, so what that marker's list "
+        "means is not its to guess and message 1 should still be shown; the log "
+        f"shows {contents}")
     assert said[0] in shown, (
         "the last line is a marker of a kind this code does not know, "
         "'unsummarised', with a list it calls \"skip\": only an undo marker takes "
@@ -2014,3 +2136,29 @@ def test_a_user_message_starts_a_turn_whatever_its_content(lesson, sessions, con
     assert resume(lesson, sessions) == turn_c, (
         f"a new process should see the turn before the user's {said}, and nothing of "
         "the turn undone")
+
+
+@pytest.mark.task("07.3")
+def test_a_developer_note_between_turns_goes_with_the_turn_before_it(lesson, sessions):
+    """An instruction given between turns, in a "developer" message (newer models'
+    system prompt) or a system message, starts no turn: it goes with the turn before
+    it, and undo() takes back that whole turn, the instruction with it."""
+    agent, model, log = open_agent(lesson, sessions, TURN_C[1] + TURN_D[1])
+    with log:
+        agent.run(TURN_C[0])
+        turn_c = list(agent.messages)
+        agent.run(TURN_D[0])
+        for role in ("developer", "system"):
+            agent.record({"role": role, "content": "Speak like a town crier."})
+        last_turn = agent.messages[len(turn_c):]
+        taken = agent.undo()
+        kept = list(agent.messages)
+    assert taken == last_turn and kept == turn_c, (
+        "the last turn starts at the user's 'Wait for dawn.'; a developer's or a "
+        "system message given after it starts none, so undo() should take back "
+        f"{[m.get('content') for m in last_turn]} and keep the turn before; it took "
+        f"back {[m.get('content') for m in taken]} and kept "
+        f"{[m.get('content') for m in kept]}")
+    assert resume(lesson, sessions) == turn_c, (
+        "a new process should see the turn before the one undone, and nothing of the "
+        "turn undone or of the instruction given after it")
