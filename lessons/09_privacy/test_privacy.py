@@ -457,6 +457,62 @@ def test_delete_removes_a_log_no_line_was_ever_written_to(lesson, sessions):
 
 
 @pytest.mark.task("09.1")
+def test_delete_leaves_a_session_whose_id_differs_only_in_case(lesson, sessions):
+    """Session ids are told apart character by character: Quest-1 is another session
+    than quest-1. Deleting quest-1 leaves Quest-1's log and meta file as they were."""
+    probe = sessions / "Probe"
+    probe.write_text("")
+    folds_case = (sessions / "probe").exists()
+    probe.unlink()
+    if folds_case:
+        pytest.skip("this file system ignores case: Quest-1 and quest-1 are one name")
+    play(lesson, sessions, TURN_A, session_id="Quest-1")
+    (sessions / "Quest-1.meta.json").write_text('{"format": 1, "id": "Quest-1"}')
+    play(lesson, sessions, TURN_SECRET)
+    before = {p.name: p.read_bytes() for p in sessions.glob("Quest-1.*")}
+    assert lesson.delete_session(sessions, "quest-1") is True
+    after = {p.name: p.read_bytes() for p in sessions.glob("Quest-1.*")}
+    assert after == before, (
+        "deleting quest-1 changed the files of Quest-1, another session whose id "
+        f"differs only in case: it had {sorted(before)}, it has {sorted(after)}. An id "
+        "names one session exactly; every other session stays as it was")
+
+
+@pytest.mark.task("09.1")
+def test_a_folder_that_cannot_be_listed_is_never_answered_as_empty(
+    lesson, sessions, monkeypatch
+):
+    """The sessions folder cannot be listed (permission denied, say): the delete cannot
+    know what of the session is there. It never answers False (nothing of the session
+    in the folder) while the session's log is still there: the caller hears the
+    error."""
+    play(lesson, sessions, TURN_SECRET)
+    folder = os.fspath(sessions)
+
+    def refusing(real):
+        def list_(path=".", *args, **kwargs):
+            if os.fspath(path).rstrip(os.sep) == folder:
+                raise PermissionError(13, "Permission denied (the test's)", folder)
+            return real(path, *args, **kwargs)
+        return list_
+
+    for name in ("listdir", "scandir"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    try:
+        found = lesson.delete_session(sessions, "quest-1")
+    except OSError:
+        found = None    # the caller heard it
+    finally:
+        monkeypatch.undo()
+    still = (sessions / "quest-1.jsonl").exists()
+    assert not (found is False and still), (
+        "the sessions folder could not be listed (permission denied), and "
+        "delete_session() answered False, as if nothing of quest-1 were there; its "
+        "log, with the person's words, is still there. An error that leaves the "
+        "session's files unknown must reach the caller")
+
+
+@pytest.mark.task("09.1")
 def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, sessions):
     """A temporary file a crashed erase or fork left beside the log holds the session's
     words too: deleting the session removes it, and every other such copy (two crashes
@@ -1040,10 +1096,44 @@ def test_expire_goes_on_when_a_file_cannot_be_read(lesson, sessions, monkeypatch
 
 
 @pytest.mark.task("09.2")
+def test_expire_lets_an_error_removing_a_log_reach_the_caller(
+    lesson, sessions, monkeypatch
+):
+    """An idle session's log cannot be removed (an I/O error). No writer holds that
+    session, so it is not busy; and its words are still on disk. expire() lets the
+    error reach the caller: it neither reports a writer that is not there nor says
+    nothing."""
+    play(lesson, sessions, TURN_SECRET)
+    age(sessions / "quest-1.jsonl", 40)
+
+    def refusing(real):
+        def remove(path, *args, **kwargs):
+            if Path(path).name == "quest-1.jsonl":
+                raise OSError(5, "Input/output error (the test's)", str(path))
+            return real(path, *args, **kwargs)
+        return remove
+
+    for name in ("unlink", "remove", "rename", "replace"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    try:
+        found = lesson.expire(sessions)
+    except OSError:
+        found = None    # the caller heard it
+    finally:
+        monkeypatch.undo()
+    assert found is None, (
+        f"removing quest-1's log failed (an I/O error), and expire() returned {found}"
+        + (": it reports quest-1 as held by a writer, and no writer holds it"
+           if "quest-1" in found[1] else ": the error is lost")
+        + "; the person's words are still on disk, and the caller must hear why")
+
+
+@pytest.mark.task("09.2")
 def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sessions):
     """expire() returns the ids it deleted in the order of the log names, whatever the
-    order the folder lists them in."""
-    names = ["quest-c", "quest-a", "quest-e", "quest-b", "quest-d"]
+    order the folder lists them in: names compared as text, character by character
+    (capitals before small letters, quest-10 before quest-9)."""
+    names = ["quest-c", "quest-a", "Quest-e", "quest-10", "quest-9", "Quest-d"]
     for session_id in names:
         play(lesson, sessions, TURN_A, session_id=session_id)
         age(sessions / f"{session_id}.jsonl", 40)
@@ -1053,8 +1143,8 @@ def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sess
         pytest.fail(f"expire() given its folder as a str raised {error!r}: the "
                     "folder may be a str or a Path", pytrace=False)
     assert deleted == sorted(names) and busy == [], (
-        f"expire() should return {sorted(names)} (sorted by name), it returned "
-        f"{deleted}")
+        f"expire() should return {sorted(names)} (the log names' order, as text: "
+        f"capitals first, quest-10 before quest-9), it returned {deleted}")
 
 
 @pytest.mark.task("09.2")
@@ -1486,23 +1576,26 @@ def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
 @pytest.mark.task("09.2")
 def test_expire_takes_a_session_id_with_dots_whole(lesson, sessions):
     """A session id may hold dots (lesson 01): the log of quest.1 is quest.1.jsonl, the
-    meta file left.2 left without its log is left.2.meta.json. expire() takes each id
-    whole: it expires quest.1 and the leftover left.2, and keeps quest and left, young
+    meta file left.2 left without its log is left.2.meta.json, and the log of
+    notes.jsonl is notes.jsonl.jsonl. expire() takes each id whole: it expires
+    notes.jsonl, quest.1 and the leftover left.2, and keeps quest and left, young
     sessions whose ids are where the others' start."""
-    for session_id in ("quest", "quest.1", "left"):
+    for session_id in ("quest", "quest.1", "left", "notes.jsonl"):
         play(lesson, sessions, TURN_A, session_id=session_id)
     age(sessions / "quest.1.jsonl", 40)
+    age(sessions / "notes.jsonl.jsonl", 40)
     meta = sessions / "left.2.meta.json"
     meta.write_text(json.dumps({"format": 1, "id": "left.2"}))
     age(meta, 40)
     found = lesson.expire(sessions)
     left = sorted(p.name for p in sessions.iterdir())
-    assert found == (["quest.1", "left.2"], []) and left == [
+    assert found == (["notes.jsonl", "quest.1", "left.2"], []) and left == [
         "left.jsonl", "quest.jsonl"], (
-        "the session quest.1 (its log 40 days idle) and the leftover left.2 (its meta "
-        "file 40 days old, no log) should be expired, and the young sessions quest and "
-        "left kept: an id is the whole name before .jsonl or .meta.json, dots "
-        f"included. expire() returned {found}, and the folder holds {left}")
+        "the sessions notes.jsonl and quest.1 (their logs 40 days idle) and the "
+        "leftover left.2 (its meta file 40 days old, no log) should be expired, and "
+        "the young sessions quest and left kept: an id is the whole name before the "
+        "last .jsonl or .meta.json, dots included. expire() returned "
+        f"{found}, and the folder holds {left}")
 
 
 @pytest.mark.task("09.2")
@@ -3503,6 +3596,49 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
         f"{sorted(p.name[:14] for p in blobs.iterdir())}")
     assert blob_names(sessions) == [kept], (
         "the set-aside blob a log refers to should be back under its name")
+    assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
+    lesson, sessions, monkeypatch
+):
+    """A crashed collector left a blob set aside that a log refers to. The next
+    collection fails to give it its name back (an I/O error): it may raise, but once
+    it is over it holds nothing, so a later collection of the same process gives the
+    blob its name back, and the log loads."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    aside = sessions / "blobs" / f".{blob}.collected"
+    os.rename(sessions / "blobs" / blob, aside)
+    age(aside, 2)
+    failed = []
+
+    def refusing(real):
+        def give_back(source, target, *args, **kwargs):
+            if Path(target).name == blob and not failed:
+                failed.append(True)
+                raise OSError(5, "Input/output error (the test's)", str(target))
+            return real(source, target, *args, **kwargs)
+        return give_back
+
+    for name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    try:
+        lesson.collect_blobs(sessions)
+    except OSError:
+        pass        # the failure may reach the caller
+    finally:
+        monkeypatch.undo()
+    assert failed, "the test's own set-up: the blob set aside was never given back"
+    lesson.collect_blobs(sessions)
+    assert blob_names(sessions) == [blob], (
+        "a collection failed (an I/O error) while it gave a set-aside blob its name "
+        "back; a later collection left it set aside, blobs/ holds "
+        f"{[p.name[:14] for p in (sessions / 'blobs').iterdir()]}: the failed "
+        "collection still holds the leftover, so no collection can clear it, and the "
+        "log that refers to the blob no longer loads. A collection that fails holds "
+        "nothing once it is over")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
 
 
