@@ -861,6 +861,32 @@ def test_compacting_by_hand_keeps_a_turn_whatever_its_message_holds_and_once(les
 
 
 @pytest.mark.task("08.3")
+def test_a_note_of_another_role_inside_the_newest_turn_stays_in_that_turn(lesson):
+    """compact() by hand, on a conversation whose newest turn holds, after the user's
+    message, a note the application recorded as a developer (or system) message: the
+    shop closes at dusk. The turn in progress is still the user's message and all that
+    answers it, and the model still reads it as it was said."""
+    for role in ("developer", "system"):
+        said = [*conversation(4), {"role": "user", "content": "Buy a rope."},
+                {"role": role, "content": "The shop closes at dusk."},
+                {"role": "assistant", "content": "We buy a rope before dusk."}]
+        agent, model, log = open_agent(lesson, None, budget=None)
+        agent.messages = list(said)
+        with log:
+            assert agent.compact() is True, (
+                f"two turns, then one holding a {role} note: compact() should "
+                "summarise the first two")
+        boundary = agent.compaction.boundary if agent.compaction else None
+        assert boundary == 4, (
+            f"the newest turn is 'Buy a rope.' (place 4), a {role} note the "
+            "application recorded in it, and the answer: compacted by hand, the view "
+            "should still hold that turn as it was said, from the user's message; the "
+            f"compaction starts it at {boundary}, so the model reads an answer to a "
+            "message it is never shown")
+        assert agent.messages == said, "compact() changed the conversation"
+
+
+@pytest.mark.task("08.3")
 def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson,
                                                                           sessions):
     """compact() by hand between turns, after a message was recorded and not yet
@@ -1157,6 +1183,42 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
 
 
 @pytest.mark.task("08.1")
+def test_the_log_compacts_its_own_file_after_the_working_directory_changed(
+        lesson, tmp_path, monkeypatch):
+    """A program opened its log from a relative sessions folder, then changed its
+    working directory (a tool it ran moved it) to another project whose sessions folder
+    holds a session of the same id. Its compact counts among the messages of the log it
+    writes, and a resume of that log starts its request at the message kept first."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for folder, count in ((here, 6), (elsewhere, 2)):
+        (folder / "sessions").mkdir(parents=True)
+        (folder / "sessions" / "quest-1.jsonl").write_text(as_log(conversation(count)))
+    other = (elsewhere / "sessions" / "quest-1.jsonl").read_bytes()
+    monkeypatch.chdir(here)
+    with lesson.SessionLog("sessions", "quest-1") as log:
+        log.append({"role": "user", "content": "Day 4: what now?"})    # its writer now
+        monkeypatch.chdir(elsewhere)
+        try:
+            upto = log.compact("The first three turns.", keep=1)
+        except Exception as error:      # what the user would see: said in words below
+            upto = f"{type(error).__name__}: {error}"
+        monkeypatch.chdir(here)     # the log lets go of its lock where it took it
+    path = here / "sessions" / "quest-1.jsonl"
+    markers = [marker.get("upto") for marker in compactions_in(path)]
+    assert upto == 6 and markers == [6], (
+        "a log opened from the relative folder 'sessions' holds 7 messages; its "
+        "process then moved to another folder whose 'sessions' holds a session "
+        "'quest-1' of 2. "
+        "Compacting the log it writes, keeping the last message, should record and "
+        f"return 'upto' 6; compact gave {upto!r}, and the log's markers say {markers}: "
+        "the compaction was counted among another log's messages (or not made), and a "
+        "resume would start its request at another message than the one kept")
+    assert (elsewhere / "sessions" / "quest-1.jsonl").read_bytes() == other, (
+        "the other project's session 'quest-1' changed: a compaction writes to its own "
+        "log only")
+
+
+@pytest.mark.task("08.1")
 def test_the_marker_lands_whole_or_not_at_all(lesson, sessions, monkeypatch):
     """The log's compact adds its marker as one whole line: when the disk fails (or
     the process dies) right after the first write to the log, the log ends with the
@@ -1312,6 +1374,32 @@ def test_the_boundary_is_a_place_among_the_messages_shown_and_the_latest_marker_
         "compaction keeps index 6 on, the fifth message shown: the resumed agent "
         f"should hold {expected!r}, so that its requests start at message 6; it holds "
         f"{agent.compaction!r}")
+
+
+@pytest.mark.task("08.1")
+def test_the_latest_compaction_is_the_one_written_last_whatever_its_time_says(
+        lesson, sessions):
+    """LogState.compaction() alone: the latest compaction is the one the log records
+    last. A marker's "at" says what the clock said as it was written, and clocks are set
+    back (a clock that ran fast, corrected by the network), or a time is written in
+    another zone: two markers whose times read in the other order still give the one
+    written last."""
+    said = conversation(8)
+    path = sessions / "quest-1.jsonl"
+    for first, then, why in (
+            ("2026-03-29T10:30:00+00:00", "2026-03-29T09:45:00+00:00",
+             "the clock set back an hour between them"),
+            ("2026-03-29T10:30:00+00:00", "2026-03-29T09:45:00-01:00",
+             "the second's time written in another zone, 10:45 UTC")):
+        lines = [*said,
+                 {"$marker": "compaction", "summary": "first", "upto": 4, "at": first},
+                 {"$marker": "compaction", "summary": "second", "upto": 6, "at": then}]
+        found = lesson.parse_log(as_log(lines).encode(), path).compaction()
+        assert found == lesson.Compaction("second", 6), (
+            f"eight messages, then two compaction markers, 'first' ('upto' 4, at "
+            f"{first}) and 'second' ('upto' 6, at {then}; {why}): 'second' is the one "
+            "the log records last, so requests start again at place 6 with its "
+            f"summary. compaction() returned {found!r}")
 
 
 @pytest.mark.task("08.1")
@@ -1615,6 +1703,26 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                      "stands for place 3",
                      unchanged="a refused undo must not write to the log, also from a "
                      "writer that undid a message before it recorded the compaction")
+
+
+@pytest.mark.task("08.1")
+def test_the_log_refuses_an_undo_behind_the_boundary_of_a_dotted_session_id(lesson,
+                                                                          sessions):
+    """Session ids may hold dots and digits (a date and a place: '2026.05.cave'). The
+    log's own refusal of an undo behind its compaction names that log, by the whole of
+    its id, never by a part of it that may name another session."""
+    for session_id in ("2026.05.cave", "cave.v2"):
+        path = sessions / f"{session_id}.jsonl"
+        with lesson.SessionLog(sessions, session_id) as log:
+            for message in conversation(4):
+                log.append(message)
+            log.compact("The first turn.", keep=2)
+            error = undo_refused(lesson, log, path, 3,
+                                 f"the log {session_id!r} took back place 1, which "
+                                 "its summary stands for")
+        assert session_id in str(error), (
+            f"the refusal of the log {session_id!r} should name that log, so that the "
+            f"user knows which one refused; it says {str(error)!r}")
 
 
 @pytest.mark.key
@@ -2702,7 +2810,14 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
     path = sessions / "quest-1.jsonl"
     with log:
         with compaction_markers_refused(monkeypatch):
-            play_until_compacted(lesson, agent, model)
+            try:
+                play_until_compacted(lesson, agent, model)
+            except lesson.ContextOverflow as error:
+                fail_in("08.3", "writing the compaction's marker failed (a full disk), "
+                        f"and the turn ended with ContextOverflow ({error}): the "
+                        "request fitted once summarised, and the user is told that the "
+                        "turn is too large, never that the disk refused. The write's "
+                        "error should reach the caller as it came")
         assert not compactions_in(path), "the test's own set-up: no marker was written"
         model.add(*day(98)[1])
         agent.run(day(98)[0])
