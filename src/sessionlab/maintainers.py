@@ -499,6 +499,7 @@ def check_tasks_in_order(lesson: course.Lesson) -> Finding:
     results = report.get("results", [])
     if not results:
         finding.problems.append(f"no test ran on the lesson's tasks in order:\n{output}")
+    waits: dict[str, set[str]] = {}    # task -> the later tasks some of its tests need
     for entry in results:
         # One implementation alone gets no [implNN] in its tests' names
         k = impl_index(entry.get("name", "")) if len(order) > 2 else 0
@@ -511,6 +512,8 @@ def check_tasks_in_order(lesson: course.Lesson) -> Finding:
         waiting = starters.NOT_WRITTEN.search(message)
         if (entry.get("exception") == "NotImplementedError" and waiting
                 and waiting[1] in later):
+            for task in set(entry.get("tasks", [])) & {written[-1]}:
+                waits.setdefault(task, set()).add(waiting[1])
             continue
         first = message.splitlines()[0][:300] if message else ""
         finding.problems.append(
@@ -518,7 +521,18 @@ def check_tasks_in_order(lesson: course.Lesson) -> Finding:
             f"{', '.join(sorted(set(entry.get('tasks', [])) & set(written)))}, fails "
             f"with {' to '.join(sorted({written[0], written[-1]}))} written and "
             f"{', '.join(later)} not yet: {entry.get('exception')}: {first}")
+    # The page tells a student which later tasks some of a task's tests wait for, so
+    # that a task that is done is not taken for one that is wrong
+    for task in lesson.tasks:
+        if unsaid := waits.get(task.id, set()) - set(TASK_ID.findall(task.description)):
+            finding.problems.append(
+                f"some tests of task {task.id} wait for {', '.join(sorted(unsaid))} (they "
+                f"fail, saying it is not written yet, with {task.id} done): its "
+                "description should say so")
     return finding
+
+
+TASK_ID = re.compile(r"\b\d\d\.\d+\b")
 
 
 @dataclass(frozen=True)
