@@ -793,25 +793,37 @@ def test_a_tool_runs_once_replies_are_normalized(lesson):
 '''
 
 
-@pytest.mark.parametrize("on_not_written, problems", [
-    # 00.3's own NotImplementedError, which the plugin names: the way to wait for it
-    ("raise NotImplementedError('task 00.3 is not written yet: its title')", 0),
-    # Once with 00.1 written, once with 00.1 and 00.2
-    ("pytest.fail('the tool ran wrong', pytrace=False)", 2),
+NOT_WRITTEN_00_3 = "raise NotImplementedError('task 00.3 is not written yet: its title')"
+
+
+@pytest.mark.parametrize("on_not_written, page_says, expected", [
+    # 00.3's own NotImplementedError, which the plugin names: the way to wait for it,
+    # once the page of 00.1 says that some of its tests need 00.3
+    (NOT_WRITTEN_00_3, True, []),
+    (NOT_WRITTEN_00_3, False, ["some tests of task 00.1 wait for 00.3"]),
+    # Any other failure: once with 00.1 written, once with 00.1 and 00.2
+    ("pytest.fail('the tool ran wrong', pytrace=False)", True,
+     ["test_a_tool_runs_once_replies_are_normalized, a test of 00.1, fails with 00.1 "
+      "written and 00.2, 00.3 not yet: Failed: the tool ran wrong",
+      "test_a_tool_runs_once_replies_are_normalized, a test of 00.1, fails with 00.1 "
+      "to 00.2 written and 00.3 not yet: Failed: the tool ran wrong"]),
 ])
 def test_a_test_of_a_written_task_may_only_wait_for_a_later_one(copy, on_not_written,
-                                                                problems):
+                                                                page_says, expected):
     """With 00.1 written and 00.3 not yet, a test of 00.1 that needs 00.3 may fail only
-    with 00.3's not-written error: a failure in other words tells a student whose
-    00.1 is right that it is wrong (a test's stand-in for a later task that does not do
-    what the test checks, say)."""
+    with 00.3's not-written error, and the page of 00.1 says that some of its tests
+    need 00.3: a failure in other words, or one the page does not announce, tells a
+    student whose 00.1 is right that it is wrong (a test's stand-in for a later task
+    that does not do what the test checks, say)."""
     tests = copy / "lessons/00_memory/test_memory.py"
     tests.write_text(tests.read_text(encoding="utf-8")
                      + WAITS_FOR_00_3.replace("ON_NOT_WRITTEN", on_not_written))
+    page = copy / "lessons/00_memory/lesson.toml"
+    first, rest = page.read_text(encoding="utf-8").split('id = "00.2"', 1)
+    if not page_says:   # 00.1's text names 00.3 nowhere
+        first = first.replace("00.3", "the third task")
+    page.write_text(first + 'id = "00.2"' + rest, encoding="utf-8")
     found = maintainers.check_tasks_in_order(lesson_of(copy, "00_memory")).problems
-    assert len(found) == problems, found
-    if problems:
-        assert "test_a_tool_runs_once_replies_are_normalized, a test of 00.1" in found[0]
-        assert "with 00.1 written and 00.2, 00.3 not yet" in found[0], found
-        assert "with 00.1 to 00.2 written and 00.3 not yet" in found[1], found
-        assert all("Failed: the tool ran wrong" in problem for problem in found), found
+    assert len(found) == len(expected), found
+    for problem, start in zip(found, expected):
+        assert problem.startswith(start), found
