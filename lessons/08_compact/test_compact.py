@@ -185,8 +185,9 @@ def summary_message(lesson, summary):
     the messages kept."""
     view = compacted_view(lesson, summary, [])
     if len(view) != 2 or view[0] != {"role": "system", "content": SYSTEM}:
-        fail_in("08.2", "after a compaction that keeps no message, view() should give "
-                "the system prompt, then the summary in one message; it gives "
+        fail_in("08.2", "after a compaction that keeps no message, the request "
+                "view() makes should hold the system prompt and then only what tells "
+                "the model the summary, as recorded; the model gets "
                 f"{shape(view)}")
     return view[1]
 
@@ -211,8 +212,9 @@ def what_a_compacted_view_gets_wrong(lesson, view, summary, kept, before, system
     if any(summary in text_of(m.get("content")) for m in rules):
         return ("the summary is in a system message: the model reads a system message "
                 "as its rules, and would take the account of earlier turns for "
-                "instructions (and some providers refuse a system message after the "
-                "first, and some models read only the first)")
+                "instructions, not 'for what it is: another model's account of earlier "
+                "turns' (and some providers refuse a system message after the first, "
+                "and some models read only the first)")
     head = [{"role": "system", "content": system}] if system else []
     if view[:len(head)] != head:
         return ("it should begin with the system prompt as it was set, and only when "
@@ -221,14 +223,20 @@ def what_a_compacted_view_gets_wrong(lesson, view, summary, kept, before, system
         return (f"it should end with the {len(kept)} message(s) from the boundary on, "
                 "as they were said, in order: the model is working on them")
     middle = view[len(head):len(view) - len(kept)]
+    if not middle:
+        return ("nothing stands between the system prompt and the messages from the "
+                "boundary on: the model never learns of the turns before the boundary, "
+                "which it should learn of from the summary, as recorded")
     if len(middle) != 1:
-        return (f"between the system prompt and the messages kept it holds "
-                f"{len(middle)} message(s); the summary should be one message there")
+        return (f"between the system prompt and the messages from the boundary on it "
+                f"holds {len(middle)} messages, {shape(middle, 30)}: the model should "
+                "learn of the turns before the boundary only from the summary, as "
+                "recorded")
     role, text = middle[0].get("role"), text_of(middle[0].get("content"))
     if role == "assistant":
         return ("the summary is an assistant message: the model reads those as its own "
                 "words, and would take another model's account of earlier turns for "
-                "something it said itself")
+                "something it said itself, not 'for what it is'")
     intro = text.find(lesson.SUMMARY_INTRO)
     if intro < 0 or text.find(summary, intro + len(lesson.SUMMARY_INTRO)) < 0:
         return ("the summary message should hold the summary as recorded, after "
@@ -452,9 +460,10 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
             f"lesson before; it got {shape(view)}")
         view.clear()    # what a caller does with a request is its own business
         assert plain.messages == said, (
-            "clearing the request view() returned emptied the conversation itself: "
-            "the request must be a list of its own, never agent.messages, or whoever "
-            "trims or adds to a request changes what the agent remembers")
+            "clearing the request view() returned emptied the conversation itself "
+            "(agent.messages): whoever trims or adds to a request changes what the "
+            "agent remembers, and what a resume, an undo or a fork starts from. "
+            "self.messages stays the whole conversation, whatever view returns")
     summaries = ("the first turn",
                  "Day 1: the elder\nsaid \u00abthe ledge\u00bb \u2014 steep.")
     for prompt in (SYSTEM, None, ""):
@@ -501,8 +510,8 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
     With a system prompt, with none, and with an empty one (sent as none); with the
     boundary anywhere from the start to past the last message; and planned, as a second
     compaction plans it, while the agent still holds the earlier one. A summary in
-    another script is counted as it is sent: its UTF-8 bytes, neither its characters
-    nor the \\u escapes of ASCII-only JSON."""
+    other scripts (more bytes than characters) counts as it counts in the request
+    sent."""
     said = conversation(8)
     earlier = lesson.Compaction("An earlier summary, longer than the new ones. " * 4, 1)
     for cut in (2, 4, 6, 0, 8):
@@ -595,8 +604,8 @@ def test_after_a_compaction_the_request_is_the_summary_and_the_newest_turn(lesso
     expected = compacted_view(lesson, "summary #1", [newest])
     assert sent[:3] == expected, (
         "after the compaction the model should get the system prompt, the summary "
-        "('summary #1', introduced by SUMMARY_INTRO) as the view shows it, then the "
-        f"turn in progress, from its user message; it got {shape(sent)}")
+        "('summary #1') as the view shows it, then the turn in progress as it was "
+        f"said; it got {shape(sent)}")
     assert sent == expected, (
         f"the request after the compaction carried {len(sent)} messages: only the "
         "system prompt, the summary and the turn in progress should be there")
@@ -2082,7 +2091,7 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
                           ) and not said.rstrip().endswith("."), (
         f"the BadSummary for a reply that is no summary ({odd}) should be a phrase "
         "naming what was sent that reads on after 'it was' (the firmer instruction "
-        "quotes it so, and the final error after 'with'), not a sentence of its own, "
+        "quotes it so, and the final error quotes it too), not a sentence of its own, "
         f"a capital first and a full stop last; it says {said!r}")
     wrong = WHAT_IT_WAS_NOT.get(odd)
     assert wrong is None or not re.search(wrong[0], said), (
@@ -2108,8 +2117,9 @@ def test_check_summary_alone_refuses_a_reply_of_only_spaces(lesson):
 @pytest.mark.task("08.4")
 def test_check_summary_alone_refuses_a_call_written_as_text_after_thinking(lesson):
     """check_summary() alone, on a reply of a reasoning model that thought, then wrote
-    a tool call as JSON text (as small local models do): once the thinking is set
-    aside, what is left is a call that never ran, not a summary."""
+    a tool call as JSON text (as small local models do). Recorded, it would tell every
+    later request that the conversation so far was a call that never ran: a call
+    written as text is among what BadSummary names."""
     content = f"<think>\nThe elder first.\n</think>\n\n{CALL_TEXT}"
     reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
     with raises(lesson.BadSummary, "check_summary() took a think block followed by a "
@@ -2127,9 +2137,9 @@ def test_check_summary_alone_refuses_a_call_written_as_text_after_thinking(lesso
 def test_check_summary_alone_refuses_thinking_begun_again_and_cut_off(lesson):
     """check_summary() alone, on a reply whose thinking ended, then began again and was
     cut off by the length limit (a template that opens the block in the prompt, then
-    a model that thinks once more): after its last end there is only thinking that
-    never ends, no summary. Recorded, it would tell every later request that thinking;
-    and the store, reading it again, refuses it."""
+    a model that thinks once more): it was thinking, and gives no account of the
+    conversation. Recorded, it would tell every later request that thinking; and the
+    store, reading it again, refuses it."""
     content = f"{THOUGHT}\n</think>\n\n<think>\nOn second thought, the rope"
     reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
     with raises(lesson.BadSummary, "check_summary() took thinking that ended, began "
@@ -2149,12 +2159,16 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
     reply = lesson.normalize_reply(
         json.loads(json.dumps(ODD_REPLIES["think_then_text"].message)), [])
     assert lesson.check_summary(reply) == ANSWER_AFTER_THOUGHT, (
-        "a think block, then a summary: the summary alone should be returned; got "
-        f"{lesson.check_summary(reply)!r}")
+        "a think block, then a summary: check_summary returned "
+        f"{lesson.check_summary(reply)!r}, which every later request and every resume "
+        "would tell the model in place of the earlier turns; only an account of the "
+        "conversation, as the next reader of the request should read it, is recorded")
     plain = lesson.normalize_reply({"role": "assistant", "content": "  Days 1-3.\n"},
                                    [])
     assert lesson.check_summary(plain) == "Days 1-3.", (
-        f"the spaces around a summary go; got {lesson.check_summary(plain)!r}")
+        "a summary with spaces and a line end around it: check_summary returned "
+        f"{lesson.check_summary(plain)!r}; the summary is the whole answer as the "
+        "model wrote it, trimmed")
     # Some chat templates open the think block in the prompt: the reply has its end only
     ended = lesson.normalize_reply({"role": "assistant", "content": (
         "The user wants the gist; the ledge matters.\n</think>\n\n"
@@ -2162,16 +2176,20 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
     got = lesson.check_summary(ended)
     assert got == ANSWER_AFTER_THOUGHT, (
         "a reply whose think block has only its end (some chat templates open it in "
-        "the prompt) holds thinking, then the summary: the summary alone should be "
-        f"returned; got {got!r}")
+        f"the prompt), then the summary: check_summary returned {got!r}, which every "
+        "later request would tell the model in place of the earlier turns; only an "
+        "account of the conversation, as the next reader of the request should read "
+        "it, is recorded")
     # A model that thought twice before answering: both blocks are thinking
     twice = lesson.normalize_reply({"role": "assistant", "content": (
         f"<think>{THOUGHT}</think>\n<think>The rope too.</think>\n\n"
         + ANSWER_AFTER_THOUGHT)}, [])
     got = lesson.check_summary(twice)
     assert got == ANSWER_AFTER_THOUGHT, (
-        "a reply of two think blocks, then the summary: the summary alone should be "
-        f"returned, none of the thinking; got {got!r}")
+        "a reply of two think blocks, then the summary: check_summary returned "
+        f"{got!r}, which every later request would tell the model in place of the "
+        "earlier turns; only an account of the conversation, as the next reader of "
+        "the request should read it, is recorded")
     for quoting in ('{"gold": 3} was all the ledger said; the rope is bought.',
                     'The guard said {"name": "talk_to"} was a word of the old tongue.'):
         reply = lesson.normalize_reply({"role": "assistant", "content": quoting}, [])
@@ -2179,25 +2197,27 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
             got = lesson.check_summary(reply)
         except lesson.BadSummary as error:
             pytest.fail(f"a summary that quotes some JSON ({quoting!r}) was refused "
-                        f"({error}): only a text that is nothing but a call written "
-                        "as JSON is a call that never ran", pytrace=False)
+                        f"({error}): it is an account of the conversation, and the "
+                        "model, asked again, and the user would be told it was "
+                        "something it was not", pytrace=False)
         assert got == quoting, (
-            f"a summary that quotes some JSON should be returned as it is; got {got!r}")
+            f"a summary that quotes some JSON should be returned as the model wrote "
+            f"it; got {got!r}")
 
 
 @pytest.mark.task("08.4")
 def test_check_summary_alone_returns_a_long_summary_whole(lesson):
     """check_summary() alone, on a summary of many paragraphs and lines, longer than a
-    page, and on one with \\r\\n line ends and characters inside its lines that
-    splitlines() would cut at, plain, after a think block or between \\r\\n line
-    ends: what is left once the thinking is set aside and the spaces around it trimmed
-    is the summary, every line of it as the model wrote it. Its length is the budget's
-    to judge (check_fits, given): a summary cut short has lost the newest of what it
-    tells."""
+    page, and on one with \\r\\n line ends, spaces before a line end and characters
+    such as \\u2028 inside its lines; plain, after a think block, or with line ends
+    and a tab around it. The summary is the whole answer as the model wrote it,
+    trimmed: never cut to a length or to a paragraph, never reflowed. Its length is the
+    budget's to judge (check_fits, given): a summary cut short has lost the newest of
+    what it tells."""
     long = "\n\n".join(f"Day {n}: the elder warned us of the ledge; we bought  a "
                        f"rope,\nand {n * 3} gold was left." for n in range(1, 81))
-    # Line ends as servers send them (\r\n), spaces left before a line end, and
-    # characters that splitlines() takes for line ends inside a line: all the model's
+    # Line ends as servers send them (\r\n), spaces before a line end, and characters
+    # that some readings of text take for line ends, inside a line: all the model's
     odd = ("Day 1: the elder warned us of the ledge;   \r\nwe bought a rope\u2028(two "
            "gold)\x85and went on.\r\n\r\nDay 2: the cave\x0cthe mill\x1cthe inn.")
     for what, summary in ((f"{len(long)} characters in 80 paragraphs", long),
@@ -2370,9 +2390,9 @@ def test_the_summary_request_says_how_long_the_summary_may_be(lesson):
 @pytest.mark.task("08.4")
 def test_a_summary_after_long_thinking_is_judged_by_what_is_recorded(lesson,
                                                                      sessions):
-    """A reasoning model thinks at length, then gives a short summary: the thinking is
-    never recorded, so it is not what must fit the budget. The summary is taken at the
-    first reply, with no second request."""
+    """A reasoning model thinks at length, then gives a short summary that fits the
+    budget beside the turn in progress: the user waits for every model call, and a
+    reply that gives a summary to record needs no second request."""
     musing = "The elder, the guard, the rope: which of them matters most? " * 60
     reply = f"<think>\n{musing}</think>\n\n{ANSWER_AFTER_THOUGHT}"
     agent, model, log = open_agent(lesson, sessions, summarise=summaries(reply))
@@ -2382,10 +2402,10 @@ def test_a_summary_after_long_thinking_is_judged_by_what_is_recorded(lesson,
     recorded = [marker["summary"] for marker in compactions_in(path)]
     assert recorded == [ANSWER_AFTER_THOUGHT] and len(model.summary_requests) == 1, (
         f"the first reply thought for about {lesson.estimate_tokens(musing)} tokens, "
-        "far more than the room, then gave a short summary, which fits: it should be "
-        f"recorded at once. The model was asked {len(model.summary_requests)} time(s) "
-        f"and the log records {[text[:60] for text in recorded]}: the length that "
-        "counts is that of the summary recorded, not of the thinking before it")
+        "far more than the room, then gave a short summary, which fits the budget "
+        "beside the turn in progress: it should be recorded at once. The model was "
+        f"asked {len(model.summary_requests)} time(s), the user waiting for each, and "
+        f"the log records {[text[:60] for text in recorded]}")
 
 
 @pytest.mark.key
@@ -2471,9 +2491,11 @@ def test_a_later_compaction_asks_plainly_after_an_earlier_reply_was_refused(less
 @pytest.mark.task("08.4")
 def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson,
                                                                          sessions):
-    """A reasoning model's <think> block before a real summary is taken out: the marker
-    and every later request hold the summary alone, and the model is not asked
-    again."""
+    """A reasoning model's reply: a <think> block, then a real summary. What the
+    marker records, every later request and every resume tell the model in place of
+    the earlier turns: only an account of the conversation, as the next reader of the
+    request should read it, is recorded; and a reply that gives one costs no second
+    request."""
     agent, model, log = open_agent(lesson, sessions, summarise=summaries(
         ODD_REPLIES["think_then_text"], then=numbered_summaries()))
     with log:
@@ -2483,11 +2505,13 @@ def test_a_think_block_before_the_summary_is_left_out_of_what_is_recorded(lesson
     path = sessions / "quest-1.jsonl"
     recorded = [marker["summary"] for marker in compactions_in(path)]
     assert recorded == [ANSWER_AFTER_THOUGHT], (
-        "the marker should hold the summary without the thinking before it "
-        f"({ANSWER_AFTER_THOUGHT!r}); it holds {recorded}")
+        f"the marker records {[text[:80] for text in recorded]}, which every later "
+        "request would tell the model in place of the earlier turns; the reply was "
+        f"thinking, then the account {ANSWER_AFTER_THOUGHT!r}")
     assert len(model.summary_requests) == 1, (
-        "a summary after a think block is a summary: the model should not be asked "
-        f"again; it was asked {len(model.summary_requests)} times")
+        "the reply gave a summary after its thinking, yet the model was asked "
+        f"{len(model.summary_requests)} times: the user waits for every model call, "
+        "and a reply that gives a summary to record needs no second request")
     sent = turn_requests(model)[-1]["messages"][1]["content"]
     assert "<think>" not in sent and "</think>" not in sent, (
         f"the request carried the model's thinking with the summary: {sent[:120]!r}")
