@@ -598,12 +598,14 @@ def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
 
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7",
-                                     "console", "aux-1", "COM10", "LPT10"],
+                                     "console", "aux-1", "COM10", "LPT10",
+                                     "quest.jsonl"],
                          ids=lambda v: v if len(v) < 20 else f"{len(v)} characters")
 def test_plain_session_ids_are_accepted(lesson, good_id):
     """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
     the check refuses paths, not names, and a name that only begins like one Windows
-    keeps for a device (console, aux-1, COM10) is a name like any other."""
+    keeps for a device (console, aux-1, COM10) is a name like any other, as is one that
+    ends as a log's file name does (quest.jsonl is a session of its own, not quest)."""
     try:
         returned = lesson.check_session_id(good_id)
     except lesson.InvalidSessionId as error:
@@ -615,7 +617,9 @@ def test_plain_session_ids_are_accepted(lesson, good_id):
                     f"use, saying: {refusal}", pytrace=False)
     assert returned == good_id, (
         f"check_session_id({good_id!r}) should return the id unchanged; it returned "
-        f"{returned!r}, and a caller would name the session's file after that")
+        f"{returned!r}, and a caller would name the session's file after that"
+        + (f": the sessions {good_id!r} and {returned!r} would write into one log"
+           if isinstance(returned, str) and returned != good_id else ""))
 
 
 class FsyncRecorder:
@@ -862,6 +866,44 @@ def test_a_write_refused_as_a_whole_leaves_the_writer_usable(lesson, sessions):
     assert contents == ["first", "again"], (
         "the refused line should have left no trace and the retry be written once: "
         f"the log holds {contents}")
+
+
+@pytest.mark.task("01.5")
+def test_a_write_the_system_refuses_keeps_its_error_number(lesson, sessions):
+    """A write() the system refuses whole (here EFBIG: the file is at its size limit,
+    set in a child process) reaches the caller as the system's own error, its error
+    number kept: it is what tells a full disk or a file at its limit, where making room
+    helps, from any other failure."""
+    def work():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        log = lesson.SessionLog(sessions, "quest-1")
+        try:
+            log._open()
+            log._write(b'{"role": "user", "content": "first"}\n')
+            limit = os.fstat(log._fd).st_size
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+            try:
+                log._write(b'{"role": "user", "content": "too much"}\n')
+            except OSError as error:
+                return [type(error).__name__, error.errno, str(error)]
+            return None
+        finally:
+            log.close()
+
+    outcome = unless_unfinished(in_child(work))
+    if isinstance(outcome, dict):
+        pytest.fail("the log was opened and its first line handed to _write, with no "
+                    f"limit yet, and this raised {outcome.get('raised')}: "
+                    f"{outcome.get('message')}", pytrace=False)
+    assert outcome is not None, (
+        "the file was at its size limit, and _write returned as if its line were "
+        "written: a write the system refuses raises")
+    assert outcome[1] == errno.EFBIG, (
+        "the file was at its size limit, and write() refused the line whole with "
+        f"EFBIG; _write raised {outcome[0]} whose error number is {outcome[1]} "
+        f"({outcome[2]}): the system's own error, its number kept, is what lets the "
+        "caller tell a full disk or a file at its limit, where making room helps, "
+        "from any other failure")
 
 
 @pytest.mark.task("01.5")
@@ -1442,6 +1484,59 @@ def append_into_a_new_folder(lesson, folder, **options):
         pytest.fail(f"the sessions folder {folder} did not exist yet, and the first "
                     f"append failed with {type(error).__name__}: {error}, where the "
                     "folder and the log should have been created", pytrace=False)
+
+
+@pytest.mark.task("01.4")
+@pytest.mark.parametrize("folder", [".", ""], ids=["dot", "empty"])
+def test_a_durable_log_in_the_working_folder_has_its_name_synced(
+    lesson, sessions, monkeypatch, folder
+):
+    """A sessions folder given as the working folder itself, '.' or '', is a folder
+    like any other: in durable mode the first append works and syncs the new log's
+    name in it."""
+    monkeypatch.chdir(sessions)
+    fsync = FsyncRecorder(monkeypatch)
+    try:
+        with lesson.SessionLog(folder, "quest-1", durable=True) as log:
+            log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail(f"the sessions folder was given as {folder!r}, the working folder, "
+                    f"and the first durable append failed with {described(error)}: "
+                    "a relative folder, the working folder itself included, holds "
+                    "logs like any other", pytrace=False)
+    here = sessions.stat()
+    assert fsync.folders == [(here.st_dev, here.st_ino)], (
+        f"the sessions folder was given as {folder!r}, the working folder, and the "
+        f"first durable append synced {len(fsync.folders)} folder(s), not that one: "
+        "a new log's name lives in the folder that holds it, and a power cut can lose "
+        "the log whole until that folder is synced")
+
+
+@pytest.mark.task("01.4")
+def test_a_sessions_folder_reached_through_a_symbolic_link_is_used(lesson, tmp_path):
+    """A sessions folder reached through a symbolic link (a home folder often is one)
+    is a folder like any other: the log goes into the folder the link leads to. Only a
+    log whose own name is a link is refused."""
+    real = tmp_path / "disk" / "sessions"
+    real.mkdir(parents=True)
+    (tmp_path / "home").symlink_to(tmp_path / "disk")
+    folder = tmp_path / "home" / "sessions"
+    try:
+        with lesson.SessionLog(folder, "quest-1") as log:
+            log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail(f"the sessions folder {folder} is reached through a symbolic link "
+                    f"(home -> disk), and the append failed with {described(error)}: "
+                    "only a log whose own name is a link is refused, and this log's "
+                    "name is a plain new file", pytrace=False)
+    contents = [m["content"] for m in lines_of(real / "quest-1.jsonl")]
+    assert contents == ["hello"], (
+        f"the append through the linked folder {folder} should have left its line in "
+        f"the folder the link leads to; the log there holds {contents}")
 
 
 @pytest.mark.task("01.4")

@@ -164,3 +164,42 @@ def test_text_holding_nan_or_infinity_as_words_is_written_as_said(lesson, sessio
     assert read == said, (
         f"two messages that say NaN and Infinity as words were appended, {said!r}; "
         f"the log's lines read back as {read!r}")
+
+
+@pytest.mark.task("01.2")
+def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
+    """Whatever the given rule takes is written as it was given, line for line, in
+    every shape providers and other harnesses send: a developer message, an assistant
+    message whose content is null beside its calls, a message with a name, a system
+    message among the others."""
+    given = [{"role": "developer", "content": "Answer as the town crier."},
+             {"role": "user", "content": "Buy a rope.", "name": "ada"},
+             {"role": "assistant", "content": None, "tool_calls": [CALL]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
+             {"role": "system", "content": "The shop closes at dusk."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in given:
+            try:
+                log.append(message)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words below
+                pytest.fail(f"append refused {message!r}, raising "
+                            f"{type(error).__name__}: {error}. The given rule takes "
+                            "it (providers take it, and the reader loads it): what "
+                            "the rule takes is the caller's to write", pytrace=False)
+    read = []
+    for number, line in enumerate(log.path.read_bytes().split(b"\n"), start=1):
+        try:
+            read.append(json.loads(line)) if line else None
+        except ValueError:
+            pytest.fail(f"line {number} of the log is not a JSON object on its own: "
+                        f"{line[:80]!r}. Each message should be one whole line, ended "
+                        "by a newline", pytrace=False)
+    changed = [(sent, line) for sent, line in zip(given, read) if sent != line]
+    assert len(read) == len(given) and not changed, (
+        f"{len(given)} messages were appended, and the log holds {len(read)} lines"
+        + (f"; the message {changed[0][0]!r} was written as {changed[0][1]!r}"
+           if changed else "")
+        + ": each line is the message as given, with nothing added, taken out or "
+        "changed, so that the log holds what the caller's memory holds")
