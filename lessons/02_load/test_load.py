@@ -1037,6 +1037,55 @@ def test_a_session_id_with_dots_resumes_its_own_history(lesson, sessions):
 
 
 @pytest.mark.task("02.1")
+def test_a_sessions_folder_reached_through_a_symbolic_link_resumes(
+        lesson, tmp_path, model, town):
+    """A sessions folder reached through a symbolic link (a home folder often is one)
+    is a folder like any other: its logs load, and a new agent resumes them."""
+    (tmp_path / "disk" / "sessions").mkdir(parents=True)
+    (tmp_path / "home").symlink_to(tmp_path / "disk")
+    folder = tmp_path / "home" / "sessions"
+    said = [{"role": "user", "content": "Remember the rope."}]
+    write_log(lesson, folder, said)
+    setting = (f"the sessions folder {folder} is reached through a symbolic link "
+               "(home -> disk), and quest-1's log there holds one message")
+    with lesson.SessionLog(folder, "quest-1") as log:
+        loaded = load(log, setting)
+        started = history_of_new_agent(lesson, model, town, log, setting)
+    assert loaded == said and started == said, (
+        f"{setting}; load() returned {loaded!r} and a new agent started from "
+        f"{started!r}: the log's own name is no link, and it is read like any other")
+
+
+def folds_case(folder):
+    """Does the file system of `folder` take names that differ in case for one?"""
+    probe = folder / "case-probe"
+    probe.write_text("")
+    try:
+        return (folder / "CASE-PROBE").exists()
+    finally:
+        probe.unlink()
+
+
+@pytest.mark.task("02.1")
+def test_ids_that_differ_only_in_case_are_two_sessions(lesson, sessions):
+    """Where the file system tells names apart by case, 'Quest-1' and 'quest-1' name
+    two logs, two sessions: one never resumes the other's history."""
+    if folds_case(sessions):
+        pytest.skip("this file system takes Quest-1.jsonl and quest-1.jsonl for one "
+                    "file: there, the two ids are one session")
+    write_log(lesson, sessions, [{"role": "user", "content": "Remember the rope."}])
+    with lesson.SessionLog(sessions, "Quest-1") as log:
+        loaded = load(log, "session 'Quest-1' has no log of its own (quest-1 has one "
+                      "message), and its load should return []")
+    assert loaded == [], (
+        f"session 'Quest-1' has no log of its own, and load() returned {loaded!r}, "
+        "quest-1's history: Quest-1.jsonl is its log and no other, and on this file "
+        "system quest-1.jsonl is another file, another session's; resumed, its history "
+        "would be sent as this session's, and this session's appends go to a log that "
+        "never held it")
+
+
+@pytest.mark.task("02.1")
 def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, town):
     """Each load reads the log as it is now, with the lines appended since the last,
     and so does each new agent made on the same SessionLog."""

@@ -8,6 +8,7 @@ Run: pytest lessons/02_load            (your code)
      pytest lessons/02_load --solution (the reference)
 """
 
+import json
 import re
 
 import pytest
@@ -322,3 +323,29 @@ def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
         f"({described(refused)}); a person then mended the line, and a second load() "
         f"of the same SessionLog {got}, where the log now holds {expected!r}: each "
         "load reads the log as it is at that moment, not what an earlier load found")
+
+
+@pytest.mark.task("02.1")
+def test_a_message_another_program_wrote_in_its_own_spacing_loads(lesson, sessions):
+    """A line is a message by its JSON value, whoever wrote it: another program's
+    spaces, its keys in another order, a number written with an exponent, all load as
+    the message they hold."""
+    lines = [b'{"role":"user","content":"Ask the elder."}',
+             b'{ "content" : "The elder sleeps." , "role" : "assistant" }',
+             b'{"role": "user", "content": "Count the gold.", "gold": 1e2}']
+    (sessions / "quest-1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    expected = [json.loads(line) for line in lines]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            pytest.fail(f"the log holds three messages another program wrote, "
+                        f"{[line.decode() for line in lines]}, and load() raised "
+                        f"{type(error).__name__}: {error}. Each line is a message: "
+                        "its JSON value is what counts, not the spaces, the order of "
+                        "its keys or how a number is written", pytrace=False)
+    assert loaded == expected, (
+        f"the log holds three messages another program wrote; load() returned "
+        f"{loaded!r}, where {expected!r} was expected")
