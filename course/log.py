@@ -418,6 +418,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         self.known = None       # the log may have changed since this object last wrote
         #<
         #> 04+
+        self.repaired = None    # this takeover's repair marker, if it makes one
         try:
         #<
             #> 05+

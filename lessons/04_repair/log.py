@@ -122,6 +122,7 @@ class SessionLog:
         # owner may read it. O_RDWR: this descriptor can read the file it opened, too.
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
+        self.repaired = None    # this takeover's repair marker, if it makes one
         try:
             if self.durable:
                 # The log's name may not be on the disk yet, whoever created it: this

@@ -144,6 +144,7 @@ class SessionLog(SessionLock, SessionBlobs):
         read and parse the whole log a second time.
         """
         make_folder(self.folder, self.durable)
+        self.repaired = None    # this takeover's repair marker, if it makes one
         try:
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and

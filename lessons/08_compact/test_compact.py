@@ -1116,6 +1116,24 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
 
 
 @pytest.mark.task("08.1")
+def test_a_compaction_of_a_session_with_no_log_creates_nothing(lesson, sessions):
+    """SessionLog.compact() on a session that has no log yet: no message is there for a
+    summary to stand for. It is refused with ValueError naming the session, and the
+    folder stays as it was: no log holding only a marker, no lock file."""
+    for keep in (0, 1):
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            with raises(ValueError, f"compact(keep={keep}) of session quest-1, which "
+                        "has no log, was allowed: a summary there stands for no "
+                        "message", match="quest-1", unmatched=NAME_THE_LOG):
+                log.compact("nothing said yet", keep=keep)
+        left = sorted(path.name for path in sessions.iterdir())
+        assert left == [], (
+            f"compact(keep={keep}) of a session with no log was refused, as it should "
+            f"be, but it left {left} in the sessions folder, which was empty: a "
+            "refused compaction creates nothing, not a log, not a lock file")
+
+
+@pytest.mark.task("08.1")
 def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
                                                                      sessions):
     """A turn near the end of the log was undone, and more was said after it: `keep`

@@ -173,6 +173,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo):
         """
         make_folder(self.folder, self.durable)
         self.known = None       # the log may have changed since this object last wrote
+        self.repaired = None    # this takeover's repair marker, if it makes one
         try:
             # The lock comes first: a tail that looks torn may be a line another
             # writer is in the middle of writing. Only the lock holder may judge it, and

@@ -76,6 +76,11 @@ class SessionCompaction:
         from .messages import encode_line
         from .reading import parse_log
         if self._fd is None:
+            if not self.path.exists():
+                # No log, no message a summary could stand for: becoming the writer
+                # would create the log and its lock file for a refusal
+                raise ValueError(f"cannot compact session {self.id!r}: it has no log "
+                                 f"yet ({self.path})")
             self._open()  # the writer first: its repair may add messages to the end
         # A compaction is rare (it costs a model call): reading the log again, through
         # the writer's own descriptor, costs little beside it and keeps this plain.

@@ -303,6 +303,7 @@ class PostgresSessionLog:
 
     def _open(self) -> LogState:
         """Take the lock, then read the session and repair it: the writer's state."""
+        self.repaired = None    # this takeover's repair marker, if it makes one
         try:
             if self.lock:
                 self._lock()
