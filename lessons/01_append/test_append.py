@@ -165,8 +165,9 @@ def until_tasks_01_4_and_01_5_are_written(request, monkeypatch):
     every test not marked 01.4 opens the log with `plain_open` for as long as `_open` is
     not written; once they are, the student's own code runs. So the tests of 01.2 and
     01.3 need neither task written, those of 01.4 need 01.4 only, and those of 01.5
-    never use a stand-in for it (what they check is what only 01.5's writer does). A test of another task than 01.1 first makes sure that
-    check_session_id takes the id its session has, or fails naming 01.1."""
+    never use a stand-in for it (what they check, only 01.5's writer does). A test of
+    another task than 01.1 first makes sure that check_session_id takes the id its
+    session has, or fails naming 01.1."""
     tasks = {mark.args[0] for mark in request.node.iter_markers("task")}
     if "lesson" in request.fixturenames and "01.1" not in tasks:
         the_sessions_id_is_taken(request.getfixturevalue("lesson"))
