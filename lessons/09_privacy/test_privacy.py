@@ -3576,26 +3576,32 @@ def test_with_no_grace_collect_clears_a_young_leftover_nobody_holds(lesson, sess
 def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
     lesson, sessions
 ):
-    """A collector that crashed while removing a blob left it set aside (renamed to
-    .<name>.collected). The next collection judges it like any other blob: kept under
-    its name if a log refers to it, removed (and named) if none does."""
+    """A collector that crashed while removing a blob left it set aside, under a dot,
+    the blob's name and ".collected", with or without a collector's own part between
+    (.<name>.collected, .<name>.<random>.collected). The next collection judges it like
+    any other blob: kept under its name if a log refers to it, removed (and named) if
+    none does."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [kept] = blob_names(sessions)
-    with lesson.SessionLog(sessions, "scratch") as other:
-        lost = other.store_blob(b"nobody's " * 2000)
     blobs = sessions / "blobs"
-    for name in (kept, lost):
-        aside = blobs / f".{name}.collected"
-        os.rename(blobs / name, aside)
-        age(aside, 2)
-    removed = lesson.collect_blobs(sessions)
-    assert removed == [lost], (
-        "the set-aside blob no log refers to is old and nobody's: this collection "
-        "should remove it and name it, like any other; collect_blobs() returned "
-        f"{[name[:12] for name in removed]} and blobs/ holds "
-        f"{sorted(p.name[:14] for p in blobs.iterdir())}")
-    assert blob_names(sessions) == [kept], (
-        "the set-aside blob a log refers to should be back under its name")
+    for mine, random in (("", "9c41e2d07b3a."), ("5f0a8e61d2c4.", "")):
+        with lesson.SessionLog(sessions, "scratch") as other:
+            lost = other.store_blob(b"nobody's " * 2000)
+        asides = (f".{kept}.{mine}collected", f".{lost}.{random}collected")
+        for name, aside in zip((kept, lost), asides):
+            (blobs / name).rename(blobs / aside)
+            age(blobs / aside, 2)
+        planted = f"a crashed collector left {asides[0][:14]}...{asides[0][-22:]} (a " \
+            f"log refers to it) and {asides[1][:14]}...{asides[1][-22:]} (none does)"
+        removed = lesson.collect_blobs(sessions)
+        assert removed == [lost], (
+            f"{planted}: the one no log refers to is old and nobody's, and this "
+            "collection should remove it and name it, like any other; collect_blobs() "
+            f"returned {[name[:12] for name in removed]} and blobs/ holds "
+            f"{sorted(p.name[:14] for p in blobs.iterdir())}")
+        assert blob_names(sessions) == [kept], (
+            f"{planted}: the one a log refers to should be back under its name; "
+            f"blobs/ holds {sorted(p.name[:14] for p in blobs.iterdir())}")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
 
 
