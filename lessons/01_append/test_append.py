@@ -1517,6 +1517,30 @@ def test_a_durable_log_in_the_working_folder_has_its_name_synced(
 
 
 @pytest.mark.task("01.4")
+def test_a_session_made_in_a_relative_folder_stays_there_when_the_working_folder_moves(
+    lesson, tmp_path, monkeypatch
+):
+    """A session made with a relative sessions folder is the session of the folder that
+    name reached when it was made: the working folder may move before its first append
+    (a tool of the agent changes it, say), and its log still goes there, never into a
+    folder of the same name wherever the process happens to be."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "sessions").mkdir(parents=True)
+    (elsewhere / "sessions").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    log = lesson.SessionLog("sessions", "quest-1", durable=True)
+    monkeypatch.chdir(elsewhere)
+    with log:
+        log.append({"role": "user", "content": "hello"})
+    strays = sorted(path.name for path in (elsewhere / "sessions").iterdir())
+    assert (project / "sessions" / "quest-1.jsonl").is_file() and not strays, (
+        "the session was made with the folder 'sessions' while the working folder was "
+        "project/, and appended to after it moved to elsewhere/: the log should be "
+        f"project/sessions/quest-1.jsonl, but elsewhere/sessions holds {strays}. Another "
+        "session of that name there would get this one's lines")
+
+
+@pytest.mark.task("01.4")
 def test_a_sessions_folder_reached_through_a_symbolic_link_is_used(lesson, tmp_path):
     """A sessions folder reached through a symbolic link (a home folder often is one)
     is a folder like any other: the log goes into the folder the link leads to. Only a

@@ -64,7 +64,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         blob_threshold: int = BLOB_THRESHOLD,
     ) -> None:
         self.id = check_session_id(session_id)
-        self.folder = Path(folder)
+        # Made absolute now: the working directory may move while the session is in
+        # use, and a relative name would then reach another folder's files
+        self.folder = Path(folder).absolute()
         self.path = self.folder / f"{self.id}.jsonl"
         self.lock_path = self.folder / f"{self.id}.lock"
         self.blobs = self.folder / "blobs"      # shared by every session in the folder

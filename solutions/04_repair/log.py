@@ -42,7 +42,9 @@ class SessionLog:
         self, folder: str | Path, session_id: str, *, durable: bool = False
     ) -> None:
         self.id = check_session_id(session_id)
-        self.folder = Path(folder)
+        # Made absolute now: the working directory may move while the session is in
+        # use, and a relative name would then reach another folder's files
+        self.folder = Path(folder).absolute()
         self.path = self.folder / f"{self.id}.jsonl"
         self.durable = durable
         self._fd: int | None = None

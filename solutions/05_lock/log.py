@@ -45,7 +45,9 @@ class SessionLog(SessionLock):
     def __init__(self, folder: str | Path, session_id: str, *, durable: bool = False,
                  timeout: float | None = 0) -> None:
         self.id = check_session_id(session_id)
-        self.folder = Path(folder)
+        # Made absolute now: the working directory may move while the session is in
+        # use, and a relative name would then reach another folder's files
+        self.folder = Path(folder).absolute()
         self.path = self.folder / f"{self.id}.jsonl"
         self.lock_path = self.folder / f"{self.id}.lock"
         self.durable = durable
