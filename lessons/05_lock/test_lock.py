@@ -671,7 +671,12 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
                     "next writer takes the same name for its own, and both remove it. "
                     "Remove the name while you still hold the lock")
         if "0 names" not in str(error):
-            raise
+            wait = "as long as it takes" if timeout is None else f"up to {timeout} s"
+            fail_in("05.1", f"with timeout={timeout} the writer should wait {wait} for "
+                    "the holder to let go, then write; it raised "
+                    f"{type(error).__name__}: {error}. A session another writer holds "
+                    "is waited for, and past the timeout refused with SessionBusy, "
+                    "which names the holder")
         # The file it was granted lost its name between two looks: only the holder's
         # close removes it, and only after letting go can a waiter hold it then.
         fail_in("05.2", "the waiting writer was granted the lock and then found its "
@@ -1655,10 +1660,11 @@ class StillTrying(Exception):
 
 
 @contextlib.contextmanager
-def given_up_within(seconds, task, doing):
+def given_up_within(seconds, task, doing, instead="given up at once"):
     """Fail the test in words, naming `task`, unless the block ends within `seconds`:
-    for a step that must end at once and could instead try again for ever. The test's
-    own hang guard (a SIGALRM timer too) goes on with the time it had left."""
+    for a step that must end at once and could instead try again for ever (`instead`
+    says what it should have done). The test's own hang guard (a SIGALRM timer too)
+    goes on with the time it had left."""
     def still_trying(signum, frame):
         raise StillTrying
 
@@ -1670,13 +1676,60 @@ def given_up_within(seconds, task, doing):
         yield
     except StillTrying:
         fail_in(task, f"{doing}, and was still at it {seconds} s later, where it "
-                "should have given up at once")
+                f"should have {instead}")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if guard:
             left = guard - (time.monotonic() - began)
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+
+
+def linked_sessions(sessions):
+    """A sessions folder reached through a symbolic link, home -> disk, as a home
+    folder moved to another disk leaves it: its path through the link."""
+    disk = sessions / "disk"
+    disk.mkdir(mode=0o700)
+    (sessions / "home").symlink_to(disk)
+    return sessions / "home"
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_takes_a_session_in_a_folder_reached_through_a_link(lesson, sessions):
+    """In a sessions folder reached through a symbolic link a writer takes a session
+    no one holds at once, as anywhere else, and a second writer is refused: a link on
+    the way to the folder is no file planted at the lock's name."""
+    folder = linked_sessions(sessions)
+    first = lesson.SessionLog(folder, "quest-1")
+    try:
+        with given_up_within(2, "05.1", "a writer asked for quest-1, which no one "
+                             "holds, in a sessions folder reached through a symbolic "
+                             "link", instead="taken it at once"):
+            first.append(FIRST)
+        with raises(lesson.SessionBusy, "a writer holds quest-1, in a sessions folder "
+                    "reached through a symbolic link, yet a second writer got in "
+                    "beside it"):
+            with lesson.SessionLog(folder, "quest-1") as second:
+                second.append({"role": "user", "content": "second"})
+    finally:
+        first.close()
+
+
+@pytest.mark.task("05.2")
+def test_a_writer_lets_go_of_a_session_in_a_folder_reached_through_a_link(
+        lesson, sessions):
+    """In a sessions folder reached through a symbolic link, a writer that closes
+    leaves no lock file behind, as anywhere else, and the next writer gets in."""
+    folder = linked_sessions(sessions)
+    with lesson.SessionLog(folder, "quest-1") as log:
+        log.append(FIRST)
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == ["quest-1.jsonl"], (
+        f"after its writer closed, the sessions folder (reached through a symbolic "
+        f"link) holds {left}: a writer lets go of its lock file wherever the folder "
+        "is reached from, so that a folder of idle sessions holds no lock files")
+    with lesson.SessionLog(folder, "quest-1") as log:
+        log.append({"role": "user", "content": "My turn."})
 
 
 PLANTED = {"hard link": "a hard link to another session's log",
