@@ -554,6 +554,33 @@ def test_a_null_content_is_stored_as_empty_text(lesson, model, town):
 
 @pytest.mark.task("00.3")
 @pytest.mark.task("00.2")
+def test_a_refusal_is_the_answer_and_is_kept(lesson, model, town):
+    """A model that declines sends no content and its words in "refusal" (OpenAI's
+    way): those words are what it said, the answer the user reads, stored as the
+    reply's text and sent back with the next request."""
+    refusal = "I can't help with that."
+    model.add(raw({"role": "assistant", "content": None, "refusal": refusal}),
+              say("Then let us talk of the cave."))
+    agent = new_agent(lesson, model, town)
+
+    answer = run_or_fail(lesson, agent, "Steal the rope?", "after a refusal")
+
+    assert answer == refusal, (
+        f"the model refused in words, {refusal!r}: run() should return them, the "
+        f"answer the user reads; it returned {answer!r}")
+    assert agent.messages[-1:] == [{"role": "assistant", "content": refusal}], (
+        "the stored reply should hold the refusal's words as its text, or the next "
+        "request tells the model it said nothing; stored "
+        f"{agent.messages[-1:]}")
+    run_or_fail(lesson, agent, "The cave, then?", "after a refusal")
+    sent = model.requests[-1]["messages"]
+    assert {"role": "assistant", "content": refusal} in sent, (
+        "the next request should carry the refusal as the model's reply; it sent "
+        f"{[m.get('content') for m in sent]}")
+
+
+@pytest.mark.task("00.3")
+@pytest.mark.task("00.2")
 def test_an_empty_list_of_tool_calls_is_not_stored(lesson, model, town):
     """A reply with "tool_calls": [] ends the turn and is stored without that key."""
     model.add(QUIRKS["empty_tool_calls"])

@@ -115,4 +115,9 @@ class Agent:
         calls = [{"id": c.id, "function": {"name": c.function.name,
                                            "arguments": c.function.arguments}}
                  for c in reply.tool_calls or []]
-        return {"role": "assistant", "content": reply.content, "tool_calls": calls}
+        # A refusal (content null, the model's words in `refusal`) is what it said: the
+        # answer the user reads, stored and sent back as its text
+        content = reply.content
+        if content is None and isinstance(getattr(reply, "refusal", None), str):
+            content = reply.refusal
+        return {"role": "assistant", "content": content, "tool_calls": calls}
