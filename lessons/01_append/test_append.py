@@ -1517,7 +1517,7 @@ def test_a_durable_log_in_the_working_folder_has_its_name_synced(
 
 
 @pytest.mark.task("01.4")
-def test_a_session_made_in_a_relative_folder_stays_there_when_the_working_folder_moves(
+def test_a_session_in_a_relative_folder_stays_there_when_the_working_folder_moves(
     lesson, tmp_path, monkeypatch
 ):
     """A session made with a relative sessions folder is the session of the folder that
