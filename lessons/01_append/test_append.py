@@ -1536,8 +1536,8 @@ def test_a_session_in_a_relative_folder_stays_there_when_the_working_folder_move
     assert (project / "sessions" / "quest-1.jsonl").is_file() and not strays, (
         "the session was made with the folder 'sessions' while the working folder was "
         "project/, and appended to after it moved to elsewhere/: the log should be "
-        f"project/sessions/quest-1.jsonl, but elsewhere/sessions holds {strays}. Another "
-        "session of that name there would get this one's lines")
+        f"project/sessions/quest-1.jsonl, but elsewhere/sessions holds {strays}. "
+        "Another session of that name there would get this one's lines")
 
 
 @pytest.mark.task("01.4")
