@@ -9,9 +9,11 @@ process (helper_process.py, next to this file) and kills it with SIGKILL while i
 helper is waiting for the model.
 """
 
+import builtins
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import queue
@@ -838,6 +840,55 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
                         "pointer land?), yet a second start_sidechain went on as if "
                         "the parent's writer had not stopped"):
                 log.start_sidechain(CALL_ID)
+
+
+@pytest.mark.task("10.2")
+def test_a_meta_file_the_disk_has_no_room_for_is_an_error_not_a_taken_name(
+    lesson, sessions, monkeypatch
+):
+    """The disk is full as the side-chain's meta file is made (its first openings
+    fail, no space left). That name is not taken by another helper: it is free, and
+    start_sidechain raises the OSError rather than pass it over for a name a person
+    would not look for; no side-chain's log is left. With room again, the call's
+    side-chain gets its own name."""
+    side_folder = sessions / "quest-1.sidechains"
+    failed = []
+
+    def refusing(real):
+        def open_(file, *args, **kwargs):
+            path = Path(os.fspath(file)) if not isinstance(file, int) else None
+            if (path is not None and path.parent.name == side_folder.name
+                    and "meta.json" in path.name and len(failed) < 3):
+                failed.append(path.name)
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return real(file, *args, **kwargs)
+        return open_
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        for module, name in ((os, "open"), (io, "open"), (builtins, "open")):
+            monkeypatch.setattr(module, name, refusing(getattr(module, name)))
+        try:
+            side = log.start_sidechain(CALL_ID)
+        except OSError:
+            side = None     # the caller heard it
+        finally:
+            monkeypatch.undo()
+        if side is not None:
+            side.close()
+            pytest.fail(
+                f"the disk was full as the meta file of {CALL_ID} was made ({failed}), "
+                f"and start_sidechain went on to the side-chain {side.id}: a full disk "
+                "is no name another helper took. The caller should hear the error, "
+                "and the call's side-chain keep its own name", pytrace=False)
+        logs = sorted(p.name for p in side_folder.glob("*.jsonl"))
+        assert failed and logs == [], (
+            f"the meta file could not be made, yet quest-1.sidechains/ holds {logs}"
+            if failed else "the test's own set-up: no meta file was ever made")
+        with start(lesson, log) as side:
+            assert side.id == CALL_ID, (
+                f"with room on the disk again, the side-chain of {CALL_ID} should be "
+                f"named {CALL_ID}; it is named {side.id}")
 
 
 @pytest.mark.task("10.2")
@@ -1782,6 +1833,80 @@ def test_the_helper_asks_within_its_parents_limits(lesson, sessions, where, limi
 
 
 @pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_ctrl_c_while_the_helper_works_stops_the_parents_run(lesson, sessions,
+                                                               where):
+    """The user presses Ctrl-C while the helper works (here: inside the tool it runs).
+    That is no answer and no giving up: the parent's run stops with the
+    KeyboardInterrupt, and the parent's model is asked nothing more."""
+    town = HelperTown()
+
+    def interrupted(npc):
+        raise KeyboardInterrupt
+
+    town.functions = {**town.functions, "talk_to": interrupted}
+    script = HELPER_TURN[1]
+    model = ScriptedModel(list(script))
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+    try:
+        with in_words(lesson, model, "the Ctrl-C should stop the run"):
+            agent.run(HELPER_TURN[0])
+        stopped = False
+    except KeyboardInterrupt:
+        stopped = True
+    finally:
+        if log is not None:
+            log.close()
+    assert stopped and len(model.requests) == 2, (
+        f"the user pressed Ctrl-C while the helper ({where}) ran a tool; the parent's "
+        "run should stop with it, the parent's model asked nothing more. "
+        + ("Instead the run went on" if not stopped else "The run stopped")
+        + f": {told(lesson, model)}")
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_parent_that_keeps_no_room_for_the_reply_has_a_helper_that_keeps_none(
+    lesson, sessions, where
+):
+    """A parent may keep no room for the reply (its budget is all the window): its
+    helper, within the same limits, sends a request that fits that budget, as the
+    parent would, rather than refuse it for a room the parent never asked for."""
+    town = HelperTown()
+    question = "What does the elder know about the cave, and who else knows? " * 40
+    helper_view = [{"role": "system", "content": lesson.HELPER_SYSTEM},
+                   {"role": "user", "content": question}]
+    helper_tools = [s for s in town.schemas if s["function"]["name"] != "ask_helper"]
+    needed = (lesson.estimate_tokens(helper_view)
+              + lesson.estimate_tokens(helper_tools))
+    # Room enough for the parent's requests (the question is in its call), not
+    # enough for the helper's with the default room for the reply
+    budget = needed + lesson.REPLY_ROOM // 2
+    script = [use(call("ask_helper", question=question)), say(HELPER_ANSWER),
+              say(FINAL)]
+    model = ScriptedModel(script)
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log,
+                         budget=budget, reply_room=0)
+    try:
+        with in_words(lesson, model, "the parent should answer as scripted"):
+            answer = agent.run("Ask a helper.")
+        ended = None
+    except lesson.ContextOverflow as error:
+        answer, ended = None, error
+    finally:
+        if log is not None:
+            log.close()
+    assert ended is None and answer == FINAL, (
+        f"the parent keeps no room for the reply, its budget {budget} tokens; the "
+        f"helper's ({where}) first request needs about {needed}, which fits. The "
+        "helper should send it, within its parent's limits, not others; the run "
+        + (f"raised {ended!r}" if ended else f"answered {answer!r}")
+        + f". What the model was asked: {told(lesson, model)}")
+
+
+@pytest.mark.task("10.3")
 @pytest.mark.parametrize("arguments", ['{"question": "Ask the elder', "{}",
                                        '{"question": "  "}', '{"question": ""}',
                                        '{"question": 7}', '["Ask the elder."]'])
@@ -2210,6 +2335,31 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
 
 
 @pytest.mark.task("10.4")
+def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, sessions):
+    """A pointer is a JSON value, whatever text holds it: one that another program
+    wrote compact, one with its keys in another order, one with spaces of its own.
+    Each is found, in the order of the log."""
+    at = "2026-01-01T00:00:00+00:00"
+    names = ["call_a", "call_b", "call_c"]
+    pointers = [{"$marker": "sidechain", "call": name, "session": "quest-1",
+                 "sidechain": name, "at": at} for name in names]
+    texts = [json.dumps(pointers[0], separators=(",", ":")),
+             json.dumps(dict(reversed(list(pointers[1].items())))),
+             json.dumps(pointers[2], indent=None).replace(": ", " :  ")]
+    (sessions / "quest-1.jsonl").write_text(
+        json.dumps({"role": "user", "content": "Ask a helper."}) + "\n"
+        + "".join(text + "\n" for text in texts), encoding="utf-8")
+    folder = sessions / "quest-1.sidechains"
+    found = lesson.sidechains(sessions, "quest-1")
+    expected = [(name, folder / f"{name}.jsonl") for name in names]
+    assert found == expected, (
+        "the log holds three pointers, one written compact, one with its keys in "
+        "another order, one with spaces of its own: the same JSON values as the "
+        f"store's, so sidechains should give {[(c, p.name) for c, p in expected]}; "
+        f"it gave {[(c, getattr(p, 'name', p)) for c, p in found]}")
+
+
+@pytest.mark.task("10.4")
 def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
     """A log holds other markers beside its pointers: a repair, an undo, a compaction,
     one of a kind this code does not know. Only the pointers lead to side-chains: the
@@ -2312,6 +2462,39 @@ def test_sidechains_takes_the_sessions_folder_as_text_or_a_path(lesson, sessions
     assert found == expected and all(isinstance(p, Path) for _, p in found), (
         "given the sessions folder as text, sidechains should find the pointer to "
         f"call_1_0 as it does given a Path, {expected}; it gave {found}")
+
+
+@pytest.mark.task("10.4")
+@pytest.mark.parametrize("reached", ["through a symbolic link", "relative"])
+def test_sidechains_follows_a_sessions_folder_however_it_is_reached(
+    lesson, sessions, monkeypatch, reached
+):
+    """The sessions folder is reached through a symbolic link (a home folder moved to
+    another disk), or given relative to the working folder: it is the same folder,
+    and the pointer leads to the same side-chain, inside it. Each path given leads to
+    that side-chain's log."""
+    play(lesson, sessions, HELPER_TURN)
+    logs = sorted((sessions / "quest-1.sidechains").glob("*.jsonl"))
+    assert len(logs) == 1, (
+        "the test's own set-up: one helper ran, so quest-1.sidechains/ should hold one "
+        f"side-chain's log; it holds {[p.name for p in logs]}")
+    log = logs[0]
+    if reached == "relative":
+        monkeypatch.chdir(sessions.parent)
+        folder = Path(sessions.name)
+    else:
+        folder = sessions.parent / "linked-sessions"
+        folder.symlink_to(sessions, target_is_directory=True)
+    try:
+        found = lesson.sidechains(folder, "quest-1")
+    except ValueError as error:
+        pytest.fail(f"the sessions folder given {reached} ({folder}) is the sessions "
+                    "folder, and its pointer leads to a side-chain inside it; "
+                    f"sidechains refused it: {error}", pytrace=False)
+    assert [c for c, _ in found] == [CALL_ID] and all(
+        Path(p).exists() and os.path.samefile(p, log) for _, p in found), (
+        f"given the sessions folder {reached} ({folder}), sidechains should lead to "
+        f"{log.name}, the side-chain's log; it gave {found}")
 
 
 # --- a real process, killed inside its helper -----------------------------------------
