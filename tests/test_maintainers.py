@@ -291,9 +291,9 @@ def test_a_students_work_in_every_lesson_leaves_the_whole_check_passing(copy):
             maintainers.progress_line(f, done, total)))
 
     assert [(f.check, f.problems) for f in findings if not f.ok] == []
-    assert len(findings) == 11, [f.check for f in findings]
+    assert len(findings) == 12, [f.check for f in findings]
     # A line as each check ends, numbered, naming the check and its result
-    assert [line.split("]")[0] for line in said] == [f"[{n:>2}/11" for n in range(1, 12)]
+    assert [line.split("]")[0] for line in said] == [f"[{n:>2}/12" for n in range(1, 13)]
     assert sorted(line.split("] ")[1].split(":")[0] for line in said) == sorted(
         f.check for f in findings)
     assert all(": ok (" in line for line in said), said
