@@ -11,6 +11,7 @@ writers start real processes (writer_process.py, next to this file), each with i
 connection.
 """
 
+import contextlib
 import hashlib
 import json
 import queue
@@ -120,6 +121,20 @@ def try_lock(log, what, free=False):
                     f"server gave up ({QUICK:g} s, the connection's lock_timeout), "
                     "instead of trying it and deciding itself whether to try again",
                     pytrace=False)
+
+
+@contextlib.contextmanager
+def held_with_a_writer_waiting(lesson, database, holder, timeout):
+    """`holder` takes quest-1's lock; a second writer of quest-1, with `timeout` and a
+    quick network timeout, makes its connection now (before the test watches its
+    clock and its sleeps) and is yielded, ready to wait for that lock. Both writers
+    close on the way out, however the test ends."""
+    with holder:
+        holder._lock()
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=timeout,
+                                       network_timeout=QUICK) as waiting:
+            waiting._connection()
+            yield waiting
 
 
 def waiting_for_lock(database, key, name):
@@ -923,23 +938,49 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
         real_sleep(seconds)
 
     poll = lesson.LOCK_POLL_SECONDS
-    with holder:
-        holder._lock()
-        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
-                                       network_timeout=QUICK) as waiting:
-            waiting._connection()
-            monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
-            started = time.monotonic()
-            with raises(lesson.SessionBusy, "the holder never lets go: after its "
-                        "timeout the waiting writer must give up"):
-                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
-                         "sleeps between tries")
-            monkeypatch.undo()
+    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
+        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+        started = time.monotonic()
+        with raises(lesson.SessionBusy, "the holder never lets go: after its "
+                    "timeout the waiting writer must give up"):
+            try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
+                     "sleeps between tries")
+        monkeypatch.undo()
     assert len(naps) >= 2 and all(nap == poll for nap in naps[:-1]) \
         and 0 <= naps[-1] <= poll, (
         f"while it waits 0.3 s, the writer should sleep LOCK_POLL_SECONDS ({poll} s) "
         f"between tries (the last sleep may be shorter, to end at the deadline); it "
         f"slept {len(naps)} time(s), for {sorted(set(naps))} s")
+
+
+@pytest.mark.task("11.1")
+def test_a_ctrl_c_while_a_writer_waits_for_the_lock_stops_it_as_a_ctrl_c(
+        lesson, database, monkeypatch):
+    """The user presses Ctrl-C while a writer waits for a lock another writer holds
+    (here: as it sleeps between tries). The wait stops with the KeyboardInterrupt, as
+    a Ctrl-C stops anything: it is no refusal by the lock's holder, and a caller that
+    tells the user the session is busy, then goes on, would not stop as asked."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    with held_with_a_writer_waiting(lesson, database, holder, None) as waiting:
+        monkeypatch.setattr(lesson.time, "sleep", interrupted)
+        try:
+            try_lock(waiting, "with timeout=None the writer tries the lock, then "
+                     "sleeps between tries")
+            outcome = "it returned, as if it held the lock"
+        except KeyboardInterrupt:
+            outcome = None
+        except lesson.SessionBusy as error:
+            outcome = f"it raised SessionBusy instead: {error}"
+        finally:
+            monkeypatch.undo()
+    assert outcome is None, (
+        "the user pressed Ctrl-C while the writer (timeout=None) waited for the lock "
+        f"another writer holds; the wait should stop with that KeyboardInterrupt, but "
+        f"{outcome}. A Ctrl-C is the user's, not a refusal by the holder")
 
 
 @pytest.mark.task("11.1")
@@ -965,20 +1006,16 @@ def test_a_writer_whose_clock_moves_on_between_readings_gives_up_in_words(
                 f"moved on 0.2 s at each of its {len(readings)} readings: its "
                 "deadline never came")
 
-    with holder:
-        holder._lock()
-        with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
-                                       network_timeout=QUICK) as waiting:
-            waiting._connection()
-            monkeypatch.setattr(lesson.time, "monotonic", clock_that_moves_on)
-            monkeypatch.setattr(lesson.time, "sleep", recorded_sleep)
-            try:
-                with raises(lesson.SessionBusy, "the holder never lets go: at its "
-                            "deadline the waiting writer must give up"):
-                    try_lock(waiting, "with timeout=0.3 the writer tries the lock, "
-                             "then sleeps between tries")
-            finally:
-                monkeypatch.undo()
+    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
+        monkeypatch.setattr(lesson.time, "monotonic", clock_that_moves_on)
+        monkeypatch.setattr(lesson.time, "sleep", recorded_sleep)
+        try:
+            with raises(lesson.SessionBusy, "the holder never lets go: at its "
+                        "deadline the waiting writer must give up"):
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, "
+                         "then sleeps between tries")
+        finally:
+            monkeypatch.undo()
     below = [nap for nap in naps if nap < 0]
     assert not below, (
         "the clock moved on 0.2 s between any two readings: the writer asked to sleep "
@@ -2632,10 +2669,18 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     with log:
         agent.run("Ask the elder about the cave and buy a rope.")
     refuse_rows(database, "NEW.session_id = 'quest-2' AND NEW.seq = 2")
-    with raises(Exception, "the trigger refuses the fork's 3rd row: fork_postgres "
+    with raises(psycopg.Error, "the trigger refuses the fork's 3rd row: fork_postgres "
                 "should fail with the server's error, as it is (no SessionExists: "
                 "the id is free)", match="made up by the test"):
-        lesson.fork_postgres(database, "quest-1", "quest-2")
+        try:
+            lesson.fork_postgres(database, "quest-1", "quest-2")
+        except (psycopg.Error, NotImplementedError):
+            raise
+        except Exception as error:
+            pytest.fail("the trigger refused the fork's 3rd row, and fork_postgres "
+                        f"raised {described(error)}: the caller should get the "
+                        "server's own error, its class and SQLSTATE, to tell what "
+                        "refused the fork", pytrace=False)
     left = len(rows(database, "quest-2"))
     assert left == 0 and lesson.lineage(database, "quest-2") is None, (
         f"a fork that failed should leave nothing; found {left} row(s) and lineage "
