@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path

@@ -1016,19 +1016,23 @@ def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sess
 
 
 @pytest.mark.task("10.2")
-@pytest.mark.parametrize("planted", ["an empty log", "an empty folder"])
+@pytest.mark.parametrize("planted", ["an empty log", "an empty folder",
+                                     "a symbolic link to nothing"])
 def test_something_at_a_side_chains_log_name_keeps_that_name(lesson, sessions,
                                                              planted):
     """Whatever is at a side-chain's log name (an empty log, whose helper died before
-    its first line; a folder named like a log), that name is taken: the next helper of
-    that call id takes the next name, and what was there stays as it was."""
+    its first line; a folder named like a log; a symbolic link, even one that leads
+    nowhere), that name is taken: the next helper of that call id takes the next name,
+    and what was there stays as it was."""
     folder = sessions / "quest-1.sidechains"
     folder.mkdir(mode=0o700)
     there = folder / f"{CALL_ID}.jsonl"
     if planted == "an empty log":
         there.write_bytes(b"")
-    else:
+    elif planted == "an empty folder":
         there.mkdir()
+    else:
+        there.symlink_to(sessions / "nowhere.jsonl")
     with lesson.SessionLog(sessions, "quest-1") as log:
         begin(log)
         try:
@@ -1043,9 +1047,17 @@ def test_something_at_a_side_chains_log_name_keeps_that_name(lesson, sessions,
         f"{planted} at {CALL_ID}.jsonl already owns that name (a name is taken when "
         f"its log exists): the helper should have taken {CALL_ID}.2; it took "
         f"{side.id!r} (the folder holds {sidechain_files(sessions)})")
-    still = (there.is_file() and there.read_bytes() == b"" if planted == "an empty log"
-             else there.is_dir() and not any(there.iterdir()))
-    assert still, f"{planted} at {CALL_ID}.jsonl should be left as it was; it changed"
+    still = {"an empty log": lambda: there.is_file() and there.read_bytes() == b"",
+             "an empty folder": lambda: there.is_dir() and not any(there.iterdir()),
+             "a symbolic link to nothing": lambda: there.is_symlink()
+             and not there.exists() and not (sessions / "nowhere.jsonl").exists()}
+    assert still[planted](), (
+        f"{planted} at {CALL_ID}.jsonl should be left as it was; it changed")
+    claimed = folder / f"{CALL_ID}.meta.json"
+    assert not claimed.exists(), (
+        f"{planted} at {CALL_ID}.jsonl owns that name, yet {claimed.name} was written "
+        "beside it: a meta file claims a name for a helper, and this name was no one's "
+        "to claim")
     left_locked(lesson, sessions)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,9 @@ class SessionSidechains:
         while True:
             name = base if number == 1 else f"{base}.{number}"
             number += 1
-            if (folder / f"{name}.jsonl").exists():
+            # Anything at the log's name takes it: a symbolic link too, even one that
+            # leads nowhere (exists() would follow it and find nothing)
+            if os.path.lexists(folder / f"{name}.jsonl"):
                 continue
             meta = {"format": FORMAT_VERSION, "id": name, "sidechain_of": self.id,
                     "call": call_id, "created": now()}
