@@ -1454,20 +1454,26 @@ def test_a_new_logs_name_whose_sync_failed_is_synced_before_its_first_line(
         f"the message should be in the log once, as the retry wrote it: {contents}")
 
 
+def first_append_works(lesson, folder, setting: str, why: str, **options) -> None:
+    """Append a first message to session quest-1 of `folder`; if the append fails with
+    an OSError, fail in words: `setting`, what the append raised, then `why`."""
+    try:
+        with lesson.SessionLog(folder, "quest-1", **options) as log:
+            log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail(f"{setting}, and the first append failed with {described(error)}: "
+                    f"{why}", pytrace=False)
+
+
 @pytest.mark.task("01.4")
 def test_the_first_append_creates_the_sessions_folder_it_needs(lesson, tmp_path):
     """A sessions folder that does not exist yet (nor its parent) is created by the
     first append, as the log is: a new user's first session just works."""
     folder = tmp_path / "home" / "sessions"
-    try:
-        with lesson.SessionLog(folder, "quest-1") as log:
-            log.append({"role": "user", "content": "hello"})
-    except NotImplementedError:
-        raise
-    except OSError as error:
-        pytest.fail(f"the sessions folder {folder} did not exist yet, and the first "
-                    f"append failed with {type(error).__name__}: {error}, where the "
-                    "folder and the log should have been created", pytrace=False)
+    first_append_works(lesson, folder, f"the sessions folder {folder} did not exist "
+                       "yet", "the folder and the log should have been created")
     contents = [m["content"] for m in lines_of(folder / "quest-1.jsonl")]
     assert contents == ["hello"], (
         "the first append into a new sessions folder should leave the log holding its "
@@ -1498,16 +1504,10 @@ def test_a_durable_log_in_the_working_folder_has_its_name_synced(
     name in it."""
     monkeypatch.chdir(sessions)
     fsync = FsyncRecorder(monkeypatch)
-    try:
-        with lesson.SessionLog(folder, "quest-1", durable=True) as log:
-            log.append({"role": "user", "content": "hello"})
-    except NotImplementedError:
-        raise
-    except OSError as error:
-        pytest.fail(f"the sessions folder was given as {folder!r}, the working folder, "
-                    f"and the first durable append failed with {described(error)}: "
-                    "a relative folder, the working folder itself included, holds "
-                    "logs like any other", pytrace=False)
+    first_append_works(lesson, folder, f"the sessions folder was given as {folder!r}, "
+                       "the working folder, in durable mode", "a relative folder, the "
+                       "working folder itself included, holds logs like any other",
+                       durable=True)
     here = sessions.stat()
     assert fsync.folders == [(here.st_dev, here.st_ino)], (
         f"the sessions folder was given as {folder!r}, the working folder, and the "
@@ -1549,16 +1549,10 @@ def test_a_sessions_folder_reached_through_a_symbolic_link_is_used(lesson, tmp_p
     real.mkdir(parents=True)
     (tmp_path / "home").symlink_to(tmp_path / "disk")
     folder = tmp_path / "home" / "sessions"
-    try:
-        with lesson.SessionLog(folder, "quest-1") as log:
-            log.append({"role": "user", "content": "hello"})
-    except NotImplementedError:
-        raise
-    except OSError as error:
-        pytest.fail(f"the sessions folder {folder} is reached through a symbolic link "
-                    f"(home -> disk), and the append failed with {described(error)}: "
-                    "only a log whose own name is a link is refused, and this log's "
-                    "name is a plain new file", pytrace=False)
+    first_append_works(lesson, folder, f"the sessions folder {folder} is reached "
+                       "through a symbolic link (home -> disk)", "only a log whose own "
+                       "name is a link is refused, and this log's name is a plain new "
+                       "file")
     contents = [m["content"] for m in lines_of(real / "quest-1.jsonl")]
     assert contents == ["hello"], (
         f"the append through the linked folder {folder} should have left its line in "

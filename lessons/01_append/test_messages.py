@@ -134,6 +134,32 @@ def test_text_that_looks_like_a_marker_is_stored_as_text(lesson, sessions):
         f"as the message's content, a string, as it was typed; the line is {line!r}")
 
 
+def append_each(log, messages: list, why: str) -> None:
+    """Append each message in turn; fail in words if append refuses one: what it
+    raised, then `why` the message is one to write."""
+    for message in messages:
+        try:
+            log.append(message)
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words
+            pytest.fail(f"append refused {message!r}, raising "
+                        f"{type(error).__name__}: {error}. {why}", pytrace=False)
+
+
+def lines_read_back(path) -> list:
+    """The log's lines, each read as JSON; fail in words at a line that is not."""
+    read = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            read.append(json.loads(line)) if line else None
+        except ValueError:
+            pytest.fail(f"line {number} of the log is not a JSON object on its own: "
+                        f"{line[:80]!r}. Each message should be one whole line, ended "
+                        "by a newline", pytrace=False)
+    return read
+
+
 @pytest.mark.task("01.2")
 def test_text_holding_nan_or_infinity_as_words_is_written_as_said(lesson, sessions):
     """NaN and Infinity are refused as numbers, never as words: a message whose text
@@ -142,25 +168,10 @@ def test_text_holding_nan_or_infinity_as_words_is_written_as_said(lesson, sessio
             {"role": "assistant", "content": "Infinity and -Infinity are no numbers "
              "of JSON; NaN is none either.", "Infinity": "NaN"}]
     with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            try:
-                log.append(message)
-            except NotImplementedError:
-                raise
-            except Exception as error:      # noqa: BLE001 - reported in words below
-                pytest.fail(f"append refused {message!r}, raising "
-                            f"{type(error).__name__}: {error}. Its text only says "
-                            "NaN or Infinity, as words: it is a string, which JSON "
-                            "holds like any other, and the rule refuses NaN and "
-                            "Infinity as numbers only", pytrace=False)
-    read = []
-    for line in log.path.read_bytes().split(b"\n"):
-        try:
-            read.append(json.loads(line)) if line else None
-        except ValueError:
-            pytest.fail(f"a line of the log is not a JSON object on its own: "
-                        f"{line[:80]!r}. Each message should be one whole line, "
-                        "ended by a newline", pytrace=False)
+        append_each(log, said, "Its text only says NaN or Infinity, as words: it is a "
+                    "string, which JSON holds like any other, and the rule refuses NaN "
+                    "and Infinity as numbers only")
+    read = lines_read_back(log.path)
     assert read == said, (
         f"two messages that say NaN and Infinity as words were appended, {said!r}; "
         f"the log's lines read back as {read!r}")
@@ -178,24 +189,9 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
              {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
              {"role": "system", "content": "The shop closes at dusk."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in given:
-            try:
-                log.append(message)
-            except NotImplementedError:
-                raise
-            except Exception as error:      # noqa: BLE001 - reported in words below
-                pytest.fail(f"append refused {message!r}, raising "
-                            f"{type(error).__name__}: {error}. The given rule takes "
-                            "it (providers take it, and the reader loads it): what "
-                            "the rule takes is the caller's to write", pytrace=False)
-    read = []
-    for number, line in enumerate(log.path.read_bytes().split(b"\n"), start=1):
-        try:
-            read.append(json.loads(line)) if line else None
-        except ValueError:
-            pytest.fail(f"line {number} of the log is not a JSON object on its own: "
-                        f"{line[:80]!r}. Each message should be one whole line, ended "
-                        "by a newline", pytrace=False)
+        append_each(log, given, "The given rule takes it (providers take it, and the "
+                    "reader loads it): what the rule takes is the caller's to write")
+    read = lines_read_back(log.path)
     changed = [(sent, line) for sent, line in zip(given, read) if sent != line]
     assert len(read) == len(given) and not changed, (
         f"{len(given)} messages were appended, and the log holds {len(read)} lines"
