@@ -512,14 +512,14 @@ def check_tasks_in_order(lesson: course.Lesson) -> Finding:
         waiting = starters.NOT_WRITTEN.search(message)
         if (entry.get("exception") == "NotImplementedError" and waiting
                 and waiting[1] in later):
-            for task in set(entry.get("tasks", [])) & {written[-1]}:
-                waits.setdefault(task, set()).add(waiting[1])
+            if written[-1] in entry.get("tasks", []):
+                waits.setdefault(written[-1], set()).add(waiting[1])
             continue
         first = message.splitlines()[0][:300] if message else ""
         finding.problems.append(
             f"{_short(entry['nodeid']).split('[')[0]}, a test of "
             f"{', '.join(sorted(set(entry.get('tasks', [])) & set(written)))}, fails "
-            f"with {' to '.join(sorted({written[0], written[-1]}))} written and "
+            f"with {' to '.join(dict.fromkeys((written[0], written[-1])))} written and "
             f"{', '.join(later)} not yet: {entry.get('exception')}: {first}")
     # The page tells a student which later tasks some of a task's tests wait for, so
     # that a task that is done is not taken for one that is wrong
