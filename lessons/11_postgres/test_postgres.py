@@ -648,6 +648,33 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
         "its time zone (India's, Asia/Kolkata) among them, or every time the caller "
         f"reads on it afterwards comes in a zone it never chose; after lock_holder "
         f"the connection's time zone is {zone}")
+    # Two store connections take turns at quest-6's lock: one holds it while the
+    # other waits, then the roles swap. The server lists a lock's holder and waiter in
+    # an order of its own, the same both times, so in one of the turns the waiter
+    # comes first
+    key = lesson.lock_key("quest-6")
+    turns = [(number, psycopg.connect(
+        database, autocommit=True, application_name=f"sessionlab pid {number} on town",
+        options=f"-c lock_timeout={HANG * 1000}")) for number in (61, 62)]
+    named = []
+    with turns[0][1], turns[1][1], psycopg.connect(database,
+                                                   autocommit=True) as connection:
+        turns[0][1].execute("SELECT pg_advisory_lock(%s)", (key,))
+        for (pid, holding), (_, waiting) in (turns, turns[::-1]):
+            waiter = threading.Thread(target=waiting.execute,
+                                      args=("SELECT pg_advisory_lock(%s)", (key,)))
+            waiter.start()
+            try:
+                until_waiting(database, 1)
+                named.append((pid, lesson.lock_holder(connection, "quest-6")))
+            finally:
+                holding.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                waiter.join(HANG)
+    for pid, found in named:
+        assert isinstance(found, dict) and found.get("pid") == pid, (
+            f"store connection {pid} holds quest-6's lock while store connection "
+            f"{123 - pid} waits for it: lock_holder should name the one whose lock the "
+            f"server granted, pid {pid}; it says {found}")
     # Another program holds a lock of two int keys made of quest-5's key's halves:
     # another lock altogether (the server counts its sub-id 2), which is no one's
     # hold on quest-5. Then store connections hold keys that share one half of
