@@ -243,15 +243,17 @@ def test_append_leaves_the_callers_message_as_it_was(lesson, sessions):
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize(
     "content",
-    [PASTE, PASTE * 3, NON_ASCII, BINARY_LOOKING,
+    [PASTE, PASTE * 3, NON_ASCII, NON_ASCII * 40, BINARY_LOOKING,
      "\ufeffDay 1 of the quest\r\n" * 300],
-    ids=["1 MB paste", "3 MB paste", "non-ASCII", "binary-looking",
+    ids=["1 MB paste", "3 MB paste", "non-ASCII", "1 MB of non-ASCII", "binary-looking",
          "a BOM first, Windows line ends"],
 )
 @pytest.mark.task("06.1")
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     """Loading puts the blob's content back in place of the reference, byte for byte,
-    around unchanged small messages: a paste of several MB too, read to its end."""
+    around unchanged small messages: a paste of several MB too, read to its end, and a
+    megabyte of letters of several bytes, some of which straddle any block a reader
+    might cut the blob into (64 KiB, say)."""
     messages = [
         SMALL,
         {"role": "user", "content": content},
@@ -425,6 +427,24 @@ def test_the_default_threshold_keeps_ordinary_messages_in_the_line(lesson, sessi
         "a 3 KB message is under the default threshold (a few KB) and stays in the line"
     )
     reference_in(stored[1])
+
+
+@pytest.mark.task("06.1")
+def test_a_session_that_stores_no_blob_makes_no_blobs_folder(lesson, sessions):
+    """blobs/ is made by the first store that needs it: a session whose every content
+    stays in its line, a durable one too, leaves no empty blobs/ beside the logs."""
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append(SMALL)
+        log.append({"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "call_1_0", "type": "function",
+                                    "function": {"name": "talk_to",
+                                                 "arguments": '{"npc": "elder"}'}}]})
+        log.append({"role": "tool", "tool_call_id": "call_1_0",
+                    "content": "The elder says: bring a torch."})
+    assert not (sessions / "blobs").exists(), (
+        "a session wrote three short messages, each kept in its line, and left a "
+        "blobs/ folder beside the logs: only a store makes blobs/, when it has a blob "
+        "to put there")
 
 
 @pytest.mark.task("06.1")
@@ -1192,6 +1212,38 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone
 
 
 @pytest.mark.task("06.2")
+def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions):
+    """A load refused for a missing blob tells the user to restore it; once it is back,
+    the next load reads it, by the same log object too: a refusal is what blobs/ held
+    then, not a verdict kept on the name."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
+    backup = blob.read_bytes()
+    blob.unlink()
+    log = lesson.SessionLog(sessions, "quest-1")
+    with raises(lesson.BlobError,
+                "a reference to a missing blob was loaded without a BlobError"):
+        log.load()
+    blob.write_bytes(backup)        # the user restores it from a backup
+    try:
+        loaded = log.load()
+    except lesson.BlobError as error:
+        pytest.fail(
+            "a load was refused because a blob was missing; the user restored the "
+            "blob, whole, and loaded again with the same log, which refused it again "
+            f"({error}): a refusal must look at blobs/ as it is now, not remember the "
+            "name it refused", pytrace=False)
+    content = loaded[0].get("content") if loaded else None
+    assert content == PASTE, (
+        "once the missing blob was restored, the load should give the paste back; it "
+        f"gave {str(content)[:120]!r}")
+
+
+@pytest.mark.task("06.2")
 @pytest.mark.parametrize(
     "name",
     [
@@ -1381,6 +1433,58 @@ def test_a_durable_writer_syncs_again_a_blob_it_writes_again(lesson, sessions,
                 "without syncing blobs/ once it held that name: a power cut could lose "
                 "the name while the line that points to it survives. Remembering "
                 "which blobs were synced must not skip a blob written anew")
+
+
+@pytest.mark.task("06.1")
+def test_a_durable_writer_syncs_each_of_many_blobs_once(lesson, sessions, monkeypatch):
+    """A durable writer that stored a thousand blobs still knows the first was synced:
+    its content coming back syncs nothing, however many blobs came in between."""
+    contents = [f"page {n} of the chronicle".encode("utf-8") for n in range(1000)]
+    monkeypatch.setattr(os, "fsync", lambda fd: None)   # counted below, not waited for
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        for data in contents:
+            log.store_blob(data)
+        synced = count_syncs(monkeypatch)
+        log.store_blob(contents[0])
+        log.store_blob(contents[len(contents) // 2])
+    monkeypatch.undo()
+    assert synced == [], (
+        f"a durable writer stored {len(contents)} blobs, each synced as it was "
+        f"written, then the first and the middle one again, and synced {len(synced)} "
+        "times: it should remember every blob it synced, not only the last few "
+        "hundred, and sync none again")
+
+
+@pytest.mark.task("06.1")
+def test_each_durable_writer_syncs_a_blob_written_anew_since_another_synced_it(
+    lesson, sessions, monkeypatch
+):
+    """A durable writer synced a blob it found stored; the blob was then removed and
+    stored again by a writer that is not durable. A second durable writer, in the same
+    program, finds a file no one synced: it syncs it, as the first one did."""
+    data = PASTE.encode("utf-8")
+    blob = store(lesson, sessions, data, "quick")               # not durable
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
+    with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        log.store_blob(data)                    # syncs the blob it found
+    blob.unlink()                               # a clean-up by hand
+    store(lesson, sessions, data, "quick")      # not durable: the new file not synced
+    assert blob.is_file(), (
+        "a blob was removed by hand, and storing its content again should put it back "
+        f"under its name; blobs/ holds {blob_names(sessions)}")
+    with lesson.SessionLog(sessions, "careful-2", durable=True) as log:
+        synced = count_syncs(monkeypatch)
+        log.store_blob(data)
+        monkeypatch.undo()
+    assert blob.stat().st_ino in synced, (
+        "a blob was stored anew by a writer that is not durable, after another durable "
+        "writer had synced the file then at its name; a second durable writer found it "
+        "and returned without syncing it: a power cut could keep that writer's line "
+        "and lose the blob. What a writer synced is known to it alone, and says "
+        "nothing of the file at the name now")
 
 
 @pytest.mark.task("06.1")
@@ -1846,13 +1950,15 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
 
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("edit", ["preview edited", "preview removed", "size removed",
-                                  "a key added", "its keys in another order"])
+                                  "size counted otherwise", "a key added",
+                                  "its keys in another order"])
 def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
                                                                   edit):
     """The preview is for a person reading the log, and a person may edit it (to hide
-    a name in it, say); another program may drop the size, add a key of its own, or
-    write the keys in another order. The key "$blob" makes an object a reference, and
-    the hash alone says what the content is: it still loads."""
+    a name in it, say); another program may drop the size or count it otherwise (in
+    characters, or UTF-16 units), add a key of its own, or write the keys in another
+    order. The key "$blob" makes an object a reference, and the hash alone says what the
+    content is: it still loads."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     path = sessions / "quest-1.jsonl"
@@ -1864,6 +1970,8 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
         del reference["preview"]
     elif edit == "size removed":
         del reference["size"]
+    elif edit == "size counted otherwise":
+        reference["size"] = reference["size"] // 2 + 1
     elif edit == "a key added":
         reference["media_type"] = "text/plain"
     else:       # a program that sorts keys, or writes its own first
