@@ -251,6 +251,56 @@ def test_unreadable_arguments_over_several_lines_are_quoted_past_the_first(
 
 
 @pytest.mark.task("00.1")
+def test_running_a_call_leaves_the_call_as_it_was(lesson, town):
+    """run_tool reads the call it is given and changes nothing in it: the caller may
+    hold that call in a history that goes back to the model with every request."""
+    for arguments in ('{"item": "rope"}', "{item: rope", {"item": "torch"}, ""):
+        given = tool_call("buy", arguments)
+        kept = json.loads(json.dumps(given))
+        run_call(lesson, town, given, f"the call had the arguments {arguments!r}")
+        assert given == kept, (
+            f"run_tool was given the call {kept} and left it as {given}: the call it "
+            "runs is the caller's (a history may hold it, and a changed call goes back "
+            "to the model, or is refused, with every later request); run_tool only "
+            "reads it")
+
+
+@pytest.mark.task("00.1")
+def test_a_long_quote_holds_only_letters_the_model_wrote(lesson, town):
+    """Unreadable arguments written in a script of several bytes a letter (Chinese and
+    Japanese, in UTF-8) are quoted only in part: the quote ends on a whole letter, and
+    holds no character the model never wrote."""
+    sent = '{"item": "' + "洞窟の松明、" * 400       # never closed: no JSON
+    what = f"the arguments were {len(sent):,} characters of Japanese text, no JSON"
+    result = run_call(lesson, town, tool_call("buy", sent), what)
+
+    assert_error_result(result, what)
+    assert sent[:40] in result, (
+        f"{what}; the error result should quote their start, its letters as letters; "
+        f"it begins {result[:300]!r}")
+    strange = sorted({c for c in result if not c.isascii() and c not in sent})
+    assert not strange, (
+        f"{what}; the error result holds {strange}, which the model never wrote: a "
+        "quote cut in bytes rather than letters breaks a letter in two, and the model "
+        f"reads a character it did not send; the result is {result[:300]!r}...")
+
+
+@pytest.mark.task("00.1")
+def test_unreadable_arguments_are_quoted_between_quote_marks(lesson, town):
+    """The quote of unreadable arguments is marked as one, so that the model sees where
+    what it sent starts and ends: arguments of blanks alone, or with a blank at their
+    end, show those blanks."""
+    for sent in ("  ", "{item: rope} "):
+        what = f"the arguments were {sent!r}, no JSON"
+        result = run_call(lesson, town, tool_call("buy", sent), what)
+        assert_error_result(result, what)
+        assert re.search(r"""(['"`])""" + re.escape(sent) + r"\1", result), (
+            f"{what}; the error result should quote them between quote marks, so that "
+            "the model sees where what it sent starts and ends (its blanks "
+            f"included); got {result!r}")
+
+
+@pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, kind, words", [
     ('["rope"]', "a list", r"list|array|\[\W*rope"),
     ("42", "a number", r"int|number|42"),
@@ -937,6 +987,57 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
 
 
 @pytest.mark.task("00.2")
+def test_a_turn_after_max_turns_gets_model_calls_of_its_own(lesson, model, town,
+                                                            monkeypatch):
+    """A turn that ran out of model calls ends the turn, not the agent: the user's
+    next message gets max_turns model calls of its own, and is answered."""
+    # Well-formed replies, stored as they came: the loop alone is tested here
+    monkeypatch.setattr(lesson, "normalize_reply", stored_as_sent)
+    model.add(use(call("talk_to", npc="guard")), say("The cave is north."))
+    agent = new_agent(lesson, model, town, max_turns=1)
+
+    with raises(lesson.MaxTurnsExceeded,
+                "run() returned although the model was still calling tools after "
+                "max_turns=1 model call, where MaxTurnsExceeded was expected"):
+        agent.run("Find the cave.")
+    before = len(model.requests)
+    try:
+        answer = agent.run("Where is it?")
+    except lesson.MaxTurnsExceeded as error:
+        pytest.fail(
+            f"with max_turns=1, the first turn ran out of model calls; the next turn "
+            f"raised MaxTurnsExceeded ({error}) after {len(model.requests) - before} "
+            "model calls of its own, where the model would have answered its first: "
+            "the limit counts the calls of one turn, and a turn that ran out does not "
+            "use up the next one's", pytrace=False)
+    assert answer == "The cave is north.", (
+        "after a turn that ran out of model calls, the next turn's model answered "
+        f"'The cave is north.', and run() returned {answer!r}")
+
+
+@pytest.mark.task("00.2")
+def test_every_call_of_a_reply_with_many_calls_gets_its_result(lesson, model, town,
+                                                              monkeypatch):
+    """A reply may hold many calls (a model greeting the whole town at once): each
+    runs and is answered, however many there are."""
+    # Well-formed replies, stored as they came: the loop alone is tested here
+    monkeypatch.setattr(lesson, "normalize_reply", stored_as_sent)
+    npcs = ["elder", "guard", "mayor's daughter"] * 8
+    model.add(use(*[call("talk_to", npc=npc) for npc in npcs]), say("Done."))
+    agent = new_agent(lesson, model, town)
+
+    agent.run("Talk to everyone.")
+
+    asked = [c["id"] for m in agent.messages for c in m.get("tool_calls") or []]
+    answered = [m.get("tool_call_id") for m in agent.messages if m["role"] == "tool"]
+    assert answered == asked and len(asked) == len(npcs), (
+        f"the model sent one reply of {len(npcs)} calls; the history holds "
+        f"{len(asked)} calls and {len(answered)} results: every call the model asks "
+        "for runs and is answered, however many a reply holds (a provider refuses a "
+        "request with a call left without its result)")
+
+
+@pytest.mark.task("00.2")
 def test_each_turn_starts_afresh_with_its_message_and_its_max_turns(lesson, model,
                                                                     town):
     """max_turns bounds the model calls of one user message: an agent whose every
@@ -1269,6 +1370,34 @@ def test_a_failed_model_call_leaves_no_reply_in_the_history(lesson, model, town,
         f"the model answered {requests_before(before)} with HTTP 500, so it said "
         f"nothing then; the history holds {made_up}, which the model never sent, "
         "and which would go back to it as its own words")
+
+
+@pytest.mark.task("00.2")
+@AFTER_A_TOOL
+def test_a_failed_model_call_keeps_what_the_turn_did_before_it(lesson, model, town,
+                                                                before, monkeypatch):
+    """A server error does not undo the turn: the user's message stays in the history,
+    and so does every call that ran, with its result (the torch was bought)."""
+    # Well-formed replies, stored as they came: the loop alone is tested here
+    monkeypatch.setattr(lesson, "normalize_reply", stored_as_sent)
+    model.add(*[use(call("buy", item="torch"))] * before, Fail(500))
+    agent = new_agent(lesson, model, town)
+
+    with raises(Exception, "the model answered HTTP 500, and run() went on as if it "
+                "had answered: the caller should hear of the failure") as raised:
+        agent.run("Buy a torch.")
+
+    if isinstance(raised.value, NotImplementedError):
+        raise raised.value
+    roles = [m.get("role") for m in agent.messages]
+    expected = ["user"] + ["assistant", "tool"] * before
+    assert roles == expected, (
+        f"the model answered {requests_before(before)} with HTTP 500, after "
+        f"{before} call(s) to buy ran (the town's inventory: {town.inventory}); the "
+        f"history should keep what the turn did before the failure, {expected}, and "
+        f"holds {roles}: a call that ran stays in the history with its result, and the "
+        "user's message with them, or the next request tells the model nothing of a "
+        "torch that was bought")
 
 
 @pytest.mark.task("00.2")

@@ -374,6 +374,56 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
 
 
 @pytest.mark.task("00.3")
+def test_an_id_taken_early_in_a_long_conversation_is_not_given_again(lesson):
+    """No two calls of the whole conversation share an id, however long it is: a
+    server that sends again the id of a call made hundreds of messages earlier gets
+    a new one for it."""
+    history = [{"role": "user", "content": "Buy a rope."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "call_first", "type": "function",
+                    "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]},
+               {"role": "tool", "tool_call_id": "call_first", "content": "ok"}]
+    for day in range(300):
+        history += [{"role": "user", "content": f"Day {day}?"},
+                    {"role": "assistant", "content": "Rest."}]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_first", "type": "function",
+         "function": {"name": "buy", "arguments": '{"item": "torch"}'}}]}
+
+    message = lesson.normalize_reply(reply, history)
+
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    assert stored and stored[0] != "call_first", (
+        f"a history of {len(history)} messages holds, in its second message, a call "
+        "with the id 'call_first'; the reply's call came with that id again and was "
+        f"stored with {stored}: two calls of the conversation share one id, and a "
+        "result cannot say which it answers (the ids taken are those of the whole "
+        "history, not of its latest messages)")
+
+
+@pytest.mark.task("00.3")
+def test_thousands_of_calls_without_ids_get_thousands_of_ids(lesson):
+    """A long session holds thousands of calls, and a server that never sends ids
+    leaves every one of them to normalize_reply: no two of the ids it makes up are
+    the same."""
+    history = []
+    for turn in range(250):
+        reply = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": None, "type": "function",
+             "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}] * 8}
+        history.append(lesson.normalize_reply(reply, history))
+    ids = [call.get("id") for call in calls_of(history)]
+    twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(
+        ids) else []
+    assert len(ids) == 2_000 and not twice, (
+        f"250 replies of 8 calls without ids, each normalized after the ones before, "
+        f"were stored with {len(ids):,} calls and {len(set(ids)):,} different ids; "
+        f"{twice[:5]} are given more than once: a made-up id must be one no other call "
+        "of the conversation has, however many it holds (an id too short to be unique "
+        "among thousands repeats)")
+
+
+@pytest.mark.task("00.3")
 @pytest.mark.task("00.2")
 def test_arguments_sent_as_an_object_are_run_and_stored_as_json_text(
     lesson, model, town
