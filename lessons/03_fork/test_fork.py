@@ -324,7 +324,9 @@ def test_a_fork_copies_a_source_larger_than_any_one_read(
     """Without task 03.2: a source of 17 MiB, its first message a map pasted whole
     and 3,000 short ones after it. A whole fork hands publish_fork every line, byte
     for byte, and their count: a source is read to its end, however large, never by
-    one read of a fixed size (64 KiB, 1 MiB, 16 MiB), which returns its start only."""
+    one read of a fixed size (64 KiB, 1 MiB, 16 MiB), which returns its start only,
+    nor by one read of the file's whole size: a read may return less than asked (a
+    network file system, a signal, past 2 GiB on Linux), here 1 MiB at most."""
     big = (b'{"role": "user", "content": "Copy the map: '
            + b"north, east. " * ((17 << 20) // 13) + b'"}')
     short = [b'{"role": "assistant", "content": "Step %d."}' % step
@@ -335,6 +337,8 @@ def test_a_fork_copies_a_source_larger_than_any_one_read(
     monkeypatch.setattr(lesson, "publish_fork",
                         lambda folder, source_id, new_id, count, copy, durable:
                         handed.append((count, copy)))
+    read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, size: read(fd, min(size, 1 << 20)))
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
 
@@ -477,11 +481,11 @@ def test_a_fork_of_a_damaged_source_is_refused(
     except ValueError as refused:
         reason = str(refused)
     missing = [what for what, found in (
-        ("the session it forks ('quest-1', or its file)", "quest-1" in said),
+        ("the file the line is in, the source's quest-1.jsonl (not the fork's "
+         "what-if.jsonl, which holds no line), as load() names it: a sessions folder "
+         "holds many files", "quest-1.jsonl" in said),
         (f"why the line is no message ({reason!r}, as parse_line says)",
-         reason is None or reason in str(error)),
-        ("the source's file, quest-1.jsonl, not the fork's, what-if.jsonl, which holds "
-         "no line", "what-if.jsonl" not in said or "quest-1.jsonl" in said))
+         reason is None or reason in str(error)))
         if not found]
     if missing:
         pytest.fail(f"the damaged line of quest-1 is line {line}; the InvalidMessage "
@@ -522,11 +526,13 @@ def test_an_upto_that_is_no_whole_number_is_refused(
 @pytest.mark.task("03.1")
 def test_a_fork_starts_with_the_same_history(lesson, sessions, town, day_one):
     """A fork starts with the whole history of its parent: its first request carries
-    every message of the original. fork returns the path of the new log."""
+    every message of the original. fork returns the path of the new log, as a Path
+    (its signature says so), which the caller can read or open at once."""
     path = lesson.fork(sessions, "quest-1", "what-if")
-    assert path is not None and Path(path) == sessions / "what-if.jsonl", (
-        "fork(sessions, 'quest-1', 'what-if') should return the new log's path, "
-        f"{sessions / 'what-if.jsonl'}; it returned {path!r}")
+    assert isinstance(path, Path) and path == sessions / "what-if.jsonl", (
+        "fork(sessions, 'quest-1', 'what-if') should return the new log's path, as a "
+        f"Path, {sessions / 'what-if.jsonl'!r}; it returned {path!r}, which a caller "
+        "that reads the fork it got back (its read_bytes, its open) cannot use")
 
     agent, model = play(lesson, sessions, "what-if", [say("The guard opens at dawn.")],
                         "What about the guard?", town)
@@ -2116,12 +2122,18 @@ def test_a_fork_never_replaces_a_log_created_just_before_its_own_is_named(
                 + ": what the other writer wrote there is gone. The log never lands "
                 "over a name that exists, whatever was checked before: the step that "
                 "names it must be the one that refuses a name taken")
-    if not isinstance(error, FileExistsError):
+    if not isinstance(error, lesson.SessionExists):
         fail_in("03.2", "another writer created session what-if's log just before the "
                 "fork's own log got its name; the fork should refuse with "
                 "SessionExists, and it "
                 + ("returned" if error is None
                    else f"raised {type(error).__name__}: {error}"))
+    if "what-if" not in str(error).replace(str(sessions), ""):
+        fail_in("03.2", "another writer created session what-if's log just before the "
+                "fork's own log got its name, and the fork was refused with "
+                "SessionExists, as it should be; but its words do not name what-if, "
+                f"the id taken: {error}. Whoever reads it must know which session is "
+                "there already, and it is not the source")
     left = sorted(set(snapshot(sessions)) - set(before) - {target.name})
     if left:
         fail_in("03.2", "another writer created session what-if's log just before the "
