@@ -410,6 +410,61 @@ def test_a_second_log_object_appends_and_never_truncates(lesson, sessions):
     )
 
 
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
+@pytest.mark.task("01.2")
+def test_a_log_closed_then_appended_to_opens_again(lesson, sessions):
+    """close() lets the log's descriptor go, not the session: the same SessionLog's
+    next append opens the log again and adds to its end."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append({"role": "user", "content": "day one"})
+    log.close()
+    try:
+        log.append({"role": "user", "content": "day two"})
+    except (NotImplementedError, lesson.InvalidMessage):
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words
+        pytest.fail(f"a log appended to, closed, then appended to again raised "
+                    f"{described(error)} on that append: the writer keeps its "
+                    "descriptor in _fd until close(), and an append that finds none "
+                    "opens the log again", pytrace=False)
+    finally:
+        log.close()
+
+    contents = [m["content"] for m in lines_of(the_log(lesson, sessions))]
+    assert contents == ["day one", "day two"], (
+        "a log appended to, closed, then appended to again should hold both lines, "
+        f"in order; found {contents}")
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
+def test_a_refused_message_leaves_the_writer_usable(lesson, sessions):
+    """A message the rule refuses is the caller's mistake, not the log's: append
+    raises InvalidMessage, writes nothing, and the next good message is appended."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "day one"})
+        with raises(lesson.InvalidMessage, "append took a message with the role "
+                    "'wizard', which no provider takes, where InvalidMessage was "
+                    "expected"):
+            log.append({"role": "wizard", "content": "abracadabra"})
+        try:
+            log.append({"role": "user", "content": "day two"})
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words
+            pytest.fail(f"after append refused a message with InvalidMessage, the next "
+                        f"append, of a good message, raised {described(error)}: a "
+                        "refused message leaves no trace, and nothing wrong with the "
+                        "log, so the writer goes on (a writer must not stop without "
+                        "cause)", pytrace=False)
+
+    contents = [m["content"] for m in lines_of(the_log(lesson, sessions))]
+    assert contents == ["day one", "day two"], (
+        "after a good message, a refused one, then another good one, the log should "
+        f"hold the two good ones, in order; found {contents}")
+
+
 @pytest.mark.key
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize(
@@ -596,6 +651,42 @@ def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
         f"the refusal of {what} should show it, escaped and quoted, so that whoever "
         "reads the message (or the log it lands in) sees the trouble; it says "
         f"{said!r}, where the id is {'printed as is' if hidden else 'not shown'}")
+
+
+@pytest.mark.task("01.1")
+@pytest.mark.parametrize("bad_id, trouble", [
+    ("a" * 60 + "/x", "a '/' near its end"),
+    ("the-second-day-of-the-quest-to-the-cave-by-the-northern-road ",
+     "a space at its end"),
+], ids=["slash", "space"])
+def test_the_refusal_quotes_an_id_whose_trouble_lies_past_its_start(
+        lesson, bad_id, trouble):
+    """An id of a few dozen characters whose trouble is near its end is quoted whole
+    in the refusal, so that the trouble shows, wherever it lies."""
+    why = f"check_session_id({bad_id!r}) accepted an id with {trouble}"
+    with raises(lesson.InvalidSessionId, why) as refused:
+        lesson.check_session_id(bad_id)
+    said = str(refused.value)
+    assert bad_id in said, (
+        f"the id {bad_id!r}, {len(bad_id)} characters, was refused for {trouble}, and "
+        f"the refusal says {said!r}: it should quote the id whole, so that whoever "
+        "reads it sees what is wrong with it, not only its start")
+
+
+@pytest.mark.task("01.1")
+def test_the_refusal_of_a_huge_id_stays_short(lesson):
+    """An id of a megabyte (a request's body passed for an id) is refused in a message
+    that quotes only its start: the message goes into logs and onto screens."""
+    bad_id = "quest-" + "x" * 1_000_000
+    with raises(lesson.InvalidSessionId, "check_session_id accepted an id of a "
+                "million characters, far past the limit of 128") as refused:
+        lesson.check_session_id(bad_id)
+    said = str(refused.value)
+    assert len(said) < 2_000 and bad_id[:30] in said, (
+        f"the refusal of an id of {len(bad_id):,} characters is {len(said):,} "
+        "characters long: it should quote the id's start (its first 30 characters at "
+        "least), enough to recognise it, and not all of it, so that the message stays "
+        f"one a person can read; it begins {said[:200]!r}")
 
 
 @pytest.mark.task("01.1")
