@@ -1210,6 +1210,31 @@ def test_keep_counts_the_messages_a_resume_reads_after_the_tail_is_repaired(less
 
 
 @pytest.mark.task("08.1")
+def test_a_compaction_counts_keep_from_the_end_of_a_log_longer_than_a_read_buffer(
+        lesson, sessions):
+    """A quest of many days: a log of 2,000 short messages, about 90 KiB, longer than
+    the 64 KiB a single read of a buffer brings in. The log's compact counts `keep`
+    from the end of the whole log, so the marker names the first kept message near
+    its end, and a resume starts its request there."""
+    path = sessions / "quest-1.jsonl"
+    said = conversation(2000)
+    path.write_text(as_log(said))
+    assert path.stat().st_size > 64 * 1024, "the test's log should pass 64 KiB"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        upto = log.compact("A thousand turns.", keep=2)
+    marker = compactions_in(path)[-1] if compactions_in(path) else None
+    assert upto == 1998 and marker is not None and marker.get("upto") == 1998, (
+        f"the log holds 2,000 messages ({path.stat().st_size} bytes), so keeping the "
+        "last 2 makes 'upto' 1998, the index of the first one kept; compact returned "
+        f"{upto!r} and the marker is {marker!r}: the log was counted from less than "
+        "the whole of it (a read that stopped at a buffer's size?)")
+    kept = resumed_after_the_boundary(lesson, sessions)
+    assert kept == said[-2:], (
+        "a resume should start its request, after the summary, at the last turn of "
+        f"the 2,000 messages; it starts {len(kept)} messages before the end")
+
+
+@pytest.mark.task("08.1")
 def test_the_log_compacts_its_own_file_after_the_working_directory_changed(
         lesson, tmp_path, monkeypatch):
     """A program opened its log from a relative sessions folder, then changed its
@@ -2279,6 +2304,13 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
         "the BadSummary for a summary the server cut off should say so (the words "
         f"matching {pattern!r}), and tell of nothing it did not send ({wrong[1]}); "
         f"it says {said!r}")
+    # Cut where a sentence ends: it still reads as whole, and is as cut as the rest
+    at_a_full_stop = CUT_TEXT[:CUT_TEXT.index(".") + 1]
+    with raises(lesson.BadSummary, "check_summary() took, as a summary, a reply the "
+                "server cut off at its length limit (finish_reason 'length') right "
+                f"after a full stop ({at_a_full_stop!r}): only the server knows that "
+                "it stopped there, whatever the text's last character"):
+        lesson.check_summary({**reply, "content": at_a_full_stop})
     for ended in ("stop", None):
         whole = {**reply, "finish_reason": ended}
         try:
@@ -2327,6 +2359,45 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
             f"the BadSummary for a reply of {what}, which the server ended at its "
             f"length limit, should say what it was ({SAYS[pattern]}), whatever its "
             f"finish reason: it held no summary, cut off or whole; it says {said!r}")
+
+
+@pytest.mark.task("08.4")
+def test_summarise_alone_tells_two_refused_replies_in_the_order_they_came(lesson):
+    """summarise() alone, with no budget: the model first calls a tool, then, asked
+    again, sends no text. The BadSummary tells both, the first reply first: the user
+    reads what the model sent, then what it sent once told what was wrong."""
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+        NO_SUMMARY["tool_call"], NO_SUMMARY["empty"]))
+    agent.messages = conversation(6)
+    with log:
+        with raises(lesson.BadSummary, "summarise() returned a summary after a reply "
+                    "that called a tool and one with no text") as raised:
+            agent.summarise(agent.messages[:4], 4)
+    message = str(raised.value)
+    first, second = (what_check_summary_says(lesson, key)
+                     for key in ("tool_call", "empty"))
+    assert first in message and second in message and (
+        message.find(first) < message.find(second)), (
+        f"the error should tell the two replies in the order the model sent them: "
+        f"first {first!r} (a call), then {second!r} (no text); it says {message!r}")
+
+
+@pytest.mark.task("08.4")
+def test_check_summary_alone_leaves_the_reply_as_it_came(lesson):
+    """check_summary() only reads the reply it is given: the caller's reply (which an
+    application may log, or check again) keeps every field, the server's finish reason
+    too, and the same reply checked twice gets the same verdict."""
+    reply = as_asked(lesson, CUT_OFF_SUMMARY)
+    before = json.loads(json.dumps(reply))
+    for attempt in ("first", "second"):
+        with raises(lesson.BadSummary, f"check_summary() took, at its {attempt} "
+                    "check of one reply, a summary the server cut off at its length "
+                    "limit (finish_reason 'length'): the same reply must get the same "
+                    "verdict however often it is checked"):
+            lesson.check_summary(reply)
+    assert reply == before, (
+        "check_summary() changed the reply it was given (the caller's own dict): it "
+        f"was {before!r} and is now {reply!r}; a check only reads what it judges")
 
 
 @pytest.mark.task("08.4")
