@@ -489,6 +489,28 @@ def fork_twice(lesson, sessions, source_id, new_id, upto):
             for how in ("read", "known")]
 
 
+@pytest.mark.task("07.4")
+def test_a_fork_of_a_long_log_holds_every_line(lesson, sessions):
+    """A source log far longer than any read buffer (some 200 KB, each content kept in
+    its line): a whole fork, and a fork of its first 60 messages, show exactly what they
+    should, every line whole."""
+    page = "the chronicle of the cave " * 120
+    said = [{"role": "user", "content": f"{n:03d} {page}"} for n in range(70)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    assert len((sessions / "quest-1.jsonl").read_bytes()) > 128 * 1024, (
+        "the test means a log of over 128 KiB")
+    lesson.fork(sessions, "quest-1", "whole")
+    lesson.fork(sessions, "quest-1", "first-60", upto=60)
+    for fork_id, expected in (("whole", said), ("first-60", said[:60])):
+        shown = lesson.SessionLog(sessions, fork_id).load()
+        assert shown == expected, (
+            f"the fork {fork_id!r} of a log of some 200 KB should show its first "
+            f"{len(expected)} messages; it shows {len(shown)}, the last starting "
+            f"{str(shown[-1].get('content'))[:10] if shown else None!r}")
+
+
 @pytest.mark.task("07.1")
 @pytest.mark.task("07.4")
 def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
@@ -1058,6 +1080,65 @@ def test_undos_in_a_row_each_take_back_the_next_messages(lesson, sessions):
 
 
 @pytest.mark.task("07.1")
+def test_an_undo_after_close_takes_back_the_last_message_the_log_shows_now(lesson,
+                                                                           sessions):
+    """A writer appended, then closed; another writer added a message since. The first
+    object's undo becomes the writer again, as its append would, and takes back the
+    newest message the log shows now, not the newest it wrote."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said[:3]:
+            log.append(message)
+        log.close()
+        with lesson.SessionLog(sessions, "quest-1") as other:
+            other.append(said[3])
+        try:
+            taken = log.undo(1)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(
+                "a writer that appended three messages was closed; another writer "
+                "appended a fourth; the first object's undo(1) then raised "
+                f"{type(error).__name__} ({error}) where it should have become the "
+                "writer again, as an append does, and taken back the fourth",
+                pytrace=False)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [3] and shown == said[:3], (
+        "after close, an undo should become the writer again and go by the log as it "
+        "is now: the newest message is the fourth (index 3), written by another writer "
+        f"since; the undo named {taken}, and the log shows "
+        f"{[message.get('content') for message in shown]}")
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_of_a_thousand_messages_is_one_marker(lesson, sessions):
+    """However many messages an undo takes back, it adds one marker line (a line much
+    longer than 4 KiB, written whole), naming them all, and returns them all."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(1200)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        taken = log.undo(1000)
+    markers = markers_in(sessions / "quest-1.jsonl")
+    assert len(markers) == 1, (
+        f"one undo of 1000 messages should add one undo marker; the log holds "
+        f"{len(markers)} markers")
+    named = markers[0].get("skip")
+    assert sorted(named or []) == list(range(200, 1200)) == taken, (
+        "the undo of the last 1000 of 1200 messages should name, in its marker and in "
+        "what it returns, the indices 200 to 1199, oldest first; the marker names "
+        f"{len(named or [])} of them and the undo returned "
+        f"{len(taken)}")
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == said[:200], (
+        f"the log should show the first 200 messages; it shows {len(shown)}")
+
+
+@pytest.mark.task("07.1")
 def test_a_message_keeps_the_index_it_was_written_with_after_an_undone_one(lesson,
                                                                            sessions):
     """A message undone in the middle leaves a gap in the indices, never a shift: the
@@ -1495,6 +1576,42 @@ def test_a_ctrl_c_during_a_flush_writes_each_message_once_later(lesson, sessions
         "a flush stopped by Ctrl-C after the first note, then the next flush: the log "
         f"should hold each note once, in order, {[n['content'] for n in notes]}; it "
         f"holds {[m.get('content') for m in written]} after the turn before them")
+
+
+@pytest.mark.task("07.2")
+def test_a_note_never_flushed_leaves_no_log(lesson, sessions):
+    """An agent on a new session records a note, and the program ends before anything
+    flushes it: the note is lost, as the page says, and with it any trace of it. The
+    session has no log and no lock file, as if it had never been opened."""
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        agent.record({"role": "user", "content": "A note, never sent."})
+    left = sorted(path.name for path in sessions.iterdir()) if sessions.exists() else []
+    assert left == [], (
+        "a note was recorded on a new session and never flushed: recording should "
+        "touch no file (the log is made by the flush that writes its first line), yet "
+        f"the sessions folder holds {left}")
+
+
+@pytest.mark.task("07.2")
+def test_each_agent_flushes_only_what_it_recorded(lesson, sessions):
+    """Two agents in one program, each on its own session: what one records waits in
+    its own buffer, and the other's flush never writes it."""
+    note = {"role": "user", "content": "A note for the first quest."}
+    first, _, first_log = open_agent(lesson, sessions, session_id="quest-1")
+    second, _, second_log = open_agent(lesson, sessions, [say("The elder nods.")],
+                                       session_id="quest-2")
+    with first_log, second_log:
+        first.record(note)
+        second.run("Thank the elder.")
+        first.flush()
+    second_lines = lines_of(sessions / "quest-2.jsonl")
+    assert note not in second_lines, (
+        "an agent on quest-2 ran a turn while an agent on quest-1 had a note pending; "
+        "the note was written to quest-2's log: each agent's pending buffer is its own")
+    assert lines_of(sessions / "quest-1.jsonl") == [note], (
+        "the agent on quest-1 recorded a note and flushed it: its log should hold that "
+        f"note alone; it holds {lines_of(sessions / 'quest-1.jsonl')}")
 
 
 @pytest.mark.task("07.1")
@@ -2136,6 +2253,26 @@ def test_a_user_message_starts_a_turn_whatever_its_content(lesson, sessions, con
     assert resume(lesson, sessions) == turn_c, (
         f"a new process should see the turn before the user's {said}, and nothing of "
         "the turn undone")
+
+
+@pytest.mark.task("07.3")
+def test_a_conversation_held_before_an_undo_shows_the_undo(lesson, sessions):
+    """The agent's conversation is one list, changed in place by record and by undo
+    alike: a window that shows agent.messages, holding it since before the undo, shows
+    the turn gone."""
+    agent, _, log = open_agent(lesson, sessions, [*TURN_C[1], *TURN_D[1]])
+    with log:
+        agent.run(TURN_C[0])
+        agent.run(TURN_D[0])
+        held = agent.messages
+        agent.undo(1)
+        kept = list(agent.messages)
+    assert held == kept, (
+        "a caller held the agent's conversation (agent.messages) before an undo of one "
+        f"turn; after it, the list it holds has {len(held)} messages while the agent's "
+        f"has {len(kept)}: the undo made a new list instead of taking the turn out of "
+        "the one the agent keeps, so whoever shows the conversation still shows the "
+        "turn taken back")
 
 
 @pytest.mark.task("07.3")
