@@ -1174,6 +1174,37 @@ def test_each_load_returns_messages_of_its_own(lesson, sessions, model, town):
 
 
 @pytest.mark.task("02.1")
+def test_a_change_deep_inside_a_loaded_message_never_comes_back(lesson, sessions):
+    """Messages of its own go all the way down: a caller that changes a tool call's
+    arguments, or adds a call, in a message it loaded, finds none of it in the next
+    load."""
+    history = [{"role": "user", "content": "Buy a rope."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "Bought."}]
+    write_log(lesson, sessions, history)
+    expected = json.loads(json.dumps(history))
+    holding = ("the log holds a question, a call to buy a rope and its result; a first "
+               "load returned them, and its caller then changed, in memory only, the "
+               "call's arguments to a sword's and added a second call to the message")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first = load(log, "the log holds three messages, which should load")
+        calls = first[1].get("tool_calls") if len(first) > 1 else None
+        if isinstance(calls, list) and calls:
+            calls[0]["function"]["arguments"] = '{"item": "sword"}'
+            calls.append({"id": "call_2", "type": "function",
+                          "function": {"name": "buy", "arguments": "{}"}})
+        again = load(log, holding)
+
+    assert again == expected, (
+        f"{holding}; the next load returned {again!r}, where the log still holds "
+        f"{expected!r}: a load hands back messages of its own, every part of them "
+        "(their calls and their arguments too), never parts an earlier caller holds "
+        "and may change")
+
+
+@pytest.mark.task("02.1")
 def test_non_ascii_text_loads_back_exactly(lesson, sessions):
     """Accented letters, CJK and emoji, written as UTF-8 by append, load back as the
     same text."""

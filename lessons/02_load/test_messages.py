@@ -298,6 +298,32 @@ def test_a_refused_line_far_into_a_large_log_is_named_by_its_place(lesson, sessi
 
 
 @pytest.mark.task("02.1")
+def test_the_refusal_of_a_huge_torn_line_stays_short(lesson, sessions):
+    """A line of megabytes that is no message (a pasted document that a crash cut) is
+    refused in words a person can read: the file, the line and why, not the line."""
+    path = sessions / "quest-1.jsonl"
+    pasted = json.dumps({"role": "user", "content": "The map: " + "ab" * 1_000_000})
+    data = GOOD + pasted[: len(pasted) // 2].encode()
+    path.write_bytes(data)
+    setting = (f"the log's line 2 is the first half of a message of "
+               f"{len(pasted) // 1000:,} KB, cut by a crash")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}; load() returned {str(error)[:200]}, where it should "
+                    "refuse line 2, naming the file and the line", pytrace=False)
+    message = str(error)
+    assert isinstance(error, lesson.InvalidMessage) and names_line(message, 2), (
+        f"{setting}; load() raised {described(error)[:300]}. Expected an "
+        "InvalidMessage naming line 2")
+    assert len(message) < 2_000, (
+        f"{setting}; load() refused it in a message of {len(message):,} characters, "
+        "which goes onto a screen or into a log: the refusal names the file, the line "
+        "and why, and quotes no more of a line than its start; it begins "
+        f"{message[:300]!r}")
+
+
+@pytest.mark.task("02.1")
 def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
     """A refusal is no verdict kept on the session: once a person mends the line it
     named, the next load, by the same SessionLog, reads the log as it is then."""
