@@ -2170,20 +2170,23 @@ def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
     newline never got written. A whole fork holds the source's whole lines, undo marker
     included, as every earlier lesson's fork did; a fork of every message or of the
     first holds whole lines too: nothing torn, every line a whole entry ending in its
-    newline, no empty line added."""
+    newline, no empty line added. A second whole fork, made once this process knows
+    the source, is as whole as the first."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     write_log(sessions, [said[0], said[1], undo_marker(1), said[2]])
     path = sessions / "quest-1.jsonl"
     whole = path.read_bytes()
     path.write_bytes(whole + end if end else whole[:-1])
     ending = "a torn line" if end else "a line without its newline"
-    for upto in (None, 2, 1):
-        new_id = f"fork-{upto}"
+    for number, upto in enumerate((None, 2, 1, None)):
+        new_id = f"fork-{number}"
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         copied = (sessions / f"{new_id}.jsonl").read_bytes()
         if upto is None:
             assert copied == whole, (
-                f"a whole fork of a log ending in {ending} should hold the source's "
+                f"a whole fork of a log ending in {ending}"
+                f"{', made again once three forks had read it,' if number else ''} "
+                f"should hold the source's "
                 f"{len(whole.splitlines())} whole lines, each with its newline, and "
                 f"nothing more ({len(whole)} bytes); it holds {copied[-60:]!r} at its "
                 f"end ({len(copied)} bytes)")
@@ -2253,6 +2256,27 @@ def test_a_user_message_starts_a_turn_whatever_its_content(lesson, sessions, con
     assert resume(lesson, sessions) == turn_c, (
         f"a new process should see the turn before the user's {said}, and nothing of "
         "the turn undone")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
+    """Day 2 resumed the session and played a turn, then its log was closed (its with
+    block ended); the agent's undo still takes that turn back in the log, which becomes
+    the writer again, so a new process resuming the session does not get it back."""
+    [turn_c] = play(lesson, sessions, TURN_C)
+    agent, _, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.run(TURN_D[0])
+    try:
+        agent.undo(1)
+    finally:
+        log.close()
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_c, (
+        "an agent whose log had been closed undid its last turn; a new process "
+        "resuming the session should then show the first turn alone, as the agent "
+        f"does, and it shows {[message.get('content') for message in resumed]}: the "
+        "undo changed the agent's memory but not the log")
 
 
 @pytest.mark.task("07.3")
