@@ -188,11 +188,18 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
              {"role": "assistant", "content": None, "tool_calls": [CALL]},
              {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
              {"role": "system", "content": "The shop closes at dusk."}]
+    kept = json.loads(json.dumps(given))    # as given, whatever append does to them
     with lesson.SessionLog(sessions, "quest-1") as log:
         append_each(log, given, "The given rule takes it (providers take it, and the "
                     "reader loads it): what the rule takes is the caller's to write")
     read = lines_read_back(log.path)
-    changed = [(sent, line) for sent, line in zip(given, read) if sent != line]
+    touched = [(sent, now) for sent, now in zip(kept, given) if sent != now]
+    assert not touched, (
+        f"append was given the message {touched[0][0]!r}, and the caller's message "
+        f"is now {touched[0][1]!r}: append leaves the caller's message as it was (it "
+        "is the agent's memory, which goes back to the model with every request)"
+        if touched else "")
+    changed = [(sent, line) for sent, line in zip(kept, read) if sent != line]
     assert len(read) == len(given) and not changed, (
         f"{len(given)} messages were appended, and the log holds {len(read)} lines"
         + (f"; the message {changed[0][0]!r} was written as {changed[0][1]!r}"
