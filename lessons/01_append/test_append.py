@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import resource
+import shutil
 import signal
 import stat
 import sys
@@ -1293,7 +1294,8 @@ def test_durable_logs_leak_no_descriptors(lesson, sessions):
 
 
 @pytest.mark.task("01.1")
-@pytest.mark.parametrize("not_text", [None, 7, b"quest-1"], ids=repr)
+@pytest.mark.parametrize("not_text", [None, 7, b"quest-1", ["quest-1"],
+                                      {"id": "quest-1"}], ids=repr)
 def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
     """An id that is not a str is refused with InvalidSessionId, like any bad id, and
     its refusal, like any other, quotes it and states the rule."""
@@ -1376,6 +1378,28 @@ def test_a_stopped_writers_refused_retries_leak_no_descriptor(lesson, sessions,
         f"{leaked} descriptor(s) are still open (the four appends raised "
         f"{refusals}): a refused retry should not open the log again, or a server "
         "whose caller retries runs out of descriptors")
+
+
+@pytest.mark.task("01.3")
+def test_a_turn_after_the_log_was_closed_is_saved_too(lesson, model, town, sessions):
+    """A caller that closes the log between two turns has put its descriptor away, not
+    the session: the agent's next turn is saved like the first."""
+    model.add(say("Good morning."), say("Good night."))
+    agent, log = agent_on(lesson, model, town, sessions)
+    with log:
+        agent.run("Morning.")
+    try:
+        agent.run("Night.")
+    finally:
+        log.close()
+
+    saved = lines_of(the_log(lesson, sessions))
+    assert saved == agent.messages, (
+        "the caller ran one turn with the log open, closed it, then ran a second turn; "
+        f"the log holds {[m.get('content') for m in saved]} and the agent's memory "
+        f"{[m.get('content') for m in agent.messages]}: every message of every turn "
+        "goes to the log the moment it exists (a closed log opens again on its next "
+        "append), so that the log holds what memory holds")
 
 
 @pytest.mark.task("01.3")
@@ -1569,6 +1593,23 @@ def test_the_first_append_creates_the_sessions_folder_it_needs(lesson, tmp_path)
     assert contents == ["hello"], (
         "the first append into a new sessions folder should leave the log holding its "
         f"line; it holds {contents}")
+
+
+@pytest.mark.task("01.4")
+def test_a_sessions_folder_removed_is_made_again_by_the_next_log(lesson, tmp_path):
+    """A sessions folder that was there and is gone (a user cleared their sessions) is
+    no folder there: the next log's first append creates it again, as the first did."""
+    folder = tmp_path / "home" / "sessions"
+    first_append_works(lesson, folder, f"the sessions folder {folder} did not exist "
+                       "yet", "the folder and the log should have been created")
+    shutil.rmtree(folder)
+    first_append_works(lesson, folder, f"a first log was made in {folder}, then the "
+                       "folder was removed, with the log in it", "the next log's first "
+                       "append creates the folder it needs, whatever was there before")
+    contents = [m["content"] for m in lines_of(folder / "quest-1.jsonl")]
+    assert contents == ["hello"], (
+        "after the sessions folder was removed, a new log's first append should "
+        f"create it again and leave the log holding its line; it holds {contents}")
 
 
 def append_into_a_new_folder(lesson, folder, **options):
