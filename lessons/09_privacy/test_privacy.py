@@ -307,6 +307,31 @@ def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
         "after deleting quest-1 and its fork, only quest-2 (and blobs/) should be left")
 
 
+@pytest.mark.task("09.1")
+@pytest.mark.task("09.5")
+def test_a_delete_drops_the_blob_a_log_longer_than_a_read_buffer_points_to_at_its_end(
+    lesson, sessions
+):
+    """A quest of many days: 500 messages (about 90 KiB, more than a buffer of 64 KiB
+    holds), then the pasted diary, stored as a blob, at the very end. The delete reads
+    the whole log for the blobs it mentions: the diary's blob goes with it."""
+    path = sessions / "quest-1.jsonl"
+    path.write_text("".join(
+        json.dumps({"role": "user" if k % 2 == 0 else "assistant",
+                    "content": f"On day {k} we rest by the mill. " * 5}) + "\n"
+        for k in range(500)))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": LARGE_SECRET})
+    assert path.stat().st_size > 64 * 1024 and blob_names(sessions), (
+        "the test's own set-up: a log past 64 KiB whose last turn's blob is stored")
+    assert lesson.delete_session(sessions, "quest-1") is True
+    assert files_holding(sessions, "Ilse") == [] and blob_names(sessions) == [], (
+        f"the session's log was {path.name}, 500 messages long, with the diary's blob "
+        "mentioned on its last line; after the delete, blobs/ still holds "
+        f"{[name[:12] for name in blob_names(sessions)]}: the log was read for blob "
+        "names only in part (up to a buffer's size?), and the person's words stay")
+
+
 @pytest.mark.key
 @pytest.mark.task("09.1")
 def test_delete_refuses_a_session_another_writer_holds_and_deletes_nothing(
@@ -2093,6 +2118,33 @@ def test_erase_rewrites_a_marker_that_quotes_the_erased_message(lesson, sessions
 
 
 @pytest.mark.task("09.3")
+def test_erase_rewrites_a_repair_marker_that_previews_the_erased_words(lesson,
+                                                                      sessions):
+    """A crash cut the user's message in the middle of its line; the next writer's
+    repair (lesson 04) cut the torn bytes and recorded their start in its marker's
+    preview. The user then said it again, and asks for it to be erased: the words go
+    from the repair marker too, whose kind stays."""
+    path = sessions / "quest-1.jsonl"
+    said = [{"role": "user", "content": TURN_A[0]},
+            {"role": "assistant", "content": "The elder says: bring a torch."}]
+    torn = json.dumps({"role": "user", "content": SECRET})[:-12]
+    path.write_text("".join(json.dumps(m) + "\n" for m in said) + torn)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": SECRET})     # said again
+        log.append({"role": "assistant", "content": "Noted."})
+        assert any(line.get("$marker") == "repair" and "Ilse" in json.dumps(line)
+                   for line in lines_of(path)), (
+            "the test's own set-up: the repair marker previews the torn line")
+        assert log.erase(2) is True
+    repairs = [line for line in lines_of(path) if line.get("$marker") == "repair"]
+    assert len(repairs) == 1 and files_holding(sessions, "Ilse") == [], (
+        "the erased message's words were also in the repair marker's preview of the "
+        "line a crash cut (lesson 04): after the erase the log should hold them "
+        "nowhere, the marker kept as a repair marker; its repair markers are "
+        f"{repairs}")
+
+
+@pytest.mark.task("09.3")
 @pytest.mark.task("09.4")
 def test_an_erased_message_is_not_sent_again_in_the_compaction_summary(
     lesson, sessions
@@ -3738,6 +3790,44 @@ def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
 
 
 @pytest.mark.task("09.5")
+def test_discard_claimed_answers_whether_it_removed_the_blob(lesson, sessions):
+    """discard_claimed() alone, on an old blob nobody refers to and that this test has
+    claimed: while another took the blob's name away, it removes nothing and says so;
+    once the name reaches the blob again, it removes it and says so. The claim stays
+    the caller's: the test lets go of it."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's " * 2000)
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
+    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    away = path.with_name("elsewhere")
+    try:
+        os.rename(path, away)       # another collection took the name away
+        gone = lesson.discard_claimed(path, fd)
+        os.rename(away, path)
+        removed = lesson.discard_claimed(path, fd)
+    finally:
+        try:
+            os.close(fd)
+            closed = None
+        except OSError as error:
+            closed = error
+    assert not gone, (
+        "with the blob's name gone, discard_claimed() removes nothing and should say "
+        f"so; it answered {gone!r}")
+    assert removed and not path.exists(), (
+        "with the name back on the claimed blob, discard_claimed() should remove it "
+        f"and say so; it answered {removed!r}, and the blob is "
+        f"{'still there' if path.exists() else 'gone'}")
+    assert closed is None, (
+        "discard_claimed() closed the claim's descriptor, which stays its caller's "
+        "(drop_blobs lets go of every claim it made, once it is done): the caller's "
+        f"own close then failed with {closed!r}, and a descriptor number closed twice "
+        "may by then be another file's")
+
+
+@pytest.mark.task("09.5")
 def test_collect_never_takes_a_blob_a_writer_points_to_while_it_looks(
     lesson, sessions, monkeypatch
 ):
@@ -3782,6 +3872,25 @@ def at_first_look(path, monkeypatch, then):
     one. Returns a list that holds what `then` returned once it has run."""
     return the_first_time(path, ("stat", "lstat", "open"), monkeypatch, then,
                           before=False)
+
+
+def raising_into(failures, then):
+    """`then`, which adds to `failures` any exception it raises before raising it on:
+    the code under test may take an OSError from a look at a file for a file that is
+    gone, and the test must still learn that the collection it ran in between failed."""
+    def run():
+        try:
+            return then()
+        except Exception as error:
+            failures.append(error)
+            raise
+    return run
+
+
+def assert_ran_whole(failures, what):
+    assert not failures, (
+        f"{what}, run in the middle of another, failed with {failures[0]!r}: a "
+        "collection raises nothing for what another did meanwhile")
 
 
 def the_first_time(path, calls, monkeypatch, then, before):
@@ -3829,10 +3938,13 @@ def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
         writer.expect("stored")
         return removed, writer
 
-    met = at_first_look(path, monkeypatch, second_collection_then_a_writer)
+    failures = []
+    met = at_first_look(path, monkeypatch,
+                        raising_into(failures, second_collection_then_a_writer))
     removed = lesson.collect_blobs(sessions)
     monkeypatch.undo()
     assert met, "the test's own set-up: collect_blobs() never looked at the blob"
+    assert_ran_whole(failures, "the second collection")
     second, writer = met[0]
     assert second == [blob], (
         "the test's own set-up: the second collection should have removed the old "
@@ -3867,7 +3979,9 @@ def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_noth
         blob = other.store_blob(b"nobody's " * 2000)
     path = sessions / "blobs" / blob
     age(path, 2)
-    met = at_first_look(path, monkeypatch, lambda: lesson.collect_blobs(sessions))
+    failures = []
+    met = at_first_look(path, monkeypatch, raising_into(
+        failures, lambda: lesson.collect_blobs(sessions)))
     try:
         removed = lesson.collect_blobs(sessions)
     except OSError as error:
@@ -3877,6 +3991,7 @@ def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_noth
     finally:
         monkeypatch.undo()
     assert met, "the test's own set-up: collect_blobs() never looked at the blob"
+    assert_ran_whole(failures, "the second collection")
     assert met[0] == [blob], (
         "the test's own set-up: the second collection should have removed the old "
         f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
@@ -4094,8 +4209,10 @@ def test_a_leftover_another_collection_cleared_since_the_listing_is_no_error(
     aside = blobs / f".{blob}.collected"
     os.rename(blobs / blob, aside)
     age(aside, 2)
+    failures = []
     met = the_first_time(aside, ("stat", "lstat", "open"), monkeypatch,
-                         lambda: lesson.collect_blobs(sessions), before=True)
+                         raising_into(failures, lambda: lesson.collect_blobs(sessions)),
+                         before=True)
     try:
         second = lesson.collect_blobs(sessions)
     except OSError as error:
@@ -4107,6 +4224,7 @@ def test_a_leftover_another_collection_cleared_since_the_listing_is_no_error(
     finally:
         monkeypatch.undo()
     assert met, "the test's own set-up: the collection never looked at the leftover"
+    assert_ran_whole(failures, "the collection that cleared the leftover")
     left = sorted(p.name[:14] for p in blobs.iterdir())
     assert left == [] and sorted(met[0] + second) == [blob], (
         "nobody refers to the blob set aside, and it is old: between them, the two "
