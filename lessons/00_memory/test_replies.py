@@ -402,6 +402,37 @@ def test_an_id_taken_early_in_a_long_conversation_is_not_given_again(lesson):
 
 
 @pytest.mark.task("00.3")
+def test_a_history_holding_a_null_list_of_calls_is_read_like_any_other(lesson):
+    """A history may hold messages another harness wrote (lesson 02 resumes them as
+    they are): an assistant message whose tool_calls is null holds no call, and the
+    ids taken are those of the others."""
+    history = [{"role": "user", "content": "Hello."},
+               {"role": "assistant", "content": "Hello to you.", "tool_calls": None},
+               {"role": "user", "content": "Buy a rope."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "Bought."}]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "buy", "arguments": '{"item": "torch"}'}}]}
+    try:
+        message = lesson.normalize_reply(reply, history)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"the history holds an assistant message whose tool_calls is null, "
+                    f"as another harness writes it, and normalize_reply raised "
+                    f"{type(error).__name__} ({error}): null holds no call, and a "
+                    "resumed session with such a message must go on", pytrace=False)
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    assert len(stored) == 1 and stored[0] != "call_1", (
+        "the history's calls have the id 'call_1' (beside a message whose tool_calls "
+        "is null), and the reply's call came with 'call_1' again; it was stored with "
+        f"{stored}: no two calls of the conversation share an id")
+
+
+@pytest.mark.task("00.3")
 def test_thousands_of_calls_without_ids_get_thousands_of_ids(lesson):
     """A long session holds thousands of calls, and a server that never sends ids
     leaves every one of them to normalize_reply: no two of the ids it makes up are
