@@ -309,7 +309,9 @@ ODD_CALL_IDS = [
     "call_1_0", "call_1_0.2", "Sp\xe4t", "Spa\u0308t", "CALL_1_0",
     "x" * 300 + "y", "functions.buy:0 ", " functions.buy:0",
     "functions." + "a" * 50 + ":1", "call_1_0\n", "NUL", "con.2", "Lpt1",
-    "функции.купить_фонарь_и_веревку_у_старосты:0"]
+    "функции.купить_фонарь_и_веревку_у_старосты:0",
+    # Past 64 KiB, a buffer's size: two call ids that differ only after it
+    "z" * 70000, "z" * 70000 + "!"]
 
 
 @pytest.mark.key
