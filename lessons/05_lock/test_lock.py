@@ -1144,6 +1144,45 @@ def test_a_writer_in_a_thread_of_its_own_waits_and_is_refused_the_same_way(
 
 
 @pytest.mark.task("05.1")
+def test_writers_waiting_in_two_threads_each_keep_their_own_timeout(lesson, sessions):
+    """A server's threads open sessions at once: one writer waits up to 3 s for a busy
+    session while another thread takes a free session (timeout 0). The second writer's
+    timeout is its own: the first still gets its session once the holder lets go."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    outcome = []
+
+    def write():
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as log:
+                log.append({"role": "user", "content": "From a thread."})
+            outcome.append("appended")
+        except BaseException as error:   # noqa: B036 (reported below, whatever it is)
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    try:
+        thread.start()
+        time.sleep(0.05)    # the thread's writer is waiting for quest-1 by now
+        with lesson.SessionLog(sessions, "quest-2") as other_session:
+            other_session.append(FIRST)     # another thread's session, timeout 0
+        time.sleep(HOLD)
+    finally:
+        holder.close()
+        thread.join(HANG)
+    assert outcome, (f"a writer with timeout={WAIT} in a thread of its own was still "
+                     f"waiting after {HANG} s for a session that was let go")
+    assert outcome[0] == "appended", (
+        f"a writer in a thread of its own waited (timeout={WAIT}) for quest-1, which "
+        f"was let go {HOLD} s after another writer, of quest-2 and with timeout 0, "
+        "took its own session; it should have got quest-1, and it "
+        + f"raised {type(outcome[0]).__name__}: {outcome[0]}"
+        + (": it gave up at the other writer's timeout, as if the deadline were "
+           "shared by every writer" if isinstance(outcome[0], lesson.SessionBusy)
+           else ""))
+
+
+@pytest.mark.task("05.1")
 def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
         lesson, sessions, other):
     """The record in the lock file says who holds the session, for a person to read;
@@ -1404,12 +1443,16 @@ def test_the_lock_is_released_on_close_and_on_exceptions(lesson, sessions, model
     except Exception as error:  # noqa: BLE001 - whatever it raises, say it in words
         pytest.fail(f"close() called a second time should do nothing; it raised "
                     f"{type(error).__name__}: {error}", pytrace=False)
+    log.append({"role": "user", "content": "the same writer again"})   # a new lock
+    log.close()
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append({"role": "user", "content": "after close"})
     except lesson.SessionBusy as busy:
-        pytest.fail(f"after close(), this process still holds the session: {busy}",
-                    pytrace=False)
+        pytest.fail("a writer closed (twice), then written to again, took the lock "
+                    "anew, and was closed again; after that close this process still "
+                    f"holds the session: {busy}. Every close lets go of the lock the "
+                    "writer holds then, the first and every later one", pytrace=False)
 
     with pytest.raises(KeyError):
         with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1850,14 +1893,25 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
         "the pipe planted at the lock's name had mode 0o644, and the refused writer "
         f"changed it to {oct(lock.stat().st_mode & 0o777)}: a file it refuses is not "
         "its to touch, and it is no file of the session's")
-    assert "quest-1.lock" in str(refused), (
-        f"the refusal of the pipe planted as the lock file should name quest-1.lock; "
-        f"it says: {refused}")
+    assert str(lock) in str(refused), (
+        f"the refusal of the pipe planted as the lock file should name the lock file, "
+        f"{lock} (its name alone does not say which folder's: sessions may live in "
+        f"many); it says: {refused}")
     assert open_descriptors() == descriptors, (
         "the pipe planted as the lock file was refused, and the process now holds "
         f"{open_descriptors() - descriptors} more open descriptor(s) than before: one "
         "for every refused open, for as long as the process lives, until it can open "
         "no file at all")
+    lock.unlink()   # the user takes the planted pipe away
+    try:
+        log.append(FIRST)
+    except OSError as error:
+        pytest.fail("the pipe planted at the lock's name was taken away, and the same "
+                    "writer, asked again, was refused once more: "
+                    f"{type(error).__name__}: {error}. A refusal says what is there "
+                    "when it is asked, not what was there once", pytrace=False)
+    finally:
+        log.close()
 
 
 @pytest.mark.task("05.2")
