@@ -411,6 +411,26 @@ def test_a_second_log_object_appends_and_never_truncates(lesson, sessions):
     )
 
 
+@pytest.mark.task("01.2")
+def test_the_same_message_appended_twice_is_written_twice(lesson, sessions):
+    """Each append writes its line, whatever was appended before: a caller that hands
+    the very same message object twice (a 'Yes.' kept in a constant, a retry after a
+    full disk) finds it in the log twice."""
+    yes = {"role": "user", "content": "Yes."}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(yes)
+        log.append({"role": "assistant", "content": "Are you sure?"})
+        log.append(yes)
+        log.append(yes)
+
+    contents = [m["content"] for m in lines_of(the_log(lesson, sessions))]
+    assert contents == ["Yes.", "Are you sure?", "Yes.", "Yes."], (
+        "the same message object was appended, then another message, then the first "
+        f"one twice more; the log holds {contents}: every append writes its line by "
+        "the time it returns, whatever the caller handed before, the same object "
+        "included")
+
+
 @pytest.mark.task("01.5")
 @pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
