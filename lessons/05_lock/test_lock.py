@@ -1428,6 +1428,32 @@ def test_the_lock_file_goes_when_its_holder_lets_go(lesson, sessions, other):
         "once the holder has closed its log, the next writer appends")
 
 
+@pytest.mark.task("05.2")
+def test_a_fork_that_fails_to_publish_leaves_no_lock_file(lesson, sessions,
+                                                          monkeypatch):
+    """A fork publishes under the new id's lock, as its writer would. When publishing
+    fails (a full disk as the fork's log gets its name), the fork lets go of that lock
+    and leaves no file behind: not its log, not its lineage, not a lock file beside no
+    session."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "link", disk_full)
+    with raises(OSError, "the fork's log could not get its name (a full disk), and "
+                "the fork returned as if it had been made"):
+        lesson.fork(sessions, "quest-1", "what-if")
+    monkeypatch.undo()
+
+    left = sorted(p.name for p in sessions.iterdir())
+    assert left == ["quest-1.jsonl"], (
+        "a fork onto what-if took that id's lock to publish, and publishing failed (a "
+        f"full disk); the folder now holds {left}, where it held quest-1.jsonl alone. "
+        "A writer that lets go leaves no lock file of its own, a writer with no log "
+        "beside it too: a folder of idle sessions holds no lock files")
+
+
 @pytest.mark.key
 @pytest.mark.task("05.2")
 def test_the_lock_is_released_on_close_and_on_exceptions(lesson, sessions, model, town):
