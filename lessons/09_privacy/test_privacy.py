@@ -113,6 +113,11 @@ def numbers_in(error, path):
     return [int(number) for number in re.findall(r"(?<![\w.])-?\d+(?![\w.])", words)]
 
 
+def abbreviated(names, width=12):
+    """Blob names cut short for a failure message; what is no name is shown whole."""
+    return [name[:width] if isinstance(name, str) else name for name in names]
+
+
 def blob_names(sessions):
     blobs = sessions / "blobs"
     return sorted(p.name for p in blobs.iterdir()) if blobs.is_dir() else []
@@ -328,7 +333,7 @@ def test_a_delete_drops_the_blob_a_log_longer_than_a_read_buffer_points_to_at_it
     assert files_holding(sessions, "Ilse") == [] and blob_names(sessions) == [], (
         f"the session's log was {path.name}, 500 messages long, with the diary's blob "
         "mentioned on its last line; after the delete, blobs/ still holds "
-        f"{[name[:12] for name in blob_names(sessions)]}: the log was read for blob "
+        f"{abbreviated(blob_names(sessions))}: the log was read for blob "
         "names only in part (up to a buffer's size?), and the person's words stay")
 
 
@@ -814,7 +819,7 @@ def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
                     pytrace=False)
     assert blob_names(sessions) == [], (
         "the blobs named by the damaged log (one by its torn last line) should go with "
-        f"it; blobs/ still holds {[name[:12] for name in blob_names(sessions)]}")
+        f"it; blobs/ still holds {abbreviated(blob_names(sessions))}")
 
 
 @pytest.mark.task("09.1")
@@ -1062,8 +1067,8 @@ def test_expire_removes_the_blobs_only_the_expired_sessions_used(lesson, session
     assert blob_names(sessions) == shared, (
         "the blob only 'old' used should go with it, and the one the young fork still "
         "refers to stay; blobs/ holds "
-        f"{[name[:12] for name in blob_names(sessions)]}, the fork's is "
-        f"{[name[:12] for name in shared]}")
+        f"{abbreviated(blob_names(sessions))}, the fork's is "
+        f"{abbreviated(shared)}")
     assert files_holding(sessions, "Ilse's diary: the cave") == [], (
         "an expired session's words are still in the folder: "
         f"{files_holding(sessions, 'Ilse' + chr(39) + 's diary: the cave')}")
@@ -3520,7 +3525,7 @@ def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
 
     assert removed == [old], (
         f"collect_blobs() should remove only the old unreferenced blob {old[:12]}..., "
-        f"it removed {[name[:12] for name in removed]}")
+        f"it removed {abbreviated(removed)}")
     assert sorted(blob_names(sessions)) == sorted([kept, young]), (
         "a blob a log refers to stays however old; an unreferenced one stays during "
         "the grace period (a writer may be about to point to it)")
@@ -3531,7 +3536,7 @@ def test_collect_removes_the_blobs_no_log_refers_to_once_the_grace_is_over(
     assert removed == [edge], (
         f"with a grace of 100 seconds, the unreferenced blob {edge[:12]}... last "
         "touched 150 seconds ago is past it and goes, the one touched just now stays; "
-        f"collect_blobs() removed {[name[:12] for name in removed]}")
+        f"collect_blobs() removed {abbreviated(removed)}")
     assert lesson.collect_blobs(sessions, grace=0) == [young], (
         "with no grace period, the young unreferenced blob goes too")
 
@@ -3649,7 +3654,7 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
         assert removed == [lost], (
             f"{planted}: the one no log refers to is old and nobody's, and this "
             "collection should remove it and name it, like any other; collect_blobs() "
-            f"returned {[name[:12] for name in removed]} and blobs/ holds "
+            f"returned {abbreviated(removed)} and blobs/ holds "
             f"{sorted(p.name[:14] for p in blobs.iterdir())}")
         assert blob_names(sessions) == [kept], (
             f"{planted}: the one a log refers to should be back under its name; "
@@ -3786,7 +3791,7 @@ def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
     removed = lesson.collect_blobs(sessions)
     assert removed == sorted(names), (
         "collect_blobs() should return the names it removed sorted, it returned "
-        f"{[name[:8] for name in removed]}")
+        f"{abbreviated(removed, 8)}")
 
 
 @pytest.mark.task("09.5")
@@ -3948,11 +3953,11 @@ def test_two_collections_and_a_writer_storing_the_same_bytes_anew_lose_no_blob(
     second, writer = met[0]
     assert second == [blob], (
         "the test's own set-up: the second collection should have removed the old "
-        f"blob nobody referred to, it returned {[name[:12] for name in second]}")
+        f"blob nobody referred to, it returned {abbreviated(second)}")
     assert removed == [], (
         "the first collection removed no blob (the second removed the old one, and the "
         "writer's stays), yet it returned "
-        f"{[name[:12] for name in removed]}: each removal is named once, by the "
+        f"{abbreviated(removed)}: each removal is named once, by the "
         "collection that made it")
     writer.go()
     writer.expect("done")
@@ -3994,10 +3999,10 @@ def test_two_collections_at_once_name_each_blob_they_removed_once_and_raise_noth
     assert_ran_whole(failures, "the second collection")
     assert met[0] == [blob], (
         "the test's own set-up: the second collection should have removed the old "
-        f"blob nobody referred to, it returned {[name[:12] for name in met[0]]}")
+        f"blob nobody referred to, it returned {abbreviated(met[0])}")
     assert removed == [], (
         "the blob was removed by the second collection, and named by it; the first "
-        f"returned {[name[:12] for name in removed]}, naming a removal it did not make")
+        f"returned {abbreviated(removed)}, naming a removal it did not make")
 
 
 def when_the_name_goes(path, monkeypatch, then, before=True):
@@ -4105,7 +4110,7 @@ def test_two_collections_setting_the_same_blob_aside_at_once_raise_nothing(
     assert met, "the test's own set-up: the first collection never removed the blob"
     assert met[0] == [blob], (
         "the test's own set-up: the second collection should have removed the old copy "
-        f"nobody refers to, it returned {[name[:12] for name in met[0]]}")
+        f"nobody refers to, it returned {abbreviated(met[0])}")
     assert sorted(p.name[:14] for p in blobs.iterdir()) == [], (
         "both files were old and nobody's, and each collection removed one: blobs/ "
         f"should be empty, it holds {sorted(p.name[:14] for p in blobs.iterdir())}")
@@ -4136,8 +4141,8 @@ def test_a_blob_another_collection_has_set_aside_to_remove_stays_set_aside(
         "a collection had set aside an old blob nobody refers to, to remove it, when a "
         "second collection ran: the second should leave that set-aside file as it is "
         "(the first holds it) and name nothing, and the first remove the blob and name "
-        f"it; the second named {[n[:12] for n in met[0]]}, the first "
-        f"{[n[:12] for n in removed]}, and blobs/ holds {left}")
+        f"it; the second named {abbreviated(met[0])}, the first "
+        f"{abbreviated(removed)}, and blobs/ holds {left}")
 
 
 @pytest.mark.task("09.5")
@@ -4190,8 +4195,8 @@ def test_two_collections_clearing_the_same_set_aside_blob_at_once_raise_nothing(
         assert left == [] and sorted((met[0] if met else []) + second) == [blob], (
             "nobody refers to the blob set aside, and it is old: between them, the two "
             "collections should remove it and name it once; they returned "
-            f"{[n[:12] for n in (met[0] if met else [])]} and "
-            f"{[n[:12] for n in second]}, and blobs/ holds {left}")
+            f"{abbreviated(met[0] if met else [])} and "
+            f"{abbreviated(second)}, and blobs/ holds {left}")
 
 
 @pytest.mark.task("09.5")
@@ -4229,7 +4234,7 @@ def test_a_leftover_another_collection_cleared_since_the_listing_is_no_error(
     assert left == [] and sorted(met[0] + second) == [blob], (
         "nobody refers to the blob set aside, and it is old: between them, the two "
         f"collections should remove it and name it once; they returned "
-        f"{[n[:12] for n in met[0]]} and {[n[:12] for n in second]}, and blobs/ "
+        f"{abbreviated(met[0])} and {abbreviated(second)}, and blobs/ "
         f"holds {left}")
 
 
@@ -4387,7 +4392,7 @@ def test_what_a_collection_stopped_after_taking_a_blobs_name_left_the_next_clear
         f"the crashed collection left {[name[:14] + '...' for name in left]} of an "
         "old blob nobody refers to: the next collection should name the blob it "
         f"removed ({blob[:12]}...) {'' if left else '(none: nothing was left) '}"
-        f"and returned {[name[:12] for name in removed]}")
+        f"and returned {abbreviated(removed)}")
 
 
 @pytest.mark.key
