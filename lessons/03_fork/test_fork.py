@@ -678,6 +678,13 @@ def test_forking_onto_an_existing_session_is_refused_and_overwrites_nothing(
     expect_unchanged(sessions, before,
                      "a refused fork must leave every file as it was, and create none")
 
+    with raises(lesson.SessionExists, "forking quest-1 onto its own id, a session with "
+                "a log, was allowed: its session would be overwritten"):
+        lesson.fork(sessions, "quest-1", "quest-1")
+    expect_unchanged(sessions, before, "a fork of quest-1 onto its own id was refused, "
+                     "and it changed or created files: a refused fork leaves every "
+                     "file as it was")
+
 
 @pytest.mark.task("03.1")
 @pytest.mark.parametrize("kept", [2, 0])
