@@ -466,7 +466,8 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
             "self.messages stays the whole conversation, whatever view returns")
     summaries = ("the first turn",
                  "Day 1: the elder\nsaid \u00abthe ledge\u00bb \u2014 steep.")
-    for prompt in (SYSTEM, None, ""):
+    # SYSTEM + "\n": a prompt read from a file, sent as it was set
+    for prompt in (SYSTEM, None, "", SYSTEM + "\n"):
         for cut in (2, 3, 0, len(said)):
             for summary in summaries:
                 agent = agent_without_session(lesson, said,
