@@ -2466,6 +2466,29 @@ def test_a_pointer_on_a_last_line_without_its_newline_is_found(lesson, sessions)
 
 
 @pytest.mark.task("10.4")
+def test_a_session_with_no_log_has_started_no_helper(lesson, sessions):
+    """A reader asks about a session that has no log (an id not written yet, or a
+    typo): its calls started no helper, so the answer is empty, and asking leaves the
+    sessions folder as it was, no log made."""
+    before = sorted(p.name for p in sessions.iterdir())
+    try:
+        found = lesson.sidechains(sessions, "quest-9")
+    except NotImplementedError:
+        raise       # a task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail("quest-9 has no log: sidechains should answer that its calls "
+                    "started no helper (an empty list); it raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    assert found == [], (
+        "quest-9 has no log, so no pointer: sidechains should give []; it gave "
+        f"{found}")
+    after = sorted(p.name for p in sessions.iterdir())
+    assert after == before, (
+        "asking which helpers an unwritten session started should create nothing; the "
+        f"sessions folder held {before or 'nothing'} and now holds {after}")
+
+
+@pytest.mark.task("10.4")
 def test_sidechains_finds_the_pointers_written_since_it_last_read(lesson, sessions):
     """A reader asks again after the session went on: the pointer written since (a
     helper started after the first look) is found too, after the first one. Each
