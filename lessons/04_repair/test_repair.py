@@ -223,6 +223,9 @@ LOGS = {
     "nothing but half a line": (TORN, [], 0, False),
     "a whole last message without its newline": (
         WHOLE[:-1], A_FINISHED_DAY, len(WHOLE) - 1, True),
+    # A first write that lost only its newline: no newline in the file, a whole entry
+    "one whole message, its newline missing": (
+        line(ASK)[:-1], [ASK], len(line(ASK)) - 1, True),
     "an empty line, then half a line": (
         AN_EMPTY_LINE + TORN, A_FINISHED_DAY, len(AN_EMPTY_LINE), False),
     # An empty line is a whole line that holds no entry: `end` lies past it
@@ -407,6 +410,9 @@ CONVERSATIONS = {
         [ASK, {"role": "assistant", "content": None, "tool_calls": PREFIXED},
          result("call_10")], PREFIXED[:1]),
     "no message at all": ([], []),
+    # A tool may return empty text: that is its result, and it answers its call
+    "calls answered, one of them by empty text": (
+        [ASK, BUY_THREE, result("call_z"), result("call_a", ""), result("call_m")], []),
     "twelve calls in one reply, all but the last answered": (
         [ASK, {"role": "assistant", "content": None, "tool_calls": ARROWS},
          *(result(call["id"]) for call in ARROWS[:-1])], ARROWS[-1:]),
