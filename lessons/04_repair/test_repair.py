@@ -657,7 +657,6 @@ def test_a_writer_refused_for_a_corrupt_log_takes_it_over_once_it_is_mended(
     path = write_log(sessions, A_FINISHED_DAY)
     good = path.read_bytes()
     damaged = good.replace(b'"The elder says', b'"The eld\x00\x00er says', 1)
-    assert damaged != good
     try:
         lesson.parse_log(damaged, path)
         did = "returned"
