@@ -2234,6 +2234,13 @@ def test_check_summary_alone_returns_the_text_after_the_thinking_trimmed(lesson)
         f"{got!r}, which every later request would tell the model in place of the "
         "earlier turns; only an account of the conversation, as the next reader of "
         "the request should read it, is recorded")
+    # A heading the model put before its account is part of the answer it wrote
+    labelled = "Summary: the elder warned of the ledge, and a rope was bought."
+    got = lesson.check_summary(
+        lesson.normalize_reply({"role": "assistant", "content": labelled}, []))
+    assert got == labelled, (
+        f"a summary the model began with a heading ({labelled!r}) should be returned "
+        f"whole, as the model wrote it: check_summary returned {got!r}")
     for quoting in ('{"gold": 3} was all the ledger said; the rope is bought.',
                     'The guard said {"name": "talk_to"} was a word of the old tongue.'):
         reply = lesson.normalize_reply({"role": "assistant", "content": quoting}, [])
