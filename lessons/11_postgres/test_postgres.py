@@ -1464,6 +1464,41 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
 
 
 @pytest.mark.task("11.2")
+def test_a_conflict_on_a_large_paste_is_a_conflict(lesson, database):
+    """A large paste is written in a transaction (the blob and its row together:
+    _write's together). Two writers without a lock read the empty session, the first
+    stores its message, and the second's write in a transaction meets the taken place:
+    it is refused with SessionConflict as any write is, stores nothing, and every later
+    write of it is refused with WriterStopped."""
+    first = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    second = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    with first, second:
+        first.open_for_append()
+        second.open_for_append()
+        first.append({"role": "user", "content": "first"})
+        try:
+            second._write(lambda: [{"role": "user", "content": "second, pasted"}],
+                          together=True)
+            refused = None
+        except NotImplementedError:
+            raise       # a task not written yet: the plugin says which
+        except Exception as error:
+            refused = error
+        assert isinstance(refused, lesson.SessionConflict), (
+            "both writers read quest-1 while it was empty and the first stored seq 0: "
+            "the second's write in a transaction (a large paste's way) should be "
+            "refused with SessionConflict, as a plain write is; it "
+            + ("was stored" if refused is None else f"raised {described(refused)}"))
+        with raises(lesson.WriterStopped, "a writer refused once, in a transaction, "
+                    "wrote again from its out-of-date view of the session",
+                    match="quest-1"):
+            second.append({"role": "user", "content": "second, again"})
+    lines = [message["content"] for message in messages_in(rows(database))]
+    assert lines == ["first"], (
+        f"only the first writer's message should be stored; the rows hold {lines}")
+
+
+@pytest.mark.task("11.2")
 def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, database):
     """The server refuses one append (a check an operator added, played by a trigger
     that raises an integrity error, check_violation, though no writer took the place):
