@@ -2037,7 +2037,7 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
         "call_b, call_b's result, then the opener's message; found "
         f"{said}, results {counted}")
     answered = [m.get("tool_call_id") for m in history if m.get("role") == "tool"]
-    assert answered == ["call_a", "call_b"] and kept and kept.get(
+    assert answered == ["call_a", "call_b"] and isinstance(kept, dict) and kept.get(
             "interrupted") == ["call_b"], (
         "the opener's history should answer call_a (the real result) and call_b, and "
         f"its `repaired` name call_b alone; the history answers {answered}, "
