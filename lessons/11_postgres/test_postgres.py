@@ -1546,6 +1546,43 @@ def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, datab
 
 
 @pytest.mark.task("11.2")
+def test_a_write_a_ctrl_c_stopped_leaves_the_writer_at_its_place(lesson, database,
+                                                                 monkeypatch):
+    """A Ctrl-C stops an append just as its insert is about to go out: nothing is
+    stored, the Ctrl-C reaches the caller as a Ctrl-C, and the same writer's next
+    append lands at the place the stopped one would have taken, with no gap (or the
+    writer, not knowing how far the stopped write got, refuses to go on)."""
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.append({"role": "user", "content": "Buy a rope."})
+
+        def ctrl_c(cursor, query, params):
+            text = query if isinstance(query, str) else query.as_string(cursor)
+            if re.search(r"\bINSERT\s+INTO\s+session_entries\b", text, re.I):
+                raise KeyboardInterrupt
+
+        on_each_statement(monkeypatch, ctrl_c)
+        with raises(KeyboardInterrupt, "the user pressed Ctrl-C as the append's insert "
+                    "was about to go out: the append should stop with it"):
+            log.append({"role": "user", "content": "Buy a torch."})
+        monkeypatch.undo()
+        try:
+            log.append({"role": "user", "content": "Buy a lantern."})
+        except lesson.WriterStopped:
+            pass    # a writer may stop when it cannot know how far a write got
+        except lesson.SessionConflict as error:
+            pytest.fail("the append a Ctrl-C stopped never reached the server, and no "
+                        "other writer wrote: the next append should land at its place; "
+                        f"it was refused as a conflict: {error}", pytrace=False)
+    stored = [(seq, entry.get("content", entry.get("$marker"))) for seq, entry in (
+        (seq, json.loads(line)) for seq, line, _ in rows(database))]
+    assert stored in ([(0, "Buy a rope.")],
+                      [(0, "Buy a rope."), (1, "Buy a lantern.")]), (
+        "the append a Ctrl-C stopped stored nothing: the next one should land at the "
+        "place it would have taken, seq 1, with no gap; found (seq, content) "
+        f"{stored}")
+
+
+@pytest.mark.task("11.2")
 def test_a_refused_first_entry_leaves_no_session(lesson, database):
     """The server refuses a session's first entry (a full disk, played by a trigger):
     the entry and the session's row in `sessions` land together or not at all, so
