@@ -747,6 +747,27 @@ def test_a_writer_asking_about_the_lock_it_holds_is_named(lesson, database):
 
 
 @pytest.mark.task("11.1")
+def test_a_fork_onto_an_id_a_writer_holds_is_refused_naming_it(lesson, database):
+    """A writer holds quest-2's lock (it is starting that session) when a fork onto
+    quest-2 is asked for: the fork, which asks lock_holder from inside its own
+    transaction, is refused with SessionBusy naming this process, and makes nothing."""
+    with lesson.PostgresSessionLog(database, "quest-1") as source:
+        source.append({"role": "user", "content": "Where is the cave?"})
+    with lesson.PostgresSessionLog(database, "quest-2", network_timeout=QUICK) as log:
+        try_lock(log, "no one holds quest-2's lock", free=True)
+        with raises(lesson.SessionBusy, "a writer holds quest-2's lock: a fork onto "
+                    "quest-2 must be refused as busy", match="quest-2") as refused:
+            lesson.fork_postgres(database, "quest-1", "quest-2")
+    said = str(refused.value)
+    assert str(os.getpid()) in said, (
+        f"the refusal should name the writer in the way, this process "
+        f"({os.getpid()}), as lock_holder finds it from inside the fork's transaction; "
+        f"it says: {said}")
+    assert lesson.lineage(database, "quest-2") is None, (
+        "a fork refused as busy should make nothing")
+
+
+@pytest.mark.task("11.1")
 def test_two_writers_trying_the_lock_at_once_get_it_one_at_a_time(lesson, database):
     """Two connections try quest-1's lock at the same moment, eight times over: each
     time exactly one of them holds it, and the other is refused naming it."""
