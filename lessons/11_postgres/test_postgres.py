@@ -1488,15 +1488,22 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
 def test_a_conflict_on_a_large_paste_is_a_conflict(lesson, database):
     """A large paste is written in a transaction (the blob and its row together:
     _write's together). Two writers without a lock read the empty session, the first
-    stores its message, and the second's write in a transaction meets the taken place:
-    it is refused with SessionConflict as any write is, stores nothing, and every later
-    write of it is refused with WriterStopped."""
+    stores its message so, and the second's write in a transaction meets the taken
+    place: it is refused with SessionConflict as any write is, stores nothing, and
+    every later write of it is refused with WriterStopped."""
     first = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     second = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     with first, second:
         first.open_for_append()
         second.open_for_append()
-        first.append({"role": "user", "content": "first"})
+        try:
+            first._write(lambda: [{"role": "user", "content": "first"}],
+                         together=True)
+        except psycopg.Error as error:
+            pytest.fail("a write in a transaction of its own (a large paste's way), "
+                        "into an empty session no one else wrote, failed: "
+                        f"{described(error)}. _insert runs inside that transaction: "
+                        "it must neither commit nor end it", pytrace=False)
         try:
             second._write(lambda: [{"role": "user", "content": "second, pasted"}],
                           together=True)
