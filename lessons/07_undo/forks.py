@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from .messages import check_session_id, FORMAT_VERSION
+from .messages import check_session_id, encode_line, FORMAT_VERSION, MARKER
 from .files import now, Prefix, publish_new, SessionExists, SessionNotFound, write_whole
-from .reading import KnownLog, read_open_log, recall
+from .reading import KnownLog, parse_log, read_open_log, recall
 from .log import SessionLog
 
 
@@ -80,7 +80,7 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
                          f"it shows {len(shown)}")
-    copy = fork_copy(fd, log, upto)
+    copy = fork_copy(fd, log, upto, source)
     # Publish under the new id's lock, as its writer would: an agent starting a session
     # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
@@ -91,9 +91,10 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     return target
 
 
-def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
-    """What the log of a fork starts with, its source open as `fd`: bytes, or a
-    Prefix of the source's file, which publish_fork() writes as the fork's whole log.
+def fork_copy(fd: int, log: KnownLog, upto: int | None, source: Path
+              ) -> bytes | Prefix:
+    """What the log of a fork starts with, its source `source` open as `fd`: bytes, or
+    a Prefix of the source's file, which publish_fork() writes as the fork's whole log.
 
     A fork of the first `upto` messages the source shows shows exactly them; a whole
     fork (`upto` None) shows exactly what the source shows. `log` is what is known of

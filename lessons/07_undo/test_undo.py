@@ -2163,6 +2163,35 @@ def test_a_fork_holds_nothing_said_after_its_cut(lesson, sessions):
 
 
 @pytest.mark.task("07.4")
+def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, sessions):
+    """Another program wrote this log: its undo markers take back an older message,
+    not the newest (the format lets a marker take back any message written before
+    it), and each stands after a message still shown. A fork of the first k messages
+    shows exactly the first k the source shows, never one taken back by a marker past
+    the cut, and holds no word the source wrote after its k-th message."""
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
+    shown = [said[0], said[2], said[4]]
+    for upto, after in ((2, ["message 3", "message 4"]), (3, [])):
+        new_id = f"first-{upto}"
+        lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        forked = resume(lesson, sessions, new_id)
+        assert forked == shown[:upto], (
+            "the source holds messages 0 to 4, its marker after message 3 taking "
+            "back message 1 and its marker after message 4 taking back message 3: it "
+            f"shows messages 0, 2 and 4. fork(upto={upto}) should show the first "
+            f"{upto} of those, {[m['content'] for m in shown[:upto]]}; it shows "
+            f"{[m.get('content') for m in forked]}. Copying the lines up to the "
+            "last message kept leaves behind the marker that takes back a message "
+            "among them: the fork must take it back itself")
+        held = (sessions / f"{new_id}.jsonl").read_text(encoding="utf-8")
+        assert not [words for words in after if words in held], (
+            f"fork(upto={upto}) should hold nothing the source wrote after its last "
+            f"message kept, message 2; its file holds {after}:\n{held}")
+
+
+@pytest.mark.task("07.4")
 @pytest.mark.parametrize("end", [b'{"role": "assistant", "con', b""],
                          ids=["a torn last line", "a last newline missing"])
 def test_a_fork_copies_whole_lines_only(lesson, sessions, end):

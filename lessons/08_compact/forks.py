@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from .messages import check_session_id, FORMAT_VERSION
+from .messages import check_session_id, encode_line, FORMAT_VERSION, MARKER
 from .files import now, Prefix, publish_new, SessionExists, SessionNotFound, write_whole
-from .reading import KnownLog, read_open_log, recall
+from .reading import KnownLog, parse_log, read_open_log, recall
 from .log import SessionLog
 
 
@@ -80,7 +80,7 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     if not 0 <= count <= len(shown):
         raise ValueError(f"cannot fork the first {upto} messages of {source_id!r}: "
                          f"it shows {len(shown)}")
-    copy = fork_copy(fd, log, upto)
+    copy = fork_copy(fd, log, upto, source)
     # Publish under the new id's lock, as its writer would: an agent starting a session
     # of that name right now cannot see "no log yet" before our publish, then open ours.
     with SessionLog(folder, new_id) as claim:
@@ -91,9 +91,10 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     return target
 
 
-def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
-    """What the log of a fork starts with, its source open as `fd`: bytes, or a
-    Prefix of the source's file, which publish_fork() writes as the fork's whole log.
+def fork_copy(fd: int, log: KnownLog, upto: int | None, source: Path
+              ) -> bytes | Prefix:
+    """What the log of a fork starts with, its source `source` open as `fd`: bytes, or
+    a Prefix of the source's file, which publish_fork() writes as the fork's whole log.
 
     A fork of the first `upto` messages the source shows shows exactly them; a whole
     fork (`upto` None) shows exactly what the source shows. `log` is what is known of
@@ -104,7 +105,7 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     else:
         # Up to the line holding the last message kept, which can be far below its
         # place among the messages shown when undone messages or markers come before
-        # it. A marker after that line takes back only messages written after it.
+        # it. What the source wrote after that line is no part of the fork.
         keep = log.shown[upto - 1][1] + 1 if upto else 0
     # Whole lines only (a torn tail is no line), as they are in the source: its undo
     # markers come along. A last line whose newline never got written gets one, so
@@ -112,6 +113,16 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None) -> bytes | Prefix:
     copy = Prefix(fd, ends[keep - 1] if keep else 0)
     if keep and keep == len(ends) and log.newline_missing:
         copy.then = b"\n"
+    if upto and log.shown[upto - 1][0] >= upto:
+        # Messages undone before the cut. An undo marker may take back any message
+        # written before it, and another program's may stand after the cut: what the
+        # copied lines still show beyond the first `upto`, the fork takes back itself.
+        data, _ = read_open_log(fd, source)
+        kept = {index for index, _ in log.shown[:upto]}
+        left = [index for index, _ in parse_log(data[:copy.length], source).shown()
+                if index not in kept]
+        if left:
+            copy.then += encode_line({MARKER: "undo", "skip": left, "at": now()})
     return copy
 
 

@@ -2831,6 +2831,43 @@ def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
 
 
 @pytest.mark.task("11.5")
+def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, database):
+    """Another program stored these rows: its undo markers take back an older
+    message, not the newest (the format lets a marker take back any message written
+    before it), each after a message still shown. A fork of the first k messages
+    shows exactly the first k the source shows, never one taken back by a marker
+    past the cut, and copies no row past the one holding its k-th message."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    undo = {"$marker": "undo", "at": "2026-01-01T00:00:00+00:00"}
+    put_rows(database, "quest-1", [*said[:4], {**undo, "skip": [1]}, said[4],
+                                   {**undo, "skip": [3]}])
+    source = rows(database)
+    shown = [said[0], said[2], said[4]]
+    for upto, copied in ((2, 3), (3, 6)):
+        new_id = f"first-{upto}"
+        lesson.fork_postgres(database, "quest-1", new_id, upto=upto)
+        with lesson.PostgresSessionLog(database, new_id) as fork:
+            forked = fork.load()
+        assert forked == shown[:upto], (
+            "the source holds messages 0 to 4, its marker after message 3 taking "
+            "back message 1 and its marker after message 4 taking back message 3: it "
+            f"shows messages 0, 2 and 4. fork_postgres(upto={upto}) should show the "
+            f"first {upto} of those, {[m['content'] for m in shown[:upto]]}; it shows "
+            f"{[m.get('content') for m in forked]}. Copying the rows up to the last "
+            "message kept leaves behind the marker that takes back a message among "
+            "them: the fork must take it back itself")
+        held = [(seq, line) for seq, line, _ in rows(database, new_id)]
+        assert held[:copied] == [(seq, line) for seq, line, _ in source[:copied]] \
+            and "message 4" not in str(held[copied:]), (
+            f"fork_postgres(upto={upto}) should copy the source's first {copied} rows "
+            "(up to its last message kept), and hold no message stored after them; "
+            f"it holds {held}")
+
+
+@pytest.mark.task("11.5")
 def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
     """The 3rd row of the copy fails (a trigger makes it): the fork is one transaction,
     so neither the new session nor any of its rows exist afterwards. A refusal of the

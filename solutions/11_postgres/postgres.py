@@ -671,6 +671,14 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
         kept = len(state.entries) if upto is None else (
             shown[count - 1][1] + 1 if count else 0)
         keep = state.lines[kept - 1] + 1 if kept else 0
+        left = []
+        if count and kept < len(state.entries) and shown[count - 1][0] >= count:
+            # A message before the cut is taken back, maybe by a marker past it
+            # (another program's marker may take back any message written before
+            # it): the fork takes back itself what the rows it copies still show
+            wanted = {index for index, _ in shown[:count]}
+            left = [index for index, _ in LogState(state.entries[:kept], 0, 0).shown()
+                    if index not in wanted]
         try:
             connection.execute(
                 "INSERT INTO sessions (id, parent, forked_at) VALUES (%s, %s, %s)",
@@ -684,6 +692,13 @@ def fork_postgres(url: str, source_id: str, new_id: str, *,
             "INSERT INTO session_entries (session_id, seq, line, body) "
             "SELECT %s, seq, line, body FROM session_entries "
             "WHERE session_id = %s AND seq < %s", (new_id, source_id, keep))
+        if left:
+            line = encode_line({MARKER: "undo", "skip": left, "at": now()})
+            text = line.decode("utf-8")[:-1]
+            connection.execute(
+                "INSERT INTO session_entries (session_id, seq, line, body) "
+                "VALUES (%s, %s, %s, %s::jsonb)",
+                (new_id, keep, text, jsonb_body(text)))
         # END 11.5
 
 
