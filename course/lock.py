@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .files import now
+from .files import now, write_all
 
 
 class SessionBusy(RuntimeError):
@@ -113,8 +113,8 @@ class SessionLock:
         # overwrite.
         #> 05-08
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": now()}).encode("utf-8"))
+        write_all(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": now()}).encode("utf-8"))
         #<
         #> 09+
         # Lesson 09: in place, at a fixed length, never truncated to nothing first (a

@@ -336,6 +336,11 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             os.fsync(self._fd)
         self.in_doubt = False
         # END 01.5
+        #> 05+
+        # The log now holds a line of this writer's: whatever it holds later is this
+        # session's own, not one another writer began after this one found none
+        self._found_no_log = False
+        #<
         #> 07+
         if self.known is not None:
             # Once the writer is open, each write adds one whole line: the size and the

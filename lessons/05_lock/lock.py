@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .files import now
+from .files import now, write_all
 
 
 class SessionBusy(RuntimeError):

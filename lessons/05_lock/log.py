@@ -123,6 +123,9 @@ class SessionLog(SessionLock):
         if self.durable:
             os.fsync(self._fd)
         self.in_doubt = False
+        # The log now holds a line of this writer's: whatever it holds later is this
+        # session's own, not one another writer began after this one found none
+        self._found_no_log = False
 
     def _open(self) -> LogState:
         """Become the writer: take the lock, open the log to append, repair its tail.

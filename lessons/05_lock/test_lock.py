@@ -2478,3 +2478,75 @@ def test_a_ctrl_c_at_any_step_of_close_leaves_no_lock_that_a_second_close_cannot
             "descriptor is forgotten nothing can close it")
     else:
         pytest.fail("closing a writer made more than 400 calls", pytrace=False)
+
+
+@pytest.mark.task("05.1")
+def test_a_lock_record_cut_short_by_a_full_disk_lets_go_of_the_lock(lesson,
+                                                                   sessions):
+    """The disk fills up in the middle of the holder's record: write() takes its first
+    bytes and returns short (a real file size limit of 10 bytes). A record cut short
+    names no one: the writer must not hold the session behind it. As for a record that
+    cannot be written at all, the error reaches the caller, and the lock goes with it."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+
+    def work():
+        import resource
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.open_for_append()   # as an agent resumes it: the lock, no line
+                record = (sessions / "quest-1.lock").read_bytes().decode("utf-8",
+                                                                         "replace")
+            first = f"resumed with no error, the lock file holding {record!r}"
+        except OSError as error:
+            first = f"OSError: {error}"
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append(FIRST)
+            second = "appended"
+        except lesson.SessionBusy as error:
+            second = f"SessionBusy: {error}"
+        return {"first": first, "second": second}
+
+    kind, message, result = with_file_size_limit(10, work)
+    if kind == "NotImplementedError":
+        raise NotImplementedError(message)
+    assert kind == "ok", f"the writers raised {kind}: {message}"
+    assert result["first"].startswith("OSError"), (
+        "files could grow to 10 bytes only, so the holder's record was cut short: "
+        "write() took its first 10 bytes and returned short. A record that is not "
+        "written whole names no one, and the writer should raise the disk's error, "
+        f"as for a record not written at all; it {result['first']}")
+    assert result["second"] == "appended", (
+        "the first writer's record was cut short, and it kept the lock: the same "
+        f"process was then told {result['second']!r}")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_that_started_a_session_writes_again_after_close(lesson, sessions,
+                                                                  model, town):
+    """An agent started a new session (no log yet), ran a turn, and its log was closed
+    (its with block ended). The log is the agent's own: its next turn reopens it, as
+    any writer's append after close does, and is not refused as if another writer had
+    begun the session meanwhile."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+    model.add(say("The elder nods."), say("Dawn comes."))
+    with log:
+        agent.run("Thank the elder.")
+    try:
+        agent.run("Wait for dawn.")
+    except lesson.SessionExists as error:
+        pytest.fail(
+            "an agent that began quest-1 itself, then closed its log, was refused its "
+            f"next turn ({error}): no other writer began the session; it did",
+            pytrace=False)
+    finally:
+        log.close()
+    said = [m.get("content") for m in lesson.SessionLog(sessions, "quest-1").load()]
+    assert said == ["Thank the elder.", "The elder nods.", "Wait for dawn.",
+                    "Dawn comes."], (
+        "the agent's two turns, one before its log was closed and one after, should "
+        f"both be in quest-1, in order; it holds {said}")

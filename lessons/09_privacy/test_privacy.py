@@ -4443,3 +4443,69 @@ def test_collect_never_takes_an_old_blob_a_writer_in_another_process_is_reusing(
     except lesson.BlobError as error:
         pytest.fail(f"the writer's log no longer loads: {error}", pytrace=False)
     assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_collect_removes_more_old_blobs_than_a_process_may_hold_open(lesson, sessions):
+    """Months of pasted pages: 400 old blobs no log refers to any more, in a process
+    that may hold 256 files open at once (the default on macOS). The collection removes
+    them all and names them: it never needs one open file a blob."""
+    import resource
+    blobs = sessions / "blobs"
+    blobs.mkdir()
+    names = []
+    for k in range(400):
+        data = f"page {k} of the diary".encode()
+        name = hashlib.sha256(data).hexdigest()
+        (blobs / name).write_bytes(data)
+        age(blobs / name, 2)
+        names.append(name)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+    try:
+        removed = lesson.collect_blobs(sessions)
+    except OSError as error:
+        removed = error
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert removed == sorted(names), (
+        "400 old blobs nobody refers to, in a process allowed 256 open files: the "
+        "collection should remove them all and name them; it "
+        + (f"failed with {removed!r}" if isinstance(removed, OSError) else
+           f"named {len(removed)}") + ", as if it held a file open for every blob")
+
+
+@pytest.mark.task("09.3")
+def test_erasing_in_a_session_with_no_log_creates_nothing(lesson, sessions):
+    """A session with no log holds no message to erase: erase(0) raises EraseError
+    saying it holds 0 messages, and the folder stays as it was: no empty log (a session
+    that was never started, which expire and delete would then have to find), no lock
+    file. Lesson 08's compact and undo refuse a session with no log the same way."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with raises(lesson.EraseError, "erase(0) of session quest-1, which has no log, "
+                    "went ahead: there is no message to erase"):
+            log.erase(0)
+    left = sorted(path.name for path in sessions.iterdir())
+    assert left == [], (
+        "erase(0) of a session with no log was refused, as it should be, but it left "
+        f"{left} in the sessions folder, which was empty: a refused erase creates "
+        "nothing, not a log, not a lock file")
+
+
+@pytest.mark.task("09.2")
+def test_expire_of_a_folder_no_session_was_saved_in_yet_deletes_nothing(lesson,
+                                                                         tmp_path):
+    """A retention job that runs before the first session was ever saved: the sessions
+    folder is not there yet. expire() deletes nothing and reports nothing, as
+    delete_session() and collect_blobs() answer for such a folder, and creates none."""
+    folder = tmp_path / "sessions"
+    try:
+        result = lesson.expire(folder)
+    except FileNotFoundError as error:
+        pytest.fail(f"expire() of a sessions folder not made yet failed with "
+                    f"{error!r}: no session is there, so none is deleted or busy",
+                    pytrace=False)
+    assert result == ([], []) and not folder.exists(), (
+        f"expire() of a sessions folder not made yet should return two empty lists and "
+        f"create nothing; it returned {result!r}, and the folder "
+        f"{'exists now' if folder.exists() else 'is still not there'}")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .files import now
+from .files import now, write_all
 
 
 class SessionBusy(RuntimeError):
@@ -108,8 +108,8 @@ class SessionLock:
         # Whoever held it before (even one killed with SIGKILL) left its name here:
         # overwrite.
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": now()}).encode("utf-8"))
+        write_all(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": now()}).encode("utf-8"))
         # END 05.1
 
     def _unlock(self) -> None:

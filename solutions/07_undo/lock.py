@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .files import now
+from .files import now, write_all
 
 
 class SessionBusy(RuntimeError):
@@ -107,8 +107,8 @@ class SessionLock:
         # Whoever held it before (even one killed with SIGKILL) left its name here:
         # overwrite.
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": now()}).encode("utf-8"))
+        write_all(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": now()}).encode("utf-8"))
 
     def _unlock(self) -> None:
         """Let go of the session, if this SessionLog holds it. Every close calls it."""

@@ -161,6 +161,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction):
         if self.durable:
             os.fsync(self._fd)
         self.in_doubt = False
+        # The log now holds a line of this writer's: whatever it holds later is this
+        # session's own, not one another writer began after this one found none
+        self._found_no_log = False
         if self.known is not None:
             # Once the writer is open, each write adds one whole line: the size and the
             # line ends this process knows of the log stay true (see KnownLog).

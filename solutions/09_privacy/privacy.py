@@ -228,7 +228,11 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
     # cutoff (a young one may be a fork being made right now).
     kinds = [".meta.json"]
     found: dict[str, bool] = {}
-    for name in sorted(os.listdir(folder)):
+    try:
+        listed = os.listdir(folder)
+    except FileNotFoundError:
+        return []       # no sessions folder yet: nothing was left in it
+    for name in sorted(listed):
         kind = next((kind for kind in kinds if name.endswith(kind)), None)
         session_id = name[:-len(kind)] if kind else ""
         if not SESSION_ID.fullmatch(session_id) or os.path.lexists(

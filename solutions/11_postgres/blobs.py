@@ -313,6 +313,10 @@ def discard_leftover(path: Path, *, touched_after: float) -> None:
         os.close(fd)
 
 
+# How many blobs drop_blobs claims at once: each claim holds a file open
+CLAIMS_AT_ONCE = 64
+
+
 def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[str]:
     """Remove each of the blobs `names` that no file of the folder refers to, that no
     writer has pinned and that nobody touched after `touched_after`; return the names
@@ -323,17 +327,23 @@ def drop_blobs(folder: Path, names: list[str], *, touched_after: float) -> list[
     if not names or blobs.is_symlink() or not blobs.is_dir():
         return []   # a blobs folder planted as a link is never followed
     referenced = blob_references(folder)
-    claimed: dict[str, int] = {}
-    try:
-        for name in dict.fromkeys(names):
-            if name not in referenced and BLOB_NAME.fullmatch(name):
+    candidates = [name for name in dict.fromkeys(names)
+                  if name not in referenced and BLOB_NAME.fullmatch(name)]
+    removed: list[str] = []
+    # Each claim holds a file open: a few at a time, or a folder of thousands of old
+    # blobs runs the process out of descriptors (256 by default on macOS)
+    for start in range(0, len(candidates), CLAIMS_AT_ONCE):
+        claimed: dict[str, int] = {}
+        try:
+            for name in candidates[start:start + CLAIMS_AT_ONCE]:
                 fd = claim_blob(blobs / name, touched_after=touched_after)
                 if fd is not None:
                     claimed[name] = fd
-        if claimed:
-            referenced = blob_references(folder)
-        return [name for name, fd in claimed.items()
-                if name not in referenced and discard_claimed(blobs / name, fd)]
-    finally:
-        for fd in claimed.values():
-            os.close(fd)
+            if claimed:
+                referenced = blob_references(folder)
+            removed += [name for name, fd in claimed.items()
+                        if name not in referenced and discard_claimed(blobs / name, fd)]
+        finally:
+            for fd in claimed.values():
+                os.close(fd)
+    return removed

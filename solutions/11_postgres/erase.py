@@ -55,6 +55,11 @@ class SessionErase:
         """
         started = time.time()
         if self._fd is None:
+            if not self.path.exists():
+                # No log, no message to erase: becoming the writer would create the
+                # log and its lock file for a refusal (as undo and compact refuse)
+                raise EraseError(f"{self.path} holds 0 message(s): there is no "
+                                 f"message {index}; nothing was erased")
             self._open()  # the writer first: its lock keeps every other writer out
         if self.in_doubt:
             self._write(b"")    # WriterStopped: an earlier rewrite did not finish

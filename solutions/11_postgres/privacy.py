@@ -218,7 +218,11 @@ def left_without_log(folder: Path, cutoff: float) -> list[str]:
     kinds = [".meta.json"]
     kinds.append(SIDECHAINS)
     found: dict[str, bool] = {}
-    for name in sorted(os.listdir(folder)):
+    try:
+        listed = os.listdir(folder)
+    except FileNotFoundError:
+        return []       # no sessions folder yet: nothing was left in it
+    for name in sorted(listed):
         kind = next((kind for kind in kinds if name.endswith(kind)), None)
         session_id = name[:-len(kind)] if kind else ""
         if not SESSION_ID.fullmatch(session_id) or os.path.lexists(
@@ -252,7 +256,11 @@ def collect_blobs(folder: str | Path, *,
     blobs = folder / "blobs"
     removed: list[str] = []
     # Lesson 10: each session's side-chains keep blobs of their own, beside their logs
-    for name in sorted(os.listdir(folder)):
+    try:
+        listed = os.listdir(folder)
+    except FileNotFoundError:
+        return []       # no sessions folder yet: no blob in it
+    for name in sorted(listed):
         chains = folder / name
         if name.endswith(SIDECHAINS) and not chains.is_symlink() and chains.is_dir():
             removed += collect_blobs(chains, grace=grace)
