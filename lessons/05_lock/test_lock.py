@@ -2486,7 +2486,8 @@ def test_a_lock_record_cut_short_by_a_full_disk_lets_go_of_the_lock(lesson,
     """The disk fills up in the middle of the holder's record: write() takes its first
     bytes and returns short (a real file size limit of 10 bytes). A record cut short
     names no one: the writer must not hold the session behind it. As for a record that
-    cannot be written at all, the error reaches the caller, and the lock goes with it."""
+    cannot be written at all, the error reaches the caller, and the lock goes with
+    it."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
 
