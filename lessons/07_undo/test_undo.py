@@ -2233,6 +2233,29 @@ def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
 
 
 @pytest.mark.task("07.4")
+def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
+                                                                      sessions):
+    """Nothing undone this time: a log of three messages whose last newline never got
+    written. A fork of all three, then two whole forks, in one process that knows the
+    source after the first: each fork gets the newline the source lacks, whatever the
+    forks before it did, so that its first append starts on a line of its own."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    write_log(sessions, said)
+    path = sessions / "quest-1.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])
+    for number, upto in enumerate((3, None, None)):
+        new_id = f"fork-{number}"
+        lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        copied = (sessions / f"{new_id}.jsonl").read_bytes()
+        assert copied == whole, (
+            f"fork number {number + 1} (upto={upto}) of a log of three messages whose "
+            "last newline is missing should hold the three lines, each ending in its "
+            f"newline ({len(whole)} bytes), whatever the forks before it did; it ends "
+            f"in {copied[-40:]!r} ({len(copied)} bytes)")
+
+
+@pytest.mark.task("07.4")
 def test_a_whole_fork_of_a_log_with_no_whole_line_is_empty(lesson, sessions):
     """The source's writer died in the middle of its first line: its log holds no
     whole line, so it shows no message. A whole fork of it shows none either, and
