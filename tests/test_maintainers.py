@@ -1,5 +1,6 @@
 """The maintainers' check catches what it claims to: each check run on a broken copy of the course."""
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab import course, maintainers, starters
+from sessionlab.calls import tests_that_see
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -641,6 +643,27 @@ def _lesson_eleven_checks(monkeypatch, reason):
     return {name: check for name, check in
             maintainers.pytest_checks(course.find_root(Path(__file__)), docs=False)
             if "11_postgres" in name}
+
+
+def test_a_test_the_record_of_calls_left_out_runs_on_every_mutant(copy, monkeypatch):
+    """The run that records what each test calls stopped half-way (a test let a
+    KeyboardInterrupt out): the tests it never reached are not dropped from the
+    mutants, they see every edit."""
+    lesson = lesson_of(copy, "00_memory")
+    tests = sorted(maintainers.test_marks(lesson))
+    recorded = {tests[0]: [["agent.py", 1]]}
+
+    def stopped_run(root, targets, *extra):
+        Path(extra[extra.index("--sessionlab-calls") + 1]).write_text(
+            json.dumps(recorded), encoding="utf-8")
+        return 2, {}, "KeyboardInterrupt"
+
+    monkeypatch.setattr(maintainers, "run_pytest", stopped_run)
+    calls = maintainers.recorded_calls(lesson)
+    assert calls[tests[0]] == [["agent.py", 1]]
+    assert all(calls[name] == "all" for name in tests[1:]), calls
+    seeing = tests_that_see(calls, "agent.py", {("", 99)})
+    assert seeing == set(tests[1:]), seeing
 
 
 def test_a_lesson_whose_server_is_missing_is_one_warning_outside_ci(monkeypatch):

@@ -887,12 +887,21 @@ def check_wrong_implementations(lesson: course.Lesson,
 
 def recorded_calls(lesson: course.Lesson) -> dict:
     """What each test of the lesson calls of its solution (sessionlab.calls), from one
-    run of its tests there; {} when that run leaves no record."""
+    run of its tests there; {} when that run leaves no record.
+
+    A test the record does not name sees everything: a run that stopped before it (a
+    KeyboardInterrupt a test let out, a crash) must not leave it off every mutant.
+    """
+    from .calls import ALL
     with tempfile.TemporaryDirectory() as temp:
         record = Path(temp) / "calls.json"
         run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
                    "--sessionlab-calls", str(record))
-        return json.loads(record.read_text()) if record.exists() else {}
+        found = json.loads(record.read_text()) if record.exists() else {}
+    if found:
+        for name in test_marks(lesson):
+            found.setdefault(name, ALL)
+    return found
 
 
 def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
