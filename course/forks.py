@@ -18,7 +18,8 @@ from .messages import check_session_id, encode_line, FORMAT_VERSION, MARKER
 from .messages import InvalidMessage, parse_line
 #<
 from .files import now, Prefix, publish_new, SessionExists, SessionNotFound, write_whole
-from .reading import KnownLog, parse_log, read_open_log, read_whole_log, recall
+from .reading import (KnownLog, parse_log, reaches_back, read_open_log, read_whole_log,
+                      recall)
 from .log import entries_for, SessionLog
 
 
@@ -137,7 +138,7 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     if log is None:
         data, state = read_open_log(fd, source)
         log = KnownLog(len(data), None, state.ends, state.shown(),
-                       state.newline_missing)
+                       state.newline_missing, reaches_back=reaches_back(state))
     # Since lesson 07 some messages are undone: count the ones shown.
     shown = log.shown
     count = len(shown) if upto is None else upto
@@ -187,10 +188,10 @@ def fork_copy(fd: int, log: KnownLog, upto: int | None, source: Path
     copy = Prefix(fd, ends[keep - 1] if keep else 0)
     if keep and keep == len(ends) and log.newline_missing:
         copy.then = b"\n"
-    if upto and log.shown[upto - 1][0] >= upto:
-        # Messages undone before the cut. An undo marker may take back any message
-        # written before it, and another program's may stand after the cut: what the
-        # copied lines still show beyond the first `upto`, the fork takes back itself.
+    if upto and log.reaches_back and log.shown[upto - 1][0] >= upto:
+        # Messages undone before the cut, in a log whose undo markers do not all take
+        # back the newest messages: one may stand after the cut. What the copied
+        # lines still show beyond the first `upto`, the fork takes back itself.
         data, _ = read_open_log(fd, source)
         kept = {index for index, _ in log.shown[:upto]}
         left = [index for index, _ in parse_log(data[:copy.length], source).shown()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .messages import check_session_id, encode_line, FORMAT_VERSION, MARKER
 from .files import now, Prefix, publish_new, SessionExists, SessionNotFound, write_whole
-from .reading import KnownLog, parse_log, read_open_log, recall
+from .reading import KnownLog, parse_log, reaches_back, read_open_log, recall
 from .log import SessionLog
 
 
@@ -73,7 +73,7 @@ def fork_open_log(fd: int, folder: Path, source_id: str, new_id: str,
     if log is None:
         data, state = read_open_log(fd, source)
         log = KnownLog(len(data), None, state.ends, state.shown(),
-                       state.newline_missing)
+                       state.newline_missing, reaches_back=reaches_back(state))
     # Since lesson 07 some messages are undone: count the ones shown.
     shown = log.shown
     count = len(shown) if upto is None else upto

@@ -18,7 +18,7 @@ from .messages import (
 from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
 from .reading import (
     Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open, LogState,
-    parse_log, read_log, recall, remember, unanswered_calls)
+    parse_log, reaches_back, read_log, recall, remember, unanswered_calls)
 from .lock import SessionLock
 from .blobs import BLOB_THRESHOLD, SessionBlobs
 from .undo import SessionUndo
@@ -246,7 +246,7 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction):
         # The repair has just answered every call left open.
         self.known = KnownLog(status.st_size, status.st_mtime_ns, state.ends,
                               self.shown, message_count=self.message_count,
-                              settled=True)
+                              settled=True, reaches_back=reaches_back(state))
         # Lesson 08: the latest compaction, from the state already parsed; the process
         # remembers it with the rest, for a later writer that starts from what is known
         self.compacted = None if state.plain else state.compaction()
@@ -260,7 +260,8 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction):
         status = os.fstat(self._fd)
         self._identity = (status.st_dev, status.st_ino)
         self.known = KnownLog(known.size, known.mtime_ns, list(known.ends), self.shown,
-                              message_count=self.message_count, settled=True)
+                              message_count=self.message_count, settled=True,
+                              reaches_back=known.reaches_back)
         self.compacted = self.known.compaction = known.compaction
         remember(status, self.known)
 

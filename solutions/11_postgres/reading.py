@@ -198,6 +198,9 @@ class KnownLog:
     # Known to end whole, with no tool call left open: a new writer has nothing to
     # repair, so it may start from this instead of reading the log (SessionLog._open)
     settled: bool = False
+    # An undo marker of the log takes back a message that a message still shown came
+    # after (see reaches_back): a fork may then have to replay what it copies
+    reaches_back: bool = True
     # The latest compaction the log records (lesson 08), None if it records none; true
     # whenever message_count is worked out. A writer keeps it as it writes (a marker
     # it writes is the latest), so its undo knows the boundary without reading the log.
@@ -261,7 +264,8 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
             # Nothing changed while we read: what we read is the file as `after` says
             state = parse_log(data, path)
             known = KnownLog(after.st_size, after.st_mtime_ns, state.ends,
-                             state.shown_once(), state.newline_missing)
+                             state.shown_once(), state.newline_missing,
+                             reaches_back=reaches_back(state))
             if state.plain:     # no marker: every entry is a message, the last one too
                 known.message_count = len(state.entries)
                 known.settled = not state.torn and not state.newline_missing and (
@@ -270,6 +274,28 @@ def read_open_log(fd: int, path: Path) -> tuple[bytes, LogState]:
             return data, state
         if read_all(fd, path).startswith(data):
             return data, parse_log(data, path)  # only appended to: a whole first part
+
+
+def reaches_back(state: LogState) -> bool:
+    """Whether an undo marker of the log takes back a message that a message still
+    shown came after. This store's undo takes back the newest messages only; another
+    program's may take back an older one, and its marker may then stand after a
+    message a fork keeps, past the fork's cut."""
+    if state.plain:
+        return False    # no marker at all
+    shown: list[int] = []
+    written = 0
+    for entry in state.entries:
+        if MARKER not in entry:
+            shown.append(written)
+            written += 1
+        elif entry[MARKER] == "undo":
+            skip = {i for i in entry["skip"] if 0 <= i < written}
+            taken = [index for index in shown if index in skip]
+            if taken != shown[len(shown) - len(taken):]:
+                return True
+            del shown[len(shown) - len(taken):]
+    return False
 
 
 def read_log(path: Path) -> LogState:
