@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab import course, maintainers, starters
-from sessionlab.calls import tests_that_see
+from sessionlab import calls as call_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -662,7 +662,7 @@ def test_a_test_the_record_of_calls_left_out_runs_on_every_mutant(copy, monkeypa
     calls = maintainers.recorded_calls(lesson)
     assert calls[tests[0]] == [["agent.py", 1]]
     assert all(calls[name] == "all" for name in tests[1:]), calls
-    seeing = tests_that_see(calls, "agent.py", {("", 99)})
+    seeing = call_records.tests_that_see(calls, "agent.py", {("", 99)})
     assert seeing == set(tests[1:]), seeing
 
 
