@@ -2139,11 +2139,15 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
 
 
 @pytest.mark.task("05.1")
-def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions):
+@pytest.mark.parametrize("limit", [0, 10], ids=["no room at all", "room for 10 bytes"])
+def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions,
+                                                                  limit):
     """The disk is full when a writer that resumes the session writes its name into
-    the lock file, before it writes anything to the log: the OSError reaches the
-    caller, and the lock goes with it (a real file size limit), so the same process
-    can take the session once there is room again."""
+    the lock file, before it writes anything to the log: from its first byte, or
+    after 10, where write() takes those and returns short (a record cut short names
+    no one). The OSError reaches the caller, and the lock goes with it (a real file
+    size limit), so the same process can take the session once there is room
+    again."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
 
@@ -2169,17 +2173,20 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
         return {"first": first, "errno": first_errno,
                 "second": second, "leaked": open_descriptors() - before}
 
-    kind, message, result = with_file_size_limit(0, work)
+    kind, message, result = with_file_size_limit(limit, work)
     if kind == "NotImplementedError":
         raise NotImplementedError(message)
     assert kind == "ok", f"the writers raised {kind}: {message}"
+    room = ("no file could grow at all" if not limit else
+            f"files could grow to {limit} bytes only (write() took the record's first "
+            f"{limit} and returned short: a record cut short names no one)")
     assert result["first"].startswith("OSError"), (
-        "no file could grow at all, so writing the holder's name into the lock file, "
-        "as the writer resumed the session, should fail with OSError, and that error "
-        f"reach the caller; the first writer said {result['first']!r}")
+        f"{room}, so writing the holder's name into the lock file, as the writer "
+        "resumed the session, should fail with OSError, and that error reach the "
+        f"caller; the first writer said {result['first']!r}")
     assert result["errno"] == errno.EFBIG, (
-        "no file could grow at all, so writing the holder's name into the lock file "
-        "failed with EFBIG (File too large, as a full disk's ENOSPC): that error "
+        f"{room}, so writing the holder's name into the lock file failed with EFBIG "
+        "(File too large, as a full disk's ENOSPC): that error "
         f"should reach the caller, and it got {result['first']!r}, which hides it: "
         "an error raised while cleaning up after the failed write replaced it")
     assert result["second"] == "appended", (
@@ -2480,51 +2487,6 @@ def test_a_ctrl_c_at_any_step_of_close_leaves_no_lock_that_a_second_close_cannot
             "descriptor is forgotten nothing can close it")
     else:
         pytest.fail("closing a writer made more than 400 calls", pytrace=False)
-
-
-@pytest.mark.task("05.1")
-def test_a_lock_record_cut_short_by_a_full_disk_lets_go_of_the_lock(lesson,
-                                                                   sessions):
-    """The disk fills up in the middle of the holder's record: write() takes its first
-    bytes and returns short (a real file size limit of 10 bytes). A record cut short
-    names no one: the writer must not hold the session behind it. As for a record that
-    cannot be written at all, the error reaches the caller, and the lock goes with
-    it."""
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append(FIRST)
-
-    def work():
-        import resource
-        try:
-            with lesson.SessionLog(sessions, "quest-1") as log:
-                log.open_for_append()   # as an agent resumes it: the lock, no line
-                record = (sessions / "quest-1.lock").read_bytes().decode("utf-8",
-                                                                         "replace")
-            first = f"resumed with no error, the lock file holding {record!r}"
-        except OSError as error:
-            first = f"OSError: {error}"
-        resource.setrlimit(resource.RLIMIT_FSIZE,
-                           (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        try:
-            with lesson.SessionLog(sessions, "quest-1") as log:
-                log.append(FIRST)
-            second = "appended"
-        except lesson.SessionBusy as error:
-            second = f"SessionBusy: {error}"
-        return {"first": first, "second": second}
-
-    kind, message, result = with_file_size_limit(10, work)
-    if kind == "NotImplementedError":
-        raise NotImplementedError(message)
-    assert kind == "ok", f"the writers raised {kind}: {message}"
-    assert result["first"].startswith("OSError"), (
-        "files could grow to 10 bytes only, so the holder's record was cut short: "
-        "write() took its first 10 bytes and returned short. A record that is not "
-        "written whole names no one, and the writer should raise the disk's error, "
-        f"as for a record not written at all; it {result['first']}")
-    assert result["second"] == "appended", (
-        "the first writer's record was cut short, and it kept the lock: the same "
-        f"process was then told {result['second']!r}")
 
 
 @pytest.mark.task("05.1")
