@@ -86,12 +86,12 @@ class ChatError(Exception):
 
 
 def choose_model(args: argparse.Namespace) -> ModelChoice:
-    import httpx
     import openai
 
     # --timeout bounds every wait, the connection's too: a server that never answers is
-    # said to be so after that long, not after some other clock of the kit's.
-    timeout = httpx.Timeout(args.timeout, connect=min(5.0, args.timeout))
+    # said to be so after that long, not after some other clock of the kit's. The SDK's own
+    # Timeout, because openai 3 sends through httpx2, which refuses an httpx.Timeout.
+    timeout = openai.Timeout(args.timeout, connect=min(5.0, args.timeout))
     if args.ollama:
         base = ollama_url() + "/v1"
         key = args.api_key or "ollama"
@@ -248,15 +248,29 @@ def explain(error: Exception, choice: ModelChoice) -> ChatError:
 
 def _timed_out(error: BaseException) -> bool:
     """A connection error that is a timeout underneath (the SDK wraps some as such)."""
-    import httpx
-
+    kinds = _timeout_exceptions()
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, httpx.TimeoutException):
+        if isinstance(error, kinds):
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def _timeout_exceptions() -> tuple[type[BaseException], ...]:
+    """The timeout errors of both HTTP stacks: openai 2 sends through httpx, openai 3
+    through httpx2 (or through an httpx.Client it is given, as the scripted model does)."""
+    import httpx
+
+    kinds: list[type[BaseException]] = [httpx.TimeoutException]
+    try:
+        import httpx2
+    except ImportError:     # openai 2: there is only httpx
+        pass
+    else:
+        kinds.append(httpx2.TimeoutException)
+    return tuple(kinds)
 
 
 @contextmanager
