@@ -114,6 +114,12 @@ def test_a_task_not_written_is_said_in_full_once_then_in_one_line(student):
         f"({sorted(missing)}), {len(short)} in one line, of {len(reports)}")
     for name in short:
         assert len(reports[name].strip().splitlines()) == 1, reports[name]
+    for name in full:
+        task = re.search(r"task (02\.\d) is not written yet", reports[name])[1]
+        alone = f"(its tests alone: `pytest lessons/02_load --task {task}`)"
+        assert alone in reports[name], (
+            f"a task's first failure gives the command that runs its tests alone, "
+            f"{alone}:\n{reports[name]}")
 
 
 @pytest.mark.campaign

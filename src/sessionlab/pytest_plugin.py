@@ -397,9 +397,12 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
             return
         part = (f"task {missing}, which is not written yet" if len(tasks) > 1
                 else "that part of the lesson's code")
+        # Once per task, the command that runs its tests alone: a student working
+        # through the lesson task by task need not read past the other tasks' failures.
+        alone = f"pytest lessons/{lesson.name} --task {missing}"
         report.longrepr = (f"{_student_frame(excinfo, lesson)}: {excinfo.value}\n"
                            f"This test checks {where}. Write {part}, and run the tests "
-                           f"again.\n{advice}")
+                           f"again (its tests alone: `{alone}`).\n{advice}")
         return
     if worded:
         # The test said what went wrong in words: those words, not its source, come first.
