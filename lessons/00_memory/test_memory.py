@@ -187,6 +187,88 @@ def test_a_tool_taking_any_keyword_runs_with_the_arguments_sent(lesson):
 
 
 @pytest.mark.task("00.1")
+@pytest.mark.parametrize("tool", ["note", "look"])
+def test_an_argument_sent_as_null_reaches_the_tool_as_none(lesson, tool):
+    """An argument the model sent as null is an argument it sent: the tool gets None
+    for it, not its own default, nor nothing at all (a call that says a value is null
+    is not a call that said nothing)."""
+    given = []
+
+    def note(**arguments):
+        given.append(arguments)
+        return "noted"
+
+    def look(at="the square", mood=None):
+        given.append({"at": at})
+        return f"you look at {at}"
+
+    sent = '{"at": null}'
+    what = f"{tool}() was called with {sent}"
+    result = run_call(lesson, FewTools(note=note, look=look), tool_call(tool, sent),
+                      what)
+
+    assert given == [{"at": None}], (
+        f"{what}: the tool should have run once with at=None, as the model sent it; "
+        f"it ran with {given} (its result: {result!r}): an argument sent as null "
+        "was dropped, and the tool used what it takes when nothing is sent")
+
+
+@pytest.mark.task("00.1")
+def test_a_call_that_failed_runs_again_when_the_model_sends_it_again(lesson):
+    """Trying again is the model's choice: a call that failed, sent again on a later
+    request (the same tool, the same arguments), runs again, and its result is what
+    the tool does this time, not the failure remembered from the first."""
+    tries = []
+
+    def buy(item):
+        tries.append(item)
+        if len(tries) == 1:
+            raise RuntimeError("the shop is closed")
+        return f"You bought a {item}."
+
+    call_sent = tool_call("buy", '{"item": "torch"}')
+    first = run_call(lesson, FewTools(buy=buy), dict(call_sent),
+                     "the tool buy raised RuntimeError")
+    again = run_call(lesson, FewTools(buy=buy), dict(call_sent),
+                     "the model sent the same call again, and the shop was open")
+
+    assert_error_result(first, "the tool buy raised RuntimeError")
+    assert tries == ["torch", "torch"] and again == "You bought a torch.", (
+        "the model sent buy with {\"item\": \"torch\"}; the shop was closed, and the "
+        "model sent the same call again once it opened: the call should run again "
+        f"and answer 'You bought a torch.'; the tool ran {len(tries)} time(s) and "
+        f"the second result is {again!r}, the first failure told again")
+
+
+@pytest.mark.task("00.1")
+@pytest.mark.parametrize("arguments", ["[" * 100_000, "{item: rope", '{"item": "rope"}',
+                                       '{"count": NaN}'],
+                         ids=["nested", "no-json", "fine", "nan"])
+def test_reading_arguments_leaves_the_program_as_it_was(lesson, town, arguments):
+    """Reading a call's arguments, fine or not, changes nothing of the program around
+    it: Python's recursion limit is the same after as before (a limit raised to read
+    deep JSON and not set back leaves every later call of the program under it)."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    try:
+        lesson.read_arguments(arguments)
+    except ValueError:
+        pass
+    run_call(lesson, town, tool_call("buy", arguments),
+             f"the arguments were {arguments[:40]!r}")
+    after = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+
+    assert after == limit, (
+        f"Python's recursion limit was {limit} before the arguments "
+        f"{arguments[:40]!r} were read, and is {after} after: reading arguments "
+        "should leave the program as it found it, whether they could be read or not "
+        "(a limit set back only when the reading succeeds is left changed on a "
+        "failure)")
+
+
+@pytest.mark.task("00.1")
 def test_arguments_that_are_not_json_become_an_error_result(lesson, town):
     """Arguments that are not valid JSON become an error result that says so, and the
     tool does not run."""
@@ -298,6 +380,26 @@ def test_unreadable_arguments_are_quoted_between_quote_marks(lesson, town):
             f"{what}; the error result should quote them between quote marks, so that "
             "the model sees where what it sent starts and ends (its blanks "
             f"included); got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_long_quote_of_unreadable_arguments_is_closed_by_its_quote_mark(lesson,
+                                                                         town):
+    """A long text of unreadable arguments is quoted only in part, and the part is a
+    quote all the same: it opens and closes with the same quote mark, and what lies
+    between is the start of what the model sent (a quote cut after it was made loses
+    its closing mark, and the model cannot see where what it sent ends)."""
+    sent = '{"item": "' + "rope, " * 20_000          # never closed: no JSON
+    what = f"the arguments were {len(sent):,} characters, no JSON"
+    result = run_call(lesson, town, tool_call("buy", sent), what)
+
+    assert_error_result(result, what)
+    quotes = [match.group(2) for match in re.finditer(
+        r"""(['"`])(""" + re.escape(sent[:40]) + r""".*?)\1""", result)]
+    assert any(sent.startswith(quoted) for quoted in quotes), (
+        f"{what}; the error result should quote their start between two quote marks "
+        "of the same kind, the closing one right after the part quoted; it holds no "
+        f"such quote: it begins {result[:120]!r} and ends {result[-120:]!r}")
 
 
 @pytest.mark.task("00.1")
@@ -1356,6 +1458,30 @@ def tells_of_the_500(raised):
         seen = seen.__cause__ or (None if seen.__suppress_context__
                                   else seen.__context__)
     return False
+
+
+@pytest.mark.task("00.2")
+@AFTER_A_TOOL
+def test_a_failed_model_call_is_not_made_again_by_run(lesson, model, town, before):
+    """run() does not ask the model again on its own when a request fails: the caller
+    hears of the failure, even when the next request would have gone through, and
+    whether to try again is the caller's choice."""
+    model.add(*[use(call("talk_to", npc="elder"))] * before, Fail(500),
+              say("Hello, traveller."))
+    agent = new_agent(lesson, model, town)
+
+    try:
+        answer = agent.run("Hello?")
+    except NotImplementedError:
+        raise
+    except Exception:
+        answer = None
+    made = len(model.requests)
+    assert answer is None and made == 1 + before, (
+        f"the model answered {requests_before(before)} with HTTP 500; run() made "
+        f"{made} requests and returned {answer!r}: it should make {1 + before} and "
+        "raise, so that the caller hears of the failure (a request asked again "
+        "behind its back hides it, and may pay for a reply twice)")
 
 
 @pytest.mark.task("00.2")
