@@ -798,15 +798,16 @@ def test_delete_removes_a_copy_of_the_log_that_appeared_after_the_caller_looked(
 @pytest.mark.task("09.1")
 @pytest.mark.task("09.5")
 def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
-    """A log with a corrupt line in the middle and a torn last line (its writer crashed
-    after storing a blob, in the middle of the line that points to it) is deleted all
-    the same, and the blobs both lines name go with it."""
+    """A log with a corrupt line in the middle (cut in the middle of a character: its
+    bytes are no UTF-8 text) and a torn last line (its writer crashed after storing a
+    blob, in the middle of the line that points to it) is deleted all the same, and the
+    blobs both lines name go with it."""
     play(lesson, sessions, TURN_A, (LARGE_SECRET, [say("Noted.")]))
     with lesson.SessionLog(sessions, "scratch") as other:
         torn = other.store_blob(("Ilse's letters: " + "dear sister, " * 400).encode())
     path = sessions / "quest-1.jsonl"
     lines = path.read_bytes().split(b"\n")
-    lines.insert(1, b'{"role": "user", "content": "half')   # damaged in the middle
+    lines.insert(1, b'{"role": "user", "content": "half a caf\xc3')   # cut mid-char
     path.write_bytes(b"\n".join(lines)
                      + b'{"role": "user", "content": {"$blob": "' + torn.encode())
     assert len(blob_names(sessions)) == 2, "the test's own set-up: two blobs"
@@ -815,7 +816,8 @@ def test_delete_removes_the_blobs_of_a_damaged_log(lesson, sessions):
     except (ValueError, OSError) as error:
         pytest.fail(f"delete_session refused a damaged log ({error!r}): a person's "
                     "words must be deletable whatever state their log is in (this one "
-                    "has a corrupt middle line and a torn last line)",
+                    "has a corrupt middle line, cut in the middle of a character, and "
+                    "a torn last line): its bytes are read as bytes, not as text",
                     pytrace=False)
     assert blob_names(sessions) == [], (
         "the blobs named by the damaged log (one by its torn last line) should go with "
@@ -902,6 +904,31 @@ def test_a_blob_stored_again_while_the_delete_runs_stays(
     assert blob_names(sessions) == [blob], (
         "another writer stored the blob again after the delete began, and the delete "
         "removed it: that writer's next line would point to nothing")
+
+
+@pytest.mark.task("09.1")
+def test_deleting_many_sessions_leaves_no_descriptor_open(lesson, sessions):
+    """A delete holds nothing once it returns: deleting a hundred sessions, each with
+    its log, its meta file and a copy a crashed write left, leaves this process with
+    as many open files as before, and the folder empty."""
+    for number in range(100):
+        session_id = f"quest-{number}"
+        line = json.dumps({"role": "user", "content": f"{SECRET} ({number})"})
+        (sessions / f"{session_id}.jsonl").write_text(line + "\n")
+        (sessions / f".{session_id}.jsonl.k2j4h1.tmp").write_text(line + "\n")
+        (sessions / f"{session_id}.meta.json").write_text(
+            json.dumps({"format": 1, "id": session_id}))
+    before = open_descriptors()
+    for number in range(100):
+        assert lesson.delete_session(sessions, f"quest-{number}") is True
+    left = open_descriptors() - before
+    assert left == 0, (
+        f"deleting 100 sessions (3 files each) left {left} more file descriptor(s) "
+        "open than before: each file a delete reads (for the blobs it names) must be "
+        "closed again, or a store that deletes every day runs out of them")
+    assert sorted(p.name for p in sessions.iterdir()) == [], (
+        "after deleting every session, the folder still holds "
+        f"{sorted(p.name for p in sessions.iterdir())[:5]}")
 
 
 # --- 09.2: expire ---------------------------------------------------------------------
@@ -2470,6 +2497,31 @@ def test_erasing_twice_changes_nothing_and_erasing_what_is_not_there_is_refused(
 
 
 @pytest.mark.task("09.3")
+def test_a_message_after_a_marker_erased_twice_is_erased_once(lesson, sessions):
+    """The erase marker names the message by its index, as undo markers count, and a
+    second erase of it looks for that index: in a log where a marker (an earlier
+    erase's) comes before the message, the second erase returns False, changes
+    nothing, and the log holds one erase marker for it."""
+    play(lesson, sessions, TURN_A)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.erase(0) is True
+    play(lesson, sessions, TURN_SECRET)     # messages 2 and 3, after the marker
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.erase(2) is True
+        after = path.read_bytes()
+        again = log.erase(2)
+    indices = [marker.get("index") for marker in erase_markers(path)]
+    assert again is False and path.read_bytes() == after and indices == [0, 2], (
+        "message 2 comes after an erase marker (the erase of message 0) in the file; "
+        "erasing it twice should erase it once: the second erase returning False and "
+        "changing nothing, the log holding the erase markers of indices [0, 2]. The "
+        f"second returned {again!r} and the markers' indices are {indices}: the "
+        "marker says the message's index (markers do not count), and the look for "
+        "an earlier erase must count the same way")
+
+
+@pytest.mark.task("09.3")
 def test_erasing_in_a_log_of_no_message_is_refused(lesson, sessions):
     """A log that holds no message at all (its writer died before its first line)
     has no message 0: erase(0) raises EraseError saying it holds 0 messages, and the
@@ -3132,34 +3184,38 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
 
 
 @pytest.mark.task("09.4")
+@pytest.mark.parametrize("failure", ["an-io-error", "a-ctrl-c"])
 def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, failure
 ):
     """The log's erase fails before its new log takes the log's name (the rename
-    refused: an I/O error). The error reaches the caller, and the agent forgets all
-    the same: its next request sends the words nowhere."""
+    refused: an I/O error, or a Ctrl-C just then). The error reaches the caller, and
+    the agent forgets all the same: its next request sends the words nowhere."""
     agent, model, log = open_agent(lesson, sessions,
                                    [say(f"Noted: {SECRET}."), say("Yes.")])
+    error = (KeyboardInterrupt() if failure == "a-ctrl-c"
+             else OSError(5, "Input/output error (the test's)"))
+    told = "a Ctrl-C" if failure == "a-ctrl-c" else "an I/O error"
 
     def refuse(*args, **kwargs):
-        raise OSError(5, "Input/output error (the test's)")
+        raise error
 
     with log:
         agent.run(SECRET)
         for name in ("replace", "rename"):
             monkeypatch.setattr(os, name, refuse)
         try:
-            with raises(OSError, "the log's erase could not rename its new log over "
-                        "the old one (an I/O error), and Agent.erase said nothing"):
+            with raises(type(error), "the log's erase could not rename its new log "
+                        f"over the old one ({told}), and Agent.erase said nothing"):
                 agent.erase(0)
         finally:
             monkeypatch.undo()
         sent = sent_on_going_on(agent, model)
         assert "Ilse" not in sent, (
-            "the log's erase failed (its rename was refused) and the error reached the "
-            "caller; then the next request still sent the words (the message, or the "
-            f"reply that repeated them): {sent[:300]}. Whatever the log's erase did, "
-            "the agent forgets")
+            f"the log's erase was stopped ({told} as it renamed its new log) and the "
+            "error reached the caller; then the next request still sent the words "
+            f"(the message, or the reply that repeated them): {sent[:300]}. Whatever "
+            "stopped the log's erase, a Ctrl-C included, the agent forgets")
         again = agent.erase(0)
     assert again == {"role": "user", "content": lesson.ERASED} and files_holding(
             sessions, "Ilse") == [], (
