@@ -679,7 +679,9 @@ def test_the_refusal_shows_an_id_whose_trouble_is_invisible(
     ("a" * 60 + "/x", "a '/' near its end"),
     ("the-second-day-of-the-quest-to-the-cave-by-the-northern-road ",
      "a space at its end"),
-], ids=["slash", "space"])
+    ("the-cave-by-the-road-" + "洞窟" * 20,
+     "letters beyond ASCII past its start (61 characters, 141 bytes of UTF-8)"),
+], ids=["slash", "space", "beyond-ascii"])
 def test_the_refusal_quotes_an_id_whose_trouble_lies_past_its_start(
         lesson, bad_id, trouble):
     """An id of a few dozen characters whose trouble is near its end is quoted whole
@@ -842,6 +844,43 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
     assert fsync.kinds == [], (
         f"fsync costs milliseconds: only durable mode should call it, got {fsync.kinds}"
     )
+
+
+@pytest.mark.task("01.4")
+def test_a_log_without_durable_mode_is_opened_without_a_sync_on_each_write(
+        lesson, sessions, monkeypatch):
+    """Without durable mode nothing is synced, by a call to fsync or by the way the log
+    is opened: a descriptor opened with O_SYNC or O_DSYNC makes every write wait for
+    the disk, the milliseconds a line that only durable mode pays."""
+    import fcntl
+
+    real_open, opened = os.open, []
+
+    def noted_open(path, flags, *rest, **options):
+        fd = real_open(path, flags, *rest, **options)
+        opened.append(flags)
+        return fd
+
+    monkeypatch.setattr(os, "open", noted_open)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "quick"})
+            if isinstance(log._fd, int):
+                opened.append(fcntl.fcntl(log._fd, fcntl.F_GETFL))
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words
+        pytest.fail(f"the first append of a new session's log, without durable mode, "
+                    f"raised {described(error)}: the log is opened to append to it, "
+                    "created if need be", pytrace=False)
+    finally:
+        monkeypatch.undo()
+    synced = sorted({name for flags in opened for name in ("O_SYNC", "O_DSYNC")
+                     if flags & getattr(os, name) == getattr(os, name)})
+    assert not synced, (
+        f"the log of a writer without durable mode was opened with {synced}: every "
+        "write then waits for the disk, as an fsync does, and costs milliseconds a "
+        "line; only durable mode syncs, and it does so with one fsync a line")
 
 
 @pytest.mark.task("01.5")
@@ -1869,12 +1908,15 @@ def test_after_a_short_write_the_writer_refuses_to_go_on(lesson, sessions):
 
 @pytest.mark.task("01.5")
 @pytest.mark.parametrize("cut", ["half", "all but its newline"])
+@pytest.mark.parametrize("text", ["x" * 2000, "é" * 1000],
+                         ids=["ascii", "beyond-ascii"])
 def test_the_rest_of_a_short_write_is_never_written_after_it(lesson, sessions,
-                                                             monkeypatch, cut):
+                                                             monkeypatch, cut, text):
     """The disk takes part of a line (half of it, or all of it but its newline), then
     has room again: append raises OSError, and the rest is not written with a second
     write (another writer's line may already follow the part, and both would be one
-    broken line)."""
+    broken line). The part is counted in bytes, as write() counts it: a line of
+    letters beyond ASCII has more bytes than letters."""
     real_write = os.write
     taken, given = [], []
 
@@ -1885,7 +1927,7 @@ def test_the_rest_of_a_short_write_is_never_written_after_it(lesson, sessions,
         taken.append(len(data) // 2 if cut == "half" else len(data) - 1)
         return real_write(fd, bytes(data)[:taken[0]])
 
-    line = {"role": "user", "content": "x" * 2000}
+    line = {"role": "user", "content": text}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Hello."})
         path = the_log(lesson, sessions)
