@@ -177,15 +177,20 @@ def expect_unchanged(folder, before, message):
 
 @pytest.mark.task("03.1")
 @pytest.mark.parametrize("upto, durable", [(None, False), (0, True), (1, False),
-                                           (2, True), (3, False)])
+                                           (2, True), (3, False), (4, True)])
 def test_fork_hands_publish_fork_the_first_messages_and_their_count(
         lesson, sessions, monkeypatch, upto, durable):
     """Without task 03.2: fork hands publish_fork the first `upto` lines of the source,
     byte for byte (a line holding U+2028 is one line), how many messages they are, and
     `durable` as it was given. The folder may come as text or as a Path (fork's
-    signature takes both): publish_fork is handed it as the Path its signature says."""
+    signature takes both): publish_fork is handed it as the Path its signature says.
+    A message is a message, whatever its role: the first 2 of a log whose second
+    calls a tool are those 2, the call's result left out with the rest."""
     messages = [{"role": "user", "content": "north\u2028south\u2029east\x85west"},
-                {"role": "assistant", "content": "Which way?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "look", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "A fork ahead."},
                 {"role": "user", "content": "North."}]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in messages:
@@ -203,9 +208,10 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
     error = fork_or_fail(lesson, given, "quest-1", "what-if", upto=upto,
                          durable=durable)
 
-    kept = 3 if upto is None else upto
+    kept = len(messages) if upto is None else upto
     if error is not None:
-        pytest.fail(f"the source holds 3 messages; fork({given!r}, ..., upto={upto}) "
+        pytest.fail(f"the source holds {len(messages)} messages; fork({given!r}, ..., "
+                    f"upto={upto}) "
                     f"(the folder given as {type(given).__name__}, which fork's "
                     f"signature takes) should hand publish_fork the first {kept}, and "
                     f"it raised {described(error)}", pytrace=False)
@@ -217,10 +223,12 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
     wrong = {key: value for key, value in handed[0].items() if value != expected[key]}
     if wrong:
         pytest.fail(
-            "the source holds 3 messages, the first with U+2028, U+2029 and U+0085 "
-            f"inside its line; fork(..., upto={upto}, durable={durable}) should hand "
-            f"publish_fork the folder as a Path, {kept} message(s), the first {kept} "
-            "line(s) as they are in the source, and durable as given. It handed "
+            f"the source holds {len(messages)} messages, the first with U+2028, "
+            "U+2029 and U+0085 inside its line, the second a call of a tool whose "
+            f"result is the third; fork(..., upto={upto}, durable={durable}) should "
+            f"hand publish_fork the folder as a Path, {kept} message(s), the first "
+            f"{kept} line(s) as they are in the source (a message is a message, "
+            "whatever its role), and durable as given. It handed "
             + "; ".join(f"{key}={value!r} where {expected[key]!r} was expected"
                         for key, value in wrong.items()), pytrace=False)
 
@@ -260,15 +268,18 @@ WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
      (M1, M2)),
     ("messages whose text says NaN and Infinity, as words (JSON allows those)",
      WORDS + b"\n" + M2 + b"\n", (WORDS, M2)),
+    ("the same message twice, byte for byte (a user who asks the same thing twice), "
+     "then another", M1 + b"\n" + M1 + b"\n" + M2 + b"\n", (M1, M1, M2)),
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, kept):
     """Without task 03.2: a source with blank lines, a torn last line, a last message
-    without its newline, lines with blanks or a carriage return at their end, or
-    nothing at all. A whole fork hands publish_fork the message lines a reader finds,
-    each as the source holds it and ending in its newline, and nothing else; their
-    count; a fork of one message more than those is refused, handing nothing; and a
-    fork of its first k messages, for every k up to that, hands the first k of them."""
+    without its newline, lines with blanks or a carriage return at their end, one
+    message twice, or nothing at all. A whole fork hands publish_fork the message
+    lines a reader finds, each as the source holds it and ending in its newline, and
+    nothing else; their count; a fork of one message more than those is refused,
+    handing nothing; and a fork of its first k messages, for every k up to that,
+    hands the first k of them."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -789,7 +800,9 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
     parent, or quest-1 itself (a whole fork of it, killed before its log got its
     name). A fork of quest-1's first 2 messages onto what-if succeeds, and its meta
     file records its own lineage: quest-1, the 2 messages it copied and when it was
-    made, not the lineage that was there, nor that one brought up to date."""
+    made, not the lineage that was there, nor that one brought up to date. The old
+    lineage is gone, not kept aside: the folder holds the fork's two files and what
+    it held before, nothing else."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     left = {"format": 1, "id": "what-if", "parent": parent, "forked_at": 4,
             "created": "2026-01-01T00:00:00+00:00"}
@@ -826,6 +839,14 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
                 f"of its own, its id 'what-if' and when it was made, and it holds "
                 f"{lineage}: what a killed fork left is replaced, never brought up to "
                 "date")
+        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
+    left = sorted(p.name for p in sessions.iterdir())
+    wanted = sorted(["other.jsonl", "quest-1.jsonl", "what-if.jsonl", meta.name])
+    if left != wanted:
+        said = (f"what-if held only a meta file naming {parent!r}; the fork of quest-1 "
+                f"onto it returned, and the folder holds {left}, where {wanted} was "
+                "expected: a fork that returns leaves its two files and nothing else, "
+                "the lineage that was there replaced, not kept under another name")
         fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
 
@@ -1075,8 +1096,10 @@ def open_in(folder):
 @pytest.mark.task("03.2")
 def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
     """A fork closes every file it opens, whether it is made (plain or durable) or
-    refused (for an upto, a taken id, a damaged source): an agent that forks all day
-    must not run out of descriptors, one more left at each fork.
+    refused, for whatever reason (an upto past the end, below zero or no whole
+    number, a taken id, an id no session may have, a source with no log, a damaged
+    source): an agent that forks all day must not run out of descriptors, one more
+    left at each fork, the folder's own among them.
     A refusal is looked at while its error is still held, as a caller that reports
     it holds it: a file left for the garbage collector to close is still open then."""
     left_by_publishing = []
@@ -1097,7 +1120,14 @@ def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
             ("quest-1", "safe", {"durable": True}, "a durable fork that was made"),
             ("quest-1", "too-far", {"upto": len(day_one) + 1}, "a fork refused for "
              "an upto past the end"),
+            ("quest-1", "below", {"upto": -1}, "a fork refused for a negative upto"),
+            ("quest-1", "half", {"upto": 1.5}, "a fork refused for an upto that is no "
+             "whole number"),
             ("quest-1", "what-if", {"upto": 1}, "a fork refused for a taken id"),
+            ("quest-1", "-what-if", {}, "a fork refused for a new id no session may "
+             "have"),
+            ("no-such-quest", "what-else", {}, "a fork refused for a source with no "
+             "log"),
             ("damaged", "what-else", {}, "a fork refused for a damaged line in its "
              "source")):
         before = open_in(sessions)
