@@ -383,6 +383,42 @@ def test_closing_a_writer_raises_nothing_and_leaves_its_log_whole(lesson, sessio
         f"whole; it holds {contents(sessions / 'quest-1.jsonl')}")
 
 
+@pytest.mark.task("05.2")
+def test_writers_that_take_and_let_go_a_hundred_times_leave_no_descriptor_open(
+        lesson, sessions):
+    """A hundred writers, one after the other, take the session (an append) and close:
+    while one holds it, it has the log and the lock open, and once it has closed, the
+    process holds exactly the descriptors it held before it began. A descriptor left
+    open at each take or each close is one more for every writer the program ever made,
+    until it can open no file at all."""
+    for round_ in range(1, 101):
+        before = open_descriptors()
+        log = lesson.SessionLog(sessions, "quest-1")
+        try:
+            log.append({"role": "user", "content": f"Round {round_}."})
+            held = open_descriptors() - before
+        finally:
+            log.close()
+        left = open_descriptors() - before
+        if left <= 0:
+            continue
+        if held > 2:
+            fail_in("05.1", f"writer {round_} took the session with "
+                    f"{held} descriptors open beyond those the process had before (the "
+                    "log's and the lock's make two), and once it had closed, "
+                    f"{left} more were still open: taking the lock opened a descriptor "
+                    "(a second open of the lock file, maybe to look at its name) that "
+                    "nothing ever closes")
+        pytest.fail(f"writer {round_} took the session and closed, and the process "
+                    f"then held {left} more descriptor(s) than before it began: "
+                    "letting go of the lock opened (or kept) a descriptor that nothing "
+                    "closes, so every writer the program makes leaves one more open",
+                    pytrace=False)
+    assert not (sessions / "quest-1.lock").exists(), (
+        "a hundred writers took the session and closed, and quest-1.lock is still "
+        "there: the last to let go should have removed it")
+
+
 @pytest.mark.task("05.1")
 def test_a_second_writer_in_the_same_process_is_refused_too(lesson, sessions):
     """Two SessionLog objects for one session in one process are two writers:
@@ -457,6 +493,48 @@ def test_the_lock_file_names_the_holder(lesson, sessions, other):
         zone = None
     assert zone is not None, (
         f"and since when, as ISO 8601 with a zone (as now() gives it): {record}")
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("host", ["quest-box", "bücherei-7", "工作站-2"],
+                         ids=["ascii", "latin", "cjk"])
+def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
+        lesson, sessions, monkeypatch, host):
+    """This host's name may hold letters beyond ASCII (two or three bytes each in
+    UTF-8). A writer takes over a stale lock file whose dead holder's record was longer
+    than its own: the lock file then holds the new record whole, one JSON object naming
+    this host as it is called, and a second writer is refused naming that host."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    stale = {"pid": a_pid_no_process_has(), "host": "a-much-longer-host-name." * 8,
+             "since": "2026-01-01T00:00:00+00:00"}
+    lock.write_text(json.dumps(stale), encoding="utf-8")   # killed long ago
+    lock.chmod(0o600)
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(FIRST)
+        data = lock.read_bytes()
+        record = record_in(data)
+        assert record is not None, (
+            f"this host is called {host!r} ({len(host)} letters, "
+            f"{len(host.encode('utf-8'))} bytes in UTF-8), and the lock file a writer "
+            f"took over holds no JSON object: it holds {data!r:.300}. The record is "
+            "bytes: its length, where the file is cut after it, counts bytes, not "
+            "letters")
+        assert record.get("host") == host and record.get("pid") == os.getpid(), (
+            f"the lock file should name this process, {os.getpid()}, and this host, "
+            f"{host!r}, as it is called; it holds {record}")
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as second:
+                second.append(FIRST)
+        except lesson.SessionBusy as busy:
+            refused = busy.holder
+        else:
+            pytest.fail(f"a second writer got quest-1 while this process, on host "
+                        f"{host!r}, held it", pytrace=False)
+    assert refused.get("host") == host, (
+        f"a writer refused while this process held the session, on host {host!r}, "
+        f"should name that host as the lock file does; its error names {refused}")
 
 
 @pytest.mark.task("05.1")
@@ -986,6 +1064,94 @@ def test_a_writer_with_no_timeout_waits_through_any_number_of_tries(
         guard.join()
         monkeypatch.setattr(time, "sleep", real_sleep)
         holder.close()
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("poll", [0.01, 0.02])
+def test_a_waiting_writer_sleeps_as_long_as_lock_poll_seconds_says(
+        lesson, sessions, monkeypatch, poll):
+    """LOCK_POLL_SECONDS is the program's to set: set shorter (0.01 s, 0.02 s), so that
+    a writer gets a free session sooner, a writer that waits 0.2 s for a session this
+    process holds sleeps no longer than that between its tries."""
+    monkeypatch.setattr(lesson, "LOCK_POLL_SECONDS", poll)
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    try:
+        with sleeps_of(lesson) as slept, raises(
+                lesson.SessionBusy, "this process held quest-1 for the whole wait, and "
+                "a writer with timeout=0.2 appended anyway"):
+            with lesson.SessionLog(sessions, "quest-1", timeout=0.2) as log:
+                log.append({"role": "user", "content": "Me too."})
+    finally:
+        holder.close()
+    longer = sorted({seconds for seconds in slept if seconds > 1.5 * poll})
+    assert slept and not longer, (
+        f"LOCK_POLL_SECONDS was set to {poll} s, and a writer waiting for a busy "
+        + (f"session slept {longer} s between its tries: it should sleep about "
+           "LOCK_POLL_SECONDS, whatever the program set it to, so that it gets a free "
+           "session within that much of the holder letting go (a number of its own "
+           "in its place ignores the setting)" if longer else
+           "session never slept between its tries (a core kept busy)"))
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("timeout", [90, 3600, 86_400], ids=["90s", "1h", "1d"])
+def test_a_writer_waits_as_long_as_its_timeout_however_long_that_is(
+        lesson, sessions, monkeypatch, timeout):
+    """A writer given a long timeout (a minute and a half, an hour, a day) for a
+    session this process holds all along waits that long, no less and not much more:
+    it is refused with SessionBusy once its timeout has gone by. The time is the test's
+    own: each of the writer's sleeps moves the clock on by a hundredth of the timeout
+    (and takes no time), so the hour goes by in a moment."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    step, moved, real_monotonic, real_sleep = timeout / 100, [0.0], time.monotonic, \
+        time.sleep
+
+    class StillWaiting(Exception):
+        """The writer kept on trying far past its timeout: stop it here."""
+
+    def sleep(seconds):
+        moved[0] += step
+        if moved[0] > 20 * timeout:
+            raise StillWaiting
+
+    # Should the writer sleep, or read the clock, by a name this cannot replace, its
+    # wait is real: the holder then lets go after a while, so that no test waits for
+    # ever, and the writer gets in.
+    guard = threading.Timer(WAIT, holder.close)
+    monkeypatch.setattr(time, "monotonic", lambda: real_monotonic() + moved[0])
+    monkeypatch.setattr(time, "sleep", sleep)
+    guard.start()
+    try:
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as log:
+                log.append({"role": "user", "content": "Me, once you are done."})
+            outcome = "got the session"
+        except lesson.SessionBusy:
+            outcome = "refused"
+        except StillWaiting:
+            outcome = "still waiting"
+    finally:
+        monkeypatch.setattr(time, "monotonic", real_monotonic)
+        monkeypatch.setattr(time, "sleep", real_sleep)
+        guard.cancel()
+        guard.join()
+        holder.close()
+    waited = moved[0]
+    assert outcome != "got the session", (
+        f"this process held quest-1 for the whole wait of a writer with "
+        f"timeout={timeout}, and the writer got the session all the same")
+    assert outcome == "refused" and waited >= timeout - step / 2, (
+        f"a writer with timeout={timeout} s, for a session held all along, "
+        + (f"was still trying after {waited:.0f} s" if outcome == "still waiting"
+           else f"was refused after {waited:.0f} s")
+        + f": it should wait up to its timeout, {timeout} s, whatever it is, and then "
+        "be refused with SessionBusy (a caller that gives a long timeout means it: a "
+        "constant in its place, or the timeout read in other units, breaks it)")
+    assert waited <= timeout + 3 * step, (
+        f"a writer with timeout={timeout} s was refused only after {waited:.0f} s: "
+        "it should give up once its timeout has gone by")
 
 
 @pytest.mark.task("05.1")
