@@ -16,8 +16,9 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc, raises,
-                                wait_past, with_file_size_limit)
+from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc,
+                                open_descriptors, raises, wait_past,
+                                with_file_size_limit)
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -1801,15 +1802,27 @@ def test_an_agent_without_a_session_records_what_it_is_given(lesson):
 
 
 @pytest.mark.task("07.1")
-def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions):
-    """The disk is full when the undo marker is written: the undo fails with the
-    disk's OSError, as the write raised it, and took nothing back, so the next undo
-    takes back the same message."""
+@pytest.mark.parametrize("short", [None, 1],
+                         ids=["no room", "room for all but the marker's last byte"])
+def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions, short):
+    """The disk is full when the undo marker is written, with no room at all, or with
+    room for all of the marker's line but its last byte: the undo fails with the
+    disk's OSError (as the write raised it, when nothing could be written) and took
+    nothing back, so the next undo takes back the same message. The marker lands whole
+    or not at all: the log holds no part of the first one, and reads back whole."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            log.append(message)
+    for session_id in ("quest-1", "measure"):
+        with lesson.SessionLog(sessions, session_id) as log:
+            for message in said:
+                log.append(message)
     size = (sessions / "quest-1.jsonl").stat().st_size
+    # The marker's line, as long as the one the undo below writes (same index, a time
+    # of the same length)
+    with lesson.SessionLog(sessions, "measure") as log:
+        log.undo(1)
+    room = 0 if short is None else (
+        (sessions / "measure.jsonl").stat().st_size - size - short)
+    before = (sessions / "quest-1.jsonl").read_bytes()
 
     def undo_twice():
         import resource
@@ -1820,21 +1833,40 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions)
                 first = log.undo(1)
             except OSError as error:
                 first, number = f"OSError: {error}", error.errno
+            held = (sessions / "quest-1.jsonl").read_bytes().decode("utf-8", "replace")
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-            return {"first": first, "errno": number, "second": log.undo(1)}
+            return {"first": first, "errno": number, "held": held,
+                    "second": log.undo(1)}
 
-    result = on_a_full_disk(size, undo_twice, "the undos")
+    result = on_a_full_disk(size + room, undo_twice, "the undos")
+    where = ("could not grow at all" if short is None else
+             f"had room for all of the marker's line but its last {short} byte")
     assert str(result["first"]).startswith("OSError"), (
-        f"the log could not grow at all, so the undo should fail with OSError; it "
-        f"returned {result['first']}")
-    assert result["errno"] == errno.EFBIG, (
-        "the undo should raise the OSError its marker's write raised, as it is: errno "
-        f"{errno.EFBIG} (EFBIG, the file may not grow), which tells the caller what "
-        f"went wrong; it raised {result['first']} (errno {result['errno']})")
+        f"the log {where}, so the undo should fail with OSError; it returned "
+        f"{result['first']}")
+    if short is None:
+        assert result["errno"] == errno.EFBIG, (
+            "the undo should raise the OSError its marker's write raised, as it is: "
+            f"errno {errno.EFBIG} (EFBIG, the file may not grow), which tells the "
+            f"caller what went wrong; it raised {result['first']} (errno "
+            f"{result['errno']})")
+    assert result["held"] == before.decode("utf-8"), (
+        f"the log {where}, and the undo failed: it should hold no part of its marker, "
+        "which lands whole or not at all, in one write of its whole line; it holds, "
+        f"after its four messages: {result['held'][len(before):]!r}")
     assert result["second"] == [3], (
         "the first undo's marker was never written, so nothing was undone and the next "
         f"undo should take back message 3 again; it took back {result['second']}")
+    try:
+        shown = lesson.SessionLog(sessions, "quest-1").load()
+    except ValueError as error:
+        pytest.fail(f"after the failed undo and the next one, the log no longer reads "
+                    f"back ({error}): a part of the failed marker was left in it, and "
+                    "the next line was glued to it", pytrace=False)
+    assert shown == said[:3], (
+        "after the failed undo and the next one, the log should show messages 0 to 2; "
+        f"it shows {[message.get('content') for message in shown]}")
 
 
 @pytest.mark.task("07.3")
@@ -2168,13 +2200,16 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     not the newest (the format lets a marker take back any message written before
     it), and each stands after a message still shown. A fork of the first k messages
     shows exactly the first k the source shows, never one taken back by a marker past
-    the cut, and holds no word the source wrote after its k-th message."""
+    the cut, and holds no word the source wrote after its k-th message. An undo
+    marker the fork adds to take such a message back is a marker like any other,
+    with the time it was written under "at"."""
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
             for n in range(5)]
     write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
     shown = [said[0], said[2], said[4]]
     for upto, after in ((2, ["message 3", "message 4"]), (3, [])):
         new_id = f"first-{upto}"
+        before = datetime.now(timezone.utc).replace(microsecond=0)
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         forked = resume(lesson, sessions, new_id)
         assert forked == shown[:upto], (
@@ -2189,6 +2224,14 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
         assert not [words for words in after if words in held], (
             f"fork(upto={upto}) should hold nothing the source wrote after its last "
             f"message kept, message 2; its file holds {after}:\n{held}")
+        source = markers_in(sessions / "quest-1.jsonl")
+        for marker in markers_in(sessions / f"{new_id}.jsonl"):
+            if marker not in source:    # the fork's own marker: a marker like any
+                check_time(marker.get("at"), before, datetime.now(timezone.utc),
+                           f"\"at\" of the undo marker fork(upto={upto}) wrote",
+                           "the time of the fork, as every marker has the time it "
+                           "was written", "a marker the fork adds is a line of its "
+                           "own, not one of the source's")
 
 
 @pytest.mark.task("07.4")
@@ -2375,3 +2418,202 @@ def test_a_developer_note_between_turns_goes_with_the_turn_before_it(lesson, ses
     assert resume(lesson, sessions) == turn_c, (
         "a new process should see the turn before the one undone, and nothing of the "
         "turn undone or of the instruction given after it")
+
+
+@pytest.mark.task("07.1")
+def test_every_undo_lists_its_indices_oldest_first(lesson, sessions):
+    """Undos of 1 to 8 messages in a row, from a log of 40: each returns the indices it
+    took back, oldest first, and its marker lists them. (The order of a set of indices
+    is not that order: a set of 7 and 8 gives 8 first.)"""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(40)]
+    write_log(sessions, said)
+    left = len(said)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for count in range(1, 9):
+            taken = log.undo(count)
+            expected = list(range(left - count, left))
+            left -= count
+            markers = markers_in(sessions / "quest-1.jsonl")
+            skip = markers[-1].get("skip") if markers else None
+            assert taken == expected and sorted(skip or []) == expected, (
+                f"undo({count}) of a log showing messages 0 to {left + count - 1} "
+                f"should take back {expected} with a marker that lists them, and "
+                f"return them oldest first; it returned {taken}, and the log's last "
+                f"marker lists {skip}")
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_of_a_closed_writer_holds_the_session_until_it_closes(lesson,
+                                                                       sessions):
+    """A writer that was closed is no writer: its undo becomes the writer again, as an
+    append does, and stays the writer, holding the session's lock, until it is closed.
+    Another writer that comes meanwhile is refused with SessionBusy (one writer at a
+    time, lesson 05), and gets in once the first one closes."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said[:3]:
+            log.append(message)
+        log.close()
+        log.undo(1)
+        other = lesson.SessionLog(sessions, "quest-1")
+        try:
+            with raises(lesson.SessionBusy,
+                        "a closed writer's undo(1) has just become the writer again, "
+                        "and it was not closed since: it still holds the session's "
+                        "lock, so another writer's append should be refused; it was "
+                        "taken, so the undo let go of the session it had become the "
+                        "writer of"):
+                other.append(said[3])
+        finally:
+            other.close()
+    finally:
+        log.close()
+    with lesson.SessionLog(sessions, "quest-1") as other:
+        other.append(said[3])
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [said[0], said[1], said[3]], (
+        "once the first writer closed, another writer should get in and append: the "
+        f"log should show messages 0, 1 and 3; it shows "
+        f"{[message.get('content') for message in shown]}")
+
+
+@pytest.mark.task("07.1")
+def test_undos_of_a_closed_writer_leave_no_descriptor_open(lesson, sessions):
+    """An undo of a closed writer becomes the writer, and close() lets go of it: two
+    hundred undos, each closed after, leave the process holding no more file
+    descriptors than before. (Each one left open would, in a long-lived program, end
+    with no descriptor left to open a file.)"""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(250)]
+    write_log(sessions, said)
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.undo(1)     # anything opened once, for good, is opened now
+    log.close()
+    before = open_descriptors()
+    for _ in range(200):
+        try:
+            log.undo(1)
+        finally:
+            log.close()
+    after = open_descriptors()
+    assert after <= before, (
+        f"after 200 undos of a closed writer, each closed after it, the process holds "
+        f"{after - before} more file descriptors than before ({before} then {after}): "
+        "something each undo opened is never closed")
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_takes_back_a_message_whose_blob_is_lost(lesson, sessions):
+    """A pasted text went to a blob, and the blob was lost since (or damaged). The user
+    takes that turn back: the undo goes by the log's lines and the writer's own record,
+    and reads no blob, so it takes the turn back, and the log then loads again. (Only
+    the content of a message shown is read back from its blob, by load.)"""
+    said = [{"role": "user", "content": "Ask the guard."},
+            {"role": "assistant", "content": "The guard opens at dawn."},
+            {"role": "user", "content": "Read this letter: " + "Dear elder. " * 1000},
+            {"role": "assistant", "content": "A long letter."}]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    for blob in (sessions / "blobs").iterdir():
+        blob.write_bytes(b"not the letter")
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        taken = log.undo(2)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"undo(2) of a log whose last two messages are a pasted letter "
+                    f"(its blob damaged since) and its answer raised "
+                    f"{type(error).__name__} ({error}): an undo reads no blob, it "
+                    "takes the messages back by their lines", pytrace=False)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [2, 3] and shown == said[:2], (
+        "undo(2) should take back messages 2 and 3 (the letter and its answer), and "
+        f"the log should then show the first two; it took back {taken}, and the log "
+        f"shows {[str(message.get('content'))[:40] for message in shown]}")
+
+
+@pytest.mark.task("07.2")
+@pytest.mark.parametrize("threshold", [100, 100_000],
+                         ids=["a smaller blob threshold", "a larger blob threshold"])
+def test_record_measures_a_line_by_the_sessions_own_blob_threshold(lesson, sessions,
+                                                                   monkeypatch,
+                                                                   threshold):
+    """A session may be made with a blob threshold of its own (`blob_threshold`), and
+    its append stores apart the contents over that one, not over the course's default
+    of 4,096 bytes. So whether record refuses a message too long for one write (made
+    3,000 bytes here) goes by that threshold too: with a threshold of 100, a content of
+    3,500 letters goes to a blob, its line is short, and the message is taken; with a
+    threshold of 100,000, a content of 5,000 letters stays in its line, too long for
+    one write, and is refused at once."""
+    limit = 3000
+    for name, module in list(sys.modules.items()):
+        if name.startswith(f"{lesson.__name__}.") and hasattr(module, "MAX_WRITE"):
+            monkeypatch.setattr(module, "MAX_WRITE", limit)
+    path = sessions / "quest-1.jsonl"
+    model = ScriptedModel([])
+    log = lesson.SessionLog(sessions, "quest-1", blob_threshold=threshold)
+    with log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
+        if threshold < 4096:
+            message = {"role": "user", "content": "a" * 3500}
+            try:
+                agent.record(message)
+                agent.flush()
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                pytest.fail(f"a session whose blob threshold is {threshold} bytes "
+                            f"stores a content of 3,500 letters as a blob, so its "
+                            f"line is short; record() or flush() raised "
+                            f"{type(error).__name__} ({error}) as if the content "
+                            "stayed in its line, too long for one write", pytrace=False)
+            written = lines_of(path)
+            assert (len(written) == 1
+                    and isinstance(written[0].get("content"), dict)), (
+                "the message should be written, its content stored as a blob; the "
+                f"log holds {[str(entry)[:80] for entry in written]}")
+        else:
+            message = {"role": "user", "content": "a" * 5000}
+            with raises(ValueError,
+                        f"record() accepted a content of 5,000 letters in a session "
+                        f"whose blob threshold is {threshold} bytes: the log keeps "
+                        f"that content in its line, longer than the {limit} bytes one "
+                        "write can take here, and its append refuses that line"):
+                agent.record(message)
+            assert agent.messages == [] and agent.pending == [], (
+                "a refused message must change nothing: the agent holds "
+                f"{len(agent.messages)} message(s), {len(agent.pending)} pending")
+            agent.flush()
+            assert not path.exists(), "a refused message leaves no log behind"
+
+
+@pytest.mark.task("07.4")
+def test_forks_leave_no_descriptor_open(lesson, sessions):
+    """A fork opens its source and closes it, whatever it has to read: two hundred
+    forks, of a log another program wrote (a marker past the cut takes back a message
+    before it, so a fork of the first k replays what it copies) and of one this
+    lesson's writer made, leave the process holding no more file descriptors than
+    before."""
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
+    with lesson.SessionLog(sessions, "plain") as log:
+        for message in said:
+            log.append(message)
+        log.undo(1)
+    lesson.fork(sessions, "quest-1", "first", upto=2)
+    before = open_descriptors()
+    for n in range(200):
+        source, upto = [("quest-1", 2), ("quest-1", 3), ("quest-1", None),
+                        ("plain", 2), ("plain", None)][n % 5]
+        lesson.fork(sessions, source, f"fork-{n}", upto=upto)
+    after = open_descriptors()
+    assert after <= before, (
+        f"after 200 forks the process holds {after - before} more file descriptors "
+        f"than before ({before} then {after}): something a fork opened is never "
+        "closed")
