@@ -357,6 +357,29 @@ def test_parse_log_names_a_damaged_whole_line_by_its_place_in_the_file(
         f"({reason!r}); it says: {message}")
 
 
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("second", ["no role", "zero bytes", "not UTF-8"])
+def test_parse_log_names_the_first_of_two_damaged_lines(lesson, sessions, second):
+    """Two whole lines are damaged, lines 2 and 4: CorruptLog names the first, line 2,
+    as a reader meets them. Whoever mends the line named and resumes is then told of
+    the next one; named the other way round, the first damage would be found last."""
+    data = (FIRST + DAMAGE["half a line, the start of the first"] + b"\n"
+            + line(A_FINISHED_DAY[1]) + DAMAGE[second] + b"\n" + REST)
+    path = sessions / "quest-1.jsonl"
+    try:
+        state = lesson.parse_log(data, path)
+    except lesson.CorruptLog as error:
+        found = error
+    else:
+        pytest.fail("lines 2 and 4 are whole lines and no entries: parse_log should "
+                    f"raise CorruptLog; it returned {len(state.entries)} entries",
+                    pytrace=False)
+    assert (found.line, found.offset) == (2, len(FIRST)), (
+        f"lines 2 (half a line) and 4 ({second}) are damaged; CorruptLog should name "
+        f"the first, line 2 at byte {len(FIRST)}, as a reader meets them, and it names "
+        f"line {found.line} at byte {found.offset}: {found}")
+
+
 def buy(*ids):
     """BUY_THREE's calls with these ids, as the model made them."""
     return [call for call in BUY_THREE["tool_calls"] if call["id"] in ids]
@@ -426,7 +449,7 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
     """unanswered_calls itself, before any repair or settle uses it, on conversations
     of many shapes: the calls it returns, as the assistant message holds them and in
     the model's order, are those that must get a result before anything else is
-    sent."""
+    sent. The list is one of its own; the calls in it are the message's own."""
     # A copy: a function that changes what it is given must not change the cases
     messages, expected = copy.deepcopy(CONVERSATIONS[case][0]), CONVERSATIONS[case][1]
     before = json.dumps(messages)
@@ -459,6 +482,12 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
     assert found == expected, (
         f"{case}: unanswered_calls should return the calls themselves, as the "
         f"assistant message holds them; it returned {found}")
+    own = [call for message in messages for call in message.get("tool_calls") or ()]
+    copies = [call["id"] for call in found if not any(call is mine for mine in own)]
+    assert not copies, (
+        f"{case}: unanswered_calls should return the assistant message's own calls, "
+        f"in a list of its own; it returned copies of {copies}: the list is new, the "
+        "calls in it are the message's")
     assert json.dumps(messages) == before, (
         f"{case}: unanswered_calls changed the conversation it was given")
     found.clear()   # a caller that takes each call off the list as it answers it
@@ -693,6 +722,57 @@ def test_a_writer_refused_for_a_corrupt_log_takes_it_over_once_it_is_mended(
         "the mended log holds the day's 4 messages; the same writer, resuming again, "
         f"should hand them back and append after them. It handed back {len(history)} "
         f"message(s), and the log ends {path.read_bytes()[-80:]!r}")
+
+
+# name: (the entries of the log, the bytes after them, the line damaged if any)
+TAKEN_OVER = {
+    "a torn tail after open calls": ([ASK, BUY_THREE], TORN, None),
+    "a last message without its newline": (
+        A_FINISHED_DAY[:-1], line(A_FINISHED_DAY[-1])[:-1], None),
+    "a whole log": (A_FINISHED_DAY, b"", None),
+    "a corrupt line in the middle": (A_FINISHED_DAY, b"", b'{"content": "no role"}'),
+}
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("case", list(TAKEN_OVER))
+def test_a_takeover_keeps_no_descriptor_but_the_writers_own(lesson, sessions, case):
+    """A writer that takes a log over holds one descriptor then, its log's, whatever it
+    found: a log it repaired (and read again), a whole one, or a corrupt one it
+    refused, when it holds none, even while the error is still held (as a caller that
+    reports it holds it). Closed, it holds none. A server resumes sessions all day:
+    one descriptor more at each resume, and it runs out of them."""
+    entries, tail, damage = TAKEN_OVER[case]
+    path = write_log(sessions, entries, tail=tail)
+    if damage is not None:
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(b"\n".join([lines[0], damage, *lines[1:]]))
+    log = lesson.SessionLog(sessions, "quest-1")
+    before = open_descriptors()
+    try:
+        log.open_for_append()
+        refused = None
+    except lesson.CorruptLog as error:
+        refused = error
+    except NotImplementedError:
+        raise                           # a task not written yet says so itself
+    except Exception as error:          # noqa: BLE001 - reported in words below
+        log.close()
+        pytest.fail(f"a log with {case} should be taken over, and resuming raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    held = open_descriptors() - before
+    did = "was refused with CorruptLog" if refused else "was taken over"
+    del refused     # held until now, as a caller that reports the error holds it
+    log.close()
+    after = open_descriptors() - before
+    expected = 0 if damage is not None else 1
+    if held != expected or after:
+        fail_in("04.3", f"a log with {case} {did}; the writer should then hold "
+                f"{expected} descriptor(s) (its log's, if it took the log over), "
+                f"and it holds {held}, {after} once closed: each resume leaves "
+                f"{max(held - expected, after)} more open, and a process that resumes "
+                "sessions all day runs out of them. Close every descriptor you open "
+                "to read the log, refused or not")
 
 
 @pytest.mark.task("04.3")
