@@ -922,6 +922,35 @@ def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
 
 
 @pytest.mark.task("02.1")
+def test_a_load_leaves_nothing_in_the_sessions_folder(lesson, sessions):
+    """Loading only ever reads, and leaves nothing behind, whether it returns or
+    refuses: no copy, no temporary file, no mark of its own beside the log (a person
+    listing the folder would take it for another session)."""
+    write_log(lesson, sessions, [{"role": "user", "content": "hello"}])
+    (sessions / "damaged.jsonl").write_bytes(
+        b'{"role": "user", "content": "hello"}\n{"content": "no role"}\n')
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for _ in range(3):
+            load(log, "quest-1's log holds one message, which should load")
+    refused = []
+    with lesson.SessionLog(sessions, "damaged") as log:
+        for _ in range(3):
+            try:
+                log.load()
+            except NotImplementedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - refusals tested elsewhere
+                refused.append(type(error).__name__)
+    there = sorted(p.name for p in sessions.iterdir())
+
+    assert there == ["damaged.jsonl", "quest-1.jsonl"], (
+        "after three loads of quest-1 and three of damaged (whose line 2 is no "
+        f"message; the loads raised {refused}), the sessions folder holds {there}, "
+        "where only the two logs were expected: a load only ever reads, and leaves "
+        "nothing beside the log, whether it returns or refuses")
+
+
+@pytest.mark.task("02.1")
 def test_the_same_message_twice_loads_twice(lesson, sessions, model, town):
     """A log may hold the same message twice (the adventurer said "Yes." twice, the
     model answered the same): each line is a message of its own, and the load and a
