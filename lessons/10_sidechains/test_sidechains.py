@@ -33,7 +33,7 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import check_time, raises, wait_past
+from sessionlab.testing import check_time, open_descriptors, raises, wait_past
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -680,7 +680,9 @@ def test_a_call_id_that_is_another_calls_suffixed_name_gets_a_log_of_its_own(
     """call_1_0.2 is a call id a server may send, and its own name; it is also the name
     the suffix gives call_1_0's second side-chain. In either order, each of the three
     helpers writes a log of its own, and each pointer and meta file names its own
-    call."""
+    call, and each name is the first free one: call_1_0 while it is free (a suffixed
+    name taken first does not move it), then call_1_0.2, call_1_0.3 (passing over
+    what is taken)."""
     folder = sessions / "quest-1.sidechains"
     wrote = []      # (call id, the logs a line appended by its helper changed)
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -700,6 +702,14 @@ def test_a_call_id_that_is_another_calls_suffixed_name_gets_a_log_of_its_own(
                     f"helper should have written a log of its own; instead {story}: "
                     "two helpers that share a log mix their transcripts, and a reader "
                     "cannot tell which call's work is which", pytrace=False)
+    first_free = {(CALL_ID, CALL_ID, f"{CALL_ID}.2"): [
+                      CALL_ID, f"{CALL_ID}.2", f"{CALL_ID}.2.2"],
+                  (f"{CALL_ID}.2", CALL_ID, CALL_ID): [
+                      f"{CALL_ID}.2", CALL_ID, f"{CALL_ID}.3"]}[order]
+    assert logs == [f"{name}.jsonl" for name in first_free], (
+        f"the call ids came in the order {', '.join(order)}; each helper's name is its "
+        "call's own base name when that is free, else the first free one of base.2, "
+        f"base.3 and so on, which gives {', '.join(first_free)}; instead {story}")
     pointers = pointers_in(sessions / "quest-1.jsonl")
     led = [(p.get("call"), f"{p.get('sidechain')}.jsonl") for p in pointers]
     assert led == [(call_id, grown[0]) for call_id, grown in wrote], (
@@ -1340,6 +1350,22 @@ def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, se
     assert not (sessions / "quest-1.lock").exists(), (
         "the parent's lock file should be gone once its session was closed: the next "
         "process to resume it would find quest-1.lock and believe it still written")
+
+
+@pytest.mark.task("10.3")
+def test_helpers_leave_no_descriptor_open_once_they_are_done(lesson, sessions):
+    """A helper's side-chain is closed when it is done, not only let go: five turns
+    that each ask a helper leave this process with as many open files as before, and
+    every side-chain free."""
+    before = open_descriptors()
+    play(lesson, sessions, *[HELPER_TURN] * 5)
+    left = open_descriptors() - before
+    assert left == 0, (
+        f"five helpers ran, each in a side-chain of its own, and the parent's log was "
+        f"closed; this process now holds {left} more file descriptor(s) than before: "
+        "each side-chain's writer must be closed when its helper is done, or a "
+        "parent that runs for months runs out of them")
+    left_locked(lesson, sessions)
 
 
 PARENT_SYSTEM = "You are an adventurer in a small town."
@@ -2323,10 +2349,11 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
     """Every pointer, in the order the log holds them: a call id that came back has
     two side-chains, and a reader wants both, the first one first. A side-chain's log
     is its name and ".jsonl", whatever the name ends with (call_b.2, or call_c.jsonl,
-    a call id kept as it is)."""
+    a call id kept as it is). A pointer line the log holds twice (written again by
+    another program) is given twice: the answer follows the log, line by line."""
     ask = {"role": "user", "content": "Ask a helper."}
     order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2"),
-             ("call_c.jsonl", "call_c.jsonl")]
+             ("call_c.jsonl", "call_c.jsonl"), ("call_a", "call_a")]
     lines = [ask] + [{"$marker": "sidechain", "call": call_id, "session": "quest-1",
                       "sidechain": name, "at": "2026-01-01T00:00:00+00:00"}
                      for call_id, name in order]
@@ -2341,9 +2368,9 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
                     f"{type(odd[0]).__name__}", pytrace=False)
     expected = [(call_id, folder / f"{name}.jsonl") for call_id, name in order]
     assert found == expected, (
-        "the log holds four pointers, to call_b, call_a, call_b.2 (call_b came back) "
-        "and call_c.jsonl: sidechains should give all four in that order, each "
-        "side-chain's log its name and '.jsonl', "
+        "the log holds five pointers, to call_b, call_a, call_b.2 (call_b came back), "
+        "call_c.jsonl and call_a again (the same line twice): sidechains should give "
+        "all five in that order, each side-chain's log its name and '.jsonl', "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
