@@ -21,8 +21,8 @@ from sessionlab.scripted import (
     ScriptedModel,
     SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc, raises,
-                                until_written, wait_past)
+from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc,
+                                open_descriptors, raises, until_written, wait_past)
 
 SYSTEM = "You are an adventurer in a small town."
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
@@ -374,8 +374,9 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
     for every call. First in the file, so that a summary asked for twice is blamed on
     the code that asks for it, before the tests of the budget count the requests. On an
     agent compacted already, every summary request, the firmer second one too, carries
-    the previous summary beside the messages to summarise. On an agent with a log, it
-    writes nothing: compact() records only what summarise() returns."""
+    the previous summary beside the messages to summarise, those it is given and no
+    other. On an agent with a log, it writes nothing: compact() records only what
+    summarise() returns."""
     agent, model, log = open_agent(lesson, None, budget=None)
     # The model's first answer begins with its thinking, kept as it was said
     said = [*conversation(6)]
@@ -414,6 +415,13 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
             f"summary request {number} should carry the previous summary and the "
             "messages it is given (the next summary stands for both, and the earlier "
             f"turns are told nowhere else); it lacked {missing}")
+        again = [m["content"] for m in agent.messages[:2] if m["content"] in text]
+        assert not again, (
+            f"an agent already compacted at message 2, summarising messages 2 and 3: "
+            f"summary request {number} should carry only the previous summary and the "
+            "messages it is given, never again the ones the previous summary stands "
+            f"for (resending those is what compaction is meant to stop); it carried "
+            f"{again}")
     # With a log (one with no compaction: nothing of 08.1 is read), nothing is written
     path = sessions / "quest-1.jsonl"
     path.write_text(as_log(conversation(6)))
@@ -2986,3 +2994,37 @@ def test_a_second_compaction_the_log_could_not_record_leaves_the_first(lesson, s
         assert resumed.view() == view, (
             "a resume should send the request this agent sends after the compaction "
             f"it recorded; it sends {shape(resumed.view())}, the agent {shape(view)}")
+
+
+@pytest.mark.task("08.1")
+def test_compactions_leave_no_descriptor_open(lesson, sessions):
+    """The log's compact reads the log again, through its writer: two hundred
+    compactions, by a writer that stays open and by one closed after each, leave the
+    process holding no more file descriptors than before. (Each one left open would, in
+    a long-lived program, end with no descriptor left to open a file.)"""
+    path = sessions / "quest-1.jsonl"
+    path.write_text(as_log(conversation(6)))
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        log.compact(SUMMARY_ABROAD, keep=2)     # anything opened for good, opened now
+    finally:
+        log.close()
+    before = open_descriptors()
+    try:
+        for _ in range(100):
+            log.compact(SUMMARY_ABROAD, keep=2)
+    finally:
+        log.close()
+    for _ in range(100):
+        try:
+            log.compact(SUMMARY_ABROAD, keep=2)
+        finally:
+            log.close()
+    after = open_descriptors()
+    assert after <= before, (
+        f"after 200 compactions the process holds {after - before} more file "
+        f"descriptors than before ({before} then {after}): something each compaction "
+        "opened is never closed")
+    assert len(compactions_in(path)) == 201, (
+        f"each compaction is one marker line: 201 compactions, 201 markers; the log "
+        f"holds {len(compactions_in(path))}")
