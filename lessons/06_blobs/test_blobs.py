@@ -909,7 +909,7 @@ def test_a_crash_while_the_blob_is_written_leaves_no_reference(
 
     def crash_on_blob(real):
         def wrapper(source, target, *args, **kwargs):
-            if os.path.dirname(os.fspath(target)) == blobs:
+            if os.fspath(target).startswith(blobs + os.sep):   # a blob's name
                 renames.append(os.fspath(target))
                 raise SimulatedCrash(
                     "the process dies while the blob is being put in place"
@@ -1633,6 +1633,70 @@ def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
         "writer took the failed store's blob for one it had synced")
 
 
+@pytest.mark.task("06.1")
+def test_a_durable_store_whose_sync_of_the_new_blob_fails_says_so_and_stores_it_later(
+        lesson, sessions, monkeypatch):
+    """A durable writer appends a large paste, and the sync of the new blob's bytes
+    fails (EIO, a failing disk): the OSError reaches the caller, no line points to the
+    blob, and blobs/ holds no copy of the content under another name. Appended again
+    once the disk is well, the paste is stored, its blob and blobs/ synced, and the
+    session loads it."""
+    data = PASTE.encode("utf-8")
+    digest = sha256(data)
+    paste = {"role": "user", "content": PASTE}
+
+    def failing(real):
+        def sync(fd):
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_size == len(data):
+                raise OSError(errno.EIO, "Input/output error")
+            real(fd)
+        return sync
+
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append(SMALL)
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, failing(getattr(os, name)))
+        try:
+            log.append(paste)
+            raised = None
+        except OSError as error:
+            raised = error
+        finally:
+            monkeypatch.undo()
+        folder = sessions / "blobs"
+        names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        lines = lines_of(sessions / "quest-1.jsonl")
+        assert raised is not None and raised.errno == errno.EIO, (
+            "a durable writer's sync of a new blob's bytes failed (EIO), and append "
+            + ("returned: a sync is no best effort in durable mode, and the line now "
+               "points to a blob a power cut may lose; the disk's error should reach "
+               "the caller" if raised is None else
+               f"raised {type(raised).__name__}: {raised}, not the disk's EIO"))
+        assert len(lines) == 1, (
+            "the sync of the new blob failed, and the log holds "
+            f"{len(lines)} lines: no line may point to a blob that was not stored")
+        assert names in ([], [digest]), (
+            f"a store whose sync of the blob's bytes failed left {names} in blobs/: "
+            "only the blob itself, whole, may stay, never a copy under another name "
+            "(every retry on a failing disk would leave one more)")
+
+        synced = count_syncs(monkeypatch)
+        log.append(paste)
+        monkeypatch.undo()
+    blob = sessions / "blobs" / digest
+    assert blob.is_file() and blob.stat().st_ino in synced and (
+        (sessions / "blobs").stat().st_ino in synced), (
+        "the first store failed while syncing the blob's bytes, so nothing of it is "
+        "known to be on disk; appending the paste again should store it and sync the "
+        f"blob and blobs/ before its line, and it synced {len(synced)} file(s), not "
+        "both")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        assert log.load() == [SMALL, paste], (
+            "the paste was appended again once the disk was well: the session should "
+            "load the message before it and the paste, whole")
+
+
 def fail_syncs_of(monkeypatch, inode):
     """From now on every fsync or fdatasync of the file `inode` fails (EIO), until
     monkeypatch.undo()."""
@@ -1750,7 +1814,7 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
 
     def interrupting_rename(real):
         def rename(source, target, *args, **kwargs):
-            if os.path.dirname(os.fspath(target)) == blobs:
+            if os.fspath(target).startswith(blobs + os.sep):   # a blob's name
                 interrupted.append(target)
                 raise KeyboardInterrupt
             return real(source, target, *args, **kwargs)
@@ -1946,6 +2010,26 @@ def test_the_preview_is_the_start_of_the_content_in_whole_characters(lesson, ses
         "the preview should be the content's first characters as they are, the line "
         f"ends and spaces it starts and ends with included: {head!r}; it is "
         f"{preview!r}")
+
+
+@pytest.mark.task("06.1")
+@pytest.mark.parametrize("chars", [20, 300])
+def test_the_preview_is_as_long_as_preview_chars_says(lesson, sessions, monkeypatch,
+                                                      chars):
+    """PREVIEW_CHARS is the program's to set: set shorter (20, to keep lines short) or
+    longer (300), a large paste's preview is then the content's first PREVIEW_CHARS
+    characters, that many and no other number."""
+    monkeypatch.setattr(lesson, "PREVIEW_CHARS", chars)
+    content = "".join(f"Day {day}: the elder's map, page {day}. " for day in range(900))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": content})
+    preview = reference_in(lines_of(sessions / "quest-1.jsonl")[0]).get("preview")
+    assert preview == content[:chars], (
+        f"PREVIEW_CHARS was set to {chars}, and a large paste's preview holds "
+        f"{len(preview) if isinstance(preview, str) else preview!r} characters: "
+        f"{preview!r:.400}. The preview is the content's first PREVIEW_CHARS "
+        "characters, whatever the program sets it to (a number of its own in its "
+        "place ignores the setting)")
 
 
 @pytest.mark.task("06.2")
@@ -2215,6 +2299,50 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
         f"the error should name the blob ({digest}), the log by its path and the line "
         f"(line 2); it says: {message}")
     says_what_it_met(refused.value, "bytes that are no text", sessions)
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("blob", ["intact", "changed", "no text", "missing",
+                                  "a symbolic link", "a folder"])
+def test_loading_a_hundred_times_leaves_no_descriptor_open(lesson, sessions, blob):
+    """A session whose blob is intact, or changed, no UTF-8 text, missing, a symbolic
+    link or a folder is loaded a hundred times, as a program that retries, or serves
+    many requests, does: each load returns or is refused, and the process then holds
+    exactly the descriptors it held before. One left open at each load, refused or
+    not, runs such a program out of them."""
+    paste = PASTE[:20_000]     # over the threshold: a blob, and quick to hash
+    data = paste.encode("utf-8")
+    path = store(lesson, sessions, data)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": paste})
+    if not path.is_file():
+        fail_in("06.1", f"the paste should be stored in the folder's blobs/, named "
+                f"{path.name}; blobs/ holds {blob_names(sessions)}")
+    if blob == "changed":
+        path.write_bytes(data.replace(b"cave", b"CAVE", 1))
+    elif blob == "no text":
+        path.write_bytes(b"\xff\xfe" + data)
+    elif blob != "intact":
+        path.unlink()
+        if blob == "a symbolic link":
+            (sessions / "elsewhere").write_bytes(data)
+            path.symlink_to(sessions / "elsewhere")
+        elif blob == "a folder":
+            path.mkdir()
+    log = lesson.SessionLog(sessions, "quest-1")
+    before = open_descriptors()
+    for _ in range(100):
+        try:
+            log.load()
+        except lesson.BlobError:
+            pass
+    left = open_descriptors() - before
+    assert left == 0, (
+        f"a session whose blob is {blob} was loaded a hundred times, and the process "
+        f"then held {left} more descriptor(s) than before: "
+        + ("each load" if blob == "intact" else "each refused load")
+        + " left the blob's file open. A load opens the blob, reads it and closes it "
+        "on every way out, its refusals included")
 
 
 @pytest.mark.task("06.2")
