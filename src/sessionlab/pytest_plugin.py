@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -223,18 +224,44 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     pytest-timeout's own wrapper, which reads the limit from the closest marker."""
     if (impl := _implementation(item)) and impl in item.config.stash[HUNG_KEY]:
         item.add_marker(pytest.mark.timeout(hangs.HUNG_AGAIN_TIMEOUT), append=False)
+    found = _process_state()
     recorder = item.config.stash[RECORDER_KEY]
-    if recorder is None:
-        yield
-        return
-    # Setup and teardown too: a fixture may call the lesson's code
-    failed_before = len(item.config.stash[FAILED_KEY])
-    recorder.start()
     try:
-        yield
+        if recorder is None:
+            yield
+            return
+        # Setup and teardown too: a fixture may call the lesson's code
+        failed_before = len(item.config.stash[FAILED_KEY])
+        recorder.start()
+        try:
+            yield
+        finally:
+            recorder.stop(getattr(item, "originalname", item.name),
+                          passed=len(item.config.stash[FAILED_KEY]) == failed_before)
     finally:
-        recorder.stop(getattr(item, "originalname", item.name),
-                      passed=len(item.config.stash[FAILED_KEY]) == failed_before)
+        _restore_process_state(found)
+
+
+def _process_state() -> tuple[int, int, str]:
+    """What lesson code can change for the whole process and a test cannot see undone:
+    the recursion limit, the umask, the working folder."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return sys.getrecursionlimit(), umask, os.getcwd()
+
+
+def _restore_process_state(found: tuple[int, int, str]) -> None:
+    """Each test starts from the process as the one before found it: code that leaves
+    the recursion limit raised (deeply nested JSON then overflows the C stack and kills
+    the process) or the umask changed fails its own test, not every test after it, nor,
+    in the maintainers' runs, every mutant after it in the same process."""
+    limit, umask, cwd = found
+    sys.setrecursionlimit(limit)
+    os.umask(umask)
+    try:
+        os.chdir(cwd)
+    except OSError:     # a test removed the folder it started in: stay where it left us
+        pass
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
