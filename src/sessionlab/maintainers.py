@@ -48,6 +48,10 @@ from .cli.ui import one_line_errors
 PYTEST_TIMEOUT = 600    # seconds for one pytest run of the check; a lesson takes a few, so this only stops a hang
 CHECK_TEST_TIMEOUT = 15.0   # seconds a test may take on a mutant; a hang is a catch
 EVERY_TEST_GROUP = 12   # mutants in one pytest run when every test runs on every mutant
+# Mutants in one pytest run when each stops at its first failure: a lesson's whole corpus
+# (hundreds) in one run could outlast PYTEST_TIMEOUT on a busy machine, and a run stopped
+# so loses every result in it.
+FIRST_FAILURE_GROUP = 80
 
 # The checks that take minutes a lesson: every test on each wrong implementation, and
 # the generated mutants. run_all starts them after the quick ones, longest first.
@@ -844,7 +848,8 @@ def check_wrong_implementations(lesson: course.Lesson,
     # as on the solution: sessionlab.calls)
     results, output = run_mutants(lesson.root, lesson, sources, timeout=CHECK_TEST_TIMEOUT,
                                   stop_at_first_failure=not every_test,
-                                  group=EVERY_TEST_GROUP if every_test else None,
+                                  group=EVERY_TEST_GROUP if every_test
+                                  else FIRST_FAILURE_GROUP,
                                   only=tests_that_see_each(lesson, files, usable)
                                   if every_test else None)
     for i, wrong in enumerate(usable):
