@@ -400,6 +400,30 @@ replace = "# (edited)"
 
 
 @CHECKS_A_PYTEST_RUN
+def test_a_mutant_that_kills_its_run_takes_no_other_mutant_with_it(copy):
+    # Both mutants run in one pytest process; the first ends it at its first message.
+    add_wrong(copy, """
+[[wrong]]
+what = "kills the interpreter"
+find = "# Disk first: if the write fails, memory does not claim a message the log lacks."
+replace = "__import__('os')._exit(3)"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+
+[[wrong]]
+what = "refuses every message"
+find = "# Disk first: if the write fails, memory does not claim a message the log lacks."
+replace = "raise OSError('the disk is full')"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+""")
+
+    problems = maintainers.check_wrong_implementations(lesson_of(copy)).problems
+
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("'kills the interpreter': no test ran on it, even "
+                                  "alone"), problems
+
+
+@CHECKS_A_PYTEST_RUN
 def test_an_equivalent_entry_must_survive_every_test(copy):
     add_wrong(copy, HARMLESS + 'equivalent = "only a comment changes"\n')
     add_wrong(copy, """

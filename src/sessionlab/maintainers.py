@@ -846,16 +846,27 @@ def check_wrong_implementations(lesson: course.Lesson,
     # a server): in groups, each pytest run stays inside PYTEST_TIMEOUT; and on each
     # mutant only the tests that call what its edit changed (the others pass on it
     # as on the solution: sessionlab.calls)
+    only = tests_that_see_each(lesson, files, usable) if every_test else None
     results, output = run_mutants(lesson.root, lesson, sources, timeout=CHECK_TEST_TIMEOUT,
                                   stop_at_first_failure=not every_test,
                                   group=EVERY_TEST_GROUP if every_test
                                   else FIRST_FAILURE_GROUP,
-                                  only=tests_that_see_each(lesson, files, usable)
-                                  if every_test else None)
+                                  only=only)
+    # A run that died (a mutant that crashed the interpreter, the time limit of a run on
+    # a busy machine) took every mutant of its group with it: each of those runs again
+    # alone, so that a problem is the mutant's own, never its neighbour's.
+    outputs = {}
+    if len(usable) > 1:
+        for i in [i for i in range(len(usable)) if not results.get(i)]:
+            found, outputs[i] = run_mutants(
+                lesson.root, lesson, [sources[i]], timeout=CHECK_TEST_TIMEOUT,
+                stop_at_first_failure=not every_test, only=[only[i]] if only else None)
+            results[i] = found.get(0, [])
     for i, wrong in enumerate(usable):
         entries = results.get(i, [])
         if not entries:
-            finding.problems.append(f"{wrong.what!r}: no test ran on it:\n{output}")
+            finding.problems.append(f"{wrong.what!r}: no test ran on it, even alone:\n"
+                                    f"{outputs.get(i, output)}")
             continue
         if failure := next((e for e in entries if e.get("import_failed")), None):
             first = str(failure.get("message", "")).splitlines()[:1]
