@@ -574,6 +574,11 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
                         f"has been connected since; it says {found}", pytrace=False)
         assert since.tzinfo is not None and since <= before, (
             f"the holder connected before {before}; lock_holder says since {since}")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d",
+                            found["since"]), (
+            "lock_holder's since should be ISO 8601 text as lesson 05's lock file "
+            "gives its time (2026-01-01T09:30:00+00:00: date, a T, time, zone), so "
+            f"that one reader parses both; it says {found['since']!r}")
         holder.go()
         holder.expect("released")
         gone = lesson.lock_holder(connection, "quest-3")
@@ -1089,6 +1094,180 @@ def test_a_writer_whose_clock_moves_on_between_readings_gives_up_in_words(
 
 
 @pytest.mark.task("11.1")
+def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database,
+                                                               monkeypatch):
+    """A slow server (or network): each try of the lock takes 0.25 s. A writer with
+    timeout=0.3, behind a holder that never lets go, gives up at its deadline as the
+    clock tells it, a try or two later, not after as many tries as polls fit in its
+    timeout, each slow (its timeout is a time, not a count of tries)."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    clock = [time.monotonic()]
+    naps = []
+    slow = 0.25
+
+    def slow_try(cursor, query, params):
+        if cursor.connection is waiting.connection:
+            clock[0] += slow
+
+    def sleep_on_the_clock(seconds):
+        naps.append(seconds)
+        clock[0] += max(seconds, 0)
+        if len(naps) > 50:
+            raise AssertionError(
+                f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
+                f"{clock[0] - started:.2f} s on: its deadline never came")
+
+    poll = lesson.LOCK_POLL_SECONDS
+    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
+        started = clock[0]
+        monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(lesson.time, "sleep", sleep_on_the_clock)
+        on_each_statement(monkeypatch, slow_try)
+        try:
+            with raises(lesson.SessionBusy, "the holder never lets go: at its "
+                        "deadline the waiting writer must give up"):
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
+                         "sleeps between tries")
+        finally:
+            monkeypatch.undo()
+    took = clock[0] - started
+    most = 0.3 + poll + 3 * slow
+    assert took <= most, (
+        f"each try of the lock took {slow} s (a slow server): a writer with "
+        f"timeout=0.3 should give up once the clock passes its deadline, a try or two "
+        f"later (by {most:.2f} s on its clock); it gave up after {took:.2f} s, having "
+        f"slept {len(naps)} times: it counted tries (timeout / LOCK_POLL_SECONDS = "
+        f"{round(0.3 / poll)}) instead of reading the clock, so every slow try made "
+        "the user wait longer than asked")
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_wait_a_ctrl_c_stopped_waits_afresh_when_it_tries_again(
+        lesson, database, monkeypatch):
+    """A Ctrl-C stops a writer with timeout=0.3 while it waits for the lock; the
+    user tries again half a second later, and the holder lets go 0.1 s into that
+    second wait. The second call of _lock waits its own 0.3 s, as the first did, and
+    takes the lock: the stopped wait's deadline is no part of it."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
+        monkeypatch.setattr(lesson.time, "sleep", interrupted)
+        try:
+            try_lock(waiting, "with timeout=0.3 the writer tries the lock, then sleeps "
+                     "between tries")
+            outcome = "it returned, as if it held the lock"
+        except KeyboardInterrupt:
+            outcome = None
+        except lesson.SessionBusy as error:
+            outcome = f"it raised SessionBusy instead: {error}"
+        finally:
+            monkeypatch.undo()
+        assert outcome is None, (
+            "the user pressed Ctrl-C while the writer waited for the lock another "
+            f"writer holds; the wait should stop with that KeyboardInterrupt, but "
+            f"{outcome}")
+        time.sleep(0.5)     # the stopped wait's deadline is past
+        letting_go = threading.Timer(0.1, holder.close)
+        letting_go.start()
+        try:
+            try_lock(waiting, "the writer tries quest-1's lock again, timeout=0.3")
+        except lesson.SessionBusy as error:
+            pytest.fail("a Ctrl-C stopped the writer's first wait; half a second later "
+                        "it tried quest-1's lock again with its timeout of 0.3 s, and "
+                        "the holder let go 0.1 s into that second wait: the writer "
+                        "should wait afresh, by its own timeout, and take the lock; it "
+                        "gave up at once, as if the stopped wait's deadline (past by "
+                        f"then) were still its own: {error}", pytrace=False)
+        finally:
+            letting_go.join()
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_connection_drops_while_it_waits_says_so(lesson, database,
+                                                               monkeypatch):
+    """The server drops a waiting writer's connection (a restart, a network cut) as
+    it sleeps between tries, behind a holder that never lets go; it waits with
+    timeout=None, as long as it takes. Its next try fails, and that error reaches the
+    caller, who then knows what happened: a try that failed is no lock not taken yet,
+    and trying again on a connection that is gone would wait for ever."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    naps = []
+    real_sleep = lesson.time.sleep
+
+    def sleep_and_the_connection_drops(seconds):
+        naps.append(seconds)
+        if len(naps) == 1:
+            sql(database, "SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and sql(
+                    database, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)):
+                real_sleep(0.01)
+        elif len(naps) > 40:
+            raise AssertionError(
+                f"the server dropped the waiting writer's connection at its first "
+                f"sleep; it went on trying the lock, {len(naps)} times so far, with "
+                "timeout=None for ever, and never said that its connection was gone")
+        real_sleep(min(seconds, 0.01))
+
+    with held_with_a_writer_waiting(lesson, database, holder, None) as waiting:
+        pid = waiting.connection.info.backend_pid
+        monkeypatch.setattr(lesson.time, "sleep", sleep_and_the_connection_drops)
+        try:
+            try_lock(waiting, "with timeout=None the writer tries the lock, then "
+                     "sleeps between tries")
+            outcome = "it returned, as if it held the lock"
+        except (psycopg.Error, lesson.WriterStopped):
+            outcome = None
+        except lesson.SessionBusy as error:
+            outcome = f"it raised SessionBusy, a refusal by the holder: {error}"
+        except AssertionError as error:
+            outcome = str(error)
+        finally:
+            monkeypatch.undo()
+    assert outcome is None, (
+        "the server dropped the waiting writer's connection (timeout=None) as it slept "
+        "between tries: its next try fails, and that error (the driver's, or "
+        f"WriterStopped) should reach the caller; instead {outcome}")
+
+
+@pytest.mark.task("11.1")
+def test_asking_who_holds_a_lock_leaves_the_connection_as_it_was(lesson, database):
+    """lock_holder only asks. On a connection in autocommit, outside any transaction,
+    it leaves none open (the server ends a connection left idle in one, and every
+    later statement of the caller would run uncommitted in it); inside the caller's
+    own transaction it neither commits it nor ends it."""
+    idle = psycopg.pq.TransactionStatus.IDLE
+    with lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK) as log:
+        assert log.load() == [], "a new database should hold no session"
+        try_lock(log, "no one holds quest-1's lock", free=True)
+        with psycopg.connect(database, autocommit=True) as connection:
+            for session_id, held in (("quest-1", "held"), ("quest-2", "free")):
+                lesson.lock_holder(connection, session_id)
+                status = connection.info.transaction_status
+                assert status == idle, (
+                    f"lock_holder asked who holds {session_id}'s lock ({held}) on a "
+                    "connection in autocommit, outside any transaction: it should "
+                    f"leave the connection so; it is left {status.name}, inside a "
+                    "transaction it opened and never ended")
+            with connection.transaction():
+                connection.execute("INSERT INTO sessions (id) VALUES ('quest-9')")
+                lesson.lock_holder(connection, "quest-1")
+                status = connection.info.transaction_status
+                seen = sql(database, "SELECT id FROM sessions WHERE id = 'quest-9'")
+            assert status == psycopg.pq.TransactionStatus.INTRANS and not seen, (
+                "lock_holder asked inside the caller's own transaction, which had "
+                "stored a row not committed yet: it should neither commit nor end "
+                f"that transaction; afterwards the connection was {status.name}, and "
+                f"the row {'was' if seen else 'was not'} seen by another connection")
+    assert sql(database, "SELECT id FROM sessions WHERE id = 'quest-9'"), (
+        "the caller's transaction, which lock_holder asked inside, should commit its "
+        "row when the caller ends it")
+
+
+@pytest.mark.task("11.1")
 def test_a_lock_let_go_during_the_last_wait_is_taken(lesson, database, monkeypatch):
     """The holder lets go while a writer with timeout=0.3 sleeps for the last time
     before its deadline: the writer tries once more when it wakes, and takes the lock,
@@ -1475,6 +1654,15 @@ def test_the_key_refuses_a_second_writers_entry_without_any_lock(lesson, databas
                     "stored seq 0 since: the locked writer's append should be refused "
                     "as a conflict, lock or no lock", match="quest-2"):
             locked.append({"role": "user", "content": "locked"})
+        with lesson.PostgresSessionLog(database, "quest-2",
+                                       network_timeout=QUICK) as third:
+            with raises(lesson.SessionBusy, "the writer holding quest-2's lock was "
+                        "refused a write (a conflict) and has not closed: it still "
+                        "holds the lock, on its connection, until close() lets go, so "
+                        "a third writer's _lock() should be refused; it took the lock "
+                        "(the conflict let go of the lock, or of the connection that "
+                        "held it)"):
+                try_lock(third, "with timeout 0 the third writer tries once")
         with raises(lesson.WriterStopped, "the locked writer refused once wrote again, "
                     "from its out-of-date view of quest-2", match="quest-2"):
             locked.append({"role": "user", "content": "locked, again"})
@@ -2088,6 +2276,15 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
                         f"{described(error)}", pytrace=False)
         finally:
             monkeypatch.undo()
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=QUICK) as second:
+            with raises(lesson.SessionBusy, "the opener took quest-1's lock, lost a "
+                        "round of its repair to the host running its calls, and opened "
+                        "the session: it still holds the lock, so a second writer's "
+                        "_lock() should be refused; it took the lock too (the lost "
+                        "round let go of the opener's lock, or of the connection that "
+                        "held it)"):
+                try_lock(second, "with timeout 0 the second writer tries once")
         opener.append({"role": "user", "content": "Then to the cave."})
         kept = opener.repaired
     stored = rows(database)
@@ -2578,6 +2775,38 @@ def test_a_paste_with_backslashes_comes_back_byte_for_byte(lesson, database):
 
 
 @pytest.mark.task("11.4")
+def test_a_content_is_large_by_its_bytes_over_the_writers_threshold(lesson, database):
+    """blob_threshold counts bytes of UTF-8, as the file store does: with a threshold
+    of 1000, a content of 500 'é' (1000 bytes) stays in its row, and one of 500 'é'
+    and an 'a' (1001 bytes, 501 characters) goes to session_blobs, as 1001 'a' do;
+    each loads back as it was."""
+    cases = {"1000 bytes of 'é'": ("é" * 500, False),
+             "1001 bytes, 501 characters": ("é" * 500 + "a", True),
+             "1000 bytes of 'a'": ("a" * 1000, False),
+             "1001 bytes of 'a'": ("a" * 1001, True)}
+    for number, (what, (content, large)) in enumerate(cases.items()):
+        session_id = f"quest-{number + 1}"
+        with lesson.PostgresSessionLog(database, session_id,
+                                       blob_threshold=1000) as log:
+            log.append({"role": "user", "content": content})
+        lines = [line for _, line, _ in rows(database, session_id)]
+        assert len(lines) == 1, (
+            f"one append of a content of {what} should store one row; found {lines}")
+        line = lines[0]
+        stored = json.loads(line).get("content")
+        referenced = isinstance(stored, dict) and "$blob" in stored
+        assert referenced == large, (
+            f"with blob_threshold=1000 (bytes of UTF-8), a content of {what} "
+            + ("is over it: its row should hold a reference to its blob"
+               if large else "is not over it: its row should hold it as it is")
+            + f"; the row holds {line[:120]!r}")
+        with lesson.PostgresSessionLog(database, session_id) as log:
+            loaded = log.load()
+        assert [message.get("content") == content for message in loaded] == [True], (
+            f"the content of {what} should load back as it was appended")
+
+
+@pytest.mark.task("11.4")
 def test_pastes_of_several_mebibytes_are_each_named_by_all_their_bytes(lesson,
                                                                         database):
     """Two pastes of 2.5 MiB, two versions of the town's charter that differ in
@@ -2865,6 +3094,60 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, databas
             f"fork_postgres(upto={upto}) should copy the source's first {copied} rows "
             "(up to its last message kept), and hold no message stored after them; "
             f"it holds {held}")
+
+
+@pytest.mark.task("11.5")
+def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
+                                                                      database):
+    """The fork's own undo marker is a row like the others: one line of JSON without
+    a newline, at the seq right after the last row the fork copies (after a row
+    deleted by hand, that is not the number of rows), and it takes back messages by
+    their index as undo markers count them (markers are no messages), not by the
+    places of their rows."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    undo = {"$marker": "undo", "at": "2026-01-01T00:00:00+00:00"}
+    # seq 3 deleted by hand; the marker at seq 2 takes back message 1, the one at seq
+    # 7, past the cut, message 3 (whose row is the 5th: a marker comes before it)
+    stored = [(0, said[0]), (1, said[1]), (2, {**undo, "skip": [1]}), (4, said[2]),
+              (5, said[3]), (6, said[4]), (7, {**undo, "skip": [3]})]
+    sql(database, "INSERT INTO sessions (id) VALUES ('quest-1')")
+    for seq, entry in stored:
+        line = json.dumps(entry)
+        sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
+            "VALUES ('quest-1', %s, %s, %s::jsonb)", (seq, line, line))
+    source = rows(database)
+    try:
+        lesson.fork_postgres(database, "quest-1", "first-3", upto=3)
+    except (psycopg.Error, lesson.SessionExists) as error:
+        pytest.fail("quest-1's rows are seq 0, 1, 2, 4, 5, 6, 7 (seq 3 was deleted by "
+                    "hand): a fork of its first 3 messages shown copies the rows up to "
+                    "seq 6 and stores its own undo marker at seq 7, the place after "
+                    "them; the fork failed (its marker sent to a place a copied row "
+                    f"holds?): {described(error)}", pytrace=False)
+    held = rows(database, "first-3")
+    seqs = [seq for seq, _, _ in held]
+    assert seqs == [0, 1, 2, 4, 5, 6, 7] and held[:6] == source[:6], (
+        "the fork of quest-1's first 3 messages should copy its rows seq 0 to 6 as "
+        "they are, then hold its own undo marker at seq 7, right after the last row "
+        f"copied; it holds seqs {seqs}")
+    _, line, body = held[-1]
+    marker = json.loads(line)
+    assert marker.get("$marker") == "undo" and line == line.strip() \
+            and body == marker, (
+        "the fork's last row should be its own undo marker, one line of JSON without "
+        "a newline, as every row's line is, its body the same entry as jsonb; it holds "
+        f"{line!r}")
+    with lesson.PostgresSessionLog(database, "first-3") as fork:
+        shown = [message.get("content") for message in fork.load()]
+    assert shown == ["message 0", "message 2", "message 4"], (
+        "quest-1 shows messages 0, 2 and 4 (its markers take back 1 and 3): the fork "
+        "of its first 3 should show them too, its own marker taking back message 3 by "
+        "its index (3, as undo markers count messages), not by its row's place among "
+        f"the rows (4, the marker at seq 2 before it); it shows {shown}, its marker "
+        f"skips {marker.get('skip')}")
 
 
 @pytest.mark.task("11.5")
