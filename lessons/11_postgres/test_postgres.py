@@ -1022,6 +1022,25 @@ def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
         f"slept {len(naps)} time(s), for {sorted(set(naps))} s")
 
 
+def ctrl_c_at_the_first_sleep(lesson, waiting, monkeypatch, timeout):
+    """Press Ctrl-C where the waiting writer first sleeps between tries: None when the
+    KeyboardInterrupt came out of its lock, else what it did instead, in words."""
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lesson.time, "sleep", interrupted)
+    try:
+        try_lock(waiting, f"with timeout={timeout} the writer tries the lock, then "
+                 "sleeps between tries")
+        return "it returned, as if it held the lock"
+    except KeyboardInterrupt:
+        return None
+    except lesson.SessionBusy as error:
+        return f"it raised SessionBusy instead: {error}"
+    finally:
+        monkeypatch.undo()
+
 @pytest.mark.task("11.1")
 def test_a_ctrl_c_while_a_writer_waits_for_the_lock_stops_it_as_a_ctrl_c(
         lesson, database, monkeypatch):
@@ -1030,22 +1049,8 @@ def test_a_ctrl_c_while_a_writer_waits_for_the_lock_stops_it_as_a_ctrl_c(
     a Ctrl-C stops anything: it is no refusal by the lock's holder, and a caller that
     tells the user the session is busy, then goes on, would not stop as asked."""
     holder = lesson.PostgresSessionLog(database, "quest-1")
-
-    def interrupted(seconds):
-        raise KeyboardInterrupt
-
     with held_with_a_writer_waiting(lesson, database, holder, None) as waiting:
-        monkeypatch.setattr(lesson.time, "sleep", interrupted)
-        try:
-            try_lock(waiting, "with timeout=None the writer tries the lock, then "
-                     "sleeps between tries")
-            outcome = "it returned, as if it held the lock"
-        except KeyboardInterrupt:
-            outcome = None
-        except lesson.SessionBusy as error:
-            outcome = f"it raised SessionBusy instead: {error}"
-        finally:
-            monkeypatch.undo()
+        outcome = ctrl_c_at_the_first_sleep(lesson, waiting, monkeypatch, "None")
     assert outcome is None, (
         "the user pressed Ctrl-C while the writer (timeout=None) waited for the lock "
         f"another writer holds; the wait should stop with that KeyboardInterrupt, but "
@@ -1149,22 +1154,8 @@ def test_a_writer_whose_wait_a_ctrl_c_stopped_waits_afresh_when_it_tries_again(
     second wait. The second call of _lock waits its own 0.3 s, as the first did, and
     takes the lock: the stopped wait's deadline is no part of it."""
     holder = lesson.PostgresSessionLog(database, "quest-1")
-
-    def interrupted(seconds):
-        raise KeyboardInterrupt
-
     with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
-        monkeypatch.setattr(lesson.time, "sleep", interrupted)
-        try:
-            try_lock(waiting, "with timeout=0.3 the writer tries the lock, then sleeps "
-                     "between tries")
-            outcome = "it returned, as if it held the lock"
-        except KeyboardInterrupt:
-            outcome = None
-        except lesson.SessionBusy as error:
-            outcome = f"it raised SessionBusy instead: {error}"
-        finally:
-            monkeypatch.undo()
+        outcome = ctrl_c_at_the_first_sleep(lesson, waiting, monkeypatch, "0.3")
         assert outcome is None, (
             "the user pressed Ctrl-C while the writer waited for the lock another "
             f"writer holds; the wait should stop with that KeyboardInterrupt, but "
