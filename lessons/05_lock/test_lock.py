@@ -397,11 +397,17 @@ def test_writers_that_take_and_let_go_a_hundred_times_leave_no_descriptor_open(
         try:
             log.append({"role": "user", "content": f"Round {round_}."})
             held = open_descriptors() - before
+            kept = getattr(log, "_lock_fd", None)   # where the page keeps it
         finally:
             log.close()
         left = open_descriptors() - before
         if left <= 0:
             continue
+        if kept is None:
+            fail_in("05.1", f"writer {round_} took the session but kept no descriptor "
+                    "in self._lock_fd, so close() had none to let go of: once it had "
+                    f"closed, {left} more descriptor(s) were still open, the lock with "
+                    "them")
         if held > 2:
             fail_in("05.1", f"writer {round_} took the session with "
                     f"{held} descriptors open beyond those the process had before (the "
@@ -414,9 +420,6 @@ def test_writers_that_take_and_let_go_a_hundred_times_leave_no_descriptor_open(
                     "letting go of the lock opened (or kept) a descriptor that nothing "
                     "closes, so every writer the program makes leaves one more open",
                     pytrace=False)
-    assert not (sessions / "quest-1.lock").exists(), (
-        "a hundred writers took the session and closed, and quest-1.lock is still "
-        "there: the last to let go should have removed it")
 
 
 @pytest.mark.task("05.1")
