@@ -51,7 +51,7 @@ EVERY_TEST_GROUP = 12   # mutants in one pytest run when every test runs on ever
 # Mutants in one pytest run when each stops at its first failure: a lesson's whole corpus
 # (hundreds) in one run could outlast PYTEST_TIMEOUT on a busy machine, and a run stopped
 # so loses every result in it.
-FIRST_FAILURE_GROUP = 80
+FIRST_FAILURE_GROUP = 40
 
 # The checks that take minutes a lesson: every test on each wrong implementation, and
 # the generated mutants. run_all starts them after the quick ones, longest first.
