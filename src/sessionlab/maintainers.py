@@ -855,18 +855,18 @@ def check_wrong_implementations(lesson: course.Lesson,
     # A run that died (a mutant that crashed the interpreter, the time limit of a run on
     # a busy machine) took every mutant of its group with it: each of those runs again
     # alone, so that a problem is the mutant's own, never its neighbour's.
-    outputs = {}
-    if len(usable) > 1:
-        for i in [i for i in range(len(usable)) if not results.get(i)]:
-            found, outputs[i] = run_mutants(
-                lesson.root, lesson, [sources[i]], timeout=CHECK_TEST_TIMEOUT,
-                stop_at_first_failure=not every_test, only=[only[i]] if only else None)
-            results[i] = found.get(0, [])
+    died = [i for i in range(len(usable)) if not results.get(i)]
+    if died and len(usable) > 1:
+        found, output = run_mutants(lesson.root, lesson, [sources[i] for i in died],
+                                    timeout=CHECK_TEST_TIMEOUT, group=1,
+                                    stop_at_first_failure=not every_test,
+                                    only=[only[i] for i in died] if only else None)
+        results.update({i: found.get(k, []) for k, i in enumerate(died)})
     for i, wrong in enumerate(usable):
         entries = results.get(i, [])
         if not entries:
             finding.problems.append(f"{wrong.what!r}: no test ran on it, even alone:\n"
-                                    f"{outputs.get(i, output)}")
+                                    f"{output}")
             continue
         if failure := next((e for e in entries if e.get("import_failed")), None):
             first = str(failure.get("message", "")).splitlines()[:1]
