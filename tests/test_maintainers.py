@@ -874,3 +874,39 @@ def test_a_test_of_a_written_task_may_only_wait_for_a_later_one(copy, on_not_wri
     assert len(found) == len(expected), found
     for problem, start in zip(found, expected):
         assert problem.startswith(start), found
+
+
+SOURCE = """\
+def record(pending, message):
+    # BEGIN 07.2
+    pending.append(message)
+    # END 07.2
+
+
+def flush(pending, write):
+    # BEGIN 07.2
+    while pending:
+        write(pending[0])
+    # END 07.2
+"""
+
+
+def test_an_edit_of_two_places_changes_those_lines_not_the_lines_between():
+    # A mistake made in two fences of one task, given with the lines between them for
+    # context, is still a mistake made in the student's code: only the two edited
+    # lines count, not the unchanged `# END`, `def` and `# BEGIN` between them.
+    find = "    pending.append(message)\n    # END 07.2\n\n\ndef flush(pending, write):\n" \
+           "    # BEGIN 07.2\n    while pending:\n        write(pending[0])\n"
+    wrong = maintainers.Wrong(what="newest first", find=find,
+                              replace=find.replace("append(message)", "insert(0, message)")
+                              .replace("[0]", "[-1]"))
+
+    assert maintainers.edited_lines(SOURCE, wrong) == [3, 10]
+
+
+def test_an_insertion_is_placed_on_the_line_before_it():
+    find = "    while pending:\n        write(pending[0])\n"
+    wrong = maintainers.Wrong(what="sleeps", find=find,
+                              replace=find.replace("\n    ", "\n    time.sleep(1)\n    ", 1))
+
+    assert maintainers.edited_lines(SOURCE, wrong) == [9]

@@ -24,8 +24,8 @@ Each lesson's tests run in their own pytest process, two at a time.
 from __future__ import annotations
 
 import argparse
-import difflib
 import ast
+import difflib
 import json
 import os
 import re
@@ -746,19 +746,21 @@ def does_not_compile(source: str) -> str | None:
 
 
 def edited_lines(solution: str, wrong: Wrong) -> list[int]:
-    """The solution's lines (1-based) the entry's edit changes: those of `find`, less
-    the leading and trailing lines that `replace` keeps as they are."""
+    """The solution's lines (1-based) the entry's edit changes: those of `find` that
+    `replace` does not keep as they are. An edit of two places, with the lines between
+    them given for context, changes the two places only; a pure insertion is placed
+    on the line before it."""
     find, replace = wrong.find.splitlines(), wrong.replace.splitlines()
     first = solution[:solution.index(wrong.find)].count("\n") + 1
-    same = 0
-    while same < min(len(find), len(replace)) and find[same] == replace[same]:
-        same += 1
-    tail = 0
-    while (tail < min(len(find), len(replace)) - same
-           and find[-1 - tail] == replace[-1 - tail]):
-        tail += 1
-    changed = list(range(first + same, first + len(find) - tail))
-    return changed or [first + max(0, same - 1)]    # an insertion: the line before it
+    changed: list[int] = []
+    opcodes = difflib.SequenceMatcher(a=find, b=replace, autojunk=False).get_opcodes()
+    for tag, start, end, _, _ in opcodes:
+        if tag == "equal":
+            continue
+        if start == end:        # an insertion: the line before it
+            changed.append(first + max(0, start - 1))
+        changed.extend(range(first + start, first + end))
+    return sorted(set(changed)) or [first]
 
 
 # Failures that teach nothing: what a test may never end in, on the starter or on a
