@@ -756,7 +756,7 @@ def test_arguments_encoded_twice_are_a_string_not_an_object(lesson, town):
 @pytest.mark.parametrize("arguments", ["", "{}", None])
 def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
     """A call to a tool that takes nothing may carry "" or null as arguments, which
-    mean {}."""
+    mean {}: it runs like any call, and its failure is an error result like any."""
     result = lesson.run_tool(FewTools(look_around=lambda: "You see the town square."),
                              tool_call("look_around", arguments))
 
@@ -764,6 +764,15 @@ def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
         f"a tool with no parameters, called with arguments {arguments!r} (some "
         "servers send an empty string for no arguments), should run and return its "
         f"text; got {result!r}")
+
+    def look_around():
+        raise OSError("the map is torn")
+
+    what = (f"a tool with no parameters, called with arguments {arguments!r}, raised "
+            "OSError('the map is torn')")
+    result = run_call(lesson, FewTools(look_around=look_around),
+                      tool_call("look_around", arguments), what)
+    assert_error_result(result, what)
 
 
 @pytest.mark.task("00.1")
@@ -1080,12 +1089,18 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
     with raises(lesson.MaxTurnsExceeded,
                 "run() returned with max_turns=0, where MaxTurnsExceeded was expected "
                 "before any model call") as raised:
-        new_agent(lesson, model, town, max_turns=0).run("Keep talking.")
+        idle = new_agent(lesson, model, town, max_turns=0)
+        idle.run("Keep talking.")
     assert len(model.requests) == before, (
         "max_turns=0 allows no model call at all, and the agent made "
         f"{len(model.requests) - before}: the limit counts every call, the first one "
         "too")
     names_the_limit(raised.value, 0)
+    said = {"role": "user", "content": "Keep talking."}
+    assert idle.messages == [said], (
+        "a turn that gives up keeps what it did, the user's message first, even when "
+        "its limit allowed no model call: with max_turns=0 the history should be "
+        f"[{said}], the user's message that was said, and it is {idle.messages}")
 
 
 @pytest.mark.task("00.2")

@@ -730,6 +730,12 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
         "arguments (spaces and a newline around them are JSON too) should be stored "
         f"byte for byte as the model sent them, {sent}; stored "
         f"{message.get('tool_calls')}")
+    stored = json.dumps(message, ensure_ascii=False)
+    came = json.dumps(reply, ensure_ascii=False)
+    assert stored == came, (
+        "a well-formed reply is stored byte for byte, its keys and its calls' keys in "
+        "the order they came (the next lessons write it to a log a person reads): it "
+        f"came as {came}, and is stored as {stored}")
     assert message.get("content") == " Let me look around.\n", (
         "the text that came with the calls, ' Let me look around.\\n', should be "
         "stored as the model wrote it, its space and line break included: nothing "
