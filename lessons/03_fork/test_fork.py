@@ -2060,6 +2060,48 @@ def test_a_fork_never_writes_through_a_link_planted_at_its_name(
 
 
 @pytest.mark.task("03.2")
+@pytest.mark.parametrize("points_to", ["another session's meta file",
+                                       "a name outside the folder, no file yet"])
+def test_a_link_planted_at_the_meta_files_name_is_replaced_not_written_through(
+        lesson, sessions, day_one, tmp_path, points_to):
+    """A symbolic link at the new meta file's name, with no log beside it, is what
+    the fork replaces, as it replaces any meta file left there: the lineage is written
+    under the fork's own name, never through the link to the file it points to, which
+    stays as it was (or is never created)."""
+    if points_to.startswith("another"):
+        target = sessions / "other.meta.json"
+        target.write_bytes(b'{"format": 1, "id": "other", "parent": "quest-0"}')
+    else:
+        target = tmp_path / "outside.meta.json"
+    before = target.read_bytes() if target.exists() else None
+    link = sessions / "what-if.meta.json"
+    link.symlink_to(target)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    after = target.read_bytes() if target.exists() else None
+    said = (f"what-if.meta.json was a symbolic link to {points_to} ({target.name}), "
+            "with no log beside it; the fork of quest-1 onto what-if ")
+    if error is not None:
+        fail_in("03.2", said + f"raised {type(error).__name__}: {error}: a meta file "
+                "with no log takes no id, a link there neither, and the fork replaces "
+                "it")
+    if after != before:
+        fail_in("03.2", said + f"changed {target.name}: "
+                + (f"it held {before!r} and holds {after!r}" if before is not None
+                   else f"it was not there and holds {after!r}")
+                + ": the lineage went through the link, to a file no fork of what-if "
+                "owns; it belongs under the fork's own name, the link replaced")
+    if link.is_symlink():
+        fail_in("03.2", said + f"left the link to {target.name} at the meta file's "
+                "name: the lineage belongs in a file of the fork's own there")
+    lineage = json.loads(link.read_bytes())
+    if lineage.get("id") != "what-if" or lineage.get("parent") != "quest-1":
+        fail_in("03.2", said + f"left what-if.meta.json holding {lineage}: the fork's "
+                "own lineage, id 'what-if', parent 'quest-1', was expected")
+
+
+@pytest.mark.task("03.2")
 def test_a_fork_never_replaces_a_session_created_meanwhile(lesson, sessions, day_one):
     """If the new id is taken during the fork's read, it refuses, replacing none."""
     # The source is a FIFO, so the fork's read waits for this thread: while it waits,
