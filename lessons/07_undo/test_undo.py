@@ -2617,3 +2617,102 @@ def test_forks_leave_no_descriptor_open(lesson, sessions):
         f"after 200 forks the process holds {after - before} more file descriptors "
         f"than before ({before} then {after}): something a fork opened is never "
         "closed")
+
+
+# Lines another program wrote: its own spacing, key order and escapes, numbers as it
+# wrote them, keys and a marker kind this code does not use. Message 2 is undone.
+FOREIGN_LINES = [
+    b'{"content": "caf\\u00e9 \\u2028 near the well", "role": "user", '
+    b'"weight": 1.0, "id": 123456789012345678901234567890}\n',
+    '{ "role" : "assistant","content":"Hi \u2028 there.", "reasoning": '
+    '{"steps": [1.0, 2E3]}, "refusal": null }\n'.encode(),
+    b'{"$marker": "bookmark", "name": "before the cave"}\n',
+    b'{"role":"user","content":"Thank the elder.","name":"Ana"}\n',
+    b'{"$marker":"undo","skip":[2],"at":"2026-01-01T00:00:00+00:00"}\n',
+    b'{"role": "assistant", "content": "The elder nods.", "x-trace": "a\\"b\\\\c"}\n',
+]
+
+
+@pytest.mark.task("07.4")
+@pytest.mark.parametrize("upto", [None, 3, 2, 1])
+def test_a_fork_copies_each_line_it_keeps_byte_for_byte(lesson, sessions, upto):
+    """A fork reads its source, it never mends it (lesson 03): each message line it
+    keeps is the source's line as it is, byte for byte, whoever wrote it, with its
+    spacing, its key order, its escapes (\\u00e9, \\u2028), its numbers (1.0 stays
+    1.0, a big integer whole), and keys this code does not use; a whole fork holds
+    every line, markers of kinds this code does not know included. Written anew, a
+    line would say the same thing in other bytes."""
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(b"".join(FOREIGN_LINES))
+    try:
+        lesson.fork(sessions, "quest-1", "fork-1", upto=upto)
+    except NotImplementedError:
+        raise       # a task not written yet: said as such
+    except Exception as error:
+        pytest.fail(f"fork(upto={upto}) of a log another program wrote raised "
+                    f"{type(error).__name__}: {error}; the log loads, so its fork "
+                    "should be made", pytrace=False)
+    copied = (sessions / "fork-1.jsonl").read_bytes()
+    if upto is None:
+        expected = b"".join(FOREIGN_LINES)
+        assert copied == expected, (
+            f"a whole fork should hold the source's {len(FOREIGN_LINES)} lines as "
+            f"they are, byte for byte ({len(expected)} bytes); it holds "
+            f"{copied!r}")
+    # The lines of the messages shown: 0, 1 and 3 (message 2 is undone)
+    for line in [FOREIGN_LINES[n] for n in (0, 1, 5)][:upto or 3]:
+        assert line in copied, (
+            f"fork(upto={upto}) should hold the line {line!r} of a message it keeps "
+            f"as it is in the source, byte for byte; the fork holds {copied!r}")
+
+
+@pytest.mark.task("07.3")
+@pytest.mark.parametrize("first", ["developer", "system", "assistant"])
+def test_undoing_every_turn_keeps_what_came_before_the_first(lesson, sessions, first):
+    """A turn starts at a user message, so a message before the first user message (a
+    developer's instruction, a system note or a greeting another program wrote) is no
+    part of any turn: undoing every turn there is, written or pending, takes back the
+    turns and keeps it, in memory and in the log."""
+    before = {"role": first, "content": "Speak like a town crier."}
+    write_log(sessions, [before, {"role": "user", "content": TURN_C[0]},
+                         {"role": "assistant", "content": "The elder nods."}])
+    agent, model, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.run(TURN_D[0])
+        agent.record({"role": "user", "content": "And a note."})
+        taken = agent.undo(3)
+        kept = list(agent.messages)
+    assert kept == [before] and len(taken) == 5, (
+        f"undo(3) of a conversation whose three turns follow a {first} message should "
+        f"take back the five messages of the turns and keep that {first} message; it "
+        f"took back {[m.get('content') for m in taken]} and kept "
+        f"{[m.get('content') for m in kept]}")
+    resumed = resume(lesson, sessions)
+    assert resumed == [before], (
+        f"a new process should see the {first} message written before the first turn, "
+        f"and nothing of the turns undone; it sees "
+        f"{[m.get('content') for m in resumed]}")
+
+
+@pytest.mark.task("07.2")
+def test_a_recorded_message_keeps_every_key_it_was_given(lesson, sessions):
+    """record keeps a message as it was given, every key of it: a provider's
+    "reasoning" or "refusal", a user's "name", a field this code does not use. In
+    memory at once, in the log once flushed, and in what a new process resumes."""
+    note = {"role": "user", "content": "A note.", "name": "Ana",
+            "x-origin": {"app": "map", "v": 1.0}}
+    said = {"role": "assistant", "content": "Noted.", "reasoning": "It is a note.",
+            "refusal": None}
+    agent, model, log = open_agent(lesson, sessions)
+    with log:
+        for message in (note, said):
+            agent.record(dict(message))
+        in_memory = list(agent.messages)
+        agent.flush()
+    written = [line for line in lines_of(sessions / "quest-1.jsonl")
+               if "$marker" not in line]
+    for where, got in (("in memory", in_memory), ("in the log", written),
+                       ("after a resume", resume(lesson, sessions))):
+        assert got == [note, said], (
+            f"the messages recorded should be kept {where} with every key they were "
+            f"given, {[note, said]}; {where} they are {got}")
