@@ -1751,6 +1751,29 @@ def test_a_sessions_folder_reached_through_a_symbolic_link_is_used(lesson, tmp_p
 
 
 @pytest.mark.task("01.4")
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+def test_a_sessions_folder_that_is_itself_a_symbolic_link_holds_logs(lesson, tmp_path,
+                                                                    durable):
+    """The sessions folder itself may be a symbolic link (a folder moved to another
+    disk and linked back): it holds logs like any other folder, in durable mode too,
+    whose sync of a new log's name goes through the link to the folder it reaches."""
+    real = tmp_path / "disk" / "sessions"
+    real.mkdir(parents=True)
+    folder = tmp_path / "sessions"
+    folder.symlink_to(real)
+    mode = "durable " if durable else ""
+    first_append_works(lesson, folder, f"the sessions folder {folder} is itself a "
+                       f"symbolic link to {real}, and a {mode}log was opened in it",
+                       "the sessions folder may be reached through a link; only a log "
+                       "whose own name is a link is refused", durable=durable)
+    contents = [m["content"] for m in lines_of(real / "quest-1.jsonl")]
+    assert contents == ["hello"], (
+        f"the append into the linked sessions folder {folder} should have left its "
+        f"line in the folder the link leads to, {real}; the log there holds "
+        f"{contents}")
+
+
+@pytest.mark.task("01.4")
 def test_the_folders_a_first_append_creates_are_readable_by_their_owner_only(
     lesson, tmp_path
 ):

@@ -20,6 +20,7 @@ CALL = {"id": "call_1", "type": "function",
         "function": {"name": "buy", "arguments": '{"item": "rope"}'}}
 
 NOT_MESSAGES = {
+    "no key at all (an empty object)": {},
     "no role": {"content": "hello"},
     "an unknown role": {"role": "narrator", "content": "Once upon a time"},
     "a $marker key": {"role": "user", "content": "hi", "$marker": "undo", "skip": [0]},
@@ -182,12 +183,15 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
     """Whatever the given rule takes is written as it was given, line for line, in
     every shape providers and other harnesses send: a developer message, an assistant
     message whose content is null beside its calls, a message with a name, a system
-    message among the others."""
+    message among the others, a tool's result with keys of its own, numbers and
+    characters of every kind (a carriage return, U+2028, NUL)."""
     given = [{"role": "developer", "content": "Answer as the town crier."},
              {"role": "user", "content": "Buy a rope.", "name": "ada"},
              {"role": "assistant", "content": None, "tool_calls": [CALL]},
              {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
-             {"role": "system", "content": "The shop closes at dusk."}]
+             {"role": "system", "content": "The shop closes at dusk."},
+             {"role": "tool", "tool_call_id": "call_1", "gold": 2 ** 70, "weight": 1.0,
+              "content": "a line\r\nanother\u2028a third\x00 \\n as text\u00e9"}]
     kept = json.loads(json.dumps(given))    # as given, whatever append does to them
     with lesson.SessionLog(sessions, "quest-1") as log:
         append_each(log, given, "The given rule takes it (providers take it, and the "
@@ -206,3 +210,8 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
            if changed else "")
         + ": each line is the message as given, with nothing added, taken out or "
         "changed, so that the log holds what the caller's memory holds")
+    for sent, line in zip(kept, read):
+        assert json.dumps(line) == json.dumps(sent), (
+            f"the message {json.dumps(sent)} was written as {json.dumps(line)}: each "
+            "line is the message as given, its keys in their order, its numbers as "
+            "they were (1.0 stays 1.0), its text with every character it holds")
