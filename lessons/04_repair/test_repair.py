@@ -207,6 +207,16 @@ AN_EMPTY_LINE = line(A_FINISHED_DAY[0]) + b"\n" + WHOLE[len(line(A_FINISHED_DAY[
 NOTE = {"$marker": "repair", "at": "2026-01-02T10:00:00+00:00", "cut_bytes": 0,
         "cut_preview": "", "interrupted": []}
 NOTED = line(A_FINISHED_DAY[0]) + line(NOTE) + WHOLE[len(line(A_FINISHED_DAY[0])):]
+# A marker of a kind this lesson never writes (another program's, a later lesson's)
+BOOKMARK = {"$marker": "bookmark", "title": "Before the cave", "at_message": 1}
+MARKED = line(A_FINISHED_DAY[0]) + line(BOOKMARK) + WHOLE[len(line(A_FINISHED_DAY[0])):]
+# Keys no code here uses, in an order of their own: a speaker's name, a provider's
+# reasoning and refusal, another program's field with 1.0 and an integer past 64 bits
+KEYED = [{"name": "Ana", "role": "user", "content": "Ask the elder about the cave."},
+         {"role": "assistant", "reasoning": "The elder knows the cave.",
+          "refusal": None, "content": "Bring a rope, says the elder.",
+          "x_vendor": {"score": 1.0, "tokens": 2 ** 70}}]
+KEYED_LOG = b"".join(line(entry) for entry in KEYED)
 # name: (the log's bytes, its whole entries, where they end, newline_missing)
 LOGS = {
     "a whole log": (WHOLE, A_FINISHED_DAY, len(WHOLE), False),
@@ -239,6 +249,10 @@ LOGS = {
         SPACED + WHOLE, [SPACED_MESSAGE, *A_FINISHED_DAY], len(SPACED + WHOLE), False),
     "a marker among the messages": (
         NOTED, [A_FINISHED_DAY[0], NOTE, *A_FINISHED_DAY[1:]], len(NOTED), False),
+    "a marker of a kind this lesson never writes": (
+        MARKED, [A_FINISHED_DAY[0], BOOKMARK, *A_FINISHED_DAY[1:]], len(MARKED), False),
+    "messages with keys no code here uses, then a torn end": (
+        KEYED_LOG + TORN, KEYED, len(KEYED_LOG), False),
 }
 
 
@@ -265,7 +279,11 @@ def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessio
                "lose: it is no damage.",
                "a carriage return between a line's tokens": " A carriage return is no "
                "line break in a log: only the newline byte ends a line, and this "
-               "whole line is a message in JSON."}.get(case, "")
+               "whole line is a message in JSON.",
+               "a marker of a kind this lesson never writes": " A marker of any kind "
+               "is an entry, as parse_line says: this lesson writes only repair "
+               "markers, but a log may hold others, and they are kept, not refused."
+               }.get(case, "")
         pytest.fail(f"parse_log refused {case} as damage, but only a whole line that "
                     f"is no entry is damage.{why} (CorruptLog said line "
                     f"{refused.line}: {refused})", pytrace=False)
@@ -273,6 +291,11 @@ def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessio
     assert state.entries == entries, (
         f"{case}: parse_log should find the {len(entries)} whole entries; it found "
         f"{len(state.entries)}: {state.entries}")
+    assert json.dumps(state.entries) == json.dumps(entries), (
+        f"{case}: parse_log should hand back each entry as parse_line reads it, every "
+        "key in its order and every number as it was written (1.0 stays 1.0): what no "
+        f"code here uses is still the log's. It handed back {state.entries}, where "
+        f"{entries} was expected")
     assert state.end == end, (
         f"{case}: `end` should be {end}, the byte where the whole lines end (the "
         f"next line starts there, and a repair cuts what lies past it); it is "
@@ -595,6 +618,38 @@ def test_calls_a_marker_follows_are_still_open_and_get_their_results(
         f"history it hands back has results for {added or 'none'}")
     model.add(say("Noted."))
     agent.run("Go on.")   # a call without its result would be refused with 400
+
+
+@pytest.mark.task("04.3")
+def test_a_torn_line_after_a_repair_marker_is_cut_as_any_torn_line(resume, sessions):
+    """A log whose last whole line is a repair marker was mended once; a crash after
+    it can tear the next line as one tore the first. The writer that takes it over
+    cuts those torn bytes as it cuts any, and says so in a marker of its own: a
+    marker last in the log is no sign that nothing is left to mend."""
+    path = write_log(sessions, [*A_FINISHED_DAY, A_MARKER_ANSWERING_NOTHING], tail=TORN)
+    whole = path.read_bytes()[:-len(TORN)]
+    said = (f"the log's last whole line is a repair marker an earlier writer wrote, "
+            f"and half a line ({len(TORN)} bytes) follows it")
+
+    agent, log = resume_whole(resume, path, whole, "half a line after a repair marker")
+
+    data = path.read_bytes()
+    if TORN in data or not data.startswith(whole) or not data.endswith(b"\n"):
+        fail_in("04.3", f"{said}: the writer that takes the log over should cut those "
+                "bytes, as it cuts any torn tail, and keep every whole line as it was, "
+                f"the marker too; the log now ends {data[-160:]!r}")
+    found = markers(entries_in(path))
+    if len(found) != 2:
+        fail_in("04.3", f"{said}: the writer that cut them should add one marker of "
+                f"its own after the one there; the log holds {len(found)} marker(s): "
+                f"{found}")
+    check_marker(found[1], TORN, [], f"{said}, and no call was open")
+    assert log.repaired == found[1], (
+        f"{said}: the writer's `repaired` should be the marker it wrote, {found[1]}; "
+        f"it is {log.repaired!r}")
+    assert agent.messages == A_FINISHED_DAY, (
+        f"{said}: the history is the complete messages, markers left out; the resume "
+        f"handed back {agent.messages}")
 
 
 @pytest.mark.task("04.2")
