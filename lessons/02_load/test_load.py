@@ -200,6 +200,32 @@ def test_day_two_is_appended_after_day_one(lesson, sessions):
 
 @pytest.mark.key
 @pytest.mark.task("02.1")
+def test_a_new_agent_on_a_log_open_for_writing_starts_from_all_it_holds(
+        lesson, sessions, town):
+    """A SessionLog the caller has written through and still holds open is a session
+    like any other: a new agent given it starts from everything its log holds, and
+    the log stays as it was."""
+    said = [{"role": "user", "content": "Ask the elder about the cave."},
+            {"role": "assistant", "content": "North, past the mill."}]
+    model = ScriptedModel([say("A torch and a rope.")])
+    holding = ("the caller appended 2 messages through a SessionLog it still holds "
+               "open, then made a new agent on that SessionLog")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        started = history_of_new_agent(lesson, model, town, log, holding)
+        assert started == said, (
+            f"{holding}; the agent started from {started}, where it should start "
+            f"from the 2 messages the log holds, {said}: a writer that is open is no "
+            "reason to skip the log, whoever opened it")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        stored = load(log, f"{holding}; the log holds those 2 messages")
+    assert stored == said, (
+        f"{holding}; making the agent should leave the log as it was, {said}; it "
+        f"holds {stored}")
+
+
+@pytest.mark.task("02.1")
 def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     """An id with no log yet loads as an empty history, and loading it creates no
     file."""

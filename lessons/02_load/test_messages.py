@@ -44,6 +44,12 @@ BAD_LINES = {
         b'[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]'
     ),
     "an empty object, which is no empty line": b"{}",
+    "the JSON null, which holds nothing but is no empty line": b"null",
+    "a JSON number": b"7",
+    "a JSON string holding a message's text": (
+        b'"{\\"role\\": \\"user\\", \\"content\\": \\"hi\\"}"'
+    ),
+    "the JSON true": b"true",
     "an empty list, which is no empty line": b"[]",
 }
 
@@ -118,6 +124,33 @@ def names_line(message, number):
     'file.jsonl:2'."""
     return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
                      re.IGNORECASE) is not None
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("end", [b"\n", b""], ids=["with-newline", "without-newline"])
+def test_a_log_of_one_refused_line_names_the_file_and_its_line(lesson, sessions, end):
+    """A log of one line is a log like any other: when its only line holds no message,
+    the refusal names the file and line 1, as it names any line, and says why."""
+    sessions.mkdir(exist_ok=True)
+    path = sessions / "quest-1.jsonl"
+    line = b'{"role": "narrator", "content": "Once upon a time"}'
+    path.write_bytes(line + end)
+    setting = (f"the log's only line ({'with' if end else 'without'} its newline) "
+               "holds a message of the role 'narrator', which no provider takes")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}, and load() accepted it, returning {error!r}",
+                    pytrace=False)
+    message = str(error)
+    named = str(path) in message or str(path.resolve()) in message
+    assert isinstance(error, lesson.InvalidMessage) and named and names_line(
+            message, 1) and "narrator" in message, (
+        f"{setting}, and load() raised {described(error)}. Expected an InvalidMessage "
+        f"naming the file by its path ({path}), its line 1 ('line 1' or "
+        "'quest-1.jsonl:1') and why (the role 'narrator'): a log of one line is "
+        "mended like any other, by whoever finds its line")
+    left_as_it_was(path, line + end, f"{setting}, and load() refused it")
 
 
 @pytest.mark.task("02.1")
