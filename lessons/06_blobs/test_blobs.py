@@ -368,16 +368,19 @@ def test_a_content_at_the_threshold_stays_however_the_line_spells_it(
 @pytest.mark.task("06.1")
 def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
     """The model's message that calls a tool with long arguments: only a large content
-    leaves the line, measured alone; the tool calls, and a key of the provider's own,
-    stay as they were, whatever their size, and load gives back the message exactly."""
+    leaves the line, measured alone; the tool calls, and a key of the provider's own
+    (its model's reasoning, as long as the paste), stay as they were, whatever their
+    size, and load gives back the message exactly."""
     arguments = json.dumps({"text": "The elder's map, copied out. " * 300})
     calls = [{"id": "call_1_0", "type": "function",
               "function": {"name": "write_note", "arguments": arguments}}]
     short = {"role": "assistant", "content": "Let me write it down.",
              "tool_calls": calls}
-    # A key of the provider's own (its model's reasoning) rides along, as it came
+    # A key of the provider's own (its model's reasoning) rides along, as it came: a
+    # text over the threshold too, which is no content and stays in the line
+    reasoning = "The map is long: better keep it in a note. " * 200
     long = {"role": "assistant", "content": PASTE, "tool_calls": calls,
-            "reasoning_content": "The map is long: better keep it in a note."}
+            "reasoning_content": reasoning}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(short)
         log.append(long)
@@ -396,8 +399,11 @@ def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
     given = {key: value for key, value in long.items() if key != "content"}
     assert kept == given, (
         "only the content leaves the line: everything else the message holds (here a "
-        f"key of the provider's own, reasoning_content) stays as it was given, "
-        f"{sorted(given)}; the line holds {sorted(kept)} beside the reference")
+        f"key of the provider's own, reasoning_content, a text of {len(reasoning)} "
+        "bytes, over the threshold but no content) stays as it was given, whatever "
+        f"its size, {sorted(given)}; the line holds "
+        f"{str({key: str(value)[:80] for key, value in kept.items()})[:400]} beside "
+        "the reference")
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = log.load()
     if loaded != [short, long]:
@@ -2075,6 +2081,42 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
         f"a reference with {edit} by hand is still a reference (it has the key "
         f"\"$blob\"), and should still load the paste from its blob; the content came "
         f"back as {str(content)[:120]!r}, which the model would be sent")
+
+
+@pytest.mark.task("06.2")
+@pytest.mark.parametrize("happened", ["removed", "changed"])
+def test_a_blob_whose_preview_holds_all_its_content_is_still_read_and_checked(
+        lesson, sessions, happened):
+    """Under a low threshold a short content goes to a blob too, and its preview then
+    holds every character of it, as many bytes as its size says. The preview is still
+    for people: a load reads the blob and checks it against its hash, so a blob
+    removed, or changed, since is refused, never loaded from the line's preview."""
+    content = "Day 1: the elder's map."
+    data = content.encode("utf-8")
+    blob = sessions / "blobs" / sha256(data)
+    with lesson.SessionLog(sessions, "quest-1", blob_threshold=4) as log:
+        log.append({"role": "user", "content": content})
+    line = lines_of(sessions / "quest-1.jsonl")[0]
+    if not blob.is_file():
+        fail_in("06.1", f"with blob_threshold=4, a content of {len(data)} bytes should "
+                f"go to blobs/{sha256(data)}; blobs/ holds {blob_names(sessions)} and "
+                f"the line holds {str(line)[:200]!r}")
+    if happened == "removed":
+        blob.unlink()
+    else:
+        blob.write_bytes(data.replace(b"map", b"mop"))
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except lesson.BlobError:
+            return
+    pytest.fail(
+        f"the blob of a short content, whose reference's preview holds all of it "
+        f"({str(line.get('content'))[:200]}), was {happened} after it was stored, and "
+        f"load gave {str(loaded)[:200]} without a BlobError: the preview is for "
+        "people, and only the blob, checked against its hash, says what the content "
+        "is, however much of it the preview holds", pytrace=False)
 
 
 @pytest.mark.task("06.2")
