@@ -442,6 +442,30 @@ def test_deleting_twice_or_a_session_that_never_was_changes_nothing(
 
 
 @pytest.mark.task("09.1")
+def test_delete_refuses_a_session_whose_writer_holds_the_lock_before_its_log_exists(
+    lesson, sessions
+):
+    """A writer takes the session's lock before it creates its log: a lock file alone
+    may be a writer's that is opening the session right now. The delete takes the lock
+    to know: SessionBusy, and the lock file stays its holder's."""
+    writer = lesson.SessionLog(sessions, "quest-1")
+    try:
+        writer.append({"role": "user", "content": "Hello."})    # it holds the lock
+        # The moment a writer opening the session holds the lock and has made no log
+        # yet: the test takes the log away from under it to make that moment
+        (sessions / "quest-1.jsonl").unlink()
+        with raises(lesson.SessionBusy,
+                    "delete_session went ahead while a writer held quest-1's lock (its "
+                    "log not created yet); it should refuse with SessionBusy"):
+            lesson.delete_session(sessions, "quest-1")
+        assert (sessions / "quest-1.lock").exists(), (
+            "a refused delete removed the lock file of the writer that holds the "
+            "lock: another writer could now take the session beside it")
+    finally:
+        writer.close()
+
+
+@pytest.mark.task("09.1")
 def test_delete_removes_a_lock_file_a_dead_writer_left_alone(lesson, sessions):
     """A writer killed before it wrote a line leaves only its lock file: that is
     something of the session, so deleting it removes the lock file and answers True."""
@@ -2322,6 +2346,40 @@ def test_a_line_holding_only_a_piece_of_the_words_keeps_its_bytes(lesson, sessio
 
 
 @pytest.mark.task("09.3")
+def test_erase_counts_no_marker_of_a_kind_it_does_not_know_and_scrubs_it(
+    lesson, sessions
+):
+    """A marker of a kind this code does not know (another program's note, a later
+    lesson's) is a marker all the same: no message, so it moves no index, and a line
+    like any other, so the erase takes the quote out of it, its kind and its other
+    keys kept."""
+    play(lesson, sessions, TURN_A)
+    note = {"$marker": "note", "by": "a reviewer", "text": f"The user said: {SECRET}"}
+    path = sessions / "quest-1.jsonl"
+    with open(path, "ab") as file:
+        file.write(json.dumps(note).encode() + b"\n")
+    play(lesson, sessions, TURN_SECRET, TURN_C)
+    before = resume(lesson, sessions)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.erase(2)        # the SECRET: the note before it is no message
+    found = resume(lesson, sessions)
+    expected = before[:2] + [{"role": "user", "content": lesson.ERASED}] + before[3:]
+    assert found == expected, (
+        "a marker of the kind 'note' (one this code does not know) stands before "
+        "message 2 of the log; erase(2) should have erased message 2, the markers not "
+        f"counted, and left the others; a new process sees "
+        f"{[m.get('content') for m in found]}")
+    notes = [line for line in lines_of(path) if line.get("$marker") == "note"]
+    assert notes == [{**note, "text": f"The user said: {lesson.ERASED}"}], (
+        "the marker of kind 'note' quoted the erased words: it should stay in the log, "
+        "its kind and keys kept, the quote replaced by ERASED (as in any other line); "
+        f"the log holds {notes}")
+    assert files_holding(sessions, "Ilse") == [], (
+        "after the erase these files still hold the words: "
+        f"{files_holding(sessions, 'Ilse')}")
+
+
+@pytest.mark.task("09.3")
 def test_erase_keeps_every_other_line_whatever_bytes_it_holds(lesson, sessions):
     """Lines another program wrote (a blank line, a line separator U+2028 inside a
     text, which JSON need not escape, a line ended with CR LF) are lines like any
@@ -2414,17 +2472,21 @@ def test_a_blob_stored_again_while_the_erase_runs_stays(
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [blob] = blob_names(sessions)
     age(sessions / "blobs" / blob, 2)
-    real_replace, done = os.replace, []
+    done = []
 
-    def replace(source, target, *args, **kwargs):
-        real_replace(source, target, *args, **kwargs)
-        if Path(target).name == "quest-1.jsonl" and not done:
-            done.append(store_again(lesson, sessions, "quest-2",
-                                    LARGE_SECRET.encode()))
+    def renaming(real):
+        def rename(source, target, *args, **kwargs):
+            real(source, target, *args, **kwargs)
+            if Path(target).name == "quest-1.jsonl" and not done:
+                done.append(store_again(lesson, sessions, "quest-2",
+                                        LARGE_SECRET.encode()))
+        return rename
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
-        monkeypatch.setattr(os, "replace", replace)
+        # os.rename replaces a file as os.replace does (POSIX): either may be the one
+        monkeypatch.setattr(os, "replace", renaming(os.replace))
+        monkeypatch.setattr(os, "rename", renaming(os.rename))
         log.erase(0)
         monkeypatch.undo()
     assert done == [blob], "the test's own set-up: the blob was stored again"
@@ -2781,6 +2843,7 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
         monkeypatch.setattr(lesson.os, "replace", refuse)
+        monkeypatch.setattr(lesson.os, "rename", refuse)    # its POSIX twin
         with raises(OSError, "the erase never renamed a new file over the log: it "
                     "changed the log in place, where a crash leaves half of each"):
             log.erase(0)
@@ -2939,21 +3002,25 @@ def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
     new log's name survives one."""
     play(lesson, sessions, TURN_SECRET)
     events = []
-    fsync, replace = lesson.os.fsync, lesson.os.replace
+    fsync = lesson.os.fsync
 
     def recording_fsync(fd):
         found = os.fstat(fd)
         events.append(("fsync", found.st_ino, stat.S_ISDIR(found.st_mode)))
         fsync(fd)
 
-    def recording_replace(source, target, **options):
-        events.append(("rename", os.stat(source).st_ino, False))
-        replace(source, target, **options)
+    def recording(replace):
+        def recording_replace(source, target, **options):
+            events.append(("rename", os.stat(source).st_ino, False))
+            replace(source, target, **options)
+        return recording_replace
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
         monkeypatch.setattr(lesson.os, "fsync", recording_fsync)
-        monkeypatch.setattr(lesson.os, "replace", recording_replace)
+        # os.rename replaces a file as os.replace does (POSIX): either may be the one
+        monkeypatch.setattr(lesson.os, "replace", recording(lesson.os.replace))
+        monkeypatch.setattr(lesson.os, "rename", recording(lesson.os.rename))
         log.erase(0)
         monkeypatch.undo()
     renames = [k for k, event in enumerate(events) if event[0] == "rename"]
@@ -3153,6 +3220,34 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
         "the next request still sent the erased words")
     assert resume(lesson, sessions)[2] == {"role": "user", "content": lesson.ERASED}, (
         "message 2 of the log should be the erased note's tombstone")
+
+
+@pytest.mark.task("09.4")
+def test_the_agent_keeps_the_keys_of_its_messages_it_does_not_use_as_the_log_does(
+    lesson, sessions
+):
+    """The keys of a message the agent does not use itself (a provider's "name",
+    "reasoning", a field of another program) are kept by the log's erase in every line
+    it leaves or scrubs: the agent's memory keeps them too, as a new process reads
+    them."""
+    play(lesson, sessions, TURN_A)
+    extra = [{"role": "user", "content": "Ask the smith.", "name": "ann"},
+             {"role": "assistant", "content": "The smith waves.",
+              "reasoning": "The smith is friendly.", "x_trace": {"id": 7, "w": 1.0}}]
+    with open(sessions / "quest-1.jsonl", "ab") as file:
+        file.write(b"".join(json.dumps(m).encode() + b"\n" for m in extra))
+    play(lesson, sessions, TURN_SECRET)
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        agent.erase(4)      # the SECRET
+    found = resume(lesson, sessions)
+    assert found[2:4] == extra, (
+        "the log's erase of message 4 should leave messages 2 and 3 with every key "
+        f"they had ({extra}); a new process reads {found[2:4]}")
+    assert agent.messages == found, (
+        "after erase(4) the agent's memory should hold what the log holds, the keys "
+        "it does not use itself included: a new process reads "
+        f"{found[2:4]} as messages 2 and 3, the agent holds {agent.messages[2:4]}")
 
 
 @pytest.mark.task("09.4")
