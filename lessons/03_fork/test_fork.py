@@ -900,6 +900,25 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
     expect_holds_named(sessions, refused.value, len(day_one) + 1, len(day_one))
 
 
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("upto", [1, 3])
+def test_more_messages_than_an_empty_session_holds_are_refused(lesson, sessions, upto):
+    """An empty log is a session of no messages (a fork of none leaves one): a fork
+    of its first `upto` messages asks for more than it holds, and is refused as any
+    such fork is, with nothing written, not made empty."""
+    (sessions / "quest-1.jsonl").write_bytes(b"")
+    before = snapshot(sessions)
+
+    with raises(ValueError,
+                f"quest-1's log is empty, a session of no messages; fork(..., "
+                f"upto={upto}) asks for more than it holds, and the fork went ahead, "
+                "an empty fork where none was asked for") as refused:
+        lesson.fork(sessions, "quest-1", "what-if", upto=upto)
+
+    expect_unchanged(sessions, before, "a refused fork must not create any file")
+    expect_holds_named(sessions, refused.value, upto, 0, "no byte")
+
+
 def expect_holds_named(sessions, error, upto, held, what=""):
     """Fail in 03.1 unless the text of `error`, refusing an `upto` past the end of
     quest-1, names how many messages quest-1 holds, `held` (its log holding `what`)."""
