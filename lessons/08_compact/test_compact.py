@@ -3028,3 +3028,87 @@ def test_compactions_leave_no_descriptor_open(lesson, sessions):
     assert len(compactions_in(path)) == 201, (
         f"each compaction is one marker line: 201 compactions, 201 markers; the log "
         f"holds {len(compactions_in(path))}")
+
+
+@pytest.mark.task("08.1")
+@pytest.mark.parametrize("odd", [{"$marker": "bookmark", "name": "before the cave"},
+                                 {"$marker": None}], ids=["a bookmark", "no kind"])
+def test_a_marker_of_a_kind_this_code_does_not_know_moves_no_boundary(lesson, sessions,
+                                                                       odd):
+    """A marker of a kind this code does not know (another program's bookmark), or of
+    no kind, is no message: it takes no index. A compaction marker read after it is
+    judged by the messages written before it, and one the log's compact writes after
+    it counts its "upto" among the messages alone, with some kept or with none."""
+    said = conversation(4)
+    path = sessions / "quest-1.jsonl"
+    ahead = [*said[:2], odd, *said[2:],
+             {"$marker": "compaction", "summary": "ahead", "upto": 5}]
+    found = lesson.parse_log(as_log(ahead).encode(), path).compaction()
+    assert found is None, (
+        f"messages 0 to 3 with the marker {odd} among them, then a compaction whose "
+        "'upto' is 5: only 4 messages were written before it (a marker is no message), "
+        "so it names a message never written before it and is no compaction; "
+        f"compaction() returned {found!r}")
+    for keep, upto in ((1, 3), (0, 4)):
+        path.write_text(as_log([*said[:2], odd, *said[2:]]))
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            returned = log.compact(f"Kept {keep}.", keep=keep)
+        markers = [marker.get("upto") for marker in compactions_in(path)]
+        found = lesson.read_log(path).compaction()
+        assert returned == upto and markers == [upto], (
+            f"a log of 4 messages with the marker {odd} among them, compacted keeping "
+            f"{keep}: the marker is no message, so 'upto' should be {upto}; compact "
+            f"returned {returned!r} and the log's markers say {markers}")
+        assert found == lesson.Compaction(f"Kept {keep}.", upto), (
+            f"read back, that compaction should stand, its boundary at place {upto}; "
+            f"the log gives {found!r}")
+
+
+@pytest.mark.task("08.2")
+@pytest.mark.parametrize("boundary", [None, 0, 2, 3])
+def test_the_view_sends_the_messages_from_the_boundary_as_they_were_said(lesson,
+                                                                         boundary):
+    """view() alone: the messages from the boundary on go as they were said, every key
+    of them, those this code does not use too (a user's "name", a provider's
+    "reasoning" or "refusal", a field another program added), with a compaction or
+    without one."""
+    said = [{"role": "user", "content": "message 0", "name": "Ana"},
+            {"role": "assistant", "content": "message 1", "reasoning": "Think."},
+            {"role": "user", "content": "message 2", "name": "Ana",
+             "x-origin": {"app": "map", "v": 1.0}},
+            {"role": "assistant", "content": "message 3", "refusal": None,
+             "reasoning": {"steps": [1, 2.0]}}]
+    compaction = None if boundary is None else lesson.Compaction("Before.", boundary)
+    agent = agent_without_session(lesson, said, compaction)
+    view = agent.view()
+    kept = said[boundary or 0:]
+    got = view[len(view) - len(kept):]
+    assert got == kept, (
+        f"with {'no compaction' if boundary is None else f'the boundary at {boundary}'}"
+        f", the request should end with the messages from the boundary on as they were "
+        f"said, every key kept: {kept}; it ends with {got}")
+
+
+@pytest.mark.task("08.1")
+def test_the_log_compacts_the_file_it_writes_not_whatever_its_name_points_to(
+        lesson, sessions):
+    """The log's compact counts `keep` among the messages of the log its writer
+    writes: if the name now points to another file (another program replaced it), the
+    marker still names the writer's own message, and lands in the writer's log."""
+    said = conversation(6)
+    path = sessions / "quest-1.jsonl"
+    path.write_text(as_log(said))
+    decoy = sessions / "decoy.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "message 6"})    # its writer now
+        decoy.write_text(as_log(said[:2]))
+        os.replace(decoy, path)     # the name: 2 messages now
+        try:
+            upto = log.compact("The first turns.", keep=1)
+        except Exception as error:      # what the user would see: said in words below
+            upto = f"{type(error).__name__}: {error}"
+    assert upto == 6, (
+        "the writer's log holds 7 messages, so a compaction keeping the last one "
+        f"should record and return 'upto' 6; compact gave {upto!r}"
+        + (", counted among the 2 messages of the file its name now points to, not "
+           "the log this writer opened" if upto == 1 else ""))
