@@ -856,19 +856,23 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
     lesson, sessions
 ):
     """Forking from an id that has no log is refused and creates no file, whatever
-    number of messages it asks for, and from a sessions folder that does not exist as
-    well; the refusal names the session it could not find."""
+    number of messages it asks for, onto whatever id (its own too), and from a
+    sessions folder that does not exist as well; the refusal names the session it
+    could not find."""
     nowhere = sessions / "nowhere"
-    for folder, options, why in (
-            (sessions, {}, "forking a session that has no log was allowed: a fork of "
-             "nothing is a mistake to report, not an empty session"),
-            (sessions, {"upto": 0}, "a fork of the first 0 messages of "
+    for folder, options, new_id, why in (
+            (sessions, {}, "what-if", "forking a session that has no log was allowed: "
+             "a fork of nothing is a mistake to report, not an empty session"),
+            (sessions, {"upto": 0}, "what-if", "a fork of the first 0 messages of "
              "'no-such-quest', which has no log, was allowed: a fork of nothing is a "
              "mistake to report, whatever number of messages it asks for, 0 too"),
-            (nowhere, {}, "forking from a folder that does not exist was allowed: a "
-             "fork of nothing is a mistake to report")):
+            (nowhere, {}, "what-if", "forking from a folder that does not exist was "
+             "allowed: a fork of nothing is a mistake to report"),
+            (sessions, {}, "no-such-quest", "a fork of 'no-such-quest', which has no "
+             "log, onto its own id returned as if made: a fork of nothing is a "
+             "mistake to report, onto whatever id it asks for")):
         with raises(lesson.SessionNotFound, why) as refused:
-            lesson.fork(folder, "no-such-quest", "what-if", **options)
+            lesson.fork(folder, "no-such-quest", new_id, **options)
         said = str(refused.value).replace(str(sessions), "")
         if "no-such-quest" not in said:
             where = "in" if folder == sessions else "from a missing folder,"
