@@ -1580,6 +1580,47 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
         f"expected {expected}\nfound    {bodies}")
 
 
+# Entries whose line a careless store would change on the way: each is stored as the
+# encoder gave it, and comes back so
+LINES_AS_GIVEN = {
+    "a line and a paragraph separator": {
+        "role": "user", "content": "one\u2028two\u2029three, all one line"},
+    "text beyond ASCII": {"role": "user",
+                          "content": "Caf\u00e9, Gr\u00fc\u00dfe, \u6771\u4eac"},
+    "numbers as they were": {"role": "assistant", "content": "Priced.",
+                             "x_price": 1.0, "x_count": 2 ** 70, "x_ratio": 1e-7},
+    "escapes and quotes": {"role": "user", "content": 'C:\\maps "old"\t\\u00e9'},
+    "a provider's keys of its own, in its order": {
+        "role": "assistant", "refusal": None, "content": "No.",
+        "reasoning": "The map is not for sale.", "name": "elder"},
+}
+
+
+@pytest.mark.task("11.2")
+@pytest.mark.parametrize("what", list(LINES_AS_GIVEN))
+def test_each_row_holds_its_line_exactly_as_given(lesson, database, what):
+    """_insert is given each entry's line, made by the store's encoder: the row holds
+    that text, not one escaped, normalised or made again from the entry on the way,
+    whatever it holds (U+2028, text beyond ASCII, 1.0 and a number beyond 64 bits,
+    keys a provider adds, in their order), and load() gives the message back so."""
+    message = LINES_AS_GIVEN[what]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Hello."})
+        log.append(message)
+    expected = lesson.encode_line(message).decode("utf-8")[:-1]
+    stored = [line for _, line, _ in rows(database)][1:]
+    assert stored == [expected], (
+        f"a message holding {what} should be stored as the line the encoder gave "
+        f"_insert, exactly:\nexpected {[expected]}\nstored   {stored}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = log.load()[1:]
+    as_sent = [json.dumps(message, ensure_ascii=False)]
+    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    assert as_loaded == as_sent, (
+        f"load() should give the message holding {what} back as it was appended:\n"
+        f"expected {as_sent}\ngot      {as_loaded}")
+
+
 @pytest.mark.task("11.2")
 def test_a_row_changed_by_hand_is_refused_naming_its_session_and_seq(lesson,
                                                                      database):
@@ -2125,6 +2166,30 @@ def two_calls_left_open(lesson, database):
 
 
 @pytest.mark.task("11.3")
+def test_a_repair_stores_the_kits_results_and_its_time_as_now_writes_it(lesson,
+                                                                        database):
+    """The repair records what lesson 04's does: for each call still open, the result
+    interrupted_result makes of it (the call was made; whether it ran is unknown, so
+    the model should check before it repeats), and a marker whose `at` is written as
+    now() writes a time, as every marker's is."""
+    open_calls = call_message(("call_a", "torch"), ("call_b", "map"))
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "A torch and a map."})
+        log.append(open_calls)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.open_for_append()
+    added = [json.loads(line) for _, line, _ in rows(database)[2:]]
+    expected = [lesson.interrupted_result(call) for call in open_calls["tool_calls"]]
+    assert added[1:] == expected, (
+        "after its marker, the repair should store for each open call the result "
+        f"interrupted_result makes of it:\nexpected {expected}\nfound    {added[1:]}")
+    at, shape = str(added[0].get("at")), re.sub(r"\d", "0", lesson.now())
+    assert re.sub(r"\d", "0", at) == shape, (
+        "the repair marker's `at` should be written as now() writes a time (here "
+        f"{lesson.now()!r}), as every marker's is; it is {at!r}")
+
+
+@pytest.mark.task("11.3")
 def test_two_hosts_opening_an_interrupted_session_at_once_repair_it_once(
     lesson, database, other
 ):
@@ -2512,13 +2577,16 @@ def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
 
 
 @pytest.mark.task("11.4")
+@pytest.mark.parametrize("size", [1, 4096, 7800])
 def test_store_blob_by_itself_stores_the_bytes_and_returns_their_name(lesson,
-                                                                       database):
+                                                                       database, size):
     """store_blob is called by itself too, on a writer that has stored nothing yet:
     the bytes are then in session_blobs under their sha256, the name it returns, as
-    text (the hash in hex, as a row's reference holds it)."""
-    data = "A map of the cave, drawn by the elder. ".encode("utf-8") * 200
+    text (the hash in hex, as a row's reference holds it), whatever their size, under
+    the writer's blob_threshold too (which content is large is outline's business)."""
+    data = ("A map of the cave, drawn by the elder. ".encode("utf-8") * 200)[:size]
     digest = hashlib.sha256(data).hexdigest()
+    lesson.connect(database).close()    # the tables made, whatever store_blob does
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         try:
             name = log.store_blob(data)
@@ -2737,6 +2805,44 @@ def test_an_agents_large_paste_reaches_the_model_whole(lesson, database):
         "row's business, not the caller's message's); the requests sent it whole: "
         f"{whole}, starting {[repr(content)[:60] for content in sent]}; the agent "
         f"keeps {repr(kept)[:60]}")
+
+
+@pytest.mark.task("11.4")
+def test_a_large_paste_keeps_every_key_of_its_message(lesson, database):
+    """Only the large content becomes a reference in the message's row: every other key
+    stays there as given, in its order (a name, a provider's reasoning or refusal, a
+    field of the client's own), and load() gives the message back whole, keys and
+    all, to be sent again as it was."""
+    pasted = "The town's charter, article by article.\n" * 200    # over 4096 bytes
+    messages = [
+        {"role": "user", "name": "Ayla", "content": pasted, "x_client": {"tab": 2}},
+        {"role": "assistant", "content": pasted, "refusal": None,
+         "reasoning": "Read it back.", "x_score": 1.0},
+    ]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        for message in messages:
+            log.append(message)
+    stored = [json.loads(line) for _, line, _ in rows(database)]
+    keys = [list(entry) for entry in stored]
+    assert keys == [list(message) for message in messages], (
+        "each pasted message's row should keep every key of the message, in its "
+        f"order, its content a reference: expected keys {[list(m) for m in messages]}, "
+        f"the rows hold {keys}")
+    others = [{key: value for key, value in entry.items() if key != "content"}
+              for entry in stored]
+    expected = [{key: value for key, value in message.items() if key != "content"}
+                for message in messages]
+    assert others == expected, (
+        "each pasted message's row should hold its other keys as given: expected "
+        f"{expected}, found {others}")
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        loaded = log.load()
+    as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
+    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    assert as_loaded == as_sent, (
+        "load() should give each pasted message back whole, every key in its order: "
+        f"expected {[text[-90:] for text in as_sent]}, got "
+        f"{[text[-90:] for text in as_loaded]} (their ends)")
 
 
 @pytest.mark.task("11.4")
@@ -3048,6 +3154,37 @@ def test_a_fork_of_a_session_with_markers_cuts_after_the_kept_messages(lesson,
         "last of them (seq 0 to 4; the undone messages and the undo markers after it "
         f"are no part of it), and say forked_at {len(shown)}; it shows {len(forked)} "
         f"message(s), holds seqs {copied}, and its row in `sessions` says {lineage}")
+
+
+@pytest.mark.task("11.5")
+@pytest.mark.parametrize("upto", [None, 2])
+def test_a_fork_copies_each_row_as_its_source_holds_it(lesson, database, upto):
+    """A fork copies rows; it never writes them again: each row it keeps has its
+    source's seq, line and body, whatever the row holds: a line another program wrote
+    (compact JSON, an escape, a duplicate key), a marker of a kind this code does not
+    know (another lesson's, a later version's), a NULL body."""
+    lines = [
+        '{"role":"user","content":"Caf\\u00e9 at the inn?"}',
+        '{"$marker": "pin", "note": "a later version\'s", '
+        '"at": "2026-01-01T00:00:00+00:00"}',
+        '{"role": "assistant", "content": "Yes.", "content": "Yes, by the well."}',
+        '{"role": "user", "content": "A NUL \\u0000 here."}',
+        '{"role": "assistant", "content": "Noted."}',
+    ]
+    lesson.connect(database).close()    # the tables made
+    sql(database, "INSERT INTO sessions (id) VALUES ('quest-1')")
+    for seq, line in enumerate(lines):
+        sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
+            "VALUES ('quest-1', %s, %s, %s::jsonb)",
+            (seq, line, None if "\\u0000" in line else line))
+    source = rows(database)
+    lesson.fork_postgres(database, "quest-1", "quest-2", upto=upto)
+    copied = rows(database, "quest-2")
+    expected = source if upto is None else source[:3]
+    assert copied == expected, (
+        f"a fork (upto={upto}) should copy its rows as the source holds them, seq, "
+        "line and body alike, a marker of a kind it does not know among them:\n"
+        f"expected {expected}\nfound    {copied}")
 
 
 @pytest.mark.task("11.5")
