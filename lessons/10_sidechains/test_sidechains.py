@@ -1372,6 +1372,27 @@ PARENT_SYSTEM = "You are an adventurer in a small town."
 
 
 @pytest.mark.task("10.3")
+def test_the_helper_is_asked_the_question_exactly_as_the_model_sent_it(lesson,
+                                                                       sessions):
+    """The question is handed on as the model wrote it, not tidied: its indented first
+    line, its blank line and the newline it ends with are the model's words too. The
+    helper's first request holds it as it came, and so does its side-chain."""
+    question = "  Which door?\n\n    door_a | door_b\n"
+    script = [use(call("ask_helper", question=question)), say(HELPER_ANSWER),
+              say(FINAL)]
+    _, model = play(lesson, sessions, ("Ask a helper.", script))
+    users = [m.get("content") for m in model.requests[1]["messages"]
+             if m.get("role") == "user"]
+    assert users == [question], (
+        f"the model asked the helper {question!r}: the helper's first request should "
+        f"carry that question as it is; it carried the user messages {users}")
+    first = json.loads(sidechain_bytes(sessions).split(b"\n")[0])
+    assert first.get("content") == question, (
+        f"the helper's side-chain should start with the question {question!r} as the "
+        f"model sent it; its first line is {first}")
+
+
+@pytest.mark.task("10.3")
 def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
     """The helper's first request carries its own system prompt and its question
     alone (not the parent's prompt or history), offers no ask_helper, and what it buys
@@ -1582,14 +1603,15 @@ def cut_off(text):
 
 @pytest.mark.task("10.3")
 @pytest.mark.parametrize("where", ["side-chain", "memory"])
-@pytest.mark.parametrize("text", [CUT_ANSWER, "<think>The elder said the cave"],
-                         ids=["text", "thinking"])
+@pytest.mark.parametrize("text", [CUT_ANSWER, "<think>The elder said the cave", ""],
+                         ids=["text", "thinking", "nothing"])
 def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
         lesson, sessions, where, text):
     """A helper whose last reply the server stopped at its length limit
     (finish_reason "length") gave no whole answer: the parent's model reads an error
     saying it was cut off, with the text the helper had given without its thinking,
-    never that text as if it were whole; the side-chain keeps the reply as it came."""
+    never that text as if it were whole; the side-chain keeps the reply as it came. A
+    reply cut off before it said anything was cut off all the same."""
     script = [use(call("ask_helper", question=QUESTION)), cut_off(text), say(FINAL)]
     messages, model = asked_a_helper(lesson, sessions, where, script)
     said = str(messages[2].get("content"))
@@ -1600,7 +1622,8 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
         f"(finish_reason 'length'): {text!r} reads as whole, and its end is lost. The "
         "parent's model should read an error (starting 'error:') saying the answer was "
         "cut off" + (f", followed by what the helper had said, {partial!r}"
-                     if partial else " (the helper had said nothing but thinking)")
+                     if partial else " (the helper had said nothing, or nothing but "
+                     "thinking)")
         + f"; it read {said!r}")
     if partial is None:
         assert "<think>" not in said, (
@@ -2412,15 +2435,18 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
 @pytest.mark.task("10.4")
 def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, sessions):
     """A pointer is a JSON value, whatever text holds it: one that another program
-    wrote compact, one with its keys in another order, one with spaces of its own.
-    Each is found, in the order of the log."""
+    wrote compact, one with its keys in another order, one with spaces of its own, one
+    whose texts are written with escapes (the same texts to a JSON reader), also in a
+    log where no line holds the word "sidechain" spelled out. Each is found, in the
+    order of the log."""
     at = "2026-01-01T00:00:00+00:00"
-    names = ["call_a", "call_b", "call_c"]
+    names = ["call_a", "call_b", "call_c", "call_d"]
     pointers = [{"$marker": "sidechain", "call": name, "session": "quest-1",
                  "sidechain": name, "at": at} for name in names]
     texts = [json.dumps(pointers[0], separators=(",", ":")),
              json.dumps(dict(reversed(list(pointers[1].items())))),
-             json.dumps(pointers[2], indent=None).replace(": ", " :  ")]
+             json.dumps(pointers[2], indent=None).replace(": ", " :  "),
+             json.dumps(pointers[3]).replace("sidechain", "sid\\u0065chain")]
     (sessions / "quest-1.jsonl").write_text(
         json.dumps({"role": "user", "content": "Ask a helper."}) + "\n"
         + "".join(text + "\n" for text in texts), encoding="utf-8")
@@ -2428,10 +2454,22 @@ def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, ses
     found = lesson.sidechains(sessions, "quest-1")
     expected = [(name, folder / f"{name}.jsonl") for name in names]
     assert found == expected, (
-        "the log holds three pointers, one written compact, one with its keys in "
-        "another order, one with spaces of its own: the same JSON values as the "
+        "the log holds four pointers, one written compact, one with its keys in "
+        "another order, one with spaces of its own, one whose texts hold escapes "
+        "(sid\\u0065chain for sidechain): the same JSON values as the "
         f"store's, so sidechains should give {[(c, p.name) for c, p in expected]}; "
         f"it gave {[(c, getattr(p, 'name', p)) for c, p in found]}")
+    # A log whose only pointer is written with escapes
+    escaped = json.dumps({"$marker": "sidechain", "call": "call_e",
+                          "session": "quest-2", "sidechain": "call_e", "at": at})
+    (sessions / "quest-2.jsonl").write_text(
+        escaped.replace("sidechain", "sid\\u0065chain") + "\n", encoding="utf-8")
+    found = lesson.sidechains(sessions, "quest-2")
+    expected = [("call_e", sessions / "quest-2.sidechains" / "call_e.jsonl")]
+    assert found == expected, (
+        "quest-2's log holds one pointer, to call_e, its texts written with escapes "
+        "(sid\\u0065chain for sidechain, the same JSON value as the store's): "
+        f"sidechains should give it; it gave {found}")
 
 
 @pytest.mark.task("10.4")
