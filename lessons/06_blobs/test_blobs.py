@@ -2498,17 +2498,20 @@ def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
 
 
 @pytest.mark.task("06.1")
-@pytest.mark.parametrize("target", ["the right bytes", "nothing"])
+@pytest.mark.parametrize("target", ["the right bytes", "nothing", "a folder"])
 def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions,
                                                                 tmp_path, target):
-    """A symbolic link under the blob's name, to the right bytes or to nothing, is no
-    stored blob (load refuses links): storing the content puts a real file there,
-    holding the content, and the link's target is left alone (not written, not
-    made)."""
+    """A symbolic link under the blob's name, to the right bytes, to nothing or to a
+    folder, is no stored blob (load refuses links), nor the folder a store never
+    replaces: storing the content puts a real file there, holding the content, and the
+    link's target is left alone (not written, not made, not emptied)."""
     data = PASTE.encode("utf-8")
     outside = tmp_path / "outside"
-    if target != "nothing":
+    if target == "the right bytes":
         outside.write_bytes(data)
+    elif target == "a folder":
+        outside.mkdir()
+        (outside / "notes.txt").write_text("the elder's notes", encoding="utf-8")
     (sessions / "blobs").mkdir(mode=0o700)
     blob = sessions / "blobs" / sha256(data)
     blob.symlink_to(outside)
@@ -2528,6 +2531,12 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
         assert not outside.exists(), (
             "the link at the blob's name pointed to nothing, and storing the content "
             "made the file it points to: a store writes nothing through a link")
+    elif target == "a folder":
+        held = sorted(path.name for path in outside.iterdir())
+        assert held == ["notes.txt"], (
+            "the link at the blob's name pointed to a folder, and storing the content "
+            f"changed that folder, which now holds {held}: a store writes nothing "
+            "through a link")
     else:
         assert outside.read_bytes() == data, "the link's target must not be written to"
     assert blob.read_bytes() == data, (
