@@ -15,6 +15,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import platform
 import queue
 import shutil
 import signal
@@ -514,7 +515,12 @@ def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
              "since": "2026-01-01T00:00:00+00:00"}
     lock.write_text(json.dumps(stale), encoding="utf-8")   # killed long ago
     lock.chmod(0o600)
+    # Every way the standard library tells this host's name gives that name
+    real = os.uname()
     monkeypatch.setattr(socket, "gethostname", lambda: host)
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(
+        (real.sysname, host, real.release, real.version, real.machine)))
+    monkeypatch.setattr(platform, "node", lambda: host)
     log = lesson.SessionLog(sessions, "quest-1")
     try:
         log.append(FIRST)
@@ -1998,17 +2004,20 @@ PLANTED = {"hard link": "a hard link to another session's log",
 
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("timeout", [0, None], ids=["timeout=0", "timeout=None"])
 @pytest.mark.parametrize("kind", list(PLANTED))
 def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesson,
                                                                           sessions,
-                                                                          kind):
+                                                                          kind,
+                                                                          timeout):
     """Another session's log planted as `quest-1.lock`, under a second name (a hard
     link, to a log that holds lines or to one still empty: a lock file is told by its
     names, not by what it holds) or as a symbolic link, or a symbolic link to a file
-    that does not exist: the writer refuses it at once with OSError, keeps no
-    descriptor of it, and leaves it as it was: the log is never truncated, nor its
-    mode changed, the link's target never created, and the planted name stays, still
-    naming what it named."""
+    that does not exist: the writer refuses it at once with OSError, whatever its
+    timeout (one that waits as long as it takes too: no one holds a planted file),
+    keeps no descriptor of it, and leaves it as it was: the log is never truncated,
+    nor its mode changed, the link's target never created, and the planted name
+    stays, still naming what it named."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     if kind.endswith("empty log"):
@@ -2031,16 +2040,18 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
                              f"{PLANTED[kind]} planted at the lock's name (a link "
                              "followed reaches a file the name never names: tried "
                              "again, it never becomes the lock)"):
-            with lesson.SessionLog(sessions, "quest-1") as log:
+            with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as log:
                 log.append(FIRST)
     except OSError as error:
         refused = error
     else:
-        pytest.fail(f"the writer took a lock file that is {PLANTED[kind]}, and wrote "
-                    "the session with no error (05.1)",
+        pytest.fail(f"the writer (timeout={timeout}) took a lock file that is "
+                    f"{PLANTED[kind]}, and wrote the session with no error (05.1): "
+                    "a planted file is refused at once, whatever the timeout",
                     pytrace=False)
     assert (sessions / "other.jsonl").read_bytes() == precious, (
-        f"the lock file was {PLANTED[kind]}: that log was overwritten")
+        f"the lock file was {PLANTED[kind]}: that log was overwritten by the writer "
+        f"(timeout={timeout})")
     mode = (sessions / "other.jsonl").stat().st_mode & 0o777
     assert mode == 0o644, (
         f"the lock file was {PLANTED[kind]}, of mode 0o644, and the refused writer "
