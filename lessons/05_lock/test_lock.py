@@ -2140,6 +2140,49 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
         log.close()
 
 
+@pytest.mark.task("05.1")
+def test_a_folder_at_the_lock_files_name_is_refused_and_left_alone(lesson, sessions):
+    """A folder at the lock file's name (made by hand, or by a tool gone wrong) is no
+    lock file: a writer, even one ready to wait 3 s, refuses it at once with an OSError
+    naming the lock file, keeps no descriptor, and leaves the folder and what it holds
+    as they were; once the folder is taken away, the same writer takes the session."""
+    lock = sessions / "quest-1.lock"
+    lock.mkdir()
+    (lock / "notes.txt").write_text("kept\n")
+    descriptors = open_descriptors()
+    log = lesson.SessionLog(sessions, "quest-1", timeout=WAIT)
+    try:
+        with given_up_within(2, "05.1", "a writer with timeout=3 met a folder at the "
+                             "lock's name, which no one holds, and kept trying to "
+                             "take it (waiting will not make it a lock file)"):
+            log.append(FIRST)
+    except OSError as error:
+        refused = error
+    else:
+        log.close()
+        pytest.fail("the writer took a folder at the lock's name for its lock and "
+                    "wrote the session with no error (05.1)", pytrace=False)
+    try:
+        assert str(lock) in str(refused), (
+            f"the refusal of the folder at the lock's name should name the lock file, "
+            f"{lock}; it says: {refused}")
+        assert lock.is_dir() and (lock / "notes.txt").read_text() == "kept\n", (
+            "the folder at the lock's name, or the file it held, was changed or "
+            "removed: what the writer refuses is not its to touch")
+        assert open_descriptors() == descriptors, (
+            "the folder at the lock's name was refused, and the process now holds "
+            f"{open_descriptors() - descriptors} more open descriptor(s) than before")
+        shutil.rmtree(lock)     # the user takes the folder away
+        try:
+            log.append(FIRST)
+        except OSError as error:
+            pytest.fail("the folder at the lock's name was taken away, and the same "
+                        "writer, asked again, was refused once more: "
+                        f"{type(error).__name__}: {error}", pytrace=False)
+    finally:
+        log.close()
+
+
 @pytest.mark.task("05.2")
 @pytest.mark.parametrize("folder_mode", [0o500, 0o000], ids=["read-only", "closed"])
 def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_mode):
