@@ -910,3 +910,32 @@ def test_an_insertion_is_placed_on_the_line_before_it():
                               replace=find.replace("\n    ", "\n    time.sleep(1)\n    ", 1))
 
     assert maintainers.edited_lines(SOURCE, wrong) == [9]
+
+
+def test_a_mutant_that_survives_in_its_group_is_tried_alone_before_it_is_reported(
+        copy, monkeypatch):
+    # A group's run can stop before the test that catches a mutant (its time limit),
+    # or a neighbour's test can leave the process changed: a survivor is tried alone.
+    from sessionlab import mutate
+    add_wrong(copy, HARMLESS + 'caught_by = "test_non_ascii_text_stays_readable_in_the_file"\n')
+    add_wrong(copy, HARMLESS.replace("a harmless edit", "another edit").replace(
+        "# (edited)", "# (changed)") + 'equivalent = "only a comment changes"\n')
+    passed = {"name": "test_non_ascii_text_stays_readable_in_the_file",
+              "nodeid": "x::test_non_ascii_text_stays_readable_in_the_file",
+              "outcome": "passed"}
+    failed = {**passed, "outcome": "failed", "exception": "AssertionError",
+              "message": "the line should hold the text as it is", "tasks": ["01.3"]}
+    runs = []
+
+    def run_mutants(root, lesson, sources, **options):
+        runs.append(len(sources))
+        alone = options.get("group") == 1
+        return {i: [failed if alone and "# (edited)" in text else passed]
+                for i, (_, text) in enumerate(sources)}, ""
+
+    monkeypatch.setattr(mutate, "run_mutants", run_mutants)
+    lesson = lesson_of(copy)
+    finding = maintainers.check_wrong_implementations(lesson)
+
+    assert finding.problems == [], finding.problems
+    assert runs == [2, 1], runs     # both in one run, then the survivor alone
