@@ -165,3 +165,20 @@ def test_a_result_is_given_to_the_implementation_its_test_ran_on(name, index):
     impl10 (the id was once read as two digits, giving results to the wrong entry)."""
     assert mutate.impl_index(name) == index, (
         f"{name!r} ran on implementation {index}, read as {mutate.impl_index(name)}")
+
+
+def test_a_run_that_pytest_gave_up_leaves_its_mutants_without_results(monkeypatch):
+    # pytest ends a run early on an internal error (exit status 3): the tests it did
+    # not reach are unknown, so no mutant of that run may pass for tested.
+    lesson = course.lesson("01", ROOT)
+    files = maintainers.solution_files(lesson)
+    module = next(iter(files))
+    ran = {"name": "test_x[impl00]", "nodeid": "t::test_x[impl00]", "outcome": "passed"}
+
+    def run_pytest(root, paths, *args):
+        return 3, {"results": [ran, {**ran, "name": "test_x[impl01]"}]}, "INTERNALERROR>"
+
+    monkeypatch.setattr(maintainers, "run_pytest", run_pytest)
+    results, _ = mutate.run_mutants(ROOT, lesson, [(module, files[module])] * 2)
+
+    assert results == {0: [], 1: []}

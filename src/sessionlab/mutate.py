@@ -461,10 +461,20 @@ def run_mutants(
             results.setdefault(index, []).append(entry)
         elif len(sources) == 1:
             results[0].append(entry)
-    if status is None or not report.get("results"):
+    # A run that timed out, or that pytest itself gave up (exit status 3, an internal
+    # error: one seen formatting a mutant's traceback), stopped at some test: what it
+    # left unrun is unknown, so none of its mutants has results (the caller may run
+    # them alone).
+    if status is None or status == pytest_internal_error() or not report.get("results"):
         for i in results:
             results[i] = []
     return results, output
+
+
+def pytest_internal_error() -> int:
+    """pytest's exit status for an internal error (3)."""
+    import pytest
+    return int(pytest.ExitCode.INTERNAL_ERROR)
 
 
 def failed_tests(entries: list[dict]) -> list[str]:
