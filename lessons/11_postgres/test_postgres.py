@@ -59,6 +59,18 @@ def rows(database, session_id="quest-1"):
             "ORDER BY seq", (session_id,)).fetchall()
 
 
+def as_texts(messages):
+    """Each message as JSON text: keys in their order, values as they are (what a
+    comparison of whole messages must see, where == on dicts ignores the order)."""
+    return [json.dumps(message, ensure_ascii=False) for message in messages]
+
+
+def load_back(lesson, database, session_id="quest-1"):
+    """What a writer of the session loads from the rows."""
+    with lesson.PostgresSessionLog(database, session_id) as log:
+        return log.load()
+
+
 def sql(database, statement, parameters=()):
     """Run one statement on its own connection; its rows, if it returns any."""
     with psycopg.connect(database, autocommit=True) as connection:
@@ -1563,10 +1575,7 @@ def test_a_message_comes_back_byte_true_whatever_jsonb_does(lesson, database):
                             "is stored exactly as given, whatever it holds (quotes, "
                             "per cent signs, backslashes), and one jsonb cannot hold "
                             "(the escape \\u0000) with a NULL body", pytrace=False)
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        loaded = log.load()
-    as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
-    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    as_sent, as_loaded = as_texts(messages), as_texts(load_back(lesson, database))
     assert as_loaded == as_sent, (
         "load() should give each message back exactly as it was appended, keys in "
         f"their order, arguments as the model wrote them:\nexpected {as_sent}\n"
@@ -1612,10 +1621,7 @@ def test_each_row_holds_its_line_exactly_as_given(lesson, database, what):
     assert stored == [expected], (
         f"a message holding {what} should be stored as the line the encoder gave "
         f"_insert, exactly:\nexpected {[expected]}\nstored   {stored}")
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        loaded = log.load()[1:]
-    as_sent = [json.dumps(message, ensure_ascii=False)]
-    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    as_sent, as_loaded = as_texts([message]), as_texts(load_back(lesson, database)[1:])
     assert as_loaded == as_sent, (
         f"load() should give the message holding {what} back as it was appended:\n"
         f"expected {as_sent}\ngot      {as_loaded}")
@@ -2835,10 +2841,7 @@ def test_a_large_paste_keeps_every_key_of_its_message(lesson, database):
     assert others == expected, (
         "each pasted message's row should hold its other keys as given: expected "
         f"{expected}, found {others}")
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        loaded = log.load()
-    as_sent = [json.dumps(m, ensure_ascii=False) for m in messages]
-    as_loaded = [json.dumps(m, ensure_ascii=False) for m in loaded]
+    as_sent, as_loaded = as_texts(messages), as_texts(load_back(lesson, database))
     assert as_loaded == as_sent, (
         "load() should give each pasted message back whole, every key in its order: "
         f"expected {[text[-90:] for text in as_sent]}, got "

@@ -858,10 +858,9 @@ def check_wrong_implementations(lesson: course.Lesson,
     # a busy machine) took every mutant of its group with it: each of those runs again
     # alone, so that a problem is the mutant's own, never its neighbour's.
     died = [i for i in range(len(usable)) if not results.get(i)]
-    # So does a mutant that should be caught and is not: its group's run may have
-    # stopped before the test that catches it (the time limit of a run ends it between
-    # two tests), or a test run on a neighbour may have left the process changed. It
-    # is a problem only if it survives alone too. (Few: none, when the corpus holds.)
+    # So does a mutant that should be caught and is not: a test run on a neighbour
+    # may have left the process changed. It is a problem only if it survives alone
+    # too. (Few: none, when the corpus holds.)
     died += [i for i, wrong in enumerate(usable) if i not in died and wrong.caught_by
              and not failed_tests(results[i])]
     if died and len(usable) > 1:

@@ -390,6 +390,10 @@ def impl_index(test_name: str) -> int | None:
     return int(found[1]) if found else None
 
 
+# pytest's exit status when it gives a run up (pytest.ExitCode.INTERNAL_ERROR)
+PYTEST_INTERNAL_ERROR = 3
+
+
 def run_mutants(
     root: Path,
     lesson: course.Lesson,
@@ -465,16 +469,10 @@ def run_mutants(
     # error: one seen formatting a mutant's traceback), stopped at some test: what it
     # left unrun is unknown, so none of its mutants has results (the caller may run
     # them alone).
-    if status is None or status == pytest_internal_error() or not report.get("results"):
+    if status is None or status == PYTEST_INTERNAL_ERROR or not report.get("results"):
         for i in results:
             results[i] = []
     return results, output
-
-
-def pytest_internal_error() -> int:
-    """pytest's exit status for an internal error (3)."""
-    import pytest
-    return int(pytest.ExitCode.INTERNAL_ERROR)
 
 
 def failed_tests(entries: list[dict]) -> list[str]:
