@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from . import calls, course, hangs, lazy_sdk
+from . import calls, course, hangs, lazy_sdk, tracebacks
 
 # Before anything imports openai: a lesson's cold run then loads the SDK's chat-completions
 # parts only, not every API it covers (most of a second; see sessionlab.lazy_sdk).
@@ -293,6 +293,10 @@ def _lesson_in(folder: Path) -> course.Lesson | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    # Before anything formats it: a hang's traceback may hold an entry without a line,
+    # which pytest cannot format (see sessionlab.tracebacks).
+    if call.excinfo is not None and tracebacks.give_every_entry_a_line(call.excinfo.value):
+        call.excinfo = pytest.ExceptionInfo.from_exception(call.excinfo.value)
     lesson = _lesson_of(item) if call.excinfo is not None else None
     worded = _worded_failure(call.excinfo, item) if lesson is not None else None
     import_failed = (lesson is not None and call.when == "setup"
