@@ -217,7 +217,8 @@ def test_an_argument_sent_as_null_reaches_the_tool_as_none(lesson, tool):
 def test_a_call_that_failed_runs_again_when_the_model_sends_it_again(lesson):
     """Trying again is the model's choice: a call that failed, sent again on a later
     request (the same tool, the same arguments), runs again, and its result is what
-    the tool does this time, not the failure remembered from the first."""
+    the tool does this time, not the failure remembered from the first; a call that
+    worked, sent again, runs again too."""
     tries = []
 
     def buy(item):
@@ -238,6 +239,13 @@ def test_a_call_that_failed_runs_again_when_the_model_sends_it_again(lesson):
         "model sent the same call again once it opened: the call should run again "
         f"and answer 'You bought a torch.'; the tool ran {len(tries)} time(s) and "
         f"the second result is {again!r}, the first failure told again")
+    third = run_call(lesson, FewTools(buy=buy), dict(call_sent),
+                     "the model sent the same call a third time")
+    assert tries == ["torch"] * 3 and third == "You bought a torch.", (
+        "the model sent the same call to buy a torch a third time, after it had "
+        f"worked: it should run again (the model asked for a second torch); the tool "
+        f"ran {len(tries)} time(s) in all and the third result is {third!r}: a call "
+        "sent again runs again, whatever became of it before")
 
 
 @pytest.mark.task("00.1")
@@ -1568,3 +1576,92 @@ def test_every_request_goes_through_ask_model(lesson, model, town):
         f"{len(asked)} of them: every request should go through ask_model(), where "
         "the system prompt is put first and later lessons save the log before the "
         "model sees it")
+
+
+@pytest.mark.task("00.2")
+def test_a_tool_that_ends_the_program_ends_the_turn(lesson, model, town):
+    """A tool that asks the program to exit (SystemExit) ends run() too: the loop does
+    not answer it with an error result and go on asking the model."""
+    def leave_town():
+        raise SystemExit("The adventurer goes home.")
+
+    model.add(use(call("leave_town")), say("Farewell."))
+    tools = FewTools(leave_town=leave_town)
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+    try:
+        answer = agent.run("Go home.")
+    except SystemExit:
+        return
+    try:
+        alone = lesson.run_tool(tools, tool_call("leave_town", "{}"))
+    except SystemExit:
+        alone = None
+    fail_in("00.2" if alone is None else "00.1",
+            "the tool leave_town asked the program to exit (SystemExit), and run() "
+            f"returned {answer!r} after {len(model.requests)} model calls: the program "
+            "should end, as the tool meant it to; a tool's failures are the model's to "
+            "read, not its request to exit. " + (
+                "run_tool lets SystemExit through; the loop (task 00.2) must not catch "
+                "it either" if alone is None else f"run_tool (task 00.1) returned "
+                f"{alone!r} instead of letting SystemExit through"))
+
+
+@pytest.mark.task("00.2")
+@AFTER_A_TOOL
+def test_ctrl_c_while_the_model_is_asked_stops_the_turn(lesson, model, town, before):
+    """The user's Ctrl-C while the model is asked stops run(): it is not an empty
+    answer, and the history gains no reply the model never sent, on the turn's first
+    request or a later one; what the turn did before it stays."""
+    model.add(*[use(call("talk_to", npc="elder"))] * before, say("Hello, traveller."))
+    agent = new_agent(lesson, model, town)
+    asked = []
+    real_ask = agent.ask_model
+
+    def ask_model():
+        asked.append(1)
+        if len(asked) == 1 + before:
+            raise KeyboardInterrupt
+        return real_ask()
+
+    agent.ask_model = ask_model
+    with raises(KeyboardInterrupt, f"the user pressed Ctrl-C during "
+                f"{requests_before(before)} and run() did not let it stop the turn: "
+                "the caller takes what it returned for the model's answer"):
+        agent.run("Hello?")
+    roles = [m.get("role") for m in agent.messages]
+    assert roles == ["user"] + ["assistant", "tool"] * before, (
+        f"the user pressed Ctrl-C during {requests_before(before)}, so the model said "
+        f"nothing then; the history should hold the user's message"
+        f"{' and the call that ran, with its result' if before else ''}, and its "
+        f"roles are {roles}: a reply the model never sent would go back to it as its "
+        "own words, with every later request")
+
+
+@pytest.mark.task("00.1")
+def test_ctrl_c_while_arguments_are_read_stops_the_program(lesson, monkeypatch):
+    """The user's Ctrl-C while a call's long arguments are read stops the program, as
+    it does while the tool runs: it is no mistake of the model's to answer with an
+    error result."""
+    ran = []
+    interrupted = []
+
+    def loads(*args, **kwargs):
+        interrupted.append(1)
+        raise KeyboardInterrupt
+
+    sent = '{"item": "' + "rope " * 20_000 + '"}'
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(lesson.json, "loads", loads)
+            result = lesson.run_tool(FewTools(buy=lambda item: ran.append(item)),
+                                     tool_call("buy", sent))
+    except KeyboardInterrupt:
+        return
+    if not interrupted:
+        return      # arguments read without json.loads: nothing to interrupt here
+    pytest.fail("the user pressed Ctrl-C while the arguments of a call to buy (100 KB "
+                f"of JSON) were read, and run_tool returned {str(result)[:100]!r}: "
+                "Ctrl-C is the user stopping the program, not a mistake of the "
+                "model's; whatever catches the JSON reader's errors must let it "
+                "through", pytrace=False)
