@@ -1169,6 +1169,128 @@ def test_a_fork_leaves_no_file_open(lesson, sessions, day_one, monkeypatch):
                     "not")
 
 
+class FailingReads:
+    """The source's file as open() hands it over while its reads fail: every read
+    raises `error()`, and closing it closes the real file."""
+
+    def __init__(self, real, error):
+        self._real, self._error = real, error
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self._real.close()
+
+    def __iter__(self):
+        raise self._error()
+
+    def _fail(self, *args, **kwargs):
+        raise self._error()
+
+    read = readall = readinto = readline = readlines = _fail
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("step, failure", [
+    ("reading the source", "EIO"), ("reading the source", "Ctrl-C"),
+    ("judging a line of the source", "Ctrl-C"),
+    ("judging the source's last line, which lacks its newline", "Ctrl-C")])
+def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
+        lesson, sessions, monkeypatch, step, failure):
+    """A fork whose read of its source fails (EIO, a failing disk), or that Ctrl-C
+    (KeyboardInterrupt) interrupts while it reads the source or judges one of its
+    lines: the error that happened reaches the caller as itself (never a refusal of
+    the fork's own words, never swallowed), no fork is made, not even a shorter one,
+    the folder is as it was, and no file is left open, even while the error is held."""
+    import builtins
+    import io
+    import sys
+    source = sessions / "quest-1.jsonl"
+    last = b'{"role": "user", "content": "And the guard?"}'
+    source.write_bytes(M1 + b"\n" + M2 + b"\n" + last)    # the last lacks its newline
+    target = M2 if step.startswith("judging a line") else last
+    before = snapshot(sessions)
+    came = []
+
+    def error():
+        came.append(step)
+        if failure == "EIO":
+            return OSError(errno.EIO, os.strerror(errno.EIO))
+        return KeyboardInterrupt()
+
+    def is_source(path):
+        try:
+            return os.path.realpath(path) == os.path.realpath(source)
+        except (TypeError, ValueError, OSError):
+            return False
+
+    if step == "reading the source":
+        real_open, real_read = builtins.open, os.read
+
+        def failing_open(file, *args, **kwargs):
+            opened = real_open(file, *args, **kwargs)
+            return FailingReads(opened, error) if is_source(file) else opened
+
+        def failing_read(fd, *args):
+            if is_source(f"/proc/self/fd/{fd}"):
+                raise error()
+            return real_read(fd, *args)
+        monkeypatch.setattr(builtins, "open", failing_open)
+        monkeypatch.setattr(io, "open", failing_open)
+        monkeypatch.setattr(os, "read", failing_read)
+    else:
+        forks = sys.modules[lesson.fork.__module__]
+        real_parse = getattr(forks, "parse_line", None)
+        if real_parse is None:
+            pytest.skip("this fork judges its source's lines without parse_line")
+
+        def parse_line(line, *args, **kwargs):
+            raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+            if raw.rstrip(b"\n") == target and not came:
+                raise error()
+            return real_parse(line, *args, **kwargs)
+        monkeypatch.setattr(forks, "parse_line", parse_line)
+
+    outcome = None
+    try:
+        lesson.fork(sessions, "quest-1", "what-if")
+        found = "returned, the fork made"
+    except NotImplementedError:
+        raise
+    except BaseException as raised:     # noqa: BLE001 - what came back is the point
+        outcome = raised
+        found = f"raised {described(raised)}"
+    left = open_in(sessions)
+    monkeypatch.undo()
+    if not came:
+        del outcome
+        pytest.skip(f"this fork's {step} took a way this test cannot make fail")
+    expected = "OSError (EIO)" if failure == "EIO" else "KeyboardInterrupt"
+    if failure == "EIO":
+        reached = isinstance(outcome, OSError) and outcome.errno == errno.EIO
+    else:
+        reached = isinstance(outcome, KeyboardInterrupt)
+    del outcome
+    if not reached:
+        pytest.fail(f"{failure} came while the fork was {step}; that error should "
+                    f"reach the caller as itself ({expected}), the fork not made. "
+                    f"The fork {found}", pytrace=False)
+    if left:
+        pytest.fail(f"{failure} came while the fork was {step}; the fork raised it, "
+                    f"rightly, but left {left} open while its error was held: a "
+                    "file is closed on every way out of the code that opened it "
+                    "(with, or finally), not only on the errors an except names",
+                    pytrace=False)
+    expect_unchanged(sessions, before,
+                     f"{failure} came while the fork was {step}; the fork raised it "
+                     "but changed the folder: a fork that raises leaves every file as "
+                     "it was, and makes no fork")
+
+
 @pytest.mark.task("03.2")
 def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
         lesson, sessions, day_one):
