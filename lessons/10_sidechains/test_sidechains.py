@@ -1934,7 +1934,11 @@ def test_a_ctrl_c_while_the_helper_works_stops_the_parents_run(lesson, sessions,
                                                                where):
     """The user presses Ctrl-C while the helper works (here: inside the tool it runs).
     That is no answer and no giving up: the parent's run stops with the
-    KeyboardInterrupt, and the parent's model is asked nothing more."""
+    KeyboardInterrupt, and the parent's model is asked nothing more. However the
+    helper ended, a Ctrl-C too, its side-chain is free and its writer closed: once
+    the parent is closed, the process holds no more open files than before (a chat
+    catches Ctrl-C to go on, and a side-chain kept open stays locked)."""
+    before = open_descriptors()
     town = HelperTown()
 
     def interrupted(npc):
@@ -1959,6 +1963,14 @@ def test_a_ctrl_c_while_the_helper_works_stops_the_parents_run(lesson, sessions,
         "run should stop with it, the parent's model asked nothing more. "
         + ("Instead the run went on" if not stopped else "The run stopped")
         + f": {told(lesson, model)}")
+    if where == "side-chain":
+        left = open_descriptors() - before
+        assert left <= 0, (
+            "the user pressed Ctrl-C while the helper worked, and the parent's log was "
+            f"then closed; this process still holds {left} more file descriptor(s) "
+            "than before: the side-chain's writer must be closed however its helper "
+            "ends, a Ctrl-C (a KeyboardInterrupt, which is no Exception) included")
+        left_locked(lesson, sessions)
 
 
 @pytest.mark.task("10.3")
