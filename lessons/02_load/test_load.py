@@ -1537,3 +1537,66 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
     assert started is None, (
         f"{setting}; a new agent on the session started with {started!r}, as if the "
         "session were new, where making it should raise the error load gives")
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("where", ["a line is read", "the log is read"])
+def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypatch,
+                                                      where):
+    """The user's Ctrl-C while a log loads stops the load as it is: it reaches the
+    caller as KeyboardInterrupt, not as a refusal that blames a line of the log, and it
+    leaves nothing open, whether it comes while a line is read or while the file is."""
+    lines = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    (sessions / "quest-1.jsonl").write_bytes(
+        b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    interrupted = []
+    log_module = sys.modules[lesson.SessionLog.__module__]
+    real_parse, real_read = log_module.parse_line, os.read
+
+    def parse_line(line):
+        if len(interrupted) == 0 and b"message 1" in line:
+            interrupted.append(where)
+            raise KeyboardInterrupt
+        return real_parse(line)
+
+    def read(fd, size):
+        if not interrupted and stat_is_log(fd):
+            interrupted.append(where)
+            raise KeyboardInterrupt
+        return real_read(fd, size)
+
+    def stat_is_log(fd):
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(sessions / "quest-1.jsonl"))
+        except OSError:
+            return False
+
+    gc.collect()
+    before = open_descriptors()
+    stopped = None
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with monkeypatch.context() as patch:
+            if where == "a line is read":
+                patch.setattr(log_module, "parse_line", parse_line)
+            else:
+                patch.setattr(os, "read", read)
+            try:
+                log.load()
+            except NotImplementedError:
+                raise
+            except BaseException as error:  # noqa: BLE001 - what reached the caller
+                stopped = error
+        if not interrupted:
+            return      # this load reads without that call: nothing to interrupt here
+        still_open = open_descriptors() - before
+    told = described(stopped) if stopped is not None else "nothing"
+    assert isinstance(stopped, KeyboardInterrupt), (
+        f"the user pressed Ctrl-C while {where} during a load of a log whose lines are "
+        f"all messages, and the caller got {told}: Ctrl-C must reach the caller as "
+        "KeyboardInterrupt, to stop the program, never as a refusal of a line nothing "
+        "is wrong with (whoever reads it would go and mend a log that is fine)")
+    assert still_open <= 0, (
+        f"the user pressed Ctrl-C while {where} during a load, and {still_open} more "
+        "descriptor(s) are open than before it, while the KeyboardInterrupt is kept: a "
+        "load leaves nothing open however it ends, Ctrl-C included (close the file in "
+        "a finally or a with, not in an except Exception)")
