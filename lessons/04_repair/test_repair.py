@@ -339,6 +339,54 @@ PLACES = {
 
 
 @pytest.mark.task("04.1")
+@pytest.mark.parametrize("where", ["a whole line in the middle",
+                                   "a whole last line without its newline"])
+def test_parse_log_lets_an_interrupt_reach_its_caller(lesson, sessions, monkeypatch,
+                                                      where):
+    """Ctrl-C (KeyboardInterrupt) lands while parse_log judges a line that is a whole
+    message: the interrupt is no verdict on the line. It reaches the caller as itself,
+    never as CorruptLog (the line is whole) and never swallowed as a torn tail (the
+    writer would then cut a whole message from the log)."""
+    import sys
+    first = b'{"role": "user", "content": "Ask the elder."}'
+    middle = b'{"role": "assistant", "content": "He sleeps."}'
+    last = b'{"role": "user", "content": "Then the guard."}'
+    data = first + b"\n" + middle + b"\n" + last
+    target = middle if where.startswith("a whole line") else last
+    reading = sys.modules[lesson.parse_log.__module__]
+    real = getattr(reading, "parse_line", None)
+    if real is None:
+        pytest.skip("this parse_log judges its lines without parse_line")
+    came = []
+
+    def parse_line(line, *args, **kwargs):
+        raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+        if raw.rstrip(b"\n") == target and not came:
+            came.append(target)
+            raise KeyboardInterrupt
+        return real(line, *args, **kwargs)
+    monkeypatch.setattr(reading, "parse_line", parse_line)
+    try:
+        state = lesson.parse_log(data, sessions / "quest-1.jsonl")
+        found = (f"returned {len(state.entries)} entries, the bytes past {state.end} "
+                 "taken for a torn tail")
+    except KeyboardInterrupt:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        found = f"raised {type(error).__name__}: {error}"
+    finally:
+        monkeypatch.undo()
+    if not came:
+        pytest.skip("this parse_log judged the line by a way this test cannot stop")
+    pytest.fail(f"Ctrl-C came while parse_log judged {where}, a whole message; the "
+                "interrupt should reach the caller as KeyboardInterrupt, as it came: "
+                "it says nothing about the line, which is whole. parse_log " + found,
+                pytrace=False)
+
+
+@pytest.mark.task("04.1")
 @pytest.mark.parametrize("place", list(PLACES))
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_parse_log_names_a_damaged_whole_line_by_its_place_in_the_file(
@@ -790,19 +838,21 @@ TAKEN_OVER = {
 
 
 @pytest.mark.task("04.3")
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
 @pytest.mark.parametrize("case", list(TAKEN_OVER))
-def test_a_takeover_keeps_no_descriptor_but_the_writers_own(lesson, sessions, case):
-    """A writer that takes a log over holds one descriptor then, its log's, whatever it
-    found: a log it repaired (and read again), a whole one, or a corrupt one it
-    refused, when it holds none, even while the error is still held (as a caller that
-    reports it holds it). Closed, it holds none. A server resumes sessions all day:
-    one descriptor more at each resume, and it runs out of them."""
+def test_a_takeover_keeps_no_descriptor_but_the_writers_own(lesson, sessions, case,
+                                                            durable):
+    """A writer, plain or durable, that takes a log over holds one descriptor then, its
+    log's, whatever it found: a log it repaired (and read again), a whole one, or a
+    corrupt one it refused, when it holds none, even while the error is still held (as
+    a caller that reports it holds it). Closed, it holds none. A server resumes
+    sessions all day: one descriptor more at each resume, and it runs out of them."""
     entries, tail, damage = TAKEN_OVER[case]
     path = write_log(sessions, entries, tail=tail)
     if damage is not None:
         lines = path.read_bytes().split(b"\n")
         path.write_bytes(b"\n".join([lines[0], damage, *lines[1:]]))
-    log = lesson.SessionLog(sessions, "quest-1")
+    log = lesson.SessionLog(sessions, "quest-1", durable=durable)
     before = open_descriptors()
     try:
         log.open_for_append()
@@ -822,7 +872,8 @@ def test_a_takeover_keeps_no_descriptor_but_the_writers_own(lesson, sessions, ca
     after = open_descriptors() - before
     expected = 0 if damage is not None else 1
     if held != expected or after:
-        fail_in("04.3", f"a log with {case} {did}; the writer should then hold "
+        fail_in("04.3", f"a log with {case} {did} by a {('plain', 'durable')[durable]} "
+                f"writer; the writer should then hold "
                 f"{expected} descriptor(s) (its log's, if it took the log over), "
                 f"and it holds {held}, {after} once closed: each resume leaves "
                 f"{max(held - expected, after)} more open, and a process that resumes "
@@ -1689,6 +1740,49 @@ def test_a_settle_stopped_half_way_by_a_full_disk_answers_no_call_twice(
 
 
 @pytest.mark.task("04.4")
+def test_a_settle_stopped_half_way_by_ctrl_c_answers_the_rest_as_never_started(
+        lesson, sessions, town):
+    """Ctrl-C inside the second of three calls; the next run settles, and Ctrl-C comes
+    again as the answer to the third call is about to be written, after the second's
+    was. A settle stopped half-way, by Ctrl-C as by a full disk, ran no call: the next
+    run answers the third call as never started, once, in memory and in the log."""
+    model = elder_torch_and_rope()
+    with agent_keeping_the_log(lesson, sessions, model, interrupted_in_buy(town)) \
+            as agent:
+        stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
+        calls = [call for message in agent.messages
+                 for call in message.get("tool_calls") or ()]
+        assert len(calls) == 3, (
+            f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+        log, real = agent.session, agent.session.append
+        came = []
+
+        def append(message):
+            if message.get("tool_call_id") == calls[-1]["id"] and not came:
+                came.append(message)
+                raise KeyboardInterrupt     # Ctrl-C, as the answer is written
+            return real(message)
+        log.append = append
+        try:
+            with raises(KeyboardInterrupt, "Ctrl-C came as the settle wrote its "
+                        "answer to the third call, and the run went on as if nothing "
+                        "had happened"):
+                agent.run("Go on.")
+        finally:
+            del log.append
+        if not came:
+            pytest.skip("this settle wrote no answer to the third call through the "
+                        "log's append")
+        agent.run("Go on.")
+    entries = entries_in(sessions / "quest-1.jsonl")
+    calls_answered_in_order(entries)
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
+                      "Ctrl-C inside the second of three calls, then again as the "
+                      "settle wrote the answer to the third, after the second's")
+    memory_holds_the_log(agent, entries)
+
+
+@pytest.mark.task("04.4")
 def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
         lesson, sessions, town, monkeypatch):
     """Four calls; the disk fills up as the second's result is written; the user makes
@@ -2118,8 +2212,14 @@ def test_a_repair_the_disk_refused_is_made_by_the_next_takeover(
     try:
         with raises(OSError, "the disk was full, so the repair could not be written, "
                     "yet the resume went on as if the writer had taken the log over: "
-                    "the calls are still open in it, with no result and no marker"):
+                    "the calls are still open in it, with no result and no marker"
+                    ) as refused:
             lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        assert refused.value.errno == errno.ENOSPC, (
+            "the disk was full as the repair was written; the takeover should stop "
+            "with the disk's own error, its errno ENOSPC kept, so that a caller can "
+            "tell a full disk (and ask for room); it raised an OSError whose errno is "
+            f"{refused.value.errno}: {refused.value}")
         room[0] = True      # the user makes room, and tries again
         if retry == "the same writer":
             log.append({"role": "user", "content": "Go on."})
