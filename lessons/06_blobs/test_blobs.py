@@ -1703,12 +1703,14 @@ def test_a_durable_store_whose_sync_of_the_new_blob_fails_says_so_and_stores_it_
             "load the message before it and the paste, whole")
 
 
-def fail_syncs_of(monkeypatch, inode):
-    """From now on every fsync or fdatasync of the file `inode` fails (EIO), until
-    monkeypatch.undo()."""
+def fail_syncs_of(monkeypatch, inode, interrupt=False):
+    """From now on every fsync or fdatasync of the file `inode` fails (EIO), or is
+    interrupted by a Ctrl-C when `interrupt`, until monkeypatch.undo()."""
     def failing(real):
         def sync(fd):
             if os.fstat(fd).st_ino == inode:
+                if interrupt:
+                    raise KeyboardInterrupt
                 raise OSError(5, "Input/output error")
             real(fd)
         return sync
@@ -1718,15 +1720,16 @@ def fail_syncs_of(monkeypatch, inode):
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C"])
 @pytest.mark.parametrize("failing", ["blobs/", "the blob"])
 def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, sessions,
                                                                      monkeypatch,
-                                                                     failing):
+                                                                     failing, failure):
     """A durable writer finds the blob stored by a writer that never synced it, and the
-    sync of blobs/, or of the blob's bytes, fails (EIO), twice: the OSError reaches the
-    caller, the blob stays as it was, no descriptor stays open, and the next store of
-    the same content syncs the blob and blobs/, for nothing was made durable the first
-    time."""
+    sync of blobs/, or of the blob's bytes, fails (EIO) or is interrupted by a Ctrl-C,
+    twice: the error reaches the caller as it was, the blob stays as it was, no
+    descriptor stays open, and the next store of the same content syncs the blob and
+    blobs/, for nothing was made durable the first time."""
     data = PASTE.encode("utf-8")
     blob = store(lesson, sessions, data, "quick")                # not durable
     assert blob.is_file(), (
@@ -1737,9 +1740,11 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
         before = open_descriptors()
         fail_syncs_of(monkeypatch,
-                      folder if failing == "blobs/" else blob.stat().st_ino)
+                      folder if failing == "blobs/" else blob.stat().st_ino,
+                      interrupt=failure == "Ctrl-C")
         for _ in range(2):
-            with raises(OSError, f"syncing {failing} failed for a blob another writer "
+            expected = KeyboardInterrupt if failure == "Ctrl-C" else OSError
+            with raises(expected, f"syncing {failing} failed for a blob another writer "
                                  "had stored, yet store_blob returned: the line append "
                                  "writes next could survive a power cut that loses "
                                  "the blob"):
@@ -1748,8 +1753,8 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
         leaked = open_descriptors() - before
         assert leaked == 0, (
             f"two stores of a blob another writer had stored failed while syncing "
-            f"{failing} (EIO), and left {leaked} file descriptor(s) open: every failed "
-            "try holds one more, until the process can open no file at all")
+            f"{failing} ({failure}), and left {leaked} file descriptor(s) open: every "
+            "failed try holds one more, until the process can open no file at all")
         if not blob.is_file() or blob.read_bytes() != data:
             fail_in("06.1", f"the sync of {failing} failed for the blob {blob.name}, "
                     "which another writer had stored whole; the store then "
@@ -1763,7 +1768,8 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
         f"the first stores failed while syncing {failing}, so the blob another writer "
         "stored is not known to be on disk; storing it again should sync the blob and "
         f"blobs/ before returning, and it synced {len(synced)} file(s), not both: "
-        "this writer took the blob whose sync failed for one it had synced")
+        f"this writer took the blob whose sync failed ({failure}) for one it had "
+        "synced")
 
 
 @pytest.mark.task("06.1")
@@ -1827,6 +1833,7 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
         return rename
 
     durable = moment == "its bytes are synced"
+    before = open_descriptors()
     with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
         if durable:
             for name in ("fsync", "fdatasync"):
@@ -1854,6 +1861,11 @@ def test_a_ctrl_c_while_a_blob_is_stored_leaves_no_copy_behind(lesson, sessions,
     if names:
         assert (folder / digest).read_bytes() == data, (
             f"after a Ctrl-C, blobs/{digest} holds bytes that are not the content")
+    leaked = open_descriptors() - before
+    assert leaked == 0, (
+        f"a Ctrl-C while {moment} left {leaked} file descriptor(s) open once the log "
+        "was closed: the temporary file's descriptor is closed on every way out, a "
+        "KeyboardInterrupt too (in a finally, not in an except OSError)")
 
 
 @pytest.mark.task("06.1")
@@ -1883,7 +1895,7 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
         "no file may grow past 256 KB here, so storing the 1 MB paste must fail with "
         f"OSError; the append returned normally ({result['outcome']})")
     too_large = os.strerror(errno.EFBIG)
-    assert result["errno"] == errno.EFBIG or too_large in result["outcome"], (
+    assert result["errno"] == errno.EFBIG and too_large in result["outcome"], (
         f"the disk refused the blob's bytes ({too_large}), and the append failed with "
         f"{result['outcome']!r}, which no longer says so: the user should learn from "
         "the error what the system said (its errno, its words), to know that the disk "
@@ -2310,6 +2322,56 @@ def test_a_ctrl_c_while_a_blob_is_read_stays_a_ctrl_c(lesson, sessions, monkeypa
         "program, not something wrong with the blob: it should reach the caller as "
         "the KeyboardInterrupt it is")
     assert snapshot(sessions) == before, "an interrupted load must change no file"
+
+
+@pytest.mark.task("06.1")
+def test_a_ctrl_c_while_a_stored_blob_is_read_again_stays_a_ctrl_c(lesson, sessions,
+                                                                   monkeypatch):
+    """The paste is stored already, and the user presses Ctrl-C while the next append
+    of it reads the stored blob to check it: the KeyboardInterrupt reaches the caller,
+    no line is written, and the blob stays as it was. A store that takes the Ctrl-C
+    for a blob not stored yet writes it again and lets the program run on."""
+    import builtins
+    import io
+
+    blob = a_stored_paste(lesson, sessions)
+    log_path = sessions / "quest-1.jsonl"
+    lines_before = log_path.read_bytes()
+    stored = blob.read_bytes()
+    opened = []
+
+    def interrupting(real):
+        def opening(path, *args, **kwargs):
+            if isinstance(path, (str, bytes, os.PathLike)) and (
+                    os.fsdecode(path) == str(blob)):
+                opened.append(path)
+                raise KeyboardInterrupt
+            return real(path, *args, **kwargs)
+        return opening
+
+    outcome = "returned"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for module, name in ((os, "open"), (builtins, "open"), (io, "open")):
+            monkeypatch.setattr(module, name, interrupting(getattr(module, name)))
+        try:
+            log.append({"role": "user", "content": PASTE})
+        except BaseException as error:  # a KeyboardInterrupt too: the test judges it
+            outcome = f"raised {type(error).__name__}: {error}"
+            if isinstance(error, KeyboardInterrupt):
+                outcome = "interrupted"
+        finally:
+            monkeypatch.undo()
+    if not opened:
+        return      # the stored blob was checked some other way: no Ctrl-C to judge
+    assert outcome == "interrupted", (
+        f"Ctrl-C was pressed while the append read the stored blobs/{blob.name} to "
+        f"check it, and the append {outcome}: a Ctrl-C is the user stopping the "
+        "program, not a blob missing or damaged; it should reach the caller as the "
+        "KeyboardInterrupt it is (an except that catches everything swallows it)")
+    assert log_path.read_bytes() == lines_before, (
+        "the append was interrupted by a Ctrl-C, yet the log has a new line")
+    assert blob.read_bytes() == stored, (
+        f"the interrupted append changed blobs/{blob.name}, which held the content")
 
 
 @pytest.mark.task("06.2")
