@@ -1980,6 +1980,61 @@ def test_a_ctrl_c_as_the_log_records_an_undo_changes_nothing_in_memory(lesson,
 
 
 @pytest.mark.task("07.1")
+def test_a_ctrl_c_as_the_writer_records_an_undo_undoes_nothing(lesson, sessions):
+    """Ctrl-C arrives just as the writer makes its undo marker (as it reads the time
+    for "at"): the KeyboardInterrupt reaches the caller, the log is as it was, and the
+    writer's own record still shows every message, so its next undo takes back the
+    same message, and the log then shows all the others."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        before = path.read_bytes()
+        asked = []
+
+        def interrupted(*arguments, **options):
+            asked.append(arguments)
+            raise KeyboardInterrupt     # as the marker's time is read: before a byte
+
+        # Every module of the lesson that holds the kit's clock (files.py's now)
+        modules = [module for name, module in list(sys.modules.items())
+                   if name.startswith(f"{lesson.__name__}.")
+                   and callable(getattr(module, "now", None))]
+        clocks = [(module, module.now) for module in modules]
+        for module, _ in clocks:
+            module.now = interrupted
+        try:
+            log.undo(1)
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "raised KeyboardInterrupt"
+        finally:
+            for module, clock in clocks:
+                module.now = clock
+        if not asked:
+            return      # the marker's time was read some other way: nothing to judge
+        assert outcome == "raised KeyboardInterrupt", (
+            "Ctrl-C was pressed as the writer was to write its undo marker, and the "
+            f"undo {outcome}: the interrupt should reach the caller")
+        assert path.read_bytes() == before, (
+            "the undo was interrupted before its marker was written, yet the log "
+            "changed")
+        taken = log.undo(1)
+    assert taken == [3], (
+        "the interrupted undo wrote no marker, so it took nothing back: the writer's "
+        "next undo should take back the same message, [3]; it took back "
+        f"{taken}. The writer's record of what the log shows changes only once the "
+        "marker is written, whatever stops the write (a KeyboardInterrupt is no "
+        "OSError: clean-up in an except OSError does not run for it)")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        shown = [m.get("content") for m in log.load()]
+    assert shown == ["message 0", "message 1", "message 2"], (
+        f"after the undo of message 3, the log should show messages 0 to 2; it shows "
+        f"{shown}")
+
+
+@pytest.mark.task("07.1")
 def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, sessions):
     """The writer's undo works from what the writer keeps (self.shown, built from the
     log it opened): if the name now points to another file, the undo still takes back
