@@ -945,6 +945,60 @@ def test_compacting_by_hand_counts_a_message_recorded_but_not_yet_written(lesson
 
 
 @pytest.mark.task("08.3")
+def test_a_ctrl_c_as_the_log_records_a_compaction_leaves_none_in_the_agent(lesson,
+                                                                          sessions):
+    """compact() by hand, and the user presses Ctrl-C just as the log is to record the
+    compaction: the KeyboardInterrupt reaches the caller, the log records nothing, and
+    the agent holds no compaction either, so its next request is the one a resume
+    sends. The next compact() asks again and records it."""
+    agent, model, log = open_agent(lesson, sessions, day(1)[1] + day(2)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(day(1)[0])
+        agent.run(day(2)[0])
+        held = agent.compaction
+        compact, asked = log.compact, []
+
+        def interrupted(*arguments, **options):
+            asked.append(arguments)
+            raise KeyboardInterrupt     # before the log writes a byte
+
+        log.compact = interrupted
+        try:
+            agent.compact()
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "raised KeyboardInterrupt"
+        finally:
+            log.compact = compact
+        if not asked:
+            return      # the log recorded it some other way: no Ctrl-C to judge
+        assert outcome == "raised KeyboardInterrupt", (
+            "Ctrl-C was pressed as the log was to record the compaction, and compact() "
+            f"{outcome}: the interrupt should reach the caller")
+        assert not compactions_in(path), (
+            "the test's own set-up: no marker was written")
+        assert agent.compaction == held, (
+            "the log never recorded the compaction (a Ctrl-C stopped it first), yet "
+            f"the agent now holds {agent.compaction!r} where it held {held!r}: its "
+            "next request would start from a summary the log does not hold, and a "
+            "resume sends another. The agent takes a compaction as its own only "
+            "once the log has recorded it, whatever stops the log (a "
+            "KeyboardInterrupt is no OSError)")
+        assert agent.compact() is True, (
+            "after the interrupted compaction, compact() by hand should ask again and "
+            "make one")
+        view = agent.view()
+    assert len(compactions_in(path)) == 1, (
+        f"one compaction recorded was expected; the log holds {compactions_in(path)}")
+    resumed, _, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        assert resumed.view() == view, (
+            "a resume should send the request the agent sends after its compaction; "
+            f"it sends {shape(resumed.view())}, the agent {shape(view)}")
+
+
+@pytest.mark.task("08.3")
 @pytest.mark.task("08.1")
 def test_compacting_after_an_undo_starts_the_request_at_the_newest_turn(lesson,
                                                                         sessions):
@@ -1089,7 +1143,8 @@ def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
 @pytest.mark.task("08.1")
 def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
     """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
-    nothing; keep=0 summarises them all ("upto" is then the number of messages)."""
+    nothing, and any count of messages its refusal gives is of those shown; keep=0
+    summarises them all ("upto" is then the number of messages)."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in conversation(4):
@@ -1122,6 +1177,19 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         "compact(keep=0) on a log whose two messages were both undone: one marker "
         "whose 'upto' is 2, the number of messages in the file, as for any keep=0; "
         f"compact returned {upto!r}, and the log holds {compactions_in(path)}")
+    # Six messages written, two undone: the log shows 4, and counts those it shows
+    path = sessions / "quest-3.jsonl"
+    path.write_text(as_log([*conversation(6), {"$marker": "undo", "skip": [4, 5]}]))
+    with lesson.SessionLog(sessions, "quest-3") as log:
+        with raises(ValueError, "compact(keep=5) on a log showing 4 messages (6 "
+                    "written, 2 undone) was allowed") as raised:
+            log.compact("too much", keep=5)
+    words = str(raised.value).replace(str(path), "").replace("quest-3", "")
+    assert not re.search(r"(?<![\d.])6(?!\d)", words), (
+        "compact(keep=5) on a log of 6 messages, 2 of them undone, was refused, as it "
+        "should be, but its error counts 6 messages: any count it gives is of the "
+        "messages the log shows (4), the only ones a keep can name, or the user tries "
+        f"a keep of 6 next; it says {str(raised.value)!r}")
 
 
 @pytest.mark.task("08.1")
@@ -1699,6 +1767,11 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
         "the log's refusal should give the place of the first message the undo would "
         "take back (the fourth shown, place 3; the view starts at place 4), so the "
         f"user knows where a fork must be cut; it says {refusal!r}")
+    assert not re.search(r"(?<![\d.])5(?!\d)", numbers), (
+        "the log's refusal should name the first message the undo would take back by "
+        "its place among the messages the log shows (place 3), wherever it names it, "
+        "never by its index in the file (5, the two undone messages counted): a fork "
+        f"counts the messages shown, and would be cut elsewhere; it says {refusal!r}")
     with lesson.SessionLog(sessions, "quest-1") as again:
         for count in (3, 4):    # 4: every message the log shows
             with raises(lesson.UndoError, f"the log's own undo of {count} messages, in "
@@ -2999,9 +3072,10 @@ def test_a_second_compaction_the_log_could_not_record_leaves_the_first(lesson, s
 @pytest.mark.task("08.1")
 def test_compactions_leave_no_descriptor_open(lesson, sessions):
     """The log's compact reads the log again, through its writer: two hundred
-    compactions, by a writer that stays open and by one closed after each, leave the
-    process holding no more file descriptors than before. (Each one left open would, in
-    a long-lived program, end with no descriptor left to open a file.)"""
+    compactions, by a writer that stays open and by one closed after each, and a
+    hundred refused for a keep the log does not show, leave the process holding no
+    more file descriptors than before. (Each one left open would, in a long-lived
+    program, end with no descriptor left to open a file.)"""
     path = sessions / "quest-1.jsonl"
     path.write_text(as_log(conversation(6)))
     log = lesson.SessionLog(sessions, "quest-1")
@@ -3025,6 +3099,18 @@ def test_compactions_leave_no_descriptor_open(lesson, sessions):
         f"after 200 compactions the process holds {after - before} more file "
         f"descriptors than before ({before} then {after}): something each compaction "
         "opened is never closed")
+    for _ in range(100):    # refused: a keep the log does not show
+        try:
+            log.compact(SUMMARY_ABROAD, keep=99)
+        except ValueError:
+            pass
+    log.close()
+    after = open_descriptors()
+    assert after <= before, (
+        f"after 100 compactions refused for a keep the log does not show, the process "
+        f"holds {after - before} more file descriptors than before ({before} then "
+        f"{after}): what a compaction opens to read the log, it closes on every way "
+        "out, its refusals included")
     assert len(compactions_in(path)) == 201, (
         f"each compaction is one marker line: 201 compactions, 201 markers; the log "
         f"holds {len(compactions_in(path))}")
