@@ -743,14 +743,17 @@ def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
 
 @pytest.mark.task("09.1")
 @pytest.mark.parametrize("stop_after", [1, 2], ids=["one-removal", "two-removals"])
+@pytest.mark.parametrize("failure", ["io-error", "ctrl-c"])
 def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
-    lesson, sessions, monkeypatch, stop_after
+    lesson, sessions, monkeypatch, stop_after, failure
 ):
     """A delete that stops after removing one of the session's three files, or two of
-    them (an I/O error, a crash), leaves the whole session (its log and its meta file:
-    a temporary copy may be gone, it was never part of it) or no session at all (a
-    meta file or a copy without its log is none), never a log that still opens
-    without its meta file; deleting again finishes the job."""
+    them (an I/O error, a crash, a Ctrl-C), leaves the whole session (its log and its
+    meta file: a temporary copy may be gone, it was never part of it) or no session at
+    all (a meta file or a copy without its log is none), never a log that still opens
+    without its meta file; deleting again, in the same process too, finishes the job:
+    the stopped delete held on to nothing, its lock included (a Ctrl-C is a
+    KeyboardInterrupt, which is no Exception)."""
     play(lesson, sessions, TURN_SECRET)
     lesson.fork(sessions, "quest-1", "quest-1b")
     (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_bytes(
@@ -764,6 +767,8 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
             if base.startswith(("quest-1b.", ".quest-1b.")) and base.endswith(
                     (".jsonl", ".meta.json", ".tmp")):
                 if len(removed) == stop_after:
+                    if failure == "ctrl-c":
+                        raise KeyboardInterrupt("the test's Ctrl-C")
                     raise OSError(5, "Input/output error (the test's)", str(path))
                 removed.append(base)
             return real[name](path, *args, **kwargs)
@@ -773,9 +778,10 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
         monkeypatch.setattr(os, name, failing(name))
     try:
         outcome = lesson.delete_session(sessions, "quest-1b")
-    except OSError:
+    except (OSError, KeyboardInterrupt):
         outcome = None  # the delete stopped: what it left is what this test is about
     monkeypatch.undo()
+    stop = "a Ctrl-C" if failure == "ctrl-c" else "an I/O error"
     assert len(removed) == stop_after, (
         f"the test's own set-up: the delete removed {removed} of quest-1b's three "
         f"files, the test stops it after {stop_after}")
@@ -783,17 +789,24 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     if (sessions / "quest-1b.jsonl").exists():
         assert "quest-1b.meta.json" in left, (
             f"the delete of quest-1b removed {' and '.join(removed)} and then stopped "
-            f"(an I/O error); it left {left}: the fork's log without its meta file, a "
+            f"({stop}); it left {left}: the fork's log without its meta file, a "
             "session that still opens and resumes but has lost its lineage, and no "
             "later look can tell that a delete was under way")
     assert outcome is not True, (
         f"the delete of quest-1b removed {' and '.join(removed)}, then could not "
-        f"remove the next file (an I/O error), and returned True; it left {left}: "
+        f"remove the next file ({stop}), and returned True; it left {left}: "
         "the caller was told the session is gone, and its words are still there. "
         "The error reaches the caller")
-    assert lesson.delete_session(sessions, "quest-1b") is True, (
-        f"a delete that stopped half-way left {left}: deleting again should finish the "
-        "job and return True")
+    try:
+        again = lesson.delete_session(sessions, "quest-1b")
+    except lesson.SessionBusy as error:
+        pytest.fail(f"a delete of quest-1b stopped half-way ({stop}) and left {left}; "
+                    f"deleting it again in the same process was refused: {error}. The "
+                    "stopped delete kept the session's lock, where it should hold "
+                    "nothing once it is over, whatever stopped it", pytrace=False)
+    assert again is True, (
+        f"a delete that stopped half-way ({stop}) left {left}: deleting again should "
+        f"finish the job and return True; it returned {again!r}")
     assert not [p.name for p in sessions.iterdir() if "quest-1b" in p.name], (
         "deleting again after a delete that stopped half-way should leave nothing of "
         f"quest-1b; the folder holds {sorted(p.name for p in sessions.iterdir())}")
@@ -1207,6 +1220,58 @@ def test_expire_lets_an_error_removing_a_log_reach_the_caller(
         + (": it reports quest-1 as held by a writer, and no writer holds it"
            if "quest-1" in found[1] else ": the error is lost")
         + "; the person's words are still on disk, and the caller must hear why")
+
+
+@pytest.mark.task("09.2")
+def test_a_ctrl_c_stops_expire_and_leaves_every_session_free(
+    lesson, sessions, monkeypatch
+):
+    """The user presses Ctrl-C (a KeyboardInterrupt, which is no Exception) while
+    expire() removes an idle session's log. The run stops with it: it is no busy
+    session and no error to go past, and the session after it in name order is not
+    touched. Once it is over, expire holds nothing: a writer of the same process takes
+    the stopped session, and the next expire deletes both sessions, neither busy."""
+    for session_id in ("quest-1", "quest-2"):
+        play(lesson, sessions, TURN_A, session_id=session_id)
+        age(sessions / f"{session_id}.jsonl", 40)
+    stopped = []
+
+    def interrupting(real):
+        def remove(path, *args, **kwargs):
+            if Path(path).name == "quest-1.jsonl" and not stopped:
+                stopped.append(True)
+                raise KeyboardInterrupt("the test's Ctrl-C")
+            return real(path, *args, **kwargs)
+        return remove
+
+    for name in ("unlink", "remove", "rename", "replace"):
+        monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
+    try:
+        found = lesson.expire(sessions)
+    except KeyboardInterrupt:
+        found = None    # the run stopped with it
+    finally:
+        monkeypatch.undo()
+    assert stopped, "the test's own set-up: expire() never removed quest-1's log"
+    assert found is None, (
+        f"the user pressed Ctrl-C while expire() removed quest-1's log, and expire() "
+        f"went on and returned {found}: a Ctrl-C stops the run, it is no busy session "
+        "and no error to go past")
+    assert (sessions / "quest-2.jsonl").exists(), (
+        "expire() was stopped by a Ctrl-C at quest-1, yet quest-2, which comes after "
+        "it in name order, is gone: the run went on after the user stopped it")
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.open_for_append()
+    except lesson.SessionBusy as error:
+        pytest.fail("expire() was stopped by a Ctrl-C while it deleted quest-1, and "
+                    "quest-1 is still locked in this process: a writer is refused it "
+                    f"({error}). A stopped expire holds nothing once it is over",
+                    pytrace=False)
+    again = lesson.expire(sessions)
+    assert again == (["quest-1", "quest-2"], []), (
+        "after an expire() stopped by a Ctrl-C, the next one should delete both idle "
+        f"sessions, quest-1 and quest-2, neither busy; it returned {again}")
 
 
 @pytest.mark.task("09.2")
@@ -3814,13 +3879,15 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
 
 
 @pytest.mark.task("09.5")
+@pytest.mark.parametrize("failure", ["io-error", "ctrl-c"])
 def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, failure
 ):
     """A crashed collector left a blob set aside that a log refers to. The next
-    collection fails to give it its name back (an I/O error): it may raise, but once
-    it is over it holds nothing, so a later collection of the same process gives the
-    blob its name back, and the log loads."""
+    collection fails to give it its name back (an I/O error, or a Ctrl-C, which is a
+    KeyboardInterrupt and no Exception): it may raise, but once it is over it holds
+    nothing, so a later collection of the same process gives the blob its name back,
+    and the log loads."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [blob] = blob_names(sessions)
     aside = sessions / "blobs" / f".{blob}.collected"
@@ -3832,6 +3899,8 @@ def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
         def give_back(source, target, *args, **kwargs):
             if Path(target).name == blob and not failed:
                 failed.append(True)
+                if failure == "ctrl-c":
+                    raise KeyboardInterrupt("the test's Ctrl-C")
                 raise OSError(5, "Input/output error (the test's)", str(target))
             return real(source, target, *args, **kwargs)
         return give_back
@@ -3840,14 +3909,15 @@ def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
         monkeypatch.setattr(os, name, refusing(getattr(os, name)))
     try:
         lesson.collect_blobs(sessions)
-    except OSError:
+    except (OSError, KeyboardInterrupt):
         pass        # the failure may reach the caller
     finally:
         monkeypatch.undo()
     assert failed, "the test's own set-up: the blob set aside was never given back"
     lesson.collect_blobs(sessions)
+    stop = "a Ctrl-C" if failure == "ctrl-c" else "an I/O error"
     assert blob_names(sessions) == [blob], (
-        "a collection failed (an I/O error) while it gave a set-aside blob its name "
+        f"a collection failed ({stop}) while it gave a set-aside blob its name "
         "back; a later collection left it set aside, blobs/ holds "
         f"{[p.name[:14] for p in (sessions / 'blobs').iterdir()]}: the failed "
         "collection still holds the leftover, so no collection can clear it, and the "
