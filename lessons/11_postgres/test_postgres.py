@@ -555,6 +555,47 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
     holder.expect("released")
 
 
+def open_descriptors():
+    """The numbers of the descriptors this process has open now."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.task("11.1")
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
+                    reason="counts descriptors in /proc/self/fd (Linux)")
+def test_a_refused_writer_leaves_no_connection_open(lesson, database):
+    """A writer is refused the lock another writer holds, again and again, as a web
+    service's requests are: each refusal is a SessionBusy for the session, its id in
+    `session_id` as given, and leaves no connection to the server open, even while
+    the caller keeps the errors to show them (a service refused all day would run out
+    of descriptors, and the server out of connections)."""
+    kept = []
+
+    def refused():
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=QUICK) as log:
+            with raises(lesson.SessionBusy, "another writer holds quest-1's lock: "
+                        "opening it as a writer should be refused") as refusal:
+                log.open_for_append()
+        kept.append(refusal.value)
+
+    with lesson.PostgresSessionLog(database, "quest-1") as holder:
+        holder._lock()
+        refused()       # the first one may load what any connection needs, once
+        before = open_descriptors()
+        for _ in range(3):
+            refused()
+        left = open_descriptors() - before
+    assert not left, (
+        f"three writers refused quest-1's lock, each closed, should leave no "
+        f"descriptor open; {len(left)} more are open than before them (a connection "
+        "made to ask who holds the lock, and never closed?)")
+    named = {error.session_id for error in kept}
+    assert named == {"quest-1"}, (
+        "each refusal should be a SessionBusy for the session the writer asked for: "
+        f"its session_id should be the id 'quest-1'; it is {sorted(named)}")
+
+
 @pytest.mark.task("11.1")
 def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other):
     """lock_holder asks the server: the holder's own process id (not the server
@@ -2171,6 +2212,59 @@ def two_calls_left_open(lesson, database):
         call_message(("call_a", "torch"), ("call_b", "lantern"))])
 
 
+def ctrl_c_once(monkeypatch, pattern):
+    """Press Ctrl-C once, as the first statement matching `pattern` (a regular
+    expression, case aside) is about to go out; later ones go out as they come."""
+    pressed = []
+
+    def ctrl_c(cursor, query, params):
+        text = query if isinstance(query, str) else query.as_string(cursor)
+        if not pressed and re.search(pattern, text, re.I):
+            pressed.append(text)
+            raise KeyboardInterrupt
+
+    on_each_statement(monkeypatch, ctrl_c)
+    return pressed
+
+
+@pytest.mark.task("11.3")
+def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
+        lesson, database, monkeypatch):
+    """The user presses Ctrl-C as the repair of an interrupted session is about to
+    store its rows: the opening stops with the KeyboardInterrupt (a Ctrl-C is no round
+    lost to another host, to read and try again), nothing of that repair is stored,
+    the lock is let go, and the next opener repairs the session, once."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [{"role": "user", "content": "Buy a rope."},
+                                   call_message(("call_1", "rope"))])
+    before = rows(database)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        pressed = ctrl_c_once(monkeypatch, r"\bINSERT\s+INTO\s+session_entries\b")
+        with raises(KeyboardInterrupt, "the user pressed Ctrl-C as the repair's rows "
+                    "were about to go out: opening the session should stop with it, "
+                    "not read it again and repair it as if nothing happened"):
+            log.open_for_append()
+        monkeypatch.undo()
+        assert pressed, "the repair should store its rows with an INSERT"
+        assert rows(database) == before, (
+            "the repair a Ctrl-C stopped stored nothing: the session's rows should be "
+            f"as they were, {len(before)}; they are {len(rows(database))}")
+    with lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK) as log:
+        try:
+            history = log.open_for_append()
+        except lesson.SessionBusy as error:
+            pytest.fail("the opening a Ctrl-C stopped should have let go of the lock; "
+                        f"the next opener was refused: {error}", pytrace=False)
+    said = [m["tool_call_id"] for m in history if m["role"] == "tool"]
+    markers = [entry.get("$marker") for entry in
+               (json.loads(line) for _, line, _ in rows(database))]
+    assert said == ["call_1"] and markers.count("repair") == 1, (
+        "the next opener should repair the session once: one repair marker and one "
+        f"result for call_1; it shows results for {said}, and the rows hold the "
+        f"markers {[m for m in markers if m]}")
+
+
 @pytest.mark.task("11.3")
 def test_a_repair_stores_the_kits_results_and_its_time_as_now_writes_it(lesson,
                                                                         database):
@@ -2779,6 +2873,46 @@ def test_a_paste_the_server_refuses_stores_nothing_and_takes_nothing(lesson,
 
 
 @pytest.mark.task("11.4")
+@pytest.mark.parametrize("at", ["session_blobs", "session_entries"])
+def test_a_ctrl_c_during_a_large_paste_leaves_the_writer_storing_the_next(
+        lesson, database, monkeypatch, at):
+    """A Ctrl-C stops a large paste as its blob, or its row, is about to go out: the
+    Ctrl-C reaches the caller as a Ctrl-C, nothing of the paste is stored, and the
+    writer is left as it was, no transaction of the paste still open: its next
+    message is stored at once, where the paste would have been, and another host
+    reads it before the writer closes (or the writer, not knowing how far the paste
+    got, refuses to go on)."""
+    pasted = "The town's charter, article by article.\n" * 200    # over 4096 bytes
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.append({"role": "user", "content": "Here is the charter."})
+
+        def ctrl_c(cursor, query, params):
+            text = query if isinstance(query, str) else query.as_string(cursor)
+            if re.search(rf"\bINSERT\s+INTO\s+{at}\b", text, re.I):
+                raise KeyboardInterrupt
+
+        on_each_statement(monkeypatch, ctrl_c)
+        with raises(KeyboardInterrupt, f"the user pressed Ctrl-C as the paste's insert "
+                    f"into {at} was about to go out: the append should stop with it"):
+            log.append({"role": "user", "content": pasted})
+        monkeypatch.undo()
+        expected = [(0, "Here is the charter."), (1, "Never mind.")]
+        try:
+            log.append({"role": "user", "content": "Never mind."})
+        except lesson.WriterStopped:
+            expected = expected[:1]     # it may stop, not knowing how far it got
+        seen = [(seq, json.loads(line).get("content")) for seq, line, _ in
+                rows(database)]
+        blobs = sql(database, "SELECT count(*) FROM session_blobs")[0][0]
+    assert seen == expected and blobs == 0, (
+        f"a Ctrl-C stopped the paste at its insert into {at}: nothing of it should be "
+        "stored, and the writer's next message should be stored at once at seq 1, "
+        "where another host reads it (no transaction of the paste left open, holding "
+        f"it uncommitted); another host read (seq, content) {seen} and {blobs} "
+        "blob(s)")
+
+
+@pytest.mark.task("11.4")
 def test_an_agents_large_paste_reaches_the_model_whole(lesson, database):
     """A user pastes a large text into the chat: its row holds a small reference to
     its blob, and the agent's own message stays the text, so every request of that
@@ -3351,17 +3485,80 @@ def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, databa
         f"{len(rows(database, 'quest-3'))} row(s) and lineage {lineage}")
 
 
+def with_a_password(database):
+    """(url, password): the test database's URL with a password in it (its server
+    here takes none and lets it be), and that password."""
+    password = psycopg.conninfo.conninfo_to_dict(database).get("password")
+    if password:
+        return database, password
+    password = "sessionlab-not-a-secret"
+    return f"{database}{'&' if '?' in database else '?'}password={password}", password
+
+
+@pytest.mark.task("11.2")
+def test_a_conflict_names_the_database_without_its_password(lesson, database):
+    """Two writers without the lock, on a URL holding a password, both write at one
+    place: the second is refused with SessionConflict naming the session, and neither
+    that message nor the WriterStopped of its next write shows the password: the
+    database is named as describe() names it (an error message ends up in logs and on
+    screens)."""
+    url, password = with_a_password(database)
+    late = lesson.PostgresSessionLog(url, "quest-1", lock=False)
+    with lesson.PostgresSessionLog(url, "quest-1", lock=False) as log, late:
+        log.open_for_append()
+        late.open_for_append()
+        log.append({"role": "user", "content": "Buy a rope."})
+        with raises(lesson.SessionConflict, "the other writer stored seq 0 since this "
+                    "one read the session: its append must be refused",
+                    match="quest-1") as refused:
+            late.append({"role": "user", "content": "Buy a torch."})
+        with raises(lesson.WriterStopped, "a writer refused by a conflict refuses "
+                    "every later write") as stopped:
+            late.append({"role": "user", "content": "Buy a map."})
+    said = [str(refused.value), str(stopped.value)]
+    assert not any(password in text for text in said), (
+        "the refusal and the later WriterStopped should name the database as "
+        "describe() names it, without the password of the URL the writer was given; "
+        f"they show the password: {said}")
+
+
+@pytest.mark.task("11.5")
+@pytest.mark.parametrize("at", ["sessions", "session_entries"])
+def test_a_fork_stopped_by_a_ctrl_c_leaves_nothing_and_says_so(lesson, database,
+                                                                 monkeypatch, at):
+    """The user presses Ctrl-C as the fork's row of `sessions`, or its copy of the
+    rows, is about to go out: the fork stops with the KeyboardInterrupt, never a
+    refusal (the id is not taken: nothing says so), no trace of it is left, and a
+    fork onto the same id then is made whole."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        for line in ("Buy a rope.", "Buy a torch."):
+            log.append({"role": "user", "content": line})
+    pressed = ctrl_c_once(monkeypatch, rf"\bINSERT\s+INTO\s+{at}\b")
+    try:
+        with raises(KeyboardInterrupt, f"the user pressed Ctrl-C as the fork's insert "
+                    f"into {at} was about to go out: the fork should stop with it"):
+            lesson.fork_postgres(database, "quest-1", "quest-2")
+    finally:
+        monkeypatch.undo()
+    assert pressed, f"the fork should insert into {at}"
+    left = (lesson.lineage(database, "quest-2"), rows(database, "quest-2"))
+    assert left == (None, []), (
+        f"a fork stopped by a Ctrl-C at its insert into {at} should leave no trace; "
+        f"quest-2's row of sessions is {left[0]} and its rows {left[1]}")
+    lesson.fork_postgres(database, "quest-1", "quest-2")
+    copied = [json.loads(line)["content"] for _, line, _ in rows(database, "quest-2")]
+    assert copied == ["Buy a rope.", "Buy a torch."], (
+        f"a fork onto quest-2 after the stopped one should be made whole; it holds "
+        f"{copied}")
+
+
 @pytest.mark.task("11.5")
 def test_a_refused_fork_names_the_database_without_its_password(lesson, database):
     """The store is reached by a URL holding a password (its server here takes none
     and lets it be). A fork onto a taken id is refused in a message that names the id
-    and the database, and never the password: an error message ends up in logs and
-    on screens."""
-    password = psycopg.conninfo.conninfo_to_dict(database).get("password")
-    url = database
-    if not password:
-        password = "sessionlab-not-a-secret"
-        url = f"{database}{'&' if '?' in database else '?'}password={password}"
+    and the database, and never the password, and so is a fork of more messages than
+    the source shows: an error message ends up in logs and on screens."""
+    url, password = with_a_password(database)
     for session_id in ("quest-1", "quest-2"):
         with lesson.PostgresSessionLog(url, session_id) as log:
             log.append({"role": "user", "content": session_id})
@@ -3373,6 +3570,13 @@ def test_a_refused_fork_names_the_database_without_its_password(lesson, database
         "the refusal of a fork onto a taken id should name the database as describe() "
         "names it, without the password of the URL it was given; it shows the "
         f"password: {said}")
+    with raises(ValueError, "quest-1 shows one message: a fork of its first 5 must be "
+                "refused") as raised:
+        lesson.fork_postgres(url, "quest-1", "quest-3", upto=5)
+    said = str(raised.value)
+    assert password not in said, (
+        "the refusal of a fork of more messages than the source shows should not show "
+        f"the password of the URL the fork was given; it does: {said}")
 
 
 @pytest.mark.task("11.5")
