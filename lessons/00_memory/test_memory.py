@@ -1665,3 +1665,27 @@ def test_ctrl_c_while_arguments_are_read_stops_the_program(lesson, monkeypatch):
                 "Ctrl-C is the user stopping the program, not a mistake of the "
                 "model's; whatever catches the JSON reader's errors must let it "
                 "through", pytrace=False)
+
+
+@pytest.mark.task("00.2")
+def test_ctrl_c_inside_a_tool_stops_the_calls_after_it(lesson, model, town):
+    """Ctrl-C while a tool runs stops the turn where it is: a call the same reply asks
+    for after it never runs, since the user stopped the agent before it (no torch is
+    bought behind the user's back so that every call has its result)."""
+    def wait_for_dawn():
+        raise KeyboardInterrupt
+
+    model.add(use(call("wait_for_dawn"), call("buy", item="torch")), say("Done."))
+    tools = FewTools(buy=town.functions["buy"], wait_for_dawn=wait_for_dawn)
+    tools.schemas = town.schemas
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+    with raises(KeyboardInterrupt, "the user pressed Ctrl-C while wait_for_dawn ran, "
+                "and run() did not let it stop the turn"):
+        agent.run("Wait for dawn, then buy a torch.")
+    assert town.inventory == [] and len(model.requests) == 1, (
+        "the reply called wait_for_dawn, where the user pressed Ctrl-C, then buy (a "
+        f"torch); the inventory is {town.inventory} after {len(model.requests)} model "
+        "call(s): Ctrl-C stops the turn where it is, as it stops the tool, and the "
+        "calls after it never run (the user stopped the agent before them; a call left "
+        "without a result is lesson 04's to settle, a torch bought behind the user's "
+        "back is not)")
