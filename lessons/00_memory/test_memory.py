@@ -84,6 +84,20 @@ def run_call(lesson, tools, call, what):
                     "error result", pytrace=False)
 
 
+def blame_the_stop_caught(lesson, tools, call, stop: type[BaseException],
+                          happened: str) -> None:
+    """Fail with `happened`, naming whose code caught `stop` (a Ctrl-C, a request to
+    exit): run_tool's (task 00.1) if it returns on its own, else the loop's (00.2)."""
+    name = stop.__name__
+    try:
+        alone = lesson.run_tool(tools, call)
+    except stop:
+        fail_in("00.2", f"{happened}run_tool lets {name} through; the loop (task "
+                "00.2) must not catch it either")
+    fail_in("00.1", f"{happened}run_tool (task 00.1) returned {alone!r} instead of "
+            f"letting {name} through")
+
+
 @pytest.mark.task("00.1")
 def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
     """A call runs the tool of exactly the name the model sent (a name the town does
@@ -1365,17 +1379,11 @@ def test_ctrl_c_inside_a_tool_stops_the_turn(lesson, model, town):
             "runs, or the history says nothing of a purchase that happened (the "
             "interrupted call has no result, or one that says it failed)")
         return
-    try:
-        alone = lesson.run_tool(tools, tool_call("wait_for_dawn", "{}"))
-    except KeyboardInterrupt:
-        alone = None
-    fail_in("00.2" if alone is None else "00.1",
-            "the user pressed Ctrl-C while a tool ran, and run() returned "
-            f"{answer!r} after {len(model.requests)} model calls: the user cannot stop "
-            "the agent. " + ("run_tool lets KeyboardInterrupt through; the loop (task "
-                             "00.2) must not catch it either" if alone is None else
-                             f"run_tool (task 00.1) returned {alone!r} instead of "
-                             "letting KeyboardInterrupt through"))
+    blame_the_stop_caught(
+        lesson, tools, tool_call("wait_for_dawn", "{}"), KeyboardInterrupt,
+        "the user pressed Ctrl-C while a tool ran, and run() returned "
+        f"{answer!r} after {len(model.requests)} model calls: the user cannot stop "
+        "the agent. ")
 
 
 @pytest.mark.task("00.2")
@@ -1593,18 +1601,12 @@ def test_a_tool_that_ends_the_program_ends_the_turn(lesson, model, town):
         answer = agent.run("Go home.")
     except SystemExit:
         return
-    try:
-        alone = lesson.run_tool(tools, tool_call("leave_town", "{}"))
-    except SystemExit:
-        alone = None
-    fail_in("00.2" if alone is None else "00.1",
-            "the tool leave_town asked the program to exit (SystemExit), and run() "
-            f"returned {answer!r} after {len(model.requests)} model calls: the program "
-            "should end, as the tool meant it to; a tool's failures are the model's to "
-            "read, not its request to exit. " + (
-                "run_tool lets SystemExit through; the loop (task 00.2) must not catch "
-                "it either" if alone is None else f"run_tool (task 00.1) returned "
-                f"{alone!r} instead of letting SystemExit through"))
+    blame_the_stop_caught(
+        lesson, tools, tool_call("leave_town", "{}"), SystemExit,
+        "the tool leave_town asked the program to exit (SystemExit), and run() "
+        f"returned {answer!r} after {len(model.requests)} model calls: the program "
+        "should end, as the tool meant it to; a tool's failures are the model's to "
+        "read, not its request to exit. ")
 
 
 @pytest.mark.task("00.2")
