@@ -280,7 +280,15 @@ def test_reading_arguments_leaves_the_program_as_it_was(lesson, town, arguments)
     run_call(lesson, town, tool_call("buy", arguments),
              f"the arguments were {arguments[:40]!r}")
     after = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit)
+    # The program changes its own limit later on: the next reading leaves that one,
+    # not the limit an earlier call saw.
+    sys.setrecursionlimit(limit + 321)
+    try:
+        run_call(lesson, town, tool_call("buy", arguments),
+                 f"the arguments were {arguments[:40]!r}")
+        later = sys.getrecursionlimit()
+    finally:
+        sys.setrecursionlimit(limit)
 
     assert after == limit, (
         f"Python's recursion limit was {limit} before the arguments "
@@ -288,6 +296,12 @@ def test_reading_arguments_leaves_the_program_as_it_was(lesson, town, arguments)
         "should leave the program as it found it, whether they could be read or not "
         "(a limit set back only when the reading succeeds is left changed on a "
         "failure)")
+    assert later == limit + 321, (
+        f"the program set its recursion limit to {limit + 321} after an earlier call, "
+        f"and after the arguments {arguments[:40]!r} were read again it is {later}: "
+        "reading arguments should leave the program as it finds it at each call (a "
+        "limit remembered from an earlier call, or from the import, is set back to an "
+        "old value)")
 
 
 @pytest.mark.task("00.1")
@@ -333,6 +347,25 @@ def test_the_error_for_unreadable_arguments_quotes_what_the_model_sent(lesson, t
         "quote them as the model wrote them, its letters beyond ASCII as letters, "
         "not escapes, so that the model recognises what it sent; got "
         f"{result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_text(
+        lesson, town):
+    """Arguments holding a number of thousands of digits are JSON, but Python's reader
+    refuses them, with an error of its own kind (not its decode error): they could not
+    be read, so the tool does not run, and the result says so and quotes them, as it
+    does for any arguments that could not be read."""
+    sent = '{"item": ' + "7" * 5_000 + "}"
+    result = run_call(lesson, town, tool_call("buy", sent),
+                      "the arguments held a number of 5,000 digits")
+
+    what = "the arguments held a number of 5,000 digits, which Python cannot read"
+    assert_error_result(result, what)
+    assert sent[:40] in result, (
+        f"{what}; the error result should quote their start between quote marks, "
+        f"{sent[:40]!r}..., as it does for any arguments that could not be read, so "
+        f"that the model sees what it sent; got {result[:300]!r}")
 
 
 @pytest.mark.task("00.1")
@@ -1424,8 +1457,15 @@ def test_every_message_passes_through_record(lesson, model, town):
               say("Done."))
     agent = new_agent(lesson, model, town)
     recorded = []
+    seen = []
     real_record = agent.record
-    agent.record = lambda message: (recorded.append(message), real_record(message))[1]
+
+    def record(message):
+        recorded.append(message)
+        seen.append(json.loads(json.dumps(message)))   # as it was when recorded
+        return real_record(message)
+
+    agent.record = record
 
     agent.run("Ask the elder and buy a torch.")
 
@@ -1434,6 +1474,14 @@ def test_every_message_passes_through_record(lesson, model, town):
         f"record() saw the roles {roles}, the history holds "
         f"{[m.get('role') for m in agent.messages]}: every message of the conversation "
         "should pass through record(), the one place the next lesson saves to disk")
+    for when, now in zip(seen, agent.messages):
+        if when != now:
+            fail_in("00.2", "a message was changed after it went through record(): "
+                    f"record() was given {when}, and the history now holds {now} in "
+                    "its place. record() is where the next lesson saves to disk, so "
+                    "what it is given must be the message whole, as it stays (the "
+                    "reply with its calls, as normalize_reply stores it), never one "
+                    "completed after")
 
 
 AFTER_A_TOOL = pytest.mark.parametrize("before", [0, 1],

@@ -929,3 +929,18 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
         "the answer is every text part, in order, put end to end as it came, "
         "'The shop is open.\\n' (its line break included), and nothing of the "
         f"thinking; it was stored as {message.get('content')!r}")
+
+
+@pytest.mark.task("00.3")
+def test_content_of_an_unknown_shape_is_never_stored_as_python_prints_it(lesson):
+    """Content of a shape no server documents (a lone text part, not in a list) is
+    stored as text: its part's text, or empty text, never Python's printout of the
+    part (braces and quotes the model never wrote, sent back with every request)."""
+    part = {"type": "text", "text": "The shop is open."}
+    message = lesson.normalize_reply({"role": "assistant", "content": part}, [])
+
+    content = message.get("content")
+    assert content in ("", "The shop is open."), (
+        f"the reply's content came as a lone text part, {part}, outside a list; the "
+        "stored content should be text: the part's text, 'The shop is open.', or "
+        f"empty text, never Python's printout of it; it was stored as {content!r}")
