@@ -182,3 +182,20 @@ def test_a_run_that_pytest_gave_up_leaves_its_mutants_without_results(monkeypatc
     results, _ = mutate.run_mutants(ROOT, lesson, [(module, files[module])] * 2)
 
     assert results == {0: [], 1: []}
+
+
+@pytest.mark.parametrize("mutants", [1, 2], ids=["alone", "two in one run"])
+def test_only_the_selected_tests_run_on_a_mutant_run_alone_or_with_others(mutants):
+    # A mutant whose group died runs again alone, and then its tests carry no
+    # implementation of their own: the selection must still be its own (it once ran
+    # every test of the lesson there).
+    lesson = course.lesson("00", ROOT)
+    files = maintainers.solution_files(lesson)
+    module = next(iter(files))
+    chosen = "test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name"
+    results, output = mutate.run_mutants(ROOT, lesson, [(module, files[module])] * mutants,
+                                         stop_at_first_failure=False,
+                                         only=[{chosen}] * mutants)
+    for i in range(mutants):
+        ran = sorted({entry["name"].split("[")[0] for entry in results[i]})
+        assert ran == [chosen], f"mutant {i} ran {ran}, not [{chosen!r}]:\n{output}"

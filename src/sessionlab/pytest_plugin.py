@@ -182,8 +182,12 @@ def _keep_only(config: pytest.Config, items: list[pytest.Item],
     """--sessionlab-only: on each implementation it names, only the tests it lists
     (by function name); the tests of the others all run."""
     keep, dropped = [], []
+    # A run on one implementation gives its tests no implementation of their own
+    # (_implementation is ""): the selection's one entry is then that run's.
+    alone = next(iter(only.values())) if len(only) == 1 else None
     for item in items:
-        wanted = only.get(_implementation(item))
+        impl = _implementation(item)
+        wanted = only.get(impl) if impl else alone
         named = getattr(item, "originalname", item.name)
         (keep if wanted is None or named in wanted else dropped).append(item)
     if dropped:
