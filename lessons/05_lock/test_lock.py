@@ -2382,6 +2382,109 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
 
 
 @pytest.mark.task("05.1")
+def test_a_ctrl_c_while_a_writer_waits_reaches_the_caller_and_leaves_the_holder_alone(
+        lesson, sessions, monkeypatch):
+    """Ctrl-C arrives while a writer waits for a session this process holds: at each
+    moment of two of its tries in turn (one a run), between them as it sleeps and in
+    the middle of one. The KeyboardInterrupt reaches the caller as it is (the user
+    asked the program to stop: not a SessionBusy, and not a wait that goes on), no
+    descriptor of the wait stays open, and the holder keeps the session and its lock
+    file as they were."""
+    monkeypatch.setattr(lesson, "LOCK_POLL_SECONDS", 0.001)
+    real_flock = lesson.fcntl.flock
+    window = {"refusals": 0, "events": 0, "left": None, "at": None}
+
+    def flock(fd, operation):
+        try:
+            real_flock(fd, operation)
+        except BlockingIOError:
+            window["refusals"] += 1
+            raise
+
+    def interrupt(frame, event, arg):
+        # A signal's handler runs as a call returns or a function starts. Not as the
+        # call that opened a descriptor returns: no code can close what it was never
+        # given.
+        if window["refusals"] == 0 or event not in ("call", "c_return"):
+            return
+        if event == "c_return" and arg is os.open:
+            return
+        window["events"] += 1
+        if window["left"] is None:      # the first run only counts the moments
+            if window["refusals"] >= 3:
+                raise KeyboardInterrupt
+            return
+        window["left"] -= 1
+        if window["left"] == 0:
+            called = arg.__name__ if event == "c_return" else frame.f_code.co_name
+            window["at"] = f"as {called}() " + ("returned" if event == "c_return"
+                                                else "began")
+            raise KeyboardInterrupt
+
+    def wait_for_the_session(moment):
+        """What the caller gets from a writer interrupted at `moment` of its wait:
+        None for the KeyboardInterrupt, else what it got instead."""
+        window.update(refusals=0, events=0, left=moment, at=None)
+        sys.setprofile(interrupt)
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as log:
+                log.append({"role": "user", "content": "Me too."})
+        except KeyboardInterrupt:
+            return None
+        except lesson.SessionBusy as error:
+            return f"SessionBusy ({error})"
+        except Exception as other:
+            return f"{type(other).__name__} ({other})"
+        finally:
+            sys.setprofile(None)
+        return "a writer that appended"
+
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    lock_file = sessions / "quest-1.lock"
+    try:
+        held = lock_file.read_bytes() if lock_file.exists() else None
+        monkeypatch.setattr(lesson.fcntl, "flock", flock)
+        wait_for_the_session(None)
+        moments = window["events"]
+        if window["refusals"] < 3:
+            return      # a design that waits without asking again: judged elsewhere
+        for moment in range(1, moments + 1):
+            before = open_descriptors()
+            got = wait_for_the_session(moment)
+            if window["at"] is None:
+                break
+            assert got is None, (
+                f"a Ctrl-C came {window['at']} while a writer waited for quest-1, "
+                f"which this process holds, and the caller got {got} instead of the "
+                "KeyboardInterrupt: a Ctrl-C while a writer waits must reach the "
+                "caller as it is, at once. The user asked the program to stop, "
+                "neither to hear that the session is busy nor to go on waiting")
+            leaked = open_descriptors() - before
+            assert leaked == 0, (
+                f"a Ctrl-C came {window['at']} while a writer waited for quest-1, and "
+                f"left {leaked} descriptor(s) open: a try the Ctrl-C stops must close "
+                "what it opened, as a refused try does")
+            now_held = lock_file.read_bytes() if lock_file.exists() else None
+            assert now_held == held, (
+                f"a Ctrl-C came {window['at']} while a writer waited for quest-1, and "
+                f"the holder's lock file, which held {held!r:.120}, now holds "
+                f"{now_held!r:.120} (None: it is gone): a writer that never got the "
+                "lock must leave the holder's lock file as it was")
+            with raises(lesson.SessionBusy,
+                        f"a Ctrl-C came {window['at']} while a writer waited for "
+                        "quest-1, and afterwards a third writer took the session its "
+                        "holder never let go of: the interrupted writer must leave "
+                        "the holder's lock held"):
+                with lesson.SessionLog(sessions, "quest-1") as log:
+                    log.append({"role": "user", "content": "And me."})
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(Exception):
+            holder.close()
+
+
+@pytest.mark.task("05.1")
 @pytest.mark.parametrize("limit", [0, 10], ids=["no room at all", "room for 10 bytes"])
 def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessions,
                                                                   limit):
