@@ -371,28 +371,33 @@ print(json.dumps([lesson.sidechain_id(c) for c in json.load(sys.stdin)]))
 @pytest.mark.task("10.1")
 def test_a_side_chains_name_is_the_same_in_every_process(lesson):
     """The name of a call id's side-chain is the same in another process, whatever
-    that process's hash seed: a program that reads the logs later, or the same agent
-    resumed tomorrow, must get the name a helper got today."""
+    that process's hash seed and whatever call ids it named before: a program that
+    reads the logs later, or the same agent resumed tomorrow, must get the name a
+    helper got today."""
     ids = ODD_CALL_IDS + ["call_3_0"]
     here = [named(lesson, call_id) for call_id in ids]
-    for seed in ("1", "2"):
+    # The second process meets the same call ids the other way round
+    for seed, order in (("1", 1), ("2", -1)):
         done = subprocess.run(
             [sys.executable, "-c", NAME_IN_ANOTHER_PROCESS, lesson.__file__],
-            input=json.dumps(ids), capture_output=True, text=True, timeout=HANG,
-            env={**os.environ, "PYTHONHASHSEED": seed})
+            input=json.dumps(ids[::order]), capture_output=True, text=True,
+            timeout=HANG, env={**os.environ, "PYTHONHASHSEED": seed})
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["nothing"])[-1]
             if "NotImplementedError: task " in said:
                 raise NotImplementedError(said.split("NotImplementedError: ")[-1])
             pytest.fail(f"sidechain_id failed in another process (hash seed {seed}): "
                         f"{said}", pytrace=False)
-        there = json.loads(done.stdout)
+        there = json.loads(done.stdout)[::order]
+        asked = "in turn" if order == 1 else "the other way round"
         for call_id, mine, theirs in zip(ids, here, there):
             assert mine == theirs, (
                 f"the call id {shown(call_id)} is named {shown(mine, 80)} in this "
-                f"process and {shown(theirs, 80)} in another (hash seed {seed}): a "
-                "side-chain's name must be the same in every process (is it made from "
-                "Python's hash(), a random number or the time?)")
+                f"process and {shown(theirs, 80)} in another (hash seed {seed}, the "
+                f"call ids asked {asked}): "
+                "a side-chain's name must be the same in every process (is it made "
+                "from Python's hash(), a random number, the time, or a count of the "
+                "call ids named so far?)")
 
 
 @pytest.mark.task("10.1")
@@ -2588,6 +2593,43 @@ def test_sidechains_finds_the_pointers_written_since_it_last_read(lesson, sessio
         "again after a pointer to call_2_0 was written: the second answer should give "
         f"both, {[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
+
+
+@pytest.mark.task("10.4")
+def test_sidechains_finds_a_pointer_as_a_person_mended_it(lesson, sessions):
+    """A person mends a pointer after a reader asked: the same number of bytes, another
+    side-chain named, in the file itself or in a copy an editor puts in its place. The
+    next answer follows the pointer as the log holds it then, not as it was."""
+    path = sessions / "quest-1.jsonl"
+    folder = sessions / "quest-1.sidechains"
+
+    def pointer_to(name):
+        return json.dumps({"$marker": "sidechain", "call": CALL_ID,
+                           "session": "quest-1", "sidechain": name,
+                           "at": "2026-01-01T00:00:00+00:00"}) + "\n"
+
+    path.write_text(pointer_to(CALL_ID), encoding="utf-8")
+    lesson.sidechains(sessions, "quest-1")
+    for name, how in (("call_9_0", "in the file itself"),
+                      ("call_8_0", "in a copy put in its place")):
+        before = path.stat()
+        if how == "in the file itself":
+            with open(path, "r+b") as file:
+                file.write(pointer_to(name).encode())
+        else:
+            copy = sessions / "quest-1.jsonl.edited"
+            copy.write_text(pointer_to(name), encoding="utf-8")
+            os.replace(copy, path)
+        # A clock that moved on: the mended file is newer than the one first read
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+        found = lesson.sidechains(sessions, "quest-1")
+        expected = [(CALL_ID, folder / f"{name}.jsonl")]
+        assert found == expected, (
+            "sidechains was asked about a log whose pointer named the side-chain "
+            f"{CALL_ID}; a person then mended it {how} to name {name} (the same number "
+            f"of bytes): the next answer should follow the log as it is then, "
+            f"{[(c, p.name) for c, p in expected]}; it gave "
+            f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
 
 @pytest.mark.task("10.4")
