@@ -3006,8 +3006,9 @@ def test_a_turn_that_leaves_one_token_of_room_asks_for_a_summary(lesson):
 def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
                                                           monkeypatch):
     """Writing the marker fails (a full disk): the compaction did not happen, in the
-    log or in the agent. The next turn compacts again and records it, so that a resume
-    sends what this process sends."""
+    log or in the agent. The next turn compacts again, asking the model for a summary of
+    everything before its own boundary (the turn the failure stopped included), and
+    records it, so that a resume sends what this process sends."""
     agent, model, log = open_agent(lesson, sessions)
     path = sessions / "quest-1.jsonl"
     with log:
@@ -3021,9 +3022,25 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
                         "turn is too large, never that the disk refused. The write's "
                         "error should reach the caller as it came")
         assert not compactions_in(path), "the test's own set-up: no marker was written"
+        stopped = text_of(agent.messages[-1].get("content"))
+        asked_before = len(model.summary_requests)
         model.add(*day(98)[1])
         agent.run(day(98)[0])
         sent = turn_requests(model)[-1]["messages"]
+    if len(model.summary_requests) == asked_before:
+        fail_in("08.3", "the first compaction could not be recorded; the next turn, "
+                "over the budget, compacted again without asking the model for a "
+                "summary: it recorded the summary made before, which does not tell of "
+                f"what came since ({stopped!r}, the turn the failure stopped), so the "
+                "model is never told of it again. A compaction the log could not "
+                "record is no compaction: the next one asks for its own summary")
+    asked = " ".join(text_of(m.get("content"))
+                     for m in model.summary_requests[-1]["messages"]
+                     if m.get("role") == "user")
+    if stopped not in asked:
+        fail_in("08.3", "the compaction after the one the log could not record should "
+                f"summarise every message before its boundary, {stopped!r} among them; "
+                f"its summary request carried {asked[-160:]!r}")
     assert compactions_in(path), (
         "the first compaction could not be recorded; the agent then sent "
         f"{[m.get('content', '')[:30] for m in sent]} without ever recording a "
