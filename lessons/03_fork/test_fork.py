@@ -644,6 +644,204 @@ def test_a_later_fork_copies_the_history_as_it_is_then(lesson, sessions, day_one
                     pytrace=False)
 
 
+def outcome_of(lesson, *args, **options):
+    """In words, what a call of fork did: 'returned', or the error it raised."""
+    error = fork_or_fail(lesson, *args, **options)
+    return "returned" if error is None else f"raised {described(error)}"
+
+
+@pytest.mark.task("03.1")
+def test_a_refusal_is_no_verdict_kept_once_its_reason_is_gone(lesson, sessions,
+                                                               day_one, monkeypatch):
+    """In one process, a fork refused for a reason that is then taken away goes ahead
+    when asked again: the new id's log erased by hand (and its lineage with it), the
+    source's log created, the source grown to the messages asked for. A fork reads the
+    folder as it is now, never what an earlier fork found there."""
+    publishing, handed = [], []     # what publish_fork raised; what it was handed
+    publish = getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(*args):
+            handed.append((args[2], args[3], bytes(args[4])))  # id, count, copy
+            try:
+                return publish(*args)
+            except BaseException as error:
+                publishing.append(described(error))
+                raise
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    def asked(*args, **options):
+        publishing.clear()
+        done = outcome_of(lesson, *args, **options)
+        if publishing:
+            fail_in("03.2", f"a fork of {args[1]!r} onto {args[2]!r} was handed to "
+                    f"publish_fork, which raised {publishing[0]}, where the fork "
+                    "should be made: a fork that returned, or failed, earlier in the "
+                    "same process leaves nothing behind that stops the next one")
+        return done
+    done = asked(sessions, "quest-1", "what-if")
+    if done != "returned":
+        pytest.fail(f"a fork of quest-1 onto what-if, a free id, {done}",
+                    pytrace=False)
+    refused = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if not isinstance(refused, FileExistsError):
+        pytest.fail("a second fork onto what-if, a session by then, should be refused "
+                    "with SessionExists; it "
+                    + ("returned" if refused is None
+                       else f"raised {described(refused)}"), pytrace=False)
+    del refused
+    for name in ("what-if.jsonl", "what-if.meta.json"):
+        (sessions / name).unlink(missing_ok=True)   # a person erases the session
+    done = asked(sessions, "quest-1", "what-if")
+    if done == "returned" and not (sessions / "what-if.jsonl").exists() and handed:
+        fail_in("03.2", "a fork onto what-if, erased by hand after an earlier fork "
+                "made it, was handed to publish_fork, which returned, but left no "
+                "what-if.jsonl: a fork that returns exists")
+    if done != "returned" or not (sessions / "what-if.jsonl").exists():
+        pytest.fail("a fork onto what-if was refused, as it should be, while what-if "
+                    "had a log; then a person erased what-if's log and meta file, and "
+                    f"the same fork, asked again in the same process, {done}"
+                    + ("" if done != "returned" else ", leaving no log") + ": only a "
+                    "log makes a session, and that id is free again", pytrace=False)
+
+    missing = fork_or_fail(lesson, sessions, "later", "later-fork")
+    if not isinstance(missing, FileNotFoundError):
+        pytest.fail("a fork of 'later', a session with no log, should be refused with "
+                    "SessionNotFound; it " + ("returned" if missing is None
+                                              else f"raised {described(missing)}"),
+                    pytrace=False)
+    del missing
+    (sessions / "later.jsonl").write_bytes((sessions / "quest-1.jsonl").read_bytes())
+    done = asked(sessions, "later", "later-fork")
+    if done != "returned":
+        pytest.fail("a fork of 'later' was refused, as it should be, while 'later' had "
+                    "no log; then its log was written, and the same fork, asked again "
+                    f"in the same process, {done}: the source is there now",
+                    pytrace=False)
+
+    more = len(day_one) + 1
+    too_many = fork_or_fail(lesson, sessions, "quest-1", "longer", upto=more)
+    if not isinstance(too_many, ValueError):
+        pytest.fail(f"a fork of the first {more} messages of quest-1, which holds "
+                    f"{len(day_one)}, should be refused with a ValueError; it "
+                    + ("returned" if too_many is None
+                       else f"raised {described(too_many)}"), pytrace=False)
+    del too_many
+    turn = {"role": "user", "content": "And the guard?"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(turn)
+    done = asked(sessions, "quest-1", "longer", upto=more)
+    try:
+        held = (lesson.SessionLog(sessions, "longer").load() if done == "returned"
+                else [])
+    except Exception as error:  # noqa: BLE001 - said in words below
+        done, held = f"returned, but its log does not load ({described(error)})", []
+    whole = ("longer", more, (sessions / "quest-1.jsonl").read_bytes())
+    if held != day_one + [turn] and handed and handed[-1] == whole:
+        fail_in("03.2", f"a fork of the first {more} messages of quest-1 was handed to "
+                "publish_fork with its count and copy, which returned, but the "
+                f"fork's log holds {which(held, day_one + [turn])}: the fork's log "
+                "holds what publishing was handed")
+    if held != day_one + [turn]:
+        pytest.fail(f"a fork of the first {more} messages of quest-1 was refused, as "
+                    f"it should be, while quest-1 held {len(day_one)}; then one more "
+                    "was appended, and the same fork, asked again in the same process, "
+                    f"{done}" + (f", holding {which(held, day_one + [turn])}"
+                                 if done == "returned" else "")
+                    + f": quest-1 holds {more} messages now", pytrace=False)
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("appended", ["a whole message", "half a message"])
+def test_a_fork_holds_what_its_lineage_counts_while_another_writer_appends(
+        lesson, sessions, day_one, monkeypatch, appended):
+    """Another process appends to the source while the fork reads it (here, just as
+    the fork judges the source's last message): a whole message, or the first half of
+    one, its writer still at work. The fork may hold the source as it was before that
+    append or, for a whole message, after it; either way it holds whole lines only,
+    each as the source holds it, and exactly as many messages as its lineage counts."""
+    import sys
+    source = sessions / "quest-1.jsonl"
+    original = source.read_bytes()
+    last = original.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    extra = b'{"role": "user", "content": "And the guard?"}'
+    extra = extra + b"\n" if appended == "a whole message" else extra[:25]
+    forks = sys.modules[lesson.fork.__module__]
+    real_parse = getattr(forks, "parse_line", None)
+    if real_parse is None:
+        pytest.skip("this fork judges its source's lines without parse_line")
+    came, handed, publishing = [], [], []
+
+    def parse_line(line, *args, **kwargs):
+        raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+        if raw.rstrip(b"\r\n") == last and not came:
+            came.append(line)
+            with open(source, "ab") as other_writer:
+                other_writer.write(extra)
+        return real_parse(line, *args, **kwargs)
+    monkeypatch.setattr(forks, "parse_line", parse_line)
+    publish = getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(folder, source_id, new_id, count, copy, durable):
+            handed.append((count, bytes(copy)))
+            try:
+                return publish(folder, source_id, new_id, count, copy, durable)
+            except BaseException as error:
+                publishing.append(described(error))
+                raise
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    done = outcome_of(lesson, sessions, "quest-1", "what-if")
+    monkeypatch.undo()
+    if not came:
+        pytest.skip("this fork never judged the source's last message with parse_line")
+    when = (f"another writer appended {appended} to quest-1 while the fork judged its "
+            "last message")
+    if publishing:
+        fail_in("03.2", f"{when}; fork handed publish_fork a copy of the source, and "
+                f"publish_fork raised {publishing[0]}, where the fork should be made")
+    if done != "returned":
+        pytest.fail(f"{when}, and the fork {done}: the source was whole as it read it, "
+                    "and the fork should be made", pytrace=False)
+    now = [line + b"\n" for line in source.read_bytes().split(b"\n")[:-1]]
+    counts = (len(day_one), len(day_one) + (appended == "a whole message"))
+
+    def wrong(counted, held):
+        """What is wrong with a fork that counts `counted` and holds `held`, if
+        anything: in words."""
+        if not isinstance(counted, int) or held != b"".join(now[:counted]):
+            lines = held.count(b"\n") + (not held.endswith(b"\n") and bool(held))
+            return (f"the fork's lineage counts {counted!r} messages, and its log "
+                    f"holds {lines} line(s), "
+                    + ("the last of them torn" if not held.endswith(b"\n") and held
+                       else "not the source's first lines as counted"))
+        if counted not in counts:
+            return (f"the fork's lineage counts {counted} messages, where the source "
+                    f"held {len(day_one)} before that append")
+        return None
+    if handed:
+        said = wrong(*handed[0])
+        if said:
+            pytest.fail(f"{when}; what fork handed publish_fork is wrong: "
+                        f"{said.replace('the fork', 'the copy')}: a fork holds "
+                        "exactly the messages it counts, whole, as its source held "
+                        "them when it read them; read the source once and copy from "
+                        "what you read", pytrace=False)
+    try:
+        counted = json.loads((sessions / "what-if.meta.json").read_bytes())["forked_at"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        counted = f"none ({described(error)})"
+    held = (sessions / "what-if.jsonl").read_bytes() if (
+        sessions / "what-if.jsonl").exists() else b""
+    said = wrong(counted, held)
+    if said and handed:
+        fail_in("03.2", f"{when}; fork handed publish_fork a right copy and count, "
+                f"but once it returned, {said}: the fork's files hold what publishing "
+                "was handed")
+    if said:
+        pytest.fail(f"{when}; {said}: a fork holds exactly the messages its lineage "
+                    "counts, whole, as its source held them when it read them; read "
+                    "the source once and copy from what you read", pytrace=False)
+
+
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
 def test_the_fork_is_a_file_of_its_own(lesson, sessions, day_one):
@@ -2365,3 +2563,62 @@ def test_a_fork_never_replaces_a_log_created_just_before_its_own_is_named(
                 f"be, but left {left} beside it: a fork that raises leaves none of its "
                 "files, and a meta file there gives the other writer's session a "
                 "lineage it never had")
+
+
+@pytest.mark.task("03.2")
+def test_two_forks_onto_two_ids_at_once_in_one_process_each_hold_their_own(
+        lesson, sessions, day_one, monkeypatch):
+    """A server forks for many users at once, in threads of one process: while a fork
+    of quest-1 onto what-if is about to give its log its name, another fork, of
+    quest-1's first message onto 'other', runs in another thread. Both are made, each
+    whole and its own: nothing one fork writes on its way (a temporary file, a name, a
+    lock) is shared with the other."""
+    target = sessions / "what-if.jsonl"
+    other, handed = {}, {}
+    source = (sessions / "quest-1.jsonl").read_bytes()
+    publish = getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(folder, source_id, new_id, count, copy, durable):
+            handed[new_id] = (count, bytes(copy))
+            return publish(folder, source_id, new_id, count, copy, durable)
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    def fork_the_other():
+        other["error"] = fork_or_fail(lesson, sessions, "quest-1", "other", upto=1)
+
+    def meanwhile(real):
+        def step(src, dst, *args, **kwargs):
+            if os.path.basename(os.fspath(dst)) == target.name and not other:
+                other["error"] = "did not finish"
+                thread = threading.Thread(target=fork_the_other)
+                thread.start()
+                thread.join(5)  # a fork that waits for this one goes on after it
+                other["thread"] = thread
+            return real(src, dst, *args, **kwargs)
+        return step
+    with monkeypatch.context() as patch:
+        for call_name in ("link", "rename", "replace"):
+            patch.setattr(os, call_name, meanwhile(getattr(os, call_name)))
+        error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if "thread" in other:
+        other["thread"].join()
+    if not other:
+        return      # the log got its name by no rename or link: nothing met
+    when = ("while a fork of quest-1 onto what-if was giving its log its name, another "
+            "fork, of quest-1's first message onto 'other', ran in another thread of "
+            "the same process")
+    for new_id, failed, messages in (("what-if", error, day_one),
+                                     ("other", other["error"], day_one[:1])):
+        right = (len(messages), b"".join(source.splitlines(True)[:len(messages)]))
+        if new_id in handed and handed[new_id] != right:
+            fail_in("03.1", f"{when}; the fork onto {new_id} handed publish_fork "
+                    f"{handed[new_id][0]!r} messages, and a copy of "
+                    f"{len(handed[new_id][1])} bytes, where the first "
+                    f"{len(messages)} message(s) of quest-1 ({len(right[1])} bytes) "
+                    "were asked for")
+        if failed is not None:
+            fail_in("03.2", f"{when}; the fork onto {new_id} raised {described(failed)}"
+                    ", where both should be made: two forks onto two ids share "
+                    "nothing, not even a temporary file's name")
+        expect_whole_fork(lesson, sessions, new_id, "quest-1", messages, when,
+                          task="03.2")
