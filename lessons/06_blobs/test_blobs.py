@@ -70,6 +70,8 @@ _created: list[str] | None = None
 # Called with the target's path when anything is renamed or linked to a name (os.rename,
 # os.replace, os.link, shutil.move ...), while it is set.
 _renaming = None
+# Called the same way, with the source's path and then the target's, while it is set.
+_placing = None
 
 
 def _audit(event, args):
@@ -85,6 +87,9 @@ def _audit(event, args):
     elif _renaming is not None and event in ("os.rename", "os.link") and len(args) > 1:
         if isinstance(args[1], (str, bytes, os.PathLike)):
             _renaming(os.path.abspath(os.fsdecode(args[1])))
+    if _placing is not None and event in ("os.rename", "os.link") and len(args) > 1:
+        if all(isinstance(arg, (str, bytes, os.PathLike)) for arg in args[:2]):
+            _placing(*(os.path.abspath(os.fsdecode(arg)) for arg in args[:2]))
 
 
 sys.addaudithook(_audit)
@@ -705,15 +710,60 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
         + ", and the session can no longer load its paste")
 
 
+def damage_keeping_size_and_times(blob, data):
+    """Change one word of the blob in place (the same file, the same size), then put
+    its times back as they were, as a copy that keeps times (cp -p, rsync -t) does."""
+    assert blob.is_file(), (
+        f"the paste should be stored as blobs/{blob.name}, in the blobs/ folder every "
+        f"session of the folder shares; it holds {blob_names(blob.parent.parent)}")
+    before = blob.stat()
+    with open(blob, "r+b") as file:
+        file.write(data.replace(b"cave", b"lake", 1)[:64])
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.task("06.1")
+@pytest.mark.parametrize("who", ["the same writer", "the same durable writer",
+                                 "another writer of the program"])
+def test_a_blob_damaged_in_place_with_its_size_and_times_kept_is_stored_again(
+        lesson, sessions, who):
+    """A blob stored, and found intact by a later store, is then damaged in place by a
+    copy that keeps its size and its times. The same content stored again, by the same
+    writer or by another of the program, leaves the whole content at the name: only
+    bytes that hash to the name count as stored, whatever the file's size and times
+    say, and whatever a writer found there before."""
+    data = PASTE.encode("utf-8")
+    blob = sessions / "blobs" / sha256(data)
+    paste = {"role": "user", "content": PASTE}
+    with lesson.SessionLog(sessions, "quest-1", durable=who.endswith("durable writer")
+                           ) as log, lesson.SessionLog(sessions, "quest-2") as other:
+        log.append(paste)
+        log.append(paste)       # found intact this time
+        other.append(paste)
+        assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+        damage_keeping_size_and_times(blob, data)
+        (other if who.startswith("another") else log).append(paste)
+    stored = blob.read_bytes() if blob.is_file() else b""
+    if stored != data:
+        fail_in("06.1", f"blobs/{blob.name} was damaged in place (one word changed, "
+                f"its size and times kept) and the same content was stored again, by "
+                f"{who}; it still holds {len(stored)} bytes that are not the content: "
+                "the name was taken for stored because the file looked as it did when "
+                "it was found intact. Only bytes that hash to the name count as "
+                "stored, and the session can no longer load its paste")
+
+
 @pytest.mark.task("06.1")
 def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessions):
     """Two sessions of the folder store the same content at the same moment: the
     second stores it whole while the first is putting its blob in place. Both stores
-    succeed, and blobs/ then holds the one blob, whole, and nothing else."""
+    succeed, each returning once the name holds the whole content, and blobs/ then
+    holds the one blob, whole, and nothing else."""
     global _renaming
     data = PASTE.encode("utf-8")
     blobs = str(sessions / "blobs")
     second: list = []
+    held_then: list = []
     with lesson.SessionLog(sessions, "quest-1") as log_1, \
             lesson.SessionLog(sessions, "quest-2") as log_2:
 
@@ -725,6 +775,8 @@ def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessi
                     second.append(log_2.store_blob(data))
                 except Exception as error:
                     second.append(error)
+                blob = sessions / "blobs" / sha256(data)
+                held_then.append(blob.is_file() and blob.read_bytes() == data)
 
         _renaming = meanwhile
         try:
@@ -746,6 +798,13 @@ def test_two_writers_storing_the_same_content_at_once_both_succeed(lesson, sessi
             f"({type(second[0]).__name__}: {second[0]}): "
             "each store must write under a name of its own until its blob is whole",
             pytrace=False)
+    if held_then and not held_then[0]:
+        fail_in("06.1", "a writer stored the paste while another session's writer was "
+                "putting the same blob in place, and its store returned before the "
+                "blob's name held the whole paste: the line it writes next would point "
+                "to a blob that is not there, and never will be if the other store "
+                "fails. A store returns once the name holds the whole content, "
+                "whatever another store is doing")
     names = sorted(os.listdir(blobs))
     digest = sha256(data)
     assert names == [digest], (
@@ -1153,11 +1212,14 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
 
 
 @pytest.mark.task("06.2")
+@pytest.mark.parametrize("who", ["the same writer", "a new log of the session"])
 def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson,
-                                                                        sessions):
+                                                                        sessions, who):
     """A durable writer stores the paste and loads it back; then a bad copy changes the
-    blob. The same writer's next load is refused: each load reads blobs/ as it is now
-    and checks the hash again, whatever this writer stored, synced or read before."""
+    blob in place, keeping its size and its times. The next load, by the same writer or
+    by a new log of the session in the same program, is refused: each load reads blobs/
+    as it is now and checks the hash again, whatever this writer, or any other of the
+    program, stored, synced or read before."""
     data = PASTE.encode("utf-8")
     blob = sessions / "blobs" / sha256(data)
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
@@ -1165,12 +1227,20 @@ def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson
         log.append({"role": "user", "content": PASTE})
         assert log.load() == [SMALL, {"role": "user", "content": PASTE}], (
             "the paste should load back byte for byte from its blob")
-        blob.write_bytes(data.replace(b"cave", b"lake", 1))
-        try:
-            loaded = log.load()
-        except lesson.BlobError as error:
-            says_what_it_met(error, "bytes that changed", sessions)
-            return
+        damage_keeping_size_and_times(blob, data)
+        if who == "the same writer":
+            try:
+                loaded = log.load()
+            except lesson.BlobError as error:
+                says_what_it_met(error, "bytes that changed", sessions)
+                return
+    if who != "the same writer":
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            try:
+                loaded = log.load()
+            except lesson.BlobError as error:
+                says_what_it_met(error, "bytes that changed", sessions)
+                return
     sent = loaded[1].get("content") if len(loaded) > 1 else None
     pytest.fail(
         "the blob changed after this writer stored and loaded it, and the writer's "
@@ -2165,6 +2235,101 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions, target):
     assert snapshot(sessions) == before, "a refused load must change no file"
 
 
+@pytest.mark.task("06.2")
+def test_a_link_put_at_a_blobs_name_as_it_is_opened_is_not_followed(lesson,
+                                                                     sessions):
+    """Another process swaps a blob for a symbolic link (to a file outside blobs/ with
+    the same bytes) after the load looked at the name and just as it opens it. The load
+    never follows that link, whatever it looked at a moment before: a reference opens
+    nothing outside blobs/, and the opening itself must refuse a link."""
+    global _opened
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    outside = sessions.parent / "outside"
+    swapped: list[str] = []
+
+    class SwapOnOpen(list):
+        def append(self, path):
+            if path == str(blob) and not swapped:
+                swapped.append(path)
+                blob.rename(outside)
+                blob.symlink_to(outside)
+            super().append(path)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        _opened = SwapOnOpen()
+        try:
+            loaded = log.load()
+        except lesson.BlobError as error:
+            says_what_it_met(error, "a symbolic link", sessions)
+            return
+        except OSError:
+            return      # the opening itself refused the link (ELOOP): not followed
+        except Exception as error:
+            fail_in("06.2", f"blobs/{blob.name} became a symbolic link just as the "
+                    f"load opened it, and the load raised {type(error).__name__}: "
+                    f"{error}; it should refuse to follow it, as for any link at a "
+                    "blob's name")
+        finally:
+            _opened = None
+    if not swapped:
+        return      # the blob was read without opening it by its name: nothing to swap
+    fail_in("06.2", f"blobs/{blob.name} was a plain file when the load looked at it, "
+            "and became a symbolic link to a file outside blobs/ just as the load "
+            "opened it; the load followed the link and gave "
+            f"{str(loaded[0].get('content') if loaded else loaded)[:80]!r}... from "
+            "outside blobs/. Open the blob so that the opening itself refuses a link "
+            "(the helper read_file does), rather than looking first and opening after")
+
+
+@pytest.mark.task("06.2")
+def test_a_blob_changed_while_it_is_loaded_never_reaches_the_model_unchecked(lesson,
+                                                                            sessions):
+    """Another process changes a blob (one word, its size kept) while a load reads it:
+    after the load opened it once. The load gives the content its hash was checked on,
+    or refuses: the bytes it hands over are the bytes it checked, never others read
+    after the check."""
+    global _opened
+    data = PASTE.encode("utf-8")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(data)
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    changed = data.replace(b"cave", b"lake", 1)
+    seen: list[str] = []
+
+    class ChangeOnSecondOpen(list):
+        def append(self, path):
+            if path == str(blob):
+                seen.append(path)
+                if len(seen) == 2:
+                    with open(blob, "r+b") as file:
+                        file.write(changed[:64])
+            super().append(path)
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        _opened = ChangeOnSecondOpen()
+        try:
+            loaded = log.load()
+        except lesson.BlobError:
+            return      # refused: the model is sent nothing, which is allowed
+        except Exception as error:
+            fail_in("06.2", f"a blob was changed (one word) while a load read it, and "
+                    f"the load raised {type(error).__name__}: {error}; it should give "
+                    "the content whose hash it checked, or refuse with a BlobError")
+        finally:
+            _opened = None
+    sent = loaded[0].get("content") if loaded else None
+    if sent == changed.decode("utf-8"):
+        fail_in("06.2", "a blob was changed (one word) between the load's first "
+                "opening of it and its second, and the load gave the changed bytes: it "
+                "checked the hash of one read and handed over another, so the model is "
+                "sent a content no hash vouches for. Hand over the very bytes whose "
+                "hash was checked")
+
+
 WHAT = {"folder": "folder", "fifo": "FIFO"}
 
 
@@ -2496,6 +2661,37 @@ def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
         f"the blob was stored with mode {mode and oct(mode)} under umask 000: it holds "
         "what a person pasted, and should be readable by its owner only (0o600), like "
         "the log")
+
+
+@pytest.mark.task("06.1")
+def test_a_blob_is_its_owners_only_from_the_moment_it_has_its_name(lesson, sessions):
+    """Under umask 000, the file that comes to stand at a blob's name is already its
+    owner's only when it gets that name: a crash right after that step leaves the paste
+    there as it is then, and a later store finds it intact and leaves it as it is."""
+    global _placing
+    data = PASTE.encode("utf-8")
+    blob = str(sessions / "blobs" / sha256(data))
+    modes: list[int] = []
+
+    def placing(source, target):
+        if target == blob:
+            with contextlib.suppress(OSError):
+                modes.append(os.stat(source, follow_symlinks=False).st_mode & 0o777)
+
+    old_umask = os.umask(0)
+    _placing = placing
+    try:
+        store(lesson, sessions, data)
+    finally:
+        _placing = None
+        os.umask(old_umask)
+    shown = [oct(mode) for mode in modes if mode & 0o077]
+    if shown:
+        fail_in("06.1", f"under umask 000, the file given the blob's name had mode "
+                f"{shown[0]} when it got the name, so other users of the machine could "
+                "read the paste there: a crash before the mode was narrowed leaves it "
+                "so for good. The file should be its owner's only (0o600) before it is "
+                "given the blob's name")
 
 
 @pytest.mark.task("06.1")
