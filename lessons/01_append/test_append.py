@@ -1496,6 +1496,27 @@ def test_a_message_said_twice_is_recorded_twice(lesson, model, town, sessions):
 
 
 @pytest.mark.task("01.3")
+def test_a_message_recorded_twice_as_one_object_is_saved_twice(lesson, model, town,
+                                                                sessions):
+    """A caller may hand record() the same message object twice (the user's "Yes.",
+    kept and said again): each call adds it, to memory and to the log alike, so that
+    the next request carries exactly what the log holds."""
+    agent, log = agent_on(lesson, model, town, sessions)
+    message = {"role": "user", "content": "Yes."}
+
+    with log:
+        agent.record(message)
+        agent.record(message)
+
+    stored = lines_of(sessions / "quest-1.jsonl")
+    assert stored == agent.messages, (
+        "record() was handed the same message object twice: memory holds "
+        f"{len(agent.messages)} message(s), {agent.messages}, and the log "
+        f"{len(stored)}, {stored}. Each call records the message, in the log as in "
+        "memory, however the caller made it")
+
+
+@pytest.mark.task("01.3")
 def test_a_message_said_again_that_the_log_refuses_leaves_memory_in_order(
     lesson, model, town, sessions
 ):
@@ -1859,6 +1880,67 @@ def test_a_new_log_is_readable_by_its_owner_only(lesson, sessions):
     assert mode == 0o600, (
         f"under a umask of 000 the new log was created with mode {oct(mode)}, where "
         "0o600 (its owner only) was expected: any user of the machine could read it")
+
+
+@pytest.mark.task("01.4")
+def test_a_new_log_is_never_open_to_others_even_for_an_instant(lesson, sessions,
+                                                               monkeypatch):
+    """Under a umask of 000 the log is its owner's alone from the instant its name
+    exists: created with that mode, not narrowed after. Between a wider creation and a
+    narrowing, another user's process can open it, and reads through that descriptor
+    whatever the mode becomes."""
+    modes = []
+    real_open = os.open
+
+    def watching_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if os.fspath(path).endswith("quest-1.jsonl"):
+            modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return fd
+
+    monkeypatch.setattr(os, "open", watching_open)
+    old_umask = os.umask(0)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "my secret plan"})
+    except NotImplementedError:
+        raise
+    except Exception:       # noqa: BLE001 - a failing append is other tests' to tell
+        pass
+    finally:
+        os.umask(old_umask)
+    wide = [oct(mode) for mode in modes if mode & 0o077]
+    if wide:
+        fail_in("01.4", f"under a umask of 000 the new log existed with the mode "
+                f"{wide[0]} the moment it was opened, and was narrowed only after: "
+                "between the two, another user's process could open it and keep "
+                "reading it through that descriptor. A new log is created with its "
+                "owner-only mode (0600), so that it is never open to others")
+
+
+@pytest.mark.task("01.4")
+def test_a_log_removed_since_it_was_last_opened_has_its_new_name_synced(
+        lesson, sessions, monkeypatch):
+    """A user may clear a session's log while its writer is closed. The writer's next
+    append creates the log again, a new file whose name is a new entry in the folder:
+    in durable mode that name is synced before its first line, as any new log's is,
+    whatever the writer did for the log it had before."""
+    log = lesson.SessionLog(sessions, "quest-1", durable=True)
+    try:
+        log.append({"role": "user", "content": "day 1"})
+        log.close()
+        the_log(lesson, sessions).unlink()
+        fsync = FsyncRecorder(monkeypatch)
+        log.append({"role": "user", "content": "day 1, after clearing"})
+    finally:
+        log.close()
+    synced = [names for names in fsync.entries if "quest-1.jsonl" in names]
+    assert synced, (
+        "the log was removed after its writer closed it, and the writer's next append "
+        "created it again, a new file: in durable mode its name should be synced in "
+        "the sessions folder before its first line is acknowledged, as any new log's "
+        f"is; the syncs were {fsync.kinds}, none of a folder that held quest-1.jsonl. "
+        "What a writer did for the log it had before says nothing of the one there now")
 
 
 @pytest.mark.task("01.4")
