@@ -3288,6 +3288,30 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
 
 
 @pytest.mark.task("09.4")
+def test_a_second_erase_finds_the_message_in_the_log_as_it_stands_now(lesson, sessions):
+    """The user erases a message, then undoes a turn and says something new, and erases
+    that too. The log changed between the two erases (an undo marker hides the turn
+    taken back, and a new turn follows it): the second erase finds the message the user
+    meant in the log as it stands then, not as it stood at the first erase."""
+    agent, _, log = open_agent(lesson, sessions, [
+        say("The elder nods."), say("You are welcome."), say("Noted.")])
+    with log:
+        agent.run("Ask the elder about the cave.")
+        agent.run("Thank the elder for the advice.")
+        agent.erase(0)
+        agent.undo()
+        agent.run(SECRET)
+        agent.erase(2)
+    if files_holding(sessions, "Ilse"):
+        fail_in("09.4", "the user erased message 0, undid the last turn, said "
+                f"{SECRET!r} (message 2 of the conversation, message 4 of the log, "
+                "after the two the undo hides) and erased message 2: the words are "
+                f"still in {files_holding(sessions, 'Ilse')}. The position is "
+                "translated through the log as it stands at each erase (the first "
+                "erase's reading of it is out of date once a turn was undone)")
+
+
+@pytest.mark.task("09.4")
 def test_the_agent_keeps_the_keys_of_its_messages_it_does_not_use_as_the_log_does(
     lesson, sessions
 ):
