@@ -1199,6 +1199,106 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
 
 
 @pytest.mark.task("02.1")
+def test_a_load_that_found_no_log_reads_the_one_written_since(lesson, sessions, model,
+                                                              town):
+    """A SessionLog whose first load found no log (a session not started yet) reads
+    the log on its next load all the same, once another writer (another SessionLog,
+    another process: day 1's agent) has written it, and a new agent made on it starts
+    from it: a session found new once is not new for ever."""
+    said = {"role": "user", "content": "day 1, in another process"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first = load(log, "the session has no log yet; the load should return []")
+        with lesson.SessionLog(sessions, "quest-1") as other:
+            other.append(said)
+        loaded = load(log, "another SessionLog has since appended one message")
+        try:
+            started = lesson.Agent(model.client(), model=model.model, tools=town,
+                                   session=log).messages
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - said below
+            started = error
+
+    assert first == [] and loaded == [said], (
+        f"the first load, before the session had a log, returned {first!r}; another "
+        f"SessionLog then appended {said!r}, and the second load of the first "
+        f"SessionLog returned {loaded!r}: each load reads the log as it is at that "
+        "moment, and a session found new once may have been written since")
+    got = (f"raised {described(started)}" if isinstance(started, Exception)
+           else f"started from {started!r}")
+    assert started == [said], (
+        "a SessionLog found no log on its first load; another SessionLog then "
+        f"appended a message, and a new agent made on the first {got}: it starts from "
+        "what the log holds when the agent is made")
+
+
+@pytest.mark.task("02.1")
+def test_two_sessions_folders_resume_their_own_logs_of_one_id(lesson, sessions,
+                                                              tmp_path, model, town):
+    """Two sessions folders (two users', two projects') may each hold a session of the
+    same id, used in one process: each agent resumes the log in its own folder, never
+    another folder's, even one of the same id and the same size."""
+    elsewhere = tmp_path / "other-sessions"
+    north = {"role": "user", "content": "go north"}
+    south = {"role": "user", "content": "go south"}
+    write_log(lesson, sessions, [north])
+    write_log(lesson, elsewhere, [south])
+    started = {}
+    for folder, name in ((sessions, "the first"), (elsewhere, "the second")):
+        with lesson.SessionLog(folder, "quest-1") as log:
+            try:
+                started[name] = lesson.Agent(model.client(), model=model.model,
+                                             tools=town, session=log).messages
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - said below
+                started[name] = error
+
+    assert started == {"the first": [north], "the second": [south]}, (
+        "two sessions folders each hold a log of the session quest-1, of the same "
+        f"size: the first's holds {north!r}, the second's {south!r}; new agents made "
+        f"on them, one after the other in one process, started from {started}. A "
+        "session's log is the file its id names in its own sessions folder, and no "
+        "other: what another folder holds under the same id says nothing of it")
+
+
+@pytest.mark.task("02.1")
+def test_while_a_log_loads_it_stays_where_it_is(lesson, sessions, monkeypatch):
+    """What another process sees in the middle of a load: the log at its name, as it
+    was, and nothing beside it (no copy, no log moved aside). A load only reads: a
+    writer opening the session meanwhile finds its log, and a load killed part-way
+    leaves the folder as it found it."""
+    lines = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    path = sessions / "quest-1.jsonl"
+    write_log(lesson, sessions, lines)
+    data = path.read_bytes()
+    log_module = sys.modules[lesson.SessionLog.__module__]
+    real_parse = log_module.parse_line
+    seen = []
+
+    def parse_line(line):
+        if not seen:
+            there = sorted(p.name for p in sessions.iterdir())
+            held = path.read_bytes() if path.is_file() else None
+            seen.append((there, held == data))
+        return real_parse(line)
+
+    monkeypatch.setattr(log_module, "parse_line", parse_line)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        load(log, "the log holds three messages, which should load")
+    if not seen:
+        return      # this load reads its lines without parse_line: nothing to see
+    there, whole = seen[0]
+    assert there == ["quest-1.jsonl"] and whole, (
+        "while the load read the log's first line, the sessions folder held "
+        f"{there}" + ("" if whole else ", and quest-1.jsonl did not hold the log's "
+                      "bytes") + ": another process looking then would not find the "
+        "log as it is, at its name, alone (a writer opening the session would start "
+        "it over). A load only ever reads: it moves nothing, copies nothing, and "
+        "leaves nothing beside the log, even for the time it reads")
+
+
+@pytest.mark.task("02.1")
 def test_each_load_returns_messages_of_its_own(lesson, sessions, model, town):
     """What a load returns is the caller's own: a caller that changes that list, or a
     message in it, changes neither the log nor what the next load, or a new agent,
