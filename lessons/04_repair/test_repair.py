@@ -21,7 +21,8 @@ import openai
 import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import check_time, fail_in, open_descriptors, raises
+from sessionlab.testing import (check_time, described, fail_in, open_descriptors,
+                                raises)
 
 
 def tool_call(call_id, name, **arguments):
@@ -825,6 +826,66 @@ def test_a_writer_refused_for_a_corrupt_log_takes_it_over_once_it_is_mended(
         "the mended log holds the day's 4 messages; the same writer, resuming again, "
         f"should hand them back and append after them. It handed back {len(history)} "
         f"message(s), and the log ends {path.read_bytes()[-80:]!r}")
+
+
+@pytest.mark.task("04.3")
+def test_a_writer_taking_its_log_over_again_reads_it_as_it_is_then(lesson, sessions):
+    """A writer that took its log over once and closed it, asked to take it over
+    again, reads the log as it is then: a person may have mended a line by hand in the
+    meantime, the file keeping its size. What it read the first time is no promise
+    about the file now."""
+    path = write_log(sessions, [ASK, BUY_THREE])
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.open_for_append()
+        except NotImplementedError:
+            raise                           # a task not written yet says so itself
+        except Exception as error:  # noqa: BLE001 - reported in words below
+            pytest.fail("a log of a question and three calls without results should "
+                        f"be taken over, and the writer raised {described(error)}",
+                        pytrace=False)
+        log.close()
+        repaired = path.read_bytes()
+        mended = repaired.replace(b"a rope and a torch.", b"a rope and a flute.", 1)
+        if mended == repaired:
+            pytest.fail("the writer took over a log of a question and three calls "
+                        "without results; the question, 'Buy a lantern, a rope and a "
+                        "torch.', is no longer in the log as it was written",
+                        pytrace=False)
+        path.write_bytes(mended)    # a person mends a word, the file keeps its size
+        expected = [entry for entry in entries_in(path) if "$marker" not in entry]
+        try:
+            read = [entry for entry in lesson.parse_log(mended, path).entries
+                    if "$marker" not in entry]
+        except Exception as error:  # noqa: BLE001 - reported in words below
+            fail_in("04.1", "parse_log, given a log its writer repaired (a question, "
+                    "three calls, a repair marker and three results), raised "
+                    f"{described(error)}, where it should read the log")
+        if read != expected:
+            fail_in("04.1", "a person changed a word of a log's first message in place "
+                    "('a torch.' to 'a flute.', the file keeping its size); parse_log, "
+                    f"given the log's bytes as they are now, found {len(read)} "
+                    f"messages, the first {read[0] if read else None!r}: each call "
+                    "makes its state afresh from the bytes it is given")
+        try:
+            history = log.open_for_append()
+        except Exception as error:  # noqa: BLE001 - reported in words below
+            pytest.fail("the writer took its log over, repaired it, and was closed; a "
+                        "person then changed a word of the first message in place ('a "
+                        "torch.' to 'a flute.', the file keeping its size), and the "
+                        "same writer, asked to take the log over again, raised "
+                        f"{described(error)}", pytrace=False)
+    if history != expected:
+        first = history[0].get("content") if history and isinstance(
+            history[0], dict) else None
+        pytest.fail("the writer took its log over, repaired it, and was closed; a "
+                    "person then changed a word of the first message in place ('a "
+                    "torch.' to 'a flute.', the file keeping its size). The same "
+                    "writer, asked to take the log over again, should hand back the "
+                    f"{len(expected)} messages the log holds now; it handed back "
+                    f"{len(history)}, the first saying {first!r}: a writer reads the "
+                    "log it takes over as it is then, never what it read before",
+                    pytrace=False)
 
 
 # name: (the entries of the log, the bytes after them, the line damaged if any)
