@@ -1615,6 +1615,29 @@ def test_each_agent_flushes_only_what_it_recorded(lesson, sessions):
         f"note alone; it holds {lines_of(sessions / 'quest-1.jsonl')}")
 
 
+@pytest.mark.task("07.2")
+def test_a_new_agent_on_a_session_never_writes_what_an_earlier_one_left_pending(
+        lesson, sessions):
+    """An agent of the program records a note, and is let go before anything flushes
+    it: the note is lost, as a crash loses it, and no model or user of a later agent
+    has seen it. A new agent of the same program on the same session then runs a turn:
+    the log holds that turn, never the earlier agent's note."""
+    note = {"role": "user", "content": "A note the first agent never sent."}
+    first, _, first_log = open_agent(lesson, sessions)
+    with first_log:
+        first.record(note)
+    second, model, second_log = open_agent(lesson, sessions, [say("The elder nods.")])
+    with second_log:
+        second.run("Thank the elder.")
+    written = lines_of(sessions / "quest-1.jsonl")
+    if note in written:
+        fail_in("07.2", "an agent recorded a note and was let go before it flushed it; "
+                "a new agent of the same program on the same session then ran a turn, "
+                f"and the log holds the first agent's note: {written}. The pending "
+                "buffer is the agent's own: another agent, on the same session too, "
+                "never writes what it holds (its user never saw that note)")
+
+
 @pytest.mark.task("07.1")
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.2")
@@ -2672,6 +2695,69 @@ def test_forks_leave_no_descriptor_open(lesson, sessions):
         f"after 200 forks the process holds {after - before} more file descriptors "
         f"than before ({before} then {after}): something a fork opened is never "
         "closed")
+
+
+# Called with the path of every file opened in this process while it is set (an audit
+# hook sees os.open, open() and Path.read_bytes alike, before the file is opened).
+_on_open = None
+
+
+def _audit(event, args):
+    if event == "open" and _on_open is not None and args and isinstance(
+            args[0], (str, bytes, os.PathLike)):
+        _on_open(os.path.abspath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.mark.task("07.4")
+def test_a_fork_is_made_from_the_source_file_it_opened(lesson, sessions):
+    """Another process replaces the source's log under its name (an erasure that
+    rewrites it, a restore) while a fork of it is being made, after the fork opened it.
+    The fork is made from the file it opened, as that file shows: its lines, and the
+    messages it shows, are those of the source the fork began with. The log of another
+    program is used, whose marker past the cut takes back a message before it."""
+    global _on_open
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
+    source = sessions / "quest-1.jsonl"
+    original = source.read_bytes()
+    rewritten = sessions / "rewritten.tmp"
+    rewritten.write_bytes(original.split(b"\n")[0] + b"\n")   # message 0 alone
+    opened = []
+
+    def on_open(path):
+        if path == str(source):
+            opened.append(path)
+            if len(opened) == 2:     # the fork opened it once already
+                os.replace(rewritten, source)
+
+    _on_open = on_open
+    try:
+        lesson.fork(sessions, "quest-1", "fork-1", upto=2)
+    finally:
+        _on_open = None
+    copied = (sessions / "fork-1.jsonl").read_bytes()
+    def a_marker(line):
+        try:
+            return "$marker" in json.loads(line)
+        except ValueError:
+            return False
+
+    # Every message line the fork holds is a line of the file it opened, as it is
+    foreign = [line for line in copied.split(b"\n")
+               if line and line not in original.split(b"\n") and not a_marker(line)]
+    loaded = lesson.SessionLog(sessions, "fork-1").load()
+    if foreign or loaded != [said[0], said[2]]:
+        fail_in("07.4", "the source's log was replaced under its name by another file "
+                "while a fork of its first 2 messages was made, after the fork opened "
+                f"it; the fork holds {copied!r} and shows "
+                f"{[m.get('content') for m in loaded]}, where the file it opened shows "
+                "['message 0', 'message 2'] (message 1 taken back by a marker past the "
+                "cut). Read the source through the file the fork opened, never again "
+                "by its name: the name may reach another file by then")
 
 
 # Lines another program wrote: its own spacing, key order and escapes, numbers as it
