@@ -767,7 +767,10 @@ def test_the_same_key_held_in_another_database_is_no_holder(lesson, database,
                                                              postgres_server):
     """An advisory lock belongs to one database: a store's connection in another
     database of the same server, holding quest-5's key there, holds nothing of this
-    store's quest-5, and lock_holder names no one."""
+    store's quest-5, and lock_holder names no one. Asked next on a connection to that
+    other database, whose quest-5 it is, lock_holder names that holder: each answer
+    is about the database of the connection it is given, whatever it was asked
+    before."""
     elsewhere = f"store_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_server, autocommit=True) as admin:
         try:
@@ -780,6 +783,9 @@ def test_the_same_key_held_in_another_database_is_no_holder(lesson, database,
             far.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-5"),))
             with psycopg.connect(database, autocommit=True) as connection:
                 found = lesson.lock_holder(connection, "quest-5")
+            with psycopg.connect(postgres_server, dbname=elsewhere,
+                                 autocommit=True) as there:
+                found_there = lesson.lock_holder(there, "quest-5")
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE {elsewhere} WITH (FORCE)")
@@ -787,6 +793,13 @@ def test_the_same_key_held_in_another_database_is_no_holder(lesson, database,
         "process 6161 holds quest-5's key in another database of the same server (an "
         "advisory lock is one database's: this store's quest-5 is free): lock_holder "
         f"should say {{}}; it says {found}")
+    named = ({key: found_there.get(key) for key in ("pid", "host")}
+             if isinstance(found_there, dict) else found_there)
+    assert named == {"pid": 6161, "host": "web-4"}, (
+        "process 6161 on web-4 holds quest-5's key in the other database, and "
+        "lock_holder was then asked on a connection to that database: it should name "
+        "that holder (the database asked about is the connection's, each time, "
+        f"whatever was asked before); it says {found_there}")
 
 
 @pytest.mark.task("11.1")
