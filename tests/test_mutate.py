@@ -184,6 +184,7 @@ def test_a_run_that_pytest_gave_up_leaves_its_mutants_without_results(monkeypatc
     assert results == {0: [], 1: []}
 
 
+@CHECKS_A_PYTEST_RUN
 @pytest.mark.parametrize("mutants", [1, 2], ids=["alone", "two in one run"])
 def test_only_the_selected_tests_run_on_a_mutant_run_alone_or_with_others(mutants):
     # A mutant whose group died runs again alone, and then its tests carry no
