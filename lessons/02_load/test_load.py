@@ -154,6 +154,18 @@ def agent_started_on(lesson, model, town, log, setting, refusals, error):
 
 
 @pytest.mark.key
+def history_started_from(lesson, model, town, log):
+    """The history a new Agent on `log` starts from, or the error making it raised
+    (judged by the caller); a task not written yet raises as it is."""
+    try:
+        return lesson.Agent(model.client(), model=model.model, tools=town,
+                            session=log).messages
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - judged by the caller
+        return error
+
+
 @pytest.mark.task("02.1")
 def test_day_two_first_request_carries_all_of_day_one(lesson, sessions):
     """A new agent with day 1's session id reads the log back before its first request,
@@ -369,13 +381,7 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
         path.write_bytes(data)
         setting = f"the session's log holds {what}: {data!r}"
         with lesson.SessionLog(sessions, "quest-1") as log:
-            try:
-                started = lesson.Agent(model.client(), model=model.model, tools=town,
-                                       session=log).messages
-            except NotImplementedError:
-                raise
-            except Exception as error:      # noqa: BLE001 - judged below
-                started = error
+            started = history_started_from(lesson, model, town, log)
         if refused is None:
             expected = [json.loads(GOOD_LINE)] * 2
             got = (f"raised {described(started)}" if isinstance(started, Exception)
@@ -1211,13 +1217,7 @@ def test_a_load_that_found_no_log_reads_the_one_written_since(lesson, sessions, 
         with lesson.SessionLog(sessions, "quest-1") as other:
             other.append(said)
         loaded = load(log, "another SessionLog has since appended one message")
-        try:
-            started = lesson.Agent(model.client(), model=model.model, tools=town,
-                                   session=log).messages
-        except NotImplementedError:
-            raise
-        except Exception as error:      # noqa: BLE001 - said below
-            started = error
+        started = history_started_from(lesson, model, town, log)
 
     assert first == [] and loaded == [said], (
         f"the first load, before the session had a log, returned {first!r}; another "
