@@ -1,5 +1,6 @@
-"""The tests a change can reach (sessionlab.calls): what each test calls, recorded on the
-solution, chooses the tests the maintainers' check runs on a wrong implementation."""
+"""The tests a change can reach (sessionlab.calls): what each test calls and the lines it
+reaches, recorded on the solution, choose the tests the maintainers' check runs on a
+wrong implementation."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sessionlab import calls as chosen
-from sessionlab.calls import ALL, functions_around
+from sessionlab.calls import ALL, Record, functions_around, spots_in_place
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,6 +53,69 @@ def test_the_tests_chosen_are_those_that_call_the_function_or_see_everything():
     assert chosen.tests_that_see({}, "m.py", {("", 4)}) is None     # nothing recorded
 
 
+BODY = '''\
+def save(path, text, tries=3):
+    if not text:
+        return None
+    for _ in range(tries):
+        try:
+            path.write_text(text)
+        except OSError:
+            continue
+        else:
+            break
+    return path
+'''
+
+
+def edited(old: str, new: str) -> str:
+    assert BODY.count(old) == 1, old
+    return BODY.replace(old, new)
+
+
+def test_an_edit_in_place_is_seen_where_it_starts():
+    # A line replaced: the spot is that line
+    assert spots_in_place(BODY, edited("    return path\n", "    return None\n")) == [11]
+    # Lines removed, or a block around a line taken away: where they began
+    assert spots_in_place(BODY, edited("        return None\n", "")) == [3]
+    assert spots_in_place(BODY, edited("    if not text:\n        return None\n",
+                                       "    return None\n")) == [2]
+    # A line added before a line at its own depth: that line
+    assert spots_in_place(BODY, edited("    return path\n",
+                                       "    print(path)\n    return path\n")) == [11]
+
+
+def test_an_edit_that_moves_code_between_blocks_or_starts_where_no_code_is_is_not():
+    # Code moved out of its `if`: it now runs where the solution never went
+    assert spots_in_place(BODY, edited("        return None\n", "    return None\n")) \
+        is None
+    # A line added after the end of a block, at the depth of the code around it
+    assert spots_in_place(BODY, edited("            break\n",
+                                       "            break\n        print(1)\n")) is None
+    # An `else:` has no instruction: no line event ever says it was reached
+    assert spots_in_place(BODY, edited("        else:\n", "        finally:\n")) is None
+
+
+def test_the_tests_chosen_are_those_that_reach_the_spot_when_the_edit_is_in_place():
+    record = Record(
+        calls={"test_empty": [["m.py", 1]], "test_write": [["m.py", 1]],
+               "test_process": ALL},
+        lines={"test_empty": [["m.py", 2], ["m.py", 3]],
+               "test_write": [["m.py", n] for n in (2, 4, 5, 6, 10, 11)],
+               "test_process": ALL})
+    changed = edited("    return path\n", "    return None\n")
+    assert chosen.tests_for_edit(record, BODY, changed, "m.py") == {
+        "test_write", "test_process"}
+    # Moved out of its block: every test that calls save
+    moved = edited("        return None\n", "    return None\n")
+    assert chosen.tests_for_edit(record, BODY, moved, "m.py") == {
+        "test_empty", "test_write", "test_process"}
+    # A line no test reached on the solution (the retry): to be sure, every caller
+    retry = edited("            continue\n", "            break\n")
+    assert chosen.tests_for_edit(record, BODY, retry, "m.py") == {
+        "test_empty", "test_write", "test_process"}
+
+
 def recorded(tmp_path: Path, *targets: str) -> dict:
     """What each test of `targets` calls, recorded on the solutions."""
     record = tmp_path / "calls.json"
@@ -67,9 +131,10 @@ def recorded(tmp_path: Path, *targets: str) -> dict:
 
 @pytest.mark.campaign
 def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
-    calls = recorded(tmp_path, "lessons/00_memory/test_memory.py")
-    source = (ROOT / "solutions/00_memory/tools.py").read_text(encoding="utf-8")
-    run_tool = next(number for number, line in enumerate(source.splitlines(), 1)
+    record = recorded(tmp_path, "lessons/00_memory/test_memory.py")
+    calls, lines = record["calls"], record["lines"]
+    tools = (ROOT / "solutions/00_memory/tools.py").read_text(encoding="utf-8")
+    run_tool = next(number for number, line in enumerate(tools.splitlines(), 1)
                     if line.startswith("def run_tool("))
     called = calls["test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name"]
     # It calls run_tool, and never the agent's loop
@@ -78,10 +143,25 @@ def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
     run = next(number for number, line in enumerate(source.splitlines(), 1)
                if line.lstrip().startswith("def run("))
     assert ["agent.py", run] not in called, called
+    # ...and reaches run_tool's first line of code, and none of the agent's
+    name = "test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name"
+    first = min(n for n in chosen.executable_lines(tools) if n > run_tool)
+    assert ["tools.py", first] in lines[name], lines[name]
+    body = min(n for n in chosen.executable_lines(source) if n > run)
+    assert ["agent.py", body] not in lines[name], lines[name]
 
 
 @pytest.mark.campaign       # real writer processes: seconds
 def test_a_test_that_starts_a_process_is_recorded_as_seeing_everything(tmp_path):
     # The writers run in processes of their own, whose calls no profile here sees
     name = "test_writers_appending_large_lines_at_once_lose_and_interleave_nothing"
-    assert recorded(tmp_path, "lessons/05_lock", "-k", name) == {name: ALL}
+    assert recorded(tmp_path, "lessons/05_lock", "-k", name) == {
+        "calls": {name: ALL}, "lines": {name: ALL}}
+
+
+@pytest.mark.campaign       # threads: a second
+def test_a_test_that_starts_threads_is_recorded_line_by_line_in_them(tmp_path):
+    # A thread puts the recorder in place as it starts: that is no trace of the test's
+    name = "test_writers_waiting_in_two_threads_each_keep_their_own_timeout"
+    record = recorded(tmp_path, "lessons/05_lock", "-k", name)
+    assert record["lines"][name] != ALL and record["lines"][name], record

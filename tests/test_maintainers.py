@@ -675,7 +675,8 @@ def test_a_test_the_record_of_calls_left_out_runs_on_every_mutant(copy, monkeypa
     mutants, they see every edit."""
     lesson = lesson_of(copy, "00_memory")
     tests = sorted(maintainers.test_marks(lesson))
-    recorded = {tests[0]: [["agent.py", 1]]}
+    recorded = {"calls": {tests[0]: [["agent.py", 1]]},
+                "lines": {tests[0]: [["agent.py", 2]]}}
 
     def stopped_run(root, targets, *extra):
         Path(extra[extra.index("--sessionlab-calls") + 1]).write_text(
@@ -683,9 +684,9 @@ def test_a_test_the_record_of_calls_left_out_runs_on_every_mutant(copy, monkeypa
         return 2, {}, "KeyboardInterrupt"
 
     monkeypatch.setattr(maintainers, "run_pytest", stopped_run)
-    calls = maintainers.recorded_calls(lesson)
-    assert calls[tests[0]] == [["agent.py", 1]]
-    assert all(calls[name] == "all" for name in tests[1:]), calls
+    calls, lines = maintainers.recorded_calls(lesson)
+    assert calls[tests[0]] == [["agent.py", 1]] and lines[tests[0]] == [["agent.py", 2]]
+    assert all(calls[name] == lines[name] == "all" for name in tests[1:]), calls
     seeing = call_records.tests_that_see(calls, "agent.py", {("", 99)})
     assert seeing == set(tests[1:]), seeing
 
@@ -939,3 +940,30 @@ def test_a_mutant_that_survives_in_its_group_is_tried_alone_before_it_is_reporte
 
     assert finding.problems == [], finding.problems
     assert runs == [2, 1], runs     # both in one run, then the survivor alone
+
+
+def test_two_entries_that_make_the_same_program_run_it_once_and_are_each_judged(
+        copy, monkeypatch):
+    # One mistake told two ways (two `what`s, one edit): one program, one run of it,
+    # and each entry gets what the tests said of it
+    from sessionlab import mutate
+    add_wrong(copy, HARMLESS + 'caught_by = "test_non_ascii_text_stays_readable_in_the_file"\n')
+    add_wrong(copy, HARMLESS.replace("a harmless edit", "the same edit, told again")
+              + 'equivalent = "only a comment changes"\n')
+    passed = {"name": "test_non_ascii_text_stays_readable_in_the_file",
+              "nodeid": "x::test_non_ascii_text_stays_readable_in_the_file",
+              "outcome": "passed"}
+    runs = []
+
+    def run_mutants(root, lesson, sources, **options):
+        runs.append(len(sources))
+        return {i: [passed] for i in range(len(sources))}, ""
+
+    monkeypatch.setattr(mutate, "run_mutants", run_mutants)
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert runs == [1], runs        # one program: one run, alone already
+    assert finding.problems == ["'a harmless edit' is not caught: "
+                                "test_non_ascii_text_stays_readable_in_the_file "
+                                "passes on it (and so does every other test)"], \
+        finding.problems

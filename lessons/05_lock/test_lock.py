@@ -1435,7 +1435,7 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
     sessions.mkdir(parents=True, exist_ok=True)
     lock = sessions / "quest-1.lock"
     gone = a_pid_no_process_has()
-    held = []
+    held, wait = [], 1.0
 
     def take(path, pid):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -1455,9 +1455,9 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
     timer.start()
     try:
         with raises(lesson.SessionBusy,
-                    "quest-1 was held for the whole of the writer's 2 s wait, and the "
-                    "writer appended anyway") as busy:
-            with lesson.SessionLog(sessions, "quest-1", timeout=2) as log:
+                    f"quest-1 was held for the whole of the writer's {wait:g} s wait, "
+                    "and the writer appended anyway") as busy:
+            with lesson.SessionLog(sessions, "quest-1", timeout=wait) as log:
                 log.append({"role": "user", "content": "Me too."})
     finally:
         timer.join()
@@ -1465,9 +1465,9 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
             os.close(fd)
     assert busy.value.pid == os.getpid(), (
         f"process {gone} held quest-1 when the writer began to wait, and handed it to "
-        f"process {os.getpid()} 0.2 s later; refused 2 s later, the writer should name "
-        f"the holder the lock file named then, {os.getpid()}, for its user to ask the "
-        f"right process; it names {busy.value.pid!r}: {busy.value}")
+        f"process {os.getpid()} 0.2 s later; refused {wait:g} s later, the writer "
+        f"should name the holder the lock file named then, {os.getpid()}, for its user "
+        f"to ask the right process; it names {busy.value.pid!r}: {busy.value}")
 
 
 @pytest.mark.task("05.1")

@@ -959,10 +959,10 @@ def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database
 def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
         lesson, database, monkeypatch):
     """With timeout=None a writer waits as long as the holder takes: longer than the
-    server's lock_timeout (its network_timeout, 1 s here), so the wait cannot be one
+    server's lock_timeout (its network_timeout, 0.5 s here), so the wait cannot be one
     statement the server ends; and it rests between tries (LOCK_POLL_SECONDS), so
     that a writer left waiting does not keep the server busy answering it."""
-    network, held_for = 1.0, 1.5
+    network, held_for = 0.5, 0.8
     poll = lesson.LOCK_POLL_SECONDS
     sent = []   # the statements the waiting writer sends the server
 

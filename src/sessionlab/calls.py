@@ -1,15 +1,22 @@
-"""Which tests can see a change: the lesson functions each test calls.
+"""Which tests can see a change: the lesson lines each test reaches.
 
 Running every test on every wrong implementation (`sessionlab dev check --mutate`) is
-most of the maintainers' check. A test that never calls the function an edit is in runs
+most of the maintainers' check. A test that never reaches the code an edit changed runs
 on the mutant exactly as on the solution, and passes; so the check first runs the
-lesson's tests once on the solution, recording the lesson functions each one calls
-(`--sessionlab-calls FILE`), and then runs on each mutant only the tests that call an
-edited function. mutmut selects tests by coverage the same way.
+lesson's tests once on the solution, recording the lesson functions each one calls and
+the lines of them it reaches (`--sessionlab-calls FILE`), and then runs on each mutant
+only the tests that can see its edit. mutmut selects tests by coverage the same way.
 
-A test is recorded as seeing everything (ALL) when what it calls cannot be seen from
+An edit made in place (it replaces or removes lines, or adds some before a line, with
+the block structure around it left as it was) is seen by the tests that reach the lines
+it replaces or the line it adds before: until the mutant's code reaches that spot, it
+runs as the solution does, and the solution reaching the spot runs that line. Any other
+edit (one that moves code into or out of a block, or at a line no instruction is on: an
+`else:`, a comment) is seen by every test that calls the function it is in.
+
+A test is recorded as seeing everything (ALL) when what it runs cannot be seen from
 its process: it starts a process or forks (the child's calls are not traced), it puts a
-profile function of its own in place of the recorder's, or it fails on the solution. An
+trace function of its own in place of the recorder's, or it fails on the solution. An
 edit outside every function body (a constant, a class attribute, an import, a `def`
 line with its defaults) runs at import: every test sees it.
 """
@@ -17,11 +24,12 @@ line with its defaults) runs at import: every test sees it.
 from __future__ import annotations
 
 import ast
+import difflib
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 ALL = "all"
 
@@ -29,47 +37,82 @@ ALL = "all"
 SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
                     "os.spawn", "os.system", "os.exec"})
 
+# Where a new thread puts threading.settrace's function (the recorder's) in place
+THREAD_START = threading.Thread._bootstrap_inner.__code__   # type: ignore[attr-defined]
+
 Called = set[tuple[str, int]]      # (module file name, first line of the function)
+Reached = set[tuple[str, int]]     # (module file name, line)
+
+
+class Record(NamedTuple):
+    """What each test of a lesson did on the solution, by test function name."""
+    calls: dict[str, Any]       # its calls, [[file, first line], ...], or ALL
+    lines: dict[str, Any]       # the lines it reached, [[file, line], ...], or ALL
 
 
 class CallRecorder:
-    """The lesson functions (in files under `folder`) a test calls, test by test."""
+    """The lesson functions (in files under `folder`) a test calls, and the lines of
+    them it reaches, test by test."""
 
     def __init__(self, folder: Path) -> None:
         self.prefixes = tuple({str(folder), str(folder.resolve())})
         self.called: Called | None = None
-        self.spawned = False
+        self.reached: Reached = set()
+        self.spawned = self.replaced = False
         self.found: dict[str, Any] = {}     # test function name -> sorted calls, or ALL
-        self.hook = self._profile           # one bound method, to tell it from others
+        self.lines: dict[str, Any] = {}     # test function name -> sorted lines, or ALL
+        self.hook = self._trace             # one bound method, to tell it from others
         sys.addaudithook(self._audit)       # for the life of the process: no way back
 
     def _audit(self, event: str, args: tuple) -> None:
         if self.called is not None and event in SPAWNS:
             self.spawned = True
+        elif self.called is not None and event == "sys.settrace" and \
+                sys._getframe(1).f_code is not THREAD_START:
+            self.replaced = True    # even if the test puts the recorder back after
 
-    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and self.called is not None:
-            code = frame.f_code
-            if code.co_filename.startswith(self.prefixes):
-                self.called.add((Path(code.co_filename).name, code.co_firstlineno))
+    def _trace(self, frame: FrameType, event: str, arg: Any
+               ) -> Callable[..., Any] | None:
+        """The global trace function: called as each frame starts. Only the lesson's
+        frames are traced line by line; every other returns None (no cost after)."""
+        if event != "call" or self.called is None:
+            return None
+        code = frame.f_code
+        if not code.co_filename.startswith(self.prefixes):
+            return None
+        name = Path(code.co_filename).name
+        self.called.add((name, code.co_firstlineno))
+        reached = self.reached
+
+        def line(frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
+            if event == "line":
+                reached.add((name, frame.f_lineno))
+            return line
+        return line
 
     def start(self) -> None:
-        self.called, self.spawned = set(), False
-        threading.setprofile(self.hook)
-        sys.setprofile(self.hook)
+        self.reached, self.spawned, self.replaced = set(), False, False
+        threading.settrace(self.hook)
+        sys.settrace(self.hook)
+        self.called = set()     # from here, a sys.settrace is the test's own
 
     def stop(self, name: str, passed: bool) -> None:
         """End the recording of test `name` (its function's name: all of its
         parameters share one entry)."""
-        replaced = sys.getprofile() is not self.hook
-        sys.setprofile(None)
-        threading.setprofile(None)   # type: ignore[arg-type]
         called, self.called = self.called or set(), None
-        earlier = self.found.get(name, [])
-        if earlier == ALL or replaced or self.spawned or not passed:
-            self.found[name] = ALL
+        replaced = self.replaced or sys.gettrace() is not self.hook
+        sys.settrace(None)
+        threading.settrace(None)    # type: ignore[arg-type]
+        reached, self.reached = self.reached, set()
+        if self.found.get(name) == ALL or replaced or self.spawned or not passed:
+            self.found[name] = self.lines[name] = ALL
         else:
-            self.found[name] = sorted({*map(tuple, earlier), *called})
+            self.found[name] = sorted({*map(tuple, self.found.get(name, [])), *called})
+            self.lines[name] = sorted({*map(tuple, self.lines.get(name, [])), *reached})
+
+    def record(self) -> dict[str, Any]:
+        """What the run recorded, as the --sessionlab-calls file holds it."""
+        return {"calls": self.found, "lines": self.lines}
 
 
 def functions_around(source: str, lines: list[int]) -> Called | None:
@@ -101,9 +144,82 @@ def tests_that_see(calls: dict[str, Any], module: str, functions: Called | None
             if called == ALL or wanted & {tuple(c) for c in called}}
 
 
-def tests_for_edit(calls: dict[str, Any], source: str, module: str,
-                   lines: list[int]) -> set[str] | None:
-    """The names of the tests to run on an edit of `lines` of `module` (its text
-    `source`); None for every test, also when no test calls what it changed (to be
-    sure)."""
-    return tests_that_see(calls, module, functions_around(source, lines)) or None
+def changed_lines(before: str, after: str) -> list[int]:
+    """The lines (1-based) of `before` an edit to `after` replaces or removes, and for
+    an addition the line after which it is added (the function it goes on)."""
+    old, new = before.splitlines(), after.splitlines()
+    found: set[int] = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(
+            a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "insert":
+            found.add(max(i1, 1))
+        elif tag != "equal":
+            found.update(range(i1 + 1, i2 + 1))
+    return sorted(found)
+
+
+def spots_in_place(before: str, after: str) -> list[int] | None:
+    """The lines of `before` at which an edit made in place changes it: the first of
+    each run of lines it replaces or removes, the line before which it adds. None when
+    some part of the edit is not in place: it starts at a line no instruction is on
+    (a comment, an `else:`), or it changes the blocks around it (a line of it indented
+    less than the spot, as code moved out of an `if`, or added at another depth)."""
+    old, new = before.splitlines(), after.splitlines()
+    executable = executable_lines(before)
+    spots = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
+            a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if i1 >= len(old) or i1 + 1 not in executable:
+            return None
+        depth = _indent(old[i1])
+        if any(_indent(line) < depth for line in [*old[i1:i2], *new[j1:j2]]
+               if line.strip()):
+            return None
+        if tag in ("replace", "insert") and new[j1].strip() and \
+                _indent(new[j1]) != depth:
+            return None
+        spots.append(i1 + 1)
+    return spots
+
+
+def executable_lines(source: str) -> set[int]:
+    """The lines of a module that instructions are on (a line event can fire there)."""
+    found: set[int] = set()
+    todo = [compile(source, "<module>", "exec")]
+    while todo:
+        code = todo.pop()
+        found.update(line for _, _, line in code.co_lines() if line is not None)
+        todo.extend(const for const in code.co_consts if hasattr(const, "co_lines"))
+    return found
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def tests_that_reach(lines: dict[str, Any], module: str, spots: list[int]
+                     ) -> set[str]:
+    """The names of the tests that reached one of `spots` of `module`, or see every
+    change."""
+    wanted = {(module, spot) for spot in spots}
+    return {name for name, reached in lines.items()
+            if reached == ALL or wanted & {tuple(r) for r in reached}}
+
+
+def tests_for_edit(record: Record, before: str, after: str, module: str
+                   ) -> set[str] | None:
+    """The names of the tests to run on the edit of `module` from `before` to `after`;
+    None for every test. When no test but those that see everything reaches the
+    edit, the tests that call its function (to be sure); when none calls it either,
+    every test."""
+    by_calls = tests_that_see(record.calls, module,
+                              functions_around(before, changed_lines(before, after)))
+    spots = spots_in_place(before, after)
+    if by_calls is None or spots is None or not record.lines:
+        return by_calls or None
+    reach = tests_that_reach(record.lines, module, spots)
+    if not reach - {name for name, lines in record.lines.items() if lines == ALL}:
+        return by_calls or None
+    return reach

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field, replace as edited
 from pathlib import Path
 
 from . import course, designs, snapshots, starters
+from .calls import ALL, Record, tests_for_edit
 from .cli.runner import child_env, run_process
 from .cli.ui import one_line_errors
 
@@ -849,26 +851,34 @@ def check_wrong_implementations(lesson: course.Lesson,
     # mutant only the tests that call what its edit changed (the others pass on it
     # as on the solution: sessionlab.calls)
     only = tests_that_see_each(lesson, files, usable) if every_test else None
-    results, output = run_mutants(lesson.root, lesson, sources, timeout=CHECK_TEST_TIMEOUT,
-                                  stop_at_first_failure=not every_test,
-                                  group=EVERY_TEST_GROUP if every_test
-                                  else FIRST_FAILURE_GROUP,
-                                  only=only)
+    # Two entries may make the same program (one mistake, told two ways): it runs once
+    programs: dict[tuple[str, str], int] = {}
+    program_of = [programs.setdefault(source, len(programs)) for source in sources]
+    distinct = list(programs)
+    chosen = None if only is None else [_joined(
+        [only[i] for i, k in enumerate(program_of) if k == program])
+        for program in range(len(distinct))]
+    ran, output = run_mutants(lesson.root, lesson, distinct, timeout=CHECK_TEST_TIMEOUT,
+                              stop_at_first_failure=not every_test,
+                              group=EVERY_TEST_GROUP if every_test
+                              else FIRST_FAILURE_GROUP,
+                              only=chosen)
     # A run that died (a mutant that crashed the interpreter, the time limit of a run on
     # a busy machine) took every mutant of its group with it: each of those runs again
     # alone, so that a problem is the mutant's own, never its neighbour's.
-    died = [i for i in range(len(usable)) if not results.get(i)]
+    died = [k for k in range(len(distinct)) if not ran.get(k)]
     # So does a mutant that should be caught and is not: a test run on a neighbour
     # may have left the process changed. It is a problem only if it survives alone
     # too. (Few: none, when the corpus holds.)
-    died += [i for i, wrong in enumerate(usable) if i not in died and wrong.caught_by
-             and not failed_tests(results[i])]
-    if died and len(usable) > 1:
-        found, output = run_mutants(lesson.root, lesson, [sources[i] for i in died],
+    died += sorted({k for i, k in enumerate(program_of) if k not in died
+                    and usable[i].caught_by and not failed_tests(ran[k])})
+    if died and len(distinct) > 1:
+        found, output = run_mutants(lesson.root, lesson, [distinct[k] for k in died],
                                     timeout=CHECK_TEST_TIMEOUT, group=1,
                                     stop_at_first_failure=not every_test,
-                                    only=[only[i] for i in died] if only else None)
-        results.update({i: found.get(k, []) for k, i in enumerate(died)})
+                                    only=[chosen[k] for k in died] if chosen else None)
+        ran.update({k: found.get(n, []) for n, k in enumerate(died)})
+    results = {i: ran.get(k, []) for i, k in enumerate(program_of)}
     for i, wrong in enumerate(usable):
         entries = results.get(i, [])
         if not entries:
@@ -908,36 +918,72 @@ def check_wrong_implementations(lesson: course.Lesson,
     return finding
 
 
-def recorded_calls(lesson: course.Lesson) -> dict:
-    """What each test of the lesson calls of its solution (sessionlab.calls), from one
-    run of its tests there; {} when that run leaves no record.
+def _joined(selections: list[set[str] | None]) -> set[str] | None:
+    """The tests chosen for a program two entries make: those of both (None: every
+    test, as soon as one entry needs every test)."""
+    if any(chosen is None for chosen in selections):
+        return None
+    return set().union(*selections)
+
+
+def recorded_calls(lesson: course.Lesson) -> Record:
+    """What each test of the lesson calls of its solution, and the lines it reaches
+    (sessionlab.calls), from one run of its tests there; empty when that run leaves no
+    record.
 
     A test the record does not name sees everything: a run that stopped before it (a
     KeyboardInterrupt a test let out, a crash) must not leave it off every mutant.
+
+    The corpus check and the mutation pass of a lesson both need it: one run serves
+    both, as long as neither the lesson's tests nor its solution changed between.
     """
-    from .calls import ALL
+    key = (str(lesson.root), lesson.name, _files_digest(lesson))
+    if (record := _RECORDS.get(key)) is None:
+        record = _RECORDS[key] = _record_calls(lesson)
+    return record
+
+
+_RECORDS: dict[tuple[str, str, str], Record] = {}
+
+
+def _files_digest(lesson: course.Lesson) -> str:
+    """One digest of the text of the lesson's tests and solution."""
+    digest = hashlib.sha256()
+    for folder in (lesson.folder, lesson.solution_folder):
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _record_calls(lesson: course.Lesson) -> Record:
     with tempfile.TemporaryDirectory() as temp:
         record = Path(temp) / "calls.json"
         run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
                    "--sessionlab-calls", str(record))
         found = json.loads(record.read_text()) if record.exists() else {}
-    if found:
+    calls, lines = found.get("calls", {}), found.get("lines", {})
+    if calls:
         for name in test_marks(lesson):
-            found.setdefault(name, ALL)
-    return found
+            calls.setdefault(name, ALL)
+            lines.setdefault(name, ALL)
+    return Record(calls, lines)
 
 
 def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
                         wrongs: list[Wrong]) -> list[set[str] | None]:
-    """For each wrong implementation, the names of the tests that call a function its
-    edit changed (None: every test), from one run of the tests on the solution that
-    records what each calls."""
-    from .calls import tests_for_edit
-    calls = recorded_calls(lesson)
-    modules = [find_wrong(files, wrong) for wrong in wrongs]
-    return [None if module is None else tests_for_edit(
-                calls, files[module], module, edited_lines(files[module], wrong))
-            for module, wrong in zip(modules, wrongs)]
+    """For each wrong implementation, the names of the tests that can see its edit
+    (None: every test), from one run of the tests on the solution that records what
+    each calls and reaches; with the test that should catch it, whatever the record
+    says (a test that reaches a line only on some runs, as a thread's timing goes)."""
+    record = recorded_calls(lesson)
+    chosen: list[set[str] | None] = []
+    for wrong in wrongs:
+        mutated = apply_wrong(files, wrong)
+        seeing = None if mutated is None else tests_for_edit(
+            record, files[mutated[0]], mutated[1], mutated[0])
+        chosen.append(None if seeing is None else
+                      seeing | ({wrong.caught_by} if wrong.caught_by else set()))
+    return chosen
 
 
 def check_docs(root: Path) -> Finding:

@@ -514,16 +514,16 @@ def mutate_lesson(
             result.in_corpus.append(i)
     size = max(1, min(CHUNK, -(-len(todo) // workers)))  # every worker gets a share
     chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
-    # On each mutant, only the tests that call the function it changed (the others
-    # pass on it as on the solution: sessionlab.calls)
-    from .calls import tests_for_edit
-    calls = recorded_calls(lesson) if todo else {}
+    # On each mutant, only the tests that reach what it changed (the others pass on it
+    # as on the solution: sessionlab.calls)
+    from .calls import Record, tests_for_edit
+    record = recorded_calls(lesson) if todo else Record({}, {})
 
     def run(chunk: list[int]) -> dict[int, list[dict]]:
         mutants = [result.mutants[i] for i in chunk]
         found, output = run_mutants(
             root, lesson, [(mutant.module, mutant.source) for mutant in mutants],
-            only=[tests_for_edit(calls, files[m.module], m.module, [m.line])
+            only=[tests_for_edit(record, files[m.module], m.source, m.module)
                   for m in mutants]
         )
         return {chunk[j]: entries for j, entries in found.items()}

@@ -57,8 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sessionlab-report", default=None, metavar="FILE",
                     help="write each test's outcome and task as JSON to FILE")
     group.addoption("--sessionlab-calls", default=None, metavar="FILE",
-                    help="write, for each test, the lesson functions it calls (or "
-                         "'all'), as JSON to FILE: see sessionlab.calls")
+                    help="write, for each test, the lesson functions it calls and "
+                         "the lines it reaches (or 'all'), as JSON to FILE: see "
+                         "sessionlab.calls")
     group.addoption("--sessionlab-only", default=None, metavar="FILE",
                     help="JSON {implementation path: [test names]}: run only those tests "
                          "on those implementations (the others run every test)")
@@ -589,7 +590,7 @@ def pytest_make_collect_report(collector: pytest.Collector):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if (recorder := session.config.stash[RECORDER_KEY]) is not None:
         Path(session.config.getoption("--sessionlab-calls")).write_text(
-            json.dumps(recorder.found), encoding="utf-8")
+            json.dumps(recorder.record()), encoding="utf-8")
     target = session.config.getoption("--sessionlab-report")
     if not target:
         return
