@@ -151,12 +151,52 @@ def test_a_run_on_the_solution_records_what_each_test_calls(tmp_path):
     assert ["agent.py", body] not in lines[name], lines[name]
 
 
-@pytest.mark.campaign       # real writer processes: seconds
-def test_a_test_that_starts_a_process_is_recorded_as_seeing_everything(tmp_path):
-    # The writers run in processes of their own, whose calls no profile here sees
-    name = "test_writers_appending_large_lines_at_once_lose_and_interleave_nothing"
-    assert recorded(tmp_path, "lessons/05_lock", "-k", name) == {
-        "calls": {name: ALL}, "lines": {name: ALL}}
+CHILD_MODULE = '''\
+def first():
+    return 1
+
+
+def second():
+    return 2
+'''
+
+
+def child_run(tmp_path: Path, *flags: str, env: dict | None = None) -> tuple:
+    """Record a 'test' that starts a Python process calling first() of a lesson-like
+    module: (its calls, its lines) as the recorder keeps them."""
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    (folder / "m.py").write_text(CHILD_MODULE, encoding="utf-8")
+    recorder = chosen.CallRecorder(folder)
+    recorder.start()
+    try:
+        subprocess.run([sys.executable, *flags, "-c",
+                        f"import sys; sys.path.insert(0, {str(folder)!r}); "
+                        "import m; m.first()"],
+                       check=True, timeout=60,
+                       env=None if env is None else env(os.environ))
+    finally:
+        recorder.stop("test_child", passed=True)
+        recorder.close()
+    return recorder.found["test_child"], recorder.lines["test_child"]
+
+
+def test_a_python_process_a_test_starts_is_recorded_with_the_test(tmp_path):
+    # The child reaches first()'s line, never second()'s: both are the test's
+    calls, lines = child_run(tmp_path)
+    assert ("m.py", 1) in calls and ("m.py", 5) not in calls, calls
+    assert ("m.py", 2) in lines and ("m.py", 6) not in lines, lines
+
+
+@pytest.mark.parametrize("how", ["an environment of its own", "python -I", "python -E"])
+def test_a_process_started_out_of_the_recorders_sight_makes_the_test_see_everything(
+        how, tmp_path):
+    if how == "an environment of its own":
+        calls, lines = child_run(tmp_path, env=lambda environ: {
+            "PATH": environ.get("PATH", "")})
+    else:
+        calls, lines = child_run(tmp_path, how.split()[1])
+    assert calls == lines == ALL, (calls, lines)
 
 
 @pytest.mark.campaign       # threads: a second

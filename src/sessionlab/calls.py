@@ -14,8 +14,14 @@ runs as the solution does, and the solution reaching the spot runs that line. An
 edit (one that moves code into or out of a block, or at a line no instruction is on: an
 `else:`, a comment) is seen by every test that calls the function it is in.
 
-A test is recorded as seeing everything (ALL) when what it runs cannot be seen from
-its process: it starts a process or forks (the child's calls are not traced), it puts a
+A Python process a test starts is recorded with it: the recorder puts a sitecustomize
+of its own on the PYTHONPATH the child inherits, which traces the child the same way
+and writes each function and line it reaches to a file the test's record reads when the
+test ends (at once, so that a child killed with SIGKILL loses nothing it reached).
+
+A test is recorded as seeing everything (ALL) when what it runs cannot be seen: it
+forks or starts a process in a way the child's tracing cannot follow (os.fork,
+os.system, an environment without the recorder's variable, python -I or -E), it puts a
 trace function of its own in place of the recorder's, or it fails on the solution. An
 edit outside every function body (a constant, a class attribute, an import, a `def`
 line with its defaults) runs at import: every test sees it.
@@ -25,7 +31,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
@@ -33,9 +42,23 @@ from typing import Any, Callable, NamedTuple
 
 ALL = "all"
 
-# Audit events of a new process: its calls are out of this process's sight.
-SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
-                    "os.spawn", "os.system", "os.exec"})
+# Audit events of a new process whose calls are out of this process's sight (a
+# subprocess.Popen is followed, through the environment it inherits: _untraceable).
+SPAWNS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+                    "os.system", "os.exec"})
+
+# The environment a test's child processes inherit while it is recorded: the file
+# each writes what it reaches to, and the folder of the lesson code to trace.
+TRACE_TO, TRACE_UNDER = "SESSIONLAB_TRACE_TO", "SESSIONLAB_TRACE_UNDER"
+SITECUSTOMIZE = """\
+try:
+    from sessionlab.calls import trace_this_process
+    trace_this_process()
+except Exception:   # never a reason for a test's child to fail
+    pass
+"""
+# Flags that make a child ignore PYTHONPATH (-I, -E) or the site module (-S)
+BLIND = ("-I", "-E", "-S")
 
 # Where a new thread puts threading.settrace's function (the recorder's) in place
 THREAD_START = threading.Thread._bootstrap_inner.__code__   # type: ignore[attr-defined]
@@ -62,10 +85,18 @@ class CallRecorder:
         self.found: dict[str, Any] = {}     # test function name -> sorted calls, or ALL
         self.lines: dict[str, Any] = {}     # test function name -> sorted lines, or ALL
         self.hook = self._trace             # one bound method, to tell it from others
+        # Where the children write, and the sitecustomize that makes them
+        self.children = Path(tempfile.mkdtemp(prefix="sessionlab-calls-"))
+        (self.children / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+        self.tests = 0
+        self.environment: dict[str, str | None] = {}
         sys.addaudithook(self._audit)       # for the life of the process: no way back
 
     def _audit(self, event: str, args: tuple) -> None:
         if self.called is not None and event in SPAWNS:
+            self.spawned = True
+        elif self.called is not None and event == "subprocess.Popen" and \
+                self._untraceable(*args[1:4:2]):
             self.spawned = True
         elif self.called is not None and event == "sys.settrace" and \
                 sys._getframe(1).f_code is not THREAD_START:
@@ -90,11 +121,49 @@ class CallRecorder:
             return line
         return line
 
+    def _untraceable(self, args: Any, env: Any) -> bool:
+        """Whether a child started with `args` and `env` escapes the tracing: its
+        environment is not the one the recorder set, or a flag makes it ignore it."""
+        if env is not None and env.get(TRACE_TO) != os.environ.get(TRACE_TO):
+            return True
+        words = [args] if isinstance(args, (str, bytes)) else list(args or [])
+        return any(str(word) in BLIND for word in words[1:])
+
     def start(self) -> None:
         self.reached, self.spawned, self.replaced = set(), False, False
+        self.tests += 1
+        self._set_environment({
+            TRACE_TO: str(self.children / f"test-{self.tests}"),
+            TRACE_UNDER: os.pathsep.join(self.prefixes),
+            "PYTHONPATH": os.pathsep.join(
+                [str(self.children), *filter(None, [os.environ.get("PYTHONPATH")])])})
         threading.settrace(self.hook)
         sys.settrace(self.hook)
         self.called = set()     # from here, a sys.settrace is the test's own
+
+    def _set_environment(self, values: dict[str, str]) -> None:
+        self.environment = {name: os.environ.get(name) for name in values}
+        os.environ.update(values)
+
+    def _children_reached(self) -> tuple[Called, Reached]:
+        """What the test's child processes wrote they called and reached; the
+        environment as it was before the test."""
+        written = Path(os.environ.get(TRACE_TO, ""))
+        for name, value in self.environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        called: Called = set()
+        reached: Reached = set()
+        if written.name and written.exists():
+            for line in written.read_text(encoding="utf-8").splitlines():
+                kind, _, rest = line.partition(" ")
+                module, _, number = rest.rpartition(" ")
+                if number.isdigit():
+                    (called if kind == "call" else reached).add((module, int(number)))
+            written.unlink()
+        return called, reached
 
     def stop(self, name: str, passed: bool) -> None:
         """End the recording of test `name` (its function's name: all of its
@@ -104,15 +173,53 @@ class CallRecorder:
         sys.settrace(None)
         threading.settrace(None)    # type: ignore[arg-type]
         reached, self.reached = self.reached, set()
+        in_children = self._children_reached()
+        called, reached = called | in_children[0], reached | in_children[1]
         if self.found.get(name) == ALL or replaced or self.spawned or not passed:
             self.found[name] = self.lines[name] = ALL
         else:
             self.found[name] = sorted({*map(tuple, self.found.get(name, [])), *called})
             self.lines[name] = sorted({*map(tuple, self.lines.get(name, [])), *reached})
 
+    def close(self) -> None:
+        """Remove the children's folder (the run is over)."""
+        shutil.rmtree(self.children, ignore_errors=True)
+
     def record(self) -> dict[str, Any]:
         """What the run recorded, as the --sessionlab-calls file holds it."""
         return {"calls": self.found, "lines": self.lines}
+
+
+def trace_this_process() -> None:
+    """In a child process of a recorded test (its sitecustomize): trace the lesson's
+    code as CallRecorder does, writing each function and line at its first call or
+    reach to the file the environment names."""
+    target, under = os.environ.get(TRACE_TO), os.environ.get(TRACE_UNDER)
+    if not target or not under:
+        return
+    prefixes = tuple(under.split(os.pathsep))
+    descriptor = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    seen: set[tuple[str, str, int]] = set()
+
+    def write(kind: str, module: str, number: int) -> None:
+        if (kind, module, number) not in seen:
+            seen.add((kind, module, number))
+            os.write(descriptor, f"{kind} {module} {number}\n".encode())
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
+        if event != "call" or not frame.f_code.co_filename.startswith(prefixes):
+            return None
+        module = Path(frame.f_code.co_filename).name
+        write("call", module, frame.f_code.co_firstlineno)
+
+        def line(frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
+            if event == "line":
+                write("line", module, frame.f_lineno)
+            return line
+        return line
+
+    threading.settrace(trace)
+    sys.settrace(trace)
 
 
 def functions_around(source: str, lines: list[int]) -> Called | None:

@@ -591,6 +591,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if (recorder := session.config.stash[RECORDER_KEY]) is not None:
         Path(session.config.getoption("--sessionlab-calls")).write_text(
             json.dumps(recorder.record()), encoding="utf-8")
+        recorder.close()
     target = session.config.getoption("--sessionlab-report")
     if not target:
         return
