@@ -91,9 +91,17 @@ def in_child(work: Callable[[], Any]) -> Any:
             os._exit(status)
     os.close(write_end)
     chunks = []
-    while chunk := os.read(read_end, 1 << 16):
-        chunks.append(chunk)
-    os.close(read_end)
+    try:
+        while chunk := os.read(read_end, 1 << 16):
+            chunks.append(chunk)
+    except BaseException:
+        # The test gave up waiting (its timeout, a Ctrl-C): the child, perhaps looping
+        # for ever in the code under test, must not outlive it and take a core
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(read_end)
     _, status = os.waitpid(pid, 0)
     if not chunks:
         raise AssertionError(f"the child process ended without a result (wait status {status})")

@@ -311,6 +311,34 @@ def test_a_childs_output_is_held_in_bounded_memory():
     assert re.search(r"\.\.\. \d+ bytes of output cut \.\.\.", output)
 
 
+def test_a_process_a_run_left_behind_in_its_group_ends_with_it(tmp_path):
+    # A forked child that a timed-out test gave up on would loop on, taking a core for
+    # the rest of the machine's work: what the run leaves in its group goes with it
+    marker = tmp_path / "child"
+    leave = ("import os, sys, time\n"
+             "if os.fork() == 0:\n"
+             f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+             "    sys.stdout.close(); os.close(1)\n"
+             "    time.sleep(600)\n"
+             "    os._exit(0)\n"
+             f"while not os.path.exists({str(marker)!r}): time.sleep(0.01)\n")
+    status, _ = runner.run_process([sys.executable, "-c", leave], cwd=REPO,
+                                   env=dict(os.environ), timeout=120)
+    assert status == 0
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"process {child}, forked by the run and left in its group, was "
+                    "still running 10 s after the run ended")
+
+
 # --- 4. Ctrl-C during a test run ---------------------------------------------------------
 
 

@@ -516,6 +516,10 @@ def run_process(command: list[str], *, cwd: Path, env: dict[str, str], timeout: 
             _kill(process)
             process.wait()
             status = None
+        else:
+            # What the run started and left running in its group (a forked child a
+            # timed-out test gave up on) dies with it, rather than take a core for ever
+            _kill(process)
         # A grandchild that left the group may hold the pipe open: do not wait on it for ever.
         reader.join(timeout=5)
         return status, output.text()
