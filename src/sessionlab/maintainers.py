@@ -850,7 +850,7 @@ def check_wrong_implementations(lesson: course.Lesson,
     # a server): in groups, each pytest run stays inside PYTEST_TIMEOUT; and on each
     # mutant only the tests that call what its edit changed (the others pass on it
     # as on the solution: sessionlab.calls)
-    only = tests_that_see_each(lesson, files, usable) if every_test else None
+    only = tests_that_see_each(lesson, files, usable, sources) if every_test else None
     # Two entries may make the same program (one mistake, told two ways): it runs once
     programs: dict[tuple[str, str], int] = {}
     program_of = [programs.setdefault(source, len(programs)) for source in sources]
@@ -970,17 +970,17 @@ def _record_calls(lesson: course.Lesson) -> Record:
 
 
 def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],
-                        wrongs: list[Wrong]) -> list[set[str] | None]:
-    """For each wrong implementation, the names of the tests that can see its edit
-    (None: every test), from one run of the tests on the solution that records what
-    each calls and reaches; with the test that should catch it, whatever the record
-    says (a test that reaches a line only on some runs, as a thread's timing goes)."""
+                        wrongs: list[Wrong], mutants: list[tuple[str, str]]
+                        ) -> list[set[str] | None]:
+    """For each wrong implementation and its mutant (module, text), the names of the
+    tests that can see its edit (None: every test), from one run of the tests on the
+    solution that records what each calls and reaches; with the test that should catch
+    it, whatever the record says (a test that reaches a line only on some runs, as a
+    thread's timing goes)."""
     record = recorded_calls(lesson)
     chosen: list[set[str] | None] = []
-    for wrong in wrongs:
-        mutated = apply_wrong(files, wrong)
-        seeing = None if mutated is None else tests_for_edit(
-            record, files[mutated[0]], mutated[1], mutated[0])
+    for wrong, (module, text) in zip(wrongs, mutants):
+        seeing = tests_for_edit(record, files[module], text, module)
         chosen.append(None if seeing is None else
                       seeing | ({wrong.caught_by} if wrong.caught_by else set()))
     return chosen
