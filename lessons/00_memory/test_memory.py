@@ -709,7 +709,9 @@ def test_a_tools_failure_on_long_arguments_gives_a_short_result(lesson):
 def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
     """A small model that repeats itself can open a hundred thousand lists and close
     none: read_arguments refuses that like any other unreadable text, with ValueError,
-    and run_tool turns it into an error result."""
+    and run_tool turns it into an error result. Lists nested some hundreds deep and
+    closed are JSON the reader takes: they are read, or refused with ValueError, and
+    nothing that looks at what was read gives up on its depth with another error."""
     arguments = "[" * 100_000
     try:
         lesson.read_arguments(arguments)
@@ -732,6 +734,19 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
         "that the model sees what it sent, in a result well under 2,000 characters, "
         f"since it goes back with every later request; it is {len(result):,} "
         f"characters and begins {result[:200]!r}")
+    # Nested deep, but closed: JSON Python's reader takes. Read or refused, whatever
+    # looks at what was read must not itself give up on its depth.
+    deep = '{"item": ' + "[" * 600 + "]" * 600 + "}"
+    try:
+        lesson.read_arguments(deep)
+    except ValueError:
+        pass
+    except RecursionError as error:
+        pytest.fail("read_arguments got an object whose one argument is a list nested "
+                    "600 deep, JSON that Python's reader takes, and let "
+                    f"{described(error)} escape: read or refused (with ValueError), "
+                    "arguments never crash the agent, however deep what was read is",
+                    pytrace=False)
 
 
 @pytest.mark.task("00.1")

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from sessionlab.scripted import QUIRKS, InvalidRequest, raw, say, validate
-from sessionlab.testing import fail_in
+from sessionlab.testing import described, fail_in
 
 
 def new_agent(lesson, model, town):
@@ -935,7 +935,8 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
 def test_content_of_an_unknown_shape_is_never_stored_as_python_prints_it(lesson):
     """Content of a shape no server documents (a lone text part, not in a list) is
     stored as text: its part's text, or empty text, never Python's printout of the
-    part (braces and quotes the model never wrote, sent back with every request)."""
+    part (braces and quotes the model never wrote, sent back with every request). So
+    is a text part whose text is no string: no crash, and no printout."""
     part = {"type": "text", "text": "The shop is open."}
     message = lesson.normalize_reply({"role": "assistant", "content": part}, [])
 
@@ -944,3 +945,19 @@ def test_content_of_an_unknown_shape_is_never_stored_as_python_prints_it(lesson)
         f"the reply's content came as a lone text part, {part}, outside a list; the "
         "stored content should be text: the part's text, 'The shop is open.', or "
         f"empty text, never Python's printout of it; it was stored as {content!r}")
+    nested = [{"type": "text", "text": [{"type": "text", "text": "The shop "}]},
+              {"type": "text", "text": "is open."}]
+    try:
+        message = lesson.normalize_reply({"role": "assistant", "content": nested}, [])
+    except Exception as error:
+        pytest.fail(f"the reply's content came as parts, {nested}, the first a text "
+                    "part whose text is no string but a list (as a thinking part nests "
+                    f"its own); normalize_reply raised {described(error)}, and the "
+                    "turn dies on it with the reply unrecorded: content of a shape no "
+                    "server documents is stored as text, never a crash", pytrace=False)
+    content = message.get("content")
+    assert isinstance(content, str) and "{" not in content and "[" not in content, (
+        f"the reply's content came as parts, {nested}, the first a text part whose "
+        "text is no string; the stored content should be text (the text of the "
+        "parts whose text is text, or empty text), never Python's printout of a "
+        f"part; it was stored as {content!r}")
