@@ -3205,6 +3205,7 @@ def test_the_log_compacts_the_file_it_writes_not_whatever_its_name_points_to(
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "message 6"})    # its writer now
         decoy.write_text(as_log(said[:2]))
+        os.link(path, sessions / "kept-aside")  # the writer's log, under another name
         os.replace(decoy, path)     # the name: 2 messages now
         try:
             upto = log.compact("The first turns.", keep=1)
