@@ -1116,6 +1116,43 @@ def test_an_undo_after_close_takes_back_the_last_message_the_log_shows_now(lesso
 
 
 @pytest.mark.task("07.1")
+def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, sessions):
+    """An undo may be told how many messages its caller last saw the log show. A writer
+    appended three messages and closed; another writer added a fourth. Told that its
+    caller saw three, the undo refuses with `UndoError`, saying how many the log shows,
+    and writes nothing: the newest message is not the caller's to take back. Told four,
+    it takes the fourth back."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said[:3]:
+            log.append(message)
+        log.close()
+        with lesson.SessionLog(sessions, "quest-1") as other:
+            other.append(said[3])
+        before = path.read_bytes()
+        with raises(lesson.UndoError, (
+                "a writer that appended three messages was closed, and another "
+                "writer appended a fourth; undo(1, seen=3) (its caller saw three) "
+                "should raise UndoError: the newest message is another writer's"),
+                r"\b4\b",
+                unmatched="The refusal should say how many messages the log shows."):
+            log.undo(1, seen=3)
+        assert path.read_bytes() == before, (
+            "a refused undo should write nothing; the log changed:\n"
+            f"{path.read_bytes()[len(before):]!r}")
+        taken = log.undo(1, seen=4)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [3] and shown == said[:3], (
+        "told that its caller saw the four messages the log shows, undo(1) should take "
+        f"back the fourth (index 3); it named {taken}, and the log shows "
+        f"{[message.get('content') for message in shown]}")
+
+
+@pytest.mark.task("07.1")
 def test_an_undo_of_a_thousand_messages_is_one_marker(lesson, sessions):
     """However many messages an undo takes back, it adds one marker line (a line much
     longer than 4 KiB, written whole), naming them all, and returns them all."""
@@ -2071,7 +2108,9 @@ def test_undo_reads_the_log_it_writes_not_whatever_its_name_points_to(lesson, se
         log.open_for_append()
         decoy.write_text("".join(json.dumps(m) + "\n" for m in said[:2]),
                          encoding="utf-8")
-        os.replace(decoy, sessions / "quest-1.jsonl")   # the name: 2 messages now
+        # The writer's log, kept under another name; the name: 2 messages now
+        os.link(sessions / "quest-1.jsonl", sessions / "kept-aside")
+        os.replace(decoy, sessions / "quest-1.jsonl")
         taken = log.undo(1)
     why = (", the last of the 2 messages in the file its name now points to, not of "
            "the log this writer opened" if taken == [1] else "")
@@ -2450,6 +2489,40 @@ def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
         "resuming the session should then show the first turn alone, as the agent "
         f"does, and it shows {[message.get('content') for message in resumed]}: the "
         "undo changed the agent's memory but not the log")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessions):
+    """Day 2 played a turn and its log was closed; then day 3, another agent on the same
+    session, played a turn of its own. Day 2's undo must not take day 3's turn back
+    (the log's last turn), nor drop its own from memory alone: it raises `UndoError`,
+    and the log and the agent's conversation stay as they were."""
+    agent, _, log = open_agent(lesson, sessions, TURN_C[1])
+    with log:
+        agent.run(TURN_C[0])
+    [turn_c] = [list(agent.messages)]
+    path = sessions / "quest-1.jsonl"
+    try:
+        [turn_d] = play(lesson, sessions, TURN_D)
+        before = path.read_bytes()
+        with raises(lesson.UndoError, (
+                "an agent played a turn and its log was closed; another agent then "
+                "played a turn on the same session; the first agent's undo(1) should "
+                "raise UndoError, since the log's last turn is not its own")):
+            agent.undo(1)
+    finally:
+        log.close()
+    assert path.read_bytes() == before, (
+        "a refused undo should write nothing; the log changed:\n"
+        f"{path.read_bytes()[len(before):]!r}")
+    assert agent.messages == turn_c, (
+        "a refused undo should leave the agent's conversation as it was, its turn "
+        "included; it holds "
+        f"{[message.get('content') for message in agent.messages]}")
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_c + turn_d, (
+        "a new process should still see both turns, the first agent's and the "
+        f"other's; it sees {[message.get('content') for message in resumed]}")
 
 
 @pytest.mark.task("07.3")

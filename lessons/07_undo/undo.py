@@ -21,11 +21,15 @@ class UndoError(ValueError):
 class SessionUndo:
     """SessionLog's undo: a marker that hides messages already written."""
 
-    def undo(self, count: int) -> list[int]:
+    def undo(self, count: int, seen: int | None = None) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.
 
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
+        `seen`, when given, is how many messages the caller last saw the log show (an
+        agent: the ones it wrote). A log that shows another number has been written
+        since by someone else, and its last messages are not the caller's to take back:
+        the undo is refused, and nothing is written.
         """
         # TODO(07.1): Take back written messages: a marker line, and a replay that obeys
         # it.
@@ -46,7 +50,8 @@ class AgentUndo:
 
         A turn is a user message and everything after it up to the next user message, so
         a tool call is never taken back without its results. Raises UndoError,
-        changing nothing, when the conversation has fewer turns.
+        changing nothing, when the conversation has fewer turns, or when the log shows
+        more than this agent wrote (another writer's turn is not its to take back).
         """
         # TODO(07.3): Find the last n turns and take them back, whole.
         # Your design: the whole function is yours to shape; the tests check only what

@@ -21,11 +21,15 @@ class UndoError(ValueError):
 class SessionUndo:
     """SessionLog's undo: a marker that hides messages already written."""
 
-    def undo(self, count: int) -> list[int]:
+    def undo(self, count: int, seen: int | None = None) -> list[int]:
         """Take back the last `count` messages the log shows, with one marker line.
 
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
+        `seen`, when given, is how many messages the caller last saw the log show (an
+        agent: the ones it wrote). A log that shows another number has been written
+        since by someone else, and its last messages are not the caller's to take back:
+        the undo is refused, and nothing is written.
         """
         if self._fd is None:
             if not self.path.exists():
@@ -54,6 +58,13 @@ class SessionUndo:
             raise UndoError(
                 f"cannot undo {count} message(s) of {self.path}: it shows {len(shown)}"
             )
+        if seen is not None and seen != len(shown):
+            raise UndoError(
+                f"cannot undo {count} message(s): {self.path} shows {len(shown)} "
+                f"where the caller saw {seen}, so another writer has changed it since "
+                "and its last messages may not be the caller's. Resume the session to "
+                "see it as it is, then undo"
+            )
         skip = [index for index, _ in shown[len(shown) - count:]]
         self._write(encode_line({MARKER: "undo", "skip": skip, "at": now()}))
         del shown[len(shown) - count:]      # only once the marker is written
@@ -68,7 +79,8 @@ class AgentUndo:
 
         A turn is a user message and everything after it up to the next user message, so
         a tool call is never taken back without its results. Raises UndoError,
-        changing nothing, when the conversation has fewer turns.
+        changing nothing, when the conversation has fewer turns, or when the log shows
+        more than this agent wrote (another writer's turn is not its to take back).
         """
         starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
         if not 0 < turns <= len(starts):
@@ -89,7 +101,7 @@ class AgentUndo:
         dropped = min(len(taken), len(self.pending))
         written = len(taken) - dropped
         if written and self.session is not None:
-            self.session.undo(written)
+            self.session.undo(written, seen=len(self.messages) - len(self.pending))
         del self.pending[len(self.pending) - dropped:]
         del self.messages[cut:]
         return taken

@@ -461,8 +461,11 @@ class PostgresSessionLog:
         return [self.inline(state.entries[position], state.lines[position])
                 for _, position in state.shown()]
 
-    def undo(self, count: int) -> list[int]:
+    def undo(self, count: int, seen: int | None = None) -> list[int]:
         """Take back the last `count` messages the session shows, with one marker row.
+        `seen`, when given, is how many messages the caller last saw it show: a session
+        that shows another number was written since by someone else, and the undo is
+        refused (the file store's undo, lesson 07).
 
         The rows stay; the marker tells every later reader to leave them out. As the
         file store's undo (lesson 08), it refuses to take back a message the session's
@@ -476,6 +479,11 @@ class PostgresSessionLog:
         if not 0 < count <= len(shown):
             raise UndoError(f"cannot undo {count} message(s) of {self.where}: it "
                             f"shows {len(shown)}")
+        if seen is not None and seen != len(shown):
+            raise UndoError(f"cannot undo {count} message(s) of {self.where}: it shows "
+                            f"{len(shown)} where the caller saw {seen}, so another "
+                            "writer has changed it since. Resume the session to see it "
+                            "as it is, then undo")
         compaction = state.compaction()
         first = len(shown) - count      # the place of the first message taken back
         if compaction is not None and first < compaction.boundary:
