@@ -595,6 +595,71 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
             f"it is {pointer}")
 
 
+WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+@pytest.mark.task("10.2")
+def test_a_meta_file_gets_its_name_only_once_it_is_whole(lesson, sessions,
+                                                         monkeypatch):
+    """A side-chain's meta file gets its name whole, as every meta file does: it is
+    written elsewhere and given its name once it holds everything. Opened for writing
+    under its own name, it would be there empty, then half-written, for a reader to
+    find and for a crash to leave. The test watches every file opened for writing
+    while side-chains start, a durable parent's too."""
+    opened = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def note(path, writes):
+        if writes and str(path).endswith(".meta.json"):
+            opened.append(os.path.basename(path))
+
+    def os_open(path, flags, *rest, **options):
+        note(path, flags & WRITING)
+        return real_os_open(path, flags, *rest, **options)
+
+    def any_open(file, mode="r", *rest, **options):
+        if isinstance(file, (str, bytes, os.PathLike)):
+            note(os.fsdecode(file), set(mode) & set("wxa+"))
+        return real_open(file, mode, *rest, **options)
+
+    for durable in (False, True):
+        with lesson.SessionLog(sessions, f"quest-{int(durable)}",
+                               durable=durable) as log:
+            begin(log)
+            monkeypatch.setattr(os, "open", os_open)
+            monkeypatch.setattr(builtins, "open", any_open)
+            monkeypatch.setattr(io, "open", any_open)
+            try:
+                start(lesson, log).close()
+            finally:
+                monkeypatch.undo()
+    assert not opened, (
+        f"start_sidechain opened {', '.join(sorted(set(opened)))} for writing under "
+        "its own name: until its last byte is written, a reader finds it empty or "
+        "half-written there, and a crash leaves it so. Write it whole under another "
+        "name and give it its own at once, as lesson 03 publishes a fork's meta file")
+
+
+@pytest.mark.task("10.2")
+def test_a_call_id_no_utf8_can_hold_starts_no_side_chain(lesson, sessions):
+    """A call id holding a lone surrogate (half of a UTF-16 pair) can be in no line and
+    no meta file: start_sidechain refuses it with a ValueError naming it, before it
+    writes anything, and the parent can still start a side-chain for a real call."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        before = (sessions / "quest-1.jsonl").read_bytes()
+        with raises(ValueError, "start_sidechain was given the call id 'call_\\ud800' "
+                    "(a lone surrogate, which no UTF-8 can encode)", "ud800",
+                    unmatched="The refusal should name the call id it refused."):
+            log.start_sidechain("call_\ud800")
+        assert (sessions / "quest-1.jsonl").read_bytes() == before, (
+            "a refused side-chain should leave the parent's log as it was")
+        assert not sidechain_files(sessions), (
+            "a refused side-chain should leave nothing in the side-chains folder; it "
+            f"holds {sidechain_files(sessions)}")
+        start(lesson, log).close()
+
+
 @pytest.mark.task("10.2")
 def test_each_side_chain_says_when_it_was_started(lesson, sessions):
     """A meta file's "created" and a pointer's "at" are the time that side-chain was
