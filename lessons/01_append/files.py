@@ -10,6 +10,7 @@ plainer call loses data in some crash they show.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -37,3 +38,18 @@ def make_folder(folder: Path, durable: bool = False) -> None:
                     os.fsync(parent)
                 finally:
                     os.close(parent)
+
+
+def check_still_linked(fd: int, path: Path) -> None:
+    """Raise OSError (ESTALE) when the file open as `fd` has no name left.
+
+    A writer keeps its log open. If a person removes the log, or saves another file
+    over its name (as an editor does), the file the writer holds is unlinked: what it
+    adds there no reader would ever find. (A log renamed, kept under another name, is
+    still a file someone can read: its writer goes on writing to it.)
+    """
+    if os.fstat(fd).st_nlink == 0:
+        raise OSError(errno.ESTALE, "the log was removed, or another file saved over "
+                      "it, since this writer opened it: no name reaches the file it "
+                      "holds, so nothing was written there. Close the writer and open "
+                      "the session again", str(path))

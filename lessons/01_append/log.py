@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from .messages import check_message, check_plain_json, check_session_id, Message
-from .files import make_folder
+from .files import check_still_linked, make_folder
 
 
 class WriterStopped(RuntimeError):
@@ -65,6 +65,9 @@ class SessionLog:
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
+        # Removed under this writer, the log would take these bytes where no reader
+        # finds them: refused, writing nothing (OSError, naming the log).
+        check_still_linked(self._fd, self.path)
         # TODO(01.5): Write a line whole, and stop after a write whose outcome is
         # unknown.
         # What it asks: `sessionlab task 01.5`. Hints: `sessionlab hint --task 01.5`.

@@ -2216,6 +2216,46 @@ def test_a_ctrl_c_just_after_write_returned_stops_the_writer(lesson, sessions):
 
 
 @pytest.mark.task("01.3")
+@pytest.mark.parametrize("done_to_it", ["removed", "saved over"])
+@pytest.mark.task("01.5")
+def test_a_log_removed_under_its_writer_takes_no_more_messages(lesson, sessions, model,
+                                                              town, done_to_it):
+    """A person removes the log while its writer holds it open, or saves another file
+    over it (as an editor does). The file the writer holds then has no name: a line
+    written there is lost for every reader. The agent's next message is refused with
+    an OSError that names the log, and is not kept as said: the agent's memory and
+    whatever now has the log's name stay as they were. (The check is given in
+    `_write`, before your code.)"""
+    model.add(say("Hello."), say("Hello again."))
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        agent.run("Hello?")
+        said = list(agent.messages)
+        if done_to_it == "removed":
+            path.unlink()
+        else:
+            mended = sessions / "mended.jsonl"
+            mended.write_bytes(b"")
+            os.replace(mended, path)
+        there = path.read_bytes() if path.exists() else None
+        with raises(OSError, f"the log was {done_to_it} while its writer held it "
+                    "open, and the agent's next run() wrote into the file no name "
+                    "reaches: its messages are lost for every reader",
+                    "quest-1.jsonl", unmatched="The error should name the log."):
+            agent.run("Are you there?")
+    assert agent.messages == said, (
+        f"the log was {done_to_it}, and the next message could not be saved: the agent "
+        "should not keep it as said; its conversation grew from "
+        f"{[m.get('content') for m in said]} to "
+        f"{[m.get('content') for m in agent.messages]}")
+    now = path.read_bytes() if path.exists() else None
+    assert now == there, (
+        f"the log was {done_to_it}; what has its name now should stay as it was, "
+        f"{there!r}, and it is {now!r}")
+
+
 @pytest.mark.task("01.5")
 def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, town,
                                                        monkeypatch):

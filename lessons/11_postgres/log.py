@@ -16,7 +16,8 @@ from pathlib import Path
 from .messages import (
     check_item_line, check_message, check_plain_json, check_session_id, encode_line,
     ITEM, MARKER, Message)
-from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
+from .files import (
+    check_still_linked, make_folder, MAX_WRITE, now, read_all, SessionExists)
 from .reading import (
     Compaction, interrupted_result, KNOWN_LOGS, KnownLog, LAST_LINE_WINDOW,
     leaves_no_call_open, line_number, LogState, parse_log, reaches_back, read_log,
@@ -141,6 +142,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
+        # Removed under this writer, the log would take these bytes where no reader
+        # finds them: refused, writing nothing (OSError, naming the log).
+        check_still_linked(self._fd, self.path)
         if self.in_doubt:
             raise WriterStopped(
                 f"{self.path}: an earlier write failed after its bytes may have "

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from .messages import check_message, check_plain_json, check_session_id, Message
-from .files import make_folder
+from .files import check_still_linked, make_folder
 
 
 class WriterStopped(RuntimeError):
@@ -72,6 +72,9 @@ class SessionLog:
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
+        # Removed under this writer, the log would take these bytes where no reader
+        # finds them: refused, writing nothing (OSError, naming the log).
+        check_still_linked(self._fd, self.path)
         # BEGIN 01.5
         if self.in_doubt:
             raise WriterStopped(

@@ -17,7 +17,7 @@ from pathlib import Path
 from .messages import (
     check_message, check_plain_json, check_session_id, InvalidMessage, Message,
     parse_line)
-from .files import make_folder
+from .files import check_still_linked, make_folder
 
 
 class WriterStopped(RuntimeError):
@@ -71,6 +71,9 @@ class SessionLog:
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
+        # Removed under this writer, the log would take these bytes where no reader
+        # finds them: refused, writing nothing (OSError, naming the log).
+        check_still_linked(self._fd, self.path)
         if self.in_doubt:
             raise WriterStopped(
                 f"{self.path}: an earlier write failed after its bytes may have "

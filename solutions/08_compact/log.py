@@ -15,7 +15,8 @@ from pathlib import Path
 
 from .messages import (
     check_message, check_plain_json, check_session_id, encode_line, MARKER, Message)
-from .files import make_folder, MAX_WRITE, now, read_all, SessionExists
+from .files import (
+    check_still_linked, make_folder, MAX_WRITE, now, read_all, SessionExists)
 from .reading import (
     Compaction, interrupted_result, KNOWN_LOGS, KnownLog, leaves_no_call_open, LogState,
     parse_log, reaches_back, read_log, recall, remember, unanswered_calls)
@@ -129,6 +130,9 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction):
         Raises WriterStopped, writing nothing, once a write of this writer has failed
         without saying what it left in the file.
         """
+        # Removed under this writer, the log would take these bytes where no reader
+        # finds them: refused, writing nothing (OSError, naming the log).
+        check_still_linked(self._fd, self.path)
         if self.in_doubt:
             raise WriterStopped(
                 f"{self.path}: an earlier write failed after its bytes may have "
