@@ -146,6 +146,24 @@ def test_undo_takes_back_a_whole_turn_for_every_later_reader(store):
     assert load(store) == day_1, "a new reader should see day 1 without the undone turn"
 
 
+def test_an_agent_never_undoes_a_turn_another_writer_added_since(store):
+    """An agent played a turn and its log was closed; another agent then played a turn
+    of its own. The first agent's undo is refused (UndoError), and both turns stay, in
+    the store and in the first agent's memory: its last turn is no longer the log's."""
+    first, _, log = agent_on(store, script=[say("The elder nods.")])
+    with log:
+        first.run("Thank the elder.")
+    mine = list(first.messages)
+    theirs = play(store, "Wait for dawn.", [say("Dawn comes.")])
+    try:
+        with raises(store.module.UndoError, "the log's last turn is another agent's"):
+            first.undo()
+    finally:
+        log.close()
+    assert first.messages == mine, "the refused undo should leave the agent as it was"
+    assert theirs[:len(mine)] == mine and load(store) == theirs, "both turns should stay"
+
+
 def test_a_fork_copies_history_records_lineage_and_stays_apart(store):
     """fork(upto=k) starts a session with the first k messages shown (undone ones not
     counted), records its parent, and the two sessions never share a later append."""
