@@ -73,6 +73,25 @@ def until_task_05_2_is_written(request, monkeypatch):
                       "_unlock", "05.2", let_go)
 
 
+@contextlib.contextmanager
+def handed_to_unlock(lesson):
+    """The lock's descriptor (`_lock_fd`, None for none) that each close hands task
+    05.2's `_unlock` while the block runs, both names the contract's: whether a writer
+    still knew its lock when it was closed, and so whose code a lock file left behind
+    is (05.1's, that forgot it, or 05.2's, that was given it)."""
+    given, unlock = [], lesson.SessionLog._unlock
+
+    def unlocking(log):
+        given.append(log._lock_fd)
+        return unlock(log)
+
+    lesson.SessionLog._unlock = unlocking
+    try:
+        yield given
+    finally:
+        lesson.SessionLog._unlock = unlock
+
+
 class Other:
     """Another process running writer_process.py on the lesson module under test
     (letting go through `let_go` while 05.2 is not written, if `stand_in`)."""
@@ -1472,20 +1491,23 @@ def test_a_writer_refused_after_a_wait_names_the_holder_at_the_end_of_it(
 
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("found", ["the holder's lock file",
-                                   "no lock file, made by the writer itself"])
+                                   "no lock file, made by the writer itself",
+                                   "the holder's lock file, moved aside by hand"])
 def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
         lesson, sessions, monkeypatch, found):
     """Between a writer's open of quest-1.lock and its flock, the holder lets go, its
-    lock file goes, and a third writer takes the session with a new one: the flock is
-    granted on the old file, which no name reaches any more. The name is there, but
+    lock file goes (removed, or moved aside by hand to quest-1.lock.old, where it keeps
+    a name), and a third writer takes the session with a new one: the flock is granted
+    on the old file, which the lock's name no longer reaches. The name is there, but
     it is not that file: the writer (timeout 0) must be refused, and never write
     beside the third. The old file may be the holder's, or one the writer has just
     made itself, which the holder opened and locked first: a file this writer made is
-    not its lock either once no name reaches it."""
+    not its lock either once the lock's name no longer reaches it."""
     descriptors = descriptors_open()
     lock = sessions / "quest-1.lock"
+    moved = found.endswith("moved aside by hand")
     holder = lesson.SessionLog(sessions, "quest-1")
-    if found == "the holder's lock file":
+    if found.startswith("the holder's lock file"):
         holder.append(FIRST)
     third = lesson.SessionLog(sessions, "quest-1")
     real_flock = lesson.fcntl.flock
@@ -1494,28 +1516,34 @@ def test_a_writer_whose_lock_file_was_replaced_while_it_asked_is_not_let_in(
     def flock(fd, operation):
         if not first_try:
             first_try.append(fd)
-            if found != "the holder's lock file":
+            if not found.startswith("the holder's lock file"):
                 # The holder comes after this writer made quest-1.lock, and locks it
                 # first
                 holder.append(FIRST)
             # The holder lets go (as 05.1 lets go, whatever 05.2's close does) and its
-            # lock file goes; then a third writer takes the session, with a lock file
-            # of its own under the same name.
+            # lock file goes, or is moved aside by hand; then a third writer takes the
+            # session, with a lock file of its own under the same name.
             let_go(holder)
-            lock.unlink(missing_ok=True)
+            if moved:
+                os.rename(lock, sessions / "quest-1.lock.old")
+            else:
+                lock.unlink(missing_ok=True)
             third.append({"role": "user", "content": "third"})
         return real_flock(fd, operation)
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
     second = lesson.SessionLog(sessions, "quest-1")
+    gone = ("someone moved quest-1.lock aside by hand (to quest-1.lock.old, where it "
+            "keeps a name), its holder let go" if moved else
+            "its holder let go, removed quest-1.lock")
     try:
         with raises(lesson.SessionBusy,
-                    "while the second writer asked for the lock, its holder let go, "
-                    "removed quest-1.lock, and a third writer took the session with a "
-                    "new quest-1.lock; the second writer was granted the old file, "
-                    "which no name reaches any more, and went on as the session's "
-                    "writer beside the third: a name that exists is not yet the file "
-                    "you locked"):
+                    f"while the second writer asked for the lock, {gone}, and a third "
+                    "writer took the session with a new quest-1.lock; the second "
+                    "writer was granted the old file, which the lock's name no longer "
+                    "reaches, and went on as the session's writer beside the third: "
+                    "a name that exists is not yet the file you locked, and a file "
+                    "with a name is not yet the one at the lock's name"):
             second.append({"role": "user", "content": "second"})
     finally:
         kept = getattr(third, "_lock_fd", None)     # as the third writer knows its own
@@ -2190,7 +2218,7 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
     (in a child process, as `nobody` when run as root, since root ignores a folder's
     mode): removing the lock file fails, or even finding it does, but the flock must
     still go, with its descriptor, or this process keeps its own session busy; and
-    close() then raises an OSError naming the lock file it left behind."""
+    close() then raises an OSError naming the lock file it left behind, by its path."""
     turned = "read-only" if folder_mode == 0o500 else "closed to its own writer"
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
@@ -2211,8 +2239,10 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
             log.close()
             closed = "close() returned"
         except OSError as error:
-            closed = (f"OSError: {error}" if "quest-1.lock" in str(error) else
-                      f"an OSError that does not name quest-1.lock: {error}")
+            closed = (f"OSError: {error}" if str(folder / "quest-1.lock") in str(error)
+                      else "an OSError that does not name the lock file by its path, "
+                      f"{folder / 'quest-1.lock'} (its name alone does not say which "
+                      f"folder's: sessions may live in many): {error}")
             try:
                 log.close()     # closed once: a second close does nothing
             except OSError as again:
@@ -2242,8 +2272,8 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         "go, called again it does nothing")
     assert closed.startswith("OSError"), (
         f"the folder turned {turned}, so quest-1.lock could not be removed: close() "
-        "should let go of the lock and then raise an OSError naming quest-1.lock, so "
-        f"that its user learns a lock file was left behind; {closed}")
+        "should let go of the lock and then raise an OSError naming the lock file by "
+        f"its path, so that its user learns which lock file was left behind; {closed}")
     assert leaked == 0, (
         f"the folder turned {turned}, so quest-1.lock could not be removed; close() "
         "let go of the lock and said so, and once both writers had closed, "
@@ -2493,21 +2523,29 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
     after 10, where write() takes those and returns short (a record cut short names
     no one). The OSError reaches the caller, and the lock goes with it (a real file
     size limit), so the same process can take the session once there is room
-    again."""
+    again; and its lock file goes as the writer is closed, as on every close (once
+    task 05.2 removes it there)."""
+    lock = sessions / "quest-1.lock"
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(FIRST)
+    # Whether a close removes its lock file (task 05.2 written): only then can this
+    # test ask it of a writer whose record failed
+    removes = not os.path.lexists(lock)
 
     def work():
         import resource
         before = open_descriptors()
         first_errno = None
-        try:
-            with lesson.SessionLog(sessions, "quest-1") as log:
-                log.open_for_append()   # as an agent resumes it: the lock, no line
-            first = "resumed with no error"
-        except OSError as error:
-            first = f"OSError: {error}"
-            first_errno = error.errno
+        with handed_to_unlock(lesson) as given:
+            try:
+                with lesson.SessionLog(sessions, "quest-1") as log:
+                    log.open_for_append()   # as an agent resumes it: the lock, no line
+                first = "resumed with no error"
+            except OSError as error:
+                first = f"OSError: {error}"
+                first_errno = error.errno
+        left = os.path.lexists(lock)
+        kept = any(fd is not None for fd in given)
         resource.setrlimit(resource.RLIMIT_FSIZE,
                            (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         try:
@@ -2516,7 +2554,7 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
             second = "appended"
         except lesson.SessionBusy as error:
             second = f"SessionBusy: {error}"
-        return {"first": first, "errno": first_errno,
+        return {"first": first, "errno": first_errno, "left": left, "kept": kept,
                 "second": second, "leaked": open_descriptors() - before}
 
     kind, message, result = with_file_size_limit(limit, work)
@@ -2540,6 +2578,18 @@ def test_a_lock_record_that_cannot_be_written_lets_go_of_the_lock(lesson, sessio
         f"lock: the same process was then told {result['second']!r}")
     assert result["leaked"] == 0, (
         f"both writers are closed, yet {result['leaked']} more descriptor(s) are open")
+    if removes and result["left"] and result["kept"]:
+        fail_in("05.2", f"{room}, so the writer's record could not be written; its "
+                "close was given the lock's descriptor, let go, and left its lock file "
+                "behind, where a close removes it after a record that went in: an "
+                "empty or short record makes the file no less the writer's own")
+    assert not (removes and result["left"]), (
+        f"{room}, so the writer's record could not be written and its error reached "
+        "the caller; but the writer, closed, left its lock file behind, where a "
+        "writer closed after its record went in removes it: the failed writer no "
+        "longer knew the lock's descriptor when it was closed, so its close (task "
+        "05.2) could not tell its own lock file. Keep the descriptor until close "
+        "lets go of it, a failed record's too (task 05.1)")
 
 
 @pytest.mark.task("05.1")
@@ -2636,10 +2686,13 @@ def test_a_stale_lock_file_others_may_read_never_shows_them_the_new_holder(
         "record is written into it")
 
 @pytest.mark.task("05.2")
-def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessions):
-    """Someone deletes quest-1.lock while its writer holds it, and a second writer takes
-    a new one: the first writer's close() must leave the second's lock file alone, and
-    once both have closed no descriptor of theirs is left open."""
+@pytest.mark.parametrize("by_hand", ["deleted", "moved aside"])
+def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessions,
+                                                                   by_hand):
+    """Someone deletes quest-1.lock while its writer holds it, or moves it aside (to
+    quest-1.lock.old, where it keeps a name), and a second writer takes a new one: the
+    first writer's close() must leave the second's lock file alone, and once both have
+    closed no descriptor of theirs is left open."""
     descriptors = open_descriptors()
     first = lesson.SessionLog(sessions, "quest-1")
     first.append(FIRST)
@@ -2647,15 +2700,20 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
         first.close()
         pytest.fail("while a writer holds the session, quest-1.lock should exist",
                     pytrace=False)
-    (sessions / "quest-1.lock").unlink()    # by hand: rm sessions/*.lock
+    if by_hand == "deleted":
+        (sessions / "quest-1.lock").unlink()    # by hand: rm sessions/*.lock
+    else:   # mv sessions/quest-1.lock sessions/quest-1.lock.old
+        (sessions / "quest-1.lock").rename(sessions / "quest-1.lock.old")
     second = lesson.SessionLog(sessions, "quest-1")
     try:
         second.append({"role": "user", "content": "second"})
         first.close()
         assert (sessions / "quest-1.lock").exists(), (
             "the first writer's close() removed quest-1.lock, which was no longer its "
-            "own file but the second writer's, made after someone deleted the first "
-            "by hand")
+            f"own file but the second writer's, made after someone {by_hand} the "
+            "first by hand" + (" (the first writer's file still has a name, "
+                               "quest-1.lock.old, but not the lock's)"
+                               if by_hand == "moved aside" else ""))
         with raises(lesson.SessionBusy, "the second writer still holds the session, "
                     "yet a third got in after the first writer closed"):
             with lesson.SessionLog(sessions, "quest-1") as third:
