@@ -1645,7 +1645,8 @@ def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypa
                                                       where):
     """The user's Ctrl-C while a log loads stops the load as it is: it reaches the
     caller as KeyboardInterrupt, not as a refusal that blames a line of the log, and it
-    leaves nothing open, whether it comes while a line is read or while the file is."""
+    leaves nothing open, whether it comes while a line is read or while the file is.
+    A new agent on the session, which resumes it, lets it reach its caller too."""
     lines = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     (sessions / "quest-1.jsonl").write_bytes(
         b"".join(json.dumps(line).encode() + b"\n" for line in lines))
@@ -1700,3 +1701,28 @@ def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypa
         "descriptor(s) are open than before it, while the KeyboardInterrupt is kept: a "
         "load leaves nothing open however it ends, Ctrl-C included (close the file in "
         "a finally or a with, not in an except Exception)")
+    if where != "a line is read":
+        return
+    # A new agent on the session resumes through the load: the Ctrl-C reaches whoever
+    # made the agent, never an agent that goes on as if the session were new.
+    interrupted.clear()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        with monkeypatch.context() as patch:
+            patch.setattr(log_module, "parse_line", parse_line)
+            try:
+                agent = lesson.Agent(None, model="scripted", tools=None, session=log)
+            except NotImplementedError:
+                raise
+            except BaseException as error:  # noqa: BLE001 - what reached the caller
+                stopped = error
+            else:
+                stopped = None
+    if not interrupted:
+        return          # this agent resumes without that call: nothing to interrupt
+    told = (described(stopped) if stopped is not None else
+            f"an agent whose history is {agent.messages!r}")
+    assert isinstance(stopped, KeyboardInterrupt), (
+        f"the user pressed Ctrl-C while a line was read as a new agent on quest-1 "
+        f"resumed it, and the caller got {told}: Ctrl-C during a load reaches the "
+        "caller as it came, to stop the program; an agent that goes on from what was "
+        "read, or from nothing, appends after a history the model never saw")

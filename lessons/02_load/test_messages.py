@@ -333,7 +333,8 @@ def test_a_refused_line_far_into_a_large_log_is_named_by_its_place(lesson, sessi
 @pytest.mark.task("02.1")
 def test_the_refusal_of_a_huge_torn_line_stays_short(lesson, sessions):
     """A line of megabytes that is no message (a pasted document that a crash cut) is
-    refused in words a person can read: the file, the line and why, not the line."""
+    refused in words a person can read: the file, the line and why, not the line. So
+    is a log of thousands of lines that are no message: the first is named."""
     path = sessions / "quest-1.jsonl"
     pasted = json.dumps({"role": "user", "content": "The map: " + "ab" * 1_000_000})
     data = GOOD + pasted[: len(pasted) // 2].encode()
@@ -354,6 +355,26 @@ def test_the_refusal_of_a_huge_torn_line_stays_short(lesson, sessions):
         "which goes onto a screen or into a log: the refusal names the file, the line "
         "and why, and quotes no more of a line than its start; it begins "
         f"{message[:300]!r}")
+    # Many lines that are no message (a file another program wrote, under the log's
+    # name): the first is named, and the words stay as short.
+    data = GOOD + b"Day 1: the elder talked of the cave.\n" * 5_000 + GOOD
+    path.write_bytes(data)
+    setting = ("the log's line 2 to line 5,001 are lines of plain text, as another "
+               "program writes them, none a message")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}; load() returned {str(error)[:200]}, where it should "
+                    "refuse line 2, naming the file and the line", pytrace=False)
+    message = str(error)
+    assert isinstance(error, lesson.InvalidMessage) and names_line(message, 2), (
+        f"{setting}; load() raised {described(error)[:300]}. Expected an "
+        "InvalidMessage naming line 2, the first line that is no message")
+    assert len(message) < 2_000, (
+        f"{setting}; load() refused it in a message of {len(message):,} characters, "
+        "which goes onto a screen or into a log: the refusal names the file, the "
+        "first line that is no message and why, in words a screen holds, however many "
+        f"lines after it are no message either; it begins {message[:300]!r}")
 
 
 @pytest.mark.task("02.1")
