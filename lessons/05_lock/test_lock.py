@@ -78,8 +78,10 @@ def handed_to_unlock(lesson):
     """The lock's descriptor (`_lock_fd`, None for none) that each close hands task
     05.2's `_unlock` while the block runs, both names the contract's: whether a writer
     still knew its lock when it was closed, and so whose code a lock file left behind
-    is (05.1's, that forgot it, or 05.2's, that was given it)."""
+    is (05.1's, that forgot it, or 05.2's, that was given it). The class is as it was
+    once the block ends."""
     given, unlock = [], lesson.SessionLog._unlock
+    own = "_unlock" in vars(lesson.SessionLog)
 
     def unlocking(log):
         given.append(log._lock_fd)
@@ -89,7 +91,10 @@ def handed_to_unlock(lesson):
     try:
         yield given
     finally:
-        lesson.SessionLog._unlock = unlock
+        if own:
+            lesson.SessionLog._unlock = unlock
+        else:
+            del lesson.SessionLog._unlock
 
 
 class Other:
@@ -2332,10 +2337,17 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
     reaches the caller, and the lock goes with it, no descriptor of it left open. The
     writer finds no lock file, or a stale one that others may read (left by a holder
     killed with SIGKILL, made under another umask), which it must also close to them:
-    one step more where a Ctrl-C can land."""
+    one step more where a Ctrl-C can land. A Ctrl-C that lands once the writer has
+    kept the lock's descriptor leaves no lock file behind either, once its close has
+    let go (as every close removes its own, once task 05.2 is written)."""
+    with lesson.SessionLog(sessions, "plain") as log:
+        log.append(FIRST)
+    # Whether a close removes its lock file (task 05.2 written): only then can this
+    # test ask it of a writer a Ctrl-C stopped
+    removes = not os.path.lexists(sessions / "plain.lock")
     real_flock = lesson.fcntl.flock
     folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
-    moments = {"armed": False, "left": 0, "at": None}
+    moments = {"armed": False, "left": 0, "at": None, "log": None, "kept": False}
 
     def flock(fd, operation):
         real_flock(fd, operation)
@@ -2360,6 +2372,8 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                                  + (f" (line {where.f_lineno} of "
                                     f"{Path(where.f_code.co_filename).name})"
                                     if where else ""))
+                # Whether the writer had kept the lock's descriptor by then
+                moments["kept"] = getattr(moments["log"], "_lock_fd", None) is not None
                 raise KeyboardInterrupt
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
@@ -2373,19 +2387,35 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                                          "since": "2026-01-01T00:00:00+00:00"}),
                              encoding="utf-8")
             stale.chmod(0o644)
-        moments.update(armed=False, left=moment, at=None)
+        log = lesson.SessionLog(sessions, session)
+        moments.update(armed=False, left=moment, at=None, log=log, kept=False)
         before = open_descriptors()
         reached = False
-        sys.setprofile(interrupt)
-        try:
-            with lesson.SessionLog(sessions, session) as log:
-                log.append(FIRST)
-        except KeyboardInterrupt:
-            reached = True
-        finally:
-            sys.setprofile(None)
+        with handed_to_unlock(lesson) as given:
+            sys.setprofile(interrupt)
+            try:
+                with log:
+                    log.append(FIRST)
+            except KeyboardInterrupt:
+                reached = True
+            finally:
+                sys.setprofile(None)
         if moments["at"] is None:
             break       # every moment of the window has been tried
+        if removes and moments["kept"] and os.path.lexists(
+                sessions / f"{session}.lock"):
+            if any(fd is not None for fd in given):
+                fail_in("05.2", f"a Ctrl-C came {moments['at']}, once the writer had "
+                        "kept the lock's descriptor; its close was given that "
+                        "descriptor, let go, and left its lock file behind, where a "
+                        "close removes it after a record that went in")
+            pytest.fail(f"a Ctrl-C came {moments['at']}, once the writer had kept the "
+                        "lock's descriptor, and the writer, closed, left its lock file "
+                        f"behind ({found} at the lock's name before): it no longer "
+                        "knew the descriptor it had kept when it was closed, so its "
+                        "close (task 05.2) could not tell its own lock file. Keep the "
+                        "descriptor until close lets go of it (task 05.1)",
+                        pytrace=False)
         assert reached, (
             f"a Ctrl-C came {moments['at']}, after flock granted the lock, and "
             "the KeyboardInterrupt never reached the caller: a Ctrl-C must stop the "
