@@ -813,6 +813,62 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
 
 
 @pytest.mark.task("09.1")
+@pytest.mark.task("09.5")
+@pytest.mark.parametrize("step", ["opening-the-log", "removing-its-blob"])
+def test_a_ctrl_c_while_a_delete_reads_or_drops_the_blobs_reaches_the_caller(
+    lesson, sessions, monkeypatch, step
+):
+    """The user presses Ctrl-C (a KeyboardInterrupt, which is no Exception) while
+    delete_session opens the session's log to read the blobs it mentions, or while it
+    removes the blob only that session used. A Ctrl-C is no file that cannot be read
+    and no blob to leave for later: it stops the delete and reaches the caller, and
+    the stopped delete holds nothing: deleting again is not refused, and leaves nothing
+    of the session."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    stopped = []
+
+    def interrupting(real):
+        def call(path, *args, **kwargs):
+            if not isinstance(path, int) and not stopped and Path(path).name == (
+                    "quest-1.jsonl" if step == "opening-the-log" else blob):
+                stopped.append(True)
+                raise KeyboardInterrupt("the test's Ctrl-C")
+            return real(path, *args, **kwargs)
+        return call
+
+    if step == "opening-the-log":
+        patched = [(os, "open"), (io, "open"), (builtins, "open")]
+    else:
+        patched = [(os, name) for name in ("unlink", "remove", "rename", "replace")]
+    for module, name in patched:
+        monkeypatch.setattr(module, name, interrupting(getattr(module, name)))
+    try:
+        outcome = lesson.delete_session(sessions, "quest-1")
+    except KeyboardInterrupt:
+        outcome = "stopped"
+    finally:
+        monkeypatch.undo()
+    doing = ("opened quest-1's log to read the blobs it mentions"
+             if step == "opening-the-log" else "removed the blob only quest-1 used")
+    assert stopped, f"the test's own set-up: delete_session never {doing}"
+    assert outcome == "stopped", (
+        f"the user pressed Ctrl-C while delete_session {doing}, and the delete went on "
+        f"and returned {outcome!r}: a Ctrl-C stops the delete and reaches the caller, "
+        "whatever step it lands in; it is no file that cannot be read")
+    try:
+        lesson.delete_session(sessions, "quest-1")
+    except lesson.SessionBusy as error:
+        pytest.fail(f"a delete of quest-1 stopped by a Ctrl-C while it {doing}; "
+                    f"deleting it again in the same process was refused: {error}. The "
+                    "stopped delete should hold nothing once it is over", pytrace=False)
+    left = sorted(p.name for p in sessions.iterdir() if "quest-1" in p.name)
+    assert not left, (
+        f"a delete stopped by a Ctrl-C while it {doing}, then deleted again, should "
+        f"leave nothing of quest-1; the folder holds {left}")
+
+
+@pytest.mark.task("09.1")
 def test_delete_removes_a_copy_of_the_log_that_appeared_after_the_caller_looked(
     lesson, sessions, before_the_lock
 ):
@@ -1272,6 +1328,66 @@ def test_a_ctrl_c_stops_expire_and_leaves_every_session_free(
     assert again == (["quest-1", "quest-2"], []), (
         "after an expire() stopped by a Ctrl-C, the next one should delete both idle "
         f"sessions, quest-1 and quest-2, neither busy; it returned {again}")
+
+
+@pytest.mark.task("09.2")
+@pytest.mark.task("09.5")
+@pytest.mark.parametrize("expired", ["a-session", "a-leftover"])
+def test_a_ctrl_c_while_an_expired_sessions_blob_goes_stops_expire(
+    lesson, sessions, monkeypatch, expired
+):
+    """The user presses Ctrl-C while expire() removes the blob only quest-1 used, once
+    quest-1's files are gone: quest-1 an idle session, or what a stopped erase and
+    delete left of it. The run stops there too, whatever step of a session's expiry it
+    was at: the Ctrl-C reaches the caller, and what comes after in the run (the idle
+    session quest-2, the old leftover quest-3) is not touched; the next expire takes
+    what is left."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    play(lesson, sessions, TURN_A, session_id="quest-2")
+    [blob] = blob_names(sessions)
+    if expired == "a-leftover":
+        left_by_a_stopped_erase_and_delete(sessions)
+    else:
+        age(sessions / "quest-1.jsonl", 40)
+    age(sessions / "quest-2.jsonl", 40)
+    leftover = sessions / "quest-3.meta.json"
+    leftover.write_text(json.dumps({"format": 1, "id": "quest-3"}))
+    age(leftover, 40)
+    stopped = []
+
+    def interrupting(real):
+        def remove(path, *args, **kwargs):
+            if Path(path).name == blob and not stopped:
+                stopped.append(True)
+                raise KeyboardInterrupt("the test's Ctrl-C")
+            return real(path, *args, **kwargs)
+        return remove
+
+    for name in ("unlink", "remove", "rename", "replace"):
+        monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
+    try:
+        found = lesson.expire(sessions)
+    except KeyboardInterrupt:
+        found = None    # the run stopped with it
+    finally:
+        monkeypatch.undo()
+    assert stopped, "the test's own set-up: expire() never removed quest-1's blob"
+    after = ["quest-2", "quest-3"] if expired == "a-session" else ["quest-3"]
+    gone = [session_id for session_id in after if not any(
+        (sessions / f"{session_id}{ending}").exists()
+        for ending in (".jsonl", ".meta.json"))]
+    assert found is None and not gone, (
+        "the user pressed Ctrl-C while expire() removed the blob only "
+        + ("the idle session" if expired == "a-session" else "the leftover")
+        + " quest-1 used, and expire() "
+        + ("went on and returned " + str(found) if found is not None
+           else "stopped, yet " + ", ".join(gone) + " is gone")
+        + ": a Ctrl-C stops the run where it is, at every step of an expiry "
+        "(dropping the blobs too), and what comes after it in the run stays")
+    again = lesson.expire(sessions)
+    assert again == (after, []), (
+        "after an expire() stopped by a Ctrl-C, the next one should delete what is "
+        f"left, {after}, none busy; it returned {again}")
 
 
 @pytest.mark.task("09.2")
