@@ -446,6 +446,8 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
      M1 + b"\n\r\n" + M2 + b"\n"),
     ("that is JSON but no message (it has no role)", 2,
      M1 + b"\n" + b'{"content": "no role"}' + b"\n" + M2 + b"\n"),
+    ("that holds a marker, the log's own key, as later lessons write", 2,
+     M1 + b"\n" + b'{"$marker": "undo", "skip": [0]}' + b"\n" + M2 + b"\n"),
     ("whose bytes are no UTF-8 (an e-acute in Latin-1)", 2,
      M1 + b"\n" + b'{"role": "user", "content": "caf\xe9"}' + b"\n" + M2 + b"\n"),
     ("first, after a byte-order mark, which the format does not allow", 1,
@@ -462,7 +464,9 @@ def test_a_fork_of_a_damaged_source_is_refused(
     """A line of the source that its writer finished (it ends in its newline) is no
     message: the log is damaged, not torn by a crash. A fork of it, of any length,
     is refused with InvalidMessage naming that line (counted from 1), as load()
-    refuses that log, and hands publish_fork nothing."""
+    refuses that log, and hands publish_fork nothing. A marker line, which later
+    lessons write with the log's own key, is no message here either: passed over, it
+    would leave the fork without what it says."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -990,17 +994,19 @@ def test_a_refused_fork_leaves_a_meta_file_with_no_log_as_it_was(
 
 @pytest.mark.task("03.2")
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("parent", ["other", "quest-1"])
+@pytest.mark.parametrize(("parent", "upto"), [("other", 2), ("quest-1", 2),
+                                              ("quest-1", 0)])
 def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
-        lesson, sessions, town, day_one, monkeypatch, parent):
+        lesson, sessions, town, day_one, monkeypatch, parent, upto):
     """what-if holds a meta file and no log, as a killed fork leaves: what-if is no
     session (an id without a log loads as no messages). The meta file names another
     parent, or quest-1 itself (a whole fork of it, killed before its log got its
-    name). A fork of quest-1's first 2 messages onto what-if succeeds, and its meta
-    file records its own lineage: quest-1, the 2 messages it copied and when it was
-    made, not the lineage that was there, nor that one brought up to date. The old
-    lineage is gone, not kept aside: the folder holds the fork's two files and what
-    it held before, nothing else."""
+    name). A fork of quest-1's first 2 messages onto what-if succeeds, and so does a
+    fork of none of them (an empty fork is a session too), and its meta file records
+    its own lineage: quest-1, the messages it copied and when it was made, not the
+    lineage that was there, nor that one brought up to date. The old lineage is gone,
+    not kept aside: the folder holds the fork's two files and what it held before,
+    nothing else."""
     play(lesson, sessions, "other", [say("Hello.")], "Hi.", town)
     left = {"format": 1, "id": "what-if", "parent": parent, "forked_at": 4,
             "created": "2026-01-01T00:00:00+00:00"}
@@ -1010,18 +1016,19 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
 
     handed = handed_to_publishing(lesson, monkeypatch)
     began = datetime.now(timezone.utc).replace(microsecond=0)
-    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=2)
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
     ended = datetime.now(timezone.utc)
 
     said = (f"what-if held only a meta file naming {parent!r} (no log: no session), "
             "and a "
-            f"fork of quest-1 onto what-if raised {type(error).__name__}: {error}; a "
-            "meta file alone must not take the id for good")
+            f"fork of quest-1's first {upto} messages onto what-if raised "
+            f"{type(error).__name__}: {error}; a meta file alone must not take the id "
+            "for good")
     if error is not None and getattr(lesson, "publish_fork", None) is not None:
         fail_in("03.2" if handed else "03.1", said)
     assert error is None, said
-    whose = "03.2" if handed == [("what-if", 2)] else None
-    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:2],
+    whose = "03.2" if handed == [("what-if", upto)] else None
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one[:upto],
                       f"onto what-if, which held only a meta file naming {parent!r} "
                       "and 4 messages", task=whose)
     lineage = json.loads(meta.read_bytes())
