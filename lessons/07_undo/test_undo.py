@@ -1024,7 +1024,8 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
     names no message written before it (a damaged or foreign marker's: at or after its
     own place, or negative) takes back nothing, least of all a message written, and
     shown to the user, after it. Its place counts the messages before it, not the lines
-    (a marker above it is no message)."""
+    (a marker above it is no message). A message named twice, in one marker's list or
+    again by a later marker, is taken back once, and the log still loads."""
     ask = {"role": "user", "content": "Ask the elder."}
     answer = {"role": "assistant", "content": "The elder wants a torch."}
     later = [{"role": "user", "content": "Buy a torch."},
@@ -1053,6 +1054,24 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
         "the marker lists only -2, and messages are counted from 0, so it takes back "
         "nothing: the log should show all four messages. Got "
         f"{[m.get('content') for m in shown]}")
+
+    # One message named twice by a marker, and again by a later marker
+    write_log(sessions, [ask, answer, undo_marker(1, 1), retry, undo_marker(1, 2),
+                         later[0]], "quest-4")
+    try:
+        shown = lesson.SessionLog(sessions, "quest-4").load()
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail_in("07.1", "a log whose first undo marker names message 1 twice, and "
+                "whose second names it again with message 2, should load showing "
+                f"messages 0 and 3; loading it raised {type(error).__name__}: {error}. "
+                "A message an earlier marker (or the same list) took back already is "
+                "simply taken back, once")
+    assert shown == [ask, later[0]], (
+        "the first marker names message 1 twice, the second names it again with "
+        "message 2: messages 1 and 2 are taken back, once each, and the log should "
+        f"show messages 0 and 3. Got {[m.get('content') for m in shown]}")
 
 
 @pytest.mark.task("07.1")
@@ -2124,7 +2143,9 @@ def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions
     """An undo reads no part of the log: the writer built self.shown when it opened the
     log, and append keeps it current. Emptied behind its back (no writer would do
     that), the log no longer says anything, and the undo still takes back the newest
-    message the writer knows, written before or after it opened."""
+    message the writer knows, written before or after it opened. Removed behind its
+    back, the log is not a session with no log: the undo raises the `OSError` every
+    write of that writer raises, naming the log, and writes nothing."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
@@ -2143,6 +2164,21 @@ def test_undo_reads_nothing_it_takes_back_what_the_writer_keeps(lesson, sessions
     assert taken == [2, 3], (
         "the writer knows four messages (three it found, one it wrote), so undo(2) "
         f"should take back indices 2 and 3; it took back {taken}")
+
+    path = sessions / "quest-2.jsonl"
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        for message in said:
+            log.append(message)
+        os.remove(path)     # the writer's own file, removed
+        with raises(OSError, (
+                "the writer's log was removed behind its back; its undo(1) should "
+                "raise the OSError every write of that writer raises, naming the log, "
+                "where it returned"), re.escape(path.name), unmatched=(
+                "The error should name the log, as the writer's own error does.")):
+            log.undo(1)
+    assert not path.exists(), (
+        "the undo of a writer whose log was removed should write nothing, and leave "
+        f"no file at its name; {path.name} now holds {path.read_bytes()!r}")
 
 
 @pytest.mark.task("07.1")
@@ -2319,7 +2355,8 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     shows exactly the first k the source shows, never one taken back by a marker past
     the cut, and holds no word the source wrote after its k-th message. An undo
     marker the fork adds to take such a message back is a marker like any other,
-    with the time it was written under "at"."""
+    with the time it was written under "at"; a fork whose copied lines show exactly
+    the first k adds none, and holds the source's lines alone."""
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
             for n in range(5)]
     write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
@@ -2349,6 +2386,29 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
                            "the time of the fork, as every marker has the time it "
                            "was written", "a marker the fork adds is a line of its "
                            "own, not one of the source's")
+
+    # The message before the cut is taken back by a marker before it: nothing to add
+    write_log(sessions, [*said[:3], undo_marker(1), *said[3:]], "quest-2")
+    lines = (sessions / "quest-2.jsonl").read_bytes().splitlines(keepends=True)
+    lesson.fork(sessions, "quest-2", "first-of-2", upto=3)
+    copied = (sessions / "first-of-2.jsonl").read_bytes()
+
+    def takes_back(line):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return False
+        return (isinstance(entry, dict) and entry.get("$marker") == "undo"
+                and bool(entry.get("skip")))
+
+    added = [line for line in copied.splitlines(keepends=True)
+             if line not in lines and not takes_back(line)]
+    if added:
+        fail_in("07.4", "the source holds messages 0 to 2, a marker taking back "
+                "message 1 (not the newest), then messages 3 and 4: fork(upto=3) shows "
+                "messages 0, 2 and 3 with the source's first five lines alone. A fork "
+                "keeps the source's lines as they are, and adds an undo marker only to "
+                f"take back a message its copied lines still show; it added {added}")
 
 
 @pytest.mark.task("07.4")
