@@ -7,6 +7,7 @@ Run: pytest lessons/01_append            (your code)
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -614,6 +615,16 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "of its rule, and the error should name each one (the caller cannot guess "
         f"them from the characters named); it names no {', no '.join(unnamed)}: "
         f"{said}")
+    # The ports are names with numbers: COM1 to COM9 are kept out, COM10 is not
+    unnumbered = [f"{port}1 to {port}9" for port in ("COM", "LPT")
+                  if f"{port}1" in kept_out and not re.search(
+                      rf"{port.lower()}\s*\[?1.{{0,40}}?9", words)]
+    assert not unnumbered, (
+        f"the check refuses {', '.join(kept_out)} and takes "
+        f"{', '.join(kept_out.values())}, but the error names no "
+        f"{' and no '.join(unnumbered)}: which ports are kept out is part of the rule "
+        "(COM10 passes, COM1 does not), and the error should name each by its number, "
+        f"so that the caller need not guess; it says: {said}")
     for other, why in [("x" * 129, "too long"), ("", "empty"), ("-rf", "starts "
                        "with '-'"), ("quest 1", "holds a space"), ("CON", "a device")]:
         with raises(lesson.InvalidSessionId, f"check_session_id({other!r}) returned "
@@ -1439,6 +1450,51 @@ def test_a_stopped_writers_refused_retries_leak_no_descriptor(lesson, sessions,
         "whose caller retries runs out of descriptors")
 
 
+@pytest.mark.task("01.2")
+@pytest.mark.parametrize("done_to_it", ["removed", "saved over"])
+def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
+                                                               done_to_it):
+    """A person removes the log while its writer holds it open, or saves another file
+    over it. The writer's next append is refused (the check given in `_write`), and so
+    is the caller's retry: the writer never takes up of its own accord the file that
+    has the log's name since, which holds none of the conversation's start."""
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        log.append({"role": "user", "content": "Hello?"})
+        the_log(lesson, sessions)       # there, or the test fails saying why
+        if done_to_it == "removed":
+            path.unlink()
+        else:
+            mended = sessions / "mended.jsonl"
+            mended.write_bytes(b"")
+            os.replace(mended, path)
+        there = path.read_bytes() if path.exists() else None
+        for attempt in ("the next append", "the caller's retry of it"):
+            try:
+                log.append({"role": "user", "content": "Are you there?"})
+            except NotImplementedError:
+                raise
+            except (OSError, lesson.WriterStopped):
+                continue
+            now = path.read_bytes() if path.exists() else None
+            pytest.fail(f"the log was {done_to_it} while its writer held it open; "
+                        f"{attempt} returned as if its message were saved, and the "
+                        f"file at the log's name now holds {now!r} (it held "
+                        f"{there!r}). A writer whose log lost its name should refuse "
+                        "every append "
+                        "(an OSError naming the log), not take up whatever has that "
+                        "name since: that file lacks the conversation's start",
+                        pytrace=False)
+    finally:
+        log.close()
+    now = path.read_bytes() if path.exists() else None
+    assert now == there, (
+        f"the log was {done_to_it} while its writer held it open, and its appends were "
+        f"refused; what has the log's name should stay as it was, {there!r}, and it "
+        f"is {now!r}")
+
+
 @pytest.mark.task("01.3")
 def test_a_turn_after_the_log_was_closed_is_saved_too(lesson, model, town, sessions):
     """A caller that closes the log between two turns has put its descriptor away, not
@@ -2233,6 +2289,7 @@ def test_a_log_removed_under_its_writer_takes_no_more_messages(lesson, sessions,
                              session=log)
         agent.run("Hello?")
         said = list(agent.messages)
+        the_log(lesson, sessions)       # there, or the test fails saying why
         if done_to_it == "removed":
             path.unlink()
         else:
@@ -2245,6 +2302,21 @@ def test_a_log_removed_under_its_writer_takes_no_more_messages(lesson, sessions,
                     "reaches: its messages are lost for every reader",
                     "quest-1.jsonl", unmatched="The error should name the log."):
             agent.run("Are you there?")
+        try:
+            agent.run("Still there?")
+        except NotImplementedError:
+            raise
+        except (OSError, lesson.WriterStopped):
+            pass
+        else:
+            now = path.read_bytes() if path.exists() else None
+            pytest.fail(f"the log was {done_to_it} while its writer held it open; the "
+                        "agent's first run() after it was refused, but the caller's "
+                        "next one was saved, into the file that has the log's name "
+                        f"since, which now holds {now!r}: that log lacks the "
+                        "conversation's start that the agent's requests carry. Every "
+                        "later turn should be refused too, until the session is "
+                        "opened again", pytrace=False)
     assert agent.messages == said, (
         f"the log was {done_to_it}, and the next message could not be saved: the agent "
         "should not keep it as said; its conversation grew from "
