@@ -218,6 +218,10 @@ KEYED = [{"name": "Ana", "role": "user", "content": "Ask the elder about the cav
           "refusal": None, "content": "Bring a rope, says the elder.",
           "x_vendor": {"score": 1.0, "tokens": 2 ** 70}}]
 KEYED_LOG = b"".join(line(entry) for entry in KEYED)
+# Another program's last line, with CRLF line ends: its process died between the
+# carriage return and the newline. Nothing of the message was lost.
+CRLF_MESSAGE = {"role": "user", "content": "Written on Windows."}
+CRLF_TAIL = b'{"role": "user", "content": "Written on Windows."}\r'
 # name: (the log's bytes, its whole entries, where they end, newline_missing)
 LOGS = {
     "a whole log": (WHOLE, A_FINISHED_DAY, len(WHOLE), False),
@@ -254,6 +258,9 @@ LOGS = {
         MARKED, [A_FINISHED_DAY[0], BOOKMARK, *A_FINISHED_DAY[1:]], len(MARKED), False),
     "messages with keys no code here uses, then a torn end": (
         KEYED_LOG + TORN, KEYED, len(KEYED_LOG), False),
+    "a whole last message ended by a carriage return, its newline missing": (
+        WHOLE + CRLF_TAIL, [*A_FINISHED_DAY, CRLF_MESSAGE], len(WHOLE + CRLF_TAIL),
+        True),
 }
 
 
@@ -289,9 +296,13 @@ def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessio
                     f"is no entry is damage.{why} (CorruptLog said line "
                     f"{refused.line}: {refused})", pytrace=False)
 
+    judged = {"a whole last message ended by a carriage return, its newline missing":
+              " Whether the tail is an entry is for parse_line to say, whatever its "
+              "last byte: a carriage return after the JSON is a blank, and this tail "
+              "is a whole message that lacks only its newline."}.get(case, "")
     assert state.entries == entries, (
         f"{case}: parse_log should find the {len(entries)} whole entries; it found "
-        f"{len(state.entries)}: {state.entries}")
+        f"{len(state.entries)}: {state.entries}.{judged}")
     assert json.dumps(state.entries) == json.dumps(entries), (
         f"{case}: parse_log should hand back each entry as parse_line reads it, every "
         "key in its order and every number as it was written (1.0 stays 1.0): what no "
@@ -505,6 +516,10 @@ CONVERSATIONS = {
         [ASK, {"role": "assistant", "content": None, "tool_calls": PREFIXED},
          result("call_10")], PREFIXED[:1]),
     "no message at all": ([], []),
+    # A conversation may begin with the assistant's calls (another program's log, a
+    # session that opens with a tool call): the first message is no exception
+    "calls as the very first message, the first of them answered": (
+        [BUY_THREE, result("call_z")], buy("call_a", "call_m")),
     # A tool may return empty text: that is its result, and it answers its call
     "calls answered, one of them by empty text": (
         [ASK, BUY_THREE, result("call_z"), result("call_a", ""), result("call_m")], []),
@@ -1948,6 +1963,49 @@ def test_a_run_stopped_by_ctrl_c_in_its_first_tool_call_goes_on(lesson, sessions
     calls_answered_in_order(entries)
     answered_as_known(lesson, entries[1]["tool_calls"], entries[2:5],
                       "Ctrl-C inside the first of three calls", first=0)
+    memory_holds_the_log(agent, entries)
+
+
+@pytest.mark.task("04.4")
+def test_a_session_holding_an_answer_whose_tool_calls_is_null_goes_on(lesson, sessions,
+                                                                      town):
+    """A log another program began, which stores a plain answer with its tool_calls
+    null (as a program that keeps every field of a reply writes it), is resumed; a run
+    is stopped by Ctrl-C inside the first of two calls, and the next run answers both
+    and goes on. A message whose tool_calls is null calls no tool: nothing the agent
+    does with the conversation may stumble on it."""
+    earlier = [A_FINISHED_DAY[0],
+               {"role": "assistant", "content": "Bring a torch.", "tool_calls": None}]
+    write_log(sessions, earlier)
+    model = ScriptedModel([use(call("buy", item="torch"), call("talk_to", npc="elder")),
+                           say("Where were we?")])
+    tools = interrupted_in_buy(town)
+    with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
+        for when, message in (("the run stopped by Ctrl-C", "Buy a torch, then go."),
+                              ("the next run", "Go on.")):
+            try:
+                agent.run(message)
+            except KeyboardInterrupt:
+                continue
+            except NotImplementedError:
+                raise
+            except openai.BadRequestError as error:
+                pytest.fail(f"{when} sent a request the model refused: "
+                            f"{error.message} (task 04.4)", pytrace=False)
+            except Exception as error:      # noqa: BLE001 - reported in words
+                pytest.fail(f"the session holds a plain answer stored with its "
+                            f"tool_calls null, and {when} raised {described(error)}. "
+                            "A message whose tool_calls is null calls no tool, as one "
+                            "without the key does: the agent goes on with it",
+                            pytrace=False)
+    entries = entries_in(sessions / "quest-1.jsonl")
+    roles = [entry.get("role") for entry in entries]
+    assert roles == ["user", "assistant", "user", "assistant", "tool", "tool", "user",
+                     "assistant"], (
+        "the log should hold the earlier turn, the stopped turn's calls and their two "
+        f"answers, then the next message and its answer: {roles}")
+    answered_as_known(lesson, entries[3]["tool_calls"], entries[4:6],
+                      "Ctrl-C inside the first of two calls", first=0)
     memory_holds_the_log(agent, entries)
 
 
