@@ -2279,6 +2279,64 @@ def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
 
 
 @pytest.mark.task("11.3")
+def test_a_connection_dropped_during_a_repair_stops_the_opening(lesson, database,
+                                                                monkeypatch):
+    """The server drops the opener's connection (a restart, a network cut) as the
+    repair of an interrupted session is about to store its rows: the opening stops
+    with WriterStopped, as any write on a broken connection does (a dropped connection
+    is no round lost to another host, to read again on a connection that is gone),
+    and the next opener repairs the session, once."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    put_rows(database, "quest-1", [{"role": "user", "content": "Buy a rope."},
+                                   call_message(("call_1", "rope"))])
+    dropped = []
+    with lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK) as log:
+
+        def drop(cursor, query, params):
+            text = query if isinstance(query, str) else query.as_string(cursor)
+            if (not dropped and cursor.connection is log.connection
+                    and re.search(r"\bINSERT\s+INTO\s+session_entries\b", text, re.I)):
+                dropped.append(text)
+                # Waits until the server process is gone: the insert meets a dead line
+                sql(database, "SELECT pg_terminate_backend(%s, %s)",
+                    (cursor.connection.info.backend_pid, HANG * 1000))
+
+        on_each_statement(monkeypatch, drop)
+        try:
+            log.open_for_append()
+        except lesson.WriterStopped:
+            pass
+        except NotImplementedError:
+            raise       # a task not written yet: the plugin says which
+        except Exception as error:
+            pytest.fail("the server dropped the connection as the repair's rows were "
+                        "about to go out: opening the session should stop with "
+                        "WriterStopped (whether the repair was stored is unknown; open "
+                        "the session again), as every write on a broken connection "
+                        f"does; it raised {described(error)}", pytrace=False)
+        else:
+            pytest.fail("the server dropped the connection as the repair's rows were "
+                        "about to go out, yet opening the session returned: it should "
+                        "stop with WriterStopped" if dropped else "quest-1 shows call_1 "
+                        "without its result: opening it should store a repair with an "
+                        "INSERT into session_entries; it stored none", pytrace=False)
+        finally:
+            monkeypatch.undo()
+        assert dropped, "the repair should store its rows with an INSERT"
+    with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT,
+                                   network_timeout=QUICK) as log:
+        history = log.open_for_append()
+    said = [m["tool_call_id"] for m in history if m["role"] == "tool"]
+    markers = [entry.get("$marker") for entry in
+               (json.loads(line) for _, line, _ in rows(database))]
+    assert said == ["call_1"] and markers.count("repair") == 1, (
+        "the next opener should repair the session once: one repair marker and one "
+        f"result for call_1; it shows results for {said}, and the rows hold the "
+        f"markers {[m for m in markers if m]}")
+
+
+@pytest.mark.task("11.3")
 def test_a_repair_stores_the_kits_results_and_its_time_as_now_writes_it(lesson,
                                                                         database):
     """The repair records what lesson 04's does: for each call still open, the result
@@ -3514,7 +3572,8 @@ def test_a_conflict_names_the_database_without_its_password(lesson, database):
     place: the second is refused with SessionConflict naming the session, and neither
     that message nor the WriterStopped of its next write shows the password: the
     database is named as describe() names it (an error message ends up in logs and on
-    screens)."""
+    screens), and it is named: a service writing to several databases must be able to
+    tell where a refusal happened."""
     url, password = with_a_password(database)
     late = lesson.PostgresSessionLog(url, "quest-1", lock=False)
     with lesson.PostgresSessionLog(url, "quest-1", lock=False) as log, late:
@@ -3533,6 +3592,11 @@ def test_a_conflict_names_the_database_without_its_password(lesson, database):
         "the refusal and the later WriterStopped should name the database as "
         "describe() names it, without the password of the URL the writer was given; "
         f"they show the password: {said}")
+    named = lesson.describe(url)
+    assert named in said[0], (
+        f"the conflict's message should name the session and its database, as "
+        f"describe() names it ({named!r}: a service writing to several databases "
+        f"must be able to tell where the refusal happened); it says: {said[0]}")
 
 
 @pytest.mark.task("11.5")
@@ -3584,6 +3648,12 @@ def test_a_refused_fork_names_the_database_without_its_password(lesson, database
         "the refusal of a fork onto a taken id should name the database as describe() "
         "names it, without the password of the URL it was given; it shows the "
         f"password: {said}")
+    named = lesson.describe(url)
+    assert named in said, (
+        f"the refusal of a fork onto a taken id should name the id and the database it "
+        f"is taken in, as describe() names it ({named!r}: a service working with "
+        f"several databases must be able to tell which one holds quest-2); it says: "
+        f"{said}")
     with raises(ValueError, "quest-1 shows one message: a fork of its first 5 must be "
                 "refused") as raised:
         lesson.fork_postgres(url, "quest-1", "quest-3", upto=5)
