@@ -33,7 +33,8 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import check_time, open_descriptors, raises, wait_past
+from sessionlab.testing import (check_time, fail_in, open_descriptors, raises,
+                                wait_past)
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -596,43 +597,43 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
 
 
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+# While a test watches: the meta files opened for writing under their own names. An
+# audit hook sees every open (os.open, open, io.open) without standing in for any, so
+# whatever an open raises comes from the code that called it. A hook stays for the
+# life of the process: it is added once, and watches only while the list exists.
+META_OPENED: list[str] | None = None
+HOOKED = []
+
+
+def note_meta_opens(event, arguments):
+    if event == "open" and META_OPENED is not None:
+        path, _, flags = arguments
+        if (isinstance(path, (str, bytes, os.PathLike)) and flags & WRITING
+                and os.fsdecode(path).endswith(".meta.json")):
+            META_OPENED.append(os.path.basename(os.fsdecode(path)))
 
 
 @pytest.mark.task("10.2")
-def test_a_meta_file_gets_its_name_only_once_it_is_whole(lesson, sessions,
-                                                         monkeypatch):
+def test_a_meta_file_gets_its_name_only_once_it_is_whole(lesson, sessions):
     """A side-chain's meta file gets its name whole, as every meta file does: it is
     written elsewhere and given its name once it holds everything. Opened for writing
     under its own name, it would be there empty, then half-written, for a reader to
     find and for a crash to leave. The test watches every file opened for writing
     while side-chains start, a durable parent's too."""
+    global META_OPENED
+    if not HOOKED:
+        sys.addaudithook(note_meta_opens)
+        HOOKED.append(True)
     opened = []
-    real_os_open, real_open = os.open, builtins.open
-
-    def note(path, writes):
-        if writes and str(path).endswith(".meta.json"):
-            opened.append(os.path.basename(path))
-
-    def os_open(path, flags, *rest, **options):
-        note(path, flags & WRITING)
-        return real_os_open(path, flags, *rest, **options)
-
-    def any_open(file, mode="r", *rest, **options):
-        if isinstance(file, (str, bytes, os.PathLike)):
-            note(os.fsdecode(file), set(mode) & set("wxa+"))
-        return real_open(file, mode, *rest, **options)
-
     for durable in (False, True):
         with lesson.SessionLog(sessions, f"quest-{int(durable)}",
                                durable=durable) as log:
             begin(log)
-            monkeypatch.setattr(os, "open", os_open)
-            monkeypatch.setattr(builtins, "open", any_open)
-            monkeypatch.setattr(io, "open", any_open)
+            META_OPENED = opened
             try:
                 start(lesson, log).close()
             finally:
-                monkeypatch.undo()
+                META_OPENED = None
     assert not opened, (
         f"start_sidechain opened {', '.join(sorted(set(opened)))} for writing under "
         "its own name: until its last byte is written, a reader finds it empty or "
@@ -1839,8 +1840,9 @@ def test_other_calls_beside_a_helper_are_answered_as_before(lesson, sessions,
         "model something else than what it sent")
 
 
-def a_full_disk_in_the_side_chains(monkeypatch):
-    """From now on, every write to a log in a side-chains folder meets a full disk."""
+def a_full_disk_in_the_side_chains(monkeypatch, every_file=False):
+    """From now on, every write to a log in a side-chains folder meets a full disk (to
+    any file there, its meta files too, with `every_file`)."""
     real = os.write
 
     def write(fd, data):
@@ -1848,7 +1850,7 @@ def a_full_disk_in_the_side_chains(monkeypatch):
             where = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             where = ""
-        if ".sidechains/" in where and where.endswith(".jsonl"):
+        if ".sidechains/" in where and (every_file or where.endswith(".jsonl")):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data)
 
@@ -1859,7 +1861,8 @@ def a_full_disk_in_the_side_chains(monkeypatch):
 @pytest.mark.parametrize("where, failure", [
     ("side-chain", "server error"), ("memory", "server error"),
     ("side-chain", "dropped connection"), ("memory", "dropped connection"),
-    ("side-chain", "full disk"), ("side-chain", "server error after a tool ran"),
+    ("side-chain", "full disk"), ("side-chain", "full disk at its start"),
+    ("side-chain", "server error after a tool ran"),
     ("memory", "dropped connection after a tool ran"),
     ("side-chain", "refused request"), ("memory", "refused request"),
     ("side-chain", "rate limit"), ("memory", "rate limit")])
@@ -1868,7 +1871,8 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
     """The helper did not give up: its request met a server error (HTTP 500) or a
     dropped connection, at once or after it had said a few words and a tool had run,
     a refusal (HTTP 400: too long for the model's window) or a rate limit (HTTP 429),
-    or its log a full disk. That is no answer the model can use (its words on the way
+    or its log a full disk, from its first line or from its meta file, as its
+    side-chain is started. That is no answer the model can use (its words on the way
     are none), and "the helper gave up" would be untrue: the run ends with the error,
     as a crash does, no result answers the call (lesson 04's repair will), and the
     side-chain is free again, holding what the helper wrote and nothing more. A parent
@@ -1877,14 +1881,15 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
     helper_steps = {
         "server error": [Fail(500)], "dropped connection": [Disconnect()],
         "full disk": [say(HELPER_ANSWER)],
+        "full disk at its start": [say(HELPER_ANSWER)],
         "server error after a tool ran": [*on_the_way, Fail(500)],
         "dropped connection after a tool ran": [*on_the_way, Disconnect()],
         "refused request": [Fail(400, "This model's maximum context length is 4096 "
                                  "tokens; your messages resulted in 5000 tokens.")],
         "rate limit": [Fail(429, "Rate limit reached; try again in 20s.")]}[failure]
     # What the helper wrote before it failed: its question, and its words on the way
-    wrote = {"full disk": [], "server error after a tool ran": ["user", "assistant",
-                                                                "tool"]}.get(
+    wrote = {"full disk": [], "full disk at its start": [],
+             "server error after a tool ran": ["user", "assistant", "tool"]}.get(
         failure, ["user"])
     script = [use(call("ask_helper", question=QUESTION)), *helper_steps,
               say("The helper could not answer."), say(FINAL)]
@@ -1895,8 +1900,9 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
     ended = None
     parent_taken = False
     try:
-        if failure == "full disk":
-            a_full_disk_in_the_side_chains(monkeypatch)
+        if failure.startswith("full disk"):
+            a_full_disk_in_the_side_chains(monkeypatch,
+                                           every_file=failure != "full disk")
         agent.run(HELPER_TURN[0])
     except NotImplementedError:
         raise
@@ -1944,13 +1950,20 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
                  f"after its helper met a {failure}, the call answered by the repair")
         parent = lines_of(sessions / "quest-1.jsonl")
         kinds = [line.get("role") or line.get("$marker") for line in parent]
-        assert kinds[:5] == ["user", "assistant", "sidechain", "repair", "tool"] and (
-            "interrupted" in str(parent[4].get("content"))), (
+        # No meta file, no side-chain: no pointer either
+        expected = ["user", "assistant", "sidechain", "repair", "tool"]
+        if failure == "full disk at its start":
+            expected.remove("sidechain")
+        result = len(expected) - 1
+        assert kinds[:len(expected)] == expected and (
+            "interrupted" in str(parent[result].get("content"))), (
             f"the helper's work met a {failure} and the run ended with it: resumed, "
-            "the parent's log should hold the call, the pointer, then lesson 04's "
-            "repair (its marker and a result saying the call was interrupted), since "
-            f"no result was written for the call; it holds {kinds}"
-            + (f", the result {parent[4].get('content')!r}" if len(parent) > 4 else ""))
+            "the parent's log should hold the call, "
+            + ("the pointer, " if "sidechain" in expected else "")
+            + "then lesson 04's repair (its marker and a result saying the call was "
+            f"interrupted), since no result was written for the call; it holds {kinds}"
+            + (f", the result {parent[result].get('content')!r}"
+               if len(parent) > result else ""))
 
 
 @pytest.mark.task("10.3")
@@ -2455,17 +2468,26 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
     two side-chains, and a reader wants both, the first one first. A side-chain's log
     is its name and ".jsonl", whatever the name ends with (call_b.2, or call_c.jsonl,
     a call id kept as it is). A pointer line the log holds twice (written again by
-    another program) is given twice: the answer follows the log, line by line."""
+    another program) is given twice: the answer follows the log, line by line. The
+    empty call id, which a server may send, is a call id like any other: its pointer
+    is given with it."""
     ask = {"role": "user", "content": "Ask a helper."}
+    empty = "call-" + hashlib.sha256(b"").hexdigest()     # a name made for ""
     order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2"),
-             ("call_c.jsonl", "call_c.jsonl"), ("call_a", "call_a")]
+             ("call_c.jsonl", "call_c.jsonl"), ("", empty), ("call_a", "call_a")]
     lines = [ask] + [{"$marker": "sidechain", "call": call_id, "session": "quest-1",
                       "sidechain": name, "at": "2026-01-01T00:00:00+00:00"}
                      for call_id, name in order]
     (sessions / "quest-1.jsonl").write_text(
         "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     folder = sessions / "quest-1.sidechains"
-    found = lesson.sidechains(sessions, "quest-1")
+    try:
+        found = lesson.sidechains(sessions, "quest-1")
+    except ValueError as error:
+        fail_in("10.4", "the log holds six pointers, each naming its call id, its "
+                "session and a valid side-chain name, one of them for the empty call "
+                "id (a server may send one, and task 10.1 names its side-chain); "
+                f"sidechains refused the log: {error}")
     odd = [path for _, path in found if not isinstance(path, Path)]
     if odd:
         pytest.fail("sidechains should give each side-chain's log as a pathlib.Path, "
@@ -2473,9 +2495,10 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
                     f"{type(odd[0]).__name__}", pytrace=False)
     expected = [(call_id, folder / f"{name}.jsonl") for call_id, name in order]
     assert found == expected, (
-        "the log holds five pointers, to call_b, call_a, call_b.2 (call_b came back), "
-        "call_c.jsonl and call_a again (the same line twice): sidechains should give "
-        "all five in that order, each side-chain's log its name and '.jsonl', "
+        "the log holds six pointers, to call_b, call_a, call_b.2 (call_b came back), "
+        "call_c.jsonl, the empty call id's side-chain and call_a again (the same line "
+        "twice): sidechains should give all six in that order, each side-chain's log "
+        "its name and '.jsonl', "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
