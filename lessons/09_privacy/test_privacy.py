@@ -1246,24 +1246,30 @@ def test_expire_goes_on_when_a_file_cannot_be_read(lesson, sessions, monkeypatch
 
 
 @pytest.mark.task("09.2")
+@pytest.mark.parametrize("step", ["removing", "looking-at"])
 def test_expire_lets_an_error_removing_a_log_reach_the_caller(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, step
 ):
-    """An idle session's log cannot be removed (an I/O error). No writer holds that
-    session, so it is not busy; and its words are still on disk. expire() lets the
-    error reach the caller: it neither reports a writer that is not there nor says
+    """An idle session's log cannot be removed, or even looked at (an I/O error from
+    the disk). No writer holds that session, so it is not busy; it was not deleted by
+    another process either; and its words are still on disk. expire() lets the error
+    reach the caller: it neither reports a writer that is not there nor says
     nothing."""
     play(lesson, sessions, TURN_SECRET)
     age(sessions / "quest-1.jsonl", 40)
+    failed = []
 
     def refusing(real):
         def remove(path, *args, **kwargs):
-            if Path(path).name == "quest-1.jsonl":
+            if not isinstance(path, int) and Path(path).name == "quest-1.jsonl":
+                failed.append(True)
                 raise OSError(5, "Input/output error (the test's)", str(path))
             return real(path, *args, **kwargs)
         return remove
 
-    for name in ("unlink", "remove", "rename", "replace"):
+    names = (("unlink", "remove", "rename", "replace") if step == "removing"
+             else ("lstat", "stat"))
+    for name in names:
         monkeypatch.setattr(os, name, refusing(getattr(os, name)))
     try:
         found = lesson.expire(sessions)
@@ -1271,8 +1277,11 @@ def test_expire_lets_an_error_removing_a_log_reach_the_caller(
         found = None    # the caller heard it
     finally:
         monkeypatch.undo()
+    if not failed:
+        return      # a design that never asks the disk about the log by its name
+    doing = "removing" if step == "removing" else "looking at"
     assert found is None, (
-        f"removing quest-1's log failed (an I/O error), and expire() returned {found}"
+        f"{doing} quest-1's log failed (an I/O error), and expire() returned {found}"
         + (": it reports quest-1 as held by a writer, and no writer holds it"
            if "quest-1" in found[1] else ": the error is lost")
         + "; the person's words are still on disk, and the caller must hear why")
@@ -4156,11 +4165,14 @@ def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
 
 
 @pytest.mark.task("09.5")
-def test_discard_claimed_answers_whether_it_removed_the_blob(lesson, sessions):
+def test_discard_claimed_answers_whether_it_removed_the_blob(
+    lesson, sessions, monkeypatch
+):
     """discard_claimed() alone, on an old blob nobody refers to and that this test has
     claimed: while another took the blob's name away, it removes nothing and says so;
     once the name reaches the blob again, it removes it and says so. The claim stays
-    the caller's: the test lets go of it."""
+    the caller's: the test lets go of it. And when the disk fails the removal (an I/O
+    error), that is no blob another took away: the error reaches the caller."""
     with lesson.SessionLog(sessions, "scratch") as other:
         blob = other.store_blob(b"nobody's " * 2000)
     path = sessions / "blobs" / blob
@@ -4191,6 +4203,38 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(lesson, sessions):
         "(drop_blobs lets go of every claim it made, once it is done): the caller's "
         f"own close then failed with {closed!r}, and a descriptor number closed twice "
         "may by then be another file's")
+    # A disk that fails the removal is no blob another took away: the caller hears it
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's either " * 2000)
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
+    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    failed = []
+
+    def failing(real):
+        def call(source, *args, **kwargs):
+            if not isinstance(source, int) and Path(source).name == blob:
+                failed.append(True)
+                raise OSError(5, "Input/output error (the test's)", str(source))
+            return real(source, *args, **kwargs)
+        return call
+
+    with monkeypatch.context() as patch:
+        for name in ("unlink", "remove", "rename", "replace"):
+            patch.setattr(os, name, failing(getattr(os, name)))
+        try:
+            answer = lesson.discard_claimed(path, fd)
+        except OSError:
+            answer = "raised"   # the caller heard it
+        finally:
+            os.close(fd)
+    assert not failed or answer == "raised", (
+        "the disk failed (an I/O error) as discard_claimed() removed a claimed blob "
+        f"whose name still reached it, and it answered {answer!r}: a blob another "
+        "collection took away is no disk's failure; the error should reach the "
+        "caller, so that the collection fails and the next one clears what it could "
+        "not")
 
 
 @pytest.mark.task("09.5")
