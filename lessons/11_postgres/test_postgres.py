@@ -2316,11 +2316,12 @@ def test_a_connection_dropped_during_a_repair_stops_the_opening(lesson, database
                         "the session again), as every write on a broken connection "
                         f"does; it raised {described(error)}", pytrace=False)
         else:
-            pytest.fail("the server dropped the connection as the repair's rows were "
-                        "about to go out, yet opening the session returned: it should "
-                        "stop with WriterStopped" if dropped else "quest-1 shows call_1 "
-                        "without its result: opening it should store a repair with an "
-                        "INSERT into session_entries; it stored none", pytrace=False)
+            why = ("the server dropped the connection as the repair's rows were "
+                   "about to go out, yet opening the session returned: it should stop "
+                   "with WriterStopped" if dropped else "quest-1 shows call_1 without "
+                   "its result: opening it should store a repair with an INSERT into "
+                   "session_entries; it stored none")
+            pytest.fail(why, pytrace=False)
         finally:
             monkeypatch.undo()
         assert dropped, "the repair should store its rows with an INSERT"
