@@ -337,44 +337,34 @@ def test_the_refusal_of_a_huge_torn_line_stays_short(lesson, sessions):
     is a log of thousands of lines that are no message: the first is named."""
     path = sessions / "quest-1.jsonl"
     pasted = json.dumps({"role": "user", "content": "The map: " + "ab" * 1_000_000})
-    data = GOOD + pasted[: len(pasted) // 2].encode()
-    path.write_bytes(data)
-    setting = (f"the log's line 2 is the first half of a message of "
-               f"{len(pasted) // 1000:,} KB, cut by a crash")
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        error = outcome(log)
-    if not isinstance(error, BaseException):
-        pytest.fail(f"{setting}; load() returned {str(error)[:200]}, where it should "
-                    "refuse line 2, naming the file and the line", pytrace=False)
-    message = str(error)
-    assert isinstance(error, lesson.InvalidMessage) and names_line(message, 2), (
-        f"{setting}; load() raised {described(error)[:300]}. Expected an "
-        "InvalidMessage naming line 2")
-    assert len(message) < 2_000, (
-        f"{setting}; load() refused it in a message of {len(message):,} characters, "
-        "which goes onto a screen or into a log: the refusal names the file, the line "
-        "and why, and quotes no more of a line than its start; it begins "
-        f"{message[:300]!r}")
-    # Many lines that are no message (a file another program wrote, under the log's
-    # name): the first is named, and the words stay as short.
-    data = GOOD + b"Day 1: the elder talked of the cave.\n" * 5_000 + GOOD
-    path.write_bytes(data)
-    setting = ("the log's line 2 to line 5,001 are lines of plain text, as another "
-               "program writes them, none a message")
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        error = outcome(log)
-    if not isinstance(error, BaseException):
-        pytest.fail(f"{setting}; load() returned {str(error)[:200]}, where it should "
-                    "refuse line 2, naming the file and the line", pytrace=False)
-    message = str(error)
-    assert isinstance(error, lesson.InvalidMessage) and names_line(message, 2), (
-        f"{setting}; load() raised {described(error)[:300]}. Expected an "
-        "InvalidMessage naming line 2, the first line that is no message")
-    assert len(message) < 2_000, (
-        f"{setting}; load() refused it in a message of {len(message):,} characters, "
-        "which goes onto a screen or into a log: the refusal names the file, the "
-        "first line that is no message and why, in words a screen holds, however many "
-        f"lines after it are no message either; it begins {message[:300]!r}")
+    cases = [
+        (GOOD + pasted[: len(pasted) // 2].encode(),
+         f"the log's line 2 is the first half of a message of "
+         f"{len(pasted) // 1000:,} KB, cut by a crash"),
+        # Many lines that are no message (a file another program wrote, under the log's
+        # name): the first is named, and the words stay as short.
+        (GOOD + b"Day 1: the elder talked of the cave.\n" * 5_000 + GOOD,
+         "the log's line 2 to line 5,001 are lines of plain text, as another program "
+         "writes them, none a message"),
+    ]
+    for data, setting in cases:
+        path.write_bytes(data)
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            error = outcome(log)
+        if not isinstance(error, BaseException):
+            pytest.fail(f"{setting}; load() returned {str(error)[:200]}, where it "
+                        "should refuse line 2, naming the file and the line",
+                        pytrace=False)
+        message = str(error)
+        assert isinstance(error, lesson.InvalidMessage) and names_line(message, 2), (
+            f"{setting}; load() raised {described(error)[:300]}. Expected an "
+            "InvalidMessage naming line 2, the first line that is no message")
+        assert len(message) < 2_000, (
+            f"{setting}; load() refused it in a message of {len(message):,} "
+            "characters, which goes onto a screen or into a log: the refusal names the "
+            "file, the first line that is no message and why, and quotes no more of a "
+            "line than its start, however many lines after it are no message either; "
+            f"it begins {message[:300]!r}")
 
 
 @pytest.mark.task("02.1")

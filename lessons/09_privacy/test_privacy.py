@@ -1287,6 +1287,30 @@ def test_expire_lets_an_error_removing_a_log_reach_the_caller(
         + "; the person's words are still on disk, and the caller must hear why")
 
 
+def expire_stopped_at(lesson, sessions, monkeypatch, name):
+    """Run expire() with the user's Ctrl-C as it first removes or renames the file
+    called `name`: (whether it came to that file, what expire returned, or None when
+    the Ctrl-C stopped it)."""
+    stopped = []
+
+    def interrupting(real):
+        def remove(path, *args, **kwargs):
+            if Path(path).name == name and not stopped:
+                stopped.append(True)
+                raise KeyboardInterrupt("the test's Ctrl-C")
+            return real(path, *args, **kwargs)
+        return remove
+
+    for call in ("unlink", "remove", "rename", "replace"):
+        monkeypatch.setattr(os, call, interrupting(getattr(os, call)))
+    try:
+        found = lesson.expire(sessions)
+    except KeyboardInterrupt:
+        found = None    # the run stopped with it
+    finally:
+        monkeypatch.undo()
+    return stopped, found
+
 @pytest.mark.task("09.2")
 def test_a_ctrl_c_stops_expire_and_leaves_every_session_free(
     lesson, sessions, monkeypatch
@@ -1299,24 +1323,7 @@ def test_a_ctrl_c_stops_expire_and_leaves_every_session_free(
     for session_id in ("quest-1", "quest-2"):
         play(lesson, sessions, TURN_A, session_id=session_id)
         age(sessions / f"{session_id}.jsonl", 40)
-    stopped = []
-
-    def interrupting(real):
-        def remove(path, *args, **kwargs):
-            if Path(path).name == "quest-1.jsonl" and not stopped:
-                stopped.append(True)
-                raise KeyboardInterrupt("the test's Ctrl-C")
-            return real(path, *args, **kwargs)
-        return remove
-
-    for name in ("unlink", "remove", "rename", "replace"):
-        monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
-    try:
-        found = lesson.expire(sessions)
-    except KeyboardInterrupt:
-        found = None    # the run stopped with it
-    finally:
-        monkeypatch.undo()
+    stopped, found = expire_stopped_at(lesson, sessions, monkeypatch, "quest-1.jsonl")
     assert stopped, "the test's own set-up: expire() never removed quest-1's log"
     assert found is None, (
         f"the user pressed Ctrl-C while expire() removed quest-1's log, and expire() "
@@ -1362,24 +1369,7 @@ def test_a_ctrl_c_while_an_expired_sessions_blob_goes_stops_expire(
     leftover = sessions / "quest-3.meta.json"
     leftover.write_text(json.dumps({"format": 1, "id": "quest-3"}))
     age(leftover, 40)
-    stopped = []
-
-    def interrupting(real):
-        def remove(path, *args, **kwargs):
-            if Path(path).name == blob and not stopped:
-                stopped.append(True)
-                raise KeyboardInterrupt("the test's Ctrl-C")
-            return real(path, *args, **kwargs)
-        return remove
-
-    for name in ("unlink", "remove", "rename", "replace"):
-        monkeypatch.setattr(os, name, interrupting(getattr(os, name)))
-    try:
-        found = lesson.expire(sessions)
-    except KeyboardInterrupt:
-        found = None    # the run stopped with it
-    finally:
-        monkeypatch.undo()
+    stopped, found = expire_stopped_at(lesson, sessions, monkeypatch, blob)
     assert stopped, "the test's own set-up: expire() never removed quest-1's blob"
     after = ["quest-2", "quest-3"] if expired == "a-session" else ["quest-3"]
     gone = [session_id for session_id in after if not any(
