@@ -1450,6 +1450,19 @@ def test_a_stopped_writers_refused_retries_leak_no_descriptor(lesson, sessions,
         "whose caller retries runs out of descriptors")
 
 
+def take_the_log_away(path, done_to_it):
+    """What a person does to the log while its writer holds it open: removes it, or
+    saves another (empty) file over it, as an editor does. Returns what has the log's
+    name after it (None: nothing)."""
+    if done_to_it == "removed":
+        path.unlink()
+    else:
+        mended = path.with_name("mended.jsonl")
+        mended.write_bytes(b"")
+        os.replace(mended, path)
+    return path.read_bytes() if path.exists() else None
+
+
 @pytest.mark.task("01.2")
 @pytest.mark.parametrize("done_to_it", ["removed", "saved over"])
 def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
@@ -1463,13 +1476,7 @@ def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
     try:
         log.append({"role": "user", "content": "Hello?"})
         the_log(lesson, sessions)       # there, or the test fails saying why
-        if done_to_it == "removed":
-            path.unlink()
-        else:
-            mended = sessions / "mended.jsonl"
-            mended.write_bytes(b"")
-            os.replace(mended, path)
-        there = path.read_bytes() if path.exists() else None
+        there = take_the_log_away(path, done_to_it)
         for attempt in ("the next append", "the caller's retry of it"):
             try:
                 log.append({"role": "user", "content": "Are you there?"})
@@ -2290,13 +2297,7 @@ def test_a_log_removed_under_its_writer_takes_no_more_messages(lesson, sessions,
         agent.run("Hello?")
         said = list(agent.messages)
         the_log(lesson, sessions)       # there, or the test fails saying why
-        if done_to_it == "removed":
-            path.unlink()
-        else:
-            mended = sessions / "mended.jsonl"
-            mended.write_bytes(b"")
-            os.replace(mended, path)
-        there = path.read_bytes() if path.exists() else None
+        there = take_the_log_away(path, done_to_it)
         with raises(OSError, f"the log was {done_to_it} while its writer held it "
                     "open, and the agent's next run() wrote into the file no name "
                     "reaches: its messages are lost for every reader",

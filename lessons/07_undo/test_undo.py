@@ -1099,6 +1099,20 @@ def test_undos_in_a_row_each_take_back_the_next_messages(lesson, sessions):
     assert shown == said[:1], f"one of the four messages should be left: {shown}"
 
 
+def closed_then_written_by_another(lesson, sessions, said):
+    """A writer that appended all of `said` but the last and was closed, after which
+    another writer appended the last: the first writer, closed."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said[:-1]:
+            log.append(message)
+    finally:
+        log.close()
+    with lesson.SessionLog(sessions, "quest-1") as other:
+        other.append(said[-1])
+    return log
+
+
 @pytest.mark.task("07.1")
 def test_an_undo_after_close_takes_back_the_last_message_the_log_shows_now(lesson,
                                                                            sessions):
@@ -1106,13 +1120,8 @@ def test_an_undo_after_close_takes_back_the_last_message_the_log_shows_now(lesso
     object's undo becomes the writer again, as its append would, and takes back the
     newest message the log shows now, not the newest it wrote."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
-    log = lesson.SessionLog(sessions, "quest-1")
+    log = closed_then_written_by_another(lesson, sessions, said)
     try:
-        for message in said[:3]:
-            log.append(message)
-        log.close()
-        with lesson.SessionLog(sessions, "quest-1") as other:
-            other.append(said[3])
         try:
             taken = log.undo(1)
         except NotImplementedError:
@@ -1143,13 +1152,8 @@ def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, se
     it takes the fourth back."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     path = sessions / "quest-1.jsonl"
-    log = lesson.SessionLog(sessions, "quest-1")
+    log = closed_then_written_by_another(lesson, sessions, said)
     try:
-        for message in said[:3]:
-            log.append(message)
-        log.close()
-        with lesson.SessionLog(sessions, "quest-1") as other:
-            other.append(said[3])
         before = path.read_bytes()
         with raises(lesson.UndoError, (
                 "a writer that appended three messages was closed, and another "

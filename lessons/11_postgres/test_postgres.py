@@ -2240,6 +2240,18 @@ def ctrl_c_once(monkeypatch, pattern):
     return pressed
 
 
+def repaired_once(history, database):
+    """The next opener's history and the rows after it: call_1 answered once, by one
+    repair marker and its result."""
+    said = [m["tool_call_id"] for m in history if m["role"] == "tool"]
+    markers = [entry.get("$marker") for entry in
+               (json.loads(line) for _, line, _ in rows(database))]
+    assert said == ["call_1"] and markers.count("repair") == 1, (
+        "the next opener should repair the session once: one repair marker and one "
+        f"result for call_1; it shows results for {said}, and the rows hold the "
+        f"markers {[m for m in markers if m]}")
+
+
 @pytest.mark.task("11.3")
 def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
         lesson, database, monkeypatch):
@@ -2269,13 +2281,7 @@ def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
         except lesson.SessionBusy as error:
             pytest.fail("the opening a Ctrl-C stopped should have let go of the lock; "
                         f"the next opener was refused: {error}", pytrace=False)
-    said = [m["tool_call_id"] for m in history if m["role"] == "tool"]
-    markers = [entry.get("$marker") for entry in
-               (json.loads(line) for _, line, _ in rows(database))]
-    assert said == ["call_1"] and markers.count("repair") == 1, (
-        "the next opener should repair the session once: one repair marker and one "
-        f"result for call_1; it shows results for {said}, and the rows hold the "
-        f"markers {[m for m in markers if m]}")
+    repaired_once(history, database)
 
 
 @pytest.mark.task("11.3")
@@ -2328,13 +2334,7 @@ def test_a_connection_dropped_during_a_repair_stops_the_opening(lesson, database
     with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT,
                                    network_timeout=QUICK) as log:
         history = log.open_for_append()
-    said = [m["tool_call_id"] for m in history if m["role"] == "tool"]
-    markers = [entry.get("$marker") for entry in
-               (json.loads(line) for _, line, _ in rows(database))]
-    assert said == ["call_1"] and markers.count("repair") == 1, (
-        "the next opener should repair the session once: one repair marker and one "
-        f"result for call_1; it shows results for {said}, and the rows hold the "
-        f"markers {[m for m in markers if m]}")
+    repaired_once(history, database)
 
 
 @pytest.mark.task("11.3")
