@@ -2187,6 +2187,7 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
     except (OSError, KeyboardInterrupt):
         failed = True
     monkeypatch.undo()
+    stopped = log.in_doubt
     try:
         log.append({"role": "user", "content": "Written after the erase."})
         acknowledged = True
@@ -2204,6 +2205,11 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         "the next message: a rewrite that did not finish (the new name may not survive "
         "a power cut) must leave the writer refusing every write until the session is "
         "opened again")
+    assert not failed or stopped, (
+        f"the {step} after the rename failed and erase() raised, yet the writer was not "
+        "stopped (in_doubt not set): a rewrite that did not finish must leave it "
+        "refusing every write with WriterStopped until the session is opened again, "
+        "whatever file it holds")
     assert contents and contents[0] == lesson.ERASED, (
         f"the session opened again should show the erased message's tombstone, shows "
         f"{contents}")
