@@ -2206,8 +2206,8 @@ def test_a_failure_after_the_rename_never_lets_the_writer_append_to_a_lost_file(
         "a power cut) must leave the writer refusing every write until the session is "
         "opened again")
     assert not failed or stopped, (
-        f"the {step} after the rename failed and erase() raised, yet the writer was not "
-        "stopped (in_doubt not set): a rewrite that did not finish must leave it "
+        f"the {step} after the rename failed and erase() raised, yet the writer was "
+        "not stopped (in_doubt not set): a rewrite that did not finish must leave it "
         "refusing every write with WriterStopped until the session is opened again, "
         "whatever file it holds")
     assert contents and contents[0] == lesson.ERASED, (
