@@ -36,14 +36,15 @@ class SessionSidechains:
         this log keeps its own lock all along.
         """
         from .messages import check_text, InvalidMessage
-        try:
-            if isinstance(call_id, str):    # sidechain_id() refuses any other
+        # Its meta file and the pointer hold it as UTF-8: refused before either is
+        # written (a model's reply with such an id never reaches the log). An id that
+        # is no text at all is sidechain_id()'s to refuse.
+        if isinstance(call_id, str):
+            try:
                 check_text(call_id)
-        except InvalidMessage as error:
-            # Its meta file and the pointer hold it as UTF-8: refused before either
-            # is written (a model's reply with such an id never reaches the log)
-            raise InvalidMessage(f"{self.path}: the call id {call_id!r} names no "
-                                 f"side-chain: {error}") from None
+            except InvalidMessage as error:
+                raise InvalidMessage(f"{self.path}: the call id {call_id!r} names no "
+                                     f"side-chain: {error}") from None
         if self._fd is None:
             self._open()    # the parent's writer: it alone names side-chains of its own
         folder = sidechain_folder(self.folder, self.id)
