@@ -226,9 +226,15 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """On a mutant that has hung once (several --impl paths: the maintainers' runs),
     the rest of its tests get hangs.HUNG_AGAIN_TIMEOUT: a lock it never lets go, say,
     hangs every test after, and each would wait the whole limit. Before
-    pytest-timeout's own wrapper, which reads the limit from the closest marker."""
+    pytest-timeout's own wrapper, which reads the limit from the closest marker.
+
+    That limit covers the test function only (func_only): a limit over the whole
+    protocol can run out between phases, in pytest's own reporting, where its failure is
+    an INTERNALERROR that ends the run and every mutant of the group with it; a test
+    that takes about as long as the short limit met that often."""
     if (impl := _implementation(item)) and impl in item.config.stash[HUNG_KEY]:
-        item.add_marker(pytest.mark.timeout(hangs.HUNG_AGAIN_TIMEOUT), append=False)
+        item.add_marker(pytest.mark.timeout(hangs.HUNG_AGAIN_TIMEOUT, func_only=True),
+                        append=False)
     found = _process_state()
     recorder = item.config.stash[RECORDER_KEY]
     try:
