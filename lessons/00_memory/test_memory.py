@@ -101,8 +101,9 @@ def blame_the_stop_caught(lesson, tools, call, stop: type[BaseException],
 @pytest.mark.task("00.1")
 def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
     """A call runs the tool of exactly the name the model sent (a name the town does
-    not have, even one that differs in case or by a space, is an error result), with
-    the arguments as the tool's parameters by name, in whatever order they came."""
+    not have, even one that differs in case or by a space, is an error result that
+    names it, whatever the arguments), with the arguments as the tool's parameters by
+    name, in whatever order they came."""
     paid = []
 
     def pay(item, gold):
@@ -117,14 +118,17 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         "parameter of its name, whatever the order the model wrote them in, and the "
         f"tool should have paid 3 gold for a rope; it ran with {paid} and the result "
         f"is {result!r}")
-    for name in ("Pay", "pay "):
+    for name, arguments in (("Pay", sent), ("pay ", sent), ("Pay", "{item: rope")):
         what = f"the model called {name!r}, and the town has 'pay', not {name!r}"
-        result = run_call(lesson, FewTools(pay=pay), tool_call(name, sent), what)
+        if arguments != sent:
+            what += f", with {arguments!r}, which is no JSON"
+        result = run_call(lesson, FewTools(pay=pay), tool_call(name, arguments), what)
         assert_error_result(result, what)
         assert re.search(r"""(['"`])""" + re.escape(name) + r"\1", result), (
             f"{what}: the error result should name the tool as the model sent it, "
             f"{name!r}, in quotes, so that it sees the name it got wrong (a space at "
-            f"its end included); got {result!r}")
+            "its end included), whatever its arguments: no arguments run until it "
+            f"names a tool the town has; got {result!r}")
 
     def fly(**arguments):
         raise KeyError("fly")
@@ -633,17 +637,18 @@ def test_an_exception_without_words_still_says_what_went_wrong(lesson, error):
 
 
 @pytest.mark.task("00.1")
-@pytest.mark.parametrize("repeats, size",
-                         [(20_000, "120 KB"), (330, "1,990 characters")],
-                         ids=["120KB", "1990"])
-def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, repeats,
+@pytest.mark.parametrize("arguments, size", [     # none is ever closed: no JSON
+    ('{"item": "' + "rope, " * 20_000, "120 KB"),
+    ('{"item": "' + "rope, " * 330, "1,990 characters"),
+    ('{"item": "a rope, a torch, a lamp and a map of the cave' + "\n" * 100_000,
+     "100 KB (nearly all line breaks)")], ids=["120KB", "1990", "line-breaks"])
+def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, arguments,
                                                            size):
     """A model stuck repeating itself can send 100 KB of broken arguments: the error
     quotes their start, so the model sees what it sent, and not all of it, which would
-    fill every later request. Arguments just short of 2,000 characters too: the result
+    fill every later request. Arguments just short of 2,000 characters too, and
+    arguments of line breaks, which a quote writes as two characters each: the result
     stays well under 2,000."""
-    arguments = '{"item": "' + "rope, " * repeats      # never closed: no JSON
-
     what = f"the arguments were {size} of text that is no JSON"
     result = run_call(lesson, town, tool_call("buy", arguments), what)
 

@@ -332,6 +332,12 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
     assert all(isinstance(i, str) and i for i in stored), (
         f"the calls came with ids {sent} and were stored with {stored}: every id "
         "sent back must be a non-empty string (a number is refused by OpenAI)")
+    long = [i for i in stored if isinstance(i, str) and len(i) > 40]
+    assert not long, (
+        f"the calls came with ids {sent} and were stored with {stored}: {long} is "
+        "longer than 40 characters, and OpenAI refuses a call id of more than 40, at "
+        "this request and every later one. An id made up must be one every provider "
+        "takes back.")
     clashes = sorted({i for i in stored if i in taken or stored.count(i) > 1})
     assert not clashes, (
         f"the calls came with ids {sent}, after a history whose calls have the ids "
