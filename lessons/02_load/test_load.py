@@ -1149,7 +1149,8 @@ def test_ids_that_differ_only_in_case_are_two_sessions(lesson, sessions):
 @pytest.mark.task("02.1")
 def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, town):
     """Each load reads the log as it is now, with the lines appended since the last,
-    and so does each new agent made on the same SessionLog."""
+    a line rewritten in place, or lines taken out (a log shorter than the last load
+    found it), and so does each new agent made on the same SessionLog."""
     first = {"role": "user", "content": "first"}
     second = {"role": "user", "content": "second"}
     with lesson.SessionLog(sessions, "quest-1") as log:
@@ -1202,6 +1203,27 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
         "SessionLog then appended a third, and a second new agent on the first "
         f"SessionLog {got}: each new agent starts from the log as it is when it is "
         "made, all three, not from what an earlier agent found")
+
+    # A person takes the last line out (or a repair cuts the log back): shorter now.
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        load(log, "the log holds three messages, which should load")
+        path.write_bytes(path.read_bytes().split(b"\n", 1)[0] + b"\n")
+        try:
+            loaded = log.load()
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - said below
+            loaded = error
+    got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
+           else f"returned {loaded!r}")
+    assert loaded == [first], (
+        "a SessionLog loaded a log of three messages; a person then took out all "
+        "but the first line, leaving the log shorter than that load found it, and a "
+        f"second load() of the same SessionLog {got}, where the log now holds "
+        f"{[first]!r}: "
+        "each load reads the log as it is at that moment, a shorter one too (a line "
+        "taken out, an end cut back), never measured against what an earlier load "
+        "found")
 
 
 @pytest.mark.task("02.1")
