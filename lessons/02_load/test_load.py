@@ -1204,7 +1204,7 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
         f"SessionLog {got}: each new agent starts from the log as it is when it is "
         "made, all three, not from what an earlier agent found")
 
-    # A person takes the last line out (or a repair cuts the log back): shorter now.
+    # A person takes lines out (or a repair cuts the log back): shorter now.
     with lesson.SessionLog(sessions, "quest-1") as log:
         load(log, "the log holds three messages, which should load")
         path.write_bytes(path.read_bytes().split(b"\n", 1)[0] + b"\n")
