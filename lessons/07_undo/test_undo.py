@@ -1797,7 +1797,8 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     made small here), and lesson 06's agent refused such a message at once. Writing
     later must not make that later. A large content the log stores apart, as a blob,
     leaves a short line: that message is accepted, as it always was, even when its
-    line is exactly as long as one write() can take."""
+    line is exactly as long as one write() can take; one whose other keys keep its
+    line too long, the blob's reference in it, is refused as append refuses it."""
     turn_c, = play(lesson, sessions, TURN_C)
     # A blob's reference, with a preview that is not ASCII
     stored_apart = {"role": "user", "content": "é" * 5000}
@@ -1821,6 +1822,10 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                                            "content": "é" * (limit - 40)},
         f"{over} letters a (a line of {limit + 1} bytes, its newline counted)":
             {"role": "user", "content": "a" * over},
+        # Its content goes to a blob, yet its line, the reference in its place, is
+        # still too long: append measures the line it writes, every key of it
+        f"5000 accented letters stored apart, beside a name of {limit} letters":
+            {"role": "user", "content": "é" * 5000, "name": "n" * limit},
     }
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
