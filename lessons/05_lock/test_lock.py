@@ -2223,7 +2223,10 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
     (in a child process, as `nobody` when run as root, since root ignores a folder's
     mode): removing the lock file fails, or even finding it does, but the flock must
     still go, with its descriptor, or this process keeps its own session busy; and
-    close() then raises an OSError naming the lock file it left behind, by its path."""
+    close() then raises an OSError naming the lock file it left behind, by its path.
+    Closed again, later, once another writer has taken the session over in that very
+    file, the first writer does nothing: the new holder keeps its lock file, and a
+    third writer is refused."""
     turned = "read-only" if folder_mode == 0o500 else "closed to its own writer"
     root = Path(tempfile.mkdtemp(prefix="sessionlab-readonly-"))
     root.chmod(0o755)
@@ -2256,16 +2259,28 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         try:
             with lesson.SessionLog(folder, "quest-1") as again:
                 again.append(FIRST)
+                log.close()     # let go long ago: it must do nothing now
+                late = ("" if (folder / "quest-1.lock").exists()
+                        else "the new holder's lock file was removed")
+                third = lesson.SessionLog(folder, "quest-1")
+                try:
+                    third.append(FIRST)
+                    late = late or "its lock file was no longer its own"
+                    late += "; a third writer got in beside the new holder"
+                except lesson.SessionBusy:
+                    pass
+                finally:
+                    third.close()
         except lesson.SessionBusy as error:
-            return closed, f"SessionBusy: {error}", open_descriptors() - before
-        return closed, "ok", open_descriptors() - before
+            return closed, f"SessionBusy: {error}", open_descriptors() - before, ""
+        return closed, "ok", open_descriptors() - before, late
 
     try:
         outcome = unless_unfinished(in_child(work))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    closed, again, leaked = (outcome if isinstance(outcome, list)
-                             else ("", outcome, 0))
+    closed, again, leaked, late = (outcome if isinstance(outcome, list)
+                                   else ("", outcome, 0, ""))
     assert again == "ok", (
         "removing the lock file failed, and the lock was never let go: the same "
         f"process was then told {again!r}")
@@ -2284,6 +2299,13 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         "let go of the lock and said so, and once both writers had closed, "
         f"{leaked} more descriptor(s) were open: the lock's descriptor stayed open, "
         "and no one remembers it to close it")
+    assert not late, (
+        f"the folder turned {turned}, so close() left quest-1.lock behind; once the "
+        "folder was writable again another writer took the session over in that very "
+        "file, and the first writer, closed long before, was closed once more: "
+        f"{late}. A writer that has let go does nothing when closed again, not even "
+        "try again to remove the lock file it left: it may be another's by then "
+        "(task 05.2)")
 
 
 @pytest.mark.task("05.1")
@@ -2854,7 +2876,8 @@ def test_a_ctrl_c_at_any_step_of_close_leaves_no_lock_that_a_second_close_cannot
     Python runs a signal's handler: as a call returns or a function starts. The
     KeyboardInterrupt reaches the caller; closing again then raises nothing, and
     after it this process holds no lock and no descriptor of it, so the same process
-    can take the session at once."""
+    can take the session at once; and the folder holds nothing of it but its log
+    and, at most, its lock file at its own name, which the next writer removes."""
     folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
     moments = {"left": 0, "at": None}
 
@@ -2905,6 +2928,14 @@ def test_a_ctrl_c_at_any_step_of_close_leaves_no_lock_that_a_second_close_cannot
                         f"{error}. A second close() should let go of whatever the "
                         "first left, or find nothing left, and raise nothing",
                         pytrace=False)
+        stray = sorted(p.name for p in sessions.iterdir()
+                       if not p.name.endswith(".jsonl") and p.name != f"{session}.lock")
+        assert not stray, (
+            f"a Ctrl-C came {moments['at']}, while the writer closed, and once it was "
+            f"closed again the folder held {stray}. What a Ctrl-C leaves may only be "
+            f"the lock file at its own name, {session}.lock, which the next writer "
+            "takes over and removes: a file under any other name is one no writer will "
+            "ever remove (task 05.2)")
         leaked = open_descriptors() - before
         try:
             with lesson.SessionLog(sessions, session) as again:
