@@ -1368,7 +1368,8 @@ def test_durable_logs_leak_no_descriptors(lesson, sessions):
                                       {"id": "quest-1"}], ids=repr)
 def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
     """An id that is not a str is refused with InvalidSessionId, like any bad id, and
-    its refusal, like any other, quotes it and states the rule."""
+    its refusal, like any other, quotes it, as Python shows it (the number 7 never as
+    the text '7'), and states the rule."""
     try:
         lesson.check_session_id(not_text)
     except lesson.InvalidSessionId as error:
@@ -1382,6 +1383,13 @@ def test_a_session_id_that_is_not_a_string_is_refused(lesson, not_text):
             f"Python shows it ({not_text!r}) and state the rule, all of it, so that "
             "the caller sees what was passed and what an id is"
             + (f" (it names no {', no '.join(missing)})" if missing else ""))
+        posing = repr(str(not_text))
+        assert posing not in said, (
+            f"check_session_id({not_text!r}) refused an id that is not a string, "
+            f"saying: {said!r}. It quotes the id as the text {posing}, as if the "
+            f"caller had passed the string {str(not_text)!r}: its trouble, that it is "
+            f"a {type(not_text).__name__} and no text, does not show. Quote it as "
+            f"Python shows it: {not_text!r}")
         return
     except NotImplementedError:
         raise
