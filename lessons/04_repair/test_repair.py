@@ -754,9 +754,9 @@ def test_a_log_larger_than_any_one_read_is_resumed_whole(
         lesson, resume, sessions, monkeypatch):
     """A log of 2 MiB, its first message a map pasted whole and 3,000 short ones after
     it, then a torn line: the writer reads all of it, however few bytes each read
-    returns (a network file system, a signal: here 64 KiB at most), and cuts the torn
-    bytes alone. A log read in part looks torn where the read stopped, and the cut
-    there would take the rest of the session with it."""
+    returns (a network file system, a signal: here 64 KiB at most, by read or pread),
+    and cuts the torn bytes alone. A log read in part looks torn where the read stopped,
+    and the cut there would take the rest of the session with it."""
     big = {"role": "user", "content": "Copy the map: " + "north, east. " * (2 << 16)}
     short = [{"role": "assistant", "content": f"Step {step}."} for step in range(3000)]
     path = write_log(sessions, [big, *short], TORN)
@@ -776,8 +776,10 @@ def test_a_log_larger_than_any_one_read_is_resumed_whole(
                 f"then {len(TORN)} torn ones; parse_log, given all its bytes, should "
                 f"find 3001 entries ending at byte {len(whole):,}, of "
                 f"{len(whole) + len(TORN):,}; it found {found}")
-    read = os.read
+    read, pread = os.read, os.pread
     monkeypatch.setattr(os, "read", lambda fd, size: read(fd, min(size, 1 << 16)))
+    monkeypatch.setattr(os, "pread", lambda fd, size, offset: pread(
+        fd, min(size, 1 << 16), offset))
 
     agent, log = resume_whole(resume, path, whole, "a torn line")
 
