@@ -1336,11 +1336,15 @@ def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions):
         None,
         sha256(PASTE.encode()) + "/../../quest-2.jsonl",
         sha256(PASTE.encode()) + "\n",
+        # Its last digit one of another script (ARABIC-INDIC DIGIT THREE): a digit to
+        # Unicode, never one of a sha256 name
+        sha256(PASTE.encode())[:-1] + "\u0663",
     ],
 )
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
-    """A reference that is not a plain sha256 hex name (a path, say) is refused naming
-    the log and line, opens nothing at all, and the load changes nothing."""
+    """A reference that is not a plain sha256 hex name (a path, say, or digits of
+    another script) is refused naming the log and line, opens nothing at all, and the
+    load changes nothing."""
     # Another session, with a real blob
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
@@ -1662,7 +1666,8 @@ def test_a_store_that_succeeds_leaves_no_descriptor_open(lesson, sessions, durab
 def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
         lesson, sessions, monkeypatch):
     """A durable store whose last step fails (syncing blobs/ after the blob got its
-    name): the OSError reaches the caller, and blobs/ holds no copy under another name;
+    name): the disk's OSError (EIO) reaches the caller as it was, never another error
+    that a clean-up after it raised, and blobs/ holds no copy under another name;
     under its own name, nothing or the whole content (harmless: the right bytes under
     their hash). It was not made durable, so the next store syncs it and blobs/."""
     data = PASTE.encode("utf-8")
@@ -1673,7 +1678,7 @@ def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
 
     def failing(fd):
         if os.fstat(fd).st_ino == folder and (sessions / "blobs" / digest).exists():
-            raise OSError(5, "Input/output error")
+            raise OSError(errno.EIO, "Input/output error")
         real_fsync(fd)
 
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
@@ -1682,9 +1687,16 @@ def test_a_failed_folder_sync_leaves_at_most_the_whole_blob_and_is_synced_again(
         monkeypatch.setattr(os, "fdatasync", failing)
         with raises(OSError, "syncing blobs/ failed after the blob got its name, yet "
                              "store_blob returned: the blob's name may not survive a "
-                             "power cut, and the line append writes next would"):
+                             "power cut, and the line append writes next would"
+                    ) as failed:
             log.store_blob(data)
         monkeypatch.undo()
+        if failed.value.errno != errno.EIO:
+            fail_in("06.1", "syncing blobs/ failed with the disk's EIO after the blob "
+                    "got its name; the store should raise that error, errno EIO, so "
+                    "that the user learns the disk failed, but it raised "
+                    f"{type(failed.value).__name__} (errno {failed.value.errno}): "
+                    f"{failed.value}")
         leaked = open_descriptors() - before
         names = sorted(p.name for p in (sessions / "blobs").iterdir())
         assert names in ([], [digest]), (
@@ -1797,9 +1809,9 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
                                                                      failing, failure):
     """A durable writer finds the blob stored by a writer that never synced it, and the
     sync of blobs/, or of the blob's bytes, fails (EIO) or is interrupted by a Ctrl-C,
-    twice: the error reaches the caller as it was, the blob stays as it was, no
-    descriptor stays open, and the next store of the same content syncs the blob and
-    blobs/, for nothing was made durable the first time."""
+    twice: the error reaches the caller as it was (EIO with its errno), the blob stays
+    as it was, no descriptor stays open, and the next store of the same content syncs
+    the blob and blobs/, for nothing was made durable the first time."""
     data = PASTE.encode("utf-8")
     blob = store(lesson, sessions, data, "quick")                # not durable
     assert blob.is_file(), (
@@ -1817,8 +1829,15 @@ def test_a_reused_blob_whose_sync_failed_is_synced_at_the_next_store(lesson, ses
             with raises(expected, f"syncing {failing} failed for a blob another writer "
                                  "had stored, yet store_blob returned: the line append "
                                  "writes next could survive a power cut that loses "
-                                 "the blob"):
+                                 "the blob") as failed:
                 log.store_blob(data)
+            if failure == "EIO" and failed.value.errno != errno.EIO:
+                monkeypatch.undo()
+                fail_in("06.1", f"syncing {failing} failed with the disk's EIO for "
+                        "a blob another writer had stored; the store should raise "
+                        "that error, errno EIO, so that the user learns the disk "
+                        f"failed, but it raised {type(failed.value).__name__} (errno "
+                        f"{failed.value.errno}): {failed.value}")
         monkeypatch.undo()
         leaked = open_descriptors() - before
         assert leaked == 0, (
