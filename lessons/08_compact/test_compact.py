@@ -2264,17 +2264,22 @@ def test_check_summary_alone_refuses_thinking_begun_again_and_cut_off(lesson):
     cut off by the length limit (a template that opens the block in the prompt, then
     a model that thinks once more): it was thinking, and gives no account of the
     conversation. Recorded, it would tell every later request that thinking; and the
-    store, reading it again, refuses it."""
-    content = f"{THOUGHT}\n</think>\n\n<think>\nOn second thought, the rope"
-    reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
-    with raises(lesson.BadSummary, "check_summary() took thinking that ended, began "
-                f"again and was cut off ({content!r}) for a summary") as raised:
-        lesson.check_summary(reply)
-    said = str(raised.value)
-    assert re.search(THINKING, said), (
-        "the BadSummary for a reply that is only thinking (ended, then begun again "
-        f"and cut off) should say that it was thinking (a think block); it says "
-        f"{said!r}")
+    store, reading it again, refuses it. So is a reply of such a template that only
+    thought, and ended its thinking: it holds no <think>, only the closing tag, and
+    is said to be thinking all the same, not to hold no text."""
+    for content, what in (
+            (f"{THOUGHT}\n</think>\n\n<think>\nOn second thought, the rope",
+             "ended, then begun again and cut off"),
+            (f"{THOUGHT}\n</think>\n\n",
+             "opened in the prompt, so only its closing tag is sent, and ended")):
+        reply = lesson.normalize_reply({"role": "assistant", "content": content}, [])
+        with raises(lesson.BadSummary, f"check_summary() took thinking {what} "
+                    f"({content!r}) for a summary") as raised:
+            lesson.check_summary(reply)
+        said = str(raised.value)
+        assert re.search(THINKING, said), (
+            f"the BadSummary for a reply that is only thinking ({what}) should say "
+            f"that it was thinking (a think block); it says {said!r}")
 
 
 @pytest.mark.task("08.4")
