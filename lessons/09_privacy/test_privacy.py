@@ -1798,40 +1798,59 @@ def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
     lesson, sessions, monkeypatch
 ):
     """Another process removes an old session's log, and a leftover meta file, after
-    expire() listed the folder and just before it looks at them: expire raises
-    nothing, names neither, and expires the rest.
+    expire() listed the folder and before it holds their lock: expire raises nothing,
+    names neither, and expires the rest.
 
-    The test removes each file the first time anything asks for its status."""
-    for session_id in ("quest-1", "quest-2", "quest-3"):
-        play(lesson, sessions, TURN_A, session_id=session_id)
-        age(sessions / f"{session_id}.jsonl", 40)
-    for session_id in ("left-1", "left-2"):
-        meta = sessions / f"{session_id}.meta.json"
-        meta.write_text(json.dumps({"format": 1, "id": session_id}))
-        age(meta, 40)
-    gone = {"quest-2.jsonl", "left-1.meta.json"}
-    real = os.lstat
+    The test removes each file at the first, the second or the third time anything
+    asks for its status (following a link or not) while nobody holds its session's lock,
+    whichever look that is: a delete of another process can come between any two."""
+    for nth in (1, 2, 3):
+        folder = sessions / f"run-{nth}"
+        folder.mkdir()
+        for session_id in ("quest-1", "quest-2", "quest-3"):
+            play(lesson, folder, TURN_A, session_id=session_id)
+            age(folder / f"{session_id}.jsonl", 40)
+        for session_id in ("left-1", "left-2"):
+            meta = folder / f"{session_id}.meta.json"
+            meta.write_text(json.dumps({"format": 1, "id": session_id}))
+            age(meta, 40)
+        looks = {"quest-2.jsonl": 0, "left-1.meta.json": 0}
+        removed = set()
+        real = {"lstat": os.lstat, "stat": os.stat}
 
-    def lstat(path, *args, **kwargs):
-        name = os.path.basename(os.fspath(path))
-        if name in gone:
-            gone.discard(name)
-            os.unlink(path)     # another process's delete, just then
-        return real(path, *args, **kwargs)
+        def looking(kind):
+            def look(path, *args, **kwargs):
+                name = os.path.basename(os.fspath(path)) if not isinstance(
+                    path, int) else ""
+                session_id = name.split(".")[0]
+                if (name in looks and name not in removed
+                        and not os.path.lexists(folder / f"{session_id}.lock")):
+                    looks[name] += 1
+                    if looks[name] == nth:
+                        removed.add(name)
+                        os.unlink(folder / name)    # another process's delete
+                return real[kind](path, *args, **kwargs)
+            return look
 
-    monkeypatch.setattr(os, "lstat", lstat)
-    try:
-        found = lesson.expire(sessions)
-    except FileNotFoundError as error:
-        pytest.fail(f"another process removed a file of the folder after expire() "
-                    f"listed it, and expire raised {error!r}: what is gone is nothing "
-                    "more to expire, and the run goes on", pytrace=False)
-    finally:
-        monkeypatch.undo()
-    assert found == (["quest-1", "quest-3", "left-2"], []), (
-        "quest-2's log and left-1's meta file were removed by another process while "
-        "expire() ran: it should expire quest-1, quest-3 and the leftover left-2, and "
-        f"name nothing it did not delete itself; it returned {found}")
+        monkeypatch.setattr(os, "lstat", looking("lstat"))
+        monkeypatch.setattr(os, "stat", looking("stat"))
+        try:
+            found = lesson.expire(folder)
+        except FileNotFoundError as error:
+            pytest.fail(f"another process removed {sorted(removed)} after expire() "
+                        f"listed the folder, at expire's look number {nth} at each "
+                        f"before it held the lock, and expire raised {error!r}: what "
+                        "is gone is nothing more to expire, and the run goes on",
+                        pytrace=False)
+        finally:
+            monkeypatch.undo()
+        expected = (["quest-1"] + ["quest-2"] * ("quest-2.jsonl" not in removed)
+                    + ["quest-3"] + ["left-1"] * ("left-1.meta.json" not in removed)
+                    + ["left-2"], [])
+        assert found == expected, (
+            f"another process removed {sorted(removed)} while expire() ran (at its "
+            f"look number {nth} at each): expire should return {expected}, naming only "
+            f"what it deleted itself; it returned {found}")
 
 
 @pytest.mark.task("09.2")
@@ -4231,6 +4250,41 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
         "collection took away is no disk's failure; the error should reach the "
         "caller, so that the collection fails and the next one clears what it could "
         "not")
+    # Another collection takes the name away at the last moment: just as this one
+    # takes the name (a rename, a link or a removal of it), whatever it looked at before
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(b"nobody's at all " * 2000)
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
+    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    away = path.with_name("taken-away")
+
+    def taking(real):
+        def call(source, *args, **kwargs):
+            if (not isinstance(source, int) and Path(source).name == blob
+                    and not away.exists()):
+                real_rename(path, away)     # another collection, just then
+            return real(source, *args, **kwargs)
+        return call
+
+    real_rename = os.rename
+    with monkeypatch.context() as patch:
+        for name in ("unlink", "remove", "rename", "replace", "link"):
+            patch.setattr(os, name, taking(getattr(os, name)))
+        try:
+            late = lesson.discard_claimed(path, fd)
+        except FileNotFoundError as error:
+            late = error
+        finally:
+            os.close(fd)
+    assert not isinstance(late, BaseException) and not late and away.exists(), (
+        "another collection took the blob's name away just as discard_claimed() took "
+        f"it (its rename, link or removal of the name found nothing): it answered "
+        f"{late!r}, and what the other took is "
+        f"{'still there' if away.exists() else 'gone'}. A name another took away "
+        "meanwhile, at whatever step, is no error: it removes nothing and says so "
+        "(False), and no collection raises for what another did")
 
 
 @pytest.mark.task("09.5")
