@@ -3452,6 +3452,38 @@ def test_a_second_erase_finds_the_message_in_the_log_as_it_stands_now(lesson, se
 
 
 @pytest.mark.task("09.4")
+def test_the_agent_erases_the_message_it_shows_after_an_undo_naming_a_later_index(
+    lesson, sessions
+):
+    """Another program wrote an undo marker that names an index at or after its own
+    place. It takes back no message (an undo hides only messages written before it), so
+    every reader shows the message later written with that index, and so does the
+    agent. The user erases that message as the agent shows it: the log erases that one,
+    and no other."""
+    play(lesson, sessions, TURN_A)      # messages 0 and 1
+    marker = {"$marker": "undo", "skip": [2, 3], "at": "2026-01-01T00:00:00+00:00"}
+    with (sessions / "quest-1.jsonl").open("ab") as file:
+        file.write(json.dumps(marker).encode() + b"\n")
+    play(lesson, sessions, TURN_SECRET)     # messages 2 and 3, shown
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        shown = [message.get("content") for message in agent.messages]
+        assert shown[2:] == [SECRET, "Noted."], (
+            "the test's own set-up: the agent shows the messages written after an undo "
+            f"marker that names their indices; it shows {shown}")
+        agent.erase(2)
+    contents = [message.get("content") for message in resume(lesson, sessions)]
+    if files_holding(sessions, "Ilse") or contents[2:] != [lesson.ERASED, "Noted."]:
+        fail_in("09.4", "an undo marker written before messages 2 and 3 names them "
+                "(it can take back neither: an undo hides only messages written "
+                "before it), and the agent shows them at positions 2 and 3. The user "
+                f"erased position 2 ({SECRET!r}); the log now shows {contents[2:]} "
+                "there, and the words are in "
+                f"{files_holding(sessions, 'Ilse') or 'no file'}. The position is "
+                "translated as the log's readers show the messages")
+
+
+@pytest.mark.task("09.4")
 def test_the_agent_keeps_the_keys_of_its_messages_it_does_not_use_as_the_log_does(
     lesson, sessions
 ):
