@@ -4211,6 +4211,18 @@ def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
         f"{abbreviated(removed, 8)}")
 
 
+def claimed_old_blob(lesson, sessions, content):
+    """A blob of `content`, two days old, that no log refers to, claimed by this test
+    with claim_blob(): (its path, the claim's descriptor)."""
+    with lesson.SessionLog(sessions, "scratch") as other:
+        blob = other.store_blob(content)
+    path = sessions / "blobs" / blob
+    age(path, 2)
+    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
+    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    return path, fd
+
+
 @pytest.mark.task("09.5")
 def test_discard_claimed_answers_whether_it_removed_the_blob(
     lesson, sessions, monkeypatch
@@ -4220,12 +4232,7 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
     once the name reaches the blob again, it removes it and says so. The claim stays
     the caller's: the test lets go of it. And when the disk fails the removal (an I/O
     error), that is no blob another took away: the error reaches the caller."""
-    with lesson.SessionLog(sessions, "scratch") as other:
-        blob = other.store_blob(b"nobody's " * 2000)
-    path = sessions / "blobs" / blob
-    age(path, 2)
-    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
-    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    path, fd = claimed_old_blob(lesson, sessions, b"nobody's " * 2000)
     away = path.with_name("elsewhere")
     try:
         os.rename(path, away)       # another collection took the name away
@@ -4251,17 +4258,12 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
         f"own close then failed with {closed!r}, and a descriptor number closed twice "
         "may by then be another file's")
     # A disk that fails the removal is no blob another took away: the caller hears it
-    with lesson.SessionLog(sessions, "scratch") as other:
-        blob = other.store_blob(b"nobody's either " * 2000)
-    path = sessions / "blobs" / blob
-    age(path, 2)
-    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
-    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    path, fd = claimed_old_blob(lesson, sessions, b"nobody's either " * 2000)
     failed = []
 
     def failing(real):
         def call(source, *args, **kwargs):
-            if not isinstance(source, int) and Path(source).name == blob:
+            if not isinstance(source, int) and Path(source).name == path.name:
                 failed.append(True)
                 raise OSError(5, "Input/output error (the test's)", str(source))
             return real(source, *args, **kwargs)
@@ -4284,17 +4286,12 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
         "not")
     # Another collection takes the name away at the last moment: just as this one
     # takes the name (a rename, a link or a removal of it), whatever it looked at before
-    with lesson.SessionLog(sessions, "scratch") as other:
-        blob = other.store_blob(b"nobody's at all " * 2000)
-    path = sessions / "blobs" / blob
-    age(path, 2)
-    fd = lesson.claim_blob(path, touched_after=time.time() - DAY)
-    assert fd is not None, "the test's own set-up: claim_blob() claims an old blob"
+    path, fd = claimed_old_blob(lesson, sessions, b"nobody's at all " * 2000)
     away = path.with_name("taken-away")
 
     def taking(real):
         def call(source, *args, **kwargs):
-            if (not isinstance(source, int) and Path(source).name == blob
+            if (not isinstance(source, int) and Path(source).name == path.name
                     and not away.exists()):
                 real_rename(path, away)     # another collection, just then
             return real(source, *args, **kwargs)
