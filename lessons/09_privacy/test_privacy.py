@@ -3471,7 +3471,14 @@ def test_the_agent_erases_the_message_it_shows_after_an_undo_naming_a_later_inde
         assert shown[2:] == [SECRET, "Noted."], (
             "the test's own set-up: the agent shows the messages written after an undo "
             f"marker that names their indices; it shows {shown}")
-        agent.erase(2)
+        try:
+            agent.erase(2)
+        except lesson.EraseError as error:
+            fail_in("09.4", "an undo marker written before messages 2 and 3 names them "
+                    "(it can take back neither: an undo hides only messages written "
+                    "before it), and the agent shows them at positions 2 and 3. The "
+                    f"user erased position 2 ({SECRET!r}), and the log refused: {error}. "
+                    "The position is translated as the log's readers show the messages")
     contents = [message.get("content") for message in resume(lesson, sessions)]
     if files_holding(sessions, "Ilse") or contents[2:] != [lesson.ERASED, "Noted."]:
         fail_in("09.4", "an undo marker written before messages 2 and 3 names them "
