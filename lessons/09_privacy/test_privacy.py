@@ -3477,8 +3477,9 @@ def test_the_agent_erases_the_message_it_shows_after_an_undo_naming_a_later_inde
             fail_in("09.4", "an undo marker written before messages 2 and 3 names them "
                     "(it can take back neither: an undo hides only messages written "
                     "before it), and the agent shows them at positions 2 and 3. The "
-                    f"user erased position 2 ({SECRET!r}), and the log refused: {error}. "
-                    "The position is translated as the log's readers show the messages")
+                    f"user erased position 2 ({SECRET!r}), and the log refused: "
+                    f"{error}. The position is translated as the log's readers show "
+                    "the messages")
     contents = [message.get("content") for message in resume(lesson, sessions)]
     if files_holding(sessions, "Ilse") or contents[2:] != [lesson.ERASED, "Noted."]:
         fail_in("09.4", "an undo marker written before messages 2 and 3 names them "
