@@ -580,6 +580,11 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert {k: meta.get(k) for k in expected} == expected, (
             f"{name}.meta.json should say {expected} (and when it was created); it "
             f"says {meta}")
+        assert "parent" not in meta, (
+            f"{name}.meta.json says \"parent\": {meta.get('parent')!r}, the key a "
+            "fork's meta file has: read as a meta file, the side-chain is then a fork "
+            "of its parent. A side-chain's meta file names its parent session as "
+            f"\"sidechain_of\" alone; it says {meta}")
         assert is_a_time(meta.get("created")), (
             f"{name}.meta.json should say when it was created ('created', as now() "
             f"writes it); it says {meta}")
@@ -842,7 +847,7 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
         begin(log)
         log.in_doubt = True     # as after a write whose outcome is unknown
         with raises(lesson.WriterStopped, "the parent's writer had stopped, yet "
-                    "start_sidechain wrote its pointer"):
+                    "start_sidechain wrote its pointer") as raised:
             log.start_sidechain(CALL_ID)
         side_folder = sessions / "quest-1.sidechains"
         left = sorted(path.name for path in side_folder.glob("*")
@@ -867,6 +872,12 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
                 pytest.fail(f"the parent's writer had stopped, so start_sidechain "
                             f"could start no side-chain, yet it left {name} locked: "
                             f"{error}. A refused start keeps no lock", pytrace=False)
+        said = str(raised.value)
+        assert str(log.path) in said, (
+            "the parent's writer had stopped, and start_sidechain was refused with "
+            "WriterStopped, as it should be; but the refusal should name the parent's "
+            f"log by its path, {log.path} (a service writes many sessions, and the "
+            f"user must know which one to open again); it says: {said}")
 
 
 @pytest.mark.task("10.2")
