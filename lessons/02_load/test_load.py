@@ -1662,14 +1662,53 @@ def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypa
                                                       where):
     """The user's Ctrl-C while a log loads stops the load as it is: it reaches the
     caller as KeyboardInterrupt, not as a refusal that blames a line of the log, and it
-    leaves nothing open, whether it comes while a line is read or while the file is.
+    leaves nothing open, whether it comes while a line is read or while the file is
+    (read with os.read or through a file object that open gives: the descriptor is
+    closed on that way out too, not only once the load is done).
     A new agent on the session, which resumes it, lets it reach its caller too."""
     lines = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     (sessions / "quest-1.jsonl").write_bytes(
         b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     interrupted = []
     log_module = sys.modules[lesson.SessionLog.__module__]
-    real_parse, real_read = log_module.parse_line, os.read
+    real_parse, real_read, real_open = log_module.parse_line, os.read, io.open
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    class Interrupted:
+        """The log opened as a file object, whose first read is cut by Ctrl-C. What
+        raises holds no reference to the file: only the load's own names keep it."""
+
+        def __init__(self, file):
+            self._file = file
+
+        def __getattr__(self, name):
+            if not interrupted and name.startswith("read") and name != "readable":
+                interrupted.append(where)
+                return ctrl_c
+            return getattr(self._file, name)
+
+        def __enter__(self):
+            self._file.__enter__()
+            return self
+
+        def __exit__(self, *exc_info):
+            return self._file.__exit__(*exc_info)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if not interrupted:
+                interrupted.append(where)
+                del self
+                raise KeyboardInterrupt
+            return next(self._file)
+
+    def open_file(file, *args, **kwargs):
+        opened = real_open(file, *args, **kwargs)
+        return Interrupted(opened) if stat_is_log(opened.fileno()) else opened
 
     def parse_line(line):
         if len(interrupted) == 0 and b"message 1" in line:
@@ -1698,6 +1737,8 @@ def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypa
                 patch.setattr(log_module, "parse_line", parse_line)
             else:
                 patch.setattr(os, "read", read)
+                patch.setattr(io, "open", open_file)
+                patch.setattr(builtins, "open", open_file)
             try:
                 log.load()
             except NotImplementedError:
