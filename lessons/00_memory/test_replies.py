@@ -803,13 +803,15 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
-                  "None", '{"item": "ro\npe"}', " ", "\n"]
+                  "None", '{"item": "ro\npe"}', " ", "\n", '{"item": "rope"}}',
+                  '```json\n{"item": "rope"}\n```']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
     text null too and blank text (only a missing value, None, or "" means no
     arguments), and a line break left raw inside a string, which JSON does not
-    allow."""
+    allow; and an object with text around it (a closing brace too many, a Markdown
+    code fence), which a lenient reader would take though no provider does."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
@@ -828,6 +830,10 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
                                  "JSON (it is written \\n there), and a strict "
                                  "provider refuses the stored call holding it",
            " ": blank, "\n": blank}
+    around = (" an object with text around it is no JSON: normalize_reply keeps text "
+              "it reads as it came, and a provider refuses the stored call (read only "
+              "the text of one JSON object, whole)")
+    why['{"item": "rope"}}'] = why['```json\n{"item": "rope"}\n```'] = around
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
