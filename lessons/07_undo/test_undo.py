@@ -1147,24 +1147,27 @@ def test_an_undo_after_close_takes_back_the_last_message_the_log_shows_now(lesso
 def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, sessions):
     """An undo may be told how many messages its caller last saw the log show. A writer
     appended three messages and closed; another writer added a fourth. Told that its
-    caller saw three, the undo refuses with `UndoError`, saying how many the log shows,
-    and writes nothing: the newest message is not the caller's to take back. Told four,
-    it takes the fourth back."""
+    caller saw three, or none (0 is a number like any other), the undo refuses with
+    `UndoError`, saying how many the log shows, and writes nothing: the newest message
+    is not the caller's to take back. Told four, it takes the fourth back."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     path = sessions / "quest-1.jsonl"
     log = closed_then_written_by_another(lesson, sessions, said)
     try:
         before = path.read_bytes()
-        with raises(lesson.UndoError, (
-                "a writer that appended three messages was closed, and another "
-                "writer appended a fourth; undo(1, seen=3) (its caller saw three) "
-                "should raise UndoError: the newest message is another writer's"),
-                r"\b4\b",
-                unmatched="The refusal should say how many messages the log shows."):
-            log.undo(1, seen=3)
-        assert path.read_bytes() == before, (
-            "a refused undo should write nothing; the log changed:\n"
-            f"{path.read_bytes()[len(before):]!r}")
+        for saw, words in ((3, "three"), (0, "none: 0 is a number it saw, not None")):
+            with raises(lesson.UndoError, (
+                    "a writer that appended three messages was closed, and another "
+                    f"writer appended a fourth; undo(1, seen={saw}) (its caller saw "
+                    f"{words}) should raise UndoError: the log shows four, and the "
+                    "newest message is another writer's"),
+                    r"\b4\b",
+                    unmatched="The refusal should say how many messages the log "
+                    "shows."):
+                log.undo(1, seen=saw)
+            assert path.read_bytes() == before, (
+                f"a refused undo (seen={saw}) should write nothing; the log changed:\n"
+                f"{path.read_bytes()[len(before):]!r}")
         taken = log.undo(1, seen=4)
     finally:
         log.close()
@@ -1641,17 +1644,25 @@ def test_a_ctrl_c_during_a_flush_writes_each_message_once_later(lesson, sessions
 
 @pytest.mark.task("07.2")
 def test_a_note_never_flushed_leaves_no_log(lesson, sessions):
-    """An agent on a new session records a note, and the program ends before anything
-    flushes it: the note is lost, as the page says, and with it any trace of it. The
-    session has no log and no lock file, as if it had never been opened."""
+    """An agent on a new session records a note, then an exchange the user pasted (a
+    tool call and its result), and the program ends before anything flushes them: they
+    are lost, as the page says, and with them any trace of them. Recording waits for
+    the flush whatever a message holds, a tool call too (the loop flushes before each
+    tool runs): the session has no log and no lock file, as if it had never been
+    opened."""
     agent, _, log = open_agent(lesson, sessions)
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "buy", "arguments": '{"item": "rope"}'}}
     with log:
         agent.record({"role": "user", "content": "A note, never sent."})
+        agent.record({"role": "assistant", "content": None, "tool_calls": [call]})
+        agent.record({"role": "tool", "tool_call_id": "call_1", "content": "Bought."})
     left = sorted(path.name for path in sessions.iterdir()) if sessions.exists() else []
     assert left == [], (
-        "a note was recorded on a new session and never flushed: recording should "
-        "touch no file (the log is made by the flush that writes its first line), yet "
-        f"the sessions folder holds {left}")
+        "a note, then a tool call and its result, were recorded on a new session and "
+        "never flushed: recording should touch no file, whatever a message holds (the "
+        "log is made by the flush that writes its first line), yet the sessions "
+        f"folder holds {left}")
 
 
 @pytest.mark.task("07.2")
@@ -1736,13 +1747,13 @@ def test_an_undo_after_a_flush_the_disk_cut_short_takes_back_both_notes(lesson,
 @pytest.mark.task("07.2")
 @pytest.mark.parametrize("refused", [
     {"role": "user", "content": 5},
-    {"role": "user", "content": "Buy a torch.", "name": float("nan")},
+    {"role": "user", "content": float("nan")},
     {"role": "user", "content": "Buy a torch.", "name": float("inf")},
     {"role": "user", "content": "Buy a torch.\ud800"},
     {"role": "narrator", "content": "The guard yawns."},
     {"role": "user", "content": "Buy a torch.", "$marker": "undo"},
     {"role": "narrator", "content": "The guard tells a long tale. " * 200},
-], ids=["a number for content", "NaN, which is no JSON",
+], ids=["a number for content", "NaN for content, which is no JSON",
         "Infinity, which is no JSON", "a lone surrogate, which UTF-8 cannot hold",
         "a role no model takes", "a key of the log's own",
         "a role no model takes, its content long enough for a blob"])
@@ -2358,9 +2369,11 @@ def test_a_fork_holds_nothing_said_after_its_cut(lesson, sessions):
 
 @pytest.mark.task("07.4")
 def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, sessions):
-    """Another program wrote this log: its undo markers take back an older message,
-    not the newest (the format lets a marker take back any message written before
-    it), and each stands after a message still shown. A fork of the first k messages
+    """Another program wrote this log: it begins with a marker of a kind this code does
+    not know, so a message's index is not its line's place; its undo markers take back
+    an older message, not the newest (the format lets a marker take back any message
+    written before it), and each stands after a message still shown. A fork of the
+    first k messages
     shows exactly the first k the source shows, never one taken back by a marker past
     the cut, and holds no word the source wrote after its k-th message. An undo
     marker the fork adds to take such a message back is a marker like any other,
@@ -2368,7 +2381,8 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     the first k adds none, and holds the source's lines alone."""
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
             for n in range(5)]
-    write_log(sessions, [*said[:4], undo_marker(1), said[4], undo_marker(3)])
+    bookmark = {"$marker": "bookmark", "name": "the town gate"}
+    write_log(sessions, [bookmark, *said[:4], undo_marker(1), said[4], undo_marker(3)])
     shown = [said[0], said[2], said[4]]
     for upto, after in ((2, ["message 3", "message 4"]), (3, [])):
         new_id = f"first-{upto}"
@@ -2376,8 +2390,9 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         forked = resume(lesson, sessions, new_id)
         assert forked == shown[:upto], (
-            "the source holds messages 0 to 4, its marker after message 3 taking "
-            "back message 1 and its marker after message 4 taking back message 3: it "
+            "the source holds a bookmark marker, then messages 0 to 4, its marker "
+            "after message 3 taking back message 1 and its marker after message 4 "
+            "taking back message 3 (indices, which the bookmark does not count): it "
             f"shows messages 0, 2 and 4. fork(upto={upto}) should show the first "
             f"{upto} of those, {[m['content'] for m in shown[:upto]]}; it shows "
             f"{[m.get('content') for m in forked]}. Copying the lines up to the "
@@ -2562,22 +2577,28 @@ def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
 
 @pytest.mark.task("07.3")
 def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessions):
-    """Day 2 played a turn and its log was closed; then day 3, another agent on the same
-    session, played a turn of its own. Day 2's undo must not take day 3's turn back
-    (the log's last turn), nor drop its own from memory alone: it raises `UndoError`,
-    and the log and the agent's conversation stay as they were."""
+    """Day 2 played a turn and its log was closed, an instruction for the next turn
+    still pending (a developer message, which goes with the turn before it); then day
+    3, another agent on the same session, played a turn of its own. Day 2's undo must
+    not take day 3's turn back (the log's last turn), nor drop its own from memory
+    alone: it raises `UndoError`, and the log, the agent's conversation and what it
+    holds pending stay as they were."""
     agent, _, log = open_agent(lesson, sessions, TURN_C[1])
     with log:
         agent.run(TURN_C[0])
+    note = {"role": "developer", "content": "Answer the next question in one line."}
+    agent.record(note)
     [turn_c] = [list(agent.messages)]
     path = sessions / "quest-1.jsonl"
     try:
         [turn_d] = play(lesson, sessions, TURN_D)
         before = path.read_bytes()
         with raises(lesson.UndoError, (
-                "an agent played a turn and its log was closed; another agent then "
-                "played a turn on the same session; the first agent's undo(1) should "
-                "raise UndoError, since the log's last turn is not its own")):
+                "an agent played a turn and its log was closed, then recorded an "
+                "instruction, still pending; another agent then played a turn on the "
+                "same session; the first agent's undo(1) should raise UndoError, since "
+                "the log's last turn is not its own (the agent says what it wrote, "
+                "whatever it holds pending)")):
             agent.undo(1)
     finally:
         log.close()
@@ -2586,10 +2607,13 @@ def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessio
         f"{path.read_bytes()[len(before):]!r}")
     assert agent.messages == turn_c, (
         "a refused undo should leave the agent's conversation as it was, its turn "
-        "included; it holds "
+        "and its pending instruction included; it holds "
         f"{[message.get('content') for message in agent.messages]}")
+    assert agent.pending == [note], (
+        "a refused undo should leave what is pending as it was, the instruction; it "
+        f"holds {agent.pending}")
     resumed = resume(lesson, sessions)
-    assert resumed == turn_c + turn_d, (
+    assert resumed == turn_c[:-1] + turn_d, (
         "a new process should still see both turns, the first agent's and the "
         f"other's; it sees {[message.get('content') for message in resumed]}")
 
