@@ -495,7 +495,10 @@ def test_reading_the_log_in_the_holders_process_keeps_the_lock(lesson, sessions,
 @pytest.mark.task("05.1")
 def test_the_lock_file_names_the_holder(lesson, sessions, other):
     """<id>.lock holds {"pid", "host", "since"}, and nothing else, while a writer holds
-    the session, and only its owner may read it."""
+    the session, and only its owner may read it. The pid is the holder's process, the
+    one to ask: a writer in a thread of its own names its process too, and a process
+    forked from one that has held sessions (a server's worker) names itself, not its
+    parent."""
     holder = other("hold")
     holder.expect("holding")
 
@@ -521,6 +524,31 @@ def test_the_lock_file_names_the_holder(lesson, sessions, other):
         zone = None
     assert zone is not None, (
         f"and since when, as ISO 8601 with a zone (as now() gives it): {record}")
+
+    def pid_named(session_id):
+        """The pid the record of `session_id` names while its writer holds it."""
+        with lesson.SessionLog(sessions, session_id) as log:
+            log.append(FIRST)
+            return lock_record(sessions / f"{session_id}.lock").get("pid")
+
+    named = []
+    thread = threading.Thread(target=lambda: named.append(pid_named("in-a-thread")))
+    thread.start()
+    thread.join(HANG)
+    assert named == [os.getpid()], (
+        "a writer in a thread of its own should name its process, "
+        f"{os.getpid()}, in the lock file's pid; it named {named[:1]} (a thread's "
+        "id is no process a user can find or ask)")
+    pid_named("in-this-process")    # this process has held a session: now a copy
+    in_copy = unless_unfinished(in_child(lambda: [os.getpid(),
+                                                  pid_named("in-a-copy")]))
+    assert isinstance(in_copy, list) and in_copy[0] == in_copy[1], (
+        "a process forked from this one (which had held a session before) took a "
+        "session, and its lock file should name that process, "
+        + (f"{in_copy[0]}; it named {in_copy[1]}"
+           + (" (the parent's pid, kept from before the fork)"
+              if in_copy[1] == os.getpid() else "")
+           if isinstance(in_copy, list) else f"but it failed: {in_copy}"))
 
 
 @pytest.mark.task("05.1")
@@ -1585,14 +1613,18 @@ def test_no_newcomer_ever_shares_the_session_while_the_holder_lets_go(
 
     def removing(real):
         def remove(path, *args, **kwargs):
-            if os.fspath(path) == str(lock) and not took_over:
+            # The lock file by its path, or by its name in a folder opened (dir_fd)
+            named = os.fspath(path) == str(lock) or (
+                os.fspath(path) == lock.name
+                and {"dir_fd", "src_dir_fd"} & {k for k, v in kwargs.items() if v})
+            if named and not took_over:
                 took_over.append(False)
                 try:
                     newcomer.append({"role": "user", "content": "newcomer"})
                     took_over[0] = True
                 except lesson.SessionBusy:
                     pass  # right: the holder still holds the lock while it removes it
-                if not os.path.lexists(path) and not took_over[0]:
+                if not os.path.lexists(lock) and not took_over[0]:
                     pytest.fail("the holder, letting go, came to remove quest-1.lock, "
                                 "and a newcomer, refused, closed in the meantime; "
                                 "quest-1.lock was then gone: the refused newcomer "
@@ -2174,6 +2206,85 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
 
 
 @pytest.mark.task("05.1")
+def test_a_file_planted_at_the_lock_files_name_while_a_writer_waits_is_never_written(
+        lesson, sessions, monkeypatch):
+    """A writer waits for a busy session (timeout 3 s); while it waits, the holder lets
+    go, its lock file goes, and another session's log is planted at `quest-1.lock`
+    under a second name. What the writer finds there at its next try is judged as at
+    its first: it is refused with OSError (errno EPERM) naming the lock file, and the
+    planted log is left as it was, its bytes, its mode and its name. A look at the name
+    before the wait says nothing of what is there after it."""
+    with lesson.SessionLog(sessions, "other") as log:
+        log.append(FIRST)
+    other_log = present(sessions / "other.jsonl")
+    other_log.chmod(0o644)      # its owner lets others read it
+    precious = other_log.read_bytes()
+    lock = sessions / "quest-1.lock"
+    descriptors = open_descriptors()
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    real_flock = lesson.fcntl.flock
+    planted = []
+
+    def flock(fd, operation):
+        try:
+            return real_flock(fd, operation)
+        except BlockingIOError:
+            if not planted and operation & fcntl.LOCK_EX:
+                # Refused once: the holder lets go, its lock file goes, and another
+                # session's log is linked at the lock's name
+                planted.append(fd)
+                holder.close()
+                lock.unlink(missing_ok=True)
+                os.link(other_log, lock)
+            raise
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    waiting = lesson.SessionLog(sessions, "quest-1", timeout=WAIT)
+    try:
+        with given_up_within(2, "05.1", "a writer with timeout=3 met another "
+                             "session's log planted at the lock's name while it "
+                             "waited, which no one holds, and kept trying to take it"):
+            waiting.append({"role": "user", "content": "second"})
+    except OSError as error:
+        refused = error
+    else:
+        refused = None
+    finally:
+        waiting.close()
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        if not planted:
+            holder.close()
+    if not planted:
+        pytest.fail("the holder held quest-1, yet the second writer was never refused "
+                    "by fcntl.flock: it took the session without asking for the lock "
+                    "(05.1)", pytrace=False)
+    if other_log.read_bytes() != precious or other_log.stat().st_mode & 0o777 != 0o644:
+        fail_in("05.1", "while the writer waited, its holder let go and another "
+                "session's log was planted at quest-1.lock under a second name; the "
+                "writer then took it for its lock file and wrote into it (that log "
+                + ("now holds " + repr(other_log.read_bytes()[:80])
+                   if other_log.read_bytes() != precious else
+                   f"has mode {oct(other_log.stat().st_mode & 0o777)}, not 0o644")
+                + "): what is at the lock's name is judged at every try, on the file "
+                "the lock was granted on, not once before the wait")
+    assert refused is not None, (
+        "while the writer waited, another session's log was planted at quest-1.lock "
+        "under a second name, and the writer took the session with no error: a "
+        "planted file is refused with OSError (errno EPERM) naming the lock file")
+    assert refused.errno == errno.EPERM and str(lock) in str(refused), (
+        "a planted file found at the lock's name after a wait should be refused as "
+        "one found at once, with an OSError of errno EPERM that names "
+        f"{lock}; it raised {type(refused).__name__}: {refused}")
+    assert lock.exists() and os.path.samestat(lock.stat(), other_log.stat()), (
+        "the planted link at quest-1.lock was removed or replaced by the refused "
+        "writer: a file the writer refuses is not its to touch, its name neither")
+    assert open_descriptors() == descriptors, (
+        "the planted file found after a wait was refused, and once the holder and the "
+        f"writer were closed the process held {open_descriptors() - descriptors} more "
+        "open descriptor(s) than before")
+
+@pytest.mark.task("05.1")
 def test_a_folder_at_the_lock_files_name_is_refused_and_left_alone(lesson, sessions):
     """A folder at the lock file's name (made by hand, or by a tool gone wrong) is no
     lock file: a writer, even one ready to wait 3 s, refuses it at once with an OSError
@@ -2255,6 +2366,19 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
                 log.close()     # closed once: a second close does nothing
             except OSError as again:
                 closed = (f"closed again: {type(again).__name__}: {again}")
+        if folder_mode == 0o500 and closed.startswith("OSError"):
+            # The next writer of the same process takes the session in the folder
+            # still read-only (the lock file it left is there), and lets go: its user
+            # must be told too
+            after = lesson.SessionLog(folder, "quest-1")
+            after.append(FIRST)
+            try:
+                after.close()
+                closed = "the next writer's close() returned, saying nothing"
+            except OSError as error:
+                if str(folder / "quest-1.lock") not in str(error):
+                    closed = ("the next writer's close() raised an OSError that does "
+                              f"not name the lock file by its path: {error}")
         folder.chmod(0o700)
         try:
             with lesson.SessionLog(folder, "quest-1") as again:
@@ -2290,6 +2414,12 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         "writer still took itself for the holder, and let go of a descriptor it had "
         "already closed (which may by then be another file's). Once close() has let "
         "go, called again it does nothing")
+    assert not closed.startswith("the next writer's"), (
+        f"the folder turned {turned}, so quest-1.lock could not be removed, and "
+        "close() said so; the next writer of the same process took the session in "
+        f"that folder and let go, and {closed.removeprefix('the next writer')[3:]}: "
+        "each close that leaves a lock file behind says so, the second as the first, "
+        "for each user learns it from their own writer (task 05.2)")
     assert closed.startswith("OSError"), (
         f"the folder turned {turned}, so quest-1.lock could not be removed: close() "
         "should let go of the lock and then raise an OSError naming the lock file by "
