@@ -607,13 +607,29 @@ def test_the_same_content_is_stored_once(lesson, sessions):
                          ids=["1 MB paste", "binary-looking, with CR LF"])
 def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
     """Storing content that is already stored, intact, writes nothing: the blob stays
-    the very file it was (a reader, or a fork's log, may be using it). Content with
-    Windows line ends too."""
+    the very file it was (a reader, or a fork's log, may be using it), and the store
+    succeeds on a disk too full for a copy of it (a real file size limit). Content
+    with Windows line ends too."""
     data = content.encode("utf-8")
     blob = store(lesson, sessions, data)
     assert blob.is_file(), f"the content should be stored as blobs/{blob.name}"
     before = blob.stat()
-    store(lesson, sessions, data, "quest-2")
+
+    def store_again():
+        try:
+            store(lesson, sessions, data, "quest-2")
+        except OSError as error:
+            return f"OSError: {error}"
+        return "stored"
+
+    kind, message, outcome = with_file_size_limit(len(data) // 2, store_again)
+    if kind != "ok" or outcome != "stored":
+        fail_in("06.1", f"blobs/{blob.name} already held the content, intact, and the "
+                "disk had no room for another copy of it; storing the same content "
+                "again should write nothing, and so succeed, but it "
+                f"{'raised ' + kind + ': ' + message if kind != 'ok' else outcome}: a "
+                "store that writes a copy before it looks (a temporary file to link or "
+                "rename) fails a paste whose blob is already there")
 
     after = blob.stat() if blob.is_file() else None
     assert after is not None and after.st_ino == before.st_ino, (
