@@ -1394,7 +1394,8 @@ def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sess
     """expire() returns the ids it deleted in the order of the log names, whatever the
     order the folder lists them in: names compared as text, character by character
     (capitals before small letters, quest-10 before quest-9)."""
-    names = ["quest-c", "quest-a", "Quest-e", "quest-10", "quest-9", "Quest-d"]
+    names = ["quest-c", "quest-a", "Quest-e", "quest-10", "quest-9", "Quest-d",
+             "quest-a-2"]
     for session_id in names:
         play(lesson, sessions, TURN_A, session_id=session_id)
         age(sessions / f"{session_id}.jsonl", 40)
@@ -1403,9 +1404,11 @@ def test_expire_names_the_sessions_in_the_order_of_their_logs_names(lesson, sess
     except (TypeError, AttributeError) as error:
         pytest.fail(f"expire() given its folder as a str raised {error!r}: the "
                     "folder may be a str or a Path", pytrace=False)
-    assert deleted == sorted(names) and busy == [], (
-        f"expire() should return {sorted(names)} (the log names' order, as text: "
-        f"capitals first, quest-10 before quest-9), it returned {deleted}")
+    expected = sorted(names, key=lambda session_id: f"{session_id}.jsonl")
+    assert deleted == expected and busy == [], (
+        f"expire() should return {expected} (the log names' order, as text: capitals "
+        "first, quest-10 before quest-9, quest-a-2.jsonl before quest-a.jsonl, "
+        f"'-' coming before '.'), it returned {deleted}")
 
 
 @pytest.mark.task("09.2")
@@ -1414,11 +1417,11 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
     person's words too: once it was last changed before the cutoff, expire() removes
     it and names its id; a young one stays."""
     # Made in an order that is not the names' (a folder lists names in its own order)
-    for session_id in ("left-b", "left-old", "left-young", "left-a"):
+    for session_id in ("left-b", "left-old", "left-young", "left-a", "left-a-2"):
         meta = sessions / f"{session_id}.meta.json"
         meta.write_text(json.dumps({"format": 1, "id": session_id,
                                     "parent": "Ilse's diary", "forked_at": 1}))
-    for session_id in ("left-b", "left-old", "left-a"):
+    for session_id in ("left-b", "left-old", "left-a", "left-a-2"):
         age(sessions / f"{session_id}.meta.json", 40)
     elsewhere = sessions.parent / "elsewhere.meta.json"
     elsewhere.write_text("{}")
@@ -1428,11 +1431,13 @@ def test_expire_removes_what_a_stopped_delete_left_once_it_is_old(lesson, sessio
     play(lesson, sessions, TURN_A, session_id="old")
     age(sessions / "old.jsonl", 40)
     deleted, busy = lesson.expire(sessions)
-    assert (deleted, busy) == (["old", "left-a", "left-b", "left-old"], []), (
+    expected = ["old", "left-a-2", "left-a", "left-b", "left-old"]
+    assert (deleted, busy) == (expected, []), (
         "expire() should delete the old session, then remove the old meta files that "
         "lost their log, and say so, the sessions' ids first and the leftovers' after, "
-        "each in name order (deleted=['old', 'left-a', 'left-b', 'left-old']); it "
-        f"returned deleted={deleted}, busy={busy}")
+        "each in the order of the files' names (left-a-2.meta.json before "
+        f"left-a.meta.json: '-' comes before '.'): deleted={expected}; it returned "
+        f"deleted={deleted}, busy={busy}")
     assert sorted(p.name for p in sessions.iterdir()) == [
         "left-link.meta.json", "left-young.meta.json"], (
         "the old meta file without its log should be gone, the young one kept, and "
@@ -3498,25 +3503,42 @@ def test_the_agent_keeps_the_keys_of_its_messages_it_does_not_use_as_the_log_doe
     """The keys of a message the agent does not use itself (a provider's "name",
     "reasoning", a field of another program) are kept by the log's erase in every line
     it leaves or scrubs: the agent's memory keeps them too, as a new process reads
-    them."""
+    them. So is what the log's erase does not look for: the arguments of an erased
+    tool call, which a later message quotes, are no text of the erased message."""
     play(lesson, sessions, TURN_A)
     extra = [{"role": "user", "content": "Ask the smith.", "name": "ann"},
              {"role": "assistant", "content": "The smith waves.",
               "reasoning": "The smith is friendly.", "x_trace": {"id": 7, "w": 1.0}}]
+    arguments = '{"at": "the smith\'s forge"}'
+    calls = [{"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "call_look", "type": "function",
+                  "function": {"name": "look", "arguments": arguments}}]},
+             {"role": "tool", "tool_call_id": "call_look",
+              "content": f"Looked with {arguments}: the forge glows."}]
     with open(sessions / "quest-1.jsonl", "ab") as file:
-        file.write(b"".join(json.dumps(m).encode() + b"\n" for m in extra))
+        file.write(b"".join(json.dumps(m).encode() + b"\n" for m in extra + calls))
     play(lesson, sessions, TURN_SECRET)
     agent, _, log = open_agent(lesson, sessions)
     with log:
-        agent.erase(4)      # the SECRET
+        agent.erase(6)      # the SECRET
     found = resume(lesson, sessions)
     assert found[2:4] == extra, (
-        "the log's erase of message 4 should leave messages 2 and 3 with every key "
+        "the log's erase of message 6 should leave messages 2 and 3 with every key "
         f"they had ({extra}); a new process reads {found[2:4]}")
     assert agent.messages == found, (
-        "after erase(4) the agent's memory should hold what the log holds, the keys "
+        "after erase(6) the agent's memory should hold what the log holds, the keys "
         "it does not use itself included: a new process reads "
         f"{found[2:4]} as messages 2 and 3, the agent holds {agent.messages[2:4]}")
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        agent.erase(4)      # the call: its text is none, its arguments no text of it
+    found = resume(lesson, sessions)
+    assert agent.messages == found, (
+        "after erase(4), a tool call whose arguments the tool's result (message 5) "
+        "quotes, the agent's memory should hold what the log holds: the log's erase "
+        "looks for the texts of the erased message (its content: here none), not for "
+        f"its arguments, and a new process reads message 5 as {found[5]!r}; the agent "
+        f"holds {agent.messages[5]!r}")
 
 
 @pytest.mark.task("09.4")
@@ -4322,6 +4344,43 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
         f"{'still there' if away.exists() else 'gone'}. A name another took away "
         "meanwhile, at whatever step, is no error: it removes nothing and says so "
         "(False), and no collection raises for what another did")
+    # The claimed blob went (another collection) and a writer stored the same bytes
+    # anew: the name reaches the writer's file. Just as discard_claimed() gives that
+    # file the name back, a second writer finds the name free and fills it first.
+    content = b"nobody's, then a writer's " * 2000
+    path, fd = claimed_old_blob(lesson, sessions, content)
+    os.unlink(path)                 # another collection removed the claimed blob
+    path.write_bytes(content)       # a writer stored the same bytes anew
+    filled = []
+
+    def filling(real):
+        def call(source, target, *args, **kwargs):
+            if (not isinstance(target, int) and Path(target).name == path.name
+                    and not os.path.lexists(path) and not filled):
+                filled.append(True)     # a second writer, just then
+                with open(path, "xb") as file:
+                    file.write(content)
+            return real(source, target, *args, **kwargs)
+        return call
+
+    with monkeypatch.context() as patch:
+        for name in ("rename", "replace", "link"):
+            patch.setattr(os, name, filling(getattr(os, name)))
+        try:
+            answer = lesson.discard_claimed(path, fd)
+        except OSError as error:
+            answer = error
+        finally:
+            os.close(fd)
+    held = path.read_bytes() if path.is_file() else None
+    assert not isinstance(answer, BaseException) and not answer and held == content, (
+        "the claimed blob had gone (another collection) and a writer had stored the "
+        "same bytes anew under its name; as discard_claimed() gave the writer's file "
+        "the name back, a second writer filled the free name first. discard_claimed() "
+        f"answered {answer!r}, and the name "
+        f"{'reaches the same bytes' if held == content else 'reaches no such blob'}. "
+        "It should answer False and raise nothing (no collection raises for what "
+        "another did meanwhile), the name reaching the writers' bytes")
 
 
 @pytest.mark.task("09.5")
