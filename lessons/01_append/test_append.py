@@ -581,7 +581,8 @@ def takes(lesson, session_id):
 def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
     """The refusal quotes the id it refused and says what a valid one looks like (the
     characters allowed: letters, digits, '.', '_', '-'; 128 at most; the names kept
-    for Windows devices, each; and how an id may start and end, where the rule says),
+    for Windows devices, each, and that they are kept out in small letters or before a
+    dot, where they are; and how an id may start and end, where the rule says),
     so the caller can fix it: every refusal states the rule, whatever the id's trouble
     (a path, too long, empty, a sign first, a space, a device's name)."""
     with raises(ValueError, "check_session_id('../x') accepted a path") as refused:
@@ -625,6 +626,19 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         f"{' and no '.join(unnumbered)}: which ports are kept out is part of the rule "
         "(COM10 passes, COM1 does not), and the error should name each by its number, "
         f"so that the caller need not guess; it says: {said}")
+    # Kept out in small letters, or before a '.': the names alone do not tell it
+    for kept, alike, how, ways in [
+            ("con", "cone", "in small letters", ("case", "lower", "small")),
+            ("CON.quest", "CONE.quest", "before a '.'",
+             ("before", "extension", "follow", "suffix", "dot", "ending", "con.",
+              "nul.", "aux.", "prn."))]:
+        if not takes(lesson, kept) and takes(lesson, alike) and not any(
+                way in words for way in ways):
+            pytest.fail(
+                f"the check refuses {kept!r} and takes {alike!r}: it keeps "
+                f"the device names out {how} too, which is part of its rule, but the "
+                "error names them only as they are (CON, NUL, ...), and the caller "
+                f"refused for {kept!r} cannot tell why; it says: {said}", pytrace=False)
     for other, why in [("x" * 129, "too long"), ("", "empty"), ("-rf", "starts "
                        "with '-'"), ("quest 1", "holds a space"), ("CON", "a device")]:
         with raises(lesson.InvalidSessionId, f"check_session_id({other!r}) returned "
@@ -710,7 +724,9 @@ def test_the_refusal_quotes_an_id_whose_trouble_lies_past_its_start(
 @pytest.mark.task("01.1")
 def test_the_refusal_of_a_huge_id_stays_short(lesson):
     """An id of a megabyte (a request's body passed for an id) is refused in a message
-    that quotes only its start: the message goes into logs and onto screens."""
+    that quotes only its start: the message goes into logs and onto screens. So is a
+    body that is no text, as a web framework hands it over: a megabyte of bytes, or
+    the list a JSON body holds."""
     bad_id = "quest-" + "x" * 1_000_000
     with raises(lesson.InvalidSessionId, "check_session_id accepted an id of a "
                 "million characters, far past the limit of 128") as refused:
@@ -721,6 +737,17 @@ def test_the_refusal_of_a_huge_id_stays_short(lesson):
         "characters long: it should quote the id's start (its first 30 characters at "
         "least), enough to recognise it, and not all of it, so that the message stays "
         f"one a person can read; it begins {said[:200]!r}")
+    for body, what in [(bad_id.encode(), "bytes"), (["quest-1"] * 100_000, "a list")]:
+        with raises(lesson.InvalidSessionId, f"check_session_id accepted {what} of "
+                    "a megabyte for an id, which is no text") as refused:
+            lesson.check_session_id(body)
+        said = str(refused.value)
+        assert len(said) < 2_000 and "quest-" in said, (
+            f"the refusal of {what} of a megabyte passed for an id (a request's body, "
+            f"as a web framework hands it over) is {len(said):,} characters long: "
+            "it should quote the start of what came (as Python shows it), enough to "
+            "recognise it, and not all of it, whatever its type; it begins "
+            f"{said[:200]!r}")
 
 
 @pytest.mark.task("01.1")
@@ -774,15 +801,16 @@ class FsyncRecorder:
         return sync
 
 
-def fail_syncs(monkeypatch, fails, ctrl_c=False):
-    """Make os.fsync and os.fdatasync raise EIO (or KeyboardInterrupt, the user's
-    Ctrl-C, with `ctrl_c`) on each descriptor `fails(fd)` picks."""
+def fail_syncs(monkeypatch, fails, ctrl_c=False, code=errno.EIO):
+    """Make os.fsync and os.fdatasync raise EIO, or the error number `code` (or
+    KeyboardInterrupt, the user's Ctrl-C, with `ctrl_c`) on each descriptor
+    `fails(fd)` picks."""
     for name in ("fsync", "fdatasync"):
         def sync(fd, real=getattr(os, name)):
             if fails(fd):
                 if ctrl_c:
                     raise KeyboardInterrupt
-                raise OSError(errno.EIO, "input/output error (simulated)")
+                raise OSError(code, f"{os.strerror(code)} (simulated)")
             return real(fd)
         monkeypatch.setattr(os, name, sync)
 
@@ -2136,28 +2164,36 @@ def test_after_an_fsync_that_failed_the_writer_refuses_to_go_on(lesson, sessions
                                                                 monkeypatch):
     """In durable mode the fsync fails with EIO after the line was written: the line
     may or may not reach the disk, so append raises and the writer stops (the retry
-    would write the message a second time)."""
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append({"role": "user", "content": "first"})
-    failures = []
+    would write the message a second time). So it does when the fsync reports a full
+    disk (ENOSPC), as a file system that allots space only when it syncs (NFS, say)
+    does: the write had returned, and the line is in the file all the same."""
+    for session, code in [("quest-1", errno.EIO), ("quest-2", errno.ENOSPC)]:
+        name = errno.errorcode[code]
+        with lesson.SessionLog(sessions, session) as log:
+            log.append({"role": "user", "content": "first"})
+        failures = []
 
-    def first_sync_fails(fd):
-        failures.append(fd)
-        return len(failures) == 1
+        def first_sync_fails(fd):
+            failures.append(fd)
+            return len(failures) == 1
 
-    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
-        fail_syncs(monkeypatch, first_sync_fails)
-        with raises(OSError, "the fsync failed with EIO, and append returned as if "
-                    "the line were safe on the disk"):
-            log.append({"role": "user", "content": "second"})
-        with raises(lesson.WriterStopped,
-                    "after an fsync that failed (EIO), the retry of the same "
-                    "message was written again, where WriterStopped was expected"):
-            log.append({"role": "user", "content": "second"})
-        monkeypatch.undo()
-    contents = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
-    assert contents == ["first", "second"], (
-        f"the message should be in the log once: {contents}")
+        with lesson.SessionLog(sessions, session, durable=True) as log:
+            fail_syncs(monkeypatch, first_sync_fails, code=code)
+            with raises(OSError, f"the fsync failed with {name}, and append returned "
+                        "as if the line were safe on the disk"):
+                log.append({"role": "user", "content": "second"})
+            with raises(lesson.WriterStopped,
+                        f"after an fsync that failed ({name}), the retry of the same "
+                        "message was written again, where WriterStopped was expected"
+                        + (" (a full disk reported by the sync comes after the write "
+                           "returned: the line is in the file)"
+                           if code == errno.ENOSPC else "")):
+                log.append({"role": "user", "content": "second"})
+            monkeypatch.undo()
+        contents = [m["content"] for m in lines_of(sessions / f"{session}.jsonl")]
+        assert contents == ["first", "second"], (
+            f"after an fsync that failed with {name}, the message should be in the "
+            f"log once: {contents}")
 
 
 def the_retry_is_refused(lesson, log, message, moment):
