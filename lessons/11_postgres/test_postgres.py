@@ -2538,17 +2538,20 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
 def test_a_repair_that_loses_round_after_round_still_opens_the_session(
     lesson, database, monkeypatch
 ):
-    """The host running quest-1's four calls stores a real result each time the opener
-    has read the session and sends its repair marker to the server: three rounds lost
-    in a row. The opener opens the session all the same, answering only the call
-    still open, and its next message lands right after the rows."""
+    """The host running quest-1's many calls (a turn that bought a whole kit) stores a
+    real result each time the opener has read the session and sends its repair marker
+    to the server: round after round lost, twenty in a row. The opener opens the
+    session all the same, however many rounds it loses (each is a row someone else
+    stored), answering only the call still open, and its next message lands right
+    after the rows."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         assert log.load() == [], "a new database should hold no session"
-    calls = [("call_a", "torch"), ("call_b", "rope"), ("call_c", "map"),
-             ("call_d", "lantern")]
-    put_rows(database, "quest-1", [{"role": "user", "content": "Buy four things."},
+    calls = [(f"call_{number:02d}", f"thing {number}") for number in range(21)]
+    ids = [call_id for call_id, _ in calls]
+    put_rows(database, "quest-1", [{"role": "user", "content": "Buy the whole kit."},
                                    call_message(*calls)])
-    still_running = [call_id for call_id, _ in calls[:3]]
+    still_running = ids[:-1]
+    lost = len(still_running)
     other_host = psycopg.connect(database, autocommit=True)
     other_host.execute("SET lock_timeout = '5s'")   # never waits on the opener for ever
 
@@ -2575,11 +2578,12 @@ def test_a_repair_that_loses_round_after_round_still_opens_the_session(
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - said in words
-        pytest.fail("each time the opener read quest-1 and sent its repair, the other "
-                    "host had stored a real result first, three rounds in a row: the "
-                    "opener should decide again from the rows each time (each round "
-                    "lost is a row someone stored) and open the session; it raised "
-                    f"{type(error).__name__}: {error}", pytrace=False)
+        pytest.fail(f"each time the opener read quest-1 and sent its repair, the other "
+                    f"host had stored a real result first, {lost - len(still_running)} "
+                    "rounds in a row: the opener should decide again from the rows "
+                    "each time, as often as it takes (each round lost is a row someone "
+                    f"stored), and open the session; it raised {type(error).__name__}: "
+                    f"{error}", pytrace=False)
     finally:
         monkeypatch.undo()
         other_host.close()
@@ -2587,24 +2591,25 @@ def test_a_repair_that_loses_round_after_round_still_opens_the_session(
         "the test's other host stores a real result as the opener's repair marker "
         "goes to the server; the opener never sent one for "
         f"{still_running}, although those calls were open when it read the session")
-    assert isinstance(history, list) and [
-            m.get("tool_call_id") for m in history if m.get("role") == "tool"] == [
-            "call_a", "call_b", "call_c", "call_d"], (
-        "after three rounds lost, open_for_append should return the session as the "
-        "rows hold it, with call_a, call_b and call_c's real results and call_d's "
+    answered = [m.get("tool_call_id") for m in history if m.get("role") == "tool"] \
+        if isinstance(history, list) else None
+    assert answered == ids, (
+        f"after {lost} rounds lost, open_for_append should return the session as the "
+        f"rows hold it, with the real results of {ids[0]} to {ids[-2]} and {ids[-1]}'s "
         f"repair; it returned {history!r}")
     stored = rows(database)
     counted, markers = answers(stored)
     said = [json.loads(line).get("$marker") or json.loads(line).get("tool_call_id")
             or json.loads(line).get("content") for _, line, _ in stored][2:]
-    assert counted == dict.fromkeys(("call_a", "call_b", "call_c", "call_d"), 1) and [
-            m.get("interrupted") for m in markers] == [["call_d"]] and said == [
-            "call_a", "call_b", "call_c", "repair", "call_d", "Then to the cave."] \
-            and [seq for seq, _, _ in stored] == list(range(8)), (
-        "three real results landed while the opener was deciding, one a round: then "
-        "one repair marker naming call_d, call_d's result, and the opener's message "
-        f"should follow, seq 2 to 7; found {said} at seqs "
-        f"{[seq for seq, _, _ in stored]}, results {counted}")
+    expected = ids[:-1] + ["repair", ids[-1], "Then to the cave."]
+    assert counted == dict.fromkeys(ids, 1) and [
+            m.get("interrupted") for m in markers] == [[ids[-1]]] and said == expected \
+            and [seq for seq, _, _ in stored] == list(range(len(expected) + 2)), (
+        f"{lost} real results landed while the opener was deciding, one a round: then "
+        f"one repair marker naming {ids[-1]}, its result, and the opener's message "
+        f"should follow, seq {lost + 2} to {lost + 4}; found {said[lost:]} after the "
+        f"real results, at seqs {[seq for seq, _, _ in stored][2:]}, results "
+        f"{counted}")
 
 
 def until_blocked_by(database, blocker, waiter):
