@@ -1196,7 +1196,9 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
 def test_a_compaction_of_a_session_with_no_log_creates_nothing(lesson, sessions):
     """SessionLog.compact() on a session that has no log yet: no message is there for a
     summary to stand for. It is refused with ValueError naming the session, and the
-    folder stays as it was: no log holding only a marker, no lock file."""
+    folder stays as it was: no log holding only a marker, no lock file. A log removed
+    behind its writer's back is not a session with no log: the compaction raises the
+    `OSError` every write of that writer raises, naming the log, and writes nothing."""
     for keep in (0, 1):
         with lesson.SessionLog(sessions, "quest-1") as log:
             with raises(ValueError, f"compact(keep={keep}) of session quest-1, which "
@@ -1208,6 +1210,22 @@ def test_a_compaction_of_a_session_with_no_log_creates_nothing(lesson, sessions)
             f"compact(keep={keep}) of a session with no log was refused, as it should "
             f"be, but it left {left} in the sessions folder, which was empty: a "
             "refused compaction creates nothing, not a log, not a lock file")
+
+    path = sessions / "quest-2.jsonl"
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        for n in range(2):
+            log.append({"role": "user", "content": f"message {n}"})
+        os.remove(path)     # the writer's own file, removed
+        with raises(OSError, (
+                "the writer's log was removed behind its back; its compact() should "
+                "raise the OSError every write of that writer raises, naming the log, "
+                "where it returned"), re.escape(path.name), unmatched=(
+                "The error should name the log, as the writer's own error does, not "
+                "call the session one with no log yet.")):
+            log.compact("two messages", keep=0)
+    assert not path.exists(), (
+        "the compaction of a writer whose log was removed should write nothing, and "
+        f"leave no file at its name; {path.name} now holds {path.read_bytes()!r}")
 
 
 @pytest.mark.task("08.1")
