@@ -1089,6 +1089,7 @@ def test_a_torn_last_line_is_cut_off_and_reported(resume, sessions):
         '{"role": "user", "content": "caf'.encode() + "é".encode()[:1],
         b'[1, 2, 3]',
         b'{"content": "no role"}',
+        line(A_FINISHED_DAY[0])[:-1] + b"\x00" * 100,
     ],
     ids=[
         "zero bytes",
@@ -1096,6 +1097,7 @@ def test_a_torn_last_line_is_cut_off_and_reported(resume, sessions):
         "half a character",
         "JSON, not an object",
         "an object that is no message",
+        "a whole message, then zero bytes where its newline was",
     ],
 )
 def test_zero_bytes_or_garbage_at_the_tail_count_as_torn(resume, sessions, tail):
@@ -1295,6 +1297,54 @@ def test_damage_before_the_tail_is_never_taken_for_a_torn_tail(
         f"the damage is on line 2; CorruptLog says line {damaged.value.line}"
     )
     assert snapshot(sessions) == before, "a damaged log must be left exactly as it is"
+
+
+def joined(*entries, end=b""):
+    """The entries' JSON, one after another with `end` after each and no newline."""
+    return b"".join(line(entry)[:-1] + end for entry in entries)
+
+
+@pytest.mark.key
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("whole, tail, number", [
+    (A_FINISHED_DAY[:2], joined(*A_FINISHED_DAY[2:]), 3),
+    ([], joined(*A_FINISHED_DAY, end=b"\r"), 1),
+    (A_FINISHED_DAY[:3], joined(A_FINISHED_DAY[3]) + b" and so on", 4),
+], ids=["two messages joined", "lines ended by a carriage return",
+        "a message, then text"])
+def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
+    lesson, resume, sessions, whole, tail, number
+):
+    """A crash cuts one write short, and every line is written with its newline: what
+    it leaves after the last newline is the start of one line. A whole message with
+    more after it (two messages joined, lines ended by a bare carriage return, as
+    another program may write them) is no such start: cut as torn, it would take whole
+    messages with it. It is damage, named by its line, and the log is left as it is."""
+    path = write_log(sessions, whole, tail=tail)
+    before = snapshot(sessions)
+    offset = len(path.read_bytes()) - len(tail)
+    try:
+        state = lesson.parse_log(path.read_bytes(), path)
+    except lesson.CorruptLog as error:
+        where = (error.line, error.offset)
+        if where != (number, offset):
+            fail_in("04.1", f"the log's bytes after its last newline "
+                    f"({tail[:50]!r}...) hold a whole message and more: CorruptLog "
+                    f"should name line {number} at byte offset {offset}; it names "
+                    f"line {where[0]} at byte offset {where[1]}")
+    else:
+        fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}...) "
+                "hold a whole message with more after it, which no crash leaves (a "
+                "line is written with its newline): parse_log should raise CorruptLog "
+                f"naming line {number}, but read {len(state.entries)} line(s) and "
+                f"took {len(tail)} bytes for a torn line, which a repair would cut")
+    with raises(lesson.CorruptLog, f"line {number} holds a whole message with more "
+                "after it, and the session was resumed anyway: a repair that cuts it "
+                "as a torn line loses whole messages"):
+        resume()
+    if snapshot(sessions) != before:
+        fail_in("04.3", "a damaged log must be left exactly as it is: the takeover "
+                "changed it before CorruptLog was raised")
 
 
 # --- loading only reads ---------------------------------------------------------------

@@ -11,6 +11,7 @@ lines (undo, compaction, side-chain pointers) shape what the log shows.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,30 @@ class CorruptLog(ValueError):
         self.line = line        # 1 for the first line
         # Bytes from the start of the file to the start of that line
         self.offset = offset
+
+
+# What CorruptLog says of a tail that more_than_a_torn_line() judges
+WHOLE_LINE_AND_MORE = ("it holds a whole JSON value with more after it, which no crash "
+                       "leaves (a line is written with its newline)")
+
+
+def more_than_a_torn_line(tail: bytes) -> bool:
+    """Do these bytes after a log's last newline, which are no entry, hold more than a
+    crash can leave there?
+
+    A crash cuts one write short, and every line is written with its newline, so what
+    it leaves after the last newline is the start of one line: never a whole JSON value
+    with more after it (two lines joined, lines that a bare carriage return ends, as
+    another program may write them). Cut as torn, those would take whole messages with
+    them. Zero bytes after a whole value are no more: a file system may allocate a
+    block that the crash kept it from writing.
+    """
+    text = tail.decode("utf-8", "replace").lstrip(" \t\r")
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return False        # no whole value: the start of a line, cut short
+    return bool(text[end:].strip(" \t\r\x00"))
 
 
 @dataclass
@@ -125,6 +150,9 @@ def parse_log(data: bytes, path: Path) -> LogState:
         try:
             entries.append(parse_line(tail))
         except ValueError:
+            if more_than_a_torn_line(tail):
+                raise CorruptLog(path, len(lines) + 1, offset,
+                                 WHOLE_LINE_AND_MORE) from None
             return LogState(entries, end=offset, size=len(data))    # torn: not an entry
         return LogState(entries, end=len(data), size=len(data), newline_missing=True)
     return LogState(entries, end=offset, size=len(data))

@@ -11,6 +11,7 @@ lines (undo, compaction, side-chain pointers) shape what the log shows.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,30 @@ class CorruptLog(ValueError):
         self.line = line        # 1 for the first line
         # Bytes from the start of the file to the start of that line
         self.offset = offset
+
+
+# What CorruptLog says of a tail that more_than_a_torn_line() judges
+WHOLE_LINE_AND_MORE = ("it holds a whole JSON value with more after it, which no crash "
+                       "leaves (a line is written with its newline)")
+
+
+def more_than_a_torn_line(tail: bytes) -> bool:
+    """Do these bytes after a log's last newline, which are no entry, hold more than a
+    crash can leave there?
+
+    A crash cuts one write short, and every line is written with its newline, so what
+    it leaves after the last newline is the start of one line: never a whole JSON value
+    with more after it (two lines joined, lines that a bare carriage return ends, as
+    another program may write them). Cut as torn, those would take whole messages with
+    them. Zero bytes after a whole value are no more: a file system may allocate a
+    block that the crash kept it from writing.
+    """
+    text = tail.decode("utf-8", "replace").lstrip(" \t\r")
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return False        # no whole value: the start of a line, cut short
+    return bool(text[end:].strip(" \t\r\x00"))
 
 
 @dataclass(frozen=True)
@@ -324,6 +349,9 @@ def parse_log(data: bytes, path: Path) -> LogState:
         try:
             entry = parse_line(tail)
         except ValueError:
+            if more_than_a_torn_line(tail):
+                raise CorruptLog(path, data.count(b"\n") + 1, end,
+                                 WHOLE_LINE_AND_MORE) from None
             return state        # torn: not an entry
         entries.append(entry)
         numbers.append(data.count(b"\n") + 1)
