@@ -4241,6 +4241,21 @@ def test_collect_names_the_blobs_it_removed_in_name_order(lesson, sessions):
         f"{abbreviated(removed, 8)}")
 
 
+def discard_meanwhile(lesson, monkeypatch, path, fd, wrapper, names, caught):
+    """discard_claimed(path, fd) while each of os's `names` runs through `wrapper`
+    (another process's step, a failing disk): its answer, or the `caught` error it
+    raised. The claim's descriptor is closed either way."""
+    with monkeypatch.context() as patch:
+        for name in names:
+            patch.setattr(os, name, wrapper(getattr(os, name)))
+        try:
+            return lesson.discard_claimed(path, fd)
+        except caught as error:
+            return error
+        finally:
+            os.close(fd)
+
+
 def claimed_old_blob(lesson, sessions, content):
     """A blob of `content`, two days old, that no log refers to, claimed by this test
     with claim_blob(): (its path, the claim's descriptor)."""
@@ -4299,16 +4314,9 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
             return real(source, *args, **kwargs)
         return call
 
-    with monkeypatch.context() as patch:
-        for name in ("unlink", "remove", "rename", "replace"):
-            patch.setattr(os, name, failing(getattr(os, name)))
-        try:
-            answer = lesson.discard_claimed(path, fd)
-        except OSError:
-            answer = "raised"   # the caller heard it
-        finally:
-            os.close(fd)
-    assert not failed or answer == "raised", (
+    answer = discard_meanwhile(lesson, monkeypatch, path, fd, failing,
+                               ("unlink", "remove", "rename", "replace"), OSError)
+    assert not failed or isinstance(answer, OSError), (
         "the disk failed (an I/O error) as discard_claimed() removed a claimed blob "
         f"whose name still reached it, and it answered {answer!r}: a blob another "
         "collection took away is no disk's failure; the error should reach the "
@@ -4328,15 +4336,9 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
         return call
 
     real_rename = os.rename
-    with monkeypatch.context() as patch:
-        for name in ("unlink", "remove", "rename", "replace", "link"):
-            patch.setattr(os, name, taking(getattr(os, name)))
-        try:
-            late = lesson.discard_claimed(path, fd)
-        except FileNotFoundError as error:
-            late = error
-        finally:
-            os.close(fd)
+    late = discard_meanwhile(lesson, monkeypatch, path, fd, taking,
+                             ("unlink", "remove", "rename", "replace", "link"),
+                             FileNotFoundError)
     assert not isinstance(late, BaseException) and not late and away.exists(), (
         "another collection took the blob's name away just as discard_claimed() took "
         f"it (its rename, link or removal of the name found nothing): it answered "
@@ -4363,15 +4365,8 @@ def test_discard_claimed_answers_whether_it_removed_the_blob(
             return real(source, target, *args, **kwargs)
         return call
 
-    with monkeypatch.context() as patch:
-        for name in ("rename", "replace", "link"):
-            patch.setattr(os, name, filling(getattr(os, name)))
-        try:
-            answer = lesson.discard_claimed(path, fd)
-        except OSError as error:
-            answer = error
-        finally:
-            os.close(fd)
+    answer = discard_meanwhile(lesson, monkeypatch, path, fd, filling,
+                               ("rename", "replace", "link"), OSError)
     held = path.read_bytes() if path.is_file() else None
     assert not isinstance(answer, BaseException) and not answer and held == content, (
         "the claimed blob had gone (another collection) and a writer had stored the "
