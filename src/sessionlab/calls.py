@@ -40,6 +40,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, NamedTuple
 
+from . import syntax
+
 ALL = "all"
 
 # Audit events of a new process whose calls are out of this process's sight (a
@@ -226,7 +228,7 @@ def functions_around(source: str, lines: list[int]) -> Called | None:
     """The functions (file-less: first line only) whose bodies hold the edited `lines`
     of a module, each with every function around it; None when a line lies outside
     every function body, where every test sees it."""
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     found: set[int] = set()
     for line in lines:
         around = [node for node in ast.walk(tree)

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import course
+from . import course, syntax
 
 BEGIN = re.compile(r"\s*# BEGIN (?P<task>\d\d\.\d+)\s*$")
 
@@ -82,7 +82,7 @@ def _comprehension_names(function: ast.AST) -> set[str]:
 def presumed(text: str, fence: Fence) -> list[str]:
     """The names the fence makes that given code after it, in the same function,
     reads: what the starter presumes of the student's design."""
-    tree = ast.parse(text)
+    tree = syntax.parse(text)
     function = enclosing_function(tree, fence)
     if function is None:
         return []
@@ -105,7 +105,7 @@ def _body_without_docstring(function: ast.FunctionDef) -> list[ast.stmt]:
 def given_around(text: str, fence: Fence) -> list[int]:
     """Lines of code in the fence's function that the fence does not hold (given code
     before or after it): [] when the student writes the whole body."""
-    tree = ast.parse(text)
+    tree = syntax.parse(text)
     function = enclosing_function(tree, fence)
     if function is None:
         return [fence.begin]
@@ -116,7 +116,7 @@ def given_around(text: str, fence: Fence) -> list[int]:
 def private_reaches(path: Path, task: str) -> list[str]:
     """`test: ._name` for every private attribute that a test marked with `task`
     reaches on something other than its own `self` or a module it imports."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
     # `os._exit` is the standard library's, not a name of the student's design
     modules = {alias.asname or alias.name for node in tree.body
                if isinstance(node, ast.Import) for alias in node.names}

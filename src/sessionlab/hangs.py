@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from . import syntax
 from .course import is_lesson_module
 
 # Far above anything a correct solution needs: the slowest lesson tests (real processes
@@ -82,7 +83,7 @@ def _calls_in(statement: str) -> list[str]:
     """Called names in a line of source, outermost first (`fcntl.flock(fd, ...)` ->
     fcntl.flock)."""
     try:
-        tree = ast.parse(statement.strip())
+        tree = syntax.parse(statement.strip())
     except SyntaxError:
         return []
     return [

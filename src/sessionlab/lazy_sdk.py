@@ -33,6 +33,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from . import syntax
+
 # The generated trees. The rest of the SDK (the client, the HTTP layer, the models' base
 # class) is imported as it is.
 LAZY_TREES = ("openai.types", "openai.resources")
@@ -45,7 +47,7 @@ def reexports(source: str) -> tuple[Reexports, list[str] | None] | None:
     """What an `__init__.py` re-exports, and its `__all__`; None if it does anything else."""
     names: Reexports = {}
     declared_all: list[str] | None = None
-    for node in ast.parse(source).body:
+    for node in syntax.parse(source).body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue                                        # the docstring
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":

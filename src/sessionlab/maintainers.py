@@ -42,7 +42,7 @@ from concurrent.futures import as_completed, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace as edited
 from pathlib import Path
 
-from . import course, designs, snapshots, starters
+from . import course, designs, snapshots, starters, syntax
 from .calls import ALL, Record, tests_for_edit
 from .cli.runner import child_env, run_process
 from .cli.ui import one_line_errors
@@ -84,7 +84,7 @@ def undocumented_tests(lesson: course.Lesson) -> list[str]:
     docstring)."""
     missing = []
     for path in sorted(lesson.folder.glob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
         missing += [node.name for node in tree.body if isinstance(node, ast.FunctionDef)
                     and node.name.startswith("test_") and not ast.get_docstring(node)]
     return missing
@@ -94,7 +94,7 @@ def test_marks(lesson: course.Lesson) -> dict[str, list[str]]:
     """test name -> task ids, read from the lesson's test files without importing them."""
     marks: dict[str, list[str]] = {}
     for path in sorted(lesson.folder.glob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 marks[node.name] = [
@@ -640,7 +640,7 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
     known: dict[str, str] = {}
     for name, source in files.items():
         try:
-            tree = ast.parse(source)
+            tree = syntax.parse(source)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -659,7 +659,7 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
             if name != module:
                 known[bound] = f"from .{Path(name).stem} import {bound}"
     try:
-        tree = ast.parse(text)
+        tree = syntax.parse(text)
     except SyntaxError:
         return ""
     have = _top_level_names(tree) | set(dir(builtins))

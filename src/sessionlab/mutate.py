@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import course, starters
+from . import course, starters, syntax
 from .cli.ui import one_line_errors
 
 MUTANT_TEST_TIMEOUT = (
@@ -159,7 +159,7 @@ def _expr(node: ast.AST, new: ast.AST, kind: str) -> Edit:
 
 
 def _copy(node: ast.AST) -> ast.AST:
-    return ast.parse(ast.unparse(node), mode="eval").body
+    return syntax.parse(ast.unparse(node), mode="eval").body
 
 
 def edits(tree: ast.AST) -> Iterator[tuple[ast.AST, Edit]]:
@@ -313,7 +313,7 @@ def mutants(solution: str, module: str = course.MODULE) -> list[Mutant]:
     """Every compilable mutant of the fenced code of `solution` (the text of one
     module), each a distinct program."""
     fenced = fenced_lines(solution)
-    tree = ast.parse(solution)
+    tree = syntax.parse(solution)
     lines = solution.splitlines(keepends=True)
     for node in ast.walk(tree):  # how each int literal is written, for off-by-one edits
         if isinstance(node, ast.Constant) and type(node.value) is int:

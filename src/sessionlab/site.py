@@ -43,7 +43,7 @@ from markdown import Markdown
 from markdown.extensions import Extension
 from markdown.preprocessors import Preprocessor
 
-from sessionlab import course
+from sessionlab import course, syntax
 from sessionlab.maintainers import test_marks
 from sessionlab.starters import generated_file, strip_markers
 
@@ -152,7 +152,7 @@ def expand(markdown: str, root: Path, source: str = "<page>") -> str:
 
 
 def _arguments(text: str) -> tuple[list[Any], dict[str, Any]]:
-    call = ast.parse(f"f({text})", mode="eval").body
+    call = syntax.parse(f"f({text})", mode="eval").body
     assert isinstance(call, ast.Call)
     args = [ast.literal_eval(arg) for arg in call.args]
     kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
@@ -613,7 +613,7 @@ def prose_lines(text: str) -> set[int]:
     found = {i for i, line in enumerate(lines) if not line.strip()
              or (line.strip().startswith("#") and not PLACEHOLDER.match(line))}
     try:
-        tree = ast.parse(text)
+        tree = syntax.parse(text)
     except SyntaxError:
         return found
     for node in ast.walk(tree):
@@ -658,7 +658,7 @@ def _indent(text: str) -> str:
 def section(text: str, name: str, path: str = "<file>") -> tuple[str, int]:
     """The source of one function, class or method (`Agent.run`) and its first line number."""
     try:
-        tree = ast.parse(text)
+        tree = syntax.parse(text)
     except SyntaxError as error:
         raise IncludeError(f"{path}: cannot be parsed ({error})") from None
     scope: list[ast.stmt] = tree.body
@@ -706,7 +706,7 @@ def lesson_tests(folder: Path) -> list[LessonTest]:
     tasks = test_marks(course.load_lesson(folder.parent.parent, folder.name))
     found: list[LessonTest] = []
     for path in sorted(folder.glob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 found.append(LessonTest(node.name, tuple(tasks.get(node.name, ())), _is_key(node), _checks(node)))

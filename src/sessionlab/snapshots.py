@@ -30,6 +30,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import syntax
 from .course import MODULE_ORDER, CourseError, Lesson, module_rank
 
 SOURCE = "course"          # the folder of the hand-kept source, at the course root
@@ -127,7 +128,7 @@ def prune_imports(text: str, shown: str) -> str:
     """`text` with every imported name its code does not use taken out of the imports
     at the top of the module (a statement left with none goes)."""
     try:
-        tree = ast.parse(text)
+        tree = syntax.parse(text)
     except SyntaxError as error:
         raise CourseError(f"{shown}: the generated module does not parse, line "
                           f"{error.lineno}: {error.msg}") from None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .course import Lesson, MODULE, CourseError, lesson_modules, lessons, load_lesson
+from . import syntax
 from .snapshots import without_header
 
 # Course code is read on the site, whose content column fits about 88 characters, and
@@ -78,7 +79,7 @@ def starter_raises(source: str) -> dict[str, int]:
     does not count; a module that does not parse is read as text (its tests cannot run,
     and the lesson's state is then "error" anyway)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError):
         found = re.findall(r"raise\s+NotImplementedError\(\s*[\"']" + NOT_WRITTEN.pattern, source)
         return {task: found.count(task) for task in set(found)}
