@@ -472,7 +472,9 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
         lesson, town, arguments, kind, words):
     """Arguments that are valid JSON but not an object (a list, a number, a string)
     cannot be keyword arguments: they become an error result too, which says what the
-    model sent, since the stored call will not show it."""
+    model sent, since the stored call will not show it. So do an empty list, 0 or
+    false sent as the arguments themselves: falsy, but sent, and no object (only None
+    or "" means a call without arguments), so a tool that takes nothing does not run."""
     result = lesson.run_tool(
         town,
         {
@@ -493,6 +495,22 @@ def test_arguments_that_are_json_but_not_an_object_become_an_error_result(
         f"the arguments were {kind} of JSON ({arguments}), and the error result is "
         f"{result!r}, the very result the arguments true (a boolean) get: it does "
         "not say what the model sent, only what it might have sent")
+    # Falsy, but sent: no object either, whatever run_tool takes for "no arguments"
+    ran = []
+
+    def look():
+        ran.append("look")
+        return "the square is empty"
+
+    for sent in ([], 0, False):
+        what = (f"the arguments were {sent!r}, sent as they are, to a tool that takes "
+                "nothing: JSON that is no object (only None or \"\" means no "
+                "arguments)")
+        result = run_call(lesson, FewTools(look=look), tool_call("look", sent), what)
+        assert not ran and str(result).startswith("error:"), (
+            f"{what}: the tool should not run, and the result should be an error "
+            f"saying what was sent; the tool ran {len(ran)} times and the result is "
+            f"{result!r} (run_tool runs only what read_arguments reads)")
 
 
 class ShopClosed(Exception):

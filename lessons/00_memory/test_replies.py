@@ -948,7 +948,8 @@ def test_content_of_an_unknown_shape_is_never_stored_as_python_prints_it(lesson)
     """Content of a shape no server documents (a lone text part, not in a list) is
     stored as text: its part's text, or empty text, never Python's printout of the
     part (braces and quotes the model never wrote, sent back with every request). So
-    is a text part whose text is no string: no crash, and no printout."""
+    is a text part whose text is no string, and a list whose items are no parts (a
+    bare string, null, a number): no crash, and no printout."""
     part = {"type": "text", "text": "The shop is open."}
     message = lesson.normalize_reply({"role": "assistant", "content": part}, [])
 
@@ -959,17 +960,23 @@ def test_content_of_an_unknown_shape_is_never_stored_as_python_prints_it(lesson)
         f"empty text, never Python's printout of it; it was stored as {content!r}")
     nested = [{"type": "text", "text": [{"type": "text", "text": "The shop "}]},
               {"type": "text", "text": "is open."}]
-    try:
-        message = lesson.normalize_reply({"role": "assistant", "content": nested}, [])
-    except Exception as error:
-        pytest.fail(f"the reply's content came as parts, {nested}, the first a text "
-                    "part whose text is no string but a list (as a thinking part nests "
-                    f"its own); normalize_reply raised {described(error)}, and the "
-                    "turn dies on it with the reply unrecorded: content of a shape no "
-                    "server documents is stored as text, never a crash", pytrace=False)
-    content = message.get("content")
-    assert isinstance(content, str) and "{" not in content and "[" not in content, (
-        f"the reply's content came as parts, {nested}, the first a text part whose "
-        "text is no string; the stored content should be text (the text of the "
-        "parts whose text is text, or empty text), never Python's printout of a "
-        f"part; it was stored as {content!r}")
+    bare = ["The shop ", None, 7, {"type": "text", "text": "is open."}]
+    for parts, kind in ((nested, "the first a text part whose text is no string but "
+                                 "a list (as a thinking part nests its own)"),
+                        (bare, "among them a bare string, null and a number, no "
+                               "parts of any shape a server documents")):
+        try:
+            message = lesson.normalize_reply({"role": "assistant", "content": parts},
+                                             [])
+        except Exception as error:
+            pytest.fail(f"the reply's content came as parts, {parts}, {kind}; "
+                        f"normalize_reply raised {described(error)}, and the turn "
+                        "dies on it with the reply unrecorded: content of a shape no "
+                        "server documents is stored as text, never a crash",
+                        pytrace=False)
+        content = message.get("content")
+        assert (isinstance(content, str) and "{" not in content and "[" not in content
+                and "None" not in content), (
+            f"the reply's content came as parts, {parts}, {kind}; the stored content "
+            "should be text (the text of the parts whose text is text, or empty text), "
+            f"never Python's printout of a part; it was stored as {content!r}")
