@@ -260,6 +260,9 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     assert list(sessions.iterdir()) == [], (
         "loading a session that has no log created "
         f"{sorted(p.name for p in sessions.iterdir())}: loading only ever reads")
+    # The empty history is the caller's own too: an agent records its messages into it
+    if isinstance(loaded, list):
+        loaded.append({"role": "user", "content": "Said on the first new session."})
 
     folder = sessions / "not-made-yet"
     with lesson.SessionLog(folder, "never-played") as log:
@@ -267,9 +270,12 @@ def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
                       "yet, and its load should return [] (a conversation not started)")
     made = "now exists" if folder.exists() else "is not made"
     assert loaded == [] and not folder.exists(), (
-        "session 'never-played' lives in a folder not made yet; its load returned "
-        f"{loaded!r} and the folder {made}: a conversation not started loads as [], "
-        "and loading creates nothing, not even its folder (the first append makes it)")
+        "session 'never-played' lives in a folder not made yet (and the caller of an "
+        "earlier load of another session not started added a message, in memory, to "
+        f"the empty list it got); its load returned {loaded!r} and the folder {made}: "
+        "a conversation not started loads as a new [] of its own, never a list an "
+        "earlier caller holds, and loading creates nothing, not even its folder (the "
+        "first append makes it)")
 
 
 @pytest.mark.task("02.1")

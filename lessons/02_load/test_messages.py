@@ -398,9 +398,9 @@ def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
 @pytest.mark.task("02.1")
 def test_a_message_another_program_wrote_in_its_own_spacing_loads(lesson, sessions):
     """A line is a message by its JSON value, whoever wrote it: another program's
-    spaces, its keys in another order, a number written with an exponent, all load as
-    the message they hold."""
-    lines = [b'{"role":"user","content":"Ask the elder."}',
+    spaces (before the value too, on the first line as on any), its keys in another
+    order, a number written with an exponent, all load as the message they hold."""
+    lines = [b' \t{"role":"user","content":"Ask the elder."}',
              b'{ "content" : "The elder sleeps." , "role" : "assistant" }',
              b'{"role": "user", "content": "Count the gold.", "gold": 1e2}']
     (sessions / "quest-1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
@@ -414,8 +414,9 @@ def test_a_message_another_program_wrote_in_its_own_spacing_loads(lesson, sessio
             pytest.fail(f"the log holds three messages another program wrote, "
                         f"{[line.decode() for line in lines]}, and load() raised "
                         f"{type(error).__name__}: {error}. Each line is a message: "
-                        "its JSON value is what counts, not the spaces, the order of "
-                        "its keys or how a number is written", pytrace=False)
+                        "its JSON value is what counts, not the spaces (blanks before "
+                        "the value included), the order of its keys or how a number is "
+                        "written", pytrace=False)
     assert loaded == expected, (
         f"the log holds three messages another program wrote; load() returned "
         f"{loaded!r}, where {expected!r} was expected")
