@@ -315,21 +315,28 @@ ODD_CALL_IDS = [
     "функции.купить_фонарь_и_веревку_у_старосты:0",
     # Past 64 KiB, a buffer's size: two call ids that differ only after it
     "z" * 70000, "z" * 70000 + "!"]
+# A character beyond U+FFFF and the two lone surrogates UTF-16 writes it with: two call
+# ids (JSON and UTF-16 spell them alike). Kept out of what another process is sent as
+# JSON, which reads the two surrogates back as the one character.
+PAIRED = ["\U0001f600", "\ud83d\ude00", "call_\U0001f600", "call_\ud83d\ude00"]
 
 
 @pytest.mark.key
 @pytest.mark.task("10.1")
 def test_call_ids_a_session_id_cannot_hold_get_distinct_safe_names(lesson):
     """Call ids with ':', '/' or a space, empty, too long, with a NUL or a lone
-    surrogate, or shaped like a digest or another call's name: each gets a name that
-    passes the session-id check, and no two calls share one (their helpers would write
-    one log), not even when a server sends as a call id the name another call id got."""
+    surrogate (or two that UTF-16 would pair into one character beyond U+FFFF, which
+    is another call id), or shaped like a digest or another call's name: each gets a
+    name that passes the session-id check, and no two calls share one (their helpers
+    would write one log), not even when a server sends as a call id the name another
+    call id got."""
     names = {}
-    given = [named(lesson, call_id) for call_id in ODD_CALL_IDS]
+    odd = ODD_CALL_IDS + PAIRED
+    given = [named(lesson, call_id) for call_id in odd]
     # A server may send, as a call id, the very name another call id was given
-    again_sent = [name for call_id, name in zip(ODD_CALL_IDS, given)
+    again_sent = [name for call_id, name in zip(odd, given)
                   if isinstance(name, str) and name != call_id]
-    for call_id in dict.fromkeys(ODD_CALL_IDS + again_sent):
+    for call_id in dict.fromkeys(odd + again_sent):
         name = named(lesson, call_id)
         assert isinstance(name, str), (
             f"sidechain_id({shown(call_id)}) should return the side-chain's name, a "
@@ -1479,9 +1486,18 @@ def test_the_helper_is_asked_the_question_exactly_as_the_model_sent_it(lesson,
 @pytest.mark.task("10.3")
 def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
     """The helper's first request carries its own system prompt and its question
-    alone (not the parent's prompt or history), offers no ask_helper, and what it buys
-    is bought in the parent's town."""
+    alone (not the parent's prompt, history or summary: the parent's log was compacted
+    before, as lesson 08 does), offers no ask_helper, and what it buys is bought in the
+    parent's town."""
     town = HelperTown()
+    # An earlier exchange the parent's log holds summarised: the parent's requests
+    # carry the summary, and a helper carries nothing of it
+    earlier = [{"role": "user", "content": "Greet the elder."},
+               {"role": "assistant", "content": "The elder greets you back."},
+               {"$marker": "compaction", "summary": "The elder was greeted.",
+                "upto": 2, "at": "2026-01-01T00:00:00+00:00"}]
+    (sessions / "quest-1.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in earlier), encoding="utf-8")
     turn = ("Ask a helper to buy a torch.",
             [use(call("ask_helper", question="Buy a torch.")),
              use(call("buy", item="torch")), say("Bought a torch."), say("Done.")])
@@ -1493,7 +1509,8 @@ def test_the_helper_has_its_own_history_and_the_same_world(lesson, sessions):
              if m.get("role") == "user"]
     assert users == ["Buy a torch."], (
         "the helper starts with a history of its own: its first request should carry "
-        f"its question only, it carried the user messages {users}")
+        "its question only, nothing of the parent's (whose log holds an earlier "
+        f"exchange, summarised); it carried the user messages {users}")
     offered = [t["function"]["name"] for t in helper_request.get("tools") or []]
     assert sorted(offered) == ["buy", "talk_to"], (
         "the helper should be offered the parent's tools but ask_helper (a helper "
