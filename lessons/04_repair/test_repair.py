@@ -222,6 +222,9 @@ KEYED_LOG = b"".join(line(entry) for entry in KEYED)
 # carriage return and the newline. Nothing of the message was lost.
 CRLF_MESSAGE = {"role": "user", "content": "Written on Windows."}
 CRLF_TAIL = b'{"role": "user", "content": "Written on Windows."}\r'
+# The same program's line, cut short by a crash: a carriage return between its tokens,
+# and braces in its text (code the user pasted). Still only the start of one line
+TORN_SPACED = b'{"role": "user",\r "content": "if (x) {}{ y(); }'
 # name: (the log's bytes, its whole entries, where they end, newline_missing)
 LOGS = {
     "a whole log": (WHOLE, A_FINISHED_DAY, len(WHOLE), False),
@@ -261,6 +264,8 @@ LOGS = {
     "a whole last message ended by a carriage return, its newline missing": (
         WHOLE + CRLF_TAIL, [*A_FINISHED_DAY, CRLF_MESSAGE], len(WHOLE + CRLF_TAIL),
         True),
+    "half a line with a carriage return between its tokens and braces in its text": (
+        WHOLE + TORN_SPACED, A_FINISHED_DAY, len(WHOLE), False),
 }
 
 
@@ -290,7 +295,11 @@ def test_parse_log_keeps_every_whole_line_and_ends_where_they_end(lesson, sessio
                "whole line is a message in JSON.",
                "a marker of a kind this lesson never writes": " A marker of any kind "
                "is an entry, as parse_line says: this lesson writes only repair "
-               "markers, but a log may hold others, and they are kept, not refused."
+               "markers, but a log may hold others, and they are kept, not refused.",
+               "half a line with a carriage return between its tokens and braces in "
+               "its text": " The tail holds no whole JSON value: it is the start of "
+               "one line a crash cut short, whatever characters it holds (a carriage "
+               "return between tokens, '}{' in a text), and it is torn, not damage."
                }.get(case, "")
         pytest.fail(f"parse_log refused {case} as damage, but only a whole line that "
                     f"is no entry is damage.{why} (CorruptLog said line "
@@ -332,6 +341,9 @@ DAMAGE = {
     "content that is an object": b'{"role": "user", "content": {"text": "x"}}',
     "an escaped lone surrogate": b'{"role": "user", "content": "\\ud800"}',
     "a number too large for a float": b'{"role": "user", "content": "x", "n": 1e999}',
+    # An editor's byte-order mark: parse_line refuses it, wherever it stands
+    "a byte-order mark before the message":
+        b'\xef\xbb\xbf{"role": "user", "content": "x"}',
 }
 FIRST = line(A_FINISHED_DAY[0])
 REST = b"".join(line(entry) for entry in A_FINISHED_DAY[1:])
@@ -479,6 +491,8 @@ AGAIN = [A_FINISHED_DAY[0],
 # Ids are compared whole: "call_1" is not answered by the result of "call_10"
 PREFIXED = [tool_call("call_1", "buy", item="lantern"),
             tool_call("call_10", "buy", item="rope")]
+CASED = [tool_call("call_aB", "buy", item="lantern"),
+         tool_call("call_Ab", "buy", item="rope")]
 # Many calls in one reply: a crash before the last result
 ARROWS = [tool_call(f"call_{number}", "buy", item="arrow") for number in range(12)]
 # name: (the conversation, the calls left open at its end)
@@ -518,6 +532,10 @@ CONVERSATIONS = {
         [ASK, {**BUY_THREE, "content": "Three purchases, then."}, result("call_a")],
         buy("call_z", "call_m")),
     "an id used again in a later turn": (AGAIN, AGAIN[-1]["tool_calls"]),
+    # Ids are compared exactly: a server's base62 ids may differ only in case
+    "ids that differ only in case": (
+        [ASK, {"role": "assistant", "content": None, "tool_calls": CASED},
+         result("call_Ab")], CASED[:1]),
     "an id that begins another's": (
         [ASK, {"role": "assistant", "content": None, "tool_calls": PREFIXED},
          result("call_10")], PREFIXED[:1]),
@@ -1310,16 +1328,20 @@ def joined(*entries, end=b""):
     (A_FINISHED_DAY[:2], joined(*A_FINISHED_DAY[2:]), 3),
     ([], joined(*A_FINISHED_DAY, end=b"\r"), 1),
     (A_FINISHED_DAY[:3], joined(A_FINISHED_DAY[3]) + b" and so on", 4),
+    ([], b"\r" + joined(*A_FINISHED_DAY, end=b"\r"), 1),
+    (A_FINISHED_DAY[:3], b'["a note"]' + joined(A_FINISHED_DAY[3]), 4),
 ], ids=["two messages joined", "lines ended by a carriage return",
-        "a message, then text"])
+        "a message, then text", "lines ended by a carriage return, the first empty",
+        "a value that is no object, then a message"])
 def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
     lesson, resume, sessions, whole, tail, number
 ):
     """A crash cuts one write short, and every line is written with its newline: what
-    it leaves after the last newline is the start of one line. A whole message with
+    it leaves after the last newline is the start of one line. A whole JSON value with
     more after it (two messages joined, lines ended by a bare carriage return, as
-    another program may write them) is no such start: cut as torn, it would take whole
-    messages with it. It is damage, named by its line, and the log is left as it is."""
+    another program may write them, whatever the tail's first byte) is no such start:
+    cut as torn, it would take whole messages with it. It is damage, named by its line,
+    and the log is left as it is."""
     path = write_log(sessions, whole, tail=tail)
     before = snapshot(sessions)
     offset = len(path.read_bytes()) - len(tail)
@@ -1329,16 +1351,16 @@ def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
         where = (error.line, error.offset)
         if where != (number, offset):
             fail_in("04.1", f"the log's bytes after its last newline "
-                    f"({tail[:50]!r}...) hold a whole message and more: CorruptLog "
+                    f"({tail[:50]!r}...) hold a whole JSON value and more: CorruptLog "
                     f"should name line {number} at byte offset {offset}; it names "
                     f"line {where[0]} at byte offset {where[1]}")
     else:
         fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}...) "
-                "hold a whole message with more after it, which no crash leaves (a "
+                "hold a whole JSON value with more after it, which no crash leaves (a "
                 "line is written with its newline): parse_log should raise CorruptLog "
                 f"naming line {number}, but read {len(state.entries)} line(s) and "
                 f"took {len(tail)} bytes for a torn line, which a repair would cut")
-    with raises(lesson.CorruptLog, f"line {number} holds a whole message with more "
+    with raises(lesson.CorruptLog, f"line {number} holds a whole JSON value with more "
                 "after it, and the session was resumed anyway: a repair that cuts it "
                 "as a torn line loses whole messages"):
         resume()
@@ -1469,7 +1491,8 @@ def answered_as_known(lesson, calls, answers, stopped, first=1):
     """Fail in words unless, of the calls whose run `stopped` in call number `first`
     (0 for the first), the `answers` to that call and those after it say that it may
     have run and that each later one never started."""
-    places = ("first", "second", "third", "fourth")
+    places = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh",
+              "eighth", "ninth", "tenth", "eleventh", "twelfth")
     expected = [("may have run", lesson.interrupted_result(calls[first]))] + [
         ("never started", lesson.unstarted_result(later))
         for later in calls[first + 1:]]
@@ -1737,11 +1760,19 @@ def test_a_torn_tail_after_open_calls_is_told_by_one_marker(resume, sessions,
 
 
 @pytest.mark.task("04.4")
-def test_an_agent_without_a_log_goes_on_after_ctrl_c_in_a_tool_call(lesson, town):
+@pytest.mark.parametrize("talks", [1, 10], ids=["the second of three calls",
+                                                "the eleventh of twelve calls"])
+def test_an_agent_without_a_log_goes_on_after_ctrl_c_in_a_tool_call(lesson, town,
+                                                                     talks):
     """An agent that keeps no log, stopped by Ctrl-C inside the second of three calls,
-    goes on as one with a log does: each open call answered once, saying what is known
-    of it, and the next request accepted."""
-    model = elder_torch_and_rope()
+    or the eleventh of twelve (one reply may make many calls: the message that made
+    them then lies far back), goes on as one with a log does: each open call answered
+    once, saying what is known of it, and the next request accepted."""
+    where = f"the {'second of three' if talks == 1 else 'eleventh of twelve'} calls"
+    talk = [call("talk_to", npc="elder")] + [
+        call("talk_to", npc=f"villager {number}") for number in range(1, talks)]
+    model = ScriptedModel([use(*talk, call("buy", item="torch"),
+                               call("buy", item="rope")), say("Where were we?")])
     agent = lesson.Agent(model.client(), model=model.model,
                          tools=interrupted_in_buy(town))
     with pytest.raises(KeyboardInterrupt):
@@ -1749,17 +1780,19 @@ def test_an_agent_without_a_log_goes_on_after_ctrl_c_in_a_tool_call(lesson, town
     try:
         agent.run("Go on.")
     except openai.BadRequestError as error:
-        pytest.fail("an agent without a log, stopped inside its second tool call, "
-                    f"sent the calls left open without results: {error.message} "
-                    "(task 04.4: an agent without a log goes on as one with a log)",
-                    pytrace=False)
+        pytest.fail(f"an agent without a log, stopped inside {where}, sent the calls "
+                    f"left open without results: {error.message} (task 04.4: an "
+                    "agent without a log goes on as one with a log, and every call "
+                    "the stopped run left open is answered, however many calls the "
+                    "reply made)", pytrace=False)
     roles = [message.get("role") for message in agent.messages]
-    expected = ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+    expected = ["user", "assistant", *["tool"] * (talks + 2), "user", "assistant"]
     assert roles == expected, (
-        "the calls, their three results, then the next message; the agent holds "
-        f"{roles}")
-    answered_as_known(lesson, agent.messages[1]["tool_calls"], agent.messages[3:5],
-                      "Ctrl-C inside the second of three calls, with no log")
+        f"the calls, their {talks + 2} results, then the next message; the agent "
+        f"holds {roles}")
+    answered_as_known(lesson, agent.messages[1]["tool_calls"],
+                      agent.messages[2 + talks:4 + talks],
+                      f"Ctrl-C inside {where}, with no log", first=talks)
 
 
 def a_disk_that_fills_up_in_a_purchase(town, path, monkeypatch):
