@@ -1021,15 +1021,24 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
     """On a machine so busy that each try of the lock takes 0.2 s, a writer with
     timeout=0.4 still gives up about when its timeout has passed (at its next try): the
     timeout counts the time that went by, tries included, not the sleeps between
-    them."""
+    them. And on one so busy that the writer is held up between any two looks at the
+    clock (each finds 0.6 s more gone than the last), a writer with timeout=1 is still
+    refused with SessionBusy once its timeout has passed, never with an error of its
+    own arithmetic: the time left, as one look found it, may be gone by the next."""
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
-    real_flock = lesson.fcntl.flock
+    real_flock, real_monotonic = lesson.fcntl.flock, time.monotonic
     slow, timeout = 0.2, 0.4
 
     def flock(fd, operation):
         time.sleep(slow)    # a busy machine: the call comes back late
         return real_flock(fd, operation)
+
+    looks = []
+
+    def monotonic():
+        looks.append(None)  # held up before each look: 0.6 s more gone every time
+        return real_monotonic() + 0.6 * len(looks)
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
     started = time.monotonic()
@@ -1040,9 +1049,29 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
             with lesson.SessionLog(sessions, "quest-1", timeout=timeout) as log:
                 log.append({"role": "user", "content": "Me too."})
         waited = time.monotonic() - started
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        monkeypatch.setattr(time, "monotonic", monotonic)
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=1) as log:
+                log.append({"role": "user", "content": "Me too."})
+            leapt = "it appended, while this process held quest-1"
+        except lesson.SessionBusy:
+            leapt = ""
+        except Exception as error:  # noqa: BLE001 - said below, in words
+            leapt = f"it raised {described(error)}"
+        finally:
+            monkeypatch.setattr(time, "monotonic", real_monotonic)
     finally:
         monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        monkeypatch.setattr(time, "monotonic", real_monotonic)
         holder.close()
+    assert not leapt, (
+        "on a machine so busy that a writer with timeout=1 was held up before each "
+        "look at the clock (each look found 0.6 s more gone than the one before), the "
+        "writer, refused while this process held quest-1, should have been refused "
+        f"with SessionBusy once its timeout had passed; {leapt}. Look at the clock "
+        "once for each decision: the time left that one look found may be gone by "
+        "the next (a sleep handed a negative number raises ValueError)")
     assert waited < 1.2, (
         f"a writer with timeout={timeout}, each of whose tries of the lock took {slow} "
         f"s (a busy machine), was refused only after {waited:.2f} s: past its timeout "
@@ -2961,16 +2990,26 @@ def test_closing_after_the_lock_file_was_removed_by_hand_raises_nothing(
 
 
 @pytest.mark.task("05.2")
+@pytest.mark.task("05.1")
 def test_a_lock_on_descriptor_0_is_let_go_too(lesson, sessions):
     """A daemon, or a program started with its standard input closed (`<&-`), has no
     descriptor 0, and the next file it opens gets that number, its lock file too:
-    descriptor 0 is a descriptor like any other, and close() lets go of it and removes
-    the lock file (in a child process, which may close its own standard input)."""
+    descriptor 0 is a descriptor like any other, a writer takes the session on it, and
+    close() lets go of it and removes the lock file (in a child process, which may
+    close its own standard input)."""
     def work():
         with contextlib.suppress(OSError):
             os.close(0)
-        with lesson.SessionLog(sessions, "quest-1") as log:
+        log = lesson.SessionLog(sessions, "quest-1")
+        try:
             log.append(FIRST)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                log.close()
+            return {"took": described(error)}
+        with log:
             held = 0 in descriptors_open()
             zero = os.path.realpath("/proc/self/fd/0") if held else ""
         left = (sessions / "quest-1.lock").exists()
@@ -2983,6 +3022,12 @@ def test_a_lock_on_descriptor_0_is_let_go_too(lesson, sessions):
         return {"zero": zero, "left": left, "again": again}
 
     result = unless_unfinished(in_child(work))
+    if "took" in result:
+        fail_in("05.1", "in a process started with its standard input closed, so that "
+                "the lock file's open got descriptor 0, the first writer of quest-1 "
+                f"could not take the session: {result['took']}. 0 is a descriptor "
+                "like any other: a lock granted on it is the writer's, kept in "
+                "self._lock_fd; test a descriptor for None, not for a false value")
     assert "raised" not in result, (
         f"a writer in a process with no descriptor 0 raised {result.get('raised')}: "
         f"{result.get('message')}")
