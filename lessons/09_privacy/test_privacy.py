@@ -616,41 +616,48 @@ def test_a_file_of_the_session_gone_while_the_delete_runs_is_no_error(
     lesson, sessions, monkeypatch
 ):
     """Another program (a person cleaning the folder by hand) removes the session's
-    files while the delete runs, just as it removes its first one: a file already gone
-    is not an error, and the delete answers True with nothing of the session left."""
+    files while the delete runs, just as it removes its first one: the others, or that
+    very one, a moment before the delete does. A file already gone is not an error:
+    the delete answers True and goes on, with nothing of the session left."""
     play(lesson, sessions, TURN_SECRET)
-    lesson.fork(sessions, "quest-1", "quest-1b")
-    (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_text("a copy")
     real = {name: getattr(os, name) for name in ("unlink", "remove")}
-    gone = []
+    for which in ("the others", "that very one"):
+        lesson.fork(sessions, "quest-1", "quest-1b")
+        (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_text("a copy")
+        gone = []
 
-    def removing_the_others_first(name):
-        def remove(path, *args, **kwargs):
-            base = Path(path).name
-            if not gone and "quest-1b" in base and not base.endswith(".lock"):
-                gone.extend(sorted(p.name for p in sessions.iterdir()
-                                   if "quest-1b" in p.name and p.name != base
-                                   and not p.name.endswith(".lock")))
-                for other in gone:
-                    real["unlink"](sessions / other)
-            return real[name](path, *args, **kwargs)
-        return remove
+        def removing_first(name):
+            def remove(path, *args, **kwargs):
+                base = Path(path).name
+                if not gone and "quest-1b" in base and not base.endswith(".lock"):
+                    gone.extend(sorted(
+                        p.name for p in sessions.iterdir()
+                        if "quest-1b" in p.name and not p.name.endswith(".lock")
+                        and (p.name == base) == (which == "that very one")))
+                    for other in gone:
+                        real["unlink"](sessions / other)
+                return real[name](path, *args, **kwargs)
+            return remove
 
-    for name in real:
-        monkeypatch.setattr(os, name, removing_the_others_first(name))
-    try:
-        found = lesson.delete_session(sessions, "quest-1b")
-    except FileNotFoundError as error:
-        pytest.fail(f"another program removed {gone} while delete_session was "
-                    f"removing quest-1b's files, and the delete raised {error!r}: a "
-                    "file already gone is what the delete wanted, not an error",
-                    pytrace=False)
-    monkeypatch.undo()
-    assert gone, "the test's own set-up: the delete removed none of quest-1b's files"
-    assert found is True and not [p for p in sessions.iterdir()
-                                  if "quest-1b" in p.name], (
-        f"the delete should answer True and leave nothing of quest-1b; it returned "
-        f"{found!r}, and the folder holds {sorted(p.name for p in sessions.iterdir())}")
+        for name in real:
+            monkeypatch.setattr(os, name, removing_first(name))
+        try:
+            found = lesson.delete_session(sessions, "quest-1b")
+        except FileNotFoundError as error:
+            pytest.fail(f"another program removed {gone} while delete_session was "
+                        f"removing quest-1b's files, and the delete raised {error!r}: "
+                        "a file already gone is what the delete wanted, not an error",
+                        pytrace=False)
+        finally:
+            monkeypatch.undo()
+        assert gone, (
+            "the test's own set-up: the delete removed none of quest-1b's files")
+        left = sorted(p.name for p in sessions.iterdir() if "quest-1b" in p.name)
+        assert found is True and not left, (
+            f"another program removed {gone} ({which} of quest-1b's files, as the "
+            "delete came to its first file) a moment before the delete did: the "
+            f"delete should answer True and go on, leaving nothing of quest-1b; it "
+            f"returned {found!r}, and these files of quest-1b are left: {left}")
 
 
 @pytest.mark.task("09.1")
@@ -1885,9 +1892,9 @@ def test_expire_takes_a_session_id_with_dots_whole(lesson, sessions):
 
 @pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
-    """expire() only deletes sessions: a file whose name is no session id, or a link
-    or a folder planted in the folder (under a log's name or a meta file's), stays, is
-    not named, and the sessions after them are still expired."""
+    """expire() only deletes sessions: a file whose name is no session id, or a link,
+    a folder or a named pipe planted in the folder (under a log's name or a meta
+    file's), stays, is not named, and the sessions after them are still expired."""
     notes = sessions / "notes .jsonl"
     notes.write_text("not a session\n")
     album = sessions / "album.jsonl"    # a folder that took a log's name
@@ -1912,9 +1919,22 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     meta.write_text(json.dumps({"format": 1, "id": "planted"}))
     age(meta, 99)
     os.utime(sessions / "planted.jsonl", (0, 0), follow_symlinks=False)
+    # A named pipe (a FIFO) under a log's name, and one under a meta file's name with
+    # no log beside it: files, and no regular ones
+    pipe = sessions / "pipe.jsonl"
+    tube = sessions / "tube.meta.json"
+    for fifo in (pipe, tube):
+        os.mkfifo(fifo)
+        age(fifo, 99)
     play(lesson, sessions, TURN_A, session_id="quest-1")
     age(sessions / "quest-1.jsonl", 99)
     found = lesson.expire(sessions)
+    for fifo, what in ((pipe, "log"), (tube, "meta file")):
+        assert fifo.exists() and stat.S_ISFIFO(os.lstat(fifo).st_mode), (
+            f"someone made {fifo.name}, a named pipe (a FIFO), 99 days ago; expire() "
+            f"removed it (and returned {found}). A {what} is a regular file: anything "
+            f"else under a {what}'s name (a link, a folder, a pipe, a device) is no "
+            f"{what} of this store, and stays")
     assert (sessions / "planted.jsonl").is_symlink(), (
         "someone planted planted.jsonl, a link to a file that does not exist, beside "
         "an old planted.meta.json; expire() removed the link. A link under a log's "
@@ -2811,22 +2831,35 @@ def test_erasing_in_a_log_of_no_message_is_refused(lesson, sessions):
 def test_erase_keeps_every_line_of_a_log_of_hundreds_of_messages(lesson, sessions):
     """A log of 300 messages (over 100 KB) is read and rewritten whole: after the
     first message is erased, every other line is there, in its place, byte for
-    byte, and the erase marker after them."""
+    byte, and the erase marker after them. Whole also when the system writes fewer
+    bytes than asked at a time (POSIX allows it; a call moves at most 2 GiB on
+    Linux): what a write did not take is written next."""
     path = sessions / "quest-1.jsonl"
+    real_write = os.write
+
+    def write_in_halves(fd, data):
+        if len(data) > 1:
+            data = memoryview(data)[:len(data) // 2]
+        return real_write(fd, data)
+
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": SECRET})
         for number in range(1, 300):
             log.append({"role": "user" if number % 2 == 0 else "assistant",
                         "content": f"Day {number}: " + "the road goes on. " * 20})
         before = path.read_bytes().split(b"\n")
-        assert log.erase(0) is True
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "write", write_in_halves)
+            assert log.erase(0) is True
     after = path.read_bytes().split(b"\n")
     kept = sum(1 for old, new in zip(before[1:-1], after[1:]) if old == new)
     assert len(after) == len(before) + 1 and kept == 299, (
         f"the log held 300 messages ({sum(map(len, before))} bytes); after erasing "
         f"the first, it should hold them all and the erase marker, 301 lines, the 299 "
         f"others as they were; it holds {len(after) - 1} lines, of which {kept} are "
-        "the others as they were (was the log read with a buffer of fixed size?)")
+        "the others as they were (was the log read with a buffer of fixed size? Or "
+        "written with one write() call, though the system wrote half of what was "
+        "asked each time, as it may: the rest must be written too)")
     assert erase_marker(after[-2]), (
         "the erase marker should follow the other 299 messages, as the last line")
 
@@ -3042,7 +3075,8 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
     lesson, sessions, monkeypatch
 ):
     """If the rename cannot happen (here: it fails), the log is the old one, byte for
-    byte, no temporary copy is left, and the writer can go on appending."""
+    byte, no temporary copy is left, and the writer can go on appending. Nothing of
+    the failed erase counts as done: asked again, the same writer erases the message."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -3062,6 +3096,14 @@ def test_a_failed_erase_leaves_the_old_log_whole_and_no_copy_behind(
             "an erase whose rename failed changed the log: a crash at that moment "
             "leaves neither the old log nor the new one")
         log.append({"role": "user", "content": "Still here."})
+        again = log.erase(0)
+        held = "still holds" if b"Ilse" in path.read_bytes() else "no longer holds"
+        assert again is True and held == "no longer holds", (
+            "the erase of message 0 failed (its rename refused) and left the log as "
+            "it was; asked again by the same writer, the disk working now, the erase "
+            f"should take the words out of the log and return True; it returned "
+            f"{again!r}, and the log {held} them. A failed erase erased nothing: "
+            "only an erase marker in the log says that a message was erased")
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "a failed erase must leave no temporary copy of the log (it holds the words)")
     assert resume(lesson, sessions)[-1]["content"] == "Still here."
@@ -3542,6 +3584,30 @@ def test_the_agent_keeps_the_keys_of_its_messages_it_does_not_use_as_the_log_doe
 
 
 @pytest.mark.task("09.4")
+def test_words_said_again_after_an_erase_stay_in_memory_as_in_the_log(lesson, sessions):
+    """The user has a message erased, then says the same words again, on purpose, and
+    later erases another message. The log's second erase looks for that message's
+    texts only and keeps the words said again: so does the agent's memory, which
+    holds what a new process reads. An erase forgets what it was asked to, once."""
+    agent, _, log = open_agent(lesson, sessions, [
+        say("Noted."), say("Noted again."), say("The elder nods.")])
+    with log:
+        agent.run(SECRET)
+        agent.erase(0)
+        agent.run(f"Write it down after all: {SECRET}")
+        agent.run("Ask the elder about the cave.")
+        agent.erase(4)
+    found = resume(lesson, sessions)
+    assert agent.messages == found, (
+        f"the user erased message 0 ({SECRET!r}), then said the words again in "
+        "message 2, then erased message 4 ('Ask the elder about the cave.'): the log "
+        "keeps message 2 as it was said, and the agent's memory should too. A new "
+        f"process reads message 2 as {found[2]!r}; the agent holds "
+        f"{agent.messages[2]!r}. Each erase takes out the texts of the message it "
+        "erases, not those of every message erased before")
+
+
+@pytest.mark.task("09.4")
 def test_the_agent_forgets_even_when_the_log_cannot_be_erased_everywhere(
     lesson, sessions, monkeypatch
 ):
@@ -3576,9 +3642,12 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
 ):
     """The log's erase fails before its new log takes the log's name (the rename
     refused: an I/O error, or a Ctrl-C just then). The error reaches the caller, and
-    the agent forgets all the same: its next request sends the words nowhere."""
-    agent, model, log = open_agent(lesson, sessions,
-                                   [say(f"Noted: {SECRET}."), say("Yes.")])
+    the agent forgets all the same: its next request sends the words nowhere, lesson
+    08's summary of them included."""
+    model = ScriptedModel([say(f"Noted: {SECRET}."), say("The elder nods."),
+                           say("Yes.")],
+                          summarise=lambda body: f"The user said: {SECRET}.")
+    log = lesson.SessionLog(sessions, "quest-1")
     error = (KeyboardInterrupt() if failure == "a-ctrl-c"
              else OSError(5, "Input/output error (the test's)"))
     told = "a Ctrl-C" if failure == "a-ctrl-c" else "an I/O error"
@@ -3587,7 +3656,11 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
         raise error
 
     with log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=Town(),
+                             session=log)
         agent.run(SECRET)
+        agent.run("Thank the elder.")
+        assert agent.compact(), "the agent should compact the first turn by hand"
         for name in ("replace", "rename"):
             monkeypatch.setattr(os, name, refuse)
         try:
@@ -3600,8 +3673,9 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
         assert "Ilse" not in sent, (
             f"the log's erase was stopped ({told} as it renamed its new log) and the "
             "error reached the caller; then the next request still sent the words "
-            f"(the message, or the reply that repeated them): {sent[:300]}. Whatever "
-            "stopped the log's erase, a Ctrl-C included, the agent forgets")
+            "(the message, the reply that repeated them, or the summary of the "
+            f"compacted turn that quotes them): {sent[:300]}. Whatever stopped the "
+            "log's erase, a Ctrl-C included, the agent forgets, in its summary too")
         again = agent.erase(0)
     assert again == {"role": "user", "content": lesson.ERASED} and files_holding(
             sessions, "Ilse") == [], (
