@@ -2051,7 +2051,8 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     """A log name planted as a symbolic link is refused (OSError), and what it points
     to is left as it was: a file outside the sessions folder, another session's log
     in it, whose conversation a link would mix with this one's, or nothing at all (a
-    link to a name outside the folder, which no append may create)."""
+    link to a name outside the folder, which no append may create). The refusal
+    leaves the program's umask as it was, too."""
     sessions.mkdir(parents=True, exist_ok=True)
     pointed = (tmp_path / "outside.txt" if not target.startswith("another")
                else sessions / "quest-2.jsonl")
@@ -2060,12 +2061,21 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
         pointed.write_text(kept)
     (sessions / "quest-1.jsonl").symlink_to(pointed)
     log = lesson.SessionLog(sessions, "quest-1")
+    umask = os.umask(0o022)
+    os.umask(umask)
     try:
         with raises(OSError, f"the log's name was a symbolic link to {target}, and "
                     "append wrote through it: a log that is a link is refused"):
             log.append({"role": "user", "content": "hello"})
     finally:
         log.close()
+        left = os.umask(umask)      # and the umask is the test's again, whatever came
+    if left != umask:
+        fail_in("01.4", f"the log's name was a symbolic link to {target}; the append "
+                f"was refused, and left the program's umask at {oct(left)}, where it "
+                f"was {oct(umask)}: every file and folder the program creates after "
+                "would get other permissions than it asks for. A failed open leaves "
+                "the program's settings as it found them")
     if target.startswith("nothing"):
         assert not pointed.exists(), (
             f"the log's name was a symbolic link to {target}, and append created "
@@ -2379,7 +2389,8 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
     """After a write whose outcome is unknown (a durable line whose fsync failed with
     EIO: the line is in the file, maybe not on the disk), run() raises, and the same
     agent's next run() raises WriterStopped and writes nothing: the agent never opens
-    its session again by itself to write past the doubt."""
+    its session again by itself to write past the doubt. The error is the writer's
+    own, not one record makes of it, so that a caller catching WriterStopped sees it."""
     model.add(say("Hello."), say("Hello again."))
     failing = [True]        # the first sync of a file fails, then none
 
@@ -2418,6 +2429,15 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
     first, second = runs
     setting = ("durable mode; the fsync of the log's first line (the user's "
                "\"Hello?\") failed with EIO, after the line was written")
+    cause = None if second is None else second.__cause__ or second.__context__
+    if (after == held and agent.session is log and isinstance(first, OSError)
+            and not isinstance(second, lesson.WriterStopped)
+            and isinstance(cause, lesson.WriterStopped)):
+        fail_in("01.3", f"{setting}; run() raised it, and the same agent's next run() "
+                f"raised {described(second)}, made from the writer's WriterStopped: "
+                "a caller that catches WriterStopped, to open the session again, "
+                "misses it. Agent.record lets the log's errors reach the caller of "
+                "run() as they are")
     if not isinstance(first, OSError):
         got = "returned" if first is None else f"raised {described(first)}"
         fail_in("01.3", f"{setting}, and run() {got}, where the OSError should reach "
