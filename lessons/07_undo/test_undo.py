@@ -634,20 +634,27 @@ def test_undoing_pending_messages_writes_nothing(lesson, sessions):
 @pytest.mark.task("07.3")
 @pytest.mark.task("07.1")
 @pytest.mark.parametrize("notes", [
-    ["Actually, never mind."], [TURN_C[0]], ["First note.", "Second.", "Third."]],
-    ids=["a new note", "the last question said again", "three notes"])
+    ["Actually, never mind."], [TURN_C[0]], [None],
+    ["First note.", "Second.", "Third."]],
+    ids=["a new note", "the last question said again",
+         "the last question's own object recorded again", "three notes"])
 def test_an_undo_can_drop_pending_messages_and_mark_written_ones(lesson, sessions,
                                                                  notes):
     """An undo spanning pending and written messages drops the pending ones and marks
     only the written ones: the newest messages are the pending ones, even when a
-    pending note says what a written message said, and every one of them goes, even
-    when more notes wait than the written turn has messages."""
+    pending note says what a written message said, or is the very object the
+    conversation holds for it (a program may record one message object again), and
+    every one of them goes, even when more notes wait than the written turn has
+    messages."""
     turn_a, turn_c = play(lesson, sessions, TURN_A, TURN_C)
 
     agent, _, log = open_agent(lesson, sessions)
     with log:
         for note in notes:
-            agent.record({"role": "user", "content": note})
+            if note is None:    # the written question, the very dict held for it
+                agent.record(agent.messages[len(turn_a)])
+            else:
+                agent.record({"role": "user", "content": note})
         agent.undo(turns=1 + len(notes))
         agent.flush()
         assert agent.messages == turn_a, (
@@ -797,19 +804,25 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
 @pytest.mark.task("07.2")
 def test_undo_works_without_a_session(lesson):
     """Without a session, undo only changes the agent's memory (and nothing was ever
-    pending: there is nowhere to write it)."""
+    pending: there is nowhere to write it). Such an agent takes any message it is
+    given, one without a role too (a note pasted by hand): it is no user message, so it
+    starts no turn, and goes with the turn before it."""
     model = ScriptedModel(TURN_C[1] + TURN_D[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(TURN_C[0])
     first = list(agent.messages)
     agent.run(TURN_D[0])
+    agent.record({"content": "A note pasted without a role."})
 
     try:
         agent.undo()
-    except AttributeError as error:
-        pytest.fail(f"undo() of an agent without a session failed with AttributeError "
+    except (AttributeError, KeyError) as error:
+        pytest.fail(f"undo() of an agent without a session, whose last message is a "
+                    f"note without a role, failed with {type(error).__name__} "
                     f"({error}): such an agent has no log to take messages back from, "
-                    "and its undo changes its memory only", pytrace=False)
+                    "takes any message it is given, and its undo changes its memory "
+                    "only; a message without a role is no user message, and starts "
+                    "no turn", pytrace=False)
 
     assert agent.messages == first and agent.pending == [], (
         "without a session, undo only changes memory"
@@ -1808,8 +1821,10 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     made small here), and lesson 06's agent refused such a message at once. Writing
     later must not make that later. A large content the log stores apart, as a blob,
     leaves a short line: that message is accepted, as it always was, even when its
-    line is exactly as long as one write() can take; one whose other keys keep its
-    line too long, the blob's reference in it, is refused as append refuses it."""
+    line is exactly as long as one write() can take, and so is one of fewer letters
+    than the blob threshold whose UTF-8 bytes pass it (the threshold counts bytes); one
+    whose other keys keep its line too long, the blob's reference in it, is refused as
+    append refuses it."""
     turn_c, = play(lesson, sessions, TURN_C)
     # A blob's reference, with a preview that is not ASCII
     stored_apart = {"role": "user", "content": "é" * 5000}
@@ -1860,15 +1875,27 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                 "log")
         try:
             agent.record(stored_apart)
-            agent.run(TURN_D[0])
         except Exception as error:
             pytest.fail(f"a message of 5,000 accented letters was refused or could not "
                         f"be written ({type(error).__name__}: {error}); its content is "
                         f"stored as a blob, so its line, as the log's append writes it "
                         f"(UTF-8), is {limit} bytes, as many as one write() can take "
                         "here, and the log's append takes it", pytrace=False)
+        # 3,000 letters, fewer than the 4,096 of the blob threshold, yet 6,000 bytes
+        fewer = {"role": "user", "content": "é" * 3000}
+        try:
+            agent.record(fewer)
+            agent.run(TURN_D[0])
+        except Exception as error:
+            pytest.fail(f"a message of 3,000 accented letters was refused or could not "
+                        f"be written ({type(error).__name__}: {error}); its content is "
+                        "6,000 bytes of UTF-8, over the blob threshold of 4,096 bytes "
+                        "(which counts bytes, not letters), so the log stores it as a "
+                        f"blob and its line is shorter than the {limit} bytes one "
+                        "write() can take here: the log's append takes it",
+                        pytrace=False)
     assert model.requests[0]["messages"] == turn_c + [
-        stored_apart, {"role": "user", "content": TURN_D[0]}], (
+        stored_apart, fewer, {"role": "user", "content": TURN_D[0]}], (
         "the next request should carry the long message whose content became a blob, "
         "and not the one refused")
 
@@ -2378,7 +2405,8 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     the cut, and holds no word the source wrote after its k-th message. An undo
     marker the fork adds to take such a message back is a marker like any other,
     with the time it was written under "at"; a fork whose copied lines show exactly
-    the first k adds none, and holds the source's lines alone."""
+    the first k adds none, and holds the source's lines alone. A fork of 0 messages is
+    empty, also of such a log that shows none."""
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
             for n in range(5)]
     bookmark = {"$marker": "bookmark", "name": "the town gate"}
@@ -2410,6 +2438,23 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
                            "the time of the fork, as every marker has the time it "
                            "was written", "a marker the fork adds is a line of its "
                            "own, not one of the source's")
+
+    # Every message taken back, the first by a marker that reaches back past the
+    # second: the source shows none, and a fork of none is an empty fork
+    write_log(sessions, [said[0], said[1], undo_marker(0), undo_marker(1)], "quest-3")
+    try:
+        lesson.fork(sessions, "quest-3", "none-of-3", upto=0)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail_in("07.4", "the source holds messages 0 and 1, a marker taking back "
+                "message 0 (not the newest), then one taking back message 1: it shows "
+                f"none. fork(upto=0) should make an empty fork; it raised "
+                f"{type(error).__name__}: {error}")
+    held = (sessions / "none-of-3.jsonl").read_bytes()
+    assert held == b"", (
+        "fork(upto=0) of a source that shows no message should make an empty fork "
+        f"(0 is a count: no line of the source); its file holds {held!r}")
 
     # The message before the cut is taken back by a marker before it: nothing to add
     write_log(sessions, [*said[:3], undo_marker(1), *said[3:]], "quest-2")
