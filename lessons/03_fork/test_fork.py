@@ -2087,35 +2087,41 @@ def test_a_fork_of_zero_messages_is_empty(lesson, sessions, day_one, monkeypatch
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
-    """An id may hold dots (quest.day-1, quest.day-2): its files are the id and
-    their suffix, never the id cut at its last dot. quest.jsonl, another session,
-    stays as it was, and gets no meta file."""
+    """An id may hold dots (quest.day-1, quest.day-2), even what looks like a suffix
+    (quest.day-3.jsonl): its files are the whole id and their suffix, never the id cut
+    at a dot, nor a suffix taken off or replaced where its letters stand. quest.jsonl,
+    another session, stays as it was, and gets no meta file."""
     with lesson.SessionLog(sessions, "quest.day-1") as log:
         log.append({"role": "user", "content": "Day 1: ask the elder."})
     other = b'{"role": "user", "content": "Another quest."}\n'
     (sessions / "quest.jsonl").write_bytes(other)
     (sessions / "quest.jsonl").chmod(0o600)
     source = (sessions / "quest.day-1.jsonl").read_bytes()
-    before = snapshot(sessions)
     handed = handed_to_publishing(lesson, monkeypatch)
+    for new_id in ("quest.day-2", "quest.day-3.jsonl"):
+        before = snapshot(sessions)
+        handed.clear()
 
-    error = fork_or_fail(lesson, sessions, "quest.day-1", "quest.day-2")
+        error = fork_or_fail(lesson, sessions, "quest.day-1", new_id)
 
-    after = snapshot(sessions)
-    made = sorted(set(after) - set(before))
-    changed = sorted(name for name in before if after.get(name) != before[name])
-    right = after.get("quest.day-2.jsonl") == source and made == [
-        "quest.day-2.jsonl", "quest.day-2.meta.json"] and not changed
-    if error is None and right:
-        return
-    said = (f"a fork of quest.day-1 onto quest.day-2 (ids with a dot, as a quest's "
-            "days are named) should read quest.day-1.jsonl and make quest.day-2.jsonl "
-            "and quest.day-2.meta.json, leaving quest.jsonl, another session, as it "
-            "was; it " + ("returned" if error is None else f"raised {described(error)}")
-            + f", made {made or 'no file'}"
-            + (f" and changed {changed}" if changed else "")
-            + ": an id is the whole name before the suffix, never cut at its last dot")
-    fail_naming_the_task_at_fault(lesson, said, handed, "quest.day-2")
+        after = snapshot(sessions)
+        made = sorted(set(after) - set(before))
+        changed = sorted(name for name in before if after.get(name) != before[name])
+        right = after.get(f"{new_id}.jsonl") == source and made == [
+            f"{new_id}.jsonl", f"{new_id}.meta.json"] and not changed
+        if error is None and right:
+            continue
+        said = (f"a fork of quest.day-1 onto {new_id} (ids with a dot, as a quest's "
+                "days are named) should read quest.day-1.jsonl and make "
+                f"{new_id}.jsonl and {new_id}.meta.json, leaving quest.jsonl, another "
+                "session, as it was; it " + ("returned" if error is None else
+                                             f"raised {described(error)}")
+                + f", made {made or 'no file'}"
+                + (f" and changed {changed}" if changed else "")
+                + ": an id is the whole name before the suffix, never cut at a dot, "
+                "and each file's name is the whole id with its suffix added, whatever "
+                "letters the id ends in or holds")
+        fail_naming_the_task_at_fault(lesson, said, handed, new_id)
 
 
 @pytest.mark.task("03.1")
