@@ -684,6 +684,8 @@ def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
 @pytest.mark.parametrize("who, damage", [
     ("another writer", "cut short"),
     ("another writer", "same size, one word changed"),
+    # A check that reads only the ends (or the size, or a sample) takes it for stored
+    ("another writer", "same size, one word in its middle changed"),
     ("another writer", "grown by bytes appended"),
     ("the same writer", "cut short"),
     ("the same durable writer", "same size, one word changed"),
@@ -691,7 +693,8 @@ def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
 def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions,
                                                                   who, damage):
     """A blob whose bytes were damaged (cut short by a disk error, a word changed by a
-    bad copy, its size unchanged, bytes appended) holds the whole content again, and
+    bad copy, its size unchanged, at its start or in the middle of the megabyte, bytes
+    appended) holds the whole content again, and
     nothing more, once that content is stored again: by another writer, or appended
     again by the very writer that stored it (what it remembers storing is no proof of
     what the name holds now)."""
@@ -700,8 +703,11 @@ def test_storing_the_same_content_again_replaces_a_damaged_blob(lesson, sessions
 
     def damage_it():
         assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+        middle = len(data) // 2
         blob.write_bytes(data[:1000] if damage == "cut short"
                          else data + b"\n" if damage.startswith("grown")
+                         else data[:middle] + data[middle:].replace(b"cave", b"lake", 1)
+                         if "middle" in damage
                          else PASTE.replace("cave", "lake", 1).encode("utf-8"))
 
     if who == "another writer":
@@ -1137,17 +1143,32 @@ def count_syncs(monkeypatch):
 
 
 @pytest.mark.task("06.1")
+@pytest.mark.parametrize("size", ["a megabyte", "a few words"])
 def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, size
 ):
     """In durable mode the blob's bytes and the blobs/ folder are fsynced before
     store_blob returns, so before append writes the line that points to the blob: the
-    bytes before they get the blob's name, the folder once it holds that name."""
+    bytes before they get the blob's name, once the file holds every one of them (a
+    file object keeps a short blob in its buffer until it is flushed), the folder once
+    it holds that name."""
     events = []
-    data = PASTE.encode("utf-8")
+    data = (PASTE if size == "a megabyte" else "Day 1: the elder's map, by hand."
+            ).encode("utf-8")
     blob = sessions / "blobs" / sha256(data)
+    held = []       # (inode, bytes in the file) at each sync
+
+    def sized(real):
+        def sync(fd):
+            found = os.fstat(fd)
+            held.append((found.st_ino, found.st_size))
+            real(fd)
+        return sync
+
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         watch_syncs(monkeypatch, events, blob)
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, sized(getattr(os, name)))
         log.store_blob(data)
         monkeypatch.undo()
 
@@ -1170,6 +1191,13 @@ def test_durable_mode_syncs_the_blob_and_its_folder_before_the_line(
         "name: a power cut between the rename and that sync can leave part of the "
         "blob under its name, and a store is all or nothing; sync the bytes before "
         "the rename that names them")
+    seen = [found for ino, found in held if ino == blob.stat().st_ino]
+    if len(data) not in seen:
+        fail_in("06.1", f"in durable mode the blob of {size} ({len(data)} bytes) was "
+                f"synced while its file held {seen} bytes, never all of them: the "
+                "bytes written after the sync (a file object's buffer, flushed as it "
+                "closes) are not on the disk, and a power cut can leave the blob's "
+                "name on a file that is not whole. Sync once every byte is written")
 
 
 DAMAGES = {
@@ -2502,6 +2530,39 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
             f"{failed!r}: the system's OSError, or a BlobError saying the blob could "
             "not be read, was expected")
     assert snapshot(sessions) == before, "a refused load must change no file"
+
+
+@pytest.mark.task("06.2")
+def test_a_blob_read_a_few_bytes_at_a_time_loads_whole(lesson, sessions, monkeypatch):
+    """A read may return fewer bytes than asked (a network file system, a signal):
+    the blob is read whole however few bytes each read returns, and the model gets
+    the megabyte that was stored. A load that takes one read for the whole blob finds
+    part of it, and would refuse an intact blob as changed."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    real_read, real_pread = os.read, os.pread
+    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 65536)))
+    monkeypatch.setattr(os, "pread",
+                        lambda fd, n, offset: real_pread(fd, min(n, 65536), offset))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except lesson.BlobError as error:
+            refused = str(error)
+        else:
+            refused = None
+    monkeypatch.undo()
+    if refused is not None:     # outside the except: the words come first, alone
+        fail_in("06.2", "each read returned at most 64 KiB, as a network file system "
+                "may, and the intact blob of the paste (a megabyte) was refused: "
+                f"{refused}. A blob is read whole, however few bytes each read "
+                "returns, before its hash is checked")
+    content = loaded[0].get("content") if loaded else None
+    if content != PASTE:
+        fail_in("06.2", "each read returned at most 64 KiB, as a network file system "
+                "may: the load should give the paste's megabyte whole; it gave "
+                f"{str(content)[:80]!r}, "
+                f"{len(content) if isinstance(content, str) else 'no'} characters")
 
 
 @pytest.mark.task("06.2")
