@@ -1831,7 +1831,10 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
 def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                                                                           sessions):
     """The writer that records a compaction refuses, right after, an undo that reaches
-    behind it; the message at the boundary may still be taken back."""
+    behind it; the message at the boundary may still be taken back. What a writer knew
+    at an earlier undo is no longer true once it records a compaction: after a second
+    one, the boundary is the second's, also for a writer that undid a message after the
+    first."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in conversation(6):
@@ -1855,6 +1858,22 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
                      "stands for place 3",
                      unchanged="a refused undo must not write to the log, also from a "
                      "writer that undid a message before it recorded the compaction")
+    # Two compactions, an undo between them: the second's boundary holds at once
+    path = sessions / "quest-3.jsonl"
+    with lesson.SessionLog(sessions, "quest-3") as log:
+        for message in conversation(8):
+            log.append(message)
+        log.compact("The first turn.", keep=6)          # the view starts at place 2
+        log.undo(1)         # place 7, after that boundary: allowed
+        log.compact("The first three turns.", keep=2)   # now the view starts at place 5
+        undo_refused(lesson, log, path, 3,
+                     "a writer that recorded a compaction, undid a message after its "
+                     "boundary, then recorded a second compaction keeping places 5 and "
+                     "6, took back places 4 to 6: the second summary stands for place "
+                     "4 (the first compaction's boundary, place 2, is no longer the "
+                     "one requests start from)",
+                     unchanged="a refused undo must not write to the log, also after a "
+                     "second compaction")
 
 
 @pytest.mark.task("08.1")
