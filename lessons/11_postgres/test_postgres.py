@@ -3040,6 +3040,14 @@ def test_a_large_paste_keeps_every_key_of_its_message(lesson, database):
         for message in messages:
             log.append(message)
     stored = [json.loads(line) for _, line, _ in rows(database)]
+    data = pasted.encode("utf-8")
+    reference = {"$blob": hashlib.sha256(data).hexdigest(), "size": len(data),
+                 "preview": pasted[:lesson.PREVIEW_CHARS]}
+    contents = [entry.get("content") for entry in stored]
+    assert contents == [reference, reference], (
+        "each pasted message's row should hold, as its content, the reference outline "
+        "makes: the bytes' name, their size and a preview, which a reader of the rows "
+        f"shows without the blob; expected {reference}, the rows hold {contents}")
     keys = [list(entry) for entry in stored]
     assert keys == [list(message) for message in messages], (
         "each pasted message's row should keep every key of the message, in its "
@@ -3399,6 +3407,17 @@ def test_a_fork_copies_each_row_as_its_source_holds_it(lesson, database, upto):
         f"a fork (upto={upto}) should copy its rows as the source holds them, seq, "
         "line and body alike, a marker of a kind it does not know among them:\n"
         f"expected {expected}\nfound    {copied}")
+    # The driver gives a NULL body and the JSON null alike (None): ask the server
+    nulls = [[seq for seq, in sql(database, "SELECT seq FROM session_entries WHERE "
+                                  "session_id = %s AND body IS NULL ORDER BY seq",
+                                  (session_id,))]
+             for session_id in ("quest-1", "quest-2")]
+    kept = [seq for seq in nulls[0] if upto is None or seq < 3]
+    assert nulls[1] == kept, (
+        f"a fork (upto={upto}) should copy a row whose body is NULL (its line holds a "
+        "NUL, which jsonb cannot hold) with a NULL body: the source's rows with NULL "
+        f"bodies are {nulls[0]}, the fork's are {nulls[1]} (a body stored as the JSON "
+        "null is a value, not the body's absence)")
 
 
 @pytest.mark.task("11.5")
