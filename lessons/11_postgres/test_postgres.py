@@ -1330,23 +1330,30 @@ def test_a_lock_let_go_during_the_last_wait_is_taken(lesson, database, monkeypat
     before its deadline: the writer tries once more when it wakes, and takes the lock,
     instead of giving up after a sleep spent for nothing."""
     holder = lesson.PostgresSessionLog(database, "quest-1")
-    real_sleep = lesson.time.sleep
-    let_go = []
-    deadline = time.monotonic() + HANG
+    # The writer's clock moves only while it sleeps, so that which sleep is its last
+    # does not hang on how long each try takes on a busy machine
+    clock = [time.monotonic()]
+    deadline = clock[0] + 0.3
+    let_go, naps = [], []
 
     def sleep_and_the_holder_lets_go(seconds):
-        if not let_go and time.monotonic() + seconds >= deadline:
+        naps.append(seconds)
+        if not let_go and clock[0] + max(seconds, 0) >= deadline:
             let_go.append(True)     # the sleep that reaches the deadline: the last
             holder.close()
-        real_sleep(seconds)
+        clock[0] += max(seconds, 0)
+        if len(naps) > 50:
+            raise AssertionError(
+                f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
+                f"{clock[0] + 0.3 - deadline:.2f} s on: its deadline never came")
 
     with holder:
         holder._lock()
         with lesson.PostgresSessionLog(database, "quest-1", timeout=0.3,
                                        network_timeout=QUICK) as waiting:
             waiting._connection()
+            monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
             monkeypatch.setattr(lesson.time, "sleep", sleep_and_the_holder_lets_go)
-            deadline = time.monotonic() + 0.3
             try:
                 try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
                          "sleeps between tries")
@@ -1357,7 +1364,8 @@ def test_a_lock_let_go_during_the_last_wait_is_taken(lesson, database, monkeypat
                             + ": when it wakes it should try once more, and take the "
                             f"lock, rather than give up unseen; it raised {error}",
                             pytrace=False)
-            monkeypatch.undo()
+            finally:
+                monkeypatch.undo()
 
 
 @pytest.mark.task("11.1")
