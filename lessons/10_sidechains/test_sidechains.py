@@ -2536,8 +2536,9 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
 @pytest.mark.task("10.4")
 def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
     """A log with a line separator (U+2028) inside a text, a blank line, and a torn
-    tail: the pointer is found, the log is left as it was (a reader repairs nothing),
-    and a bad pointer is named by its line in the file."""
+    tail cut in the middle of a two-byte letter, as a crash may cut it: the pointer is
+    found, the log is left as it was (a reader repairs nothing), and a bad pointer is
+    named by its line in the file."""
     said = {"role": "user", "content": "Line one\u2028line two"}
     pointer = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
                "sidechain": CALL_ID}
@@ -2546,7 +2547,8 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
         if bad:
             pointer = {**pointer, "sidechain": "../elsewhere"}
         path.write_bytes(json.dumps(said, ensure_ascii=False).encode("utf-8") + b"\n\n"
-                         + json.dumps(pointer).encode() + b'\n{"role": "assis')
+                         + json.dumps(pointer).encode()
+                         + '\n{"role": "assistant", "content": "Café'.encode()[:-1])
         before = path.read_bytes()
         try:
             found = lesson.sidechains(sessions, "quest-1")
@@ -2559,8 +2561,9 @@ def test_sidechains_reads_the_log_as_any_reader_does(lesson, sessions):
             assert refused is None and found == [
                 (CALL_ID, sessions / "quest-1.sidechains" / f"{CALL_ID}.jsonl")], (
                 "the log holds one valid pointer (line 3, after a blank line, with a "
-                f"torn tail after it): sidechains should find it; it gave {found}, "
-                f"error {refused}")
+                "torn tail after it that a crash cut in the middle of a two-byte "
+                "letter: the bytes of a line that was never finished, not text): "
+                f"sidechains should find it; it gave {found}, error {refused}")
         else:
             assert refused is not None and "line 3" in refused, (
                 "the bad pointer is on line 3 of the file (line 2 is blank): the error "
