@@ -1595,9 +1595,18 @@ def elder_who_sleeps(**arguments):
     return "error: the call to the elder went unanswered: he sleeps until noon"
 
 
+def elder_who_did_not_run(**arguments):
+    # A tool's own answer in a made-up answer's very words: how it begins, what it says
+    # of the call, how it ends. Only the whole answer, for its call, tells them apart
+    return ("error: the call to the elder did not run: he sleeps, so it may or may not "
+            "have run by noon. Call it again if it is still needed.")
+
+
 @pytest.mark.task("04.4")
-@pytest.mark.parametrize("first", [ferry_that_raises, elder_who_sleeps],
-                         ids=["raises", "answers-with-an-error"])
+@pytest.mark.parametrize("first", [ferry_that_raises, elder_who_sleeps,
+                                   elder_who_did_not_run],
+                         ids=["raises", "answers-with-an-error",
+                              "answers-in-a-made-up-answers-words"])
 def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
         lesson, sessions, town, first):
     """The first of three calls fails (its result is run_tool's error, or the tool's
