@@ -663,6 +663,45 @@ def test_a_log_a_crash_left_unanswered_loads_as_it_is(lesson, sessions, model, t
 
 
 @pytest.mark.task("02.1")
+def test_a_tool_result_whose_call_the_log_lacks_loads_as_it_is(lesson, sessions,
+                                                               model, town):
+    """A log another harness wrote may hold a tool result whose call it does not hold
+    (that harness kept the call elsewhere, or began the log mid-exchange), or one
+    before its call. Each is a message by its JSON value: load returns it and a new
+    agent starts from it, in its place, line for line. Whether a provider takes the
+    request is the request's matter (lesson 04 mends only a torn tail); a load that
+    refuses or drops it sends a history the log does not hold."""
+    call_id = "call_elder_1"
+    history = [
+        {"role": "tool", "tool_call_id": "call_day_0", "content": "The gate is shut."},
+        {"role": "user", "content": "Ask the elder."},
+        {"role": "tool", "tool_call_id": call_id, "content": "Bring a torch."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}]},
+        {"role": "assistant", "content": "The elder says: bring a torch."},
+    ]
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(b"".join(json.dumps(message).encode() + b"\n"
+                              for message in history))
+    data = path.read_bytes()
+    holding = ("the log, as another harness wrote it, begins with a tool result whose "
+               "call it does not hold, and holds a result before the call it answers")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load_or_error(log)
+        started = history_started_from(lesson, model, town, log)
+    for who, got in [("load()", loaded), ("a new agent on the session", started)]:
+        said = (f"raised {described(got)}" if isinstance(got, Exception)
+                else f"gave {got!r}")
+        assert got == history, (
+            f"{holding}; {who} {said}, where it should give the log's "
+            f"{len(history)} messages as they are, in their order: each line that "
+            "holds a message is one, and a load neither judges the conversation nor "
+            "mends it")
+    left_as_it_was(path, data, f"{holding}; a load and a new agent ran on it")
+
+
+@pytest.mark.task("02.1")
 def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
     """A log of CJK text, and of megabytes, loads back exactly, whatever the reads: no
     read of a fixed size, however generous, is the whole of every log."""
@@ -1228,6 +1267,40 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
 
 
 @pytest.mark.task("02.1")
+def test_a_writer_stopped_by_a_failed_write_still_loads_what_the_log_holds(
+        lesson, sessions, monkeypatch):
+    """A durable writer whose sync failed (EIO) stops: whether its line will survive is
+    unknown, and it refuses to write again (lesson 01). Reading is how its caller
+    learns what the log holds: a load through that very SessionLog reads the log as
+    it is then, the line whose sync failed included, and leaves it as it was."""
+    first = {"role": "user", "content": "Ask the elder."}
+    second = {"role": "assistant", "content": "The elder says: bring a torch."}
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append(first)
+
+        def fsync(fd):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "fsync", fsync)
+            patch.setattr(os, "fdatasync", fsync)
+            with pytest.raises(OSError):
+                log.append(second)
+        data = path.read_bytes()
+        loaded = load_or_error(log)
+    got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
+           else f"returned {loaded!r}")
+    assert loaded == [first, second], (
+        "a durable SessionLog appended a message, then a second whose sync failed "
+        "with EIO, so the writer stopped (its line is in the file, whether it stays "
+        f"there is unknown); a load() through that same SessionLog then {got}, where "
+        f"the log holds {[first, second]!r}: each load reads the log as it is at "
+        "that moment, whatever state its writer is in, and is how the caller learns "
+        "what reached it")
+    left_as_it_was(path, data, "a load ran through a writer stopped by a failed sync")
+
+
+@pytest.mark.task("02.1")
 def test_a_load_that_found_no_log_reads_the_one_written_since(lesson, sessions, model,
                                                               town):
     """A SessionLog whose first load found no log (a session not started yet) reads
@@ -1653,6 +1726,19 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
                                 "let the OSError that says so reach the caller")
         started = agent_started_on(lesson, model, town, log, setting, OSError,
                                    "the OSError that says the log may not be read")
+        try:
+            log.load()
+        except OSError as error:
+            refused = error
+        else:
+            refused = None
+    path = sessions / "quest-1.jsonl"
+    if refused is not None and "quest-1" not in str(refused):
+        pytest.fail(f"{setting}; load() raised {described(refused)}, whose words do "
+                    f"not name the log ({path}): the error that happened reaches the "
+                    "caller as it came, naming the file it could not read and why, "
+                    "so that whoever reads it knows which log to look at",
+                    pytrace=False)
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. The "
         "caller must learn that the log could not be read: an empty history starts the "

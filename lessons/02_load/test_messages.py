@@ -50,6 +50,7 @@ BAD_LINES = {
         b'"{\\"role\\": \\"user\\", \\"content\\": \\"hi\\"}"'
     ),
     "the JSON true": b"true",
+    "a comment, as some tools write above their lines": b"# Day 1 of the quest",
     "an empty list, which is no empty line": b"[]",
 }
 
@@ -368,9 +369,52 @@ def test_the_refusal_of_a_huge_torn_line_stays_short(lesson, sessions):
 
 
 @pytest.mark.task("02.1")
+def test_the_refusal_in_a_long_ids_log_names_its_whole_path_line_and_why(
+        lesson, tmp_path):
+    """A session id may be as long as check_session_id allows, 128 characters, and its
+    sessions folder deep in a project's tree: the refusal of a line of its log names
+    the whole path of the file, the line and why all the same. Its words stay short by
+    quoting no more of a line than its start, never by cutting off what follows."""
+    folder = (tmp_path / ("the-projects-of-the-town-" * 4)
+              / ("the-quest-for-the-cave-beyond-the-river-" * 3) / "sessions")
+    folder.mkdir(parents=True)
+    session_id = "quest-of-the-mayors-daughter-" + "x" * 99    # 128 characters
+    path = folder / f"{session_id}.jsonl"
+    bad = BAD_LINES["a tool call without an id"]
+    path.write_bytes(GOOD + bad + b"\n" + GOOD)
+    reason = ""
+    try:
+        lesson.parse_line(bad)
+    except ValueError as refused:
+        reason = str(refused)
+    setting = (f"session {session_id[:29]}... has an id of 128 characters, the most "
+               f"check_session_id allows, its log's path is {len(str(path))} "
+               "characters long, and its line 2 holds a tool call without an id")
+    with lesson.SessionLog(folder, session_id) as log:
+        error = outcome(log)
+    if not isinstance(error, BaseException):
+        pytest.fail(f"{setting}; load() returned {error!r}, where it should refuse "
+                    "line 2", pytrace=False)
+    message = str(error)
+    missing = [what for what, named in [
+        (f"the log's whole path ({path})",
+         str(path) in message or str(path.resolve()) in message),
+        ("line 2", names_line(message, 2)),
+        (f"why, in parse_line's words ({reason!r})", reason in message)] if not named]
+    assert isinstance(error, lesson.InvalidMessage) and not missing, (
+        f"{setting}; load() raised {described(error)}, which does not name "
+        + " and ".join(missing or ["(as an InvalidMessage) what it refused"])
+        + ": a person mending the log needs the file, the line and why, however long "
+        "the id and the folder make the path (keep the words short by quoting no "
+        "line, not by cutting the text off)")
+
+
+@pytest.mark.task("02.1")
 def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
     """A refusal is no verdict kept on the session: once a person mends the line it
-    named, the next load, by the same SessionLog, reads the log as it is then."""
+    named, the next load, by the same SessionLog, reads the log as it is then, and
+    that SessionLog appends as any writer does (loading, refused or not, only ever
+    reads: it leaves the writer as it was)."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     path.write_bytes(GOOD + BAD_LINES["not JSON at all"] + b"\n" + GOOD)
@@ -386,13 +430,30 @@ def test_a_load_after_a_refusal_reads_the_mended_log(lesson, sessions):
                         "InvalidMessage naming the line", pytrace=False)
         path.write_bytes(GOOD + mended + GOOD)
         again = outcome(log)
-    got = (f"raised {described(again)}" if isinstance(again, BaseException)
-           else f"returned {again!r}")
-    assert again == expected, (
-        f"line 2 of the log held half a message, and load() refused it "
-        f"({described(refused)}); a person then mended the line, and a second load() "
-        f"of the same SessionLog {got}, where the log now holds {expected!r}: each "
-        "load reads the log as it is at that moment, not what an earlier load found")
+        got = (f"raised {described(again)}" if isinstance(again, BaseException)
+               else f"returned {again!r}")
+        assert again == expected, (
+            f"line 2 of the log held half a message, and load() refused it "
+            f"({described(refused)}); a person then mended the line, and a second "
+            f"load() of the same SessionLog {got}, where the log now holds "
+            f"{expected!r}: each load reads the log as it is at that moment, not what "
+            "an earlier load found")
+        day_two = {"role": "user", "content": "Day 2."}
+        try:
+            log.append(day_two)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"a load() of the log was refused (line 2 held half a "
+                        f"message), a person mended the line, and the next load read "
+                        f"it; then an append of {day_two!r} through the same "
+                        f"SessionLog raised {described(error)}, where it should be "
+                        "written as any append is: a load only ever reads, and leaves "
+                        "the writer as it was, a refused load too", pytrace=False)
+    assert path.read_bytes() == GOOD + mended + GOOD + json.dumps(
+        day_two, ensure_ascii=False).encode() + b"\n", (
+        "after a refused load and a mended line, an append through the same "
+        f"SessionLog returned, but the log holds {path.read_bytes()!r}")
 
 
 @pytest.mark.task("02.1")
