@@ -118,7 +118,8 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         "parameter of its name, whatever the order the model wrote them in, and the "
         f"tool should have paid 3 gold for a rope; it ran with {paid} and the result "
         f"is {result!r}")
-    for name, arguments in (("Pay", sent), ("pay ", sent), ("Pay", "{item: rope")):
+    for name, arguments in (("Pay", sent), ("pay ", sent), ("Pay", "{item: rope"),
+                            ("payer_l'épée", sent)):
         what = f"the model called {name!r}, and the town has 'pay', not {name!r}"
         if arguments != sent:
             what += f", with {arguments!r}, which is no JSON"
@@ -127,7 +128,8 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         assert re.search(r"""(['"`])""" + re.escape(name) + r"\1", result), (
             f"{what}: the error result should name the tool as the model sent it, "
             f"{name!r}, in quotes, so that it sees the name it got wrong (a space at "
-            "its end included), whatever its arguments: no arguments run until it "
+            "its end included, its letters beyond ASCII as letters, not escapes), "
+            "whatever its arguments: no arguments run until it "
             f"names a tool the town has; got {result!r}")
 
     def fly(**arguments):
@@ -655,6 +657,32 @@ def test_an_exception_without_words_still_says_what_went_wrong(lesson, error):
 
 
 @pytest.mark.task("00.1")
+def test_an_exception_of_several_arguments_keeps_all_its_words(lesson):
+    """An exception may be made of several arguments, as an OSError is of its error
+    number, its words and the file it names: the result carries them all, as Python
+    shows the exception, not its first argument alone (a bare number the model can do
+    nothing with)."""
+    import errno
+
+    def read_map(name):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", name)
+
+    what = ("the tool read_map raised FileNotFoundError(2, 'No such file or "
+            "directory', 'map-of-the-cave.txt')")
+    result = run_call(lesson, FewTools(read_map=read_map),
+                      tool_call("read_map", '{"name": "map-of-the-cave.txt"}'), what)
+
+    assert_error_result(result, what)
+    missing = [words for words in ("FileNotFoundError", "No such file or directory",
+                                   "map-of-the-cave.txt") if words not in result]
+    assert not missing, (
+        f"{what}: the error result should carry the exception's type and all its "
+        f"words, as Python shows it ([Errno 2] No such file or directory: "
+        f"'map-of-the-cave.txt'), so that the model learns which map is missing; it "
+        f"lacks {missing} and reads {result!r}")
+
+
+@pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, size", [     # none is ever closed: no JSON
     ('{"item": "' + "rope, " * 20_000, "120 KB"),
     ('{"item": "' + "rope, " * 330, "1,990 characters"),
@@ -871,7 +899,9 @@ def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
 @pytest.mark.task("00.1")
 def test_a_tool_result_is_always_text(lesson):
     """A tool that returns a number still gives the model text: a string; one that
-    returns text gives it as it is, however long."""
+    returns text gives it as it is, however long; one that returns anything else (a
+    list, a set, None) gives its text as Python writes it, and it is its answer, not
+    an error."""
     result = lesson.run_tool(FewTools(count_gold=lambda: 6),
                              tool_call("count_gold", "{}"))
 
@@ -885,6 +915,14 @@ def test_a_tool_result_is_always_text(lesson):
         "the tool returned the int 0 (no gold left), and run_tool gave "
         f"{result!r}, where the text '0' was expected: a value that is falsy is "
         "still the tool's answer, and the model must read it")
+    for returned in (["rope", "torch"], {"a map of the cave"}, None):
+        result = run_call(lesson, FewTools(look=lambda value=returned: value),
+                          tool_call("look", "{}"), f"the tool returned {returned!r}")
+        assert result == str(returned), (
+            f"the tool ran and returned {returned!r}, and run_tool gave {result!r}, "
+            f"where its text as Python writes it, {str(returned)!r}, was expected: "
+            "whatever a tool returns is its answer, never an error (it ran, and did "
+            "what it does), and the model reads it as the tool gave it")
     told = "The elder speaks of the cave. " * 200
     result = lesson.run_tool(FewTools(talk_to=lambda: told), tool_call("talk_to", "{}"))
     assert result == told, (

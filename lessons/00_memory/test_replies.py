@@ -714,10 +714,11 @@ def test_text_and_tool_calls_in_one_reply_run_the_tools_and_keep_the_text(
 def test_a_well_formed_reply_is_stored_as_it_came(lesson):
     """normalize_reply leaves a reply that is already sendable exactly as it is: ids
     of any server's form and length (vLLM's are 46 characters long: the limit of 40
-    is for ids made up), arguments with the spaces they came with, and each tool's
-    name as the model wrote it (capitals, or a space no tool has: run_tool tells the
-    model, and the history shows what it sent), and its text, spaces and line breaks
-    included, with calls or without, even text that is only whitespace."""
+    is for ids made up), blanks in them included, arguments with the spaces they came
+    with, and each tool's name as the model wrote it (capitals, or a space no tool
+    has: run_tool tells the model, and the history shows what it sent), and its text,
+    spaces and line breaks included, with calls or without, even text that is only
+    whitespace."""
     reply = {"role": "assistant", "content": " Let me look around.\n", "tool_calls": [
         {"id": "call_1_0", "type": "function",
          "function": {"name": "buy", "arguments": '{"item":"rope"}'}},
@@ -726,7 +727,9 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
         {"id": "chatcmpl-tool-3f9a2c1e8b7d4e6fa0c5b1d2e3f4a5b6", "type": "function",
          "function": {"name": "lookAround", "arguments": "{}"}},
         {"id": "call_3", "type": "function",
-         "function": {"name": "buy ", "arguments": '{"item": "torch"}'}}]}
+         "function": {"name": "buy ", "arguments": '{"item": "torch"}'}},
+        {"id": " call 4 ", "type": "function",
+         "function": {"name": "talk_to", "arguments": '{"npc": "guard"}'}}]}
     sent = json.loads(json.dumps(reply["tool_calls"]))
 
     message = lesson.normalize_reply(reply, [])
@@ -734,7 +737,7 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
     assert message.get("tool_calls") == sent, (
         "calls with ids of their own (of any form and length: 'toolu_01A9q' is one "
         "server's, and vLLM's, 'chatcmpl-tool-' and 32 digits, is longer than the 40 "
-        "characters an id made up may have), "
+        "characters an id made up may have; ' call 4 ' keeps its blanks), "
         "names as the model wrote them ('lookAround', 'buy ') and JSON-object "
         "arguments (spaces and a newline around them are JSON too) should be stored "
         f"byte for byte as the model sent them, {sent}; stored "
