@@ -1101,7 +1101,8 @@ def test_a_write_the_system_refuses_keeps_its_error_number(lesson, sessions):
 @pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
-    """When the disk takes only part of a line, append() raises instead of returning."""
+    """When the disk takes only part of a line, append() raises instead of returning,
+    with an error that names the log the line was cut short in."""
     line = {"role": "user", "content": "x" * 2000}
 
     def append_to_a_nearly_full_disk():
@@ -1118,6 +1119,12 @@ def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
         f"the disk took only {written} bytes of a line of about 2000 (os.write "
         "returned less than it was given) and append() returned as if the message "
         "were saved, where OSError was expected")
+    the_log(lesson, sessions)      # the log is named after the id, or 01.1 is told
+    assert path.name in message, (
+        f"the disk took only {written} bytes of a line of about 2000, and append() "
+        f"raised {kind}: {message!r}, which does not name the log: the caller should "
+        f"read which file ({path.name}) now ends in part of a line, so that it can "
+        "open that session again")
 
 
 @pytest.mark.task("01.3")
@@ -2052,7 +2059,7 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     to is left as it was: a file outside the sessions folder, another session's log
     in it, whose conversation a link would mix with this one's, or nothing at all (a
     link to a name outside the folder, which no append may create). The refusal
-    leaves the program's umask as it was, too."""
+    names the log, and leaves the program's umask as it was, too."""
     sessions.mkdir(parents=True, exist_ok=True)
     pointed = (tmp_path / "outside.txt" if not target.startswith("another")
                else sessions / "quest-2.jsonl")
@@ -2065,7 +2072,10 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     os.umask(umask)
     try:
         with raises(OSError, f"the log's name was a symbolic link to {target}, and "
-                    "append wrote through it: a log that is a link is refused"):
+                    "append wrote through it: a log that is a link is refused",
+                    match=re.escape("quest-1.jsonl"),
+                    unmatched="A refusal says which file it refuses, so that the "
+                    "caller can find the link planted in the sessions folder"):
             log.append({"role": "user", "content": "hello"})
     finally:
         log.close()
