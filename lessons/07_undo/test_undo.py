@@ -156,6 +156,22 @@ def write_log(sessions, entries, session_id="quest-1"):
         (json.dumps(entry) + "\n").encode() for entry in entries))
 
 
+def shown_indices(lines):
+    """The indices of the messages these lines of a log show, as lesson 07's replay
+    gives them: a marker is no message, and an undo marker takes back only messages
+    written before it."""
+    shown, written = [], 0
+    for line in lines:
+        entry = json.loads(line)
+        if "$marker" not in entry:
+            shown.append(written)
+            written += 1
+        elif entry["$marker"] == "undo":
+            taken = {i for i in entry["skip"] if 0 <= i < written}
+            shown = [i for i in shown if i not in taken]
+    return shown
+
+
 def undo_marker(*skip):
     return {"$marker": "undo", "skip": list(skip), "at": "2026-01-01T00:00:00+00:00"}
 
@@ -1176,8 +1192,12 @@ def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, se
                     "newest message is another writer's"),
                     r"\b4\b",
                     unmatched="The refusal should say how many messages the log "
-                    "shows."):
+                    "shows.") as raised:
                 log.undo(1, seen=saw)
+            assert "quest-1" in str(raised.value).replace(str(sessions), ""), (
+                f"the refusal of undo(1, seen={saw}) should name the log that changed "
+                "(quest-1.jsonl, or session 'quest-1'), so that the user knows which "
+                f"session to resume before undoing; it says {str(raised.value)!r}")
             assert path.read_bytes() == before, (
                 f"a refused undo (seen={saw}) should write nothing; the log changed:\n"
                 f"{path.read_bytes()[len(before):]!r}")
@@ -1306,6 +1326,11 @@ def test_the_writer_refuses_a_count_below_one_and_can_undo_every_message(lesson,
             assert re.search(r"(?<![\d.])3(?![\d.])", said), (
                 f"the log's refusal of undo({count}) should say how many messages it "
                 "shows (3), so the caller knows what can be undone; it says "
+                f"{str(raised.value)!r}")
+            assert "quest-1" in str(raised.value).replace(str(sessions), ""), (
+                f"the log's refusal of undo({count}) should name the log that refused "
+                "(quest-1.jsonl, or session 'quest-1'), so that a program undoing in "
+                "several sessions knows which one; it says "
                 f"{str(raised.value)!r}")
             assert path.read_bytes() == before, (
                 f"a refused undo({count}) must write nothing")
@@ -1870,6 +1895,11 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                 f"log's error does, saying the most one write() can take ({limit} "
                 f"bytes here), so the caller knows how long a line may be; it said "
                 f"{raised.value}")
+            assert "quest-1" in said, (
+                f"record() refused a message of {what}, as it should, but not as the "
+                "log's error does, naming the log it was meant for (quest-1.jsonl), "
+                "so that a program with several sessions knows which one refused; it "
+                f"said {raised.value}")
             assert agent.messages == turn_c and path.read_bytes() == before, (
                 "a refused message must change nothing: not the conversation, not the "
                 "log")
@@ -2478,6 +2508,19 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
                 "messages 0, 2 and 3 with the source's first five lines alone. A fork "
                 "keeps the source's lines as they are, and adds an undo marker only to "
                 f"take back a message its copied lines still show; it added {added}")
+    # A fork may leave the source's markers behind and take back with its own; but
+    # when the source's lines it copied already show exactly the first 3, a marker of
+    # its own takes back nothing they show
+    copied_lines = copied.splitlines(keepends=True)
+    kept = [line for line in copied_lines if line in lines]
+    own = [line for line in copied_lines if line not in lines]
+    if own and shown_indices(kept) == [0, 2, 3]:
+        fail_in("07.4", "the source holds messages 0 to 2, a marker taking back "
+                "message 1 (not the newest), then messages 3 and 4: fork(upto=3) "
+                "copies the source's first five lines, which show messages 0, 2 and 3, "
+                "exactly the first three, and adds an undo marker of its own as well: "
+                "a fork adds one only to take back a message its copied lines still "
+                f"show, and these show none past the first three. It added {own}")
 
 
 @pytest.mark.task("07.4")
