@@ -142,9 +142,22 @@ REASONS = {
 }
 
 
+# What a refusal must not claim besides what it met: a blob that is gone and one whose
+# bytes changed send the user to different work (restore a file, or find what changed
+# one that is there), so words that fit both tell them neither.
+OTHER_CLAIMS = {
+    "a missing blob": ("that its bytes changed",
+                       r"chang|damag|corrupt|tamper|alter|modif|match|differ"),
+    "bytes that changed": ("that it is missing",
+                           r"missing|not found|no such|(not|n't) exist|absent|gone"
+                           r"|removed|deleted"),
+}
+
+
 def says_what_it_met(error, met, sessions, *quoted):
     """Fail, in words, unless the refusal's message says what it met (its paths and the
-    name it quotes left out: a test's folder, or a name, may hold any word)."""
+    name it quotes left out: a test's folder, or a name, may hold any word), and, for a
+    missing or a changed blob, does not say the other as well."""
     message = str(error)
     said = message.replace(str(sessions.parent), "")
     for name in quoted:
@@ -153,6 +166,14 @@ def says_what_it_met(error, met, sessions, *quoted):
         f"the refusal should say what it met, {met}, so that the user knows what to "
         f"look at (a file to restore, a line edited by hand, a disk to check); it "
         f"says: {message}")
+    if met in OTHER_CLAIMS:
+        other, pattern = OTHER_CLAIMS[met]
+        claim = re.search(pattern, said, re.IGNORECASE)
+        assert claim is None, (
+            f"the refusal met {met}, and should say so alone: it also says {other} "
+            f"({claim.group()!r}), so the user cannot tell whether to restore a blob "
+            f"that is gone or to find what changed one that is there; it says: "
+            f"{message}")
 
 
 def store(lesson, sessions, data, session_id="quest-1", **options):
@@ -640,28 +661,34 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
 
 @pytest.mark.task("06.1")
 @pytest.mark.task("06.2")
+@pytest.mark.parametrize("linked", ["the sessions folder", "blobs/"])
 def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
-        lesson, sessions):
-    """The sessions folder is reached through a symbolic link (a home folder moved to
-    another disk): only a link at a blob's own name is one to refuse. A content stored
-    again is found stored, the very file left as it was, and load puts it back."""
+        lesson, sessions, linked):
+    """The sessions folder, or its blobs/, is reached through a symbolic link (a home
+    folder, or the blobs alone, moved to another disk): only a link at a blob's own
+    name is one to refuse. A content stored again is found stored, the very file left
+    as it was, and load puts it back."""
     real = sessions.parent / "on another disk"
     real.mkdir()
-    sessions.rmdir()
-    sessions.symlink_to(real, target_is_directory=True)
+    if linked == "blobs/":
+        (sessions / "blobs").symlink_to(real, target_is_directory=True)
+        blob = real / sha256(PASTE.encode("utf-8"))
+    else:
+        sessions.rmdir()
+        sessions.symlink_to(real, target_is_directory=True)
+        blob = real / "blobs" / sha256(PASTE.encode("utf-8"))
     message = {"role": "user", "content": PASTE}
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(message)
-    blob = real / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.is_file(), (
         f"the paste should be stored as blobs/{blob.name} of the sessions folder, "
-        "reached through its link")
+        f"{linked} reached through its link")
     before = blob.stat()
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append(message)
     after = blob.stat() if blob.is_file() else None
     if after is None or after.st_ino != before.st_ino:
-        fail_in("06.1", f"blobs/{blob.name} was stored, intact, in a sessions folder "
+        fail_in("06.1", f"blobs/{blob.name} was stored, intact, with {linked} "
                 "reached through a symbolic link, yet storing the same content again "
                 "replaced it with a new file: the folder's link is not a link at the "
                 "blob's name, and a reader, or another session's log, was using that "
@@ -670,12 +697,12 @@ def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
         try:
             loaded = log.load()
         except ValueError as error:
-            fail_in("06.2", f"a blob of a sessions folder reached through a symbolic "
-                    f"link was refused ({type(error).__name__}: {error}): the blob "
+            fail_in("06.2", f"a blob was refused with {linked} reached through a "
+                    f"symbolic link ({type(error).__name__}: {error}): the blob "
                     "itself is a plain file, and the folder's link is not one at its "
                     "name, so no session of that folder could be loaded")
     if loaded != [message]:
-        fail_in("06.2", "in a sessions folder reached through a symbolic link, load "
+        fail_in("06.2", f"with {linked} reached through a symbolic link, load "
                 "should put the paste back from its blob; it gave "
                 f"{str(loaded)[:200]}")
 
