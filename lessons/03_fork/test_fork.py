@@ -463,10 +463,10 @@ def test_a_fork_of_a_damaged_source_is_refused(
         lesson, sessions, monkeypatch, where, line, source, upto):
     """A line of the source that its writer finished (it ends in its newline) is no
     message: the log is damaged, not torn by a crash. A fork of it, of any length,
-    is refused with InvalidMessage naming that line (counted from 1), as load()
-    refuses that log, and hands publish_fork nothing. A marker line, which later
-    lessons write with the log's own key, is no message here either: passed over, it
-    would leave the fork without what it says."""
+    is refused with InvalidMessage naming that line (counted from 1) and the source's
+    file by its path, as load() refuses that log, and hands publish_fork nothing. A
+    marker line, which later lessons write with the log's own key, is no message here
+    either: passed over, it would leave the fork without what it says."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -499,6 +499,11 @@ def test_a_fork_of_a_damaged_source_is_refused(
         ("the file the line is in, the source's quest-1.jsonl (not the fork's "
          "what-if.jsonl, which holds no line), as load() names it: a sessions folder "
          "holds many files", "quest-1.jsonl" in said),
+        (f"the source's whole path ({sessions / 'quest-1.jsonl'}), as load() names "
+         "it, not its file name alone: every sessions folder a server keeps may hold a "
+         "quest-1.jsonl", "quest-1.jsonl" not in said or any(
+             str(path) in str(error) for path in (
+                 sessions / "quest-1.jsonl", (sessions / "quest-1.jsonl").resolve()))),
         (f"why the line is no message ({reason!r}, as parse_line says)",
          reason is None or reason in str(error)))
         if not found]
@@ -1130,7 +1135,14 @@ def test_more_messages_than_an_empty_session_holds_are_refused(lesson, sessions,
 
 def expect_holds_named(sessions, error, upto, held, what=""):
     """Fail in 03.1 unless the text of `error`, refusing an `upto` past the end of
-    quest-1, names how many messages quest-1 holds, `held` (its log holding `what`)."""
+    quest-1, names how many messages quest-1 holds, `held` (its log holding `what`),
+    and the session it was asked of."""
+    if "quest-1" not in str(error).replace(str(sessions), ""):
+        fail_in("03.1", f"quest-1 holds {held} message(s); fork(..., upto={upto}) was "
+                "refused, as it should be, but its text does not name the session it "
+                f"was asked of, quest-1: {error}. A refusal says what it refused: a "
+                "server forking many sessions logs it, and whoever reads it must see "
+                "which session holds fewer messages than asked")
     said = str(error).replace(str(sessions), "").replace("quest-1", "")
     if not re.search(rf"(?<![\d-]){held}(?!\d)", said):
         fail_in("03.1", f"quest-1 holds {held} message(s)"
@@ -2126,6 +2138,84 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
 
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
+def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
+                                                           monkeypatch):
+    """Ids may be as long as check_session_id allows, 128 characters, on both sides:
+    the fork is made all the same (every name it makes, a temporary one too, fits a
+    file system's 255 bytes), and each refusal names what it refused whole, however
+    long the ids make its words: the damaged line's file, its line and why; the number
+    asked for, how many messages the source holds, and the source."""
+    source_id = "quest-of-the-mayors-daughter-" + "x" * 99           # 128 characters
+    new_id = "what-if-we-had-asked-the-guard-" + "y" * 97           # 128 characters
+    with lesson.SessionLog(sessions, source_id) as log:
+        log.append({"role": "user", "content": "Ask the elder."})
+    source = (sessions / f"{source_id}.jsonl").read_bytes()
+    handed = handed_to_publishing(lesson, monkeypatch)
+    before = snapshot(sessions)
+
+    error = fork_or_fail(lesson, sessions, source_id, new_id)
+
+    after = snapshot(sessions)
+    made = sorted(set(after) - set(before))
+    if error is not None or after.get(f"{new_id}.jsonl") != source or made != sorted(
+            [f"{new_id}.jsonl", f"{new_id}.meta.json"]):
+        said = ("a fork of a session whose id has 128 characters onto a new id of 128 "
+                "characters (the most check_session_id allows) should make the new "
+                "id's log, a copy of the source's, and its meta file, and nothing "
+                "else; it " + ("returned" if error is None else
+                               f"raised {described(error)}")
+                + f", and made {[name[:40] + '...' for name in made] or 'no file'}: "
+                "every name a fork makes, a temporary one too, must fit a file "
+                "system's 255 bytes with ids of any allowed length")
+        fail_naming_the_task_at_fault(lesson, said, handed, new_id)
+
+    # Refusals: the source's line 2 is damaged, then the source asks too much
+    damaged = b'{"role": "assistant", "content": "", "tool_calls": [{"type": "x"}]}'
+    path = sessions / f"{source_id}.jsonl"
+    path.write_bytes(source + damaged + b"\n")
+    try:
+        lesson.parse_line(damaged)
+        reason = ""
+    except ValueError as refused:
+        reason = str(refused)
+    other_id = "z" * 128
+    error = fork_or_fail(lesson, sessions, source_id, other_id)
+    text = str(error)
+    missing = [what for what, named in [
+        (f"the source's file ({path})", str(path) in text
+         or f"{source_id}.jsonl" in text),
+        ("its line 2", re.search(r"(?<!\d)2(?!\d)",
+                                 text.replace(str(sessions), "")) is not None),
+        (f"why, in parse_line's words ({reason!r})", reason in text)] if not named]
+    if not isinstance(error, lesson.InvalidMessage) or missing:
+        fail_in("03.1", f"line 2 of the log of a session whose id has 128 characters "
+                f"holds a tool call that is no call; a fork of it raised "
+                f"{described(error) if error else 'nothing'}, which should be an "
+                "InvalidMessage naming " + " and ".join(
+                    missing or ["what it refused"]) + ": its words stay short by "
+                "quoting no line, never by cutting off the path or the reason")
+    path.write_bytes(source)
+    error = fork_or_fail(lesson, sessions, source_id, other_id, upto=7)
+    text = str(error).replace(str(sessions), "")
+    missing = [what for what, named in [
+        ("the number asked for, 7", re.search(r"(?<!\d)7(?!\d)", text)),
+        ("how many messages the source holds, 1",
+         re.search(r"(?<!\d)1(?!\d)", text.replace(source_id, ""))),
+        (f"the source ({source_id[:29]}...)", source_id in text)] if not named]
+    if not isinstance(error, ValueError) or missing:
+        fail_in("03.1", f"a session whose id has 128 characters holds 1 message; "
+                f"fork(..., upto=7) of it raised "
+                f"{described(error) if error else 'nothing'}, which should be a "
+                "ValueError naming " + " and ".join(missing or ["what it refused"])
+                + ", whole, however long the id makes the words")
+    if snapshot(sessions) != {**after, path.name: source}:
+        fail_in("03.1", "two forks of a session whose id has 128 characters were "
+                "refused (a damaged line, then an upto past its end), and the sessions "
+                "folder changed: a refused fork leaves every file as it was")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.task("03.2")
 def test_ids_keep_their_capitals_byte_for_byte(lesson, sessions, monkeypatch):
     """An id is a name, kept byte for byte, capitals too: a fork of Quest-1 onto
     What-If reads Quest-1.jsonl and makes What-If.jsonl and What-If.meta.json, whose
@@ -2250,6 +2340,16 @@ def test_a_source_that_cannot_be_read_is_not_reported_missing(
         return "the fork was made"
 
     outcome = unless_unfinished(in_child(work))
+    if isinstance(outcome, dict) and "raised" in outcome and outcome.get(
+            "raised") not in ("SessionNotFound", "FileNotFoundError") and (
+            "quest-1" not in outcome.get("message", "")):
+        pytest.fail("quest-1's log is there, but this process could open no file "
+                    "(EMFILE, too many open files): the fork failed, as it should, "
+                    f"but with {outcome['raised']}: {outcome['message']}, whose words "
+                    "name neither quest-1 nor its log: the error that happened "
+                    "reaches the caller as it came, naming the file it could not "
+                    "read, so that whoever reads it knows which log to look at",
+                    pytrace=False)
     if not isinstance(outcome, dict) or outcome.get("raised") in (
             "SessionNotFound", "FileNotFoundError"):
         said = (f"{outcome['raised']}: {outcome['message']}"
