@@ -676,6 +676,44 @@ def test_a_holder_killed_with_sigkill_blocks_no_one(lesson, sessions, other):
     ]
 
 
+@pytest.mark.task("05.1")
+def test_a_stale_lock_file_naming_a_running_process_is_taken_over(lesson, sessions):
+    """A lock file no one holds names a process that runs on this host: its holder
+    died (before a reboot, say) and its pid went to another program since. The record
+    is for people to read; only the lock says whether the session is held. A writer
+    takes the session over at once, and the lock file then names it."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    running = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    try:
+        lock.write_text(json.dumps({"pid": running.pid, "host": socket.gethostname(),
+                                    "since": "2026-01-01T00:00:00+00:00"}),
+                        encoding="utf-8")
+        lock.chmod(0o600)
+        log = lesson.SessionLog(sessions, "quest-1")
+        try:
+            log.append(FIRST)
+        except lesson.SessionBusy as busy:
+            log.close()
+            pytest.fail(f"quest-1.lock names process {running.pid}, which runs here "
+                        "but holds no lock (its pid was given to it after the holder "
+                        f"died), and the writer was refused: {busy}. Only the lock "
+                        "says whether the session is held: a pid goes to another "
+                        "program once its holder is gone, and a session refused for "
+                        "that stays blocked until someone deletes the file by hand",
+                        pytrace=False)
+        with log:
+            record = lock_record(lock)
+    finally:
+        running.kill()
+        running.wait()
+        running.stdin.close()
+    assert record.get("pid") == os.getpid(), (
+        f"the writer took over a stale lock file naming process {running.pid}: it "
+        f"should now name this process, {os.getpid()}; it holds {record}")
+
+
 def descriptors_open() -> set[int]:
     """The numbers of this process's open descriptors (not the one that lists them)."""
     listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
@@ -1301,6 +1339,121 @@ def test_a_writer_refused_once_waits_its_whole_timeout_when_asked_again(
     assert held == [FIRST["content"], again["content"]], (
         "the writer asked again got the session and appended once, after the "
         f"holder's message; the log holds {held}")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_given_a_negative_timeout_is_refused_at_once(lesson, sessions):
+    """A timeout below 0 (a caller's time left, counted down past zero) leaves no time
+    to wait: a writer given timeout=-1 for a session this process holds is refused with
+    SessionBusy at once, with no sleep, as with 0. Only None waits as long as it takes:
+    a negative number is no "for ever" here, as it is to threading's Lock.acquire."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    outcome = "appended, beside the holder"
+    try:
+        with given_up_within(2, "05.1", "a writer with timeout=-1 waited for quest-1, "
+                             "which this process holds", instead="been refused at "
+                             "once, as with timeout 0 (only None waits as long as it "
+                             "takes)"):
+            with sleeps_of(lesson) as slept:
+                try:
+                    with lesson.SessionLog(sessions, "quest-1", timeout=-1) as log:
+                        log.append({"role": "user", "content": "Me too."})
+                except lesson.SessionBusy:
+                    outcome = None
+                except NotImplementedError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - said below, in words
+                    outcome = f"raised {described(error)}"
+    finally:
+        holder.close()
+    assert outcome is None, (
+        "a writer with timeout=-1 asked for quest-1, which this process holds, and "
+        f"{outcome}: a timeout below 0 leaves no time to wait, so it is refused with "
+        "SessionBusy at once, as with 0")
+    assert not slept, (
+        f"a writer with timeout=-1 slept {slept} before it was refused: a timeout "
+        "below 0 leaves no time to wait, so it is refused at once, as with 0")
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("failing", ["flock", "open"])
+def test_a_lock_the_system_cannot_give_is_no_busy_session(lesson, sessions,
+                                                         monkeypatch, failing):
+    """No one holds quest-1, but the system cannot give its lock: flock fails with
+    ENOLCK (a network file system with no lock service), or the lock file cannot be
+    opened at all (EACCES: made by another user in a shared folder). That is no busy
+    session: a writer ready to wait 0.3 s gets the system's own error at once, its
+    errno with it, not SessionBusy after a wait (which would say that another process
+    is writing the session: untrue), and keeps no descriptor open. Once the system
+    can lock again, the same writer takes the session."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "quest-1.lock"
+    real_flock, real_open = lesson.fcntl.flock, os.open
+    code = errno.ENOLCK if failing == "flock" else errno.EACCES
+    cause = ("flock failed with ENOLCK (no locks available: a network file system "
+             "with no lock service)" if failing == "flock" else
+             "the lock file could not be opened, EACCES (made by another user in a "
+             "shared folder)")
+
+    def flock(fd, operation):
+        if operation & fcntl.LOCK_EX:
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        return real_flock(fd, operation)
+
+    def opening(path, flags, *args, **kwargs):
+        if os.fspath(path) in (str(lock), lock.name):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(lock))
+        return real_open(path, flags, *args, **kwargs)
+
+    descriptors = open_descriptors()
+    log = lesson.SessionLog(sessions, "quest-1", timeout=0.3)
+    if failing == "flock":
+        monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    else:
+        monkeypatch.setattr(os, "open", opening)
+    try:
+        with sleeps_of(lesson) as slept:
+            try:
+                log.append(FIRST)
+                got = None
+            except lesson.SessionBusy as error:
+                got = error
+            except OSError as error:
+                got = error
+    finally:
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        monkeypatch.setattr(os, "open", real_open)
+    if got is None:
+        log.close()
+        pytest.fail(f"no one holds quest-1, {cause}, and the writer appended all the "
+                    "same, without the lock", pytrace=False)
+    if isinstance(got, lesson.SessionBusy):
+        log.close()
+        pytest.fail(f"no one holds quest-1, but {cause}; the writer took that for "
+                    f"another holder, waited, and said: {got}. That is untrue: only "
+                    "another holder is waited for; when the system cannot give the "
+                    "lock at all, its own error reaches the caller at once, with its "
+                    "errno", pytrace=False)
+    assert got.errno == code, (
+        f"no one holds quest-1, but {cause}: that error should reach the caller as "
+        f"it is, with errno {errno.errorcode[code]}; the writer raised "
+        f"{type(got).__name__}, errno {got.errno!r}: {got}")
+    assert not slept, (
+        f"no one holds quest-1, but {cause}; the writer slept {slept} before it "
+        "raised: nothing will change by waiting, so the error comes at once")
+    assert open_descriptors() == descriptors, (
+        f"no one holds quest-1, but {cause}; the writer raised, and the process now "
+        f"holds {open_descriptors() - descriptors} more open descriptor(s) than "
+        "before: a failed take keeps nothing open")
+    try:
+        log.append(FIRST)
+    except OSError as error:
+        pytest.fail(f"{cause} once; the system could lock again, and the same writer, "
+                    f"asked again, failed: {type(error).__name__}: {error}. Nothing of "
+                    "a failure stays with the writer", pytrace=False)
+    finally:
+        log.close()
 
 
 def a_pid_no_process_has():
@@ -2391,6 +2544,11 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
                       else "an OSError that does not name the lock file by its path, "
                       f"{folder / 'quest-1.lock'} (its name alone does not say which "
                       f"folder's: sessions may live in many): {error}")
+            if closed.startswith("OSError") and error.errno is None:
+                closed = ("an OSError that names the lock file but carries no errno "
+                          "(the system's, EACCES here, tells a caller why: a folder "
+                          "that turned read-only, not a read-only file system nor any "
+                          f"other cause): {error}")
             try:
                 log.close()     # closed once: a second close does nothing
             except OSError as again:
@@ -2452,7 +2610,8 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
     assert closed.startswith("OSError"), (
         f"the folder turned {turned}, so quest-1.lock could not be removed: close() "
         "should let go of the lock and then raise an OSError naming the lock file by "
-        f"its path, so that its user learns which lock file was left behind; {closed}")
+        "its path, with the system's errno, so that its user learns which lock file "
+        f"was left behind, and why; {closed}")
     assert leaked == 0, (
         f"the folder turned {turned}, so quest-1.lock could not be removed; close() "
         "let go of the lock and said so, and once both writers had closed, "
@@ -2895,6 +3054,79 @@ def test_a_stale_lock_file_others_may_read_never_shows_them_the_new_holder(
         f"record while its mode was {seen[0] if seen else ''}: others could read who "
         "holds the session; the file should be closed to them (0o600) before the new "
         "record is written into it")
+
+@pytest.mark.task("05.1")
+def test_a_lock_files_name_changed_once_the_lock_is_granted_is_never_written_through(
+        lesson, sessions, monkeypatch):
+    """Once flock has granted the lock, the file the writer holds is the one it
+    changes: its mode and its record go in through the descriptor the lock was granted
+    on, never by the name, which is anyone's to change at any instant. A stale lock
+    file others may read is found at quest-1.lock, and someone puts a symbolic link to
+    another session's log at that name by hand, at each moment in turn (one a run)
+    between the lock granted and the writer ready: whatever the writer then does (goes
+    on, or refuses what the name now holds), that log keeps its bytes and its mode."""
+    with lesson.SessionLog(sessions, "other") as log:
+        log.append(FIRST)
+    other_log = present(sessions / "other.jsonl")
+    other_log.chmod(0o644)      # its owner lets others read it
+    precious = other_log.read_bytes()
+    real_flock = lesson.fcntl.flock
+    moments = {"armed": False, "left": 0, "at": None, "lock": None}
+
+    def flock(fd, operation):
+        real_flock(fd, operation)
+        if operation & lesson.fcntl.LOCK_EX:
+            moments["armed"] = True
+
+    def swap(frame, event, arg):
+        if not moments["armed"]:
+            return
+        if event == "return" and frame.f_code.co_name == "_lock":
+            moments["armed"] = False    # the writer is ready: the window is closed
+        elif event in ("call", "c_return"):
+            moments["left"] -= 1
+            if moments["left"] == 0:
+                moments["armed"] = False
+                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
+                moments["at"] = f"as {called}() " + ("returned" if event == "c_return"
+                                                     else "began")
+                link = moments["lock"].with_name("planted")
+                os.symlink(other_log, link)
+                os.replace(link, moments["lock"])   # by hand: ln -sf
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    for moment in range(1, 400):
+        session = f"quest-{moment}"
+        lock = sessions / f"{session}.lock"
+        lock.write_text(json.dumps({"pid": 4_000_000, "host": "old-host",
+                                    "since": "2026-01-01T00:00:00+00:00"}),
+                        encoding="utf-8")   # its holder died long ago
+        lock.chmod(0o644)
+        moments.update(armed=False, left=moment, at=None, lock=lock)
+        sys.setprofile(swap)
+        try:
+            with lesson.SessionLog(sessions, session) as log:
+                log.append(FIRST)
+        except (OSError, lesson.SessionBusy):
+            pass    # what the name holds now may be refused: that is no harm
+        finally:
+            sys.setprofile(None)
+        if moments["at"] is None:
+            break       # every moment of the window has been tried
+        mode = other_log.stat().st_mode & 0o777
+        assert other_log.read_bytes() == precious and mode == 0o644, (
+            f"the writer was granted the lock on {lock.name} (a stale lock file "
+            f"others could read), and {moments['at']} someone put a symbolic link to "
+            "other.jsonl, another session's log, at that name; the writer then "
+            + (f"wrote into that log, which now holds "
+               f"{other_log.read_bytes()[:80]!r}" if other_log.read_bytes() != precious
+               else f"changed that log's mode, from 0o644 to {oct(mode)}")
+            + ". Once the lock is granted, change the file through the descriptor "
+            "the lock was granted on: a call by the name reaches whatever the name "
+            "names at that instant")
+    else:
+        pytest.fail("a take of the lock made more than 400 calls", pytrace=False)
+
 
 @pytest.mark.task("05.2")
 @pytest.mark.parametrize("by_hand", ["deleted", "moved aside"])
