@@ -228,13 +228,23 @@ def erase_marker(line):
 
 def erase_refused(lesson, log, path, index, held):
     """Fail in words unless erase(`index`) on the log at `path`, of `held` messages, is
-    refused with EraseError and leaves the log as it was; gives the error."""
+    refused with EraseError naming the log and the index asked for, and leaves the log
+    as it was; gives the error."""
     before = path.read_bytes()
     with raises(lesson.EraseError,
                 f"erase({index}) on a log of {held} messages was allowed") as raised:
         log.erase(index)
     assert path.read_bytes() == before, f"a refused erase({index}) changed the log"
-    return raised.value
+    error = raised.value
+    assert str(path) in str(error), (
+        f"erase({index}) on {path.name}, a log of {held} messages, was refused in "
+        f"words that do not name the log by its path ({path}), so a user erasing in "
+        f"several sessions cannot tell which one refused: {error}")
+    assert index in numbers_in(error, path), (
+        f"erase({index}) on {path.name}, a log of {held} messages, was refused in "
+        f"words that do not say which message was asked for ({index}, counted from "
+        f"0 as the index given): {error}")
+    return error
 
 
 def store_again(lesson, sessions, session_id, data):
@@ -731,6 +741,38 @@ def test_delete_leaves_a_folder_that_took_a_temporary_copys_name_alone(
 
 
 @pytest.mark.task("09.1")
+def test_delete_removes_a_link_planted_under_a_sessions_name_and_not_what_it_reaches(
+    lesson, sessions
+):
+    """A symbolic link someone put under one of the session's names (its meta file's,
+    pointing to a folder; a temporary copy's, pointing to a file) is something of the
+    session: the delete removes the link itself, whatever it reaches, answers True and
+    leaves what the links reach as it was."""
+    play(lesson, sessions, TURN_A)
+    album = sessions.parent / "album"
+    album.mkdir()
+    (album / "photo.txt").write_text("someone's own")
+    notes = sessions.parent / "notes.txt"
+    notes.write_text("someone's own notes")
+    planted = [sessions / "quest-1.meta.json", sessions / ".quest-1.jsonl.x7k2p9.tmp"]
+    planted[0].symlink_to(album)
+    planted[1].symlink_to(notes)
+    found = lesson.delete_session(sessions, "quest-1")
+    left = [path.name for path in planted if os.path.lexists(path)]
+    assert found is True and left == [], (
+        "quest-1 had two links planted under its names (its meta file's, reaching a "
+        "folder, and a temporary copy's, reaching a file): after a delete that "
+        f"returned {found!r}, the folder still holds {left}. A link under a session's "
+        "name is something of it (only a folder that took the name is not): the "
+        "delete removes the link itself, never following it")
+    assert (album / "photo.txt").read_text() == "someone's own" and (
+        notes.read_text() == "someone's own notes"), (
+        "the delete changed what a link planted under quest-1's names reaches: only "
+        "the link goes")
+
+
+
+@pytest.mark.task("09.1")
 def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
     lesson, sessions
 ):
@@ -817,6 +859,52 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     assert not [p.name for p in sessions.iterdir() if "quest-1b" in p.name], (
         "deleting again after a delete that stopped half-way should leave nothing of "
         f"quest-1b; the folder holds {sorted(p.name for p in sessions.iterdir())}")
+
+
+@pytest.mark.task("09.1")
+def test_a_ctrl_c_as_the_delete_takes_the_lock_leaves_the_session_to_the_next_delete(
+    lesson, sessions, monkeypatch
+):
+    """A Ctrl-C (a KeyboardInterrupt, which is no Exception) that lands as the delete
+    takes the session's lock, once the lock is granted and the delete writes its name
+    into the lock file, reaches the caller and deletes nothing; the stopped delete
+    holds nothing, its lock included: deleting again, in the same process, deletes
+    the session."""
+    play(lesson, sessions, TURN_A)
+    lock = sessions / "quest-1.lock"
+    real = os.pwrite
+
+    def interrupted(fd, data, offset):
+        try:
+            ours = os.path.samestat(os.fstat(fd), os.lstat(lock))
+        except OSError:
+            ours = False
+        if ours:
+            monkeypatch.setattr(os, "pwrite", real)
+            raise KeyboardInterrupt("the test's Ctrl-C")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", interrupted)
+    with raises(KeyboardInterrupt, "a Ctrl-C as the delete of quest-1 wrote its name "
+                "into the session's lock file did not reach the caller"):
+        lesson.delete_session(sessions, "quest-1")
+    monkeypatch.undo()
+    assert (sessions / "quest-1.jsonl").exists(), (
+        "a Ctrl-C as the delete took the session's lock, before it removed anything, "
+        "left no log of quest-1: the delete went on after the user stopped it")
+    try:
+        again = lesson.delete_session(sessions, "quest-1")
+    except lesson.SessionBusy as error:
+        pytest.fail("a Ctrl-C stopped the delete of quest-1 as it took the session's "
+                    "lock; deleting it again in the same process was refused: "
+                    f"{error}. The stopped delete kept the lock, where it should hold "
+                    "nothing once it is over, whatever stopped it (a writer's lock is "
+                    "let go in a finally, or by a with block, from the moment it is "
+                    "asked for)", pytrace=False)
+    left = sorted(p.name for p in sessions.iterdir() if "quest-1" in p.name)
+    assert again is True and left == [], (
+        "deleting quest-1 again after a Ctrl-C stopped the first delete as it took the "
+        f"lock should delete it and return True; it returned {again!r} and left {left}")
 
 
 @pytest.mark.task("09.1")
@@ -1892,9 +1980,10 @@ def test_expire_takes_a_session_id_with_dots_whole(lesson, sessions):
 
 @pytest.mark.task("09.2")
 def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
-    """expire() only deletes sessions: a file whose name is no session id, or a link,
-    a folder or a named pipe planted in the folder (under a log's name or a meta
-    file's), stays, is not named, and the sessions after them are still expired."""
+    """expire() only deletes sessions: a file whose name is no session id (a space in
+    it, a name reserved on Windows, more than 128 characters), or a link, a folder or
+    a named pipe planted in the folder (under a log's name or a meta file's), stays,
+    is not named, and the sessions after them are still expired."""
     notes = sessions / "notes .jsonl"
     notes.write_text("not a session\n")
     album = sessions / "album.jsonl"    # a folder that took a log's name
@@ -1926,9 +2015,26 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     for fifo in (pipe, tube):
         os.mkfifo(fifo)
         age(fifo, 99)
+    # Names the store never gives a session: one reserved on Windows, one longer than
+    # an id may be (128 characters)
+    unnamed = [sessions / "con.jsonl", sessions / f"{'a' * 129}.jsonl"]
+    for path in unnamed:
+        path.write_text("not a session\n")
+        age(path, 99)
     play(lesson, sessions, TURN_A, session_id="quest-1")
     age(sessions / "quest-1.jsonl", 99)
-    found = lesson.expire(sessions)
+    try:
+        found = lesson.expire(sessions)
+    except ValueError as error:
+        pytest.fail(f"expire() raised {error!r}: the folder holds con.jsonl and a log "
+                    "name of 129 characters before .jsonl, names that hold no session "
+                    "id (SESSION_ID: no name reserved on Windows, at most 128 "
+                    "characters); they are no sessions, left alone, and the run goes "
+                    "on", pytrace=False)
+    gone = [path.name[:12] for path in unnamed if not path.exists()]
+    assert gone == [], (
+        f"expire() removed {gone}: names that hold no session id (SESSION_ID: no name "
+        "reserved on Windows, at most 128 characters) are no sessions, and stay")
     for fifo, what in ((pipe, "log"), (tube, "meta file")):
         assert fifo.exists() and stat.S_ISFIFO(os.lstat(fifo).st_mode), (
             f"someone made {fifo.name}, a named pipe (a FIFO), 99 days ago; expire() "
