@@ -1128,6 +1128,32 @@ def test_a_call_id_that_came_back_hundreds_of_times_still_gets_a_name(lesson,
 
 
 @pytest.mark.task("10.2")
+def test_a_session_deleted_and_started_again_names_its_side_chain_afresh(lesson,
+                                                                         sessions):
+    """A session whose call started a side-chain is deleted (lesson 09's delete takes
+    its side-chains with it), then started again under the same id, in the same
+    process: its call's side-chain is named as a fresh process names it, the call's
+    own name, the first free one. A name is judged by what the folder holds when the
+    side-chain starts, never by what was given before."""
+    for time in ("first", "again"):
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            begin(log)
+            with start(lesson, log) as side:
+                name = side.id
+        if time == "first":
+            deleted = lesson.delete_session(sessions, "quest-1")
+            assert deleted is True and not (sessions / "quest-1.sidechains").exists(), (
+                "the test's own set-up: deleting quest-1 should take its side-chains "
+                f"(delete_session returned {deleted!r}; the side-chains folder holds "
+                f"{sidechain_files(sessions) or 'nothing'})")
+    assert name == CALL_ID, (
+        f"quest-1 was deleted with its side-chains and started again; its call "
+        f"{CALL_ID} should get the first free name, {CALL_ID}, as in a fresh process "
+        f"(the folder held nothing); it got {name!r}, as if a name given before the "
+        "delete were still taken")
+
+
+@pytest.mark.task("10.2")
 def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sessions):
     """A side-chain's log whose meta file is gone still owns its name: the next helper
     of that call id takes the next name, and the old log stays as it was."""
@@ -2300,6 +2326,69 @@ def test_a_helper_answers_ask_helper_when_the_model_was_offered_it(lesson, sessi
             "that function, as any tool's call does, and start no helper; the result "
             f"was {result}, and the side-chains folder holds "
             f"{sidechain_files(sessions) or 'nothing'}")
+
+
+@pytest.mark.task("10.3")
+def test_whether_ask_helper_is_offered_is_judged_at_every_call(lesson, sessions):
+    """An agent's tools may change between turns (a program gives it ask_helper, then
+    takes it away): each call is judged by the schemas the model was sent with the
+    request that made it, never by what an earlier call found. Not offered, the call
+    runs the function of that name; offered, a helper answers; taken away again, the
+    function runs again."""
+    town = HelperTown()
+    plain = lesson.Toolbox(list(TOOL_SCHEMAS), dict(town.functions))
+    helped = lesson.Toolbox(
+        [*TOOL_SCHEMAS, HELPER_SCHEMA],
+        {k: f for k, f in town.functions.items() if k != "ask_helper"})
+    itself = ("Ask a helper.", [use(call("ask_helper", question=QUESTION)),
+                                say("Oh.")])
+    turns = [(plain, itself), (helped, HELPER_TURN), (plain, itself)]
+    agent, model, log = open_agent(lesson, sessions,
+                                   [step for _, (_, steps) in turns for step in steps],
+                                   town=plain)
+    results = []
+    with log:
+        for tools, (text, _) in turns:
+            agent.tools = tools
+            before = len(agent.messages)
+            turn(lesson, agent, model, text, "each turn's call to ask_helper should be "
+                 "judged by the tools the agent holds in that turn: run as the "
+                 "function of that name when the model is not offered ask_helper, "
+                 "answered by a helper when it is")
+            results.append(next((m.get("content") for m in agent.messages[before:]
+                                 if m.get("role") == "tool"), None))
+    expected = [town.ask_helper(QUESTION), HELPER_ANSWER, town.ask_helper(QUESTION)]
+    assert results == expected, (
+        "the agent was given the tools without ask_helper's schema, then with it, "
+        "then without it again, and the model called ask_helper in each turn: the "
+        f"results should be {expected} (the function, a helper, the function); they "
+        f"were {results}. Whether the model was offered ask_helper is what it was "
+        "sent with the request that made the call, not what an earlier call found")
+
+
+@pytest.mark.task("10.3")
+def test_each_helper_works_in_the_world_its_parent_holds_then(lesson, sessions):
+    """A parent whose tools change between turns (a town for each day): each turn's
+    helper works with the tools the parent holds in that turn, so what the second
+    day's helper buys is bought in the second day's town, and the first day's town
+    keeps only what was bought in it."""
+    days = [HelperTown(), HelperTown()]
+    steps = [[use(call("ask_helper", question=f"Buy a {item}.")),
+              use(call("buy", item=item)), say(f"Bought a {item}."), say("Done.")]
+             for item in ("torch", "rope")]
+    agent, model, log = open_agent(lesson, sessions, [*steps[0], *steps[1]],
+                                   town=days[0])
+    with log:
+        for town, item in zip(days, ("torch", "rope")):
+            agent.tools = town
+            turn(lesson, agent, model, f"Ask a helper to buy a {item}.",
+                 "each day's helper should buy its item and answer")
+    bought = [list(town.inventory) for town in days]
+    assert bought == [["torch"], ["rope"]], (
+        "the parent held the first day's town while its helper bought a torch, then "
+        "the second day's town while its helper bought a rope: each helper works "
+        "with the tools its parent holds then, so the towns should hold [torch] and "
+        f"[rope]; they hold {bought[0]} and {bought[1]}")
 
 
 @pytest.mark.task("10.3")
