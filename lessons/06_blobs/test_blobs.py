@@ -2953,3 +2953,27 @@ def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role)
         fail_in("06.2", f"the {role}'s 1 MB content is stored as a blob, and load "
                 "should put it back, whoever wrote it: the model is sent what load "
                 f"gives, and it gave {str(loaded)[:200]}")
+
+
+@pytest.mark.task("06.2")
+def test_inline_gives_a_copy_and_leaves_the_message_it_was_given(lesson, sessions):
+    """inline hands back a copy holding the stored content: the message it was given
+    still holds its reference. Its caller may go on using that message (lesson 09's
+    erase keeps the entries it read and writes them back), and a message that held the
+    whole content where the line holds a reference would be written back whole."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    entry = lines_of(sessions / "quest-1.jsonl")[0]
+    before = json.loads(json.dumps(entry))
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        got = log.inline(entry, 1)
+
+    assert isinstance(got, dict) and got.get("content") == PASTE, (
+        "inline should give back the message with the blob's content in place of the "
+        f"reference; its content was {str(got)[:120]!r}")
+    assert entry == before, (
+        "inline changed the message it was given: its content is now "
+        f"{str(entry.get('content'))[:80]!r}, not the reference {before['content']!r}. "
+        "The content comes back in a copy; whoever holds the message read from the "
+        "line must still find the reference there")
