@@ -876,6 +876,31 @@ def test_compacting_by_hand_keeps_a_turn_whatever_its_message_holds_and_once(les
                 f"should return False and ask nothing; it returned {again!r} after "
                 f"{len(model.summary_requests) - asked} more summary request(s)")
         assert agent.messages == said, "compact() changed the conversation"
+    # An agent without a session records any message (lesson 07), one with no role
+    # too: it starts no turn, and goes with the turn before it into the summary
+    note = {"content": "A note with no role, kept by an agent without a log."}
+    said = [*conversation(4), note, {"role": "user", "content": "Go on."},
+            {"role": "assistant", "content": "We go on."}]
+    agent, model, log = open_agent(lesson, None, budget=None)
+    agent.messages = list(said)
+    with log:
+        try:
+            compacted = agent.compact()
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(f"compact() by hand on an agent without a session, whose "
+                        f"conversation holds a note with no role between two turns "
+                        f"and the newest one, raised {type(error).__name__} ({error}): "
+                        "a message with no role starts no turn (lesson 07), and is "
+                        "summarised with the turn before it", pytrace=False)
+        boundary = agent.compaction.boundary if agent.compaction else None
+        assert compacted is True and boundary == 5, (
+            "two turns, a note with no role, then the newest turn at place 5: "
+            "compact() should summarise what comes before place 5, the note with "
+            f"it, and start the view there; it returned {compacted!r}, the view "
+            f"starting at {boundary}")
+    assert agent.messages == said, "compact() changed the conversation"
 
 
 @pytest.mark.task("08.3")
@@ -1494,6 +1519,20 @@ def test_a_log_state_gives_the_latest_valid_compaction_as_a_place(lesson, sessio
         "'upto' 7 and 8: both name messages written before them (an index counts the "
         "undone ones too, so 8 is every message in the file), and the latest keeps "
         f"none, so its boundary is place 6. compaction() returned {found!r}")
+    # Another program's undo marker after message 1 names -1, message 1 and message 5,
+    # written after it: only message 1 is taken back (lesson 07), so the compaction
+    # keeping index 6 on starts at place 5, after messages 0, 2, 3, 4 and 5
+    lines = [*said[:2], {"$marker": "undo", "skip": [-1, 1, 5]}, *said[2:],
+             {"$marker": "compaction", "summary": "kept two", "upto": 6}]
+    found = lesson.parse_log(as_log(lines).encode(), path).compaction()
+    assert found == lesson.Compaction("kept two", 5), (
+        "messages 0 to 7, with another program's undo marker after message 1 naming "
+        "-1, 1 and 5: it takes back message 1 only (no message is -1, and message 5 "
+        "was written after it), so the log shows 0, 2, 3, 4, 5, 6, 7, and the "
+        "compaction keeping index 6 on starts at place 5, the messages shown before "
+        "it; a boundary counted from the marker's list as written starts the view "
+        "where the log does not, sending a message the summary stands for. "
+        f"compaction() returned {found!r}")
 
 
 @pytest.mark.key
