@@ -2666,6 +2666,57 @@ def test_a_ctrl_c_the_moment_the_lock_is_taken_lets_go_of_it(lesson, sessions,
         "the clean-up of a failed take must run for a KeyboardInterrupt too")
 
 
+class AfterTheLock:
+    """The moments between flock granting a writer the lock and the writer being ready
+    (its _lock returning), one a run: Python's profile hook sees each call begin and
+    each call of a C function return, which is where a signal's handler runs too. A
+    run armed at moment k calls `act` at the k-th of them, once; `at` then says where,
+    and stays None once k is past the last moment of the window."""
+
+    def __init__(self, lesson, monkeypatch, act):
+        self.act, self.armed, self.left, self.at = act, False, 0, None
+        real_flock = lesson.fcntl.flock
+        module = sys.modules[lesson.SessionLog.__module__]
+        self.folder = str(Path(module.__file__).parent)
+
+        def flock(fd, operation):
+            real_flock(fd, operation)
+            if operation & lesson.fcntl.LOCK_EX:
+                self.armed = True
+
+        monkeypatch.setattr(lesson.fcntl, "flock", flock)
+
+    def _hook(self, frame, event, arg):
+        if not self.armed:
+            return
+        if event == "return" and frame.f_code.co_name == "_lock":
+            self.armed = False      # the writer is ready: the window is closed
+        elif event in ("call", "c_return"):
+            self.left -= 1
+            if self.left == 0:
+                self.armed = False
+                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
+                where = frame if event == "c_return" else frame.f_back
+                while where and not where.f_code.co_filename.startswith(self.folder):
+                    where = where.f_back
+                self.at = (f"as {called}() "
+                           + ("returned" if event == "c_return" else "began")
+                           + (f" (line {where.f_lineno} of "
+                              f"{Path(where.f_code.co_filename).name})"
+                              if where else ""))
+                self.act()
+
+    @contextlib.contextmanager
+    def at_moment(self, moment):
+        """Arm the window at `moment` for what runs inside."""
+        self.armed, self.left, self.at = False, moment, None
+        sys.setprofile(self._hook)
+        try:
+            yield
+        finally:
+            sys.setprofile(None)
+
+
 @pytest.mark.task("05.1")
 @pytest.mark.parametrize("found", ["no lock file", "a stale lock file"])
 def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, sessions,
@@ -2685,38 +2736,14 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
     # Whether a close removes its lock file (task 05.2 written): only then can this
     # test ask it of a writer a Ctrl-C stopped
     removes = not os.path.lexists(sessions / "plain.lock")
-    real_flock = lesson.fcntl.flock
-    folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
-    moments = {"armed": False, "left": 0, "at": None, "log": None, "kept": False}
+    moments = {"log": None, "kept": False}
 
-    def flock(fd, operation):
-        real_flock(fd, operation)
-        if operation & lesson.fcntl.LOCK_EX:
-            moments["armed"] = True
+    def interrupt():
+        # Whether the writer had kept the lock's descriptor by then
+        moments["kept"] = getattr(moments["log"], "_lock_fd", None) is not None
+        raise KeyboardInterrupt
 
-    def interrupt(frame, event, arg):
-        if not moments["armed"]:
-            return
-        if event == "return" and frame.f_code.co_name == "_lock":
-            moments["armed"] = False    # the writer is ready: the window is closed
-        elif event in ("call", "c_return"):
-            moments["left"] -= 1
-            if moments["left"] == 0:
-                moments["armed"] = False
-                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
-                where = frame if event == "c_return" else frame.f_back
-                while where and not where.f_code.co_filename.startswith(folder):
-                    where = where.f_back
-                moments["at"] = (f"as {called}() "
-                                 + ("returned" if event == "c_return" else "began")
-                                 + (f" (line {where.f_lineno} of "
-                                    f"{Path(where.f_code.co_filename).name})"
-                                    if where else ""))
-                # Whether the writer had kept the lock's descriptor by then
-                moments["kept"] = getattr(moments["log"], "_lock_fd", None) is not None
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    window = AfterTheLock(lesson, monkeypatch, interrupt)
     a_dead_pid = a_pid_no_process_has()
     for moment in range(1, 400):
         session = f"quest-{moment}"
@@ -2728,28 +2755,25 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                              encoding="utf-8")
             stale.chmod(0o644)
         log = lesson.SessionLog(sessions, session)
-        moments.update(armed=False, left=moment, at=None, log=log, kept=False)
+        moments.update(log=log, kept=False)
         before = open_descriptors()
         reached = False
-        with handed_to_unlock(lesson) as given:
-            sys.setprofile(interrupt)
+        with handed_to_unlock(lesson) as given, window.at_moment(moment):
             try:
                 with log:
                     log.append(FIRST)
             except KeyboardInterrupt:
                 reached = True
-            finally:
-                sys.setprofile(None)
-        if moments["at"] is None:
+        if window.at is None:
             break       # every moment of the window has been tried
         if removes and moments["kept"] and os.path.lexists(
                 sessions / f"{session}.lock"):
             if any(fd is not None for fd in given):
-                fail_in("05.2", f"a Ctrl-C came {moments['at']}, once the writer had "
+                fail_in("05.2", f"a Ctrl-C came {window.at}, once the writer had "
                         "kept the lock's descriptor; its close was given that "
                         "descriptor, let go, and left its lock file behind, where a "
                         "close removes it after a record that went in")
-            pytest.fail(f"a Ctrl-C came {moments['at']}, once the writer had kept the "
+            pytest.fail(f"a Ctrl-C came {window.at}, once the writer had kept the "
                         "lock's descriptor, and the writer, closed, left its lock file "
                         f"behind ({found} at the lock's name before): it no longer "
                         "knew the descriptor it had kept when it was closed, so its "
@@ -2757,7 +2781,7 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                         "descriptor until close lets go of it (task 05.1)",
                         pytrace=False)
         assert reached, (
-            f"a Ctrl-C came {moments['at']}, after flock granted the lock, and "
+            f"a Ctrl-C came {window.at}, after flock granted the lock, and "
             "the KeyboardInterrupt never reached the caller: a Ctrl-C must stop the "
             "program")
         leaked = open_descriptors() - before
@@ -2765,7 +2789,7 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
             with lesson.SessionLog(sessions, session) as log:
                 log.append(FIRST)
         except lesson.SessionBusy as error:
-            pytest.fail(f"a Ctrl-C came {moments['at']}, after flock granted the "
+            pytest.fail(f"a Ctrl-C came {window.at}, after flock granted the "
                         f"lock ({found} at the lock's name) and before the writer "
                         "kept its descriptor, and the lock "
                         "stayed held: the same process was then refused "
@@ -2773,7 +2797,7 @@ def test_a_ctrl_c_at_any_step_after_the_lock_is_granted_lets_go_of_it(lesson, se
                         "descriptor kept must let go of it on any exception, a "
                         "KeyboardInterrupt too", pytrace=False)
         assert leaked == 0, (
-            f"a Ctrl-C came {moments['at']}, after flock granted the lock ({found} at "
+            f"a Ctrl-C came {window.at}, after flock granted the lock ({found} at "
             f"the lock's name), and left {leaked} descriptor(s) open: every step "
             "between the lock granted and the descriptor kept must close it on any "
             "exception, a KeyboardInterrupt too")
@@ -3070,31 +3094,14 @@ def test_a_lock_files_name_changed_once_the_lock_is_granted_is_never_written_thr
     other_log = present(sessions / "other.jsonl")
     other_log.chmod(0o644)      # its owner lets others read it
     precious = other_log.read_bytes()
-    real_flock = lesson.fcntl.flock
-    moments = {"armed": False, "left": 0, "at": None, "lock": None}
+    planted = {"lock": None}
 
-    def flock(fd, operation):
-        real_flock(fd, operation)
-        if operation & lesson.fcntl.LOCK_EX:
-            moments["armed"] = True
+    def swap():
+        link = planted["lock"].with_name("planted")
+        os.symlink(other_log, link)
+        os.replace(link, planted["lock"])   # by hand: ln -sf
 
-    def swap(frame, event, arg):
-        if not moments["armed"]:
-            return
-        if event == "return" and frame.f_code.co_name == "_lock":
-            moments["armed"] = False    # the writer is ready: the window is closed
-        elif event in ("call", "c_return"):
-            moments["left"] -= 1
-            if moments["left"] == 0:
-                moments["armed"] = False
-                called = arg.__name__ if event == "c_return" else frame.f_code.co_name
-                moments["at"] = f"as {called}() " + ("returned" if event == "c_return"
-                                                     else "began")
-                link = moments["lock"].with_name("planted")
-                os.symlink(other_log, link)
-                os.replace(link, moments["lock"])   # by hand: ln -sf
-
-    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    window = AfterTheLock(lesson, monkeypatch, swap)
     for moment in range(1, 400):
         session = f"quest-{moment}"
         lock = sessions / f"{session}.lock"
@@ -3102,21 +3109,18 @@ def test_a_lock_files_name_changed_once_the_lock_is_granted_is_never_written_thr
                                     "since": "2026-01-01T00:00:00+00:00"}),
                         encoding="utf-8")   # its holder died long ago
         lock.chmod(0o644)
-        moments.update(armed=False, left=moment, at=None, lock=lock)
-        sys.setprofile(swap)
+        planted["lock"] = lock
         try:
-            with lesson.SessionLog(sessions, session) as log:
+            with window.at_moment(moment), lesson.SessionLog(sessions, session) as log:
                 log.append(FIRST)
         except (OSError, lesson.SessionBusy):
             pass    # what the name holds now may be refused: that is no harm
-        finally:
-            sys.setprofile(None)
-        if moments["at"] is None:
+        if window.at is None:
             break       # every moment of the window has been tried
         mode = other_log.stat().st_mode & 0o777
         assert other_log.read_bytes() == precious and mode == 0o644, (
             f"the writer was granted the lock on {lock.name} (a stale lock file "
-            f"others could read), and {moments['at']} someone put a symbolic link to "
+            f"others could read), and {window.at} someone put a symbolic link to "
             "other.jsonl, another session's log, at that name; the writer then "
             + (f"wrote into that log, which now holds "
                f"{other_log.read_bytes()[:80]!r}" if other_log.read_bytes() != precious
