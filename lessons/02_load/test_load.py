@@ -1722,16 +1722,15 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
     log = lesson.SessionLog(sessions, "quest-1")
     with files_refused(monkeypatch, sessions, errno.EACCES, reading=True,
                        searching=searching):
-        loaded = loaded_or_none(log, setting, OSError,
-                                "let the OSError that says so reach the caller")
+        # One load: its refusal is judged below, and by its words
+        loaded = load_or_error(log)
+        refused = loaded if isinstance(loaded, OSError) else None
+        if isinstance(loaded, Exception) and refused is None:
+            pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
+                        "let the OSError that says so reach the caller", pytrace=False)
+        loaded = None if refused is not None else loaded
         started = agent_started_on(lesson, model, town, log, setting, OSError,
                                    "the OSError that says the log may not be read")
-        try:
-            log.load()
-        except OSError as error:
-            refused = error
-        else:
-            refused = None
     path = sessions / "quest-1.jsonl"
     if refused is not None and "quest-1" not in str(refused):
         pytest.fail(f"{setting}; load() raised {described(refused)}, whose words do "
