@@ -1726,8 +1726,9 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
         loaded = load_or_error(log)
         refused = loaded if isinstance(loaded, OSError) else None
         if isinstance(loaded, Exception) and refused is None:
-            pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
-                        "let the OSError that says so reach the caller", pytrace=False)
+            pytest.fail(f"{setting}; load() raised {described(loaded)}, where it "
+                        "should let the OSError that says so reach the caller",
+                        pytrace=False)
         loaded = None if refused is not None else loaded
         started = agent_started_on(lesson, model, town, log, setting, OSError,
                                    "the OSError that says the log may not be read")
