@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionlab import course, maintainers, starters
+from sessionlab import course, maintainers, mutate, starters
 from sessionlab import calls as call_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -441,6 +441,31 @@ equivalent = "wrongly argued"
         "'claimed harmless, but escapes non-ASCII' is recorded as equivalent, but "
         "test_non_ascii_text_stays_readable_in_the_file")
     assert "caught_by = 'test_non_ascii_text_stays_readable_in_the_file'" in finding.problems[0]
+
+
+@CHECKS_A_PYTEST_RUN
+def test_an_equivalent_entry_failed_beside_others_is_judged_alone(copy, monkeypatch):
+    """A test that times a wait can miss its mark while the group's other runs load the
+    machine: an equivalent entry that fails in its group runs again alone, and is a
+    problem only if it fails there too (as the other test here shows it is)."""
+    add_wrong(copy, HARMLESS + 'equivalent = "only a comment changes"\n')
+    real, runs = mutate.run_mutants, []
+
+    def busy_machine(*args, **options):
+        found, output = real(*args, **options)
+        runs.append(len(args[2]))
+        if len(runs) == 1:      # the group's run: a timed test missed its mark
+            name = found[0][0]["name"]
+            found[0].append({"nodeid": name, "name": name, "when": "call",
+                             "outcome": "failed", "tasks": ["01.2"],
+                             "message": "the writer got the session 0.31 s late"})
+        return found, output
+
+    monkeypatch.setattr(mutate, "run_mutants", busy_machine)
+    finding = maintainers.check_wrong_implementations(lesson_of(copy), every_test=True)
+
+    assert finding.ok, finding.problems
+    assert len(runs) == 2, f"the entry should run once more, alone: runs {runs}"
 
 
 @CHECKS_A_PYTEST_RUN

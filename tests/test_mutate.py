@@ -200,3 +200,23 @@ def test_only_the_selected_tests_run_on_a_mutant_run_alone_or_with_others(mutant
     for i in range(mutants):
         ran = sorted({entry["name"].split("[")[0] for entry in results[i]})
         assert ran == [chosen], f"mutant {i} ran {ran}, not [{chosen!r}]:\n{output}"
+
+
+def test_a_lesson_whose_tests_wait_runs_more_groups_at_once(tmp_path):
+    """wrong.toml may set groups_at_once (lessons 05 and 11 do: their tests wait on
+    locks and a server); any other lesson runs two; a value out of range is named."""
+    copy = tmp_path / "course"
+    shutil.copytree(ROOT / "lessons", copy / "lessons")
+    shutil.copytree(ROOT / "solutions", copy / "solutions")
+    assert mutate.groups_at_once(course.lesson("05", ROOT)) == 5
+    assert mutate.groups_at_once(course.lesson("03", ROOT)) == mutate.GROUPS_AT_ONCE
+
+    lesson = course.lesson("03", copy)
+    wrong = lesson.solution_folder / "wrong.toml"
+    entries = wrong.read_text(encoding="utf-8")
+    for bad in ("0", "9", "true", '"4"'):
+        wrong.write_text(f"groups_at_once = {bad}\n\n{entries}", encoding="utf-8")
+        with pytest.raises(course.CourseError, match="groups_at_once must be"):
+            mutate.groups_at_once(lesson)
+        problems = maintainers.check_metadata(lesson).problems
+        assert any("groups_at_once must be" in p for p in problems), problems

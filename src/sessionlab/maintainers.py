@@ -128,6 +128,11 @@ def check_metadata(lesson: course.Lesson) -> Finding:
             problems.append(f"task {task.id} has no test marked @pytest.mark.task({task.id!r})")
         if task.id in fenced and (where := misplaced(lesson, task)):
             problems.append(where)
+    from .mutate import groups_at_once
+    try:
+        groups_at_once(lesson)      # the corpus check's own number, when wrong.toml sets one
+    except course.CourseError as error:
+        problems.append(str(error))
     for name in undocumented_tests(lesson):
         problems.append(f"{name} has no docstring: say in a sentence or two what "
                         f"behaviour it "
@@ -803,7 +808,7 @@ def check_wrong_implementations(lesson: course.Lesson,
     its own) every test runs on every mutant, so that no test anywhere ends in a bare
     "DID NOT RAISE" or an exception of its own on any of them.
     """
-    from .mutate import failed_tests, run_mutants
+    from .mutate import failed_tests, groups_at_once, run_mutants
     finding = Finding(f"wrong implementations of {lesson.name} are caught")
     wrongs = wrong_implementations(lesson)
     if not wrongs:
@@ -862,7 +867,7 @@ def check_wrong_implementations(lesson: course.Lesson,
                               stop_at_first_failure=not every_test,
                               group=EVERY_TEST_GROUP if every_test
                               else FIRST_FAILURE_GROUP,
-                              only=chosen)
+                              only=chosen, at_once=groups_at_once(lesson))
     # A run that died (a mutant that crashed the interpreter, the time limit of a run on
     # a busy machine) took every mutant of its group with it: each of those runs again
     # alone, so that a problem is the mutant's own, never its neighbour's.
@@ -872,11 +877,18 @@ def check_wrong_implementations(lesson: course.Lesson,
     # too. (Few: none, when the corpus holds.)
     died += sorted({k for i, k in enumerate(program_of) if k not in died
                     and usable[i].caught_by and not failed_tests(ran[k])})
-    if died and len(distinct) > 1:
+    if len(distinct) == 1:
+        died = []   # it ran alone already
+    # And one recorded as equivalent that a test failed, even if it ran alone: a test
+    # that times a wait can miss its mark on a machine busy with other runs.
+    died += sorted({k for i, k in enumerate(program_of) if k not in died
+                    and usable[i].equivalent and failed_tests(ran.get(k, []))})
+    if died:
         found, output = run_mutants(lesson.root, lesson, [distinct[k] for k in died],
                                     timeout=CHECK_TEST_TIMEOUT, group=1,
                                     stop_at_first_failure=not every_test,
-                                    only=[chosen[k] for k in died] if chosen else None)
+                                    only=[chosen[k] for k in died] if chosen else None,
+                                    at_once=groups_at_once(lesson))
         ran.update({k: found.get(n, []) for n, k in enumerate(died)})
     results = {i: ran.get(k, []) for i, k in enumerate(program_of)}
     for i, wrong in enumerate(usable):
@@ -1028,7 +1040,8 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
     the program of a wrong.toml entry (caught or argued equivalent)."""
     from . import mutate
     finding = Finding(f"mutation pass over {lesson.name}")
-    result = mutate.mutate_lesson(lesson.root, lesson, workers=mutate.GROUPS_AT_ONCE)
+    result = mutate.mutate_lesson(lesson.root, lesson,
+                                  workers=mutate.groups_at_once(lesson))
     for index, why in result.unjudged.items():
         finding.problems.append(f"could not judge {result.mutants[index].describe()}: "
                                 f"{why}")
@@ -1129,10 +1142,14 @@ def heavy_cost(root: Path, name: str, took: dict[str, float]) -> float:
     """What a heavy check is expected to take, in the seconds of the lesson's own test
     run (`took`, by check name): one run of its tests for each wrong implementation;
     the mutation pass stops each mutant at its first failure, about a quarter of that.
+    A lesson whose runs go more at a time than the others' (groups_at_once) takes
+    that much less.
     """
+    from .mutate import GROUPS_AT_ONCE, groups_at_once
     lesson = course.lesson(name.removeprefix(CORPUS_CHECK).removeprefix(MUTATION_CHECK),
                            root)
     runs = len(wrong_implementations(lesson)) * took.get(f"solution {lesson.name}", 1.0)
+    runs *= GROUPS_AT_ONCE / groups_at_once(lesson)
     return runs if name.startswith(CORPUS_CHECK) else runs / 4
 
 

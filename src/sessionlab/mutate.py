@@ -46,6 +46,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +60,24 @@ MUTANT_TEST_TIMEOUT = (
 )
 CHUNK = 60  # mutants in one pytest process
 GROUPS_AT_ONCE = 2  # pytest runs of one lesson's mutants side by side (run_mutants)
+MOST_AT_ONCE = 8    # the most a lesson's wrong.toml may ask for (groups_at_once)
+
+
+def groups_at_once(lesson: course.Lesson) -> int:
+    """How many pytest runs of the lesson's mutants go side by side: GROUPS_AT_ONCE,
+    or the lesson's own number (`groups_at_once` at the top of its wrong.toml). A
+    lesson whose tests mostly wait (for a lock another process holds, for a database
+    server) leaves the processor idle at two: more of its runs fill that time."""
+    path = lesson.solution_folder / "wrong.toml"
+    if not path.exists():
+        return GROUPS_AT_ONCE
+    asked = tomllib.loads(path.read_text(encoding="utf-8")).get(
+        "groups_at_once", GROUPS_AT_ONCE)
+    if not isinstance(asked, int) or isinstance(asked, bool) \
+            or not 1 <= asked <= MOST_AT_ONCE:
+        raise course.CourseError(f"{path}: groups_at_once must be a whole number from 1 "
+                                 f"to {MOST_AT_ONCE}, not {asked!r}")
+    return asked
 
 
 @dataclass(frozen=True)
@@ -404,6 +423,7 @@ def run_mutants(
     extra: tuple[str, ...] = (),
     group: int | None = None,
     only: list[set[str] | None] | None = None,
+    at_once: int = GROUPS_AT_ONCE,
 ) -> tuple[dict[int, list[dict]], str]:
     """Run the lesson's tests on each mutant, (module, its mutated text), the rest of
     the solution as it is; (index -> that mutant's test results, output tail). With
@@ -412,9 +432,9 @@ def run_mutants(
     the time that stops a hang. `only`, beside `sources`: the names of the tests to
     run on each mutant (None: every test; see sessionlab.calls).
 
-    The groups run GROUPS_AT_ONCE at a time: a lesson's tests mostly wait (on a
-    writer process, a lock, the database server), so a second run fills the time
-    one leaves idle.
+    The groups run `at_once` at a time (see groups_at_once): a lesson's tests often
+    wait (on a writer process, a lock, the database server), so a second run fills
+    the time one leaves idle.
 
     Results of a mutant whose process died (a crash, an overall timeout) are missing:
     the caller may run those alone.
@@ -430,7 +450,7 @@ def run_mutants(
 
         merged: dict[int, list[dict]] = {}
         outputs = []
-        with ThreadPoolExecutor(max_workers=GROUPS_AT_ONCE) as pool:
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
             for start, (found, output) in zip(starts, pool.map(run_group, starts)):
                 merged.update({start + i: entries for i, entries in found.items()})
                 outputs.append(output)
