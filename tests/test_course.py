@@ -10,8 +10,8 @@ The bare `pytest` (the README's quick command) runs the static checks, every sol
 its lesson and every starter; the earlier lessons' key tests on every solution and the
 strict build of the docs are the campaign's (`pytest -m campaign`, which CI runs too).
 The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out of both:
-`sessionlab dev check` runs it, and CI runs all of it, every test on every wrong
-implementation and the generated mutation pass, as a step of its own
+`sessionlab dev check` runs it, and CI runs all of it, every wrong implementation up to
+its first failing test and the generated mutation pass, as a step of its own
 (`sessionlab dev check --mutate`).
 """
 

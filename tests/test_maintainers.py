@@ -741,7 +741,8 @@ def test_with_its_server_a_lesson_gets_every_check(monkeypatch):
 
 def test_the_root_pytest_leaves_the_corpus_to_dev_check_and_ci():
     """The root `pytest` runs the maintainers' check without the corpus of wrong
-    implementations; `sessionlab dev check` runs it, and `--mutate` (CI's step) always."""
+    implementations; `sessionlab dev check` runs it, and so do `--mutate` (CI's step) and
+    `--every-test`."""
     def count(start: str, **options) -> int:
         return sum(name.startswith(start)
                    for name, _ in maintainers.pytest_checks(ROOT, docs=False, **options))
@@ -750,6 +751,7 @@ def test_the_root_pytest_leaves_the_corpus_to_dev_check_and_ci():
     assert count("wrong implementations of ", corpus=False) == 0
     assert count("wrong implementations of ") == checked
     assert count("wrong implementations of ", corpus=False, mutate=True) == checked
+    assert count("wrong implementations of ", corpus=False, every_test=True) == checked
 
 
 def test_a_task_whose_where_misses_its_code_is_reported(copy):

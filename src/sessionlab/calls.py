@@ -1,7 +1,7 @@
 """Which tests can see a change: the lesson lines each test reaches.
 
-Running every test on every wrong implementation (`sessionlab dev check --mutate`) is
-most of the maintainers' check. A test that never reaches the code an edit changed runs
+Running the tests on every wrong implementation (`sessionlab dev check --mutate`, or
+`--every-test`) is most of the maintainers' check. A test that never reaches the code an edit changed runs
 on the mutant exactly as on the solution, and passes; so the check first runs the
 lesson's tests once on the solution, recording the lesson functions each one calls and
 the lines of them it reaches (`--sessionlab-calls FILE`), and then runs on each mutant

@@ -803,10 +803,11 @@ def check_wrong_implementations(lesson: course.Lesson,
 
     All of a lesson's mutants run in one pytest process (`--impl a:b:c`); a test that
     fails on one must fail with words (see unexplained_failure). By default a mutant
-    stops at its first failing test, which is what a student sees first and keeps the
-    root `pytest` within minutes; with `every_test` (`dev check --mutate`, a step of CI of
-    its own) every test runs on every mutant, so that no test anywhere ends in a bare
-    "DID NOT RAISE" or an exception of its own on any of them.
+    stops at its first failing test, which is what a student sees first (an equivalent
+    one, failing none, meets every test); this is what `dev check` and CI run. With
+    `every_test` (`dev check --every-test`, an hour and more) every test runs on every
+    mutant, so that no test anywhere ends in a bare "DID NOT RAISE" or an exception of
+    its own on any of them, first failure or not.
     """
     from .mutate import failed_tests, groups_at_once, run_mutants
     finding = Finding(f"wrong implementations of {lesson.name} are caught")
@@ -851,11 +852,12 @@ def check_wrong_implementations(lesson: course.Lesson,
             sources.append(mutated)
     if not usable:
         return finding
-    # Every test on every mutant is minutes for lesson 11 (~180 mutants of ~50 tests on
+    # Every test on every mutant is minutes for lesson 11 (~400 mutants of ~90 tests on
     # a server): in groups, each pytest run stays inside PYTEST_TIMEOUT; and on each
-    # mutant only the tests that call what its edit changed (the others pass on it
-    # as on the solution: sessionlab.calls)
-    only = tests_that_see_each(lesson, files, usable, sources) if every_test else None
+    # mutant only the tests that reach what its edit changed (the others pass on it
+    # as on the solution: sessionlab.calls). Up to the first failure too: a test that
+    # cannot see the edit passes, so leaving it out changes no first failure.
+    only = tests_that_see_each(lesson, files, usable, sources)
     # Two entries may make the same program (one mistake, told two ways): it runs once
     programs: dict[tuple[str, str], int] = {}
     program_of = [programs.setdefault(source, len(programs)) for source in sources]
@@ -1059,7 +1061,8 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
 
 
 def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
-                  corpus: bool = True, key: bool = True, lessons: bool = True
+                  corpus: bool = True, key: bool = True, lessons: bool = True,
+                  every_test: bool = False
                   ) -> list[tuple[str, Callable[[], Finding]]]:
     """The checks that run a process (pytest, mkdocs), as (name, callable) pairs.
 
@@ -1069,9 +1072,10 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
     runs the first (quick), and leaves the key tests and the docs to `pytest -m campaign`.
 
     `corpus`: also run each lesson's tests on its wrong implementations (wrong.toml),
-    up to the first failure of each, or on every test with `mutate`. The root `pytest`
-    leaves the corpus out (it would double its time); `sessionlab dev check` runs it, and
-    CI runs it whole, with the mutation pass, as a step of its own."""
+    up to the first failure of each, or every test on each with `every_test`. The root
+    `pytest` leaves the corpus out (it would double its time); `sessionlab dev check`
+    runs it, and CI runs it whole (each entry up to its first failure, an equivalent one
+    through every test), with the mutation pass (`mutate`), as a step of its own."""
     all_lessons = course.lessons(root)
     checks = []
     for i, lesson in enumerate(all_lessons):
@@ -1089,10 +1093,10 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
         if lessons:
             checks.append((f"starter {lesson.name}",
                            lambda l=lesson: check_starter_fails_right(l)))
-        if corpus or mutate:
+        if corpus or mutate or every_test:
             checks.append((f"{CORPUS_CHECK}{lesson.name}",
                            lambda l=lesson: check_wrong_implementations(
-                               l, every_test=mutate)))
+                               l, every_test=every_test)))
         if mutate:
             checks.append((f"{MUTATION_CHECK}{lesson.name}",
                            lambda l=lesson: check_mutation_pass(l)))
@@ -1125,10 +1129,11 @@ def unchecked_lesson(lesson: course.Lesson, missing: str) -> Finding:
 
 def all_checks(root: Path, docs: bool = True, mutate: bool = False,
                corpus: bool = True, key: bool = True, lessons: bool = True,
-               static: bool = True) -> list[tuple[str, Callable[[], Finding]]]:
+               static: bool = True, every_test: bool = False
+               ) -> list[tuple[str, Callable[[], Finding]]]:
     """Every check as a (name, callable) pair, cheapest first."""
     return (static_checks(root) if static else []) + pytest_checks(
-        root, docs, mutate, corpus, key, lessons)
+        root, docs, mutate, corpus, key, lessons, every_test)
 
 
 def _timed(check: Callable[[], Finding]) -> Finding:
@@ -1156,7 +1161,7 @@ def heavy_cost(root: Path, name: str, took: dict[str, float]) -> float:
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False, strict: bool = False,
             corpus: bool = True, key: bool = True, lessons: bool = True,
-            static: bool = True,
+            static: bool = True, every_test: bool = False,
             progress: Callable[[Finding, int, int], None] | None = None
             ) -> list[Finding]:
     """Every finding, in the order of all_checks, on a pristine copy of the course
@@ -1172,7 +1177,7 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         shipped.mkdir()
         lay_out_pristine(root, shipped)
         static = static_checks(root, shipped, strict) if static else []
-        slow = pytest_checks(shipped, docs, mutate, corpus, key, lessons)
+        slow = pytest_checks(shipped, docs, mutate, corpus, key, lessons, every_test)
         total = len(static) + len(slow)
         findings = []
         for _, check in static:
@@ -1226,10 +1231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-docs", action="store_true", help="skip the strict docs build")
     parser.add_argument("--workers", type=int, default=2, help="pytest processes at once (default 2)")
     parser.add_argument("--mutate", action="store_true",
-                        help="also run every test on every wrong implementation "
-                             "(not only up to its first failure) and the generated "
-                             "mutation pass (`sessionlab dev mutate`); slower, so CI "
-                             "runs it as a step of its own")
+                        help="also run the generated mutation pass (`sessionlab dev "
+                             "mutate`); slower, so CI runs it as a step of its own")
+    parser.add_argument("--every-test", action="store_true",
+                        help="run every test that reaches its edit on every wrong "
+                             "implementation, not only up to its first failure, so "
+                             "that each failure a mistake can meet is shown to fail "
+                             "with words (an hour and more: after a change to many "
+                             "tests' words)")
     parser.add_argument("--verbose", action="store_true",
                         help="also show notes: which tests caught each wrong "
                              "implementation")
@@ -1237,7 +1246,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     root = course.find_root()
     findings = run_all(root, docs=not args.no_docs, workers=args.workers,
-                       mutate=args.mutate, strict=ci(),
+                       mutate=args.mutate, every_test=args.every_test, strict=ci(),
                        progress=lambda finding, done, total: console.print(
                            progress_line(finding, done, total), highlight=False))
     table = Table("check", "result", "seconds")
