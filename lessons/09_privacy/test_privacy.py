@@ -898,9 +898,10 @@ def test_a_ctrl_c_as_the_delete_takes_the_lock_leaves_the_session_to_the_next_de
         pytest.fail("a Ctrl-C stopped the delete of quest-1 as it took the session's "
                     "lock; deleting it again in the same process was refused: "
                     f"{error}. The stopped delete kept the lock, where it should hold "
-                    "nothing once it is over, whatever stopped it (a writer's lock is "
-                    "let go in a finally, or by a with block, from the moment it is "
-                    "asked for)", pytrace=False)
+                    "nothing once it is over, whatever stopped it, and at whatever "
+                    "moment: this Ctrl-C came while the delete was still taking the "
+                    "lock, once it was granted, as its name went into the lock file",
+                    pytrace=False)
     left = sorted(p.name for p in sessions.iterdir() if "quest-1" in p.name)
     assert again is True and left == [], (
         "deleting quest-1 again after a Ctrl-C stopped the first delete as it took the "
