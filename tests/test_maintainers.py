@@ -469,6 +469,37 @@ def test_an_equivalent_entry_failed_beside_others_is_judged_alone(copy, monkeypa
 
 
 @CHECKS_A_PYTEST_RUN
+def test_an_entry_whose_first_failure_misnames_its_task_beside_others_is_judged_alone(
+        copy, monkeypatch):
+    """So is a mistake whose first failing test, beside other runs, names another task
+    (a timed test of an earlier task missing its mark): alone, its own task's test
+    fails first, and nothing is wrong."""
+    add_wrong(copy, """
+[[wrong]]
+what = "escapes non-ASCII"
+find = "ensure_ascii=False, allow_nan=False"
+replace = "ensure_ascii=True, allow_nan=False"
+caught_by = "test_non_ascii_text_stays_readable_in_the_file"
+""")
+    real, runs = mutate.run_mutants, []
+
+    def busy_machine(*args, **options):
+        found, output = real(*args, **options)
+        runs.append(len(args[2]))
+        if len(runs) == 1:      # the group's run: another task's timed test failed first
+            found[0].insert(0, {"nodeid": "test_timed", "name": "test_timed",
+                                "when": "call", "outcome": "failed", "tasks": ["01.5"],
+                                "message": "the write took 0.4 s"})
+        return found, output
+
+    monkeypatch.setattr(mutate, "run_mutants", busy_machine)
+    finding = maintainers.check_wrong_implementations(lesson_of(copy))
+
+    assert finding.ok, finding.problems
+    assert len(runs) == 2, f"the entry should run once more, alone: runs {runs}"
+
+
+@CHECKS_A_PYTEST_RUN
 def test_an_entry_caught_by_another_test_than_the_named_one_passes_and_says_which(copy):
     add_wrong(copy, """
 [[wrong]]

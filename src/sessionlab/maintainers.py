@@ -881,10 +881,13 @@ def check_wrong_implementations(lesson: course.Lesson,
                     and usable[i].caught_by and not failed_tests(ran[k])})
     if len(distinct) == 1:
         died = []   # it ran alone already
-    # And one recorded as equivalent that a test failed, even if it ran alone: a test
-    # that times a wait can miss its mark on a machine busy with other runs.
+    # And one recorded as equivalent that a test failed, or one whose first failure
+    # names another task, even if it ran alone: a test that times a wait can miss its
+    # mark on a machine busy with other runs.
     died += sorted({k for i, k in enumerate(program_of) if k not in died
-                    and usable[i].equivalent and failed_tests(ran.get(k, []))})
+                    and failed_tests(ran.get(k, [])) and (
+                        usable[i].equivalent
+                        or first_failure_misnames(files, usable[i], ran[k]))})
     if died:
         found, output = run_mutants(lesson.root, lesson, [distinct[k] for k in died],
                                     timeout=CHECK_TEST_TIMEOUT, group=1,
