@@ -443,29 +443,41 @@ equivalent = "wrongly argued"
     assert "caught_by = 'test_non_ascii_text_stays_readable_in_the_file'" in finding.problems[0]
 
 
+def runs_of_a_busy_machine(monkeypatch, fault):
+    """The lesson's corpus runs as they are, but `fault(found)` spoils the first one's
+    results, as a machine busy with other runs can; returns the number of mutants of
+    each run, in order."""
+    real, runs = mutate.run_mutants, []
+
+    def busy_machine(*args, **options):
+        found, output = real(*args, **options)
+        runs.append(len(args[2]))
+        if len(runs) == 1:
+            fault(found)
+        return found, output
+
+    monkeypatch.setattr(mutate, "run_mutants", busy_machine)
+    return runs
+
+
 @CHECKS_A_PYTEST_RUN
 def test_an_equivalent_entry_failed_beside_others_is_judged_alone(copy, monkeypatch):
     """A test that times a wait can miss its mark while the group's other runs load the
     machine: an equivalent entry that fails in its group runs again alone, and is a
     problem only if it fails there too (as the other test here shows it is)."""
     add_wrong(copy, HARMLESS + 'equivalent = "only a comment changes"\n')
-    real, runs = mutate.run_mutants, []
 
-    def busy_machine(*args, **options):
-        found, output = real(*args, **options)
-        runs.append(len(args[2]))
-        if len(runs) == 1:      # the group's run: a timed test missed its mark
-            name = found[0][0]["name"]
-            found[0].append({"nodeid": name, "name": name, "when": "call",
-                             "outcome": "failed", "tasks": ["01.2"],
-                             "message": "the writer got the session 0.31 s late"})
-        return found, output
+    def late(found):        # a timed test missed its mark
+        name = found[0][0]["name"]
+        found[0].append({"nodeid": name, "name": name, "when": "call",
+                         "outcome": "failed", "tasks": ["01.2"],
+                         "message": "the writer got the session 0.31 s late"})
 
-    monkeypatch.setattr(mutate, "run_mutants", busy_machine)
+    runs = runs_of_a_busy_machine(monkeypatch, late)
     finding = maintainers.check_wrong_implementations(lesson_of(copy), every_test=True)
 
-    assert finding.ok, finding.problems
     assert len(runs) == 2, f"the entry should run once more, alone: runs {runs}"
+    assert finding.ok, finding.problems
 
 
 @CHECKS_A_PYTEST_RUN
@@ -481,22 +493,17 @@ find = "ensure_ascii=False, allow_nan=False"
 replace = "ensure_ascii=True, allow_nan=False"
 caught_by = "test_non_ascii_text_stays_readable_in_the_file"
 """)
-    real, runs = mutate.run_mutants, []
 
-    def busy_machine(*args, **options):
-        found, output = real(*args, **options)
-        runs.append(len(args[2]))
-        if len(runs) == 1:      # the group's run: another task's timed test failed first
-            found[0].insert(0, {"nodeid": "test_timed", "name": "test_timed",
-                                "when": "call", "outcome": "failed", "tasks": ["01.5"],
-                                "message": "the write took 0.4 s"})
-        return found, output
+    def another_task_first(found):
+        found[0].insert(0, {"nodeid": "test_timed", "name": "test_timed",
+                            "when": "call", "outcome": "failed", "tasks": ["01.5"],
+                            "message": "the write took 0.4 s"})
 
-    monkeypatch.setattr(mutate, "run_mutants", busy_machine)
+    runs = runs_of_a_busy_machine(monkeypatch, another_task_first)
     finding = maintainers.check_wrong_implementations(lesson_of(copy))
 
-    assert finding.ok, finding.problems
     assert len(runs) == 2, f"the entry should run once more, alone: runs {runs}"
+    assert finding.ok, finding.problems
 
 
 @CHECKS_A_PYTEST_RUN

@@ -206,8 +206,8 @@ def test_a_lesson_whose_tests_wait_runs_more_groups_at_once(tmp_path):
     """wrong.toml may set groups_at_once (lessons 05 and 11 do: their tests wait on
     locks and a server); any other lesson runs two; a value out of range is named."""
     copy = tmp_path / "course"
-    shutil.copytree(ROOT / "lessons", copy / "lessons")
-    shutil.copytree(ROOT / "solutions", copy / "solutions")
+    for side in ("lessons", "solutions"):
+        shutil.copytree(ROOT / side / "03_fork", copy / side / "03_fork")
     assert mutate.groups_at_once(course.lesson("05", ROOT)) == 5
     assert mutate.groups_at_once(course.lesson("03", ROOT)) == mutate.GROUPS_AT_ONCE
 

@@ -1,11 +1,12 @@
 """Which tests can see a change: the lesson lines each test reaches.
 
 Running the tests on every wrong implementation (`sessionlab dev check --mutate`, or
-`--every-test`) is most of the maintainers' check. A test that never reaches the code an edit changed runs
-on the mutant exactly as on the solution, and passes; so the check first runs the
-lesson's tests once on the solution, recording the lesson functions each one calls and
-the lines of them it reaches (`--sessionlab-calls FILE`), and then runs on each mutant
-only the tests that can see its edit. mutmut selects tests by coverage the same way.
+`--every-test`) is most of the maintainers' check. A test that never reaches the code an
+edit changed runs on the mutant exactly as on the solution, and passes; so the check
+first runs the lesson's tests once on the solution, recording the lesson functions each
+one calls and the lines of them it reaches (`--sessionlab-calls FILE`), and then runs on
+each mutant only the tests that can see its edit. mutmut selects tests by coverage the
+same way.
 
 An edit made in place (it replaces or removes lines, or adds some before a line, with
 the block structure around it left as it was) is seen by the tests that reach the lines

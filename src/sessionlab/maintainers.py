@@ -862,6 +862,7 @@ def check_wrong_implementations(lesson: course.Lesson,
     programs: dict[tuple[str, str], int] = {}
     program_of = [programs.setdefault(source, len(programs)) for source in sources]
     distinct = list(programs)
+    at_once = groups_at_once(lesson)
     chosen = None if only is None else [_joined(
         [only[i] for i, k in enumerate(program_of) if k == program])
         for program in range(len(distinct))]
@@ -869,7 +870,7 @@ def check_wrong_implementations(lesson: course.Lesson,
                               stop_at_first_failure=not every_test,
                               group=EVERY_TEST_GROUP if every_test
                               else FIRST_FAILURE_GROUP,
-                              only=chosen, at_once=groups_at_once(lesson))
+                              only=chosen, at_once=at_once)
     # A run that died (a mutant that crashed the interpreter, the time limit of a run on
     # a busy machine) took every mutant of its group with it: each of those runs again
     # alone, so that a problem is the mutant's own, never its neighbour's.
@@ -893,7 +894,7 @@ def check_wrong_implementations(lesson: course.Lesson,
                                     timeout=CHECK_TEST_TIMEOUT, group=1,
                                     stop_at_first_failure=not every_test,
                                     only=[chosen[k] for k in died] if chosen else None,
-                                    at_once=groups_at_once(lesson))
+                                    at_once=at_once)
         ran.update({k: found.get(n, []) for n, k in enumerate(died)})
     results = {i: ran.get(k, []) for i, k in enumerate(program_of)}
     for i, wrong in enumerate(usable):
