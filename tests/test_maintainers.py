@@ -575,6 +575,7 @@ caught_by = "test_non_ascii_text_stays_readable_in_the_file"
     assert "ensure_ascii=True" in mistake.replace, mistake.replace
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_mistake_in_a_design_that_cannot_take_it_is_reported(copy):
     add_wrong(copy, ANOTHER_APPEND + """
 [[wrong]]
@@ -909,6 +910,7 @@ def test_a_tool_runs_once_replies_are_normalized(lesson):
 NOT_WRITTEN_00_3 = "raise NotImplementedError('task 00.3 is not written yet: its title')"
 
 
+@CHECKS_A_PYTEST_RUN
 @pytest.mark.parametrize("on_not_written, page_says, expected", [
     # 00.3's own NotImplementedError, which the plugin names: the way to wait for it,
     # once the page of 00.1 says that some of its tests need 00.3
@@ -978,6 +980,7 @@ def test_an_insertion_is_placed_on_the_line_before_it():
     assert maintainers.edited_lines(SOURCE, wrong) == [9]
 
 
+@CHECKS_A_PYTEST_RUN
 def test_a_mutant_that_survives_in_its_group_is_tried_alone_before_it_is_reported(
         copy, monkeypatch):
     # A group's run can stop before the test that catches a mutant (its time limit),
@@ -1007,6 +1010,7 @@ def test_a_mutant_that_survives_in_its_group_is_tried_alone_before_it_is_reporte
     assert runs == [2, 1], runs     # both in one run, then the survivor alone
 
 
+@CHECKS_A_PYTEST_RUN
 def test_two_entries_that_make_the_same_program_run_it_once_and_are_each_judged(
         copy, monkeypatch):
     # One mistake told two ways (two `what`s, one edit): one program, one run of it,
