@@ -333,6 +333,31 @@ def test_a_task_whose_tests_pass_on_the_empty_starter_is_reported(copy):
 
 
 @CHECKS_A_PYTEST_RUN
+def test_a_starter_whose_first_failure_is_a_later_task_is_reported(copy):
+    """A student who stops at the first failure of a fresh starter is sent to the task
+    whose NotImplementedError it met: the lesson's first test must meet the first
+    task's. Here a test that needs 01.2 alone is put before every other."""
+    tests = copy / "lessons/01_append/test_append.py"
+    text = tests.read_text(encoding="utf-8")
+    first = text.index("\n@pytest.mark")
+    tests.write_text(text[:first] + """
+@pytest.mark.task("01.2")
+def test_an_append_alone(lesson):
+    log = lesson.SessionLog.__new__(lesson.SessionLog)    # no id checked (01.1)
+    log.append({"role": "user", "content": "Ask the elder."})
+
+""" + text[first:], encoding="utf-8")
+
+    finding = maintainers.check_starter_fails_right(lesson_of(copy))
+
+    assert finding.problems == [
+        "test_an_append_alone, the first test to fail on the starter, stops on task "
+        "01.2, not yet written, and so sends a student who stops at the first failure "
+        "to 01.2 before 01.1: put a test of 01.1 that needs no later task first"
+    ], finding.problems
+
+
+@CHECKS_A_PYTEST_RUN
 def test_a_broken_solution_is_reported(copy):
     solution = copy / "solutions/01_append/log.py"
     solution.write_text(solution.read_text().replace("ensure_ascii=False", "ensure_ascii=True"))

@@ -276,46 +276,7 @@ def record_in(data):
     return record if isinstance(record, dict) else None
 
 
-# --- closing a log that holds no lock (05.2), before any second writer closes -------
-
-
-@pytest.mark.task("05.2")
-def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
-        lesson, sessions):
-    """A reader loads the session while another holds it (here the test itself holds
-    quest-1.lock, flocked, with its record), and closes, twice: it never held the lock,
-    so closing raises nothing and leaves the holder's lock file as it was."""
-    sessions.mkdir(parents=True, exist_ok=True)
-    (sessions / "quest-1.jsonl").write_text(json.dumps(FIRST) + "\n", encoding="utf-8")
-    lock = sessions / "quest-1.lock"
-    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(held, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                   "since": "2026-01-01T00:00:00+00:00"}).encode())
-        before = lock.read_bytes()
-        reader = lesson.SessionLog(sessions, "quest-1")
-        reader.load()
-        for time_ in ("once", "twice"):
-            try:
-                reader.close()
-            except NotImplementedError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the failure is the point
-                pytest.fail(f"a reader that never took the lock was closed {time_}, "
-                            f"and close() raised {type(error).__name__}: {error}; it "
-                            "has nothing to let go of", pytrace=False)
-        after = lock.read_bytes() if lock.exists() else None
-        assert after == before, (
-            "a reader that never took the lock closed, and quest-1.lock, the holder's, "
-            + ("is gone" if after is None else "changed")
-            + ": a newcomer would now make a new lock file and get in beside the "
-            "holder; closing a log that holds no lock must leave the holder's alone")
-    finally:
-        os.close(held)
-
-
-# --- 05.1: a second writer is refused, by name ----------------------------------------
+# --- 05.1: a second writer is refused, by name (first: a student starts here) -----
 
 
 @pytest.mark.key
@@ -377,6 +338,45 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
         f"{open_descriptors() - descriptors} more open descriptor(s) than before: a "
         "refused writer keeps nothing open (a program that tries many busy sessions "
         "would run out of descriptors, one for each refusal)")
+
+
+# --- closing a log that holds no lock (05.2), before the other tests close ---------
+
+
+@pytest.mark.task("05.2")
+def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
+        lesson, sessions):
+    """A reader loads the session while another holds it (here the test itself holds
+    quest-1.lock, flocked, with its record), and closes, twice: it never held the lock,
+    so closing raises nothing and leaves the holder's lock file as it was."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / "quest-1.jsonl").write_text(json.dumps(FIRST) + "\n", encoding="utf-8")
+    lock = sessions / "quest-1.lock"
+    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(held, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                   "since": "2026-01-01T00:00:00+00:00"}).encode())
+        before = lock.read_bytes()
+        reader = lesson.SessionLog(sessions, "quest-1")
+        reader.load()
+        for time_ in ("once", "twice"):
+            try:
+                reader.close()
+            except NotImplementedError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the failure is the point
+                pytest.fail(f"a reader that never took the lock was closed {time_}, "
+                            f"and close() raised {type(error).__name__}: {error}; it "
+                            "has nothing to let go of", pytrace=False)
+        after = lock.read_bytes() if lock.exists() else None
+        assert after == before, (
+            "a reader that never took the lock closed, and quest-1.lock, the holder's, "
+            + ("is gone" if after is None else "changed")
+            + ": a newcomer would now make a new lock file and get in beside the "
+            "holder; closing a log that holds no lock must leave the holder's alone")
+    finally:
+        os.close(held)
 
 
 # --- 05.2: closing a writer, before the tests of 05.1 that close many -----------------

@@ -364,6 +364,74 @@ def until_task_08_4_is_written(request, monkeypatch):
     until_written(monkeypatch, compaction, "reply_answer", "08.4", answer_as_sent)
 
 
+# --- first: the marker of task 08.1, where a student starts -------------------------
+
+
+@pytest.mark.key
+@pytest.mark.task("08.1")
+def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
+        lesson, sessions):
+    """The log's compact (no agent, no model: no other task is needed): a compaction is
+    one marker line, {"$marker": "compaction", "summary": ..., "upto": ...}, with no
+    role; "upto" is the index of the first message kept, counting every message in the
+    file, undone ones too."""
+    path = sessions / "quest-1.jsonl"
+    # Two messages in the file that the log no longer shows: a turn undone on day 0
+    path.write_text(as_log([{"role": "user", "content": day(0)[0]},
+                            {"role": "assistant", "content": "We rest."},
+                            {"$marker": "undo", "skip": [0, 1]}]))
+    days = [1, 2, 3]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for n in days:
+            log.append({"role": "user", "content": day(n)[0]})
+            log.append({"role": "assistant", "content": f"On day {n} we rest."})
+        returned = log.compact(SUMMARY_ABROAD, keep=2)      # day 3's turn kept
+    markers = compactions_in(path)
+    assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
+    marker = markers[0]
+    assert "role" not in marker, (
+        f"the compaction marker has a 'role' ({marker.get('role')!r}): a reader would "
+        "take it for a message, and send it to the model")
+    fields = sorted(marker)
+    assert fields == sorted(["$marker", "summary", "upto", "at"]), (
+        "the compaction marker has the fields the format page gives it, $marker, "
+        f"summary, upto and at, and no other (every reader, lesson 11's database "
+        f"store too, reads that format); it has {fields}")
+    assert marker.get("summary") == SUMMARY_ABROAD, (
+        f"the marker keeps the model's summary as it came; it holds "
+        f"{marker.get('summary')!r}")
+    assert SUMMARY_ABROAD.encode() in path.read_bytes(), (
+        "the marker's summary should be in the file as UTF-8 text, readable as every "
+        "message has been since lesson 01 (ensure_ascii=False, as encode_line writes "
+        "a line), not as \\u escapes")
+    newest = {"role": "user", "content": day(days[-1])[0]}
+    assert newest in messages_in(path), (
+        f"the log lost day {days[-1]}'s user message: a compaction appends a marker "
+        "and removes no line")
+    expected = messages_in(path).index(newest)
+    assert marker.get("upto") == expected, (
+        f"'upto' should be {expected}, the index of the first message kept (day "
+        f"{days[-1]}'s, counting the two undone messages too: an index, not a place "
+        f"among the messages shown, and not a line number); it is {marker.get('upto')}")
+    assert returned == expected, (
+        f"the log's compact should return the marker's 'upto' ({expected}); it "
+        f"returned {returned!r}")
+    try:
+        at = datetime.fromisoformat(marker.get("at"))
+    except (TypeError, ValueError):
+        at = None
+    assert at is not None and at.tzinfo is not None and abs(
+        at.timestamp() - time.time()) < 600, (
+        f"the marker should say when it was written ('at', as now() writes it); it "
+        f"holds {marker!r}")
+    with lesson.SessionLog(sessions, "quest-1") as again:
+        upto = again.compact("everything", keep=0)
+    assert upto == len(messages_in(path)) == compactions_in(path)[-1]["upto"], (
+        "keeping no message, 'upto' is the number of messages in the file "
+        f"({len(messages_in(path))}: the two undone ones count, markers do not); it "
+        f"is {upto}")
+
+
 # --- the budget, the view and the log -----------------------------------------------
 
 
@@ -1072,71 +1140,6 @@ def resumed_after_the_boundary(lesson, sessions, session_id="quest-1"):
 
 
 SUMMARY_ABROAD = "summary #1: the elder said \u00abthe ledge\u00bb, \u60ac\u5d16"
-
-
-@pytest.mark.key
-@pytest.mark.task("08.1")
-def test_the_compaction_is_one_marker_line_naming_the_first_message_kept_by_index(
-        lesson, sessions):
-    """The log's compact (no agent, no model: no other task is needed): a compaction is
-    one marker line, {"$marker": "compaction", "summary": ..., "upto": ...}, with no
-    role; "upto" is the index of the first message kept, counting every message in the
-    file, undone ones too."""
-    path = sessions / "quest-1.jsonl"
-    # Two messages in the file that the log no longer shows: a turn undone on day 0
-    path.write_text(as_log([{"role": "user", "content": day(0)[0]},
-                            {"role": "assistant", "content": "We rest."},
-                            {"$marker": "undo", "skip": [0, 1]}]))
-    days = [1, 2, 3]
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for n in days:
-            log.append({"role": "user", "content": day(n)[0]})
-            log.append({"role": "assistant", "content": f"On day {n} we rest."})
-        returned = log.compact(SUMMARY_ABROAD, keep=2)      # day 3's turn kept
-    markers = compactions_in(path)
-    assert len(markers) == 1, f"one compaction, one marker line; found {len(markers)}"
-    marker = markers[0]
-    assert "role" not in marker, (
-        f"the compaction marker has a 'role' ({marker.get('role')!r}): a reader would "
-        "take it for a message, and send it to the model")
-    fields = sorted(marker)
-    assert fields == sorted(["$marker", "summary", "upto", "at"]), (
-        "the compaction marker has the fields the format page gives it, $marker, "
-        f"summary, upto and at, and no other (every reader, lesson 11's database "
-        f"store too, reads that format); it has {fields}")
-    assert marker.get("summary") == SUMMARY_ABROAD, (
-        f"the marker keeps the model's summary as it came; it holds "
-        f"{marker.get('summary')!r}")
-    assert SUMMARY_ABROAD.encode() in path.read_bytes(), (
-        "the marker's summary should be in the file as UTF-8 text, readable as every "
-        "message has been since lesson 01 (ensure_ascii=False, as encode_line writes "
-        "a line), not as \\u escapes")
-    newest = {"role": "user", "content": day(days[-1])[0]}
-    assert newest in messages_in(path), (
-        f"the log lost day {days[-1]}'s user message: a compaction appends a marker "
-        "and removes no line")
-    expected = messages_in(path).index(newest)
-    assert marker.get("upto") == expected, (
-        f"'upto' should be {expected}, the index of the first message kept (day "
-        f"{days[-1]}'s, counting the two undone messages too: an index, not a place "
-        f"among the messages shown, and not a line number); it is {marker.get('upto')}")
-    assert returned == expected, (
-        f"the log's compact should return the marker's 'upto' ({expected}); it "
-        f"returned {returned!r}")
-    try:
-        at = datetime.fromisoformat(marker.get("at"))
-    except (TypeError, ValueError):
-        at = None
-    assert at is not None and at.tzinfo is not None and abs(
-        at.timestamp() - time.time()) < 600, (
-        f"the marker should say when it was written ('at', as now() writes it); it "
-        f"holds {marker!r}")
-    with lesson.SessionLog(sessions, "quest-1") as again:
-        upto = again.compact("everything", keep=0)
-    assert upto == len(messages_in(path)) == compactions_in(path)[-1]["upto"], (
-        "keeping no message, 'upto' is the number of messages in the file "
-        f"({len(messages_in(path))}: the two undone ones count, markers do not); it "
-        f"is {upto}")
 
 
 @pytest.mark.task("08.1")

@@ -269,10 +269,61 @@ def other(lesson, database):
         process.stop()
 
 
-# --- first: what every writer below relies on -----------------------------------------
+# --- first: task 11.1, where a student starts -----------------------------------------
+# This test calls _lock alone and writes nothing, so a mistake of 11.2 or 11.3 does not
+# fail it: `pytest -x` on a starter stops here, at the first task.
+
+
+@pytest.mark.key
+@pytest.mark.task("11.1")
+def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
+                                                      monkeypatch):
+    """While a process holds the session's lock, another writer's _lock (timeout 0:
+    one try, no sleep) is refused at once with SessionBusy, whose message names the
+    session and the holder's process; a reader is not, and neither is a writer of
+    another session."""
+    holder = other("lock")
+    holder.expect("holding")
+    naps = []
+    real_sleep = lesson.time.sleep
+
+    def counted_sleep(seconds):
+        naps.append(seconds)
+        real_sleep(seconds)
+
+    log = lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK)
+    with log:
+        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+        with raises(lesson.SessionBusy, "another process holds quest-1's lock, yet a "
+                    "second writer's _lock() returned as if it held it too") as refused:
+            try_lock(log, "with timeout 0 the writer tries once and gives up at once")
+        monkeypatch.undo()
+    said = str(refused.value)
+    assert str(holder.pid) in said and "quest-1" in said \
+            and socket.gethostname() in said, (
+        f"SessionBusy should name the session (quest-1) and the holder (process "
+        f"{holder.pid} on host {socket.gethostname()!r}); it says: {said}")
+    assert naps == [], (
+        "with timeout 0 the writer tries once and gives up at once; it slept "
+        f"{naps} before it gave up")
+    with lesson.PostgresSessionLog(database, "quest-1") as reader:
+        assert reader.load() == [], "load() takes no lock: a reader still reads"
+    with lesson.PostgresSessionLog(database, "quest-2",
+                                   network_timeout=QUICK) as elsewhere:
+        try:
+            try_lock(elsewhere, "quest-2's lock is free", free=True)
+        except lesson.SessionBusy as error:
+            pytest.fail("a writer of quest-2 should not wait for quest-1's: each "
+                        f"session has a lock of its own; it was refused: {error}",
+                        pytrace=False)
+    holder.go()
+    holder.expect("released")
+
+
+# --- next: what every writer below relies on ------------------------------------------
 # Every writer in the tests below runs task 11.3's code when it opens its session and
 # task 11.2's when it appends (the lock's tests call task 11.1's _lock alone). These two
-# tests come first, without the lock, so that a repair that writes where nothing needs
+# tests come next, without the lock, so that a repair that writes where nothing needs
 # repairing, or an append that stores nothing right, is reported under its own task.
 
 
@@ -507,52 +558,6 @@ def test_the_lock_stays_held_while_its_writer_is_idle(lesson, database):
                         "that ends with the statement or the transaction that took "
                         "it holds nothing while its writer is idle)"):
                 try_lock(second, "with timeout 0 the second writer tries once")
-
-
-@pytest.mark.key
-@pytest.mark.task("11.1")
-def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
-                                                      monkeypatch):
-    """While a process holds the session's lock, another writer's _lock (timeout 0:
-    one try, no sleep) is refused at once with SessionBusy, whose message names the
-    session and the holder's process; a reader is not, and neither is a writer of
-    another session."""
-    holder = other("lock")
-    holder.expect("holding")
-    naps = []
-    real_sleep = lesson.time.sleep
-
-    def counted_sleep(seconds):
-        naps.append(seconds)
-        real_sleep(seconds)
-
-    log = lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK)
-    with log:
-        monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
-        with raises(lesson.SessionBusy, "another process holds quest-1's lock, yet a "
-                    "second writer's _lock() returned as if it held it too") as refused:
-            try_lock(log, "with timeout 0 the writer tries once and gives up at once")
-        monkeypatch.undo()
-    said = str(refused.value)
-    assert str(holder.pid) in said and "quest-1" in said \
-            and socket.gethostname() in said, (
-        f"SessionBusy should name the session (quest-1) and the holder (process "
-        f"{holder.pid} on host {socket.gethostname()!r}); it says: {said}")
-    assert naps == [], (
-        "with timeout 0 the writer tries once and gives up at once; it slept "
-        f"{naps} before it gave up")
-    with lesson.PostgresSessionLog(database, "quest-1") as reader:
-        assert reader.load() == [], "load() takes no lock: a reader still reads"
-    with lesson.PostgresSessionLog(database, "quest-2",
-                                   network_timeout=QUICK) as elsewhere:
-        try:
-            try_lock(elsewhere, "quest-2's lock is free", free=True)
-        except lesson.SessionBusy as error:
-            pytest.fail("a writer of quest-2 should not wait for quest-1's: each "
-                        f"session has a lock of its own; it was refused: {error}",
-                        pytrace=False)
-    holder.go()
-    holder.expect("released")
 
 
 def open_descriptors():

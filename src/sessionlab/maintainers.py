@@ -477,7 +477,29 @@ def check_starter_fails_right(lesson: course.Lesson) -> Finding:
         if task.id not in failing_tasks:
             finding.problems.append(f"no test fails on the starter for task {task.id}: "
                                     "its tests cannot tell a done task from an empty one")
+    if why := starts_elsewhere(lesson, results):
+        finding.problems.append(why)
     return finding
+
+
+def starts_elsewhere(lesson: course.Lesson, results: list[dict]) -> str | None:
+    """Why the starter's first failing test sends a student past the lesson's first
+    task, or None. A student who runs `pytest -x` (or reads the first failure only) on a
+    fresh starter is told to write the task whose NotImplementedError that test met:
+    it must be the first task, as on the page. The lesson's first test should check
+    that task and need no later one."""
+    first_failure = next((r for r in results if r["outcome"] in ("failed", "error")),
+                         None)
+    if first_failure is None or not lesson.tasks:
+        return None
+    first_task = lesson.tasks[0].id
+    met = starters.NOT_WRITTEN.search(str(first_failure.get("message") or ""))
+    if met is None or met.group(1) == first_task:
+        return None
+    return (f"{_short(first_failure['nodeid'])}, the first test to fail on the starter, "
+            f"stops on task {met.group(1)}, not yet written, and so sends a student who "
+            f"stops at the first failure to {met.group(1)} before {first_task}: put a "
+            f"test of {first_task} that needs no later task first")
 
 
 def check_tasks_in_order(lesson: course.Lesson) -> Finding:
