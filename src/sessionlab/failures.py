@@ -622,8 +622,9 @@ def see_11(scene: Scene, url: str | None = None) -> None:
     lesson = scene.code(10)
     scene.say("Lesson 10's log is a file on one machine's disk: a second host sees none of "
               "it. The obvious move to a server: a table with a row for each line of the "
-              "log, at the place after the highest so far. Two hosts append to one session "
-              "at the same moment:")
+              "log, its place a plain column (no key on it), each new line at the place "
+              "after the highest so far. Two hosts append to one session at the same "
+              "moment:")
     with connected(url) as (a, b):
         a.execute("CREATE TABLE lines (session text, place int, line text)")
         first = {"role": "user", "content": "Ask the elder about the cave."}
