@@ -269,6 +269,31 @@ def test_a_call_that_failed_runs_again_when_the_model_sends_it_again(lesson):
 
 
 @pytest.mark.task("00.1")
+def test_a_call_sent_again_runs_with_the_arguments_sent_not_what_a_tool_left(lesson):
+    """A tool may change a list it was given (a pack that takes each item off the list
+    as it stows it). The same call sent again runs with its arguments as the model
+    sent them, read afresh, never with what the first run left of them."""
+    given = []
+
+    def pack(items):
+        given.append(list(items))
+        while items:
+            items.pop()
+        return "Packed."
+
+    call_sent = tool_call("pack", '{"items": ["rope", "torch"]}')
+    for time in ("first", "second"):
+        run_call(lesson, FewTools(pack=pack), dict(call_sent),
+                 f"the model sent pack with two items, a {time} time")
+
+    assert given == [["rope", "torch"]] * 2, (
+        "the model sent pack with {\"items\": [\"rope\", \"torch\"]} twice; the "
+        "tool took the items off the list it was given, and the two runs got the "
+        f"lists {given}: a call sent again runs with the arguments the model sent, "
+        "read afresh, not with what an earlier run of the tool left of them")
+
+
+@pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments", ["[" * 100_000, "{item: rope", '{"item": "rope"}',
                                        '{"count": NaN}'],
                          ids=["nested", "no-json", "fine", "nan"])
@@ -1261,6 +1286,42 @@ def test_a_turn_after_max_turns_gets_model_calls_of_its_own(lesson, model, town,
     assert answer == "The cave is north.", (
         "after a turn that ran out of model calls, the next turn's model answered "
         f"'The cave is north.', and run() returned {answer!r}")
+
+
+@pytest.mark.task("00.2")
+def test_a_turn_after_a_failed_model_call_gets_model_calls_of_its_own(lesson, model,
+                                                                      town,
+                                                                      monkeypatch):
+    """A turn whose model call failed (the server answered 500 on its second request)
+    ends there and uses up nothing of the next: the user's next message gets
+    max_turns model calls of its own, and is answered."""
+    # Well-formed replies, stored as they came: the loop alone is tested here
+    monkeypatch.setattr(lesson, "normalize_reply", stored_as_sent)
+    model.add(use(call("talk_to", npc="guard")), Fail(500),
+              use(call("talk_to", npc="elder")), use(call("talk_to", npc="guard")),
+              say("The cave is north."))
+    agent = new_agent(lesson, model, town, max_turns=3)
+
+    with raises(Exception, "the model answered the second request with HTTP 500, and "
+                "run() went on as if it had answered: the caller should hear of the "
+                "failure") as raised:
+        agent.run("Find the cave.")
+    if isinstance(raised.value, NotImplementedError) or not tells_of_the_500(
+            raised.value):
+        raise raised.value      # an error of run()'s own: the student should see it
+    before = len(model.requests)
+    try:
+        answer = agent.run("Where is it?")
+    except lesson.MaxTurnsExceeded as error:
+        pytest.fail(
+            "with max_turns=3, the first turn's second model call failed with HTTP "
+            f"500; the next turn raised MaxTurnsExceeded ({error}) after "
+            f"{len(model.requests) - before} model calls of its own, where the model "
+            "would have answered its third: the limit counts the calls of one turn, "
+            "and a turn that failed does not use up the next one's", pytrace=False)
+    assert answer == "The cave is north.", (
+        "after a turn whose model call failed, the next turn's model answered 'The "
+        f"cave is north.' on its third request, and run() returned {answer!r}")
 
 
 @pytest.mark.task("00.2")

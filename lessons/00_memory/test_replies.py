@@ -408,6 +408,78 @@ def test_an_id_taken_early_in_a_long_conversation_is_not_given_again(lesson):
 
 
 @pytest.mark.task("00.3")
+def test_ids_made_up_after_a_thousand_calls_have_at_most_forty_characters(lesson):
+    """However many calls the conversation holds (here a thousand), an id made up is
+    one every provider takes back (at most 40 characters, OpenAI's limit) and one no
+    call of the conversation has."""
+    history = []
+    for number in range(1000):
+        history += [{"role": "assistant", "content": "", "tool_calls": [
+                        {"id": f"call_{number}", "type": "function",
+                         "function": {"name": "buy", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"call_{number}", "content": "ok"}]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": None, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
+    ] * 2}
+
+    message = lesson.normalize_reply(reply, history)
+
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    long = [i for i in stored if not isinstance(i, str) or len(i) > 40]
+    assert len(stored) == 2 and not long, (
+        "after a conversation of a thousand calls, a reply's two calls came without "
+        f"ids and were stored with {stored}: an id made up must be a string of at most "
+        "40 characters, however long the conversation, or OpenAI refuses this request "
+        "and every later one")
+    taken = {f"call_{number}" for number in range(1000)}
+    assert len(set(stored)) == 2 and not taken & set(stored), (
+        "after a conversation of a thousand calls (call_0 to call_999), a reply's two "
+        f"calls came without ids and were stored with {stored}: each needs an id no "
+        "other call of the conversation has")
+
+
+@pytest.mark.task("00.3")
+def test_the_ids_taken_are_those_of_the_history_given_at_each_call(lesson):
+    """normalize_reply judges each reply by the history it is given at that call,
+    however that list changed since the last: a caller may empty it and fill it again
+    (a session put back as its log holds it), and then the ids its messages hold now
+    are taken, and those it no longer holds are free."""
+    def asked(call_id):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "buy", "arguments": "{}"}}]}
+
+    def stored_id(call_id, history):
+        message = lesson.normalize_reply(
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "buy", "arguments": "{}"}}]}, history)
+        return [call.get("id") for call in message.get("tool_calls") or []]
+
+    history = [{"role": "user", "content": "Buy."}, asked("call_a"),
+               {"role": "tool", "tool_call_id": "call_a", "content": "ok"}]
+    first = stored_id("call_b", history)
+    assert first == ["call_b"], (
+        f"the history's one call has the id 'call_a'; a reply's call came with "
+        f"'call_b' and was stored with {first}: an id no call has is kept")
+    history[:] = [{"role": "user", "content": "Buy."}, asked("call_b"),
+                  {"role": "tool", "tool_call_id": "call_b", "content": "ok"}]
+    again = stored_id("call_b", history)
+    assert again and again[0] != "call_b", (
+        "the same history list was then emptied and filled again with a conversation "
+        "whose one call has the id 'call_b'; a reply's call came with 'call_b' and "
+        f"was stored with {again}: two calls of the conversation share an id. The ids "
+        "taken are those of the history as it is at this call, not as it was at an "
+        "earlier one")
+    freed = stored_id("call_a", history)
+    assert freed == ["call_a"], (
+        "the same history list was emptied and filled again, and no call it holds now "
+        f"has the id 'call_a'; a reply's call came with 'call_a' and was stored with "
+        f"{freed}: a call whose id no call of the conversation has keeps it, whatever "
+        "the list held at an earlier call")
+
+
+@pytest.mark.task("00.3")
 def test_a_history_holding_a_null_list_of_calls_is_read_like_any_other(lesson):
     """A history may hold messages another harness wrote (lesson 02 resumes them as
     they are): an assistant message whose tool_calls is null holds no call, and the
