@@ -70,15 +70,20 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
     run, undo, undone = agent.run, agent.undo, [True] if agent.messages else []
 
     def run_then_check_the_log(user_text):
+        path = sessions / f"{session_id}.jsonl"
+        waiting, start = list(agent.pending), len(agent.messages)
+        size = path.stat().st_size if path.exists() else 0
         try:
             answer = run(user_text)
         except Exception as error:
             # A disk's failure, or a task not written yet, is no mistake of 07.2's
             if not undone and not isinstance(error, (OSError, NotImplementedError)):
-                blame_the_buffer(agent, error, sessions / f"{session_id}.jsonl")
+                blame_the_buffer(agent, error, path)
             raise
         if not undone:
-            check_written(agent, sessions / f"{session_id}.jsonl")
+            check_written(agent, path)
+        else:
+            check_run_appended(agent, path, size, waiting + agent.messages[start:])
         return answer
 
     def undo_then_stop_checking(*arguments, **options):
@@ -128,6 +133,31 @@ def check_written(agent, path):
             f"the writer's own record of what the log shows counts {len(known)}: a "
             "message reaches the log through the log's append, which keeps that record "
             "(an undo goes by it), never past it"))
+
+
+def check_run_appended(agent, path, size, recorded):
+    """When run() has returned, after an undo or a resume too, the lines it added to the
+    log are the messages that waited in the buffer when it began, then those it
+    recorded, once each, in order (task 07.2): the flush writes what waits in the
+    buffer, whatever the conversation held before. Checked while those lines hold no
+    marker and no blob reference, so that they are the messages themselves."""
+    try:
+        added = [json.loads(line) for line in path.read_bytes()[size:].split(b"\n")
+                 if line.strip()] if path.exists() else []
+    except ValueError:
+        return      # no whole lines of messages: what they hold is other tests' to say
+    if any(not isinstance(entry, dict) or "$marker" in entry
+           or isinstance(entry.get("content"), dict) for entry in added):
+        return
+    if added != recorded or agent.pending:
+        fail_in("07.2", (
+            "run() has returned, so the messages that waited in the buffer when it "
+            "began, then every message it recorded, should have been added to the log, "
+            f"once each, in order: {[m.get('role') for m in recorded]}; the log gained "
+            f"{[m.get('role') for m in added]}, and {len(agent.pending)} message(s) "
+            "still wait in the buffer. The flush writes what waits there, not a part "
+            "of the conversation worked out from what it wrote before (an undo may "
+            "have made the conversation shorter since)"))
 
 
 def play(lesson, sessions, *turns, session_id="quest-1"):
@@ -422,9 +452,14 @@ def test_undo_then_new_messages_then_resume_keeps_the_order(lesson, sessions):
         agent.run(TURN_C[0])
         expected = list(agent.messages)
 
-    assert expected[: len(turn_a)] == turn_a and [
+    if expected[: len(turn_a)] != turn_a or [
         m.get("role") for m in expected[len(turn_a) :]
-    ] == ["user", "assistant"]
+    ] != ["user", "assistant"]:
+        fail_in("07.3", (
+            "the agent played turns A and B, undid one turn, then played C: its "
+            "conversation should be turn A then turn C, the undo taking back turn B "
+            "whole; its user messages are "
+            f"{[m.get('content') for m in expected if m.get('role') == 'user']}"))
     day_two, model, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         users = [m.get("content") for m in day_two.messages if m.get("role") == "user"]
@@ -457,10 +492,15 @@ def test_indices_count_messages_not_lines_across_several_undos(lesson, sessions)
         agent.run(TURN_D[0])
         expected = list(agent.messages)
 
-    assert expected == turn_a + [
+    if expected != turn_a + [
         {"role": "user", "content": TURN_D[0]},
         {"role": "assistant", "content": "Dawn comes."},
-    ]
+    ]:
+        fail_in("07.3", (
+            "the agent played turns A and B, undid one turn, played C, undid one turn, "
+            "played D: its conversation should be turn A then turn D, each undo taking "
+            "back the last turn as the conversation holds it then; its user messages "
+            f"are {[m.get('content') for m in expected if m.get('role') == 'user']}"))
     markers = markers_in(sessions / "quest-1.jsonl")
     assert len(markers) == 2, (
         f"two undos should have appended two markers; the log holds {len(markers)}. "
@@ -1437,6 +1477,43 @@ def test_an_undo_of_a_session_with_no_log_creates_nothing(lesson, sessions):
         "undo(1) of a session with no log, in a sessions folder not made yet, was "
         "refused, as it should be, but the folder now exists: a refused undo creates "
         "nothing, not even the folder its log would be in")
+
+
+@pytest.mark.task("07.1")
+def test_a_log_object_refused_an_undo_for_want_of_a_log_undoes_once_it_has_one(
+        lesson, sessions):
+    """An undo of a session with no log is refused; the same log object then starts
+    the session (it appends two messages) and is closed. Its next undo goes by the log
+    as it is then, which shows two messages: it takes back the second. Nothing learnt
+    at the refusal still holds: the session has a log now."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(2)]
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        with raises(lesson.UndoError, "undo(1) of a session with no log returned: it "
+                    "shows no message to take back"):
+            log.undo(1)
+        for message in said:
+            log.append(message)
+        log.close()
+        try:
+            taken = log.undo(1)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(
+                "a log object's undo(1) was refused while the session had no log; the "
+                "same object then appended two messages and was closed, and its next "
+                f"undo(1) raised {type(error).__name__} ({error}): the session has a "
+                "log now, which shows two messages, so the undo should become the "
+                "writer again and take back the second. What the refusal found is no "
+                "longer true", pytrace=False)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [1] and shown == said[:1], (
+        "the second undo(1) should take back message 1, and the log then show message "
+        f"0 alone; the undo named {taken}, and the log shows "
+        f"{[message.get('content') for message in shown]}")
 
 
 @pytest.mark.task("07.1")
@@ -2425,6 +2502,41 @@ def test_a_fork_holds_nothing_said_after_its_cut(lesson, sessions):
 
 
 @pytest.mark.task("07.4")
+def test_each_fork_of_a_session_shows_it_as_it_is_when_that_fork_is_made(lesson,
+                                                                         sessions):
+    """A fork of a session; then the session goes on (a turn undone, another said);
+    then a second fork of it, whole and of its first three, in the same process. Each
+    fork is cut from the source as it is when that fork is made: what a first fork
+    read of the source is out of date by the second."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    more = [{"role": "user", "content": f"message {n}"} for n in range(4, 6)]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+    lesson.fork(sessions, "quest-1", "first")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.undo(2)
+        for message in more:
+            log.append(message)
+    shown = said[:2] + more
+    for new_id, upto in (("second", None), ("second-3", 3)):
+        lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        forked = lesson.SessionLog(sessions, new_id).load()
+        expected = shown if upto is None else shown[:upto]
+        assert forked == expected, (
+            "a first fork was made of a session showing messages 0 to 3; the session "
+            "then undid messages 2 and 3 and said 4 and 5. A fork made now"
+            f"{'' if upto is None else f' of its first {upto}'} should show "
+            f"{[m['content'] for m in expected]}, the session as it is now; it shows "
+            f"{[m.get('content') for m in forked]}: it was cut from the session as an "
+            "earlier fork found it")
+    first = lesson.SessionLog(sessions, "first").load()
+    assert first == said, (
+        "the first fork should still show messages 0 to 3, as the session did when it "
+        f"was made; it shows {[m.get('content') for m in first]}")
+
+
+@pytest.mark.task("07.4")
 def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, sessions):
     """Another program wrote this log: it begins with a marker of a kind this code does
     not know, so a message's index is not its line's place; its undo markers take back
@@ -2707,6 +2819,41 @@ def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessio
 
 
 @pytest.mark.task("07.3")
+def test_an_agent_does_not_undo_a_turn_another_agent_played_on_its_log_object(
+        lesson, sessions):
+    """A program keeps one log object open and starts a new agent on it for each task:
+    the first agent plays a turn, then the second, on the same log object, plays one.
+    The first agent's undo must not take the second's turn back (the log's last turn
+    is not its own, though its log object wrote it): it raises `UndoError`, and the
+    log and the agent's conversation stay as they were."""
+    path = sessions / "quest-1.jsonl"
+    first_model = ScriptedModel(list(TURN_C[1]))
+    second_model = ScriptedModel(list(TURN_D[1]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        first = lesson.Agent(first_model.client(), model=first_model.model,
+                             tools=Town(), session=log)
+        first.run(TURN_C[0])
+        turn_c = list(first.messages)
+        second = lesson.Agent(second_model.client(), model=second_model.model,
+                              tools=Town(), session=log)
+        second.run(TURN_D[0])
+        before = path.read_bytes()
+        with raises(lesson.UndoError, (
+                "one log object served two agents in turn: the first played a turn, "
+                "then the second played one on the same log object; the first "
+                "agent's undo(1) should raise UndoError, since the log's last turn is "
+                "the second agent's, not its own (the agent says how many messages it "
+                "wrote, not how many its log object shows)")):
+            first.undo(1)
+    assert path.read_bytes() == before, (
+        "a refused undo should write nothing; the log changed:\n"
+        f"{path.read_bytes()[len(before):]!r}")
+    assert first.messages == turn_c, (
+        "a refused undo should leave the agent's conversation as it was; it holds "
+        f"{[message.get('content') for message in first.messages]}")
+
+
+@pytest.mark.task("07.3")
 def test_a_conversation_held_before_an_undo_shows_the_undo(lesson, sessions):
     """The agent's conversation is one list, changed in place by record and by undo
     alike: a window that shows agent.messages, holding it since before the undo, shows
@@ -2778,7 +2925,8 @@ def test_every_undo_lists_its_indices_oldest_first(lesson, sessions):
 def test_an_undo_of_a_closed_writer_holds_the_session_until_it_closes(lesson,
                                                                        sessions):
     """A writer that was closed is no writer: its undo becomes the writer again, as an
-    append does, and stays the writer, holding the session's lock, until it is closed.
+    append does, and stays the writer, holding the session's lock, until it is closed,
+    whether the undo is then refused (a count above what the log shows) or not.
     Another writer that comes meanwhile is refused with SessionBusy (one writer at a
     time, lesson 05), and gets in once the first one closes."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
@@ -2786,6 +2934,22 @@ def test_an_undo_of_a_closed_writer_holds_the_session_until_it_closes(lesson,
     try:
         for message in said[:3]:
             log.append(message)
+        log.close()
+        with raises(lesson.UndoError,
+                    "a closed writer's undo(5) of a log showing three messages "
+                    "returned: it should be refused with UndoError"):
+            log.undo(5)
+        other = lesson.SessionLog(sessions, "quest-1")
+        try:
+            with raises(lesson.SessionBusy,
+                        "a closed writer's undo(5) became the writer again and was "
+                        "refused (the log shows three messages); it was not closed "
+                        "since, so it still holds the session's lock, refused or not, "
+                        "and another writer's append should be refused; it was taken, "
+                        "so the refusal let go of the session"):
+                other.append(said[3])
+        finally:
+            other.close()
         log.close()
         log.undo(1)
         other = lesson.SessionLog(sessions, "quest-1")
