@@ -248,6 +248,42 @@ def test_a_new_agent_on_a_log_open_for_writing_starts_from_all_it_holds(
 
 
 @pytest.mark.task("02.1")
+def test_a_new_agent_leaves_the_writer_it_is_given_as_it_was(lesson, sessions, town):
+    """Making an agent on a SessionLog the caller holds open only reads: the writer
+    stays as it was, its descriptor too. Its log removed by a person while it was
+    held, the writer still knows it: the agent starts empty (no log at the name) and
+    its first append is refused, never written to a new file that lacks the
+    conversation's start."""
+    model = ScriptedModel([say("Hello.")])
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "Ask the elder about the cave."})
+        path.unlink()
+        holding = ("the caller appended a message through a SessionLog it holds open; "
+                   "a person then removed the log, and a new agent was made on that "
+                   "SessionLog")
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        try:
+            agent.run("Hello?")
+        except NotImplementedError:
+            raise
+        except OSError:
+            ran = None
+        except Exception as error:      # noqa: BLE001 - said below
+            ran = f"raised {described(error)}"
+        else:
+            ran = "returned"
+    made = path.read_bytes() if path.exists() else None
+    assert ran is None and made is None, (
+        f"{holding}; its first run() {ran or 'raised OSError'}, and the log's name "
+        f"now holds {made!r}: the writer lost its log while it held it open, and its "
+        "appends are refused (OSError) until the session is opened again. Making the "
+        "agent only reads: it leaves the writer it is given as it was (closing it lets "
+        "the next append open a new file that lacks the conversation's start)")
+
+
+@pytest.mark.task("02.1")
 def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     """An id with no log yet loads as an empty history, and loading it creates no
     file."""
@@ -1288,6 +1324,16 @@ def test_a_writer_stopped_by_a_failed_write_still_loads_what_the_log_holds(
                 log.append(second)
         data = path.read_bytes()
         loaded = load_or_error(log)
+        try:
+            log.append({"role": "user", "content": "And now?"})
+        except lesson.WriterStopped:
+            still = None
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - said below
+            still = f"raised {described(error)}"
+        else:
+            still = "returned"
     got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
            else f"returned {loaded!r}")
     assert loaded == [first, second], (
@@ -1298,6 +1344,12 @@ def test_a_writer_stopped_by_a_failed_write_still_loads_what_the_log_holds(
         "that moment, whatever state its writer is in, and is how the caller learns "
         "what reached it")
     left_as_it_was(path, data, "a load ran through a writer stopped by a failed sync")
+    assert still is None, (
+        "a durable SessionLog appended a message, then a second whose sync failed with "
+        "EIO, so the writer stopped; after a load() through that same SessionLog, its "
+        f"next append {still}, where WriterStopped was expected: a load leaves the "
+        "writer as it was, a stopped one stopped (the line in doubt may be torn, or "
+        "lost at the next power cut; only a new SessionLog writes again)")
 
 
 @pytest.mark.task("02.1")
