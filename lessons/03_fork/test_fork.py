@@ -2321,6 +2321,37 @@ def test_a_fork_in_a_sessions_folder_reached_through_a_link_is_made(
 
 
 @pytest.mark.task("03.1")
+def test_a_relative_folder_names_the_one_under_the_working_folder_of_each_call(
+        lesson, sessions, monkeypatch):
+    """A sessions folder given as a relative path names the folder of that name under
+    the working folder as the fork is asked: a program that moves to another working
+    folder (a server that serves each user from their home) and forks in 'sessions'
+    again reads that folder's source and makes the fork there, as its caller will
+    look for it, never in the folder an earlier fork found."""
+    homes = {}
+    for user, said in (("ann", M1), ("bob", M2)):
+        homes[user] = sessions / user
+        (homes[user] / "sessions").mkdir(parents=True, mode=0o700)
+        (homes[user] / "sessions" / "quest-1.jsonl").write_bytes(said + b"\n")
+    for user in ("ann", "bob"):
+        monkeypatch.chdir(homes[user])
+        error = fork_or_fail(lesson, "sessions", "quest-1", "what-if")
+        if error is not None:
+            pytest.fail(f"in {user}'s home, a fork of quest-1 onto what-if in the "
+                        f"relative folder 'sessions' raised {described(error)}, where "
+                        f"{user}'s sessions/quest-1 should be forked", pytrace=False)
+    held = {user: (home / "sessions" / "what-if.jsonl").read_bytes()
+            if (home / "sessions" / "what-if.jsonl").exists() else None
+            for user, home in homes.items()}
+    assert held == {"ann": M1 + b"\n", "bob": M2 + b"\n"}, (
+        "a fork of quest-1 onto what-if was asked in the relative folder 'sessions', "
+        "first from ann's home, then from bob's (each holds its own "
+        f"sessions/quest-1.jsonl); the forks' logs hold {held}: each fork reads and "
+        "makes the files of the folder its relative path names as it is asked, under "
+        "the working folder of that call, not under one an earlier fork saw")
+
+
+@pytest.mark.task("03.1")
 def test_a_source_that_cannot_be_read_is_not_reported_missing(
         lesson, sessions, day_one):
     """A process that has run out of file descriptors (a busy server) cannot open
