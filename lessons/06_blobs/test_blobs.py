@@ -7,6 +7,7 @@ Run: pytest lessons/06_blobs            (your code)
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -2073,6 +2074,45 @@ def test_a_full_disk_while_a_blob_is_written_leaves_no_file_and_no_reference(les
 
 
 @pytest.mark.task("06.1")
+def test_a_blob_written_a_few_bytes_at_a_time_is_stored_whole(lesson, sessions,
+                                                               monkeypatch):
+    """A write may take fewer bytes than it was given, with no error (a signal, a file
+    system that takes less at once): the blob is stored whole however few bytes each
+    write takes, and loads. A store that writes each piece once, without looking at
+    how much went in, puts under the hash a file with bytes missing, which every load
+    then refuses as changed: the user's paste is gone."""
+    data = PASTE.encode("utf-8")
+    real_write = os.write
+    # Each write takes at most the next of these, in turn, and says so
+    most = itertools.cycle([1 << 16, 4093, 1, 1 << 15])
+    monkeypatch.setattr(os, "write", lambda fd, piece: real_write(
+        fd, memoryview(piece)[:next(most)]))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            log.store_blob(data)
+        except OSError as error:
+            refused = f"OSError: {error}"
+        else:
+            refused = None
+        finally:
+            monkeypatch.undo()
+    blob = sessions / "blobs" / sha256(data)
+    if refused is not None:
+        pytest.fail("each write took fewer bytes than it was given, and said so, as "
+                    "a write may; storing the paste (a megabyte) failed with "
+                    f"{refused}: a store writes on until every byte is in",
+                    pytrace=False)
+    stored = blob.read_bytes() if blob.is_file() else None
+    assert stored == data, (
+        "each write took fewer bytes than it was given, and said so, as a write may; "
+        f"blobs/{blob.name} should hold the paste's {len(data):,} bytes, whole, and "
+        + ("there is no such file" if stored is None else
+           f"it holds {len(stored):,} bytes that are not the paste")
+        + ": a store writes on until every byte is in, or every load refuses the "
+        "blob as changed")
+
+
+@pytest.mark.task("06.1")
 def test_a_full_disk_while_a_damaged_blob_is_written_again_takes_nothing_away(
         lesson, sessions):
     """A bad copy changed a stored blob; storing the content again writes it afresh,
@@ -2562,15 +2602,20 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
 @pytest.mark.task("06.2")
 def test_a_blob_read_a_few_bytes_at_a_time_loads_whole(lesson, sessions, monkeypatch):
     """A read may return fewer bytes than asked (a network file system, a signal):
-    the blob is read whole however few bytes each read returns, and the model gets
-    the megabyte that was stored. A load that takes one read for the whole blob finds
-    part of it, and would refuse an intact blob as changed."""
+    the blob is read whole however few bytes each read returns (here 64 KiB at most,
+    and often far less, a single byte at times), and the model gets the megabyte that
+    was stored. A read that returns less than it asked is no end of the file: a load
+    that takes it for one, or takes one read for the whole blob, finds part of it, and
+    would refuse an intact blob as changed."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     real_read, real_pread = os.read, os.pread
-    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 65536)))
-    monkeypatch.setattr(os, "pread",
-                        lambda fd, n, offset: real_pread(fd, min(n, 65536), offset))
+    # Each read returns at most the next of these, in turn: short reads long before
+    # the end of the blob, whatever size a loop asks for
+    most = itertools.cycle([1 << 16, 4093, 1, 1 << 15])
+    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, next(most))))
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: real_pread(
+        fd, min(n, next(most)), offset))
     with lesson.SessionLog(sessions, "quest-1") as log:
         try:
             loaded = log.load()
@@ -2580,15 +2625,15 @@ def test_a_blob_read_a_few_bytes_at_a_time_loads_whole(lesson, sessions, monkeyp
             refused = None
     monkeypatch.undo()
     if refused is not None:     # outside the except: the words come first, alone
-        fail_in("06.2", "each read returned at most 64 KiB, as a network file system "
-                "may, and the intact blob of the paste (a megabyte) was refused: "
-                f"{refused}. A blob is read whole, however few bytes each read "
-                "returns, before its hash is checked")
+        fail_in("06.2", "each read returned at most 64 KiB, often far less, as a "
+                "network file system may, and the intact blob of the paste (a "
+                f"megabyte) was refused: {refused}. A blob is read whole, however few "
+                "bytes each read returns, before its hash is checked")
     content = loaded[0].get("content") if loaded else None
     if content != PASTE:
-        fail_in("06.2", "each read returned at most 64 KiB, as a network file system "
-                "may: the load should give the paste's megabyte whole; it gave "
-                f"{str(content)[:80]!r}, "
+        fail_in("06.2", "each read returned at most 64 KiB, often far less, as a "
+                "network file system may: the load should give the paste's megabyte "
+                f"whole; it gave {str(content)[:80]!r}, "
                 f"{len(content) if isinstance(content, str) else 'no'} characters")
 
 
@@ -2922,6 +2967,47 @@ def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions
         assert outside.read_bytes() == data, "the link's target must not be written to"
     assert blob.read_bytes() == data, (
         f"blobs/{blob.name} should hold the content, whole, once it is stored")
+
+
+@pytest.mark.task("06.1")
+def test_a_named_pipe_at_a_blobs_name_is_replaced_without_waiting(lesson, sessions):
+    """A named pipe (a FIFO) sits at the blob's name, made there by someone or left by
+    a tool: it is no stored blob, nor the folder a store never replaces. Storing the
+    content puts the blob in its place, and never waits on it: an open of a FIFO for
+    reading waits for a writer that never comes, and the append would hang for ever
+    with the user's paste."""
+    data = PASTE.encode("utf-8")
+    (sessions / "blobs").mkdir(mode=0o700)
+    blob = sessions / "blobs" / sha256(data)
+    os.mkfifo(blob, 0o600)
+
+    def waited(signum, frame):
+        raise WaitedOnTheBlob
+
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    try:
+        store(lesson, sessions, data)
+    except WaitedOnTheBlob:
+        pytest.fail(f"blobs/{blob.name} is a named pipe, and storing the content was "
+                    "still waiting on it 5 seconds later: an open of a FIFO for "
+                    "reading waits for a writer, and none will come (read_file opens "
+                    "without waiting, and refuses what is no regular file)",
+                    pytrace=False)
+    except OSError as error:
+        pytest.fail(f"blobs/{blob.name} is a named pipe, and storing the content "
+                    f"failed ({type(error).__name__}: {error}): a named pipe is no "
+                    "stored blob, and the store puts the blob there in its place",
+                    pytrace=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    info = blob.lstat()
+    assert stat.S_ISREG(info.st_mode) and blob.read_bytes() == data, (
+        f"blobs/{blob.name} was a named pipe; once the content is stored it should be "
+        "a plain file holding the content, whole, and it is "
+        + ("a plain file holding other bytes" if stat.S_ISREG(info.st_mode)
+           else "still no plain file"))
 
 
 @pytest.mark.task("06.1")
