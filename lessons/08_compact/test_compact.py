@@ -458,6 +458,23 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
         "the model's first reply to the summary request, 'summary #1', is a summary: "
         f"summarise() should return it, having asked once; it returned {summary!r} "
         f"after {asked} request(s)")
+    # Later compactions of the same agent: each summarise asks anew, once
+    with log:
+        for number, time in ((2, "second"), (3, "third")):
+            try:
+                again = agent.summarise(agent.messages[:4], 4)
+            except lesson.BadSummary as error:
+                pytest.fail(
+                    f"summarise() was called a {time} time on the same agent (a "
+                    "later compaction), each earlier call having taken the model's "
+                    f"first reply; it raised BadSummary ({error}) where it should "
+                    "have asked the model again: every compaction gets its own "
+                    "requests, two at most", pytrace=False)
+            asked = len(model.summary_requests)
+            assert again == f"summary #{number}" and asked == number, (
+                f"summarise() called a {time} time on the same agent should ask "
+                f"once more and return the reply, 'summary #{number}'; it returned "
+                f"{again!r}, the model having been asked {asked} time(s) in all")
     assert agent.messages == said, (
         "summarise() changed the conversation it summarised: its first messages are "
         f"now {shape(agent.messages[:2], 60)}, and were {shape(said[:2], 60)}. The "
@@ -574,6 +591,22 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
             "its last turn was taken back and another said in its place; the next "
             "request should end with that turn, as the conversation stands now, and "
             f"it ends with {shape(view[len(view) - 2:])}")
+    # The program changes the system prompt between requests (a new instruction for
+    # day 2, then none): each request carries the prompt as it is set then
+    for compaction in (None, lesson.Compaction("the first turn", 2)):
+        agent = agent_without_session(lesson, said, compaction)
+        agent.view()
+        for prompt in ("Day 2: answer in one line.", None, SYSTEM):
+            agent.system = prompt
+            view = agent.view()
+            sent = [m.get("content") for m in view if m.get("role") == "system"]
+            assert sent == ([prompt] if prompt else []), (
+                f"an agent {'compacted' if compaction else 'not compacted'} made a "
+                f"request, then its system prompt was set to {prompt!r}: the next "
+                "request should carry the prompt as it is set now"
+                f"{'' if prompt else ' (none)'}; its system messages are {sent}. A "
+                "request built from what an earlier one held goes out of date as the "
+                "agent changes")
 
 
 @pytest.mark.task("08.2")
@@ -628,6 +661,22 @@ def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_se
                         f"{cut} need {size} tokens was taken with a budget of "
                         f"{size - 1}"):
                 agent.check_fits(summary, cut)
+    # The program changes the system prompt after a first size was asked for: the next
+    # size is that of the request the agent makes now
+    agent = agent_without_session(lesson, said, earlier, system=system)
+    agent.compacted_size("Days one and two.", 4)
+    for prompt in ("Day 2: answer every question in one short line.", None, system):
+        agent.system = prompt
+        planned = agent.compacted_size("Days one and two.", 4)
+        agent.compaction = lesson.Compaction("Days one and two.", 4)
+        size = size_of(lesson, {"messages": agent.view(), "tools": Town().schemas})
+        agent.compaction = earlier
+        assert planned == size, (
+            f"the agent's system prompt was {system!r} when compacted_size was first "
+            f"asked, then set to {prompt!r}; compacted_size now gives {planned} tokens "
+            f"for a compaction at place 4, and the request view() then makes needs "
+            f"{size}: a size is that of the request as the agent would send it now, "
+            "with the prompt it holds now")
 
 
 @pytest.mark.task("08.1")
@@ -2006,7 +2055,8 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
     one over it is compacted and sent if it then fits; when nothing was summarised, or
     the compacted request is still over, ContextOverflow giving the size, the budget
     and what the user can do (undo the turn, or raise the budget), the conversation
-    unchanged."""
+    unchanged. A request is measured with the tools it carries, whatever tools came
+    with the one before."""
     said = conversation(10)
     agent = agent_without_session(lesson, said)
     whole = agent.view()
@@ -2096,6 +2146,19 @@ def test_request_messages_alone_sends_the_view_or_compacts_once_or_refuses(lesso
         "the agent holds (boundary at place 8) still replaces the messages before it "
         f"with its summary; the request held {len(sent)} messages, the view "
         f"{len(agent.view())}, and compact() summarised {len(asked)} time(s)")
+    # The program gives the agent other tools between requests (the library opens):
+    # each request is measured with the schemas it will carry, those of its own tools
+    agent = agent_without_session(lesson, said)
+    agent.budget = size_of(lesson, {"messages": agent.view(), "tools": Town().schemas})
+    agent.compact = compacting(None)
+    agent.request_messages()
+    agent.tools = Library()
+    with raises(lesson.ContextOverflow, "a request exactly at the budget was sent; "
+                "then the agent's tools became the library's, whose schemas are "
+                "longer, so the same conversation with them is over the budget, and "
+                "nothing can be summarised: request_messages() should have raised, and "
+                "the request went out, measured as if the old tools came with it"):
+        agent.request_messages()
 
 
 @pytest.mark.task("08.3")
