@@ -1265,6 +1265,29 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
 
 
 @pytest.mark.task("09.2")
+def test_each_expire_counts_back_from_the_present_of_its_own_run(lesson, sessions):
+    """A program that expires every night, in one process: each run with no `now`
+    counts back from the present of that run. A log last appended to exactly 30 days
+    before the first run ended is not older than the retention then; by the next run,
+    a moment later, it is, and that run deletes it."""
+    play(lesson, sessions, TURN_A)
+    lesson.expire(sessions)
+    ended = time.time()
+    # Exactly the retention before the first run ended, to the nanosecond
+    then = int((ended - lesson.RETENTION_SECONDS) * 10**9)
+    os.utime(sessions / "quest-1.jsonl", ns=(then, then))
+    while time.time() < ended + 0.001:    # the present moves on: a millisecond, no more
+        pass
+    found = lesson.expire(sessions)
+    assert found == (["quest-1"], []), (
+        "a first expire() ran; then a log was set to have been last appended to "
+        "exactly 30 days before that run ended, and a later expire() ran, with no "
+        "`now`: its cutoff is 30 days before its own present, later than that, so the "
+        f"log is older than the retention and goes. expire() returned {found}: a "
+        "present read once, at an earlier run, is out of date by the next")
+
+
+@pytest.mark.task("09.2")
 @pytest.mark.task("09.5")
 def test_expire_removes_the_blobs_only_the_expired_sessions_used(lesson, sessions):
     """A session expire() deletes leaves nothing behind, as after a delete: the blob
@@ -3350,6 +3373,65 @@ def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
         "the erase left the planted link (or a copy of the log) beside the log: "
         f"{sorted(p.name for p in sessions.iterdir())}")
+
+
+@pytest.mark.task("09.3")
+def test_a_hard_link_put_in_place_of_the_new_log_at_the_rename_gets_no_message(
+    lesson, sessions, monkeypatch
+):
+    """Just before the rename that gives the erase's new file the log's name, another
+    program puts in its place a hard link to a file of its own outside the sessions
+    folder: the same file under a second name, which an open does not refuse as it
+    refuses a symbolic link. The rename gives that file the log's name; it never
+    receives the writer's messages: the writer appends to the log it wrote, or refuses
+    every write until the session is opened again, and then the erase has said so."""
+    play(lesson, sessions, TURN_SECRET)
+    path = sessions / "quest-1.jsonl"
+    own = sessions.parent / "own-notes.txt"
+    notes = b"another program's own notes\n"
+    own.write_bytes(notes)
+    real = {"replace": os.replace, "rename": os.rename}
+    planted = []
+
+    def renaming(kind):
+        def rename(source, target, *args, **kwargs):
+            found, onto = Path(os.fspath(source)), Path(os.fspath(target))
+            if not planted and onto.name == path.name and found.parent == sessions:
+                planted.append(found.name)
+                os.unlink(found)
+                os.link(own, found)
+            return real[kind](source, target, *args, **kwargs)
+        return rename
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        monkeypatch.setattr(os, "replace", renaming("replace"))
+        monkeypatch.setattr(os, "rename", renaming("rename"))
+        try:
+            log.erase(0)
+            erase_raised = None
+        except OSError as error:
+            erase_raised = error    # a refusal: what it left is checked below
+        finally:
+            monkeypatch.undo()
+        assert planted, (
+            "the test's own set-up: the erase never renamed a file it made over the "
+            "log")
+        try:
+            log.append({"role": "user", "content": "After the erase."})
+            refused = None
+        except Exception as error:   # noqa: BLE001 - a writer that stopped is no harm
+            refused = error
+    assert own.read_bytes() == notes, (
+        "a hard link to another program's file was put in place of the erase's new "
+        "log just before the rename gave it the log's name, and that file received "
+        f"bytes: it now ends in {own.read_bytes()[-80:]!r}. The writer went on "
+        "writing to the file the log's name reached after the rename (opened by its "
+        "name), not to the log the erase wrote")
+    assert refused is None or erase_raised is not None, (
+        "a hard link was put in place of the erase's new log just before the rename; "
+        "erase() returned as if all was well, and then the writer refused the next "
+        f"message ({refused!r}): the erase should have said that it did not finish")
 
 
 @pytest.mark.task("09.3")
