@@ -276,13 +276,59 @@ def record_in(data):
     return record if isinstance(record, dict) else None
 
 
+def watch_unlock(monkeypatch, lesson, lock, record) -> list[str]:
+    """Note, in the list returned, what task 05.2's _unlock does wrong while a refused
+    writer goes its way out (its close runs _unlock, and it holds no lock: no
+    descriptor in _lock_fd): an error it raises, or the holder's lock file (`record`,
+    its bytes) changed or gone. A test of 05.1 that meets it then says it is 05.2's
+    (said_as_05_2), not the refusal's."""
+    noted: list[str] = []
+    real = lesson.SessionLog._unlock
+
+    def watched(log) -> None:
+        if getattr(log, "_lock_fd", None) is not None:
+            # The refusal (05.1's) left a descriptor's number behind: what the close
+            # does with it is that refusal's mistake, said as 05.1's
+            return real(log)
+        before = lock.read_bytes() if lock.exists() else None
+        try:
+            real(log)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            noted.append(f"closing a writer that holds no lock (refused it), _unlock "
+                         f"raised {described(error)}: it has nothing to let go of")
+            raise
+        after = lock.read_bytes() if lock.exists() else None
+        if before == record and after != record:
+            noted.append("closing a writer that holds no lock (refused it), _unlock "
+                         "left the holder's lock file, which said "
+                         f"{record!r}, " + ("gone" if after is None else f"saying "
+                                            f"{after!r}") + ": a newcomer would get "
+                         "in beside the holder; a log that holds no lock must leave "
+                         "the holder's alone")
+
+    monkeypatch.setattr(lesson.SessionLog, "_unlock", watched)
+    return noted
+
+
+@contextlib.contextmanager
+def said_as_05_2(noted: list[str]):
+    """Whatever the block raises, a mistake watch_unlock noted in it is said first."""
+    try:
+        yield
+    finally:
+        if noted:
+            fail_in("05.2", noted[0])
+
+
 # --- 05.1: a second writer is refused, by name (first: a student starts here) -----
 
 
 @pytest.mark.key
 @pytest.mark.task("05.1")
 def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_holder(
-    lesson, sessions, other, model, town
+    lesson, sessions, other, model, town, monkeypatch
 ):
     """While another process writes the session, appending or resuming raises
     SessionBusy, at once, naming the session and the holder as its lock file names it,
@@ -293,17 +339,21 @@ def test_a_second_writer_is_refused_with_an_error_naming_the_session_and_the_hol
     lock = sessions / "quest-1.lock"
     record = lock.read_bytes() if lock.exists() else None
     descriptors = open_descriptors()
+    unlocked = watch_unlock(monkeypatch, lesson, lock, record)
 
     with raises(lesson.SessionBusy,
                 "another process holds quest-1, and this writer appended to it "
                 "anyway, with no error") as busy:
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            log.append({"role": "user", "content": "Me too."})
+        with said_as_05_2(unlocked):
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                log.append({"role": "user", "content": "Me too."})
     with raises(lesson.SessionBusy,
                 "another process holds quest-1, and an agent resumed it anyway (a "
                 "resume may repair the tail: it is a writer too)"):
-        with lesson.SessionLog(sessions, "quest-1") as log:
-            lesson.Agent(model.client(), model=model.model, tools=town, session=log)
+        with said_as_05_2(unlocked):
+            with lesson.SessionLog(sessions, "quest-1") as log:
+                lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
 
     message = str(busy.value)
     assert "quest-1" in message, (
