@@ -1223,7 +1223,9 @@ def test_a_writer_whose_wait_a_ctrl_c_stopped_waits_afresh_when_it_tries_again(
     """A Ctrl-C stops a writer with timeout=0.3 while it waits for the lock; the
     user tries again half a second later, and the holder lets go 0.1 s into that
     second wait. The second call of _lock waits its own 0.3 s, as the first did, and
-    takes the lock: the stopped wait's deadline is no part of it."""
+    takes the lock: the stopped wait's deadline is no part of it. (From the second
+    wait on, the writer's clock moves only while it sleeps, so that how long a try
+    takes on a busy machine decides nothing.)"""
     holder = lesson.PostgresSessionLog(database, "quest-1")
     with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
         outcome = ctrl_c_at_the_first_sleep(lesson, waiting, monkeypatch, "0.3")
@@ -1231,20 +1233,35 @@ def test_a_writer_whose_wait_a_ctrl_c_stopped_waits_afresh_when_it_tries_again(
             "the user pressed Ctrl-C while the writer waited for the lock another "
             f"writer holds; the wait should stop with that KeyboardInterrupt, but "
             f"{outcome}")
-        time.sleep(0.5)     # the stopped wait's deadline is past
-        letting_go = threading.Timer(0.1, holder.close)
-        letting_go.start()
+        clock = [time.monotonic() + 0.5]    # the stopped wait's deadline is past
+        naps = []
+
+        def sleep_and_the_holder_lets_go(seconds):
+            naps.append(seconds)
+            if len(naps) == 1:
+                holder.close()      # 0.1 s into the second wait, by the clock's count
+            clock[0] += max(seconds, 0)
+            if len(naps) > 50:
+                raise AssertionError(
+                    f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
+                    f"{clock[0] - 0.5:.2f} s on: its deadline never came")
+
+        monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(lesson.time, "sleep", sleep_and_the_holder_lets_go)
         try:
             try_lock(waiting, "the writer tries quest-1's lock again, timeout=0.3")
         except lesson.SessionBusy as error:
             pytest.fail("a Ctrl-C stopped the writer's first wait; half a second later "
                         "it tried quest-1's lock again with its timeout of 0.3 s, and "
-                        "the holder let go 0.1 s into that second wait: the writer "
-                        "should wait afresh, by its own timeout, and take the lock; it "
-                        "gave up at once, as if the stopped wait's deadline (past by "
-                        f"then) were still its own: {error}", pytrace=False)
+                        "the holder let go during that second wait, at its first "
+                        "sleep: the writer should wait afresh, by its own timeout, and "
+                        "take the lock; it gave up "
+                        + ("at once, as if the stopped wait's deadline (past by then) "
+                           "were still its own" if not naps else
+                           f"after {len(naps)} sleep(s)")
+                        + f": {error}", pytrace=False)
         finally:
-            letting_go.join()
+            monkeypatch.undo()
 
 
 @pytest.mark.task("11.1")
@@ -1932,6 +1949,43 @@ def test_a_refused_first_entry_leaves_no_session(lesson, database):
 
 
 @pytest.mark.task("11.2")
+def test_a_writer_opened_again_after_its_session_was_deleted_records_it_again(
+        lesson, database):
+    """A writer object a service keeps is closed, its session is deleted (lesson 09's
+    delete, from any host), and the same object is opened again and appended to: its
+    first entry is the session's first again, and records the session in `sessions`
+    with it. What the writer knows comes from the rows it reads at each opening, never
+    from what it did before it was closed."""
+    log = lesson.PostgresSessionLog(database, "quest-1")
+    try:
+        log.append({"role": "user", "content": "Buy a rope."})
+        log.close()
+        deleted = lesson.delete_postgres(database, "quest-1")
+        assert deleted is True and lesson.lineage(database, "quest-1") is None, (
+            f"the test's own set-up: quest-1 should be deleted (delete_postgres "
+            f"returned {deleted!r})")
+        log.open_for_append()
+        try:
+            log.append({"role": "user", "content": "Buy a torch."})
+        except psycopg.Error as error:
+            pytest.fail("quest-1 was deleted, then the same writer object, closed "
+                        "before, was opened again and appended the session's first "
+                        f"entry; the server refused it: {type(error).__name__}: "
+                        f"{str(error).strip()}. The first entry records the session "
+                        "in `sessions` with it, whatever the writer did before it "
+                        "was closed", pytrace=False)
+    finally:
+        log.close()
+    made = lesson.lineage(database, "quest-1")
+    kept = [message["content"] for message in messages_in(rows(database))]
+    assert made is not None and kept == ["Buy a torch."], (
+        "quest-1 was deleted, then the same writer object, closed before, was opened "
+        "again and appended 'Buy a torch.': the session should be recorded in "
+        f"`sessions` again, with that one entry; `sessions` holds {made} and the "
+        f"session's messages are {kept}")
+
+
+@pytest.mark.task("11.2")
 def test_opening_a_damaged_session_writes_nothing_and_lets_go(lesson, database):
     """A row changed by hand: opening the session as its writer is refused with
     CorruptRow naming the row, writes nothing (no repair on top of damage) and does
@@ -2266,6 +2320,33 @@ def repaired_once(history, database):
 
 
 @pytest.mark.task("11.3")
+def test_a_writer_opened_again_repairs_what_a_crash_left_since(lesson, database):
+    """A writer object a service keeps opens the session (nothing to repair) and is
+    closed; another host then writes a call and dies before its result. The same
+    object opened again repairs the session as any opener does: what it found at its
+    earlier opening says nothing of the session now."""
+    log = lesson.PostgresSessionLog(database, "quest-1")
+    try:
+        first = log.open_for_append()
+        log.close()
+        with lesson.PostgresSessionLog(database, "quest-1") as other:
+            other.append({"role": "user", "content": "Buy a torch."})
+            other.append(call_message(("call_a", "torch")))
+        history = log.open_for_append()
+        kept = log.repaired
+    finally:
+        log.close()
+    results = [(m.get("tool_call_id"), "interrupted" in str(m.get("content")))
+               for m in history if m.get("role") == "tool"]
+    assert first == [] and results == [("call_a", True)] and kept is not None, (
+        "the writer opened quest-1 when it held nothing and was closed; another host "
+        "then stored a call, call_a, and died before its result. Opened again, the "
+        "same writer should answer call_a with a result saying it was interrupted, "
+        "and keep its repair marker in `repaired`; the history it returned has the "
+        f"results {results}, and `repaired` is {kept!r}")
+
+
+@pytest.mark.task("11.3")
 def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
         lesson, database, monkeypatch):
     """The user presses Ctrl-C as the repair of an interrupted session is about to
@@ -2348,6 +2429,52 @@ def test_a_connection_dropped_during_a_repair_stops_the_opening(lesson, database
                                    network_timeout=QUICK) as log:
         history = log.open_for_append()
     repaired_once(history, database)
+
+
+@pytest.mark.task("11.3")
+def test_a_repair_returns_the_session_as_the_table_holds_it_then(lesson, database):
+    """Another host stores a message the moment a repair lands (here a trigger of the
+    test's, in the repair's own commit): the history the opener returns is the session
+    as the table holds it once its repair landed, that message included, and its next
+    entry goes right after it. What the repair knows it stored is not all the table
+    holds."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a torch."})
+        log.append(call_message(("call_a", "torch")))
+    sql(database, """
+        CREATE FUNCTION another_host_asks() RETURNS trigger AS $$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM stored WHERE body->>'$marker' = 'repair') THEN
+                INSERT INTO session_entries (session_id, seq, line, body)
+                SELECT 'quest-1', max(seq) + 1, l, l::jsonb
+                FROM session_entries,
+                     (SELECT '{"role": "user", "content": "Another host asks."}' AS l) m
+                WHERE session_id = 'quest-1' GROUP BY l;
+            END IF;
+            RETURN NULL;
+        END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER another_host_asks AFTER INSERT ON session_entries
+            REFERENCING NEW TABLE AS stored
+            FOR EACH STATEMENT EXECUTE FUNCTION another_host_asks();
+    """)
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        history = log.open_for_append()
+        sql(database, "DROP TRIGGER another_host_asks ON session_entries")
+        said = [m.get("content") for m in history if m.get("role") == "user"]
+        assert log.repaired is not None and said[-1:] == ["Another host asks."], (
+            "the opener repaired call_a, and another host stored 'Another host asks.' "
+            "the moment the repair landed: the history returned should be the session "
+            "as the table then holds it, ending with that message; the user's "
+            f"messages in it are {said} (repaired: {log.repaired is not None})")
+        try:
+            log.append({"role": "assistant", "content": "Here is your torch."})
+        except lesson.SessionConflict as error:
+            pytest.fail("the repair landed, then another host's message right after "
+                        "it; the opener's next entry belongs after that message, yet "
+                        f"it was refused as taken: {error}", pytrace=False)
+    seqs = [seq for seq, _, _ in rows(database)]
+    assert seqs == list(range(len(seqs))), (
+        f"the rows should follow one another with no gap; their seqs are {seqs}")
 
 
 @pytest.mark.task("11.3")
@@ -3602,6 +3729,33 @@ def with_a_password(database):
         return database, password
     password = "sessionlab-not-a-secret"
     return f"{database}{'&' if '?' in database else '?'}password={password}", password
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_deleted_since_can_be_made_again_under_its_id(lesson, database):
+    """A fork is made, then deleted (lesson 09's delete, or expire on any host): its id
+    is free again, and a second fork onto it, in the same process, is made. Whether an
+    id is taken is the database's answer at that moment, never what this process made
+    before."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Where is the cave?"})
+    lesson.fork_postgres(database, "quest-1", "quest-2")
+    deleted = lesson.delete_postgres(database, "quest-2")
+    assert deleted is True and lesson.lineage(database, "quest-2") is None, (
+        f"the test's own set-up: the fork quest-2 should be deleted (delete_postgres "
+        f"returned {deleted!r})")
+    try:
+        lesson.fork_postgres(database, "quest-1", "quest-2")
+    except lesson.SessionExists as error:
+        pytest.fail("quest-1 was forked onto quest-2, then quest-2 was deleted: the id "
+                    "is free again, and a second fork onto it should be made; it was "
+                    f"refused as taken: {error}", pytrace=False)
+    made = lesson.lineage(database, "quest-2")
+    kept = [message["content"] for message in messages_in(rows(database, "quest-2"))]
+    assert made is not None and made["parent"] == "quest-1" and kept == [
+        "Where is the cave?"], (
+        "the second fork onto quest-2 should hold quest-1's message, its parent "
+        f"quest-1; `sessions` holds {made} and its messages are {kept}")
 
 
 @pytest.mark.task("11.2")
