@@ -1099,6 +1099,41 @@ def test_a_write_the_system_refuses_keeps_its_error_number(lesson, sessions):
 
 
 @pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
+def test_lines_another_writer_added_between_two_writes_stop_nothing(lesson, sessions):
+    """Another writer may append to the same log between two lines of this one (a
+    second SessionLog, another process): the file then grew by more than this writer
+    wrote, and that is no short write. Each line of each writer is whole, and neither
+    writer stops."""
+    first = lesson.SessionLog(sessions, "quest-1")
+    second = lesson.SessionLog(sessions, "quest-1")
+    lines = [(first, b'{"role": "user", "content": "first writer, line 1"}\n'),
+             (second, b'{"role": "user", "content": "second writer, line 1"}\n'),
+             (first, b'{"role": "user", "content": "first writer, line 2"}\n'),
+             (first, b'{"role": "user", "content": "first writer, line 3"}\n')]
+    try:
+        for number, (log, data) in enumerate(lines, start=1):
+            if log._fd is None:
+                log._open()
+            try:
+                log._write(data)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words below
+                fail_in("01.5", f"two writers were open on the session at once; line "
+                        f"{number} of the four, {data!r}, handed whole to _write, "
+                        f"raised {described(error)}: another writer's lines, added "
+                        "since, are no short write of this one (os.write said how many "
+                        "bytes it wrote), and no reason to stop")
+    finally:
+        first.close()
+        second.close()
+    assert the_log(lesson, sessions).read_bytes() == b"".join(d for _, d in lines), (
+        "two writers were open on the session at once and wrote in turn; the log "
+        f"holds {the_log(lesson, sessions).read_bytes()!r}")
+
+
+@pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
 def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
     """When the disk takes only part of a line, append() raises instead of returning,
@@ -1798,6 +1833,49 @@ def test_a_sessions_folder_removed_is_made_again_by_the_next_log(lesson, tmp_pat
         f"create it again and leave the log holding its line; it holds {contents}")
 
 
+@pytest.mark.task("01.4")
+def test_a_writer_whose_folder_was_removed_while_closed_makes_it_again(lesson,
+                                                                      tmp_path):
+    """A writer appends, and is closed; the user clears their sessions, the folder
+    with them. The same writer's next append opens the log again, and creates the
+    folder it needs again, private to its owner, as its first did: what a writer made
+    before says nothing of what is there now."""
+    folder = tmp_path / "home" / "sessions"
+    log = lesson.SessionLog(folder, "quest-1")
+    try:
+        log.append({"role": "user", "content": "day 1"})
+        log.close()
+        if not (folder / "quest-1.jsonl").is_file():
+            fail_in("01.4", f"a writer's first append into {folder}, which did not "
+                    "exist yet, returned, but left no quest-1.jsonl there: the first "
+                    "append creates the folders it needs and the log")
+        shutil.rmtree(tmp_path / "home", ignore_errors=True)
+        try:
+            log.append({"role": "user", "content": "day 2"})
+        except NotImplementedError:
+            raise
+        except OSError as error:
+            fail_in("01.4", f"a writer appended to {folder.name}/quest-1.jsonl and was "
+                    "closed; then the folder home/ was removed, sessions and all, and "
+                    f"the same writer's next append failed with {described(error)}: "
+                    "opening the log again creates the folders it needs again, "
+                    "whatever this writer made before")
+    finally:
+        log.close()
+    if not (folder / "quest-1.jsonl").is_file():
+        fail_in("01.4", "a writer appended, was closed, and the folders home/ and "
+                "sessions/ were removed; its next append returned, but left no "
+                f"{folder.name}/quest-1.jsonl: opening the log again creates the "
+                "folders it needs and the log, whatever this writer made before")
+    contents = [m["content"] for m in lines_of(folder / "quest-1.jsonl")]
+    modes = {name: oct(stat.S_IMODE(path.stat().st_mode))
+             for name, path in (("home", tmp_path / "home"), ("sessions", folder))}
+    assert contents == ["day 2"] and set(modes.values()) == {"0o700"}, (
+        "after the folders were removed, the writer's next append should make them "
+        f"again, each 0o700, with the log holding 'day 2'; the log holds {contents} "
+        f"and the folders have the modes {modes}")
+
+
 def append_into_a_new_folder(lesson, folder, **options):
     """Append one line to a log in `folder`, which does not exist yet; fail in words if
     the append raised OSError."""
@@ -2094,6 +2172,31 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
         return
     assert pointed.read_text() == kept, (
         f"the file the link points to, {target}, was changed: {pointed.read_text()!r}")
+
+
+@pytest.mark.task("01.4")
+def test_an_open_leaves_the_umask_the_program_has_at_that_call(lesson, sessions):
+    """A program may change its umask between two opens (to 027, say, for files of
+    its own): after each open, whether it created the log or not, the umask is the
+    one the program had as that open began, never one an earlier open saw."""
+    umask = os.umask(0o022)
+    left = []
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "day 1"})
+            left.append(os.umask(0o027))
+        for session_id in ("quest-1", "quest-2"):
+            with lesson.SessionLog(sessions, session_id) as log:
+                log.append({"role": "user", "content": "day 2"})
+                left.append(os.umask(0o027))
+    finally:
+        os.umask(umask)
+    assert left == [0o022, 0o027, 0o027], (
+        "the program's umask was 022 as a first log was opened, then 027 as the same "
+        "log, then a new one, were opened; after each open it was "
+        f"{[oct(m) for m in left]}, where [0o22, 0o27, 0o27] was expected: an open "
+        "leaves the umask as the program had it at that call, and every file the "
+        "program creates after gets the permissions it asks for")
 
 
 @pytest.mark.task("01.5")
@@ -2459,6 +2562,14 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
     if isinstance(second, lesson.WriterStopped) and after == held:
         return
     got = "returned" if second is None else f"raised {described(second)}"
+    if second is not None and second is first and after == held:
+        fail_in("01.3", f"{setting}; run() raised it, and the same agent's next run() "
+                f"raised that very error again, {described(second)}, without handing "
+                "its message to the log, whose append would have raised WriterStopped: "
+                "Agent.record keeps no verdict of an earlier append (after a full "
+                "disk, the caller frees some space and goes on with the same agent); "
+                "each message goes to the log, and the log's own error reaches the "
+                "caller")
     blamed = "01.3" if agent.session is not log else "01.2"
     if stopped and agent.session is log:
         fail_in("01.3", f"{setting}; run() raised it, and the same agent's next run() "
@@ -2473,3 +2584,69 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
                else "") + ": the line in doubt may be in the log, and going on "
             "writes after it a history the agent's memory does not match. Only a new "
             "agent on a new SessionLog, which reads the log back, goes on")
+
+
+@pytest.mark.task("01.2")
+def test_a_message_changed_between_two_appends_is_written_as_it_is_then(lesson,
+                                                                      sessions):
+    """A caller may reuse one message object, changing it before each append (one
+    dict for each line the user types): each append writes the message as it is at
+    that call, never the line an earlier append made of the same object."""
+    said = {"role": "user", "content": "Hello."}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(said)
+        said["content"] = "Where is the cave?"
+        log.append(said)
+
+    contents = [m["content"] for m in lines_of(the_log(lesson, sessions))]
+    assert contents == ["Hello.", "Where is the cave?"], (
+        "one message object was appended as 'Hello.', then its content changed to "
+        "'Where is the cave?' and appended again; the log holds "
+        f"{contents}: each line is the message as given at that append, whatever an "
+        "earlier append made of the same object")
+
+
+@pytest.mark.task("01.3")
+def test_after_a_full_disk_the_same_agent_goes_on_once_there_is_room(lesson, sessions,
+                                                                    model, town):
+    """The disk was full as the user's message was saved (write() refused it whole:
+    nothing written), and run() raised the disk's error. The caller frees some space
+    and goes on with the same agent: its next message is saved and sent like any,
+    since each message is tried on the log afresh."""
+    model.add(say("Hello."))
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        write, full = log._write, [True]
+
+        def write_on_a_disk_full_once(data):
+            if full:
+                full.clear()
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(log.path))
+            write(data)
+        log._write = write_on_a_disk_full_once
+        with raises(OSError, "the disk was full as the user's message was saved, and "
+                    "run() went on: the disk's error should reach its caller"):
+            agent.run("Hello?")
+        try:
+            answer = agent.run("Hello again?")
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            fail_in("01.3", "the disk was full as the user's first message was saved, "
+                    "and run() raised it; then the disk had room again, and the same "
+                    f"agent's next run() raised {described(error)}: the caller may "
+                    "free some space and go on with the same agent, whose next message "
+                    "is saved like any (an error of an earlier append is no verdict "
+                    "kept)")
+    held = lines_of(the_log(lesson, sessions))
+    assert answer == "Hello." and held == [
+        {"role": "user", "content": "Hello again?"},
+        {"role": "assistant", "content": "Hello."}], (
+        "after a full disk refused the first message, the same agent ran again once "
+        f"there was room: it answered {answer!r} and the log holds {held}, where the "
+        "second message and its answer were expected")
+    sent = model.requests[-1]["messages"]
+    assert sent == held[:1], (
+        "after a full disk refused the user's first message, the same agent's next "
+        f"request should carry what the log holds, {held[:1]}; it carried {sent}")
