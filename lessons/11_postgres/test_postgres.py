@@ -188,15 +188,72 @@ def open_agent(lesson, database, script=(), session_id="quest-1", system=None,
 
 
 def on_each_statement(monkeypatch, before) -> None:
-    """Call before(cursor, query, params) as each statement goes out, however the
+    """Call before(cursor, text, values) as each statement goes out, however the
     lesson's code sends it: a cursor's execute or executemany (a connection's execute
-    goes through its cursor's)."""
+    goes through its cursor's), its SQL as text, bytes or a psycopg.sql composition,
+    and its parameters by place or by name, wrapped in Json or Jsonb or not. `text` is
+    the SQL as a string; `values`, every parameter's value as text, one after another,
+    so that a test looks for what was sent, not for one way of sending it."""
     for name in ("execute", "executemany"):
         def send(cursor, query, params=None, *args, _real=getattr(psycopg.Cursor, name),
-                 **options):
-            before(cursor, query, params)
+                 _many=name == "executemany", **options):
+            if _many and params is not None:
+                params = list(params)   # an iterator, read here, is read only once
+            before(cursor, statement_text(cursor, query), values_text(params))
             return _real(cursor, query, params, *args, **options)
         monkeypatch.setattr(psycopg.Cursor, name, send)
+
+
+def statement_text(cursor, query) -> str:
+    """A statement's SQL as a string, whatever form the lesson's code gave it in."""
+    if hasattr(query, "as_string"):
+        query = query.as_string(cursor)
+    if isinstance(query, (bytes, bytearray, memoryview)):
+        return bytes(query).decode("utf-8", "replace")
+    return str(query)
+
+
+def values_text(params) -> str:
+    """Every value among a statement's parameters as text: by place or by name, a row or
+    many rows, JSON given as text or wrapped (psycopg's Json and Jsonb keep it in
+    .obj, written out here as JSON)."""
+    if params is None:
+        return ""
+    if hasattr(params, "obj"):
+        return json.dumps(params.obj, ensure_ascii=False)
+    if isinstance(params, (bytes, bytearray, memoryview)):
+        return bytes(params).decode("utf-8", "replace")
+    if isinstance(params, str):
+        return params
+    if isinstance(params, dict):
+        params = params.values()
+    try:
+        return " ".join(values_text(value) for value in params)
+    except TypeError:       # a number, None, a date: no values inside
+        return str(params)
+
+
+def table_pattern(table: str) -> str:
+    """A regular expression for `table` as SQL may name it: plain, in double quotes, or
+    with its schema in front."""
+    return rf'(?:"?\w+"?\s*\.\s*)?"?\b{table}\b"?'
+
+
+def insert_pattern(table: str) -> str:
+    """A regular expression (case aside) for an INSERT into `table`."""
+    return rf"\binsert\s+into\s+{table_pattern(table)}"
+
+
+def inserts_into(table: str, text: str) -> bool:
+    """Whether the SQL `text` inserts into `table`, however it names the table."""
+    return re.search(insert_pattern(table), text, re.I) is not None
+
+
+def reads_entries(text: str) -> bool:
+    """Whether the SQL `text` reads rows of session_entries (a SELECT from it), in
+    whatever words and order of columns the lesson's code chose."""
+    return re.search(rf"\bselect\b[\s\S]*\bfrom\s+{table_pattern('session_entries')}",
+                     text, re.I) is not None
 
 
 class Other:
@@ -499,14 +556,14 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
     seen = []
     line = json.dumps({"role": "assistant", "content": "Meanwhile, on inn-2."})
 
-    def after_the_read(cursor, query, params):
+    def after_the_read(cursor, text, values):
         if cursor.connection is not log.connection or "stored" in seen:
             return
         if seen:
             seen.append("stored")
             sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
                 "VALUES ('quest-1', 9, %s, %s::jsonb)", (line, line))
-        elif "SELECT seq, line FROM session_entries" in str(query):
+        elif reads_entries(text):
             seen.append("read")
 
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
@@ -971,9 +1028,9 @@ def test_a_writer_with_no_timeout_waits_past_lock_timeout_without_flooding(
     poll = lesson.LOCK_POLL_SECONDS
     sent = []   # the statements the waiting writer sends the server
 
-    def counted(cursor, query, params):
+    def counted(cursor, text, values):
         if threading.current_thread() is threading.main_thread():
-            sent.append(query)
+            sent.append(text)
 
     holder = lesson.PostgresSessionLog(database, "quest-1")
     with holder:
@@ -1181,7 +1238,7 @@ def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database
     naps = []
     slow = 0.25
 
-    def slow_try(cursor, query, params):
+    def slow_try(cursor, text, values):
         if cursor.connection is waiting.connection:
             clock[0] += slow
 
@@ -1893,9 +1950,8 @@ def test_a_write_a_ctrl_c_stopped_leaves_the_writer_at_its_place(lesson, databas
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
         log.append({"role": "user", "content": "Buy a rope."})
 
-        def ctrl_c(cursor, query, params):
-            text = query if isinstance(query, str) else query.as_string(cursor)
-            if re.search(r"\bINSERT\s+INTO\s+session_entries\b", text, re.I):
+        def ctrl_c(cursor, text, values):
+            if inserts_into("session_entries", text):
                 raise KeyboardInterrupt
 
         on_each_statement(monkeypatch, ctrl_c)
@@ -2297,8 +2353,7 @@ def ctrl_c_once(monkeypatch, pattern):
     expression, case aside) is about to go out; later ones go out as they come."""
     pressed = []
 
-    def ctrl_c(cursor, query, params):
-        text = query if isinstance(query, str) else query.as_string(cursor)
+    def ctrl_c(cursor, text, values):
         if not pressed and re.search(pattern, text, re.I):
             pressed.append(text)
             raise KeyboardInterrupt
@@ -2359,7 +2414,7 @@ def test_a_ctrl_c_during_a_repair_stops_the_opening_and_it_repairs_later(
                                    call_message(("call_1", "rope"))])
     before = rows(database)
     with lesson.PostgresSessionLog(database, "quest-1") as log:
-        pressed = ctrl_c_once(monkeypatch, r"\bINSERT\s+INTO\s+session_entries\b")
+        pressed = ctrl_c_once(monkeypatch, insert_pattern("session_entries"))
         with raises(KeyboardInterrupt, "the user pressed Ctrl-C as the repair's rows "
                     "were about to go out: opening the session should stop with it, "
                     "not read it again and repair it as if nothing happened"):
@@ -2393,10 +2448,9 @@ def test_a_connection_dropped_during_a_repair_stops_the_opening(lesson, database
     dropped = []
     with lesson.PostgresSessionLog(database, "quest-1", network_timeout=QUICK) as log:
 
-        def drop(cursor, query, params):
-            text = query if isinstance(query, str) else query.as_string(cursor)
+        def drop(cursor, text, values):
             if (not dropped and cursor.connection is log.connection
-                    and re.search(r"\bINSERT\s+INTO\s+session_entries\b", text, re.I)):
+                    and inserts_into("session_entries", text)):
                 dropped.append(text)
                 # Waits until the server process is gone: the insert meets a dead line
                 sql(database, "SELECT pg_terminate_backend(%s, %s)",
@@ -2618,14 +2672,14 @@ def test_a_result_stored_as_a_locked_opener_reads_is_never_answered_again(
     seen = []
     opener = lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT)
 
-    def after_the_read(cursor, query, params):
+    def after_the_read(cursor, text, values):
         if cursor.connection is not opener.connection or "stored" in seen:
             return
         if seen:    # the opener's first statement after its read: the result lands
             seen.append("stored")
             sql(database, "INSERT INTO session_entries (session_id, seq, line, body) "
                 "VALUES ('quest-1', 2, %s, %s::jsonb)", (real, real))
-        elif "SELECT seq, line FROM session_entries" in str(query):
+        elif reads_entries(text):
             seen.append("read")
 
     with opener:
@@ -2695,12 +2749,10 @@ def test_a_repair_that_loses_round_after_round_still_opens_the_session(
     other_host = psycopg.connect(database, autocommit=True)
     other_host.execute("SET lock_timeout = '5s'")   # never waits on the opener for ever
 
-    def as_it_goes_out(cursor, query, params):
-        said = str(query).lower()
-        sent = " ".join(str(value) for value in params or ())
+    def as_it_goes_out(cursor, text, values):
         if (still_running and cursor.connection is not other_host
-                and "session_entries" in said and "insert" in said
-                and re.search(r'"\$marker": ?"repair"', sent)):
+                and inserts_into("session_entries", text)
+                and re.search(r'"\$marker"\s*:\s*"repair"', values)):
             # The other host's result lands first, as the repair's insert goes out
             call_id = still_running.pop(0)
             line = json.dumps({"role": "tool", "tool_call_id": call_id,
@@ -3103,9 +3155,8 @@ def test_a_ctrl_c_during_a_large_paste_leaves_the_writer_storing_the_next(
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
         log.append({"role": "user", "content": "Here is the charter."})
 
-        def ctrl_c(cursor, query, params):
-            text = query if isinstance(query, str) else query.as_string(cursor)
-            if re.search(rf"\bINSERT\s+INTO\s+{at}\b", text, re.I):
+        def ctrl_c(cursor, text, values):
+            if inserts_into(at, text):
                 raise KeyboardInterrupt
 
         on_each_statement(monkeypatch, ctrl_c)
@@ -3802,7 +3853,7 @@ def test_a_fork_stopped_by_a_ctrl_c_leaves_nothing_and_says_so(lesson, database,
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         for line in ("Buy a rope.", "Buy a torch."):
             log.append({"role": "user", "content": line})
-    pressed = ctrl_c_once(monkeypatch, rf"\bINSERT\s+INTO\s+{at}\b")
+    pressed = ctrl_c_once(monkeypatch, insert_pattern(at))
     try:
         with raises(KeyboardInterrupt, f"the user pressed Ctrl-C as the fork's insert "
                     f"into {at} was about to go out: the fork should stop with it"):
