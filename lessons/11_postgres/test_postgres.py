@@ -1380,6 +1380,7 @@ def test_asking_who_holds_a_lock_leaves_the_connection_as_it_was(lesson, databas
         assert log.load() == [], "a new database should hold no session"
         try_lock(log, "no one holds quest-1's lock", free=True)
         with psycopg.connect(database, autocommit=True) as connection:
+            connection.execute("SET TimeZone = 'Asia/Kolkata'")
             for session_id, held in (("quest-1", "held"), ("quest-2", "free")):
                 lesson.lock_holder(connection, session_id)
                 status = connection.info.transaction_status
@@ -1392,7 +1393,15 @@ def test_asking_who_holds_a_lock_leaves_the_connection_as_it_was(lesson, databas
                 connection.execute("INSERT INTO sessions (id) VALUES ('quest-9')")
                 lesson.lock_holder(connection, "quest-1")
                 status = connection.info.transaction_status
+                zone = connection.execute("SHOW TimeZone").fetchone()[0]
                 seen = sql(database, "SELECT id FROM sessions WHERE id = 'quest-9'")
+            assert zone == "Asia/Kolkata", (
+                "lock_holder asked inside the caller's own transaction: the connection "
+                "should keep its settings there too, its time zone (Asia/Kolkata) "
+                "among them, for the rest of that transaction; after lock_holder, "
+                f"inside it, the zone is {zone} (a setting changed for the rest of a "
+                "transaction lasts until the caller's transaction ends, savepoint or "
+                "not)")
             assert status == psycopg.pq.TransactionStatus.INTRANS and not seen, (
                 "lock_holder asked inside the caller's own transaction, which had "
                 "stored a row not committed yet: it should neither commit nor end "
@@ -2495,10 +2504,12 @@ def test_a_repair_returns_the_session_as_the_table_holds_it_then(lesson, databas
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         log.append({"role": "user", "content": "Buy a torch."})
         log.append(call_message(("call_a", "torch")))
+    # Deferred to the repair's commit: however the repair sends its rows (one
+    # statement, many, executemany), the message lands once they are all in
     sql(database, """
         CREATE FUNCTION another_host_asks() RETURNS trigger AS $$
         BEGIN
-            IF EXISTS (SELECT 1 FROM stored WHERE body->>'$marker' = 'repair') THEN
+            IF NEW.body->>'$marker' = 'repair' THEN
                 INSERT INTO session_entries (session_id, seq, line, body)
                 SELECT 'quest-1', max(seq) + 1, l, l::jsonb
                 FROM session_entries,
@@ -2507,9 +2518,9 @@ def test_a_repair_returns_the_session_as_the_table_holds_it_then(lesson, databas
             END IF;
             RETURN NULL;
         END $$ LANGUAGE plpgsql;
-        CREATE TRIGGER another_host_asks AFTER INSERT ON session_entries
-            REFERENCING NEW TABLE AS stored
-            FOR EACH STATEMENT EXECUTE FUNCTION another_host_asks();
+        CREATE CONSTRAINT TRIGGER another_host_asks AFTER INSERT ON session_entries
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW EXECUTE FUNCTION another_host_asks();
     """)
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
         history = log.open_for_append()
