@@ -16,9 +16,17 @@ only for the bare `pytest`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from sessionlab import maintainers
+from sessionlab.check_in_background import QUICK, BackgroundCheck
+
 CAMPAIGN = "campaign"
+ROOT = Path(__file__).resolve().parent.parent
+# The tests that report the maintainers' quick check (tests/test_course.py)
+QUICK_CHECK = "tests/test_course.py::test_the_course_passes_the_maintainers_check["
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,6 +43,9 @@ def bare_run(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The maintainers' check runs beside the other tests (pytest_collection_finish): the
+    # tests that report it go last, so that the others need not wait for it.
+    items.sort(key=lambda item: item.nodeid.startswith(QUICK_CHECK))
     if not bare_run(config):
         return
     heavy = [item for item in items if item.get_closest_marker(CAMPAIGN)]
@@ -45,6 +56,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 LEFT_OUT = pytest.StashKey[int]()
+BACKGROUND = pytest.StashKey[BackgroundCheck]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the maintainers' check now, in a child process, if any test reports it:
+    its pytest runs use the core that the kit's tests, one at a time, leave idle."""
+    if any(item.nodeid.startswith(QUICK_CHECK) for item in session.items):
+        # In CI (a clean clone) any starter that differs from the generator fails; on a
+        # student's machine their work in lessons/ is left out with a warning.
+        session.config.stash[BACKGROUND] = BackgroundCheck(
+            ROOT, QUICK, strict=maintainers.ci())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background = session.config.stash.get(BACKGROUND, None)
+    if background is not None:
+        background.stop()
+
+
+@pytest.fixture(scope="session")
+def background_check(request: pytest.FixtureRequest) -> BackgroundCheck:
+    """The maintainers' quick check, started as collection ended."""
+    stash = request.config.stash
+    if BACKGROUND not in stash:     # such as: the test named by its id after collection
+        stash[BACKGROUND] = BackgroundCheck(ROOT, QUICK, strict=maintainers.ci())
+    return stash[BACKGROUND]
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

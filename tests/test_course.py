@@ -7,7 +7,8 @@ should pass, and they are the ones generated from solutions/ (in a temporary cop
 course), never a student's edited lessons/NN/agent.py: that work is named in a warning.
 
 The bare `pytest` (the README's quick command) runs the static checks, every solution on
-its lesson and every starter; the earlier lessons' key tests on every solution and the
+its lesson and every starter, in a child process started as collection ends, beside the
+kit's other tests (sessionlab.check_in_background; the tests here run last); the earlier lessons' key tests on every solution and the
 strict build of the docs are the campaign's (`pytest -m campaign`, which CI runs too).
 The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out of both:
 `sessionlab dev check` runs it, and CI runs all of it, every wrong implementation up to
@@ -22,21 +23,19 @@ from pathlib import Path
 import pytest
 
 from sessionlab import maintainers
+from sessionlab.check_in_background import QUICK
 
 ROOT = Path(__file__).resolve().parent.parent
 # What each part runs: the quick one, and the campaign's
-QUICK = dict(corpus=False, key=False, docs=False)
 HEAVY = dict(corpus=False, static=False, lessons=False)
 CHECKS = maintainers.all_checks(ROOT, **QUICK)
 HEAVY_CHECKS = maintainers.all_checks(ROOT, **HEAVY)
 
 
-def run_checks(request, options: dict) -> list:
-    # In CI (a clean clone) any starter that differs from the generator fails; on a
-    # student's machine their work in lessons/ is left out with a warning.
-    # The check runs every lesson's tests (a minute or two): a line as each check
-    # ends says what is happening, past pytest's output capture.
-    # (pytest captures a fixture's output at the file descriptor: let the lines through)
+def progress_shown(request):
+    """A line as each check ends, past pytest's output capture: the checks run every
+    lesson's tests (a minute or two) and the run says what is happening.
+    (pytest captures a fixture's output at the file descriptor: let the lines through)"""
     plugins = request.config.pluginmanager
     terminal = plugins.get_plugin("terminalreporter")
     capture = plugins.get_plugin("capturemanager")
@@ -51,18 +50,22 @@ def run_checks(request, options: dict) -> list:
                                     f"({total} checks, two at a time):")
             terminal.write_line("  " + maintainers.progress_line(finding, done, total))
 
-    return maintainers.run_all(ROOT, strict=maintainers.ci(), progress=progress, **options)
+    return progress
 
 
 @pytest.fixture(scope="session")
-def findings(request):
-    return {name: finding for (name, _), finding in zip(CHECKS, run_checks(request, QUICK))}
+def findings(request, background_check):
+    found = background_check.findings(progress_shown(request))
+    return {name: finding for (name, _), finding in zip(CHECKS, found)}
 
 
 @pytest.fixture(scope="session")
 def heavy_findings(request):
-    return {name: finding
-            for (name, _), finding in zip(HEAVY_CHECKS, run_checks(request, HEAVY))}
+    # In CI (a clean clone) any starter that differs from the generator fails; on a
+    # student's machine their work in lessons/ is left out with a warning.
+    found = maintainers.run_all(ROOT, strict=maintainers.ci(),
+                                progress=progress_shown(request), **HEAVY)
+    return {name: finding for (name, _), finding in zip(HEAVY_CHECKS, found)}
 
 
 def passes(finding) -> None:
