@@ -21,12 +21,16 @@ from pathlib import Path
 import pytest
 
 from sessionlab import maintainers
-from sessionlab.check_in_background import QUICK, BackgroundCheck
+from sessionlab.check_in_background import HEAVY, QUICK, BackgroundCheck
 
 CAMPAIGN = "campaign"
 ROOT = Path(__file__).resolve().parent.parent
-# The tests that report the maintainers' quick check (tests/test_course.py)
-QUICK_CHECK = "tests/test_course.py::test_the_course_passes_the_maintainers_check["
+# The tests that report each part of the maintainers' check (tests/test_course.py), and
+# what that part runs
+REPORTS = {
+    "tests/test_course.py::test_the_course_passes_the_maintainers_check[": QUICK,
+    "tests/test_course.py::test_the_course_passes_the_maintainers_heavier_checks[": HEAVY,
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,7 +49,7 @@ def bare_run(config: pytest.Config) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The maintainers' check runs beside the other tests (pytest_collection_finish): the
     # tests that report it go last, so that the others need not wait for it.
-    items.sort(key=lambda item: item.nodeid.startswith(QUICK_CHECK))
+    items.sort(key=lambda item: item.nodeid.startswith(tuple(REPORTS)))
     if not bare_run(config):
         return
     heavy = [item for item in items if item.get_closest_marker(CAMPAIGN)]
@@ -56,32 +60,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 LEFT_OUT = pytest.StashKey[int]()
-BACKGROUND = pytest.StashKey[BackgroundCheck]()
+BACKGROUND = pytest.StashKey[dict[str, BackgroundCheck]]()
+
+
+def started(config: pytest.Config, report: str) -> BackgroundCheck:
+    """The part of the maintainers' check that the tests named `report...` report,
+    started now in a child process if it is not running yet."""
+    running = config.stash.setdefault(BACKGROUND, {})
+    if report not in running:
+        # In CI (a clean clone) any starter that differs from the generator fails; on a
+        # student's machine their work in lessons/ is left out with a warning.
+        running[report] = BackgroundCheck(ROOT, REPORTS[report], strict=maintainers.ci())
+    return running[report]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the maintainers' check now, in a child process, if any test reports it:
-    its pytest runs use the core that the kit's tests, one at a time, leave idle."""
-    if any(item.nodeid.startswith(QUICK_CHECK) for item in session.items):
-        # In CI (a clean clone) any starter that differs from the generator fails; on a
-        # student's machine their work in lessons/ is left out with a warning.
-        session.config.stash[BACKGROUND] = BackgroundCheck(
-            ROOT, QUICK, strict=maintainers.ci())
+    """Start each part of the maintainers' check that a test reports now, in a child
+    process: its pytest runs use the core that the kit's tests, one at a time, leave idle."""
+    for report in REPORTS:
+        if any(item.nodeid.startswith(report) for item in session.items):
+            started(session.config, report)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    background = session.config.stash.get(BACKGROUND, None)
-    if background is not None:
+    for background in session.config.stash.get(BACKGROUND, {}).values():
         background.stop()
 
 
 @pytest.fixture(scope="session")
-def background_check(request: pytest.FixtureRequest) -> BackgroundCheck:
-    """The maintainers' quick check, started as collection ended."""
-    stash = request.config.stash
-    if BACKGROUND not in stash:     # such as: the test named by its id after collection
-        stash[BACKGROUND] = BackgroundCheck(ROOT, QUICK, strict=maintainers.ci())
-    return stash[BACKGROUND]
+def quick_check(request: pytest.FixtureRequest) -> BackgroundCheck:
+    """The maintainers' quick check (the README's command), started as collection ended."""
+    return started(request.config, next(iter(REPORTS)))
+
+
+@pytest.fixture(scope="session")
+def heavier_check(request: pytest.FixtureRequest) -> BackgroundCheck:
+    """The maintainers' heavier checks (the campaign's), started as collection ended."""
+    return started(request.config, list(REPORTS)[1])
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

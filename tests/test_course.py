@@ -1,14 +1,15 @@
 """The maintainers' check, run by the root `pytest` (and so by CI).
 
 Every check of `sessionlab dev check` becomes one test here. The pytest runs behind them
-happen once, two at a time, in a session fixture; each test then reports its own finding.
-The starters are run only to prove they fail for the right reason, never as if they
-should pass, and they are the ones generated from solutions/ (in a temporary copy of the
-course), never a student's edited lessons/NN/agent.py: that work is named in a warning.
+happen once, two at a time, in a child process that tests/conftest.py starts as collection
+ends (sessionlab.check_in_background), so that they run beside the kit's other tests; the
+tests here run last, and each reports its own finding. The starters are run only to prove
+they fail for the right reason, never as if they should pass, and they are the ones
+generated from solutions/ (in a temporary copy of the course), never a student's edited
+lessons/NN/agent.py: that work is named in a warning.
 
 The bare `pytest` (the README's quick command) runs the static checks, every solution on
-its lesson and every starter, in a child process started as collection ends, beside the
-kit's other tests (sessionlab.check_in_background; the tests here run last); the earlier lessons' key tests on every solution and the
+its lesson and every starter; the earlier lessons' key tests on every solution and the
 strict build of the docs are the campaign's (`pytest -m campaign`, which CI runs too).
 The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out of both:
 `sessionlab dev check` runs it, and CI runs all of it, every wrong implementation up to
@@ -23,11 +24,9 @@ from pathlib import Path
 import pytest
 
 from sessionlab import maintainers
-from sessionlab.check_in_background import QUICK
+from sessionlab.check_in_background import HEAVY, QUICK
 
 ROOT = Path(__file__).resolve().parent.parent
-# What each part runs: the quick one, and the campaign's
-HEAVY = dict(corpus=False, static=False, lessons=False)
 CHECKS = maintainers.all_checks(ROOT, **QUICK)
 HEAVY_CHECKS = maintainers.all_checks(ROOT, **HEAVY)
 
@@ -54,17 +53,14 @@ def progress_shown(request):
 
 
 @pytest.fixture(scope="session")
-def findings(request, background_check):
-    found = background_check.findings(progress_shown(request))
+def findings(request, quick_check):
+    found = quick_check.findings(progress_shown(request))
     return {name: finding for (name, _), finding in zip(CHECKS, found)}
 
 
 @pytest.fixture(scope="session")
-def heavy_findings(request):
-    # In CI (a clean clone) any starter that differs from the generator fails; on a
-    # student's machine their work in lessons/ is left out with a warning.
-    found = maintainers.run_all(ROOT, strict=maintainers.ci(),
-                                progress=progress_shown(request), **HEAVY)
+def heavy_findings(request, heavier_check):
+    found = heavier_check.findings(progress_shown(request))
     return {name: finding for (name, _), finding in zip(HEAVY_CHECKS, found)}
 
 

@@ -31,6 +31,8 @@ from .maintainers import Finding, run_all
 # What the README's quick run checks: no corpus of wrong implementations (CI's own step),
 # no key tests of earlier lessons and no strict docs build (the campaign's).
 QUICK = dict(corpus=False, key=False, docs=False)
+# What the campaign adds: those key tests, and the strict docs build
+HEAVY = dict(corpus=False, static=False, lessons=False)
 
 
 class BackgroundCheck:
