@@ -313,6 +313,19 @@ def watch_unlock(monkeypatch, lesson, lock, record) -> list[str]:
 
 
 @contextlib.contextmanager
+def closes_twice_quietly(log, what: str, why: str) -> None:
+    """Close `log` twice: neither close may raise (a task not written yet still says
+    so, by its NotImplementedError)."""
+    for time_ in ("once", "twice"):
+        try:
+            log.close()
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the failure is the point
+            pytest.fail(f"{what} was closed {time_}, and close() raised "
+                        f"{type(error).__name__}: {error}; {why}", pytrace=False)
+
+
 def said_as_05_2(noted: list[str]):
     """Whatever the block raises, a mistake watch_unlock noted in it is said first."""
     try:
@@ -410,15 +423,8 @@ def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
         before = lock.read_bytes()
         reader = lesson.SessionLog(sessions, "quest-1")
         reader.load()
-        for time_ in ("once", "twice"):
-            try:
-                reader.close()
-            except NotImplementedError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the failure is the point
-                pytest.fail(f"a reader that never took the lock was closed {time_}, "
-                            f"and close() raised {type(error).__name__}: {error}; it "
-                            "has nothing to let go of", pytrace=False)
+        closes_twice_quietly(reader, "a reader that never took the lock",
+                             "it has nothing to let go of")
         after = lock.read_bytes() if lock.exists() else None
         assert after == before, (
             "a reader that never took the lock closed, and quest-1.lock, the holder's, "
@@ -439,16 +445,9 @@ def test_closing_a_writer_raises_nothing_and_leaves_its_log_whole(lesson, sessio
     never of the log."""
     log = lesson.SessionLog(sessions, "quest-1")
     log.append(FIRST)
-    for time_ in ("once", "twice"):
-        try:
-            log.close()
-        except NotImplementedError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the failure is the point
-            pytest.fail(f"a writer that appended one message was closed {time_}, and "
-                        f"close() raised {type(error).__name__}: {error}; closing a "
-                        "writer lets go of its lock and raises nothing (called again, "
-                        "it finds nothing left to let go of)", pytrace=False)
+    closes_twice_quietly(log, "a writer that appended one message",
+                         "closing a writer lets go of its lock and raises nothing "
+                         "(called again, it finds nothing left to let go of)")
     assert (sessions / "quest-1.jsonl").exists(), (
         "a writer appended one message and closed, and quest-1.jsonl, the session's "
         "log, is gone: close() lets go of the lock and removes quest-1.lock, never the "
