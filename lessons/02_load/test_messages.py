@@ -91,10 +91,15 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     if isinstance(error, UnicodeDecodeError):
         said += (f" (a decoder's error: it knows a position in the bytes it was given, "
                  f"{error.start}, not the log's file or line)")
-    assert isinstance(error, lesson.InvalidMessage), f"{said}. Expected {expected}"
+    # What is missing comes first: pytest's one-line summary shows only the start.
+    assert isinstance(error, lesson.InvalidMessage), (
+        f"not an InvalidMessage: {said}. Expected {expected}")
     named = str(path) in message or str(path.resolve()) in message
-    assert named and names_line(message, 2), f"{said}. Expected {expected}"
-    assert reason in message, f"{said}. Expected {expected}"
+    parts = (("the file's path", named), ("its line", names_line(message, 2)),
+             ("why (parse_line's reason)", reason in message))
+    missing = [part for part, there in parts if not there]
+    assert not missing, (f"the error does not say {' nor '.join(missing)}: {said}. "
+                         f"Expected {expected}")
     left_as_it_was(path, data, f"{setting}, and load() refused it")
 
 
