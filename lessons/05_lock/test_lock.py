@@ -312,7 +312,6 @@ def watch_unlock(monkeypatch, lesson, lock, record) -> list[str]:
     return noted
 
 
-@contextlib.contextmanager
 def closes_twice_quietly(log, what: str, why: str) -> None:
     """Close `log` twice: neither close may raise (a task not written yet still says
     so, by its NotImplementedError)."""
@@ -326,6 +325,7 @@ def closes_twice_quietly(log, what: str, why: str) -> None:
                         f"{type(error).__name__}: {error}; {why}", pytrace=False)
 
 
+@contextlib.contextmanager
 def said_as_05_2(noted: list[str]):
     """Whatever the block raises, a mistake watch_unlock noted in it is said first."""
     try:
