@@ -27,7 +27,7 @@ class SessionUndo:
         Returns their indices. Their lines stay where they are: the file is only ever
         appended to, and the marker tells every later reader to leave them out.
         `seen`, when given, is how many messages the caller last saw the log show (an
-        agent: the ones it wrote). A log that shows another number has been written
+        agent: those it resumed and wrote). A log showing another number was written
         since by someone else, and its last messages are not the caller's to take back:
         the undo is refused, and nothing is written.
         """
