@@ -33,8 +33,8 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import (check_time, fail_in, open_descriptors, raises,
-                                wait_past)
+from sessionlab.testing import (check_time, described, fail_in, open_descriptors,
+                                raises, wait_past)
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -899,7 +899,9 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
     and which a chat catches to go on); a Ctrl-C leaves the parent's log in doubt (did
     the pointer land?), so its writer has stopped: a second start raises
     WriterStopped. A disk full for that one write only is full all the same: the
-    caller hears it, and no second try writes the pointer."""
+    caller hears it, and no second try writes the pointer. What the caller hears is
+    that very error, the disk's ENOSPC or the Ctrl-C, never one a clean-up met after
+    it."""
     side_folder = sessions / "quest-1.sidechains"
     real = os.write
     refused = []
@@ -917,14 +919,28 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
             return real(fd, data)
 
         monkeypatch.setattr(os, "write", write)
+        ended = None
         try:
-            with raises(OSError, f"the disk was full as the pointer was written "
-                        f"({failure}: the caller must hear it), yet start_sidechain "
-                        "returned"):
-                log.start_sidechain(CALL_ID)
-        except KeyboardInterrupt:
-            assert failure == "Ctrl-C"
+            log.start_sidechain(CALL_ID).close()
+        except NotImplementedError:
+            raise       # a task not written yet: the plugin says which
+        except (Exception, KeyboardInterrupt) as error:
+            ended = error
         monkeypatch.undo()
+        # The caller hears what happened at the pointer: that very error, not one a
+        # clean-up met afterwards (a file it removed that was never made, say)
+        if failure == "Ctrl-C":
+            heard = isinstance(ended, KeyboardInterrupt)
+            meant = "the KeyboardInterrupt itself, as a Ctrl-C raises"
+        else:
+            heard = isinstance(ended, OSError) and ended.errno == errno.ENOSPC
+            meant = "the disk's OSError (ENOSPC, no space left on device)"
+        if not heard:
+            pytest.fail(f"the {failure} met the pointer as it was written; "
+                        f"start_sidechain should raise {meant}, for the caller to "
+                        "know what happened; "
+                        + (f"it raised {described(ended)}" if ended is not None
+                           else "it returned"), pytrace=False)
         logs = sorted(path.name for path in side_folder.glob("*.jsonl"))
         assert logs == [], (
             f"the pointer could not be written, yet start_sidechain left {logs} in "
@@ -1236,6 +1252,58 @@ def test_something_at_a_side_chains_log_name_keeps_that_name(lesson, sessions,
     left_locked(lesson, sessions)
 
 
+FILE_AT_THE_FOLDER = """
+import sys
+from pathlib import Path
+from sessionlab.course import load_module
+lesson = load_module(Path(sys.argv[1]), "sessionlab_impl.filed")
+with lesson.SessionLog(Path(sys.argv[2]), "quest-1") as log:
+    try:
+        log.start_sidechain("call_1_0").close()
+        print("returned")
+    except OSError as error:
+        print("OSError", type(error).__name__, error)
+"""
+
+
+@pytest.mark.task("10.2")
+def test_a_file_at_the_side_chains_folders_name_is_an_error_not_a_search(lesson,
+                                                                         sessions):
+    """Another program left a file where the side-chains folder should be, so no
+    folder can be made there. That is no name taken by a helper: start_sidechain
+    raises the OSError that making the folder meets, at once, rather than trying
+    name after name for ever, and leaves the file as it was. (The test runs it in a
+    process of its own, stopped if it has not returned within 30 seconds.)"""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+    planted = sessions / "quest-1.sidechains"
+    planted.write_bytes(b"another program's notes\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", FILE_AT_THE_FOLDER, lesson.__file__, str(sessions)],
+            capture_output=True, text=True, timeout=HANG)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a file is where quest-1.sidechains/ should be, and "
+                    f"start_sidechain had not returned after {HANG} seconds: making "
+                    "the folder fails for every name, and that is no name taken. It "
+                    "should raise that OSError at once (was FileExistsError caught in "
+                    "place of SessionExists, the word for a name that is taken?)",
+                    pytrace=False)
+    said = (done.stdout.strip().splitlines() or [""])[-1]
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or ["nothing"])[-1]
+        if "NotImplementedError: task " in error:
+            raise NotImplementedError(error.split("NotImplementedError: ")[-1])
+        pytest.fail("a file is where quest-1.sidechains/ should be, and "
+                    "start_sidechain should raise the OSError that making the folder "
+                    f"meets; it raised {error}", pytrace=False)
+    assert said.startswith("OSError"), (
+        "a file is where quest-1.sidechains/ should be, and start_sidechain should "
+        "raise the OSError that making the folder meets; it returned a side-chain")
+    assert planted.read_bytes() == b"another program's notes\n", (
+        "the file another program left at quest-1.sidechains was changed")
+
+
 @pytest.mark.task("10.2")
 def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypatch):
     """The side-chain is as durable as its parent: with a durable parent, its meta file
@@ -1289,6 +1357,52 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
     assert synced.count(side) >= 2, (
         "a durable log fsyncs every line: the side-chain's 2 lines were synced "
         f"{synced.count(side)} time(s)")
+
+
+@pytest.mark.task("10.2")
+def test_a_durable_side_chains_claim_reaches_the_disk_before_its_pointer(
+        lesson, sessions, monkeypatch):
+    """With a durable parent, the pointer is on the disk the moment it is written: the
+    claim it leads to must be there first. By the time the pointer is written to the
+    parent's log, the side-chain's meta file, quest-1.sidechains/ (which holds its
+    name) and the sessions folder (which holds the new folder's name) are fsynced. A
+    claim synced only after the pointer can be lost to a power cut that keeps the
+    pointer, and the next helper of that call id then takes the name it leads to."""
+    synced = []
+    at_pointer = []
+    real_fsync, real_write = os.fsync, os.write
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        begin(log)
+        parent = os.fstat(log._fd).st_ino
+
+        def fsync(fd):
+            synced.append(os.fstat(fd).st_ino)
+            real_fsync(fd)
+
+        def write(fd, data):
+            if (not at_pointer and os.fstat(fd).st_ino == parent
+                    and b"sidechain" in bytes(data)):
+                at_pointer.append(list(synced))
+            return real_write(fd, data)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "write", write)
+        try:
+            start(lesson, log).close()
+        finally:
+            monkeypatch.undo()
+    assert at_pointer, "the test's own set-up: no pointer was written to the parent"
+    folder = sessions / "quest-1.sidechains"
+    late = [what for where, what in (
+        (folder / f"{CALL_ID}.meta.json", f"the meta file {CALL_ID}.meta.json"),
+        (folder, "quest-1.sidechains/, which holds the meta file's name"),
+        (sessions, "the sessions folder, which holds quest-1.sidechains/'s name"))
+        if where.exists() and os.stat(where).st_ino not in at_pointer[0]]
+    assert not late, (
+        "the parent is durable, and its pointer was written to the disk before "
+        f"{' and '.join(late)} had been fsynced: a power cut between the two keeps a "
+        "pointer to a name whose claim is lost, and the next helper of that call id "
+        "takes it. Sync the claim before the pointer that leads to it")
 
 
 @pytest.mark.task("10.2")
@@ -2020,6 +2134,19 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         + (f"the parent's model read the result {results[0].get('content')!r}"
            if results else "the run ended without an error")
         + (f", and the run ended with {type(ended).__name__}" if ended else ""))
+    # That very error, as the parent's own request or write would raise it: the caller
+    # tells a server's failure from a full disk by its type
+    if failure.startswith("full disk"):
+        met, meant = OSError, "the disk's OSError"
+    elif failure.startswith("dropped connection"):
+        met, meant = openai.APIConnectionError, "openai's APIConnectionError"
+    else:
+        met, meant = openai.APIStatusError, "openai's APIStatusError"
+    assert isinstance(ended, met), (
+        f"the helper's work ({where}) met a {failure}, and the run should end with "
+        f"that very error, {meant}, as a crash of the parent's own request or write "
+        "would, so that the caller can tell what failed; it ended with "
+        f"{described(ended)}")
     assert not parent_taken, (
         f"the helper's work met a {failure}, and the run ended with it; the parent's "
         "log was still open, yet another writer took the parent session: however the "
@@ -2430,6 +2557,39 @@ def test_each_helper_works_in_the_world_its_parent_holds_then(lesson, sessions):
         "the second day's town while its helper bought a rope: each helper works "
         "with the tools its parent holds then, so the towns should hold [torch] and "
         f"[rope]; they hold {bought[0]} and {bought[1]}")
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_helper_leaves_its_parents_tools_as_they_were(lesson, sessions, where):
+    """A helper is the parent lent out for one question, and lending takes nothing
+    away: once the helper is done, the parent's tools (a town offering ask_helper,
+    with a function of that name for agents of earlier lessons) hold the same schemas
+    and the same functions as before. A helper's tools are a set of their own, never
+    the parent's with ask_helper taken out of them."""
+    town = HelperTown()
+    schemas, functions = list(town.schemas), dict(town.functions)
+    model = ScriptedModel(list(HELPER_TURN[1]))
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    try:
+        agent = lesson.Agent(model.client(), model=model.model, tools=town,
+                             session=log)
+        turn(lesson, agent, model, HELPER_TURN[0])
+    finally:
+        if log is not None:
+            log.close()
+    lost = [name for name in functions if town.functions.get(name) != functions[name]]
+    offered = [schema.get("function", {}).get("name") for schema in town.schemas]
+    assert town.schemas == schemas and not lost and (
+            set(town.functions) == set(functions)), (
+        f"a helper ({where}) answered the parent's call; the parent's tools should be "
+        "as they were before it, offering "
+        f"{[schema['function']['name'] for schema in schemas]} with the functions "
+        f"{sorted(functions)}; they now offer {offered} with the functions "
+        f"{sorted(town.functions)}"
+        + (f" (changed: {lost})" if lost else "")
+        + ". The helper's tools were made by changing the parent's own schemas or "
+        "functions in place (a shallow copy shares them)")
 
 
 @pytest.mark.task("10.3")
@@ -3022,6 +3182,65 @@ def test_sidechains_follows_a_sessions_folder_however_it_is_reached(
         Path(p).exists() and os.path.samefile(p, log) for _, p in found), (
         f"given the sessions folder {reached} ({folder}), sidechains should lead to "
         f"{log.name}, the side-chain's log; it gave {found}")
+
+
+@pytest.mark.task("10.4")
+def test_a_damaged_line_in_the_middle_of_the_log_is_an_error_naming_it(lesson,
+                                                                       sessions):
+    """Only the last line of a log can be torn by a crash. A line in the middle that is
+    no JSON (a pointer a person mended and left without its closing brace), or JSON
+    that is neither a message nor a marker, is damage: it may be the very pointer the
+    reader asks about, so it is not passed over. sidechains raises ValueError naming
+    the log by its path and the line, as every reader of the course does, and the log
+    is left as it was."""
+    ask = {"role": "user", "content": "Ask a helper."}
+    pointer = {"$marker": "sidechain", "call": "call_2_0", "session": "quest-1",
+               "sidechain": "call_2_0", "at": "2026-01-01T00:00:00+00:00"}
+    path = sessions / "quest-1.jsonl"
+    for damaged in ('{"$marker": "sidechain", "call": "call_1_0", "session": '
+                    '"quest-1", "sidechain": "call_1_0"', '["call_1_0"]'):
+        path.write_text(json.dumps(ask) + "\n" + damaged + "\n" + json.dumps(pointer)
+                        + "\n", encoding="utf-8")
+        before = path.read_bytes()
+        try:
+            found = lesson.sidechains(sessions, "quest-1")
+        except ValueError as error:
+            said = str(error)
+            assert str(path) in said and "line 2" in said, (
+                f"line 2 of the log is damaged ({damaged}), and sidechains refused the "
+                "log, as it should; its error should name the log by its path, "
+                f"{path}, and the line, 'line 2', for a person to mend it; it says: "
+                f"{said}")
+        else:
+            pytest.fail(f"line 2 of the log is damaged ({damaged}): it is in the "
+                        "middle, so no crash tore it, and it may be the pointer the "
+                        "reader asks about. sidechains should raise ValueError naming "
+                        f"the log and the line; it passed over it and gave "
+                        f"{[(c, getattr(p, 'name', p)) for c, p in found]}",
+                        pytrace=False)
+        assert path.read_bytes() == before, (
+            "sidechains changed the damaged log it read: a reader never repairs or "
+            "rewrites")
+
+
+@pytest.mark.task("10.4")
+def test_a_log_sidechains_cannot_read_is_an_error_not_an_empty_answer(lesson,
+                                                                      sessions):
+    """Only a log that is not there yet means a session that started no helper. A log
+    that is there and cannot be read (here a folder at its name, which another program
+    made) raises its OSError: answered with an empty list, the reader would believe
+    the session's calls started no helper, and their transcripts would be lost to it."""
+    (sessions / "quest-1.jsonl").mkdir()
+    try:
+        found = lesson.sidechains(sessions, "quest-1")
+    except NotImplementedError:
+        raise       # the task not written yet: the plugin says which
+    except OSError:
+        return      # the reader hears it
+    pytest.fail("quest-1's log cannot be read (a folder is at its name, "
+                "quest-1.jsonl): sidechains should raise its OSError, for the reader "
+                f"to know; it answered {found}, as if the session had started no "
+                "helper", pytrace=False)
 
 
 # --- a real process, killed inside its helper -----------------------------------------
