@@ -1933,8 +1933,13 @@ def test_a_run_stopped_by_a_full_disk_goes_on_once_the_user_made_room(
             agent.run("Talk to the elder and buy a torch.")
         # Still full: the next message fails as well, and must leave nothing behind
         # that the log lacks (memory claiming a result the disk refused)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError) as still_full:
             agent.run("Go on.")
+        assert still_full.value.errno == errno.ENOSPC, (
+            "the disk was still full as the run settled the calls left open: the run "
+            "should stop with the disk's own error, its errno ENOSPC kept, so that a "
+            "caller can tell a full disk (and ask the user for room); it raised an "
+            f"OSError whose errno is {still_full.value.errno}: {still_full.value}")
         room[0] = True      # the user makes room, and goes on
         refused = refusal_of_next_run(agent)
     if refused is not None:     # outside the except: the words come first, alone
@@ -2307,6 +2312,36 @@ def test_a_corrupt_line_error_says_why_the_line_is_no_message(
     assert reason in str(damaged.value), (
         f"CorruptLog should say why line 2 is no message ({reason!r}); it says: "
         f"{damaged.value}")
+
+
+@pytest.mark.task("04.1")
+@pytest.mark.parametrize("where", ["a whole line", "the tail"])
+def test_a_corrupt_log_error_comes_alone_not_after_the_decoders_own(
+        lesson, sessions, where):
+    """CorruptLog is the one error the user reads: the JSON decoder's error it was made
+    from is not chained before it ("During handling of the above exception, another
+    exception occurred"), which would make damage in the log look like a bug of the
+    reader; the reason is already in CorruptLog's own words."""
+    if where == "a whole line":
+        data = line(ASK) + b'{"role": "user", "content": "cut short\n' + line(ASK)
+    else:
+        data = line(ASK) + joined(*A_FINISHED_DAY[2:])
+    path = sessions / "quest-1.jsonl"
+    try:
+        lesson.parse_log(data, path)
+    except lesson.CorruptLog as error:
+        chained = error.__cause__
+        if chained is None and not error.__suppress_context__:
+            chained = error.__context__
+    else:
+        pytest.fail(f"the log's {where} is no message and no torn line: parse_log "
+                    "should raise CorruptLog", pytrace=False)
+    assert chained is None, (
+        f"the log's {where} is damaged: CorruptLog should come alone, its reason in "
+        "its own words; it comes chained after the error it was made from, "
+        f"{type(chained).__name__}: {chained}, so the user's traceback begins with "
+        "the decoder's error and 'During handling of the above exception, another "
+        "exception occurred'. Raise it without the chain (from None)")
 
 
 @pytest.mark.task("04.2")
@@ -2828,3 +2863,33 @@ def test_a_durable_writer_syncs_the_name_of_a_log_a_plain_writer_began(
     assert entries == [*A_FINISHED_DAY, ASK], (
         "the log should hold day 1's messages, then the durable writer's one: "
         f"{entries}")
+
+
+@pytest.mark.task("04.3")
+def test_the_repair_writes_text_that_is_not_ascii_as_itself(resume, sessions):
+    """The repair's lines are written as every line of the log is: UTF-8, with text
+    that is not ASCII as itself, never as \\u escapes, so that a person reading the
+    log, or searching it for an item, reads the marker's preview and the made-up
+    results as the agent's own lines read."""
+    sword = {"id": "call_e", "type": "function", "function": {
+        "name": "buy", "arguments": '{"item": "épée d’acier"}'}}
+    torn = '{"role": "tool", "content": "Vendu : épée'.encode()
+    path = write_log(sessions, [ASK, {"role": "assistant", "content": None,
+                                      "tool_calls": [sword]}], tail=torn)
+    whole = path.read_bytes()[:-len(torn)]
+
+    resume_whole(resume, path, whole, "a torn line and a call left open")
+
+    added = path.read_bytes()[len(whole):]
+    lines = added.split(b"\n")[:-1]
+    assert len(lines) == 2, (
+        "the repair should add two lines, the marker and the call's result; it added "
+        f"{added!r}")
+    marker, answer = lines
+    for raw, what, text in [(marker, "the marker's cut_preview", "Vendu : épée"),
+                            (answer, "the made-up result, which names the call's "
+                             "arguments", "épée d’acier")]:
+        assert text.encode() in raw and b"\\u" not in raw, (
+            f"{what} holds {text!r}: the line should hold that text as itself, in "
+            "UTF-8, as every line of the log does (encode_line), not escaped; the "
+            f"line is {raw!r}")
