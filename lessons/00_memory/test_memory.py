@@ -925,8 +925,8 @@ def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
 def test_a_tool_result_is_always_text(lesson):
     """A tool that returns a number still gives the model text: a string; one that
     returns text gives it as it is, however long; one that returns anything else (a
-    list, a set, None) gives its text as Python writes it, and it is its answer, not
-    an error."""
+    list, a set, None, bytes) gives its text as Python writes it, and it is its
+    answer, not an error."""
     result = lesson.run_tool(FewTools(count_gold=lambda: 6),
                              tool_call("count_gold", "{}"))
 
@@ -940,7 +940,8 @@ def test_a_tool_result_is_always_text(lesson):
         "the tool returned the int 0 (no gold left), and run_tool gave "
         f"{result!r}, where the text '0' was expected: a value that is falsy is "
         "still the tool's answer, and the model must read it")
-    for returned in (["rope", "torch"], {"a map of the cave"}, None):
+    for returned in (["rope", "torch"], {"a map of the cave"}, None,
+                     b"a map of the cave", b"\x89PNG\r\n"):
         result = run_call(lesson, FewTools(look=lambda value=returned: value),
                           tool_call("look", "{}"), f"the tool returned {returned!r}")
         assert result == str(returned), (

@@ -380,6 +380,35 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
 
 
 @pytest.mark.task("00.3")
+def test_ids_that_differ_only_in_case_are_two_ids(lesson):
+    """Ids are compared as they are, byte for byte, as providers compare them: a call
+    whose id differs from one the history holds only in case ('Call_1' after
+    'call_1'), or only by a letter that looks alike, keeps its id, since no other
+    call has it."""
+    history = [{"role": "user", "content": "Buy."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": i, "type": "function",
+                    "function": {"name": "buy", "arguments": "{}"}}
+                   for i in ("call_1", "toolu_A")]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+               {"role": "tool", "tool_call_id": "toolu_A", "content": "ok"}]
+    sent = ["Call_1", "CALL_1", "toolu_a", "call_\uff11"]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
+        for i in sent]}
+
+    message = lesson.normalize_reply(reply, history)
+
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    assert stored == sent, (
+        f"the history's calls have the ids 'call_1' and 'toolu_A'; the reply's calls "
+        f"came with {sent}, ids no call of the conversation has (a provider tells "
+        f"'Call_1' from 'call_1', byte for byte), and were stored with {stored}: a "
+        "call that came with an id of its own, one no other call has, keeps it as it "
+        "came")
+
+
+@pytest.mark.task("00.3")
 def test_an_id_taken_early_in_a_long_conversation_is_not_given_again(lesson):
     """No two calls of the whole conversation share an id, however long it is: a
     server that sends again the id of a call made hundreds of messages earlier gets
@@ -831,6 +860,14 @@ def test_a_well_formed_reply_is_stored_as_it_came(lesson):
             "same: the content is '' only where the server sent none) should be stored "
             f"as it came, {{'role': 'assistant', 'content': {text!r}}}; stored "
             f"{message}")
+    for text in ("The cave.\r\nThe torch.\r\n", "Dawn.\rDusk.", "A\u2028B\x85C"):
+        message = lesson.normalize_reply({"role": "assistant", "content": text}, [])
+        assert message == {"role": "assistant", "content": text}, (
+            f"a plain reply whose text is {text!r} (line ends of Windows, a lone "
+            "carriage return, characters Python splits lines at: the model's text all "
+            "the same) should be stored as it came, byte for byte, "
+            f"{{'role': 'assistant', 'content': {text!r}}}; stored {message}: the next "
+            "request would send back text the model did not write")
 
 
 @pytest.mark.task("00.3")
@@ -950,6 +987,69 @@ def test_fields_a_server_adds_to_its_reply_are_not_stored(lesson):
         "a stored call should hold its id, its type and its function (a name and the "
         "arguments), nothing a server added to it (an index, a parsed copy: a "
         f"provider refuses fields it does not know); it holds {call}")
+
+
+@pytest.mark.task("00.3")
+def test_normalize_reply_leaves_the_reply_as_it_came_and_shares_nothing_with_it(
+        lesson):
+    """normalize_reply leaves the reply it is given as it came: the loop still runs
+    each call from it, as the model sent it, and a caller may keep it to see what the
+    server sent. And the message it returns is its own: changing the reply after
+    never changes the history, nor the other way round."""
+    import copy
+
+    reply = {"role": "assistant", "reasoning_content": "Torches burn an hour.",
+             "refusal": None, "content": [
+                 {"type": "thinking", "thinking": "The shop first."},
+                 {"type": "text", "text": "Let me "},
+                 {"type": "text", "text": "shop."}],
+             "tool_calls": [
+                 {"id": "call_a", "type": "function", "index": 0,
+                  "function": {"name": "buy", "arguments": '{"item": "rope"}'}},
+                 {"id": None, "function": {"name": "buy",
+                                           "arguments": {"item": "torch"}}},
+                 {"id": "call_a", "function": {"name": "buy", "arguments": None}},
+                 {"id": "", "type": "function",
+                  "function": {"name": "buy", "arguments": "{item: rope"}}]}
+    sent = copy.deepcopy(reply)
+
+    try:
+        message = lesson.normalize_reply(reply, [])
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        for call in sent["tool_calls"]:
+            arguments = copy.deepcopy(call["function"]["arguments"])
+            try:
+                lesson.read_arguments(arguments)
+            except ValueError:
+                pass
+            except Exception as inner:      # noqa: BLE001 - reported in words
+                fail_in("00.1", f"read_arguments({arguments!r}) raised "
+                        f"{described(inner)}: it gives a dict, or raises ValueError "
+                        "for arguments it refuses, whatever a server sent (task 00.1)")
+        fail_in("00.3", f"normalize_reply raised {described(error)}, given the reply "
+                f"{sent}: it makes a message to store of whatever a server sends")
+
+    assert reply == sent, (
+        f"normalize_reply was given the reply {sent} and changed it into {reply}: the "
+        "loop runs each call from the reply as the model sent it (only what it wrote "
+        "lets run_tool tell it what it got wrong), and a caller may keep the reply to "
+        "see what the server sent; the message to store is a new one, and the reply "
+        "is left as it came")
+    stored = copy.deepcopy(message)
+    for call in reply["tool_calls"]:
+        call["id"] = "changed"
+        call["function"]["name"] = "steal"
+        call["function"]["arguments"] = '{"item": "crown"}'
+        call["function"]["extra"] = 1
+    reply["content"].append({"type": "text", "text": " And steal."})
+    reply["content"][1]["text"] = "Now "
+    assert message == stored, (
+        f"normalize_reply stored {stored}; the caller then changed the reply it had "
+        f"given (its calls' ids, names and arguments, its parts), and the stored "
+        f"message now reads {message}: the message to store shares nothing with the "
+        "reply, or a change to one is a change to the history the next request sends")
 
 
 @pytest.mark.task("00.3")
