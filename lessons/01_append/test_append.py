@@ -942,7 +942,7 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
             raise
         outcomes.append(None)
     log._write = noted_write
-    stopped, tries, reopened = None, [], None
+    stopped, tries, reopened, other = None, [], None, None
     try:
         log.append({"role": "user", "content": "first"})
         before = log.path.read_bytes()
@@ -951,6 +951,10 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
             log.append({"role": "user", "content": "second"})
         except lesson.WriterStopped as error:
             stopped = error
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            if "WriterStopped" not in outcomes:
+                raise
+            other = error
         for reopen in (False, True):
             if stopped is None:
                 break
@@ -973,6 +977,13 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
                 "01.5), the one place that keeps a writer in doubt from writing again: "
                 "after a write that may have landed, a retry through append writes the "
                 "message twice")
+    if other is not None:
+        fail_in("01.2", "the writer was stopped (in_doubt set), and the next append "
+                f"raised {described(other)}: _write raised WriterStopped, and append "
+                "made it an error of another kind. A stopped writer's WriterStopped "
+                "reaches append's caller as it is, the one error that tells it to open "
+                "the session again (a caller that catches another, InvalidMessage say, "
+                "takes a good message for a bad one)")
     if stopped is None and "WriterStopped" in outcomes:
         fail_in("01.2", "the writer was stopped (in_doubt set), and the next append "
                 "returned: _write raised WriterStopped, and append went on past it "
@@ -1788,6 +1799,42 @@ def test_a_new_logs_name_whose_sync_failed_is_synced_before_its_first_line(
     contents = [m["content"] for m in lines_of(sessions / "quest-1.jsonl")]
     assert contents == ["first"], (
         f"the message should be in the log once, as the retry wrote it: {contents}")
+
+
+@pytest.mark.task("01.4")
+def test_an_empty_log_another_program_left_has_its_name_synced_first(
+        lesson, sessions, monkeypatch):
+    """Durable mode: an empty log already in the sessions folder (another program
+    touched it, or a writer was killed between creating it and syncing its name) may
+    have a name that never reached the disk. Before the first line in it is
+    acknowledged, the folder is synced with the name in it, as for a log the writer
+    creates itself: a file that is there proves nothing of its name."""
+    path = sessions / "quest-1.jsonl"
+    path.touch(mode=0o600)
+    fsync = FsyncRecorder(monkeypatch)
+    try:
+        with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+            log.append({"role": "user", "content": "first"})
+    except NotImplementedError:
+        raise
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        pytest.fail("an empty log was in the sessions folder, and a durable writer's "
+                    f"first append to it raised {described(error)}: an empty log is a "
+                    "log like any other, appended to", pytrace=False)
+    folder = sessions.stat()
+    synced = [n for n, seen in enumerate(fsync.folders)
+              if seen == (folder.st_dev, folder.st_ino)
+              and "quest-1.jsonl" in fsync.entries[n]]
+    first_line = (fsync.kinds.index("file") if "file" in fsync.kinds
+                  else len(fsync.kinds))
+    folder_syncs = [n for n, kind in enumerate(fsync.kinds) if kind == "folder"]
+    assert synced and folder_syncs[synced[0]] < first_line, (
+        "an empty log, which another program left, was in the sessions folder; a "
+        "durable writer appended its first line and returned, with the syncs, in "
+        f"order: {fsync.kinds}. Nothing says that log's name ever reached the disk "
+        "(a writer killed between its create and its folder sync leaves just that): "
+        "the sessions folder is synced, the name in it, before the first line in the "
+        "log is acknowledged, or a power cut takes the log with the line")
 
 
 def first_append_works(lesson, folder, setting: str, why: str, **options) -> None:

@@ -182,13 +182,15 @@ def test_text_holding_nan_or_infinity_as_words_is_written_as_said(lesson, sessio
 def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
     """Whatever the given rule takes is written as it was given, line for line, in
     every shape providers and other harnesses send: a developer message, an assistant
-    message whose content is null beside its calls, a message with a name, a system
-    message among the others, a tool's result with keys of its own, numbers and
-    characters of every kind (a carriage return, U+2028, NUL)."""
+    message whose content is null beside its calls (or that has no content at all), a
+    message with a name, a system message among the others, a tool's result with keys
+    of its own, numbers and characters of every kind (a carriage return, U+2028,
+    NUL)."""
     given = [{"role": "developer", "content": "Answer as the town crier."},
              {"role": "user", "content": "Buy a rope.", "name": "ada"},
              {"role": "assistant", "content": None, "tool_calls": [CALL]},
              {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
+             {"role": "assistant", "tool_calls": [CALL]},
              {"role": "system", "content": "The shop closes at dusk."},
              {"role": "tool", "tool_call_id": "call_1", "gold": 2 ** 70, "weight": 1.0,
               "content": "a line\r\nanother\u2028a third\x00 \\n as text\u00e9"}]
