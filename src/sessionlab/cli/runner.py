@@ -142,8 +142,9 @@ class LessonResult:
            its tests failing, before one with a single failing test among passing ones
            (which more likely fails through another task); then the earliest failing
            task.
-        Within the chosen task: its own tests first, then a failure inside the student's
-        code before one in a test's own check, then file order.
+        Within the chosen task: its own tests first, those of it alone before those it
+        shares with another task, then a failure inside the student's code before one in
+        a test's own check, then file order.
         """
         failing = [t for t in self.tests if not t.passed and t.outcome != "skipped"]
         if not failing:
@@ -157,8 +158,11 @@ class LessonResult:
                 strong[i] = cause
 
         def pick(task_id: str, candidates: list[int]) -> Outcome:
+            # A test of this task alone says more of its code than one it shares with
+            # another task (which the other's mistake may fail just as well).
             return failing[min(candidates, key=lambda i: (
-                task_id not in failing[i].tasks, failing[i].raised_in != "module", i))]
+                task_id not in failing[i].tasks, len(failing[i].tasks) > 1,
+                failing[i].raised_in != "module", i))]
 
         # A task not written yet whose tests fail is where the student starts, even when
         # its tests first reach a later task's unwritten code (lesson 00's tool calls go
