@@ -545,16 +545,16 @@ def test_thousands_of_calls_without_ids_get_thousands_of_ids(lesson):
     leaves every one of them to normalize_reply: no two of the ids it makes up are
     the same."""
     history = []
-    for turn in range(250):
+    for turn in range(20):
         reply = {"role": "assistant", "content": None, "tool_calls": [
             {"id": None, "type": "function",
-             "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}] * 8}
+             "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}] * 100}
         history.append(lesson.normalize_reply(reply, history))
     ids = [call.get("id") for call in calls_of(history)]
     twice = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) < len(
         ids) else []
     assert len(ids) == 2_000 and not twice, (
-        f"250 replies of 8 calls without ids, each normalized after the ones before, "
+        f"20 replies of 100 calls without ids, each normalized after the ones before, "
         f"were stored with {len(ids):,} calls and {len(set(ids)):,} different ids; "
         f"{twice[:5]} are given more than once: a made-up id must be one no other call "
         "of the conversation has, however many it holds (an id too short to be unique "
