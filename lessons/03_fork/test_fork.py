@@ -1485,8 +1485,9 @@ def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
     monkeypatch.undo()
     if not came:
         del outcome
-        pytest.skip(f"not a failure: this test fails the fork while {step}, and this "
-                    "fork never got there by a way the test can break (nothing to check)")
+        pytest.skip(f"not a failure: this test fails the fork while {step}, and "
+                    "this fork never got there by a way the test can break (nothing "
+                    "to check)")
     expected = "OSError (EIO)" if failure == "EIO" else "KeyboardInterrupt"
     if failure == "EIO":
         reached = isinstance(outcome, OSError) and outcome.errno == errno.EIO
