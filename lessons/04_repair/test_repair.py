@@ -1469,25 +1469,31 @@ def test_loading_returns_the_complete_messages_and_changes_nothing(
 @pytest.mark.task("04.1")
 def test_parse_log_hands_each_caller_a_state_of_its_own(lesson, sessions):
     """parse_log only reads, and every call makes its state afresh: a caller that adds
-    to the entries it got back, or changes one of them (an agent's history grows from
-    them), changes nothing that the next reader of the same bytes is told; an empty
-    log too (a new session whose writer died before its first line), whose state is
-    no one's to share."""
+    to the entries it got back, or changes one of them or a part of one (an agent's
+    history grows from them), changes nothing that the next reader of the same bytes
+    is told; an empty log too (a new session whose writer died before its first
+    line), whose state is no one's to share."""
     path = sessions / "quest-1.jsonl"
     data = b"".join(line(entry) for entry in A_FINISHED_DAY)
     first = lesson.parse_log(data, path)
     first.entries.append({"role": "user", "content": "a caller's own message"})
     if first.entries and isinstance(first.entries[0], dict):
         first.entries[0]["content"] = "changed by a caller"
+    # A nested part too: the call of the second entry, and its list of calls
+    calls = (first.entries[1].get("tool_calls") if len(first.entries) > 1
+             and isinstance(first.entries[1], dict) else None)
+    if isinstance(calls, list) and calls and isinstance(calls[0], dict):
+        calls[0]["function"] = {"name": "buy", "arguments": '{"item": "changed"}'}
+        calls.append(tool_call("call_by_a_caller", "buy", item="rope"))
 
     second = lesson.parse_log(data, path)
 
     assert second.entries == A_FINISHED_DAY, (
-        "a caller added a message to the entries parse_log handed it, and changed the "
-        "first; parse_log, given the same bytes again, should read the log's 4 "
-        f"messages afresh. It handed back {len(second.entries)} entries, the first "
-        f"{second.entries[0] if second.entries else None!r}: the state one caller got "
-        "is shared with the next")
+        "a caller added a message to the entries parse_log handed it, changed the "
+        "first, and changed the call the second holds (a nested part of it); "
+        "parse_log, given the same bytes again, should read the log's 4 messages "
+        f"afresh. It handed back {len(second.entries)} entries: {second.entries}. "
+        "The state one caller got, or a part of it, is shared with the next")
 
     empty = lesson.parse_log(b"", path)
     empty.entries.append({"role": "user", "content": "a caller's own message"})
