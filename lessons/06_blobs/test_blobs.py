@@ -408,9 +408,14 @@ def test_only_the_content_leaves_the_line_not_the_tool_calls(lesson, sessions):
     reasoning = "The map is long: better keep it in a note. " * 200
     long = {"role": "assistant", "content": PASTE, "tool_calls": calls,
             "reasoning_content": reasoning}
+    given_messages = json.loads(json.dumps([short, long]))
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(short)
         log.append(long)
+    assert [short, long] == given_messages, (
+        "append changed the caller's messages: the agent keeps them and sends them "
+        "next, so the model would get a reference where the paste was; the long one "
+        f"now holds {str(long)[:200]!r}")
 
     stored = lines_of(sessions / "quest-1.jsonl")
     assert stored[0] == short, (
@@ -3019,8 +3024,13 @@ def test_a_large_content_goes_to_a_blob_whoever_wrote_it(lesson, sessions, role)
     message = {"role": role, "content": PASTE}
     if role == "tool":
         message["tool_call_id"] = "call_1_0"
+    given = dict(message)
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(message)
+    assert message == given, (
+        f"append changed the {role}'s message it was given: the agent keeps it and "
+        f"sends it next, so the model would get {str(message.get('content'))[:120]!r} "
+        "where the content was")
 
     stored = lines_of(sessions / "quest-1.jsonl")[0]
     assert isinstance(stored.get("content"), dict), (
@@ -3063,3 +3073,48 @@ def test_inline_gives_a_copy_and_leaves_the_message_it_was_given(lesson, session
         f"{str(entry.get('content'))[:80]!r}, not the reference {before['content']!r}. "
         "The content comes back in a copy; whoever holds the message read from the "
         "line must still find the reference there")
+
+
+@pytest.mark.task("06.2")
+def test_a_disk_that_fails_to_read_a_blob_says_so_and_nothing_of_the_blob(
+        lesson, sessions, monkeypatch):
+    """A blob the disk fails to read (EIO: a failing disk, a network share gone) is no
+    judgement on the blob: load raises the disk's OSError, its errno kept, never a
+    BlobError, which would tell the user that the paste is lost or damaged when the
+    next try may read it whole."""
+    import builtins
+    import io
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    name = reference_in(lines_of(sessions / "quest-1.jsonl")[0])["$blob"]
+
+    def failing(real):
+        def opening(file, *args, **kwargs):
+            if isinstance(file, (str, bytes, os.PathLike)) and \
+                    os.fsdecode(file).endswith(str(name)):
+                raise OSError(errno.EIO, "Input/output error", os.fsdecode(file))
+            return real(file, *args, **kwargs)
+        return opening
+
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        monkeypatch.setattr(os, "open", failing(os.open))
+        monkeypatch.setattr(io, "open", failing(io.open))
+        monkeypatch.setattr(builtins, "open", failing(builtins.open))
+        try:
+            loaded = log.load()
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - what came back is the point
+            raised = error
+        finally:
+            monkeypatch.undo()
+    assert raised is not None, (
+        f"the disk failed (EIO) as load opened blobs/{name}, and load returned "
+        f"{str(loaded)[:120]}: what it gave for that content was never read")
+    assert isinstance(raised, OSError) and raised.errno == errno.EIO, (
+        f"the disk failed (EIO) as load opened blobs/{name}, and load raised "
+        f"{type(raised).__name__}: {raised}. The disk's own error says nothing of the "
+        "blob: it should reach the caller as it came, errno EIO, not as a verdict that "
+        "the blob is lost or damaged, since the next try may read it whole")
