@@ -12,7 +12,7 @@ from sessionlab import maintainers
 from sessionlab.check_in_background import BackgroundCheck
 
 ROOT = Path(__file__).resolve().parent.parent
-STATIC_ONLY = dict(corpus=False, key=False, docs=False, lessons=False)
+STATIC_ONLY = dict(corpus=False, key=False, docs=False, lessons=False, starters=False)
 
 pytestmark = pytest.mark.campaign
 

@@ -8,8 +8,8 @@ they fail for the right reason, never as if they should pass, and they are the o
 generated from solutions/ (in a temporary copy of the course), never a student's edited
 lessons/NN/agent.py: that work is named in a warning.
 
-The bare `pytest` (the README's quick command) runs the static checks, every solution on
-its lesson and every starter; the earlier lessons' key tests on every solution and the
+The bare `pytest` (the README's quick command) runs the static checks and every solution
+on its lesson; every starter, the earlier lessons' key tests on every solution and the
 strict build of the docs are the campaign's (`pytest -m campaign`, which CI runs too).
 The corpus of wrong implementations (solutions/NN_topic/wrong.toml) is left out of both:
 `sessionlab dev check` runs it, and CI runs all of it, every wrong implementation up to

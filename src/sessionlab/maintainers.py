@@ -1088,14 +1088,15 @@ def check_mutation_pass(lesson: course.Lesson) -> Finding:
 
 def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
                   corpus: bool = True, key: bool = True, lessons: bool = True,
-                  every_test: bool = False
+                  every_test: bool = False, starters: bool = True
                   ) -> list[tuple[str, Callable[[], Finding]]]:
     """The checks that run a process (pytest, mkdocs), as (name, callable) pairs.
 
-    `lessons`: each solution passes its lesson and each starter fails it for the right
-    reason; `key`: each solution passes the earlier lessons' key tests, and each task's
-    tests pass with the tasks written up to it (check_tasks_in_order). The root `pytest`
-    runs the first (quick), and leaves the key tests and the docs to `pytest -m campaign`.
+    `lessons`: each solution passes its lesson; `starters`: each starter fails it for the
+    right reason; `key`: each solution passes the earlier lessons' key tests, and each
+    task's tests pass with the tasks written up to it (check_tasks_in_order). The root
+    `pytest` runs the first (quick), and leaves the starters, the key tests and the docs
+    to `pytest -m campaign`.
 
     `corpus`: also run each lesson's tests on its wrong implementations (wrong.toml),
     up to the first failure of each, or every test on each with `every_test`. The root
@@ -1116,7 +1117,7 @@ def pytest_checks(root: Path, docs: bool = True, mutate: bool = False,
                            lambda l=lesson, e=all_lessons[:i]: check_key_tests(l, e)))
             checks.append((f"tasks of {lesson.name} in order",
                            lambda l=lesson: check_tasks_in_order(l)))
-        if lessons:
+        if starters:
             checks.append((f"starter {lesson.name}",
                            lambda l=lesson: check_starter_fails_right(l)))
         if corpus or mutate or every_test:
@@ -1155,11 +1156,11 @@ def unchecked_lesson(lesson: course.Lesson, missing: str) -> Finding:
 
 def all_checks(root: Path, docs: bool = True, mutate: bool = False,
                corpus: bool = True, key: bool = True, lessons: bool = True,
-               static: bool = True, every_test: bool = False
+               static: bool = True, every_test: bool = False, starters: bool = True
                ) -> list[tuple[str, Callable[[], Finding]]]:
     """Every check as a (name, callable) pair, cheapest first."""
     return (static_checks(root) if static else []) + pytest_checks(
-        root, docs, mutate, corpus, key, lessons, every_test)
+        root, docs, mutate, corpus, key, lessons, every_test, starters)
 
 
 def _timed(check: Callable[[], Finding]) -> Finding:
@@ -1187,7 +1188,7 @@ def heavy_cost(root: Path, name: str, took: dict[str, float]) -> float:
 def run_all(root: Path, docs: bool = True, workers: int = 2,
             mutate: bool = False, strict: bool = False,
             corpus: bool = True, key: bool = True, lessons: bool = True,
-            static: bool = True, every_test: bool = False,
+            static: bool = True, every_test: bool = False, starters: bool = True,
             progress: Callable[[Finding, int, int], None] | None = None
             ) -> list[Finding]:
     """Every finding, in the order of all_checks, on a pristine copy of the course
@@ -1203,7 +1204,8 @@ def run_all(root: Path, docs: bool = True, workers: int = 2,
         shipped.mkdir()
         lay_out_pristine(root, shipped)
         static = static_checks(root, shipped, strict) if static else []
-        slow = pytest_checks(shipped, docs, mutate, corpus, key, lessons, every_test)
+        slow = pytest_checks(shipped, docs, mutate, corpus, key, lessons, every_test,
+                             starters)
         total = len(static) + len(slow)
         findings = []
         for _, check in static:
