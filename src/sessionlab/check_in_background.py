@@ -1,8 +1,8 @@
 """The maintainers' check in a child process, started as the quick `pytest` starts.
 
 The README's test command runs the kit's own tests, one after another in one process, and
-the maintainers' check of every lesson: each solution and each starter on its lesson's tests,
-two pytest runs at a time. Run one after the other they took well over three minutes on two
+the maintainers' check of every lesson: each solution on its lesson's tests, two pytest runs
+at a time (the campaign's heavier checks run the same way). Run one after the other they took well over three minutes on two
 cores, and for most of that one core sat idle. Started in a child process as soon as pytest
 has collected, the check's runs fill that core while the kit's tests go on, and the tests
 that report the check (tests/test_course.py, run last) wait for what is left of it.
