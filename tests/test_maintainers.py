@@ -774,7 +774,7 @@ def test_a_test_the_record_of_calls_left_out_runs_on_every_mutant(copy, monkeypa
 
     monkeypatch.setattr(maintainers, "run_pytest", stopped_run)
     calls, lines = maintainers.recorded_calls(lesson)
-    assert calls[tests[0]] == [["agent.py", 1]] and lines[tests[0]] == [["agent.py", 2]]
+    assert calls[tests[0]] == {("agent.py", 1)} and lines[tests[0]] == {("agent.py", 2)}
     assert all(calls[name] == lines[name] == "all" for name in tests[1:]), calls
     seeing = call_records.tests_that_see(calls, "agent.py", {("", 99)})
     assert seeing == set(tests[1:]), seeing

@@ -202,6 +202,29 @@ def test_only_the_selected_tests_run_on_a_mutant_run_alone_or_with_others(mutant
         assert ran == [chosen], f"mutant {i} ran {ran}, not [{chosen!r}]:\n{output}"
 
 
+@CHECKS_A_PYTEST_RUN
+def test_after_its_first_failure_no_test_runs_on_a_mutant_while_the_others_run_on():
+    """A mutant stops at its first failure: no test of it passes or fails after (at
+    most one is reported skipped where a test module ends), while the solution in the
+    same run, beside it, meets every test of the lesson (lesson 00: two modules)."""
+    lesson = course.lesson("00", ROOT)
+    files = maintainers.solution_files(lesson)
+    wrong = next(w for w in maintainers.wrong_implementations(lesson) if w.caught_by)
+    module, text = maintainers.apply_wrong(files, wrong)
+    results, output = mutate.run_mutants(ROOT, lesson, [(module, text),
+                                                        (module, files[module])])
+    outcomes = [entry["outcome"] for entry in results[0]]
+    failed = next((i for i, o in enumerate(outcomes) if o in ("failed", "error")), None)
+    assert failed is not None, f"the mutant failed no test: {outcomes}\n{output}"
+    after = outcomes[failed + 1:]
+    assert set(after) <= {"skipped"} and len(after) <= 2, (
+        f"after its first failure the mutant went on: {after}")
+    ran = sorted({entry["name"].split("[")[0] for entry in results[1]})
+    assert ran == sorted(maintainers.test_marks(lesson)), (
+        f"the solution beside the mutant met {len(ran)} tests:\n{output}")
+    assert {entry["outcome"] for entry in results[1]} == {"passed"}, output
+
+
 def test_a_lesson_whose_tests_wait_runs_more_groups_at_once(tmp_path):
     """wrong.toml may set groups_at_once (lessons 05 and 11 do: their tests wait on
     locks and a server); any other lesson runs two; a value out of range is named."""

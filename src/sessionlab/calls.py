@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import os
 import shutil
 import sys
@@ -74,6 +75,15 @@ class Record(NamedTuple):
     """What each test of a lesson did on the solution, by test function name."""
     calls: dict[str, Any]       # its calls, [[file, first line], ...], or ALL
     lines: dict[str, Any]       # the lines it reached, [[file, line], ...], or ALL
+
+    @classmethod
+    def read(cls, found: dict[str, Any]) -> "Record":
+        """The record a run wrote (--sessionlab-calls), each test's calls and lines as
+        a set: a lesson's corpus asks of every test, for each of hundreds of entries,
+        whether it reached a line."""
+        return cls(*({name: ALL if seen == ALL else _pairs(seen)
+                      for name, seen in found.get(part, {}).items()}
+                     for part in ("calls", "lines")))
 
 
 class CallRecorder:
@@ -229,18 +239,27 @@ def functions_around(source: str, lines: list[int]) -> Called | None:
     """The functions (file-less: first line only) whose bodies hold the edited `lines`
     of a module, each with every function around it; None when a line lies outside
     every function body, where every test sees it."""
-    tree = syntax.parse(source)
+    bodies = _function_bodies(source)
     found: set[int] = set()
     for line in lines:
-        around = [node for node in ast.walk(tree)
-                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body[0].lineno <= line <= (node.end_lineno or node.lineno)]
+        around = [first for first, body, end in bodies if body <= line <= end]
         if not around:
             return None
-        # A function's code starts at its first decorator, as the recorder sees it
-        found.update(min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                     for node in around)
+        found.update(around)
     return {("", first) for first in found}
+
+
+@functools.lru_cache(maxsize=64)
+def _function_bodies(source: str) -> tuple[tuple[int, int, int], ...]:
+    """Each function of a module: (its first line as the recorder sees it, the first
+    line of its body, its last line). Every entry of a lesson's corpus asks about the
+    same few modules: each is parsed once."""
+    return tuple(
+        # A function's code starts at its first decorator, as the recorder sees it
+        (min([node.lineno, *(d.lineno for d in node.decorator_list)]),
+         node.body[0].lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(syntax.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def tests_that_see(calls: dict[str, Any], module: str, functions: Called | None
@@ -251,7 +270,7 @@ def tests_that_see(calls: dict[str, Any], module: str, functions: Called | None
         return None
     wanted = {(module, first) for _, first in functions}
     return {name for name, called in calls.items()
-            if called == ALL or wanted & {tuple(c) for c in called}}
+            if called == ALL or not wanted.isdisjoint(_pairs(called))}
 
 
 def changed_lines(before: str, after: str) -> list[int]:
@@ -294,15 +313,17 @@ def spots_in_place(before: str, after: str) -> list[int] | None:
     return spots
 
 
-def executable_lines(source: str) -> set[int]:
-    """The lines of a module that instructions are on (a line event can fire there)."""
+@functools.lru_cache(maxsize=64)
+def executable_lines(source: str) -> frozenset[int]:
+    """The lines of a module that instructions are on (a line event can fire there);
+    asked of the same solution module for every entry of a corpus: compiled once."""
     found: set[int] = set()
     todo = [compile(source, "<module>", "exec")]
     while todo:
         code = todo.pop()
         found.update(line for _, _, line in code.co_lines() if line is not None)
         todo.extend(const for const in code.co_consts if hasattr(const, "co_lines"))
-    return found
+    return frozenset(found)
 
 
 def _indent(line: str) -> int:
@@ -315,7 +336,15 @@ def tests_that_reach(lines: dict[str, Any], module: str, spots: list[int]
     change."""
     wanted = {(module, spot) for spot in spots}
     return {name for name, reached in lines.items()
-            if reached == ALL or wanted & {tuple(r) for r in reached}}
+            if reached == ALL or not wanted.isdisjoint(_pairs(reached))}
+
+
+def _pairs(found: Any) -> frozenset[tuple[str, int]]:
+    """A test's recorded calls or lines as a set of (file, line): as read from the
+    record's JSON, lists of two; as Record.read gives them, a set already."""
+    if isinstance(found, frozenset):
+        return found
+    return frozenset(tuple(pair) for pair in found)
 
 
 def tests_for_edit(record: Record, before: str, after: str, module: str

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -664,27 +665,7 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
     student's would, importing it. They go at the end of the module, where a
     circular import finds every module it needs already defined."""
     import builtins
-    known: dict[str, str] = {}
-    for name, source in files.items():
-        try:
-            tree = syntax.parse(source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    bound = alias.asname or alias.name.split(".")[0]
-                    known.setdefault(bound, f"import {alias.name}"
-                                     + (f" as {alias.asname}" if alias.asname else ""))
-            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
-                for alias in node.names:
-                    where = "." * node.level + (node.module or "")
-                    known.setdefault(alias.asname or alias.name,
-                                     f"from {where} import {alias.name}"
-                                     + (f" as {alias.asname}" if alias.asname else ""))
-        for bound in _top_level_names(tree):
-            if name != module:
-                known[bound] = f"from .{Path(name).stem} import {bound}"
+    known = _known_names(tuple(files.items()), module)
     try:
         tree = syntax.parse(text)
     except SyntaxError:
@@ -692,15 +673,68 @@ def imports_for(files: dict[str, str], module: str, text: str) -> str:
     have = _top_level_names(tree) | set(dir(builtins))
     # Names the code reads (not a quoted annotation: importing for one could only
     # make a circular import where none is needed)
-    used = _free_names(tree)
+    used = _free_names(tree, text)
     wanted = sorted(known[name] for name in used - have if name in known
                     and not known[name].startswith(f"from .{Path(module).stem} "))
     return "".join(f"{line}\n" for line in ["", *wanted]) if wanted else ""
 
 
-def _free_names(tree: ast.Module) -> set[str]:
+@functools.lru_cache(maxsize=16)
+def _known_names(files: tuple[tuple[str, str], ...], module: str) -> dict[str, str]:
+    """The names the lesson's other modules have for `module` to import: name -> the
+    import line (what they import, what they define)."""
+    known: dict[str, str] = {}
+    for name, source in files:
+        imports, defined = _module_names(source)
+        for bound, line in imports:
+            known.setdefault(bound, line)
+        if name != module:
+            known.update((bound, f"from .{Path(name).stem} import {bound}")
+                         for bound in defined)
+    return known
+
+
+@functools.lru_cache(maxsize=64)
+def _module_names(source: str) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+    """What a module imports at its top, (name bound, the import line), and the names
+    it defines there; none for a module that does not parse. A lesson's corpus asks
+    it of the same modules for every entry: each is parsed once."""
+    try:
+        tree = syntax.parse(source)
+    except SyntaxError:
+        return (), frozenset()
+    imports: list[tuple[str, str]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                imports.append((bound, f"import {alias.name}"
+                                + (f" as {alias.asname}" if alias.asname else "")))
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            for alias in node.names:
+                where = "." * node.level + (node.module or "")
+                imports.append((alias.asname or alias.name,
+                                f"from {where} import {alias.name}"
+                                + (f" as {alias.asname}" if alias.asname else "")))
+    return tuple(imports), frozenset(_top_level_names(tree))
+
+
+def _free_names(tree: ast.Module, source: str) -> set[str]:
     """The names the module reads that no enclosing function binds: a parameter or a
-    local named like another module's function (`now`) needs no import."""
+    local named like another module's function (`now`) needs no import. Worked out
+    for each statement at the top of the module apart, from its text: an entry of
+    the corpus edits one of them, and the others are the solution's, met before."""
+    lines = source.splitlines(keepends=True)
+    free: set[str] = set()
+    for node in tree.body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        free |= _free_in_statement("".join(lines[first - 1:node.end_lineno]))
+    return free
+
+
+@functools.lru_cache(maxsize=4096)
+def _free_in_statement(source: str) -> frozenset[str]:
+    """The free names of one statement at the top of a module (see _free_names)."""
     free: set[str] = set()
 
     def bound_in(function: ast.AST) -> set[str]:
@@ -722,8 +756,8 @@ def _free_names(tree: ast.Module) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child, local)
 
-    visit(tree, set())
-    return free
+    visit(syntax.parse(source), set())
+    return frozenset(free)
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -1000,13 +1034,12 @@ def _record_calls(lesson: course.Lesson) -> Record:
         record = Path(temp) / "calls.json"
         run_pytest(lesson.root, [f"lessons/{lesson.name}"], "--solution",
                    "--sessionlab-calls", str(record))
-        found = json.loads(record.read_text()) if record.exists() else {}
-    calls, lines = found.get("calls", {}), found.get("lines", {})
-    if calls:
+        found = Record.read(json.loads(record.read_text()) if record.exists() else {})
+    if found.calls:
         for name in test_marks(lesson):
-            calls.setdefault(name, ALL)
-            lines.setdefault(name, ALL)
-    return Record(calls, lines)
+            found.calls.setdefault(name, ALL)
+            found.lines.setdefault(name, ALL)
+    return found
 
 
 def tests_that_see_each(lesson: course.Lesson, files: dict[str, str],

@@ -468,7 +468,11 @@ def run_mutants(
                 shutil.copyfile(path, folder / path.name)
             (folder / module).write_text(source, encoding="utf-8")
             paths.append(str(folder / course.MODULE))
-        args = ["--impl", os.pathsep.join(paths), "--timeout", f"{timeout:g}", *extra]
+        # --tb=no: what is read of a failure is the report's entry (its exception, its
+        # words); pytest's traceback, which reads the source of every frame, would be
+        # formatted for no one.
+        args = ["--impl", os.pathsep.join(paths), "--timeout", f"{timeout:g}", "--tb=no",
+                *extra]
         if only and any(names is not None for names in only):
             selection = Path(temp) / "only.json"
             selection.write_text(json.dumps({

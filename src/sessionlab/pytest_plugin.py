@@ -41,6 +41,7 @@ HUNG_KEY = pytest.StashKey[set]()     # the implementations a test has timed out
 RECORDER_KEY = pytest.StashKey["calls.CallRecorder | None"]()   # --sessionlab-calls
 FAILED_KEY = pytest.StashKey[list]()   # the tests that failed, in the order they did
 IMPORT_FAILED_KEY = pytest.StashKey[bool]()   # the module under test did not import
+IMPL_PATHS_KEY = pytest.StashKey[list]()   # the --impl paths, resolved
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,8 +98,13 @@ def lesson_folder_of(path: Path) -> Path | None:
 
 
 def impl_paths(config: pytest.Config) -> list[Path]:
-    impl = config.getoption("--impl")
-    return [Path(part).resolve() for part in impl.split(os.pathsep) if part] if impl else []
+    """The --impl paths, resolved once: each test of a maintainers' run asks for them,
+    and resolving forty paths (an lstat for each part of each) is not free."""
+    if (found := config.stash.get(IMPL_PATHS_KEY, None)) is None:
+        impl = config.getoption("--impl")
+        found = config.stash[IMPL_PATHS_KEY] = [
+            Path(part).resolve() for part in impl.split(os.pathsep) if part] if impl else []
+    return found
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -251,6 +257,24 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
                           passed=len(item.config.stash[FAILED_KEY]) == failed_before)
     finally:
         _restore_process_state(found)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_passing_over(item: pytest.Item, nextitem: pytest.Item | None
+                                         ) -> bool | None:
+    """--sessionlab-stop-after-failure: the tests left of an implementation that has
+    failed one are not run at all. A mutant fails on its tenth test of a hundred, and
+    a skip reported for each of the other ninety (setup, report, the terminal's "s")
+    was a third of a maintainers' run. Only where the next test has the same parent
+    (a module, a class): nothing of this one was set up, and what the last one left
+    set up is what the next needs; at a boundary pytest's own protocol runs, and
+    pytest_runtest_setup skips the test after tearing down what the next does not
+    share."""
+    if (item.config.getoption("--sessionlab-stop-after-failure")
+            and nextitem is not None and nextitem.parent is item.parent
+            and _implementation(item) in item.config.stash[KILLED_KEY]):
+        return True
+    return None
 
 
 def _process_state() -> tuple[int, int, str]:
