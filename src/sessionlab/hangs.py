@@ -50,6 +50,14 @@ BLOCKING_CALLS = {
     "get": "it waits on a queue nobody puts into",
     "select": "it waits for a descriptor that never becomes ready",
     "poll": "it waits for a descriptor that never becomes ready",
+    "open": "opening a FIFO (a named pipe) waits until something opens its other end",
+    "write": "it writes to a pipe nobody reads",
+    "run": "it waits for a child process that never exits",
+    "check_output": "it waits for a child process that never exits",
+    "waitpid": "it waits for a child process that never exits",
+    "connect": "it waits for a connection that never comes",
+    "execute": "the database makes a statement wait while another transaction holds "
+    "what it needs",
 }
 
 
@@ -130,7 +138,9 @@ def explain(
     # frame).
     if innermost is not anchor:
         below = entries[entries.index(anchor) + 1]
-        call = f"{Path(str(below.path)).stem}.{below.name}"
+        path = Path(str(below.path))
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        call = f"{module}.{below.name}"
     else:
         calls = _calls_in(statement)
         call = calls[0] if calls else ""
@@ -140,6 +150,15 @@ def explain(
             f"{head}: it was still running at {where} (`{statement}`), which looks "
             f"like a "
             "loop whose exit condition never becomes true"
+        )
+    elif short not in BLOCKING_CALLS:
+        # Caught in a call that returns by itself (mkstemp, a hash): saying it "was
+        # waiting" there sends the student to the call, when what never ends is the
+        # code that calls it again and again.
+        text = (
+            f"{head}: it was in {call} at {where} (`{statement}`) when its time ran "
+            f"out; {short} does not wait by itself, so the likely cause is a loop "
+            "around this line that never ends"
         )
     else:
         text = f"{head}: it was waiting in {call} at {where} (`{statement}`)"
