@@ -562,7 +562,8 @@ def test_no_character_with_a_meaning_elsewhere_gets_into_an_id(lesson):
 
 # What a refusal names of the rule: the length limit, and the characters an id may hold.
 RULE = {"the length limit (128)": ("128",), "letters": ("letter", "a-z"),
-        "digits": ("digit", "0-9"), "'.'": (".",), "'_'": ("_",), "'-'": ("-",)}
+        "digits": ("digit", "0-9"), "'.'": (".", "dot", "period"),
+        "'_'": ("_", "underscore"), "'-'": ("-", "dash", "hyphen")}
 # The names Windows keeps for devices, each with a name that only begins like it.
 DEVICES = {"CON": "CONSOLE", "PRN": "PRNX", "AUX": "aux-1", "NUL": "NULL",
            "COM1": "COM10", "LPT1": "LPT10"}
@@ -616,16 +617,19 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         "of its rule, and the error should name each one (the caller cannot guess "
         f"them from the characters named); it names no {', no '.join(unnamed)}: "
         f"{said}")
-    # The ports are names with numbers: COM1 to COM9 are kept out, COM10 is not
+    # The ports are names with numbers: COM1 to COM9 are kept out, COM10 is not. Any
+    # way of saying the numbers passes: a range from 1 (or from 0, which newer Windows
+    # keeps out too) to 9, or each port listed.
     unnumbered = [f"{port}1 to {port}9" for port in ("COM", "LPT")
                   if f"{port}1" in kept_out and not re.search(
-                      rf"{port.lower()}\s*\[?1.{{0,40}}?9", words)]
+                      rf"{port.lower()}\s*\[?[01].{{0,40}}?9", words)]
     assert not unnumbered, (
         f"the check refuses {', '.join(kept_out)} and takes "
-        f"{', '.join(kept_out.values())}, but the error names no "
-        f"{' and no '.join(unnumbered)}: which ports are kept out is part of the rule "
-        "(COM10 passes, COM1 does not), and the error should name each by its number, "
-        f"so that the caller need not guess; it says: {said}")
+        f"{', '.join(kept_out.values())}, but the error does not say which "
+        f"{' and which '.join(p[:3] for p in unnumbered)} numbers it keeps out "
+        f"({' and '.join(unnumbered)}): which ports are kept out is part of the rule "
+        "(COM10 passes, COM1 does not), so the error should say their numbers, as a "
+        f"range or one by one, so that the caller need not guess; it says: {said}")
     # Kept out in small letters, or before a '.': the names alone do not tell it
     for kept, alike, how, ways in [
             ("con", "cone", "in small letters", ("case", "lower", "small")),
