@@ -1300,13 +1300,23 @@ def main(argv: list[str] | None = None) -> int:
                              "that each failure a mistake can meet is shown to fail "
                              "with words (an hour and more: after a change to many "
                              "tests' words)")
+    parser.add_argument("--corpus-only", action="store_true",
+                        help="only the wrong implementations (and, with --mutate, the "
+                             "mutation pass), after each solution's run on its lesson, "
+                             "which orders them: CI's step for the heavy checks, whose "
+                             "earlier steps run the others (the README's test command, "
+                             "the campaign)")
     parser.add_argument("--verbose", action="store_true",
                         help="also show notes: which tests caught each wrong "
                              "implementation")
     args = one_line_errors(parser).parse_args(argv)
     console = Console()
     root = course.find_root()
-    findings = run_all(root, docs=not args.no_docs, workers=args.workers,
+    # --corpus-only: each solution's run stays, as the longest-first order of the heavy
+    # checks is read from how long a lesson's tests take.
+    only = dict(docs=False, static=False, key=False, starters=False) \
+        if args.corpus_only else dict(docs=not args.no_docs)
+    findings = run_all(root, workers=args.workers, **only,
                        mutate=args.mutate, every_test=args.every_test, strict=ci(),
                        progress=lambda finding, done, total: console.print(
                            progress_line(finding, done, total), highlight=False))
