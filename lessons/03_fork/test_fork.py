@@ -1039,16 +1039,29 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
     lineage = json.loads(meta.read_bytes())
     try:
         created = datetime.fromisoformat(lineage.get("created"))
-        made_now = created.tzinfo is not None and began <= created <= ended
     except (TypeError, ValueError):     # not text, or not an ISO 8601 time
-        made_now = False
-    if lineage.get("id") != "what-if" or not made_now:
+        created = None
+    # What is wrong, said as itself: a lineage kept from before, or a time without its
+    # zone, are different mistakes in different places of the code
+    if lineage.get("created") == left["created"] or lineage.get("id") != "what-if":
+        wrong = ("what a killed fork left is replaced, never brought up to date nor "
+                 "kept")
+    elif created is None:
+        wrong = "'created' should be ISO 8601 text, as 2025-01-31T12:00:00+00:00"
+    elif created.tzinfo is None:
+        wrong = ("its 'created' has no time zone, and a time without one means "
+                 "another moment on every machine that reads it: ISO 8601 text with "
+                 "its time zone, as 2025-01-31T12:00:00+00:00")
+    elif not began <= created <= ended:
+        wrong = "its 'created' is not the time this fork was made"
+    else:
+        wrong = ""
+    if wrong:
         said = (f"what-if held only a meta file naming {parent!r}, created "
                 f"{left['created']}; the fork of quest-1 onto it, made between "
                 f"{began.isoformat()} and {ended.isoformat()}, should record a lineage "
                 f"of its own, its id 'what-if' and when it was made, and it holds "
-                f"{lineage}: what a killed fork left is replaced, never brought up to "
-                "date")
+                f"{lineage}: {wrong}")
         fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
     left = sorted(p.name for p in sessions.iterdir())
     wanted = sorted(["other.jsonl", "quest-1.jsonl", "what-if.jsonl", meta.name])
@@ -1790,8 +1803,9 @@ def test_a_fork_that_fails_writing_its_meta_file_leaves_nothing(
                 "first file, and the fork "
                 + ("returned" if kind == "ok" else f"raised {kind}")
                 + (", holding a meta file with no log that was there" if left else "")
-                + "; it should raise OSError and leave the folder as it was"
-                + (", without that meta file (no session's lineage)" if left else "")
+                + "; it should raise OSError and leave every other file as it was"
+                + (", but not that meta file: a lineage with no log is no session's, "
+                   "and after a failed fork it is gone" if left else "")
                 + f", and these files differ: {changed or 'none'}")
     retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
     if retry is not None:

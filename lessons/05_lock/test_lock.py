@@ -601,8 +601,9 @@ def test_the_lock_file_names_the_holder(lesson, sessions, other):
 
 
 @pytest.mark.task("05.1")
-@pytest.mark.parametrize("host", ["quest-box", "bücherei-7", "工作站-2", "box-\udcff"],
-                         ids=["ascii", "latin", "cjk", "no-utf8"])
+@pytest.mark.parametrize("host", ["quest-box", "Quest-Box.LAN", "bücherei-7",
+                                  "工作站-2", "box-\udcff"],
+                         ids=["ascii", "capitals", "latin", "cjk", "no-utf8"])
 def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
         lesson, sessions, monkeypatch, host):
     """This host's name may hold letters beyond ASCII (two or three bytes each in
