@@ -450,10 +450,14 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
             more = (f" Also not written yet in this lesson: {', '.join(others)} (this "
                     f"test may need {'it' if len(others) == 1 else 'them'} too)."
                     if others else "")
+            # Under -x this may be the first test a student meets while writing the
+            # earlier task: say how to see that task's own tests meanwhile.
+            own = (f" Until then, `pytest lessons/{lesson.name} --task {tasks[0]}` shows "
+                   f"how the rest of task {tasks[0]} stands.")
             report.longrepr = (f"{_student_frame(excinfo, lesson)}: {excinfo.value}\n"
                                f"This test checks {where}, and it needs task "
                                f"{missing} too, which is not written yet. Write task "
-                               f"{missing} and run the tests again.{more}\n{advice}")
+                               f"{missing} and run the tests again.{own}{more}\n{advice}")
             return
         if _said_before(item, missing):
             # The first run of a starter fails every test this way: one line each after

@@ -1009,3 +1009,7 @@ def test_a_test_that_runs_into_a_task_not_written_names_every_task_still_to_writ
     assert said, process.stdout[-3000:]
     assert all("Also not written yet in this lesson: 00.3 (this test may need it too)."
                in line for line in said), said[0]
+    # Under -x this is the first failure a student meets: it says how to see the task
+    # they are writing on its own meanwhile
+    assert all("`pytest lessons/00_memory --task 00.1` shows how the rest of task 00.1 "
+               "stands" in line for line in said), said[0]
