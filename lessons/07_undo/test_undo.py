@@ -202,6 +202,10 @@ def shown_indices(lines):
     return shown
 
 
+# The keys of an undo marker, as the format reference gives them
+MARKER_KEYS = {"$marker", "skip", "at"}
+
+
 def undo_marker(*skip):
     return {"$marker": "undo", "skip": list(skip), "at": "2026-01-01T00:00:00+00:00"}
 
@@ -394,7 +398,8 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(
     lesson, sessions
 ):
     """An undo is one marker line ({'$marker': 'undo'}, no role) listing the undone
-    messages by their index, so it can never pass for a message."""
+    messages by their index, so it can never pass for a message, and holding the keys
+    the format reference gives it, no other."""
     turn_a, turn_b = play(lesson, sessions, TURN_A, TURN_B)
     agent, _, log = open_agent(lesson, sessions)
     with log:
@@ -414,6 +419,11 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(
         "the marker's 'skip' lists the indices of the undone messages (messages "
         "counted from 0): expected "
         f"{expected}, got {last.get('skip')}")
+    assert set(last) == MARKER_KEYS, (
+        "an undo marker holds the keys the format reference gives it, '$marker', "
+        "'skip' and 'at', and no other: every reader of the format, another "
+        "program's too, knows what those mean, and a key of its own would be a new "
+        f"format. The marker holds {sorted(last)}")
 
 
 @pytest.mark.key
@@ -603,6 +613,41 @@ def test_a_fork_made_by_this_process_right_after_an_undo_leaves_the_undone_out(
         f"same fork made by the writer's process right after the undo shows {known}. "
         "That fork read nothing: it went by what this process knew of the log after "
         "the undo (task 07.1), which still counted message 3")
+
+
+@pytest.mark.task("07.1")
+def test_a_new_writer_in_this_process_answers_a_call_an_undo_left_open(lesson,
+                                                                       sessions):
+    """The log's undo takes back the last messages the log shows, whatever they are:
+    here a tool result alone, which leaves its call open. The next writer of the
+    session answers that call before its first line, as lesson 04's repair answers
+    every call a log leaves open, also when it is made in this process, which
+    remembers the log as its last writer left it: after an undo, that memory must not
+    say there is nothing to repair."""
+    question = {"role": "user", "content": "Buy a rope."}
+    asked = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "Rope bought."}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in (question, asked, result):
+            log.append(message)
+        log.undo(1)
+    later = {"role": "user", "content": "Thank the elder."}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(later)
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    roles = [(m.get("role"), m.get("tool_call_id")) for m in shown]
+    assert roles == [("user", None), ("assistant", None), ("tool", "call_1"),
+                     ("user", None)] and result not in shown, (
+        "the log showed a question and a call to buy, whose result an undo took back, "
+        "leaving the call open; a new writer of the session, made in the same "
+        "process, then appended a question. The writer should first have answered "
+        "the open call (lesson 04's repair: a call left open gets a result saying it "
+        "was interrupted), so the log shows the question, the call, that result and "
+        f"the new question; it shows {roles}, the result taken back "
+        f"{'shown again' if result in shown else 'gone'}. After an undo, what this "
+        "process remembers of the log must not say the log ends with no call open")
 
 
 @pytest.mark.key
@@ -1926,7 +1971,8 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
     line is exactly as long as one write() can take, and so is one of fewer letters
     than the blob threshold whose UTF-8 bytes pass it (the threshold counts bytes); one
     whose other keys keep its line too long, the blob's reference in it, is refused as
-    append refuses it."""
+    append refuses it, as is one with no text content at all, an assistant's long tool
+    call, whatever its role."""
     turn_c, = play(lesson, sessions, TURN_C)
     # A blob's reference, with a preview that is not ASCII
     stored_apart = {"role": "user", "content": "é" * 5000}
@@ -1954,6 +2000,13 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
         # still too long: append measures the line it writes, every key of it
         f"5000 accented letters stored apart, beside a name of {limit} letters":
             {"role": "user", "content": "é" * 5000, "name": "n" * limit},
+        # No text to store apart, so its line stands as it is: too long, from whoever
+        # records it (a caller may record the model's messages too)
+        f"an assistant's call with {limit} letters of arguments, its content null":
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_long", "type": "function", "function": {
+                    "name": "write_note",
+                    "arguments": json.dumps({"text": "a" * limit})}}]},
     }
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -2340,8 +2393,8 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
     """A marker of an unknown kind (a later version's, or another program's that gives
     no kind at all) is skipped and not counted, so the undo markers after it still take
     back the messages they name; and what its own fields mean is not this code's to
-    guess, even a list named like an undo's, or a kind that differs from "undo" only
-    in its capitals."""
+    guess, even a list named like an undo's, a kind that differs from "undo" only
+    in its capitals, or a "redo"."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     unknown = {"$marker": "bookmark", "name": "before the cave",
                "at": "2026-01-01T00:00:00+00:00"}
@@ -2376,6 +2429,17 @@ def test_a_marker_of_a_kind_this_code_does_not_know_is_no_message(lesson, sessio
         "get no index (any entry with a \"$marker\" key is a marker), so the undo "
         "marker's index 2 is the third message, 'message 2'; the log should show "
         f"messages 0 and 1, and shows {contents}")
+
+    # A redo (this lesson's first challenge, or another program's) is no undo: this
+    # code does not know what it does, so it takes nothing back
+    redo = {"$marker": "redo", "skip": [0], "at": "2026-01-01T00:04:00+00:00"}
+    write_log(sessions, [said[0], said[1], redo], "quest-2")
+    shown = lesson.SessionLog(sessions, "quest-2").load()
+    assert shown == said[:2], (
+        "the log holds messages 0 and 1, then a marker of kind 'redo' whose list "
+        "names message 0: only an undo marker takes messages back, and this code "
+        "knows no other kind that does, so both messages should be shown; the log "
+        f"shows {[m.get('content', m) for m in shown]}")
 
 
 @pytest.mark.task("07.1")
@@ -2580,6 +2644,11 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
                            "the time of the fork, as every marker has the time it "
                            "was written", "a marker the fork adds is a line of its "
                            "own, not one of the source's")
+                assert set(marker) == MARKER_KEYS, (
+                    f"the undo marker fork(upto={upto}) added should be a marker like "
+                    "any other, with the keys the format reference gives an undo "
+                    f"marker, {sorted(MARKER_KEYS)}, and no other; it holds "
+                    f"{sorted(marker)}")
 
     # Every message taken back, the first by a marker that reaches back past the
     # second: the source shows none, and a fork of none is an empty fork
@@ -2682,7 +2751,9 @@ def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
     """Nothing undone this time: a log of three messages whose last newline never got
     written. A fork of all three, then two whole forks, in one process that knows the
     source after the first: each fork gets the newline the source lacks, whatever the
-    forks before it did, so that its first append starts on a line of its own."""
+    forks before it did, so that its first append starts on a line of its own. And a
+    whole fork of a log whose last line, the one without its newline, is an undo marker
+    keeps that marker too."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     write_log(sessions, said)
     path = sessions / "quest-1.jsonl"
@@ -2697,6 +2768,22 @@ def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
             "last newline is missing should hold the three lines, each ending in its "
             f"newline ({len(whole)} bytes), whatever the forks before it did; it ends "
             f"in {copied[-40:]!r} ({len(copied)} bytes)")
+
+    # The last line an undo marker, taking back message 1, whose newline never got
+    # written: a whole fork keeps the source's history, that marker and the message it
+    # took back included, each line ending in its newline
+    write_log(sessions, [said[0], said[1], undo_marker(1)], "quest-2")
+    path = sessions / "quest-2.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])
+    lesson.fork(sessions, "quest-2", "fork-of-2")
+    copied = (sessions / "fork-of-2.jsonl").read_bytes()
+    assert copied == whole, (
+        "a whole fork of a log of messages 0 and 1 and an undo marker taking back "
+        "message 1, the marker's newline missing, should hold the three lines, each "
+        f"ending in its newline ({len(whole)} bytes): a whole fork keeps the undone "
+        "message and its marker, the source's history, whatever line lacks its "
+        f"newline; it holds {copied!r}")
 
 
 @pytest.mark.task("07.4")
@@ -2781,8 +2868,8 @@ def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessio
     still pending (a developer message, which goes with the turn before it); then day
     3, another agent on the same session, played a turn of its own. Day 2's undo must
     not take day 3's turn back (the log's last turn), nor drop its own from memory
-    alone: it raises `UndoError`, and the log, the agent's conversation and what it
-    holds pending stay as they were."""
+    alone: it raises `UndoError`, naming the session, and the log, the agent's
+    conversation and what it holds pending stay as they were."""
     agent, _, log = open_agent(lesson, sessions, TURN_C[1])
     with log:
         agent.run(TURN_C[0])
@@ -2798,10 +2885,16 @@ def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessio
                 "instruction, still pending; another agent then played a turn on the "
                 "same session; the first agent's undo(1) should raise UndoError, since "
                 "the log's last turn is not its own (the agent says what it wrote, "
-                "whatever it holds pending)")):
+                "whatever it holds pending)")) as raised:
             agent.undo(1)
     finally:
         log.close()
+    said = str(raised.value).replace(str(sessions), "")
+    assert "quest-1" in said, (
+        "the undo was refused, as it should be, but its words do not name the session "
+        "whose log another writer added to (quest-1): the user must resume that "
+        "session to see it as it is before undoing, and a program with several "
+        f"sessions cannot tell which one from: {raised.value}")
     assert path.read_bytes() == before, (
         "a refused undo should write nothing; the log changed:\n"
         f"{path.read_bytes()[len(before):]!r}")
