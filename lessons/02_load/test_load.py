@@ -420,6 +420,13 @@ AGENT_CASES = [  # (what the log holds, its bytes, the line refused or None: loa
 ]
 
 
+def what_it_did(result) -> str:
+    """'raised ...' or 'returned ...': what a call came to, in words."""
+    if isinstance(result, BaseException):
+        return f"raised {described(result)}"
+    return f"returned {result!r:.300}"
+
+
 @pytest.mark.task("02.1")
 def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses(
         lesson, sessions, model, town):
@@ -434,6 +441,21 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
         setting = f"the session's log holds {what}: {data!r}"
         with lesson.SessionLog(sessions, "quest-1") as log:
             started = history_started_from(lesson, model, town, log)
+            # Which of the two is wrong: a load that reads the log otherwise than the
+            # format says is the fault to name, not the agent that trusts it
+            try:
+                loaded = log.load()
+            except NotImplementedError:
+                raise
+            except Exception as error:      # told in words below
+                loaded = error
+        if refused is None and loaded != [json.loads(GOOD_LINE)] * 2:
+            pytest.fail(f"{setting}; every line of it is a message, so load() should "
+                        f"read both, and it {what_it_did(loaded)}", pytrace=False)
+        if refused is not None and not isinstance(loaded, lesson.InvalidMessage):
+            pytest.fail(f"{setting}; line {refused} is no message, so load() should "
+                        "refuse the log with InvalidMessage naming that line, and it "
+                        f"{what_it_did(loaded)}", pytrace=False)
         if refused is None:
             expected = [json.loads(GOOD_LINE)] * 2
             got = (f"raised {described(started)}" if isinstance(started, Exception)

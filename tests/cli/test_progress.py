@@ -251,3 +251,22 @@ def test_a_lesson_that_hangs_does_not_hide_the_results_of_the_others(course, mon
     assert "timed out" in (results["00_memory"].error or "")
     assert results["01_append"].error is None and results["01_append"].total > 0
     assert results["01_append"].state == "not started"
+
+
+def test_a_task_whose_tests_wait_for_a_later_one_says_so(cli, course):
+    """With task 00.1 written and 00.2 not, some of 00.1's tests play a conversation
+    and stop at the loop: its row says how many wait for 00.2, so that a finished task
+    is not taken for a broken one; a task not written yet says nothing of the kind."""
+    from sessionlab import course as course_module
+    lesson = course_module.lesson("00", course)
+    for path in course_module.lesson_modules(lesson.solution_folder):
+        text = starters.make_starter(path.read_text(encoding="utf-8"), lesson,
+                                     written=["00.1"])
+        (lesson.folder / path.name).write_text(text, encoding="utf-8")
+
+    run = cli("--course", course, "check", "00")
+
+    rows = {line.split()[1]: line for line in run.out.splitlines()
+            if re.match(r"\S+\s+00\.\d\s", line)}
+    assert re.search(r"\d+/\d+ · \d+ wait for 00\.2", rows["00.1"]), run.out
+    assert "wait for" not in rows["00.3"], run.out

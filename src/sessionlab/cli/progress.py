@@ -116,6 +116,18 @@ def lesson_heading(lesson: Lesson, side: str = "lesson") -> Text:
     return text
 
 
+def waiting_for(task_id: str, tests: list) -> dict[str, int]:
+    """Later task -> how many of `tests` (those of task `task_id`) fail only because it
+    is not written yet."""
+    waits: dict[str, int] = {}
+    for test in tests:
+        if not test.passed and test.not_written and (
+                found := starters.NOT_WRITTEN.search(test.message or "")) \
+                and found[1] != task_id:
+            waits[found[1]] = waits.get(found[1], 0) + 1
+    return waits
+
+
 def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure: bool = False) -> Group:
     """What a student needs to see about one lesson: tasks, counts, the first failure in words."""
     parts: list = [lesson_heading(lesson, result.side)]
@@ -126,6 +138,11 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
         state = result.task_state(task.id)
         tests = result.task_tests(task.id)
         count = f"{sum(t.passed for t in tests)}/{len(tests)}" if tests else "-"
+        if state != "todo" and (waits := waiting_for(task.id, tests)):
+            # A task that is done but whose tests also play a later one: say what they
+            # wait for, or the student takes a finished task for a broken one
+            count += " · " + ", ".join(f"{n} wait for {later}"
+                                       for later, n in waits.items())
         tasks.add_row(ui.mark(state), Text(task.id, style="bold"), Text(task.title),
                       Text(count, style="dim"))
     parts.append(tasks)
