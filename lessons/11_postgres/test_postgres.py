@@ -587,6 +587,63 @@ def test_a_write_of_several_entries_moves_the_place_on_by_as_many(lesson, databa
         f"the last one the other host's; found seqs {after}")
 
 
+@pytest.mark.task("11.2")
+def test_a_markers_row_holds_its_body_as_a_messages_does(lesson, database):
+    """A marker is an entry like a message: its row's body holds the same entry as
+    jsonb, so that the sessions can be asked about their undos and repairs
+    (`WHERE body->>'$marker' = 'undo'`), as about their messages. The store's undo
+    writes its marker through `_insert`."""
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.append({"role": "user", "content": "Buy a torch."})
+        log.append({"role": "assistant", "content": "Which one?"})
+        log.undo(1)
+    stored = rows(database)
+    other = [(seq, line, body) for seq, line, body in stored
+             if body != json.loads(line)]
+    assert len(stored) == 3 and not other, (
+        "each row's body should hold its own line's entry as jsonb, the undo "
+        "marker's too (a query for the sessions' undos reads the body); these rows "
+        f"hold another body than their line: {other}")
+    undos = sql(database, "SELECT count(*) FROM session_entries "
+                "WHERE body->>'$marker' = 'undo'")
+    assert undos == [(1,)], (
+        "a query for undo markers by their body should find quest-1's one undo; it "
+        f"finds {undos[0][0]}")
+
+
+@pytest.mark.task("11.2")
+def test_a_session_whose_every_message_was_undone_goes_on_after_its_rows(lesson,
+                                                                         database):
+    """A user undoes every message of a session and starts again: the session shows
+    nothing, but its rows (the messages and the undo marker) are all there, so a
+    writer opened afterwards stores its first message right after the last of them,
+    never at seq 0 as if the session had no rows (a place that is taken, and the
+    writer would be refused as if another had written)."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a torch."})
+        log.append({"role": "assistant", "content": "Which one?"})
+        log.undo(2)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        shown = log.open_for_append()
+        assert shown == [], (
+            f"every message of quest-1 was undone: it should show none; it shows "
+            f"{shown}")
+        try:
+            log.append({"role": "user", "content": "Start again: buy a rope."})
+        except (lesson.SessionConflict, lesson.WriterStopped) as error:
+            pytest.fail("quest-1's rows are seq 0 to 2 (two messages, then the undo "
+                        "marker that takes both back): the first append after it "
+                        "belongs at seq 3, after the rows, whatever the session shows; "
+                        f"it collided with a stored row: {error}", pytrace=False)
+    seqs = [seq for seq, _, _ in rows(database)]
+    assert seqs == [0, 1, 2, 3], (
+        "the new message should be stored at seq 3, right after the undo marker; "
+        f"found seqs {seqs}")
+    loaded = [message.get("content") for message in load_back(lesson, database)]
+    assert loaded == ["Start again: buy a rope."], (
+        f"quest-1 should show the new message alone; it shows {loaded}")
+
+
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
 
 
@@ -702,10 +759,12 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
         # Another program takes the lock: its connection says nothing of a process
         connection.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-3"),))
         foreign = lesson.lock_holder(connection, "quest-3")
-        assert isinstance(foreign, dict) and not foreign.get("pid"), (
+        assert foreign == {}, (
             "another program, whose connection did not introduce itself as the "
             "store's, holds quest-3's lock: lock_holder cannot know its process and "
-            f"should say so with a mapping that names none; it says {foreign!r}")
+            "should say so with an empty mapping, as for no holder (a caller tells a "
+            "known holder by a mapping that is not empty); it says "
+            f"{foreign!r}")
         with lesson.PostgresSessionLog(database, "quest-3",
                                        network_timeout=QUICK) as log:
             with raises(lesson.SessionBusy, "another program holds quest-3's lock: a "
@@ -717,10 +776,11 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
                              application_name="backup pid 77 on db-1") as backup:
             backup.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-3"),))
             lookalike = lesson.lock_holder(connection, "quest-3")
-        assert isinstance(lookalike, dict) and not lookalike.get("pid"), (
+        assert lookalike == {}, (
             "a program named 'backup pid 77 on db-1' holds quest-3's lock: only a name "
             "that is the store's whole introduction ('sessionlab pid N on HOST') names "
-            f"a process; lock_holder should name none; it says {lookalike!r}")
+            "a process; lock_holder should name none, with an empty mapping; it says "
+            f"{lookalike!r}")
     # A writer on another host, whose name has dashes and dots, holds quest-8's lock
     # (the low half of its key has its top bit set), taken a second after it
     # connected; two more store connections, made before it (the server lists their
@@ -1015,6 +1075,34 @@ def test_a_writer_with_a_timeout_waits_for_the_holder_to_let_go(lesson, database
         finally:
             letting_go.join()
             holder.close()
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_with_a_timeout_takes_a_free_lock_at_its_first_try(lesson, database,
+                                                                    monkeypatch):
+    """A timeout is how long a writer may wait for a lock someone else holds, not a
+    pause before it looks: with timeout=seconds (or None), a writer whose session no
+    one holds takes the lock at its first try and never sleeps. A web service opens
+    the session on every request: each would be a poll slower for nothing."""
+    for timeout in (WAIT, None):
+        naps = []
+
+        def counted_sleep(seconds):
+            if threading.current_thread() is threading.main_thread():
+                naps.append(seconds)
+
+        with lesson.PostgresSessionLog(database, "quest-1", timeout=timeout,
+                                       network_timeout=QUICK) as log:
+            log._connection()
+            monkeypatch.setattr(lesson.time, "sleep", counted_sleep)
+            try:
+                try_lock(log, "no one holds quest-1's lock", free=True)
+            finally:
+                monkeypatch.undo()
+        assert not naps, (
+            f"no one holds quest-1's lock: a writer with timeout={timeout} should take "
+            f"it at its first try, without sleeping; it slept {len(naps)} time(s) "
+            f"({naps} s) before it had it")
 
 
 @pytest.mark.task("11.1")
@@ -1903,32 +1991,33 @@ def test_a_conflict_on_a_large_paste_is_a_conflict(lesson, database):
 
 
 @pytest.mark.task("11.2")
-def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, database):
-    """The server refuses one append (a check an operator added, played by a trigger
-    that raises an integrity error, check_violation, though no writer took the place):
+@pytest.mark.parametrize("refusal", ["check_violation", "foreign_key_violation"])
+def test_a_write_the_server_refused_leaves_the_writer_at_its_place(lesson, database,
+                                                                   refusal):
+    """The server refuses one append (a check an operator added, or a session row
+    another host deleted meanwhile, played by a trigger that raises an integrity error,
+    check_violation or foreign_key_violation, though no writer took the place):
     nothing of it is stored, the error goes up as the server's, and the same writer's
-    next append
-    lands at the place the refused one would have taken; a second writer that read the
-    session before it is then refused, not stored beside it."""
+    next append lands at the place the refused one would have taken; a second writer
+    that read the session before it is then refused, not stored beside it."""
     late = lesson.PostgresSessionLog(database, "quest-1", lock=False)
     with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log, late:
         log.append({"role": "user", "content": "Buy a rope."})
         late.open_for_append()
-        refuse_rows(database, "strpos(NEW.line, 'torch') > 0", "check_violation")
-        with raises(psycopg.Error, "the server refused the row for a check of its own "
-                    "(an integrity error, but no other writer's entry at that place), "
-                    "so the append should fail with the server's error, not as a "
+        refuse_rows(database, "strpos(NEW.line, 'torch') > 0", refusal)
+        with raises(psycopg.Error, f"the server refused the row ({refusal}: an "
+                    "integrity error, but no other writer's entry at that place), so "
+                    "the append should fail with the server's error, not as a "
                     "conflict",
                     match="made up by the test"):
             try:
                 log.append({"role": "user", "content": "Buy a torch."})
             except lesson.SessionConflict as error:
                 pytest.fail("no other writer has stored anything since: the server "
-                            "refused the row for a check of its own (an integrity "
-                            "error, check_violation, not a unique violation of the "
-                            "key), and the append should fail with the server's error "
-                            f"as it is, not as a conflict; it raised {error}",
-                            pytrace=False)
+                            f"refused the row ({refusal}, an integrity error that is "
+                            "not a unique violation of the key), and the append should "
+                            "fail with the server's error as it is, not as a conflict; "
+                            f"it raised {error}", pytrace=False)
         drop_refusal(database)
         try:
             log.append({"role": "user", "content": "Buy a lantern."})
@@ -2957,13 +3046,14 @@ def test_the_same_large_content_is_stored_once_and_comes_back_whole(lesson,
 
 
 @pytest.mark.task("11.4")
-@pytest.mark.parametrize("size", [1, 4096, 7800])
+@pytest.mark.parametrize("size", [0, 1, 4096, 7800])
 def test_store_blob_by_itself_stores_the_bytes_and_returns_their_name(lesson,
                                                                        database, size):
     """store_blob is called by itself too, on a writer that has stored nothing yet:
     the bytes are then in session_blobs under their sha256, the name it returns, as
     text (the hash in hex, as a row's reference holds it), whatever their size, under
-    the writer's blob_threshold too (which content is large is outline's business)."""
+    the writer's blob_threshold too (which content is large is outline's business),
+    no bytes at all included (their name must name a row, as every name it gives)."""
     data = ("A map of the cave, drawn by the elder. ".encode("utf-8") * 200)[:size]
     digest = hashlib.sha256(data).hexdigest()
     lesson.connect(database).close()    # the tables made, whatever store_blob does
@@ -3013,6 +3103,72 @@ def test_two_writers_storing_the_same_blob_at_once_both_succeed(lesson, database
     assert loaded == [True], "the pasted message should load back whole, once"
     assert sql(database, "SELECT sha256 FROM session_blobs") == [(digest,)], (
         "the blob should be one row of session_blobs")
+
+
+@pytest.mark.task("11.4")
+def test_store_blob_by_itself_stores_bytes_and_opens_nothing(lesson, database):
+    """store_blob stores bytes, and that is all: called by itself on a writer of a
+    session another writer holds, it stores them and returns their name (it is no
+    opening of the session, so no lock is asked for and none refuses it), and on a
+    writer without the lock it stores no row of the session (no repair of the call
+    the session leaves open: that is an opening's business)."""
+    data = "A map of the cave, drawn by the elder. ".encode("utf-8") * 200
+    digest = hashlib.sha256(data).hexdigest()
+    with lesson.PostgresSessionLog(database, "quest-1") as holder:
+        holder.append({"role": "user", "content": "Buy a rope."})
+        holder.append(call_message(("call_1", "rope")))     # its result on its way
+        before = rows(database)
+        for lock in (True, False):
+            with lesson.PostgresSessionLog(database, "quest-1", lock=lock,
+                                           network_timeout=QUICK) as log:
+                try:
+                    name = log.store_blob(data)
+                except lesson.SessionBusy as error:
+                    pytest.fail("store_blob, called by itself on a writer of quest-1 "
+                                "while another writer holds it, should store the bytes "
+                                "and return their name: storing bytes is no opening of "
+                                f"the session; it was refused: {error}", pytrace=False)
+            assert name == digest, (
+                f"store_blob should return the bytes' sha256, {digest!r}; it returned "
+                f"{name!r}")
+            after = rows(database)
+            assert after == before, (
+                f"store_blob (a writer with lock={lock}) should store the bytes alone; "
+                f"quest-1's rows went from {len(before)} to {len(after)}: "
+                f"{[json.loads(line) for _, line, _ in after[len(before):]]}")
+
+
+@pytest.mark.task("11.4")
+def test_a_paste_goes_on_while_another_host_holds_the_blobs_lock_shared(lesson,
+                                                                        database):
+    """Another host is in the middle of a transaction that stores a blob (its own
+    paste, of other bytes) and holds the blobs' lock shared, as every transaction that
+    stores blobs or copies rows pointing to them does (hold_blobs). This writer's paste
+    meanwhile stores its blob and its row without waiting for that transaction: writers
+    share the lock, only a collection takes it alone. A paste that took it alone would
+    wait for every paste and fork in progress on every host, and two pastes at once
+    would each wait for the other, until the server ends one of them."""
+    lesson.connect(database).close()    # the tables made
+    pasted = "The elder's map of the caves, copied out. " * 400
+    theirs = b"Another host's paste of another map. " * 400
+    with psycopg.connect(database) as other_host:    # a transaction, not committed
+        lesson.hold_blobs(other_host)
+        other_host.execute("INSERT INTO session_blobs (sha256, data) VALUES (%s, %s)",
+                           (hashlib.sha256(theirs).hexdigest(), theirs))
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=1) as log:
+            try:
+                log.append({"role": "user", "content": pasted})
+            except (lesson.StoreBusy, psycopg.Error) as error:
+                pytest.fail("another host's transaction holds the blobs' lock shared "
+                            "(its paste is on its way): this writer's paste of other "
+                            "content should share it and be stored without waiting; it "
+                            "waited for that transaction and failed: "
+                            f"{described(error)}", pytrace=False)
+        other_host.commit()
+    loaded = [message.get("content") == pasted
+              for message in load_back(lesson, database)]
+    assert loaded == [True], "the pasted message should load back whole, once"
 
 
 def loose_blobs(database):
@@ -3666,7 +3822,7 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
     a newline, at the seq right after the last row the fork copies (after a row
     deleted by hand, that is not the number of rows), and it takes back messages by
     their index as undo markers count them (markers are no messages), not by the
-    places of their rows."""
+    places of their rows; its time is written as now() writes every marker's."""
     with lesson.PostgresSessionLog(database, "quest-1") as log:
         assert log.load() == [], "a new database should hold no session"
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
@@ -3703,6 +3859,11 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
         "the fork's last row should be its own undo marker, one line of JSON without "
         "a newline, as every row's line is, its body the same entry as jsonb; it holds "
         f"{line!r}")
+    at, shape = str(marker.get("at")), re.sub(r"\d", "0", lesson.now())
+    assert re.sub(r"\d", "0", at) == shape, (
+        "the fork's own undo marker is an undo marker like the store's own: its `at` "
+        f"should be written as now() writes a time (here {lesson.now()!r}), as every "
+        f"marker's is, so that one reader reads them all; it is {at!r}")
     with lesson.PostgresSessionLog(database, "first-3") as fork:
         shown = [message.get("content") for message in fork.load()]
     assert shown == ["message 0", "message 2", "message 4"], (
@@ -3759,15 +3920,19 @@ def test_a_fork_that_fails_half_way_leaves_nothing(lesson, database):
 
 @pytest.mark.task("11.5")
 def test_forking_onto_a_taken_id_or_from_a_missing_one_is_refused(lesson, database):
-    """A fork onto an existing session, even one with no entries yet, raises
-    SessionExists naming the id and changes it not; a fork from a session that does
-    not exist raises SessionNotFound."""
+    """A fork onto an existing session, even one with no entries yet, or the source
+    itself, raises SessionExists naming the id and changes it not; a fork from a
+    session that does not exist raises SessionNotFound."""
     for session_id in ("quest-1", "quest-2"):
         with lesson.PostgresSessionLog(database, session_id) as log:
             log.append({"role": "user", "content": session_id})
     with raises(lesson.SessionExists, "quest-2 exists: forking onto it must be "
                 "refused", match="quest-2"):
         lesson.fork_postgres(database, "quest-1", "quest-2")
+    with raises(lesson.SessionExists, "quest-2 exists (it is the source itself): "
+                "forking it onto its own id must be refused as for any taken id, with "
+                "SessionExists naming it", match="quest-2"):
+        lesson.fork_postgres(database, "quest-2", "quest-2")
     with raises(lesson.SessionNotFound, "there is no session nowhere-1",
                 match="nowhere-1"):
         lesson.fork_postgres(database, "nowhere-1", "quest-3")
@@ -4140,3 +4305,28 @@ def test_a_fork_of_an_old_session_is_dated_when_it_is_made(lesson, database):
         f"as old as its row in `sessions`); it deleted {deleted}")
     with lesson.PostgresSessionLog(database, "quest-2") as fork:
         assert fork.load() == said, "the whole fork should still hold quest-1's history"
+
+
+@pytest.mark.task("11.5")
+def test_a_fork_of_no_messages_of_a_session_that_shows_none_is_made(lesson, database):
+    """quest-1 has rows but shows no message: its one message was undone. A fork of
+    its first 0 messages is what it is of any session: made, holding no row, its
+    lineage saying 0 (nothing kept, so nothing to take back and no message shown to
+    look at)."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Never mind the cave."})
+        log.undo(1)
+    try:
+        lesson.fork_postgres(database, "quest-1", "quest-2", upto=0)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - said in words
+        fail_in("11.5", "quest-1 shows no message (its one message was undone): a fork "
+                "of its first 0 messages should be made, holding nothing; it raised "
+                f"{described(error)}")
+    made = lesson.lineage(database, "quest-2")
+    held = rows(database, "quest-2")
+    assert held == [] and made and (made["parent"], made["forked_at"]) == (
+            "quest-1", 0), (
+        "a fork of quest-1's first 0 messages should hold no row and say parent "
+        f"quest-1, at 0; it holds {len(held)} row(s) and says {made}")
