@@ -3047,3 +3047,44 @@ def test_the_repair_writes_text_that_is_not_ascii_as_itself(resume, sessions):
             f"{what} holds {text!r}: the line should hold that text as itself, in "
             "UTF-8, as every line of the log does (encode_line), not escaped; the "
             f"line is {raw!r}")
+
+
+@pytest.mark.task("04.4")
+def test_a_run_after_ctrl_c_and_its_log_closed_answers_each_open_call_once(
+        lesson, sessions, town):
+    """Ctrl-C inside the second of three calls, then the program closes the session's
+    log (a with block ends) and runs the same agent again: its next write takes the
+    log over once more, and that writer's repair answers the calls the log shows open.
+    Each open call is answered once, in the log as in memory, and the log resumes."""
+    tools = interrupted_in_buy(town)
+    model = elder_torch_and_rope()
+    log = lesson.SessionLog(sessions, "quest-1")
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools, session=log)
+    with log:
+        with pytest.raises(KeyboardInterrupt):
+            agent.run("Talk to the elder and buy a torch.")
+    with log:
+        refused = refusal_of_next_run(agent)
+    entries = entries_in(sessions / "quest-1.jsonl")
+    results = [entry.get("tool_call_id") for entry in entries
+               if entry.get("role") == "tool"]
+    twice = sorted({call for call in results if results.count(call) > 1})
+    assert refused is None and not twice, (
+        "Ctrl-C stopped a run inside the second of three calls, the program closed "
+        "the session's log and ran the same agent again: its first write took the log "
+        "over, and that writer's repair answered the calls the log showed open. Each "
+        "call should be answered once; the log answers "
+        f"{twice or 'each once'} twice"
+        + (f", and the model refused: {refused}" if refused else "")
+        + ". Was an answer written after the repair had written its own?")
+    messages = [entry for entry in entries if "$marker" not in entry]
+    memory_holds_the_log(agent, messages, " after the log was closed and taken over "
+                         "again")
+    later = ScriptedModel([say("We go on.")])
+    with lesson.SessionLog(sessions, "quest-1") as again:
+        resumed = lesson.Agent(later.client(), model=later.model, tools=town,
+                               session=again)
+        refused = refusal_of_next_run(resumed)
+    assert refused is None, (
+        "the log an agent took over again after Ctrl-C, then ran on, should resume "
+        f"the next day; the model refused the resumed history: {refused}")

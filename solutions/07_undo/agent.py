@@ -57,6 +57,7 @@ class Agent(AgentUndo):
         Returns the final answer. Raises MaxTurnsExceeded when the model is still
         calling tools after `max_turns` requests.
         """
+        self.take_log_back()    # a log closed since a run stopped: its writer's repair
         self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):
@@ -84,6 +85,25 @@ class Agent(AgentUndo):
             f"the model still wanted tools after {self.max_turns} requests; giving up "
             "on this turn"
         )
+
+    def take_log_back(self) -> None:
+        """After a run that stopped with calls open, make this agent the log's writer
+        again before anything answers them, and take in what that takeover wrote.
+
+        A program may close the session's log after the stop (its with block ends) and
+        run the same agent again. The next write then takes the log over once more,
+        and that writer's repair (lesson 04) answers every call the log shows open; an
+        answer of settle() written after it would answer those calls twice, and a log
+        that answers a call twice is one no provider takes back. So the log is taken
+        over first, and the answers its repair wrote are this agent's too.
+        """
+        if self.session is None or not unanswered_calls(self.messages):
+            return
+        # Pending messages are not in the log yet: they come after what it holds
+        logged = self.messages[:len(self.messages) - len(self.pending)]
+        history = self.session.open_for_append()
+        if len(history) > len(logged) and history[:len(logged)] == logged:
+            self.messages[len(logged):len(logged)] = history[len(logged):]
 
     def settle(self) -> None:
         """Leave the conversation one a model accepts, after a run of this agent that
