@@ -51,6 +51,8 @@ TURN_TOOLS = (
      say("The guard nods; the rope is yours.")],
 )
 TURN_C = ("Thank the elder.", [say("The elder nods.")])
+# A large content of a fork's own (a blob), with none of SECRET's words
+FORK_MAP = "The fork's map: " + "north by the mill, then east. " * 300
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -107,9 +109,9 @@ def age(path, days):
     os.utime(path, (then, then))
 
 
-def numbers_in(error, path):
+def numbers_in(error, path=None):
     """The whole numbers the words of `error` give, the path `path` taken out."""
-    words = str(error).replace(str(path), "")
+    words = str(error) if path is None else str(error).replace(str(path), "")
     return [int(number) for number in re.findall(r"(?<![\w.])-?\d+(?![\w.])", words)]
 
 
@@ -287,15 +289,18 @@ def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
 ):
     """delete_session removes the session's log, meta file and lock, and each blob it
     used that no other session refers to; other sessions stay as they were. The fork
-    quest-1b has a meta file (its lineage) and shares quest-1's blob."""
+    quest-1b has a meta file (its lineage), shares quest-1's blob, and has a blob of
+    its own, named by its log only."""
     play(lesson, sessions, TURN_A, (LARGE_SECRET, [say("Noted.")]))
     play(lesson, sessions, TURN_C, session_id="quest-2")
+    [blob] = blob_names(sessions)
     lesson.fork(sessions, "quest-1", "quest-1b")
     assert (sessions / "quest-1b.meta.json").exists(), (
         "the test's own set-up: a fork has a meta file")
+    play(lesson, sessions, (FORK_MAP, [say("Noted.")]), session_id="quest-1b")
+    [own] = [name for name in blob_names(sessions) if name != blob]
     other = (sessions / "quest-2.jsonl").read_bytes()
     source = (sessions / "quest-1.jsonl").read_bytes()
-    [blob] = blob_names(sessions)
 
     assert lesson.delete_session(sessions, "quest-1b") is True, (
         "delete_session should return True when it deleted a session")
@@ -303,6 +308,12 @@ def test_delete_removes_the_log_the_meta_file_the_lock_and_blobs_only_it_used(
     assert left == ["blobs", "quest-1.jsonl", "quest-2.jsonl"], (
         "deleting the fork quest-1b should remove its log and its meta file (and leave "
         f"no lock file), and nothing of the other sessions; the folder holds {left}")
+    assert own not in blob_names(sessions), (
+        "the fork quest-1b stored a blob of its own (the map its user pasted), which "
+        "only its log names; the delete removed its log and its meta file and left "
+        f"that blob ({own[:12]}...) in blobs/. Every file the delete removes is read "
+        "for the blobs it names, the log as much as the meta file beside it, and "
+        "each blob no other file names goes with them")
     assert blob_names(sessions) == [blob], (
         "quest-1 still refers to the blob it shares with its fork: deleting the fork "
         "must keep it, or quest-1 no longer loads")
@@ -543,13 +554,15 @@ def test_delete_leaves_a_session_whose_id_differs_only_in_case(lesson, sessions)
 
 
 @pytest.mark.task("09.1")
+@pytest.mark.parametrize("what", ["the-folder", "the-log"])
 def test_a_folder_that_cannot_be_listed_is_never_answered_as_empty(
-    lesson, sessions, monkeypatch
+    lesson, sessions, monkeypatch, what
 ):
-    """The sessions folder cannot be listed (permission denied, say): the delete cannot
-    know what of the session is there. It never answers False (nothing of the session
-    in the folder) while the session's log is still there: the caller hears the
-    error."""
+    """The sessions folder cannot be listed (permission denied, say), or the log it
+    lists cannot be looked at (an I/O error from the disk): the delete cannot know
+    what of the session is there. It never answers False (nothing of the session in
+    the folder), nor True (deleted), while the session's log is still there: the
+    caller hears the error."""
     play(lesson, sessions, TURN_SECRET)
     folder = os.fspath(sessions)
 
@@ -560,8 +573,19 @@ def test_a_folder_that_cannot_be_listed_is_never_answered_as_empty(
             return real(path, *args, **kwargs)
         return list_
 
-    for name in ("listdir", "scandir"):
-        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    def failing(real):
+        def look(path, *args, **kwargs):
+            if not isinstance(path, int) and Path(path).name == "quest-1.jsonl":
+                raise OSError(5, "Input/output error (the test's)", str(path))
+            return real(path, *args, **kwargs)
+        return look
+
+    if what == "the-folder":
+        for name in ("listdir", "scandir"):
+            monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    else:
+        for name in ("lstat", "stat"):
+            monkeypatch.setattr(os, name, failing(getattr(os, name)))
     try:
         found = lesson.delete_session(sessions, "quest-1")
     except OSError:
@@ -569,11 +593,14 @@ def test_a_folder_that_cannot_be_listed_is_never_answered_as_empty(
     finally:
         monkeypatch.undo()
     still = (sessions / "quest-1.jsonl").exists()
-    assert not (found is False and still), (
-        "the sessions folder could not be listed (permission denied), and "
-        "delete_session() answered False, as if nothing of quest-1 were there; its "
-        "log, with the person's words, is still there. An error that leaves the "
-        "session's files unknown must reach the caller")
+    failure = ("the sessions folder could not be listed (permission denied)"
+               if what == "the-folder" else
+               "quest-1's log could not be looked at (an I/O error from lstat)")
+    assert not (found is not None and still), (
+        f"{failure}, and delete_session() answered {found!r}, as if "
+        + ("nothing of quest-1 were there" if found is False else "quest-1 were gone")
+        + "; its log, with the person's words, is still there. An error that leaves "
+        "the session's files unknown must reach the caller")
 
 
 @pytest.mark.task("09.1")
@@ -745,26 +772,31 @@ def test_delete_removes_a_link_planted_under_a_sessions_name_and_not_what_it_rea
     lesson, sessions
 ):
     """A symbolic link someone put under one of the session's names (its meta file's,
-    pointing to a folder; a temporary copy's, pointing to a file) is something of the
-    session: the delete removes the link itself, whatever it reaches, answers True and
-    leaves what the links reach as it was."""
+    pointing to a folder; a temporary copy's, pointing to a file; another copy's,
+    pointing to a file that is gone) is something of the session: the delete removes
+    the link itself, whatever it reaches (or nothing), answers True and leaves what
+    the links reach as it was."""
     play(lesson, sessions, TURN_A)
     album = sessions.parent / "album"
     album.mkdir()
     (album / "photo.txt").write_text("someone's own")
     notes = sessions.parent / "notes.txt"
     notes.write_text("someone's own notes")
-    planted = [sessions / "quest-1.meta.json", sessions / ".quest-1.jsonl.x7k2p9.tmp"]
+    planted = [sessions / "quest-1.meta.json", sessions / ".quest-1.jsonl.x7k2p9.tmp",
+               sessions / ".quest-1.meta.json.q8w3e1.tmp"]
     planted[0].symlink_to(album)
     planted[1].symlink_to(notes)
+    planted[2].symlink_to(sessions.parent / "gone.txt")     # reaches nothing
     found = lesson.delete_session(sessions, "quest-1")
     left = [path.name for path in planted if os.path.lexists(path)]
     assert found is True and left == [], (
-        "quest-1 had two links planted under its names (its meta file's, reaching a "
-        "folder, and a temporary copy's, reaching a file): after a delete that "
+        "quest-1 had three links planted under its names (its meta file's, reaching a "
+        "folder, a temporary copy's, reaching a file, and another copy's, reaching a "
+        "file that is gone): after a delete that "
         f"returned {found!r}, the folder still holds {left}. A link under a session's "
-        "name is something of it (only a folder that took the name is not): the "
-        "delete removes the link itself, never following it")
+        "name is something of it (only a folder that took the name is not), also one "
+        "that reaches nothing: the delete removes the link itself, never following "
+        "it")
     assert (album / "photo.txt").read_text() == "someone's own" and (
         notes.read_text() == "someone's own notes"), (
         "the delete changed what a link planted under quest-1's names reaches: only "
@@ -1404,6 +1436,76 @@ def test_expire_lets_an_error_removing_a_log_reach_the_caller(
         + (": it reports quest-1 as held by a writer, and no writer holds it"
            if "quest-1" in found[1] else ": the error is lost")
         + "; the person's words are still on disk, and the caller must hear why")
+
+
+@pytest.mark.task("09.2")
+@pytest.mark.parametrize("what",
+                         ["the-log-under-the-lock", "a-leftover", "the-folder"])
+def test_expire_lets_an_error_looking_at_the_folder_reach_the_caller(
+    lesson, sessions, monkeypatch, before_the_lock, what
+):
+    """What expire must look at cannot be looked at: an idle session's log once its
+    lock is held (an I/O error from the disk), the meta file a stopped delete left
+    without its log, or the sessions folder itself (permission denied). Nothing says
+    the session was deleted meanwhile, and its words may still be on disk: expire()
+    lets the error reach the caller, and every file stays, rather than returning as
+    if there were nothing to expire."""
+    failed = []
+
+    def failing(name, error):
+        def wrap(real):
+            def look(path=".", *args, **kwargs):
+                if not isinstance(path, int) and Path(path).name == name:
+                    failed.append(True)
+                    raise error
+                return real(path, *args, **kwargs)
+            return look
+        return wrap
+
+    if what == "a-leftover":
+        play(lesson, sessions, TURN_C, session_id="quest-2")
+        meta = sessions / "quest-1.meta.json"
+        meta.write_text(json.dumps({"format": 1, "id": "quest-1"}))
+        age(meta, 40)
+    else:
+        play(lesson, sessions, TURN_SECRET)
+        age(sessions / "quest-1.jsonl", 40)
+    before = sorted(p.name for p in sessions.iterdir())
+    if what == "the-log-under-the-lock":
+        error = OSError(5, "Input/output error (the test's)", "quest-1.jsonl")
+        wrap = failing("quest-1.jsonl", error)
+        # From the moment the lock is taken: the first look, without it, went well
+        before_the_lock(lambda: [monkeypatch.setattr(os, name, wrap(getattr(os, name)))
+                                 for name in ("lstat", "stat")])
+        doing = "looking at quest-1's log again once its lock was held"
+    elif what == "a-leftover":
+        error = OSError(5, "Input/output error (the test's)", "quest-1.meta.json")
+        for name in ("lstat", "stat"):
+            monkeypatch.setattr(os, name,
+                                failing("quest-1.meta.json", error)(getattr(os, name)))
+        doing = "looking at the meta file quest-1 left without its log"
+    else:
+        error = PermissionError(13, "Permission denied (the test's)", str(sessions))
+        for name in ("listdir", "scandir"):
+            monkeypatch.setattr(os, name,
+                                failing(sessions.name, error)(getattr(os, name)))
+        doing = "listing the sessions folder"
+    try:
+        found = lesson.expire(sessions)
+    except OSError:
+        found = None    # the caller heard it
+    finally:
+        monkeypatch.undo()
+    if not failed:
+        return      # a design that never asks the disk this by a name
+    assert found is None, (
+        f"{doing} failed ({error}), and expire() returned {found}: the error is "
+        "lost, and the caller never learns of it. Nothing says that the session is "
+        "gone, and its words may still be on disk: an error that is no writer's lock "
+        "reaches the caller")
+    assert sorted(p.name for p in sessions.iterdir()) == before, (
+        f"{doing} failed, and expire() changed the folder all the same: it held "
+        f"{before}, it holds {sorted(p.name for p in sessions.iterdir())}")
 
 
 def expire_stopped_at(lesson, sessions, monkeypatch, name):
@@ -2712,16 +2814,24 @@ def test_erase_counts_no_marker_of_a_kind_it_does_not_know_and_scrubs_it(
     """A marker of a kind this code does not know (another program's note, a later
     lesson's) is a marker all the same: no message, so it moves no index, and a line
     like any other, so the erase takes the quote out of it, its kind and its other
-    keys kept."""
+    keys kept. Only an erase marker says a message was erased: a note that names the
+    message it is about by an "index" is no erase."""
     play(lesson, sessions, TURN_A)
-    note = {"$marker": "note", "by": "a reviewer", "text": f"The user said: {SECRET}"}
+    note = {"$marker": "note", "by": "a reviewer", "index": 2,
+            "text": f"The user said: {SECRET}"}
     path = sessions / "quest-1.jsonl"
     with open(path, "ab") as file:
         file.write(json.dumps(note).encode() + b"\n")
     play(lesson, sessions, TURN_SECRET, TURN_C)
     before = resume(lesson, sessions)
     with lesson.SessionLog(sessions, "quest-1") as log:
-        log.erase(2)        # the SECRET: the note before it is no message
+        erased = log.erase(2)       # the SECRET: the note before it is no message
+    assert erased is True, (
+        "erase(2) returned False, as if message 2 had been erased before; the log "
+        "holds no erase marker, only a marker of the kind 'note' that names message 2 "
+        "by its \"index\" (a reviewer's note about it). Only a marker of the kind "
+        "'erase' says that a message was erased: message 2 still holds the words, and "
+        "the erase should have taken them out")
     found = resume(lesson, sessions)
     expected = before[:2] + [{"role": "user", "content": lesson.ERASED}] + before[3:]
     assert found == expected, (
@@ -3432,6 +3542,11 @@ def test_a_hard_link_put_in_place_of_the_new_log_at_the_rename_gets_no_message(
         "a hard link was put in place of the erase's new log just before the rename; "
         "erase() returned as if all was well, and then the writer refused the next "
         f"message ({refused!r}): the erase should have said that it did not finish")
+    assert erase_raised is None or str(path) in str(erase_raised), (
+        "a hard link was put in place of the erase's new log just before the rename, "
+        f"and erase() said it did not finish in words that do not name the log by its "
+        f"path ({path}): a person with sessions in several folders cannot tell which "
+        f"one to open again: {erase_raised}")
 
 
 @pytest.mark.task("09.3")
@@ -3661,6 +3776,89 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
         "the next request still sent the erased words")
     assert resume(lesson, sessions)[2] == {"role": "user", "content": lesson.ERASED}, (
         "message 2 of the log should be the erased note's tombstone")
+
+
+@pytest.mark.task("09.4")
+def test_a_note_not_written_yet_loses_the_quote_of_a_written_message_erased(
+    lesson, sessions
+):
+    """The user's message is in the log; a note recorded since (lesson 07) quotes it
+    and is not written yet. The user erases the written message: the note, once
+    written, holds no quote of it, and no request sends one."""
+    agent, model, log = open_agent(lesson, sessions, [say("Noted."), say("Yes.")])
+    with log:
+        agent.run(SECRET)
+        agent.record({"role": "user", "content": f"To repeat: {SECRET}"})
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    assert files_holding(sessions, "Ilse") == [], (
+        "message 0 was in the log, and a note quoting it was pending (recorded, not "
+        "written yet) when the user erased message 0; once the agent wrote its "
+        f"pending messages, these files held the words: "
+        f"{files_holding(sessions, 'Ilse')}. A pending message is the agent's too: "
+        "it loses the quote before it is ever written")
+    assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
+        "the next request still sent the erased words")
+
+
+@pytest.mark.task("09.4")
+def test_the_agent_erases_the_message_it_shows_when_the_same_words_came_before(
+    lesson, sessions
+):
+    """The user said "Thank you" twice (too short to be looked for in other
+    messages) and erases the second: the log erases that message, the later one,
+    and keeps the first as it was; the agent's memory and the log hold the same
+    messages."""
+    agent, _, log = open_agent(lesson, sessions, [say("The elder nods."),
+                                                  say("The elder smiles.")])
+    with log:
+        agent.run("Thank you")
+        agent.run("Thank you")
+        agent.erase(2)
+    found = [m.get("content") for m in resume(lesson, sessions)]
+    expected = ["Thank you", "The elder nods.", lesson.ERASED, "The elder smiles."]
+    assert found == expected, (
+        "the conversation was 'Thank you', 'The elder nods.', 'Thank you', 'The "
+        "elder smiles.', and the user erased message 2, the second 'Thank you'; a new "
+        f"process sees {found}, where it should see {expected}. The log's message is "
+        "found by its place, not by its words: the same words may come more than once")
+    assert agent.messages == resume(lesson, sessions), (
+        "after the erase the agent's memory and its log hold different messages: in "
+        f"memory {[m.get('content') for m in agent.messages]}, in the log {found}")
+
+
+@pytest.mark.task("09.4")
+def test_the_agent_looks_for_the_erased_text_whole_blanks_included(lesson, sessions):
+    """What counts as a quote is the log's rule: the erased message's text whole, as
+    it was written, its line break included, and measured so. The user pasted a text
+    with a line break at its end. A reply that repeats the words without the line
+    break does not quote the whole text: the log's erase leaves it as it was. A text
+    of 11 letters and its line break is 12 characters long, long enough to be looked
+    for: the log's erase takes it out of the reply that quotes it whole. Either way
+    the agent's memory keeps what the log keeps."""
+    cases = [
+        (f"{SECRET}\n", f"Noted: {SECRET}.",
+         "the sentence with a line break at its end, and the reply repeated the "
+         "sentence without it"),
+        ("Ilse at Elm\n", "You said: Ilse at Elm\nRight.",
+         "'Ilse at Elm' and its line break (12 characters, as long as the shortest "
+         "text looked for), and the reply quoted it whole"),
+    ]
+    for number, (text, reply, which) in enumerate(cases, start=1):
+        session_id = f"pasted-{number}"
+        agent, model, log = open_agent(lesson, sessions, [say(reply), say("Yes.")],
+                                       session_id=session_id)
+        with log:
+            agent.run(text)
+            agent.erase(0)
+        resumed = resume(lesson, sessions, session_id)
+        assert agent.messages == resumed, (
+            f"the user's message was {which}; after erasing the user's message, the "
+            "agent's memory and its log hold different messages: in memory "
+            f"{[m.get('content') for m in agent.messages]}, in the log "
+            f"{[m.get('content') for m in resumed]}. The agent looks for each text of "
+            "the erased message whole, as it was written, and measures it so, blanks "
+            "and line breaks included, as the log's erase does")
 
 
 @pytest.mark.task("09.4")
@@ -3925,6 +4123,11 @@ def test_an_agent_without_a_session_forgets_too(lesson):
             f"erasing message {position} of a conversation of 2 was refused, in words "
             "that do not say how many messages the conversation holds, so the caller "
             f"cannot tell what would be right: {raised.value}")
+        assert position in numbers_in(raised.value), (
+            f"erasing message {position} of a conversation of 2 was refused, in words "
+            f"that do not say which message was asked for ({position}, counted from 0 "
+            "as the position given), so a user who asked for several cannot tell "
+            f"which one was refused: {raised.value}")
     assert agent.erase(0) == {"role": "user", "content": lesson.ERASED}
     agent.run("Shall we go on?")
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
@@ -3973,6 +4176,10 @@ def test_an_agent_refusing_a_position_writes_nothing(lesson, sessions):
                 f"erasing message {position} of a conversation of 3 (the last one not "
                 "written yet) was refused, in words that do not say how many messages "
                 f"the conversation holds: {raised.value}")
+            assert position in numbers_in(raised.value, path), (
+                f"erasing message {position} of a conversation of 3 was refused, in "
+                f"words that do not say which message was asked for ({position}, "
+                f"counted from 0 as the position given): {raised.value}")
 
 
 @pytest.mark.task("09.4")
@@ -4268,6 +4475,39 @@ def test_collect_removes_nothing_when_a_file_cannot_be_read(
     assert old in blob_names(sessions), (
         "a log could not be read, so any blob may be one it refers to: collect_blobs() "
         f"should remove none, and it removed {old[:12]}...")
+
+
+@pytest.mark.task("09.5")
+def test_collect_lets_an_error_listing_the_blobs_reach_the_caller(
+    lesson, sessions, monkeypatch
+):
+    """blobs/ cannot be listed (permission denied, say): what it holds is unknown, and
+    an old blob nobody refers to may be there. collect_blobs() raises the error rather
+    than answering that it removed nothing, as if there were nothing to collect."""
+    old = lesson.SessionLog(sessions, "scratch").store_blob(b"old " * 2000)
+    age(sessions / "blobs" / old, 2)
+    blobs = os.fspath(sessions / "blobs")
+
+    def refusing(real):
+        def list_(path=".", *args, **kwargs):
+            if not isinstance(path, int) and os.fspath(path).rstrip(os.sep) == blobs:
+                raise PermissionError(13, "Permission denied (the test's)", blobs)
+            return real(path, *args, **kwargs)
+        return list_
+
+    for name in ("listdir", "scandir"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    try:
+        found = lesson.collect_blobs(sessions)
+    except OSError:
+        found = None        # the caller heard it
+    finally:
+        monkeypatch.undo()
+    assert found is None, (
+        f"blobs/ could not be listed (permission denied), and collect_blobs() "
+        f"returned {found!r}, as if there were nothing to collect; an old blob nobody "
+        "refers to is still there, with whatever words it holds. An error that leaves "
+        "what blobs/ holds unknown reaches the caller")
 
 
 @pytest.mark.task("09.5")
@@ -5202,6 +5442,51 @@ def test_what_a_collection_stopped_after_taking_a_blobs_name_left_the_next_clear
         "old blob nobody refers to: the next collection should name the blob it "
         f"removed ({blob[:12]}...) {'' if left else '(none: nothing was left) '}"
         f"and returned {abbreviated(removed)}")
+
+
+@pytest.mark.task("09.5")
+def test_a_blob_a_crashed_collection_set_aside_comes_back_for_a_log_restored_since(
+    lesson, sessions, monkeypatch
+):
+    """A collection stops (a crash) just after it took the name of an old blob no log
+    referred to (its session's log had been removed by hand). The person then puts
+    that log back from a backup. Once what the crash left is old, the next collection
+    gives the blob its name back, wherever the crashed one set it aside: the restored
+    log loads."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    log = sessions / "quest-1.jsonl"
+    backup = log.read_bytes()
+    log.unlink()
+    age(sessions / "blobs" / blob, 2)
+
+    def crash():
+        raise Crash()
+
+    met = when_the_name_goes(sessions / "blobs" / blob, monkeypatch, crash,
+                             before=False)
+    try:
+        lesson.collect_blobs(sessions)
+    except Crash:
+        pass
+    finally:
+        monkeypatch.undo()
+    assert met, "the test's own set-up: the collection never removed the blob"
+    log.write_bytes(backup)
+    for path in [path for path in sessions.rglob("*") if path.is_file()]:
+        age(path, 2)        # the crash was two days ago
+    lesson.collect_blobs(sessions)
+    try:
+        messages = resume(lesson, sessions)
+    except lesson.BlobError as error:
+        pytest.fail("a collection crashed just after it took the name of an old blob "
+                    "no log referred to; a log that refers to it was then restored, "
+                    "and the next collection did not give the blob its name back: "
+                    f"the log no longer loads ({error}). A blob set aside is set "
+                    "aside in blobs/, under a name the next collection knows (a dot, "
+                    "the blob's name, .collected), so that it can come back",
+                    pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
 
 
 @pytest.mark.key
