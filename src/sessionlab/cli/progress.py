@@ -14,7 +14,7 @@ from rich.text import Text
 
 from .. import course, starters
 from ..course import Lesson
-from .runner import LessonResult, Runner, current_lesson, load_state, save_state
+from .runner import LessonResult, Outcome, Runner, current_lesson, load_state, save_state
 from .ui import LEGEND, Ui, bar, human
 
 HINTS_FILE = "hints.json"
@@ -116,7 +116,7 @@ def lesson_heading(lesson: Lesson, side: str = "lesson") -> Text:
     return text
 
 
-def waiting_for(task_id: str, tests: list) -> dict[str, int]:
+def waiting_for(task_id: str, tests: list[Outcome]) -> dict[str, int]:
     """Later task -> how many of `tests` (those of task `task_id`) fail only because it
     is not written yet."""
     waits: dict[str, int] = {}
