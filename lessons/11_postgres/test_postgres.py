@@ -611,39 +611,6 @@ def test_a_markers_row_holds_its_body_as_a_messages_does(lesson, database):
         f"finds {undos[0][0]}")
 
 
-@pytest.mark.task("11.2")
-def test_a_session_whose_every_message_was_undone_goes_on_after_its_rows(lesson,
-                                                                         database):
-    """A user undoes every message of a session and starts again: the session shows
-    nothing, but its rows (the messages and the undo marker) are all there, so a
-    writer opened afterwards stores its first message right after the last of them,
-    never at seq 0 as if the session had no rows (a place that is taken, and the
-    writer would be refused as if another had written)."""
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        log.append({"role": "user", "content": "Buy a torch."})
-        log.append({"role": "assistant", "content": "Which one?"})
-        log.undo(2)
-    with lesson.PostgresSessionLog(database, "quest-1") as log:
-        shown = log.open_for_append()
-        assert shown == [], (
-            f"every message of quest-1 was undone: it should show none; it shows "
-            f"{shown}")
-        try:
-            log.append({"role": "user", "content": "Start again: buy a rope."})
-        except (lesson.SessionConflict, lesson.WriterStopped) as error:
-            pytest.fail("quest-1's rows are seq 0 to 2 (two messages, then the undo "
-                        "marker that takes both back): the first append after it "
-                        "belongs at seq 3, after the rows, whatever the session shows; "
-                        f"it collided with a stored row: {error}", pytrace=False)
-    seqs = [seq for seq, _, _ in rows(database)]
-    assert seqs == [0, 1, 2, 3], (
-        "the new message should be stored at seq 3, right after the undo marker; "
-        f"found seqs {seqs}")
-    loaded = [message.get("content") for message in load_back(lesson, database)]
-    assert loaded == ["Start again: buy a rope."], (
-        f"quest-1 should show the new message alone; it shows {loaded}")
-
-
 # --- 11.1 one writer: the advisory lock -----------------------------------------------
 
 
@@ -1626,6 +1593,39 @@ def test_a_writer_that_tries_the_lock_again_tries_it_as_the_first_time(lesson,
 
 
 # --- 11.2 rows, the key, and what jsonb would change ----------------------------------
+
+
+@pytest.mark.task("11.2")
+def test_a_session_whose_every_message_was_undone_goes_on_after_its_rows(lesson,
+                                                                         database):
+    """A user undoes every message of a session and starts again: the session shows
+    nothing, but its rows (the messages and the undo marker) are all there, so a
+    writer opened afterwards stores its first message right after the last of them,
+    never at seq 0 as if the session had no rows (a place that is taken, and the
+    writer would be refused as if another had written)."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a torch."})
+        log.append({"role": "assistant", "content": "Which one?"})
+        log.undo(2)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        shown = log.open_for_append()
+        assert shown == [], (
+            f"every message of quest-1 was undone: it should show none; it shows "
+            f"{shown}")
+        try:
+            log.append({"role": "user", "content": "Start again: buy a rope."})
+        except (lesson.SessionConflict, lesson.WriterStopped) as error:
+            pytest.fail("quest-1's rows are seq 0 to 2 (two messages, then the undo "
+                        "marker that takes both back): the first append after it "
+                        "belongs at seq 3, after the rows, whatever the session shows; "
+                        f"it collided with a stored row: {error}", pytrace=False)
+    seqs = [seq for seq, _, _ in rows(database)]
+    assert seqs == [0, 1, 2, 3], (
+        "the new message should be stored at seq 3, right after the undo marker; "
+        f"found seqs {seqs}")
+    loaded = [message.get("content") for message in load_back(lesson, database)]
+    assert loaded == ["Start again: buy a rope."], (
+        f"quest-1 should show the new message alone; it shows {loaded}")
 
 
 @pytest.mark.key
