@@ -1943,6 +1943,17 @@ def test_the_log_itself_refuses_an_undo_behind_the_boundary_in_a_new_process(
                         f"it. The refusal should name place {first} wherever it names "
                         f"that message (and never {first + 1}, the message after it); "
                         f"it says {str(raised.value)!r}")
+        # A program that says how many messages it saw (lesson 07's `seen`, as an
+        # agent passes it) is refused the same: the boundary is the log's rule, not a
+        # check left to whoever calls it with or without that count
+        for count in (1, 4):
+            with raises(lesson.UndoError, f"the log's own undo of {count} message(s), "
+                        "called with seen=4 (the number of messages it shows, as a "
+                        "program that has just read it says), went ahead behind the "
+                        "boundary: the log refuses whoever asks, whatever count of "
+                        "messages the caller says it saw",
+                        match="quest-1", unmatched=NAME_THE_LOG):
+                again.undo(count, seen=4)
         with raises(lesson.UndoError, "the log's own undo of 5 messages, more than "
                     "the 4 it shows, went ahead") as raised:
             again.undo(5)
@@ -1977,6 +1988,15 @@ def test_the_log_refuses_an_undo_behind_a_compaction_it_has_just_written(lesson,
         undo_refused(lesson, log, path, 1,
                      "right after recording a compaction that keeps places 4 and 5, "
                      "the log took back place 3, which its summary stands for")
+        before = path.read_bytes()
+        with raises(lesson.UndoError, "right after recording a compaction that keeps "
+                    "places 4 and 5, the log took back place 3, which its summary "
+                    "stands for, when the caller said it saw the 4 messages the log "
+                    "shows (seen=4, as an agent says it): the refusal is the log's "
+                    "rule, whoever calls it and however"):
+            log.undo(1, seen=4)
+        assert path.read_bytes() == before, (
+            "a refused undo (seen=4) must not write to the log")
     # A writer that took a message back before it recorded the compaction: what it
     # knew of the log at that undo (no compaction) is no longer true
     path = sessions / "quest-2.jsonl"
@@ -3324,13 +3344,19 @@ def test_compactions_leave_no_descriptor_open(lesson, sessions):
 
 @pytest.mark.task("08.1")
 @pytest.mark.parametrize("odd", [{"$marker": "bookmark", "name": "before the cave"},
-                                 {"$marker": None}], ids=["a bookmark", "no kind"])
+                                 {"$marker": None},
+                                 {"$marker": "recap", "summary": "A newer program's.",
+                                  "upto": 1}],
+                         ids=["a bookmark", "no kind", "a recap with a summary"])
 def test_a_marker_of_a_kind_this_code_does_not_know_moves_no_boundary(lesson, sessions,
                                                                        odd):
     """A marker of a kind this code does not know (another program's bookmark), or of
-    no kind, is no message: it takes no index. A compaction marker read after it is
-    judged by the messages written before it, and one the log's compact writes after
-    it counts its "upto" among the messages alone, with some kept or with none."""
+    no kind, is no message: it takes no index. Nor is it a compaction, whatever its
+    fields: only a marker of the kind "compaction" records one, and a newer program's
+    marker may carry a "summary" and an "upto" of its own. A compaction marker read
+    after it is judged by the messages written before it, and one the log's compact
+    writes after it counts its "upto" among the messages alone, with some kept or with
+    none."""
     said = conversation(4)
     path = sessions / "quest-1.jsonl"
     ahead = [*said[:2], odd, *said[2:],
@@ -3339,7 +3365,9 @@ def test_a_marker_of_a_kind_this_code_does_not_know_moves_no_boundary(lesson, se
     assert found is None, (
         f"messages 0 to 3 with the marker {odd} among them, then a compaction whose "
         "'upto' is 5: only 4 messages were written before it (a marker is no message), "
-        "so it names a message never written before it and is no compaction; "
+        "so it names a message never written before it and is no compaction; nor is "
+        "a marker of another kind one, whatever fields it carries (the model would be "
+        "told its words as the summary of the turns before it). "
         f"compaction() returned {found!r}")
     for keep, upto in ((1, 3), (0, 4)):
         path.write_text(as_log([*said[:2], odd, *said[2:]]))
