@@ -1497,7 +1497,9 @@ def test_a_text_that_quotes_a_reference_loads_as_it_is(lesson, sessions):
 def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatch):
     """The blob was stored by a writer that did not sync it: a durable writer pointing
     to it must sync it and blobs/ first, or a power cut could keep its line and lose the
-    blob; once synced, it is not synced again at every append."""
+    blob; once synced, it is not synced again at every append. The durable writer has
+    written and synced a blob of its own before: what it synced of one blob says
+    nothing of another."""
     data = PASTE.encode("utf-8")
     blob = store(lesson, sessions, data, "quick")                # not durable
     assert blob.is_file(), (
@@ -1505,6 +1507,7 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
         f"blobs/ holds {blob_names(sessions)}")
     found = blob.stat().st_ino
     with lesson.SessionLog(sessions, "careful", durable=True) as log:
+        log.store_blob(NON_ASCII.encode("utf-8"))   # its own: written and synced
         synced = count_syncs(monkeypatch)
         log.store_blob(data)
         first = list(synced)
@@ -1517,9 +1520,10 @@ def test_durable_mode_syncs_a_stored_blob_it_reuses(lesson, sessions, monkeypatc
         "syncing the one it found: a stored blob stays the very file it is (a reader, "
         "or another session, may be using it)")
     assert blob.stat().st_ino in first, (
-        "a durable writer's store_blob found the blob stored by a writer that never "
-        "synced it, and returned without syncing it: a power cut could keep the line "
-        "that points to it and lose the blob")
+        "a durable writer that had written and synced a blob of its own found another "
+        "stored by a writer that never synced it, and returned without syncing it: a "
+        "power cut could keep the line that points to it and lose the blob. Having "
+        "synced one blob says nothing of another")
     assert (sessions / "blobs").stat().st_ino in first, (
         "a durable writer synced the blob it found stored but not blobs/, where its "
         "name lives, before returning: a power cut could lose the name")
