@@ -858,6 +858,12 @@ def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, argument
             f"{what}: the error result should quote the start of what the model sent "
             f"({arguments[:40]!r}), so that it sees what it got wrong; it begins "
             f"{result[:300]!r}")
+        if len(arguments) <= 200:
+            assert re.search(r"""(['"`])""" + re.escape(arguments) + r"\1", result), (
+                f"{what}: the error result should quote them as the model wrote them, "
+                "once, between two quote marks of the same kind, as it quotes any "
+                "arguments that could not be read (a quote of their quote adds marks "
+                f"and backslashes the model never wrote); got {result!r}")
     else:
         first = next(iter(arguments))
         assert first in result, (
@@ -925,8 +931,9 @@ def test_a_tool_without_parameters_runs_with_empty_arguments(lesson, arguments):
 def test_a_tool_result_is_always_text(lesson):
     """A tool that returns a number still gives the model text: a string; one that
     returns text gives it as it is, however long; one that returns anything else (a
-    list, a set, None, bytes) gives its text as Python writes it, and it is its
-    answer, not an error."""
+    list, a set, None, bytes, a Decimal, a path) gives its text as Python writes it
+    (str, not repr: 2.50 gold, not Decimal('2.50')), and it is its answer, not an
+    error."""
     result = lesson.run_tool(FewTools(count_gold=lambda: 6),
                              tool_call("count_gold", "{}"))
 
@@ -940,8 +947,13 @@ def test_a_tool_result_is_always_text(lesson):
         "the tool returned the int 0 (no gold left), and run_tool gave "
         f"{result!r}, where the text '0' was expected: a value that is falsy is "
         "still the tool's answer, and the model must read it")
+    import decimal
+    import pathlib
+
+    # Values whose text is not their repr: the text is the tool's answer
     for returned in (["rope", "torch"], {"a map of the cave"}, None,
-                     b"a map of the cave", b"\x89PNG\r\n"):
+                     b"a map of the cave", b"\x89PNG\r\n", decimal.Decimal("2.50"),
+                     pathlib.PurePosixPath("maps/cave.txt")):
         result = run_call(lesson, FewTools(look=lambda value=returned: value),
                           tool_call("look", "{}"), f"the tool returned {returned!r}")
         assert result == str(returned), (
@@ -957,6 +969,28 @@ def test_a_tool_result_is_always_text(lesson):
         f"{' characters' if isinstance(result, str) else ''}: a tool's answer goes to "
         "the model whole, as the tool wrote it (only unreadable arguments are quoted "
         "in part)")
+
+
+@pytest.mark.task("00.1")
+def test_an_answer_that_cannot_be_made_text_is_an_error_result(lesson):
+    """Making text of what a tool returned is part of running it: a value whose text
+    cannot be made (its __str__ raises, as a library's object in a broken state may)
+    is the tool's failure, an error result that says what went wrong, never an
+    exception that crashes the agent after the tool ran."""
+    class Torn:
+        def __str__(self):
+            raise RuntimeError("the map is torn in two")
+
+    what = ("the tool read_map returned an object whose text cannot be made (str() "
+            "of it raises RuntimeError('the map is torn in two'))")
+    result = run_call(lesson, FewTools(read_map=lambda: Torn()),
+                      tool_call("read_map", "{}"), what)
+
+    assert_error_result(result, what)
+    assert "the map is torn in two" in result, (
+        f"{what}: the error result should carry what the failure says, as for any "
+        f"failure of the tool's, so that the model knows what went wrong; got "
+        f"{result!r}")
 
 
 @pytest.mark.task("00.3")
@@ -1258,6 +1292,28 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         "a turn that gives up keeps what it did, the user's message first, even when "
         "its limit allowed no model call: with max_turns=0 the history should be "
         f"[{said}], the user's message that was said, and it is {idle.messages}")
+
+
+@pytest.mark.task("00.2")
+def test_a_limit_below_zero_allows_no_model_call(lesson, model, town):
+    """max_turns bounds the model calls of a turn: a limit below zero (a setting read
+    from a file, mistyped) allows none, as 0 does, and the turn raises rather than
+    asking the model with no bound at all (a count that waits to reach the limit
+    exactly never reaches one below zero)."""
+    model.add(say("Hello, traveller."))
+    agent = new_agent(lesson, model, town, max_turns=-1)
+
+    try:
+        answer = agent.run("Hello?")
+    except NotImplementedError:
+        raise
+    except Exception:
+        answer = None
+    assert answer is None and not model.requests, (
+        f"with max_turns=-1, run() made {len(model.requests)} model call(s) and "
+        f"returned {answer!r}: a limit below zero allows no model call, as 0 does, and "
+        "the turn raises (MaxTurnsExceeded): a limit that is never reached leaves a "
+        "model that keeps calling tools asked for ever, on the user's bill")
 
 
 @pytest.mark.task("00.2")

@@ -468,6 +468,29 @@ def test_ids_made_up_after_a_thousand_calls_have_at_most_forty_characters(lesson
 
 
 @pytest.mark.task("00.3")
+def test_ids_made_up_have_at_most_forty_characters_whatever_the_call_holds(lesson):
+    """An id made up is one OpenAI takes back (at most 40 characters) whatever the
+    call it is made for holds: a tool of a long name, long arguments, letters beyond
+    ASCII."""
+    names = ["look_at_the_map_of_the_cave_north_of_the_mill", "buy",
+             "洞窟の地図を見る"]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": None, "type": "function", "function": {
+            "name": name, "arguments": json.dumps({"note": "rope, " * 50})}}
+        for name in names]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    bad = [i for i in stored if not isinstance(i, str) or not 0 < len(i) <= 40]
+    assert len(stored) == 3 and not bad and len(set(stored)) == 3, (
+        f"three calls came without ids, to the tools {names}, and were stored with "
+        f"the ids {stored}: each needs an id of its own, a string of at most 40 "
+        "characters (OpenAI refuses a longer one, at this request and every later "
+        "one), whatever the tool's name or the arguments")
+
+
+@pytest.mark.task("00.3")
 def test_the_ids_taken_are_those_of_the_history_given_at_each_call(lesson):
     """normalize_reply judges each reply by the history it is given at that call,
     however that list changed since the last: a caller may empty it and fill it again
@@ -888,6 +911,32 @@ def test_arguments_sent_as_an_object_keep_non_ascii_text_readable(lesson):
         f"text they should read as the model wrote them, got {arguments!r}")
 
 
+@pytest.mark.task("00.3")
+def test_arguments_sent_as_an_object_are_stored_as_that_whole_object(lesson):
+    """Arguments that came as an object are stored as the JSON text of that object,
+    whole: a null, true and false, a number, a list, as the model sent them (the tool
+    runs on what read_arguments read, and the stored call must say the same)."""
+    sent = {"npc": "elder", "mood": None, "polite": True, "armed": False,
+            "gifts": ["rope", 2.5, None], "gold": 0}
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1_0", "type": "function",
+         "function": {"name": "talk_to", "arguments": dict(sent)}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    calls = message.get("tool_calls") or [{}]
+    arguments = calls[0].get("function", {}).get("arguments")
+    try:
+        read = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        read = None
+    assert read == sent, (
+        f"the arguments came as the object {sent}; the stored call should hold the "
+        "JSON text of that object, whole (its null, true and false as JSON writes "
+        f"them), and holds {arguments!r}: the call is stored as something other than "
+        "what the tool ran with, or as text no provider reads")
+
+
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, expected", [
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
@@ -919,7 +968,7 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 @pytest.mark.parametrize(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
                   "None", '{"item": "ro\npe"}', " ", "\n", '{"item": "rope"}}',
-                  '```json\n{"item": "rope"}\n```']
+                  '```json\n{"item": "rope"}\n```', '{"item": "rope"}\u00a0']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
@@ -949,6 +998,10 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
               "it reads as it came, and a provider refuses the stored call (read only "
               "the text of one JSON object, whole)")
     why['{"item": "rope"}}'] = why['```json\n{"item": "rope"}\n```'] = around
+    why['{"item": "rope"}\u00a0'] = (
+        " a no-break space after the object is no blank to JSON (only spaces, tabs "
+        "and line breaks are), so the text is no JSON: normalize_reply keeps text it "
+        "reads as it came, and a strict provider refuses the stored call")
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
@@ -1076,6 +1129,100 @@ def test_every_stored_call_has_the_type_function(lesson, sent):
         f"content {message.get('content')!r}: a stored reply's content is text, '' "
         "where the server sent none (Ollama and LM Studio refuse null even beside "
         "tool calls)")
+
+
+@pytest.mark.task("00.3")
+def test_a_call_that_came_without_id_and_type_keys_is_stored_with_both(lesson):
+    """Ollama's own format sends a call as its function alone: no id key and no type
+    key at all (absent, not null). It is stored like a call whose id came null: a new
+    id no other call has, the type function, and its arguments as they came."""
+    reply = {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+    try:
+        message = lesson.normalize_reply(reply, [])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail("a call came without an id key or a type key, "
+                    f"{reply['tool_calls']}, as Ollama's own format sends it; "
+                    f"normalize_reply raised "
+                    f"{described(error)}, and the turn dies with the reply unrecorded: "
+                    "a call without an id gets one, whether the key is null or "
+                    "absent", pytrace=False)
+    calls = message.get("tool_calls") or []
+    ids = [call.get("id") for call in calls]
+    assert len(calls) == 1 and isinstance(ids[0], str) and 0 < len(ids[0]) <= 40 and (
+        calls[0].get("type") == "function") and calls[0].get("function") == {
+            "name": "buy", "arguments": '{"item": "rope"}'}, (
+        f"a call came without an id key or a type key, {reply['tool_calls']}; it "
+        "should be stored with a new string id (of at most 40 characters), the type "
+        f"'function' and its function as it came; stored {calls}")
+
+
+@pytest.mark.task("00.3")
+def test_a_call_that_names_no_tool_is_stored_like_any(lesson):
+    """A call whose tool name is empty, or only blanks, is the model's mistake, not a
+    server's noise: it is stored like any call, in its place (run_tool tells the model
+    the name it got wrong), so that nothing the model said is lost and each stored
+    call stays beside the call the model sent."""
+    names = ["", "buy", "  "]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{number}", "type": "function",
+         "function": {"name": name, "arguments": '{"item": "rope"}'}}
+        for number, name in enumerate(names)]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    stored = [call.get("function", {}).get("name")
+              for call in message.get("tool_calls") or []]
+    assert stored == names, (
+        f"the reply's calls named the tools {names}, in that order, and the stored "
+        f"reply's calls name {stored}: every call the model sent is stored, in its "
+        "place, a name that is empty or blank included (the loop answers each with "
+        "what running it gave, an error naming what was sent)")
+
+
+@pytest.mark.task("00.3")
+def test_a_reply_whose_tool_calls_is_null_is_a_plain_answer(lesson):
+    """A reply may say "tool_calls": null (what the OpenAI library writes out for a
+    plain answer): it calls nothing, and is stored as a plain answer, its text and no
+    "tool_calls" key."""
+    reply = {"role": "assistant", "content": "The cave is north.", "tool_calls": None}
+    try:
+        message = lesson.normalize_reply(reply, [])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        pytest.fail(f"the reply {reply} calls nothing (tool_calls null, as the OpenAI "
+                    f"library writes a plain answer out), and normalize_reply raised "
+                    f"{described(error)}: the answer is lost and the turn dies",
+                    pytrace=False)
+    assert message == {"role": "assistant", "content": "The cave is north."}, (
+        f"the reply {reply} is a plain answer: it should be stored as {{'role': "
+        "'assistant', 'content': 'The cave is north.'}, with no 'tool_calls' (a null "
+        f"one is refused by providers); stored {message}")
+
+
+@pytest.mark.task("00.3")
+def test_text_in_parts_beside_calls_is_kept_with_them(lesson):
+    """Content in parts may come with calls (a thinking part, then what the model says
+    before it acts): the text parts are its words all the same, stored as the reply's
+    text beside its calls, and nothing of the thinking."""
+    reply = {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "The shop first."},
+        {"type": "text", "text": "Let me buy "}, {"type": "text", "text": "a rope."}],
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "buy", "arguments": '{"item": "rope"}'}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    assert message.get("content") == "Let me buy a rope." and len(
+            message.get("tool_calls") or []) == 1, (
+        "the reply came with a thinking part, two text parts ('Let me buy ', 'a "
+        "rope.') and a call: the stored reply should hold the text parts' text, 'Let "
+        "me buy a rope.', beside its one call (nothing the model said is lost); it "
+        f"holds the content {message.get('content')!r} and the calls "
+        f"{message.get('tool_calls')}")
 
 
 @pytest.mark.task("00.3")
