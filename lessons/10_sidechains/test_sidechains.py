@@ -2327,15 +2327,23 @@ def test_a_parent_that_keeps_no_room_for_the_reply_has_a_helper_that_keeps_none(
 @pytest.mark.parametrize("arguments", ['{"question": "Ask the elder', "{}",
                                        '{"question": "  "}', '{"question": ""}',
                                        '{"question": 7}', '["Ask the elder."]'])
+@pytest.mark.parametrize("tools", ["town", "schema only"])
 def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, sessions,
-                                                                     arguments):
+                                                                     arguments, tools):
     """An ask_helper call whose arguments are no JSON object, or hold no question as
-    text, is answered with an error result the model can read; no helper starts and the
-    parent goes on."""
+    text, is answered with an error result the model can read, saying what was wrong;
+    no helper starts and the parent goes on. The same whether the tools hold a function
+    named ask_helper (the town's) or only offer its schema: a call the helper answers
+    never reads as a call to a tool that does not exist."""
+    town = None
+    if tools == "schema only":
+        functions = {k: f for k, f in HelperTown().functions.items()
+                     if k != "ask_helper"}
+        town = lesson.Toolbox([*TOOL_SCHEMAS, HELPER_SCHEMA], functions)
     turn = ("Ask a helper.", [use(raw_call("ask_helper", arguments)),
                               say("Sorry, let me ask properly.")])
     messages, model = play(
-        lesson, sessions, turn,
+        lesson, sessions, turn, town=town,
         expected=f"the model called ask_helper with the arguments {arguments!r}, which "
         "ask no question: the call's result should be an error the model can read "
         "(starting 'error:'), no helper should start, and the parent's model should be "
@@ -3032,6 +3040,35 @@ def test_a_session_with_no_log_has_started_no_helper(lesson, sessions):
     assert after == before, (
         "asking which helpers an unwritten session started should create nothing; the "
         f"sessions folder held {before or 'nothing'} and now holds {after}")
+
+
+@pytest.mark.task("10.4")
+def test_a_session_id_that_leads_out_of_the_sessions_folder_is_refused(lesson,
+                                                                       sessions):
+    """The session asked about is named by a session id, which often comes from a user
+    or a URL: one that is no session id (`../elsewhere/quest-1`, which leads out of the
+    sessions folder) is refused with ValueError before any file is read, as every
+    function of the course refuses it. Followed, it would read a log outside the
+    sessions folder, and hand its pointers on as this folder's."""
+    elsewhere = sessions.parent / "elsewhere"
+    elsewhere.mkdir()
+    pointer = {"$marker": "sidechain", "call": CALL_ID, "session": "quest-1",
+               "sidechain": CALL_ID, "at": "2026-01-01T00:00:00+00:00"}
+    (elsewhere / "quest-1.jsonl").write_text(
+        json.dumps({"role": "user", "content": "Ask a helper."}) + "\n"
+        + json.dumps(pointer) + "\n", encoding="utf-8")
+    for session_id in ("../elsewhere/quest-1", str(elsewhere / "quest-1")):
+        try:
+            found = lesson.sidechains(sessions, session_id)
+        except NotImplementedError:
+            raise       # a task not written yet: the plugin says which
+        except ValueError:
+            continue
+        pytest.fail(f"sidechains was asked about the session {session_id!r}, which is "
+                    "no session id (it leads out of the sessions folder): it should "
+                    "refuse it with ValueError (the session-id check's "
+                    "InvalidSessionId) before reading anything; it read the log "
+                    f"there and gave {[(c, str(p)) for c, p in found]}", pytrace=False)
 
 
 @pytest.mark.task("10.4")
