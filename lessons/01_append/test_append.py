@@ -877,15 +877,19 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
 @pytest.mark.task("01.4")
 @pytest.mark.task("01.2")
 def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
-    """Without durable mode nothing is fsynced: fsync costs milliseconds per line and is
-    an opt-in."""
+    """Without durable mode nothing is fsynced, not a line, not a new log's name, not
+    the name of a folder the first append creates: fsync costs milliseconds a call and
+    is an opt-in."""
     fsync = FsyncRecorder(monkeypatch)
 
-    with lesson.SessionLog(sessions, "quest-1") as log:
+    with lesson.SessionLog(sessions / "new" / "deeper", "quest-1") as log:
         log.append({"role": "user", "content": "quick"})
 
     assert fsync.kinds == [], (
-        f"fsync costs milliseconds: only durable mode should call it, got {fsync.kinds}"
+        "without durable mode, a first append made the sessions folder (and its "
+        f"parent) and wrote a line, and it synced: {fsync.kinds}. fsync costs "
+        "milliseconds: only durable mode should call it, for a line, a log's name or "
+        "a new folder's name alike"
     )
 
 
@@ -935,10 +939,12 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
     hands its line to _write, which keeps that guard."""
     log = lesson.SessionLog(sessions, "quest-1")
     handed, outcomes = [], []   # what append handed _write; what each _write raised
+    flags = []                  # the writer's in_doubt as each _write began
     write = log._write
 
     def noted_write(data):
         handed.append(data)
+        flags.append(log.in_doubt)
         try:
             write(data)
         except BaseException as error:
@@ -995,6 +1001,12 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
                 f"{len(after) - len(before)} bytes. A stopped writer's error reaches "
                 "append's caller: only a new SessionLog, whose owner reads the log "
                 "again, writes again")
+    if stopped is None and flags[1:2] == [False]:
+        fail_in("01.2", "the writer was stopped (in_doubt set), and the next append "
+                "cleared its flag in_doubt before it handed its line to _write, which "
+                f"then wrote it: the log grew by {len(after) - len(before)} bytes. The "
+                "flag says a write of this writer may have landed; append leaves it "
+                "as it is, so that _write refuses (only a new SessionLog writes again)")
     if stopped is None:
         fail_in("01.5", "the writer was stopped (in_doubt set), and the next append "
                 f"returned, and the log grew by {len(after) - len(before)} bytes, "
@@ -1595,6 +1607,46 @@ def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
         f"is {now!r}")
 
 
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
+def test_a_stopped_writer_keeps_its_log_through_its_refusals(lesson, sessions):
+    """A stopped writer (in_doubt set) refuses, and a refusal changes nothing: it
+    neither lets go of the file it holds nor opens another by the log's name. So when
+    a person removes the log after a refused append, the writer's next retry is
+    refused too, and no new, empty log appears under the name: the session's files are
+    as the person left them."""
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    outcomes = []
+    try:
+        log.append({"role": "user", "content": "first"})
+        log.in_doubt = True     # as a write that failed after its bytes went out does
+        for removed in (False, True):
+            if removed and path.exists():
+                path.unlink()
+            try:
+                log.append({"role": "user", "content": "second"})
+            except NotImplementedError:
+                raise
+            except (OSError, lesson.WriterStopped) as error:
+                outcomes.append(type(error).__name__)
+            else:
+                outcomes.append("returned")
+    finally:
+        log.close()
+    assert outcomes[0] == "WriterStopped", (
+        "the writer was stopped (in_doubt set), and its next append gave "
+        f"{outcomes[0]} where WriterStopped was expected: a write of it may have "
+        "landed, so it refuses every later write until the session is opened again")
+    assert outcomes[1] != "returned" and not path.exists(), (
+        "the writer was stopped (in_doubt set) and refused an append; then the log was "
+        f"removed, and the writer's retry gave {outcomes[1]}, and the log's name now "
+        f"holds {path.read_bytes() if path.exists() else 'nothing'!r}, where nothing "
+        "was expected: a stopped writer's refusal keeps the file it holds (which has "
+        "no name now, so the retry is refused), and never opens or makes a log by the "
+        "name, which would bring back a log without the conversation's start")
+
+
 @pytest.mark.task("01.3")
 def test_a_turn_after_the_log_was_closed_is_saved_too(lesson, model, town, sessions):
     """A caller that closes the log between two turns has put its descriptor away, not
@@ -1839,6 +1891,42 @@ def test_an_empty_log_another_program_left_has_its_name_synced_first(
         "(a writer killed between its create and its folder sync leaves just that): "
         "the sessions folder is synced, the name in it, before the first line in the "
         "log is acknowledged, or a power cut takes the log with the line")
+
+
+@pytest.mark.task("01.4")
+def test_a_failed_sync_of_a_logs_name_leaves_the_log_to_its_other_writers(
+        lesson, sessions, monkeypatch):
+    """Durable mode: the sync of a new log's name fails (EIO) while another program
+    holds the same, still empty, log open to append to it. The failed open leaves the
+    log where it is: the log is that program's too, and its lines must stay where
+    readers look, under the log's name. (The retry syncs the name again.)"""
+    path = sessions / "quest-1.jsonl"
+    other = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    line = b'{"role": "user", "content": "from the other program"}\n'
+    try:
+        with monkeypatch.context() as failing:
+            fail_syncs(failing, lambda fd: stat.S_ISDIR(os.fstat(fd).st_mode))
+            log = lesson.SessionLog(sessions, "quest-1", durable=True)
+            try:
+                log._open()     # as the first append opens it
+            except NotImplementedError:
+                raise
+            except OSError:
+                pass
+            finally:
+                log.close()
+        os.write(other, line)
+    finally:
+        os.close(other)
+    now = path.read_bytes() if path.exists() else None
+    assert now is not None and line in now, (
+        "another program held the empty log open; a durable writer's open of it (as "
+        "its first append makes) failed, as the sync of the log's name did (EIO); then "
+        "the other program "
+        f"wrote a line, and the log's name holds {now!r}, without that line: the "
+        "failed open removed the log (or made another), and the other program's "
+        "lines went to a file no name reaches. A failed open leaves the log as it "
+        "found it")
 
 
 def first_append_works(lesson, folder, setting: str, why: str, **options) -> None:
