@@ -1157,6 +1157,14 @@ def expect_holds_named(sessions, error, upto, held, what=""):
                 "server forking many sessions logs it, and whoever reads it must see "
                 "which session holds fewer messages than asked")
     said = str(error).replace(str(sessions), "").replace("quest-1", "")
+    if upto != held and re.search(
+            rf"\b(?:holds?|has|have|contains?)\s+(?:only\s+|just\s+)?{upto}(?!\d)",
+            said):
+        fail_in("03.1", f"quest-1 holds {held} message(s); fork(..., upto={upto}) was "
+                "refused, as it should be, but its text says the source holds "
+                f"{upto}, the number asked for: {error}. The two numbers are the "
+                f"other way round: {upto} was asked, {held} is what quest-1 holds, "
+                "and whoever reads it would ask again for as many as it says")
     if not re.search(rf"(?<![\d-]){held}(?!\d)", said):
         fail_in("03.1", f"quest-1 holds {held} message(s)"
                 + (f" (its log holds {what})" if what else "")
@@ -1233,9 +1241,12 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
         zone = datetime.fromisoformat(created).tzinfo
     except (TypeError, ValueError):     # not text, or not an ISO 8601 time
         zone = None
-    if zone is not None and not re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-][\d:]+)",
-                                             created):
-        zone = None     # Python reads more than ISO 8601 (a space for the T, say)
+    if zone is not None and not re.fullmatch(
+            r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)", created):
+        # Python reads more than ISO 8601's extended format: a space for the T, say,
+        # or an offset without its colon (+0545) after a date and time with theirs,
+        # which RFC 3339 readers refuse
+        zone = None
     wrong = [said for said, right in (
         ("the meta file should record format 1 and the fork's own id, 'what-if'",
          meta.get("format") == 1 and meta.get("id") == "what-if"),
@@ -1243,7 +1254,8 @@ def test_the_meta_file_records_where_the_fork_came_from(lesson, sessions, day_on
          meta.get("parent") == "quest-1"),
         ("forked_at is the number of messages copied (3)", meta.get("forked_at") == 3),
         (f"created should be an ISO 8601 time, as text, with its time zone (date, "
-         f"T, time, offset, as 2025-01-31T12:00:00+00:00): {created!r}",
+         f"T, time, offset, each with its separators, as 2025-01-31T12:00:00+00:00 "
+         f"or +05:45): {created!r}",
          zone is not None),
         (f"created should be when the fork was made, between {began.isoformat()} and "
          f"{ended.isoformat()} (the source was last written in 1970, and the local "
@@ -1920,6 +1932,57 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
 
 
 @pytest.mark.task("03.2")
+def test_a_durable_fork_leaves_nothing_whichever_of_its_syncs_fails(
+        lesson, sessions, day_one, monkeypatch):
+    """A durable fork is tried again and again on a failing disk: the first time its
+    first fsync fails (EIO), the next time its second, and so on, until a fork makes
+    no more syncs than the one that failed, and is made. Whichever sync fails, the
+    last one too (whatever a design syncs there, once more or otherwise), the fork
+    raises that error and leaves the folder as it was: an error says "no fork", and
+    a session left under the new id would be one its caller was told was not made."""
+    before = snapshot(sessions)
+    real_fsync = os.fsync
+    for failing in range(1, 21):
+        calls = []
+
+        def fsync(fd):
+            calls.append(fd)
+            if len(calls) == failing:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return real_fsync(fd)
+        with monkeypatch.context() as patch:
+            patch.setattr(lesson.os, "fsync", fsync)
+            error = fork_or_fail(lesson, sessions, "quest-1", "what-if",
+                                 durable=True)
+        if len(calls) < failing:
+            break       # no sync left to fail: this fork ran on a well disk
+        said = (f"a durable fork's sync number {failing} (of its os.fsync calls, in "
+                "order) failed with EIO, and the fork ")
+        if not (isinstance(error, OSError) and error.errno == errno.EIO):
+            fail_in("03.2", said + ("returned" if error is None else
+                                    f"raised {described(error)}")
+                    + ": it should raise that error, the fork not made")
+        if snapshot(sessions) != before:
+            left = sorted(set(snapshot(sessions)) - set(before))
+            fail_in("03.2", said + f"raised it, as it should, but left {left}: a "
+                    "fork that raises leaves the folder as it was, whichever of its "
+                    "syncs failed, the last too; a log left there is a session its "
+                    "caller was told was not made, and the same fork, run again, is "
+                    "refused")
+    else:
+        pytest.fail("a durable fork made 20 syncs or more, and every one was failed "
+                    "in turn: a fork syncs each file and their folder, a few calls",
+                    pytrace=False)
+    if error is not None:
+        fail_in("03.2", f"a durable fork failed at each of its {failing - 1} syncs in "
+                "turn, leaving the folder as it was each time; run again on a well "
+                f"disk, it raised {described(error)}, where it should be made")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"after {failing - 1} durable forks each failed at one of its "
+                      "syncs, run again on a well disk", task="03.2")
+
+
+@pytest.mark.task("03.2")
 @pytest.mark.parametrize("name", ["what-if.meta.json", "what-if.jsonl"])
 @pytest.mark.parametrize("failure", ["EIO", "Ctrl-C", "SystemExit"])
 def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
@@ -2337,6 +2400,46 @@ def test_a_fork_in_a_sessions_folder_reached_through_a_link_is_made(
 
 
 @pytest.mark.task("03.1")
+def test_a_source_log_that_is_a_symbolic_link_is_forked_as_load_reads_it(
+        lesson, sessions, monkeypatch):
+    """quest-1's log is a symbolic link to a file on another disk (a user who keeps a
+    long session elsewhere and links it into the folder): load() reads it through the
+    link, so its messages are quest-1's, and a fork of quest-1 copies them into a
+    file of its own, never refused as a link, nor reported missing. The link and the
+    file it points to stay as they were."""
+    disk = sessions.parent / "other-disk"
+    disk.mkdir(mode=0o700, exist_ok=True)
+    real = disk / "quest-1.jsonl"
+    real.write_bytes(M1 + b"\n" + M2 + b"\n")
+    (sessions / "quest-1.jsonl").symlink_to(real)
+    loaded = lesson.SessionLog(sessions, "quest-1").load()
+    handed = handed_to_publishing(lesson, monkeypatch)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    said = ("quest-1.jsonl is a symbolic link to a log on another disk, which load() "
+            f"reads through the link ({len(loaded)} messages); a fork of quest-1 onto "
+            "what-if should copy them")
+    if error is not None:
+        pytest.fail(f"{said}, and it raised {described(error)}: the source's messages "
+                    "are those load() finds, whatever name reaches its file, and only "
+                    "a link at the fork's own name is refused", pytrace=False)
+    fork_path = sessions / "what-if.jsonl"
+    held = fork_path.read_bytes() if fork_path.exists() else None
+    if held != real.read_bytes() or fork_path.is_symlink():
+        said = (f"{said}, and the fork returned, its log "
+                + ("missing" if held is None else "a symbolic link"
+                   if fork_path.is_symlink() else f"holding {held!r}")
+                + f", where a file of its own holding {real.read_bytes()!r} was "
+                "expected")
+        fail_in("03.2" if handed == [("what-if", 2)] else "03.1", said)
+    link = sessions / "quest-1.jsonl"
+    if not link.is_symlink() or real.read_bytes() != M1 + b"\n" + M2 + b"\n":
+        pytest.fail(f"{said}; it did, but left the link or the file it points to "
+                    "changed: a fork only reads its source", pytrace=False)
+
+
+@pytest.mark.task("03.1")
 def test_a_relative_folder_names_the_one_under_the_working_folder_of_each_call(
         lesson, sessions, monkeypatch):
     """A sessions folder given as a relative path names the folder of that name under
@@ -2410,6 +2513,54 @@ def test_a_source_that_cannot_be_read_is_not_reported_missing(
                      "a fork that could not read its source must leave every file as "
                      f"it was: the folder held {sorted(before)}, and now holds "
                      f"{sorted(snapshot(sessions))}")
+
+
+@pytest.mark.task("03.1")
+def test_a_source_its_user_may_not_read_is_not_reported_missing(
+        lesson, sessions, day_one, monkeypatch):
+    """quest-1's log is there, but opening it is refused (EACCES: its mode changed by
+    another tool, or an access rule): the fork fails with that PermissionError, as it
+    came, never as a source with no log (SessionNotFound), which would tell its user
+    that quest-1 is gone. Nothing is made. (The refusal is played by failing each way
+    of opening the source, as tests run as root may read any file.)"""
+    import builtins
+    import io
+    source = sessions / "quest-1.jsonl"
+    before = snapshot(sessions)
+    came = []
+
+    def is_source(path):
+        try:
+            return os.path.realpath(path) == os.path.realpath(source)
+        except (TypeError, ValueError, OSError):
+            return False
+
+    def refusing(real):
+        def opening(file, *args, **kwargs):
+            if not isinstance(file, int) and is_source(file):
+                came.append(file)
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                                      str(file))
+            return real(file, *args, **kwargs)
+        return opening
+    with monkeypatch.context() as patch:
+        for owner in (builtins, io, os):
+            patch.setattr(owner, "open", refusing(owner.open))
+        error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    if not came:
+        pytest.skip("this fork opened its source by no open() the test can refuse "
+                    "(nothing to check)")
+    if not isinstance(error, PermissionError):
+        pytest.fail("quest-1's log is there, but opening it was refused (EACCES, "
+                    "permission denied); the fork should fail with that "
+                    "PermissionError, as it came, and it "
+                    + ("returned" if error is None else f"raised {described(error)}")
+                    + ": a log that cannot be read is no missing session, and told "
+                    "so, its user believes quest-1 gone", pytrace=False)
+    expect_unchanged(sessions, before,
+                     "a fork whose source could not be opened (EACCES) must leave "
+                     f"every file as it was: the folder held {sorted(before)}, and now "
+                     f"holds {sorted(snapshot(sessions))}")
 
 
 @pytest.mark.task("03.1")
