@@ -139,7 +139,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase, AgentHelpers):
         # BEGIN 04.4
         #<
         #> 04+
-        self.take_log_back()    # a log closed since a run stopped: its writer's repair
+        self.take_log_back()    # a log closed since a run stopped is taken over first
         self.settle()       # a run that stopped half-way may have left calls open
         #<
         #> 04

@@ -1396,6 +1396,17 @@ def test_expire_goes_on_when_a_file_cannot_be_read(lesson, sessions, monkeypatch
         "not be read, may refer to it)")
 
 
+def expired_or_none(lesson, sessions, monkeypatch):
+    """expire(sessions) with the disk's failures the test planted, then undone: what it
+    returned, or None when an OSError reached the caller."""
+    try:
+        return lesson.expire(sessions)
+    except OSError:
+        return None     # the caller heard it
+    finally:
+        monkeypatch.undo()
+
+
 @pytest.mark.task("09.2")
 @pytest.mark.parametrize("step", ["removing", "looking-at"])
 def test_expire_lets_an_error_removing_a_log_reach_the_caller(
@@ -1422,12 +1433,7 @@ def test_expire_lets_an_error_removing_a_log_reach_the_caller(
              else ("lstat", "stat"))
     for name in names:
         monkeypatch.setattr(os, name, refusing(getattr(os, name)))
-    try:
-        found = lesson.expire(sessions)
-    except OSError:
-        found = None    # the caller heard it
-    finally:
-        monkeypatch.undo()
+    found = expired_or_none(lesson, sessions, monkeypatch)
     if not failed:
         return      # a design that never asks the disk about the log by its name
     doing = "removing" if step == "removing" else "looking at"
@@ -1490,12 +1496,7 @@ def test_expire_lets_an_error_looking_at_the_folder_reach_the_caller(
             monkeypatch.setattr(os, name,
                                 failing(sessions.name, error)(getattr(os, name)))
         doing = "listing the sessions folder"
-    try:
-        found = lesson.expire(sessions)
-    except OSError:
-        found = None    # the caller heard it
-    finally:
-        monkeypatch.undo()
+    found = expired_or_none(lesson, sessions, monkeypatch)
     if not failed:
         return      # a design that never asks the disk this by a name
     assert found is None, (

@@ -55,7 +55,7 @@ class Agent:
         calling tools after `max_turns` requests.
         """
         # BEGIN 04.4
-        self.take_log_back()    # a log closed since a run stopped: its writer's repair
+        self.take_log_back()    # a log closed since a run stopped is taken over first
         self.settle()       # a run that stopped half-way may have left calls open
         # END 04.4
         self.record({"role": "user", "content": user_text})

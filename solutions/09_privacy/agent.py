@@ -71,7 +71,7 @@ class Agent(AgentUndo, AgentCompaction, AgentErase):
         Returns the final answer. Raises MaxTurnsExceeded when the model is still
         calling tools after `max_turns` requests.
         """
-        self.take_log_back()    # a log closed since a run stopped: its writer's repair
+        self.take_log_back()    # a log closed since a run stopped is taken over first
         self.settle()       # a run that stopped half-way may have left calls open
         self.record({"role": "user", "content": user_text})
         for _ in range(self.max_turns):

@@ -121,10 +121,8 @@ def waiting_for(task_id: str, tests: list[Outcome]) -> dict[str, int]:
     is not written yet."""
     waits: dict[str, int] = {}
     for test in tests:
-        if not test.passed and test.not_written and (
-                found := starters.NOT_WRITTEN.search(test.message or "")) \
-                and found[1] != task_id:
-            waits[found[1]] = waits.get(found[1], 0) + 1
+        if not test.passed and test.waits_for not in (None, task_id):
+            waits[test.waits_for] = waits.get(test.waits_for, 0) + 1
     return waits
 
 

@@ -67,6 +67,15 @@ class Outcome:
     def not_written(self) -> bool:
         return self.exception == "NotImplementedError"
 
+    @property
+    def waits_for(self) -> str | None:
+        """The task this test stopped at because it is not written yet ("task NN.K is
+        not written yet: ..."), or None."""
+        message = self.message or ""
+        if self.not_written and message.startswith("task "):
+            return message.split()[1]
+        return None
+
 
 @dataclass
 class LessonResult:
@@ -279,13 +288,10 @@ def _shape(value: object) -> str:
 
 def _named_cause(test: Outcome, lesson: Lesson) -> str | None:
     """The task a failure itself points at, if any (see LessonResult.first_failure)."""
-    message = test.message or ""
     if test.blames and any(task.id == test.blames for task in lesson.tasks):
         return test.blames          # the test said whose code failed it
-    if test.not_written and message.startswith("task "):
-        task_id = message.split()[1]
-        if any(task.id == task_id for task in lesson.tasks):
-            return task_id
+    if (task_id := test.waits_for) and any(task.id == task_id for task in lesson.tasks):
+        return task_id
     if test.in_function and test.raised_in == "module":
         for task in lesson.tasks:
             names = [part.strip().strip("`").removesuffix("()").rsplit(".", 1)[-1]
