@@ -395,8 +395,6 @@ class PostgresSessionLog:
         start = self.end
         try:
             with transaction:
-                if together:
-                    hold_blobs(connection)  # no collection removes what this stores
                 self._insert(entries())
                 if then is not None:
                     then()

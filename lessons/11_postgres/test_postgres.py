@@ -3255,6 +3255,50 @@ def test_a_collection_never_takes_a_blob_a_writer_is_about_to_point_to(
 
 
 @pytest.mark.task("11.4")
+def test_a_paste_made_while_a_collection_is_under_way_loads_whole(lesson, database):
+    """A collection is under way on another host when a writer pastes: it holds the
+    blobs' lock alone (as collect_postgres_blobs does) and has picked the blobs no row
+    points to, among them the very bytes being pasted (stored before, their message
+    erased since). It removes them and commits while the paste is on its way. The
+    session must load whole afterwards: a paste that finds its bytes stored, relies
+    on them, and only then waits for the collection ends with a row pointing to bytes
+    that are gone."""
+    large = "The elder's map, copied out. " * 1000
+    data = large.encode("utf-8")
+    digest = hashlib.sha256(data).hexdigest()
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Ask the elder about the cave."})
+    sql(database, "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s)",
+        (digest, data))
+    with lesson.PostgresSessionLog(database, "quest-1", timeout=WAIT) as log:
+        log.open_for_append()
+        with psycopg.connect(database) as collection:   # its transaction, open
+            lesson.hold_blobs(collection, exclusive=True)
+            paste, outcome = started_until_it_waits(
+                database, lambda: log.append({"role": "user", "content": large}))
+            collection.execute("DELETE FROM session_blobs WHERE sha256 = %s",
+                               (digest,))
+            collection.commit()
+            paste.join(HANG)
+        error = outcome.get("error")
+        assert error is None, (
+            "a paste made while a collection was under way should wait for it, then "
+            f"be stored; it failed: {described(error)}")
+    orphans, missing = loose_blobs(database)
+    assert not missing, (
+        "a collection under way when the paste began removed the pasted bytes (stored "
+        "before, pointed to by no row) and committed; the paste's row now points to "
+        "bytes that are gone, so the session no longer loads. Bytes found stored prove "
+        "nothing while a collection may be removing them: the paste must keep every "
+        "collection out (and wait for one under way) before it relies on them, until "
+        "its row is stored")
+    loaded = [message.get("content") == large
+              for message in load_back(lesson, database)]
+    assert loaded == [False, True], (
+        "the session should load whole: its first message, then the pasted one")
+
+
+@pytest.mark.task("11.4")
 def test_a_paste_the_server_refuses_stores_nothing_and_takes_nothing(lesson,
                                                                      database):
     """The server refuses a large paste (a full disk, played by a trigger): the append
@@ -3574,6 +3618,48 @@ def test_a_connection_dropped_during_a_large_paste_stops_the_writer(lesson, data
         with raises(lesson.WriterStopped, "the writer stopped during the large paste: "
                     "a later append must be refused, not written"):
             log.append({"role": "user", "content": "after the paste"})
+
+
+@pytest.mark.task("11.4")
+def test_a_connection_dropped_as_a_paste_commits_stops_the_writer(lesson, database):
+    """The server ends the writer's connection as the paste's transaction commits
+    (a trigger deferred to the commit plays it): whether the paste was stored is
+    unknown to the writer, so it stops with WriterStopped, as for any write whose
+    connection breaks (at BEGIN, during the insert, at COMMIT), and refuses the next
+    append; not a driver's error that leaves it writing on, at a place it no longer
+    knows. Nothing of the paste is stored: the commit never happened."""
+    pasted = "The elder's map, copied out. " * 1000
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "before the paste"})
+        sql(database, """
+            CREATE FUNCTION end_connection() RETURNS trigger AS $$
+            BEGIN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                RETURN NULL;
+            END $$ LANGUAGE plpgsql;
+            CREATE CONSTRAINT TRIGGER end_connection AFTER INSERT ON session_blobs
+                DEFERRABLE INITIALLY DEFERRED
+                FOR EACH ROW EXECUTE FUNCTION end_connection();
+        """)
+        try:
+            log.append({"role": "user", "content": pasted})
+            error = None
+        except Exception as raised:  # noqa: BLE001 - the test reports it
+            error = raised
+        sql(database, "DROP TRIGGER end_connection ON session_blobs")
+        assert isinstance(error, lesson.WriterStopped), (
+            "the connection was dropped as the paste's transaction committed, so "
+            "whether it was stored is unknown: the append should raise WriterStopped, "
+            "as every write on a broken connection does, telling the user to open the "
+            "session again; "
+            + ("it returned" if error is None else f"it raised {described(error)}"))
+        with raises(lesson.WriterStopped, "the writer stopped as its paste committed: "
+                    "a later append must be refused, not written"):
+            log.append({"role": "user", "content": "after the paste"})
+    loaded = [message["content"][:16] for message in load_back(lesson, database)]
+    assert loaded == ["before the paste"] and loose_blobs(database) == (set(), set()), (
+        "the paste's commit never happened: the session should show only the message "
+        f"before it, with no blob of the paste; it shows {loaded}")
 
 
 @pytest.mark.task("11.4")

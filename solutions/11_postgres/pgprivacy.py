@@ -90,8 +90,9 @@ def erase_rows(log: PostgresSessionLog, index: int) -> bool:
     rewritten: list[str] = []
 
     def rows_then_marker() -> list[Message]:
-        # Inside _write's transaction, which holds BLOB_LOCK shared: a scrubbed
-        # content is stored as a new blob here
+        # Inside _write's transaction: a scrubbed content is stored as a new blob
+        # here, so no collection may run from now until this transaction commits
+        hold_blobs(log._connection())
         for position, entry in enumerate(state.entries):
             seq = state.lines[position]
             new = (tombstone(entry) if position == target

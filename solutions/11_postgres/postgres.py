@@ -419,8 +419,6 @@ class PostgresSessionLog:
         start = self.end
         try:
             with transaction:
-                if together:
-                    hold_blobs(connection)  # no collection removes what this stores
                 self._insert(entries())
                 if then is not None:
                     then()
@@ -578,6 +576,11 @@ class PostgresSessionLog:
     def store_blob(self, data: bytes) -> str:
         """Store `data` in session_blobs under its sha256, once, and return the hash."""
         # BEGIN 11.4
+        # The collections' lock, shared, before the insert: a collection that has
+        # picked these bytes to remove finishes first (the insert stores them again);
+        # one that starts later waits until the caller's transaction, and the row that
+        # points to them, commits. Alone (autocommit), it ends with its statement.
+        hold_blobs(self._connection())
         digest = hashlib.sha256(data).hexdigest()
         # The same bytes have the same name: if they are stored already (by any
         # session, a fork's parent, another host), there is nothing to do. The
