@@ -159,6 +159,16 @@ def test_a_tool_runs_by_its_exact_name_with_its_arguments_by_name(lesson):
         f"{paid}")
 
 
+def as_a_tool_module_defines_it(function):
+    """`function` named as a tool module's function is: Python's TypeError for a
+    parameter it does not have names the function by its qualified name, which for one
+    made inside a test is 'test_....<locals>.buy', longer than any real tool's. A
+    result that quotes only the start of long words should reach the parameter's name
+    in any tool's words, not only in a test's."""
+    function.__qualname__ = function.__name__
+    return function
+
+
 @pytest.mark.task("00.1")
 def test_a_parameter_the_tool_does_not_have_is_an_error_result_naming_it(lesson):
     """Arguments are the tool's parameters by name, all of them: one of a name the tool
@@ -166,6 +176,7 @@ def test_a_parameter_the_tool_does_not_have_is_an_error_result_naming_it(lesson)
     does not run on the rest as if that one had not been sent."""
     bought = []
 
+    @as_a_tool_module_defines_it
     def buy(item, count=1):
         bought.append((item, count))
         return f"You bought {count} {item}."
@@ -779,6 +790,140 @@ def test_a_tools_failure_on_long_arguments_gives_a_short_result(lesson):
         f"fine), and the error result is {len(result):,}: it goes back to the model "
         "with every later request, so what was sent is quoted only in part, if at "
         f"all; it begins {result[:200]!r}")
+
+
+# What tells the model that a quote holds only the start of what it sent: a word for it
+# (cut, truncated, shortened, omitted, "...", more), a size in kilobytes, or a number of
+# four digits or more (how long it was, or how much was left out).
+SAYS_CUT = re.compile(r"\bcut\b|truncat|shorten|omit|elid|\.\.\.|…|\bmore\b|too long|"
+                      r"\d\s*(?:K|k|Ki)B\b|\d[\d,._ ]*\d{3}\b", re.IGNORECASE)
+
+
+def says_it_was_cut(result):
+    """Does `result` tell the model that it holds only the start of what was sent? (The
+    long texts the tests send hold no such word and no digit: only the result's own
+    words can say it.)"""
+    return bool(SAYS_CUT.search(result))
+
+
+@pytest.mark.task("00.1")
+def test_a_long_name_of_no_tool_is_quoted_only_in_part(lesson):
+    """A model stuck repeating itself can send a tool name of 100 KB. The error result
+    goes back with every later request, so it stays short: it quotes the name's start
+    between quote marks, says that the name was cut, and lists the tools the town has,
+    for the model to pick one. A name as long as real tools' names get (64 characters)
+    is quoted whole."""
+    ran = []
+
+    def pay(item):
+        ran.append(item)
+        return f"paid for the {item}"
+
+    tools = FewTools(pay=pay, buy=pay)
+    name = "fly_to_the_cave_" * 6_400
+    what = (f"the model called a tool whose name is {len(name):,} characters "
+            "('fly_to_the_cave_' again and again), and the town has only pay and buy")
+    result = run_call(lesson, tools, tool_call(name, '{"item": "rope"}'), what)
+
+    assert_error_result(result, what)
+    assert len(result) < 2_000, (
+        f"{what}; the error result is {len(result):,} characters: it goes back to the "
+        "model with every later request, so the name is quoted only in part; it "
+        f"begins {result[:200]!r}")
+    quotes = [match.group(2) for match in re.finditer(
+        r"""(['"`])(""" + re.escape(name[:40]) + r""".*?)\1""", result)]
+    assert any(name.startswith(quoted) for quoted in quotes), (
+        f"{what}; the error result should quote the name's start between two quote "
+        "marks of the same kind (the closing one right after the part quoted), so "
+        f"that the model sees the name it sent; got {result!r}")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result quotes the name's start and never says that the "
+        "name went on (no word such as 'cut', no '...', no length): the model takes "
+        f"the start for the whole name it sent; got {result!r}")
+    assert "pay" in result and "buy" in result, (
+        f"{what}; the error result should still name the tools the town has, pay and "
+        f"buy, for the model to call one of them; got {result!r}")
+    assert ran == [], f"{what}, and a tool ran: {ran}"
+    name = "walk_to_the_cave_north_of_the_mill_and_light_the_torch_at_the_do"
+    what = f"the model called {name!r} ({len(name)} characters), which the town lacks"
+    result = run_call(lesson, tools, tool_call(name, "{}"), what)
+    assert_error_result(result, what)
+    assert re.search(r"""(['"`])""" + re.escape(name) + r"\1", result), (
+        f"{what}; a name of {len(name)} characters is as long as real tools' names "
+        "get, and the error result should quote it whole, in quotes, for the model to "
+        f"see the name it got wrong; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_long_parameter_the_tool_does_not_have_is_named_only_in_part(lesson):
+    """The name of a parameter the tool does not have is the model's too, and may be
+    100 KB (Python's TypeError quotes it whole): the error result names its start and
+    says it was cut, in a result that stays short, and the tool does not run."""
+    bought = []
+
+    @as_a_tool_module_defines_it
+    def buy(item):
+        bought.append(item)
+        return f"You bought a {item}."
+
+    parameter = "amount_" * 17_000
+    sent = json.dumps({"item": "rope", parameter: 2})
+    what = (f"buy(item) was called with 'item' and a parameter it does not have, whose "
+            f"name is {len(parameter):,} characters ('amount_' again and again)")
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", sent), what)
+
+    assert bought == [], f"{what}, and the tool ran anyway: {bought}"
+    assert_error_result(result, what)
+    assert len(result) < 2_000, (
+        f"{what}; the error result is {len(result):,} characters: it goes back to the "
+        "model with every later request, so the name is given only in part; it "
+        f"begins {result[:200]!r}")
+    assert parameter[:20] in result, (
+        f"{what}; the error result should name the start of that parameter "
+        f"({parameter[:20]!r}...), for the model to see which one it got wrong; got "
+        f"{result!r}")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result gives the name's start and never says that it went "
+        "on (no word such as 'cut', no '...', no length): the model takes the start "
+        f"for the whole name it sent; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tools_long_words_are_told_only_in_part(lesson):
+    """A tool's error may echo what the model sent: a shop that has no item named 120 KB
+    of text says so, quoting it. The error result names the exception's type and the
+    start of its words, says they were cut, and stays short; words of a usual length
+    are told whole."""
+    def buy(item):
+        raise LookupError(f"the shop has no item {item}")
+
+    item = "rope, " * 20_000
+    what = (f"the tool buy raised LookupError('the shop has no item ' + {len(item):,} "
+            "characters the model sent)")
+    result = run_call(lesson, FewTools(buy=buy),
+                      tool_call("buy", json.dumps({"item": item})), what)
+
+    assert_error_result(result, what)
+    assert len(result) < 2_000, (
+        f"{what}; the error result is {len(result):,} characters: it goes back to the "
+        "model with every later request, so the tool's words are told only in part; "
+        f"it begins {result[:200]!r}")
+    assert "LookupError" in result and "the shop has no item rope, rope" in result, (
+        f"{what}; the error result should name the exception's type, LookupError, and "
+        "the start of its words ('the shop has no item rope, rope...'), for the model "
+        f"to know what went wrong; got {result!r}")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result tells the start of the tool's words and never says "
+        "that they went on (no word such as 'cut', no '...', no length): the model "
+        f"takes them for all the tool said; got {result!r}")
+    item = "coil of elven rope, forty feet, from the shop by the mill"
+    result = run_call(lesson, FewTools(buy=buy),
+                      tool_call("buy", json.dumps({"item": item})),
+                      f"the tool buy raised LookupError('the shop has no item {item}')")
+    assert f"the shop has no item {item}" in result, (
+        f"the tool buy raised LookupError('the shop has no item {item}'), words of a "
+        "usual length, and the error result should tell them whole; got "
+        f"{result!r}")
 
 
 @pytest.mark.task("00.1")

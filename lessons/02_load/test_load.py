@@ -131,20 +131,6 @@ def history_of_new_agent(lesson, model, town, log, holding):
                     "holds", pytrace=False)
 
 
-def loaded_or_none(log, setting, refusals, should):
-    """What `log.load()` returns, or None when it raises one of `refusals`; any other
-    exception fails the test, saying what the load `should` do instead."""
-    try:
-        return log.load()
-    except NotImplementedError:
-        raise
-    except refusals:
-        return None
-    except Exception as error:
-        pytest.fail(f"{setting}; load() raised {described(error)}, where it should "
-                    f"{should}", pytrace=False)
-
-
 def agent_started_on(lesson, model, town, log, setting, refusals, error):
     """The history a new agent on `log` starts with, or None when it is refused with
     one of `refusals`; any other exception fails the test, naming `error`, the one
@@ -791,6 +777,16 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
         "replaced")
 
 
+def names_path(message, path):
+    """Whether an error's text names the file at `path` by its whole path, as written
+    or resolved: not a path relative to some working directory ('../../srv/...'), which
+    leads nowhere once the error is read in another process's log. (A file:// URL of
+    the path names it too.)"""
+    message = message.replace("file://", " ")
+    return any(re.search(rf"(?<![\w./~-]){re.escape(str(where))}", message)
+               for where in (path, path.resolve()))
+
+
 def names_line(message, number):
     """Whether an error's text names line `number`: 'line 2' (any case) or
     'file.jsonl:2'."""
@@ -925,8 +921,8 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
     resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
     try:
         loaded = log.load()
-    except OSError:
-        return
+    except OSError as error:
+        loaded = error      # judged below, once the limit is back
     except NotImplementedError:
         raise
     except Exception as error:
@@ -936,6 +932,13 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         log.close()
+    if isinstance(loaded, OSError):
+        assert names_path(str(loaded), log.path), (
+            "the log exists but could not be opened (too many open files), and load() "
+            f"raised {described(loaded)}, whose words do not name the log by its path "
+            f"({log.path}): the error reaches the caller naming the file it could not "
+            "read and why, so that whoever reads it knows which log to look at")
+        return
     if loaded == [{"role": "user", "content": "Remember the rope."}]:
         return      # it read the log without a new descriptor: that is a load too
     pytest.fail(
@@ -1005,22 +1008,32 @@ def test_loading_many_times_leaks_no_descriptors(lesson, sessions):
 def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
         lesson, sessions, model, town):
     """A folder where the log should be is there but is no log that can be read: the
-    load and the new agent raise, rather than start the session over."""
-    (sessions / "quest-1.jsonl").mkdir()
-    (sessions / "quest-1.jsonl" / "notes.txt").write_bytes(b"not a log\n")
+    load and the new agent raise, rather than start the session over, and the load's
+    error names the log by its path (an error that knows only a descriptor, 'Is a
+    directory', leaves whoever reads it to guess which of many logs it was)."""
+    path = sessions / "quest-1.jsonl"
+    path.mkdir()
+    (path / "notes.txt").write_bytes(b"not a log\n")
     setting = ("quest-1.jsonl, the session's log, is a folder (holding a file), not a "
                "file")
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = loaded_or_none(log, setting, (OSError, ValueError),
-                                "raise the OSError that says what is there (or an "
-                                "InvalidMessage naming it)")
+        loaded = load_or_error(log)
         started = agent_started_on(lesson, model, town, log, setting,
                                    (OSError, ValueError),
                                    "the OSError that says what is there")
-    assert loaded is None, (
+    if isinstance(loaded, Exception) and not isinstance(loaded, (OSError, ValueError)):
+        pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
+                    "raise the OSError that says what is there (or an InvalidMessage "
+                    "naming it)", pytrace=False)
+    assert isinstance(loaded, Exception), (
         f"{setting}; load() returned {loaded!r}, as if the session were new. Only a "
         "missing log is a conversation not started: started over here, the session's "
         "first append fails, or lands after a history nobody read")
+    assert names_path(str(loaded), path), (
+        f"{setting}; load() raised {described(loaded)}, whose words do not name the "
+        f"log by its path ({path}): anything at the log's name that cannot be read is "
+        "an error naming the log, so that whoever reads it knows which file to look at "
+        "(os.read, or a file object made on a descriptor, knows no name: say it)")
     assert started is None, (
         f"{setting}; a new agent on the session started with {started!r}, as if the "
         "session were new, where making it should raise the error load gives")
@@ -1033,18 +1046,27 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
 def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
         lesson, sessions, model, town, tmp_path):
     """A symbolic link at the log's name, to a log elsewhere, is there: the load reads
-    what it points to, or raises an error that says why it will not; it never passes
-    for a session not started."""
+    what it points to, or raises an error that says why it will not, naming the log;
+    it never passes for a session not started."""
     elsewhere = tmp_path / "elsewhere"
     with lesson.SessionLog(elsewhere, "quest-1") as log:
         log.append({"role": "user", "content": "Remember the rope."})
-    (sessions / "quest-1.jsonl").symlink_to(elsewhere / "quest-1.jsonl")
+    path = sessions / "quest-1.jsonl"
+    path.symlink_to(elsewhere / "quest-1.jsonl")
     setting = ("quest-1.jsonl, the session's log, is a symbolic link to a log of one "
                "message in another folder")
     with lesson.SessionLog(sessions, "quest-1") as log:
-        loaded = loaded_or_none(log, setting, (OSError, ValueError),
-                                "return the message, or raise the OSError that says "
-                                "why it will not read it")
+        loaded = load_or_error(log)
+        if isinstance(loaded, Exception):
+            if not isinstance(loaded, (OSError, ValueError)):
+                pytest.fail(f"{setting}; load() raised {described(loaded)}, where it "
+                            "should return the message, or raise the OSError that says "
+                            "why it will not read it", pytrace=False)
+            assert names_path(str(loaded), path), (
+                f"{setting}; load() refused it with {described(loaded)}, whose words "
+                f"do not name the log by its path ({path}): a load may refuse a link, "
+                "with an error that says which file and why")
+            loaded = None
         started = agent_started_on(lesson, model, town, log, setting,
                                    (OSError, ValueError),
                                    "the OSError that says why it will not read it")
@@ -1329,8 +1351,9 @@ def test_a_writer_stopped_by_a_failed_write_still_loads_what_the_log_holds(
         lesson, sessions, monkeypatch):
     """A durable writer whose sync failed (EIO) stops: whether its line will survive is
     unknown, and it refuses to write again (lesson 01). Reading is how its caller
-    learns what the log holds: a load through that very SessionLog reads the log as
-    it is then, the line whose sync failed included, and leaves it as it was."""
+    learns what the log holds: a load through that very SessionLog, while the disk
+    still refuses every sync, reads the log as it is then, the line whose sync failed
+    included, and leaves it as it was (a load only reads: it has nothing to sync)."""
     first = {"role": "user", "content": "Ask the elder."}
     second = {"role": "assistant", "content": "The elder says: bring a torch."}
     path = sessions / "quest-1.jsonl"
@@ -1339,32 +1362,35 @@ def test_a_writer_stopped_by_a_failed_write_still_loads_what_the_log_holds(
 
         def fsync(fd):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
+        # The disk goes on refusing every sync, as a failing one does, while what was
+        # written is still read back: a load only reads, so it reads all the same
         with monkeypatch.context() as patch:
             patch.setattr(os, "fsync", fsync)
             patch.setattr(os, "fdatasync", fsync)
             with pytest.raises(OSError):
                 log.append(second)
-        data = path.read_bytes()
-        loaded = load_or_error(log)
-        try:
-            log.append({"role": "user", "content": "And now?"})
-        except lesson.WriterStopped:
-            still = None
-        except NotImplementedError:
-            raise
-        except Exception as error:      # noqa: BLE001 - said below
-            still = f"raised {described(error)}"
-        else:
-            still = "returned"
+            data = path.read_bytes()
+            loaded = load_or_error(log)
+            try:
+                log.append({"role": "user", "content": "And now?"})
+            except lesson.WriterStopped:
+                still = None
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - said below
+                still = f"raised {described(error)}"
+            else:
+                still = "returned"
     got = (f"raised {described(loaded)}" if isinstance(loaded, Exception)
            else f"returned {loaded!r}")
     assert loaded == [first, second], (
         "a durable SessionLog appended a message, then a second whose sync failed "
         "with EIO, so the writer stopped (its line is in the file, whether it stays "
-        f"there is unknown); a load() through that same SessionLog then {got}, where "
-        f"the log holds {[first, second]!r}: each load reads the log as it is at "
-        "that moment, whatever state its writer is in, and is how the caller learns "
-        "what reached it")
+        "there is unknown); while the disk still refused every sync, a load() through "
+        f"that same SessionLog {got}, where the log holds {[first, second]!r}: each "
+        "load reads the log as it is at that moment, whatever state its writer or the "
+        "disk's syncs are in (a load only reads: it has nothing to sync), and is how "
+        "the caller learns what reached it")
     left_as_it_was(path, data, "a load ran through a writer stopped by a failed sync")
     assert still is None, (
         "a durable SessionLog appended a message, then a second whose sync failed with "
@@ -1776,6 +1802,49 @@ def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
 
 
 @pytest.mark.task("02.1")
+def test_a_log_another_user_owns_and_lets_this_one_read_loads(
+        lesson, sessions, monkeypatch):
+    """A log another user wrote and lets this one read (a team's shared sessions, a
+    service's log a person reviews) loads like any other: this user may open it to
+    read, and nothing more. The system refuses what only a file's owner may do: open
+    it to write, change its mode or times, or open it with O_NOATIME (EPERM), the flag
+    that keeps a read from touching its access time."""
+    noatime = getattr(os, "O_NOATIME", 0)
+    if not noatime:
+        pytest.skip("this system has no O_NOATIME")
+    messages = [{"role": "user", "content": "Remember the rope."},
+                {"role": "assistant", "content": "A rope and a torch."}]
+    write_log(lesson, sessions, messages)
+    setting = ("the log holds two messages, written by another user who lets this one "
+               "read it (mode 0644): opening it to write, or changing it, fails with "
+               "EACCES, and opening it with O_NOATIME, which only a file's owner may "
+               "use, fails with EPERM, as the system refuses them")
+    folder = os.path.abspath(sessions)
+    log = lesson.SessionLog(sessions, "quest-1")
+    with files_refused(monkeypatch, sessions, errno.EACCES, reading=False) as refused:
+        owners_open = os.open
+
+        def os_open(path, flags, *args, **kwargs):
+            inside = not isinstance(path, int) and os.path.dirname(
+                os.path.abspath(os.fsdecode(path))) == folder
+            if inside and flags & noatime:
+                refused.append(f"os.open with O_NOATIME of {os.path.basename(path)}")
+                raise OSError(errno.EPERM, os.strerror(errno.EPERM), os.fsdecode(path))
+            return owners_open(path, flags, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "open", os_open)
+            loaded = load_or_error(log)
+    got = (f"raised {described(loaded)}" if isinstance(loaded, BaseException)
+           else f"returned {loaded!r}")
+    assert loaded == messages, (
+        f"{setting}; load() {got}, where it should return the two messages; it tried: "
+        f"{'; '.join(refused) or 'nothing refused'}. Loading only reads, so a log this "
+        "user may read loads, whoever owns it; keeping its access time is the file "
+        "system's matter (noatime, relatime), not a load's")
+
+
+@pytest.mark.task("02.1")
 @pytest.mark.parametrize("searching", [False, True], ids=["file", "folder"])
 def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
         lesson, sessions, model, town, monkeypatch, searching):
@@ -1807,11 +1876,12 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
         started = agent_started_on(lesson, model, town, log, setting, OSError,
                                    "the OSError that says the log may not be read")
     path = sessions / "quest-1.jsonl"
-    if refused is not None and "quest-1" not in str(refused):
+    if refused is not None and not names_path(str(refused), path):
         pytest.fail(f"{setting}; load() raised {described(refused)}, whose words do "
-                    f"not name the log ({path}): the error that happened reaches the "
-                    "caller as it came, naming the file it could not read and why, "
-                    "so that whoever reads it knows which log to look at",
+                    f"not name the log by its path ({path}): the error that happened "
+                    "reaches the caller naming the file it could not read and why, so "
+                    "that whoever reads it knows which log to look at (a session's id "
+                    "names none: every sessions folder may hold a quest-1.jsonl)",
                     pytrace=False)
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. The "
@@ -1950,3 +2020,43 @@ def test_a_load_stopped_by_ctrl_c_leaves_nothing_open(lesson, sessions, monkeypa
         f"resumed it, and the caller got {told}: Ctrl-C during a load reaches the "
         "caller as it came, to stop the program; an agent that goes on from what was "
         "read, or from nothing, appends after a history the model never saw")
+
+
+@pytest.mark.task("02.1")
+def test_running_out_of_memory_while_a_line_is_read_blames_no_line(
+        lesson, sessions, monkeypatch):
+    """A line too large for the memory left (a pasted document, a machine short of
+    memory) makes reading it raise MemoryError: that reaches the caller as it came, as
+    the machine's failure, never as a refusal of a line nothing is wrong with (whoever
+    reads that goes to mend a log that is fine)."""
+    lines = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    (sessions / "quest-1.jsonl").write_bytes(
+        b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    log_module = sys.modules[lesson.SessionLog.__module__]
+    real_parse = log_module.parse_line
+    ran_out = []
+
+    def parse_line(line):
+        if b"message 1" in line:
+            ran_out.append(line)
+            raise MemoryError
+        return real_parse(line)
+
+    monkeypatch.setattr(log_module, "parse_line", parse_line)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            got = log.load()
+        except NotImplementedError:
+            raise
+        except BaseException as error:      # noqa: BLE001 - what reached the caller
+            got = error
+    if not ran_out:
+        return      # this load reads its lines without parse_line: nothing to play
+    told = (f"raised {described(got)}" if isinstance(got, BaseException)
+            else f"returned {got!r}")
+    assert isinstance(got, MemoryError), (
+        "the machine ran out of memory (MemoryError) while line 2 of a log of three "
+        f"messages was read, and load() {told}: the error reaches the caller as it "
+        "came, MemoryError, never as a refusal that blames a line nothing is wrong "
+        "with, nor as a history without it (catch what parse_line raises for a line "
+        "that is no message, ValueError, not every Exception)")

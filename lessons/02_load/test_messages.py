@@ -52,6 +52,15 @@ BAD_LINES = {
     "the JSON true": b"true",
     "a comment, as some tools write above their lines": b"# Day 1 of the quest",
     "an empty list, which is no empty line": b"[]",
+    "NUL bytes, as a power cut leaves where a line's bytes never reached the disk": (
+        b"\x00" * 24
+    ),
+    "an integer of 5,000 digits, more than Python's reader converts": (
+        b'{"role": "user", "content": "x", "n": ' + b"7" * 5000 + b"}"
+    ),
+    "a line of another harness's own, its session's metadata (a type, no role)": (
+        b'{"type": "session_meta", "payload": {"id": "quest-1", "cwd": "/srv"}}'
+    ),
 }
 
 
@@ -60,8 +69,9 @@ BAD_LINES = {
 def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     lesson, sessions, what
 ):
-    """A line holding no allowed message raises
-    a ValueError naming the file and line 2, and saying why (parse_line's reason)."""
+    """A line holding no allowed message (zeros a power cut left among them) raises an
+    InvalidMessage naming the file by its whole path and line 2, and saying why
+    (parse_line's reason)."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     data = GOOD + BAD_LINES[what] + b"\n" + GOOD
@@ -73,11 +83,11 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     else:
         pytest.fail(f"parse_line should refuse a line with {what}", pytrace=False)
     expected = ("an InvalidMessage (the lesson's own ValueError: a plain one does not "
-                f"say that the log is damaged) naming the file by its path ({path}: "
-                "a server keeps many folders of sessions, each may hold a "
-                "quest-1.jsonl), its line 2 ('line 2' or 'quest-1.jsonl:2') and why "
-                f"({reason!r}), so that whoever mends the log finds the line and knows "
-                "what to look for")
+                f"say that the log is damaged) naming the file by its whole path "
+                f"({path}, not one relative to the working directory: a server keeps "
+                "many folders of sessions, each may hold a quest-1.jsonl), its line 2 "
+                f"('line 2' or 'quest-1.jsonl:2') and why ({reason!r}), so that "
+                "whoever mends the log finds the line and knows what to look for")
     setting = f"line 2 of the log, between two messages, holds {what}"
     with lesson.SessionLog(sessions, "quest-1") as log:
         error = outcome(log)
@@ -94,7 +104,7 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     # What is missing comes first: pytest's one-line summary shows only the start.
     assert isinstance(error, lesson.InvalidMessage), (
         f"not an InvalidMessage: {said}. Expected {expected}")
-    named = str(path) in message or str(path.resolve()) in message
+    named = names_path(message, path)
     parts = (("the file's path", named), ("its line", names_line(message, 2)),
              ("why (parse_line's reason)", reason in message))
     missing = [part for part, there in parts if not there]
@@ -125,6 +135,16 @@ def outcome(log):
         return error
 
 
+def names_path(message, path):
+    """Whether an error's text names the file at `path` by its whole path, as written
+    or resolved: not a path relative to some working directory ('../../srv/...'), which
+    leads nowhere once the error is read in another process's log. (A file:// URL of
+    the path names it too.)"""
+    message = message.replace("file://", " ")
+    return any(re.search(rf"(?<![\w./~-]){re.escape(str(where))}", message)
+               for where in (path, path.resolve()))
+
+
 def names_line(message, number):
     """Whether an error's text names line `number`: 'line 2' (any case) or
     'file.jsonl:2'."""
@@ -149,7 +169,7 @@ def test_a_log_of_one_refused_line_names_the_file_and_its_line(lesson, sessions,
         pytest.fail(f"{setting}, and load() accepted it, returning {error!r}",
                     pytrace=False)
     message = str(error)
-    named = str(path) in message or str(path.resolve()) in message
+    named = names_path(message, path)
     assert isinstance(error, lesson.InvalidMessage) and named and names_line(
             message, 1) and "narrator" in message, (
         f"{setting}, and load() raised {described(error)}. Expected an InvalidMessage "
@@ -250,6 +270,8 @@ def test_a_surrogate_pair_written_as_escapes_loads_as_its_character(lesson, sess
     ("a message torn inside a two-byte letter", b'{"role": "user", "content": "caf\xc3',
      True),
     ("spaces alone, text that is no message", b"   ", True),
+    ("zeros a power cut left where the line's bytes never reached the disk",
+     b"\x00" * 8, True),
 ])
 def test_a_last_line_without_its_newline_is_read_like_any_other(
         lesson, sessions, what, last, refused):
@@ -403,7 +425,7 @@ def test_the_refusal_in_a_long_ids_log_names_its_whole_path_line_and_why(
     message = str(error)
     missing = [what for what, named in [
         (f"the log's whole path ({path})",
-         str(path) in message or str(path.resolve()) in message),
+         names_path(message, path)),
         ("line 2", names_line(message, 2)),
         (f"why, in parse_line's words ({reason!r})", reason in message)] if not named]
     assert isinstance(error, lesson.InvalidMessage) and not missing, (

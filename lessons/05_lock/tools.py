@@ -35,11 +35,22 @@ def run_tool(tools: Tools, call: Message) -> str:
     that raises) becomes a result the model can read and react to. An agent that crashes
     on a model's typo is an agent that cannot finish a quest.
     """
+    def short(text: str, show: Callable[[str], str] = str) -> str:
+        """`text` as `show` writes it, whole when it is short; else only its start,
+        saying that it was cut and how long it was. An error result goes back with
+        every later request, and what the model sent (or a tool's words that echo it)
+        may be 100 KB: its start is enough for the model to recognise it."""
+        if len(text) <= 200:
+            return show(text)
+        return f"{show(text[:200])}... (cut: {len(text):,} characters in all)"
+
     name = call["function"]["name"]
     function = tools.functions.get(name)
     if function is None:
+        # The name is the model's, whatever its length: quoted (cut before the quote
+        # is made, so that it is closed), for the model to see the name it got wrong.
         return (
-            f"error: there is no tool called {name!r}; the tools are: "
+            f"error: there is no tool called {short(name, repr)}; the tools are: "
             f"{', '.join(tools.functions)}"
         )
     try:
@@ -50,4 +61,6 @@ def run_tool(tools: Tools, call: Message) -> str:
         return str(function(**arguments))
     # The model should hear about it, not the user's terminal
     except Exception as error:
-        return f"error: {name} failed: {type(error).__name__}: {error}"
+        # The type names the failure; the words may echo what the model sent (a
+        # parameter the tool does not have, an item of 100 KB), so only their start.
+        return f"error: {name} failed: {type(error).__name__}: {short(str(error))}"

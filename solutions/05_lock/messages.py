@@ -247,6 +247,11 @@ def parse_line(line: bytes) -> Message:
         raise InvalidMessage(reason) from None
     except RecursionError:
         raise InvalidMessage("it is nested too deep to read") from None
+    except ValueError as error:
+        # An integer of more than 4,300 digits: Python's reader refuses to convert it
+        # (sys.set_int_max_str_digits), with a ValueError that is no decode error
+        raise InvalidMessage(f"it holds a number Python cannot read ({error})"
+                             ) from None
     if b"\\" in line and SURROGATE_ESCAPE.search(line):  # rare: we write no such escape
         check_plain_json(entry)     # half a UTF-16 pair, a lone surrogate, is no text
     if not isinstance(entry, dict) or not ("role" in entry or MARKER in entry):

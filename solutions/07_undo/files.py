@@ -52,9 +52,16 @@ def read_all(fd: int, path: Path) -> bytes:
     if not stat.S_ISREG(mode):
         raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
                       "not a regular file, refusing to read it", str(path))
-    os.lseek(fd, 0, os.SEEK_SET)
-    with open(fd, "rb", closefd=False) as file:
-        return file.read()
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        with open(fd, "rb", closefd=False) as file:
+            return file.read()
+    except OSError as error:
+        # A read through a descriptor fails naming no file (EIO from a failing disk):
+        # the error names the log, as every other error of the course does
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 def now() -> str:

@@ -163,6 +163,28 @@ def test_a_run_stopped_between_two_tool_calls_leaves_no_gap_in_the_log(store, tm
     assert roles[:5] == ["user", "assistant", "tool", "tool", "user"], roles
 
 
+def test_a_log_that_cannot_be_read_back_is_named_by_the_error(store, tmp_path, monkeypatch):
+    """A failing disk answers the resume's read of the log with EIO, which a read through a
+    descriptor reports naming no file: the error names the log. (EIO is played at the seek
+    that starts the read; a read's own EIO takes a failing disk.)"""
+    folder = tmp_path / "sessions"
+    folder.mkdir(mode=0o700)
+    (folder / "quest.jsonl").write_bytes(b"".join(line(m) for m in DAY))
+    real_lseek = os.lseek
+
+    def failing(fd, position, how):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("quest.jsonl"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_lseek(fd, position, how)
+    monkeypatch.setattr(os, "lseek", failing)
+    with pytest.raises(OSError) as raised:
+        with store.SessionLog(folder, "quest") as log:
+            log.open_for_append()
+    assert raised.value.errno == errno.EIO and "quest.jsonl" in str(raised.value), (
+        f"the log could not be read back: the error should say so naming it; it was "
+        f"{type(raised.value).__name__}: {raised.value}")
+
+
 # --- 3. the lock never leaks on error ------------------------------------------------------
 
 
