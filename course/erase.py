@@ -255,21 +255,30 @@ class AgentErase:
         if not 0 <= position < len(self.messages):
             raise EraseError(f"the conversation has {len(self.messages)} message(s): "
                              f"there is no message {position}; nothing was erased")
-        # Pending messages are written first: the log then numbers every message the
-        # conversation holds, and none of them is written later with the words in it.
-        self.flush()
         texts = [text for text in contents_of(self.messages[position])
                  if len(text) >= QUOTE_MIN_CHARS]
-        index = None if self.session is None else self.session.index_of(position)
+        # Everything that can fail is inside the try: a write refused by a full disk,
+        # the log's lookup, its erase. Whatever fails, the finally forgets.
         try:
+            # Pending messages are written first: the log then numbers every message
+            # the conversation holds, and none of them is written later with the words.
+            self.flush()
+            index = None if self.session is None else self.session.index_of(position)
             if index is not None:
                 self.session.erase(index)
         finally:
             # Even when the log's erase failed half-way (after its rewrite, say): the
             # next request must not send the words again. Every message in memory
-            # loses its quotes, as the log's lines did, and the summary any part.
-            self.messages = [scrub(message, texts) for message in self.messages]
+            # loses its quotes, as the log's lines did, and the summary any part. In
+            # place, as record() and undo() change it: whoever holds the list (a view
+            # of the conversation) holds the words no longer either.
+            self.messages[:] = [scrub(message, texts) for message in self.messages]
             self.messages[position] = tombstone(self.messages[position])
+            # The pending messages are the last ones of self.messages, and the flush
+            # writes the buffer's own dicts: it takes the scrubbed ones, so that what
+            # is written later (the erased message, a note that quoted it) holds no
+            # erased word.
+            self.pending[:] = self.messages[len(self.messages) - len(self.pending):]
             if self.compaction is not None:
                 # Lesson 08's summary, sent with every request, may quote the words:
                 # the view loses them too, as the log's compaction marker did.

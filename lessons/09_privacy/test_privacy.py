@@ -3756,7 +3756,8 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
 ):
     """Lesson 07's pending messages: a note the user recorded and that is not in the
     log yet can be erased like any other; and a pending note that quotes an erased
-    message never reaches the log with the quote."""
+    message never reaches the log with the quote. Each note is written once, so the
+    agent's memory then holds what the log holds."""
     agent, model, log = open_agent(lesson, sessions, [say("Noted."), say("Yes.")])
     with log:
         agent.run("Ask the elder about the cave.")
@@ -3775,8 +3776,15 @@ def test_a_message_not_written_yet_is_erased_and_never_written_with_the_words(
         f"{files_holding(sessions, 'Ilse')}")
     assert "Ilse" not in json.dumps(model.requests[-1]["messages"]), (
         "the next request still sent the erased words")
-    assert resume(lesson, sessions)[2] == {"role": "user", "content": lesson.ERASED}, (
+    resumed = resume(lesson, sessions)
+    assert resumed[2] == {"role": "user", "content": lesson.ERASED}, (
         "message 2 of the log should be the erased note's tombstone")
+    assert agent.messages == resumed, (
+        "two notes were pending when the first was erased; then the agent's memory and "
+        "its log hold different messages: in memory "
+        f"{[m.get('content') for m in agent.messages]}, in the log "
+        f"{[m.get('content') for m in resumed]}. Each pending message is written once, "
+        "as the agent holds it")
 
 
 @pytest.mark.task("09.4")
@@ -4073,6 +4081,107 @@ def test_the_agent_forgets_even_when_the_log_cannot_be_erased_at_all(
         f"{again!r}, and these files still hold the words: "
         f"{files_holding(sessions, 'Ilse')}. A message the agent has forgotten may "
         "still be in the log: only the log says what it erased")
+
+
+@pytest.mark.task("09.4")
+@pytest.mark.parametrize("room", [0, 1], ids=["no-room-at-all", "room-for-one-line"])
+def test_the_agent_forgets_even_when_its_pending_messages_cannot_be_written(
+    lesson, sessions, monkeypatch, room
+):
+    """Lesson 07's pending messages: the user's note (with a key of its own) and a
+    second note that quotes it were recorded and not written yet, and the disk is full
+    when the user erases the first: writing what is pending fails (OSError), at once or
+    after one line. The error may reach the caller, but the agent forgets all the same:
+    the next request sends the words nowhere, and once the disk works again, no line
+    written from then on holds anything of the erased note (its words, its name) but
+    its tombstone. Asking again erases the log's copy, if the log got one, and the
+    agent's memory then holds what the log holds."""
+    path = sessions / "quest-1.jsonl"
+    agent, model, log = open_agent(lesson, sessions, [say("Noted."), say("Yes.")])
+    told = "at once" if room == 0 else "after writing one line (the erased note's)"
+    real, let_through = os.write, [room]
+
+    def full_disk(fd, data):
+        if let_through[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device (the test's)")
+        let_through[0] -= 1
+        return real(fd, data)
+
+    with log:
+        agent.run("Ask the elder about the cave.")
+        agent.record({"role": "user", "content": SECRET, "name": "ann"})
+        agent.record({"role": "user", "content": f"To repeat: {SECRET}"})
+        monkeypatch.setattr(os, "write", full_disk)
+        try:
+            agent.erase(2)
+        except (OSError, lesson.EraseError):
+            pass    # the error may reach the caller: the log could not be erased
+        finally:
+            monkeypatch.setattr(os, "write", real)
+        size = path.stat().st_size
+        sent = sent_on_going_on(agent, model)
+        assert "Ilse" not in sent, (
+            "two notes were pending (the second quotes the first) when the user erased "
+            f"the first, and writing them failed {told}, the disk full; then the next "
+            f"request still sent the words: {sent[:300]}. Whatever fails in the erase, "
+            "writing the pending messages included, the agent forgets")
+        later = path.read_bytes()[size:]
+        assert b"Ilse" not in later and b'"ann"' not in later, (
+            "two notes were pending (the second quotes the first) when the user erased "
+            f"the first, and writing them failed {told}, the disk full; once the disk "
+            "worked again, the agent wrote lines that hold the erased note's words or "
+            f"its name ('ann'): {later.decode(errors='replace')[:300]}. A pending "
+            "message is written as the agent holds it after the erase: the erased note "
+            "as its tombstone (nothing of it but its role), the other with no quote")
+        again = agent.erase(2)
+    assert again == {"role": "user", "content": lesson.ERASED} and files_holding(
+            sessions, "Ilse") == [], (
+        f"the first erase of the pending note failed as it was written ({told}), so "
+        "the user asked again, the disk working now: that erase should leave no copy "
+        f"of the words and return the tombstone; it returned {again!r}, and these "
+        f"files still hold the words: {files_holding(sessions, 'Ilse')}")
+    resumed = resume(lesson, sessions)
+    assert agent.messages == resumed, (
+        f"after an erase whose pending writes failed ({told}) and a second erase, the "
+        "agent's memory and its log hold different messages: in memory "
+        f"{agent.messages[2:]}, in the log {resumed[2:]}. The pending buffer holds the "
+        "very messages the agent remembers, so what is written is what it holds")
+
+
+@pytest.mark.task("09.4")
+def test_the_agent_forgets_even_when_its_log_cannot_be_opened_to_find_the_message(
+    lesson, sessions, monkeypatch
+):
+    """The agent let go of its log after the turn, and the log cannot be opened again
+    when the user erases a message (an I/O error, as a bad disk gives): the log's
+    message cannot even be looked up. The error reaches the caller, and the agent
+    forgets all the same; asked again, the disk working, the erase reaches the log."""
+    play(lesson, sessions, TURN_A, (SECRET, [say(f"Noted: {SECRET}.")]))
+    agent, model, log = open_agent(lesson, sessions, [say("Yes.")])
+    log.close()
+    with log:
+        failing_open(monkeypatch, "quest-1.jsonl")
+        try:
+            with raises(OSError, "the log could not be opened (an I/O error), so the "
+                        "message could not be found in it, and Agent.erase said "
+                        "nothing"):
+                agent.erase(2)
+        finally:
+            monkeypatch.undo()
+        sent = sent_on_going_on(agent, model)
+        assert "Ilse" not in sent, (
+            "the log could not be opened to find message 2 in it (an I/O error), and "
+            "the error reached the caller; then the next request still sent the words "
+            f"(the message, or the reply that repeated it): {sent[:300]}. Whatever "
+            "fails in the erase, looking the message up in the log included, the agent "
+            "forgets")
+        again = agent.erase(2)
+    assert again == {"role": "user", "content": lesson.ERASED} and files_holding(
+            sessions, "Ilse") == [], (
+        "the first erase of message 2 failed (the log could not be opened), so the "
+        "user asked again, the disk working now: that erase should take the words "
+        f"out of the log and return the tombstone; it returned {again!r}, and these "
+        f"files still hold the words: {files_holding(sessions, 'Ilse')}")
 
 
 @pytest.mark.task("09.4")
