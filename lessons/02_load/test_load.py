@@ -13,7 +13,6 @@ import gc
 import io
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 
 from sessionlab import course
 from sessionlab.scripted import ScriptedModel, call, say, use
-from sessionlab.testing import described, open_descriptors
+from sessionlab.testing import described, names_line, names_path, open_descriptors
 from sessionlab.town import Town
 
 DAY_ONE = [
@@ -775,23 +774,6 @@ def test_a_log_larger_than_one_read_loads_whole(lesson, sessions):
         f"expected {expected}, or different text). All but one of the characters of "
         "the CJK messages are 3 bytes long in UTF-8, and some came back lost or "
         "replaced")
-
-
-def names_path(message, path):
-    """Whether an error's text names the file at `path` by its whole path, as written
-    or resolved: not a path relative to some working directory ('../../srv/...'), which
-    leads nowhere once the error is read in another process's log. (A file:// URL of
-    the path names it too.)"""
-    message = message.replace("file://", " ")
-    return any(re.search(rf"(?<![\w./~-]){re.escape(str(where))}", message)
-               for where in (path, path.resolve()))
-
-
-def names_line(message, number):
-    """Whether an error's text names line `number`: 'line 2' (any case) or
-    'file.jsonl:2'."""
-    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
-                     re.IGNORECASE) is not None
 
 
 def bytes_waiting(fd):

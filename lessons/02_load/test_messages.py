@@ -9,11 +9,10 @@ Run: pytest lessons/02_load            (your code)
 """
 
 import json
-import re
 
 import pytest
 
-from sessionlab.testing import described
+from sessionlab.testing import described, names_line, names_path
 
 GOOD = b'{"role": "user", "content": "Hello."}\n'
 BAD_LINES = {
@@ -133,23 +132,6 @@ def outcome(log):
         raise           # a task not written yet: the plugin says which
     except Exception as error:
         return error
-
-
-def names_path(message, path):
-    """Whether an error's text names the file at `path` by its whole path, as written
-    or resolved: not a path relative to some working directory ('../../srv/...'), which
-    leads nowhere once the error is read in another process's log. (A file:// URL of
-    the path names it too.)"""
-    message = message.replace("file://", " ")
-    return any(re.search(rf"(?<![\w./~-]){re.escape(str(where))}", message)
-               for where in (path, path.resolve()))
-
-
-def names_line(message, number):
-    """Whether an error's text names line `number`: 'line 2' (any case) or
-    'file.jsonl:2'."""
-    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
-                     re.IGNORECASE) is not None
 
 
 @pytest.mark.task("02.1")

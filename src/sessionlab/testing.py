@@ -286,6 +286,23 @@ def raises(expected: type[BaseException] | tuple[type[BaseException], ...], why:
     pytest.fail(f"expected {_names(expected)}, but nothing was raised: {why}", pytrace=False)
 
 
+def names_path(message: str, path: Path) -> bool:
+    """Whether an error's text names the file at `path` by its whole path, as written
+    or resolved: not a path relative to some working directory ('../../srv/...'), which
+    leads nowhere once the error is read in another process's log. (A file:// URL of
+    the path names it too.)"""
+    message = message.replace("file://", " ")
+    return any(re.search(rf"(?<![\w./~-]){re.escape(str(where))}", message)
+               for where in (path, path.resolve()))
+
+
+def names_line(message: str, number: int) -> bool:
+    """Whether an error's text names line `number`: 'line 2' (any case) or
+    'file.jsonl:2'."""
+    return re.search(rf"\bline {number}\b|\.jsonl:{number}\b", message,
+                     re.IGNORECASE) is not None
+
+
 def described(error: BaseException) -> str:
     """An exception as a test's failure names it: its type, its text, and where it came
     from in the course's files (a test's words then say what was expected instead)."""
