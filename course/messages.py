@@ -515,6 +515,15 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
     what it reads, so a call is never stored as one thing and run as another.
     """
     # BEGIN 00.1
+    def quoted(text: str) -> str:
+        """`text` between quote marks, whole when it is short; else only its start,
+        saying that it was cut and how long it was. The error goes back with every
+        later request, so a huge broken text is not quoted whole; and a bare start
+        would pass for all that the model sent (run_tool's words for its cuts)."""
+        if len(text) <= 200:
+            return repr(text)
+        return f"{text[:200]!r}... (cut: {len(text):,} characters in all)"
+
     if arguments is None or arguments == "":
         return {}
     sent = arguments
@@ -524,10 +533,9 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
         # RecursionError: "[[[[..." nested deeper than the reader goes, as a small
         # model that repeats itself writes; the model's mistake like any other.
         except (ValueError, RecursionError) as error:
-            # Quoted, since the stored call will hold "{}"; only its start, so that a
-            # huge broken text does not fill the next request.
-            text = arguments[:200]
-            raise ValueError(f"are not valid JSON ({error}): {text!r}") from None
+            # Quoted, for the model to see what it sent: the stored call holds "{}".
+            raise ValueError(f"are not valid JSON ({error}): {quoted(arguments)}"
+                             ) from None
     # A string, even one whose text is an object (a server that encoded the arguments
     # twice), is no object: guessing that it meant one would run what was not sent.
     if not isinstance(arguments, dict):
@@ -538,9 +546,9 @@ def read_arguments(arguments: Any) -> dict[str, Any]:
         # only for an object nested deeper than any server's JSON reader goes.)
         json.dumps(arguments, allow_nan=False)
     except (ValueError, RecursionError):
-        text = (sent if isinstance(sent, str) else repr(sent))[:200]
-        raise ValueError(f"are not valid JSON (it has no NaN or Infinity): {text!r}"
-                         ) from None
+        text = sent if isinstance(sent, str) else repr(sent)
+        raise ValueError(f"are not valid JSON (it has no NaN or Infinity): "
+                         f"{quoted(text)}") from None
     return arguments
     # END 00.1
 

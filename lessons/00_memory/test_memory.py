@@ -396,8 +396,8 @@ def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_te
         lesson, town):
     """Arguments holding a number of thousands of digits are JSON, but Python's reader
     refuses them, with an error of its own kind (not its decode error): they could not
-    be read, so the tool does not run, and the result says so and quotes them, as it
-    does for any arguments that could not be read."""
+    be read, so the tool does not run, and the result says so and quotes their start,
+    saying it was cut, as it does for any long arguments that could not be read."""
     sent = '{"item": ' + "7" * 5_000 + "}"
     result = run_call(lesson, town, tool_call("buy", sent),
                       "the arguments held a number of 5,000 digits")
@@ -408,6 +408,17 @@ def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_te
         f"{what}; the error result should quote their start between quote marks, "
         f"{sent[:40]!r}..., as it does for any arguments that could not be read, so "
         f"that the model sees what it sent; got {result[:300]!r}")
+    try:
+        json.loads(sent)
+    except ValueError as error:
+        python_says = str(error)        # "Exceeds the limit (4300 digits) ..."
+    # Python's words and the quoted digits hold numbers that say nothing of a cut.
+    told = re.sub("7{4,}", "", result.replace(python_says, ""))
+    assert says_it_was_cut(told), (
+        f"{what}; the error result quotes their start and never says that they went "
+        "on (no word such as 'cut', no '...', no length, besides Python's own words "
+        "about the number): the model takes the start for all it sent; got "
+        f"{result[:600]!r}")
 
 
 @pytest.mark.task("00.1")
@@ -447,8 +458,8 @@ def test_running_a_call_leaves_the_call_as_it_was(lesson, town):
 @pytest.mark.task("00.1")
 def test_a_long_quote_holds_only_letters_the_model_wrote(lesson, town):
     """Unreadable arguments written in a script of several bytes a letter (Chinese and
-    Japanese, in UTF-8) are quoted only in part: the quote ends on a whole letter, and
-    holds no character the model never wrote."""
+    Japanese, in UTF-8) are quoted only in part, saying so: the quote ends on a whole
+    letter, and holds no character the model never wrote."""
     sent = '{"item": "' + "洞窟の松明、" * 400       # never closed: no JSON
     what = f"the arguments were {len(sent):,} characters of Japanese text, no JSON"
     result = run_call(lesson, town, tool_call("buy", sent), what)
@@ -462,6 +473,10 @@ def test_a_long_quote_holds_only_letters_the_model_wrote(lesson, town):
         f"{what}; the error result holds {strange}, which the model never wrote: a "
         "quote cut in bytes rather than letters breaks a letter in two, and the model "
         f"reads a character it did not send; the result is {result[:300]!r}...")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result quotes their start and never says that they went "
+        "on (no word such as 'cut', no '...', no length): the model takes the start "
+        f"for all it sent; got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -485,7 +500,8 @@ def test_a_long_quote_of_unreadable_arguments_is_closed_by_its_quote_mark(lesson
     """A long text of unreadable arguments is quoted only in part, and the part is a
     quote all the same: it opens and closes with the same quote mark, and what lies
     between is the start of what the model sent (a quote cut after it was made loses
-    its closing mark, and the model cannot see where what it sent ends)."""
+    its closing mark, and the model cannot see where what it sent ends). The result
+    says that the quote was cut: closed, it looks like all that was sent."""
     sent = '{"item": "' + "rope, " * 20_000          # never closed: no JSON
     what = f"the arguments were {len(sent):,} characters, no JSON"
     result = run_call(lesson, town, tool_call("buy", sent), what)
@@ -497,6 +513,10 @@ def test_a_long_quote_of_unreadable_arguments_is_closed_by_its_quote_mark(lesson
         f"{what}; the error result should quote their start between two quote marks "
         "of the same kind, the closing one right after the part quoted; it holds no "
         f"such quote: it begins {result[:120]!r} and ends {result[-120:]!r}")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result quotes their start, closed by its quote mark, and "
+        "never says that they went on (no word such as 'cut', no '...', no length): "
+        f"the model takes the quote for all it sent; got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -728,7 +748,8 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, argumen
                                                            size):
     """A model stuck repeating itself can send 100 KB of broken arguments: the error
     quotes their start, so the model sees what it sent, and not all of it, which would
-    fill every later request. Arguments just short of 2,000 characters too, and
+    fill every later request; and it says that it cut them, or the model takes the
+    start for all it sent. Arguments just short of 2,000 characters too, and
     arguments of line breaks, which a quote writes as two characters each: the result
     stays well under 2,000."""
     what = f"the arguments were {size} of text that is no JSON"
@@ -742,9 +763,34 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, argumen
         f"the arguments were {len(arguments):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
         "request, and a start is enough for the model to see what it sent")
+    assert says_it_was_cut(result), (
+        f"{what}; the error result quotes their start and never says that they went "
+        "on (no word such as 'cut', no '...', no length): the model takes the start "
+        f"for all it sent; got {result!r}")
     assert town.inventory == [], (
         "the arguments could not be read, so nothing should be bought; the inventory "
         f"is {town.inventory}")
+
+
+@pytest.mark.task("00.1")
+def test_unreadable_arguments_of_a_usual_length_are_quoted_whole(lesson, town):
+    """Unreadable arguments of a usual length are quoted whole, between quote marks,
+    and the result says nothing of a cut: a note that something was left out, where
+    nothing was, sends the model looking for a rest it never wrote."""
+    sent = ('{"item": "coil of elven rope, forty feet", "shop": "the mill by the '
+            'cave", count: 2}')
+    what = f"the arguments were {sent!r} ({len(sent)} characters), no JSON"
+    result = run_call(lesson, town, tool_call("buy", sent), what)
+
+    assert_error_result(result, what)
+    assert re.search(r"""(['"`])""" + re.escape(sent) + r"\1", result), (
+        f"{what}; arguments of {len(sent)} characters are of a usual length, and the "
+        "error result should quote them whole, between quote marks, for the model to "
+        f"see what it sent; got {result!r}")
+    assert not says_it_was_cut(result), (
+        f"{what}; the error result quotes them whole, yet says that something was "
+        "left out (a word such as 'cut', a '...' or a length): the model looks for a "
+        f"rest it never sent; got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -955,6 +1001,10 @@ def test_arguments_nested_deeper_than_the_reader_goes_are_refused(lesson, town):
         "that the model sees what it sent, in a result well under 2,000 characters, "
         f"since it goes back with every later request; it is {len(result):,} "
         f"characters and begins {result[:200]!r}")
+    assert says_it_was_cut(result), (
+        f"{what}: the error result quotes their start and never says that they went "
+        "on (no word such as 'cut', no '...', no length): the model takes the start "
+        f"for all it sent; got {result[:600]!r}")
     # Nested deep, but closed: JSON Python's reader takes. Read or refused, whatever
     # looks at what was read must not itself give up on its depth.
     deep = '{"item": ' + "[" * 600 + "]" * 600 + "}"
@@ -983,8 +1033,9 @@ def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, argument
     """NaN and Infinity are not JSON: Python's reader takes them (and reads 1e999 as
     Infinity, -1e999 as -Infinity), a strict provider refuses a stored call that holds
     them. Arguments holding one anywhere, as text or as an object, are refused like
-    any unreadable arguments, the tool does not run, and the result quotes only the
-    start of what was sent."""
+    any unreadable arguments, the tool does not run, and the result quotes what was
+    sent: whole when it is short, saying nothing of a cut; else only its start, saying
+    that it was cut."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
@@ -1019,6 +1070,18 @@ def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, argument
         f"{what}; they are {len(str(arguments)):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
         "request, and a start is enough for the model to see what it sent")
+    if len(str(arguments)) > 2_000:
+        assert says_it_was_cut(result), (
+            f"{what}; they are {len(str(arguments)):,} characters, and the error "
+            "result quotes their start and never says that they went on (no word such "
+            "as 'cut', no '...', no length): the model takes the start for all it "
+            f"sent; got {result!r}")
+    else:
+        assert not says_it_was_cut(result), (
+            f"{what}; they are {len(str(arguments))} characters, quoted whole, and the "
+            "error result says that something was left out (a word such as 'cut', a "
+            f"'...' or a length): the model looks for a rest it never sent; got "
+            f"{result!r}")
     assert town.inventory == [], (
         f"{what}: they cannot be read, so nothing should be bought; the inventory is "
         f"{town.inventory}")

@@ -284,20 +284,26 @@ def watch_unlock(monkeypatch, lesson, lock, record) -> list[str]:
     (said_as_05_2), not the refusal's."""
     noted: list[str] = []
     real = lesson.SessionLog._unlock
+    closed: list = []   # the logs whose _unlock has run once already (kept alive)
 
     def watched(log) -> None:
-        if getattr(log, "_lock_fd", None) is not None:
+        ran = any(seen is log for seen in closed)
+        if getattr(log, "_lock_fd", None) is not None and not ran:
             # The refusal (05.1's) left a descriptor's number behind: what the close
-            # does with it is that refusal's mistake, said as 05.1's
+            # does with it is that refusal's mistake, said as 05.1's. (Left by an
+            # earlier _unlock of the same log, it is 05.2's own: watched below.)
             return real(log)
+        again = " (closed a second time)" if ran else ""
+        closed.append(log)
         before = lock.read_bytes() if lock.exists() else None
         try:
             real(log)
         except NotImplementedError:
             raise
         except Exception as error:
-            noted.append(f"closing a writer that holds no lock (refused it), _unlock "
-                         f"raised {described(error)}: it has nothing to let go of")
+            noted.append(f"closing a writer that holds no lock (refused it){again}, "
+                         f"_unlock raised {described(error)}: it has nothing to let "
+                         "go of")
             raise
         after = lock.read_bytes() if lock.exists() else None
         if before == record and after != record:
@@ -458,16 +464,20 @@ def test_closing_a_writer_raises_nothing_and_leaves_its_log_whole(lesson, sessio
 
 
 @pytest.mark.task("05.2")
+@pytest.mark.parametrize(("durable", "rounds"), [(False, 100), (True, 10)],
+                         ids=["plain", "durable"])
 def test_writers_that_take_and_let_go_a_hundred_times_leave_no_descriptor_open(
-        lesson, sessions):
+        lesson, sessions, durable, rounds):
     """A hundred writers, one after the other, take the session (an append) and close:
     while one holds it, it has the log and the lock open, and once it has closed, the
     process holds exactly the descriptors it held before it began. A descriptor left
     open at each take or each close is one more for every writer the program ever made,
-    until it can open no file at all."""
-    for round_ in range(1, 101):
+    until it can open no file at all. Durable writers (each write synced to the disk,
+    and each name in its folder: ten of them) leave none either."""
+    for round_ in range(1, rounds + 1):
         before = open_descriptors()
-        log = lesson.SessionLog(sessions, "quest-1")
+        log = lesson.SessionLog(sessions, "quest-1", durable=durable)
+        writer = f"{'durable ' if durable else ''}writer {round_}"
         try:
             log.append({"role": "user", "content": f"Round {round_}."})
             held = open_descriptors() - before
@@ -478,18 +488,18 @@ def test_writers_that_take_and_let_go_a_hundred_times_leave_no_descriptor_open(
         if left <= 0:
             continue
         if kept is None:
-            fail_in("05.1", f"writer {round_} took the session but kept no descriptor "
+            fail_in("05.1", f"{writer} took the session but kept no descriptor "
                     "in self._lock_fd, so close() had none to let go of: once it had "
                     f"closed, {left} more descriptor(s) were still open, the lock with "
                     "them")
         if held > 2:
-            fail_in("05.1", f"writer {round_} took the session with "
+            fail_in("05.1", f"{writer} took the session with "
                     f"{held} descriptors open beyond those the process had before (the "
                     "log's and the lock's make two), and once it had closed, "
                     f"{left} more were still open: taking the lock opened a descriptor "
-                    "(a second open of the lock file, maybe to look at its name) that "
-                    "nothing ever closes")
-        pytest.fail(f"writer {round_} took the session and closed, and the process "
+                    "(a second open of the lock file, maybe to look at its name, or of "
+                    "its folder, to sync it) that nothing ever closes")
+        pytest.fail(f"{writer} took the session and closed, and the process "
                     f"then held {left} more descriptor(s) than before it began: "
                     "letting go of the lock opened (or kept) a descriptor that nothing "
                     "closes, so every writer the program makes leaves one more open",
@@ -610,7 +620,9 @@ def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
     UTF-8), or even bytes that are no UTF-8, which Python gives as lone surrogates. A
     writer takes over a stale lock file whose dead holder's record was longer than its
     own: the lock file then holds the new record whole, one JSON object naming this
-    host as it is called, and a second writer is refused naming that host."""
+    host as it is called (not as the environment may still say: HOSTNAME, exported by
+    a shell before the host was renamed), and a second writer is refused naming that
+    host."""
     sessions.mkdir(parents=True, exist_ok=True)
     lock = sessions / "quest-1.lock"
     stale = {"pid": a_pid_no_process_has(), "host": "a-much-longer-host-name." * 8,
@@ -623,6 +635,8 @@ def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
     monkeypatch.setattr(os, "uname", lambda: os.uname_result(
         (real.sysname, host, real.release, real.version, real.machine)))
     monkeypatch.setattr(platform, "node", lambda: host)
+    # What a shell exported when it started, before the host got its name: not it
+    monkeypatch.setenv("HOSTNAME", "the-name-before")
     log = lesson.SessionLog(sessions, "quest-1")
     try:
         log.append(FIRST)
@@ -647,7 +661,10 @@ def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
             "letters")
         assert record.get("host") == host and record.get("pid") == os.getpid(), (
             f"the lock file should name this process, {os.getpid()}, and this host, "
-            f"{host!r}, as it is called; it holds {record}")
+            f"{host!r}, as it is called; it holds {record}"
+            + (": HOSTNAME, in the environment, is what a shell exported when it "
+               "started (here from before the host was renamed), not the host's name"
+               if record.get("host") == "the-name-before" else ""))
         try:
             with lesson.SessionLog(sessions, "quest-1") as second:
                 second.append(FIRST)
@@ -1103,6 +1120,30 @@ def test_a_waiting_writer_keeps_no_refused_try_open_while_it_sleeps(
         "refused; a Ctrl-C in the sleep would leave it open for good")
 
 
+# Python's clocks of the time that goes by (never set back): a writer may count its
+# wait on any of them, so a test that moves the time moves them all
+CLOCKS = ("monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns")
+
+
+def clocks_moved(monkeypatch, ahead):
+    """Make each of CLOCKS read `ahead()` seconds more than it would (`ahead` is asked
+    at each look); returns the real clocks, for clocks_back."""
+    real = {name: getattr(time, name) for name in CLOCKS}
+    for name, clock in real.items():
+        if name.endswith("_ns"):
+            monkeypatch.setattr(time, name,
+                                lambda clock=clock: clock() + round(ahead() * 1e9))
+        else:
+            monkeypatch.setattr(time, name, lambda clock=clock: clock() + ahead())
+    return real
+
+
+def clocks_back(monkeypatch, real):
+    """Put back the clocks clocks_moved replaced."""
+    for name, clock in real.items():
+        monkeypatch.setattr(time, name, clock)
+
+
 @pytest.mark.task("05.1")
 def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
         lesson, sessions, monkeypatch):
@@ -1115,7 +1156,7 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
     own arithmetic: the time left, as one look found it, may be gone by the next."""
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
-    real_flock, real_monotonic = lesson.fcntl.flock, time.monotonic
+    real_flock, real_clocks = lesson.fcntl.flock, None
     slow, timeout = 0.2, 0.4
 
     def flock(fd, operation):
@@ -1124,9 +1165,9 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
 
     looks = []
 
-    def monotonic():
+    def held_up():
         looks.append(None)  # held up before each look: 0.6 s more gone every time
-        return real_monotonic() + 0.6 * len(looks)
+        return 0.6 * len(looks)
 
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
     started = time.monotonic()
@@ -1138,7 +1179,7 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
                 log.append({"role": "user", "content": "Me too."})
         waited = time.monotonic() - started
         monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
-        monkeypatch.setattr(time, "monotonic", monotonic)
+        real_clocks = clocks_moved(monkeypatch, held_up)
         try:
             with lesson.SessionLog(sessions, "quest-1", timeout=1) as log:
                 log.append({"role": "user", "content": "Me too."})
@@ -1148,10 +1189,11 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
         except Exception as error:  # noqa: BLE001 - said below, in words
             leapt = f"it raised {described(error)}"
         finally:
-            monkeypatch.setattr(time, "monotonic", real_monotonic)
+            clocks_back(monkeypatch, real_clocks)
     finally:
         monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
-        monkeypatch.setattr(time, "monotonic", real_monotonic)
+        if real_clocks:
+            clocks_back(monkeypatch, real_clocks)
         holder.close()
     assert not leapt, (
         "on a machine so busy that a writer with timeout=1 was held up before each "
@@ -1296,8 +1338,7 @@ def test_a_writer_waits_as_long_as_its_timeout_however_long_that_is(
     (and takes no time), so the hour goes by in a moment."""
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
-    step, moved, real_monotonic, real_sleep = timeout / 100, [0.0], time.monotonic, \
-        time.sleep
+    step, moved, real_sleep = timeout / 100, [0.0], time.sleep
 
     class StillWaiting(Exception):
         """The writer kept on trying far past its timeout: stop it here."""
@@ -1311,7 +1352,7 @@ def test_a_writer_waits_as_long_as_its_timeout_however_long_that_is(
     # wait is real: the holder then lets go after a while, so that no test waits for
     # ever, and the writer gets in.
     guard = threading.Timer(WAIT, holder.close)
-    monkeypatch.setattr(time, "monotonic", lambda: real_monotonic() + moved[0])
+    real_clocks = clocks_moved(monkeypatch, lambda: moved[0])
     monkeypatch.setattr(time, "sleep", sleep)
     guard.start()
     try:
@@ -1324,7 +1365,7 @@ def test_a_writer_waits_as_long_as_its_timeout_however_long_that_is(
         except StillWaiting:
             outcome = "still waiting"
     finally:
-        monkeypatch.setattr(time, "monotonic", real_monotonic)
+        clocks_back(monkeypatch, real_clocks)
         monkeypatch.setattr(time, "sleep", real_sleep)
         guard.cancel()
         guard.join()
@@ -1704,10 +1745,80 @@ def test_a_holder_whose_record_names_no_running_process_is_still_the_holder(
                 f"(on that host, or in its container), whatever runs here and "
                 f"whatever keys and values this program would write itself; it was "
                 f"given {busy.value.holder}: {busy.value}")
+        else:
+            assert busy.value.holder == {}, (
+                f"the holder's lock file {says}: it names no one yet, so the refusal's "
+                "holder should be empty ({}), as the record it stands for is; it was "
+                f"given {busy.value.holder}, a record of the writer's own making that "
+                "no lock file holds (a caller that asks whether the lock says who "
+                "holds the session is told yes)")
         assert lock.exists() and os.path.samestat(lock.stat(), held), (
             f"the holder's lock file {says}, and the refused writer removed or "
             "replaced it: a third writer would now make a new one and get in beside "
             "the holder")
+
+
+@pytest.mark.task("05.1")
+@pytest.mark.parametrize("then", ["let go, its lock file gone",
+                                  "half-way through a new record"])
+def test_a_writer_refused_as_the_lock_file_changes_says_the_session_is_busy(
+        lesson, sessions, monkeypatch, then):
+    """A writer (timeout 0) is refused the lock, and in the very moment after, before
+    it has read whose the session is, the lock file changes under it: its holder lets
+    go and the file goes, or a holder is half-way through writing its record. The
+    writer still says what it met, a busy session: SessionBusy for quest-1, naming the
+    holder as far as the lock file could tell (no one, or the holder it was refused
+    by), never an error of its own reading of a lock file that is gone or not yet
+    whole."""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    lock = sessions / "quest-1.lock"
+    record = record_in(lock.read_bytes() if lock.exists() else None)
+    real_flock, refused = lesson.fcntl.flock, []
+
+    def flock(fd, operation):
+        try:
+            return real_flock(fd, operation)
+        except BlockingIOError:
+            if not refused:
+                refused.append(fd)
+                if then.startswith("let go"):
+                    let_go(holder)      # as 05.1 lets go, whatever 05.2's close does
+                    lock.unlink(missing_ok=True)
+                else:
+                    with open(lock, "r+b") as half:
+                        half.truncate(0)
+                        half.write(b'{"pid": 4242, "ho')
+            raise
+
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "Me too."})
+        got, named = "it appended", None
+    except lesson.SessionBusy as busy:
+        got, named = None, busy
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - said below, in words
+        got, named = f"it raised {described(error)}", None
+    finally:
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        holder.close()
+    if not refused:
+        pytest.fail("this process held quest-1, yet the second writer was never "
+                    "refused by fcntl.flock: it took the session without asking for "
+                    "the lock", pytrace=False)
+    assert got is None, (
+        "a writer with timeout 0 was refused quest-1, which this process held, and "
+        f"just after the refusal its holder was {then}; {got}. Refused, the writer "
+        "raises SessionBusy for the session it could not take, naming the holder as "
+        "far as the lock file can tell then (no one, if it is gone or not yet whole): "
+        "a lock file that changes under a reader is what a busy session looks like")
+    assert named.session_id == "quest-1" and named.holder in ({}, record), (
+        f"a writer refused quest-1 (its holder then {then}) should name the session "
+        "and, as holder, what the lock file could tell: no one ({}) or the holder it "
+        f"was refused by, {record}; it named {named.session_id!r} and {named.holder}")
 
 
 @pytest.mark.task("05.1")
@@ -2676,44 +2787,65 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
         "(task 05.2)")
 
 
+class AlarmRang(Exception):
+    """A program's own error, raised by its SIGALRM handler to cut a step short."""
+
+
+# What a signal's handler may raise, for the tests of a take cut short by it
+SIGNALLED = {"Ctrl-C": KeyboardInterrupt,
+             "sys.exit() of a SIGTERM handler": SystemExit,
+             "a program's own error, from its SIGALRM handler": AlarmRang}
+
+
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("signalled", list(SIGNALLED),
+                         ids=["ctrl-c", "sigterm-exit", "alarm-error"])
 def test_a_ctrl_c_the_moment_the_lock_is_taken_lets_go_of_it(lesson, sessions,
-                                                             monkeypatch):
+                                                             monkeypatch, signalled):
     """Ctrl-C arrives the moment flock has given this writer the lock, before its
-    record is written: the KeyboardInterrupt reaches the caller, and the lock goes with
-    it, no descriptor of it left open, so the same process can take the session at
-    once."""
+    record is written, or another signal whose handler raises (sys.exit() in a SIGTERM
+    handler, a program's own timeout error from SIGALRM): the exception reaches the
+    caller as it is, and the lock goes with it, no descriptor of it left open, so the
+    same process can take the session at once (a program that goes on after it, or
+    its clean-up, is not refused its own session)."""
     real_flock = lesson.fcntl.flock
     interrupted = []
+    raised = SIGNALLED[signalled]
 
     def flock(fd, operation):
         real_flock(fd, operation)
         if operation & lesson.fcntl.LOCK_EX and not interrupted:
             interrupted.append(fd)
-            raise KeyboardInterrupt
+            raise raised
 
     before = open_descriptors()
     monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    reached = False
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append(FIRST)
-    except KeyboardInterrupt:
-        pass
+    except raised:
+        reached = True
     finally:
-        monkeypatch.undo()
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
     assert interrupted, "the writer took the session without fcntl.flock"
+    assert reached, (
+        f"{signalled} ({raised.__name__}) came the moment this process got the lock, "
+        "and never reached the caller: it must stop what the program was doing")
     leaked = open_descriptors() - before
     try:
         with lesson.SessionLog(sessions, "quest-1") as log:
             log.append(FIRST)
     except lesson.SessionBusy as error:
-        pytest.fail(f"a Ctrl-C came the moment this process got the lock, and the lock "
-                    f"stayed held: the same process was then refused ({error}). The "
-                    "clean-up of a failed take must run for a KeyboardInterrupt too",
-                    pytrace=False)
+        pytest.fail(f"{signalled} ({raised.__name__}) came the moment this process got "
+                    f"the lock, and the lock stayed held: the same process was then "
+                    f"refused ({error}). The clean-up of a failed take must run for "
+                    f"any exception, a {raised.__name__} too, whatever it derives "
+                    "from", pytrace=False)
     assert leaked == 0, (
-        f"a Ctrl-C the moment the lock was taken left {leaked} descriptor(s) open: "
-        "the clean-up of a failed take must run for a KeyboardInterrupt too")
+        f"{signalled} ({raised.__name__}) the moment the lock was taken left {leaked} "
+        "descriptor(s) open: the clean-up of a failed take must run for any "
+        f"exception, a {raised.__name__} too")
 
 
 class AfterTheLock:
@@ -3188,8 +3320,9 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
                                                                    by_hand):
     """Someone deletes quest-1.lock while its writer holds it, or moves it aside (to
     quest-1.lock.old, where it keeps a name), and a second writer takes a new one: the
-    first writer's close() must leave the second's lock file alone, and once both have
-    closed no descriptor of theirs is left open."""
+    first writer's close() must leave the second's lock file alone, and the file moved
+    aside where it was put, and once both have closed no descriptor of theirs is left
+    open."""
     descriptors = open_descriptors()
     first = lesson.SessionLog(sessions, "quest-1")
     first.append(FIRST)
@@ -3211,6 +3344,12 @@ def test_a_lock_file_removed_by_hand_is_not_removed_again_on_close(lesson, sessi
             "first by hand" + (" (the first writer's file still has a name, "
                                "quest-1.lock.old, but not the lock's)"
                                if by_hand == "moved aside" else ""))
+        if by_hand == "moved aside":
+            assert (sessions / "quest-1.lock.old").exists(), (
+                "someone moved quest-1.lock aside by hand, to quest-1.lock.old, and "
+                "the first writer's close() removed that file: a writer lets go of "
+                "the name it took, quest-1.lock, while it is still its own file; a "
+                "name someone gave the file by hand is theirs, and the file with it")
         with raises(lesson.SessionBusy, "the second writer still holds the session, "
                     "yet a third got in after the first writer closed"):
             with lesson.SessionLog(sessions, "quest-1") as third:
