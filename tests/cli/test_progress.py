@@ -270,3 +270,11 @@ def test_a_task_whose_tests_wait_for_a_later_one_says_so(cli, course):
             if re.match(r"\S+\s+00\.\d\s", line)}
     assert re.search(r"\d+/\d+ · \d+ wait for 00\.2", rows["00.1"]), run.out
     assert "wait for" not in rows["00.3"], run.out
+    # Each failure listed says which task it waits for, whatever its own marks are
+    listed = cli("--course", course, "check", "00", "-v").out.splitlines()
+    waiting = [(line, listed[number + 1]) for number, line in enumerate(listed[:-1])
+               if "task 00.2 is not written yet" in listed[number + 1]
+               and line.startswith(("First failure:", "Also failing:"))]
+    assert waiting, "\n".join(listed)
+    for line, _ in waiting:
+        assert re.search(r"\(task [^)]*00\.2[^)]*\)$", line), line

@@ -164,7 +164,11 @@ def lesson_report(ui: Ui, lesson: Lesson, result: LessonResult, *, every_failure
         line = Text(label, style="bold red" if i == 0 else "red")
         line.append(human(test.name), style="bold")
         if test.tasks:
-            line.append(f"  (task {', '.join(test.tasks)})", style="dim")
+            # A test of a written task that stops at a later one says so here too: its
+            # marks alone would read as a fault of the written task
+            waits = test.waits_for
+            waiting = f"; waits for {waits}" if waits and waits not in test.tasks else ""
+            line.append(f"  (task {', '.join(test.tasks)}{waiting})", style="dim")
         parts.append(line)
         message = (test.message or test.exception or "failed").strip()
         if test.exception and test.exception not in ("AssertionError", "NotImplementedError", "Failed"):
