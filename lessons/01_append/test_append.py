@@ -18,8 +18,8 @@ import pytest
 
 from sessionlab.scripted import Crash, SimulatedCrash, call, say, use
 from sessionlab.testing import (append_interrupted_after_the_write, described, fail_in,
-                                in_child, open_descriptors, raises, unless_unfinished,
-                                until_written, with_file_size_limit)
+                                in_child, names_path, open_descriptors, raises,
+                                unless_unfinished, until_written, with_file_size_limit)
 
 # Each id a plain name excludes, with what is wrong with it as a file name.
 WHY_BAD = {
@@ -144,8 +144,9 @@ def the_sessions_id_is_taken(lesson):
 
 def the_log_opens(lesson, folder):
     """Fail in words, naming task 01.4, if `_open`, once written, cannot open a new
-    session's log in an empty folder: the tests of the other tasks open their logs
-    with it, and would seem to fail for their own task."""
+    session's log in an empty folder, or opens it with a descriptor that cannot write:
+    the tests of the other tasks open their logs with it, and would seem to fail for
+    their own task."""
     try:
         log = lesson.SessionLog(folder, "quest-1")
         log._open()
@@ -156,7 +157,16 @@ def the_log_opens(lesson, folder):
                 "quest-1.jsonl in an empty sessions folder: it raised "
                 f"{type(error).__name__} ({error}). It opens the log to append to "
                 "it, creating it if need be")
-    log.close()
+    try:
+        if isinstance(log._fd, int):
+            os.write(log._fd, b"")      # no byte: only asks whether it may write
+    except OSError as error:
+        fail_in("01.4", "_open opened the log of a new session, quest-1.jsonl, with "
+                "a descriptor that cannot write to it: a write of no byte through "
+                f"it raised {type(error).__name__} ({error}). The log is opened to "
+                "append to it (for writing, at its end), or no line ever gets in")
+    finally:
+        log.close()
 
 
 @pytest.fixture(autouse=True)
@@ -630,6 +640,17 @@ def test_the_refusal_says_what_a_valid_id_looks_like(lesson):
         f"({' and '.join(unnumbered)}): which ports are kept out is part of the rule "
         "(COM10 passes, COM1 does not), so the error should say their numbers, as a "
         f"range or one by one, so that the caller need not guess; it says: {said}")
+    # A rule that keeps COM0 or LPT0 out too (newer Windows does) says so: a range
+    # from 1 tells the caller refused for 'COM0' that it was a name like any other.
+    from_one = [f"{port}0" for port in ("COM", "LPT")
+                if f"{port}1" in kept_out and not takes(lesson, f"{port}0")
+                and not re.search(rf"{port.lower()}\s*\[?0", words)]
+    assert not from_one, (
+        f"the check refuses {' and '.join(from_one)} (and takes COM10 and LPT10), "
+        "but the error gives the ports' numbers from 1, which says those names pass: "
+        "which ports are kept out is part of the rule, so the error should give "
+        "their numbers from 0, where the check starts, so that the caller refused "
+        f"for {from_one[0]!r} can tell why; it says: {said}")
     # Kept out in small letters, or before a '.': the names alone do not tell it
     for kept, alike, how, ways in [
             ("con", "cone", "in small letters", ("case", "lower", "small")),
@@ -729,8 +750,8 @@ def test_the_refusal_quotes_an_id_whose_trouble_lies_past_its_start(
 def test_the_refusal_of_a_huge_id_stays_short(lesson):
     """An id of a megabyte (a request's body passed for an id) is refused in a message
     that quotes only its start: the message goes into logs and onto screens. So is a
-    body that is no text, as a web framework hands it over: a megabyte of bytes, or
-    the list a JSON body holds."""
+    body that is no text, as a web framework hands it over: a megabyte of bytes, the
+    list a JSON body holds, or the object (a dict, which has no start to cut)."""
     bad_id = "quest-" + "x" * 1_000_000
     with raises(lesson.InvalidSessionId, "check_session_id accepted an id of a "
                 "million characters, far past the limit of 128") as refused:
@@ -741,7 +762,8 @@ def test_the_refusal_of_a_huge_id_stays_short(lesson):
         "characters long: it should quote the id's start (its first 30 characters at "
         "least), enough to recognise it, and not all of it, so that the message stays "
         f"one a person can read; it begins {said[:200]!r}")
-    for body, what in [(bad_id.encode(), "bytes"), (["quest-1"] * 100_000, "a list")]:
+    for body, what in [(bad_id.encode(), "bytes"), (["quest-1"] * 100_000, "a list"),
+                       ({"session": bad_id}, "a JSON object (a dict)")]:
         with raises(lesson.InvalidSessionId, f"check_session_id accepted {what} of "
                     "a megabyte for an id, which is no text") as refused:
             lesson.check_session_id(body)
@@ -752,6 +774,28 @@ def test_the_refusal_of_a_huge_id_stays_short(lesson):
             "it should quote the start of what came (as Python shows it), enough to "
             "recognise it, and not all of it, whatever its type; it begins "
             f"{said[:200]!r}")
+
+
+@pytest.mark.task("01.1")
+def test_a_plain_id_given_as_a_str_subclass_is_accepted(lesson):
+    """An id is text, whatever class of text the caller keeps it in: a str subclass
+    holding a plain name (a StrEnum member, as a program names its sessions, or a web
+    framework's safe string) is a plain name, accepted and returned as that name."""
+    import enum
+
+    class Session(enum.StrEnum):
+        QUEST = "quest-1"
+
+    try:
+        returned = lesson.check_session_id(Session.QUEST)
+    except lesson.InvalidSessionId as error:
+        pytest.fail("check_session_id refused Session.QUEST, a member of a StrEnum "
+                    "(a str subclass) whose text is 'quest-1', a plain name, saying: "
+                    f"{error}. A str of any class is text: what decides is the name it "
+                    "holds, not its class", pytrace=False)
+    assert returned == "quest-1", (
+        "check_session_id(Session.QUEST), a StrEnum member whose text is 'quest-1', "
+        f"returned {returned!r}: an id it accepts comes back as that name")
 
 
 @pytest.mark.task("01.1")
@@ -894,11 +938,14 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
 
 
 @pytest.mark.task("01.4")
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
 def test_a_log_without_durable_mode_is_opened_without_a_sync_on_each_write(
-        lesson, sessions, monkeypatch):
+        lesson, sessions, monkeypatch, durable):
     """Without durable mode nothing is synced, by a call to fsync or by the way the log
     is opened: a descriptor opened with O_SYNC or O_DSYNC makes every write wait for
-    the disk, the milliseconds a line that only durable mode pays."""
+    the disk, the milliseconds a line that only durable mode pays. In durable mode each
+    line has its one fsync (task 01.5): opened that way as well, every line would wait
+    for the disk twice."""
     import fcntl
 
     real_open, opened = os.open, []
@@ -909,25 +956,27 @@ def test_a_log_without_durable_mode_is_opened_without_a_sync_on_each_write(
         return fd
 
     monkeypatch.setattr(os, "open", noted_open)
+    mode = "with durable mode" if durable else "without durable mode"
     try:
-        with lesson.SessionLog(sessions, "quest-1") as log:
+        with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
             log.append({"role": "user", "content": "quick"})
             if isinstance(log._fd, int):
                 opened.append(fcntl.fcntl(log._fd, fcntl.F_GETFL))
     except NotImplementedError:
         raise
     except Exception as error:      # noqa: BLE001 - reported in words
-        pytest.fail(f"the first append of a new session's log, without durable mode, "
-                    f"raised {described(error)}: the log is opened to append to it, "
-                    "created if need be", pytrace=False)
+        pytest.fail(f"the first append of a new session's log, {mode}, raised "
+                    f"{described(error)}: the log is opened to append to it, created "
+                    "if need be", pytrace=False)
     finally:
         monkeypatch.undo()
     synced = sorted({name for flags in opened for name in ("O_SYNC", "O_DSYNC")
                      if flags & getattr(os, name) == getattr(os, name)})
     assert not synced, (
-        f"the log of a writer without durable mode was opened with {synced}: every "
-        "write then waits for the disk, as an fsync does, and costs milliseconds a "
-        "line; only durable mode syncs, and it does so with one fsync a line")
+        f"the log of a writer {mode} was opened with {synced}: every write then "
+        "waits for the disk, as an fsync does, and costs milliseconds a line; only "
+        "durable mode syncs, and it does so with one fsync a line"
+        + (", which a descriptor opened that way makes two" if durable else ""))
 
 
 @pytest.mark.task("01.5")
@@ -1164,7 +1213,7 @@ def test_lines_another_writer_added_between_two_writes_stop_nothing(lesson, sess
 @pytest.mark.task("01.2")
 def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
     """When the disk takes only part of a line, append() raises instead of returning,
-    with an error that names the log the line was cut short in."""
+    with an error that names the log the line was cut short in, by its path."""
     line = {"role": "user", "content": "x" * 2000}
 
     def append_to_a_nearly_full_disk():
@@ -1182,11 +1231,12 @@ def test_a_short_write_raises_instead_of_passing_for_saved(lesson, sessions):
         "returned less than it was given) and append() returned as if the message "
         "were saved, where OSError was expected")
     the_log(lesson, sessions)      # the log is named after the id, or 01.1 is told
-    assert path.name in message, (
+    assert names_path(message, path), (
         f"the disk took only {written} bytes of a line of about 2000, and append() "
-        f"raised {kind}: {message!r}, which does not name the log: the caller should "
-        f"read which file ({path.name}) now ends in part of a line, so that it can "
-        "open that session again")
+        f"raised {kind}: {message!r}, which does not name the log by its path: the "
+        f"caller should read which file ({path}) now ends in part of a line, so that "
+        "it can open that session again (a server keeps a quest-1.jsonl in each of "
+        "its sessions folders, and a file name alone does not say which)")
 
 
 @pytest.mark.task("01.3")
@@ -1240,6 +1290,57 @@ def test_a_refused_message_leaves_memory_matching_the_log(lesson, sessions, mode
         "nothing the log lacks, whatever the append raised (not only an OSError): "
         "the caller may go on with this agent, and its next request would carry a "
         "message that was never saved")
+
+
+@pytest.mark.task("01.3")
+def test_a_message_that_is_no_object_is_refused_by_the_log_as_it_came(
+        lesson, sessions, model, town):
+    """record() hands the log the message as the caller gave it: one that is no JSON
+    object (None, or key and value pairs a caller read from a form) is the log's to
+    refuse, with its InvalidMessage, and memory stays as the log, without it. A record
+    that makes a dict of it first writes a line the caller never gave, or raises an
+    error of its own."""
+    pairs = [["role", "user"], ["content", "Hello."]]
+    given = [(None, "None"), (pairs, f"the pairs {pairs}")]
+    with lesson.SessionLog(sessions, "probe") as probe:     # the log's own verdict
+        for message, what in given:
+            try:
+                probe.append(message)
+            except lesson.InvalidMessage:
+                continue
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words
+                fail_in("01.2", f"append was handed {what}, which is no message (no "
+                        f"JSON object), and raised {described(error)}, where "
+                        "InvalidMessage was expected: the given check_message refuses "
+                        "it, and append hands it the message as it came")
+            fail_in("01.2", f"append was handed {what}, which is no message (no JSON "
+                    "object), and wrote it: the given check_message refuses it, and "
+                    "append hands it the message as it came, never a dict made of it")
+    agent, log = agent_on(lesson, model, town, sessions)
+    with log:
+        for message, what in given:
+            try:
+                agent.record(message)
+            except lesson.InvalidMessage:
+                continue
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words
+                pytest.fail(f"record() was handed {what}, which is no message (no "
+                            f"JSON object), and raised {described(error)}, where the "
+                            "log's InvalidMessage should reach the caller as it is",
+                            pytrace=False)
+            pytest.fail(f"record() was handed {what}, which is no message (no JSON "
+                        "object), and took it: the log holds "
+                        f"{lines_of(sessions / 'quest-1.jsonl')} and memory "
+                        f"{agent.messages}, where the log's InvalidMessage and no "
+                        "change to either were expected", pytrace=False)
+    assert agent.messages == [] and lines_of(sessions / "quest-1.jsonl") == [], (
+        "record() was handed two things that are no message, and the log refused "
+        f"them; memory holds {agent.messages} and the log "
+        f"{lines_of(sessions / 'quest-1.jsonl')}, where both should be empty")
 
 
 @pytest.mark.task("01.3")
@@ -1569,15 +1670,17 @@ def take_the_log_away(path, done_to_it):
 
 
 @pytest.mark.task("01.2")
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
 @pytest.mark.parametrize("done_to_it", ["removed", "saved over"])
 def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
-                                                               done_to_it):
+                                                               done_to_it, durable):
     """A person removes the log while its writer holds it open, or saves another file
     over it. The writer's next append is refused (the check given in `_write`), and so
     is the caller's retry: the writer never takes up of its own accord the file that
-    has the log's name since, which holds none of the conversation's start."""
+    has the log's name since, which holds none of the conversation's start. So it is
+    in durable mode too: a line synced is no reason to let go of the log."""
     path = sessions / "quest-1.jsonl"
-    log = lesson.SessionLog(sessions, "quest-1")
+    log = lesson.SessionLog(sessions, "quest-1", durable=durable)
     try:
         log.append({"role": "user", "content": "Hello?"})
         the_log(lesson, sessions)       # there, or the test fails saying why
@@ -1590,7 +1693,8 @@ def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
             except (OSError, lesson.WriterStopped):
                 continue
             now = path.read_bytes() if path.exists() else None
-            pytest.fail(f"the log was {done_to_it} while its writer held it open; "
+            mode = "a durable writer" if durable else "its writer"
+            pytest.fail(f"the log was {done_to_it} while {mode} held it open; "
                         f"{attempt} returned as if its message were saved, and the "
                         f"file at the log's name now holds {now!r} (it held "
                         f"{there!r}). A writer whose log lost its name should refuse "
@@ -1683,6 +1787,45 @@ def test_an_empty_answer_is_recorded_like_any_other(lesson, model, town, session
         "every message the agent holds should be in the log, the empty answer too: "
         f"the agent holds {agent.messages}, the log "
         f"{lines_of(sessions / 'quest-1.jsonl')}")
+
+
+@pytest.mark.task("01.3")
+def test_the_system_prompt_is_sent_not_saved_and_a_system_note_is_saved(
+    lesson, model, town, sessions
+):
+    """The agent's system prompt is sent first with every request and is no message of
+    the conversation: the log holds what memory holds, nothing of the prompt (a session
+    read back would send it twice). A system message that is recorded (a note the
+    harness adds for the model) is a message like any other: in memory, in the log,
+    and sent."""
+    model.add(say("Welcome, traveller."), say("Noted."))
+    prompt = {"role": "system", "content": "You are the innkeeper of the village."}
+    note = {"role": "system", "content": "The user speaks French from now on."}
+    log = lesson.SessionLog(sessions, "quest-1")
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log,
+                         system=prompt["content"])
+    with log:
+        agent.run("Hello?")
+        agent.record(note)
+        agent.run("Bonjour ?")
+
+    held = lines_of(the_log(lesson, sessions))
+    if prompt in held and prompt not in agent.messages:
+        pytest.fail("the agent was made with a system prompt, and the log holds it as "
+                    f"a line, {prompt}, which memory lacks: the prompt is sent first "
+                    "with every request, never recorded, and a session read back from "
+                    "this log would send it twice. The log holds what memory holds",
+                    pytrace=False)
+    assert held == agent.messages, (
+        "the caller recorded a system message, a note for the model, between two "
+        f"turns; memory holds {[m.get('content') for m in agent.messages]} and the "
+        f"log {[m.get('content') for m in held]}: every message recorded goes to the "
+        "log, whatever its role, or the next request carries a message the log lacks")
+    sent = model.requests[-1]["messages"]
+    assert sent == [prompt, *held[:-1]], (
+        "the last request should carry the system prompt first, then what the log "
+        "held then (all of it but the answer to that request), the note included; "
+        f"it carried {[m.get('content') for m in sent]}")
 
 
 @pytest.mark.task("01.3")
@@ -2146,7 +2289,8 @@ def test_durable_mode_makes_the_name_of_each_new_folder_survive_a_power_cut(
     """Durable mode, a sessions folder that does not exist yet, nor the folder above
     it: each folder the first append creates is a name in the folder above it, and a
     power cut can lose it (and the log in it) until that folder is synced. So before
-    the append returns, the folder holding each new folder's name is synced too."""
+    the append returns, the folder holding each new folder's name is synced too, and
+    the new sessions folder itself, which holds the new log's name."""
     home = tmp_path / "home"
     fsync = FsyncRecorder(monkeypatch)
     append_into_a_new_folder(lesson, home / "sessions", durable=True)
@@ -2158,6 +2302,17 @@ def test_durable_mode_makes_the_name_of_each_new_folder_survive_a_power_cut(
         "durable mode: the first append created home/ and home/sessions/, and "
         f"returned without syncing {' nor '.join(unsynced)}: a power cut could take "
         "the new folder away, with the log and the line just acknowledged. The "
+        f"syncs were, in order: {fsync.kinds}")
+    here = (home / "sessions").stat()
+    named = [n for n, seen in enumerate(fsync.folders)
+             if seen == (here.st_dev, here.st_ino)
+             and "quest-1.jsonl" in fsync.entries[n]]
+    assert named, (
+        "durable mode: the first append created home/ and home/sessions/, synced the "
+        "name of each new folder in the folder above it, and returned without "
+        "syncing home/sessions/ itself with the new log's name in it: a new folder's "
+        "sync saves its own name, not the names made in it after, so a power cut "
+        "could still take quest-1.jsonl away, with the line just acknowledged. The "
         f"syncs were, in order: {fsync.kinds}")
 
 
@@ -2276,7 +2431,7 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     to is left as it was: a file outside the sessions folder, another session's log
     in it, whose conversation a link would mix with this one's, or nothing at all (a
     link to a name outside the folder, which no append may create). The refusal
-    names the log, and leaves the program's umask as it was, too."""
+    names the log by its path, and leaves the program's umask as it was, too."""
     sessions.mkdir(parents=True, exist_ok=True)
     pointed = (tmp_path / "outside.txt" if not target.startswith("another")
                else sessions / "quest-2.jsonl")
@@ -2288,11 +2443,14 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     umask = os.umask(0o022)
     os.umask(umask)
     try:
+        link = sessions / "quest-1.jsonl"       # its path, as written or resolved
+        spelled = {str(link), str(sessions.resolve() / link.name)}
         with raises(OSError, f"the log's name was a symbolic link to {target}, and "
                     "append wrote through it: a log that is a link is refused",
-                    match=re.escape("quest-1.jsonl"),
-                    unmatched="A refusal says which file it refuses, so that the "
-                    "caller can find the link planted in the sessions folder"):
+                    match="|".join(map(re.escape, sorted(spelled))),
+                    unmatched="A refusal names the file it refuses by its path, so "
+                    "that the caller can find the link planted in the sessions folder "
+                    "(a file name alone does not say which folder)"):
             log.append({"role": "user", "content": "hello"})
     finally:
         log.close()
@@ -2642,8 +2800,10 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
     EIO: the line is in the file, maybe not on the disk), run() raises, and the same
     agent's next run() raises WriterStopped and writes nothing: the agent never opens
     its session again by itself to write past the doubt. The error is the writer's
-    own, not one record makes of it, so that a caller catching WriterStopped sees it."""
-    model.add(say("Hello."), say("Hello again."))
+    own, not one record makes of it, so that a caller catching WriterStopped sees it.
+    So is the run after that one: the agent neither lets go of its session to go on
+    in memory, nor ever takes a turn the log does not hold."""
+    model.add(say("Hello."), say("Hello again."), say("Still here."))
     failing = [True]        # the first sync of a file fails, then none
 
     def fails(fd):
@@ -2657,7 +2817,7 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=town,
                              session=log)
-        for text in ("Hello?", "Are you there?"):
+        for text in ("Hello?", "Are you there?", "Still there?"):
             try:
                 agent.run(text)
             except NotImplementedError:
@@ -2669,7 +2829,19 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
             if len(runs) == 1:
                 held = path.read_bytes() if path.exists() else b""
                 doubt = log.in_doubt
-        after = path.read_bytes() if path.exists() else b""
+            if len(runs) == 2:
+                after = path.read_bytes() if path.exists() else b""
+                remembered = list(agent.messages)
+        last = path.read_bytes() if path.exists() else b""
+        still_refuses = False   # the log refuses still, when the third run went on
+        if isinstance(runs[1], lesson.WriterStopped) and not isinstance(
+                runs[2], lesson.WriterStopped):
+            try:
+                log.append({"role": "user", "content": "Is the writer still stopped?"})
+            except lesson.WriterStopped:
+                still_refuses = True
+            except Exception:       # noqa: BLE001 - any other outcome is judged below
+                pass
         stopped = False
         if runs[1] is None and after == held:   # run() went on, yet wrote nothing
             try:
@@ -2678,7 +2850,7 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
                 stopped = True      # append refuses: record hid its WriterStopped
             except Exception:       # noqa: BLE001 - any other outcome is judged below
                 pass
-    first, second = runs
+    first, second, third = runs
     setting = ("durable mode; the fsync of the log's first line (the user's "
                "\"Hello?\") failed with EIO, after the line was written")
     cause = None if second is None else second.__cause__ or second.__context__
@@ -2699,7 +2871,19 @@ def test_an_agent_whose_writer_stopped_goes_no_further(lesson, sessions, model, 
                 "write (in_doubt not set): a line that may be in the log would be "
                 "written again by a retry")
     if isinstance(second, lesson.WriterStopped) and after == held:
-        return
+        if isinstance(third, lesson.WriterStopped) and last == held and (
+                agent.messages == remembered):
+            return
+        got = "returned" if third is None else f"raised {described(third)}"
+        refused = isinstance(third, lesson.WriterStopped) or still_refuses
+        blamed = "01.3" if refused or agent.session is not log else "01.5"
+        fail_in(blamed, f"{setting}; run() raised it, the same agent's next run() "
+                f"raised WriterStopped, and the run after that {got}: its memory went "
+                f"from {len(remembered)} to {len(agent.messages)} messages, and the "
+                f"log grew by {len(last) - len(held)} bytes. The writer stays stopped, "
+                "so every later run() raises WriterStopped and changes nothing: an "
+                "agent that lets go of its session (or hides the error) goes on with "
+                "turns the log does not hold")
     got = "returned" if second is None else f"raised {described(second)}"
     if second is not None and second is first and after == held:
         fail_in("01.3", f"{setting}; run() raised it, and the same agent's next run() "

@@ -20,6 +20,10 @@ CALL = {"id": "call_1", "type": "function",
         "function": {"name": "buy", "arguments": '{"item": "rope"}'}}
 
 NOT_MESSAGES = {
+    "no object at all (None)": None,
+    "a list of key and value pairs, not an object": [["role", "user"],
+                                                     ["content", "hello"]],
+    "its JSON as text, not an object": '{"role": "user", "content": "hi"}',
     "no key at all (an empty object)": {},
     "no role": {"content": "hello"},
     "an unknown role": {"role": "narrator", "content": "Once upon a time"},

@@ -425,8 +425,13 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
         fail_in("03.1", f"fork(..., upto={upto}) copied {kept} message(s) of quest-1; "
                 f"it should hand publish_fork that count, {kept}, and handed "
                 f"{counts[0]!r}")
-    forked_at = json.loads((sessions / "what-if.meta.json").read_bytes()).get(
-        "forked_at")
+    meta = sessions / "what-if.meta.json"
+    if not meta.is_file():
+        fail_in("03.2", f"fork(..., upto={upto}) made the log what-if.jsonl, and no "
+                "what-if.meta.json beside it (the fork's lineage, named after the new "
+                "session); the folder holds "
+                f"{sorted(path.name for path in sessions.iterdir())}")
+    forked_at = json.loads(meta.read_bytes()).get("forked_at")
     if forked_at != kept:
         fail_in("03.2", f"fork handed publish_fork {kept} message(s) of quest-1, "
                 f"{spelled}, and their count, {kept}; the meta file publish_fork wrote "
@@ -515,12 +520,44 @@ def test_a_fork_of_a_damaged_source_is_refused(
 
 
 @pytest.mark.task("03.1")
+def test_the_refusal_of_a_long_damaged_line_stays_short(lesson, sessions, monkeypatch):
+    """A damaged line may be long: a map of a megabyte pasted whole, its line torn by
+    a crash and another message appended after it. The InvalidMessage refusing a fork
+    of that log names the file, the line and why in words a screen holds, never the
+    line itself: its bytes may be megabytes, and they are what the user said, which
+    an error carries into every log that records it."""
+    torn = b'{"role": "user", "content": "Copy the map: ' + b"north, east. " * 80_000
+    (sessions / "quest-1.jsonl").write_bytes(M1 + NEWLINE + torn + NEWLINE + M2
+                                             + NEWLINE)
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable: None)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    if not isinstance(error, lesson.InvalidMessage):
+        pytest.fail("line 2 of quest-1 is a torn message of a megabyte, another "
+                    "message after it; a fork of it should be refused with "
+                    "InvalidMessage, and it " + ("returned" if error is None
+                                                 else f"raised {described(error)}"),
+                    pytrace=False)
+    said = str(error).replace(str(sessions), "")
+    if len(said) > 1000:
+        pytest.fail(f"line 2 of quest-1 is a torn message of {len(torn):,} bytes; the "
+                    "InvalidMessage refusing a fork of it should name the file, the "
+                    f"line and why, in words a screen holds, and its text runs to "
+                    f"{len(said):,} characters, beginning {said[:160]!r}: the line "
+                    "itself is quoted. A refusal names where the damage is; what the "
+                    "line holds, what the user said, stays in the log", pytrace=False)
+
+
+@pytest.mark.task("03.1")
 @pytest.mark.parametrize("upto", [1.5, "2", True, False])
 def test_an_upto_that_is_no_whole_number_is_refused(
         lesson, sessions, monkeypatch, upto):
     """upto is a number of messages: 1.5, "2", True or False (which Python counts as 1
     and 0) is refused with TypeError or ValueError, handing publish_fork nothing,
-    rather than rounded, read or guessed."""
+    rather than rounded, read or guessed; the refusal names it as it was given ('2'
+    is text, and words that show it as 2 read as if a whole number were refused)."""
     (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -1175,19 +1212,30 @@ def expect_holds_named(sessions, error, upto, held, what=""):
 
 
 def expect_upto_named(sessions, error, upto, what):
-    """Fail in 03.1 unless the text of `error`, refusing `upto`, names that number."""
+    """Fail in 03.1 unless the text of `error`, refusing `upto`, names that number as
+    it was given (text as text: '2', never 2)."""
     said = str(error).replace(str(sessions), "")    # the folder's name holds digits
     if not re.search(rf"(?<![\d-]){re.escape(str(upto))}(?!\d)", said):
         fail_in("03.1", f"fork(..., upto={upto!r}) asks for {what}, and was refused "
                 f"with {type(error).__name__}, as it should be, but its text does not "
                 f"name the number it refused, {upto}: {error}. An error says what is "
                 "wrong: whoever reads it must see which number could not be forked")
+    if isinstance(upto, str) and not any(
+            shown in said for shown in (repr(upto), f'"{upto}"', "str")):
+        fail_in("03.1", f"fork(..., upto={upto!r}) asks for {what}: text, not a "
+                f"number. It was refused with {type(error).__name__}, as it should "
+                f"be, but its words show it as {upto}, as if the whole number {upto} "
+                f"had been refused: {error}. Show what was given as it was given "
+                f"({upto!r}), or say it is text (a str), so that whoever reads it sees "
+                "what is wrong with it")
 
 
 @pytest.mark.task("03.1")
 def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     """Both the parent's and the new session's ids are checked like any session id, so a
-    fork cannot reach outside the sessions folder."""
+    fork cannot reach outside the sessions folder. An id is taken as it was given: one
+    with a blank before or after it is refused, never trimmed into another session's
+    id (quest-1), which the caller did not name."""
     with raises(lesson.InvalidSessionId, "fork accepted the new id '../escaped'"):
         lesson.fork(sessions, "quest-1", "../escaped")
     with raises(lesson.InvalidSessionId, "fork accepted the parent id '../quest-1'"):
@@ -1199,7 +1247,8 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     # side, as check_session_id refuses it, and nothing is written.
     (sessions / "quest 1.jsonl").write_bytes((sessions / "quest-1.jsonl").read_bytes())
     before = snapshot(sessions)
-    for bad in ["", "quest 1", ".hidden", "-quest", "CON", "what\nif", "x" * 129]:
+    for bad in ["", "quest 1", "quest-1 ", " quest-1", ".hidden", "-quest", "CON",
+                "what\nif", "x" * 129]:
         for source_id, new_id, side in [("quest-1", bad, "new"),
                                         (bad, "what-if", "parent")]:
             error = fork_or_fail(lesson, sessions, source_id, new_id)
@@ -1209,10 +1258,10 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
                 pytest.fail(f"fork(sessions, {source_id!r}, {new_id!r}) should refuse "
                             f"the {side} id {bad!r} with InvalidSessionId, as "
                             "check_session_id refuses it (an id is a file name: no "
-                            "empty one, no space, no dot or dash first, no name "
-                            "Windows keeps for a device, 128 characters at most); it "
-                            f"{did}",
-                            pytrace=False)
+                            "empty one, no space, not even before or after it, for an "
+                            "id is never trimmed into another, no dot or dash first, "
+                            "no name Windows keeps for a device, 128 characters at "
+                            f"most); it {did}", pytrace=False)
     expect_unchanged(sessions, before, "a fork refused for an id no session may have "
                      "must leave every file as it was, and create none")
 
@@ -1984,14 +2033,15 @@ def test_a_durable_fork_leaves_nothing_whichever_of_its_syncs_fails(
 
 @pytest.mark.task("03.2")
 @pytest.mark.parametrize("name", ["what-if.meta.json", "what-if.jsonl"])
-@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C", "SystemExit"])
+@pytest.mark.parametrize("failure", ["EIO", "Ctrl-C", "SystemExit", "MemoryError"])
 def test_a_fork_that_fails_as_either_file_gets_its_name_leaves_nothing(
         lesson, sessions, day_one, monkeypatch, name, failure):
     """The step that would give one of the fork's two files its name (a rename or a
-    link) fails: with EIO (a failing disk), with Ctrl-C (KeyboardInterrupt), or with
-    SystemExit (a handler of SIGTERM that exits). The error reaches the caller, the
-    folder is as it was, whichever file's naming failed, and the same fork, run
-    again, works."""
+    link) fails: with EIO (a failing disk), with Ctrl-C (KeyboardInterrupt), with
+    SystemExit (a handler of SIGTERM that exits), or with MemoryError (a process out
+    of memory: an error that is neither the disk's nor an interrupt, as any step may
+    raise). The error reaches the caller, the folder is as it was, whichever file's
+    naming failed and whatever the error, and the same fork, run again, works."""
     before = snapshot(sessions)
     failed, outcome = fork_failing_as(lesson, sessions, monkeypatch, name, failure)
     if not failed:
@@ -2060,9 +2110,9 @@ def test_a_fork_that_fails_onto_a_meta_file_with_no_log_leaves_neither_file(
 
 def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
     """Fork quest-1 onto what-if while the first rename or link that would give `name`
-    its name fails, with EIO, Ctrl-C or SystemExit (`failure`). Returns whether that
-    step came, and how the fork ended: "returned", "Ctrl-C", "SystemExit", "EIO" or the
-    other error it raised."""
+    its name fails, with EIO, Ctrl-C, SystemExit or MemoryError (`failure`). Returns
+    whether that step came, and how the fork ended: "returned", "Ctrl-C", "SystemExit",
+    "MemoryError", "EIO" or the other error it raised."""
     failed = []
 
     def failing(real):
@@ -2073,6 +2123,8 @@ def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
                     raise OSError(errno.EIO, os.strerror(errno.EIO))
                 if failure == "SystemExit":
                     raise SystemExit(1)
+                if failure == "MemoryError":
+                    raise MemoryError
                 raise KeyboardInterrupt
             return real(src, dst, *args, **kwargs)
         return step
@@ -2085,6 +2137,8 @@ def fork_failing_as(lesson, sessions, monkeypatch, name, failure):
         outcome = "Ctrl-C"
     except SystemExit:
         outcome = "SystemExit"
+    except MemoryError:
+        outcome = "MemoryError"
     except NotImplementedError:
         raise
     except Exception as error:      # noqa: BLE001 - the failure is the point
@@ -2181,7 +2235,9 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
     """An id may hold dots (quest.day-1, quest.day-2), even what looks like a suffix
     (quest.day-3.jsonl): its files are the whole id and their suffix, never the id cut
     at a dot, nor a suffix taken off or replaced where its letters stand. quest.jsonl,
-    another session, stays as it was, and gets no meta file."""
+    another session, stays as it was, and gets no meta file. The lineage names both
+    ids whole too: its id is the fork's, its parent quest.day-1, never 'quest' (the
+    id cut at a dot, as Path.stem cuts a file's name), which is another session."""
     with lesson.SessionLog(sessions, "quest.day-1") as log:
         log.append({"role": "user", "content": "Day 1: ask the elder."})
     other = b'{"role": "user", "content": "Another quest."}\n'
@@ -2189,9 +2245,11 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
     (sessions / "quest.jsonl").chmod(0o600)
     source = (sessions / "quest.day-1.jsonl").read_bytes()
     handed = handed_to_publishing(lesson, monkeypatch)
+    parents = parents_handed_to_publishing(lesson, monkeypatch)
     for new_id in ("quest.day-2", "quest.day-3.jsonl"):
         before = snapshot(sessions)
         handed.clear()
+        parents.clear()
 
         error = fork_or_fail(lesson, sessions, "quest.day-1", new_id)
 
@@ -2201,6 +2259,9 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
         right = after.get(f"{new_id}.jsonl") == source and made == [
             f"{new_id}.jsonl", f"{new_id}.meta.json"] and not changed
         if error is None and right:
+            expect_lineage_names(lesson, after[f"{new_id}.meta.json"], new_id,
+                                 "quest.day-1", parents, "(ids with a dot, as a "
+                                 "quest's days are named)")
             continue
         said = (f"a fork of quest.day-1 onto {new_id} (ids with a dot, as a quest's "
                 "days are named) should read quest.day-1.jsonl and make "
@@ -2215,13 +2276,51 @@ def test_ids_with_dots_name_files_of_their_own(lesson, sessions, monkeypatch):
         fail_naming_the_task_at_fault(lesson, said, handed, new_id)
 
 
+def parents_handed_to_publishing(lesson, monkeypatch):
+    """A list that records the parent's id each fork hands publish_fork, publish_fork
+    still doing its work."""
+    parents, publish = [], getattr(lesson, "publish_fork", None)
+    if publish is not None:     # a later lesson's store may publish otherwise
+        def publish_fork(folder, source_id, new_id, count, copy, durable):
+            parents.append(source_id)
+            return publish(folder, source_id, new_id, count, copy, durable)
+        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    return parents
+
+
+def expect_lineage_names(lesson, held, new_id, parent, handed, ids):
+    """Fail unless the meta file's bytes `held` name the fork's id, `new_id`, and its
+    parent, `parent`, each whole, as given. `handed` lists the parents fork handed
+    publish_fork: the failure names 03.1 when that one was not `parent`, else 03.2."""
+    try:
+        lineage = json.loads(held)
+    except ValueError:
+        lineage = None
+    found = ({key: lineage.get(key) for key in ("id", "parent")}
+             if isinstance(lineage, dict) else lineage)
+    wanted = {"id": new_id, "parent": parent}
+    if found == wanted:
+        return
+    said = (f"a fork of {parent} onto {new_id} {ids} made both files, but its "
+            f"lineage names {found}, where {wanted} was expected: an id is a name, "
+            "kept whole in the lineage as in the files' names, never cut at a dot "
+            "or shortened, or the lineage names another session")
+    if getattr(lesson, "publish_fork", None) is None:
+        pytest.fail(said, pytrace=False)
+    if handed and handed[-1] != parent:
+        fail_in("03.1", f"{said}. fork handed publish_fork the parent "
+                f"{handed[-1]!r}")
+    fail_in("03.2", f"{said}. fork handed publish_fork the ids whole, as it should")
+
+
 @pytest.mark.task("03.1")
 @pytest.mark.task("03.2")
 def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
                                                            monkeypatch):
     """Ids may be as long as check_session_id allows, 128 characters, on both sides:
     the fork is made all the same (every name it makes, a temporary one too, fits a
-    file system's 255 bytes), and each refusal names what it refused whole, however
+    file system's 255 bytes), its lineage names both ids whole, and each refusal
+    names what it refused whole, however
     long the ids make its words: the damaged line's file, its line and why; the number
     asked for, how many messages the source holds, and the source."""
     source_id = "quest-of-the-mayors-daughter-" + "x" * 99           # 128 characters
@@ -2230,6 +2329,7 @@ def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
         log.append({"role": "user", "content": "Ask the elder."})
     source = (sessions / f"{source_id}.jsonl").read_bytes()
     handed = handed_to_publishing(lesson, monkeypatch)
+    parents = parents_handed_to_publishing(lesson, monkeypatch)
     before = snapshot(sessions)
 
     error = fork_or_fail(lesson, sessions, source_id, new_id)
@@ -2247,6 +2347,9 @@ def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
                 "every name a fork makes, a temporary one too, must fit a file "
                 "system's 255 bytes with ids of any allowed length")
         fail_naming_the_task_at_fault(lesson, said, handed, new_id)
+    expect_lineage_names(lesson, after[f"{new_id}.meta.json"], new_id, source_id,
+                         parents, "(ids of 128 characters, the most check_session_id "
+                         "allows)")
 
     # Refusals: the source's line 2 is damaged, then the source asks too much
     damaged = b'{"role": "assistant", "content": "", "tool_calls": [{"type": "x"}]}'
@@ -2468,6 +2571,45 @@ def test_a_relative_folder_names_the_one_under_the_working_folder_of_each_call(
         f"sessions/quest-1.jsonl); the forks' logs hold {held}: each fork reads and "
         "makes the files of the folder its relative path names as it is asked, under "
         "the working folder of that call, not under one an earlier fork saw")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("folder", ["~/sessions", "$HOME/sessions"])
+def test_a_folder_is_named_as_sessionlog_names_it_never_expanded(
+        lesson, sessions, monkeypatch, folder):
+    """Without task 03.2: a sessions folder named '~/sessions' or '$HOME/sessions' is
+    the folder of that very name under the working folder, as SessionLog takes it (a
+    shell expands ~ and $HOME, Python's paths do not). The fork reads the source
+    SessionLog wrote there, whose messages load() finds, and hands publish_fork that
+    folder, never the home folder, whose sessions are another user's, or another
+    program's."""
+    home, work = sessions / "home", sessions / "work"
+    (home / "sessions").mkdir(parents=True, mode=0o700)
+    (home / "sessions" / "quest-1.jsonl").write_bytes(M2 + NEWLINE)
+    work.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    with lesson.SessionLog(folder, "quest-1") as log:
+        log.append(json.loads(M1))
+    written = [path.parent for path in work.rglob("quest-1.jsonl")]
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append((os.path.realpath(folder), copy)))
+
+    error = fork_or_fail(lesson, folder, "quest-1", "what-if")
+
+    expected = [(os.path.realpath(written[0]), M1 + NEWLINE)]
+    if handed != expected:
+        got = ("nothing, and raised " + described(error) if error is not None
+               and not handed else "nothing" if not handed else
+               f"the folder {handed[0][0]} and {handed[0][1]!r}")
+        pytest.fail(f"SessionLog({folder!r}, 'quest-1') wrote its log in "
+                    f"{written[0]}, under the working folder; a fork of quest-1 in "
+                    f"the folder {folder!r} should hand publish_fork that folder and "
+                    f"a copy of that log ({M1 + NEWLINE!r}). It handed {got}: the "
+                    f"folder is named as SessionLog names it, {folder!r} word for "
+                    "word, never expanded to the home folder", pytrace=False)
 
 
 @pytest.mark.task("03.1")

@@ -725,23 +725,37 @@ A_MARKER_ANSWERING_NOTHING = {"$marker": "repair", "at": "2026-01-02T10:00:00+00
                               "interrupted": []}
 
 
+# name: a marker that follows calls it did not answer
+MARKERS_AFTER_CALLS = {
+    "a repair marker": A_MARKER_ANSWERING_NOTHING,
+    # A kind this lesson never writes (a later lesson's, another program's): a marker
+    # all the same, a note about the log, no message
+    "a marker of another kind": BOOKMARK,
+}
+
+
 @pytest.mark.task("04.3")
+@pytest.mark.parametrize("kind", list(MARKERS_AFTER_CALLS))
 def test_calls_a_marker_follows_are_still_open_and_get_their_results(
-        resume, sessions, model):
-    """A marker is a note about the log, not a message: when one follows the calls (a
-    writer of another program cut a torn line after them and answered nothing), the
-    conversation still ends in those calls, and each gets its result, in call order,
-    after a marker of this writer's own."""
-    write_log(sessions, [ASK, BUY_THREE, A_MARKER_ANSWERING_NOTHING])
+        resume, sessions, model, kind):
+    """A marker is a note about the log, not a message, whatever its kind: when one
+    follows the calls (a writer of another program cut a torn line after them and
+    answered nothing, or left a bookmark there), the conversation still ends in those
+    calls, and each gets its result, in call order, after a marker of this writer's
+    own."""
+    path = write_log(sessions, [ASK, BUY_THREE, MARKERS_AFTER_CALLS[kind]])
 
     agent, _ = resume()
 
     added = [m.get("tool_call_id") for m in agent.messages[2:]]
     assert added == CALL_ORDER, (
-        "the log holds the three calls, then a repair marker that answered none of "
-        "them. A marker is no message: the conversation still ends in the calls, and "
-        f"the writer that takes the log over answers {CALL_ORDER}, in that order; the "
+        f"the log holds the three calls, then {kind} ({MARKERS_AFTER_CALLS[kind]}) "
+        "that answered none of them. A marker of any kind is no message (a line with "
+        "$marker and no role): the conversation still ends in the calls, and the "
+        f"writer that takes the log over answers {CALL_ORDER}, in that order; the "
         f"history it hands back has results for {added or 'none'}")
+    check_marker(entries_in(path)[3], b"", CALL_ORDER, f"the calls {CALL_ORDER} were "
+                 f"open, {kind} after them, and nothing was cut")
     model.add(say("Noted."))
     agent.run("Go on.")   # a call without its result would be refused with 400
 
@@ -1437,19 +1451,24 @@ def joined(*entries, end=b""):
     (A_FINISHED_DAY[:3], b'["a note"]' + joined(A_FINISHED_DAY[3]), 4),
     # Whole values with no brace in them: a tail need not hold an object to hold more
     (A_FINISHED_DAY[:3], b'["a note"]\r["another"]\r', 4),
+    # Zeros a crash left after a whole message, then a whole message after them: the
+    # zeros are a crash's, but what follows them is a second write, no crash's
+    (A_FINISHED_DAY[:3], joined(A_FINISHED_DAY[3]) + b"\x00" * 16 + joined(ASK), 4),
 ], ids=["two messages joined", "lines ended by a carriage return",
         "a message, then text", "lines ended by a carriage return, the first empty",
         "a value that is no object, then a message",
-        "values that are no objects, ended by carriage returns"])
+        "values that are no objects, ended by carriage returns",
+        "a message, zero bytes, then another message"])
 def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
     lesson, resume, sessions, whole, tail, number
 ):
     """A crash cuts one write short, and every line is written with its newline: what
     it leaves after the last newline is the start of one line. A whole JSON value with
     more after it (two messages joined, lines ended by a bare carriage return, as
-    another program may write them, whatever the tail's first byte) is no such start:
-    cut as torn, it would take whole messages with it. It is damage, named by its line,
-    and the log is left as it is."""
+    another program may write them, whatever the tail's first byte; a message, the zero
+    bytes a crash leaves, then another message) is no such start: cut as torn, it would
+    take whole messages with it. It is damage, named by its line, and the log is left
+    as it is."""
     path = write_log(sessions, whole, tail=tail)
     before = snapshot(sessions)
     offset = len(path.read_bytes()) - len(tail)
@@ -1462,6 +1481,14 @@ def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
                     f"({tail[:50]!r}...) hold a whole JSON value and more: CorruptLog "
                     f"should name line {number} at byte offset {offset}; it names "
                     f"line {where[0]} at byte offset {where[1]}")
+        said = str(error)
+        if not (str(path) in said and f"line {number}" in said
+                and str(offset) in said):
+            fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}"
+                    "...) are damage: its words should name the file, "
+                    f"{path}, line {number} and byte offset {offset}, as for a damaged "
+                    "line anywhere else, so that the user can find it with an editor "
+                    f"and mend it; they say: {said}")
     else:
         fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}...) "
                 "hold a whole JSON value with more after it, which no crash leaves (a "
@@ -2167,6 +2194,64 @@ def test_a_settle_without_a_log_stopped_half_way_by_ctrl_c_answers_the_rest_so(
 
 
 @pytest.mark.task("04.4")
+def test_a_settle_stopped_by_ctrl_c_after_the_log_got_its_answer_answers_it_once(
+        lesson, sessions, town):
+    """Ctrl-C inside the second of three calls; the next run settles, and Ctrl-C comes
+    again as the answer to the third call is put in memory, after the log got it (the
+    log's line is written first, then memory takes it). The log is the record: the run
+    after answers no call twice, and memory holds what the log holds."""
+    model = elder_torch_and_rope()
+    with agent_keeping_the_log(lesson, sessions, model, interrupted_in_buy(town)) \
+            as agent:
+        stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
+        calls = [call for message in agent.messages
+                 for call in message.get("tool_calls") or ()]
+        assert len(calls) == 3, (
+            f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+        came = []
+
+        class Memory(list):
+            """The agent's memory: Ctrl-C lands as the answer to the third call comes
+            in."""
+
+            def append(self, message):
+                if (isinstance(message, dict) and not came
+                        and message.get("tool_call_id") == calls[-1]["id"]):
+                    came.append(message)
+                    raise KeyboardInterrupt     # Ctrl-C, as memory takes the answer
+                super().append(message)
+
+        agent.messages = Memory(agent.messages)
+        with raises(KeyboardInterrupt, "Ctrl-C came as the settle put its answer to "
+                    "the third call in memory, and the run went on as if nothing had "
+                    "happened"):
+            agent.run("Go on.")
+        if not came:
+            pytest.skip("this settle put no answer to the third call in memory with "
+                        "append")
+        logged = [entry.get("tool_call_id") for entry in
+                  entries_in(sessions / "quest-1.jsonl") if entry.get("role") == "tool"]
+        if calls[-1]["id"] not in logged:
+            pytest.skip("this settle put its answer in memory before the log")
+        refused = refusal_of_next_run(agent)
+    entries = entries_in(sessions / "quest-1.jsonl")
+    answers = [entry.get("tool_call_id") for entry in entries
+               if entry.get("role") == "tool"]
+    asked = [call["id"] for call in calls]
+    assert answers == asked and refused is None, (
+        "Ctrl-C stopped a settle as memory took its answer to the third call, after "
+        "the log had it; the run after should answer each call once, in the log as in "
+        f"memory, {asked}: the log answers {answers}"
+        + (f", and the model refused: {refused}" if refused else "")
+        + ". The log holds the answer memory lacks: take it in (take_log_back reads "
+        "the log back), never write it again")
+    answered_as_known(lesson, entries[1]["tool_calls"], entries[3:5],
+                      "Ctrl-C inside the second of three calls, then again as memory "
+                      "took the settle's answer to the third, after the log had it")
+    memory_holds_the_log(agent, entries)
+
+
+@pytest.mark.task("04.4")
 def test_a_settle_stopped_after_a_call_that_never_started_answers_the_rest_so(
         lesson, sessions, town, monkeypatch):
     """Four calls; the disk fills up as the second's result is written; the user makes
@@ -2722,6 +2807,69 @@ def test_a_repair_the_disk_refused_is_made_by_the_next_takeover(
         assert agent.messages == shown, (
             "the new writer should resume the repaired history, the log's messages; "
             f"it holds {agent.messages}")
+
+
+@pytest.mark.task("04.3")
+def test_a_repair_the_disk_takes_only_in_part_leaves_no_half_line_behind(
+        lesson, resume, sessions, model, town, monkeypatch):
+    """The disk fills up part-way through the repair: write() takes only the first half
+    of the bytes it is given (a short write, as a full disk or a file size limit gives
+    one) and says so by its count, not by an error. The takeover must not go on from a
+    log that ends in part of a line: the agent's next line would land after it, as
+    damage in the middle of the log that every later resume refuses. Either the
+    takeover fails, leaving the log as it was or with a torn tail the next takeover
+    cuts, or it goes on from a log whose every line is whole; the next day's resume
+    then finds each call answered once."""
+    path = write_log(sessions, [ASK, BUY_THREE])
+    target = path.stat()
+    real_write = os.write
+    short = []
+
+    def write(fd, data):
+        found = os.fstat(fd)
+        if not short and (found.st_dev, found.st_ino) == (target.st_dev,
+                                                          target.st_ino):
+            short.append((len(data) // 2, len(data)))
+            return real_write(fd, bytes(data)[:len(data) // 2])
+        return real_write(fd, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", write)
+        try:
+            agent, log = resume()
+        except OSError:
+            agent = None        # refused: the disk's refusal reaches the caller
+    if not short:
+        pytest.skip("this takeover wrote its repair through no os.write")
+    took, asked = short[0]
+    if agent is not None:
+        left = path.read_bytes()
+        if not left.endswith(b"\n"):
+            fail_in("04.3", f"the disk took only {took} of the repair's {asked} bytes "
+                    "(a short write, as a full disk gives), and the takeover went on "
+                    "from a log that ends in part of a line: the agent's next line "
+                    "would land after it, damage in the middle of the log. A write "
+                    "the disk takes in part must be taken back (or written whole) "
+                    f"before the writer goes on; the log ends {left[-120:]!r}")
+        model.add(say("Noted."))
+        agent.run("Go on.")
+        log.close()
+    later = ScriptedModel([say("We go on.")])
+    with lesson.SessionLog(sessions, "quest-1") as again:
+        try:
+            lesson.Agent(later.client(), model=later.model, tools=town,
+                         session=again)
+        except lesson.CorruptLog as error:
+            fail_in("04.3", f"the disk took only {took} of the repair's {asked} bytes "
+                    "(a short write); the takeover went on from part of a line, and "
+                    "the lines written after it left damage in the middle of the log: "
+                    f"the next day's resume refuses it ({error})")
+    entries = entries_in(path)
+    answers = [e.get("tool_call_id") for e in entries if e.get("role") == "tool"]
+    assert entries[:2] == [ASK, BUY_THREE] and answers == CALL_ORDER, (
+        f"the disk took only {took} of the repair's {asked} bytes (a short write); "
+        "once the session is resumed again, each call should be answered once, in "
+        f"call order, {CALL_ORDER}, after the whole lines; the log answers {answers}")
 
 
 def entries_in_bytes(data):
