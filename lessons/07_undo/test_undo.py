@@ -1701,6 +1701,21 @@ def test_undoing_the_last_of_two_pending_messages_keeps_the_first(lesson, sessio
         "in that order")
 
 
+def another_writer_tries(lesson, sessions, session_id="quest-1"):
+    """Another writer's append to the session, while the first one should hold it:
+    "SessionBusy" when it is refused, as it should be, else what happened."""
+    other = lesson.SessionLog(sessions, session_id)
+    try:
+        other.append({"role": "user", "content": "Another writer's word."})
+        return "appended"
+    except lesson.SessionBusy:
+        return "SessionBusy"
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        other.close()
+
+
 def two_notes_and_room_for(path, room=1):
     """Two pasted notes, and a file size limit that lets the log grow by `room` of them
     (1, or 0: not at all)."""
@@ -1732,7 +1747,9 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
                                                                    room):
     """The disk fills up during a flush (a real file size limit), on the second message
     or on the first, then has room again: the next flush leaves each message in the log
-    once, in the order recorded."""
+    once, in the order recorded. In between, the agent is still the session's writer
+    (its log was not closed): another writer is refused with SessionBusy, so that no
+    line of another story lands between the agent's messages."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     notes, limit = two_notes_and_room_for(path, room)
@@ -1741,14 +1758,22 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
         agent, _, log = open_agent(lesson, sessions)
         with log:
             failed = flush_cut_short(agent, notes)
+            intruder = another_writer_tries(lesson, sessions)
             agent.flush()
-        return {"failed": failed}
+        return {"failed": failed, "intruder": intruder}
 
     result = on_a_full_disk(limit, flush_twice, "the flushes")
     assert result["failed"].startswith("OSError"), (
         f"the log could grow by {'one note only' if room else 'nothing'}, so the first "
         f"flush should fail with OSError on the {'second' if room else 'first'}; it "
         f"raised {result['failed']}")
+    assert result["intruder"] == "SessionBusy", (
+        "after the flush the full disk cut short, another writer tried to append to "
+        f"the session, and got: {result['intruder']}. The agent's log was not closed, "
+        "so the agent is still the session's writer and holds its lock: another "
+        "writer should be refused with SessionBusy (one writer at a time, lesson 05). "
+        "A failed flush keeps what it has, the session included: letting go of the "
+        "lock lets another story in between the agent's messages")
     logged = lines_of(path)
     assert logged == turn_c + notes, (
         "after the second flush the log should hold each note once, in order; it holds "
@@ -2116,8 +2141,9 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions,
             held = (sessions / "quest-1.jsonl").read_bytes().decode("utf-8", "replace")
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            intruder = another_writer_tries(lesson, sessions)
             return {"first": first, "errno": number, "held": held,
-                    "second": log.undo(1)}
+                    "intruder": intruder, "second": log.undo(1)}
 
     result = on_a_full_disk(size + room, undo_twice, "the undos")
     where = ("could not grow at all" if short is None else
@@ -2125,6 +2151,12 @@ def test_an_undo_whose_marker_cannot_be_written_undoes_nothing(lesson, sessions,
     assert str(result["first"]).startswith("OSError"), (
         f"the log {where}, so the undo should fail with OSError; it returned "
         f"{result['first']}")
+    assert result["intruder"] == "SessionBusy", (
+        f"the log {where}, and the undo failed with OSError; the writer was not closed "
+        "since, so it still holds the session's lock, and another writer's append "
+        f"should be refused with SessionBusy; it got: {result['intruder']}. A failed "
+        "undo lets go of nothing the writer holds: had it let go of the lock, another "
+        "writer's line could come between the writer's own")
     if short is None:
         assert result["errno"] == errno.EFBIG, (
             "the undo should raise the OSError its marker's write raised, as it is: "
@@ -2193,9 +2225,10 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
                      [m.get("content") for m in agent.pending])
             resource.setrlimit(resource.RLIMIT_FSIZE,
                                (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            intruder = another_writer_tries(lesson, sessions)
             taken = [m.get("content") for m in agent.undo(turns)]
         return {"first": first, "as it is": as_it_is, "same": before == after,
-                "taken": taken, "after": after}
+                "intruder": intruder, "taken": taken, "after": after}
 
     result = on_a_full_disk(size, undo_twice, "the undos")
     assert result["first"].startswith("OSError"), (
@@ -2206,6 +2239,13 @@ def test_an_agent_undo_the_log_refuses_changes_nothing_in_memory(lesson, session
         "raise the very OSError the log's undo raised, its errno and words kept; it "
         f"raised {result['first']}, where the log's undo raised "
         f"{result['as it is'] or 'nothing'}")
+    assert result["intruder"] == "SessionBusy", (
+        "the agent's undo failed with the disk's OSError; its log was not closed "
+        "since, so the agent is still the session's writer, and another writer's "
+        f"append should be refused with SessionBusy; it got: {result['intruder']}. A "
+        "failed undo keeps what the agent has, the session's lock included: let go, "
+        "another writer's turn could come in, and the agent's next undo, or its next "
+        "flush, would meet it")
     assert result["same"], (
         "the marker was never written, so the log still shows the turn: the agent's "
         "memory must still hold it too, and the pending note must still be pending "
@@ -3060,6 +3100,28 @@ def test_an_undo_of_a_closed_writer_holds_the_session_until_it_closes(lesson,
         "once the first writer closed, another writer should get in and append: the "
         f"log should show messages 0, 1 and 3; it shows "
         f"{[message.get('content') for message in shown]}")
+    # An empty log (a writer that crashed before its first line left it) is a log:
+    # the undo becomes its writer, and is refused, holding the session all the same
+    (sessions / "empty.jsonl").write_bytes(b"")
+    log = lesson.SessionLog(sessions, "empty")
+    try:
+        with raises(lesson.UndoError,
+                    "undo(1) of a session whose log is empty returned: it shows no "
+                    "message to take back, so it should be refused with UndoError"):
+            log.undo(1)
+        other = lesson.SessionLog(sessions, "empty")
+        try:
+            with raises(lesson.SessionBusy,
+                        "undo(1) of a session whose log exists, empty, was refused; "
+                        "the log exists, so the undo became its writer, as an append "
+                        "does, and holds the session until it is closed: another "
+                        "writer's append should be refused with SessionBusy. It was "
+                        "taken, so the undo took the empty log for no log at all"):
+                other.append(said[0])
+        finally:
+            other.close()
+    finally:
+        log.close()
 
 
 @pytest.mark.task("07.1")
@@ -3363,3 +3425,198 @@ def test_a_recorded_message_keeps_every_key_it_was_given(lesson, sessions):
         assert got == [note, said], (
             f"the messages recorded should be kept {where} with every key they were "
             f"given, {[note, said]}; {where} they are {got}")
+
+
+@pytest.mark.task("07.2")
+def test_a_message_recorded_twice_is_kept_twice(lesson, sessions):
+    """record() keeps every message it is given, the very same dict given twice too (a
+    note pasted twice, a program that reuses its message): the conversation and the
+    buffer hold it twice, and the log then does too, in order. Recording is no place
+    to judge a repeat: the user said it twice, and the model is told so."""
+    turn_c, = play(lesson, sessions, TURN_C)
+    note = {"role": "user", "content": "(note, pasted) A lantern costs 8 gold."}
+    agent, _, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.record(note)
+        agent.record(note)
+        recorded = agent.messages[len(turn_c):]
+        waiting = list(agent.pending)
+        agent.run(TURN_D[0])
+    assert recorded == [note, note] and waiting == [note, note], (
+        "the same note was recorded twice: the conversation should end with it twice, "
+        "and the buffer hold it twice, as given; the conversation gained "
+        f"{len(recorded)} message(s) and the buffer holds {len(waiting)}. A second "
+        "call of record() with the same message is a message said again, not a "
+        "mistake to skip")
+    logged = lines_of(sessions / "quest-1.jsonl")[len(turn_c):len(turn_c) + 3]
+    assert logged == [note, note, {"role": "user", "content": TURN_D[0]}], (
+        "after the next turn the log should hold the note twice, then the next "
+        f"question; it holds {[m.get('content') for m in logged]}")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_undo_reads_no_blob_of_the_turns_it_keeps(lesson, sessions):
+    """A letter the user pasted went to a blob, and the blob was damaged since (a disk
+    error, a clean-up). The user takes back the turn after it: the agent's undo goes by
+    its own conversation and the log's writer, reading no blob, so it succeeds, and
+    the conversation keeps the letter's turn as the agent holds it. (Rebuilding the
+    conversation from the log would read the damaged blob, and fail after the marker
+    was written: the log and the agent would then disagree.)"""
+    letter = "Read this letter: " + "Dear elder. " * 1000
+    agent, _, log = open_agent(
+        lesson, sessions, [say("A long letter."), *TURN_C[1]])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(letter)
+        agent.run(TURN_C[0])
+        kept = list(agent.messages[:2])
+        for blob in (sessions / "blobs").iterdir():
+            blob.write_bytes(b"not the letter")
+        try:
+            taken = agent.undo(1)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(
+                f"undo(1) of the turn after a pasted letter, whose blob was damaged "
+                f"since, raised {type(error).__name__} ({error}): the undo takes the "
+                "last turn back by the agent's conversation and the log's writer, and "
+                "needs no blob of a turn it keeps", pytrace=False)
+        after = list(agent.messages)
+    # In any order: a marker names a set of messages
+    skip = [sorted(m.get("skip")) for m in markers_in(path)
+            if m.get("$marker") == "undo"]
+    taken = [m.get("content") for m in taken]
+    assert after == kept and taken == [TURN_C[0], "The elder nods."] and skip == [
+            [2, 3]], (
+        "undo(1) should take back the last turn (messages 2 and 3, one marker "
+        "naming them) and leave the letter and its answer in the conversation as "
+        f"they were; the conversation holds {len(after)} message(s), the undo "
+        f"returned {taken}, and the undo markers name {skip}")
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_of_a_closed_writer_waits_its_turn_on_a_busy_session(lesson, sessions):
+    """A writer that was closed must become the writer again to undo, and another
+    writer holds the session meanwhile: the undo is refused with the lock's own
+    SessionBusy (lesson 05: one writer at a time), as an append would be, writing
+    nothing. It is no UndoError: there is something to undo, only not yet, and a caller
+    that waits and tries again on SessionBusy does; once the other writer closes, the
+    same undo takes back the last message."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said:
+            log.append(message)
+        log.close()
+        before = path.read_bytes()
+        holder = lesson.SessionLog(sessions, "quest-1")
+        try:
+            holder.open_for_append()
+            with raises(lesson.SessionBusy,
+                        "undo(1) of a closed writer, while another writer holds the "
+                        "session, did not raise SessionBusy: it must become the writer "
+                        "to undo, and the session is busy; the lock's refusal reaches "
+                        "the caller as it is (an UndoError would say there is nothing "
+                        "to undo, when there is, once the other writer is done)"):
+                log.undo(1)
+        finally:
+            holder.close()
+        assert path.read_bytes() == before, (
+            "the undo was refused (the session was busy), so it should have written "
+            "nothing to the log")
+        taken = log.undo(1)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [2] and shown == said[:2], (
+        "once the other writer closed, the same undo(1) should take back message 2, "
+        f"and the log then show messages 0 and 1; it took back {taken}, and the log "
+        f"shows {[message.get('content') for message in shown]}")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
+    """The agent's log was closed, and another writer holds the session when the user
+    takes back the last turn: the log cannot record the undo now, so the agent's undo
+    fails with the log's error and forgets nothing (its next request, and a new
+    process resuming the session, would otherwise disagree). Once the other writer
+    closes, the same undo takes the turn back, in memory and in the log alike."""
+    agent, _, log = open_agent(lesson, sessions, [*TURN_C[1], *TURN_D[1]])
+    with log:
+        agent.run(TURN_C[0])
+        agent.run(TURN_D[0])
+    before = list(agent.messages)
+    holder = lesson.SessionLog(sessions, "quest-1")
+    try:
+        holder.open_for_append()
+        try:
+            agent.undo(1)
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raised = error
+        after = list(agent.messages)
+    finally:
+        holder.close()
+    assert raised is not None and after == before, (
+        "the agent's undo of its last turn, while another writer held the session, "
+        + ("returned" if raised is None else
+           f"raised {type(raised).__name__} ({raised})")
+        + f", and the conversation went from {len(before)} to {len(after)} messages: "
+        "the log could not record the undo (the session was busy), so the undo should "
+        "fail and the agent remember the turn the log still shows")
+    try:
+        agent.undo(1)
+    finally:
+        log.close()
+    shown = resume(lesson, sessions)
+    assert agent.messages == before[:2] and shown == before[:2], (
+        "once the other writer closed, the undo should take back the last turn in "
+        f"memory and in the log: the agent holds {len(agent.messages)} messages and a "
+        f"resume shows {len(shown)}, where both should hold the first turn's 2")
+
+
+@pytest.mark.task("07.2")
+def test_a_flush_the_busy_session_refuses_stops_the_run_before_the_model(lesson,
+                                                                         sessions):
+    """The agent's log was closed, and another writer holds the session when the user
+    asks the next question: the flush before the model call cannot write it (the
+    lock's SessionBusy), so run() fails with that error and the model is sent nothing
+    (lesson 01's rule: a message is on disk before the model sees it). The question
+    waits in the buffer, and the next flush, once the session is free, writes it."""
+    agent, model, log = open_agent(lesson, sessions, [*TURN_C[1], *TURN_D[1]])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(TURN_C[0])
+    turn_c = lines_of(path)
+    holder = lesson.SessionLog(sessions, "quest-1")
+    try:
+        holder.open_for_append()
+        try:
+            lesson.Agent.run(agent, TURN_D[0])
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raised = error
+        asked = len(model.requests)
+    finally:
+        holder.close()
+    assert raised is not None and asked == 1, (
+        "the next question could not be written (another writer held the session), "
+        "so run() should fail before the model call, and the model be sent nothing "
+        f"more; run() {'returned' if raised is None else 'raised ' + repr(raised)}, "
+        f"and the model was asked {asked - 1} more time(s). A flush that cannot write "
+        "must say so: a model call after it sends a message that is on no disk")
+    try:
+        agent.flush()
+    finally:
+        log.close()
+    logged = lines_of(path)
+    assert logged == turn_c + [{"role": "user", "content": TURN_D[0]}], (
+        "once the session was free, the next flush should write the question that "
+        "waited in the buffer, once, after the first turn; the log holds "
+        f"{[m.get('content') for m in logged[len(turn_c):]]} after it")

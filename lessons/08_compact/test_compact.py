@@ -33,6 +33,34 @@ REPLY_ROOM = 100
 BUDGET = 420
 
 
+# Plain summaries as the tests record them: one line, lines, words beyond ASCII
+PLAIN_SUMMARIES = ("summary #1", "summary of days",
+                   "Day 1: the elder\nsaid \u00abthe ledge\u00bb \u2014 steep.")
+
+
+@pytest.fixture(autouse=True)
+def the_check_takes_a_plain_summary(request, lesson):
+    """Every compaction recorded goes through the summary's check (task 08.4's
+    reply_answer, called by compaction_marker): a check that refuses or changes a plain
+    summary would fail the tests of the other tasks in words about their own code. So,
+    once 08.4 is written, it is tried first, and such a failure names 08.4."""
+    if "08.4" in [mark.args[0] for mark in request.node.iter_markers("task")]:
+        return      # its own tests say what they find
+    for summary in PLAIN_SUMMARIES:
+        try:
+            answer = lesson.reply_answer(summary)
+        except NotImplementedError:
+            return      # not written yet: a test that needs it says so
+        except ValueError as error:
+            fail_in("08.4", f"reply_answer({summary!r}), the check every summary "
+                    f"passes before it is recorded, refused it ({error}): a plain "
+                    "text is the answer it gives, so no compaction could be recorded")
+        if answer != summary:
+            fail_in("08.4", f"reply_answer({summary!r}), the check every summary "
+                    f"passes before it is recorded, gave {answer!r}: a plain text is "
+                    "its own answer, given back as it is")
+
+
 def day(n):
     """One short turn of the quest: the user's message and the model's answer."""
     return (f"Day {n}: what now?", [say(f"On day {n} we rest by the mill.")])
@@ -610,18 +638,20 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
 
 
 @pytest.mark.task("08.2")
-@pytest.mark.parametrize("system", [SYSTEM, None, ""])
+# SYSTEM + "\n": a prompt read from a file, which the view sends as it was set
+@pytest.mark.parametrize("system", [SYSTEM, None, "", SYSTEM + "\n"])
 def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_sent(
         lesson, system):
     """Before the model is asked for a summary, the room the budget leaves it is worked
     out from the request that compaction would make (summary_room, check_fits, both
     given, build on compacted_size): a summary that fills the room exactly is taken
     and its request, then sent, is exactly at the budget; one token longer is refused.
-    With a system prompt, with none, and with an empty one (sent as none); with the
-    boundary anywhere from the start to past the last message; and planned, as a second
-    compaction plans it, while the agent still holds the earlier one. A summary in
-    other scripts (more bytes than characters) counts as it counts in the request
-    sent."""
+    With a system prompt, with one that ends with a line end (read from a file: sent,
+    and so counted, as it was set), with none, and with an empty one (sent as none);
+    with the boundary anywhere from the start to past the last message; and planned, as
+    a second compaction plans it, while the agent still holds the earlier one. A
+    summary in other scripts (more bytes than characters) counts as it counts in the
+    request sent."""
     said = conversation(8)
     earlier = lesson.Compaction("An earlier summary, longer than the new ones. " * 4, 1)
     for cut in (2, 4, 6, 0, 8):
@@ -1220,8 +1250,9 @@ def test_each_compaction_marker_says_when_it_was_written(lesson, sessions):
 @pytest.mark.task("08.1")
 def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
     """SessionLog.compact() refuses a `keep` outside 0 ... the messages shown, writing
-    nothing, and any count of messages its refusal gives is of those shown; keep=0
-    summarises them all ("upto" is then the number of messages)."""
+    nothing, saying the keep asked and how many messages it shows (those shown, not
+    those written); keep=0 summarises them all ("upto" is then the number of
+    messages)."""
     path = sessions / "quest-1.jsonl"
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in conversation(4):
@@ -1267,6 +1298,13 @@ def test_the_log_refuses_to_keep_more_messages_than_it_shows(lesson, sessions):
         "should be, but its error counts 6 messages: any count it gives is of the "
         "messages the log shows (4), the only ones a keep can name, or the user tries "
         f"a keep of 6 next; it says {str(raised.value)!r}")
+    said = {n for n in (4, 5) if re.search(rf"(?<![\d.]){n}(?!\d)", words)}
+    assert said == {4, 5}, (
+        "compact(keep=5) on a log showing 4 messages was refused, as it should be, "
+        "but its error should say both what was asked (keep 5) and what the log shows "
+        "(4), so that whoever called it sees why the keep was wrong; it leaves out "
+        f"{' and '.join(str(n) for n in (5, 4) if n not in said)}. It says "
+        f"{str(raised.value)!r}")
 
 
 @pytest.mark.task("08.1")
@@ -1820,6 +1858,43 @@ def test_undo_stops_at_the_boundary_on_an_agent_compacted_by_hand(lesson):
         "the refusal should say which message the summary stands for that the undo "
         "would take back (the turn starting at place 4, 'message 4'), so the user "
         f"knows where a fork must be cut; it says {refusal!r}")
+
+
+@pytest.mark.task("08.1")
+def test_undo_refuses_a_turn_of_one_message_just_before_the_boundary(lesson):
+    """A turn whose model call failed is one message, the user's: the next turn then
+    starts right after it, and a compaction there puts that lone message just before
+    the boundary, among those the summary stands for. undo() alone, on an agent
+    compacted by hand: the newest turn goes; an undo that reaches the lone message too
+    is refused with UndoError, changing nothing, however near the boundary it is."""
+    said = [{"role": "user", "content": "Day 1: what now?"},
+            {"role": "assistant", "content": "We rest by the mill."},
+            {"role": "user", "content": "Day 2: and now? (the model never answered)"},
+            {"role": "user", "content": "Day 3: the cave?"},
+            {"role": "assistant", "content": "The ledge is steep."}]
+    agent = agent_without_session(lesson, said, lesson.Compaction("days one, two", 3))
+    with raises(lesson.UndoError, "the undo of the last two turns went ahead: the "
+                "first of them is the lone message at place 2, just before the "
+                "boundary at 3, and the summary stands for it (it would still tell "
+                "the model of day 2)"):
+        agent.undo(2)
+    assert agent.messages == said, (
+        "a refused undo of the last two turns changed the conversation: it is now "
+        f"{shape(agent.messages)}")
+    try:
+        taken = agent.undo()
+    except lesson.UndoError as error:
+        pytest.fail(f"with the boundary at place 3, the undo of the turn that starts "
+                    f"there was refused ({error}): that turn is not in the summary",
+                    pytrace=False)
+    assert taken == said[3:] and agent.messages == said[:3], (
+        "undoing the newest turn, which starts at the boundary (place 3), should take "
+        f"back its two messages and leave three; it took {shape(taken)} and left "
+        f"{shape(agent.messages)}")
+    with raises(lesson.UndoError, "the undo of the lone message at place 2, just "
+                "before the boundary at 3, went ahead: the summary stands for it"):
+        agent.undo()
+    assert agent.messages == said[:3], "a refused undo changed the conversation"
 
 
 @pytest.mark.key
@@ -2389,6 +2464,9 @@ SAYS = {NO_TEXT: "that it held no text", THINKING: "that it was only thinking (a
         "that reads on after 'it was', not the tool's name alone)",
         r"(?i)too long": "that it was too long",
         WHAT_IT_WAS["cut_off"][0]: "that the server cut it off at its length limit"}
+# An exception as Python shows it (repr), which no reader takes for plain words:
+# BadSummary('...'), ValueError("...")
+PYTHON_REPR = re.compile(r"\b[A-Z]\w*(?:Error|Summary|Exception)\(['\"]")
 # What a refusal must not say of a reply: the pattern, and what it would wrongly tell
 CUT_OFF = r"(?i)never ends|cut off|unfinished|unclosed|not (closed|ended|finished)"
 WHAT_IT_WAS_NOT = {"empty": (r"(?i)\bblock\b|" + CUT_OFF[4:], "thinking it never sent"),
@@ -2427,6 +2505,42 @@ def test_check_summary_alone_refuses_a_reply_that_is_no_summary(lesson, odd):
         f"the BadSummary for a reply that is no summary ({odd}: {sent[:100]}) says "
         f"{said!r}, which tells of {wrong[1]}: the user, and the model asked again, "
         "are told of something the model did not send")
+
+
+@pytest.mark.task("08.4")
+def test_check_summary_alone_says_what_a_long_reply_was_without_quoting_it_whole(
+        lesson):
+    """check_summary() alone, on replies that give no summary and are long: thinking
+    the server cut off at its limit, a call written as text with a long argument, a
+    tool call beside a long text. The BadSummary says what each was, in a phrase: it
+    goes into the second summary request and onto the user's screen, so it names the
+    kind of reply, not the whole of its text (a quoted start is fine)."""
+    musing = "Which matters most, the elder, the guard or the rope? " * 400
+    call = {"id": "call_long", "type": "function",
+            "function": {"name": "talk_to", "arguments": '{"npc": "elder"}'}}
+    long_replies = {
+        "thinking cut off at the length limit": (
+            {"role": "assistant", "content": "<think>\n" + musing}, "length"),
+        "a call written as text, with a long argument": (
+            {"role": "assistant", "content": json.dumps(
+                {"name": "talk_to", "arguments": {"npc": "the elder " * 1000}})},
+            "stop"),
+        "a tool call beside a long text": (
+            {"role": "assistant", "content": "Let me ask the elder. " * 1000,
+             "tool_calls": [call]}, "tool_calls")}
+    for kind, (message, reason) in long_replies.items():
+        reply = {**lesson.normalize_reply(message, []), "finish_reason": reason}
+        with raises(lesson.BadSummary, f"check_summary() took {kind} (a reply of "
+                    f"{len(str(message['content']))} characters) for a summary"
+                    ) as raised:
+            lesson.check_summary(reply)
+        said = str(raised.value)
+        assert len(said) <= 500, (
+            f"the BadSummary for {kind}, a reply of {len(str(message['content']))} "
+            f"characters, is {len(said)} characters long: it should say what the reply "
+            "was in a phrase (the second summary request carries it to the model, and "
+            "the user reads it in one line), not quote the reply whole; it begins "
+            f"{said[:160]!r}")
 
 
 @pytest.mark.task("08.4")
@@ -2678,6 +2792,10 @@ def test_summarise_alone_tells_two_refused_replies_in_the_order_they_came(lesson
         message.find(first) < message.find(second)), (
         f"the error should tell the two replies in the order the model sent them: "
         f"first {first!r} (a call), then {second!r} (no text); it says {message!r}")
+    assert not PYTHON_REPR.search(message), (
+        "the error should tell the user what the model sent in plain words; it quotes "
+        f"a Python exception as Python shows it ({PYTHON_REPR.search(message)[0]!r}"
+        f"...): it says {message!r}")
 
 
 @pytest.mark.task("08.4")
@@ -2758,7 +2876,8 @@ def summary_instruction(request):
 def test_the_summary_request_says_how_long_the_summary_may_be(lesson):
     """A model told nothing about length writes a page where a paragraph fits: the
     summary request's instruction gives the room the budget leaves beside the turn the
-    request keeps (summary_prompt and summary_room, both given, make and measure it)."""
+    request keeps (summary_prompt and summary_room, both given, make and measure it).
+    With no budget, no room: the instruction sets no length."""
     agent, model, log = open_agent(lesson, None)
     agent.messages = conversation(9)
     with log:
@@ -2772,6 +2891,19 @@ def test_the_summary_request_says_how_long_the_summary_may_be(lesson):
         "the summary request's instruction should be the one summary_prompt makes "
         f"with the room the budget leaves beside the turn kept (about {room} tokens): "
         f"{expected!r}; it was {told!r}")
+    # With no budget (a compaction asked for by hand), nothing limits the summary:
+    # summary_room gives None, and the instruction gives no length
+    agent, model, log = open_agent(lesson, None, budget=None)
+    agent.messages = conversation(9)
+    with log:
+        agent.summarise(agent.messages[:8], 8)
+    expected = lesson.summary_prompt(None)
+    told = [m.get("content") for m in model.summary_requests[0]["messages"]
+            if m.get("role") == "system"]
+    assert told == [expected], (
+        "with no budget, nothing limits how long the summary may be (summary_room "
+        "gives None): the instruction should be the one summary_prompt makes with no "
+        f"room, {expected!r}, with no length in it; it was {told!r}")
 
 
 @pytest.mark.task("08.4")
@@ -2833,6 +2965,11 @@ def test_a_reply_that_is_no_summary_is_never_recorded_and_is_asked_for_once_more
         "(and the first say nothing of a refusal): asked the same way, a model tends "
         f"to send the same reply. The second asked {summary_instruction(second)!r}")
     told = summary_instruction(second)
+    assert not PYTHON_REPR.search(told), (
+        f"the second summary request should tell the model what its first reply "
+        f"({odd}) was in plain words; it quotes a Python exception as Python shows it "
+        f"({PYTHON_REPR.search(told)[0]!r}...), which no model reads as a reason: "
+        f"{told!r}")
     for fixed in (lesson.SUMMARY_PROMPT, *lesson.FIRMER.split("{problem}")):
         told = told.replace(fixed, " ")
     for pattern in WHAT_IT_WAS[odd]:

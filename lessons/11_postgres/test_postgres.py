@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -669,13 +670,23 @@ def test_a_refused_writer_leaves_no_connection_open(lesson, database):
         holder._lock()
         refused()       # the first one may load what any connection needs, once
         before = open_descriptors()
-        for _ in range(3):
-            refused()
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            for _ in range(3):
+                refused()
         left = open_descriptors() - before
     assert not left, (
         f"three writers refused quest-1's lock, each closed, should leave no "
         f"descriptor open; {len(left)} more are open than before them (a connection "
         "made to ask who holds the lock, and never closed?)")
+    dropped = [str(warning.message) for warning in warned
+               if issubclass(warning.category, ResourceWarning)]
+    assert not dropped, (
+        "three writers refused quest-1's lock left something open that only the "
+        "garbage collector closed (Python warned: "
+        f"{dropped[0] if dropped else ''}): a connection made to ask who holds the "
+        "lock, say, and never closed. CPython happens to close it at once; another "
+        "interpreter, or a reference kept by the error, leaves it open")
     named = {error.session_id for error in kept}
     assert named == {"quest-1"}, (
         "each refusal should be a SessionBusy for the session the writer asked for: "
@@ -3005,6 +3016,47 @@ def test_a_call_in_an_undone_turn_is_not_repaired(lesson, database):
         f"the history should be the two messages the session shows: {history}")
 
 
+@pytest.mark.task("11.3")
+def test_a_log_of_items_left_with_a_call_open_is_repaired_with_its_output(lesson,
+                                                                          database):
+    """An agent framework's session is a log of items (Responses API items, one
+    {"$item": ...} a row), not chat messages: a call is a function_call item, answered
+    by a function_call_output item naming its call_id, and the API refuses a request
+    with a call left without its output, as a chat provider does. A crash left the
+    first of two calls of the last turn without its output: opening the session must
+    answer it as every open call is answered, one repair marker naming it, then an
+    output item saying it was interrupted; the answered call is left alone."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        assert log.load() == [], "a new database should hold no session"
+    calls = [{"type": "function_call", "call_id": call_id, "name": "buy",
+              "arguments": json.dumps({"item": item})}
+             for call_id, item in (("fc_rope", "rope"), ("fc_torch", "torch"))]
+    put_rows(database, "quest-1", [
+        {"$item": {"role": "user", "content": "Buy a rope and a torch."}},
+        *({"$item": call} for call in calls),
+        {"$item": {"type": "function_call_output", "call_id": "fc_torch",
+                   "output": "You bought a torch."}}])
+    before = rows(database)
+    # lock=False: this test is about the repair alone
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.open_for_append()
+    added = [json.loads(line) for _, line, _ in rows(database)[len(before):]]
+    said = [(entry.get("$marker"), entry.get("interrupted"))
+            if "$marker" in entry else
+            (entry.get("$item", {}).get("type"), entry.get("$item", {}).get("call_id"))
+            for entry in added]
+    assert said == [("repair", ["fc_rope"]), ("function_call_output", "fc_rope")], (
+        "the session's last turn holds the function_call fc_rope with no output item "
+        "(fc_torch has its own): opening it should store one repair marker naming "
+        "fc_rope, then one function_call_output item for fc_rope, as every call left "
+        "open is answered (unanswered_calls finds an item's calls too); the rows it "
+        f"added are, as (kind, call), {said}")
+    output = added[1]["$item"].get("output", "")
+    assert "interrupted" in output, (
+        "the output stored for fc_rope should say the call was interrupted (it may or "
+        f"may not have run), as interrupted_result's does: it is {output!r}")
+
+
 # --- 11.4 blobs, stored once ----------------------------------------------------------
 
 
@@ -3296,6 +3348,40 @@ def test_a_paste_made_while_a_collection_is_under_way_loads_whole(lesson, databa
               for message in load_back(lesson, database)]
     assert loaded == [False, True], (
         "the session should load whole: its first message, then the pasted one")
+
+
+@pytest.mark.task("11.4")
+def test_a_writer_idle_after_its_pastes_keeps_no_collection_waiting(lesson, database):
+    """A writer pasted a large content, then stored bytes by themselves (store_blob),
+    and now sits idle, its session open (waiting for the model, for the next
+    request). What keeps collections out is held while a paste is on its way, never
+    beyond: a collection started now on another host must run at once, not wait for
+    the idle writer (it would wait the whole network timeout, then give up, while
+    the writer lives), and it removes the bytes no row points to, not the paste's."""
+    large = "The elder's map, copied out. " * 1000
+    lone = b"bytes stored by themselves, pointed to by no row"
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": large})
+        name = log.store_blob(lone)
+        collector, outcome = started_until_it_waits(
+            database, lambda: lesson.collect_postgres_blobs(database))
+        waited = collector.is_alive()
+    # The writer closed: a collection waiting for it goes on now
+    collector.join(HANG)
+    assert not waited, (
+        "a collection started while a writer sat idle after its paste and a "
+        "store_blob waited for that writer: something the paste or the store took to "
+        "keep collections out was still held after they returned (a lock held by the "
+        "connection rather than by the transaction, say). Collections could then run "
+        "only once every writer that ever pasted has closed")
+    error = outcome.get("error")
+    assert error is None, f"the collection failed: {described(error)}"
+    stored = {digest for (digest,) in sql(database, "SELECT sha256 FROM session_blobs")}
+    pasted = hashlib.sha256(large.encode("utf-8")).hexdigest()
+    assert stored == {pasted}, (
+        "the collection should keep the paste's bytes (its row points to them) and "
+        f"remove the ones stored by themselves ({name}); session_blobs holds "
+        f"{sorted(stored)}")
 
 
 @pytest.mark.task("11.4")
