@@ -805,6 +805,35 @@ def test_delete_removes_a_link_planted_under_a_sessions_name_and_not_what_it_rea
 
 
 @pytest.mark.task("09.1")
+def test_delete_does_not_answer_nothing_for_a_lock_link_that_reaches_nothing(
+    lesson, sessions
+):
+    """All that is left of quest-1 is a symbolic link under its lock file's name, and it
+    reaches nothing. A link under a session's name is something of it whatever it
+    reaches: the delete does not answer False ("nothing there") as it would for a
+    link that reaches a file. It removes the link and answers True, or refuses with an
+    error that names the lock file; either way, nothing the link reaches is made."""
+    lock = sessions / "quest-1.lock"
+    gone = sessions.parent / "gone.lock"
+    lock.symlink_to(gone)
+    try:
+        found = lesson.delete_session(sessions, "quest-1")
+    except OSError as error:
+        assert str(lock) in str(error), (
+            f"the delete refused quest-1, whose lock file is a link to nothing, in "
+            f"words that do not name {lock}: {error}")
+    else:
+        assert found is True and not os.path.lexists(lock), (
+            f"quest-1's lock file was a link to nothing; delete_session() returned "
+            f"{found!r} and the link is {'still' if os.path.lexists(lock) else 'not'} "
+            "there. A link under a session's name is something of the session, also "
+            "one that reaches nothing: the delete removes it and answers True (or "
+            "refuses, naming it), never 'there was nothing'")
+    assert not gone.exists(), (
+        f"the delete followed quest-1's lock link and made {gone}")
+
+
+@pytest.mark.task("09.1")
 def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
     lesson, sessions
 ):
@@ -3402,10 +3431,12 @@ def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
     messages, and no message the writer acknowledges is lost: the writer appends to
     the log, or refuses every write until the session is opened again, and then the
     erase has said so. Planted before the erase opens the file by name, the link never
-    becomes the log: the old log is there, byte for byte."""
+    becomes the log: the old log is there, byte for byte. And once the session is
+    closed, the process holds no file the erase opened, whichever way it went out."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
     old = path.read_bytes()
+    descriptors = open_descriptors()
     before = {p.name for p in sessions.iterdir()}
     target = sessions.parent / "planted.jsonl"
     real = {"open": os.open, "io": io.open, "replace": os.replace, "rename": os.rename}
@@ -3462,6 +3493,12 @@ def test_a_link_planted_in_place_of_the_new_log_never_becomes_the_log(
             refused = error
     where = ("just before the erase opened it by name" if kind == "open"
              else "just before the erase renamed it")
+    left_open = open_descriptors() - descriptors
+    assert left_open == 0, (
+        f"a symbolic link was put in place of the erase's new log {where}; once the "
+        f"session was closed, the process still held {left_open} more file "
+        "descriptor(s) than before the erase: a file it opened (the old log, or its "
+        "new one) was never closed on the way out")
     assert target.read_bytes() == planted_bytes, (
         f"a symbolic link was put in place of the erase's new log {where}, and bytes "
         f"went through it, to {target}, outside the sessions folder: the writer's "
@@ -3495,12 +3532,15 @@ def test_a_hard_link_put_in_place_of_the_new_log_at_the_rename_gets_no_message(
     folder: the same file under a second name, which an open does not refuse as it
     refuses a symbolic link. The rename gives that file the log's name; it never
     receives the writer's messages: the writer appends to the log it wrote, or refuses
-    every write until the session is opened again, and then the erase has said so."""
+    every write until the session is opened again, and then the erase has said so.
+    Once the session is closed, the process holds no file the erase opened (the old
+    log's descriptor included, whichever way the erase went out)."""
     play(lesson, sessions, TURN_SECRET)
     path = sessions / "quest-1.jsonl"
     own = sessions.parent / "own-notes.txt"
     notes = b"another program's own notes\n"
     own.write_bytes(notes)
+    descriptors = open_descriptors()
     real = {"replace": os.replace, "rename": os.rename}
     planted = []
 
@@ -3543,6 +3583,13 @@ def test_a_hard_link_put_in_place_of_the_new_log_at_the_rename_gets_no_message(
         "a hard link was put in place of the erase's new log just before the rename; "
         "erase() returned as if all was well, and then the writer refused the next "
         f"message ({refused!r}): the erase should have said that it did not finish")
+    left_open = open_descriptors() - descriptors
+    assert left_open == 0, (
+        "a hard link was put in place of the erase's new log just before the rename; "
+        f"once the session was closed, the process still held {left_open} more file "
+        "descriptor(s) than before the erase: a file the erase opened (the old log, "
+        "or its new one) was never closed on the way out, and each such erase loses "
+        "one more")
     assert erase_raised is None or str(path) in str(erase_raised), (
         "a hard link was put in place of the erase's new log just before the rename, "
         f"and erase() said it did not finish in words that do not name the log by its "
@@ -3693,6 +3740,33 @@ def test_the_agent_sends_no_quote_of_the_erased_words_again(lesson, sessions):
         "summary loses any piece of it). In memory: "
         f"{[m.get('content') for m in agent.messages]}; in the log: "
         f"{[m.get('content') for m in resumed]}")
+
+
+@pytest.mark.task("09.4")
+def test_the_agent_keeps_the_tombstone_the_log_keeps_when_the_words_are_in_erased(
+    lesson, sessions
+):
+    """The erased words are a piece of ERASED itself (the user answered "at the user's
+    request"). The log's line holds the tombstone as tombstone() makes it; the agent's
+    memory holds the same message, not a tombstone whose own text then lost the words
+    (a tombstone is what takes the message's place, not one more message to scrub)."""
+    words = "at the user's request"
+    assert words in lesson.ERASED and len(words) >= lesson.QUOTE_MIN_CHARS, (
+        "the test's own set-up: its words should be a quotable piece of ERASED")
+    agent, _, log = open_agent(lesson, sessions, [say("Why was the letter sent?"),
+                                                  say("Noted.")])
+    with log:
+        agent.run("Send the letter to Ilse.")
+        agent.run(words)
+        found = agent.erase(2)
+    resumed = resume(lesson, sessions)
+    assert found == resumed[2] and agent.messages == resumed, (
+        f"the user erased their message {words!r}, a piece of ERASED: the log's line "
+        f"now holds {resumed[2]!r}, the agent returned {found!r} and holds "
+        f"{[m.get('content') for m in agent.messages]} where the log holds "
+        f"{[m.get('content') for m in resumed]}. The agent's memory should keep what "
+        "the log keeps: the erased message becomes its tombstone as it is, after the "
+        "other messages lost their quotes")
 
 
 @pytest.mark.task("09.3")

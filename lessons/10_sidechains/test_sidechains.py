@@ -903,7 +903,8 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
     WriterStopped. A disk full for that one write only is full all the same: the
     caller hears it, and no second try writes the pointer. What the caller hears is
     that very error, the disk's ENOSPC or the Ctrl-C, never one a clean-up met after
-    it."""
+    it. A write the disk refused whole left nothing in doubt: with room again, the
+    parent starts its side-chain."""
     side_folder = sessions / "quest-1.sidechains"
     real = os.write
     refused = []
@@ -966,6 +967,63 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
                         "pointer land?), yet a second start_sidechain went on as if "
                         "the parent's writer had not stopped"):
                 log.start_sidechain(CALL_ID)
+        else:
+            # The disk refused the pointer's write whole: nothing of it is in the log,
+            # so nothing is in doubt, and with room again the parent goes on
+            try:
+                start(lesson, log).close()
+            except lesson.WriterStopped as error:
+                pytest.fail(f"the disk refused the pointer's write whole ({failure}), "
+                            "which leaves nothing of it in the parent's log: with room "
+                            "again, a second start_sidechain should start a "
+                            "side-chain; it was refused as if the log were in doubt: "
+                            f"{error}",
+                            pytrace=False)
+
+
+@pytest.mark.task("10.2")
+def test_a_name_whose_pointer_landed_before_a_ctrl_c_stays_taken(lesson, sessions,
+                                                                 monkeypatch):
+    """The user presses Ctrl-C just after the pointer's bytes reached the parent's log:
+    start_sidechain raises the KeyboardInterrupt, and the pointer is in the log, leading
+    to the name claimed. That name stays taken (a helper that died before its first
+    line still owns its name): the parent opened again, the same call id's next helper
+    takes the next name, and the pointer that landed never leads to its log."""
+    real = os.write
+    landed = []
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        parent = os.fstat(log._fd).st_ino
+
+        def write(fd, data):
+            written = real(fd, data)
+            if (not landed and os.fstat(fd).st_ino == parent
+                    and b"sidechain" in bytes(data)):
+                landed.append(written)
+                raise KeyboardInterrupt     # after the bytes reached the file
+            return written
+
+        monkeypatch.setattr(os, "write", write)
+        try:
+            log.start_sidechain(CALL_ID).close()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            monkeypatch.undo()
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    assert landed and [p.get("sidechain") for p in pointers] == [CALL_ID], (
+        "the test's own set-up: the pointer to call_1_0 should have landed in the "
+        f"parent's log before the Ctrl-C; the log's pointers are {pointers}")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        with start(lesson, log) as side:
+            name = side.id
+    assert name != CALL_ID, (
+        "a Ctrl-C came once the pointer to call_1_0 had landed in the parent's log; "
+        "that name is the pointer's, and stays taken. The parent opened again, the "
+        f"next helper of {CALL_ID} should take the next name, {CALL_ID}.2; it took "
+        f"{name!r}, and the pointer that landed now leads to another helper's log. "
+        "Was the claim (the meta file) taken back when the start failed?")
 
 
 @pytest.mark.task("10.2")
@@ -1646,20 +1704,26 @@ PARENT_SYSTEM = "You are an adventurer in a small town."
 
 
 @pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
 def test_the_helper_is_asked_the_question_exactly_as_the_model_sent_it(lesson,
-                                                                       sessions):
+                                                                       sessions,
+                                                                       where):
     """The question is handed on as the model wrote it, not tidied: its indented first
     line, its blank line and the newline it ends with are the model's words too. The
-    helper's first request holds it as it came, and so does its side-chain."""
+    helper's first request holds it as it came, with a session or in memory, and so
+    does its side-chain."""
     question = "  Which door?\n\n    door_a | door_b\n"
     script = [use(call("ask_helper", question=question)), say(HELPER_ANSWER),
               say(FINAL)]
-    _, model = play(lesson, sessions, ("Ask a helper.", script))
+    _, model = asked_a_helper(lesson, sessions, where, script)
     users = [m.get("content") for m in model.requests[1]["messages"]
              if m.get("role") == "user"]
     assert users == [question], (
-        f"the model asked the helper {question!r}: the helper's first request should "
-        f"carry that question as it is; it carried the user messages {users}")
+        f"the model asked the helper ({where}) {question!r}: the helper's first "
+        "request should carry that question as it is; it carried the user messages "
+        f"{users}")
+    if where == "memory":
+        return
     first = json.loads(sidechain_bytes(sessions).split(b"\n")[0])
     assert first.get("content") == question, (
         f"the helper's side-chain should start with the question {question!r} as the "
@@ -1895,7 +1959,8 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
     (finish_reason "length") gave no whole answer: the parent's model reads an error
     saying it was cut off, with the text the helper had given without its thinking,
     never that text as if it were whole; the side-chain keeps the reply as it came. A
-    reply cut off before it said anything was cut off all the same."""
+    reply cut off before it said anything was cut off all the same, and its error
+    says so rather than quote an empty text."""
     script = [use(call("ask_helper", question=QUESTION)), cut_off(text), say(FINAL)]
     messages, model = asked_a_helper(lesson, sessions, where, script)
     said = str(messages[2].get("content"))
@@ -1913,6 +1978,10 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
         assert "<think>" not in said, (
             f"the helper's thinking is never passed on, cut off or not; the result "
             f"was {said!r}")
+        assert not said.rstrip().endswith(":"), (
+            "the helper had said nothing but thinking, or nothing at all, before the "
+            "server cut its reply off: the error should say so, not quote an empty "
+            f"text as what it had said; the result was {said!r}")
     if where == "side-chain":
         helper = [json.loads(line) for line in sidechain_bytes(sessions).split(b"\n")
                   if line]
@@ -2435,6 +2504,64 @@ def test_the_side_chain_is_named_after_the_call_its_result_answers(lesson, sessi
 
 
 @pytest.mark.task("10.3")
+def test_a_call_id_no_session_id_can_be_is_the_pointers_call_as_it_came(lesson,
+                                                                        sessions):
+    """A server sends the call id functions.ask_helper:0 (as Kimi's do), which no
+    session id can be: its side-chain gets a made name (task 10.1's, once), and the
+    pointer and the meta file name the call by its id as the parent's history carries
+    it, so that a reader matches the helper's log to the call it answered."""
+    call_id = "functions.ask_helper:0"
+    script = [use(raw_call("ask_helper", json.dumps({"question": QUESTION}), call_id)),
+              say(HELPER_ANSWER), say(FINAL)]
+    messages, _ = play(lesson, sessions, ("Ask a helper.", script))
+    stored = messages[1]["tool_calls"][0]["id"]
+    assert stored == call_id, (
+        f"the test's own set-up: the call should be stored as {call_id!r}; it is "
+        f"{stored!r}")
+    pointers = pointers_in(sessions / "quest-1.jsonl")
+    expected = (call_id, lesson.sidechain_id(call_id))
+    led = [(p.get("call"), p.get("sidechain")) for p in pointers]
+    assert led == [expected], (
+        f"the call id {call_id!r} is no session id: its side-chain is named "
+        f"{expected[1]!r} (sidechain_id of the call id), and the pointer should name "
+        f"the call as it came, (call, sidechain) {expected}; the pointers say {led}. "
+        "Was the side-chain started under the made name instead of the call id?")
+    meta = sessions / "quest-1.sidechains" / f"{expected[1]}.meta.json"
+    said = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
+    assert said and said.get("call") == call_id, (
+        f"the side-chain's meta file, {meta.name}, should name its call as it came, "
+        f"{call_id!r}; it says {said if said else 'nothing (there is none)'}")
+
+
+@pytest.mark.task("10.3")
+def test_a_tool_of_another_kind_among_the_schemas_leaves_the_helper_offered(lesson,
+                                                                            sessions):
+    """The tools offered may hold a schema of another kind than a function (a
+    server's built-in tool, {"type": "web_search"}, with no "function" in it). It is
+    offered to the model all the same, and does not stand in the way: a call to
+    ask_helper, offered beside it, is answered by a helper."""
+    town = HelperTown()
+    functions = {k: f for k, f in town.functions.items() if k != "ask_helper"}
+    tools = lesson.Toolbox([{"type": "web_search"}, *TOOL_SCHEMAS, HELPER_SCHEMA],
+                           functions)
+    try:
+        messages, _ = play(lesson, sessions, HELPER_TURN, town=tools)
+    except NotImplementedError:
+        raise       # a task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail("the tools offered hold a schema of another kind, "
+                    "{'type': 'web_search'}, with no 'function' in it, beside "
+                    f"ask_helper's; the run failed with {type(error).__name__}: "
+                    f"{error}. Whether ask_helper was offered is read from the "
+                    "function schemas, and a schema of another kind is none of them",
+                    pytrace=False)
+    results = [m.get("content") for m in messages if m.get("role") == "tool"]
+    assert results == [HELPER_ANSWER], (
+        "ask_helper was offered beside a tool of another kind: its call should be "
+        f"answered by a helper, {HELPER_ANSWER!r}; the results were {results}")
+
+
+@pytest.mark.task("10.3")
 def test_the_chat_sees_each_helper_through_ask_helper(lesson, sessions, monkeypatch):
     """The chat wraps Agent.ask_helper and, when it returns, prints the side-chain of
     the call it was given: the helper runs within the ask_helper of its call, given the
@@ -2851,14 +2978,18 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
     a call id kept as it is). A pointer line the log holds twice (written again by
     another program) is given twice: the answer follows the log, line by line. The
     empty call id, which a server may send, is a call id like any other: its pointer
-    is given with it."""
+    is given with it. The order is the log's whatever time each pointer says (a
+    clock set back between two helpers, pointers another program wrote)."""
     ask = {"role": "user", "content": "Ask a helper."}
     empty = lesson.sidechain_id("")     # task 10.1's name for the empty call id
     order = [("call_b", "call_b"), ("call_a", "call_a"), ("call_b", "call_b.2"),
              ("call_c.jsonl", "call_c.jsonl"), ("", empty), ("call_a", "call_a")]
+    # Each pointer's own time, the clock set back between helpers: the log's order is
+    # the answer's, never the order of their times
+    seconds = [5, 3, 9, 1, 7, 2]
     lines = [ask] + [{"$marker": "sidechain", "call": call_id, "session": "quest-1",
-                      "sidechain": name, "at": "2026-01-01T00:00:00+00:00"}
-                     for call_id, name in order]
+                      "sidechain": name, "at": f"2026-01-01T00:00:0{second}+00:00"}
+                     for (call_id, name), second in zip(order, seconds)]
     (sessions / "quest-1.jsonl").write_text(
         "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     folder = sessions / "quest-1.sidechains"
@@ -2878,7 +3009,8 @@ def test_sidechains_gives_every_pointer_in_the_order_of_the_log(lesson, sessions
     assert found == expected, (
         "the log holds six pointers, to call_b, call_a, call_b.2 (call_b came back), "
         "call_c.jsonl, the empty call id's side-chain and call_a again (the same line "
-        "twice): sidechains should give all six in that order, each side-chain's log "
+        "twice), their times out of order: sidechains should give all six in the "
+        "log's order, each side-chain's log "
         "its name and '.jsonl', "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
@@ -2964,8 +3096,9 @@ def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, ses
 @pytest.mark.task("10.4")
 def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
     """A log holds other markers beside its pointers: a repair, an undo, a compaction,
-    one of a kind this code does not know. Only the pointers lead to side-chains: the
-    others are neither followed nor refused."""
+    kinds this code does not know (a bookmark, another program's sidechain-summary and
+    sidechains, whose names hold the word). Only the pointers, of the kind "sidechain"
+    itself, lead to side-chains: the others are neither followed nor refused."""
     at = "2026-01-01T00:00:00+00:00"
     lines = [
         {"role": "user", "content": "Ask a helper."},
@@ -2977,6 +3110,9 @@ def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
         {"$marker": "compaction", "summary": "A helper was asked.", "upto": 1,
          "at": at},
         {"$marker": "bookmark", "at": at},
+        # Another program's kind, named like a pointer's but not one: no pointer
+        {"$marker": "sidechain-summary", "at": at, "text": "The helper found a rope."},
+        {"$marker": "sidechains", "at": at},
         {"$marker": "sidechain", "call": "call_2_0", "session": "quest-1",
          "sidechain": "call_2_0", "at": at}]
     path = sessions / "quest-1.jsonl"
@@ -2989,10 +3125,11 @@ def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
         found = lesson.sidechains(sessions, "quest-1")
     except ValueError as error:
         pytest.fail("the log holds two pointers, to call_1_0 and call_2_0, among a "
-                    "repair, an undo, a compaction and a bookmark marker, which are "
+                    "repair, an undo, a compaction and markers of kinds it does not "
+                    "know (bookmark, sidechain-summary, sidechains), which are "
                     f"no pointers; sidechains refused the log: {error}", pytrace=False)
     assert found == expected, (
-        "the log holds two pointers, to call_1_0 (line 3) and call_2_0 (line 7), among "
+        "the log holds two pointers, to call_1_0 (line 3) and call_2_0 (line 9), among "
         "markers of other kinds: sidechains should give those two, "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
