@@ -667,12 +667,14 @@ def test_an_intact_stored_blob_is_left_as_it_is(lesson, sessions, content):
 
 @pytest.mark.task("06.1")
 @pytest.mark.task("06.2")
+@pytest.mark.parametrize("durable", [False, True], ids=["not durable", "durable"])
 @pytest.mark.parametrize("linked", ["the sessions folder", "blobs/"])
 def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
-        lesson, sessions, linked):
+        lesson, sessions, linked, durable):
     """The sessions folder, or its blobs/, is reached through a symbolic link (a home
     folder, or the blobs alone, moved to another disk): only a link at a blob's own
-    name is one to refuse. A content stored again is found stored, the very file left
+    name is one to refuse. A content stored, by a durable writer too (which syncs
+    blobs/ through that link), and stored again is found stored, the very file left
     as it was, and load puts it back."""
     real = sessions.parent / "on another disk"
     real.mkdir()
@@ -684,14 +686,22 @@ def test_a_sessions_folder_reached_through_a_link_keeps_and_loads_its_blobs(
         sessions.symlink_to(real, target_is_directory=True)
         blob = real / "blobs" / sha256(PASTE.encode("utf-8"))
     message = {"role": "user", "content": PASTE}
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        log.append(message)
-    assert blob.is_file(), (
-        f"the paste should be stored as blobs/{blob.name} of the sessions folder, "
-        f"{linked} reached through its link")
-    before = blob.stat()
-    with lesson.SessionLog(sessions, "quest-2") as log:
-        log.append(message)
+    writer = "a durable writer" if durable else "a writer"
+    for session, what in (("quest-1", "a new paste"), ("quest-2", "the same paste")):
+        try:
+            with lesson.SessionLog(sessions, session, durable=durable) as log:
+                log.append(message)
+        except OSError as error:
+            fail_in("06.1", f"with {linked} reached through a symbolic link, {writer} "
+                    f"failed to append {what} ({type(error).__name__}: {error}): the "
+                    "folder's link is not a link at the blob's name, and a sync of "
+                    "blobs/ reaches the folder through it, as any open of a folder "
+                    "does (one that refuses links is for a blob's own name)")
+        if session == "quest-1":
+            assert blob.is_file(), (
+                f"the paste should be stored as blobs/{blob.name} of the sessions "
+                f"folder, {linked} reached through its link")
+            before = blob.stat()
     after = blob.stat() if blob.is_file() else None
     if after is None or after.st_ino != before.st_ino:
         fail_in("06.1", f"blobs/{blob.name} was stored, intact, with {linked} "
@@ -2525,10 +2535,11 @@ def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
     assert snapshot(sessions) == before, "a refused load must change no file"
 
 
-# Words that would send the user to the wrong fix when the disk failed to read a blob
+# Words that would send the user to the wrong fix when the disk failed to read a blob:
+# gone, changed or damaged (a backup to restore, a hand edit to undo)
 CLAIMS = (r"missing|not found|no such|(not|n't) exist|absent|gone|removed|deleted"
-          r"|chang|tamper|modif|alter|match|symbolic|link|utf|decod"
-          r"|not a (plain|regular)|folder|fifo")
+          r"|chang|tamper|modif|alter|match|damag|corrupt|broken|symbolic|link|utf"
+          r"|decod|not a (plain|regular)|folder|fifo")
 
 
 def a_stored_paste(lesson, sessions):
@@ -2574,8 +2585,8 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
     open it (EACCES: a restore that got its mode wrong): the blob is there, and nothing
     says it changed. The load fails, with the system's OSError or with a BlobError
     naming the blob, the log and the line, but never saying the blob is missing,
-    changed, a link or no text: the user would restore a backup or undo a hand edit
-    instead of checking the disk, or who may read the file."""
+    changed, damaged, a link or no text: the user would restore a backup or undo a
+    hand edit instead of checking the disk, or who may read the file."""
     import errno
     blob = a_stored_paste(lesson, sessions)
     before = snapshot(sessions)
@@ -2814,6 +2825,22 @@ def test_a_reference_to_a_blob_of_no_bytes_loads_an_empty_content(lesson, sessio
     assert content == "", (
         "a reference to the blob of 0 bytes should load as an empty content; the "
         f"second message came back with {content!r}")
+
+
+@pytest.mark.task("06.1")
+def test_store_blob_stores_bytes_of_any_number_zero_too(lesson, sessions):
+    """store_blob stores the bytes it is given, however many: 0 bytes too (a caller
+    that stores what another program hands it, or a text that ends up empty). Their
+    sha256 is the name it returns, and a file of 0 bytes must then stand there: a
+    name returned for bytes never stored is a line pointing to nothing."""
+    blob = store(lesson, sessions, b"")
+    held = blob.read_bytes() if blob.is_file() else None
+    assert held == b"", (
+        f"store_blob was given 0 bytes and returned their sha256, {blob.name}, but "
+        + ("no file stands at that name in blobs/" if held is None else
+           f"blobs/{blob.name} holds {len(held)} bytes")
+        + ": a store puts the bytes it is given under their name, however few, and "
+        "a line pointing to that name would be refused as missing")
 
 
 @pytest.mark.task("06.1")
