@@ -2715,12 +2715,8 @@ def test_a_fork_of_a_fork_names_its_own_source_as_parent(
     each meta file is one step of the chain, which a reader follows parent by
     parent."""
     lesson.fork(sessions, "quest-1", "what-if", upto=3)
-    parents, publish = [], getattr(lesson, "publish_fork", None)
-    if publish is not None:     # a later lesson's store may publish otherwise
-        def publish_fork(folder, source_id, new_id, count, copy, durable):
-            parents.append(source_id)
-            return publish(folder, source_id, new_id, count, copy, durable)
-        monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+    publish = getattr(lesson, "publish_fork", None)
+    parents = parents_handed_to_publishing(lesson, monkeypatch)
 
     error = fork_or_fail(lesson, sessions, "what-if", "what-if-2", upto=2)
 

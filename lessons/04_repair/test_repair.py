@@ -2141,6 +2141,33 @@ def test_a_settle_stopped_half_way_by_ctrl_c_answers_the_rest_as_never_started(
     memory_holds_the_log(agent, entries)
 
 
+def run_on_stopped_as_memory_takes_the_answer(agent, call_id):
+    """Run the agent on ("Go on."): its settle answers the calls left open, and Ctrl-C
+    lands as the answer to `call_id` is put in its memory (append), whatever came
+    before. Skips the test for a settle that puts no such answer in memory with
+    append."""
+    came = []
+
+    class Memory(list):
+        """The agent's memory: Ctrl-C lands as the answer to that call comes in."""
+
+        def append(self, message):
+            if (isinstance(message, dict) and not came
+                    and message.get("tool_call_id") == call_id):
+                came.append(message)
+                raise KeyboardInterrupt     # Ctrl-C, as memory takes the answer
+            super().append(message)
+
+    agent.messages = Memory(agent.messages)
+    with raises(KeyboardInterrupt, "Ctrl-C came as the settle put its answer to the "
+                "third call in memory, and the run went on as if nothing had "
+                "happened"):
+        agent.run("Go on.")
+    if not came:
+        pytest.skip("this settle put no answer to the third call in memory with "
+                    "append")
+
+
 @pytest.mark.task("04.4")
 def test_a_settle_without_a_log_stopped_half_way_by_ctrl_c_answers_the_rest_so(
         lesson, town):
@@ -2157,26 +2184,7 @@ def test_a_settle_without_a_log_stopped_half_way_by_ctrl_c_answers_the_rest_so(
              for call in message.get("tool_calls") or ()]
     assert len(calls) == 3, (
         f"the model asked for three calls; memory holds {len(calls)}: {calls}")
-    came = []
-
-    class Memory(list):
-        """The agent's memory: Ctrl-C lands as the answer to the third call comes in."""
-
-        def append(self, message):
-            if (isinstance(message, dict) and not came
-                    and message.get("tool_call_id") == calls[-1]["id"]):
-                came.append(message)
-                raise KeyboardInterrupt     # Ctrl-C, as the answer is put in memory
-            super().append(message)
-
-    agent.messages = Memory(agent.messages)
-    with raises(KeyboardInterrupt, "Ctrl-C came as the settle put its answer to the "
-                "third call in memory, and the run went on as if nothing had "
-                "happened"):
-        agent.run("Go on.")
-    if not came:
-        pytest.skip("this settle put no answer to the third call in memory with "
-                    "append")
+    run_on_stopped_as_memory_takes_the_answer(agent, calls[-1]["id"])
     refused = refusal_of_next_run(agent)
     if refused is not None:     # the words come alone, outside any except
         pytest.fail("Ctrl-C stopped the settle of an agent without a log half-way; the "
@@ -2208,27 +2216,7 @@ def test_a_settle_stopped_by_ctrl_c_after_the_log_got_its_answer_answers_it_once
                  for call in message.get("tool_calls") or ()]
         assert len(calls) == 3, (
             f"the model asked for three calls; memory holds {len(calls)}: {calls}")
-        came = []
-
-        class Memory(list):
-            """The agent's memory: Ctrl-C lands as the answer to the third call comes
-            in."""
-
-            def append(self, message):
-                if (isinstance(message, dict) and not came
-                        and message.get("tool_call_id") == calls[-1]["id"]):
-                    came.append(message)
-                    raise KeyboardInterrupt     # Ctrl-C, as memory takes the answer
-                super().append(message)
-
-        agent.messages = Memory(agent.messages)
-        with raises(KeyboardInterrupt, "Ctrl-C came as the settle put its answer to "
-                    "the third call in memory, and the run went on as if nothing had "
-                    "happened"):
-            agent.run("Go on.")
-        if not came:
-            pytest.skip("this settle put no answer to the third call in memory with "
-                        "append")
+        run_on_stopped_as_memory_takes_the_answer(agent, calls[-1]["id"])
         logged = [entry.get("tool_call_id") for entry in
                   entries_in(sessions / "quest-1.jsonl") if entry.get("role") == "tool"]
         if calls[-1]["id"] not in logged:
