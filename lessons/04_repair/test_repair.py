@@ -1695,6 +1695,17 @@ def stopped_by_ctrl_c(agent, message, place="second"):
         agent.run(message)
 
 
+def three_calls_left_by_ctrl_c(agent):
+    """Stop a run of three calls by Ctrl-C inside the second; the calls memory holds,
+    failing in words unless there are three."""
+    stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
+    calls = [call for message in agent.messages
+             for call in message.get("tool_calls") or ()]
+    assert len(calls) == 3, (
+        f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+    return calls
+
+
 @contextlib.contextmanager
 def agent_keeping_the_log(lesson, sessions, model, tools):
     """An agent of `model` with `tools` that keeps the log quest-1, while it is open."""
@@ -2105,11 +2116,7 @@ def test_a_settle_stopped_half_way_by_ctrl_c_answers_the_rest_as_never_started(
     model = elder_torch_and_rope()
     with agent_keeping_the_log(lesson, sessions, model, interrupted_in_buy(town)) \
             as agent:
-        stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
-        calls = [call for message in agent.messages
-                 for call in message.get("tool_calls") or ()]
-        assert len(calls) == 3, (
-            f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+        calls = three_calls_left_by_ctrl_c(agent)
         log, real = agent.session, agent.session.append
         came = []
 
@@ -2179,11 +2186,7 @@ def test_a_settle_without_a_log_stopped_half_way_by_ctrl_c_answers_the_rest_so(
     model = elder_torch_and_rope()
     agent = lesson.Agent(model.client(), model=model.model,
                          tools=interrupted_in_buy(town))
-    stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
-    calls = [call for message in agent.messages
-             for call in message.get("tool_calls") or ()]
-    assert len(calls) == 3, (
-        f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+    calls = three_calls_left_by_ctrl_c(agent)
     run_on_stopped_as_memory_takes_the_answer(agent, calls[-1]["id"])
     refused = refusal_of_next_run(agent)
     if refused is not None:     # the words come alone, outside any except
@@ -2211,11 +2214,7 @@ def test_a_settle_stopped_by_ctrl_c_after_the_log_got_its_answer_answers_it_once
     model = elder_torch_and_rope()
     with agent_keeping_the_log(lesson, sessions, model, interrupted_in_buy(town)) \
             as agent:
-        stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
-        calls = [call for message in agent.messages
-                 for call in message.get("tool_calls") or ()]
-        assert len(calls) == 3, (
-            f"the model asked for three calls; memory holds {len(calls)}: {calls}")
+        calls = three_calls_left_by_ctrl_c(agent)
         run_on_stopped_as_memory_takes_the_answer(agent, calls[-1]["id"])
         logged = [entry.get("tool_call_id") for entry in
                   entries_in(sessions / "quest-1.jsonl") if entry.get("role") == "tool"]
