@@ -12,6 +12,7 @@ helper is waiting for the model.
 import builtins
 import contextlib
 import errno
+import fcntl
 import hashlib
 import io
 import json
@@ -441,6 +442,12 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
     assert len(set(names)) == 2, (
         f"the call id came back, and its two side-chains should have two names; they "
         f"were named {names}")
+    base = lesson.sidechain_id(call_id)
+    assert names == [base, f"{base}.2"], (
+        "the call id came back: its first side-chain is named after it, "
+        f"{shown(base)}, and its second, with the suffix .2, {shown(base + '.2')} (the "
+        "first free one of base.2, base.3 ..., so that a person sees the two belong "
+        f"to one call); they were named {[shown(n) for n in names]}")
     calls = []
     for line in (sessions / "quest-1.jsonl").read_bytes().splitlines():
         try:
@@ -453,9 +460,20 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
         "each pointer's \"call\" is the call id, as the model sent it, whatever name "
         "its side-chain got: the pointers say "
         f"{[shown(c) if isinstance(c, str) else repr(c) for c in calls]}")
+    led = [p.get("sidechain") for p in pointers_in(sessions / "quest-1.jsonl")]
+    assert led == names, (
+        "each pointer's \"sidechain\" is the name its side-chain got, as it is: the "
+        f"side-chains are {[shown(n) for n in names]}, and the pointers lead to "
+        f"{[shown(n) if isinstance(n, str) else repr(n) for n in led]}, where no "
+        "helper wrote")
     folder = sessions / "quest-1.sidechains"
     metas = [json.loads((folder / f"{name}.meta.json").read_text(encoding="utf-8"))
              for name in names]
+    ids = [meta.get("id") for meta in metas]
+    assert ids == names, (
+        "each meta file's \"id\" is the name its side-chain got, as it is: the "
+        f"side-chains are {[shown(n) for n in names]}, and their meta files say "
+        f"{[shown(n) if isinstance(n, str) else repr(n) for n in ids]}")
     said = [meta.get("call") for meta in metas]
     assert said == [call_id, call_id], (
         "each meta file's \"call\" is the call id, as the model sent it, whatever "
@@ -597,6 +615,12 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(meta.get("created")), (
             f"{name}.meta.json should say when it was created ('created', as now() "
             f"writes it); it says {meta}")
+        extra = sorted(set(meta) - {*expected, "created"})
+        assert not extra, (
+            f"{name}.meta.json holds {extra} besides what a side-chain's meta file "
+            "holds (format, id, sidechain_of, call, created): the format says no more, "
+            "and a path or any other key there is one more thing every reader must "
+            f"learn, or read wrong; it says {meta}")
     parent = lines_of(sessions / "quest-1.jsonl")
     kinds = [line.get("role") or line.get("$marker") for line in parent]
     assert kinds == ["user", "assistant", "sidechain", "sidechain"], (
@@ -610,6 +634,13 @@ def test_a_side_chain_gets_a_meta_file_a_pointer_and_a_log_of_its_own(lesson,
         assert is_a_time(pointer.get("at")), (
             f"the pointer should say when it was written ('at', as now() writes it); "
             f"it is {pointer}")
+        extra = sorted(set(pointer) - {*expected, "at"})
+        assert not extra, (
+            f"the pointer to {name} holds {extra} besides what a pointer holds "
+            "($marker, call, session, sidechain, at): a fork copies its pointers and a "
+            "sessions folder moves, so a pointer names the side-chain by the session "
+            "and the name alone, and a path (the user's home folder, as it was) never "
+            f"goes in it; it is {pointer}")
 
 
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
@@ -858,6 +889,11 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
         with raises(lesson.WriterStopped, "the parent's writer had stopped, yet "
                     "start_sidechain wrote its pointer") as raised:
             log.start_sidechain(CALL_ID)
+        assert not another_writer_takes(lesson, sessions, "quest-1"), (
+            "start_sidechain refused a side-chain because the parent's writer had "
+            "stopped, and then another writer took the parent session quest-1: a "
+            "refused start lets go of nothing of the parent's, whose writer holds its "
+            "lock until it is closed")
         side_folder = sessions / "quest-1.sidechains"
         left = sorted(path.name for path in side_folder.glob("*")
                       if path.name.endswith((".meta.json", ".jsonl")))
@@ -944,6 +980,12 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
                         "know what happened; "
                         + (f"it raised {described(ended)}" if ended is not None
                            else "it returned"), pytrace=False)
+        assert not another_writer_takes(lesson, sessions, "quest-1"), (
+            f"the {failure} met the pointer as it was written, and once "
+            "start_sidechain had raised, another writer took the parent session "
+            "quest-1: a failed start lets go of the side-chain it claimed, never of "
+            "the parent's own lock, which its writer holds until it is closed (its "
+            "agent still runs, and goes on writing there)")
         logs = sorted(path.name for path in side_folder.glob("*.jsonl"))
         assert logs == [], (
             f"the pointer could not be written, yet start_sidechain left {logs} in "
@@ -1065,6 +1107,11 @@ def test_a_meta_file_the_disk_has_no_room_for_is_an_error_not_a_taken_name(
                 f"and start_sidechain went on to the side-chain {side.id}: a full disk "
                 "is no name another helper took. The caller should hear the error, "
                 "and the call's side-chain keep its own name", pytrace=False)
+        assert not another_writer_takes(lesson, sessions, "quest-1"), (
+            "the disk was full as the side-chain's meta file was made, and once "
+            "start_sidechain had raised, another writer took the parent session "
+            "quest-1: a failed start lets go of nothing of the parent's, whose writer "
+            "holds its lock until it is closed")
         logs = sorted(p.name for p in side_folder.glob("*.jsonl"))
         assert failed and logs == [], (
             f"the meta file could not be made, yet quest-1.sidechains/ holds {logs}"
@@ -1312,6 +1359,32 @@ def test_something_at_a_side_chains_log_name_keeps_that_name(lesson, sessions,
     left_locked(lesson, sessions)
 
 
+@pytest.mark.task("10.2")
+def test_a_lock_file_left_alone_takes_no_name(lesson, sessions):
+    """A lock file is no claim. A helper killed with SIGKILL leaves its lock file
+    behind (the kernel lets go of the lock, the file stays), and a person may then
+    remove that side-chain's log and meta file by hand. The lock file left alone takes
+    no name: a name is taken when its log or its meta file is there, so the call's
+    helper gets the call's own name, as a stale lock file has blocked no one since
+    lesson 05."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    stale = folder / f"{CALL_ID}.lock"
+    stale.write_text(json.dumps({"pid": 999999, "host": "gone",
+                                 "since": "2026-01-01T00:00:00+00:00"}))
+    os.chmod(stale, 0o600)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        grown = writes_to(start(lesson, log), sessions)
+    assert grown == [f"{CALL_ID}.jsonl"], (
+        f"only a stale lock file, {CALL_ID}.lock, was in the side-chains folder (no "
+        f"log, no meta file): the name {CALL_ID} is free, and the helper should have "
+        f"taken it; a message appended to its log changed {grown or 'no file'} (the "
+        f"folder holds {sidechain_files(sessions)}). A lock file left by a killed "
+        "writer blocks no one, and claims nothing")
+    left_locked(lesson, sessions)
+
+
 FILE_AT_THE_FOLDER = """
 import sys
 from pathlib import Path
@@ -1491,6 +1564,65 @@ def test_the_side_chains_folder_is_its_owners_alone_whatever_the_umask(lesson,
         "it should be their owner's alone (the folder 0o700, as every folder the "
         "course makes, the files 0o600), whatever the umask; other users may reach "
         f"{', '.join(open_to_others)}")
+
+
+@pytest.mark.task("10.2")
+def test_a_side_chains_large_contents_are_read_back_from_its_own_folder(lesson,
+                                                                      sessions):
+    """A side-chain is a session like any other, in its own folder: its large contents
+    (a tool result of many KiB, stored apart since lesson 06) go to that folder's own
+    blobs/, as the on-disk format says, where a reader of the side-chain, opened as
+    the session it is, finds them. Stored anywhere else, the helper's log points to
+    contents its readers cannot find (and deleting the session would leave them)."""
+    big = "The elder's long story. " * 400      # past the 4 KiB a line keeps itself
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        with start(lesson, log) as side:
+            name = side.id
+            side.append({"role": "user", "content": big})
+    folder = sessions / "quest-1.sidechains"
+    try:
+        read = lesson.SessionLog(folder, name).load()
+    except NotImplementedError:
+        raise       # a task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail(f"the helper wrote a content of {len(big)} characters to its "
+                    f"side-chain {name}; read back as a session of "
+                    f"quest-1.sidechains/, the side-chain could not be loaded: "
+                    f"{type(error).__name__}: {error}. Its large contents belong in "
+                    "quest-1.sidechains/blobs/, beside its log; the sessions folder "
+                    f"holds {sorted(p.name for p in sessions.iterdir())}",
+                    pytrace=False)
+    contents = [message.get("content") for message in read]
+    assert contents == [big], (
+        f"the helper wrote a content of {len(big)} characters to its side-chain "
+        f"{name}; read back as a session of quest-1.sidechains/ it shows "
+        f"{[shown(str(c)) for c in contents]}")
+
+
+@pytest.mark.task("10.2")
+def test_a_pointer_is_no_message_of_the_parent(lesson, sessions):
+    """A pointer is a marker, never a message: the parent's messages written after it
+    keep the indices every reader gives them (a message's index counts the messages
+    before it, markers left out). So an undo (lesson 07) made by the same writer after
+    a side-chain started takes back the very messages it means, as the log is read
+    again."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        begin(log)
+        start(lesson, log).close()
+        log.append({"role": "tool", "tool_call_id": CALL_ID, "content": HELPER_ANSWER})
+        log.append({"role": "assistant", "content": FINAL})
+        log.append({"role": "user", "content": PLAIN_TURN[0]})
+        log.append({"role": "assistant", "content": "The elder nods."})
+        log.undo(2)
+    read_again = lesson.SessionLog(sessions, "quest-1").load()
+    shown_now = [message.get("content") for message in read_again]
+    expected = [HELPER_TURN[0], "", HELPER_ANSWER, FINAL]
+    assert shown_now == expected, (
+        "after a side-chain started, the parent's writer wrote four more messages and "
+        "took back the last two (undo(2)): read again, the log should show "
+        f"{expected}; it shows {shown_now}. Was the pointer counted as a message, so "
+        "that the undo marker names the messages after it by indices one too high?")
 
 
 # --- 10.2 and 10.3: the helper's own log, the parent's pointer ------------------------
@@ -1810,6 +1942,67 @@ def test_an_agent_without_a_session_runs_its_helper_in_memory(lesson, tmp_path,
         f"the helper in memory should ask the parent's model, {model.model!r}; it "
         f"asked {asked!r}")
     assert list(tmp_path.iterdir()) == [], "an agent without a session writes no file"
+
+
+@pytest.mark.task("10.3")
+def test_a_side_chain_another_writer_holds_is_never_told_to_the_model(lesson,
+                                                                     sessions):
+    """Another program holds the lock of the name the helper's side-chain would get
+    (it opened that name as a session, with no log or meta file there yet). That is no
+    verdict on the question, and the parent's model can do nothing with a lock: the
+    helper starts in a side-chain of its own, or the run ends with SessionBusy, as
+    any failure of what runs the helper ends it. Never is the call answered with an
+    error about a busy side-chain."""
+    folder = sessions / "quest-1.sidechains"
+    folder.mkdir(mode=0o700)
+    held = os.open(folder / f"{CALL_ID}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            messages, _ = play(lesson, sessions, HELPER_TURN)
+        except lesson.SessionBusy:
+            return      # the run ended with the failure, as a crash does
+    finally:
+        os.close(held)
+    results = [m.get("content") for m in messages if m.get("role") == "tool"]
+    assert results[:1] == [HELPER_ANSWER], (
+        f"another program held {CALL_ID}.lock, the lock of the name the helper's "
+        "side-chain would get: the helper should have started in a side-chain of its "
+        "own, or the run ended with SessionBusy; instead the call's result was "
+        f"{shown(str(results[:1]), 120)}, which tells the parent's model of a lock it "
+        "can do nothing with, as if the question had failed")
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_helper_is_an_agent_of_its_parents_own_kind(lesson, sessions, where):
+    """The helper is the parent lent out for one question. A program that runs its own
+    subclass of Agent (one that counts every request it sends, say, to know what a
+    session costs) has helpers of that very kind: every request, the helper's too,
+    goes the way the program set up, with a session or in memory."""
+    sent = []
+
+    class Counting(lesson.Agent):
+        """An agent that notes every request it sends to the model."""
+
+        def ask_model(self):
+            sent.append(type(self).__name__)
+            return super().ask_model()
+
+    model = ScriptedModel(list(HELPER_TURN[1]))
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    try:
+        agent = Counting(model.client(), model=model.model, tools=HelperTown(),
+                         session=log)
+        turn(lesson, agent, model, HELPER_TURN[0])
+    finally:
+        if log is not None:
+            log.close()
+    assert len(sent) == len(model.requests) == 4, (
+        f"a program ran its own subclass of Agent ({where}), which notes every "
+        "request it sends: the parent's two requests and its helper's two should all "
+        f"have gone through it; {len(sent)} of {len(model.requests)} did. The helper "
+        "is an agent of its parent's own class (type(self)), not the course's Agent")
 
 
 @pytest.mark.task("10.3")
@@ -2439,23 +2632,29 @@ def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, ses
 
 
 @pytest.mark.task("10.3")
+@pytest.mark.parametrize("sent_as", ["a JSON object", "text with a key of its own"])
 def test_a_question_sent_in_arguments_that_are_an_object_starts_the_helper(lesson,
-                                                                         sessions):
+                                                                         sessions,
+                                                                         sent_as):
     """A server that sends a call's arguments as a JSON object, not as the text of one
-    (llama.cpp's has), asks a question all the same: the helper starts on it, and its
-    answer is the call's result."""
+    (llama.cpp's has), asks a question all the same; so does a model that adds a key
+    of its own beside the question (a hint, a priority): the helper starts on the
+    question, and its answer is the call's result. Only a call that asks no question
+    is refused."""
+    arguments = ({"question": QUESTION} if sent_as == "a JSON object" else
+                 json.dumps({"question": QUESTION, "priority": "high"}))
     sent = raw({"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_obj", "type": "function",
-         "function": {"name": "ask_helper", "arguments": {"question": QUESTION}}}]},
+         "function": {"name": "ask_helper", "arguments": arguments}}]},
         finish_reason="tool_calls")
     try:
         messages, model = play(lesson, sessions, ("Ask a helper.", [
             sent, say(HELPER_ANSWER), say(FINAL)]), expected="the model called "
-            "ask_helper with its arguments as a JSON object: a helper should answer")
+            f"ask_helper with its arguments as {sent_as}: a helper should answer")
     except NotImplementedError:
         raise    # a task not written yet: the starter's own failure
     except Exception as error:
-        pytest.fail(f"the model called ask_helper with its arguments as a JSON object "
+        pytest.fail(f"the model called ask_helper with its arguments as {sent_as} "
                     f"holding the question, and the run failed with "
                     f"{type(error).__name__}: {error}. The object asks a question: "
                     "the helper should start on it", pytrace=False)
@@ -2464,10 +2663,10 @@ def test_a_question_sent_in_arguments_that_are_an_object_starts_the_helper(lesso
     assert results == [HELPER_ANSWER] and first == [
         {"role": "system", "content": lesson.HELPER_SYSTEM},
         {"role": "user", "content": QUESTION}], (
-        "the model called ask_helper with its arguments as a JSON object holding the "
-        f"question {QUESTION!r}: a helper should start on it and its answer be the "
-        f"call's result; the results were {results}, and the second request carried "
-        f"{first}")
+        f"the model called ask_helper with its arguments as {sent_as} ({arguments!r}), "
+        f"which asks the question {QUESTION!r}: a helper should start on it and its "
+        f"answer be the call's result; the results were {results}, and the second "
+        f"request carried {first}")
 
 
 @pytest.mark.task("10.3")
@@ -3091,6 +3290,21 @@ def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, ses
         "quest-2's log holds one pointer, to call_e, its texts written with escapes "
         "(sid\\u0065chain for sidechain, the same JSON value as the store's): "
         f"sidechains should give it; it gave {found}")
+    # A pointer with a key of its own beside the five (a later program's note): the
+    # same pointer to a reader, which takes what it needs and leaves the rest
+    noted = {"$marker": "sidechain", "call": "call_f", "session": "quest-3",
+             "sidechain": "call_f", "at": at, "note": "the elder's cave"}
+    (sessions / "quest-3.jsonl").write_text(json.dumps(noted) + "\n",
+                                            encoding="utf-8")
+    try:
+        found = lesson.sidechains(sessions, "quest-3")
+    except ValueError as error:
+        found = f"a ValueError ({error})"
+    expected = [("call_f", sessions / "quest-3.sidechains" / "call_f.jsonl")]
+    assert found == expected, (
+        "quest-3's log holds one pointer, to call_f, with a key of its own beside the "
+        "five a pointer holds (\"note\", as a later program may add): it leads to "
+        f"call_f all the same, and sidechains should give {expected}; it gave {found}")
 
 
 @pytest.mark.task("10.4")
@@ -3400,23 +3614,40 @@ def test_a_damaged_line_in_the_middle_of_the_log_is_an_error_naming_it(lesson,
 
 
 @pytest.mark.task("10.4")
+@pytest.mark.parametrize("planted", ["a folder", "a symbolic link"])
 def test_a_log_sidechains_cannot_read_is_an_error_not_an_empty_answer(lesson,
-                                                                      sessions):
+                                                                      sessions,
+                                                                      planted):
     """Only a log that is not there yet means a session that started no helper. A log
-    that is there and cannot be read (here a folder at its name, which another program
+    that is there and cannot be read (a folder at its name, which another program
     made) raises its OSError: answered with an empty list, the reader would believe
-    the session's calls started no helper, and their transcripts would be lost to it."""
-    (sessions / "quest-1.jsonl").mkdir()
+    the session's calls started no helper, and their transcripts would be lost to it.
+    A symbolic link at the log's name is refused the same way, as every reader of the
+    course refuses one (OSError, ELOOP): followed, it would hand on the pointers of
+    whatever log it leads to (another user's session) as this session's helpers."""
+    there = sessions / "quest-1.jsonl"
+    if planted == "a folder":
+        there.mkdir()
+    else:
+        elsewhere = sessions.parent / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "other.jsonl").write_text(json.dumps(
+            {"$marker": "sidechain", "call": "call_9", "session": "quest-1",
+             "sidechain": "call_9", "at": "2026-01-01T00:00:00+00:00"}) + "\n",
+            encoding="utf-8")
+        there.symlink_to(elsewhere / "other.jsonl")
     try:
         found = lesson.sidechains(sessions, "quest-1")
     except NotImplementedError:
         raise       # the task not written yet: the plugin says which
     except OSError:
         return      # the reader hears it
-    pytest.fail("quest-1's log cannot be read (a folder is at its name, "
+    pytest.fail(f"quest-1's log cannot be read ({planted} is at its name, "
                 "quest-1.jsonl): sidechains should raise its OSError, for the reader "
-                f"to know; it answered {found}, as if the session had started no "
-                "helper", pytrace=False)
+                f"to know; it answered {found}"
+                + (", as if the session had started no helper" if not found else
+                   ", the pointers of the log the link leads to, handed on as "
+                   "quest-1's own"), pytrace=False)
 
 
 # --- a real process, killed inside its helper -----------------------------------------
