@@ -25,6 +25,8 @@ from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc,
                                 open_descriptors, raises, until_written, wait_past)
 
 SYSTEM = "You are an adventurer in a small town."
+# A system prompt read from a blank file: set, and not empty, so every lesson sends it
+BLANK_SYSTEM = "\n"
 # Room for the answer in these tests: small, so that a budget of a few hundred tokens
 # holds a few turns of the quest.
 REPLY_ROOM = 100
@@ -585,10 +587,20 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
             "(agent.messages): whoever trims or adds to a request changes what the "
             "agent remembers, and what a resume, an undo or a fork starts from. "
             "self.messages stays the whole conversation, whatever view returns")
+    # A prompt of only a line end (read from a blank file) is set, and not empty:
+    # lesson 07 sent it, so the view sends it too, as it was set
+    blank = agent_without_session(lesson, said, system=BLANK_SYSTEM)
+    view = blank.view()
+    assert view == [{"role": "system", "content": BLANK_SYSTEM}, *said], (
+        f"an agent whose system prompt is {BLANK_SYSTEM!r}, not compacted: the model "
+        "should get that prompt as a system message, then the messages, as lesson 07 "
+        "sent them (only a missing or empty prompt is no message, and a prompt is "
+        f"sent as it was set, never trimmed); it got {shape(view)}")
     summaries = ("the first turn",
                  "Day 1: the elder\nsaid \u00abthe ledge\u00bb \u2014 steep.")
-    # SYSTEM + "\n": a prompt read from a file, sent as it was set
-    for prompt in (SYSTEM, None, "", SYSTEM + "\n"):
+    # SYSTEM + "\n": a prompt read from a file, sent as it was set; BLANK_SYSTEM, one
+    # read from a blank file, is set and not empty: sent too
+    for prompt in (SYSTEM, None, "", SYSTEM + "\n", BLANK_SYSTEM):
         for cut in (2, 3, 0, len(said)):
             for summary in summaries:
                 agent = agent_without_session(lesson, said,
@@ -638,8 +650,9 @@ def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_bou
 
 
 @pytest.mark.task("08.2")
-# SYSTEM + "\n": a prompt read from a file, which the view sends as it was set
-@pytest.mark.parametrize("system", [SYSTEM, None, "", SYSTEM + "\n"])
+# SYSTEM + "\n": a prompt read from a file, which the view sends as it was set;
+# BLANK_SYSTEM, read from a blank file: set, not empty, so sent and counted too
+@pytest.mark.parametrize("system", [SYSTEM, None, "", SYSTEM + "\n", BLANK_SYSTEM])
 def test_the_size_of_a_compaction_is_known_before_its_summary_and_is_the_size_sent(
         lesson, system):
     """Before the model is asked for a summary, the room the budget leaves it is worked
@@ -1053,13 +1066,18 @@ def test_compacting_by_hand_keeps_a_turn_whatever_its_message_holds_and_once(les
 @pytest.mark.task("08.3")
 def test_a_note_of_another_role_inside_the_newest_turn_stays_in_that_turn(lesson):
     """compact() by hand, on a conversation whose newest turn holds, after the user's
-    message, a note the application recorded as a developer (or system) message: the
-    shop closes at dusk. The turn in progress is still the user's message and all that
-    answers it, and the model still reads it as it was said."""
-    for role in ("developer", "system"):
-        said = [*conversation(4), {"role": "user", "content": "Buy a rope."},
-                {"role": role, "content": "The shop closes at dusk."},
+    message, a note the application recorded as a developer (or system) message, or
+    with no role at all (an agent without a session records any message, lesson 07):
+    the shop closes at dusk. The turn in progress is still the user's message and all
+    that answers it, and the model still reads it as it was said: a note is no user's
+    message, whatever role it lacks, and begins no turn."""
+    for role in ("developer", "system", None):
+        note = {"content": "The shop closes at dusk."}
+        if role is not None:
+            note["role"] = role
+        said = [*conversation(4), {"role": "user", "content": "Buy a rope."}, note,
                 {"role": "assistant", "content": "We buy a rope before dusk."}]
+        role = role or "role-less"
         agent, model, log = open_agent(lesson, None, budget=None)
         agent.messages = list(said)
         with log:
@@ -3394,6 +3412,40 @@ def test_a_compaction_the_log_could_not_record_is_not_used(lesson, sessions,
         "would send another request")
     assert sent[1] == summary_message(lesson, compactions_in(path)[-1]["summary"]), (
         "the request should start from the summary the log recorded")
+
+
+@pytest.mark.task("08.3")
+@pytest.mark.task("08.1")
+def test_a_compaction_whose_log_was_removed_is_none_in_the_agent_either(lesson,
+                                                                       sessions):
+    """The log's file is removed behind its writer's back (a cleanup, another
+    program), then the user compacts by hand (the chat's /compact): the log cannot
+    record the compaction (its writer refuses to write where no reader would find it),
+    so there is none, in the agent either, and the writer's error reaches the caller as
+    it came. A compaction the agent kept with no marker would make, in this process,
+    requests that no resume of the log makes."""
+    agent, model, log = open_agent(lesson, sessions,
+                                   day(1)[1] + day(2)[1] + day(3)[1], budget=None)
+    path = sessions / "quest-1.jsonl"
+    with log:
+        for n in (1, 2, 3):
+            agent.run(day(n)[0])
+        before = agent.view()
+        os.remove(path)     # the writer's own file, removed behind its back
+        try:
+            compacted = agent.compact()
+        except OSError:
+            compacted = None
+        assert compacted is None, (
+            "the session's log was removed behind its writer's back, then compact() "
+            f"by hand returned {compacted!r}: the log could not record the "
+            "compaction, and its writer's error (an OSError naming the log) should "
+            "reach the caller as it came, not be passed over")
+        assert agent.compaction is None and agent.view() == before, (
+            "compact() by hand could not record its compaction (the log was removed), "
+            f"yet the agent holds {agent.compaction!r} and its next request would be "
+            f"{shape(agent.view(), 20)}: a compaction the log could not record is "
+            "none, in the agent too, or this process sends what no resume sends")
 
 
 @pytest.mark.task("08.3")
