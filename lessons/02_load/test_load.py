@@ -131,14 +131,14 @@ def history_of_new_agent(lesson, model, town, log, holding):
 
 
 def agent_started_on(lesson, model, town, log, setting, refusals, error):
-    """The history a new agent on `log` starts with, or None when it is refused with
-    one of `refusals`; any other exception fails the test, naming `error`, the one
-    the load gives."""
+    """The history a new agent on `log` starts with, or the error when it is refused
+    with one of `refusals` (judged by the caller); any other exception fails the test,
+    naming `error`, the one the load gives."""
     try:
         return lesson.Agent(model.client(), model=model.model, tools=town,
                             session=log).messages
-    except refusals:
-        return None
+    except refusals as refused:
+        return refused
     except NotImplementedError:
         raise
     except Exception as found:
@@ -269,6 +269,59 @@ def test_a_new_agent_leaves_the_writer_it_is_given_as_it_was(lesson, sessions, t
 
 
 @pytest.mark.task("02.1")
+def test_a_load_through_an_open_writer_leaves_it_holding_its_log(lesson, sessions):
+    """A load through a SessionLog that holds its log open to append leaves that
+    writer as it was: still holding its file, and nothing more open once it is
+    closed. When a person then saves another file over the log's name (as an editor
+    does), the writer knows that its file is gone and refuses to append, as it would
+    without any load: it never appends to the new file, which lacks the
+    conversation's start."""
+    said = {"role": "user", "content": "Ask the elder about the cave."}
+    edited = {"role": "user", "content": "Edited by hand."}
+    path = sessions / "quest-1.jsonl"
+    gc.collect()
+    before = open_descriptors()
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(said)
+        load(log, "the SessionLog appended one message, which should load")
+        # A person saves another file over the log's name, as an editor does
+        saved = sessions / ".quest-1.jsonl.swp"
+        saved.write_bytes(json.dumps(edited).encode() + b"\n")
+        os.replace(saved, path)
+        data = path.read_bytes()
+        loaded = load(log, "a person saved a log of one message over the log")
+        try:
+            log.append({"role": "user", "content": "Day 2."})
+        except NotImplementedError:
+            raise
+        except OSError:
+            appended = None
+        except Exception as error:      # noqa: BLE001 - said below
+            appended = f"raised {described(error)}"
+        else:
+            appended = "returned"
+    leaked = open_descriptors() - before
+    setting = ("a SessionLog appended a message and loaded the log; a person then "
+               "saved another file over the log's name (as an editor does), and the "
+               "same SessionLog loaded it again and appended")
+    assert loaded == [edited], (
+        f"{setting}; the second load returned {loaded!r}, where the log now holds "
+        f"{[edited]!r}: each load reads the log as it is at that moment")
+    kept = path.read_bytes()
+    assert appended is None and kept == data, (
+        f"{setting}: the append {appended or 'raised OSError'}, and the log's name "
+        f"now holds {kept!r}, where it held {data!r}. The writer holds the file it "
+        "opened, which the save took away from the log's name, and refuses to append "
+        "(OSError) until the session is opened again; a load leaves the writer as it "
+        "was (a writer made to let go of its file opens the new one, and appends "
+        "after a history the model never saw)")
+    assert leaked <= 0, (
+        f"{setting}, then closed it; {leaked} more descriptor(s) are open than before "
+        "the SessionLog was made: a load leaves nothing open, and leaves the writer's "
+        "own descriptor to the writer, which close() lets go of")
+
+
+@pytest.mark.task("02.1")
 def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     """An id with no log yet loads as an empty history, and loading it creates no
     file."""
@@ -354,8 +407,9 @@ def test_a_new_agent_on_an_unknown_session_starts_empty(
 def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
         lesson, sessions, model, town):
     """A log holding a line that is no message is no new session: the new agent
-    refuses it with the error load gives, and the log stays as it was, rather than
-    starting empty and appending after a history the model never saw."""
+    refuses it with the error load gives, whose words name the file and the line,
+    and the log stays as it was, rather than starting empty and appending after a
+    history the model never saw."""
     path = sessions / "quest-1.jsonl"
     data = (b'{"role": "user", "content": "Remember the rope."}\n'
             b'{"content": "a line with no role"}\n')
@@ -364,8 +418,16 @@ def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
         try:
             agent = lesson.Agent(model.client(), model=model.model, tools=town,
                                  session=log)
-        except lesson.InvalidMessage:
-            pass
+        except lesson.InvalidMessage as error:
+            words = str(error)
+            assert names_path(words, path) and names_line(words, 2), (
+                "line 2 of the session's log is no message (it has no role), and "
+                f"making a new agent on the session raised {described(error)}, whose "
+                f"words do not name the file by its path ({path}) and line 2: the "
+                "error load gives reaches whoever made the agent as it is, so that "
+                "the person who reads it (on a screen, in a server's log, which show "
+                "an error's words, not what it was chained to) finds the line to "
+                "mend")
         except NotImplementedError:
             raise
         except Exception as error:
@@ -456,6 +518,12 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
                         "making it should raise the InvalidMessage load gives: the "
                         "agent resumes what load reads, by the same rule, and a log "
                         "load refuses is no history to start from", pytrace=False)
+        elif not (names_path(str(started), path) and names_line(str(started), refused)):
+            pytest.fail(f"{setting}; load() refuses it naming the file and line "
+                        f"{refused}, and making a new agent on the session raised "
+                        f"{described(started)}, whose words do not: the error load "
+                        "gives reaches whoever made the agent as it is, so that the "
+                        "person who reads it finds the line to mend", pytrace=False)
         left_as_it_was(path, data, f"{setting}; a new agent was made on it")
 
 
@@ -623,6 +691,7 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
         {"role": "user", "content": [
             {"type": "text", "text": "And this map?"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]},
+        {"role": "assistant", "content": None},
         {"role": "assistant", "content": ""},
     ]
     write_log(lesson, sessions, messages)
@@ -632,7 +701,9 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
              "written without spaces, as a model may), its result, a tool call "
              "whose message has no content at all but a key of a provider's own "
              "(reasoning_content), its result, empty, a user's message in parts "
-             "(a text and an image), and an answer with content \"\"")
+             "(a text and an image), an answer with content null and no tool call "
+             "(another harness appends a model that said nothing so), and an answer "
+             "with content \"\"")
 
     def changes(got):
         said = []
@@ -742,6 +813,51 @@ def test_a_tool_result_whose_call_the_log_lacks_loads_as_it_is(lesson, sessions,
             "holds a message is one, and a load neither judges the conversation nor "
             "mends it")
     left_as_it_was(path, data, f"{holding}; a load and a new agent ran on it")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_whose_turns_reuse_a_call_id_loads_as_it_is(lesson, sessions, model,
+                                                        town):
+    """Some servers number a turn's tool calls from call_0 again in every turn, and a
+    harness may append a tool's result twice (the tool retried). Each line is a
+    message all the same: load returns them, and a new agent starts from them, line
+    for line, every id as written. A resume that gives a repeated id a new one leaves
+    the results answering no call; one that keeps a call's first result only drops
+    later turns' results."""
+    def calling(name, **arguments):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    history = [
+        {"role": "user", "content": "Ask the elder."},
+        calling("talk_to", npc="elder"),
+        {"role": "tool", "tool_call_id": "call_0", "content": "(no answer)"},
+        {"role": "tool", "tool_call_id": "call_0", "content": "Bring a torch."},
+        {"role": "assistant", "content": "The elder says: bring a torch."},
+        {"role": "user", "content": "Buy one."},
+        calling("buy", item="torch"),
+        {"role": "tool", "tool_call_id": "call_0", "content": "Bought a torch."},
+        {"role": "assistant", "content": "You have a torch."},
+    ]
+    write_log(lesson, sessions, history)
+    expected = json.loads(json.dumps(history))
+    holding = ("the log holds two turns whose tool calls both have the id call_0 (a "
+               "server that numbers each turn's calls from 0), the first answered "
+               "twice (its tool retried)")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load_or_error(log)
+        started = history_started_from(lesson, model, town, log)
+    for who, got in [("load()", loaded), ("a new agent on the session", started)]:
+        ids = ([[c.get("id") for c in m.get("tool_calls") or []]
+                or m.get("tool_call_id") for m in got if isinstance(m, dict)]
+               if isinstance(got, list) else [])
+        said = (f"raised {described(got)}" if isinstance(got, Exception)
+                else f"gave {len(got)} messages, their ids {ids}")
+        assert got == expected, (
+            f"{holding}; {who} {said}, where it should give the log's "
+            f"{len(history)} messages as written, in their order, every id as it is: "
+            "a load neither judges the conversation nor mends it, and a new id, or a "
+            "result left out, makes a history the log does not hold")
 
 
 @pytest.mark.task("02.1")
@@ -920,6 +1036,12 @@ def test_a_log_that_cannot_be_read_is_an_error_not_an_empty_session(lesson, sess
             f"raised {described(loaded)}, whose words do not name the log by its path "
             f"({log.path}): the error reaches the caller naming the file it could not "
             "read and why, so that whoever reads it knows which log to look at")
+        assert loaded.errno == errno.EMFILE, (
+            "the log exists but could not be opened (too many open files), and load() "
+            f"raised {described(loaded)}, with the errno {loaded.errno!r}, where the "
+            "error that happened (EMFILE) should reach the caller as it is: a server "
+            "tells 'too many open files', which passes, from a log it may not read by "
+            "the error's errno, which an OSError made from words alone loses")
         return
     if loaded == [{"role": "user", "content": "Remember the rope."}]:
         return      # it read the log without a new descriptor: that is a load too
@@ -1016,27 +1138,44 @@ def test_a_folder_at_the_logs_name_is_an_error_not_an_empty_session(
         f"log by its path ({path}): anything at the log's name that cannot be read is "
         "an error naming the log, so that whoever reads it knows which file to look at "
         "(os.read, or a file object made on a descriptor, knows no name: say it)")
-    assert started is None, (
+    assert not isinstance(loaded, OSError) or loaded.errno is not None, (
+        f"{setting}; load() raised {described(loaded)}, an OSError with no errno, "
+        "made from words alone: the error that happened (IsADirectoryError, EISDIR) "
+        "reaches the caller as it is, its kind kept, so that a program can tell what "
+        "went wrong without reading its words")
+    assert isinstance(started, Exception), (
         f"{setting}; a new agent on the session started with {started!r}, as if the "
         "session were new, where making it should raise the error load gives")
+    assert names_path(str(started), path), (
+        f"{setting}; making a new agent on the session raised {described(started)}, "
+        f"whose words do not name the log by its path ({path}), where load's error "
+        "does: the agent lets the error load gives reach its caller as it is")
     assert sorted(p.name for p in sessions.iterdir()) == ["quest-1.jsonl"] and (
         [p.name for p in (sessions / "quest-1.jsonl").iterdir()] == ["notes.txt"]), (
         "loading must never change what is in the sessions folder")
 
 
 @pytest.mark.task("02.1")
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
-        lesson, sessions, model, town, tmp_path):
+        lesson, sessions, model, town, tmp_path, relative):
     """A symbolic link at the log's name, to a log elsewhere, is there: the load reads
     what it points to, or raises an error that says why it will not, naming the log;
-    it never passes for a session not started."""
+    it never passes for a session not started. A relative link ('../elsewhere/...')
+    leads from the link's own folder, whatever the working directory. Read through or
+    refused, the link stays the SessionLog's log: the writer, which never writes
+    through a link at the log's name, is left as it was, and appends nothing to the
+    file the link leads to."""
     elsewhere = tmp_path / "elsewhere"
     with lesson.SessionLog(elsewhere, "quest-1") as log:
         log.append({"role": "user", "content": "Remember the rope."})
+    target = elsewhere / "quest-1.jsonl"
+    data = target.read_bytes()
     path = sessions / "quest-1.jsonl"
-    path.symlink_to(elsewhere / "quest-1.jsonl")
-    setting = ("quest-1.jsonl, the session's log, is a symbolic link to a log of one "
-               "message in another folder")
+    path.symlink_to(os.path.relpath(target, sessions) if relative else target)
+    setting = (f"quest-1.jsonl, the session's log, is a symbolic link to a log of one "
+               f"message in another folder ({os.readlink(path)!r}, "
+               f"{'relative to the link' if relative else 'an absolute path'})")
     with lesson.SessionLog(sessions, "quest-1") as log:
         loaded = load_or_error(log)
         if isinstance(loaded, Exception):
@@ -1052,12 +1191,32 @@ def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
         started = agent_started_on(lesson, model, town, log, setting,
                                    (OSError, ValueError),
                                    "the OSError that says why it will not read it")
+        # The writer after the loads: it never writes through a link at the log's
+        # name (lesson 01), and a load leaves it as it was
+        try:
+            log.append({"role": "user", "content": "Day 2."})
+        except NotImplementedError:
+            raise
+        except Exception:       # noqa: BLE001 - refused: what counts is the files
+            pass
     said = [f"{what} {got!r}" for what, got in [("load() returned", loaded), (
         "a new agent on the session started from", started)] if got == []]
     assert not said, (
         f"{setting}; {' and '.join(said)}, as if the session were new. The log is "
         "there: read it, or refuse it with an error; passed off as new, the session "
         "starts over, and its next append fails or lands after a history nobody read")
+    message = {"role": "user", "content": "Remember the rope."}
+    assert loaded in (None, [message]), (
+        f"{setting}; load() returned {loaded!r}, where, reading through the link, it "
+        f"should return the message the log it leads to holds, {[message]!r}")
+    kept = target.read_bytes()
+    assert path.is_symlink() and kept == data, (
+        f"{setting}; after a load and a new agent, an append through the same "
+        f"SessionLog left the link {'in place' if path.is_symlink() else 'gone'} and "
+        f"the file it leads to holding {kept!r}, where it held {data!r}: the writer "
+        "never writes through a link at the log's name (it refuses it), and a load "
+        "leaves it as it was, its log the name in its own folder, not the file a link "
+        "there led to (another folder's session)")
 
 
 @pytest.mark.task("02.1")
@@ -1504,6 +1663,14 @@ def test_each_load_returns_messages_of_its_own(lesson, sessions, model, town):
             f"{history!r}: each load reads the log as it is at that moment, and hands "
             "back messages of its own, never a list or a message an earlier caller "
             "holds and may change")
+    changed = [{"role": "user", "content": "No."}, *history[1:],
+               {"role": "user", "content": "Never said."}]
+    assert first == changed, (
+        f"{holding}; after two more loads and a new agent, the first load's list "
+        f"holds {first!r}, where its caller left it {changed!r}: what a load returns "
+        "is the caller's own, and a later load hands out a list of its own, never "
+        "empties and refills one an earlier caller holds (an agent's history, a list "
+        "trimmed to fit a context window)")
 
 
 @pytest.mark.task("02.1")
@@ -1865,13 +2032,27 @@ def test_a_log_this_user_may_not_read_is_an_error_not_an_empty_session(
                     "that whoever reads it knows which log to look at (a session's id "
                     "names none: every sessions folder may hold a quest-1.jsonl)",
                     pytrace=False)
+    if refused is not None and not (isinstance(refused, PermissionError)
+                                    and refused.errno == errno.EACCES):
+        pytest.fail(f"{setting}; load() raised {described(refused)}, with the errno "
+                    f"{refused.errno!r}, where the PermissionError that happened "
+                    "(errno EACCES) should reach the caller as it is: a program tells "
+                    "'may not read' from other failures by the error's kind (to ask "
+                    "for access rather than retry), which an OSError made from words "
+                    "alone loses", pytrace=False)
     assert loaded is None, (
         f"{setting}; load() returned {loaded!r}, as if the session were new. The "
         "caller must learn that the log could not be read: an empty history starts the "
         "session over, and its next append lands after a history the model never saw")
-    assert started is None, (
+    assert isinstance(started, OSError), (
         f"{setting}; a new agent on the session started with {started!r}, as if the "
         "session were new, where making it should raise the error load gives")
+    assert names_path(str(started), path) and isinstance(started, PermissionError), (
+        f"{setting}; making a new agent on the session raised {described(started)}, "
+        f"where load's error, a PermissionError naming the log by its path ({path}), "
+        "should reach the caller as it is: words of the agent's own that name the "
+        "session's id name no file (every sessions folder may hold a quest-1.jsonl), "
+        "and an error made from words loses its kind")
 
 
 @pytest.mark.task("02.1")

@@ -60,6 +60,14 @@ BAD_LINES = {
     "a line of another harness's own, its session's metadata (a type, no role)": (
         b'{"type": "session_meta", "payload": {"id": "quest-1", "cwd": "/srv"}}'
     ),
+    "a message inside another harness's envelope, as Codex writes its lines": (
+        b'{"type": "response_item", "payload": {"type": "message", "role": "user", '
+        b'"content": [{"type": "input_text", "text": "hi"}]}}'
+    ),
+    "a message inside another harness's envelope, as Claude Code writes its lines": (
+        b'{"type": "user", "message": {"role": "user", "content": "hi"}, '
+        b'"uuid": "5b0c", "sessionId": "quest-1"}'
+    ),
 }
 
 
@@ -68,9 +76,10 @@ BAD_LINES = {
 def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     lesson, sessions, what
 ):
-    """A line holding no allowed message (zeros a power cut left among them) raises an
-    InvalidMessage naming the file by its whole path and line 2, and saying why
-    (parse_line's reason)."""
+    """A line holding no allowed message (zeros a power cut left among them, another
+    harness's line, a message inside its envelope among them) raises an InvalidMessage
+    naming the file by its whole path and line 2, and saying why (parse_line's
+    reason)."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     data = GOOD + BAD_LINES[what] + b"\n" + GOOD
