@@ -237,6 +237,8 @@ NEWLINE = b"\n"
 M1 = b'{"role": "user", "content": "Ask the elder."}'
 M2 = b'{"role": "assistant", "content": "A torch and a rope."}'
 TORN = b'{"role": "user", "content": "Buy a to'
+CALL = (b'{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", '
+        b'"type": "function", "function": {"name": "look", "arguments": "{}"}}]}')
 WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
 
 
@@ -247,6 +249,11 @@ WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
     ("a blank first line", b"\n" + M1 + b"\n" + M2 + b"\n", (M1, M2)),
     ("a last line a killed writer tore", M1 + b"\n" + M2 + b"\n" + TORN, (M1, M2)),
     ("a last message whose newline is missing", M1 + b"\n" + M2, (M1, M2)),
+    ("a last message whose newline is missing, a call of a tool (its content null, "
+     "as a message that calls a tool may have it)", M1 + b"\n" + CALL, (M1, CALL)),
+    ("a last line, without its newline, that is a message followed by a form feed "
+     "(Python strips it as a blank, JSON does not take it for one: no message)",
+     M1 + b"\n" + M2 + b"\n" + M2 + b"\x0c", (M1, M2)),
     ("a last message whose newline is missing, ending in a carriage return (another "
      "system's line end, cut before its newline)", M1 + b"\n" + M2 + b"\r",
      (M1, M2 + b"\r")),
@@ -274,12 +281,13 @@ WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, kept):
     """Without task 03.2: a source with blank lines, a torn last line, a last message
-    without its newline, lines with blanks or a carriage return at their end, one
-    message twice, or nothing at all. A whole fork hands publish_fork the message
-    lines a reader finds, each as the source holds it and ending in its newline, and
-    nothing else; their count; a fork of one message more than those is refused,
-    handing nothing; and a fork of its first k messages, for every k up to that,
-    hands the first k of them."""
+    without its newline (a call of a tool too, its content null), a last line that is
+    a message and a form feed (which JSON takes for no blank), lines with blanks or a
+    carriage return at their end, one message twice, or nothing at all. A whole fork
+    hands publish_fork the message lines a reader finds, each as the source holds it
+    and ending in its newline, and nothing else; their count; a fork of one message
+    more than those is refused, handing nothing; and a fork of its first k messages,
+    for every k up to that, hands the first k of them."""
     (sessions / "quest-1.jsonl").write_bytes(source)
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -311,7 +319,7 @@ def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         "should be refused with ValueError, handing publish_fork nothing; it "
         + (f"handed {handed}" if handed else "returned" if error is None
            else f"raised {type(error).__name__}: {error}"))
-    expect_upto_named(sessions, error, messages + 1,
+    expect_upto_named(lesson, sessions, error, messages + 1,
                       f"more messages than quest-1 holds ({messages})")
     expect_holds_named(sessions, error, messages + 1, messages, what)
     for upto in range(messages + 1):
@@ -446,6 +454,8 @@ def test_a_fork_copies_lines_another_writer_spelled_otherwise_byte_for_byte(
     ("last, ending in its newline", 3, M1 + b"\n" + M2 + b"\n" + TORN + b"\n"),
     ("after a blank line", 3, M1 + b"\n\n" + TORN + b"\n" + M2 + b"\n"),
     ("that holds spaces alone", 2, M1 + b"\n   \n" + M2 + b"\n"),
+    ("that is a message followed by a form feed, which Python strips as a blank and "
+     "JSON does not take for one", 2, M1 + b"\n" + M2 + b"\x0c\n" + M2 + b"\n"),
     ("that holds spaces alone, the source's only line", 1, b"   \n"),
     ("that holds a carriage return alone, which load() refuses too", 2,
      M1 + b"\n\r\n" + M2 + b"\n"),
@@ -524,8 +534,8 @@ def test_the_refusal_of_a_long_damaged_line_stays_short(lesson, sessions, monkey
     """A damaged line may be long: a map of a megabyte pasted whole, its line torn by
     a crash and another message appended after it. The InvalidMessage refusing a fork
     of that log names the file, the line and why in words a screen holds, never the
-    line itself: its bytes may be megabytes, and they are what the user said, which
-    an error carries into every log that records it."""
+    line itself nor a few words of it: its bytes may be megabytes, and they are what
+    the user said, which an error carries into every log that records it."""
     torn = b'{"role": "user", "content": "Copy the map: ' + b"north, east. " * 80_000
     (sessions / "quest-1.jsonl").write_bytes(M1 + NEWLINE + torn + NEWLINE + M2
                                              + NEWLINE)
@@ -548,16 +558,26 @@ def test_the_refusal_of_a_long_damaged_line_stays_short(lesson, sessions, monkey
                     f"{len(said):,} characters, beginning {said[:160]!r}: the line "
                     "itself is quoted. A refusal names where the damage is; what the "
                     "line holds, what the user said, stays in the log", pytrace=False)
+    quoted = [words for words in ("Copy the map", "north, east") if words in said]
+    if quoted:
+        pytest.fail("line 2 of quest-1 is a torn message whose text begins 'Copy the "
+                    "map: north, east.'; the InvalidMessage refusing a fork of it "
+                    f"quotes {quoted} of it: {said[:300]!r}. A refusal names the "
+                    "file, the line and why, and quotes no part of the line: even a "
+                    "few words of it are what the user said, carried into every log "
+                    "that records the error", pytrace=False)
 
 
 @pytest.mark.task("03.1")
-@pytest.mark.parametrize("upto", [1.5, "2", True, False])
+@pytest.mark.parametrize("upto", [1.5, 2.0, "2", True, False])
 def test_an_upto_that_is_no_whole_number_is_refused(
         lesson, sessions, monkeypatch, upto):
-    """upto is a number of messages: 1.5, "2", True or False (which Python counts as 1
-    and 0) is refused with TypeError or ValueError, handing publish_fork nothing,
-    rather than rounded, read or guessed; the refusal names it as it was given ('2'
-    is text, and words that show it as 2 read as if a whole number were refused)."""
+    """upto is a number of messages, an int: 1.5, 2.0 (a float, even one that holds a
+    whole number, as a list's slice refuses it), "2", True or False (which Python
+    counts as 1 and 0) is refused with TypeError or ValueError, handing publish_fork
+    nothing, rather than rounded, read or guessed; the refusal names it as it was
+    given ('2' is text, and words that show it as 2 read as if a whole number were
+    refused)."""
     (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -571,11 +591,11 @@ def test_an_upto_that_is_no_whole_number_is_refused(
                else "returned" if error is None
                else f"raised {type(error).__name__}: {error}")
         pytest.fail(f"fork(..., upto={upto!r}) asks for a number of messages that is "
-                    "no whole number; it should be refused with TypeError or "
-                    f"ValueError, handing publish_fork nothing. It {did}",
-                    pytrace=False)
-    expect_upto_named(sessions, error, upto, "a number of messages that is no whole "
-                      "number")
+                    "no whole number (no int: a list's slice refuses it too); it "
+                    "should be refused with TypeError or ValueError, handing "
+                    f"publish_fork nothing. It {did}", pytrace=False)
+    expect_upto_named(lesson, sessions, error, upto,
+                      "a number of messages that is no whole number (no int)")
 
 
 @pytest.mark.task("03.2")
@@ -1159,7 +1179,7 @@ def test_forking_more_messages_than_exist_is_refused(lesson, sessions, day_one):
         lesson.fork(sessions, "quest-1", "what-if", upto=len(day_one) + 1)
 
     expect_unchanged(sessions, before, "a refused fork must not create any file")
-    expect_upto_named(sessions, refused.value, len(day_one) + 1,
+    expect_upto_named(lesson, sessions, refused.value, len(day_one) + 1,
                       f"more messages than quest-1 holds ({len(day_one)})")
     expect_holds_named(sessions, refused.value, len(day_one) + 1, len(day_one))
 
@@ -1211,9 +1231,21 @@ def expect_holds_named(sessions, error, upto, held, what=""):
                 f"unfinished): {error}")
 
 
-def expect_upto_named(sessions, error, upto, what):
-    """Fail in 03.1 unless the text of `error`, refusing `upto`, names that number as
+def expect_upto_named(lesson, sessions, error, upto, what):
+    """Fail in 03.1 unless `error`, refusing `upto`, is of no kind that says something
+    else (a damaged log, an id no session may have), and its text names that number as
     it was given (text as text: '2', never 2)."""
+    others = tuple(getattr(lesson, name) for name in ("InvalidMessage",
+                                                       "InvalidSessionId")
+                   if isinstance(getattr(lesson, name, None), type))
+    if isinstance(error, others):
+        fail_in("03.1", f"fork(..., upto={upto!r}) asks for {what}, and was refused "
+                f"with {type(error).__name__}: {error}. That error's kind says "
+                "something else (InvalidMessage: a line of the log is no message; "
+                "InvalidSessionId: an id no session may have), and a caller that "
+                "catches it to tell its user so would say it of a number of messages "
+                "asked for. Refuse the number as what it is: a TypeError or a "
+                "ValueError of its own")
     said = str(error).replace(str(sessions), "")    # the folder's name holds digits
     if not re.search(rf"(?<![\d-]){re.escape(str(upto))}(?!\d)", said):
         fail_in("03.1", f"fork(..., upto={upto!r}) asks for {what}, and was refused "
@@ -1489,14 +1521,18 @@ class FailingReads:
 @pytest.mark.parametrize("step, failure", [
     ("reading the source", "EIO"), ("reading the source", "Ctrl-C"),
     ("judging a line of the source", "Ctrl-C"),
-    ("judging the source's last line, which lacks its newline", "Ctrl-C")])
+    ("judging a line of the source", "MemoryError"),
+    ("judging the source's last line, which lacks its newline", "Ctrl-C"),
+    ("judging the source's last line, which lacks its newline", "MemoryError")])
 def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
         lesson, sessions, monkeypatch, step, failure):
     """A fork whose read of its source fails (EIO, a failing disk), or that Ctrl-C
     (KeyboardInterrupt) interrupts while it reads the source or judges one of its
-    lines: the error that happened reaches the caller as itself (never a refusal of
-    the fork's own words, never swallowed), no fork is made, not even a shorter one,
-    the folder is as it was, and no file is left open, even while the error is held."""
+    lines, or that runs out of memory (MemoryError, an Exception that says nothing
+    of the line) while it judges one: the error that happened reaches the caller as
+    itself (never a refusal of the fork's own words, never taken for a damaged or a
+    torn line, never swallowed), no fork is made, not even a shorter one, the folder
+    is as it was, and no file is left open, even while the error is held."""
     import builtins
     import io
     import sys
@@ -1511,6 +1547,8 @@ def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
         came.append(step)
         if failure == "EIO":
             return OSError(errno.EIO, os.strerror(errno.EIO))
+        if failure == "MemoryError":
+            return MemoryError()
         return KeyboardInterrupt()
 
     def is_source(path):
@@ -1562,11 +1600,13 @@ def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
         pytest.skip(f"not a failure: this test fails the fork while {step}, and "
                     "this fork never got there by a way the test can break (nothing "
                     "to check)")
-    expected = "OSError (EIO)" if failure == "EIO" else "KeyboardInterrupt"
+    expected = {"EIO": "OSError (EIO)", "Ctrl-C": "KeyboardInterrupt"}.get(
+        failure, failure)
     if failure == "EIO":
         reached = isinstance(outcome, OSError) and outcome.errno == errno.EIO
     else:
-        reached = isinstance(outcome, KeyboardInterrupt)
+        reached = isinstance(outcome, {"Ctrl-C": KeyboardInterrupt,
+                                       "MemoryError": MemoryError}[failure])
     del outcome
     if not reached:
         pytest.fail(f"{failure} came while the fork was {step}; that error should "
@@ -1720,9 +1760,10 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
 ):
     """fork(durable=True) syncs the new log, its meta file and their folder before
     returning, a fork of no message (its log empty) as much as a whole one; a plain
-    fork syncs nothing, like a plain append. Each file's bytes are synced before it
-    gets its name, and the folder once both names are in it: a power cut in between
-    must find no name without its bytes, and no name lost."""
+    fork syncs nothing, like a plain append, a fork of no message neither. Each
+    file's bytes are synced before it gets its name, and the folder once both names
+    are in it: a power cut in between must find no name without its bytes, and no
+    name lost."""
     synced, handed, named_first = [], [], []
     real_fsync = os.fsync
     source = (sessions / "quest-1.jsonl").read_bytes()
@@ -1753,14 +1794,19 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
         monkeypatch.setattr(lesson, "publish_fork", publish_fork)
     whose = "03.2" if publish is not None else None
 
-    lesson.fork(sessions, "quest-1", "quick")
-    if handed and handed[-1] is not False:
-        fail_in("03.1", f"a plain fork (durable=False) handed publish_fork durable="
-                f"{handed[-1]!r}: fork hands durable on as it came")
-    if synced:
-        said = (f"a plain fork (durable=False) called os.fsync {len(synced)} time(s); "
-                "a fork is as durable as an append, and a plain one syncs nothing")
-        fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
+    for new_id, upto in (("quick", None), ("quick-blank", 0)):
+        synced.clear()
+        lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        call = ("a plain fork (durable=False)" if upto is None
+                else "a plain fork of no message (upto=0, durable=False)")
+        if handed and handed[-1] is not False:
+            fail_in("03.1", f"{call} handed publish_fork durable={handed[-1]!r}: fork "
+                    "hands durable on as it came, whatever it copies")
+        if synced:
+            said = (f"{call} called os.fsync {len(synced)} time(s); a fork is as "
+                    "durable as an append, and a plain one syncs nothing, an empty "
+                    "one neither")
+            fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
     for new_id, upto in (("safe", None), ("blank", 0)):
         names.update({"the new log": sessions / f"{new_id}.jsonl",
@@ -2322,7 +2368,8 @@ def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
     file system's 255 bytes), its lineage names both ids whole, and each refusal
     names what it refused whole, however
     long the ids make its words: the damaged line's file, its line and why; the number
-    asked for, how many messages the source holds, and the source."""
+    asked for, how many messages the source holds, and the source; the source with no
+    log; the new id that is a session already."""
     source_id = "quest-of-the-mayors-daughter-" + "x" * 99           # 128 characters
     new_id = "what-if-we-had-asked-the-guard-" + "y" * 97           # 128 characters
     with lesson.SessionLog(sessions, source_id) as log:
@@ -2390,10 +2437,23 @@ def test_ids_at_the_length_limit_fork_and_are_named_whole(lesson, sessions,
                 f"{described(error) if error else 'nothing'}, which should be a "
                 "ValueError naming " + " and ".join(missing or ["what it refused"])
                 + ", whole, however long the id makes the words")
+    missing_id = "no-such-quest-" + "q" * 114                      # 128 characters
+    for args, kind, named, what in (
+            ((missing_id, other_id), lesson.SessionNotFound, missing_id,
+             "a fork of a session with no log"),
+            ((source_id, new_id), lesson.SessionExists, new_id,
+             "a fork onto an id that is a session already (the fork made above)")):
+        error = fork_or_fail(lesson, sessions, *args)
+        if not isinstance(error, kind) or named not in str(error):
+            fail_in("03.1", f"{what}, its id of 128 characters ({named[:29]}...), "
+                    f"raised {described(error) if error else 'nothing'}, which should "
+                    f"be a {kind.__name__} naming that id whole, however long it makes "
+                    "the words: cut short, it may name another session, or none")
     if snapshot(sessions) != {**after, path.name: source}:
-        fail_in("03.1", "two forks of a session whose id has 128 characters were "
-                "refused (a damaged line, then an upto past its end), and the sessions "
-                "folder changed: a refused fork leaves every file as it was")
+        fail_in("03.1", "four forks with ids of 128 characters were refused (a "
+                "damaged line, an upto past the end, a source with no log, an id "
+                "taken), and the sessions folder changed: a refused fork leaves every "
+                "file as it was")
 
 
 @pytest.mark.task("03.1")
@@ -2750,7 +2810,7 @@ def test_a_negative_upto_is_refused(lesson, sessions, day_one, upto):
         "it "
         + ("returned" if error is None else f"raised {type(error).__name__}: {error}"))
     expect_unchanged(sessions, before, "a refused fork must not create any file")
-    expect_upto_named(sessions, error, upto, "a negative number of messages")
+    expect_upto_named(lesson, sessions, error, upto, "a negative number of messages")
 
 
 @pytest.mark.task("03.1")
