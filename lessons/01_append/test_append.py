@@ -801,12 +801,14 @@ def test_a_plain_id_given_as_a_str_subclass_is_accepted(lesson):
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7",
                                      "console", "aux-1", "COM10", "LPT10",
-                                     "quest.jsonl"],
+                                     "com.acme.quest", "quest.con", "quest.jsonl"],
                          ids=lambda v: v if len(v) < 20 else f"{len(v)} characters")
 def test_plain_session_ids_are_accepted(lesson, good_id):
     """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
     the check refuses paths, not names, and a name that only begins like one Windows
-    keeps for a device (console, aux-1, COM10) is a name like any other, as is one that
+    keeps for a device (console, aux-1, COM10, or com.acme.quest, whose first part is
+    COM with no number) is a name like any other, as is one where a device's name
+    comes after the first dot (Windows keeps quest.con.jsonl as a file), or one that
     ends as a log's file name does (quest.jsonl is a session of its own, not quest)."""
     try:
         returned = lesson.check_session_id(good_id)
@@ -1083,7 +1085,8 @@ def test_after_a_write_whose_outcome_is_unknown_the_writer_refuses_to_go_on(less
     """Ctrl-C just after write() returned: append raised, yet its line is in the file.
     The caller's retry must be refused (WriterStopped), never write the message twice; a
     new SessionLog on the same session goes on."""
-    big = {"role": "user", "content": "The elder's chronicle. " * 400_000}    # 9.2 MB
+    big = {"role": "user",
+           "content": "The elder's chronicle. " * 400_000 + "The end."}  # 9.2 MB
     for attempt in range(5):
         log = lesson.SessionLog(sessions, f"quest-{attempt}")
         log.append({"role": "user", "content": "first"})
@@ -1713,6 +1716,45 @@ def test_a_writer_whose_log_was_removed_under_it_stays_refused(lesson, sessions,
 
 @pytest.mark.task("01.5")
 @pytest.mark.task("01.2")
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+def test_a_log_renamed_under_its_writer_takes_its_next_lines(lesson, sessions,
+                                                              durable):
+    """A person renames the log while its writer holds it open (mv quest-1.jsonl
+    quest-1.old.jsonl, to keep it aside). The file still has a name, so what the
+    writer adds can still be found: its next append goes on into the renamed file,
+    as the one before it did, and nothing is made at the old name. Only a log that
+    no name reaches any more is refused."""
+    path = sessions / "quest-1.jsonl"
+    renamed = sessions / "quest-1.old.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1", durable=durable)
+    try:
+        log.append({"role": "user", "content": "Hello?"})
+        the_log(lesson, sessions)       # there, or the test fails saying why
+        os.rename(path, renamed)
+        try:
+            log.append({"role": "user", "content": "Are you there?"})
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            pytest.fail(f"the log was renamed to {renamed.name} while its writer held "
+                        f"it open, and the writer's next append raised "
+                        f"{described(error)}: a renamed log still has a name, and "
+                        "what its writer adds there can be found, so the writer goes "
+                        "on writing to it (only a log that no name reaches any more "
+                        "takes no line)", pytrace=False)
+    finally:
+        log.close()
+    contents = [m["content"] for m in lines_of(renamed)]
+    assert contents == ["Hello?", "Are you there?"] and not path.exists(), (
+        f"the log was renamed to {renamed.name} while its writer held it open, and "
+        f"the writer appended again: {renamed.name} holds {contents}, and the old "
+        f"name {'holds a file' if path.exists() else 'holds nothing'}, where the "
+        "renamed log was expected to hold both lines and the old name nothing: the "
+        "writer writes to the file it holds, which the rename only gave another name")
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
 def test_a_stopped_writer_keeps_its_log_through_its_refusals(lesson, sessions):
     """A stopped writer (in_doubt set) refuses, and a refusal changes nothing: it
     neither lets go of the file it holds nor opens another by the log's name. So when
@@ -1749,6 +1791,44 @@ def test_a_stopped_writer_keeps_its_log_through_its_refusals(lesson, sessions):
         "was expected: a stopped writer's refusal keeps the file it holds (which has "
         "no name now, so the retry is refused), and never opens or makes a log by the "
         "name, which would bring back a log without the conversation's start")
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
+def test_a_stopped_writer_closed_then_appended_to_stays_stopped(lesson, sessions):
+    """A stopped writer (in_doubt set) that its caller closes is stopped still: close()
+    lets go of the descriptor, not of the doubt. Its next append raises WriterStopped,
+    as every write of it does until the session is opened again with a new
+    SessionLog, and writes nothing."""
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        log.append({"role": "user", "content": "first"})
+        before = path.read_bytes()
+        log.in_doubt = True     # as a write that failed after its bytes went out does
+        log.close()
+        try:
+            log.append({"role": "user", "content": "second"})
+        except lesson.WriterStopped:
+            outcome = None
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            outcome = f"raised {described(error)}"
+        else:
+            outcome = "returned"
+    finally:
+        log.close()
+    assert outcome is None, (
+        "the writer was stopped (in_doubt set) and then closed; its next append "
+        f"{outcome}, where WriterStopped was expected: a closed log opens again on its "
+        "next append, and a stopped writer refuses every write with WriterStopped, "
+        "the one error that tells its caller to open the session again")
+    after = path.read_bytes() if path.exists() else None
+    assert after == before, (
+        "the writer was stopped (in_doubt set) and closed, and its next append raised "
+        f"WriterStopped, yet the log went from {before!r} to {after!r}, where it "
+        "should have stayed as it was")
 
 
 @pytest.mark.task("01.3")
@@ -2431,7 +2511,8 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     to is left as it was: a file outside the sessions folder, another session's log
     in it, whose conversation a link would mix with this one's, or nothing at all (a
     link to a name outside the folder, which no append may create). The refusal
-    names the log by its path, and leaves the program's umask as it was, too."""
+    names the log by its path, and changes nothing: the link stays where it was (its
+    owner may have made it on purpose), and so does the program's umask."""
     sessions.mkdir(parents=True, exist_ok=True)
     pointed = (tmp_path / "outside.txt" if not target.startswith("another")
                else sessions / "quest-2.jsonl")
@@ -2455,6 +2536,14 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
     finally:
         log.close()
         left = os.umask(umask)      # and the umask is the test's again, whatever came
+    if not link.is_symlink() or os.readlink(link) != str(pointed):
+        now = (f"a file holding {link.read_bytes()!r}" if link.exists() else "nothing")
+        fail_in("01.4", f"the log's name was a symbolic link to {target}; the append "
+                f"was refused, and the name now holds {now}, where the link was "
+                "expected as it was: a refusal changes no file of the session. The "
+                "link may be its owner's on purpose (a log kept on another disk), and "
+                "who planted it is for the caller to find; a writer that removes it "
+                "makes the next append start a new, empty log under the name")
     if left != umask:
         fail_in("01.4", f"the log's name was a symbolic link to {target}; the append "
                 f"was refused, and left the program's umask at {oct(left)}, where it "
@@ -2469,6 +2558,53 @@ def test_a_log_that_is_a_symbolic_link_is_not_followed(lesson, sessions, tmp_pat
         return
     assert pointed.read_text() == kept, (
         f"the file the link points to, {target}, was changed: {pointed.read_text()!r}")
+
+
+@pytest.mark.task("01.4")
+def test_a_link_planted_just_as_the_log_is_opened_is_not_followed(lesson, sessions,
+                                                                   tmp_path):
+    """A symbolic link can appear at the log's name at any instant (another process
+    plants it), between a look at the name and the open that follows: only the open
+    itself can refuse a link for sure. Here a link to a file outside the sessions
+    folder is planted at the very call that opens the log: the append is refused with
+    an OSError, and the file the link points to is left as it was."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    outside = tmp_path / "outside.txt"
+    kept = '{"role": "user", "content": "not this session"}\n'
+    outside.write_text(kept)
+    link = sessions / "quest-1.jsonl"
+    real_open, planted = os.open, []
+
+    def open_once_a_link_is_planted(file, *args, **kwargs):
+        if not planted and os.path.basename(os.fspath(file)) == link.name:
+            planted.append(file)
+            link.symlink_to(outside)
+        return real_open(file, *args, **kwargs)
+
+    log = lesson.SessionLog(sessions, "quest-1")
+    outcome = "returned"
+    try:
+        with pytest.MonkeyPatch.context() as planting:
+            planting.setattr(os, "open", open_once_a_link_is_planted)
+            log.append({"role": "user", "content": "hello"})
+    except NotImplementedError:
+        raise
+    except OSError:
+        outcome = None
+    except Exception as error:      # noqa: BLE001 - reported in words below
+        outcome = f"raised {described(error)}"
+    finally:
+        log.close()
+    if not planted:
+        return      # the log was not opened with os.open: no such instant to play
+    now = outside.read_text()
+    assert outcome is None and now == kept, (
+        "a symbolic link to a file outside the sessions folder appeared at the log's "
+        "name just as the log was opened, after any look at the name made before the "
+        f"open; the append {outcome or 'raised OSError'}, and the file the link "
+        f"points to now holds {now!r} (it held {kept!r}). A look before the open "
+        "(does the name exist, is it a link?) can be overtaken by another process: "
+        "the open itself refuses a log that is a link, and the append raises OSError")
 
 
 @pytest.mark.task("01.4")
@@ -2689,6 +2825,100 @@ def test_a_ctrl_c_during_the_sync_stops_the_writer(lesson, sessions, monkeypatch
     the_retry_is_refused(lesson, log, message,
                          "append was interrupted by Ctrl-C while its line was synced, "
                          "after write() had put it in the file")
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
+def test_a_ctrl_c_during_an_append_reaches_the_caller_and_stays_as_it_was(
+        lesson, sessions, monkeypatch):
+    """Ctrl-C is the user's, at any instant. One pressed while a durable line is synced
+    (a real SIGINT) reaches the caller of append as KeyboardInterrupt: a writer never
+    ignores it for its line's sake (the line is in doubt then, and the writer stops).
+    And after an append that failed (the sync of a new log's name or of a line failed
+    with EIO, or the disk was full), the program stops on Ctrl-C as it did before: a
+    writer leaves the program's handling of Ctrl-C as it found it, whatever fails."""
+    import threading
+
+    first = {"role": "user", "content": "first"}
+    second = {"role": "user", "content": "second"}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    left = []       # (task, what failed, the Ctrl-C handler after it)
+    try:
+        log = lesson.SessionLog(sessions, "quest-1", durable=True)
+        pressed, outcome = [], "returned"
+        try:
+            log.append(first)
+            before = log.path.stat().st_size
+
+            def sync_while_ctrl_c_is_pressed(real):
+                def sync(fd):
+                    info = os.fstat(fd)
+                    if (not pressed and stat.S_ISREG(info.st_mode)
+                            and info.st_size > before):
+                        pressed.append(fd)
+                        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+                    return real(fd)
+                return sync
+            with monkeypatch.context() as pressing:
+                for name in ("fsync", "fdatasync"):
+                    pressing.setattr(os, name,
+                                     sync_while_ctrl_c_is_pressed(getattr(os, name)))
+                log.append(second)
+        except KeyboardInterrupt:
+            outcome = None
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            outcome = f"raised {described(error)}"
+        finally:
+            log.close()
+        if pressed and outcome is not None:
+            fail_in("01.5", "durable mode: the user pressed Ctrl-C (a real SIGINT) "
+                    f"while the second line was synced, and append {outcome}, where "
+                    "KeyboardInterrupt was expected: the user's Ctrl-C reaches the "
+                    "caller, whenever it lands. A writer that ignores it while it "
+                    "writes loses it (the program goes on as if nothing was pressed)")
+
+        def a_folder(fd):
+            return stat.S_ISDIR(os.fstat(fd).st_mode)
+
+        def a_file(fd):
+            return stat.S_ISREG(os.fstat(fd).st_mode)
+
+        def write_on_a_full_disk(fd, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        for task, what, session, failure in [
+                ("01.4", "the sync of a new log's name failed (EIO)", "quest-2",
+                 lambda failing: fail_syncs(failing, a_folder)),
+                ("01.5", "the sync of a line failed (EIO)", "quest-3",
+                 lambda failing: fail_syncs(failing, a_file)),
+                ("01.5", "the disk was full (write() refused the line, ENOSPC)",
+                 "quest-4",
+                 lambda failing: failing.setattr(os, "write", write_on_a_full_disk))]:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            with monkeypatch.context() as failing:
+                log = lesson.SessionLog(sessions, session, durable=True)
+                try:
+                    if task == "01.5":
+                        log.append(first)       # a log with a line: only it fails
+                    failure(failing)
+                    try:
+                        log.append(second)
+                    except OSError:
+                        pass
+                finally:
+                    log.close()
+            left.append((task, what, signal.getsignal(signal.SIGINT)))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for task, what, handler in left:
+        if handler is not signal.default_int_handler:
+            fail_in(task, f"durable mode: {what}, and append raised; after it, Ctrl-C "
+                    f"is handled by {handler!r}, where it was Python's own handler, "
+                    "which raises KeyboardInterrupt: the program no longer stops when "
+                    "the user presses Ctrl-C. A writer leaves the program's handling "
+                    "of Ctrl-C as it found it, whatever fails")
 
 
 def interrupted_right_after_the_write(log, message):

@@ -187,11 +187,17 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
     """Whatever the given rule takes is written as it was given, line for line, in
     every shape providers and other harnesses send: a developer message, an assistant
     message whose content is null beside its calls (or that has no content at all), a
-    message with a name, a system message among the others, a tool's result with keys
-    of its own, numbers and characters of every kind (a carriage return, U+2028,
-    NUL)."""
+    message with a name, a system message among the others, keys of a message's own
+    (a tool's result's, and an '$id' another harness adds: only $marker and $blob are
+    the log's), an empty text, numbers and characters of every kind (a carriage
+    return, U+2028, NUL, a letter and its combining accent typed apart, a full-width
+    letter, blanks at both ends of a text). Only what the rule refuses is refused, and
+    what a message holds is the caller's, not the writer's, to tidy."""
     given = [{"role": "developer", "content": "Answer as the town crier."},
              {"role": "user", "content": "Buy a rope.", "name": "ada"},
+             {"role": "user", "content": ""},
+             {"role": "user", "content": " cafe\u0301 au lait, \uff21, \ufb01n\n",
+              "$id": "msg-7"},
              {"role": "assistant", "content": None, "tool_calls": [CALL]},
              {"role": "tool", "tool_call_id": "call_1", "content": "A rope."},
              {"role": "assistant", "tool_calls": [CALL]},
@@ -212,8 +218,9 @@ def test_every_message_the_rule_takes_is_written_as_given(lesson, sessions):
     changed = [(sent, line) for sent, line in zip(kept, read) if sent != line]
     assert len(read) == len(given) and not changed, (
         f"{len(given)} messages were appended, and the log holds {len(read)} lines"
-        + (f"; the message {changed[0][0]!r} was written as {changed[0][1]!r}"
-           if changed else "")
+        + (f"; the message {ascii(changed[0][0])} was written as "
+           f"{ascii(changed[0][1])} (shown with escapes, so that every character "
+           "shows)" if changed else "")
         + ": each line is the message as given, with nothing added, taken out or "
         "changed, so that the log holds what the caller's memory holds")
     for sent, line in zip(kept, read):
