@@ -271,16 +271,18 @@ def test_append_leaves_the_callers_message_as_it_was(lesson, sessions):
 @pytest.mark.parametrize(
     "content",
     [PASTE, PASTE * 3, NON_ASCII, NON_ASCII * 40, BINARY_LOOKING,
-     "\ufeffDay 1 of the quest\r\n" * 300],
+     "\ufeffDay 1 of the quest\r\n" * 300,
+     "Cafe\u0301 de\u0301ja\u0300 vu, \u212b, \ufb01n: the map. " * 200],
     ids=["1 MB paste", "3 MB paste", "non-ASCII", "1 MB of non-ASCII", "binary-looking",
-         "a BOM first, Windows line ends"],
+         "a BOM first, Windows line ends", "accents as combining marks (NFD)"],
 )
 @pytest.mark.task("06.1")
 def test_load_puts_large_content_back_byte_for_byte(lesson, sessions, content):
     """Loading puts the blob's content back in place of the reference, byte for byte,
-    around unchanged small messages: a paste of several MB too, read to its end, and a
+    around unchanged small messages: a paste of several MB too, read to its end, a
     megabyte of letters of several bytes, some of which straddle any block a reader
-    might cut the blob into (64 KiB, say)."""
+    might cut the blob into (64 KiB, say), and accents written as combining marks, as
+    macOS writes them (no Unicode normalization on the way, in or out)."""
     messages = [
         SMALL,
         {"role": "user", "content": content},
@@ -1343,10 +1345,11 @@ def test_a_blob_changed_after_this_writer_stored_and_loaded_it_is_refused(lesson
 @pytest.mark.key
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("gone", ["the blob", "blobs/"])
-def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone):
+def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone,
+                                                           monkeypatch):
     """A reference to a blob that is missing (removed by hand, or the whole of blobs/
-    left behind when the folder was copied) is refused with an error naming the blob,
-    the log and the line."""
+    left behind when the folder was copied) is refused at once, without a pause to see
+    whether it comes, with an error naming the blob, the log and the line."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     digest = sha256(PASTE.encode("utf-8"))
@@ -1356,11 +1359,29 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone
     if gone == "blobs/":
         shutil.rmtree(sessions / "blobs")
 
+    import time
+    before = snapshot(sessions)
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)    # noted, never waited for
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
                     f"a reference to a missing blob ({gone} removed) was loaded "
                     "without a BlobError") as refused:
             log.load()
+    monkeypatch.undo()
+    made = sorted(str(path.relative_to(sessions)) for path in sessions.rglob("*")
+                  if path.is_dir())
+    assert snapshot(sessions) == before and made == ([] if gone == "blobs/"
+                                                       else ["blobs"]), (
+        f"a load refused for a missing blob ({gone} removed) changed the sessions "
+        f"folder (its folders are now {made}): a refused load changes nothing, and a "
+        "load makes nothing, blobs/ included, so that what the user finds is what was "
+        "there when the blob went missing")
+    assert not waits, (
+        f"a blob was missing ({gone} removed), and load paused ({waits[0]} s) before "
+        "it refused: a load never waits. A blob is stored whole before any line points "
+        "to it, so no store in progress can make a missing blob appear: the pause only "
+        "holds up every program loading a session that lost a blob")
 
     message = str(refused.value)
     assert (
@@ -1375,10 +1396,11 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone
 
 
 @pytest.mark.task("06.2")
-def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions):
-    """A load refused for a missing blob tells the user to restore it; once it is back,
-    the next load reads it, by the same log object too: a refusal is what blobs/ held
-    then, not a verdict kept on the name."""
+@pytest.mark.parametrize("happened", ["missing", "changed"])
+def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions, happened):
+    """A load refused for a missing blob, or for one whose bytes changed, tells the
+    user to restore it; once it is back, the next load reads it, by the same log object
+    too: a refusal is what blobs/ held then, not a verdict kept on the name."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
@@ -1386,17 +1408,20 @@ def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions):
         f"the paste should be stored in the folder's blobs/, named {blob.name}; "
         f"blobs/ holds {blob_names(sessions)}")
     backup = blob.read_bytes()
-    blob.unlink()
+    if happened == "missing":
+        blob.unlink()
+    else:
+        blob.write_bytes(backup.replace(b"cave", b"lake", 1))
     log = lesson.SessionLog(sessions, "quest-1")
     with raises(lesson.BlobError,
-                "a reference to a missing blob was loaded without a BlobError"):
+                f"a reference to a {happened} blob was loaded without a BlobError"):
         log.load()
     blob.write_bytes(backup)        # the user restores it from a backup
     try:
         loaded = log.load()
     except lesson.BlobError as error:
         pytest.fail(
-            "a load was refused because a blob was missing; the user restored the "
+            f"a load was refused because a blob was {happened}; the user restored the "
             "blob, whole, and loaded again with the same log, which refused it again "
             f"({error}): a refusal must look at blobs/ as it is now, not remember the "
             "name it refused", pytrace=False)
@@ -1430,8 +1455,9 @@ def test_a_blob_restored_after_a_refused_load_loads(lesson, sessions):
 )
 def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name):
     """A reference that is not a plain sha256 hex name (a path, say, or digits of
-    another script) is refused naming the log and line, opens nothing at all, and the
-    load changes nothing."""
+    another script) is refused naming the log and line and quoting the name as the
+    line holds it (or as Python spells it: an empty name, or a line end after a hash,
+    shows), opens nothing at all, and the load changes nothing."""
     # Another session, with a real blob
     with lesson.SessionLog(sessions, "quest-2") as log:
         log.append({"role": "user", "content": PASTE})
@@ -1465,13 +1491,20 @@ def test_a_reference_that_is_not_a_plain_hash_is_refused(lesson, sessions, name)
 
     message = str(refused.value)
     assert (
-        (str(name) in message or repr(name) in message)
-        and str(sessions / "quest-1.jsonl") in message
+        str(sessions / "quest-1.jsonl") in message
         and re.search(r"\bline 2\b", message)
     ), (
-        f"the error should quote the reference ({name!r}), and name the log by its "
-        f"path and the line (line 2); it says: {message}"
+        f"the error should name the log by its path and the line (line 2); it says: "
+        f"{message}"
     )
+    # Quoted as Python or as the line (JSON) spells it: either shows where it starts
+    # and ends, an empty name, spaces and a line end included
+    quoted = [repr(name), json.dumps(name), json.dumps(name, ensure_ascii=False)]
+    assert any(form in message for form in quoted), (
+        f"the error should quote the reference as the line holds it, {quoted[1]} (or "
+        f"as Python spells it, {quoted[0]}), so that the user sees what stands there, "
+        f"where it begins and ends (an empty name, a line end after a hash); it says: "
+        f"{message}")
     says_what_it_met(refused.value, "a name that is no hash", sessions, name)
     assert snapshot(sessions) == before, "a refused load must change nothing"
 
@@ -2271,15 +2304,16 @@ def test_the_preview_is_as_long_as_preview_chars_says(lesson, sessions, monkeypa
 
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("edit", ["preview edited", "preview removed", "size removed",
-                                  "size counted otherwise", "a key added",
-                                  "its keys in another order"])
+                                  "size counted otherwise", "size made 0",
+                                  "a key added", "its keys in another order"])
 def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
                                                                   edit):
     """The preview is for a person reading the log, and a person may edit it (to hide
-    a name in it, say); another program may drop the size or count it otherwise (in
-    characters, or UTF-16 units), add a key of its own, or write the keys in another
-    order. The key "$blob" makes an object a reference, and the hash alone says what the
-    content is: it still loads."""
+    a name in it, say); another program may drop the size, count it otherwise (in
+    characters, or UTF-16 units) or write 0 there, add a key of its own, or write the
+    keys in another order. The key "$blob" makes an object a reference, and the hash
+    alone says what the content is: it still loads, and its content is read from the
+    blob (a size of 0 says nothing of it)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     path = sessions / "quest-1.jsonl"
@@ -2293,6 +2327,8 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
         del reference["size"]
     elif edit == "size counted otherwise":
         reference["size"] = reference["size"] // 2 + 1
+    elif edit == "size made 0":
+        reference["size"] = 0
     elif edit == "a key added":
         reference["media_type"] = "text/plain"
     else:       # a program that sorts keys, or writes its own first
@@ -2536,10 +2572,11 @@ def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
 
 
 # Words that would send the user to the wrong fix when the disk failed to read a blob:
-# gone, changed or damaged (a backup to restore, a hand edit to undo)
+# gone, changed or damaged (a backup to restore, a hand edit to undo), or the advice
+# to restore one
 CLAIMS = (r"missing|not found|no such|(not|n't) exist|absent|gone|removed|deleted"
           r"|chang|tamper|modif|alter|match|damag|corrupt|broken|symbolic|link|utf"
-          r"|decod|not a (plain|regular)|folder|fifo")
+          r"|decod|not a (plain|regular)|folder|fifo|backup|restor")
 
 
 def a_stored_paste(lesson, sessions):
@@ -2551,16 +2588,27 @@ def a_stored_paste(lesson, sessions):
     return blob
 
 
+class Returned:
+    """What a load gave when it returned (its messages), and whether it had tried to
+    open the blob (and met the failure) on the way."""
+
+    def __init__(self, loaded, tried):
+        self.loaded, self.tried = loaded, tried
+
+
 def load_failing_to_open(lesson, sessions, monkeypatch, blob, failure):
     """Load quest-1 while every open of `blob` (by os.open, open() or io.open) raises
-    `failure`; give what the load raised (None if it returned)."""
+    `failure`; give what the load raised, or a Returned when it returned."""
     import builtins
     import io
+
+    tried = []
 
     def failing(real):
         def opening(path, *args, **kwargs):
             if isinstance(path, (str, bytes, os.PathLike)) and (
                     os.fsdecode(path) == str(blob)):
+                tried.append(path)
                 raise failure
             return real(path, *args, **kwargs)
         return opening
@@ -2569,12 +2617,27 @@ def load_failing_to_open(lesson, sessions, monkeypatch, blob, failure):
         for module, name in ((os, "open"), (builtins, "open"), (io, "open")):
             monkeypatch.setattr(module, name, failing(getattr(module, name)))
         try:
-            log.load()
+            loaded = log.load()
         except BaseException as error:  # a KeyboardInterrupt too: the test judges it
             return error
         finally:
             monkeypatch.undo()
-    return None
+    return Returned(loaded, bool(tried))
+
+
+# What a refusal must not claim when the system failed to read a blob, besides CLAIMS,
+# by failure: a failing disk is no matter of the file's mode (the user would change who
+# may read a sound file), and a mode that forbids the read is no failing disk (the user
+# would test a sound disk). The system's own words, which the refusal may quote, are
+# taken out first.
+WRONG_FIX = {
+    "EIO": ("who may read the file", r"denied|permission|\bmode\b|owner|chmod|forbid"
+                                     r"|not allowed"),
+    # "read from disk" is where, not what failed: only words that blame the disk
+    "EACCES": ("the disk", r"input/output|\bI/?O\b|hardware"
+                          r"|(disk|drive) (error|fail|fault)"
+                          r"|(failing|faulty|bad|broken) (disk|drive)"),
+}
 
 
 @pytest.mark.task("06.2")
@@ -2583,18 +2646,30 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
         lesson, sessions, monkeypatch, failure):
     """The disk fails to read a blob (EIO), or the system refuses to let this user
     open it (EACCES: a restore that got its mode wrong): the blob is there, and nothing
-    says it changed. The load fails, with the system's OSError or with a BlobError
-    naming the blob, the log and the line, but never saying the blob is missing,
-    changed, damaged, a link or no text: the user would restore a backup or undo a
-    hand edit instead of checking the disk, or who may read the file."""
+    says it changed. The load fails (it never returns as if the blob were read), with
+    the system's OSError, its errno kept, or with a BlobError naming the blob, the log
+    and the line and giving the system's words, but never saying in words of its own
+    that the blob is missing, changed, damaged, a link or no text (the user would
+    restore a backup or undo a hand edit), nor, for a failing disk, that the read was
+    denied (the user would change a sound file's mode), nor, for a read denied, that
+    the disk failed (the user would test a sound disk)."""
     import errno
     blob = a_stored_paste(lesson, sessions)
     before = snapshot(sessions)
     number = getattr(errno, failure)
+    words = os.strerror(number)
     failed = load_failing_to_open(lesson, sessions, monkeypatch, blob, OSError(
-        number, os.strerror(number), str(blob)))
-    if failed is None:
-        return      # the blob was read some other way: no failure to judge
+        number, words, str(blob)))
+    if isinstance(failed, Returned):
+        if not failed.tried:
+            return      # the blob was read some other way: no failure to judge
+        sent = failed.loaded[0].get("content") if failed.loaded else None
+        pytest.fail(
+            f"the system failed to open blobs/{blob.name} ({failure}: {words}), and "
+            f"load returned as if nothing had happened, giving the model "
+            f"{str(sent)[:120]!r} where the paste was: a load gives the content that "
+            "was stored, checked against its hash, or nothing at all (it fails, with "
+            "the system's error or a BlobError)", pytrace=False)
     if not isinstance(failed, (OSError, ValueError)):
         raise failed
     if isinstance(failed, lesson.BlobError):
@@ -2604,18 +2679,39 @@ def test_a_blob_the_disk_fails_to_read_is_not_called_missing_or_changed(
         assert blob.name in message and named, (
             f"the error should name the blob ({blob.name}), the log by its path and "
             f"the line (line 1); it says: {message}")
-        said = message.replace(str(sessions.parent), "").replace(blob.name, "")
+        assert words.lower() in message.lower(), (
+            f"the system failed to open blobs/{blob.name} with {failure}, in its words "
+            f"{words!r}, and the refusal does not give them: it says only {message!r}. "
+            "The user learns what happened from those words alone (a failing disk to "
+            "check, or a mode to correct): a refusal for a failed read says that the "
+            "read failed, in the system's words")
+        said = re.sub(re.escape(words), "", message, flags=re.IGNORECASE)
+        said = said.replace(str(sessions.parent), "").replace(blob.name, "")
         claim = re.search(CLAIMS, said, re.IGNORECASE)
         assert not claim, (
             f"the system failed to open blobs/{blob.name} ({failure}), and the refusal "
             f"says {claim.group(0)!r}: the blob is there, and nothing shows it "
             "changed, so the user goes to the wrong fix (a backup, a hand edit) "
             f"instead of the disk, or who may read the file. It says: {message}")
+        other, pattern = WRONG_FIX[failure]
+        claim = re.search(pattern, said, re.IGNORECASE)
+        assert not claim, (
+            f"the system failed to open blobs/{blob.name} with {failure} ({words}), "
+            f"and the refusal says, in words of its own, {claim.group(0)!r}: that "
+            f"sends the user to {other}, which is not what failed. A refusal for a "
+            f"failed read says only that the read failed, in the system's words. It "
+            f"says: {message}")
     else:
         assert isinstance(failed, OSError), (
             f"the system failed to open a blob ({failure}), and load raised "
             f"{failed!r}: the system's OSError, or a BlobError saying the blob could "
             "not be read, was expected")
+        assert failed.errno == number, (
+            f"the system failed to open blobs/{blob.name} with {failure} ({words}), "
+            f"and load raised {type(failed).__name__} with errno {failed.errno}: "
+            f"{failed}. An OSError out of load is the system's own error, its errno "
+            f"({number}) and its words kept, so that the user (or a program that "
+            "looks at the errno) learns what failed")
     assert snapshot(sessions) == before, "a refused load must change no file"
 
 
@@ -2667,8 +2763,15 @@ def test_a_ctrl_c_while_a_blob_is_read_stays_a_ctrl_c(lesson, sessions, monkeypa
     before = snapshot(sessions)
     failed = load_failing_to_open(lesson, sessions, monkeypatch, blob,
                                   KeyboardInterrupt())
-    if failed is None:
-        return      # the blob was read some other way: no Ctrl-C to judge
+    if isinstance(failed, Returned):
+        if not failed.tried:
+            return      # the blob was read some other way: no Ctrl-C to judge
+        sent = failed.loaded[0].get("content") if failed.loaded else None
+        pytest.fail(
+            f"Ctrl-C was pressed while load opened blobs/{blob.name}, and load "
+            f"returned as if nothing had happened, giving {str(sent)[:120]!r} where "
+            "the paste was: the Ctrl-C was swallowed, and the program the user stopped "
+            "runs on with a content no hash vouches for", pytrace=False)
     assert isinstance(failed, KeyboardInterrupt), (
         f"Ctrl-C was pressed while load opened blobs/{blob.name}, and load raised "
         f"{type(failed).__name__}: {failed}. A Ctrl-C is the user stopping the "
@@ -2728,10 +2831,17 @@ def test_a_ctrl_c_while_a_stored_blob_is_read_again_stays_a_ctrl_c(lesson, sessi
 
 
 @pytest.mark.task("06.2")
-def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions):
-    """A blob whose bytes match its hash but are not UTF-8 (a file someone put there) is
-    no message's content: BlobError naming the blob, the log and the line."""
-    data = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20
+@pytest.mark.parametrize("data", [
+    b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20,
+    # An emoji written as its two UTF-16 halves, each encoded alone (CESU-8, as some
+    # Java and database tools write text): UTF-8 forbids those bytes, and a text
+    # holding a lone half can be sent nowhere (no JSON encoder of a request takes it)
+    "Day 1: the map ".encode("utf-8") + b"\xed\xa0\xbd\xed\xb7\xba" * 10,
+], ids=["an image", "halves of an emoji encoded alone (CESU-8)"])
+def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions, data):
+    """A blob whose bytes match its hash but are not UTF-8 (a file someone put there,
+    an image or text another tool encoded its own way) is no message's content:
+    BlobError naming the blob, the log and the line."""
     digest = sha256(data)
     (sessions / "blobs").mkdir(parents=True)
     (sessions / "blobs" / digest).write_bytes(data)
@@ -2832,7 +2942,8 @@ def test_store_blob_stores_bytes_of_any_number_zero_too(lesson, sessions):
     """store_blob stores the bytes it is given, however many: 0 bytes too (a caller
     that stores what another program hands it, or a text that ends up empty). Their
     sha256 is the name it returns, and a file of 0 bytes must then stand there: a
-    name returned for bytes never stored is a line pointing to nothing."""
+    name returned for bytes never stored is a line pointing to nothing. Stored again,
+    they are found intact, as any blob is."""
     blob = store(lesson, sessions, b"")
     held = blob.read_bytes() if blob.is_file() else None
     assert held == b"", (
@@ -2841,18 +2952,36 @@ def test_store_blob_stores_bytes_of_any_number_zero_too(lesson, sessions):
            f"blobs/{blob.name} holds {len(held)} bytes")
         + ": a store puts the bytes it is given under their name, however few, and "
         "a line pointing to that name would be refused as missing")
+    found = blob.stat().st_ino
+    try:
+        store(lesson, sessions, b"", "quest-2")
+    except (OSError, ValueError) as error:
+        pytest.fail(f"0 bytes were stored, and storing them again, which finds their "
+                    f"blob of 0 bytes intact at its name, failed "
+                    f"({type(error).__name__}: {error}): an empty file is a blob like "
+                    "any other, and its hash is its name", pytrace=False)
+    assert blob.is_file() and blob.stat().st_ino == found, (
+        "0 bytes stored a second time should find their blob intact and leave it as "
+        "it is, the very file it was")
 
 
 @pytest.mark.task("06.1")
 def test_a_new_blobs_folder_is_private_even_under_umask_000(lesson, sessions):
     """blobs/ holds what people pasted: made by the writer, it is its owner's only
-    (0700), whatever the umask says (a bare mkdir leaves 0777 under umask 000)."""
+    (0700), whatever the umask says (a bare mkdir leaves 0777 under umask 000), and
+    the program's umask is left as it was."""
     old_umask = os.umask(0)
     try:
         store(lesson, sessions, PASTE.encode("utf-8"))
+        umask_after = os.umask(0)
     finally:
         os.umask(old_umask)
 
+    assert umask_after == 0, (
+        f"storing a blob left the program's umask at {oct(umask_after)}, where it was "
+        "000: every file and folder the program makes from then on, none of them the "
+        "store's, gets the store's idea of a mode. The blob and blobs/ are made "
+        "private by the modes they are made with, and the umask is left as it was")
     blobs = sessions / "blobs"
     assert blobs.is_dir(), f"the paste should be stored in {blobs}"
     mode = blobs.stat().st_mode & 0o777
@@ -3105,3 +3234,34 @@ def test_inline_gives_a_copy_and_leaves_the_message_it_was_given(lesson, session
         "The content comes back in a copy; whoever holds the message read from the "
         "line must still find the reference there")
 
+
+@pytest.mark.task("06.1")
+@pytest.mark.task("06.2")
+def test_a_durable_writer_syncs_a_blob_it_only_loaded_before_pointing_to_it(
+        lesson, sessions, monkeypatch):
+    """A writer that is not durable stores the paste, and nothing syncs it. A durable
+    writer then resumes the session: its load reads the blob whole and checks its hash,
+    which says nothing of the disk (the read may come from memory, where the unsynced
+    bytes still are). When it appends the same paste, it syncs the blob and blobs/
+    before its line points to it: a blob read is no blob synced."""
+    paste = {"role": "user", "content": PASTE}
+    with lesson.SessionLog(sessions, "quest-1") as log:     # not durable
+        log.append(paste)
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), (
+        f"the paste should be stored in the folder's blobs/, named {blob.name}; "
+        f"blobs/ holds {blob_names(sessions)}")
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        history = log.open_for_append()
+        assert history == [paste], (
+            "a durable writer resuming the session should load the paste back, whole")
+        synced = count_syncs(monkeypatch)
+        log.append(paste)
+        monkeypatch.undo()
+    folder = (sessions / "blobs").stat().st_ino
+    assert blob.stat().st_ino in synced and folder in synced, (
+        "a durable writer loaded the session, reading the paste's blob whole, then "
+        "appended the same paste and returned without syncing the blob and blobs/: "
+        "no writer ever synced that blob (the one that stored it was not durable), "
+        "and reading a file says nothing of whether it is on the disk. A power cut "
+        "could keep the durable writer's line and lose the blob")
