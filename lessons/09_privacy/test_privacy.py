@@ -621,7 +621,7 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     # a dot, a random part without a dot, .tmp): someone else's files
     others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp",
               ".quest-1.jsonl..tmp", ".quest-1.jsonl..zz.tmp", ".quest-1_jsonl.zz.tmp",
-              ".quest-1.jsonl.zz.tmp~"]
+              ".quest-1.jsonl.zz.tmp~", ".quest-1.jsonl.tmpfile"]
     for name in others:
         (sessions / name).write_text("someone else's")
     lesson.delete_session(sessions, "quest-1")
@@ -3769,6 +3769,29 @@ def test_the_agent_keeps_the_tombstone_the_log_keeps_when_the_words_are_in_erase
         "other messages lost their quotes")
 
 
+@pytest.mark.task("09.4")
+def test_whoever_holds_the_agents_conversation_sees_the_erase(lesson, sessions):
+    """The agent's conversation is one list, which every turn changes in place (record
+    appends to it): a chat window, or any caller, that took agent.messages before the
+    erase shows the conversation as the agent holds it after, the tombstone in the
+    erased message's place and no quote of its words; not the words the agent let go."""
+    agent, _, log = open_agent(lesson, sessions, [say(f"Noted: {SECRET}."),
+                                                  say("Yes.")])
+    with log:
+        shown = agent.messages      # what a chat window keeps to draw the conversation
+        agent.run(SECRET)
+        agent.erase(0)
+        agent.run("Shall we go on?")
+    held = json.dumps(shown, ensure_ascii=False)
+    assert "Ilse" not in held and shown == agent.messages, (
+        "a caller took agent.messages before the user's message was erased (a chat "
+        "window showing the conversation); after the erase and one more turn it holds "
+        f"{[m.get('content') for m in shown]}, the agent "
+        f"{[m.get('content') for m in agent.messages]}. The conversation is one list "
+        "that the agent changes in place, as every turn does: an erase that puts a new "
+        "list in its place leaves the words with whoever holds the old one")
+
+
 @pytest.mark.task("09.3")
 @pytest.mark.task("09.4")
 def test_the_agent_finds_the_message_in_the_log_its_writer_holds(lesson, sessions):
@@ -4259,6 +4282,47 @@ def test_the_agent_forgets_even_when_its_log_cannot_be_opened_to_find_the_messag
 
 
 @pytest.mark.task("09.4")
+def test_a_message_the_log_no_longer_holds_is_refused_in_words_naming_the_log(
+    lesson, sessions
+):
+    """The agent let go of its log after two turns; then an older copy of the log, of
+    the first turn only, was put back in its place (a backup restored). The user erases
+    message 2 of the agent's four, which the log no longer holds: EraseError, in words
+    that name the log and say how many messages it shows (the user sees four), and the
+    agent forgets all the same."""
+    path = sessions / "quest-1.jsonl"
+    backup = sessions / "backup-of-quest-1"
+    agent, model, log = open_agent(lesson, sessions, [
+        say("The elder nods."), say(f"Noted: {SECRET}."), say("Yes.")])
+    with log:
+        agent.run("Ask the elder about the cave.")
+        backup.write_bytes(path.read_bytes())
+        agent.run(SECRET)
+    os.replace(backup, path)
+    with log:
+        try:
+            with raises(lesson.EraseError, "the log, restored from an older copy, "
+                        "shows 2 messages, and erasing message 2 of the agent's 4 was "
+                        "not refused with EraseError") as raised:
+                agent.erase(2)
+        except IndexError as error:
+            pytest.fail("the log, restored from an older copy, shows 2 messages, and "
+                        f"erasing message 2 of the agent's 4 raised {error!r}; "
+                        "expected EraseError, saying that the log does not hold it",
+                        pytrace=False)
+        sent = sent_on_going_on(agent, model)
+    assert str(path) in str(raised.value) and 2 in numbers_in(raised.value, path), (
+        "the log, restored from an older copy, shows 2 messages and the agent 4; "
+        "erasing message 2 was refused in words that do not name the log and say how "
+        "many messages it shows, so the user, who sees 4, cannot tell which file lost "
+        f"it: {raised.value}")
+    assert "Ilse" not in sent, (
+        "the log could not erase message 2 (it no longer holds it), and the next "
+        f"request still sent the words: {sent[:300]}. Whatever fails in the log's "
+        "erase, the agent forgets")
+
+
+@pytest.mark.task("09.4")
 def test_an_agent_forgets_a_message_another_program_erased_first(lesson, sessions):
     """The agent read the session and let go of its log; another program then erased
     a message from the log. Asked to erase the same message, the agent (its log opened
@@ -4711,6 +4775,10 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
     # Left by a crashed write of another kind (an older version of the store, say)
     other = blobs / (".%s.x1y2.part" % ("ef" * 32))
     other.write_text(LARGE_SECRET[:500])
+    # .collected in its name, not at its end: no blob set aside, whatever it holds
+    torn = blobs / (".%s.collected.part" % ("12" * 32))
+    torn.write_text(LARGE_SECRET[:500])
+    age(torn, 2)
     age(half, 2)
     age(notes, 2)
     age(odd, 2)
@@ -4725,6 +4793,14 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
         f"an old leftover, {other.name[:5]}...{other.name[-10:]}, is still in blobs/: "
         "every file of blobs/ whose name starts with a dot is what a crashed write "
         "left, whatever its name ends with, and goes once it is old and nobody's")
+    assert not torn.exists() and not (blobs / ("12" * 32)).exists() and (
+            "12" * 32) not in removed, (
+        "an old leftover named .<a blob's name>.collected.part (.collected in its "
+        "name, not at its end) is no blob set aside, which ends with .collected: it "
+        "should "
+        "be removed as a leftover, never given the blob's name (and then collected as "
+        f"a blob); collect_blobs() returned {abbreviated(removed)} and blobs/ holds "
+        f"{sorted(p.name[:14] for p in blobs.iterdir())}")
     assert recent.exists(), "a temporary file being written right now must stay"
     assert notes.exists(), (
         "a file of blobs/ that is no blob and no leftover of a crashed write (its name "
@@ -4764,13 +4840,17 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
 ):
     """A collector that crashed while removing a blob left it set aside, under a dot,
     the blob's name and ".collected", with or without a collector's own part between
-    (.<name>.collected, .<name>.<random>.collected). The next collection judges it like
+    (.<name>.collected, .<name>.<random>.collected, .<name>.<pid>.<random>.collected).
+    The next collection judges it like
     any other blob: kept under its name if a log refers to it, removed (and named) if
     none does."""
     play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
     [kept] = blob_names(sessions)
     blobs = sessions / "blobs"
-    for mine, random in (("", "9c41e2d07b3a."), ("5f0a8e61d2c4.", "")):
+    # A collector's own part may hold dots of its own (a process id, then a random
+    # part): the blob's name is what follows the first dot, up to the next
+    for mine, random in (("", "9c41e2d07b3a."), ("5f0a8e61d2c4.", ""),
+                         ("4242.9c41e2d0.", "")):
         with lesson.SessionLog(sessions, "scratch") as other:
             lost = other.store_blob(b"nobody's " * 2000)
         asides = (f".{kept}.{mine}collected", f".{lost}.{random}collected")
@@ -4837,6 +4917,44 @@ def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
         "log that refers to the blob no longer loads. A collection that fails holds "
         "nothing once it is over")
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_a_collection_that_cannot_give_a_set_aside_blob_back_says_so(
+    lesson, sessions, monkeypatch
+):
+    """A crashed collector left a blob set aside that a log refers to, and giving it its
+    name back fails (an I/O error). The collection may not answer as if all went well:
+    a collect_blobs() that returns has every blob set aside that a log refers to back
+    under its name; one that cannot do that raises, and the caller learns that the log
+    no longer loads."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    aside = sessions / "blobs" / f".{blob}.collected"
+    os.rename(sessions / "blobs" / blob, aside)
+    age(aside, 2)
+    def refusing(real):
+        def give_back(source, target, *args, **kwargs):
+            if Path(target).name == blob:
+                raise OSError(5, "Input/output error (the test's)", str(target))
+            return real(source, target, *args, **kwargs)
+        return give_back
+
+    for name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    try:
+        removed = lesson.collect_blobs(sessions)
+    except OSError:
+        return      # the failure reached the caller
+    finally:
+        monkeypatch.undo()
+    assert blob_names(sessions) == [blob], (
+        "giving a set-aside blob that a log refers to its name back failed (an I/O "
+        f"error), and collect_blobs() returned {abbreviated(removed)} as if all went "
+        "well; blobs/ holds "
+        f"{[p.name[:14] for p in (sessions / 'blobs').iterdir()]}: the blob is still "
+        "set aside, so the log that refers to it no longer loads, and nobody was "
+        "told. An error that leaves a blob away from its name reaches the caller")
 
 
 @pytest.mark.task("09.5")
