@@ -76,10 +76,12 @@ def open_agent(lesson, sessions, script=(), session_id="quest-1", town=None):
         try:
             answer = run(user_text)
         except Exception as error:
+            check_no_call_of_the_run_repaired(agent, path, size, start)
             # A disk's failure, or a task not written yet, is no mistake of 07.2's
             if not undone and not isinstance(error, (OSError, NotImplementedError)):
                 blame_the_buffer(agent, error, path)
             raise
+        check_no_call_of_the_run_repaired(agent, path, size, start)
         if not undone:
             check_written(agent, path)
         else:
@@ -109,6 +111,40 @@ def blame_the_buffer(agent, error, path):
             f"{frames[-1].co_name}(): recording an ordinary message, or writing what "
             "waits in the pending buffer, should not fail"))
     check_written(agent, path)
+
+
+def check_no_call_of_the_run_repaired(agent, path, size, start):
+    """A run never lets go of its log half-way (task 07.2): the agent's log stays the
+    session's writer from the flush that writes a tool call until the call's result is
+    written. A writer that takes the log over repairs it (lesson 04), answering every
+    call it finds open as interrupted: a repair during the run that answers a call the
+    model asked for in this very run means the log was closed, and taken over again,
+    between the call's write and its result's."""
+    try:
+        added = path.read_bytes()[size:].split(b"\n") if path.exists() else []
+    except OSError:
+        return
+    asked = {call["id"] for message in agent.messages[start:]
+             for call in message.get("tool_calls") or ()
+             if isinstance(call, dict) and isinstance(call.get("id"), str)}
+    for line in added:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("$marker") != "repair":
+            continue
+        named = entry.get("interrupted")
+        cut = ([i for i in named if isinstance(i, str) and i in asked]
+               if isinstance(named, list) else [])
+        if cut:
+            fail_in("07.2", (
+                f"during run(), a repair marker answered the call(s) {cut} as "
+                "interrupted, calls the model asked for in this very run: the log was "
+                "closed after a flush and taken over again by the next write, whose "
+                "repair found them open. The agent's log should stay the session's "
+                "writer through the run (a flush writes, it does not let go), so "
+                "that a call's own result answers it, once"))
 
 
 def check_written(agent, path):
@@ -1183,6 +1219,41 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
 
 
 @pytest.mark.task("07.1")
+def test_another_programs_undo_markers_are_read_as_the_format_gives_them(lesson,
+                                                                          sessions):
+    """An undo marker is told by its kind, and what it takes back by its list. Its
+    time under "at" is informative only (the format reference): another program's
+    undo marker that gives none still takes back what it names. And a marker that
+    stands before any message (another program's, its list damaged) names no message
+    written before it: it takes back nothing, and the log loads."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    untimed = {"$marker": "undo", "skip": [1]}
+    write_log(sessions, [said[0], said[1], untimed, said[2]])
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert shown == [said[0], said[2]], (
+        "the log holds messages 0 and 1, an undo marker taking back message 1 that "
+        "gives no time (the time is informative only: the kind and the list say what "
+        "a marker takes back), then message 2: it should show messages 0 and 2; it "
+        f"shows {[m.get('content') for m in shown]}")
+
+    write_log(sessions, [undo_marker(0), *said], "quest-2")
+    try:
+        shown = lesson.SessionLog(sessions, "quest-2").load()
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail_in("07.1", "a log whose first line is an undo marker naming message 0, "
+                "before any message was written, should load showing its three "
+                f"messages; loading it raised {type(error).__name__}: {error}. A "
+                "marker takes back only messages written before it, and here there "
+                "are none")
+    assert shown == said, (
+        "the log's first line is an undo marker naming message 0, written before any "
+        "message: it takes back nothing, and the log should show its three messages; "
+        f"it shows {[m.get('content') for m in shown]}")
+
+
+@pytest.mark.task("07.1")
 def test_undos_in_a_row_each_take_back_the_next_messages(lesson, sessions):
     """Undo; then a new writer: undo, undo again, append, undo. Each undo takes back
     the newest message still shown, whether the writer knew it from reading the log
@@ -1980,6 +2051,47 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
 
 
 @pytest.mark.task("07.2")
+@pytest.mark.parametrize("taken", [
+    {"role": "system", "content": "The town crier speaks in rhyme from now on."},
+    {"role": "developer", "content": "Answer the adventurer in one sentence."},
+    {"role": "user", "content": [{"type": "text", "text": "The map I found:"}]},
+    {"role": "tool", "tool_call_id": "call_from_the_shop",
+     "content": "A lantern costs 8 gold."},
+], ids=["a system note", "a developer's instruction", "a user message of parts",
+        "a tool result whose call the conversation does not hold"])
+def test_a_message_the_log_takes_is_taken_when_it_is_recorded(lesson, sessions,
+                                                               taken):
+    """The other half of the rule: a message the log's append takes, record takes, in
+    memory at once and in the log at the next flush: a system note or a developer's
+    instruction between turns, a user message of parts, a tool result whose call this
+    conversation does not hold (a caller's own). The log is the judge of what a line
+    may hold; checking now must not refuse more than the log would later."""
+    with lesson.SessionLog(sessions, "the-log-alone") as alone:
+        alone.append(taken)     # the log's append takes it
+    turn_c, = play(lesson, sessions, TURN_C)
+    agent, _, log = open_agent(lesson, sessions)
+    with log:
+        try:
+            agent.record(taken)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            fail_in("07.2", f"record() refused {taken!r} ({type(error).__name__}: "
+                    f"{error}), a message the log's append takes: record checks a "
+                    "message as the log would, so that it refuses what the log "
+                    "refuses, and takes what the log takes")
+        agent.flush()
+    assert agent.messages == turn_c + [taken], (
+        f"record() took {taken!r}: the conversation should end with it; it ends with "
+        f"{agent.messages[-1:]}")
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_c + [taken], (
+        f"record() took {taken!r}, and the flush wrote it: a new process should see "
+        f"the first turn, then that message; it sees {resumed[len(turn_c):]} after "
+        "the first turn")
+
+
+@pytest.mark.task("07.2")
 def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                                                                          sessions,
                                                                          monkeypatch):
@@ -2644,7 +2756,8 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     shows exactly the first k the source shows, never one taken back by a marker past
     the cut, and holds no word the source wrote after its k-th message. An undo
     marker the fork adds to take such a message back is a marker like any other,
-    with the time it was written under "at"; a fork whose copied lines show exactly
+    with the time it was written under "at", on a whole line of its own; a fork whose
+    copied lines show exactly
     the first k adds none, and holds the source's lines alone. A fork of 0 messages is
     empty, also of such a log that shows none."""
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
@@ -2656,6 +2769,15 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
         new_id = f"first-{upto}"
         before = datetime.now(timezone.utc).replace(microsecond=0)
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
+        # As fork() left it, before a writer of the fork mends anything
+        copied = (sessions / f"{new_id}.jsonl").read_bytes()
+        *lines, tail = copied.split(b"\n")
+        broken = [piece for piece in lines if not is_entry(piece)]
+        assert not tail and not broken, (
+            f"fork(upto={upto}) should hold whole lines only, each a whole entry "
+            "ending in its newline, the undo marker it adds too, so that the fork's "
+            "first append starts on a line of its own; "
+            + (f"it ends in {tail!r}" if tail else f"it holds the line(s) {broken}"))
         forked = resume(lesson, sessions, new_id)
         assert forked == shown[:upto], (
             "the source holds a bookmark marker, then messages 0 to 4, its marker "
@@ -2876,17 +2998,53 @@ def test_a_user_message_starts_a_turn_whatever_its_content(lesson, sessions, con
         "the turn undone")
 
 
+def log_undo_lets_go(lesson, sessions):
+    """Whether the log's own undo (task 07.1) lets go of a session it took over: a
+    writer appends, is closed, undoes, and another writer's append is then taken."""
+    probe = lesson.SessionLog(sessions, "probe")
+    try:
+        probe.append({"role": "user", "content": "A probe."})
+        probe.close()
+        probe.undo(1)
+        other = lesson.SessionLog(sessions, "probe")
+        try:
+            other.append({"role": "user", "content": "Another probe."})
+        except lesson.SessionBusy:
+            return False
+        finally:
+            other.close()
+        return True
+    finally:
+        probe.close()
+
+
 @pytest.mark.task("07.3")
 def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
     """Day 2 resumed the session and played a turn, then its log was closed (its with
     block ended); the agent's undo still takes that turn back in the log, which becomes
-    the writer again, so a new process resuming the session does not get it back."""
+    the writer again, so a new process resuming the session does not get it back. And
+    it stays the writer, as it would after an append, holding the session until it is
+    closed: another writer meanwhile is refused (one writer at a time, lesson 05)."""
     [turn_c] = play(lesson, sessions, TURN_C)
     agent, _, log = open_agent(lesson, sessions, TURN_D[1])
     with log:
         agent.run(TURN_D[0])
     try:
         agent.undo(1)
+        other = lesson.SessionLog(sessions, "quest-1")
+        try:
+            other.append({"role": "user", "content": "Another writer's note."})
+        except lesson.SessionBusy:
+            pass
+        else:
+            fail_in("07.1" if log_undo_lets_go(lesson, sessions) else "07.3", (
+                "the agent's undo took its turn back in its closed log, which became "
+                "the session's writer again to write the marker, as an append would; "
+                "it was not closed since, so another writer's append should be "
+                "refused with SessionBusy. It was taken: the undo let go of the "
+                "session it had taken over"))
+        finally:
+            other.close()
     finally:
         log.close()
     resumed = resume(lesson, sessions)
@@ -3381,7 +3539,8 @@ def test_undoing_every_turn_keeps_what_came_before_the_first(lesson, sessions, f
     """A turn starts at a user message, so a message before the first user message (a
     developer's instruction, a system note or a greeting another program wrote) is no
     part of any turn: undoing every turn there is, written or pending, takes back the
-    turns and keeps it, in memory and in the log."""
+    turns and keeps it, in memory and in the log; one turn more is refused, as there is
+    no such turn, and changes nothing."""
     before = {"role": first, "content": "Speak like a town crier."}
     write_log(sessions, [before, {"role": "user", "content": TURN_C[0]},
                          {"role": "assistant", "content": "The elder nods."}])
@@ -3389,6 +3548,15 @@ def test_undoing_every_turn_keeps_what_came_before_the_first(lesson, sessions, f
     with log:
         agent.run(TURN_D[0])
         agent.record({"role": "user", "content": "And a note."})
+        held = list(agent.messages)
+        with raises(lesson.UndoError,
+                    f"undo(4) was allowed on a conversation of three turns after a "
+                    f"{first} message: that message starts no turn, so there is no "
+                    "fourth turn to take back, and the undo should be refused"):
+            agent.undo(4)
+        assert agent.messages == held, (
+            f"a refused undo(4) should leave the conversation as it was; it holds "
+            f"{[m.get('content') for m in agent.messages]}")
         taken = agent.undo(3)
         kept = list(agent.messages)
     assert kept == [before] and len(taken) == 5, (
