@@ -232,6 +232,23 @@ def present(path):
     return path
 
 
+def file_misnamed(error, path):
+    """Why the OSError `error` does not name `path` as an OSError names its file, or
+    None. Its words must hold the path; and the file it gives to callers (`filename`,
+    which a program shows or acts on: "cannot use <file>"), when it gives one, must be
+    that path, as a string or a Path, not other words put in its place."""
+    if str(path) not in str(error):
+        return (f"it does not name {path} (its name alone does not say which "
+                f"folder's: sessions may live in many); it says: {error}")
+    given = error.filename
+    if given is not None and (not isinstance(given, (str, os.PathLike))
+                              or os.fspath(given) != str(path)):
+        return (f"its filename, the file a caller is told it is about, is {given!r}, "
+                f"not the lock file {str(path)!r} (OSError's arguments are errno, "
+                f"words, file, in that order); it says: {error}")
+    return None
+
+
 def lines_of(path):
     """The log's lines as JSON;
     a line that is not whole JSON fails the test, saying where."""
@@ -2478,9 +2495,10 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
         f"quest-1.lock was {PLANTED[kind]}, and the refused writer "
         + ("removed it" if not os.path.lexists(lock) else "changed what it names")
         + ": a planted file is not the writer's to touch, its name neither")
-    assert "quest-1.lock" in str(refused), (
-        f"the refusal of the planted lock file ({kind}) should name quest-1.lock; it "
-        f"says: {refused}")
+    misnamed = file_misnamed(refused, lock)
+    assert misnamed is None, (
+        f"the refusal of the planted lock file ({kind}) should be an OSError naming "
+        f"the lock file by its path: {misnamed}")
     if kind.startswith("hard link"):
         assert refused.errno == errno.EPERM, (
             "the refusal should be an OSError with errno EPERM, so that a caller can "
@@ -2527,10 +2545,10 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
         "the pipe planted at the lock's name had mode 0o644, and the refused writer "
         f"changed it to {oct(lock.stat().st_mode & 0o777)}: a file it refuses is not "
         "its to touch, and it is no file of the session's")
-    assert str(lock) in str(refused), (
-        f"the refusal of the pipe planted as the lock file should name the lock file, "
-        f"{lock} (its name alone does not say which folder's: sessions may live in "
-        f"many); it says: {refused}")
+    misnamed = file_misnamed(refused, lock)
+    assert misnamed is None, (
+        "the refusal of the pipe planted as the lock file should be an OSError naming "
+        f"the lock file by its path: {misnamed}")
     assert open_descriptors() == descriptors, (
         "the pipe planted as the lock file was refused, and the process now holds "
         f"{open_descriptors() - descriptors} more open descriptor(s) than before: one "
@@ -2615,10 +2633,11 @@ def test_a_file_planted_at_the_lock_files_name_while_a_writer_waits_is_never_wri
         "while the writer waited, another session's log was planted at quest-1.lock "
         "under a second name, and the writer took the session with no error: a "
         "planted file is refused with OSError (errno EPERM) naming the lock file")
-    assert refused.errno == errno.EPERM and str(lock) in str(refused), (
+    assert refused.errno == errno.EPERM and not file_misnamed(refused, lock), (
         "a planted file found at the lock's name after a wait should be refused as "
         "one found at once, with an OSError of errno EPERM that names "
-        f"{lock}; it raised {type(refused).__name__}: {refused}")
+        f"{lock} by its path; it raised {type(refused).__name__} "
+        f"(errno {refused.errno!r}): {file_misnamed(refused, lock) or refused}")
     assert lock.exists() and os.path.samestat(lock.stat(), other_log.stat()), (
         "the planted link at quest-1.lock was removed or replaced by the refused "
         "writer: a file the writer refuses is not its to touch, its name neither")
@@ -2650,9 +2669,10 @@ def test_a_folder_at_the_lock_files_name_is_refused_and_left_alone(lesson, sessi
         pytest.fail("the writer took a folder at the lock's name for its lock and "
                     "wrote the session with no error (05.1)", pytrace=False)
     try:
-        assert str(lock) in str(refused), (
-            f"the refusal of the folder at the lock's name should name the lock file, "
-            f"{lock}; it says: {refused}")
+        misnamed = file_misnamed(refused, lock)
+        assert misnamed is None, (
+            "the refusal of the folder at the lock's name should be an OSError naming "
+            f"the lock file by its path: {misnamed}")
         assert lock.is_dir() and (lock / "notes.txt").read_text() == "kept\n", (
             "the folder at the lock's name, or the file it held, was changed or "
             "removed: what the writer refuses is not its to touch")
@@ -2701,10 +2721,9 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
             log.close()
             closed = "close() returned"
         except OSError as error:
-            closed = (f"OSError: {error}" if str(folder / "quest-1.lock") in str(error)
-                      else "an OSError that does not name the lock file by its path, "
-                      f"{folder / 'quest-1.lock'} (its name alone does not say which "
-                      f"folder's: sessions may live in many): {error}")
+            misnamed = file_misnamed(error, folder / "quest-1.lock")
+            closed = (f"OSError: {error}" if misnamed is None
+                      else f"an OSError that does not name the lock file: {misnamed}")
             if closed.startswith("OSError") and error.errno is None:
                 closed = ("an OSError that names the lock file but carries no errno "
                           "(the system's, EACCES here, tells a caller why: a folder "
@@ -2724,9 +2743,9 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
                 after.close()
                 closed = "the next writer's close() returned, saying nothing"
             except OSError as error:
-                if str(folder / "quest-1.lock") not in str(error):
+                if misnamed := file_misnamed(error, folder / "quest-1.lock"):
                     closed = ("the next writer's close() raised an OSError that does "
-                              f"not name the lock file by its path: {error}")
+                              f"not name the lock file: {misnamed}")
         folder.chmod(0o700)
         try:
             with lesson.SessionLog(folder, "quest-1") as again:
@@ -3221,17 +3240,26 @@ def test_a_stale_lock_file_is_overwritten_whole(lesson, sessions):
 
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("owner", ["mine", "another user's"])
 def test_a_stale_lock_file_others_may_read_never_shows_them_the_new_holder(
-        lesson, sessions):
-    """A dead holder left its lock file readable by others (0644): the new holder
-    closes it to them before its own record goes in, so that at no moment, between
-    any two of its steps, can others read who holds the session now."""
+        lesson, sessions, owner):
+    """A dead holder left its lock file readable by others (0644; 0666 for one another
+    user made, in a folder shared with this one): the new holder closes it to them
+    before its own record goes in, so that at no moment, between any two of its steps,
+    can others read who holds the session now. A file of another user's is no
+    exception: who made it does not make it any less readable; a writer that may not
+    change its mode (as no one but root may) refuses it rather than write into it."""
     sessions.mkdir(parents=True, exist_ok=True)
     lock = sessions / "quest-1.lock"
-    lock.write_text(json.dumps({"pid": a_pid_no_process_has(), "host": "old-host",
-                                "since": "2026-01-01T00:00:00+00:00"}),
-                    encoding="utf-8")
+    stale = json.dumps({"pid": a_pid_no_process_has(), "host": "old-host",
+                        "since": "2026-01-01T00:00:00+00:00"})
+    lock.write_text(stale, encoding="utf-8")
     lock.chmod(0o644)
+    if owner != "mine":
+        if os.geteuid() != 0:
+            pytest.skip("only root can make a file that another user owns")
+        os.chown(lock, 65534, 65534)    # nobody's, as another user's writer left it
+        lock.chmod(0o666)
     folder = str(Path(sys.modules[lesson.SessionLog.__module__].__file__).parent)
     seen = []
 
@@ -3252,14 +3280,27 @@ def test_a_stale_lock_file_others_may_read_never_shows_them_the_new_holder(
     sys.setprofile(look)
     try:
         log.append(FIRST)
+    except OSError as error:
+        if owner == "mine":
+            raise
+        refused = error     # it may not close another's file to others: no harm
+    else:
+        refused = None
     finally:
         sys.setprofile(None)
         log.close()
+    made = "a dead holder" if owner == "mine" else "another user's dead holder"
     assert not seen, (
-        "a dead holder's lock file others could read (0o644) held this writer's "
-        f"record while its mode was {seen[0] if seen else ''}: others could read who "
-        "holds the session; the file should be closed to them (0o600) before the new "
-        "record is written into it")
+        f"{made}'s lock file others could read "
+        f"({'0o644' if owner == 'mine' else '0o666'}) held this writer's record while "
+        f"its mode was {seen[0] if seen else ''}: others could read who holds the "
+        "session; the file should be closed to them (0o600) before the new record is "
+        "written into it"
+        + ("" if owner == "mine" else ", whoever made it, or refused"))
+    if refused is not None:
+        assert lock.read_text(encoding="utf-8") == stale, (
+            f"the writer refused another user's stale lock file ({refused}), but "
+            "changed its record first")
 
 @pytest.mark.task("05.1")
 def test_a_lock_files_name_changed_once_the_lock_is_granted_is_never_written_through(
