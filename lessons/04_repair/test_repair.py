@@ -469,6 +469,16 @@ def test_parse_log_names_a_damaged_whole_line_by_its_place_in_the_file(
     assert reason in message, (
         f"the error should say why the line is no entry, as parse_line said it "
         f"({reason!r}); it says: {message}")
+    told = lesson.CorruptLog(path, number, len(before), reason)
+    assert message == str(told), (
+        f"the error should give parse_line's reason in its own words, {reason!r}, "
+        "with nothing of Python's around it (no exception's name, no quotes): it is "
+        f"what the user reads to mend the line. It says: {message}; CorruptLog made "
+        f"of that file, line, offset and reason says: {told}")
+    assert isinstance(found.path, type(path)) and found.path == path, (
+        f"the error's `path` should be the log's path as parse_log was given it, "
+        f"{path!r}, so that a program that catches the error can open that file; it "
+        f"is {found.path!r}")
 
 
 @pytest.mark.task("04.1")
@@ -1489,6 +1499,19 @@ def test_a_tail_no_crash_could_leave_is_damage_not_a_torn_line(
                     f"{path}, line {number} and byte offset {offset}, as for a damaged "
                     "line anywhere else, so that the user can find it with an editor "
                     f"and mend it; they say: {said}")
+        told = lesson.CorruptLog(path, number, offset, lesson.WHOLE_LINE_AND_MORE)
+        if said != str(told):
+            fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}"
+                    "...) are its last line, and a crash may tear a last line: the "
+                    "error should say why this one is not forgiven, in the words of "
+                    f"WHOLE_LINE_AND_MORE ({lesson.WHOLE_LINE_AND_MORE!r}), not only "
+                    "that it is no JSON (a torn line is none either). It says: "
+                    f"{said}; CorruptLog made of that file, line, offset and reason "
+                    f"says: {told}")
+        if not (isinstance(error.path, type(path)) and error.path == path):
+            fail_in("04.1", "the error's `path` should be the log's path as parse_log "
+                    f"was given it, {path!r}, so that a program that catches the "
+                    f"error can open that file; it is {error.path!r}")
     else:
         fail_in("04.1", f"the log's bytes after its last newline ({tail[:50]!r}...) "
                 "hold a whole JSON value with more after it, which no crash leaves (a "
@@ -1950,6 +1973,58 @@ def test_a_torn_tail_after_open_calls_is_told_by_one_marker(resume, sessions,
         f"{situation}: the marker should come right after the whole lines, then a "
         f"result for each of {still_open}, in that order; after the whole lines the "
         f"log holds {found[len(entries):]}")
+    assert log.repaired == repair[0], (
+        f"log.repaired should be the marker this writer wrote, {repair[0]}; it is "
+        f"{log.repaired}")
+
+
+# Another program's log: the three calls were closed by the user's next message, with
+# no result (a gap in the middle, which no repair of the tail can mend), and the
+# conversation went on
+CLOSED_BY_THE_USER = [ASK, BUY_THREE,
+                      {"role": "user", "content": "Never mind, ask the guard."},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          tool_call("call_g1", "talk_to", npc="guard"),
+                          tool_call("call_g2", "talk_to", npc="elder")]}]
+# name: (the log's entries, its tail, the calls this repair answers)
+EARLIER_GAPS = {
+    "calls open at the end": (CLOSED_BY_THE_USER, b"", ["call_g1", "call_g2"]),
+    "a torn tail after a plain answer": (
+        [*CLOSED_BY_THE_USER, result("call_g1", "The guard nods."),
+         result("call_g2", "The elder sleeps."),
+         {"role": "assistant", "content": "The guard nods."}], TORN, []),
+}
+
+
+@pytest.mark.task("04.3")
+@pytest.mark.parametrize("case", list(EARLIER_GAPS))
+def test_the_marker_names_only_the_calls_its_repair_answers(resume, sessions, case):
+    """`interrupted` lists the calls this repair answers, and no other: in a log
+    another program wrote, calls of an earlier turn that its user's next message
+    closed without a result are no business of the repair (a result for them would
+    land after that message), so the marker does not name them either. A marker
+    that names a call with no result after it tells a reader of the log something
+    that never happened."""
+    entries, tail, answered = EARLIER_GAPS[case]
+    path = write_log(sessions, entries, tail=tail)
+    data = path.read_bytes()
+    whole = data[:len(data) - len(tail)]
+
+    _, log = resume_whole(resume, path, whole,
+                          "half a line" if tail else "two calls left open")
+
+    found = entries_in(path)
+    repair = markers(found)
+    situation = (f"{case}, in a log whose earlier calls {CALL_ORDER} the user's next "
+                 "message closed without a result")
+    if len(repair) != 1:
+        fail_in("04.3", f"{situation}: the takeover should write one repair marker; "
+                f"the log holds {len(repair)}: {repair}")
+    check_marker(repair[0], tail, answered, situation)
+    added = [entry.get("tool_call_id") for entry in found[len(entries) + 1:]]
+    assert added == answered, (
+        f"{situation}: the repair should answer {answered or 'no call'}, after its "
+        f"marker; after the whole lines the log holds {found[len(entries):]}")
     assert log.repaired == repair[0], (
         f"log.repaired should be the marker this writer wrote, {repair[0]}; it is "
         f"{log.repaired}")
