@@ -403,11 +403,12 @@ class SessionLog(SessionLock, SessionBlobs, SessionUndo, SessionCompaction,
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
         )
         try:
-            # A log with no line yet may be one whose name never reached the disk: one
-            # created just now, or by a writer whose folder sync then failed. Its name
-            # is synced before its first line. (A log with lines had its name synced
-            # by the durable writer of its first.) Only a durable writer asks.
-            if self.durable and os.fstat(fd).st_size == 0:
+            # The log's name may not be on the disk yet, whoever created it: this writer
+            # just now, one whose folder sync then failed, or one that was not durable
+            # (it syncs no name, and may have written lines since). Nothing in the file
+            # tells which, so a durable writer syncs the folder once per open, before
+            # its first line. Only a durable writer asks.
+            if self.durable:
                 self._sync_folder()
         except BaseException:
             # Not opened: the next append comes back here, and syncs the name again

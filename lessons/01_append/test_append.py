@@ -840,6 +840,10 @@ class FsyncRecorder:
 
     def wrap(self, real):
         def sync(fd):
+            if not isinstance(fd, int):
+                pytest.fail(f"a sync was asked of {fd!r}, which is no open descriptor: "
+                            "os.fsync takes the number os.open gave, of a file or a "
+                            "folder that is still open", pytrace=False)
             info = os.fstat(fd)
             self.kinds.append("folder" if stat.S_ISDIR(info.st_mode) else "file")
             if not stat.S_ISDIR(info.st_mode):
@@ -871,8 +875,9 @@ def fail_syncs(monkeypatch, fails, ctrl_c=False, code=errno.EIO):
 def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
     lesson, sessions, monkeypatch
 ):
-    """In durable mode every line is fsynced, and the folder once when the log is new,
-    so an acknowledged message survives a power cut."""
+    """In durable mode every line is fsynced, and the folder once per open, before its
+    first line (nothing in a log tells whether its name reached the disk), so an
+    acknowledged message survives a power cut."""
     fsync = FsyncRecorder(monkeypatch)
 
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
@@ -906,9 +911,12 @@ def test_durable_mode_fsyncs_every_line_and_the_folder_of_a_new_log(
     fsync.kinds.clear()
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         log.append({"role": "user", "content": "again"})
-    assert fsync.kinds == ["file"], (
-        f"the log already existed: only the line needs syncing, got {fsync.kinds}"
-    )
+        log.append({"role": "user", "content": "and again"})
+    assert fsync.kinds == ["folder", "file", "file"], (
+        "a second durable writer of quest-1 appended two lines, with the syncs, in "
+        f"order: {fsync.kinds}; expected the folder once, as it opened the log (its "
+        "name may never have reached the disk: nothing in a log tells who wrote it, "
+        "durably or not), then one sync per line")
 
     fsync.kinds.clear()
     with lesson.SessionLog(sessions, "quest-2", durable=True) as log:
@@ -2100,6 +2108,16 @@ def test_an_empty_log_another_program_left_has_its_name_synced_first(
         pytest.fail("an empty log was in the sessions folder, and a durable writer's "
                     f"first append to it raised {described(error)}: an empty log is a "
                     "log like any other, appended to", pytrace=False)
+    expect_the_name_synced_first(fsync, sessions, (
+        "an empty log, which another program left, was in the sessions folder",
+        "a writer killed between its create and its folder sync leaves just that"))
+
+
+def expect_the_name_synced_first(fsync, sessions, found):
+    """Fail unless the sessions folder was synced, quest-1.jsonl in it, before the
+    first line a durable writer appended to quest-1 (found: what was there before,
+    and how its name could have missed the disk)."""
+    there, how = found
     folder = sessions.stat()
     synced = [n for n, seen in enumerate(fsync.folders)
               if seen == (folder.st_dev, folder.st_ino)
@@ -2107,13 +2125,29 @@ def test_an_empty_log_another_program_left_has_its_name_synced_first(
     first_line = (fsync.kinds.index("file") if "file" in fsync.kinds
                   else len(fsync.kinds))
     folder_syncs = [n for n, kind in enumerate(fsync.kinds) if kind == "folder"]
-    assert synced and folder_syncs[synced[0]] < first_line, (
-        "an empty log, which another program left, was in the sessions folder; a "
-        "durable writer appended its first line and returned, with the syncs, in "
-        f"order: {fsync.kinds}. Nothing says that log's name ever reached the disk "
-        "(a writer killed between its create and its folder sync leaves just that): "
-        "the sessions folder is synced, the name in it, before the first line in the "
-        "log is acknowledged, or a power cut takes the log with the line")
+    if not (synced and folder_syncs[synced[0]] < first_line):
+        fail_in("01.4", f"{there}; a durable writer appended its first line and "
+                f"returned, with the syncs, in order: {fsync.kinds}. Nothing says that "
+                f"log's name ever reached the disk ({how}): the sessions folder is "
+                "synced, the name in it, before this writer's first line in the log is "
+                "acknowledged, or a power cut takes the log with the line")
+
+
+@pytest.mark.task("01.4")
+def test_a_log_a_writer_that_was_not_durable_began_has_its_name_synced_first(
+        lesson, sessions, monkeypatch):
+    """Durable mode: a log whose lines a writer that was not durable appended has a
+    name that may never have reached the disk (that writer syncs nothing). Before a
+    durable writer's first line in it is acknowledged, the folder is synced with the
+    name in it: lines in a log prove nothing of its name either."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "written without durable mode"})
+    fsync = FsyncRecorder(monkeypatch)
+    with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
+        log.append({"role": "user", "content": "first durable line"})
+    expect_the_name_synced_first(fsync, sessions, (
+        "quest-1.jsonl held a line that a writer without durable mode appended",
+        "that writer synced nothing, its log's name included"))
 
 
 @pytest.mark.task("01.4")
@@ -2730,6 +2764,9 @@ def test_after_an_fsync_that_failed_the_writer_refuses_to_go_on(lesson, sessions
         failures = []
 
         def first_sync_fails(fd):
+            """The first sync of the log (the folder's, at the open, goes through)."""
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
             failures.append(fd)
             return len(failures) == 1
 
