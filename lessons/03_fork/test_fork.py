@@ -1100,9 +1100,12 @@ def test_a_fork_onto_an_id_with_a_meta_file_and_no_log_records_its_own_lineage(
         created = None
     # What is wrong, said as itself: a lineage kept from before, or a time without its
     # zone, are different mistakes in different places of the code
-    if lineage.get("created") == left["created"] or lineage.get("id") != "what-if":
+    if lineage.get("created") == left["created"]:
         wrong = ("what a killed fork left is replaced, never brought up to date nor "
                  "kept")
+    elif lineage.get("id") != "what-if":
+        wrong = ("its 'id' should be the fork's own, 'what-if'"
+                 + (", and it has none" if "id" not in lineage else ""))
     elif created is None:
         wrong = "'created' should be ISO 8601 text, as 2025-01-31T12:00:00+00:00"
     elif created.tzinfo is None:
