@@ -306,15 +306,18 @@ def test_a_call_sent_again_runs_with_the_arguments_sent_not_what_a_tool_left(les
 
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments", ["[" * 100_000, "{item: rope", '{"item": "rope"}',
-                                       '{"count": NaN}'],
-                         ids=["nested", "no-json", "fine", "nan"])
+                                       '{"count": NaN}',
+                                       '{"item": ' + "7" * 5_000 + "}"],
+                         ids=["nested", "no-json", "fine", "nan", "long-number"])
 def test_reading_arguments_leaves_the_program_as_it_was(lesson, town, arguments):
     """Reading a call's arguments, fine or not, changes nothing of the program around
-    it: Python's recursion limit is the same after as before (a limit raised to read
-    deep JSON and not set back leaves every later call of the program under it)."""
+    it: Python's recursion limit, and its limit on the digits of a number, are the
+    same after as before (a limit lifted to read deep JSON or a long number and not
+    set back leaves every later call of the program under it)."""
     import sys
 
     limit = sys.getrecursionlimit()
+    digits = sys.get_int_max_str_digits()
     try:
         lesson.read_arguments(arguments)
     except ValueError:
@@ -322,6 +325,14 @@ def test_reading_arguments_leaves_the_program_as_it_was(lesson, town, arguments)
     run_call(lesson, town, tool_call("buy", arguments),
              f"the arguments were {arguments[:40]!r}")
     after = sys.getrecursionlimit()
+    digits_after = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(digits)
+    assert digits_after == digits, (
+        f"Python's limit on the digits of a number was {digits} before the arguments "
+        f"{arguments[:40]!r} were read, and is {digits_after} after: reading "
+        "arguments should leave the program as it found it (a limit lifted to read a "
+        "long number, and not set back, lets every later reading of the program, of "
+        "any text, take numbers of millions of digits, each slow to read)")
     # The program changes its own limit later on: the next reading leaves that one,
     # not the limit an earlier call saw.
     sys.setrecursionlimit(limit + 321)
@@ -397,7 +408,8 @@ def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_te
     """Arguments holding a number of thousands of digits are JSON, but Python's reader
     refuses them, with an error of its own kind (not its decode error): they could not
     be read, so the tool does not run, and the result says so and quotes their start,
-    saying it was cut, as it does for any long arguments that could not be read."""
+    saying it was cut, as it does for any long arguments that could not be read; and
+    it does not blame a NaN or Infinity the arguments do not hold."""
     sent = '{"item": ' + "7" * 5_000 + "}"
     result = run_call(lesson, town, tool_call("buy", sent),
                       "the arguments held a number of 5,000 digits")
@@ -419,6 +431,17 @@ def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_te
         "on (no word such as 'cut', no '...', no length, besides Python's own words "
         "about the number): the model takes the start for all it sent; got "
         f"{result[:600]!r}")
+    # What went wrong is the number: a result that blames NaN or Infinity, which the
+    # arguments do not hold, sends the model looking for a value it never wrote (a
+    # result may name them among the causes, beside the number's length).
+    blamed = [word for word in ("nan", "infinity") if word in told.lower()]
+    length = any(word in told.lower() for word in ("digit", "long", "large", "limit"))
+    assert not blamed or length, (
+        f"{what}, and no NaN or Infinity; the error result speaks of {blamed}, and "
+        f"of nothing too long: {result[:600]!r}. From the result alone the model "
+        "must tell what went wrong, and the arguments hold no such value (a number "
+        "read past Python's limit and refused when written back is refused for its "
+        "length)")
 
 
 @pytest.mark.task("00.1")
@@ -736,6 +759,54 @@ def test_an_exception_of_several_arguments_keeps_all_its_words(lesson):
         f"words, as Python shows it ([Errno 2] No such file or directory: "
         f"'map-of-the-cave.txt'), so that the model learns which map is missing; it "
         f"lacks {missing} and reads {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_tools_words_over_several_lines_are_told_whole(lesson):
+    """A tool may word its failure over several lines (a shop's notice on the door):
+    short as they are, every line reaches the model. A result that keeps the first
+    line alone leaves the rest out without saying so, and the model never reads what
+    to do next."""
+    words = "the shop is closed\nit opens at dawn\nknock twice for the keeper"
+
+    def buy(item):
+        raise RuntimeError(words)
+
+    what = f"the tool buy raised RuntimeError({words!r})"
+    result = run_call(lesson, FewTools(buy=buy), tool_call("buy", '{"item": "rope"}'),
+                      what)
+
+    assert_error_result(result, what)
+    missing = [line for line in words.splitlines() if line not in result]
+    assert not missing, (
+        f"{what}, {len(words)} characters over three lines; the error result lacks "
+        f"the lines {missing} and reads {result!r}: a tool's short words reach the "
+        "model whole, every line of them (only words too long to send again are cut, "
+        "and the result then says so)")
+
+
+@pytest.mark.task("00.1")
+def test_an_error_result_names_the_tool_whose_call_failed(lesson):
+    """From an error result alone the model must tell what went wrong, and a reply
+    may hold several calls: the result for arguments that could not be read, and the
+    result for a tool that failed, name the tool the model called, as the result for
+    a tool the town does not have names it. Without the name, 'the arguments are not
+    valid JSON' or 'RuntimeError: the purse is torn' says neither which call nor
+    whose failure it was, to the model or to a person reading the log."""
+    def count_gold(purse):
+        raise RuntimeError("the purse is torn")
+
+    for arguments, happened in (
+            ("{purse: left", "sent the arguments '{purse: left', which are no JSON"),
+            ('{"purse": "left"}', "the tool raised RuntimeError('the purse is torn')")):
+        what = f"the model called count_gold and {happened}"
+        result = run_call(lesson, FewTools(count_gold=count_gold),
+                          tool_call("count_gold", arguments), what)
+        assert_error_result(result, what)
+        assert "count_gold" in result, (
+            f"{what}; the error result {result!r} does not name the tool: the model "
+            "reads that something failed, not that it was its call of count_gold "
+            "(the result of every failed call says which tool it called)")
 
 
 @pytest.mark.task("00.1")
@@ -1323,6 +1394,32 @@ def test_a_call_that_fails_does_not_stop_the_calls_after_it(lesson, model, town)
         f"the next request holds the calls {calls} and should answer each, in order; "
         f"its results answer {answered}. A call left without its result (because one "
         "before it failed) makes a provider refuse the request")
+
+
+@pytest.mark.task("00.2")
+def test_an_empty_tool_answer_reaches_the_model_empty(lesson, model, town):
+    """A tool may answer with empty text (a note with nothing written on it): that is
+    its answer, and the model reads it as the tool gave it. A word of the loop's own
+    put in its place ('(no output)') is text no tool wrote, in the history and in
+    every later request."""
+    model.add(use(call("talk_to", npc="scribe")), say("The note is blank."))
+    tools = FewTools(talk_to=lambda npc: "")
+    tools.schemas = town.schemas
+    asked = tool_call("talk_to", '{"npc": "scribe"}')
+    alone = run_call(lesson, tools, asked, "the tool talk_to answered ''")
+    if alone != "":
+        fail_in("00.1", f"the tool talk_to answered '' (empty text), and run_tool "
+                f"(task 00.1) returned {alone!r}: a tool's answer is told as it is")
+    agent = lesson.Agent(model.client(), model=model.model, tools=tools)
+
+    agent.run("Read the scribe's note.")
+
+    sent = [m.get("content") for m in model.requests[-1]["messages"]
+            if m.get("role") == "tool"]
+    assert sent == [""], (
+        "the tool talk_to answered '' (empty text), and run_tool returns '' for it; "
+        f"the next request's results are {sent}: the loop records each result as "
+        "run_tool gave it, the empty answer included, not words of its own")
 
 
 @pytest.mark.task("00.2")

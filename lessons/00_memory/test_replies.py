@@ -968,14 +968,16 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
 @pytest.mark.parametrize(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
                   "None", '{"item": "ro\npe"}', " ", "\n", '{"item": "rope"}}',
-                  '```json\n{"item": "rope"}\n```', '{"item": "rope"}\u00a0']
+                  '```json\n{"item": "rope"}\n```', '{"item": "rope"}\u00a0',
+                  '\ufeff{"item": "rope"}', '{"item": "rope",}']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
     text null too and blank text (only a missing value, None, or "" means no
     arguments), and a line break left raw inside a string, which JSON does not
     allow; and an object with text around it (a closing brace too many, a Markdown
-    code fence), which a lenient reader would take though no provider does."""
+    code fence, a byte order mark before it), and a comma before a closing brace,
+    which a lenient reader would take though no provider does."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
@@ -1002,6 +1004,15 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
         " a no-break space after the object is no blank to JSON (only spaces, tabs "
         "and line breaks are), so the text is no JSON: normalize_reply keeps text it "
         "reads as it came, and a strict provider refuses the stored call")
+    why['\ufeff{"item": "rope"}'] = (
+        " a byte order mark before the object is no blank to JSON, and Python's "
+        "reader refuses it: read past it, the text runs, and normalize_reply keeps it "
+        "as it came, mark and all, which a strict provider refuses")
+    why['{"item": "rope",}'] = (
+        " a comma before the closing brace is no JSON (small models write it, and "
+        "Python's reader refuses it): taken out before reading, the call runs, and "
+        "normalize_reply keeps the text as it came, comma and all, which a strict "
+        "provider refuses")
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
@@ -1228,9 +1239,10 @@ def test_text_in_parts_beside_calls_is_kept_with_them(lesson):
 @pytest.mark.task("00.3")
 def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
     """Content sent as parts: the answer is the text of the parts whose type is text,
-    in order. A part of another type is not the answer, even one that carries a text
-    of its own (a reasoning part, as some servers send it), nor one between two text
-    parts, whose texts are still the answer, as they came."""
+    in order, a part of blanks or line breaks alone included. A part of another type
+    is not the answer, even one that carries a text of its own (a reasoning part, as
+    some servers send it), nor one between two text parts, whose texts are still the
+    answer, as they came."""
     reply = {"role": "assistant", "tool_calls": [], "content": [
         {"type": "reasoning", "text": "The shop is closed on Sundays."},
         {"type": "text", "text": "The shop "}, {"type": "text", "text": "is open."}]}
@@ -1266,6 +1278,15 @@ def test_only_the_text_parts_of_a_content_list_are_the_answer(lesson):
         "the answer is every text part, in order, put end to end as it came, "
         "'The shop is open.\\n' (its line break included), and nothing of the "
         f"thinking; it was stored as {message.get('content')!r}")
+    spaced = {"role": "assistant", "tool_calls": [], "content": [
+        {"type": "text", "text": "The shop"}, {"type": "text", "text": " "},
+        {"type": "text", "text": "is open."}, {"type": "text", "text": "\n\n"}]}
+    message = lesson.normalize_reply(spaced, [])
+    assert message.get("content") == "The shop is open.\n\n", (
+        f"the reply's content came as four text parts, {spaced['content']}, two of "
+        "them blank: the blanks are the model's text too, and the answer is every "
+        "text part put end to end, 'The shop is open.\\n\\n'; it was stored as "
+        f"{message.get('content')!r}")
 
 
 @pytest.mark.task("00.3")
