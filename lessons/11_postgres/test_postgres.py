@@ -385,6 +385,46 @@ def test_a_second_writer_is_refused_naming_the_holder(lesson, database, other,
 # repairing, or an append that stores nothing right, is reported under its own task.
 
 
+@pytest.mark.task("11.2")
+def test_a_read_learns_the_place_after_the_rows_and_creates_nothing(lesson,
+                                                                    database):
+    """Task 11.2's part of every opening, alone: _read() of a session that has no rows
+    records nothing (only the first entry records the session), after _read() of a
+    session with two rows a write lands right after them, at seq 2, and another
+    session's writer then starts at its own first place, seq 0."""
+    with lesson.PostgresSessionLog(database, "quest-9") as log:
+        log.load()      # the tables, made by the first connection
+    with lesson.PostgresSessionLog(database, "quest-3", lock=False) as log:
+        log._read()
+    assert lesson.lineage(database, "quest-3") is None, (
+        "_read() of quest-3, which has no rows, recorded it in `sessions`: reading a "
+        "session must change nothing; only its first entry records it, in the same "
+        "statement as that entry")
+    put_rows(database, "quest-9", [{"role": "user", "content": "Buy a rope."},
+                                   {"role": "assistant", "content": "It is yours."}])
+    with lesson.PostgresSessionLog(database, "quest-9", lock=False) as log:
+        log._read()
+        try:
+            log._write(lambda: [{"role": "user", "content": "And a torch."}])
+        except lesson.SessionConflict as error:
+            pytest.fail("after _read() of quest-9 (rows at seq 0 and 1), a write "
+                        "should land at seq 2; it collided with a stored row: "
+                        f"{error}", pytrace=False)
+    seqs = [seq for seq, _, _ in rows(database, "quest-9")]
+    assert seqs == [0, 1, 2], (
+        "after _read() of quest-9 (rows at seq 0 and 1), a write should land at seq "
+        f"2, right after them; the rows' seqs are {seqs}")
+    # Another writer in the same process, of a session with no rows: its own place
+    with lesson.PostgresSessionLog(database, "quest-3", lock=False) as log:
+        log._read()
+        log._write(lambda: [{"role": "user", "content": "Where is the inn?"}])
+    seqs = [seq for seq, _, _ in rows(database, "quest-3")]
+    assert seqs == [0] and lesson.lineage(database, "quest-3") is not None, (
+        "a writer of quest-3, which had no rows, in the same process as quest-9's: "
+        "after _read() its first entry belongs at seq 0, the session recorded with "
+        f"it (what a writer keeps is its own session's); quest-3's seqs are {seqs}")
+
+
 @pytest.mark.task("11.3")
 def test_a_session_with_nothing_to_repair_is_left_as_it_is(lesson, database):
     """A writer that opens a session whose every tool call has its result, or a
@@ -410,6 +450,72 @@ def test_a_session_with_nothing_to_repair_is_left_as_it_is(lesson, database):
         assert log.open_for_append() == [], "a session with no rows opens empty"
     assert rows(database, "quest-2") == [] and lesson.lineage(database, "quest-2") \
         is None, "opening a session that has no rows should create nothing"
+
+
+@pytest.mark.task("11.3")
+def test_a_writer_opened_with_nothing_to_repair_writes_right_after_the_rows(
+        lesson, database):
+    """The state the opening returns is the one the writer goes on from: the opening
+    reads the session through _read, where the writer learns its place, so a writer
+    opened on a session with nothing to repair stores its first entry right after the
+    rows (the test before the first of task 11.3 checks task 11.2's part alone)."""
+    sound = [{"role": "user", "content": "Buy a rope."},
+             {"role": "assistant", "content": "The rope is yours."}]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.load()      # the tables, made by the first connection
+    put_rows(database, "quest-1", sound)
+    torch = {"role": "user", "content": "And a torch."}
+    with lesson.PostgresSessionLog(database, "quest-1", lock=False) as log:
+        log.open_for_append()
+        try:
+            log.append(torch)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail("quest-1 (rows at seq 0 and 1) has nothing to repair; once "
+                        "open_for_append() returned, the writer's first append should "
+                        "land at seq 2, as a write after a bare _read() does; it "
+                        f"failed: {type(error).__name__}: {error}. The opening (task "
+                        "11.3) should read the session through _read, which learns "
+                        "where the writer goes on", pytrace=False)
+    stored = [(seq, json.loads(line)) for seq, line, _ in rows(database)]
+    assert stored == list(enumerate([*sound, torch])), (
+        "quest-1 had rows at seq 0 and 1 and nothing to repair: the writer's first "
+        f"append belongs at seq 2, right after them; found {stored}")
+
+
+@pytest.mark.task("11.3")
+def test_a_request_opens_a_session_another_writer_holds_without_waiting(lesson,
+                                                                        database):
+    """A web service opens a session on every request, without the lock, while a
+    writer on another host holds the session's lock (played by a connection holding
+    the store's key): the opening neither waits for that writer nor fails, and
+    returns the history. Only the key decides whose repair lands, never a lock."""
+    sound = [{"role": "user", "content": "Buy a rope."},
+             call_message(("call_1", "rope")),
+             {"role": "tool", "tool_call_id": "call_1",
+              "content": "You bought a rope."}]
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.load()      # the tables, made by the first connection
+    put_rows(database, "quest-1", sound)
+    with psycopg.connect(database, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (lesson.lock_key("quest-1"),))
+        started = time.monotonic()
+        with lesson.PostgresSessionLog(database, "quest-1", lock=False,
+                                       network_timeout=1.0) as request:
+            try:
+                history = request.open_for_append()
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                pytest.fail("a writer on another host holds quest-1's lock; a request "
+                            "that opens it without the lock should open it at once "
+                            "(no lock of any kind decides an opening), yet the opening "
+                            f"failed after {time.monotonic() - started:.1f} s: "
+                            f"{type(error).__name__}: {error}", pytrace=False)
+    assert history == sound, (
+        "the request opened quest-1 while another writer held its lock: it should get "
+        f"the session's history; it got {history}")
 
 
 @pytest.mark.task("11.2")
@@ -717,6 +823,10 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
             "pid": holder.pid, "host": socket.gethostname()}, (
             f"process {holder.pid} on {socket.gethostname()!r} holds quest-3's lock; "
             f"lock_holder says {found}")
+        assert set(found) == {"pid", "host", "since"}, (
+            "lock_holder should give exactly the holder's pid, host and since, the "
+            "mapping lesson 05's lock file gives and SessionBusy reads; it gives the "
+            f"keys {sorted(found)}")
         try:
             since = datetime.fromisoformat(found["since"])
         except (KeyError, TypeError, ValueError):
@@ -3439,6 +3549,48 @@ def test_a_paste_the_server_refuses_stores_nothing_and_takes_nothing(lesson,
 
 
 @pytest.mark.task("11.4")
+def test_a_large_paste_after_another_writers_row_is_refused_as_a_conflict(lesson,
+                                                                         database):
+    """Two writers without the lock open quest-1; the first stores a message, then
+    the second pastes a large content: its paste is refused with SessionConflict, as
+    any write after a row it never read, and stores nothing of it (no row, no blob);
+    it is not tried again after a fresh read, which would tell the story past what
+    the writer knows, and every later write of that writer is refused."""
+    pasted = "The second's charter, article by article.\n" * 100
+    first = lesson.PostgresSessionLog(database, "quest-1", lock=False)
+    second = lesson.PostgresSessionLog(database, "quest-1", lock=False,
+                                       blob_threshold=100)
+    with first, second:
+        first.open_for_append()
+        second.open_for_append()
+        first.append({"role": "user", "content": "The first's question."})
+        try:
+            second.append({"role": "user", "content": pasted})
+            refused = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            refused = error
+        assert isinstance(refused, lesson.SessionConflict), (
+            "the second writer read quest-1 empty, and the first stored seq 0 since: "
+            "the second's large paste should be refused with SessionConflict, as any "
+            "write after a row the writer never read; it "
+            + ("was stored" if refused is None else f"raised {described(refused)}"))
+        with raises(lesson.WriterStopped, "the second writer's paste was refused as a "
+                    "conflict, and it wrote again from its out-of-date view",
+                    match="quest-1"):
+            second.append({"role": "user", "content": "And again."})
+    contents = [message["content"] for message in messages_in(rows(database))]
+    digest = hashlib.sha256(pasted.encode("utf-8")).hexdigest()
+    blobs = sql(database, "SELECT count(*) FROM session_blobs WHERE sha256 = %s",
+                (digest,))[0][0]
+    assert contents == ["The first's question."] and blobs == 0, (
+        "the refused paste should leave nothing: only the first writer's message as a "
+        f"row, and no blob of the paste; the rows hold {len(contents)} message(s), "
+        f"and session_blobs {blobs} copy of the pasted bytes")
+
+
+@pytest.mark.task("11.4")
 @pytest.mark.parametrize("at", ["session_blobs", "session_entries"])
 def test_a_ctrl_c_during_a_large_paste_leaves_the_writer_storing_the_next(
         lesson, database, monkeypatch, at):
@@ -4044,6 +4196,15 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
         "its index (3, as undo markers count messages), not by its row's place among "
         f"the rows (4, the marker at seq 2 before it); it shows {shown}, its marker "
         f"skips {marker.get('skip')}")
+    # The store's own undo on the fork: the form every undo marker's line has
+    with lesson.PostgresSessionLog(database, "first-3") as fork:
+        fork.undo(1)
+    own = json.loads(rows(database, "first-3")[-1][1])
+    assert list(marker) == list(own), (
+        "the fork's own undo marker should be written as the store's undo writes one, "
+        "the same keys in the same order (the line is what every reader of the rows "
+        f"gets, byte for byte): the store's undo writes the keys {list(own)}, the "
+        f"fork's marker {list(marker)}")
 
 
 @pytest.mark.task("11.5")
