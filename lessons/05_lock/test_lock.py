@@ -458,6 +458,57 @@ def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
         os.close(held)
 
 
+@pytest.mark.task("05.2")
+@pytest.mark.task("05.1")
+def test_a_process_forked_from_the_writer_lets_go_of_nothing_when_it_closes(
+        lesson, sessions):
+    """A writer holds quest-1, and the program forks (a worker, a subprocess started
+    the old way): the child holds copies of the writer's descriptors and of the
+    SessionLog, and closes it, as a with block or a clean-up does. The lock is the
+    parent's: the child's close leaves quest-1.lock where it is, a newcomer is still
+    refused, and the parent goes on writing. (A child that removed the name would let
+    a newcomer make a new lock file beside the held one, and in.)"""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append(FIRST)
+    lock = sessions / "quest-1.lock"
+    try:
+        before = lock.read_bytes()
+        closed = unless_unfinished(in_child(lambda: log.close()))
+        assert closed is None, (
+            "a process forked from quest-1's writer closed the writer it inherited, "
+            f"and its close failed: {closed}. Closing a copy of a writer lets go of "
+            "the copy's descriptors, raising nothing")
+        after = lock.read_bytes() if lock.exists() else None
+        if after != before:
+            fail_in("05.2", "a process forked from quest-1's writer closed the writer "
+                    "it inherited, and quest-1.lock "
+                    + ("is gone" if after is None else "changed")
+                    + " while the parent still holds the lock: a newcomer now makes "
+                    "a new lock file, takes it, and writes beside the parent. The "
+                    "lock, and the file it is under, are the process's that took it")
+        newcomer = lesson.SessionLog(sessions, "quest-1", timeout=0)
+        try:
+            newcomer.append({"role": "user", "content": "Me too."})
+            got_in = True
+        except lesson.SessionBusy:
+            got_in = False
+        finally:
+            newcomer.close()
+        assert not got_in, (
+            "a process forked from quest-1's writer closed the writer it inherited, "
+            "and then a newcomer got into quest-1 while the parent still held it: "
+            "two writers in one log")
+        log.append({"role": "user", "content": "Still here."})
+    finally:
+        log.close()
+    assert not lock.exists(), (
+        "the parent closed in the end, and quest-1.lock is still there: the lock file "
+        "goes when the process that took it lets go")
+    assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Still here."], (
+        "the parent went on writing after its forked copy closed; the log should hold "
+        f"its two messages only: {contents(sessions / 'quest-1.jsonl')}")
+
+
 # --- 05.2: closing a writer, before the tests of 05.1 that close many -----------------
 
 

@@ -61,6 +61,7 @@ class SessionLock:
         The lock is an flock on `<id>.lock`: the kernel lets go of it when its holder
         closes the file or dies, so a crashed writer never leaves the session locked.
         """
+        pid = os.getpid()   # which process takes it (see 05.2)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             # O_NOFOLLOW: a lock file that is a symbolic link is refused, never followed
@@ -100,7 +101,8 @@ class SessionLock:
                 break
             # We locked a file that was removed as its holder let go: retry
             os.close(fd)
-        self._lock_fd = fd
+        # One statement: a Ctrl-C between the two would leave a lock of no process
+        self._lock_fd, self._lock_pid = fd, pid
         # A file found there keeps its mode whatever mode the open asked for
         if found.st_mode & 0o077:
             os.fchmod(fd, 0o600)
@@ -112,9 +114,15 @@ class SessionLock:
 
     def _unlock(self) -> None:
         """Let go of the session, if this SessionLog holds it. Every close calls it."""
+        pid = os.getpid()   # before the descriptor is taken: nothing lost if a Ctrl-C
         fd, self._lock_fd = self._lock_fd, None
         if fd is None:
             return      # never locked, or let go already: a second close does nothing
+        if self._lock_pid != pid:
+            # A process forked from the writer closes its copy of the descriptor:
+            # the writer still holds the lock through its own, under this name.
+            os.close(fd)
+            return
         # Remove the name first, while the lock is still ours: a writer that opened this
         # file and is waiting on it will find, once it gets the lock, that the name
         # points nowhere and try again on a new file. (Remove it after letting go, and a
