@@ -468,16 +468,31 @@ def test_a_process_forked_from_the_writer_lets_go_of_nothing_when_it_closes(
     parent's: the child's close leaves quest-1.lock where it is, a newcomer is still
     refused, and the parent goes on writing. (A child that removed the name would let
     a newcomer make a new lock file beside the held one, and in.)"""
+    base = open_descriptors()
     log = lesson.SessionLog(sessions, "quest-1")
     log.append(FIRST)
+    writer_holds = open_descriptors() - base    # its log's and its lock's
     lock = sessions / "quest-1.lock"
     try:
         before = lock.read_bytes()
-        closed = unless_unfinished(in_child(lambda: log.close()))
-        assert closed is None, (
+
+        def close_the_copy():
+            """Close the inherited writer; how many descriptors it left open."""
+            held = open_descriptors()
+            log.close()
+            return held - open_descriptors()
+
+        closed = unless_unfinished(in_child(close_the_copy))
+        assert isinstance(closed, int), (
             "a process forked from quest-1's writer closed the writer it inherited, "
             f"and its close failed: {closed}. Closing a copy of a writer lets go of "
             "the copy's descriptors, raising nothing")
+        assert closed == writer_holds, (
+            "a process forked from quest-1's writer closed the writer it inherited, "
+            f"which held {writer_holds} descriptors (its log's and its lock's), and "
+            f"{closed} of them were closed: the copy's descriptors are its own, and "
+            "a process that closes what it inherited keeps none of them open (the "
+            "lock itself stays the parent's, through the parent's own descriptor)")
         after = lock.read_bytes() if lock.exists() else None
         if after != before:
             fail_in("05.2", "a process forked from quest-1's writer closed the writer "
