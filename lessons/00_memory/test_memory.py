@@ -924,6 +924,32 @@ def says_it_was_cut(result):
 
 
 @pytest.mark.task("00.1")
+@pytest.mark.parametrize("name", [None, 7, ["buy"], {"name": "buy"}], ids=repr)
+def test_a_name_that_is_no_text_is_told_to_the_model_as_it_came(lesson, name):
+    """A server's slip can send a call whose tool name is null, a number or a list
+    (JSON lets it). No tool has such a name: the call gets an error result, as for a
+    name of no tool, showing what came (the model reads None, not the text 'None'),
+    and nothing runs. The turn goes on: the server's slip is not the agent's crash."""
+    ran = []
+
+    def buy(item):
+        ran.append(item)
+        return f"bought the {item}"
+
+    what = f"the server sent a call whose tool name is {name!r}, no text"
+    result = run_call(lesson, FewTools(buy=buy), tool_call(name, '{"item": "rope"}'),
+                      what)
+    assert_error_result(result, what)
+    assert not ran, f"{what}, and buy ran on it: no tool has a name that is no text"
+    assert repr(name) in result, (
+        f"{what}; the error result should show it as it came, {name!r}, for the "
+        f"model to see what it sent; got {result!r}")
+    assert "buy" in result.replace(repr(name), ""), (
+        f"{what}; the error result should list the tools there are (buy), for the "
+        f"model to pick one; got {result!r}")
+
+
+@pytest.mark.task("00.1")
 def test_a_long_name_of_no_tool_is_quoted_only_in_part(lesson):
     """A model stuck repeating itself can send a tool name of 100 KB. The error result
     goes back with every later request, so it stays short: it quotes the name's start

@@ -40,12 +40,13 @@ def run_tool(tools: Tools, call: Message) -> str:
         saying that it was cut and how long it was. An error result goes back with
         every later request, and what the model sent (or a tool's words that echo it)
         may be 100 KB: its start is enough for the model to recognise it."""
-        if len(text) <= 200:
+        if not isinstance(text, str) or len(text) <= 200:
             return show(text)
         return f"{show(text[:200])}... (cut: {len(text):,} characters in all)"
 
     name = call["function"]["name"]
-    function = tools.functions.get(name)
+    # A server's slip may name no text at all (null, a list): no tool has that name
+    function = tools.functions.get(name) if isinstance(name, str) else None
     if function is None:
         # The name is the model's, whatever its length: quoted (cut before the quote
         # is made, so that it is closed), for the model to see the name it got wrong.
