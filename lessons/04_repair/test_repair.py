@@ -136,15 +136,36 @@ def check_marker(marker, cut, interrupted, situation):
     if marker != expected:
         fields = set(marker) if isinstance(marker, dict) else set()
         missing, extra = sorted(set(expected) - fields), sorted(fields - set(expected))
-        wrong = [f"{name}: {marker[name]!r} where {expected[name]!r} is due"
+        wrong = [f"{name}: {how_it_differs(marker[name], expected[name])}"
                  for name in expected
                  if name in fields and marker[name] != expected[name]]
         said = "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else [])
             + ([f"fields no reader expects: {', '.join(extra)}"] if extra else [])
             + wrong)
-        fail_in("04.3", f"{situation}: the repair marker should be {expected}, its "
-                f"five fields and no other; it is {marker} ({said})")
+        fail_in("04.3", f"{situation}: the repair marker should be "
+                f"{shortly(expected)}, its five fields and no other; it is "
+                f"{shortly(marker)} ({said})")
+
+
+def shortly(value, most=300):
+    """repr(value), its middle left out past `most` characters (a preview of 80 NULs
+    shown whole hides the one that differs)."""
+    text = repr(value)
+    return text if len(text) <= most else (
+        f"{text[:most // 2]} ... {text[-most // 2:]} ({len(text):,} characters)")
+
+
+def how_it_differs(found, due):
+    """A marker's field that is not what is due, in words that show where: for two
+    texts, their lengths and the first character that differs."""
+    if not (isinstance(found, str) and isinstance(due, str)):
+        return f"{shortly(found, 120)} where {shortly(due, 120)} is due"
+    at = next((i for i, (a, b) in enumerate(zip(found, due)) if a != b),
+              min(len(found), len(due)))
+    return (f"{len(found)} characters where {len(due)} are due, the first difference "
+            f"at character {at}: {found[at:at + 12]!r} where {due[at:at + 12]!r} is "
+            f"due (it is {shortly(found, 120)})")
 
 
 def resume_whole(resume, path, whole, what):

@@ -243,7 +243,9 @@ def parse_line(line: bytes) -> Message:
     try:
         entry = decode_json(text)
     except json.JSONDecodeError as error:
-        reason = f"not JSON ({error.msg} at column {error.colno})"
+        # Some of json's words end in "at" already ("Unterminated string starting at")
+        at = "" if error.msg.endswith(" at") else " at"
+        reason = f"not JSON ({error.msg}{at} column {error.colno})"
         raise InvalidMessage(reason) from None
     except RecursionError:
         raise InvalidMessage("it is nested too deep to read") from None
