@@ -4871,6 +4871,38 @@ def test_collect_judges_a_blob_a_crashed_collector_set_aside_like_any_other(
     assert resume(lesson, sessions)[0]["content"] == LARGE_SECRET
 
 
+def a_blob_set_aside_by_a_crashed_collector(lesson, sessions):
+    """Play a paste, then set its blob aside as a collector killed in the middle leaves
+    it (a log still refers to it); the blob's name."""
+    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
+    [blob] = blob_names(sessions)
+    aside = sessions / "blobs" / f".{blob}.collected"
+    os.rename(sessions / "blobs" / blob, aside)
+    age(aside, 2)
+    return blob
+
+
+def refuse_to_give_back(monkeypatch, blob, failure="io-error", once=False):
+    """Make every way of giving `blob` its name back (os.link, rename, replace) fail,
+    with an I/O error or a Ctrl-C, every time or `once`; the failures made, for the
+    test to see that its set-up was met."""
+    failed = []
+
+    def refusing(real):
+        def give_back(source, target, *args, **kwargs):
+            if Path(target).name == blob and not (once and failed):
+                failed.append(True)
+                if failure == "ctrl-c":
+                    raise KeyboardInterrupt("the test's Ctrl-C")
+                raise OSError(5, "Input/output error (the test's)", str(target))
+            return real(source, target, *args, **kwargs)
+        return give_back
+
+    for name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    return failed
+
+
 @pytest.mark.task("09.5")
 @pytest.mark.parametrize("failure", ["io-error", "ctrl-c"])
 def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
@@ -4881,25 +4913,8 @@ def test_a_collection_that_fails_on_a_set_aside_blob_leaves_it_to_the_next(
     KeyboardInterrupt and no Exception): it may raise, but once it is over it holds
     nothing, so a later collection of the same process gives the blob its name back,
     and the log loads."""
-    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
-    [blob] = blob_names(sessions)
-    aside = sessions / "blobs" / f".{blob}.collected"
-    os.rename(sessions / "blobs" / blob, aside)
-    age(aside, 2)
-    failed = []
-
-    def refusing(real):
-        def give_back(source, target, *args, **kwargs):
-            if Path(target).name == blob and not failed:
-                failed.append(True)
-                if failure == "ctrl-c":
-                    raise KeyboardInterrupt("the test's Ctrl-C")
-                raise OSError(5, "Input/output error (the test's)", str(target))
-            return real(source, target, *args, **kwargs)
-        return give_back
-
-    for name in ("link", "rename", "replace"):
-        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    blob = a_blob_set_aside_by_a_crashed_collector(lesson, sessions)
+    failed = refuse_to_give_back(monkeypatch, blob, failure, once=True)
     try:
         lesson.collect_blobs(sessions)
     except (OSError, KeyboardInterrupt):
@@ -4928,20 +4943,8 @@ def test_a_collection_that_cannot_give_a_set_aside_blob_back_says_so(
     a collect_blobs() that returns has every blob set aside that a log refers to back
     under its name; one that cannot do that raises, and the caller learns that the log
     no longer loads."""
-    play(lesson, sessions, (LARGE_SECRET, [say("Noted.")]))
-    [blob] = blob_names(sessions)
-    aside = sessions / "blobs" / f".{blob}.collected"
-    os.rename(sessions / "blobs" / blob, aside)
-    age(aside, 2)
-    def refusing(real):
-        def give_back(source, target, *args, **kwargs):
-            if Path(target).name == blob:
-                raise OSError(5, "Input/output error (the test's)", str(target))
-            return real(source, target, *args, **kwargs)
-        return give_back
-
-    for name in ("link", "rename", "replace"):
-        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+    blob = a_blob_set_aside_by_a_crashed_collector(lesson, sessions)
+    refuse_to_give_back(monkeypatch, blob)
     try:
         removed = lesson.collect_blobs(sessions)
     except OSError:
