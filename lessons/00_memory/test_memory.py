@@ -442,6 +442,16 @@ def test_a_number_too_long_for_python_to_read_is_quoted_like_other_unreadable_te
         "must tell what went wrong, and the arguments hold no such value (a number "
         "read past Python's limit and refused when written back is refused for its "
         "length)")
+    # And it says what was wrong, in its own words or in Python's: the number's
+    # length. The arguments are JSON (a number may have any length), so a result
+    # that only calls them unreadable JSON leaves the model nothing it can change.
+    said = re.sub("7{4,}", "", result).lower()
+    assert any(word in said for word in ("digit", "long", "large", "limit", "big",
+                                         "huge", "exceed", "size", "length")), (
+        f"{what}; the error result quotes them but never says what was wrong with "
+        "them (no word of the number's length, its digits or a limit, in its own "
+        f"words or in Python's): {result[:600]!r}. The arguments are JSON, and from "
+        "the result alone the model must tell what went wrong")
 
 
 @pytest.mark.task("00.1")
@@ -1167,6 +1177,21 @@ def test_arguments_holding_nan_or_infinity_are_unreadable(lesson, town, argument
         f"{what}; they are {len(str(arguments)):,} characters, and the error result "
         f"quoting them is {len(result):,}: it goes back to the model with every later "
         "request, and a start is enough for the model to see what it sent")
+    # The quote alone does not say what was wrong: 1e999 is a number to any reader
+    # (only once read is it Infinity), and NaN may look like a word. Past the quote
+    # of what was sent, the result names the value JSON does not have.
+    shown = arguments if isinstance(arguments, str) else repr(arguments)
+    told = result
+    for end in range(min(len(shown), len(result)), 0, -1):
+        if shown[:end] in told:
+            told = told.replace(shown[:end], "")
+            break
+    assert re.search(r"nan|infinit|finite|too large|out of range|overflow", told,
+                     re.IGNORECASE), (
+        f"{what}; the error result quotes them and never says what was wrong with "
+        "them, past the quote (no word of NaN or Infinity, of a number not finite "
+        f"or too large): {result!r}. From the result alone the model must tell what "
+        "went wrong, and text that reads as JSON, quoted, does not tell it")
     if len(str(arguments)) > 2_000:
         assert says_it_was_cut(result), (
             f"{what}; they are {len(str(arguments)):,} characters, and the error "
@@ -1606,6 +1631,19 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
         f"refuses a call left unanswered); the calls {asked} got results for "
         f"{answered}")
     names_the_limit(raised.value, 3)
+    # The same agent's next turn reaches the same limit, and its error names it: the
+    # limit is the turn's, whatever the turns before it asked.
+    with raises(lesson.MaxTurnsExceeded,
+                "on the agent's second turn, run() returned although the model was "
+                "still calling tools after max_turns=3 model calls, where "
+                "MaxTurnsExceeded was expected") as again:
+        agent.run("Keep talking, again.")
+    said = str(again.value)
+    assert re.search(r"(?<![\d.])3(?![\d.])", said), (
+        "with max_turns=3, the agent's second turn gave up after its own 3 model "
+        f"calls, and MaxTurnsExceeded says {said!r}: it should name the limit that "
+        "turn reached, 3 (the turns before it count for nothing), so that whoever "
+        "reads it knows which setting stopped the turn")
 
     before = len(model.requests)
     with raises(lesson.MaxTurnsExceeded,
@@ -1630,21 +1668,35 @@ def test_a_limit_below_zero_allows_no_model_call(lesson, model, town):
     """max_turns bounds the model calls of a turn: a limit below zero (a setting read
     from a file, mistyped) allows none, as 0 does, and the turn raises rather than
     asking the model with no bound at all (a count that waits to reach the limit
-    exactly never reaches one below zero)."""
+    exactly never reaches one below zero). It gives up as any turn at its limit
+    does: with MaxTurnsExceeded, the one error a caller catches for the limit, and
+    with the user's message in the history, as it was said."""
     model.add(say("Hello, traveller."))
     agent = new_agent(lesson, model, town, max_turns=-1)
 
+    raised = None
     try:
         answer = agent.run("Hello?")
     except NotImplementedError:
         raise
-    except Exception:
-        answer = None
+    except Exception as error:
+        answer, raised = None, error
     assert answer is None and not model.requests, (
         f"with max_turns=-1, run() made {len(model.requests)} model call(s) and "
         f"returned {answer!r}: a limit below zero allows no model call, as 0 does, and "
         "the turn raises (MaxTurnsExceeded): a limit that is never reached leaves a "
         "model that keeps calling tools asked for ever, on the user's bill")
+    assert isinstance(raised, lesson.MaxTurnsExceeded), (
+        f"with max_turns=-1, run() made no model call and raised {described(raised)}, "
+        "where MaxTurnsExceeded was expected: a limit below zero is reached at once, "
+        "as 0 is, and the turn gives up as any turn at its limit does (a caller that "
+        "catches MaxTurnsExceeded, the one error the limit raises, does not catch "
+        f"{type(raised).__name__}, and the program stops on a setting)")
+    said = {"role": "user", "content": "Hello?"}
+    assert agent.messages == [said], (
+        "a turn that gives up keeps what it did, the user's message first, even when "
+        "its limit allowed no model call: with max_turns=-1 the history should be "
+        f"[{said}], the user's message that was said, and it is {agent.messages}")
 
 
 @pytest.mark.task("00.2")

@@ -937,6 +937,36 @@ def test_arguments_sent_as_an_object_are_stored_as_that_whole_object(lesson):
         "what the tool ran with, or as text no provider reads")
 
 
+@pytest.mark.task("00.3")
+@pytest.mark.parametrize("sent", [{"count": float("nan")},
+                                  {"order": [{"gold": float("inf")}]}, ["rope"]],
+                         ids=["object-NaN", "nested-Infinity", "list"])
+def test_arguments_refused_that_came_as_a_value_are_stored_as_the_empty_object(
+        lesson, sent):
+    """Arguments may come as a value rather than as text (llama.cpp's server sends an
+    object). When read_arguments refuses them (NaN or Infinity in them, or no object
+    at all), the stored call holds the empty object, as it does for refused text:
+    JSON text written from what came would hold NaN, or no object, and a strict
+    provider refuses it with every later request."""
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "buy", "arguments": sent}}]}
+
+    message = lesson.normalize_reply(reply, [])
+
+    calls = message.get("tool_calls") or [{}]
+    stored = calls[0].get("function", {}).get("arguments")
+    try:
+        read = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        read = None
+    assert read == {}, (
+        f"the arguments came as the value {sent!r}, which read_arguments refuses "
+        f"(task 00.1), and the stored call holds {stored!r}: arguments it refuses are "
+        "stored as the empty object, '{}', however they came, or the stored call is "
+        "one a strict provider refuses with this request and every later one")
+
+
 @pytest.mark.task("00.1")
 @pytest.mark.parametrize("arguments, expected", [
     ('{"item": "rope"}', {"item": "rope"}), ({"item": "rope"}, {"item": "rope"}),
@@ -969,7 +999,8 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
     "arguments", ["{item: rope", '["rope"]', '"rope"', "42", ["rope"], [], 0, "null",
                   "None", '{"item": "ro\npe"}', " ", "\n", '{"item": "rope"}}',
                   '```json\n{"item": "rope"}\n```', '{"item": "rope"}\u00a0',
-                  '\ufeff{"item": "rope"}', '{"item": "rope",}']
+                  '\ufeff{"item": "rope"}', '{"item": "rope",}', "{'item': 'rope'}",
+                  '{"item": "rope", "lit": True}', '{"item": "rope"} // a long one']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
@@ -977,7 +1008,10 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     arguments), and a line break left raw inside a string, which JSON does not
     allow; and an object with text around it (a closing brace too many, a Markdown
     code fence, a byte order mark before it), and a comma before a closing brace,
-    which a lenient reader would take though no provider does."""
+    which a lenient reader would take though no provider does; and what a model
+    writes that is Python or code rather than JSON (single quote marks, True, a
+    comment after the object), which a reader that forgives it runs and
+    normalize_reply then keeps as it came."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
@@ -1013,6 +1047,13 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
         "Python's reader refuses it): taken out before reading, the call runs, and "
         "normalize_reply keeps the text as it came, comma and all, which a strict "
         "provider refuses")
+    not_json = (" it is Python's way or a program's, not JSON's (JSON has only double "
+                "quote marks, true, and no comments): read by a reader that forgives "
+                "it, the call runs, and normalize_reply keeps the text as it came, "
+                "which every strict provider refuses with every later request")
+    for text in ("{'item': 'rope'}", '{"item": "rope", "lit": True}',
+                 '{"item": "rope"} // a long one'):
+        why[text] = not_json
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
