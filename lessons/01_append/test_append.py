@@ -144,9 +144,9 @@ def the_sessions_id_is_taken(lesson):
 
 def the_log_opens(lesson, folder):
     """Fail in words, naming task 01.4, if `_open`, once written, cannot open a new
-    session's log in an empty folder, or opens it with a descriptor that cannot write:
-    the tests of the other tasks open their logs with it, and would seem to fail for
-    their own task."""
+    session's log in an empty folder, keeps no descriptor in `_fd`, or opens it with a
+    descriptor that cannot write: the tests of the other tasks open their logs with
+    it, and would seem to fail for their own task."""
     try:
         log = lesson.SessionLog(folder, "quest-1")
         log._open()
@@ -158,15 +158,23 @@ def the_log_opens(lesson, folder):
                 f"{type(error).__name__} ({error}). It opens the log to append to "
                 "it, creating it if need be")
     try:
-        if isinstance(log._fd, int):
-            os.write(log._fd, b"")      # no byte: only asks whether it may write
+        if not isinstance(log._fd, int):
+            fail_in("01.4", "_open returned for the log of a new session, "
+                    "quest-1.jsonl in an empty sessions folder, and left the writer's "
+                    f"_fd at {log._fd!r}: _open keeps the descriptor it opened in "
+                    "_fd, where append, _write and close() find it, or no line ever "
+                    "reaches the log (and the descriptor leaks)")
+        os.write(log._fd, b"")      # no byte: only asks whether it may write
     except OSError as error:
         fail_in("01.4", "_open opened the log of a new session, quest-1.jsonl, with "
                 "a descriptor that cannot write to it: a write of no byte through "
                 f"it raised {type(error).__name__} ({error}). The log is opened to "
                 "append to it (for writing, at its end), or no line ever gets in")
     finally:
-        log.close()
+        try:
+            log.close()
+        except OSError:
+            pass    # a descriptor closed already: the failure above says so
 
 
 @pytest.fixture(autouse=True)
@@ -225,6 +233,41 @@ def test_each_message_is_on_disk_before_the_next_model_call(
         f"tool call, tool result); it held {len(on_disk_at_second_call)} of "
         f"{len(model.requests[1]['messages'])} messages"
     )
+
+
+@pytest.mark.task("01.3")
+def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, model, town, sessions):
+    """A tool acts on the world (the shop takes the gold) the moment it runs: the call
+    that asked for it, and every result before it, are in the log by then (checked
+    from inside each tool), so that a crash while a tool runs never leaves a world
+    that changed for a call the log does not hold."""
+    log_path = sessions / "quest-1.jsonl"
+    seen = {}       # what the log held as each tool began to run
+
+    def observed(name, real):
+        def tool(**arguments):
+            seen[name] = lines_of(log_path)
+            return real(**arguments)
+        return tool
+    for name in ("buy", "talk_to"):
+        town.functions[name] = observed(name, town.functions[name])
+    model.add(use(call("buy", item="rope"), call("talk_to", npc="elder")),
+              say("Bought, and asked."))
+    agent, log = agent_on(lesson, model, town, sessions)
+
+    with log:
+        agent.run("Buy a rope, then ask the elder.")
+
+    said = agent.messages
+    for name, before in [("buy", said[:2]), ("talk_to", said[:3])]:
+        held = seen.get(name)
+        assert held is None or held == before, (
+            f"the model called buy, then talk_to, in one reply; as {name} began to "
+            f"run, the log held {[m.get('role') for m in held]}, where "
+            f"{[m.get('role') for m in before]} was expected (the user's message, "
+            "the call" + (", buy's result" if name == "talk_to" else "") + "): each "
+            "message is saved the moment it exists, before the next tool runs, or a "
+            "crash while the tool acts on the world leaves a log without its call")
 
 
 @pytest.mark.key
@@ -497,6 +540,48 @@ def test_a_refused_message_leaves_the_writer_usable(lesson, sessions):
         f"hold the two good ones, in order; found {contents}")
 
 
+@pytest.mark.task("01.2")
+def test_what_open_and_write_raise_reaches_the_caller_of_append_as_it_is(lesson,
+                                                                        sessions):
+    """What `_open` and `_write` raise reaches append's caller as it is, the very
+    error: a full disk's OSError with its error number (ENOSPC), which tells the
+    caller that freeing space helps, a log refused as a link with its own, a stopped
+    writer's WriterStopped, a Ctrl-C. An error append makes of it, even an OSError
+    naming the log, loses what the caller acts on."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    link = OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(sessions / "x.jsonl"))
+    stopped = lesson.WriterStopped(f"{sessions / 'x.jsonl'}: stopped")
+    changed = []
+    for where, error in [("_write", full), ("_open", link), ("_write", stopped),
+                         ("_write", KeyboardInterrupt())]:
+        log = lesson.SessionLog(sessions, "quest-1")
+
+        def raising(*args, error=error):
+            raise error
+        setattr(log, where, raising)    # this writer's own, for this one append
+        try:
+            log.append({"role": "user", "content": "Hello."})
+            got = "returned"
+        except NotImplementedError:
+            raise
+        except BaseException as other:      # noqa: BLE001 - judged below
+            got = None if other is error else f"raised {described(other)}"
+            if isinstance(error, OSError) and isinstance(other, OSError):
+                got = got and f"{got}, error number {other.errno}"
+        finally:
+            log.close()
+        if got is not None:
+            changed.append(f"{where} raised {described(error)}"
+                           + (f" (error number {error.errno})"
+                              if isinstance(error, OSError) else "")
+                           + f", and append {got}")
+    assert not changed, (
+        "what _open and _write raise should reach append's caller as it is, the very "
+        f"error: {'; '.join(changed)}. The caller acts on it: a full disk's error "
+        "number says that freeing space helps, WriterStopped that the session must be "
+        "opened again, a Ctrl-C that the user wants to stop")
+
+
 @pytest.mark.key
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize(
@@ -543,12 +628,15 @@ MEANINGFUL = {
 @pytest.mark.task("01.1")
 def test_no_character_with_a_meaning_elsewhere_gets_into_an_id(lesson):
     """Every character that means something to a file system, a shell or a terminal,
-    and every one beyond ASCII, is refused, wherever it stands in the id: the check
-    describes what it accepts, rather than list what it refuses."""
+    and every one beyond ASCII, is refused, wherever it stands in the id, its first
+    character included (a rule for how an id starts is written apart, and is as easy
+    to get wrong): the check describes what it accepts, rather than list what it
+    refuses."""
     let_in = {}
     for kind, characters in MEANINGFUL.items():
         for character in characters:
-            for candidate in (f"quest{character}1", f"quest-1{character}"):
+            for candidate in (f"{character}quest-1", f"quest{character}1",
+                              f"quest-1{character}"):
                 try:
                     lesson.check_session_id(candidate)
                 except lesson.InvalidSessionId:
@@ -2647,6 +2735,110 @@ def test_a_link_planted_just_as_the_log_is_opened_is_not_followed(lesson, sessio
 
 
 @pytest.mark.task("01.4")
+def test_a_log_with_a_second_name_is_appended_to_like_any(lesson, sessions):
+    """A log may have a second name in the folder (a hard link, as a backup tool makes
+    one: backup.jsonl beside quest-1.jsonl). It is still the session's own file, not
+    a link that leads elsewhere: a new writer appends to it, and both names show the
+    line. Only a log that is a symbolic link is refused."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": "day one"})
+    backup = sessions / "backup.jsonl"
+    os.link(the_log(lesson, sessions), backup)
+    try:
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            log.append({"role": "user", "content": "day two"})
+    except NotImplementedError:
+        raise
+    except OSError as error:
+        pytest.fail("the log quest-1.jsonl had a second name, backup.jsonl (a hard "
+                    "link, as a backup tool makes), and a new writer's append to it "
+                    f"raised {described(error)}: the file is the session's own log, "
+                    "whatever other names it has; only a log that is a symbolic link "
+                    "is refused", pytrace=False)
+    contents = {path.name: [m["content"] for m in lines_of(path)]
+                for path in (sessions / "quest-1.jsonl", backup)}
+    assert set(map(tuple, contents.values())) == {("day one", "day two")}, (
+        "the log had a second name (a hard link) and a new writer appended to it: "
+        f"both names should show both lines, and they hold {contents}")
+
+
+def the_programs_settings():
+    """What a program sets for itself and a library must leave alone: its umask, its
+    working folder, how it handles each signal, and its resource limits."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    handlers = {}
+    for number in sorted(signal.valid_signals()):
+        try:
+            handlers[signal.Signals(number).name] = signal.getsignal(number)
+        except (ValueError, OSError):
+            pass        # a real-time signal without a name, or one Python cannot ask
+    limits = {name: resource.getrlimit(getattr(resource, name))
+              for name in ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CORE")}
+    return {"umask": oct(umask), "working folder": os.getcwd(), **handlers, **limits}
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
+def test_an_open_leaves_the_programs_settings_as_it_found_them(lesson, sessions,
+                                                               tmp_path):
+    """Opening a log, and writing a line to it, change nothing of the program's own
+    settings: its umask, its working folder, how it handles a signal (SIGXFSZ, a file
+    past its size limit, say), its limits (how many descriptors it may hold). So it is
+    whether the open creates the log or finds it, in durable mode or not, and when it
+    is refused (a log that is a symbolic link): the program set them for reasons of its
+    own."""
+    (sessions / "quest-3.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    line = b'{"role": "user", "content": "hello"}\n'
+    # Settings of the program's own, which no default gives: Python's handler for a
+    # file past its size limit (the program is stopped), fewer descriptors than allowed
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit[0], 1024), limit[1]))
+    try:
+        opens_and_writes_leave_the_settings(lesson, sessions, line)
+    finally:
+        signal.signal(signal.SIGXFSZ, handler)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+
+
+def opens_and_writes_leave_the_settings(lesson, sessions, line):
+    """Open, then write `line` to, each log of the test above; fail naming the task
+    whose step changed the program's settings."""
+    for session_id, durable, what in [
+            ("quest-1", False, "a new log"),
+            ("quest-1", True, "a log already there, in durable mode"),
+            ("quest-2", True, "a new log, in durable mode"),
+            ("quest-3", False, "a log that is a symbolic link, refused")]:
+        log = lesson.SessionLog(sessions, session_id, durable=durable)
+        try:
+            steps = [("01.4", "opening", log._open),
+                     ("01.5", "writing a line to", lambda: log._write(line))]
+            for task, step, do in steps:
+                before = the_programs_settings()
+                try:
+                    do()
+                except NotImplementedError:
+                    raise
+                except OSError:
+                    pass    # the link is refused: that the settings stay is judged
+                after = the_programs_settings()
+                os.chdir(before["working folder"])      # the test's, whatever happened
+                changed = [f"{name} from {before[name]} to {after.get(name)}"
+                           for name in before if after.get(name) != before[name]]
+                if changed:
+                    fail_in(task, f"{step} {what} changed the program's settings: "
+                            f"{'; '.join(changed)}. A writer leaves them as it found "
+                            "them, whether its call works or is refused: the program "
+                            "set them for reasons of its own (every file it creates, "
+                            "every path it names, every signal it gets follows them)")
+                if log._fd is None:
+                    break       # refused: nothing to write to
+        finally:
+            log.close()
+
+
+@pytest.mark.task("01.4")
 def test_an_open_leaves_the_umask_the_program_has_at_that_call(lesson, sessions):
     """A program may change its umask between two opens (to 027, say, for files of
     its own): after each open, whether it created the log or not, the umask is the
@@ -2798,9 +2990,21 @@ def the_retry_is_refused(lesson, log, message, moment):
     """After `moment` (a Ctrl-C that interrupted an append once its line had landed),
     the retry of the same message must raise WriterStopped naming the log, and the log
     hold the message once."""
+    write, handed = log._write, []
+
+    def noted_write(data):
+        handed.append(data)
+        return write(data)
+    log._write = noted_write
     try:
         log.append(message)
     except lesson.WriterStopped as error:
+        if str(log.path) not in str(error) and not handed:
+            fail_in("01.2", f"{moment}; the caller's retry raised WriterStopped, as it "
+                    f"should, but append raised it itself, saying {str(error)!r}, "
+                    "without handing the line to _write (task 01.5), whose "
+                    "WriterStopped names the log by its path: the caller needs to "
+                    "know which session to open again")
         assert str(log.path) in str(error), (
             f"WriterStopped should name the log: {error}")
     except NotImplementedError:
@@ -2875,7 +3079,8 @@ def test_a_ctrl_c_during_an_append_reaches_the_caller_and_stays_as_it_was(
         lesson, sessions, monkeypatch):
     """Ctrl-C is the user's, at any instant. One pressed while a durable line is synced
     (a real SIGINT) reaches the caller of append as KeyboardInterrupt: a writer never
-    ignores it for its line's sake (the line is in doubt then, and the writer stops).
+    ignores it for its line's sake (the line is in doubt then, and the writer stops:
+    the caller's retry raises WriterStopped, however the writer handled the Ctrl-C).
     And after an append that failed (the sync of a new log's name or of a line failed
     with EIO, or the disk was full), the program stops on Ctrl-C as it did before: a
     writer leaves the program's handling of Ctrl-C as it found it, whatever fails."""
@@ -2909,9 +3114,22 @@ def test_a_ctrl_c_during_an_append_reaches_the_caller_and_stays_as_it_was(
         except KeyboardInterrupt:
             outcome = None
         except NotImplementedError:
+            log.close()
             raise
         except Exception as error:      # noqa: BLE001 - reported in words below
             outcome = f"raised {described(error)}"
+        retried = "not tried"
+        try:
+            if pressed and outcome is None:
+                # The caller's retry, after the Ctrl-C, of the message in doubt
+                log.append(second)
+                retried = "returned"
+        except lesson.WriterStopped:
+            retried = None
+        except NotImplementedError:
+            raise
+        except Exception as error:      # noqa: BLE001 - reported in words below
+            retried = f"raised {described(error)}"
         finally:
             log.close()
         if pressed and outcome is not None:
@@ -2920,6 +3138,16 @@ def test_a_ctrl_c_during_an_append_reaches_the_caller_and_stays_as_it_was(
                     "KeyboardInterrupt was expected: the user's Ctrl-C reaches the "
                     "caller, whenever it lands. A writer that ignores it while it "
                     "writes loses it (the program goes on as if nothing was pressed)")
+        if pressed and retried is not None:
+            copies = lines_of(log.path).count(second)
+            fail_in("01.5", "durable mode: the user pressed Ctrl-C (a real SIGINT) "
+                    "while the second line was synced, after write() had put it in "
+                    "the file, and append raised KeyboardInterrupt; the caller's retry "
+                    f"of the same message then {retried}, and the log holds it "
+                    f"{copies} times, where WriterStopped and one copy were expected: "
+                    "append raised after its line landed, so the writer stops, "
+                    "however it handles the Ctrl-C (one put off until the line is done "
+                    "still reaches the caller as a failure of that append)")
 
         def a_folder(fd):
             return stat.S_ISDIR(os.fstat(fd).st_mode)
@@ -3207,22 +3435,32 @@ def test_after_a_full_disk_the_same_agent_goes_on_once_there_is_room(lesson, ses
     """The disk was full as the user's message was saved (write() refused it whole:
     nothing written), and run() raised the disk's error. The caller frees some space
     and goes on with the same agent: its next message is saved and sent like any,
-    since each message is tried on the log afresh."""
+    since each message is tried on the log afresh. The error run() raised is the
+    log's own, its error number (ENOSPC) with it: it is what tells the caller that
+    freeing space helps."""
     model.add(say("Hello."))
     with lesson.SessionLog(sessions, "quest-1") as log:
         agent = lesson.Agent(model.client(), model=model.model, tools=town,
                              session=log)
         write, full = log._write, [True]
+        disk_full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(log.path))
 
         def write_on_a_disk_full_once(data):
             if full:
                 full.clear()
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(log.path))
+                raise disk_full
             write(data)
         log._write = write_on_a_disk_full_once
         with raises(OSError, "the disk was full as the user's message was saved, and "
-                    "run() went on: the disk's error should reach its caller"):
+                    "run() went on: the disk's error should reach its caller") as told:
             agent.run("Hello?")
+        if told.value is not disk_full:
+            fail_in("01.3", "the disk was full as the user's message was saved: the "
+                    f"log's append raised {described(disk_full)}, error number "
+                    f"{errno.ENOSPC} (ENOSPC), and run() raised another error, "
+                    f"{described(told.value)}, error number {told.value.errno}: the "
+                    "log's errors reach the caller of run() as they are, the very "
+                    "error, whose number tells the caller that freeing space helps")
         try:
             answer = agent.run("Hello again?")
         except NotImplementedError:

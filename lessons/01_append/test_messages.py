@@ -68,19 +68,47 @@ def until_tasks_01_4_and_01_5_are_written(lesson, monkeypatch):
     until_written(monkeypatch, lesson.SessionLog, "_write", "01.5", plain_write)
 
 
+def the_rules_words(lesson, message) -> list[str]:
+    """What the given check_plain_json and check_message say, each on its own, of a
+    message they refuse, and what json says when it cannot write it as a line: any
+    one's words are a reason an append can give."""
+    def as_a_line(message):
+        json.dumps(message, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+    said = []
+    for check in (lesson.check_plain_json, lesson.check_message, as_a_line):
+        try:
+            check(message)
+        except UnicodeError as error:   # where it stands depends on the line's layout
+            said.append(error.reason)
+        except (ValueError, TypeError) as error:    # InvalidMessage is a ValueError
+            said.append(str(error))
+        except Exception:       # noqa: BLE001 - one check may not take what another
+            pass                # refuses first: its words are no reason
+    return said
+
+
 @pytest.mark.task("01.2")
 @pytest.mark.parametrize("what", sorted(NOT_MESSAGES))
 def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions, what):
-    """A message the reader would refuse raises InvalidMessage,
-    and the log stays as it was."""
+    """A message the reader would refuse raises InvalidMessage, saying why in the words
+    of the given rule (or of json, for what it cannot write): the caller has to know
+    what to fix in its message. And the log stays as it was."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         path = log.path
         log.append({"role": "user", "content": "Hello."})
         before = path.read_bytes()
         try:
             log.append(NOT_MESSAGES[what])
-        except lesson.InvalidMessage:
-            pass
+        except lesson.InvalidMessage as error:
+            said = str(error)
+            why = the_rules_words(lesson, NOT_MESSAGES[what])
+            assert not why or any(reason in said for reason in why), (
+                f"a message with {what} was refused with InvalidMessage, as it should "
+                f"be, saying {said!r}; the given rule says why: {' / '.join(why)}. "
+                "The refusal should keep the reason's words (let the rule's "
+                "InvalidMessage reach the caller, or quote it), so that the caller "
+                "learns what to fix in the message rather than guess")
         except NotImplementedError:
             raise                       # a task not written yet says so itself
         except Exception as error:      # noqa: BLE001 - reported in words below
