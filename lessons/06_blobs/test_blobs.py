@@ -1261,11 +1261,12 @@ DAMAGES = {
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, sessions,
+                                                                      monkeypatch,
                                                                       damage):
     """A blob whose bytes no longer match its hash (one word changed, its line ends
     turned into CR LF by a copy, a bit flipped so that it is no UTF-8 any more) is
-    refused with a BlobError naming the blob, the log and the line, and saying that
-    its bytes changed."""
+    refused with a BlobError naming the blob, the log (by its full path, whatever
+    folder the program runs from) and the line, and saying that its bytes changed."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append(SMALL)
         log.append({"role": "user", "content": PASTE})
@@ -1276,6 +1277,7 @@ def test_a_blob_whose_bytes_changed_is_refused_naming_it_and_the_line(lesson, se
         f"holds {blob_names(sessions)}")
     blob.write_bytes(DAMAGES[damage](PASTE.encode("utf-8")))
     before = snapshot(sessions)
+    monkeypatch.chdir(sessions.parent)      # the program runs from another folder
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
@@ -1349,7 +1351,9 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone
                                                            monkeypatch):
     """A reference to a blob that is missing (removed by hand, or the whole of blobs/
     left behind when the folder was copied) is refused at once, without a pause to see
-    whether it comes, with an error naming the blob, the log and the line."""
+    whether it comes, with an error naming the blob, the log and the line: the log by
+    its full path, whatever folder the program runs from (a path relative to it
+    reaches no file from where the user reads the error)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     digest = sha256(PASTE.encode("utf-8"))
@@ -1363,6 +1367,7 @@ def test_a_missing_blob_is_refused_naming_it_and_the_line(lesson, sessions, gone
     before = snapshot(sessions)
     waits = []
     monkeypatch.setattr(time, "sleep", waits.append)    # noted, never waited for
+    monkeypatch.chdir(sessions.parent)      # the program runs from another folder
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
                     f"a reference to a missing blob ({gone} removed) was loaded "
@@ -2305,15 +2310,17 @@ def test_the_preview_is_as_long_as_preview_chars_says(lesson, sessions, monkeypa
 @pytest.mark.task("06.2")
 @pytest.mark.parametrize("edit", ["preview edited", "preview removed", "size removed",
                                   "size counted otherwise", "size made 0",
+                                  "size written as text", "preview made null",
                                   "a key added", "its keys in another order"])
 def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessions,
                                                                   edit):
     """The preview is for a person reading the log, and a person may edit it (to hide
-    a name in it, say); another program may drop the size, count it otherwise (in
-    characters, or UTF-16 units) or write 0 there, add a key of its own, or write the
-    keys in another order. The key "$blob" makes an object a reference, and the hash
-    alone says what the content is: it still loads, and its content is read from the
-    blob (a size of 0 says nothing of it)."""
+    a name in it, say, or set it to null); another program may drop the size, count it
+    otherwise (in characters, or UTF-16 units), write 0 there or a text ("1.0 MB"), add
+    a key of its own, or write the keys in another order. The key "$blob" makes an
+    object a reference, and the hash alone says what the content is: it still loads,
+    and its content is read from the blob (a size of 0 says nothing of it, nor does a
+    size or a preview of another type)."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     path = sessions / "quest-1.jsonl"
@@ -2329,6 +2336,10 @@ def test_a_reference_whose_preview_was_edited_by_hand_still_loads(lesson, sessio
         reference["size"] = reference["size"] // 2 + 1
     elif edit == "size made 0":
         reference["size"] = 0
+    elif edit == "size written as text":
+        reference["size"] = "1.0 MB"        # as a program that shows sizes writes it
+    elif edit == "preview made null":
+        reference["preview"] = None         # a redaction tool's way to hide it
     elif edit == "a key added":
         reference["media_type"] = "text/plain"
     else:       # a program that sorts keys, or writes its own first
@@ -2387,23 +2398,33 @@ def test_a_blob_whose_preview_holds_all_its_content_is_still_read_and_checked(
 
 
 @pytest.mark.task("06.2")
-@pytest.mark.parametrize("target", ["the same bytes", "nothing"])
-def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions, target):
+@pytest.mark.parametrize("target", ["the same bytes", "nothing",
+                                    "the same bytes in blobs/"])
+def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions, monkeypatch,
+                                                   target):
     """A blob planted as a symbolic link, to the same bytes or to nothing, is refused
-    with a BlobError naming the blob, the log and the line and saying it is a link,
-    never followed: a link could point anywhere (another user's file, a device that
-    never ends)."""
+    with a BlobError naming the blob, the log (by its full path, whatever folder the
+    program runs from) and the line and saying it is a link, never followed: a link
+    could point anywhere (another user's file, a device that never ends). A link that
+    stays in blobs/ (to a copy under another name there, as a tool that dedupes files
+    with links leaves) is a link at the blob's name all the same."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
     blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
     assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
-    outside = sessions.parent / "outside"
-    blob.rename(outside)
-    blob.symlink_to(outside)                # the same bytes, through a link
+    if target == "the same bytes in blobs/":
+        inside = blob.parent / f".{blob.name}.copy"
+        blob.rename(inside)
+        blob.symlink_to(inside.name)        # a relative link, to a file in blobs/
+    else:
+        outside = sessions.parent / "outside"
+        blob.rename(outside)
+        blob.symlink_to(outside)            # the same bytes, through a link
     if target == "nothing":
         outside.unlink()                    # a link to nothing: not a missing blob
 
     before = snapshot(sessions)
+    monkeypatch.chdir(sessions.parent)      # the program runs from another folder
 
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
@@ -2418,6 +2439,32 @@ def test_a_blob_that_is_a_symbolic_link_is_refused(lesson, sessions, target):
         f"line (line 1); it says: {message}")
     says_what_it_met(refused.value, "a symbolic link", sessions)
     assert snapshot(sessions) == before, "a refused load must change no file"
+
+
+@pytest.mark.task("06.2")
+def test_a_blob_with_a_second_name_a_backup_gave_it_loads(lesson, sessions):
+    """A backup tool that hard-links the files it finds unchanged (cp -al, rsnapshot)
+    gives a blob a second name outside blobs/: the blob is still the plain file at its
+    own name, its bytes still hash to that name, and it loads. Only a symbolic link
+    at a blob's name is refused; a hard link is no link to follow, the very file."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    os.link(blob, sessions.parent / "snapshot-of-the-blob")    # the backup's name
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        try:
+            loaded = log.load()
+        except ValueError as error:
+            pytest.fail(f"blobs/{blob.name} has a second name, given by a backup tool "
+                        f"that hard-links files, and load refused it "
+                        f"({type(error).__name__}: {error}): it is the plain file the "
+                        "store wrote, its bytes hash to its name, and a hard link is "
+                        "nothing to follow", pytrace=False)
+    content = loaded[0].get("content") if loaded else None
+    assert content == PASTE, (
+        f"blobs/{blob.name}, hard-linked by a backup tool, should load the paste; the "
+        f"content came back as {str(content)[:120]!r}")
 
 
 @pytest.mark.task("06.2")
@@ -2526,10 +2573,11 @@ class WaitedOnTheBlob(BaseException):
 @pytest.mark.parametrize("planted", ["folder", "fifo"],
                          ids=["a folder", "a FIFO"])
 def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
-        lesson, sessions, planted):
+        lesson, sessions, monkeypatch, planted):
     """A folder, or a FIFO (a named pipe), planted at a blob's name is no blob: load
-    refuses it with a BlobError naming the blob, the log and the line, like every other
-    refusal, never with the bare OSError of the read. A FIFO must not make it wait: an
+    refuses it with a BlobError naming the blob, the log (by its full path, whatever
+    folder the program runs from) and the line, like every other refusal, never with
+    the bare OSError of the read. A FIFO must not make it wait: an
     open of a FIFO for reading waits for a writer that never comes."""
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": PASTE})
@@ -2541,6 +2589,7 @@ def test_a_blob_that_is_no_regular_file_is_refused_naming_it_and_the_line(
     else:
         os.mkfifo(blob)
     before = snapshot(sessions)
+    monkeypatch.chdir(sessions.parent)      # the program runs from another folder
 
     def waited(signum, frame):
         raise WaitedOnTheBlob
@@ -2838,10 +2887,12 @@ def test_a_ctrl_c_while_a_stored_blob_is_read_again_stays_a_ctrl_c(lesson, sessi
     # holding a lone half can be sent nowhere (no JSON encoder of a request takes it)
     "Day 1: the map ".encode("utf-8") + b"\xed\xa0\xbd\xed\xb7\xba" * 10,
 ], ids=["an image", "halves of an emoji encoded alone (CESU-8)"])
-def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions, data):
+def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions,
+                                                           monkeypatch, data):
     """A blob whose bytes match its hash but are not UTF-8 (a file someone put there,
     an image or text another tool encoded its own way) is no message's content:
-    BlobError naming the blob, the log and the line."""
+    BlobError naming the blob, the log (by its full path, whatever folder the program
+    runs from) and the line."""
     digest = sha256(data)
     (sessions / "blobs").mkdir(parents=True)
     (sessions / "blobs" / digest).write_bytes(data)
@@ -2851,6 +2902,7 @@ def test_a_blob_that_is_not_utf8_text_is_refused_naming_it(lesson, sessions, dat
         json.dumps(SMALL) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
 
     before = snapshot(sessions)
+    monkeypatch.chdir(sessions.parent)      # the program runs from another folder
     with lesson.SessionLog(sessions, "quest-1") as log:
         with raises(lesson.BlobError,
                     "a blob that is not UTF-8 text was loaded as a message's "
@@ -3089,21 +3141,25 @@ def test_a_durable_writer_syncs_the_new_blobs_folder_in_the_sessions_folder(
 
 
 @pytest.mark.task("06.1")
-@pytest.mark.parametrize("target", ["the right bytes", "nothing", "a folder"])
+@pytest.mark.parametrize("target", ["the right bytes", "nothing", "a folder",
+                                    "the right bytes in blobs/"])
 def test_a_link_planted_at_a_blobs_name_is_replaced_not_trusted(lesson, sessions,
                                                                 tmp_path, target):
     """A symbolic link under the blob's name, to the right bytes, to nothing or to a
     folder, is no stored blob (load refuses links), nor the folder a store never
     replaces: storing the content puts a real file there, holding the content, and the
-    link's target is left alone (not written, not made, not emptied)."""
+    link's target is left alone (not written, not made, not emptied). A link to the
+    right bytes that stays in blobs/ (a copy there under another name) is no stored
+    blob either: load refuses a link at a blob's name wherever it points."""
     data = PASTE.encode("utf-8")
-    outside = tmp_path / "outside"
-    if target == "the right bytes":
+    (sessions / "blobs").mkdir(mode=0o700)
+    outside = (sessions / "blobs" / ".a-copy" if target.endswith("in blobs/")
+               else tmp_path / "outside")
+    if target.startswith("the right bytes"):
         outside.write_bytes(data)
     elif target == "a folder":
         outside.mkdir()
         (outside / "notes.txt").write_text("the elder's notes", encoding="utf-8")
-    (sessions / "blobs").mkdir(mode=0o700)
     blob = sessions / "blobs" / sha256(data)
     blob.symlink_to(outside)
 
@@ -3233,6 +3289,45 @@ def test_inline_gives_a_copy_and_leaves_the_message_it_was_given(lesson, session
         f"{str(entry.get('content'))[:80]!r}, not the reference {before['content']!r}. "
         "The content comes back in a copy; whoever holds the message read from the "
         "line must still find the reference there")
+
+
+@pytest.mark.task("06.2")
+def test_a_load_leaves_every_file_as_it_found_it_modes_and_times_too(lesson,
+                                                                     sessions):
+    """A load only reads: the blob it puts back, blobs/ and the log keep their bytes,
+    their modes and their times. A blob restored from a backup by a copy that kept
+    no modes (readable by others, 0o644) and old times is still loaded as it is: a
+    load that changes a file's mode or times (to mark it used, or to make it private)
+    writes to a folder it was only asked to read, fails where it may only read (a
+    backup mounted read-only), and makes every backup tool copy the blob again."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append({"role": "user", "content": PASTE})
+    blob = sessions / "blobs" / sha256(PASTE.encode("utf-8"))
+    assert blob.is_file(), f"the paste should be stored as blobs/{blob.name}"
+    blob.chmod(0o644)                       # as a copy that kept no modes left it
+    an_hour_ago = blob.stat().st_mtime_ns - 3600 * 10**9
+    for path in (blob, blob.parent, sessions / "quest-1.jsonl"):
+        os.utime(path, ns=(an_hour_ago, an_hour_ago))
+
+    def state():
+        return {str(path.relative_to(sessions)): (
+            oct(path.lstat().st_mode), path.lstat().st_mtime_ns)
+            for path in sorted(sessions.rglob("*"))}
+
+    before, held = state(), snapshot(sessions)
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = log.load()
+    content = loaded[0].get("content") if loaded else None
+    assert content == PASTE, (
+        f"the paste's blob, intact but readable by others (0o644), should load as it "
+        f"is; the content came back as {str(content)[:120]!r}")
+    after = state()
+    changed = {name: (before.get(name), found) for name, found in after.items()
+               if before.get(name) != found}
+    assert not changed and snapshot(sessions) == held, (
+        f"a load changed files it only had to read, (mode, mtime in ns) before and "
+        f"after: {changed}: a load reads, and leaves every file's bytes, mode and "
+        "times as it found them")
 
 
 @pytest.mark.task("06.1")
