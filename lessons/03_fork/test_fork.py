@@ -1270,7 +1270,9 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
     """Both the parent's and the new session's ids are checked like any session id, so a
     fork cannot reach outside the sessions folder. An id is taken as it was given: one
     with a blank before or after it is refused, never trimmed into another session's
-    id (quest-1), which the caller did not name."""
+    id (quest-1), which the caller did not name. Each refusal names the id it refused
+    as it was given (quoted, as check_session_id shows it): a fork is handed two ids,
+    and whoever reads the error must see which one is wrong, and how."""
     with raises(lesson.InvalidSessionId, "fork accepted the new id '../escaped'"):
         lesson.fork(sessions, "quest-1", "../escaped")
     with raises(lesson.InvalidSessionId, "fork accepted the parent id '../quest-1'"):
@@ -1297,6 +1299,15 @@ def test_fork_checks_both_session_ids(lesson, sessions, day_one):
                             "id is never trimmed into another, no dot or dash first, "
                             "no name Windows keeps for a device, 128 characters at "
                             f"most); it {did}", pytrace=False)
+            said = str(error)
+            if not any(shown in said for shown in (
+                    repr(bad), json.dumps(bad), f"'{bad}'", f'"{bad}"')):
+                pytest.fail(f"fork(sessions, {source_id!r}, {new_id!r}) was refused "
+                            "with InvalidSessionId, as it should be, but its words do "
+                            f"not name the {side} id it refused, {bad!r}, as it was "
+                            f"given: {said}. A fork is handed two ids; whoever reads "
+                            "the refusal must see which one is wrong, and how it was "
+                            "written (a blank at its end, a dot first)", pytrace=False)
     expect_unchanged(sessions, before, "a fork refused for an id no session may have "
                      "must leave every file as it was, and create none")
 
@@ -1413,6 +1424,60 @@ def test_a_fork_touches_no_file_but_its_own(lesson, sessions, day_one):
                     "file: another "
                     "session, another fork being written, a user's copy",
                     pytrace=False)
+
+
+def another_file_system(folder):
+    """A folder this test may write in, on another file system than `folder` (a tmpfs
+    such as /dev/shm), or None if there is none."""
+    for place in ("/dev/shm", "/run/shm", "/var/tmp", "/tmp"):
+        try:
+            if os.stat(place).st_dev != os.stat(folder).st_dev and os.access(
+                    place, os.W_OK | os.X_OK):
+                return place
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.task("03.2")
+@pytest.mark.parametrize("where", ["on another file system", "gone"])
+def test_a_fork_makes_its_files_in_its_own_folder_whatever_tmpdir_says(
+        lesson, sessions, day_one, tmp_path, monkeypatch, where):
+    """The system's temporary folder (TMPDIR) is on another file system than the
+    sessions folder (a tmpfs /tmp, as many systems have), or names a folder that is
+    gone. A fork is made all the same, whole: its files are written where they will
+    be named, in the sessions folder, for only there can a rename or a link give a
+    file its name whole (from another file system it fails, EXDEV, and a copy across
+    is written in place, where a reader or a kill finds half of it)."""
+    import shutil
+    import tempfile
+    if where == "gone":
+        elsewhere = str(tmp_path / "gone")
+    else:
+        place = another_file_system(sessions)
+        if place is None:
+            pytest.skip("no folder on another file system to point TMPDIR at")
+        elsewhere = tempfile.mkdtemp(dir=place)
+    monkeypatch.setenv("TMPDIR", elsewhere)
+    monkeypatch.setattr(tempfile, "tempdir", elsewhere)
+    try:
+        error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+        left = sorted(os.listdir(elsewhere)) if os.path.isdir(elsewhere) else []
+    finally:
+        if where != "gone":
+            shutil.rmtree(elsewhere, ignore_errors=True)
+    said = (f"TMPDIR named a folder {where} ({elsewhere}); a fork of quest-1 onto "
+            "what-if ")
+    if error is not None:
+        fail_in("03.2", said + f"raised {described(error)}: a fork writes its files "
+                "in the sessions folder, where they are named (a rename or a link "
+                "reaches no other file system), never where TMPDIR says")
+    if left:
+        fail_in("03.2", said + f"was made, but left {left} there: a fork's files, "
+                "temporary ones too, are written in the sessions folder, never "
+                "where TMPDIR says")
+    expect_whole_fork(lesson, sessions, "what-if", "quest-1", day_one,
+                      f"with TMPDIR naming a folder {where}", task="03.2")
 
 
 @pytest.mark.task("03.2")
@@ -1660,6 +1725,8 @@ def test_a_fork_killed_while_writing_its_meta_file_leaves_no_half_of_it(
                     f"the disk full), and left what-if.meta.json holding {len(held)} "
                     f"bytes that are not a whole JSON object ({held[:40]!r}...): a "
                     "reader of the lineage finds half a file", pytrace=False)
+    expect_no_session_no_one_made(sessions, {"quest-1.jsonl", "what-if.jsonl"},
+                                  "killed at the 41st byte it wrote to a file")
     if (sessions / "what-if.jsonl").exists():
         return      # the fork got as far as its log: the other tests judge that
     left = sorted(p.name for p in sessions.iterdir())
@@ -1705,6 +1772,8 @@ def test_a_fork_killed_while_writing_its_log_leaves_no_half_of_it(lesson, sessio
     _, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
         raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
+    expect_no_session_no_one_made(sessions, {"quest-1.jsonl", "what-if.jsonl"},
+                                  "killed once 20 KiB of its log were written")
     log_path = sessions / "what-if.jsonl"
     if log_path.exists() and log_path.read_bytes() != source:
         held = log_path.read_bytes()
@@ -1788,7 +1857,8 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
                 named_first.append(f"{what} ({names[what].name})")
             synced.append(what)
         return real_fsync(fd)
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    for name in ("fsync", "fdatasync"):     # either makes a file's bytes durable
+        monkeypatch.setattr(lesson.os, name, fsync)
     publish = getattr(lesson, "publish_fork", None)
     if publish is not None:     # a later lesson's store may publish otherwise
         def publish_fork(folder, source_id, new_id, count, copy, durable):
@@ -1806,7 +1876,7 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
             fail_in("03.1", f"{call} handed publish_fork durable={handed[-1]!r}: fork "
                     "hands durable on as it came, whatever it copies")
         if synced:
-            said = (f"{call} called os.fsync {len(synced)} time(s); a fork is as "
+            said = (f"{call} synced {len(synced)} time(s); a fork is as "
                     "durable as an append, and a plain one syncs nothing, an empty "
                     "one neither")
             fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
@@ -1841,6 +1911,21 @@ def test_a_durable_fork_is_synced_and_a_plain_one_is_not(
             fail_in(whose, said) if whose else pytest.fail(said, pytrace=False)
 
 
+def expect_no_session_no_one_made(sessions, kept, when):
+    """Fail in 03.2 unless every name in `sessions` that reads as a session's log (an
+    id and .jsonl, as SessionLog names one) is one of `kept`: a temporary file that a
+    killed fork leaves under such a name is a session no one made."""
+    stray = sorted(path.name for path in sessions.iterdir()
+                   if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl",
+                                   path.name) and path.name not in kept)
+    if stray:
+        fail_in("03.2", f"{when}, the fork left {stray}: a file whose name reads as "
+                "a session's log (an id and .jsonl), which no one made, holding part "
+                "of the fork. Whatever a killed fork leaves, no temporary file of its "
+                "own may be named as a session is: begin its name with a dot, or end "
+                "it otherwise")
+
+
 @pytest.mark.task("03.2")
 def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
         lesson, sessions, day_one):
@@ -1868,6 +1953,10 @@ def test_a_fork_killed_half_way_leaves_no_session_and_can_be_done_again(
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3:
         raise NotImplementedError("fork() is not written yet (tasks 03.1 and 03.2)")
     left = sorted(p.name for p in sessions.iterdir())
+    if os.WIFSIGNALED(status):
+        expect_no_session_no_one_made(sessions, {"quest-1.jsonl", "what-if.jsonl"},
+                                      "killed right after the first of its two files "
+                                      "got its name")
     if not os.WIFSIGNALED(status) or names <= set(left):
         return      # no file got its name by a rename or a link, or the fork was whole
     assert "what-if.jsonl" not in left, (
@@ -1996,7 +2085,8 @@ def test_a_durable_fork_whose_sync_fails_leaves_nothing_and_can_be_done_again(
             failed.append(name)
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real_fsync(fd)
-    monkeypatch.setattr(lesson.os, "fsync", fsync)
+    for name in ("fsync", "fdatasync"):     # either makes a file's bytes durable
+        monkeypatch.setattr(lesson.os, name, fsync)
 
     opened = open_in(sessions)
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", durable=True)
@@ -2050,12 +2140,13 @@ def test_a_durable_fork_leaves_nothing_whichever_of_its_syncs_fails(
             return real_fsync(fd)
         with monkeypatch.context() as patch:
             patch.setattr(lesson.os, "fsync", fsync)
+            patch.setattr(lesson.os, "fdatasync", fsync)
             error = fork_or_fail(lesson, sessions, "quest-1", "what-if",
                                  durable=True)
         if len(calls) < failing:
             break       # no sync left to fail: this fork ran on a well disk
-        said = (f"a durable fork's sync number {failing} (of its os.fsync calls, in "
-                "order) failed with EIO, and the fork ")
+        said = (f"a durable fork's sync number {failing} (of its os.fsync and "
+                "os.fdatasync calls, in order) failed with EIO, and the fork ")
         if not (isinstance(error, OSError) and error.errno == errno.EIO):
             fail_in("03.2", said + ("returned" if error is None else
                                     f"raised {described(error)}")
@@ -2766,6 +2857,92 @@ def test_a_source_its_user_may_not_read_is_not_reported_missing(
                      "a fork whose source could not be opened (EACCES) must leave "
                      f"every file as it was: the folder held {sorted(before)}, and now "
                      f"holds {sorted(snapshot(sessions))}")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("failure", ["ENOENT", "ENOSPC", "EACCES"])
+def test_an_error_while_the_fork_is_published_reaches_the_caller_as_it_came(
+        lesson, sessions, day_one, monkeypatch, failure):
+    """Without task 03.2: publishing fails with an error of the disk's (ENOENT: the
+    sessions folder removed meanwhile by a cleaner; ENOSPC: the disk full; EACCES: the
+    folder made read-only). fork did not decide that error: it reaches the caller as
+    it came, the very exception, never a refusal in fork's words (a FileNotFoundError
+    told as SessionNotFound says the source is missing, and its user believes it
+    gone)."""
+    came = OSError(getattr(errno, failure), os.strerror(getattr(errno, failure)),
+                   str(sessions / "what-if.jsonl"))
+    if failure == "ENOENT":
+        came = FileNotFoundError(*came.args)
+    elif failure == "EACCES":
+        came = PermissionError(*came.args)
+
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        raise came
+    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    if error is not came:
+        pytest.fail(f"publish_fork failed with {described(came)} (the sessions "
+                    "folder removed, the disk full or made read-only meanwhile); fork "
+                    "should let that error reach its caller as it came, and it "
+                    + ("returned" if error is None else f"raised {described(error)}")
+                    + ": an error fork did not decide is no refusal of its own (a "
+                    "SessionNotFound tells its user the source is gone, where quest-1 "
+                    "is there)", pytrace=False)
+
+
+@pytest.mark.task("03.1")
+def test_a_source_its_user_may_only_read_is_forked(lesson, sessions, day_one,
+                                                    monkeypatch):
+    """Without task 03.2: quest-1's log may be read but not written (mode 0400, a log
+    restored read-only, a disk mounted read-only). A fork only reads its source: it is
+    made all the same, its copy whole. (Opening the source for writing is refused as
+    the system refuses it to a user who is not root: tests run as root may write any
+    file.)"""
+    import builtins
+    import io
+    source = sessions / "quest-1.jsonl"
+    source.chmod(0o400)
+    came = []
+
+    def is_source(path):
+        try:
+            return os.path.realpath(path) == os.path.realpath(source)
+        except (TypeError, ValueError, OSError):
+            return False
+
+    def refusing(real, writes):
+        def opening(file, *args, **kwargs):
+            how = args[0] if args else kwargs.get("mode", kwargs.get("flags", "r"))
+            if not isinstance(file, int) and is_source(file) and writes(how):
+                came.append(how)
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                                      str(file))
+            return real(file, *args, **kwargs)
+        return opening
+    write_flags = (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC)
+    handed = []
+    with monkeypatch.context() as patch:
+        for owner in (builtins, io):
+            patch.setattr(owner, "open", refusing(
+                owner.open, lambda mode: any(c in str(mode) for c in "wax+")))
+        patch.setattr(os, "open", refusing(
+            os.open, lambda flags: isinstance(flags, int) and flags & write_flags))
+        patch.setattr(lesson, "publish_fork",
+                      lambda folder, source_id, new_id, count, copy, durable:
+                      handed.append((count, copy)))
+        error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+    whole = (len(day_one), source.read_bytes())
+    if error is not None or handed != [whole]:
+        pytest.fail("quest-1's log may be read but not written (mode 0400); a fork of "
+                    "it should be made, its copy the whole log, and it "
+                    + (f"raised {described(error)}" if error is not None
+                       else f"handed publish_fork {handed}")
+                    + (f", having opened the source for writing ({came[0]!r})"
+                       if came else "")
+                    + ": a fork only reads its source, and needs no right to write "
+                    "it", pytrace=False)
 
 
 @pytest.mark.task("03.1")
