@@ -534,7 +534,8 @@ def test_delete_removes_a_log_no_line_was_ever_written_to(lesson, sessions):
 @pytest.mark.task("09.1")
 def test_delete_leaves_a_session_whose_id_differs_only_in_case(lesson, sessions):
     """Session ids are told apart character by character: Quest-1 is another session
-    than quest-1. Deleting quest-1 leaves Quest-1's log and meta file as they were."""
+    than quest-1. Deleting quest-1 leaves Quest-1's log, meta file and the temporary
+    copy a crash left of its log as they were."""
     probe = sessions / "Probe"
     probe.write_text("")
     folds_case = (sessions / "probe").exists()
@@ -543,10 +544,14 @@ def test_delete_leaves_a_session_whose_id_differs_only_in_case(lesson, sessions)
         pytest.skip("this file system ignores case: Quest-1 and quest-1 are one name")
     play(lesson, sessions, TURN_A, session_id="Quest-1")
     (sessions / "Quest-1.meta.json").write_text('{"format": 1, "id": "Quest-1"}')
+    copy = sessions / ".Quest-1.jsonl.k2j4h1.tmp"
+    copy.write_bytes((sessions / "Quest-1.jsonl").read_bytes())
     play(lesson, sessions, TURN_SECRET)
-    before = {p.name: p.read_bytes() for p in sessions.glob("Quest-1.*")}
+    before = {p.name: p.read_bytes() for pattern in ("Quest-1.*", ".Quest-1.*")
+              for p in sessions.glob(pattern)}
     assert lesson.delete_session(sessions, "quest-1") is True
-    after = {p.name: p.read_bytes() for p in sessions.glob("Quest-1.*")}
+    after = {p.name: p.read_bytes() for pattern in ("Quest-1.*", ".Quest-1.*")
+             for p in sessions.glob(pattern)}
     assert after == before, (
         "deleting quest-1 changed the files of Quest-1, another session whose id "
         f"differs only in case: it had {sorted(before)}, it has {sorted(after)}. An id "
@@ -621,7 +626,8 @@ def test_delete_also_removes_what_a_crashed_write_of_the_session_left(lesson, se
     # a dot, a random part without a dot, .tmp): someone else's files
     others = ["quest-1.jsonl.zz.tmp", ".quest-1.jsonl.zz.bak", ".quest-1.jsonl.tmp",
               ".quest-1.jsonl..tmp", ".quest-1.jsonl..zz.tmp", ".quest-1_jsonl.zz.tmp",
-              ".quest-1.jsonl.zz.tmp~", ".quest-1.jsonl.tmpfile"]
+              ".quest-1.jsonl.zz.tmp~", ".quest-1.jsonl.tmpfile",
+              ".quest-1.jsonl.zzxtmp"]
     for name in others:
         (sessions / name).write_text("someone else's")
     lesson.delete_session(sessions, "quest-1")
@@ -1311,13 +1317,18 @@ def test_expire_counts_back_from_now_and_keeps_a_log_changed_at_the_cutoff(
     later.write_text(json.dumps({"format": 1, "id": "left-later"}))
     for path in (sessions / "later.jsonl", later):
         os.utime(path, ns=(then * 10**9 + 75 * 10**7,) * 2)
-    found = lesson.expire(sessions, older_than=100, now=then + 100.5)
+    with lesson.SessionLog(sessions, "later") as writer:
+        writer.open_for_append()    # holds the lock, appends nothing
+        found = lesson.expire(sessions, older_than=100, now=then + 100.5)
     assert found == (["at-cutoff", "left-at-cutoff"], []), (
         "with now = T + 100.5 and older_than = 100, the cutoff is T + 0.5: the log "
         "and the meta file changed at T go, the log and the meta file changed at "
         "T + 0.75 stay (a "
         "time is compared as it is: cut to a whole second, T + 0.75 would be T). "
-        f"expire() returned {found}")
+        "The log changed at T + 0.75 is not idle, so the writer holding it makes "
+        "it no busy one either: reported busy, its lock was tried, which only a "
+        "time read as older than it is (cut to a whole second, say) leads to, at "
+        f"the first look or the one under the lock. expire() returned {found}")
     found = lesson.expire(sessions, older_than=0, now=then + 1)
     assert found == (["later", "left-later"], []), (
         "with now = T + 1 and older_than = 0 (no retention at all), the cutoff is "
@@ -2107,6 +2118,40 @@ def test_expire_goes_on_past_what_another_process_removed_after_the_listing(
             f"another process removed {sorted(removed)} while expire() ran (at its "
             f"look number {nth} at each): expire should return {expected}, naming only "
             f"what it deleted itself; it returned {found}")
+
+
+@pytest.mark.task("09.2")
+def test_expire_leaves_a_link_put_at_an_old_logs_name_before_it_holds_the_lock(
+    lesson, sessions, before_the_lock
+):
+    """An old session; between expire's look at its log and its lock, another program
+    puts a symbolic link at the log's name, reaching an old copy of the log outside
+    the folder. Under the lock the name reaches no log this store wrote: expire
+    deletes nothing and names nothing, and the link and what it reaches stay."""
+    play(lesson, sessions, TURN_A)
+    log = sessions / "quest-1.jsonl"
+    age(log, 40)
+    elsewhere = sessions.parent / "elsewhere.jsonl"
+    elsewhere.write_bytes(log.read_bytes())
+    age(elsewhere, 40)
+
+    def plant():
+        planted = sessions.parent / "planted-link"
+        planted.symlink_to(elsewhere)
+        os.replace(planted, log)
+
+    before_the_lock(plant)
+    found = lesson.expire(sessions)
+    assert found == ([], []), (
+        "while expire() waited for quest-1's lock, another program put a symbolic "
+        "link at quest-1.jsonl reaching an old file outside the folder; expire() "
+        f"returned {found}. Under the lock, the log's name reaches no log this store "
+        "wrote (a link, just made): nothing of it is expired. The time that counts is "
+        "that of the file at the name, never of what a link reaches")
+    assert log.is_symlink() and elsewhere.exists(), (
+        "the link put at quest-1.jsonl, or the file it reaches, was removed by "
+        "expire(): neither is a session of the folder, and expire leaves anything "
+        "else alone")
 
 
 @pytest.mark.task("09.2")
@@ -3622,6 +3667,8 @@ def test_the_rewritten_log_is_on_disk_before_its_name_points_to_it(
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.open_for_append()
         monkeypatch.setattr(lesson.os, "fsync", recording_fsync)
+        # fdatasync makes a file's bytes durable as fsync does: either may be the one
+        monkeypatch.setattr(lesson.os, "fdatasync", recording_fsync)
         # os.rename replaces a file as os.replace does (POSIX): either may be the one
         monkeypatch.setattr(lesson.os, "replace", recording(lesson.os.replace))
         monkeypatch.setattr(lesson.os, "rename", recording(lesson.os.rename))
@@ -5842,6 +5889,44 @@ def test_collect_never_takes_an_old_blob_a_writer_in_another_process_is_reusing(
     except lesson.BlobError as error:
         pytest.fail(f"the writer's log no longer loads: {error}", pytrace=False)
     assert messages[0]["content"] == LARGE_SECRET
+
+
+@pytest.mark.task("09.5")
+def test_collect_keeps_a_blob_whose_line_a_writer_wrote_before_the_claim(
+    lesson, sessions, blob_writer, monkeypatch
+):
+    """Real processes: a writer has stored its blob (pinned) and not yet written its
+    line when a collection with no grace begins. After the collection has read what
+    the files refer to, and before it claims the blob, the writer writes its line and
+    lets go. The blob is referred to before it is claimed: it stays, and the writer's
+    log loads. What the files refer to is known only once the blob is claimed."""
+    writer = blob_writer("quest-2", LARGE_SECRET)
+    writer.expect("stored")
+    [blob] = blob_names(sessions)
+
+    def the_writer_writes_its_line():
+        writer.go()
+        writer.expect("done")
+
+    wrote = at_first_look(sessions / "blobs" / blob, monkeypatch,
+                          the_writer_writes_its_line)
+    removed = lesson.collect_blobs(sessions, grace=0)
+    monkeypatch.undo()
+    assert wrote, "the test's own set-up: collect_blobs() never looked at the blob"
+    try:
+        messages = resume(lesson, sessions, "quest-2")
+    except lesson.BlobError as error:
+        pytest.fail(
+            "a writer wrote the line pointing to its blob (and let go of it) after "
+            "collect_blobs(grace=0) had read what the files refer to and before it "
+            f"claimed the blob; the collection removed it ({abbreviated(removed)}), so "
+            f"the writer's log no longer loads: {error}. What the files refer to must "
+            "be read once the blob is claimed: only then can no line come in between",
+            pytrace=False)
+    assert messages[0]["content"] == LARGE_SECRET
+    assert removed == [], (
+        f"collect_blobs() says it removed {abbreviated(removed)}, yet the one blob of "
+        "the folder is referred to and still there")
 
 
 @pytest.mark.task("09.5")
