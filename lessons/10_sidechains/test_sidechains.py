@@ -193,6 +193,19 @@ def left_locked(lesson, sessions, session_id="quest-1"):
                         pytrace=False)
 
 
+def nothing_else_left(sessions, expected, story):
+    """Fail, in words, if the side-chains folder holds anything but `expected` once its
+    helpers are done: a name passed over leaves no file of this helper's behind (a
+    temporary meta file, a lock), and the folder holds only logs and meta files."""
+    left = sidechain_files(sessions)
+    extra = sorted(set(left) - set(expected))
+    assert not extra, (
+        f"{story}; once the helper was done, quest-1.sidechains/ should hold "
+        f"{sorted(expected)}, and it also holds {extra}: a name passed over (another "
+        "helper's) should leave nothing of this helper's behind, a temporary file "
+        "made for its meta file neither")
+
+
 def another_writer_takes(lesson, folder, session_id):
     """Can another writer take the session now? (It lets go at once when it can.)"""
     other = lesson.SessionLog(folder, session_id)
@@ -926,7 +939,8 @@ def test_a_side_chain_whose_pointer_cannot_be_written_is_left_free(lesson, sessi
 
 
 @pytest.mark.task("10.2")
-@pytest.mark.parametrize("failure", ["full disk", "full disk once", "Ctrl-C"])
+@pytest.mark.parametrize("failure", ["full disk", "full disk once", "Ctrl-C",
+                                     "SIGTERM"])
 def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
     lesson, sessions, monkeypatch, failure
 ):
@@ -934,13 +948,15 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
     sidechain raises the OSError, no helper will write the side-chain it claimed, no log
     of it is left (nothing points to one), and that side-chain's lock is not kept. The
     same when the user presses Ctrl-C there (a KeyboardInterrupt, which is no OSError,
-    and which a chat catches to go on); a Ctrl-C leaves the parent's log in doubt (did
-    the pointer land?), so its writer has stopped: a second start raises
-    WriterStopped. A disk full for that one write only is full all the same: the
-    caller hears it, and no second try writes the pointer. What the caller hears is
-    that very error, the disk's ENOSPC or the Ctrl-C, never one a clean-up met after
-    it. A write the disk refused whole left nothing in doubt: with room again, the
-    parent starts its side-chain."""
+    and which a chat catches to go on), or when a service's SIGTERM handler raises
+    SystemExit there (no OSError, no KeyboardInterrupt either, and a server that
+    catches it to stop cleanly goes on closing what it holds); either leaves the
+    parent's log in doubt (did the pointer land?), so its writer has stopped: a second
+    start raises WriterStopped. A disk full for that one write only is full all the
+    same: the caller hears it, and no second try writes the pointer. What the caller
+    hears is that very error, the disk's ENOSPC, the Ctrl-C or the SystemExit, never
+    one a clean-up met after it. A write the disk refused whole left nothing in doubt:
+    with room again, the parent starts its side-chain."""
     side_folder = sessions / "quest-1.sidechains"
     real = os.write
     refused = []
@@ -954,6 +970,8 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
                 refused.append(fd)
                 if failure == "Ctrl-C":
                     raise KeyboardInterrupt
+                if failure == "SIGTERM":
+                    raise SystemExit(143)   # a SIGTERM handler's sys.exit()
                 raise OSError(errno.ENOSPC, "No space left on device")
             return real(fd, data)
 
@@ -963,7 +981,7 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
             log.start_sidechain(CALL_ID).close()
         except NotImplementedError:
             raise       # a task not written yet: the plugin says which
-        except (Exception, KeyboardInterrupt) as error:
+        except (Exception, KeyboardInterrupt, SystemExit) as error:
             ended = error
         monkeypatch.undo()
         # The caller hears what happened at the pointer: that very error, not one a
@@ -971,6 +989,9 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
         if failure == "Ctrl-C":
             heard = isinstance(ended, KeyboardInterrupt)
             meant = "the KeyboardInterrupt itself, as a Ctrl-C raises"
+        elif failure == "SIGTERM":
+            heard = isinstance(ended, SystemExit)
+            meant = "the SystemExit itself, as the SIGTERM handler raised it"
         else:
             heard = isinstance(ended, OSError) and ended.errno == errno.ENOSPC
             meant = "the disk's OSError (ENOSPC, no space left on device)"
@@ -1003,8 +1024,8 @@ def test_a_side_chain_whose_pointer_meets_a_full_disk_is_left_free(
                 pytest.fail(f"start_sidechain failed writing the pointer ({failure}), "
                             f"and the side-chain {name} it claimed is still locked: "
                             f"{error}", pytrace=False)
-        if failure == "Ctrl-C":
-            with raises(lesson.WriterStopped, "a Ctrl-C came while the pointer was "
+        if failure in ("Ctrl-C", "SIGTERM"):
+            with raises(lesson.WriterStopped, f"a {failure} came while the pointer was "
                         "written, which leaves the parent's log in doubt (did the "
                         "pointer land?), yet a second start_sidechain went on as if "
                         "the parent's writer had not stopped"):
@@ -1195,6 +1216,9 @@ def test_a_name_another_helper_claims_in_the_meantime_is_not_shared(lesson, sess
     assert [p.get("sidechain") for p in pointer] == [f"{CALL_ID}.2"], (
         f"the parent's pointer should name {CALL_ID}.2, the name this helper got; it "
         f"is {pointer}")
+    nothing_else_left(sessions, [other_meta.name, f"{CALL_ID}.2.jsonl",
+                                 f"{CALL_ID}.2.meta.json"],
+                      f"another helper claimed {CALL_ID} while this one was starting")
 
 
 @pytest.mark.task("10.2")
@@ -1220,6 +1244,9 @@ def test_a_name_claimed_by_a_meta_file_alone_is_not_taken_again(lesson, sessions
         f"a message appended to its log changed {grown or 'no file'} (the folder "
         f"holds {sidechain_files(sessions)})")
     left_locked(lesson, sessions)
+    nothing_else_left(sessions, [orphan.name, f"{CALL_ID}.2.jsonl",
+                                 f"{CALL_ID}.2.meta.json"],
+                      f"the name {CALL_ID} was claimed by a meta file alone")
 
 
 @pytest.mark.task("10.2")
@@ -1452,6 +1479,7 @@ def test_a_durable_parents_side_chain_is_durable_too(lesson, sessions, monkeypat
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fsync)     # as durable for a file's bytes
     with lesson.SessionLog(sessions, "quest-1", durable=True) as log:
         begin(log)
         synced.clear()      # from here on, only what starting a side-chain synced
@@ -1519,6 +1547,7 @@ def test_a_durable_side_chains_claim_reaches_the_disk_before_its_pointer(
             return real_write(fd, data)
 
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fsync)     # as durable for a file's bytes
         monkeypatch.setattr(os, "write", write)
         try:
             start(lesson, log).close()
@@ -2046,6 +2075,19 @@ def test_two_helpers_in_memory_each_start_with_their_own_question_alone(lesson):
         f"results were {results}")
 
 
+def tells_of_no_file(said, verdict):
+    """Fail, in words, if a result the parent's model reads names the helper's files:
+    the result is for the model, which can do nothing with a file (and would read its
+    name in every request from then on); the pointer is for people and programs."""
+    named = [word for word in (".jsonl", "sidechain", "side-chain", ".meta.json")
+             if word in said.lower()]
+    assert not named, (
+        f"the helper {verdict}, and the parent's model read {said!r}, which speaks of "
+        f"the helper's files ({', '.join(named)}): a result is an ordinary tool "
+        "result, saying what the model can act on and nothing about files; where the "
+        "helper's work is kept is the pointer's to say, in the log")
+
+
 @pytest.mark.task("10.3")
 @pytest.mark.parametrize("odd", NO_ANSWER_TEXT)
 def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
@@ -2065,6 +2107,11 @@ def test_a_helper_reply_that_gives_no_answer_is_an_error_the_model_can_read(
         "should read an error result (starting 'error:', as every tool's) saying that "
         "the helper gave no answer, not the reply as it came; the result was "
         f"{result}")
+    tells_of_no_file(said, f"gave no answer ({odd})")
+    assert not (raw or "").strip() or raw.strip() not in said, (
+        f"the helper's last reply ({odd}: {raw!r}) gives no answer: the error should "
+        "say so, never hand the reply on inside it (its thinking, or a call written as "
+        f"text, is no answer to read); the result was {said!r}")
     assert result in model.requests[-1]["messages"], (
         "the parent's next request should carry the error result")
     helper = [json.loads(line) for line in sidechain_bytes(sessions).split(b"\n")
@@ -2175,6 +2222,7 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
             "the helper had said nothing but thinking, or nothing at all, before the "
             "server cut its reply off: the error should say so, not quote an empty "
             f"text as what it had said; the result was {said!r}")
+    tells_of_no_file(said, "was cut off at the server's length limit")
     if where == "side-chain":
         helper = [json.loads(line) for line in sidechain_bytes(sessions).split(b"\n")
                   if line]
@@ -2183,6 +2231,48 @@ def test_a_helper_answer_the_server_cut_off_is_an_error_saying_so(
             "the helper's own log keeps its last reply as the model sent it; its last "
             f"line is {last}")
         left_locked(lesson, sessions)
+
+
+@pytest.mark.task("10.3")
+@pytest.mark.parametrize("ending", ["whole", "cut off"])
+def test_answer_of_gives_what_the_helpers_run_returned(lesson, ending):
+    """answer_of(helper, question) runs the helper on the question and gives what its
+    run returned, as it returned it (its thinking, its spaces, a reply with no text:
+    reading the answer out of it is use_tool's); when the server cut the helper's last
+    reply off at its length limit it raises AnswerCutOff, whose answer is that very
+    text. A chat, or any program, that calls answer_of gets the helper's reply as the
+    helper's own log keeps it."""
+    for content in ("<think>The elder spoke of the cave.</think>\n  A torch, a rope.\n",
+                    None):
+        reply = raw({"role": "assistant", "content": content},
+                    finish_reason="length" if ending == "cut off" else "stop")
+        twin = ScriptedModel([reply])
+        returned = lesson.Agent(twin.client(), model=twin.model,
+                                tools=lesson.Toolbox([], {})).run(QUESTION)
+        model = ScriptedModel([reply])
+        helper = lesson.Agent(model.client(), model=model.model,
+                              tools=lesson.Toolbox([], {}), system=lesson.HELPER_SYSTEM)
+        try:
+            given, raised = lesson.answer_of(helper, QUESTION), None
+        except lesson.AnswerCutOff as error:
+            given, raised = None, error
+        asked = [m.get("content") for m in model.requests[0]["messages"]
+                 if m.get("role") == "user"] if model.requests else []
+        assert asked == [QUESTION], (
+            f"answer_of should run the helper on the question {QUESTION!r}, as it is; "
+            f"the helper's model was asked {asked or 'nothing'}")
+        if ending == "whole":
+            assert raised is None and given == returned, (
+                f"the helper's run returned {returned!r} (its reply {content!r}, "
+                f"whole): answer_of should give that, as it is; it "
+                + (f"gave {given!r}" if raised is None else f"raised {raised!r}"))
+        else:
+            assert raised is not None and raised.answer == returned, (
+                f"the server cut the helper's reply {content!r} off at its length "
+                "limit: answer_of should raise AnswerCutOff holding the text the "
+                f"helper's run returned, {returned!r}; it "
+                + (f"raised it holding {raised.answer!r}" if raised is not None
+                   else f"gave {given!r}"))
 
 
 @pytest.mark.task("10.3")
@@ -2279,6 +2369,7 @@ def test_a_helper_that_gives_up_is_an_error_the_model_can_read(lesson, sessions,
         "model should read an error result (starting 'error:', as every tool's) saying "
         "that the helper gave up, and after how many requests; the result was "
         f"{result}")
+    tells_of_no_file(said, "gave up")
     if where == "side-chain":
         side_folder = sessions / "quest-1.sidechains"
         try:
@@ -2586,17 +2677,60 @@ def test_a_parent_that_keeps_no_room_for_the_reply_has_a_helper_that_keeps_none(
 
 
 @pytest.mark.task("10.3")
+@pytest.mark.parametrize("where", ["side-chain", "memory"])
+def test_a_helper_request_that_just_fits_its_parents_limits_is_sent(lesson, sessions,
+                                                                    where):
+    """The helper's first request needs exactly the parent's budget, the room for the
+    reply counted once, as the parent counts it: a request that needs no more than the
+    budget fits, and the helper sends it. Its limits are its parent's, neither
+    tightened (the room for the reply taken off the budget a second time) nor shared
+    out. (The parent's own next request carries the question and the answer, and
+    need not fit: the test asks only whether the helper's was sent.)"""
+    town = HelperTown()
+    question = "What does the elder know about the cave, and who else knows? " * 40
+    helper_view = [{"role": "system", "content": lesson.HELPER_SYSTEM},
+                   {"role": "user", "content": question}]
+    helper_tools = [s for s in town.schemas if s["function"]["name"] != "ask_helper"]
+    budget = (lesson.estimate_tokens(helper_view)
+              + lesson.estimate_tokens(helper_tools) + lesson.REPLY_ROOM)
+    script = [use(call("ask_helper", question=question)), say(HELPER_ANSWER),
+              say(FINAL)]
+    model = ScriptedModel(script)
+    log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
+    agent = lesson.Agent(model.client(), model=model.model, tools=town, session=log,
+                         budget=budget)
+    ended = None
+    try:
+        with in_words(lesson, model, "the helper should send its first request"):
+            agent.run("Ask a helper.")
+    except lesson.ContextOverflow as error:
+        ended = error
+    finally:
+        if log is not None:
+            log.close()
+    firsts = [request["messages"][0].get("content") for request in model.requests[1:2]]
+    assert firsts == [lesson.HELPER_SYSTEM], (
+        f"the parent's budget is {budget} tokens, with the default room for the "
+        f"reply ({lesson.REPLY_ROOM}); the helper's ({where}) first request needs "
+        "about as much, that room counted once, and fits. It should have been sent, "
+        f"as the model's second request; {told(lesson, model)}"
+        + (f", and the run raised {ended!r}" if ended else ""))
+
+
+@pytest.mark.task("10.3")
 @pytest.mark.parametrize("arguments", ['{"question": "Ask the elder', "{}",
                                        '{"question": "  "}', '{"question": ""}',
+                                       '{"question": "\\n\\t"}',
                                        '{"question": 7}', '["Ask the elder."]'])
 @pytest.mark.parametrize("tools", ["town", "schema only"])
 def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, sessions,
                                                                      arguments, tools):
     """An ask_helper call whose arguments are no JSON object, or hold no question as
-    text, is answered with an error result the model can read, saying what was wrong;
-    no helper starts and the parent goes on. The same whether the tools hold a function
-    named ask_helper (the town's) or only offer its schema: a call the helper answers
-    never reads as a call to a tool that does not exist."""
+    text (nothing, or blanks of any kind: spaces, a line end, a tab), is answered
+    with an error result the model can read, saying what was wrong; no helper starts
+    and the parent goes on. The same whether the tools hold a function named
+    ask_helper (the town's) or only offer its schema: a call the helper answers never
+    reads as a call to a tool that does not exist."""
     town = None
     if tools == "schema only":
         functions = {k: f for k, f in HelperTown().functions.items()
@@ -2625,6 +2759,11 @@ def test_a_call_that_asks_no_question_is_an_error_the_model_can_read(lesson, ses
            "their place, and says nothing of what was sent)" if wrong == "JSON" else
            "model sent them: they hold no 'question' as text")
         + f"; it says {said!r}")
+    assert wrong != "JSON" or "arguments" in said.lower(), (
+        f"the model sent ask_helper the arguments {arguments!r}, which are no JSON "
+        "object: the error should say that it is the call's arguments that are "
+        "wrong, a sentence the model can act on (send them again as a JSON object), "
+        f"not the reader's words alone; it says {said!r}")
     assert len(model.requests) == 2 and not sidechain_files(sessions), (
         "no helper should start for a call that asks nothing: the parent's model "
         f"should be asked again at once; it was asked {len(model.requests)} times, and "
@@ -3311,8 +3450,9 @@ def test_a_pointer_another_program_wrote_in_its_own_spacing_is_found(lesson, ses
 def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
     """A log holds other markers beside its pointers: a repair, an undo, a compaction,
     kinds this code does not know (a bookmark, another program's sidechain-summary and
-    sidechains, whose names hold the word). Only the pointers, of the kind "sidechain"
-    itself, lead to side-chains: the others are neither followed nor refused."""
+    sidechains, whose names hold the word, and Sidechain and SIDECHAIN, the word in
+    other letters). Only the pointers, of the kind "sidechain" itself, lead to
+    side-chains: the others are neither followed nor refused."""
     at = "2026-01-01T00:00:00+00:00"
     lines = [
         {"role": "user", "content": "Ask a helper."},
@@ -3327,6 +3467,9 @@ def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
         # Another program's kind, named like a pointer's but not one: no pointer
         {"$marker": "sidechain-summary", "at": at, "text": "The helper found a rope."},
         {"$marker": "sidechains", "at": at},
+        # The kind spelled in other letters: another program's, no pointer either
+        {"$marker": "Sidechain", "at": at, "text": "A note of another program."},
+        {"$marker": "SIDECHAIN", "at": at},
         {"$marker": "sidechain", "call": "call_2_0", "session": "quest-1",
          "sidechain": "call_2_0", "at": at}]
     path = sessions / "quest-1.jsonl"
@@ -3340,11 +3483,12 @@ def test_sidechains_passes_over_markers_of_other_kinds(lesson, sessions):
     except ValueError as error:
         pytest.fail("the log holds two pointers, to call_1_0 and call_2_0, among a "
                     "repair, an undo, a compaction and markers of kinds it does not "
-                    "know (bookmark, sidechain-summary, sidechains), which are "
+                    "know (bookmark, sidechain-summary, sidechains, Sidechain, "
+                    "SIDECHAIN: a kind is compared as it is spelled), which are "
                     f"no pointers; sidechains refused the log: {error}", pytrace=False)
     assert found == expected, (
-        "the log holds two pointers, to call_1_0 (line 3) and call_2_0 (line 9), among "
-        "markers of other kinds: sidechains should give those two, "
+        "the log holds two pointers, to call_1_0 (line 3) and call_2_0 (line 11), "
+        "among markers of other kinds: sidechains should give those two, "
         f"{[(c, p.name) for c, p in expected]}; it gave "
         f"{[(c, getattr(p, 'name', p)) for c, p in found]}")
 
@@ -3507,6 +3651,37 @@ def test_sidechains_takes_the_sessions_folder_as_text_or_a_path(lesson, sessions
 
 
 @pytest.mark.task("10.4")
+def test_sidechains_reads_the_log_of_a_session_whose_id_holds_a_dot(lesson, sessions):
+    """A session id may hold a dot (quest.day-2, or call_1_0.2, a call's second
+    side-chain, read as the session it is): its log is its whole id and ".jsonl",
+    never the log of the session whose id stops at the dot (quest.jsonl), whose
+    pointers lead to another session's helpers."""
+    at = "2026-01-01T00:00:00+00:00"
+    for session_id, call_id in (("quest", "call_a"), ("quest.day-2", "call_b")):
+        pointer = {"$marker": "sidechain", "call": call_id, "session": session_id,
+                   "sidechain": call_id, "at": at}
+        (sessions / f"{session_id}.jsonl").write_text(json.dumps(pointer) + "\n",
+                                                      encoding="utf-8")
+    try:
+        found = lesson.sidechains(sessions, "quest.day-2")
+    except NotImplementedError:
+        raise       # the task not written yet: the plugin says which
+    except Exception as error:
+        pytest.fail("sidechains was asked about the session quest.day-2, whose log "
+                    "quest.day-2.jsonl holds one pointer, to call_b; it raised "
+                    f"{type(error).__name__}: {error}", pytrace=False)
+    expected = [("call_b", sessions / "quest.day-2.sidechains" / "call_b.jsonl")]
+    assert found == expected, (
+        "sidechains was asked about the session quest.day-2, whose log is "
+        "quest.day-2.jsonl (its whole id and .jsonl), holding one pointer, to call_b; "
+        f"it should give {[(c, str(p.relative_to(sessions))) for c, p in expected]}; "
+        f"it gave {[(c, getattr(p, 'name', p)) for c, p in found]}"
+        + (": the pointers of quest.jsonl, another session's log (was the log's "
+           "name made with with_suffix, which replaces what follows the last dot?)"
+           if [c for c, _ in found] == ["call_a"] else ""))
+
+
+@pytest.mark.task("10.4")
 def test_sidechains_reads_a_log_however_short_each_read_is(lesson, sessions,
                                                           monkeypatch):
     """os.read may give fewer bytes than asked (a signal, a file system's own limit):
@@ -3614,7 +3789,8 @@ def test_a_damaged_line_in_the_middle_of_the_log_is_an_error_naming_it(lesson,
 
 
 @pytest.mark.task("10.4")
-@pytest.mark.parametrize("planted", ["a folder", "a symbolic link"])
+@pytest.mark.parametrize("planted", ["a folder", "a symbolic link",
+                                     "a symbolic link to nothing"])
 def test_a_log_sidechains_cannot_read_is_an_error_not_an_empty_answer(lesson,
                                                                       sessions,
                                                                       planted):
@@ -3624,10 +3800,15 @@ def test_a_log_sidechains_cannot_read_is_an_error_not_an_empty_answer(lesson,
     the session's calls started no helper, and their transcripts would be lost to it.
     A symbolic link at the log's name is refused the same way, as every reader of the
     course refuses one (OSError, ELOOP): followed, it would hand on the pointers of
-    whatever log it leads to (another user's session) as this session's helpers."""
+    whatever log it leads to (another user's session) as this session's helpers. A
+    link that leads nowhere is something at the log's name all the same, no log not
+    written yet (asked with exists(), which follows the link, it would pass for
+    one)."""
     there = sessions / "quest-1.jsonl"
     if planted == "a folder":
         there.mkdir()
+    elif planted == "a symbolic link to nothing":
+        there.symlink_to(sessions.parent / "nowhere.jsonl")
     else:
         elsewhere = sessions.parent / "elsewhere"
         elsewhere.mkdir()
