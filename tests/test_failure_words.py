@@ -122,6 +122,24 @@ def test_a_task_not_written_is_said_in_full_once_then_in_one_line(student):
             f"{alone}:\n{reports[name]}")
 
 
+def test_a_students_own_placeholder_is_read_by_its_tasks_number(student):
+    """A student who puts a placeholder of their own in a task's place, punctuated their
+    way ("task 02.1: ..."), is told to write task 02.1, never "task 02.1:", a task no
+    command knows."""
+    for name in ("log.py", "agent.py"):
+        module = student / "lessons/02_load" / name
+        module.write_text(module.read_text(encoding="utf-8").replace(
+            '"task 02.1 is not written yet: ', '"task 02.1: load not done yet, '),
+            encoding="utf-8")
+
+    done = pytest_run(student, "lessons/02_load/test_load.py")
+
+    said = "\n".join(failures(done).values())
+    assert "02.1:" not in said.replace("task 02.1: load not done", ""), (
+        f"the task is 02.1, whatever punctuation follows it:\n{said[:3000]}")
+    assert "`pytest lessons/02_load --task 02.1`" in said, said[:3000]
+
+
 @pytest.mark.campaign
 def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(student):
     every = pytest_run(student, "--co", "lessons/01_append")

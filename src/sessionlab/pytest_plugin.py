@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from . import calls, course, hangs, lazy_sdk, tracebacks
+from . import calls, course, hangs, lazy_sdk, starters, tracebacks
 
 # Before anything imports openai: a lesson's cold run then loads the SDK's chat-completions
 # parts only, not every API it covers (most of a second; see sessionlab.lazy_sdk).
@@ -383,7 +383,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def _not_written(excinfo: pytest.ExceptionInfo) -> bool:
     """A starter's NotImplementedError: "task NN.K is not written yet ..."."""
     return (excinfo.errisinstance(NotImplementedError)
-            and str(excinfo.value).startswith("task "))
+            and starters.placeholder_task(str(excinfo.value)) is not None)
+
+
+def _missing_task(excinfo: pytest.ExceptionInfo) -> str:
+    """The task a placeholder (see _not_written) says is not written yet."""
+    return starters.placeholder_task(str(excinfo.value)) or "?"
 
 
 def _placeholder_repr(excinfo: pytest.ExceptionInfo, *args: Any, **kwargs: Any) -> str:
@@ -439,7 +444,7 @@ def _teach(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.Excepti
         where += f", tasks {', '.join(tasks[:-1])} and {tasks[-1]}"
     advice = _advice(lesson, tasks[0] if tasks else None, also=tasks[1:])
     if _not_written(excinfo):
-        missing = str(excinfo.value).split()[1]
+        missing = _missing_task(excinfo)
         advice = _advice(lesson, missing)
         if tasks and missing not in tasks:
             # A test of a finished task that runs into a later one: name the one to
@@ -588,8 +593,7 @@ def _student_frame(excinfo: pytest.ExceptionInfo, lesson: course.Lesson) -> str:
         path = Path(str(entry.path))
         if course.is_lesson_module(path):
             return f"{_shown(path)}:{entry.lineno + 1} in {entry.name}"
-    words = str(excinfo.value).split()
-    marker = f"TODO({words[1]})" if len(words) > 1 else None
+    marker = f"TODO({_missing_task(excinfo)})" if _not_written(excinfo) else None
     for path in sorted(lesson.folder.glob("*.py")) if marker else ():
         if not path.name.startswith("test_") and marker in _text(path):
             return str(_shown(path))

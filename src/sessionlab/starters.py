@@ -71,6 +71,14 @@ def make_starter(solution: str, lesson: Lesson, source: str = "solution",
 NOT_WRITTEN = re.compile(r"task (\d\d\.\d+) is not written yet")
 
 
+def placeholder_task(message: str) -> str | None:
+    """The task a NotImplementedError's message says is not written yet: the starter's
+    words, or a student's own placeholder that begins the same way ("task 11.3: repair
+    not written yet"), named by its number alone, whatever follows it."""
+    match = re.match(r"task (\d\d\.\d+)\b", message)
+    return match[1] if match else None
+
+
 def starter_raises(source: str) -> dict[str, int]:
     """How many of each task's `raise NotImplementedError("task NN.K is not written yet
     ...")` (what the starter generator puts in a task's place) are in `source`.

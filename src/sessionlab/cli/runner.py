@@ -72,9 +72,7 @@ class Outcome:
         """The task this test stopped at because it is not written yet ("task NN.K is
         not written yet: ..."), or None."""
         message = self.message or ""
-        if self.not_written and message.startswith("task "):
-            return message.split()[1]
-        return None
+        return starters.placeholder_task(message) if self.not_written else None
 
 
 @dataclass
