@@ -1340,14 +1340,20 @@ def test_a_plain_answer_ends_the_turn(lesson, model, town):
     assert len(model.requests) == 1, (
         f"one plain answer needs one model call, the agent made {len(model.requests)}"
     )
-    assert agent.messages == [
+    expected = [
         {"role": "user", "content": "Hello!\n"},
         {"role": "assistant", "content": "Welcome to town, adventurer."},
-    ], (
-        "after one turn the history should be the user's message as the user wrote "
-        "it, 'Hello!\\n', and the answer; got "
-        f"{agent.messages}"
-    )
+    ]
+    if agent.messages != expected:
+        which = ["the user's message, as the user wrote it", "the answer, as it came"]
+        wrong = [f"{which[k]}: {want} expected, the history holds {got}"
+                 for k, (got, want) in enumerate(zip(agent.messages, expected))
+                 if got != want]
+        pytest.fail(
+            f"after one turn the history should hold {len(expected)} messages, each "
+            "nothing more than what was said (a message recorded is never changed "
+            f"after); it holds {len(agent.messages)}: "
+            + ("; ".join(wrong) or f"got {agent.messages}"), pytrace=False)
 
 
 @pytest.mark.key
