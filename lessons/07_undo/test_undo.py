@@ -338,7 +338,7 @@ def test_undo_of_several_turns(lesson, sessions):
 @pytest.mark.task("07.3")
 def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, sessions):
     """Undoing more turns than exist is refused and changes neither the conversation nor
-    the log."""
+    the log, nor the agent's hold on its session."""
     play(lesson, sessions, TURN_A, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -363,6 +363,13 @@ def test_undoing_more_turns_than_exist_is_refused_and_changes_nothing(lesson, se
             assert path.read_bytes() == before, (
                 f"a refused undo({turns}) must not write anything to the log"
             )
+        intruder = another_writer_tries(lesson, sessions)
+        assert intruder == "SessionBusy", (
+            "the agent's undos of 3, 0 and -1 turns were refused, as they should be; "
+            "its log was open, the session's writer, and was not closed since, so "
+            "another writer's append should be refused with SessionBusy; it got: "
+            f"{intruder}. A refused undo changes nothing, the agent's hold on its "
+            "session included")
     assert issubclass(lesson.UndoError, ValueError)
 
 
@@ -421,13 +428,21 @@ def test_the_undo_is_a_marker_line_naming_the_undone_messages_by_index(
     messages by their index, so it can never pass for a message, and holding the keys
     the format reference gives it, no other."""
     turn_a, turn_b = play(lesson, sessions, TURN_A, TURN_B)
+    path = sessions / "quest-1.jsonl"
+    before = path.read_bytes()
     agent, _, log = open_agent(lesson, sessions)
     with log:
         agent.undo()
 
-    lines = lines_of(sessions / "quest-1.jsonl")
+    lines = lines_of(path)
     assert lines, (
         "after the undo the log is empty: undo appends a marker, it never rewrites")
+    added = path.read_bytes()[len(before):]
+    assert added.count(b"\n") == 1 and added.endswith(b"\n"), (
+        "an undo adds one line to the log, its marker, ending in its newline, and "
+        "nothing else: no empty line either (a line of the log is a message or a "
+        "marker, and an empty one is neither; other readers of the format may refuse "
+        f"it). The undo added {added!r}")
     last = lines[-1]
     expected = list(range(len(turn_a), len(turn_a) + len(turn_b)))
     assert last.get("$marker") == "undo", (
@@ -922,6 +937,46 @@ def test_an_interrupted_turn_can_be_undone_and_the_session_resumes_without_a_rep
 
 
 @pytest.mark.task("07.3")
+def test_an_interrupted_turn_can_be_undone_once_its_log_was_closed(lesson, sessions):
+    """A run stopped by Ctrl-C in a tool, and the program's with block ended: the log
+    is closed, its call open. The user undoes that turn. The undo takes the log over,
+    and that takeover's repair answers the open call (lesson 04) before the count is
+    judged: the agent must hold what the repair wrote, as run does, or the log shows
+    one message more than the agent saw, and the undo is refused as if another writer
+    had added it. The whole turn goes, the repair's answer with it."""
+    agent, _, log = open_agent(lesson, sessions,
+                               TURN_C[1] + [use(call("buy", item="lantern"))],
+                               town=CtrlCTown())
+    with log:
+        agent.run(TURN_C[0])
+        turn_c = list(agent.messages)
+        with pytest.raises(KeyboardInterrupt):
+            agent.run("Buy the lantern.")   # Ctrl-C while the tool runs
+    with log:       # the same program, later: its next with block on the session
+        try:
+            taken = agent.undo()
+        except lesson.UndoError as error:
+            fail_in("07.3", "a run stopped by Ctrl-C in a tool left its call open, and "
+                    "the log was closed; undoing that turn raised UndoError: "
+                    f"{error}. Taking the log over repaired the call (lesson 04's "
+                    "answer to it is in the log now), and the agent did not take in "
+                    "what that repair wrote, as run does: the log shows one message "
+                    "more than the agent, and the user cannot undo the turn that went "
+                    "wrong")
+    roles = [message.get("role") for message in taken]
+    assert roles[:2] == ["user", "assistant"] and agent.messages == turn_c, (
+        "undoing the interrupted turn should take back the user's request, the call "
+        "and the answer the repair gave it, and leave the turn before; it took back "
+        f"{roles}, and the agent holds {[m.get('role') for m in agent.messages]}")
+    day_two, _, log = open_agent(lesson, sessions)
+    with log:
+        assert day_two.messages == turn_c, (
+            "after undoing the interrupted turn, a new process should see only the "
+            "turn before it; it sees "
+            f"{[m.get('role') for m in day_two.messages]}")
+
+
+@pytest.mark.task("07.3")
 @pytest.mark.task("07.2")
 def test_undo_works_without_a_session(lesson):
     """Without a session, undo only changes the agent's memory (and nothing was ever
@@ -1158,7 +1213,8 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
     names no message written before it (a damaged or foreign marker's: at or after its
     own place, or negative) takes back nothing, least of all a message written, and
     shown to the user, after it. Its place counts the messages before it, not the lines
-    (a marker above it is no message). A message named twice, in one marker's list or
+    (a marker above it is no message), and each index is judged alone, wherever it
+    stands in the list. A message named twice, in one marker's list or
     again by a later marker, is taken back once, and the log still loads."""
     ask = {"role": "user", "content": "Ask the elder."}
     answer = {"role": "assistant", "content": "The elder wants a torch."}
@@ -1206,6 +1262,17 @@ def test_an_undo_marker_never_hides_messages_written_after_it(lesson, sessions):
         "the first marker names message 1 twice, the second names it again with "
         "message 2: messages 1 and 2 are taken back, once each, and the log should "
         f"show messages 0 and 3. Got {[m.get('content') for m in shown]}")
+
+    # Damaged indices before a good one: each index is judged alone, wherever it
+    # stands in the list (the format gives a marker's list no order)
+    write_log(sessions, [ask, answer, undo_marker(-1, 5, 1), *later], "quest-6")
+    shown = lesson.SessionLog(sessions, "quest-6").load()
+    assert shown == [ask, *later], (
+        "the marker lists -1, 5 and 1 after two messages: -1 and 5 name no message "
+        "written before it and take back nothing, and 1 takes back message 1, wherever "
+        "it stands in the list (the list has no order: the same marker written [1, "
+        "-1, 5] means the same); the log should show messages 0, 2 and 3. Got "
+        f"{[m.get('content') for m in shown]}")
 
     # An index named before its message was written, then again once it was: the
     # first naming took nothing back, so the second takes it back
@@ -1328,7 +1395,9 @@ def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, se
     appended three messages and closed; another writer added a fourth. Told that its
     caller saw three, or none (0 is a number like any other), the undo refuses with
     `UndoError`, saying how many the log shows, and writes nothing: the newest message
-    is not the caller's to take back. Told four, it takes the fourth back."""
+    is not the caller's to take back. A refusal lets go of nothing the writer holds: the
+    undo made the object the writer again, and it holds the session until it is closed.
+    Told four, it takes the fourth back."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
     path = sessions / "quest-1.jsonl"
     log = closed_then_written_by_another(lesson, sessions, said)
@@ -1351,6 +1420,14 @@ def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, se
             assert path.read_bytes() == before, (
                 f"a refused undo (seen={saw}) should write nothing; the log changed:\n"
                 f"{path.read_bytes()[len(before):]!r}")
+            intruder = another_writer_tries(lesson, sessions)
+            assert intruder == "SessionBusy", (
+                f"undo(1, seen={saw}) was refused, as it should be; to judge it, the "
+                "closed object became the session's writer again, as an append does, "
+                "and it was not closed since, so another writer's append should be "
+                f"refused with SessionBusy; it got: {intruder}. A refusal lets go of "
+                "nothing the writer holds: let go, another writer's line could come in "
+                "before the caller resumes and undoes")
         taken = log.undo(1, seen=4)
     finally:
         log.close()
@@ -1795,10 +1872,10 @@ def two_notes_and_room_for(path, room=1):
     return notes, path.stat().st_size + (line_length(notes[0]) + 20 if room else 0)
 
 
-def flush_cut_short(agent, notes):
+def flush_cut_short(agent, notes, raised=None):
     """Record the notes and flush them while the disk has little room (the size limit
     set by with_file_size_limit), then give the disk room again. Returns what the flush
-    raised."""
+    raised, described; the OSError itself is added to the list `raised`, if given."""
     import resource
     for note in notes:
         agent.record(note)
@@ -1807,6 +1884,8 @@ def flush_cut_short(agent, notes):
         failed = "nothing"
     except OSError as error:
         failed = f"OSError: {error}"
+        if raised is not None:
+            raised.append(error)
     resource.setrlimit(resource.RLIMIT_FSIZE,
                        (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     return failed
@@ -1818,9 +1897,11 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
                                                                    room):
     """The disk fills up during a flush (a real file size limit), on the second message
     or on the first, then has room again: the next flush leaves each message in the log
-    once, in the order recorded. In between, the agent is still the session's writer
-    (its log was not closed): another writer is refused with SessionBusy, so that no
-    line of another story lands between the agent's messages."""
+    once, in the order recorded. The flush's failure reaches the caller as it is: the
+    very OSError the log's append raised, its errno and words kept. In between, the
+    agent is still the session's writer (its log was not closed): another writer is
+    refused with SessionBusy, so that no line of another story lands between the
+    agent's messages."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     notes, limit = two_notes_and_room_for(path, room)
@@ -1828,16 +1909,38 @@ def test_a_flush_the_disk_cut_short_writes_each_message_once_later(lesson, sessi
     def flush_twice():
         agent, _, log = open_agent(lesson, sessions)
         with log:
-            failed = flush_cut_short(agent, notes)
+            by_log, raised, append = [], [], log.append
+
+            def append_and_keep_its_error(*arguments, **options):
+                try:
+                    return append(*arguments, **options)
+                except BaseException as error:
+                    by_log.append(error)
+                    raise
+
+            log.append = append_and_keep_its_error
+            try:
+                failed = flush_cut_short(agent, notes, raised)
+            finally:
+                log.append = append
+            # True, or what the log's append raised (if anything) instead
+            as_it_is = bool(raised and by_log) and raised[-1] is by_log[-1] or [
+                f"{type(seen).__name__}: {seen}" for seen in by_log]
             intruder = another_writer_tries(lesson, sessions)
             agent.flush()
-        return {"failed": failed, "intruder": intruder}
+        return {"failed": failed, "as it is": as_it_is, "intruder": intruder}
 
     result = on_a_full_disk(limit, flush_twice, "the flushes")
     assert result["failed"].startswith("OSError"), (
         f"the log could grow by {'one note only' if room else 'nothing'}, so the first "
         f"flush should fail with OSError on the {'second' if room else 'first'}; it "
         f"raised {result['failed']}")
+    assert result["as it is"] is True, (
+        "an error of the disk reaches the caller as it is: the flush should raise the "
+        "very OSError the log's append raised, its errno and words kept, so that the "
+        "caller can tell a full disk from another failure; it raised "
+        f"{result['failed']}, where the log's append raised "
+        f"{result['as it is'] or 'nothing'}")
     assert result["intruder"] == "SessionBusy", (
         "after the flush the full disk cut short, another writer tried to append to "
         f"the session, and got: {result['intruder']}. The agent's log was not closed, "
@@ -2012,7 +2115,8 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
                                                                        refused):
     """Lesson 06's agent refused at once a message its log would refuse, with the log's
     error, changing nothing. Writing later must not make that later: the session goes
-    on as if the message had never been recorded."""
+    on as if the message had never been recorded. The same on a new session, whose log
+    has no line yet: the rule is the log's, not its file's."""
     turn_c, = play(lesson, sessions, TURN_C)
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
@@ -2048,6 +2152,18 @@ def test_a_message_the_log_would_refuse_is_refused_when_it_is_recorded(lesson,
     assert model.requests[0]["messages"] == turn_c + [
         {"role": "user", "content": TURN_D[0]}], (
         "the next request should carry the conversation without the refused message")
+
+    # On a new session too: the log's rule holds before the log has its first line
+    agent, _, log = open_agent(lesson, sessions, session_id="quest-new")
+    with log:
+        with raises(lesson.InvalidMessage,
+                    f"record() accepted {refused!r} on a new session, whose log has no "
+                    "line yet: the log's append refuses it there too, and the first "
+                    "flush would fail on it"):
+            agent.record(refused)
+        assert agent.messages == [] and agent.pending == [], (
+            "a refused message must change nothing, on a new session too: the agent "
+            f"holds {len(agent.messages)} message(s), {len(agent.pending)} pending")
 
 
 @pytest.mark.task("07.2")
@@ -2139,6 +2255,14 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                     "name": "write_note",
                     "arguments": json.dumps({"text": "a" * limit})}}]},
     }
+    # What the log's own append raises for each: record refuses with that error
+    by_log = {}
+    with lesson.SessionLog(sessions, "the-log-alone") as alone:
+        for what, message in too_long.items():
+            try:
+                alone.append(message)
+            except ValueError as error:
+                by_log[what] = error
     path = sessions / "quest-1.jsonl"
     before = path.read_bytes()
     agent, model, log = open_agent(lesson, sessions, TURN_D[1])
@@ -2150,6 +2274,13 @@ def test_a_message_too_long_for_one_write_is_refused_when_it_is_recorded(lesson,
                         "write() can take here: the log's append refuses that line"
                         ) as raised:
                 agent.record(message)
+            own = by_log.get(what)
+            assert own is None or type(raised.value) is type(own), (
+                f"record() refused a message of {what}, as it should, but with "
+                f"{type(raised.value).__name__}, where the log's append refuses that "
+                f"line with {type(own).__name__}: the log's own error, so that a "
+                "caller that catches what the log raises for a line too long catches "
+                f"what record raises for it. It said: {raised.value}")
             said = str(raised.value).replace(str(sessions), "")
             assert re.search(rf"(?<![\d.]){limit}(?![\d.])", said), (
                 f"record() refused a message of {what}, as it should, but not as the "
@@ -2639,6 +2770,7 @@ def test_a_durable_writer_syncs_its_undo_marker(lesson, sessions, monkeypatch):
 
         monkeypatch.setattr(os, "write", write)
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fsync)     # as durable for a file's bytes
         log.undo(1)
         monkeypatch.undo()
 
@@ -2765,6 +2897,9 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
     bookmark = {"$marker": "bookmark", "name": "the town gate"}
     write_log(sessions, [bookmark, *said[:4], undo_marker(1), said[4], undo_marker(3)])
     shown = [said[0], said[2], said[4]]
+    source_lines = (sessions / "quest-1.jsonl").read_bytes().splitlines(keepends=True)
+    # The line of the last message each fork keeps: message 2's, then message 4's
+    last_kept = {2: 3, 3: 6}
     for upto, after in ((2, ["message 3", "message 4"]), (3, [])):
         new_id = f"first-{upto}"
         before = datetime.now(timezone.utc).replace(microsecond=0)
@@ -2792,6 +2927,15 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
         assert not [words for words in after if words in held], (
             f"fork(upto={upto}) should hold nothing the source wrote after its last "
             f"message kept, message 2; its file holds {after}:\n{held}")
+        written_after = [line for line in source_lines[last_kept[upto] + 1:]
+                         if line in copied.splitlines(keepends=True)]
+        assert not written_after, (
+            f"fork(upto={upto}) should hold nothing the source wrote after its last "
+            f"message kept, message {2 * upto - 2}: its history ends where it "
+            "branches. It holds the source's line(s) written after that message, "
+            f"{written_after}: a message the source took back with a marker past the "
+            "cut is taken back in the fork by a marker of the fork's own, written "
+            "when the fork is made, not by the source's later line")
         source = markers_in(sessions / "quest-1.jsonl")
         for marker in markers_in(sessions / f"{new_id}.jsonl"):
             if marker not in source:    # the fork's own marker: a marker like any
@@ -3018,6 +3162,26 @@ def log_undo_lets_go(lesson, sessions):
         probe.close()
 
 
+def log_refusal_lets_go(lesson, sessions):
+    """Whether the log's own undo (task 07.1) lets go of the session when it refuses a
+    caller that saw another number: a writer appends and is closed, another writer
+    appends, the first undoes told it saw one message, and a third writer's append is
+    then taken."""
+    probe = lesson.SessionLog(sessions, "probe-seen")
+    try:
+        probe.append({"role": "user", "content": "A probe."})
+        probe.close()
+        with lesson.SessionLog(sessions, "probe-seen") as other:
+            other.append({"role": "user", "content": "Another probe."})
+        try:
+            probe.undo(1, seen=1)
+        except lesson.UndoError:
+            pass
+        return another_writer_tries(lesson, sessions, "probe-seen") != "SessionBusy"
+    finally:
+        probe.close()
+
+
 @pytest.mark.task("07.3")
 def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
     """Day 2 resumed the session and played a turn, then its log was closed (its with
@@ -3053,6 +3217,51 @@ def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
         "resuming the session should then show the first turn alone, as the agent "
         f"does, and it shows {[message.get('content') for message in resumed]}: the "
         "undo changed the agent's memory but not the log")
+
+
+def session_is_free(lesson, sessions, session_id="quest-1"):
+    """Whether another writer could take the session now: it becomes the writer (which
+    writes nothing to a whole log) and lets go at once."""
+    other = lesson.SessionLog(sessions, session_id)
+    try:
+        other.open_for_append()
+        return True
+    except lesson.SessionBusy:
+        return False
+    finally:
+        other.close()
+
+
+@pytest.mark.task("07.3")
+def test_a_refused_undo_of_an_agent_whose_log_was_closed_takes_no_session(lesson,
+                                                                          sessions):
+    """Day 2 played a turn and its log was closed (its with block ended); the user then
+    asks to undo more turns than there are. The refusal changes nothing: the agent's
+    log, closed, is not made the session's writer by it, so another writer may take
+    the session as before; and the next undo, of the one turn, still takes it back."""
+    [turn_c] = play(lesson, sessions, TURN_C)
+    agent, _, log = open_agent(lesson, sessions, TURN_D[1])
+    with log:
+        agent.run(TURN_D[0])
+    try:
+        with raises(lesson.UndoError,
+                    "undo(turns=3) was allowed on a conversation of two turns"):
+            agent.undo(turns=3)
+        free = session_is_free(lesson, sessions)
+        agent.undo(1)
+    finally:
+        log.close()
+    assert free, (
+        "the agent's log was closed, and its undo(turns=3) was refused (the "
+        "conversation has two turns), as it should be; yet another writer could not "
+        "take the session after it (SessionBusy): the refusal made the agent's log "
+        "the session's writer again. A refused undo changes nothing: the count is "
+        "judged on the agent's own conversation before the log is asked anything")
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_c, (
+        "after the refusal, the undo of the one turn should take it back in the log: "
+        "a new process should show the first turn alone; it shows "
+        f"{[message.get('content') for message in resumed]}")
 
 
 @pytest.mark.task("07.3")
@@ -3111,7 +3320,8 @@ def test_an_agent_does_not_undo_a_turn_another_agent_played_on_its_log_object(
     the first agent plays a turn, then the second, on the same log object, plays one.
     The first agent's undo must not take the second's turn back (the log's last turn
     is not its own, though its log object wrote it): it raises `UndoError`, and the
-    log and the agent's conversation stay as they were."""
+    log, the agent's conversation and the log object stay as they were: still the
+    session's writer, which the second agent goes on writing with."""
     path = sessions / "quest-1.jsonl"
     first_model = ScriptedModel(list(TURN_C[1]))
     second_model = ScriptedModel(list(TURN_D[1]))
@@ -3131,6 +3341,14 @@ def test_an_agent_does_not_undo_a_turn_another_agent_played_on_its_log_object(
                 "the second agent's, not its own (the agent says how many messages it "
                 "wrote, not how many its log object shows)")):
             first.undo(1)
+        intruder = another_writer_tries(lesson, sessions)
+    if intruder != "SessionBusy":
+        fail_in("07.1" if log_refusal_lets_go(lesson, sessions) else "07.3", (
+            "the first agent's undo was refused, as it should be; the log object it "
+            "shares with the second agent was open, the session's writer, and was not "
+            "closed since, so another writer's append should be refused with "
+            f"SessionBusy; it got: {intruder}. A refused undo changes nothing: it "
+            "leaves the log object open, the second agent's too"))
     assert path.read_bytes() == before, (
         "a refused undo should write nothing; the log changed:\n"
         f"{path.read_bytes()[len(before):]!r}")
@@ -3623,13 +3841,18 @@ def test_a_message_recorded_twice_is_kept_twice(lesson, sessions):
 
 
 @pytest.mark.task("07.3")
-def test_an_agent_undo_reads_no_blob_of_the_turns_it_keeps(lesson, sessions):
+@pytest.mark.parametrize("closed", [False, True],
+                         ids=["its log open", "its log closed"])
+def test_an_agent_undo_reads_no_blob_of_the_turns_it_keeps(lesson, sessions, closed):
     """A letter the user pasted went to a blob, and the blob was damaged since (a disk
     error, a clean-up). The user takes back the turn after it: the agent's undo goes by
     its own conversation and the log's writer, reading no blob, so it succeeds, and
     the conversation keeps the letter's turn as the agent holds it. (Rebuilding the
     conversation from the log would read the damaged blob, and fail after the marker
-    was written: the log and the agent would then disagree.)"""
+    was written: the log and the agent would then disagree.) The same when the agent's
+    log was closed before the undo: becoming the writer again reads the log's lines,
+    as the log's own undo does, not the history with its blobs, which the agent
+    holds already."""
     letter = "Read this letter: " + "Dear elder. " * 1000
     agent, _, log = open_agent(
         lesson, sessions, [say("A long letter."), *TURN_C[1]])
@@ -3638,6 +3861,8 @@ def test_an_agent_undo_reads_no_blob_of_the_turns_it_keeps(lesson, sessions):
         agent.run(letter)
         agent.run(TURN_C[0])
         kept = list(agent.messages[:2])
+        if closed:
+            log.close()     # day 2's with block ended: the undo takes the log over
         for blob in (sessions / "blobs").iterdir():
             blob.write_bytes(b"not the letter")
         try:
@@ -3661,6 +3886,43 @@ def test_an_agent_undo_reads_no_blob_of_the_turns_it_keeps(lesson, sessions):
         "naming them) and leave the letter and its answer in the conversation as "
         f"they were; the conversation holds {len(after)} message(s), the undo "
         f"returned {taken}, and the undo markers name {skip}")
+
+
+@pytest.mark.task("07.2")
+def test_a_flush_after_the_log_was_closed_reads_no_blob(lesson, sessions):
+    """A letter the user pasted went to a blob; then day 2's with block ended, closing
+    the agent's log, and the blob was damaged since (a disk error, a clean-up). The
+    user pastes a note, and the agent flushes it: the flush makes the log the
+    session's writer again, as an append does, which reads the log's lines (lesson
+    04's repair needs them), not the history with its blobs, which the agent holds
+    already. The note is written, once, after the letter's turn."""
+    letter = "Read this letter: " + "Dear elder. " * 1000
+    note = {"role": "user", "content": "(a note, pasted)"}
+    agent, _, log = open_agent(lesson, sessions, [say("A long letter.")])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(letter)
+    try:
+        for blob in (sessions / "blobs").iterdir():
+            blob.write_bytes(b"not the letter")
+        agent.record(note)
+        try:
+            agent.flush()
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            pytest.fail(
+                f"the flush of a note, after the agent's log was closed and the blob "
+                f"of a pasted letter damaged, raised {type(error).__name__} "
+                f"({error}): the flush writes the note with the log's append, which "
+                "becomes the writer again reading the log's lines, not the blobs of a "
+                "history the agent holds already", pytrace=False)
+    finally:
+        log.close()
+    written = lines_of(path)[2:]
+    assert written == [note], (
+        "after the flush, the log should hold the letter's turn, then the note, once; "
+        f"after the letter's turn it holds {[m.get('content') for m in written]}")
 
 
 @pytest.mark.task("07.1")
@@ -3736,6 +3998,12 @@ def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
         + f", and the conversation went from {len(before)} to {len(after)} messages: "
         "the log could not record the undo (the session was busy), so the undo should "
         "fail and the agent remember the turn the log still shows")
+    assert isinstance(raised, lesson.SessionBusy), (
+        "the agent's undo failed, as it should, but with "
+        f"{type(raised).__name__} ({raised}), not the log's error, the lock's "
+        "SessionBusy: the turn can be undone once the other writer is done, and a "
+        "caller that waits and tries again on SessionBusy (lesson 05) should be told "
+        "so, not that the count or the log was wrong")
     try:
         agent.undo(1)
     finally:
@@ -3779,6 +4047,11 @@ def test_a_flush_the_busy_session_refuses_stops_the_run_before_the_model(lesson,
         f"more; run() {'returned' if raised is None else 'raised ' + repr(raised)}, "
         f"and the model was asked {asked - 1} more time(s). A flush that cannot write "
         "must say so: a model call after it sends a message that is on no disk")
+    assert isinstance(raised, lesson.SessionBusy), (
+        "run() failed before the model call, as it should, but with "
+        f"{type(raised).__name__} ({raised}), not the lock's SessionBusy that the "
+        "flush met: a caller that waits and tries again on SessionBusy (lesson 05) "
+        "should learn that the session was busy, and nothing else went wrong")
     try:
         agent.flush()
     finally:

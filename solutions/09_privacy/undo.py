@@ -82,6 +82,10 @@ class AgentUndo:
         changing nothing, when the conversation has fewer turns, or when the log shows
         more than this agent wrote (another writer's turn is not its to take back).
         """
+        # A run stopped with calls open, its log closed since: the undo's takeover
+        # repairs them (lesson 04). Take the log back first, as run does, so that the
+        # agent holds what that repair wrote: else the log shows more than it saw.
+        self.take_log_back()
         starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
         if not 0 < turns <= len(starts):
             raise UndoError(
