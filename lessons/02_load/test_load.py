@@ -13,11 +13,13 @@ import gc
 import io
 import json
 import os
+import pwd
 import resource
 import subprocess
 import sys
 import termios
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -595,8 +597,9 @@ def test_loading_never_rewrites_or_truncates_the_log(lesson, sessions):
 @pytest.mark.task("02.1")
 def test_unicode_line_separators_inside_content_load_back_exactly(lesson, sessions):
     """Content holding U+2028, U+2029 or U+0085 loads back exactly: they are text inside
-    a line, not the end of one."""
-    tricky = "one\u2028two\u2029three\x85four\x1cfive\rsix\nseven"
+    a line, not the end of one. So do the line ends of its text, whatever they are
+    ('\\r\\n' of a text pasted on Windows among them): a load does not clean them."""
+    tricky = "one\u2028two\u2029three\x85four\x1cfive\rsix\nseven\r\neight"
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": tricky})
         log.append({"role": "assistant", "content": "noted"})
@@ -689,7 +692,7 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
          "tool_calls": calling("call_1_1", "talk_to", {"npc": "elder"})},
         {"role": "tool", "tool_call_id": "call_1_1", "content": ""},
         {"role": "user", "content": [
-            {"type": "text", "text": "And this map?"},
+            {"type": "text", "text": "And this map?\r\nThe cafe\u0301 is on it."},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]},
         {"role": "assistant", "content": None},
         {"role": "assistant", "content": ""},
@@ -701,8 +704,10 @@ def test_tool_calls_and_empty_content_survive_the_round_trip(
              "written without spaces, as a model may), its result, a tool call "
              "whose message has no content at all but a key of a provider's own "
              "(reasoning_content), its result, empty, a user's message in parts "
-             "(a text and an image), an answer with content null and no tool call "
-             "(another harness appends a model that said nothing so), and an answer "
+             "(an image, and a text holding a line end '\\r\\n' and an e with a "
+             "combining accent, as they were typed), an answer with content null and "
+             "no tool call (another harness appends a model that said nothing so), "
+             "and an answer "
              "with content \"\"")
 
     def changes(got):
@@ -1707,8 +1712,11 @@ def test_a_change_deep_inside_a_loaded_message_never_comes_back(lesson, sessions
 @pytest.mark.task("02.1")
 def test_non_ascii_text_loads_back_exactly(lesson, sessions):
     """Accented letters, CJK and emoji, written as UTF-8 by append, load back as the
-    same text."""
-    texts = ["café au lait", "洞窟の地図", "a torch 🔥"]
+    same text, code point for code point: a letter written as a base and a combining
+    accent (as macOS writes file names) stays two, never made one by a normalization
+    that the writer did not apply."""
+    texts = ["café au lait", "洞窟の地図", "a torch 🔥",
+             "cafe\u0301 noir (an e and a combining accent)"]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for text in texts:
             log.append({"role": "user", "content": text})
@@ -1725,8 +1733,14 @@ def test_non_ascii_text_loads_back_exactly(lesson, sessions):
         for enc in ("latin-1", "cp1252")
         if loaded == [t.encode("utf-8").decode(enc, errors="replace") for t in texts]
     ]
+    # Name a normalization only when the text shows it: the same text, other code points
+    normalized = [form for form in ("NFC", "NFD", "NFKC", "NFKD")
+                  if loaded == [unicodedata.normalize(form, t) for t in texts]]
     why = (f"these are the UTF-8 bytes decoded as {misread[0]}, but the log is UTF-8 "
            "(append writes it so), whatever the machine's locale") if misread else (
+           f"the text came back in Unicode's {normalized[0]} form, other code points "
+           "than were appended: a load returns each message exactly as it was written, "
+           "its text neither cleaned nor normalized") if normalized else (
            "the text changed on its way through the log")
     pytest.fail(f"wrote the contents {texts!r}, load() returned {loaded!r}; {why}")
 
@@ -1920,6 +1934,40 @@ def files_refused(monkeypatch, folder, code, *, reading, searching=False):
         yield refused
 
 
+STAT_EXTRA = ("st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns",
+              "st_ctime_ns", "st_blksize", "st_blocks", "st_rdev", "st_flags")
+
+
+def owned_by_another_user(monkeypatch, path):
+    """Make the file at `path` another user's, as stat tells it: os.stat, os.lstat and
+    os.fstat give it the user and group of 'nobody' (or 65534), however they reach it
+    (a path, a descriptor). Changing a file's owner needs root, which the tests may not
+    have, so the owner is played in Python's calls, as files_refused plays refusals.
+    Returns (uid, gid)."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+        uid, gid = nobody.pw_uid, nobody.pw_gid
+    except KeyError:
+        uid, gid = 65534, 65534
+    if uid == os.geteuid():
+        uid += 1
+    real = os.stat(path)
+
+    def owned(info):
+        if (info.st_dev, info.st_ino) != (real.st_dev, real.st_ino):
+            return info
+        fields = list(info)
+        fields[4], fields[5] = uid, gid     # st_uid, st_gid
+        return os.stat_result(fields, {name: getattr(info, name)
+                                       for name in STAT_EXTRA if hasattr(info, name)})
+
+    for name in ("stat", "lstat", "fstat"):
+        call = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *args, _call=call, **kwargs: owned(
+            _call(*args, **kwargs)))
+    return uid, gid
+
+
 @pytest.mark.task("02.1")
 def test_a_log_on_a_read_only_medium_loads_and_is_never_opened_to_write(
         lesson, sessions, monkeypatch):
@@ -1964,8 +2012,11 @@ def test_a_log_another_user_owns_and_lets_this_one_read_loads(
     messages = [{"role": "user", "content": "Remember the rope."},
                 {"role": "assistant", "content": "A rope and a torch."}]
     write_log(lesson, sessions, messages)
+    (sessions / "quest-1.jsonl").chmod(0o644)
+    owned_by_another_user(monkeypatch, sessions / "quest-1.jsonl")
     setting = ("the log holds two messages, written by another user who lets this one "
-               "read it (mode 0644): opening it to write, or changing it, fails with "
+               "read it (mode 0644, and stat names that user as its owner): opening it "
+               "to write, or changing it, fails with "
                "EACCES, and opening it with O_NOATIME, which only a file's owner may "
                "use, fails with EPERM, as the system refuses them")
     folder = os.path.abspath(sessions)
@@ -1991,6 +2042,50 @@ def test_a_log_another_user_owns_and_lets_this_one_read_loads(
         f"{'; '.join(refused) or 'nothing refused'}. Loading only reads, so a log this "
         "user may read loads, whoever owns it; keeping its access time is the file "
         "system's matter (noatime, relatime), not a load's")
+
+
+SHARED_MODES = [  # (the log's mode, its folder's, whose log it is, in words)
+    (0o644, 0o755, "another user's, who lets every user read it"),
+    (0o664, 0o2775, "a team's, written under umask 002 in the team's folder: its "
+                    "group may write it too"),
+    (0o666, 0o777, "a service's, written under umask 000: every user may write it, "
+                   "and its folder, too"),
+]
+
+
+@pytest.mark.task("02.1")
+@pytest.mark.parametrize("mode, folder_mode, whose", SHARED_MODES,
+                         ids=["0644", "0664", "0666"])
+def test_a_log_others_own_or_may_write_loads_as_any_other(
+        lesson, sessions, model, town, monkeypatch, mode, folder_mode, whose):
+    """Whose a log is, and who else may write it or its folder, says nothing of what
+    it holds: a log this user may read loads, and a new agent resumes it, whoever owns
+    it (another user, as stat says) and whatever the modes (0644; 0664 in a folder of
+    a team's group; 0666 in a folder of 0777, as a service under umask 000 makes
+    them). Only a log that cannot be read is an error: a load that judges the file's
+    owner or modes, as OpenSSH judges a key file, turns away a history that is
+    there."""
+    messages = [{"role": "user", "content": "Remember the rope."},
+                {"role": "assistant", "content": "A rope and a torch."}]
+    write_log(lesson, sessions, messages)
+    path = sessions / "quest-1.jsonl"
+    path.chmod(mode)
+    sessions.chmod(folder_mode)
+    uid, gid = owned_by_another_user(monkeypatch, path)
+    setting = (f"the log holds two messages and is {whose} (mode {mode:04o}, in a "
+               f"folder of mode {folder_mode:04o}, owned, as stat says, by user {uid} "
+               f"and group {gid}, not this process's)")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = load_or_error(log)
+        started = history_started_from(lesson, model, town, log)
+    for who, got in [("load()", loaded), ("a new agent on the session", started)]:
+        said = (f"raised {described(got)}" if isinstance(got, BaseException)
+                else f"gave {got!r}")
+        assert got == messages, (
+            f"{setting}; {who} {said}, where it should give the two messages: this "
+            "user may read the log, so it loads, whoever owns it and whoever else may "
+            "write it. Only a log that cannot be read is an error; refusing one by its "
+            "owner or its mode turns away a team's shared sessions, and a service's")
 
 
 @pytest.mark.task("02.1")

@@ -64,6 +64,14 @@ BAD_LINES = {
         b'{"type": "response_item", "payload": {"type": "message", "role": "user", '
         b'"content": [{"type": "input_text", "text": "hi"}]}}'
     ),
+    "a marker of lesson 04's repair, a note about the log that holds no message": (
+        b'{"$marker": "repair", "at": "2026-05-01T09:00:00Z", "cut_bytes": 21, '
+        b'"cut_preview": "{\\"role\\": \\"user\\", \\"con", "interrupted": []}'
+    ),
+    "a marker of a later lesson's compaction, a summary of earlier lines": (
+        b'{"$marker": "compaction", "summary": "The elder spoke of a cave.", '
+        b'"replaces": 12}'
+    ),
     "a message inside another harness's envelope, as Claude Code writes its lines": (
         b'{"type": "user", "message": {"role": "user", "content": "hi"}, '
         b'"uuid": "5b0c", "sessionId": "quest-1"}'
@@ -77,9 +85,9 @@ def test_load_refuses_a_line_with_no_message_naming_file_and_line(
     lesson, sessions, what
 ):
     """A line holding no allowed message (zeros a power cut left among them, another
-    harness's line, a message inside its envelope among them) raises an InvalidMessage
-    naming the file by its whole path and line 2, and saying why (parse_line's
-    reason)."""
+    harness's line, a message inside its envelope, a marker of any kind a later lesson
+    writes) raises an InvalidMessage naming the file by its whole path and line 2, and
+    saying why (parse_line's reason)."""
     sessions.mkdir(exist_ok=True)
     path = sessions / "quest-1.jsonl"
     data = GOOD + BAD_LINES[what] + b"\n" + GOOD
@@ -499,3 +507,30 @@ def test_a_message_another_program_wrote_in_its_own_spacing_loads(lesson, sessio
     assert loaded == expected, (
         f"the log holds three messages another program wrote; load() returned "
         f"{loaded!r}, where {expected!r} was expected")
+
+
+@pytest.mark.task("02.1")
+def test_a_message_nested_deeper_than_append_writes_loads(lesson, sessions):
+    """parse_line is the one judge of a line, and the reader adds none of the writer's
+    own checks: a message another program wrote nested deeper than append lets a
+    message be (MAX_DEPTH: a tool's result kept as a deep tree, say) is a message by
+    its JSON value, which parse_line reads, and loads back as it is."""
+    tree = "the cave"
+    for _ in range(100):
+        tree = [tree]
+    message = {"role": "user", "content": "The map, parsed.", "parsed": tree}
+    path = sessions / "quest-1.jsonl"
+    path.write_bytes(GOOD + json.dumps(message).encode() + b"\n")
+    setting = ("the log's line 2, another program's, holds a message whose key "
+               "'parsed' nests lists 100 deep, deeper than append writes (it refuses "
+               "more than 64 levels) but a message by its JSON value, which "
+               "parse_line reads")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        loaded = outcome(log)
+    if isinstance(loaded, BaseException):
+        pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
+                    "return both messages: a line is a message by its JSON value, "
+                    "whoever wrote it, and parse_line is its one judge (append's own "
+                    "checks are the writer's, not the reader's)", pytrace=False)
+    assert loaded == [json.loads(GOOD), message], (
+        f"{setting}; load() returned {len(loaded)} message(s), not the two as written")
