@@ -1028,6 +1028,32 @@ def test_a_writer_asking_about_the_lock_it_holds_is_named(lesson, database):
 
 
 @pytest.mark.task("11.1")
+def test_a_sessions_lock_is_its_own_whatever_the_case_of_its_id(lesson, database):
+    """An id is kept as given, case and all: Quest-1 and quest-1 are two sessions, with
+    rows of their own, so each has a lock of its own. A writer holding Quest-1's lock
+    keeps out no writer of quest-1, and the server names Quest-1's holder when asked
+    for Quest-1 and no one when asked for quest-1. A key made from the id changed
+    (lower-cased, as a case-blind disk would) keeps two sessions from each other, or
+    looks for the holder under a key no one holds."""
+    with lesson.PostgresSessionLog(database, "Quest-1", network_timeout=QUICK) as upper:
+        try_lock(upper, "no one holds Quest-1's lock", free=True)
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=QUICK) as lower:
+            try_lock(lower, "only Quest-1's lock is held, and quest-1 is another "
+                     "session, with a lock of its own", free=True)
+        named = lesson.lock_holder(upper._connection(), "Quest-1")
+        other = lesson.lock_holder(upper._connection(), "quest-1")
+    assert isinstance(named, dict) and named.get("pid") == os.getpid(), (
+        f"this process ({os.getpid()}) holds Quest-1's lock (quest-1's writer has let "
+        "go of its own): asked who holds Quest-1's lock, lock_holder should name it; "
+        f"it says {named}")
+    assert other == {}, (
+        "no one holds quest-1's lock any more (its writer closed; only Quest-1's is "
+        "held, another session's): asked for quest-1, lock_holder should give {}; it "
+        f"says {other}")
+
+
+@pytest.mark.task("11.1")
 def test_a_fork_onto_an_id_a_writer_holds_is_refused_naming_it(lesson, database):
     """A writer holds quest-2's lock (it is starting that session) when a fork onto
     quest-2 is asked for: the fork, which asks lock_holder from inside its own
@@ -1290,6 +1316,47 @@ def test_a_writer_with_no_timeout_tries_as_many_times_as_it_takes(lesson, databa
 
 
 @pytest.mark.task("11.1")
+def test_a_writer_waits_its_whole_timeout_whatever_its_network_timeout(
+        lesson, database, monkeypatch):
+    """A writer's timeout is its own: told to wait 6 s, its network timeout 3 s, it
+    waits for a holder that lets go after 4 s, and takes the lock. The network timeout
+    is how long a silent peer is waited for, no limit on a wait the user asked for
+    behind a live holder. (The clock and the sleeps are the test's: it takes no 4 s.)"""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    clock = [time.monotonic()]
+    naps = []
+    let_go_at = QUICK + 1
+
+    def sleep_on_the_clock(seconds):
+        naps.append(seconds)
+        clock[0] += max(seconds, 0)
+        if clock[0] - started >= let_go_at and holder.connection is not None:
+            holder.close()
+        if len(naps) > 1000:
+            raise AssertionError(
+                f"the writer slept {len(naps)} times, its clock "
+                f"{clock[0] - started:.2f} s on, without taking the lock its holder "
+                f"let go of at {let_go_at:g} s")
+
+    with held_with_a_writer_waiting(lesson, database, holder, 2 * QUICK) as waiting:
+        started = clock[0]
+        monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(lesson.time, "sleep", sleep_on_the_clock)
+        try:
+            try_lock(waiting, f"with timeout={2 * QUICK:g} the writer tries the lock, "
+                     "then sleeps between tries")
+        except lesson.SessionBusy as error:
+            pytest.fail(
+                f"the writer was told to wait {2 * QUICK:g} s (its network timeout "
+                f"{QUICK:g} s) and the holder let go after {let_go_at:g} s: it should "
+                "have taken the lock then; it gave up after "
+                f"{clock[0] - started:.2f} s on its clock, as if its wait ended with "
+                f"the network timeout: {error}", pytrace=False)
+        finally:
+            monkeypatch.undo()
+
+
+@pytest.mark.task("11.1")
 def test_a_writer_that_times_out_polls_then_names_the_holder(lesson, database,
                                                             monkeypatch):
     """A writer with timeout=0.3 tries the lock, sleeps LOCK_POLL_SECONDS, tries again
@@ -1448,6 +1515,56 @@ def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database
         f"slept {len(naps)} times: it counted tries (timeout / LOCK_POLL_SECONDS = "
         f"{round(0.3 / poll)}) instead of reading the clock, so every slow try made "
         "the user wait longer than asked")
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_first_try_is_slow_counts_its_timeout_from_the_call(
+        lesson, database, monkeypatch):
+    """A writer's timeout is how long _lock may take from the moment it is called, the
+    first try included: when that try alone takes 1 s (a loaded server), a writer with
+    timeout=0.3 behind a holder that never lets go is refused then, a poll later at
+    most, not 0.3 s after the try came back (a wait counted from the first refusal
+    keeps the user waiting past the time they gave)."""
+    holder = lesson.PostgresSessionLog(database, "quest-1")
+    clock = [time.monotonic()]
+    naps = []
+    slow = 1.0
+    tries = []
+
+    def slow_first_try(cursor, text, values):
+        if cursor.connection is waiting.connection:
+            tries.append(text)
+            if len(tries) == 1:
+                clock[0] += slow
+
+    def sleep_on_the_clock(seconds):
+        naps.append(seconds)
+        clock[0] += max(seconds, 0)
+        if len(naps) > 50:
+            raise AssertionError(
+                f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
+                f"{clock[0] - started:.2f} s on: its deadline never came")
+
+    poll = lesson.LOCK_POLL_SECONDS
+    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
+        started = clock[0]
+        monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
+        monkeypatch.setattr(lesson.time, "sleep", sleep_on_the_clock)
+        on_each_statement(monkeypatch, slow_first_try)
+        try:
+            with raises(lesson.SessionBusy, "the holder never lets go: past its "
+                        "deadline the waiting writer must give up"):
+                try_lock(waiting, "with timeout=0.3 the writer tries the lock, the "
+                         "first try taking 1 s")
+        finally:
+            monkeypatch.undo()
+    took = clock[0] - started
+    most = slow + poll
+    assert took <= most + 1e-6, (
+        f"the writer's first try of the lock took {slow} s, past its timeout of 0.3 s "
+        f"from the call: it should give up then, or a poll later ({most:.2f} s on its "
+        f"clock); it gave up after {took:.2f} s, having slept {len(naps)} times: it "
+        "counted its timeout from the first refusal, not from the call")
 
 
 @pytest.mark.task("11.1")
@@ -2375,6 +2492,9 @@ def test_a_fork_of_no_messages_can_be_written_to(lesson, database):
         "a whole fork of quest-2, which has no entries, should hold no row and say "
         f"parent quest-2, at 0; it holds {len(rows(database, 'quest-3'))} row(s) and "
         f"says {made}")
+    # Dated by hand, as a fork made long ago: its first entry must not date it anew
+    sql(database, "UPDATE sessions SET created = '2020-01-02T03:04:05+00:00' "
+        "WHERE id = 'quest-2'")
     with lesson.PostgresSessionLog(database, "quest-2") as fork:
         assert fork.open_for_append() == [], "a fork of 0 messages starts empty"
         try:
@@ -2391,6 +2511,13 @@ def test_a_fork_of_no_messages_can_be_written_to(lesson, database):
     assert lineage and (lineage["parent"], lineage["forked_at"]) == ("quest-1", 0), (
         "the fork's row in `sessions` should still say parent quest-1, at 0: "
         f"{lineage}")
+    made = sql(database, "SELECT created = '2020-01-02T03:04:05+00:00' FROM sessions "
+               "WHERE id = 'quest-2'")
+    assert made == [(True,)], (
+        "quest-2 was made (by its fork) on 2020-01-02 at 03:04:05 UTC; its first "
+        "entry should find its row in `sessions` and leave it as it is, as it finds "
+        "its parent and forked_at, since the row says when the session was made, not "
+        f"when it was first written; lineage now says created {lineage['created']}")
 
 
 @pytest.mark.task("11.2")
@@ -2473,6 +2600,12 @@ def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
         "the repair marker has the file's format (nothing is ever cut from a table) "
         "and names the calls it answers, in call order: expected cut_bytes 0, "
         f"cut_preview '', interrupted ['call_c', 'call_b'], got {marker}")
+    lesson_04 = {"$marker", "at", "cut_bytes", "cut_preview", "interrupted"}
+    assert set(markers[0]) == lesson_04, (
+        "the repair marker is recorded as lesson 04 records it, with its keys and no "
+        "other (every reader of the rows, the file store's tools included, knows that "
+        f"marker): expected the keys {sorted(lesson_04)}, the row holds "
+        f"{sorted(markers[0])}")
     assert kept == markers[0], (
         "the writer should keep the repair marker it stored in `repaired` (the chat "
         f"says the session was repaired by it): stored {markers[0]}, kept {kept}")
@@ -3333,6 +3466,52 @@ def test_a_paste_goes_on_while_another_host_holds_the_blobs_lock_shared(lesson,
     assert loaded == [True], "the pasted message should load back whole, once"
 
 
+@pytest.mark.task("11.1")
+@pytest.mark.task("11.4")
+def test_a_locked_writer_gives_up_on_another_hosts_uncommitted_paste_in_time(
+        lesson, database):
+    """Another host is storing the same large content, its transaction not committed.
+    A writer that took the session's lock pastes those bytes: its insert waits for that
+    row and, after its network_timeout (0.2 s here), gives up with StoreBusy naming
+    the session, storing nothing, as the page says every write does. Taking the lock
+    leaves the connection's settings as connect() made them: a lock_timeout set to 0
+    there, which PostgreSQL reads as 'wait for ever', keeps the paste waiting as long
+    as the other host's transaction stays open (here until the server ends it, idle,
+    after 3 s)."""
+    lesson.connect(database).close()    # the tables made
+    pasted = "The elder's map of the caves, copied out. " * 400
+    data = pasted.encode("utf-8")
+    other_host = psycopg.connect(database, autocommit=True)
+    try:
+        other_host.execute("SET idle_in_transaction_session_timeout = %s"
+                           % int(QUICK * 1000))
+        other_host.autocommit = False   # the insert below opens a transaction
+        other_host.execute("INSERT INTO session_blobs (sha256, data) VALUES (%s, %s)",
+                           (hashlib.sha256(data).hexdigest(), data))
+        with lesson.PostgresSessionLog(database, "quest-1",
+                                       network_timeout=0.2) as log:
+            assert log.open_for_append() == [], "quest-1 starts empty"
+            try:
+                log.append({"role": "user", "content": pasted})
+            except lesson.StoreBusy as error:
+                said = str(error)
+            else:
+                said = None
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            other_host.rollback()
+        other_host.close()
+    assert said is not None, (
+        "another host held the same bytes uncommitted: this writer's paste, its "
+        "network_timeout 0.2 s, should have given up with StoreBusy after that long; "
+        "it waited until that host's transaction ended (the server ended it after "
+        f"{QUICK:g} s) and stored its paste: taking the lock changed how long the "
+        "writer's statements wait (a lock_timeout of 0 is no limit at all)")
+    assert "quest-1" in said and rows(database) == [], (
+        "a paste that gave up waiting should store nothing and say which session it "
+        f"was for; quest-1 holds {len(rows(database))} row(s), the error said: {said}")
+
+
 def loose_blobs(database):
     """(blobs no row points to, blobs rows point to that are not stored), by name."""
     stored = {name for (name,) in sql(database, "SELECT sha256 FROM session_blobs")}
@@ -4152,10 +4331,11 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
     said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
             for n in range(5)]
     undo = {"$marker": "undo", "at": "2026-01-01T00:00:00+00:00"}
-    # seq 3 deleted by hand; the marker at seq 2 takes back message 1, the one at seq
-    # 7, past the cut, message 3 (whose row is the 5th: a marker comes before it)
+    # seq 3 and seq 7 deleted by hand; the marker at seq 2 takes back message 1, the
+    # one at seq 8, past the cut, message 3 (whose row is the 5th: a marker comes
+    # before it)
     stored = [(0, said[0]), (1, said[1]), (2, {**undo, "skip": [1]}), (4, said[2]),
-              (5, said[3]), (6, said[4]), (7, {**undo, "skip": [3]})]
+              (5, said[3]), (6, said[4]), (8, {**undo, "skip": [3]})]
     sql(database, "INSERT INTO sessions (id) VALUES ('quest-1')")
     for seq, entry in stored:
         line = json.dumps(entry)
@@ -4165,8 +4345,9 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
     try:
         lesson.fork_postgres(database, "quest-1", "first-3", upto=3)
     except (psycopg.Error, lesson.SessionExists) as error:
-        pytest.fail("quest-1's rows are seq 0, 1, 2, 4, 5, 6, 7 (seq 3 was deleted by "
-                    "hand): a fork of its first 3 messages shown copies the rows up to "
+        pytest.fail("quest-1's rows are seq 0, 1, 2, 4, 5, 6, 8 (seq 3 and 7 were "
+                    "deleted by hand): a fork of its first 3 messages shown copies the "
+                    "rows up to "
                     "seq 6 and stores its own undo marker at seq 7, the place after "
                     "them; the fork failed (its marker sent to a place a copied row "
                     f"holds?): {described(error)}", pytrace=False)
@@ -4175,7 +4356,8 @@ def test_a_forks_own_undo_marker_lands_right_after_the_rows_it_copies(lesson,
     assert seqs == [0, 1, 2, 4, 5, 6, 7] and held[:6] == source[:6], (
         "the fork of quest-1's first 3 messages should copy its rows seq 0 to 6 as "
         "they are, then hold its own undo marker at seq 7, right after the last row "
-        f"copied; it holds seqs {seqs}")
+        "copied (not at the seq of the next row it leaves behind, 8: seq 7 was "
+        f"deleted by hand from quest-1); it holds seqs {seqs}")
     _, line, body = held[-1]
     marker = json.loads(line)
     assert marker.get("$marker") == "undo" and line == line.strip() \
