@@ -1831,18 +1831,27 @@ def elder_who_did_not_run(**arguments):
 
 @pytest.mark.task("04.4")
 @pytest.mark.parametrize("first", [ferry_that_raises, elder_who_sleeps,
-                                   elder_who_did_not_run],
+                                   elder_who_did_not_run, "another call's"],
                          ids=["raises", "answers-with-an-error",
-                              "answers-in-a-made-up-answers-words"])
+                              "answers-in-a-made-up-answers-words",
+                              "answers-in-another-calls-made-up-words"])
 def test_a_failed_call_before_the_stopped_one_is_not_taken_for_a_made_up_answer(
         lesson, sessions, town, first):
     """The first of three calls fails (its result is run_tool's error, or the tool's
-    own answer, "error: the call ...", whose words read much like a made-up answer's),
+    own answer, "error: the call ...", whose words read much like a made-up answer's,
+    or are word for word what the made-up answer of another call of the reply says),
     and Ctrl-C arrives inside the second: that one may have run, and the third never
     started, as after any run stopped there. A result a call really returned is no
-    answer a settle made up, whatever its words."""
+    answer a settle made up, whatever its words: a made-up answer is one for the call
+    it answers."""
     tools = interrupted_in_buy(town)
     tools.functions["talk_to"] = first
+    if first == "another call's":
+        def elder_who_reports_the_rope(**arguments):
+            # The words of the made-up answer to the rope, the reply's third call
+            rope = agent.messages[-1]["tool_calls"][2]
+            return lesson.unstarted_result(rope)["content"]
+        tools.functions["talk_to"] = elder_who_reports_the_rope
     model = elder_torch_and_rope()
     with agent_keeping_the_log(lesson, sessions, model, tools) as agent:
         stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
@@ -2488,32 +2497,41 @@ def test_a_session_holding_an_answer_whose_tool_calls_is_null_goes_on(lesson, se
 
 
 @pytest.mark.task("04.4")
+@pytest.mark.parametrize("place", ["second", "first"])
 def test_a_second_run_stopped_in_a_tool_call_is_settled_as_the_first_was(lesson,
-                                                                        town):
+                                                                        town, place):
     """Ctrl-C inside the second of three calls, then the next message, whose turn is
-    stopped the same way: the answers the first settling made up lie further back,
-    and say nothing of the second turn's calls. Its second call may have run, its
-    third never started."""
+    stopped inside its second call too, or inside its first (before any result of its
+    own): the answers the first settling made up lie further back, and say nothing of
+    the second turn's calls. The call the second turn was running may have run, the
+    ones after it never started. The last message decides, not the last result."""
     three = use(call("talk_to", npc="elder"), call("buy", item="torch"),
                 call("buy", item="rope"))
-    model = ScriptedModel([three, three, say("Where were we?")])
+    again = three if place == "second" else use(
+        call("buy", item="torch"), call("talk_to", npc="elder"),
+        call("buy", item="rope"))
+    model = ScriptedModel([three, again, say("Where were we?")])
     agent = lesson.Agent(model.client(), model=model.model,
                          tools=interrupted_in_buy(town))
-    for message in ("Talk to the elder and buy a torch.", "Try again."):
-        stopped_by_ctrl_c(agent, message)
+    stopped_by_ctrl_c(agent, "Talk to the elder and buy a torch.")
+    stopped_by_ctrl_c(agent, "Try again.", place)
     refused = refusal_of_next_run(agent)
     if refused is not None:     # the words come alone, outside any except
-        pytest.fail("after two runs stopped inside their second tool call, the next "
-                    f"run sent calls without their results: {refused} (task 04.4)",
-                    pytrace=False)
+        pytest.fail(f"after two runs stopped inside a tool call (the second run in its "
+                    f"{place} call), the next run sent calls without their results: "
+                    f"{refused} (task 04.4)", pytrace=False)
     roles = [message.get("role") for message in agent.messages]
     expected = ["user", "assistant", "tool", "tool", "tool"] * 2 + ["user", "assistant"]
     assert roles == expected, (
         "each turn's calls and their three results, then the next message; the agent "
         f"holds {roles}")
-    answered_as_known(lesson, agent.messages[6]["tool_calls"], agent.messages[8:10],
-                      "Ctrl-C inside the second of three calls, in a turn after one "
-                      "stopped the same way")
+    first = 1 if place == "second" else 0
+    answered_as_known(lesson, agent.messages[6]["tool_calls"],
+                      agent.messages[7 + first:10],
+                      f"Ctrl-C inside the {place} of three calls, in a turn after one "
+                      "stopped inside its second call and was settled (its made-up "
+                      "answers are the last results before this turn's calls)",
+                      first=first)
 
 
 # --- empty lines, the reason, ids used again ------------------------------------------
