@@ -1012,8 +1012,10 @@ def test_the_summary_request_carries_every_message_before_the_boundary(lesson):
 def test_compacting_by_hand_keeps_a_turn_whatever_its_message_holds_and_once(lesson):
     """compact() by hand on an agent with no log: a user message begins a turn
     whatever it holds (no text, or text in parts), so the newest turn begins the view;
-    called again with nothing said since, compact() returns False and asks nothing."""
-    for holds, newest in (("no text", ""),
+    called again with nothing said since, compact() returns False and asks nothing.
+    A content of None (no text at all, as a client may record an attachment's message)
+    is a user message all the same: the role begins a turn, not what it holds."""
+    for holds, newest in (("no text", ""), ("no content at all (None)", None),
                           ("its text in parts", [{"type": "text", "text": "Go on."}])):
         said = [*conversation(4), {"role": "user", "content": newest},
                 {"role": "assistant", "content": "We go on."}]
@@ -2774,6 +2776,11 @@ def test_check_summary_alone_refuses_a_summary_the_server_cut_off(lesson):
         "the BadSummary for a reply that is only thinking, cut off by the server at "
         "its length limit, should say that it was thinking (a think block): it held "
         f"no summary, cut off or whole; it says {said!r}")
+    assert re.search(WHAT_IT_WAS["cut_off"][0], said), (
+        "the BadSummary for a reply that is only thinking, cut off by the server at "
+        "its length limit, should say that the server cut it off: asked again, the "
+        "model learns to think for less, which a reply that ended its thinking would "
+        f"not teach it; it says {said!r}")
     # Thinking ended, then the limit; and no text at all: neither is a cut summary
     for content, pattern, what in (
             (f"<think>\n{THOUGHT}\n</think>\n", THINKING, "only a think block, ended"),
@@ -2814,6 +2821,36 @@ def test_summarise_alone_tells_two_refused_replies_in_the_order_they_came(lesson
         "the error should tell the user what the model sent in plain words; it quotes "
         f"a Python exception as Python shows it ({PYTHON_REPR.search(message)[0]!r}"
         f"...): it says {message!r}")
+
+
+@pytest.mark.task("08.4")
+def test_summarise_alone_tells_two_summaries_too_long_each_by_its_length(lesson):
+    """summarise() alone, with a budget: the model sends a summary far too long, then,
+    asked again, a shorter one still too long. Both were refused for their length,
+    but not for the same length: the BadSummary gives each as check_fits (given) said
+    of it, the first first, so the user sees how near the model came (and how large a
+    budget would have taken it); 'the same' is true only of the same words."""
+    first, second = long_reply(2600), long_reply(2000)
+    agent, model, log = open_agent(lesson, None, summarise=summaries(first, second))
+    agent.messages = conversation(6)
+    said = []
+    for reply in (first, second):
+        with raises(lesson.BadSummary, "check_fits() took a summary of "
+                    f"{len(reply.content)} characters for one that fits"
+                    ) as raised:
+            agent.check_fits(reply.content.strip(), 4)
+        said.append(str(raised.value))
+    with log:
+        with raises(lesson.BadSummary, "summarise() returned a summary after two "
+                    "replies too long for the budget") as raised:
+            agent.summarise(agent.messages[:4], 4)
+    message = str(raised.value)
+    assert said[0] in message and said[1] in message and (
+        message.find(said[0]) < message.find(said[1])), (
+        "the model sent a summary too long, then a shorter one still too long: the "
+        f"error should tell each as check_fits said of it, first {said[0]!r}, then "
+        f"{said[1]!r} (the lengths differ, so the second is not 'the same'); it says "
+        f"{message!r}")
 
 
 @pytest.mark.task("08.4")
@@ -3289,6 +3326,26 @@ def test_a_turn_that_alone_fills_the_budget_asks_the_model_for_no_summary(lesson
         f"the model was asked {len(model.summary_requests)} time(s) for a summary, "
         "although the turn in progress alone is over the budget: no summary could have "
         "made the request fit, and the user waited for the call")
+    # The same after an earlier compaction: a summary already standing changes
+    # nothing of what the newest turn alone costs, so a second one cannot help either
+    agent, model, log = open_agent(lesson, None)
+    letter = {"role": "user", "content": "A very long letter from the mayor. " * 60}
+    agent.messages = [*conversation(8), letter]
+    agent.compaction = lesson.Compaction("The first two turns.", 4)
+    with log:
+        try:
+            done = agent.compact()
+        except lesson.BadSummary as error:
+            done = error
+        with raises(lesson.ContextOverflow, "a turn larger than the budget by itself, "
+                    "after an earlier compaction, was not refused"):
+            agent.request_messages()
+    assert done is False and not model.summary_requests, (
+        "an agent already compacted once (its view starting at place 4) whose newest "
+        "turn alone is over the budget: no second summary could make the request fit, "
+        "so compact() should return False and ask nothing; it returned "
+        f"{done!r} after {len(model.summary_requests)} summary request(s), and the "
+        "user waited for each")
 
 
 @pytest.mark.task("08.1")
