@@ -91,6 +91,26 @@ def test_a_done_tasks_test_that_reaches_an_unwritten_task_points_at_that_task():
     assert result.first_failing_task(LESSON) == "04.2"
 
 
+def test_a_written_tasks_own_failure_comes_before_the_next_unwritten_task():
+    """04.1 written, with one of its own checks failing; 04.2 not written: the student
+    sees the fault in what they wrote, not a task they have not started."""
+    not_written = dict(exception="NotImplementedError", raised_in="module",
+                       message="task 04.2 is not written yet: Find unanswered calls")
+    result = LessonResult(
+        "04_repair",
+        tests=[
+            outcome("test_parse_a", "04.1", passed=True),
+            outcome("test_parse_b", "04.1", passed=True),
+            outcome("test_parse_counts_lines", "04.1"),
+            outcome("test_calls_found", "04.2", **not_written),
+        ],
+        written={"04.1": True, "04.2": False, "04.3": False},
+    )
+
+    assert result.first_failure(LESSON).name == "test_parse_counts_lines"
+    assert result.first_failing_task(LESSON) == "04.1"
+
+
 def test_a_broken_task_beats_an_earlier_task_with_one_failure_among_passes():
     result = LessonResult(
         "04_repair",

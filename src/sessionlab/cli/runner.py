@@ -142,9 +142,10 @@ class LessonResult:
         """The failure to show first: the one most likely to be the cause of the others.
 
         1. A failure that names its task itself: a NotImplementedError of task X, or an
-           exception out of the function a task writes (its `where` in lesson.toml). The
-           earliest such task in the lesson's order wins (later tasks build on earlier
-           ones).
+           exception out of the function a task writes (its `where` in lesson.toml); and,
+           when a task is not written yet, a failed check of a test of written tasks
+           alone. The earliest such task in the lesson's order wins (later tasks build on
+           earlier ones).
         2. Otherwise (assertions in tests): the earliest task that is broken, most of
            its tests failing, before one with a single failing test among passing ones
            (which more likely fails through another task); then the earliest failing
@@ -176,6 +177,13 @@ class LessonResult:
         # through the loop): the lessons are written in their order.
         unwritten = self._first_unwritten(lesson) if strong else None
         if unwritten is not None:
+            # Except where written code fails its own checks: a test of written tasks
+            # alone that failed without reaching unwritten code is a fault the student
+            # fixes before starting the next task (its failures would hide it).
+            for i, test in enumerate(failing):
+                if (i not in strong and test.waits_for is None and test.tasks
+                        and all(self.written.get(t, True) for t in test.tasks)):
+                    strong[i] = min(test.tasks, key=lambda t: order.get(t, len(order)))
             strong = {**strong, -1: unwritten}
         if strong:
             task_id = min(strong.values(), key=lambda t: order.get(t, len(order)))
