@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -761,6 +761,113 @@ def test_the_lock_file_names_a_host_whatever_letters_its_name_holds(
         f"should name that host as the lock file does; its error names {refused}")
 
 
+@contextlib.contextmanager
+def time_of_day_ahead(lesson, seconds):
+    """While the block runs, the time of day reads `seconds` later than it is, however
+    the lesson's modules read it: time.time(), and datetime.now() in every module of
+    theirs that imported the class (now() among them). The clocks of the time that goes
+    by are left alone."""
+    real_time = time.time
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(seconds=seconds)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: real_time() + seconds)
+        for name, module in list(sys.modules.items()):
+            ours = name == lesson.__name__ or name.startswith(lesson.__name__ + ".")
+            if ours and getattr(module, "datetime", None) is datetime:
+                patch.setattr(module, "datetime", Later)
+        yield
+
+
+def since_in(record):
+    """The aware time a holder's record says in since, or None."""
+    try:
+        since = datetime.fromisoformat(str(record.get("since")))
+    except ValueError:
+        return None
+    return since if since.tzinfo is not None else None
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_written_to_again_writes_the_record_of_its_new_take(lesson, sessions):
+    """A writer closed and written to again takes the lock anew, and the record it
+    writes then is that take's own, as a new writer's would be: taken again an hour
+    later (the time of day moved on, with no wait), it says since then, not since its
+    first take; taken again in a process forked from this one (a worker that inherited
+    the writer, closed), it names that process, and lets go there as any holder does
+    (no lock file left behind, once its close removes one)."""
+    lock = sessions / "quest-1.lock"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        with time_of_day_ahead(lesson, 3600):
+            log.append(FIRST)
+            first = since_in(lock_record(lock))
+        log.close()
+        # Whether a close removes its lock file (task 05.2 written)
+        removes = not os.path.lexists(lock)
+        assert first is not None, (
+            "the lock file should say since when its holder holds the session, as ISO "
+            f"8601 with a zone (as now() gives it); it holds {lock_record(lock)}")
+        later = datetime.now(timezone.utc) + timedelta(hours=1)
+        if abs((first - later).total_seconds()) < 600:
+            ahead, began = 7200, later + timedelta(hours=1)
+        else:   # the writer reads the time some way this test cannot move: wait
+            ahead, began = 0, wait_past(first)
+        with time_of_day_ahead(lesson, ahead):
+            log.append({"role": "user", "content": "Back again."})
+            again = since_in(lock_record(lock))
+        log.close()
+    finally:
+        log.close()
+    assert again is not None and again >= began - timedelta(seconds=2), (
+        f"a writer took quest-1 (its record said since {first.isoformat()}), closed, "
+        f"and was written to again at {began.isoformat()}: it took the lock anew, and "
+        f"its record says since {again.isoformat() if again else again}, its first "
+        "take's time. The record is the take's own, made when the lock is granted: "
+        "another writer may have held the session in between")
+    newcomer = lesson.SessionLog(sessions, "quest-1")
+    try:
+        newcomer.append({"role": "user", "content": "A newcomer."})
+    except lesson.SessionBusy as busy:
+        fail_in("05.2", "a writer took quest-1, closed, was written to again (which "
+                "took the lock anew) and closed again; a newcomer was then refused, "
+                f"this process still holding the session: {busy}. Every close lets go "
+                "of the lock the writer holds then, the second as the first")
+    finally:
+        newcomer.close()
+
+    def take_again_in_a_copy():
+        log.append({"role": "user", "content": "From a worker."})
+        try:
+            named = lock_record(lock).get("pid")
+        finally:
+            log.close()
+        return [os.getpid(), named, os.path.lexists(lock)]
+
+    copy = unless_unfinished(in_child(take_again_in_a_copy))
+    assert isinstance(copy, list), (
+        "a process forked from this one inherited quest-1's writer, closed, and wrote "
+        f"to it again, which takes the lock anew there; it failed: {copy}")
+    child, named, left = copy
+    assert named == child, (
+        f"a process forked from this one ({child}) inherited quest-1's writer, closed, "
+        f"and wrote to it again: its lock file names process {named}"
+        + (" (this one, its parent, named at the writer's first take)"
+           if named == os.getpid() else "")
+        + f", where it should name the process that took the lock then, {child}: a "
+        "refused writer is told whom to ask")
+    assert not (removes and left), (
+        f"a process forked from this one ({child}) inherited quest-1's writer, closed, "
+        "wrote to it again, which took the lock there, and closed it: it left "
+        "quest-1.lock behind, where every other close removes it. The take noted "
+        "another process than its own as the one that took the lock (a forked copy's "
+        "close leaves the file to the process that took it): note it at every take")
+
+
 @pytest.mark.task("05.1")
 def test_the_lock_file_is_never_readable_by_others(lesson, sessions, monkeypatch):
     """Under a umask of 022, the lock file is readable and writable by its owner only
@@ -1057,11 +1164,14 @@ def test_a_writer_that_waits_gets_the_lock_once_the_holder_lets_go(
 
 
 @pytest.mark.task("05.1")
-def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessions):
+def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessions,
+                                                                   monkeypatch):
     """A writer waits for the session, and its holder (in this process) lets go in a
     later second than the one the writer began to wait in: the record the writer then
     writes says since when it holds the session (now(), once the lock is granted), not
-    since when it asked."""
+    since when it asked. The host was renamed while it waited (hostnamectl, a container
+    given its name late): the record names the host as the system calls it once the
+    lock is granted, not as it was called when the writer began to ask."""
     holder = lesson.SessionLog(sessions, "quest-1")
     holder.append(FIRST)
     lock = sessions / "quest-1.lock"
@@ -1081,6 +1191,13 @@ def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessi
         time.sleep(0.1)     # the writer has asked by now, and waits
         asked = datetime.now(timezone.utc).replace(microsecond=0)
         let_go_at = wait_past(asked)    # the holder lets go in the next second
+        # The host gets its new name while the writer waits: every way the standard
+        # library tells this host's name gives the new one from now on
+        real = os.uname()
+        monkeypatch.setattr(socket, "gethostname", lambda: "renamed-host")
+        monkeypatch.setattr(os, "uname", lambda: os.uname_result(
+            (real.sysname, "renamed-host", real.release, real.version, real.machine)))
+        monkeypatch.setattr(platform, "node", lambda: "renamed-host")
     finally:
         let_go(holder)     # as 05.1 lets go, whatever 05.2's close does
         thread.join(HANG)
@@ -1103,6 +1220,13 @@ def test_a_writer_that_waited_says_since_when_it_holds_the_session(lesson, sessi
         f"since {since.isoformat()}, before it held the session: since is when the "
         "writer took the session, now() once the lock is granted, not when it began to "
         "ask")
+    host = json.loads(outcome[0]).get("host")
+    assert host == "renamed-host", (
+        "the host was renamed, to renamed-host, while the writer waited for quest-1; "
+        f"once granted the lock, the writer's record names the host {host!r}: it "
+        "should name the host as the system calls it when the writer becomes the "
+        "holder (asked once the lock is granted), not as it was called when the "
+        "writer began to ask")
 
 
 @pytest.mark.task("05.1")
@@ -1292,6 +1416,74 @@ def test_a_writer_gives_up_at_its_timeout_however_slow_each_try_is(
         "LOCK_POLL_SECONDS). A timeout counts the time that went by, on a clock, not "
         f"the sleeps between tries: a user who gave the writer {timeout} s waits far "
         "longer")
+
+
+@pytest.mark.task("05.1")
+def test_a_writer_whose_first_try_outlasts_its_timeout_is_refused_after_it(
+        lesson, sessions, monkeypatch):
+    """A writer with timeout=1 asks for a session this process holds, and its very
+    first try takes 5 s (a machine that stalled, a lock file on a slow disk): its
+    timeout has passed by the time that try is refused, so it is refused then, with
+    SessionBusy, and waits no more. A timeout counts from when the writer asks, its
+    first try included, not from its first refusal. (The time is the test's own: the
+    stalled try moves the clock on, and each sleep moves it by what it asked for.)"""
+    holder = lesson.SessionLog(sessions, "quest-1")
+    holder.append(FIRST)
+    moved, slept, tries = [0.0], [], []
+    real_flock, real_sleep = lesson.fcntl.flock, time.sleep
+
+    class StillWaiting(Exception):
+        """The writer kept on trying far past its timeout: stop it here."""
+
+    def flock(fd, operation):
+        tries.append(fd)
+        if len(tries) == 1:
+            moved[0] += 5.0     # the first try stalls
+        return real_flock(fd, operation)
+
+    def sleep(seconds):
+        slept.append(seconds)
+        moved[0] += seconds
+        if moved[0] > 60:
+            raise StillWaiting
+
+    # Should the writer sleep, or read the clock, by a name this cannot replace, its
+    # wait is real: the holder then lets go after a while, so that no test waits for
+    # ever, and the writer gets in.
+    guard = threading.Timer(WAIT, holder.close)
+    real_clocks = clocks_moved(monkeypatch, lambda: moved[0])
+    monkeypatch.setattr(lesson.fcntl, "flock", flock)
+    monkeypatch.setattr(time, "sleep", sleep)
+    guard.start()
+    try:
+        try:
+            with lesson.SessionLog(sessions, "quest-1", timeout=1) as log:
+                log.append({"role": "user", "content": "Me too."})
+            outcome = "got the session"
+        except lesson.SessionBusy:
+            outcome = "refused"
+        except StillWaiting:
+            outcome = "still waiting"
+    finally:
+        clocks_back(monkeypatch, real_clocks)
+        monkeypatch.setattr(time, "sleep", real_sleep)
+        monkeypatch.setattr(lesson.fcntl, "flock", real_flock)
+        guard.cancel()
+        guard.join()
+        holder.close()
+    assert outcome != "got the session", (
+        "this process held quest-1 for the whole wait of a writer with timeout=1, and "
+        "the writer got the session all the same")
+    waited = sum(slept)
+    assert outcome == "refused" and waited <= 1.5 * lesson.LOCK_POLL_SECONDS, (
+        "a writer with timeout=1 asked for quest-1, which this process holds, and its "
+        "first try took 5 s: its timeout had passed when that try was refused, yet it "
+        + ("was still trying a minute later" if outcome == "still waiting" else
+           f"slept {waited:.2f} s more, over {len(tries)} tries, before it was "
+           "refused")
+        + ". A timeout counts from when the writer asks, its tries included, the "
+        "first one too: the writer should be refused once that try is, not given its "
+        "whole timeout again from its first refusal")
 
 
 @pytest.mark.task("05.1")
