@@ -1317,6 +1317,32 @@ def test_a_session_deleted_and_started_again_names_its_side_chain_afresh(lesson,
 
 
 @pytest.mark.task("10.2")
+def test_a_forks_first_side_chain_of_a_call_takes_the_calls_own_name(lesson, sessions):
+    """A fork copies its source's lines, the pointer to the side-chain of call_1_0
+    among them, and no side-chain. When a call of the fork with that same id starts a
+    helper (the model numbers its calls, and the fork's history is as long), the
+    fork's own side-chains folder holds nothing: the side-chain takes the call's own
+    name there. A name is taken by what is in the folder it goes into, never by a
+    pointer in the log, which may lead to another session's folder."""
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.open_for_append()
+        begin(log)
+        with start(lesson, log):
+            pass
+    lesson.fork(sessions, "quest-1", "quest-2")
+    with lesson.SessionLog(sessions, "quest-2") as log:
+        log.open_for_append()
+        with start(lesson, log) as side:
+            name = side.id
+    assert name == CALL_ID, (
+        f"quest-2 is a fork of quest-1, and its copied pointer names the side-chain "
+        f"{CALL_ID} in quest-1.sidechains/; a call {CALL_ID} of the fork should get "
+        f"the name {CALL_ID} in quest-2.sidechains/, which held nothing, as any first "
+        f"side-chain of a call does; it got {name!r}, and quest-2.sidechains/ holds "
+        f"{sidechain_files(sessions, 'quest-2')}")
+
+
+@pytest.mark.task("10.2")
 def test_a_side_chain_log_left_without_its_meta_file_keeps_its_name(lesson, sessions):
     """A side-chain's log whose meta file is gone still owns its name: the next helper
     of that call id takes the next name, and the old log stays as it was."""
@@ -2972,6 +2998,49 @@ def test_a_helper_answers_ask_helper_when_the_model_was_offered_it(lesson, sessi
 
 
 @pytest.mark.task("10.3")
+@pytest.mark.parametrize("case", ["a longer name offered", "other letters called"])
+def test_only_a_call_and_a_schema_named_ask_helper_exactly_start_a_helper(lesson,
+                                                                          sessions,
+                                                                          case):
+    """A helper answers a call named ask_helper, exactly, when a function schema of that
+    name, exactly, was offered. A schema of a longer name that holds it
+    (ask_helper_twice, its description naming ask_helper) offers no helper, so a call
+    to ask_helper runs the function of that name; and a call to Ask_Helper is a call to
+    a tool that does not exist. Both are answered as lesson 00's run_tool answers the
+    call as the model sent it, and neither starts a helper."""
+    town = HelperTown()
+    if case == "a longer name offered":
+        twice = json.loads(json.dumps(HELPER_SCHEMA))
+        twice["function"]["name"] = "ask_helper_twice"
+        twice["function"]["description"] = "Like ask_helper, but asks two helpers."
+        tools = lesson.Toolbox([*TOOL_SCHEMAS, twice], dict(town.functions))
+        name = "ask_helper"
+        story = ("the model was offered ask_helper_twice (whose description names "
+                 "ask_helper), not ask_helper, and called ask_helper")
+    else:
+        functions = {k: f for k, f in town.functions.items() if k != "ask_helper"}
+        tools = lesson.Toolbox([*TOOL_SCHEMAS, HELPER_SCHEMA], functions)
+        name = "Ask_Helper"
+        story = ("the model was offered ask_helper and called Ask_Helper, a tool of "
+                 "another name that does not exist")
+    arguments = json.dumps({"question": QUESTION})
+    asked = {"id": CALL_ID, "type": "function",
+             "function": {"name": name, "arguments": arguments}}
+    expected = lesson.run_tool(tools, asked)
+    play(lesson, sessions, ("Ask a helper.", [use(raw_call(name, arguments)),
+                                              say("Oh.")]),
+         town=tools, expected=f"{story}: its call should run as any tool's call does, "
+         "and start no helper")
+    result = next((line for line in lines_of(sessions / "quest-1.jsonl")
+                   if line.get("role") == "tool"), {})
+    assert result.get("content") == expected and not sidechain_files(sessions), (
+        f"{story}: names are compared whole and in their own letters, so the call "
+        f"should be answered as run_tool answers it ({expected!r}), and no helper "
+        f"start; the result was {result.get('content')!r}, and the side-chains folder "
+        f"holds {sidechain_files(sessions) or 'nothing'}")
+
+
+@pytest.mark.task("10.3")
 def test_whether_ask_helper_is_offered_is_judged_at_every_call(lesson, sessions):
     """An agent's tools may change between turns (a program gives it ask_helper, then
     takes it away): each call is judged by the schemas the model was sent with the
@@ -3292,6 +3361,7 @@ def test_a_pointer_that_names_no_valid_side_chain_is_refused_with_its_line(lesso
     for bad in ({"sidechain": "../../etc/passwd"}, {"session": "../quest-2"},
                 {"sidechain": "call:1_0"}, {"sidechain": None}, {"session": 7},
                 {"call": 5}, {"call": None}, {"call": ["call_1_0"]},
+                {"call": {"id": "call_1_0"}}, {"call": True},
                 {"role": "user", "content": "Ask a helper."},
                 {"call": ...}, {"session": ...}, {"sidechain": ...}):
         # ... leaves the key out
