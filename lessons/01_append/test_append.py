@@ -367,7 +367,13 @@ def test_non_ascii_text_stays_readable_in_the_file(lesson, sessions):
     with lesson.SessionLog(sessions, "quest-1") as log:
         log.append({"role": "user", "content": "Café au lait, Ελληνικά, 洞窟へ"})
 
-    text = the_log(lesson, sessions).read_text(encoding="utf-8")
+    data = the_log(lesson, sessions).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        pytest.fail(f"the log is not UTF-8 ({error}); it holds the bytes {data!r}, "
+                    "where 'Café au lait, Ελληνικά, 洞窟へ' should have been written "
+                    "in UTF-8, which every reader of a log expects", pytrace=False)
     assert "Café au lait, Ελληνικά, 洞窟へ" in text, (
         "non-ASCII text should be written as UTF-8, readable in the file, not as \\u "
         f"escapes; the file holds: {text!r}")
@@ -2601,6 +2607,40 @@ def test_a_new_log_is_never_open_to_others_even_for_an_instant(lesson, sessions,
                 "between the two, another user's process could open it and keep "
                 "reading it through that descriptor. A new log is created with its "
                 "owner-only mode (0600), so that it is never open to others")
+
+
+@pytest.mark.task("01.4")
+def test_an_open_leaves_the_modes_of_a_folder_and_log_already_there_as_they_were(
+    lesson, sessions
+):
+    """Only what the first append creates is made its owner's alone. A sessions folder
+    and a log already there keep the modes their owner gave them (a folder shared with
+    a group, a log a backup tool reads), in durable mode too: a writer that narrows
+    them on every open locks out the readers their owner let in."""
+    for durable in (False, True):
+        os.chmod(sessions, 0o750)
+        log_path = sessions / "quest-1.jsonl"
+        log_path.write_bytes(b'{"role": "user", "content": "day 1"}\n')
+        os.chmod(log_path, 0o640)
+        try:
+            with lesson.SessionLog(sessions, "quest-1", durable=durable) as log:
+                log.append({"role": "user", "content": "day 2"})
+        except NotImplementedError:
+            raise
+        except OSError as error:
+            fail_in("01.4", f"appending to the log {log_path}, already there, failed "
+                    f"with {described(error)}: it should have added its line")
+        modes = {"the folder": oct(stat.S_IMODE(sessions.stat().st_mode)),
+                 "the log": oct(stat.S_IMODE(log_path.stat().st_mode))}
+        mode = "a durable" if durable else "a"
+        if modes != {"the folder": "0o750", "the log": "0o640"}:
+            fail_in("01.4", "the sessions folder (mode 0o750) and the log (mode "
+                    f"0o640) were there already, and after {mode} writer appended to "
+                    f"the log their modes are {modes}: an open changes no mode of "
+                    "what is there, since the owner gave them on purpose (a group "
+                    "that reads the sessions); only a folder or log the append "
+                    "creates is made its owner's alone")
+        log_path.unlink()
 
 
 @pytest.mark.task("01.4")
