@@ -981,20 +981,22 @@ def test_an_interrupted_turn_can_be_undone_once_its_log_was_closed(lesson, sessi
 def test_undo_works_without_a_session(lesson):
     """Without a session, undo only changes the agent's memory (and nothing was ever
     pending: there is nowhere to write it). Such an agent takes any message it is
-    given, one without a role too (a note pasted by hand): it is no user message, so it
-    starts no turn, and goes with the turn before it."""
+    given, one without a role too (a note pasted by hand, or one whose role is None):
+    it is no user message, so it starts no turn, and goes with the turn before it."""
     model = ScriptedModel(TURN_C[1] + TURN_D[1])
     agent = lesson.Agent(model.client(), model=model.model, tools=Town())
     agent.run(TURN_C[0])
     first = list(agent.messages)
     agent.run(TURN_D[0])
     agent.record({"content": "A note pasted without a role."})
+    agent.record({"role": None, "content": "Another, its role left empty."})
 
     try:
         agent.undo()
     except (AttributeError, KeyError) as error:
-        pytest.fail(f"undo() of an agent without a session, whose last message is a "
-                    f"note without a role, failed with {type(error).__name__} "
+        pytest.fail(f"undo() of an agent without a session, whose last messages are "
+                    f"notes without a role (none given, then None), failed with "
+                    f"{type(error).__name__} "
                     f"({error}): such an agent has no log to take messages back from, "
                     "takes any message it is given, and its undo changes its memory "
                     "only; a message without a role is no user message, and starts "
@@ -3006,6 +3008,27 @@ def test_a_fork_shows_no_message_a_marker_past_its_cut_took_back(lesson, session
 
 
 @pytest.mark.task("07.4")
+def test_a_fork_takes_back_every_message_markers_past_its_cut_took_back(lesson,
+                                                                        sessions):
+    """Another program's log: five messages, then two undo markers, each taking back
+    an older message, not the newest (1, then 2). It shows messages 0, 3 and 4. A fork
+    of its first two cuts after message 3's line, leaving both markers behind, so the
+    lines it copies still show messages 1 and 2: the fork must take back every one of
+    them, not only the first it finds, and show exactly messages 0 and 3."""
+    said = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"}
+            for n in range(5)]
+    write_log(sessions, [*said, undo_marker(1), undo_marker(2)])
+    lesson.fork(sessions, "quest-1", "first-2", upto=2)
+    forked = resume(lesson, sessions, "first-2")
+    assert forked == [said[0], said[3]], (
+        "the source holds messages 0 to 4, then a marker taking back message 1 and one "
+        "taking back message 2: it shows messages 0, 3 and 4. fork(upto=2) should show "
+        "the first two of those, ['message 0', 'message 3']; it shows "
+        f"{[m.get('content') for m in forked]}. The lines copied up to message 3 "
+        "still show messages 1 and 2, and the fork must take back each of them")
+
+
+@pytest.mark.task("07.4")
 @pytest.mark.parametrize("end", [b'{"role": "assistant", "con', b""],
                          ids=["a torn last line", "a last newline missing"])
 def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
@@ -3054,7 +3077,8 @@ def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
     source after the first: each fork gets the newline the source lacks, whatever the
     forks before it did, so that its first append starts on a line of its own. And a
     whole fork of a log whose last line, the one without its newline, is an undo marker
-    keeps that marker too."""
+    keeps that marker too, while a fork of every message it shows, cut before that
+    marker, holds their lines alone, with no newline added after them."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
     write_log(sessions, said)
     path = sessions / "quest-1.jsonl"
@@ -3085,6 +3109,19 @@ def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
         f"ending in its newline ({len(whole)} bytes): a whole fork keeps the undone "
         "message and its marker, the source's history, whatever line lacks its "
         f"newline; it holds {copied!r}")
+    # A fork of its first message, every message it shows: cut before the marker,
+    # whose line lacks the newline, so the fork's lines all have theirs already
+    lesson.fork(sessions, "quest-2", "first-of-2", upto=1)
+    copied = (sessions / "first-of-2.jsonl").read_bytes()
+    first = whole.splitlines(keepends=True)[0]
+    assert copied == first, (
+        "fork(upto=1) of a log of messages 0 and 1 and an undo marker taking back "
+        "message 1, the marker's newline missing, keeps every message the source "
+        "shows, message 0, and ends after its line: it should hold that one line, "
+        f"its newline included, and nothing more ({first!r}); it holds {copied!r}. "
+        "The newline the source lacks belongs to its last line, the marker, which "
+        "this fork leaves behind: a fork that keeps every message shown need not "
+        "keep the last line")
 
 
 @pytest.mark.task("07.4")
