@@ -1469,21 +1469,15 @@ def test_a_writer_whose_clock_moves_on_between_readings_gives_up_in_words(
         "deadline is one reading of the clock, checked before it is slept")
 
 
-@pytest.mark.task("11.1")
-def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database,
-                                                               monkeypatch):
-    """A slow server (or network): each try of the lock takes 0.25 s. A writer with
-    timeout=0.3, behind a holder that never lets go, gives up at its deadline as the
-    clock tells it, a try or two later, not after as many tries as polls fit in its
-    timeout, each slow (its timeout is a time, not a count of tries)."""
+def refused_on_a_slow_server(lesson, database, monkeypatch, slow_try, what):
+    """A writer with timeout=0.3 behind a holder of quest-1 that never lets go, on a
+    clock of the test's own that moves only when the writer sleeps or `slow_try`
+    moves it: `slow_try(clock)` runs at each statement of the waiting writer (a slow
+    server). The writer must give up with SessionBusy; returns how long it took on
+    that clock, and the sleeps it asked for."""
     holder = lesson.PostgresSessionLog(database, "quest-1")
     clock = [time.monotonic()]
     naps = []
-    slow = 0.25
-
-    def slow_try(cursor, text, values):
-        if cursor.connection is waiting.connection:
-            clock[0] += slow
 
     def sleep_on_the_clock(seconds):
         naps.append(seconds)
@@ -1493,20 +1487,39 @@ def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database
                 f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
                 f"{clock[0] - started:.2f} s on: its deadline never came")
 
-    poll = lesson.LOCK_POLL_SECONDS
+    def on_a_statement(cursor, text, values):
+        if cursor.connection is waiting.connection:
+            slow_try(clock)
+
     with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
         started = clock[0]
         monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
         monkeypatch.setattr(lesson.time, "sleep", sleep_on_the_clock)
-        on_each_statement(monkeypatch, slow_try)
+        on_each_statement(monkeypatch, on_a_statement)
         try:
             with raises(lesson.SessionBusy, "the holder never lets go: at its "
                         "deadline the waiting writer must give up"):
-                try_lock(waiting, "with timeout=0.3 the writer tries the lock, then "
-                         "sleeps between tries")
+                try_lock(waiting, f"with timeout=0.3 the writer tries the lock, {what}")
         finally:
             monkeypatch.undo()
-    took = clock[0] - started
+    return clock[0] - started, naps
+
+
+@pytest.mark.task("11.1")
+def test_a_writer_whose_tries_are_slow_gives_up_at_its_deadline(lesson, database,
+                                                               monkeypatch):
+    """A slow server (or network): each try of the lock takes 0.25 s. A writer with
+    timeout=0.3, behind a holder that never lets go, gives up at its deadline as the
+    clock tells it, a try or two later, not after as many tries as polls fit in its
+    timeout, each slow (its timeout is a time, not a count of tries)."""
+    slow = 0.25
+
+    def slow_try(clock):
+        clock[0] += slow
+
+    took, naps = refused_on_a_slow_server(lesson, database, monkeypatch, slow_try,
+                                          "then sleeps between tries")
+    poll = lesson.LOCK_POLL_SECONDS
     most = 0.3 + poll + 3 * slow
     assert took <= most, (
         f"each try of the lock took {slow} s (a slow server): a writer with "
@@ -1525,41 +1538,17 @@ def test_a_writer_whose_first_try_is_slow_counts_its_timeout_from_the_call(
     timeout=0.3 behind a holder that never lets go is refused then, a poll later at
     most, not 0.3 s after the try came back (a wait counted from the first refusal
     keeps the user waiting past the time they gave)."""
-    holder = lesson.PostgresSessionLog(database, "quest-1")
-    clock = [time.monotonic()]
-    naps = []
     slow = 1.0
     tries = []
 
-    def slow_first_try(cursor, text, values):
-        if cursor.connection is waiting.connection:
-            tries.append(text)
-            if len(tries) == 1:
-                clock[0] += slow
+    def slow_first_try(clock):
+        tries.append(clock[0])
+        if len(tries) == 1:
+            clock[0] += slow
 
-    def sleep_on_the_clock(seconds):
-        naps.append(seconds)
-        clock[0] += max(seconds, 0)
-        if len(naps) > 50:
-            raise AssertionError(
-                f"the writer with timeout=0.3 slept {len(naps)} times, its clock "
-                f"{clock[0] - started:.2f} s on: its deadline never came")
-
-    poll = lesson.LOCK_POLL_SECONDS
-    with held_with_a_writer_waiting(lesson, database, holder, 0.3) as waiting:
-        started = clock[0]
-        monkeypatch.setattr(lesson.time, "monotonic", lambda: clock[0])
-        monkeypatch.setattr(lesson.time, "sleep", sleep_on_the_clock)
-        on_each_statement(monkeypatch, slow_first_try)
-        try:
-            with raises(lesson.SessionBusy, "the holder never lets go: past its "
-                        "deadline the waiting writer must give up"):
-                try_lock(waiting, "with timeout=0.3 the writer tries the lock, the "
-                         "first try taking 1 s")
-        finally:
-            monkeypatch.undo()
-    took = clock[0] - started
-    most = slow + poll
+    took, naps = refused_on_a_slow_server(lesson, database, monkeypatch,
+                                          slow_first_try, "the first try taking 1 s")
+    most = slow + lesson.LOCK_POLL_SECONDS
     assert took <= most + 1e-6, (
         f"the writer's first try of the lock took {slow} s, past its timeout of 0.3 s "
         f"from the call: it should give up then, or a poll later ({most:.2f} s on its "
