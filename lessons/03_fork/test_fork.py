@@ -1426,6 +1426,14 @@ def test_a_fork_touches_no_file_but_its_own(lesson, sessions, day_one):
                     pytrace=False)
 
 
+def leads_to(path, target):
+    """Whether `path` (whatever a caller passed to open) reaches the file `target`."""
+    try:
+        return os.path.realpath(path) == os.path.realpath(target)
+    except (TypeError, ValueError, OSError):
+        return False
+
+
 def another_file_system(folder):
     """A folder this test may write in, on another file system than `folder` (a tmpfs
     such as /dev/shm), or None if there is none."""
@@ -1620,10 +1628,7 @@ def test_a_fork_interrupted_or_failing_while_it_reads_its_source_leaves_nothing(
         return KeyboardInterrupt()
 
     def is_source(path):
-        try:
-            return os.path.realpath(path) == os.path.realpath(source)
-        except (TypeError, ValueError, OSError):
-            return False
+        return leads_to(path, source)
 
     if step == "reading the source":
         real_open, real_read = builtins.open, os.read
@@ -2826,10 +2831,7 @@ def test_a_source_its_user_may_not_read_is_not_reported_missing(
     came = []
 
     def is_source(path):
-        try:
-            return os.path.realpath(path) == os.path.realpath(source)
-        except (TypeError, ValueError, OSError):
-            return False
+        return leads_to(path, source)
 
     def refusing(real):
         def opening(file, *args, **kwargs):
@@ -2907,10 +2909,7 @@ def test_a_source_its_user_may_only_read_is_forked(lesson, sessions, day_one,
     came = []
 
     def is_source(path):
-        try:
-            return os.path.realpath(path) == os.path.realpath(source)
-        except (TypeError, ValueError, OSError):
-            return False
+        return leads_to(path, source)
 
     def refusing(real, writes):
         def opening(file, *args, **kwargs):

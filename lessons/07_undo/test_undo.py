@@ -16,9 +16,9 @@ import pytest
 
 from sessionlab.scripted import ScriptedModel, call, say, use
 from sessionlab.town import Town
-from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc,
-                                open_descriptors, raises, wait_past,
-                                with_file_size_limit)
+from sessionlab.testing import (another_writer_takes, check_time, fail_in,
+                                local_clock_ahead_of_utc, open_descriptors, raises,
+                                wait_past, with_file_size_limit)
 
 # Turn A:
 # the user, one reply calling two tools, their two results, the answer (5 messages).
@@ -3256,19 +3256,6 @@ def test_an_agent_whose_log_was_closed_undoes_in_the_log(lesson, sessions):
         "undo changed the agent's memory but not the log")
 
 
-def session_is_free(lesson, sessions, session_id="quest-1"):
-    """Whether another writer could take the session now: it becomes the writer (which
-    writes nothing to a whole log) and lets go at once."""
-    other = lesson.SessionLog(sessions, session_id)
-    try:
-        other.open_for_append()
-        return True
-    except lesson.SessionBusy:
-        return False
-    finally:
-        other.close()
-
-
 @pytest.mark.task("07.3")
 def test_a_refused_undo_of_an_agent_whose_log_was_closed_takes_no_session(lesson,
                                                                           sessions):
@@ -3284,7 +3271,7 @@ def test_a_refused_undo_of_an_agent_whose_log_was_closed_takes_no_session(lesson
         with raises(lesson.UndoError,
                     "undo(turns=3) was allowed on a conversation of two turns"):
             agent.undo(turns=3)
-        free = session_is_free(lesson, sessions)
+        free = another_writer_takes(lesson, sessions, "quest-1")
         agent.undo(1)
     finally:
         log.close()

@@ -34,8 +34,8 @@ from sessionlab.scripted import (
     ANSWER_AFTER_THOUGHT, Crash, Disconnect, Fail, NO_ANSWER_TEXT, ODD_REPLIES,
     ScriptedModel,
     SimulatedCrash, call, raw, raw_call, say, use)
-from sessionlab.testing import (check_time, described, fail_in, open_descriptors,
-                                raises, wait_past)
+from sessionlab.testing import (another_writer_takes, check_time, described,
+                                fail_in, open_descriptors, raises, wait_past)
 from sessionlab.town import HELPER_SCHEMA, HelperTown, TOOL_SCHEMAS, Town
 
 QUESTION = "Ask the elder what they know about the cave."
@@ -204,18 +204,6 @@ def nothing_else_left(sessions, expected, story):
         f"{sorted(expected)}, and it also holds {extra}: a name passed over (another "
         "helper's) should leave nothing of this helper's behind, a temporary file "
         "made for its meta file neither")
-
-
-def another_writer_takes(lesson, folder, session_id):
-    """Can another writer take the session now? (It lets go at once when it can.)"""
-    other = lesson.SessionLog(folder, session_id)
-    try:
-        other.open_for_append()
-        return True
-    except lesson.SessionBusy:
-        return False
-    finally:
-        other.close()
 
 
 def sidechain_files(sessions, session_id="quest-1"):
@@ -1837,14 +1825,7 @@ def test_the_helper_takes_its_own_lock_while_the_parent_keeps_its_own(lesson, se
     side_folder = sessions / "quest-1.sidechains"
 
     def try_to_write(folder, session_id):
-        other = lesson.SessionLog(folder, session_id)
-        try:
-            other.open_for_append()
-            return "got it"
-        except lesson.SessionBusy:
-            return "busy"
-        finally:
-            other.close()
+        return "got it" if another_writer_takes(lesson, folder, session_id) else "busy"
 
     def locks(request):
         return {"parent lock file": (sessions / "quest-1.lock").exists(),

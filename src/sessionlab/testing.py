@@ -238,6 +238,19 @@ def sleeps_of(lesson: ModuleType) -> Iterator[list[float]]:
             setattr(module, name, real_sleep)
 
 
+def another_writer_takes(lesson: ModuleType, folder: Path, session_id: str) -> bool:
+    """Whether another writer could take the session now: it becomes the writer (which
+    writes nothing to a whole log) and lets go at once."""
+    other = lesson.SessionLog(folder, session_id)
+    try:
+        other.open_for_append()
+        return True
+    except lesson.SessionBusy:
+        return False
+    finally:
+        other.close()
+
+
 def open_descriptors() -> int:
     """How many file descriptors this process holds open right now."""
     import os
