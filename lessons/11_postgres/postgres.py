@@ -79,11 +79,10 @@ END $$;
 MAX_BLOB_BYTES = 1023 * 2**20
 
 
-# Writers take this advisory lock shared in every transaction that stores a blob or
-# copies rows that point to blobs (an append of large content, a fork, an erase);
-# removing blobs (pgprivacy.py) takes it exclusive. So a collection waits for the
-# writers in the middle of their transaction and reads the rows they committed: no
-# blob is removed while a row that points to it is on its way.
+# The blobs' advisory lock. Removing the blobs no row points to (pgprivacy.py) holds
+# it exclusive for its whole transaction; a fork and an erase, which store rows that
+# point to blobs, hold it shared for theirs. What a paste needs of it is task 11.4's
+# question (an advisory lock taken in a transaction is let go as the transaction ends).
 BLOB_LOCK = 0x5E5511
 
 
