@@ -895,7 +895,8 @@ def test_a_plain_id_given_as_a_str_subclass_is_accepted(lesson):
 @pytest.mark.task("01.1")
 @pytest.mark.parametrize("good_id", ["quest-1", "Day_2.branch", "x" * 128, "7",
                                      "console", "aux-1", "COM10", "LPT10",
-                                     "com.acme.quest", "quest.con", "quest.jsonl"],
+                                     "com.acme.quest", "quest.con", "quest.jsonl",
+                                     "v1..v2", "day_2__draft"],
                          ids=lambda v: v if len(v) < 20 else f"{len(v)} characters")
 def test_plain_session_ids_are_accepted(lesson, good_id):
     """Ordinary ids (letters, digits, dashes, underscores, dots inside) are accepted:
@@ -903,7 +904,10 @@ def test_plain_session_ids_are_accepted(lesson, good_id):
     keeps for a device (console, aux-1, COM10, or com.acme.quest, whose first part is
     COM with no number) is a name like any other, as is one where a device's name
     comes after the first dot (Windows keeps quest.con.jsonl as a file), or one that
-    ends as a log's file name does (quest.jsonl is a session of its own, not quest)."""
+    ends as a log's file name does (quest.jsonl is a session of its own, not quest).
+    Signs may stand side by side inside a name: '..' climbs out of a folder only as
+    a whole path component, so v1..v2 (a range, as git writes one) and day_2__draft
+    are names like any other, letters and digits with signs among them."""
     try:
         returned = lesson.check_session_id(good_id)
     except lesson.InvalidSessionId as error:

@@ -126,28 +126,39 @@ def test_append_refuses_what_no_log_may_hold_and_writes_nothing(lesson, sessions
         f"a refused message must leave the log untouched; it changed after {what}")
 
 
+# A first message of each half of the rule: one check_message refuses (its shape) and
+# ones check_plain_json refuses (what JSON cannot give back), which a check split
+# around the open lets through to it.
+FIRST_REFUSED = ["no role", "NaN", "a lone surrogate", "a key that is not a string"]
+
+
 @pytest.mark.task("01.2")
-def test_a_refused_first_message_creates_no_file(lesson, sessions):
+@pytest.mark.parametrize("what", FIRST_REFUSED)
+def test_a_refused_first_message_creates_no_file(lesson, sessions, what):
     """When the very first message is refused, no log file is created for it, nor
-    the sessions folder the log would have gone in."""
+    the sessions folder the log would have gone in, whichever half of the rule
+    refuses it: its shape (no role) or its JSON (NaN, a lone surrogate, the key 1).
+    Every check comes before the log is opened."""
     folder = sessions / "new"
     with lesson.SessionLog(folder, "quest-1") as log:
         try:
-            log.append({"content": "no role"})
+            log.append(NOT_MESSAGES[what])
         except lesson.InvalidMessage:
             pass
         except NotImplementedError:
             raise
         except Exception as error:      # noqa: BLE001 - reported in words below
-            pytest.fail(f"a first message without a role should be refused with "
+            pytest.fail(f"a first message with {what} should be refused with "
                         f"InvalidMessage, not {type(error).__name__}: {error}",
                         pytrace=False)
         else:
-            pytest.fail("append() accepted a message without a role", pytrace=False)
+            pytest.fail(f"append() accepted a message with {what}", pytrace=False)
     assert not folder.exists(), (
-        "the first message was refused, yet the sessions folder it was to go in was "
-        f"created (it holds {sorted(p.name for p in folder.iterdir())}): a refused "
-        "message should leave no trace, no file and no folder"
+        f"the first message, one with {what}, was refused, yet the sessions folder it "
+        "was to go in was created (it holds "
+        f"{sorted(p.name for p in folder.iterdir())}): a refused message should "
+        "leave no trace, no file and no folder, so every check of the rule comes "
+        "before the log is opened"
     )
 
 

@@ -51,7 +51,7 @@ def check_session_id(session_id: str) -> str:
         )
         raise InvalidSessionId(
             f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit (no '/', no '..', no spaces), and "
+            "'-', starting with a letter or digit (no '/', no spaces), and "
             "not a name Windows keeps for a device (CON, PRN, AUX, NUL, COM1 to COM9 "
             "or LPT1 to LPT9, in any case, alone or before a '.')"
         )

@@ -28,10 +28,10 @@ class InvalidMessage(ValueError):
     writes nothing; a line holding one is refused when the log is read."""
 
 
-# Letters, digits, '.', '_' and '-', starting with a letter or digit: no '/', no '..',
-# no NUL, nothing hidden, and short enough for any file system once '.meta.json' is
-# added. Not a name Windows keeps for a device, whatever follows a dot (CON.jsonl is
-# the console there, NUL.meta.json the bin).
+# Letters, digits, '.', '_' and '-', starting with a letter or digit (so never '.' or
+# '..'): no '/', no NUL, nothing hidden, and short enough for any file system once
+# '.meta.json' is added. Not a name Windows keeps for a device, whatever follows a dot
+# (CON.jsonl is the console there, NUL.meta.json the bin).
 SESSION_ID = re.compile(r"(?!(?i:CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(?:\.|$))"
                         r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -51,7 +51,7 @@ def check_session_id(session_id: str) -> str:
         )
         raise InvalidSessionId(
             f"invalid session id {shown}: use 1 to 128 letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit (no '/', no '..', no spaces), and "
+            "'-', starting with a letter or digit (no '/', no spaces), and "
             "not a name Windows keeps for a device (CON, PRN, AUX, NUL, COM1 to COM9 "
             "or LPT1 to LPT9, in any case, alone or before a '.')"
         )
