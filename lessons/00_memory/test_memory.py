@@ -939,7 +939,9 @@ def test_a_name_that_is_no_text_is_told_to_the_model_as_it_came(lesson, name):
     """A server's slip can send a call whose tool name is null, a number or a list
     (JSON lets it). No tool has such a name: the call gets an error result, as for a
     name of no tool, showing what came (the model reads None, not the text 'None'),
-    and nothing runs. The turn goes on: the server's slip is not the agent's crash."""
+    and nothing runs. The turn goes on: the server's slip is not the agent's crash.
+    What came is never quoted as text ('None' between quote marks is a name the model
+    never sent)."""
     ran = []
 
     def buy(item):
@@ -954,6 +956,11 @@ def test_a_name_that_is_no_text_is_told_to_the_model_as_it_came(lesson, name):
     assert repr(name) in result, (
         f"{what}; the error result should show it as it came, {name!r}, for the "
         f"model to see what it sent; got {result!r}")
+    as_text = [f"{mark}{name}{mark}" for mark in "'\"`"]
+    assert not any(quoted in result for quoted in as_text), (
+        f"{what}; the error result quotes it as if it were the text {str(name)!r}: "
+        f"the model reads that it sent a name it never sent, and tries again with "
+        f"the same slip. Show it as Python shows the value, {name!r}; got {result!r}")
     assert "buy" in result.replace(repr(name), ""), (
         f"{what}; the error result should list the tools there are (buy), for the "
         f"model to pick one; got {result!r}")
@@ -1005,6 +1012,31 @@ def test_a_long_name_of_no_tool_is_quoted_only_in_part(lesson):
         f"{what}; a name of {len(name)} characters is as long as real tools' names "
         "get, and the error result should quote it whole, in quotes, for the model to "
         f"see the name it got wrong; got {result!r}")
+
+
+@pytest.mark.task("00.1")
+def test_a_name_of_no_tool_is_answered_with_every_tool_there_is(lesson):
+    """Only what the model sent is cut to keep an error result short: the names of
+    the tools are the harness's own, the model's one way to a call that works, and a
+    name of no tool comes back with all of them, however many the harness has."""
+    ran = []
+
+    def look(**place):
+        ran.append(place)
+        return "you see the mill"
+
+    names = [f"look_at_place_number_{n:02}" for n in range(40)]
+    what = (f"the harness has {len(names)} tools ({len(', '.join(names))} characters "
+            "of names), and the model called 'fly', which it lacks")
+    result = run_call(lesson, FewTools(**dict.fromkeys(names, look)),
+                      tool_call("fly", "{}"), what)
+    assert_error_result(result, what)
+    missing = [name for name in names if name not in result]
+    assert not missing, (
+        f"{what}; the error result should list every tool there is, for the model to "
+        f"pick one, and leaves out {len(missing)} of them ({missing[:3]} ...): only "
+        f"what the model sent is cut, not the names it may call; got {result!r}")
+    assert ran == [], f"{what}, and a tool ran: {ran}"
 
 
 @pytest.mark.task("00.1")

@@ -409,6 +409,33 @@ def test_ids_that_differ_only_in_case_are_two_ids(lesson):
 
 
 @pytest.mark.task("00.3")
+def test_ids_that_differ_only_by_blanks_are_two_ids(lesson):
+    """A blank around an id is part of it, as providers compare ids: a call whose id
+    differs from one the history holds, or from an earlier call's of the same reply,
+    only by a blank before or after it (' call_1' after 'call_1') keeps its id as it
+    came, since no other call has that one."""
+    history = [{"role": "user", "content": "Buy."},
+               {"role": "assistant", "content": "", "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "buy", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+    sent = [" call_1", "call_1 ", "call_2", "call_2\t", " call_2"]
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
+        for i in sent]}
+
+    message = lesson.normalize_reply(reply, history)
+
+    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    assert stored == sent, (
+        f"the history's call has the id 'call_1'; the reply's calls came with "
+        f"{sent}, ids no other call of the conversation has (a provider tells "
+        f"' call_1' from 'call_1', blank and all), and were stored with {stored}: a "
+        "call that came with an id of its own, one no other call has, keeps it as it "
+        "came")
+
+
+@pytest.mark.task("00.3")
 def test_an_id_taken_early_in_a_long_conversation_is_not_given_again(lesson):
     """No two calls of the whole conversation share an id, however long it is: a
     server that sends again the id of a call made hundreds of messages earlier gets
@@ -1000,7 +1027,8 @@ def test_read_arguments_takes_what_servers_send_for_an_object(
                   "None", '{"item": "ro\npe"}', " ", "\n", '{"item": "rope"}}',
                   '```json\n{"item": "rope"}\n```', '{"item": "rope"}\u00a0',
                   '\ufeff{"item": "rope"}', '{"item": "rope",}', "{'item': 'rope'}",
-                  '{"item": "rope", "lit": True}', '{"item": "rope"} // a long one']
+                  '{"item": "rope", "lit": True}', '{"item": "rope"} // a long one',
+                  b'{"item": "rope"}']
 )
 def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     """Text that is not JSON, or JSON that is not an object, raises ValueError: the
@@ -1011,7 +1039,8 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     which a lenient reader would take though no provider does; and what a model
     writes that is Python or code rather than JSON (single quote marks, True, a
     comment after the object), which a reader that forgives it runs and
-    normalize_reply then keeps as it came."""
+    normalize_reply then keeps as it came; and bytes, which no server sends for
+    arguments (JSON has text, never bytes), though Python's reader takes them."""
     try:
         got = lesson.read_arguments(arguments)
     except ValueError:
@@ -1054,6 +1083,10 @@ def test_read_arguments_refuses_what_is_no_object(lesson, arguments):
     for text in ("{'item': 'rope'}", '{"item": "rope", "lit": True}',
                  '{"item": "rope"} // a long one'):
         why[text] = not_json
+    why[str(b'{"item": "rope"}')] = (
+        " bytes are no text and no object: no server sends arguments as bytes, and "
+        "whatever is neither what servers send for an object nor text of one is "
+        "refused, however a reader could take it")
     pytest.fail(
         f"read_arguments({arguments!r}) should raise ValueError, it returned {got!r}:"
         f"{why.get(str(arguments), ' it is no JSON object')}", pytrace=False
