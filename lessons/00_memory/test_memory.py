@@ -972,7 +972,8 @@ def test_a_long_name_of_no_tool_is_quoted_only_in_part(lesson):
     goes back with every later request, so it stays short: it quotes the name's start
     between quote marks, says that the name was cut, and lists the tools the town has,
     for the model to pick one. A name as long as real tools' names get (64 characters)
-    is quoted whole."""
+    is quoted whole. A name that is no text (a list the model repeated) is shown as
+    Python shows it, and only its start too."""
     ran = []
 
     def pay(item):
@@ -1012,6 +1013,19 @@ def test_a_long_name_of_no_tool_is_quoted_only_in_part(lesson):
         f"{what}; a name of {len(name)} characters is as long as real tools' names "
         "get, and the error result should quote it whole, in quotes, for the model to "
         f"see the name it got wrong; got {result!r}")
+    name = ["fly_to_the_cave"] * 6_400
+    what = (f"the server sent a call whose tool name is a list, no text, shown as "
+            f"Python shows it {len(repr(name)):,} characters long")
+    result = run_call(lesson, tools, tool_call(name, '{"item": "rope"}'), what)
+    assert_error_result(result, what)
+    assert len(result) < 2_000, (
+        f"{what}; the error result is {len(result):,} characters: whatever the model "
+        "sent, a name that is no text too, it shows only its start, for the result "
+        f"goes back with every later request; it begins {result[:200]!r}")
+    assert repr(name)[:40] in result and says_it_was_cut(result), (
+        f"{what}; the error result should show the start of it as it came and say "
+        f"that it was cut; got {result!r}")
+    assert ran == [], f"{what}, and a tool ran: {ran}"
 
 
 @pytest.mark.task("00.1")

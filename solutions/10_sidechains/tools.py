@@ -35,12 +35,14 @@ def run_tool(tools: Tools, call: Message) -> str:
     that raises) becomes a result the model can read and react to. An agent that crashes
     on a model's typo is an agent that cannot finish a quest.
     """
-    def short(text: str, show: Callable[[str], str] = str) -> str:
+    def short(text: Any, show: Callable[[Any], str] = str) -> str:
         """`text` as `show` writes it, whole when it is short; else only its start,
         saying that it was cut and how long it was. An error result goes back with
         every later request, and what the model sent (or a tool's words that echo it)
         may be 100 KB: its start is enough for the model to recognise it."""
-        if not isinstance(text, str) or len(text) <= 200:
+        if not isinstance(text, str):   # a name that is no text (a list of 100 KB):
+            text, show = show(text), str  # as Python shows it, then cut like text
+        if len(text) <= 200:
             return show(text)
         return f"{show(text[:200])}... (cut: {len(text):,} characters in all)"
 
