@@ -1441,6 +1441,52 @@ def test_an_undo_told_what_its_caller_saw_refuses_a_log_written_since(lesson, se
 
 
 @pytest.mark.task("07.1")
+def test_an_undo_told_it_saw_more_than_the_log_shows_refuses(lesson, sessions):
+    """`seen` guards both ways. A writer appended four messages and closed; another
+    writer then took the last two back, so the log shows two. Told that its caller saw
+    four, the first object's undo refuses with `UndoError`, naming the session and
+    saying how many messages the log shows, and writes nothing: the messages the
+    caller meant are already gone, and the two the log shows now are not the ones it
+    saw last. Told two, it takes the second back."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(4)]
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said:
+            log.append(message)
+    finally:
+        log.close()
+    with lesson.SessionLog(sessions, "quest-1") as other:
+        other.undo(2)
+    try:
+        before = path.read_bytes()
+        with raises(lesson.UndoError, (
+                "a writer appended four messages and was closed; another writer then "
+                "took the last two back, so the log shows two; undo(1, seen=4) (its "
+                "caller saw four) should raise UndoError: the log shows fewer than its "
+                "caller saw, so another writer changed it since, and its last message "
+                "is not the one the caller meant to take back")) as raised:
+            log.undo(1, seen=4)
+        words = str(raised.value).replace(str(sessions), "")
+        assert "quest-1" in words and re.search(r"\b2\b", words), (
+            "the refusal of undo(1, seen=4) should name the log that changed "
+            "(quest-1.jsonl, or session 'quest-1') and say how many messages it shows "
+            "(2), so that the user knows what to resume before undoing; it says "
+            f"{str(raised.value)!r}")
+        assert path.read_bytes() == before, (
+            "a refused undo (seen=4, the log showing 2) should write nothing; the log "
+            f"changed:\n{path.read_bytes()[len(before):]!r}")
+        taken = log.undo(1, seen=2)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [1] and shown == said[:1], (
+        "told that its caller saw the two messages the log shows, undo(1) should take "
+        f"back the second (index 1); it named {taken}, and the log shows "
+        f"{[message.get('content') for message in shown]}")
+
+
+@pytest.mark.task("07.1")
 def test_an_undo_of_a_thousand_messages_is_one_marker(lesson, sessions):
     """However many messages an undo takes back, it adds one marker line (a line much
     longer than 4 KiB, written whole), naming them all, and returns them all."""
@@ -3335,6 +3381,48 @@ def test_an_agent_does_not_undo_a_turn_another_writer_added_since(lesson, sessio
     assert resumed == turn_c[:-1] + turn_d, (
         "a new process should still see both turns, the first agent's and the "
         f"other's; it sees {[message.get('content') for message in resumed]}")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_does_not_undo_a_turn_before_the_one_another_writer_undid(lesson,
+                                                                           sessions):
+    """Day 2 played two turns and its log was closed; then another agent on the same
+    session took day 2's last turn back. Day 2's undo must not take the turn before it
+    back (the log's last turn now, but not the one day 2 meant) while dropping from
+    memory the turn already gone: the log shows fewer messages than the agent saw, so
+    it raises `UndoError`, and the log and the agent's conversation stay as they
+    were."""
+    agent, _, log = open_agent(lesson, sessions, TURN_C[1] + TURN_D[1])
+    with log:
+        agent.run(TURN_C[0])
+        turn_c = list(agent.messages)
+        agent.run(TURN_D[0])
+    both = list(agent.messages)
+    path = sessions / "quest-1.jsonl"
+    try:
+        other, _, other_log = open_agent(lesson, sessions)
+        with other_log:
+            other.undo(1)
+        before = path.read_bytes()
+        with raises(lesson.UndoError, (
+                "an agent played two turns and its log was closed; another agent on "
+                "the same session then undid the last of them; the first agent's "
+                "undo(1) should raise UndoError: the log shows fewer messages than the "
+                "agent saw, so its last turn is gone already and the one the log shows "
+                "last is not the one it meant to take back")):
+            agent.undo(1)
+    finally:
+        log.close()
+    assert path.read_bytes() == before, (
+        "a refused undo should write nothing; the log changed:\n"
+        f"{path.read_bytes()[len(before):]!r}")
+    assert agent.messages == both, (
+        "a refused undo should leave the agent's conversation as it was, both turns; "
+        f"it holds {[message.get('content') for message in agent.messages]}")
+    resumed = resume(lesson, sessions)
+    assert resumed == turn_c, (
+        "a new process should still see the first turn, which no one meant to take "
+        f"back; it sees {[message.get('content') for message in resumed]}")
 
 
 @pytest.mark.task("07.3")
