@@ -551,6 +551,43 @@ def test_summarise_alone_takes_a_good_first_reply_with_one_request(lesson, sessi
             f"{lines_of(path)[len(conversation(6)):]}")
 
 
+@pytest.mark.task("08.4")
+@pytest.mark.parametrize("first", ["fits", "empty"])
+def test_summarise_alone_on_an_agent_compacted_already_judges_the_fit_at_cut(lesson,
+                                                                            first):
+    """summarise() alone, on an agent compacted already (boundary at place 2), asked
+    for a summary of messages 2 to 5 that leaves the request from place 6 on: the
+    messages it is given do not begin at the start, so their number (4) is not the
+    place the request starts again (6). A summary that fits beside the messages from
+    place 6 on, exactly at the budget, is taken, first time or (after a reply that is
+    no summary) second; judged at another place, it would be refused as too long, and
+    the compaction would fail with a summary that fits in hand."""
+    said = conversation(8)
+    agent, model, log = open_agent(lesson, None, budget=None, summarise=summaries(
+        *(() if first == "fits" else ("",)), then=numbered_summaries()))
+    agent.messages = list(said)
+    agent.compaction = lesson.Compaction("The elder warned of the ledge.", 2)
+    agent.budget = agent.compacted_size("summary #1", 6)
+    asked = 1 if first == "fits" else 2
+    setting = ("the model's first reply, 'summary #1'" if first == "fits" else
+               "after a first reply with no text, the second, 'summary #1'")
+    with log:
+        try:
+            got = agent.summarise(agent.messages[2:6], 6)
+        except lesson.BadSummary as error:
+            pytest.fail(
+                f"an agent compacted at place 2 asked summarise() for a summary of "
+                f"messages 2 to 5, the request starting again at place 6; {setting} "
+                f"makes that request exactly the budget ({agent.budget}), and "
+                f"summarise() refused it: {error}. The fit is judged at the place "
+                "summarise() is given (6), where the request starts again, not at the "
+                "number of messages it summarises (4)", pytrace=False)
+    assert got == "summary #1" and len(model.summary_requests) == asked, (
+        f"{setting} fits the budget beside the messages from place 6 on: summarise() "
+        f"should return it after {asked} request(s); it returned {got!r} after "
+        f"{len(model.summary_requests)}")
+
+
 @pytest.mark.task("08.2")
 def test_the_view_is_the_system_prompt_the_summary_and_the_messages_from_the_boundary(
         lesson):
@@ -1451,6 +1488,18 @@ def test_keep_counts_the_messages_shown_when_an_undo_is_among_the_last(lesson,
         "on: 'upto' should be 6, the index of the first message kept (as the format "
         "page defines it), not that of an undone message before it; compact returned "
         f"{upto!r}")
+    # The newest turn (6 and 7) taken back, then everything shown summarised: the
+    # first message the summary does not cover is the next one the file will hold
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.undo(2)
+        upto = log.compact("Everything so far.", keep=0)
+    marker = compactions_in(path)[-1]
+    assert upto == marker.get("upto") == len(messages_in(path)) == 8, (
+        "the log shows messages 0 to 3, and its file holds 8 (4 to 7 undone, the last "
+        "two at its end): keeping none, 'upto' should be 8, the number of messages in "
+        "the file, undone ones included (the index the next message will have, as "
+        "the format page counts), not the index after the last message shown; "
+        f"compact returned {upto!r} and the marker is {marker!r}")
 
 
 @pytest.mark.task("08.1")
@@ -1971,6 +2020,51 @@ def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, ses
     assert resumed_after_the_boundary(lesson, sessions) == [note], (
         "after undoing both turns after the boundary and recording a note, a resume "
         "should send the summary and the note")
+
+
+@pytest.mark.task("08.1")
+def test_an_agent_refusing_an_undo_behind_the_boundary_leaves_the_session_free(
+        lesson, sessions):
+    """An agent resumed on a compacted log, whose program has closed the log since (its
+    with block ended), is asked to undo turns the summary stands for. The agent knows
+    its own boundary, so it refuses with UndoError at once and changes nothing: not the
+    log, and not who may write it. Another program can write the session right after;
+    a refusal left to the log's own undo would first make this agent the session's
+    writer again, and keep it locked for nothing."""
+    said = [message for n in range(1, 5) for message in (
+        {"role": "user", "content": day(n)[0]},
+        {"role": "assistant", "content": f"On day {n} we rest."})]
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        log.compact("summary #1", keep=4)     # days 3 and 4 after the boundary
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        pass        # the program is done with the log for now
+    before = path.read_bytes()
+    try:
+        with raises(lesson.UndoError, "the undo of days 2 to 4 went ahead, with a log "
+                    "closed since the resume: day 2's turn is one the summary stands "
+                    "for (the boundary is at day 3)"):
+            agent.undo(3)
+        assert path.read_bytes() == before, "a refused undo must not write to the log"
+        note = {"role": "user", "content": "Another program's note."}
+        try:
+            with lesson.SessionLog(sessions, "quest-1") as other:
+                other.append(note)
+        except Exception as error:
+            pytest.fail(
+                "after the agent refused an undo behind the boundary (its log closed "
+                "before it was asked), another program could not write the session: "
+                f"{type(error).__name__}: {error}. The agent knows its boundary, so a "
+                "refusal needs no writer: it should leave the session as free as it "
+                "found it, not take the lock to refuse and keep it", pytrace=False)
+    finally:
+        log.close()
+    assert messages_in(path)[-1:] == [note], (
+        f"another program's note should end the log; it ends with "
+        f"{shape(messages_in(path)[-1:])}")
 
 
 @pytest.mark.key
