@@ -574,10 +574,14 @@ def test_an_upto_that_is_no_whole_number_is_refused(
         lesson, sessions, monkeypatch, upto):
     """upto is a number of messages, an int: 1.5, 2.0 (a float, even one that holds a
     whole number, as a list's slice refuses it), "2", True or False (which Python
-    counts as 1 and 0) is refused with TypeError or ValueError, handing publish_fork
-    nothing, rather than rounded, read or guessed; the refusal names it as it was
-    given ('2' is text, and words that show it as 2 read as if a whole number were
-    refused)."""
+    counts as 1 and 0) is refused, handing publish_fork nothing, rather than rounded,
+    read or guessed; the refusal names it as it was given ('2' is text, and words
+    that show it as 2 read as if a whole number were refused). A float or a text is
+    of the wrong type, and Python's error of that kind is TypeError (a list's slice,
+    range() and operator.index raise it for 1.5, 2.0 and '2' alike): a caller that
+    catches TypeError for an argument of the wrong type must catch this one. A truth
+    value is an int to Python, so refusing it is a judgement of its value: TypeError
+    or ValueError."""
     (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
     handed = []
     monkeypatch.setattr(lesson, "publish_fork",
@@ -586,14 +590,21 @@ def test_an_upto_that_is_no_whole_number_is_refused(
 
     error = fork_or_fail(lesson, sessions, "quest-1", "what-if", upto=upto)
 
-    if not isinstance(error, (TypeError, ValueError)) or handed:
+    kinds = (TypeError, ValueError) if isinstance(upto, bool) else TypeError
+    if not isinstance(error, kinds) or handed:
         did = (f"handed publish_fork {handed[0]!r} message(s)" if handed
                else "returned" if error is None
                else f"raised {type(error).__name__}: {error}")
+        should = ("TypeError or ValueError (a truth value is an int to Python, "
+                  "refused for what it means)" if isinstance(upto, bool)
+                  else f"TypeError, Python's error for an argument of the wrong type "
+                  f"(a {type(upto).__name__} where an int is due: a list's slice, "
+                  "range() and operator.index raise TypeError for it too), so that "
+                  "a caller catching TypeError for a bad argument catches it")
         pytest.fail(f"fork(..., upto={upto!r}) asks for a number of messages that is "
                     "no whole number (no int: a list's slice refuses it too); it "
-                    "should be refused with TypeError or ValueError, handing "
-                    f"publish_fork nothing. It {did}", pytrace=False)
+                    f"should be refused with {should}, handing publish_fork nothing. "
+                    f"It {did}", pytrace=False)
     expect_upto_named(lesson, sessions, error, upto,
                       "a number of messages that is no whole number (no int)")
 
@@ -1167,6 +1178,39 @@ def test_forking_from_a_missing_session_is_refused_and_creates_nothing(
     made = sorted(p.name for p in sessions.iterdir())
     assert made == [], (f"a refused fork must not create any file or folder; the "
                         f"sessions folder now holds {made}")
+
+
+@pytest.mark.task("03.1")
+@pytest.mark.parametrize("failure", ["ENOENT", "ENOSPC", "EACCES"])
+def test_an_error_while_the_fork_is_published_reaches_the_caller_as_it_came(
+        lesson, sessions, day_one, monkeypatch, failure):
+    """Without task 03.2: publishing fails with an error of the disk's (ENOENT: the
+    sessions folder removed meanwhile by a cleaner; ENOSPC: the disk full; EACCES: the
+    folder made read-only). fork did not decide that error: it reaches the caller as
+    it came, the very exception, never a refusal in fork's words (a FileNotFoundError
+    told as SessionNotFound says the source is missing, and its user believes it
+    gone)."""
+    came = OSError(getattr(errno, failure), os.strerror(getattr(errno, failure)),
+                   str(sessions / "what-if.jsonl"))
+    if failure == "ENOENT":
+        came = FileNotFoundError(*came.args)
+    elif failure == "EACCES":
+        came = PermissionError(*came.args)
+
+    def publish_fork(folder, source_id, new_id, count, copy, durable):
+        raise came
+    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
+
+    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
+
+    if error is not came:
+        pytest.fail(f"publish_fork failed with {described(came)} (the sessions "
+                    "folder removed, the disk full or made read-only meanwhile); fork "
+                    "should let that error reach its caller as it came, and it "
+                    + ("returned" if error is None else f"raised {described(error)}")
+                    + ": an error fork did not decide is no refusal of its own (a "
+                    "SessionNotFound tells its user the source is gone, where quest-1 "
+                    "is there)", pytrace=False)
 
 
 @pytest.mark.task("03.1")
@@ -2859,39 +2903,6 @@ def test_a_source_its_user_may_not_read_is_not_reported_missing(
                      "a fork whose source could not be opened (EACCES) must leave "
                      f"every file as it was: the folder held {sorted(before)}, and now "
                      f"holds {sorted(snapshot(sessions))}")
-
-
-@pytest.mark.task("03.1")
-@pytest.mark.parametrize("failure", ["ENOENT", "ENOSPC", "EACCES"])
-def test_an_error_while_the_fork_is_published_reaches_the_caller_as_it_came(
-        lesson, sessions, day_one, monkeypatch, failure):
-    """Without task 03.2: publishing fails with an error of the disk's (ENOENT: the
-    sessions folder removed meanwhile by a cleaner; ENOSPC: the disk full; EACCES: the
-    folder made read-only). fork did not decide that error: it reaches the caller as
-    it came, the very exception, never a refusal in fork's words (a FileNotFoundError
-    told as SessionNotFound says the source is missing, and its user believes it
-    gone)."""
-    came = OSError(getattr(errno, failure), os.strerror(getattr(errno, failure)),
-                   str(sessions / "what-if.jsonl"))
-    if failure == "ENOENT":
-        came = FileNotFoundError(*came.args)
-    elif failure == "EACCES":
-        came = PermissionError(*came.args)
-
-    def publish_fork(folder, source_id, new_id, count, copy, durable):
-        raise came
-    monkeypatch.setattr(lesson, "publish_fork", publish_fork)
-
-    error = fork_or_fail(lesson, sessions, "quest-1", "what-if")
-
-    if error is not came:
-        pytest.fail(f"publish_fork failed with {described(came)} (the sessions "
-                    "folder removed, the disk full or made read-only meanwhile); fork "
-                    "should let that error reach its caller as it came, and it "
-                    + ("returned" if error is None else f"raised {described(error)}")
-                    + ": an error fork did not decide is no refusal of its own (a "
-                    "SessionNotFound tells its user the source is gone, where quest-1 "
-                    "is there)", pytrace=False)
 
 
 @pytest.mark.task("03.1")
