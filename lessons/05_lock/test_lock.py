@@ -20,6 +20,7 @@ import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -522,6 +523,60 @@ def test_a_process_forked_from_the_writer_lets_go_of_nothing_when_it_closes(
     assert contents(sessions / "quest-1.jsonl") == [FIRST["content"], "Still here."], (
         "the parent went on writing after its forked copy closed; the log should hold "
         f"its two messages only: {contents(sessions / 'quest-1.jsonl')}")
+
+
+@pytest.mark.task("05.2")
+def test_a_process_forked_twice_from_the_writer_lets_go_of_nothing_when_it_closes(
+        lesson, sessions):
+    """A writer holds quest-1, and the program becomes a daemon (or starts a worker
+    that starts its own): it forks, and the child forks again. The grandchild holds
+    copies of the writer's descriptors and of the SessionLog, and closes it. Its
+    parent is not the writer's process, yet the lock is still that process's, not the
+    grandchild's: quest-1.lock stays as it was, and a newcomer is still refused. Any
+    process but the one that took the lock lets go of its copies only."""
+    log = lesson.SessionLog(sessions, "quest-1")
+    log.append(FIRST)
+    lock = sessions / "quest-1.lock"
+    try:
+        before = lock.read_bytes()
+
+        def close_the_copy():
+            log.close()
+            return [os.getpid(), os.getppid()]
+
+        closed = unless_unfinished(in_child(
+            lambda: unless_unfinished(in_child(close_the_copy))))
+        assert isinstance(closed, list), (
+            "a process forked from a process forked from quest-1's writer closed the "
+            f"writer it inherited, and its close failed: {closed}. Closing a copy of a "
+            "writer lets go of the copy's descriptors, raising nothing")
+        after = lock.read_bytes() if lock.exists() else None
+        assert after == before, (
+            f"process {closed[0]}, forked from process {closed[1]}, itself forked from "
+            f"quest-1's writer (process {os.getpid()}), closed the writer it "
+            "inherited, and quest-1.lock "
+            + ("is gone" if after is None else "changed")
+            + " while the writer still holds the lock: a newcomer now makes a new lock "
+            "file, takes it, and writes beside the writer. A forked copy is told by "
+            "its own pid, not its parent's: the lock, and the file it is under, are "
+            "the process's that took it, however many forks away the copy is")
+        newcomer = lesson.SessionLog(sessions, "quest-1", timeout=0)
+        try:
+            newcomer.append({"role": "user", "content": "Me too."})
+            got_in = True
+        except lesson.SessionBusy:
+            got_in = False
+        finally:
+            newcomer.close()
+        assert not got_in, (
+            "a process forked twice from quest-1's writer closed the writer it "
+            "inherited, and then a newcomer got into quest-1 while the writer still "
+            "held it: two writers in one log")
+    finally:
+        log.close()
+    assert not lock.exists(), (
+        "the writer closed in the end, and quest-1.lock is still there: the lock file "
+        "goes when the process that took it lets go")
 
 
 # --- 05.2: closing a writer, before the tests of 05.1 that close many -----------------
@@ -2696,11 +2751,12 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
     """Another session's log planted as `quest-1.lock`, under a second name (a hard
     link, to a log that holds lines or to one still empty: a lock file is told by its
     names, not by what it holds) or as a symbolic link, or a symbolic link to a file
-    that does not exist: the writer refuses it at once with OSError, whatever its
-    timeout (one that waits as long as it takes too: no one holds a planted file),
-    keeps no descriptor of it, and leaves it as it was: the log is never truncated,
-    nor its mode changed, the link's target never created, and the planted name
-    stays, still naming what it named."""
+    that does not exist: the writer refuses it at once with OSError (EPERM for a
+    second name, the system's own ELOOP for a link), whatever its timeout (one that
+    waits as long as it takes too: no one holds a planted file), keeps no descriptor
+    of it, and leaves it as it was: the log is never truncated, nor its mode changed,
+    the link's target never created, and the planted name stays, still naming what
+    it named."""
     with lesson.SessionLog(sessions, "other") as log:
         log.append(FIRST)
     if kind.endswith("empty log"):
@@ -2761,6 +2817,13 @@ def test_a_lock_file_hard_linked_to_another_log_is_refused_never_truncated(lesso
         assert refused.errno == errno.EPERM, (
             "the refusal should be an OSError with errno EPERM, so that a caller can "
             f"tell it by its errno; its errno is {refused.errno!r} ({refused})")
+    else:
+        assert refused.errno == errno.ELOOP, (
+            f"the refusal of {PLANTED[kind]} should be the system's own error, the "
+            "ELOOP an open that follows no link gives (a link is refused by the "
+            "system, not by words of the writer's own: EPERM is for what the system "
+            "would take, a second name or a pipe); its errno is "
+            f"{errno.errorcode.get(refused.errno, refused.errno)} ({refused})")
     assert open_descriptors() == descriptors, (
         f"the planted lock file ({kind}) was refused, and the process now holds "
         f"{open_descriptors() - descriptors} more open descriptor(s) than before: one "
@@ -2775,49 +2838,75 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_left_alone(lesson,
     writer, even one ready to wait 3 s for a busy session, refuses it at once with
     OSError (errno EPERM), keeps no descriptor, and leaves the pipe where it is and as
     it was, its mode too (it is not the writer's to touch). No one holds the session:
-    there is nothing to wait for."""
-    lock = sessions / "quest-1.lock"
-    os.mkfifo(lock, 0o600)
+    there is nothing to wait for. A device node is no regular file either, and no
+    pipe: one with /dev/null's numbers at `quest-2.lock` (a container hides a file by
+    putting /dev/null in its place) is refused the same way, never made 0600 nor
+    emptied. (Only root can make a device node: that case is played where the tests
+    run as root, and left out, never skipped, elsewhere.)"""
+    refuses_a_special_file(lesson, sessions, "quest-1", "named pipe")
+    if os.geteuid() == 0:
+        refuses_a_special_file(lesson, sessions, "quest-2", "device node")
+
+
+def refuses_a_special_file(lesson, sessions, session_id, kind):
+    """The test above, for a named pipe or a device node (`kind`) planted, of mode
+    0o644, at the lock file's name of `session_id`."""
+    lock = sessions / f"{session_id}.lock"
+    if kind == "named pipe":
+        os.mkfifo(lock, 0o600)
+        expected = errno.EPERM
+    else:
+        os.mknod(lock, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        try:    # on a folder mounted nodev, opening it fails: the system's own error
+            os.close(os.open(lock, os.O_RDWR | os.O_NOFOLLOW))
+            expected = errno.EPERM
+        except OSError as error:
+            expected = error.errno
     os.chmod(lock, 0o644)
+    kept_as = lock.lstat()
     descriptors = open_descriptors()
     try:
-        with given_up_within(2, "05.1", "a writer with timeout=3 met a named pipe "
+        with given_up_within(2, "05.1", f"a writer with timeout=3 met a {kind} "
                              "planted at the lock's name, which no one holds, and "
                              "kept trying to take it (waiting will not make it a "
                              "lock file)"):
-            with lesson.SessionLog(sessions, "quest-1", timeout=WAIT) as log:
+            with lesson.SessionLog(sessions, session_id, timeout=WAIT) as log:
                 log.append(FIRST)
     except OSError as error:
         refused = error
     else:
-        pytest.fail("the writer took a named pipe as its lock file and wrote the "
+        pytest.fail(f"the writer took a {kind} as its lock file and wrote the "
                     "session with no error (05.1)",
                     pytrace=False)
-    assert refused.errno == errno.EPERM, (
-        "the refusal should be an OSError with errno EPERM, before anything is "
-        f"truncated or written; its errno is {refused.errno!r} ({refused})")
-    assert lock.is_fifo(), (
-        "the pipe planted at the lock's name was removed: a file the writer refused "
-        "is not its to remove")
-    assert lock.stat().st_mode & 0o777 == 0o644, (
-        "the pipe planted at the lock's name had mode 0o644, and the refused writer "
-        f"changed it to {oct(lock.stat().st_mode & 0o777)}: a file it refuses is not "
-        "its to touch, and it is no file of the session's")
+    mode = lock.lstat().st_mode & 0o777 if os.path.lexists(lock) else None
+    assert mode == 0o644, (
+        f"the {kind} planted at the lock's name had mode 0o644, and the refused writer "
+        + ("removed it" if mode is None else f"changed it to {oct(mode)}")
+        + ": a file it refuses is not its to touch, and it is no file of the "
+        "session's. Anything at the lock's name that is not a regular file is refused, "
+        "before anything is changed: not only the kinds you thought of")
+    assert refused.errno == expected, (
+        f"the refusal of the {kind} should be an OSError with errno "
+        f"{errno.errorcode[expected]}, before anything is truncated or written; its "
+        f"errno is {refused.errno!r} ({refused})")
+    assert os.path.samestat(lock.lstat(), kept_as), (
+        f"the {kind} planted at the lock's name was removed or replaced: a file the "
+        "writer refused is not its to remove")
     misnamed = file_misnamed(refused, lock)
     assert misnamed is None, (
-        "the refusal of the pipe planted as the lock file should be an OSError naming "
-        f"the lock file by its path: {misnamed}")
+        f"the refusal of the {kind} planted as the lock file should be an OSError "
+        f"naming the lock file by its path: {misnamed}")
     assert open_descriptors() == descriptors, (
-        "the pipe planted as the lock file was refused, and the process now holds "
+        f"the {kind} planted as the lock file was refused, and the process now holds "
         f"{open_descriptors() - descriptors} more open descriptor(s) than before: one "
         "for every refused open, for as long as the process lives, until it can open "
         "no file at all")
-    lock.unlink()   # the user takes the planted pipe away
+    lock.unlink()   # the user takes the planted file away
     try:
         log.append(FIRST)
     except OSError as error:
-        pytest.fail("the pipe planted at the lock's name was taken away, and the same "
-                    "writer, asked again, was refused once more: "
+        pytest.fail(f"the {kind} planted at the lock's name was taken away, and the "
+                    "same writer, asked again, was refused once more: "
                     f"{type(error).__name__}: {error}. A refusal says what is there "
                     "when it is asked, not what was there once", pytrace=False)
     finally:
@@ -2905,11 +2994,92 @@ def test_a_file_planted_at_the_lock_files_name_while_a_writer_waits_is_never_wri
         "open descriptor(s) than before")
 
 @pytest.mark.task("05.1")
+@pytest.mark.parametrize("kind", ["hard link", "symbolic link"])
+def test_a_file_planted_at_the_lock_files_name_as_it_is_opened_is_never_written(
+        lesson, sessions, monkeypatch, kind):
+    """Whatever a writer looked at before it opened quest-1.lock (whether the name
+    was there, whether it was a link, how many names its file had), the open reaches
+    what the name holds at that instant: here another session's log, planted at the
+    name (a hard link to it, or a symbolic link) the very moment the writer opens the
+    lock file. The writer judges what it opened: it refuses it with an OSError naming
+    the lock file (EPERM for a file with a second name), keeps no descriptor of it,
+    and leaves that log as it was, its bytes and its mode."""
+    with lesson.SessionLog(sessions, "other") as log:
+        log.append(FIRST)
+    other_log = present(sessions / "other.jsonl")
+    other_log.chmod(0o644)      # its owner lets others read it
+    precious = other_log.read_bytes()
+    lock = sessions / "quest-1.lock"
+    real_open, planted = os.open, []
+
+    def opening(path, *args, **kwargs):
+        # The lock file by its path, or by its name in a folder opened (dir_fd)
+        named = os.fspath(path) == str(lock) or (
+            os.fspath(path) == lock.name and kwargs.get("dir_fd") is not None)
+        if named and not planted:
+            planted.append(path)
+            link = sessions / "planted"
+            if kind == "hard link":
+                os.link(other_log, link)
+            else:
+                os.symlink(other_log, link)
+            os.replace(link, lock)      # by hand, or by another program: ln -f
+        return real_open(path, *args, **kwargs)
+
+    descriptors = open_descriptors()
+    writer = lesson.SessionLog(sessions, "quest-1")
+    monkeypatch.setattr(os, "open", opening)
+    try:
+        writer.append(FIRST)
+    except OSError as error:
+        refused = error
+    else:
+        refused = None
+    finally:
+        monkeypatch.setattr(os, "open", real_open)
+        with contextlib.suppress(OSError):
+            writer.close()
+    if not planted:
+        return      # the lock file is opened some other way: judged by the others
+    mode = other_log.stat().st_mode & 0o777
+    assert other_log.read_bytes() == precious and mode == 0o644, (
+        f"as the writer opened quest-1.lock, a {kind} to other.jsonl, another "
+        "session's log, was planted at that name; the writer then "
+        + (f"wrote into that log, which now holds {other_log.read_bytes()[:80]!r}"
+           if other_log.read_bytes() != precious else
+           f"changed that log's mode, from 0o644 to {oct(mode)}")
+        + ". A look at the name before the open says nothing of what the open "
+        "reaches: judge the file you opened (its descriptor), and open without "
+        "following a link")
+    assert refused is not None, (
+        f"as the writer opened quest-1.lock, a {kind} to another session's log was "
+        "planted at that name, and the writer took the session with no error: a "
+        "planted file is refused with an OSError naming the lock file")
+    misnamed = file_misnamed(refused, lock)
+    assert misnamed is None, (
+        f"the refusal of the {kind} planted as the writer opened the lock file should "
+        f"be an OSError naming the lock file by its path: {misnamed}")
+    expected = errno.EPERM if kind == "hard link" else errno.ELOOP
+    assert refused.errno == expected, (
+        f"the {kind} planted as the writer opened the lock file should be refused "
+        f"with errno {errno.errorcode[expected]}, as one found there before ("
+        + ("EPERM: a file with a second name" if kind == "hard link" else
+           "ELOOP, the system's own error for a link an open does not follow")
+        + f"); its errno is {errno.errorcode.get(refused.errno, refused.errno)} "
+        f"({refused})")
+    assert open_descriptors() == descriptors, (
+        f"the {kind} planted as the writer opened the lock file was refused, and the "
+        f"process now holds {open_descriptors() - descriptors} more open "
+        "descriptor(s) than before")
+
+
+@pytest.mark.task("05.1")
 def test_a_folder_at_the_lock_files_name_is_refused_and_left_alone(lesson, sessions):
     """A folder at the lock file's name (made by hand, or by a tool gone wrong) is no
-    lock file: a writer, even one ready to wait 3 s, refuses it at once with an OSError
-    naming the lock file, keeps no descriptor, and leaves the folder and what it holds
-    as they were; once the folder is taken away, the same writer takes the session."""
+    lock file: a writer, even one ready to wait 3 s, refuses it at once with the
+    system's own OSError (EISDIR) naming the lock file, keeps no descriptor, and leaves
+    the folder and what it holds as they were; once the folder is taken away, the same
+    writer takes the session."""
     lock = sessions / "quest-1.lock"
     lock.mkdir()
     (lock / "notes.txt").write_text("kept\n")
@@ -2931,6 +3101,12 @@ def test_a_folder_at_the_lock_files_name_is_refused_and_left_alone(lesson, sessi
         assert misnamed is None, (
             "the refusal of the folder at the lock's name should be an OSError naming "
             f"the lock file by its path: {misnamed}")
+        assert refused.errno == errno.EISDIR, (
+            "the refusal of the folder at the lock's name should be the system's own "
+            "error, the EISDIR an open for writing gives (a folder is refused by the "
+            "system, not by words of the writer's own: EPERM is for what the system "
+            "would take, a second name or a pipe); its errno is "
+            f"{errno.errorcode.get(refused.errno, refused.errno)} ({refused})")
         assert lock.is_dir() and (lock / "notes.txt").read_text() == "kept\n", (
             "the folder at the lock's name, or the file it held, was changed or "
             "removed: what the writer refuses is not its to touch")
@@ -2982,11 +3158,14 @@ def test_the_lock_is_let_go_even_when_its_file_cannot_be_removed(lesson, folder_
             misnamed = file_misnamed(error, folder / "quest-1.lock")
             closed = (f"OSError: {error}" if misnamed is None
                       else f"an OSError that does not name the lock file: {misnamed}")
-            if closed.startswith("OSError") and error.errno is None:
-                closed = ("an OSError that names the lock file but carries no errno "
-                          "(the system's, EACCES here, tells a caller why: a folder "
-                          "that turned read-only, not a read-only file system nor any "
-                          f"other cause): {error}")
+            if closed.startswith("OSError") and error.errno != errno.EACCES:
+                carries = ("no errno" if error.errno is None else "errno "
+                           + errno.errorcode.get(error.errno, str(error.errno)))
+                closed = (f"an OSError that names the lock file but carries {carries} "
+                          "where the system said EACCES (the system's errno tells a "
+                          "caller why: a folder that turned read-only, not a read-only "
+                          "file system nor any other cause; an errno of the writer's "
+                          f"own tells it something untrue): {error}")
             try:
                 log.close()     # closed once: a second close does nothing
             except OSError as again:
@@ -3618,6 +3797,61 @@ def test_a_lock_files_name_changed_once_the_lock_is_granted_is_never_written_thr
             + ". Once the lock is granted, change the file through the descriptor "
             "the lock was granted on: a call by the name reaches whatever the name "
             "names at that instant")
+    else:
+        pytest.fail("a take of the lock made more than 400 calls", pytrace=False)
+
+
+@pytest.mark.task("05.1")
+def test_a_planted_lock_file_whose_name_goes_once_granted_is_never_written(
+        lesson, sessions, monkeypatch):
+    """Another session's log, which has a second name of its own (a backup made with
+    `cp -al`), is planted at quest-1.lock under a third; the writer opens it and is
+    granted the lock, and someone then puts a plain file in the planted name's place
+    (mv fresh quest-1.lock), at each moment in turn (one a run) between the lock
+    granted and the writer ready. What the writer holds is still that log, whatever
+    the name holds now: judged by its descriptor, it has other names, and is never
+    written. Whatever the writer then does (refuses it, or tries again on the plain
+    file), that log keeps its bytes and its mode."""
+    with lesson.SessionLog(sessions, "other") as log:
+        log.append(FIRST)
+    other_log = present(sessions / "other.jsonl")
+    other_log.chmod(0o644)      # its owner lets others read it
+    precious = other_log.read_bytes()
+    backup = sessions / "backup"
+    backup.mkdir(mode=0o700)
+    os.link(other_log, backup / "other.jsonl")      # cp -al sessions backup
+    planted = {"lock": None}
+
+    def swap():
+        fresh = planted["lock"].with_name("fresh")
+        fresh.write_bytes(b"")
+        os.replace(fresh, planted["lock"])   # by hand: mv fresh quest-1.lock
+
+    window = AfterTheLock(lesson, monkeypatch, swap)
+    for moment in range(1, 400):
+        session = f"quest-{moment}"
+        lock = sessions / f"{session}.lock"
+        os.link(other_log, lock)
+        planted["lock"] = lock
+        try:
+            with window.at_moment(moment), lesson.SessionLog(sessions, session) as log:
+                log.append(FIRST)
+        except (OSError, lesson.SessionBusy):
+            pass    # what the writer opened is refused: that is right
+        if window.at is None:
+            break       # every moment of the window has been tried
+        mode = other_log.stat().st_mode & 0o777
+        assert other_log.read_bytes() == precious and mode == 0o644, (
+            f"the writer opened {lock.name}, another session's log planted there "
+            "(it has two more names: other.jsonl and a backup), and was granted the "
+            f"lock; {window.at} someone put a plain file in that name's place, and "
+            "the writer then "
+            + (f"wrote into that log, which now holds "
+               f"{other_log.read_bytes()[:80]!r}" if other_log.read_bytes() != precious
+               else f"changed that log's mode, from 0o644 to {oct(mode)}")
+            + ". Judge the file you hold by its descriptor (os.fstat): what the name "
+            "holds a moment later is another file")
+        lock.unlink(missing_ok=True)
     else:
         pytest.fail("a take of the lock made more than 400 calls", pytrace=False)
 
