@@ -857,6 +857,36 @@ def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
     assert (sessions.parent / "quest-1.jsonl").exists()
 
 
+def delete_stopped(lesson, sessions, monkeypatch, session_id, stop_after, failure):
+    """Delete `session_id`, stopped (an I/O error, or a Ctrl-C) as it is about to
+    remove its file number `stop_after + 1`; return the names it removed, and what the
+    delete returned (None when it raised)."""
+    removed = []
+    real = {name: getattr(os, name) for name in ("unlink", "remove")}
+
+    def failing(name):
+        def remove(path, *args, **kwargs):
+            base = Path(path).name
+            if base.startswith((f"{session_id}.", f".{session_id}.")) and base.endswith(
+                    (".jsonl", ".meta.json", ".tmp")):
+                if len(removed) == stop_after:
+                    if failure == "ctrl-c":
+                        raise KeyboardInterrupt("the test's Ctrl-C")
+                    raise OSError(5, "Input/output error (the test's)", str(path))
+                removed.append(base)
+            return real[name](path, *args, **kwargs)
+        return remove
+
+    for name in real:
+        monkeypatch.setattr(os, name, failing(name))
+    try:
+        outcome = lesson.delete_session(sessions, session_id)
+    except (OSError, KeyboardInterrupt):
+        outcome = None  # the delete stopped: what it left is what the test is about
+    monkeypatch.undo()
+    return removed, outcome
+
+
 @pytest.mark.task("09.1")
 @pytest.mark.parametrize("stop_after", [1, 2], ids=["one-removal", "two-removals"])
 @pytest.mark.parametrize("failure", ["io-error", "ctrl-c"])
@@ -874,29 +904,8 @@ def test_a_delete_stopped_half_way_leaves_no_session_that_looks_whole(
     lesson.fork(sessions, "quest-1", "quest-1b")
     (sessions / ".quest-1b.jsonl.k2j4h1.tmp").write_bytes(
         (sessions / "quest-1b.jsonl").read_bytes())
-    removed = []
-    real = {name: getattr(os, name) for name in ("unlink", "remove")}
-
-    def failing(name):
-        def remove(path, *args, **kwargs):
-            base = Path(path).name
-            if base.startswith(("quest-1b.", ".quest-1b.")) and base.endswith(
-                    (".jsonl", ".meta.json", ".tmp")):
-                if len(removed) == stop_after:
-                    if failure == "ctrl-c":
-                        raise KeyboardInterrupt("the test's Ctrl-C")
-                    raise OSError(5, "Input/output error (the test's)", str(path))
-                removed.append(base)
-            return real[name](path, *args, **kwargs)
-        return remove
-
-    for name in real:
-        monkeypatch.setattr(os, name, failing(name))
-    try:
-        outcome = lesson.delete_session(sessions, "quest-1b")
-    except (OSError, KeyboardInterrupt):
-        outcome = None  # the delete stopped: what it left is what this test is about
-    monkeypatch.undo()
+    removed, outcome = delete_stopped(lesson, sessions, monkeypatch, "quest-1b",
+                                      stop_after, failure)
     stop = "a Ctrl-C" if failure == "ctrl-c" else "an I/O error"
     assert len(removed) == stop_after, (
         f"the test's own set-up: the delete removed {removed} of quest-1b's three "
@@ -2258,6 +2267,44 @@ def test_expire_leaves_files_that_are_not_sessions_alone(lesson, sessions):
     assert stray.exists(), (
         "expire() removed 'old notes.meta.json': its name holds no session id (a "
         "space), so it is no meta file a session left, and it stays")
+
+
+@pytest.mark.task("09.1")
+@pytest.mark.parametrize("session_id, stop_after", [
+    ("quest-1b", 1), ("quest-1b", 2), ("quest-1", 1)],
+    ids=["fork-one-removal", "fork-two-removals", "no-meta-file-one-removal"])
+def test_what_a_stopped_delete_leaves_expire_takes_once_it_is_old(
+    lesson, sessions, monkeypatch, session_id, stop_after
+):
+    """A delete stopped half-way and never run again (the program that ran it is
+    gone): what it left holds the person's words, and the expiry that goes through
+    the folder must take it once it is old. So whatever a stopped delete leaves is the
+    whole session, or a meta file without its log (task 09.2 takes both), never a
+    temporary copy alone (a crashed write's or erase's, `.<id>.jsonl.<random>.tmp`):
+    that is no session and no leftover, and nothing would ever remove it. A session
+    with no meta file (one never forked) counts too."""
+    play(lesson, sessions, TURN_SECRET)
+    lesson.fork(sessions, "quest-1", "quest-1b")
+    (sessions / f".{session_id}.jsonl.k2j4h1.tmp").write_bytes(
+        (sessions / f"{session_id}.jsonl").read_bytes())
+    removed, _ = delete_stopped(lesson, sessions, monkeypatch, session_id,
+                                stop_after, "io-error")
+
+    def of_it():
+        return sorted(path.name for path in sessions.iterdir()
+                      if path.name.startswith((f"{session_id}.", f".{session_id}."))
+                      and not path.name.endswith(".lock"))
+
+    left = of_it()
+    for name in left:
+        age(sessions / name, 40)
+    expired = lesson.expire(sessions)
+    assert of_it() == [], (
+        f"a delete of {session_id} removed {' and '.join(removed)}, then stopped (an "
+        f"I/O error) and was never run again; it left {left}. 40 days later expire() "
+        f"returned {expired} and left {of_it()}: the person's words stay for good. A "
+        "stopped delete should leave the whole session or a meta file without its log "
+        "(both of which expire takes), never a temporary copy alone, which is neither")
 
 
 # --- 09.3: erase from the log ---------------------------------------------------------

@@ -118,8 +118,11 @@ def delete_locked(folder: Path, session_id: str) -> list[str]:
             blobs += mentioned_blobs(read_file(path))
         except OSError:
             pass    # one that cannot be read: collect_blobs() decides its blobs
-    # The log first: from then on there is no session, and a crash leaves at worst
-    # a meta file without a log, which is no session (lesson 03), deleted next time.
+    # The temporary copies first: no part of the session, but they hold its words,
+    # and once the log and the meta file are gone no expiry would ever find them.
+    files.sort(key=lambda path: not path.name.endswith(".tmp"))
+    # Then the log: from then on there is no session, and a crash leaves at worst a
+    # meta file without a log, which is no session (lesson 03), deleted next time.
     for path in files:
         path.unlink(missing_ok=True)
     return blobs
