@@ -1225,6 +1225,56 @@ def test_a_symbolic_link_at_the_logs_name_is_no_new_session(
 
 
 @pytest.mark.task("02.1")
+@pytest.mark.parametrize("where", ["log", "folder"])
+def test_a_loop_of_symbolic_links_at_the_logs_name_is_no_new_session(
+        lesson, sessions, model, town, tmp_path, where):
+    """A symbolic link that leads back to itself, at the log's name or at its sessions
+    folder's, is there, but no file can be read through it (ELOOP): the load and a new
+    agent raise an error naming it, and change nothing. Only a missing log is a
+    session not started; Path.exists(), os.path.exists() and Path.is_file() answer
+    False for a loop as for no file, so a load or a resume that asks them first
+    passes the session off as new, and its first append then fails."""
+    if where == "log":
+        folder, named = sessions, sessions / "quest-1.jsonl"
+        named.symlink_to(named.name)
+        setting = ("quest-1.jsonl, the session's log, is a symbolic link to itself "
+                   "(a loop: reading through it fails with ELOOP)")
+    else:
+        folder = named = tmp_path / "looped"
+        named.symlink_to(named.name)
+        setting = (f"the sessions folder, {folder}, is a symbolic link to itself (a "
+                   "loop: no file in it can be reached, ELOOP)")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with lesson.SessionLog(folder, "quest-1") as log:
+        loaded = load_or_error(log)
+        started = agent_started_on(lesson, model, town, log, setting,
+                                   (OSError, ValueError),
+                                   "the OSError that says the link loops")
+    if isinstance(loaded, Exception) and not isinstance(loaded, (OSError, ValueError)):
+        pytest.fail(f"{setting}; load() raised {described(loaded)}, where it should "
+                    "raise the OSError that says why it cannot read the log (or an "
+                    "InvalidMessage naming it)", pytrace=False)
+    assert isinstance(loaded, Exception), (
+        f"{setting}; load() returned {loaded!r}, as if the session were new. Only a "
+        "missing log is a conversation not started; a name that is there but cannot "
+        "be read is an error naming the log (a look first with exists() or "
+        "is_file(), which answer False for a loop, hides it)")
+    assert str(named) in str(loaded), (
+        f"{setting}; load() raised {described(loaded)}, whose words do not name "
+        f"{named}: the error says which file it could not read, so that whoever reads "
+        "it knows where to look")
+    assert isinstance(started, Exception), (
+        f"{setting}; a new agent on the session started with {started!r}, as if the "
+        "session were new, where making it should raise the error load gives: "
+        "started over, the session's first append fails only later, after the user "
+        "has asked a question")
+    after = sorted(p.name for p in tmp_path.rglob("*"))
+    assert after == before and named.is_symlink(), (
+        f"{setting}; after a load and a new agent, the folder holds {after}, where it "
+        f"held {before}: loading only ever reads, whatever it finds")
+
+
+@pytest.mark.task("02.1")
 def test_a_load_leaves_nothing_in_the_sessions_folder(lesson, sessions):
     """Loading only ever reads, and leaves nothing behind, whether it returns or
     refuses: no copy, no temporary file, no mark of its own beside the log (a person
@@ -1490,6 +1540,69 @@ def test_a_second_load_sees_what_was_appended_since(lesson, sessions, model, tow
         "each load reads the log as it is at that moment, a shorter one too (a line "
         "taken out, an end cut back), never measured against what an earlier load "
         "found")
+
+
+def times_of_one_tick(monkeypatch):
+    """Play a file system whose clock does not tick while the test runs: os.stat,
+    os.lstat and os.fstat report every file's access, modification and change times
+    as one and the same moment (what a clock of coarse ticks reports for writes within
+    one tick); every other field is the file's own."""
+    moment = 1_700_000_000
+    times = {"st_atime": float(moment), "st_mtime": float(moment),
+             "st_ctime": float(moment), "st_atime_ns": moment * 10**9,
+             "st_mtime_ns": moment * 10**9, "st_ctime_ns": moment * 10**9}
+
+    def frozen(real):
+        def stat(*args, **kwargs):
+            info = real(*args, **kwargs)
+            fields = list(info)
+            fields[7:10] = [moment] * 3
+            extra = {name: getattr(info, name) for name in dir(info)
+                     if name.startswith("st_") and name not in FIELDS}
+            return os.stat_result(fields, {**extra, **times})
+        return stat
+
+    for name in ("stat", "lstat", "fstat"):
+        monkeypatch.setattr(os, name, frozen(getattr(os, name)))
+
+
+FIELDS = ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size")
+
+
+@pytest.mark.task("02.1")
+def test_a_log_rewritten_within_one_tick_of_its_clock_loads_anew(
+        lesson, sessions, model, town, monkeypatch):
+    """A file system keeps a file's times to a tick of its clock (a second on ext3 and
+    HFS+, two on FAT, a few milliseconds on older Linux kernels): writes within one
+    tick leave the same modification and change (ctime) times. Each load reads the log
+    as it is at that moment, so a line another program rewrites in place (the same
+    size, other words) within that tick is seen by the next load through the same
+    SessionLog, and by the next agent made on it, whatever the file's times say."""
+    first = {"role": "user", "content": "first"}
+    write_log(lesson, sessions, [first, {"role": "user", "content": "second"}])
+    path = sessions / "quest-1.jsonl"
+    times_of_one_tick(monkeypatch)
+    setting = ("the log's file system reports the same times for every write (they "
+               "all fall in one tick of its clock); between two reads through one "
+               "SessionLog, another program rewrote the log's second line in place, "
+               "the same size, 'second' to ")
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        load(log, "the log holds two messages, which should load")
+        path.write_bytes(path.read_bytes().replace(b'"second"', b'"mended"'))
+        loaded = load(log, "the log holds two messages, which should load")
+        path.write_bytes(path.read_bytes().replace(b'"mended"', b'"again!"'))
+        started = history_of_new_agent(lesson, model, town, log,
+                                       "the log holds two messages")
+    assert loaded == [first, {"role": "user", "content": "mended"}], (
+        f"{setting}'mended', and the second load() returned {loaded!r}: each load "
+        "reads the log as it is at that moment, not what an earlier load found "
+        "while the file's size and times stay the same (two writes within one tick "
+        "of the clock leave the same times, ctime included)")
+    assert started == [first, {"role": "user", "content": "again!"}], (
+        f"{setting}'again!' after a load, and a new agent on that SessionLog started "
+        f"from {started!r}: each new agent starts from the log as it is when it is "
+        "made, not from what an earlier load found while the file's size and times "
+        "stay the same")
 
 
 @pytest.mark.task("02.1")
