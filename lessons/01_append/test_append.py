@@ -1109,7 +1109,7 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
             raise
         outcomes.append(None)
     log._write = noted_write
-    stopped, tries, reopened, other = None, [], None, None
+    stopped, tries, reopened, other, open_refused = None, [], None, None, None
     try:
         log.append({"role": "user", "content": "first"})
         before = log.path.read_bytes()
@@ -1128,7 +1128,11 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
             if reopen:
                 log.close()
                 held = log.in_doubt
-                log._open()
+                try:
+                    log._open()
+                except Exception as error:      # noqa: BLE001 - reported in words below
+                    open_refused = error
+                    break
                 reopened = log.in_doubt or not held     # False: _open cleared it
             try:
                 log.append({"role": "user", "content": "second"})
@@ -1168,6 +1172,11 @@ def test_a_stopped_writer_appends_nothing_more(lesson, sessions):
         fail_in("01.5", "the writer was stopped (in_doubt set), and the next append "
                 f"returned, and the log grew by {len(after) - len(before)} bytes, "
                 "where WriterStopped and no byte more were expected")
+    if open_refused is not None:
+        fail_in("01.4", "the writer was stopped (in_doubt set) and closed, and opening "
+                f"its log again (_open) raised {described(open_refused)}. Opening is "
+                "no write: a stopped writer opens its log like any other, keeps its "
+                "flag, and its writes stay refused (_write, task 01.5)")
     if reopened is False:
         fail_in("01.4", "the writer was stopped (in_doubt set), and opening its log "
                 "again (_open, after close) cleared its flag in_doubt: the same writer "
@@ -1733,8 +1742,12 @@ def test_a_failed_append_and_its_retry_leak_no_descriptor(lesson, sessions):
     if kind == "NotImplementedError":
         raise NotImplementedError(message)
 
+    stopped = ("; WriterStopped says a write may have landed, where a write the disk "
+               "refused (EFBIG) wrote nothing: that writer is not stopped"
+               if kind == "WriterStopped" else "")
     assert kind == "ok", (
-        f"append() should raise OSError on a full disk; it raised {kind}: {message}")
+        "on a full disk, an append and then the caller's retry should each raise the "
+        f"disk's OSError; one of them raised {kind}: {message}{stopped}")
     assert outcome["failures"] == 2, (
         f"the disk was full, yet {2 - outcome['failures']} of 2 appends returned as if "
         "saved")
