@@ -459,6 +459,19 @@ def test_closing_a_log_that_never_took_the_lock_leaves_the_holders_lock_alone(
         os.close(held)
 
 
+def newcomer_gets_in(lesson, sessions) -> bool:
+    """Whether a newcomer that does not wait gets into quest-1 now (it appends one
+    message if it does, and closes either way)."""
+    newcomer = lesson.SessionLog(sessions, "quest-1", timeout=0)
+    try:
+        newcomer.append({"role": "user", "content": "Me too."})
+        return True
+    except lesson.SessionBusy:
+        return False
+    finally:
+        newcomer.close()
+
+
 @pytest.mark.task("05.2")
 @pytest.mark.task("05.1")
 def test_a_process_forked_from_the_writer_lets_go_of_nothing_when_it_closes(
@@ -502,15 +515,7 @@ def test_a_process_forked_from_the_writer_lets_go_of_nothing_when_it_closes(
                     + " while the parent still holds the lock: a newcomer now makes "
                     "a new lock file, takes it, and writes beside the parent. The "
                     "lock, and the file it is under, are the process's that took it")
-        newcomer = lesson.SessionLog(sessions, "quest-1", timeout=0)
-        try:
-            newcomer.append({"role": "user", "content": "Me too."})
-            got_in = True
-        except lesson.SessionBusy:
-            got_in = False
-        finally:
-            newcomer.close()
-        assert not got_in, (
+        assert not newcomer_gets_in(lesson, sessions), (
             "a process forked from quest-1's writer closed the writer it inherited, "
             "and then a newcomer got into quest-1 while the parent still held it: "
             "two writers in one log")
@@ -560,15 +565,7 @@ def test_a_process_forked_twice_from_the_writer_lets_go_of_nothing_when_it_close
             "file, takes it, and writes beside the writer. A forked copy is told by "
             "its own pid, not its parent's: the lock, and the file it is under, are "
             "the process's that took it, however many forks away the copy is")
-        newcomer = lesson.SessionLog(sessions, "quest-1", timeout=0)
-        try:
-            newcomer.append({"role": "user", "content": "Me too."})
-            got_in = True
-        except lesson.SessionBusy:
-            got_in = False
-        finally:
-            newcomer.close()
-        assert not got_in, (
+        assert not newcomer_gets_in(lesson, sessions), (
             "a process forked twice from quest-1's writer closed the writer it "
             "inherited, and then a newcomer got into quest-1 while the writer still "
             "held it: two writers in one log")
