@@ -1637,7 +1637,7 @@ def test_a_tool_that_raises_becomes_an_error_result(lesson, model, town):
 def names_the_limit(error, limit):
     """Fail, in words, unless MaxTurnsExceeded's message names the limit it reached."""
     said = str(error)
-    assert re.search(rf"(?<![\d.]){limit}(?![\d.])", said) and re.search(
+    assert re.search(rf"(?<![\d.]){limit}(?!\d|\.\d)", said) and re.search(
             r"turn|request|call", said, re.IGNORECASE), (
         f"with max_turns={limit}, MaxTurnsExceeded should name the limit it reached, "
         f"{limit} model calls, in words (turns, requests or calls, not a bare number), "
@@ -1691,7 +1691,7 @@ def test_max_turns_stops_a_model_that_never_stops_calling_tools(lesson, model, t
                 "MaxTurnsExceeded was expected") as again:
         agent.run("Keep talking, again.")
     said = str(again.value)
-    assert re.search(r"(?<![\d.])3(?![\d.])", said), (
+    assert re.search(r"(?<![\d.])3(?!\d|\.\d)", said), (
         "with max_turns=3, the agent's second turn gave up after its own 3 model "
         f"calls, and MaxTurnsExceeded says {said!r}: it should name the limit that "
         "turn reached, 3 (the turns before it count for nothing), so that whoever "

@@ -112,7 +112,7 @@ def age(path, days):
 def numbers_in(error, path=None):
     """The whole numbers the words of `error` give, the path `path` taken out."""
     words = str(error) if path is None else str(error).replace(str(path), "")
-    return [int(number) for number in re.findall(r"(?<![\w.])-?\d+(?![\w.])", words)]
+    return [int(number) for number in re.findall(r"(?<![\w.])-?\d+(?!\w|\.\d)", words)]
 
 
 def abbreviated(names, width=12):
