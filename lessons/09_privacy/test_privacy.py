@@ -4905,6 +4905,34 @@ def test_collect_removes_what_crashed_blob_writes_left(lesson, sessions):
 
 
 @pytest.mark.task("09.5")
+def test_a_leftover_named_almost_like_a_set_aside_blob_gets_no_name(lesson, sessions):
+    """Only a blob's name (64 lowercase hexadecimal digits) makes a leftover a blob set
+    aside. A leftover whose part after the dot has a blob name's length, or starts with
+    one, or is one in capitals, is only what a crashed write left: it goes, and no name
+    without a dot is given to it (such a file would be no blob, kept for good, with
+    whatever words it holds)."""
+    blobs = sessions / "blobs"
+    blobs.mkdir(mode=0o700)
+    data = LARGE_SECRET.encode()
+    digest = hashlib.sha256(data).hexdigest()
+    names = ["Z" * 64, digest.upper(), digest + "0"]
+    for name in names:
+        leftover = blobs / f".{name}.a1b2c3.collected"
+        leftover.write_bytes(data)
+        age(leftover, 2)
+    removed = lesson.collect_blobs(sessions)
+    left = blob_names(sessions)
+    assert left == [], (
+        "three old leftovers named like blobs set aside, but whose part after the dot "
+        "is no blob's name (64 capitals, a hash in capitals, a hash and one more "
+        f"digit), should all be removed and none given a name; blobs/ holds {left}: "
+        "only a name of 64 lowercase hexadecimal digits is a blob's")
+    assert removed == [], (
+        f"collect_blobs() returned {abbreviated(removed)}, but no blob was there, only "
+        "leftovers of crashed writes, which it removes without naming them")
+
+
+@pytest.mark.task("09.5")
 def test_with_no_grace_collect_clears_a_young_leftover_nobody_holds(lesson, sessions):
     """The grace period says which leftovers are old too: with none, half a blob a
     crashed write left a moment ago (a person's words) goes at once, as no writer
