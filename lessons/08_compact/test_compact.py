@@ -2238,6 +2238,38 @@ def test_the_log_refuses_an_undo_behind_the_boundary_of_a_dotted_session_id(less
             f"user knows which one refused; it says {str(error)!r}")
 
 
+@pytest.mark.task("08.1")
+def test_the_log_names_the_first_message_an_undo_would_take_back_across_the_boundary(
+        lesson, sessions):
+    """The log's own undo, in a process that opened the log just now, of messages on
+    both sides of the boundary: thirteen shown, the view from place 10, an undo of the
+    last six (places 7 to 12). The refusal names place 7, the first message taken back
+    that the summary stands for, where a fork must be cut: counted back from the end of
+    what the log shows, not from the boundary (10 - 6 = 4), and never place 8. The
+    numbers differ here (the count 6, the boundary 10, the first 7), so no other number
+    the refusal gives can stand in for the one it must give."""
+    path = sessions / "quest-1.jsonl"
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in conversation(13):
+            log.append(message)
+        log.compact("The first turns.", keep=3)     # the view starts at place 10
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        error = undo_refused(lesson, log, path, 6,
+                             "the log's own undo of its last six messages (places 7 "
+                             "to 12) went ahead: places 7 to 9 come before the "
+                             "boundary at place 10, and the summary stands for them")
+    words = str(error).replace(str(path), "").replace("quest-1", "")
+    if not re.search(r"(?<![\d.])7(?!\d)", words) or re.search(
+            r"(?<![\d.])8(?!\d)", words):
+        fail_in("08.1", "the log shows 13 messages and its view starts at place 10, "
+                "so an undo of 6 would take back places 7 to 12, and 7 is the first "
+                "the summary stands for: a fork must be cut before it. The refusal "
+                "should name place 7 wherever it names that message (and never 8, the "
+                "message after it; nor only 4, the boundary less the count, which "
+                "counts from the boundary rather than from the end of what the log "
+                f"shows); it says {str(error)!r}")
+
+
 @pytest.mark.key
 @pytest.mark.task("08.1")
 def test_a_fork_before_the_boundary_has_no_compaction(lesson, sessions):
@@ -2944,6 +2976,36 @@ def test_summarise_alone_tells_two_summaries_too_long_each_by_its_length(lesson)
         "the model sent a summary too long, then a shorter one still too long: the "
         f"error should tell each as check_fits said of it, first {said[0]!r}, then "
         f"{said[1]!r} (the lengths differ, so the second is not 'the same'); it says "
+        f"{message!r}")
+
+    # Two summaries one byte apart: the same estimate of their own, but the request the
+    # second would begin needs one token more. Their words differ only in that size.
+    def words(text):
+        try:
+            agent.check_fits(text, 4)
+        except lesson.BadSummary as error:
+            return str(error)
+        return None
+    pair = next(((a, b) for a, b in (("x" * n, "x" * (n + 1))
+                                     for n in range(8000, 8008))
+                 if lesson.estimate_tokens(a) == lesson.estimate_tokens(b)
+                 and None is not words(a) != words(b) is not None), None)
+    if pair is None:
+        return      # no such pair with this agent's sizes: nothing more to see
+    said = [words(text) for text in pair]
+    agent, model, log = open_agent(lesson, None,
+                                   summarise=summaries(*(say(text) for text in pair)))
+    agent.messages = conversation(6)
+    with log:
+        with raises(lesson.BadSummary, "summarise() returned a summary after two "
+                    "replies too long for the budget") as raised:
+            agent.summarise(agent.messages[:4], 4)
+    message = str(raised.value)
+    assert said[1] in message, (
+        "the model sent two summaries too long, one byte apart: check_fits said of "
+        f"the first {said[0]!r} and of the second {said[1]!r}, which differ (the "
+        "request the second begins needs one token more), so the second is not 'the "
+        f"same' and the error should tell it as check_fits said it; it says "
         f"{message!r}")
 
 
