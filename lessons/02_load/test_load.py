@@ -324,6 +324,99 @@ def test_a_load_through_an_open_writer_leaves_it_holding_its_log(lesson, session
 
 
 @pytest.mark.task("02.1")
+@pytest.mark.parametrize("through", ["load", "agent"])
+@pytest.mark.parametrize("damage, then", [
+    (b'{"content": "a line with no role"}\n', "mended"),
+    (b'{"content": "a line with no role"}\n', "removed"),
+    (b'{"role": "user", "content": "caf\xe9"}\n', "mended"),
+    (b'{"role": "user", "content": "caf\xe9"}\n', "removed"),
+    (None, "removed"),
+], ids=["no role-mended", "no role-removed", "not UTF-8-mended",
+        "not UTF-8-removed", "a folder-removed"])
+def test_a_refused_load_through_an_open_writer_leaves_it_holding_its_log(
+        lesson, sessions, model, town, through, damage, then):
+    """A load that refuses a damaged line (or a folder a person put at the log's
+    name, which cannot be read) leaves the writer it ran through as it was, as a
+    load that succeeds does: 'however it ends'. Once a person mends the log in place,
+    the writer appends to it as before; once a person removes what is at the log's
+    name (to start over), the writer still holds its removed file: its next append
+    is refused, never written to a new file that lacks the conversation's start.
+    Through load() and through a new Agent on the SessionLog alike."""
+    said = {"role": "user", "content": "Ask the elder about the cave."}
+    path = sessions / "quest-1.jsonl"
+    found = ("a person put a folder at the log's name" if damage is None else
+             f"another program appended a line {damage!r} that is no message")
+    more = {"role": "user", "content": "And the rope?"}
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        log.append(said)
+        data = path.read_bytes()
+        if damage is None:      # a person puts a folder at the log's name
+            path.unlink()
+            path.mkdir()
+        else:
+            with open(path, "ab") as other:     # another program adds a bad line
+                other.write(damage)
+        if through == "load":
+            refused = load_or_error(log)
+        else:
+            refused = agent_started_on(lesson, model, town, log, found,
+                                       (ValueError, OSError),
+                                       "the error that says what it cannot read")
+        if not (path.is_dir() if damage is None else path.is_file()):
+            there = sorted(p.name for p in sessions.iterdir())
+            pytest.fail(f"{found}, and {through}() on the SessionLog gave {refused!r}; "
+                        f"after it the sessions folder holds {there}, without what was "
+                        "at the log's name: loading only ever reads, whatever it finds",
+                        pytrace=False)
+        mended = appended = None
+        if then == "mended":    # a person mends the log in place: the bad line cut
+            with open(path, "r+b") as file:
+                file.truncate(len(data))
+            try:
+                log.append(more)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - said below
+                mended = error
+        else:
+            if damage is None:
+                path.rmdir()    # the person removes the folder
+            else:
+                path.unlink()   # a person removes the damaged log, to start over
+            try:
+                log.append({"role": "user", "content": "Day 2."})
+            except NotImplementedError:
+                raise
+            except OSError:
+                pass
+            except Exception as error:      # noqa: BLE001 - said below
+                appended = f"raised {described(error)}"
+            else:
+                appended = "returned"
+    made = path.read_bytes() if path.exists() else None
+    setting = (f"a SessionLog appended a message, {found}, and {through}() on that "
+               f"SessionLog gave {refused!r}")
+    assert isinstance(refused, Exception), (
+        f"{setting}, where it should refuse what it cannot read (an OSError, or "
+        "InvalidMessage naming the file and the line)")
+    assert mended is None, (
+        f"{setting}; a person then cut the bad line off the log in place, and the "
+        f"SessionLog's next append raised {described(mended)}: the writer holds the "
+        "same file, whole again, and appends to it as before. A load that refuses a "
+        "line leaves the writer as it was however it ends (a writer stopped by a "
+        "refused load cannot go on with a log that was mended)")
+    assert then == "mended" or appended is None and made is None, (
+        f"{setting}; a person then removed what was at the log's name, and the "
+        "SessionLog's next append "
+        f"{appended or 'raised OSError'}, leaving {made!r} at the log's name. The "
+        "writer still holds the file it opened, which the person removed, and "
+        "refuses to append (OSError) until the session is opened again: a load "
+        "leaves the writer as it was however it ends, a refusal included (a writer "
+        "closed by a refused load opens a new file at its next append, which lacks "
+        "the conversation's start)")
+
+
+@pytest.mark.task("02.1")
 def test_an_unknown_session_starts_empty_and_creates_nothing(lesson, sessions):
     """An id with no log yet loads as an empty history, and loading it creates no
     file."""
@@ -1272,6 +1365,41 @@ def test_a_loop_of_symbolic_links_at_the_logs_name_is_no_new_session(
     assert after == before and named.is_symlink(), (
         f"{setting}; after a load and a new agent, the folder holds {after}, where it "
         f"held {before}: loading only ever reads, whatever it finds")
+
+
+@pytest.mark.task("02.1")
+def test_a_sessions_folder_that_is_a_file_is_no_new_session(
+        lesson, sessions, model, town):
+    """A sessions folder that is a file (the day-1 log itself passed as the folder, a
+    common slip of a caller) holds no log, but it is there: nothing can be looked up
+    in it (ENOTDIR), and that is no session not started. The load and a new agent
+    raise an error naming it, and change nothing, where an empty history would pass
+    the session off as new and let its history be asked about in vain."""
+    folder = sessions / "quest-1.jsonl"
+    data = b'{"role": "user", "content": "Ask the elder about the cave."}\n'
+    folder.write_bytes(data)
+    setting = (f"the sessions folder given, {folder}, is a file (the day-1 log "
+               "itself), not a folder")
+    with lesson.SessionLog(folder, "quest-1") as log:
+        loaded = load_or_error(log)
+        started = agent_started_on(lesson, model, town, log, setting,
+                                   (OSError, ValueError),
+                                   "the OSError that says it is no folder")
+    assert isinstance(loaded, (OSError, ValueError)), (
+        f"{setting}; load() gave {loaded!r}, where it should raise the OSError that "
+        "says why it cannot read the log (ENOTDIR: only a missing log is a "
+        "conversation not started; this one cannot even be looked for)")
+    assert str(folder) in str(loaded), (
+        f"{setting}; load() raised {described(loaded)}, whose words do not name "
+        f"{folder}: the error says where it could not read, so that whoever reads it "
+        "knows where to look")
+    assert isinstance(started, Exception), (
+        f"{setting}; a new agent on the session started with {started!r}, as if the "
+        "session were new, where making it should raise the error load gives")
+    assert folder.read_bytes() == data and sorted(
+        p.name for p in sessions.iterdir()) == ["quest-1.jsonl"], (
+        f"{setting}; the load and the new agent changed what was there: loading only "
+        "ever reads, whatever it finds")
 
 
 @pytest.mark.task("02.1")
