@@ -4078,6 +4078,63 @@ def test_an_undo_of_a_closed_writer_waits_its_turn_on_a_busy_session(lesson, ses
         f"shows {[message.get('content') for message in shown]}")
 
 
+def damaged_by_another_program(path):
+    """Another program adds a whole line that is no JSON to the log, after the last
+    writer closed it (damage, not a crash: lesson 04 refuses to guess). Returns the
+    log's bytes as they were, to mend it with."""
+    before = path.read_bytes()
+    path.write_bytes(before + b"not a message, written by another program\n")
+    return before
+
+
+@pytest.mark.task("07.1")
+def test_an_undo_of_a_closed_writer_whose_log_was_damaged_raises_the_logs_error(
+        lesson, sessions):
+    """A writer appended three messages and was closed; another program then added a
+    line that is no JSON. The undo must become the writer again, which reads the log
+    (lesson 04), and that read refuses the damaged log with `CorruptLog`, naming the
+    line: the undo raises that very error, writing nothing. It is no `UndoError`:
+    there is something to take back, once the line is mended, and the caller must learn
+    what is wrong and where. Once the log is mended, the same undo takes back the
+    last message."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+    path = sessions / "quest-1.jsonl"
+    log = lesson.SessionLog(sessions, "quest-1")
+    try:
+        for message in said:
+            log.append(message)
+        log.close()
+        mended = damaged_by_another_program(path)
+        damaged = path.read_bytes()
+        try:
+            log.undo(1)
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raised = error
+        assert isinstance(raised, lesson.CorruptLog), (
+            "undo(1) of a closed writer whose log another program damaged since (a "
+            "whole fourth line that is no JSON) should raise the CorruptLog the "
+            "writer's read of the log raises, naming that line, so that the user "
+            "knows what to mend; it "
+            + ("returned" if raised is None else
+               f"raised {type(raised).__name__} ({raised})")
+            + ". An UndoError would say there is nothing to take back, when there is")
+        assert path.read_bytes() == damaged, (
+            "the undo of a damaged log failed, and should have written nothing; the "
+            f"log gained {path.read_bytes()[len(damaged):]!r}")
+        path.write_bytes(mended)
+        taken = log.undo(1)
+    finally:
+        log.close()
+    shown = lesson.SessionLog(sessions, "quest-1").load()
+    assert taken == [2] and shown == said[:2], (
+        "once the damaged line was removed, the same undo(1) should take back message "
+        f"2, and the log then show messages 0 and 1; it took back {taken}, and the "
+        f"log shows {[message.get('content') for message in shown]}")
+
+
 @pytest.mark.task("07.3")
 def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
     """The agent's log was closed, and another writer holds the session when the user
@@ -4173,3 +4230,98 @@ def test_a_flush_the_busy_session_refuses_stops_the_run_before_the_model(lesson,
         "once the session was free, the next flush should write the question that "
         "waited in the buffer, once, after the first turn; the log holds "
         f"{[m.get('content') for m in logged[len(turn_c):]]} after it")
+
+
+@pytest.mark.task("07.3")
+def test_an_agent_undo_of_a_damaged_log_raises_its_error_and_changes_nothing(lesson,
+                                                                          sessions):
+    """The agent's log was closed, and another program then added a line that is no
+    JSON to it. The user takes back the last turn: the log must record the undo, so it
+    becomes the writer again and reads the log, which it refuses with `CorruptLog`.
+    The agent's undo raises that very error, as it is (no `UndoError`: the count was
+    right, the log is what is wrong), and forgets nothing. Once the log is mended, the
+    same undo takes the turn back, in memory and in the log alike."""
+    agent, _, log = open_agent(lesson, sessions, [*TURN_C[1], *TURN_D[1]])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(TURN_C[0])
+        agent.run(TURN_D[0])
+    before = list(agent.messages)
+    mended = damaged_by_another_program(path)
+    try:
+        try:
+            agent.undo(1)
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raised = error
+        after = list(agent.messages)
+        assert raised is not None and after == before, (
+            "the agent's undo of its last turn, on a log another program damaged "
+            "since, "
+            + ("returned" if raised is None else
+               f"raised {type(raised).__name__} ({raised})")
+            + f", and the conversation went from {len(before)} to {len(after)} "
+            "messages: the log could not record the undo, so the undo should fail and "
+            "the agent remember the turn the log still shows")
+        assert isinstance(raised, lesson.CorruptLog), (
+            "the agent's undo failed, as it should, but with "
+            f"{type(raised).__name__} ({raised}), not the log's own CorruptLog, which "
+            "names the damaged line: the user must learn that the log needs mending, "
+            "not that the count of turns was wrong")
+        path.write_bytes(mended)
+        agent.undo(1)
+    finally:
+        log.close()
+    shown = resume(lesson, sessions)
+    assert agent.messages == before[:2] and shown == before[:2], (
+        "once the log was mended, the undo should take back the last turn in memory "
+        f"and in the log: the agent holds {len(agent.messages)} messages and a resume "
+        f"shows {len(shown)}, where both should hold the first turn's 2")
+
+
+@pytest.mark.task("07.2")
+def test_a_flush_that_meets_a_damaged_log_raises_its_error_and_loses_nothing(
+        lesson, sessions):
+    """The agent's log was closed, and another program then added a line that is no
+    JSON to it. The user pastes two notes, and the agent flushes them: the flush must
+    make the log the writer again, which reads it and refuses it with `CorruptLog`.
+    That error reaches the caller as it is, and nothing is lost: the notes are no
+    message the log would refuse, so they still wait in the buffer, and once the log
+    is mended the next flush writes each of them once, in order."""
+    agent, _, log = open_agent(lesson, sessions, [*TURN_C[1]])
+    path = sessions / "quest-1.jsonl"
+    with log:
+        agent.run(TURN_C[0])
+    turn_c = lines_of(path)
+    notes = [{"role": "user", "content": "(note 1, pasted)"},
+             {"role": "user", "content": "(note 2, pasted)"}]
+    mended = damaged_by_another_program(path)
+    try:
+        for note in notes:
+            agent.record(note)
+        try:
+            agent.flush()
+            raised = None
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raised = error
+        assert isinstance(raised, lesson.CorruptLog), (
+            "the flush of two notes, on a log another program damaged since the "
+            "agent closed it, should raise the CorruptLog the log's read raises, "
+            "naming the damaged line; it "
+            + ("returned" if raised is None else
+               f"raised {type(raised).__name__} ({raised})")
+            + ". A flush that fails reaches the caller, and drops nothing: the notes "
+            "are fine, the log is what needs mending")
+        path.write_bytes(mended)
+        agent.flush()
+    finally:
+        log.close()
+    written = lines_of(path)[len(turn_c):]
+    assert written == notes, (
+        "once the log was mended, the next flush should write the two notes that "
+        f"waited in the buffer, once each, in order: {[n['content'] for n in notes]}; "
+        f"after the turn the log holds {[m.get('content') for m in written]}")
