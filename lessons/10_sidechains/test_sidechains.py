@@ -484,16 +484,19 @@ def test_a_long_call_id_that_comes_back_gets_a_second_side_chain(lesson, session
 
 @pytest.mark.task("10.1")
 def test_a_call_id_that_is_no_text_names_no_side_chain(lesson):
-    """A call id that is not a string (a number, bytes, a list) is refused with
-    TypeError saying what was given. Made into text, the call id 7 would take the name
-    of the call id "7", and two calls would share one log."""
-    for call_id in (7, 2.5, b"call_1_0", ("call", 1)):
+    """A call id that is not a string (None, a number, bytes, a tuple, a Path) is
+    refused with TypeError showing what was given as Python writes it: made into text,
+    the call id 7 would take the name of the call id "7", and two calls would share one
+    log; and a Path written as its text, call_1_0, would read as a call id that is
+    text, hiding what came."""
+    for call_id in (None, 7, 2.5, b"call_1_0", ("call", 1), Path("call_1_0")):
         try:
             name = lesson.sidechain_id(call_id)
         except TypeError as error:
             assert repr(call_id) in str(error), (
                 f"sidechain_id({call_id!r}) raised TypeError, as it should, but its "
-                f"message does not say what it was given ({call_id!r}): {error}")
+                f"message does not show what it was given as Python writes it "
+                f"({call_id!r}), so its caller cannot see what came: {error}")
             continue
         except NotImplementedError:
             raise       # the task not written yet: the plugin says which
