@@ -2534,6 +2534,34 @@ def test_two_writer_processes_without_a_lock_never_interleave(lesson, database,
 # --- 11.3 the repair that still matters -----------------------------------------------
 
 
+@pytest.mark.task("11.3")
+def test_a_call_left_open_before_a_marker_is_still_repaired(lesson, database):
+    """A marker is no message: one stored after a call left open (another program's
+    note, an erase or a compaction from another host) leaves the call as open as
+    before, and the next opening must still answer it, or the provider refuses the
+    history. The repair looks at the messages the session shows, not at its last row."""
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        log.append({"role": "user", "content": "Buy a rope."})
+        log.append(call_message(("call_0", "rope")))
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO session_entries (session_id, seq, line, body) "
+            "VALUES ('quest-1', 2, %s, %s::jsonb)",
+            ('{"$marker": "note", "at": "2026-01-01T09:30:00+00:00"}',) * 2)
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        history = log.open_for_append()
+    results = [m.get("tool_call_id") for m in history if m.get("role") == "tool"]
+    assert results == ["call_0"], (
+        "call_0 has no result and a marker of another kind was stored after it: a "
+        "marker is no message, so the opening should still answer call_0 with a "
+        f"result saying it was interrupted; the results it shows are {results}")
+    said = [json.loads(line).get("$marker") or json.loads(line).get("tool_call_id")
+            for _, line, _ in rows(database)[3:]]
+    assert said == ["repair", "call_0"], (
+        "the repair stores its marker, then call_0's interrupted result, after the "
+        f"rows already there (the note included); the rows it added are {said}")
+
+
 @pytest.mark.key
 @pytest.mark.task("11.3")
 def test_a_call_left_without_its_result_is_repaired_once(lesson, database):
@@ -3626,6 +3654,44 @@ def test_a_paste_made_while_a_collection_is_under_way_loads_whole(lesson, databa
               for message in load_back(lesson, database)]
     assert loaded == [False, True], (
         "the session should load whole: its first message, then the pasted one")
+
+
+@pytest.mark.task("11.4")
+def test_bytes_stored_by_themselves_during_a_collection_are_there_after(
+        lesson, database):
+    """store_blob by itself, with few bytes (under the writer's threshold), while a
+    collection on another host is under way and has picked those very bytes: when
+    store_blob returns their name, the bytes are stored. Few bytes or many, stored by
+    a paste or by themselves, the store waits for a collection under way and stores
+    them again after it, never relying on bytes it found while they are being
+    removed."""
+    data = b"A note from the elder."
+    digest = hashlib.sha256(data).hexdigest()
+    lesson.connect(database).close()    # the tables
+    sql(database, "INSERT INTO session_blobs (sha256, data) VALUES (%s, %s)",
+        (digest, data))
+    with lesson.PostgresSessionLog(database, "quest-1") as log:
+        with psycopg.connect(database) as collection:   # its transaction, open
+            lesson.hold_blobs(collection, exclusive=True)
+            named = {}
+            store, outcome = started_until_it_waits(
+                database, lambda: named.setdefault("name", log.store_blob(data)))
+            collection.execute("DELETE FROM session_blobs WHERE sha256 = %s",
+                               (digest,))
+            collection.commit()
+            store.join(HANG)
+        error = outcome.get("error")
+        assert error is None, (
+            "bytes stored by themselves while a collection was under way should be "
+            f"stored once it is done; store_blob failed: {described(error)}")
+    there = sql(database, "SELECT 1 FROM session_blobs WHERE sha256 = %s", (digest,))
+    assert named.get("name") == digest and there, (
+        f"store_blob returned {named.get('name')!r} for {len(data)} bytes stored while "
+        "a collection under way removed those very bytes; once both are done the "
+        "bytes should be in session_blobs under that name, and they are "
+        f"{'there' if there else 'gone'}. Whatever their size, the store must keep "
+        "every collection out (and wait for one under way) before it relies on "
+        "bytes it finds stored")
 
 
 @pytest.mark.task("11.4")
