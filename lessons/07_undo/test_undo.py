@@ -4135,6 +4135,30 @@ def test_an_undo_of_a_closed_writer_whose_log_was_damaged_raises_the_logs_error(
         f"log shows {[message.get('content') for message in shown]}")
 
 
+def agent_undo_refused(agent, before, error, where, why_not, not_this):
+    """The agent's undo of its last turn, `where` (the log cannot record it then):
+    it must raise `error`, the log's own, and leave the conversation as `before`.
+    `why_not` says why the log could not, `not_this` what a wrong error hides."""
+    try:
+        agent.undo(1)
+        raised = None
+    except NotImplementedError:
+        raise
+    except Exception as caught:     # noqa: BLE001 - judged below
+        raised = caught
+    after = list(agent.messages)
+    assert raised is not None and after == before, (
+        f"the agent's undo of its last turn, {where}, "
+        + ("returned" if raised is None else
+           f"raised {type(raised).__name__} ({raised})")
+        + f", and the conversation went from {len(before)} to {len(after)} messages: "
+        f"the log could not record the undo{why_not}, so the undo should fail and the "
+        "agent remember the turn the log still shows")
+    assert isinstance(raised, error), (
+        "the agent's undo failed, as it should, but with "
+        f"{type(raised).__name__} ({raised}), {not_this}")
+
+
 @pytest.mark.task("07.3")
 def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
     """The agent's log was closed, and another writer holds the session when the user
@@ -4150,29 +4174,15 @@ def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
     holder = lesson.SessionLog(sessions, "quest-1")
     try:
         holder.open_for_append()
-        try:
-            agent.undo(1)
-            raised = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raised = error
-        after = list(agent.messages)
+        agent_undo_refused(
+            agent, before, lesson.SessionBusy,
+            "while another writer held the session", " (the session was busy)",
+            "not the log's error, the lock's SessionBusy: the turn can be undone once "
+            "the other writer is done, and a caller that waits and tries again on "
+            "SessionBusy (lesson 05) should be told so, not that the count or the log "
+            "was wrong")
     finally:
         holder.close()
-    assert raised is not None and after == before, (
-        "the agent's undo of its last turn, while another writer held the session, "
-        + ("returned" if raised is None else
-           f"raised {type(raised).__name__} ({raised})")
-        + f", and the conversation went from {len(before)} to {len(after)} messages: "
-        "the log could not record the undo (the session was busy), so the undo should "
-        "fail and the agent remember the turn the log still shows")
-    assert isinstance(raised, lesson.SessionBusy), (
-        "the agent's undo failed, as it should, but with "
-        f"{type(raised).__name__} ({raised}), not the log's error, the lock's "
-        "SessionBusy: the turn can be undone once the other writer is done, and a "
-        "caller that waits and tries again on SessionBusy (lesson 05) should be told "
-        "so, not that the count or the log was wrong")
     try:
         agent.undo(1)
     finally:
@@ -4249,27 +4259,11 @@ def test_an_agent_undo_of_a_damaged_log_raises_its_error_and_changes_nothing(les
     before = list(agent.messages)
     mended = damaged_by_another_program(path)
     try:
-        try:
-            agent.undo(1)
-            raised = None
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raised = error
-        after = list(agent.messages)
-        assert raised is not None and after == before, (
-            "the agent's undo of its last turn, on a log another program damaged "
-            "since, "
-            + ("returned" if raised is None else
-               f"raised {type(raised).__name__} ({raised})")
-            + f", and the conversation went from {len(before)} to {len(after)} "
-            "messages: the log could not record the undo, so the undo should fail and "
-            "the agent remember the turn the log still shows")
-        assert isinstance(raised, lesson.CorruptLog), (
-            "the agent's undo failed, as it should, but with "
-            f"{type(raised).__name__} ({raised}), not the log's own CorruptLog, which "
-            "names the damaged line: the user must learn that the log needs mending, "
-            "not that the count of turns was wrong")
+        agent_undo_refused(
+            agent, before, lesson.CorruptLog,
+            "on a log another program damaged since", "",
+            "not the log's own CorruptLog, which names the damaged line: the user must "
+            "learn that the log needs mending, not that the count of turns was wrong")
         path.write_bytes(mended)
         agent.undo(1)
     finally:
