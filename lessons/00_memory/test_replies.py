@@ -379,27 +379,30 @@ def test_ids_made_up_or_kept_are_strings_no_other_call_has(lesson):
                 "that no call has, those the reply's later calls came with included")
 
 
+def ids_stored(lesson, history_ids, sent):
+    """The call ids normalize_reply stores for a reply whose calls came with the ids
+    `sent`, after a turn whose calls, each answered, have `history_ids`."""
+    def calls(ids):
+        return [{"id": i, "type": "function",
+                 "function": {"name": "buy", "arguments": "{}"}} for i in ids]
+
+    history = [{"role": "user", "content": "Buy."},
+               {"role": "assistant", "content": "", "tool_calls": calls(history_ids)},
+               *({"role": "tool", "tool_call_id": i, "content": "ok"}
+                 for i in history_ids)]
+    reply = {"role": "assistant", "content": None, "tool_calls": calls(sent)}
+    message = lesson.normalize_reply(reply, history)
+    return [call.get("id") for call in message.get("tool_calls") or []]
+
+
 @pytest.mark.task("00.3")
 def test_ids_that_differ_only_in_case_are_two_ids(lesson):
     """Ids are compared as they are, byte for byte, as providers compare them: a call
     whose id differs from one the history holds only in case ('Call_1' after
     'call_1'), or only by a letter that looks alike, keeps its id, since no other
     call has it."""
-    history = [{"role": "user", "content": "Buy."},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": i, "type": "function",
-                    "function": {"name": "buy", "arguments": "{}"}}
-                   for i in ("call_1", "toolu_A")]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
-               {"role": "tool", "tool_call_id": "toolu_A", "content": "ok"}]
     sent = ["Call_1", "CALL_1", "toolu_a", "call_\uff11"]
-    reply = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
-        for i in sent]}
-
-    message = lesson.normalize_reply(reply, history)
-
-    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    stored = ids_stored(lesson, ["call_1", "toolu_A"], sent)
     assert stored == sent, (
         f"the history's calls have the ids 'call_1' and 'toolu_A'; the reply's calls "
         f"came with {sent}, ids no call of the conversation has (a provider tells "
@@ -414,19 +417,8 @@ def test_ids_that_differ_only_by_blanks_are_two_ids(lesson):
     differs from one the history holds, or from an earlier call's of the same reply,
     only by a blank before or after it (' call_1' after 'call_1') keeps its id as it
     came, since no other call has that one."""
-    history = [{"role": "user", "content": "Buy."},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": "call_1", "type": "function",
-                    "function": {"name": "buy", "arguments": "{}"}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
     sent = [" call_1", "call_1 ", "call_2", "call_2\t", " call_2"]
-    reply = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": i, "type": "function", "function": {"name": "buy", "arguments": "{}"}}
-        for i in sent]}
-
-    message = lesson.normalize_reply(reply, history)
-
-    stored = [call.get("id") for call in message.get("tool_calls") or []]
+    stored = ids_stored(lesson, ["call_1"], sent)
     assert stored == sent, (
         f"the history's call has the id 'call_1'; the reply's calls came with "
         f"{sent}, ids no other call of the conversation has (a provider tells "
