@@ -1966,20 +1966,26 @@ def test_undo_refuses_a_turn_of_one_message_just_before_the_boundary(lesson):
     assert agent.messages == said[:3], "a refused undo changed the conversation"
 
 
+def four_days_compacted(lesson, sessions):
+    """quest-1's log of four days (a question and an answer each), compacted with days
+    3 and 4 after the boundary; the messages said, and the log's path."""
+    said = [message for n in range(1, 5) for message in (
+        {"role": "user", "content": day(n)[0]},
+        {"role": "assistant", "content": f"On day {n} we rest."})]
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in said:
+            log.append(message)
+        log.compact("summary #1", keep=4)     # days 3 and 4 after the boundary
+    return said, sessions / "quest-1.jsonl"
+
+
 @pytest.mark.key
 @pytest.mark.task("08.1")
 def test_undo_after_the_boundary_works_and_undo_behind_it_is_refused(lesson, sessions):
     """An agent resumed on a log that records a compaction (no model is needed): undo
     takes back turns after the boundary as in lesson 07; a turn the summary stands for
     is refused, changing nothing (the summary would still tell the model)."""
-    said = [message for n in range(1, 5) for message in (
-        {"role": "user", "content": day(n)[0]},
-        {"role": "assistant", "content": f"On day {n} we rest."})]
-    path = sessions / "quest-1.jsonl"
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            log.append(message)
-        log.compact("summary #1", keep=4)     # days 3 and 4 after the boundary
+    said, path = four_days_compacted(lesson, sessions)
     agent, model, log = open_agent(lesson, sessions, budget=None)
     with log:
         try:
@@ -2031,14 +2037,7 @@ def test_an_agent_refusing_an_undo_behind_the_boundary_leaves_the_session_free(
     log, and not who may write it. Another program can write the session right after;
     a refusal left to the log's own undo would first make this agent the session's
     writer again, and keep it locked for nothing."""
-    said = [message for n in range(1, 5) for message in (
-        {"role": "user", "content": day(n)[0]},
-        {"role": "assistant", "content": f"On day {n} we rest."})]
-    path = sessions / "quest-1.jsonl"
-    with lesson.SessionLog(sessions, "quest-1") as log:
-        for message in said:
-            log.append(message)
-        log.compact("summary #1", keep=4)     # days 3 and 4 after the boundary
+    said, path = four_days_compacted(lesson, sessions)
     agent, model, log = open_agent(lesson, sessions, budget=None)
     with log:
         pass        # the program is done with the log for now
