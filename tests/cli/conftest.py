@@ -121,3 +121,17 @@ def run_module(*argv: str, cwd: Path | None = None, env: dict | None = None, inp
     process = subprocess.run([sys.executable, "-m", "sessionlab", *map(str, argv)], cwd=cwd, env=environment,
                              input=input, capture_output=True, text=True, timeout=timeout)
     return Run(process.returncode, process.stdout, process.stderr)
+
+
+def alive(marker: str) -> list[int]:
+    """Processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found

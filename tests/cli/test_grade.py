@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import secrets
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from sessionlab.course import load_lesson
 
-from .conftest import SOLUTION, STARTER, make_course
+from .conftest import SOLUTION, STARTER, alive, make_course
 
 # The campaign (tests/conftest.py): classes graded: a pytest run per student and lesson.
 pytestmark = pytest.mark.campaign
@@ -95,6 +101,103 @@ def test_a_student_whose_code_never_returns_is_stopped_by_the_timeout(cli, tmp_p
     assert "timeout" in next(line for line in run.out.splitlines() if line.startswith("carol"))
     with open(tmp_path / "g.csv", newline="") as handle:
         assert next(csv.DictReader(handle))["state"] == "timeout"
+
+
+# Run once per grading run (the module is imported once): a process detached from
+# the run (a new session, a cleared environment, its parent gone), then a wait for the
+# test's go-ahead, so that the test starts its own detached process as the run goes on.
+LEAVES_A_PROCESS = """
+
+import os as _os, subprocess as _subprocess, sys as _sys, time as _time
+
+if not _os.path.exists({ready!r}):
+    _subprocess.Popen([_sys.executable, "-c", {daemon!r}, {marker!r}], env={{}},
+                      start_new_session=True)
+    open({ready!r}, "w").close()
+    _until = _time.monotonic() + 60
+    while not _os.path.exists({go!r}) and _time.monotonic() < _until:
+        _time.sleep(0.02)
+    if {hangs!r}:
+        _time.sleep(600)
+"""
+# A daemon as PostgreSQL's pg_ctl starts one: forked, and its parent gone at once
+DAEMON = "import os, time\nif os.fork():\n    os._exit(0)\ntime.sleep(120)\n"
+
+
+@pytest.mark.parametrize("hangs", [False, True], ids=["run ends", "run times out"])
+def test_a_run_leaves_no_process_behind_and_ends_no_other(cli, tmp_path, hangs):
+    """What a student's run detached is killed when the run ends or times out; a process
+    that other work of the grading process detached meanwhile (the kit's own tests grade
+    beside a check whose PostgreSQL servers detach so) is none of the grader's."""
+    token = secrets.token_hex(4)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    dave = make_course(tmp_path / "class" / "dave", {"00_memory": SOLUTION})
+    with (dave / "lessons" / "00_memory" / "agent.py").open("a") as module:
+        module.write(LEAVES_A_PROCESS.format(
+            ready=str(ready), go=str(go), daemon=DAEMON, marker=f"student-{token}",
+            hangs=hangs))
+
+    def start_a_daemon_of_our_own():
+        until = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < until:
+            time.sleep(0.02)
+        # Its child is an orphan once it returns, as a postmaster is once pg_ctl does
+        subprocess.run([sys.executable, "-c", DAEMON, f"ours-{token}"], check=True,
+                       start_new_session=True)
+        go.touch()
+
+    helper = threading.Thread(target=start_a_daemon_of_our_own, daemon=True)
+    helper.start()
+    try:
+        run = cli("grade", dave, "--own-tests", "--no-sandbox",
+                  "--timeout", "15" if hangs else "120", "--csv", tmp_path / "g.csv")
+        helper.join(5)
+        assert go.exists(), f"the student's run never said it was ready: {run.text}"
+        with open(tmp_path / "g.csv", newline="") as handle:
+            state = next(csv.DictReader(handle))["state"]
+        assert state == ("timeout" if hangs else "done"), run.text
+        assert alive(f"student-{token}") == [], (
+            "the process the student's run detached outlived the run")
+        assert alive(f"ours-{token}"), (
+            "grading killed a process it did not start: one that other work of the "
+            "grading process detached while the run went on")
+    finally:
+        for pid in alive(f"student-{token}") + alive(f"ours-{token}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_grader_killed_outright_leaves_no_run_behind(tmp_path):
+    """SIGKILL to the grading process, mid-run: each run's keeper is told as the grader
+    goes, and stops its run and what the run detached."""
+    token = secrets.token_hex(4)
+    ready = tmp_path / "ready"
+    run_code = (f"import subprocess, sys, time\n"
+                f"subprocess.Popen([sys.executable, '-c', {DAEMON!r}, 'student-{token}'], "
+                f"env={{}}, start_new_session=True)\n"
+                f"open({str(ready)!r}, 'w').close()\ntime.sleep(600)\n")
+    grader_code = ("import sys\nfrom pathlib import Path\n"
+                   "from sessionlab.grading import run, sandbox\n"
+                   "command = [sys.executable, '-c', sys.argv[1], sys.argv[2]]\n"
+                   "run.execute(sandbox.limited(command, 600), cwd=Path.cwd(), env={}, "
+                   "timeout=600, token='t')\n")
+    grader = subprocess.Popen([sys.executable, "-c", grader_code, run_code,
+                               f"run-{token}"], cwd=tmp_path)
+    try:
+        until = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < until:
+            time.sleep(0.02)
+        assert ready.exists(), "the run never started"
+        grader.kill()
+        grader.wait()
+        until = time.monotonic() + 30
+        while alive(f"-{token}") and time.monotonic() < until:
+            time.sleep(0.05)
+        assert alive(f"run-{token}") == [], "the run outlived the grader killed outright"
+        assert alive(f"student-{token}") == [], (
+            "what the run detached outlived the grader killed outright")
+    finally:
+        for pid in alive(f"-{token}"):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_own_tests_runs_each_students_copy_of_the_tests(cli, tmp_path):
@@ -234,13 +337,11 @@ def test_an_honest_report_counts_and_a_run_that_did_not_finish_scores_zero_of_al
 def test_what_a_run_prints_or_reports_is_bounded(tmp_path):
     """Megabytes on stdout and on the report pipe: the grader keeps a bounded part."""
     from sessionlab.grading import run as grading
-    from sessionlab.grading.guard import Reaper
 
     code = ("import os, sys\nsys.stdout.write('x' * 10_000_000)\n"
             "os.write(int(sys.argv[1]), b'y' * 10_000_000)\n")
-    with Reaper() as reaper:
-        raw = grading.execute([sys.executable, "-c", code, "{fd}"], cwd=tmp_path, env={},
-                              timeout=60, reaper=reaper, token="t")
+    raw = grading.execute([sys.executable, "-c", code, "{fd}"], cwd=tmp_path, env={},
+                          timeout=60, token="t")
     assert raw.returncode == 0 and not raw.timed_out
     assert len(raw.output) == grading.OUTPUT_LIMIT
     assert raw.report_overflow and len(raw.report) == grading.REPORT_LIMIT

@@ -30,7 +30,7 @@ import pytest
 
 from sessionlab.grading import sandbox
 
-from .conftest import REPO, SOLUTION, STARTER, make_course
+from .conftest import REPO, SOLUTION, STARTER, alive, make_course
 
 # The campaign (tests/conftest.py): a hostile class graded, in the sandbox and without it.
 pytestmark = pytest.mark.campaign
@@ -123,20 +123,6 @@ def sha(path: Path) -> str:
     for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
         digest.update(str(file).encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()
-
-
-def alive(marker: str) -> list[int]:
-    """Processes whose command line holds `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
 
 
 def append(path: Path, code: str) -> None:

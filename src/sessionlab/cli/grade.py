@@ -34,7 +34,7 @@ from rich.text import Text
 from .. import course
 from ..course import Lesson
 from ..grading import outputs, sandbox
-from ..grading.guard import Guard, Reaper
+from ..grading.guard import Guard
 from ..grading.run import (Grade, Setup, build_view, collect, grade_lesson, read_module,
                            shadow_flags)
 from ..cli.runner import STATE_DIR, LessonResult, starter_places
@@ -199,8 +199,7 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
         guarded["the course copy"] = (course_root, True)
     guarded["the kit"] = (sandbox.kit_folder(), True)
     guard = Guard(guarded)
-    with tempfile.TemporaryDirectory(prefix="sessionlab-grade-") as scratch, \
-            Reaper() as reaper:
+    with tempfile.TemporaryDirectory(prefix="sessionlab-grade-") as scratch:
         scratch_path = Path(os.path.realpath(scratch))
         scratch_path.chmod(0o711)     # see run._fresh_folder: searchable, not listable
         expected = None
@@ -214,7 +213,7 @@ def cmd_grade(args: argparse.Namespace, ui: Ui, root: Path | None) -> int:
                 views[student.name] = build_view(student.path, names, scratch_path / f"own{i}")
         places = {lesson.name: starter_places(lesson) for lesson in lessons} \
             if course_root is not None else None
-        setup = Setup(scratch_path, available.usable, args.timeout, reaper, expected, places)
+        setup = Setup(scratch_path, available.usable, args.timeout, expected, places)
         _run_all(ok, names, views, setup, args.jobs, ui)
     alarms = guard.check()
     counts = {name: len(ids) for name, ids in (expected or {}).items()}

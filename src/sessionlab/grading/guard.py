@@ -5,20 +5,16 @@ content, each student's folder by size and time (it may be large). In a sandbox 
 them is even visible to student code, so a difference means something outside the grader
 changed them; without a sandbox it is how a student who wrote there is caught.
 
-The reaper makes the grader a "child subreaper" (Linux): a process a student detaches
-(setsid, double fork) is re-parented to the grader instead of init, so the grader can still
-find it and kill it, after each run (by the run's token in its environment) and, whatever
-it did to its environment, before any output file is written.
+No process of a run is left behind: the run's keeper (keeper.py) kills what the run
+detached, and `kill_leftovers` then kills any process still carrying the run's token in
+its environment (one that outlived its keeper).
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import signal
-import sys
-import threading
 from pathlib import Path
 from stat import S_ISREG
 
@@ -26,7 +22,6 @@ from ..cli import files as regular_files
 
 FILE_LIMIT = 20000          # files fingerprinted per folder; a student's copy may be huge
 SKIPPED = ("__pycache__", ".pytest_cache")   # the grader's own imports write bytecode
-PR_SET_CHILD_SUBREAPER = 36
 TOKEN_VARIABLE = "SESSIONLAB_GRADE_RUN"
 
 
@@ -80,34 +75,29 @@ class Guard:
         return lines
 
 
-def _prctl(option: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+def kill_leftovers(token: str) -> int:
+    """SIGKILL every process that carries the run `token` in its environment, wherever
+    it is in the process tree; return how many. The keeper takes what stays below it;
+    this takes what got away from it (a run that killed its keeper) and kept its
+    environment.
+    Only a process of this user can be read, and only a run's carries its token: nothing
+    else is touched, whatever else the grading process runs."""
+    killed = 0
+    for pid in _process_ids():
+        if pid != os.getpid() and _carries(pid, token):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
 
 
-def _children() -> list[int]:
-    """The grader's child processes, read from /proc (Linux)."""
-    me, found = os.getpid(), []
+def _process_ids() -> list[int]:
     try:
-        entries = os.listdir("/proc")
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(me):
-            found.append(int(entry))
-    return found
+        return []       # no /proc (not Linux): the keeper alone stands
 
 
 def _carries(pid: int, token: str) -> bool:
@@ -116,52 +106,3 @@ def _carries(pid: int, token: str) -> bool:
     except OSError:
         return False
     return f"{TOKEN_VARIABLE}={token}".encode() in environ.split(b"\0")
-
-
-class Reaper:
-    """While active, orphans of the runs become the grader's children, and are killed."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.before: set[int] = set()
-        self.running: set[int] = set()      # the runs' own processes, waited on elsewhere
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> "Reaper":
-        self.active = _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        if self.active:
-            self.before = set(_children())
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.sweep()
-        if self.active:
-            _prctl(PR_SET_CHILD_SUBREAPER, 0)
-            self.active = False
-
-    def started(self, pid: int) -> None:
-        with self.lock:
-            self.running.add(pid)
-
-    def finished(self, pid: int) -> None:
-        with self.lock:
-            self.running.discard(pid)
-
-    def sweep(self, token: str | None = None) -> int:
-        """Kill and reap adopted orphans (only those of the run `token`, when given)."""
-        if not self.active:
-            return 0
-        killed = 0
-        for pid in _children():
-            with self.lock:
-                if pid in self.before or pid in self.running:
-                    continue
-            if token is not None and not _carries(pid, token):
-                continue
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                killed += 1
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
-        return killed

@@ -34,7 +34,7 @@ from .. import course
 from ..cli import files
 from ..cli.runner import LessonResult, Outcome, raises_in, written_against
 from . import sandbox
-from .guard import TOKEN_VARIABLE, Reaper
+from .guard import TOKEN_VARIABLE, kill_leftovers
 
 AGENT_LIMIT = 2 * 1024 ** 2         # bytes of a student's agent.py the grader will take
 REPORT_LIMIT = 4 * 1024 ** 2        # an honest report is far smaller (messages are cut)
@@ -44,6 +44,9 @@ SHADOWING = set(sys.stdlib_module_names) | {
     "pytest", "_pytest", "pluggy", "sessionlab", "openai", "httpx", "httpx2", "respx", "rich",
     "sitecustomize", "usercustomize", "conftest"}
 CANARY_MESSAGE = "the grader's own test: it must fail in every honest run"
+# Seconds a stopped run's keeper has to kill what the run left, before its whole group
+# is killed (the keeper's own sweep gives up after 10)
+KEEPER_SECONDS = 15
 
 
 @dataclass
@@ -235,8 +238,9 @@ class _Bounded:
 
 
 def execute(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
-            reaper: Reaper, token: str) -> Raw:
-    """Run the command with the report pipe; read both pipes with bounds until it ends."""
+            token: str) -> Raw:
+    """Run the command (under its keeper: sandbox.limited) with the report pipe; read
+    both pipes with bounds until it ends, or stop it when its time is up."""
     read_end, write_end = os.pipe()
     command = [part.replace("{fd}", str(write_end)) for part in command]
     try:
@@ -245,7 +249,6 @@ def execute(command: list[str], *, cwd: Path, env: dict[str, str], timeout: floa
                                    pass_fds=(write_end,), start_new_session=True)
     finally:
         os.close(write_end)
-    reaper.started(process.pid)
     output, report = _Bounded(OUTPUT_LIMIT, tail=True), _Bounded(REPORT_LIMIT)
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ, output)
@@ -259,19 +262,16 @@ def execute(command: list[str], *, cwd: Path, env: dict[str, str], timeout: floa
                 timed_out = True
                 break
             _pump(selector, min(left, 0.1))
-        _kill_group(process)            # a lingering `sleep` goes with its run
-        process.wait()
-        reaper.finished(process.pid)
-        reaper.sweep(token)             # and so does whatever it detached
+        _stop(process)                  # what the run detached goes with its keeper
+        kill_leftovers(token)           # and what outlived the keeper, by its token
         end = time.monotonic() + 2
         while selector.get_map() and time.monotonic() < end:
             _pump(selector, 0.05)       # what was written before the end, not after
     finally:
-        _kill_group(process)
+        _stop(process)
         selector.close()
         process.stdout.close()
         os.close(read_end)
-        reaper.finished(process.pid)
     text = output.data.decode("utf-8", "replace")
     return Raw(None if timed_out else process.returncode, timed_out, text,
                bytes(report.data), report.overflow)
@@ -290,11 +290,21 @@ def _pump(selector: selectors.BaseSelector, wait: float) -> None:
             selector.unregister(key.fileobj)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen) -> None:
+    """End the run and wait for it. Its keeper first, with SIGTERM, so that it kills
+    what the run detached before it ends; then the keeper's whole process group (a lingering
+    `sleep`, or everything, should the keeper not end in time)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=KEEPER_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    process.wait()
 
 
 @dataclass
@@ -304,7 +314,6 @@ class Setup:
     scratch: Path
     sandboxed: bool
     timeout: float
-    reaper: Reaper
     expected: dict[str, list[str]] | None      # None: the students' own tests
     # Lesson -> task id -> places its starter raises NotImplementedError (None: unknown),
     # so that an untouched lesson is "not started" though a few of its tests pass for free
@@ -408,7 +417,7 @@ def _run(run: Path, view: Path, lesson: str, sources: dict[str, bytes],
         "PYTHONPYCACHEPREFIX": f"{private}/pycache",     # no .pyc but the run's own
         TOKEN_VARIABLE: token})
     raw = execute(sandbox.limited(command, setup.timeout), cwd=root, env=env,
-                  timeout=setup.timeout, reaper=setup.reaper, token=token)
+                  timeout=setup.timeout, token=token)
     return raw, f"lessons/{lesson}/{canary}::test_{token}"
 
 

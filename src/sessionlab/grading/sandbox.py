@@ -8,7 +8,8 @@ read-only, the run's copy of the course view read-only at /grade, its lesson fol
 private in-memory folder holding the lesson's files (read-only) and the student's agent.py
 (read-only), and a private /tmp, also in memory and bounded. Nothing a run writes reaches the
 grader's disk. Resource limits (CPU time, address space, open files; a soft file size) are
-set by a small trampoline that execs the rest, so they hold with and without bubblewrap.
+set by the run's keeper (keeper.py), which runs the rest as its child and kills whatever
+the run left behind: they hold with and without bubblewrap.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+KEEPER = Path(__file__).with_name("keeper.py")
 SANDBOX_ROOT = "/grade"            # where the run's course view appears inside the sandbox
 MEMORY_BYTES = 2 * 1024 ** 3       # address space of each process of a run
 FILE_BYTES = 64 * 1024 ** 2        # soft limit on a file's size (tests lower it, and raise
@@ -38,21 +40,6 @@ SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/et
                 # (`nobody` here) and refuses to start without it; these two hold names
                 # and ids only, no password hashes (those are in /etc/shadow).
                 "/etc/passwd", "/etc/group")
-
-# setrlimit, then exec the real command: a preexec_fn is unsafe with the grader's threads,
-# and `prlimit` is not on every machine. Run with `python -I` (no environment, no user site).
-LIMITS_CODE = """\
-import os, resource, sys
-cpu, memory, size, files = map(int, sys.argv[1:5])
-for name, soft, hard in (("RLIMIT_CPU", cpu, cpu + 5), ("RLIMIT_AS", memory, memory),
-                         ("RLIMIT_FSIZE", size, resource.RLIM_INFINITY),
-                         ("RLIMIT_NOFILE", files, files)):
-    try:
-        resource.setrlimit(getattr(resource, name), (soft, hard))
-    except (AttributeError, ValueError, OSError):
-        pass
-os.execv(sys.argv[5], sys.argv[5:])
-"""
 
 
 @dataclass(frozen=True)
@@ -115,10 +102,13 @@ def bwrap_args(root: Path, lesson: str, files: list[str]) -> list[str]:
 
 
 def limited(command: list[str], timeout: float) -> list[str]:
-    """`command` under the run's resource limits (CPU time a little above the timeout)."""
+    """`command` under the run's keeper (keeper.py): the run's resource limits (CPU time
+    a little above the timeout), and every process the run leaves killed when it ends.
+    Stop such a run with SIGTERM to its first process, the keeper, which then kills the
+    rest; a SIGKILL would leave what the run detached behind."""
     cpu = max(10, math.ceil(timeout) + 5)
     limits = [str(cpu), str(MEMORY_BYTES), str(FILE_BYTES), str(OPEN_FILES)]
-    return [sys.executable, "-I", "-c", LIMITS_CODE, *limits, *command]
+    return [sys.executable, "-I", str(KEEPER), *limits, *command]
 
 
 def probe() -> Availability:
