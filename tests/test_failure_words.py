@@ -140,6 +140,33 @@ def test_a_students_own_placeholder_is_read_by_its_tasks_number(student):
     assert "`pytest lessons/02_load --task 02.1`" in said, said[:3000]
 
 
+WAITS = '''
+import pytest
+
+@pytest.mark.task("01.1")
+def test_of_01_1_that_needs_01_3_too():
+    raise NotImplementedError("task 01.3 is not written yet: see the page")
+
+@pytest.mark.task("01.1")
+def test_of_01_1_itself():
+    raise NotImplementedError("task 01.1 is not written yet: see the page")
+'''
+
+
+def test_under_task_a_test_that_waits_for_a_later_task_is_skipped_not_failed(student):
+    """`--task 01.1` asks how 01.1 stands: its test that runs into 01.3, not written
+    yet, is skipped and counted in one line; its test that meets 01.1's own placeholder
+    fails; without --task both fail."""
+    (student / "lessons/01_append/test_waits.py").write_text(WAITS)
+    chosen = pytest_run(student, "lessons/01_append/test_waits.py", "--task", "01.1")
+    assert "1 failed, 1 skipped" in chosen.stdout, chosen.stdout
+    assert "waits for task 01.3, not written yet" in chosen.stdout, chosen.stdout
+    assert ("1 test of 01.1 also needs task 01.3, not written yet: skipped, not "
+            "failed; it runs once 01.3 is written.") in chosen.stdout, chosen.stdout
+    every = pytest_run(student, "lessons/01_append/test_waits.py")
+    assert "2 failed" in every.stdout and "skipped" not in every.stdout, every.stdout
+
+
 @pytest.mark.campaign
 def test_task_option_runs_one_tasks_tests_and_refuses_a_task_no_test_checks(student):
     every = pytest_run(student, "--co", "lessons/01_append")

@@ -42,6 +42,8 @@ RECORDER_KEY = pytest.StashKey["calls.CallRecorder | None"]()   # --sessionlab-c
 FAILED_KEY = pytest.StashKey[list]()   # the tests that failed, in the order they did
 IMPORT_FAILED_KEY = pytest.StashKey[bool]()   # the module under test did not import
 IMPL_PATHS_KEY = pytest.StashKey[list]()   # the --impl paths, resolved
+# Under --task: task not written yet -> how many of the chosen tasks' tests wait for it
+WAITING_KEY = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[KILLED_KEY] = set()
     config.stash[HUNG_KEY] = set()
     config.stash[FAILED_KEY] = []
+    config.stash[WAITING_KEY] = {}
     config.stash[RECORDER_KEY] = (
         calls.CallRecorder(config.rootpath / "solutions")
         if config.getoption("--sessionlab-calls") else None)
@@ -350,6 +353,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if words_replace_traceback:
             del item.repr_failure, item._repr_failure_py
     report: pytest.TestReport = outcome.get_result()
+    if waited := _waits_for(item, call, report):
+        # `--task 04.1` asks how 04.1 stands: a test of it that also needs a later task,
+        # not written yet, says nothing of 04.1 so far. Listed as a failure it buried
+        # the task's own failures (55 of them, around 12 real ones, in a trial).
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0,
+                           f"waits for task {waited}, not written yet")
+        waiting = item.config.stash[WAITING_KEY]
+        waiting[waited] = waiting.get(waited, 0) + 1
     entry: dict[str, Any] = {"nodeid": item.nodeid, "name": item.name, "when": report.when,
                              "outcome": report.outcome, "tasks": _tasks(item),
                              "key": item.get_closest_marker("key") is not None,
@@ -378,6 +390,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             _teach(report, item, call.excinfo, lesson, worded)
     if report.when == "call" or report.failed or report.skipped:
         item.config.stash[REPORT_KEY].append(entry)
+
+
+def _waits_for(item: pytest.Item, call: pytest.CallInfo,
+               report: pytest.TestReport) -> str | None:
+    """Under --task: the task, not written yet and not one of those chosen, that this
+    test failed on (a test of a chosen task that needs a later one too); else None."""
+    chosen = item.config.getoption("only_tasks")
+    if not (chosen and report.failed and call.when == "call"
+            and call.excinfo is not None and _not_written(call.excinfo)):
+        return None
+    missing = _missing_task(call.excinfo)
+    return missing if missing not in chosen else None
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    chosen = " and ".join(config.getoption("only_tasks"))
+    for task, count in sorted(config.stash[WAITING_KEY].items()):
+        tests, need, run = (("test", "needs", "it runs") if count == 1
+                            else ("tests", "need", "they run"))
+        terminalreporter.write_line(
+            f"{count} {tests} of {chosen} also {need} task {task}, not written yet: "
+            f"skipped, not failed; {run} once {task} is written.")
 
 
 def _not_written(excinfo: pytest.ExceptionInfo) -> bool:
