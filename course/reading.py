@@ -202,8 +202,9 @@ class LogState:
     def compaction(self) -> Compaction | None:
         """The latest compaction the log records, None if it records none: its summary,
         and its boundary, where the request starts again after the summary (task 08.1
-        says in what it counts). A marker this store cannot have written is no
-        compaction.
+        says in what it counts). A marker this store cannot have written (the format
+        page says which) is no compaction; its summary was checked as it was recorded,
+        and is read as it is.
         """
         # BEGIN 08.1
         latest: Message | None = None

@@ -514,11 +514,11 @@ def test_a_new_agent_on_a_damaged_log_raises_rather_than_starting_over(
             agent = lesson.Agent(model.client(), model=model.model, tools=town,
                                  session=log)
         except lesson.InvalidMessage as error:
-            words = str(error)
-            assert names_path(words, path) and names_line(words, 2), (
+            missing = unnamed(str(error), path, 2)
+            assert not missing, (
                 "line 2 of the session's log is no message (it has no role), and "
                 f"making a new agent on the session raised {described(error)}, whose "
-                f"words do not name the file by its path ({path}) and line 2: the "
+                f"words do not name {missing}: the "
                 "error load gives reaches whoever made the agent as it is, so that "
                 "the person who reads it (on a screen, in a server's log, which show "
                 "an error's words, not what it was chained to) finds the line to "
@@ -560,6 +560,15 @@ AGENT_CASES = [  # (what the log holds, its bytes, the line refused or None: loa
     ("two messages, the second without its newline",
      GOOD_LINE + b"\n" + GOOD_LINE, None),
 ]
+
+
+def unnamed(words, path, line) -> str:
+    """What an error's words leave out of what a person needs to find a line: the
+    file's whole path, its line number, or both, in words; '' when they name both."""
+    missing = [what for what, named in (
+        (f"the file by its path ({path})", names_path(words, path)),
+        (f"line {line}", names_line(words, line))) if not named]
+    return " nor ".join(missing)
 
 
 def what_it_did(result) -> str:
@@ -613,12 +622,18 @@ def test_a_new_agent_starts_from_what_load_reads_and_is_refused_where_it_refuses
                         "making it should raise the InvalidMessage load gives: the "
                         "agent resumes what load reads, by the same rule, and a log "
                         "load refuses is no history to start from", pytrace=False)
-        elif not (names_path(str(started), path) and names_line(str(started), refused)):
+        elif missing := unnamed(str(loaded), path, refused):
+            pytest.fail(f"{setting}; line {refused} is no message, and load() refused "
+                        f"the log with {described(loaded)}, whose words do not name "
+                        f"{missing}: a person finds the line to mend by those words",
+                        pytrace=False)
+        elif missing := unnamed(str(started), path, refused):
             pytest.fail(f"{setting}; load() refuses it naming the file and line "
                         f"{refused}, and making a new agent on the session raised "
-                        f"{described(started)}, whose words do not: the error load "
-                        "gives reaches whoever made the agent as it is, so that the "
-                        "person who reads it finds the line to mend", pytrace=False)
+                        f"{described(started)}, whose words do not name {missing}: "
+                        "the error load gives reaches whoever made the agent as it "
+                        "is, so that the person who reads it finds the line to mend",
+                        pytrace=False)
         left_as_it_was(path, data, f"{setting}; a new agent was made on it")
 
 

@@ -210,8 +210,10 @@ def test_fork_hands_publish_fork_the_first_messages_and_their_count(
 
     kept = len(messages) if upto is None else upto
     if error is not None:
-        pytest.fail(f"the source holds {len(messages)} messages; fork({given!r}, ..., "
-                    f"upto={upto}) "
+        pytest.fail(f"the source holds {len(messages)} messages, the first with "
+                    "U+2028, U+2029 and U+0085 inside its line (characters some ways "
+                    "of cutting text take for line ends; only the newline byte ends a "
+                    f"line of the log); fork({given!r}, ..., upto={upto}) "
                     f"(the folder given as {type(given).__name__}, which fork's "
                     f"signature takes) should hand publish_fork the first {kept}, and "
                     f"it raised {described(error)}", pytrace=False)
@@ -2047,14 +2049,15 @@ def test_a_fork_that_fails_writing_its_meta_file_leaves_nothing(
     if kind == "ok" or after != expected:
         changed = sorted(name for name in expected.keys() | after.keys()
                          if expected.get(name) != after.get(name))
-        fail_in("03.2", "the disk took 20 bytes of any file, less than the fork's "
-                "first file, and the fork "
+        fail_in("03.2", (f"what-if held a meta file with no log before the fork (an "
+                         "earlier fork, killed part-way, left it); " if left else "")
+                + "the disk took 20 bytes of any file, less than the fork's first "
+                "file, and the fork "
                 + ("returned" if kind == "ok" else f"raised {kind}")
-                + (", holding a meta file with no log that was there" if left else "")
                 + "; it should raise OSError and leave every other file as it was"
-                + (", but not that meta file: a lineage with no log is no session's, "
-                   "and after a failed fork it is gone" if left else "")
-                + f", and these files differ: {changed or 'none'}")
+                + (", except that meta file, which should be gone after the failed "
+                   "fork: a lineage with no log is no session's" if left else "")
+                + f". The files that differ from that: {changed or 'none'}")
     retry = fork_or_fail(lesson, sessions, "quest-1", "what-if")
     if retry is not None:
         fail_in("03.2", "the fork failed with the disk full at its first file; the "
