@@ -8,8 +8,8 @@ from sessionlab.cli import build_parser
 
 from .conftest import STARTER, run_module
 
-COMMANDS = ["watch", "list", "check", "hint", "reset", "solution", "diff", "demo", "chat", "show", "serve",
-            "grade", "dev", "doctor"]
+COMMANDS = ["watch", "list", "check", "hint", "answer", "reset", "solution", "diff", "demo", "chat",
+            "show", "serve", "grade", "dev", "doctor"]
 
 
 def test_help_lists_every_command_with_what_it_does():

@@ -332,6 +332,7 @@ def test_a_command_with_stdout_closed_says_so_and_fails(course, tmp_path, argv):
 ODD_NUMBERS = ["³", "١", "１", "Ⅰ", "0x1", "+1", "1.0", "-1", "1e0", "", " ", "1\x00",
                "9" * 5000]
 TAKES_A_LESSON = [["hint", "{}"], ["hint", "--task", "{}.1"], ["watch", "{}"],
+                  ["answer", "{}"],
                   ["reset", "{}"], ["solution", "{}"], ["diff", "00", "{}"],
                   ["chat", "--lesson", "{}"], ["grade", ".", "--lessons", "{}"]]
 

@@ -123,7 +123,9 @@ def test_the_page_asks_to_predict_before_the_tasks_and_names_the_same_task(numbe
 
 def test_the_command_prints_the_transcript(capsys):
     assert main(["see", "4"]) == 0
-    assert capsys.readouterr().out == failures.example_path(ROOT, "04").read_text(encoding="utf-8")
+    said = capsys.readouterr()
+    assert said.out == failures.example_path(ROOT, "04").read_text(encoding="utf-8")
+    assert "`sessionlab answer 04 saw`" in said.err, "the page's explanation, in a terminal"
 
 
 def test_the_command_without_a_lesson_lists_every_scenario(capsys):

@@ -67,7 +67,7 @@ class Commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import chat, dev, doctor, grade, progress, see, show, study, watch
+    from . import answer, chat, dev, doctor, grade, progress, see, show, study, watch
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--course", metavar="DIR", default=argparse.SUPPRESS,
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     progress.register(commands, common)
     study.register(commands, common)
     see.register(commands, common)
+    answer.register(commands, common)
     chat.register(commands, common)
     show.register(commands, common)
     dev.register(commands, common)

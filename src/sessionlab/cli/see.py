@@ -37,6 +37,8 @@ def cmd_see(args: argparse.Namespace, ui: Ui, root: Path) -> int:
                  f"solutions/{before.name}` shows what changed there")
         return 1
     ui.out.print(Text(transcript.rstrip("\n")), soft_wrap=True)
+    ui.note(f"What it shows, as the page explains it: `sessionlab answer {lesson.number} "
+            "saw`.")
     return 0
 
 
