@@ -60,6 +60,8 @@ def test_what_see_showed_opens_without_running_a_test(cli, tmp_path, monkeypatch
     assert shown.status == 0, shown.text
     assert "What `sessionlab see 08` showed" in shown.out
     assert "Resuming means resending" in shown.out, shown.out
+    assert "Task 08.3 prevents it" in shown.out and "](#" not in shown.out, (
+        "a link to a place on the site leads nowhere in a terminal: its words stay")
 
 
 @pytest.mark.campaign

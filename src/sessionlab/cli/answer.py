@@ -30,6 +30,7 @@ from .ui import Ui
 ANSWERS = "answers.toml"            # solutions/NN_topic/answers.toml, as the site reads it
 FOLD = re.compile(r'^\?\?\?\+? \w+ "(?P<title>[^"]*)"')
 ANSWER = re.compile(r'\{\{\s*answer\(\s*"(?P<lesson>[^"]+)"\s*,\s*"(?P<key>[^"]+)"\s*\)\s*\}\}')
+SITE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+:)[^)]*\)")     # [words](#place)
 TASK = re.compile(r"\s*\(task (?P<task>\d\d\.\d+)'s question[^)]*\)")
 
 
@@ -103,7 +104,9 @@ def cmd_answer(args: argparse.Namespace, ui: Ui, root: Path) -> int:
             f"{lesson.number} {question.key} --force` shows it anyway", status=1)
     ui.out.print(Text(question.title, style="bold"), soft_wrap=True)
     if ui.plain:
-        ui.out.print(question.answer, markup=False, highlight=False, soft_wrap=True)
+        # A link to a place on the site leads nowhere here: its words are kept
+        ui.out.print(SITE_LINK.sub(r"\1", question.answer), markup=False,
+                     highlight=False, soft_wrap=True)
     else:
         ui.out.print(Markdown(question.answer))
     return 0
