@@ -594,6 +594,22 @@ def test_messages_without_string_content_are_stored_as_they_are(lesson, sessions
                 f"gave {str(loaded)[:300]}")
 
 
+def run_sending_no_reference(agent, model, text):
+    """agent.run(text), with a server's refusal of a request that carried a blob
+    reference in place of a content told as task 06.1's fault: the agent's own message
+    was changed when its line was stored (outline changed what it was given)."""
+    try:
+        agent.run(text)
+    except openai.BadRequestError as error:
+        sent = model.requests[-1].get("messages", []) if model.requests else []
+        if not any(isinstance(m.get("content"), dict) for m in sent):
+            raise
+        fail_in("06.1", "the model's server refused the request "
+                f"({error.status_code}): a message in it had a blob reference for its "
+                "content, not the text. The agent's own message held the reference "
+                "once its line was stored: the message given to outline() was changed")
+
+
 @pytest.mark.key
 @pytest.mark.task("06.1")
 def test_the_model_receives_the_full_content(lesson, sessions):
@@ -605,17 +621,7 @@ def test_the_model_receives_the_full_content(lesson, sessions):
         agent = lesson.Agent(
             model.client(), model=model.model, tools=library, session=log
         )
-        try:
-            agent.run(PASTE)
-        except openai.BadRequestError as error:
-            sent = model.requests[-1].get("messages", []) if model.requests else []
-            if not any(isinstance(m.get("content"), dict) for m in sent):
-                raise
-            pytest.fail(
-                f"the model's server refused the request ({error.status_code}): a "
-                "message in it had a blob reference for its content, not the text. The "
-                "agent's own message held the reference once its line was stored: the "
-                "message given to outline() was changed", pytrace=False)
+        run_sending_no_reference(agent, model, PASTE)
 
     first, second = model.requests[0]["messages"], model.requests[1]["messages"]
     assert first[0]["content"] == PASTE, (
@@ -644,13 +650,11 @@ def test_the_model_receives_the_full_content(lesson, sessions):
 def test_day_two_sends_the_full_content_again(lesson, sessions, town):
     """After a resume, day 2's first request carries day 1's large content in full, read
     back from its blob."""
+    day_one = ScriptedModel([say("What a map.")])
     with lesson.SessionLog(sessions, "quest-1") as log:
-        lesson.Agent(
-            ScriptedModel([say("What a map.")]).client(),
-            model="scripted-town",
-            tools=town,
-            session=log,
-        ).run(PASTE)
+        run_sending_no_reference(lesson.Agent(
+            day_one.client(), model=day_one.model, tools=town, session=log,
+        ), day_one, PASTE)
 
     model = ScriptedModel([say("It shows the cave.")])
     with lesson.SessionLog(sessions, "quest-1") as log:

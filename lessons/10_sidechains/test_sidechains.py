@@ -2304,7 +2304,19 @@ def test_a_long_helper_answer_reaches_the_parent_whole(lesson, sessions, ending)
         + (": the call's result should be all of it"
                    if ending == "whole" else ", cut off at the server's length limit: "
                    "the error should be followed by all the helper had said")
-        + f"; the result was {shown(said, 60)}")
+        + f"; the result was {shown(said, 60)}: {where_it_differs(said, answer)}")
+
+
+def where_it_differs(said, answer):
+    """Where a result first stops holding a helper's answer, in words."""
+    start = said.find(answer[:40])
+    if start < 0:
+        return f"the helper's first words ({answer[:40]!r}) are not in it"
+    held = said[start:]
+    k = next((k for k, (a, b) in enumerate(zip(held, answer)) if a != b),
+             min(len(held), len(answer)))
+    return (f"{k} characters of the answer are in it as the helper said them, then it "
+            f"holds {held[k:k + 30]!r} where the helper said {answer[k:k + 30]!r}")
 
 
 @pytest.mark.task("10.3")

@@ -612,7 +612,7 @@ def see_10(scene: Scene) -> None:
     scene.show_log(play("mixed", mixed=True), numbered=True)
     scene.say("Resumed, that history is refused:")
     resume_and_ask(scene, lesson, "mixed", "And the cave?")
-    scene.prevented_by("10.3")
+    scene.prevented_by("10.2", "10.3")
 
 
 # --- 11: two hosts, one session ----------------------------------------------------------------
