@@ -292,8 +292,8 @@ def _pump(selector: selectors.BaseSelector, wait: float) -> None:
 
 def _stop(process: subprocess.Popen) -> None:
     """End the run and wait for it. Its keeper first, with SIGTERM, so that it kills
-    what the run detached before it ends; then the keeper's whole process group (a lingering
-    `sleep`, or everything, should the keeper not end in time)."""
+    what the run detached before it ends; then the keeper's whole process group (a
+    lingering `sleep`, or everything, should the keeper not end in time)."""
     if process.poll() is None:
         process.terminate()
         try:
