@@ -89,7 +89,9 @@ def cmd_answer(args: argparse.Namespace, ui: Ui, root: Path) -> int:
                          else ": opens once it passes")
                 line.append(f"  (task {question.task}'s question{opens})", style="dim")
             ui.out.print(line, soft_wrap=True)
-        ui.note(f"`sessionlab answer {lesson.number} KEY` prints one.")
+        ui.note(f"`sessionlab answer {lesson.number} KEY` prints one. A question the page "
+                "asks with no answer folded under it is answered by its task's tests, "
+                f"and by its hints (`sessionlab hint --task {lesson.number}.K`).")
         return 0
     question = next((q for q in asked if q.key == args.key), None)
     if question is None:
