@@ -4159,6 +4159,16 @@ def agent_undo_refused(agent, before, error, where, why_not, not_this):
         f"{type(raised).__name__} ({raised}), {not_this}")
 
 
+def first_turn_left(lesson, sessions, agent, before, once):
+    """After the undo that was refused goes through (`once` what stood in its way was
+    gone): the last turn is taken back in memory and in the log alike."""
+    shown = resume(lesson, sessions)
+    assert agent.messages == before[:2] and shown == before[:2], (
+        f"{once}, the undo should take back the last turn in memory and in the log: "
+        f"the agent holds {len(agent.messages)} messages and a resume shows "
+        f"{len(shown)}, where both should hold the first turn's 2")
+
+
 @pytest.mark.task("07.3")
 def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
     """The agent's log was closed, and another writer holds the session when the user
@@ -4187,11 +4197,7 @@ def test_an_agent_undo_on_a_busy_session_changes_nothing(lesson, sessions):
         agent.undo(1)
     finally:
         log.close()
-    shown = resume(lesson, sessions)
-    assert agent.messages == before[:2] and shown == before[:2], (
-        "once the other writer closed, the undo should take back the last turn in "
-        f"memory and in the log: the agent holds {len(agent.messages)} messages and a "
-        f"resume shows {len(shown)}, where both should hold the first turn's 2")
+    first_turn_left(lesson, sessions, agent, before, "once the other writer closed")
 
 
 @pytest.mark.task("07.2")
@@ -4268,11 +4274,7 @@ def test_an_agent_undo_of_a_damaged_log_raises_its_error_and_changes_nothing(les
         agent.undo(1)
     finally:
         log.close()
-    shown = resume(lesson, sessions)
-    assert agent.messages == before[:2] and shown == before[:2], (
-        "once the log was mended, the undo should take back the last turn in memory "
-        f"and in the log: the agent holds {len(agent.messages)} messages and a resume "
-        f"shows {len(shown)}, where both should hold the first turn's 2")
+    first_turn_left(lesson, sessions, agent, before, "once the log was mended")
 
 
 @pytest.mark.task("07.2")

@@ -125,6 +125,9 @@ def load_lesson(root: Path, name: str) -> Lesson:
 # solution, not in the lesson folder a student works in, where one look at lesson.toml
 # would show every level at once (`sessionlab hint` shows them one at a time, and counts).
 HINTS = "hints.toml"
+# The answers a lesson's page folds away, beside its hints: the site fills each fold from
+# it, and `sessionlab answer` prints them in a terminal
+ANSWERS = "answers.toml"
 
 
 def _with_hints(tasks: tuple[Task, ...], path: Path) -> tuple[Task, ...]:

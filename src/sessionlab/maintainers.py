@@ -231,7 +231,7 @@ def check_folders(root: Path) -> Finding:
         # answers.toml: the page's folded answers ("What you saw" at least), which the
         # page includes with {{ answer() }} rather than holding them in its source.
         for needed in (Path("lessons") / name / "lesson.toml", Path("solutions") / name / course.MODULE,
-                       Path("solutions") / name / "answers.toml"):
+                       Path("solutions") / name / course.ANSWERS):
             if not (root / needed).is_file():
                 finding.problems.append(f"{needed} is missing")
     return finding

@@ -55,7 +55,6 @@ except ImportError:  # pragma: no cover
 DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\{\{\s*(?P<name>[a-z_]+)\((?P<args>.*)\)\s*\}\}[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})")
 DIRECTIVE_ANYWHERE = re.compile(DIRECTIVE.pattern, re.M)
-ANSWERS = "answers.toml"     # solutions/NN_topic/answers.toml, read by {{ answer() }}
 
 
 class IncludeError(_BuildError):  # type: ignore[misc,valid-type]
@@ -259,7 +258,7 @@ class Includer:
         source, which a student reads in a terminal, does not hand it out. The page keeps
         the fold's line (the question); this is its body, Markdown as written."""
         lesson = self._lesson(ref)
-        path = f"solutions/{lesson.name}/{ANSWERS}"
+        path = f"solutions/{lesson.name}/{course.ANSWERS}"
         try:
             answers = tomllib.loads(self._read(path))
         except tomllib.TOMLDecodeError as error:

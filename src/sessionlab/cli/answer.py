@@ -27,7 +27,6 @@ from .progress import add_run_options, run_lessons, runner_for
 from .study import Refused, refusing
 from .ui import Ui
 
-ANSWERS = "answers.toml"            # solutions/NN_topic/answers.toml, as the site reads it
 FOLD = re.compile(r'^\?\?\?\+? \w+ "(?P<title>[^"]*)"')
 ANSWER = re.compile(r'\{\{\s*answer\(\s*"(?P<lesson>[^"]+)"\s*,\s*"(?P<key>[^"]+)"\s*\)\s*\}\}')
 SITE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+:)[^)]*\)")     # [words](#place)
@@ -45,7 +44,7 @@ class Question:
 def questions(lesson: Lesson, root: Path) -> list[Question]:
     """The questions lesson's page folds an answer under, in the page's order."""
     page = root / "docs" / "lessons" / f"{lesson.name}.md"
-    source = Path("solutions") / lesson.name / ANSWERS
+    source = Path("solutions") / lesson.name / course.ANSWERS
     try:
         text = files.read_bytes(page).decode("utf-8")
         answers = tomllib.loads(files.read_bytes(root / source).decode("utf-8"))
@@ -116,10 +115,11 @@ def cmd_answer(args: argparse.Namespace, ui: Ui, root: Path) -> int:
 
 def task_states(ui: Ui, args: argparse.Namespace, root: Path, lesson: Lesson,
                 asked: list[Question]) -> dict[str, str]:
-    """Each asked task's state, from the lesson's tests (run only when one asks one)."""
-    tasks = {question.task for question in asked if question.task}
-    if not tasks or (args.key is not None and
-                     next((q.task for q in asked if q.key == args.key), None) is None):
+    """The state of each task the questions shown wait for (the one asked for, with a
+    KEY), from the lesson's tests: run only when a question shown waits for one."""
+    shown = [question for question in asked if args.key in (None, question.key)]
+    tasks = {question.task for question in shown if question.task}
+    if not tasks:
         return {}
     result = run_lessons(ui, runner_for(args, root), [lesson])[lesson.name]
     return {task: result.task_state(task) for task in tasks}
