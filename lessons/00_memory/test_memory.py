@@ -857,21 +857,27 @@ def test_long_unreadable_arguments_are_quoted_only_in_part(lesson, town, argumen
 def test_unreadable_arguments_of_a_usual_length_are_quoted_whole(lesson, town):
     """Unreadable arguments of a usual length are quoted whole, between quote marks,
     and the result says nothing of a cut: a note that something was left out, where
-    nothing was, sends the model looking for a rest it never wrote."""
-    sent = ('{"item": "coil of elven rope, forty feet", "shop": "the mill by the '
-            'cave", count: 2}')
-    what = f"the arguments were {sent!r} ({len(sent)} characters), no JSON"
-    result = run_call(lesson, town, tool_call("buy", sent), what)
+    nothing was, sends the model looking for a rest it never wrote. A length is the
+    model's letters, in any script: Japanese text of the same length (three bytes a
+    letter in UTF-8, six characters a letter as JSON escapes) is as usual as English."""
+    for sent in ('{"item": "coil of elven rope, forty feet", "shop": "the mill by the '
+                 'cave", count: 2}',
+                 '{"品物": "エルフの綱、四十フィート、洞窟の北の水車小屋のそば'
+                 'の店で買った丈夫で長くて軽いもの", "店": "洞窟の北にある古い'
+                 '水車小屋のそばの店", "数": 二}'):
+        what = f"the arguments were {sent!r} ({len(sent)} characters), no JSON"
+        result = run_call(lesson, town, tool_call("buy", sent), what)
 
-    assert_error_result(result, what)
-    assert re.search(r"""(['"`])""" + re.escape(sent) + r"\1", result), (
-        f"{what}; arguments of {len(sent)} characters are of a usual length, and the "
-        "error result should quote them whole, between quote marks, for the model to "
-        f"see what it sent; got {result!r}")
-    assert not says_it_was_cut(result), (
-        f"{what}; the error result quotes them whole, yet says that something was "
-        "left out (a word such as 'cut', a '...' or a length): the model looks for a "
-        f"rest it never sent; got {result!r}")
+        assert_error_result(result, what)
+        assert re.search(r"""(['"`])""" + re.escape(sent) + r"\1", result), (
+            f"{what}; arguments of {len(sent)} characters are of a usual length, and "
+            "the error result should quote them whole, between quote marks, for the "
+            f"model to see what it sent; got {result!r}")
+        assert not says_it_was_cut(result), (
+            f"{what}; the error result quotes them whole, yet says that something was "
+            "left out (a word such as 'cut', a '...' or a length): the model looks for "
+            f"a rest it never sent (a length counts the letters the model wrote, not "
+            f"the bytes that encode them); got {result!r}")
 
 
 @pytest.mark.task("00.1")
@@ -1092,7 +1098,9 @@ def test_a_tools_long_words_are_told_only_in_part(lesson):
     """A tool's error may echo what the model sent: a shop that has no item named 120 KB
     of text says so, quoting it. The error result names the exception's type and the
     start of its words, says they were cut, and stays short; words of a usual length
-    are told whole."""
+    are told whole, in any script, and say nothing of a cut: a length is counted in
+    the letters written, not in the bytes that encode them (three a letter, for
+    Japanese in UTF-8)."""
     def buy(item):
         raise LookupError(f"the shop has no item {item}")
 
@@ -1115,14 +1123,69 @@ def test_a_tools_long_words_are_told_only_in_part(lesson):
         f"{what}; the error result tells the start of the tool's words and never says "
         "that they went on (no word such as 'cut', no '...', no length): the model "
         f"takes them for all the tool said; got {result!r}")
-    item = "coil of elven rope, forty feet, from the shop by the mill"
-    result = run_call(lesson, FewTools(buy=buy),
-                      tool_call("buy", json.dumps({"item": item})),
-                      f"the tool buy raised LookupError('the shop has no item {item}')")
-    assert f"the shop has no item {item}" in result, (
-        f"the tool buy raised LookupError('the shop has no item {item}'), words of a "
-        "usual length, and the error result should tell them whole; got "
-        f"{result!r}")
+    for item in ("coil of elven rope, forty feet, from the shop by the mill",
+                 "洞窟の北にある古い水車小屋のそばの店で売っている丈夫なエルフの"
+                 "綱、四十フィート、松明と火打ち石と洞窟の地図と油の小瓶と小さな鈴"
+                 "つき"):
+        words = f"the shop has no item {item}"
+        what = (f"the tool buy raised LookupError({words!r}), {len(words)} "
+                "characters, words of a usual length")
+        result = run_call(lesson, FewTools(buy=buy),
+                          tool_call("buy", json.dumps({"item": item})), what)
+        assert words in result, (
+            f"{what}, and the error result should tell them whole; got {result!r}")
+        assert not says_it_was_cut(result), (
+            f"{what}; the error result tells them whole, yet says that something was "
+            "left out (a word such as 'cut', a '...' or a length): the model looks for "
+            "words the tool never said (a length counts letters, not the bytes that "
+            f"encode them); got {result!r}")
+
+
+def counts_bytes_as_letters(result, text):
+    """Does `result` give the size of `text` in UTF-8 bytes as a number of characters
+    or letters? (For text beyond ASCII the two differ: a letter of Japanese is three
+    bytes.) A design may count in bytes, if it says bytes."""
+    digits = str(len(text.encode()))
+    size = r"[,._ \u202f]?".join(digits)
+    return bool(re.search(r"(?<![\d,._])" + size + r"(?![\d,._]\d)\s*"
+                          r"(?:characters|chars|letters)", result, re.IGNORECASE))
+
+
+@pytest.mark.task("00.1")
+def test_a_long_text_in_another_script_is_cut_on_a_letter_and_told_in_letters(
+        lesson, town):
+    """Unreadable arguments and a tool's words in Japanese, thousands of letters long,
+    are told only in part, saying so: the part ends on a whole letter (nothing the
+    model or the tool never wrote), and a result that says how long the text was in
+    characters counts the characters, not the bytes of UTF-8 (three times as many
+    here): the model would look for a rest three times as long as what it sent."""
+    sent = '{"item": "' + "洞窟の松明、" * 400          # never closed: no JSON
+
+    def buy(item):
+        raise LookupError(f"the shop has no item {item}")
+
+    words = f"the shop has no item {'洞窟の松明、' * 400}"
+    for text, what, tools, arguments in (
+            (sent, f"the arguments were {len(sent):,} characters of Japanese text, "
+             "no JSON", town, sent),
+            (words, f"the tool buy raised LookupError of {len(words):,} characters, "
+             "Japanese text", FewTools(buy=buy),
+             json.dumps({"item": "洞窟の松明、" * 400}, ensure_ascii=False))):
+        result = run_call(lesson, tools, tool_call("buy", arguments), what)
+        assert_error_result(result, what)
+        assert text[:30] in result and says_it_was_cut(result), (
+            f"{what}; the error result should tell its start, its letters as letters, "
+            f"and say that it was cut; it begins {result[:300]!r}")
+        strange = sorted({c for c in result if not c.isascii() and c not in text})
+        assert not strange, (
+            f"{what}; the error result holds {strange}, which no one wrote: a text "
+            "cut in bytes rather than letters breaks a letter in two; the result is "
+            f"{result[:300]!r}")
+        assert not counts_bytes_as_letters(result, text), (
+            f"{what} ({len(text.encode()):,} bytes of UTF-8); the error result gives "
+            f"{len(text.encode()):,} as its number of characters: a length in "
+            "characters counts the letters, and the model looks for a rest three "
+            f"times as long as the text; got {result[:400]!r}")
 
 
 @pytest.mark.task("00.1")

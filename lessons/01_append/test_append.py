@@ -235,6 +235,40 @@ def test_each_message_is_on_disk_before_the_next_model_call(
     )
 
 
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.2")
+def test_a_line_of_any_length_is_written_whole_and_append_returns(lesson, sessions):
+    """Lines of every length (a few bytes, a few hundred, the long output of a tool,
+    letters of other scripts that take three bytes each) are written whole, and append
+    returns for each. A check of what write() took that holds for short lines only (two
+    numbers compared with `is`, characters counted where bytes are written) passes a
+    short conversation and stops the session at its first long message."""
+    messages = [{"role": "user", "content": "x" * n}
+                for n in (0, 1, 200, 240, 250, 251, 1000, 70_000, 300_000)]
+    messages.append({"role": "tool", "tool_call_id": "call_1",
+                     "content": "洞窟へ" * 30_000})
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for message in messages:
+            size = len(json.dumps(message, ensure_ascii=False).encode()) + 1
+            try:
+                log.append(message)
+            except NotImplementedError:
+                raise
+            except Exception as error:      # noqa: BLE001 - reported in words
+                pytest.fail(f"appending a message whose line is about {size:,} bytes "
+                            f"raised {type(error).__name__}: {error}. The disk took "
+                            "the line (nothing here fills it or cuts a write short), "
+                            "so append should return: a line is written whole, and "
+                            "passes for saved, whatever its length", pytrace=False)
+    held = lines_of(the_log(lesson, sessions))
+    assert held == messages, (
+        f"{len(messages)} messages with lines from a few bytes to about 300 KB were "
+        f"appended; the log holds {len(held)} lines, with contents of "
+        f"{[len(m.get('content') or '') for m in held]} characters, where "
+        f"{[len(m['content']) for m in messages]} were expected: each message is "
+        "one whole line, whatever its length")
+
+
 @pytest.mark.task("01.3")
 def test_each_tool_call_is_on_disk_before_the_tool_runs(lesson, model, town, sessions):
     """A tool acts on the world (the shop takes the gold) the moment it runs: the call
@@ -1044,6 +1078,32 @@ def test_without_durable_mode_nothing_is_fsynced(lesson, sessions, monkeypatch):
         "milliseconds: only durable mode should call it, for a line, a log's name or "
         "a new folder's name alike"
     )
+
+
+@pytest.mark.task("01.5")
+@pytest.mark.task("01.4")
+@pytest.mark.task("01.2")
+def test_durable_mode_is_asked_with_any_true_value(lesson, sessions, monkeypatch):
+    """durable is a flag, read as Python reads one: a true value that is not True
+    itself (1, as a setting read from a file or the environment comes) asks for
+    durable mode, every sync of it, and 0 asks for none. A writer that tests `durable
+    is True` takes durable=1 for no, and leaves every line it acknowledges to a
+    power cut."""
+    fsync = FsyncRecorder(monkeypatch)
+    with lesson.SessionLog(sessions, "quest-1", durable=1) as log:
+        log.append({"role": "user", "content": "durable, asked with the number 1"})
+    assert fsync.kinds == ["folder", "file"], (
+        "a writer made with durable=1 appended the first line of a new log, with the "
+        f"syncs {fsync.kinds}, where ['folder', 'file'] was expected (the new log's "
+        "name, then its line), as with durable=True: any true value asks for durable "
+        "mode, as `if durable:` reads it, and a caller that passes 1 counts on every "
+        "acknowledged line surviving a power cut")
+    fsync.kinds.clear()
+    with lesson.SessionLog(sessions, "quest-2", durable=0) as log:
+        log.append({"role": "user", "content": "not durable, said with the number 0"})
+    assert fsync.kinds == [], (
+        f"a writer made with durable=0 appended a line and synced {fsync.kinds}: 0 "
+        "is false, and without durable mode nothing is synced")
 
 
 @pytest.mark.task("01.4")

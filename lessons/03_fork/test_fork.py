@@ -264,6 +264,8 @@ WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
     ("a message line ending in a space before its newline",
      M1 + b" \n" + M2 + b"\n", (M1 + b" ", M2)),
     ("nothing but a torn line", TORN, ()),
+    ("a last line of blanks alone, without its newline (spaces and a tab: no message, "
+     "and no line its writer finished)", M1 + b"\n" + M2 + b"\n" + b" \t ", (M1, M2)),
     ("a last line torn inside a two-byte letter (its bytes are no UTF-8 text)",
      M1 + b"\n" + M2 + b"\n" + b'{"role": "user", "content": "caf\xc3', (M1, M2)),
     ("a last line torn right after a closing brace",
@@ -282,10 +284,11 @@ WORDS = b'{"role": "user", "content": "NaN gold? Infinity -Infinity!"}'
 ])
 def test_a_fork_holds_the_messages_a_reader_finds_and_nothing_else(
         lesson, sessions, monkeypatch, what, source, kept):
-    """Without task 03.2: a source with blank lines, a torn last line, a last message
-    without its newline (a call of a tool too, its content null), a last line that is
-    a message and a form feed (which JSON takes for no blank), lines with blanks or a
-    carriage return at their end, one message twice, or nothing at all. A whole fork
+    """Without task 03.2: a source with blank lines, a torn last line (or one of blanks
+    alone, no more damage than a torn one), a last message without its newline (a call
+    of a tool too, its content null), a last line that is a message and a form feed
+    (which JSON takes for no blank), lines with blanks or a carriage return at their
+    end, one message twice, or nothing at all. A whole fork
     hands publish_fork the message lines a reader finds, each as the source holds it
     and ending in its newline, and nothing else; their count; a fork of one message
     more than those is refused, handing nothing; and a fork of its first k messages,
@@ -609,6 +612,41 @@ def test_an_upto_that_is_no_whole_number_is_refused(
                     f"It {did}", pytrace=False)
     expect_upto_named(lesson, sessions, error, upto,
                       "a number of messages that is no whole number (no int)")
+
+
+@pytest.mark.task("03.1")
+def test_an_upto_that_is_an_int_of_a_class_of_its_own_is_a_whole_number(
+        lesson, sessions, monkeypatch):
+    """Without task 03.2: upto may be an int of a class derived from int, such as a
+    member of an IntEnum (a program's named steps, Step.ASKED = 1): it is a whole
+    number, which a list's slice, range() and operator.index take as the int it is.
+    fork hands publish_fork that many messages, as for a plain int. Only a truth value,
+    Python's other int, is refused, for what it means."""
+    from enum import IntEnum
+
+    class Step(IntEnum):
+        ASKED = 1
+        ANSWERED = 2
+
+    (sessions / "quest-1.jsonl").write_bytes(M1 + b"\n" + M2 + b"\n")
+    handed = []
+    monkeypatch.setattr(lesson, "publish_fork",
+                        lambda folder, source_id, new_id, count, copy, durable:
+                        handed.append((count, copy)))
+    for upto, lines in ((Step.ASKED, M1 + b"\n"),
+                        (Step.ANSWERED, M1 + b"\n" + M2 + b"\n")):
+        handed.clear()
+        error = fork_or_fail(lesson, sessions, "quest-1", f"step-{upto.value}",
+                             upto=upto)
+        if handed != [(upto.value, lines)]:
+            did = (f"raised {described(error)}" if error is not None and not handed
+                   else f"handed {handed}")
+            pytest.fail(f"quest-1 holds 2 messages; fork(..., upto={upto!r}), a member "
+                        f"of an IntEnum whose value is {upto.value} (an int, as "
+                        "isinstance says, and a whole number a list's slice takes), "
+                        f"should hand publish_fork {upto.value} message(s) and "
+                        f"{lines!r}, once, as for upto={upto.value}. It {did}: an int "
+                        "of a class of its own is still a whole number", pytrace=False)
 
 
 @pytest.mark.task("03.2")

@@ -7,7 +7,6 @@ The logs here are written by hand, byte by byte, the way a crash leaves them.
 """
 
 import contextlib
-import copy
 import errno
 import itertools
 import json
@@ -21,7 +20,7 @@ from types import SimpleNamespace
 import openai
 import pytest
 
-from sessionlab.scripted import ScriptedModel, call, raw_call, say, use
+from sessionlab.scripted import Fail, ScriptedModel, call, raw_call, say, use
 from sessionlab.testing import (check_time, described, fail_in, open_descriptors,
                                 raises)
 
@@ -629,9 +628,15 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
     """unanswered_calls itself, before any repair or settle uses it, on conversations
     of many shapes: the calls it returns, as the assistant message holds them and in
     the model's order, are those that must get a result before anything else is
-    sent. The list is one of its own; the calls in it are the message's own."""
-    # A copy: a function that changes what it is given must not change the cases
-    messages, expected = copy.deepcopy(CONVERSATIONS[case][0]), CONVERSATIONS[case][1]
+    sent. The list is one of its own; the calls in it are the message's own. The
+    conversation is read back as from a log: its texts are made by the JSON reader,
+    never the literals Python shares, so a role compared with `is` is seen for what it
+    is."""
+    # A copy (a function that changes what it is given must not change the cases),
+    # read back as the log gives it: strings of its own, equal to the literals above
+    # but not the same objects
+    messages = json.loads(json.dumps(CONVERSATIONS[case][0]))
+    expected = CONVERSATIONS[case][1]
     before = json.dumps(messages)
 
     found = lesson.unanswered_calls(messages)
@@ -676,6 +681,56 @@ def test_unanswered_calls_finds_what_needs_a_result_before_the_next_request(
         "list of calls: a caller that took the calls off it as it answered them "
         "emptied the message's tool_calls, in memory and in every request after. "
         "The list returned is one of its own; the calls in it are the message's")
+
+
+# name: how the agent's conversation ends before its next run, with no call open
+ENDED_WELL = {
+    "no message yet": [],
+    "a plain answer": [say("The elder sleeps until noon.")],
+    # The request was refused: the conversation ends in the user's message
+    "a user message the model refused": [Fail(400, "The scripted model refused it.")],
+}
+
+
+@pytest.mark.task("04.4")
+@pytest.mark.parametrize("before", list(ENDED_WELL))
+def test_a_run_after_one_that_left_no_call_open_adds_nothing_before_its_message(
+        lesson, town, before):
+    """An agent without a log whose conversation is empty, ends in a plain answer, or
+    ends in the user's message (the model refused the request): no call is open, so
+    the next run records its message straight after what memory holds and asks the
+    model. Every run starts this way, the first of a session and each one after a turn
+    that ended well, so whatever comes before the message must take each of these
+    endings as it is (a last message that answers no call, or none at all)."""
+    model = ScriptedModel([*ENDED_WELL[before], say("On we go.")])
+    agent = lesson.Agent(model.client(), model=model.model, tools=town)
+    if ENDED_WELL[before]:
+        try:
+            agent.run("Where is the elder?")
+        except openai.BadRequestError:
+            pass    # the refused request: the user goes on all the same
+    held = list(agent.messages)
+    try:
+        answer, failed = agent.run("Go on."), None
+    except NotImplementedError:
+        raise                           # a task not written yet says so itself
+    except Exception as error:          # noqa: BLE001 - reported in words below
+        answer, failed = None, described(error)
+    if failed is not None:      # outside the except: the words come first, alone
+        pytest.fail(f"with {before} and no call open, the next run failed before the "
+                    f"model answered: {failed}. Nothing needs settling there: the run "
+                    "should record its message and ask the model (task 04.4)",
+                    pytrace=False)
+    assert answer == "On we go.", (
+        f"with {before}, the next run should return the model's answer 'On we go.'; "
+        f"it returned {answer!r}")
+    added = agent.messages[len(held):len(held) + 1]
+    assert agent.messages[:len(held)] == held and added == [
+            {"role": "user", "content": "Go on."}], (
+        f"with {before} and no call open, the run should add its user message right "
+        "after what memory held, nothing before it; memory went from "
+        f"{[m.get('role') for m in held]} to "
+        f"{[m.get('role') for m in agent.messages]}")
 
 
 # --- 04.2 and 04.3: answer the interrupted calls --------------------------------------
@@ -738,7 +793,7 @@ def test_only_calls_without_a_result_are_answered_in_call_order(
     if added != missing:
         # Whose code answered the wrong calls: the finder's (04.2), or the repair's
         # use of it (04.3) when the finder itself names the right ones?
-        found = lesson.unanswered_calls(copy.deepcopy(conversation))
+        found = lesson.unanswered_calls(json.loads(json.dumps(conversation)))
         right = [call.get("id") for call in found] == missing
         fail_in("04.3" if right else "04.2", (
             f"with results already saved for {answered}, only {missing} need one, in "

@@ -1489,12 +1489,23 @@ def test_an_undo_told_it_saw_more_than_the_log_shows_refuses(lesson, sessions):
 @pytest.mark.task("07.1")
 def test_an_undo_of_a_thousand_messages_is_one_marker(lesson, sessions):
     """However many messages an undo takes back, it adds one marker line (a line much
-    longer than 4 KiB, written whole), naming them all, and returns them all."""
+    longer than 4 KiB, written whole), naming them all, and returns them all. Its
+    caller saw the 1,200 messages the log shows (`seen`), a count far past the small
+    numbers Python keeps a single object of: counts are equal by value, whatever
+    object holds them, so the undo goes ahead."""
     said = [{"role": "user", "content": f"message {n}"} for n in range(1200)]
     with lesson.SessionLog(sessions, "quest-1") as log:
         for message in said:
             log.append(message)
-        taken = log.undo(1000)
+        try:
+            taken = log.undo(1000, seen=int("1200"))
+        except lesson.UndoError as error:
+            pytest.fail("a writer appended 1,200 messages and was told that its caller "
+                        "saw 1,200, as many as the log shows; undo(1000, seen=1200) "
+                        f"should take back the last 1,000, and it refused: {error}. "
+                        "Two counts are the same when their values are (==), not "
+                        "when they are the same object (`is`, which holds only for "
+                        "small numbers)", pytrace=False)
     markers = markers_in(sessions / "quest-1.jsonl")
     assert len(markers) == 1, (
         f"one undo of 1000 messages should add one undo marker; the log holds "
@@ -3116,29 +3127,32 @@ def test_a_fork_copies_whole_lines_only(lesson, sessions, end):
 
 
 @pytest.mark.task("07.4")
+@pytest.mark.parametrize("count", [3, 300], ids=["three messages", "300 messages"])
 def test_every_fork_of_a_log_whose_last_newline_is_missing_ends_whole(lesson,
-                                                                      sessions):
-    """Nothing undone this time: a log of three messages whose last newline never got
-    written. A fork of all three, then two whole forks, in one process that knows the
-    source after the first: each fork gets the newline the source lacks, whatever the
-    forks before it did, so that its first append starts on a line of its own. And a
-    whole fork of a log whose last line, the one without its newline, is an undo marker
-    keeps that marker too, while a fork of every message it shows, cut before that
-    marker, holds their lines alone, with no newline added after them."""
-    said = [{"role": "user", "content": f"message {n}"} for n in range(3)]
+                                                                      sessions, count):
+    """Nothing undone this time: a log of three messages (or of 300, lines counted past
+    the small numbers Python keeps a single object of: counts are compared by value)
+    whose last newline never got written. A fork of them all, then two whole forks, in
+    one process that knows the source after the first: each fork gets the newline the
+    source lacks, whatever the forks before it did, so that its first append starts on
+    a line of its own. And a whole fork of a log whose last line, the one without its
+    newline, is an undo marker keeps that marker too, while a fork of every message it
+    shows, cut before that marker, holds their lines alone, with no newline added after
+    them."""
+    said = [{"role": "user", "content": f"message {n}"} for n in range(count)]
     write_log(sessions, said)
     path = sessions / "quest-1.jsonl"
     whole = path.read_bytes()
     path.write_bytes(whole[:-1])
-    for number, upto in enumerate((3, None, None)):
+    for number, upto in enumerate((count, None, None)):
         new_id = f"fork-{number}"
         lesson.fork(sessions, "quest-1", new_id, upto=upto)
         copied = (sessions / f"{new_id}.jsonl").read_bytes()
         assert copied == whole, (
-            f"fork number {number + 1} (upto={upto}) of a log of three messages whose "
-            "last newline is missing should hold the three lines, each ending in its "
-            f"newline ({len(whole)} bytes), whatever the forks before it did; it ends "
-            f"in {copied[-40:]!r} ({len(copied)} bytes)")
+            f"fork number {number + 1} (upto={upto}) of a log of {count} messages "
+            f"whose last newline is missing should hold the {count} lines, each ending "
+            f"in its newline ({len(whole)} bytes), whatever the forks before it did; "
+            f"it ends in {copied[-40:]!r} ({len(copied)} bytes)")
 
     # The last line an undo marker, taking back message 1, whose newline never got
     # written: a whole fork keeps the source's history, that marker and the message it

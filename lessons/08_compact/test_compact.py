@@ -21,8 +21,9 @@ from sessionlab.scripted import (
     ScriptedModel,
     SimulatedCrash, THOUGHT, call, raw, say, summaries, use, validate)
 from sessionlab.town import TOOL_SCHEMAS, Town
-from sessionlab.testing import (check_time, fail_in, local_clock_ahead_of_utc,
-                                open_descriptors, raises, until_written, wait_past)
+from sessionlab.testing import (check_time, fail_in, in_child,
+                                local_clock_ahead_of_utc, open_descriptors, raises,
+                                unless_unfinished, until_written, wait_past)
 
 SYSTEM = "You are an adventurer in a small town."
 # A system prompt read from a blank file: set, and not empty, so every lesson sends it
@@ -1009,6 +1010,36 @@ def test_compacting_by_hand_keeps_the_newest_turn_and_with_one_turn_changes_noth
 
 
 @pytest.mark.task("08.3")
+def test_a_resumed_agent_compacts_by_hand_as_the_one_that_wrote_the_log(
+        lesson, sessions):
+    """Three turns written by one process; a new process resumes the session and calls
+    compact() by hand (the chat's /compact) before saying anything. Its messages were
+    read back from the log, not made by its own code: the turns are found in them all
+    the same (a role is compared by its text, whatever object holds it), days 1 and 2
+    are summarised with one model call, and the marker keeps day 3 from its message,
+    index 4, as the writing process would have."""
+    agent, model, log = open_agent(lesson, sessions, [*day(1)[1], *day(2)[1],
+                                                      *day(3)[1]], budget=None)
+    with log:
+        for n in (1, 2, 3):
+            agent.run(day(n)[0])
+    path = sessions / "quest-1.jsonl"
+    agent, model, log = open_agent(lesson, sessions, budget=None)
+    with log:
+        made = agent.compact()
+    markers = compactions_in(path)
+    if made is not True or len(model.summary_requests) != 1 or [
+            marker.get("upto") for marker in markers] != [4]:
+        pytest.fail("a session of three turns of two messages, resumed by a new "
+                    "process, compacted by hand: compact() should return True, ask "
+                    "the model for one summary (of days 1 and 2) and record one "
+                    "marker whose 'upto' is 4, day 3's message. It returned "
+                    f"{made!r}, asked for {len(model.summary_requests)} summary(ies), "
+                    f"and the log records {markers}: the turns of a conversation read "
+                    "back from its log are turns too", pytrace=False)
+
+
+@pytest.mark.task("08.3")
 def test_the_summary_request_carries_every_message_before_the_boundary(lesson):
     """compact() by hand after a turn with a tool exchange: the summary stands for every
     message the view showed before the new boundary, the model's call and the tool's
@@ -1440,6 +1471,67 @@ def test_a_compaction_of_a_session_with_no_log_creates_nothing(lesson, sessions)
     assert not path.exists(), (
         "the compaction of a writer whose log was removed should write nothing, and "
         f"leave no file at its name; {path.name} now holds {path.read_bytes()!r}")
+
+
+@pytest.mark.task("08.1")
+def test_a_writer_whose_log_is_descriptor_0_compacts_as_any_other(lesson, sessions):
+    """A service started with its standard input closed (a daemon, a job under cron)
+    opens its first file as descriptor 0: a writer's log may be descriptor 0, which
+    Python counts as false. That writer compacts as any other: one marker in the log it
+    holds, its upto returned, and the next message written after it; never the log
+    taken for one not open yet, opened again beside itself and refused by its own
+    lock. (Played in a child process, whose descriptor 0 is closed just as the writer
+    opens its log.)"""
+    log_path = sessions / "quest-1.jsonl"
+
+    def work():
+        real_open = os.open
+
+        def opening(path, flags, *args, **kwargs):
+            if os.fspath(path) == os.fspath(log_path) and flags & os.O_APPEND:
+                os.close(0)     # no standard input: the log gets descriptor 0
+            return real_open(path, flags, *args, **kwargs)
+        os.open = opening
+        with lesson.SessionLog(sessions, "quest-1") as log:
+            for n in range(3):
+                log.append({"role": "user", "content": f"message {n}"})
+            try:
+                held = os.path.samestat(os.fstat(0), os.stat(log_path))
+            except OSError:
+                held = False
+            upto = log.compact("Three messages were said.", keep=1)
+            log.append({"role": "user", "content": "after the compaction"})
+        return {"held": held, "upto": upto}
+
+    outcome = unless_unfinished(in_child(work))
+    if isinstance(outcome, dict) and "raised" in outcome:
+        pytest.fail("a writer whose log is descriptor 0 (a service with no standard "
+                    "input) wrote 3 messages; its compact(keep=1) should record the "
+                    f"compaction, and it raised {outcome['raised']}: "
+                    f"{outcome['message']}. Descriptor 0 is an open file like any "
+                    "other: a writer that holds its log there must not take it for "
+                    "none and open the session again (its own lock refuses it)",
+                    pytrace=False)
+    result = outcome
+    if not result["held"]:
+        pytest.skip("this writer did not open its log as the descriptor the test "
+                    "freed (nothing to check)")
+    kinds = []      # each line's marker kind or role, in order
+    for line in log_path.read_bytes().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            kinds.append(f"a line that is no JSON ({line[:40]!r})")
+            continue
+        kinds.append(entry.get("$marker", entry.get("role"))
+                     if isinstance(entry, dict) else repr(entry))
+    expected = ["user", "user", "user", "compaction", "user"]
+    if kinds != expected or result["upto"] != 2:
+        pytest.fail("a writer whose log is descriptor 0 wrote 3 messages, compacted "
+                    "keeping 1, then wrote one more; its log should hold "
+                    f"{expected} and compact() return 2 (the first message kept). The "
+                    f"log holds {kinds}, and compact() returned {result['upto']!r}",
+                    pytrace=False)
 
 
 @pytest.mark.task("08.1")

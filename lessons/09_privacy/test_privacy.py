@@ -840,6 +840,40 @@ def test_delete_does_not_answer_nothing_for_a_lock_link_that_reaches_nothing(
 
 
 @pytest.mark.task("09.1")
+@pytest.mark.parametrize("name", ["quest-1.jsonl", "quest-1.meta.json"],
+                         ids=["the-log", "the-meta-file"])
+def test_delete_removes_a_link_that_reaches_nothing_at_the_logs_or_meta_files_name(
+    lesson, sessions, name
+):
+    """All that is left of quest-1 is a symbolic link under its log's name (or its meta
+    file's) that reaches nothing. A link under a session's name is something of it,
+    whatever it reaches: a look that follows links (Path.exists, os.path.isfile) sees
+    nothing there, and the delete would answer False and leave the link. The delete
+    removes the link itself and answers True (or refuses, naming it), and makes nothing
+    where the link points."""
+    link = sessions / name
+    gone = sessions.parent / f"gone-{name}"
+    link.symlink_to(gone)
+    try:
+        found = lesson.delete_session(sessions, "quest-1")
+    except OSError as error:
+        assert str(link) in str(error), (
+            f"the delete refused quest-1, whose {name} is a link to nothing, in words "
+            f"that do not name {link}: {error}")
+    else:
+        assert found is True and not os.path.lexists(link), (
+            f"all that was left of quest-1 was a link to nothing under its name "
+            f"{name}; delete_session() returned {found!r} and the link is "
+            f"{'still' if os.path.lexists(link) else 'not'} there. A link under a "
+            "session's name is something of the session, also one that reaches "
+            "nothing (a look through the link, as Path.exists() or os.path.isfile() "
+            "make, finds nothing): the delete removes the link and answers True (or "
+            "refuses, naming it), never 'there was nothing'")
+    assert not os.path.lexists(gone), (
+        f"the delete followed quest-1's link {name} and made {gone}")
+
+
+@pytest.mark.task("09.1")
 def test_delete_refuses_an_id_that_is_a_path_whatever_the_folder_holds(
     lesson, sessions
 ):
@@ -3224,6 +3258,47 @@ def test_erase_keeps_every_line_of_a_log_of_hundreds_of_messages(lesson, session
         "asked each time, as it may: the rest must be written too)")
     assert erase_marker(after[-2]), (
         "the erase marker should follow the other 299 messages, as the last line")
+
+
+@pytest.mark.task("09.3")
+def test_a_message_far_into_a_long_log_is_erased_in_its_place_and_only_once(
+    lesson, sessions
+):
+    """Indices go past the few that short logs hold: in a log of 300 messages, erasing
+    message 290 puts its tombstone on that very line, and erasing it again returns
+    False and leaves the log byte for byte. An index is a number compared by its value:
+    Python's `is` says two equal numbers are the same only for small ones (up to 256),
+    so an erase that compares indices with it finds no line, or no earlier erase, past
+    them. The message is short, no quote the other lines are scrubbed of: only its
+    tombstone takes its words away."""
+    path = sessions / "quest-1.jsonl"
+    far, words = 290, "Elm St. 12"
+    assert len(words) < lesson.QUOTE_MIN_CHARS
+    with lesson.SessionLog(sessions, "quest-1") as log:
+        for number in range(300):
+            log.append({"role": "user" if number % 2 == 0 else "assistant",
+                        "content": words if number == far
+                        else f"Day {number}: the road goes on."})
+        first = log.erase(far)
+        after = path.read_bytes()
+        again = log.erase(far)
+    entries = lines_of(path)
+    assert first is True and words.encode() not in after, (
+        f"erase({far}) on a log of 300 messages returned {first!r}, and the log "
+        f"{'still' if words.encode() in after else 'no longer'} holds message "
+        f"{far}'s words ({words!r}): the message at that index should be erased, its "
+        "line a tombstone (was the index compared with `is`, which holds only for "
+        "small numbers?)")
+    assert entries[far].get("role") == "user" and (
+        entries[far].get("content") == lesson.ERASED), (
+        f"line {far + 1} of the log should hold message {far}'s tombstone, the user's "
+        f"role and ERASED as its content; it holds {entries[far]!r}")
+    assert again is False and path.read_bytes() == after, (
+        f"erasing message {far} a second time should return False and leave the log "
+        f"as the first erase left it; it returned {again!r}"
+        + ("" if path.read_bytes() == after else
+           f", and the log now holds {len(erase_markers(path))} erase markers")
+        + " (the earlier erase marker's index is found by its value, not with `is`)")
 
 
 @pytest.mark.task("09.3")

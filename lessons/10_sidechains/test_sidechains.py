@@ -2445,6 +2445,26 @@ def a_full_disk_in_the_side_chains(monkeypatch, every_file=False):
     monkeypatch.setattr(os, "write", write)
 
 
+def a_client_that_cuts_a_reply(model, number):
+    """A client of `model` that gets the body of its reply to request `number` (from 0)
+    cut short, as a proxy that drops the connection half-way through a body leaves it:
+    the status is 200 and the JSON stops in the middle, so the openai client raises
+    json's JSONDecodeError (a ValueError) out of the request."""
+    import httpx
+    handler = model.router().handler
+    count = []
+
+    def cut(request):
+        response = handler(request)
+        count.append(request)
+        if len(count) - 1 != number:
+            return response
+        return httpx.Response(200, headers={"content-type": "application/json"},
+                              content=response.read()[:40])
+    return openai.OpenAI(base_url=model.base_url, api_key="scripted", max_retries=0,
+                         http_client=httpx.Client(transport=httpx.MockTransport(cut)))
+
+
 @pytest.mark.task("10.3")
 @pytest.mark.parametrize("where, failure", [
     ("side-chain", "server error"), ("memory", "server error"),
@@ -2453,18 +2473,21 @@ def a_full_disk_in_the_side_chains(monkeypatch, every_file=False):
     ("side-chain", "server error after a tool ran"),
     ("memory", "dropped connection after a tool ran"),
     ("side-chain", "refused request"), ("memory", "refused request"),
-    ("side-chain", "rate limit"), ("memory", "rate limit")])
+    ("side-chain", "rate limit"), ("memory", "rate limit"),
+    ("side-chain", "reply cut short"), ("memory", "reply cut short")])
 def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         lesson, sessions, monkeypatch, where, failure):
     """The helper did not give up: its request met a server error (HTTP 500) or a
     dropped connection, at once or after it had said a few words and a tool had run,
     a refusal (HTTP 400: too long for the model's window) or a rate limit (HTTP 429),
-    or its log a full disk, from its first line or from its meta file, as its
-    side-chain is started. That is no answer the model can use (its words on the way
-    are none), and "the helper gave up" would be untrue: the run ends with the error,
-    as a crash does, no result answers the call (lesson 04's repair will), and the
-    side-chain is free again, holding what the helper wrote and nothing more. A parent
-    resumed later finds its call answered by the repair."""
+    a reply whose body a proxy cut short (the client raises json's JSONDecodeError, a
+    ValueError like those a helper's own verdicts are read from), or its log a full
+    disk, from its first line or from its meta file, as its side-chain is started.
+    That is no answer the model can use (its words on the way are none), and "the
+    helper gave up" would be untrue: the run ends with the error, as a crash does, no
+    result answers the call (lesson 04's repair will), and the side-chain is free
+    again, holding what the helper wrote and nothing more. A parent resumed later
+    finds its call answered by the repair."""
     on_the_way = [use(call("talk_to", npc="elder"), content="Let me ask the elder.")]
     helper_steps = {
         "server error": [Fail(500)], "dropped connection": [Disconnect()],
@@ -2474,7 +2497,8 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         "dropped connection after a tool ran": [*on_the_way, Disconnect()],
         "refused request": [Fail(400, "This model's maximum context length is 4096 "
                                  "tokens; your messages resulted in 5000 tokens.")],
-        "rate limit": [Fail(429, "Rate limit reached; try again in 20s.")]}[failure]
+        "rate limit": [Fail(429, "Rate limit reached; try again in 20s.")],
+        "reply cut short": [say(HELPER_ANSWER)]}[failure]
     # What the helper wrote before it failed: its question, and its words on the way
     wrote = {"full disk": [], "full disk at its start": [],
              "server error after a tool ran": ["user", "assistant", "tool"]}.get(
@@ -2483,8 +2507,10 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
               say("The helper could not answer."), say(FINAL)]
     model = ScriptedModel(script)
     log = lesson.SessionLog(sessions, "quest-1") if where == "side-chain" else None
-    agent = lesson.Agent(model.client(), model=model.model, tools=HelperTown(),
-                         session=log)
+    # The helper's first request is the second the model gets
+    client = (a_client_that_cuts_a_reply(model, 1) if failure == "reply cut short"
+              else model.client())
+    agent = lesson.Agent(client, model=model.model, tools=HelperTown(), session=log)
     ended = None
     parent_taken = False
     try:
@@ -2517,6 +2543,8 @@ def test_a_helper_that_fails_otherwise_ends_the_run_as_a_crash_does(
         met, meant = OSError, "the disk's OSError"
     elif failure.startswith("dropped connection"):
         met, meant = openai.APIConnectionError, "openai's APIConnectionError"
+    elif failure == "reply cut short":
+        met, meant = json.JSONDecodeError, "the client's json.JSONDecodeError"
     else:
         met, meant = openai.APIStatusError, "openai's APIStatusError"
     assert isinstance(ended, met), (
