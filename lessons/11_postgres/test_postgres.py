@@ -973,6 +973,37 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
 
 
 @pytest.mark.task("11.1")
+def test_since_is_in_utc_whatever_the_zone_of_the_machine_that_asks(lesson, database):
+    """lock_holder writes since in UTC, as lesson 05's lock file does, whatever the
+    time zone of the machine that asks: a host in Tokyo and a host in London read the
+    same text for the same holder, and a reader compares it with the lock file's. (The
+    asking connection here keeps UTC; the machine's own zone, TZ, is Japan's.)"""
+    key = lesson.lock_key("quest-9")
+    zone = os.environ.get("TZ")
+    with psycopg.connect(database, autocommit=True,
+                         application_name="sessionlab pid 4343 on inn-1") as holder, \
+            psycopg.connect(database, autocommit=True) as connection:
+        holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+        connection.execute("SET TimeZone = 'UTC'")
+        os.environ["TZ"] = "JST-9"      # the asking machine keeps Japan's time
+        time.tzset()
+        try:
+            found = lesson.lock_holder(connection, "quest-9")
+        finally:
+            if zone is None:
+                os.environ.pop("TZ", None)
+            else:
+                os.environ["TZ"] = zone
+            time.tzset()
+    since = found.get("since") if isinstance(found, dict) else None
+    assert isinstance(since, str) and since.endswith("+00:00"), (
+        "process 4343 on inn-1 holds quest-9's lock, and the asking machine keeps "
+        "Japan's time (TZ=JST-9): lock_holder's since should be in UTC, ending in "
+        "+00:00 as lesson 05's lock file writes a time, not in the asking machine's "
+        f"zone, which another host does not share; it says {found}")
+
+
+@pytest.mark.task("11.1")
 def test_the_same_key_held_in_another_database_is_no_holder(lesson, database,
                                                              postgres_server):
     """An advisory lock belongs to one database: a store's connection in another
