@@ -809,48 +809,18 @@ def test_delete_removes_a_link_planted_under_a_sessions_name_and_not_what_it_rea
         "the link goes")
 
 
-
 @pytest.mark.task("09.1")
-def test_delete_does_not_answer_nothing_for_a_lock_link_that_reaches_nothing(
-    lesson, sessions
-):
-    """All that is left of quest-1 is a symbolic link under its lock file's name, and it
-    reaches nothing. A link under a session's name is something of it whatever it
-    reaches: the delete does not answer False ("nothing there") as it would for a
-    link that reaches a file. It removes the link and answers True, or refuses with an
-    error that names the lock file; either way, nothing the link reaches is made."""
-    lock = sessions / "quest-1.lock"
-    gone = sessions.parent / "gone.lock"
-    lock.symlink_to(gone)
-    try:
-        found = lesson.delete_session(sessions, "quest-1")
-    except OSError as error:
-        assert str(lock) in str(error), (
-            f"the delete refused quest-1, whose lock file is a link to nothing, in "
-            f"words that do not name {lock}: {error}")
-    else:
-        assert found is True and not os.path.lexists(lock), (
-            f"quest-1's lock file was a link to nothing; delete_session() returned "
-            f"{found!r} and the link is {'still' if os.path.lexists(lock) else 'not'} "
-            "there. A link under a session's name is something of the session, also "
-            "one that reaches nothing: the delete removes it and answers True (or "
-            "refuses, naming it), never 'there was nothing'")
-    assert not gone.exists(), (
-        f"the delete followed quest-1's lock link and made {gone}")
-
-
-@pytest.mark.task("09.1")
-@pytest.mark.parametrize("name", ["quest-1.jsonl", "quest-1.meta.json"],
-                         ids=["the-log", "the-meta-file"])
-def test_delete_removes_a_link_that_reaches_nothing_at_the_logs_or_meta_files_name(
+@pytest.mark.parametrize("name", ["quest-1.jsonl", "quest-1.meta.json", "quest-1.lock"],
+                         ids=["the-log", "the-meta-file", "the-lock-file"])
+def test_delete_removes_a_link_that_reaches_nothing_under_a_sessions_name(
     lesson, sessions, name
 ):
-    """All that is left of quest-1 is a symbolic link under its log's name (or its meta
-    file's) that reaches nothing. A link under a session's name is something of it,
-    whatever it reaches: a look that follows links (Path.exists, os.path.isfile) sees
-    nothing there, and the delete would answer False and leave the link. The delete
-    removes the link itself and answers True (or refuses, naming it), and makes nothing
-    where the link points."""
+    """All that is left of quest-1 is a symbolic link under one of its names (its
+    log's, its meta file's, its lock file's) that reaches nothing. A link under a
+    session's name is something of it, whatever it reaches: a look that follows links
+    (Path.exists, os.path.isfile) sees nothing there, and the delete would answer False
+    and leave the link. The delete removes the link itself and answers True (or
+    refuses, naming it), and makes nothing where the link points."""
     link = sessions / name
     gone = sessions.parent / f"gone-{name}"
     link.symlink_to(gone)
