@@ -16,6 +16,7 @@ import re
 import socket
 import time
 from collections.abc import Callable
+from datetime import timezone
 from typing import Any
 
 from .messages import (

@@ -909,9 +909,9 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
     assert int(since.timestamp()) == int(connected.timestamp()), (
         f"the holder connected at {connected.isoformat(timespec='seconds')} and took "
         "the lock a second later: lock_holder's since should be when it connected "
-        "(the server's backend_start), not when it last ran a statement, with the "
-        "zone the server gives it in (the asking connection keeps India's time, "
-        f"+05:30: the same moment, whatever the zone); it says {found['since']}")
+        "(the server's backend_start), not when it last ran a statement, the same "
+        "moment whatever zone the asking connection keeps (India's here, +05:30); "
+        f"it says {found['since']}")
     assert zone == "Asia/Kolkata", (
         "lock_holder only asks: the connection it is given should keep its settings, "
         "its time zone (India's, Asia/Kolkata) among them, or every time the caller "
@@ -975,16 +975,21 @@ def test_the_server_says_who_holds_a_lock_and_since_when(lesson, database, other
 @pytest.mark.task("11.1")
 def test_since_is_in_utc_whatever_the_zone_of_the_machine_that_asks(lesson, database):
     """lock_holder writes since in UTC, as lesson 05's lock file does, whatever the
-    time zone of the machine that asks: a host in Tokyo and a host in London read the
-    same text for the same holder, and a reader compares it with the lock file's. (The
-    asking connection here keeps UTC; the machine's own zone, TZ, is Japan's.)"""
+    time zone of the machine that asks and of its connection (a server's TimeZone is
+    often the zone of the machine it was set up on): a host in Tokyo and a host in
+    London read the same text for the same holder, and a reader compares it with the
+    lock file's. (Here both the asking machine, TZ, and the asking connection keep
+    Japan's time.)"""
     key = lesson.lock_key("quest-9")
     zone = os.environ.get("TZ")
     with psycopg.connect(database, autocommit=True,
                          application_name="sessionlab pid 4343 on inn-1") as holder, \
             psycopg.connect(database, autocommit=True) as connection:
         holder.execute("SELECT pg_advisory_lock(%s)", (key,))
-        connection.execute("SET TimeZone = 'UTC'")
+        connected = holder.execute(
+            "SELECT backend_start FROM pg_stat_activity "
+            "WHERE pid = pg_backend_pid()").fetchone()[0]
+        connection.execute("SET TimeZone = 'Asia/Tokyo'")
         os.environ["TZ"] = "JST-9"      # the asking machine keeps Japan's time
         time.tzset()
         try:
@@ -997,10 +1002,21 @@ def test_since_is_in_utc_whatever_the_zone_of_the_machine_that_asks(lesson, data
             time.tzset()
     since = found.get("since") if isinstance(found, dict) else None
     assert isinstance(since, str) and since.endswith("+00:00"), (
-        "process 4343 on inn-1 holds quest-9's lock, and the asking machine keeps "
-        "Japan's time (TZ=JST-9): lock_holder's since should be in UTC, ending in "
-        "+00:00 as lesson 05's lock file writes a time, not in the asking machine's "
-        f"zone, which another host does not share; it says {found}")
+        "process 4343 on inn-1 holds quest-9's lock, and the asking machine and its "
+        "connection keep Japan's time (TZ=JST-9, TimeZone 'Asia/Tokyo'): "
+        "lock_holder's since should be in UTC, ending in +00:00 as lesson 05's lock "
+        "file writes a time, not in a zone of the asker's, which another host does "
+        f"not share; it says {found}")
+    moment = datetime.fromisoformat(since)
+    assert int(moment.timestamp()) == int(connected.timestamp()), (
+        "process 4343 on inn-1 has been connected since "
+        f"{connected.astimezone(timezone.utc).isoformat(timespec='seconds')}, and "
+        f"lock_holder's since says {since}, "
+        f"{(moment - connected).total_seconds() / 3600:+.1f} hours away, while the "
+        "asking machine keeps Japan's time: a time with no zone of its own (a "
+        "server's time without its offset) is read as the machine's local time when "
+        "it is converted, and moves by the machine's offset; keep the moment the "
+        "server gives, with its zone, and write it in UTC")
 
 
 @pytest.mark.task("11.1")

@@ -16,6 +16,7 @@ import re
 import socket
 import time
 from collections.abc import Callable
+from datetime import timezone
 from typing import Any
 
 from .messages import (
@@ -198,7 +199,7 @@ def lock_holder(connection: psycopg.Connection, session_id: str) -> dict[str, An
     if found is None:
         return {}
     return {"pid": int(found[1]), "host": found[2],
-            "since": row[1].isoformat(timespec="seconds")}
+            "since": row[1].astimezone(timezone.utc).isoformat(timespec="seconds")}
     # END 11.1
 
 
